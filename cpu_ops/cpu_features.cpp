@@ -1,0 +1,33 @@
+// Which SIMD instruction sets this CPU offers, asked of the CPU itself (cpuid / hwcaps),
+// so the kernels can pick a path at run time.
+#include "cpu_features.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <cpuid.h>
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
+namespace dsptrain {
+
+CpuFeatures detect_cpu_features() {
+  CpuFeatures f;
+#if defined(__x86_64__) || defined(_M_X64)
+  __builtin_cpu_init();
+  f.avx2 = __builtin_cpu_supports("avx2");
+  f.avx512_vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512vnni");
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  // AVX-VNNI is CPUID leaf 7, sub-leaf 1, EAX bit 4 (not all compilers know the name).
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx_vnni = (a >> 4) & 1;
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+  const unsigned long hwcap = getauxval(AT_HWCAP);
+  f.neon = true;
+  f.neon_dotprod = (hwcap >> 20) & 1;  // HWCAP_ASIMDDP
+#endif
+  return f;
+}
+
+}  // namespace dsptrain

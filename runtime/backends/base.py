@@ -1,0 +1,109 @@
+"""The backend contract: the hooks a backend implements, and which are optional.
+
+Layouts: activations are NHWC, conv weights are (O, KH, KW, C), matrices are
+row-major. `gemm_s8(a, b)` computes `a @ b.T` so both operands keep the reduction
+dimension contiguous, which is what int8 dot-product instructions (VNNI, vrmpy,
+NEON sdot) want.
+
+Required hooks raise `NotImplementedError("<backend>: needs <hook>")`. Optional hooks
+(marked so) have a default composed from required ones; a backend overrides them
+only to go faster (a fused epilogue, a kernel that stays on the device).
+Every hook returns exactly what `ops_ref` returns, bit for bit, for integer dtypes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import numerics
+from ..numerics import RngKey
+
+
+class Backend:
+    """Base of every backend. Subclasses set `name` and override hooks."""
+
+    name = "base"
+    #: hooks this backend implements natively; `supports` consults it.
+    hooks: frozenset[str] = frozenset()
+
+    # ------------------------------------------------------------ discovery
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        """(usable here, why or why not) -- shown by `dsptrain info`."""
+        return True, "always available"
+
+    def supports(self, op) -> tuple[bool, str]:
+        """Can this backend run `op`? Returns (answer, reason)."""
+        missing = [h for h in op.hooks if h not in self.hooks]
+        if missing:
+            return False, f"{self.name} has no {', '.join(missing)}"
+        return True, f"{self.name} implements {', '.join(op.hooks) or 'it'}"
+
+    def close(self) -> None:
+        """Release devices, threads and files. Safe to call twice."""
+
+    def _needs(self, hook: str):
+        raise NotImplementedError(f"{self.name}: needs {hook}")
+
+    # ------------------------------------------------------------ int8 products (required)
+    def gemm_s8(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """int8 a[M,K] @ b[N,K].T -> int32 [M,N] (int64 when K*127*127 >= 2**31)."""
+        self._needs("gemm_s8")
+
+    def conv2d_s8(self, x, w, stride: int, pad: int) -> np.ndarray:
+        """int8 x[N,H,W,C] * w[O,KH,KW,C] -> int32 [N,OH,OW,O]."""
+        self._needs("conv2d_s8")
+
+    def conv2d_bwd_data_s8(self, err, w, stride: int, pad: int, in_hw: tuple[int, int]) -> np.ndarray:
+        """Transposed conv: int8 err[N,OH,OW,O], w[O,KH,KW,C] -> int32 [N,H,W,C]."""
+        self._needs("conv2d_bwd_data_s8")
+
+    def conv2d_bwd_weight_s8(self, err, x, stride: int, pad: int, kernel: tuple[int, int]) -> np.ndarray:
+        """Weight gradient: int8 err[N,OH,OW,O], x[N,H,W,C] -> int32 [O,KH,KW,C]."""
+        self._needs("conv2d_bwd_weight_s8")
+
+    # ------------------------------------------------------------ epilogue (required)
+    def absmax(self, acc: np.ndarray) -> int:
+        """max |acc| as a Python int (0 for an empty tensor)."""
+        self._needs("absmax")
+
+    def shift_round(self, acc, shift: int, mode: str, rng: RngKey | None) -> np.ndarray:
+        """numerics.shift_round on the device: int32/int64 -> int8."""
+        self._needs("shift_round")
+
+    # ------------------------------------------------------------ epilogue (optional)
+    def requantize(self, acc, mode: str, rng: RngKey | None, shift: int | None = None,
+                   bits: int = 8) -> tuple[np.ndarray, int]:
+        """(optional) Range estimate + shift in one call. `shift` given skips the estimate.
+
+        Returns (int8 tensor, shift used). A fused backend reads `acc` once when
+        `shift` is given, twice otherwise.
+        """
+        if shift is None:
+            shift = numerics.activation_shift(self.absmax(acc), bits)
+        return self.shift_round(acc, shift, mode, rng), shift
+
+    # ------------------------------------------------------------ element-wise int8 (required)
+    def relu_s8(self, x: np.ndarray) -> np.ndarray:
+        self._needs("relu_s8")
+
+    def relu_bwd_s8(self, err: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """err where the forward output y > 0, else 0."""
+        self._needs("relu_bwd_s8")
+
+    def maxpool_s8(self, x, kernel: int, stride: int) -> tuple[np.ndarray, np.ndarray]:
+        """NHWC max-pool, no padding. Returns (y, argmax) with argmax the uint8 index
+        kh*kernel+kw of the first maximum in each window."""
+        self._needs("maxpool_s8")
+
+    def maxpool_bwd_s8(self, err, argmax, kernel: int, stride: int, in_hw) -> np.ndarray:
+        """Scatter err to each window's argmax; overlapping windows add, then clip to +-127."""
+        self._needs("maxpool_bwd_s8")
+
+    # ------------------------------------------------------------ NITI loss and update (required)
+    def niti_loss_grad_s8(self, logits, exponent: int, labels, rng: RngKey) -> np.ndarray:
+        """NITI's integer softmax cross-entropy gradient, int8 [B, classes], exponent -7."""
+        self._needs("niti_loss_grad_s8")
+
+    def niti_update_s8(self, w, grad, mu: int, mode: str, rng: RngKey | None) -> np.ndarray:
+        """w - round(grad >> (range(grad) - mu)), clipped: NITI's integer SGD step."""
+        self._needs("niti_update_s8")
