@@ -41,6 +41,14 @@ class Backend:
     def close(self) -> None:
         """Release devices, threads and files. Safe to call twice."""
 
+    #: the Op being run; the executor sets it before calling hooks, so a backend can
+    #: key per-op state (resident weights, prepared descriptors) by `current_op.name`.
+    current_op = None
+
+    def prepare(self, graph, ops) -> None:
+        """(optional) Called once each time a plan is built, with the TrainGraph and the
+        ops placed on this backend: pack weights, build op descriptors. Default: nothing."""
+
     def _needs(self, hook: str):
         raise NotImplementedError(f"{self.name}: needs {hook}")
 
@@ -81,6 +89,21 @@ class Backend:
         if shift is None:
             shift = numerics.activation_shift(self.absmax(acc), bits)
         return self.shift_round(acc, shift, mode, rng), shift
+
+    def conv2d_requant_s8(self, x, w, stride: int, pad: int, mode: str, rng: RngKey | None,
+                          shift: int | None = None) -> tuple[np.ndarray, int]:
+        """(optional) conv2d_s8 then requantize, so the int32 accumulators can stay on the device."""
+        return self.requantize(self.conv2d_s8(x, w, stride, pad), mode, rng, shift)
+
+    def gemm_requant_s8(self, a, b, mode: str, rng: RngKey | None,
+                        shift: int | None = None) -> tuple[np.ndarray, int]:
+        """(optional) gemm_s8 then requantize."""
+        return self.requantize(self.gemm_s8(a, b), mode, rng, shift)
+
+    def conv2d_bwd_data_requant_s8(self, err, w, stride: int, pad: int, in_hw, mode: str,
+                                   rng: RngKey | None, shift: int | None = None) -> tuple[np.ndarray, int]:
+        """(optional) conv2d_bwd_data_s8 then requantize."""
+        return self.requantize(self.conv2d_bwd_data_s8(err, w, stride, pad, in_hw), mode, rng, shift)
 
     # ------------------------------------------------------------ element-wise int8 (required)
     def relu_s8(self, x: np.ndarray) -> np.ndarray:
