@@ -1,2 +1,19 @@
-"""dsptrain: integer training on phones, with Hexagon DSP offload."""
+"""dsptrain: integer training on phones, with Hexagon DSP offload.
+
+    run = dsptrain.load_run("configs/runs/lenet-fmnist-niti.yaml")
+    trainer = dsptrain.Trainer(run)
+    trainer.fit()
+"""
 __version__ = "0.1.0"
+
+from . import models  # noqa: E402
+from .config import RunConfig, Recipe, load_recipe, load_run  # noqa: E402
+from .errors import BackendError, ConfigError, DataError, DsptrainError, LoweringError, UserError  # noqa: E402
+from .executor import StepStats  # noqa: E402
+from .numerics import QTensor  # noqa: E402
+from .train import Trainer  # noqa: E402
+
+__all__ = [
+    "__version__", "models", "load_run", "load_recipe", "RunConfig", "Recipe", "Trainer", "StepStats",
+    "QTensor", "DsptrainError", "UserError", "ConfigError", "DataError", "LoweringError", "BackendError",
+]

@@ -67,3 +67,61 @@ class TrainGraph:
             if op.name == name:
                 return op
         raise KeyError(name)
+
+
+class GraphBuilder:
+    """Collects ops and tensors while a recipe lowers a model."""
+
+    def __init__(self, recipe, batch: int):
+        self.recipe, self.batch = recipe, batch
+        self.ops: list[Op] = []
+        self.tensors: dict[str, TensorSpec] = {}
+        self.params: list[str] = []
+        self.layer_io: dict[str, tuple[str, str]] = {}   # layer -> (input tensor, output tensor)
+
+    def tensor(self, name, shape, dtype, role) -> str:
+        self.tensors[name] = TensorSpec(name, tuple(int(d) for d in shape), str(dtype), role)
+        return name
+
+    def param(self, name, shape, dtype) -> str:
+        self.params.append(name)
+        return self.tensor(name, shape, dtype, "weight")
+
+    def op(self, name, kind, layer, phase, inputs, outputs, hooks=(), macs=0, **attrs) -> Op:
+        op = Op(len(self.ops), name, kind, layer, phase, tuple(inputs), tuple(outputs),
+                tuple(hooks), attrs, int(macs))
+        self.ops.append(op)
+        return op
+
+
+def lower(model, recipe, batch: int, training: bool = True) -> TrainGraph:
+    """Lower `model` under `recipe` for `batch` samples: forward, loss, backward, update.
+
+    The walk is shared; the recipe module supplies `forward(b, layer, x, shape)`,
+    `loss(b, logits, labels)` and `backward(b, layer, err, needs_input_error)`.
+    With `training=False` only the forward ops are emitted (evaluation).
+    """
+    from .algorithms import algorithm_module
+
+    algorithm = algorithm_module(recipe.module)
+    algorithm.check_model(model, recipe)
+    b = GraphBuilder(recipe, batch)
+    x = b.tensor("input", (batch, *model.input_shape), algorithm.ACTIVATION_DTYPE, "input")
+    for layer, shape in zip(model.layers, model.shapes()):
+        out = algorithm.forward(b, layer, x, (batch, *shape))
+        b.layer_io[layer.name] = (x, out)
+        x = out
+    logits = x
+    forward_ops = list(b.ops)
+    if training:
+        labels = b.tensor("labels", (batch,), "int64", "label")
+        err = algorithm.loss(b, logits, labels)
+        parametric = [i for i, layer in enumerate(model.layers) if hasattr(layer, "weight_shape")]
+        first = parametric[0] if parametric else len(model.layers)
+        for index in range(len(model.layers) - 1, -1, -1):
+            if index < first:
+                break
+            err = algorithm.backward(b, model.layers[index], err, needs_input_error=index > first)
+    graph = TrainGraph(recipe.name, batch, b.ops if training else forward_ops, b.tensors,
+                       b.params, logits, eval_ops=forward_ops)
+    return graph

@@ -1,0 +1,27 @@
+"""Training recipes: one module per recipe, found by the name in its YAML `module:` key.
+
+A recipe module defines:
+- `ACTIVATION_DTYPE`: the dtype of the input tensor it expects;
+- `check_model(model, recipe)`: raise LoweringError naming a layer it cannot lower;
+- `forward(b, layer, x, shape)`, `loss(b, logits, labels)`,
+  `backward(b, layer, err, needs_input_error)`: emit ops through a GraphBuilder;
+- `OPS`: op kind -> function(backend, op, env, ctx) returning {tensor name: value};
+- `init_params(model, recipe, rng)`: the starting weights and optimizer state;
+- `prepare_input(images_uint8)`, `logits_to_float(value)`: the float boundaries.
+"""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from ..errors import ConfigError
+
+
+def algorithm_module(name: str, source=None) -> ModuleType:
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{name}":
+            raise
+        raise ConfigError(source or "recipe", "module",
+                          f"{name!r} has no runtime/algorithms/{name}.py") from None

@@ -45,8 +45,14 @@ class RefBackend(Backend):
         "gemm_s8", "conv2d_s8", "conv2d_bwd_data_s8", "conv2d_bwd_weight_s8",
         "absmax", "shift_round", "relu_s8", "relu_bwd_s8", "maxpool_s8", "maxpool_bwd_s8",
         "niti_loss_grad_s8", "niti_update_s8",
-        "gemm_f32", "conv2d_f32", "conv2d_bwd_data_f32", "conv2d_bwd_weight_f32",
+        "dropout_mask", "gemm_f32", "conv2d_f32", "conv2d_bwd_data_f32", "conv2d_bwd_weight_f32",
+        "numpy_f32",  # the FP32 recipe's element-wise ops run as NumPy code on this backend
     })
+
+    def dropout_mask(self, shape, p, rng):
+        """Keep an element when its random word is at least p * 2**32."""
+        threshold = min(int(round(p * 2**32)), 2**32 - 1)
+        return (numerics.random_u32(rng, int(np.prod(shape))) >= threshold).reshape(shape)
 
     # ------------------------------------------------------------ int8 products
     def gemm_s8(self, a, b):

@@ -1,0 +1,214 @@
+"""FP32: the same models in float32 with softmax cross-entropy and SGD with momentum
+and weight decay (PyTorch's update rule), the in-engine baseline for integer recipes."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..backends.ops_ref import pool_windows
+from ..errors import LoweringError
+from ..nn import Conv2d, Dropout, Flatten, Linear, MaxPool2d, ReLU
+
+ACTIVATION_DTYPE = "float32"
+_F32 = ("numpy_f32",)
+
+
+def check_model(model, recipe):
+    for layer in model.layers:
+        if not isinstance(layer, (Conv2d, Linear, ReLU, MaxPool2d, Flatten, Dropout)):
+            raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r} ({type(layer).__name__})")
+
+
+def forward(b, layer, x, shape):
+    out = b.tensor(f"{layer.name}.out", shape, "float32", "activation")
+    batch = shape[0]
+    if isinstance(layer, Conv2d):
+        w = b.param(f"{layer.name}.w", layer.weight_shape, "float32")
+        b.tensor(f"{layer.name}.v", layer.weight_shape, "float32", "state")
+        macs = int(np.prod(shape)) * layer.kernel * layer.kernel * layer.in_channels
+        b.op(f"{layer.name}.fwd", "fp32.conv_fwd", layer.name, "forward", (x, w), (out,), ("conv2d_f32",), macs,
+             stride=layer.stride, pad=layer.padding)
+    elif isinstance(layer, Linear):
+        w = b.param(f"{layer.name}.w", layer.weight_shape, "float32")
+        b.tensor(f"{layer.name}.v", layer.weight_shape, "float32", "state")
+        b.op(f"{layer.name}.fwd", "fp32.linear_fwd", layer.name, "forward", (x, w), (out,), ("gemm_f32",),
+             batch * layer.in_features * layer.out_features)
+    elif isinstance(layer, ReLU):
+        b.op(f"{layer.name}.fwd", "fp32.relu_fwd", layer.name, "forward", (x,), (out,), _F32)
+    elif isinstance(layer, MaxPool2d):
+        b.tensor(f"{layer.name}.argmax", shape, "uint8", "saved")
+        b.op(f"{layer.name}.fwd", "fp32.maxpool_fwd", layer.name, "forward", (x,), (out, f"{layer.name}.argmax"),
+             _F32, kernel=layer.kernel, stride=layer.stride)
+    elif isinstance(layer, Flatten):
+        b.op(f"{layer.name}.fwd", "fp32.reshape", layer.name, "forward", (x,), (out,), (), shape=shape)
+    elif isinstance(layer, Dropout):
+        b.tensor(f"{layer.name}.mask", shape, "bool", "saved")
+        b.op(f"{layer.name}.fwd", "fp32.dropout_fwd", layer.name, "forward", (x,), (out, f"{layer.name}.mask"),
+             ("dropout_mask",), p=layer.p)
+    return out
+
+
+def loss(b, logits, labels):
+    err = b.tensor("err.logits", b.tensors[logits].shape, "float32", "error")
+    b.op("loss.grad", "fp32.loss_grad", "loss", "loss", (logits, labels), (err,), _F32)
+    return err
+
+
+def backward(b, layer, err, needs_input_error):
+    x, out = b.layer_io[layer.name]
+    x_shape = b.tensors[x].shape
+    err_in = f"err.{layer.name}"
+    if isinstance(layer, (Conv2d, Linear)):
+        w, conv = f"{layer.name}.w", isinstance(layer, Conv2d)
+        attrs = dict(stride=layer.stride, pad=layer.padding, in_hw=x_shape[1:3],
+                     kernel=(layer.kernel, layer.kernel)) if conv else {}
+        if needs_input_error:
+            b.tensor(err_in, x_shape, "float32", "error")
+            b.op(f"{layer.name}.bwd_data", "fp32.conv_bwd_data" if conv else "fp32.linear_bwd_data", layer.name,
+                 "backward", (err, w), (err_in,), ("conv2d_bwd_data_f32",) if conv else ("gemm_f32",), **attrs)
+        grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "float32", "grad")
+        b.op(f"{layer.name}.bwd_weight", "fp32.conv_bwd_weight" if conv else "fp32.linear_bwd_weight", layer.name,
+             "backward", (err, x), (grad,), ("conv2d_bwd_weight_f32",) if conv else ("gemm_f32",), **attrs)
+        b.op(f"{layer.name}.update", "fp32.sgd", layer.name, "update", (w, grad, f"{layer.name}.v"),
+             (w, f"{layer.name}.v"), _F32)
+        return err_in if needs_input_error else None
+    b.tensor(err_in, x_shape, "float32", "error")
+    if isinstance(layer, ReLU):
+        b.op(f"{layer.name}.bwd", "fp32.relu_bwd", layer.name, "backward", (err, out), (err_in,), _F32)
+    elif isinstance(layer, MaxPool2d):
+        b.op(f"{layer.name}.bwd", "fp32.maxpool_bwd", layer.name, "backward", (err, f"{layer.name}.argmax"),
+             (err_in,), _F32, kernel=layer.kernel, stride=layer.stride, in_hw=x_shape[1:3])
+    elif isinstance(layer, Flatten):
+        b.op(f"{layer.name}.bwd", "fp32.reshape", layer.name, "backward", (err,), (err_in,), (), shape=x_shape)
+    elif isinstance(layer, Dropout):
+        b.op(f"{layer.name}.bwd", "fp32.dropout_bwd", layer.name, "backward", (err, f"{layer.name}.mask"),
+             (err_in,), ())
+    return err_in
+
+
+# ---------------------------------------------------------------- running ops
+
+def conv_fwd(be, op, env, ctx):
+    a = op.attrs
+    return {op.outputs[0]: be.conv2d_f32(env[op.inputs[0]], env[op.inputs[1]], a["stride"], a["pad"])}
+
+
+def linear_fwd(be, op, env, ctx):
+    x = env[op.inputs[0]]
+    return {op.outputs[0]: be.gemm_f32(x.reshape(x.shape[0], -1), env[op.inputs[1]])}
+
+
+def relu_fwd(be, op, env, ctx):
+    return {op.outputs[0]: np.maximum(env[op.inputs[0]], np.float32(0))}
+
+
+def relu_bwd(be, op, env, ctx):
+    return {op.outputs[0]: np.where(env[op.inputs[1]] > 0, env[op.inputs[0]], np.float32(0))}
+
+
+def maxpool_fwd(be, op, env, ctx):
+    windows = pool_windows(env[op.inputs[0]], op.attrs["kernel"], op.attrs["stride"])
+    argmax = windows.argmax(axis=-1).astype(np.uint8)
+    y = np.take_along_axis(windows, argmax[..., None].astype(np.intp), axis=-1)[..., 0]
+    return {op.outputs[0]: np.ascontiguousarray(y), op.outputs[1]: argmax}
+
+
+def maxpool_bwd(be, op, env, ctx):
+    err, argmax = env[op.inputs[0]], env[op.inputs[1]]
+    k, s, (h, w) = op.attrs["kernel"], op.attrs["stride"], op.attrs["in_hw"]
+    n, oh, ow, c = err.shape
+    dx = np.zeros((n, h, w, c), np.float32)
+    for kh in range(k):
+        for kw in range(k):
+            dx[:, kh:kh + s * oh:s, kw:kw + s * ow:s, :] += np.where(argmax == kh * k + kw, err, 0)
+    return {op.outputs[0]: dx}
+
+
+def reshape(be, op, env, ctx):
+    x = env[op.inputs[0]]
+    return {op.outputs[0]: x.reshape((x.shape[0], *op.attrs["shape"][1:]))}
+
+
+def dropout_fwd(be, op, env, ctx):
+    x = env[op.inputs[0]]
+    p = op.attrs["p"]
+    keep = be.dropout_mask(x.shape, p, ctx.rng(op))
+    return {op.outputs[0]: np.where(keep, x / np.float32(1 - p), 0).astype(np.float32), op.outputs[1]: keep}
+
+
+def dropout_bwd(be, op, env, ctx):
+    err, keep = env[op.inputs[0]], env[op.inputs[1]]
+    p = ctx.graph.op(op.name.replace(".bwd", ".fwd")).attrs["p"]
+    return {op.outputs[0]: np.where(keep, err / np.float32(1 - p), 0).astype(np.float32)}
+
+
+def loss_grad(be, op, env, ctx):
+    logits, labels = env[op.inputs[0]].astype(np.float64), env[op.inputs[1]]
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    p[np.arange(len(labels)), labels] -= 1.0
+    return {op.outputs[0]: (p / ctx.batch_total).astype(np.float32)}
+
+
+def conv_bwd_data(be, op, env, ctx):
+    a = op.attrs
+    return {op.outputs[0]: be.conv2d_bwd_data_f32(env[op.inputs[0]], env[op.inputs[1]], a["stride"], a["pad"],
+                                                  a["in_hw"])}
+
+
+def linear_bwd_data(be, op, env, ctx):
+    return {op.outputs[0]: be.gemm_f32(env[op.inputs[0]], np.ascontiguousarray(env[op.inputs[1]].T))}
+
+
+def conv_bwd_weight(be, op, env, ctx):
+    a = op.attrs
+    return {op.outputs[0]: be.conv2d_bwd_weight_f32(env[op.inputs[0]], env[op.inputs[1]], a["stride"], a["pad"],
+                                                    a["kernel"])}
+
+
+def linear_bwd_weight(be, op, env, ctx):
+    err, x = env[op.inputs[0]], env[op.inputs[1]]
+    return {op.outputs[0]: (err.T @ x.reshape(x.shape[0], -1)).astype(np.float32)}
+
+
+def sgd(be, op, env, ctx):
+    """PyTorch's SGD: g += wd * w; v = momentum * v + g; w -= lr * (g + momentum * v if nesterov else v)."""
+    w, grad, v = env[op.inputs[0]], env[op.inputs[1]], env[op.inputs[2]]
+    o = ctx.recipe.optimizer
+    lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
+    g = grad + np.float32(o.weight_decay) * w
+    v = np.float32(o.momentum) * v + g
+    step = g + np.float32(o.momentum) * v if o.nesterov else v
+    return {op.outputs[0]: (w - np.float32(lr) * step).astype(np.float32), op.outputs[1]: v.astype(np.float32)}
+
+
+OPS = {
+    "fp32.conv_fwd": conv_fwd, "fp32.linear_fwd": linear_fwd,
+    "fp32.relu_fwd": relu_fwd, "fp32.relu_bwd": relu_bwd,
+    "fp32.maxpool_fwd": maxpool_fwd, "fp32.maxpool_bwd": maxpool_bwd,
+    "fp32.reshape": reshape, "fp32.dropout_fwd": dropout_fwd, "fp32.dropout_bwd": dropout_bwd,
+    "fp32.loss_grad": loss_grad,
+    "fp32.conv_bwd_data": conv_bwd_data, "fp32.linear_bwd_data": linear_bwd_data,
+    "fp32.conv_bwd_weight": conv_bwd_weight, "fp32.linear_bwd_weight": linear_bwd_weight,
+    "fp32.sgd": sgd,
+}
+
+
+def init_params(model, recipe, rng: np.random.Generator) -> dict:
+    """He-uniform weights (He et al. 2015) and zero momentum buffers."""
+    params = {}
+    for layer in model.parametric():
+        shape = layer.weight_shape
+        fan_in = int(np.prod(shape[1:]))
+        bound = np.sqrt(6.0 / fan_in)
+        params[f"{layer.name}.w"] = rng.uniform(-bound, bound, shape).astype(np.float32)
+        params[f"{layer.name}.v"] = np.zeros(shape, np.float32)
+    return params
+
+
+def prepare_input(images: np.ndarray) -> np.ndarray:
+    """uint8 pixels -> (p - 128) / 128, the same values NITI sees."""
+    return (images.astype(np.float32) - 128.0) / 128.0
+
+
+def logits_to_float(value) -> np.ndarray:
+    return np.asarray(value, dtype=np.float64)

@@ -1,0 +1,245 @@
+"""NITI: integer-only training (Wang et al., "NITI: Training Integer Neural Networks
+Using Integer-only Arithmetic", IEEE TPDS 2022; reference code wangmaolin/niti).
+
+Every tensor is int8 with a power-of-two exponent. Forward and error products
+accumulate in int32 and are shifted back to int8 by the range of the result
+(`numerics.activation_shift`); weight gradients are shifted to `mu` bits and
+subtracted from the int8 weights (`niti_update_s8`). The loss gradient is NITI's
+integer softmax (ops_ref.niti_loss_grad). No float is touched between
+`prepare_input` and `logits_to_float`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import numerics
+from ..backends.ops_ref import LOSS_EXPONENT
+from ..errors import LoweringError
+from ..nn import Conv2d, Dropout, Flatten, Linear, MaxPool2d, ReLU
+from ..numerics import QTensor
+
+ACTIVATION_DTYPE = "int8"
+INPUT_EXPONENT = -7            # pixels p in 0..255 enter as (p - 128) * 2**-7
+DEFAULT_MU = 4
+_PRODUCT = ("absmax", "shift_round")
+
+
+def check_model(model, recipe):
+    for layer in model.layers:
+        if not isinstance(layer, (Conv2d, Linear, ReLU, MaxPool2d, Flatten, Dropout)):
+            raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r} "
+                                f"({type(layer).__name__}): NITI has no such integer layer")
+
+
+# ---------------------------------------------------------------- lowering
+
+def forward(b, layer, x, shape):
+    out = f"{layer.name}.out"
+    acts = b.recipe.tensors.activations
+    batch = shape[0]
+    if isinstance(layer, Conv2d):
+        w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
+        b.tensor(out, shape, "int8", "activation")
+        macs = int(np.prod(shape)) * layer.kernel * layer.kernel * layer.in_channels
+        b.op(f"{layer.name}.fwd", "niti.conv_fwd", layer.name, "forward", (x, w), (out,),
+             ("conv2d_s8", *_PRODUCT), macs, stride=layer.stride, pad=layer.padding, mode=acts.rounding)
+    elif isinstance(layer, Linear):
+        w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
+        b.tensor(out, shape, "int8", "activation")
+        b.op(f"{layer.name}.fwd", "niti.linear_fwd", layer.name, "forward", (x, w), (out,),
+             ("gemm_s8", *_PRODUCT), batch * layer.in_features * layer.out_features, mode=acts.rounding)
+    elif isinstance(layer, ReLU):
+        b.tensor(out, shape, "int8", "activation")
+        b.op(f"{layer.name}.fwd", "niti.relu_fwd", layer.name, "forward", (x,), (out,), ("relu_s8",))
+    elif isinstance(layer, MaxPool2d):
+        b.tensor(out, shape, "int8", "activation")
+        b.tensor(f"{layer.name}.argmax", shape, "uint8", "saved")
+        b.op(f"{layer.name}.fwd", "niti.maxpool_fwd", layer.name, "forward", (x,),
+             (out, f"{layer.name}.argmax"), ("maxpool_s8",), kernel=layer.kernel, stride=layer.stride)
+    elif isinstance(layer, Flatten):
+        b.tensor(out, shape, "int8", "activation")
+        b.op(f"{layer.name}.fwd", "niti.reshape", layer.name, "forward", (x,), (out,), (), shape=shape)
+    elif isinstance(layer, Dropout):
+        b.tensor(out, shape, "int8", "activation")
+        b.tensor(f"{layer.name}.mask", shape, "bool", "saved")
+        b.op(f"{layer.name}.fwd", "niti.dropout_fwd", layer.name, "forward", (x,),
+             (out, f"{layer.name}.mask"), ("dropout_mask",), p=layer.p)
+    return out
+
+
+def loss(b, logits, labels):
+    err = b.tensor("err.logits", b.tensors[logits].shape, "int8", "error")
+    b.op("loss.grad", "niti.loss_grad", "loss", "loss", (logits, labels), (err,), ("niti_loss_grad_s8",))
+    return err
+
+
+def backward(b, layer, err, needs_input_error):
+    x, out = b.layer_io[layer.name]
+    x_shape = b.tensors[x].shape
+    err_in = f"err.{layer.name}"
+    errs, grads = b.recipe.tensors.errors, b.recipe.tensors.gradients
+    if isinstance(layer, (Conv2d, Linear)):
+        w = f"{layer.name}.w"
+        conv = isinstance(layer, Conv2d)
+        macs = b.ops[[o.name for o in b.ops].index(f"{layer.name}.fwd")].macs
+        if needs_input_error:
+            b.tensor(err_in, x_shape, "int8", "error")
+            if conv:
+                b.op(f"{layer.name}.bwd_data", "niti.conv_bwd_data", layer.name, "backward", (err, w), (err_in,),
+                     ("conv2d_bwd_data_s8", *_PRODUCT), macs, stride=layer.stride, pad=layer.padding,
+                     in_hw=x_shape[1:3], mode=errs.rounding)
+            else:
+                b.op(f"{layer.name}.bwd_data", "niti.linear_bwd_data", layer.name, "backward", (err, w), (err_in,),
+                     ("gemm_s8", *_PRODUCT), macs, mode=errs.rounding)
+        grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "int32", "grad")
+        kind, hook = ("niti.conv_bwd_weight", "conv2d_bwd_weight_s8") if conv else ("niti.linear_bwd_weight", "gemm_s8")
+        attrs = dict(stride=layer.stride, pad=layer.padding, kernel=(layer.kernel, layer.kernel)) if conv else {}
+        b.op(f"{layer.name}.bwd_weight", kind, layer.name, "backward", (err, x), (grad,), (hook,), macs, **attrs)
+        b.op(f"{layer.name}.update", "niti.update", layer.name, "update", (w, grad), (w,),
+             ("niti_update_s8",), mode=grads.rounding)
+        return err_in if needs_input_error else None
+    b.tensor(err_in, x_shape, "int8", "error")
+    if isinstance(layer, ReLU):
+        b.op(f"{layer.name}.bwd", "niti.relu_bwd", layer.name, "backward", (err, out), (err_in,), ("relu_bwd_s8",))
+    elif isinstance(layer, MaxPool2d):
+        b.op(f"{layer.name}.bwd", "niti.maxpool_bwd", layer.name, "backward", (err, f"{layer.name}.argmax"),
+             (err_in,), ("maxpool_bwd_s8",), kernel=layer.kernel, stride=layer.stride, in_hw=x_shape[1:3])
+    elif isinstance(layer, Flatten):
+        b.op(f"{layer.name}.bwd", "niti.reshape", layer.name, "backward", (err,), (err_in,), (), shape=x_shape)
+    elif isinstance(layer, Dropout):
+        b.op(f"{layer.name}.bwd", "niti.dropout_bwd", layer.name, "backward", (err, f"{layer.name}.mask"),
+             (err_in,), ())
+    return err_in
+
+
+# ---------------------------------------------------------------- running ops
+
+def _rows(x: QTensor) -> np.ndarray:
+    return x.q.reshape(x.q.shape[0], -1)
+
+
+def conv_fwd(be, op, env, ctx):
+    x, w = env[op.inputs[0]], env[op.inputs[1]]
+    a = op.attrs
+    q, s = be.conv2d_requant_s8(x.q, w.q, a["stride"], a["pad"], a["mode"], ctx.rng(op),
+                                ctx.given_shift(op))
+    return {op.outputs[0]: QTensor(q, x.e + w.e + s)}
+
+
+def linear_fwd(be, op, env, ctx):
+    x, w = env[op.inputs[0]], env[op.inputs[1]]
+    q, s = be.gemm_requant_s8(_rows(x), w.q, op.attrs["mode"], ctx.rng(op), ctx.given_shift(op))
+    return {op.outputs[0]: QTensor(q, x.e + w.e + s)}
+
+
+def relu_fwd(be, op, env, ctx):
+    x = env[op.inputs[0]]
+    return {op.outputs[0]: QTensor(be.relu_s8(x.q), x.e)}
+
+
+def relu_bwd(be, op, env, ctx):
+    err, y = env[op.inputs[0]], env[op.inputs[1]]
+    return {op.outputs[0]: QTensor(be.relu_bwd_s8(err.q, y.q), err.e)}
+
+
+def maxpool_fwd(be, op, env, ctx):
+    x = env[op.inputs[0]]
+    y, argmax = be.maxpool_s8(x.q, op.attrs["kernel"], op.attrs["stride"])
+    return {op.outputs[0]: QTensor(y, x.e), op.outputs[1]: argmax}
+
+
+def maxpool_bwd(be, op, env, ctx):
+    err, argmax = env[op.inputs[0]], env[op.inputs[1]]
+    a = op.attrs
+    return {op.outputs[0]: QTensor(be.maxpool_bwd_s8(err.q, argmax, a["kernel"], a["stride"], a["in_hw"]), err.e)}
+
+
+def reshape(be, op, env, ctx):
+    x = env[op.inputs[0]]
+    shape = (x.q.shape[0], *op.attrs["shape"][1:])
+    return {op.outputs[0]: QTensor(x.q.reshape(shape), x.e)}
+
+
+def dropout_fwd(be, op, env, ctx):
+    x = env[op.inputs[0]]
+    keep = be.dropout_mask(x.q.shape, op.attrs["p"], ctx.rng(op))
+    return {op.outputs[0]: QTensor(np.where(keep, x.q, 0).astype(np.int8), x.e), op.outputs[1]: keep}
+
+
+def dropout_bwd(be, op, env, ctx):
+    err, keep = env[op.inputs[0]], env[op.inputs[1]]
+    return {op.outputs[0]: QTensor(np.where(keep, err.q, 0).astype(np.int8), err.e)}
+
+
+def loss_grad(be, op, env, ctx):
+    logits, labels = env[op.inputs[0]], env[op.inputs[1]]
+    err = be.niti_loss_grad_s8(_rows(logits), logits.e, labels, ctx.rng(op))
+    return {op.outputs[0]: QTensor(err, LOSS_EXPONENT)}
+
+
+def conv_bwd_data(be, op, env, ctx):
+    err, w = env[op.inputs[0]], env[op.inputs[1]]
+    a = op.attrs
+    q, s = be.conv2d_bwd_data_requant_s8(err.q, w.q, a["stride"], a["pad"], a["in_hw"], a["mode"],
+                                         ctx.rng(op), ctx.given_shift(op))
+    return {op.outputs[0]: QTensor(q, err.e + w.e + s)}
+
+
+def linear_bwd_data(be, op, env, ctx):
+    err, w = env[op.inputs[0]], env[op.inputs[1]]
+    q, s = be.gemm_requant_s8(_rows(err), np.ascontiguousarray(w.q.T), op.attrs["mode"],
+                              ctx.rng(op), ctx.given_shift(op))
+    return {op.outputs[0]: QTensor(q, err.e + w.e + s)}
+
+
+def conv_bwd_weight(be, op, env, ctx):
+    err, x = env[op.inputs[0]], env[op.inputs[1]]
+    a = op.attrs
+    return {op.outputs[0]: be.conv2d_bwd_weight_s8(err.q, x.q, a["stride"], a["pad"], a["kernel"])}
+
+
+def linear_bwd_weight(be, op, env, ctx):
+    err, x = env[op.inputs[0]], env[op.inputs[1]]
+    grad = be.gemm_s8(np.ascontiguousarray(_rows(err).T), np.ascontiguousarray(_rows(x).T))
+    return {op.outputs[0]: grad}
+
+
+def update(be, op, env, ctx):
+    w, grad = env[op.inputs[0]], env[op.inputs[1]]
+    mu = ctx.recipe.schedule.at("mu", ctx.epoch, DEFAULT_MU)
+    return {op.outputs[0]: QTensor(be.niti_update_s8(w.q, grad, mu, op.attrs["mode"], ctx.rng(op)), w.e)}
+
+
+OPS = {
+    "niti.conv_fwd": conv_fwd, "niti.linear_fwd": linear_fwd,
+    "niti.relu_fwd": relu_fwd, "niti.relu_bwd": relu_bwd,
+    "niti.maxpool_fwd": maxpool_fwd, "niti.maxpool_bwd": maxpool_bwd,
+    "niti.reshape": reshape, "niti.dropout_fwd": dropout_fwd, "niti.dropout_bwd": dropout_bwd,
+    "niti.loss_grad": loss_grad,
+    "niti.conv_bwd_data": conv_bwd_data, "niti.linear_bwd_data": linear_bwd_data,
+    "niti.conv_bwd_weight": conv_bwd_weight, "niti.linear_bwd_weight": linear_bwd_weight,
+    "niti.update": update,
+}
+
+
+# ---------------------------------------------------------------- state and float boundaries
+
+def init_params(model, recipe, rng: np.random.Generator) -> dict:
+    """Xavier-uniform weights quantized as NITI does (`weight_quant`)."""
+    params = {}
+    for layer in model.parametric():
+        shape = layer.weight_shape
+        receptive = int(np.prod(shape[1:-1])) if len(shape) == 4 else 1
+        fan_in, fan_out = shape[-1] * receptive, shape[0] * receptive
+        bound = np.sqrt(6.0 / (fan_in + fan_out))
+        params[f"{layer.name}.w"] = numerics.quantize_weights(rng.uniform(-bound, bound, shape))
+    return params
+
+
+def prepare_input(images: np.ndarray) -> QTensor:
+    """uint8 pixels -> int8 centred on 128, exponent -7: (p - 128) / 128, integer only."""
+    return QTensor(numerics.clip_int8(images.astype(np.int16) - 128), INPUT_EXPONENT)
+
+
+def logits_to_float(value: QTensor) -> np.ndarray:
+    return value.dequantize()

@@ -1,0 +1,108 @@
+"""The `dsptrain` command: train, info (later: plan, bench, recipes).
+
+User errors print one line and exit with status 2; --debug shows the traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import platform
+import sys
+import warnings
+
+from . import __version__
+from .errors import DsptrainError, UserError
+
+
+def _train(args) -> int:
+    from .config import load_run
+    from .train import Trainer
+
+    run = load_run(args.run)
+    train = run.train
+    if args.epochs is not None:
+        if args.epochs < 1:
+            raise UserError(f"--epochs {args.epochs} must be >= 1")
+        train = dataclasses.replace(train, epochs=args.epochs)
+    run = dataclasses.replace(run, train=train, backend=args.backend or run.backend,
+                              energy=args.energy or run.energy, out_dir=args.out or run.out_dir)
+    trainer = Trainer(run, progress=not args.quiet)
+    if args.resume:
+        if trainer.checkpoint_path.exists():
+            trainer.load()
+            print(f"resuming {run.name} at epoch {trainer.epoch + 1}, step {trainer.global_step} "
+                  f"from {trainer.checkpoint_path}", file=sys.stderr)
+        else:
+            print(f"no checkpoint at {trainer.checkpoint_path}; starting from scratch", file=sys.stderr)
+    elif trainer.checkpoint_path.exists():
+        raise UserError(f"{trainer.checkpoint_path} exists: pass --resume to continue it, "
+                        f"or --out DIR for a fresh run")
+    print(f"{run.name}: {trainer.model.name} with {run.recipe.name} on {' > '.join(trainer.backend_names)}, "
+          f"output in {trainer.out_dir}", file=sys.stderr)
+    try:
+        history = trainer.fit()
+    finally:
+        trainer.close()
+    if history:
+        last = history[-1]
+        print(f"final test accuracy {last['test_accuracy']:.4f} after {last['epoch']} epochs")
+    return 0
+
+
+def _info(args) -> int:
+    from .backends import availability
+
+    print(f"dsptrain {__version__} (Python {platform.python_version()}, {platform.machine()})")
+    print("backends, in placement order:")
+    for name, (ok, why) in availability().items():
+        print(f"  {name:<4} {'yes' if ok else 'no ':<3}  {why}")
+    try:
+        from ._cpu_ops import cpu_features
+
+        features = [k for k, v in cpu_features().items() if v]
+        print(f"cpu features: {', '.join(features) or 'none beyond the baseline'}")
+    except ImportError as exc:
+        print(f"cpu features: unknown (native extension not loaded: {exc})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dsptrain", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"dsptrain {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train a run config (configs/runs/*.yaml)")
+    train.add_argument("run", help="run config YAML")
+    train.add_argument("--epochs", type=int, help="override train.epochs")
+    train.add_argument("--backend", choices=("auto", "ref", "cpu", "dsp"), help="override backend")
+    train.add_argument("--energy", help="auto | rapl | battery | trace:FILE | estimate")
+    train.add_argument("--out", help="output directory (default runs/<name>)")
+    train.add_argument("--resume", action="store_true", help="continue from the checkpoint in the output directory")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(func=_train)
+
+    info = sub.add_parser("info", help="version, backends found and why others are not, CPU features")
+    info.set_defaults(func=_info)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.debug:
+        warnings.formatwarning = lambda message, category, *rest: f"dsptrain: warning: {message}\n"
+    try:
+        return args.func(args)
+    except (UserError, DsptrainError) as exc:
+        if args.debug:
+            raise
+        print(f"dsptrain: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dsptrain: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,349 @@
+"""YAML to frozen dataclasses: precision recipes and runnable experiments.
+
+Every key is checked against the dataclass it fills. An unknown key, a wrong type or
+a value out of range raises ConfigError naming the file, the dotted key and the
+value, before any training starts. Defaults layer: dataclass defaults, then the
+recipe file in configs/algorithms/, then a run's `recipe:` overrides.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from .errors import ConfigError
+
+CONFIG_ROOT = Path(__file__).resolve().parent.parent / "configs"
+
+
+# ---------------------------------------------------------------- recipe schema
+
+@dataclass(frozen=True)
+class Rescale:
+    """When a tensor's scale (exponent) is recomputed."""
+
+    policy: Literal["dynamic", "fixed", "adaptive"] = "dynamic"  # every step | never | Mandheling
+    min_interval: int = 1      # adaptive: steps between checks while the scale moves
+    max_interval: int = 64     # adaptive: longest gap while it holds
+
+
+@dataclass(frozen=True)
+class NumberFormat:
+    """How one tensor role is represented."""
+
+    format: Literal["int", "fp", "float32"] = "int"
+    bits: int = 8
+    exponent_bits: int = 0     # fp only (e.g. 5 for FP8 1-5-2)
+    scale: Literal["pow2", "float", "none"] = "pow2"
+    granularity: Literal["tensor", "channel", "group"] = "tensor"
+    group_size: int = 0        # granularity: group
+    rounding: Literal["round", "psto", "sto", "nearest_even", "none"] = "round"
+    rescale: Rescale = field(default_factory=Rescale)
+
+    def check(self, source, key):
+        if not 1 <= self.bits <= 32:
+            raise ConfigError(source, f"{key}.bits", f"{self.bits} is outside 1..32")
+        if self.granularity == "group" and self.group_size < 1:
+            raise ConfigError(source, f"{key}.group_size", "granularity 'group' needs group_size >= 1")
+        if self.format == "fp" and not 1 <= self.exponent_bits < self.bits:
+            raise ConfigError(source, f"{key}.exponent_bits", f"{self.exponent_bits} does not fit {self.bits} bits")
+
+
+@dataclass(frozen=True)
+class Tensors:
+    """Number formats by tensor role."""
+
+    weights: NumberFormat = field(default_factory=NumberFormat)
+    activations: NumberFormat = field(default_factory=NumberFormat)
+    errors: NumberFormat = field(default_factory=NumberFormat)
+    gradients: NumberFormat = field(default_factory=NumberFormat)
+    updates: NumberFormat = field(default_factory=NumberFormat)
+
+
+@dataclass(frozen=True)
+class Loss:
+    kind: Literal["niti_int_ce", "softmax_ce"] = "softmax_ce"
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    kind: Literal["niti_sgd", "sgd"] = "sgd"
+    lr: float = 0.05
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    nesterov: bool = False
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Values that change with the epoch: [[from_epoch, value], ...], sorted."""
+
+    mu: tuple[tuple[int, int], ...] = ()            # NITI: bits of the largest weight step
+    lr_factor: tuple[tuple[int, float], ...] = ()   # float recipes: multiplies optimizer.lr
+
+    def at(self, name: str, epoch: int, default):
+        value = default
+        for start, v in getattr(self, name):
+            if epoch >= start:
+                value = v
+        return value
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A training algorithm: what each tensor is, the loss, the update, the schedule."""
+
+    name: str
+    module: str                       # runtime/algorithms/<module>.py lowers it
+    description: str = ""
+    integer: bool = True              # integer-only between input quantization and loss print
+    tensors: Tensors = field(default_factory=Tensors)
+    loss: Loss = field(default_factory=Loss)
+    optimizer: Optimizer = field(default_factory=Optimizer)
+    schedule: Schedule = field(default_factory=Schedule)
+    params: dict[str, Any] = field(default_factory=dict)  # recipe-specific, checked by its module
+
+
+# ---------------------------------------------------------------- run schema
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = "lenet5"
+    num_classes: int = 10
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    dataset: Literal["fashion-mnist", "cifar10", "synthetic"] = "fashion-mnist"
+    path: str | None = None           # default: the system location of the dataset
+    train_limit: int | None = None    # use only the first N training samples
+    test_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 10
+    batch_size: int = 64
+    eval_batch_size: int = 1000
+    seed: int = 0
+    checkpoint_every_steps: int = 0   # 0: at the end of each epoch only
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    budget: int | str | None = None   # bytes, "64MB", "available", or None
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Mandheling's techniques, each a switch."""
+
+    co_schedule: bool = True
+    adaptive_rescale: bool = True
+    batch_split: bool = True
+    device: str = "v66"               # configs/devices/<device>.yaml
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str
+    recipe: Recipe
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    backend: Literal["auto", "ref", "cpu", "dsp"] = "auto"
+    energy: str = "auto"
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    out_dir: str | None = None        # default: runs/<name>
+    source: str = ""                  # the file it came from
+
+
+# ---------------------------------------------------------------- building dataclasses from dicts
+
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _convert(tp, value, source, key):
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(arg, value, source, key)
+            except ConfigError as exc:
+                errors.append(exc)
+        raise ConfigError(source, key, f"{value!r} is not {' or '.join(_type_name(a) for a in args)}")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(source, key, f"{value!r} is not one of {', '.join(map(repr, args))}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(source, key, f"expected a mapping, got {value!r}")
+        return build(tp, value, source, key)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(source, key, f"expected a list, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(args[0], v, source, f"{key}[{i}]") for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise ConfigError(source, key, f"expected {len(args)} items, got {value!r}")
+        return tuple(_convert(a, v, source, f"{key}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(source, key, f"expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(source, key, f"expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(source, key, f"expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(source, key, f"expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(source, key, f"expected a string, got {value!r}")
+        return value
+    raise TypeError(f"config.py cannot build {tp}")
+
+
+def build(cls, data: dict, source, prefix: str = "", given: dict | None = None):
+    """Fill dataclass `cls` from `data`; unknown keys and bad values raise ConfigError.
+
+    `given` holds fields already built by the caller; the file may not set them.
+    """
+    given = given or {}
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)} - set(given)
+    for key in data:
+        if key not in names:
+            raise ConfigError(source, f"{prefix}.{key}".lstrip("."),
+                              f"unknown key (known: {', '.join(sorted(names))})")
+    kwargs = dict(given)
+    for f in dataclasses.fields(cls):
+        if f.name in given:
+            continue
+        key = f"{prefix}.{f.name}".lstrip(".")
+        if f.name in data:
+            kwargs[f.name] = _convert(hints[f.name], data[f.name], source, key)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(source, key, "is required")
+    return cls(**kwargs)
+
+
+def _merge(base: dict, override: dict) -> dict:
+    out = dict(base)
+    for k, v in override.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def read_yaml(path: Path) -> dict:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(path, None, f"cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(path, None, f"malformed YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(path, None, f"expected a mapping at the top, got {type(data).__name__}")
+    return data
+
+
+# ---------------------------------------------------------------- public loaders
+
+def recipe_path(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml"):
+        return path
+    return CONFIG_ROOT / "algorithms" / f"{name_or_path}.yaml"
+
+
+def _check_recipe(recipe: Recipe, source) -> Recipe:
+    for role in ("weights", "activations", "errors", "gradients", "updates"):
+        getattr(recipe.tensors, role).check(source, f"tensors.{role}")
+    for name in ("mu", "lr_factor"):
+        starts = [s for s, _ in getattr(recipe.schedule, name)]
+        if starts != sorted(starts) or any(s < 0 for s in starts):
+            raise ConfigError(source, f"schedule.{name}", f"epochs {starts} must be >= 0 and ascending")
+    for epoch, mu in recipe.schedule.mu:
+        if not 1 <= mu <= 8:
+            raise ConfigError(source, "schedule.mu", f"mu {mu} at epoch {epoch} is outside 1..8")
+    if recipe.optimizer.lr <= 0:
+        raise ConfigError(source, "optimizer.lr", f"{recipe.optimizer.lr} must be > 0")
+    from .algorithms import algorithm_module  # late: the algorithms import config
+
+    algorithm_module(recipe.module, source)
+    return recipe
+
+
+def load_recipe(name_or_path: str, overrides: dict | None = None) -> Recipe:
+    """A recipe by name (configs/algorithms/<name>.yaml) or path, with optional overrides."""
+    path = recipe_path(name_or_path)
+    if not path.exists():
+        known = sorted(p.stem for p in (CONFIG_ROOT / "algorithms").glob("*.yaml"))
+        raise ConfigError(path, None, f"no such recipe (known: {', '.join(known)})")
+    data = _merge(read_yaml(path), overrides or {})
+    return _check_recipe(build(Recipe, data, path), path)
+
+
+def load_run(path: str | Path, **overrides) -> RunConfig:
+    """A run config (configs/runs/*.yaml). Keyword overrides replace top-level sections."""
+    path = Path(path)
+    data = read_yaml(path)
+    recipe_spec = data.pop("recipe", None)
+    if recipe_spec is None:
+        raise ConfigError(path, "recipe", "is required (a name in configs/algorithms/ or a mapping with 'name')")
+    if isinstance(recipe_spec, str):
+        recipe = load_recipe(recipe_spec)
+    elif isinstance(recipe_spec, dict) and isinstance(recipe_spec.get("name"), str):
+        spec = dict(recipe_spec)
+        recipe = load_recipe(spec.pop("name"), spec)
+    else:
+        raise ConfigError(path, "recipe", f"{recipe_spec!r} is neither a recipe name nor a mapping with 'name'")
+    data.setdefault("name", path.stem)
+    run = build(RunConfig, data, path, given={"recipe": recipe, "source": str(path)})
+    run = dataclasses.replace(run, **overrides) if overrides else run
+    _check_run(run, path)
+    return run
+
+
+def _check_run(run: RunConfig, source) -> None:
+    t = run.train
+    for key, value, low in (("train.epochs", t.epochs, 1), ("train.batch_size", t.batch_size, 1),
+                            ("train.eval_batch_size", t.eval_batch_size, 1),
+                            ("train.checkpoint_every_steps", t.checkpoint_every_steps, 0)):
+        if value < low:
+            raise ConfigError(source, key, f"{value} must be >= {low}")
+    for key, value in (("data.train_limit", run.data.train_limit), ("data.test_limit", run.data.test_limit)):
+        if value is not None and value < 1:
+            raise ConfigError(source, key, f"{value} must be >= 1")
+    from .models import MODELS  # late: models import nn only
+
+    if run.model.name not in MODELS:
+        raise ConfigError(source, "model.name", f"{run.model.name!r} is not one of {', '.join(sorted(MODELS))}")

@@ -1,0 +1,158 @@
+"""Datasets as uint8 images (N, H, W, C) and int64 labels, and a seeded batch iterator.
+
+Fashion-MNIST comes from IDX files (gzip or raw), by default from Debian's package
+dataset-fashion-mnist; CIFAR-10 from its binary batches at a path the user gives.
+A missing or corrupt file is a DataError naming the path and what was expected.
+"""
+from __future__ import annotations
+
+import gzip
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import DataError
+
+FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
+FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
+_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
+               0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
+CIFAR_RECORD = 1 + 32 * 32 * 3
+
+
+@dataclass
+class Dataset:
+    images: np.ndarray   # uint8 (N, H, W, C)
+    labels: np.ndarray   # int64 (N,)
+    name: str
+
+    def __len__(self):
+        return len(self.labels)
+
+    def limit(self, count: int | None) -> "Dataset":
+        if count is None or count >= len(self):
+            return self
+        return Dataset(self.images[:count], self.labels[:count], self.name)
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            return gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise DataError(f"{path}: corrupt gzip data ({exc})") from None
+    return raw
+
+
+def read_idx(path: str | Path) -> np.ndarray:
+    """An IDX file (LeCun's MNIST format): magic 0x0000TTDD, DD sizes, then the data."""
+    path = Path(path)
+    raw = _read_bytes(path)
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
+        raise DataError(f"{path}: not an IDX file (expected magic 0x0000TTDD, got {raw[:4].hex() or 'nothing'})")
+    dtype, ndim = np.dtype(_IDX_DTYPES[raw[2]]), raw[3]
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise DataError(f"{path}: IDX header cut short ({len(raw)} bytes, expected {header})")
+    shape = struct.unpack(f">{ndim}I", raw[4:header])
+    expected = header + int(np.prod(shape)) * dtype.itemsize
+    if len(raw) != expected:
+        raise DataError(f"{path}: IDX shape {shape} needs {expected} bytes, file has {len(raw)}")
+    return np.frombuffer(raw, dtype, offset=header).reshape(shape)
+
+
+def _find(directory: Path, stem: str) -> Path:
+    for name in (f"{stem}.gz", stem):
+        if (directory / name).exists():
+            return directory / name
+    raise DataError(f"{directory}: missing {stem}.gz (or {stem})" + (
+        f"; install the Debian package {FASHION_MNIST_PACKAGE} (apt-get install {FASHION_MNIST_PACKAGE})"
+        if directory == FASHION_MNIST_DIR else ""))
+
+
+def load_fashion_mnist(split: str = "train", path: str | Path | None = None) -> Dataset:
+    directory = Path(path) if path else FASHION_MNIST_DIR
+    if not directory.is_dir():
+        hint = (f"; install the Debian package {FASHION_MNIST_PACKAGE} (apt-get install {FASHION_MNIST_PACKAGE})"
+                if path is None else "")
+        raise DataError(f"Fashion-MNIST directory {directory} does not exist{hint}")
+    prefix = "train" if split == "train" else "t10k"
+    images_path = _find(directory, f"{prefix}-images-idx3-ubyte")
+    labels_path = _find(directory, f"{prefix}-labels-idx1-ubyte")
+    images, labels = read_idx(images_path), read_idx(labels_path)
+    if images.ndim != 3 or images.shape[1:] != (28, 28) or images.dtype != np.uint8:
+        raise DataError(f"{images_path}: expected uint8 images of shape (N, 28, 28), got {images.dtype} {images.shape}")
+    if labels.ndim != 1 or len(labels) != len(images):
+        raise DataError(f"{labels_path}: expected {len(images)} labels, got shape {labels.shape}")
+    if labels.max(initial=0) > 9:
+        raise DataError(f"{labels_path}: labels must be 0..9, found {int(labels.max())}")
+    return Dataset(images[..., None], labels.astype(np.int64), f"fashion-mnist/{split}")
+
+
+def load_cifar10(split: str, path: str | Path | None) -> Dataset:
+    """CIFAR-10 binary version (data_batch_1..5.bin, test_batch.bin): label byte + 3072 CHW bytes."""
+    if path is None:
+        raise DataError("CIFAR-10 needs data.path: a directory with data_batch_1.bin .. data_batch_5.bin "
+                        "and test_batch.bin (the 'binary version' of CIFAR-10)")
+    directory = Path(path)
+    names = [f"data_batch_{i}.bin" for i in range(1, 6)] if split == "train" else ["test_batch.bin"]
+    images, labels = [], []
+    for name in names:
+        file = directory / name
+        raw = _read_bytes(file)
+        if len(raw) % CIFAR_RECORD:
+            raise DataError(f"{file}: {len(raw)} bytes is not a whole number of {CIFAR_RECORD}-byte records")
+        records = np.frombuffer(raw, np.uint8).reshape(-1, CIFAR_RECORD)
+        if records[:, 0].max() > 9:
+            raise DataError(f"{file}: labels must be 0..9, found {int(records[:, 0].max())}")
+        labels.append(records[:, 0].astype(np.int64))
+        images.append(records[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+    return Dataset(np.ascontiguousarray(np.concatenate(images)), np.concatenate(labels), f"cifar10/{split}")
+
+
+def synthetic(split: str, shape=(28, 28, 1), count: int = 2048, classes: int = 10, seed: int = 0) -> Dataset:
+    """A learnable toy set: each class is a fixed random pattern plus noise (for tests and benches)."""
+    rng = np.random.default_rng(seed)
+    patterns = rng.integers(0, 256, (classes, *shape))
+    rng = np.random.default_rng(seed + (split != "train"))
+    labels = rng.integers(0, classes, count)
+    noise = rng.normal(0, 40, (count, *shape))
+    images = np.clip(patterns[labels] + noise, 0, 255).astype(np.uint8)
+    return Dataset(images, labels.astype(np.int64), f"synthetic/{split}")
+
+
+def load_dataset(config, split: str, input_shape=None) -> Dataset:
+    """The dataset a run's `data:` section names, cut to its limits."""
+    if config.dataset == "fashion-mnist":
+        data = load_fashion_mnist(split, config.path)
+    elif config.dataset == "cifar10":
+        data = load_cifar10(split, config.path)
+    else:
+        data = synthetic(split, input_shape or (28, 28, 1))
+    if input_shape is not None and data.images.shape[1:] != tuple(input_shape):
+        raise DataError(f"{data.name}: images have shape {data.images.shape[1:]}, the model expects {tuple(input_shape)}")
+    return data.limit(config.train_limit if split == "train" else config.test_limit)
+
+
+def batches(data: Dataset, batch_size: int, seed: int | None, epoch: int = 0, start: int = 0):
+    """Yield (images, labels) batches; shuffled by (seed, epoch) when seed is not None.
+
+    `start` skips the first batches, so a resumed epoch sees exactly the batches it
+    had left. The last batch may be smaller.
+    """
+    order = np.arange(len(data))
+    if seed is not None:
+        np.random.default_rng([seed, epoch]).shuffle(order)
+    for first in range(start * batch_size, len(data), batch_size):
+        index = order[first:first + batch_size]
+        yield data.images[index], data.labels[index]
+
+
+def batch_count(data: Dataset, batch_size: int) -> int:
+    return -(-len(data) // batch_size)

@@ -1,0 +1,149 @@
+"""Layers as plain descriptions, and shape inference over them.
+
+A model is a name, an input shape (H, W, C) and an ordered list of layers. Layers
+hold no tensors: a recipe's `lower()` turns them into ops and owns the weights.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ShapeError
+
+
+@dataclass(frozen=True)
+class Conv2d:
+    name: str
+    in_channels: int
+    out_channels: int
+    kernel: int
+    stride: int = 1
+    padding: int = 0
+
+    @property
+    def weight_shape(self):
+        return (self.out_channels, self.kernel, self.kernel, self.in_channels)
+
+    def out_shape(self, shape):
+        h, w, c = _expect_image(self, shape)
+        if c != self.in_channels:
+            raise ShapeError(f"{self.name} weight shape {self.weight_shape} does not match input channels {c}")
+        oh = (h + 2 * self.padding - self.kernel) // self.stride + 1
+        ow = (w + 2 * self.padding - self.kernel) // self.stride + 1
+        if oh < 1 or ow < 1:
+            raise ShapeError(f"{self.name}: kernel {self.kernel} does not fit input {h}x{w} with padding {self.padding}")
+        return (oh, ow, self.out_channels)
+
+
+@dataclass(frozen=True)
+class Linear:
+    name: str
+    in_features: int
+    out_features: int
+
+    @property
+    def weight_shape(self):
+        return (self.out_features, self.in_features)
+
+    def out_shape(self, shape):
+        if len(shape) != 1 or shape[0] != self.in_features:
+            raise ShapeError(f"{self.name} expects {self.in_features} input features, got shape {shape}")
+        return (self.out_features,)
+
+
+@dataclass(frozen=True)
+class ReLU:
+    name: str
+
+    def out_shape(self, shape):
+        return shape
+
+
+@dataclass(frozen=True)
+class MaxPool2d:
+    name: str
+    kernel: int = 2
+    stride: int = 2
+
+    def out_shape(self, shape):
+        h, w, c = _expect_image(self, shape)
+        if h < self.kernel or w < self.kernel:
+            raise ShapeError(f"{self.name}: pool {self.kernel} does not fit input {h}x{w}")
+        return ((h - self.kernel) // self.stride + 1, (w - self.kernel) // self.stride + 1, c)
+
+
+@dataclass(frozen=True)
+class Flatten:
+    name: str
+
+    def out_shape(self, shape):
+        n = 1
+        for d in shape:
+            n *= d
+        return (n,)
+
+
+@dataclass(frozen=True)
+class Dropout:
+    name: str
+    p: float = 0.5
+
+    def out_shape(self, shape):
+        return shape
+
+
+@dataclass(frozen=True)
+class BatchNorm2d:
+    """Batch normalisation over channels (only recipes that have it can lower it)."""
+
+    name: str
+    channels: int
+
+    def out_shape(self, shape):
+        return shape
+
+
+@dataclass(frozen=True)
+class Add:
+    """Residual add: output = input + the output of layer `skip_from` (or the block input)."""
+
+    name: str
+    skip_from: str
+
+    def out_shape(self, shape):
+        return shape
+
+
+Layer = Conv2d | Linear | ReLU | MaxPool2d | Flatten | Dropout | BatchNorm2d | Add
+PARAMETRIC = (Conv2d, Linear)
+
+
+def _expect_image(layer, shape):
+    if len(shape) != 3:
+        raise ShapeError(f"{layer.name} expects an image (H, W, C), got shape {shape}")
+    return shape
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    input_shape: tuple[int, int, int]   # H, W, C
+    num_classes: int
+    layers: tuple[Layer, ...]
+
+    def shapes(self) -> list[tuple[int, ...]]:
+        """Per-sample output shape of every layer, checking that they fit."""
+        shapes, shape = [], tuple(self.input_shape)
+        names = set()
+        for layer in self.layers:
+            if layer.name in names:
+                raise ShapeError(f"{self.name}: layer name {layer.name!r} is used twice")
+            names.add(layer.name)
+            shape = layer.out_shape(shape)
+            shapes.append(shape)
+        if shapes and shapes[-1] != (self.num_classes,):
+            raise ShapeError(f"{self.name}: the last layer gives shape {shapes[-1]}, "
+                             f"expected ({self.num_classes},) class scores")
+        return shapes
+
+    def parametric(self):
+        return [layer for layer in self.layers if isinstance(layer, PARAMETRIC)]
