@@ -6,7 +6,7 @@
 """
 __version__ = "0.1.0"
 
-from . import models  # noqa: E402
+from . import checkpoint, models  # noqa: E402
 from .config import RunConfig, Recipe, load_recipe, load_run  # noqa: E402
 from .errors import BackendError, ConfigError, DataError, DsptrainError, LoweringError, UserError  # noqa: E402
 from .executor import StepStats  # noqa: E402

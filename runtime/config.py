@@ -323,7 +323,13 @@ def load_run(path: str | Path, **overrides) -> RunConfig:
         recipe = load_recipe(recipe_spec)
     elif isinstance(recipe_spec, dict) and isinstance(recipe_spec.get("name"), str):
         spec = dict(recipe_spec)
-        recipe = load_recipe(spec.pop("name"), spec)
+        name = spec.pop("name")
+        try:
+            recipe = load_recipe(name, spec)
+        except ConfigError as exc:  # an override went wrong: point at the run file
+            if exc.source != str(recipe_path(name)) or exc.key is None:
+                raise
+            raise ConfigError(path, f"recipe.{exc.key}", f"{exc.detail} (overriding {name})") from None
     else:
         raise ConfigError(path, "recipe", f"{recipe_spec!r} is neither a recipe name nor a mapping with 'name'")
     data.setdefault("name", path.stem)

@@ -18,7 +18,7 @@ class ConfigError(UserError):
     """A YAML file has a bad key or value. The message names file, key and value."""
 
     def __init__(self, source, key, message):
-        self.source, self.key = str(source), key
+        self.source, self.key, self.detail = str(source), key, message
         where = f"{self.source}: {key}" if key else self.source
         super().__init__(f"{where}: {message}")
 

@@ -53,7 +53,9 @@ class StepStats:
     loss: float = float("nan")
     correct: int = 0
     backend_time_s: dict = field(default_factory=dict)
-    macs: dict = field(default_factory=dict)          # backend -> int8/fp32 MACs run there
+    int8_macs: dict = field(default_factory=dict)     # backend -> int8 multiply-accumulates run there
+    fp32_flops: int = 0                               # float operations (an FMA counts two)
+    bytes_moved: int = 0                              # bytes the ops read and wrote
     ops_on: dict = field(default_factory=dict)        # backend -> op count
     fallbacks: list = field(default_factory=list)     # "op: backend -> backend (why)"
     energy_j: float | None = None
@@ -102,7 +104,11 @@ class Executor:
             env.update(outputs)
             if stats is not None:
                 stats.ops_on[name] = stats.ops_on.get(name, 0) + 1
-                stats.macs[name] = stats.macs.get(name, 0) + op.macs
+                if ctx.recipe.integer:
+                    stats.int8_macs[name] = stats.int8_macs.get(name, 0) + op.macs
+                else:
+                    stats.fp32_flops += 2 * op.macs
+                stats.bytes_moved += plan.op_bytes(op)
         return env
 
     def _next_supporting(self, plan, op, failed: str, exclude: set) -> str:

@@ -87,6 +87,9 @@ class GraphBuilder:
         self.params.append(name)
         return self.tensor(name, shape, dtype, "weight")
 
+    def find(self, name: str) -> Op:
+        return next(op for op in self.ops if op.name == name)
+
     def op(self, name, kind, layer, phase, inputs, outputs, hooks=(), macs=0, **attrs) -> Op:
         op = Op(len(self.ops), name, kind, layer, phase, tuple(inputs), tuple(outputs),
                 tuple(hooks), attrs, int(macs))

@@ -35,6 +35,14 @@ class Plan:
         """Backends after `failed` in priority order, for re-running `op`."""
         return [name for name in self.order[self.order.index(failed) + 1:]]
 
+    def op_bytes(self, op) -> int:
+        """Bytes `op` reads and writes at the planned batch (for the energy estimate)."""
+        cached = self.stats.setdefault("op_bytes", {})
+        if op.name not in cached:
+            tensors = self.graph.tensors
+            cached[op.name] = sum(tensors[t].nbytes for t in (*op.inputs, *op.outputs) if t in tensors)
+        return cached[op.name]
+
     def describe(self) -> str:
         width = max(len(op.name) for op in self.graph.ops) if self.graph.ops else 10
         lines = [f"placement of {len(self.graph.ops)} ops ({self.graph.recipe}, batch {self.graph.batch}):"]

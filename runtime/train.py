@@ -16,7 +16,7 @@ import numpy as np
 
 from . import checkpoint, data as datasets
 from .algorithms import algorithm_module
-from .backends import PRIORITY, backend_class
+from .backends import PRIORITY, availability, backend_class
 from .errors import UserError
 from .executor import Executor, StepContext, StepStats
 from .graph import lower
@@ -31,12 +31,12 @@ def select_backends(choice: str) -> dict:
     usable backend. `ref` is always last: it runs everything.
     """
     wanted = PRIORITY[PRIORITY.index(choice):] if choice != "auto" else PRIORITY
+    found = availability()
     chosen = {}
     for name in wanted:
-        cls = backend_class(name)
-        ok, why = cls.available()
+        ok, why = found[name]
         if ok:
-            chosen[name] = cls()
+            chosen[name] = backend_class(name)()
         elif name == choice:
             raise UserError(f"backend {name!r} is not available: {why}")
     return chosen
@@ -62,6 +62,12 @@ class Trainer:
         self.plans = PlanCache(self._build_plan)
         self.out_dir = Path(out_dir or run.out_dir or Path("runs") / run.name)
         self.progress = progress
+        if energy_meter is None:
+            from .energy import make_meter
+
+            energy_meter, why = make_meter(run.energy)
+            if progress:
+                print(f"energy: {why}", file=sys.stderr)
         self.energy_meter = energy_meter
         self.seed = run.train.seed
         self.state = self.algorithm.init_params(self.model, self.recipe, np.random.default_rng(self.seed))
@@ -95,6 +101,7 @@ class Trainer:
     def close(self):
         for backend in self.backends.values():
             backend.close()
+        self.energy_meter.close()
 
     # ------------------------------------------------------------ one step
     def step(self, images: np.ndarray, labels: np.ndarray) -> StepStats:
@@ -106,14 +113,12 @@ class Trainer:
         env = dict(self.state)
         env["input"] = self.algorithm.prepare_input(images)
         env["labels"] = np.asarray(labels, np.int64)
-        if self.energy_meter is not None:
-            self.energy_meter.start()
+        self.energy_meter.start()
         started = time.perf_counter()
         self.executor.run(plan, env, ctx, stats=stats)
         stats.time_s = time.perf_counter() - started
-        if self.energy_meter is not None:
-            reading = self.energy_meter.stop(stats)
-            stats.energy_j, stats.energy_meter = reading.joules, reading.meter
+        reading = self.energy_meter.stop(stats)
+        stats.energy_j, stats.energy_meter = reading.joules, reading.meter
         self.state = {name: env[name] for name in self.state}
         logits = self.algorithm.logits_to_float(env[plan.graph.logits])
         stats.loss = cross_entropy(logits, labels)
@@ -147,6 +152,8 @@ class Trainer:
         bs = self.run.train.batch_size
         history = []
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        if hasattr(self.energy_meter, "measure_baseline") and not getattr(self.energy_meter, "baseline_w", 0):
+            self.energy_meter.measure_baseline(3.0)   # battery: idle power, subtracted from every batch
         metrics = open(self.out_dir / "metrics.jsonl", "a")
         try:
             while self.epoch < epochs:

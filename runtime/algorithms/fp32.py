@@ -59,15 +59,16 @@ def backward(b, layer, err, needs_input_error):
     err_in = f"err.{layer.name}"
     if isinstance(layer, (Conv2d, Linear)):
         w, conv = f"{layer.name}.w", isinstance(layer, Conv2d)
+        macs = b.find(f"{layer.name}.fwd").macs
         attrs = dict(stride=layer.stride, pad=layer.padding, in_hw=x_shape[1:3],
                      kernel=(layer.kernel, layer.kernel)) if conv else {}
         if needs_input_error:
             b.tensor(err_in, x_shape, "float32", "error")
             b.op(f"{layer.name}.bwd_data", "fp32.conv_bwd_data" if conv else "fp32.linear_bwd_data", layer.name,
-                 "backward", (err, w), (err_in,), ("conv2d_bwd_data_f32",) if conv else ("gemm_f32",), **attrs)
+                 "backward", (err, w), (err_in,), ("conv2d_bwd_data_f32",) if conv else ("gemm_f32",), macs, **attrs)
         grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "float32", "grad")
         b.op(f"{layer.name}.bwd_weight", "fp32.conv_bwd_weight" if conv else "fp32.linear_bwd_weight", layer.name,
-             "backward", (err, x), (grad,), ("conv2d_bwd_weight_f32",) if conv else ("gemm_f32",), **attrs)
+             "backward", (err, x), (grad,), ("conv2d_bwd_weight_f32",) if conv else ("gemm_f32",), macs, **attrs)
         b.op(f"{layer.name}.update", "fp32.sgd", layer.name, "update", (w, grad, f"{layer.name}.v"),
              (w, f"{layer.name}.v"), _F32)
         return err_in if needs_input_error else None

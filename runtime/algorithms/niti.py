@@ -81,7 +81,7 @@ def backward(b, layer, err, needs_input_error):
     if isinstance(layer, (Conv2d, Linear)):
         w = f"{layer.name}.w"
         conv = isinstance(layer, Conv2d)
-        macs = b.ops[[o.name for o in b.ops].index(f"{layer.name}.fwd")].macs
+        macs = b.find(f"{layer.name}.fwd").macs
         if needs_input_error:
             b.tensor(err_in, x_shape, "int8", "error")
             if conv:
