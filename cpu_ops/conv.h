@@ -1,0 +1,30 @@
+// Convolutions on top of the GEMM (NHWC activations, OHWC weights), im2col style:
+// forward, the error backward as a stride-1 convolution of the (zero-dilated) error
+// with the flipped, transposed weights, and the weight gradient as cols^T x err.
+// Output element types follow numerics.acc_dtype of the reduction depth (int32/int64).
+#pragma once
+#include <cstdint>
+
+namespace dsptrain {
+
+struct ConvShape {
+  int n, h, w, c;     // input x
+  int o, kh, kw;      // weights (o, kh, kw, c)
+  int stride, pad;
+  int oh() const { return (h + 2 * pad - kh) / stride + 1; }
+  int ow() const { return (w + 2 * pad - kw) / stride + 1; }
+};
+
+// y[N,OH,OW,O] = x * w. T is int32_t or int64_t.
+template <typename T>
+void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y);
+
+// dx[N,H,W,C] from err[N,OH,OW,O] and w.
+template <typename T>
+void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* dx);
+
+// dw[O,KH,KW,C] from err[N,OH,OW,O] and x.
+template <typename T>
+void conv2d_bwd_weight(const int8_t* err, const int8_t* x, const ConvShape& s, T* dw);
+
+}  // namespace dsptrain

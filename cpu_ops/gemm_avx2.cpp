@@ -1,0 +1,122 @@
+// 256-bit x86 microkernels: AVX-VNNI (vpdpbusd on ymm, VEX encoded, the same offset
+// trick as gemm_avx512.cpp) and plain AVX2. AVX2's vpmaddubsw saturates its int16 pair
+// sums (255*127*2 > 32767), so the AVX2 path widens to int16 and uses vpmaddwd, which
+// is exact: A is packed as int16, B widened in registers.
+#include "gemm_kernels.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+
+#define DSPTRAIN_AVXVNNI __attribute__((target("avx2,avxvnni")))
+#define DSPTRAIN_AVX2 __attribute__((target("avx2")))
+
+namespace dsptrain {
+namespace {
+
+// ---------------------------------------------------------------- AVX-VNNI: 6 x 16
+constexpr int kVnniMR = 6, kVnniNV = 2, kVnniNR = 8 * kVnniNV;
+
+void pack_a_u8(MatrixS8 a, int rows, int kc, void* dst) {
+  pack_a_tiles<kVnniMR>(a, rows, kc, static_cast<uint8_t*>(dst),
+                        [](int8_t v) { return static_cast<uint8_t>(v ^ 0x80); });
+}
+
+DSPTRAIN_AVXVNNI void micro_vnni(const void* a_tile, const int8_t* b, int kgroups, int32_t* c,
+                                 ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
+                                 const int32_t* col_offset) {
+  __m256i acc[kVnniMR][kVnniNV];
+#pragma GCC unroll 8
+  for (int r = 0; r < kVnniMR; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < kVnniNV; ++v) acc[r][v] = _mm256_setzero_si256();
+  const int32_t* a = static_cast<const int32_t*>(a_tile);
+  for (int g = 0; g < kgroups; ++g, a += kVnniMR, b += kVnniNR * 4) {
+    __m256i bv[kVnniNV];
+#pragma GCC unroll 2
+    for (int v = 0; v < kVnniNV; ++v)
+      bv[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + v * 32));
+#pragma GCC unroll 8
+    for (int r = 0; r < kVnniMR; ++r) {
+      const __m256i av = _mm256_set1_epi32(a[r]);
+#pragma GCC unroll 2
+      for (int v = 0; v < kVnniNV; ++v) acc[r][v] = _mm256_dpbusd_avx_epi32(acc[r][v], av, bv[v]);
+    }
+  }
+  const bool full = mr_valid == kVnniMR && nr_valid == kVnniNR;
+  alignas(32) int32_t tmp[kVnniMR * kVnniNR];
+#pragma GCC unroll 8
+  for (int r = 0; r < kVnniMR; ++r) {
+#pragma GCC unroll 2
+    for (int v = 0; v < kVnniNV; ++v) {
+      __m256i x = acc[r][v];
+      if (!accumulate)
+        x = _mm256_add_epi32(x, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col_offset + v * 8)));
+      __m256i* out = reinterpret_cast<__m256i*>(full ? c + r * ldc + v * 8 : tmp + r * kVnniNR + v * 8);
+      if (full && accumulate) x = _mm256_add_epi32(x, _mm256_loadu_si256(out));
+      _mm256_storeu_si256(out, x);
+    }
+  }
+  if (!full) store_partial(tmp, kVnniNR, c, ldc, mr_valid, nr_valid, accumulate);
+}
+
+// ---------------------------------------------------------------- AVX2: 6 x 8, vpmaddwd
+// Per group of 4 k, a ymm of B widened to int16 holds 4 columns x 4 k; vpmaddwd against
+// the row's 4 int16 A values (broadcast as one qword) leaves two partial sums per column,
+// folded with vphaddd at the end.
+constexpr int kAvx2MR = 6, kAvx2NR = 8;
+
+void pack_a_s16(MatrixS8 a, int rows, int kc, void* dst) {
+  pack_a_tiles<kAvx2MR>(a, rows, kc, static_cast<int16_t*>(dst),
+                        [](int8_t v) { return static_cast<int16_t>(v); });
+}
+
+DSPTRAIN_AVX2 void micro_avx2(const void* a_tile, const int8_t* b, int kgroups, int32_t* c,
+                              ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
+                              const int32_t* /*col_offset: no offset trick here*/) {
+  __m256i lo[kAvx2MR], hi[kAvx2MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < kAvx2MR; ++r) lo[r] = hi[r] = _mm256_setzero_si256();
+  const int64_t* a = static_cast<const int64_t*>(a_tile);
+  for (int g = 0; g < kgroups; ++g, a += kAvx2MR, b += kAvx2NR * 4) {
+    const __m256i b_lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+    const __m256i b_hi = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16)));
+#pragma GCC unroll 8
+    for (int r = 0; r < kAvx2MR; ++r) {
+      const __m256i av = _mm256_set1_epi64x(a[r]);
+      lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(b_lo, av));
+      hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(b_hi, av));
+    }
+  }
+  const bool full = mr_valid == kAvx2MR && nr_valid == kAvx2NR;
+  alignas(32) int32_t tmp[kAvx2MR * kAvx2NR];
+#pragma GCC unroll 8
+  for (int r = 0; r < kAvx2MR; ++r) {
+    // hadd gives columns [0 1 4 5 | 2 3 6 7]; the permute restores 0..7.
+    __m256i x = _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo[r], hi[r]), _MM_SHUFFLE(3, 1, 2, 0));
+    __m256i* out = reinterpret_cast<__m256i*>(full ? c + r * ldc : tmp + r * kAvx2NR);
+    if (full && accumulate) x = _mm256_add_epi32(x, _mm256_loadu_si256(out));
+    _mm256_storeu_si256(out, x);
+  }
+  if (!full) store_partial(tmp, kAvx2NR, c, ldc, mr_valid, nr_valid, accumulate);
+}
+
+}  // namespace
+
+const GemmKernel* kernel_avx_vnni() {
+  static const GemmKernel k{Isa::kAvxVnni, kVnniMR, kVnniNR, 512, 192, 1, true, pack_a_u8, micro_vnni};
+  return &k;
+}
+
+const GemmKernel* kernel_avx2() {
+  static const GemmKernel k{Isa::kAvx2, kAvx2MR, kAvx2NR, 512, 192, 2, false, pack_a_s16, micro_avx2};
+  return &k;
+}
+
+}  // namespace dsptrain
+
+#else
+namespace dsptrain {
+const GemmKernel* kernel_avx_vnni() { return nullptr; }
+const GemmKernel* kernel_avx2() { return nullptr; }
+}  // namespace dsptrain
+#endif

@@ -1,0 +1,77 @@
+// AVX-512 VNNI microkernel: 6 rows x 64 columns of int32 accumulators (24 zmm), one
+// vpdpbusd per (row, 16 columns, 4 k). vpdpbusd multiplies u8 by s8, so A is packed as
+// a + 128 (u8) and the product corrected by -128 * colsum(b) -- the zero-point trick
+// fbgemm and oneDNN use for signed activations; the sums wrap mod 2^32, so the
+// corrected result is exact whenever the true one fits int32.
+#include "gemm_kernels.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+
+#define DSPTRAIN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+namespace dsptrain {
+namespace {
+
+constexpr int kMR = 6, kNV = 4, kNR = 16 * kNV;
+
+void pack_a_u8(MatrixS8 a, int rows, int kc, void* dst) {
+  pack_a_tiles<kMR>(a, rows, kc, static_cast<uint8_t*>(dst),
+                    [](int8_t v) { return static_cast<uint8_t>(v ^ 0x80); });
+}
+
+DSPTRAIN_AVX512 void micro(const void* a_tile, const int8_t* b, int kgroups, int32_t* c,
+                           ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
+                           const int32_t* col_offset) {
+  __m512i acc[kMR][kNV];
+#pragma GCC unroll 8
+  for (int r = 0; r < kMR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) acc[r][v] = _mm512_setzero_si512();
+  const int32_t* a = static_cast<const int32_t*>(a_tile);
+  for (int g = 0; g < kgroups; ++g, a += kMR, b += kNR * 4) {
+    __m512i bv[kNV];
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) bv[v] = _mm512_loadu_si512(b + v * 64);
+    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNR * 4), _MM_HINT_T0);
+#pragma GCC unroll 8
+    for (int r = 0; r < kMR; ++r) {
+      const __m512i av = _mm512_set1_epi32(a[r]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kNV; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], av, bv[v]);
+    }
+  }
+  const bool full = mr_valid == kMR && nr_valid == kNR;
+  alignas(64) int32_t tmp[kMR * kNR];
+#pragma GCC unroll 8
+  for (int r = 0; r < kMR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) {
+      __m512i x = acc[r][v];
+      if (!accumulate) x = _mm512_add_epi32(x, _mm512_loadu_si512(col_offset + v * 16));
+      if (!full) {
+        _mm512_store_si512(tmp + r * kNR + v * 16, x);
+        continue;
+      }
+      int32_t* out = c + r * ldc + v * 16;
+      if (accumulate) x = _mm512_add_epi32(x, _mm512_loadu_si512(out));
+      _mm512_storeu_si512(out, x);
+    }
+  }
+  if (!full) store_partial(tmp, kNR, c, ldc, mr_valid, nr_valid, accumulate);
+}
+
+}  // namespace
+
+const GemmKernel* kernel_avx512_vnni() {
+  static const GemmKernel k{Isa::kAvx512Vnni, kMR, kNR, 512, 192, 1, true, pack_a_u8, micro};
+  return &k;
+}
+
+}  // namespace dsptrain
+
+#else
+namespace dsptrain {
+const GemmKernel* kernel_avx512_vnni() { return nullptr; }
+}  // namespace dsptrain
+#endif

@@ -1,0 +1,188 @@
+// The GEMM driver: picks the kernel, packs B, splits C into tasks for the thread pool,
+// and runs the cache-blocked loop nest of Goto & van de Geijn ("Anatomy of
+// high-performance matrix multiplication", TOMS 2008) around the microkernels:
+//   per task (a block of rows x a range of B panels), per K block of kc:
+//     pack the A block (mc x kc, lives in L2) once,
+//     for each B panel (nr x kc, lives in L1 across the row tiles): for each row tile: micro.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "cpu_features.h"
+#include "gemm_kernels.h"
+#include "thread_pool.h"
+
+namespace dsptrain {
+namespace {
+
+const GemmKernel* kernel_for(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512Vnni: return kernel_avx512_vnni();
+    case Isa::kAvxVnni: return kernel_avx_vnni();
+    case Isa::kAvx2: return kernel_avx2();
+    case Isa::kNeonDot: return kernel_neon_dot();
+    case Isa::kScalar: return kernel_scalar();
+  }
+  return kernel_scalar();
+}
+
+Isa g_active = best_isa();
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512Vnni: return "avx512vnni";
+    case Isa::kAvxVnni: return "avxvnni";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kNeonDot: return "neon";
+    case Isa::kScalar: return "scalar";
+  }
+  return "?";
+}
+
+bool isa_from_name(const std::string& name, Isa* out) {
+  for (Isa isa : {Isa::kAvx512Vnni, Isa::kAvxVnni, Isa::kAvx2, Isa::kNeonDot, Isa::kScalar}) {
+    if (name == isa_name(isa)) {
+      *out = isa;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool isa_supported(Isa isa) {
+  if (kernel_for(isa) == nullptr) return false;
+  const CpuFeatures f = detect_cpu_features();
+  switch (isa) {
+    case Isa::kAvx512Vnni: return f.avx512_vnni;
+    case Isa::kAvxVnni: return f.avx_vnni && f.avx2;
+    case Isa::kAvx2: return f.avx2;
+    case Isa::kNeonDot: return f.neon_dotprod;
+    case Isa::kScalar: return true;
+  }
+  return false;
+}
+
+Isa best_isa() {
+  for (Isa isa : {Isa::kAvx512Vnni, Isa::kAvxVnni, Isa::kNeonDot, Isa::kAvx2})
+    if (isa_supported(isa)) return isa;
+  return Isa::kScalar;
+}
+
+Isa active_isa() { return g_active; }
+void set_active_isa(Isa isa) { g_active = isa; }
+
+void pack_b(MatrixS8 b, int n, int k, Isa isa, PackedB* out) {
+  const GemmKernel* kern = kernel_for(isa);
+  const int nr = kern->nr, k_pad = round_up(std::max(k, 1), 4);
+  const int panels = (n + nr - 1) / nr;
+  out->isa = isa;
+  out->n = n;
+  out->k = k;
+  out->nr = nr;
+  out->k_pad = k_pad;
+  out->data.resize(static_cast<size_t>(panels) * k_pad * nr);
+  out->col_offset.assign(static_cast<size_t>(panels) * nr, 0);
+  const bool offset_trick = kern->offset_trick;
+  // Per panel: walk k in groups of 4 with the nr columns innermost, so the writes are
+  // sequential and the nr source rows stream in parallel; whole groups of contiguous
+  // rows move as one 4-byte word.
+  parallel_for(panels, [&](int p) {
+    int8_t* dst = out->data.data() + static_cast<size_t>(p) * k_pad * nr;
+    const int cols = std::min(nr, n - p * nr);
+    const int8_t* src0 = b.data + static_cast<ptrdiff_t>(p) * nr * b.row_stride;
+    const int full_groups = b.k_stride == 1 ? k / 4 : 0;
+    for (int g = 0; g < k_pad / 4; ++g, dst += nr * 4) {
+      const int k0 = g * 4;
+      for (int j = 0; j < cols; ++j) {
+        const int8_t* src = src0 + static_cast<ptrdiff_t>(j) * b.row_stride;
+        if (g < full_groups) {
+          std::memcpy(dst + j * 4, src + k0, 4);
+          continue;
+        }
+        for (int q = 0; q < 4; ++q)
+          dst[j * 4 + q] = k0 + q < k ? src[static_cast<ptrdiff_t>(k0 + q) * b.k_stride] : 0;
+      }
+      if (cols < nr) std::memset(dst + cols * 4, 0, (nr - cols) * 4);
+    }
+    if (!offset_trick) return;
+    for (int j = 0; j < cols; ++j) {  // -128 * colsum(b): the offset trick's correction
+      const int8_t* src = src0 + static_cast<ptrdiff_t>(j) * b.row_stride;
+      int32_t sum = 0;
+      if (b.k_stride == 1) {
+        for (int kk = 0; kk < k; ++kk) sum += src[kk];
+      } else {
+        for (int kk = 0; kk < k; ++kk) sum += src[static_cast<ptrdiff_t>(kk) * b.k_stride];
+      }
+      out->col_offset[p * nr + j] = -128 * sum;
+    }
+  });
+}
+
+void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc) {
+  const GemmKernel* kern = kernel_for(b.isa);
+  const int n = b.n, k = b.k, mr = kern->mr, nr = kern->nr;
+  if (m <= 0 || n <= 0) return;
+  if (k == 0) {
+    for (int i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0);
+    return;
+  }
+  const int threads = pool_threads();
+  const int panels = (n + nr - 1) / nr;
+  // Row blocks: at most kern->mc rows, a multiple of the thread count so the cores
+  // finish together; if that leaves too few tasks, split the B panels as well.
+  int m_blocks = round_up((m + kern->mc - 1) / kern->mc, threads);
+  m_blocks = std::min(m_blocks, (m + mr - 1) / mr);
+  const int mc = round_up((m + m_blocks - 1) / m_blocks, mr);
+  m_blocks = (m + mc - 1) / mc;
+  const int n_splits = std::min(panels, std::max(1, (2 * threads + m_blocks - 1) / m_blocks));
+  const int panels_per_split = (panels + n_splits - 1) / n_splits;
+  const int kc_max = kern->kc;
+  const size_t a_bytes = static_cast<size_t>(mc) * round_up(std::min(k, kc_max), 4) * kern->a_elem_bytes;
+
+  parallel_for(m_blocks * n_splits, [&](int task) {
+    thread_local std::vector<uint8_t> a_scratch;
+    if (a_scratch.size() < a_bytes + 64) a_scratch.resize(a_bytes + 64);
+    uint8_t* a_pack = a_scratch.data();
+    const int row0 = (task / n_splits) * mc, rows = std::min(mc, m - row0);
+    const int p0 = (task % n_splits) * panels_per_split;
+    const int p1 = std::min(panels, p0 + panels_per_split);
+    for (int pc = 0; pc < k; pc += kc_max) {
+      const int kc = std::min(kc_max, k - pc), kgroups = (kc + 3) / 4;
+      MatrixS8 a_block{a.data + static_cast<ptrdiff_t>(row0) * a.row_stride + static_cast<ptrdiff_t>(pc) * a.k_stride,
+                       a.row_stride, a.k_stride};
+      kern->pack_a(a_block, rows, kc, a_pack);
+      const size_t a_tile_bytes = static_cast<size_t>(kgroups) * mr * 4 * kern->a_elem_bytes;
+      for (int p = p0; p < p1; ++p) {
+        const int8_t* b_panel = b.data.data() + static_cast<size_t>(p) * b.k_pad * nr + static_cast<size_t>(pc) * nr;
+        const int cols = std::min(nr, n - p * nr);
+        for (int r = 0; r < rows; r += mr) {
+          kern->micro(a_pack + (r / mr) * a_tile_bytes, b_panel, kgroups,
+                      c + static_cast<ptrdiff_t>(row0 + r) * ldc + p * nr, ldc, std::min(mr, rows - r), cols,
+                      pc > 0, b.col_offset.data() + p * nr);
+        }
+      }
+    }
+  });
+}
+
+void gemm_s8_s32(MatrixS8 a, MatrixS8 b, int m, int n, int k, int32_t* c) {
+  thread_local PackedB packed;
+  pack_b(b, n, k, active_isa(), &packed);
+  gemm_packed(a, m, packed, c, n);
+}
+
+void gemm_s8_s64(MatrixS8 a, MatrixS8 b, int m, int n, int k, int64_t* c) {
+  std::fill(c, c + static_cast<ptrdiff_t>(m) * n, 0);
+  std::vector<int32_t> part(static_cast<size_t>(m) * n);
+  for (int k0 = 0; k0 < k; k0 += kMaxInt32Depth) {
+    const int kc = std::min(kMaxInt32Depth, k - k0);
+    MatrixS8 a_chunk{a.data + static_cast<ptrdiff_t>(k0) * a.k_stride, a.row_stride, a.k_stride};
+    MatrixS8 b_chunk{b.data + static_cast<ptrdiff_t>(k0) * b.k_stride, b.row_stride, b.k_stride};
+    gemm_s8_s32(a_chunk, b_chunk, m, n, kc, part.data());
+    for (size_t i = 0; i < part.size(); ++i) c[i] += part[i];
+  }
+}
+
+}  // namespace dsptrain

@@ -1,0 +1,75 @@
+// Internal to the GEMM: what each instruction set provides (tile sizes, the A packing,
+// the register-blocked microkernel). The driver (gemm_driver.cpp) does the rest.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "gemm.h"
+
+namespace dsptrain {
+
+// Packs rows [0, rows) and k [0, kc) of `a` into tiles of `mr` rows: per tile, for each
+// group of 4 k, mr x 4 elements (zero padded), the ISA's element type and offset.
+using PackAFn = void (*)(MatrixS8 a, int rows, int kc, void* dst);
+
+// c[mr_valid, nr_valid] (+)= tile of packed A x panel of packed B over `kgroups` groups
+// of 4 k. accumulate=false overwrites c with the product plus `col_offset[0..nr)`.
+using MicroFn = void (*)(const void* a_tile, const int8_t* b_panel, int kgroups, int32_t* c,
+                         ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
+                         const int32_t* col_offset);
+
+struct GemmKernel {
+  Isa isa;
+  int mr, nr;        // register tile
+  int kc, mc;        // cache blocks: k per A block (multiple of 4), rows per A block
+  int a_elem_bytes;  // bytes per packed A element
+  bool offset_trick; // A packed as a+128 (u8), so col_offset corrects the product
+  PackAFn pack_a;
+  MicroFn micro;
+};
+
+const GemmKernel* kernel_scalar();
+const GemmKernel* kernel_avx2();
+const GemmKernel* kernel_avx_vnni();
+const GemmKernel* kernel_avx512_vnni();
+const GemmKernel* kernel_neon_dot();  // nullptr where not compiled (not aarch64)
+
+inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+// Generic A packing, shared by the ISAs: `convert` maps an int8 to the packed element.
+template <int MR, typename T, typename Convert>
+inline void pack_a_tiles(MatrixS8 a, int rows, int kc, T* dst, Convert convert) {
+  const int kgroups = (kc + 3) / 4;
+  for (int r0 = 0; r0 < rows; r0 += MR) {
+    T* tile = dst + static_cast<ptrdiff_t>(r0 / MR) * kgroups * MR * 4;
+    for (int r = 0; r < MR; ++r) {
+      const int row = r0 + r;
+      const int8_t* src = a.data + static_cast<ptrdiff_t>(row) * a.row_stride;
+      T* out = tile + r * 4;
+      if (row >= rows) {
+        for (int g = 0; g < kgroups; ++g)
+          for (int q = 0; q < 4; ++q) out[g * MR * 4 + q] = convert(0);
+        continue;
+      }
+      int k = 0;
+      if (a.k_stride == 1) {
+        for (; k + 4 <= kc; k += 4, out += MR * 4)
+          for (int q = 0; q < 4; ++q) out[q] = convert(src[k + q]);
+      }
+      for (; k < kc; k += 4, out += MR * 4)
+        for (int q = 0; q < 4; ++q)
+          out[q] = convert(k + q < kc ? src[static_cast<ptrdiff_t>(k + q) * a.k_stride] : 0);
+    }
+  }
+}
+
+// Partial tiles go through a full-size temporary, so kernels only know full tiles.
+inline void store_partial(const int32_t* tmp, int nr, int32_t* c, ptrdiff_t ldc, int mr_valid,
+                          int nr_valid, bool accumulate) {
+  for (int r = 0; r < mr_valid; ++r)
+    for (int j = 0; j < nr_valid; ++j)
+      c[r * ldc + j] = accumulate ? c[r * ldc + j] + tmp[r * nr + j] : tmp[r * nr + j];
+}
+
+}  // namespace dsptrain

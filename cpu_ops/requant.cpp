@@ -1,0 +1,102 @@
+// Element loops of the epilogue. Each (dtype, mode) loop is its own function compiled
+// for AVX-512, AVX2 and baseline x86 (target_clones picks at load time), so the
+// Threefry rounds and the 64-bit magnitude arithmetic run 8-16 lanes wide.
+#include "requant.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "thread_pool.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DSPTRAIN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define DSPTRAIN_CLONES
+#endif
+
+namespace dsptrain {
+namespace {
+
+constexpr size_t kChunk = 1 << 15;  // elements per thread-pool task
+
+template <typename F>
+void for_chunks(size_t n, F body) {
+  const int tasks = static_cast<int>((n + kChunk - 1) / kChunk);
+  parallel_for(tasks, [&](int t) {
+    const size_t begin = static_cast<size_t>(t) * kChunk;
+    body(begin, std::min(n, begin + kChunk));
+  });
+}
+
+template <typename T>
+inline __attribute__((always_inline)) int64_t absmax_loop(const T* x, size_t begin, size_t end) {
+  int64_t m = 0;
+  for (size_t i = begin; i < end; ++i) {
+    const int64_t v = x[i];
+    m = std::max(m, v < 0 ? -v : v);
+  }
+  return m;
+}
+
+DSPTRAIN_CLONES int64_t absmax_s32(const int32_t* x, size_t b, size_t e) { return absmax_loop(x, b, e); }
+DSPTRAIN_CLONES int64_t absmax_s64(const int64_t* x, size_t b, size_t e) { return absmax_loop(x, b, e); }
+
+template <typename T, RoundMode kMode>
+inline __attribute__((always_inline)) void round_loop(const T* x, size_t begin, size_t end, int shift,
+                                                     const RngKey& key, int8_t* out) {
+  if (shift <= 0) {
+    for (size_t i = begin; i < end; ++i) out[i] = clip_s8(x[i]);
+    return;
+  }
+  for (size_t i = begin; i < end; ++i) {
+    const uint32_t rand = kMode == RoundMode::kSto ? random_u32(key, i) : 0;
+    out[i] = shift_round_one(x[i], shift, kMode, rand);
+  }
+}
+
+#define DSPTRAIN_ROUND_LOOP(T, MODE, NAME)                                                         \
+  DSPTRAIN_CLONES void NAME(const T* x, size_t b, size_t e, int s, const RngKey& k, int8_t* out) { \
+    round_loop<T, MODE>(x, b, e, s, k, out);                                                       \
+  }
+DSPTRAIN_ROUND_LOOP(int32_t, RoundMode::kRound, round_s32)
+DSPTRAIN_ROUND_LOOP(int32_t, RoundMode::kPsto, psto_s32)
+DSPTRAIN_ROUND_LOOP(int32_t, RoundMode::kSto, sto_s32)
+DSPTRAIN_ROUND_LOOP(int64_t, RoundMode::kRound, round_s64)
+DSPTRAIN_ROUND_LOOP(int64_t, RoundMode::kPsto, psto_s64)
+DSPTRAIN_ROUND_LOOP(int64_t, RoundMode::kSto, sto_s64)
+#undef DSPTRAIN_ROUND_LOOP
+
+template <typename T, typename Loop>
+void shift_round_parallel(const T* x, size_t n, int shift, const RngKey& key, int8_t* out, Loop loop) {
+  for_chunks(n, [&](size_t b, size_t e) { loop(x, b, e, shift, key, out); });
+}
+
+template <typename T, typename AbsmaxFn>
+int64_t absmax_parallel(const T* x, size_t n, AbsmaxFn fn) {
+  const int tasks = static_cast<int>((n + kChunk - 1) / kChunk);
+  std::vector<int64_t> partial(std::max(tasks, 1), 0);
+  for_chunks(n, [&](size_t b, size_t e) { partial[b / kChunk] = fn(x, b, e); });
+  return *std::max_element(partial.begin(), partial.end());
+}
+
+}  // namespace
+
+int64_t absmax(const int32_t* x, size_t n) { return absmax_parallel(x, n, absmax_s32); }
+int64_t absmax(const int64_t* x, size_t n) { return absmax_parallel(x, n, absmax_s64); }
+
+void shift_round(const int32_t* x, size_t n, int shift, RoundMode mode, const RngKey& key, int8_t* out) {
+  shift_round_parallel(x, n, shift, key, out,
+                       mode == RoundMode::kRound ? round_s32 : mode == RoundMode::kPsto ? psto_s32 : sto_s32);
+}
+
+void shift_round(const int64_t* x, size_t n, int shift, RoundMode mode, const RngKey& key, int8_t* out) {
+  shift_round_parallel(x, n, shift, key, out,
+                       mode == RoundMode::kRound ? round_s64 : mode == RoundMode::kPsto ? psto_s64 : sto_s64);
+}
+
+int range_bits(int64_t max_abs) {
+  const uint64_t v = max_abs > 0 ? static_cast<uint64_t>(max_abs - 1) : 0;
+  return v == 0 ? 0 : 64 - __builtin_clzll(v);  // Python's (max_abs - 1).bit_length()
+}
+
+}  // namespace dsptrain

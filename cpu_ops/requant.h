@@ -1,0 +1,34 @@
+// The NITI epilogue on int32/int64 accumulators: range estimate (max |acc|) and the
+// shift to int8 with round / psto / sto rounding, multi-threaded and vectorised.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "rounding.h"
+#include "threefry.h"
+
+namespace dsptrain {
+
+int64_t absmax(const int32_t* x, size_t n);
+int64_t absmax(const int64_t* x, size_t n);
+
+// numerics.shift_round: shift <= 0 is a clipping cast. Element i draws random_u32(key, i).
+void shift_round(const int32_t* x, size_t n, int shift, RoundMode mode, const RngKey& key, int8_t* out);
+void shift_round(const int64_t* x, size_t n, int shift, RoundMode mode, const RngKey& key, int8_t* out);
+
+// numerics.range_bits / activation_shift.
+int range_bits(int64_t max_abs);
+inline int activation_shift(int64_t max_abs, int bits) {
+  const int s = range_bits(max_abs) - (bits - 1);
+  return s > 0 ? s : 0;
+}
+
+// Range estimate (when shift < 0) then shift_round; returns the shift used.
+template <typename T>
+int requantize(const T* x, size_t n, int shift, int bits, RoundMode mode, const RngKey& key, int8_t* out) {
+  if (shift < 0) shift = activation_shift(absmax(x, n), bits);
+  shift_round(x, n, shift, mode, key, out);
+  return shift;
+}
+
+}  // namespace dsptrain

@@ -1,0 +1,109 @@
+// Persistent workers wait on a condition variable for a new "generation" of tasks and
+// take task indices from an atomic counter; the caller works too and then waits for
+// the stragglers. Started on first use, joined at exit.
+#include "thread_pool.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace dsptrain {
+namespace {
+
+thread_local bool t_inside_task = false;
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads) : threads_(threads) {
+    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
+  }
+  ~ThreadPool() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  int threads() const { return threads_; }
+
+  void run(int ntasks, const std::function<void(int)>& fn) {
+    std::lock_guard<std::mutex> serial(caller_mutex_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      fn_ = &fn;
+      ntasks_ = ntasks;
+      next_.store(0);
+      busy_ = static_cast<int>(workers_.size());
+      ++generation_;
+    }
+    wake_.notify_all();
+    drain();
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [this] { return busy_ == 0; });
+    fn_ = nullptr;
+  }
+
+ private:
+  void drain() {
+    t_inside_task = true;
+    for (int i = next_.fetch_add(1); i < ntasks_; i = next_.fetch_add(1)) (*fn_)(i);
+    t_inside_task = false;
+  }
+  void worker_loop() {
+    long seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+      }
+      drain();
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--busy_ == 0) done_.notify_one();
+    }
+  }
+
+  int threads_;
+  std::vector<std::thread> workers_;
+  std::mutex caller_mutex_, mutex_;
+  std::condition_variable wake_, done_;
+  const std::function<void(int)>* fn_ = nullptr;
+  int ntasks_ = 0, busy_ = 0;
+  long generation_ = 0;
+  std::atomic<int> next_{0};
+  bool stop_ = false;
+};
+
+int configured_threads() {
+  if (const char* env = std::getenv("DSPTRAIN_CPU_THREADS")) {
+    const int n = std::atoi(env);
+    if (n > 0) return n;
+  }
+  const int hw = static_cast<int>(std::thread::hardware_concurrency());
+  return hw > 0 ? hw : 1;
+}
+
+ThreadPool& pool() {
+  static ThreadPool instance(configured_threads());
+  return instance;
+}
+
+}  // namespace
+
+int pool_threads() { return pool().threads(); }
+
+void parallel_for(int ntasks, const std::function<void(int)>& fn) {
+  if (ntasks <= 0) return;
+  if (ntasks == 1 || t_inside_task || pool().threads() == 1) {
+    for (int i = 0; i < ntasks; ++i) fn(i);
+    return;
+  }
+  pool().run(ntasks, fn);
+}
+
+}  // namespace dsptrain

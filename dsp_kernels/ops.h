@@ -1,0 +1,111 @@
+/* ops.h: the one contract between the dsptrain host and the Hexagon DSP.
+ *
+ * Everything the host and the DSP exchange is described here: op codes, dtypes,
+ * statuses, rounding modes and the fixed-layout op descriptor. The host mirrors
+ * this file with ctypes (runtime/backends/dsp_abi.py); the emulated server reports
+ * sizeof/offsetof at its handshake so a mismatch is caught before any op runs.
+ * Plain C, fixed-width fields only, no pointers: descriptors live in a memory
+ * arena shared by both sides, and tensors are named by byte offsets into it.
+ */
+#ifndef DSPTRAIN_OPS_H
+#define DSPTRAIN_OPS_H
+
+#include <stdint.h>
+
+#define DSPT_ABI_VERSION 1u
+#define DSPT_MAGIC 0x44535054u /* "DSPT" */
+
+/* Op codes. The DSP answers DSPT_NO_SUPPORT for a code it does not know. */
+enum dspt_op {
+    DSPT_OP_NOP = 0,
+    DSPT_OP_GEMM_S8 = 1,            /* in0 a[M,K] i8, in1 b[N,K] i8 -> out0 c[M,N] i32 = a @ b.T */
+    DSPT_OP_CONV2D_S8 = 2,          /* in0 x[N,H,W,C], in1 w[O,KH,KW,C] -> out0 y[N,OH,OW,O] i32 */
+    DSPT_OP_CONV2D_BWD_DATA_S8 = 3, /* in0 err[N,OH,OW,O], in1 w[O,KH,KW,C] -> out0 dx[N,H,W,C] i32 */
+    DSPT_OP_CONV2D_BWD_WEIGHT_S8 = 4, /* in0 err[N,OH,OW,O], in1 x[N,H,W,C] -> out0 dw[O,KH,KW,C] i32 */
+    DSPT_OP_REQUANT = 5,            /* in0 acc i32 (n elems) -> out0 i8; shift given or estimated */
+    DSPT_OP_ABSMAX = 6,             /* in0 acc i32 -> result_absmax */
+    DSPT_OP_RELU_S8 = 7,            /* in0 x i8 -> out0 i8 */
+    DSPT_OP_RELU_BWD_S8 = 8,        /* in0 err i8, in1 y i8 -> out0 i8 */
+    DSPT_OP_MAXPOOL_S8 = 9,         /* in0 x[N,H,W,C] -> out0 y[N,OH,OW,C] i8, out1 argmax u8 */
+    DSPT_OP_MAXPOOL_BWD_S8 = 10,    /* in0 err[N,OH,OW,C], in1 argmax u8 -> out0 dx[N,H,W,C] i8 */
+    DSPT_OP_NITI_UPDATE_S8 = 11,    /* in0 w i8, in1 grad i32 -> out0 w' i8 (mu in `bits`) */
+    DSPT_OP_DEBUG_SLEEP = 12,       /* sleeps `shift` milliseconds: lets tests hang the server */
+    DSPT_OP_DEBUG_CRASH = 13,       /* exits the server without answering */
+    DSPT_OP_COUNT = 14
+};
+
+enum dspt_dtype { DSPT_I8 = 1, DSPT_U8 = 2, DSPT_I32 = 3, DSPT_I64 = 4 };
+
+/* Statuses: "not supported" is not an error; the host falls back without warning. */
+enum dspt_status { DSPT_OK = 0, DSPT_NO_SUPPORT = 1, DSPT_BAD_PARAMS = 2, DSPT_INTERNAL = 3 };
+
+enum dspt_round { DSPT_ROUND = 0, DSPT_PSTO = 1, DSPT_STO = 2 };
+
+/* `shift` value asking the DSP to estimate it from the range (NITI's absmax rule). */
+#define DSPT_SHIFT_ESTIMATE (-1)
+
+/* Counter-based RNG key of numerics.RngKey: element i draws
+ * threefry2x32_20(key=(seed, tensor_id), counter=(offset + i, step)).x0 */
+struct dspt_rng {
+    uint32_t seed, step, tensor_id, offset;
+};
+
+/* What one op cost on the DSP, from QEMU's c20/c21/c22 (packets, instructions,
+ * HVX instructions); on a device: pcycles in `packets`, zeros elsewhere. */
+struct dspt_cost {
+    uint32_t packets, insns, hvx, reserved;
+};
+
+#define DSPT_MAX_IN 2
+#define DSPT_MAX_OUT 2
+
+/* One op. The host fills everything above `status`; the DSP writes `status`,
+ * the `result_*` fields and `cost`. Shapes are NHWC / row-major, unused dims 1. */
+struct dspt_op_desc {
+    uint32_t op;                    /* enum dspt_op */
+    uint32_t dtype;                 /* dtype of in0 (REQUANT/ABSMAX: I32 or I64) */
+    uint32_t in[DSPT_MAX_IN];       /* byte offsets into the arena */
+    uint32_t out[DSPT_MAX_OUT];
+    int32_t shape_a[4];             /* in0 shape */
+    int32_t shape_b[4];             /* in1 shape */
+    int32_t shape_out[4];           /* out0 shape */
+    int32_t stride, pad, kernel_h, kernel_w;
+    int32_t round_mode;             /* enum dspt_round */
+    int32_t shift;                  /* >= 0, or DSPT_SHIFT_ESTIMATE */
+    int32_t bits;                   /* REQUANT: target bits (8); NITI_UPDATE: mu */
+    uint32_t flags;                 /* DSPT_F_* */
+    struct dspt_rng rng;
+    int32_t status;                 /* enum dspt_status, written by the DSP */
+    int32_t result_shift;           /* the shift used (NITI_UPDATE: -1 = zero gradient) */
+    uint32_t result_absmax;         /* max |acc| seen (REQUANT estimate, ABSMAX, NITI_UPDATE) */
+    uint32_t reserved;
+    struct dspt_cost cost;
+};
+
+#define DSPT_F_ACCUMULATE 1u        /* GEMM/conv: out0 += product instead of = */
+
+/* The arena: [control block][op ring][tensors...]. */
+#define DSPT_RING_SLOTS 64u
+#define DSPT_RING_OFFSET 4096u
+#define DSPT_TENSOR_OFFSET (DSPT_RING_OFFSET + 65536u)
+#define DSPT_ALIGN 128u
+
+/* Emulated transport: fixed-size records over the server's stdin/stdout pipes. */
+enum dspt_cmd_code { DSPT_CMD_RUN = 1, DSPT_CMD_QUIT = 2 };
+
+struct dspt_cmd {                   /* host -> DSP */
+    uint32_t magic, cmd, first, count;  /* run ring slots first .. first+count-1 */
+};
+
+struct dspt_reply {                 /* DSP -> host, one per command */
+    uint32_t magic, status, done, reserved;  /* worst status, ops completed */
+};
+
+struct dspt_hello {                 /* DSP -> host, once at start */
+    uint32_t magic, abi_version;
+    uint32_t sizeof_desc, offsetof_rng, offsetof_status, offsetof_cost;
+    uint32_t op_mask;               /* bit i set: op code i is implemented */
+    uint32_t arena_bytes;           /* size the server mapped */
+};
+
+#endif /* DSPTRAIN_OPS_H */

@@ -1,0 +1,194 @@
+/* requant.c: NITI's epilogue on HVX: the range estimate (max |acc|), the shift with
+ * round / psto / sto rounding (runtime/numerics.py, bit for bit), and the integer SGD
+ * step w - shift(grad) that uses both. int32 accumulators only; int64 -> NO_SUPPORT. */
+#include "hvx-threefry.h"
+#include "kernels.h"
+
+static int range_bits(uint32_t max_abs)
+{
+    return max_abs == 0 ? 0 : (max_abs == 1 ? 0 : 32 - __builtin_clz(max_abs - 1));
+}
+
+/* max |x| over n int32 (|INT32_MIN| = 2**31 is exact as an unsigned word). */
+static uint32_t absmax_s32(const int32_t *x, uint32_t n)
+{
+    HVX_Vector best = Q6_V_vzero();
+    uint32_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        HVX_Vector m = Q6_Vw_vabs_Vw(hvx_load_u(x + i));
+        best = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(m, best), m, best);
+    }
+    uint32_t out = 0;
+    const uint32_t *lanes = (const uint32_t *)&best;
+    for (int l = 0; l < 32; l++) out = lanes[l] > out ? lanes[l] : out;
+    for (; i < n; i++) {
+        uint32_t m = x[i] < 0 ? 0u - (uint32_t)x[i] : (uint32_t)x[i];
+        out = m > out ? m : out;
+    }
+    return out;
+}
+
+/* numerics.shift_round for one element, any shift in 0..62 (the general path). */
+static int8_t shift_one(int32_t v, int shift, int mode, uint32_t rnd)
+{
+    int64_t wide = v;
+    if (shift <= 0) return (int8_t)(wide > 127 ? 127 : wide < -127 ? -127 : wide);
+    uint64_t mag = wide < 0 ? (uint64_t)-wide : (uint64_t)wide;
+    uint64_t kept = mag >> shift, dropped = mag & ((1ull << shift) - 1), up;
+    if (mode == DSPT_ROUND) {
+        up = (dropped >> (shift - 1)) & 1;
+    } else if (mode == DSPT_PSTO) {
+        int low_bits = shift / 2;
+        uint64_t high = dropped >> low_bits, low = dropped & ((1ull << low_bits) - 1);
+        if (shift % 2) low <<= 1;
+        up = high > low;
+    } else {
+        int width = shift < 32 ? shift : 32;
+        if (shift > 32) dropped >>= shift - 32;
+        uint64_t bits = width < 32 ? (rnd & ((1u << width) - 1)) : rnd;
+        up = dropped > bits;
+    }
+    uint64_t r = kept + up;
+    int32_t m = r > 127 ? 127 : (int32_t)r;
+    return (int8_t)(v < 0 ? -m : m);
+}
+
+/* 32 elements, 1 <= shift <= 31: magnitudes fit an unsigned word. */
+static inline HVX_Vector shift_vec(HVX_Vector x, int shift, int mode, HVX_Vector rnd)
+{
+    HVX_Vector zero = Q6_V_vzero(), one = Q6_V_vsplat_R(1);
+    HVX_Vector mag = Q6_Vw_vabs_Vw(x);
+    HVX_Vector kept = Q6_Vuw_vlsr_VuwR(mag, shift);
+    HVX_Vector dropped = Q6_V_vand_VV(mag, Q6_V_vsplat_R((int)((1u << shift) - 1)));
+    HVX_Vector up;
+    if (mode == DSPT_ROUND) {
+        up = Q6_V_vand_VV(Q6_Vuw_vlsr_VuwR(dropped, shift - 1), one);
+    } else {
+        HVX_Vector high, low;
+        if (mode == DSPT_PSTO) {
+            int low_bits = shift / 2;
+            high = Q6_Vuw_vlsr_VuwR(dropped, low_bits);
+            low = Q6_V_vand_VV(dropped, Q6_V_vsplat_R((1 << low_bits) - 1));
+            if (shift % 2) low = Q6_Vw_vasl_VwR(low, 1);
+        } else {
+            high = dropped;
+            low = Q6_V_vand_VV(rnd, Q6_V_vsplat_R((int)((1u << shift) - 1)));
+        }
+        up = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(high, low), one, zero);
+    }
+    HVX_Vector r = Q6_Vw_vadd_VwVw(kept, up);
+    HVX_Vector cap = Q6_V_vsplat_R(127);
+    r = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(r, cap), cap, r);
+    return Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VwVw(zero, x), Q6_Vw_vsub_VwVw(zero, r), r);
+}
+
+/* out[i] = shift_round(in[i]) for n elements; rng used only by DSPT_STO. */
+static void shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift, int mode,
+                            const struct dspt_rng *rng)
+{
+    uint32_t i = 0;
+    if (shift >= 1 && shift <= 31) {
+        HVX_Vector lanes = hvx_lane_index(), r0 = lanes, r1 = lanes, r2 = lanes, r3 = lanes;
+        for (; i + 128 <= n; i += 128) {
+            if (mode == DSPT_STO) {
+                r0 = threefry_hvx(rng, i, lanes); r1 = threefry_hvx(rng, i + 32, lanes);
+                r2 = threefry_hvx(rng, i + 64, lanes); r3 = threefry_hvx(rng, i + 96, lanes);
+            }
+            HVX_Vector w0 = shift_vec(hvx_load_u(in + i), shift, mode, r0);
+            HVX_Vector w1 = shift_vec(hvx_load_u(in + i + 32), shift, mode, r1);
+            HVX_Vector w2 = shift_vec(hvx_load_u(in + i + 64), shift, mode, r2);
+            HVX_Vector w3 = shift_vec(hvx_load_u(in + i + 96), shift, mode, r3);
+            /* words -> halfwords -> bytes, keeping element order (values fit a byte) */
+            HVX_Vector h01 = Q6_Vh_vpacke_VwVw(w1, w0), h23 = Q6_Vh_vpacke_VwVw(w3, w2);
+            hvx_store_u(out + i, Q6_Vb_vpacke_VhVh(h23, h01));
+        }
+    } else if (shift <= 0) {
+        HVX_Vector hi = Q6_V_vsplat_R(127), lo = Q6_V_vsplat_R(-127);
+        for (; i + 128 <= n; i += 128) {
+            HVX_Vector w[4];
+            for (int j = 0; j < 4; j++)
+                w[j] = Q6_Vw_vmin_VwVw(Q6_Vw_vmax_VwVw(hvx_load_u(in + i + 32 * j), lo), hi);
+            HVX_Vector h01 = Q6_Vh_vpacke_VwVw(w[1], w[0]), h23 = Q6_Vh_vpacke_VwVw(w[3], w[2]);
+            hvx_store_u(out + i, Q6_Vb_vpacke_VhVh(h23, h01));
+        }
+    }
+    for (; i < n; i++)
+        out[i] = shift_one(in[i], shift, mode, mode == DSPT_STO ? threefry_scalar(rng, i) : 0);
+}
+
+static int epilogue_args(struct dspt_ctx *ctx, struct dspt_op_desc *d, uint32_t *n,
+                         const int32_t **acc)
+{
+    if (d->dtype != DSPT_I32) return DSPT_NO_SUPPORT;
+    if (d->round_mode < DSPT_ROUND || d->round_mode > DSPT_STO) return DSPT_BAD_PARAMS;
+    *n = dspt_count(d->shape_a);
+    *acc = dspt_at(ctx, d->in[0], *n * 4);
+    return *acc ? DSPT_OK : DSPT_BAD_PARAMS;
+}
+
+int dspt_op_absmax(struct dspt_ctx *ctx, struct dspt_op_desc *d)
+{
+    uint32_t n = dspt_count(d->shape_a);
+    if (d->dtype != DSPT_I32) return DSPT_NO_SUPPORT;
+    const int32_t *acc = dspt_at(ctx, d->in[0], n * 4);
+    if (!acc) return DSPT_BAD_PARAMS;
+    d->result_absmax = absmax_s32(acc, n);
+    return DSPT_OK;
+}
+
+/* REQUANT: shift = given, or NITI's activation shift max(range - (bits - 1), 0). */
+int dspt_op_requant(struct dspt_ctx *ctx, struct dspt_op_desc *d)
+{
+    uint32_t n;
+    const int32_t *acc;
+    int st = epilogue_args(ctx, d, &n, &acc);
+    if (st) return st;
+    int8_t *out = dspt_at(ctx, d->out[0], n);
+    if (!out) return DSPT_BAD_PARAMS;
+    int shift = d->shift;
+    if (shift == DSPT_SHIFT_ESTIMATE) {
+        d->result_absmax = absmax_s32(acc, n);
+        shift = range_bits(d->result_absmax) - (d->bits - 1);
+        if (shift < 0) shift = 0;
+    } else if (shift < 0) {
+        shift = 0;  /* numerics: shift <= 0 is a clipping cast */
+    }
+    if (shift > 62) return DSPT_BAD_PARAMS;
+    shift_round_s32(out, acc, n, shift, d->round_mode, &d->rng);
+    d->result_shift = shift;
+    return DSPT_OK;
+}
+
+/* NITI_UPDATE: w' = clip(w - shift_round(g, max(range(g) - mu, 0))); w' = w if g == 0. */
+int dspt_op_niti_update(struct dspt_ctx *ctx, struct dspt_op_desc *d)
+{
+    uint32_t n = dspt_count(d->shape_a);
+    if (d->dtype != DSPT_I8) return DSPT_NO_SUPPORT;
+    if (dspt_count(d->shape_b) != n || d->round_mode < DSPT_ROUND || d->round_mode > DSPT_STO)
+        return DSPT_BAD_PARAMS;
+    const int8_t *w = dspt_at(ctx, d->in[0], n);
+    const int32_t *g = dspt_at(ctx, d->in[1], n * 4);
+    int8_t *out = dspt_at(ctx, d->out[0], n);
+    int8_t *step = dspt_scratch(ctx, n);
+    if (!w || !g || !out) return DSPT_BAD_PARAMS;
+    if (!step) return DSPT_NO_SUPPORT;
+    d->result_absmax = absmax_s32(g, n);
+    int b = range_bits(d->result_absmax);
+    if (b == 0) {
+        hvx_copy(out, w, n);
+        d->result_shift = -1;
+        return DSPT_OK;
+    }
+    int shift = b - d->bits > 0 ? b - d->bits : 0;
+    shift_round_s32(step, g, n, shift, d->round_mode, &d->rng);
+    HVX_Vector floor = Q6_Vb_vsplat_R(-127);
+    uint32_t i = 0;
+    for (; i + 128 <= n; i += 128)  /* saturating byte subtract, then -128 -> -127 */
+        hvx_store_u(out + i, Q6_Vb_vmax_VbVb(Q6_Vb_vsub_VbVb_sat(hvx_load_u(w + i), hvx_load_u(step + i)), floor));
+    for (; i < n; i++) {
+        int v = w[i] - step[i];
+        out[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+    }
+    d->result_shift = shift;
+    return DSPT_OK;
+}

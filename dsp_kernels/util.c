@@ -1,0 +1,53 @@
+/* util.c: the libc functions clang may emit calls to in a freestanding build. */
+#include "hvx-utils.h"
+#include "kernels.h"
+
+void *memcpy(void *dst, const void *src, size_t n)
+{
+    uint8_t *d = dst;
+    const uint8_t *s = src;
+    for (size_t i = 0; i < n; i++) d[i] = s[i];
+    return dst;
+}
+
+void *memset(void *dst, int v, size_t n)
+{
+    uint8_t *d = dst;
+    for (size_t i = 0; i < n; i++) d[i] = (uint8_t)v;
+    return dst;
+}
+
+/* Hexagon has no divide instruction; these are the compiler's runtime calls
+ * (compiler-rt's are not installed with clang-16). Restoring shift-subtract. */
+unsigned int __hexagon_udivsi3(unsigned int n, unsigned int d);
+unsigned int __hexagon_umodsi3(unsigned int n, unsigned int d);
+int __hexagon_divsi3(int n, int d);
+int __hexagon_modsi3(int n, int d);
+
+static unsigned int udivmod(unsigned int n, unsigned int d, unsigned int *rem)
+{
+    unsigned int q = 0, r = 0;
+    if (d == 0) { *rem = n; return 0xFFFFFFFFu; }
+    for (int i = 31; i >= 0; i--) {
+        r = (r << 1) | ((n >> i) & 1u);
+        if (r >= d) { r -= d; q |= 1u << i; }
+    }
+    *rem = r;
+    return q;
+}
+
+unsigned int __hexagon_udivsi3(unsigned int n, unsigned int d) { unsigned int r; return udivmod(n, d, &r); }
+unsigned int __hexagon_umodsi3(unsigned int n, unsigned int d) { unsigned int r; udivmod(n, d, &r); return r; }
+
+int __hexagon_divsi3(int n, int d)
+{
+    unsigned int r, q = udivmod(n < 0 ? 0u - (unsigned)n : (unsigned)n, d < 0 ? 0u - (unsigned)d : (unsigned)d, &r);
+    return (n < 0) != (d < 0) ? -(int)q : (int)q;
+}
+
+int __hexagon_modsi3(int n, int d)
+{
+    unsigned int r;
+    udivmod(n < 0 ? 0u - (unsigned)n : (unsigned)n, d < 0 ? 0u - (unsigned)d : (unsigned)d, &r);
+    return n < 0 ? -(int)r : (int)r;
+}

@@ -1,0 +1,95 @@
+"""The Python mirror of dsp_kernels/ops.h: op codes, statuses and the descriptor layout.
+
+Keep in step with ops.h; the emulated server reports sizeof/offsetof at its
+handshake (`check_hello`) and tests/backend/test_dsp_abi.py compares the two.
+"""
+from __future__ import annotations
+
+import ctypes
+
+ABI_VERSION = 1
+MAGIC = 0x44535054
+
+# enum dspt_op
+OP_NOP, OP_GEMM_S8, OP_CONV2D_S8, OP_CONV2D_BWD_DATA_S8, OP_CONV2D_BWD_WEIGHT_S8 = 0, 1, 2, 3, 4
+OP_REQUANT, OP_ABSMAX, OP_RELU_S8, OP_RELU_BWD_S8, OP_MAXPOOL_S8 = 5, 6, 7, 8, 9
+OP_MAXPOOL_BWD_S8, OP_NITI_UPDATE_S8, OP_DEBUG_SLEEP, OP_DEBUG_CRASH, OP_COUNT = 10, 11, 12, 13, 14
+
+OP_NAMES = {
+    OP_NOP: "nop", OP_GEMM_S8: "gemm_s8", OP_CONV2D_S8: "conv2d_s8",
+    OP_CONV2D_BWD_DATA_S8: "conv2d_bwd_data_s8", OP_CONV2D_BWD_WEIGHT_S8: "conv2d_bwd_weight_s8",
+    OP_REQUANT: "requant", OP_ABSMAX: "absmax", OP_RELU_S8: "relu_s8", OP_RELU_BWD_S8: "relu_bwd_s8",
+    OP_MAXPOOL_S8: "maxpool_s8", OP_MAXPOOL_BWD_S8: "maxpool_bwd_s8",
+    OP_NITI_UPDATE_S8: "niti_update_s8", OP_DEBUG_SLEEP: "debug_sleep", OP_DEBUG_CRASH: "debug_crash",
+}
+
+# enum dspt_dtype, dspt_status, dspt_round
+I8, U8, I32, I64 = 1, 2, 3, 4
+OK, NO_SUPPORT, BAD_PARAMS, INTERNAL = 0, 1, 2, 3
+STATUS_NAMES = {OK: "OK", NO_SUPPORT: "NO_SUPPORT", BAD_PARAMS: "BAD_PARAMS", INTERNAL: "INTERNAL"}
+ROUND_MODES = {"round": 0, "psto": 1, "sto": 2}
+SHIFT_ESTIMATE = -1
+F_ACCUMULATE = 1
+
+RING_SLOTS = 64
+RING_OFFSET = 4096
+TENSOR_OFFSET = RING_OFFSET + 65536
+ALIGN = 128
+CMD_RUN, CMD_QUIT = 1, 2
+
+_u32, _i32 = ctypes.c_uint32, ctypes.c_int32
+
+
+class Rng(ctypes.Structure):
+    _fields_ = [("seed", _u32), ("step", _u32), ("tensor_id", _u32), ("offset", _u32)]
+
+
+class Cost(ctypes.Structure):
+    _fields_ = [("packets", _u32), ("insns", _u32), ("hvx", _u32), ("reserved", _u32)]
+
+
+class OpDesc(ctypes.Structure):
+    _fields_ = [
+        ("op", _u32), ("dtype", _u32), ("in_", _u32 * 2), ("out", _u32 * 2),
+        ("shape_a", _i32 * 4), ("shape_b", _i32 * 4), ("shape_out", _i32 * 4),
+        ("stride", _i32), ("pad", _i32), ("kernel_h", _i32), ("kernel_w", _i32),
+        ("round_mode", _i32), ("shift", _i32), ("bits", _i32), ("flags", _u32),
+        ("rng", Rng),
+        ("status", _i32), ("result_shift", _i32), ("result_absmax", _u32), ("reserved", _u32),
+        ("cost", Cost),
+    ]
+
+
+class Cmd(ctypes.Structure):
+    _fields_ = [("magic", _u32), ("cmd", _u32), ("first", _u32), ("count", _u32)]
+
+
+class Reply(ctypes.Structure):
+    _fields_ = [("magic", _u32), ("status", _u32), ("done", _u32), ("reserved", _u32)]
+
+
+class Hello(ctypes.Structure):
+    _fields_ = [("magic", _u32), ("abi_version", _u32), ("sizeof_desc", _u32),
+                ("offsetof_rng", _u32), ("offsetof_status", _u32), ("offsetof_cost", _u32),
+                ("op_mask", _u32), ("arena_bytes", _u32)]
+
+
+def expected_layout() -> dict[str, int]:
+    """The layout facts the DSP reports at its handshake, as this mirror sees them."""
+    return {"sizeof_desc": ctypes.sizeof(OpDesc), "offsetof_rng": OpDesc.rng.offset,
+            "offsetof_status": OpDesc.status.offset, "offsetof_cost": OpDesc.cost.offset}
+
+
+def check_hello(hello: Hello) -> None:
+    """Raise ValueError naming the field when the DSP's ops.h and this mirror disagree."""
+    if hello.magic != MAGIC or hello.abi_version != ABI_VERSION:
+        raise ValueError(f"DSP speaks ABI {hello.abi_version:#x} (magic {hello.magic:#x}), "
+                         f"host speaks {ABI_VERSION} (magic {MAGIC:#x})")
+    for field, want in expected_layout().items():
+        got = getattr(hello, field)
+        if got != want:
+            raise ValueError(f"ops.h and dsp_abi.py disagree on {field}: DSP {got}, host {want}")
+
+
+def ops_in_mask(mask: int) -> frozenset[str]:
+    return frozenset(name for code, name in OP_NAMES.items() if mask >> code & 1)

@@ -1,0 +1,22 @@
+"""Fixtures for backend tests: the NumPy judge and every available backend under test."""
+from __future__ import annotations
+
+import pytest
+
+from dsptrain.backends import availability, backend_class
+from dsptrain.backends.ops_ref import RefBackend
+
+
+@pytest.fixture(scope="session")
+def ref():
+    return RefBackend()
+
+
+def available_backends(exclude=("ref",)):
+    """Names of backends usable here (for parametrising shared tests)."""
+    return [name for name, (ok, _) in availability().items() if ok and name not in exclude]
+
+
+@pytest.fixture(scope="session")
+def make_backend():
+    return lambda name: backend_class(name)()

@@ -1,0 +1,135 @@
+"""What is special to the native CPU backend: each SIMD path against ops_ref, the C++
+Threefry against NumPy's and Random123's known answers, and argument checking."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dsptrain import numerics
+
+from . import cases
+
+native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
+from dsptrain.backends.ops_cpu import ISA_ENV, CpuBackend  # noqa: E402
+
+ALL_ISAS = ("avx512vnni", "avxvnni", "avx2", "neon", "scalar")
+
+
+@pytest.fixture(params=ALL_ISAS)
+def cpu_isa(request, monkeypatch):
+    """A CpuBackend forced onto one GEMM path through DSPTRAIN_CPU_ISA."""
+    isa = request.param
+    if isa not in native.supported_isas():
+        pytest.skip(f"this CPU/build has no {isa} (has {', '.join(native.supported_isas())})")
+    monkeypatch.setenv(ISA_ENV, isa)
+    backend = CpuBackend()
+    assert native.isa() == isa
+    yield backend
+    monkeypatch.delenv(ISA_ENV)
+    CpuBackend()  # back to the best path for the other tests
+
+
+@pytest.mark.parametrize("case", list(cases.gemm_cases()) + list(cases.gemm_extreme_cases())[:16],
+                         ids=lambda c: c[0])
+def test_gemm_every_isa(cpu_isa, ref, case):
+    a, b = case[1]
+    np.testing.assert_array_equal(cpu_isa.gemm_s8(a, b), ref.gemm_s8(a, b))
+
+
+@pytest.mark.parametrize("case", list(cases.conv_cases()), ids=lambda c: c[0])
+def test_conv_every_isa(cpu_isa, ref, case):
+    c = case[1]
+    x, w, err, stride, pad = c["x"], c["w"], c["err"], c["stride"], c["pad"]
+    np.testing.assert_array_equal(cpu_isa.conv2d_s8(x, w, stride, pad), ref.conv2d_s8(x, w, stride, pad))
+    np.testing.assert_array_equal(cpu_isa.conv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]),
+                                  ref.conv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]))
+    np.testing.assert_array_equal(cpu_isa.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]),
+                                  ref.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]))
+
+
+def test_packed_weights_match_gemm(ref):
+    rng = np.random.default_rng(0)
+    a, b = cases.int8(rng, (70, 300)), cases.int8(rng, (45, 300))
+    packed = native.pack_weights(b)
+    assert packed.shape == (45, 300) and packed.isa == native.isa()
+    np.testing.assert_array_equal(native.gemm_packed(a, packed), ref.gemm_s8(a, b))
+    with pytest.raises(ValueError, match="K"):
+        native.gemm_packed(a[:, :299].copy(), packed)
+
+
+def test_forcing_an_unsupported_isa_fails(monkeypatch):
+    missing = [isa for isa in ALL_ISAS if isa not in native.supported_isas()]
+    if not missing:
+        pytest.skip("this CPU supports every ISA")
+    monkeypatch.setenv(ISA_ENV, missing[0])
+    assert CpuBackend.available()[0] is False
+    with pytest.raises(ValueError, match=missing[0]):
+        CpuBackend()
+    monkeypatch.delenv(ISA_ENV)
+    CpuBackend()
+
+
+def test_unknown_isa_name_fails():
+    with pytest.raises(ValueError, match="unknown ISA 'sse9'"):
+        native.set_isa("sse9")
+
+
+# ---------------------------------------------------------------- Threefry
+@pytest.mark.parametrize("key, ctr, want", [
+    ((0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
+    ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
+    ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0)),
+])
+def test_threefry_known_answers(key, ctr, want):
+    """Random123's known-answer vectors for Threefry-2x32-20, in C++ and in NumPy."""
+    assert native.threefry2x32(*key, *ctr) == want
+    with np.errstate(over="ignore"):
+        x0, x1 = numerics.threefry2x32(key, np.uint32(ctr[0]), np.uint32(ctr[1]))
+    assert (int(x0), int(x1)) == want
+
+
+@pytest.mark.parametrize("key", [numerics.RngKey(0, 0, 0), numerics.RngKey(7, 3, 11, 5),
+                                 numerics.RngKey(-1, 2**33 + 5, 2**32 - 1, 2**32 - 3)])
+def test_random_u32_matches_numpy(key):
+    rng = (key.seed & 0xFFFFFFFF, key.step & 0xFFFFFFFF, key.tensor_id & 0xFFFFFFFF, key.offset & 0xFFFFFFFF)
+    np.testing.assert_array_equal(native.random_u32(rng, 1000), numerics.random_u32(key, 1000))
+
+
+# ---------------------------------------------------------------- argument checking
+@pytest.fixture(scope="module")
+def cpu():
+    return CpuBackend()
+
+
+def test_errors_name_the_argument_and_values(cpu):
+    a8 = np.zeros((4, 5), np.int8)
+    with pytest.raises(ValueError, match=r"gemm_s8: b must be int8, got int16"):
+        cpu.gemm_s8(a8, np.zeros((3, 5), np.int16))
+    with pytest.raises(ValueError, match=r"a \(4, 5\) and b \(3, 6\) differ in K"):
+        cpu.gemm_s8(a8, np.zeros((3, 6), np.int8))
+    with pytest.raises(ValueError, match=r"weight shape \(2, 3, 3, 4\) does not match input channels 3"):
+        cpu.conv2d_s8(np.zeros((1, 5, 5, 3), np.int8), np.zeros((2, 3, 3, 4), np.int8), 1, 1)
+    with pytest.raises(ValueError, match="stride must be positive, got 0"):
+        cpu.conv2d_s8(np.zeros((1, 5, 5, 3), np.int8), np.zeros((2, 3, 3, 3), np.int8), 0, 1)
+    with pytest.raises(ValueError, match=r"err shape \(1, 4, 4, 2\) does not match in_hw \(5, 5\)"):
+        cpu.conv2d_bwd_data_s8(np.zeros((1, 4, 4, 2), np.int8), np.zeros((2, 3, 3, 3), np.int8), 1, 1, (5, 5))
+    with pytest.raises(ValueError, match="rounding mode 'up' is not one of"):
+        cpu.shift_round(np.zeros(3, np.int32), 2, "up", None)
+    with pytest.raises(ValueError, match="needs an RngKey"):
+        cpu.shift_round(np.zeros(3, np.int32), 2, "sto", None)
+    with pytest.raises(ValueError, match="acc must be int32 or int64, got float32"):
+        cpu.absmax(np.zeros(3, np.float32))
+    with pytest.raises(ValueError, match=r"label 10 at row 0 is outside \[0, 10\)"):
+        cpu.niti_loss_grad_s8(np.zeros((1, 10), np.int8), -3, np.array([10]), numerics.RngKey(0, 0, 0))
+
+
+def test_non_contiguous_inputs_are_accepted(cpu, ref):
+    rng = np.random.default_rng(1)
+    a = cases.int8(rng, (40, 60))[:, ::2]
+    b = cases.int8(rng, (30, 30)).T
+    np.testing.assert_array_equal(cpu.gemm_s8(a, b), ref.gemm_s8(a, b))
+
+
+def test_available_reports_the_isa():
+    ok, why = CpuBackend.available()
+    assert ok and native.isa() in why

@@ -1,0 +1,166 @@
+"""Every HVX kernel, run in the emulated DSP, against ops_ref bit for bit.
+
+Needs qemu-hexagon, clang-16 and lld-16. Outside CI they are skipped when missing;
+in CI (CI set) a missing tool fails loudly. Sizes are small: QEMU is slow.
+"""
+import os
+
+import numpy as np
+import pytest
+
+from dsptrain.backends import dsp_build
+from dsptrain.backends.ops_ref import RefBackend
+from dsptrain.numerics import RngKey
+
+
+def _dsp_backend():
+    missing = dsp_build.missing_tools()
+    if missing:
+        msg = f"emulated DSP needs {', '.join(missing)}: {dsp_build.INSTALL_HINT}"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    from dsptrain.backends.ops_dsp import DspBackend
+    return DspBackend(transport="emulated")
+
+
+@pytest.fixture(scope="module")
+def dsp():
+    backend = _dsp_backend()
+    yield backend
+    backend.close()
+
+
+ref = RefBackend()
+R = np.random.default_rng(2024)
+
+
+def s8(*shape, lo=-127, hi=127):
+    return R.integers(lo, hi + 1, shape, dtype=np.int8)
+
+
+def same(got, want):
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (5, 3, 7), (4, 33, 130), (9, 64, 128), (13, 70, 257)])
+def test_gemm(dsp, m, n, k):
+    a, b = s8(m, k), s8(n, k)
+    same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
+
+
+def test_gemm_extremes(dsp):
+    a, b = np.full((6, 200), -128, np.int8), np.full((35, 200), 127, np.int8)
+    same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
+
+
+CONVS = [  # N, H, W, C, O, K, stride, pad
+    (1, 1, 1, 1, 1, 1, 1, 0), (2, 7, 6, 3, 5, 3, 1, 1), (1, 9, 9, 1, 6, 5, 1, 0),
+    (2, 8, 7, 6, 16, 5, 2, 2), (1, 6, 6, 33, 3, 3, 3, 1), (1, 5, 5, 2, 2, 3, 2, 0),
+]
+
+
+@pytest.mark.parametrize("shape", CONVS)
+def test_conv2d(dsp, shape):
+    n, h, w, c, o, k, s, p = shape
+    x, wt = s8(n, h, w, c), s8(o, k, k, c)
+    same(dsp.conv2d_s8(x, wt, s, p), ref.conv2d_s8(x, wt, s, p))
+
+
+@pytest.mark.parametrize("shape", CONVS)
+def test_conv2d_bwd_data(dsp, shape):
+    n, h, w, c, o, k, s, p = shape
+    wt = s8(o, k, k, c)
+    oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    err = s8(n, oh, ow, o)
+    same(dsp.conv2d_bwd_data_s8(err, wt, s, p, (h, w)), ref.conv2d_bwd_data_s8(err, wt, s, p, (h, w)))
+
+
+@pytest.mark.parametrize("shape", CONVS)
+def test_conv2d_bwd_weight(dsp, shape):
+    n, h, w, c, o, k, s, p = shape
+    x = s8(n, h, w, c)
+    oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    err = s8(n, oh, ow, o)
+    same(dsp.conv2d_bwd_weight_s8(err, x, s, p, (k, k)), ref.conv2d_bwd_weight_s8(err, x, s, p, (k, k)))
+
+
+def acc32(*shape, bits=20):
+    return R.integers(-(2**bits), 2**bits, shape, dtype=np.int32)
+
+
+@pytest.mark.parametrize("mode", ["round", "psto", "sto"])
+@pytest.mark.parametrize("size,shift", [(1, 3), (127, 1), (300, 9), (515, 17), (256, 0), (130, 31), (64, 40)])
+def test_shift_round(dsp, mode, size, shift):
+    acc = acc32(size, bits=24)
+    acc[0] = np.iinfo(np.int32).min if size > 1 else acc[0]
+    rng = RngKey(seed=7, step=3, tensor_id=11, offset=5)
+    same(dsp.shift_round(acc, shift, mode, rng), ref.shift_round(acc, shift, mode, rng))
+
+
+@pytest.mark.parametrize("shape", [(1,), (7, 33), (3, 5, 5, 16)])
+def test_absmax_and_requantize(dsp, shape):
+    acc = acc32(*shape, bits=18)
+    assert dsp.absmax(acc) == ref.absmax(acc)
+    rng = RngKey(1, 2, 3)
+    for mode in ("round", "psto", "sto"):
+        same(dsp.requantize(acc, mode, rng), ref.requantize(acc, mode, rng))
+        same(dsp.requantize(acc, mode, rng, shift=4), ref.requantize(acc, mode, rng, shift=4))
+    zeros = np.zeros(shape, np.int32)
+    same(dsp.requantize(zeros, "round", None), ref.requantize(zeros, "round", None))
+
+
+def test_fused_requant_hooks(dsp):
+    rng = RngKey(5, 1, 9)
+    x, w = s8(2, 8, 8, 3), s8(6, 5, 5, 3)
+    same(dsp.conv2d_requant_s8(x, w, 1, 2, "sto", rng), ref.conv2d_requant_s8(x, w, 1, 2, "sto", rng))
+    a, b = s8(7, 45), s8(10, 45)
+    same(dsp.gemm_requant_s8(a, b, "round", None), ref.gemm_requant_s8(a, b, "round", None))
+    same(dsp.gemm_requant_s8(a, b, "psto", None, shift=3), ref.gemm_requant_s8(a, b, "psto", None, shift=3))
+    err = s8(2, 4, 4, 6)
+    same(dsp.conv2d_bwd_data_requant_s8(err, w, 1, 0, (8, 8), "sto", rng),
+         ref.conv2d_bwd_data_requant_s8(err, w, 1, 0, (8, 8), "sto", rng))
+
+
+@pytest.mark.parametrize("shape", [(1,), (3, 7, 7, 6), (2, 130)])
+def test_relu_and_backward(dsp, shape):
+    x, err = s8(*shape, lo=-128), s8(*shape)
+    y = ref.relu_s8(x)
+    same(dsp.relu_s8(x), y)
+    same(dsp.relu_bwd_s8(err, y), ref.relu_bwd_s8(err, y))
+
+
+@pytest.mark.parametrize("shape,k,s", [((1, 2, 2, 1), 2, 2), ((2, 6, 7, 6), 2, 2), ((1, 7, 7, 130), 3, 2),
+                                       ((2, 5, 5, 3), 3, 1)])
+def test_maxpool_and_backward(dsp, shape, k, s):
+    x = s8(*shape, lo=-3, hi=3)  # few values: many ties, the first maximum must win
+    same(dsp.maxpool_s8(x, k, s), ref.maxpool_s8(x, k, s))
+    _, argmax = ref.maxpool_s8(x, k, s)
+    err = s8(*argmax.shape)
+    same(dsp.maxpool_bwd_s8(err, argmax, k, s, shape[1:3]), ref.maxpool_bwd_s8(err, argmax, k, s, shape[1:3]))
+
+
+@pytest.mark.parametrize("mode", ["round", "psto", "sto"])
+@pytest.mark.parametrize("shape,mu", [((6, 5, 5, 1), 3), ((10, 84), 2), ((3,), 5)])
+def test_niti_update(dsp, mode, shape, mu):
+    w, g = s8(*shape), acc32(*shape, bits=15)
+    rng = RngKey(3, 8, 21, 0)
+    same(dsp.niti_update_s8(w, g, mu, mode, rng), ref.niti_update_s8(w, g, mu, mode, rng))
+    zero = np.zeros(shape, np.int32)
+    same(dsp.niti_update_s8(w, zero, mu, mode, rng), ref.niti_update_s8(w, zero, mu, mode, rng))
+
+
+def test_inputs_never_written(dsp):
+    x, w = s8(1, 6, 6, 2), s8(3, 3, 3, 2)
+    x0, w0 = x.copy(), w.copy()
+    dsp.conv2d_requant_s8(x, w, 1, 1, "round", None)
+    g = dsp.conv2d_bwd_weight_s8(s8(1, 6, 6, 3), x, 1, 1, (3, 3))
+    w1 = dsp.niti_update_s8(w, g, 2, "psto", None)
+    same(x, x0)
+    same(w, w0)
+    same(w1, ref.niti_update_s8(w0, np.array(g), 2, "psto", None))
