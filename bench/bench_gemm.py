@@ -21,7 +21,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import best_time, print_table, write_results  # noqa: E402
+from report import best_time, print_table, write_results  # noqa: E402
 
 # (M, K, N) = (batch*OH*OW, KH*KW*C, O) of VGG-11's convolutions at batch 64 on 32x32.
 SHAPES = [(65536, 27, 64), (16384, 576, 128), (4096, 1152, 256), (4096, 2304, 256),
@@ -92,8 +92,7 @@ def main() -> None:
                        "vs_fbgemm", "pk_vs_fbgemm", "vs_numpy"])
     meta = {"isa": native.isa(), "threads": native.threads(), "runs": args.runs,
             "torch": getattr(torch, "__version__", None)}
-    for path in write_results("bench_gemm", rows, meta):
-        print(f"wrote {path}")
+    write_results("bench_gemm", rows, **meta)
 
 
 if __name__ == "__main__":

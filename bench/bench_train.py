@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import print_table, write_results  # noqa: E402
+from report import print_table, write_results  # noqa: E402
 
 VGG11 = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
 
@@ -95,8 +95,7 @@ def main() -> None:
         rows[0]["vs_torch"] = min(theirs) / min(ours)
     print(f"VGG-11 training step, batch {args.batch_size}, 32x32x3, {args.steps} steps")
     print_table(rows, ["system", "best_s", "median_s", "vs_torch", "placement"])
-    for path in write_results("bench_train", rows, {"steps": args.steps, "batch": args.batch_size}):
-        print(f"wrote {path}")
+    write_results("bench_train", rows, steps=args.steps, batch=args.batch_size)
 
 
 if __name__ == "__main__":
