@@ -14,6 +14,6 @@ from .numerics import QTensor  # noqa: E402
 from .train import Trainer  # noqa: E402
 
 __all__ = [
-    "__version__", "models", "load_run", "load_recipe", "RunConfig", "Recipe", "Trainer", "StepStats",
+    "__version__", "checkpoint", "models", "load_run", "load_recipe", "RunConfig", "Recipe", "Trainer", "StepStats",
     "QTensor", "DsptrainError", "UserError", "ConfigError", "DataError", "LoweringError", "BackendError",
 ]

@@ -10,7 +10,6 @@ then the methods of dsp_kernels/iface.idl in order.
 from __future__ import annotations
 
 import ctypes
-import os
 
 from ..errors import BackendError
 from . import dsp_abi

@@ -9,7 +9,6 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .. import numerics
-from ..numerics import RngKey
 from .base import Backend
 
 _EXACT_F64 = 2**53

@@ -3,12 +3,9 @@
 The C side is checked by the Hexagon compiler itself (_Static_assert, -fsyntax-only),
 the running server by its handshake."""
 import ctypes
-import os
 import re
 import shutil
 import subprocess
-
-import pytest
 
 from dsptrain.backends import dsp_abi, dsp_build
 
@@ -16,15 +13,12 @@ STRUCTS = {"dspt_op_desc": dsp_abi.OpDesc, "dspt_rng": dsp_abi.Rng, "dspt_cost":
            "dspt_cmd": dsp_abi.Cmd, "dspt_reply": dsp_abi.Reply, "dspt_hello": dsp_abi.Hello}
 
 
-def _need(tool):
-    if shutil.which(tool) is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{tool} missing: {dsp_build.INSTALL_HINT}")
-        pytest.skip(f"{tool} missing")
+def _need(need_tools, tool):
+    need_tools([] if shutil.which(tool) else [tool], dsp_build.INSTALL_HINT)
 
 
-def test_layout_compiles_on_hexagon(tmp_path):
-    _need("clang-16")
+def test_layout_compiles_on_hexagon(tmp_path, need_tools):
+    _need(need_tools, "clang-16")
     lines = ['#include <stddef.h>', '#include "ops.h"']
     for cname, mirror in STRUCTS.items():
         lines.append(f'_Static_assert(sizeof(struct {cname}) == {ctypes.sizeof(mirror)}, "{cname}");')
@@ -53,8 +47,8 @@ def test_constants_match_header():
     assert dsp_abi.RING_SLOTS * ctypes.sizeof(dsp_abi.OpDesc) <= dsp_abi.TENSOR_OFFSET - dsp_abi.RING_OFFSET
 
 
-def test_handshake_reports_same_layout():
-    _need("qemu-hexagon")
+def test_handshake_reports_same_layout(need_tools):
+    _need(need_tools, "qemu-hexagon")
     from dsptrain.backends.ops_dsp import DspBackend
     dsp = DspBackend(transport="emulated")
     try:

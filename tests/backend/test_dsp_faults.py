@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from dsptrain.backends import dsp_abi, dsp_build
+from dsptrain.backends import dsp_abi
 from dsptrain.backends.ops_ref import RefBackend
 from dsptrain.errors import BackendError, NoSupport
 
@@ -17,13 +17,7 @@ R = np.random.default_rng(7)
 
 
 @pytest.fixture
-def dsp():
-    missing = dsp_build.missing_tools()
-    if missing:
-        msg = f"emulated DSP needs {', '.join(missing)}: {dsp_build.INSTALL_HINT}"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
+def dsp(emulated_dsp_tools):
     from dsptrain.backends.ops_dsp import DspBackend
     backend = DspBackend(transport="emulated", timeout=2.0)
     yield backend

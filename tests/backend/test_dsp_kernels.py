@@ -3,30 +3,19 @@
 Needs qemu-hexagon, clang-16 and lld-16. Outside CI they are skipped when missing;
 in CI (CI set) a missing tool fails loudly. Sizes are small: QEMU is slow.
 """
-import os
 
 import numpy as np
 import pytest
 
-from dsptrain.backends import dsp_build
 from dsptrain.backends.ops_ref import RefBackend
 from dsptrain.numerics import RngKey
 
 
-def _dsp_backend():
-    missing = dsp_build.missing_tools()
-    if missing:
-        msg = f"emulated DSP needs {', '.join(missing)}: {dsp_build.INSTALL_HINT}"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    from dsptrain.backends.ops_dsp import DspBackend
-    return DspBackend(transport="emulated")
-
-
 @pytest.fixture(scope="module")
-def dsp():
-    backend = _dsp_backend()
+def dsp(emulated_dsp_tools):
+    from dsptrain.backends.ops_dsp import DspBackend
+
+    backend = DspBackend(transport="emulated")
     yield backend
     backend.close()
 

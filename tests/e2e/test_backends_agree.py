@@ -14,16 +14,8 @@ import pytest
 
 import dsptrain
 from dsptrain import data as datasets
-from dsptrain.backends import availability
 
 STEPS = 20
-
-
-def dsp_ready():
-    ok, why = availability()["dsp"]
-    if not ok and not os.environ.get("CI"):
-        pytest.skip(f"no DSP here: {why}")
-    assert ok, why
 
 
 def train(run, backend, tmp_path, sabotage=None):
@@ -49,8 +41,7 @@ def assert_same_weights(a, b):
         assert a[name].e == b[name].e, name
 
 
-def test_ref_cpu_and_dsp_end_with_identical_weights(small_run, tmp_path):
-    dsp_ready()
+def test_ref_cpu_and_dsp_end_with_identical_weights(small_run, tmp_path, emulated_dsp_tools):
     run = small_run("niti", train_limit=STEPS * 32)
     reference, _ = train(run, "ref", tmp_path)
     cpu, cpu_stats = train(run, "cpu", tmp_path)
@@ -77,8 +68,7 @@ def _during_next_dsp_batch(trainer, sig):
 
 
 @pytest.mark.parametrize("fault", ["killed", "hung"])
-def test_dsp_failure_mid_step_keeps_training_exact(small_run, tmp_path, monkeypatch, fault):
-    dsp_ready()
+def test_dsp_failure_mid_step_keeps_training_exact(small_run, tmp_path, monkeypatch, fault, emulated_dsp_tools):
     monkeypatch.setenv("DSPTRAIN_DSP_TIMEOUT", "3")
     run = small_run("niti", train_limit=STEPS * 32)
     expected, _ = train(run, "cpu", tmp_path)
