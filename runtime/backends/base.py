@@ -31,6 +31,11 @@ class Backend:
         """(usable here, why or why not) -- shown by `dsptrain info`."""
         return True, "always available"
 
+    @classmethod
+    def chosen_by_auto(cls) -> tuple[bool, str]:
+        """(optional) Should `--backend auto` use it? Default: whenever it is available."""
+        return cls.available()
+
     def supports(self, op) -> tuple[bool, str]:
         """Can this backend run `op`? Returns (answer, reason)."""
         missing = [h for h in op.hooks if h not in self.hooks]

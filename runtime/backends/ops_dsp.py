@@ -104,6 +104,14 @@ class DspBackend(Backend):
             return False, str(exc)
         return name is not None, why
 
+    @classmethod
+    def chosen_by_auto(cls) -> tuple[bool, str]:
+        """auto takes a real DSP only: the emulator checks correctness, at a fraction of the CPU's speed."""
+        name, why = _pick_mode(os.environ.get("DSPTRAIN_DSP", "auto"))
+        if name == "emulated":
+            return False, f"{why}; the emulated DSP runs only when asked for (--backend dsp)"
+        return name is not None, why
+
     @property
     def transport(self):
         if self._transport is None:
