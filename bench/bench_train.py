@@ -1,17 +1,28 @@
-"""One VGG-11 training step (batch 64, 32x32x3 synthetic images): NITI int8 on the
-`cpu` backend vs a PyTorch float32 step (SGD) on the same cores.
+"""Training speed and memory: NITI int8 on the `cpu` backend vs PyTorch float32 (SGD) on
+the same cores, same model and batch.
 
     python bench/bench_train.py [--steps 5] [--batch-size 64] [--backend cpu]
+                                [--lenet-steps 100] [--no-memory] [--only vgg|lenet]
 
-Prints seconds per step (best and median of --steps after one warm-up) and where the
-ops ran; writes bench/results/bench_train.{csv,json}. PyTorch is optional (n/a without).
+  vgg11    one VGG-11 step (batch 64, 32x32x3 synthetic images): best/median s/step
+  lenet5   LeNet-5 on Fashion-MNIST (real batches of the training set): ms/step (best
+           and median of --lenet-steps after a warm-up) and seconds per epoch, i.e.
+           the median step times the epoch's ceil(60000 / batch) steps
+  memory   peak RSS of a VGG-11 step, each system in a fresh subprocess (the import,
+           the model and a few steps), so neither sees the other's allocations
+
+Results go to bench/results/bench_train.{csv,json}. PyTorch is optional (n/a without).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import math
 import os
+import resource
 import statistics
+import subprocess
 import sys
 import time
 
@@ -23,18 +34,20 @@ from report import print_table, write_results  # noqa: E402
 VGG11 = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
 
 
-def dsptrain_steps(args, images, labels) -> tuple[list[float], dict]:
+def dsptrain_steps(args, batches, model: str = "vgg11", dataset: str = "synthetic") -> tuple[list[float], dict]:
+    """Seconds per step over `batches` (an iterable of (images, labels)) after one warm-up."""
     import dsptrain
 
     run = dsptrain.load_run("configs/runs/lenet-fmnist-niti.yaml")
-    run = dataclasses.replace(run, model=dataclasses.replace(run.model, name="vgg11"),
-                              data=dataclasses.replace(run.data, dataset="synthetic"), backend=args.backend,
+    run = dataclasses.replace(run, model=dataclasses.replace(run.model, name=model),
+                              data=dataclasses.replace(run.data, dataset=dataset), backend=args.backend,
                               train=dataclasses.replace(run.train, batch_size=args.batch_size))
     trainer = dsptrain.Trainer(run, progress=False, out_dir="/tmp/dsptrain-bench-train")
     try:
-        stats = trainer.step(images, labels)  # warm-up: plan, scratch buffers
+        batches = iter(batches)
+        stats = trainer.step(*next(batches))  # warm-up: plan, scratch buffers
         times = []
-        for _ in range(args.steps):
+        for images, labels in batches:
             stats = trainer.step(images, labels)
             times.append(stats.time_s)
         return times, dict(stats.ops_on)
@@ -42,13 +55,13 @@ def dsptrain_steps(args, images, labels) -> tuple[list[float], dict]:
         trainer.close()
 
 
-def torch_steps(args, images, labels) -> list[float] | None:
-    try:
-        import torch
-        from torch import nn
-    except ImportError:
-        return None
-    torch.set_num_threads(os.cpu_count() or 1)
+def torch_model(torch, model: str):
+    from torch import nn
+    if model == "lenet5":  # as dsptrain.models.lenet5, without biases (NITI has none)
+        return nn.Sequential(nn.Conv2d(1, 6, 5, padding=2, bias=False), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(6, 16, 5, bias=False), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                             nn.Linear(400, 120, bias=False), nn.ReLU(), nn.Linear(120, 84, bias=False), nn.ReLU(),
+                             nn.Linear(84, 10, bias=False))
     layers, c = [], 3
     for v in VGG11:
         if v == "M":
@@ -56,46 +69,133 @@ def torch_steps(args, images, labels) -> list[float] | None:
         else:
             layers += [nn.Conv2d(c, v, 3, padding=1, bias=False), nn.ReLU()]
             c = v
-    model = nn.Sequential(*layers, nn.Flatten(), nn.Linear(512, 10, bias=False))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.from_numpy(images.astype(np.float32) / 255).permute(0, 3, 1, 2).contiguous()
-    y = torch.from_numpy(labels)
+    return nn.Sequential(*layers, nn.Flatten(), nn.Linear(512, 10, bias=False))
 
-    def step():
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
 
-    step()
+def torch_steps(args, batches, model: str = "vgg11") -> list[float] | None:
+    """PyTorch float32 SGD steps over `batches` (uint8 NHWC images), the first a warm-up."""
+    try:
+        import torch
+        from torch import nn
+    except ImportError:
+        return None
+    torch.set_num_threads(os.cpu_count() or 1)
+    net = torch_model(torch, model)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
     times = []
-    for _ in range(args.steps):
+    for images, labels in batches:
         t0 = time.perf_counter()
-        step()
+        x = torch.from_numpy(images.astype(np.float32) / 255).permute(0, 3, 1, 2).contiguous()
+        opt.zero_grad()
+        nn.functional.cross_entropy(net(x), torch.from_numpy(labels)).backward()
+        opt.step()
         times.append(time.perf_counter() - t0)
-    return times
+    return times[1:]
+
+
+def vgg_batches(args, count: int):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (args.batch_size, 32, 32, 3), dtype=np.uint8)
+    labels = rng.integers(0, 10, args.batch_size).astype(np.int64)
+    return [(images, labels)] * count
+
+
+def fmnist_batches(args, count: int):
+    """The first `count` shuffled batches of Fashion-MNIST's training set, and its size."""
+    from dsptrain.data import batches, load_fashion_mnist
+    train = load_fashion_mnist("train")
+    out = []
+    for batch in batches(train, args.batch_size, seed=0):
+        if len(out) == count:
+            break
+        out.append(batch)
+    return out, len(train)
+
+
+def peak_rss_child(system: str, args) -> float | None:
+    """Peak RSS (MB) of a fresh process running VGG-11 steps on `system`."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--child-memory", system, "--batch-size", str(args.batch_size),
+           "--backend", args.backend]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=os.getcwd())
+    if out.returncode != 0:
+        print(f"memory child {system} failed: {out.stderr[-400:]}", file=sys.stderr)
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_mb"]
+
+
+def child_memory(system: str, args) -> None:
+    batches = vgg_batches(args, 3)
+    if system == "torch":
+        if torch_steps(args, batches) is None:
+            raise SystemExit("torch is not installed")
+    else:
+        dsptrain_steps(args, batches)
+    print(json.dumps({"peak_rss_mb": peak_rss_mb()}))
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS. VmHWM, not ru_maxrss: Linux carries ru_maxrss across
+    exec, so a child of a big parent would report the parent's peak."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=5, help="VGG-11 steps timed")
+    parser.add_argument("--lenet-steps", type=int, default=100, help="LeNet-5 steps timed")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--backend", default="cpu")
+    parser.add_argument("--only", choices=("vgg", "lenet"), help="run one of the two models")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-RSS subprocesses")
+    parser.add_argument("--child-memory", choices=("dsptrain", "torch"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    rng = np.random.default_rng(0)
-    images = rng.integers(0, 256, (args.batch_size, 32, 32, 3), dtype=np.uint8)
-    labels = rng.integers(0, 10, args.batch_size).astype(np.int64)
+    if args.child_memory:
+        child_memory(args.child_memory, args)
+        return
 
-    ours, placement = dsptrain_steps(args, images, labels)
-    rows = [{"system": f"dsptrain NITI int8 ({args.backend})", "best_s": min(ours), "median_s": statistics.median(ours),
-             "placement": " ".join(f"{k}:{v}" for k, v in placement.items())}]
-    theirs = torch_steps(args, images, labels)
-    rows.append({"system": "PyTorch fp32", "best_s": min(theirs) if theirs else None,
-                 "median_s": statistics.median(theirs) if theirs else None, "placement": "torch"})
-    if theirs:
-        rows[0]["vs_torch"] = min(theirs) / min(ours)
-    print(f"VGG-11 training step, batch {args.batch_size}, 32x32x3, {args.steps} steps")
-    print_table(rows, ["system", "best_s", "median_s", "vs_torch", "placement"])
-    write_results("bench_train", rows, steps=args.steps, batch=args.batch_size)
+    rows = []
+    if args.only != "lenet":
+        batches = vgg_batches(args, args.steps + 1)
+        ours, placement = dsptrain_steps(args, batches)
+        theirs = torch_steps(args, batches)
+        row = {"model": "vgg11", "system": f"dsptrain NITI int8 ({args.backend})", "best_s": min(ours),
+               "median_s": statistics.median(ours), "placement": " ".join(f"{k}:{v}" for k, v in placement.items())}
+        peer = {"model": "vgg11", "system": "PyTorch fp32", "best_s": min(theirs) if theirs else None,
+                "median_s": statistics.median(theirs) if theirs else None, "placement": "torch"}
+        if theirs:
+            row["vs_torch"] = min(theirs) / min(ours)
+        if not args.no_memory:
+            row["peak_rss_mb"], peer["peak_rss_mb"] = peak_rss_child("dsptrain", args), peak_rss_child("torch", args)
+            if row["peak_rss_mb"] and peer["peak_rss_mb"]:
+                row["rss_vs_torch"] = row["peak_rss_mb"] / peer["peak_rss_mb"]
+        rows += [row, peer]
+    if args.only != "vgg":
+        batches, train_size = fmnist_batches(args, args.lenet_steps + 1)
+        per_epoch = math.ceil(train_size / args.batch_size)
+        ours, placement = dsptrain_steps(args, batches, model="lenet5", dataset="fashion-mnist")
+        theirs = torch_steps(args, batches, model="lenet5")
+        row = {"model": "lenet5", "system": f"dsptrain NITI int8 ({args.backend})", "best_s": min(ours),
+               "median_s": statistics.median(ours), "epoch_s": statistics.median(ours) * per_epoch,
+               "placement": " ".join(f"{k}:{v}" for k, v in placement.items())}
+        peer = {"model": "lenet5", "system": "PyTorch fp32", "best_s": min(theirs) if theirs else None,
+                "median_s": statistics.median(theirs) if theirs else None,
+                "epoch_s": statistics.median(theirs) * per_epoch if theirs else None, "placement": "torch"}
+        if theirs:
+            row["vs_torch"] = min(theirs) / min(ours)
+            row["epoch_vs_torch"] = peer["epoch_s"] / row["epoch_s"]
+        rows += [row, peer]
+    print(f"Training step, batch {args.batch_size}: VGG-11 32x32x3 ({args.steps} steps), "
+          f"LeNet-5 Fashion-MNIST ({args.lenet_steps} steps; epoch_s = median step x steps per epoch)")
+    print_table(rows, ["model", "system", "best_s", "median_s", "vs_torch", "epoch_s", "epoch_vs_torch", "peak_rss_mb",
+                       "rss_vs_torch", "placement"])
+    write_results("bench_train", rows, steps=args.steps, lenet_steps=args.lenet_steps, batch=args.batch_size)
 
 
 if __name__ == "__main__":

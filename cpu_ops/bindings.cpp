@@ -326,6 +326,17 @@ PYBIND11_MODULE(_cpu_ops, m) {
                        [&](auto* dx) { conv2d_bwd_data(c.x.data(), c.w.data(), c.s, dx); });
   }, py::arg("err"), py::arg("w"), py::arg("stride"), py::arg("pad"), py::arg("in_hw"), py::arg("shift"),
      py::arg("mode"), py::arg("rng"));
+  m.def("conv_algorithm", [](const std::string& pass, const py::handle& x_obj, const py::handle& w_obj, int stride,
+                             int pad) {
+    auto x = checked<int8_t>("conv_algorithm", "x", x_obj, 4);
+    auto w = checked<int8_t>("conv_algorithm", "w", w_obj, 4);
+    const ConvShape s = conv_shape("conv_algorithm", x, w, stride, pad);
+    if (pass == "forward") return std::string(conv_algorithm(ConvPass::kForward, s));
+    if (pass == "backward_data") return std::string(conv_algorithm(ConvPass::kBackwardData, s));
+    if (pass == "backward_weight") return std::string(conv_algorithm(ConvPass::kBackwardWeight, s));
+    fail("conv_algorithm: pass '" + pass + "' is not one of forward, backward_data, backward_weight");
+  }, py::arg("pass_"), py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"),
+     "The algorithm a convolution pass of this shape runs on the active ISA (for tests).");
   m.def("conv2d_bwd_weight_s8", [](const py::handle& err_obj, const py::handle& x_obj, int stride, int pad,
                                    std::pair<int, int> kernel) {
     const char* op = "conv2d_bwd_weight_s8";

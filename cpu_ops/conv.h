@@ -15,6 +15,11 @@ struct ConvShape {
   int ow() const { return (w + 2 * pad - kw) / stride + 1; }
 };
 
+// Which algorithm a pass runs for shape `s` on the active ISA (for tests and debugging):
+// "gemm_1x1", "im2col_gemm", "pixel_panels" or "wgrad_panels".
+enum class ConvPass { kForward, kBackwardData, kBackwardWeight };
+const char* conv_algorithm(ConvPass pass, const ConvShape& s);
+
 // y[N,OH,OW,O] = x * w. T is int32_t or int64_t.
 template <typename T>
 void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y);

@@ -30,6 +30,11 @@ Isa g_active = best_isa();
 
 }  // namespace
 
+const GemmKernel* gemm_kernel(Isa isa) {
+  const GemmKernel* k = kernel_for(isa);
+  return k ? k : kernel_scalar();
+}
+
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::kAvx512Vnni: return "avx512vnni";

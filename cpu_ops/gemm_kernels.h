@@ -35,6 +35,9 @@ const GemmKernel* kernel_avx_vnni();
 const GemmKernel* kernel_avx512_vnni();
 const GemmKernel* kernel_neon_dot();  // nullptr where not compiled (not aarch64)
 
+// The kernel of `isa` (the scalar one for an ISA not compiled in).
+const GemmKernel* gemm_kernel(Isa isa);
+
 inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 // Generic A packing, shared by the ISAs: `convert` maps an int8 to the packed element.

@@ -3,6 +3,7 @@
 #include "pool_relu.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "rounding.h"
@@ -31,7 +32,8 @@ void relu_s8(const int8_t* x, size_t n, int8_t* y) {
 
 void relu_bwd_s8(const int8_t* err, const int8_t* y, size_t n, int8_t* dx) {
   for_chunks(n, [&](size_t b, size_t e) {
-    for (size_t i = b; i < e; ++i) dx[i] = y[i] > 0 ? err[i] : 0;
+    // Both loads unconditional and a mask instead of a branch, so the loop vectorises.
+    for (size_t i = b; i < e; ++i) dx[i] = static_cast<int8_t>(err[i] & -static_cast<int8_t>(y[i] > 0));
   });
 }
 
@@ -65,20 +67,32 @@ void maxpool_s8(const int8_t* x, const PoolShape& s, int8_t* y, uint8_t* argmax)
 void maxpool_bwd_s8(const int8_t* err, const uint8_t* argmax, const PoolShape& s, int8_t* dx) {
   const int oh = s.oh(), ow = s.ow(), c = s.c;
   const size_t image = static_cast<size_t>(s.h) * s.w * c;
+  // Where tap t of a window lands, relative to the window's corner (no division per element).
+  ptrdiff_t tap_at[256];
+  for (int t = 0; t < s.kernel * s.kernel; ++t)
+    tap_at[t] = (static_cast<ptrdiff_t>(t / s.kernel) * s.w + t % s.kernel) * c;
+  const bool disjoint = s.stride >= s.kernel;  // each input cell gets at most one error
   parallel_for(s.n, [&](int b) {
+    int8_t* out = dx + b * image;
+    if (disjoint) {
+      std::memset(out, 0, image);
+      for (int oy = 0; oy < oh; ++oy)
+        for (int ox = 0; ox < ow; ++ox) {
+          const ptrdiff_t at = ((static_cast<ptrdiff_t>(b) * oh + oy) * ow + ox) * c;
+          int8_t* corner = out + (static_cast<ptrdiff_t>(oy) * s.stride * s.w + ox * s.stride) * c;
+          for (int ch = 0; ch < c; ++ch) corner[tap_at[argmax[at + ch]] + ch] = std::max<int8_t>(err[at + ch], -127);
+        }
+      return;
+    }
     thread_local std::vector<int32_t> acc;
     acc.assign(image, 0);
     for (int oy = 0; oy < oh; ++oy) {
       for (int ox = 0; ox < ow; ++ox) {
         const ptrdiff_t at = ((static_cast<ptrdiff_t>(b) * oh + oy) * ow + ox) * c;
-        for (int ch = 0; ch < c; ++ch) {
-          const int tap = argmax[at + ch];
-          const int y = oy * s.stride + tap / s.kernel, x = ox * s.stride + tap % s.kernel;
-          acc[(static_cast<size_t>(y) * s.w + x) * c + ch] += err[at + ch];
-        }
+        int32_t* corner = acc.data() + (static_cast<ptrdiff_t>(oy) * s.stride * s.w + ox * s.stride) * c;
+        for (int ch = 0; ch < c; ++ch) corner[tap_at[argmax[at + ch]] + ch] += err[at + ch];
       }
     }
-    int8_t* out = dx + b * image;
     for (size_t i = 0; i < image; ++i) out[i] = clip_s8(acc[i]);
   });
 }

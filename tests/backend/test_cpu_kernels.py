@@ -47,6 +47,55 @@ def test_conv_every_isa(cpu_isa, ref, case):
                                   ref.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]))
 
 
+# (N, H, W, C, O, K, stride, pad): few channels (the pixel-panel and panel weight-gradient
+# kernels), LeNet's own layers, stride 2, batch 1, padding beyond K-1 (the transposed
+# convolution then crops), and wide layers that stay on im2col + GEMM.
+SMALL_CONV_SHAPES = [(2, 28, 28, 1, 6, 5, 1, 2), (3, 14, 14, 6, 16, 5, 1, 0), (1, 9, 9, 3, 2, 3, 2, 1),
+                     (2, 12, 11, 6, 16, 5, 2, 2), (1, 5, 5, 4, 3, 5, 1, 4), (1, 6, 7, 2, 5, 3, 1, 3),
+                     (1, 1, 1, 3, 7, 1, 1, 0), (2, 8, 8, 3, 64, 3, 1, 1), (1, 7, 5, 1, 1, 3, 2, 1),
+                     (70, 4, 4, 5, 6, 3, 1, 1), (2, 6, 6, 96, 128, 3, 1, 1)]
+
+
+def small_conv_cases(seed: int = 7):
+    rng = np.random.default_rng(seed)
+    for n, h, w, c, o, k, stride, pad in SMALL_CONV_SHAPES:
+        oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+        yield (f"n{n}h{h}w{w}c{c}o{o}k{k}s{stride}p{pad}",
+               dict(x=cases.int8(rng, (n, h, w, c)), w=cases.int8(rng, (o, k, k, c)), err=cases.int8(rng, (n, oh, ow, o)),
+                    stride=stride, pad=pad))
+
+
+@pytest.mark.parametrize("case", list(small_conv_cases()), ids=lambda c: c[0])
+def test_small_channel_conv_every_isa(cpu_isa, ref, case):
+    c = case[1]
+    x, w, err, stride, pad = c["x"], c["w"], c["err"], c["stride"], c["pad"]
+    hw = x.shape[1:3]
+    np.testing.assert_array_equal(cpu_isa.conv2d_s8(x, w, stride, pad), ref.conv2d_s8(x, w, stride, pad))
+    np.testing.assert_array_equal(cpu_isa.conv2d_bwd_data_s8(err, w, stride, pad, hw),
+                                  ref.conv2d_bwd_data_s8(err, w, stride, pad, hw))
+    np.testing.assert_array_equal(cpu_isa.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]),
+                                  ref.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]))
+    key = cases.rng_key(3)
+    for mode in cases.ROUNDING:
+        got = cpu_isa.conv2d_requant_s8(x, w, stride, pad, mode, key)
+        want = ref.conv2d_requant_s8(x, w, stride, pad, mode, key)
+        np.testing.assert_array_equal(got[0], want[0])
+        assert got[1] == want[1]
+
+
+def test_conv_algorithm_selection_covers_every_kernel(cpu_isa):
+    """The shape-based choice, per ISA: the cases above reach every convolution kernel."""
+    seen = set()
+    for _, c in list(small_conv_cases()) + list(cases.conv_cases()):
+        for pass_ in ("forward", "backward_data", "backward_weight"):
+            seen.add(native.conv_algorithm(pass_, c["x"], c["w"], c["stride"], c["pad"]))
+    assert {"pixel_panels", "wgrad_panels", "im2col_gemm", "gemm_1x1"} <= seen, seen
+    lenet_conv2 = (np.zeros((64, 14, 14, 6), np.int8), np.zeros((16, 5, 5, 6), np.int8), 1, 0)
+    assert native.conv_algorithm("backward_weight", *lenet_conv2) == "wgrad_panels"
+    with pytest.raises(ValueError, match="pass 'sideways'"):
+        native.conv_algorithm("sideways", *lenet_conv2)
+
+
 def test_packed_weights_match_gemm(ref):
     rng = np.random.default_rng(0)
     a, b = cases.int8(rng, (70, 300)), cases.int8(rng, (45, 300))

@@ -1,0 +1,48 @@
+// Internal to the convolutions (conv.cpp, conv_panels.cpp): the padded source every
+// convolution reads, and the kernels for small channel counts.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace dsptrain {
+
+// A source tensor zero padded (and, for the transposed convolution, zero dilated) so that
+// every convolution becomes a 'valid' one: output pixel p = (b, oy, ox) and tap (i, j, c)
+// read d[base(p) + i * row_stride() + j * ch + c]. Tap row i is one contiguous run of
+// kw * ch bytes, which is what makes the gathers below cheap. `d` has 4 bytes of slack
+// after the last element, so a run may be read rounded up to 4 bytes.
+struct PaddedSrc {
+  const int8_t* d;
+  int n, hp, wp, ch;  // the padded tensor
+  int oh, ow;         // output pixels
+  int kh, kw, step;   // kernel and stride over the padded tensor
+  ptrdiff_t pixels() const { return static_cast<ptrdiff_t>(n) * oh * ow; }
+  ptrdiff_t row_stride() const { return static_cast<ptrdiff_t>(wp) * ch; }
+  int run() const { return kw * ch; }
+  ptrdiff_t base(int b, int oy, int ox) const {
+    return ((static_cast<ptrdiff_t>(b) * hp + oy * step) * wp + static_cast<ptrdiff_t>(ox) * step) * ch;
+  }
+};
+
+// Builds the padded source in `buf` from src[n, h, w, ch]: padded row y' holds source row
+// (y' - off_y) / dil when that is exact and in range, else zeros (columns alike, off_x).
+PaddedSrc pad_source(const int8_t* src, int n, int h, int w, int ch, int off_y, int off_x, int dil, int hp, int wp,
+                     int oh, int ow, int kh, int kw, int step, std::vector<int8_t>* buf);
+
+// Weights [oc, kh, kw, ch] in "run layout": each tap row's kw*ch bytes padded with zeros
+// to a multiple of 4, so every group of 4 k is one 4-byte load from the source.
+inline int run_pad(int run) { return (run + 3) / 4 * 4; }
+
+// out[P, oc] = patches(s)[P, K] x w_runs[oc, K]^T, computed as w_runs x patches^T with
+// the pixels as the GEMM's wide dimension (panels of nr pixels gathered straight into
+// the packed layout) and stored transposed. For few output channels. T: int32/int64.
+template <typename T>
+void conv_pixel_panels(const PaddedSrc& s, const int8_t* w_runs, int oc, T* out);
+
+// dw[oc, kh, kw, ch] = err[P, oc]^T x patches(s)[P, K]: the long pixel reduction is
+// split over threads in blocks, each with its own accumulator, reduced at the end.
+template <typename T>
+void conv_wgrad_panels(const PaddedSrc& s, const int8_t* err, int oc, T* dw);
+
+}  // namespace dsptrain
