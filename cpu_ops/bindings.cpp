@@ -383,6 +383,24 @@ PYBIND11_MODULE(_cpu_ops, m) {
   }, py::arg("acc"), py::arg("shift"), py::arg("bits"), py::arg("mode"), py::arg("rng"),
      "Range estimate (shift < 0) and shift_round in one call: (int8, shift).");
 
+  m.def("shift_round", [](const py::handle& obj, int shift, const std::string& mode, const py::object& rng) {
+    const Acc a = checked_acc("shift_round", obj);
+    const RoundMode rm = parse_mode("shift_round", mode);
+    const Rng r = parse_rng(rng);
+    check_shift("shift_round", shift, rm, r);
+    py::array_t<int8_t> out(dims(a.arr));
+    int8_t* q = out.mutable_data();
+    const size_t n = a.arr.size();
+    const void* p = a.arr.data();
+    {
+      py::gil_scoped_release nogil;
+      if (a.is64) shift_round(static_cast<const int64_t*>(p), n, shift, rm, r.key, q);
+      else shift_round(static_cast<const int32_t*>(p), n, shift, rm, r.key, q);
+    }
+    return out;
+  }, py::arg("acc"), py::arg("shift"), py::arg("mode"), py::arg("rng"),
+     "numerics.shift_round by exactly `shift` (no saturation check): int8.");
+
   // ------------------------------------------------------------ element-wise and pooling
   m.def("relu_s8", [](const py::handle& obj) {
     auto x = checked<int8_t>("relu_s8", "x", obj, -1);

@@ -54,6 +54,25 @@ inline __attribute__((always_inline)) void round_loop(const T* x, size_t begin, 
   }
 }
 
+// The same loop that also returns max |x| over [begin, end): a given shift checked for
+// saturation in the pass that applies it (requantize with shift >= 0).
+template <typename T, RoundMode kMode>
+inline __attribute__((always_inline)) int64_t round_max_loop(const T* x, size_t begin, size_t end, int shift,
+                                                            const RngKey& key, int8_t* out) {
+  int64_t m = 0;
+  for (size_t i = begin; i < end; ++i) {
+    const int64_t v = x[i];
+    m = std::max(m, v < 0 ? -v : v);
+    if (shift <= 0) {
+      out[i] = clip_s8(v);
+    } else {
+      const uint32_t rand = kMode == RoundMode::kSto ? random_u32(key, i) : 0;
+      out[i] = shift_round_one(v, shift, kMode, rand);
+    }
+  }
+  return m;
+}
+
 #define DSPTRAIN_ROUND_LOOP(T, MODE, NAME)                                                         \
   DSPTRAIN_CLONES void NAME(const T* x, size_t b, size_t e, int s, const RngKey& k, int8_t* out) { \
     round_loop<T, MODE>(x, b, e, s, k, out);                                                       \
@@ -65,6 +84,26 @@ DSPTRAIN_ROUND_LOOP(int64_t, RoundMode::kRound, round_s64)
 DSPTRAIN_ROUND_LOOP(int64_t, RoundMode::kPsto, psto_s64)
 DSPTRAIN_ROUND_LOOP(int64_t, RoundMode::kSto, sto_s64)
 #undef DSPTRAIN_ROUND_LOOP
+
+#define DSPTRAIN_ROUND_MAX_LOOP(T, MODE, NAME)                                                         \
+  DSPTRAIN_CLONES int64_t NAME(const T* x, size_t b, size_t e, int s, const RngKey& k, int8_t* out) { \
+    return round_max_loop<T, MODE>(x, b, e, s, k, out);                                                \
+  }
+DSPTRAIN_ROUND_MAX_LOOP(int32_t, RoundMode::kRound, round_max_s32)
+DSPTRAIN_ROUND_MAX_LOOP(int32_t, RoundMode::kPsto, psto_max_s32)
+DSPTRAIN_ROUND_MAX_LOOP(int32_t, RoundMode::kSto, sto_max_s32)
+DSPTRAIN_ROUND_MAX_LOOP(int64_t, RoundMode::kRound, round_max_s64)
+DSPTRAIN_ROUND_MAX_LOOP(int64_t, RoundMode::kPsto, psto_max_s64)
+DSPTRAIN_ROUND_MAX_LOOP(int64_t, RoundMode::kSto, sto_max_s64)
+#undef DSPTRAIN_ROUND_MAX_LOOP
+
+template <typename T, typename Loop>
+int64_t shift_round_max_parallel(const T* x, size_t n, int shift, const RngKey& key, int8_t* out, Loop loop) {
+  const int tasks = static_cast<int>((n + kChunk - 1) / kChunk);
+  std::vector<int64_t> partial(std::max(tasks, 1), 0);
+  for_chunks(n, [&](size_t b, size_t e) { partial[b / kChunk] = loop(x, b, e, shift, key, out); });
+  return *std::max_element(partial.begin(), partial.end());
+}
 
 template <typename T, typename Loop>
 void shift_round_parallel(const T* x, size_t n, int shift, const RngKey& key, int8_t* out, Loop loop) {
@@ -92,6 +131,20 @@ void shift_round(const int32_t* x, size_t n, int shift, RoundMode mode, const Rn
 void shift_round(const int64_t* x, size_t n, int shift, RoundMode mode, const RngKey& key, int8_t* out) {
   shift_round_parallel(x, n, shift, key, out,
                        mode == RoundMode::kRound ? round_s64 : mode == RoundMode::kPsto ? psto_s64 : sto_s64);
+}
+
+int64_t shift_round_absmax(const int32_t* x, size_t n, int shift, RoundMode mode, const RngKey& key,
+                           int8_t* out) {
+  return shift_round_max_parallel(
+      x, n, shift, key, out,
+      mode == RoundMode::kRound ? round_max_s32 : mode == RoundMode::kPsto ? psto_max_s32 : sto_max_s32);
+}
+
+int64_t shift_round_absmax(const int64_t* x, size_t n, int shift, RoundMode mode, const RngKey& key,
+                           int8_t* out) {
+  return shift_round_max_parallel(
+      x, n, shift, key, out,
+      mode == RoundMode::kRound ? round_max_s64 : mode == RoundMode::kPsto ? psto_max_s64 : sto_max_s64);
 }
 
 int range_bits(int64_t max_abs) {

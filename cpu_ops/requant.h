@@ -16,6 +16,10 @@ int64_t absmax(const int64_t* x, size_t n);
 void shift_round(const int32_t* x, size_t n, int shift, RoundMode mode, const RngKey& key, int8_t* out);
 void shift_round(const int64_t* x, size_t n, int shift, RoundMode mode, const RngKey& key, int8_t* out);
 
+// shift_round that also returns max |x| from the same pass.
+int64_t shift_round_absmax(const int32_t* x, size_t n, int shift, RoundMode mode, const RngKey& key, int8_t* out);
+int64_t shift_round_absmax(const int64_t* x, size_t n, int shift, RoundMode mode, const RngKey& key, int8_t* out);
+
 // numerics.range_bits / activation_shift.
 int range_bits(int64_t max_abs);
 inline int activation_shift(int64_t max_abs, int bits) {
@@ -24,10 +28,21 @@ inline int activation_shift(int64_t max_abs, int bits) {
 }
 
 // Range estimate (when shift < 0) then shift_round; returns the shift used.
+// A given shift (>= 0) is checked in the same pass (base.py's contract): when the
+// accumulators' own shift is larger the given one would saturate, so the tensor is
+// rounded again with the estimated shift, which is returned.
 template <typename T>
 int requantize(const T* x, size_t n, int shift, int bits, RoundMode mode, const RngKey& key, int8_t* out) {
-  if (shift < 0) shift = activation_shift(absmax(x, n), bits);
-  shift_round(x, n, shift, mode, key, out);
+  if (shift < 0) {
+    shift = activation_shift(absmax(x, n), bits);
+    shift_round(x, n, shift, mode, key, out);
+    return shift;
+  }
+  const int needed = activation_shift(shift_round_absmax(x, n, shift, mode, key, out), bits);
+  if (needed > shift) {
+    shift = needed;
+    shift_round(x, n, shift, mode, key, out);
+  }
   return shift;
 }
 

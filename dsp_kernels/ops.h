@@ -83,6 +83,9 @@ struct dspt_op_desc {
 };
 
 #define DSPT_F_ACCUMULATE 1u        /* GEMM/conv: out0 += product instead of = */
+#define DSPT_F_SATURATE_CHECK 2u    /* REQUANT with a given shift: if max|acc| needs a larger
+                                       shift (the given one would saturate), use that one and
+                                       report it in result_shift (base.py's requantize rule) */
 
 /* The arena: [control block][op ring][tensors...]. */
 #define DSPT_RING_SLOTS 64u

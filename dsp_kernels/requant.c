@@ -82,11 +82,28 @@ static inline HVX_Vector shift_vec(HVX_Vector x, int shift, int mode, HVX_Vector
     return Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VwVw(zero, x), Q6_Vw_vsub_VwVw(zero, r), r);
 }
 
-/* out[i] = shift_round(in[i]) for n elements; rng used only by DSPT_STO. */
+/* best = max(best, |x|) per unsigned lane (|INT32_MIN| = 2**31 is exact unsigned). */
+static inline HVX_Vector max_abs_vec(HVX_Vector best, HVX_Vector x)
+{
+    HVX_Vector m = Q6_Vw_vabs_Vw(x);
+    return Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(m, best), m, best);
+}
+
+static uint32_t max_lane(HVX_Vector best)
+{
+    uint32_t out = 0;
+    const uint32_t *lanes = (const uint32_t *)&best;
+    for (int l = 0; l < 32; l++) out = lanes[l] > out ? lanes[l] : out;
+    return out;
+}
+
+/* out[i] = shift_round(in[i]) for n elements; rng used only by DSPT_STO. With `max_abs`
+ * set, max |in| is taken in the same pass (a given shift checked for saturation). */
 static void shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift, int mode,
-                            const struct dspt_rng *rng)
+                            const struct dspt_rng *rng, uint32_t *max_abs)
 {
     uint32_t i = 0;
+    HVX_Vector best = Q6_V_vzero();
     if (shift >= 1 && shift <= 31) {
         HVX_Vector lanes = hvx_lane_index(), r0 = lanes, r1 = lanes, r2 = lanes, r3 = lanes;
         for (; i + 128 <= n; i += 128) {
@@ -94,10 +111,14 @@ static void shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shif
                 r0 = threefry_hvx(rng, i, lanes); r1 = threefry_hvx(rng, i + 32, lanes);
                 r2 = threefry_hvx(rng, i + 64, lanes); r3 = threefry_hvx(rng, i + 96, lanes);
             }
-            HVX_Vector w0 = shift_vec(hvx_load_u(in + i), shift, mode, r0);
-            HVX_Vector w1 = shift_vec(hvx_load_u(in + i + 32), shift, mode, r1);
-            HVX_Vector w2 = shift_vec(hvx_load_u(in + i + 64), shift, mode, r2);
-            HVX_Vector w3 = shift_vec(hvx_load_u(in + i + 96), shift, mode, r3);
+            HVX_Vector x0 = hvx_load_u(in + i), x1 = hvx_load_u(in + i + 32);
+            HVX_Vector x2 = hvx_load_u(in + i + 64), x3 = hvx_load_u(in + i + 96);
+            if (max_abs) {
+                best = max_abs_vec(best, x0); best = max_abs_vec(best, x1);
+                best = max_abs_vec(best, x2); best = max_abs_vec(best, x3);
+            }
+            HVX_Vector w0 = shift_vec(x0, shift, mode, r0), w1 = shift_vec(x1, shift, mode, r1);
+            HVX_Vector w2 = shift_vec(x2, shift, mode, r2), w3 = shift_vec(x3, shift, mode, r3);
             /* words -> halfwords -> bytes, keeping element order (values fit a byte) */
             HVX_Vector h01 = Q6_Vh_vpacke_VwVw(w1, w0), h23 = Q6_Vh_vpacke_VwVw(w3, w2);
             hvx_store_u(out + i, Q6_Vb_vpacke_VhVh(h23, h01));
@@ -106,14 +127,24 @@ static void shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shif
         HVX_Vector hi = Q6_V_vsplat_R(127), lo = Q6_V_vsplat_R(-127);
         for (; i + 128 <= n; i += 128) {
             HVX_Vector w[4];
-            for (int j = 0; j < 4; j++)
-                w[j] = Q6_Vw_vmin_VwVw(Q6_Vw_vmax_VwVw(hvx_load_u(in + i + 32 * j), lo), hi);
+            for (int j = 0; j < 4; j++) {
+                HVX_Vector x = hvx_load_u(in + i + 32 * j);
+                if (max_abs) best = max_abs_vec(best, x);
+                w[j] = Q6_Vw_vmin_VwVw(Q6_Vw_vmax_VwVw(x, lo), hi);
+            }
             HVX_Vector h01 = Q6_Vh_vpacke_VwVw(w[1], w[0]), h23 = Q6_Vh_vpacke_VwVw(w[3], w[2]);
             hvx_store_u(out + i, Q6_Vb_vpacke_VhVh(h23, h01));
         }
     }
-    for (; i < n; i++)
+    uint32_t m = max_abs ? max_lane(best) : 0;
+    for (; i < n; i++) {
+        if (max_abs) {
+            uint32_t a = in[i] < 0 ? 0u - (uint32_t)in[i] : (uint32_t)in[i];
+            m = a > m ? a : m;
+        }
         out[i] = shift_one(in[i], shift, mode, mode == DSPT_STO ? threefry_scalar(rng, i) : 0);
+    }
+    if (max_abs) *max_abs = m;
 }
 
 static int epilogue_args(struct dspt_ctx *ctx, struct dspt_op_desc *d, uint32_t *n,
@@ -154,7 +185,17 @@ int dspt_op_requant(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         shift = 0;  /* numerics: shift <= 0 is a clipping cast */
     }
     if (shift > 62) return DSPT_BAD_PARAMS;
-    shift_round_s32(out, acc, n, shift, d->round_mode, &d->rng);
+    if (d->shift != DSPT_SHIFT_ESTIMATE && (d->flags & DSPT_F_SATURATE_CHECK)) {
+        /* a given shift: max |acc| comes from the rounding pass itself */
+        shift_round_s32(out, acc, n, shift, d->round_mode, &d->rng, &d->result_absmax);
+        int needed = range_bits(d->result_absmax) - (d->bits - 1);
+        if (needed > shift) {   /* it would saturate: round again with the estimate */
+            shift = needed;
+            shift_round_s32(out, acc, n, shift, d->round_mode, &d->rng, 0);
+        }
+    } else {
+        shift_round_s32(out, acc, n, shift, d->round_mode, &d->rng, 0);
+    }
     d->result_shift = shift;
     return DSPT_OK;
 }
@@ -180,7 +221,7 @@ int dspt_op_niti_update(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         return DSPT_OK;
     }
     int shift = b - d->bits > 0 ? b - d->bits : 0;
-    shift_round_s32(step, g, n, shift, d->round_mode, &d->rng);
+    shift_round_s32(step, g, n, shift, d->round_mode, &d->rng, 0);
     HVX_Vector floor = Q6_Vb_vsplat_R(-127);
     uint32_t i = 0;
     for (; i + 128 <= n; i += 128)  /* saturating byte subtract, then -128 -> -127 */

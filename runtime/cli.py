@@ -1,4 +1,4 @@
-"""The `dsptrain` command: train, info (later: plan, bench, recipes).
+"""The `dsptrain` command: train, plan, info (later: bench, recipes).
 
 User errors print one line and exit with status 2; --debug shows the traceback.
 """
@@ -66,6 +66,70 @@ def _info(args) -> int:
     return 0
 
 
+def _plan(args) -> int:
+    from .budget import Fixed, parse_size, source_from_config
+    from .config import load_run
+    from .graph import lower
+    from .memory_fit import Fitter
+    from .memory_report import describe
+    from .models import build_model
+
+    run = load_run(args.run)
+    batch = args.batch if args.batch is not None else run.train.batch_size
+    if batch < 1:
+        raise UserError(f"--batch {batch} must be >= 1")
+    source = source_from_config(run.memory, run.source)
+    if args.budget is not None:
+        try:
+            source = Fixed(parse_size(args.budget))
+        except ValueError as exc:
+            raise UserError(f"--budget: {exc}") from None
+    model = build_model(run.model.name, run.model.num_classes)
+    graph = lower(model, run.recipe, batch)
+    fitter = Fitter(graph, run.memory.micro_batch, run.memory.recompute)
+    print(f"{run.name}: {model.name}")
+    print(describe(fitter, source))
+    return 0
+
+
+def _format_of(fmt) -> str:
+    """One tensor role in a few characters: int8/pow2, int8/float/group16, fp8(1-5-2), fp32."""
+    if fmt.format == "float32":
+        return "fp32"
+    if fmt.format == "fp":
+        text = f"fp{fmt.bits}(1-{fmt.exponent_bits}-{fmt.bits - 1 - fmt.exponent_bits})"
+    else:
+        text = f"int{fmt.bits}" + (f"/{fmt.scale}" if fmt.scale != "none" else "")
+    if fmt.granularity == "group":
+        text += f"/group{fmt.group_size}"
+    elif fmt.granularity == "channel":
+        text += "/channel"
+    return text + ("/sto" if fmt.rounding == "sto" else "")
+
+
+def _recipes(args) -> int:
+    from .config import CONFIG_ROOT, load_recipe
+
+    rows = []
+    for path in sorted((CONFIG_ROOT / "algorithms").glob("*.yaml")):
+        r = load_recipe(str(path))
+        t = r.tensors
+        opt = r.optimizer.kind + (f" lr {r.optimizer.lr:g} momentum {r.optimizer.momentum:g}"
+                                  if r.optimizer.kind == "sgd" else "")
+        errors = _format_of(t.errors)
+        if "low_bits" in r.params:   # AFP: the width adapts per layer between two values
+            errors = errors.replace(f"int{t.errors.bits}", f"int{r.params['low_bits']}..{r.params.get('high_bits', t.errors.bits)}")
+        rows.append((r.name, f"W {_format_of(t.weights)}  A {_format_of(t.activations)}  E {errors}  "
+                             f"G {_format_of(t.gradients)}  U {_format_of(t.updates)}  loss {r.loss.kind}  {opt}",
+                     r.description))
+    width = max(len(name) for name, _, _ in rows)
+    for name, formats, description in rows:
+        print(f"{name:<{width}}  {formats}")
+        if args.verbose:
+            print(f"{'':<{width}}  {description}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dsptrain", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"dsptrain {__version__}")
@@ -82,8 +146,18 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
 
+    plan = sub.add_parser("plan", help="the memory peak of a run config, its breakdown, and the plan under a budget")
+    plan.add_argument("run", help="run config YAML")
+    plan.add_argument("--batch", type=int, help="override train.batch_size")
+    plan.add_argument("--budget", help="override memory.budget: bytes or a size like 64MB")
+    plan.set_defaults(func=_plan)
+
     info = sub.add_parser("info", help="version, backends found and why others are not, CPU features")
     info.set_defaults(func=_info)
+
+    recipes = sub.add_parser("recipes", help="the precision recipes in configs/algorithms/, one line each")
+    recipes.add_argument("--verbose", "-v", action="store_true", help="add each recipe's description")
+    recipes.set_defaults(func=_recipes)
     return parser
 
 

@@ -136,7 +136,13 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class MemoryConfig:
-    budget: int | str | None = None   # bytes, "64MB", "available", or None
+    """Training under a memory budget (runtime/budget.py, memory_fit.py)."""
+
+    budget: int | str | dict[int, Any] | None = None  # bytes, "64MB", "available", {step: size}, or None
+    margin: int | str = "20%"          # with "available": leave this share (or size) of MemAvailable free
+    micro_batch: int | None = None     # force this slice size (None: the planner picks)
+    recompute: Literal["auto", "none", "sqrt", "budget", "all"] = "auto"   # which recompute plans to consider
+    arena: bool | None = None          # place tensors in one arena (default: when a budget is set)
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,81 @@ class SchedulerConfig:
     adaptive_rescale: bool = True
     batch_split: bool = True
     device: str = "v66"               # configs/devices/<device>.yaml
+
+
+# ---------------------------------------------------------------- device profiles
+
+@dataclass(frozen=True)
+class DspMemory:
+    vtcm: int | str = "256KiB"       # tightly coupled vector memory
+    l2: int | str = "1MiB"           # the DSP's L2 cache
+
+
+@dataclass(frozen=True)
+class CpuMemory:
+    l2: int | str = "host"           # bytes, a size, or "host": this machine's L2 (sysfs)
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """The fast memories batch splitting fits an op's working set into (configs/devices/)."""
+
+    name: str
+    description: str = ""
+    dsp: DspMemory = field(default_factory=DspMemory)
+    cpu: CpuMemory = field(default_factory=CpuMemory)
+    source: str = ""
+
+    def size(self, key: str) -> int:
+        """Bytes of `dsp.vtcm`, `dsp.l2` or `cpu.l2` (checked when the profile loaded)."""
+        part, name = key.split(".")
+        return _device_size(getattr(getattr(self, part), name), self.source, key)
+
+
+HOST_L2_FALLBACK = 1 << 20   # when sysfs has no L2 size (not Linux): 1 MiB, said by `dsptrain info`
+
+
+def host_l2_bytes() -> int:
+    """This machine's L2 per core, from Linux sysfs; HOST_L2_FALLBACK when unreadable."""
+    from .budget import parse_size
+
+    root = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in sorted(root.glob("index*")):
+        try:
+            if (index / "level").read_text().strip() == "2" and \
+                    (index / "type").read_text().strip() in ("Unified", "Data"):
+                return parse_size((index / "size").read_text().strip())
+        except (OSError, ValueError):
+            continue
+    return HOST_L2_FALLBACK
+
+
+def _device_size(value, source, key) -> int:
+    from .budget import parse_size
+
+    if value == "host":
+        return host_l2_bytes()
+    try:
+        n = parse_size(value)
+    except ValueError as exc:
+        raise ConfigError(source, key, str(exc)) from None
+    if n < 4096:
+        raise ConfigError(source, key, f"{value!r} is smaller than 4 KiB: not a cache size")
+    return n
+
+
+def load_device(name_or_path: str) -> DeviceProfile:
+    """A device profile by name (configs/devices/<name>.yaml) or path; sizes are checked."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = CONFIG_ROOT / "devices" / f"{name_or_path}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in (CONFIG_ROOT / "devices").glob("*.yaml"))
+        raise ConfigError(path, None, f"no such device profile (known: {', '.join(known)})")
+    profile = build(DeviceProfile, read_yaml(path), path, given={"source": str(path)})
+    for key in ("dsp.vtcm", "dsp.l2", "cpu.l2"):
+        profile.size(key)
+    return profile
 
 
 @dataclass(frozen=True)
@@ -298,7 +379,9 @@ def _check_recipe(recipe: Recipe, source) -> Recipe:
         raise ConfigError(source, "optimizer.lr", f"{recipe.optimizer.lr} must be > 0")
     from .algorithms import algorithm_module  # late: the algorithms import config
 
-    algorithm_module(recipe.module, source)
+    module = algorithm_module(recipe.module, source)
+    if hasattr(module, "check_recipe"):   # recipe-specific `params`, checked by their module
+        module.check_recipe(recipe, source)
     return recipe
 
 
@@ -349,6 +432,13 @@ def _check_run(run: RunConfig, source) -> None:
     for key, value in (("data.train_limit", run.data.train_limit), ("data.test_limit", run.data.test_limit)):
         if value is not None and value < 1:
             raise ConfigError(source, key, f"{value} must be >= 1")
+    from .budget import source_from_config  # late: budget imports errors only
+
+    source_from_config(run.memory, source)
+    try:
+        load_device(run.scheduler.device)
+    except ConfigError as exc:
+        raise ConfigError(source, "scheduler.device", f"{run.scheduler.device!r}: {exc}") from None
     from .models import MODELS  # late: models import nn only
 
     if run.model.name not in MODELS:

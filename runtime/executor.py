@@ -6,8 +6,10 @@ on the next backend with the same inputs: no training state is lost.
 """
 from __future__ import annotations
 
+import threading
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .errors import BackendError, NoSupport
@@ -60,7 +62,22 @@ class StepStats:
     fallbacks: list = field(default_factory=list)     # "op: backend -> backend (why)"
     energy_j: float | None = None
     energy_meter: str | None = None
-    peak_rss_bytes: int | None = None
+    peak_rss_bytes: int | None = None                 # the process's peak RSS so far (ru_maxrss)
+    rss_bytes: int | None = None                      # its resident set after the step
+    budget_bytes: int | None = None                   # the memory budget this step ran under
+    planned_peak_bytes: int | None = None             # the plan's peak: arena + largest op workspace
+    arena_bytes: int | None = None                    # the arena the plan placed tensors in
+    arena_high_water_bytes: int | None = None         # highest arena byte actually written
+    spilled_bytes: int = 0                            # results that missed their arena slot
+    micro_batch: int | None = None                    # rows per slice (None: no memory plan)
+    recomputed_ops: int = 0                           # forward ops re-run to rebuild activations
+    rerun_slices: int = 0                             # product slices re-run with the common shift
+    memory_plan: str | None = None                    # what the planner chose
+    shifts: dict = field(default_factory=dict)        # op name -> the shift its requantization used
+    given_shifts: int = 0                             # ops that ran with a given shift (adaptive rescaling)
+    pipeline: str | None = None                       # co-scheduling: how the step ran, or why serial
+    split_ops: int = 0                                # batch splitting: ops run in chunks
+    split_calls: int = 0                              # ... and the chunks they ran as
 
     @property
     def accuracy(self) -> float:
@@ -71,45 +88,95 @@ class Executor:
     def __init__(self, backends: dict, algorithm):
         self.backends = backends        # name -> Backend, priority order
         self.algorithm = algorithm
+        self._faulted: set[str] = set()  # backends that failed during the current run
+        self._stats_lock = threading.Lock()
+        self._dsp_queue: ThreadPoolExecutor | None = None
 
-    def run(self, plan, env: dict, ctx: StepContext, ops=None, stats: StepStats | None = None) -> dict:
-        """Run `ops` (default: the whole plan) updating `env` in place; returns `env`."""
-        faulted: set[str] = set()
+    def dsp_queue(self) -> ThreadPoolExecutor:
+        """The DSP's queue: one worker thread that makes every call to the DSP backend
+        during a co-scheduled step (the backend is not thread-safe), in submission order."""
+        if self._dsp_queue is None:
+            self._dsp_queue = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dsptrain-dsp")
+        return self._dsp_queue
+
+    def close(self) -> None:
+        if self._dsp_queue is not None:
+            self._dsp_queue.shutdown(wait=True)
+            self._dsp_queue = None
+
+    def run(self, plan, env: dict, ctx: StepContext, ops=None, stats: StepStats | None = None,
+            memory=None, arena=None, threaded: bool = True) -> dict:
+        """Run `ops` (default: the whole plan) updating `env` in place; returns `env`.
+
+        With `memory` (a memory_fit.Option) and its `arena`, the whole step runs under that
+        memory plan instead: tensors in arena slots, ops on micro-batch slices, dropped
+        activations recomputed (memory_run.py). A plan with `micro_batches > 1` runs the
+        step co-scheduled (executor_pipeline.py; `threaded=False`: the same slices one after
+        another) when every requantized op has a given shift. Ops the plan splits by rows
+        run in chunks (split.py). The results are the same bit for bit in every case."""
+        self._faulted = set()
+        if memory is not None and ops is None:
+            from .memory_run import run_planned
+
+            if stats is not None and plan.micro_batches > 1:
+                stats.pipeline = "serial: the memory plan runs op by op"
+            return run_planned(self, plan, memory, arena, env, ctx, stats)
+        if ops is None and plan.micro_batches > 1:
+            from .executor_pipeline import run_pipelined
+
+            if run_pipelined(self, plan, env, ctx, stats, threaded):
+                return env
+        from .split import run_op
+
         for op in ops if ops is not None else plan.graph.ops:
-            name = plan.backend_of(op)
-            if name in faulted:
-                name = self._next_supporting(plan, op, name, faulted)
-            while True:
-                backend = self.backends[name]
-                started = time.perf_counter()
-                backend.current_op = op
-                try:
-                    outputs = self.algorithm.OPS[op.kind](backend, op, env, ctx)
-                except BackendError as exc:
-                    nxt = self._next_supporting(plan, op, name, faulted | {name})
-                    if not isinstance(exc, NoSupport):
-                        faulted.add(name)
-                        warnings.warn(f"{op.name} failed on {name} ({exc}); finishing the step on {nxt}",
-                                      RuntimeWarning, stacklevel=2)
-                    if stats is not None:
-                        stats.fallbacks.append(f"{op.name}: {name} -> {nxt} ({exc})")
-                    name = nxt
-                    continue
-                finally:
-                    backend.current_op = None
-                    if stats is not None:
-                        spent = time.perf_counter() - started
-                        stats.backend_time_s[backend.name] = stats.backend_time_s.get(backend.name, 0.0) + spent
-                break
+            outputs, shift = run_op(self, plan, op, env, ctx, stats)
             env.update(outputs)
-            if stats is not None:
+            if shift is not None and stats is not None:
+                stats.shifts[op.name] = shift
+        return env
+
+    def call(self, plan, op, env: dict, ctx: StepContext, stats: StepStats | None = None,
+             wrap=None, rows: tuple[int, int] | None = None) -> tuple[dict, str]:
+        """Run one op on its backend, falling back down the priority order when a device
+        fails; returns (outputs, backend name). `wrap(backend)` may put a proxy in front of
+        the backend; `rows` = (rows run, rows in the batch) scales the counted work."""
+        faulted = self._faulted
+        name = plan.backend_of(op)
+        if name in faulted:
+            name = self._next_supporting(plan, op, name, faulted)
+        while True:
+            backend = self.backends[name]
+            started = time.perf_counter()
+            backend.current_op = op
+            try:
+                outputs = self.algorithm.OPS[op.kind](wrap(backend) if wrap else backend, op, env, ctx)
+            except BackendError as exc:
+                nxt = self._next_supporting(plan, op, name, faulted | {name})
+                if not isinstance(exc, NoSupport):
+                    faulted.add(name)
+                    warnings.warn(f"{op.name} failed on {name} ({exc}); finishing the step on {nxt}",
+                                  RuntimeWarning, stacklevel=3)
+                if stats is not None:
+                    stats.fallbacks.append(f"{op.name}: {name} -> {nxt} ({exc})")
+                name = nxt
+                continue
+            finally:
+                backend.current_op = None
+                if stats is not None:
+                    spent = time.perf_counter() - started
+                    with self._stats_lock:
+                        stats.backend_time_s[backend.name] = stats.backend_time_s.get(backend.name, 0.0) + spent
+            break
+        if stats is not None:
+            share, whole = rows or (1, 1)
+            with self._stats_lock:   # a co-scheduled step counts from two threads
                 stats.ops_on[name] = stats.ops_on.get(name, 0) + 1
                 if ctx.recipe.integer:
-                    stats.int8_macs[name] = stats.int8_macs.get(name, 0) + op.macs
+                    stats.int8_macs[name] = stats.int8_macs.get(name, 0) + op.macs * share // whole
                 else:
-                    stats.fp32_flops += 2 * op.macs
-                stats.bytes_moved += plan.op_bytes(op)
-        return env
+                    stats.fp32_flops += 2 * op.macs * share // whole
+                stats.bytes_moved += plan.op_bytes(op) * share // whole
+        return outputs, name
 
     def _next_supporting(self, plan, op, failed: str, exclude: set) -> str:
         for name in plan.fallbacks(op, failed):

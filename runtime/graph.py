@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .nn import INPUT, Add, BatchNorm2d, source_of
+
 PHASES = ("forward", "loss", "backward", "update")
 
 
@@ -72,8 +74,9 @@ class TrainGraph:
 class GraphBuilder:
     """Collects ops and tensors while a recipe lowers a model."""
 
-    def __init__(self, recipe, batch: int):
+    def __init__(self, recipe, batch: int, model=None, training: bool = True):
         self.recipe, self.batch = recipe, batch
+        self.model, self.training = model, training   # for recipes that treat some layers apart
         self.ops: list[Op] = []
         self.tensors: dict[str, TensorSpec] = {}
         self.params: list[str] = []
@@ -101,30 +104,60 @@ def lower(model, recipe, batch: int, training: bool = True) -> TrainGraph:
     """Lower `model` under `recipe` for `batch` samples: forward, loss, backward, update.
 
     The walk is shared; the recipe module supplies `forward(b, layer, x, shape)`,
-    `loss(b, logits, labels)` and `backward(b, layer, err, needs_input_error)`.
-    With `training=False` only the forward ops are emitted (evaluation).
+    `loss(b, logits, labels)` and `backward(b, layer, err, needs_input_error)`, and for
+    residual models `join_errors(b, name, errs)`. With `training=False` only the forward
+    ops are emitted (evaluation).
+
+    Graphs need not be chains: a layer may read an earlier layer's output (`source`), and
+    `Add` reads two. The backward walk visits layers in reverse, gives each tensor the
+    errors of every layer that read it, and where there are several asks the recipe to sum
+    them (`join_errors`; integer recipes align exponents there). An `Add` passes its error
+    unchanged to both inputs. A layer gets a backward op only if something upstream of it,
+    or itself, has parameters; for a chain this is exactly "from the last layer down to the
+    first parametric one", with no input error for the latter.
     """
     from .algorithms import algorithm_module
 
     algorithm = algorithm_module(recipe.module)
     algorithm.check_model(model, recipe)
-    b = GraphBuilder(recipe, batch)
-    x = b.tensor("input", (batch, *model.input_shape), algorithm.ACTIVATION_DTYPE, "input")
+    b = GraphBuilder(recipe, batch, model, training)
+    x = b.tensor(INPUT, (batch, *model.input_shape), algorithm.ACTIVATION_DTYPE, "input")
+    output_of = {INPUT: x}
+    needs_error = {x: False}          # tensor -> does an error have to flow into it
     for layer, shape in zip(model.layers, model.shapes()):
+        if source_of(layer) is not None:
+            x = output_of[source_of(layer)]
         out = algorithm.forward(b, layer, x, (batch, *shape))
         b.layer_io[layer.name] = (x, out)
-        x = out
+        inputs = (x, output_of[layer.skip_from]) if isinstance(layer, Add) else (x,)
+        needs_error[out] = hasattr(layer, "weight_shape") or isinstance(layer, BatchNorm2d) or \
+            any(needs_error[t] for t in inputs)
+        output_of[layer.name] = x = out
     logits = x
     forward_ops = list(b.ops)
     if training:
         labels = b.tensor("labels", (batch,), "int64", "label")
-        err = algorithm.loss(b, logits, labels)
-        parametric = [i for i, layer in enumerate(model.layers) if hasattr(layer, "weight_shape")]
-        first = parametric[0] if parametric else len(model.layers)
-        for index in range(len(model.layers) - 1, -1, -1):
-            if index < first:
-                break
-            err = algorithm.backward(b, model.layers[index], err, needs_input_error=index > first)
+        errors = {logits: [algorithm.loss(b, logits, labels)]}   # tensor -> errors flowing into it
+        for layer in reversed(model.layers):
+            x, out = b.layer_io[layer.name]
+            if not needs_error[out] or out not in errors:
+                continue
+            err = _joined(algorithm, b, out, errors.pop(out))
+            if isinstance(layer, Add):
+                for target in (x, output_of[layer.skip_from]):
+                    if needs_error[target]:
+                        errors.setdefault(target, []).append(err)
+                continue
+            err_in = algorithm.backward(b, layer, err, needs_input_error=needs_error[x])
+            if needs_error[x]:
+                errors.setdefault(x, []).append(err_in)
     graph = TrainGraph(recipe.name, batch, b.ops if training else forward_ops, b.tensors,
                        b.params, logits, eval_ops=forward_ops)
     return graph
+
+
+def _joined(algorithm, b, tensor, errs):
+    """One error for `tensor`: the only one, or the recipe's sum of several."""
+    if len(errs) == 1:
+        return errs[0]
+    return algorithm.join_errors(b, f"err.{tensor}.sum", errs)

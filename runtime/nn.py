@@ -2,6 +2,12 @@
 
 A model is a name, an input shape (H, W, C) and an ordered list of layers. Layers
 hold no tensors: a recipe's `lower()` turns them into ops and owns the weights.
+
+Most layers read the output of the layer before them. Two exceptions make residual
+networks expressible as a flat list: a `Conv2d` with `source` reads the output of the
+named layer (a ResNet's projection shortcut reads the block input), and `Add` adds the
+output of `skip_from` to its input. `source`/`skip_from` name an earlier layer, or
+`INPUT` for the model input.
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ class Conv2d:
     kernel: int
     stride: int = 1
     padding: int = 0
+    source: str | None = None   # read this layer's output instead of the previous one
 
     @property
     def weight_shape(self):
@@ -99,7 +106,20 @@ class BatchNorm2d:
     channels: int
 
     def out_shape(self, shape):
+        h, w, c = _expect_image(self, shape)
+        if c != self.channels:
+            raise ShapeError(f"{self.name} normalises {self.channels} channels, the input has {c}")
         return shape
+
+
+@dataclass(frozen=True)
+class GlobalAvgPool:
+    """Mean over H and W: (H, W, C) -> (C,)."""
+
+    name: str
+
+    def out_shape(self, shape):
+        return (_expect_image(self, shape)[2],)
 
 
 @dataclass(frozen=True)
@@ -113,8 +133,14 @@ class Add:
         return shape
 
 
-Layer = Conv2d | Linear | ReLU | MaxPool2d | Flatten | Dropout | BatchNorm2d | Add
+Layer = Conv2d | Linear | ReLU | MaxPool2d | Flatten | Dropout | BatchNorm2d | GlobalAvgPool | Add
 PARAMETRIC = (Conv2d, Linear)
+INPUT = "input"   # `source` / `skip_from` value naming the model input
+
+
+def source_of(layer) -> str | None:
+    """The layer whose output `layer` reads, when it is not the previous one."""
+    return getattr(layer, "source", None)
 
 
 def _expect_image(layer, shape):
@@ -133,17 +159,29 @@ class Model:
     def shapes(self) -> list[tuple[int, ...]]:
         """Per-sample output shape of every layer, checking that they fit."""
         shapes, shape = [], tuple(self.input_shape)
-        names = set()
+        seen = {INPUT: shape}
         for layer in self.layers:
-            if layer.name in names:
+            if layer.name in seen:
                 raise ShapeError(f"{self.name}: layer name {layer.name!r} is used twice")
-            names.add(layer.name)
+            if source_of(layer) is not None:
+                shape = self._earlier(layer, source_of(layer), seen)
+            if isinstance(layer, Add):
+                skip = self._earlier(layer, layer.skip_from, seen)
+                if skip != shape:
+                    raise ShapeError(f"{self.name}: {layer.name} adds {layer.skip_from} of shape {skip} "
+                                     f"to an input of shape {shape}")
             shape = layer.out_shape(shape)
+            seen[layer.name] = shape
             shapes.append(shape)
         if shapes and shapes[-1] != (self.num_classes,):
             raise ShapeError(f"{self.name}: the last layer gives shape {shapes[-1]}, "
                              f"expected ({self.num_classes},) class scores")
         return shapes
+
+    def _earlier(self, layer, name, seen):
+        if name not in seen:
+            raise ShapeError(f"{self.name}: {layer.name} reads {name!r}, which is not an earlier layer")
+        return seen[name]
 
     def parametric(self):
         return [layer for layer in self.layers if isinstance(layer, PARAMETRIC)]

@@ -27,6 +27,9 @@ class Plan:
     placement: dict[str, Placement]
     order: tuple[str, ...]                        # backend names, priority order
     stats: dict = field(default_factory=dict)
+    device: object = None                         # config.DeviceProfile: batch splitting reads it
+    batch_split: bool = False
+    micro_batches: int = 1                        # co-scheduling: micro-batches in flight (1: off)
 
     def backend_of(self, op) -> str:
         return self.placement[op.name].backend
@@ -42,6 +45,72 @@ class Plan:
             tensors = self.graph.tensors
             cached[op.name] = sum(tensors[t].nbytes for t in (*op.inputs, *op.outputs) if t in tensors)
         return cached[op.name]
+
+    def fitter(self, micro_batch: int | None = None, recompute: str = "auto"):
+        """The memory fitter of this plan's graph (memory_fit.Fitter), built once per setting:
+        a budget that changes between steps picks another of its options, from this cache."""
+        from .memory_fit import Fitter
+
+        fitters = self.stats.setdefault("fitters", {})
+        key = (micro_batch, recompute)
+        if key not in fitters:
+            fitters[key] = Fitter(self.graph, micro_batch, recompute)
+        return fitters[key]
+
+    # ------------------------------------------------------------ batch splitting
+    def split_rows(self, op, rows: int) -> int | None:
+        """Rows per chunk for `op` on `rows` rows, or None to run it whole: the largest
+        chunk whose working set (operands, int32 accumulators, results) fits the fast
+        memory of the backend it runs on -- the DSP's VTCM, else its L2; the CPU's L2."""
+        if not self.batch_split or self.device is None:
+            return None
+        key = (op.name, rows)
+        cached = self.stats.setdefault("split", {})
+        if key not in cached:
+            cached[key] = self._split_rows(op, rows)
+        return cached[key][0]
+
+    def split_reason(self, op, rows: int) -> str:
+        self.split_rows(op, rows)
+        return self.stats.get("split", {}).get((op.name, rows), (None, "batch splitting is off"))[1]
+
+    def _split_rows(self, op, rows: int) -> tuple[int | None, str]:
+        from .memory import is_alias, row_local
+
+        if not splittable(self.graph, op) or is_alias(op) or not row_local(self.graph, op):
+            return None, "not a row-local int8 product"
+        fixed, per_row = working_set(self.graph, op)
+        backend = self.backend_of(op)
+        levels = (("dsp.vtcm", "VTCM"), ("dsp.l2", "DSP L2")) if backend == "dsp" else (("cpu.l2", "CPU L2"),)
+        for key, label in levels:
+            capacity = self.device.size(key)
+            if fixed + per_row * rows <= capacity:
+                return None, f"{rows} rows fit {label} ({fixed + per_row * rows} <= {capacity} bytes)"
+            fit = (capacity - fixed) // per_row
+            if fit >= 1:
+                chunks = -(-rows // fit)
+                return -(-rows // chunks), f"{chunks} chunks of <= {fit} rows fit {label} ({capacity} bytes)"
+        return None, f"one row needs {fixed + per_row} bytes: more than any fast memory; not split"
+
+    # ------------------------------------------------------------ co-scheduling
+    def pipeline_ops(self) -> tuple[list, list] | None:
+        """(ops each micro-batch runs, ops run once after them: the updates), or None when the
+        graph has an op that couples rows outside the update (it cannot be pipelined)."""
+        from .memory import row_local
+
+        if "pipeline_ops" not in self.stats:
+            per_row, once = [], []
+            for op in self.graph.ops:
+                if op.phase == "update":
+                    once.append(op)
+                elif row_local(self.graph, op):
+                    per_row.append(op)
+                else:
+                    self.stats["pipeline_ops"] = None
+                    break
+            else:
+                self.stats["pipeline_ops"] = (per_row, once)
+        return self.stats["pipeline_ops"]
 
     def describe(self) -> str:
         width = max(len(op.name) for op in self.graph.ops) if self.graph.ops else 10
@@ -65,8 +134,42 @@ def cpu_only_pattern() -> re.Pattern | None:
         raise ConfigError("DSPTRAIN_CPU_ONLY_OPS", None, f"{text!r} is not a regular expression: {exc}") from None
 
 
-def place(graph: TrainGraph, backends: dict, ops=None) -> Plan:
-    """Place every op of `graph` (or `ops`) on the first backend of `backends` that takes it."""
+def splittable(graph: TrainGraph, op) -> bool:
+    """An integer product (conv / GEMM hooks): the ops whose working set batch splitting sizes."""
+    return any(h in op.hooks for h in PRODUCT_HOOKS) and graph.tensors[op.outputs[0]].dtype in ("int8", "int32", "int64")
+
+
+# Recipes whose requantizing ops take a given shift (`ctx.given_shift`, base.requantize's
+# rule), so slices of a batch can be made to share one: batch splitting and co-scheduling
+# run only these. Others (their own scale logic in their module) run whole.
+GIVEN_SHIFT_RECIPES = ("niti",)
+
+PRODUCT_HOOKS = ("conv2d_s8", "gemm_s8", "conv2d_bwd_data_s8", "conv2d_bwd_weight_s8")
+
+
+def working_set(graph: TrainGraph, op) -> tuple[int, int]:
+    """(bytes that do not scale with rows: weights, weight gradients; bytes per row: row-shaped
+    operands and results, plus the int32 accumulators of a requantized result)."""
+    from .memory import is_requant, is_row_shaped
+
+    fixed, per_row = 0, 0
+    for t in dict.fromkeys((*op.inputs, *op.outputs)):
+        spec = graph.tensors[t]
+        if is_row_shaped(graph, t):
+            per_row += spec.nbytes // graph.batch
+        else:
+            fixed += spec.nbytes
+    if is_requant(op):
+        per_row += 4 * graph.tensors[op.outputs[0]].nbytes // graph.batch
+    return fixed, per_row
+
+
+def place(graph: TrainGraph, backends: dict, ops=None, co_schedule: bool = False) -> Plan:
+    """Place every op of `graph` (or `ops`) on the first backend of `backends` that takes it.
+
+    With `co_schedule` and a DSP, the updates go to the CPU: element-wise passes over the
+    weights with nothing to reuse, they are what the CPU does while the DSP works on the
+    backward of earlier layers (executor_pipeline.py)."""
     forced_off_dsp = cpu_only_pattern()
     placement = {}
     for op in ops if ops is not None else graph.ops:
@@ -74,6 +177,9 @@ def place(graph: TrainGraph, backends: dict, ops=None) -> Plan:
         for name, backend in backends.items():
             if name == "dsp" and forced_off_dsp and (forced_off_dsp.search(op.name) or forced_off_dsp.search(op.kind)):
                 declined.append((name, "forced off the DSP by DSPTRAIN_CPU_ONLY_OPS"))
+                continue
+            if name == "dsp" and co_schedule and op.phase == "update" and "cpu" in backends:
+                declined.append((name, "co-scheduling: the update runs on the CPU, beside the DSP's backward"))
                 continue
             ok, why = backend.supports(op)
             if ok:

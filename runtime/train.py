@@ -17,24 +17,31 @@ import numpy as np
 from . import checkpoint, data as datasets
 from .algorithms import algorithm_module
 from .backends import PRIORITY, availability, backend_class
+from .budget import Schedule, source_from_config
 from .errors import UserError
 from .executor import Executor, StepContext, StepStats
 from .graph import lower
+from .memory_arena import Arena
+from .numerics import QTensor
 from .models import build_model
-from .plan import PlanCache, place
+from .plan import GIVEN_SHIFT_RECIPES, PlanCache, place
+from .rescale import RescaleController
 
 
 def select_backends(choice: str) -> dict:
     """Backend instances for `--backend choice`, in priority order, the fallbacks included.
 
     `dsp` and `cpu` must be usable (else a UserError saying why); `auto` takes every
-    usable backend. `ref` is always last: it runs everything.
+    usable backend that wants to be chosen automatically (not the emulated DSP).
+    `ref` is always last: it runs everything.
     """
     wanted = PRIORITY[PRIORITY.index(choice):] if choice != "auto" else PRIORITY
     found = availability()
     chosen = {}
     for name in wanted:
         ok, why = found[name]
+        if ok and choice == "auto":
+            ok, why = backend_class(name).chosen_by_auto()
         if ok:
             chosen[name] = backend_class(name)()
         elif name == choice:
@@ -45,6 +52,16 @@ def select_backends(choice: str) -> dict:
 def _peak_rss_bytes() -> int:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
+
+
+def _rss_bytes() -> int | None:
+    """The resident set now (Linux /proc/self/statm); None where there is none."""
+    try:
+        import os
+
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class Trainer:
@@ -60,6 +77,11 @@ class Trainer:
         self.backends = select_backends(backend or run.backend)
         self.executor = Executor(self.backends, self.algorithm)
         self.plans = PlanCache(self._build_plan)
+        from .config import load_device
+
+        self.scheduler = run.scheduler
+        self.device = load_device(run.scheduler.device)
+        self.rescale = RescaleController(self.recipe, run.scheduler.adaptive_rescale)
         self.out_dir = Path(out_dir or run.out_dir or Path("runs") / run.name)
         self.progress = progress
         if energy_meter is None:
@@ -73,11 +95,28 @@ class Trainer:
         self.state = self.algorithm.init_params(self.model, self.recipe, np.random.default_rng(self.seed))
         self.epoch, self.batch_in_epoch, self.global_step = 0, 0, 0
         self._train = self._test = None
+        # The memory-budget layer: a budget source read between steps, and the arena of
+        # the plan in use (weights and optimizer state live in it as views).
+        self.budget = source_from_config(run.memory, run.source or "memory")
+        self.use_arena = run.memory.arena if run.memory.arena is not None else self.budget is not None
+        self._arena, self._arena_memory, self._planned_peak = None, None, 0
 
     # ------------------------------------------------------------ plumbing
     def _build_plan(self, batch: int, training: bool):
         graph = lower(self.model, self.recipe, batch, training)
-        plan = place(graph, self.backends)
+        sched = self.scheduler
+        plan = place(graph, self.backends, co_schedule=sched.co_schedule and "dsp" in self.backends)
+        plan.device = self.device
+        sliceable = self.recipe.integer and self.recipe.module in GIVEN_SHIFT_RECIPES
+        plan.batch_split = sched.batch_split and sliceable
+        # Co-scheduling pipelines micro-batches when a DSP is in the plan: two in flight are
+        # enough for the CPU's share (loss, updates, gradient sums) to hide behind the DSP.
+        # Without a DSP it is a no-op: the CPU kernels already use every core (thread pool),
+        # so a second stage on another thread would only contend for them.
+        on_dsp = any(p.backend == "dsp" for p in plan.placement.values())
+        if sched.co_schedule and training and on_dsp and sliceable and batch >= 2 \
+                and plan.pipeline_ops() is not None:
+            plan.micro_batches = 2
         for name, backend in self.backends.items():
             backend.prepare(graph, [op for op in graph.ops if plan.backend_of(op) == name])
         return plan
@@ -99,31 +138,74 @@ class Trainer:
         return list(self.backends)
 
     def close(self):
+        self.executor.close()
         for backend in self.backends.values():
             backend.close()
         self.energy_meter.close()
+
+    # ------------------------------------------------------------ memory plans
+    def memory_option(self, plan):
+        """(the memory_fit.Option for this step, the budget it was chosen under); (None, None)
+        without the arena. The budget is read here, between steps; a changed budget picks
+        another option from the plan's fitter (cached), so nothing is planned twice."""
+        if not self.use_arena:
+            return None, None
+        limit = self.budget.at(self.global_step, self._planned_peak) if self.budget is not None else None
+        memory = self.run.memory
+        return plan.fitter(memory.micro_batch, memory.recompute).choose(limit), limit
+
+    def _arena_for(self, option) -> Arena:
+        """The arena of `option`'s memory plan. On a change the weights and state are copied
+        out of the old arena first, so the old buffer is freed before the new one fills."""
+        if option.memory is not self._arena_memory:
+            if self._arena is not None:
+                self.state = {k: QTensor(v.q.copy(), v.e) if isinstance(v, QTensor) else np.array(v)
+                              for k, v in self.state.items()}
+            self._arena = None
+            self._arena = Arena(option.memory.arena_bytes)
+            self._arena_memory = option.memory
+        return self._arena
+
+    def check_budget(self, batch: int) -> None:
+        """Fail before training when a fixed or scheduled budget fits no plan at `batch`."""
+        if not self.use_arena or self.budget is None:
+            return
+        points = [v for _, v in self.budget.points] if isinstance(self.budget, Schedule) else [self.budget.at(0)]
+        plan = self.plans.get(batch, True)
+        memory = self.run.memory
+        for limit in points:
+            plan.fitter(memory.micro_batch, memory.recompute).choose(limit)
 
     # ------------------------------------------------------------ one step
     def step(self, images: np.ndarray, labels: np.ndarray) -> StepStats:
         """One training step on a batch of uint8 images and int labels; updates the weights."""
         batch = len(labels)
         plan = self.plans.get(batch, True)
-        ctx = StepContext(self.recipe, plan.graph, self.seed, self.global_step, self.epoch, batch)
+        given = self.rescale.shifts_for(self.global_step, plan.graph)
+        ctx = StepContext(self.recipe, plan.graph, self.seed, self.global_step, self.epoch, batch, shifts=given)
         stats = StepStats(self.global_step, self.epoch, batch)
+        stats.given_shifts = len(given or ())
+        option, stats.budget_bytes = self.memory_option(plan)
+        arena = self._arena_for(option) if option is not None else None
+        if option is not None:
+            stats.micro_batch, stats.memory_plan = option.micro_batch, option.label
+            stats.planned_peak_bytes, stats.arena_bytes = option.peak, option.memory.arena_bytes
+            self._planned_peak = option.peak
         env = dict(self.state)
         env["input"] = self.algorithm.prepare_input(images)
         env["labels"] = np.asarray(labels, np.int64)
         self.energy_meter.start()
         started = time.perf_counter()
-        self.executor.run(plan, env, ctx, stats=stats)
+        self.executor.run(plan, env, ctx, stats=stats, memory=option, arena=arena)
         stats.time_s = time.perf_counter() - started
+        self.rescale.observe(self.global_step, plan.graph, stats.shifts, given)
         reading = self.energy_meter.stop(stats)
         stats.energy_j, stats.energy_meter = reading.joules, reading.meter
         self.state = {name: env[name] for name in self.state}
         logits = self.algorithm.logits_to_float(env[plan.graph.logits])
         stats.loss = cross_entropy(logits, labels)
         stats.correct = int((logits.argmax(axis=1) == labels).sum())
-        stats.peak_rss_bytes = _peak_rss_bytes()
+        stats.peak_rss_bytes, stats.rss_bytes = _peak_rss_bytes(), _rss_bytes()
         self.global_step += 1
         return stats
 
@@ -154,6 +236,7 @@ class Trainer:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         if hasattr(self.energy_meter, "measure_baseline") and not getattr(self.energy_meter, "baseline_w", 0):
             self.energy_meter.measure_baseline(3.0)   # battery: idle power, subtracted from every batch
+        self.check_budget(bs)
         metrics = open(self.out_dir / "metrics.jsonl", "a")
         try:
             while self.epoch < epochs:
@@ -207,6 +290,7 @@ class Trainer:
             "run": self.run.name, "recipe": self.recipe.name, "model": self.model.name,
             "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
             "global_step": self.global_step, "seed": self.seed,
+            "rescale": self.rescale.state(),
         })
         return path
 
@@ -222,6 +306,7 @@ class Trainer:
         self.state = {name: state[name] for name in self.state}
         self.epoch, self.batch_in_epoch = meta["epoch"], meta["batch_in_epoch"]
         self.global_step, self.seed = meta["global_step"], meta["seed"]
+        self.rescale.restore(meta.get("rescale") or {})
         _truncate_metrics(self.out_dir / "metrics.jsonl", self.global_step)
 
 
@@ -236,7 +321,12 @@ def _step_record(stats: StepStats) -> dict:
     return {"kind": "step", "epoch": stats.epoch + 1, "step": stats.step, "batch": stats.batch,
             "loss": stats.loss, "accuracy": stats.accuracy, "time_s": stats.time_s,
             "energy_j": stats.energy_j, "energy_meter": stats.energy_meter,
-            "peak_rss_bytes": stats.peak_rss_bytes, "ops_on": stats.ops_on,
+            "peak_rss_bytes": stats.peak_rss_bytes, "rss_bytes": stats.rss_bytes,
+            "budget_bytes": stats.budget_bytes, "planned_peak_bytes": stats.planned_peak_bytes,
+            "arena_high_water_bytes": stats.arena_high_water_bytes, "micro_batch": stats.micro_batch,
+            "recomputed_ops": stats.recomputed_ops, "memory_plan": stats.memory_plan, "ops_on": stats.ops_on,
+            "given_shifts": stats.given_shifts, "estimated_shifts": len(stats.shifts) - stats.given_shifts,
+            "pipeline": stats.pipeline, "split_ops": stats.split_ops,
             "fallbacks": stats.fallbacks or None}
 
 

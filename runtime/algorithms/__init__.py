@@ -7,7 +7,14 @@ A recipe module defines:
   `backward(b, layer, err, needs_input_error)`: emit ops through a GraphBuilder;
 - `OPS`: op kind -> function(backend, op, env, ctx) returning {tensor name: value};
 - `init_params(model, recipe, rng)`: the starting weights and optimizer state;
-- `prepare_input(images_uint8)`, `logits_to_float(value)`: the float boundaries.
+- `prepare_input(images_uint8)`, `logits_to_float(value)`: the float boundaries;
+- `join_errors(b, name, errs)` (residual models): one error tensor summing `errs`, where
+  branches join in the backward walk (integer recipes align exponents);
+- `check_recipe(recipe, source)` (optional): reject bad `params` with a ConfigError at load.
+
+Modules whose names start with `_` (and `int_residual`) are helpers, not recipes. NITI and
+FP32 are written out in full; Octo, WAGEUBN, AFP, MLS and FP8 share `_emulated.py` and
+supply only their number grids and update rules.
 """
 from __future__ import annotations
 

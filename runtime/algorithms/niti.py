@@ -15,8 +15,9 @@ import numpy as np
 from .. import numerics
 from ..backends.ops_ref import LOSS_EXPONENT
 from ..errors import LoweringError
-from ..nn import Conv2d, Dropout, Flatten, Linear, MaxPool2d, ReLU
+from ..nn import Add, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
 from ..numerics import QTensor
+from . import int_residual
 
 ACTIVATION_DTYPE = "int8"
 INPUT_EXPONENT = -7            # pixels p in 0..255 enter as (p - 128) * 2**-7
@@ -26,7 +27,7 @@ _PRODUCT = ("absmax", "shift_round")
 
 def check_model(model, recipe):
     for layer in model.layers:
-        if not isinstance(layer, (Conv2d, Linear, ReLU, MaxPool2d, Flatten, Dropout)):
+        if not isinstance(layer, (Conv2d, Linear, ReLU, MaxPool2d, Flatten, Dropout, Add, GlobalAvgPool)):
             raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r} "
                                 f"({type(layer).__name__}): NITI has no such integer layer")
 
@@ -64,6 +65,10 @@ def forward(b, layer, x, shape):
         b.tensor(f"{layer.name}.mask", shape, "bool", "saved")
         b.op(f"{layer.name}.fwd", "niti.dropout_fwd", layer.name, "forward", (x,),
              (out, f"{layer.name}.mask"), ("dropout_mask",), p=layer.p)
+    elif isinstance(layer, Add):
+        return int_residual.forward_add(b, layer, x, shape)
+    elif isinstance(layer, GlobalAvgPool):
+        return int_residual.forward_avgpool(b, layer, x, shape)
     return out
 
 
@@ -73,7 +78,13 @@ def loss(b, logits, labels):
     return err
 
 
+def join_errors(b, name, errs):
+    return int_residual.join_errors(b, name, errs)
+
+
 def backward(b, layer, err, needs_input_error):
+    if isinstance(layer, GlobalAvgPool):
+        return int_residual.backward_avgpool(b, layer, err)
     x, out = b.layer_io[layer.name]
     x_shape = b.tensors[x].shape
     err_in = f"err.{layer.name}"
@@ -219,6 +230,7 @@ OPS = {
     "niti.conv_bwd_data": conv_bwd_data, "niti.linear_bwd_data": linear_bwd_data,
     "niti.conv_bwd_weight": conv_bwd_weight, "niti.linear_bwd_weight": linear_bwd_weight,
     "niti.update": update,
+    **int_residual.OPS,
 }
 
 

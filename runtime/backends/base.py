@@ -86,13 +86,21 @@ class Backend:
     # ------------------------------------------------------------ epilogue (optional)
     def requantize(self, acc, mode: str, rng: RngKey | None, shift: int | None = None,
                    bits: int = 8) -> tuple[np.ndarray, int]:
-        """(optional) Range estimate + shift in one call. `shift` given skips the estimate.
+        """(optional) Range estimate + shift in one call. Returns (int8 tensor, shift used).
 
-        Returns (int8 tensor, shift used). A fused backend reads `acc` once when
-        `shift` is given, twice otherwise.
+        `shift=None`: the shift is estimated, `activation_shift(absmax(acc), bits)`.
+        `shift=s` (s >= 0, a given shift, e.g. from self-adaptive rescaling): the shift used
+        is `max(s, activation_shift(absmax(acc), bits))`. A given shift at least as large
+        as the estimate is used as is (no separate range pass: a fused backend reads `acc`
+        once and takes max |acc| in that same pass); a smaller one would saturate, so the
+        estimated shift is used instead and returned (`shift_used != s` tells the caller
+        its shift was stale). This rule is also what makes micro-batches agree: over
+        slices of a batch, max(s, estimate of each slice) peaks at max(s, estimate of the
+        whole batch). Every backend implements it bit for bit.
         """
-        if shift is None:
-            shift = numerics.activation_shift(self.absmax(acc), bits)
+        needed = numerics.activation_shift(self.absmax(acc), bits)
+        if shift is None or needed > shift:
+            shift = needed
         return self.shift_round(acc, shift, mode, rng), shift
 
     def conv2d_requant_s8(self, x, w, stride: int, pad: int, mode: str, rng: RngKey | None,

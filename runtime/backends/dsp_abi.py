@@ -29,6 +29,7 @@ OK, NO_SUPPORT, BAD_PARAMS, INTERNAL = 0, 1, 2, 3
 STATUS_NAMES = {OK: "OK", NO_SUPPORT: "NO_SUPPORT", BAD_PARAMS: "BAD_PARAMS", INTERNAL: "INTERNAL"}
 ROUND_MODES = {"round": 0, "psto": 1, "sto": 2}
 SHIFT_ESTIMATE = -1
+F_SATURATE_CHECK = 2   # REQUANT: a given shift that would saturate gives way to the estimate
 F_ACCUMULATE = 1
 
 RING_SLOTS = 64

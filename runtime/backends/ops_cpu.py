@@ -81,7 +81,7 @@ class CpuBackend(Backend):
         return int(_native.absmax(acc))
 
     def shift_round(self, acc, shift, mode, rng):
-        return _native.requantize(acc, max(int(shift), 0), 8, mode, _rng(rng))[0]
+        return _native.shift_round(acc, max(int(shift), 0), mode, _rng(rng))
 
     def requantize(self, acc, mode, rng, shift=None, bits=8):
         return _native.requantize(acc, _shift(shift), bits, mode, _rng(rng))

@@ -93,6 +93,7 @@ class DspBackend(Backend):
         self._transport = None
         self._templates: dict = {}
         self.last_costs: list[tuple[str, int, int, int]] = []  # (op, packets, insns, hvx)
+        self.total_costs = [0, 0, 0]                            # packets, insns, hvx since creation
         self.bytes_in = 0                                       # host -> arena copies
 
     # ------------------------------------------------------------ discovery
@@ -199,6 +200,10 @@ class DspBackend(Backend):
             raise
         self.last_costs = [(abi.OP_NAMES.get(d.op, str(d.op)), d.cost.packets, d.cost.insns,
                             d.cost.hvx) for d in descs]
+        for _, packets, insns, hvx in self.last_costs:
+            self.total_costs[0] += packets
+            self.total_costs[1] += insns
+            self.total_costs[2] += hvx
         for d in descs:
             if d.status == abi.OK:
                 continue
@@ -269,6 +274,7 @@ class DspBackend(Backend):
             descs[1].in_[0], descs[1].out[0] = oacc, o8
             descs[1].round_mode = abi.ROUND_MODES[mode]
             descs[1].shift = abi.SHIFT_ESTIMATE if shift is None else max(int(shift), 0)
+            descs[1].flags = abi.F_SATURATE_CHECK   # base.requantize: a stale given shift gives way
             descs[1].rng = self._rng(rng)
             self._run(descs)
             return self._get(o8, out_shape, np.int8, temps), int(descs[1].result_shift)
@@ -336,17 +342,18 @@ class DspBackend(Backend):
                              stride=stride, pad=pad, kernel_h=kernel[0], kernel_w=kernel[1])
 
     # ------------------------------------------------------------ epilogue
-    def _requant(self, hook, acc, mode, rng, shift, bits=8):
+    def _requant(self, hook, acc, mode, rng, shift, bits=8, check=True):
         acc = self._acc_input(hook, acc)
         if acc.size == 0:
-            return np.zeros(acc.shape, np.int8), 0 if shift is None else shift
+            return np.zeros(acc.shape, np.int8), 0 if shift is None else max(int(shift), 0)
 
         def go(temps):
             oacc = self._put(acc, np.int32, temps)
             o8 = self._new(acc.shape, np.int8, temps)
             d = self._desc(abi.OP_REQUANT, abi.I32, (oacc,), (o8,), a=(acc.size,), out=(acc.size,),
                            round_mode=abi.ROUND_MODES[mode], bits=bits, rng=self._rng(rng),
-                           shift=abi.SHIFT_ESTIMATE if shift is None else max(int(shift), 0))
+                           shift=abi.SHIFT_ESTIMATE if shift is None else max(int(shift), 0),
+                           flags=abi.F_SATURATE_CHECK if check else 0)
             self._run([d])
             return self._get(o8, acc.shape, np.int8, temps), int(d.result_shift)
         return self._call(go)
@@ -361,7 +368,7 @@ class DspBackend(Backend):
             raise ValueError(f"rounding mode {mode!r} is not one of {numerics.ROUNDING_MODES}")
         if mode == "sto" and rng is None:
             raise ValueError("stochastic rounding needs an RngKey")
-        return self._requant("shift_round", acc, mode, rng, max(int(shift), 0))[0]
+        return self._requant("shift_round", acc, mode, rng, max(int(shift), 0), check=False)[0]
 
     def absmax(self, acc):
         acc = self._acc_input("absmax", acc)

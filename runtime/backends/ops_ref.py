@@ -46,6 +46,7 @@ class RefBackend(Backend):
         "niti_loss_grad_s8", "niti_update_s8",
         "dropout_mask", "gemm_f32", "conv2d_f32", "conv2d_bwd_data_f32", "conv2d_bwd_weight_f32",
         "numpy_f32",  # the FP32 recipe's element-wise ops run as NumPy code on this backend
+        "add_align_s8", "avgpool_global_s8",   # residual networks under integer recipes
     })
 
     def dropout_mask(self, shape, p, rng):
@@ -125,6 +126,28 @@ class RefBackend(Backend):
             return w.copy()
         step = numerics.shift_round(grad, shift, mode, rng)
         return numerics.clip_int8(w.astype(np.int16) - step.astype(np.int16))
+
+    # ------------------------------------------------------------ residual networks (integer recipes)
+    def add_align_s8(self, a, ea: int, b, eb: int, mode: str, rng):
+        """a * 2**ea + b * 2**eb as int8 with a fresh exponent: the finer operand is shifted
+        right onto the coarser exponent (nearest), the int16 sum brought back to int8 by its
+        range. Returns (q, e)."""
+        if ea < eb:
+            a, ea, b, eb = b, eb, a, ea
+        total = a.astype(np.int16) + numerics.shift_round(b, ea - eb, "round").astype(np.int16) \
+            if ea > eb else a.astype(np.int16) + b.astype(np.int16)
+        shift = numerics.activation_shift(self.absmax(total))
+        return numerics.shift_round(total, shift, mode, rng), ea + shift
+
+    def avgpool_global_s8(self, x, e: int, mode: str, rng):
+        """Mean over H, W of int8 NHWC: int32 sum, divided by H*W (a power of two) through
+        the exponent, then brought to int8 by its range. Returns (q [N, C], e)."""
+        hw = x.shape[1] * x.shape[2]
+        if hw & (hw - 1):
+            raise ValueError(f"global average pool over {x.shape[1]}x{x.shape[2]}: {hw} is not a power of two")
+        total = x.astype(np.int32).sum(axis=(1, 2))
+        shift = numerics.activation_shift(self.absmax(total))
+        return numerics.shift_round(total, shift, mode, rng), e - (hw.bit_length() - 1) + shift
 
     # ------------------------------------------------------------ float32 (the FP32 recipe)
     def gemm_f32(self, a, b):

@@ -1,0 +1,343 @@
+"""The shared lowering of the emulated recipes (Octo, WAGEUBN, AFP, MLS, FP8).
+
+These recipes keep float tensors between ops and put every operand of a product on the
+recipe's number grid first, exactly (the way their papers evaluate them). A conv or
+linear layer lowers to:
+
+    forward   quant_weight (w -> wq), quant_act (x -> xq), fwd (xq x wq -> out)
+    backward  quant_err (err -> eq), bwd_data (eq x wq -> err_in), bwd_weight (eq x xq -> grad)
+    update    update (w, grad, optimizer state -> w, optimizer state)
+
+A recipe module supplies a `Numerics` subclass (its grids, products, update rule and
+extra state) and gets the module-level contract of `algorithms/__init__.py` back from
+`Emulated`. Products whose operands are int8 with one scale per tensor run on the int8
+hooks (gemm_s8, conv2d_s8, ...), so the CPU and DSP backends accelerate them; other
+grids (int16, group scales) are computed exactly in float64 here. ReLU, max-pool,
+flatten, dropout and the loss are FP32's ops. Not a recipe: no YAML names this module.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..backends.ops_ref import col2im, im2col, out_size
+from ..errors import ConfigError, LoweringError
+from ..nn import Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
+from . import _float_layers as fl
+from . import fp32
+from ._quant import Scaled
+
+LOWERABLE = (Conv2d, Linear, ReLU, MaxPool2d, Flatten, Dropout, BatchNorm2d, GlobalAvgPool, Add)
+_INT8_HOOKS = {"conv": ("conv2d_s8",), "conv_bwd_data": ("conv2d_bwd_data_s8",),
+               "conv_bwd_weight": ("conv2d_bwd_weight_s8",), "linear": ("gemm_s8",)}
+
+
+# ---------------------------------------------------------------- products
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    return a.reshape(a.shape[0], -1)
+
+
+def product(be, kind: str, a: Scaled, b: Scaled, attrs: dict) -> np.ndarray:
+    """The float32 result of a layer product of two quantized operands.
+
+    kind: fwd (x, w), bwd_data (err, w), bwd_weight (err, x); attrs has `conv` and the
+    conv geometry. int8 operands with one scale each go through the backend's int8 hooks
+    and the scales multiply the exact integer sums; anything else is summed in float64
+    from exact values (int16 x int8 sums stay far below 2**53, so this is exact too).
+    """
+    if a.scalar_int8 and b.scalar_int8:
+        acc = _int8_product(be, kind, a.q, b.q, attrs)
+        return (acc.astype(np.float64) * (float(a.scale) * float(b.scale))).astype(np.float32)
+    return _float64_product(kind, a.values(), b.values(), attrs).astype(np.float32)
+
+
+def _int8_product(be, kind, a, b, attrs):
+    if attrs["conv"]:
+        s, p = attrs["stride"], attrs["pad"]
+        if kind == "fwd":
+            return be.conv2d_s8(a, b, s, p)
+        if kind == "bwd_data":
+            return be.conv2d_bwd_data_s8(a, b, s, p, attrs["in_hw"])
+        return be.conv2d_bwd_weight_s8(a, b, s, p, attrs["kernel"])
+    if kind == "fwd":
+        return be.gemm_s8(_rows(a), b)
+    if kind == "bwd_data":
+        return be.gemm_s8(a, np.ascontiguousarray(b.T))
+    return be.gemm_s8(np.ascontiguousarray(a.T), np.ascontiguousarray(_rows(b).T))
+
+
+def _float64_product(kind, a, b, attrs):
+    if not attrs["conv"]:
+        if kind == "fwd":
+            return _rows(a) @ b.T
+        if kind == "bwd_data":
+            return a @ b
+        return a.T @ _rows(b)
+    s, p = attrs["stride"], attrs["pad"]
+    if kind == "fwd":
+        o, kh, kw, _ = b.shape
+        n, h, w, _ = a.shape
+        out = im2col(a, kh, kw, s, p) @ b.reshape(o, -1).T
+        return out.reshape(n, out_size(h, kh, s, p), out_size(w, kw, s, p), o)
+    if kind == "bwd_data":
+        o, kh, kw, c = b.shape
+        return col2im(a.reshape(-1, o) @ b.reshape(o, -1), a.shape, (kh, kw, c), s, p, attrs["in_hw"])
+    kh, kw = attrs["kernel"]
+    o = a.shape[-1]
+    return (a.reshape(-1, o).T @ im2col(b, kh, kw, s, p)).reshape(o, kh, kw, b.shape[-1])
+
+
+# ---------------------------------------------------------------- what a recipe supplies
+
+class Numerics:
+    """A recipe's grids and update rule. Override what differs; every method gets the op
+    (its `attrs` say which layer and role) and the StepContext."""
+
+    prefix = "emulated"
+    weight_dtype = "float32"
+    bn_grids = fl.BNGrids()
+    known_params: dict = {}            # params key -> check(value) -> error text or None
+
+    def check_params(self, recipe, source="recipe"):
+        for key, value in recipe.params.items():
+            if key not in self.known_params:
+                raise ConfigError(source, f"params.{key}",
+                                  f"unknown for recipe {recipe.name!r} (known: {', '.join(sorted(self.known_params)) or 'none'})")
+            problem = self.known_params[key](value)
+            if problem:
+                raise ConfigError(source, f"params.{key}", f"{value!r}: {problem}")
+
+    def param(self, recipe, key, default):
+        return recipe.params.get(key, default)
+
+    def check_model(self, model, recipe):
+        """Extra checks beyond the layer types (raise LoweringError)."""
+
+    # grids
+    def quant_weight(self, w, ctx, op) -> Scaled:
+        raise NotImplementedError
+
+    def quant_act(self, x, ctx, op) -> Scaled:
+        raise NotImplementedError
+
+    def quant_err(self, err, state: list, ctx, op) -> tuple[Scaled, list]:
+        raise NotImplementedError
+
+    def product(self, be, kind, a: Scaled, b: Scaled, attrs, ctx) -> np.ndarray:
+        return product(be, kind, a, b, attrs)
+
+    # state
+    def err_state(self, layer) -> dict:
+        """name suffix -> initial value of per-layer state the error quantizer carries."""
+        return {}
+
+    def init_weight(self, layer, rng) -> np.ndarray:
+        """He-uniform (He et al. 2015), as FP32."""
+        shape = layer.weight_shape
+        bound = np.sqrt(6.0 / int(np.prod(shape[1:])))
+        return rng.uniform(-bound, bound, shape).astype(np.float32)
+
+    def opt_state(self, param: str, value) -> dict:
+        """Optimizer state of one parameter: SGD's velocity."""
+        return {f"{param}.v": np.zeros(np.shape(value), np.float32)}
+
+    def update(self, w, grad, state: list, ctx, op):
+        """PyTorch's SGD with momentum and weight decay (the float master-weight update)."""
+        o = ctx.recipe.optimizer
+        lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
+        v = state[0]
+        g = grad + np.float32(o.weight_decay) * w
+        v = np.float32(o.momentum) * v + g
+        step = g + np.float32(o.momentum) * v if o.nesterov else v
+        return (w - np.float32(lr) * step).astype(np.float32), [v.astype(np.float32)]
+
+    # extra layers around a product (Octo's compensation layer)
+    def after_forward(self, engine, b, layer, out) -> str:
+        return out
+
+    def before_backward(self, engine, b, layer, err) -> str:
+        return err
+
+    def extra_init(self, layer, rng) -> dict:
+        return {}
+
+    def loss(self, b, logits, labels):
+        return fp32.loss(b, logits, labels)
+
+    extra_ops: dict = {}
+
+
+# ---------------------------------------------------------------- the engine
+
+class Emulated:
+    """Builds the recipe-module contract from a Numerics."""
+
+    def __init__(self, numerics: Numerics):
+        self.n = numerics
+        p = numerics.prefix
+        self.OPS = {**fp32.OPS, **fl.make_ops(p, numerics.bn_grids), **numerics.extra_ops,
+                    f"{p}.quant_weight": self._quant_weight, f"{p}.quant_act": self._quant_act,
+                    f"{p}.quant_err": self._quant_err, f"{p}.product": self._product,
+                    f"{p}.update": self._update}
+
+    # ------------------------------------------------------------ contract
+    def check_model(self, model, recipe):
+        for layer in model.layers:
+            if not isinstance(layer, LOWERABLE):
+                raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r} "
+                                    f"({type(layer).__name__})")
+        self.n.check_params(recipe)
+        self.n.check_model(model, recipe)
+
+    def forward(self, b, layer, x, shape):
+        p = self.n.prefix
+        if isinstance(layer, (Conv2d, Linear)):
+            return self._forward_product(b, layer, x, shape)
+        if isinstance(layer, BatchNorm2d):
+            return fl.forward_bn(b, layer, x, shape, p, b.training)
+        if isinstance(layer, Add):
+            return fl.forward_add(b, layer, x, shape, p)
+        if isinstance(layer, GlobalAvgPool):
+            return fl.forward_avgpool(b, layer, x, shape, p)
+        return fp32.forward(b, layer, x, shape)
+
+    def loss(self, b, logits, labels):
+        return self.n.loss(b, logits, labels)
+
+    def backward(self, b, layer, err, needs_input_error):
+        p = self.n.prefix
+        if isinstance(layer, (Conv2d, Linear)):
+            return self._backward_product(b, layer, err, needs_input_error)
+        if isinstance(layer, BatchNorm2d):
+            err_in, grads = fl.backward_bn(b, layer, err, needs_input_error, p)
+            for param, grad in grads:
+                self.emit_update(b, layer.name, param, grad)
+            return err_in
+        if isinstance(layer, GlobalAvgPool):
+            return fl.backward_avgpool(b, layer, err, p)
+        return fp32.backward(b, layer, err, needs_input_error)
+
+    def join_errors(self, b, name, errs):
+        return fl.join_errors(b, name, errs, self.n.prefix)
+
+    def init_params(self, model, recipe, rng: np.random.Generator) -> dict:
+        state = {}
+        for layer in model.layers:
+            if isinstance(layer, (Conv2d, Linear)):
+                w = self.n.init_weight(layer, rng)
+                state[f"{layer.name}.w"] = w
+                state.update(self.n.opt_state(f"{layer.name}.w", _plain(w)))
+                state.update({f"{layer.name}.{k}": v for k, v in self.n.err_state(layer).items()})
+            elif isinstance(layer, BatchNorm2d):
+                bn = fl.init_bn(layer)
+                state.update(bn)
+                for param in fl.bn_state_names(layer.name)[:2]:
+                    state.update(self.n.opt_state(param, bn[param]))
+            state.update(self.n.extra_init(layer, rng))
+        return state
+
+    # ------------------------------------------------------------ lowering helpers
+    def emit_update(self, b, layer_name, param, grad):
+        spec = b.tensors.get(param)
+        shape = spec.shape if spec else b.tensors[grad].shape
+        names = tuple(self.n.opt_state(param, np.zeros(shape, np.float32)))
+        for name in names:
+            b.tensor(name, shape, "float32", "state")
+        b.op(f"{param}.update", f"{self.n.prefix}.update", layer_name, "update", (param, grad, *names),
+             (param, *names), fl.F32)
+
+    def _attrs(self, b, layer, x):
+        position = _position(b, layer)
+        if isinstance(layer, Conv2d):
+            return dict(conv=True, stride=layer.stride, pad=layer.padding, in_hw=b.tensors[x].shape[1:3],
+                        kernel=(layer.kernel, layer.kernel), position=position)
+        return dict(conv=False, position=position)
+
+    def _forward_product(self, b, layer, x, shape):
+        p, name = self.n.prefix, layer.name
+        w = b.param(f"{name}.w", layer.weight_shape, self.n.weight_dtype)
+        attrs = self._attrs(b, layer, x)
+        wq = b.tensor(f"{name}.wq", layer.weight_shape, "int8", "saved")
+        xq = b.tensor(f"{name}.xq", b.tensors[x].shape, "int8", "saved")
+        b.op(f"{name}.quant_w", f"{p}.quant_weight", name, "forward", (w,), (wq,), fl.F32, **attrs)
+        b.op(f"{name}.quant_x", f"{p}.quant_act", name, "forward", (x,), (xq,), fl.F32, **attrs)
+        out = b.tensor(f"{name}.out", shape, "float32", "activation")
+        macs = int(np.prod(shape)) * int(np.prod(layer.weight_shape[1:]))
+        hooks = _INT8_HOOKS["conv" if attrs["conv"] else "linear"]
+        b.op(f"{name}.fwd", f"{p}.product", name, "forward", (xq, wq), (out,), hooks, macs, role="fwd", **attrs)
+        return self.n.after_forward(self, b, layer, out)
+
+    def _backward_product(self, b, layer, err, needs_input_error):
+        p, name = self.n.prefix, layer.name
+        err = self.n.before_backward(self, b, layer, err)
+        x, _ = b.layer_io[name]
+        attrs = self._attrs(b, layer, x)
+        state = tuple(f"{name}.{k}" for k in self.n.err_state(layer))
+        for s, value in zip(state, self.n.err_state(layer).values()):
+            b.tensor(s, np.shape(value), str(np.asarray(value).dtype), "state")
+        eq = b.tensor(f"{name}.eq", b.tensors[err].shape, "int8", "saved")
+        b.op(f"{name}.quant_err", f"{p}.quant_err", name, "backward", (err, *state), (eq, *state), fl.F32, **attrs)
+        macs = b.find(f"{name}.fwd").macs
+        conv = attrs["conv"]
+        err_in = None
+        if needs_input_error:
+            err_in = b.tensor(f"err.{name}", b.tensors[x].shape, "float32", "error")
+            hooks = _INT8_HOOKS["conv_bwd_data" if conv else "linear"]
+            b.op(f"{name}.bwd_data", f"{p}.product", name, "backward", (eq, f"{name}.wq"), (err_in,), hooks, macs,
+                 role="bwd_data", **attrs)
+        grad = b.tensor(f"{name}.grad", layer.weight_shape, "float32", "grad")
+        hooks = _INT8_HOOKS["conv_bwd_weight" if conv else "linear"]
+        b.op(f"{name}.bwd_weight", f"{p}.product", name, "backward", (eq, f"{name}.xq"), (grad,), hooks, macs,
+             role="bwd_weight", **attrs)
+        self.emit_update(b, name, f"{name}.w", grad)
+        return err_in
+
+    # ------------------------------------------------------------ running ops
+    def _quant_weight(self, be, op, env, ctx):
+        return {op.outputs[0]: self.n.quant_weight(env[op.inputs[0]], ctx, op)}
+
+    def _quant_act(self, be, op, env, ctx):
+        return {op.outputs[0]: self.n.quant_act(env[op.inputs[0]], ctx, op)}
+
+    def _quant_err(self, be, op, env, ctx):
+        eq, state = self.n.quant_err(env[op.inputs[0]], [env[s] for s in op.inputs[1:]], ctx, op)
+        return dict(zip(op.outputs, (eq, *state)))
+
+    def _product(self, be, op, env, ctx):
+        a, w = env[op.inputs[0]], env[op.inputs[1]]
+        return {op.outputs[0]: self.n.product(be, op.attrs["role"], a, w, op.attrs, ctx)}
+
+    def _update(self, be, op, env, ctx):
+        w, grad = env[op.inputs[0]], env[op.inputs[1]]
+        w, state = self.n.update(w, grad, [env[s] for s in op.inputs[2:]], ctx, op)
+        return dict(zip(op.outputs, (w, *state)))
+
+
+def _plain(w):
+    """The float value of a stored weight (WAGEUBN stores a QTensor accumulator)."""
+    return w.dequantize() if hasattr(w, "dequantize") else w
+
+
+def _position(b, layer) -> str:
+    """first | last | middle among the model's parametric layers (papers keep these apart)."""
+    parametric = b.model.parametric() if b.model is not None else []
+    if parametric and layer.name == parametric[0].name:
+        return "first"
+    if parametric and layer.name == parametric[-1].name:
+        return "last"
+    return "middle"
+
+
+def group_for(channels: int, group_size: int) -> int:
+    """The MLS group along `channels`: group_size when it divides them, else their gcd."""
+    return math.gcd(channels, group_size)
+
+
+def module_contract(engine: Emulated) -> tuple:
+    """The names a recipe module exports (see algorithms/__init__.py), in this order:
+    ACTIVATION_DTYPE, check_recipe, check_model, forward, loss, backward, join_errors, OPS,
+    init_params, prepare_input, logits_to_float."""
+    return ("float32", engine.n.check_params, engine.check_model, engine.forward, engine.loss, engine.backward,
+            engine.join_errors, engine.OPS, engine.init_params, fp32.prepare_input, fp32.logits_to_float)

@@ -1,0 +1,168 @@
+"""Float layers the emulated recipes and FP32 share beyond FP32's chain layers:
+batch normalisation, residual add, global average pooling, and the sum of errors where
+branches join. Not a recipe: no YAML names this module.
+
+Batch norm takes optional quantizers for its statistics, its affine parameters and its
+incoming error, so WAGEUBN's integer BN (Yang et al. 2020: 16-bit statistics, 8-bit
+gamma/beta) is the same code with grids switched on; float recipes pass none.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+BN_EPS = 1e-5
+BN_MOMENTUM = 0.1          # running = (1 - m) * running + m * batch statistic (PyTorch's)
+F32 = ("numpy_f32",)
+
+
+def _identity(x):
+    return x
+
+
+@dataclass(frozen=True)
+class BNGrids:
+    """Where batch norm rounds: `stat` (mean, variance, 1/std, x-hat), `affine` (gamma
+    and beta as the forward uses them), `error` (the incoming error)."""
+
+    stat: Callable = _identity
+    affine: Callable = _identity
+    error: Callable = _identity
+
+
+# ---------------------------------------------------------------- lowering
+
+def bn_state_names(name):
+    return f"{name}.gamma", f"{name}.beta", f"{name}.mean", f"{name}.var"
+
+
+def forward_bn(b, layer, x, shape, prefix, training):
+    gamma, beta, mean, var = bn_state_names(layer.name)
+    b.param(gamma, (layer.channels,), "float32")
+    b.param(beta, (layer.channels,), "float32")
+    b.tensor(mean, (layer.channels,), "float32", "state")
+    b.tensor(var, (layer.channels,), "float32", "state")
+    out = b.tensor(f"{layer.name}.out", shape, "float32", "activation")
+    xhat = b.tensor(f"{layer.name}.xhat", shape, "float32", "saved")
+    inv = b.tensor(f"{layer.name}.inv_std", (layer.channels,), "float32", "saved")
+    b.op(f"{layer.name}.fwd", f"{prefix}.bn_fwd", layer.name, "forward", (x, gamma, beta, mean, var),
+         (out, xhat, inv, mean, var), F32, int(np.prod(shape)), training=training)
+    return out
+
+
+def backward_bn(b, layer, err, needs_input_error, prefix):
+    """Emits the BN backward op; returns (err_in or None, [(param, grad), ...])."""
+    x, _ = b.layer_io[layer.name]
+    gamma, beta, _, _ = bn_state_names(layer.name)
+    err_in = b.tensor(f"err.{layer.name}", b.tensors[x].shape, "float32", "error")
+    g_gamma = b.tensor(f"{gamma}.grad", (layer.channels,), "float32", "grad")
+    g_beta = b.tensor(f"{beta}.grad", (layer.channels,), "float32", "grad")
+    b.op(f"{layer.name}.bwd", f"{prefix}.bn_bwd", layer.name, "backward",
+         (err, f"{layer.name}.xhat", f"{layer.name}.inv_std", gamma), (err_in, g_gamma, g_beta), F32,
+         int(np.prod(b.tensors[x].shape)))
+    return (err_in if needs_input_error else None), [(gamma, g_gamma), (beta, g_beta)]
+
+
+def forward_add(b, layer, x, shape, prefix):
+    skip = b.layer_io[layer.skip_from][1] if layer.skip_from in b.layer_io else "input"
+    out = b.tensor(f"{layer.name}.out", shape, "float32", "activation")
+    b.op(f"{layer.name}.fwd", f"{prefix}.add", layer.name, "forward", (x, skip), (out,), F32)
+    return out
+
+
+def forward_avgpool(b, layer, x, shape, prefix):
+    out = b.tensor(f"{layer.name}.out", shape, "float32", "activation")
+    b.op(f"{layer.name}.fwd", f"{prefix}.avgpool_fwd", layer.name, "forward", (x,), (out,), F32)
+    return out
+
+
+def backward_avgpool(b, layer, err, prefix):
+    x, _ = b.layer_io[layer.name]
+    err_in = b.tensor(f"err.{layer.name}", b.tensors[x].shape, "float32", "error")
+    b.op(f"{layer.name}.bwd", f"{prefix}.avgpool_bwd", layer.name, "backward", (err,), (err_in,), F32,
+         in_shape=b.tensors[x].shape)
+    return err_in
+
+
+def join_errors(b, name, errs, prefix):
+    out = b.tensor(name, b.tensors[errs[0]].shape, "float32", "error")
+    b.op(f"{name}.join", f"{prefix}.join", "join", "backward", tuple(errs), (out,), F32)
+    return out
+
+
+# ---------------------------------------------------------------- running ops
+
+def bn_forward_values(x, gamma, beta, mean, var, training, grids: BNGrids = BNGrids()):
+    """(y, x-hat, 1/std, new running mean, new running variance), float64 inside."""
+    x = np.asarray(x, np.float64)
+    axes = tuple(range(x.ndim - 1))
+    if training:
+        mu = grids.stat(x.mean(axis=axes))
+        sigma2 = grids.stat(((x - mu) ** 2).mean(axis=axes))
+        count = x.size // x.shape[-1]
+        unbiased = sigma2 * count / max(count - 1, 1)
+        mean = (1 - BN_MOMENTUM) * mean + BN_MOMENTUM * mu
+        var = (1 - BN_MOMENTUM) * var + BN_MOMENTUM * unbiased
+    else:
+        mu, sigma2 = np.asarray(mean, np.float64), np.asarray(var, np.float64)
+    inv = grids.stat(1.0 / np.sqrt(sigma2 + BN_EPS))
+    xhat = grids.stat((x - mu) * inv)
+    y = grids.affine(np.asarray(gamma, np.float64)) * xhat + grids.affine(np.asarray(beta, np.float64))
+    return y, xhat, inv, mean, var
+
+
+def bn_backward_values(err, xhat, inv, gamma, grids: BNGrids = BNGrids()):
+    """(d input, d gamma, d beta) of y = gamma * (x - mean) / std + beta over the batch."""
+    err = grids.error(np.asarray(err, np.float64))
+    xhat = np.asarray(xhat, np.float64)
+    axes = tuple(range(err.ndim - 1))
+    count = err.size // err.shape[-1]
+    d_beta = err.sum(axis=axes)
+    d_gamma = (err * xhat).sum(axis=axes)
+    g = grids.affine(np.asarray(gamma, np.float64))
+    dx = g * inv / count * (count * err - d_beta - xhat * d_gamma)
+    return dx, d_gamma, d_beta
+
+
+def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
+    """The op functions of this module under `prefix.` kinds, BN rounding on `grids`."""
+    def bn_fwd(be, op, env, ctx):
+        x, gamma, beta, mean, var = (env[t] for t in op.inputs)
+        y, xhat, inv, mean, var = bn_forward_values(x, gamma, beta, mean, var, op.attrs["training"], grids)
+        f32 = lambda v: np.asarray(v, np.float32)
+        return dict(zip(op.outputs, (f32(y), f32(xhat), f32(inv), f32(mean), f32(var))))
+
+    def bn_bwd(be, op, env, ctx):
+        err, xhat, inv, gamma = (env[t] for t in op.inputs)
+        dx, d_gamma, d_beta = bn_backward_values(err, xhat, np.asarray(inv, np.float64), gamma, grids)
+        return dict(zip(op.outputs, (dx.astype(np.float32), d_gamma.astype(np.float32), d_beta.astype(np.float32))))
+
+    def add(be, op, env, ctx):
+        return {op.outputs[0]: (env[op.inputs[0]] + env[op.inputs[1]]).astype(np.float32)}
+
+    def avgpool_fwd(be, op, env, ctx):
+        return {op.outputs[0]: env[op.inputs[0]].mean(axis=(1, 2), dtype=np.float64).astype(np.float32)}
+
+    def avgpool_bwd(be, op, env, ctx):
+        err = env[op.inputs[0]]
+        n, h, w, c = op.attrs["in_shape"]
+        n = err.shape[0]   # a micro-batch may be smaller than the planned batch
+        return {op.outputs[0]: np.broadcast_to((err / np.float32(h * w))[:, None, None, :], (n, h, w, c)).copy()}
+
+    def join(be, op, env, ctx):
+        total = env[op.inputs[0]].astype(np.float32)
+        for name in op.inputs[1:]:
+            total = total + env[name]
+        return {op.outputs[0]: total}
+
+    local = dict(bn_fwd=bn_fwd, bn_bwd=bn_bwd, add=add, avgpool_fwd=avgpool_fwd, avgpool_bwd=avgpool_bwd, join=join)
+    return {f"{prefix}.{name}": fn for name, fn in local.items()}
+
+
+def init_bn(layer) -> dict:
+    gamma, beta, mean, var = bn_state_names(layer.name)
+    c = layer.channels
+    return {gamma: np.ones(c, np.float32), beta: np.zeros(c, np.float32),
+            mean: np.zeros(c, np.float32), var: np.ones(c, np.float32)}

@@ -1,0 +1,89 @@
+"""Residual networks under NITI's integer tensors: residual add, global average pooling
+and the sum of errors where branches join. Not a recipe: niti.py lowers these layers
+through it.
+
+- Add: the two int8 operands are aligned on the coarser exponent by shifting the finer
+  one right (nearest), added in int16, then brought back to int8 by the sum's range
+  (ARCHITECTURE.md). Its backward passes the error unchanged to both inputs (the
+  derivative of a + b), which `graph.lower` does without an op.
+- GlobalAvgPool: int32 sum over H x W; the divisor H*W is a power of two for the CIFAR
+  ResNets (4 x 4), so dividing is subtracting log2(H*W) from the exponent, exact.
+  Other sizes fail at lowering with the layer's name. Backward: the error broadcast to
+  every position, exponent lowered by the same log2(H*W).
+- Errors joining where branches meet add like Add, pairwise.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import LoweringError
+from ..numerics import QTensor
+
+
+def check_layer(layer, shape, recipe):
+    """GlobalAvgPool needs a power-of-two H*W under integer tensors."""
+    hw = shape[0] * shape[1]
+    if hw & (hw - 1):
+        raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r}: global average pool "
+                            f"over {shape[0]}x{shape[1]} needs a power-of-two H*W to divide by a shift")
+
+
+def forward_add(b, layer, x, shape):
+    skip = b.layer_io[layer.skip_from][1] if layer.skip_from in b.layer_io else "input"
+    out = b.tensor(f"{layer.name}.out", shape, "int8", "activation")
+    b.op(f"{layer.name}.fwd", "niti.add", layer.name, "forward", (x, skip), (out,), ("add_align_s8",),
+         mode=b.recipe.tensors.activations.rounding)
+    return out
+
+
+def forward_avgpool(b, layer, x, shape):
+    check_layer(layer, b.tensors[x].shape[1:3], b.recipe)
+    out = b.tensor(f"{layer.name}.out", shape, "int8", "activation")
+    b.op(f"{layer.name}.fwd", "niti.avgpool_fwd", layer.name, "forward", (x,), (out,), ("avgpool_global_s8",),
+         mode=b.recipe.tensors.activations.rounding)
+    return out
+
+
+def backward_avgpool(b, layer, err):
+    x, _ = b.layer_io[layer.name]
+    err_in = b.tensor(f"err.{layer.name}", b.tensors[x].shape, "int8", "error")
+    b.op(f"{layer.name}.bwd", "niti.avgpool_bwd", layer.name, "backward", (err,), (err_in,), (),
+         in_hw=b.tensors[x].shape[1:3])
+    return err_in
+
+
+def join_errors(b, name, errs):
+    out = b.tensor(name, b.tensors[errs[0]].shape, "int8", "error")
+    b.op(f"{name}.join", "niti.join", "join", "backward", tuple(errs), (out,), ("add_align_s8",),
+         mode=b.recipe.tensors.errors.rounding)
+    return out
+
+
+def add(be, op, env, ctx):
+    a, c = env[op.inputs[0]], env[op.inputs[1]]
+    q, e = be.add_align_s8(a.q, a.e, c.q, c.e, op.attrs["mode"], ctx.rng(op))
+    return {op.outputs[0]: QTensor(q, e)}
+
+
+def join(be, op, env, ctx):
+    total = env[op.inputs[0]]
+    for name in op.inputs[1:]:
+        other = env[name]
+        total = QTensor(*be.add_align_s8(total.q, total.e, other.q, other.e, op.attrs["mode"], ctx.rng(op)))
+    return {op.outputs[0]: total}
+
+
+def avgpool_fwd(be, op, env, ctx):
+    x = env[op.inputs[0]]
+    q, e = be.avgpool_global_s8(x.q, x.e, op.attrs["mode"], ctx.rng(op))
+    return {op.outputs[0]: QTensor(q, e)}
+
+
+def avgpool_bwd(be, op, env, ctx):
+    err = env[op.inputs[0]]
+    h, w = op.attrs["in_hw"]
+    q = np.broadcast_to(err.q[:, None, None, :], (err.q.shape[0], h, w, err.q.shape[1])).copy()
+    return {op.outputs[0]: QTensor(q, err.e - ((h * w).bit_length() - 1))}
+
+
+OPS = {"niti.add": add, "niti.join": join, "niti.avgpool_fwd": avgpool_fwd, "niti.avgpool_bwd": avgpool_bwd}

@@ -1,0 +1,56 @@
+"""MLS: multi-level scaling for low-bit CNN training (Zhong et al., "Exploring the
+Potential of Low-bit Training of Convolutional Neural Networks", IEEE TCAD 2022).
+
+Every conv/linear operand (weights, activations, errors) is a low-bit tensor with two
+levels of scale: one float scale for the tensor (max|x| / qmax) and a power-of-two
+scale 2**-k per group of `group_size` consecutive channels, k in 0 .. 2**group_bits - 1
+(the largest that keeps the group inside the range, so quiet groups keep resolution);
+elements are `bits`-bit integers. Weights and activations round to nearest, errors
+stochastically (counter RNG), as low-bit training needs for unbiased gradients.
+Float32 master weights, SGD with momentum.
+
+Emulated: the element products are integer, but the group shifts sit inside the
+reduction, so an int8 hook cannot take them; the sums are computed exactly in float64
+here (the paper's accelerator does intra-group integer sums and shifted inter-group
+adds; a grouped int8 kernel on the CPU/DSP backends is what it would take).
+When a layer's channel count is not a multiple of `group_size` the group is their gcd.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._emulated import Emulated, Numerics, group_for, module_contract
+from ._quant import quantize_mls
+
+
+def _group_bits(value):
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 4
+    return None if ok else "must be an integer in 0..4"
+
+
+def _mls(x, fmt, group_bits, rng):
+    x = np.asarray(x, np.float64)
+    rounding = fmt.rounding if fmt.rounding in ("round", "nearest_even", "sto") else "round"
+    return quantize_mls(x, fmt.bits, group_for(x.shape[-1], fmt.group_size), group_bits, rounding, rng)
+
+
+class MLSNumerics(Numerics):
+    prefix = "mls"
+    known_params = {"group_bits": _group_bits}
+
+    def _group_bits(self, ctx):
+        return int(self.param(ctx.recipe, "group_bits", 2))
+
+    def quant_weight(self, w, ctx, op):
+        return _mls(w, ctx.recipe.tensors.weights, self._group_bits(ctx), ctx.rng(op))
+
+    def quant_act(self, x, ctx, op):
+        return _mls(x, ctx.recipe.tensors.activations, self._group_bits(ctx), ctx.rng(op))
+
+    def quant_err(self, err, state, ctx, op):
+        return _mls(err, ctx.recipe.tensors.errors, self._group_bits(ctx), ctx.rng(op)), []
+
+
+ENGINE = Emulated(MLSNumerics())
+(ACTIVATION_DTYPE, check_recipe, check_model, forward, loss, backward, join_errors, OPS, init_params,
+ prepare_input, logits_to_float) = module_contract(ENGINE)

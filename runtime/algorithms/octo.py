@@ -1,0 +1,134 @@
+"""Octo: INT8 training with loss-aware compensation and backward quantization (Zhou et
+al., "Octo: INT8 Training with Loss-aware Compensation and Backward Quantization for
+Tiny On-device Learning", USENIX ATC 2021).
+
+- Forward: weights and activations are int8 with one scale per tensor (max|x| / 127,
+  round to nearest); the products run on the int8 hooks.
+- Loss-aware compensation (LAC): after every quantized conv/linear a compensation layer
+  y = (1 + gamma) * z + beta, per output channel, gamma = beta = 0 at the start. Its
+  parameters are trained by the loss like any weight, so they absorb the systematic part
+  of the quantization error of the product they follow.
+- Backward quantization with parameterized range clipping (PRC): each layer's incoming
+  error is int8 over [-a * max|e|, a * max|e|]. The clip ratio `a` is a per-layer
+  parameter: every step the ratio with the least squared quantization error is found
+  on a grid and `a` moves toward it by `prc_momentum` (an exponential average, so one
+  odd batch does not swing the range).
+- Float32 master weights, SGD with momentum (the paper's on-device trainer keeps them).
+
+Emulated: float tensors between ops with exact quantize/dequantize, as the paper
+evaluates; the int8 products are real int8 products on whatever backend runs them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..nn import Conv2d, Linear
+from . import _float_layers as fl
+from ._emulated import Emulated, Numerics, module_contract
+from ._quant import PRC_CANDIDATES, prc_best_ratio, quantize_int, quantize_prc
+
+
+def _unit_interval(value):
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+    return None if ok else "must be a number in [0, 1]"
+
+
+def _flag(value):
+    return None if isinstance(value, bool) else "must be true or false"
+
+
+def _int_fmt(x, fmt, rng=None):
+    return quantize_int(x, fmt.bits, fmt.scale, fmt.rounding if fmt.rounding != "none" else "round", rng)
+
+
+class OctoNumerics(Numerics):
+    prefix = "octo"
+    known_params = {"prc_momentum": _unit_interval, "compensation": _flag}
+
+    def quant_weight(self, w, ctx, op):
+        return _int_fmt(w, ctx.recipe.tensors.weights, ctx.rng(op))
+
+    def quant_act(self, x, ctx, op):
+        return _int_fmt(x, ctx.recipe.tensors.activations, ctx.rng(op))
+
+    def err_state(self, layer):
+        return {"prc_ratio": np.array(1.0, np.float32)}
+
+    def quant_err(self, err, state, ctx, op):
+        fmt = ctx.recipe.tensors.errors
+        momentum = float(self.param(ctx.recipe, "prc_momentum", 0.1))
+        ratio = (1 - momentum) * float(state[0]) + momentum * prc_best_ratio(err, fmt.bits, PRC_CANDIDATES)
+        eq = quantize_prc(err, ratio, fmt.bits, fmt.rounding if fmt.rounding != "none" else "round", ctx.rng(op))
+        return eq, [np.array(ratio, np.float32)]
+
+    # ------------------------------------------------------------ the compensation layer
+    def _compensated(self, b):
+        return bool(self.param(b.recipe, "compensation", True))
+
+    def after_forward(self, engine, b, layer, out):
+        if not self._compensated(b):
+            return out
+        scale, shift = compensation_names(layer.name)
+        channels = b.tensors[out].shape[-1]
+        b.param(scale, (channels,), "float32")
+        b.param(shift, (channels,), "float32")
+        comp = b.tensor(f"{layer.name}.comp.out", b.tensors[out].shape, "float32", "activation")
+        b.op(f"{layer.name}.comp_fwd", "octo.comp_fwd", layer.name, "forward", (out, scale, shift), (comp,), fl.F32)
+        return comp
+
+    def before_backward(self, engine, b, layer, err):
+        if not self._compensated(b):
+            return err
+        scale, shift = compensation_names(layer.name)
+        raw = f"{layer.name}.out"
+        err_raw = b.tensor(f"err.{layer.name}.comp", b.tensors[raw].shape, "float32", "error")
+        g_scale = b.tensor(f"{scale}.grad", b.tensors[scale].shape, "float32", "grad")
+        g_shift = b.tensor(f"{shift}.grad", b.tensors[shift].shape, "float32", "grad")
+        b.op(f"{layer.name}.comp_bwd", "octo.comp_bwd", layer.name, "backward", (err, raw, scale),
+             (err_raw, g_scale, g_shift), fl.F32)
+        engine.emit_update(b, layer.name, scale, g_scale)
+        engine.emit_update(b, layer.name, shift, g_shift)
+        return err_raw
+
+    def extra_init(self, layer, rng):
+        if not isinstance(layer, (Conv2d, Linear)):
+            return {}
+        channels = layer.weight_shape[0]
+        state = {}
+        for name in compensation_names(layer.name):
+            state[name] = np.zeros(channels, np.float32)
+            state.update(self.opt_state(name, state[name]))
+        return state
+
+
+def compensation_names(layer_name):
+    return f"{layer_name}.comp_scale", f"{layer_name}.comp_shift"
+
+
+def compensation_forward(z, scale, shift):
+    """y = (1 + scale) * z + shift, per output channel (the last axis)."""
+    return (z * (1 + scale) + shift).astype(np.float32)
+
+
+def compensation_backward(err, z, scale):
+    """(d z, d scale, d shift) of compensation_forward, summed over all but channels."""
+    axes = tuple(range(err.ndim - 1))
+    e64 = err.astype(np.float64)
+    return ((e64 * (1 + scale)).astype(np.float32), (e64 * z).sum(axis=axes).astype(np.float32),
+            e64.sum(axis=axes).astype(np.float32))
+
+
+def _comp_fwd(be, op, env, ctx):
+    z, scale, shift = (env[t] for t in op.inputs)
+    return {op.outputs[0]: compensation_forward(z, scale, shift)}
+
+
+def _comp_bwd(be, op, env, ctx):
+    err, z, scale = (env[t] for t in op.inputs)
+    return dict(zip(op.outputs, compensation_backward(err, z, scale)))
+
+
+OctoNumerics.extra_ops = {"octo.comp_fwd": _comp_fwd, "octo.comp_bwd": _comp_bwd}
+ENGINE = Emulated(OctoNumerics())
+(ACTIVATION_DTYPE, check_recipe, check_model, forward, loss, backward, join_errors, OPS, init_params,
+ prepare_input, logits_to_float) = module_contract(ENGINE)

@@ -1,0 +1,108 @@
+"""WAGEUBN: training with 8-bit integers for weights (W), activations (A), weight
+gradients (G), errors (E), the weight update (U) and batch norm (BN) (Yang et al.,
+"Training high-performance and large-scale deep neural networks with full 8-bit
+integers", Neural Networks 125, 2020).
+
+- W: each layer's weights live in a 24-bit accumulator (int32 mantissa, one exponent
+  fixed at initialisation with one bit of headroom); the forward and backward products
+  see the top 8 bits (`shift_round` by 16, nearest).
+- A, E: int8 with a power-of-two exponent from each tensor's range (nearest), as the
+  paper's shift-based quantization of errors.
+- G: the weight gradient (an exact int32 sum of int8 products, plus weight decay) is
+  rounded stochastically to int8 with a power-of-two exponent.
+- U: momentum is a 16-bit fixed-point tensor; the momentum coefficient and the learning
+  rate are 8-bit fixed point; lr * m is rounded onto the 24-bit weight grid.
+- BN: batch statistics (mean, variance, 1/std, x-hat) on 16-bit grids, gamma and beta
+  used as 8-bit, the incoming error as 8-bit (`_float_layers.BNGrids`); gamma and beta
+  follow the same quantized momentum update on a 24-bit grid.
+- First and last layers: quantized like the others (`first_last: int8`), which is the
+  "full 8-bit" claim of the paper; `first_last: float32` keeps them in float.
+
+Emulated: values on these integer grids are held in float arrays between ops and the
+int8 products run on the int8 hooks; batch norm and the update compute in float64 on
+grid values and round back onto their grids.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import numerics
+from ..numerics import QTensor
+from . import _float_layers as fl
+from ._emulated import Emulated, Numerics, module_contract
+from ._quant import Scaled, quantize_int
+
+ACCUMULATOR_BITS = 24
+WEIGHT_BITS = 8
+STAT_BITS = 16
+MOMENTUM_BITS = 16
+COEFFICIENT_BITS = 8      # learning rate and momentum coefficient
+
+
+def on_grid(x, bits, rounding="round", rng=None) -> np.ndarray:
+    """x on a `bits`-bit power-of-two grid fitted to its range (float64 values)."""
+    return quantize_int(np.asarray(x, np.float64), bits, "pow2", rounding, rng).values()
+
+
+def _first_last(value):
+    return None if value in ("int8", "float32") else "must be 'int8' or 'float32'"
+
+
+BN_GRIDS = fl.BNGrids(stat=lambda x: on_grid(x, STAT_BITS), affine=lambda x: on_grid(x, WEIGHT_BITS),
+                      error=lambda x: on_grid(x, 8))
+
+
+class WAGEUBNNumerics(Numerics):
+    prefix = "wageubn"
+    weight_dtype = "int32"
+    bn_grids = BN_GRIDS
+    known_params = {"first_last": _first_last}
+
+    def _float_layer(self, ctx, op):
+        return self.param(ctx.recipe, "first_last", "int8") == "float32" and op.attrs["position"] != "middle"
+
+    def init_weight(self, layer, rng):
+        return to_accumulator(super().init_weight(layer, rng))
+
+    def quant_weight(self, w, ctx, op):
+        if self._float_layer(ctx, op):
+            return Scaled(w.dequantize(), 1.0)
+        shift = ACCUMULATOR_BITS - WEIGHT_BITS
+        return Scaled(numerics.shift_round(w.q, shift, "round"), 2.0 ** (w.e + shift))
+
+    def quant_act(self, x, ctx, op):
+        if self._float_layer(ctx, op):
+            return Scaled(np.asarray(x, np.float64), 1.0)
+        return quantize_int(x, ctx.recipe.tensors.activations.bits, "pow2", "round")
+
+    def quant_err(self, err, state, ctx, op):
+        if self._float_layer(ctx, op):
+            return Scaled(np.asarray(err, np.float64), 1.0), []
+        return quantize_int(err, ctx.recipe.tensors.errors.bits, "pow2", "round"), []
+
+    def update(self, w, grad, state, ctx, op):
+        o = ctx.recipe.optimizer
+        lr = on_grid(o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0), COEFFICIENT_BITS)
+        momentum = on_grid(o.momentum, COEFFICIENT_BITS)
+        current = w.dequantize() if isinstance(w, QTensor) else np.asarray(w, np.float64)
+        g = on_grid(np.asarray(grad, np.float64) + o.weight_decay * current, ctx.recipe.tensors.gradients.bits,
+                    "sto", ctx.rng(op))
+        m = on_grid(momentum * np.asarray(state[0], np.float64) + g, MOMENTUM_BITS)
+        step = lr * m
+        if isinstance(w, QTensor):
+            limit = 2 ** (ACCUMULATOR_BITS - 1) - 1
+            q = np.clip(w.q.astype(np.int64) - np.rint(step / 2.0 ** w.e).astype(np.int64), -limit, limit)
+            return QTensor(q.astype(np.int32), w.e), [m.astype(np.float32)]
+        return on_grid(current - step, ACCUMULATOR_BITS).astype(np.float32), [m.astype(np.float32)]
+
+
+def to_accumulator(w: np.ndarray) -> QTensor:
+    """Float weights on the 24-bit grid, the exponent leaving one bit of headroom."""
+    top = float(np.max(np.abs(w)))
+    e = (int(np.ceil(np.log2(top))) + 1 if top > 0 else 0) - (ACCUMULATOR_BITS - 1)
+    return QTensor(np.rint(np.asarray(w, np.float64) / 2.0**e).astype(np.int32), e)
+
+
+ENGINE = Emulated(WAGEUBNNumerics())
+(ACTIVATION_DTYPE, check_recipe, check_model, forward, loss, backward, join_errors, OPS, init_params,
+ prepare_input, logits_to_float) = module_contract(ENGINE)

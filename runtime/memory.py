@@ -1,0 +1,308 @@
+"""Static memory planning: every tensor's size and lifetime, and its offset in one arena.
+
+Input is a TrainGraph and a *schedule*: the ops one step runs, in order, where an op may
+appear twice when the recompute planner (recompute.py) re-runs it to rebuild a dropped
+activation. A tensor written twice is two *values* with separate lifetimes.
+
+- Lifetime of a value: from the step that writes it to the last step that reads it before
+  it is written again. Weights and optimizer state live the whole step (position -1 to n);
+  the input and labels are written before the first op; the logits live to the end
+  because the trainer reads them after the step.
+- Buffers: values that share memory. A reshape's output aliases its input (a view); an
+  element-wise op without a range estimate (ReLU, dropout, their backward) writes over an
+  input of the same size that dies at that op. The executor copies results into the arena
+  after the op has read its inputs, so both are safe, micro-batched or not.
+- Offsets: greedy by size (Pisarchyk & Lee, "Efficient memory management for deep neural
+  net inference", 2020; the planner TFLite uses): take buffers largest first and put each
+  in the lowest gap, among the already placed buffers whose lifetimes overlap it, that
+  holds it. The arena size is the largest end offset; `live_peak` (the most bytes alive
+  at once) is the lower bound any offset assignment can reach.
+- Op workspace: what an op allocates itself, outside the arena. The int32 accumulators
+  of a product live inside the backend hook (conv2d_requant_s8 and friends), and every
+  hook returns a fresh array that the executor then copies into its arena slot. Both are
+  counted from shapes per op (and per micro-batch: see `op_workspace`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import numerics
+from .graph import Op, TrainGraph
+
+ALIGN = 128                    # HVX vector width: every arena offset is a multiple of it
+PERSISTENT_ROLES = ("weight", "state")
+BEFORE_STEP_ROLES = ("input", "label", "weight", "state")
+ROW_ROLES = ("input", "label", "activation", "saved", "error")   # tensors with one row per sample
+REQUANT_HOOK = "absmax"        # ops whose hooks include a range estimate requantize a product
+
+CATEGORIES = {"weight": "weights", "state": "optimizer state", "input": "inputs and labels",
+              "label": "inputs and labels", "activation": "activations", "saved": "activations",
+              "error": "errors", "grad": "weight gradients", "accum": "weight gradients"}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One op of a schedule; `recompute` marks a re-run that rebuilds dropped activations."""
+
+    op: Op
+    recompute: bool = False
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def is_requant(op: Op) -> bool:
+    return REQUANT_HOOK in op.hooks
+
+
+def is_alias(op: Op) -> bool:
+    """A reshape returns a view of its input: no memory of its own."""
+    return op.kind.endswith(".reshape")
+
+
+def is_row_shaped(graph: TrainGraph, name: str) -> bool:
+    spec = graph.tensors[name]
+    return spec.role in ROW_ROLES and len(spec.shape) > 0 and spec.shape[0] == graph.batch
+
+
+def row_local(graph: TrainGraph, op: Op) -> bool:
+    """Can `op` run on a slice of the batch's rows? Row-shaped outputs, or weight gradients
+    (summed over slices). An op that mixes rows (batch statistics) says so with
+    `attrs["rows"] = "coupled"`."""
+    if op.phase == "update" or op.attrs.get("rows") == "coupled" or "batchnorm" in op.kind:
+        return False
+    return all(is_row_shaped(graph, t) or graph.tensors[t].role in ("grad", "accum") for t in op.outputs)
+
+
+def reduction_depth(graph: TrainGraph, op: Op, name: str) -> int:
+    """Terms summed into each element of `name`: the op's MACs over the element count."""
+    elements = int(np.prod(graph.tensors[name].shape))
+    return max(op.macs // max(elements, 1), 1)
+
+
+def value_dtype(graph: TrainGraph, op: Op | None, name: str) -> np.dtype:
+    """The dtype a tensor really has: an integer weight gradient is int32, or int64 when
+    its reduction over the batch could overflow int32 (numerics.acc_dtype)."""
+    spec = graph.tensors[name]
+    dtype = np.dtype(spec.dtype)
+    if op is not None and spec.role in ("grad", "accum") and dtype.kind == "i":
+        return numerics.acc_dtype(reduction_depth(graph, op, name))
+    return dtype
+
+
+def value_bytes(graph: TrainGraph, op: Op | None, name: str) -> int:
+    return int(np.prod(graph.tensors[name].shape)) * value_dtype(graph, op, name).itemsize
+
+
+def op_workspace(graph: TrainGraph, op: Op, rows: int) -> int:
+    """Bytes `op` allocates outside the arena when it runs on `rows` rows of the batch:
+    the fresh results the backend returns (copied into the arena afterwards) and, for a
+    requantized product, its int32/int64 accumulator. A reshape allocates nothing."""
+    if is_alias(op):
+        return 0
+    batch = graph.batch
+    rows = rows if row_local(graph, op) else batch
+    total = 0
+    for name in op.outputs:
+        spec = graph.tensors[name]
+        if is_row_shaped(graph, name):
+            total += graph.tensors[name].nbytes * rows // batch
+        elif spec.role in ("grad", "accum") and np.dtype(spec.dtype).kind == "i":
+            depth = reduction_depth(graph, op, name) * rows // batch
+            total += int(np.prod(spec.shape)) * numerics.acc_dtype(max(depth, 1)).itemsize
+        else:
+            total += value_bytes(graph, op, name)
+    if is_requant(op):
+        out = op.outputs[0]
+        elements = int(np.prod(graph.tensors[out].shape)) * rows // batch
+        total += elements * numerics.acc_dtype(reduction_depth(graph, op, out)).itemsize
+    return total
+
+
+@dataclass
+class Buffer:
+    """Memory shared by one or more values whose lifetimes do not overlap."""
+
+    index: int
+    nbytes: int
+    start: int
+    end: int
+    values: list = field(default_factory=list)     # (tensor, version), in write order
+    offset: int = -1
+
+    def overlaps(self, other: "Buffer") -> bool:
+        return self.start <= other.end and other.start <= self.end
+
+
+@dataclass
+class MemoryPlan:
+    """Where every value of one step lives, and how much memory the step needs."""
+
+    graph: TrainGraph
+    schedule: list[Step]
+    buffers: list[Buffer]
+    initial: dict                   # tensor -> Buffer, filled before the first op
+    writes: list[dict]              # per step: tensor -> Buffer its output goes to
+    frees: list[list[str]]          # per step: tensors whose value dies after it
+    dtypes: dict                    # tensor -> planned dtype (weight gradients: int32 or int64)
+    arena_bytes: int
+    live: list[int]                 # per step: bytes of buffers alive
+    label: str = "keep all"         # how activations were kept (recompute.py sets it)
+    kept: frozenset = frozenset()
+
+    @property
+    def live_peak(self) -> int:
+        return max(self.live, default=0)
+
+    @property
+    def recomputed_ops(self) -> int:
+        return sum(step.recompute for step in self.schedule)
+
+    def workspace(self, rows: int) -> list[int]:
+        return [op_workspace(self.graph, step.op, rows) for step in self.schedule]
+
+    def peak(self, rows: int) -> int:
+        """The step's peak at micro-batch `rows`: the arena plus the largest op workspace."""
+        return self.arena_bytes + max(self.workspace(rows), default=0)
+
+    def breakdown(self, rows: int) -> dict:
+        """Bytes by kind at the step where arena-live bytes plus workspace is largest;
+        what the arena holds beyond the live bytes is its offset slack."""
+        work = self.workspace(rows)
+        at = max(range(len(work)), key=lambda i: self.live[i] + work[i]) if work else 0
+        parts: dict[str, int] = {}
+        for buf in self.buffers:
+            if buf.start <= at <= buf.end:
+                name = next((t for t, v in reversed(buf.values) if self._start[(t, v)] <= at), buf.values[0][0])
+                kind = CATEGORIES.get(self.graph.tensors[name].role, "other")
+                parts[kind] = parts.get(kind, 0) + buf.nbytes
+        parts["op workspace (int32 accumulators, results before the copy)"] = work[at] if work else 0
+        parts["arena slack (offsets above the live bytes)"] = self.arena_bytes - (self.live[at] if work else 0)
+        parts["at op"] = self.schedule[at].op.name if work else ""
+        return parts
+
+    _start: dict = field(default_factory=dict, repr=False)
+
+
+def plan_memory(graph: TrainGraph, schedule: list[Step], label: str = "keep all",
+                kept: frozenset = frozenset()) -> MemoryPlan:
+    """Lifetimes, buffers and arena offsets for running `schedule` on `graph`."""
+    n = len(schedule)
+    start, end, version, dtypes, writer = {}, {}, {}, {}, {}
+    for name, spec in graph.tensors.items():
+        if spec.role in BEFORE_STEP_ROLES:
+            version[name] = 0
+            start[(name, 0)] = end[(name, 0)] = -1
+            dtypes[name] = np.dtype(spec.dtype)
+    writes_v = []
+    for i, step in enumerate(schedule):
+        op = step.op
+        for t in op.inputs:
+            end[(t, version[t])] = i
+        written = []
+        for t in op.outputs:
+            if graph.tensors[t].role in PERSISTENT_ROLES:
+                written.append((t, 0))          # an update writes the weight in place
+                continue
+            version[t] = version.get(t, -1) + 1
+            value = (t, version[t])
+            start[value] = end[value] = i
+            dtypes.setdefault(t, value_dtype(graph, op, t))
+            writer[value] = op
+            written.append(value)
+        writes_v.append(written)
+    for value in start:
+        name = value[0]
+        if graph.tensors[name].role in PERSISTENT_ROLES or name == graph.logits:
+            end[value] = n if value[1] == version[name] else end[value]
+
+    # Buffers: a new one per value, except aliases and in-place element-wise results.
+    buffers: list[Buffer] = []
+    owner: dict = {}
+
+    def new_buffer(value, nbytes):
+        buf = Buffer(len(buffers), nbytes, start[value], end[value], [value])
+        buffers.append(buf)
+        owner[value] = buf
+
+    def join(buf, value):
+        buf.values.append(value)
+        buf.start, buf.end = min(buf.start, start[value]), max(buf.end, end[value])
+        owner[value] = buf
+
+    for value in [v for v in start if start[v] == -1]:
+        new_buffer(value, graph.tensors[value[0]].nbytes)
+    current = {t: (t, 0) for t in version if (t, 0) in owner}
+    for i, step in enumerate(schedule):
+        op = step.op
+        inputs = [current[t] for t in op.inputs]
+        claimed = set()
+        for value in writes_v[i]:
+            t = value[0]
+            if value in owner:                  # a weight updated in place
+                continue
+            nbytes = value_bytes(graph, op, t)
+            host = None
+            if is_alias(op):
+                host = owner[inputs[0]]
+            elif not is_requant(op) and row_local(graph, op) and is_row_shaped(graph, t):
+                for v in inputs:
+                    buf = owner[v]
+                    if (buf.index not in claimed and buf.end == i and buf.nbytes == nbytes
+                            and graph.tensors[v[0]].role not in BEFORE_STEP_ROLES
+                            and graph.tensors[v[0]].shape[0] == graph.tensors[t].shape[0]):
+                        host = buf
+                        break
+            if host is None:
+                new_buffer(value, nbytes)
+            else:
+                claimed.add(host.index)
+                join(host, value)
+            current[t] = value
+
+    _assign_offsets(buffers)
+    arena = max((b.offset + b.nbytes for b in buffers), default=0)
+    live = [sum(b.nbytes for b in buffers if b.start <= i <= b.end) for i in range(n)]
+    writes = [{v[0]: owner[v] for v in written} for written in writes_v]
+    frees = [[] for _ in range(n)]
+    for value, last in end.items():
+        if 0 <= last < n and graph.tensors[value[0]].role not in PERSISTENT_ROLES:
+            frees[last].append(value[0])
+    initial = {v[0]: owner[v] for v in start if start[v] == -1}
+    plan = MemoryPlan(graph, list(schedule), buffers, initial, writes, frees, dtypes, arena, live, label, kept)
+    plan._start = dict(start)
+    return plan
+
+
+def _assign_offsets(buffers: list[Buffer]) -> None:
+    """Greedy by size (Pisarchyk & Lee 2020): largest first, each into the lowest gap
+    left by the placed buffers that are alive at the same time."""
+    placed: list[Buffer] = []
+    for buf in sorted(buffers, key=lambda b: (-b.nbytes, b.start, b.index)):
+        size = _align(buf.nbytes)
+        best, cursor = None, 0
+        for other in sorted((p for p in placed if p.overlaps(buf)), key=lambda p: p.offset):
+            if other.offset - cursor >= size:
+                best = cursor
+                break
+            cursor = max(cursor, other.offset + _align(other.nbytes))
+        buf.offset = cursor if best is None else best
+        placed.append(buf)
+
+
+def plain_peak(graph: TrainGraph) -> int:
+    """The step's peak without this layer: the executor's environment keeps every tensor
+    to the end of the step, the trainer still holds the old weights and state, and each
+    product has its full-batch accumulator."""
+    total = sum(value_bytes(graph, None, t) for t in graph.tensors)
+    for op in graph.ops:
+        for t in op.outputs:
+            if graph.tensors[t].role in ("grad", "accum"):
+                total += value_bytes(graph, op, t) - graph.tensors[t].nbytes
+    total += sum(spec.nbytes for spec in graph.tensors.values() if spec.role in PERSISTENT_ROLES)
+    accumulators = [op_workspace(graph, op, graph.batch) - sum(
+        value_bytes(graph, op, t) for t in op.outputs) for op in graph.ops if is_requant(op)]
+    return total + max(accumulators, default=0)

@@ -1,0 +1,56 @@
+"""The arena: one preallocated byte buffer per memory plan; tensors are numpy views into it.
+
+Backends return fresh arrays (the contract in backends/base.py has no `out=`), so the
+executor copies each result into its slot: one extra pass over every output, and for
+the duration of one op the result exists twice (counted as op workspace by
+memory.op_workspace). A backend with `out=` hooks would remove both.
+
+A result whose size or dtype differs from the plan cannot take its slot; it stays a
+fresh array and is counted in `spilled` (the plan missed it: a bug to report).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .memory import ALIGN, Buffer
+from .numerics import QTensor
+
+
+class Arena:
+    def __init__(self, nbytes: int):
+        raw = np.empty(nbytes + ALIGN, np.uint8)
+        skip = (-raw.ctypes.data) % ALIGN          # start on an HVX-vector boundary
+        self.buffer = raw[skip:skip + nbytes]
+        self.nbytes = nbytes
+        self.high_water = 0                       # max end offset written this step
+        self.spilled: dict[str, int] = {}
+
+    def begin_step(self) -> None:
+        self.high_water = 0
+        self.spilled = {}
+
+    def view(self, buf: Buffer, shape, dtype) -> np.ndarray | None:
+        """`shape`/`dtype` at `buf`'s offset, or None if that is larger than the slot."""
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        if nbytes > buf.nbytes:
+            return None
+        self.high_water = max(self.high_water, buf.offset + nbytes)
+        return self.buffer[buf.offset:buf.offset + nbytes].view(dtype).reshape(shape)
+
+    def store(self, buf: Buffer, value, name: str):
+        """Copy `value` (array or QTensor) into `buf`; returns the value as a view of the arena."""
+        array = value.q if isinstance(value, QTensor) else np.asarray(value)
+        if array.ctypes.data == self.buffer.ctypes.data + buf.offset and array.flags.c_contiguous:
+            self.high_water = max(self.high_water, buf.offset + array.nbytes)
+            return value                          # already there (state from the last step)
+        slot = self.view(buf, array.shape, array.dtype)
+        if slot is None:
+            self.spilled[name] = array.nbytes
+            return value
+        np.copyto(slot, array)
+        return QTensor(slot, value.e) if isinstance(value, QTensor) else slot
+
+    def holds(self, array: np.ndarray) -> bool:
+        base = self.buffer.ctypes.data
+        return base <= array.ctypes.data < base + max(self.nbytes, 1)

@@ -1,0 +1,106 @@
+"""Fitting a budget: the cheapest (micro-batch, recompute plan) whose peak fits, by a cost model.
+
+Micro-batching here runs every row-local op on slices of the batch, one op at a time
+over all slices (not one slice through the whole network): NITI's shifts come from the
+range of a whole tensor, so each op needs every slice before the next op may start.
+A requantized product runs its slices with their own range estimate, takes the largest
+shift (the range of the whole batch: the shift is monotone in max|acc|), and re-runs
+only the slices whose own shift was smaller with that common shift -- the product is
+recomputed, never stored. Weight gradients are summed over slices in int32 (int64
+where the whole batch could overflow), then one update. Slices shrink what an op
+allocates itself (accumulators, fresh results: `memory.op_workspace`); recomputation
+(recompute.py) shrinks the activations the arena holds. Both are bit-identical to the
+plain step for integer recipes.
+
+Cost model, in MAC-equivalents (constants assumed, not measured):
+    sum over ops of MACs (x (1 + RERUN) for a sliced product, whose slices may re-run)
+  + CALL_MACS per op call (one per slice)  + COPY_MACS_PER_BYTE per byte copied into the arena.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .budget import BudgetError, format_size
+from .graph import TrainGraph
+from .memory import MemoryPlan, is_alias, is_requant, plain_peak, row_local
+from .recompute import CALL_MACS, variants
+
+RERUN = 0.5                # expected share of a sliced product's slices re-run (assumed)
+COPY_MACS_PER_BYTE = 0.25  # copying a byte vs. one int8 MAC (assumed)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to run the step: a memory plan (schedule + arena) at a micro-batch size."""
+
+    memory: MemoryPlan
+    micro_batch: int
+    peak: int
+    cost: float
+
+    @property
+    def label(self) -> str:
+        return f"micro-batch {self.micro_batch}, {self.memory.label}"
+
+
+def step_cost(memory: MemoryPlan, micro_batch: int) -> float:
+    graph, batch = memory.graph, memory.graph.batch
+    total = 0.0
+    for step in memory.schedule:
+        op = step.op
+        sliced = row_local(graph, op) and micro_batch < batch and not is_alias(op)
+        calls = math.ceil(batch / micro_batch) if sliced else 1
+        rerun = RERUN if sliced and is_requant(op) and not step.recompute else 0.0
+        total += op.macs * (1 + rerun) + calls * (1 + rerun) * CALL_MACS
+        if not is_alias(op):
+            total += COPY_MACS_PER_BYTE * sum(graph.tensors[t].nbytes for t in op.outputs)
+    return total
+
+
+def micro_batches(batch: int) -> list[int]:
+    """batch, batch/2, batch/4, ... 1 (rounded up): each halves the op workspace."""
+    sizes, m = [], batch
+    while True:
+        sizes.append(m)
+        if m == 1:
+            return sizes
+        m = math.ceil(m / 2)
+
+
+class Fitter:
+    """Every option for one graph, evaluated once; `choose(budget)` is then a lookup, so a
+    budget that moves between steps changes the plan without planning again."""
+
+    def __init__(self, graph: TrainGraph, micro_batch: int | None = None, recompute: str = "auto"):
+        self.graph, self.forced_micro_batch, self.recompute = graph, micro_batch, recompute
+        self._options: list[Option] | None = None
+
+    @property
+    def options(self) -> list[Option]:
+        if self._options is None:
+            batch = self.graph.batch
+            sizes = [min(self.forced_micro_batch, batch)] if self.forced_micro_batch else micro_batches(batch)
+            found = []
+            for memory in variants(self.graph, self.recompute):
+                for m in sizes:
+                    found.append(Option(memory, m, memory.peak(m), step_cost(memory, m)))
+            self._options = sorted(found, key=lambda o: (o.cost, o.peak))
+        return self._options
+
+    def plain_peak(self) -> int:
+        return plain_peak(self.graph)
+
+    def smallest(self) -> Option:
+        return min(self.options, key=lambda o: (o.peak, o.cost))
+
+    def choose(self, budget: int | None) -> Option:
+        """The cheapest option whose peak fits `budget` (None: the cheapest of all)."""
+        for option in self.options:
+            if budget is None or option.peak <= budget:
+                return option
+        least = self.smallest()
+        raise BudgetError(
+            f"memory budget {format_size(budget)} ({budget} bytes) is too small for batch {self.graph.batch} "
+            f"of this model with {self.graph.recipe}: the smallest feasible budget is {format_size(least.peak)} "
+            f"({least.peak} bytes, {least.label}); lower the batch size or raise the budget")

@@ -1,0 +1,55 @@
+"""What `dsptrain plan` prints: the peak, its breakdown, and the plan chosen under a budget."""
+from __future__ import annotations
+
+from .budget import Available, Schedule, format_size
+from .memory_fit import Fitter, Option
+
+
+def _breakdown(option: Option) -> list[str]:
+    parts = option.memory.breakdown(option.micro_batch)
+    at = parts.pop("at op")
+    lines = [f"  peak {format_size(option.peak)} ({option.peak} bytes) at {at}:"]
+    for kind, nbytes in sorted(parts.items(), key=lambda kv: -kv[1]):
+        lines.append(f"    {kind:<58} {format_size(nbytes):>10}")
+    return lines
+
+
+def describe(fitter: Fitter, budget_source, step: int = 0) -> str:
+    graph = fitter.graph
+    plain = fitter.plain_peak()
+    best = fitter.options[0]
+    lines = [f"{graph.recipe}, batch {graph.batch}: {len(graph.ops)} ops, {len(graph.tensors)} tensors",
+             f"without the memory layer (every tensor kept to the end of the step): {format_size(plain)}",
+             "with the arena (lifetimes, greedy-by-size offsets), no micro-batching or recomputation:"]
+    lines += _breakdown(best)
+    lines.append(f"    arena {format_size(best.memory.arena_bytes)}; live-bytes lower bound "
+                 f"{format_size(best.memory.live_peak)}")
+    smallest = fitter.smallest()
+    lines.append(f"smallest feasible: {format_size(smallest.peak)} ({smallest.label})")
+    lines.append("options, cheapest first (cost: MAC-equivalents, model in memory_fit.py):")
+    shown = _frontier(fitter.options)
+    for option in shown:
+        lines.append(f"  {format_size(option.peak):>10}  x{option.cost / best.cost:5.2f}  {option.label}")
+    if budget_source is None:
+        lines.append("no budget: the cheapest plan runs")
+        return "\n".join(lines)
+    budgets = ([(first, v) for first, v in budget_source.points] if isinstance(budget_source, Schedule)
+               else [(step, budget_source.at(step))])
+    for first, limit in budgets:
+        where = f"from step {first}" if isinstance(budget_source, Schedule) else (
+            "MemAvailable less the margin" if isinstance(budget_source, Available) else "fixed")
+        option = fitter.choose(limit)
+        lines.append(f"budget {format_size(limit)} ({where}): {option.label}, "
+                     f"x{option.cost / best.cost:.2f} the cost of the cheapest plan")
+        lines += _breakdown(option)
+    return "\n".join(lines)
+
+
+def _frontier(options: list[Option]) -> list[Option]:
+    """Options that beat every cheaper one on peak (the others are never chosen)."""
+    out, lowest = [], None
+    for option in options:
+        if lowest is None or option.peak < lowest:
+            out.append(option)
+            lowest = option.peak
+    return out

@@ -1,0 +1,120 @@
+"""Self-adaptive rescaling (Mandheling): skip a product's range estimate while its shift holds.
+
+NITI requantizes every forward and error product by the range of its int32 result
+(`activation_shift(max|acc|)`): a pass over the accumulators before the rounding pass.
+Mandheling observed that a layer's shift rarely moves between steps, so it estimates it
+on a schedule instead. Here, per op (one layer and tensor role: activations for the
+forward product, errors for the error product), the controller
+
+- passes the shift it knows as a *given shift* (`StepContext.shifts`, read by the ops
+  through `ctx.given_shift(op)`) on the steps between checks;
+- lets the op estimate it on a check step; when the estimate equals the known shift the
+  interval doubles (up to the role's `rescale.max_interval`), when it moved the interval
+  drops back to `rescale.min_interval`;
+- is told at once when a given shift is too small: the backend's requantize sees every
+  accumulator anyway, takes max |acc| in the same pass, and uses the estimated shift
+  instead of one that would saturate (backends/base.py); that counts as an estimate and
+  resets the interval. A given shift that is too large (the range shrank) is caught at
+  the next check.
+
+So on stable shifts the step is exactly NITI's dynamic rescaling, and a jump up is
+followed within the step it happens in. The weight-gradient shift is not controlled: it
+is taken inside the update (`niti_update_s8`), which reads the gradient once to subtract
+it, on a weight-sized tensor orders of magnitude smaller than the activations.
+
+Which roles adapt is the recipe's `tensors.<role>.rescale.policy` (dynamic | fixed |
+adaptive); `scheduler.adaptive_rescale: false` makes every role dynamic.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .memory import is_requant
+
+ROLE_OF_PHASE = {"forward": "activations", "backward": "errors"}
+
+
+@dataclass
+class OpShift:
+    """What the controller knows of one op's shift."""
+
+    shift: int
+    interval: int
+    next_check: int
+    estimates: int = 0      # steps where the range estimate ran (checks and saturation fallbacks)
+    skipped: int = 0        # steps where the given shift was used as is
+    fallbacks: int = 0      # given shifts that would have saturated
+
+
+class RescaleController:
+    """Given shifts for each step, and what each step's shifts teach about the next."""
+
+    def __init__(self, recipe, enabled: bool = True):
+        self.recipe = recipe
+        from .plan import GIVEN_SHIFT_RECIPES
+
+        self.enabled = enabled and recipe.integer and recipe.module in GIVEN_SHIFT_RECIPES
+        self.ops: dict[str, OpShift] = {}
+
+    def policy(self, op):
+        """The Rescale of `op`'s tensor role when it adapts, else None."""
+        role = ROLE_OF_PHASE.get(op.phase)
+        if not self.enabled or role is None or not is_requant(op):
+            return None
+        rescale = getattr(self.recipe.tensors, role).rescale
+        return rescale if rescale.policy in ("adaptive", "fixed") else None
+
+    def shifts_for(self, step: int, graph) -> dict[str, int] | None:
+        """op name -> given shift for the ops not due for a check at `step`."""
+        if not self.enabled:
+            return None
+        given = {}
+        for op in graph.ops:
+            state = self.ops.get(op.name)
+            if state is not None and step < state.next_check and self.policy(op) is not None:
+                given[op.name] = state.shift
+        return given or None
+
+    def observe(self, step: int, graph, used: dict[str, int], given: dict[str, int] | None) -> None:
+        """Learn from the shifts `step` used (op name -> shift) with `given` ones in force."""
+        if not self.enabled:
+            return
+        given = given or {}
+        for op in graph.ops:
+            rescale = self.policy(op)
+            if rescale is None or op.name not in used:
+                continue
+            shift = int(used[op.name])
+            state = self.ops.get(op.name)
+            lo, hi = max(rescale.min_interval, 1), max(rescale.max_interval, 1)
+            if rescale.policy == "fixed":
+                lo = hi = 1 << 62
+            if state is None:
+                self.ops[op.name] = OpShift(shift, lo, step + lo, estimates=1)
+                continue
+            if op.name in given:
+                if shift == given[op.name]:
+                    state.skipped += 1
+                    continue
+                state.fallbacks += 1          # a stale shift caught by the saturation check
+            state.estimates += 1
+            state.interval = min(state.interval * 2, hi) if shift == state.shift else lo
+            state.shift = shift
+            state.next_check = step + state.interval
+
+    def state(self) -> dict:
+        """What a checkpoint keeps, so a resumed run gives the shifts an unbroken one would."""
+        return {name: [s.shift, s.interval, s.next_check, s.estimates, s.skipped, s.fallbacks]
+                for name, s in self.ops.items()}
+
+    def restore(self, state: dict) -> None:
+        self.ops = {name: OpShift(*map(int, values)) for name, values in state.items()}
+
+    def summary(self) -> dict[str, dict]:
+        """Per op: estimates run, estimates skipped, saturation fallbacks, the shift, the interval."""
+        return {name: {"estimates": s.estimates, "skipped": s.skipped, "fallbacks": s.fallbacks,
+                       "shift": s.shift, "interval": s.interval} for name, s in self.ops.items()}
+
+    def skipped_fraction(self) -> float:
+        done = sum(s.estimates + s.skipped for s in self.ops.values())
+        return sum(s.skipped for s in self.ops.values()) / done if done else 0.0

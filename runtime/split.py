@@ -1,0 +1,95 @@
+"""Running one op, split by rows when the plan says its working set misses fast memory.
+
+Batch splitting (Mandheling): an int8 product over many rows streams its accumulators
+and operands through DDR; run on chunks of rows that fit the DSP's VTCM (else its L2),
+or the CPU's L2, it works out of fast memory. The chunk size comes from the device
+profile and the op's shapes (`plan.split_rows`); here the chunks run and are joined.
+
+Numerics are the memory layer's (memory_run.py): every chunk of a requantized product
+runs with the op's given shift (or its own estimate) and the largest shift used by any
+chunk is the op's shift; chunks that used a smaller one run again with it, so the
+result is the unsplit op's bit for bit (`requantize` with a given shift uses
+max(given, estimate), which over chunks peaks at max(given, estimate of all rows)).
+Weight gradients are summed over chunks in int64, then stored in the dtype the unsplit
+op has (memory.value_dtype). Returns (outputs, the shift used or None).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .memory import is_alias, is_requant, is_row_shaped, value_dtype
+from .memory_run import _array, _Recorded, _rows
+from .numerics import QTensor
+
+
+def op_rows(graph, op, env) -> int | None:
+    """Rows of `op`'s row-shaped inputs as they are in `env` (a micro-batch may hold fewer)."""
+    for t in op.inputs:
+        if is_row_shaped(graph, t) and t in env:
+            value = env[t]
+            array = value.q if isinstance(value, QTensor) else np.asarray(value)
+            if array.ndim:
+                return int(array.shape[0])
+    return None
+
+
+def run_op(executor, plan, op, env, ctx, stats=None) -> tuple[dict, int | None]:
+    graph = plan.graph
+    n = op_rows(graph, op, env)
+    chunk = plan.split_rows(op, n) if n else None
+    share = (n, graph.batch) if n and n != graph.batch else None
+    if not chunk or chunk >= n:
+        wrap = _Recorded() if is_requant(op) and not is_alias(op) else None
+        outputs, _ = executor.call(plan, op, env, ctx, stats, wrap=wrap, rows=share)
+        return outputs, (wrap.one(op) if wrap is not None else None)
+    if stats is not None:
+        stats.split_ops += 1
+    parts: dict[int, dict] = {}
+    shifts: dict[int, int] = {}
+
+    def run_chunk(a, shift=None):
+        b = min(a + chunk, n)
+        local = {t: _rows(env[t], a, b) if is_row_shaped(graph, t) else env[t] for t in op.inputs}
+        sctx = dataclasses.replace(ctx, row_offset=ctx.row_offset + a)
+        if shift is not None:
+            sctx = dataclasses.replace(sctx, shifts={**(ctx.shifts or {}), op.name: shift})
+        wrap = _Recorded() if is_requant(op) else None
+        outputs, _ = executor.call(plan, op, local, sctx, stats, wrap=wrap, rows=(b - a, graph.batch))
+        if wrap is not None:
+            shifts[a] = wrap.one(op)
+        parts[a] = outputs
+        if stats is not None:
+            stats.split_calls += 1
+
+    starts = range(0, n, chunk)
+    for a in starts:
+        run_chunk(a)
+    common = max(shifts.values()) if shifts else None
+    for a in starts:
+        if common is not None and shifts[a] < common:
+            run_chunk(a, common)
+    return join(graph, op, [parts[a] for a in starts]), common
+
+
+def join(graph, op, parts: list[dict]) -> dict:
+    """Outputs of row slices, in row order, as one op's outputs: rows concatenated
+    (one exponent), weight gradients summed exactly."""
+    out = {}
+    for t in parts[0]:
+        values = [p[t] for p in parts]
+        if is_row_shaped(graph, t):
+            if isinstance(values[0], QTensor):
+                es = {v.e for v in values}
+                if len(es) != 1:
+                    raise RuntimeError(f"{op.name}: slices of {t} ended with exponents {sorted(es)}")
+                out[t] = QTensor(np.concatenate([v.q for v in values]), es.pop())
+            else:
+                out[t] = np.concatenate([np.asarray(v) for v in values])
+        else:
+            total = np.zeros(np.shape(_array(values[0])), np.int64)
+            for v in values:
+                total += _array(v)
+            out[t] = total.astype(value_dtype(graph, op, t))
+    return out

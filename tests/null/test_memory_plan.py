@@ -1,0 +1,133 @@
+"""The memory planner on its own: lifetimes, arena offsets, recompute schedules, budgets."""
+import textwrap
+
+import numpy as np
+import pytest
+
+import dsptrain
+from dsptrain.budget import Available, BudgetError, Schedule, parse_size, source_from_config
+from dsptrain.config import MemoryConfig
+from dsptrain.errors import ConfigError
+from dsptrain.graph import lower
+from dsptrain.memory import Buffer, _assign_offsets, plan_memory
+from dsptrain.memory_fit import Fitter
+from dsptrain.models import build_model
+from dsptrain.recompute import build_schedule, candidates, chen_sqrt_keep, variants
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return lower(build_model("lenet5"), dsptrain.load_recipe("niti"), 32)
+
+
+def _check_no_clobber(plan):
+    """Replay the schedule over the arena: every read must find its value still in its buffer,
+    and buffers alive at the same time must not share bytes."""
+    holder, current = {}, {}
+    for name, buf in plan.initial.items():
+        holder[buf.index], current[name] = name, buf
+    for i, step in enumerate(plan.schedule):
+        for t in step.op.inputs:
+            assert holder.get(current[t].index) == t, f"step {i} {step.op.name} reads {t}, clobbered"
+        for t, buf in plan.writes[i].items():
+            holder[buf.index], current[t] = t, buf
+    for a in plan.buffers:
+        for b in plan.buffers:
+            if a.index < b.index and a.overlaps(b):
+                assert a.offset + a.nbytes <= b.offset or b.offset + b.nbytes <= a.offset, (a, b)
+
+
+def test_greedy_by_size_packs_disjoint_lifetimes_into_the_same_bytes():
+    buffers = [Buffer(0, 1000, 0, 2), Buffer(1, 600, 3, 5), Buffer(2, 300, 1, 4), Buffer(3, 256, 6, 6)]
+    _assign_offsets(buffers)
+    assert buffers[0].offset == 0 and buffers[1].offset == 0 and buffers[3].offset == 0
+    assert buffers[2].offset >= 1024      # alive with both large ones: above them
+
+
+@pytest.mark.parametrize("mode", ["none", "sqrt", "all", "budget"])
+def test_every_plan_keeps_each_value_until_its_last_read(graph, mode):
+    for plan in variants(graph, mode):
+        _check_no_clobber(plan)
+        assert plan.arena_bytes >= plan.live_peak
+
+
+def test_recomputation_lowers_the_arena_and_reruns_forward_ops(graph):
+    keep_all = plan_memory(graph, build_schedule(graph, set(candidates(graph))))
+    sqrt = plan_memory(graph, build_schedule(graph, chen_sqrt_keep(graph)))
+    none = plan_memory(graph, build_schedule(graph, set(), materialize=False))
+    assert keep_all.recomputed_ops == 0 < sqrt.recomputed_ops < none.recomputed_ops
+    assert none.arena_bytes < keep_all.arena_bytes
+    assert all(s.op.phase == "forward" for s in none.schedule if s.recompute)
+
+
+def test_weights_and_logits_live_all_step(graph):
+    plan = variants(graph, "none")[0]
+    n = len(plan.schedule)
+    for name in graph.params:
+        assert plan.initial[name].start == -1 and plan.initial[name].end == n
+    assert graph.logits not in sum(plan.frees, [])
+
+
+def test_every_chosen_plan_fits_its_budget(graph):
+    fitter = Fitter(graph)
+    cheapest = fitter.options[0]
+    for budget in np.linspace(fitter.smallest().peak, cheapest.peak * 1.2, 12).astype(int):
+        option = fitter.choose(int(budget))
+        assert option.peak <= budget
+        assert all(o.cost >= option.cost for o in fitter.options if o.peak <= budget)
+    assert fitter.choose(None) is cheapest
+    assert fitter.plain_peak() > cheapest.peak
+
+
+def test_an_impossible_budget_names_the_smallest_feasible_one(graph):
+    fitter = Fitter(graph)
+    least = fitter.smallest().peak
+    with pytest.raises(BudgetError, match=f"smallest feasible budget is .*{least} bytes"):
+        fitter.choose(least - 1)
+    assert fitter.choose(least).peak == least
+
+
+def test_sizes_and_budget_sources(tmp_path):
+    assert parse_size("64MB") == parse_size("64M") == parse_size("64MiB") == 64 << 20
+    assert parse_size(1000) == 1000 and parse_size("1.5G") == 3 << 29
+    with pytest.raises(ValueError):
+        parse_size("lots")
+    schedule = source_from_config(MemoryConfig(budget={0: "8MB", 10: 1 << 20}))
+    assert isinstance(schedule, Schedule)
+    assert schedule.at(0) == 8 << 20 and schedule.at(9) == 8 << 20 and schedule.at(10) == 1 << 20
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 1000 kB\nMemAvailable:    1000 kB\n")
+    assert Available("20%", meminfo).at(0) == 800 * 1024
+    assert Available("100KB", meminfo).at(0, in_use=5) == 900 * 1024 + 5
+
+
+@pytest.mark.parametrize("value, key, says", [
+    ('"lots"', "memory.budget", "'lots' is not a size"),
+    ("0", "memory.budget", "at least 1 byte"),
+    ("{-1: 64MB}", "memory.budget.-1", "step -1"),
+    ("{0: 12XB}", "memory.budget.0", "'12XB' is not a size"),
+    ('{}', "memory.budget", "empty schedule"),
+])
+def test_bad_budgets_name_file_key_and_value(tmp_path, value, key, says):
+    path = tmp_path / "run.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        recipe: niti
+        model: {{name: lenet5}}
+        memory: {{budget: {value}}}
+        """))
+    with pytest.raises(ConfigError) as info:
+        dsptrain.load_run(path)
+    assert str(path) in str(info.value) and key in str(info.value) and says in str(info.value)
+
+
+def test_plan_command_prints_peak_breakdown_and_choice(tmp_path, capsys):
+    from dsptrain.cli import main
+
+    path = tmp_path / "run.yaml"
+    path.write_text("recipe: niti\nmodel: {name: lenet5}\nmemory: {budget: 1MB}\n")
+    assert main(["plan", str(path), "--batch", "64"]) == 0
+    out = capsys.readouterr().out
+    for text in ("without the memory layer", "weights", "activations", "op workspace", "budget 1.0 MB"):
+        assert text in out
+    assert main(["plan", str(path), "--budget", "10KB"]) == 2
+    assert "smallest feasible budget" in capsys.readouterr().err
