@@ -10,6 +10,7 @@ import json
 import resource
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +92,7 @@ class Trainer:
             if progress:
                 print(f"energy: {why}", file=sys.stderr)
         self.energy_meter = energy_meter
+        self._metered_steps: list[int] = []   # global step of each meter window, in order
         self.seed = run.train.seed
         self.state = self.algorithm.init_params(self.model, self.recipe, np.random.default_rng(self.seed))
         self.epoch, self.batch_in_epoch, self.global_step = 0, 0, 0
@@ -200,6 +202,7 @@ class Trainer:
         stats.time_s = time.perf_counter() - started
         self.rescale.observe(self.global_step, plan.graph, stats.shifts, given)
         reading = self.energy_meter.stop(stats)
+        self._metered_steps.append(self.global_step)
         stats.energy_j, stats.energy_meter = reading.joules, reading.meter
         self.state = {name: env[name] for name in self.state}
         logits = self.algorithm.logits_to_float(env[plan.graph.logits])
@@ -277,7 +280,35 @@ class Trainer:
                     on_epoch(record)
         finally:
             metrics.close()
+            if hasattr(self.energy_meter, "readings"):
+                self.realign_energy()
         return history
+
+    def realign_energy(self) -> int:
+        """A power monitor's trace is often complete only after the run: align every
+        metered step of this process with the trace as it is now and rewrite their energy
+        in metrics.jsonl. Returns how many steps got a figure; warns when the trace is unreadable."""
+        from .energy import MeterError
+
+        try:
+            readings = self.energy_meter.readings()
+        except MeterError as exc:
+            warnings.warn(f"energy trace not aligned: {exc}", RuntimeWarning, stacklevel=2)
+            return 0
+        by_step = {step: r for step, r in zip(self._metered_steps, readings)}
+        path = self.out_dir / "metrics.jsonl"
+        if not by_step or not path.exists():
+            return 0
+        lines = []
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            reading = by_step.get(record.get("step")) if record.get("kind") == "step" else None
+            if reading is not None:
+                record["energy_j"] = reading.joules if reading.ok else None
+                record["energy_meter"] = reading.meter
+            lines.append(json.dumps(record))
+        checkpoint.atomic_write(path, lambda f: f.write("".join(l + "\n" for l in lines).encode()))
+        return sum(r.ok for r in by_step.values())
 
     # ------------------------------------------------------------ checkpoints
     @property
