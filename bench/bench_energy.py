@@ -83,7 +83,7 @@ def summarise(run, backend, rows) -> dict:
         "meter": readings[0].meter, "estimated": readings[0].estimated,
         "estimate_j": statistics.median(g.joules for g in guesses),
         "estimate_meter": guesses[0].meter,
-        "macs": sum(stats[0].macs.values()),
+        "macs": sum(stats[0].int8_macs.values()) + stats[0].fp32_flops // 2,
         "uncovered": len(errors), "errors": errors[:1],
     }
 
