@@ -106,6 +106,19 @@ def run_planned(executor, plan, option, arena, env: dict, ctx, stats=None) -> di
     return env
 
 
+def run_rows(executor, plan, op, env, ctx, stats, a: int, b: int, shift: int | None = None):
+    """Run `op` on rows a..b of its row-shaped inputs, drawing the full batch's random bits
+    for those rows; `shift` forces the op's shift. Returns (outputs, the shift used or None)."""
+    graph = plan.graph
+    local = {t: _rows(env[t], a, b) if is_row_shaped(graph, t) else env[t] for t in op.inputs}
+    sctx = dataclasses.replace(ctx, row_offset=ctx.row_offset + a)
+    if shift is not None:
+        sctx = dataclasses.replace(sctx, shifts={**(ctx.shifts or {}), op.name: shift})
+    wrap = _Recorded() if is_requant(op) else None
+    outputs, _ = executor.call(plan, op, local, sctx, stats, wrap=wrap, rows=(b - a, graph.batch))
+    return outputs, (wrap.one(op) if wrap is not None else None)
+
+
 def _sliced(executor, plan, memory, op, env, ctx, stats, arena, slots, m) -> int | None:
     """Run `op` on slices of m rows; returns the common shift of a requantized product."""
     graph, batch = memory.graph, memory.graph.batch
@@ -115,14 +128,9 @@ def _sliced(executor, plan, memory, op, env, ctx, stats, arena, slots, m) -> int
 
     def run_slice(a, shift=None):
         b = min(a + m, batch)
-        local = {t: _rows(env[t], a, b) if is_row_shaped(graph, t) else env[t] for t in op.inputs}
-        sctx = dataclasses.replace(ctx, row_offset=ctx.row_offset + a)
-        if shift is not None:
-            sctx = dataclasses.replace(sctx, shifts={**(ctx.shifts or {}), op.name: shift})
-        wrap = _Recorded() if is_requant(op) else None
-        outputs, _ = executor.call(plan, op, local, sctx, stats, wrap=wrap, rows=(b - a, batch))
-        if wrap is not None:
-            shifts[a] = wrap.one(op)
+        outputs, used = run_rows(executor, plan, op, env, ctx, stats, a, b, shift)
+        if used is not None:
+            shifts[a] = used
         for t, value in outputs.items():
             array = _array(value)
             if is_row_shaped(graph, t):

@@ -15,12 +15,11 @@ op has (memory.value_dtype). Returns (outputs, the shift used or None).
 """
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 
 from .memory import is_alias, is_requant, is_row_shaped, value_dtype
-from .memory_run import _array, _Recorded, _rows
+from .memory_run import _array, _Recorded, run_rows
 from .numerics import QTensor
 
 
@@ -50,15 +49,9 @@ def run_op(executor, plan, op, env, ctx, stats=None) -> tuple[dict, int | None]:
     shifts: dict[int, int] = {}
 
     def run_chunk(a, shift=None):
-        b = min(a + chunk, n)
-        local = {t: _rows(env[t], a, b) if is_row_shaped(graph, t) else env[t] for t in op.inputs}
-        sctx = dataclasses.replace(ctx, row_offset=ctx.row_offset + a)
-        if shift is not None:
-            sctx = dataclasses.replace(sctx, shifts={**(ctx.shifts or {}), op.name: shift})
-        wrap = _Recorded() if is_requant(op) else None
-        outputs, _ = executor.call(plan, op, local, sctx, stats, wrap=wrap, rows=(b - a, graph.batch))
-        if wrap is not None:
-            shifts[a] = wrap.one(op)
+        outputs, used = run_rows(executor, plan, op, env, ctx, stats, a, min(a + chunk, n), shift)
+        if used is not None:
+            shifts[a] = used
         parts[a] = outputs
         if stats is not None:
             stats.split_calls += 1
