@@ -54,20 +54,31 @@ def largest_batch(fits, high: int = 1 << 14) -> int:
 
 
 def model_batches(model, budget: int) -> dict:
+    """Largest batches by the planner, each counting the cpu backend's kept scratch
+    (im2col, packed panels, per-thread buffers: Backend.scratch_bytes) as the step does."""
+    from dsptrain.backends.ops_cpu import CpuBackend
     from dsptrain.memory import plain_peak
-    from dsptrain.memory_fit import Fitter
+    from dsptrain.memory_fit import kept_scratch
+    from dsptrain.plan import place
 
-    cache = {}
+    backends, cache = {"cpu": CpuBackend()}, {}
 
-    def fitter(b):
+    def plan(b):
         if b not in cache:
-            cache[b] = Fitter(_graph(model, b))
+            cache[b] = place(_graph(model, b), backends)
         return cache[b]
 
+    def plain(b):
+        graph = plan(b).graph
+        return plain_peak(graph) + sum(kept_scratch(graph, plan(b).scratch_bytes, b).values())
+
+    def arena(b):   # the arena alone: the whole batch at once, every activation kept
+        return min(o.peak for o in plan(b).fitter().options if o.micro_batch == b and not o.memory.recomputed_ops)
+
     return {
-        "plain": largest_batch(lambda b: plain_peak(_graph(model, b)) <= budget),
-        "arena": largest_batch(lambda b: fitter(b).options[0].memory.peak(b) <= budget),
-        "layer": largest_batch(lambda b: fitter(b).smallest().peak <= budget),
+        "plain": largest_batch(lambda b: plain(b) <= budget),
+        "arena": largest_batch(lambda b: arena(b) <= budget),
+        "layer": largest_batch(lambda b: plan(b).fitter().smallest().peak <= budget),
     }
 
 

@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -17,6 +18,7 @@
 #include "niti.h"
 #include "pool_relu.h"
 #include "requant.h"
+#include "scratch.h"
 #include "thread_pool.h"
 #include "threefry.h"
 
@@ -337,6 +339,22 @@ PYBIND11_MODULE(_cpu_ops, m) {
     fail("conv_algorithm: pass '" + pass + "' is not one of forward, backward_data, backward_weight");
   }, py::arg("pass_"), py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"),
      "The algorithm a convolution pass of this shape runs on the active ISA (for tests).");
+  m.def("scratch_bytes", [](const std::string& pass, std::vector<int> shape, bool requant) {
+    // shape: (n, h, w, c, o, kh, kw, stride, pad) of a convolution pass, or (m, n, k) of a gemm.
+    ScratchList items;
+    if (pass == "gemm" && shape.size() == 3) items = gemm_scratch(shape[0], shape[1], shape[2], requant);
+    else if (shape.size() == 9) {
+      const ConvShape s{shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6], shape[7], shape[8]};
+      if (pass == "forward") items = conv_scratch(ConvPass::kForward, s, requant);
+      else if (pass == "backward_data") items = conv_scratch(ConvPass::kBackwardData, s, requant);
+      else if (pass == "backward_weight") items = conv_scratch(ConvPass::kBackwardWeight, s, requant);
+      else fail("scratch_bytes: pass '" + pass + "' is not one of gemm, forward, backward_data, backward_weight");
+    } else fail("scratch_bytes: " + pass + " takes " + (pass == "gemm" ? "3" : "9") + " sizes, got " + std::to_string(shape.size()));
+    py::dict out;
+    for (const auto& [name, bytes] : items) out[py::str(name)] = bytes;
+    return out;
+  }, py::arg("pass_"), py::arg("shape"), py::arg("requant"),
+     "Bytes of the kernels' own grow-only scratch by buffer, for one pass of this shape (scratch.h).");
   m.def("conv2d_bwd_weight_s8", [](const py::handle& err_obj, const py::handle& x_obj, int stride, int pad,
                                    std::pair<int, int> kernel) {
     const char* op = "conv2d_bwd_weight_s8";
@@ -450,7 +468,9 @@ PYBIND11_MODULE(_cpu_ops, m) {
       fail("maxpool_bwd_s8: err " + shape_str(err) + " does not match in_hw (" + std::to_string(in_hw.first) + ", " +
            std::to_string(in_hw.second) + "), kernel " + std::to_string(kernel) + ", stride " + std::to_string(stride));
     const uint8_t* ip = idx.data();
-    for (py::ssize_t i = 0; i < idx.size(); ++i)
+    uint8_t top = 0;  // a max reduction vectorises; the loop that names the value runs only on failure
+    for (py::ssize_t i = 0; i < idx.size(); ++i) top = std::max(top, ip[i]);
+    for (py::ssize_t i = 0; top >= kernel * kernel && i < idx.size(); ++i)
       if (ip[i] >= kernel * kernel) fail("maxpool_bwd_s8: argmax value " + std::to_string(ip[i]) + " is outside the " +
                                          std::to_string(kernel) + "x" + std::to_string(kernel) + " window");
     py::array_t<int8_t> dx(std::vector<py::ssize_t>{s.n, s.h, s.w, s.c});

@@ -21,12 +21,14 @@ namespace {
 void im2col(const PaddedSrc& s, int8_t* cols) {
   const int run = s.run();
   const ptrdiff_t kk = static_cast<ptrdiff_t>(s.kh) * run, rs = s.row_stride();
-  parallel_for(s.n * s.oh, [&](int row) {
-    const int b = row / s.oh, oy = row % s.oh;
-    int8_t* dst = cols + static_cast<ptrdiff_t>(row) * s.ow * kk;
-    for (int ox = 0; ox < s.ow; ++ox) {
-      const int8_t* src = s.d + s.base(b, oy, ox);
-      for (int i = 0; i < s.kh; ++i, dst += run) std::memcpy(dst, src + i * rs, run);
+  parallel_ranges(s.n * s.oh, static_cast<size_t>(s.pixels()) * kk, [&](int row0, int row1) {
+    for (int row = row0; row < row1; ++row) {
+      const int b = row / s.oh, oy = row % s.oh;
+      int8_t* dst = cols + static_cast<ptrdiff_t>(row) * s.ow * kk;
+      for (int ox = 0; ox < s.ow; ++ox) {
+        const int8_t* src = s.d + s.base(b, oy, ox);
+        for (int i = 0; i < s.kh; ++i, dst += run) std::memcpy(dst, src + i * rs, run);
+      }
     }
   });
 }
@@ -140,7 +142,7 @@ void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* 
   const bool panels = use_pixel_panels(s.c, s.kh * run_pad(run), bwd_bytes(s));
   const int runp = panels ? run_pad(run) : run, k = s.kh * runp;
   int8_t* wt = grow(scratch(1), static_cast<size_t>(s.c) * k);
-  parallel_for(s.c, [&](int c) {
+  for (int c = 0; c < s.c; ++c) {  // a few KB: not worth waking the pool
     int8_t* row = wt + static_cast<ptrdiff_t>(c) * k;
     for (int i = 0; i < s.kh; ++i) {
       int8_t* dst = row + i * runp;
@@ -149,7 +151,7 @@ void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* 
           dst[j * s.o + o] = w[((static_cast<ptrdiff_t>(o) * s.kh + (s.kh - 1 - i)) * s.kw + (s.kw - 1 - j)) * s.c + c];
       std::memset(dst + run, 0, runp - run);
     }
-  });
+  }
   const PaddedSrc src = pad_source(err, s.n, oh, ow, s.o, s.kh - 1 - s.pad, s.kw - 1 - s.pad, s.stride, s.h + s.kh - 1, s.w + s.kw - 1, s.h, s.w,
                                    s.kh, s.kw, 1, &scratch(2));
   if (panels) {

@@ -95,12 +95,37 @@ void interleave4(const int8_t* const* rows, int n, const int32_t* tap_off, int8_
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + tap_off[t + 8]), _mm_unpacklo_epi16(c, d));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + tap_off[t + 12]), _mm_unpackhi_epi16(c, d));
   }
+  for (; t + 4 <= n; t += 4) {  // few channels (runs of 4 or 8 bytes): a dword at a time
+    int32_t w[4];
+    for (int q = 0; q < 4; ++q) std::memcpy(&w[q], rows[q] + t, 4);
+    const __m128i a = _mm_unpacklo_epi8(_mm_cvtsi32_si128(w[0]), _mm_cvtsi32_si128(w[1]));
+    const __m128i b = _mm_unpacklo_epi8(_mm_cvtsi32_si128(w[2]), _mm_cvtsi32_si128(w[3]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + tap_off[t]), _mm_unpacklo_epi16(a, b));
+  }
 #endif
   for (; t < n; t += 4) {
     int8_t* o = dst + tap_off[t];
     for (int u = 0; u < 4; ++u)
       for (int q = 0; q < 4; ++q) o[u * 4 + q] = rows[q][t + u];
   }
+}
+
+// acc[r * ld + j] += tmp[r * nr + j] + corr[j] over an mr x nr tile. Its own function
+// with __restrict pointers by value, so the loop vectorises (in the task lambda the
+// compiler must assume every int store may alias the captured sizes).
+template <typename T>
+void accumulate_tile(const int32_t* __restrict tmp, const int32_t* __restrict corr, int mr, int nr,
+                     T* __restrict acc, size_t ld) {
+  for (int r = 0; r < mr; ++r, acc += ld, tmp += nr)
+    for (int j = 0; j < nr; ++j) acc[j] += wrap_add(tmp[j], corr[j]);
+}
+
+// out[j * ld + r] = tmp[r * nr + j] + corr[j] for r < rows, j < cols (restrict, as above).
+template <typename T>
+void store_transposed(const int32_t* __restrict tmp, const int32_t* __restrict corr, int rows, int nr, int cols,
+                      T* __restrict out, int ld) {
+  for (int j = 0; j < cols; ++j, out += ld)
+    for (int r = 0; r < rows; ++r) out[r] = wrap_add(tmp[r * nr + j], corr[j]);
 }
 
 template <typename T>
@@ -139,8 +164,17 @@ void set_ones_row(const GemmKernel* kern, uint8_t* a_pack, int row, int kgroups)
   for (int g = 0; g < kgroups; ++g) std::memset(tile + (g * mr + row % mr) * 4, 1, 4);
 }
 
-// Packed A tiles for `rows` rows, plus the ones row (at index `rows`) under the offset trick.
-int a_tiles(const GemmKernel* kern, int rows) { return (rows + (kern->offset_trick ? 1 : 0) + kern->mr - 1) / kern->mr; }
+// Whether the offset trick's column sums come from a ones row (kernels without colsum).
+bool ones_row(const GemmKernel* kern) { return kern->offset_trick && kern->colsum == nullptr; }
+// Packed A tiles for `rows` rows, plus the ones row (at index `rows`) if there is one.
+int a_tiles(const GemmKernel* kern, int rows) { return (rows + (ones_row(kern) ? 1 : 0) + kern->mr - 1) / kern->mr; }
+
+// corr[0..nr) = -128 * column sums of a packed B panel, where the kernel computes them.
+void colsum_correction(const GemmKernel* kern, const int8_t* panel, int kgroups, int32_t* corr) {
+  if (!kern->offset_trick || kern->colsum == nullptr) return;
+  kern->colsum(panel, kgroups, corr);
+  for (int j = 0; j < kern->nr; ++j) corr[j] = wrap_mul(corr[j], -128);
+}
 
 }  // namespace
 
@@ -156,25 +190,27 @@ PaddedSrc pad_source(const int8_t* src, int n, int h, int w, int ch, int off_y, 
     const int num = x - off_x;
     cs[x] = num >= 0 && num % dil == 0 && num / dil < w ? num / dil : -1;
   }
-  parallel_for(n * hp, [&](int r) {
-    const int b = r / hp, y = r % hp, num = y - off_y;
-    int8_t* out = d + static_cast<size_t>(r) * row;
-    if (!(num >= 0 && num % dil == 0 && num / dil < h)) {
-      std::memset(out, 0, row);
-      return;
-    }
-    const int8_t* in = src + (static_cast<size_t>(b) * h + num / dil) * w * ch;
-    if (dil == 1) {  // [zeros | the source row | zeros]
-      const int x0 = std::max(off_x, 0), x1 = std::min(wp, off_x + w);
-      std::memset(out, 0, static_cast<size_t>(x0) * ch);
-      std::memcpy(out + static_cast<size_t>(x0) * ch, in + static_cast<size_t>(x0 - off_x) * ch,
-                  static_cast<size_t>(std::max(x1 - x0, 0)) * ch);
-      std::memset(out + static_cast<size_t>(std::max(x1, x0)) * ch, 0, static_cast<size_t>(wp - std::max(x1, x0)) * ch);
-      return;
-    }
-    for (int x = 0; x < wp; ++x) {
-      if (cs[x] < 0) std::memset(out + static_cast<size_t>(x) * ch, 0, ch);
-      else std::memcpy(out + static_cast<size_t>(x) * ch, in + static_cast<size_t>(cs[x]) * ch, ch);
+  parallel_ranges(n * hp, image * n, [&](int r0, int r1) {
+    for (int r = r0; r < r1; ++r) {
+      const int b = r / hp, y = r % hp, num = y - off_y;
+      int8_t* out = d + static_cast<size_t>(r) * row;
+      if (!(num >= 0 && num % dil == 0 && num / dil < h)) {
+        std::memset(out, 0, row);
+        continue;
+      }
+      const int8_t* in = src + (static_cast<size_t>(b) * h + num / dil) * w * ch;
+      if (dil == 1) {  // [zeros | the source row | zeros]
+        const int x0 = std::max(off_x, 0), x1 = std::min(wp, off_x + w);
+        std::memset(out, 0, static_cast<size_t>(x0) * ch);
+        std::memcpy(out + static_cast<size_t>(x0) * ch, in + static_cast<size_t>(x0 - off_x) * ch,
+                    static_cast<size_t>(std::max(x1 - x0, 0)) * ch);
+        std::memset(out + static_cast<size_t>(std::max(x1, x0)) * ch, 0, static_cast<size_t>(wp - std::max(x1, x0)) * ch);
+        continue;
+      }
+      for (int x = 0; x < wp; ++x) {
+        if (cs[x] < 0) std::memset(out + static_cast<size_t>(x) * ch, 0, ch);
+        else std::memcpy(out + static_cast<size_t>(x) * ch, in + static_cast<size_t>(cs[x]) * ch, ch);
+      }
     }
   });
   return PaddedSrc{d, n, hp, wp, ch, oh, ow, kh, kw, step};
@@ -190,7 +226,7 @@ void conv_pixel_panels(const PaddedSrc& s, const int8_t* w_runs, int oc, T* out)
   thread_local std::vector<uint8_t> a_buf;
   uint8_t* a_pack = grow(a_buf, a_tile_bytes * tiles);
   kern->pack_a(MatrixS8{w_runs, kgroups * 4, 1}, oc, kgroups * 4, a_pack);
-  if (kern->offset_trick) set_ones_row(kern, a_pack, oc, kgroups);
+  if (ones_row(kern)) set_ones_row(kern, a_pack, oc, kgroups);
   const GatherFn gather = gather_for(kern);
 
   const ptrdiff_t panels = (pixels + nr - 1) / nr;
@@ -209,14 +245,12 @@ void conv_pixel_panels(const PaddedSrc& s, const int8_t* w_runs, int oc, T* out)
       for (int j = 0; j < valid; ++j) base[j] = static_cast<int32_t>(walk.next());
       for (int j = valid; j < nr; ++j) base[j] = base[0];  // in bounds; results dropped
       gather(s.d, base, nr, s.kh, groups_per_run, rs, panel);
+      colsum_correction(kern, panel, kgroups, corr);
       for (int t = tiles - 1; t >= 0; --t) {  // the ones row, if any, is in the last tile
         kern->micro(a_pack + t * a_tile_bytes, panel, kgroups, tmp, nr, mr, nr, false, zeros);
-        if (kern->offset_trick && t == tiles - 1)
+        if (ones_row(kern) && t == tiles - 1)
           for (int j = 0; j < nr; ++j) corr[j] = wrap_mul(tmp[(oc % mr) * nr + j], -128);
-        const int rows = std::min(mr, oc - t * mr);
-        T* o = out + p0 * oc + t * mr;
-        for (int j = 0; j < valid; ++j, o += oc)
-          for (int r = 0; r < rows; ++r) o[r] = wrap_add(tmp[r * nr + j], corr[j]);
+        store_transposed(tmp, corr, std::min(mr, oc - t * mr), nr, valid, out + p0 * oc + t * mr, oc);
       }
     }
   });
@@ -259,7 +293,7 @@ void conv_wgrad_panels(const PaddedSrc& s, const int8_t* err, int oc, T* dw) {
       const int kgroups = (valid + 3) / 4;
       const size_t a_tile_bytes = static_cast<size_t>(kgroups) * mr * 4 * kern->a_elem_bytes;
       kern->pack_a(MatrixS8{err + p0 * oc, 1, oc}, oc, valid, a_pack);
-      if (kern->offset_trick) set_ones_row(kern, a_pack, oc, kgroups);
+      if (ones_row(kern)) set_ones_row(kern, a_pack, oc, kgroups);
       for (int g = 0; g < kgroups; ++g) {  // B[tap, pixel], 4 pixels a dword
         const int8_t* rows[4];
         for (int q = 0; q < 4; ++q) rows[q] = g * 4 + q < valid ? s.d + walk.next() : zero_row;
@@ -271,27 +305,27 @@ void conv_wgrad_panels(const PaddedSrc& s, const int8_t* err, int oc, T* dw) {
       }
       for (int pn = 0; pn < panels; ++pn) {
         const int8_t* panel = b_pack + pn * panel_bytes;
+        colsum_correction(kern, panel, kgroups, corr);
         for (int t = tiles - 1; t >= 0; --t) {  // the ones row, if any, is in the last tile
           kern->micro(a_pack + t * a_tile_bytes, panel, kgroups, tmp, nr, mr, nr, false, zeros);
-          if (kern->offset_trick && t == tiles - 1)
+          if (ones_row(kern) && t == tiles - 1)
             for (int j = 0; j < nr; ++j) corr[j] = wrap_mul(tmp[(oc % mr) * nr + j], -128);
-          T* a = acc + static_cast<size_t>(t) * mr * ld + pn * nr;
-          for (int r = 0; r < mr; ++r, a += ld)
-            for (int j = 0; j < nr; ++j) a[j] += wrap_add(tmp[r * nr + j], corr[j]);
+          accumulate_tile(tmp, corr, mr, nr, acc + static_cast<size_t>(t) * mr * ld + pn * nr, ld);
         }
       }
     }
   });
   // Sum the tasks' accumulators and drop the run padding: dw[o, i, j, c].
   const int per_o = s.kh * run;
-  parallel_for(oc, [&](int o) {
-    for (int i = 0; i < s.kh; ++i) {
-      T* d = dw + static_cast<size_t>(o) * per_o + i * run;
-      const T* a = acc_all + static_cast<size_t>(o) * ld + i * runp;
-      for (int r = 0; r < run; ++r) d[r] = a[r];
-      for (int task = 1; task < tasks; ++task)
-        for (int r = 0; r < run; ++r) d[r] += a[acc_size * task + r];
-    }
+  parallel_ranges(oc, static_cast<size_t>(oc) * ld * tasks * sizeof(T), [&](int o0, int o1) {
+    for (int o = o0; o < o1; ++o)
+      for (int i = 0; i < s.kh; ++i) {
+        T* d = dw + static_cast<size_t>(o) * per_o + i * run;
+        const T* a = acc_all + static_cast<size_t>(o) * ld + i * runp;
+        for (int r = 0; r < run; ++r) d[r] = a[r];
+        for (int task = 1; task < tasks; ++task)
+          for (int r = 0; r < run; ++r) d[r] += a[acc_size * task + r];
+      }
   });
 }
 

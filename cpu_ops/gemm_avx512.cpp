@@ -61,10 +61,23 @@ DSPTRAIN_AVX512 void micro(const void* a_tile, const int8_t* b, int kgroups, int
   if (!full) store_partial(tmp, kNR, c, ldc, mr_valid, nr_valid, accumulate);
 }
 
+// vpdpbusd with u8 ones: each dword lane adds its 4 signed bytes.
+DSPTRAIN_AVX512 void colsum(const int8_t* b, int kgroups, int32_t* sums) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512i acc[kNV];
+#pragma GCC unroll 4
+  for (int v = 0; v < kNV; ++v) acc[v] = _mm512_setzero_si512();
+  for (int g = 0; g < kgroups; ++g, b += kNR * 4)
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) acc[v] = _mm512_dpbusd_epi32(acc[v], ones, _mm512_loadu_si512(b + v * 64));
+#pragma GCC unroll 4
+  for (int v = 0; v < kNV; ++v) _mm512_storeu_si512(sums + v * 16, acc[v]);
+}
+
 }  // namespace
 
 const GemmKernel* kernel_avx512_vnni() {
-  static const GemmKernel k{Isa::kAvx512Vnni, kMR, kNR, 512, 192, 1, true, pack_a_u8, micro};
+  static const GemmKernel k{Isa::kAvx512Vnni, kMR, kNR, 512, 192, 1, true, pack_a_u8, micro, colsum};
   return &k;
 }
 

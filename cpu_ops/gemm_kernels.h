@@ -19,6 +19,9 @@ using MicroFn = void (*)(const void* a_tile, const int8_t* b_panel, int kgroups,
                          ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
                          const int32_t* col_offset);
 
+// sums[j] = sum of the kgroups * 4 bytes of column j of a packed B panel (nr columns).
+using ColSumFn = void (*)(const int8_t* b_panel, int kgroups, int32_t* sums);
+
 struct GemmKernel {
   Isa isa;
   int mr, nr;        // register tile
@@ -27,6 +30,7 @@ struct GemmKernel {
   bool offset_trick; // A packed as a+128 (u8), so col_offset corrects the product
   PackAFn pack_a;
   MicroFn micro;
+  ColSumFn colsum = nullptr;  // optional: B's column sums for the offset trick, cheaper than a ones row of A
 };
 
 const GemmKernel* kernel_scalar();
@@ -59,6 +63,10 @@ inline void pack_a_tiles(MatrixS8 a, int rows, int kc, T* dst, Convert convert) 
       if (a.k_stride == 1) {
         for (; k + 4 <= kc; k += 4, out += MR * 4)
           for (int q = 0; q < 4; ++q) out[q] = convert(src[k + q]);
+      } else {  // strided (a transposed view): whole groups without the bounds test
+        const ptrdiff_t ks = a.k_stride;
+        for (; k + 4 <= kc; k += 4, out += MR * 4)
+          for (int q = 0; q < 4; ++q) out[q] = convert(src[(k + q) * ks]);
       }
       for (; k < kc; k += 4, out += MR * 4)
         for (int q = 0; q < 4; ++q)

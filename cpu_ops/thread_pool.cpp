@@ -3,6 +3,7 @@
 // the stragglers. Started on first use, joined at exit.
 #include "thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -96,6 +97,12 @@ ThreadPool& pool() {
 }  // namespace
 
 int pool_threads() { return pool().threads(); }
+
+int tasks_for(size_t bytes, int max_tasks, size_t grain) {
+  const size_t by_work = bytes / (grain > 0 ? grain : 1);
+  const size_t cap = std::min<size_t>(static_cast<size_t>(std::max(max_tasks, 1)), 4 * static_cast<size_t>(pool_threads()));
+  return static_cast<int>(std::max<size_t>(1, std::min(by_work, cap)));
+}
 
 void parallel_for(int ntasks, const std::function<void(int)>& fn) {
   if (ntasks <= 0) return;

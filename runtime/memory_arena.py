@@ -7,6 +7,12 @@ memory.op_workspace). A backend with `out=` hooks would remove both.
 
 A result whose size or dtype differs from the plan cannot take its slot; it stays a
 fresh array and is counted in `spilled` (the plan missed it: a bug to report).
+
+glibc raises its mmap threshold each time a large block is freed (up to 32 MB), after
+which the results and scratch freed every op come from the heap and stay resident as
+fragments: measured, 5-8% above the planned peak. The first arena therefore fixes the
+threshold at 128 KB (mallopt M_MMAP_THRESHOLD, which also stops the raising), so a freed
+large block goes back to the system and the plan's peak bounds the process.
 """
 from __future__ import annotations
 
@@ -16,8 +22,29 @@ from .memory import ALIGN, Buffer
 from .numerics import QTensor
 
 
+MMAP_THRESHOLD = 128 * 1024
+_malloc_fixed = False
+
+
+def fix_malloc_threshold() -> None:
+    """mallopt(M_MMAP_THRESHOLD, 128 KB) once per process, where the C library is glibc."""
+    global _malloc_fixed
+    if _malloc_fixed:
+        return
+    _malloc_fixed = True
+    try:
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-3, MMAP_THRESHOLD)      # -3: M_MMAP_THRESHOLD (malloc.h)
+    except (OSError, AttributeError):           # not glibc: nothing to fix
+        pass
+
+
 class Arena:
     def __init__(self, nbytes: int):
+        fix_malloc_threshold()
         raw = np.empty(nbytes + ALIGN, np.uint8)
         skip = (-raw.ctypes.data) % ALIGN          # start on an HVX-vector boundary
         self.buffer = raw[skip:skip + nbytes]

@@ -8,9 +8,18 @@ shift (the range of the whole batch: the shift is monotone in max|acc|), and re-
 only the slices whose own shift was smaller with that common shift -- the product is
 recomputed, never stored. Weight gradients are summed over slices in int32 (int64
 where the whole batch could overflow), then one update. Slices shrink what an op
-allocates itself (accumulators, fresh results: `memory.op_workspace`); recomputation
-(recompute.py) shrinks the activations the arena holds. Both are bit-identical to the
+allocates itself (accumulators, fresh results: `memory.op_workspace`) and the scratch
+its backend keeps (`kept_scratch`); recomputation (recompute.py) shrinks the activations
+the arena holds. Both are bit-identical to the
 plain step for integer recipes.
+
+Backend scratch (Backend.scratch_bytes: im2col matrices, packed panels, per-thread
+accumulators of the cpu kernels) is kept: each buffer grows to its largest request and
+stays allocated, so an option's peak adds, per buffer, its largest size over the step at
+that micro-batch (`kept_scratch`), for the whole step. The kernels never shrink these
+buffers: after a budget drops between steps, what a larger earlier plan grew stays
+resident until the process ends, so a moving budget is honoured only from its first and
+largest plan on (choose the smallest budget first, or run at a fixed budget).
 
 Cost model, in MAC-equivalents (constants assumed, not measured):
     sum over ops of MACs (x (1 + RERUN) for a sliced product, whose slices may re-run)
@@ -20,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from .budget import BudgetError, format_size
 from .graph import TrainGraph
@@ -30,14 +40,37 @@ RERUN = 0.5                # expected share of a sliced product's slices re-run 
 COPY_MACS_PER_BYTE = 0.25  # copying a byte vs. one int8 MAC (assumed)
 
 
+#: (op, rows) -> {buffer name: bytes} the backend running `op` keeps (Plan.scratch_bytes)
+ScratchFn = Callable[[object, int], dict]
+
+
+def kept_scratch(graph: TrainGraph, scratch: ScratchFn | None, micro_batch: int) -> dict[str, int]:
+    """The backends' own scratch over one step at `micro_batch`, by buffer: a buffer grows
+    to its largest request and is kept (backends/base.py scratch_bytes), so each counts
+    with its largest size over all ops, for the whole step. Ops run again to recompute
+    activations ask for the same sizes, so the graph's ops are enough."""
+    kept: dict[str, int] = {}
+    if scratch is None:
+        return kept
+    for op in graph.ops:
+        if is_alias(op):
+            continue
+        rows = micro_batch if row_local(graph, op) else graph.batch
+        for name, nbytes in scratch(op, rows).items():
+            kept[name] = max(kept.get(name, 0), int(nbytes))
+    return kept
+
+
 @dataclass(frozen=True)
 class Option:
-    """One way to run the step: a memory plan (schedule + arena) at a micro-batch size."""
+    """One way to run the step: a memory plan (schedule + arena) at a micro-batch size.
+    `peak` is the memory plan's peak plus `scratch`, the backends' kept scratch."""
 
     memory: MemoryPlan
     micro_batch: int
     peak: int
     cost: float
+    scratch: int = 0
 
     @property
     def label(self) -> str:
@@ -72,8 +105,12 @@ class Fitter:
     """Every option for one graph, evaluated once; `choose(budget)` is then a lookup, so a
     budget that moves between steps changes the plan without planning again."""
 
-    def __init__(self, graph: TrainGraph, micro_batch: int | None = None, recompute: str = "auto"):
+    def __init__(self, graph: TrainGraph, micro_batch: int | None = None, recompute: str = "auto",
+                 scratch: ScratchFn | None = None):
+        """`scratch`: (op, rows) -> the scratch its backend keeps, by buffer (Plan.scratch_bytes);
+        None counts none (no backends known, e.g. `dsptrain plan`)."""
         self.graph, self.forced_micro_batch, self.recompute = graph, micro_batch, recompute
+        self.scratch = scratch
         self._options: list[Option] | None = None
 
     @property
@@ -81,10 +118,11 @@ class Fitter:
         if self._options is None:
             batch = self.graph.batch
             sizes = [min(self.forced_micro_batch, batch)] if self.forced_micro_batch else micro_batches(batch)
+            kept = {m: sum(kept_scratch(self.graph, self.scratch, m).values()) for m in sizes}
             found = []
             for memory in variants(self.graph, self.recompute):
                 for m in sizes:
-                    found.append(Option(memory, m, memory.peak(m), step_cost(memory, m)))
+                    found.append(Option(memory, m, memory.peak(m) + kept[m], step_cost(memory, m), kept[m]))
             self._options = sorted(found, key=lambda o: (o.cost, o.peak))
         return self._options
 

@@ -8,6 +8,8 @@ from .memory_fit import Fitter, Option
 def _breakdown(option: Option) -> list[str]:
     parts = option.memory.breakdown(option.micro_batch)
     at = parts.pop("at op")
+    if option.scratch:
+        parts["backend scratch (kept: im2col, packed panels, per-thread buffers)"] = option.scratch
     lines = [f"  peak {format_size(option.peak)} ({option.peak} bytes) at {at}:"]
     for kind, nbytes in sorted(parts.items(), key=lambda kv: -kv[1]):
         lines.append(f"    {kind:<58} {format_size(nbytes):>10}")

@@ -30,6 +30,7 @@ class Plan:
     device: object = None                         # config.DeviceProfile: batch splitting reads it
     batch_split: bool = False
     micro_batches: int = 1                        # co-scheduling: micro-batches in flight (1: off)
+    backends: dict = field(default_factory=dict, repr=False)   # name -> Backend (place() sets it)
 
     def backend_of(self, op) -> str:
         return self.placement[op.name].backend
@@ -54,8 +55,16 @@ class Plan:
         fitters = self.stats.setdefault("fitters", {})
         key = (micro_batch, recompute)
         if key not in fitters:
-            fitters[key] = Fitter(self.graph, micro_batch, recompute)
+            fitters[key] = Fitter(self.graph, micro_batch, recompute, scratch=self.scratch_bytes)
         return fitters[key]
+
+    def scratch_bytes(self, op, rows: int) -> dict:
+        """The scratch the backend running `op` keeps for it, by "<backend>:<buffer>"."""
+        name = self.backend_of(op)
+        backend = self.backends.get(name)
+        if backend is None:
+            return {}
+        return {f"{name}:{buf}": n for buf, n in backend.scratch_bytes(self.graph, op, rows).items()}
 
     # ------------------------------------------------------------ batch splitting
     def split_rows(self, op, rows: int) -> int | None:
@@ -189,7 +198,7 @@ def place(graph: TrainGraph, backends: dict, ops=None, co_schedule: bool = False
         else:
             raise RuntimeError(f"no backend can run {op.name} ({op.kind}): " +
                                "; ".join(f"{b}: {why}" for b, why in declined))
-    plan = Plan(graph, placement, tuple(backends))
+    plan = Plan(graph, placement, tuple(backends), backends=dict(backends))
     if os.environ.get("DSPTRAIN_DEBUG"):
         print(plan.describe(), file=sys.stderr)
     return plan

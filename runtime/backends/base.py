@@ -54,6 +54,14 @@ class Backend:
         """(optional) Called once each time a plan is built, with the TrainGraph and the
         ops placed on this backend: pack weights, build op descriptors. Default: nothing."""
 
+    def scratch_bytes(self, graph, op, rows: int) -> dict[str, int]:
+        """(optional) Bytes the backend allocates for itself (beyond the arrays it returns)
+        to run `op` of TrainGraph `graph` on `rows` rows of the batch, by buffer name. A name is one
+        buffer that is reused and grows to its largest request, then is kept (a
+        high-water), so the memory planner counts per name the largest over a step, for
+        the whole step. Default: {} (nothing kept; only what the planner already counts)."""
+        return {}
+
     def _needs(self, hook: str):
         raise NotImplementedError(f"{self.name}: needs {hook}")
 

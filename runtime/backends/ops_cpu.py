@@ -63,6 +63,26 @@ class CpuBackend(Backend):
         isa = forced or _native.supported_isas()[0]
         return True, f"native int8 kernels ({isa}, {_native.threads()} threads)"
 
+    def scratch_bytes(self, graph, op, rows):
+        """The native kernels' grow-only scratch for `op` on `rows` rows, by buffer; the
+        sizes come from cpu_ops/scratch.cpp (beside the kernels), not from here."""
+        kind, requant = op.kind.rsplit(".", 1)[-1], "absmax" in op.hooks
+        shape = [graph.tensors[t].shape for t in (*op.inputs, *op.outputs)]
+        passes = {"conv_fwd": "forward", "conv_bwd_data": "backward_data", "conv_bwd_weight": "backward_weight"}
+        if kind in passes:    # x: (N, H, W, C), w: (O, KH, KW, C)
+            x, w = {"conv_fwd": (shape[0], shape[1]), "conv_bwd_data": (shape[2], shape[1]),
+                    "conv_bwd_weight": (shape[1], shape[2])}[kind]
+            sizes = [rows, *x[1:], *w[:3], op.attrs["stride"], op.attrs["pad"]]
+            return dict(_native.scratch_bytes(passes[kind], sizes, requant))
+        if kind in ("linear_fwd", "linear_bwd_data"):     # a[rows, K] @ b[N, K].T
+            w = shape[1]
+            n, k = (w[0], w[1]) if kind == "linear_fwd" else (w[1], w[0])
+            return dict(_native.scratch_bytes("gemm", [rows, n, k], requant))
+        if kind == "linear_bwd_weight":                   # err.T[O, rows] @ x.T[I, rows].T
+            o, i = int(np.prod(shape[0][1:])), int(np.prod(shape[1][1:]))
+            return dict(_native.scratch_bytes("gemm", [o, i, rows], requant))
+        return {}
+
     # ------------------------------------------------------------ int8 products
     def gemm_s8(self, a, b):
         return _native.gemm_s8(a, b)

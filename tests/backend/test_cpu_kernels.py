@@ -144,6 +144,32 @@ def test_random_u32_matches_numpy(key):
     np.testing.assert_array_equal(native.random_u32(rng, 1000), numerics.random_u32(key, 1000))
 
 
+# ---------------------------------------------------------------- pooling
+# Values from a narrow range so windows hold ties: the first maximum in tap order wins.
+# Channel counts hit the compile-time specialisations (1, 3, 6, 16) and the generic path;
+# 11 x 9 leaves cells outside every window when stride == kernel.
+@pytest.mark.parametrize("c", [1, 2, 3, 6, 16, 37])
+@pytest.mark.parametrize("kernel,stride", [(2, 2), (3, 2), (3, 3), (2, 1)])
+def test_maxpool_and_backward_ties_and_shapes(ref, c, kernel, stride):
+    rng = np.random.default_rng(c * 100 + kernel * 10 + stride)
+    x = rng.integers(-3, 3, size=(3, 11, 9, c), dtype=np.int8)
+    cpu = CpuBackend()
+    y, idx = cpu.maxpool_s8(x, kernel, stride)
+    y_ref, idx_ref = ref.maxpool_s8(x, kernel, stride)
+    np.testing.assert_array_equal(y, y_ref)
+    np.testing.assert_array_equal(idx, idx_ref)
+    err = cases.int8(rng, y.shape)
+    err.flat[::7] = -128  # the backward clips -128 to -127
+    np.testing.assert_array_equal(cpu.maxpool_bwd_s8(err, idx, kernel, stride, (11, 9)),
+                                  ref.maxpool_bwd_s8(err, idx_ref, kernel, stride, (11, 9)))
+
+
+def test_maxpool_large_batch_is_split_over_threads(ref):
+    x = cases.int8(np.random.default_rng(3), (64, 28, 28, 6))
+    for got, want in zip(CpuBackend().maxpool_s8(x, 2, 2), ref.maxpool_s8(x, 2, 2)):
+        np.testing.assert_array_equal(got, want)
+
+
 # ---------------------------------------------------------------- argument checking
 @pytest.fixture(scope="module")
 def cpu():

@@ -1,0 +1,143 @@
+// Scratch bytes of the CPU kernels by buffer (see scratch.h). The algorithm choice comes
+// from conv_algorithm() itself; the sizes repeat the `grow`/`resize` calls of the kernels.
+#include "scratch.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "conv_impl.h"
+#include "gemm.h"
+#include "gemm_kernels.h"
+#include "thread_pool.h"
+
+namespace dsptrain {
+namespace {
+
+constexpr size_t kSlack = 64;  // conv_panels.cpp: bytes after the padded source
+
+bool acc64(long long depth) { return depth * 127LL * 127LL >= (1LL << 31); }  // bindings.cpp needs_int64
+size_t up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+std::string elem(bool is64) { return is64 ? ".int64" : ".int32"; }
+
+void add(ScratchList* out, const std::string& name, size_t bytes) {
+  for (auto& item : *out)
+    if (item.first == name) {
+      item.second = std::max(item.second, bytes);
+      return;
+    }
+  out->emplace_back(name, bytes);
+}
+
+// gemm_driver.cpp: the packed B of gemm_s8_s32 (calling thread), the A block of every
+// pool thread, and for int64 the int32 partial product of each K chunk.
+void gemm_into(ScratchList* out, int m, int n, int k, bool is64) {
+  const GemmKernel* kern = gemm_kernel(active_isa());
+  const int threads = pool_threads();
+  if (is64) {
+    add(out, "gemm.int64_partial", static_cast<size_t>(m) * n * 4);
+    k = std::min(k, kMaxInt32Depth);
+  }
+  const size_t panels = (static_cast<size_t>(n) + kern->nr - 1) / kern->nr;
+  add(out, "gemm.packed_b", panels * up(std::max(k, 1), 4) * kern->nr + panels * kern->nr * 4);
+  int m_blocks = static_cast<int>(up((m + kern->mc - 1) / kern->mc, threads));
+  m_blocks = std::min(m_blocks, (m + kern->mr - 1) / kern->mr);
+  m_blocks = std::max(m_blocks, 1);
+  const size_t mc = up((m + m_blocks - 1) / m_blocks, kern->mr);
+  const size_t a_bytes = mc * up(std::min(k, kern->kc), 4) * kern->a_elem_bytes;
+  add(out, "gemm.a_block (per thread)", threads * (a_bytes + 64));
+}
+
+int a_tiles(const GemmKernel* kern, int rows) { return (rows + (kern->offset_trick ? 1 : 0) + kern->mr - 1) / kern->mr; }
+
+// conv_panels.cpp: conv_pixel_panels with `oc` output channels and `depth_runs` = kh * run_pad.
+void pixel_panels_into(ScratchList* out, int oc, int depth_runs, bool is64) {
+  const GemmKernel* kern = gemm_kernel(active_isa());
+  const size_t kgroups = depth_runs / 4;
+  add(out, "panels.a_pack" + elem(is64), kgroups * kern->mr * 4 * kern->a_elem_bytes * a_tiles(kern, oc));
+  add(out, "panels.b_panel (per thread)" + elem(is64), static_cast<size_t>(pool_threads()) * kgroups * kern->nr * 4);
+}
+
+void padded_into(ScratchList* out, size_t bytes, int wp) {
+  add(out, "conv.padded_source", bytes + kSlack);
+  add(out, "conv.padded_columns", static_cast<size_t>(wp) * sizeof(int));
+}
+
+}  // namespace
+
+ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
+  // Buffers declared inside a template (run_requant, conv2d_bwd_weight<T>, the panel
+  // kernels<T>) are one per instantiation: hence the entry point / element type in names.
+  ScratchList out;
+  const std::string algo = conv_algorithm(pass, s);
+  const int oh = s.oh(), ow = s.ow();
+  const size_t pixels = static_cast<size_t>(s.n) * oh * ow;
+  if (pass == ConvPass::kForward) {
+    const bool is64 = acc64(static_cast<long long>(s.kh) * s.kw * s.c);
+    const int k = s.kh * s.kw * s.c;
+    if (requant) add(&out, "requant.acc.conv2d" + elem(is64), pixels * s.o * (is64 ? 8 : 4));
+    if (algo == "gemm_1x1") {
+      gemm_into(&out, static_cast<int>(pixels), s.o, k, is64);
+      return out;
+    }
+    const int hp = s.h + 2 * s.pad, wp = s.w + 2 * s.pad;
+    padded_into(&out, static_cast<size_t>(s.n) * hp * wp * s.c, wp);
+    if (algo == "pixel_panels") {
+      add(&out, "conv.weights", static_cast<size_t>(s.o) * s.kh * run_pad(s.kw * s.c));
+      pixel_panels_into(&out, s.o, s.kh * run_pad(s.kw * s.c), is64);
+    } else {
+      add(&out, "conv.im2col", pixels * k);
+      gemm_into(&out, static_cast<int>(pixels), s.o, k, is64);
+    }
+    return out;
+  }
+  if (pass == ConvPass::kBackwardData) {
+    const bool is64 = acc64(static_cast<long long>(s.o) * s.kh * s.kw);
+    const size_t m = static_cast<size_t>(s.n) * s.h * s.w;
+    if (requant) add(&out, "requant.acc.conv2d_bwd_data" + elem(is64), m * s.c * (is64 ? 8 : 4));
+    const bool panels = algo == "pixel_panels";
+    const int run = s.kw * s.o, k = s.kh * (panels ? run_pad(run) : run);
+    add(&out, "conv.weights", static_cast<size_t>(s.c) * k);
+    const int hp = s.h + s.kh - 1, wp = s.w + s.kw - 1;
+    padded_into(&out, static_cast<size_t>(s.n) * hp * wp * s.o, wp);
+    if (panels) {
+      pixel_panels_into(&out, s.c, k, is64);
+    } else {
+      add(&out, "conv.im2col", m * k);
+      gemm_into(&out, static_cast<int>(m), s.c, k, is64);
+    }
+    return out;
+  }
+  // The weight gradient: accumulates over the pixels.
+  const bool is64 = acc64(static_cast<long long>(pixels));
+  const size_t bytes = is64 ? 8 : 4;
+  const int hp = s.h + 2 * s.pad, wp = s.w + 2 * s.pad;
+  padded_into(&out, static_cast<size_t>(s.n) * hp * wp * s.c, wp);
+  if (algo == "wgrad_panels") {
+    const GemmKernel* kern = gemm_kernel(active_isa());
+    const int threads = pool_threads(), runp = run_pad(s.kw * s.c), taps = s.kh * runp;
+    const size_t tiles = a_tiles(kern, s.o), panels = (taps + kern->nr - 1) / kern->nr;
+    const size_t blocks = (pixels + 255) / 256, tasks = std::min<size_t>(blocks, 4 * threads);
+    add(&out, "wgrad.acc" + elem(is64), tiles * kern->mr * panels * kern->nr * tasks * bytes);
+    add(&out, "wgrad.tap_offsets" + elem(is64), static_cast<size_t>(taps) * 4);
+    add(&out, "wgrad.a_pack (per thread)" + elem(is64), threads * tiles * 64 * kern->mr * 4 * kern->a_elem_bytes);
+    add(&out, "wgrad.b_pack (per thread)" + elem(is64), threads * static_cast<size_t>(64) * kern->nr * 4 * panels);
+    add(&out, "wgrad.zero_row (per thread)" + elem(is64), threads * static_cast<size_t>(runp + 16));
+    return out;
+  }
+  const int kk = s.kh * s.kw * s.c;
+  add(&out, "conv.im2col", pixels * kk);
+  add(&out, "conv.weights", static_cast<size_t>(s.o) * pixels);
+  add(&out, "conv.dw_transposed" + elem(is64), static_cast<size_t>(kk) * s.o * bytes);
+  gemm_into(&out, kk, s.o, static_cast<int>(pixels), is64);
+  return out;
+}
+
+ScratchList gemm_scratch(int m, int n, int k, bool requant) {
+  ScratchList out;
+  const bool is64 = acc64(k);
+  if (requant) add(&out, "requant.acc.gemm" + elem(is64), static_cast<size_t>(m) * n * (is64 ? 8 : 4));
+  gemm_into(&out, m, n, k, is64);
+  return out;
+}
+
+}  // namespace dsptrain

@@ -1,0 +1,60 @@
+"""The planned peak bounds the process: one budgeted training step on the cpu backend, in
+a fresh process, raises the peak RSS (VmHWM) above its RSS before the step by no more
+than the plan's peak -- arena, op workspace and the kernels' kept scratch
+(Backend.scratch_bytes) -- plus a stated tolerance for what no plan counts (Python
+objects, NumPy temporaries of the op functions, allocator rounding)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dsptrain.backends.ops_cpu import CpuBackend
+
+MB = 1 << 20
+TOLERANCE = 0.05           # share of the planned peak
+TOLERANCE_BYTES = 4 * MB   # plus this much, whatever the plan
+
+CHILD = """
+import dataclasses, json, sys
+import dsptrain
+from dsptrain.config import MemoryConfig
+from dsptrain.data import synthetic
+
+def status(field):   # /proc/self/status, in bytes
+    line = next(l for l in open("/proc/self/status") if l.startswith(field + ":"))
+    return int(line.split()[1]) * 1024
+
+model, batch, budget = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+run = dsptrain.load_run(dsptrain.config.CONFIG_ROOT / "runs" / "lenet-fmnist-niti.yaml")
+run = dataclasses.replace(run, model=dataclasses.replace(run.model, name=model), memory=MemoryConfig(budget=budget))
+trainer = dsptrain.Trainer(run, backend="cpu", progress=False, out_dir=sys.argv[4])
+shape = (28, 28, 1) if model == "lenet5" else (32, 32, 3)
+data = synthetic("train", shape, count=batch)
+trainer.memory_option(trainer.plans.get(batch, True))
+try:                 # restart the high-water mark at the RSS now (Linux >= 4.0)
+    open("/proc/self/clear_refs", "w").write("5")
+except OSError:
+    pass
+base = status("VmRSS")
+for _ in range(2):
+    stats = trainer.step(data.images, data.labels)
+print(json.dumps({"planned": stats.planned_peak_bytes, "rss": status("VmHWM") - base,
+                  "plan": stats.memory_plan, "spilled": stats.spilled_bytes}))
+"""
+
+pytestmark = [pytest.mark.skipif(not CpuBackend.available()[0], reason="cpu backend not built"),
+              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")]
+
+
+@pytest.mark.parametrize("model, batch, budget_mb", [("lenet5", 256, 8), ("vgg_small", 64, 80)])
+def test_planned_peak_bounds_rss_increase(model, batch, budget_mb, tmp_path):
+    done = subprocess.run([sys.executable, "-c", CHILD, model, str(batch), str(budget_mb * MB), str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["planned"] <= budget_mb * MB and out["spilled"] == 0, out
+    bound = out["planned"] * (1 + TOLERANCE) + TOLERANCE_BYTES
+    assert out["rss"] <= bound, (f"{model} batch {batch} at {budget_mb} MB ({out['plan']}): peak RSS rose "
+                                 f"{out['rss'] / MB:.1f} MB, planned {out['planned'] / MB:.1f} MB, "
+                                 f"bound {bound / MB:.1f} MB")

@@ -1,0 +1,54 @@
+"""The backends' own scratch in the memory plan: Backend.scratch_bytes, counted per buffer
+at its largest (a grow-only buffer is kept), added to every option's peak."""
+import pytest
+
+import dsptrain
+from dsptrain.backends.base import Backend
+from dsptrain.backends.ops_cpu import CpuBackend
+from dsptrain.backends.ops_ref import RefBackend
+from dsptrain.graph import lower
+from dsptrain.memory_fit import Fitter, kept_scratch
+from dsptrain.models import build_model
+from dsptrain.plan import place
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return lower(build_model("lenet5"), dsptrain.load_recipe("niti"), 32)
+
+
+def test_the_hook_is_optional_and_counts_nothing_by_default(graph):
+    op = graph.ops[0]
+    assert Backend().scratch_bytes(graph, op, 8) == {}
+    plan = place(graph, {"ref": RefBackend()})
+    assert kept_scratch(graph, plan.scratch_bytes, 8) == {}
+    assert plan.fitter().options[0].scratch == 0
+
+
+def test_each_buffer_counts_once_at_its_largest_and_adds_to_every_peak(graph):
+    def scratch(op, rows):     # one shared buffer sized by the op's MACs, one per op
+        return {"shared": op.macs // 100 * rows // graph.batch, f"own.{op.name}": 64}
+
+    kept = kept_scratch(graph, scratch, graph.batch)
+    assert kept["shared"] == max(op.macs for op in graph.ops) // 100
+    assert sum(name.startswith("own.") for name in kept) == sum(not op.kind.endswith(".reshape") for op in graph.ops)
+    plain, counted = Fitter(graph), Fitter(graph, scratch=scratch)
+    for a, b in zip(sorted(plain.options, key=lambda o: (o.label, o.peak)),
+                    sorted(counted.options, key=lambda o: (o.label, o.peak - o.scratch))):
+        assert b.peak - a.peak == b.scratch == sum(kept_scratch(graph, scratch, b.micro_batch).values())
+
+
+@pytest.mark.skipif(not CpuBackend.available()[0], reason="cpu backend not built")
+def test_cpu_scratch_comes_from_the_kernels_shapes_and_shrinks_with_the_slice():
+    graph = lower(build_model("vgg_small"), dsptrain.load_recipe("niti"), 64)
+    plan = place(graph, {"cpu": CpuBackend()})
+    full, sliced = (kept_scratch(graph, plan.scratch_bytes, m) for m in (64, 4))
+    assert any("im2col" in name or "panels" in name for name in full)
+    assert all(name.startswith("cpu:") for name in full)
+    assert sum(sliced.values()) < sum(full.values())
+    conv = next(op for op in graph.ops if op.kind.endswith("conv_fwd"))
+    assert plan.backends["cpu"].scratch_bytes(graph, conv, 64)   # a product keeps something
+    relu = next(op for op in graph.ops if op.kind.endswith("relu_fwd"))
+    assert plan.backends["cpu"].scratch_bytes(graph, relu, 64) == {}
+    chosen = plan.fitter().choose(None)
+    assert chosen.scratch == sum(kept_scratch(graph, plan.scratch_bytes, chosen.micro_batch).values()) > 0
