@@ -9,7 +9,7 @@ from dsptrain.backends.ops_ref import RefBackend
 from dsptrain.config import ConfigError, load_device, load_recipe
 from dsptrain.graph import lower
 from dsptrain.models import build_model
-from dsptrain.numerics import RngKey, activation_shift
+from dsptrain.numerics import activation_shift
 from dsptrain.plan import place, working_set
 from dsptrain.rescale import RescaleController
 
