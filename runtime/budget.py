@@ -103,13 +103,15 @@ class Available(BudgetSource):
         return int(max(free - keep, 0) + in_use)
 
 
-def _size(value, source, key) -> int:
+def size_setting(value, source, key, minimum: int = 1, too_small: str = "must be at least 1 byte") -> int:
+    """A size from a config file (bytes or "64MB"); a bad or too small one is a ConfigError
+    naming the file, key and value."""
     try:
         nbytes = parse_size(value)
     except ValueError as exc:
         raise ConfigError(source, key, str(exc)) from None
-    if nbytes < 1:
-        raise ConfigError(source, key, f"{value!r} must be at least 1 byte")
+    if nbytes < minimum:
+        raise ConfigError(source, key, f"{value!r} {too_small}")
     return nbytes
 
 
@@ -148,6 +150,6 @@ def source_from_config(memory, source="memory") -> BudgetSource | None:
         for step, value in budget.items():
             if isinstance(step, bool) or not isinstance(step, int) or step < 0:
                 raise ConfigError(source, f"memory.budget.{step}", f"step {step!r} must be an integer >= 0")
-            points[step] = _size(value, source, f"memory.budget.{step}")
+            points[step] = size_setting(value, source, f"memory.budget.{step}")
         return Schedule(points)
-    return Fixed(_size(budget, source, "memory.budget"))
+    return Fixed(size_setting(budget, source, "memory.budget"))

@@ -203,17 +203,11 @@ def host_l2_bytes() -> int:
 
 
 def _device_size(value, source, key) -> int:
-    from .budget import parse_size
+    from .budget import size_setting
 
     if value == "host":
         return host_l2_bytes()
-    try:
-        n = parse_size(value)
-    except ValueError as exc:
-        raise ConfigError(source, key, str(exc)) from None
-    if n < 4096:
-        raise ConfigError(source, key, f"{value!r} is smaller than 4 KiB: not a cache size")
-    return n
+    return size_setting(value, source, key, 4096, "is smaller than 4 KiB: not a cache size")
 
 
 def load_device(name_or_path: str) -> DeviceProfile:
