@@ -137,7 +137,8 @@ py::array run_acc(bool is64, const std::vector<py::ssize_t>& shape, Kernel kerne
   return out;
 }
 
-// Runs `kernel(T* acc)` into per-thread scratch, then requantizes into int8 `shape`.
+// Runs `kernel(T* acc, int64_t* absmax)` into per-thread scratch, then requantizes into
+// int8 `shape` (with the kernel's own max |acc| when it took one: absmax >= 0).
 template <typename Kernel>
 py::tuple run_requant(bool is64, const std::vector<py::ssize_t>& shape, int shift, RoundMode mode, const Rng& rng,
                       Kernel kernel) {
@@ -148,15 +149,17 @@ py::tuple run_requant(bool is64, const std::vector<py::ssize_t>& shape, int shif
   {
     py::gil_scoped_release nogil;
     if (is64) {
-      thread_local std::vector<int64_t> acc;
+      thread_local Kept<std::vector<int64_t>> acc;
       if (acc.size() < n) acc.resize(n);
-      kernel(acc.data());
-      used = requantize(acc.data(), n, shift, 8, mode, rng.key, q);
+      int64_t absmax = -1;
+      kernel(acc.data(), &absmax);
+      used = requantize(acc.data(), n, shift, 8, mode, rng.key, q, absmax);
     } else {
-      thread_local std::vector<int32_t> acc;
+      thread_local Kept<std::vector<int32_t>> acc;
       if (acc.size() < n) acc.resize(n);
-      kernel(acc.data());
-      used = requantize(acc.data(), n, shift, 8, mode, rng.key, q);
+      int64_t absmax = -1;
+      kernel(acc.data(), &absmax);
+      used = requantize(acc.data(), n, shift, 8, mode, rng.key, q, absmax);
     }
   }
   return py::make_tuple(out, used);
@@ -175,10 +178,10 @@ GemmArgs gemm_args(const char* op, const py::handle& a_obj, const py::handle& b_
 }
 
 template <typename T>
-void gemm_any(const GemmArgs& g, T* c) {
+void gemm_any(const GemmArgs& g, T* c, int64_t* absmax = nullptr) {  // absmax: int32 only
   MatrixS8 a{g.a.data(), g.k, 1}, b{g.b.data(), g.k, 1};
   if constexpr (std::is_same_v<T, int64_t>) gemm_s8_s64(a, b, g.m, g.n, g.k, c);
-  else gemm_s8_s32(a, b, g.m, g.n, g.k, c);
+  else gemm_s8_s32(a, b, g.m, g.n, g.k, c, false, absmax);
 }
 
 struct ConvArgs {
@@ -219,20 +222,21 @@ PYBIND11_MODULE(_cpu_ops, m) {
     d["avx2"] = f.avx2;
     d["avx_vnni"] = f.avx_vnni;
     d["avx512_vnni"] = f.avx512_vnni;
+    d["amx_int8"] = f.amx_int8;
     d["neon"] = f.neon;
     d["neon_dotprod"] = f.neon_dotprod;
     return d;
   }, "The SIMD features of this CPU, as the kernels see them.");
   m.def("supported_isas", [] {
     std::vector<std::string> out;
-    for (Isa isa : {Isa::kAvx512Vnni, Isa::kAvxVnni, Isa::kAvx2, Isa::kNeonDot, Isa::kScalar})
+    for (Isa isa : {Isa::kAmx, Isa::kAvx512Vnni, Isa::kAvxVnni, Isa::kAvx2, Isa::kNeonDot, Isa::kScalar})
       if (isa_supported(isa)) out.push_back(isa_name(isa));
     return out;
   }, "GEMM paths this build and CPU can run, fastest first.");
   m.def("isa", [] { return std::string(isa_name(active_isa())); }, "The GEMM path in use.");
   m.def("set_isa", [](const std::string& name) {
     Isa isa;
-    if (!isa_from_name(name, &isa)) fail("unknown ISA '" + name + "'; choose avx512vnni, avxvnni, avx2, neon or scalar");
+    if (!isa_from_name(name, &isa)) fail("unknown ISA '" + name + "'; choose amx, avx512vnni, avxvnni, avx2, neon or scalar");
     if (!isa_supported(isa)) fail("ISA '" + name + "' is not supported by this CPU or build");
     set_active_isa(isa);
   }, py::arg("name"), "Force a GEMM path (DSPTRAIN_CPU_ISA).");
@@ -288,7 +292,7 @@ PYBIND11_MODULE(_cpu_ops, m) {
     const RoundMode rm = parse_mode("gemm_requant_s8", mode);
     const Rng r = parse_rng(rng);
     check_shift("gemm_requant_s8", shift, rm, r);
-    return run_requant(needs_int64(g.k), {g.m, g.n}, shift, rm, r, [&](auto* c) { gemm_any(g, c); });
+    return run_requant(needs_int64(g.k), {g.m, g.n}, shift, rm, r, [&](auto* c, int64_t* mx) { gemm_any(g, c, mx); });
   }, py::arg("a"), py::arg("b"), py::arg("shift"), py::arg("mode"), py::arg("rng"),
      "gemm_s8 then requantize (shift < 0: estimate it). Returns (int8, shift).");
 
@@ -309,7 +313,7 @@ PYBIND11_MODULE(_cpu_ops, m) {
     const Rng r = parse_rng(rng);
     check_shift("conv2d_requant_s8", shift, rm, r);
     return run_requant(needs_int64(s.kh * s.kw * s.c), {s.n, s.oh(), s.ow(), s.o}, shift, rm, r,
-                       [&](auto* y) { conv2d_fwd(x.data(), w.data(), s, y); });
+                       [&](auto* y, int64_t* mx) { conv2d_fwd(x.data(), w.data(), s, y, mx); });
   }, py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"), py::arg("shift"), py::arg("mode"), py::arg("rng"));
   m.def("conv2d_bwd_data_s8", [](const py::handle& err, const py::handle& w, int stride, int pad,
                                  std::pair<int, int> in_hw) {
@@ -325,7 +329,7 @@ PYBIND11_MODULE(_cpu_ops, m) {
     const Rng r = parse_rng(rng);
     check_shift("conv2d_bwd_data_requant_s8", shift, rm, r);
     return run_requant(needs_int64(c.s.o * c.s.kh * c.s.kw), {c.s.n, c.s.h, c.s.w, c.s.c}, shift, rm, r,
-                       [&](auto* dx) { conv2d_bwd_data(c.x.data(), c.w.data(), c.s, dx); });
+                       [&](auto* dx, int64_t* mx) { conv2d_bwd_data(c.x.data(), c.w.data(), c.s, dx, mx); });
   }, py::arg("err"), py::arg("w"), py::arg("stride"), py::arg("pad"), py::arg("in_hw"), py::arg("shift"),
      py::arg("mode"), py::arg("rng"));
   m.def("conv_algorithm", [](const std::string& pass, const py::handle& x_obj, const py::handle& w_obj, int stride,
@@ -355,6 +359,8 @@ PYBIND11_MODULE(_cpu_ops, m) {
     return out;
   }, py::arg("pass_"), py::arg("shape"), py::arg("requant"),
      "Bytes of the kernels' own grow-only scratch by buffer, for one pass of this shape (scratch.h).");
+  m.def("release_scratch", [] { return release_scratch(); },
+        "Free the kernels' kept scratch of every thread (call between steps); returns the bytes it held.");
   m.def("conv2d_bwd_weight_s8", [](const py::handle& err_obj, const py::handle& x_obj, int stride, int pad,
                                    std::pair<int, int> kernel) {
     const char* op = "conv2d_bwd_weight_s8";

@@ -4,6 +4,10 @@
 // only grow, so steady-state training allocates nothing here.
 #include "conv.h"
 
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -12,51 +16,116 @@
 #include "conv_impl.h"
 #include "gemm.h"
 #include "gemm_kernels.h"
+#include "scratch.h"
 #include "thread_pool.h"
 
 namespace dsptrain {
 namespace {
 
-// Fills cols[P, kh*kw*ch] from the padded source: one contiguous run per tap row.
-void im2col(const PaddedSrc& s, int8_t* cols) {
+// Fills cols[P, kh*kw*ch] (rows `ld` >= kh*kw*ch bytes apart, zero padded) from the
+// padded source: one contiguous run per tap row.
+void im2col(const PaddedSrc& s, int8_t* cols, ptrdiff_t ld) {
   const int run = s.run();
   const ptrdiff_t kk = static_cast<ptrdiff_t>(s.kh) * run, rs = s.row_stride();
-  parallel_ranges(s.n * s.oh, static_cast<size_t>(s.pixels()) * kk, [&](int row0, int row1) {
+  parallel_ranges(s.n * s.oh, static_cast<size_t>(s.pixels()) * ld, [&](int row0, int row1) {
     for (int row = row0; row < row1; ++row) {
       const int b = row / s.oh, oy = row % s.oh;
-      int8_t* dst = cols + static_cast<ptrdiff_t>(row) * s.ow * kk;
-      for (int ox = 0; ox < s.ow; ++ox) {
+      int8_t* dst = cols + static_cast<ptrdiff_t>(row) * s.ow * ld;
+      for (int ox = 0; ox < s.ow; ++ox, dst += ld - kk) {
         const int8_t* src = s.d + s.base(b, oy, ox);
         for (int i = 0; i < s.kh; ++i, dst += run) std::memcpy(dst, src + i * rs, run);
+        if (ld > kk) std::memset(dst, 0, ld - kk);
       }
     }
   });
 }
 
-// dst[cols, rows] = src[rows, cols]^T, in cache-sized blocks.
-template <typename T>
-void transpose(const T* src, ptrdiff_t rows, ptrdiff_t cols, T* dst) {
+#if defined(__x86_64__) || defined(_M_X64)
+// One 16 x 16 byte block transposed in registers: four rounds of SSE2 unpacks (bytes,
+// words, dwords, qwords), each pairing rows twice as far apart.
+void transpose16x16(const int8_t* src, ptrdiff_t src_ld, int8_t* dst, ptrdiff_t dst_ld) {
+  __m128i a[16], t[16], u[16];
+  for (int i = 0; i < 16; ++i) a[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * src_ld));
+  for (int i = 0; i < 8; ++i) {  // t[i]: rows 2i, 2i+1 x columns 0-7; t[i + 8]: columns 8-15
+    t[i] = _mm_unpacklo_epi8(a[2 * i], a[2 * i + 1]);
+    t[i + 8] = _mm_unpackhi_epi8(a[2 * i], a[2 * i + 1]);
+  }
+  for (int h = 0; h < 2; ++h)  // u[4q + i]: rows 4i..4i+3 x columns 4q..4q+3
+    for (int i = 0; i < 4; ++i) {
+      u[8 * h + i] = _mm_unpacklo_epi16(t[8 * h + 2 * i], t[8 * h + 2 * i + 1]);
+      u[8 * h + 4 + i] = _mm_unpackhi_epi16(t[8 * h + 2 * i], t[8 * h + 2 * i + 1]);
+    }
+  for (int q = 0; q < 4; ++q) {
+    const __m128i* v = u + 4 * q;
+    const __m128i c01_lo = _mm_unpacklo_epi32(v[0], v[1]), c23_lo = _mm_unpackhi_epi32(v[0], v[1]);  // rows 0-7
+    const __m128i c01_hi = _mm_unpacklo_epi32(v[2], v[3]), c23_hi = _mm_unpackhi_epi32(v[2], v[3]);  // rows 8-15
+    int8_t* out = dst + 4 * q * dst_ld;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi64(c01_lo, c01_hi));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + dst_ld), _mm_unpackhi_epi64(c01_lo, c01_hi));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * dst_ld), _mm_unpacklo_epi64(c23_lo, c23_hi));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 3 * dst_ld), _mm_unpackhi_epi64(c23_lo, c23_hi));
+  }
+}
+#endif
+
+// dst[c * dst_ld + r] = src[r * src_ld + c] for r < rows, c < cols, in cache-sized blocks
+// (the rows of a block each touch one cache line of src and of dst), 16 x 16 at a time
+// in registers where the block is whole.
+void transpose_block(const int8_t* __restrict src, ptrdiff_t src_ld, ptrdiff_t rows, ptrdiff_t cols,
+                     int8_t* __restrict dst, ptrdiff_t dst_ld) {
   constexpr ptrdiff_t kBlock = 64;
-  const int row_blocks = static_cast<int>((rows + kBlock - 1) / kBlock);
-  parallel_for(row_blocks, [&](int rb) {
-    const ptrdiff_t r0 = rb * kBlock, r1 = std::min(rows, r0 + kBlock);
-    for (ptrdiff_t c0 = 0; c0 < cols; c0 += kBlock)
-      for (ptrdiff_t r = r0; r < r1; ++r)
-        for (ptrdiff_t c = c0; c < std::min(cols, c0 + kBlock); ++c) dst[c * rows + r] = src[r * cols + c];
+  for (ptrdiff_t r0 = 0; r0 < rows; r0 += kBlock)
+    for (ptrdiff_t c0 = 0; c0 < cols; c0 += kBlock) {
+      const ptrdiff_t r1 = std::min(rows, r0 + kBlock), c1 = std::min(cols, c0 + kBlock);
+      ptrdiff_t r16 = r0, c16 = c0;  // [r0, r16) x [c0, c16): done in whole 16 x 16 blocks
+#if defined(__x86_64__) || defined(_M_X64)
+      r16 = r0 + (r1 - r0) / 16 * 16, c16 = c0 + (c1 - c0) / 16 * 16;
+      for (ptrdiff_t r = r0; r < r16; r += 16)
+        for (ptrdiff_t c = c0; c < c16; c += 16) transpose16x16(src + r * src_ld + c, src_ld, dst + c * dst_ld + r, dst_ld);
+#endif
+      for (ptrdiff_t c = c0; c < c1; ++c)
+        for (ptrdiff_t r = (c < c16 ? r16 : r0); r < r1; ++r) dst[c * dst_ld + r] = src[r * src_ld + c];
+    }
+}
+
+// dst[cols, rows] = src[rows, cols]^T, on the pool in bands of rows.
+void transpose(const int8_t* src, ptrdiff_t rows, ptrdiff_t cols, int8_t* dst) {
+  constexpr ptrdiff_t kBand = 64;
+  const int bands = static_cast<int>((rows + kBand - 1) / kBand);
+  parallel_ranges(bands, static_cast<size_t>(rows * cols), [&](int b0, int b1) {
+    const ptrdiff_t r0 = b0 * kBand, r1 = std::min(rows, b1 * kBand);
+    transpose_block(src + r0 * cols, cols, r1 - r0, cols, dst + r0, rows);
   });
 }
 
+// The transposed convolution's weights: wt[c, i, runp-padded (j, o)] = w[o, kh-1-i, kw-1-j, c],
+// i.e. per tap a [O, C] -> [C, O] transpose, in blocks (a plain loop over it reads w
+// with a stride of kh*kw*C bytes: 10 ms for a 512x512 3x3 layer).
+void flipped_transposed_weights(const int8_t* w, const ConvShape& s, int runp, int8_t* wt) {
+  const int run = s.kw * s.o, k = s.kh * runp;
+  const ptrdiff_t w_ld = static_cast<ptrdiff_t>(s.kh) * s.kw * s.c;
+  parallel_ranges(s.kh * s.kw, static_cast<size_t>(s.o) * s.c * s.kh * s.kw, [&](int t0, int t1) {
+    for (int t = t0; t < t1; ++t) {
+      const int i = t / s.kw, j = t % s.kw, src_tap = (s.kh - 1 - i) * s.kw + (s.kw - 1 - j);
+      transpose_block(w + static_cast<ptrdiff_t>(src_tap) * s.c, w_ld, s.o, s.c, wt + i * runp + j * s.o, k);
+    }
+  });
+  if (runp != run)
+    for (int r = 0; r < s.c * s.kh; ++r) std::memset(wt + static_cast<ptrdiff_t>(r) * runp + run, 0, runp - run);
+}
+
+// `absmax`: as gemm_packed's for int32 (the int64 path leaves it as it was).
 template <typename T>
-void gemm(MatrixS8 a, MatrixS8 b, int m, int n, int k, T* c) {
+void gemm(MatrixS8 a, MatrixS8 b, int m, int n, int k, T* c, bool a_padded = false, int64_t* absmax = nullptr) {
   if constexpr (std::is_same_v<T, int32_t>) {
-    gemm_s8_s32(a, b, m, n, k, c);
+    gemm_s8_s32(a, b, m, n, k, c, a_padded, absmax);
   } else {
     gemm_s8_s64(a, b, m, n, k, c);
   }
 }
 
 std::vector<int8_t>& scratch(int which) {
-  thread_local std::vector<int8_t> buffers[3];
+  thread_local Kept<std::vector<int8_t>> buffers[3];
   return buffers[which];
 }
 
@@ -65,13 +134,55 @@ int8_t* grow(std::vector<int8_t>& v, size_t bytes) {
   return v.data();
 }
 
+// Rows of the transposed convolution's weights w'[c, (i, j, o)] = w[o, kh-1-i, kw-1-j, c],
+// taken along c: depth kk = (i * kw + j) * O + o starts at w[o, kh-1-i, kw-1-j, 0].
+struct FlippedTaps {
+  const int8_t* w;
+  const ConvShape& s;
+  static const int8_t* row(const void* ctx, int kk, int /*seg*/) {
+    const FlippedTaps& t = *static_cast<const FlippedTaps*>(ctx);
+    const int tap = kk / t.s.o, o = kk % t.s.o, i = tap / t.s.kw, j = tap % t.s.kw;
+    return t.w + ((static_cast<ptrdiff_t>(o) * t.s.kh + (t.s.kh - 1 - i)) * t.s.kw + (t.s.kw - 1 - j)) * t.s.c;
+  }
+};
+
+// Whether the int32 transposed convolution packs its B from w directly (else from a
+// transposed copy): whenever it runs im2col + GEMM and the packing's offsets fit.
+bool bwd_data_packs_w(const ConvShape& s, bool panels) {
+  return !panels && pack_b_k_rows_fits(s.c, s.kh * s.kw * s.o, active_isa());
+}
+
+// Tap row `seg` of output pixel kk's patch in the padded source: the pieces pack_b_k_rows
+// reads the weight gradient's B from.
+struct PatchRows {
+  const PaddedSrc& s;
+  static const int8_t* row(const void* ctx, int kk, int seg) {
+    const PaddedSrc& s = static_cast<const PatchRows*>(ctx)->s;
+    const int per_image = s.oh * s.ow, b = kk / per_image, oy = kk % per_image / s.ow, ox = kk % s.ow;
+    return s.d + s.base(b, oy, ox) + seg * s.row_stride();
+  }
+};
+
+// The patch matrix of `src` (m rows, depth k) in scratch(0), laid out so that the GEMM
+// reads it in place where its kernel can (gemm_packed's a_padded): rows a_row_bytes
+// apart, zero padded, zero rows up to a_rows.
+MatrixS8 patches(const PaddedSrc& src, int m, int k) {
+  const ptrdiff_t ld = a_row_bytes(active_isa(), k), rows = a_rows(active_isa(), m);
+  int8_t* cols = grow(scratch(0), static_cast<size_t>(rows) * ld);
+  im2col(src, cols, ld);
+  std::memset(cols + m * ld, 0, static_cast<size_t>(rows - m) * ld);
+  return MatrixS8{cols, ld, 1};
+}
+
 // Share of useful work in a tile of `tile` rows or columns holding `n`.
 double fill(int n, int tile) { return static_cast<double>(n) / ((n + tile - 1) / tile * tile); }
 
 // Pixel panels when the output channels fill the GEMM's short side (mr) clearly better
 // than its wide one (nr), and the padded depth keeps int32 accumulators exact.
 bool use_pixel_panels(int out_channels, int depth, long long padded_bytes) {
-  const GemmKernel* k = gemm_kernel(active_isa());
+  // On AMX the im2col GEMM wins once the output channels fill a 32-row tile at least half.
+  if (active_isa() == Isa::kAmx && out_channels >= gemm_kernel(Isa::kAmx)->mr) return false;
+  const GemmKernel* k = panel_kernel();
   return depth <= kMaxInt32Depth && padded_bytes < (1LL << 31) - 4096 &&  // int32 gather offsets
          fill(out_channels, k->mr) > fill(out_channels, k->nr) + 0.1;
 }
@@ -81,6 +192,9 @@ long long bwd_bytes(const ConvShape& s) { return 1LL * s.n * (s.h + s.kh - 1) * 
 
 // The panel weight gradient while its per-task accumulators stay small.
 bool use_wgrad_panels(const ConvShape& s) {
+  // On AMX the GEMM wins once the output channels fill a 32-row tile (VGG-11 at batch 64:
+  // 2-4x faster than the VNNI panels for 64-256 channels).
+  if (active_isa() == Isa::kAmx && s.o >= gemm_kernel(Isa::kAmx)->mr) return false;
   const long long taps = static_cast<long long>(s.kh) * run_pad(s.kw * s.c);
   return taps * s.o <= 300 * 1024;
 }
@@ -101,6 +215,11 @@ PaddedSrc forward_source(const int8_t* x, const ConvShape& s, std::vector<int8_t
 
 }  // namespace
 
+// When its tap rows split into whole groups of 4 columns and the packing's offsets fit.
+bool wgrad_packs_source(const ConvShape& s) {
+  return (s.kh == 1 || s.kw * s.c % 4 == 0) && pack_b_k_rows_fits(s.kh * s.kw * s.c, s.n * s.oh() * s.ow(), active_isa());
+}
+
 const char* conv_algorithm(ConvPass pass, const ConvShape& s) {
   switch (pass) {
     case ConvPass::kForward:
@@ -115,10 +234,11 @@ const char* conv_algorithm(ConvPass pass, const ConvShape& s) {
 }
 
 template <typename T>
-void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y) {
+void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y, int64_t* absmax) {
+  if (absmax) *absmax = -1;
   const int oh = s.oh(), ow = s.ow(), k = s.kh * s.kw * s.c, m = s.n * oh * ow;
   if (s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0) {
-    gemm(MatrixS8{x, k, 1}, MatrixS8{w, k, 1}, m, s.o, k, y);
+    gemm(MatrixS8{x, k, 1}, MatrixS8{w, k, 1}, m, s.o, k, y, false, absmax);
     return;
   }
   const PaddedSrc src = forward_source(x, s, &scratch(2));
@@ -129,38 +249,37 @@ void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y) {
     conv_pixel_panels(src, w_runs, s.o, y);
     return;
   }
-  int8_t* cols = grow(scratch(0), static_cast<size_t>(m) * k);
-  im2col(src, cols);
-  gemm(MatrixS8{cols, k, 1}, MatrixS8{w, k, 1}, m, s.o, k, y);
+  gemm(patches(src, m, k), MatrixS8{w, k, 1}, m, s.o, k, y, true, absmax);
 }
 
 template <typename T>
-void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* dx) {
+void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* dx, int64_t* absmax) {
+  if (absmax) *absmax = -1;
   // A stride-1 convolution of the zero-dilated, padded error with the flipped,
   // transposed kernel w'[c, i, j, o] = w[o, kh-1-i, kw-1-j, c].
   const int oh = s.oh(), ow = s.ow(), run = s.kw * s.o, m = s.n * s.h * s.w;
   const bool panels = use_pixel_panels(s.c, s.kh * run_pad(run), bwd_bytes(s));
   const int runp = panels ? run_pad(run) : run, k = s.kh * runp;
-  int8_t* wt = grow(scratch(1), static_cast<size_t>(s.c) * k);
-  for (int c = 0; c < s.c; ++c) {  // a few KB: not worth waking the pool
-    int8_t* row = wt + static_cast<ptrdiff_t>(c) * k;
-    for (int i = 0; i < s.kh; ++i) {
-      int8_t* dst = row + i * runp;
-      for (int j = 0; j < s.kw; ++j)
-        for (int o = 0; o < s.o; ++o)
-          dst[j * s.o + o] = w[((static_cast<ptrdiff_t>(o) * s.kh + (s.kh - 1 - i)) * s.kw + (s.kw - 1 - j)) * s.c + c];
-      std::memset(dst + run, 0, runp - run);
-    }
-  }
   const PaddedSrc src = pad_source(err, s.n, oh, ow, s.o, s.kh - 1 - s.pad, s.kw - 1 - s.pad, s.stride, s.h + s.kh - 1, s.w + s.kw - 1, s.h, s.w,
                                    s.kh, s.kw, 1, &scratch(2));
+  if constexpr (std::is_same_v<T, int32_t>) {
+    if (bwd_data_packs_w(s, panels)) {
+      // The GEMM's B straight from w: depth kk = (i, j, o) of w' is w[o, kh-1-i, kw-1-j, :],
+      // a contiguous row over c, so pack_b_k_rows interleaves it with no transposed copy.
+      thread_local Kept<PackedB> packed;
+      const FlippedTaps taps{w, s};
+      pack_b_k_rows(s.c, k, active_isa(), FlippedTaps::row, &taps, &packed);
+      gemm_packed(patches(src, m, k), m, packed, dx, s.c, true, absmax);
+      return;
+    }
+  }
+  int8_t* wt = grow(scratch(1), static_cast<size_t>(s.c) * k);
+  flipped_transposed_weights(w, s, runp, wt);
   if (panels) {
     conv_pixel_panels(src, wt, s.c, dx);
     return;
   }
-  int8_t* cols = grow(scratch(0), static_cast<size_t>(m) * k);
-  im2col(src, cols);
-  gemm(MatrixS8{cols, k, 1}, MatrixS8{wt, k, 1}, m, s.c, k, dx);
+  gemm(patches(src, m, k), MatrixS8{wt, k, 1}, m, s.c, k, dx, true, absmax);
 }
 
 template <typename T>
@@ -170,24 +289,31 @@ void conv2d_bwd_weight(const int8_t* err, const int8_t* x, const ConvShape& s, T
     conv_wgrad_panels(src, err, s.o, dw);
     return;
   }
-  // dw^T[KK, O] = cols^T[KK, P] x err^T[O, P]^T: cols is read transposed by the A
-  // packing (cache friendly within a K block), err transposed once up front, and the
-  // small [KK, O] result transposed at the end.
+  // dw[O, KK] = err^T[O, P] x patches[P, KK]: err transposed once up front (the A rows),
+  // the patches a k-major B, interleaved four pixels at a time; the result is already in
+  // dw's layout. With int32 accumulators the patches are packed straight from the padded
+  // source (each pixel's kh tap rows are the pieces of its depth row: no im2col).
   const int p = s.n * s.oh() * s.ow(), kk = s.kh * s.kw * s.c;
-  int8_t* cols = grow(scratch(0), static_cast<size_t>(p) * kk);
-  im2col(src, cols);
   int8_t* err_t = grow(scratch(1), static_cast<size_t>(s.o) * p);
   transpose(err, p, s.o, err_t);
-  thread_local std::vector<T> dw_t;
-  if (dw_t.size() < static_cast<size_t>(kk) * s.o) dw_t.resize(static_cast<size_t>(kk) * s.o);
-  gemm(MatrixS8{cols, 1, kk}, MatrixS8{err_t, p, 1}, kk, s.o, p, dw_t.data());
-  transpose(dw_t.data(), kk, s.o, dw);
+  if constexpr (std::is_same_v<T, int32_t>) {
+    if (wgrad_packs_source(s)) {
+      thread_local Kept<PackedB> packed;
+      const PatchRows rows{src};
+      pack_b_k_rows(kk, p, active_isa(), PatchRows::row, &rows, &packed, s.kh);
+      gemm_packed(MatrixS8{err_t, p, 1}, s.o, packed, dw, kk);
+      return;
+    }
+  }
+  int8_t* cols = grow(scratch(0), static_cast<size_t>(p) * kk);
+  im2col(src, cols, kk);
+  gemm(MatrixS8{err_t, p, 1}, MatrixS8{cols, 1, kk}, s.o, kk, p, dw);
 }
 
-template void conv2d_fwd<int32_t>(const int8_t*, const int8_t*, const ConvShape&, int32_t*);
-template void conv2d_fwd<int64_t>(const int8_t*, const int8_t*, const ConvShape&, int64_t*);
-template void conv2d_bwd_data<int32_t>(const int8_t*, const int8_t*, const ConvShape&, int32_t*);
-template void conv2d_bwd_data<int64_t>(const int8_t*, const int8_t*, const ConvShape&, int64_t*);
+template void conv2d_fwd<int32_t>(const int8_t*, const int8_t*, const ConvShape&, int32_t*, int64_t*);
+template void conv2d_fwd<int64_t>(const int8_t*, const int8_t*, const ConvShape&, int64_t*, int64_t*);
+template void conv2d_bwd_data<int32_t>(const int8_t*, const int8_t*, const ConvShape&, int32_t*, int64_t*);
+template void conv2d_bwd_data<int64_t>(const int8_t*, const int8_t*, const ConvShape&, int64_t*, int64_t*);
 template void conv2d_bwd_weight<int32_t>(const int8_t*, const int8_t*, const ConvShape&, int32_t*);
 template void conv2d_bwd_weight<int64_t>(const int8_t*, const int8_t*, const ConvShape&, int64_t*);
 

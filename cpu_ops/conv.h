@@ -20,13 +20,14 @@ struct ConvShape {
 enum class ConvPass { kForward, kBackwardData, kBackwardWeight };
 const char* conv_algorithm(ConvPass pass, const ConvShape& s);
 
-// y[N,OH,OW,O] = x * w. T is int32_t or int64_t.
+// y[N,OH,OW,O] = x * w. T is int32_t or int64_t. `absmax`, if given, receives max |y|
+// where the GEMM took it on the way (int32 im2col paths), else -1 (not taken).
 template <typename T>
-void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y);
+void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y, int64_t* absmax = nullptr);
 
-// dx[N,H,W,C] from err[N,OH,OW,O] and w.
+// dx[N,H,W,C] from err[N,OH,OW,O] and w; `absmax` as for conv2d_fwd.
 template <typename T>
-void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* dx);
+void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* dx, int64_t* absmax = nullptr);
 
 // dw[O,KH,KW,C] from err[N,OH,OW,O] and x.
 template <typename T>

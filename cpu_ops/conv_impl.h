@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "conv.h"
+
 namespace dsptrain {
 
 // A source tensor zero padded (and, for the transposed convolution, zero dilated) so that
@@ -29,6 +31,10 @@ struct PaddedSrc {
 // (y' - off_y) / dil when that is exact and in range, else zeros (columns alike, off_x).
 PaddedSrc pad_source(const int8_t* src, int n, int h, int w, int ch, int off_y, int off_x, int dil, int hp, int wp,
                      int oh, int ow, int kh, int kw, int step, std::vector<int8_t>* buf);
+
+// Whether the int32 im2col weight gradient packs its B straight from the padded source
+// (conv.cpp; else through an im2col copy).
+bool wgrad_packs_source(const ConvShape& s);
 
 // Weights [oc, kh, kw, ch] in "run layout": each tap row's kw*ch bytes padded with zeros
 // to a multiple of 4, so every group of 4 k is one 4-byte load from the source.

@@ -12,6 +12,8 @@
 #include "conv_impl.h"
 #include "gemm.h"
 #include "gemm_kernels.h"
+#include "interleave.h"
+#include "scratch.h"
 #include "thread_pool.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -75,39 +77,6 @@ GatherFn gather_for(const GemmKernel* kern) {
   if ((kern->isa == Isa::kAvxVnni || kern->isa == Isa::kAvx2) && kern->nr % 8 == 0) return gather_panel_avx2;
 #endif
   return gather_panel_scalar;
-}
-
-// B of the weight gradient for 4 pixels: dst + tap_off[t] gets the dword
-// (p0[t], p1[t], p2[t], p3[t]) for taps t in [0, n), n a multiple of 4. The byte
-// transpose of 4 rows is unpacklo/hi_epi8 then _epi16 (SSE2, every x86-64).
-void interleave4(const int8_t* const* rows, int n, const int32_t* tap_off, int8_t* dst) {
-  int t = 0;
-#ifdef DSPTRAIN_X86
-  for (; t + 16 <= n; t += 16) {
-    const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[0] + t));
-    const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[1] + t));
-    const __m128i r2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[2] + t));
-    const __m128i r3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[3] + t));
-    const __m128i a = _mm_unpacklo_epi8(r0, r1), b = _mm_unpacklo_epi8(r2, r3);
-    const __m128i c = _mm_unpackhi_epi8(r0, r1), d = _mm_unpackhi_epi8(r2, r3);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + tap_off[t]), _mm_unpacklo_epi16(a, b));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + tap_off[t + 4]), _mm_unpackhi_epi16(a, b));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + tap_off[t + 8]), _mm_unpacklo_epi16(c, d));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + tap_off[t + 12]), _mm_unpackhi_epi16(c, d));
-  }
-  for (; t + 4 <= n; t += 4) {  // few channels (runs of 4 or 8 bytes): a dword at a time
-    int32_t w[4];
-    for (int q = 0; q < 4; ++q) std::memcpy(&w[q], rows[q] + t, 4);
-    const __m128i a = _mm_unpacklo_epi8(_mm_cvtsi32_si128(w[0]), _mm_cvtsi32_si128(w[1]));
-    const __m128i b = _mm_unpacklo_epi8(_mm_cvtsi32_si128(w[2]), _mm_cvtsi32_si128(w[3]));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + tap_off[t]), _mm_unpacklo_epi16(a, b));
-  }
-#endif
-  for (; t < n; t += 4) {
-    int8_t* o = dst + tap_off[t];
-    for (int u = 0; u < 4; ++u)
-      for (int q = 0; q < 4; ++q) o[u * 4 + q] = rows[q][t + u];
-  }
 }
 
 // acc[r * ld + j] += tmp[r * nr + j] + corr[j] over an mr x nr tile. Its own function
@@ -184,7 +153,7 @@ PaddedSrc pad_source(const int8_t* src, int n, int h, int w, int ch, int off_y, 
   int8_t* d = grow(*buf, image * n + kSlack);
   std::memset(d + image * n, 0, kSlack);
   // Source column of padded column x' (or -1): computed once, shared by all rows.
-  thread_local std::vector<int> col_src;
+  thread_local Kept<std::vector<int>> col_src;
   int* cs = grow(col_src, static_cast<size_t>(wp));
   for (int x = 0; x < wp; ++x) {
     const int num = x - off_x;
@@ -218,12 +187,12 @@ PaddedSrc pad_source(const int8_t* src, int n, int h, int w, int ch, int off_y, 
 
 template <typename T>
 void conv_pixel_panels(const PaddedSrc& s, const int8_t* w_runs, int oc, T* out) {
-  const GemmKernel* kern = gemm_kernel(active_isa());
+  const GemmKernel* kern = panel_kernel();
   const int mr = kern->mr, nr = kern->nr, runp = run_pad(s.run()), groups_per_run = runp / 4;
   const int kgroups = s.kh * groups_per_run, tiles = a_tiles(kern, oc);
   const ptrdiff_t pixels = s.pixels(), rs = s.row_stride();
   const size_t a_tile_bytes = static_cast<size_t>(kgroups) * mr * 4 * kern->a_elem_bytes;
-  thread_local std::vector<uint8_t> a_buf;
+  thread_local Kept<std::vector<uint8_t>> a_buf;
   uint8_t* a_pack = grow(a_buf, a_tile_bytes * tiles);
   kern->pack_a(MatrixS8{w_runs, kgroups * 4, 1}, oc, kgroups * 4, a_pack);
   if (ones_row(kern)) set_ones_row(kern, a_pack, oc, kgroups);
@@ -232,7 +201,7 @@ void conv_pixel_panels(const PaddedSrc& s, const int8_t* w_runs, int oc, T* out)
   const ptrdiff_t panels = (pixels + nr - 1) / nr;
   const int tasks = static_cast<int>(std::min<ptrdiff_t>(panels, 8 * pool_threads()));
   parallel_for(tasks, [&](int task) {
-    thread_local std::vector<int8_t> b_buf;
+    thread_local Kept<std::vector<int8_t>> b_buf;
     int8_t* panel = grow(b_buf, static_cast<size_t>(kgroups) * nr * 4);
     alignas(64) int32_t tmp[8 * 64];
     alignas(64) int32_t zeros[64] = {}, corr[64] = {};
@@ -258,7 +227,7 @@ void conv_pixel_panels(const PaddedSrc& s, const int8_t* w_runs, int oc, T* out)
 
 template <typename T>
 void conv_wgrad_panels(const PaddedSrc& s, const int8_t* err, int oc, T* dw) {
-  const GemmKernel* kern = gemm_kernel(active_isa());
+  const GemmKernel* kern = panel_kernel();
   const int mr = kern->mr, nr = kern->nr, run = s.run(), runp = run_pad(run);
   const int taps = s.kh * runp, tiles = a_tiles(kern, oc), panels = (taps + nr - 1) / nr;
   const ptrdiff_t pixels = s.pixels(), rs = s.row_stride();
@@ -267,18 +236,18 @@ void conv_wgrad_panels(const PaddedSrc& s, const int8_t* err, int oc, T* dw) {
   const ptrdiff_t blocks = (pixels + kBlock - 1) / kBlock;
   const int tasks = static_cast<int>(std::min<ptrdiff_t>(blocks, 4 * pool_threads()));
   const size_t ld = static_cast<size_t>(panels) * nr, acc_size = static_cast<size_t>(tiles) * mr * ld;
-  thread_local std::vector<T> acc_buf;
+  thread_local Kept<std::vector<T>> acc_buf;
   T* acc_all = grow(acc_buf, acc_size * tasks);
   std::fill(acc_all, acc_all + acc_size * tasks, T{0});
   const size_t a_bytes = static_cast<size_t>(tiles) * kGroups * mr * 4 * kern->a_elem_bytes;
   const size_t panel_bytes = static_cast<size_t>(kGroups) * nr * 4;
-  thread_local std::vector<int32_t> tap_buf;  // where tap t's dword goes in a group's panels
+  thread_local Kept<std::vector<int32_t>> tap_buf;  // where tap t's dword goes in a group's panels
   int32_t* tap_off = grow(tap_buf, static_cast<size_t>(taps));
   for (int t = 0; t < taps; ++t) tap_off[t] = static_cast<int32_t>((t / nr) * panel_bytes + (t % nr) * 4);
 
   parallel_for(tasks, [&](int task) {
-    thread_local std::vector<uint8_t> a_buf;
-    thread_local std::vector<int8_t> b_buf, zero_buf;
+    thread_local Kept<std::vector<uint8_t>> a_buf;
+    thread_local Kept<std::vector<int8_t>> b_buf, zero_buf;
     uint8_t* a_pack = grow(a_buf, a_bytes);
     int8_t* b_pack = grow(b_buf, panel_bytes * panels);
     const int8_t* zero_row = grow(zero_buf, static_cast<size_t>(runp) + 16);

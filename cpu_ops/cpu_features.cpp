@@ -8,6 +8,10 @@
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #endif
+#if (defined(__x86_64__) || defined(_M_X64)) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace dsptrain {
 
@@ -21,6 +25,8 @@ CpuFeatures detect_cpu_features() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   // AVX-VNNI is CPUID leaf 7, sub-leaf 1, EAX bit 4 (not all compilers know the name).
   if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx_vnni = (a >> 4) & 1;
+  // AMX-TILE and AMX-INT8 are CPUID leaf 7, sub-leaf 0, EDX bits 24 and 25.
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) f.amx_int8 = ((d >> 24) & 1) && ((d >> 25) & 1);
 #endif
 #if defined(__aarch64__) && defined(__linux__)
   const unsigned long hwcap = getauxval(AT_HWCAP);
@@ -28,6 +34,18 @@ CpuFeatures detect_cpu_features() {
   f.neon_dotprod = (hwcap >> 20) & 1;  // HWCAP_ASIMDDP
 #endif
   return f;
+}
+
+bool amx_permitted() {
+#if (defined(__x86_64__) || defined(_M_X64)) && defined(__linux__)
+  static const bool permitted = [] {
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;  // asm/prctl.h, the XSAVE feature number
+    return detect_cpu_features().amx_int8 && syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return permitted;
+#else
+  return false;
+#endif
 }
 
 }  // namespace dsptrain

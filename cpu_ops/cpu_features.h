@@ -7,10 +7,15 @@ struct CpuFeatures {
   bool avx2 = false;
   bool avx_vnni = false;
   bool avx512_vnni = false;
+  bool amx_int8 = false;  // AMX-TILE and AMX-INT8 (the OS must also permit the tile state)
   bool neon = false;
   bool neon_dotprod = false;
 };
 
 CpuFeatures detect_cpu_features();
+
+// Linux keeps AMX's 8 KB tile state off until a process asks for it
+// (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)): asks once, remembers the answer.
+bool amx_permitted();
 
 }  // namespace dsptrain

@@ -9,7 +9,7 @@
 
 namespace dsptrain {
 
-enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvxVnni = 2, kAvx512Vnni = 3, kNeonDot = 4 };
+enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvxVnni = 2, kAvx512Vnni = 3, kNeonDot = 4, kAmx = 5 };
 
 const char* isa_name(Isa isa);
 bool isa_from_name(const std::string& name, Isa* out);
@@ -26,23 +26,58 @@ struct MatrixS8 {
 
 // b[N,K] repacked into panels of `nr` columns: panel p holds, for each group of 4 k,
 // nr columns x 4 bytes (zero padded), the layout every int8 dot-product instruction
-// (vpdpbusd, sdot) reads in one load. `col_offset` is -128 * colsum(b): the correction
+// (vpdpbusd, sdot, AMX's B tiles) reads in one load; k_pad is K rounded up to what the
+// kernel steps by (4, or 64 for AMX). `col_offset` is -128 * colsum(b): the correction
 // of the VNNI offset trick (zero for ISAs that multiply signed by signed).
 struct PackedB {
   Isa isa = Isa::kScalar;
   int n = 0, k = 0, nr = 1, k_pad = 0;
-  std::vector<int8_t> data;
+  std::vector<int8_t> data;  // the panels, from its first 64-byte boundary (panels())
   std::vector<int32_t> col_offset;
+  // Cache-line aligned, so no row of a B tile or vector load straddles two lines.
+  const int8_t* panels() const { return align64(data.data()); }
+  int8_t* panels() { return align64(data.data()); }
+
+  static constexpr size_t kAlignSlack = 64;
+  template <typename T>
+  static T* align64(T* p) {
+    return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(p) + 63) & ~static_cast<uintptr_t>(63));
+  }
 };
 
+// The ISA whose kernel runs a GEMM of depth k on path `isa`: AMX hands very short K to
+// AVX-512 VNNI (its tiles step 64 k at a time; at K = 27, the first convolution of an RGB
+// network, most of every tile product would be padding).
+Isa gemm_isa(Isa isa, int k);
+
+// Packs for gemm_isa(isa, k) (out->isa says which).
 void pack_b(MatrixS8 b, int n, int k, Isa isa, PackedB* out);
 
+// pack_b of a b whose depth rows are contiguous in `segments` equal pieces (a multiple of
+// 4 columns each, or one piece): row(ctx, kk, seg) points at piece `seg` of b[0..n) at
+// depth kk (a transposed matrix; per-tap slices of convolution weights; the tap rows of
+// a patch in the padded source). Only where pack_b_k_rows_fits (int32 panel offsets).
+using KRowFn = const int8_t* (*)(const void* ctx, int kk, int seg);
+void pack_b_k_rows(int n, int k, Isa isa, KRowFn row, const void* ctx, PackedB* out, int segments = 1);
+bool pack_b_k_rows_fits(int n, int k, Isa isa);
+
+// Bytes a PackedB of b[n, k] holds on `isa` (panels, alignment slack, column offsets).
+size_t packed_b_bytes(int n, int k, Isa isa);
+
 // c (row stride ldc) = a[M,K] @ packed^T. K is packed.k; K * 128 * 128 must fit int32.
-void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc);
+// `a_padded`: the caller guarantees a's rows are a_row_bytes(isa, K) apart, zero after
+// K, and readable up to a_rows(isa, M): kernels whose packed A is plain rows (AMX) then
+// read a in place, with no packing pass.
+// `absmax`, if given, receives max |c| (each task's share taken while it is in cache).
+void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc, bool a_padded = false,
+                 int64_t* absmax = nullptr);
+int a_row_bytes(Isa isa, int k);
+int a_rows(Isa isa, int m);
 
 // Convenience: packs b into a per-thread scratch and multiplies; int64 output sums
 // int32 products over chunks of K short enough not to overflow.
-void gemm_s8_s32(MatrixS8 a, MatrixS8 b, int m, int n, int k, int32_t* c);
+void gemm_s8_s32(MatrixS8 a, MatrixS8 b, int m, int n, int k, int32_t* c, bool a_padded = false,
+                 int64_t* absmax = nullptr);
 void gemm_s8_s64(MatrixS8 a, MatrixS8 b, int m, int n, int k, int64_t* c);
 
 // Longest K whose int8 x int8 dot products (-128 included) always fit int32.

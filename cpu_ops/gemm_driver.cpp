@@ -10,6 +10,9 @@
 
 #include "cpu_features.h"
 #include "gemm_kernels.h"
+#include "interleave.h"
+#include "requant.h"
+#include "scratch.h"
 #include "thread_pool.h"
 
 namespace dsptrain {
@@ -21,6 +24,7 @@ const GemmKernel* kernel_for(Isa isa) {
     case Isa::kAvxVnni: return kernel_avx_vnni();
     case Isa::kAvx2: return kernel_avx2();
     case Isa::kNeonDot: return kernel_neon_dot();
+    case Isa::kAmx: return kernel_amx();
     case Isa::kScalar: return kernel_scalar();
   }
   return kernel_scalar();
@@ -35,19 +39,24 @@ const GemmKernel* gemm_kernel(Isa isa) {
   return k ? k : kernel_scalar();
 }
 
+const GemmKernel* panel_kernel() {
+  return gemm_kernel(active_isa() == Isa::kAmx ? Isa::kAvx512Vnni : active_isa());
+}
+
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::kAvx512Vnni: return "avx512vnni";
     case Isa::kAvxVnni: return "avxvnni";
     case Isa::kAvx2: return "avx2";
     case Isa::kNeonDot: return "neon";
+    case Isa::kAmx: return "amx";
     case Isa::kScalar: return "scalar";
   }
   return "?";
 }
 
 bool isa_from_name(const std::string& name, Isa* out) {
-  for (Isa isa : {Isa::kAvx512Vnni, Isa::kAvxVnni, Isa::kAvx2, Isa::kNeonDot, Isa::kScalar}) {
+  for (Isa isa : {Isa::kAmx, Isa::kAvx512Vnni, Isa::kAvxVnni, Isa::kAvx2, Isa::kNeonDot, Isa::kScalar}) {
     if (name == isa_name(isa)) {
       *out = isa;
       return true;
@@ -64,13 +73,14 @@ bool isa_supported(Isa isa) {
     case Isa::kAvxVnni: return f.avx_vnni && f.avx2;
     case Isa::kAvx2: return f.avx2;
     case Isa::kNeonDot: return f.neon_dotprod;
+    case Isa::kAmx: return f.amx_int8 && f.avx512_vnni && amx_permitted();  // panels fall back to VNNI
     case Isa::kScalar: return true;
   }
   return false;
 }
 
 Isa best_isa() {
-  for (Isa isa : {Isa::kAvx512Vnni, Isa::kAvxVnni, Isa::kNeonDot, Isa::kAvx2})
+  for (Isa isa : {Isa::kAmx, Isa::kAvx512Vnni, Isa::kAvxVnni, Isa::kNeonDot, Isa::kAvx2})
     if (isa_supported(isa)) return isa;
   return Isa::kScalar;
 }
@@ -78,23 +88,106 @@ Isa best_isa() {
 Isa active_isa() { return g_active; }
 void set_active_isa(Isa isa) { g_active = isa; }
 
-void pack_b(MatrixS8 b, int n, int k, Isa isa, PackedB* out) {
+namespace {
+
+// Sets out's shape fields and sizes its buffers for b[n, k] on `isa`'s kernel.
+const GemmKernel* start_packing(int n, int k, Isa isa, PackedB* out) {
   const GemmKernel* kern = kernel_for(isa);
-  const int nr = kern->nr, k_pad = round_up(std::max(k, 1), 4);
+  const int nr = kern->nr, k_pad = 4 * padded_kgroups(kern, std::max(k, 1));
   const int panels = (n + nr - 1) / nr;
   out->isa = isa;
   out->n = n;
   out->k = k;
   out->nr = nr;
   out->k_pad = k_pad;
-  out->data.resize(static_cast<size_t>(panels) * k_pad * nr);
+  out->data.resize(static_cast<size_t>(panels) * k_pad * nr + PackedB::kAlignSlack);
   out->col_offset.assign(static_cast<size_t>(panels) * nr, 0);
+  return kern;
+}
+
+const int8_t* strided_k_row(const void* b, int kk, int /*seg*/) {
+  const MatrixS8& m = *static_cast<const MatrixS8*>(b);
+  return m.data + static_cast<ptrdiff_t>(kk) * m.k_stride;
+}
+
+}  // namespace
+
+size_t packed_b_bytes(int n, int k, Isa isa) {
+  const GemmKernel* kern = kernel_for(gemm_isa(isa, k));
+  const size_t panels = (static_cast<size_t>(n) + kern->nr - 1) / kern->nr;
+  return panels * 4 * padded_kgroups(kern, std::max(k, 1)) * kern->nr + PackedB::kAlignSlack + panels * kern->nr * 4;
+}
+
+bool pack_b_k_rows_fits(int n, int k, Isa isa) {
+  const GemmKernel* kern = kernel_for(gemm_isa(isa, k));
+  const long long panels = (n + kern->nr - 1) / kern->nr;
+  return panels * 4 * padded_kgroups(kern, std::max(k, 1)) * kern->nr < (1LL << 31);
+}
+
+// Each group's 4 source rows are contiguous over the columns, so a group is one 4-row
+// byte interleave across all panels (the rows read once, in order); the offset trick's
+// column sums add up along the way.
+void pack_b_k_rows(int n, int k, Isa isa, KRowFn row, const void* ctx, PackedB* out, int segments) {
+  const GemmKernel* kern = start_packing(n, k, gemm_isa(isa, k), out);
+  const int nr = kern->nr, k_pad = out->k_pad, groups = k_pad / 4, width = n / segments, w4 = width / 4 * 4;
+  const size_t panel_bytes = static_cast<size_t>(k_pad) * nr;
+  std::vector<int32_t> offsets(n);  // where column j's dword goes in a group (pack_b_k_rows_fits)
+  for (int j = 0; j < n; ++j) offsets[j] = static_cast<int32_t>((j / nr) * panel_bytes + (j % nr) * 4);
+  int8_t* panels = out->panels();
+  const int panel_count = (n + nr - 1) / nr;
+  for (int p = 0; p < panel_count; ++p)  // padding columns of the last panel
+    if (n - p * nr < nr)
+      for (int g = 0; g < groups; ++g)
+        std::memset(panels + p * panel_bytes + (static_cast<size_t>(g) * nr + n - p * nr) * 4, 0, (nr - (n - p * nr)) * 4);
+  const int tasks = tasks_for(panel_bytes * panel_count, groups);
+  std::vector<int32_t> sums(kern->offset_trick ? static_cast<size_t>(tasks) * n : 0, 0);
+  parallel_for(tasks, [&](int t) {
+    const int g0 = static_cast<int>(static_cast<long long>(groups) * t / tasks);
+    const int g1 = static_cast<int>(static_cast<long long>(groups) * (t + 1) / tasks);
+    int32_t* sum = kern->offset_trick ? sums.data() + static_cast<size_t>(t) * n : nullptr;
+    for (int g = g0; g < g1; ++g)
+      for (int seg = 0; seg < segments; ++seg) {
+        const int8_t* rows[4];
+        for (int q = 0; q < 4; ++q) rows[q] = 4 * g + q < k ? row(ctx, 4 * g + q, seg) : nullptr;
+        int8_t* dst = panels + static_cast<size_t>(g) * nr * 4;
+        const int32_t* off = offsets.data() + seg * width;
+        const bool whole = rows[3] != nullptr;  // else the last, partial group: byte by byte
+        if (whole) interleave4(rows, w4, off, dst);
+        for (int j = whole ? w4 : 0; j < width; ++j)
+          for (int q = 0; q < 4; ++q) dst[off[j] + q] = rows[q] ? rows[q][j] : 0;
+        if (sum)
+          for (int q = 0; q < 4; ++q)
+            if (rows[q])
+              for (int j = 0; j < width; ++j) sum[seg * width + j] += rows[q][j];
+      }
+  });
+  if (!kern->offset_trick) return;
+  for (int j = 0; j < n; ++j) {
+    int32_t total = 0;
+    for (int t = 0; t < tasks; ++t) total += sums[static_cast<size_t>(t) * n + j];
+    out->col_offset[j] = -128 * total;
+  }
+}
+
+
+Isa gemm_isa(Isa isa, int k) {
+  constexpr int kAmxMinDepth = 33;  // measured: VNNI is faster at K = 27, AMX from K = 64 up
+  return isa == Isa::kAmx && k < kAmxMinDepth ? Isa::kAvx512Vnni : isa;
+}
+
+void pack_b(MatrixS8 b, int n, int k, Isa isa, PackedB* out) {
+  if (b.row_stride == 1 && b.k_stride != 1 && pack_b_k_rows_fits(n, k, isa)) {  // k-major (a transposed view)
+    pack_b_k_rows(n, k, isa, strided_k_row, &b, out);
+    return;
+  }
+  const GemmKernel* kern = start_packing(n, k, gemm_isa(isa, k), out);
+  const int nr = kern->nr, k_pad = out->k_pad, panels = (n + nr - 1) / nr;
   const bool offset_trick = kern->offset_trick;
   // Per panel: walk k in groups of 4 with the nr columns innermost, so the writes are
   // sequential and the nr source rows stream in parallel; whole groups of contiguous
   // rows move as one 4-byte word.
   parallel_for(panels, [&](int p) {
-    int8_t* dst = out->data.data() + static_cast<size_t>(p) * k_pad * nr;
+    int8_t* dst = out->panels() + static_cast<size_t>(p) * k_pad * nr;
     const int cols = std::min(nr, n - p * nr);
     const int8_t* src0 = b.data + static_cast<ptrdiff_t>(p) * nr * b.row_stride;
     const int full_groups = b.k_stride == 1 ? k / 4 : 0;
@@ -125,9 +218,17 @@ void pack_b(MatrixS8 b, int n, int k, Isa isa, PackedB* out) {
   });
 }
 
-void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc) {
+int a_row_bytes(Isa isa, int k) {
+  const GemmKernel* kern = gemm_kernel(gemm_isa(isa, k));
+  return kern->a_is_rows && k <= kern->kc ? 4 * padded_kgroups(kern, k) : k;
+}
+
+int a_rows(Isa isa, int m) { return round_up(m, gemm_kernel(isa)->mr); }
+
+void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc, bool a_padded, int64_t* absmax) {
   const GemmKernel* kern = kernel_for(b.isa);
   const int n = b.n, k = b.k, mr = kern->mr, nr = kern->nr;
+  if (absmax) *absmax = 0;
   if (m <= 0 || n <= 0) return;
   if (k == 0) {
     for (int i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0);
@@ -144,23 +245,31 @@ void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc)
   const int n_splits = std::min(panels, std::max(1, (2 * threads + m_blocks - 1) / m_blocks));
   const int panels_per_split = (panels + n_splits - 1) / n_splits;
   const int kc_max = kern->kc;
-  const size_t a_bytes = static_cast<size_t>(mc) * round_up(std::min(k, kc_max), 4) * kern->a_elem_bytes;
+  const bool in_place = a_padded && kern->a_is_rows && k <= kc_max && a.k_stride == 1 &&
+                        a.row_stride == 4 * padded_kgroups(kern, k);
+  const size_t a_bytes = static_cast<size_t>(mc) * 4 * padded_kgroups(kern, std::min(k, kc_max)) * kern->a_elem_bytes;
 
+  std::vector<int64_t> task_max(absmax ? m_blocks * n_splits : 0, 0);  // absmax: one per task
   parallel_for(m_blocks * n_splits, [&](int task) {
-    thread_local std::vector<uint8_t> a_scratch;
-    if (a_scratch.size() < a_bytes + 64) a_scratch.resize(a_bytes + 64);
-    uint8_t* a_pack = a_scratch.data();
+    thread_local Kept<std::vector<uint8_t>> a_scratch;
+    if (!in_place && a_scratch.size() < a_bytes + 64) a_scratch.resize(a_bytes + 64);
+    uint8_t* a_pack = in_place ? nullptr : PackedB::align64(a_scratch.data());  // a_bytes + 64: room to align
+    if (kern->task_begin) kern->task_begin();
     const int row0 = (task / n_splits) * mc, rows = std::min(mc, m - row0);
     const int p0 = (task % n_splits) * panels_per_split;
     const int p1 = std::min(panels, p0 + panels_per_split);
     for (int pc = 0; pc < k; pc += kc_max) {
-      const int kc = std::min(kc_max, k - pc), kgroups = (kc + 3) / 4;
+      const int kc = std::min(kc_max, k - pc), kgroups = padded_kgroups(kern, kc);
       MatrixS8 a_block{a.data + static_cast<ptrdiff_t>(row0) * a.row_stride + static_cast<ptrdiff_t>(pc) * a.k_stride,
                        a.row_stride, a.k_stride};
-      kern->pack_a(a_block, rows, kc, a_pack);
+      if (in_place) {
+        a_pack = reinterpret_cast<uint8_t*>(const_cast<int8_t*>(a_block.data));
+      } else {
+        kern->pack_a(a_block, rows, kc, a_pack);
+      }
       const size_t a_tile_bytes = static_cast<size_t>(kgroups) * mr * 4 * kern->a_elem_bytes;
       for (int p = p0; p < p1; ++p) {
-        const int8_t* b_panel = b.data.data() + static_cast<size_t>(p) * b.k_pad * nr + static_cast<size_t>(pc) * nr;
+        const int8_t* b_panel = b.panels() + static_cast<size_t>(p) * b.k_pad * nr + static_cast<size_t>(pc) * nr;
         const int cols = std::min(nr, n - p * nr);
         for (int r = 0; r < rows; r += mr) {
           kern->micro(a_pack + (r / mr) * a_tile_bytes, b_panel, kgroups,
@@ -169,13 +278,17 @@ void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc)
         }
       }
     }
+    if (kern->task_end) kern->task_end();
+    if (absmax && p1 > p0)
+      task_max[task] = absmax_block(c + static_cast<ptrdiff_t>(row0) * ldc + p0 * nr, rows, std::min(n, p1 * nr) - p0 * nr, ldc);
   });
+  if (absmax) *absmax = *std::max_element(task_max.begin(), task_max.end());
 }
 
-void gemm_s8_s32(MatrixS8 a, MatrixS8 b, int m, int n, int k, int32_t* c) {
-  thread_local PackedB packed;
+void gemm_s8_s32(MatrixS8 a, MatrixS8 b, int m, int n, int k, int32_t* c, bool a_padded, int64_t* absmax) {
+  thread_local Kept<PackedB> packed;
   pack_b(b, n, k, active_isa(), &packed);
-  gemm_packed(a, m, packed, c, n);
+  gemm_packed(a, m, packed, c, n, a_padded, absmax);
 }
 
 void gemm_s8_s64(MatrixS8 a, MatrixS8 b, int m, int n, int k, int64_t* c) {

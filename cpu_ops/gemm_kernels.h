@@ -31,16 +31,31 @@ struct GemmKernel {
   PackAFn pack_a;
   MicroFn micro;
   ColSumFn colsum = nullptr;  // optional: B's column sums for the offset trick, cheaper than a ones row of A
+  int k_align = 1;            // kgroups handed to micro (and packed K / 4) are multiples of this
+  void (*task_begin)() = nullptr;  // optional: per-thread set-up before a task's micro calls (AMX tiles)
+  void (*task_end)() = nullptr;    // optional: its undo, at the end of the task
+  bool a_is_rows = false;          // packed A is a's rows, K zero padded (gemm_packed's a_padded)
 };
+
+// Groups of 4 k that `kern` computes for a K block of kc: padded to its k_align.
+inline int padded_kgroups(const GemmKernel* kern, int kc) {
+  return (kc + 4 * kern->k_align - 1) / (4 * kern->k_align) * kern->k_align;
+}
 
 const GemmKernel* kernel_scalar();
 const GemmKernel* kernel_avx2();
 const GemmKernel* kernel_avx_vnni();
 const GemmKernel* kernel_avx512_vnni();
 const GemmKernel* kernel_neon_dot();  // nullptr where not compiled (not aarch64)
+const GemmKernel* kernel_amx();       // nullptr where not compiled (not x86-64 Linux)
 
 // The kernel of `isa` (the scalar one for an ISA not compiled in).
 const GemmKernel* gemm_kernel(Isa isa);
+
+// The kernel the panel convolutions (conv_panels.cpp) run: the active one, except that
+// AMX hands them to AVX-512 VNNI (their gathers build K in runs of 4 bytes, not the 64
+// a tile steps by, and with few channels a 32 x 32 tile would be mostly padding).
+const GemmKernel* panel_kernel();
 
 inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
 

@@ -12,6 +12,10 @@ namespace dsptrain {
 int64_t absmax(const int32_t* x, size_t n);
 int64_t absmax(const int64_t* x, size_t n);
 
+// max |c| over rows x cols of a row-major block (row stride ldc), on the calling thread:
+// the GEMM takes it per task while the task's block of C is still in cache.
+int64_t absmax_block(const int32_t* c, int rows, int cols, ptrdiff_t ldc);
+
 // numerics.shift_round: shift <= 0 is a clipping cast. Element i draws random_u32(key, i).
 void shift_round(const int32_t* x, size_t n, int shift, RoundMode mode, const RngKey& key, int8_t* out);
 void shift_round(const int64_t* x, size_t n, int shift, RoundMode mode, const RngKey& key, int8_t* out);
@@ -27,14 +31,16 @@ inline int activation_shift(int64_t max_abs, int bits) {
   return s > 0 ? s : 0;
 }
 
-// Range estimate (when shift < 0) then shift_round; returns the shift used.
+// Range estimate (when shift < 0; `known_absmax` >= 0 is max |x| already taken by the
+// kernel that wrote x, saving a pass) then shift_round; returns the shift used.
 // A given shift (>= 0) is checked in the same pass (base.py's contract): when the
 // accumulators' own shift is larger the given one would saturate, so the tensor is
 // rounded again with the estimated shift, which is returned.
 template <typename T>
-int requantize(const T* x, size_t n, int shift, int bits, RoundMode mode, const RngKey& key, int8_t* out) {
+int requantize(const T* x, size_t n, int shift, int bits, RoundMode mode, const RngKey& key, int8_t* out,
+               int64_t known_absmax = -1) {
   if (shift < 0) {
-    shift = activation_shift(absmax(x, n), bits);
+    shift = activation_shift(known_absmax >= 0 ? known_absmax : absmax(x, n), bits);
     shift_round(x, n, shift, mode, key, out);
     return shift;
   }

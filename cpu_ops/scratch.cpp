@@ -1,9 +1,11 @@
 // Scratch bytes of the CPU kernels by buffer (see scratch.h). The algorithm choice comes
 // from conv_algorithm() itself; the sizes repeat the `grow`/`resize` calls of the kernels.
+// Also the registry of kept buffers that release_scratch() empties.
 #include "scratch.h"
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 #include "conv_impl.h"
 #include "gemm.h"
@@ -28,22 +30,23 @@ void add(ScratchList* out, const std::string& name, size_t bytes) {
   out->emplace_back(name, bytes);
 }
 
-// gemm_driver.cpp: the packed B of gemm_s8_s32 (calling thread), the A block of every
-// pool thread, and for int64 the int32 partial product of each K chunk.
-void gemm_into(ScratchList* out, int m, int n, int k, bool is64) {
-  const GemmKernel* kern = gemm_kernel(active_isa());
+// gemm_driver.cpp: the packed B of gemm_s8_s32 (calling thread; not when the caller
+// packs B itself), the A block of every pool thread (not when A is read in place:
+// gemm_packed's a_padded), and for int64 the int32 partial product of each K chunk.
+void gemm_into(ScratchList* out, int m, int n, int k, bool is64, bool a_padded = false, bool packs_b = true) {
+  const GemmKernel* kern = gemm_kernel(gemm_isa(active_isa(), std::min(k, kMaxInt32Depth)));
   const int threads = pool_threads();
   if (is64) {
     add(out, "gemm.int64_partial", static_cast<size_t>(m) * n * 4);
     k = std::min(k, kMaxInt32Depth);
   }
-  const size_t panels = (static_cast<size_t>(n) + kern->nr - 1) / kern->nr;
-  add(out, "gemm.packed_b", panels * up(std::max(k, 1), 4) * kern->nr + panels * kern->nr * 4);
+  if (packs_b) add(out, "gemm.packed_b", packed_b_bytes(n, k, active_isa()));
+  if (a_padded && !is64 && kern->a_is_rows && k <= kern->kc) return;
   int m_blocks = static_cast<int>(up((m + kern->mc - 1) / kern->mc, threads));
   m_blocks = std::min(m_blocks, (m + kern->mr - 1) / kern->mr);
   m_blocks = std::max(m_blocks, 1);
   const size_t mc = up((m + m_blocks - 1) / m_blocks, kern->mr);
-  const size_t a_bytes = mc * up(std::min(k, kern->kc), 4) * kern->a_elem_bytes;
+  const size_t a_bytes = mc * 4 * padded_kgroups(kern, std::min(k, kern->kc)) * kern->a_elem_bytes;
   add(out, "gemm.a_block (per thread)", threads * (a_bytes + 64));
 }
 
@@ -51,7 +54,7 @@ int a_tiles(const GemmKernel* kern, int rows) { return (rows + (kern->offset_tri
 
 // conv_panels.cpp: conv_pixel_panels with `oc` output channels and `depth_runs` = kh * run_pad.
 void pixel_panels_into(ScratchList* out, int oc, int depth_runs, bool is64) {
-  const GemmKernel* kern = gemm_kernel(active_isa());
+  const GemmKernel* kern = panel_kernel();
   const size_t kgroups = depth_runs / 4;
   add(out, "panels.a_pack" + elem(is64), kgroups * kern->mr * 4 * kern->a_elem_bytes * a_tiles(kern, oc));
   add(out, "panels.b_panel (per thread)" + elem(is64), static_cast<size_t>(pool_threads()) * kgroups * kern->nr * 4);
@@ -85,8 +88,8 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
       add(&out, "conv.weights", static_cast<size_t>(s.o) * s.kh * run_pad(s.kw * s.c));
       pixel_panels_into(&out, s.o, s.kh * run_pad(s.kw * s.c), is64);
     } else {
-      add(&out, "conv.im2col", pixels * k);
-      gemm_into(&out, static_cast<int>(pixels), s.o, k, is64);
+      add(&out, "conv.im2col", static_cast<size_t>(a_rows(active_isa(), pixels)) * a_row_bytes(active_isa(), k));
+      gemm_into(&out, static_cast<int>(pixels), s.o, k, is64, true);
     }
     return out;
   }
@@ -96,14 +99,16 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     if (requant) add(&out, "requant.acc.conv2d_bwd_data" + elem(is64), m * s.c * (is64 ? 8 : 4));
     const bool panels = algo == "pixel_panels";
     const int run = s.kw * s.o, k = s.kh * (panels ? run_pad(run) : run);
-    add(&out, "conv.weights", static_cast<size_t>(s.c) * k);
+    const bool packs_w = !is64 && !panels && pack_b_k_rows_fits(s.c, k, active_isa());  // conv.cpp bwd_data_packs_w
+    if (!packs_w) add(&out, "conv.weights", static_cast<size_t>(s.c) * k);
     const int hp = s.h + s.kh - 1, wp = s.w + s.kw - 1;
     padded_into(&out, static_cast<size_t>(s.n) * hp * wp * s.o, wp);
     if (panels) {
       pixel_panels_into(&out, s.c, k, is64);
     } else {
-      add(&out, "conv.im2col", m * k);
-      gemm_into(&out, static_cast<int>(m), s.c, k, is64);
+      add(&out, "conv.im2col", static_cast<size_t>(a_rows(active_isa(), m)) * a_row_bytes(active_isa(), k));
+      gemm_into(&out, static_cast<int>(m), s.c, k, is64, true, !packs_w);
+      if (packs_w) add(&out, "conv.bwd_data_packed_w", packed_b_bytes(s.c, k, active_isa()));
     }
     return out;
   }
@@ -113,7 +118,7 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
   const int hp = s.h + 2 * s.pad, wp = s.w + 2 * s.pad;
   padded_into(&out, static_cast<size_t>(s.n) * hp * wp * s.c, wp);
   if (algo == "wgrad_panels") {
-    const GemmKernel* kern = gemm_kernel(active_isa());
+    const GemmKernel* kern = panel_kernel();
     const int threads = pool_threads(), runp = run_pad(s.kw * s.c), taps = s.kh * runp;
     const size_t tiles = a_tiles(kern, s.o), panels = (taps + kern->nr - 1) / kern->nr;
     const size_t blocks = (pixels + 255) / 256, tasks = std::min<size_t>(blocks, 4 * threads);
@@ -125,10 +130,14 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     return out;
   }
   const int kk = s.kh * s.kw * s.c;
-  add(&out, "conv.im2col", pixels * kk);
+  const bool packs_source = !is64 && wgrad_packs_source(s);
   add(&out, "conv.weights", static_cast<size_t>(s.o) * pixels);
-  add(&out, "conv.dw_transposed" + elem(is64), static_cast<size_t>(kk) * s.o * bytes);
-  gemm_into(&out, kk, s.o, static_cast<int>(pixels), is64);
+  if (packs_source) {
+    add(&out, "conv.wgrad_packed_patches", packed_b_bytes(kk, static_cast<int>(pixels), active_isa()));
+  } else {
+    add(&out, "conv.im2col", pixels * kk);
+  }
+  gemm_into(&out, s.o, kk, static_cast<int>(pixels), is64, false, !packs_source);
   return out;
 }
 
@@ -138,6 +147,48 @@ ScratchList gemm_scratch(int m, int n, int k, bool requant) {
   if (requant) add(&out, "requant.acc.gemm" + elem(is64), static_cast<size_t>(m) * n * (is64 ? 8 : 4));
   gemm_into(&out, m, n, k, is64);
   return out;
+}
+
+// ---------------------------------------------------------------- the registry of kept buffers
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  std::vector<std::pair<void*, scratch_detail::Dropper>> buffers;
+};
+
+// Never destroyed: pool workers' thread_local buffers leave it while the pool is joined
+// during static destruction, which may come after this function's statics are gone.
+Registry& registry() {
+  static Registry* r = new Registry;
+  return *r;
+}
+
+}  // namespace
+
+namespace scratch_detail {
+
+void enrol(void* buffer, Dropper drop) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.buffers.emplace_back(buffer, drop);
+}
+
+void leave(void* buffer) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto& v = r.buffers;
+  v.erase(std::remove_if(v.begin(), v.end(), [&](const auto& item) { return item.first == buffer; }), v.end());
+}
+
+}  // namespace scratch_detail
+
+size_t release_scratch() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  size_t bytes = 0;
+  for (auto& [buffer, drop] : r.buffers) bytes += drop(buffer);
+  return bytes;
 }
 
 }  // namespace dsptrain

@@ -1,9 +1,10 @@
 """The native CPU backend: int8 kernels in C++ (`cpu_ops/`, built as `dsptrain._cpu_ops`).
 
-GEMMs run on the fastest int8 dot-product instructions the CPU has (AVX-512 VNNI,
+GEMMs run on the fastest int8 instructions the CPU has (AMX-INT8 tiles, AVX-512 VNNI,
 AVX-VNNI, AVX2, NEON dotprod, or portable C++), picked at run time; the environment
-variable DSPTRAIN_CPU_ISA=avx512vnni|avxvnni|avx2|neon|scalar forces one (a debug knob:
-an ISA the CPU lacks is an error). Every hook is bit-exact with `ops_ref`, stochastic
+variable DSPTRAIN_CPU_ISA=amx|avx512vnni|avxvnni|avx2|neon|scalar forces one (a debug
+knob: an ISA the CPU lacks is an error). On `amx` the few-channel convolution kernels and
+GEMMs shorter than 33 in K run on AVX-512 VNNI, where they are faster. Every hook is bit-exact with `ops_ref`, stochastic
 rounding included (the same Threefry counter RNG, in `cpu_ops/threefry.h`).
 """
 from __future__ import annotations
@@ -45,6 +46,7 @@ class CpuBackend(Backend):
         "relu_s8", "relu_bwd_s8", "maxpool_s8", "maxpool_bwd_s8",
         "niti_loss_grad_s8", "niti_update_s8",
     })
+    blocks_for_cache = True   # cpu_ops/gemm_driver.cpp: Goto-style blocking (A blocks in L2, B panels in L1)
 
     def __init__(self):
         if _native is None:
@@ -62,6 +64,10 @@ class CpuBackend(Backend):
             return False, f"{ISA_ENV}={forced} but this CPU/build supports {', '.join(_native.supported_isas())}"
         isa = forced or _native.supported_isas()[0]
         return True, f"native int8 kernels ({isa}, {_native.threads()} threads)"
+
+    def release_scratch(self):
+        """Free the native kernels' kept scratch, of every thread (cpu_ops/scratch.h)."""
+        return int(_native.release_scratch())
 
     def scratch_bytes(self, graph, op, rows):
         """The native kernels' grow-only scratch for `op` on `rows` rows, by buffer; the

@@ -12,7 +12,7 @@ from . import cases
 native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
 from dsptrain.backends.ops_cpu import ISA_ENV, CpuBackend  # noqa: E402
 
-ALL_ISAS = ("avx512vnni", "avxvnni", "avx2", "neon", "scalar")
+ALL_ISAS = ("amx", "avx512vnni", "avxvnni", "avx2", "neon", "scalar")
 
 
 @pytest.fixture(params=ALL_ISAS)
@@ -81,6 +81,65 @@ def test_small_channel_conv_every_isa(cpu_isa, ref, case):
         want = ref.conv2d_requant_s8(x, w, stride, pad, mode, key)
         np.testing.assert_array_equal(got[0], want[0])
         assert got[1] == want[1]
+
+
+# Around the AMX tile step (64 k) and K block (4608): K padded to 64, A read in place,
+# a second K block accumulating into C, short K handed to AVX-512 VNNI; M and N off the
+# 32 x 32 tile. Every ISA runs them (for the others they are just ragged shapes).
+TILE_EDGE_GEMMS = [(1, 1, 1), (31, 32, 33), (33, 33, 31), (70, 64, 64), (65, 65, 97), (40, 4608, 40),
+                   (33, 4609, 65), (64, 9300, 32)]
+
+
+@pytest.mark.parametrize("m,k,n", TILE_EDGE_GEMMS, ids=lambda v: str(v))
+def test_gemm_tile_edges_every_isa(cpu_isa, ref, m, k, n):
+    rng = np.random.default_rng(m * k + n)
+    a, b = cases.int8(rng, (m, k)), cases.int8(rng, (n, k))
+    np.testing.assert_array_equal(cpu_isa.gemm_s8(a, b), ref.gemm_s8(a, b))
+    for va, vb in ((-128, -128), (127, -128)):  # extremes over every K block
+        a, b = np.full((m, k), va, np.int8), np.full((n, k), vb, np.int8)
+        np.testing.assert_array_equal(cpu_isa.gemm_s8(a, b), ref.gemm_s8(a, b))
+
+
+# Wide layers on im2col + GEMM: channel counts off every tile and transpose block (16), the
+# weight gradient's k-major packing (VNNI: beyond the panel kernel's size limit), the
+# transposed convolution's B packed straight from w, depths that are and are not
+# multiples of 64 (the patch rows padded for AMX), stride 2.
+WIDE_CONV_SHAPES = [(2, 4, 4, 130, 264, 3, 1, 1), (1, 3, 3, 128, 280, 3, 1, 1), (3, 5, 5, 64, 48, 3, 1, 1), (2, 7, 6, 40, 33, 3, 2, 1),
+                    (1, 3, 3, 17, 96, 1, 1, 0)]
+
+
+@pytest.mark.parametrize("shape", WIDE_CONV_SHAPES, ids=lambda v: "n{}h{}w{}c{}o{}k{}s{}p{}".format(*v))
+def test_wide_conv_every_isa(cpu_isa, ref, shape):
+    n, h, w, c, o, k, stride, pad = shape
+    rng = np.random.default_rng(sum(shape))
+    x, wt = cases.int8(rng, (n, h, w, c)), cases.int8(rng, (o, k, k, c))
+    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    err = cases.int8(rng, (n, oh, ow, o))
+    np.testing.assert_array_equal(cpu_isa.conv2d_s8(x, wt, stride, pad), ref.conv2d_s8(x, wt, stride, pad))
+    np.testing.assert_array_equal(cpu_isa.conv2d_bwd_data_s8(err, wt, stride, pad, (h, w)),
+                                  ref.conv2d_bwd_data_s8(err, wt, stride, pad, (h, w)))
+    np.testing.assert_array_equal(cpu_isa.conv2d_bwd_weight_s8(err, x, stride, pad, (k, k)),
+                                  ref.conv2d_bwd_weight_s8(err, x, stride, pad, (k, k)))
+    key = cases.rng_key(4)  # the fused epilogue: the GEMM's own range estimate, then rounding
+    for got, want in ((cpu_isa.conv2d_requant_s8(x, wt, stride, pad, "sto", key),
+                       ref.conv2d_requant_s8(x, wt, stride, pad, "sto", key)),
+                      (cpu_isa.conv2d_bwd_data_requant_s8(err, wt, stride, pad, (h, w), "psto", key),
+                       ref.conv2d_bwd_data_requant_s8(err, wt, stride, pad, (h, w), "psto", key))):
+        np.testing.assert_array_equal(got[0], want[0])
+        assert got[1] == want[1]
+
+
+def test_short_depth_packs_for_vnni_under_amx():
+    """AMX hands K < 33 to AVX-512 VNNI (a 64-k tile step would be mostly padding)."""
+    if "amx" not in native.supported_isas():
+        pytest.skip("no AMX on this CPU/build")
+    native.set_isa("amx")
+    try:
+        b = np.ones((8, 27), np.int8)
+        assert native.pack_weights(b).isa == "avx512vnni"
+        assert native.pack_weights(np.ones((8, 64), np.int8)).isa == "amx"
+    finally:
+        CpuBackend()
 
 
 def test_conv_algorithm_selection_covers_every_kernel(cpu_isa):
@@ -208,3 +267,19 @@ def test_non_contiguous_inputs_are_accepted(cpu, ref):
 def test_available_reports_the_isa():
     ok, why = CpuBackend.available()
     assert ok and native.isa() in why
+
+
+@pytest.mark.parametrize("mode", cases.ROUNDING)
+def test_int32_rounding_every_shift_at_the_extremes(ref, mode):
+    """int32 accumulators round in 32-bit lanes (shift <= 31) and 64-bit ones beyond:
+    both against ops_ref at every shift, INT32_MIN and INT32_MAX included."""
+    backend = CpuBackend()
+    rng = np.random.default_rng(5)
+    acc = rng.integers(-(2**31), 2**31, 5000, dtype=np.int64).astype(np.int32)
+    acc[:8] = [-(2**31), 2**31 - 1, -(2**31) + 1, 0, 1, -1, 2**30, -(2**30)]
+    key = cases.rng_key(9)
+    for shift in range(0, 34):
+        np.testing.assert_array_equal(backend.shift_round(acc, shift, mode, key), ref.shift_round(acc, shift, mode, key))
+        got, want = backend.requantize(acc, mode, key, shift=shift), ref.requantize(acc, mode, key, shift=shift)
+        np.testing.assert_array_equal(got[0], want[0])
+        assert got[1] == want[1]
