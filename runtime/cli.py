@@ -68,11 +68,12 @@ def _info(args) -> int:
 
 def _plan(args) -> int:
     from .budget import Fixed, parse_size, source_from_config
-    from .config import load_run
+    from .config import load_device, load_run
     from .graph import lower
-    from .memory_fit import Fitter
     from .memory_report import describe
     from .models import build_model
+    from .plan import place
+    from .train import select_backends
 
     run = load_run(args.run)
     batch = args.batch if args.batch is not None else run.train.batch_size
@@ -86,9 +87,20 @@ def _plan(args) -> int:
             raise UserError(f"--budget: {exc}") from None
     model = build_model(run.model.name, run.model.num_classes)
     graph = lower(model, run.recipe, batch)
-    fitter = Fitter(graph, run.memory.micro_batch, run.memory.recompute)
-    print(f"{run.name}: {model.name}")
-    print(describe(fitter, source))
+    # The backends place the ops and report the scratch their kernels keep (scratch_bytes),
+    # which the peak includes, as it does when the run trains.
+    backends = select_backends(args.backend or run.backend)
+    try:
+        sched = run.scheduler
+        plan = place(graph, backends, co_schedule=sched.co_schedule and "dsp" in backends,
+                     device=load_device(sched.device), placement=sched.placement)
+        fitter = plan.fitter(run.memory.micro_batch, run.memory.recompute)
+        placed = sorted({p.backend for p in plan.placement.values()})
+        print(f"{run.name}: {model.name} on {', '.join(placed)}")
+        print(describe(fitter, source))
+    finally:
+        for backend in backends.values():
+            backend.close()
     return 0
 
 
@@ -150,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("run", help="run config YAML")
     plan.add_argument("--batch", type=int, help="override train.batch_size")
     plan.add_argument("--budget", help="override memory.budget: bytes or a size like 64MB")
+    plan.add_argument("--backend", choices=("auto", "ref", "cpu", "dsp"),
+                      help="override backend: whose kernel scratch the peak counts")
     plan.set_defaults(func=_plan)
 
     info = sub.add_parser("info", help="version, backends found and why others are not, CPU features")

@@ -11,7 +11,9 @@ activation. A tensor written twice is two *values* with separate lifetimes.
 - Buffers: values that share memory. A reshape's output aliases its input (a view); an
   element-wise op without a range estimate (ReLU, dropout, their backward) writes over an
   input of the same size that dies at that op. The executor copies results into the arena
-  after the op has read its inputs, so both are safe, micro-batched or not.
+  after the op has read its inputs, so both are safe, micro-batched or not. (An op that
+  takes a range never does: its slices may re-run with the common shift, re-reading
+  rows an in-place write would have overwritten.)
 - Offsets: greedy by size (Pisarchyk & Lee, "Efficient memory management for deep neural
   net inference", 2020; the planner TFLite uses): take buffers largest first and put each
   in the lowest gap, among the already placed buffers whose lifetimes overlap it, that
@@ -36,6 +38,14 @@ PERSISTENT_ROLES = ("weight", "state")
 BEFORE_STEP_ROLES = ("input", "label", "weight", "state")
 ROW_ROLES = ("input", "label", "activation", "saved", "error")   # tensors with one row per sample
 REQUANT_HOOK = "absmax"        # ops whose hooks include a range estimate requantize a product
+# Element-wise ops that take the range of their whole result inside one hook and return
+# (q, exponent) (algorithms/int_residual.py): a residual add, an error join, a global
+# average pool. Like a product they need one shift over all micro-batch slices, given to
+# the hook; they run in NumPy (ops_ref: no native kernel), whose int64 temporaries in
+# numerics.shift_round are their workspace. Bytes per element, measured with tracemalloc
+# (add: 59 round, 67 sto, 75 psto per output element; pool: 4.1 per input element),
+# rounded up: (which tensor's elements, bytes per element).
+RANGE_HOOKS = {"add_align_s8": ("output", 80), "avgpool_global_s8": ("input", 5)}
 
 CATEGORIES = {"weight": "weights", "state": "optimizer state", "input": "inputs and labels",
               "label": "inputs and labels", "activation": "activations", "saved": "activations",
@@ -56,6 +66,17 @@ def _align(n: int) -> int:
 
 def is_requant(op: Op) -> bool:
     return REQUANT_HOOK in op.hooks
+
+
+def range_hook(op: Op) -> str | None:
+    """The RANGE_HOOKS hook `op` calls, if any."""
+    return next((h for h in op.hooks if h in RANGE_HOOKS), None)
+
+
+def takes_range(op: Op) -> bool:
+    """Does `op` estimate the range of its result (a requantized product, or a range hook)?
+    Such an op needs one shift over every slice of the batch and every re-run."""
+    return is_requant(op) or range_hook(op) is not None
 
 
 def is_alias(op: Op) -> bool:
@@ -100,7 +121,8 @@ def value_bytes(graph: TrainGraph, op: Op | None, name: str) -> int:
 def op_workspace(graph: TrainGraph, op: Op, rows: int) -> int:
     """Bytes `op` allocates outside the arena when it runs on `rows` rows of the batch:
     the fresh results the backend returns (copied into the arena afterwards) and, for a
-    requantized product, its int32/int64 accumulator. A reshape allocates nothing."""
+    requantized product, its int32/int64 accumulator; for a RANGE_HOOKS op, its NumPy
+    temporaries. A reshape allocates nothing."""
     if is_alias(op):
         return 0
     batch = graph.batch
@@ -119,6 +141,10 @@ def op_workspace(graph: TrainGraph, op: Op, rows: int) -> int:
         out = op.outputs[0]
         elements = int(np.prod(graph.tensors[out].shape)) * rows // batch
         total += elements * numerics.acc_dtype(reduction_depth(graph, op, out)).itemsize
+    elif range_hook(op) is not None:
+        which, per_element = RANGE_HOOKS[range_hook(op)]
+        name = op.outputs[0] if which == "output" else op.inputs[0]
+        total += int(np.prod(graph.tensors[name].shape)) * rows // batch * per_element
     return total
 
 
@@ -179,7 +205,7 @@ class MemoryPlan:
                 name = next((t for t, v in reversed(buf.values) if self._start[(t, v)] <= at), buf.values[0][0])
                 kind = CATEGORIES.get(self.graph.tensors[name].role, "other")
                 parts[kind] = parts.get(kind, 0) + buf.nbytes
-        parts["op workspace (int32 accumulators, results before the copy)"] = work[at] if work else 0
+        parts["op workspace (accumulators, NumPy temporaries, results before the copy)"] = work[at] if work else 0
         parts["arena slack (offsets above the live bytes)"] = self.arena_bytes - (self.live[at] if work else 0)
         parts["at op"] = self.schedule[at].op.name if work else ""
         return parts
@@ -248,7 +274,7 @@ def plan_memory(graph: TrainGraph, schedule: list[Step], label: str = "keep all"
             host = None
             if is_alias(op):
                 host = owner[inputs[0]]
-            elif not is_requant(op) and row_local(graph, op) and is_row_shaped(graph, t):
+            elif not takes_range(op) and row_local(graph, op) and is_row_shaped(graph, t):
                 for v in inputs:
                     buf = owner[v]
                     if (buf.index not in claimed and buf.end == i and buf.nbytes == nbytes
@@ -304,5 +330,5 @@ def plain_peak(graph: TrainGraph) -> int:
                 total += value_bytes(graph, op, t) - graph.tensors[t].nbytes
     total += sum(spec.nbytes for spec in graph.tensors.values() if spec.role in PERSISTENT_ROLES)
     accumulators = [op_workspace(graph, op, graph.batch) - sum(
-        value_bytes(graph, op, t) for t in op.outputs) for op in graph.ops if is_requant(op)]
+        value_bytes(graph, op, t) for t in op.outputs) for op in graph.ops if takes_range(op)]
     return total + max(accumulators, default=0)

@@ -17,13 +17,20 @@ Backend scratch (Backend.scratch_bytes: im2col matrices, packed panels, per-thre
 accumulators of the cpu kernels) is kept: each buffer grows to its largest request and
 stays allocated, so an option's peak adds, per buffer, its largest size over the step at
 that micro-batch (`kept_scratch`), for the whole step. The kernels never shrink these
-buffers: after a budget drops between steps, what a larger earlier plan grew stays
-resident until the process ends, so a moving budget is honoured only from its first and
-largest plan on (choose the smallest budget first, or run at a fixed budget).
+buffers: when the trainer adopts an option that keeps some buffer smaller than a plan
+before it grew it, it asks the backends to release their scratch first (`adopt_scratch`,
+Backend.release_scratch), so a moving budget holds after it shrinks.
 
-Cost model, in MAC-equivalents (constants assumed, not measured):
-    sum over ops of MACs (x (1 + RERUN) for a sliced product, whose slices may re-run)
-  + CALL_MACS per op call (one per slice)  + COPY_MACS_PER_BYTE per byte copied into the arena.
+Cost model, in MAC-equivalents:
+    sum over ops of MACs (x (1 + RERUN * (1 - 1/slices)) for a sliced op taking a range:
+    the slices below the common shift re-run)
+  + per op call (one per slice): CALL_MACS + WEIGHT_MACS_PER_BYTE per byte of the operands
+    every slice touches whole (weights read and packed, weight gradients written and summed)
+  + COPY_MACS_PER_BYTE per byte copied into the arena.
+The per-byte constants were fitted to steps of VGG-11 (batch 128) and ResNet-18 (batch
+20) on the cpu backend (2 cores) at micro-batches from the whole batch down to 1: one
+row per slice costs 2.9x (ResNet-18) to 9.7x (VGG-11) the unsliced step, mostly in
+the weights each slice streams again. RERUN is assumed.
 """
 from __future__ import annotations
 
@@ -33,11 +40,12 @@ from typing import Callable
 
 from .budget import BudgetError, format_size
 from .graph import TrainGraph
-from .memory import MemoryPlan, is_alias, is_requant, plain_peak, row_local
+from .memory import MemoryPlan, is_alias, is_row_shaped, plain_peak, row_local, takes_range, value_bytes
 from .recompute import CALL_MACS, variants
 
-RERUN = 0.5                # expected share of a sliced product's slices re-run (assumed)
-COPY_MACS_PER_BYTE = 0.25  # copying a byte vs. one int8 MAC (assumed)
+RERUN = 0.5                # share of range-taking ops whose slices' shifts differ (assumed)
+COPY_MACS_PER_BYTE = 8     # a byte copied (~10 GB/s) vs. one int8 MAC (~80 GMAC/s)
+WEIGHT_MACS_PER_BYTE = 32  # a weight or weight-gradient byte touched by one call (fitted, see above)
 
 
 #: (op, rows) -> {buffer name: bytes} the backend running `op` keeps (Plan.scratch_bytes)
@@ -71,10 +79,19 @@ class Option:
     peak: int
     cost: float
     scratch: int = 0
+    scratch_buffers: tuple = ()     # (buffer, bytes) pairs summing to `scratch`
 
     @property
     def label(self) -> str:
         return f"micro-batch {self.micro_batch}, {self.memory.label}"
+
+
+def whole_operand_bytes(graph: TrainGraph, op) -> int:
+    """Bytes every call of `op` touches whatever its slice: operands without a row per
+    sample (weights), and outputs without one (weight gradients: written, then summed)."""
+    read = sum(graph.tensors[t].nbytes for t in op.inputs if not is_row_shaped(graph, t))
+    written = sum(value_bytes(graph, op, t) for t in op.outputs if not is_row_shaped(graph, t))
+    return read + 2 * written
 
 
 def step_cost(memory: MemoryPlan, micro_batch: int) -> float:
@@ -84,11 +101,24 @@ def step_cost(memory: MemoryPlan, micro_batch: int) -> float:
         op = step.op
         sliced = row_local(graph, op) and micro_batch < batch and not is_alias(op)
         calls = math.ceil(batch / micro_batch) if sliced else 1
-        rerun = RERUN if sliced and is_requant(op) and not step.recompute else 0.0
-        total += op.macs * (1 + rerun) + calls * (1 + rerun) * CALL_MACS
+        # a slice re-runs when its own shift is below the common one: never with one slice
+        rerun = RERUN * (1 - 1 / calls) if sliced and takes_range(op) and not step.recompute else 0.0
+        per_call = CALL_MACS + (WEIGHT_MACS_PER_BYTE * whole_operand_bytes(graph, op) if sliced else 0)
+        total += op.macs * (1 + rerun) + calls * (1 + rerun) * per_call
         if not is_alias(op):
             total += COPY_MACS_PER_BYTE * sum(graph.tensors[t].nbytes for t in op.outputs)
     return total
+
+
+def frontier(options: list[Option]) -> list[Option]:
+    """Of `options` in cost order, those that beat every cheaper one on peak: the ones a
+    budget can make the choice (the others are never chosen)."""
+    out, lowest = [], None
+    for option in options:
+        if lowest is None or option.peak < lowest:
+            out.append(option)
+            lowest = option.peak
+    return out
 
 
 def micro_batches(batch: int) -> list[int]:
@@ -118,16 +148,20 @@ class Fitter:
         if self._options is None:
             batch = self.graph.batch
             sizes = [min(self.forced_micro_batch, batch)] if self.forced_micro_batch else micro_batches(batch)
-            kept = {m: sum(kept_scratch(self.graph, self.scratch, m).values()) for m in sizes}
+            kept = {m: kept_scratch(self.graph, self.scratch, m) for m in sizes}
             found = []
             for memory in variants(self.graph, self.recompute):
                 for m in sizes:
-                    found.append(Option(memory, m, memory.peak(m) + kept[m], step_cost(memory, m), kept[m]))
+                    total = sum(kept[m].values())
+                    found.append(Option(memory, m, memory.peak(m) + total, step_cost(memory, m), total,
+                                        tuple(sorted(kept[m].items()))))
             self._options = sorted(found, key=lambda o: (o.cost, o.peak))
         return self._options
 
     def plain_peak(self) -> int:
-        return plain_peak(self.graph)
+        """The peak without this layer (memory.plain_peak), plus the backends' kept scratch
+        at the whole batch."""
+        return plain_peak(self.graph) + sum(kept_scratch(self.graph, self.scratch, self.graph.batch).values())
 
     def smallest(self) -> Option:
         return min(self.options, key=lambda o: (o.peak, o.cost))
@@ -142,3 +176,16 @@ class Fitter:
             f"memory budget {format_size(budget)} ({budget} bytes) is too small for batch {self.graph.batch} "
             f"of this model with {self.graph.recipe}: the smallest feasible budget is {format_size(least.peak)} "
             f"({least.peak} bytes, {least.label}); lower the batch size or raise the budget")
+
+
+def adopt_scratch(held: dict[str, int], option: Option, backends) -> dict[str, int]:
+    """Before a step runs `option`: `held` is what the backends' kept buffers may hold
+    (the largest size each was planned at since the last release). When `option` keeps
+    any of them smaller, every backend releases its scratch (Backend.release_scratch), so
+    the buffers regrow only to this option's sizes. Returns what is held after the step."""
+    planned = dict(option.scratch_buffers)
+    if any(nbytes > planned.get(name, 0) for name, nbytes in held.items()):
+        for backend in backends:
+            backend.release_scratch()
+        held = {}
+    return {name: max(held.get(name, 0), planned.get(name, 0)) for name in {*held, *planned}}

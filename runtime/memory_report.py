@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .budget import Available, Schedule, format_size
-from .memory_fit import Fitter, Option
+from .memory_fit import Fitter, Option, frontier
 
 
 def _breakdown(option: Option) -> list[str]:
@@ -11,8 +11,9 @@ def _breakdown(option: Option) -> list[str]:
     if option.scratch:
         parts["backend scratch (kept: im2col, packed panels, per-thread buffers)"] = option.scratch
     lines = [f"  peak {format_size(option.peak)} ({option.peak} bytes) at {at}:"]
+    width = max(map(len, parts))
     for kind, nbytes in sorted(parts.items(), key=lambda kv: -kv[1]):
-        lines.append(f"    {kind:<58} {format_size(nbytes):>10}")
+        lines.append(f"    {kind:<{width}} {format_size(nbytes):>10}")
     return lines
 
 
@@ -21,7 +22,8 @@ def describe(fitter: Fitter, budget_source, step: int = 0) -> str:
     plain = fitter.plain_peak()
     best = fitter.options[0]
     lines = [f"{graph.recipe}, batch {graph.batch}: {len(graph.ops)} ops, {len(graph.tensors)} tensors",
-             f"without the memory layer (every tensor kept to the end of the step): {format_size(plain)}",
+             f"without the memory layer (every tensor kept to the end of the step"
+             f"{', backend scratch at the whole batch' if best.scratch else ''}): {format_size(plain)}",
              "with the arena (lifetimes, greedy-by-size offsets), no micro-batching or recomputation:"]
     lines += _breakdown(best)
     lines.append(f"    arena {format_size(best.memory.arena_bytes)}; live-bytes lower bound "
@@ -29,7 +31,7 @@ def describe(fitter: Fitter, budget_source, step: int = 0) -> str:
     smallest = fitter.smallest()
     lines.append(f"smallest feasible: {format_size(smallest.peak)} ({smallest.label})")
     lines.append("options, cheapest first (cost: MAC-equivalents, model in memory_fit.py):")
-    shown = _frontier(fitter.options)
+    shown = frontier(fitter.options)
     for option in shown:
         lines.append(f"  {format_size(option.peak):>10}  x{option.cost / best.cost:5.2f}  {option.label}")
     if budget_source is None:
@@ -45,13 +47,3 @@ def describe(fitter: Fitter, budget_source, step: int = 0) -> str:
                      f"x{option.cost / best.cost:.2f} the cost of the cheapest plan")
         lines += _breakdown(option)
     return "\n".join(lines)
-
-
-def _frontier(options: list[Option]) -> list[Option]:
-    """Options that beat every cheaper one on peak (the others are never chosen)."""
-    out, lowest = [], None
-    for option in options:
-        if lowest is None or option.peak < lowest:
-            out.append(option)
-            lowest = option.peak
-    return out

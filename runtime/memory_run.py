@@ -12,10 +12,16 @@ import dataclasses
 
 import numpy as np
 
-from .memory import is_alias, is_requant, is_row_shaped, row_local
+from .memory import is_alias, is_row_shaped, range_hook, row_local, takes_range
 from .numerics import QTensor
 
 REQUANT_HOOKS = ("requantize", "conv2d_requant_s8", "gemm_requant_s8", "conv2d_bwd_data_requant_s8")
+# Range hooks that return (q, exponent): the shift they used is that exponent less the one
+# their operands fix (algorithms/int_residual.py, ops_ref.py).
+EXPONENT_HOOKS = {
+    "add_align_s8": lambda a, ea, b, eb, *rest, **kw: max(ea, eb),
+    "avgpool_global_s8": lambda x, e, *rest, **kw: e - ((x.shape[1] * x.shape[2]).bit_length() - 1),
+}
 
 
 class ShiftRecorder:
@@ -27,6 +33,12 @@ class ShiftRecorder:
 
     def __getattr__(self, name):
         attr = getattr(self._backend, name)
+        if name in EXPONENT_HOOKS:
+            def recorded_exponent(*args, **kwargs):
+                q, e = attr(*args, **kwargs)
+                self.shifts.append(int(e - EXPONENT_HOOKS[name](*args, **kwargs)))
+                return q, e
+            return recorded_exponent
         if name not in REQUANT_HOOKS:
             return attr
 
@@ -92,15 +104,16 @@ def run_planned(executor, plan, option, arena, env: dict, ctx, stats=None) -> di
                 recorded[op.name] = shift
         else:
             wrap = _Recorded()
-            outputs, _ = executor.call(plan, op, env, sctx, stats, wrap=wrap if is_requant(op) else None)
+            outputs, _ = executor.call(plan, op, env, sctx, stats, wrap=wrap if takes_range(op) else None)
             for t, value in outputs.items():
                 env[t] = arena.store(memory.writes[i][t], value, t)
-            if is_requant(op) and not step.recompute:
+            if takes_range(op) and not step.recompute:
                 recorded[op.name] = wrap.one(op)
         for t in memory.frees[i]:
             env.pop(t, None)
-    if stats is not None:
-        stats.shifts.update({k: v for k, v in recorded.items() if v is not None})
+    if stats is not None:   # products only, as a plain step records (adaptive rescaling reads them)
+        exponent_ops = {op.name for op in graph.ops if range_hook(op)}
+        stats.shifts.update({k: v for k, v in recorded.items() if v is not None and k not in exponent_ops})
         stats.arena_high_water_bytes = arena.high_water
         stats.spilled_bytes = sum(arena.spilled.values())
     return env
@@ -114,7 +127,7 @@ def run_rows(executor, plan, op, env, ctx, stats, a: int, b: int, shift: int | N
     sctx = dataclasses.replace(ctx, row_offset=ctx.row_offset + a)
     if shift is not None:
         sctx = dataclasses.replace(sctx, shifts={**(ctx.shifts or {}), op.name: shift})
-    wrap = _Recorded() if is_requant(op) else None
+    wrap = _Recorded() if takes_range(op) else None
     outputs, _ = executor.call(plan, op, local, sctx, stats, wrap=wrap, rows=(b - a, graph.batch))
     return outputs, (wrap.one(op) if wrap is not None else None)
 

@@ -11,6 +11,9 @@ through it.
   Other sizes fail at lowering with the layer's name. Backward: the error broadcast to
   every position, exponent lowered by the same log2(H*W).
 - Errors joining where branches meet add like Add, pairwise.
+A given shift (StepContext.shifts: the memory layer's common shift over micro-batch
+slices, or the one the forward pass used when an op is recomputed) goes to the hooks,
+which follow the rule of Backend.requantize.
 """
 from __future__ import annotations
 
@@ -61,7 +64,7 @@ def join_errors(b, name, errs):
 
 def add(be, op, env, ctx):
     a, c = env[op.inputs[0]], env[op.inputs[1]]
-    q, e = be.add_align_s8(a.q, a.e, c.q, c.e, op.attrs["mode"], ctx.rng(op))
+    q, e = be.add_align_s8(a.q, a.e, c.q, c.e, op.attrs["mode"], ctx.rng(op), shift=ctx.given_shift(op))
     return {op.outputs[0]: QTensor(q, e)}
 
 
@@ -69,13 +72,14 @@ def join(be, op, env, ctx):
     total = env[op.inputs[0]]
     for name in op.inputs[1:]:
         other = env[name]
-        total = QTensor(*be.add_align_s8(total.q, total.e, other.q, other.e, op.attrs["mode"], ctx.rng(op)))
+        total = QTensor(*be.add_align_s8(total.q, total.e, other.q, other.e, op.attrs["mode"], ctx.rng(op),
+                                         shift=ctx.given_shift(op)))
     return {op.outputs[0]: total}
 
 
 def avgpool_fwd(be, op, env, ctx):
     x = env[op.inputs[0]]
-    q, e = be.avgpool_global_s8(x.q, x.e, op.attrs["mode"], ctx.rng(op))
+    q, e = be.avgpool_global_s8(x.q, x.e, op.attrs["mode"], ctx.rng(op), shift=ctx.given_shift(op))
     return {op.outputs[0]: QTensor(q, e)}
 
 

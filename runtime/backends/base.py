@@ -24,6 +24,9 @@ class Backend:
     name = "base"
     #: hooks this backend implements natively; `supports` consults it.
     hooks: frozenset[str] = frozenset()
+    #: (optional) True when its product kernels block their operands for the caches
+    #: themselves: batch splitting (plan.py) then bounds only their accumulator scratch.
+    blocks_for_cache: bool = False
 
     # ------------------------------------------------------------ discovery
     @classmethod
@@ -61,6 +64,12 @@ class Backend:
         high-water), so the memory planner counts per name the largest over a step, for
         the whole step. Default: {} (nothing kept; only what the planner already counts)."""
         return {}
+
+    def release_scratch(self) -> int:
+        """(optional) Free the scratch `scratch_bytes` says is kept, so that a smaller memory
+        plan adopted between steps holds again; returns the bytes freed. Called only between
+        steps. Default: 0 (nothing kept)."""
+        return 0
 
     def _needs(self, hook: str):
         raise NotImplementedError(f"{self.name}: needs {hook}")

@@ -128,26 +128,27 @@ class RefBackend(Backend):
         return numerics.clip_int8(w.astype(np.int16) - step.astype(np.int16))
 
     # ------------------------------------------------------------ residual networks (integer recipes)
-    def add_align_s8(self, a, ea: int, b, eb: int, mode: str, rng):
+    def add_align_s8(self, a, ea: int, b, eb: int, mode: str, rng, shift: int | None = None):
         """a * 2**ea + b * 2**eb as int8 with a fresh exponent: the finer operand is shifted
         right onto the coarser exponent (nearest), the int16 sum brought back to int8 by its
-        range. Returns (q, e)."""
+        range (`shift`: a given shift, by the rule of `requantize`). Returns (q, e)."""
         if ea < eb:
             a, ea, b, eb = b, eb, a, ea
         total = a.astype(np.int16) + numerics.shift_round(b, ea - eb, "round").astype(np.int16) \
             if ea > eb else a.astype(np.int16) + b.astype(np.int16)
-        shift = numerics.activation_shift(self.absmax(total))
-        return numerics.shift_round(total, shift, mode, rng), ea + shift
+        q, shift = self.requantize(total, mode, rng, shift)
+        return q, ea + shift
 
-    def avgpool_global_s8(self, x, e: int, mode: str, rng):
+    def avgpool_global_s8(self, x, e: int, mode: str, rng, shift: int | None = None):
         """Mean over H, W of int8 NHWC: int32 sum, divided by H*W (a power of two) through
-        the exponent, then brought to int8 by its range. Returns (q [N, C], e)."""
+        the exponent, then brought to int8 by its range (`shift`: a given shift, by the rule
+        of `requantize`). Returns (q [N, C], e)."""
         hw = x.shape[1] * x.shape[2]
         if hw & (hw - 1):
             raise ValueError(f"global average pool over {x.shape[1]}x{x.shape[2]}: {hw} is not a power of two")
         total = x.astype(np.int32).sum(axis=(1, 2))
-        shift = numerics.activation_shift(self.absmax(total))
-        return numerics.shift_round(total, shift, mode, rng), e - (hw.bit_length() - 1) + shift
+        q, shift = self.requantize(total, mode, rng, shift)
+        return q, e - (hw.bit_length() - 1) + shift
 
     # ------------------------------------------------------------ float32 (the FP32 recipe)
     def gemm_f32(self, a, b):

@@ -47,7 +47,8 @@ pytestmark = [pytest.mark.skipif(not CpuBackend.available()[0], reason="cpu back
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")]
 
 
-@pytest.mark.parametrize("model, batch, budget_mb", [("lenet5", 256, 8), ("vgg_small", 64, 80)])
+@pytest.mark.parametrize("model, batch, budget_mb", [("lenet5", 256, 8), ("vgg_small", 64, 80),
+                                                     ("resnet18_nobn", 48, 64)])
 def test_planned_peak_bounds_rss_increase(model, batch, budget_mb, tmp_path):
     done = subprocess.run([sys.executable, "-c", CHILD, model, str(batch), str(budget_mb * MB), str(tmp_path)],
                           capture_output=True, text=True, timeout=600)

@@ -125,9 +125,27 @@ def test_plan_command_prints_peak_breakdown_and_choice(tmp_path, capsys):
 
     path = tmp_path / "run.yaml"
     path.write_text("recipe: niti\nmodel: {name: lenet5}\nmemory: {budget: 1MB}\n")
-    assert main(["plan", str(path), "--batch", "64"]) == 0
+    assert main(["plan", str(path), "--batch", "64", "--backend", "ref"]) == 0
     out = capsys.readouterr().out
     for text in ("without the memory layer", "weights", "activations", "op workspace", "budget 1.0 MB"):
         assert text in out
-    assert main(["plan", str(path), "--budget", "10KB"]) == 2
+    assert "backend scratch" not in out            # the reference backend keeps none
+    assert main(["plan", str(path), "--budget", "10KB", "--backend", "ref"]) == 2
     assert "smallest feasible budget" in capsys.readouterr().err
+
+
+def test_the_cost_grows_as_slices_shrink_with_the_weights_each_slice_streams_again(graph):
+    from dsptrain.memory_fit import step_cost, whole_operand_bytes
+
+    keep_all = variants(graph, "none")[0]
+    sizes = [graph.batch >> k for k in range(graph.batch.bit_length())]
+    costs = [step_cost(keep_all, m) for m in sizes]
+    assert all(a < b for a, b in zip(costs, costs[1:])), list(zip(sizes, costs))
+    fwd = next(op for op in graph.ops if op.kind.endswith("conv_fwd"))
+    wgrad = next(op for op in graph.ops if op.kind.endswith("conv_bwd_weight"))
+    weight = next(t for t in fwd.inputs if graph.tensors[t].role == "weight")
+    assert whole_operand_bytes(graph, fwd) == graph.tensors[weight].nbytes
+    grad = wgrad.outputs[0]     # written by every slice, then summed: twice, at its int32/int64 width
+    assert whole_operand_bytes(graph, wgrad) == 2 * int(np.prod(graph.tensors[grad].shape)) * 4
+    # one row per slice: every slice streams the weights again, calls multiply
+    assert costs[-1] > 1.5 * costs[0]

@@ -52,3 +52,23 @@ def test_cpu_scratch_comes_from_the_kernels_shapes_and_shrinks_with_the_slice():
     assert plan.backends["cpu"].scratch_bytes(graph, relu, 64) == {}
     chosen = plan.fitter().choose(None)
     assert chosen.scratch == sum(kept_scratch(graph, plan.scratch_bytes, chosen.micro_batch).values()) > 0
+
+
+@pytest.mark.skipif(not CpuBackend.available()[0], reason="cpu backend not built")
+def test_plan_command_counts_the_backends_scratch_in_peak_and_breakdown(tmp_path, capsys):
+    from dsptrain.budget import format_size
+    from dsptrain.cli import main
+
+    path = tmp_path / "run.yaml"
+    path.write_text("recipe: niti\nmodel: {name: lenet5}\nmemory: {budget: 4MB}\n")
+    graph = lower(build_model("lenet5"), dsptrain.load_recipe("niti"), 64)
+    fitter = place(graph, {"cpu": CpuBackend()}).fitter()
+    chosen = fitter.choose(4 << 20)
+    assert chosen.scratch > 0
+    assert main(["plan", str(path), "--batch", "64", "--backend", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert f"peak {format_size(fitter.options[0].peak)} ({fitter.options[0].peak} bytes)" in out
+    assert f"peak {format_size(chosen.peak)} ({chosen.peak} bytes)" in out
+    scratch_lines = [line for line in out.splitlines() if "backend scratch (kept" in line]
+    assert len(scratch_lines) == 2 and scratch_lines[1].split()[-2:] == format_size(chosen.scratch).split()
+    assert f"backend scratch at the whole batch): {format_size(fitter.plain_peak())}" in out
