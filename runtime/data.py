@@ -3,6 +3,9 @@
 Fashion-MNIST comes from IDX files (gzip or raw), by default from Debian's package
 dataset-fashion-mnist; CIFAR-10 from its binary batches at a path the user gives.
 A missing or corrupt file is a DataError naming the path and what was expected.
+Fashion-MNIST given to a 32x32x3 model (the CIFAR-shaped ResNets) is padded to 32x32
+and its gray channel repeated (`as_32x32_rgb`), so the ResNets train on it without
+CIFAR-10 at hand.
 """
 from __future__ import annotations
 
@@ -127,10 +130,24 @@ def synthetic(split: str, shape=(28, 28, 1), count: int = 2048, classes: int = 1
     return Dataset(images, labels.astype(np.int64), f"synthetic/{split}")
 
 
+RGB32 = (32, 32, 3)
+
+
+def as_32x32_rgb(data: Dataset) -> Dataset:
+    """28x28x1 images as 32x32x3: 2 pixels of background (0) on every side, as LeNet-5's
+    original 32x32 input framed MNIST, and the gray channel repeated three times."""
+    if data.images.shape[1:] != (28, 28, 1):
+        raise DataError(f"{data.name}: only 28x28x1 images pad to 32x32x3, these are {data.images.shape[1:]}")
+    padded = np.pad(data.images, ((0, 0), (2, 2), (2, 2), (0, 0)))
+    return Dataset(np.ascontiguousarray(np.repeat(padded, 3, axis=3)), data.labels, f"{data.name}@32x32x3")
+
+
 def load_dataset(config, split: str, input_shape=None) -> Dataset:
     """The dataset a run's `data:` section names, cut to its limits."""
     if config.dataset == "fashion-mnist":
         data = load_fashion_mnist(split, config.path)
+        if input_shape is not None and tuple(input_shape) == RGB32:
+            data = as_32x32_rgb(data)
     elif config.dataset == "cifar10":
         data = load_cifar10(split, config.path)
     else:

@@ -195,13 +195,8 @@ class Emulated:
         p = self.n.prefix
         if isinstance(layer, (Conv2d, Linear)):
             return self._forward_product(b, layer, x, shape)
-        if isinstance(layer, BatchNorm2d):
-            return fl.forward_bn(b, layer, x, shape, p, b.training)
-        if isinstance(layer, Add):
-            return fl.forward_add(b, layer, x, shape, p)
-        if isinstance(layer, GlobalAvgPool):
-            return fl.forward_avgpool(b, layer, x, shape, p)
-        return fp32.forward(b, layer, x, shape)
+        out = fl.forward(b, layer, x, shape, p, b.training)
+        return out if out is not None else fp32.forward(b, layer, x, shape)
 
     def loss(self, b, logits, labels):
         return self.n.loss(b, logits, labels)

@@ -13,6 +13,8 @@ from typing import Callable
 
 import numpy as np
 
+from ..nn import Add, BatchNorm2d, GlobalAvgPool
+
 BN_EPS = 1e-5
 BN_MOMENTUM = 0.1          # running = (1 - m) * running + m * batch statistic (PyTorch's)
 F32 = ("numpy_f32",)
@@ -33,6 +35,18 @@ class BNGrids:
 
 
 # ---------------------------------------------------------------- lowering
+
+def forward(b, layer, x, shape, prefix, training=True) -> str | None:
+    """The output of the forward op of a layer this module lowers (batch norm, residual
+    add, global average pool) under op kinds `prefix.*`; None for any other layer."""
+    if isinstance(layer, BatchNorm2d):
+        return forward_bn(b, layer, x, shape, prefix, training)
+    if isinstance(layer, Add):
+        return forward_add(b, layer, x, shape, prefix)
+    if isinstance(layer, GlobalAvgPool):
+        return forward_avgpool(b, layer, x, shape, prefix)
+    return None
+
 
 def bn_state_names(name):
     return f"{name}.gamma", f"{name}.beta", f"{name}.mean", f"{name}.var"

@@ -103,8 +103,22 @@ def prc_best_ratio(x, bits: int = 8, candidates=PRC_CANDIDATES) -> float:
     top = float(np.max(np.abs(x))) if x.size else 0.0
     if top == 0.0:
         return 1.0
-    errors = [float(np.sum((quantize_int(x, bits, "float", clip=a * top).values() - x) ** 2)) for a in candidates]
+    magnitude = np.abs(x)
+    errors = [_clip_squared_error(magnitude, a * top / qmax(bits), qmax(bits)) for a in candidates]
     return float(candidates[int(np.argmin(errors))])
+
+
+def _clip_squared_error(magnitude, step, top_code) -> float:
+    """sum((quantize_int(x, clip=step * top_code) - x)**2) from |x|: rounding halves away
+    from zero is symmetric, so the error of x equals the error of |x|. In place, one
+    temporary: Octo's PRC evaluates every candidate ratio on every error tensor."""
+    q = magnitude / step
+    q += 0.5
+    np.floor(q, out=q)
+    np.minimum(q, top_code, out=q)
+    q *= step
+    q -= magnitude
+    return float(np.dot(q.ravel(), q.ravel()))
 
 
 def quantize_prc(x, ratio: float, bits: int = 8, rounding: str = "round", rng=None) -> Scaled:
@@ -181,27 +195,62 @@ def _fp16(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float16).astype(np.float32)
 
 
-def chunked_dot_fp16(a: np.ndarray, b: np.ndarray, chunk: int = 64) -> np.ndarray:
-    """a[M, K] @ b[N, K].T with Wang et al.'s chunk-based accumulation: products in FP16,
-    each run of `chunk` products summed one by one in FP16, then the chunk sums summed one
-    by one in FP16. Operands must hold FP16 values. Returns float16 [M, N]."""
-    a = np.asarray(a, np.float16).astype(np.float32)
-    b = np.asarray(b, np.float16).astype(np.float32)
-    m, k = a.shape
-    n = b.shape[0]
+def chunked_dot_fp16(a: np.ndarray, b: np.ndarray, chunk: int = 64, chunk_sum: str = "fp16") -> np.ndarray:
+    """a[M, K] @ b[N, K].T with Wang et al.'s chunk-based accumulation: each run of `chunk`
+    products is summed into a chunk sum, then the chunk sums are added one by one in
+    FP16. Operands must hold FP16 values (in any float dtype). Returns float16 [M, N].
+
+    chunk_sum `fp16` is the paper's arithmetic: products rounded to FP16 and added one by
+    one in FP16 inside the chunk. `fp32` sums each chunk with a float32 matmul (the
+    products of FP16/FP8 values are exact in float32) and rounds the chunk sum to FP16
+    once: one BLAS call instead of `chunk` passes over the data, and more accurate inside
+    a chunk than FP16 hardware (it never swamps within a chunk, and a product below
+    FP16's range still counts).
+    """
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)    # FP16 values are exact in float32
+    k = a.shape[1]
     chunk = min(chunk, k)      # a shorter reduction is one chunk; trailing zero products add nothing
     chunks = -(-k // chunk)
     pad = chunks * chunk - k
     if pad:
         a = np.pad(a, ((0, 0), (0, pad)))
         b = np.pad(b, ((0, 0), (0, pad)))
-    a = np.ascontiguousarray(a.reshape(m, chunks, chunk).transpose(2, 0, 1))   # [chunk, M, chunks]
-    b = np.ascontiguousarray(b.reshape(n, chunks, chunk).transpose(2, 0, 1))   # [chunk, N, chunks]
-    partial = np.zeros((m, n, chunks), np.float32)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        for j in range(chunk):
-            partial = _fp16(partial + _fp16(a[j][:, None, :] * b[j][None, :, :]))
-        total = np.zeros((m, n), np.float32)
+        if chunk_sum == "fp32":
+            partial = _float32_chunk_sums(a, b, chunk, chunks)
+        elif chunk_sum == "fp16":
+            partial = _sequential_chunk_sums(a, b, chunk, chunks)
+        else:
+            raise ValueError(f"chunk_sum {chunk_sum!r} is not fp16 or fp32")
+        partial = partial.astype(np.float16, copy=False)
+        total = partial[0].copy()
+        for c in range(1, chunks):     # NumPy's float16 add is the correctly rounded FP16 add
+            np.add(total, partial[c], out=total)
+    return total
+
+
+def _float32_chunk_sums(a, b, chunk, chunks):
+    """[chunks, M, N] chunk sums by float32 matmuls, each rounded to FP16 (float16). Few
+    large chunks go one BLAS call each on column slices; many small ones (weight
+    gradients, whose reduction runs over the batch) as one batched matmul on contiguous
+    copies, since NumPy's matmul leaves BLAS for strided batches."""
+    m, n = a.shape[0], b.shape[0]
+    if chunks <= 8:
+        out = np.empty((chunks, m, n), np.float16)
         for c in range(chunks):
-            total = _fp16(total + partial[:, :, c])
-    return total.astype(np.float16)
+            out[c] = a[:, c * chunk:(c + 1) * chunk] @ b[:, c * chunk:(c + 1) * chunk].T
+        return out
+    a = np.ascontiguousarray(a.reshape(m, chunks, chunk).transpose(1, 0, 2))   # [chunks, M, chunk]
+    b = np.ascontiguousarray(b.reshape(n, chunks, chunk).transpose(1, 2, 0))   # [chunks, chunk, N]
+    return np.matmul(a, b).astype(np.float16)
+
+
+def _sequential_chunk_sums(a, b, chunk, chunks):
+    """[chunks, M, N] chunk sums, each product and each running sum rounded to FP16."""
+    m, n = a.shape[0], b.shape[0]
+    a = np.ascontiguousarray(a.reshape(m, chunks, chunk).transpose(2, 1, 0))   # [chunk, chunks, M]
+    b = np.ascontiguousarray(b.reshape(n, chunks, chunk).transpose(2, 1, 0))   # [chunk, chunks, N]
+    partial = np.zeros((chunks, m, n), np.float32)
+    for j in range(chunk):
+        partial = _fp16(partial + _fp16(a[j][:, :, None] * b[j][:, None, :]))
+    return partial

@@ -1,24 +1,33 @@
 """FP32: the same models in float32 with softmax cross-entropy and SGD with momentum
-and weight decay (PyTorch's update rule), the in-engine baseline for integer recipes."""
+and weight decay (PyTorch's update rule), the in-engine baseline for integer recipes.
+Batch norm, residual add, global average pooling and the error sum where branches join
+(ResNets) are `_float_layers`' float ops, as the emulated recipes use them; batch norm's
+gamma and beta take the same SGD update as the weights (PyTorch decays them too)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..backends.ops_ref import pool_windows
 from ..errors import LoweringError
-from ..nn import Conv2d, Dropout, Flatten, Linear, MaxPool2d, ReLU
+from ..nn import Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
+from . import _float_layers as fl
 
 ACTIVATION_DTYPE = "float32"
 _F32 = ("numpy_f32",)
+PREFIX = "fp32"
+LOWERABLE = (Conv2d, Linear, ReLU, MaxPool2d, Flatten, Dropout, BatchNorm2d, Add, GlobalAvgPool)
 
 
 def check_model(model, recipe):
     for layer in model.layers:
-        if not isinstance(layer, (Conv2d, Linear, ReLU, MaxPool2d, Flatten, Dropout)):
+        if not isinstance(layer, LOWERABLE):
             raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r} ({type(layer).__name__})")
 
 
 def forward(b, layer, x, shape):
+    residual = fl.forward(b, layer, x, shape, PREFIX, b.training)
+    if residual is not None:
+        return residual
     out = b.tensor(f"{layer.name}.out", shape, "float32", "activation")
     batch = shape[0]
     if isinstance(layer, Conv2d):
@@ -53,7 +62,23 @@ def loss(b, logits, labels):
     return err
 
 
+def join_errors(b, name, errs):
+    return fl.join_errors(b, name, errs, PREFIX)
+
+
+def _emit_sgd(b, layer_name, param, grad):
+    velocity = b.tensor(f"{param}.v", b.tensors[param].shape, "float32", "state")
+    b.op(f"{param}.update", "fp32.sgd", layer_name, "update", (param, grad, velocity), (param, velocity), _F32)
+
+
 def backward(b, layer, err, needs_input_error):
+    if isinstance(layer, BatchNorm2d):
+        err_in, grads = fl.backward_bn(b, layer, err, needs_input_error, PREFIX)
+        for param, grad in grads:
+            _emit_sgd(b, layer.name, param, grad)
+        return err_in
+    if isinstance(layer, GlobalAvgPool):
+        return fl.backward_avgpool(b, layer, err, PREFIX)
     x, out = b.layer_io[layer.name]
     x_shape = b.tensors[x].shape
     err_in = f"err.{layer.name}"
@@ -191,12 +216,18 @@ OPS = {
     "fp32.conv_bwd_data": conv_bwd_data, "fp32.linear_bwd_data": linear_bwd_data,
     "fp32.conv_bwd_weight": conv_bwd_weight, "fp32.linear_bwd_weight": linear_bwd_weight,
     "fp32.sgd": sgd,
+    **fl.make_ops(PREFIX),
 }
 
 
 def init_params(model, recipe, rng: np.random.Generator) -> dict:
-    """He-uniform weights (He et al. 2015) and zero momentum buffers."""
+    """He-uniform weights (He et al. 2015), BN's gamma 1 and beta 0, zero momentum buffers."""
     params = {}
+    for layer in model.layers:
+        if isinstance(layer, BatchNorm2d):
+            bn = fl.init_bn(layer)
+            params.update(bn)
+            params.update({f"{name}.v": np.zeros_like(bn[name]) for name in fl.bn_state_names(layer.name)[:2]})
     for layer in model.parametric():
         shape = layer.weight_shape
         fan_in = int(np.prod(shape[1:]))

@@ -6,7 +6,9 @@ Floating Point Numbers", NeurIPS 2018).
 - Products are FP16, and every dot product is accumulated in FP16 in chunks of
   `chunk_size` (64): the products of a chunk are added one by one in FP16, then the chunk
   sums are added one by one in FP16, which keeps small terms from being swamped by a
-  long running sum (`_quant.chunked_dot_fp16`).
+  long running sum (`_quant.chunked_dot_fp16`). `chunk_sum: fp32` sums inside a chunk
+  in float32 and rounds the chunk sum to FP16 once (a fast emulation, more accurate
+  inside a chunk than the paper's FP16 adds; see configs/algorithms/fp8.yaml).
 - Master weights and momentum are FP16; the weight update w - lr * v rounds to FP16
   stochastically (counter RNG), so updates smaller than half an FP16 step still move w
   on average.
@@ -43,10 +45,14 @@ def _flag(value):
     return None if isinstance(value, bool) else "must be true or false"
 
 
+def _chunk_sum(value):
+    return None if value in ("fp16", "fp32") else "must be 'fp16' (the paper's FP16 adds) or 'fp32'"
+
+
 class FP8Numerics(Numerics):
     prefix = "fp8"
     weight_dtype = "float16"
-    known_params = {"loss_scale": _pow2, "chunk_size": _chunk, "first_last_fp16": _flag}
+    known_params = {"loss_scale": _pow2, "chunk_size": _chunk, "first_last_fp16": _flag, "chunk_sum": _chunk_sum}
 
     def _grid(self, x, ctx, op):
         keep16 = self.param(ctx.recipe, "first_last_fp16", True) and op.attrs["position"] != "middle"
@@ -62,7 +68,8 @@ class FP8Numerics(Numerics):
         return self._grid(err, ctx, op), []
 
     def product(self, be, kind, a, b, attrs, ctx):
-        return chunked_product(kind, a.q, b.q, attrs, int(self.param(ctx.recipe, "chunk_size", 64)))
+        return chunked_product(kind, a.q, b.q, attrs, int(self.param(ctx.recipe, "chunk_size", 64)),
+                               self.param(ctx.recipe, "chunk_sum", "fp16"))
 
     def init_weight(self, layer, rng):
         return to_fp16(super().init_weight(layer, rng))
@@ -85,34 +92,34 @@ class FP8Numerics(Numerics):
         return err
 
 
-def chunked_product(kind, a, b, attrs, chunk):
+def chunked_product(kind, a, b, attrs, chunk, chunk_sum="fp16"):
     """A layer product with FP16 chunked accumulation; float32 result holding FP16 values."""
     a16, b16 = np.asarray(a, np.float16), np.asarray(b, np.float16)
     if not attrs["conv"]:
         if kind == "fwd":
-            out = chunked_dot_fp16(a16.reshape(a16.shape[0], -1), b16, chunk)
+            out = chunked_dot_fp16(a16.reshape(a16.shape[0], -1), b16, chunk, chunk_sum)
         elif kind == "bwd_data":
-            out = chunked_dot_fp16(a16, np.ascontiguousarray(b16.T), chunk)
+            out = chunked_dot_fp16(a16, np.ascontiguousarray(b16.T), chunk, chunk_sum)
         else:
             out = chunked_dot_fp16(np.ascontiguousarray(a16.T), np.ascontiguousarray(b16.reshape(b16.shape[0], -1).T),
-                                   chunk)
+                                   chunk, chunk_sum)
         return out.astype(np.float32)
     s, p = attrs["stride"], attrs["pad"]
     if kind == "fwd":
         o, kh, kw, _ = b16.shape
         n = a16.shape[0]
         cols = im2col(a16, kh, kw, s, p)
-        out = chunked_dot_fp16(cols, b16.reshape(o, -1), chunk)
+        out = chunked_dot_fp16(cols, b16.reshape(o, -1), chunk, chunk_sum)
         return out.reshape(n, *_out_hw(a16.shape, kh, s, p), o).astype(np.float32)
     if kind == "bwd_data":
         o, kh, kw, c = b16.shape
-        dcols = chunked_dot_fp16(a16.reshape(-1, o), np.ascontiguousarray(b16.reshape(o, -1).T), chunk)
+        dcols = chunked_dot_fp16(a16.reshape(-1, o), np.ascontiguousarray(b16.reshape(o, -1).T), chunk, chunk_sum)
         # overlapping windows add at most kh*kw terms; summed exactly, then rounded to FP16
         return to_fp16(col2im(dcols.astype(np.float64), a16.shape, (kh, kw, c), s, p, attrs["in_hw"])).astype(np.float32)
     kh, kw = attrs["kernel"]
     o = a16.shape[-1]
     cols = im2col(b16, kh, kw, s, p)
-    out = chunked_dot_fp16(np.ascontiguousarray(a16.reshape(-1, o).T), np.ascontiguousarray(cols.T), chunk)
+    out = chunked_dot_fp16(np.ascontiguousarray(a16.reshape(-1, o).T), np.ascontiguousarray(cols.T), chunk, chunk_sum)
     return out.reshape(o, kh, kw, b16.shape[-1]).astype(np.float32)
 
 

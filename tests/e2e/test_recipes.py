@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import dsptrain
+from dsptrain.config import CONFIG_ROOT
 from dsptrain.numerics import QTensor
 
 
@@ -49,3 +50,28 @@ def test_afp_records_a_width_per_layer(small_run, tmp_path):
     widths = {name: int(v[0]) for name, v in trainer.state.items() if name.endswith(".afp")}
     assert set(widths) == {f"{n}.afp" for n in ("conv1", "conv2", "fc1", "fc2", "fc3")}
     assert set(widths.values()) <= {8, 16}
+
+
+def fit_one_batch(recipe, model, steps, backend, tmp_path):
+    """Losses of `steps` steps on the same 4 samples (Fashion-MNIST padded to 32x32x3)."""
+    run = dsptrain.load_run(CONFIG_ROOT / "runs" / f"lenet-fmnist-{recipe}.yaml")
+    run = dataclasses.replace(run, model=dataclasses.replace(run.model, name=model),
+                              data=dataclasses.replace(run.data, train_limit=4, test_limit=4),
+                              train=dataclasses.replace(run.train, batch_size=4))
+    trainer = dsptrain.Trainer(run, backend=backend, out_dir=tmp_path, progress=False)
+    images, labels = trainer.train_data.images, trainer.train_data.labels
+    assert images.shape == (4, 32, 32, 3)
+    return [trainer.step(images, labels).loss for _ in range(steps)]
+
+
+def test_niti_resnet18_without_bn_fits_a_small_batch(tmp_path):
+    """Session 1 saw NITI's ResNet-18 diverge on a repeated batch; it fits it (the loss jumps
+    on the way: NITI's update moves int8 weights by up to 2**(mu-1) steps at once)."""
+    losses = fit_one_batch("niti", "resnet18_nobn", 50, "cpu", tmp_path)
+    assert all(np.isfinite(losses)) and losses[0] > 1.0, losses
+    assert np.median(losses[-10:]) < 0.05 * losses[0], losses
+
+
+def test_fp32_resnet18_with_batch_norm_fits_a_small_batch(tmp_path):
+    losses = fit_one_batch("fp32", "resnet18", 12, "ref", tmp_path)
+    assert all(np.isfinite(losses)) and np.mean(losses[-3:]) < 0.5 * losses[0], losses

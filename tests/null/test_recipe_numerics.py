@@ -75,6 +75,35 @@ def test_chunked_accumulation_matches_a_scalar_fp16_loop():
         assert got[i, j] == expected
 
 
+def test_float32_chunk_sums_round_each_chunk_once():
+    """chunk_sum fp32: each chunk summed exactly (these products and sums fit float32),
+    rounded to FP16 once, then the chunk sums added one by one in FP16."""
+    rng = np.random.default_rng(5)
+    for m, n, k in ((3, 2, 150), (2, 3, 64 * 20 + 7), (40, 5, 64)):     # few chunks, many (batched), one
+        a = rng.integers(-8, 9, (m, k)) / 4.0          # k/4 with |k| <= 8: FP8 values, exact products
+        b = rng.integers(-8, 9, (n, k)) / 4.0
+        got = q.chunked_dot_fp16(a, b, chunk=64, chunk_sum="fp32")
+        assert got.dtype == np.float16
+        for i, j in itertools.product(range(m), range(n)):
+            sums = [np.float16(np.dot(a[i, s:s + 64], b[j, s:s + 64])) for s in range(0, k, 64)]
+            expected = sums[0]
+            for c in sums[1:]:
+                expected = np.float16(expected + c)
+            assert got[i, j] == expected
+    with pytest.raises(ValueError, match="chunk_sum 'fp64' is not fp16 or fp32"):
+        q.chunked_dot_fp16(a, b, chunk_sum="fp64")
+
+
+def test_float32_chunk_sums_stay_close_to_fp16_adds():
+    rng = np.random.default_rng(6)
+    a, b = q.to_fp8(rng.normal(size=(16, 600))), q.to_fp8(rng.normal(size=(8, 600)))
+    exact = a.astype(np.float64) @ b.astype(np.float64).T
+    fast, paper = (q.chunked_dot_fp16(a, b, 64, mode).astype(np.float64) for mode in ("fp32", "fp16"))
+    # both within a few FP16 roundings of the exact sum; the fast one no further off than the paper's
+    assert np.abs(fast - exact).mean() <= np.abs(paper - exact).mean()
+    assert np.abs(fast - paper).max() <= 2.0 ** -6 * np.abs(exact).max()
+
+
 def test_chunking_stops_swamping_of_a_long_sum():
     ones = np.ones((1, 4096), np.float16)
     plain = q.chunked_dot_fp16(ones, ones, chunk=4096)[0, 0]   # one long FP16 sum stalls at 2048
