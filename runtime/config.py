@@ -153,6 +153,10 @@ class SchedulerConfig:
     adaptive_rescale: bool = True
     batch_split: bool = True
     device: str = "v66"               # configs/devices/<device>.yaml
+    micro_batches: int | Literal["auto"] = "auto"   # co-scheduling's; auto: the profile's cost model (cost.py)
+    # profile: ops whose hooks the device profile lists under dsp.bad_at run on the CPU;
+    # first: every op on the first backend that supports it (plan.place)
+    placement: Literal["profile", "first"] = "profile"
 
 
 # ---------------------------------------------------------------- device profiles
@@ -161,11 +165,22 @@ class SchedulerConfig:
 class DspMemory:
     vtcm: int | str = "256KiB"       # tightly coupled vector memory
     l2: int | str = "1MiB"           # the DSP's L2 cache
+    # speeds the scheduler's cost model reads (cost.py: micro-batch count, batch-split check);
+    # the defaults are v66.yaml's (a phone's DSP), host.yaml has the emulator's
+    macs_per_s: float = 6.4e10       # int8 multiply-accumulates per second in products
+    bytes_per_s: float = 1e10        # bytes per second to and from DDR
+    call_s: float = 1e-4             # seconds of overhead per call (a FastRPC round trip)
+    # hook -> why the DSP is bad at it: ops with such a hook run on the CPU under
+    # scheduler.placement: profile (plan.place); keys must be hooks the DSP implements
+    bad_at: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class CpuMemory:
     l2: int | str = "host"           # bytes, a size, or "host": this machine's L2 (sysfs)
+    macs_per_s: float = 5e10
+    bytes_per_s: float = 1e10
+    call_s: float = 2e-5             # Python dispatch of one op
 
 
 @dataclass(frozen=True)
@@ -221,6 +236,19 @@ def load_device(name_or_path: str) -> DeviceProfile:
     profile = build(DeviceProfile, read_yaml(path), path, given={"source": str(path)})
     for key in ("dsp.vtcm", "dsp.l2", "cpu.l2"):
         profile.size(key)
+    for part in ("dsp", "cpu"):
+        for name in ("macs_per_s", "bytes_per_s", "call_s"):
+            value = getattr(getattr(profile, part), name)
+            if not value > 0:
+                raise ConfigError(path, f"{part}.{name}", f"{value!r} must be > 0")
+    from .backends.ops_dsp import DspBackend   # late: the backends import this module
+
+    for hook, why in profile.dsp.bad_at.items():
+        if hook not in DspBackend.hooks:
+            raise ConfigError(path, f"dsp.bad_at.{hook}", f"{hook!r} is not a DSP hook "
+                              f"(known: {', '.join(sorted(DspBackend.hooks))})")
+        if not isinstance(why, str) or not why.strip():
+            raise ConfigError(path, f"dsp.bad_at.{hook}", f"{why!r}: give the reason as a string")
     return profile
 
 
@@ -433,6 +461,8 @@ def _check_run(run: RunConfig, source) -> None:
         load_device(run.scheduler.device)
     except ConfigError as exc:
         raise ConfigError(source, "scheduler.device", f"{run.scheduler.device!r}: {exc}") from None
+    if run.scheduler.micro_batches != "auto" and run.scheduler.micro_batches < 1:
+        raise ConfigError(source, "scheduler.micro_batches", f"{run.scheduler.micro_batches} must be >= 1 or auto")
     from .models import MODELS  # late: models import nn only
 
     if run.model.name not in MODELS:

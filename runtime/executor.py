@@ -76,6 +76,9 @@ class StepStats:
     shifts: dict = field(default_factory=dict)        # op name -> the shift its requantization used
     given_shifts: int = 0                             # ops that ran with a given shift (adaptive rescaling)
     pipeline: str | None = None                       # co-scheduling: how the step ran, or why serial
+    pipeline_ops: int = 0                             # ... ops each micro-batch ran without waiting
+    pipeline_syncs: int = 0                           # ... ops where the micro-batches synchronised
+    overlap_s: float = 0.0                            # ... CPU seconds run while the DSP queue was busy
     split_ops: int = 0                                # batch splitting: ops run in chunks
     split_calls: int = 0                              # ... and the chunks they ran as
 
@@ -112,7 +115,7 @@ class Executor:
         memory plan instead: tensors in arena slots, ops on micro-batch slices, dropped
         activations recomputed (memory_run.py). A plan with `micro_batches > 1` runs the
         step co-scheduled (executor_pipeline.py; `threaded=False`: the same slices one after
-        another) when every requantized op has a given shift. Ops the plan splits by rows
+        another), synchronising the slices at requantized ops without a given shift. Ops the plan splits by rows
         run in chunks (split.py). The results are the same bit for bit in every case."""
         self._faulted = set()
         if memory is not None and ops is None:

@@ -1,8 +1,16 @@
 """Placement and the plan cache: which backend runs each op, and why.
 
 Backends are walked in priority order (dsp, cpu, ref); an op goes to the first one
-that supports it. Every decision keeps its reason: DSPTRAIN_DEBUG=1 prints them,
-DSPTRAIN_CPU_ONLY_OPS=<regex> keeps matching ops (by name or kind) off the DSP.
+that supports it and does not decline it. The DSP declines, when the CPU is there:
+- under `scheduler.placement: profile` (the default), ops with a hook the device profile
+  lists under `dsp.bad_at` (configs/devices/*.yaml: max-pool's data-dependent argmax and
+  scatter, measured at 40-120x a GEMM's packets per byte on the emulated v66). This is
+  Mandheling's split of work (Xu et al., MobiCom 2022): products on the DSP, the ops it
+  is bad at on the CPU, where co-scheduling overlaps them with the DSP's next micro-batch;
+- under co-scheduling, the updates (below);
+- ops matching DSPTRAIN_CPU_ONLY_OPS=<regex> (by name or kind).
+`scheduler.placement: first` keeps the plain first-that-supports order. Every decision
+keeps its reason: DSPTRAIN_DEBUG=1 prints them, `Plan.describe()` lists them.
 """
 from __future__ import annotations
 
@@ -30,6 +38,7 @@ class Plan:
     device: object = None                         # config.DeviceProfile: batch splitting reads it
     batch_split: bool = False
     micro_batches: int = 1                        # co-scheduling: micro-batches in flight (1: off)
+    micro_batches_reason: str = "co-scheduling is off"
     backends: dict = field(default_factory=dict, repr=False)   # name -> Backend (place() sets it)
 
     def backend_of(self, op) -> str:
@@ -68,9 +77,10 @@ class Plan:
 
     # ------------------------------------------------------------ batch splitting
     def split_rows(self, op, rows: int) -> int | None:
-        """Rows per chunk for `op` on `rows` rows, or None to run it whole: the largest
-        chunk whose working set (operands, int32 accumulators, results) fits the fast
-        memory of the backend it runs on -- the DSP's VTCM, else its L2; the CPU's L2."""
+        """Rows per chunk for `op` on `rows` rows, or None to run it whole: chunks whose
+        working set (operands, int32 accumulators, results) fits a fast memory of the
+        backend it runs on -- the DSP's VTCM or its L2; the CPU's L2 -- when the cost model
+        (cost.py) says the bytes kept out of DDR outweigh the extra calls and the join."""
         if not self.batch_split or self.device is None:
             return None
         key = (op.name, rows)
@@ -84,22 +94,38 @@ class Plan:
         return self.stats.get("split", {}).get((op.name, rows), (None, "batch splitting is off"))[1]
 
     def _split_rows(self, op, rows: int) -> tuple[int | None, str]:
-        from .memory import is_alias, row_local
+        from .cost import split_net_seconds
+        from .memory import is_alias, is_requant, row_local
 
         if not splittable(self.graph, op) or is_alias(op) or not row_local(self.graph, op):
             return None, "not a row-local int8 product"
         fixed, per_row = working_set(self.graph, op)
         backend = self.backend_of(op)
+        results = self.graph.tensors[op.outputs[0]].nbytes * rows // self.graph.batch
+        if getattr(self.backends.get(backend), "blocks_for_cache", False):
+            # Its kernels tile operands for the cache themselves; what still streams through
+            # memory, whatever the tiles, is a requantized product's int32 accumulators.
+            if not is_requant(op):
+                return None, f"{backend} kernels block for the cache; no row-sized scratch to bound"
+            per_row = 4 * self.graph.tensors[op.outputs[0]].nbytes // self.graph.batch
         levels = (("dsp.vtcm", "VTCM"), ("dsp.l2", "DSP L2")) if backend == "dsp" else (("cpu.l2", "CPU L2"),)
+        best, why = (None, 0.0), []
         for key, label in levels:
             capacity = self.device.size(key)
             if fixed + per_row * rows <= capacity:
                 return None, f"{rows} rows fit {label} ({fixed + per_row * rows} <= {capacity} bytes)"
             fit = (capacity - fixed) // per_row
-            if fit >= 1:
-                chunks = -(-rows // fit)
-                return -(-rows // chunks), f"{chunks} chunks of <= {fit} rows fit {label} ({capacity} bytes)"
-        return None, f"one row needs {fixed + per_row} bytes: more than any fast memory; not split"
+            if fit < 1:
+                why.append(f"one row misses {label}")
+                continue
+            chunks = -(-rows // fit)
+            net = split_net_seconds(self.device, backend, per_row * rows, fixed, results, chunks,
+                                    op.macs * rows // self.graph.batch)
+            why.append(f"{chunks} chunks for {label}: {net * 1e6:+.0f} us")
+            if net > best[1]:
+                best = (-(-rows // chunks), net)
+        verdict = "; ".join(why) + " (cost model)"
+        return (best[0], f"split: {verdict}") if best[0] else (None, f"not split: {verdict}")
 
     # ------------------------------------------------------------ co-scheduling
     def pipeline_ops(self) -> tuple[list, list] | None:
@@ -129,6 +155,24 @@ class Plan:
             declined = "; ".join(f"not {b}: {why}" for b, why in p.declined)
             lines.append(f"  {op.name:<{width}}  -> {p.backend:<4} {p.reason}" + (f" ({declined})" if declined else ""))
         return "\n".join(lines)
+
+
+def choose_micro_batches(plan: Plan, scheduler, sliceable: bool) -> None:
+    """Set `plan.micro_batches` (and why) for co-scheduling: `scheduler.micro_batches` when
+    it is a number, else the device profile's cost model (cost.py). Only a `sliceable`
+    step (training, a recipe whose slices can share a shift: GIVEN_SHIFT_RECIPES) is."""
+    from .cost import micro_batch_count
+
+    batch = plan.graph.batch
+    if not (scheduler.co_schedule and sliceable and batch >= 2):
+        plan.micro_batches, plan.micro_batches_reason = 1, "co-scheduling is off or does not apply"
+    elif plan.pipeline_ops() is None:
+        plan.micro_batches, plan.micro_batches_reason = 1, "an op couples rows outside the update"
+    elif scheduler.micro_batches != "auto":
+        plan.micro_batches = min(int(scheduler.micro_batches), batch)
+        plan.micro_batches_reason = f"scheduler.micro_batches: {scheduler.micro_batches}"
+    else:
+        plan.micro_batches, plan.micro_batches_reason = micro_batch_count(plan, plan.device, batch)
 
 
 def cpu_only_pattern() -> re.Pattern | None:
@@ -173,14 +217,23 @@ def working_set(graph: TrainGraph, op) -> tuple[int, int]:
     return fixed, per_row
 
 
-def place(graph: TrainGraph, backends: dict, ops=None, co_schedule: bool = False) -> Plan:
+PLACEMENTS = ("profile", "first")   # scheduler.placement (config.SchedulerConfig)
+
+
+def place(graph: TrainGraph, backends: dict, ops=None, co_schedule: bool = False,
+          device=None, placement: str = "first") -> Plan:
     """Place every op of `graph` (or `ops`) on the first backend of `backends` that takes it.
 
-    With `co_schedule` and a DSP, the updates go to the CPU: element-wise passes over the
-    weights with nothing to reuse, they are what the CPU does while the DSP works on the
-    backward of earlier layers (executor_pipeline.py)."""
+    With `placement` "profile" and a `device` profile (config.DeviceProfile), ops with a hook
+    in its `dsp.bad_at` skip the DSP when the CPU backend is there. With `co_schedule` and a
+    DSP, the updates go to the CPU: element-wise passes over the weights with nothing to
+    reuse, they are what the CPU does while the DSP works on the backward of earlier layers
+    (executor_pipeline.py)."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement {placement!r} is not one of {', '.join(PLACEMENTS)}")
     forced_off_dsp = cpu_only_pattern()
-    placement = {}
+    bad_at = device.dsp.bad_at if placement == "profile" and device is not None else {}
+    placement_of = {}
     for op in ops if ops is not None else graph.ops:
         declined = []
         for name, backend in backends.items():
@@ -190,15 +243,20 @@ def place(graph: TrainGraph, backends: dict, ops=None, co_schedule: bool = False
             if name == "dsp" and co_schedule and op.phase == "update" and "cpu" in backends:
                 declined.append((name, "co-scheduling: the update runs on the CPU, beside the DSP's backward"))
                 continue
+            bad = [h for h in op.hooks if h in bad_at]
+            if name == "dsp" and bad and "cpu" in backends:
+                declined.append((name, "; ".join(f"profile {device.name}: the DSP is bad at {h} ({bad_at[h]})"
+                                                 for h in bad)))
+                continue
             ok, why = backend.supports(op)
             if ok:
-                placement[op.name] = Placement(name, why, tuple(declined))
+                placement_of[op.name] = Placement(name, why, tuple(declined))
                 break
             declined.append((name, why))
         else:
             raise RuntimeError(f"no backend can run {op.name} ({op.kind}): " +
                                "; ".join(f"{b}: {why}" for b, why in declined))
-    plan = Plan(graph, placement, tuple(backends), backends=dict(backends))
+    plan = Plan(graph, placement_of, tuple(backends), backends=dict(backends), device=device)
     if os.environ.get("DSPTRAIN_DEBUG"):
         print(plan.describe(), file=sys.stderr)
     return plan

@@ -100,7 +100,24 @@ class RescaleController:
             state.estimates += 1
             state.interval = min(state.interval * 2, hi) if shift == state.shift else lo
             state.shift = shift
-            state.next_check = step + state.interval
+            state.next_check = self._staggered(step, state)
+
+    def _staggered(self, step: int, state: OpShift) -> int:
+        """The step of `state`'s next check: `interval` steps on, or up to half of it earlier
+        when that step has fewer other ops due. Checks that fall in the same step make
+        co-scheduling synchronise its micro-batches at each of those ops (the full batch's
+        shift needs every slice's range), so spreading them keeps most steps free of
+        synchronisation; checking earlier than the interval is always safe (only a given
+        shift that is too large waits for a check)."""
+        due: dict[int, int] = {}
+        for other in self.ops.values():
+            if other is not state:
+                due[other.next_check] = due.get(other.next_check, 0) + 1
+        latest = step + state.interval
+        # at most one step per op is needed to find a free one (and a `fixed` policy's
+        # interval of 2**62 must not become a search)
+        earliest = max(step + max((state.interval + 1) // 2, 1), latest - len(self.ops))
+        return min(range(latest, earliest - 1, -1), key=lambda s: due.get(s, 0))
 
     def state(self) -> dict:
         """What a checkpoint keeps, so a resumed run gives the shifts an unbroken one would."""

@@ -3,13 +3,15 @@
 Batch splitting (Mandheling): an int8 product over many rows streams its accumulators
 and operands through DDR; run on chunks of rows that fit the DSP's VTCM (else its L2),
 or the CPU's L2, it works out of fast memory. The chunk size comes from the device
-profile and the op's shapes (`plan.split_rows`); here the chunks run and are joined.
+profile, the op's shapes and the cost model (`plan.split_rows`, cost.py); here the
+chunks run and are joined.
 
 Numerics are the memory layer's (memory_run.py): every chunk of a requantized product
-runs with the op's given shift (or its own estimate) and the largest shift used by any
-chunk is the op's shift; chunks that used a smaller one run again with it, so the
-result is the unsplit op's bit for bit (`requantize` with a given shift uses
-max(given, estimate), which over chunks peaks at max(given, estimate of all rows)).
+runs with the op's given shift and the largest shift used by any chunk is the op's
+shift; chunks that used a smaller one (the given shift would have saturated the
+largest chunk) run again with it, so the result is the unsplit op's bit for bit
+(`requantize` with a given shift uses max(given, estimate), which over chunks peaks at
+max(given, estimate of all rows)). A product without a given shift runs whole.
 Weight gradients are summed over chunks in int64, then stored in the dtype the unsplit
 op has (memory.value_dtype). Returns (outputs, the shift used or None).
 """
@@ -37,10 +39,14 @@ def op_rows(graph, op, env) -> int | None:
 def run_op(executor, plan, op, env, ctx, stats=None) -> tuple[dict, int | None]:
     graph = plan.graph
     n = op_rows(graph, op, env)
-    chunk = plan.split_rows(op, n) if n else None
+    requant = is_requant(op) and not is_alias(op)
+    # A product whose shift is estimated this step runs whole: in chunks it would need the
+    # range of all of them first, i.e. run most chunks twice, which costs more than the
+    # cache saves. With adaptive rescaling that is only on its check steps.
+    chunk = plan.split_rows(op, n) if n and not (requant and ctx.given_shift(op) is None) else None
     share = (n, graph.batch) if n and n != graph.batch else None
     if not chunk or chunk >= n:
-        wrap = _Recorded() if is_requant(op) and not is_alias(op) else None
+        wrap = _Recorded() if requant else None
         outputs, _ = executor.call(plan, op, env, ctx, stats, wrap=wrap, rows=share)
         return outputs, (wrap.one(op) if wrap is not None else None)
     if stats is not None:

@@ -23,9 +23,10 @@ from .errors import UserError
 from .executor import Executor, StepContext, StepStats
 from .graph import lower
 from .memory_arena import Arena
+from .memory_fit import adopt_scratch
 from .numerics import QTensor
 from .models import build_model
-from .plan import GIVEN_SHIFT_RECIPES, PlanCache, place
+from .plan import GIVEN_SHIFT_RECIPES, PlanCache, choose_micro_batches, place
 from .rescale import RescaleController
 
 
@@ -102,23 +103,20 @@ class Trainer:
         self.budget = source_from_config(run.memory, run.source or "memory")
         self.use_arena = run.memory.arena if run.memory.arena is not None else self.budget is not None
         self._arena, self._arena_memory, self._planned_peak = None, None, 0
+        self._held_scratch: dict[str, int] = {}   # backend scratch buffers the plans so far grew
 
     # ------------------------------------------------------------ plumbing
     def _build_plan(self, batch: int, training: bool):
         graph = lower(self.model, self.recipe, batch, training)
         sched = self.scheduler
-        plan = place(graph, self.backends, co_schedule=sched.co_schedule and "dsp" in self.backends)
+        plan = place(graph, self.backends, co_schedule=sched.co_schedule and "dsp" in self.backends,
+                     device=self.device, placement=sched.placement)
         plan.device = self.device
         sliceable = self.recipe.integer and self.recipe.module in GIVEN_SHIFT_RECIPES
         plan.batch_split = sched.batch_split and sliceable
-        # Co-scheduling pipelines micro-batches when a DSP is in the plan: two in flight are
-        # enough for the CPU's share (loss, updates, gradient sums) to hide behind the DSP.
-        # Without a DSP it is a no-op: the CPU kernels already use every core (thread pool),
-        # so a second stage on another thread would only contend for them.
-        on_dsp = any(p.backend == "dsp" for p in plan.placement.values())
-        if sched.co_schedule and training and on_dsp and sliceable and batch >= 2 \
-                and plan.pipeline_ops() is not None:
-            plan.micro_batches = 2
+        # Co-scheduling's micro-batch count: the device profile's cost model (cost.py); 1
+        # (serial) without a DSP in the plan, where there is no second processor to overlap.
+        choose_micro_batches(plan, sched, training and sliceable)
         for name, backend in self.backends.items():
             backend.prepare(graph, [op for op in graph.ops if plan.backend_of(op) == name])
         return plan
@@ -188,11 +186,13 @@ class Trainer:
         stats = StepStats(self.global_step, self.epoch, batch)
         stats.given_shifts = len(given or ())
         option, stats.budget_bytes = self.memory_option(plan)
-        arena = self._arena_for(option) if option is not None else None
         if option is not None:
             stats.micro_batch, stats.memory_plan = option.micro_batch, option.label
             stats.planned_peak_bytes, stats.arena_bytes = option.peak, option.memory.arena_bytes
             self._planned_peak = option.peak
+            # a plan that keeps a buffer smaller than an earlier one grew: free it first
+            self._held_scratch = adopt_scratch(self._held_scratch, option, self.backends.values())
+        arena = self._arena_for(option) if option is not None else None
         env = dict(self.state)
         env["input"] = self.algorithm.prepare_input(images)
         env["labels"] = np.asarray(labels, np.int64)
@@ -226,6 +226,12 @@ class Trainer:
         correct = 0
         for images, labels in datasets.batches(dataset, self.run.train.eval_batch_size, seed=None):
             correct += int((self.predict(images).argmax(axis=1) == labels).sum())
+        if self.budget is not None:
+            # the evaluation batch grew the kernels' scratch outside the memory plan: give
+            # it back, so training resumes within its budget
+            for backend in self.backends.values():
+                backend.release_scratch()
+            self._held_scratch = {}
         return correct / len(dataset)
 
     # ------------------------------------------------------------ the loop

@@ -1,5 +1,7 @@
 """Mandheling's scheduler end to end: the co-scheduled step equals the serial and the
-unsplit step bit for bit (cpu and the emulated DSP); batch splitting changes nothing;
+unsplit step bit for bit (cpu and the emulated DSP, with ops placed by the device profile
+-- max-pool on the CPU between DSP ops -- or all on the DSP); placement changes no bit;
+batch splitting changes nothing;
 adaptive rescaling is dynamic rescaling while shifts hold and follows a jump at once;
 requantize's saturation rule is bit-exact on every backend."""
 import dataclasses
@@ -52,52 +54,95 @@ def _same(a, b, names):
             assert a[n].e == b[n].e, n
 
 
-@pytest.mark.parametrize("backend", ["cpu", "dsp"])
-def test_pipelined_step_equals_serial_and_unsplit(small_run, tmp_path, backend, request):
+@pytest.mark.parametrize("backend,placement", [("cpu", "profile"), ("dsp", "profile"), ("dsp", "first")])
+def test_pipelined_step_equals_serial_and_unsplit(small_run, tmp_path, backend, placement, request):
     if backend == "dsp":
         request.getfixturevalue("emulated_dsp_tools")
-    t = _trainer(small_run, backend, tmp_path)
+    t = _trainer(small_run, backend, tmp_path, micro_batches=1, placement=placement)
     try:
         (images, labels), = _batches(t, 1)
         plan = t.plans.get(64, True)
-        assert backend == "cpu" or plan.micro_batches == 2     # a DSP in the plan: co-scheduled
+        assert plan.micro_batches == 1
+        if backend == "dsp":
+            # the profile's DSP-unfriendly ops sit between DSP ops: the slices hand over
+            # between the DSP queue and this thread mid-forward and mid-backward
+            bad = [op for op in plan.graph.ops if set(t.device.dsp.bad_at) & set(op.hooks)]
+            assert bad
+            assert {plan.backend_of(op) for op in bad} == {"cpu" if placement == "profile" else "dsp"}
         base, stats = _one_step(t, plan, images, labels, None, True)   # dynamic shifts, unsplit
-        assert stats.pipeline is None or stats.pipeline.startswith("serial")
+        assert stats.pipeline is None
         shifts = dict(stats.shifts)
-        assert shifts
-        plan.micro_batches = 4 if backend == "cpu" else 2
+        requant = sorted(shifts)
+        assert len(requant) >= 5
+        due = requant[::3]                  # range checks due at these ops: the slices sync there
+        cases = {"all given": shifts, "some due": {k: v for k, v in shifts.items() if k not in due},
+                 "all due": None,
+                 # stale shifts (one too small everywhere): a slice that needs more says so, every
+                 # slice re-runs from that op with it -- still the unsplit step's numbers
+                 "stale": {k: max(v - 1, 0) for k, v in shifts.items()}}
+        plan.micro_batches = 3              # ragged slices: 21, 21, 22 rows
         names = [*t.state, plan.graph.logits]
-        piped, pstats = _one_step(t, plan, images, labels, shifts, True)
-        serial, sstats = _one_step(t, plan, images, labels, shifts, False)
-        assert "micro-batches" in pstats.pipeline and "micro-batches" in sstats.pipeline, pstats.pipeline
-        _same(piped, base, names)
-        _same(serial, base, names)
-        # stale shifts (one too small everywhere): the slices' own estimates take over, the
-        # attempt is dropped and the step re-run whole -- still the unsplit step's numbers
-        low = {k: max(v - 1, 0) for k, v in shifts.items()}
-        rerun, rstats = _one_step(t, plan, images, labels, low, True)
-        assert "saturate" in rstats.pipeline
-        _same(rerun, base, names)
+        for label, given in cases.items():
+            piped, pstats = _one_step(t, plan, images, labels, given, True)
+            serial, sstats = _one_step(t, plan, images, labels, given, False)
+            assert "3 micro-batches" in pstats.pipeline and "3 micro-batches" in sstats.pipeline, pstats.pipeline
+            assert pstats.pipeline_syncs == len(requant) - len(given or {}), label
+            assert pstats.shifts == shifts, label
+            _same(piped, base, names)
+            _same(serial, base, names)
+            if label == "stale":
+                assert "rewind" in pstats.pipeline and "rewind" in sstats.pipeline
+            if backend == "dsp" and label == "all given":
+                assert "own thread" in pstats.pipeline and pstats.pipeline_ops == len(plan.pipeline_ops()[0])
     finally:
         t.close()
 
 
+def test_co_scheduled_training_equals_serial_training(small_run, tmp_path):
+    """Steps with the controller's own given shifts and due checks, micro-batches forced:
+    every step pipelines and the weights stay those of the unpipelined run."""
+    piped = _trainer(small_run, "cpu", tmp_path / "p", micro_batches=2)
+    serial = _trainer(small_run, "cpu", tmp_path / "s", co_schedule=False)
+    try:
+        assert piped.plans.get(64, True).micro_batches == 2
+        assert serial.plans.get(64, True).micro_batches == 1
+        for x, y in _batches(piped):
+            p, s = piped.step(x, y), serial.step(x, y)
+            assert "micro-batches" in p.pipeline and s.pipeline is None
+            assert p.shifts == s.shifts
+            _same(_weights(piped), _weights(serial), piped.state)
+    finally:
+        piped.close()
+        serial.close()
+
+
 def test_batch_split_is_bit_identical_and_splits(small_run, tmp_path):
+    # a tiny L2, calls that cost nothing and memory-bound products (compute as good as free):
+    # the cost model splits; with 1 ms calls it never does
     tiny = tmp_path / "tiny.yaml"
-    tiny.write_text("name: tiny\ndsp: {vtcm: 64KiB, l2: 128KiB}\ncpu: {l2: 32KiB}\n")
+    tiny.write_text("name: tiny\ndsp: {vtcm: 64KiB, l2: 128KiB}\ncpu: {l2: 32KiB, call_s: 1.0e-9, macs_per_s: 1.0e+18}\n")
+    slow = tmp_path / "slow.yaml"
+    slow.write_text("name: slow\ndsp: {vtcm: 64KiB, l2: 128KiB}\ncpu: {l2: 32KiB, call_s: 1.0e-3}\n")
     results = {}
-    for split in (True, False):
-        t = _trainer(small_run, "cpu", tmp_path / str(split), device=str(tiny), batch_split=split)
+    for label, device, split in (("split", tiny, True), ("off", tiny, False), ("declined", slow, True)):
+        t = _trainer(small_run, "cpu", tmp_path / label, device=str(device), batch_split=split)
         try:
             stats = [t.step(x, y) for x, y in _batches(t, 3)]
-            results[split] = _weights(t)
-            if split:
-                assert stats[-1].split_ops >= 3 and stats[-1].split_calls > stats[-1].split_ops
+            results[label] = _weights(t)
+            done = sum(s.split_ops for s in stats)
+            if label == "split":
+                assert done >= 1 and sum(s.split_calls for s in stats) > done
+                plan = t.plans.get(64, True)
+                assert sum(plan.split_rows(op, 64) is not None for op in plan.graph.ops) >= 2
+                # the cpu kernels block for the cache: only requantized products (their int32
+                # accumulators) are split, never a weight gradient
+                assert all(plan.split_rows(op, 64) is None for op in plan.graph.ops if "bwd_weight" in op.name)
             else:
-                assert stats[-1].split_ops == 0
+                assert done == 0, label
         finally:
             t.close()
-    _same(results[True], results[False], results[True])
+    _same(results["split"], results["off"], results["split"])
+    _same(results["declined"], results["off"], results["off"])
 
 
 def test_adaptive_rescaling_exact_while_stable_and_follows_a_jump(small_run, tmp_path):
@@ -119,12 +164,15 @@ def test_adaptive_rescaling_exact_while_stable_and_follows_a_jump(small_run, tmp
         assert skipped > 0, "no step ran on given shifts"
         # a jump: the same images at 4x contrast push activations up; given shifts that are
         # now too small are replaced in that very step, so it matches dynamic rescaling there
+        # (at a step where no op is due for a check, so every shift is a given one)
+        graph = ada.plans.get(64, True).graph
+        ada.global_step = dyn.global_step
+        for state in ada.rescale.ops.values():
+            state.next_check = max(state.next_check, ada.global_step + 1)
         ada.state = {k: v for k, v in dyn.state.items()}
         x, y = batches[-1]
         jump = np.clip((x.astype(np.int32) - 128) * 4 + 128, 0, 255).astype(np.uint8)
-        graph = ada.plans.get(64, True).graph
         given = ada.rescale.shifts_for(ada.global_step, graph) or {}
-        ada.global_step = dyn.global_step
         d, a = dyn.step(jump, y), ada.step(jump, y)
         moved_up = [k for k, s in given.items() if d.shifts[k] > s]
         assert moved_up, "the jump did not move any shift up"
@@ -164,3 +212,21 @@ def test_requantize_saturation_rule_bit_exact(backend, request):
             assert got[1] == want[1] and np.array_equal(got[0], want[0]), s
     finally:
         be.close()
+
+
+def test_profile_placement_changes_no_bit(small_run, tmp_path, emulated_dsp_tools):
+    """The same co-scheduled step with max-pool on the CPU (profile) and on the DSP (first):
+    the backends agree bit for bit, so placement moves time, never numbers."""
+    weights, stats = {}, {}
+    for placement in ("profile", "first"):
+        t = _trainer(small_run, "dsp", tmp_path / placement, micro_batches=2, placement=placement)
+        try:
+            (x, y), = _batches(t, 1)
+            stats[placement] = t.step(x, y)
+            weights[placement] = _weights(t)
+        finally:
+            t.close()
+    assert "2 micro-batches" in stats["profile"].pipeline
+    assert stats["profile"].ops_on["cpu"] > stats["first"].ops_on["cpu"]
+    assert stats["profile"].shifts == stats["first"].shifts
+    _same(weights["profile"], weights["first"], weights["first"])

@@ -1,0 +1,94 @@
+"""The scheduler's cost model: what an op costs on the DSP or the CPU, from the device profile.
+
+One op on one processor takes  call_s + max(macs / macs_per_s, bytes / bytes_per_s):
+a roofline (Williams, Waterman and Patterson, "Roofline: an insightful visual
+performance model", CACM 2009) plus a fixed cost per call (a FastRPC round trip on a
+phone, the pipe to the emulator here, Python's dispatch on the CPU). The speeds are the
+profile's `dsp.*` and `cpu.*` keys (configs/devices/*.yaml). Two decisions read it:
+
+- co-scheduling's micro-batch count (`micro_batch_count`): a two-stage pipeline, the
+  DSP's ops and the CPU's, over m micro-batches takes max(D, C) + min(D, C) / m; each
+  extra micro-batch repeats every per-slice op's call and adds one int64 pass over the
+  weight gradients (their sum over slices). m = 1 (serial) unless a larger m wins.
+- batch splitting's check (`split_net_seconds`): a chunk whose working set fits a fast
+  memory keeps the bytes that would stream through DDR about twice (the product writes
+  its accumulators, the epilogue reads them back) in that memory, taken as free, which
+  saves time only as far as the op was memory-bound (the roofline); the
+  chunks cost a call each, re-read the fixed operands (weights), and their results are
+  copied once more when joined on the host. Split only when the saving is larger.
+
+These are estimates for choosing, not measurements: `bench/bench_ablation.py` measures.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+MAX_MICRO_BATCHES = 8   # the search's bound; the model, not this, picks the count
+
+
+@dataclass(frozen=True)
+class Speeds:
+    macs_per_s: float
+    bytes_per_s: float
+    call_s: float
+
+    def seconds(self, macs: int, nbytes: int) -> float:
+        return self.call_s + max(macs / self.macs_per_s, nbytes / self.bytes_per_s)
+
+
+def speeds(profile, processor: str) -> Speeds:
+    """The profile's speeds of `processor` ("dsp"; anything else runs on the CPU)."""
+    part = profile.dsp if processor == "dsp" else profile.cpu
+    return Speeds(part.macs_per_s, part.bytes_per_s, part.call_s)
+
+
+def micro_batch_count(plan, profile, batch: int) -> tuple[int, str]:
+    """(micro-batches, why) for co-scheduling `plan`'s step, from the profile's speeds."""
+    split = plan.pipeline_ops()
+    if split is None:
+        return 1, "an op couples rows outside the update"
+    per_row, once = split
+    stage = {"dsp": 0.0, "cpu": 0.0}
+    per_slice = 0.0                       # what one more micro-batch adds: its calls, its gradient sum
+    for op in (*per_row, *once):
+        where = "dsp" if plan.backend_of(op) == "dsp" else "cpu"
+        fast = speeds(profile, where)
+        stage[where] += fast.seconds(op.macs, plan.op_bytes(op))
+        if op.phase != "update":
+            per_slice += fast.call_s
+    # the slices' weight gradients are summed in int64 on the host: read and write 8 bytes each
+    per_slice += 2 * 8 * _elements(plan.graph, grads_of(plan.graph, per_row)) / speeds(profile, "cpu").bytes_per_s
+    d, c = stage["dsp"], stage["cpu"]
+
+    def total(m: int) -> float:
+        return d + c if m == 1 else max(d, c) + min(d, c) / m + (m - 1) * per_slice
+
+    best = min(range(1, min(MAX_MICRO_BATCHES, batch) + 1), key=total)
+    why = (f"cost model ({profile.name}): DSP {d * 1e3:.3g} ms, CPU {c * 1e3:.3g} ms per batch, "
+           f"{per_slice * 1e3:.3g} ms per extra micro-batch; serial {total(1) * 1e3:.3g} ms, "
+           f"{best} micro-batches {total(best) * 1e3:.3g} ms")
+    return best, why
+
+
+def grads_of(graph, ops) -> list[str]:
+    """Weight gradients `ops` produce (summed over micro-batches)."""
+    return [t for op in ops for t in op.outputs if graph.tensors[t].role in ("grad", "accum")]
+
+
+def _elements(graph, names) -> int:
+    return sum(graph.tensors[t].nbytes // np.dtype(graph.tensors[t].dtype).itemsize for t in names)
+
+
+def split_net_seconds(profile, processor: str, streamed: int, fixed: int, results: int, chunks: int,
+                      macs: int = 0) -> float:
+    """Seconds saved (> 0) or lost by running an op of `macs` in `chunks` chunks whose working
+    set fits a fast memory: `streamed` bytes kept out of DDR (counted twice), `fixed` bytes
+    re-read by every extra chunk, `results` bytes copied once more by the join (on the host
+    CPU). By the roofline, keeping bytes in fast memory saves time only where the op was
+    memory-bound: the saving is what the DDR traffic took beyond the op's compute time."""
+    fast = speeds(profile, processor)
+    saving = max(0.0, 2 * streamed / fast.bytes_per_s - macs / fast.macs_per_s)
+    cost = (chunks - 1) * (fast.call_s + fixed / fast.bytes_per_s) + 2 * results / speeds(profile, "cpu").bytes_per_s
+    return saving - cost
