@@ -45,9 +45,9 @@ def gemm_extreme_cases():
             yield f"k{k}_{va}x{vb}", (np.full((m, k), va, np.int8), np.full((n, k), vb, np.int8))
 
 
-def conv_cases(seed: int = 1):
+def conv_cases(seed: int = 1, shapes=CONV_SHAPES):
     rng = np.random.default_rng(seed)
-    for n, h, w, c, o, k, stride, pad in CONV_SHAPES:
+    for n, h, w, c, o, k, stride, pad in shapes:
         x = int8(rng, (n, h, w, c))
         wt = int8(rng, (o, k, k, c))
         oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1

@@ -1,0 +1,124 @@
+// A plain C++ driver for the CPU kernels, without Python: it lets a cross-built copy of
+// cpu_ops/ (every source but bindings.cpp, unchanged) run where the Python extension
+// cannot, e.g. the aarch64 NEON path under qemu-aarch64 on an x86-64 machine
+// (tests/backend/test_neon_cross.py builds and runs it).
+//
+//   kernel_check IN OUT     (DSPTRAIN_CPU_ISA=neon forces a path, as for the extension)
+//
+// IN is a sequence of records, each 12 little-endian int32 -- op, bytes per output
+// element (4: int32, 8: int64), then the op's sizes -- followed by its int8 operands:
+//   op 0 gemm            m n k                       a[m,k] b[n,k]   -> a @ b^T [m,n]
+//   op 1 conv forward    n h w c o kh kw stride pad  x w             -> y[n,oh,ow,o]
+//   op 2 conv bwd data   (the same sizes)            err w           -> dx[n,h,w,c]
+//   op 3 conv bwd weight (the same sizes)            err x           -> dw[o,kh,kw,c]
+// OUT gets each record's result, in order. stdout says which path ran: one line
+// "isa <active> best <best>", then per convolution record "conv <algorithm>".
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "conv.h"
+#include "gemm.h"
+
+namespace {
+
+using dsptrain::ConvPass;
+using dsptrain::ConvShape;
+
+enum Op : int32_t { kGemm = 0, kConvForward = 1, kConvBackwardData = 2, kConvBackwardWeight = 3 };
+
+[[noreturn]] void die(const std::string& message) {
+  std::fprintf(stderr, "kernel_check: %s\n", message.c_str());
+  std::exit(2);
+}
+
+std::vector<int8_t> read_bytes(std::FILE* f, long long count, const char* what) {
+  std::vector<int8_t> v(static_cast<size_t>(count));
+  if (count > 0 && std::fread(v.data(), 1, v.size(), f) != v.size())
+    die(std::string("input ends inside ") + what + " (" + std::to_string(count) + " bytes expected)");
+  return v;
+}
+
+// Runs `kernel(T* out)` for the element type the record asked for, appends the result.
+template <typename Kernel>
+void run_acc(int acc_bytes, long long count, std::FILE* out, Kernel kernel) {
+  if (acc_bytes == 8) {
+    std::vector<int64_t> r(static_cast<size_t>(count));
+    kernel(r.data());
+    std::fwrite(r.data(), sizeof(int64_t), r.size(), out);
+  } else if (acc_bytes == 4) {
+    std::vector<int32_t> r(static_cast<size_t>(count));
+    kernel(r.data());
+    std::fwrite(r.data(), sizeof(int32_t), r.size(), out);
+  } else {
+    die("output element size " + std::to_string(acc_bytes) + " is not 4 or 8");
+  }
+}
+
+void run_gemm(const int32_t* p, int acc_bytes, std::FILE* in, std::FILE* out) {
+  const int m = p[0], n = p[1], k = p[2];
+  const std::vector<int8_t> a = read_bytes(in, 1LL * m * k, "gemm a"), b = read_bytes(in, 1LL * n * k, "gemm b");
+  const dsptrain::MatrixS8 av{a.data(), k, 1}, bv{b.data(), k, 1};
+  run_acc(acc_bytes, 1LL * m * n, out, [&](auto* c) {
+    if constexpr (sizeof(*c) == 8) dsptrain::gemm_s8_s64(av, bv, m, n, k, c);
+    else dsptrain::gemm_s8_s32(av, bv, m, n, k, c);
+  });
+}
+
+void run_conv(Op op, const int32_t* p, int acc_bytes, std::FILE* in, std::FILE* out) {
+  const ConvShape s{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]};
+  const long long x_size = 1LL * s.n * s.h * s.w * s.c, w_size = 1LL * s.o * s.kh * s.kw * s.c;
+  const long long err_size = 1LL * s.n * s.oh() * s.ow() * s.o;
+  const ConvPass pass = op == kConvForward        ? ConvPass::kForward
+                        : op == kConvBackwardData ? ConvPass::kBackwardData
+                                                  : ConvPass::kBackwardWeight;
+  std::printf("conv %s\n", dsptrain::conv_algorithm(pass, s));
+  if (op == kConvForward) {
+    const std::vector<int8_t> x = read_bytes(in, x_size, "conv x"), w = read_bytes(in, w_size, "conv w");
+    run_acc(acc_bytes, err_size, out, [&](auto* y) { dsptrain::conv2d_fwd(x.data(), w.data(), s, y); });
+  } else if (op == kConvBackwardData) {
+    const std::vector<int8_t> err = read_bytes(in, err_size, "conv err"), w = read_bytes(in, w_size, "conv w");
+    run_acc(acc_bytes, x_size, out, [&](auto* dx) { dsptrain::conv2d_bwd_data(err.data(), w.data(), s, dx); });
+  } else {
+    const std::vector<int8_t> err = read_bytes(in, err_size, "conv err"), x = read_bytes(in, x_size, "conv x");
+    run_acc(acc_bytes, w_size, out, [&](auto* dw) { dsptrain::conv2d_bwd_weight(err.data(), x.data(), s, dw); });
+  }
+}
+
+// DSPTRAIN_CPU_ISA, checked as the extension's set_isa checks it.
+void force_isa_from_env() {
+  const char* forced = std::getenv("DSPTRAIN_CPU_ISA");
+  if (forced == nullptr || *forced == '\0') return;
+  dsptrain::Isa isa;
+  if (!dsptrain::isa_from_name(forced, &isa)) die(std::string("DSPTRAIN_CPU_ISA=") + forced + " is not an ISA name");
+  if (!dsptrain::isa_supported(isa))
+    die(std::string("DSPTRAIN_CPU_ISA=") + forced + " is not supported by this CPU or build");
+  dsptrain::set_active_isa(isa);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) die("usage: kernel_check IN OUT");
+  force_isa_from_env();
+  std::printf("isa %s best %s\n", dsptrain::isa_name(dsptrain::active_isa()), dsptrain::isa_name(dsptrain::best_isa()));
+  std::FILE* in = std::fopen(argv[1], "rb");
+  if (in == nullptr) die(std::string("cannot open input ") + argv[1]);
+  std::FILE* out = std::fopen(argv[2], "wb");
+  if (out == nullptr) die(std::string("cannot create output ") + argv[2]);
+  int32_t header[12];
+  for (int record = 0;; ++record) {
+    const size_t got = std::fread(header, sizeof(int32_t), 12, in);
+    if (got == 0) break;
+    if (got != 12) die("record " + std::to_string(record) + ": header cut short");
+    const Op op = static_cast<Op>(header[0]);
+    if (op == kGemm) run_gemm(header + 2, header[1], in, out);
+    else if (op >= kConvForward && op <= kConvBackwardWeight) run_conv(op, header + 2, header[1], in, out);
+    else die("record " + std::to_string(record) + ": unknown op " + std::to_string(header[0]));
+  }
+  std::fclose(in);
+  if (std::fclose(out) != 0) die(std::string("writing ") + argv[2] + " failed");
+  return 0;
+}
