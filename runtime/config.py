@@ -437,6 +437,8 @@ def load_run(path: str | Path, **overrides) -> RunConfig:
             raise ConfigError(path, f"recipe.{exc.key}", f"{exc.detail} (overriding {name})") from None
     else:
         raise ConfigError(path, "recipe", f"{recipe_spec!r} is neither a recipe name nor a mapping with 'name'")
+    if isinstance(data.get("model"), str):   # `model: lenet5`, as `recipe: niti` names a recipe
+        data["model"] = {"name": data["model"]}
     data.setdefault("name", path.stem)
     run = build(RunConfig, data, path, given={"recipe": recipe, "source": str(path)})
     run = dataclasses.replace(run, **overrides) if overrides else run
@@ -466,4 +468,8 @@ def _check_run(run: RunConfig, source) -> None:
     from .models import MODELS  # late: models import nn only
 
     if run.model.name not in MODELS:
-        raise ConfigError(source, "model.name", f"{run.model.name!r} is not one of {', '.join(sorted(MODELS))}")
+        import difflib
+
+        close = difflib.get_close_matches(run.model.name, MODELS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(source, "model.name", f"{run.model.name!r} is not one of {', '.join(sorted(MODELS))}{hint}")

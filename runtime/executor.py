@@ -62,8 +62,10 @@ class StepStats:
     fallbacks: list = field(default_factory=list)     # "op: backend -> backend (why)"
     energy_j: float | None = None
     energy_meter: str | None = None
-    peak_rss_bytes: int | None = None                 # the process's peak RSS so far (ru_maxrss)
+    peak_rss_bytes: int | None = None                 # the process's peak RSS so far (memory_rss.py)
     rss_bytes: int | None = None                      # its resident set after the step
+    rss_growth_bytes: int | None = None               # how far the RSS rose above its start during the step
+    step_peak_rss_bytes: int | None = None            # the RSS's high-water mark during the step (VmHWM)
     budget_bytes: int | None = None                   # the memory budget this step ran under
     planned_peak_bytes: int | None = None             # the plan's peak: arena + largest op workspace
     arena_bytes: int | None = None                    # the arena the plan placed tensors in

@@ -51,6 +51,8 @@ def run(args) -> int:
         placed = sorted({p.backend for p in plan.placement.values()})
         print(f"{config.name}: {model.name} on {', '.join(placed)}")
         print(describe(fitter, source))
+        print("the budget covers what the planner places (tensor arena, op workspace, kernel scratch); "
+              "the interpreter, NumPy and the loaded dataset come on top of it in the process's RSS")
     finally:
         for backend in backends.values():
             backend.close()
