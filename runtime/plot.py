@@ -20,6 +20,7 @@ from .errors import DataError, UserError
 
 MB = 1 << 20
 PANEL_TITLES = ("time per batch", "energy per batch", "memory per batch", "accuracy per epoch")
+SMOOTH_POINTS = 50   # above 150 batches, time per batch also shows a moving average over steps/50
 
 
 @dataclass
@@ -77,6 +78,21 @@ def _unique_labels(runs: list[RunMetrics]) -> None:
             run.label = f"{run.path.parent.parent.name}/{run.label}"
 
 
+def _moving_average(values: list[float], window: int):
+    """The centred moving average of `values` over `window` points (None below 3 points)."""
+    if window < 3:
+        return None
+    import numpy as np
+
+    data = np.asarray(values, dtype=float)
+    kernel = np.ones(window)
+    valid = np.isfinite(data)
+    sums = np.convolve(np.where(valid, data, 0.0), kernel, mode="same")
+    counts = np.convolve(valid.astype(float), kernel, mode="same")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return sums / counts
+
+
 def _meters(runs: list[RunMetrics]) -> str:
     names = sorted({r.get("energy_meter") for run in runs for r in run.steps if r.get("energy_meter")})
     return ", ".join(names) or "no meter"
@@ -88,6 +104,7 @@ def plot_runs(run_dirs, out: str | Path, title: str | None = None):
 
     matplotlib.use("Agg")   # headless: the command runs over SSH and in CI
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     runs = [load_metrics(d) for d in run_dirs]
     _unique_labels(runs)
@@ -97,7 +114,14 @@ def plot_runs(run_dirs, out: str | Path, title: str | None = None):
     for i, run in enumerate(runs):
         color = colors[i % len(colors)]
         x = run.column("step")
-        ax_time.plot(x, run.column("time_s", scale=1e3), color=color, lw=1, label=run.label)
+        times = run.column("time_s", scale=1e3)
+        smooth = _moving_average(times, len(times) // SMOOTH_POINTS)
+        if smooth is None:
+            ax_time.plot(x, times, color=color, lw=1, label=run.label)
+        else:   # thousands of noisy batches: the raw times faint, their moving average on top
+            ax_time.plot(x, times, color=color, lw=0.5, alpha=0.3)
+            ax_time.plot(x, smooth, color=color, lw=1.5,
+                         label=f"{run.label} (mean of {len(times) // SMOOTH_POINTS} batches)")
         ax_energy.plot(x, run.column("energy_j", scale=1e3), color=color, lw=1, label=run.label)
         ax_memory.plot(x, run.column("rss_growth_bytes", scale=1 / MB), color=color, lw=1,
                        label=f"{run.label}: RSS growth in the step")
@@ -116,6 +140,7 @@ def plot_runs(run_dirs, out: str | Path, title: str | None = None):
     ax_memory.set(title=PANEL_TITLES[2], xlabel="batch (global step)", ylabel="MB")
     ax_memory.set_yscale("symlog", linthresh=1.0)   # MB of growth beside hundreds of MB of peak
     ax_acc.set(title=PANEL_TITLES[3], xlabel="epoch", ylabel="accuracy %")
+    ax_acc.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in axes.flat:
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
