@@ -17,14 +17,14 @@ import numpy as np
 from . import checkpoint, data as datasets
 from .algorithms import algorithm_module
 from .backends import PRIORITY, availability, backend_class
-from .budget import BudgetError, Schedule, source_from_config
+from .memory.budget import BudgetError, Schedule, source_from_config
 from .errors import DataError, LoweringError, UserError
-from .executor import Executor, StepContext, StepStats
+from .execute import Executor, StepContext, StepStats
 from .graph import lower
 from .images import as_images, as_labels
-from .memory_arena import Arena, fix_malloc_threshold
-from .memory_fit import adopt_scratch
-from .memory_rss import StepRss, peak_rss_bytes as _peak_rss_bytes, rss_bytes as _rss_bytes  # noqa: F401 (benches import them from here)
+from .memory.arena import Arena, fix_malloc_threshold
+from .memory.fit import adopt_scratch
+from .memory.rss import StepRss, peak_rss_bytes as _peak_rss_bytes, rss_bytes as _rss_bytes  # noqa: F401 (benches import them from here)
 from .numerics import QTensor
 from .models import build_model
 from .plan import GIVEN_SHIFT_RECIPES, PlanCache, choose_micro_batches, place
@@ -106,7 +106,7 @@ class Trainer:
                 print(f"energy: {why}", file=sys.stderr)
         self.energy_meter = energy_meter
         self._metered_steps: list[int] = []   # global step of each meter window, in order
-        # Memory a step frees goes back to the system (memory_arena.py: glibc's mmap
+        # Memory a step frees goes back to the system (memory/arena.py: glibc's mmap
         # threshold pinned), so each step's RSS growth measures that step, not the largest before it.
         fix_malloc_threshold()
         self.seed = run.train.seed
@@ -171,7 +171,7 @@ class Trainer:
 
     # ------------------------------------------------------------ memory plans
     def memory_option(self, plan):
-        """(the memory_fit.Option for this step, the budget it was chosen under); (None, None)
+        """(the memory.fit.Option for this step, the budget it was chosen under); (None, None)
         without the arena. The budget is read here, between steps; a changed budget picks
         another option from the plan's fitter (cached), so nothing is planned twice."""
         if not self.use_arena:

@@ -63,7 +63,3 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("dsptrain: interrupted", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

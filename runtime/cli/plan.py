@@ -22,10 +22,10 @@ def add_parser(sub, common):
 
 
 def run(args) -> int:
-    from ..budget import Fixed, parse_size, source_from_config
+    from ..memory.budget import Fixed, parse_size, source_from_config
     from ..config import load_device, load_run
     from ..graph import lower
-    from ..memory_report import describe
+    from ..memory.report import describe
     from ..models import build_model
     from ..plan import place
     from ..train import select_backends
@@ -62,7 +62,7 @@ def run(args) -> int:
 
 def _check_fits(fitter, source, flag_value, config_path) -> None:
     """After the report: a budget no plan fits is an error naming where the budget came from."""
-    from ..budget import BudgetError, Schedule
+    from ..memory.budget import BudgetError, Schedule
 
     if source is None:
         return

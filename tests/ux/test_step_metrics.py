@@ -7,7 +7,7 @@ import pytest
 
 import dsptrain
 from dsptrain.config import MemoryConfig
-from dsptrain.executor import StepStats
+from dsptrain.execute import StepStats
 from dsptrain.train import EpochTotals
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
