@@ -24,6 +24,12 @@ def run(args) -> int:
 
     config = apply_run_options(load_run(args.run), args)
     trainer = Trainer(config, progress=not args.quiet)
+    try:   # bad data, or a budget no plan fits: one error line, before anything else is printed
+        trainer.train_data, trainer.test_data
+        trainer.check_budget(config.train.batch_size)
+    except BaseException:
+        trainer.close()
+        raise
     if args.resume:
         if trainer.checkpoint_path.exists():
             trainer.load()

@@ -177,7 +177,7 @@ class Executor:
                     stats.int8_macs[name] = stats.int8_macs.get(name, 0) + op.macs * share // whole
                 else:
                     stats.fp32_flops += 2 * op.macs * share // whole
-                stats.bytes_moved += plan.op_bytes(op) * share // whole
+                stats.bytes_moved += plan.op_bytes(op, rows)
         return outputs, name
 
     def _next_supporting(self, plan, op, failed: str, exclude: set) -> str:
