@@ -22,6 +22,7 @@ from .errors import DataError, LoweringError, UserError
 from .execute import Executor, StepContext, StepStats
 from .graph import lower
 from .images import as_images, as_labels
+from .metrics import EpochTotals, epoch_energy
 from .memory.arena import Arena, fix_malloc_threshold
 from .memory.fit import adopt_scratch
 from .memory.rss import StepRss, peak_rss_bytes as _peak_rss_bytes, rss_bytes as _rss_bytes  # noqa: F401 (benches import them from here)
@@ -355,7 +356,8 @@ class Trainer:
             if reading is not None:
                 record["energy_j"] = reading.joules if reading.ok else None
                 record["energy_meter"] = reading.meter
-            lines.append(json.dumps(record))
+            lines.append(record)
+        lines = [json.dumps(record) for record in epoch_energy(lines)]   # the epochs' totals follow
         checkpoint.atomic_write(path, lambda f: f.write("".join(l + "\n" for l in lines).encode()))
         return sum(r.ok for r in by_step.values())
 
@@ -388,46 +390,6 @@ class Trainer:
         self.global_step, self.seed = meta["global_step"], meta["seed"]
         self.rescale.restore(meta.get("rescale") or {})
         _truncate_metrics(self.out_dir / "metrics.jsonl", self.global_step)
-
-
-class EpochTotals:
-    """What an epoch's steps add up to, and the progress bar's smoothed samples/s."""
-
-    SMOOTHING = 0.1   # weight of the newest batch in the moving averages (tqdm's default is 0.3)
-
-    def __init__(self):
-        self.energy_j, self.energy_steps, self.meters = 0.0, 0, set()
-        self.peak_bytes = self.peak_growth_bytes = 0
-        self._samples = self._seconds = None   # exponential moving averages
-
-    def add(self, stats: StepStats) -> None:
-        if stats.energy_j is not None and stats.energy_j == stats.energy_j:   # not None, not NaN
-            self.energy_j += stats.energy_j
-            self.energy_steps += 1
-        if stats.energy_meter:
-            self.meters.add(stats.energy_meter)
-        self.peak_bytes = max(self.peak_bytes, stats.peak_rss_bytes or 0)
-        self.peak_growth_bytes = max(self.peak_growth_bytes, stats.rss_growth_bytes or 0)
-        a = self.SMOOTHING
-        if self._samples is None:
-            self._samples, self._seconds = stats.batch, stats.time_s
-        else:
-            self._samples = a * stats.batch + (1 - a) * self._samples
-            self._seconds = a * stats.time_s + (1 - a) * self._seconds
-
-    @property
-    def smoothed_rate(self) -> float:
-        """Samples per second over the recent batches (a ratio of moving averages, so a
-        partial last batch or one slow step does not make the figure jump)."""
-        return self._samples / self._seconds if self._seconds else 0.0
-
-    def record(self, seen: int, seconds: float) -> dict:
-        """The epoch record's totals: energy (None when no step had a figure), the process's
-        peak RSS, and samples/s over the whole epoch (training steps only, no evaluation)."""
-        return {"energy_j": self.energy_j if self.energy_steps else None,
-                "energy_steps": self.energy_steps, "energy_meter": ", ".join(sorted(self.meters)) or None,
-                "peak_rss_bytes": self.peak_bytes or None, "peak_rss_growth_bytes": self.peak_growth_bytes,
-                "samples_per_s": seen / seconds if seconds > 0 else None}
 
 
 def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> float:

@@ -8,7 +8,7 @@ import pytest
 import dsptrain
 from dsptrain.config import MemoryConfig
 from dsptrain.execute import StepStats
-from dsptrain.train import EpochTotals
+from dsptrain.metrics import EpochTotals, epoch_energy
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 
@@ -94,3 +94,12 @@ def test_smoothed_samples_per_second_does_not_jump_with_one_slow_batch():
     assert 4 * 640 < after_slow < 6400
     totals.add(StepStats(0, 0, 16, time_s=0.0025))    # a partial last batch at the usual speed
     assert after_slow < totals.smoothed_rate < 6400
+
+
+def test_epoch_energy_is_resummed_when_a_trace_rewrites_the_steps():
+    records = [{"kind": "step", "epoch": 1, "energy_j": 0.5}, {"kind": "step", "epoch": 1, "energy_j": float("nan")},
+               {"kind": "step", "epoch": 1, "energy_j": 0.25}, {"kind": "epoch", "epoch": 1, "energy_j": 9.0},
+               {"kind": "step", "epoch": 2, "energy_j": None}, {"kind": "epoch", "epoch": 2, "energy_j": 1.0}]
+    out = epoch_energy(records)
+    assert (out[3]["energy_j"], out[3]["energy_steps"]) == (0.75, 2)
+    assert (out[5]["energy_j"], out[5]["energy_steps"]) == (None, 0)
