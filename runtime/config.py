@@ -425,6 +425,14 @@ def load_run(path: str | Path, **overrides) -> RunConfig:
     if recipe_spec is None:
         raise ConfigError(path, "recipe", "is required (a name in configs/algorithms/ or a mapping with 'name')")
     if isinstance(recipe_spec, str):
+        if not recipe_path(recipe_spec).exists():   # name the run file's key, and the closest recipe
+            import difflib
+
+            known = sorted(p.stem for p in (CONFIG_ROOT / "algorithms").glob("*.yaml"))
+            close = difflib.get_close_matches(recipe_spec, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(path, "recipe", f"{recipe_spec!r}: no such recipe in {CONFIG_ROOT / 'algorithms'} "
+                              f"(known: {', '.join(known)}){hint}")
         recipe = load_recipe(recipe_spec)
     elif isinstance(recipe_spec, dict) and isinstance(recipe_spec.get("name"), str):
         spec = dict(recipe_spec)

@@ -46,6 +46,7 @@ def test_model_shorthand_is_the_mapping(run_file):
 
 @pytest.mark.parametrize("text, key, hint", [
     ("recipe: niti\nmodel: lenet\n", "model.name", "did you mean 'lenet5'?"),
+    ("recipe: nitti\n", "recipe", "did you mean 'niti'?"),
     ("recipe: niti\nmodel: resnet18\n", "model.name", "niti lowers lenet5, mandheling_lenet, resnet18_nobn"),
     ("recipe: niti\ndata: {dataset: fashion-mnist, path: /nonexistent/fm}\n", "data.path",
      "leave data.path out to use /usr/share/datasets/fashion-mnist from the Debian package dataset-fashion-mnist"),
