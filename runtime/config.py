@@ -473,6 +473,10 @@ def _check_run(run: RunConfig, source) -> None:
         raise ConfigError(source, "scheduler.device", f"{run.scheduler.device!r}: {exc}") from None
     if run.scheduler.micro_batches != "auto" and run.scheduler.micro_batches < 1:
         raise ConfigError(source, "scheduler.micro_batches", f"{run.scheduler.micro_batches} must be >= 1 or auto")
+    from .energy import spec_problem  # late: energy imports errors only
+
+    if spec_problem(run.energy):
+        raise ConfigError(source, "energy", spec_problem(run.energy))
     from .models import MODELS  # late: models import nn only
 
     if run.model.name not in MODELS:

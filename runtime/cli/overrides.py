@@ -41,6 +41,12 @@ def apply_run_options(run, args):
         data = dataclasses.replace(data, train_limit=args.train_limit)
     if _at_least("--test-limit", getattr(args, "test_limit", None), 1) is not None:
         data = dataclasses.replace(data, test_limit=args.test_limit)
+    energy = getattr(args, "energy", None)
+    if energy is not None:
+        from ..energy import spec_problem
+
+        if spec_problem(energy):
+            raise UserError(f"--energy {spec_problem(energy)}")
     return dataclasses.replace(run, train=train, data=data,
                                backend=getattr(args, "backend", None) or run.backend,
                                energy=getattr(args, "energy", None) or run.energy,

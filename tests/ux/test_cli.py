@@ -30,6 +30,12 @@ def test_train_overrides_batch_size_and_limits(run_file, tmp_path):
     assert [r["epoch"] for r in records if r["kind"] == "epoch"] == [1]
 
 
+def test_a_bad_energy_flag_is_refused_by_name(run_file, capsys):
+    assert main(["train", str(run_file()), "--energy", "trace"]) == 2
+    assert capsys.readouterr().err.strip() == ("dsptrain: error: --energy 'trace' is not one of "
+                                               "auto | rapl | battery | trace:FILE | estimate[:DEVICE]")
+
+
 @pytest.mark.parametrize("flag", ["--batch-size", "--train-limit", "--test-limit", "--epochs"])
 def test_overrides_below_one_are_refused_by_name(run_file, capsys, flag):
     assert main(["train", str(run_file()), flag, "0"]) == 2
@@ -47,6 +53,8 @@ def test_model_shorthand_is_the_mapping(run_file):
 @pytest.mark.parametrize("text, key, hint", [
     ("recipe: niti\nmodel: lenet\n", "model.name", "did you mean 'lenet5'?"),
     ("recipe: nitti\n", "recipe", "did you mean 'niti'?"),
+    ("recipe: niti\nenergy: estimate:pixel9\n", "energy", "no coefficients for device 'pixel9' (known: sd865, x86)"),
+    ("recipe: niti\nenergy: rapel\n", "energy", "'rapel' is not one of auto | rapl"),
     ("recipe: niti\nmodel: resnet18\n", "model.name", "niti lowers lenet5, mandheling_lenet, resnet18_nobn"),
     ("recipe: niti\ndata: {dataset: fashion-mnist, path: /nonexistent/fm}\n", "data.path",
      "leave data.path out to use /usr/share/datasets/fashion-mnist from the Debian package dataset-fashion-mnist"),
