@@ -103,3 +103,21 @@ def test_epoch_energy_is_resummed_when_a_trace_rewrites_the_steps():
     out = epoch_energy(records)
     assert (out[3]["energy_j"], out[3]["energy_steps"]) == (0.75, 2)
     assert (out[5]["energy_j"], out[5]["energy_steps"]) == (None, 0)
+
+
+def test_placement_changes_the_energy_of_the_same_work(run_file, tmp_path, emulated_dsp_tools):
+    """The same batch on the emulated DSP and on the CPU: the same MACs, charged at the
+    DSP's and the CPU's coefficients (energy/coeffs.py), so the estimate follows placement."""
+    run = dsptrain.load_run(run_file())
+    figures = {}
+    for backend in ("cpu", "dsp"):
+        trainer = dsptrain.Trainer(run, backend=backend, out_dir=tmp_path / backend, progress=False)
+        try:
+            images, labels = trainer.train_data[:8]
+            figures[backend] = trainer.step(images, labels)
+        finally:
+            trainer.close()
+    cpu, dsp = figures["cpu"], figures["dsp"]
+    assert sum(cpu.int8_macs.values()) == sum(dsp.int8_macs.values())
+    assert dsp.int8_macs.get("dsp", 0) > 0 and "dsp" not in cpu.int8_macs
+    assert dsp.energy_j < cpu.energy_j and dsp.energy_meter == cpu.energy_meter == "estimate:sd865"
