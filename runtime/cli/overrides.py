@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..backends import CHOICES as BACKEND_CHOICES
 from ..errors import UserError
-
-BACKEND_CHOICES = ("auto", "ref", "cpu", "dsp")
 
 
 def add_run_options(parser, *, training: bool = True) -> None:

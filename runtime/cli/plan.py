@@ -22,13 +22,12 @@ def add_parser(sub, common):
 
 
 def run(args) -> int:
-    from ..memory.budget import Fixed, parse_size, source_from_config
+    from ..backends import select
     from ..config import load_device, load_run
     from ..graph import lower
-    from ..memory.report import describe
+    from ..memory import Fixed, describe, parse_size, source_from_config
     from ..models import build_model
-    from ..plan import place
-    from ..train import select_backends
+    from ..plan import build
 
     config = apply_run_options(load_run(args.run), args)
     batch = config.train.batch_size
@@ -42,11 +41,9 @@ def run(args) -> int:
     graph = lower(model, config.recipe, batch)
     # The backends place the ops and report the scratch their kernels keep (scratch_bytes),
     # which the peak includes, as it does when the run trains.
-    backends = select_backends(config.backend)
+    backends = select(config.backend)
     try:
-        sched = config.scheduler
-        plan = place(graph, backends, co_schedule=sched.co_schedule and "dsp" in backends,
-                     device=load_device(sched.device), placement=sched.placement)
+        plan = build(graph, backends, load_device(config.scheduler.device), config.scheduler)
         fitter = plan.fitter(config.memory.micro_batch, config.memory.recompute)
         placed = sorted({p.backend for p in plan.placement.values()})
         print(f"{config.name}: {model.name} on {', '.join(placed)}")
@@ -62,7 +59,7 @@ def run(args) -> int:
 
 def _check_fits(fitter, source, flag_value, config_path) -> None:
     """After the report: a budget no plan fits is an error naming where the budget came from."""
-    from ..memory.budget import BudgetError, Schedule
+    from ..memory import BudgetError, Schedule
 
     if source is None:
         return
