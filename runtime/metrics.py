@@ -17,7 +17,7 @@ class EpochTotals:
 
     def __init__(self):
         self.energy_j, self.energy_steps, self.meters = 0.0, 0, set()
-        self.peak_bytes = self.peak_growth_bytes = 0
+        self.peak_bytes = self.peak_growth_bytes = self.peak_arena_bytes = 0
         self._samples = self._seconds = None   # exponential moving averages
 
     def add(self, stats) -> None:
@@ -28,6 +28,7 @@ class EpochTotals:
             self.meters.add(stats.energy_meter)
         self.peak_bytes = max(self.peak_bytes, stats.peak_rss_bytes or 0)
         self.peak_growth_bytes = max(self.peak_growth_bytes, stats.rss_growth_bytes or 0)
+        self.peak_arena_bytes = max(self.peak_arena_bytes, stats.arena_high_water_bytes or 0)
         a = self.SMOOTHING
         if self._samples is None:
             self._samples, self._seconds = stats.batch, stats.time_s
@@ -43,10 +44,12 @@ class EpochTotals:
 
     def record(self, seen: int, seconds: float) -> dict:
         """The epoch record's totals: energy (None when no step had a figure), the process's
-        peak RSS, and samples/s over the whole epoch (training steps only, no evaluation)."""
+        peak RSS, the largest RSS growth of a step, the arena's high-water mark (None without
+        a memory budget), and samples/s over the whole epoch (training steps only, no evaluation)."""
         return {"energy_j": self.energy_j if self.energy_steps else None,
                 "energy_steps": self.energy_steps, "energy_meter": ", ".join(sorted(self.meters)) or None,
                 "peak_rss_bytes": self.peak_bytes or None, "peak_rss_growth_bytes": self.peak_growth_bytes,
+                "peak_arena_high_water_bytes": self.peak_arena_bytes or None,
                 "samples_per_s": seen / seconds if seconds > 0 else None}
 
 

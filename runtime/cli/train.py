@@ -22,14 +22,19 @@ def run(args) -> int:
     from ..config import load_run
     from ..train import Trainer
 
+    from ..energy import make_meter
+
     config = apply_run_options(load_run(args.run), args)
-    trainer = Trainer(config, progress=not args.quiet)
+    meter, why = make_meter(config.energy)
+    trainer = Trainer(config, progress=not args.quiet, energy_meter=meter)
     try:   # bad data, or a budget no plan fits: one error line, before anything else is printed
         trainer.train_data, trainer.test_data
         trainer.check_budget(config.train.batch_size)
     except BaseException:
         trainer.close()
         raise
+    if not args.quiet:
+        print(f"energy: {why}", file=sys.stderr)
     if args.resume:
         if trainer.checkpoint_path.exists():
             trainer.load()

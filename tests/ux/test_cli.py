@@ -63,7 +63,7 @@ def test_model_shorthand_is_the_mapping(run_file):
 ])
 def test_errors_name_the_file_and_key_and_suggest(run_file, capsys, tmp_path, text, key, hint):
     path = run_file(text)
-    assert main(["train", str(path), "--quiet", "--out", str(tmp_path / "o"), "--backend", "ref"]) == 2
+    assert main(["train", str(path), "--out", str(tmp_path / "o"), "--backend", "ref"]) == 2   # not --quiet
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"dsptrain: error: {path}: {key}: "), err
     assert hint in err[0]

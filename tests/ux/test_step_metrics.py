@@ -40,6 +40,10 @@ def test_arena_high_water_follows_the_batch(run_file, tmp_path):
     small = trainer.step(images[:8], labels[:8]).arena_high_water_bytes
     large = trainer.step(images, labels).arena_high_water_bytes
     assert 0 < small < large / 4
+    totals = EpochTotals()
+    for batch in (8, 160, 8):
+        totals.add(trainer.step(images[:batch], labels[:batch]))
+    assert totals.record(176, 1.0)["peak_arena_high_water_bytes"] == large
 
 
 def test_energy_counts_the_work_of_the_batch(run_file, tmp_path):
@@ -79,6 +83,7 @@ def test_epoch_record_totals_energy_peak_memory_and_samples_per_second(run_file,
     assert epoch["energy_meter"] == "estimate:sd865" and epoch["energy_steps"] == 3
     assert epoch["peak_rss_bytes"] == max(r["peak_rss_bytes"] for r in steps)
     assert epoch["peak_rss_growth_bytes"] == max(r["rss_growth_bytes"] for r in steps)
+    assert epoch["peak_arena_high_water_bytes"] is None                 # no budget, no arena
     assert epoch["samples_per_s"] == pytest.approx(160 / epoch["seconds"])
     for r in steps:
         assert r["rss_growth_bytes"] is not None and r["energy_j"] > 0
