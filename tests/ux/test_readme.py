@@ -111,3 +111,10 @@ def test_python_blocks_run_as_printed(tmp_path, need_tools):
                               timeout=600, env=env)
         assert done.returncode == 0, f"README python block {number} failed:\n{code}\n{done.stderr[-3000:]}"
     assert (tmp_path / "runs" / "from-python" / "checkpoint.npz").exists()
+
+
+def test_the_first_screen_says_what_runs_where():
+    first = "\n".join(README.splitlines()[:30]).lower()
+    assert "more to come" not in README
+    for words in ("seven ship", "emulated", "qemu-hexagon", "fastrpc", "never run on one", "estimate"):
+        assert words in first, words
