@@ -18,6 +18,7 @@ import numpy as np
 from . import checkpoint, data as datasets
 from .algorithms import algorithm_module
 from .backends import PRIORITY, availability, backend_class
+from .cores import own_cores
 from .budget import Schedule, source_from_config
 from .errors import UserError
 from .executor import Executor, StepContext, StepStats
@@ -37,6 +38,7 @@ def select_backends(choice: str) -> dict:
     usable backend that wants to be chosen automatically (not the emulated DSP).
     `ref` is always last: it runs everything.
     """
+    own_cores()   # one owner of the cores: BLAS gets one thread, the native pool the rest
     wanted = PRIORITY[PRIORITY.index(choice):] if choice != "auto" else PRIORITY
     found = availability()
     chosen = {}

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..numerics import RngKey
 from .base import Backend
+from .ops_ref import FLOAT_RECIPE_HOOKS
 
 try:
     from .. import _cpu_ops as _native
@@ -45,6 +46,7 @@ class CpuBackend(Backend):
         "conv2d_requant_s8", "gemm_requant_s8", "conv2d_bwd_data_requant_s8",
         "relu_s8", "relu_bwd_s8", "maxpool_s8", "maxpool_bwd_s8",
         "niti_loss_grad_s8", "niti_update_s8",
+        *FLOAT_RECIPE_HOOKS,
     })
     blocks_for_cache = True   # cpu_ops/gemm_driver.cpp: Goto-style blocking (A blocks in L2, B panels in L1)
 
@@ -140,3 +142,57 @@ class CpuBackend(Backend):
 
     def niti_update_s8(self, w, grad, mu, mode, rng):
         return _native.niti_update_s8(w, grad, int(mu), mode, _rng(rng))
+
+    # ------------------------------------------------------------ float recipes (cpu_ops/quant.cpp, eltwise_f32.cpp,
+    # pool_f32.cpp, update.cpp, gemm_exact.cpp)
+    def absmax_f(self, x):
+        return float(_native.absmax_f(_float(x)))
+
+    def quantize_f(self, x, step, bits, mode, rng):
+        return _native.quantize_f(_float(x), float(step), int(bits), mode, _rng(rng))
+
+    def dequantize(self, acc, scale):
+        return _native.dequantize(acc, float(scale))
+
+    def prc_squared_errors(self, x, top, ratios, qmax):
+        return _native.prc_squared_errors(np.asarray(x, np.float32), float(top), [float(r) for r in ratios], int(qmax))
+
+    def quantize_mls(self, x, group, top, tensor_scale, kmax, qmax, mode, rng):
+        return _native.quantize_mls(np.asarray(x, np.float32), int(group), float(top), float(tensor_scale), int(kmax),
+                                    int(qmax), mode, _rng(rng))
+
+    def round_float(self, x, exponent_bits, mantissa_bits, mode, rng):
+        return _native.round_float(_float(x), int(exponent_bits), int(mantissa_bits), mode, _rng(rng))
+
+    def gemm_s16(self, a, b):
+        return _native.gemm_s16(a, b)
+
+    def gemm_fp16_chunked(self, a, b, chunk, fp16_adds):
+        return _native.gemm_fp16_chunked(np.asarray(a, np.float32), np.asarray(b, np.float32), int(chunk), bool(fp16_adds))
+
+    def relu_f32(self, x):
+        return _native.relu_f32(x)
+
+    def relu_bwd_f32(self, err, y):
+        return _native.relu_bwd_f32(err, y)
+
+    def maxpool_f32(self, x, kernel, stride):
+        return _native.maxpool_f32(x, kernel, stride)
+
+    def maxpool_bwd_f32(self, err, argmax, kernel, stride, in_hw):
+        return _native.maxpool_bwd_f32(err, argmax, kernel, stride, tuple(in_hw))
+
+    def compensation_fwd(self, z, scale, shift):
+        return _native.compensation_fwd(z, scale, shift)
+
+    def compensation_bwd(self, err, z, scale):
+        return _native.compensation_bwd(err, z, scale)
+
+    def sgd_f32(self, w, grad, v, lr, momentum, weight_decay, nesterov):
+        return _native.sgd_f32(w, grad, v, float(lr), float(momentum), float(weight_decay), bool(nesterov))
+
+
+def _float(x):
+    """float32 or float64 as they are (the kernels take both); anything else as float64."""
+    x = np.asarray(x)
+    return x if x.dtype in (np.float32, np.float64) else x.astype(np.float64)

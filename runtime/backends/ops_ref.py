@@ -9,6 +9,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .. import numerics
+from . import ref_float
 from .base import Backend
 
 _EXACT_F64 = 2**53
@@ -38,6 +39,12 @@ def im2col(x: np.ndarray, kh: int, kw: int, stride: int, pad: int) -> np.ndarray
     return windows.reshape(n * oh * ow, kh * kw * c).astype(np.float64)
 
 
+#: the float-recipe hooks of base.py, defined in ref_float.py
+FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_errors", "quantize_mls", "round_float",
+                      "gemm_s16", "gemm_fp16_chunked", "relu_f32", "relu_bwd_f32", "maxpool_f32", "maxpool_bwd_f32",
+                      "compensation_fwd", "compensation_bwd", "sgd_f32")
+
+
 class RefBackend(Backend):
     name = "ref"
     hooks = frozenset({
@@ -47,6 +54,7 @@ class RefBackend(Backend):
         "dropout_mask", "gemm_f32", "conv2d_f32", "conv2d_bwd_data_f32", "conv2d_bwd_weight_f32",
         "numpy_f32",  # the FP32 recipe's element-wise ops run as NumPy code on this backend
         "add_align_s8", "avgpool_global_s8",   # residual networks under integer recipes
+        *FLOAT_RECIPE_HOOKS,
     })
 
     def dropout_mask(self, shape, p, rng):
@@ -149,6 +157,52 @@ class RefBackend(Backend):
         total = x.astype(np.int32).sum(axis=(1, 2))
         q, shift = self.requantize(total, mode, rng, shift)
         return q, e - (hw.bit_length() - 1) + shift
+
+    # ------------------------------------------------------------ float recipes (ref_float.py)
+    def absmax_f(self, x):
+        return ref_float.absmax_f(x)
+
+    def quantize_f(self, x, step, bits, mode, rng):
+        return ref_float.quantize_f(x, step, bits, mode, rng)
+
+    def dequantize(self, acc, scale):
+        return ref_float.dequantize(acc, scale)
+
+    def prc_squared_errors(self, x, top, ratios, qmax):
+        return ref_float.prc_squared_errors(x, top, ratios, qmax)
+
+    def quantize_mls(self, x, group, top, tensor_scale, kmax, qmax, mode, rng):
+        return ref_float.quantize_mls(x, group, top, tensor_scale, kmax, qmax, mode, rng)
+
+    def round_float(self, x, exponent_bits, mantissa_bits, mode, rng):
+        return ref_float.round_float(x, exponent_bits, mantissa_bits, mode, rng)
+
+    def gemm_s16(self, a, b):
+        return ref_float.gemm_s16(a, b)
+
+    def gemm_fp16_chunked(self, a, b, chunk, fp16_adds):
+        return ref_float.gemm_fp16_chunked(a, b, chunk, fp16_adds)
+
+    def relu_f32(self, x):
+        return ref_float.relu_f32(x)
+
+    def relu_bwd_f32(self, err, y):
+        return ref_float.relu_bwd_f32(err, y)
+
+    def maxpool_f32(self, x, kernel, stride):
+        return ref_float.maxpool_f32(x, kernel, stride, pool_windows)
+
+    def maxpool_bwd_f32(self, err, argmax, kernel, stride, in_hw):
+        return ref_float.maxpool_bwd_f32(err, argmax, kernel, stride, in_hw)
+
+    def compensation_fwd(self, z, scale, shift):
+        return ref_float.compensation_fwd(z, scale, shift)
+
+    def compensation_bwd(self, err, z, scale):
+        return ref_float.compensation_bwd(err, z, scale)
+
+    def sgd_f32(self, w, grad, v, lr, momentum, weight_decay, nesterov):
+        return ref_float.sgd_f32(w, grad, v, lr, momentum, weight_decay, nesterov)
 
     # ------------------------------------------------------------ float32 (the FP32 recipe)
     def gemm_f32(self, a, b):
