@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..backends import ref_float
+from .. import float_ops
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,8 @@ def _int_dtype(bits: int):
 
 
 def round_values(x: np.ndarray, mode: str, rng=None) -> np.ndarray:
-    """Round float64 values to integers (round, nearest_even, sto): ref_float's definition."""
-    return ref_float.round_values(x, mode, rng)
+    """Round float64 values to integers (round, nearest_even, sto): float_ops' definition."""
+    return float_ops.round_values(x, mode, rng)
 
 
 # ---------------------------------------------------------------- integers with a per-tensor scale
@@ -61,13 +61,13 @@ def quantize_int(be, x, bits: int = 8, scale: str = "pow2", rounding: str = "rou
                  clip: float | None = None) -> Scaled:
     """Symmetric `bits`-bit integers with one scale: a power of two covering max|x| (or
     `clip`), or the float max|x| / qmax. Values beyond the range saturate. The range and
-    the rounding run on backend `be` (absmax_f, quantize_f); grids wider than 16 bits
-    (WAGEUBN's 24-bit weight accumulator) in NumPy."""
+    the rounding run on backend `be` (absmax_f, quantize_f); with `be=None`, and for grids
+    wider than 16 bits (WAGEUBN's 24-bit weight accumulator), in NumPy (float_ops)."""
     x = np.asarray(x)
     if x.dtype not in (np.float32, np.float64):
         x = x.astype(np.float64)
-    wide = bits > 16
-    limit = (ref_float.absmax_f(x) if wide else be.absmax_f(x)) if clip is None else float(clip)
+    wide = bits > 16 or be is None
+    limit = (float_ops.absmax_f(x) if wide else be.absmax_f(x)) if clip is None else float(clip)
     if limit == 0.0:
         return Scaled(np.zeros(x.shape, _int_dtype(bits)), 1.0)
     step = 2.0 ** pow2_exponent(limit, bits) if scale == "pow2" else limit / qmax(bits)

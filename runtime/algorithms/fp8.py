@@ -6,7 +6,7 @@ Floating Point Numbers", NeurIPS 2018).
 - Products are FP16, and every dot product is accumulated in FP16 in chunks of
   `chunk_size` (64): the products of a chunk are added one by one in FP16, then the chunk
   sums are added one by one in FP16, which keeps small terms from being swamped by a
-  long running sum (the `gemm_fp16_chunked` hook; ref_float.py defines it). `chunk_sum: fp32` sums inside a chunk
+  long running sum (the `gemm_fp16_chunked` hook; float_ops.py defines it). `chunk_sum: fp32` sums inside a chunk
   in float32 and rounds the chunk sum to FP16 once (a fast emulation, more accurate
   inside a chunk than the paper's FP16 adds; see configs/algorithms/fp8.yaml).
 - Master weights and momentum are FP16; the weight update w - lr * v rounds to FP16
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends import ref_float
-from ..backends.ops_ref import col2im
+from .. import float_ops
+from ..layout import col2im
 from . import _float_layers as fl
 from . import fp32
 from ._emulated import Emulated, Numerics, module_contract, patches
@@ -79,7 +79,7 @@ class FP8Numerics(Numerics):
                                self.param(ctx.recipe, "chunk_sum", "fp16"))
 
     def init_weight(self, layer, rng):
-        return ref_float.round_float(super().init_weight(layer, rng), 5, 10, "nearest_even", None).astype(np.float16)
+        return float_ops.round_float(super().init_weight(layer, rng), 5, 10, "nearest_even", None).astype(np.float16)
 
     def opt_state(self, param, value):
         return {f"{param}.v": np.zeros(np.shape(value), np.float16)}

@@ -27,13 +27,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import numerics
-from ..backends.ops_ref import RefBackend
 from ..numerics import QTensor
 from . import _float_layers as fl
 from ._emulated import Emulated, Numerics, module_contract
 from ._quant import Scaled, quantize_int
-
-ref = RefBackend()   # scalars and BN statistics round in NumPy (the judge's quantizer)
 
 ACCUMULATOR_BITS = 24
 WEIGHT_BITS = 8
@@ -42,8 +39,9 @@ MOMENTUM_BITS = 16
 COEFFICIENT_BITS = 8      # learning rate and momentum coefficient
 
 
-def on_grid(x, bits, rounding="round", rng=None, be=ref) -> np.ndarray:
-    """x on a `bits`-bit power-of-two grid fitted to its range (float64 values), on backend `be`."""
+def on_grid(x, bits, rounding="round", rng=None, be=None) -> np.ndarray:
+    """x on a `bits`-bit power-of-two grid fitted to its range (float64 values), on backend
+    `be` (None: NumPy, for scalars and batch norm's statistics)."""
     return quantize_int(be, np.asarray(x, np.float64), bits, "pow2", rounding, rng).values()
 
 

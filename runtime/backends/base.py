@@ -162,7 +162,7 @@ class Backend:
         self._needs("niti_update_s8")
 
     # ------------------------------------------------------------ float recipes (Octo, WAGEUBN, AFP, MLS, FP8, FP32)
-    # The float work around the products of the emulated recipes. `ops_ref` (ref_float.py)
+    # The float work around the products of the emulated recipes. `ops_ref` (float_ops.py)
     # defines each one; a backend without them (the DSP) leaves those ops to the next
     # backend in the placement order. Rounding modes: round, nearest_even, sto.
     def absmax_f(self, x) -> float:

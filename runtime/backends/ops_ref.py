@@ -6,10 +6,10 @@ K * 127 * 127 < 2**53 (checked), and about 100x faster than NumPy's integer matm
 from __future__ import annotations
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
-from .. import numerics
-from . import ref_float
+from .. import float_ops, numerics
+from ..layout import col2im, im2col, out_size, pool_windows
+from ..numerics import LOG2E_Q15, LOSS_SCALE_BITS, LOSS_SHIFT, MIN_EXPONENT, TAYLOR_BELOW
 from .base import Backend
 
 _EXACT_F64 = 2**53
@@ -24,22 +24,7 @@ def _to_acc(x: np.ndarray, depth: int) -> np.ndarray:
     return np.rint(x).astype(numerics.acc_dtype(depth))
 
 
-def out_size(size: int, kernel: int, stride: int, pad: int) -> int:
-    return (size + 2 * pad - kernel) // stride + 1
-
-
-def im2col(x: np.ndarray, kh: int, kw: int, stride: int, pad: int) -> np.ndarray:
-    """NHWC -> [N*OH*OW, KH*KW*C] float64 patches (K ordered kh, kw, c like the weights)."""
-    n, h, w, c = x.shape
-    xp = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0))) if pad else x
-    oh, ow = out_size(h, kh, stride, pad), out_size(w, kw, stride, pad)
-    s = xp.strides
-    windows = as_strided(xp, (n, oh, ow, kh, kw, c),
-                         (s[0], s[1] * stride, s[2] * stride, s[1], s[2], s[3]), writeable=False)
-    return windows.reshape(n * oh * ow, kh * kw * c).astype(np.float64)
-
-
-#: the float-recipe hooks of base.py, defined in ref_float.py
+#: the float-recipe hooks of base.py, defined in float_ops.py
 FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_errors", "quantize_mls", "round_float",
                       "gemm_s16", "gemm_fp16_chunked", "relu_f32", "relu_bwd_f32", "maxpool_f32", "maxpool_bwd_f32",
                       "compensation_fwd", "compensation_bwd", "sgd_f32")
@@ -158,51 +143,51 @@ class RefBackend(Backend):
         q, shift = self.requantize(total, mode, rng, shift)
         return q, e - (hw.bit_length() - 1) + shift
 
-    # ------------------------------------------------------------ float recipes (ref_float.py)
+    # ------------------------------------------------------------ float recipes (float_ops.py)
     def absmax_f(self, x):
-        return ref_float.absmax_f(x)
+        return float_ops.absmax_f(x)
 
     def quantize_f(self, x, step, bits, mode, rng):
-        return ref_float.quantize_f(x, step, bits, mode, rng)
+        return float_ops.quantize_f(x, step, bits, mode, rng)
 
     def dequantize(self, acc, scale):
-        return ref_float.dequantize(acc, scale)
+        return float_ops.dequantize(acc, scale)
 
     def prc_squared_errors(self, x, top, ratios, qmax):
-        return ref_float.prc_squared_errors(x, top, ratios, qmax)
+        return float_ops.prc_squared_errors(x, top, ratios, qmax)
 
     def quantize_mls(self, x, group, top, tensor_scale, kmax, qmax, mode, rng):
-        return ref_float.quantize_mls(x, group, top, tensor_scale, kmax, qmax, mode, rng)
+        return float_ops.quantize_mls(x, group, top, tensor_scale, kmax, qmax, mode, rng)
 
     def round_float(self, x, exponent_bits, mantissa_bits, mode, rng):
-        return ref_float.round_float(x, exponent_bits, mantissa_bits, mode, rng)
+        return float_ops.round_float(x, exponent_bits, mantissa_bits, mode, rng)
 
     def gemm_s16(self, a, b):
-        return ref_float.gemm_s16(a, b)
+        return float_ops.gemm_s16(a, b)
 
     def gemm_fp16_chunked(self, a, b, chunk, fp16_adds):
-        return ref_float.gemm_fp16_chunked(a, b, chunk, fp16_adds)
+        return float_ops.gemm_fp16_chunked(a, b, chunk, fp16_adds)
 
     def relu_f32(self, x):
-        return ref_float.relu_f32(x)
+        return float_ops.relu_f32(x)
 
     def relu_bwd_f32(self, err, y):
-        return ref_float.relu_bwd_f32(err, y)
+        return float_ops.relu_bwd_f32(err, y)
 
     def maxpool_f32(self, x, kernel, stride):
-        return ref_float.maxpool_f32(x, kernel, stride, pool_windows)
+        return float_ops.maxpool_f32(x, kernel, stride)
 
     def maxpool_bwd_f32(self, err, argmax, kernel, stride, in_hw):
-        return ref_float.maxpool_bwd_f32(err, argmax, kernel, stride, in_hw)
+        return float_ops.maxpool_bwd_f32(err, argmax, kernel, stride, in_hw)
 
     def compensation_fwd(self, z, scale, shift):
-        return ref_float.compensation_fwd(z, scale, shift)
+        return float_ops.compensation_fwd(z, scale, shift)
 
     def compensation_bwd(self, err, z, scale):
-        return ref_float.compensation_bwd(err, z, scale)
+        return float_ops.compensation_bwd(err, z, scale)
 
     def sgd_f32(self, w, grad, v, lr, momentum, weight_decay, nesterov):
-        return ref_float.sgd_f32(w, grad, v, lr, momentum, weight_decay, nesterov)
+        return float_ops.sgd_f32(w, grad, v, lr, momentum, weight_decay, nesterov)
 
     # ------------------------------------------------------------ float32 (the FP32 recipe)
     def gemm_f32(self, a, b):
@@ -227,47 +212,13 @@ class RefBackend(Backend):
         return (err.reshape(-1, o).T @ cols).reshape(o, kh, kw, x.shape[-1])
 
 
-def col2im(dcols, err_shape, kernel_hwc, stride, pad, in_hw):
-    """Scatter-add [N*OH*OW, KH*KW*C] patch gradients back onto NHWC (float64)."""
-    n, oh, ow, _ = err_shape
-    kh, kw, c = kernel_hwc
-    h, w = in_hw
-    dcols = dcols.reshape(n, oh, ow, kh, kw, c)
-    dx = np.zeros((n, h + 2 * pad, w + 2 * pad, c), dtype=np.float64)
-    for i in range(kh):
-        for j in range(kw):
-            dx[:, i:i + stride * oh:stride, j:j + stride * ow:stride, :] += dcols[:, :, :, i, j, :]
-    return dx[:, pad:pad + h, pad:pad + w, :]
-
-
-def pool_windows(x, kernel, stride):
-    """NHWC -> [N, OH, OW, C, kernel*kernel] view of each pooling window."""
-    n, h, w, c = x.shape
-    oh, ow = out_size(h, kernel, stride, 0), out_size(w, kernel, stride, 0)
-    s = x.strides
-    win = as_strided(x, (n, oh, ow, c, kernel, kernel),
-                     (s[0], s[1] * stride, s[2] * stride, s[3], s[1], s[2]), writeable=False)
-    return win.reshape(n, oh, ow, c, kernel * kernel)
-
-
-# NITI's integer loss gradient, in the integer form of Mandheling's
-# NITI_CPULossGrad_Int8.cpp: softmax in base 2 (47274 / 2**15 ~ log2(e)), a second-order
-# Taylor form when the exponent is too small for that, normalised to 2**11, then
-# StoShift by 4 as in NITI's ti_loss.py. Divisions truncate toward zero as in C.
-LOG2E_Q15 = 47274
-LOSS_SCALE_BITS = 11
-LOSS_SHIFT = 4
-LOSS_EXPONENT = LOSS_SHIFT - LOSS_SCALE_BITS
-TAYLOR_BELOW = -7   # exponents <= this use 1 + x + x^2/2
-MIN_EXPONENT = -30  # keeps 2**(1 - 2e) inside int64; logits that small are all ~0 anyway
-
-
 def _c_div(a: np.ndarray, divisor) -> np.ndarray:
     """C integer division (truncation toward zero) of int64 arrays by a positive divisor."""
     return np.sign(a) * (np.abs(a) // divisor)
 
 
 def niti_loss_grad(logits, exponent, labels, rng):
+    """NITI's integer loss gradient (numerics.py: the constants and where the form comes from)."""
     s = logits.astype(np.int64)
     e = max(int(exponent), MIN_EXPONENT)
     if e > TAYLOR_BELOW:

@@ -1,5 +1,5 @@
 """The float-recipe hooks (Octo, WAGEUBN, AFP, MLS, FP8, FP32) of every backend that
-claims them, against ops_ref (ref_float.py) on random and ragged shapes.
+claims them, against ops_ref (float_ops.py) on random and ragged shapes.
 
 Quantizers, element-wise ops, pooling, updates and integer/FP16 products must match bit
 for bit; sums over many floats (PRC's squared errors, the compensation layer's channel

@@ -6,7 +6,7 @@ import pytest
 
 from dsptrain.algorithms import _quant as q
 from dsptrain.algorithms.afp import choose_bits
-from dsptrain.backends import ref_float
+from dsptrain import float_ops as ref_float
 from dsptrain.backends.ops_ref import RefBackend
 from dsptrain.numerics import RngKey
 

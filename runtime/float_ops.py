@@ -1,5 +1,6 @@
-"""The NumPy judge of the float-recipe hooks (Octo, WAGEUBN, AFP, MLS, FP8, FP32): what
-`RefBackend` runs and what every native implementation is tested against.
+"""The float-recipe ops (Octo, WAGEUBN, AFP, MLS, FP8, FP32) defined in NumPy: what the
+reference backend (backends/ops_ref.py) runs as the judge, what every native
+implementation is tested against, and the grids the recipes round to at initialisation.
 
 Quantizers and element-wise ops are bit-exact definitions. Sums over many elements
 (PRC's squared errors, the compensation layer's channel sums) are float64 and agree with
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import numerics
+from . import numerics
+from .layout import pool_windows
 
 ROUNDINGS = ("round", "nearest_even", "sto")
 
@@ -161,7 +163,7 @@ def relu_bwd_f32(err, y):
     return np.where(y > 0, err, np.float32(0))
 
 
-def maxpool_f32(x, kernel, stride, pool_windows):
+def maxpool_f32(x, kernel, stride):
     windows = pool_windows(x, kernel, stride)
     argmax = windows.argmax(axis=-1).astype(np.uint8)
     y = np.take_along_axis(windows, argmax[..., None].astype(np.intp), axis=-1)[..., 0]
