@@ -431,17 +431,20 @@ void def_float_recipe_ops(py::module_& m) {
     return py::make_tuple(w_new, v_new);
   }, py::arg("w"), py::arg("grad"), py::arg("v"), py::arg("lr"), py::arg("momentum"), py::arg("weight_decay"),
      py::arg("nesterov"), "PyTorch's SGD step in float32: (new w, new velocity).");
-  m.def("gemm_s16", [](const py::handle& a_obj, const py::handle& b_obj) {
-    auto a = checked<int16_t>("gemm_s16", "a", a_obj, 2);
-    auto b = checked<int16_t>("gemm_s16", "b", b_obj, 2);
-    if (a.shape(1) != b.shape(1)) fail("gemm_s16: a " + shape_str(a) + " and b " + shape_str(b) + " differ in K (a @ b.T)");
-    const int m = int(a.shape(0)), n = int(b.shape(0)), k = int(a.shape(1));
+  m.def("matmul_s16", [](const py::handle& a_obj, const py::handle& b_obj, bool a_transposed) {
+    auto a = checked<int16_t>("matmul_s16", "a", a_obj, 2);
+    auto b = checked<int16_t>("matmul_s16", "b", b_obj, 2);
+    const int m = int(a.shape(a_transposed ? 1 : 0)), k = int(a.shape(a_transposed ? 0 : 1)), n = int(b.shape(1));
+    if (b.shape(0) != k)
+      fail("matmul_s16: a " + shape_str(a) + (a_transposed ? " (transposed)" : "") + " and b " + shape_str(b) +
+           " differ in K (op(a) @ b, b is [K, N])");
     py::array_t<int64_t> c(std::vector<py::ssize_t>{m, n});
     int64_t* p = c.mutable_data();
     py::gil_scoped_release nogil;
-    gemm_s16_s64(a.data(), b.data(), m, n, k, p);
+    matmul_s16_s64(a.data(), a_transposed, b.data(), m, n, k, p);
     return c;
-  }, py::arg("a"), py::arg("b"), "int16 a[M,K] @ b[N,K].T -> int64 [M,N], exact.");
+  }, py::arg("a"), py::arg("b"), py::arg("a_transposed"),
+     "int16 (a.T if a_transposed else a) @ b[K,N] -> int64 [M,N], exact.");
   m.def("gemm_fp16_chunked", [](const py::handle& a_obj, const py::handle& b_obj, int chunk, bool fp16_adds) {
     auto a = checked<float>("gemm_fp16_chunked", "a", a_obj, 2);
     auto b = checked<float>("gemm_fp16_chunked", "b", b_obj, 2);

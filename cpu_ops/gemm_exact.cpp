@@ -20,7 +20,18 @@
 namespace dsptrain {
 namespace {
 
-constexpr int kKStep = 16;  // int16 elements per AVX2 vector
+// B is packed in panels of kNv columns: per pair of k, the two rows' kNv elements
+// interleaved (b[2p][j], b[2p+1][j]), which is what pmaddwd multiplies against a
+// broadcast pair (a[m][2p], a[m][2p+1]); K and N are zero padded.
+constexpr int kNv = 8;        // int32 lanes of an AVX2 vector: output columns per vector
+constexpr int kPanel = 2 * kNv;  // columns per panel: two vectors
+constexpr int kRows = 4;      // rows of A per microkernel call
+
+struct PackedS16 {
+  std::vector<int16_t> b;     // [panels][pairs][kPanel][2]
+  std::vector<int32_t> a;     // [m][pairs]: a's k pairs as one 32-bit word each
+  int pairs = 0, panels = 0;
+};
 
 int max_abs16(const int16_t* x, size_t n) {
   int m = 0;
@@ -28,70 +39,80 @@ int max_abs16(const int16_t* x, size_t n) {
   return m;
 }
 
-// rows of `src` [rows, k] copied into [rows, kp] with zero padding
-std::vector<int16_t> padded(const int16_t* src, int rows, int k, int kp) {
-  std::vector<int16_t> out(static_cast<size_t>(rows) * kp, 0);
-  for (int r = 0; r < rows; ++r) std::memcpy(out.data() + static_cast<size_t>(r) * kp, src + static_cast<size_t>(r) * k, k * 2);
-  return out;
+void pack(const int16_t* a, bool a_t, const int16_t* b, int m, int n, int k, PackedS16* p) {
+  p->pairs = (k + 1) / 2;
+  p->panels = (n + kPanel - 1) / kPanel;
+  p->b.assign(static_cast<size_t>(p->panels) * p->pairs * kPanel * 2, 0);
+  for (int q = 0; q < k; ++q) {
+    const int16_t* row = b + static_cast<size_t>(q) * n;
+    for (int j = 0; j < n; ++j)
+      p->b[((static_cast<size_t>(j / kPanel) * p->pairs + q / 2) * kPanel + j % kPanel) * 2 + q % 2] = row[j];
+  }
+  p->a.assign(static_cast<size_t>(m) * p->pairs, 0);
+  for (int i = 0; i < m; ++i)
+    for (int q = 0; q < k; ++q) {
+      const int16_t v = a_t ? a[static_cast<size_t>(q) * m + i] : a[static_cast<size_t>(i) * k + q];
+      uint32_t& w = reinterpret_cast<uint32_t&>(p->a[static_cast<size_t>(i) * p->pairs + q / 2]);
+      w |= static_cast<uint32_t>(static_cast<uint16_t>(v)) << (16 * (q % 2));
+    }
 }
 
-void dot_rows_scalar(const int16_t* a, const int16_t* b, int m0, int m1, int n, int kp, int64_t* c) {
+void rows_scalar(const PackedS16& p, int m0, int m1, int n, int64_t* c) {
   for (int i = m0; i < m1; ++i)
     for (int j = 0; j < n; ++j) {
       int64_t s = 0;
-      for (int q = 0; q < kp; ++q) s += static_cast<int64_t>(a[static_cast<size_t>(i) * kp + q]) * b[static_cast<size_t>(j) * kp + q];
+      const int16_t* bp = p.b.data() + static_cast<size_t>(j / kPanel) * p.pairs * kPanel * 2 + (j % kPanel) * 2;
+      for (int q = 0; q < p.pairs; ++q) {
+        const uint32_t w = static_cast<uint32_t>(p.a[static_cast<size_t>(i) * p.pairs + q]);
+        const int16_t a0 = static_cast<int16_t>(w & 0xffff), a1 = static_cast<int16_t>(w >> 16);
+        s += static_cast<int64_t>(a0) * bp[q * kPanel * 2] + static_cast<int64_t>(a1) * bp[q * kPanel * 2 + 1];
+      }
       c[static_cast<size_t>(i) * n + j] = s;
     }
 }
 
 #ifdef DSPTRAIN_X86
-DSPTRAIN_AVX2 inline int64_t hsum64(__m256i v) {
-  const __m256i lo = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(v));
-  const __m256i hi = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(v, 1));
-  const __m256i s = _mm256_add_epi64(lo, hi);
-  alignas(32) int64_t t[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(t), s);
-  return t[0] + t[1] + t[2] + t[3];
+DSPTRAIN_AVX2 inline void add_lanes64(__m256i v, int64_t* dst) {
+  alignas(32) int64_t lo[4], hi[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lo), _mm256_cvtepi32_epi64(_mm256_castsi256_si128(v)));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(hi), _mm256_cvtepi32_epi64(_mm256_extracti128_si256(v, 1)));
+  for (int q = 0; q < 4; ++q) {
+    dst[q] += lo[q];
+    dst[4 + q] += hi[q];
+  }
 }
 
-// 2 rows of a x 2 rows of b per step; int32 lanes flushed to int64 every `block` steps
-DSPTRAIN_AVX2 void dot_rows_avx2(const int16_t* a, const int16_t* b, int m0, int m1, int n, int kp, int block,
-                                 int64_t* c) {
-  const int steps = kp / kKStep;
-  for (int i = m0; i < m1; i += 2) {
-    const int ri = std::min(2, m1 - i);
-    for (int j = 0; j < n; j += 2) {
-      const int rj = std::min(2, n - j);
-      const int16_t* a0 = a + static_cast<size_t>(i) * kp;
-      const int16_t* a1 = a + static_cast<size_t>(i + ri - 1) * kp;
-      const int16_t* b0 = b + static_cast<size_t>(j) * kp;
-      const int16_t* b1 = b + static_cast<size_t>(j + rj - 1) * kp;
-      int64_t s00 = 0, s01 = 0, s10 = 0, s11 = 0;
-      for (int s0 = 0; s0 < steps; s0 += block) {
-        __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00;
-        const int s1 = std::min(steps, s0 + block);
-        for (int s = s0; s < s1; ++s) {
-          const __m256i va0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a0 + s * kKStep));
-          const __m256i va1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a1 + s * kKStep));
-          const __m256i vb0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + s * kKStep));
-          const __m256i vb1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + s * kKStep));
-          c00 = _mm256_add_epi32(c00, _mm256_madd_epi16(va0, vb0));
-          c01 = _mm256_add_epi32(c01, _mm256_madd_epi16(va0, vb1));
-          c10 = _mm256_add_epi32(c10, _mm256_madd_epi16(va1, vb0));
-          c11 = _mm256_add_epi32(c11, _mm256_madd_epi16(va1, vb1));
+// rows [m0, m1) x every panel; int32 lanes flushed into int64 every `block` pairs
+DSPTRAIN_AVX2 void rows_avx2(const PackedS16& p, int m0, int m1, int n, int block, int64_t* c) {
+  for (int i0 = m0; i0 < m1; i0 += kRows) {
+    const int rows = std::min(kRows, m1 - i0);
+    const int32_t* ar[kRows];
+    for (int r = 0; r < kRows; ++r) ar[r] = p.a.data() + static_cast<size_t>(i0 + std::min(r, rows - 1)) * p.pairs;
+    for (int panel = 0; panel < p.panels; ++panel) {
+      const int16_t* bp = p.b.data() + static_cast<size_t>(panel) * p.pairs * kPanel * 2;
+      alignas(32) int64_t sum[kRows][kPanel] = {};
+      for (int q0 = 0; q0 < p.pairs; q0 += block) {
+        const int q1 = std::min(p.pairs, q0 + block);
+        __m256i acc[kRows][2];
+        for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+        for (int q = q0; q < q1; ++q) {
+          const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + static_cast<size_t>(q) * kPanel * 2));
+          const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + static_cast<size_t>(q) * kPanel * 2 + 16));
+#pragma GCC unroll 4
+          for (int r = 0; r < kRows; ++r) {
+            const __m256i av = _mm256_set1_epi32(ar[r][q]);
+            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(av, b0));
+            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(av, b1));
+          }
         }
-        s00 += hsum64(c00);
-        s01 += hsum64(c01);
-        s10 += hsum64(c10);
-        s11 += hsum64(c11);
+        for (int r = 0; r < kRows; ++r) {
+          add_lanes64(acc[r][0], sum[r]);
+          add_lanes64(acc[r][1], sum[r] + kNv);
+        }
       }
-      int64_t* ci = c + static_cast<size_t>(i) * n + j;
-      ci[0] = s00;
-      if (rj > 1) ci[1] = s01;
-      if (ri > 1) {
-        ci[n] = s10;
-        if (rj > 1) ci[n + 1] = s11;
-      }
+      const int cols = std::min(kPanel, n - panel * kPanel);
+      for (int r = 0; r < rows; ++r)
+        std::memcpy(c + static_cast<size_t>(i0 + r) * n + panel * kPanel, sum[r], cols * sizeof(int64_t));
     }
   }
 }
@@ -170,25 +191,31 @@ bool has_f16c() {
 
 }  // namespace
 
-void gemm_s16_s64(const int16_t* a, const int16_t* b, int m, int n, int k, int64_t* c) {
-  const int kp = (k + kKStep - 1) / kKStep * kKStep;
-  const std::vector<int16_t> ap = padded(a, m, k, kp), bp = padded(b, n, k, kp);
-  // a lane adds two products per step: keep `block` steps inside int32
-  const int64_t per_step = 2LL * max_abs16(a, static_cast<size_t>(m) * k) * max_abs16(b, static_cast<size_t>(n) * k);
-  const int64_t block = per_step == 0 ? kp : ((1LL << 31) - 1) / per_step;
+void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m, int n, int k, int64_t* c) {
+  if (k == 0) {
+    std::fill(c, c + static_cast<size_t>(m) * n, 0);
+    return;
+  }
   const double macs = static_cast<double>(m) * n * k;
   SerialScope serial(small_op(macs));
-  const int tasks = std::max(1, std::min((m + 1) / 2, 4 * pool_threads()));
+  thread_local PackedS16 kept;   // the caller's; the workers read it through `packed`
+  PackedS16& packed = kept;
+  pack(a, a_transposed, b, m, n, k, &packed);
+  // a lane adds two products per pair: keep `block` pairs inside int32
+  const int64_t per_pair = 2LL * max_abs16(a, static_cast<size_t>(m) * k) * max_abs16(b, static_cast<size_t>(n) * k);
+  [[maybe_unused]] const int64_t block = per_pair == 0 ? packed.pairs : ((1LL << 31) - 1) / per_pair;
+  const int tasks = std::max(1, std::min((m + kRows - 1) / kRows, 4 * pool_threads()));
+  const int row_blocks = (m + kRows - 1) / kRows;
   parallel_for(tasks, [&](int t) {
-    const int m0 = static_cast<int>(static_cast<long long>(m) * t / tasks) / 2 * 2;
-    const int m1 = t + 1 == tasks ? m : static_cast<int>(static_cast<long long>(m) * (t + 1) / tasks) / 2 * 2;
+    const int m0 = static_cast<int>(static_cast<long long>(row_blocks) * t / tasks) * kRows;
+    const int m1 = std::min(m, static_cast<int>(static_cast<long long>(row_blocks) * (t + 1) / tasks) * kRows);
 #ifdef DSPTRAIN_X86
     if (block >= 1 && __builtin_cpu_supports("avx2")) {
-      dot_rows_avx2(ap.data(), bp.data(), m0, m1, n, kp, static_cast<int>(std::min<int64_t>(block, 1 << 20)), c);
+      rows_avx2(packed, m0, m1, n, static_cast<int>(std::min<int64_t>(block, 1 << 20)), c);
       return;
     }
 #endif
-    dot_rows_scalar(ap.data(), bp.data(), m0, m1, n, kp, c);
+    rows_scalar(packed, m0, m1, n, c);
   });
 }
 
@@ -201,7 +228,7 @@ void gemm_fp16_chunked(const float* a, const float* b, int m, int n, int k, int 
   const double macs = static_cast<double>(m) * n * kp;
   SerialScope serial(small_op(macs));
   const int tasks = std::max(1, std::min(m, 4 * pool_threads()));
-  const bool vector = has_f16c();
+  [[maybe_unused]] const bool vector = has_f16c();
   parallel_for(tasks, [&](int t) {
     const int m0 = static_cast<int>(static_cast<long long>(m) * t / tasks);
     const int m1 = static_cast<int>(static_cast<long long>(m) * (t + 1) / tasks);

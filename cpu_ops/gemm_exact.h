@@ -1,5 +1,7 @@
 // Products of the emulated recipes whose operands are not int8 with one scale:
-// - gemm_s16_s64: int16 a[M,K] x b[N,K].T summed exactly in int64. MLS's operands are
+// - matmul_s16_s64: int16 op(a) x b, op(a) = a[M,K] or a[K,M] transposed, b[K,N], summed
+//   exactly in int64 (a layer's products need no transposed copies: the
+//   weight-gradient reduction runs down the rows of both operands). MLS's operands are
 //   int8 elements with a power-of-two scale per group of channels (Zhong et al. 2022);
 //   stored with the group shift applied (q * 2**(kmax - k), at most 127 * 2**7 for
 //   group_bits <= 3), the groups' partial sums combine exactly inside one integer dot
@@ -13,7 +15,7 @@
 
 namespace dsptrain {
 
-void gemm_s16_s64(const int16_t* a, const int16_t* b, int m, int n, int k, int64_t* c);
+void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m, int n, int k, int64_t* c);
 
 // a[M,K], b[N,K] hold FP16 values as float32; c[M,N] gets FP16 values as float32.
 void gemm_fp16_chunked(const float* a, const float* b, int m, int n, int k, int chunk, bool fp16_adds, float* c);

@@ -58,7 +58,7 @@ def prc_squared_errors(x, top: float, ratios, qmax: int) -> list[float]:
     out = []
     for r in ratios:
         step = r * top / qmax
-        e = np.minimum(np.floor(magnitude / step + 0.5), qmax) * step - magnitude
+        e = np.minimum(np.floor(magnitude * (1.0 / step) + 0.5), qmax) * step - magnitude
         out.append(float(np.dot(e.ravel(), e.ravel())))
     return out
 
@@ -113,13 +113,15 @@ def sgd_f32(w, grad, v, lr, momentum, weight_decay, nesterov):
     return (w - np.float32(lr) * step).astype(np.float32), v.astype(np.float32)
 
 
-def gemm_s16(a, b) -> np.ndarray:
-    """int16 a[M,K] @ b[N,K].T, exact int64 (float64 sums stay exact below 2**53)."""
+def matmul_s16(a, b, a_transposed=False) -> np.ndarray:
+    """int16 (a.T if a_transposed else a) @ b[K,N], exact int64 (float64 sums stay exact
+    below 2**53)."""
+    a = a.T if a_transposed else a
     depth = a.shape[1]
     bound = float(np.max(np.abs(a), initial=0)) * float(np.max(np.abs(b), initial=0)) * depth
     if bound >= 2.0**53:
         raise OverflowError(f"int16 product of depth {depth} may exceed 2**53")
-    return np.rint(a.astype(np.float64) @ b.astype(np.float64).T).astype(np.int64)
+    return np.rint(a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
 
 
 def _fp16(x: np.ndarray) -> np.ndarray:

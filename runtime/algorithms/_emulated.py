@@ -14,7 +14,7 @@ extra state) and gets the module-level contract of `algorithms/__init__.py` back
 quantizers on absmax_f/quantize_f (or the recipe's own), products whose operands are
 int8 with one scale per tensor on the int8 hooks (gemm_s8, conv2d_s8, ...: the CPU and
 DSP backends), int16 operands (MLS's group-aligned elements, AFP's 16-bit errors) on
-gemm_s16, updates on sgd_f32 (or the recipe's). ReLU, max-pool, flatten, dropout and the
+matmul_s16, updates on sgd_f32 (or the recipe's). ReLU, max-pool, flatten, dropout and the
 loss are FP32's ops. Not a recipe: no YAML names this module.
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ def product(be, kind: str, a: Scaled, b: Scaled, attrs: dict) -> np.ndarray:
 
     kind: fwd (x, w), bwd_data (err, w), bwd_weight (err, x); attrs has `conv` and the
     conv geometry. int8 operands with one scale each go through the backend's int8 hooks;
-    int16 ones (MLS's group-aligned elements, AFP's 16-bit errors) through gemm_s16 (a
+    int16 ones (MLS's group-aligned elements, AFP's 16-bit errors) through matmul_s16 (a
     backend without it hands the op on: NoSupport). Either way the exact integer sums
     are multiplied by the two scales once (`dequantize`). Anything else is summed in
     float64 from exact values.
@@ -54,8 +54,8 @@ def product(be, kind: str, a: Scaled, b: Scaled, attrs: dict) -> np.ndarray:
     if a.scalar_int8 and b.scalar_int8:
         return be.dequantize(_int8_product(be, kind, a.q, b.q, attrs), float(a.scale) * float(b.scale))
     if _scalar_int(a) and _scalar_int(b):
-        if "gemm_s16" not in be.hooks:
-            raise NoSupport(be.name, f"{kind} product of {a.q.dtype} x {b.q.dtype} operands needs gemm_s16")
+        if "matmul_s16" not in be.hooks:
+            raise NoSupport(be.name, f"{kind} product of {a.q.dtype} x {b.q.dtype} operands needs matmul_s16")
         return be.dequantize(_int16_product(be, kind, a.q.astype(np.int16, copy=False),
                                             b.q.astype(np.int16, copy=False), attrs), float(a.scale) * float(b.scale))
     return _float64_product(kind, a.values(), b.values(), attrs).astype(np.float32)
@@ -66,28 +66,30 @@ def _scalar_int(t: Scaled) -> bool:
 
 
 def _int16_product(be, kind, a, b, attrs):
-    """The exact int64 sums of a layer product of int16 operands, by gemm_s16 on im2col
-    patches (conv) or rows (linear); the backward-data scatter adds in int64."""
+    """The exact int64 sums of a layer product of int16 operands by matmul_s16, whose
+    right operand is K-major: weights as they are for the backward data product (a
+    transposed copy of them, small, for the forward), activations and im2col patches as
+    they are for the weight gradient; the backward-data scatter adds in int64."""
     c = np.ascontiguousarray
     if not attrs["conv"]:
         if kind == "fwd":
-            return be.gemm_s16(c(_rows(a)), b)
+            return be.matmul_s16(c(_rows(a)), c(b.T))
         if kind == "bwd_data":
-            return be.gemm_s16(a, c(b.T))
-        return be.gemm_s16(c(a.T), c(_rows(b).T))
+            return be.matmul_s16(a, b)
+        return be.matmul_s16(a, c(_rows(b)), a_transposed=True)
     s, p = attrs["stride"], attrs["pad"]
     if kind == "fwd":
         o, kh, kw, _ = b.shape
         n, h, w, _ = a.shape
-        out = be.gemm_s16(patches(a, kh, kw, s, p), b.reshape(o, -1))
+        out = be.matmul_s16(patches(a, kh, kw, s, p), c(b.reshape(o, -1).T))
         return out.reshape(n, out_size(h, kh, s, p), out_size(w, kw, s, p), o)
     if kind == "bwd_data":
         o, kh, kw, ch = b.shape
-        dcols = be.gemm_s16(a.reshape(-1, o), c(b.reshape(o, -1).T))
+        dcols = be.matmul_s16(a.reshape(-1, o), b.reshape(o, -1))
         return col2im_int(dcols, a.shape, (kh, kw, ch), s, p, attrs["in_hw"])
     kh, kw = attrs["kernel"]
     o = a.shape[-1]
-    return be.gemm_s16(c(a.reshape(-1, o).T), c(patches(b, kh, kw, s, p).T)).reshape(o, kh, kw, b.shape[-1])
+    return be.matmul_s16(a.reshape(-1, o), patches(b, kh, kw, s, p), a_transposed=True).reshape(o, kh, kw, b.shape[-1])
 
 
 def patches(x: np.ndarray, kh: int, kw: int, stride: int, pad: int) -> np.ndarray:

@@ -116,7 +116,7 @@ def quantize_mls(be, x, bits: int, group_size: int, group_bits: int, rounding: s
 
     Returned with the group shift applied: elements q * 2**(kmax - k) (int16) and one scale
     s * 2**-kmax, the same values exactly. Then the groups' power-of-two scales sit inside
-    the integers, so a product is one exact integer dot product (gemm_s16) whatever the
+    the integers, so a product is one exact integer dot product (matmul_s16) whatever the
     summation order, and one float multiply by the two tensor scales."""
     x = np.asarray(x, np.float32)
     channels = x.shape[-1]

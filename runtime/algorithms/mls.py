@@ -12,7 +12,7 @@ Float32 master weights, SGD with momentum.
 Products: the paper's accelerator sums each group in integers and adds the groups'
 sums shifted by their power-of-two scales. Here the shift is applied to the elements
 when they are quantized (q * 2**(kmax - k), int16: `_quant.quantize_mls`), so the
-groups' shifted partial sums add up inside one exact integer dot product (`gemm_s16`,
+groups' shifted partial sums add up inside one exact integer dot product (`matmul_s16`,
 int64): the same values, independent of the summation order and the thread count.
 When a layer's channel count is not a multiple of `group_size` the group is their gcd.
 """
@@ -41,7 +41,7 @@ class MLSNumerics(Numerics):
     quant_hooks = ("absmax_f", "quantize_mls")
 
     def product_hooks(self, kind):
-        return ("gemm_s16",)
+        return ("matmul_s16",)
 
     def _group_bits(self, ctx):
         return int(self.param(ctx.recipe, "group_bits", 2))

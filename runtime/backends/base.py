@@ -190,9 +190,10 @@ class Backend:
         """x on a (1, exponent_bits, mantissa_bits) float grid (FP8, FP16), float32."""
         self._needs("round_float")
 
-    def gemm_s16(self, a, b) -> np.ndarray:
-        """int16 a[M,K] @ b[N,K].T -> int64 [M,N], exact (MLS, 16-bit AFP errors)."""
-        self._needs("gemm_s16")
+    def matmul_s16(self, a, b, a_transposed: bool = False) -> np.ndarray:
+        """int16 (a[K,M].T if a_transposed else a[M,K]) @ b[K,N] -> int64 [M,N], exact (MLS,
+        16-bit AFP errors). b is K-major, so no product needs a transposed copy."""
+        self._needs("matmul_s16")
 
     def gemm_fp16_chunked(self, a, b, chunk: int, fp16_adds: bool) -> np.ndarray:
         """FP16 values a[M,K] @ b[N,K].T with chunk-based FP16 accumulation, float32 (FP8)."""

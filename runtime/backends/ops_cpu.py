@@ -164,8 +164,8 @@ class CpuBackend(Backend):
     def round_float(self, x, exponent_bits, mantissa_bits, mode, rng):
         return _native.round_float(_float(x), int(exponent_bits), int(mantissa_bits), mode, _rng(rng))
 
-    def gemm_s16(self, a, b):
-        return _native.gemm_s16(a, b)
+    def matmul_s16(self, a, b, a_transposed=False):
+        return _native.matmul_s16(a, b, bool(a_transposed))
 
     def gemm_fp16_chunked(self, a, b, chunk, fp16_adds):
         return _native.gemm_fp16_chunked(np.asarray(a, np.float32), np.asarray(b, np.float32), int(chunk), bool(fp16_adds))

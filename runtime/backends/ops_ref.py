@@ -26,7 +26,7 @@ def _to_acc(x: np.ndarray, depth: int) -> np.ndarray:
 
 #: the float-recipe hooks of base.py, defined in float_ops.py
 FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_errors", "quantize_mls", "round_float",
-                      "gemm_s16", "gemm_fp16_chunked", "relu_f32", "relu_bwd_f32", "maxpool_f32", "maxpool_bwd_f32",
+                      "matmul_s16", "gemm_fp16_chunked", "relu_f32", "relu_bwd_f32", "maxpool_f32", "maxpool_bwd_f32",
                       "compensation_fwd", "compensation_bwd", "sgd_f32")
 
 
@@ -162,8 +162,8 @@ class RefBackend(Backend):
     def round_float(self, x, exponent_bits, mantissa_bits, mode, rng):
         return float_ops.round_float(x, exponent_bits, mantissa_bits, mode, rng)
 
-    def gemm_s16(self, a, b):
-        return float_ops.gemm_s16(a, b)
+    def matmul_s16(self, a, b, a_transposed=False):
+        return float_ops.matmul_s16(a, b, a_transposed)
 
     def gemm_fp16_chunked(self, a, b, chunk, fp16_adds):
         return float_ops.gemm_fp16_chunked(a, b, chunk, fp16_adds)

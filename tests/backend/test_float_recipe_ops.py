@@ -107,17 +107,23 @@ GEMM16_SHAPES = [(1, 1, 1), (3, 5, 2), (7, 16, 17), (64, 400, 120), (6, 2001, 25
 
 
 @pytest.mark.parametrize("m,k,n", GEMM16_SHAPES)
-def test_gemm_s16(be, ref, m, k, n):
+@pytest.mark.parametrize("a_transposed", [False, True])
+def test_matmul_s16(be, ref, m, k, n, a_transposed):
     rng = np.random.default_rng(m * k + n)
     a = (rng.integers(-127, 128, (m, k)) << rng.integers(0, 4, (m, k))).astype(np.int16)
-    b = (rng.integers(-127, 128, (n, k)) << rng.integers(0, 8, (n, k))).astype(np.int16)
-    np.testing.assert_array_equal(be.gemm_s16(a, b), ref.gemm_s16(a, b))
+    b = (rng.integers(-127, 128, (k, n)) << rng.integers(0, 8, (k, n))).astype(np.int16)
+    a = np.ascontiguousarray(a.T) if a_transposed else a
+    np.testing.assert_array_equal(be.matmul_s16(a, b, a_transposed), ref.matmul_s16(a, b, a_transposed))
 
 
-def test_gemm_s16_extremes(be, ref):
+def test_matmul_s16_extremes(be, ref):
+    """Sums far beyond int32 (int32 lanes flushed in time), and 16-bit errors x int8."""
     a = np.full((5, 3000), -16256, np.int16)
-    b = np.full((3, 3000), 16256, np.int16)
-    np.testing.assert_array_equal(be.gemm_s16(a, b), ref.gemm_s16(a, b))
+    b = np.full((3000, 3), 16256, np.int16)
+    np.testing.assert_array_equal(be.matmul_s16(a, b), ref.matmul_s16(a, b))
+    a16 = np.full((7, 5001), -32767, np.int16)
+    b8 = np.full((5001, 9), -127, np.int16)
+    np.testing.assert_array_equal(be.matmul_s16(a16, b8), ref.matmul_s16(a16, b8))
 
 
 @pytest.mark.parametrize("m,k,n,chunk", [(1, 1, 1, 64), (3, 5, 9, 64), (10, 150, 6, 64), (17, 130, 13, 16),
@@ -139,6 +145,7 @@ def test_relu(be, ref, shape):
 
 
 @pytest.mark.parametrize("n,h,w,c,k,s", [(1, 2, 2, 1, 2, 2), (3, 7, 9, 5, 2, 2), (2, 9, 9, 3, 3, 2), (64, 28, 28, 6, 2, 2),
+                                          (2, 6, 6, 3, 2, 3), (2, 8, 8, 16, 2, 2), (1, 5, 5, 40, 2, 2),
                                           (2, 6, 5, 4, 3, 1)])
 def test_maxpool(be, ref, n, h, w, c, k, s):
     rng = np.random.default_rng(h * w)
