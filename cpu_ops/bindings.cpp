@@ -25,7 +25,7 @@
 #include "scratch.h"
 #include "thread_pool.h"
 #include "threefry.h"
-#include "update.h"
+#include "update_f32.h"
 
 namespace py = pybind11;
 using namespace dsptrain;

@@ -29,9 +29,17 @@ constexpr int kRows = 4;      // rows of A per microkernel call
 
 struct PackedS16 {
   std::vector<int16_t> b;     // [panels][pairs][kPanel][2]
-  std::vector<int32_t> a;     // [m][pairs]: a's k pairs as one 32-bit word each
+  std::vector<int32_t> a;     // a's k pairs as 32-bit words, when a cannot be read in place
+  const int16_t* a_words = nullptr;   // word (i, p) at a_words + 2 * (i * stride_i + p * stride_p)
+  ptrdiff_t stride_i = 0, stride_p = 0;
   int pairs = 0, panels = 0;
 };
+
+inline int32_t a_word(const PackedS16& p, int i, int q) {
+  int32_t w;
+  std::memcpy(&w, p.a_words + 2 * (i * p.stride_i + q * p.stride_p), sizeof w);
+  return w;
+}
 
 int max_abs16(const int16_t* x, size_t n) {
   int m = 0;
@@ -39,22 +47,59 @@ int max_abs16(const int16_t* x, size_t n) {
   return m;
 }
 
+inline int32_t pair_word(int16_t lo, int16_t hi) {
+  return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(lo)) |
+                              (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16));
+}
+
+// A: rows of even length are read in place (a pair is one 32-bit word); odd ones are
+// copied with a zero at the end; a transposed a[K, M] is interleaved two rows at a time
+// into pair-major words. B: per pair of rows and panel, the two rows interleaved.
 void pack(const int16_t* a, bool a_t, const int16_t* b, int m, int n, int k, PackedS16* p) {
   p->pairs = (k + 1) / 2;
   p->panels = (n + kPanel - 1) / kPanel;
-  p->b.assign(static_cast<size_t>(p->panels) * p->pairs * kPanel * 2, 0);
-  for (int q = 0; q < k; ++q) {
-    const int16_t* row = b + static_cast<size_t>(q) * n;
-    for (int j = 0; j < n; ++j)
-      p->b[((static_cast<size_t>(j / kPanel) * p->pairs + q / 2) * kPanel + j % kPanel) * 2 + q % 2] = row[j];
-  }
-  p->a.assign(static_cast<size_t>(m) * p->pairs, 0);
-  for (int i = 0; i < m; ++i)
-    for (int q = 0; q < k; ++q) {
-      const int16_t v = a_t ? a[static_cast<size_t>(q) * m + i] : a[static_cast<size_t>(i) * k + q];
-      uint32_t& w = reinterpret_cast<uint32_t&>(p->a[static_cast<size_t>(i) * p->pairs + q / 2]);
-      w |= static_cast<uint32_t>(static_cast<uint16_t>(v)) << (16 * (q % 2));
+  const int pairs = p->pairs;
+  if (!a_t && k % 2 == 0) {
+    p->a_words = a;
+    p->stride_i = pairs;
+    p->stride_p = 1;
+  } else if (!a_t) {
+    p->a.assign(static_cast<size_t>(m) * pairs, 0);
+    int16_t* dst = reinterpret_cast<int16_t*>(p->a.data());
+    for (int i = 0; i < m; ++i) std::memcpy(dst + static_cast<size_t>(i) * 2 * pairs, a + static_cast<size_t>(i) * k, k * 2);
+    p->a_words = dst;
+    p->stride_i = pairs;
+    p->stride_p = 1;
+  } else {
+    p->a.resize(static_cast<size_t>(m) * pairs);
+    for (int q = 0; q < pairs; ++q) {
+      const int16_t* r0 = a + static_cast<size_t>(2 * q) * m;
+      const int16_t* r1 = 2 * q + 1 < k ? r0 + m : nullptr;
+      int32_t* dst = p->a.data() + static_cast<size_t>(q) * m;
+      if (r1)
+        for (int i = 0; i < m; ++i) dst[i] = pair_word(r0[i], r1[i]);
+      else
+        for (int i = 0; i < m; ++i) dst[i] = pair_word(r0[i], 0);
     }
+    p->a_words = reinterpret_cast<const int16_t*>(p->a.data());
+    p->stride_i = 1;
+    p->stride_p = m;
+  }
+  p->b.assign(static_cast<size_t>(p->panels) * pairs * kPanel * 2, 0);
+  for (int q = 0; q < pairs; ++q) {
+    const int16_t* r0 = b + static_cast<size_t>(2 * q) * n;
+    const int16_t* r1 = 2 * q + 1 < k ? r0 + n : nullptr;
+    for (int panel = 0; panel < p->panels; ++panel) {
+      int16_t* dst = p->b.data() + (static_cast<size_t>(panel) * pairs + q) * kPanel * 2;
+      const int cols = std::min(kPanel, n - panel * kPanel);
+      const int16_t* s0 = r0 + panel * kPanel;
+      const int16_t* s1 = r1 ? r1 + panel * kPanel : nullptr;
+      for (int j = 0; j < cols; ++j) {
+        dst[2 * j] = s0[j];
+        dst[2 * j + 1] = s1 ? s1[j] : 0;
+      }
+    }
+  }
 }
 
 void rows_scalar(const PackedS16& p, int m0, int m1, int n, int64_t* c) {
@@ -63,7 +108,7 @@ void rows_scalar(const PackedS16& p, int m0, int m1, int n, int64_t* c) {
       int64_t s = 0;
       const int16_t* bp = p.b.data() + static_cast<size_t>(j / kPanel) * p.pairs * kPanel * 2 + (j % kPanel) * 2;
       for (int q = 0; q < p.pairs; ++q) {
-        const uint32_t w = static_cast<uint32_t>(p.a[static_cast<size_t>(i) * p.pairs + q]);
+        const uint32_t w = static_cast<uint32_t>(a_word(p, i, q));
         const int16_t a0 = static_cast<int16_t>(w & 0xffff), a1 = static_cast<int16_t>(w >> 16);
         s += static_cast<int64_t>(a0) * bp[q * kPanel * 2] + static_cast<int64_t>(a1) * bp[q * kPanel * 2 + 1];
       }
@@ -86,8 +131,8 @@ DSPTRAIN_AVX2 inline void add_lanes64(__m256i v, int64_t* dst) {
 DSPTRAIN_AVX2 void rows_avx2(const PackedS16& p, int m0, int m1, int n, int block, int64_t* c) {
   for (int i0 = m0; i0 < m1; i0 += kRows) {
     const int rows = std::min(kRows, m1 - i0);
-    const int32_t* ar[kRows];
-    for (int r = 0; r < kRows; ++r) ar[r] = p.a.data() + static_cast<size_t>(i0 + std::min(r, rows - 1)) * p.pairs;
+    int rr[kRows];
+    for (int r = 0; r < kRows; ++r) rr[r] = i0 + std::min(r, rows - 1);
     for (int panel = 0; panel < p.panels; ++panel) {
       const int16_t* bp = p.b.data() + static_cast<size_t>(panel) * p.pairs * kPanel * 2;
       alignas(32) int64_t sum[kRows][kPanel] = {};
@@ -100,7 +145,7 @@ DSPTRAIN_AVX2 void rows_avx2(const PackedS16& p, int m0, int m1, int n, int bloc
           const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + static_cast<size_t>(q) * kPanel * 2 + 16));
 #pragma GCC unroll 4
           for (int r = 0; r < kRows; ++r) {
-            const __m256i av = _mm256_set1_epi32(ar[r][q]);
+            const __m256i av = _mm256_set1_epi32(a_word(p, rr[r], q));
             acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(av, b0));
             acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(av, b1));
           }
@@ -121,28 +166,44 @@ DSPTRAIN_F16C inline __m256 round_fp16(__m256 x) {
   return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
-// 8 columns of c per vector; bp is b packed as [n/8][kp][8]
+// 8 columns of c per vector, 4 rows of a per pass (one load of b serves four rows); bp
+// is b packed as [n/8][kp][8]. Products past k (the zero padding of the last chunk) are
+// 0 * b, added as the reference adds them.
+template <bool kFp16Adds>
 DSPTRAIN_F16C void fp16_rows_f16c(const float* a, const float* bp, int m0, int m1, int n, int k, int kp, int chunk,
-                                  bool fp16_adds, float* c) {
+                                  float* c) {
+  constexpr int kR = 4;
   const int blocks = (n + 7) / 8, chunks = kp / chunk;
-  for (int i = m0; i < m1; ++i) {
-    const float* ar = a + static_cast<size_t>(i) * k;
+  for (int i0 = m0; i0 < m1; i0 += kR) {
+    const int rows = std::min(kR, m1 - i0);
+    const float* ar[kR];
+    for (int r = 0; r < kR; ++r) ar[r] = a + static_cast<size_t>(i0 + std::min(r, rows - 1)) * k;
     for (int nb = 0; nb < blocks; ++nb) {
       const float* bb = bp + static_cast<size_t>(nb) * kp * 8;
-      __m256 total = _mm256_setzero_ps();
+      __m256 total[kR];
       for (int ch = 0; ch < chunks; ++ch) {
-        __m256 acc = _mm256_setzero_ps();
-        for (int q = ch * chunk; q < (ch + 1) * chunk; ++q) {
-          const __m256 p = _mm256_mul_ps(_mm256_set1_ps(q < k ? ar[q] : 0.0f), _mm256_loadu_ps(bb + static_cast<size_t>(q) * 8));
-          acc = fp16_adds ? round_fp16(_mm256_add_ps(acc, round_fp16(p))) : _mm256_add_ps(acc, p);
+        __m256 acc[kR];
+        for (int r = 0; r < kR; ++r) acc[r] = _mm256_setzero_ps();
+        const int q_end = (ch + 1) * chunk, q_real = std::min(q_end, k);
+        for (int q = ch * chunk; q < q_end; ++q) {
+          const __m256 bv = _mm256_loadu_ps(bb + static_cast<size_t>(q) * 8);
+#pragma GCC unroll 4
+          for (int r = 0; r < kR; ++r) {
+            const __m256 p = _mm256_mul_ps(_mm256_set1_ps(q < q_real ? ar[r][q] : 0.0f), bv);
+            acc[r] = kFp16Adds ? round_fp16(_mm256_add_ps(acc[r], round_fp16(p))) : _mm256_add_ps(acc[r], p);
+          }
         }
-        acc = round_fp16(acc);
-        total = ch == 0 ? acc : round_fp16(_mm256_add_ps(total, acc));
+        for (int r = 0; r < kR; ++r) {
+          acc[r] = round_fp16(acc[r]);
+          total[r] = ch == 0 ? acc[r] : round_fp16(_mm256_add_ps(total[r], acc[r]));
+        }
       }
-      alignas(32) float t[8];
-      _mm256_store_ps(t, total);
       const int cols = std::min(8, n - nb * 8);
-      std::memcpy(c + static_cast<size_t>(i) * n + nb * 8, t, cols * sizeof(float));
+      for (int r = 0; r < rows; ++r) {
+        alignas(32) float t[8];
+        _mm256_store_ps(t, total[r]);
+        std::memcpy(c + static_cast<size_t>(i0 + r) * n + nb * 8, t, cols * sizeof(float));
+      }
     }
   }
 }
@@ -234,7 +295,8 @@ void gemm_fp16_chunked(const float* a, const float* b, int m, int n, int k, int 
     const int m1 = static_cast<int>(static_cast<long long>(m) * (t + 1) / tasks);
 #ifdef DSPTRAIN_X86
     if (vector) {
-      fp16_rows_f16c(a, bp.data(), m0, m1, n, k, kp, chunk, fp16_adds, c);
+      if (fp16_adds) fp16_rows_f16c<true>(a, bp.data(), m0, m1, n, k, kp, chunk, c);
+      else fp16_rows_f16c<false>(a, bp.data(), m0, m1, n, k, kp, chunk, c);
       return;
     }
 #endif

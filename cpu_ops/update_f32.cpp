@@ -1,5 +1,5 @@
 // One pass over the weights, float32 arithmetic in NumPy's order, no fused multiply-add.
-#include "update.h"
+#include "update_f32.h"
 
 #include <algorithm>
 
