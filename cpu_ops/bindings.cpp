@@ -14,18 +14,20 @@
 
 #include "conv.h"
 #include "cpu_features.h"
+#include "eltwise.h"
 #include "eltwise_f32.h"
-#include "gemm_exact.h"
 #include "gemm.h"
-#include "niti.h"
+#include "gemm_exact.h"
+#include "loss.h"
+#include "pool.h"
 #include "pool_f32.h"
-#include "pool_relu.h"
 #include "quant.h"
 #include "requant.h"
 #include "scratch.h"
 #include "thread_pool.h"
 #include "threefry.h"
 #include "update_f32.h"
+#include "update.h"
 
 namespace py = pybind11;
 using namespace dsptrain;

@@ -14,7 +14,7 @@
 namespace dsptrain {
 namespace {
 
-// As the int8 kernels (pool_relu.cpp): per output row and tap, the tap's pixels gathered
+// As the int8 kernels (pool.cpp): per output row and tap, the tap's pixels gathered
 // into a contiguous run (compile-time channel counts make each copy a move), then one
 // branch-free pass over the run; strict '>' keeps the first maximum.
 // the index runs as int32 beside the floats and the select is a mask on the bits: the

@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 
-#include "pool_relu.h"
+#include "pool.h"
 
 namespace dsptrain {
 
