@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "conv.h"
+#include "conv_col2im.h"
 #include "cpu_features.h"
 #include "eltwise.h"
 #include "eltwise_f32.h"
@@ -447,20 +448,44 @@ void def_float_recipe_ops(py::module_& m) {
     return c;
   }, py::arg("a"), py::arg("b"), py::arg("a_transposed"),
      "int16 (a.T if a_transposed else a) @ b[K,N] -> int64 [M,N], exact.");
-  m.def("gemm_fp16_chunked", [](const py::handle& a_obj, const py::handle& b_obj, int chunk, bool fp16_adds) {
-    auto a = checked<float>("gemm_fp16_chunked", "a", a_obj, 2);
-    auto b = checked<float>("gemm_fp16_chunked", "b", b_obj, 2);
-    if (a.shape(1) != b.shape(1)) fail("gemm_fp16_chunked: a " + shape_str(a) + " and b " + shape_str(b) + " differ in K (a @ b.T)");
-    check_positive("gemm_fp16_chunked", "chunk", chunk);
-    const int m = int(a.shape(0)), n = int(b.shape(0)), k = int(a.shape(1));
+  m.def("col2im", [](const py::handle& obj, std::vector<int> err_nhw, std::vector<int> kernel_hwc, int stride, int pad,
+                     std::pair<int, int> in_hw) {
+    if (err_nhw.size() != 3 || kernel_hwc.size() != 3)
+      fail("col2im: err_nhw must be (n, oh, ow) and kernel_hwc (kh, kw, c)");
+    check_positive("col2im", "stride", stride);
+    const Col2imShape s{err_nhw[0], err_nhw[1], err_nhw[2], kernel_hwc[0], kernel_hwc[1], kernel_hwc[2],
+                        in_hw.first, in_hw.second, stride, pad};
+    auto run = [&](auto dcols) {
+      using T = typename decltype(dcols)::value_type;
+      if (dcols.shape(0) != static_cast<py::ssize_t>(s.n) * s.oh * s.ow || dcols.shape(1) != static_cast<py::ssize_t>(s.kh) * s.kw * s.c)
+        fail("col2im: dcols " + shape_str(dcols) + " is not [n*oh*ow, kh*kw*c] of the given shapes");
+      py::array_t<T> dx(std::vector<py::ssize_t>{s.n, s.h, s.w, s.c});
+      T* p = dx.mutable_data();
+      py::gil_scoped_release nogil;
+      col2im_add(dcols.data(), s, p);
+      return dx;
+    };
+    if (py::isinstance<py::array_t<int64_t>>(obj)) return py::array(run(checked<int64_t>("col2im", "dcols", obj, 2)));
+    return py::array(run(checked<double>("col2im", "dcols", obj, 2)));
+  }, py::arg("dcols"), py::arg("err_nhw"), py::arg("kernel_hwc"), py::arg("stride"), py::arg("pad"), py::arg("in_hw"),
+     "Scatter-add patch sums (int64 or float64) onto NHWC: a convolution's backward data.");
+  m.def("matmul_fp16_chunked", [](const py::handle& a_obj, const py::handle& b_obj, bool a_transposed, int chunk,
+                                  bool fp16_adds) {
+    auto a = checked<float>("matmul_fp16_chunked", "a", a_obj, 2);
+    auto b = checked<float>("matmul_fp16_chunked", "b", b_obj, 2);
+    const int m = int(a.shape(a_transposed ? 1 : 0)), k = int(a.shape(a_transposed ? 0 : 1)), n = int(b.shape(1));
+    if (b.shape(0) != k)
+      fail("matmul_fp16_chunked: a " + shape_str(a) + (a_transposed ? " (transposed)" : "") + " and b " + shape_str(b) +
+           " differ in K (op(a) @ b, b is [K, N])");
+    check_positive("matmul_fp16_chunked", "chunk", chunk);
     py::array_t<float> c(std::vector<py::ssize_t>{m, n});
     float* p = c.mutable_data();
     py::gil_scoped_release nogil;
     if (k == 0) std::fill(p, p + static_cast<size_t>(m) * n, 0.0f);
-    else gemm_fp16_chunked(a.data(), b.data(), m, n, k, chunk, fp16_adds, p);
+    else matmul_fp16_chunked(a.data(), a_transposed, b.data(), m, n, k, chunk, fp16_adds, p);
     return c;
-  }, py::arg("a"), py::arg("b"), py::arg("chunk"), py::arg("fp16_adds"),
-     "FP16 values a[M,K] @ b[N,K].T with chunk-based FP16 accumulation, as float32.");
+  }, py::arg("a"), py::arg("b"), py::arg("a_transposed"), py::arg("chunk"), py::arg("fp16_adds"),
+     "FP16 values (a.T if a_transposed else a) @ b[K,N] with chunk-based FP16 accumulation, as float32.");
 }
 
 }  // namespace

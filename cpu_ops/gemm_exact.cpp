@@ -170,14 +170,14 @@ DSPTRAIN_F16C inline __m256 round_fp16(__m256 x) {
 // is b packed as [n/8][kp][8]. Products past k (the zero padding of the last chunk) are
 // 0 * b, added as the reference adds them.
 template <bool kFp16Adds>
-DSPTRAIN_F16C void fp16_rows_f16c(const float* a, const float* bp, int m0, int m1, int n, int k, int kp, int chunk,
-                                  float* c) {
+DSPTRAIN_F16C void fp16_rows_f16c(const float* a, ptrdiff_t si, ptrdiff_t sq, const float* bp, int m0, int m1, int n,
+                                  int k, int kp, int chunk, float* c) {
   constexpr int kR = 4;
   const int blocks = (n + 7) / 8, chunks = kp / chunk;
   for (int i0 = m0; i0 < m1; i0 += kR) {
     const int rows = std::min(kR, m1 - i0);
     const float* ar[kR];
-    for (int r = 0; r < kR; ++r) ar[r] = a + static_cast<size_t>(i0 + std::min(r, rows - 1)) * k;
+    for (int r = 0; r < kR; ++r) ar[r] = a + static_cast<ptrdiff_t>(i0 + std::min(r, rows - 1)) * si;
     for (int nb = 0; nb < blocks; ++nb) {
       const float* bb = bp + static_cast<size_t>(nb) * kp * 8;
       __m256 total[kR];
@@ -189,7 +189,7 @@ DSPTRAIN_F16C void fp16_rows_f16c(const float* a, const float* bp, int m0, int m
           const __m256 bv = _mm256_loadu_ps(bb + static_cast<size_t>(q) * 8);
 #pragma GCC unroll 4
           for (int r = 0; r < kR; ++r) {
-            const __m256 p = _mm256_mul_ps(_mm256_set1_ps(q < q_real ? ar[r][q] : 0.0f), bv);
+            const __m256 p = _mm256_mul_ps(_mm256_set1_ps(q < q_real ? ar[r][q * sq] : 0.0f), bv);
             acc[r] = kFp16Adds ? round_fp16(_mm256_add_ps(acc[r], round_fp16(p))) : _mm256_add_ps(acc[r], p);
           }
         }
@@ -221,8 +221,8 @@ float round_fp16_scalar(float x) {
   return std::copysign(v >= 65520.0f ? INFINITY : v, x);
 }
 
-void fp16_rows_scalar(const float* a, const float* bp, int m0, int m1, int n, int k, int kp, int chunk,
-                      bool fp16_adds, float* c) {
+void fp16_rows_scalar(const float* a, ptrdiff_t si, ptrdiff_t sq, const float* bp, int m0, int m1, int n, int k,
+                      int kp, int chunk, bool fp16_adds, float* c) {
   const int chunks = kp / chunk;
   for (int i = m0; i < m1; ++i)
     for (int j = 0; j < n; ++j) {
@@ -231,7 +231,7 @@ void fp16_rows_scalar(const float* a, const float* bp, int m0, int m1, int n, in
       for (int ch = 0; ch < chunks; ++ch) {
         float acc = 0.0f;
         for (int q = ch * chunk; q < (ch + 1) * chunk; ++q) {
-          const float p = (q < k ? a[static_cast<size_t>(i) * k + q] : 0.0f) * bb[static_cast<size_t>(q) * 8];
+          const float p = (q < k ? a[i * si + q * sq] : 0.0f) * bb[static_cast<size_t>(q) * 8];
           acc = fp16_adds ? round_fp16_scalar(acc + round_fp16_scalar(p)) : acc + p;
         }
         acc = round_fp16_scalar(acc);
@@ -280,27 +280,35 @@ void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m
   });
 }
 
-void gemm_fp16_chunked(const float* a, const float* b, int m, int n, int k, int chunk, bool fp16_adds, float* c) {
+void matmul_fp16_chunked(const float* a, bool a_transposed, const float* b, int m, int n, int k, int chunk,
+                         bool fp16_adds, float* c) {
   chunk = std::max(1, std::min(chunk, k));
   const int kp = (k + chunk - 1) / chunk * chunk, blocks = (n + 7) / 8;
-  std::vector<float> bp(static_cast<size_t>(blocks) * kp * 8, 0.0f);
-  for (int j = 0; j < n; ++j)
-    for (int q = 0; q < k; ++q) bp[(static_cast<size_t>(j / 8) * kp + q) * 8 + j % 8] = b[static_cast<size_t>(j) * k + q];
+  const ptrdiff_t si = a_transposed ? 1 : k, sq = a_transposed ? m : 1;
+  thread_local std::vector<float> kept;   // the caller's; the workers read it through bp
+  std::vector<float>& bp = kept;
+  bp.assign(static_cast<size_t>(blocks) * kp * 8, 0.0f);
+  for (int q = 0; q < k; ++q) {   // b's rows are K-major already: [n/8][kp][8] takes 8 at a time
+    const float* row = b + static_cast<size_t>(q) * n;
+    for (int nb = 0; nb < blocks; ++nb)
+      std::memcpy(bp.data() + (static_cast<size_t>(nb) * kp + q) * 8, row + nb * 8, std::min(8, n - nb * 8) * sizeof(float));
+  }
   const double macs = static_cast<double>(m) * n * kp;
   SerialScope serial(small_op(macs));
-  const int tasks = std::max(1, std::min(m, 4 * pool_threads()));
+  const int row_blocks = (m + 3) / 4;
+  const int tasks = std::max(1, std::min(row_blocks, 4 * pool_threads()));
   [[maybe_unused]] const bool vector = has_f16c();
   parallel_for(tasks, [&](int t) {
-    const int m0 = static_cast<int>(static_cast<long long>(m) * t / tasks);
-    const int m1 = static_cast<int>(static_cast<long long>(m) * (t + 1) / tasks);
+    const int m0 = static_cast<int>(static_cast<long long>(row_blocks) * t / tasks) * 4;
+    const int m1 = std::min(m, static_cast<int>(static_cast<long long>(row_blocks) * (t + 1) / tasks) * 4);
 #ifdef DSPTRAIN_X86
     if (vector) {
-      if (fp16_adds) fp16_rows_f16c<true>(a, bp.data(), m0, m1, n, k, kp, chunk, c);
-      else fp16_rows_f16c<false>(a, bp.data(), m0, m1, n, k, kp, chunk, c);
+      if (fp16_adds) fp16_rows_f16c<true>(a, si, sq, bp.data(), m0, m1, n, k, kp, chunk, c);
+      else fp16_rows_f16c<false>(a, si, sq, bp.data(), m0, m1, n, k, kp, chunk, c);
       return;
     }
 #endif
-    fp16_rows_scalar(a, bp.data(), m0, m1, n, k, kp, chunk, fp16_adds, c);
+    fp16_rows_scalar(a, si, sq, bp.data(), m0, m1, n, k, kp, chunk, fp16_adds, c);
   });
 }
 

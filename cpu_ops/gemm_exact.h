@@ -6,7 +6,8 @@
 //   stored with the group shift applied (q * 2**(kmax - k), at most 127 * 2**7 for
 //   group_bits <= 3), the groups' partial sums combine exactly inside one integer dot
 //   product, whatever the thread count. AFP's 16-bit errors take the same kernel.
-// - gemm_fp16_chunked: Wang et al. (NeurIPS 2018)'s chunk-based accumulation on FP16
+// - matmul_fp16_chunked: op(a) x b[K,N] (op as above) with Wang et al. (NeurIPS 2018)'s
+//   chunk-based accumulation on FP16
 //   values: each run of `chunk` products summed (every product and partial sum rounded
 //   to FP16 when `fp16_adds`, else in float32), the chunk sum rounded to FP16, the chunk
 //   sums added one by one in FP16. Fixed order, so deterministic.
@@ -17,7 +18,8 @@ namespace dsptrain {
 
 void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m, int n, int k, int64_t* c);
 
-// a[M,K], b[N,K] hold FP16 values as float32; c[M,N] gets FP16 values as float32.
-void gemm_fp16_chunked(const float* a, const float* b, int m, int n, int k, int chunk, bool fp16_adds, float* c);
+// a and b hold FP16 values as float32; c[M,N] gets FP16 values as float32.
+void matmul_fp16_chunked(const float* a, bool a_transposed, const float* b, int m, int n, int k, int chunk,
+                         bool fp16_adds, float* c);
 
 }  // namespace dsptrain

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import numerics
-from .layout import pool_windows
+from .layout import col2im as col2im_float, pool_windows
 
 ROUNDINGS = ("round", "nearest_even", "sto")
 
@@ -130,12 +130,14 @@ def _fp16(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float16).astype(np.float32)
 
 
-def gemm_fp16_chunked(a, b, chunk: int, fp16_adds: bool) -> np.ndarray:
-    """FP16 values a[M,K] @ b[N,K].T with Wang et al.'s chunk-based accumulation, as float32:
+def matmul_fp16_chunked(a, b, a_transposed: bool, chunk: int, fp16_adds: bool) -> np.ndarray:
+    """FP16 values (a.T if a_transposed else a) @ b[K,N] with Wang et al.'s chunk-based
+    accumulation, as float32:
     each run of `chunk` products summed one by one (each product and running sum rounded
     to FP16 when `fp16_adds`, else in float32), the chunk sum rounded to FP16, the chunk
     sums added one by one in FP16."""
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    a, b = (a.T if a_transposed else a), b.T
     m, k = a.shape
     n = b.shape[0]
     chunk = max(1, min(chunk, k))
@@ -179,3 +181,19 @@ def maxpool_bwd_f32(err, argmax, kernel, stride, in_hw):
         for kw in range(kernel):
             dx[:, kh:kh + stride * oh:stride, kw:kw + stride * ow:stride, :] += np.where(argmax == kh * kernel + kw, err, 0)
     return dx
+
+
+def col2im(dcols, err_nhw, kernel_hwc, stride: int, pad: int, in_hw) -> np.ndarray:
+    """Scatter-add [N*OH*OW, KH*KW*C] patch sums onto NHWC: int64 sums exactly in int64,
+    float64 ones in float64 (exact for FP8's at most KH*KW FP16-valued terms)."""
+    n, oh, ow = err_nhw
+    if np.asarray(dcols).dtype.kind == "f":
+        return np.ascontiguousarray(col2im_float(dcols, (n, oh, ow, None), kernel_hwc, stride, pad, in_hw))
+    kh, kw, ch = kernel_hwc
+    h, w = in_hw
+    cols = np.asarray(dcols, np.int64).reshape(n, oh, ow, kh, kw, ch)
+    dx = np.zeros((n, h + 2 * pad, w + 2 * pad, ch), dtype=np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            dx[:, i:i + stride * oh:stride, j:j + stride * ow:stride, :] += cols[:, :, :, i, j, :]
+    return np.ascontiguousarray(dx[:, pad:pad + h, pad:pad + w, :])

@@ -69,7 +69,7 @@ def _int16_product(be, kind, a, b, attrs):
     """The exact int64 sums of a layer product of int16 operands by matmul_s16, whose
     right operand is K-major: weights as they are for the backward data product (a
     transposed copy of them, small, for the forward), activations and im2col patches as
-    they are for the weight gradient; the backward-data scatter adds in int64."""
+    they are for the weight gradient; the backward-data scatter (col2im) adds in int64."""
     c = np.ascontiguousarray
     if not attrs["conv"]:
         if kind == "fwd":
@@ -86,7 +86,7 @@ def _int16_product(be, kind, a, b, attrs):
     if kind == "bwd_data":
         o, kh, kw, ch = b.shape
         dcols = be.matmul_s16(a.reshape(-1, o), b.reshape(o, -1))
-        return col2im_int(dcols, a.shape, (kh, kw, ch), s, p, attrs["in_hw"])
+        return be.col2im(dcols, a.shape[:3], (kh, kw, ch), s, p, attrs["in_hw"])
     kh, kw = attrs["kernel"]
     o = a.shape[-1]
     return be.matmul_s16(a.reshape(-1, o), patches(b, kh, kw, s, p), a_transposed=True).reshape(o, kh, kw, b.shape[-1])
@@ -102,19 +102,6 @@ def patches(x: np.ndarray, kh: int, kw: int, stride: int, pad: int) -> np.ndarra
                                               (st[0], st[1] * stride, st[2] * stride, st[1], st[2], st[3]),
                                               writeable=False)
     return windows.reshape(n * oh * ow, kh * kw * ch)
-
-
-def col2im_int(dcols, err_shape, kernel_hwc, stride, pad, in_hw) -> np.ndarray:
-    """Scatter-add [N*OH*OW, KH*KW*C] int64 patch sums back onto NHWC, exactly (int64)."""
-    n, oh, ow, _ = err_shape
-    kh, kw, ch = kernel_hwc
-    h, w = in_hw
-    dcols = dcols.reshape(n, oh, ow, kh, kw, ch)
-    dx = np.zeros((n, h + 2 * pad, w + 2 * pad, ch), dtype=np.int64)
-    for i in range(kh):
-        for j in range(kw):
-            dx[:, i:i + stride * oh:stride, j:j + stride * ow:stride, :] += dcols[:, :, :, i, j, :]
-    return np.ascontiguousarray(dx[:, pad:pad + h, pad:pad + w, :])
 
 
 def _int8_product(be, kind, a, b, attrs):

@@ -6,7 +6,7 @@ Floating Point Numbers", NeurIPS 2018).
 - Products are FP16, and every dot product is accumulated in FP16 in chunks of
   `chunk_size` (64): the products of a chunk are added one by one in FP16, then the chunk
   sums are added one by one in FP16, which keeps small terms from being swamped by a
-  long running sum (the `gemm_fp16_chunked` hook; float_ops.py defines it). `chunk_sum: fp32` sums inside a chunk
+  long running sum (the `matmul_fp16_chunked` hook; float_ops.py defines it). `chunk_sum: fp32` sums inside a chunk
   in float32 and rounds the chunk sum to FP16 once (a fast emulation, more accurate
   inside a chunk than the paper's FP16 adds; see configs/algorithms/fp8.yaml).
 - Master weights and momentum are FP16; the weight update w - lr * v rounds to FP16
@@ -24,7 +24,6 @@ from __future__ import annotations
 import numpy as np
 
 from .. import float_ops
-from ..layout import col2im
 from . import _float_layers as fl
 from . import fp32
 from ._emulated import Emulated, Numerics, module_contract, patches
@@ -59,7 +58,7 @@ class FP8Numerics(Numerics):
     update_hooks = ("round_float",)
 
     def product_hooks(self, kind):
-        return ("gemm_fp16_chunked",)
+        return ("matmul_fp16_chunked", "col2im", "round_float") if kind == "conv_bwd_data" else ("matmul_fp16_chunked",)
 
     def _grid(self, be, x, ctx, op):
         keep16 = self.param(ctx.recipe, "first_last_fp16", True) and op.attrs["position"] != "middle"
@@ -101,30 +100,31 @@ class FP8Numerics(Numerics):
 
 
 def chunked_product(be, kind, a, b, attrs, chunk, chunk_sum="fp16"):
-    """A layer product with FP16 chunked accumulation (gemm_fp16_chunked on backend `be`);
+    """A layer product with FP16 chunked accumulation (matmul_fp16_chunked on backend `be`,
+    whose right operand is K-major: no transposed copies of activations or patches);
     float32 result holding FP16 values."""
     c = np.ascontiguousarray
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
     fp16_adds = chunk_sum == "fp16"
     if not attrs["conv"]:
         if kind == "fwd":
-            return be.gemm_fp16_chunked(c(a.reshape(a.shape[0], -1)), b, chunk, fp16_adds)
+            return be.matmul_fp16_chunked(c(a.reshape(a.shape[0], -1)), c(b.T), False, chunk, fp16_adds)
         if kind == "bwd_data":
-            return be.gemm_fp16_chunked(a, c(b.T), chunk, fp16_adds)
-        return be.gemm_fp16_chunked(c(a.T), c(b.reshape(b.shape[0], -1).T), chunk, fp16_adds)
+            return be.matmul_fp16_chunked(a, b, False, chunk, fp16_adds)
+        return be.matmul_fp16_chunked(a, c(b.reshape(b.shape[0], -1)), True, chunk, fp16_adds)
     s, p = attrs["stride"], attrs["pad"]
     if kind == "fwd":
         o, kh, kw, _ = b.shape
-        out = be.gemm_fp16_chunked(patches(a, kh, kw, s, p), b.reshape(o, -1), chunk, fp16_adds)
+        out = be.matmul_fp16_chunked(patches(a, kh, kw, s, p), c(b.reshape(o, -1).T), False, chunk, fp16_adds)
         return out.reshape(a.shape[0], *_out_hw(a.shape, kh, s, p), o)
     if kind == "bwd_data":
         o, kh, kw, ch = b.shape
-        dcols = be.gemm_fp16_chunked(a.reshape(-1, o), c(b.reshape(o, -1).T), chunk, fp16_adds)
+        dcols = be.matmul_fp16_chunked(a.reshape(-1, o), b.reshape(o, -1), False, chunk, fp16_adds)
         # overlapping windows add at most kh*kw terms; summed exactly, then rounded to FP16
-        return to_fp16(be, col2im(dcols.astype(np.float64), a.shape, (kh, kw, ch), s, p, attrs["in_hw"]))
+        return to_fp16(be, be.col2im(dcols.astype(np.float64), a.shape[:3], (kh, kw, ch), s, p, attrs["in_hw"]))
     kh, kw = attrs["kernel"]
     o = a.shape[-1]
-    out = be.gemm_fp16_chunked(c(a.reshape(-1, o).T), c(patches(b, kh, kw, s, p).T), chunk, fp16_adds)
+    out = be.matmul_fp16_chunked(a.reshape(-1, o), patches(b, kh, kw, s, p), True, chunk, fp16_adds)
     return out.reshape(o, kh, kw, b.shape[-1])
 
 

@@ -41,7 +41,7 @@ class MLSNumerics(Numerics):
     quant_hooks = ("absmax_f", "quantize_mls")
 
     def product_hooks(self, kind):
-        return ("matmul_s16",)
+        return ("matmul_s16", "col2im") if kind == "conv_bwd_data" else ("matmul_s16",)
 
     def _group_bits(self, ctx):
         return int(self.param(ctx.recipe, "group_bits", 2))

@@ -195,9 +195,15 @@ class Backend:
         16-bit AFP errors). b is K-major, so no product needs a transposed copy."""
         self._needs("matmul_s16")
 
-    def gemm_fp16_chunked(self, a, b, chunk: int, fp16_adds: bool) -> np.ndarray:
-        """FP16 values a[M,K] @ b[N,K].T with chunk-based FP16 accumulation, float32 (FP8)."""
-        self._needs("gemm_fp16_chunked")
+    def col2im(self, dcols, err_nhw, kernel_hwc, stride: int, pad: int, in_hw) -> np.ndarray:
+        """Scatter-add [N*OH*OW, KH*KW*C] int64 or float64 patch sums onto NHWC (a conv's
+        backward data; exact, so the order of the additions is free)."""
+        self._needs("col2im")
+
+    def matmul_fp16_chunked(self, a, b, a_transposed: bool, chunk: int, fp16_adds: bool) -> np.ndarray:
+        """FP16 values (a[K,M].T if a_transposed else a[M,K]) @ b[K,N] with chunk-based FP16
+        accumulation, float32 (FP8); b K-major as matmul_s16's."""
+        self._needs("matmul_fp16_chunked")
 
     def relu_f32(self, x):
         self._needs("relu_f32")

@@ -170,8 +170,12 @@ class CpuBackend(Backend):
     def matmul_s16(self, a, b, a_transposed=False):
         return _native.matmul_s16(a, b, bool(a_transposed))
 
-    def gemm_fp16_chunked(self, a, b, chunk, fp16_adds):
-        return _native.gemm_fp16_chunked(np.asarray(a, np.float32), np.asarray(b, np.float32), int(chunk), bool(fp16_adds))
+    def col2im(self, dcols, err_nhw, kernel_hwc, stride, pad, in_hw):
+        return _native.col2im(dcols, list(err_nhw), list(kernel_hwc), int(stride), int(pad), tuple(in_hw))
+
+    def matmul_fp16_chunked(self, a, b, a_transposed, chunk, fp16_adds):
+        return _native.matmul_fp16_chunked(np.asarray(a, np.float32), np.asarray(b, np.float32), bool(a_transposed),
+                                           int(chunk), bool(fp16_adds))
 
     def relu_f32(self, x):
         return _native.relu_f32(x)

@@ -129,11 +129,26 @@ def test_matmul_s16_extremes(be, ref):
 @pytest.mark.parametrize("m,k,n,chunk", [(1, 1, 1, 64), (3, 5, 9, 64), (10, 150, 6, 64), (17, 130, 13, 16),
                                          (64, 400, 120, 64), (6, 700, 25, 64)])
 @pytest.mark.parametrize("fp16_adds", [True, False])
-def test_gemm_fp16_chunked(be, ref, m, k, n, chunk, fp16_adds):
+@pytest.mark.parametrize("a_transposed", [False, True])
+def test_matmul_fp16_chunked(be, ref, m, k, n, chunk, fp16_adds, a_transposed):
     rng = np.random.default_rng(k)
-    a = ref.round_float(rng.normal(size=(m, k)) * 4, 5, 2, "nearest_even", None)
-    b = ref.round_float(rng.normal(size=(n, k)), 5, 10, "nearest_even", None)
-    np.testing.assert_array_equal(be.gemm_fp16_chunked(a, b, chunk, fp16_adds), ref.gemm_fp16_chunked(a, b, chunk, fp16_adds))
+    a = ref.round_float(rng.normal(size=(k, m) if a_transposed else (m, k)) * 4, 5, 2, "nearest_even", None)
+    b = ref.round_float(rng.normal(size=(k, n)), 5, 10, "nearest_even", None)
+    np.testing.assert_array_equal(be.matmul_fp16_chunked(a, b, a_transposed, chunk, fp16_adds),
+                                  ref.matmul_fp16_chunked(a, b, a_transposed, chunk, fp16_adds))
+
+
+@pytest.mark.parametrize("n,h,w,c,o,k,stride,pad", [(1, 3, 3, 1, 1, 3, 1, 0), (2, 14, 14, 6, 16, 5, 1, 0),
+                                                    (3, 7, 9, 5, 4, 3, 2, 1), (2, 28, 28, 1, 6, 5, 1, 2)])
+def test_col2im(be, ref, n, h, w, c, o, k, stride, pad):
+    rng = np.random.default_rng(h + c)
+    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    ints = rng.integers(-2**40, 2**40, (n * oh * ow, k * k * c))
+    halves = ref.round_float(rng.normal(size=ints.shape) * 100, 5, 10, "nearest_even", None).astype(np.float64)
+    for dcols in (ints, halves):
+        got = be.col2im(dcols, (n, oh, ow), (k, k, c), stride, pad, (h, w))
+        assert got.dtype == dcols.dtype and got.shape == (n, h, w, c)
+        np.testing.assert_array_equal(got, ref.col2im(dcols, (n, oh, ow), (k, k, c), stride, pad, (h, w)))
 
 
 @pytest.mark.parametrize("shape", SHAPES)

@@ -18,7 +18,7 @@ def round_float(x, e, m, mode="nearest_even", rng=None):
 
 
 def chunked_dot(a, b, chunk=64, chunk_sum="fp16"):
-    return ref_float.gemm_fp16_chunked(a, b, chunk, chunk_sum == "fp16")
+    return ref_float.matmul_fp16_chunked(a, np.asarray(b).T, False, chunk, chunk_sum == "fp16")
 
 
 def fp8_values():
