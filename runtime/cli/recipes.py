@@ -1,0 +1,70 @@
+"""`dsptrain recipes`: the precision recipes in configs/algorithms/, one line each."""
+from __future__ import annotations
+
+
+def add_parser(sub, common):
+    parser = sub.add_parser("recipes", parents=[common],
+                            help="the precision recipes in configs/algorithms/, one line each")
+    parser.add_argument("--verbose", "-v", action="store_true", help="add each recipe's description")
+    return parser
+
+
+def format_of(fmt) -> str:
+    """One tensor role in a few characters: int8/pow2, int8/float/group16, fp8(1-5-2), fp32."""
+    if fmt.format == "float32":
+        return "fp32"
+    if fmt.format == "fp":
+        text = f"fp{fmt.bits}(1-{fmt.exponent_bits}-{fmt.bits - 1 - fmt.exponent_bits})"
+    else:
+        text = f"int{fmt.bits}" + (f"/{fmt.scale}" if fmt.scale != "none" else "")
+    if fmt.granularity == "group":
+        text += f"/group{fmt.group_size}"
+    elif fmt.granularity == "channel":
+        text += "/channel"
+    return text + ("/sto" if fmt.rounding == "sto" else "")
+
+
+def run(args) -> int:
+    from ..config import CONFIG_ROOT, load_recipe
+
+    rows = []
+    for path in sorted((CONFIG_ROOT / "algorithms").glob("*.yaml")):
+        r = load_recipe(str(path))
+        t = r.tensors
+        opt = r.optimizer.kind + (f" lr {r.optimizer.lr:g} momentum {r.optimizer.momentum:g}"
+                                  if r.optimizer.kind == "sgd" else "")
+        errors = format_of(t.errors)
+        if "low_bits" in r.params:   # AFP: the width adapts per layer between two values
+            errors = errors.replace(f"int{t.errors.bits}", f"int{r.params['low_bits']}..{r.params.get('high_bits', t.errors.bits)}")
+        rows.append((r.name, f"W {format_of(t.weights)}  A {format_of(t.activations)}  E {errors}  "
+                             f"G {format_of(t.gradients)}  U {format_of(t.updates)}  loss {r.loss.kind}  {opt}",
+                     r.description))
+    width = max(len(name) for name, _, _ in rows)
+    for name, formats, description in rows:
+        print(f"{name:<{width}}  {formats}")
+        if args.verbose:
+            print(f"{'':<{width}}  {description}")
+            print(f"{'':<{width}}  {where_ops_run(name)}")
+    return 0
+
+
+def where_ops_run(recipe_name: str) -> str:
+    """Where a LeNet-5 step's ops go under `--backend dsp`: the first backend in placement
+    order whose hooks cover the op, as plan.build decides, with the hooks that put them there."""
+    from ..backends import PRIORITY, backend_class
+    from ..config import load_recipe
+    from ..graph import lower
+    from ..models import build_model
+
+    try:
+        graph = lower(build_model("lenet5"), load_recipe(recipe_name), batch=64)
+    except Exception as exc:   # a recipe that cannot lower LeNet-5 says so
+        return f"ops: cannot lower lenet5 ({exc})"
+    ops: dict[str, int] = {}
+    hooks: dict[str, set] = {}
+    for op in graph.ops:
+        name = next(b for b in PRIORITY if set(op.hooks) <= backend_class(b).hooks or b == "ref")
+        ops[name] = ops.get(name, 0) + 1
+        hooks.setdefault(name, set()).update(op.hooks or ("reshape",))
+    return "ops of a lenet5 step under --backend dsp: " + "; ".join(
+        f"{b} {ops[b]} ({', '.join(sorted(hooks[b]))})" for b in PRIORITY if b in ops)
