@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import platform
+import signal
 import sys
 import warnings
 
@@ -27,14 +29,18 @@ def _train(args) -> int:
     run = dataclasses.replace(run, train=train, backend=args.backend or run.backend,
                               energy=args.energy or run.energy, out_dir=args.out or run.out_dir)
     trainer = Trainer(run, progress=not args.quiet)
+    found = os.path.lexists(trainer.checkpoint_path)   # a FIFO or dangling link is found too, and refused by load
     if args.resume:
-        if trainer.checkpoint_path.exists():
+        if found:
             trainer.load()
             print(f"resuming {run.name} at epoch {trainer.epoch + 1}, step {trainer.global_step} "
                   f"from {trainer.checkpoint_path}", file=sys.stderr)
-        else:
+        elif args.resume == "auto":
             print(f"no checkpoint at {trainer.checkpoint_path}; starting from scratch", file=sys.stderr)
-    elif trainer.checkpoint_path.exists():
+        else:
+            raise UserError(f"--resume: no checkpoint at {trainer.checkpoint_path} "
+                            f"(--resume auto starts from scratch when there is none)")
+    elif found:
         raise UserError(f"{trainer.checkpoint_path} exists: pass --resume to continue it, "
                         f"or --out DIR for a fresh run")
     print(f"{run.name}: {trainer.model.name} with {run.recipe.name} on {' > '.join(trainer.backend_names)}, "
@@ -142,6 +148,13 @@ def _recipes(args) -> int:
     return 0
 
 
+def _resume_mode(text: str) -> str:
+    """`--resume` alone (main() spells it --resume=yes) or `--resume auto`."""
+    if text not in ("yes", "auto"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give --resume alone, or --resume auto")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dsptrain", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"dsptrain {__version__}")
@@ -154,7 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--backend", choices=("auto", "ref", "cpu", "dsp"), help="override backend")
     train.add_argument("--energy", help="auto | rapl | battery | trace:FILE | estimate")
     train.add_argument("--out", help="output directory (default runs/<name>)")
-    train.add_argument("--resume", action="store_true", help="continue from the checkpoint in the output directory")
+    train.add_argument("--resume", nargs="?", const="yes", type=_resume_mode, metavar="auto",
+                       help="continue from the checkpoint in the output directory (an error if there is "
+                            "none); --resume auto: continue if there is one, else start")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
 
@@ -177,10 +192,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `--resume` takes an optional `auto`; anything else after it is the run path, not its value
+    argv = [("--resume=yes" if a == "--resume" and argv[i + 1:i + 2] != ["auto"] else a)
+            for i, a in enumerate(argv)]
     args = parser.parse_args(argv)
     if not args.debug:
         warnings.formatwarning = lambda message, category, *rest: f"dsptrain: warning: {message}\n"
+    previous = _exit_on_signals()
     try:
+        from .inputs import env
+
+        env.check_all()
         return args.func(args)
     except (UserError, DsptrainError) as exc:
         if args.debug:
@@ -190,6 +213,24 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("dsptrain: interrupted", file=sys.stderr)
         return 130
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _exit_on_signals() -> dict:
+    """SIGTERM and SIGHUP end the command as an exception would: `finally` blocks run, so
+    the DSP server is stopped and temp files removed (SIGKILL cannot be caught: the next
+    run reaps what it leaves). Returns the handlers replaced."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    return {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGHUP)}
 
 
 if __name__ == "__main__":
