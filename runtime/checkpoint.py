@@ -246,10 +246,11 @@ def expected_bytes(state: dict) -> int:
     return sum((v.q if isinstance(v, QTensor) else np.asarray(v)).nbytes for v in state.values())
 
 
-def load(path: Path, expect: dict | None = None) -> tuple[dict, dict]:
+def load(path: Path, expect: dict | None = None, identity: dict | None = None) -> tuple[dict, dict]:
     """(state, meta) of the checkpoint at `path`; CheckpointError naming the file, the
     part and the problem. With `expect` (a state of the run loading it) the arrays must
-    be exactly its names, dtypes and shapes, and the file at most about twice its size."""
+    be exactly its names, dtypes and shapes, and the file at most about twice its size;
+    `identity` (e.g. model and recipe names) must match the file's fields first."""
     path = Path(path)
 
     def fail(key, message):
@@ -273,6 +274,9 @@ def load(path: Path, expect: dict | None = None) -> tuple[dict, dict]:
     meta = _meta(arrays, fail)
     if not signed and meta.get("format") not in OLD_FORMATS:
         fail(None, "truncated or altered: the checksum trailer is missing")
+    for key, want in (identity or {}).items():
+        if meta.get(key) != want:
+            fail(key, f"{meta.get(key)!r}: the checkpoint is of another {key}; this run's is {want!r}")
     exponents = _manifest(meta, arrays, fail)
     state = _values(arrays, exponents, fail)
     if expect is not None:

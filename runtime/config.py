@@ -433,6 +433,11 @@ def _check_recipe(recipe: Recipe, source) -> Recipe:
     from .algorithms import algorithm_module  # late: the algorithms import config
 
     module = algorithm_module(recipe.module, source)
+    for key, value in recipe.params.items():   # every number finite and of sane size, whatever the module
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            problem = number_problem(value, -(2**31), 2**31)
+            if problem:
+                raise ConfigError(source, f"params.{key}", problem)
     if hasattr(module, "check_recipe"):   # recipe-specific `params`, checked by their module
         module.check_recipe(recipe, source)
     elif recipe.params:
@@ -465,14 +470,21 @@ def load_run(path: str | Path, **overrides) -> RunConfig:
             raise ConfigError(path, "recipe" if isinstance(recipe_spec, str) else "recipe.name",
                               f"{name!r} is neither a recipe name nor a .yaml path")
     if isinstance(recipe_spec, str):
-        recipe = load_recipe(recipe_spec)
+        try:
+            recipe = load_recipe(recipe_spec)
+        except ConfigError as exc:   # the recipe file cannot be read at all: point at the run file too
+            if exc.key is not None:
+                raise
+            raise ConfigError(path, "recipe", f"{recipe_spec!r}: {exc}") from None
     elif isinstance(recipe_spec, dict) and isinstance(recipe_spec.get("name"), str):
         spec = dict(recipe_spec)
         name = spec.pop("name")
         try:
             recipe = load_recipe(name, spec)
         except ConfigError as exc:  # an override went wrong: point at the run file
-            if exc.source != str(recipe_path(name)) or exc.key is None:
+            if exc.key is None:
+                raise ConfigError(path, "recipe.name", f"{name!r}: {exc}") from None
+            if exc.source != str(recipe_path(name)):
                 raise
             raise ConfigError(path, f"recipe.{exc.key}", f"{exc.detail} (overriding {name})") from None
     else:
@@ -497,8 +509,15 @@ def _check_run(run: RunConfig, source) -> None:
         if not run.out_dir.strip() or "\x00" in run.out_dir:
             raise ConfigError(source, "out_dir", f"{run.out_dir!r} is not a directory path")
         problem = check_regular(run.out_dir, "output")
-        if problem and problem != "does not exist" and not Path(run.out_dir).is_dir():
+        if problem is None:
+            problem = "is a file"
+        if problem != "does not exist" and not Path(run.out_dir).is_dir():
             raise ConfigError(source, "out_dir", f"{run.out_dir!r} {problem.split(':')[0]}: expected a directory")
+    kind, _, arg = run.energy.partition(":")
+    if kind not in ("auto", "rapl", "battery", "trace", "estimate") or (kind == "trace") != bool(arg) \
+            or (kind in ("auto", "rapl", "battery") and arg):
+        raise ConfigError(source, "energy", f"{run.energy!r} is not auto, rapl, battery, trace:FILE, "
+                          "estimate or estimate:DEVICE")
     t = run.train
     for key, value, low in (("train.epochs", t.epochs, 1), ("train.batch_size", t.batch_size, 1),
                             ("train.eval_batch_size", t.eval_batch_size, 1),

@@ -10,6 +10,7 @@ CIFAR-10 at hand.
 from __future__ import annotations
 
 import gzip
+import os
 import io
 import math
 import struct
@@ -34,6 +35,7 @@ class Dataset:
     images: np.ndarray   # uint8 (N, H, W, C)
     labels: np.ndarray   # int64 (N,)
     name: str
+    origin: str = ""     # the file (or directory) the labels came from, for messages
 
     def __len__(self):
         return len(self.labels)
@@ -41,7 +43,7 @@ class Dataset:
     def limit(self, count: int | None) -> "Dataset":
         if count is None or count >= len(self):
             return self
-        return Dataset(self.images[:count], self.labels[:count], self.name)
+        return Dataset(self.images[:count], self.labels[:count], self.name, self.origin)
 
 
 MAX_FILE_BYTES = 1 << 30        # one data file as stored (Fashion-MNIST's largest is 47 MB raw)
@@ -107,7 +109,7 @@ def read_idx(path: str | Path, expect_tail: tuple | None = None) -> np.ndarray:
 
 def _find(directory: Path, stem: str) -> Path:
     for name in (f"{stem}.gz", stem):
-        if (directory / name).exists():
+        if os.path.lexists(directory / name):   # a FIFO or broken link is found, and refused by the reader
             return directory / name
     raise DataError(f"{directory}: missing {stem}.gz (or {stem})" + (
         f"; install the Debian package {FASHION_MNIST_PACKAGE} (apt-get install {FASHION_MNIST_PACKAGE})"
@@ -124,16 +126,16 @@ def load_fashion_mnist(split: str = "train", path: str | Path | None = None) -> 
     images_path = _find(directory, f"{prefix}-images-idx3-ubyte")
     labels_path = _find(directory, f"{prefix}-labels-idx1-ubyte")
     images, labels = read_idx(images_path, (28, 28)), read_idx(labels_path, ())
+    if not len(images):
+        raise DataError(f"{images_path}: holds no images")
     if images.dtype != np.uint8:
         raise DataError(f"{images_path}: expected uint8 images of shape (N, 28, 28), got {images.dtype} {images.shape}")
     if labels.dtype != np.uint8 or len(labels) != len(images):
         raise DataError(f"{labels_path}: expected {len(images)} uint8 labels (as {images_path.name} has images), "
                         f"got {labels.dtype} {labels.shape}")
-    if not len(images):
-        raise DataError(f"{images_path}: holds no images")
     if labels.max(initial=0) > 9:
         raise DataError(f"{labels_path}: labels must be 0..9, found {int(labels.max())}")
-    return Dataset(images[..., None], labels.astype(np.int64), f"fashion-mnist/{split}")
+    return Dataset(images[..., None], labels.astype(np.int64), f"fashion-mnist/{split}", str(labels_path))
 
 
 def load_cifar10(split: str, path: str | Path | None) -> Dataset:
@@ -154,7 +156,8 @@ def load_cifar10(split: str, path: str | Path | None) -> Dataset:
             raise DataError(f"{file}: labels must be 0..9, found {int(records[:, 0].max())}")
         labels.append(records[:, 0].astype(np.int64))
         images.append(records[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
-    return Dataset(np.ascontiguousarray(np.concatenate(images)), np.concatenate(labels), f"cifar10/{split}")
+    return Dataset(np.ascontiguousarray(np.concatenate(images)), np.concatenate(labels), f"cifar10/{split}",
+                   str(directory))
 
 
 def synthetic(split: str, shape=(28, 28, 1), count: int = 2048, classes: int = 10, seed: int = 0) -> Dataset:
@@ -177,7 +180,7 @@ def as_32x32_rgb(data: Dataset) -> Dataset:
     if data.images.shape[1:] != (28, 28, 1):
         raise DataError(f"{data.name}: only 28x28x1 images pad to 32x32x3, these are {data.images.shape[1:]}")
     padded = np.pad(data.images, ((0, 0), (2, 2), (2, 2), (0, 0)))
-    return Dataset(np.ascontiguousarray(np.repeat(padded, 3, axis=3)), data.labels, f"{data.name}@32x32x3")
+    return Dataset(np.ascontiguousarray(np.repeat(padded, 3, axis=3)), data.labels, f"{data.name}@32x32x3", data.origin)
 
 
 def load_dataset(config, split: str, input_shape=None) -> Dataset:
@@ -198,7 +201,7 @@ def load_dataset(config, split: str, input_shape=None) -> Dataset:
 def check_labels(data: Dataset, num_classes: int, source) -> None:
     """Labels must index the model's outputs: 0..num_classes-1."""
     if len(data) and (int(data.labels.max()) >= num_classes or int(data.labels.min()) < 0):
-        raise DataError(f"{data.name}: labels span {int(data.labels.min())}..{int(data.labels.max())}, "
+        raise DataError(f"{data.origin or data.name}: labels span {int(data.labels.min())}..{int(data.labels.max())}, "
                         f"but {source} sets model.num_classes {num_classes} (labels 0..{num_classes - 1})")
 
 

@@ -19,7 +19,7 @@ from . import checkpoint, data as datasets
 from .algorithms import algorithm_module
 from .backends import PRIORITY, availability, backend_class
 from .memory.budget import Schedule, source_from_config
-from .errors import UserError
+from .errors import ConfigError, UserError
 from .execute import Executor, StepContext, StepStats
 from .graph import lower
 from .inputs.files import reap_stale_temps
@@ -179,7 +179,11 @@ class Trainer:
         plan = self.plans.get(batch, True)
         memory = self.run.memory
         for limit in points:
-            plan.fitter(memory.micro_batch, memory.recompute).choose(limit)
+            try:
+                plan.fitter(memory.micro_batch, memory.recompute).choose(limit)
+            except UserError as exc:   # name the file and key the budget came from
+                raise ConfigError(self.run.source or self.run.name, "memory.budget",
+                                  f"{memory.budget!r}: {exc}") from None
 
     # ------------------------------------------------------------ one step
     def step(self, images: np.ndarray, labels: np.ndarray) -> StepStats:
@@ -354,7 +358,8 @@ class Trainer:
         from .resume import check_meta, repair_metrics
 
         path = Path(path or self.checkpoint_path)
-        state, meta = checkpoint.load(path, expect=self.state)
+        state, meta = checkpoint.load(path, expect=self.state,
+                                      identity={"model": self.model.name, "recipe": self.recipe.name})
         meta = check_meta(path, meta, self)
         self.state = {name: state[name] for name in self.state}
         self.epoch, self.batch_in_epoch = meta["epoch"], meta["batch_in_epoch"]
