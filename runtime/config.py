@@ -524,6 +524,9 @@ def _check_run(run: RunConfig, source) -> None:
                             ("train.checkpoint_every_steps", t.checkpoint_every_steps, 0)):
         if value < low:
             raise ConfigError(source, key, f"{value} must be >= {low}")
+    if run.data.dataset == "cifar10" and not run.data.path:
+        raise ConfigError(source, "data.path", "dataset cifar10 needs a directory with data_batch_1.bin .. "
+                          "data_batch_5.bin and test_batch.bin (CIFAR-10's binary version)")
     for key, value in (("data.train_limit", run.data.train_limit), ("data.test_limit", run.data.test_limit)):
         if value is not None and value < 1:
             raise ConfigError(source, key, f"{value} must be >= 1")

@@ -11,12 +11,16 @@ the kept records), so the resumed epoch's record equals the uninterrupted run's.
 from __future__ import annotations
 
 import json
+import os
 import math
 import warnings
 from pathlib import Path
 
 from . import checkpoint, data as datasets
 from .errors import CheckpointError
+from .inputs.files import read_limited
+
+MAX_METRICS_BYTES = 4 << 30   # one record per step: millions of steps
 
 _INT_FIELDS = {"epoch": (0, 100_000), "batch_in_epoch": (0, 1 << 40), "global_step": (0, 1 << 50),
                "seed": (0, 2**32 - 1)}
@@ -61,7 +65,8 @@ def _records(path: Path) -> tuple[list[dict], int]:
     """The parseable records of metrics.jsonl and how many lines were not (a partial last
     line after a kill; anything else is warned about)."""
     records, bad = [], 0
-    lines = path.read_bytes().split(b"\n")
+    raw = read_limited(path, "metrics", MAX_METRICS_BYTES, lambda m: CheckpointError(path, None, m.removeprefix(f"{path}: ")))
+    lines = raw.split(b"\n")
     for i, line in enumerate(lines):
         if not line.strip():
             continue
@@ -88,7 +93,7 @@ def _kept(record: dict, step: int, epochs_done: int) -> bool:
 def repair_metrics(path: Path, step: int, epochs_done: int, sums) -> tuple:
     """Rewrite metrics.jsonl (atomically) as it was at the checkpoint: global step `step`,
     `epochs_done` epochs complete. Returns the current epoch's running sums."""
-    if not path.exists():
+    if not os.path.lexists(path):
         return tuple(sums) if sums else (0, 0.0, 0)
     records, bad = _records(path)
     kept = [r for r in records if _kept(r, step, epochs_done)]

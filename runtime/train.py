@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 import time
@@ -257,6 +258,7 @@ class Trainer:
             self.energy_meter.measure_baseline(3.0)   # battery: idle power, subtracted from every batch
         self.check_budget(bs)
         self.check_data()
+        _check_metrics_file(self.out_dir / "metrics.jsonl")
         fresh = self.epoch == self.batch_in_epoch == self.global_step == 0
         # a run from step 0 owns its metrics: lines of an earlier run killed before its first checkpoint go
         metrics = open(self.out_dir / "metrics.jsonl", "w" if fresh else "a")
@@ -396,3 +398,13 @@ def _make_out_dir(path: Path) -> None:
         raise UserError(f"output directory {path}: a file is in the way") from None
     except OSError as exc:
         raise UserError(f"output directory {path}: cannot create it ({exc.strerror})") from None
+
+
+def _check_metrics_file(path: Path) -> None:
+    """metrics.jsonl must be a regular file if it is there (opening a FIFO to append blocks)."""
+    from .inputs.files import check_regular
+
+    if os.path.lexists(path):
+        problem = check_regular(path, "metrics")
+        if problem:
+            raise UserError(f"{path}: {problem}")

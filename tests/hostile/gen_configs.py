@@ -188,6 +188,7 @@ def broken_configs(root: Path, seed: int = 17) -> list[Case]:
         doc = copy.deepcopy(BASE)
         doc["memory"] = {"budget": value}
         add(f"memory.budget={value!r}", doc, ("memory.budget",))
+    add("cifar10 without a path", {**BASE, "data": {"dataset": "cifar10"}}, ("data.path",))
     a_file = w.doc({"x": 1})
     add("out_dir is a file", {**BASE, "out_dir": str(a_file)}, ("out_dir", str(a_file)))
     for value in (5, [1], {}, {"name": 5}, "../../etc/passwd", "nonexistent", "", {"name": "niti", "module": 3}):
