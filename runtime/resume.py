@@ -58,6 +58,12 @@ def check_meta(path: Path, meta: dict, trainer) -> dict:
                                  and isinstance(sums[1], (int, float)) and not isinstance(sums[1], bool)
                                  and math.isfinite(sums[1]) and sums[1] >= 0 and _int(sums[2], 0, sums[0])):
         fail("epoch_sums", f"{sums!r} is not [samples, loss sum, correct]")
+    energy = meta.get("epoch_energy")
+    if energy is not None and not (isinstance(energy, list) and len(energy) == 3
+                                   and isinstance(energy[0], (int, float)) and not isinstance(energy[0], bool)
+                                   and math.isfinite(energy[0]) and _int(energy[1], 0, 1 << 50)
+                                   and isinstance(energy[2], list) and all(isinstance(m, str) for m in energy[2])):
+        fail("epoch_energy", f"{energy!r} is not [joules, steps, [meters]]")
     return meta
 
 

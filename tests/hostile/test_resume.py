@@ -18,7 +18,8 @@ from .conftest import write_run
 from .harness import Case, run_in_process
 
 TRIALS = 10
-TIMING = {"time_s", "seconds", "peak_rss_bytes", "rss_bytes"}   # differ between any two runs
+TIMING = {"time_s", "seconds", "samples_per_s", "peak_rss_bytes", "rss_bytes", "rss_growth_bytes",
+          "step_peak_rss_bytes", "peak_rss_growth_bytes"}   # differ between any two runs
 
 
 def records(out) -> list[dict]:
