@@ -523,11 +523,6 @@ def _check_run(run: RunConfig, source) -> None:
             problem = "is a file"
         if problem != "does not exist" and not Path(run.out_dir).is_dir():
             raise ConfigError(source, "out_dir", f"{run.out_dir!r} {problem.split(':')[0]}: expected a directory")
-    kind, _, arg = run.energy.partition(":")
-    if kind not in ("auto", "rapl", "battery", "trace", "estimate") or (kind == "trace") != bool(arg) \
-            or (kind in ("auto", "rapl", "battery") and arg):
-        raise ConfigError(source, "energy", f"{run.energy!r} is not auto, rapl, battery, trace:FILE, "
-                          "estimate or estimate:DEVICE")
     t = run.train
     for key, value, low in (("train.epochs", t.epochs, 1), ("train.batch_size", t.batch_size, 1),
                             ("train.eval_batch_size", t.eval_batch_size, 1),
