@@ -94,6 +94,8 @@ VARIABLES = {v.name: v for v in (
     Variable("DSPTRAIN_CPU_ISA", _choice("amx", "avx512vnni", "avxvnni", "avx2", "neon", "scalar"), None,
              "force the CPU kernels' instruction set"),
     Variable("DSPTRAIN_CPU_THREADS", _int(1, 1024), None, "threads of the CPU kernels"),
+    Variable("DSPTRAIN_BLAS_THREADS", _int(1, 1024), 1, "BLAS threads once the cpu backend starts"),
+    Variable("DSPTRAIN_BUILD_JOBS", _int(1, 1024), None, "files the native extension compiles at once"),
     Variable("DSPTRAIN_DSP", _choice("emulated", "fastrpc", "auto"), "auto", "which DSP transport to use"),
     Variable("DSPTRAIN_DSP_TIMEOUT", _seconds, 120.0, "seconds after which a DSP call is a hang"),
     Variable("DSPTRAIN_DSP_ARENA_MB", _int(1, 65536), 256, "size of the shared tensor arena"),

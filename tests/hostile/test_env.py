@@ -12,6 +12,7 @@ from .harness import Case, check_cases, report
 BAD = {
     "DSPTRAIN_DEBUG": ["maybe", "2"], "DSPTRAIN_CPU_ONLY_OPS": ["(unclosed", "*"],
     "DSPTRAIN_CPU_ISA": ["sse9", ""], "DSPTRAIN_CPU_THREADS": ["0", "-3", "many", "1e3", "99999"],
+    "DSPTRAIN_BLAS_THREADS": ["0", "all"], "DSPTRAIN_BUILD_JOBS": ["-1", "lots"],
     "DSPTRAIN_DSP": ["gpu", "EMULATED"], "DSPTRAIN_DSP_TIMEOUT": ["0", "-1", "nan", "inf", "soon", "1e9"],
     "DSPTRAIN_DSP_ARENA_MB": ["0", "lots", "1.5", "10000000"], "DSPTRAIN_DSP_KERNELS": ["/nonexistent", ""],
     "DSPTRAIN_CACHE": ["/etc/passwd", ""], "DSPTRAIN_NATIVE_DEBUG": ["please"],
