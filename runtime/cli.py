@@ -71,7 +71,7 @@ def _plan(args) -> int:
     from .config import load_device, load_run
     from .graph import lower
     from .memory_report import describe
-    from .models import build_model
+    from .interchange.model_source import frozen_layers, resolve as resolve_model
     from .plan import place
     from .train import select_backends
 
@@ -85,8 +85,8 @@ def _plan(args) -> int:
             source = Fixed(parse_size(args.budget))
         except ValueError as exc:
             raise UserError(f"--budget: {exc}") from None
-    model = build_model(run.model.name, run.model.num_classes)
-    graph = lower(model, run.recipe, batch)
+    model, _ = resolve_model(run.model, run.source)
+    graph = lower(model, run.recipe, batch, frozen=frozen_layers(model, run.train.freeze, run.source))
     # The backends place the ops and report the scratch their kernels keep (scratch_bytes),
     # which the peak includes, as it does when the run trains.
     backends = select_backends(args.backend or run.backend)
@@ -142,6 +142,22 @@ def _recipes(args) -> int:
     return 0
 
 
+def _export(args) -> int:
+    from .interchange import export
+
+    print(export(args.checkpoint, args.out, args.format))
+    return 0
+
+
+def _add_export_parser(sub) -> None:
+    export = sub.add_parser("export", help="write a trained checkpoint as ONNX (float or QDQ) or npz")
+    export.add_argument("checkpoint", help="a checkpoint.npz, or the run directory holding one")
+    export.add_argument("--format", choices=("onnx", "onnx-qdq", "npz"), default="onnx",
+                        help="onnx: float weights; onnx-qdq: int8 weights, power-of-two scales; npz: arrays + JSON")
+    export.add_argument("--out", required=True, help="the file to write")
+    export.set_defaults(func=_export)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dsptrain", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"dsptrain {__version__}")
@@ -172,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     recipes = sub.add_parser("recipes", help="the precision recipes in configs/algorithms/, one line each")
     recipes.add_argument("--verbose", "-v", action="store_true", help="add each recipe's description")
     recipes.set_defaults(func=_recipes)
+    _add_export_parser(sub)
     return parser
 
 

@@ -113,8 +113,16 @@ class Recipe:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = "lenet5"
-    num_classes: int = 10
+    """One of: a zoo `name`, an `onnx` file, a `layers` list, a `factory` 'module:function'
+    (interchange/model_source.py); `name` also labels the others."""
+
+    name: str | None = None           # default: lenet5
+    num_classes: int | None = None    # default: the model's own (zoo: 10); else a new head
+    onnx: str | None = None           # path of an ONNX file to import
+    bias: Literal["fold", "drop"] = "fold"   # onnx: fold biases into a following batch norm, or drop them
+    layers: tuple[Any, ...] | None = None    # interchange/layer_spec.py
+    input_shape: tuple[int, int, int] | None = None   # layers: [H, W, C]
+    factory: str | None = None        # "module:function" returning a dsptrain.nn.Model
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,7 @@ class DataConfig:
     path: str | None = None           # default: the system location of the dataset
     train_limit: int | None = None    # use only the first N training samples
     test_limit: int | None = None
+    classes: tuple[int, ...] | None = None   # keep only these labels, renumbered 0.. in this order
 
 
 @dataclass(frozen=True)
@@ -132,6 +141,7 @@ class TrainConfig:
     eval_batch_size: int = 1000
     seed: int = 0
     checkpoint_every_steps: int = 0   # 0: at the end of each epoch only
+    freeze: tuple[str, ...] = ()      # layer names or globs: no weight gradient, no update (fine-tuning)
 
 
 @dataclass(frozen=True)
@@ -451,6 +461,9 @@ def _check_run(run: RunConfig, source) -> None:
                             ("train.checkpoint_every_steps", t.checkpoint_every_steps, 0)):
         if value < low:
             raise ConfigError(source, key, f"{value} must be >= {low}")
+    classes = run.data.classes
+    if classes is not None and (not classes or len(set(classes)) != len(classes) or min(classes) < 0):
+        raise ConfigError(source, "data.classes", f"{list(classes)} must be distinct labels >= 0")
     for key, value in (("data.train_limit", run.data.train_limit), ("data.test_limit", run.data.test_limit)):
         if value is not None and value < 1:
             raise ConfigError(source, key, f"{value} must be >= 1")
@@ -463,7 +476,14 @@ def _check_run(run: RunConfig, source) -> None:
         raise ConfigError(source, "scheduler.device", f"{run.scheduler.device!r}: {exc}") from None
     if run.scheduler.micro_batches != "auto" and run.scheduler.micro_batches < 1:
         raise ConfigError(source, "scheduler.micro_batches", f"{run.scheduler.micro_batches} must be >= 1 or auto")
-    from .models import MODELS  # late: models import nn only
+    _check_model(run, source)
 
-    if run.model.name not in MODELS:
-        raise ConfigError(source, "model.name", f"{run.model.name!r} is not one of {', '.join(sorted(MODELS))}")
+
+def _check_model(run: RunConfig, source) -> None:
+    """The model section builds a model and train.freeze names its layers (else ConfigError)."""
+    from .interchange.model_source import frozen_layers, resolve  # late: it reads model files
+
+    if run.model.num_classes is not None and run.model.num_classes < 1:
+        raise ConfigError(source, "model.num_classes", f"{run.model.num_classes} must be >= 1")
+    model, _ = resolve(run.model, source)
+    frozen_layers(model, run.train.freeze, source)

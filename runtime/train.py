@@ -25,7 +25,9 @@ from .graph import lower
 from .memory_arena import Arena
 from .memory_fit import adopt_scratch
 from .numerics import QTensor
-from .models import build_model
+from .interchange.layer_spec import describe as describe_model
+from .interchange.model_source import frozen_layers, resolve as resolve_model, with_head
+from .interchange.weights import starting_state
 from .plan import GIVEN_SHIFT_RECIPES, PlanCache, choose_micro_batches, place
 from .rescale import RescaleController
 
@@ -70,11 +72,12 @@ class Trainer:
     """Trains one run. `backend` overrides the run's; `out_dir` where metrics and checkpoints go."""
 
     def __init__(self, run, backend: str | None = None, out_dir: str | Path | None = None,
-                 progress: bool = True, energy_meter=None):
+                 progress: bool = True, energy_meter=None, model=None):
         self.run = run
         self.recipe = run.recipe
         self.algorithm = algorithm_module(self.recipe.module)
-        self.model = build_model(run.model.name, run.model.num_classes)
+        # `model`: a Model built in Python (dsptrain.load_model, from_torch) instead of run.model
+        self.model, self.frozen = self._resolve_model(run, model, progress)
         lower(self.model, self.recipe, 1)  # a model the recipe cannot lower fails here, before data loads
         self.backends = select_backends(backend or run.backend)
         self.executor = Executor(self.backends, self.algorithm)
@@ -95,7 +98,7 @@ class Trainer:
         self.energy_meter = energy_meter
         self._metered_steps: list[int] = []   # global step of each meter window, in order
         self.seed = run.train.seed
-        self.state = self.algorithm.init_params(self.model, self.recipe, np.random.default_rng(self.seed))
+        self.state = starting_state(self.algorithm, self.model, self.recipe, np.random.default_rng(self.seed))
         self.epoch, self.batch_in_epoch, self.global_step = 0, 0, 0
         self._train = self._test = None
         # The memory-budget layer: a budget source read between steps, and the arena of
@@ -106,8 +109,25 @@ class Trainer:
         self._held_scratch: dict[str, int] = {}   # backend scratch buffers the plans so far grew
 
     # ------------------------------------------------------------ plumbing
+    @staticmethod
+    def _resolve_model(run, model, progress):
+        """(model, frozen layer names): the given Model, else the run's model section; notes
+        on what import did (biases, a new head) and the frozen layers go to stderr."""
+        notes = []
+        if model is None:
+            model, notes = resolve_model(run.model, run.source or "model")
+        else:
+            model, note = with_head(model, run.model.num_classes)
+            notes += [note] if note else []
+        frozen = frozen_layers(model, run.train.freeze, run.source or "train")
+        if frozen:
+            notes.append(f"frozen (no weight gradient, no update): {', '.join(l.name for l in model.layers if l.name in frozen)}")
+        for note in notes:   # printed even when quiet: they change what trains
+            print(f"{model.name}: {note}", file=sys.stderr)
+        return model, frozen
+
     def _build_plan(self, batch: int, training: bool):
-        graph = lower(self.model, self.recipe, batch, training)
+        graph = lower(self.model, self.recipe, batch, training, self.frozen)
         sched = self.scheduler
         plan = place(graph, self.backends, co_schedule=sched.co_schedule and "dsp" in self.backends,
                      device=self.device, placement=sched.placement)
@@ -124,14 +144,23 @@ class Trainer:
     @property
     def train_data(self):
         if self._train is None:
-            self._train = datasets.load_dataset(self.run.data, "train", self.model.input_shape)
+            self._train = self._checked_labels(datasets.load_dataset(self.run.data, "train", self.model.input_shape))
         return self._train
 
     @property
     def test_data(self):
         if self._test is None:
-            self._test = datasets.load_dataset(self.run.data, "test", self.model.input_shape)
+            self._test = self._checked_labels(datasets.load_dataset(self.run.data, "test", self.model.input_shape))
         return self._test
+
+    def _checked_labels(self, data):
+        top = int(data.labels.max(initial=0))
+        if top >= self.model.num_classes:
+            from .errors import DataError
+
+            raise DataError(f"{data.name}: label {top} does not fit {self.model.name}'s {self.model.num_classes} "
+                            f"classes; choose labels with data.classes or set model.num_classes")
+        return data
 
     @property
     def backend_names(self) -> list[str]:
@@ -328,6 +357,7 @@ class Trainer:
             "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
             "global_step": self.global_step, "seed": self.seed,
             "rescale": self.rescale.state(),
+            "model_spec": describe_model(self.model),   # export rebuilds the model from this
         })
         return path
 

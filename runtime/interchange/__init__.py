@@ -1,0 +1,40 @@
+"""Models in and out of dsptrain: ONNX import, PyTorch modules, YAML layer lists, and
+export of trained checkpoints to ONNX (float or QDQ) and a documented npz.
+
+    model = dsptrain.load_model("pretrained.onnx", num_classes=5)
+    model = dsptrain.from_torch(torch_module, torch.zeros(1, 1, 28, 28))
+    trainer = dsptrain.Trainer(run, model=model)
+    dsptrain.export("runs/finetune/checkpoint.npz", "model.onnx", format="onnx")
+
+One file per job: onnx_import.py (file -> Model), torch_bridge.py (module -> file),
+layer_spec.py (YAML layers <-> Model), model_source.py (a run's model section),
+weights.py (float weights -> a recipe's state), checkpoint_model.py (checkpoint ->
+Model and weights), onnx_export.py, npz_export.py.
+"""
+from __future__ import annotations
+
+from .model_source import load_model
+from .torch_bridge import from_torch
+
+FORMATS = ("onnx", "onnx-qdq", "npz")
+
+
+def export(checkpoint, out, format: str = "onnx") -> str:
+    """Write the model of `checkpoint` (a checkpoint.npz or the run directory holding one)
+    to `out` as `format` (onnx | onnx-qdq | npz); returns a one-line summary."""
+    from ..errors import UserError
+    from .checkpoint_model import read_checkpoint
+
+    if format not in FORMATS:
+        raise UserError(f"export format {format!r} is not one of {', '.join(FORMATS)}")
+    trained = read_checkpoint(checkpoint)
+    if format == "npz":
+        from .npz_export import write_npz
+
+        return write_npz(trained, out)
+    from .onnx_export import write_onnx
+
+    return write_onnx(trained, out, qdq=format == "onnx-qdq")
+
+
+__all__ = ["load_model", "from_torch", "export", "FORMATS"]
