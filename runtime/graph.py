@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .nn import INPUT, Add, BatchNorm2d, source_of
+from .nn import INPUT, Add, BatchNorm2d, Dropout, source_of
 
 PHASES = ("forward", "loss", "backward", "update")
 
@@ -132,6 +132,10 @@ def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) 
     for layer, shape in zip(model.layers, model.shapes()):
         if source_of(layer) is not None:
             x = output_of[source_of(layer)]
+        if not training and isinstance(layer, Dropout):   # dropout is the identity at evaluation
+            output_of[layer.name] = x
+            b.layer_io[layer.name] = (x, x)
+            continue
         out = algorithm.forward(b, layer, x, (batch, *shape))
         b.layer_io[layer.name] = (x, out)
         inputs = (x, output_of[layer.skip_from]) if isinstance(layer, Add) else (x,)

@@ -33,7 +33,7 @@ class _Graph:
         self.nodes, self.initializers = [], []
 
     def const(self, name, array):
-        self.initializers.append(self.onnx.numpy_helper.from_array(np.ascontiguousarray(array), name))
+        self.initializers.append(self.onnx.numpy_helper.from_array(np.array(array, order="C"), name))  # keeps 0-d scalars
         return name
 
     def node(self, op, inputs, output, name, **attrs):
