@@ -86,7 +86,8 @@ def _plan(args) -> int:
         except ValueError as exc:
             raise UserError(f"--budget: {exc}") from None
     model, _ = resolve_model(run.model, run.source)
-    graph = lower(model, run.recipe, batch, frozen=frozen_layers(model, run.train.freeze, run.source))
+    frozen = frozen_layers(model, run.train.freeze, run.source)
+    graph = lower(model, run.recipe, batch, frozen=frozen)
     # The backends place the ops and report the scratch their kernels keep (scratch_bytes),
     # which the peak includes, as it does when the run trains.
     backends = select_backends(args.backend or run.backend)
@@ -97,6 +98,9 @@ def _plan(args) -> int:
         fitter = plan.fitter(run.memory.micro_batch, run.memory.recompute)
         placed = sorted({p.backend for p in plan.placement.values()})
         print(f"{run.name}: {model.name} on {', '.join(placed)}")
+        if frozen:
+            print(f"frozen (no weight gradient, no update, no activation kept for them): "
+                  f"{', '.join(l.name for l in model.layers if l.name in frozen)}")
         print(describe(fitter, source))
     finally:
         for backend in backends.values():

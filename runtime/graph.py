@@ -156,7 +156,9 @@ def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) 
     `frozen` names layers that do not train (fine-tuning; `train.freeze`): they count as
     having no parameters above, so no error flows into a frozen stem at all, and their
     weight-gradient and update ops are removed (`_without_frozen`), so nothing keeps an
-    activation only those ops would read. Done here once, for every recipe.
+    activation only those ops would read. Done here once, for every recipe. A frozen batch
+    norm still normalises by batch statistics and tracks its running mean and variance
+    (as PyTorch does for a module in train mode whose parameters take no gradient).
     """
     from .algorithms import algorithm_module
 
