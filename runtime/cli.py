@@ -156,8 +156,9 @@ def _export(args) -> int:
 def _add_export_parser(sub) -> None:
     export = sub.add_parser("export", help="write a trained checkpoint as ONNX (float or QDQ) or npz")
     export.add_argument("checkpoint", help="a checkpoint.npz, or the run directory holding one")
-    export.add_argument("--format", choices=("onnx", "onnx-qdq", "npz"), default="onnx",
-                        help="onnx: float weights; onnx-qdq: int8 weights, power-of-two scales; npz: arrays + JSON")
+    export.add_argument("--format", choices=("onnx", "onnx-qdq", "onnx-niti", "npz"), default="onnx",
+                        help="onnx: float weights; onnx-qdq: int8 weights, power-of-two scales; onnx-niti: NITI's "
+                             "int8 activation rounding written out; npz: arrays + JSON")
     export.add_argument("--out", required=True, help="the file to write")
     export.set_defaults(func=_export)
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 from .model_source import load_model
 from .torch_bridge import from_torch
 
-FORMATS = ("onnx", "onnx-qdq", "npz")
+FORMATS = ("onnx", "onnx-qdq", "onnx-niti", "npz")
 
 
 def export(checkpoint, out, format: str = "onnx") -> str:
     """Write the model of `checkpoint` (a checkpoint.npz or the run directory holding one)
-    to `out` as `format` (onnx | onnx-qdq | npz); returns a one-line summary."""
+    to `out` as `format` (onnx | onnx-qdq | onnx-niti | npz); returns a one-line summary."""
     from ..errors import UserError
     from .checkpoint_model import read_checkpoint
 
@@ -34,7 +34,7 @@ def export(checkpoint, out, format: str = "onnx") -> str:
         return write_npz(trained, out)
     from .onnx_export import write_onnx
 
-    return write_onnx(trained, out, qdq=format == "onnx-qdq")
+    return write_onnx(trained, out, qdq=format == "onnx-qdq", niti=format == "onnx-niti")
 
 
 __all__ = ["load_model", "from_torch", "export", "FORMATS"]

@@ -28,15 +28,18 @@ def dsptrain_logits(checkpoint, images: np.ndarray, backend: str = "cpu", batch:
         trainer.close()
 
 
-def onnxruntime_logits(onnx_path, images: np.ndarray) -> np.ndarray:
-    """Logits ONNX Runtime computes from the file, fed (pixel - 128) / 128 in NCHW."""
+def onnxruntime_logits(onnx_path, images: np.ndarray, batch: int | None = None) -> np.ndarray:
+    """Logits ONNX Runtime computes from the file, fed (pixel - 128) / 128 in NCHW, in
+    batches of `batch` (all at once when None; an onnx-niti file needs dsptrain's batches)."""
     try:
         import onnxruntime
     except ImportError:
         raise UserError("checking an export needs onnxruntime (pip install onnxruntime)") from None
     session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    x = ((images.astype(np.float32) - 128.0) / 128.0).transpose(0, 3, 1, 2)
-    return session.run(None, {session.get_inputs()[0].name: np.ascontiguousarray(x)})[0]
+    x = np.ascontiguousarray(((images.astype(np.float32) - 128.0) / 128.0).transpose(0, 3, 1, 2))
+    step = batch or len(x)
+    name = session.get_inputs()[0].name
+    return np.concatenate([session.run(None, {name: x[i:i + step]})[0] for i in range(0, len(x), step)])
 
 
 def agreement(reference: np.ndarray, other: np.ndarray) -> dict:

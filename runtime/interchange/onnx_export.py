@@ -58,13 +58,20 @@ def _int8_of(value, transform) -> QTensor | None:
     return None
 
 
-def build_onnx(trained, qdq: bool = False):
+def build_onnx(trained, qdq: bool = False, niti: bool = False):
+    """The ONNX model of a checkpoint: float weights, or int8 QDQ weights (`qdq`), or with
+    NITI's activation rounding written out (`niti`, onnx_niti.py)."""
     import onnx
+
+    from . import onnx_niti
 
     model, state = trained.model, trained.state
     floats = float_weights(state)
     g = _Graph(onnx, qdq)
     out_of, shape_of, flat_from = {INPUT: "input"}, {INPUT: tuple(model.input_shape)}, {}
+    if niti:
+        onnx_niti.check(trained)
+        out_of[INPUT], step = onnx_niti.quantized_input(g, "input")
     previous = INPUT
     for layer, shape in zip(model.layers, model.shapes()):
         reads = getattr(layer, "source", None) or previous
@@ -75,6 +82,8 @@ def build_onnx(trained, qdq: bool = False):
             p = layer.padding
             g.node("Conv", (x, w), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
                    pads=[p] * 4)
+            if niti:
+                out, step = onnx_niti.requantize(g, out, step, state[f"{name}.w"].e, name)
         elif isinstance(layer, Linear):
             source_shape = flat_from.get(reads)
             def to_onnx(a, s=source_shape):
@@ -84,6 +93,8 @@ def build_onnx(trained, qdq: bool = False):
                 return a.reshape(a.shape[0], h, w_, c).transpose(0, 3, 1, 2).reshape(a.shape[0], -1)
             w = g.weight(f"{name}.weight", to_onnx(floats[f"{name}.w"]), _int8_of(state[f"{name}.w"], to_onnx))
             g.node("Gemm", (x, w), out, name, transB=1)
+            if niti:
+                out, step = onnx_niti.requantize(g, out, step, state[f"{name}.w"].e, name)
         elif isinstance(layer, ReLU):
             g.node("Relu", (x,), out, name)
             if reads in flat_from:
@@ -120,14 +131,17 @@ def build_onnx(trained, qdq: bool = False):
                                 producer_name="dsptrain", doc_string=f"input: {INPUT_NOTE}")
     proto.ir_version = 8     # readable by ONNX Runtime releases from 1.14 on
     g.helper.set_model_props(proto, {"dsptrain.input": INPUT_NOTE, "dsptrain.recipe": trained.recipe,
-                                     "dsptrain.weights": "int8 QDQ, power-of-two scales" if qdq else "float32"})
+                                     "dsptrain.weights": "int8 QDQ, power-of-two scales" if qdq else "float32",
+                                     "dsptrain.activations": "NITI int8, per-batch power-of-two step" if niti
+                                     else "float32"})
     onnx.checker.check_model(proto)
     return proto
 
 
-def write_onnx(trained, out, qdq: bool = False) -> str:
-    proto = build_onnx(trained, qdq)
+def write_onnx(trained, out, qdq: bool = False, niti: bool = False) -> str:
+    proto = build_onnx(trained, qdq, niti)
     data = proto.SerializeToString()
     atomic_write(Path(out), lambda f: f.write(data))
-    return (f"wrote {out}: {trained.model.name} ({trained.recipe}) as {'QDQ ' if qdq else ''}ONNX, opset {OPSET}, "
+    form = "QDQ " if qdq else "NITI-rounding " if niti else ""
+    return (f"wrote {out}: {trained.model.name} ({trained.recipe}) as {form}ONNX, opset {OPSET}, "
             f"{len(proto.graph.node)} nodes, {len(data)} bytes; input {INPUT_NOTE}")

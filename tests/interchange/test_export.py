@@ -2,7 +2,8 @@
 files and must agree with dsptrain's own evaluation of the checkpoint on the test set:
 at least 99.9 % top-1 agreement for the float export of a float recipe. NITI's integer
 evaluation rounds activations to 8 bits at every layer, which a float graph does not:
-its agreement is reported (printed) and held to a looser bound; the QDQ file's int8
+its agreement is reported (printed) and held to a looser bound, and the onnx-niti form,
+which writes that rounding out, must give dsptrain's logits exactly; the QDQ file's int8
 weights and scales are checked to be exactly the checkpoint's."""
 from __future__ import annotations
 
@@ -111,6 +112,19 @@ def test_niti_exports_float_and_qdq(tmp_path, test_images):
             expected = expected.reshape(120, 5, 5, 16).transpose(0, 3, 1, 2).reshape(120, 400)
         assert q.dtype == np.int8 and np.array_equal(q, expected), layer
         assert float(scale) == 2.0 ** stored.e, layer
+
+
+def test_niti_rounding_export_gives_dsptrains_logits_exactly(tmp_path, test_images):
+    """onnx-niti writes NITI's per-batch activation rounding: fed dsptrain's batches, ONNX
+    Runtime returns the very logits of dsptrain's integer evaluation."""
+    checkpoint = _trained(tmp_path, "niti")
+    out = tmp_path / "lenet-niti.onnx"
+    dsptrain.export(checkpoint, out, "onnx-niti")
+    mine = dsptrain_logits(checkpoint, test_images, batch=250)
+    theirs = onnxruntime_logits(out, test_images, batch=250)
+    assert np.array_equal(mine, theirs)
+    with pytest.raises(dsptrain.UserError, match="format onnx-niti writes NITI's integer evaluation"):
+        dsptrain.export(_trained(tmp_path, "fp32"), tmp_path / "x.onnx", "onnx-niti")
 
 
 def test_qdq_of_a_float_recipe_uses_power_of_two_int8(tmp_path):
