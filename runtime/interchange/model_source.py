@@ -59,8 +59,8 @@ def with_head(model: Model, num_classes: int | None) -> tuple[Model, str | None]
                  f"initialised by the recipe")
 
 
-def resolve(config, source="model") -> tuple[Model, list[str]]:
-    """(Model, notes for the user) for a run's `model:` section (config.ModelConfig)."""
+def check_section(config, source="model") -> None:
+    """One source at most, and no key the chosen source does not read (ConfigError)."""
     given = [key for key in SOURCES[1:] if getattr(config, key) is not None]   # `name` may label any
     if len(given) > 1:
         raise ConfigError(source, "model", f"give one of onnx, layers, factory (or a zoo name); "
@@ -69,6 +69,11 @@ def resolve(config, source="model") -> tuple[Model, list[str]]:
         raise ConfigError(source, "model.input_shape", "is read only with model.layers")
     if config.bias != "fold" and config.onnx is None:
         raise ConfigError(source, "model.bias", "is read only with model.onnx")
+
+
+def resolve(config, source="model") -> tuple[Model, list[str]]:
+    """(Model, notes for the user) for a run's `model:` section (config.ModelConfig)."""
+    check_section(config, source)
     notes = []
     if config.onnx is not None:
         from .onnx_import import load_onnx
