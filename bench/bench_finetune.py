@@ -134,7 +134,7 @@ def pretrain(epochs, train_limit) -> Path:
 
 
 def dsptrain_row(label, config, epochs, train_limit, backend, out) -> dict:
-    from dsptrain.interchange.agreement import agreement, dsptrain_logits, onnxruntime_logits
+    from dsptrain.agreement import agreement, dsptrain_logits, onnxruntime_logits
 
     run = dsptrain.load_run(CONFIG_ROOT / "runs" / f"{config}.yaml")
     run = dataclasses.replace(run, train=dataclasses.replace(run.train, epochs=epochs),

@@ -72,7 +72,7 @@ def _plan(args) -> int:
     from .config import load_device, load_run
     from .graph import lower
     from .memory import Fixed, describe, parse_size, source_from_config
-    from .interchange.model_source import frozen_layers, resolve as resolve_model
+    from .interchange import frozen_layers, resolve_model
     from .plan import build
 
     run = load_run(args.run)

@@ -483,7 +483,7 @@ def _check_model(run: RunConfig, source) -> None:
     """The model section builds a model and train.freeze names its layers (else ConfigError).
     A model file (model.onnx) is read when the Trainer starts, before any data loads: a run
     config may name a file an earlier step of a workflow writes."""
-    from .interchange.model_source import check_section, frozen_layers, resolve  # late: it reads model files
+    from .interchange import check_section, frozen_layers, resolve_model as resolve  # late: it reads model files
 
     if run.model.num_classes is not None and run.model.num_classes < 1:
         raise ConfigError(source, "model.num_classes", f"{run.model.num_classes} must be >= 1")

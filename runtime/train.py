@@ -23,9 +23,7 @@ from .execute import Executor, StepContext, StepStats
 from .graph import lower
 from .memory import Arena, Schedule, adopt_scratch, source_from_config
 from .numerics import QTensor
-from .interchange.layer_spec import describe as describe_model
-from .interchange.model_source import frozen_layers, resolve as resolve_model, with_head
-from .interchange.weights import starting_state
+from .interchange import describe_model, frozen_layers, resolve_model, starting_state, with_head
 from .plan import PlanCache, build
 from .rescale import RescaleController
 

@@ -9,12 +9,16 @@ export of trained checkpoints to ONNX (float or QDQ) and a documented npz.
 One file per job: onnx_import.py (file -> Model), torch_bridge.py (module -> file),
 layer_spec.py (YAML layers <-> Model), model_source.py (a run's model section),
 weights.py (float weights -> a recipe's state), checkpoint_model.py (checkpoint ->
-Model and weights), onnx_export.py, npz_export.py.
+Model and weights), onnx_export.py (+ onnx_niti.py), npz_export.py. Checking an export
+against dsptrain's own evaluation is `runtime/agreement.py` (it needs the Trainer).
 """
 from __future__ import annotations
 
-from .model_source import load_model
+from .checkpoint_model import read_checkpoint
+from .layer_spec import describe as describe_model
+from .model_source import check_section, frozen_layers, load_model, resolve as resolve_model, with_head
 from .torch_bridge import from_torch
+from .weights import starting_state
 
 FORMATS = ("onnx", "onnx-qdq", "onnx-niti", "npz")
 
@@ -23,8 +27,6 @@ def export(checkpoint, out, format: str = "onnx") -> str:
     """Write the model of `checkpoint` (a checkpoint.npz or the run directory holding one)
     to `out` as `format` (onnx | onnx-qdq | onnx-niti | npz); returns a one-line summary."""
     from ..errors import UserError
-    from .checkpoint_model import read_checkpoint
-
     if format not in FORMATS:
         raise UserError(f"export format {format!r} is not one of {', '.join(FORMATS)}")
     trained = read_checkpoint(checkpoint)
@@ -37,4 +39,5 @@ def export(checkpoint, out, format: str = "onnx") -> str:
     return write_onnx(trained, out, qdq=format == "onnx-qdq", niti=format == "onnx-niti")
 
 
-__all__ = ["load_model", "from_torch", "export", "FORMATS"]
+__all__ = ["load_model", "from_torch", "export", "FORMATS", "read_checkpoint", "describe_model", "check_section",
+           "frozen_layers", "resolve_model", "with_head", "starting_state"]

@@ -15,7 +15,7 @@ import pytest
 
 import dsptrain
 from dsptrain.data import synthetic
-from dsptrain.interchange.agreement import agreement, dsptrain_logits, onnxruntime_logits
+from dsptrain.agreement import agreement, dsptrain_logits, onnxruntime_logits
 from dsptrain.interchange.layer_spec import model_from_layers
 from dsptrain.interchange.weights import pow2_grid
 

@@ -1,4 +1,5 @@
-"""Does an exported file compute what dsptrain computes? The checkpoint's own evaluation
+"""Does an exported file compute what dsptrain computes? (interchange/ writes the files;
+this room sits above train.py because it evaluates a checkpoint with a Trainer.) The checkpoint's own evaluation
 (the recipe's forward on a backend, as `Trainer.predict`) beside ONNX Runtime's run of
 the exported file, on the same images: top-1 agreement and the largest logit difference."""
 from __future__ import annotations
@@ -7,14 +8,14 @@ import dataclasses
 
 import numpy as np
 
-from ..errors import UserError
+from .errors import UserError
 
 
 def dsptrain_logits(checkpoint, images: np.ndarray, backend: str = "cpu", batch: int = 500) -> np.ndarray:
     """Logits of the checkpoint's model under its recipe, on uint8 NHWC images."""
-    from ..config import ModelConfig, RunConfig, load_recipe
-    from ..train import Trainer
-    from .checkpoint_model import read_checkpoint
+    from .config import ModelConfig, RunConfig, load_recipe
+    from .interchange import read_checkpoint
+    from .train import Trainer
 
     trained = read_checkpoint(checkpoint)
     run = RunConfig(name=f"{trained.model.name}-check", recipe=load_recipe(trained.recipe), model=ModelConfig(),
