@@ -154,7 +154,7 @@ def dsptrain_row(label, config, epochs, train_limit, backend, out) -> dict:
     row = {"run": label, "trainer": f"dsptrain {run.recipe.name} ({backends})", "frozen": ",".join(run.train.freeze) or "-",
            "test_acc": round(100 * history[-1]["test_accuracy"], 2),
            "s/epoch": round(float(np.median([r["seconds"] for r in history])), 1),
-           "J/batch": round(float(np.median(energy)), 4) if energy else None,
+           "J/batch": float(f"{np.median(energy):.3g}") if energy else None,
            "energy_meter": steps[-1].get("energy_meter") if steps else None,
            "plan_peak_MB": round(planned / 2**20, 2)}
     mine = dsptrain_logits(trainer.checkpoint_path, test.images, backend=backend, batch=EVAL_BATCH)
