@@ -13,6 +13,7 @@ file's directory; a bare name that is no zoo model is also looked up among the
 """
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import importlib
 import sys
@@ -103,8 +104,10 @@ def _from_zoo(name, num_classes, source) -> Model:
     if name in points:
         return _checked(points[name].load()(), f"entry point {name!r}", source, "model.name")
     known = sorted(MODELS) + sorted(points)
-    raise ConfigError(source, "model.name", f"{name!r} is not one of {', '.join(known)} "
-                                           f"(or use model.factory: 'module:function', model.onnx, model.layers)")
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else \
+        " (or use model.factory: 'module:function', model.onnx, model.layers)"
+    raise ConfigError(source, "model.name", f"{name!r} is not one of {', '.join(known)}{hint}")
 
 
 def _from_factory(spec, source) -> Model:
