@@ -88,7 +88,7 @@ def resolve(config, source="model") -> tuple[Model, list[str]]:
     elif config.factory is not None:
         model = _from_factory(config.factory, source)
     else:
-        model = _from_zoo(config.name or DEFAULT_MODEL, config.num_classes, source)
+        model = _from_zoo(DEFAULT_MODEL if config.name is None else config.name, config.num_classes, source)
     model, note = with_head(model, config.num_classes)
     return model, notes + ([note] if note else [])
 
