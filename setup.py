@@ -30,7 +30,7 @@ def cpu_ops_extension():
 
 
 setup(
-    packages=["dsptrain", "dsptrain.backends", "dsptrain.algorithms"],
+    packages=["dsptrain", "dsptrain.backends", "dsptrain.algorithms", "dsptrain.fl"],
     package_dir={"dsptrain": "runtime"},
     package_data={"dsptrain": ["py.typed"]},
     ext_modules=[cpu_ops_extension()],

@@ -172,6 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     recipes = sub.add_parser("recipes", help="the precision recipes in configs/algorithms/, one line each")
     recipes.add_argument("--verbose", "-v", action="store_true", help="add each recipe's description")
     recipes.set_defaults(func=_recipes)
+
+    from .fl.command import add_parser as add_fl_parser   # federated learning: runtime/fl/
+    add_fl_parser(sub)
     return parser
 
 

@@ -420,7 +420,14 @@ def load_recipe(name_or_path: str, overrides: dict | None = None) -> Recipe:
 def load_run(path: str | Path, **overrides) -> RunConfig:
     """A run config (configs/runs/*.yaml). Keyword overrides replace top-level sections."""
     path = Path(path)
-    data = read_yaml(path)
+    return run_from_mapping(read_yaml(path), path, **overrides)
+
+
+def run_from_mapping(data: dict, path: Path, **overrides) -> RunConfig:
+    """A run config from a mapping already read from `path` (a federated config takes
+    its own `fl:` section out first, runtime/fl/settings.py)."""
+    path = Path(path)
+    data = dict(data)
     recipe_spec = data.pop("recipe", None)
     if recipe_spec is None:
         raise ConfigError(path, "recipe", "is required (a name in configs/algorithms/ or a mapping with 'name')")
