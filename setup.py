@@ -9,7 +9,7 @@ import os
 import platform
 
 from pybind11.setup_helpers import Pybind11Extension, build_ext
-from setuptools import setup
+from setuptools import find_packages, setup
 
 
 def cpu_ops_extension():
@@ -29,8 +29,14 @@ def cpu_ops_extension():
     )
 
 
+def runtime_packages() -> list[str]:
+    """`dsptrain` and every subpackage under runtime/ (any folder with an __init__.py),
+    so a new one (runtime/fl/, runtime/memory/, ...) ships without editing this file."""
+    return ["dsptrain"] + [f"dsptrain.{name}" for name in find_packages("runtime")]
+
+
 setup(
-    packages=["dsptrain", "dsptrain.backends", "dsptrain.algorithms", "dsptrain.fl"],
+    packages=runtime_packages(),
     package_dir={"dsptrain": "runtime"},
     package_data={"dsptrain": ["py.typed"]},
     ext_modules=[cpu_ops_extension()],

@@ -97,13 +97,12 @@ def count_packets(dsp) -> dict:
 def fast_fit(plan) -> float | None:
     """Share of the products' working-set bytes (each op as it runs: whole or one chunk)
     that fit a fast memory of the backend running it (VTCM / DSP L2; CPU L2)."""
-    from dsptrain.memory import is_alias, row_local
     from dsptrain.plan import splittable, working_set
 
     fit = total = 0
     rows = plan.graph.batch
     for op in plan.graph.ops:
-        if not splittable(plan.graph, op) or is_alias(op) or not row_local(plan.graph, op):
+        if not splittable(plan.graph, op) or op.is_alias() or not plan.graph.row_local(op):
             continue
         fixed, per_row = working_set(plan.graph, op)
         chunk = plan.split_rows(op, rows) or rows

@@ -125,11 +125,11 @@ def child_ours(model_name: str, batch: int, budget: int | None, alternative: int
 
 
 def distinct_plans(options, budget: int, step: float = 1.05) -> list:
-    """The plans that fit `budget` which a budget can make the choice (memory_fit.frontier),
+    """The plans that fit `budget` which a budget can make the choice (memory.fit.frontier),
     cheapest first, keeping only those the cost model puts >= `step` x above the last kept:
     the first is the cost model's choice; the others are real alternatives to time, not
     near-copies (a plan that drops one more small activation costs the same)."""
-    from dsptrain.memory_fit import frontier
+    from dsptrain.memory.fit import frontier
 
     kept = []
     for option in frontier([o for o in options if o.peak <= budget]):

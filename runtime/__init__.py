@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 from . import checkpoint, models  # noqa: E402
 from .config import RunConfig, Recipe, load_recipe, load_run  # noqa: E402
 from .errors import BackendError, ConfigError, DataError, DsptrainError, LoweringError, UserError  # noqa: E402
-from .executor import StepStats  # noqa: E402
+from .execute import StepStats  # noqa: E402
 from .numerics import QTensor  # noqa: E402
 from .train import Trainer  # noqa: E402
 

@@ -67,10 +67,10 @@ def _info(args) -> int:
 
 
 def _plan(args) -> int:
-    from .budget import Fixed, parse_size, source_from_config
+    from .memory.budget import Fixed, parse_size, source_from_config
     from .config import load_device, load_run
     from .graph import lower
-    from .memory_report import describe
+    from .memory.report import describe
     from .models import build_model
     from .plan import place
     from .train import select_backends

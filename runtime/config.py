@@ -136,7 +136,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class MemoryConfig:
-    """Training under a memory budget (runtime/budget.py, memory_fit.py)."""
+    """Training under a memory budget (runtime/memory/budget.py, memory/fit.py)."""
 
     budget: int | str | dict[int, Any] | None = None  # bytes, "64MB", "available", {step: size}, or None
     margin: int | str = "20%"          # with "available": leave this share (or size) of MemAvailable free
@@ -204,7 +204,7 @@ HOST_L2_FALLBACK = 1 << 20   # when sysfs has no L2 size (not Linux): 1 MiB, sai
 
 def host_l2_bytes() -> int:
     """This machine's L2 per core, from Linux sysfs; HOST_L2_FALLBACK when unreadable."""
-    from .budget import parse_size
+    from .memory.budget import parse_size
 
     root = Path("/sys/devices/system/cpu/cpu0/cache")
     for index in sorted(root.glob("index*")):
@@ -218,7 +218,7 @@ def host_l2_bytes() -> int:
 
 
 def _device_size(value, source, key) -> int:
-    from .budget import size_setting
+    from .memory.budget import size_setting
 
     if value == "host":
         return host_l2_bytes()
@@ -461,7 +461,7 @@ def _check_run(run: RunConfig, source) -> None:
     for key, value in (("data.train_limit", run.data.train_limit), ("data.test_limit", run.data.test_limit)):
         if value is not None and value < 1:
             raise ConfigError(source, key, f"{value} must be >= 1")
-    from .budget import source_from_config  # late: budget imports errors only
+    from .memory.budget import source_from_config  # late: budget imports errors only
 
     source_from_config(run.memory, source)
     try:

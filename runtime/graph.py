@@ -12,6 +12,13 @@ from dataclasses import dataclass, field
 from .nn import INPUT, Add, BatchNorm2d, source_of
 
 PHASES = ("forward", "loss", "backward", "update")
+ROW_ROLES = ("input", "label", "activation", "saved", "error")   # tensors with one row per sample
+REQUANT_HOOK = "absmax"        # ops whose hooks include a range estimate requantize a product
+# Element-wise ops that take the range of their whole result inside one hook and return
+# (q, exponent) (algorithms/int_residual.py): a residual add, an error join, a global
+# average pool. Like a product they need one shift over all micro-batch slices, given to
+# the hook. Their workspace is sized in memory/planner.py (RANGE_HOOK_WORKSPACE).
+RANGE_HOOKS = ("add_align_s8", "avgpool_global_s8")
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,23 @@ class Op:
     def __repr__(self) -> str:
         return f"Op({self.name}: {self.kind})"
 
+    def is_requant(self) -> bool:
+        """Does the op requantize a product (its hooks include a range estimate)?"""
+        return REQUANT_HOOK in self.hooks
+
+    def range_hook(self) -> str | None:
+        """The RANGE_HOOKS hook the op calls, if any."""
+        return next((h for h in self.hooks if h in RANGE_HOOKS), None)
+
+    def takes_range(self) -> bool:
+        """Does the op estimate the range of its result (a requantized product, or a range hook)?
+        Such an op needs one shift over every slice of the batch and every re-run."""
+        return self.is_requant() or self.range_hook() is not None
+
+    def is_alias(self) -> bool:
+        """A reshape returns a view of its input: no memory of its own."""
+        return self.kind.endswith(".reshape")
+
 
 @dataclass
 class TrainGraph:
@@ -69,6 +93,19 @@ class TrainGraph:
             if op.name == name:
                 return op
         raise KeyError(name)
+
+    def is_row_shaped(self, name: str) -> bool:
+        """Has tensor `name` one row per sample of the batch?"""
+        spec = self.tensors[name]
+        return spec.role in ROW_ROLES and len(spec.shape) > 0 and spec.shape[0] == self.batch
+
+    def row_local(self, op: Op) -> bool:
+        """Can `op` run on a slice of the batch's rows? Row-shaped outputs, or weight gradients
+        (summed over slices). An op that mixes rows (batch statistics) says so with
+        `attrs["rows"] = "coupled"`."""
+        if op.phase == "update" or op.attrs.get("rows") == "coupled" or "batchnorm" in op.kind:
+            return False
+        return all(self.is_row_shaped(t) or self.tensors[t].role in ("grad", "accum") for t in op.outputs)
 
 
 class GraphBuilder:

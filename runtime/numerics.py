@@ -158,6 +158,20 @@ def acc_dtype(depth: int, bound_a: int = INT8_MAX, bound_b: int = INT8_MAX) -> n
     return np.dtype(np.int32 if depth * bound_a * bound_b < 2**31 else np.int64)
 
 
+# ---------------------------------------------------------------- the integer loss
+
+# NITI's integer loss gradient (backends/ops_ref.py: niti_loss_grad), in the integer form
+# of Mandheling's NITI_CPULossGrad_Int8.cpp: softmax in base 2 (47274 / 2**15 ~ log2(e)), a second-order
+# Taylor form when the exponent is too small for that, normalised to 2**11, then
+# StoShift by 4 as in NITI's ti_loss.py. Divisions truncate toward zero as in C.
+LOG2E_Q15 = 47274
+LOSS_SCALE_BITS = 11
+LOSS_SHIFT = 4
+LOSS_EXPONENT = LOSS_SHIFT - LOSS_SCALE_BITS
+TAYLOR_BELOW = -7   # exponents <= this use 1 + x + x^2/2
+MIN_EXPONENT = -30  # keeps 2**(1 - 2e) inside int64; logits that small are all ~0 anyway
+
+
 # ---------------------------------------------------------------- float boundaries
 
 def quantize_float(x: np.ndarray, bits: int = 8) -> QTensor:

@@ -57,9 +57,9 @@ class Plan:
         return cached[op.name]
 
     def fitter(self, micro_batch: int | None = None, recompute: str = "auto"):
-        """The memory fitter of this plan's graph (memory_fit.Fitter), built once per setting:
+        """The memory fitter of this plan's graph (memory.fit.Fitter), built once per setting:
         a budget that changes between steps picks another of its options, from this cache."""
-        from .memory_fit import Fitter
+        from .memory.fit import Fitter
 
         fitters = self.stats.setdefault("fitters", {})
         key = (micro_batch, recompute)
@@ -95,9 +95,8 @@ class Plan:
 
     def _split_rows(self, op, rows: int) -> tuple[int | None, str]:
         from .cost import split_net_seconds
-        from .memory import is_alias, is_requant, row_local
 
-        if not splittable(self.graph, op) or is_alias(op) or not row_local(self.graph, op):
+        if not splittable(self.graph, op) or op.is_alias() or not self.graph.row_local(op):
             return None, "not a row-local int8 product"
         fixed, per_row = working_set(self.graph, op)
         backend = self.backend_of(op)
@@ -105,7 +104,7 @@ class Plan:
         if getattr(self.backends.get(backend), "blocks_for_cache", False):
             # Its kernels tile operands for the cache themselves; what still streams through
             # memory, whatever the tiles, is a requantized product's int32 accumulators.
-            if not is_requant(op):
+            if not op.is_requant():
                 return None, f"{backend} kernels block for the cache; no row-sized scratch to bound"
             per_row = 4 * self.graph.tensors[op.outputs[0]].nbytes // self.graph.batch
         levels = (("dsp.vtcm", "VTCM"), ("dsp.l2", "DSP L2")) if backend == "dsp" else (("cpu.l2", "CPU L2"),)
@@ -131,14 +130,12 @@ class Plan:
     def pipeline_ops(self) -> tuple[list, list] | None:
         """(ops each micro-batch runs, ops run once after them: the updates), or None when the
         graph has an op that couples rows outside the update (it cannot be pipelined)."""
-        from .memory import row_local
-
         if "pipeline_ops" not in self.stats:
             per_row, once = [], []
             for op in self.graph.ops:
                 if op.phase == "update":
                     once.append(op)
-                elif row_local(self.graph, op):
+                elif self.graph.row_local(op):
                     per_row.append(op)
                 else:
                     self.stats["pipeline_ops"] = None
@@ -203,16 +200,14 @@ PRODUCT_HOOKS = ("conv2d_s8", "gemm_s8", "conv2d_bwd_data_s8", "conv2d_bwd_weigh
 def working_set(graph: TrainGraph, op) -> tuple[int, int]:
     """(bytes that do not scale with rows: weights, weight gradients; bytes per row: row-shaped
     operands and results, plus the int32 accumulators of a requantized result)."""
-    from .memory import is_requant, is_row_shaped
-
     fixed, per_row = 0, 0
     for t in dict.fromkeys((*op.inputs, *op.outputs)):
         spec = graph.tensors[t]
-        if is_row_shaped(graph, t):
+        if graph.is_row_shaped(t):
             per_row += spec.nbytes // graph.batch
         else:
             fixed += spec.nbytes
-    if is_requant(op):
+    if op.is_requant():
         per_row += 4 * graph.tensors[op.outputs[0]].nbytes // graph.batch
     return fixed, per_row
 
@@ -228,7 +223,7 @@ def place(graph: TrainGraph, backends: dict, ops=None, co_schedule: bool = False
     in its `dsp.bad_at` skip the DSP when the CPU backend is there. With `co_schedule` and a
     DSP, the updates go to the CPU: element-wise passes over the weights with nothing to
     reuse, they are what the CPU does while the DSP works on the backward of earlier layers
-    (executor_pipeline.py)."""
+    (execute/pipeline.py)."""
     if placement not in PLACEMENTS:
         raise ValueError(f"placement {placement!r} is not one of {', '.join(PLACEMENTS)}")
     forced_off_dsp = cpu_only_pattern()

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .memory import is_requant
 
 ROLE_OF_PHASE = {"forward": "activations", "backward": "errors"}
 
@@ -59,7 +58,7 @@ class RescaleController:
     def policy(self, op):
         """The Rescale of `op`'s tensor role when it adapts, else None."""
         role = ROLE_OF_PHASE.get(op.phase)
-        if not self.enabled or role is None or not is_requant(op):
+        if not self.enabled or role is None or not op.is_requant():
             return None
         rescale = getattr(self.recipe.tensors, role).rescale
         return rescale if rescale.policy in ("adaptive", "fixed") else None

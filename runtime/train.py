@@ -18,12 +18,12 @@ import numpy as np
 from . import checkpoint, data as datasets
 from .algorithms import algorithm_module
 from .backends import PRIORITY, availability, backend_class
-from .budget import Schedule, source_from_config
+from .memory.budget import Schedule, source_from_config
 from .errors import UserError
-from .executor import Executor, StepContext, StepStats
+from .execute import Executor, StepContext, StepStats
 from .graph import lower
-from .memory_arena import Arena
-from .memory_fit import adopt_scratch
+from .memory.arena import Arena
+from .memory.fit import adopt_scratch
 from .numerics import QTensor
 from .models import build_model
 from .plan import GIVEN_SHIFT_RECIPES, PlanCache, choose_micro_batches, place
@@ -145,7 +145,7 @@ class Trainer:
 
     # ------------------------------------------------------------ memory plans
     def memory_option(self, plan):
-        """(the memory_fit.Option for this step, the budget it was chosen under); (None, None)
+        """(the memory.fit.Option for this step, the budget it was chosen under); (None, None)
         without the arena. The budget is read here, between steps; a changed budget picks
         another option from the plan's fitter (cached), so nothing is planned twice."""
         if not self.use_arena:

@@ -21,8 +21,8 @@ import math
 
 import numpy as np
 
-from ..backends.ops_ref import col2im, im2col, out_size
 from ..errors import ConfigError, LoweringError
+from ..layout import col2im, im2col, out_size
 from ..nn import Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
 from . import _float_layers as fl
 from . import fp32

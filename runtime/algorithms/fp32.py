@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends.ops_ref import pool_windows
+from ..layout import pool_windows
 from ..errors import LoweringError
 from ..nn import Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
 from . import _float_layers as fl

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends.ops_ref import col2im, im2col
+from ..layout import col2im, im2col
 from . import _float_layers as fl
 from . import fp32
 from ._emulated import Emulated, Numerics, module_contract

@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 from .. import numerics
-from ..backends.ops_ref import LOSS_EXPONENT
 from ..errors import LoweringError
 from ..nn import Add, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
 from ..numerics import QTensor
@@ -185,7 +184,7 @@ def dropout_bwd(be, op, env, ctx):
 def loss_grad(be, op, env, ctx):
     logits, labels = env[op.inputs[0]], env[op.inputs[1]]
     err = be.niti_loss_grad_s8(_rows(logits), logits.e, labels, ctx.rng(op))
-    return {op.outputs[0]: QTensor(err, LOSS_EXPONENT)}
+    return {op.outputs[0]: QTensor(err, numerics.LOSS_EXPONENT)}
 
 
 def conv_bwd_data(be, op, env, ctx):

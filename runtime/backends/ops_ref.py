@@ -6,9 +6,10 @@ K * 127 * 127 < 2**53 (checked), and about 100x faster than NumPy's integer matm
 from __future__ import annotations
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from .. import numerics
+from ..layout import col2im, im2col, out_size, pool_windows
+from ..numerics import LOG2E_Q15, LOSS_SCALE_BITS, LOSS_SHIFT, MIN_EXPONENT, TAYLOR_BELOW
 from .base import Backend
 
 _EXACT_F64 = 2**53
@@ -21,21 +22,6 @@ def _exact_product(depth: int) -> None:
 
 def _to_acc(x: np.ndarray, depth: int) -> np.ndarray:
     return np.rint(x).astype(numerics.acc_dtype(depth))
-
-
-def out_size(size: int, kernel: int, stride: int, pad: int) -> int:
-    return (size + 2 * pad - kernel) // stride + 1
-
-
-def im2col(x: np.ndarray, kh: int, kw: int, stride: int, pad: int) -> np.ndarray:
-    """NHWC -> [N*OH*OW, KH*KW*C] float64 patches (K ordered kh, kw, c like the weights)."""
-    n, h, w, c = x.shape
-    xp = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0))) if pad else x
-    oh, ow = out_size(h, kh, stride, pad), out_size(w, kw, stride, pad)
-    s = xp.strides
-    windows = as_strided(xp, (n, oh, ow, kh, kw, c),
-                         (s[0], s[1] * stride, s[2] * stride, s[1], s[2], s[3]), writeable=False)
-    return windows.reshape(n * oh * ow, kh * kw * c).astype(np.float64)
 
 
 class RefBackend(Backend):
@@ -173,47 +159,13 @@ class RefBackend(Backend):
         return (err.reshape(-1, o).T @ cols).reshape(o, kh, kw, x.shape[-1])
 
 
-def col2im(dcols, err_shape, kernel_hwc, stride, pad, in_hw):
-    """Scatter-add [N*OH*OW, KH*KW*C] patch gradients back onto NHWC (float64)."""
-    n, oh, ow, _ = err_shape
-    kh, kw, c = kernel_hwc
-    h, w = in_hw
-    dcols = dcols.reshape(n, oh, ow, kh, kw, c)
-    dx = np.zeros((n, h + 2 * pad, w + 2 * pad, c), dtype=np.float64)
-    for i in range(kh):
-        for j in range(kw):
-            dx[:, i:i + stride * oh:stride, j:j + stride * ow:stride, :] += dcols[:, :, :, i, j, :]
-    return dx[:, pad:pad + h, pad:pad + w, :]
-
-
-def pool_windows(x, kernel, stride):
-    """NHWC -> [N, OH, OW, C, kernel*kernel] view of each pooling window."""
-    n, h, w, c = x.shape
-    oh, ow = out_size(h, kernel, stride, 0), out_size(w, kernel, stride, 0)
-    s = x.strides
-    win = as_strided(x, (n, oh, ow, c, kernel, kernel),
-                     (s[0], s[1] * stride, s[2] * stride, s[3], s[1], s[2]), writeable=False)
-    return win.reshape(n, oh, ow, c, kernel * kernel)
-
-
-# NITI's integer loss gradient, in the integer form of Mandheling's
-# NITI_CPULossGrad_Int8.cpp: softmax in base 2 (47274 / 2**15 ~ log2(e)), a second-order
-# Taylor form when the exponent is too small for that, normalised to 2**11, then
-# StoShift by 4 as in NITI's ti_loss.py. Divisions truncate toward zero as in C.
-LOG2E_Q15 = 47274
-LOSS_SCALE_BITS = 11
-LOSS_SHIFT = 4
-LOSS_EXPONENT = LOSS_SHIFT - LOSS_SCALE_BITS
-TAYLOR_BELOW = -7   # exponents <= this use 1 + x + x^2/2
-MIN_EXPONENT = -30  # keeps 2**(1 - 2e) inside int64; logits that small are all ~0 anyway
-
-
 def _c_div(a: np.ndarray, divisor) -> np.ndarray:
     """C integer division (truncation toward zero) of int64 arrays by a positive divisor."""
     return np.sign(a) * (np.abs(a) // divisor)
 
 
 def niti_loss_grad(logits, exponent, labels, rng):
+    """NITI's integer loss gradient (numerics.py: the constants and where the form comes from)."""
     s = logits.astype(np.int64)
     e = max(int(exponent), MIN_EXPONENT)
     if e > TAYLOR_BELOW:

@@ -10,7 +10,7 @@ import pytest
 
 from dsptrain.backends.base import Backend
 from dsptrain.backends.ops_cpu import CpuBackend
-from dsptrain.memory_fit import Option, adopt_scratch
+from dsptrain.memory.fit import Option, adopt_scratch
 
 MB = 1 << 20
 

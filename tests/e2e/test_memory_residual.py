@@ -67,14 +67,13 @@ def test_micro_batched_and_recomputed_resnet_steps_are_bit_identical(run, tmp_pa
 
 
 def test_the_graph_has_adds_joins_and_a_pool_that_are_sliced_and_recomputed(run, tmp_path):
-    from dsptrain.memory import range_hook, row_local, takes_range
-    from dsptrain.recompute import build_schedule
+    from dsptrain.memory.recompute import build_schedule
 
     trainer = dsptrain.Trainer(run, backend="ref", progress=False, out_dir=tmp_path)
     graph = trainer.plans.get(BATCH, True).graph
-    ranged = [op for op in graph.ops if range_hook(op)]
+    ranged = [op for op in graph.ops if op.range_hook()]
     kinds = {op.kind for op in ranged}
     assert {"niti.add", "niti.join", "niti.avgpool_fwd"} <= kinds
-    assert all(takes_range(op) and row_local(graph, op) for op in ranged)
+    assert all(op.takes_range() and graph.row_local(op) for op in ranged)
     rebuilt = {step.op.kind for step in build_schedule(graph, set(), materialize=False) if step.recompute}
     assert "niti.add" in rebuilt

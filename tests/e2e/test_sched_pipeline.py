@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dsptrain import data as datasets
-from dsptrain.executor import StepContext, StepStats
+from dsptrain.execute import StepContext, StepStats
 from dsptrain.numerics import RngKey
 
 STEPS = 6

@@ -145,7 +145,7 @@ def test_unreadable_current_fails_at_construction_naming_file(tmp_path):
 
 
 def test_trapezoid_interpolates_at_window_edges():
-    from dsptrain.energy_base import integrate_power
+    from dsptrain.energy.base import integrate_power
     ts = [0.0, 0.4, 0.8, 1.2, 1.6, 2.0, 2.4, 2.8, 3.2]
     # power = t watts: the integral over [1, 3] is 4 J exactly; the edges fall between
     # samples, so a wrong edge value (nearest sample, say) changes the answer.

@@ -3,11 +3,11 @@ import numpy as np
 
 import dsptrain
 from dsptrain.backends.ops_ref import RefBackend
-from dsptrain.executor import Executor, StepContext
+from dsptrain.execute import Executor, StepContext
 from dsptrain.graph import lower
 from dsptrain.algorithms import _float_layers as fl
 from dsptrain.algorithms import fp32
-from dsptrain.backends.ops_ref import im2col
+from dsptrain.layout import im2col
 from dsptrain.models import build_model
 from dsptrain.nn import Add, BatchNorm2d, Conv2d, Flatten, GlobalAvgPool, Linear, MaxPool2d, Model, ReLU
 from dsptrain.plan import place

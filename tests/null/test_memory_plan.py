@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 
 import dsptrain
-from dsptrain.budget import Available, BudgetError, Schedule, parse_size, source_from_config
+from dsptrain.memory.budget import Available, BudgetError, Schedule, parse_size, source_from_config
 from dsptrain.config import MemoryConfig
 from dsptrain.errors import ConfigError
 from dsptrain.graph import lower
-from dsptrain.memory import Buffer, _assign_offsets, plan_memory
-from dsptrain.memory_fit import Fitter
+from dsptrain.memory.planner import Buffer, _assign_offsets, plan_memory
+from dsptrain.memory.fit import Fitter
 from dsptrain.models import build_model
-from dsptrain.recompute import build_schedule, candidates, chen_sqrt_keep, variants
+from dsptrain.memory.recompute import build_schedule, candidates, chen_sqrt_keep, variants
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,7 @@ def test_plan_command_prints_peak_breakdown_and_choice(tmp_path, capsys):
 
 
 def test_the_cost_grows_as_slices_shrink_with_the_weights_each_slice_streams_again(graph):
-    from dsptrain.memory_fit import step_cost, whole_operand_bytes
+    from dsptrain.memory.fit import step_cost, whole_operand_bytes
 
     keep_all = variants(graph, "none")[0]
     sizes = [graph.batch >> k for k in range(graph.batch.bit_length())]

@@ -7,7 +7,7 @@ from dsptrain.backends.base import Backend
 from dsptrain.backends.ops_cpu import CpuBackend
 from dsptrain.backends.ops_ref import RefBackend
 from dsptrain.graph import lower
-from dsptrain.memory_fit import Fitter, kept_scratch
+from dsptrain.memory.fit import Fitter, kept_scratch
 from dsptrain.models import build_model
 from dsptrain.plan import place
 
@@ -56,7 +56,7 @@ def test_cpu_scratch_comes_from_the_kernels_shapes_and_shrinks_with_the_slice():
 
 @pytest.mark.skipif(not CpuBackend.available()[0], reason="cpu backend not built")
 def test_plan_command_counts_the_backends_scratch_in_peak_and_breakdown(tmp_path, capsys):
-    from dsptrain.budget import format_size
+    from dsptrain.memory.budget import format_size
     from dsptrain.cli import main
 
     path = tmp_path / "run.yaml"

@@ -8,10 +8,11 @@ import pytest
 
 import dsptrain
 from dsptrain.algorithms import niti
-from dsptrain.backends.ops_ref import RefBackend, im2col
+from dsptrain.backends.ops_ref import RefBackend
+from dsptrain.layout import im2col
 from dsptrain.data import Dataset, as_32x32_rgb
 from dsptrain.errors import DataError
-from dsptrain.executor import Executor, StepContext
+from dsptrain.execute import Executor, StepContext
 from dsptrain.graph import lower
 from dsptrain.nn import Add, Conv2d, GlobalAvgPool, Linear, Model, ReLU
 from dsptrain.numerics import QTensor

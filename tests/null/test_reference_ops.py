@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from dsptrain import numerics
-from dsptrain.backends.ops_ref import LOSS_EXPONENT, RefBackend
+from dsptrain.backends.ops_ref import RefBackend
+from dsptrain.numerics import LOSS_EXPONENT
 from dsptrain.numerics import RngKey
 
 ref = RefBackend()

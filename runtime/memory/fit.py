@@ -38,9 +38,9 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+from ..graph import TrainGraph
 from .budget import BudgetError, format_size
-from .graph import TrainGraph
-from .memory import MemoryPlan, is_alias, is_row_shaped, plain_peak, row_local, takes_range, value_bytes
+from .planner import MemoryPlan, plain_peak, value_bytes
 from .recompute import CALL_MACS, variants
 
 RERUN = 0.5                # share of range-taking ops whose slices' shifts differ (assumed)
@@ -61,9 +61,9 @@ def kept_scratch(graph: TrainGraph, scratch: ScratchFn | None, micro_batch: int)
     if scratch is None:
         return kept
     for op in graph.ops:
-        if is_alias(op):
+        if op.is_alias():
             continue
-        rows = micro_batch if row_local(graph, op) else graph.batch
+        rows = micro_batch if graph.row_local(op) else graph.batch
         for name, nbytes in scratch(op, rows).items():
             kept[name] = max(kept.get(name, 0), int(nbytes))
     return kept
@@ -89,8 +89,8 @@ class Option:
 def whole_operand_bytes(graph: TrainGraph, op) -> int:
     """Bytes every call of `op` touches whatever its slice: operands without a row per
     sample (weights), and outputs without one (weight gradients: written, then summed)."""
-    read = sum(graph.tensors[t].nbytes for t in op.inputs if not is_row_shaped(graph, t))
-    written = sum(value_bytes(graph, op, t) for t in op.outputs if not is_row_shaped(graph, t))
+    read = sum(graph.tensors[t].nbytes for t in op.inputs if not graph.is_row_shaped(t))
+    written = sum(value_bytes(graph, op, t) for t in op.outputs if not graph.is_row_shaped(t))
     return read + 2 * written
 
 
@@ -99,13 +99,13 @@ def step_cost(memory: MemoryPlan, micro_batch: int) -> float:
     total = 0.0
     for step in memory.schedule:
         op = step.op
-        sliced = row_local(graph, op) and micro_batch < batch and not is_alias(op)
+        sliced = graph.row_local(op) and micro_batch < batch and not op.is_alias()
         calls = math.ceil(batch / micro_batch) if sliced else 1
         # a slice re-runs when its own shift is below the common one: never with one slice
-        rerun = RERUN * (1 - 1 / calls) if sliced and takes_range(op) and not step.recompute else 0.0
+        rerun = RERUN * (1 - 1 / calls) if sliced and op.takes_range() and not step.recompute else 0.0
         per_call = CALL_MACS + (WEIGHT_MACS_PER_BYTE * whole_operand_bytes(graph, op) if sliced else 0)
         total += op.macs * (1 + rerun) + calls * (1 + rerun) * per_call
-        if not is_alias(op):
+        if not op.is_alias():
             total += COPY_MACS_PER_BYTE * sum(graph.tensors[t].nbytes for t in op.outputs)
     return total
 

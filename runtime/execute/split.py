@@ -6,7 +6,7 @@ or the CPU's L2, it works out of fast memory. The chunk size comes from the devi
 profile, the op's shapes and the cost model (`plan.split_rows`, cost.py); here the
 chunks run and are joined.
 
-Numerics are the memory layer's (memory_run.py): every chunk of a requantized product
+Numerics are the memory-planned runner's (planned.py, slices.py): every chunk of a requantized product
 runs with the op's given shift and the largest shift used by any chunk is the op's
 shift; chunks that used a smaller one (the given shift would have saturated the
 largest chunk) run again with it, so the result is the unsplit op's bit for bit
@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .memory import is_alias, is_requant, is_row_shaped, value_dtype
-from .memory_run import _array, _Recorded, run_rows
-from .numerics import QTensor
+from ..memory.planner import value_dtype
+from ..numerics import QTensor
+from .slices import Recorded, as_array, run_rows
 
 
 def op_rows(graph, op, env) -> int | None:
     """Rows of `op`'s row-shaped inputs as they are in `env` (a micro-batch may hold fewer)."""
     for t in op.inputs:
-        if is_row_shaped(graph, t) and t in env:
+        if graph.is_row_shaped(t) and t in env:
             value = env[t]
             array = value.q if isinstance(value, QTensor) else np.asarray(value)
             if array.ndim:
@@ -36,17 +36,28 @@ def op_rows(graph, op, env) -> int | None:
     return None
 
 
+def run_serial(executor, plan, env: dict, ctx, stats=None, ops=None) -> dict:
+    """The serial runner: `ops` (default: the whole graph) one after another, each split by
+    rows where the plan says so; updates and returns `env`."""
+    for op in ops if ops is not None else plan.graph.ops:
+        outputs, shift = run_op(executor, plan, op, env, ctx, stats)
+        env.update(outputs)
+        if shift is not None and stats is not None:
+            stats.shifts[op.name] = shift
+    return env
+
+
 def run_op(executor, plan, op, env, ctx, stats=None) -> tuple[dict, int | None]:
     graph = plan.graph
     n = op_rows(graph, op, env)
-    requant = is_requant(op) and not is_alias(op)
+    requant = op.is_requant() and not op.is_alias()
     # A product whose shift is estimated this step runs whole: in chunks it would need the
     # range of all of them first, i.e. run most chunks twice, which costs more than the
     # cache saves. With adaptive rescaling that is only on its check steps.
     chunk = plan.split_rows(op, n) if n and not (requant and ctx.given_shift(op) is None) else None
     share = (n, graph.batch) if n and n != graph.batch else None
     if not chunk or chunk >= n:
-        wrap = _Recorded() if requant else None
+        wrap = Recorded() if requant else None
         outputs, _ = executor.call(plan, op, env, ctx, stats, wrap=wrap, rows=share)
         return outputs, (wrap.one(op) if wrap is not None else None)
     if stats is not None:
@@ -78,7 +89,7 @@ def join(graph, op, parts: list[dict]) -> dict:
     out = {}
     for t in parts[0]:
         values = [p[t] for p in parts]
-        if is_row_shaped(graph, t):
+        if graph.is_row_shaped(t):
             if isinstance(values[0], QTensor):
                 es = {v.e for v in values}
                 if len(es) != 1:
@@ -87,8 +98,8 @@ def join(graph, op, parts: list[dict]) -> dict:
             else:
                 out[t] = np.concatenate([np.asarray(v) for v in values])
         else:
-            total = np.zeros(np.shape(_array(values[0])), np.int64)
+            total = np.zeros(np.shape(as_array(values[0])), np.int64)
             for v in values:
-                total += _array(v)
+                total += as_array(v)
             out[t] = total.astype(value_dtype(graph, op, t))
     return out

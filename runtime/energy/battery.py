@@ -35,8 +35,8 @@ import threading
 import time
 from pathlib import Path
 
-from .energy_base import EnergyReading, Meter, MeterError, MeterUnavailable, WorkCounts
-from .energy_base import integrate_power, read_number, read_word
+from .base import EnergyReading, Meter, MeterError, MeterUnavailable, WorkCounts
+from .base import integrate_power, read_number, read_word
 
 POWER_SUPPLY_ROOT = "/sys/class/power_supply"
 PLUGGED = ("Charging", "Full", "Not charging")

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .energy_base import EnergyReading, Meter, MeterError, WorkCounts
+from .base import EnergyReading, Meter, MeterError, WorkCounts
 
 _UNIT = re.compile(r"[\(\[]\s*(s|ms|us|a|ma|ua|v|mv)\s*[\)\]]", re.IGNORECASE)
 _SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "a": 1.0, "ma": 1e-3, "ua": 1e-6,

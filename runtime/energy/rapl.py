@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .energy_base import EnergyReading, Meter, MeterError, MeterUnavailable, WorkCounts
-from .energy_base import read_number, read_word
+from .base import EnergyReading, Meter, MeterError, MeterUnavailable, WorkCounts
+from .base import read_number, read_word
 
 POWERCAP_ROOT = "/sys/class/powercap"
 _ZONE = re.compile(r"^intel-rapl:\d+(:\d+)?$")

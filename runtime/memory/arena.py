@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .memory import ALIGN, Buffer
-from .numerics import QTensor
+from ..numerics import QTensor
+from .planner import ALIGN, Buffer
 
 
 MMAP_THRESHOLD = 128 * 1024

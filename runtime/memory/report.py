@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .budget import Available, Schedule, format_size
-from .memory_fit import Fitter, Option, frontier
+from .fit import Fitter, Option, frontier
 
 
 def _breakdown(option: Option) -> list[str]:
@@ -30,7 +30,7 @@ def describe(fitter: Fitter, budget_source, step: int = 0) -> str:
                  f"{format_size(best.memory.live_peak)}")
     smallest = fitter.smallest()
     lines.append(f"smallest feasible: {format_size(smallest.peak)} ({smallest.label})")
-    lines.append("options, cheapest first (cost: MAC-equivalents, model in memory_fit.py):")
+    lines.append("options, cheapest first (cost: MAC-equivalents, model in memory/fit.py):")
     shown = frontier(fitter.options)
     for option in shown:
         lines.append(f"  {format_size(option.peak):>10}  x{option.cost / best.cost:5.2f}  {option.label}")

@@ -8,22 +8,22 @@
         reading = meter.stop(WorkCounts({"dsp": macs_dsp, "cpu": macs_cpu}, flops, nbytes))
     reading.joules, reading.meter, reading.estimated, reading.detail
 
-Meters live one per file: energy_rapl.py (Linux powercap RAPL), energy_battery.py (fuel
-gauge, sampled on a thread), energy_trace.py (an external monitor's CSV),
-energy_estimate.py with energy_coeffs.py (counted work x per-device coefficients).
+Meters live one per file in this package: rapl.py (Linux powercap RAPL), battery.py (fuel
+gauge, sampled on a thread), trace.py (an external monitor's CSV), estimate.py with
+coeffs.py (counted work x per-device coefficients); base.py holds the interface.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from .energy_base import EnergyReading, Meter, MeterError, MeterUnavailable, WorkCounts
-from .energy_battery import PLUGGED, POWER_SUPPLY_ROOT, BatteryMeter
-from .energy_coeffs import DEVICES, DeviceCoefficients
-from .energy_estimate import EstimateMeter
-from .energy_rapl import POWERCAP_ROOT, RaplMeter
-from .energy_trace import TraceMeter, align_trace, load_trace
-from .errors import UserError
+from .base import EnergyReading, Meter, MeterError, MeterUnavailable, WorkCounts
+from .battery import PLUGGED, POWER_SUPPLY_ROOT, BatteryMeter
+from .coeffs import DEVICES, DeviceCoefficients
+from .estimate import EstimateMeter
+from .rapl import POWERCAP_ROOT, RaplMeter
+from .trace import TraceMeter, align_trace, load_trace
+from ..errors import UserError
 
 __all__ = ["EnergyReading", "WorkCounts", "Meter", "MeterError", "MeterUnavailable",
            "RaplMeter", "BatteryMeter", "TraceMeter", "EstimateMeter", "DeviceCoefficients",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .errors import DsptrainError
+from ..errors import DsptrainError
 
 
 class MeterError(DsptrainError):

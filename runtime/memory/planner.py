@@ -30,22 +30,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import numerics
-from .graph import Op, TrainGraph
+from .. import numerics
+from ..graph import Op, TrainGraph
 
 ALIGN = 128                    # HVX vector width: every arena offset is a multiple of it
 PERSISTENT_ROLES = ("weight", "state")
 BEFORE_STEP_ROLES = ("input", "label", "weight", "state")
-ROW_ROLES = ("input", "label", "activation", "saved", "error")   # tensors with one row per sample
-REQUANT_HOOK = "absmax"        # ops whose hooks include a range estimate requantize a product
-# Element-wise ops that take the range of their whole result inside one hook and return
-# (q, exponent) (algorithms/int_residual.py): a residual add, an error join, a global
-# average pool. Like a product they need one shift over all micro-batch slices, given to
-# the hook; they run in NumPy (ops_ref: no native kernel), whose int64 temporaries in
-# numerics.shift_round are their workspace. Bytes per element, measured with tracemalloc
-# (add: 59 round, 67 sto, 75 psto per output element; pool: 4.1 per input element),
-# rounded up: (which tensor's elements, bytes per element).
-RANGE_HOOKS = {"add_align_s8": ("output", 80), "avgpool_global_s8": ("input", 5)}
+# Workspace of the RANGE_HOOKS ops (graph.py): they run in NumPy (ops_ref: no native
+# kernel), whose int64 temporaries in numerics.shift_round are their workspace. Bytes per
+# element, measured with tracemalloc (add: 59 round, 67 sto, 75 psto per output element;
+# pool: 4.1 per input element), rounded up: (which tensor's elements, bytes per element).
+RANGE_HOOK_WORKSPACE = {"add_align_s8": ("output", 80), "avgpool_global_s8": ("input", 5)}
 
 CATEGORIES = {"weight": "weights", "state": "optimizer state", "input": "inputs and labels",
               "label": "inputs and labels", "activation": "activations", "saved": "activations",
@@ -62,40 +57,6 @@ class Step:
 
 def _align(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
-
-
-def is_requant(op: Op) -> bool:
-    return REQUANT_HOOK in op.hooks
-
-
-def range_hook(op: Op) -> str | None:
-    """The RANGE_HOOKS hook `op` calls, if any."""
-    return next((h for h in op.hooks if h in RANGE_HOOKS), None)
-
-
-def takes_range(op: Op) -> bool:
-    """Does `op` estimate the range of its result (a requantized product, or a range hook)?
-    Such an op needs one shift over every slice of the batch and every re-run."""
-    return is_requant(op) or range_hook(op) is not None
-
-
-def is_alias(op: Op) -> bool:
-    """A reshape returns a view of its input: no memory of its own."""
-    return op.kind.endswith(".reshape")
-
-
-def is_row_shaped(graph: TrainGraph, name: str) -> bool:
-    spec = graph.tensors[name]
-    return spec.role in ROW_ROLES and len(spec.shape) > 0 and spec.shape[0] == graph.batch
-
-
-def row_local(graph: TrainGraph, op: Op) -> bool:
-    """Can `op` run on a slice of the batch's rows? Row-shaped outputs, or weight gradients
-    (summed over slices). An op that mixes rows (batch statistics) says so with
-    `attrs["rows"] = "coupled"`."""
-    if op.phase == "update" or op.attrs.get("rows") == "coupled" or "batchnorm" in op.kind:
-        return False
-    return all(is_row_shaped(graph, t) or graph.tensors[t].role in ("grad", "accum") for t in op.outputs)
 
 
 def reduction_depth(graph: TrainGraph, op: Op, name: str) -> int:
@@ -121,28 +82,28 @@ def value_bytes(graph: TrainGraph, op: Op | None, name: str) -> int:
 def op_workspace(graph: TrainGraph, op: Op, rows: int) -> int:
     """Bytes `op` allocates outside the arena when it runs on `rows` rows of the batch:
     the fresh results the backend returns (copied into the arena afterwards) and, for a
-    requantized product, its int32/int64 accumulator; for a RANGE_HOOKS op, its NumPy
+    requantized product, its int32/int64 accumulator; for a graph.RANGE_HOOKS op, its NumPy
     temporaries. A reshape allocates nothing."""
-    if is_alias(op):
+    if op.is_alias():
         return 0
     batch = graph.batch
-    rows = rows if row_local(graph, op) else batch
+    rows = rows if graph.row_local(op) else batch
     total = 0
     for name in op.outputs:
         spec = graph.tensors[name]
-        if is_row_shaped(graph, name):
+        if graph.is_row_shaped(name):
             total += graph.tensors[name].nbytes * rows // batch
         elif spec.role in ("grad", "accum") and np.dtype(spec.dtype).kind == "i":
             depth = reduction_depth(graph, op, name) * rows // batch
             total += int(np.prod(spec.shape)) * numerics.acc_dtype(max(depth, 1)).itemsize
         else:
             total += value_bytes(graph, op, name)
-    if is_requant(op):
+    if op.is_requant():
         out = op.outputs[0]
         elements = int(np.prod(graph.tensors[out].shape)) * rows // batch
         total += elements * numerics.acc_dtype(reduction_depth(graph, op, out)).itemsize
-    elif range_hook(op) is not None:
-        which, per_element = RANGE_HOOKS[range_hook(op)]
+    elif op.range_hook() is not None:
+        which, per_element = RANGE_HOOK_WORKSPACE[op.range_hook()]
         name = op.outputs[0] if which == "output" else op.inputs[0]
         total += int(np.prod(graph.tensors[name].shape)) * rows // batch * per_element
     return total
@@ -272,9 +233,9 @@ def plan_memory(graph: TrainGraph, schedule: list[Step], label: str = "keep all"
                 continue
             nbytes = value_bytes(graph, op, t)
             host = None
-            if is_alias(op):
+            if op.is_alias():
                 host = owner[inputs[0]]
-            elif not takes_range(op) and row_local(graph, op) and is_row_shaped(graph, t):
+            elif not op.takes_range() and graph.row_local(op) and graph.is_row_shaped(t):
                 for v in inputs:
                     buf = owner[v]
                     if (buf.index not in claimed and buf.end == i and buf.nbytes == nbytes
@@ -330,5 +291,5 @@ def plain_peak(graph: TrainGraph) -> int:
                 total += value_bytes(graph, op, t) - graph.tensors[t].nbytes
     total += sum(spec.nbytes for spec in graph.tensors.values() if spec.role in PERSISTENT_ROLES)
     accumulators = [op_workspace(graph, op, graph.batch) - sum(
-        value_bytes(graph, op, t) for t in op.outputs) for op in graph.ops if takes_range(op)]
+        value_bytes(graph, op, t) for t in op.outputs) for op in graph.ops if op.takes_range()]
     return total + max(accumulators, default=0)

@@ -1,5 +1,8 @@
 """Runs a plan: each op on its backend, with the CPU as the fallback when a device fails.
 
+The Executor dispatches a step to one of the runners of this package (serial / split,
+pipelined, memory-planned) and runs single ops for them (`call`).
+
 Ops read their inputs from an environment (tensor name -> value) and write their
 outputs back only when they succeed, so an op that fails on the DSP can run again
 on the next backend with the same inputs: no training state is lost.
@@ -12,8 +15,11 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from .errors import BackendError, NoSupport
-from .numerics import RngKey
+from ..errors import BackendError, NoSupport
+from ..numerics import RngKey
+from .pipeline import run_pipelined
+from .planned import run_planned
+from .split import run_serial
 
 
 @dataclass
@@ -111,32 +117,23 @@ class Executor:
             memory=None, arena=None, threaded: bool = True) -> dict:
         """Run `ops` (default: the whole plan) updating `env` in place; returns `env`.
 
-        With `memory` (a memory_fit.Option) and its `arena`, the whole step runs under that
-        memory plan instead: tensors in arena slots, ops on micro-batch slices, dropped
-        activations recomputed (memory_run.py). A plan with `micro_batches > 1` runs the
-        step co-scheduled (executor_pipeline.py; `threaded=False`: the same slices one after
-        another), synchronising the slices at requantized ops without a given shift. Ops the plan splits by rows
-        run in chunks (split.py). The results are the same bit for bit in every case."""
+        One of four runners (execute/), each `run_*(executor, plan, env, ctx, stats, ...)`
+        updating `env`: with `memory` (a memory.fit.Option) and its `arena`, the memory-planned
+        runner (planned.py: tensors in arena slots, ops on micro-batch slices, dropped
+        activations recomputed); with `plan.micro_batches > 1`, the co-scheduled one
+        (pipeline.py; `threaded=False`: the same slices one after another), synchronising the
+        slices at requantized ops without a given shift; else the serial one, op by op, where
+        ops the plan splits by rows run in chunks (split.py). The results are the same bit
+        for bit in every case."""
         self._faulted = set()
         if memory is not None and ops is None:
-            from .memory_run import run_planned
-
             if stats is not None and plan.micro_batches > 1:
                 stats.pipeline = "serial: the memory plan runs op by op"
-            return run_planned(self, plan, memory, arena, env, ctx, stats)
+            return run_planned(self, plan, env, ctx, stats, memory, arena)
         if ops is None and plan.micro_batches > 1:
-            from .executor_pipeline import run_pipelined
-
             if run_pipelined(self, plan, env, ctx, stats, threaded):
                 return env
-        from .split import run_op
-
-        for op in ops if ops is not None else plan.graph.ops:
-            outputs, shift = run_op(self, plan, op, env, ctx, stats)
-            env.update(outputs)
-            if shift is not None and stats is not None:
-                stats.shifts[op.name] = shift
-        return env
+        return run_serial(self, plan, env, ctx, stats, ops)
 
     def call(self, plan, op, env: dict, ctx: StepContext, stats: StepStats | None = None,
              wrap=None, rows: tuple[int, int] | None = None) -> tuple[dict, str]:

@@ -35,9 +35,9 @@ from concurrent.futures import FIRST_COMPLETED, wait
 
 import numpy as np
 
-from .memory import is_alias, is_requant, is_row_shaped, value_dtype
-from .memory_run import _array, _rows
-from .numerics import QTensor
+from ..memory.planner import value_dtype
+from ..numerics import QTensor
+from .slices import as_array, row_slice
 from .split import run_op
 
 
@@ -49,7 +49,7 @@ def slices(batch: int, parts: int) -> list[tuple[int, int]]:
 
 
 def needs_shift(op) -> bool:
-    return is_requant(op) and not is_alias(op)
+    return op.is_requant() and not op.is_alias()
 
 
 def run_pipelined(executor, plan, env: dict, ctx, stats=None, threaded: bool = True) -> bool:
@@ -77,7 +77,7 @@ class _Pipeline:
         self.syncs = {op.name for op in per_row if needs_shift(op) and op.name not in self.given}
         self.bounds = slices(graph.batch, plan.micro_batches)
         self.m = len(self.bounds)
-        self.envs = [{t: _rows(v, a, b) if t in graph.tensors and is_row_shaped(graph, t) else v
+        self.envs = [{t: row_slice(v, a, b) if t in graph.tensors and graph.is_row_shaped(t) else v
                       for t, v in env.items()} for a, b in self.bounds]
         self.ctxs = [dataclasses.replace(ctx, row_offset=ctx.row_offset + a, shifts=self.given)
                      for a, _ in self.bounds]
@@ -121,12 +121,12 @@ class _Pipeline:
             if given is not None and shift != given:
                 self.stale.append((self.index[op.name], op.name))
         for t, value in outputs.items():
-            if is_row_shaped(self.graph, t):
+            if self.graph.is_row_shaped(t):
                 self.envs[i][t] = value
             else:                                   # a weight gradient: summed over slices
                 if t not in self.sums:
-                    self.sums[t] = np.zeros(np.shape(_array(value)), np.int64)
-                self.sums[t] += _array(value)
+                    self.sums[t] = np.zeros(np.shape(as_array(value)), np.int64)
+                self.sums[t] += as_array(value)
                 self.counts[t] = self.counts.get(t, 0) + 1
         self.pos[i] += 1
 

@@ -3,15 +3,15 @@
 joules = sum over backends (int8 MACs x pJ/MAC) + fp32 FLOPs x pJ/FLOP
          + bytes moved x pJ/byte + static_w x seconds
 
-The coefficients are per device (energy_coeffs.py, each with its source or assumption).
+The coefficients are per device (coeffs.py, each with its source or assumption).
 Dynamic energy alone leaves out idle and uncore power, which on a phone is often most of
 the total: pass `static_w` (e.g. a battery baseline measured once) to add it. Every
 reading is labelled estimated=True and carries its parts in `detail`.
 """
 from __future__ import annotations
 
-from .energy_base import EnergyReading, Meter, MeterError, WorkCounts
-from .energy_coeffs import DEVICES, DeviceCoefficients
+from .base import EnergyReading, Meter, MeterError, WorkCounts
+from .coeffs import DEVICES, DeviceCoefficients
 
 PJ = 1e-12
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 
-from .errors import DsptrainError
-from .graph import TrainGraph
-from .memory import MemoryPlan, Step, plan_memory
+from ..errors import DsptrainError
+from ..graph import TrainGraph
+from .planner import MemoryPlan, Step, plan_memory
 
 # One op call in MAC-equivalents: 18-33 us per call measured on LeNet-5 steps of 8 rows
 # (cpu backend, 2 cores), at the ~50-80 GMAC/s the cpu kernels reach on VGG-11/ResNet-18.

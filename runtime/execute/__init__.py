@@ -1,0 +1,14 @@
+"""Running a plan: the Executor and its runners, one file each.
+
+- executor.py: `Executor` (dispatches a step to a runner; `call` runs one op on its
+  backend with fallback), `StepContext`, `StepStats`;
+- split.py: the serial runner, each op whole or in row chunks (batch splitting);
+- pipeline.py: the co-scheduled runner (micro-batches across the DSP and the CPU);
+- planned.py: the memory-planned runner (arena slots, micro-batch slices, recompute);
+- slices.py: row slicing and shift recording, shared by the three.
+
+Every runner is `run_*(executor, plan, env, ctx, stats, ...)` and updates `env` in place.
+"""
+from .executor import Executor, StepContext, StepStats
+
+__all__ = ["Executor", "StepContext", "StepStats"]
