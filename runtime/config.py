@@ -428,6 +428,8 @@ def run_from_mapping(data: dict, path: Path, **overrides) -> RunConfig:
     its own `fl:` section out first, runtime/fl/settings.py)."""
     path = Path(path)
     data = dict(data)
+    if "fl" in data:
+        raise ConfigError(path, "fl", "this is a federated run config: run it with `dsptrain fl simulate` or `deploy`")
     recipe_spec = data.pop("recipe", None)
     if recipe_spec is None:
         raise ConfigError(path, "recipe", "is required (a name in configs/algorithms/ or a mapping with 'name')")

@@ -79,6 +79,9 @@ class ClientSession:
         first_epoch = (server_round - 1) * max(fl.local_epochs, -(-steps // per_epoch))
         trainer = self.trainer
         trainer.global_step = (server_round - 1) * steps
+        # Adaptive rescaling starts afresh each round, as in a new process: a SuperNode may
+        # run every round in a new ClientApp process, and all engines must train alike.
+        trainer.rescale.restore({})
         done, seen, loss_sum, correct, seconds, joules, metered = 0, 0, 0.0, 0, 0.0, 0.0, 0
         epoch = first_epoch
         while done < steps:

@@ -9,6 +9,8 @@ import time
 
 from dsptrain.fl.deploy import LocalDeployment, _alive, _descendants
 from dsptrain.fl.server import HISTORY_NAME
+from dsptrain.fl.settings import load_fl_run
+from dsptrain.fl.simulate import simulate
 
 
 def rounds_written(path):
@@ -54,6 +56,10 @@ def test_deployment_engine_three_supernodes(tmp_path, fl_config):
     assert [h["round"] for h in history] == [0, 1, 2]
     assert all(h["accepted"] == 3 for h in history[1:])
     assert history[-1]["test_accuracy"] > 0.5, history[-1]
+    # the same rounds in one process give the same global models: integer aggregation
+    # does not depend on the order replies arrive, and every round starts afresh on a client
+    alone = simulate(load_fl_run(path), path, tmp_path / "alone")
+    assert [h["test_accuracy"] for h in alone] == [h["test_accuracy"] for h in history]
     # every process the deployment started, and those Flower started under them, is gone
     assert not [pid for pid in started + family if _alive(pid) and not _zombie(pid)]
 
