@@ -64,7 +64,7 @@ def model_batches(model, budget: int) -> dict:
     """Largest batches by the planner, each counting the cpu backend's kept scratch
     (im2col, packed panels, per-thread buffers: Backend.scratch_bytes) as the step does."""
     from dsptrain.plan import place
-    from dsptrain.train import select_backends
+    from dsptrain.backends import select as select_backends
 
     backends, cache = select_backends("cpu"), {}     # cpu, with ref for what it lacks (residual adds)
 

@@ -14,13 +14,15 @@
 
 #include "conv.h"
 #include "cpu_features.h"
+#include "eltwise.h"
 #include "gemm.h"
-#include "niti.h"
-#include "pool_relu.h"
+#include "loss.h"
+#include "pool.h"
 #include "requant.h"
 #include "scratch.h"
 #include "thread_pool.h"
 #include "threefry.h"
+#include "update.h"
 
 namespace py = pybind11;
 using namespace dsptrain;

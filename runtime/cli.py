@@ -11,6 +11,7 @@ import sys
 import warnings
 
 from . import __version__
+from .backends import CHOICES as BACKEND_CHOICES
 from .errors import DsptrainError, UserError
 
 
@@ -67,13 +68,12 @@ def _info(args) -> int:
 
 
 def _plan(args) -> int:
-    from .memory.budget import Fixed, parse_size, source_from_config
+    from .backends import select
     from .config import load_device, load_run
     from .graph import lower
-    from .memory.report import describe
+    from .memory import Fixed, describe, parse_size, source_from_config
     from .models import build_model
-    from .plan import place
-    from .train import select_backends
+    from .plan import build
 
     run = load_run(args.run)
     batch = args.batch if args.batch is not None else run.train.batch_size
@@ -89,11 +89,9 @@ def _plan(args) -> int:
     graph = lower(model, run.recipe, batch)
     # The backends place the ops and report the scratch their kernels keep (scratch_bytes),
     # which the peak includes, as it does when the run trains.
-    backends = select_backends(args.backend or run.backend)
+    backends = select(args.backend or run.backend)
     try:
-        sched = run.scheduler
-        plan = place(graph, backends, co_schedule=sched.co_schedule and "dsp" in backends,
-                     device=load_device(sched.device), placement=sched.placement)
+        plan = build(graph, backends, load_device(run.scheduler.device), run.scheduler)
         fitter = plan.fitter(run.memory.micro_batch, run.memory.recompute)
         placed = sorted({p.backend for p in plan.placement.values()})
         print(f"{run.name}: {model.name} on {', '.join(placed)}")
@@ -151,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train a run config (configs/runs/*.yaml)")
     train.add_argument("run", help="run config YAML")
     train.add_argument("--epochs", type=int, help="override train.epochs")
-    train.add_argument("--backend", choices=("auto", "ref", "cpu", "dsp"), help="override backend")
+    train.add_argument("--backend", choices=BACKEND_CHOICES, help="override backend")
     train.add_argument("--energy", help="auto | rapl | battery | trace:FILE | estimate")
     train.add_argument("--out", help="output directory (default runs/<name>)")
     train.add_argument("--resume", action="store_true", help="continue from the checkpoint in the output directory")
@@ -162,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("run", help="run config YAML")
     plan.add_argument("--batch", type=int, help="override train.batch_size")
     plan.add_argument("--budget", help="override memory.budget: bytes or a size like 64MB")
-    plan.add_argument("--backend", choices=("auto", "ref", "cpu", "dsp"),
+    plan.add_argument("--backend", choices=BACKEND_CHOICES,
                       help="override backend: whose kernel scratch the peak counts")
     plan.set_defaults(func=_plan)
 

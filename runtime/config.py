@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import yaml
 
+from .backends import ACCELERATOR, CHOICES as BACKEND_CHOICES, backend_class
 from .errors import ConfigError
 
 CONFIG_ROOT = Path(__file__).resolve().parent.parent / "configs"
@@ -241,12 +242,11 @@ def load_device(name_or_path: str) -> DeviceProfile:
             value = getattr(getattr(profile, part), name)
             if not value > 0:
                 raise ConfigError(path, f"{part}.{name}", f"{value!r} must be > 0")
-    from .backends.ops_dsp import DspBackend   # late: the backends import this module
-
+    dsp_hooks = backend_class(ACCELERATOR).hooks   # the backend the profile's `dsp` part describes
     for hook, why in profile.dsp.bad_at.items():
-        if hook not in DspBackend.hooks:
+        if hook not in dsp_hooks:
             raise ConfigError(path, f"dsp.bad_at.{hook}", f"{hook!r} is not a DSP hook "
-                              f"(known: {', '.join(sorted(DspBackend.hooks))})")
+                              f"(known: {', '.join(sorted(dsp_hooks))})")
         if not isinstance(why, str) or not why.strip():
             raise ConfigError(path, f"dsp.bad_at.{hook}", f"{why!r}: give the reason as a string")
     return profile
@@ -259,7 +259,7 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    backend: Literal["auto", "ref", "cpu", "dsp"] = "auto"
+    backend: Literal[BACKEND_CHOICES] = "auto"     # backends.CHOICES
     energy: str = "auto"
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)

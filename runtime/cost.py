@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .backends import PROCESSOR
+
 MAX_MICRO_BATCHES = 8   # the search's bound; the model, not this, picks the count
 
 
@@ -39,7 +41,8 @@ class Speeds:
 
 
 def speeds(profile, processor: str) -> Speeds:
-    """The profile's speeds of `processor` ("dsp"; anything else runs on the CPU)."""
+    """The profile's speeds of `processor` (a profile part, backends.PROCESSOR: "dsp";
+    anything else runs on the CPU)."""
     part = profile.dsp if processor == "dsp" else profile.cpu
     return Speeds(part.macs_per_s, part.bytes_per_s, part.call_s)
 
@@ -53,7 +56,7 @@ def micro_batch_count(plan, profile, batch: int) -> tuple[int, str]:
     stage = {"dsp": 0.0, "cpu": 0.0}
     per_slice = 0.0                       # what one more micro-batch adds: its calls, its gradient sum
     for op in (*per_row, *once):
-        where = "dsp" if plan.backend_of(op) == "dsp" else "cpu"
+        where = PROCESSOR.get(plan.backend_of(op), "cpu")   # the profile part it runs on
         fast = speeds(profile, where)
         stage[where] += fast.seconds(op.macs, plan.op_bytes(op))
         if op.phase != "update":

@@ -41,6 +41,19 @@ class TensorSpec:
 
 
 @dataclass(frozen=True)
+class Product:
+    """The int8 product an op computes, declared by the recipe that lowers it (the op's
+    `attrs["product"]`) so that a backend sizes its scratch or picks a kernel from it, not
+    from the op's kind. Operands by pass, in the op's inputs and outputs:
+    forward (x, w) -> y; backward_data (err, w) -> dx; backward_weight (err, x) -> dw,
+    with x (N, H, W, C) and w (O, KH, KW, C) for a convolution (stride, pad in the attrs),
+    x (N, ...) and w (O, I) for a linear layer's GEMM."""
+
+    layer: str                    # "conv" | "linear"
+    pass_: str                    # "forward" | "backward_data" | "backward_weight"
+
+
+@dataclass(frozen=True)
 class Op:
     """One step of the training graph."""
 
@@ -71,6 +84,11 @@ class Op:
         Such an op needs one shift over every slice of the batch and every re-run."""
         return self.is_requant() or self.range_hook() is not None
 
+    @property
+    def product(self) -> Product | None:
+        """The int8 product the op computes, if its recipe declared one."""
+        return self.attrs.get("product")
+
     def is_alias(self) -> bool:
         """A reshape returns a view of its input: no memory of its own."""
         return self.kind.endswith(".reshape")
@@ -87,6 +105,10 @@ class TrainGraph:
     params: list[str]             # names of the weight tensors, in layer order
     logits: str                   # the tensor holding the model output
     eval_ops: list[Op] = field(default_factory=list)  # forward-only ops for evaluation
+    training: bool = True         # False: the forward ops alone (evaluation)
+    # Do its requantizing ops take a given shift (the recipe's TAKES_GIVEN_SHIFT), so that
+    # slices of a batch can share one? Batch splitting and micro-batches need it.
+    takes_given_shift: bool = False
 
     def op(self, name: str) -> Op:
         for op in self.ops:
@@ -130,7 +152,10 @@ class GraphBuilder:
     def find(self, name: str) -> Op:
         return next(op for op in self.ops if op.name == name)
 
-    def op(self, name, kind, layer, phase, inputs, outputs, hooks=(), macs=0, **attrs) -> Op:
+    def op(self, name, kind, layer, phase, inputs, outputs, hooks=(), macs=0, product=None, **attrs) -> Op:
+        """Emit an op; `product` = (layer, pass) declares the int8 product it computes (Product)."""
+        if product is not None:
+            attrs["product"] = Product(*product)
         op = Op(len(self.ops), name, kind, layer, phase, tuple(inputs), tuple(outputs),
                 tuple(hooks), attrs, int(macs))
         self.ops.append(op)
@@ -153,7 +178,7 @@ def lower(model, recipe, batch: int, training: bool = True) -> TrainGraph:
     or itself, has parameters; for a chain this is exactly "from the last layer down to the
     first parametric one", with no input error for the latter.
     """
-    from .algorithms import algorithm_module
+    from .algorithms import algorithm_module, takes_given_shift
 
     algorithm = algorithm_module(recipe.module)
     algorithm.check_model(model, recipe)
@@ -189,7 +214,8 @@ def lower(model, recipe, batch: int, training: bool = True) -> TrainGraph:
             if needs_error[x]:
                 errors.setdefault(x, []).append(err_in)
     graph = TrainGraph(recipe.name, batch, b.ops if training else forward_ops, b.tensors,
-                       b.params, logits, eval_ops=forward_ops)
+                       b.params, logits, eval_ops=forward_ops, training=training,
+                       takes_given_shift=takes_given_shift(recipe))
     return graph
 
 

@@ -1,4 +1,4 @@
-"""The integer numerics of NITI, exactly as docs/ARCHITECTURE states them.
+"""The integer numerics of NITI, exactly as docs/ARCHITECTURE.md states them.
 
 A tensor is `(q, e)`: int8 values `q` in [-127, 127] and a power-of-two exponent
 `e`, so the real value is `q * 2**e`. Accumulators are int32 (int64 where a sum can

@@ -1,4 +1,7 @@
-"""Placement and the plan cache: which backend runs each op, and why.
+"""The Plan of one graph: which backend runs each op and why, batch splitting, co-scheduling.
+
+`build(graph, backends, device, scheduler)` makes the frozen Plan both the Trainer and
+`dsptrain plan` use. Placement:
 
 Backends are walked in priority order (dsp, cpu, ref); an op goes to the first one
 that supports it and does not decline it. The DSP declines, when the CPU is there:
@@ -14,11 +17,13 @@ keeps its reason: DSPTRAIN_DEBUG=1 prints them, `Plan.describe()` lists them.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
 from dataclasses import dataclass, field
 
+from .backends import ACCELERATOR, HOST, PROCESSOR
 from .graph import TrainGraph
 
 
@@ -29,8 +34,11 @@ class Placement:
     declined: tuple[tuple[str, str], ...] = ()   # (backend, why not) for those tried first
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Plan:
+    """How one graph runs. Frozen: a change (another device, co-scheduling) is a new Plan
+    (`replace`); `stats` only caches what the plan implies (op bytes, fitters, splits)."""
+
     graph: TrainGraph
     placement: dict[str, Placement]
     order: tuple[str, ...]                        # backend names, priority order
@@ -40,6 +48,10 @@ class Plan:
     micro_batches: int = 1                        # co-scheduling: micro-batches in flight (1: off)
     micro_batches_reason: str = "co-scheduling is off"
     backends: dict = field(default_factory=dict, repr=False)   # name -> Backend (place() sets it)
+
+    def replace(self, **changes) -> "Plan":
+        """A copy with `changes`, and caches of its own."""
+        return dataclasses.replace(self, stats={}, **changes)
 
     def backend_of(self, op) -> str:
         return self.placement[op.name].backend
@@ -107,7 +119,8 @@ class Plan:
             if not op.is_requant():
                 return None, f"{backend} kernels block for the cache; no row-sized scratch to bound"
             per_row = 4 * self.graph.tensors[op.outputs[0]].nbytes // self.graph.batch
-        levels = (("dsp.vtcm", "VTCM"), ("dsp.l2", "DSP L2")) if backend == "dsp" else (("cpu.l2", "CPU L2"),)
+        levels = (("dsp.vtcm", "VTCM"), ("dsp.l2", "DSP L2")) if PROCESSOR.get(backend) == "dsp" else \
+            (("cpu.l2", "CPU L2"),)   # the device profile's memories of the processor it runs on
         best, why = (None, 0.0), []
         for key, label in levels:
             capacity = self.device.size(key)
@@ -118,8 +131,8 @@ class Plan:
                 why.append(f"one row misses {label}")
                 continue
             chunks = -(-rows // fit)
-            net = split_net_seconds(self.device, backend, per_row * rows, fixed, results, chunks,
-                                    op.macs * rows // self.graph.batch)
+            net = split_net_seconds(self.device, PROCESSOR.get(backend, "cpu"), per_row * rows, fixed, results,
+                                    chunks, op.macs * rows // self.graph.batch)
             why.append(f"{chunks} chunks for {label}: {net * 1e6:+.0f} us")
             if net > best[1]:
                 best = (-(-rows // chunks), net)
@@ -154,22 +167,23 @@ class Plan:
         return "\n".join(lines)
 
 
-def choose_micro_batches(plan: Plan, scheduler, sliceable: bool) -> None:
-    """Set `plan.micro_batches` (and why) for co-scheduling: `scheduler.micro_batches` when
-    it is a number, else the device profile's cost model (cost.py). Only a `sliceable`
-    step (training, a recipe whose slices can share a shift: GIVEN_SHIFT_RECIPES) is."""
+def choose_micro_batches(plan: Plan, scheduler, sliceable: bool) -> Plan:
+    """`plan` with its micro-batch count (and why) for co-scheduling: `scheduler.micro_batches`
+    when it is a number, else the device profile's cost model (cost.py). Only a `sliceable`
+    step (training, a recipe whose requantizing ops take a given shift, so slices can share
+    one: `graph.takes_given_shift`) is."""
     from .cost import micro_batch_count
 
     batch = plan.graph.batch
     if not (scheduler.co_schedule and sliceable and batch >= 2):
-        plan.micro_batches, plan.micro_batches_reason = 1, "co-scheduling is off or does not apply"
+        m, why = 1, "co-scheduling is off or does not apply"
     elif plan.pipeline_ops() is None:
-        plan.micro_batches, plan.micro_batches_reason = 1, "an op couples rows outside the update"
+        m, why = 1, "an op couples rows outside the update"
     elif scheduler.micro_batches != "auto":
-        plan.micro_batches = min(int(scheduler.micro_batches), batch)
-        plan.micro_batches_reason = f"scheduler.micro_batches: {scheduler.micro_batches}"
+        m, why = min(int(scheduler.micro_batches), batch), f"scheduler.micro_batches: {scheduler.micro_batches}"
     else:
-        plan.micro_batches, plan.micro_batches_reason = micro_batch_count(plan, plan.device, batch)
+        m, why = micro_batch_count(plan, plan.device, batch)
+    return plan.replace(micro_batches=m, micro_batches_reason=why)
 
 
 def cpu_only_pattern() -> re.Pattern | None:
@@ -188,11 +202,6 @@ def splittable(graph: TrainGraph, op) -> bool:
     """An integer product (conv / GEMM hooks): the ops whose working set batch splitting sizes."""
     return any(h in op.hooks for h in PRODUCT_HOOKS) and graph.tensors[op.outputs[0]].dtype in ("int8", "int32", "int64")
 
-
-# Recipes whose requantizing ops take a given shift (`ctx.given_shift`, base.requantize's
-# rule), so slices of a batch can be made to share one: batch splitting and co-scheduling
-# run only these. Others (their own scale logic in their module) run whole.
-GIVEN_SHIFT_RECIPES = ("niti",)
 
 PRODUCT_HOOKS = ("conv2d_s8", "gemm_s8", "conv2d_bwd_data_s8", "conv2d_bwd_weight_s8")
 
@@ -232,14 +241,15 @@ def place(graph: TrainGraph, backends: dict, ops=None, co_schedule: bool = False
     for op in ops if ops is not None else graph.ops:
         declined = []
         for name, backend in backends.items():
-            if name == "dsp" and forced_off_dsp and (forced_off_dsp.search(op.name) or forced_off_dsp.search(op.kind)):
+            if name == ACCELERATOR and forced_off_dsp and (forced_off_dsp.search(op.name)
+                                                           or forced_off_dsp.search(op.kind)):
                 declined.append((name, "forced off the DSP by DSPTRAIN_CPU_ONLY_OPS"))
                 continue
-            if name == "dsp" and co_schedule and op.phase == "update" and "cpu" in backends:
+            if name == ACCELERATOR and co_schedule and op.phase == "update" and HOST in backends:
                 declined.append((name, "co-scheduling: the update runs on the CPU, beside the DSP's backward"))
                 continue
             bad = [h for h in op.hooks if h in bad_at]
-            if name == "dsp" and bad and "cpu" in backends:
+            if name == ACCELERATOR and bad and HOST in backends:
                 declined.append((name, "; ".join(f"profile {device.name}: the DSP is bad at {h} ({bad_at[h]})"
                                                  for h in bad)))
                 continue
@@ -255,6 +265,24 @@ def place(graph: TrainGraph, backends: dict, ops=None, co_schedule: bool = False
     if os.environ.get("DSPTRAIN_DEBUG"):
         print(plan.describe(), file=sys.stderr)
     return plan
+
+
+def build(graph: TrainGraph, backends: dict, device=None, scheduler=None) -> Plan:
+    """The Plan of `graph` on `backends` (name -> Backend, priority order) for `device` (a
+    config.DeviceProfile) under `scheduler` (config.SchedulerConfig; None: place each op
+    on the first backend that takes it, no splitting, no co-scheduling).
+
+    Co-scheduling needs the accelerator among the backends (a second processor to overlap);
+    batch splitting and micro-batches need slices that can share a shift
+    (`graph.takes_given_shift`), micro-batches a training graph."""
+    if scheduler is None:
+        return place(graph, backends, device=device)
+    co_schedule = scheduler.co_schedule and ACCELERATOR in backends
+    plan = place(graph, backends, co_schedule=co_schedule, device=device, placement=scheduler.placement)
+    plan = plan.replace(device=device, batch_split=scheduler.batch_split and graph.takes_given_shift)
+    # Co-scheduling's micro-batch count: the device profile's cost model (cost.py); 1
+    # (serial) without the accelerator, where there is no second processor to overlap.
+    return choose_micro_batches(plan, scheduler, graph.training and graph.takes_given_shift)
 
 
 class PlanCache:

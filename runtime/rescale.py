@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .algorithms import takes_given_shift
+
 
 ROLE_OF_PHASE = {"forward": "activations", "backward": "errors"}
 
@@ -50,9 +52,7 @@ class RescaleController:
 
     def __init__(self, recipe, enabled: bool = True):
         self.recipe = recipe
-        from .plan import GIVEN_SHIFT_RECIPES
-
-        self.enabled = enabled and recipe.integer and recipe.module in GIVEN_SHIFT_RECIPES
+        self.enabled = enabled and takes_given_shift(recipe)
         self.ops: dict[str, OpShift] = {}
 
     def policy(self, op):

@@ -17,38 +17,15 @@ import numpy as np
 
 from . import checkpoint, data as datasets
 from .algorithms import algorithm_module
-from .backends import PRIORITY, availability, backend_class
-from .memory.budget import Schedule, source_from_config
+from .backends import select as select_backends
 from .errors import UserError
 from .execute import Executor, StepContext, StepStats
 from .graph import lower
-from .memory.arena import Arena
-from .memory.fit import adopt_scratch
+from .memory import Arena, Schedule, adopt_scratch, source_from_config
 from .numerics import QTensor
 from .models import build_model
-from .plan import GIVEN_SHIFT_RECIPES, PlanCache, choose_micro_batches, place
+from .plan import PlanCache, build
 from .rescale import RescaleController
-
-
-def select_backends(choice: str) -> dict:
-    """Backend instances for `--backend choice`, in priority order, the fallbacks included.
-
-    `dsp` and `cpu` must be usable (else a UserError saying why); `auto` takes every
-    usable backend that wants to be chosen automatically (not the emulated DSP).
-    `ref` is always last: it runs everything.
-    """
-    wanted = PRIORITY[PRIORITY.index(choice):] if choice != "auto" else PRIORITY
-    found = availability()
-    chosen = {}
-    for name in wanted:
-        ok, why = found[name]
-        if ok and choice == "auto":
-            ok, why = backend_class(name).chosen_by_auto()
-        if ok:
-            chosen[name] = backend_class(name)()
-        elif name == choice:
-            raise UserError(f"backend {name!r} is not available: {why}")
-    return chosen
 
 
 def _peak_rss_bytes() -> int:
@@ -108,15 +85,7 @@ class Trainer:
     # ------------------------------------------------------------ plumbing
     def _build_plan(self, batch: int, training: bool):
         graph = lower(self.model, self.recipe, batch, training)
-        sched = self.scheduler
-        plan = place(graph, self.backends, co_schedule=sched.co_schedule and "dsp" in self.backends,
-                     device=self.device, placement=sched.placement)
-        plan.device = self.device
-        sliceable = self.recipe.integer and self.recipe.module in GIVEN_SHIFT_RECIPES
-        plan.batch_split = sched.batch_split and sliceable
-        # Co-scheduling's micro-batch count: the device profile's cost model (cost.py); 1
-        # (serial) without a DSP in the plan, where there is no second processor to overlap.
-        choose_micro_batches(plan, sched, training and sliceable)
+        plan = build(graph, self.backends, self.device, self.scheduler)
         for name, backend in self.backends.items():
             backend.prepare(graph, [op for op in graph.ops if plan.backend_of(op) == name])
         return plan

@@ -10,7 +10,10 @@ A recipe module defines:
 - `prepare_input(images_uint8)`, `logits_to_float(value)`: the float boundaries;
 - `join_errors(b, name, errs)` (residual models): one error tensor summing `errs`, where
   branches join in the backward walk (integer recipes align exponents);
-- `check_recipe(recipe, source)` (optional): reject bad `params` with a ConfigError at load.
+- `check_recipe(recipe, source)` (optional): reject bad `params` with a ConfigError at load;
+- `TAKES_GIVEN_SHIFT` (optional, default False): its requantizing ops take a given shift
+  (`ctx.given_shift(op)`, under backends/base.py's `requantize` rule), so slices of a batch
+  can share one: batch splitting, co-scheduling and adaptive rescaling apply to it.
 
 Modules whose names start with `_` (and `int_residual`) are helpers, not recipes. NITI and
 FP32 are written out in full; Octo, WAGEUBN, AFP, MLS and FP8 share `_emulated.py` and
@@ -32,3 +35,8 @@ def algorithm_module(name: str, source=None) -> ModuleType:
             raise
         raise ConfigError(source or "recipe", "module",
                           f"{name!r} has no runtime/algorithms/{name}.py") from None
+
+
+def takes_given_shift(recipe) -> bool:
+    """Does `recipe` (an integer recipe) declare that its requantizing ops take a given shift?"""
+    return bool(recipe.integer and getattr(algorithm_module(recipe.module), "TAKES_GIVEN_SHIFT", False))

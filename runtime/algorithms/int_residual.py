@@ -4,7 +4,7 @@ through it.
 
 - Add: the two int8 operands are aligned on the coarser exponent by shifting the finer
   one right (nearest), added in int16, then brought back to int8 by the sum's range
-  (ARCHITECTURE.md). Its backward passes the error unchanged to both inputs (the
+  (docs/ARCHITECTURE.md). Its backward passes the error unchanged to both inputs (the
   derivative of a + b), which `graph.lower` does without an op.
 - GlobalAvgPool: int32 sum over H x W; the divisor H*W is a power of two for the CIFAR
   ResNets (4 x 4), so dividing is subtracting log2(H*W) from the exponent, exact.

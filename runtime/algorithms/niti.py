@@ -21,6 +21,9 @@ from . import int_residual
 ACTIVATION_DTYPE = "int8"
 INPUT_EXPONENT = -7            # pixels p in 0..255 enter as (p - 128) * 2**-7
 DEFAULT_MU = 4
+# Products requantize through the backends' requantize rule with ctx.given_shift(op), so
+# slices of a batch can share one shift: batch splitting, co-scheduling, adaptive rescaling.
+TAKES_GIVEN_SHIFT = True
 _PRODUCT = ("absmax", "shift_round")
 
 
@@ -42,12 +45,14 @@ def forward(b, layer, x, shape):
         b.tensor(out, shape, "int8", "activation")
         macs = int(np.prod(shape)) * layer.kernel * layer.kernel * layer.in_channels
         b.op(f"{layer.name}.fwd", "niti.conv_fwd", layer.name, "forward", (x, w), (out,),
-             ("conv2d_s8", *_PRODUCT), macs, stride=layer.stride, pad=layer.padding, mode=acts.rounding)
+             ("conv2d_s8", *_PRODUCT), macs, stride=layer.stride, pad=layer.padding, mode=acts.rounding,
+             product=("conv", "forward"))
     elif isinstance(layer, Linear):
         w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
         b.tensor(out, shape, "int8", "activation")
         b.op(f"{layer.name}.fwd", "niti.linear_fwd", layer.name, "forward", (x, w), (out,),
-             ("gemm_s8", *_PRODUCT), batch * layer.in_features * layer.out_features, mode=acts.rounding)
+             ("gemm_s8", *_PRODUCT), batch * layer.in_features * layer.out_features, mode=acts.rounding,
+             product=("linear", "forward"))
     elif isinstance(layer, ReLU):
         b.tensor(out, shape, "int8", "activation")
         b.op(f"{layer.name}.fwd", "niti.relu_fwd", layer.name, "forward", (x,), (out,), ("relu_s8",))
@@ -97,14 +102,15 @@ def backward(b, layer, err, needs_input_error):
             if conv:
                 b.op(f"{layer.name}.bwd_data", "niti.conv_bwd_data", layer.name, "backward", (err, w), (err_in,),
                      ("conv2d_bwd_data_s8", *_PRODUCT), macs, stride=layer.stride, pad=layer.padding,
-                     in_hw=x_shape[1:3], mode=errs.rounding)
+                     in_hw=x_shape[1:3], mode=errs.rounding, product=("conv", "backward_data"))
             else:
                 b.op(f"{layer.name}.bwd_data", "niti.linear_bwd_data", layer.name, "backward", (err, w), (err_in,),
-                     ("gemm_s8", *_PRODUCT), macs, mode=errs.rounding)
+                     ("gemm_s8", *_PRODUCT), macs, mode=errs.rounding, product=("linear", "backward_data"))
         grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "int32", "grad")
         kind, hook = ("niti.conv_bwd_weight", "conv2d_bwd_weight_s8") if conv else ("niti.linear_bwd_weight", "gemm_s8")
         attrs = dict(stride=layer.stride, pad=layer.padding, kernel=(layer.kernel, layer.kernel)) if conv else {}
-        b.op(f"{layer.name}.bwd_weight", kind, layer.name, "backward", (err, x), (grad,), (hook,), macs, **attrs)
+        b.op(f"{layer.name}.bwd_weight", kind, layer.name, "backward", (err, x), (grad,), (hook,), macs,
+             product=("conv" if conv else "linear", "backward_weight"), **attrs)
         b.op(f"{layer.name}.update", "niti.update", layer.name, "update", (w, grad), (w,),
              ("niti_update_s8",), mode=grads.rounding)
         return err_in if needs_input_error else None

@@ -71,23 +71,24 @@ class CpuBackend(Backend):
 
     def scratch_bytes(self, graph, op, rows):
         """The native kernels' grow-only scratch for `op` on `rows` rows, by buffer; the
-        sizes come from cpu_ops/scratch.cpp (beside the kernels), not from here."""
-        kind, requant = op.kind.rsplit(".", 1)[-1], "absmax" in op.hooks
+        sizes come from cpu_ops/scratch.cpp (beside the kernels), not from here. The op's
+        declared product (graph.Product) says which kernel runs and where its operands are."""
+        product = op.product
+        if product is None:
+            return {}
+        requant = op.is_requant()
         shape = [graph.tensors[t].shape for t in (*op.inputs, *op.outputs)]
-        passes = {"conv_fwd": "forward", "conv_bwd_data": "backward_data", "conv_bwd_weight": "backward_weight"}
-        if kind in passes:    # x: (N, H, W, C), w: (O, KH, KW, C)
-            x, w = {"conv_fwd": (shape[0], shape[1]), "conv_bwd_data": (shape[2], shape[1]),
-                    "conv_bwd_weight": (shape[1], shape[2])}[kind]
+        if product.layer == "conv":    # x: (N, H, W, C), w: (O, KH, KW, C)
+            x, w = {"forward": (shape[0], shape[1]), "backward_data": (shape[2], shape[1]),
+                    "backward_weight": (shape[1], shape[2])}[product.pass_]
             sizes = [rows, *x[1:], *w[:3], op.attrs["stride"], op.attrs["pad"]]
-            return dict(_native.scratch_bytes(passes[kind], sizes, requant))
-        if kind in ("linear_fwd", "linear_bwd_data"):     # a[rows, K] @ b[N, K].T
+            return dict(_native.scratch_bytes(product.pass_, sizes, requant))
+        if product.pass_ != "backward_weight":             # a[rows, K] @ b[N, K].T
             w = shape[1]
-            n, k = (w[0], w[1]) if kind == "linear_fwd" else (w[1], w[0])
+            n, k = (w[0], w[1]) if product.pass_ == "forward" else (w[1], w[0])
             return dict(_native.scratch_bytes("gemm", [rows, n, k], requant))
-        if kind == "linear_bwd_weight":                   # err.T[O, rows] @ x.T[I, rows].T
-            o, i = int(np.prod(shape[0][1:])), int(np.prod(shape[1][1:]))
-            return dict(_native.scratch_bytes("gemm", [o, i, rows], requant))
-        return {}
+        o, i = int(np.prod(shape[0][1:])), int(np.prod(shape[1][1:]))   # err.T[O, rows] @ x.T[I, rows].T
+        return dict(_native.scratch_bytes("gemm", [o, i, rows], requant))
 
     # ------------------------------------------------------------ int8 products
     def gemm_s8(self, a, b):

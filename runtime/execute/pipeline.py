@@ -35,6 +35,7 @@ from concurrent.futures import FIRST_COMPLETED, wait
 
 import numpy as np
 
+from ..backends import ACCELERATOR
 from ..memory.planner import value_dtype
 from ..numerics import QTensor
 from .slices import as_array, row_slice
@@ -93,11 +94,11 @@ class _Pipeline:
         self.waiting = list(once)
         self.overlap = 0.0                            # CPU seconds spent while the DSP had work
         self.rewinds = 0
-        self.dsp = executor.dsp_queue() if threaded and "dsp" in executor.backends else None
+        self.dsp = executor.dsp_queue() if threaded and ACCELERATOR in executor.backends else None
 
     # ------------------------------------------------------------ running ops
     def on_dsp(self, op) -> bool:
-        return self.dsp is not None and self.plan.backend_of(op) == "dsp"
+        return self.dsp is not None and self.plan.backend_of(op) == ACCELERATOR
 
     def on_cpu(self, fn, *args):
         """Run `fn` on this thread, counting its time as overlap when the DSP is busy."""

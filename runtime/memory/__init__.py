@@ -10,8 +10,9 @@ plan that fits a budget.
 """
 from .arena import Arena
 from .budget import Available, BudgetError, Fixed, Schedule, format_size, parse_size, source_from_config
-from .fit import Fitter, Option
+from .fit import Fitter, Option, adopt_scratch
 from .planner import MemoryPlan, plan_memory
+from .report import describe
 
 __all__ = ["Arena", "Available", "BudgetError", "Fixed", "Schedule", "format_size", "parse_size",
-           "source_from_config", "Fitter", "Option", "MemoryPlan", "plan_memory"]
+           "source_from_config", "Fitter", "Option", "adopt_scratch", "MemoryPlan", "plan_memory", "describe"]

@@ -80,7 +80,7 @@ def test_pipelined_step_equals_serial_and_unsplit(small_run, tmp_path, backend, 
                  # stale shifts (one too small everywhere): a slice that needs more says so, every
                  # slice re-runs from that op with it -- still the unsplit step's numbers
                  "stale": {k: max(v - 1, 0) for k, v in shifts.items()}}
-        plan.micro_batches = 3              # ragged slices: 21, 21, 22 rows
+        plan = plan.replace(micro_batches=3)  # ragged slices: 21, 21, 22 rows
         names = [*t.state, plan.graph.logits]
         for label, given in cases.items():
             piped, pstats = _one_step(t, plan, images, labels, given, True)

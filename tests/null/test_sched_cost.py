@@ -27,9 +27,7 @@ class _Backend:
 
 def _plan(backends, profile, model="lenet5"):
     graph = lower(build_model(model, 10), load_recipe("niti"), 64, True)
-    plan = place(graph, backends, co_schedule=True)
-    plan.device, plan.batch_split = profile, True
-    return plan
+    return place(graph, backends, co_schedule=True).replace(device=profile, batch_split=True)
 
 
 def _profile(tmp_path, text, name="p"):
@@ -64,13 +62,13 @@ def test_micro_batch_count_follows_the_cpu_share(tmp_path):
 def test_choose_micro_batches_honours_the_switches():
     both = {"dsp": _Backend("dsp", declines=("loss",)), "cpu": _Backend("cpu")}
     plan = _plan(both, load_device("v66"))
-    choose_micro_batches(plan, SchedulerConfig(micro_batches=3), True)
+    plan = choose_micro_batches(plan, SchedulerConfig(micro_batches=3), True)
     assert plan.micro_batches == 3 and "scheduler.micro_batches" in plan.micro_batches_reason
-    choose_micro_batches(plan, SchedulerConfig(micro_batches=3, co_schedule=False), True)
+    plan = choose_micro_batches(plan, SchedulerConfig(micro_batches=3, co_schedule=False), True)
     assert plan.micro_batches == 1
-    choose_micro_batches(plan, SchedulerConfig(micro_batches=3), False)    # not sliceable
+    plan = choose_micro_batches(plan, SchedulerConfig(micro_batches=3), False)    # not sliceable
     assert plan.micro_batches == 1
-    choose_micro_batches(plan, SchedulerConfig(), True)
+    plan = choose_micro_batches(plan, SchedulerConfig(), True)
     assert plan.micro_batches == micro_batch_count(plan, plan.device, 64)[0]
 
 

@@ -98,7 +98,7 @@ def test_placed_work_on_the_cpu_is_what_co_scheduling_overlaps(tmp_path):
     counts = {}
     for placement in ("profile", "first"):
         plan = place(_graph(), _both(), co_schedule=True, device=even, placement=placement)
-        choose_micro_batches(plan, SchedulerConfig(placement=placement), True)
+        plan = choose_micro_batches(plan, SchedulerConfig(placement=placement), True)
         counts[placement] = plan.micro_batches
         assert "cost model (even)" in plan.micro_batches_reason
     assert counts["profile"] > 1 and counts["profile"] > counts["first"], counts

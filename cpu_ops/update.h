@@ -1,6 +1,6 @@
-// NITI's integer loss gradient and weight update (Wang et al., "NITI: Training integer
+// NITI's integer weight update (Wang et al., "NITI: Training integer
 // neural networks using integer-only arithmetic", TPDS 2022), bit-exact with
-// ops_ref.niti_loss_grad and RefBackend.niti_update_s8.
+// RefBackend.niti_update_s8.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -9,10 +9,6 @@
 #include "threefry.h"
 
 namespace dsptrain {
-
-// logits[batch, classes] (as int64), labels[batch] in [0, classes) -> grad int8.
-void niti_loss_grad(const int64_t* logits, int batch, int classes, int exponent, const int64_t* labels,
-                    const RngKey& key, int8_t* grad);
 
 // w_new = clip(w - shift_round(grad, gradient_shift(max|grad|, mu))). T: int32/int64.
 template <typename T>

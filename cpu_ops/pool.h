@@ -1,13 +1,10 @@
-// Element-wise and pooling int8 kernels (NHWC): ReLU and its backward, max-pool with
-// the argmax of the first maximum, and its backward (scatter-add, clip to +-127).
+// Pooling int8 kernels (NHWC): max-pool with the argmax of the first maximum, and its
+// backward (scatter-add, clip to +-127).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
 namespace dsptrain {
-
-void relu_s8(const int8_t* x, size_t n, int8_t* y);
-void relu_bwd_s8(const int8_t* err, const int8_t* y, size_t n, int8_t* dx);
 
 struct PoolShape {
   int n, h, w, c, kernel, stride;

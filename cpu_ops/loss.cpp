@@ -1,13 +1,12 @@
 // The loss gradient is small ([batch, classes]) and runs single-threaded; NumPy's int64
 // arithmetic wraps, so the wide products here use unsigned (wrapping) multiplies.
-#include "niti.h"
+#include "loss.h"
 
 #include <algorithm>
-#include <cstring>
+#include <cstddef>
 #include <vector>
 
 #include "requant.h"
-#include "thread_pool.h"
 
 namespace dsptrain {
 namespace {
@@ -25,11 +24,6 @@ int64_t floor_div(int64_t a, int64_t b) {  // NumPy's //; b == 0 gives 0 as NumP
   if (b == 0) return 0;
   const int64_t q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-
-// w_new[i] = clip(w[i] - w_new[i]): the update, w_new holding the rounded step.
-void subtract_step(const int8_t* __restrict w, size_t n, int8_t* __restrict w_new) {
-  for (size_t i = 0; i < n; ++i) w_new[i] = clip_s8(int32_t{w[i]} - int32_t{w_new[i]});
 }
 
 }  // namespace
@@ -68,26 +62,5 @@ void niti_loss_grad(const int64_t* logits, int batch, int classes, int exponent,
   for (size_t i = 0; i < p.size(); ++i) p32[i] = static_cast<int32_t>(p[i]);
   shift_round(p32.data(), p32.size(), kLossShift, RoundMode::kSto, key, grad);
 }
-
-template <typename T>
-void niti_update(const int8_t* w, const T* grad, size_t n, int mu, RoundMode mode, const RngKey& key,
-                 int8_t* w_new) {
-  const int b = range_bits(absmax(grad, n));
-  if (b == 0) {  // an all-zero gradient leaves the weights as they are
-    std::memcpy(w_new, w, n);
-    return;
-  }
-  shift_round(grad, n, std::max(b - mu, 0), mode, key, w_new);  // w_new holds the step
-  // On the pool, through a function of restrict pointers so that the loop vectorises (int8
-  // stores may alias anything the lambda captured).
-  const int units = static_cast<int>((n + 4095) / 4096);
-  parallel_ranges(units, n * 2, [&](int u0, int u1) {
-    const size_t begin = static_cast<size_t>(u0) * 4096, end = std::min(n, static_cast<size_t>(u1) * 4096);
-    subtract_step(w + begin, end - begin, w_new + begin);
-  });
-}
-
-template void niti_update<int32_t>(const int8_t*, const int32_t*, size_t, int, RoundMode, const RngKey&, int8_t*);
-template void niti_update<int64_t>(const int8_t*, const int64_t*, size_t, int, RoundMode, const RngKey&, int8_t*);
 
 }  // namespace dsptrain
