@@ -72,21 +72,24 @@ class ClientSession:
 
     def train(self, arrays: ArrayRecord, server_round: int) -> tuple[ArrayRecord, MetricRecord]:
         self.load_global(arrays)
-        fl, bs = self.flrun.fl, self.flrun.run.train.batch_size
+        bs = self.flrun.run.train.batch_size
         steps = self.steps_per_round()
         per_epoch = datasets.batch_count(self.train_data, bs)
-        # The recipe's schedule (NITI's mu) runs on local epochs counted across rounds.
-        first_epoch = (server_round - 1) * max(fl.local_epochs, -(-steps // per_epoch))
+        # Round r continues where round r - 1 stopped in the client's own data, as one
+        # uninterrupted local run would: the batch order (shuffled by epoch) and the
+        # recipe's schedule (NITI's mu, FP32's learning rate) follow the client's epochs
+        # over its partition, not the round number.
+        position = (server_round - 1) * steps
+        epoch, start = divmod(position, per_epoch)
         trainer = self.trainer
-        trainer.global_step = (server_round - 1) * steps
+        trainer.global_step = position
         # Adaptive rescaling starts afresh each round, as in a new process: a SuperNode may
         # run every round in a new ClientApp process, and all engines must train alike.
         trainer.rescale.restore({})
         done, seen, loss_sum, correct, seconds, joules, metered = 0, 0, 0.0, 0, 0.0, 0.0, 0
-        epoch = first_epoch
         while done < steps:
             trainer.epoch = epoch
-            for images, labels in datasets.batches(self.train_data, bs, trainer.seed, epoch):
+            for images, labels in datasets.batches(self.train_data, bs, trainer.seed, epoch, start):
                 stats = trainer.step(images, labels)
                 done, seen = done + 1, seen + stats.batch
                 loss_sum, correct = loss_sum + stats.loss * stats.batch, correct + stats.correct
@@ -95,7 +98,7 @@ class ClientSession:
                     joules, metered = joules + stats.energy_j, metered + 1
                 if done == steps:
                     break
-            epoch += 1
+            epoch, start = epoch + 1, 0
         record = to_record(trainer.state, self.names)
         metrics = MetricRecord({
             WEIGHT_KEY: len(self.train_data),

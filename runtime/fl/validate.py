@@ -36,8 +36,8 @@ def check_update(update: dict, num_examples, reference: dict, bits: int = 8,
     for name, want in reference.items():
         got = update[name]
         if isinstance(want, QTensor) != isinstance(got, QTensor):
-            kind = "integer (with an exponent)" if isinstance(want, QTensor) else "float"
-            raise UpdateError(f"{name}: expected a {kind} tensor")
+            kind = "an integer tensor with an exponent" if isinstance(want, QTensor) else "a float tensor"
+            raise UpdateError(f"{name}: expected {kind}, got {'one' if isinstance(got, QTensor) else 'no'} exponent")
         got_q, want_q = (got.q, want.q) if isinstance(want, QTensor) else (got, want)
         if got_q.shape != want_q.shape:
             raise UpdateError(f"{name}: shape {tuple(got_q.shape)} is not the global model's {tuple(want_q.shape)}")

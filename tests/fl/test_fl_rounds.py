@@ -130,6 +130,25 @@ def test_bad_updates_are_rejected_with_reasons_and_never_aggregated(tmp_path, fl
     assert last["test_accuracy"] > history[0]["test_accuracy"]
 
 
+def test_fp32_runs_use_flowers_fedavg_and_reject_nan(tmp_path, fl_config, caplog):
+    path = fl_config(recipe="fp32", clients=3, rounds=1, local_steps=3, test_limit=300)
+
+    def nan_weights(reply):
+        weights = reply.content["arrays"]["fc1.w"].numpy().copy()
+        weights[0, :3] = np.nan
+        reply.content["arrays"]["fc1.w"] = Array(weights)
+
+    with caplog.at_level(logging.WARNING, logger="dsptrain.fl"):
+        history = run(path, tmp_path, apps={1: wrapped(nan_weights)})
+    last = history[-1]
+    assert last["accepted"] == 2
+    assert "fc1.w: 3 of 48000 values are NaN or infinite" in last["rejected"][0]["reason"]
+    state, _ = checkpoint.load(tmp_path / "out" / CHECKPOINT_NAME)
+    assert state["fc1.w"].dtype == np.float32 and np.isfinite(state["fc1.w"]).all()
+    # float32 on the wire: four bytes per weight
+    assert 4 * LENET_WEIGHTS < last["upload_bytes_per_client"] < 4 * LENET_WEIGHTS + 2000
+
+
 @pytest.fixture(autouse=True)
 def _close_sessions():
     yield
