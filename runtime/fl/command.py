@@ -76,20 +76,20 @@ def _summary(history: list[dict], out: Path) -> None:
     print(f"round {last['round']}: test accuracy {last['test_accuracy']:.4f} (history in {out})")
 
 
-def add_parser(sub) -> None:
-    """The `fl` subcommand and its own subcommands, on the `dsptrain` parser's subparsers."""
-    fl = sub.add_parser("fl", help="federated training on Flower (simulate, deploy on localhost, partition)")
-    actions = fl.add_subparsers(dest="fl_command", required=True)
-    sim = actions.add_parser("simulate", help="run a federated config with every client in this process")
+def add_actions(parser, common) -> None:
+    """The actions of `dsptrain fl` (runtime/cli/fl.py registers the subcommand)."""
+    actions = parser.add_subparsers(dest="fl_command", required=True, metavar="ACTION")
+    sim = actions.add_parser("simulate", parents=[common], help="run a federated config with every client in this process")
     sim.add_argument("run", help="federated run config (configs/runs/fl-*.yaml)")
     sim.add_argument("--out", help="output directory (default runs/<name>); a checkpoint there is resumed")
     sim.add_argument("--rounds", type=int, help="override fl.rounds")
-    sim.set_defaults(func=_simulate)
-    dep = actions.add_parser("deploy", help="a SuperLink and fl.clients SuperNodes on 127.0.0.1, then flwr run")
+    sim.set_defaults(fl_action=_simulate)
+    dep = actions.add_parser("deploy", parents=[common],
+                             help="a SuperLink and fl.clients SuperNodes on 127.0.0.1, then flwr run")
     dep.add_argument("run", help="federated run config (configs/runs/fl-*.yaml)")
     dep.add_argument("--out", help="output directory (default runs/<name>)")
     dep.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run is stopped (default 3600)")
-    dep.set_defaults(func=_deploy)
-    part = actions.add_parser("partition", help="examples per class per client of a federated config")
+    dep.set_defaults(fl_action=_deploy)
+    part = actions.add_parser("partition", parents=[common], help="examples per class per client of a federated config")
     part.add_argument("run", help="federated run config (configs/runs/fl-*.yaml)")
-    part.set_defaults(func=_partition)
+    part.set_defaults(fl_action=_partition)
