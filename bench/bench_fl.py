@@ -136,7 +136,7 @@ def main(argv=None) -> int:
             "upload B/client/round": trained[-1]["upload_bytes_per_client"],
             "time s/client/round (median)": _median(h["time_s_per_client"] for h in trained),
             "energy J/client/round (median)": _median(h["energy_j_per_client"] for h in trained),
-            "meter": why.split(":")[0], "wall s": wall})
+            "meter": meter.name, "wall s": wall})
         print(f"{label}: final {history[-1]['test_accuracy']:.4f} in {wall:.0f} s; load {load()}", flush=True)
 
     if len(summary) == 2:
