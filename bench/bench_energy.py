@@ -21,6 +21,7 @@ import json
 import math
 import statistics
 import sys
+import textwrap
 from pathlib import Path
 
 import dsptrain
@@ -127,9 +128,10 @@ def plot(results, path: Path, reason: str) -> None:
         ax.set_title(title)
         ax.legend()
     batch = results[0]["batch_size"]
-    fig.suptitle(f"LeNet-5 training step, batch {batch}: FP32 vs NITI ({reason[:90]})",
-                 fontsize=9)
-    fig.tight_layout()
+    # the meter's reason is long: wrapped in full rather than cut, and the layout makes room for it
+    title = textwrap.fill(f"LeNet-5 training step, batch {batch}: FP32 vs NITI ({reason})", 150)
+    fig.suptitle(title, fontsize=9)
+    fig.set_layout_engine("constrained")
     fig.savefig(path, dpi=120)
     plt.close(fig)
 

@@ -1,5 +1,5 @@
 // The scratch the CPU kernels keep for themselves, by buffer, from the shapes alone: what
-// the memory planner (runtime/memory_fit.py) must count beside its arena. Every buffer
+// the memory planner (runtime/memory/fit.py) must count beside its arena. Every buffer
 // named here is a grow-only `thread_local Kept<std::vector<...>>` in conv.cpp,
 // conv_panels.cpp, gemm_driver.cpp or bindings.cpp: it keeps its largest size until the
 // thread exits or release_scratch() empties it, so the planner counts, per name, the

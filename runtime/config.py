@@ -432,6 +432,14 @@ def load_run(path: str | Path, **overrides) -> RunConfig:
     if recipe_spec is None:
         raise ConfigError(path, "recipe", "is required (a name in configs/algorithms/ or a mapping with 'name')")
     if isinstance(recipe_spec, str):
+        if not recipe_path(recipe_spec).exists():   # name the run file's key, and the closest recipe
+            import difflib
+
+            known = sorted(p.stem for p in (CONFIG_ROOT / "algorithms").glob("*.yaml"))
+            close = difflib.get_close_matches(recipe_spec, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(path, "recipe", f"{recipe_spec!r}: no such recipe in {CONFIG_ROOT / 'algorithms'} "
+                              f"(known: {', '.join(known)}){hint}")
         recipe = load_recipe(recipe_spec)
     elif isinstance(recipe_spec, dict) and isinstance(recipe_spec.get("name"), str):
         spec = dict(recipe_spec)
@@ -444,6 +452,8 @@ def load_run(path: str | Path, **overrides) -> RunConfig:
             raise ConfigError(path, f"recipe.{exc.key}", f"{exc.detail} (overriding {name})") from None
     else:
         raise ConfigError(path, "recipe", f"{recipe_spec!r} is neither a recipe name nor a mapping with 'name'")
+    if isinstance(data.get("model"), str):   # `model: lenet5`, as `recipe: niti` names a recipe
+        data["model"] = {"name": data["model"]}
     data.setdefault("name", path.stem)
     run = build(RunConfig, data, path, given={"recipe": recipe, "source": str(path)})
     run = dataclasses.replace(run, **overrides) if overrides else run
@@ -470,7 +480,15 @@ def _check_run(run: RunConfig, source) -> None:
         raise ConfigError(source, "scheduler.device", f"{run.scheduler.device!r}: {exc}") from None
     if run.scheduler.micro_batches != "auto" and run.scheduler.micro_batches < 1:
         raise ConfigError(source, "scheduler.micro_batches", f"{run.scheduler.micro_batches} must be >= 1 or auto")
+    from .energy import spec_problem  # late: energy imports errors only
+
+    if spec_problem(run.energy):
+        raise ConfigError(source, "energy", spec_problem(run.energy))
     from .models import MODELS  # late: models import nn only
 
     if run.model.name not in MODELS:
-        raise ConfigError(source, "model.name", f"{run.model.name!r} is not one of {', '.join(sorted(MODELS))}")
+        import difflib
+
+        close = difflib.get_close_matches(run.model.name, MODELS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(source, "model.name", f"{run.model.name!r} is not one of {', '.join(sorted(MODELS))}{hint}")

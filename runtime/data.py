@@ -34,6 +34,14 @@ class Dataset:
     def __len__(self):
         return len(self.labels)
 
+    def __getitem__(self, index) -> tuple[np.ndarray, np.ndarray]:
+        """(images, labels) of `index`: `data[:64]` is a batch for Trainer.step."""
+        return self.images[index], self.labels[index]
+
+    def batches(self, batch_size: int, seed: int | None = None, epoch: int = 0):
+        """Iterate over (images, labels) batches, shuffled by (seed, epoch) when seed is given."""
+        return batches(self, batch_size, seed, epoch)
+
     def limit(self, count: int | None) -> "Dataset":
         if count is None or count >= len(self):
             return self
@@ -83,7 +91,8 @@ def load_fashion_mnist(split: str = "train", path: str | Path | None = None) -> 
     directory = Path(path) if path else FASHION_MNIST_DIR
     if not directory.is_dir():
         hint = (f"; install the Debian package {FASHION_MNIST_PACKAGE} (apt-get install {FASHION_MNIST_PACKAGE})"
-                if path is None else "")
+                if path is None else f"; leave data.path out to use {FASHION_MNIST_DIR} from the Debian "
+                                     f"package {FASHION_MNIST_PACKAGE}")
         raise DataError(f"Fashion-MNIST directory {directory} does not exist{hint}")
     prefix = "train" if split == "train" else "t10k"
     images_path = _find(directory, f"{prefix}-images-idx3-ubyte")

@@ -125,7 +125,7 @@ class TrainGraph:
         """Can `op` run on a slice of the batch's rows? Row-shaped outputs, or weight gradients
         (summed over slices). An op that mixes rows (batch statistics) says so with
         `attrs["rows"] = "coupled"`."""
-        if op.phase == "update" or op.attrs.get("rows") == "coupled" or "batchnorm" in op.kind:
+        if op.phase == "update" or op.attrs.get("rows") == "coupled":
             return False
         return all(self.is_row_shaped(t) or self.tensors[t].role in ("grad", "accum") for t in op.outputs)
 

@@ -60,13 +60,24 @@ class Plan:
         """Backends after `failed` in priority order, for re-running `op`."""
         return [name for name in self.order[self.order.index(failed) + 1:]]
 
-    def op_bytes(self, op) -> int:
-        """Bytes `op` reads and writes at the planned batch (for the energy estimate)."""
+    def op_bytes(self, op, rows: tuple[int, int] | None = None) -> int:
+        """Bytes `op` reads and writes at the planned batch (for the energy estimate); with
+        `rows` = (rows run, rows in the batch), those of a slice: its share of the tensors
+        with a row per sample, and the others (weights, weight gradients) whole, as every
+        slice streams them again."""
         cached = self.stats.setdefault("op_bytes", {})
         if op.name not in cached:
-            tensors = self.graph.tensors
-            cached[op.name] = sum(tensors[t].nbytes for t in (*op.inputs, *op.outputs) if t in tensors)
-        return cached[op.name]
+            graph, per_row, whole = self.graph, 0, 0
+            for t in (*op.inputs, *op.outputs):
+                if t in graph.tensors:
+                    if graph.is_row_shaped(t):
+                        per_row += graph.tensors[t].nbytes
+                    else:
+                        whole += graph.tensors[t].nbytes
+            cached[op.name] = (per_row, whole)
+        per_row, whole = cached[op.name]
+        share, total = rows or (1, 1)
+        return per_row * share // total + whole
 
     def fitter(self, micro_batch: int | None = None, recompute: str = "auto"):
         """The memory fitter of this plan's graph (memory.fit.Fitter), built once per setting:

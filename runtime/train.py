@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import time
 import warnings
@@ -19,29 +18,44 @@ from . import checkpoint, data as datasets
 from .algorithms import algorithm_module
 from .backends import select as select_backends
 from .cost import dsp_model_time
-from .errors import UserError
+from .errors import DataError, LoweringError, UserError
 from .execute import Executor, StepContext, StepStats
 from .graph import lower
-from .memory import Arena, Schedule, adopt_scratch, source_from_config
+from .images import as_images, as_labels
+from .metrics import EpochTotals, epoch_energy
+from .memory import (Arena, BudgetError, Schedule, StepRss, adopt_scratch, fix_malloc_threshold,
+                     peak_rss_bytes as _peak_rss_bytes, rss_bytes as _rss_bytes,  # noqa: F401 (benches import them from here)
+                     source_from_config)
 from .numerics import QTensor
 from .models import build_model
 from .plan import PlanCache, build
 from .rescale import RescaleController
 
 
-def _peak_rss_bytes() -> int:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
+def lowerable_models(recipe, num_classes: int = 10) -> list[str]:
+    """The zoo's models `recipe` can lower (for the suggestion when one cannot)."""
+    from .models import MODELS
+
+    names = []
+    for name in sorted(MODELS):
+        try:
+            lower(build_model(name, num_classes), recipe, 1)
+        except LoweringError:
+            continue
+        names.append(name)
+    return names
 
 
-def _rss_bytes() -> int | None:
-    """The resident set now (Linux /proc/self/statm); None where there is none."""
+def _lowered_or_explained(model, run) -> None:
+    """Lower `model` once so a model the recipe cannot lower fails before data loads, with
+    the run file and key in the message and the models that recipe can lower."""
     try:
-        import os
-
-        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
+        lower(model, run.recipe, 1)
+    except LoweringError as exc:
+        where = f"{run.source}: model.name: {model.name!r}: " if run.source else f"model {model.name!r}: "
+        can = lowerable_models(run.recipe, run.model.num_classes)
+        hint = f"; {run.recipe.name} lowers {', '.join(can)}" if can else ""
+        raise LoweringError(f"{where}{exc}{hint}") from None
 
 
 class Trainer:
@@ -53,7 +67,7 @@ class Trainer:
         self.recipe = run.recipe
         self.algorithm = algorithm_module(self.recipe.module)
         self.model = build_model(run.model.name, run.model.num_classes)
-        lower(self.model, self.recipe, 1)  # a model the recipe cannot lower fails here, before data loads
+        _lowered_or_explained(self.model, run)   # before data loads
         self.backends = select_backends(backend or run.backend)
         self.executor = Executor(self.backends, self.algorithm)
         self.plans = PlanCache(self._build_plan)
@@ -72,6 +86,9 @@ class Trainer:
                 print(f"energy: {why}", file=sys.stderr)
         self.energy_meter = energy_meter
         self._metered_steps: list[int] = []   # global step of each meter window, in order
+        # Memory a step frees goes back to the system (memory/arena.py: glibc's mmap
+        # threshold pinned), so each step's RSS growth measures that step, not the largest before it.
+        fix_malloc_threshold()
         self.seed = run.train.seed
         self.state = self.algorithm.init_params(self.model, self.recipe, np.random.default_rng(self.seed))
         self.epoch, self.batch_in_epoch, self.global_step = 0, 0, 0
@@ -94,16 +111,27 @@ class Trainer:
         return plan
 
     @property
-    def train_data(self):
+    def train_data(self) -> datasets.Dataset:
+        """The run's training split: `images, labels = trainer.train_data[:64]` is a batch
+        (uint8 NHWC, int64); `trainer.train_data.batches(64)` iterates over all of them."""
         if self._train is None:
-            self._train = datasets.load_dataset(self.run.data, "train", self.model.input_shape)
+            self._train = self._load_split("train")
         return self._train
 
     @property
-    def test_data(self):
+    def test_data(self) -> datasets.Dataset:
         if self._test is None:
-            self._test = datasets.load_dataset(self.run.data, "test", self.model.input_shape)
+            self._test = self._load_split("test")
         return self._test
+
+    def _load_split(self, split: str):
+        try:
+            return datasets.load_dataset(self.run.data, split, self.model.input_shape)
+        except DataError as exc:   # say which run file and key led there
+            if not self.run.source:
+                raise
+            key = "data.path" if self.run.data.path else "data.dataset"
+            raise DataError(f"{self.run.source}: {key}: {exc}") from None
 
     @property
     def backend_names(self) -> list[str]:
@@ -146,11 +174,20 @@ class Trainer:
         plan = self.plans.get(batch, True)
         memory = self.run.memory
         for limit in points:
-            plan.fitter(memory.micro_batch, memory.recompute).choose(limit)
+            try:
+                plan.fitter(memory.micro_batch, memory.recompute).choose(limit)
+            except BudgetError as exc:
+                if not self.run.source:
+                    raise
+                raise BudgetError(f"{self.run.source}: memory.budget: {exc}") from None
 
     # ------------------------------------------------------------ one step
     def step(self, images: np.ndarray, labels: np.ndarray) -> StepStats:
-        """One training step on a batch of uint8 images and int labels; updates the weights."""
+        """One training step on a batch; updates the weights. `images`: uint8 NHWC (the
+        model's input shape), or floats in [0, 1], converted (images.py has the contract);
+        `labels`: integers 0..classes-1."""
+        images = as_images(images, self.model.input_shape)
+        labels = as_labels(labels, len(images), self.model.num_classes)
         batch = len(labels)
         plan = self.plans.get(batch, True)
         given = self.rescale.shifts_for(self.global_step, plan.graph)
@@ -171,12 +208,15 @@ class Trainer:
         dsp_log = getattr(self.backends.get("dsp"), "take_cost_log", None)
         if dsp_log is not None:
             dsp_log()   # what ran before this step (an evaluation) is not its cost
+        rss = StepRss()
+        rss.begin()
         self.energy_meter.start()
         started = time.perf_counter()
         self.executor.run(plan, env, ctx, stats=stats, memory=option, arena=arena)
         stats.time_s = time.perf_counter() - started
         if dsp_log is not None:
             stats.dsp_model_s = dsp_model_time(self.device, *dsp_log()).seconds
+        stats.rss_growth_bytes, stats.step_peak_rss_bytes, stats.peak_rss_bytes = rss.end()
         self.rescale.observe(self.global_step, plan.graph, stats.shifts, given)
         reading = self.energy_meter.stop(stats)
         self._metered_steps.append(self.global_step)
@@ -185,11 +225,13 @@ class Trainer:
         logits = self.algorithm.logits_to_float(env[plan.graph.logits])
         stats.loss = cross_entropy(logits, labels)
         stats.correct = int((logits.argmax(axis=1) == labels).sum())
-        stats.peak_rss_bytes, stats.rss_bytes = _peak_rss_bytes(), _rss_bytes()
+        stats.rss_bytes = _rss_bytes()
         self.global_step += 1
         return stats
 
     def predict(self, images: np.ndarray) -> np.ndarray:
+        """Float class scores (N, classes) of `images` (the same contract as step())."""
+        images = as_images(images, self.model.input_shape)
         plan = self.plans.get(len(images), False)
         ctx = StepContext(self.recipe, plan.graph, self.seed, self.global_step, self.epoch, len(images))
         env = dict(self.state)
@@ -227,6 +269,7 @@ class Trainer:
         try:
             while self.epoch < epochs:
                 started, seen, loss_sum, correct = time.perf_counter(), 0, 0.0, 0
+                totals = EpochTotals()
                 total = datasets.batch_count(self.train_data, bs)
                 bar = tqdm(total=total, initial=self.batch_in_epoch, desc=f"epoch {self.epoch + 1}/{epochs}",
                            disable=not self.progress, unit="batch", leave=True, dynamic_ncols=True)
@@ -235,8 +278,9 @@ class Trainer:
                     self.batch_in_epoch += 1
                     seen, loss_sum, correct = seen + stats.batch, loss_sum + stats.loss * stats.batch, correct + stats.correct
                     metrics.write(json.dumps(_step_record(stats)) + "\n")
+                    totals.add(stats)
                     postfix = {"loss": f"{loss_sum / seen:.3f}", "acc": f"{correct / seen:.3f}",
-                               "samples/s": f"{stats.batch / stats.time_s:.0f}"}
+                               "samples/s": f"{totals.smoothed_rate:.0f}"}
                     if stats.energy_j is not None:
                         postfix["J/batch"] = f"{stats.energy_j:.3g}"
                     bar.set_postfix(postfix, refresh=False)
@@ -250,7 +294,8 @@ class Trainer:
                 test_accuracy = self.evaluate()
                 record = {"kind": "epoch", "epoch": self.epoch + 1, "step": self.global_step,
                           "train_loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1),
-                          "test_accuracy": test_accuracy, "seconds": seconds, "backends": self.backend_names}
+                          "test_accuracy": test_accuracy, "seconds": seconds, "backends": self.backend_names,
+                          **totals.record(seen, seconds)}
                 metrics.write(json.dumps(record) + "\n")
                 metrics.flush()
                 history.append(record)
@@ -289,7 +334,8 @@ class Trainer:
             if reading is not None:
                 record["energy_j"] = reading.joules if reading.ok else None
                 record["energy_meter"] = reading.meter
-            lines.append(json.dumps(record))
+            lines.append(record)
+        lines = [json.dumps(record) for record in epoch_energy(lines)]   # the epochs' totals follow
         checkpoint.atomic_write(path, lambda f: f.write("".join(l + "\n" for l in lines).encode()))
         return sum(r.ok for r in by_step.values())
 
@@ -337,6 +383,7 @@ def _step_record(stats: StepStats) -> dict:
             "dsp_model_s": stats.dsp_model_s,
             "energy_j": stats.energy_j, "energy_meter": stats.energy_meter,
             "peak_rss_bytes": stats.peak_rss_bytes, "rss_bytes": stats.rss_bytes,
+            "rss_growth_bytes": stats.rss_growth_bytes, "step_peak_rss_bytes": stats.step_peak_rss_bytes,
             "budget_bytes": stats.budget_bytes, "planned_peak_bytes": stats.planned_peak_bytes,
             "arena_high_water_bytes": stats.arena_high_water_bytes, "micro_batch": stats.micro_batch,
             "recomputed_ops": stats.recomputed_ops, "memory_plan": stats.memory_plan, "ops_on": stats.ops_on,

@@ -62,7 +62,7 @@ def forward_bn(b, layer, x, shape, prefix, training):
     xhat = b.tensor(f"{layer.name}.xhat", shape, "float32", "saved")
     inv = b.tensor(f"{layer.name}.inv_std", (layer.channels,), "float32", "saved")
     b.op(f"{layer.name}.fwd", f"{prefix}.bn_fwd", layer.name, "forward", (x, gamma, beta, mean, var),
-         (out, xhat, inv, mean, var), F32, int(np.prod(shape)), training=training)
+         (out, xhat, inv, mean, var), F32, int(np.prod(shape)), training=training, rows="coupled")
     return out
 
 
@@ -75,7 +75,7 @@ def backward_bn(b, layer, err, needs_input_error, prefix):
     g_beta = b.tensor(f"{beta}.grad", (layer.channels,), "float32", "grad")
     b.op(f"{layer.name}.bwd", f"{prefix}.bn_bwd", layer.name, "backward",
          (err, f"{layer.name}.xhat", f"{layer.name}.inv_std", gamma), (err_in, g_gamma, g_beta), F32,
-         int(np.prod(b.tensors[x].shape)))
+         int(np.prod(b.tensors[x].shape)), rows="coupled")   # batch statistics: never sliced by rows
     return (err_in if needs_input_error else None), [(gamma, g_gamma), (beta, g_beta)]
 
 

@@ -27,9 +27,22 @@ from ..errors import UserError
 
 __all__ = ["EnergyReading", "WorkCounts", "Meter", "MeterError", "MeterUnavailable",
            "RaplMeter", "BatteryMeter", "TraceMeter", "EstimateMeter", "DeviceCoefficients",
-           "DEVICES", "align_trace", "load_trace", "make_meter", "SPECS"]
+           "DEVICES", "align_trace", "load_trace", "make_meter", "spec_problem", "SPECS"]
 
 SPECS = "auto | rapl | battery | trace:FILE | estimate[:DEVICE]"
+
+
+def spec_problem(spec: str) -> str | None:
+    """Why `spec` is no energy setting, or None: checked where a run's `energy:` or
+    `--energy` is read, so a typo fails there by name instead of when the meter opens."""
+    kind, _, arg = str(spec).partition(":")
+    if spec == "auto" or (kind in ("rapl", "battery") and not arg) or (kind == "trace" and arg):
+        return None
+    if kind == "estimate":
+        if not arg or arg in DEVICES:
+            return None
+        return f"{spec!r}: no coefficients for device {arg!r} (known: {', '.join(sorted(DEVICES))})"
+    return f"{spec!r} is not one of {SPECS}"
 
 
 def make_meter(spec: str = "auto", *, powercap_root=POWERCAP_ROOT,

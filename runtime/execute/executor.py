@@ -69,8 +69,10 @@ class StepStats:
     fallbacks: list = field(default_factory=list)     # "op: backend -> backend (why)"
     energy_j: float | None = None
     energy_meter: str | None = None
-    peak_rss_bytes: int | None = None                 # the process's peak RSS so far (ru_maxrss)
+    peak_rss_bytes: int | None = None                 # the process's peak RSS so far (memory/rss.py)
     rss_bytes: int | None = None                      # its resident set after the step
+    rss_growth_bytes: int | None = None               # how far the RSS rose above its start during the step
+    step_peak_rss_bytes: int | None = None            # the RSS's high-water mark during the step (VmHWM)
     budget_bytes: int | None = None                   # the memory budget this step ran under
     planned_peak_bytes: int | None = None             # the plan's peak: arena + largest op workspace
     arena_bytes: int | None = None                    # the arena the plan placed tensors in
@@ -176,7 +178,7 @@ class Executor:
                     stats.int8_macs[name] = stats.int8_macs.get(name, 0) + op.macs * share // whole
                 else:
                     stats.fp32_flops += 2 * op.macs * share // whole
-                stats.bytes_moved += plan.op_bytes(op) * share // whole
+                stats.bytes_moved += plan.op_bytes(op, rows)
         return outputs, name
 
     def _next_supporting(self, plan, op, failed: str, exclude: set) -> str:

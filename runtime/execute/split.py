@@ -13,7 +13,7 @@ largest chunk) run again with it, so the result is the unsplit op's bit for bit
 (`requantize` with a given shift uses max(given, estimate), which over chunks peaks at
 max(given, estimate of all rows)). A product without a given shift runs whole.
 Weight gradients are summed over chunks in int64, then stored in the dtype the unsplit
-op has (memory.value_dtype). Returns (outputs, the shift used or None).
+op has (memory/planner.py: value_dtype). Returns (outputs, the shift used or None).
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""What `dsptrain plan` prints: the peak, its breakdown, and the plan chosen under a budget."""
+"""What `dsptrain plan` prints: the peak, its breakdown, and the plan chosen under a budget
+(or, when the budget is too small, the smallest budget that fits and its breakdown)."""
 from __future__ import annotations
 
-from .budget import Available, Schedule, format_size
+from .budget import Available, BudgetError, Schedule, format_size
 from .fit import Fitter, Option, frontier
 
 
@@ -42,7 +43,13 @@ def describe(fitter: Fitter, budget_source, step: int = 0) -> str:
     for first, limit in budgets:
         where = f"from step {first}" if isinstance(budget_source, Schedule) else (
             "MemAvailable less the margin" if isinstance(budget_source, Available) else "fixed")
-        option = fitter.choose(limit)
+        try:
+            option = fitter.choose(limit)
+        except BudgetError:   # say what would fit, with its breakdown, before the error line
+            lines.append(f"budget {format_size(limit)} ({where}): too small; the smallest budget that fits "
+                         f"is {format_size(smallest.peak)} ({smallest.peak} bytes: {smallest.label}):")
+            lines += _breakdown(smallest)
+            continue
         lines.append(f"budget {format_size(limit)} ({where}): {option.label}, "
                      f"x{option.cost / best.cost:.2f} the cost of the cheapest plan")
         lines += _breakdown(option)

@@ -149,3 +149,27 @@ def test_the_cost_grows_as_slices_shrink_with_the_weights_each_slice_streams_aga
     assert whole_operand_bytes(graph, wgrad) == 2 * int(np.prod(graph.tensors[grad].shape)) * 4
     # one row per slice: every slice streams the weights again, calls multiply
     assert costs[-1] > 1.5 * costs[0]
+
+
+def test_batch_norm_is_never_sliced_by_rows_and_a_micro_batched_step_matches(tmp_path):
+    """Batch statistics couple the rows: the BN ops say so (rows: coupled) and run whole, so a
+    step micro-batched by the memory layer gives the plain step's weights (float32 sums in
+    another order: within 1e-5)."""
+    import dataclasses
+
+    run = dsptrain.load_run("configs/runs/lenet-fmnist-fp32.yaml")
+    run = dataclasses.replace(run, model=dataclasses.replace(run.model, name="lenet5_bn"), energy="estimate")
+    graph = lower(build_model("lenet5_bn", 10), run.recipe, 16)
+    bn = [op for op in graph.ops if op.layer.startswith("bn")]
+    assert bn and not any(graph.row_local(op) for op in bn)
+    rng = np.random.default_rng(0)
+    images, labels = rng.integers(0, 256, (16, 28, 28, 1), dtype=np.uint8), rng.integers(0, 10, 16)
+    weights = {}
+    for label, memory in (("plain", MemoryConfig()), ("sliced", MemoryConfig(micro_batch=4, arena=True, recompute="none"))):
+        trainer = dsptrain.Trainer(dataclasses.replace(run, memory=memory), backend="ref", progress=False,
+                                   out_dir=tmp_path / label)
+        stats = trainer.step(images, labels)
+        weights[label] = {k: np.array(v) for k, v in trainer.state.items()}
+    assert stats.micro_batch == 4
+    for name, value in weights["plain"].items():
+        np.testing.assert_allclose(weights["sliced"][name], value, rtol=0, atol=1e-5, err_msg=name)

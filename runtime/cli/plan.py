@@ -1,0 +1,72 @@
+"""`dsptrain plan RUN.yaml`: the memory peak of a run, its breakdown, and the plan under a budget.
+
+The budget covers the tensor arena, the largest op's workspace and the kernels' kept
+scratch: what the planner places. The Python interpreter, NumPy and the loaded data are
+outside it (a run's process RSS is that much larger; its metrics record both).
+"""
+from __future__ import annotations
+
+from ..errors import UserError
+from .overrides import add_run_options, apply_run_options
+
+
+def add_parser(sub, common):
+    parser = sub.add_parser("plan", parents=[common],
+                            help="the memory peak of a run config, its breakdown, and the plan under a budget",
+                            description=__doc__.split("\n\n", 1)[1].replace("\n", " "))
+    parser.add_argument("run", help="run config YAML")
+    add_run_options(parser, training=False)
+    parser.add_argument("--batch", type=int, dest="batch_size", metavar="N", help="the same as --batch-size")
+    parser.add_argument("--budget", help="override memory.budget: bytes or a size like 64MB")
+    return parser
+
+
+def run(args) -> int:
+    from ..backends import select
+    from ..config import load_device, load_run
+    from ..graph import lower
+    from ..memory import Fixed, describe, parse_size, source_from_config
+    from ..models import build_model
+    from ..plan import build
+
+    config = apply_run_options(load_run(args.run), args)
+    batch = config.train.batch_size
+    source = source_from_config(config.memory, config.source)
+    if args.budget is not None:
+        try:
+            source = Fixed(parse_size(args.budget))
+        except ValueError as exc:
+            raise UserError(f"--budget: {exc}") from None
+    model = build_model(config.model.name, config.model.num_classes)
+    graph = lower(model, config.recipe, batch)
+    # The backends place the ops and report the scratch their kernels keep (scratch_bytes),
+    # which the peak includes, as it does when the run trains.
+    backends = select(config.backend)
+    try:
+        plan = build(graph, backends, load_device(config.scheduler.device), config.scheduler)
+        fitter = plan.fitter(config.memory.micro_batch, config.memory.recompute)
+        placed = sorted({p.backend for p in plan.placement.values()})
+        print(f"{config.name}: {model.name} on {', '.join(placed)}")
+        print(describe(fitter, source))
+        print("the budget covers what the planner places (tensor arena, op workspace, kernel scratch); "
+              "the interpreter, NumPy and the loaded dataset come on top of it in the process's RSS")
+    finally:
+        for backend in backends.values():
+            backend.close()
+    _check_fits(fitter, source, args.budget, config.source)
+    return 0
+
+
+def _check_fits(fitter, source, flag_value, config_path) -> None:
+    """After the report: a budget no plan fits is an error naming where the budget came from."""
+    from ..memory import BudgetError, Schedule
+
+    if source is None:
+        return
+    limits = [v for _, v in source.points] if isinstance(source, Schedule) else [source.at(0)]
+    for limit in limits:
+        try:
+            fitter.choose(limit)
+        except BudgetError as exc:
+            where = f"--budget {flag_value}" if flag_value is not None else f"{config_path}: memory.budget"
+            raise BudgetError(f"{where}: {exc}") from None

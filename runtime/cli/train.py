@@ -1,0 +1,53 @@
+"""`dsptrain train RUN.yaml`: train a run config, resumable from its checkpoint."""
+from __future__ import annotations
+
+import sys
+
+from ..errors import UserError
+from .overrides import add_run_options, apply_run_options
+
+
+def add_parser(sub, common):
+    parser = sub.add_parser("train", parents=[common], help="train a run config (configs/runs/*.yaml)",
+                            description="Train a run config; metrics go to OUT/metrics.jsonl, "
+                                        "checkpoints to OUT/checkpoint.npz (OUT: runs/<name>).")
+    parser.add_argument("run", help="run config YAML")
+    add_run_options(parser)
+    parser.add_argument("--resume", action="store_true", help="continue from the checkpoint in the output directory")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def run(args) -> int:
+    from ..config import load_run
+    from ..train import Trainer
+
+    config = apply_run_options(load_run(args.run), args)
+    trainer = Trainer(config, progress=not args.quiet)
+    try:   # bad data, or a budget no plan fits: one error line, before anything else is printed
+        trainer.train_data, trainer.test_data
+        trainer.check_budget(config.train.batch_size)
+    except BaseException:
+        trainer.close()
+        raise
+    if args.resume:
+        if trainer.checkpoint_path.exists():
+            trainer.load()
+            print(f"resuming {config.name} at epoch {trainer.epoch + 1}, step {trainer.global_step} "
+                  f"from {trainer.checkpoint_path}", file=sys.stderr)
+        else:
+            print(f"no checkpoint at {trainer.checkpoint_path}; starting from scratch", file=sys.stderr)
+    elif trainer.checkpoint_path.exists():
+        raise UserError(f"{trainer.checkpoint_path} exists: pass --resume to continue it, "
+                        f"or --out DIR for a fresh run")
+    print(f"{config.name}: {trainer.model.name} with {config.recipe.name} on {' > '.join(trainer.backend_names)}, "
+          f"output in {trainer.out_dir}", file=sys.stderr)
+    try:
+        history = trainer.fit()
+    finally:
+        trainer.close()
+    if history:
+        last = history[-1]
+        print(f"final test accuracy {last['test_accuracy']:.4f} after {last['epoch']} epochs")
+        print(f"plot it: dsptrain plot {trainer.out_dir}", file=sys.stderr)
+    return 0
