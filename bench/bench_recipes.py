@@ -1,11 +1,25 @@
-"""LeNet-5 on Fashion-MNIST under every recipe: test accuracy beside FP32, seconds per epoch.
+"""LeNet-5 on Fashion-MNIST under every recipe: speed beside NITI and PyTorch, quiet and
+under load, placement on the DSP; and (--accuracy) test accuracy beside FP32.
 
-    python bench/bench_recipes.py                          # 10 epochs, all recipes, backend cpu
+    python bench/bench_recipes.py                          # speed: all recipes, cpu, quiet + loaded, dsp
+    python bench/bench_recipes.py --samples 3200 --repeats 3 --no-dsp
+    python bench/bench_recipes.py --accuracy               # 10 epochs, all recipes, backend cpu
     python bench/bench_recipes.py --epochs 2 --train-limit 10000 --recipes niti octo fp32
     OPENBLAS_NUM_THREADS=1 python bench/bench_recipes.py --jobs 2   # two recipes at a time
     python bench/bench_recipes.py --merge a/recipes.json b/recipes.json   # runs split over processes
 
-Each recipe trains its run config configs/runs/lenet-fmnist-<recipe>.yaml (WAGEUBN also
+Speed (the default): each recipe trains `--samples` Fashion-MNIST images (batch 64) on
+`cpu`, timed as one whole pass (not a median step times a count), `--repeats` times; the
+table gives the median seconds per 1,000 samples, its ratio to NITI's, and the same with
+a busy process pinned to the last core (a phone with another app running) and its ratio
+to the quiet time; PyTorch FP32 (the peer, same model and batches, SGD) is timed in the
+same run; under `--backend dsp` (the emulated Hexagon) one step per recipe gives the
+share of its ops placed off `ref` and the DSP packets per step. The machine's load
+average is printed with the table. Results: bench/results/recipes_speed.{csv,json}.
+Targets (issue #15): every INT8 recipe <= 1.5x NITI, FP32 <= 1.2x PyTorch FP32, loaded
+<= 2x quiet, >= 90 % of each INT8 recipe's ops off ref on dsp.
+
+Accuracy (--accuracy): each recipe trains its run config configs/runs/lenet-fmnist-<recipe>.yaml (WAGEUBN also
 lenet-fmnist-wageubn-bn.yaml, LeNet-5 with batch norm as in its paper). Prints the final
 test accuracy, its gap to FP32 in points, and seconds per epoch (training only, the
 test pass excluded); writes bench/results/recipes.csv/.json. Rows are written as each
@@ -22,7 +36,11 @@ import argparse
 import dataclasses
 import json
 import multiprocessing
+import os
+import statistics
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +52,8 @@ import dsptrain  # noqa: E402
 from dsptrain.config import CONFIG_ROOT  # noqa: E402
 
 RUNS = ("fp32", "niti", "octo", "wageubn", "wageubn-bn", "afp", "mls", "fp8")
+SPEED_RUNS = ("niti", "octo", "wageubn", "afp", "mls", "fp8", "fp32")
+INT8_RUNS = ("octo", "wageubn", "afp", "mls")     # int8 elements in every product
 LONGEST_FIRST = ("fp8", "mls", "wageubn-bn", "wageubn", "octo", "fp32", "afp", "niti")   # measured s/epoch
 
 
@@ -69,8 +89,150 @@ def _train_job(job) -> dict:
         raise RuntimeError(f"{job[0]}: {type(exc).__name__}: {exc}") from None
 
 
+# ---------------------------------------------------------------- speed
+
+def _run(name: str, samples: int, backend: str):
+    run = dsptrain.load_run(CONFIG_ROOT / "runs" / f"lenet-fmnist-{name}.yaml")
+    return dataclasses.replace(run, data=dataclasses.replace(run.data, train_limit=samples + 128, test_limit=64),
+                               train=dataclasses.replace(run.train, epochs=1), backend=backend)
+
+
+def time_recipe(name: str, samples: int, repeats: int, out: Path) -> list[float]:
+    """Seconds per 1,000 samples of `repeats` whole passes over `samples` images (batch 64)
+    on cpu, after two warm-up steps (plan, scratch buffers)."""
+    from dsptrain import data as datasets
+    trainer = dsptrain.Trainer(_run(name, samples, "cpu"), out_dir=out / f"speed-{name}", progress=False)
+    try:
+        batches = list(datasets.batches(trainer.train_data, 64, seed=0))
+        for images, labels in batches[-2:]:
+            trainer.step(images, labels)
+        timed, per_1000 = batches[:samples // 64], []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for images, labels in timed:
+                trainer.step(images, labels)
+            per_1000.append((time.perf_counter() - t0) / (len(timed) * 64) * 1000)
+        return per_1000
+    finally:
+        trainer.close()
+
+
+def time_torch(samples: int, repeats: int) -> list[float] | None:
+    """PyTorch FP32 LeNet-5 (bench_train's model), SGD with momentum, same batches, at its
+    own thread count: seconds per 1,000 samples."""
+    try:
+        import torch
+        from torch import nn
+    except ImportError:
+        return None
+    from bench_train import torch_model
+    from dsptrain.data import batches, load_fashion_mnist
+    torch.set_num_threads(os.cpu_count() or 1)
+    data = [b for _, b in zip(range(samples // 64 + 2), batches(load_fashion_mnist("train"), 64, seed=0))]
+    net = torch_model(torch, "lenet5")
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
+
+    def step(images, labels):
+        x = torch.from_numpy((images.astype(np.float32) - 128) / 128).permute(0, 3, 1, 2).contiguous()
+        opt.zero_grad()
+        nn.functional.cross_entropy(net(x), torch.from_numpy(labels.astype(np.int64))).backward()
+        opt.step()
+
+    for images, labels in data[-2:]:
+        step(images, labels)
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for images, labels in data[:samples // 64]:
+            step(images, labels)
+        out.append((time.perf_counter() - t0) / (samples // 64 * 64) * 1000)
+    return out
+
+
+class BusyCore:
+    """A busy process pinned to the last core for the duration of a `with` block."""
+
+    def __enter__(self):
+        core = (os.cpu_count() or 1) - 1
+        self.proc = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{core}}})\n"
+                                      "while True: pass"])
+        time.sleep(0.5)
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.kill()
+        self.proc.wait()
+        return False
+
+
+def dsp_placement(name: str, out: Path) -> dict:
+    """One step under --backend dsp: the share of ops off ref and the DSP packets per step."""
+    from dsptrain import data as datasets
+    trainer = dsptrain.Trainer(_run(name, 128, "dsp"), out_dir=out / f"dsp-{name}", progress=False)
+    try:
+        images, labels = next(iter(datasets.batches(trainer.train_data, 64, seed=0)))
+        trainer.step(images, labels)
+        dsp = trainer.backends["dsp"]
+        before = dsp.total_costs[0]
+        stats = trainer.step(images, labels)
+        total = sum(stats.ops_on.values())
+        return {"ops off ref %": round(100 * (total - stats.ops_on.get("ref", 0)) / total, 1),
+                "ops dsp/cpu/ref": "/".join(str(stats.ops_on.get(b, 0)) for b in ("dsp", "cpu", "ref")),
+                "dsp packets/step": dsp.total_costs[0] - before}
+    finally:
+        trainer.close()
+
+
+def speed(args) -> int:
+    load = os.getloadavg()
+    names = [n for n in SPEED_RUNS if n in args.recipes]
+    quiet = {n: time_recipe(n, args.samples, args.repeats, args.out) for n in names}
+    torch_quiet = time_torch(args.samples, args.repeats)
+    loaded, torch_loaded = {}, None
+    if not args.no_load:
+        with BusyCore():
+            loaded = {n: time_recipe(n, args.samples, args.repeats, args.out) for n in names}
+            torch_loaded = time_torch(args.samples, args.repeats)
+    placed = {}
+    if not args.no_dsp:
+        for n in names:
+            try:
+                placed[n] = dsp_placement(n, args.out)
+            except Exception as exc:   # no emulated DSP here: the table says why
+                placed[n] = {"ops off ref %": f"n/a ({type(exc).__name__}: {exc})"[:60]}
+    med = lambda v: statistics.median(v) if v else None   # noqa: E731
+    niti = med(quiet.get("niti"))
+    rows = []
+    for n in names:
+        row = {"recipe": n, "s/1000 quiet": med(quiet[n]), "vs NITI": med(quiet[n]) / niti if niti else None,
+               "vs torch": med(quiet[n]) / med(torch_quiet) if torch_quiet else None}
+        if loaded:
+            row["s/1000 loaded"] = med(loaded[n])
+            row["loaded/quiet"] = med(loaded[n]) / med(quiet[n])
+        row.update(placed.get(n, {}))
+        row["target"] = ("<= 1.5x NITI" if n in INT8_RUNS else "<= 1.2x torch" if n == "fp32" else "")
+        rows.append(row)
+    rows.append({"recipe": "PyTorch FP32 (peer)", "s/1000 quiet": med(torch_quiet),
+                 "vs NITI": med(torch_quiet) / niti if torch_quiet and niti else None, "vs torch": 1.0 if torch_quiet else None,
+                 "s/1000 loaded": med(torch_loaded),
+                 "loaded/quiet": med(torch_loaded) / med(torch_quiet) if torch_loaded and torch_quiet else None})
+    after = os.getloadavg()
+    report.print_table(rows, title=f"LeNet-5, Fashion-MNIST, batch 64, {args.samples} samples x {args.repeats} "
+                                   f"(median), backend cpu; loaded = a busy process pinned to core "
+                                   f"{(os.cpu_count() or 1) - 1}; load average {load[0]:.1f} before, {after[0]:.1f} after")
+    report.write_results("recipes_speed", rows, args.out, samples=args.samples, repeats=args.repeats,
+                         load_before=load, load_after=after,
+                         raw={"quiet": quiet, "loaded": loaded, "torch": torch_quiet, "torch_loaded": torch_loaded})
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--accuracy", action="store_true", help="train --epochs and report test accuracy instead")
+    parser.add_argument("--samples", type=int, default=6400, help="speed: training samples per timed pass")
+    parser.add_argument("--repeats", type=int, default=3, help="speed: timed passes per recipe (median)")
+    parser.add_argument("--no-load", action="store_true", help="speed: skip the run beside a busy process")
+    parser.add_argument("--no-dsp", action="store_true", help="speed: skip the placement run on the emulated DSP")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--backend", default="cpu", choices=("ref", "cpu", "dsp", "auto"))
     parser.add_argument("--train-limit", type=int, default=None, help="first N training samples (default all 60000)")
@@ -82,6 +244,8 @@ def main(argv=None) -> int:
                              "samples and backend; a later file's row replaces an earlier one's)")
     parser.add_argument("--out", type=Path, default=report.RESULTS)
     args = parser.parse_args(argv)
+    if not args.accuracy and not args.merge:
+        return speed(args)
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: must be at least 1")
     if args.merge:

@@ -15,6 +15,9 @@ namespace dsptrain {
 namespace {
 
 thread_local bool t_inside_task = false;
+thread_local bool t_serial = false;
+std::atomic<int> g_thread_limit{1 << 20};
+std::atomic<double> g_serial_below_macs{kDefaultSerialBelowMacs};
 
 class ThreadPool {
  public:
@@ -96,7 +99,18 @@ ThreadPool& pool() {
 
 }  // namespace
 
-int pool_threads() { return pool().threads(); }
+int pool_threads() { return std::min(pool().threads(), g_thread_limit.load(std::memory_order_relaxed)); }
+
+int set_thread_limit(int threads) {
+  g_thread_limit.store(std::max(1, std::min(threads, pool().threads())));
+  return pool_threads();
+}
+
+double serial_below_macs() { return g_serial_below_macs.load(std::memory_order_relaxed); }
+void set_serial_below_macs(double macs) { g_serial_below_macs.store(macs); }
+
+SerialScope::SerialScope(bool active) : previous_(t_serial) { t_serial = previous_ || active; }
+SerialScope::~SerialScope() { t_serial = previous_; }
 
 int tasks_for(size_t bytes, int max_tasks, size_t grain) {
   const size_t by_work = bytes / (grain > 0 ? grain : 1);
@@ -106,7 +120,7 @@ int tasks_for(size_t bytes, int max_tasks, size_t grain) {
 
 void parallel_for(int ntasks, const std::function<void(int)>& fn) {
   if (ntasks <= 0) return;
-  if (ntasks == 1 || t_inside_task || pool().threads() == 1) {
+  if (ntasks == 1 || t_inside_task || t_serial || pool_threads() == 1) {
     for (int i = 0; i < ntasks; ++i) fn(i);
     return;
   }

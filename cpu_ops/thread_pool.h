@@ -7,14 +7,42 @@
 
 namespace dsptrain {
 
-// Threads the pool uses (hardware concurrency, or DSPTRAIN_CPU_THREADS).
+// Threads the kernels may use now: the pool's size (hardware concurrency, or
+// DSPTRAIN_CPU_THREADS) capped by set_thread_limit.
 int pool_threads();
+
+// Caps the threads parallel_for uses (1: everything inline on the caller), at most the
+// pool's size; returns the cap now in force. Tests use it to compare 1 and 2 threads.
+int set_thread_limit(int threads);
+
+// While one lives on a thread, parallel_for on that thread runs inline: for calls whose
+// work is too small to pay for waking the pool (see serial_below_macs in bindings.cpp).
+class SerialScope {
+ public:
+  explicit SerialScope(bool active = true);
+  ~SerialScope();
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+
+ private:
+  bool previous_;
+};
 
 void parallel_for(int ntasks, const std::function<void(int)>& fn);
 
 // Waking the pool costs tens of microseconds, so a call touching less than about this
 // many bytes per thread runs inline on the caller.
 constexpr size_t kTaskGrainBytes = 256 * 1024;
+
+// Products of fewer multiply-accumulates than serial_below_macs() run on the caller
+// alone: below it the pool's wake-up and the second core's cold caches cost more than the
+// split gains. The default is measured per op size on LeNet-5's and VGG-11's products
+// (bench/bench_threads.py prints the table it comes from); set_serial_below_macs(0)
+// threads every product (that bench measures with it).
+constexpr double kDefaultSerialBelowMacs = 2.0e6;
+double serial_below_macs();
+void set_serial_below_macs(double macs);
+inline bool small_op(double macs) { return macs < serial_below_macs(); }
 
 // Tasks to split a call touching `bytes` into: one per `grain` bytes, at most 4 per
 // thread and at most `max_tasks` (the units that can be split), at least one.

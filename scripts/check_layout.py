@@ -28,7 +28,7 @@ MAX_IMPORTS = 8
 FLOW = (
     "__init__", "cli", "plot", "train", "config", "rescale", "plan", "cost", "energy", "execute",
     "memory", "graph", "algorithms", "models", "nn", "data", "images", "metrics", "checkpoint", "backends",
-    "layout", "numerics", "errors",
+    "cores", "float_ops", "layout", "numerics", "errors",
 )
 
 

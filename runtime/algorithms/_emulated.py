@@ -10,10 +10,12 @@ linear layer lowers to:
 
 A recipe module supplies a `Numerics` subclass (its grids, products, update rule and
 extra state) and gets the module-level contract of `algorithms/__init__.py` back from
-`Emulated`. Products whose operands are int8 with one scale per tensor run on the int8
-hooks (gemm_s8, conv2d_s8, ...), so the CPU and DSP backends accelerate them; other
-grids (int16, group scales) are computed exactly in float64 here. ReLU, max-pool,
-flatten, dropout and the loss are FP32's ops. Not a recipe: no YAML names this module.
+`Emulated`. Every op runs on backend hooks, so placement puts it where it really runs:
+quantizers on absmax_f/quantize_f (or the recipe's own), products whose operands are
+int8 with one scale per tensor on the int8 hooks (gemm_s8, conv2d_s8, ...: the CPU and
+DSP backends), int16 operands (MLS's group-aligned elements, AFP's 16-bit errors) on
+matmul_s16, updates on sgd_f32 (or the recipe's). ReLU, max-pool, flatten, dropout and the
+loss are FP32's ops. Not a recipe: no YAML names this module.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import math
 
 import numpy as np
 
-from ..errors import ConfigError, LoweringError
+from ..errors import ConfigError, LoweringError, NoSupport
 from ..layout import col2im, im2col, out_size
 from ..nn import Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
 from . import _float_layers as fl
@@ -43,14 +45,63 @@ def product(be, kind: str, a: Scaled, b: Scaled, attrs: dict) -> np.ndarray:
     """The float32 result of a layer product of two quantized operands.
 
     kind: fwd (x, w), bwd_data (err, w), bwd_weight (err, x); attrs has `conv` and the
-    conv geometry. int8 operands with one scale each go through the backend's int8 hooks
-    and the scales multiply the exact integer sums; anything else is summed in float64
-    from exact values (int16 x int8 sums stay far below 2**53, so this is exact too).
+    conv geometry. int8 operands with one scale each go through the backend's int8 hooks;
+    int16 ones (MLS's group-aligned elements, AFP's 16-bit errors) through matmul_s16 (a
+    backend without it hands the op on: NoSupport). Either way the exact integer sums
+    are multiplied by the two scales once (`dequantize`). Anything else is summed in
+    float64 from exact values.
     """
     if a.scalar_int8 and b.scalar_int8:
-        acc = _int8_product(be, kind, a.q, b.q, attrs)
-        return (acc.astype(np.float64) * (float(a.scale) * float(b.scale))).astype(np.float32)
+        return be.dequantize(_int8_product(be, kind, a.q, b.q, attrs), float(a.scale) * float(b.scale))
+    if _scalar_int(a) and _scalar_int(b):
+        if "matmul_s16" not in be.hooks:
+            raise NoSupport(be.name, f"{kind} product of {a.q.dtype} x {b.q.dtype} operands needs matmul_s16")
+        return be.dequantize(_int16_product(be, kind, a.q.astype(np.int16, copy=False),
+                                            b.q.astype(np.int16, copy=False), attrs), float(a.scale) * float(b.scale))
     return _float64_product(kind, a.values(), b.values(), attrs).astype(np.float32)
+
+
+def _scalar_int(t: Scaled) -> bool:
+    return t.q.dtype in (np.int8, np.int16) and np.ndim(t.scale) == 0
+
+
+def _int16_product(be, kind, a, b, attrs):
+    """The exact int64 sums of a layer product of int16 operands by matmul_s16, whose
+    right operand is K-major: weights as they are for the backward data product (a
+    transposed copy of them, small, for the forward), activations and im2col patches as
+    they are for the weight gradient; the backward-data scatter (col2im) adds in int64."""
+    c = np.ascontiguousarray
+    if not attrs["conv"]:
+        if kind == "fwd":
+            return be.matmul_s16(c(_rows(a)), c(b.T))
+        if kind == "bwd_data":
+            return be.matmul_s16(a, b)
+        return be.matmul_s16(a, c(_rows(b)), a_transposed=True)
+    s, p = attrs["stride"], attrs["pad"]
+    if kind == "fwd":
+        o, kh, kw, _ = b.shape
+        n, h, w, _ = a.shape
+        out = be.matmul_s16(patches(a, kh, kw, s, p), c(b.reshape(o, -1).T))
+        return out.reshape(n, out_size(h, kh, s, p), out_size(w, kw, s, p), o)
+    if kind == "bwd_data":
+        o, kh, kw, ch = b.shape
+        dcols = be.matmul_s16(a.reshape(-1, o), b.reshape(o, -1))
+        return be.col2im(dcols, a.shape[:3], (kh, kw, ch), s, p, attrs["in_hw"])
+    kh, kw = attrs["kernel"]
+    o = a.shape[-1]
+    return be.matmul_s16(a.reshape(-1, o), patches(b, kh, kw, s, p), a_transposed=True).reshape(o, kh, kw, b.shape[-1])
+
+
+def patches(x: np.ndarray, kh: int, kw: int, stride: int, pad: int) -> np.ndarray:
+    """NHWC -> [N*OH*OW, KH*KW*C] patches in x's own dtype (im2col without the float64 cast)."""
+    n, h, w, ch = x.shape
+    xp = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0))) if pad else x
+    oh, ow = out_size(h, kh, stride, pad), out_size(w, kw, stride, pad)
+    st = xp.strides
+    windows = np.lib.stride_tricks.as_strided(xp, (n, oh, ow, kh, kw, ch),
+                                              (st[0], st[1] * stride, st[2] * stride, st[1], st[2], st[3]),
+                                              writeable=False)
+    return windows.reshape(n * oh * ow, kh * kw * ch)
 
 
 def _int8_product(be, kind, a, b, attrs):
@@ -115,15 +166,23 @@ class Numerics:
     def check_model(self, model, recipe):
         """Extra checks beyond the layer types (raise LoweringError)."""
 
-    # grids
-    def quant_weight(self, w, ctx, op) -> Scaled:
+    #: hooks of the quantizer ops (placement asks backends for them) and of the update op
+    quant_hooks: tuple = ("absmax_f", "quantize_f")
+    update_hooks: tuple = ("sgd_f32",)
+
+    # grids: each runs on backend `be` (the one the op is placed on)
+    def quant_weight(self, be, w, ctx, op) -> Scaled:
         raise NotImplementedError
 
-    def quant_act(self, x, ctx, op) -> Scaled:
+    def quant_act(self, be, x, ctx, op) -> Scaled:
         raise NotImplementedError
 
-    def quant_err(self, err, state: list, ctx, op) -> tuple[Scaled, list]:
+    def quant_err(self, be, err, state: list, ctx, op) -> tuple[Scaled, list]:
         raise NotImplementedError
+
+    def product_hooks(self, kind: str) -> tuple:
+        """Hooks of a product op: kind is conv, conv_bwd_data, conv_bwd_weight or linear."""
+        return _INT8_HOOKS[kind]
 
     def product(self, be, kind, a: Scaled, b: Scaled, attrs, ctx) -> np.ndarray:
         return product(be, kind, a, b, attrs)
@@ -143,15 +202,12 @@ class Numerics:
         """Optimizer state of one parameter: SGD's velocity."""
         return {f"{param}.v": np.zeros(np.shape(value), np.float32)}
 
-    def update(self, w, grad, state: list, ctx, op):
+    def update(self, be, w, grad, state: list, ctx, op):
         """PyTorch's SGD with momentum and weight decay (the float master-weight update)."""
         o = ctx.recipe.optimizer
         lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
-        v = state[0]
-        g = grad + np.float32(o.weight_decay) * w
-        v = np.float32(o.momentum) * v + g
-        step = g + np.float32(o.momentum) * v if o.nesterov else v
-        return (w - np.float32(lr) * step).astype(np.float32), [v.astype(np.float32)]
+        w, v = be.sgd_f32(w, grad, state[0], lr, o.momentum, o.weight_decay, o.nesterov)
+        return w, [v]
 
     # extra layers around a product (Octo's compensation layer)
     def after_forward(self, engine, b, layer, out) -> str:
@@ -241,7 +297,7 @@ class Emulated:
         for name in names:
             b.tensor(name, shape, "float32", "state")
         b.op(f"{param}.update", f"{self.n.prefix}.update", layer_name, "update", (param, grad, *names),
-             (param, *names), fl.F32)
+             (param, *names), self.n.update_hooks)
 
     def _attrs(self, b, layer, x):
         position = _position(b, layer)
@@ -256,11 +312,11 @@ class Emulated:
         attrs = self._attrs(b, layer, x)
         wq = b.tensor(f"{name}.wq", layer.weight_shape, "int8", "saved")
         xq = b.tensor(f"{name}.xq", b.tensors[x].shape, "int8", "saved")
-        b.op(f"{name}.quant_w", f"{p}.quant_weight", name, "forward", (w,), (wq,), fl.F32, **attrs)
-        b.op(f"{name}.quant_x", f"{p}.quant_act", name, "forward", (x,), (xq,), fl.F32, **attrs)
+        b.op(f"{name}.quant_w", f"{p}.quant_weight", name, "forward", (w,), (wq,), self.n.quant_hooks, **attrs)
+        b.op(f"{name}.quant_x", f"{p}.quant_act", name, "forward", (x,), (xq,), self.n.quant_hooks, **attrs)
         out = b.tensor(f"{name}.out", shape, "float32", "activation")
         macs = int(np.prod(shape)) * int(np.prod(layer.weight_shape[1:]))
-        hooks = _INT8_HOOKS["conv" if attrs["conv"] else "linear"]
+        hooks = self.n.product_hooks("conv" if attrs["conv"] else "linear")
         b.op(f"{name}.fwd", f"{p}.product", name, "forward", (xq, wq), (out,), hooks, macs, role="fwd", **attrs)
         return self.n.after_forward(self, b, layer, out)
 
@@ -273,17 +329,18 @@ class Emulated:
         for s, value in zip(state, self.n.err_state(layer).values()):
             b.tensor(s, np.shape(value), str(np.asarray(value).dtype), "state")
         eq = b.tensor(f"{name}.eq", b.tensors[err].shape, "int8", "saved")
-        b.op(f"{name}.quant_err", f"{p}.quant_err", name, "backward", (err, *state), (eq, *state), fl.F32, **attrs)
+        b.op(f"{name}.quant_err", f"{p}.quant_err", name, "backward", (err, *state), (eq, *state), self.n.quant_hooks,
+             **attrs)
         macs = b.find(f"{name}.fwd").macs
         conv = attrs["conv"]
         err_in = None
         if needs_input_error:
             err_in = b.tensor(f"err.{name}", b.tensors[x].shape, "float32", "error")
-            hooks = _INT8_HOOKS["conv_bwd_data" if conv else "linear"]
+            hooks = self.n.product_hooks("conv_bwd_data" if conv else "linear")
             b.op(f"{name}.bwd_data", f"{p}.product", name, "backward", (eq, f"{name}.wq"), (err_in,), hooks, macs,
                  role="bwd_data", **attrs)
         grad = b.tensor(f"{name}.grad", layer.weight_shape, "float32", "grad")
-        hooks = _INT8_HOOKS["conv_bwd_weight" if conv else "linear"]
+        hooks = self.n.product_hooks("conv_bwd_weight" if conv else "linear")
         b.op(f"{name}.bwd_weight", f"{p}.product", name, "backward", (eq, f"{name}.xq"), (grad,), hooks, macs,
              role="bwd_weight", **attrs)
         self.emit_update(b, name, f"{name}.w", grad)
@@ -291,13 +348,13 @@ class Emulated:
 
     # ------------------------------------------------------------ running ops
     def _quant_weight(self, be, op, env, ctx):
-        return {op.outputs[0]: self.n.quant_weight(env[op.inputs[0]], ctx, op)}
+        return {op.outputs[0]: self.n.quant_weight(be, env[op.inputs[0]], ctx, op)}
 
     def _quant_act(self, be, op, env, ctx):
-        return {op.outputs[0]: self.n.quant_act(env[op.inputs[0]], ctx, op)}
+        return {op.outputs[0]: self.n.quant_act(be, env[op.inputs[0]], ctx, op)}
 
     def _quant_err(self, be, op, env, ctx):
-        eq, state = self.n.quant_err(env[op.inputs[0]], [env[s] for s in op.inputs[1:]], ctx, op)
+        eq, state = self.n.quant_err(be, env[op.inputs[0]], [env[s] for s in op.inputs[1:]], ctx, op)
         return dict(zip(op.outputs, (eq, *state)))
 
     def _product(self, be, op, env, ctx):
@@ -306,7 +363,7 @@ class Emulated:
 
     def _update(self, be, op, env, ctx):
         w, grad = env[op.inputs[0]], env[op.inputs[1]]
-        w, state = self.n.update(w, grad, [env[s] for s in op.inputs[2:]], ctx, op)
+        w, state = self.n.update(be, w, grad, [env[s] for s in op.inputs[2:]], ctx, op)
         return dict(zip(op.outputs, (w, *state)))
 
 

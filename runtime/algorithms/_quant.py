@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import numerics
+from .. import float_ops
 
 
 @dataclass(frozen=True)
@@ -44,23 +44,8 @@ def _int_dtype(bits: int):
 
 
 def round_values(x: np.ndarray, mode: str, rng=None) -> np.ndarray:
-    """Round float64 values to integers: nearest (halves away from zero), nearest_even,
-    or stochastic (`sto`: up with probability equal to the fraction, counter RNG)."""
-    if mode == "round":
-        return np.sign(x) * np.floor(np.abs(x) + 0.5)
-    if mode == "nearest_even":
-        return np.rint(x)
-    if mode == "sto":
-        return np.floor(x + uniform(rng, x.shape))
-    raise ValueError(f"rounding mode {mode!r} is not round, nearest_even or sto")
-
-
-def uniform(rng, shape) -> np.ndarray:
-    """Uniform [0, 1) float64 from the counter RNG (24 bits, as a device would draw them)."""
-    if rng is None:
-        raise ValueError("stochastic rounding needs an RngKey")
-    count = int(np.prod(shape))
-    return (numerics.random_u32(rng, count) >> np.uint32(8)).astype(np.float64).reshape(shape) / 2.0**24
+    """Round float64 values to integers (round, nearest_even, sto): float_ops' definition."""
+    return float_ops.round_values(x, mode, rng)
 
 
 # ---------------------------------------------------------------- integers with a per-tensor scale
@@ -72,17 +57,24 @@ def pow2_exponent(max_abs: float, bits: int) -> int:
     return int(np.ceil(np.log2(max_abs))) - (bits - 1)
 
 
-def quantize_int(x, bits: int = 8, scale: str = "pow2", rounding: str = "round", rng=None,
+def quantize_int(be, x, bits: int = 8, scale: str = "pow2", rounding: str = "round", rng=None,
                  clip: float | None = None) -> Scaled:
     """Symmetric `bits`-bit integers with one scale: a power of two covering max|x| (or
-    `clip`), or the float max|x| / qmax. Values beyond the range saturate."""
-    x = np.asarray(x, dtype=np.float64)
-    limit = float(np.max(np.abs(x))) if clip is None else float(clip)
+    `clip`), or the float max|x| / qmax. Values beyond the range saturate. The range and
+    the rounding run on backend `be` (absmax_f, quantize_f); with `be=None`, and for grids
+    wider than 16 bits (WAGEUBN's 24-bit weight accumulator), in NumPy (float_ops)."""
+    x = np.asarray(x)
+    if x.dtype not in (np.float32, np.float64):
+        x = x.astype(np.float64)
+    wide = bits > 16 or be is None
+    limit = (float_ops.absmax_f(x) if wide else be.absmax_f(x)) if clip is None else float(clip)
     if limit == 0.0:
         return Scaled(np.zeros(x.shape, _int_dtype(bits)), 1.0)
     step = 2.0 ** pow2_exponent(limit, bits) if scale == "pow2" else limit / qmax(bits)
-    q = np.clip(round_values(x / step, rounding, rng), -qmax(bits), qmax(bits))
-    return Scaled(q.astype(_int_dtype(bits)), step)
+    if wide:
+        q = np.clip(round_values(x.astype(np.float64) / step, rounding, rng), -qmax(bits), qmax(bits))
+        return Scaled(q.astype(_int_dtype(bits)), step)
+    return Scaled(be.quantize_f(x, step, bits, rounding, rng), step)
 
 
 def quantization_error(x, quantized: Scaled) -> float:
@@ -97,160 +89,58 @@ def quantization_error(x, quantized: Scaled) -> float:
 PRC_CANDIDATES = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)
 
 
-def prc_best_ratio(x, bits: int = 8, candidates=PRC_CANDIDATES) -> float:
-    """The clipping ratio (of max|x|) whose int quantization has the least squared error."""
-    x = np.asarray(x, dtype=np.float64)
-    top = float(np.max(np.abs(x))) if x.size else 0.0
+def prc_best_ratio(be, x, bits: int = 8, candidates=PRC_CANDIDATES) -> float:
+    """The clipping ratio (of max|x|) whose int quantization has the least squared error
+    (the errors on backend `be`: prc_squared_errors, one pass per ratio)."""
+    x = np.asarray(x, np.float32)
+    top = be.absmax_f(x) if x.size else 0.0
     if top == 0.0:
         return 1.0
-    magnitude = np.abs(x)
-    errors = [_clip_squared_error(magnitude, a * top / qmax(bits), qmax(bits)) for a in candidates]
+    errors = be.prc_squared_errors(x, top, candidates, qmax(bits))
     return float(candidates[int(np.argmin(errors))])
 
 
-def _clip_squared_error(magnitude, step, top_code) -> float:
-    """sum((quantize_int(x, clip=step * top_code) - x)**2) from |x|: rounding halves away
-    from zero is symmetric, so the error of x equals the error of |x|. In place, one
-    temporary: Octo's PRC evaluates every candidate ratio on every error tensor."""
-    q = magnitude / step
-    q += 0.5
-    np.floor(q, out=q)
-    np.minimum(q, top_code, out=q)
-    q *= step
-    q -= magnitude
-    return float(np.dot(q.ravel(), q.ravel()))
-
-
-def quantize_prc(x, ratio: float, bits: int = 8, rounding: str = "round", rng=None) -> Scaled:
+def quantize_prc(be, x, ratio: float, bits: int = 8, rounding: str = "round", rng=None) -> Scaled:
     """Integers over [-ratio * max|x|, ratio * max|x|]: larger values clip."""
-    x = np.asarray(x, dtype=np.float64)
-    top = float(np.max(np.abs(x))) if x.size else 0.0
-    return quantize_int(x, bits, "float", rounding, rng, clip=ratio * top)
+    top = be.absmax_f(x) if np.size(x) else 0.0
+    return quantize_int(be, x, bits, "float", rounding, rng, clip=ratio * top)
 
 
 # ---------------------------------------------------------------- MLS: tensor scale x group scale x elements
 
-def quantize_mls(x, bits: int, group_size: int, group_bits: int, rounding: str = "round", rng=None) -> Scaled:
+def quantize_mls(be, x, bits: int, group_size: int, group_bits: int, rounding: str = "round", rng=None) -> Scaled:
     """Multi-level scaling (Zhong et al. 2022): a float tensor scale s = max|x| / qmax; groups
     of `group_size` consecutive channels (last axis) get a power-of-two scale 2**-k with
     k in 0 .. 2**group_bits - 1, the largest that keeps the group's max inside the range;
-    elements are `bits`-bit integers. Value = q * s * 2**-k."""
-    x = np.asarray(x, dtype=np.float64)
+    elements are `bits`-bit integers. Value = q * s * 2**-k.
+
+    Returned with the group shift applied: elements q * 2**(kmax - k) (int16) and one scale
+    s * 2**-kmax, the same values exactly. Then the groups' power-of-two scales sit inside
+    the integers, so a product is one exact integer dot product (matmul_s16) whatever the
+    summation order, and one float multiply by the two tensor scales."""
+    x = np.asarray(x, np.float32)
     channels = x.shape[-1]
     if channels % group_size:
         raise ValueError(f"MLS group size {group_size} does not divide {channels} channels")
-    top = float(np.max(np.abs(x))) if x.size else 0.0
+    kmax = 2**group_bits - 1
+    if qmax(bits) * 2**kmax > 32767:
+        raise ValueError(f"MLS with {bits}-bit elements and group_bits {group_bits}: aligned elements "
+                         f"{qmax(bits)} * 2**{kmax} do not fit int16")
+    top = be.absmax_f(x) if x.size else 0.0
     if top == 0.0:
-        return Scaled(np.zeros(x.shape, _int_dtype(bits)), 1.0)
+        return Scaled(np.zeros(x.shape, np.int16), 1.0)
     tensor_scale = top / qmax(bits)
-    groups = x.reshape(*x.shape[:-1], channels // group_size, group_size)
-    group_max = np.max(np.abs(groups), axis=-1, keepdims=True)
-    with np.errstate(divide="ignore"):
-        k = np.floor(np.log2(top / np.maximum(group_max, top * 2.0**-64)))
-    k = np.clip(k, 0, 2**group_bits - 1)
-    scale = tensor_scale * 2.0 ** -k
-    q = np.clip(round_values(groups / scale, rounding, rng), -qmax(bits), qmax(bits))
-    scale = np.broadcast_to(scale, groups.shape).reshape(x.shape)
-    return Scaled(q.reshape(x.shape).astype(_int_dtype(bits)), scale)
+    aligned = be.quantize_mls(x, group_size, top, tensor_scale, kmax, qmax(bits), rounding, rng)
+    return Scaled(aligned, tensor_scale * 2.0**-kmax)
 
 
 # ---------------------------------------------------------------- small floats (FP8 1-5-2, FP16 1-5-10)
 
-def float_grid(exponent_bits: int, mantissa_bits: int) -> tuple[int, float]:
-    """(smallest normal exponent, largest finite value) of an IEEE-like format."""
-    bias = 2 ** (exponent_bits - 1) - 1
-    emax = 2**exponent_bits - 2 - bias
-    return 1 - bias, (2 - 2.0**-mantissa_bits) * 2.0**emax
+def to_fp8(be, x, mode: str = "nearest_even", rng=None) -> np.ndarray:
+    """FP8 1-5-2 values (held in float32: every FP8 value is exact there), on backend `be`."""
+    return be.round_float(x, 5, 2, mode, rng)
 
 
-def round_float(x, exponent_bits: int, mantissa_bits: int, mode: str = "nearest_even", rng=None) -> np.ndarray:
-    """Round float64 values to the nearest value of a (1, exponent_bits, mantissa_bits)
-    float with subnormals; `nearest_even` breaks ties to an even mantissa, `sto` rounds
-    up with probability equal to the distance. Overflow saturates at the largest finite
-    value (Wang et al. clip rather than produce infinities)."""
-    x = np.asarray(x, dtype=np.float64)
-    emin, largest = float_grid(exponent_bits, mantissa_bits)
-    magnitude = np.abs(x)
-    with np.errstate(divide="ignore"):
-        exponent = np.floor(np.log2(np.where(magnitude > 0, magnitude, 1.0)))
-    ulp = 2.0 ** (np.maximum(exponent, emin) - mantissa_bits)
-    rounded = round_values(x / ulp, mode, rng) * ulp
-    return np.clip(rounded, -largest, largest)
-
-
-def to_fp8(x, mode: str = "nearest_even", rng=None) -> np.ndarray:
-    """FP8 1-5-2 values, held in float16 (every FP8 value is an FP16 value)."""
-    return round_float(x, 5, 2, mode, rng).astype(np.float16)
-
-
-def to_fp16(x, mode: str = "nearest_even", rng=None) -> np.ndarray:
-    return round_float(x, 5, 10, mode, rng).astype(np.float16)
-
-
-def _fp16(x: np.ndarray) -> np.ndarray:
-    """Round float32 values to FP16 and keep them as float32 (casts are vectorised; NumPy's
-    float16 arithmetic is not). A float32 sum or product of two FP16 values rounded once
-    to FP16 equals the correctly rounded FP16 operation: float32 has more than 2 * 11 + 2
-    significant bits, so the double rounding cannot differ."""
-    return x.astype(np.float16).astype(np.float32)
-
-
-def chunked_dot_fp16(a: np.ndarray, b: np.ndarray, chunk: int = 64, chunk_sum: str = "fp16") -> np.ndarray:
-    """a[M, K] @ b[N, K].T with Wang et al.'s chunk-based accumulation: each run of `chunk`
-    products is summed into a chunk sum, then the chunk sums are added one by one in
-    FP16. Operands must hold FP16 values (in any float dtype). Returns float16 [M, N].
-
-    chunk_sum `fp16` is the paper's arithmetic: products rounded to FP16 and added one by
-    one in FP16 inside the chunk. `fp32` sums each chunk with a float32 matmul (the
-    products of FP16/FP8 values are exact in float32) and rounds the chunk sum to FP16
-    once: one BLAS call instead of `chunk` passes over the data, and more accurate inside
-    a chunk than FP16 hardware (it never swamps within a chunk, and a product below
-    FP16's range still counts).
-    """
-    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)    # FP16 values are exact in float32
-    k = a.shape[1]
-    chunk = min(chunk, k)      # a shorter reduction is one chunk; trailing zero products add nothing
-    chunks = -(-k // chunk)
-    pad = chunks * chunk - k
-    if pad:
-        a = np.pad(a, ((0, 0), (0, pad)))
-        b = np.pad(b, ((0, 0), (0, pad)))
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        if chunk_sum == "fp32":
-            partial = _float32_chunk_sums(a, b, chunk, chunks)
-        elif chunk_sum == "fp16":
-            partial = _sequential_chunk_sums(a, b, chunk, chunks)
-        else:
-            raise ValueError(f"chunk_sum {chunk_sum!r} is not fp16 or fp32")
-        partial = partial.astype(np.float16, copy=False)
-        total = partial[0].copy()
-        for c in range(1, chunks):     # NumPy's float16 add is the correctly rounded FP16 add
-            np.add(total, partial[c], out=total)
-    return total
-
-
-def _float32_chunk_sums(a, b, chunk, chunks):
-    """[chunks, M, N] chunk sums by float32 matmuls, each rounded to FP16 (float16). Few
-    large chunks go one BLAS call each on column slices; many small ones (weight
-    gradients, whose reduction runs over the batch) as one batched matmul on contiguous
-    copies, since NumPy's matmul leaves BLAS for strided batches."""
-    m, n = a.shape[0], b.shape[0]
-    if chunks <= 8:
-        out = np.empty((chunks, m, n), np.float16)
-        for c in range(chunks):
-            out[c] = a[:, c * chunk:(c + 1) * chunk] @ b[:, c * chunk:(c + 1) * chunk].T
-        return out
-    a = np.ascontiguousarray(a.reshape(m, chunks, chunk).transpose(1, 0, 2))   # [chunks, M, chunk]
-    b = np.ascontiguousarray(b.reshape(n, chunks, chunk).transpose(1, 2, 0))   # [chunks, chunk, N]
-    return np.matmul(a, b).astype(np.float16)
-
-
-def _sequential_chunk_sums(a, b, chunk, chunks):
-    """[chunks, M, N] chunk sums, each product and each running sum rounded to FP16."""
-    m, n = a.shape[0], b.shape[0]
-    a = np.ascontiguousarray(a.reshape(m, chunks, chunk).transpose(2, 1, 0))   # [chunk, chunks, M]
-    b = np.ascontiguousarray(b.reshape(n, chunks, chunk).transpose(2, 1, 0))   # [chunk, chunks, N]
-    partial = np.zeros((chunks, m, n), np.float32)
-    for j in range(chunk):
-        partial = _fp16(partial + _fp16(a[j][:, :, None] * b[j][:, None, :]))
-    return partial
+def to_fp16(be, x, mode: str = "nearest_even", rng=None) -> np.ndarray:
+    """FP16 values held in float32, on backend `be`."""
+    return be.round_float(x, 5, 10, mode, rng)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layout import pool_windows
 from ..errors import LoweringError
 from ..nn import Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
 from . import _float_layers as fl
@@ -42,11 +41,11 @@ def forward(b, layer, x, shape):
         b.op(f"{layer.name}.fwd", "fp32.linear_fwd", layer.name, "forward", (x, w), (out,), ("gemm_f32",),
              batch * layer.in_features * layer.out_features)
     elif isinstance(layer, ReLU):
-        b.op(f"{layer.name}.fwd", "fp32.relu_fwd", layer.name, "forward", (x,), (out,), _F32)
+        b.op(f"{layer.name}.fwd", "fp32.relu_fwd", layer.name, "forward", (x,), (out,), ("relu_f32",))
     elif isinstance(layer, MaxPool2d):
         b.tensor(f"{layer.name}.argmax", shape, "uint8", "saved")
         b.op(f"{layer.name}.fwd", "fp32.maxpool_fwd", layer.name, "forward", (x,), (out, f"{layer.name}.argmax"),
-             _F32, kernel=layer.kernel, stride=layer.stride)
+             ("maxpool_f32",), kernel=layer.kernel, stride=layer.stride)
     elif isinstance(layer, Flatten):
         b.op(f"{layer.name}.fwd", "fp32.reshape", layer.name, "forward", (x,), (out,), (), shape=shape)
     elif isinstance(layer, Dropout):
@@ -68,7 +67,7 @@ def join_errors(b, name, errs):
 
 def _emit_sgd(b, layer_name, param, grad):
     velocity = b.tensor(f"{param}.v", b.tensors[param].shape, "float32", "state")
-    b.op(f"{param}.update", "fp32.sgd", layer_name, "update", (param, grad, velocity), (param, velocity), _F32)
+    b.op(f"{param}.update", "fp32.sgd", layer_name, "update", (param, grad, velocity), (param, velocity), ("sgd_f32",))
 
 
 def backward(b, layer, err, needs_input_error):
@@ -95,14 +94,14 @@ def backward(b, layer, err, needs_input_error):
         b.op(f"{layer.name}.bwd_weight", "fp32.conv_bwd_weight" if conv else "fp32.linear_bwd_weight", layer.name,
              "backward", (err, x), (grad,), ("conv2d_bwd_weight_f32",) if conv else ("gemm_f32",), macs, **attrs)
         b.op(f"{layer.name}.update", "fp32.sgd", layer.name, "update", (w, grad, f"{layer.name}.v"),
-             (w, f"{layer.name}.v"), _F32)
+             (w, f"{layer.name}.v"), ("sgd_f32",))
         return err_in if needs_input_error else None
     b.tensor(err_in, x_shape, "float32", "error")
     if isinstance(layer, ReLU):
-        b.op(f"{layer.name}.bwd", "fp32.relu_bwd", layer.name, "backward", (err, out), (err_in,), _F32)
+        b.op(f"{layer.name}.bwd", "fp32.relu_bwd", layer.name, "backward", (err, out), (err_in,), ("relu_bwd_f32",))
     elif isinstance(layer, MaxPool2d):
         b.op(f"{layer.name}.bwd", "fp32.maxpool_bwd", layer.name, "backward", (err, f"{layer.name}.argmax"),
-             (err_in,), _F32, kernel=layer.kernel, stride=layer.stride, in_hw=x_shape[1:3])
+             (err_in,), ("maxpool_bwd_f32",), kernel=layer.kernel, stride=layer.stride, in_hw=x_shape[1:3])
     elif isinstance(layer, Flatten):
         b.op(f"{layer.name}.bwd", "fp32.reshape", layer.name, "backward", (err,), (err_in,), (), shape=x_shape)
     elif isinstance(layer, Dropout):
@@ -124,29 +123,21 @@ def linear_fwd(be, op, env, ctx):
 
 
 def relu_fwd(be, op, env, ctx):
-    return {op.outputs[0]: np.maximum(env[op.inputs[0]], np.float32(0))}
+    return {op.outputs[0]: be.relu_f32(env[op.inputs[0]])}
 
 
 def relu_bwd(be, op, env, ctx):
-    return {op.outputs[0]: np.where(env[op.inputs[1]] > 0, env[op.inputs[0]], np.float32(0))}
+    return {op.outputs[0]: be.relu_bwd_f32(env[op.inputs[0]], env[op.inputs[1]])}
 
 
 def maxpool_fwd(be, op, env, ctx):
-    windows = pool_windows(env[op.inputs[0]], op.attrs["kernel"], op.attrs["stride"])
-    argmax = windows.argmax(axis=-1).astype(np.uint8)
-    y = np.take_along_axis(windows, argmax[..., None].astype(np.intp), axis=-1)[..., 0]
-    return {op.outputs[0]: np.ascontiguousarray(y), op.outputs[1]: argmax}
+    y, argmax = be.maxpool_f32(env[op.inputs[0]], op.attrs["kernel"], op.attrs["stride"])
+    return {op.outputs[0]: y, op.outputs[1]: argmax}
 
 
 def maxpool_bwd(be, op, env, ctx):
     err, argmax = env[op.inputs[0]], env[op.inputs[1]]
-    k, s, (h, w) = op.attrs["kernel"], op.attrs["stride"], op.attrs["in_hw"]
-    n, oh, ow, c = err.shape
-    dx = np.zeros((n, h, w, c), np.float32)
-    for kh in range(k):
-        for kw in range(k):
-            dx[:, kh:kh + s * oh:s, kw:kw + s * ow:s, :] += np.where(argmax == kh * k + kw, err, 0)
-    return {op.outputs[0]: dx}
+    return {op.outputs[0]: be.maxpool_bwd_f32(err, argmax, op.attrs["kernel"], op.attrs["stride"], op.attrs["in_hw"])}
 
 
 def reshape(be, op, env, ctx):
@@ -201,10 +192,8 @@ def sgd(be, op, env, ctx):
     w, grad, v = env[op.inputs[0]], env[op.inputs[1]], env[op.inputs[2]]
     o = ctx.recipe.optimizer
     lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
-    g = grad + np.float32(o.weight_decay) * w
-    v = np.float32(o.momentum) * v + g
-    step = g + np.float32(o.momentum) * v if o.nesterov else v
-    return {op.outputs[0]: (w - np.float32(lr) * step).astype(np.float32), op.outputs[1]: v.astype(np.float32)}
+    w, v = be.sgd_f32(w, grad, v, lr, o.momentum, o.weight_decay, o.nesterov)
+    return {op.outputs[0]: w, op.outputs[1]: v}
 
 
 OPS = {

@@ -6,7 +6,7 @@ Floating Point Numbers", NeurIPS 2018).
 - Products are FP16, and every dot product is accumulated in FP16 in chunks of
   `chunk_size` (64): the products of a chunk are added one by one in FP16, then the chunk
   sums are added one by one in FP16, which keeps small terms from being swamped by a
-  long running sum (`_quant.chunked_dot_fp16`). `chunk_sum: fp32` sums inside a chunk
+  long running sum (the `matmul_fp16_chunked` hook; float_ops.py defines it). `chunk_sum: fp32` sums inside a chunk
   in float32 and rounds the chunk sum to FP16 once (a fast emulation, more accurate
   inside a chunk than the paper's FP16 adds; see configs/algorithms/fp8.yaml).
 - Master weights and momentum are FP16; the weight update w - lr * v rounds to FP16
@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layout import col2im, im2col
+from .. import float_ops
 from . import _float_layers as fl
 from . import fp32
-from ._emulated import Emulated, Numerics, module_contract
-from ._quant import Scaled, chunked_dot_fp16, to_fp8, to_fp16
+from ._emulated import Emulated, Numerics, module_contract, patches
+from ._quant import Scaled, to_fp8, to_fp16
 
 
 def _pow2(value):
@@ -54,37 +54,44 @@ class FP8Numerics(Numerics):
     weight_dtype = "float16"
     known_params = {"loss_scale": _pow2, "chunk_size": _chunk, "first_last_fp16": _flag, "chunk_sum": _chunk_sum}
 
-    def _grid(self, x, ctx, op):
+    quant_hooks = ("round_float",)
+    update_hooks = ("round_float",)
+
+    def product_hooks(self, kind):
+        return ("matmul_fp16_chunked", "col2im", "round_float") if kind == "conv_bwd_data" else ("matmul_fp16_chunked",)
+
+    def _grid(self, be, x, ctx, op):
         keep16 = self.param(ctx.recipe, "first_last_fp16", True) and op.attrs["position"] != "middle"
-        return Scaled(to_fp16(x) if keep16 else to_fp8(x), 1.0)
+        return Scaled(to_fp16(be, x) if keep16 else to_fp8(be, x), 1.0)
 
-    def quant_weight(self, w, ctx, op):
-        return self._grid(w, ctx, op)
+    def quant_weight(self, be, w, ctx, op):
+        return self._grid(be, w, ctx, op)
 
-    def quant_act(self, x, ctx, op):
-        return self._grid(x, ctx, op)
+    def quant_act(self, be, x, ctx, op):
+        return self._grid(be, x, ctx, op)
 
-    def quant_err(self, err, state, ctx, op):
-        return self._grid(err, ctx, op), []
+    def quant_err(self, be, err, state, ctx, op):
+        return self._grid(be, err, ctx, op), []
 
     def product(self, be, kind, a, b, attrs, ctx):
-        return chunked_product(kind, a.q, b.q, attrs, int(self.param(ctx.recipe, "chunk_size", 64)),
+        return chunked_product(be, kind, a.q, b.q, attrs, int(self.param(ctx.recipe, "chunk_size", 64)),
                                self.param(ctx.recipe, "chunk_sum", "fp16"))
 
     def init_weight(self, layer, rng):
-        return to_fp16(super().init_weight(layer, rng))
+        return float_ops.round_float(super().init_weight(layer, rng), 5, 10, "nearest_even", None).astype(np.float16)
 
     def opt_state(self, param, value):
         return {f"{param}.v": np.zeros(np.shape(value), np.float16)}
 
-    def update(self, w, grad, state, ctx, op):
+    def update(self, be, w, grad, state, ctx, op):
         """v = fp16(momentum * v + g); w = fp16_stochastic(w - lr * v), g unscaled + decay."""
         o = ctx.recipe.optimizer
         lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
         w64 = np.asarray(w, np.float64)
         g = np.asarray(grad, np.float64) / float(self.param(ctx.recipe, "loss_scale", 1024)) + o.weight_decay * w64
-        v = to_fp16(o.momentum * np.asarray(state[0], np.float64) + g)
-        return to_fp16(w64 - lr * v.astype(np.float64), "sto", ctx.rng(op)), [v]
+        v = to_fp16(be, o.momentum * np.asarray(state[0], np.float64) + g)
+        w = to_fp16(be, w64 - lr * v.astype(np.float64), "sto", ctx.rng(op))
+        return w.astype(np.float16), [v.astype(np.float16)]
 
     def loss(self, b, logits, labels):
         err = b.tensor("err.logits", b.tensors[logits].shape, "float32", "error")
@@ -92,35 +99,33 @@ class FP8Numerics(Numerics):
         return err
 
 
-def chunked_product(kind, a, b, attrs, chunk, chunk_sum="fp16"):
-    """A layer product with FP16 chunked accumulation; float32 result holding FP16 values."""
-    a16, b16 = np.asarray(a, np.float16), np.asarray(b, np.float16)
+def chunked_product(be, kind, a, b, attrs, chunk, chunk_sum="fp16"):
+    """A layer product with FP16 chunked accumulation (matmul_fp16_chunked on backend `be`,
+    whose right operand is K-major: no transposed copies of activations or patches);
+    float32 result holding FP16 values."""
+    c = np.ascontiguousarray
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    fp16_adds = chunk_sum == "fp16"
     if not attrs["conv"]:
         if kind == "fwd":
-            out = chunked_dot_fp16(a16.reshape(a16.shape[0], -1), b16, chunk, chunk_sum)
-        elif kind == "bwd_data":
-            out = chunked_dot_fp16(a16, np.ascontiguousarray(b16.T), chunk, chunk_sum)
-        else:
-            out = chunked_dot_fp16(np.ascontiguousarray(a16.T), np.ascontiguousarray(b16.reshape(b16.shape[0], -1).T),
-                                   chunk, chunk_sum)
-        return out.astype(np.float32)
+            return be.matmul_fp16_chunked(c(a.reshape(a.shape[0], -1)), c(b.T), False, chunk, fp16_adds)
+        if kind == "bwd_data":
+            return be.matmul_fp16_chunked(a, b, False, chunk, fp16_adds)
+        return be.matmul_fp16_chunked(a, c(b.reshape(b.shape[0], -1)), True, chunk, fp16_adds)
     s, p = attrs["stride"], attrs["pad"]
     if kind == "fwd":
-        o, kh, kw, _ = b16.shape
-        n = a16.shape[0]
-        cols = im2col(a16, kh, kw, s, p)
-        out = chunked_dot_fp16(cols, b16.reshape(o, -1), chunk, chunk_sum)
-        return out.reshape(n, *_out_hw(a16.shape, kh, s, p), o).astype(np.float32)
+        o, kh, kw, _ = b.shape
+        out = be.matmul_fp16_chunked(patches(a, kh, kw, s, p), c(b.reshape(o, -1).T), False, chunk, fp16_adds)
+        return out.reshape(a.shape[0], *_out_hw(a.shape, kh, s, p), o)
     if kind == "bwd_data":
-        o, kh, kw, c = b16.shape
-        dcols = chunked_dot_fp16(a16.reshape(-1, o), np.ascontiguousarray(b16.reshape(o, -1).T), chunk, chunk_sum)
+        o, kh, kw, ch = b.shape
+        dcols = be.matmul_fp16_chunked(a.reshape(-1, o), b.reshape(o, -1), False, chunk, fp16_adds)
         # overlapping windows add at most kh*kw terms; summed exactly, then rounded to FP16
-        return to_fp16(col2im(dcols.astype(np.float64), a16.shape, (kh, kw, c), s, p, attrs["in_hw"])).astype(np.float32)
+        return to_fp16(be, be.col2im(dcols.astype(np.float64), a.shape[:3], (kh, kw, ch), s, p, attrs["in_hw"]))
     kh, kw = attrs["kernel"]
-    o = a16.shape[-1]
-    cols = im2col(b16, kh, kw, s, p)
-    out = chunked_dot_fp16(np.ascontiguousarray(a16.reshape(-1, o).T), np.ascontiguousarray(cols.T), chunk, chunk_sum)
-    return out.reshape(o, kh, kw, b16.shape[-1]).astype(np.float32)
+    o = a.shape[-1]
+    out = be.matmul_fp16_chunked(a.reshape(-1, o), patches(b, kh, kw, s, p), True, chunk, fp16_adds)
+    return out.reshape(o, kh, kw, b.shape[-1])
 
 
 def _out_hw(shape, k, s, p):

@@ -9,10 +9,11 @@ elements are `bits`-bit integers. Weights and activations round to nearest, erro
 stochastically (counter RNG), as low-bit training needs for unbiased gradients.
 Float32 master weights, SGD with momentum.
 
-Emulated: the element products are integer, but the group shifts sit inside the
-reduction, so an int8 hook cannot take them; the sums are computed exactly in float64
-here (the paper's accelerator does intra-group integer sums and shifted inter-group
-adds; a grouped int8 kernel on the CPU/DSP backends is what it would take).
+Products: the paper's accelerator sums each group in integers and adds the groups'
+sums shifted by their power-of-two scales. Here the shift is applied to the elements
+when they are quantized (q * 2**(kmax - k), int16: `_quant.quantize_mls`), so the
+groups' shifted partial sums add up inside one exact integer dot product (`matmul_s16`,
+int64): the same values, independent of the summation order and the thread count.
 When a layer's channel count is not a multiple of `group_size` the group is their gcd.
 """
 from __future__ import annotations
@@ -24,31 +25,35 @@ from ._quant import quantize_mls
 
 
 def _group_bits(value):
-    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 4
-    return None if ok else "must be an integer in 0..4"
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3
+    return None if ok else "must be an integer in 0..3 (int8 elements shifted by up to 2**7 fit int16)"
 
 
-def _mls(x, fmt, group_bits, rng):
-    x = np.asarray(x, np.float64)
+def _mls(be, x, fmt, group_bits, rng):
+    x = np.asarray(x, np.float32)
     rounding = fmt.rounding if fmt.rounding in ("round", "nearest_even", "sto") else "round"
-    return quantize_mls(x, fmt.bits, group_for(x.shape[-1], fmt.group_size), group_bits, rounding, rng)
+    return quantize_mls(be, x, fmt.bits, group_for(x.shape[-1], fmt.group_size), group_bits, rounding, rng)
 
 
 class MLSNumerics(Numerics):
     prefix = "mls"
     known_params = {"group_bits": _group_bits}
+    quant_hooks = ("absmax_f", "quantize_mls")
+
+    def product_hooks(self, kind):
+        return ("matmul_s16", "col2im") if kind == "conv_bwd_data" else ("matmul_s16",)
 
     def _group_bits(self, ctx):
         return int(self.param(ctx.recipe, "group_bits", 2))
 
-    def quant_weight(self, w, ctx, op):
-        return _mls(w, ctx.recipe.tensors.weights, self._group_bits(ctx), ctx.rng(op))
+    def quant_weight(self, be, w, ctx, op):
+        return _mls(be, w, ctx.recipe.tensors.weights, self._group_bits(ctx), ctx.rng(op))
 
-    def quant_act(self, x, ctx, op):
-        return _mls(x, ctx.recipe.tensors.activations, self._group_bits(ctx), ctx.rng(op))
+    def quant_act(self, be, x, ctx, op):
+        return _mls(be, x, ctx.recipe.tensors.activations, self._group_bits(ctx), ctx.rng(op))
 
-    def quant_err(self, err, state, ctx, op):
-        return _mls(err, ctx.recipe.tensors.errors, self._group_bits(ctx), ctx.rng(op)), []
+    def quant_err(self, be, err, state, ctx, op):
+        return _mls(be, err, ctx.recipe.tensors.errors, self._group_bits(ctx), ctx.rng(op)), []
 
 
 ENGINE = Emulated(MLSNumerics())

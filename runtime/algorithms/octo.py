@@ -23,7 +23,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..nn import Conv2d, Linear
-from . import _float_layers as fl
 from ._emulated import Emulated, Numerics, module_contract
 from ._quant import PRC_CANDIDATES, prc_best_ratio, quantize_int, quantize_prc
 
@@ -37,28 +36,30 @@ def _flag(value):
     return None if isinstance(value, bool) else "must be true or false"
 
 
-def _int_fmt(x, fmt, rng=None):
-    return quantize_int(x, fmt.bits, fmt.scale, fmt.rounding if fmt.rounding != "none" else "round", rng)
+def _int_fmt(be, x, fmt, rng=None):
+    return quantize_int(be, x, fmt.bits, fmt.scale, fmt.rounding if fmt.rounding != "none" else "round", rng)
 
 
 class OctoNumerics(Numerics):
     prefix = "octo"
     known_params = {"prc_momentum": _unit_interval, "compensation": _flag}
 
-    def quant_weight(self, w, ctx, op):
-        return _int_fmt(w, ctx.recipe.tensors.weights, ctx.rng(op))
+    def quant_weight(self, be, w, ctx, op):
+        return _int_fmt(be, w, ctx.recipe.tensors.weights, ctx.rng(op))
 
-    def quant_act(self, x, ctx, op):
-        return _int_fmt(x, ctx.recipe.tensors.activations, ctx.rng(op))
+    def quant_act(self, be, x, ctx, op):
+        return _int_fmt(be, x, ctx.recipe.tensors.activations, ctx.rng(op))
 
     def err_state(self, layer):
         return {"prc_ratio": np.array(1.0, np.float32)}
 
-    def quant_err(self, err, state, ctx, op):
+    quant_hooks = ("absmax_f", "quantize_f", "prc_squared_errors")
+
+    def quant_err(self, be, err, state, ctx, op):
         fmt = ctx.recipe.tensors.errors
         momentum = float(self.param(ctx.recipe, "prc_momentum", 0.1))
-        ratio = (1 - momentum) * float(state[0]) + momentum * prc_best_ratio(err, fmt.bits, PRC_CANDIDATES)
-        eq = quantize_prc(err, ratio, fmt.bits, fmt.rounding if fmt.rounding != "none" else "round", ctx.rng(op))
+        ratio = (1 - momentum) * float(state[0]) + momentum * prc_best_ratio(be, err, fmt.bits, PRC_CANDIDATES)
+        eq = quantize_prc(be, err, ratio, fmt.bits, fmt.rounding if fmt.rounding != "none" else "round", ctx.rng(op))
         return eq, [np.array(ratio, np.float32)]
 
     # ------------------------------------------------------------ the compensation layer
@@ -73,7 +74,8 @@ class OctoNumerics(Numerics):
         b.param(scale, (channels,), "float32")
         b.param(shift, (channels,), "float32")
         comp = b.tensor(f"{layer.name}.comp.out", b.tensors[out].shape, "float32", "activation")
-        b.op(f"{layer.name}.comp_fwd", "octo.comp_fwd", layer.name, "forward", (out, scale, shift), (comp,), fl.F32)
+        b.op(f"{layer.name}.comp_fwd", "octo.comp_fwd", layer.name, "forward", (out, scale, shift), (comp,),
+             ("compensation_fwd",))
         return comp
 
     def before_backward(self, engine, b, layer, err):
@@ -85,7 +87,7 @@ class OctoNumerics(Numerics):
         g_scale = b.tensor(f"{scale}.grad", b.tensors[scale].shape, "float32", "grad")
         g_shift = b.tensor(f"{shift}.grad", b.tensors[shift].shape, "float32", "grad")
         b.op(f"{layer.name}.comp_bwd", "octo.comp_bwd", layer.name, "backward", (err, raw, scale),
-             (err_raw, g_scale, g_shift), fl.F32)
+             (err_raw, g_scale, g_shift), ("compensation_bwd",))
         engine.emit_update(b, layer.name, scale, g_scale)
         engine.emit_update(b, layer.name, shift, g_shift)
         return err_raw
@@ -105,27 +107,14 @@ def compensation_names(layer_name):
     return f"{layer_name}.comp_scale", f"{layer_name}.comp_shift"
 
 
-def compensation_forward(z, scale, shift):
-    """y = (1 + scale) * z + shift, per output channel (the last axis)."""
-    return (z * (1 + scale) + shift).astype(np.float32)
-
-
-def compensation_backward(err, z, scale):
-    """(d z, d scale, d shift) of compensation_forward, summed over all but channels."""
-    axes = tuple(range(err.ndim - 1))
-    e64 = err.astype(np.float64)
-    return ((e64 * (1 + scale)).astype(np.float32), (e64 * z).sum(axis=axes).astype(np.float32),
-            e64.sum(axis=axes).astype(np.float32))
-
-
 def _comp_fwd(be, op, env, ctx):
     z, scale, shift = (env[t] for t in op.inputs)
-    return {op.outputs[0]: compensation_forward(z, scale, shift)}
+    return {op.outputs[0]: be.compensation_fwd(z, scale, shift)}
 
 
 def _comp_bwd(be, op, env, ctx):
     err, z, scale = (env[t] for t in op.inputs)
-    return dict(zip(op.outputs, compensation_backward(err, z, scale)))
+    return dict(zip(op.outputs, be.compensation_bwd(err, z, scale)))
 
 
 OctoNumerics.extra_ops = {"octo.comp_fwd": _comp_fwd, "octo.comp_bwd": _comp_bwd}

@@ -39,9 +39,10 @@ MOMENTUM_BITS = 16
 COEFFICIENT_BITS = 8      # learning rate and momentum coefficient
 
 
-def on_grid(x, bits, rounding="round", rng=None) -> np.ndarray:
-    """x on a `bits`-bit power-of-two grid fitted to its range (float64 values)."""
-    return quantize_int(np.asarray(x, np.float64), bits, "pow2", rounding, rng).values()
+def on_grid(x, bits, rounding="round", rng=None, be=None) -> np.ndarray:
+    """x on a `bits`-bit power-of-two grid fitted to its range (float64 values), on backend
+    `be` (None: NumPy, for scalars and batch norm's statistics)."""
+    return quantize_int(be, np.asarray(x, np.float64), bits, "pow2", rounding, rng).values()
 
 
 def _first_last(value):
@@ -64,30 +65,32 @@ class WAGEUBNNumerics(Numerics):
     def init_weight(self, layer, rng):
         return to_accumulator(super().init_weight(layer, rng))
 
-    def quant_weight(self, w, ctx, op):
+    def quant_weight(self, be, w, ctx, op):
         if self._float_layer(ctx, op):
             return Scaled(w.dequantize(), 1.0)
         shift = ACCUMULATOR_BITS - WEIGHT_BITS
         return Scaled(numerics.shift_round(w.q, shift, "round"), 2.0 ** (w.e + shift))
 
-    def quant_act(self, x, ctx, op):
+    def quant_act(self, be, x, ctx, op):
         if self._float_layer(ctx, op):
             return Scaled(np.asarray(x, np.float64), 1.0)
-        return quantize_int(x, ctx.recipe.tensors.activations.bits, "pow2", "round")
+        return quantize_int(be, x, ctx.recipe.tensors.activations.bits, "pow2", "round")
 
-    def quant_err(self, err, state, ctx, op):
+    def quant_err(self, be, err, state, ctx, op):
         if self._float_layer(ctx, op):
             return Scaled(np.asarray(err, np.float64), 1.0), []
-        return quantize_int(err, ctx.recipe.tensors.errors.bits, "pow2", "round"), []
+        return quantize_int(be, err, ctx.recipe.tensors.errors.bits, "pow2", "round"), []
 
-    def update(self, w, grad, state, ctx, op):
+    update_hooks = ("absmax_f", "quantize_f")
+
+    def update(self, be, w, grad, state, ctx, op):
         o = ctx.recipe.optimizer
         lr = on_grid(o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0), COEFFICIENT_BITS)
         momentum = on_grid(o.momentum, COEFFICIENT_BITS)
         current = w.dequantize() if isinstance(w, QTensor) else np.asarray(w, np.float64)
         g = on_grid(np.asarray(grad, np.float64) + o.weight_decay * current, ctx.recipe.tensors.gradients.bits,
-                    "sto", ctx.rng(op))
-        m = on_grid(momentum * np.asarray(state[0], np.float64) + g, MOMENTUM_BITS)
+                    "sto", ctx.rng(op), be)
+        m = on_grid(momentum * np.asarray(state[0], np.float64) + g, MOMENTUM_BITS, be=be)
         step = lr * m
         if isinstance(w, QTensor):
             limit = 2 ** (ACCUMULATOR_BITS - 1) - 1

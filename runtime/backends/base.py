@@ -160,3 +160,72 @@ class Backend:
     def niti_update_s8(self, w, grad, mu: int, mode: str, rng: RngKey | None) -> np.ndarray:
         """w - round(grad >> (range(grad) - mu)), clipped: NITI's integer SGD step."""
         self._needs("niti_update_s8")
+
+    # ------------------------------------------------------------ float recipes (Octo, WAGEUBN, AFP, MLS, FP8, FP32)
+    # The float work around the products of the emulated recipes. `ops_ref` (float_ops.py)
+    # defines each one; a backend without them (the DSP) leaves those ops to the next
+    # backend in the placement order. Rounding modes: round, nearest_even, sto.
+    def absmax_f(self, x) -> float:
+        """max |x| of a float32/float64 array (0.0 when empty)."""
+        self._needs("absmax_f")
+
+    def quantize_f(self, x, step: float, bits: int, mode: str, rng) -> np.ndarray:
+        """clip(round(x / step), +-(2**(bits-1) - 1)) in float64: int8 (bits <= 8) or int16."""
+        self._needs("quantize_f")
+
+    def dequantize(self, acc, scale: float) -> np.ndarray:
+        """(optional) float32(float64(acc) * scale): a product's exact sums times its scales.
+        Default: NumPy, so any backend that runs an emulated recipe's product has it."""
+        return (np.asarray(acc).astype(np.float64) * float(scale)).astype(np.float32)
+
+    def prc_squared_errors(self, x, top: float, ratios, qmax: int) -> list:
+        """Octo's range-clipping errors, one per ratio (float64 sums, 1e-12 relative)."""
+        self._needs("prc_squared_errors")
+
+    def quantize_mls(self, x, group: int, top: float, tensor_scale: float, kmax: int, qmax: int, mode: str, rng):
+        """MLS elements with the group shift applied, q * 2**(kmax - k): int16."""
+        self._needs("quantize_mls")
+
+    def round_float(self, x, exponent_bits: int, mantissa_bits: int, mode: str, rng) -> np.ndarray:
+        """x on a (1, exponent_bits, mantissa_bits) float grid (FP8, FP16), float32."""
+        self._needs("round_float")
+
+    def matmul_s16(self, a, b, a_transposed: bool = False) -> np.ndarray:
+        """int16 (a[K,M].T if a_transposed else a[M,K]) @ b[K,N] -> int64 [M,N], exact (MLS,
+        16-bit AFP errors). b is K-major, so no product needs a transposed copy."""
+        self._needs("matmul_s16")
+
+    def col2im(self, dcols, err_nhw, kernel_hwc, stride: int, pad: int, in_hw) -> np.ndarray:
+        """Scatter-add [N*OH*OW, KH*KW*C] int64 or float64 patch sums onto NHWC (a conv's
+        backward data; exact, so the order of the additions is free)."""
+        self._needs("col2im")
+
+    def matmul_fp16_chunked(self, a, b, a_transposed: bool, chunk: int, fp16_adds: bool) -> np.ndarray:
+        """FP16 values (a[K,M].T if a_transposed else a[M,K]) @ b[K,N] with chunk-based FP16
+        accumulation, float32 (FP8); b K-major as matmul_s16's."""
+        self._needs("matmul_fp16_chunked")
+
+    def relu_f32(self, x):
+        self._needs("relu_f32")
+
+    def relu_bwd_f32(self, err, y):
+        self._needs("relu_bwd_f32")
+
+    def maxpool_f32(self, x, kernel: int, stride: int):
+        """(y, argmax) as maxpool_s8, float32."""
+        self._needs("maxpool_f32")
+
+    def maxpool_bwd_f32(self, err, argmax, kernel: int, stride: int, in_hw):
+        self._needs("maxpool_bwd_f32")
+
+    def compensation_fwd(self, z, scale, shift):
+        """Octo's compensation layer (1 + scale) * z + shift per channel, float32."""
+        self._needs("compensation_fwd")
+
+    def compensation_bwd(self, err, z, scale):
+        """(d z, d scale, d shift); the channel sums within 1e-12 relative."""
+        self._needs("compensation_bwd")
+
+    def sgd_f32(self, w, grad, v, lr: float, momentum: float, weight_decay: float, nesterov: bool):
+        """PyTorch's SGD step in float32: (new w, new velocity)."""
+        self._needs("sgd_f32")

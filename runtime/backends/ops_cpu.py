@@ -13,8 +13,10 @@ import os
 
 import numpy as np
 
+from ..cores import own_cores
 from ..numerics import RngKey
 from .base import Backend
+from .ops_ref import FLOAT_RECIPE_HOOKS
 
 try:
     from .. import _cpu_ops as _native
@@ -45,6 +47,7 @@ class CpuBackend(Backend):
         "conv2d_requant_s8", "gemm_requant_s8", "conv2d_bwd_data_requant_s8",
         "relu_s8", "relu_bwd_s8", "maxpool_s8", "maxpool_bwd_s8",
         "niti_loss_grad_s8", "niti_update_s8",
+        *FLOAT_RECIPE_HOOKS,
     })
     blocks_for_cache = True   # cpu_ops/gemm_driver.cpp: Goto-style blocking (A blocks in L2, B panels in L1)
 
@@ -54,6 +57,7 @@ class CpuBackend(Backend):
         forced = os.environ.get(ISA_ENV)
         _native.set_isa(forced if forced else _native.supported_isas()[0])
         self.isa = _native.isa()
+        own_cores()   # one owner of the cores: the native pool; BLAS gets one thread
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -141,3 +145,61 @@ class CpuBackend(Backend):
 
     def niti_update_s8(self, w, grad, mu, mode, rng):
         return _native.niti_update_s8(w, grad, int(mu), mode, _rng(rng))
+
+    # ------------------------------------------------------------ float recipes (cpu_ops/quant.cpp, eltwise_f32.cpp,
+    # pool_f32.cpp, update.cpp, gemm_exact.cpp)
+    def absmax_f(self, x):
+        return float(_native.absmax_f(_float(x)))
+
+    def quantize_f(self, x, step, bits, mode, rng):
+        return _native.quantize_f(_float(x), float(step), int(bits), mode, _rng(rng))
+
+    def dequantize(self, acc, scale):
+        return _native.dequantize(acc, float(scale))
+
+    def prc_squared_errors(self, x, top, ratios, qmax):
+        return _native.prc_squared_errors(np.asarray(x, np.float32), float(top), [float(r) for r in ratios], int(qmax))
+
+    def quantize_mls(self, x, group, top, tensor_scale, kmax, qmax, mode, rng):
+        return _native.quantize_mls(np.asarray(x, np.float32), int(group), float(top), float(tensor_scale), int(kmax),
+                                    int(qmax), mode, _rng(rng))
+
+    def round_float(self, x, exponent_bits, mantissa_bits, mode, rng):
+        return _native.round_float(_float(x), int(exponent_bits), int(mantissa_bits), mode, _rng(rng))
+
+    def matmul_s16(self, a, b, a_transposed=False):
+        return _native.matmul_s16(a, b, bool(a_transposed))
+
+    def col2im(self, dcols, err_nhw, kernel_hwc, stride, pad, in_hw):
+        return _native.col2im(dcols, list(err_nhw), list(kernel_hwc), int(stride), int(pad), tuple(in_hw))
+
+    def matmul_fp16_chunked(self, a, b, a_transposed, chunk, fp16_adds):
+        return _native.matmul_fp16_chunked(np.asarray(a, np.float32), np.asarray(b, np.float32), bool(a_transposed),
+                                           int(chunk), bool(fp16_adds))
+
+    def relu_f32(self, x):
+        return _native.relu_f32(x)
+
+    def relu_bwd_f32(self, err, y):
+        return _native.relu_bwd_f32(err, y)
+
+    def maxpool_f32(self, x, kernel, stride):
+        return _native.maxpool_f32(x, kernel, stride)
+
+    def maxpool_bwd_f32(self, err, argmax, kernel, stride, in_hw):
+        return _native.maxpool_bwd_f32(err, argmax, kernel, stride, tuple(in_hw))
+
+    def compensation_fwd(self, z, scale, shift):
+        return _native.compensation_fwd(z, scale, shift)
+
+    def compensation_bwd(self, err, z, scale):
+        return _native.compensation_bwd(err, z, scale)
+
+    def sgd_f32(self, w, grad, v, lr, momentum, weight_decay, nesterov):
+        return _native.sgd_f32(w, grad, v, float(lr), float(momentum), float(weight_decay), bool(nesterov))
+
+
+def _float(x):
+    """float32 or float64 as they are (the kernels take both); anything else as float64."""
+    x = np.asarray(x)
+    return x if x.dtype in (np.float32, np.float64) else x.astype(np.float64)

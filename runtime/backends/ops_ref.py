@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import numerics
+from .. import float_ops, numerics
 from ..layout import col2im, im2col, out_size, pool_windows
 from ..numerics import LOG2E_Q15, LOSS_SCALE_BITS, LOSS_SHIFT, MIN_EXPONENT, TAYLOR_BELOW
 from .base import Backend
@@ -24,6 +24,12 @@ def _to_acc(x: np.ndarray, depth: int) -> np.ndarray:
     return np.rint(x).astype(numerics.acc_dtype(depth))
 
 
+#: the float-recipe hooks of base.py, defined in float_ops.py
+FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_errors", "quantize_mls", "round_float",
+                      "matmul_s16", "col2im", "matmul_fp16_chunked", "relu_f32", "relu_bwd_f32", "maxpool_f32", "maxpool_bwd_f32",
+                      "compensation_fwd", "compensation_bwd", "sgd_f32")
+
+
 class RefBackend(Backend):
     name = "ref"
     hooks = frozenset({
@@ -33,6 +39,7 @@ class RefBackend(Backend):
         "dropout_mask", "gemm_f32", "conv2d_f32", "conv2d_bwd_data_f32", "conv2d_bwd_weight_f32",
         "numpy_f32",  # the FP32 recipe's element-wise ops run as NumPy code on this backend
         "add_align_s8", "avgpool_global_s8",   # residual networks under integer recipes
+        *FLOAT_RECIPE_HOOKS,
     })
 
     def dropout_mask(self, shape, p, rng):
@@ -135,6 +142,55 @@ class RefBackend(Backend):
         total = x.astype(np.int32).sum(axis=(1, 2))
         q, shift = self.requantize(total, mode, rng, shift)
         return q, e - (hw.bit_length() - 1) + shift
+
+    # ------------------------------------------------------------ float recipes (float_ops.py)
+    def absmax_f(self, x):
+        return float_ops.absmax_f(x)
+
+    def quantize_f(self, x, step, bits, mode, rng):
+        return float_ops.quantize_f(x, step, bits, mode, rng)
+
+    def dequantize(self, acc, scale):
+        return float_ops.dequantize(acc, scale)
+
+    def prc_squared_errors(self, x, top, ratios, qmax):
+        return float_ops.prc_squared_errors(x, top, ratios, qmax)
+
+    def quantize_mls(self, x, group, top, tensor_scale, kmax, qmax, mode, rng):
+        return float_ops.quantize_mls(x, group, top, tensor_scale, kmax, qmax, mode, rng)
+
+    def round_float(self, x, exponent_bits, mantissa_bits, mode, rng):
+        return float_ops.round_float(x, exponent_bits, mantissa_bits, mode, rng)
+
+    def matmul_s16(self, a, b, a_transposed=False):
+        return float_ops.matmul_s16(a, b, a_transposed)
+
+    def col2im(self, dcols, err_nhw, kernel_hwc, stride, pad, in_hw):
+        return float_ops.col2im(dcols, err_nhw, kernel_hwc, stride, pad, in_hw)
+
+    def matmul_fp16_chunked(self, a, b, a_transposed, chunk, fp16_adds):
+        return float_ops.matmul_fp16_chunked(a, b, a_transposed, chunk, fp16_adds)
+
+    def relu_f32(self, x):
+        return float_ops.relu_f32(x)
+
+    def relu_bwd_f32(self, err, y):
+        return float_ops.relu_bwd_f32(err, y)
+
+    def maxpool_f32(self, x, kernel, stride):
+        return float_ops.maxpool_f32(x, kernel, stride)
+
+    def maxpool_bwd_f32(self, err, argmax, kernel, stride, in_hw):
+        return float_ops.maxpool_bwd_f32(err, argmax, kernel, stride, in_hw)
+
+    def compensation_fwd(self, z, scale, shift):
+        return float_ops.compensation_fwd(z, scale, shift)
+
+    def compensation_bwd(self, err, z, scale):
+        return float_ops.compensation_bwd(err, z, scale)
+
+    def sgd_f32(self, w, grad, v, lr, momentum, weight_decay, nesterov):
+        return float_ops.sgd_f32(w, grad, v, lr, momentum, weight_decay, nesterov)
 
     # ------------------------------------------------------------ float32 (the FP32 recipe)
     def gemm_f32(self, a, b):

@@ -44,4 +44,27 @@ def run(args) -> int:
         print(f"{name:<{width}}  {formats}")
         if args.verbose:
             print(f"{'':<{width}}  {description}")
+            print(f"{'':<{width}}  {where_ops_run(name)}")
     return 0
+
+
+def where_ops_run(recipe_name: str) -> str:
+    """Where a LeNet-5 step's ops go under `--backend dsp`: the first backend in placement
+    order whose hooks cover the op, as plan.build decides, with the hooks that put them there."""
+    from ..backends import PRIORITY, backend_class
+    from ..config import load_recipe
+    from ..graph import lower
+    from ..models import build_model
+
+    try:
+        graph = lower(build_model("lenet5"), load_recipe(recipe_name), batch=64)
+    except Exception as exc:   # a recipe that cannot lower LeNet-5 says so
+        return f"ops: cannot lower lenet5 ({exc})"
+    ops: dict[str, int] = {}
+    hooks: dict[str, set] = {}
+    for op in graph.ops:
+        name = next(b for b in PRIORITY if set(op.hooks) <= backend_class(b).hooks or b == "ref")
+        ops[name] = ops.get(name, 0) + 1
+        hooks.setdefault(name, set()).update(op.hooks or ("reshape",))
+    return "ops of a lenet5 step under --backend dsp: " + "; ".join(
+        f"{b} {ops[b]} ({', '.join(sorted(hooks[b]))})" for b in PRIORITY if b in ops)

@@ -8,7 +8,8 @@ import pytest
 
 import dsptrain
 from dsptrain.algorithms import _float_layers as fl
-from dsptrain.algorithms.octo import compensation_backward, compensation_forward
+from dsptrain.float_ops import compensation_bwd as compensation_backward
+from dsptrain.float_ops import compensation_fwd as compensation_forward
 from dsptrain.algorithms.wageubn import BN_GRIDS, on_grid
 from dsptrain.backends.ops_ref import RefBackend
 from dsptrain.errors import ConfigError, LoweringError

@@ -1,0 +1,41 @@
+// Images are independent: the pool splits over them, each image's taps in (kh, kw) order.
+#include "conv_col2im.h"
+
+#include <algorithm>
+#include <cstddef>
+
+#include "thread_pool.h"
+
+namespace dsptrain {
+
+template <typename T>
+void col2im_add(const T* dcols, const Col2imShape& s, T* dx) {
+  const size_t image = static_cast<size_t>(s.h) * s.w * s.c;
+  const size_t taps = static_cast<size_t>(s.kh) * s.kw * s.c, per_image = static_cast<size_t>(s.oh) * s.ow * taps;
+  const size_t bytes = static_cast<size_t>(s.n) * (per_image + image) * sizeof(T);
+  SerialScope serial(bytes < kTaskGrainBytes);
+  parallel_ranges(s.n, bytes, [&](int n0, int n1) {
+    std::fill(dx + n0 * image, dx + n1 * image, T{0});
+    for (int n = n0; n < n1; ++n)
+      for (int i = 0; i < s.oh; ++i)
+        for (int j = 0; j < s.ow; ++j) {
+          const T* src = dcols + n * per_image + (static_cast<size_t>(i) * s.ow + j) * taps;
+          for (int a = 0; a < s.kh; ++a) {
+            const int y = i * s.stride + a - s.pad;
+            if (y < 0 || y >= s.h) continue;
+            for (int b = 0; b < s.kw; ++b) {
+              const int x = j * s.stride + b - s.pad;
+              if (x < 0 || x >= s.w) continue;
+              T* d = dx + n * image + (static_cast<size_t>(y) * s.w + x) * s.c;
+              const T* v = src + (static_cast<size_t>(a) * s.kw + b) * s.c;
+              for (int ch = 0; ch < s.c; ++ch) d[ch] += v[ch];
+            }
+          }
+        }
+  });
+}
+
+template void col2im_add<int64_t>(const int64_t*, const Col2imShape&, int64_t*);
+template void col2im_add<double>(const double*, const Col2imShape&, double*);
+
+}  // namespace dsptrain

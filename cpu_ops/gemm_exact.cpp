@@ -1,0 +1,315 @@
+// Both kernels split over rows of the output, each element computed by one thread in a
+// fixed order: the result is the same at any thread count.
+#include "gemm_exact.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "thread_pool.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define DSPTRAIN_X86 1
+#define DSPTRAIN_AVX2 __attribute__((target("avx2")))
+#define DSPTRAIN_F16C __attribute__((target("avx2,f16c")))
+#endif
+
+namespace dsptrain {
+namespace {
+
+// B is packed in panels of kNv columns: per pair of k, the two rows' kNv elements
+// interleaved (b[2p][j], b[2p+1][j]), which is what pmaddwd multiplies against a
+// broadcast pair (a[m][2p], a[m][2p+1]); K and N are zero padded.
+constexpr int kNv = 8;        // int32 lanes of an AVX2 vector: output columns per vector
+constexpr int kPanel = 2 * kNv;  // columns per panel: two vectors
+constexpr int kRows = 4;      // rows of A per microkernel call
+
+struct PackedS16 {
+  std::vector<int16_t> b;     // [panels][pairs][kPanel][2]
+  std::vector<int32_t> a;     // a's k pairs as 32-bit words, when a cannot be read in place
+  const int16_t* a_words = nullptr;   // word (i, p) at a_words + 2 * (i * stride_i + p * stride_p)
+  ptrdiff_t stride_i = 0, stride_p = 0;
+  int pairs = 0, panels = 0;
+};
+
+inline int32_t a_word(const PackedS16& p, int i, int q) {
+  int32_t w;
+  std::memcpy(&w, p.a_words + 2 * (i * p.stride_i + q * p.stride_p), sizeof w);
+  return w;
+}
+
+int max_abs16(const int16_t* x, size_t n) {
+  int m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, std::abs(static_cast<int>(x[i])));
+  return m;
+}
+
+inline int32_t pair_word(int16_t lo, int16_t hi) {
+  return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(lo)) |
+                              (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16));
+}
+
+// A: rows of even length are read in place (a pair is one 32-bit word); odd ones are
+// copied with a zero at the end; a transposed a[K, M] is interleaved two rows at a time
+// into pair-major words. B: per pair of rows and panel, the two rows interleaved.
+void pack(const int16_t* a, bool a_t, const int16_t* b, int m, int n, int k, PackedS16* p) {
+  p->pairs = (k + 1) / 2;
+  p->panels = (n + kPanel - 1) / kPanel;
+  const int pairs = p->pairs;
+  if (!a_t && k % 2 == 0) {
+    p->a_words = a;
+    p->stride_i = pairs;
+    p->stride_p = 1;
+  } else if (!a_t) {
+    p->a.assign(static_cast<size_t>(m) * pairs, 0);
+    int16_t* dst = reinterpret_cast<int16_t*>(p->a.data());
+    for (int i = 0; i < m; ++i) std::memcpy(dst + static_cast<size_t>(i) * 2 * pairs, a + static_cast<size_t>(i) * k, k * 2);
+    p->a_words = dst;
+    p->stride_i = pairs;
+    p->stride_p = 1;
+  } else {
+    p->a.resize(static_cast<size_t>(m) * pairs);
+    for (int q = 0; q < pairs; ++q) {
+      const int16_t* r0 = a + static_cast<size_t>(2 * q) * m;
+      const int16_t* r1 = 2 * q + 1 < k ? r0 + m : nullptr;
+      int32_t* dst = p->a.data() + static_cast<size_t>(q) * m;
+      if (r1)
+        for (int i = 0; i < m; ++i) dst[i] = pair_word(r0[i], r1[i]);
+      else
+        for (int i = 0; i < m; ++i) dst[i] = pair_word(r0[i], 0);
+    }
+    p->a_words = reinterpret_cast<const int16_t*>(p->a.data());
+    p->stride_i = 1;
+    p->stride_p = m;
+  }
+  p->b.assign(static_cast<size_t>(p->panels) * pairs * kPanel * 2, 0);
+  for (int q = 0; q < pairs; ++q) {
+    const int16_t* r0 = b + static_cast<size_t>(2 * q) * n;
+    const int16_t* r1 = 2 * q + 1 < k ? r0 + n : nullptr;
+    for (int panel = 0; panel < p->panels; ++panel) {
+      int16_t* dst = p->b.data() + (static_cast<size_t>(panel) * pairs + q) * kPanel * 2;
+      const int cols = std::min(kPanel, n - panel * kPanel);
+      const int16_t* s0 = r0 + panel * kPanel;
+      const int16_t* s1 = r1 ? r1 + panel * kPanel : nullptr;
+      for (int j = 0; j < cols; ++j) {
+        dst[2 * j] = s0[j];
+        dst[2 * j + 1] = s1 ? s1[j] : 0;
+      }
+    }
+  }
+}
+
+void rows_scalar(const PackedS16& p, int m0, int m1, int n, int64_t* c) {
+  for (int i = m0; i < m1; ++i)
+    for (int j = 0; j < n; ++j) {
+      int64_t s = 0;
+      const int16_t* bp = p.b.data() + static_cast<size_t>(j / kPanel) * p.pairs * kPanel * 2 + (j % kPanel) * 2;
+      for (int q = 0; q < p.pairs; ++q) {
+        const uint32_t w = static_cast<uint32_t>(a_word(p, i, q));
+        const int16_t a0 = static_cast<int16_t>(w & 0xffff), a1 = static_cast<int16_t>(w >> 16);
+        s += static_cast<int64_t>(a0) * bp[q * kPanel * 2] + static_cast<int64_t>(a1) * bp[q * kPanel * 2 + 1];
+      }
+      c[static_cast<size_t>(i) * n + j] = s;
+    }
+}
+
+#ifdef DSPTRAIN_X86
+DSPTRAIN_AVX2 inline void add_lanes64(__m256i v, int64_t* dst) {
+  alignas(32) int64_t lo[4], hi[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lo), _mm256_cvtepi32_epi64(_mm256_castsi256_si128(v)));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(hi), _mm256_cvtepi32_epi64(_mm256_extracti128_si256(v, 1)));
+  for (int q = 0; q < 4; ++q) {
+    dst[q] += lo[q];
+    dst[4 + q] += hi[q];
+  }
+}
+
+// rows [m0, m1) x every panel; int32 lanes flushed into int64 every `block` pairs
+DSPTRAIN_AVX2 void rows_avx2(const PackedS16& p, int m0, int m1, int n, int block, int64_t* c) {
+  for (int i0 = m0; i0 < m1; i0 += kRows) {
+    const int rows = std::min(kRows, m1 - i0);
+    int rr[kRows];
+    for (int r = 0; r < kRows; ++r) rr[r] = i0 + std::min(r, rows - 1);
+    for (int panel = 0; panel < p.panels; ++panel) {
+      const int16_t* bp = p.b.data() + static_cast<size_t>(panel) * p.pairs * kPanel * 2;
+      alignas(32) int64_t sum[kRows][kPanel] = {};
+      for (int q0 = 0; q0 < p.pairs; q0 += block) {
+        const int q1 = std::min(p.pairs, q0 + block);
+        __m256i acc[kRows][2];
+        for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+        for (int q = q0; q < q1; ++q) {
+          const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + static_cast<size_t>(q) * kPanel * 2));
+          const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + static_cast<size_t>(q) * kPanel * 2 + 16));
+#pragma GCC unroll 4
+          for (int r = 0; r < kRows; ++r) {
+            const __m256i av = _mm256_set1_epi32(a_word(p, rr[r], q));
+            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(av, b0));
+            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(av, b1));
+          }
+        }
+        for (int r = 0; r < kRows; ++r) {
+          add_lanes64(acc[r][0], sum[r]);
+          add_lanes64(acc[r][1], sum[r] + kNv);
+        }
+      }
+      const int cols = std::min(kPanel, n - panel * kPanel);
+      for (int r = 0; r < rows; ++r)
+        std::memcpy(c + static_cast<size_t>(i0 + r) * n + panel * kPanel, sum[r], cols * sizeof(int64_t));
+    }
+  }
+}
+
+DSPTRAIN_F16C inline __m256 round_fp16(__m256 x) {
+  return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+// 8 columns of c per vector, 4 rows of a per pass (one load of b serves four rows); bp
+// is b packed as [n/8][kp][8]. Products past k (the zero padding of the last chunk) are
+// 0 * b, added as the reference adds them.
+template <bool kFp16Adds>
+DSPTRAIN_F16C void fp16_rows_f16c(const float* a, ptrdiff_t si, ptrdiff_t sq, const float* bp, int m0, int m1, int n,
+                                  int k, int kp, int chunk, float* c) {
+  constexpr int kR = 4;
+  const int blocks = (n + 7) / 8, chunks = kp / chunk;
+  for (int i0 = m0; i0 < m1; i0 += kR) {
+    const int rows = std::min(kR, m1 - i0);
+    const float* ar[kR];
+    for (int r = 0; r < kR; ++r) ar[r] = a + static_cast<ptrdiff_t>(i0 + std::min(r, rows - 1)) * si;
+    for (int nb = 0; nb < blocks; ++nb) {
+      const float* bb = bp + static_cast<size_t>(nb) * kp * 8;
+      __m256 total[kR];
+      for (int ch = 0; ch < chunks; ++ch) {
+        __m256 acc[kR];
+        for (int r = 0; r < kR; ++r) acc[r] = _mm256_setzero_ps();
+        const int q_end = (ch + 1) * chunk, q_real = std::min(q_end, k);
+        for (int q = ch * chunk; q < q_end; ++q) {
+          const __m256 bv = _mm256_loadu_ps(bb + static_cast<size_t>(q) * 8);
+#pragma GCC unroll 4
+          for (int r = 0; r < kR; ++r) {
+            const __m256 p = _mm256_mul_ps(_mm256_set1_ps(q < q_real ? ar[r][q * sq] : 0.0f), bv);
+            acc[r] = kFp16Adds ? round_fp16(_mm256_add_ps(acc[r], round_fp16(p))) : _mm256_add_ps(acc[r], p);
+          }
+        }
+        for (int r = 0; r < kR; ++r) {
+          acc[r] = round_fp16(acc[r]);
+          total[r] = ch == 0 ? acc[r] : round_fp16(_mm256_add_ps(total[r], acc[r]));
+        }
+      }
+      const int cols = std::min(8, n - nb * 8);
+      for (int r = 0; r < rows; ++r) {
+        alignas(32) float t[8];
+        _mm256_store_ps(t, total[r]);
+        std::memcpy(c + static_cast<size_t>(i0 + r) * n + nb * 8, t, cols * sizeof(float));
+      }
+    }
+  }
+}
+#endif
+
+// float -> nearest FP16 value (ties to even, with subnormals, overflow to infinity), as float
+float round_fp16_scalar(float x) {
+  if (!std::isfinite(x) || x == 0.0f) return x;
+  const float mag = std::fabs(x);
+  int e;
+  std::frexp(mag, &e);  // mag in [2**(e-1), 2**e)
+  const int quantum = std::max(e - 1, -14) - 10;
+  const float r = std::nearbyint(std::ldexp(mag, -quantum));
+  const float v = std::ldexp(r, quantum);
+  return std::copysign(v >= 65520.0f ? INFINITY : v, x);
+}
+
+void fp16_rows_scalar(const float* a, ptrdiff_t si, ptrdiff_t sq, const float* bp, int m0, int m1, int n, int k,
+                      int kp, int chunk, bool fp16_adds, float* c) {
+  const int chunks = kp / chunk;
+  for (int i = m0; i < m1; ++i)
+    for (int j = 0; j < n; ++j) {
+      const float* bb = bp + static_cast<size_t>(j / 8) * kp * 8 + j % 8;
+      float total = 0.0f;
+      for (int ch = 0; ch < chunks; ++ch) {
+        float acc = 0.0f;
+        for (int q = ch * chunk; q < (ch + 1) * chunk; ++q) {
+          const float p = (q < k ? a[i * si + q * sq] : 0.0f) * bb[static_cast<size_t>(q) * 8];
+          acc = fp16_adds ? round_fp16_scalar(acc + round_fp16_scalar(p)) : acc + p;
+        }
+        acc = round_fp16_scalar(acc);
+        total = ch == 0 ? acc : round_fp16_scalar(total + acc);
+      }
+      c[static_cast<size_t>(i) * n + j] = total;
+    }
+}
+
+bool has_f16c() {
+#ifdef DSPTRAIN_X86
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m, int n, int k, int64_t* c) {
+  if (k == 0) {
+    std::fill(c, c + static_cast<size_t>(m) * n, 0);
+    return;
+  }
+  const double macs = static_cast<double>(m) * n * k;
+  SerialScope serial(small_op(macs));
+  thread_local PackedS16 kept;   // the caller's; the workers read it through `packed`
+  PackedS16& packed = kept;
+  pack(a, a_transposed, b, m, n, k, &packed);
+  // a lane adds two products per pair: keep `block` pairs inside int32
+  const int64_t per_pair = 2LL * max_abs16(a, static_cast<size_t>(m) * k) * max_abs16(b, static_cast<size_t>(n) * k);
+  [[maybe_unused]] const int64_t block = per_pair == 0 ? packed.pairs : ((1LL << 31) - 1) / per_pair;
+  const int tasks = std::max(1, std::min((m + kRows - 1) / kRows, 4 * pool_threads()));
+  const int row_blocks = (m + kRows - 1) / kRows;
+  parallel_for(tasks, [&](int t) {
+    const int m0 = static_cast<int>(static_cast<long long>(row_blocks) * t / tasks) * kRows;
+    const int m1 = std::min(m, static_cast<int>(static_cast<long long>(row_blocks) * (t + 1) / tasks) * kRows);
+#ifdef DSPTRAIN_X86
+    if (block >= 1 && __builtin_cpu_supports("avx2")) {
+      rows_avx2(packed, m0, m1, n, static_cast<int>(std::min<int64_t>(block, 1 << 20)), c);
+      return;
+    }
+#endif
+    rows_scalar(packed, m0, m1, n, c);
+  });
+}
+
+void matmul_fp16_chunked(const float* a, bool a_transposed, const float* b, int m, int n, int k, int chunk,
+                         bool fp16_adds, float* c) {
+  chunk = std::max(1, std::min(chunk, k));
+  const int kp = (k + chunk - 1) / chunk * chunk, blocks = (n + 7) / 8;
+  const ptrdiff_t si = a_transposed ? 1 : k, sq = a_transposed ? m : 1;
+  thread_local std::vector<float> kept;   // the caller's; the workers read it through bp
+  std::vector<float>& bp = kept;
+  bp.assign(static_cast<size_t>(blocks) * kp * 8, 0.0f);
+  for (int q = 0; q < k; ++q) {   // b's rows are K-major already: [n/8][kp][8] takes 8 at a time
+    const float* row = b + static_cast<size_t>(q) * n;
+    for (int nb = 0; nb < blocks; ++nb)
+      std::memcpy(bp.data() + (static_cast<size_t>(nb) * kp + q) * 8, row + nb * 8, std::min(8, n - nb * 8) * sizeof(float));
+  }
+  const double macs = static_cast<double>(m) * n * kp;
+  SerialScope serial(small_op(macs));
+  const int row_blocks = (m + 3) / 4;
+  const int tasks = std::max(1, std::min(row_blocks, 4 * pool_threads()));
+  [[maybe_unused]] const bool vector = has_f16c();
+  parallel_for(tasks, [&](int t) {
+    const int m0 = static_cast<int>(static_cast<long long>(row_blocks) * t / tasks) * 4;
+    const int m1 = std::min(m, static_cast<int>(static_cast<long long>(row_blocks) * (t + 1) / tasks) * 4);
+#ifdef DSPTRAIN_X86
+    if (vector) {
+      if (fp16_adds) fp16_rows_f16c<true>(a, si, sq, bp.data(), m0, m1, n, k, kp, chunk, c);
+      else fp16_rows_f16c<false>(a, si, sq, bp.data(), m0, m1, n, k, kp, chunk, c);
+      return;
+    }
+#endif
+    fp16_rows_scalar(a, si, sq, bp.data(), m0, m1, n, k, kp, chunk, fp16_adds, c);
+  });
+}
+
+}  // namespace dsptrain

@@ -1,0 +1,25 @@
+// Products of the emulated recipes whose operands are not int8 with one scale:
+// - matmul_s16_s64: int16 op(a) x b, op(a) = a[M,K] or a[K,M] transposed, b[K,N], summed
+//   exactly in int64 (a layer's products need no transposed copies: the
+//   weight-gradient reduction runs down the rows of both operands). MLS's operands are
+//   int8 elements with a power-of-two scale per group of channels (Zhong et al. 2022);
+//   stored with the group shift applied (q * 2**(kmax - k), at most 127 * 2**7 for
+//   group_bits <= 3), the groups' partial sums combine exactly inside one integer dot
+//   product, whatever the thread count. AFP's 16-bit errors take the same kernel.
+// - matmul_fp16_chunked: op(a) x b[K,N] (op as above) with Wang et al. (NeurIPS 2018)'s
+//   chunk-based accumulation on FP16
+//   values: each run of `chunk` products summed (every product and partial sum rounded
+//   to FP16 when `fp16_adds`, else in float32), the chunk sum rounded to FP16, the chunk
+//   sums added one by one in FP16. Fixed order, so deterministic.
+#pragma once
+#include <cstdint>
+
+namespace dsptrain {
+
+void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m, int n, int k, int64_t* c);
+
+// a and b hold FP16 values as float32; c[M,N] gets FP16 values as float32.
+void matmul_fp16_chunked(const float* a, bool a_transposed, const float* b, int m, int n, int k, int chunk,
+                         bool fp16_adds, float* c);
+
+}  // namespace dsptrain

@@ -1,0 +1,322 @@
+// Quantizers and the scale epilogue of the emulated recipes. Element loops are compiled
+// for AVX-512, AVX2 and baseline x86 (target_clones); work is cut into fixed chunks so
+// that nothing a result depends on changes with the thread count.
+#include "quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "thread_pool.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define DSPTRAIN_X86 1
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DSPTRAIN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define DSPTRAIN_CLONES
+#endif
+
+namespace dsptrain {
+namespace {
+
+constexpr size_t kChunk = 1 << 15;  // elements per task and per partial sum
+
+template <typename F>
+void for_chunks(size_t n, size_t bytes_per_element, F body) {
+  const size_t chunks = (n + kChunk - 1) / kChunk;
+  // small tensors stay on the caller: waking the pool costs more than the pass
+  SerialScope serial(n * bytes_per_element < kTaskGrainBytes);
+  parallel_for(static_cast<int>(chunks), [&](int t) {
+    const size_t begin = static_cast<size_t>(t) * kChunk;
+    body(static_cast<size_t>(t), begin, std::min(n, begin + kChunk));
+  });
+}
+
+// `word` is the element's random word (read in kSto mode only)
+template <FloatRound M>
+inline double round_as(double v, uint32_t word) {
+  if constexpr (M == FloatRound::kRound) return std::copysign(std::floor(std::fabs(v) + 0.5), v);
+  else if constexpr (M == FloatRound::kNearestEven) return std::nearbyint(v);
+  else return std::floor(v + static_cast<double>(static_cast<int32_t>(word >> 8)) * (1.0 / 16777216.0));
+}
+
+inline double round_value(double v, FloatRound mode, const RngKey& key, size_t i) {
+  if (mode == FloatRound::kRound) return round_as<FloatRound::kRound>(v, 0);
+  if (mode == FloatRound::kNearestEven) return round_as<FloatRound::kNearestEven>(v, 0);
+  return round_as<FloatRound::kSto>(v, random_u32(key, i));
+}
+
+// The random words of elements [begin, end) (sto mode), drawn in their own loop so that
+// the Threefry rounds run vector-wide; nullptr in the other modes.
+DSPTRAIN_CLONES void fill_random(const RngKey& key, size_t begin, size_t n, uint32_t* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = random_u32(key, begin + i);
+}
+
+template <FloatRound M>
+const uint32_t* random_words(const RngKey& key, size_t begin, size_t end) {
+  if constexpr (M != FloatRound::kSto) {
+    return nullptr;
+  } else {
+    thread_local std::vector<uint32_t> words;
+    if (words.size() < end - begin) words.resize(end - begin);
+    fill_random(key, begin, end - begin, words.data());
+    return words.data();
+  }
+}
+
+template <FloatRound M>
+inline uint32_t word_at(const uint32_t* words, size_t j) {
+  if constexpr (M == FloatRound::kSto) return words[j];
+  else return 0;
+}
+
+// 2**e for e in [-1022, 1023], built from the exponent field (ldexp is a library call)
+inline double pow2(int e) {
+  const uint64_t bits = static_cast<uint64_t>(e + 1023) << 52;
+  double out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
+// calls body.template operator()<M>() with the mode as a compile-time constant, so each
+// element loop is compiled (and vectorised) once per rounding mode
+template <typename Body>
+void with_mode(FloatRound mode, Body body) {
+  if (mode == FloatRound::kRound) body(std::integral_constant<FloatRound, FloatRound::kRound>{});
+  else if (mode == FloatRound::kNearestEven) body(std::integral_constant<FloatRound, FloatRound::kNearestEven>{});
+  else body(std::integral_constant<FloatRound, FloatRound::kSto>{});
+}
+
+// |x| ordered as unsigned integers of its bits (sign bit cleared): an integer max
+// reduction, which vectorises where a float one (NaN and -0.0 rules) does not.
+template <typename F>
+DSPTRAIN_CLONES double absmax_loop(const F* x, size_t begin, size_t end) {
+  using U = std::conditional_t<sizeof(F) == 4, uint32_t, uint64_t>;
+  constexpr U kMagnitude = ~(U{1} << (8 * sizeof(U) - 1));
+  U m = 0;
+  for (size_t i = begin; i < end; ++i) {
+    U bits;
+    std::memcpy(&bits, x + i, sizeof(U));
+    m = std::max(m, static_cast<U>(bits & kMagnitude));
+  }
+  F out;
+  std::memcpy(&out, &m, sizeof(F));
+  return static_cast<double>(out);
+}
+
+template <FloatRound M, typename F, typename Q>
+DSPTRAIN_CLONES void quantize_loop(const F* x, size_t begin, size_t end, double step, double qmax,
+                                   const uint32_t* words, Q* q) {
+  for (size_t i = begin; i < end; ++i) {
+    const double r = round_as<M>(static_cast<double>(x[i]) / step, word_at<M>(words, i - begin));
+    q[i] = static_cast<Q>(static_cast<int>(std::min(std::max(r, -qmax), qmax)));
+  }
+}
+
+template <typename T>
+DSPTRAIN_CLONES void dequantize_loop(const T* acc, size_t begin, size_t end, double scale, float* out) {
+  for (size_t i = begin; i < end; ++i) out[i] = static_cast<float>(static_cast<double>(acc[i]) * scale);
+}
+
+// Eight running sums (element i into lane i % 8), added in lane order at the end: a
+// result that depends only on n, never on the thread count or the instruction set.
+constexpr int kLanes = 8;
+
+inline double clip_error(float x, double inv, double step, double top_code) {
+  const double m = std::fabs(static_cast<double>(x));
+  const double e = std::min(std::floor(m * inv + 0.5), top_code) * step - m;
+  return e * e;
+}
+
+double clip_error_scalar(const float* x, size_t begin, size_t end, double step, double top_code, double* lane) {
+  const double inv = 1.0 / step;
+  for (size_t i = begin; i < end; ++i) lane[(i - begin) % kLanes] += clip_error(x[i], inv, step, top_code);
+  return 0;
+}
+
+#ifdef DSPTRAIN_X86
+// the same arithmetic, eight lanes in two AVX2 vectors (no FMA: the product and the sum
+// round separately, as in the scalar code)
+__attribute__((target("avx2"))) void clip_error_avx2(const float* x, size_t begin, size_t end, double step,
+                                                      double top_code, double* lane) {
+  const __m256d inv = _mm256_set1_pd(1.0 / step), st = _mm256_set1_pd(step), top = _mm256_set1_pd(top_code);
+  const __m256d half = _mm256_set1_pd(0.5), sign = _mm256_set1_pd(-0.0);
+  __m256d acc0 = _mm256_loadu_pd(lane), acc1 = _mm256_loadu_pd(lane + 4);
+  size_t i = begin;
+  for (; i + kLanes <= end; i += kLanes) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    for (int h = 0; h < 2; ++h) {
+      const __m256d m = _mm256_andnot_pd(sign, _mm256_cvtps_pd(h ? _mm256_extractf128_ps(v, 1) : _mm256_castps256_ps128(v)));
+      const __m256d q = _mm256_min_pd(_mm256_round_pd(_mm256_add_pd(_mm256_mul_pd(m, inv), half), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC), top);
+      const __m256d e = _mm256_sub_pd(_mm256_mul_pd(q, st), m);
+      if (h) acc1 = _mm256_add_pd(acc1, _mm256_mul_pd(e, e));
+      else acc0 = _mm256_add_pd(acc0, _mm256_mul_pd(e, e));
+    }
+  }
+  _mm256_storeu_pd(lane, acc0);
+  _mm256_storeu_pd(lane + 4, acc1);
+  clip_error_scalar(x, i, end, step, top_code, lane);   // i - begin is a multiple of kLanes: lanes line up
+}
+#endif
+
+double clip_error_loop(const float* x, size_t begin, size_t end, double step, double top_code) {
+  double lane[kLanes] = {};
+#ifdef DSPTRAIN_X86
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) clip_error_avx2(x, begin, end, step, top_code, lane);
+  else clip_error_scalar(x, begin, end, step, top_code, lane);
+#else
+  clip_error_scalar(x, begin, end, step, top_code, lane);
+#endif
+  double sum = 0;
+  for (int l = 0; l < kLanes; ++l) sum += lane[l];
+  return sum;
+}
+
+template <FloatRound M, typename F>
+DSPTRAIN_CLONES void round_float_loop(const F* x, size_t begin, size_t end, int emin, int mbits, double largest,
+                                      const uint32_t* words, float* out) {
+  for (size_t i = begin; i < end; ++i) {
+    const double v = static_cast<double>(x[i]);
+    // floor(log2|v|) from the exponent field: exact for normal doubles; zero and double
+    // subnormals get a value below emin, which gives the same ulp (and zero rounds to zero)
+    uint64_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    const int e = static_cast<int>((bits >> 52) & 0x7ff) - 1023;
+    const double ulp = pow2(std::max(e, emin) - mbits);
+    const double r = round_as<M>(v / ulp, word_at<M>(words, i - begin)) * ulp;
+    out[i] = static_cast<float>(std::min(std::max(r, -largest), largest));
+  }
+}
+
+}  // namespace
+
+template <typename F>
+void round_float_grid(const F* x, size_t n, int exponent_bits, int mantissa_bits, FloatRound mode, const RngKey& key,
+                      float* out) {
+  const int bias = (1 << (exponent_bits - 1)) - 1;
+  const int emin = 1 - bias;
+  const double largest = (2.0 - std::ldexp(1.0, -mantissa_bits)) * std::ldexp(1.0, (1 << exponent_bits) - 2 - bias);
+  with_mode(mode, [&](auto m) {
+    for_chunks(n, sizeof(F), [&](size_t, size_t b, size_t e) {
+      constexpr FloatRound M = decltype(m)::value;
+      round_float_loop<M>(x, b, e, emin, mantissa_bits, largest, random_words<M>(key, b, e), out);
+    });
+  });
+}
+
+template <typename F>
+double absmax_float(const F* x, size_t n) {
+  std::vector<double> part((n + kChunk - 1) / kChunk, 0.0);
+  for_chunks(n, sizeof(F), [&](size_t t, size_t b, size_t e) { part[t] = absmax_loop(x, b, e); });
+  double m = 0;
+  for (double v : part) m = std::max(m, v);
+  return m;
+}
+
+template <typename F, typename Q>
+void quantize_float(const F* x, size_t n, double step, int qmax, FloatRound mode, const RngKey& key, Q* q) {
+  with_mode(mode, [&](auto m) {
+    for_chunks(n, sizeof(F), [&](size_t, size_t b, size_t e) {
+      constexpr FloatRound M = decltype(m)::value;
+      quantize_loop<M>(x, b, e, step, double(qmax), random_words<M>(key, b, e), q);
+    });
+  });
+}
+
+template <typename T>
+void dequantize(const T* acc, size_t n, double scale, float* out) {
+  for_chunks(n, sizeof(T), [&](size_t, size_t b, size_t e) { dequantize_loop(acc, b, e, scale, out); });
+}
+
+void prc_squared_errors(const float* x, size_t n, double top, const double* ratios, int count, int qmax,
+                        double* errors) {
+  const size_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> part(chunks * count, 0.0);
+  for_chunks(n, sizeof(float) * count, [&](size_t t, size_t b, size_t e) {
+    for (int r = 0; r < count; ++r) part[t * count + r] = clip_error_loop(x, b, e, ratios[r] * top / qmax, qmax);
+  });
+  for (int r = 0; r < count; ++r) {
+    double sum = 0;
+    for (size_t t = 0; t < chunks; ++t) sum += part[t * count + r];
+    errors[r] = sum;
+  }
+}
+
+namespace {
+
+// k per group: clip(floor(log2(top / max(group max, top * 2**-64))), 0, kmax). The ratio is
+// in [1, 2**64], a normal double, so floor(log2) is its exponent field less the bias.
+DSPTRAIN_CLONES void mls_group_shifts(const float* x, size_t groups, int group, double top, int kmax, uint8_t* k) {
+  const double floor_max = top * std::ldexp(1.0, -64);
+  for (size_t g = 0; g < groups; ++g) {
+    float m = 0;
+    for (int i = 0; i < group; ++i) m = std::max(m, std::fabs(x[g * group + i]));
+    const double ratio = top / std::max(static_cast<double>(m), floor_max);
+    uint64_t bits;
+    std::memcpy(&bits, &ratio, sizeof bits);
+    const int e = static_cast<int>((bits >> 52) & 0x7ff) - 1023;
+    k[g] = static_cast<uint8_t>(std::min(std::max(e, 0), kmax));
+  }
+}
+
+template <FloatRound M>
+DSPTRAIN_CLONES void mls_elements(const float* x, size_t begin, size_t end, int group_log2, const uint8_t* k,
+                                  const double* scale_of_k, int kmax, double qmax, const uint32_t* words, int16_t* out) {
+  for (size_t i = begin; i < end; ++i) {
+    const int kk = k[i >> group_log2];
+    const double v = static_cast<double>(x[i]) / scale_of_k[kk];
+    const double q = std::min(std::max(round_as<M>(v, word_at<M>(words, i - begin)), -qmax), qmax);
+    out[i] = static_cast<int16_t>(static_cast<int>(q) * (1 << (kmax - kk)));
+  }
+}
+
+}  // namespace
+
+void quantize_mls(const float* x, size_t rows, int channels, int group, double top, double tensor_scale,
+                  int kmax, int qmax, FloatRound mode, const RngKey& key, int16_t* aligned) {
+  const size_t n = rows * channels, groups = n / group;
+  std::vector<uint8_t> k(groups);
+  double scale_of_k[16];
+  for (int i = 0; i <= kmax && i < 16; ++i) scale_of_k[i] = tensor_scale * std::ldexp(1.0, -i);
+  int group_log2 = 0;
+  while ((1 << group_log2) < group) ++group_log2;
+  const bool pow2 = (1 << group_log2) == group;
+  for_chunks(groups, sizeof(float) * group, [&](size_t, size_t b, size_t e) {
+    mls_group_shifts(x + b * group, e - b, group, top, kmax, k.data() + b);
+  });
+  if (pow2) {
+    with_mode(mode, [&](auto m) {
+      for_chunks(n, sizeof(float), [&](size_t, size_t b, size_t e) {
+        constexpr FloatRound M = decltype(m)::value;
+        mls_elements<M>(x, b, e, group_log2, k.data(), scale_of_k, kmax, qmax, random_words<M>(key, b, e), aligned);
+      });
+    });
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {  // a group that is not a power of two (gcd of odd channel counts)
+    const int kk = k[i / group];
+    const double q = std::min(std::max(round_value(static_cast<double>(x[i]) / scale_of_k[kk], mode, key, i), -double(qmax)),
+                              double(qmax));
+    aligned[i] = static_cast<int16_t>(static_cast<int>(q) * (1 << (kmax - kk)));
+  }
+}
+
+template double absmax_float<float>(const float*, size_t);
+template double absmax_float<double>(const double*, size_t);
+template void quantize_float<float, int8_t>(const float*, size_t, double, int, FloatRound, const RngKey&, int8_t*);
+template void quantize_float<float, int16_t>(const float*, size_t, double, int, FloatRound, const RngKey&, int16_t*);
+template void quantize_float<double, int8_t>(const double*, size_t, double, int, FloatRound, const RngKey&, int8_t*);
+template void quantize_float<double, int16_t>(const double*, size_t, double, int, FloatRound, const RngKey&, int16_t*);
+template void round_float_grid<float>(const float*, size_t, int, int, FloatRound, const RngKey&, float*);
+template void round_float_grid<double>(const double*, size_t, int, int, FloatRound, const RngKey&, float*);
+template void dequantize<int32_t>(const int32_t*, size_t, double, float*);
+template void dequantize<int64_t>(const int64_t*, size_t, double, float*);
+
+}  // namespace dsptrain
