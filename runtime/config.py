@@ -172,6 +172,9 @@ class DspMemory:
     macs_per_s: float = bounded(6.4e10, 1e3, 1e18)   # int8 multiply-accumulates per second in products
     bytes_per_s: float = bounded(1e10, 1e3, 1e15)    # bytes per second to and from DDR
     call_s: float = bounded(1e-4, 0.0, 10.0, low_open=True)   # seconds of overhead per call (a FastRPC round trip)
+    # the modeled DSP time (cost.dsp_op_seconds): one packet per cycle per HVX thread
+    clock_hz: float = bounded(1.0e9, 0.0, 1e12, low_open=True)   # the DSP core clock
+    hvx_threads: int = 4             # HVX contexts the work of one op is split across (1..8)
     # hook -> why the DSP is bad at it: ops with such a hook run on the CPU under
     # scheduler.placement: profile (plan.place); keys must be hooks the DSP implements
     bad_at: dict[str, str] = field(default_factory=dict)
@@ -239,10 +242,14 @@ def load_device(name_or_path: str) -> DeviceProfile:
     for key in ("dsp.vtcm", "dsp.l2", "cpu.l2"):
         profile.size(key)
     for part in ("dsp", "cpu"):
-        for name in ("macs_per_s", "bytes_per_s", "call_s"):
+        for name in ("macs_per_s", "bytes_per_s", "call_s") + (("clock_hz",) if part == "dsp" else ()):
             value = getattr(getattr(profile, part), name)
             if not value > 0:
                 raise ConfigError(path, f"{part}.{name}", f"{value!r} must be > 0")
+    threads = profile.dsp.hvx_threads
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 8:
+        raise ConfigError(path, "dsp.hvx_threads", f"{threads!r} must be an integer from 1 to 8 "
+                          "(HVX contexts of a Hexagon cDSP)")
     dsp_hooks = backend_class(ACCELERATOR).hooks   # the backend the profile's `dsp` part describes
     for hook, why in profile.dsp.bad_at.items():
         if hook not in dsp_hooks:
