@@ -182,6 +182,9 @@ class DspMemory:
     macs_per_s: float = bounded(6.4e10, 1e3, 1e18)   # int8 multiply-accumulates per second in products
     bytes_per_s: float = bounded(1e10, 1e3, 1e15)    # bytes per second to and from DDR
     call_s: float = bounded(1e-4, 0.0, 10.0, low_open=True)   # seconds of overhead per call (a FastRPC round trip)
+    # the modeled DSP time (cost.dsp_op_seconds): one packet per cycle per HVX thread
+    clock_hz: float = bounded(1.0e9, 0.0, 1e12, low_open=True)   # the DSP core clock
+    hvx_threads: int = 4             # HVX contexts the work of one op is split across (1..8)
     # hook -> why the DSP is bad at it: ops with such a hook run on the CPU under
     # scheduler.placement: profile (plan.place); keys must be hooks the DSP implements
     bad_at: dict[str, str] = field(default_factory=dict)
@@ -249,10 +252,14 @@ def load_device(name_or_path: str) -> DeviceProfile:
     for key in ("dsp.vtcm", "dsp.l2", "cpu.l2"):
         profile.size(key)
     for part in ("dsp", "cpu"):
-        for name in ("macs_per_s", "bytes_per_s", "call_s"):
+        for name in ("macs_per_s", "bytes_per_s", "call_s") + (("clock_hz",) if part == "dsp" else ()):
             value = getattr(getattr(profile, part), name)
             if not value > 0:
                 raise ConfigError(path, f"{part}.{name}", f"{value!r} must be > 0")
+    threads = profile.dsp.hvx_threads
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 8:
+        raise ConfigError(path, "dsp.hvx_threads", f"{threads!r} must be an integer from 1 to 8 "
+                          "(HVX contexts of a Hexagon cDSP)")
     dsp_hooks = backend_class(ACCELERATOR).hooks   # the backend the profile's `dsp` part describes
     for hook, why in profile.dsp.bad_at.items():
         if hook not in dsp_hooks:
@@ -470,7 +477,16 @@ def load_recipe(name_or_path: str, overrides: dict | None = None) -> Recipe:
 def load_run(path: str | Path, **overrides) -> RunConfig:
     """A run config (configs/runs/*.yaml). Keyword overrides replace top-level sections."""
     path = Path(path)
-    data = read_yaml(path)
+    return run_from_mapping(read_yaml(path), path, **overrides)
+
+
+def run_from_mapping(data: dict, path: Path, **overrides) -> RunConfig:
+    """A run config from a mapping already read from `path` (a federated config takes
+    its own `fl:` section out first, runtime/fl/settings.py)."""
+    path = Path(path)
+    data = dict(data)
+    if "fl" in data:
+        raise ConfigError(path, "fl", "this is a federated run config: run it with `dsptrain fl simulate` or `deploy`")
     recipe_spec = data.pop("recipe", None)
     if recipe_spec is None:
         raise ConfigError(path, "recipe", "is required (a name in configs/algorithms/ or a mapping with 'name')")

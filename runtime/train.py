@@ -18,6 +18,7 @@ import numpy as np
 from . import checkpoint, data as datasets
 from .algorithms import algorithm_module
 from .backends import select as select_backends
+from .cost import dsp_model_time
 from .errors import DataError, LoweringError, UserError
 from .execute import Executor, StepContext, StepStats
 from .graph import lower
@@ -129,6 +130,8 @@ class Trainer:
     def _build_plan(self, batch: int, training: bool):
         graph = lower(self.model, self.recipe, batch, training, self.frozen)
         plan = build(graph, self.backends, self.device, self.scheduler)
+        if hasattr(self.backends.get("dsp"), "hvx_threads"):   # the profile's HVX contexts
+            self.backends["dsp"].hvx_threads = self.device.dsp.hvx_threads
         for name, backend in self.backends.items():
             backend.prepare(graph, [op for op in graph.ops if plan.backend_of(op) == name])
         return plan
@@ -235,12 +238,17 @@ class Trainer:
         env = dict(self.state)
         env["input"] = self.algorithm.prepare_input(images)
         env["labels"] = np.asarray(labels, np.int64)
+        dsp_log = getattr(self.backends.get("dsp"), "take_cost_log", None)
+        if dsp_log is not None:
+            dsp_log()   # what ran before this step (an evaluation) is not its cost
         rss = StepRss()
         rss.begin()
         self.energy_meter.start()
         started = time.perf_counter()
         self.executor.run(plan, env, ctx, stats=stats, memory=option, arena=arena)
         stats.time_s = time.perf_counter() - started
+        if dsp_log is not None:
+            stats.dsp_model_s = dsp_model_time(self.device, *dsp_log()).seconds
         stats.rss_growth_bytes, stats.step_peak_rss_bytes, stats.peak_rss_bytes = rss.end()
         self.rescale.observe(self.global_step, plan.graph, stats.shifts, given)
         reading = self.energy_meter.stop(stats)
@@ -429,6 +437,7 @@ def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> float:
 def _step_record(stats: StepStats) -> dict:
     return {"kind": "step", "epoch": stats.epoch + 1, "step": stats.step, "batch": stats.batch,
             "loss": stats.loss, "accuracy": stats.accuracy, "time_s": stats.time_s,
+            "dsp_model_s": stats.dsp_model_s,
             "energy_j": stats.energy_j, "energy_meter": stats.energy_meter,
             "peak_rss_bytes": stats.peak_rss_bytes, "rss_bytes": stats.rss_bytes,
             "rss_growth_bytes": stats.rss_growth_bytes, "step_peak_rss_bytes": stats.step_peak_rss_bytes,

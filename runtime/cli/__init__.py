@@ -5,6 +5,7 @@
     dsptrain plot RUN_DIR...     per-batch and per-epoch plots (cli/plot.py)
     dsptrain recipes             the precision recipes         (cli/recipes.py)
     dsptrain info                version and backends          (cli/info.py)
+    dsptrain fl ACTION RUN.yaml  federated training on Flower  (cli/fl.py)
     dsptrain export CHECKPOINT   a trained model as ONNX / npz (cli/export.py)
 
 A subcommand module has `add_parser(subparsers, common)` (registering itself with
@@ -25,7 +26,7 @@ from .. import __version__
 from ..errors import DsptrainError, UserError
 
 # In the order `dsptrain --help` lists them.
-COMMANDS = ("train", "plan", "plot", "recipes", "info", "export")
+COMMANDS = ("train", "plan", "plot", "recipes", "info", "fl", "export")
 
 
 def _global_options(default) -> argparse.ArgumentParser:
