@@ -27,7 +27,11 @@ What each technique saves, and what is printed for it:
   on `dsp` its figure is `fast_fit`: the share of the products' working-set bytes (per
   op, per chunk) that fit VTCM or the DSP's L2, not a time.
 On `dsp` wall time is QEMU's and packets (c20, DspBackend.total_costs) are the DSP's own
-measure. Self-adaptive rescaling needs history: each trainer first runs `--warmup` steps
+measure; `model_ms` is the step in modeled time (runtime/cost.py): the DSP's modeled
+seconds (dsp_model_s: critical-path packets over the profile's clock, the DDR term, a
+call cost per batch) and the CPU's measured seconds, overlapped as the pipeline runs them
+(max + min / micro-batches) or added when serial; `model_gain` is its paired ratio. The
+DDR term counts every arena byte, so batch splitting's VTCM residency is not credited. Self-adaptive rescaling needs history: each trainer first runs `--warmup` steps
 of its config on `cpu` (weights, step counter and controller state carried over; integer
 backends agree bit for bit, so this is the state the timed backend would reach itself).
 VGG-11 runs on synthetic 32x32 data (timing does not depend on pixels); on the emulated
@@ -132,8 +136,18 @@ def start_trainer(model: str, backend: str, label: str, steps: int, warmup: int,
     return timed
 
 
+def modeled(stats, micro_batches: int) -> float | None:
+    """The step in modeled time: the DSP's modeled seconds with the CPU's measured ones."""
+    from dsptrain.cost import modeled_step_seconds
+
+    if stats.dsp_model_s is None:
+        return None
+    return modeled_step_seconds(stats.dsp_model_s, stats.backend_time_s.get("cpu", 0.0), micro_batches)
+
+
 def measure(model: str, backend: str, labels: list[str], steps: int, warmup: int, out_dir: Path):
-    """Rows per config, and per round the times (label -> seconds), configs interleaved."""
+    """Rows per config, and per round the times (label -> seconds), configs interleaved;
+    rounds carry the modeled times too (key (label, "model"))."""
     trainers = {label: start_trainer(model, backend, label, steps, warmup, out_dir) for label in labels}
     packets = {label: count_packets(t.backends["dsp"]) for label, t in trainers.items() if "dsp" in t.backends}
     data = batches(trainers["all"], steps, warmup)
@@ -145,6 +159,7 @@ def measure(model: str, backend: str, labels: list[str], steps: int, warmup: int
             started = time.perf_counter()
             stats = trainers[label].step(x, y)
             times[label] = time.perf_counter() - started
+            times[label, "model"] = modeled(stats, trainers[label].plans.get(64, True).micro_batches)
             seen[label].append(stats)
         rounds.append(times)
     rows = []
@@ -159,6 +174,8 @@ def measure(model: str, backend: str, labels: list[str], steps: int, warmup: int
         rows.append({
             "model": model, "backend": backend, "config": label, "steps": len(st),
             "batch_s": statistics.median(times) if times else float("nan"), "best_s": min(times, default=float("nan")),
+            "model_ms": 1e3 * statistics.median(m) if (m := [r[label, "model"] for r in rounds
+                                                               if r.get((label, "model")) is not None]) else None,
             "micro_batches": plan.micro_batches, "on_cpu": sum(s.ops_on.get("cpu", 0) for s in st) / n,
             "pipelined": len(piped) / n, "no_sync": sum(s.pipeline_syncs == 0 for s in piped) / max(len(piped), 1),
             "ops_piped": sum(s.pipeline_ops for s in piped) / per_slice if per_slice else 0.0,
@@ -188,6 +205,10 @@ def gains(rows: list[dict], rounds: list[dict]) -> list[dict]:
         ratios = [rd[off] / rd[on] for rd in rounds]
         g = {"model": r["model"], "backend": r["backend"], "technique": TECHNIQUE[r["config"]],
              "time_gain": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+        modeled_ratios = [rd[off, "model"] / rd[on, "model"] for rd in rounds
+                          if rd.get((off, "model")) and rd.get((on, "model"))]
+        if modeled_ratios:
+            g["model_gain"] = statistics.median(modeled_ratios)
         if base["packets"]:
             row = {"all": base, r["config"]: r}
             g["packet_gain"] = row[off]["packets"] / row[on]["packets"]

@@ -1,25 +1,38 @@
-"""DSP kernels under the emulator: int8 MACs per packet, and subgraph reuse.
+"""DSP kernels under the emulator: int8 MACs per packet, modeled DSP time, subgraph reuse.
 
-    python bench/bench_dsp.py [--quick]
+    python bench/bench_dsp.py [--quick] [--device v66] [--steps lenet5,vgg11]
 
 Per kernel: packets, instructions and HVX instructions from QEMU's counters
-(c20/c21/c22) and MACs per packet (ideal for one HVX thread: 128, one vrmpy per
-packet). Then a LeNet-sized step (conv/relu/pool/fc forward + backward + update) run
-repeatedly with subgraph reuse on and off: the first (prepare) step vs the steady
-step, wall time under QEMU. Table on stdout, CSV and JSON in bench/results/.
+(c20/c21/c22) and MACs per packet (two vrmpy per packet make 256 the ceiling of one
+HVX thread; the issue's 128 counts one). Each op's work is split across the profile's
+HVX threads and every share's packets are counted (cost.critical): the per-thread
+columns. Modeled time (runtime/cost.py): critical packets / dsp.clock_hz, or the DDR
+bytes / dsp.bytes_per_s when larger, plus dsp.call_s per call. Then NITI training
+steps of LeNet-5 and VGG-11 (batch 64) through the Trainer on the emulated DSP, the
+modeled DSP time per step beside Mandheling's 0.23 s (VGG-11, CIFAR-10, batch 64, its
+end-to-end table) and the CPU's share measured here. Last, a LeNet-shaped step with
+subgraph reuse on and off (wall time under QEMU). Tables on stdout, CSV and JSON in
+bench/results/.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
+import os
+import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 
 from dsptrain.backends.ops_dsp import DspBackend
+from dsptrain.config import load_device
+from dsptrain.cost import dsp_model_time
 from dsptrain.numerics import RngKey
+
+MANDHELING_VGG11_S = 0.23   # s per batch: VGG-11, CIFAR-10, batch 64, 150 epochs in 7.5 h (Mandheling, MobiCom 2022)
 
 R = np.random.default_rng(0)
 OUT = Path(__file__).resolve().parent / "results"
@@ -41,6 +54,19 @@ def kernels(quick: bool):
     yield "conv bwd weight", 4 * 16 * 16 * 32 * 9 * 32, \
         lambda d: d.conv2d_bwd_weight_s8(s8(4, 16, 16, 32), s8(4, 16, 16, 32), 1, 1, (3, 3))
     yield "lenet conv1 fwd", 32 * 24 * 24 * 25 * 6, lambda d: d.conv2d_s8(s8(32, 28, 28, 1), s8(6, 5, 5, 1), 1, 0)
+    yield "lenet conv2 fwd", 32 * 8 * 8 * 150 * 16, lambda d: d.conv2d_s8(s8(32, 12, 12, 6), s8(16, 5, 5, 6), 1, 0)
+    yield "lenet conv2 bwd data", 32 * 8 * 8 * 150 * 16, \
+        lambda d: d.conv2d_bwd_data_s8(s8(32, 8, 8, 16), s8(16, 5, 5, 6), 1, 0, (12, 12))
+    yield "lenet conv1 bwd weight", 32 * 24 * 24 * 25 * 6, \
+        lambda d: d.conv2d_bwd_weight_s8(s8(32, 24, 24, 6), s8(32, 28, 28, 1), 1, 0, (5, 5))
+    yield "vgg conv 3x3 128->128 8x8", 16 * 8 * 8 * 128 * 9 * 128, \
+        lambda d: d.conv2d_s8(s8(16, 8, 8, 128), s8(128, 3, 3, 128), 1, 1)
+    yield "vgg bwd data 128 8x8", 16 * 8 * 8 * 128 * 9 * 128, \
+        lambda d: d.conv2d_bwd_data_s8(s8(16, 8, 8, 128), s8(128, 3, 3, 128), 1, 1, (8, 8))
+    yield "vgg bwd weight 128 8x8", 16 * 8 * 8 * 128 * 9 * 128, \
+        lambda d: d.conv2d_bwd_weight_s8(s8(16, 8, 8, 128), s8(16, 8, 8, 128), 1, 1, (3, 3))
+    yield "vgg conv1 3->64 32x32", 4 * 32 * 32 * 27 * 64, \
+        lambda d: d.conv2d_s8(s8(4, 32, 32, 3), s8(64, 3, 3, 3), 1, 1)
     acc = R.integers(-2**20, 2**20, 32768, dtype=np.int32)
     for mode in ("round", "psto", "sto"):
         yield f"requant {mode} (32K)", 0, lambda d, m=mode: d.requantize(acc, m, rng)
@@ -93,28 +119,118 @@ def reuse_rows(steps: int, batch: int):
     return rows
 
 
+def cpu_step_seconds(run, steps: int) -> float:
+    """The peer measured in the same run: the same step on this machine's `cpu` backend
+    (median of `steps` after one warm-up; wall time, so it carries the machine's load)."""
+    from dsptrain import data as datasets
+    from dsptrain.train import Trainer
+
+    trainer = Trainer(run, backend="cpu", out_dir=Path("/tmp") / f"bench-dsp-cpu-{os.getpid()}", progress=False)
+    times = []
+    for i, (x, y) in enumerate(datasets.batches(trainer.train_data, 64, 0, 0)):
+        if i > steps:
+            break
+        t0 = time.perf_counter()
+        trainer.step(x, y)
+        if i:
+            times.append(time.perf_counter() - t0)
+    trainer.close()
+    return statistics.median(times)
+
+
+def step_rows(models: list[str], profile, steps: int = 2) -> list[dict]:
+    """NITI training steps (batch 64) on the emulated DSP through the Trainer; the last
+    step's DSP cost, its modeled time (the trainer's dsp_model_s) and the CPU's share."""
+    import dsptrain
+    from dsptrain import data as datasets
+    from dsptrain.config import CONFIG_ROOT
+    from dsptrain.train import Trainer
+
+    rows = []
+    for model in models:
+        run = dsptrain.load_run(CONFIG_ROOT / "runs" / "lenet-fmnist-niti.yaml")
+        data = run.data if model == "lenet5" else dataclasses.replace(run.data, dataset="synthetic")
+        data = dataclasses.replace(data, train_limit=64 * max(steps, 4), test_limit=64)
+        run = dataclasses.replace(run, name=f"bench-dsp-{model}", model=dataclasses.replace(run.model, name=model),
+                                  data=data, train=dataclasses.replace(run.train, batch_size=64),
+                                  scheduler=dataclasses.replace(run.scheduler, device=profile.name))
+        trainer = Trainer(run, backend="dsp", out_dir=Path("/tmp") / f"bench-dsp-{os.getpid()}", progress=False)
+        dsp, taken = trainer.backends["dsp"], []
+        take = dsp.take_cost_log
+
+        def spy(take=take, taken=taken):   # keep what the trainer takes after each step
+            got = take()
+            taken.append(got)
+            return got
+        dsp.take_cost_log = spy
+        for i, (x, y) in enumerate(datasets.batches(trainer.train_data, 64, 0, 0)):
+            if i >= steps:
+                break
+            stats = trainer.step(x, y)
+        log, calls = taken[-1]
+        cpu_s = cpu_step_seconds(run, 3)
+        packets, critical = sum(c[1] for c in log), sum(c[2] for c in log)
+        model_t = dsp_model_time(profile, log, calls)
+        macs = stats.int8_macs.get("dsp", 0)
+        rows.append({"model": model, "batch": stats.batch, "dsp_ops": len(log), "calls": calls,
+                     "dsp_macs": macs, "packets": packets, "critical": critical,
+                     "macs_per_packet": round(macs / max(packets, 1), 1),
+                     "compute_s": model_t.compute_s, "memory_s": model_t.memory_s, "call_s": model_t.call_s,
+                     "dsp_model_s": stats.dsp_model_s, "cpu_wall_s": stats.backend_time_s.get("cpu", 0.0),
+                     "wall_s": stats.time_s, "cpu_backend_s": cpu_s,
+                     "mandheling_s": MANDHELING_VGG11_S if model == "vgg11" else None})
+        trainer.close()
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller GEMM, fewer steps")
+    ap.add_argument("--device", default="v66", help="device profile for the modeled time (configs/devices)")
+    ap.add_argument("--steps", default="lenet5,vgg11", help="models whose NITI step is modeled ('' for none)")
     args = ap.parse_args()
-    d = DspBackend(transport="emulated")
+    profile = load_device(args.device)
+    threads = profile.dsp.hvx_threads
+    d = DspBackend(transport="emulated", hvx_threads=threads)
     rows = []
     for name, macs, fn in kernels(args.quick):
         fn(d)  # warm: server started, code paths touched
+        d.take_cost_log()
         t0 = time.perf_counter()
         fn(d)
         wall = time.perf_counter() - t0
-        packets = sum(c[1] for c in d.last_costs)
+        log, calls = d.take_cost_log()
+        packets, critical = sum(c[1] for c in log), sum(c[2] for c in log)
+        model = dsp_model_time(profile, log, calls)
         rows.append({"kernel": name, "macs": macs, "packets": packets,
                      "insns": sum(c[2] for c in d.last_costs), "hvx": sum(c[3] for c in d.last_costs),
                      "macs_per_packet": round(macs / packets, 1) if macs else None,
+                     f"critical_{threads}t": critical,
+                     "macs_per_packet_per_thread": round(macs / threads / critical, 1) if macs else None,
+                     "model_us": round((model.compute_s + model.memory_s) * 1e6, 1),
                      "wall_ms": round(wall * 1e3, 1)})
     d.close()
-    print(f"{'kernel':24} {'MACs':>10} {'packets':>10} {'insns':>10} {'HVX':>9} {'MAC/pkt':>8} {'wall ms':>8}")
+    print(f"device profile {profile.name}: {profile.dsp.clock_hz / 1e9:g} GHz, {threads} HVX threads, "
+          f"DDR {profile.dsp.bytes_per_s / 1e9:g} GB/s, {profile.dsp.call_s * 1e6:g} us per call; load {os.getloadavg()[0]:.1f}")
+    print(f"{'kernel':26} {'MACs':>10} {'packets':>10} {'MAC/pkt':>8} {f'crit {threads}t':>10} "
+          f"{'MAC/pkt/thr':>11} {'model us':>9} {'wall ms':>8}")
     for r in rows:
         mpp = f"{r['macs_per_packet']:.1f}" if r["macs_per_packet"] else "-"
-        print(f"{r['kernel']:24} {r['macs']:>10} {r['packets']:>10} {r['insns']:>10} {r['hvx']:>9} "
-              f"{mpp:>8} {r['wall_ms']:>8}")
+        mpt = f"{r['macs_per_packet_per_thread']:.1f}" if r["macs_per_packet_per_thread"] else "-"
+        print(f"{r['kernel']:26} {r['macs']:>10} {r['packets']:>10} {mpp:>8} {r[f'critical_{threads}t']:>10} "
+              f"{mpt:>11} {r['model_us']:>9} {r['wall_ms']:>8}")
+    steps = step_rows([m for m in args.steps.split(",") if m], profile, 2)
+    if steps:
+        print(f"\nNITI training step, batch 64, on the emulated DSP; modeled on {profile.name}:")
+        print(f"{'model':8} {'DSP MACs':>12} {'packets':>12} {f'crit {threads}t':>12} {'MAC/pkt':>8} "
+              f"{'model s':>8} {'cpu wall s':>10} {'cpu backend s':>13} {'Mandheling s':>12}")
+        for r in steps:
+            mh = f"{r['mandheling_s']:.2f}" if r["mandheling_s"] else "n/a (VGG-11 only)"
+            print(f"{r['model']:8} {r['dsp_macs']:>12} {r['packets']:>12} {r['critical']:>12} "
+                  f"{r['macs_per_packet']:>8} {r['dsp_model_s']:>8.4f} {r['cpu_wall_s']:>10.4f} "
+                  f"{r['cpu_backend_s']:>13.4f} {mh:>12}")
+        print("model s: the DSP's modeled time (critical packets / clock, DDR term, calls); cpu wall s: the "
+              "step's CPU ops here; cpu backend s: the whole step on this machine's cpu backend (peer)")
     reuse = reuse_rows(4 if args.quick else 8, 16)
     print("\nLeNet-shaped NITI step on the emulated DSP (batch 16), wall time under QEMU:")
     print(f"{'reuse':6} {'prepare ms':>11} {'step ms':>9} {'prepare B in':>13} {'step B in':>10}")
@@ -126,7 +242,8 @@ def main():
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    (OUT / "bench_dsp.json").write_text(json.dumps({"kernels": rows, "reuse": reuse}, indent=2))
+    (OUT / "bench_dsp.json").write_text(json.dumps({"device": profile.name, "kernels": rows, "steps": steps,
+                                                    "reuse": reuse}, indent=2))
     print(f"\nwritten: {OUT / 'bench_dsp.csv'}, {OUT / 'bench_dsp.json'}")
 
 

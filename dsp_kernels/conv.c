@@ -1,10 +1,13 @@
-/* conv.c: the three convolutions of training, each lowered to dspt_gemm_core.
+/* conv.c: the three convolutions of training, each lowered to the vrmpy GEMM core.
  *
  * forward      y[p, o]   = cols(x)[p, :] . w[o, :]          (im2col rows, chunked)
  * bwd data     dx[q, c]  = gather(err)[q, :] . wT[c, :]     (transposed conv as a gather)
  * bwd weight   dw[o, j]  = sum_p err[p, o] * cols(x)[p, j]  (reduction over p, chunked)
- * Chunks of im2col rows stay within DSPT_CHUNK bytes, the size of a VTCM slice, so
- * the working set fits on-chip on a device. Layouts: NHWC, w (O, KH, KW, C).
+ * Layouts: NHWC, w (O, KH, KW, C). Chunks of im2col rows stay within DSPT_CHUNK bytes
+ * per thread (chunk_rows). Each op splits its rows (forward,
+ * bwd data) or its reduction (bwd weight) across the descriptor's HVX threads.
+ * Operands are packed with vector moves: rows transposed 32 x 32 words (gemm.c), or
+ * four rows interleaved byte by byte into vrmpy's 4-byte groups (hvx_interleave4b).
  */
 #include "hvx-utils.h"
 #include "kernels.h"
@@ -32,31 +35,135 @@ static int conv_shape(const struct dspt_op_desc *d, const int32_t *xs, const int
 
 static int too_deep(int64_t depth) { return depth * 127 * 127 >= ((int64_t)1 << 31); }
 
-/* im2col rows p0 .. p0+rows-1 (p = (n, oh, ow)) into dst at row stride ldd bytes,
- * columns (kh, kw, c) like the weights; padding reads as zero. */
-static void im2col(int8_t *dst, int ldd, const int8_t *x, const struct conv_shape *s, int p0,
-                   int rows)
+/* Rows per chunk of one thread: DSPT_CHUNK bytes (a quarter of the v66's 1 MiB L2, or
+ * its whole VTCM), a multiple of 4, at least 4. Long chunks keep the GEMM's tiles long:
+ * a tile's fixed cost (16 accumulators set and stored) is paid once per chunk. */
+static int chunk_rows(const struct dspt_ctx *ctx, int row_bytes)
 {
-    int kc = s->kw * s->c;
-    /* divide once, then step (n, oh, ow): Hexagon divides in software */
-    int ow = p0 % s->ow, oh = (p0 / s->ow) % s->oh, n = p0 / (s->ow * s->oh);
-    for (int r = 0; r < rows; r++, ow = ow + 1 == s->ow ? 0 : ow + 1,
-             oh = ow ? oh : (oh + 1 == s->oh ? 0 : oh + 1), n = (ow || oh) ? n : n + 1) {
-        int8_t *row = dst + r * ldd;
-        int iw0 = ow * s->stride - s->pad;
-        int lo = iw0 < 0 ? -iw0 : 0;                                  /* first kw inside */
-        int hi = iw0 + s->kw > s->w ? s->w - iw0 : s->kw;             /* one past last */
-        for (int i = 0; i < s->kh; i++) {
-            int ih = oh * s->stride - s->pad + i;
-            int8_t *seg = row + i * kc;
-            if (ih < 0 || ih >= s->h || hi <= lo) { hvx_zero(seg, kc); continue; }
-            if (lo > 0) hvx_zero(seg, lo * s->c);
-            hvx_copy(seg + lo * s->c, x + (((n * s->h + ih) * s->w) + iw0 + lo) * s->c,
-                     (hi - lo) * s->c);
-            if (hi < s->kw) hvx_zero(seg + hi * s->c, (s->kw - hi) * s->c);
-        }
-        for (int k = s->kh * kc; k < ldd; k++) row[k] = 0;
+    (void)ctx;
+    int rows = (int)(DSPT_CHUNK / (uint32_t)row_bytes) & ~3;
+    return rows < 4 ? 4 : rows;
+}
+
+/* Copy / zero n bytes at d, moving whole unaligned vectors: up to 127 bytes past d + n
+ * are clobbered and past src + n read. im2col and the gather fill a row in increasing
+ * address order, so the next write puts those bytes right; their buffers keep HVX_BYTES
+ * of slack at the end, and so does the host's arena (dsp_arena.py). */
+static inline void copy_over(int8_t *d, const int8_t *src, int n)
+{
+    if (__builtin_expect(n <= HVX_BYTES, 1)) {   /* one window row: the common case */
+        hvx_store_u(d, hvx_load_u(src));
+        return;
     }
+#pragma clang loop unroll(disable)
+    for (int i = 0; i < n; i += HVX_BYTES)
+        hvx_store_u(d + i, hvx_load_bytes(src + i, (uint32_t)(n - i < HVX_BYTES ? n - i : HVX_BYTES)));
+}
+
+static inline void zero_over(int8_t *d, int n)
+{
+#pragma clang loop unroll(disable)
+    for (int i = 0; i < n; i += HVX_BYTES) hvx_store_u(d + i, Q6_V_vzero());
+}
+
+/* The input image conv windows read: x's image n itself without padding, else a copy
+ * with `pad` zero rows and columns around it in `buf` (hp x wp x c bytes + slack), so
+ * every window row is one copy with no bounds to test. */
+struct padded {
+    int8_t *buf;
+    int n, hp, wp;
+    const int8_t *img;
+};
+
+static const int8_t *image(struct padded *pd, const int8_t *x, const struct conv_shape *s, int n)
+{
+    if (n == pd->n) return pd->img;
+    pd->n = n;
+    const int8_t *src = x + (size_t)n * s->h * s->w * s->c;
+    if (s->pad == 0) return pd->img = src;
+    int row = s->w * s->c, prow = pd->wp * s->c;
+    hvx_zero(pd->buf, (uint32_t)(pd->hp * prow));
+    for (int h = 0; h < s->h; h++)
+        hvx_copy(pd->buf + ((h + s->pad) * pd->wp + s->pad) * s->c, src + h * row, (uint32_t)row);
+    return pd->img = pd->buf;
+}
+
+static int8_t *padded_buffer(struct dspt_ctx *ctx, const struct conv_shape *s, struct padded *pd)
+{
+    pd->n = -1;
+    pd->hp = s->h + 2 * s->pad;
+    pd->wp = s->w + 2 * s->pad;
+    pd->buf = s->pad ? dspt_scratch(ctx, (uint32_t)(pd->hp * pd->wp * s->c) + HVX_BYTES) : 0;
+    return s->pad && !pd->buf ? 0 : (int8_t *)1;
+}
+
+/* im2col rows p0 .. p0+rows-1 (p = (n, oh, ow)) into dst at row stride ldd bytes,
+ * columns (kh, kw, c) like the weights: one copy per kernel row. */
+/* The row loop of im2col for kernel height KH (a constant where the caller makes it one),
+ * each window row one vector (kc <= 128) or, with KH == 0, any height and width. */
+static inline __attribute__((always_inline)) void im2col_rows(
+    const int KH, int8_t *dst, int ldd, const int8_t *x, const struct conv_shape *s, int p0, int rows,
+    struct padded *pd)
+{
+    /* locals, not s->: every vector store may alias the shape and would reload it */
+    const int kh = KH ? KH : s->kh, kc = s->kw * s->c, step = s->stride * s->c, prow = pd->wp * s->c;
+    const int OW = s->ow, OH = s->oh, N = s->n, rstep = s->stride * prow;
+    /* divide once, then step (n, oh, ow): Hexagon divides in software */
+    int ow = p0 % OW, oh = (p0 / OW) % OH, n = p0 / (OW * OH);
+    const int8_t *img = image(pd, x, s, n), *win = img + oh * rstep + ow * step;
+    for (int r = 0; r < rows; r++) {
+        int8_t *row = dst + r * ldd;
+        if (KH) {   /* all loads, then the stores in address order */
+            HVX_Vector v[KH ? KH : 1];
+            for (int i = 0; i < KH; i++) v[i] = hvx_load_u(win + i * prow);
+            for (int i = 0; i < KH; i++) hvx_store_u(row + i * kc, v[i]);
+        } else {
+            for (int i = 0; i < kh; i++) copy_over(row + i * kc, win + i * prow, kc);
+        }
+        if (++ow < OW) { win += step; continue; }
+        ow = 0;
+        if (++oh == OH) {
+            oh = 0;
+            if (++n >= N) break;   /* the last row of the last image */
+            img = image(pd, x, s, n);
+        }
+        win = img + oh * rstep;
+    }
+}
+
+/* im2col rows p0 .. p0+rows-1 (p = (n, oh, ow)) into dst at row stride ldd bytes,
+ * columns (kh, kw, c) like the weights: one vector copy per kernel row. */
+static void im2col(int8_t *dst, int ldd, const int8_t *x, const struct conv_shape *s, int p0,
+                   int rows, struct padded *pd)
+{
+    int one_vector = s->kw * s->c <= HVX_BYTES;
+    if (one_vector && s->kh == 5) im2col_rows(5, dst, ldd, x, s, p0, rows, pd);
+    else if (one_vector && s->kh == 3) im2col_rows(3, dst, ldd, x, s, p0, rows, pd);
+    else if (one_vector && s->kh == 1) im2col_rows(1, dst, ldd, x, s, p0, rows, pd);
+    else im2col_rows(0, dst, ldd, x, s, p0, rows, pd);
+}
+
+/* y[p, :] (+)= im2col(x)[p, :] . packed b, rows split across the HVX threads. */
+static int conv_rows(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const struct conv_shape *s,
+                     const int8_t *bp, int k, int acc)
+{
+    int ldk = (k + 3) & ~3, p = s->n * s->oh * s->ow, rows = chunk_rows(ctx, ldk);
+    int8_t *cols = dspt_scratch(ctx, (uint32_t)rows * ldk + HVX_BYTES);
+    struct padded pd;
+    if (!cols || !padded_buffer(ctx, s, &pd)) return DSPT_NO_SUPPORT;
+    for (int t = 0; t < (int)ctx->threads; t++) {   /* thread t: output rows [lo, hi) */
+        int lo, hi;
+        dspt_share(ctx, p, 4, t, &lo, &hi);
+        if (lo >= hi) continue;
+        dspt_share_begin(ctx);
+        for (int p0 = lo; p0 < hi; p0 += rows) {
+            int r = hi - p0 < rows ? hi - p0 : rows;
+            im2col(cols, ldk, x, s, p0, r, &pd);
+            dspt_gemm_core(y + p0 * s->o, s->o, cols, ldk, bp, r, s->o, k, acc);
+        }
+        dspt_share_end(ctx, t);
+    }
+    return DSPT_OK;
 }
 
 int dspt_op_conv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
@@ -67,31 +174,23 @@ int dspt_op_conv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     if (st) return st;
     if (d->shape_b[0] != s.o || d->shape_b[1] != s.kh || d->shape_b[2] != s.kw || d->shape_b[3] != s.c)
         return DSPT_BAD_PARAMS;
-    int k = s.kh * s.kw * s.c, ldk = (k + 3) & ~3, p = s.n * s.oh * s.ow;
+    int k = s.kh * s.kw * s.c, p = s.n * s.oh * s.ow;
     if (too_deep(k)) return DSPT_NO_SUPPORT;
     const int8_t *x = dspt_at(ctx, d->in[0], dspt_count(d->shape_a));
     const int8_t *w = dspt_at(ctx, d->in[1], dspt_count(d->shape_b));
     int32_t *y = dspt_at(ctx, d->out[0], (uint32_t)p * s.o * 4);
     if (!x || !w || !y) return DSPT_BAD_PARAMS;
     int8_t *bp = dspt_scratch(ctx, dspt_packed_b_bytes(s.o, k));
-    int rows = (int)(DSPT_CHUNK / ldk) & ~3;
-    if (rows < 4) rows = 4;
-    int8_t *cols = dspt_scratch(ctx, (uint32_t)rows * ldk);
-    if (!bp || !cols) return DSPT_NO_SUPPORT;
-    dspt_pack_b(bp, w, s.o, k, k, 0);
-    int acc = (d->flags & DSPT_F_ACCUMULATE) != 0;
-    for (int p0 = 0; p0 < p; p0 += rows) {
-        int r = p - p0 < rows ? p - p0 : rows;
-        im2col(cols, ldk, x, &s, p0, r);
-        dspt_gemm_core(y + p0 * s.o, s.o, cols, ldk, bp, r, s.o, k, acc);
-    }
-    return DSPT_OK;
+    if (!bp) return DSPT_NO_SUPPORT;
+    dspt_pack_b(bp, w, s.o, k, k);
+    return conv_rows(ctx, y, x, &s, bp, k, (d->flags & DSPT_F_ACCUMULATE) != 0);
 }
 
 /* Transposed conv without flipping: input pixel (h, w) gets err[oh, ow] through tap
- * (kh, kw) when h + pad - kh = oh * stride, so each dx row gathers err vectors. */
+ * (kh, kw) when h + pad - kh = oh * stride, so each dx row gathers err vectors, one
+ * segment of o4 = round_up(O, 4) bytes per tap (zeros off the grid). */
 static void gather_err(int8_t *dst, int ldd, const int8_t *err, const struct conv_shape *s,
-                       int q0, int rows)
+                       int o4, int q0, int rows)
 {
     int w = q0 % s->w, h = (q0 / s->w) % s->h, n = q0 / (s->w * s->h);
     for (int r = 0; r < rows; r++, w = w + 1 == s->w ? 0 : w + 1,
@@ -103,14 +202,38 @@ static void gather_err(int8_t *dst, int ldd, const int8_t *err, const struct con
             int hok = th >= 0 && (one || th % s->stride == 0) && oh < s->oh;
             for (int j = 0; j < s->kw; j++) {
                 int tw = w + s->pad - j, ow = one ? tw : tw / s->stride;
-                int8_t *seg = row + (i * s->kw + j) * s->o;
+                int8_t *seg = row + (i * s->kw + j) * o4;
+                /* bytes o .. o4 of a segment may hold anything: wT is zero there */
                 if (hok && tw >= 0 && (one || tw % s->stride == 0) && ow < s->ow)
-                    hvx_copy(seg, err + ((n * s->oh + oh) * s->ow + ow) * s->o, s->o);
+                    copy_over(seg, err + ((n * s->oh + oh) * s->ow + ow) * s->o, s->o);
                 else
-                    hvx_zero(seg, s->o);
+                    zero_over(seg, o4);
             }
         }
-        for (int k = s->kh * s->kw * s->o; k < ldd; k++) row[k] = 0;
+    }
+}
+
+/* Packed wT for bwd data (biased, 1s lane: kernels.h): lanes c, reduction (tap, o) with o padded to o4: the 4 bytes of
+ * word (t, g) of lane c are w[4g + i, t', c] (t' = t, or the flipped tap taps-1-t), four
+ * rows of w interleaved. */
+static void pack_wt(int8_t *bp, const int8_t *w, const struct conv_shape *s, int o4, int flip)
+{
+    int taps = s->kh * s->kw, groups = o4 / 4, k4 = taps * groups, cblocks = (s->c + 31) / 32;
+    HVX_Vector bias = Q6_V_vsplat_R((int)0x80808080u), zero = Q6_V_vzero();
+    HVX_Vector *out = (HVX_Vector *)bp;
+    for (int cb = 0; cb < cblocks; cb++) {
+        uint32_t lanes = (uint32_t)(s->c - cb * 32 < 32 ? s->c - cb * 32 : 32);
+        for (int t = 0; t < taps; t++)
+            for (int g = 0; g < groups; g++) {
+                HVX_Vector r[4];
+                for (int i = 0; i < 4; i++) {
+                    int o = 4 * g + i;
+                    int tap = flip ? taps - 1 - t : t;
+                    r[i] = o < s->o ? hvx_load_bytes(w + (o * taps + tap) * s->c + cb * 32, lanes) : zero;
+                }
+                HVX_Vector v = Q6_V_vxor_VV(hvx_interleave4b(r[0], r[1], r[2], r[3]), bias);
+                out[cb * k4 + t * groups + g] = lanes < 32 ? dspt_ones_lane(v, (int)lanes) : v;
+            }
     }
 }
 
@@ -122,29 +245,81 @@ int dspt_op_conv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     if (st) return st;
     if (d->shape_b[0] != s.o || d->shape_b[1] != s.kh || d->shape_b[2] != s.kw || d->shape_b[3] != s.c)
         return DSPT_BAD_PARAMS;
-    int k = s.kh * s.kw * s.o, ldk = (k + 3) & ~3, q = s.n * s.h * s.w;
+    int o4 = (s.o + 3) & ~3, k = s.kh * s.kw * o4, q = s.n * s.h * s.w;
     if (too_deep(k)) return DSPT_NO_SUPPORT;
     const int8_t *err = dspt_at(ctx, d->in[0], dspt_count(d->shape_a));
     const int8_t *w = dspt_at(ctx, d->in[1], dspt_count(d->shape_b));
     int32_t *dx = dspt_at(ctx, d->out[0], (uint32_t)q * s.c * 4);
     if (!err || !w || !dx) return DSPT_BAD_PARAMS;
-    int32_t *koff = dspt_scratch(ctx, (uint32_t)k * 4);
     int8_t *bp = dspt_scratch(ctx, dspt_packed_b_bytes(s.c, k));
-    int rows = (int)(DSPT_CHUNK / ldk) & ~3;
-    if (rows < 4) rows = 4;
-    int8_t *cols = dspt_scratch(ctx, (uint32_t)rows * ldk);
-    if (!koff || !bp || !cols) return DSPT_NO_SUPPORT;
-    /* wT[c, (kh, kw, o)] = w[o, kh, kw, c] */
-    for (int t = 0; t < s.kh * s.kw; t++)
-        for (int o = 0; o < s.o; o++) koff[t * s.o + o] = (o * s.kh * s.kw + t) * s.c;
-    dspt_pack_b(bp, w, s.c, k, 1, koff);
+    if (!bp) return DSPT_NO_SUPPORT;
     int acc = (d->flags & DSPT_F_ACCUMULATE) != 0;
-    for (int q0 = 0; q0 < q; q0 += rows) {
-        int r = q - q0 < rows ? q - q0 : rows;
-        gather_err(cols, ldk, err, &s, q0, r);
-        dspt_gemm_core(dx + q0 * s.c, s.c, cols, ldk, bp, r, s.c, k, acc);
+    if (s.stride == 1 && o4 == s.o && s.pad <= s.kh - 1 && s.pad <= s.kw - 1 && s.kh == s.kw) {
+        /* stride 1: a forward conv of err, padded by k-1-pad, with the flipped taps of wT
+         * (one window copy per kernel row instead of one per tap) */
+        struct conv_shape f = {s.n, s.oh, s.ow, s.o, s.c, s.kh, s.kw, s.h, s.w, 1, s.kh - 1 - s.pad};
+        pack_wt(bp, w, &s, o4, 1);
+        return conv_rows(ctx, dx, err, &f, bp, k, acc);
+    }
+    int rows = chunk_rows(ctx, k);
+    int8_t *cols = dspt_scratch(ctx, (uint32_t)rows * k + HVX_BYTES);
+    if (!cols) return DSPT_NO_SUPPORT;
+    pack_wt(bp, w, &s, o4, 0);
+    for (int t = 0; t < (int)ctx->threads; t++) {   /* thread t: dx rows [lo, hi) */
+        int lo, hi;
+        dspt_share(ctx, q, 4, t, &lo, &hi);
+        if (lo >= hi) continue;
+        dspt_share_begin(ctx);
+        for (int q0 = lo; q0 < hi; q0 += rows) {
+            int r = hi - q0 < rows ? hi - q0 : rows;
+            gather_err(cols, k, err, &s, o4, q0, r);
+            dspt_gemm_core(dx + q0 * s.c, s.c, cols, k, bp, r, s.c, k, acc);
+        }
+        dspt_share_end(ctx, t);
     }
     return DSPT_OK;
+}
+
+/* Word g of lane l in block lb: rows 4g .. 4g+3 of src (row stride ld bytes, `rows`
+ * valid, zeros after), bytes lb*32 + l: four rows interleaved, stored as vector g of
+ * the block (stride k4 vectors). `biased`: the packed b side (kernels.h: + 128, and
+ * the lane of 1s after the last column). */
+static void interleave_rows(HVX_Vector *dst, const int8_t *src, int ld, int width, int rows, int k4,
+                            int biased)
+{
+    HVX_Vector zero = Q6_V_vzero(), bias = Q6_V_vsplat_R((int)0x80808080u);
+    for (int lb = 0; lb * 32 < width; lb++) {
+        uint32_t lanes = (uint32_t)(width - lb * 32 < 32 ? width - lb * 32 : 32);
+        for (int g = 0; g < k4; g++) {
+            HVX_Vector r[4];
+            for (int i = 0; i < 4; i++)
+                r[i] = 4 * g + i < rows ? hvx_load_bytes(src + (4 * g + i) * ld + lb * 32, lanes) : zero;
+            HVX_Vector v = hvx_interleave4b(r[0], r[1], r[2], r[3]);
+            if (biased) v = Q6_V_vxor_VV(v, bias);
+            dst[lb * k4 + g] = biased && lanes < 32 ? dspt_ones_lane(v, (int)lanes) : v;
+        }
+    }
+}
+
+/* dw[o, j] += sum over positions p in [lo, hi) of err[p, o] * cols(x)[p, j], chunked:
+ * b = cols^T packed (lanes j), a = err^T as words (lanes o, read with stride 32 words). */
+static void bwd_weight_range(struct dspt_ctx *ctx, int32_t *dw, const int8_t *err, const int8_t *x,
+                             const struct conv_shape *s, int lo, int hi, int pc, int8_t *cols,
+                             HVX_Vector *bp, HVX_Vector *et, int accumulate, struct padded *pd)
+{
+    int j = s->kh * s->kw * s->c;
+    for (int p0 = lo; p0 < hi; p0 += pc) {
+        int r = hi - p0 < pc ? hi - p0 : pc, k4 = (r + 3) / 4;
+        im2col(cols, j, x, s, p0, r, pd);
+        interleave_rows(bp, cols, j, j, r, k4, 1);
+        interleave_rows(et, err + p0 * s->o, s->o, s->o, r, k4, 0);
+        int acc = p0 > lo || accumulate;
+        for (int ob = 0; ob * 32 < s->o; ob++) {
+            int m = s->o - ob * 32 < 32 ? s->o - ob * 32 : 32;
+            dspt_gemm_core_strided(dw + ob * 32 * j, j, (const int8_t *)(et + ob * k4), 4, 32,
+                                   (const int8_t *)bp, m, j, 4 * k4, acc);
+        }
+    }
 }
 
 int dspt_op_conv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
@@ -159,28 +334,36 @@ int dspt_op_conv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     const int8_t *x = dspt_at(ctx, d->in[1], dspt_count(d->shape_b));
     int32_t *dw = dspt_at(ctx, d->out[0], (uint32_t)s.o * j * 4);
     if (!err || !x || !dw) return DSPT_BAD_PARAMS;
-    /* chunk the reduction: pc positions (a multiple of 4) per pass */
-    int pc = (int)(DSPT_CHUNK / (uint32_t)(j + s.o)) & ~3;
-    if (pc < 4) pc = 4;
+    /* chunk the reduction: pc positions (a multiple of 4) per pass and thread */
+    int pc = chunk_rows(ctx, j + s.o);
     if (pc > ((p + 3) & ~3)) pc = (p + 3) & ~3;
-    int8_t *cols = dspt_scratch(ctx, (uint32_t)pc * j);
-    int8_t *et = dspt_scratch(ctx, (uint32_t)s.o * pc);
-    int32_t *koff = dspt_scratch(ctx, (uint32_t)pc * 4);
-    int8_t *bp = dspt_scratch(ctx, dspt_packed_b_bytes(j, pc));
-    if (!cols || !et || !koff || !bp) return DSPT_NO_SUPPORT;
-    for (int i = 0; i < pc; i++) koff[i] = i * j;
-    for (int p0 = 0; p0 < p; p0 += pc) {
-        int r = p - p0 < pc ? p - p0 : pc;
-        im2col(cols, j, x, &s, p0, r);
-        /* errT[o, p] for this chunk, zero past the end (the packed b is zero there too) */
-        for (int o = 0; o < s.o; o++) {
-            int8_t *row = et + o * pc;
-            for (int i = 0; i < r; i++) row[i] = err[(p0 + i) * s.o + o];
-            for (int i = r; i < pc; i++) row[i] = 0;
+    int jb = (j + 31) / 32, obk = (s.o + 31) / 32, k4 = pc / 4;
+    int8_t *cols = dspt_scratch(ctx, (uint32_t)pc * j + HVX_BYTES);
+    HVX_Vector *bp = dspt_scratch(ctx, (uint32_t)jb * k4 * HVX_BYTES);
+    HVX_Vector *et = dspt_scratch(ctx, (uint32_t)obk * k4 * HVX_BYTES);
+    uint32_t dw_bytes = (uint32_t)s.o * j * 4;
+    int32_t *part = ctx->threads > 1 ? dspt_scratch(ctx, dw_bytes) : 0;
+    struct padded pd;
+    if (!cols || !bp || !et || (ctx->threads > 1 && !part) || !padded_buffer(ctx, &s, &pd))
+        return DSPT_NO_SUPPORT;
+    int acc = (d->flags & DSPT_F_ACCUMULATE) != 0, first = 1;
+    for (int t = 0; t < (int)ctx->threads; t++) {   /* thread t: positions [lo, hi) */
+        int lo, hi;
+        dspt_share(ctx, p, 4, t, &lo, &hi);
+        if (lo >= hi) continue;
+        dspt_share_begin(ctx);
+        /* the first share writes dw; the others their own partial sum, added below */
+        bwd_weight_range(ctx, first ? dw : part, err, x, &s, lo, hi, pc, cols, bp, et, first && acc, &pd);
+        dspt_share_end(ctx, t);
+        if (!first) {   /* the join: one pass over dw per extra thread (serial) */
+            uint32_t n = (uint32_t)s.o * j, i = 0;
+            for (; i + 32 <= n; i += 32)
+                hvx_store_u(dw + i, Q6_Vw_vadd_VwVw(hvx_load_u(dw + i), hvx_load_u(part + i)));
+            if (i < n)
+                hvx_store_bytes(dw + i, Q6_Vw_vadd_VwVw(hvx_load_bytes(dw + i, (n - i) * 4),
+                                                        hvx_load_bytes(part + i, (n - i) * 4)), (n - i) * 4);
         }
-        dspt_pack_b(bp, cols, j, r, 1, koff);
-        int acc = p0 > 0 || (d->flags & DSPT_F_ACCUMULATE) != 0;
-        dspt_gemm_core(dw, j, et, pc, bp, s.o, j, r, acc);
+        first = 0;
     }
     return DSPT_OK;
 }

@@ -40,11 +40,27 @@ static int debug_op(struct dspt_op_desc *d)
 }
 #endif
 
+void dspt_share_begin(struct dspt_ctx *ctx)
+{
+    struct dsp_counters c;
+    dsp_read_counters(&c);
+    ctx->share_start = c.packets;
+}
+
+void dspt_share_end(struct dspt_ctx *ctx, int t)
+{
+    struct dsp_counters c;
+    dsp_read_counters(&c);
+    ctx->share_packets[t] += c.packets - ctx->share_start;
+}
+
 int dspt_run_op(struct dspt_ctx *ctx, struct dspt_op_desc *d)
 {
     struct dsp_counters c0, c1;
     int status = DSPT_NO_SUPPORT;
     ctx->scratch_used = 0;
+    ctx->threads = d->threads < 1 ? 1 : (d->threads > DSPT_MAX_THREADS ? DSPT_MAX_THREADS : d->threads);
+    for (int t = 0; t < DSPT_MAX_THREADS; t++) ctx->share_packets[t] = 0;
     dsp_read_counters(&c0);
     if (d->op == DSPT_OP_NOP) status = DSPT_OK;
     else if (d->op < DSPT_OP_COUNT && kernels[d->op]) status = kernels[d->op](ctx, d);
@@ -55,6 +71,13 @@ int dspt_run_op(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     d->cost.packets = c1.packets - c0.packets;
     d->cost.insns = c1.insns - c0.insns;
     d->cost.hvx = c1.hvx - c0.hvx;
+    /* critical path: the serial part, plus the largest share instead of all of them */
+    uint32_t shares = 0, longest = 0;
+    for (int t = 0; t < DSPT_MAX_THREADS; t++) {
+        shares += ctx->share_packets[t];
+        longest = ctx->share_packets[t] > longest ? ctx->share_packets[t] : longest;
+    }
+    d->cost.critical = d->cost.packets - shares + longest;
     d->status = status;
     return status;
 }

@@ -1,42 +1,115 @@
 /* gemm.c: int8 GEMM c = a @ b.T on HVX, the core every product op reduces to.
  *
- * vrmpy(Vu.b, Vv.b) multiplies 4 signed bytes per 32-bit lane and sums them, so a
- * vector holding 4 reduction steps of 32 output columns ("packed b": block of 32
- * columns x 4 k) times a splat of 4 bytes of one row of `a` adds 128 MACs to 32
- * accumulators. This is the usual HVX int8 matmul layout (as in Qualcomm's hexagon
- * NN libraries, XNNPACK's Hexagon path and ggml-hexagon); the code here is ours.
- * Register tile: 4 rows x 2 column blocks = 8 accumulators, each packed vector
- * reused by 4 rows, each splat by 2 vectors.
+ * Vx.w += vrmpy(Vu.ub, Rt.b) multiplies 4 unsigned bytes per 32-bit lane of a vector
+ * by the 4 signed bytes of a scalar register and sums them: a vector holding 4
+ * reduction steps of 32 output columns ("packed b": block of 32 columns x 4 k) times
+ * one word of a row of `a` adds 128 MACs to 32 accumulators. This vector-by-scalar
+ * form needs no vsplat (which would take a slot 2/3 multiply resource like vrmpy
+ * itself: Hexagon V66 HVX Programmer's Reference, VLIW packing rules), so two
+ * vrmpy issue per packet. b is signed, so it is packed biased (b + 128 as ub) and the
+ * bias comes back out exactly: sum (b + 128) a = sum b a + 128 sum a, and the
+ * accumulators start at -128 * rowsum(a). The usual HVX int8 matmul layout (as in
+ * Qualcomm's hexagon_nn, XNNPACK's Hexagon path and ggml-hexagon); the code is ours.
+ * Register tile: 4 rows x up to 4 column blocks = 16 accumulators.
  */
 #include "hvx-utils.h"
 #include "kernels.h"
+
+#define BIAS_WORD 0x80808080u
 
 uint32_t dspt_packed_b_bytes(int n, int k)
 {
     return (uint32_t)((n + 31) / 32) * (uint32_t)((k + 3) / 4) * HVX_BYTES;
 }
 
-/* Pack element (i, kk) = src[i*sn + koff[kk]] (koff NULL: kk) of an n x k operand
- * into [n/32 blocks][k/4][32 lanes][4 bytes], zero-padded in both dimensions. */
-void dspt_pack_b(int8_t *bp, const int8_t *src, int n, int k, int sn, const int32_t *koff)
+/* Pack rows i (stride sn bytes, k contiguous bytes each) of an n x k operand into
+ * [n/32 blocks][k/4][32 lanes][4 bytes], biased by 128, zero (128) padded, and 1s in
+ * lane n % 32 of the last block (the row sums): 32 rows x 32 words at a time, loaded
+ * as vectors and transposed with vshuff. */
+void dspt_pack_b(int8_t *bp, const int8_t *src, int n, int k, int sn)
 {
     int k4 = (k + 3) / 4, nblocks = (n + 31) / 32;
-    hvx_zero(bp, dspt_packed_b_bytes(n, k));
-    int words = !koff && (k % 4) == 0 && (sn % 4) == 0 && ((uintptr_t)src % 4) == 0;
+    HVX_Vector bias = Q6_V_vsplat_R((int)BIAS_WORD), v[32];
     for (int nb = 0; nb < nblocks; nb++) {
         int lanes = n - nb * 32 < 32 ? n - nb * 32 : 32;
-        for (int l = 0; l < lanes; l++) {
-            const int8_t *row = src + (nb * 32 + l) * sn;
-            int8_t *dst = bp + ((nb * k4) * 32 + l) * 4;
-            if (words) {  /* contiguous rows: move whole words */
-                const int32_t *r32 = (const int32_t *)row;
-                for (int q = 0; q < k4; q++) ((int32_t *)dst)[q * 32] = r32[q];
-                continue;
+        for (int q0 = 0; q0 < k4; q0 += 32) {
+            int bytes = k - q0 * 4 < HVX_BYTES ? k - q0 * 4 : HVX_BYTES;
+            HVX_VectorPred inside = Q6_Q_vsetq2_R(bytes);
+            for (int l = 0; l < 32; l++) {
+                HVX_Vector row = l < lanes ? hvx_load_bytes(src + (nb * 32 + l) * sn + q0 * 4, (uint32_t)bytes)
+                                           : Q6_V_vzero();
+                v[l] = Q6_V_vxor_VV(Q6_V_vmux_QVV(inside, row, Q6_V_vzero()), bias);
             }
-            for (int kk = 0; kk < k; kk++)
-                dst[(kk >> 2) * 128 + (kk & 3)] = row[koff ? koff[kk] : kk];
+            if (lanes < 32) v[lanes] = Q6_V_vsplat_R(DSPT_ONES_WORD);   /* the row-sum lane */
+            hvx_transpose32w(v);
+            int words = k4 - q0 < 32 ? k4 - q0 : 32;
+            HVX_Vector *dst = (HVX_Vector *)bp + nb * k4 + q0;
+            for (int q = 0; q < words; q++) dst[q] = v[q];
         }
     }
+}
+
+/* Eight rows' partial sums (32 lanes each) -> the total of row j in lane 4j: three
+ * vshuff + add stages pair halves of two rows' vectors (row r keeps block r), then two
+ * rotate-adds sum each 4-lane block. */
+static inline HVX_Vector reduce8(HVX_Vector p0, HVX_Vector p1, HVX_Vector p2, HVX_Vector p3,
+                                 HVX_Vector p4, HVX_Vector p5, HVX_Vector p6, HVX_Vector p7)
+{
+#define FOLD(x, y, bytes) \
+    ({ HVX_VectorPair pr_ = Q6_W_vshuff_VVR(y, x, bytes); Q6_Vw_vadd_VwVw(Q6_V_lo_W(pr_), Q6_V_hi_W(pr_)); })
+    HVX_Vector q0 = FOLD(p0, p4, 64), q1 = FOLD(p1, p5, 64), q2 = FOLD(p2, p6, 64), q3 = FOLD(p3, p7, 64);
+    HVX_Vector r0 = FOLD(q0, q2, 32), r1 = FOLD(q1, q3, 32);
+    HVX_Vector v = FOLD(r0, r1, 16);
+#undef FOLD
+    v = Q6_Vw_vadd_VwVw(v, Q6_V_vror_VR(v, 4));
+    return Q6_Vw_vadd_VwVw(v, Q6_V_vror_VR(v, 8));
+}
+
+/* Partial sums (32 lanes) of the bytes of words 0 .. k4-1 of one row, each byte + 128. */
+static inline HVX_Vector row_part(const int8_t *row, int bytes, HVX_Vector flip)
+{
+    const int ones = 0x01010101;
+    HVX_Vector acc = Q6_V_vzero();
+    for (int i = 0; i < bytes; i += HVX_BYTES) {
+        int n = bytes - i < HVX_BYTES ? bytes - i : HVX_BYTES;
+        HVX_Vector v = Q6_V_vxor_VV(hvx_load_bytes(row + i, (uint32_t)n), flip);
+        acc = Q6_Vw_vrmpyacc_VwVubRb(acc, Q6_V_vmux_QVV(Q6_Q_vsetq2_R(n), v, Q6_V_vzero()), ones);
+    }
+    return acc;
+}
+
+/* sums[r] = sum of the signed bytes of words 0 .. k4-1 of rows r < m (m <= 32) of a:
+ * the bias correction's factor, with vectors: bytes made unsigned (^ 0x80) are summed
+ * 4 to a word by vrmpy with 0x01010101. Rows stored as the lanes of vectors (lda == 4,
+ * aq == 32) sum lane-wise over q; rows stored as rows give a vector each, reduced
+ * across lanes eight rows at a time (reduce8). */
+static __attribute__((noinline)) void row_sums(int32_t sums[32], const int8_t *a, int lda, int aq, int m, int k4)
+{
+    HVX_Vector flip = Q6_V_vsplat_R((int)BIAS_WORD), bias = Q6_V_vsplat_R(128 * 4 * k4);
+    if (lda == 4 && aq == 32) {
+        HVX_Vector total = Q6_V_vzero();
+        for (int q = 0; q < k4; q++)
+            total = Q6_Vw_vrmpyacc_VwVubRb(total, Q6_V_vxor_VV(((const HVX_Vector *)a)[q], flip), 0x01010101);
+        *(HVX_Vector *)sums = Q6_Vw_vsub_VwVw(total, bias);
+        return;
+    }
+    int bytes = 4 * k4;
+    for (int r0 = 0; r0 < m; r0 += 8) {
+        const int8_t *b = a + r0 * lda;
+        int last = m - r0 - 1;   /* rows past m repeat a valid row; their sums are unused */
+#define ROW(i) row_part(b + (i < last ? i : last) * lda, bytes, flip)
+        HVX_Vector v = Q6_Vw_vsub_VwVw(reduce8(ROW(0), ROW(1), ROW(2), ROW(3), ROW(4), ROW(5), ROW(6), ROW(7)), bias);
+#undef ROW
+        const int32_t *lanes = (const int32_t *)&v;
+        for (int j = 0; j < 8; j++) sums[r0 + j] = lanes[4 * j];
+    }
+}
+
+/* Write (or add) the first `bytes` bytes of v to c. */
+static inline void store_acc_bytes(int32_t *c, HVX_Vector v, uint32_t bytes, int accumulate)
+{
+    if (accumulate) v = Q6_Vw_vadd_VwVw(v, hvx_load_bytes(c, bytes));
+    hvx_store_bytes(c, v, bytes);
 }
 
 /* Write (or add) the first `cols` lanes of an accumulator vector to c. */
@@ -47,77 +120,120 @@ static inline void store_acc(int32_t *c, HVX_Vector v, int cols, int accumulate)
         hvx_store_u(c, v);
         return;
     }
-    HVX_Vector tmp = v;
-    const int32_t *s = (const int32_t *)&tmp;
-    for (int i = 0; i < cols; i++) c[i] = accumulate ? c[i] + s[i] : s[i];
+    if (accumulate) v = Q6_Vw_vadd_VwVw(v, hvx_load_bytes(c, (uint32_t)cols * 4));
+    hvx_store_bytes(c, v, (uint32_t)cols * 4);
 }
 
-/* Rows [row, row+4) x column blocks nb (and nb+1 when two). */
-static inline void tile4(int32_t *c, int ldc, const int8_t *a, int lda, const HVX_Vector *b0,
-                         const HVX_Vector *b1, int k4, int cols0, int cols1, int accumulate)
+/* Rows a[0..3] x NB column blocks starting at b (blocks k4 vectors apart). Rows past
+ * `rows` repeat a valid row and are not stored. */
+static inline __attribute__((always_inline)) void tile(
+    const int NB, int32_t *c, int ldc, const int32_t *const a[4], int aq, const HVX_Vector *b,
+    int k4, const HVX_Vector bias[4], int rows, int cols_last, int accumulate, int ones, int32_t sums[4])
 {
-    const int32_t *a0 = (const int32_t *)a, *a1 = (const int32_t *)(a + lda);
-    const int32_t *a2 = (const int32_t *)(a + 2 * lda), *a3 = (const int32_t *)(a + 3 * lda);
-    HVX_Vector c00 = Q6_V_vzero(), c10 = c00, c20 = c00, c30 = c00;
-    HVX_Vector c01 = c00, c11 = c00, c21 = c00, c31 = c00;
-    if (b1) {
-        for (int q = 0; q < k4; q++) {
-            HVX_Vector v0 = b0[q], v1 = b1[q];
-            HVX_Vector s0 = Q6_V_vsplat_R(a0[q]), s1 = Q6_V_vsplat_R(a1[q]);
-            HVX_Vector s2 = Q6_V_vsplat_R(a2[q]), s3 = Q6_V_vsplat_R(a3[q]);
-            c00 = Q6_Vw_vrmpyacc_VwVbVb(c00, v0, s0); c01 = Q6_Vw_vrmpyacc_VwVbVb(c01, v1, s0);
-            c10 = Q6_Vw_vrmpyacc_VwVbVb(c10, v0, s1); c11 = Q6_Vw_vrmpyacc_VwVbVb(c11, v1, s1);
-            c20 = Q6_Vw_vrmpyacc_VwVbVb(c20, v0, s2); c21 = Q6_Vw_vrmpyacc_VwVbVb(c21, v1, s2);
-            c30 = Q6_Vw_vrmpyacc_VwVbVb(c30, v0, s3); c31 = Q6_Vw_vrmpyacc_VwVbVb(c31, v1, s3);
-        }
-        store_acc(c + 32, c01, cols1, accumulate);
-        store_acc(c + ldc + 32, c11, cols1, accumulate);
-        store_acc(c + 2 * ldc + 32, c21, cols1, accumulate);
-        store_acc(c + 3 * ldc + 32, c31, cols1, accumulate);
-    } else {
-        for (int q = 0; q < k4; q++) {
-            HVX_Vector v0 = b0[q];
-            c00 = Q6_Vw_vrmpyacc_VwVbVb(c00, v0, Q6_V_vsplat_R(a0[q]));
-            c10 = Q6_Vw_vrmpyacc_VwVbVb(c10, v0, Q6_V_vsplat_R(a1[q]));
-            c20 = Q6_Vw_vrmpyacc_VwVbVb(c20, v0, Q6_V_vsplat_R(a2[q]));
-            c30 = Q6_Vw_vrmpyacc_VwVbVb(c30, v0, Q6_V_vsplat_R(a3[q]));
+    HVX_Vector acc[4][4];
+    for (int r = 0; r < 4; r++)
+        for (int j = 0; j < NB; j++) acc[r][j] = bias[r];
+    const int32_t *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3];
+    for (int q = 0; q < k4; q++) {
+        int32_t w0 = a0[q * aq], w1 = a1[q * aq], w2 = a2[q * aq], w3 = a3[q * aq];
+        for (int j = 0; j < NB; j++) {
+            HVX_Vector v = b[j * k4 + q];
+            acc[0][j] = Q6_Vw_vrmpyacc_VwVubRb(acc[0][j], v, w0);
+            acc[1][j] = Q6_Vw_vrmpyacc_VwVubRb(acc[1][j], v, w1);
+            acc[2][j] = Q6_Vw_vrmpyacc_VwVubRb(acc[2][j], v, w2);
+            acc[3][j] = Q6_Vw_vrmpyacc_VwVubRb(acc[3][j], v, w3);
         }
     }
-    store_acc(c, c00, cols0, accumulate);
-    store_acc(c + ldc, c10, cols0, accumulate);
-    store_acc(c + 2 * ldc, c20, cols0, accumulate);
-    store_acc(c + 3 * ldc, c30, cols0, accumulate);
-}
-
-/* One row (the m % 4 tail) x one column block. */
-static inline void tile1(int32_t *c, const int8_t *a, const HVX_Vector *b0, int k4, int cols,
-                         int accumulate)
-{
-    const int32_t *a0 = (const int32_t *)a;
-    HVX_Vector acc = Q6_V_vzero();
-    for (int q = 0; q < k4; q++) acc = Q6_Vw_vrmpyacc_VwVbVb(acc, b0[q], Q6_V_vsplat_R(a0[q]));
-    store_acc(c, acc, cols, accumulate);
+    if (ones >= 0) {   /* lane `ones` of the last block summed a against 1s: the row sums */
+        HVX_Vector fix[4];
+        for (int r = 0; r < 4; r++) {
+            sums[r] = Q6_R_vextract_VR(acc[r][NB - 1], 4 * ones);
+            fix[r] = Q6_V_vsplat_R(-128 * sums[r]);
+        }
+        for (int r = 0; r < 4; r++)
+            for (int j = 0; j < NB; j++) acc[r][j] = Q6_Vw_vadd_VwVw(acc[r][j], fix[r]);
+    }
+    if (NB == 1 && ldc == cols_last && cols_last <= 16) {
+        /* narrow outputs (n <= 16, rows contiguous): two rows per vector, one store */
+        uint32_t shift = 4 * (uint32_t)cols_last;
+        HVX_VectorPred upper = Q6_Q_vsetq_R(shift);   /* lanes of the first row */
+        HVX_Vector v01 = Q6_V_vmux_QVV(upper, acc[0][0], Q6_V_vlalign_VVR(acc[1][0], acc[1][0], shift));
+        HVX_Vector v23 = Q6_V_vmux_QVV(upper, acc[2][0], Q6_V_vlalign_VVR(acc[3][0], acc[3][0], shift));
+        store_acc_bytes(c, v01, (rows < 2 ? rows : 2) * shift, accumulate);
+        if (rows > 2) store_acc_bytes(c + 2 * ldc, v23, (uint32_t)(rows - 2) * shift, accumulate);
+        return;
+    }
+    /* constant row indices keep the accumulators in registers */
+    for (int j = 0; j < NB; j++) {
+        int cols = j == NB - 1 ? cols_last : 32;
+        store_acc(c + j * 32, acc[0][j], cols, accumulate);
+        if (rows > 1) store_acc(c + ldc + j * 32, acc[1][j], cols, accumulate);
+        if (rows > 2) store_acc(c + 2 * ldc + j * 32, acc[2][j], cols, accumulate);
+        if (rows > 3) store_acc(c + 3 * ldc + j * 32, acc[3][j], cols, accumulate);
+    }
 }
 
 void dspt_gemm_core(int32_t *c, int ldc, const int8_t *a, int lda, const int8_t *bp,
                     int m, int n, int k, int accumulate)
 {
+    dspt_gemm_core_strided(c, ldc, a, lda, 1, bp, m, n, k, accumulate);
+}
+
+/* The tile holding the last column block (nb_last .. nblocks-1), 1 to 4 blocks. */
+static inline __attribute__((always_inline)) void last_tile(int left, int32_t *c, int ldc, const int32_t *const a[4], int aq,
+                             const HVX_Vector *b, int k4, const HVX_Vector bias[4], int rows,
+                             int cols_last, int accumulate, int ones, int32_t sums[4])
+{
+    if (left == 4) tile(4, c, ldc, a, aq, b, k4, bias, rows, cols_last, accumulate, ones, sums);
+    if (left == 3) tile(3, c, ldc, a, aq, b, k4, bias, rows, cols_last, accumulate, ones, sums);
+    if (left == 2) tile(2, c, ldc, a, aq, b, k4, bias, rows, cols_last, accumulate, ones, sums);
+    if (left == 1) tile(1, c, ldc, a, aq, b, k4, bias, rows, cols_last, accumulate, ones, sums);
+}
+
+static inline __attribute__((always_inline)) void core(
+    int32_t *c, int ldc, const int8_t *a, int lda, const int aq, const int8_t *bp, int m, int n, int k,
+    int accumulate)
+{
     int k4 = (k + 3) / 4, nblocks = (n + 31) / 32;
+    int nb_last = (nblocks - 1) / 4 * 4, left = nblocks - nb_last, cols_last = n - (nblocks - 1) * 32;
+    /* packed b has a lane of 1s after the last column when n % 32 != 0 (dspt_pack_b and
+     * the conv packers): the tile holding it yields the row sums, and runs first */
+    int ones = n % 32 ? n % 32 : -1;
     const HVX_Vector *bv = (const HVX_Vector *)bp;
-    for (int nb = 0; nb < nblocks; nb += 2) {
-        int two = nb + 1 < nblocks;
-        int cols0 = n - nb * 32 < 32 ? n - nb * 32 : 32;
-        int cols1 = two ? (n - (nb + 1) * 32 < 32 ? n - (nb + 1) * 32 : 32) : 0;
-        const HVX_Vector *b0 = bv + nb * k4, *b1 = two ? b0 + k4 : 0;
-        int row = 0;
-        for (; row + 4 <= m; row += 4)
-            tile4(c + row * ldc + nb * 32, ldc, a + row * lda, lda, b0, b1, k4, cols0, cols1,
-                  accumulate);
-        for (; row < m; row++) {
-            tile1(c + row * ldc + nb * 32, a + row * lda, b0, k4, cols0, accumulate);
-            if (two) tile1(c + row * ldc + nb * 32 + 32, a + row * lda, b1, k4, cols1, accumulate);
+    HVX_Vector sum_vec, zero = Q6_V_vzero();
+    int32_t *group = (int32_t *)&sum_vec, sums[4];
+    for (int row = 0; row < m; row += 4) {
+        int rows = m - row < 4 ? m - row : 4;
+        const int32_t *ar[4];
+        HVX_Vector bias[4] = {zero, zero, zero, zero};
+        for (int r = 0; r < 4; r++)
+            ar[r] = (const int32_t *)(a + (row + (r < rows ? r : rows - 1)) * lda);
+        int32_t *crow = c + row * ldc;
+        if (ones >= 0) {
+            last_tile(left, crow + nb_last * 32, ldc, ar, aq, bv + nb_last * k4, k4, bias, rows,
+                      cols_last, accumulate, ones, sums);
+        } else {
+            if (row % 32 == 0) row_sums(group, a + row * lda, lda, aq, m - row < 32 ? m - row : 32, k4);
+            for (int r = 0; r < 4; r++) sums[r] = group[(row + (r < rows ? r : rows - 1)) % 32];
         }
+        for (int r = 0; r < 4; r++) bias[r] = Q6_V_vsplat_R(-128 * sums[r]);
+        for (int nb = 0; nb < nb_last; nb += 4)
+            tile(4, crow + nb * 32, ldc, ar, aq, bv + nb * k4, k4, bias, rows, 32, accumulate, -1, sums);
+        if (ones < 0)
+            last_tile(left, crow + nb_last * 32, ldc, ar, aq, bv + nb_last * k4, k4, bias, rows,
+                      cols_last, accumulate, -1, sums);
     }
+}
+
+void dspt_gemm_core_strided(int32_t *c, int ldc, const int8_t *a, int lda, int aq, const int8_t *bp,
+                            int m, int n, int k, int accumulate)
+{
+    if (aq == 1)   /* contiguous rows: the common case, compiled with a constant stride */
+        core(c, ldc, a, lda, 1, bp, m, n, k, accumulate);
+    else if (aq == 32)   /* rows as the lanes of vectors (conv.c's weight gradient) */
+        core(c, ldc, a, lda, 32, bp, m, n, k, accumulate);
+    else
+        core(c, ldc, a, lda, aq, bp, m, n, k, accumulate);
 }
 
 /* Rows of `a` must be word-aligned for the splats: copy them to a stride of
@@ -148,7 +264,15 @@ int dspt_op_gemm(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     int lda;
     const int8_t *ar = aligned_rows(ctx, a, m, k, &lda);
     if (!bp || !ar) return DSPT_NO_SUPPORT;  /* too big for the scratch: the CPU takes it */
-    dspt_pack_b(bp, b, n, k, k, 0);
-    dspt_gemm_core(c, n, ar, lda, bp, m, n, k, (d->flags & DSPT_F_ACCUMULATE) != 0);
+    dspt_pack_b(bp, b, n, k, k);
+    int acc = (d->flags & DSPT_F_ACCUMULATE) != 0;
+    for (int t = 0; t < (int)ctx->threads; t++) {  /* each HVX thread takes a band of rows */
+        int lo, hi;
+        dspt_share(ctx, m, 4, t, &lo, &hi);
+        if (lo >= hi) continue;
+        dspt_share_begin(ctx);
+        dspt_gemm_core(c + lo * n, n, ar + lo * lda, lda, bp, hi - lo, n, k, acc);
+        dspt_share_end(ctx, t);
+    }
     return DSPT_OK;
 }

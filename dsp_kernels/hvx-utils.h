@@ -14,34 +14,43 @@ typedef HVX_Vector hvx_uvec __attribute__((aligned(1)));  /* unaligned vector ac
 static inline HVX_Vector hvx_load_u(const void *p) { return *(const hvx_uvec *)p; }
 static inline void hvx_store_u(void *p, HVX_Vector v) { *(hvx_uvec *)p = v; }
 
-/* Store the first `bytes` (< 128) bytes of v at p: predicated stores need alignment,
- * so the tail goes through a stack vector. */
-static inline void hvx_store_partial(void *p, HVX_Vector v, uint32_t bytes)
+/* Load `bytes` (1..128) bytes from p into the low lanes (lanes above: whatever the
+ * aligned block holds). Only the aligned blocks holding those bytes are read, so it
+ * never touches a page the caller does not own. */
+static inline HVX_Vector hvx_load_bytes(const void *p, uint32_t bytes)
 {
-    HVX_Vector tmp = v;
-    const uint8_t *s = (const uint8_t *)&tmp;
-    uint8_t *d = (uint8_t *)p;
-    for (uint32_t i = 0; i < bytes; i++) d[i] = s[i];
+    uint32_t off = (uint32_t)(uintptr_t)p & 127u;
+    const HVX_Vector *block = (const HVX_Vector *)((uintptr_t)p - off);
+    HVX_Vector lo = block[0];
+    HVX_Vector hi = off + bytes > HVX_BYTES ? block[1] : lo;
+    return Q6_V_valign_VVR(hi, lo, off);
 }
 
-/* Load `bytes` (< 128) bytes from p into the low lanes of a vector, zeros above. */
-static inline HVX_Vector hvx_load_partial(const void *p, uint32_t bytes)
+/* Store the first `bytes` (1..128) lanes of v at p with predicated aligned stores
+ * (one or two), so no byte outside [p, p + bytes) is written. */
+static inline void hvx_store_bytes(void *p, HVX_Vector v, uint32_t bytes)
 {
-    HVX_Vector tmp = Q6_V_vzero();
-    uint8_t *d = (uint8_t *)&tmp;
-    const uint8_t *s = (const uint8_t *)p;
-    for (uint32_t i = 0; i < bytes; i++) d[i] = s[i];
-    return tmp;
+    uint32_t off = (uint32_t)(uintptr_t)p & 127u, end = off + bytes;
+    HVX_Vector *block = (HVX_Vector *)((uintptr_t)p - off);
+    HVX_Vector r = Q6_V_vlalign_VVR(v, v, off);       /* lane i of v -> lane off + i */
+    HVX_VectorPred before = Q6_Q_vsetq_R(off);         /* lanes < off (none when off = 0) */
+    if (end <= HVX_BYTES) {
+        HVX_VectorPred upto = Q6_Q_vsetq2_R(end);      /* lanes < end, end in 1..128 */
+        Q6_vmem_QRIV(Q6_Q_and_QQn(upto, before), block, r);
+        return;
+    }
+    Q6_vmem_QnRIV(before, block, r);
+    Q6_vmem_QRIV(Q6_Q_vsetq_R(end - HVX_BYTES), block + 1, r);
 }
 
-/* memcpy with unaligned vector moves for the body. */
+/* memcpy with vector moves; the tail is one predicated store, not a byte loop. */
 static inline void hvx_copy(void *dst, const void *src, uint32_t bytes)
 {
     uint8_t *d = (uint8_t *)dst;
     const uint8_t *s = (const uint8_t *)src;
     uint32_t i = 0;
     for (; i + HVX_BYTES <= bytes; i += HVX_BYTES) hvx_store_u(d + i, hvx_load_u(s + i));
-    for (; i < bytes; i++) d[i] = s[i];
+    if (i < bytes) hvx_store_bytes(d + i, hvx_load_bytes(s + i, bytes - i), bytes - i);
 }
 
 static inline void hvx_zero(void *dst, uint32_t bytes)
@@ -49,7 +58,30 @@ static inline void hvx_zero(void *dst, uint32_t bytes)
     uint8_t *d = (uint8_t *)dst;
     uint32_t i = 0;
     for (; i + HVX_BYTES <= bytes; i += HVX_BYTES) hvx_store_u(d + i, Q6_V_vzero());
-    for (; i < bytes; i++) d[i] = 0;
+    if (i < bytes) hvx_store_bytes(d + i, Q6_V_vzero(), bytes - i);
+}
+
+/* Transpose 32 vectors of 32 words in place: v[r] word c <-> v[c] word r. Five
+ * butterfly stages; vshuff(hi, lo, 4w) swaps word c+w of lo with word c of hi (c with
+ * bit w clear), i.e. elements (r, c+w) and (r+w, c). */
+static inline void hvx_transpose32w(HVX_Vector v[32])
+{
+    for (int w = 1; w < 32; w <<= 1)
+        for (int r = 0; r < 32; r++) {
+            if (r & w) continue;
+            HVX_VectorPair p = Q6_W_vshuff_VVR(v[r + w], v[r], 4 * w);
+            v[r] = Q6_V_lo_W(p);
+            v[r + w] = Q6_V_hi_W(p);
+        }
+}
+
+/* Lane l (of 32) gets bytes r0[l], r1[l], r2[l], r3[l]: four rows of 32 bytes
+ * interleaved into the 4-byte groups vrmpy reduces over. */
+static inline HVX_Vector hvx_interleave4b(HVX_Vector r0, HVX_Vector r1, HVX_Vector r2, HVX_Vector r3)
+{
+    HVX_Vector p01 = Q6_V_lo_W(Q6_W_vshuff_VVR(r1, r0, -1));
+    HVX_Vector p23 = Q6_V_lo_W(Q6_W_vshuff_VVR(r3, r2, -1));
+    return Q6_V_lo_W(Q6_W_vshuff_VVR(p23, p01, -2));
 }
 
 #endif

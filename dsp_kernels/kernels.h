@@ -8,6 +8,9 @@
 #include <stdint.h>
 
 #include "ops.h"
+#include "hvx-utils.h"
+
+#define DSPT_MAX_THREADS 8
 
 struct dspt_ctx {
     uint8_t *arena;            /* base of the shared arena */
@@ -15,7 +18,25 @@ struct dspt_ctx {
     uint8_t *scratch;          /* DSP-private working memory (VTCM on a device) */
     uint32_t scratch_bytes;
     uint32_t scratch_used;     /* bump allocator, reset before every op */
+    /* The op's work split across HVX threads (the descriptor's `threads`): each
+     * thread's share runs here one after another and its packets are counted, so
+     * the op's critical path is what the DSP would take with the shares in parallel. */
+    uint32_t threads;
+    uint32_t share_packets[DSPT_MAX_THREADS];
+    uint32_t share_start;
 };
+
+/* Rows [lo, hi) of `n` that thread t of ctx->threads takes, in multiples of `unit`. */
+static inline void dspt_share(const struct dspt_ctx *ctx, int n, int unit, int t, int *lo, int *hi)
+{
+    int units = (n + unit - 1) / unit, per = (units + (int)ctx->threads - 1) / (int)ctx->threads;
+    *lo = t * per * unit < n ? t * per * unit : n;
+    *hi = (t + 1) * per * unit < n ? (t + 1) * per * unit : n;
+}
+
+/* Bracket one thread's share: dspt_share_begin(ctx); ...work...; dspt_share_end(ctx, t). */
+void dspt_share_begin(struct dspt_ctx *ctx);
+void dspt_share_end(struct dspt_ctx *ctx, int t);
 
 /* A 128-byte aligned scratch block, or NULL when the scratch is exhausted. */
 static inline void *dspt_scratch(struct dspt_ctx *ctx, uint32_t bytes)
@@ -39,17 +60,38 @@ static inline uint32_t dspt_count(const int32_t *shape)
 }
 
 /* gemm.c: the vrmpy core shared by the GEMM and the convolutions.
- * a: M rows of K bytes at row stride lda (a multiple of 4, 4-aligned base);
+ * a: M rows of K bytes at row stride lda (a multiple of 4, 4-aligned base); the
+ * bytes between K and round_up(K, 4) of each row are read (any value is fine);
  * bp: b packed by dspt_pack_b; c: M x N int32 at row stride ldc elements. */
 uint32_t dspt_packed_b_bytes(int n, int k);
-void dspt_pack_b(int8_t *bp, const int8_t *src, int n, int k, int sn, const int32_t *koff);
+/* Packed b is biased (b + 128 as unsigned bytes); when n % 32 != 0, lane n % 32 of the
+ * last block holds 1s (DSPT_ONES_WORD) so the product also yields each row's sum of a,
+ * the bias correction's factor. Every packer of b keeps both rules. */
+#define DSPT_ONES_WORD 0x01010101
+
+/* v with word `lane` (0..31) replaced by DSPT_ONES_WORD. */
+static inline HVX_Vector dspt_ones_lane(HVX_Vector v, int lane)
+{
+    HVX_VectorPred word = Q6_Q_and_QQn(Q6_Q_vsetq2_R(4 * lane + 4), Q6_Q_vsetq_R(4 * lane));
+    return Q6_V_vmux_QVV(word, Q6_V_vsplat_R(DSPT_ONES_WORD), v);
+}
+void dspt_pack_b(int8_t *bp, const int8_t *src, int n, int k, int sn);
 void dspt_gemm_core(int32_t *c, int ldc, const int8_t *a, int lda, const int8_t *bp,
                     int m, int n, int k, int accumulate);
+/* The same with word q of row r at a + r * lda + 4 * q * aq (aq = 1: contiguous rows). */
+void dspt_gemm_core_strided(int32_t *c, int ldc, const int8_t *a, int lda, int aq, const int8_t *bp,
+                            int m, int n, int k, int accumulate);
 
 int dspt_op_gemm(struct dspt_ctx *ctx, struct dspt_op_desc *d);
 int dspt_op_conv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d);
 int dspt_op_conv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d);
 int dspt_op_conv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d);
+/* requant.c: the epilogue's passes, shared with update.c */
+int dspt_range_bits(uint32_t max_abs);
+uint32_t dspt_absmax_s32(const int32_t *x, uint32_t n);
+void dspt_shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift, int mode,
+                          const struct dspt_rng *rng, uint32_t *max_abs);
+
 int dspt_op_requant(struct dspt_ctx *ctx, struct dspt_op_desc *d);
 int dspt_op_absmax(struct dspt_ctx *ctx, struct dspt_op_desc *d);
 int dspt_op_niti_update(struct dspt_ctx *ctx, struct dspt_op_desc *d);

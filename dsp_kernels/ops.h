@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#define DSPT_ABI_VERSION 1u
+#define DSPT_ABI_VERSION 2u
 #define DSPT_MAGIC 0x44535054u /* "DSPT" */
 
 /* Op codes. The DSP answers DSPT_NO_SUPPORT for a code it does not know. */
@@ -51,16 +51,19 @@ struct dspt_rng {
 };
 
 /* What one op cost on the DSP, from QEMU's c20/c21/c22 (packets, instructions,
- * HVX instructions); on a device: pcycles in `packets`, zeros elsewhere. */
+ * HVX instructions); on a device: pcycles in `packets`, zeros elsewhere.
+ * `critical`: packets on the op's critical path when its work is split across the
+ * descriptor's `threads` HVX contexts: the serial part plus the largest share one
+ * thread runs (measured per share, the shares run one after another here). */
 struct dspt_cost {
-    uint32_t packets, insns, hvx, reserved;
+    uint32_t packets, insns, hvx, critical;
 };
 
 #define DSPT_MAX_IN 2
 #define DSPT_MAX_OUT 2
 
-/* One op. The host fills everything above `status`; the DSP writes `status`,
- * the `result_*` fields and `cost`. Shapes are NHWC / row-major, unused dims 1. */
+/* One op. The host fills everything above `status` and `threads`; the DSP writes
+ * `status`, the `result_*` fields and `cost`. Shapes are NHWC / row-major, unused dims 1. */
 struct dspt_op_desc {
     uint32_t op;                    /* enum dspt_op */
     uint32_t dtype;                 /* dtype of in0 (REQUANT/ABSMAX: I32 or I64) */
@@ -78,7 +81,7 @@ struct dspt_op_desc {
     int32_t status;                 /* enum dspt_status, written by the DSP */
     int32_t result_shift;           /* the shift used (NITI_UPDATE: -1 = zero gradient) */
     uint32_t result_absmax;         /* max |acc| seen (REQUANT estimate, ABSMAX, NITI_UPDATE) */
-    uint32_t reserved;
+    uint32_t threads;               /* HVX contexts to split the work across (0, 1: one) */
     struct dspt_cost cost;
 };
 

@@ -1,16 +1,16 @@
-/* requant.c: NITI's epilogue on HVX: the range estimate (max |acc|), the shift with
- * round / psto / sto rounding (runtime/numerics.py, bit for bit), and the integer SGD
- * step w - shift(grad) that uses both. int32 accumulators only; int64 -> NO_SUPPORT. */
+/* requant.c: NITI's epilogue on HVX: the range estimate (max |acc|) and the shift with
+ * round / psto / sto rounding (runtime/numerics.py, bit for bit); update.c rounds the
+ * weight step with the same pass. int32 accumulators only; int64 -> NO_SUPPORT. */
 #include "hvx-threefry.h"
 #include "kernels.h"
 
-static int range_bits(uint32_t max_abs)
+int dspt_range_bits(uint32_t max_abs)
 {
     return max_abs == 0 ? 0 : (max_abs == 1 ? 0 : 32 - __builtin_clz(max_abs - 1));
 }
 
 /* max |x| over n int32 (|INT32_MIN| = 2**31 is exact as an unsigned word). */
-static uint32_t absmax_s32(const int32_t *x, uint32_t n)
+uint32_t dspt_absmax_s32(const int32_t *x, uint32_t n)
 {
     HVX_Vector best = Q6_V_vzero();
     uint32_t i = 0;
@@ -99,8 +99,8 @@ static uint32_t max_lane(HVX_Vector best)
 
 /* out[i] = shift_round(in[i]) for n elements; rng used only by DSPT_STO. With `max_abs`
  * set, max |in| is taken in the same pass (a given shift checked for saturation). */
-static void shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift, int mode,
-                            const struct dspt_rng *rng, uint32_t *max_abs)
+void dspt_shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift, int mode,
+                          const struct dspt_rng *rng, uint32_t *max_abs)
 {
     uint32_t i = 0;
     HVX_Vector best = Q6_V_vzero();
@@ -163,7 +163,7 @@ int dspt_op_absmax(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     if (d->dtype != DSPT_I32) return DSPT_NO_SUPPORT;
     const int32_t *acc = dspt_at(ctx, d->in[0], n * 4);
     if (!acc) return DSPT_BAD_PARAMS;
-    d->result_absmax = absmax_s32(acc, n);
+    d->result_absmax = dspt_absmax_s32(acc, n);
     return DSPT_OK;
 }
 
@@ -178,8 +178,8 @@ int dspt_op_requant(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     if (!out) return DSPT_BAD_PARAMS;
     int shift = d->shift;
     if (shift == DSPT_SHIFT_ESTIMATE) {
-        d->result_absmax = absmax_s32(acc, n);
-        shift = range_bits(d->result_absmax) - (d->bits - 1);
+        d->result_absmax = dspt_absmax_s32(acc, n);
+        shift = dspt_range_bits(d->result_absmax) - (d->bits - 1);
         if (shift < 0) shift = 0;
     } else if (shift < 0) {
         shift = 0;  /* numerics: shift <= 0 is a clipping cast */
@@ -187,48 +187,14 @@ int dspt_op_requant(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     if (shift > 62) return DSPT_BAD_PARAMS;
     if (d->shift != DSPT_SHIFT_ESTIMATE && (d->flags & DSPT_F_SATURATE_CHECK)) {
         /* a given shift: max |acc| comes from the rounding pass itself */
-        shift_round_s32(out, acc, n, shift, d->round_mode, &d->rng, &d->result_absmax);
-        int needed = range_bits(d->result_absmax) - (d->bits - 1);
+        dspt_shift_round_s32(out, acc, n, shift, d->round_mode, &d->rng, &d->result_absmax);
+        int needed = dspt_range_bits(d->result_absmax) - (d->bits - 1);
         if (needed > shift) {   /* it would saturate: round again with the estimate */
             shift = needed;
-            shift_round_s32(out, acc, n, shift, d->round_mode, &d->rng, 0);
+            dspt_shift_round_s32(out, acc, n, shift, d->round_mode, &d->rng, 0);
         }
     } else {
-        shift_round_s32(out, acc, n, shift, d->round_mode, &d->rng, 0);
-    }
-    d->result_shift = shift;
-    return DSPT_OK;
-}
-
-/* NITI_UPDATE: w' = clip(w - shift_round(g, max(range(g) - mu, 0))); w' = w if g == 0. */
-int dspt_op_niti_update(struct dspt_ctx *ctx, struct dspt_op_desc *d)
-{
-    uint32_t n = dspt_count(d->shape_a);
-    if (d->dtype != DSPT_I8) return DSPT_NO_SUPPORT;
-    if (dspt_count(d->shape_b) != n || d->round_mode < DSPT_ROUND || d->round_mode > DSPT_STO)
-        return DSPT_BAD_PARAMS;
-    const int8_t *w = dspt_at(ctx, d->in[0], n);
-    const int32_t *g = dspt_at(ctx, d->in[1], n * 4);
-    int8_t *out = dspt_at(ctx, d->out[0], n);
-    int8_t *step = dspt_scratch(ctx, n);
-    if (!w || !g || !out) return DSPT_BAD_PARAMS;
-    if (!step) return DSPT_NO_SUPPORT;
-    d->result_absmax = absmax_s32(g, n);
-    int b = range_bits(d->result_absmax);
-    if (b == 0) {
-        hvx_copy(out, w, n);
-        d->result_shift = -1;
-        return DSPT_OK;
-    }
-    int shift = b - d->bits > 0 ? b - d->bits : 0;
-    shift_round_s32(step, g, n, shift, d->round_mode, &d->rng, 0);
-    HVX_Vector floor = Q6_Vb_vsplat_R(-127);
-    uint32_t i = 0;
-    for (; i + 128 <= n; i += 128)  /* saturating byte subtract, then -128 -> -127 */
-        hvx_store_u(out + i, Q6_Vb_vmax_VbVb(Q6_Vb_vsub_VbVb_sat(hvx_load_u(w + i), hvx_load_u(step + i)), floor));
-    for (; i < n; i++) {
-        int v = w[i] - step[i];
-        out[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+        dspt_shift_round_s32(out, acc, n, shift, d->round_mode, &d->rng, 0);
     }
     d->result_shift = shift;
     return DSPT_OK;

@@ -1,10 +1,16 @@
-/* skel.c: the FastRPC side of the device build: the qaic-generated skel calls these,
- * and they run the same kernels as the emulated server (dispatch.c). Built only with
- * the Hexagon SDK (`make -C dsp_kernels device`). */
+/* skel.c: the FastRPC side of the device build: the skel's invoke entry calls these,
+ * and they run the same kernels as the emulated server (dispatch.c). Built with the
+ * Hexagon SDK (`make -C dsp_kernels device`: qaic's iface_skel.c, the SDK's headers) or
+ * without it (`make -C dsp_kernels skel`: clang-16 / lld-16, skel_invoke.c and the ABI
+ * restated in fastrpc_abi.h), which CI does so the device build cannot rot. */
+#ifdef DSPT_HEXAGON_SDK
 #include <stdlib.h>
 
 #include "HAP_mem.h"
 #include "iface.h"
+#else
+#include "fastrpc_abi.h"
+#endif
 #include "kernels.h"
 
 #define SKEL_SCRATCH (16u << 20)

@@ -8,16 +8,16 @@ recipe file in configs/algorithms/, then a run's `recipe:` overrides.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from .backends import ACCELERATOR, CHOICES as BACKEND_CHOICES, backend_class
 from .errors import ConfigError
+from .inputs.numbers import bounded, field_problem, number_problem
 
 CONFIG_ROOT = Path(__file__).resolve().parent.parent / "configs"
 
@@ -29,8 +29,8 @@ class Rescale:
     """When a tensor's scale (exponent) is recomputed."""
 
     policy: Literal["dynamic", "fixed", "adaptive"] = "dynamic"  # every step | never | Mandheling
-    min_interval: int = 1      # adaptive: steps between checks while the scale moves
-    max_interval: int = 64     # adaptive: longest gap while it holds
+    min_interval: int = bounded(1, 1, 1 << 20)    # adaptive: steps between checks while the scale moves
+    max_interval: int = bounded(64, 1, 1 << 20)   # adaptive: longest gap while it holds
 
 
 @dataclass(frozen=True)
@@ -38,11 +38,11 @@ class NumberFormat:
     """How one tensor role is represented."""
 
     format: Literal["int", "fp", "float32"] = "int"
-    bits: int = 8
-    exponent_bits: int = 0     # fp only (e.g. 5 for FP8 1-5-2)
+    bits: int = bounded(8, 1, 32)
+    exponent_bits: int = bounded(0, 0, 11)     # fp only (e.g. 5 for FP8 1-5-2)
     scale: Literal["pow2", "float", "none"] = "pow2"
     granularity: Literal["tensor", "channel", "group"] = "tensor"
-    group_size: int = 0        # granularity: group
+    group_size: int = bounded(0, 0, 1 << 16)   # granularity: group
     rounding: Literal["round", "psto", "sto", "nearest_even", "none"] = "round"
     rescale: Rescale = field(default_factory=Rescale)
 
@@ -74,9 +74,9 @@ class Loss:
 @dataclass(frozen=True)
 class Optimizer:
     kind: Literal["niti_sgd", "sgd"] = "sgd"
-    lr: float = 0.05
-    momentum: float = 0.0
-    weight_decay: float = 0.0
+    lr: float = bounded(0.05, 0.0, 10.0, low_open=True)
+    momentum: float = bounded(0.0, 0.0, 0.999)
+    weight_decay: float = bounded(0.0, 0.0, 1.0)
     nesterov: bool = False
 
 
@@ -115,24 +115,25 @@ class Recipe:
 @dataclass(frozen=True)
 class ModelConfig:
     name: str = "lenet5"
-    num_classes: int = 10
+    num_classes: int = bounded(10, 2, 100_000)
 
 
 @dataclass(frozen=True)
 class DataConfig:
     dataset: Literal["fashion-mnist", "cifar10", "synthetic"] = "fashion-mnist"
     path: str | None = None           # default: the system location of the dataset
-    train_limit: int | None = None    # use only the first N training samples
-    test_limit: int | None = None
+    train_limit: int | None = bounded(None, 1, 1 << 40)    # use only the first N training samples
+    test_limit: int | None = bounded(None, 1, 1 << 40)
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: int = 10
-    batch_size: int = 64
-    eval_batch_size: int = 1000
-    seed: int = 0
-    checkpoint_every_steps: int = 0   # 0: at the end of each epoch only
+    epochs: int = bounded(10, 1, 100_000)
+    # batches are bounded so that no config makes the first step allocate gigabytes
+    batch_size: int = bounded(64, 1, 4096, why="larger batches: micro-batching with memory.budget")
+    eval_batch_size: int = bounded(1000, 1, 8192)
+    seed: int = bounded(0, 0, 2**32 - 1, why="the counter-based RNG takes a 32-bit seed")
+    checkpoint_every_steps: int = bounded(0, 0, 1 << 40)   # 0: at the end of each epoch only
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,7 @@ class MemoryConfig:
 
     budget: int | str | dict[int, Any] | None = None  # bytes, "64MB", "available", {step: size}, or None
     margin: int | str = "20%"          # with "available": leave this share (or size) of MemAvailable free
-    micro_batch: int | None = None     # force this slice size (None: the planner picks)
+    micro_batch: int | None = bounded(None, 1, 4096)     # force this slice size (None: the planner picks)
     recompute: Literal["auto", "none", "sqrt", "budget", "all"] = "auto"   # which recompute plans to consider
     arena: bool | None = None          # place tensors in one arena (default: when a budget is set)
 
@@ -154,7 +155,7 @@ class SchedulerConfig:
     adaptive_rescale: bool = True
     batch_split: bool = True
     device: str = "v66"               # configs/devices/<device>.yaml
-    micro_batches: int | Literal["auto"] = "auto"   # co-scheduling's; auto: the profile's cost model (cost.py)
+    micro_batches: int | Literal["auto"] = bounded("auto", 1, 256)   # co-scheduling's; auto: the profile's cost model (cost.py)
     # profile: ops whose hooks the device profile lists under dsp.bad_at run on the CPU;
     # first: every op on the first backend that supports it (plan.place)
     placement: Literal["profile", "first"] = "profile"
@@ -168,9 +169,12 @@ class DspMemory:
     l2: int | str = "1MiB"           # the DSP's L2 cache
     # speeds the scheduler's cost model reads (cost.py: micro-batch count, batch-split check);
     # the defaults are v66.yaml's (a phone's DSP), host.yaml has the emulator's
-    macs_per_s: float = 6.4e10       # int8 multiply-accumulates per second in products
-    bytes_per_s: float = 1e10        # bytes per second to and from DDR
-    call_s: float = 1e-4             # seconds of overhead per call (a FastRPC round trip)
+    macs_per_s: float = bounded(6.4e10, 1e3, 1e18)   # int8 multiply-accumulates per second in products
+    bytes_per_s: float = bounded(1e10, 1e3, 1e15)    # bytes per second to and from DDR
+    call_s: float = bounded(1e-4, 0.0, 10.0, low_open=True)   # seconds of overhead per call (a FastRPC round trip)
+    # the modeled DSP time (cost.dsp_op_seconds): one packet per cycle per HVX thread
+    clock_hz: float = bounded(1.0e9, 0.0, 1e12, low_open=True)   # the DSP core clock
+    hvx_threads: int = 4             # HVX contexts the work of one op is split across (1..8)
     # hook -> why the DSP is bad at it: ops with such a hook run on the CPU under
     # scheduler.placement: profile (plan.place); keys must be hooks the DSP implements
     bad_at: dict[str, str] = field(default_factory=dict)
@@ -179,9 +183,9 @@ class DspMemory:
 @dataclass(frozen=True)
 class CpuMemory:
     l2: int | str = "host"           # bytes, a size, or "host": this machine's L2 (sysfs)
-    macs_per_s: float = 5e10
-    bytes_per_s: float = 1e10
-    call_s: float = 2e-5             # Python dispatch of one op
+    macs_per_s: float = bounded(5e10, 1e3, 1e18)
+    bytes_per_s: float = bounded(1e10, 1e3, 1e15)
+    call_s: float = bounded(2e-5, 0.0, 10.0, low_open=True)   # Python dispatch of one op
 
 
 @dataclass(frozen=True)
@@ -238,10 +242,14 @@ def load_device(name_or_path: str) -> DeviceProfile:
     for key in ("dsp.vtcm", "dsp.l2", "cpu.l2"):
         profile.size(key)
     for part in ("dsp", "cpu"):
-        for name in ("macs_per_s", "bytes_per_s", "call_s"):
+        for name in ("macs_per_s", "bytes_per_s", "call_s") + (("clock_hz",) if part == "dsp" else ()):
             value = getattr(getattr(profile, part), name)
             if not value > 0:
                 raise ConfigError(path, f"{part}.{name}", f"{value!r} must be > 0")
+    threads = profile.dsp.hvx_threads
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 8:
+        raise ConfigError(path, "dsp.hvx_threads", f"{threads!r} must be an integer from 1 to 8 "
+                          "(HVX contexts of a Hexagon cDSP)")
     dsp_hooks = backend_class(ACCELERATOR).hooks   # the backend the profile's `dsp` part describes
     for hook, why in profile.dsp.bad_at.items():
         if hook not in dsp_hooks:
@@ -321,10 +329,19 @@ def _convert(tp, value, source, key):
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(source, key, f"expected a number, got {value!r}")
-        return float(value)
+        try:
+            value = float(value)
+        except OverflowError:   # an integer beyond float range
+            raise ConfigError(source, key, f"{value} is not a finite number") from None
+        problem = number_problem(value)
+        if problem:
+            raise ConfigError(source, key, problem)
+        return value
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(source, key, f"expected a string, got {value!r}")
+        if "\x00" in value or len(value) > 4096:
+            raise ConfigError(source, key, f"{value[:80]!r}: a NUL byte or more than 4096 characters")
         return value
     raise TypeError(f"config.py cannot build {tp}")
 
@@ -348,6 +365,9 @@ def build(cls, data: dict, source, prefix: str = "", given: dict | None = None):
         key = f"{prefix}.{f.name}".lstrip(".")
         if f.name in data:
             kwargs[f.name] = _convert(hints[f.name], data[f.name], source, key)
+            problem = field_problem(f, kwargs[f.name])   # the range the field declares
+            if problem:
+                raise ConfigError(source, key, problem)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(source, key, "is required")
     return cls(**kwargs)
@@ -360,17 +380,24 @@ def _merge(base: dict, override: dict) -> dict:
     return out
 
 
+class _FileProblem(Exception):
+    pass
+
+
 def read_yaml(path: Path) -> dict:
+    """A YAML mapping from a regular file, read with limits (inputs/yaml_limits.py)."""
+    from .inputs import YamlLimits, load_yaml, read_limited
+    from .inputs.yaml_limits import YamlProblem
+
+    limits = YamlLimits()
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(path, None, f"cannot read: {exc.strerror}") from None
+        raw = read_limited(path, "YAML", limits.max_bytes, _FileProblem)
+    except _FileProblem as exc:
+        raise ConfigError(path, None, str(exc).removeprefix(f"{path}: ")) from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(path, None, f"malformed YAML{where}: {getattr(exc, 'problem', exc)}") from None
+        data = load_yaml(raw, limits)
+    except YamlProblem as exc:
+        raise ConfigError(path, None if exc.key is None else str(exc.key), str(exc)) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -384,6 +411,8 @@ def recipe_path(name_or_path: str) -> Path:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml"):
         return path
+    if not _SAFE_NAME.match(name_or_path):   # a name, not a way out of configs/algorithms/
+        raise ConfigError("recipe", None, f"{name_or_path!r} is neither a recipe name nor a .yaml path")
     return CONFIG_ROOT / "algorithms" / f"{name_or_path}.yaml"
 
 
@@ -397,13 +426,31 @@ def _check_recipe(recipe: Recipe, source) -> Recipe:
     for epoch, mu in recipe.schedule.mu:
         if not 1 <= mu <= 8:
             raise ConfigError(source, "schedule.mu", f"mu {mu} at epoch {epoch} is outside 1..8")
-    if recipe.optimizer.lr <= 0:
-        raise ConfigError(source, "optimizer.lr", f"{recipe.optimizer.lr} must be > 0")
+    for name in ("mu", "lr_factor"):
+        for i, (start, value) in enumerate(getattr(recipe.schedule, name)):
+            problem = number_problem(start, 0, 100_000) or (
+                number_problem(value, 0.0, 1000.0, low_open=True) if name == "lr_factor" else None)
+            if problem:
+                raise ConfigError(source, f"schedule.{name}[{i}]", problem)
+    for role in ("weights", "activations", "errors", "gradients", "updates"):
+        rescale = getattr(recipe.tensors, role).rescale
+        if rescale.min_interval > rescale.max_interval:
+            raise ConfigError(source, f"tensors.{role}.rescale.min_interval",
+                              f"{rescale.min_interval} is above max_interval {rescale.max_interval}")
     from .algorithms import algorithm_module  # late: the algorithms import config
 
     module = algorithm_module(recipe.module, source)
+    for key, value in recipe.params.items():   # every number finite and of sane size, whatever the module
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            problem = number_problem(value, -(2**31), 2**31)
+            if problem:
+                raise ConfigError(source, f"params.{key}", problem)
     if hasattr(module, "check_recipe"):   # recipe-specific `params`, checked by their module
         module.check_recipe(recipe, source)
+    elif recipe.params:
+        key = sorted(recipe.params, key=str)[0]
+        raise ConfigError(source, f"params.{key}", f"unknown for recipe {recipe.name!r} "
+                          f"(module {recipe.module!r} takes no params)")
     return recipe
 
 
@@ -424,6 +471,11 @@ def load_run(path: str | Path, **overrides) -> RunConfig:
     recipe_spec = data.pop("recipe", None)
     if recipe_spec is None:
         raise ConfigError(path, "recipe", "is required (a name in configs/algorithms/ or a mapping with 'name')")
+    for name in ([recipe_spec] if isinstance(recipe_spec, str) else
+                 [recipe_spec.get("name")] if isinstance(recipe_spec, dict) else []):
+        if isinstance(name, str) and Path(name).suffix not in (".yaml", ".yml") and not _SAFE_NAME.match(name):
+            raise ConfigError(path, "recipe" if isinstance(recipe_spec, str) else "recipe.name",
+                              f"{name!r} is neither a recipe name nor a .yaml path")
     if isinstance(recipe_spec, str):
         if not recipe_path(recipe_spec).exists():   # name the run file's key, and the closest recipe
             import difflib
@@ -433,14 +485,21 @@ def load_run(path: str | Path, **overrides) -> RunConfig:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigError(path, "recipe", f"{recipe_spec!r}: no such recipe in {CONFIG_ROOT / 'algorithms'} "
                               f"(known: {', '.join(known)}){hint}")
-        recipe = load_recipe(recipe_spec)
+        try:
+            recipe = load_recipe(recipe_spec)
+        except ConfigError as exc:   # the recipe file cannot be read at all: point at the run file too
+            if exc.key is not None:
+                raise
+            raise ConfigError(path, "recipe", f"{recipe_spec!r}: {exc}") from None
     elif isinstance(recipe_spec, dict) and isinstance(recipe_spec.get("name"), str):
         spec = dict(recipe_spec)
         name = spec.pop("name")
         try:
             recipe = load_recipe(name, spec)
         except ConfigError as exc:  # an override went wrong: point at the run file
-            if exc.source != str(recipe_path(name)) or exc.key is None:
+            if exc.key is None:
+                raise ConfigError(path, "recipe.name", f"{name!r}: {exc}") from None
+            if exc.source != str(recipe_path(name)):
                 raise
             raise ConfigError(path, f"recipe.{exc.key}", f"{exc.detail} (overriding {name})") from None
     else:
@@ -454,13 +513,32 @@ def load_run(path: str | Path, **overrides) -> RunConfig:
     return run
 
 
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
+
+
 def _check_run(run: RunConfig, source) -> None:
+    if not _SAFE_NAME.match(run.name):
+        raise ConfigError(source, "name", f"{run.name!r}: a run name is letters, digits and . _ + - "
+                          "(it names the output directory runs/<name>)")
+    if run.out_dir is not None:
+        from .inputs.files import check_regular
+
+        if not run.out_dir.strip() or "\x00" in run.out_dir:
+            raise ConfigError(source, "out_dir", f"{run.out_dir!r} is not a directory path")
+        problem = check_regular(run.out_dir, "output")
+        if problem is None:
+            problem = "is a file"
+        if problem != "does not exist" and not Path(run.out_dir).is_dir():
+            raise ConfigError(source, "out_dir", f"{run.out_dir!r} {problem.split(':')[0]}: expected a directory")
     t = run.train
     for key, value, low in (("train.epochs", t.epochs, 1), ("train.batch_size", t.batch_size, 1),
                             ("train.eval_batch_size", t.eval_batch_size, 1),
                             ("train.checkpoint_every_steps", t.checkpoint_every_steps, 0)):
         if value < low:
             raise ConfigError(source, key, f"{value} must be >= {low}")
+    if run.data.dataset == "cifar10" and not run.data.path:
+        raise ConfigError(source, "data.path", "dataset cifar10 needs a directory with data_batch_1.bin .. "
+                          "data_batch_5.bin and test_batch.bin (CIFAR-10's binary version)")
     for key, value in (("data.train_limit", run.data.train_limit), ("data.test_limit", run.data.test_limit)):
         if value is not None and value < 1:
             raise ConfigError(source, key, f"{value} must be >= 1")

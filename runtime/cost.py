@@ -95,3 +95,55 @@ def split_net_seconds(profile, processor: str, streamed: int, fixed: int, result
     saving = max(0.0, 2 * streamed / fast.bytes_per_s - macs / fast.macs_per_s)
     cost = (chunks - 1) * (fast.call_s + fixed / fast.bytes_per_s) + 2 * results / speeds(profile, "cpu").bytes_per_s
     return saving - cost
+
+
+# ---------------------------------------------------------------- the DSP's time, modeled
+# QEMU has no cycle model, but its packet counters are exact: each op reports the
+# packets it ran (cost.packets) and the packets on its critical path when its work is
+# split across the profile's HVX threads (cost.critical, dsp_kernels/dispatch.c). A
+# Hexagon hardware thread issues at most one packet per thread cycle (Hexagon V66
+# Programmer's Reference Manual 80-N2040-42 and V66 HVX Programmer's Reference
+# 80-N2040-44: a packet of up to four instructions per cycle, HVX contexts each fed by
+# one thread), so packets / clock is a lower bound on an op's compute time: stalls
+# (L2 misses, VTCM contention) are not in it. The DDR term is the roofline's: the
+# bytes the op reads and writes in the arena over dsp.bytes_per_s. A call to the DSP
+# (one batch of ops: a FastRPC round trip) adds dsp.call_s.
+
+
+@dataclass(frozen=True)
+class DspTime:
+    """Modeled seconds of DSP work: compute (packets / clock), DDR-bound ops' excess, calls."""
+    compute_s: float
+    memory_s: float        # what DDR traffic adds beyond compute (ops where bytes dominate)
+    call_s: float
+
+    @property
+    def seconds(self) -> float:
+        return self.compute_s + self.memory_s + self.call_s
+
+
+def dsp_op_seconds(profile, critical_packets: int, nbytes: int) -> float:
+    """One op on the DSP: max(packets on its critical path / clock, bytes / DDR bandwidth)."""
+    dsp = profile.dsp
+    return max(critical_packets / dsp.clock_hz, nbytes / dsp.bytes_per_s)
+
+
+def dsp_model_time(profile, costs, calls: int) -> DspTime:
+    """The modeled DSP time of ops run: `costs` are (op, packets, critical, bytes) records
+    (DspBackend.cost_log), `calls` the transport calls that ran them."""
+    dsp = profile.dsp
+    compute = memory = 0.0
+    for _, _, critical, nbytes in costs:
+        c, m = critical / dsp.clock_hz, nbytes / dsp.bytes_per_s
+        compute += c
+        memory += max(0.0, m - c)
+    return DspTime(compute, memory, calls * dsp.call_s)
+
+
+def modeled_step_seconds(dsp_s: float, cpu_s: float, micro_batches: int) -> float:
+    """A step in modeled time: the DSP's modeled seconds and the CPU's (measured) ones,
+    serial when micro_batches == 1, else overlapped as micro_batch_count's pipeline
+    model has it: max(D, C) + min(D, C) / m."""
+    if micro_batches <= 1:
+        return dsp_s + cpu_s
+    return max(dsp_s, cpu_s) + min(dsp_s, cpu_s) / micro_batches

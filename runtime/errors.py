@@ -27,6 +27,15 @@ class DataError(UserError):
     """A data file is missing, corrupt, or of the wrong shape."""
 
 
+class CheckpointError(DataError):
+    """A checkpoint is damaged, foreign or not a checkpoint. Names the file, the part
+    (an array, a field) and what is wrong with it."""
+
+    def __init__(self, path, key, message):
+        self.path, self.key, self.detail = str(path), key, message
+        super().__init__(f"{self.path}: {key}: {message}" if key else f"{self.path}: {message}")
+
+
 class ShapeError(UserError):
     """Tensor shapes do not fit together (names the layer and the shapes)."""
 

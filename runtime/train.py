@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import warnings
@@ -17,9 +18,11 @@ import numpy as np
 from . import checkpoint, data as datasets
 from .algorithms import algorithm_module
 from .backends import select as select_backends
+from .cost import dsp_model_time
 from .errors import DataError, LoweringError, UserError
 from .execute import Executor, StepContext, StepStats
 from .graph import lower
+from .inputs.files import reap_stale_temps
 from .images import as_images, as_labels
 from .metrics import EpochTotals, epoch_energy
 from .memory import (Arena, BudgetError, Schedule, StepRss, adopt_scratch, fix_malloc_threshold,
@@ -62,6 +65,9 @@ class Trainer:
 
     def __init__(self, run, backend: str | None = None, out_dir: str | Path | None = None,
                  progress: bool = True, energy_meter=None):
+        from .inputs import env
+
+        env.check_all()   # a bad DSPTRAIN_* value fails here, naming it, before a backend reads it
         self.run = run
         self.recipe = run.recipe
         self.algorithm = algorithm_module(self.recipe.module)
@@ -91,6 +97,8 @@ class Trainer:
         self.seed = run.train.seed
         self.state = self.algorithm.init_params(self.model, self.recipe, np.random.default_rng(self.seed))
         self.epoch, self.batch_in_epoch, self.global_step = 0, 0, 0
+        self._epoch_sums = (0, 0.0, 0)   # samples, loss sum, correct so far in this epoch (resume)
+        self._epoch_totals = EpochTotals()
         self._train = self._test = None
         # The memory-budget layer: a budget source read between steps, and the arena of
         # the plan in use (weights and optimizer state live in it as views).
@@ -103,6 +111,8 @@ class Trainer:
     def _build_plan(self, batch: int, training: bool):
         graph = lower(self.model, self.recipe, batch, training)
         plan = build(graph, self.backends, self.device, self.scheduler)
+        if hasattr(self.backends.get("dsp"), "hvx_threads"):   # the profile's HVX contexts
+            self.backends["dsp"].hvx_threads = self.device.dsp.hvx_threads
         for name, backend in self.backends.items():
             backend.prepare(graph, [op for op in graph.ops if plan.backend_of(op) == name])
         return plan
@@ -202,12 +212,17 @@ class Trainer:
         env = dict(self.state)
         env["input"] = self.algorithm.prepare_input(images)
         env["labels"] = np.asarray(labels, np.int64)
+        dsp_log = getattr(self.backends.get("dsp"), "take_cost_log", None)
+        if dsp_log is not None:
+            dsp_log()   # what ran before this step (an evaluation) is not its cost
         rss = StepRss()
         rss.begin()
         self.energy_meter.start()
         started = time.perf_counter()
         self.executor.run(plan, env, ctx, stats=stats, memory=option, arena=arena)
         stats.time_s = time.perf_counter() - started
+        if dsp_log is not None:
+            stats.dsp_model_s = dsp_model_time(self.device, *dsp_log()).seconds
         stats.rss_growth_bytes, stats.step_peak_rss_bytes, stats.peak_rss_bytes = rss.end()
         self.rescale.observe(self.global_step, plan.graph, stats.shifts, given)
         reading = self.energy_meter.stop(stats)
@@ -253,15 +268,23 @@ class Trainer:
         epochs = epochs or self.run.train.epochs
         bs = self.run.train.batch_size
         history = []
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        _make_out_dir(self.out_dir)
+        reap_stale_temps(self.out_dir, ("checkpoint.npz", "metrics.jsonl"))
         if hasattr(self.energy_meter, "measure_baseline") and not getattr(self.energy_meter, "baseline_w", 0):
             self.energy_meter.measure_baseline(3.0)   # battery: idle power, subtracted from every batch
         self.check_budget(bs)
-        metrics = open(self.out_dir / "metrics.jsonl", "a")
+        self.check_data()
+        _check_metrics_file(self.out_dir / "metrics.jsonl")
+        fresh = self.epoch == self.batch_in_epoch == self.global_step == 0
+        # a run from step 0 owns its metrics: lines of an earlier run killed before its first checkpoint go
+        metrics = open(self.out_dir / "metrics.jsonl", "w" if fresh else "a")
         try:
             while self.epoch < epochs:
-                started, seen, loss_sum, correct = time.perf_counter(), 0, 0.0, 0
-                totals = EpochTotals()
+                started = time.perf_counter()
+                resumed = self.batch_in_epoch > 0   # mid-epoch: the epoch's sums so far come from the checkpoint
+                seen, loss_sum, correct = self._epoch_sums if resumed else (0, 0.0, 0)
+                totals = self._epoch_totals if resumed else EpochTotals()
+                self._epoch_totals = totals
                 total = datasets.batch_count(self.train_data, bs)
                 bar = tqdm(total=total, initial=self.batch_in_epoch, desc=f"epoch {self.epoch + 1}/{epochs}",
                            disable=not self.progress, unit="batch", leave=True, dynamic_ncols=True)
@@ -269,6 +292,7 @@ class Trainer:
                     stats = self.step(images, labels)
                     self.batch_in_epoch += 1
                     seen, loss_sum, correct = seen + stats.batch, loss_sum + stats.loss * stats.batch, correct + stats.correct
+                    self._epoch_sums = (seen, loss_sum, correct)
                     metrics.write(json.dumps(_step_record(stats)) + "\n")
                     totals.add(stats)
                     postfix = {"loss": f"{loss_sum / seen:.3f}", "acc": f"{correct / seen:.3f}",
@@ -294,7 +318,7 @@ class Trainer:
                 if self.progress:
                     print(f"epoch {self.epoch + 1}: test accuracy {test_accuracy:.4f} "
                           f"({seconds:.1f} s, {seen / max(seconds, 1e-9):.0f} samples/s)", file=sys.stderr)
-                self.epoch, self.batch_in_epoch = self.epoch + 1, 0
+                self.epoch, self.batch_in_epoch, self._epoch_sums = self.epoch + 1, 0, (0, 0.0, 0)
                 self.save()
                 if on_epoch is not None:
                     on_epoch(record)
@@ -342,24 +366,38 @@ class Trainer:
             "run": self.run.name, "recipe": self.recipe.name, "model": self.model.name,
             "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
             "global_step": self.global_step, "seed": self.seed,
-            "rescale": self.rescale.state(),
+            "rescale": self.rescale.state(), "epoch_sums": list(self._epoch_sums),
+            "epoch_energy": [self._epoch_totals.energy_j, self._epoch_totals.energy_steps,
+                             sorted(self._epoch_totals.meters)],
         })
         return path
 
+    def check_data(self) -> None:
+        """Load and check both splits now: a corrupt test file fails before the first
+        step, not after an epoch; labels must fit the model's classes."""
+        for split, data in (("train", self.train_data), ("test", self.test_data)):
+            datasets.check_labels(data, self.run.model.num_classes, self.run.source or self.run.name)
+
     def load(self, path: str | Path | None = None) -> None:
+        """Continue from a checkpoint: every array and field checked against this run
+        (resume.py) before anything is replaced; metrics after it are dropped."""
+        from .resume import check_meta, repair_metrics
+
         path = Path(path or self.checkpoint_path)
-        state, meta = checkpoint.load(path)
-        if meta["recipe"] != self.recipe.name or meta["model"] != self.model.name:
-            raise UserError(f"{path}: checkpoint is {meta['model']} with {meta['recipe']}, "
-                            f"this run is {self.model.name} with {self.recipe.name}")
-        missing = set(self.state) - set(state)
-        if missing:
-            raise UserError(f"{path}: checkpoint lacks {', '.join(sorted(missing))}")
+        state, meta = checkpoint.load(path, expect=self.state,
+                                      identity={"model": self.model.name, "recipe": self.recipe.name})
+        meta = check_meta(path, meta, self)
         self.state = {name: state[name] for name in self.state}
         self.epoch, self.batch_in_epoch = meta["epoch"], meta["batch_in_epoch"]
         self.global_step, self.seed = meta["global_step"], meta["seed"]
         self.rescale.restore(meta.get("rescale") or {})
-        _truncate_metrics(self.out_dir / "metrics.jsonl", self.global_step)
+        self._epoch_sums = repair_metrics(self.out_dir / "metrics.jsonl", self.global_step, self.epoch,
+                                          meta.get("epoch_sums"))
+        self._epoch_totals = EpochTotals()
+        energy = meta.get("epoch_energy")
+        if energy:   # the energy the epoch's steps so far added up to (the epoch record's total)
+            self._epoch_totals.energy_j, self._epoch_totals.energy_steps = float(energy[0]), energy[1]
+            self._epoch_totals.meters = set(energy[2])
 
 
 def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> float:
@@ -372,6 +410,7 @@ def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> float:
 def _step_record(stats: StepStats) -> dict:
     return {"kind": "step", "epoch": stats.epoch + 1, "step": stats.step, "batch": stats.batch,
             "loss": stats.loss, "accuracy": stats.accuracy, "time_s": stats.time_s,
+            "dsp_model_s": stats.dsp_model_s,
             "energy_j": stats.energy_j, "energy_meter": stats.energy_meter,
             "peak_rss_bytes": stats.peak_rss_bytes, "rss_bytes": stats.rss_bytes,
             "rss_growth_bytes": stats.rss_growth_bytes, "step_peak_rss_bytes": stats.step_peak_rss_bytes,
@@ -383,10 +422,20 @@ def _step_record(stats: StepStats) -> dict:
             "fallbacks": stats.fallbacks or None}
 
 
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop records a killed run wrote after the checkpoint it is resumed from."""
-    if not path.exists():
-        return
-    kept = [line for line in path.read_text().splitlines()
-            if line.strip() and json.loads(line).get("step", 0) < step + (json.loads(line)["kind"] == "epoch")]
-    checkpoint.atomic_write(path, lambda f: f.write("".join(k + "\n" for k in kept).encode()))
+def _make_out_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UserError(f"output directory {path}: a file is in the way") from None
+    except OSError as exc:
+        raise UserError(f"output directory {path}: cannot create it ({exc.strerror})") from None
+
+
+def _check_metrics_file(path: Path) -> None:
+    """metrics.jsonl must be a regular file if it is there (opening a FIFO to append blocks)."""
+    from .inputs.files import check_regular
+
+    if os.path.lexists(path):
+        problem = check_regular(path, "metrics")
+        if problem:
+            raise UserError(f"{path}: {problem}")

@@ -2,7 +2,7 @@
 # Set up dsptrain on Debian 12 (or newer): system packages, a virtual environment in
 # .venv, and the package built from this checkout.
 #   bash scripts/setup.sh           # what training needs
-#   bash scripts/setup.sh --tests   # also the emulated Hexagon DSP (qemu, clang), the aarch64 cross g++ (NEON tests) and pytest
+#   bash scripts/setup.sh --tests   # also the emulated Hexagon DSP (qemu, clang, llvm-readelf for the skel check), the aarch64 cross g++ (NEON tests) and pytest
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,7 +10,7 @@ with_tests=0
 [ "${1:-}" = "--tests" ] && with_tests=1
 
 packages=(python3-venv python3-dev g++ dataset-fashion-mnist)
-[ "$with_tests" = 1 ] && packages+=(qemu-user clang-16 lld-16 g++-aarch64-linux-gnu)
+[ "$with_tests" = 1 ] && packages+=(qemu-user clang-16 lld-16 llvm-16 g++-aarch64-linux-gnu)
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 missing=()

@@ -27,14 +27,23 @@ from types import ModuleType
 from ..errors import ConfigError
 
 
+HELPERS = frozenset({"int_residual"})   # modules of this package that are not recipes
+
+
+def recipe_modules() -> list[str]:
+    """The recipe modules of this package: a recipe's `module:` may name only these."""
+    import pkgutil
+
+    return sorted(m.name for m in pkgutil.iter_modules(__path__)
+                  if not m.name.startswith("_") and m.name not in HELPERS and not m.ispkg)
+
+
 def algorithm_module(name: str, source=None) -> ModuleType:
-    try:
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"{__name__}.{name}":
-            raise
+    known = recipe_modules()
+    if not isinstance(name, str) or name not in known:
         raise ConfigError(source or "recipe", "module",
-                          f"{name!r} has no runtime/algorithms/{name}.py") from None
+                          f"{name!r} is not a recipe module (known: {', '.join(known)})")
+    return importlib.import_module(f"{__name__}.{name}")
 
 
 def takes_given_shift(recipe) -> bool:

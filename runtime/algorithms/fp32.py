@@ -233,3 +233,16 @@ def prepare_input(images: np.ndarray) -> np.ndarray:
 
 def logits_to_float(value) -> np.ndarray:
     return np.asarray(value, dtype=np.float64)
+
+
+# FP32 is float32 throughout with PyTorch's SGD: other formats are refused at load.
+SUPPORTED = {
+    "integer": (False,), "tensors.*.format": ("float32",), "tensors.*.bits": (32,),
+    "loss.kind": ("softmax_ce",), "optimizer.kind": ("sgd",),
+}
+
+
+def check_recipe(recipe, source) -> None:
+    from ._support import check_supported
+
+    check_supported(recipe, source, SUPPORTED)

@@ -260,3 +260,18 @@ def prepare_input(images: np.ndarray) -> QTensor:
 
 def logits_to_float(value: QTensor) -> np.ndarray:
     return value.dequantize()
+
+
+# What NITI's kernels honour: int8 tensors with one power-of-two exponent each, its
+# integer loss and update. Other values are refused at load instead of being ignored.
+SUPPORTED = {
+    "integer": (True,), "tensors.*.format": ("int",), "tensors.*.bits": (8,), "tensors.*.scale": ("pow2",),
+    "tensors.*.granularity": ("tensor",), "tensors.*.rounding": ("round", "psto", "sto"),
+    "loss.kind": ("niti_int_ce",), "optimizer.kind": ("niti_sgd",),
+}
+
+
+def check_recipe(recipe, source) -> None:
+    from ._support import check_supported
+
+    check_supported(recipe, source, SUPPORTED)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ctypes
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 MAGIC = 0x44535054
 
 # enum dspt_op
@@ -46,7 +46,7 @@ class Rng(ctypes.Structure):
 
 
 class Cost(ctypes.Structure):
-    _fields_ = [("packets", _u32), ("insns", _u32), ("hvx", _u32), ("reserved", _u32)]
+    _fields_ = [("packets", _u32), ("insns", _u32), ("hvx", _u32), ("critical", _u32)]
 
 
 class OpDesc(ctypes.Structure):
@@ -56,7 +56,7 @@ class OpDesc(ctypes.Structure):
         ("stride", _i32), ("pad", _i32), ("kernel_h", _i32), ("kernel_w", _i32),
         ("round_mode", _i32), ("shift", _i32), ("bits", _i32), ("flags", _u32),
         ("rng", Rng),
-        ("status", _i32), ("result_shift", _i32), ("result_absmax", _u32), ("reserved", _u32),
+        ("status", _i32), ("result_shift", _i32), ("result_absmax", _u32), ("threads", _u32),
         ("cost", Cost),
     ]
 
@@ -90,6 +90,37 @@ def check_hello(hello: Hello) -> None:
         got = getattr(hello, field)
         if got != want:
             raise ValueError(f"ops.h and dsp_abi.py disagree on {field}: DSP {got}, host {want}")
+
+
+_ITEM = {I8: 1, U8: 1, I32: 4, I64: 8}
+
+
+def _count(shape) -> int:
+    n = 1
+    for v in shape:
+        n *= max(int(v), 1)
+    return n
+
+
+def desc_bytes(d: OpDesc) -> int:
+    """Bytes the op reads and writes in the arena (DDR on a phone), from its shapes:
+    the cost model's memory term (runtime/cost.py)."""
+    a, b, out = _count(d.shape_a), _count(d.shape_b), _count(d.shape_out)
+    if d.op in (OP_GEMM_S8, OP_CONV2D_S8, OP_CONV2D_BWD_DATA_S8, OP_CONV2D_BWD_WEIGHT_S8):
+        return a + b + 4 * out                       # int8 operands, int32 accumulators
+    if d.op in (OP_REQUANT, OP_ABSMAX):
+        return _ITEM.get(d.dtype, 4) * a + (a if d.op == OP_REQUANT else 0)
+    if d.op == OP_NITI_UPDATE_S8:
+        return a + 4 * a + a                         # w, int32 gradient, w'
+    if d.op in (OP_RELU_S8,):
+        return 2 * a
+    if d.op in (OP_RELU_BWD_S8,):
+        return 3 * a
+    if d.op == OP_MAXPOOL_S8:
+        return a + 2 * out                           # values and argmax bytes
+    if d.op == OP_MAXPOOL_BWD_S8:
+        return 2 * a + out
+    return 0
 
 
 def ops_in_mask(mask: int) -> frozenset[str]:

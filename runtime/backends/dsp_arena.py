@@ -28,7 +28,9 @@ class Arena:
         self._mv = memoryview(buffer).cast("B")
         self.base = np.frombuffer(self._mv, np.uint8).ctypes.data
         self._lock = threading.RLock()   # finalizers may run inside alloc()
-        self._free = [(dsp_abi.TENSOR_OFFSET, nbytes - dsp_abi.TENSOR_OFFSET)]  # sorted (off, len)
+        # the last vector stays free: kernels read whole unaligned vectors, up to 127 bytes
+        # past a tensor's end (dsp_kernels/conv.c), which must still be mapped memory
+        self._free = [(dsp_abi.TENSOR_OFFSET, nbytes - dsp_abi.TENSOR_OFFSET - dsp_abi.ALIGN)]  # sorted (off, len)
         self._live: dict[int, int] = {}  # offset -> length
 
     # ------------------------------------------------------------ regions

@@ -39,11 +39,16 @@ class EmulatedTransport:
     def __init__(self, arena_bytes: int, timeout: float):
         self.timeout = timeout
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        fd, self.path = tempfile.mkstemp(prefix=f"dsptrain-{os.getpid()}-", dir=shm)
-        weakref.finalize(self, _remove, self.path)
+        reap_stale_arenas(shm or tempfile.gettempdir())
+        fd, path = tempfile.mkstemp(prefix=f"dsptrain-{os.getpid()}-", dir=shm)
+        # No name outlives this process, whatever signal ends it: the file is unlinked at
+        # once and reached by the server through the inherited descriptor (/proc/self/fd/N).
+        _remove(path)
         os.ftruncate(fd, arena_bytes)
         self._mm = mmap.mmap(fd, arena_bytes)
-        os.close(fd)
+        self._fd = fd
+        weakref.finalize(self, os.close, fd)
+        self.path = f"/proc/self/fd/{fd}"   # as the server sees it (the descriptor is passed to it)
         self.arena = Arena(self._mm, arena_bytes)
         self._ring = (dsp_abi.OpDesc * dsp_abi.RING_SLOTS).from_buffer(self._mm, dsp_abi.RING_OFFSET)
         self._proc: subprocess.Popen | None = None
@@ -77,7 +82,7 @@ class EmulatedTransport:
         self._proc = subprocess.Popen(
             ["qemu-hexagon", str(server), self.path, str(self.arena.nbytes), str(SCRATCH_BYTES)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-            start_new_session=True)
+            start_new_session=True, pass_fds=(self._fd,), preexec_fn=_die_with_parent(os.getpid()))
         hello = dsp_abi.Hello.from_buffer_copy(self._read(ctypes.sizeof(dsp_abi.Hello), "handshake"))
         try:
             dsp_abi.check_hello(hello)
@@ -111,7 +116,6 @@ class EmulatedTransport:
             except (OSError, subprocess.TimeoutExpired, BackendError):
                 pass
         self.kill()
-        _remove(self.path)
 
     # ------------------------------------------------------------ batches
     def run(self, descs: list) -> None:
@@ -170,6 +174,55 @@ class EmulatedTransport:
         self.restarts += 1
         msg = f"emulated server died (exit {code}) running {what}"
         raise BackendError("dsp", msg + (f": {tail.decode(errors='replace').strip()}" if tail else ""))
+
+
+def _die_with_parent(parent: int):
+    """A preexec_fn: the server gets SIGKILL when this process dies (Linux
+    PR_SET_PDEATHSIG, kept across exec), even if it is stopped or busy in a kernel, when
+    reading EOF from its stdin would not end it. Without prctl (not Linux) it does nothing.
+
+    The signal follows the thread that started the server, so servers are started from
+    threads that live as long as the backend (the executor's DSP queue does)."""
+    try:
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    PR_SET_PDEATHSIG = 1
+
+    def preexec():
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:   # the parent died before prctl took effect
+            os._exit(70)
+    return preexec
+
+
+def reap_stale_arenas(directory: str) -> list[str]:
+    """Remove arena files `dsptrain-<pid>-*` whose owner pid is gone (left by an older
+    dsptrain killed with SIGKILL; arenas are unlinked at creation now)."""
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        parts = name.split("-")
+        if len(parts) < 3 or parts[0] != "dsptrain" or not parts[1].isdigit():
+            continue
+        pid = int(parts[1])
+        try:
+            os.kill(pid, 0)
+            continue                      # its owner lives
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        path = os.path.join(directory, name)
+        _remove(path)
+        removed.append(path)
+    return removed
 
 
 def _qemu_version() -> str:

@@ -5,11 +5,19 @@ fastrpc_mmap, so a batch is one remote_handle64_invoke carrying three integers: 
 arena's fd and a span of ring slots. The skel (dsp_kernels/skel.c, built by
 `make -C dsp_kernels device`) runs the same kernels as the emulated server.
 Method numbering follows qaic for a remote_handle64 interface: 0 open, 1 close,
-then the methods of dsp_kernels/iface.idl in order.
+then the methods of dsp_kernels/iface.idl in order (dsp_kernels/fastrpc_abi.h).
+
+FastRPC has no per-call timeout: each invoke runs on a worker thread and a call that
+does not return within the timeout (DSPTRAIN_DSP_TIMEOUT) closes the session and raises
+BackendError; the next batch opens a new one. DSPTRAIN_CDSPRPC names the library to
+load (default: libcdsprpc.so, then libadsprpc.so, on the loader's path); the tests
+point it at a stand-in that forwards to the emulated server (tests/backend/fastrpc_stub).
 """
 from __future__ import annotations
 
 import ctypes
+import os
+import threading
 
 from ..errors import BackendError
 from . import dsp_abi
@@ -43,7 +51,8 @@ def _scalars(method: int, n_in: int, n_out: int) -> int:
 
 
 def _load():
-    for name in LIBRARIES:
+    explicit = os.environ.get("DSPTRAIN_CDSPRPC")
+    for name in ((explicit,) if explicit else LIBRARIES):
         try:
             return ctypes.CDLL(name)
         except OSError:
@@ -57,12 +66,13 @@ class FastRpcTransport:
     @staticmethod
     def available() -> tuple[bool, str]:
         lib = _load()
+        name = os.environ.get("DSPTRAIN_CDSPRPC") or "libcdsprpc.so"
         if lib is None:
-            return False, "no device: libcdsprpc.so not found (not an Android/Snapdragon system)"
-        return True, "fastrpc: libcdsprpc.so loaded (skel found at first call via ADSP_LIBRARY_PATH)"
+            return False, f"no device: {name} not found (not an Android/Snapdragon system)"
+        return True, f"fastrpc: {name} loaded (skel found at first call via ADSP_LIBRARY_PATH)"
 
     def __init__(self, arena_bytes: int, timeout: float):
-        self.timeout = timeout  # FastRPC has no per-call timeout; a hung DSP is a hung call
+        self.timeout = timeout  # per invoke, enforced by a worker thread (_invoke)
         self.restarts = 0
         self._lib = _load()
         if self._lib is None:
@@ -119,8 +129,20 @@ class FastRpcTransport:
         args = (_RemoteArg * 2)()
         args[0].buf = _RemoteBuf(ctypes.cast(primitives_in, ctypes.c_void_p), ctypes.sizeof(primitives_in))
         args[1].buf = _RemoteBuf(ctypes.cast(ctypes.pointer(out), ctypes.c_void_p), ctypes.sizeof(out))
-        rc = self._lib.remote_handle64_invoke(ctypes.c_uint64(self._handle),
-                                              _scalars(method, 1, 1), args)
+        done, box = threading.Event(), {}
+
+        def call():   # ctypes releases the GIL for the call
+            box["rc"] = self._lib.remote_handle64_invoke(ctypes.c_uint64(self._handle),
+                                                         _scalars(method, 1, 1), args)
+            done.set()
+        worker = threading.Thread(target=call, name="dsptrain-fastrpc", daemon=True)
+        worker.start()
+        if not done.wait(self.timeout):
+            self.kill()
+            self.restarts += 1
+            raise BackendError("dsp", f"remote_handle64_invoke(method {method}) did not return within "
+                                      f"{self.timeout:g} s (DSPTRAIN_DSP_TIMEOUT); closed the session")
+        rc = box["rc"]
         if rc:
             self.kill()
             self.restarts += 1

@@ -85,14 +85,19 @@ class DspBackend(Backend):
     }
 
     def __init__(self, transport: str | None = None, timeout: float | None = None,
-                 reuse: bool = True, arena_mb: int | None = None):
+                 reuse: bool = True, arena_mb: int | None = None, hvx_threads: int = 4):
         self.mode = transport or os.environ.get("DSPTRAIN_DSP", "auto")
+        # HVX contexts each op's work is split across (the device profile's dsp.hvx_threads;
+        # the emulator runs the shares one after another and counts each: cost.critical)
+        self.hvx_threads = hvx_threads
         self.timeout = timeout or float(os.environ.get("DSPTRAIN_DSP_TIMEOUT", _TIMEOUT))
         self.reuse = reuse
         self.arena_bytes = (arena_mb or int(os.environ.get("DSPTRAIN_DSP_ARENA_MB", _ARENA_MB))) << 20
         self._transport = None
         self._templates: dict = {}
         self.last_costs: list[tuple[str, int, int, int]] = []  # (op, packets, insns, hvx)
+        self.cost_log: list[tuple[str, int, int, int]] = []    # (op, packets, critical, bytes) per op run
+        self.calls = 0                                          # transport calls (FastRPC round trips)
         self.total_costs = [0, 0, 0]                            # packets, insns, hvx since creation
         self.bytes_in = 0                                       # host -> arena copies
 
@@ -131,6 +136,13 @@ class DspBackend(Backend):
         if missing:
             return False, f"the DSP server's op table lacks {', '.join(missing)}"
         return True, why
+
+    def take_cost_log(self) -> tuple[list, int]:
+        """(per-op cost records, transport calls) since the last take; the log restarts.
+        Records are (op, packets, critical packets, bytes): cost.dsp_model_time's input."""
+        log, calls = self.cost_log, self.calls
+        self.cost_log, self.calls = [], 0
+        return log, calls
 
     def prepare(self, graph, ops) -> None:
         """A new plan: forget prepared descriptors and start the DSP now, not mid-step."""
@@ -193,6 +205,9 @@ class DspBackend(Backend):
         return [abi.OpDesc.from_buffer_copy(raw) for raw in self._templates[key]]
 
     def _run(self, descs: list[abi.OpDesc]) -> None:
+        for d in descs:
+            d.threads = self.hvx_threads
+        self.calls += 1
         try:
             self.transport.run(descs)
         except BackendError:
@@ -204,6 +219,8 @@ class DspBackend(Backend):
             self.total_costs[0] += packets
             self.total_costs[1] += insns
             self.total_costs[2] += hvx
+        self.cost_log.extend((abi.OP_NAMES.get(d.op, str(d.op)), d.cost.packets, d.cost.critical,
+                              abi.desc_bytes(d)) for d in descs)
         for d in descs:
             if d.status == abi.OK:
                 continue

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 import warnings
 
@@ -50,10 +51,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `--resume` takes an optional `auto`; anything else after it is the run path, not its value
+    argv = [("--resume=yes" if a == "--resume" and argv[i + 1:i + 2] != ["auto"] else a)
+            for i, a in enumerate(argv)]
     args = parser.parse_args(argv)
     if not args.debug:
         warnings.formatwarning = lambda message, category, *rest: f"dsptrain: warning: {message}\n"
+    previous = _exit_on_signals()
     try:
+        from ..inputs import env
+
+        env.check_all()   # a bad DSPTRAIN_* value: one line naming it, before anything reads it
         return args.func(args)
     except (UserError, DsptrainError) as exc:
         if args.debug:
@@ -63,3 +72,21 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("dsptrain: interrupted", file=sys.stderr)
         return 130
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _exit_on_signals() -> dict:
+    """SIGTERM and SIGHUP end the command as an exception would: `finally` blocks run, so
+    the DSP server is stopped and temp files removed (SIGKILL cannot be caught: the next
+    run reaps what it leaves). Returns the handlers replaced."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    return {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGHUP)}

@@ -1,6 +1,8 @@
 """`dsptrain train RUN.yaml`: train a run config, resumable from its checkpoint."""
 from __future__ import annotations
 
+import argparse
+import os
 import sys
 
 from ..errors import UserError
@@ -13,9 +15,18 @@ def add_parser(sub, common):
                                         "checkpoints to OUT/checkpoint.npz (OUT: runs/<name>).")
     parser.add_argument("run", help="run config YAML")
     add_run_options(parser)
-    parser.add_argument("--resume", action="store_true", help="continue from the checkpoint in the output directory")
+    parser.add_argument("--resume", nargs="?", const="yes", type=_resume_mode, metavar="auto",
+                        help="continue from the checkpoint in the output directory (an error if there is "
+                             "none); --resume auto: continue if there is one, else start afresh")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
+
+
+def _resume_mode(text: str) -> str:
+    """`--resume` alone (cli.main spells it --resume=yes) or `--resume auto`."""
+    if text not in ("yes", "auto"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give --resume alone, or --resume auto")
+    return text
 
 
 def run(args) -> int:
@@ -30,14 +41,24 @@ def run(args) -> int:
     except BaseException:
         trainer.close()
         raise
+    found = os.path.lexists(trainer.checkpoint_path)   # a FIFO or dangling link is found too, and refused by load
     if args.resume:
-        if trainer.checkpoint_path.exists():
-            trainer.load()
+        if found:
+            try:
+                trainer.load()
+            except BaseException:
+                trainer.close()
+                raise
             print(f"resuming {config.name} at epoch {trainer.epoch + 1}, step {trainer.global_step} "
                   f"from {trainer.checkpoint_path}", file=sys.stderr)
-        else:
+        elif args.resume == "auto":
             print(f"no checkpoint at {trainer.checkpoint_path}; starting from scratch", file=sys.stderr)
-    elif trainer.checkpoint_path.exists():
+        else:
+            trainer.close()
+            raise UserError(f"--resume: no checkpoint at {trainer.checkpoint_path} "
+                            f"(--resume auto starts from scratch when there is none)")
+    elif found:
+        trainer.close()
         raise UserError(f"{trainer.checkpoint_path} exists: pass --resume to continue it, "
                         f"or --out DIR for a fresh run")
     print(f"{config.name}: {trainer.model.name} with {config.recipe.name} on {' > '.join(trainer.backend_names)}, "

@@ -63,14 +63,20 @@ class Trace:
         return float(np.trapezoid(ws, ts))
 
 
+MAX_TRACE_BYTES = 2 << 30
+
+
 def load_trace(path, *, offset_s: float | None = None, time_unit: str | None = None,
                current_unit: str | None = None, voltage_unit: str | None = None) -> Trace:
     """Read a power-monitor CSV into a Trace; errors name the file, row and value."""
+    from ..inputs.files import read_limited   # a FIFO or device named as the trace never blocks
+
     path = Path(path)
+    raw = read_limited(path, "power trace", MAX_TRACE_BYTES, lambda m: MeterError(f"trace: {m}"))
     try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise MeterError(f"trace: cannot read {path}: {exc.strerror or exc}") from exc
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise MeterError(f"trace: {path} is not UTF-8 text (byte {exc.start})") from None
     rows = [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
     if not rows:
         raise MeterError(f"trace: {path} is empty")

@@ -58,6 +58,7 @@ class StepStats:
     epoch: int
     batch: int
     time_s: float = 0.0
+    dsp_model_s: float | None = None                  # the DSP's modeled time (cost.dsp_model_time)
     loss: float = float("nan")
     correct: int = 0
     backend_time_s: dict = field(default_factory=dict)

@@ -37,7 +37,10 @@ def same(got, want):
         np.testing.assert_array_equal(g, w)
 
 
-@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (5, 3, 7), (4, 33, 130), (9, 64, 128), (13, 70, 257)])
+# n % 32 == 0 takes the vector row-sum path, other n the packed lane of 1s; n <= 16 the
+# two-rows-per-store path; m not a multiple of 4 or 32 the clamped tail tiles
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (5, 3, 7), (4, 33, 130), (9, 64, 128), (13, 70, 257),
+                                   (45, 64, 70), (38, 128, 9), (7, 6, 25), (11, 16, 150), (66, 160, 131)])
 def test_gemm(dsp, m, n, k):
     a, b = s8(m, k), s8(n, k)
     same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
@@ -51,6 +54,9 @@ def test_gemm_extremes(dsp):
 CONVS = [  # N, H, W, C, O, K, stride, pad
     (1, 1, 1, 1, 1, 1, 1, 0), (2, 7, 6, 3, 5, 3, 1, 1), (1, 9, 9, 1, 6, 5, 1, 0),
     (2, 8, 7, 6, 16, 5, 2, 2), (1, 6, 6, 33, 3, 3, 3, 1), (1, 5, 5, 2, 2, 3, 2, 0),
+    # stride 1 with O % 4 == 0: bwd data as a forward conv of err with flipped taps
+    (2, 9, 7, 5, 8, 3, 1, 1), (1, 6, 6, 40, 36, 3, 1, 0), (1, 5, 5, 8, 64, 3, 1, 2),
+    (3, 12, 12, 6, 16, 5, 1, 0), (2, 10, 10, 1, 6, 5, 1, 2),
 ]
 
 
@@ -153,3 +159,27 @@ def test_inputs_never_written(dsp):
     same(x, x0)
     same(w, w0)
     same(w1, ref.niti_update_s8(w0, np.array(g), 2, "psto", None))
+
+
+@pytest.mark.parametrize("threads", [1, 3, 4])
+def test_thread_split_is_bit_exact_and_shortens_the_critical_path(dsp, threads):
+    """Each product's work split across HVX threads: same bits, and with T threads the
+    critical path (the serial part + the longest share) is about 1/T of the packets."""
+    a, b = s8(259, 130), s8(45, 130)
+    x, w = s8(2, 15, 13, 8), s8(40, 3, 3, 8)
+    dsp.hvx_threads = threads
+    try:
+        dsp.take_cost_log()
+        same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
+        same(dsp.conv2d_s8(x, w, 1, 1), ref.conv2d_s8(x, w, 1, 1))
+        log, calls = dsp.take_cost_log()
+    finally:
+        dsp.hvx_threads = 4
+    assert calls == 2 and [r[0] for r in log] == ["gemm_s8", "conv2d_s8"]
+    for op, packets, critical, nbytes in log:
+        assert 0 < critical <= packets and nbytes > 0
+        if threads == 1:
+            assert critical == packets, op
+        else:
+            # never better than a perfect split; the packing of b stays serial
+            assert packets / threads <= critical < packets * 0.7, (op, packets, critical)

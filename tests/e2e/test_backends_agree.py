@@ -49,6 +49,9 @@ def test_ref_cpu_and_dsp_end_with_identical_weights(small_run, tmp_path, emulate
     assert all(s.ops_on.get("cpu", 0) > 0 and "ref" not in s.ops_on for s in cpu_stats)
     assert all(s.ops_on.get("dsp", 0) >= 10 for s in dsp_stats), dsp_stats[0].ops_on
     assert all(not s.fallbacks for s in dsp_stats)
+    # the DSP's modeled time per batch (cost.dsp_model_time), on DSP runs only
+    assert all(s.dsp_model_s is not None and 0 < s.dsp_model_s < 1 for s in dsp_stats)
+    assert all(s.dsp_model_s is None for s in cpu_stats)
     assert_same_weights(reference, cpu)
     assert_same_weights(cpu, dsp)
 

@@ -1,0 +1,34 @@
+"""What a recipe module supports, checked when its YAML loads (not silently ignored).
+
+NITI's kernels are int8 with power-of-two exponents whatever `bits:` says; FP32 is
+float32 throughout. A module lists the values its code honours, key by key
+(`tensors.*` stands for every tensor role), and `check_supported` turns any other
+value into a ConfigError naming the key, the value and what the module accepts.
+"""
+from __future__ import annotations
+
+from ..errors import ConfigError
+
+ROLES = ("weights", "activations", "errors", "gradients", "updates")
+
+
+def _get(recipe, dotted: str):
+    value = recipe
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def check_supported(recipe, source, supported: dict[str, tuple]) -> None:
+    """`supported`: dotted key (with `tensors.*.` for every role) -> the values allowed."""
+    for key, allowed in supported.items():
+        keys = [key.replace("*", role) for role in ROLES] if "*" in key else [key]
+        for dotted in keys:
+            value = _get(recipe, dotted)
+            if value not in allowed:
+                raise ConfigError(source, dotted, f"{value!r} is not supported by recipe module "
+                                  f"{recipe.module!r} (its kernels take {', '.join(map(repr, allowed))})")
+    if recipe.params:
+        key = sorted(recipe.params, key=str)[0]
+        raise ConfigError(source, f"params.{key}", f"unknown for recipe {recipe.name!r} "
+                          f"(module {recipe.module!r} takes no params)")

@@ -1,0 +1,11 @@
+"""Reading what a user hands dsptrain, with limits: files of the right kind and size,
+YAML without surprises, numbers in their supported range, environment variables.
+
+Every reader here refuses bad input with one UserError naming the file (or variable),
+the key and the value, after bounded work: no read of a FIFO or device, no file larger
+than its kind may be, no YAML that expands, nests or repeats keys past the limits.
+"""
+from .files import read_limited, reap_stale_temps, temp_prefix
+from .yaml_limits import YamlLimits, load_yaml
+
+__all__ = ["read_limited", "reap_stale_temps", "temp_prefix", "YamlLimits", "load_yaml"]
