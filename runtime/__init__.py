@@ -12,8 +12,9 @@ from .errors import BackendError, ConfigError, DataError, DsptrainError, Lowerin
 from .execute import StepStats  # noqa: E402
 from .numerics import QTensor  # noqa: E402
 from .train import Trainer  # noqa: E402
+from .interchange import export, from_torch, load_model  # noqa: E402
 
 __all__ = [
     "__version__", "checkpoint", "models", "load_run", "load_recipe", "RunConfig", "Recipe", "Trainer", "StepStats",
-    "QTensor", "DsptrainError", "UserError", "ConfigError", "DataError", "LoweringError", "BackendError",
+    "QTensor", "load_model", "from_torch", "export", "DsptrainError", "UserError", "ConfigError", "DataError", "LoweringError", "BackendError",
 ]

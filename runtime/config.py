@@ -114,8 +114,16 @@ class Recipe:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = "lenet5"
-    num_classes: int = bounded(10, 2, 100_000)
+    """One of: a zoo `name`, an `onnx` file, a `layers` list, a `factory` 'module:function'
+    (interchange/model_source.py); `name` also labels the others."""
+
+    name: str | None = None           # default: lenet5
+    num_classes: int | None = bounded(None, 2, 100_000)   # default: the model's own (zoo: 10); else a new head
+    onnx: str | None = None           # path of an ONNX file to import
+    bias: Literal["fold", "drop"] = "fold"   # onnx: fold biases into a following batch norm, or drop them
+    layers: tuple[Any, ...] | None = None    # interchange/layer_spec.py
+    input_shape: tuple[int, int, int] | None = None   # layers: [H, W, C]
+    factory: str | None = None        # "module:function" returning a dsptrain.nn.Model
 
 
 @dataclass(frozen=True)
@@ -124,6 +132,7 @@ class DataConfig:
     path: str | None = None           # default: the system location of the dataset
     train_limit: int | None = bounded(None, 1, 1 << 40)    # use only the first N training samples
     test_limit: int | None = bounded(None, 1, 1 << 40)
+    classes: tuple[int, ...] | None = None   # keep only these labels, renumbered 0.. in this order
 
 
 @dataclass(frozen=True)
@@ -134,6 +143,7 @@ class TrainConfig:
     eval_batch_size: int = bounded(1000, 1, 8192)
     seed: int = bounded(0, 0, 2**32 - 1, why="the counter-based RNG takes a 32-bit seed")
     checkpoint_every_steps: int = bounded(0, 0, 1 << 40)   # 0: at the end of each epoch only
+    freeze: tuple[str, ...] = ()      # layer names or globs: no weight gradient, no update (fine-tuning)
 
 
 @dataclass(frozen=True)
@@ -467,7 +477,16 @@ def load_recipe(name_or_path: str, overrides: dict | None = None) -> Recipe:
 def load_run(path: str | Path, **overrides) -> RunConfig:
     """A run config (configs/runs/*.yaml). Keyword overrides replace top-level sections."""
     path = Path(path)
-    data = read_yaml(path)
+    return run_from_mapping(read_yaml(path), path, **overrides)
+
+
+def run_from_mapping(data: dict, path: Path, **overrides) -> RunConfig:
+    """A run config from a mapping already read from `path` (a federated config takes
+    its own `fl:` section out first, runtime/fl/settings.py)."""
+    path = Path(path)
+    data = dict(data)
+    if "fl" in data:
+        raise ConfigError(path, "fl", "this is a federated run config: run it with `dsptrain fl simulate` or `deploy`")
     recipe_spec = data.pop("recipe", None)
     if recipe_spec is None:
         raise ConfigError(path, "recipe", "is required (a name in configs/algorithms/ or a mapping with 'name')")
@@ -536,6 +555,9 @@ def _check_run(run: RunConfig, source) -> None:
                             ("train.checkpoint_every_steps", t.checkpoint_every_steps, 0)):
         if value < low:
             raise ConfigError(source, key, f"{value} must be >= {low}")
+    classes = run.data.classes
+    if classes is not None and (not classes or len(set(classes)) != len(classes) or min(classes) < 0):
+        raise ConfigError(source, "data.classes", f"{list(classes)} must be distinct labels >= 0")
     if run.data.dataset == "cifar10" and not run.data.path:
         raise ConfigError(source, "data.path", "dataset cifar10 needs a directory with data_batch_1.bin .. "
                           "data_batch_5.bin and test_batch.bin (CIFAR-10's binary version)")
@@ -555,11 +577,18 @@ def _check_run(run: RunConfig, source) -> None:
 
     if spec_problem(run.energy):
         raise ConfigError(source, "energy", spec_problem(run.energy))
-    from .models import MODELS  # late: models import nn only
+    _check_model(run, source)
 
-    if run.model.name not in MODELS:
-        import difflib
 
-        close = difflib.get_close_matches(run.model.name, MODELS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(source, "model.name", f"{run.model.name!r} is not one of {', '.join(sorted(MODELS))}{hint}")
+def _check_model(run: RunConfig, source) -> None:
+    """The model section builds a model and train.freeze names its layers (else ConfigError).
+    A model file (model.onnx) is read when the Trainer starts, before any data loads: a run
+    config may name a file an earlier step of a workflow writes."""
+    from .interchange import check_section, frozen_layers, resolve_model as resolve  # late: it reads model files
+
+    if run.model.num_classes is not None and run.model.num_classes < 1:
+        raise ConfigError(source, "model.num_classes", f"{run.model.num_classes} must be >= 1")
+    check_section(run.model, source)
+    if run.model.onnx is None:
+        model, _ = resolve(run.model, source)
+        frozen_layers(model, run.train.freeze, source)

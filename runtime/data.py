@@ -204,7 +204,23 @@ def load_dataset(config, split: str, input_shape=None) -> Dataset:
         data = synthetic(split, input_shape or (28, 28, 1))
     if input_shape is not None and data.images.shape[1:] != tuple(input_shape):
         raise DataError(f"{data.name}: images have shape {data.images.shape[1:]}, the model expects {tuple(input_shape)}")
+    if getattr(config, "classes", None) is not None:
+        data = select_classes(data, config.classes)
     return data.limit(config.train_limit if split == "train" else config.test_limit)
+
+
+def select_classes(data: Dataset, classes) -> Dataset:
+    """Only the samples labelled one of `classes`, relabelled 0.. in the order given
+    (fine-tuning a new head on some of a dataset's classes)."""
+    classes = [int(c) for c in classes]
+    missing = [c for c in classes if not np.any(data.labels == c)]
+    if missing:
+        raise DataError(f"{data.name}: data.classes {classes}: no sample is labelled {missing[0]}")
+    keep = np.isin(data.labels, classes)
+    relabel = np.full(int(max(data.labels.max(initial=0), max(classes))) + 1, -1, np.int64)
+    relabel[classes] = np.arange(len(classes))
+    return Dataset(data.images[keep], relabel[data.labels[keep]],
+                   f"{data.name}[classes {','.join(map(str, classes))}]", data.origin)
 
 
 def check_labels(data: Dataset, num_classes: int, source) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .nn import INPUT, Add, BatchNorm2d, source_of
+from .nn import INPUT, Add, BatchNorm2d, Dropout, source_of
 
 PHASES = ("forward", "loss", "backward", "update")
 ROW_ROLES = ("input", "label", "activation", "saved", "error")   # tensors with one row per sample
@@ -162,7 +162,7 @@ class GraphBuilder:
         return op
 
 
-def lower(model, recipe, batch: int, training: bool = True) -> TrainGraph:
+def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) -> TrainGraph:
     """Lower `model` under `recipe` for `batch` samples: forward, loss, backward, update.
 
     The walk is shared; the recipe module supplies `forward(b, layer, x, shape)`,
@@ -177,6 +177,13 @@ def lower(model, recipe, batch: int, training: bool = True) -> TrainGraph:
     unchanged to both inputs. A layer gets a backward op only if something upstream of it,
     or itself, has parameters; for a chain this is exactly "from the last layer down to the
     first parametric one", with no input error for the latter.
+
+    `frozen` names layers that do not train (fine-tuning; `train.freeze`): they count as
+    having no parameters above, so no error flows into a frozen stem at all, and their
+    weight-gradient and update ops are removed (`_without_frozen`), so nothing keeps an
+    activation only those ops would read. Done here once, for every recipe. A frozen batch
+    norm still normalises by batch statistics and tracks its running mean and variance
+    (as PyTorch does for a module in train mode whose parameters take no gradient).
     """
     from .algorithms import algorithm_module, takes_given_shift
 
@@ -189,11 +196,15 @@ def lower(model, recipe, batch: int, training: bool = True) -> TrainGraph:
     for layer, shape in zip(model.layers, model.shapes()):
         if source_of(layer) is not None:
             x = output_of[source_of(layer)]
+        if not training and isinstance(layer, Dropout):   # dropout is the identity at evaluation
+            output_of[layer.name] = x
+            b.layer_io[layer.name] = (x, x)
+            continue
         out = algorithm.forward(b, layer, x, (batch, *shape))
         b.layer_io[layer.name] = (x, out)
         inputs = (x, output_of[layer.skip_from]) if isinstance(layer, Add) else (x,)
-        needs_error[out] = hasattr(layer, "weight_shape") or isinstance(layer, BatchNorm2d) or \
-            any(needs_error[t] for t in inputs)
+        trains = (hasattr(layer, "weight_shape") or isinstance(layer, BatchNorm2d)) and layer.name not in frozen
+        needs_error[out] = trains or any(needs_error[t] for t in inputs)
         output_of[layer.name] = x = out
     logits = x
     forward_ops = list(b.ops)
@@ -213,10 +224,27 @@ def lower(model, recipe, batch: int, training: bool = True) -> TrainGraph:
             err_in = algorithm.backward(b, layer, err, needs_input_error=needs_error[x])
             if needs_error[x]:
                 errors.setdefault(x, []).append(err_in)
-    graph = TrainGraph(recipe.name, batch, b.ops if training else forward_ops, b.tensors,
+    ops = _without_frozen(b, frozen) if training and frozen else b.ops
+    graph = TrainGraph(recipe.name, batch, ops if training else forward_ops, b.tensors,
                        b.params, logits, eval_ops=forward_ops, training=training,
                        takes_given_shift=takes_given_shift(recipe))
     return graph
+
+
+def _without_frozen(b, frozen) -> list:
+    """The ops minus frozen layers' weight gradients and updates. An op of a frozen layer
+    goes when every output is a gradient (the recipes' bwd_weight ops) or it is an update;
+    tensors only those ops wrote go too. A frozen batch norm with an error to pass on (a
+    trainable layer below it) keeps its backward op, whose gamma/beta gradients go unused."""
+    def drops(op):
+        return op.layer in frozen and (op.phase == "update" or (
+            op.phase == "backward" and all(b.tensors[t].role == "grad" for t in op.outputs)))
+
+    kept = [op for op in b.ops if not drops(op)]
+    used = {t for op in kept for t in (*op.inputs, *op.outputs)}
+    for name in [t for t, spec in b.tensors.items() if spec.role == "grad" and t not in used]:
+        del b.tensors[name]
+    return kept
 
 
 def _joined(algorithm, b, tensor, errs):

@@ -11,7 +11,7 @@ output of `skip_from` to its input. `source`/`skip_from` name an earlier layer, 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import ShapeError
 
@@ -155,6 +155,10 @@ class Model:
     input_shape: tuple[int, int, int]   # H, W, C
     num_classes: int
     layers: tuple[Layer, ...]
+    # Starting weights in the engine's layout ("conv1.w" OHWI, "fc.w" (out, in), batch
+    # norm's "bn1.gamma/beta/mean/var"), float; None: the recipe initialises every layer.
+    # An imported model carries them; the recipe converts them (interchange.weights).
+    initial_weights: dict | None = field(default=None, compare=False, hash=False, repr=False)
 
     def shapes(self) -> list[tuple[int, ...]]:
         """Per-sample output shape of every layer, checking that they fit."""

@@ -29,19 +29,20 @@ from .memory import (Arena, BudgetError, Schedule, StepRss, adopt_scratch, fix_m
                      peak_rss_bytes as _peak_rss_bytes, rss_bytes as _rss_bytes,  # noqa: F401 (benches import them from here)
                      source_from_config)
 from .numerics import QTensor
+from .interchange import describe_model, frozen_layers, resolve_model, starting_state, with_head
 from .models import build_model
 from .plan import PlanCache, build
 from .rescale import RescaleController
 
 
-def lowerable_models(recipe, num_classes: int = 10) -> list[str]:
+def lowerable_models(recipe, num_classes: int | None = 10) -> list[str]:
     """The zoo's models `recipe` can lower (for the suggestion when one cannot)."""
     from .models import MODELS
 
     names = []
     for name in sorted(MODELS):
         try:
-            lower(build_model(name, num_classes), recipe, 1)
+            lower(build_model(name, num_classes or 10), recipe, 1)
         except LoweringError:
             continue
         names.append(name)
@@ -64,14 +65,15 @@ class Trainer:
     """Trains one run. `backend` overrides the run's; `out_dir` where metrics and checkpoints go."""
 
     def __init__(self, run, backend: str | None = None, out_dir: str | Path | None = None,
-                 progress: bool = True, energy_meter=None):
+                 progress: bool = True, energy_meter=None, model=None):
         from .inputs import env
 
         env.check_all()   # a bad DSPTRAIN_* value fails here, naming it, before a backend reads it
         self.run = run
         self.recipe = run.recipe
         self.algorithm = algorithm_module(self.recipe.module)
-        self.model = build_model(run.model.name, run.model.num_classes)
+        # `model`: a Model built in Python (dsptrain.load_model, from_torch) instead of run.model
+        self.model, self.frozen = self._resolve_model(run, model, progress)
         _lowered_or_explained(self.model, run)   # before data loads
         self.backends = select_backends(backend or run.backend)
         self.executor = Executor(self.backends, self.algorithm)
@@ -95,7 +97,7 @@ class Trainer:
         # threshold pinned), so each step's RSS growth measures that step, not the largest before it.
         fix_malloc_threshold()
         self.seed = run.train.seed
-        self.state = self.algorithm.init_params(self.model, self.recipe, np.random.default_rng(self.seed))
+        self.state = starting_state(self.algorithm, self.model, self.recipe, np.random.default_rng(self.seed))
         self.epoch, self.batch_in_epoch, self.global_step = 0, 0, 0
         self._epoch_sums = (0, 0.0, 0)   # samples, loss sum, correct so far in this epoch (resume)
         self._epoch_totals = EpochTotals()
@@ -108,8 +110,25 @@ class Trainer:
         self._held_scratch: dict[str, int] = {}   # backend scratch buffers the plans so far grew
 
     # ------------------------------------------------------------ plumbing
+    @staticmethod
+    def _resolve_model(run, model, progress):
+        """(model, frozen layer names): the given Model, else the run's model section; notes
+        on what import did (biases, a new head) and the frozen layers go to stderr."""
+        notes = []
+        if model is None:
+            model, notes = resolve_model(run.model, run.source or "model")
+        else:
+            model, note = with_head(model, run.model.num_classes)
+            notes += [note] if note else []
+        frozen = frozen_layers(model, run.train.freeze, run.source or "train")
+        if frozen:
+            notes.append(f"frozen (no weight gradient, no update): {', '.join(l.name for l in model.layers if l.name in frozen)}")
+        for note in notes:   # printed even when quiet: they change what trains
+            print(f"{model.name}: {note}", file=sys.stderr)
+        return model, frozen
+
     def _build_plan(self, batch: int, training: bool):
-        graph = lower(self.model, self.recipe, batch, training)
+        graph = lower(self.model, self.recipe, batch, training, self.frozen)
         plan = build(graph, self.backends, self.device, self.scheduler)
         if hasattr(self.backends.get("dsp"), "hvx_threads"):   # the profile's HVX contexts
             self.backends["dsp"].hvx_threads = self.device.dsp.hvx_threads
@@ -122,14 +141,21 @@ class Trainer:
         """The run's training split: `images, labels = trainer.train_data[:64]` is a batch
         (uint8 NHWC, int64); `trainer.train_data.batches(64)` iterates over all of them."""
         if self._train is None:
-            self._train = self._load_split("train")
+            self._train = self._checked_labels(self._load_split("train"))
         return self._train
 
     @property
     def test_data(self) -> datasets.Dataset:
         if self._test is None:
-            self._test = self._load_split("test")
+            self._test = self._checked_labels(self._load_split("test"))
         return self._test
+
+    def _checked_labels(self, data):
+        top = int(data.labels.max(initial=0))
+        if top >= self.model.num_classes:
+            raise DataError(f"{data.name}: label {top} does not fit {self.model.name}'s {self.model.num_classes} "
+                            f"classes; choose labels with data.classes or set model.num_classes")
+        return data
 
     def _load_split(self, split: str):
         try:
@@ -369,6 +395,7 @@ class Trainer:
             "rescale": self.rescale.state(), "epoch_sums": list(self._epoch_sums),
             "epoch_energy": [self._epoch_totals.energy_j, self._epoch_totals.energy_steps,
                              sorted(self._epoch_totals.meters)],
+            "model_spec": describe_model(self.model),   # export rebuilds the model from this
         })
         return path
 
@@ -376,7 +403,7 @@ class Trainer:
         """Load and check both splits now: a corrupt test file fails before the first
         step, not after an epoch; labels must fit the model's classes."""
         for split, data in (("train", self.train_data), ("test", self.test_data)):
-            datasets.check_labels(data, self.run.model.num_classes, self.run.source or self.run.name)
+            datasets.check_labels(data, self.model.num_classes, self.run.source or self.run.name)
 
     def load(self, path: str | Path | None = None) -> None:
         """Continue from a checkpoint: every array and field checked against this run

@@ -5,6 +5,8 @@
     dsptrain plot RUN_DIR...     per-batch and per-epoch plots (cli/plot.py)
     dsptrain recipes             the precision recipes         (cli/recipes.py)
     dsptrain info                version and backends          (cli/info.py)
+    dsptrain fl ACTION RUN.yaml  federated training on Flower  (cli/fl.py)
+    dsptrain export CHECKPOINT   a trained model as ONNX / npz (cli/export.py)
 
 A subcommand module has `add_parser(subparsers, common)` (registering itself with
 `parents=[common]`, so the global options are accepted after the subcommand too) and a
@@ -24,7 +26,7 @@ from .. import __version__
 from ..errors import DsptrainError, UserError
 
 # In the order `dsptrain --help` lists them.
-COMMANDS = ("train", "plan", "plot", "recipes", "info")
+COMMANDS = ("train", "plan", "plot", "recipes", "info", "fl", "export")
 
 
 def _global_options(default) -> argparse.ArgumentParser:

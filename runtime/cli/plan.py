@@ -25,8 +25,8 @@ def run(args) -> int:
     from ..backends import select
     from ..config import load_device, load_run
     from ..graph import lower
+    from ..interchange import frozen_layers, resolve_model
     from ..memory import Fixed, describe, parse_size, source_from_config
-    from ..models import build_model
     from ..plan import build
 
     config = apply_run_options(load_run(args.run), args)
@@ -37,8 +37,9 @@ def run(args) -> int:
             source = Fixed(parse_size(args.budget))
         except ValueError as exc:
             raise UserError(f"--budget: {exc}") from None
-    model = build_model(config.model.name, config.model.num_classes)
-    graph = lower(model, config.recipe, batch)
+    model, _ = resolve_model(config.model, config.source)
+    frozen = frozen_layers(model, config.train.freeze, config.source)
+    graph = lower(model, config.recipe, batch, frozen=frozen)
     # The backends place the ops and report the scratch their kernels keep (scratch_bytes),
     # which the peak includes, as it does when the run trains.
     backends = select(config.backend)
@@ -47,6 +48,9 @@ def run(args) -> int:
         fitter = plan.fitter(config.memory.micro_batch, config.memory.recompute)
         placed = sorted({p.backend for p in plan.placement.values()})
         print(f"{config.name}: {model.name} on {', '.join(placed)}")
+        if frozen:
+            print(f"frozen (no weight gradient, no update, no activation kept for them): "
+                  f"{', '.join(l.name for l in model.layers if l.name in frozen)}")
         print(describe(fitter, source))
         print("the budget covers what the planner places (tensor arena, op workspace, kernel scratch); "
               "the interpreter, NumPy and the loaded dataset come on top of it in the process's RSS")

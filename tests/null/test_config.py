@@ -17,8 +17,11 @@ def write(tmp_path, text, name="run.yaml"):
 
 
 def test_shipped_configs_load():
+    from dsptrain.fl.settings import load_fl_run
+
     for path in sorted((CONFIG_ROOT / "runs").glob("*.yaml")):
-        run = dsptrain.load_run(path)
+        federated = path.name.startswith("fl-")   # run config + `fl:` section (runtime/fl/settings.py)
+        run = load_fl_run(path).run if federated else dsptrain.load_run(path)
         assert run.name == path.stem
     niti = dsptrain.load_recipe("niti")
     assert niti.integer and niti.tensors.gradients.rounding == "psto"

@@ -1,0 +1,52 @@
+"""A checkpoint (or the run directory holding one) as the trained model: the Model
+rebuilt from the layer list the trainer stored beside the weights, and the state.
+Export reads only this, never a live trainer."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError
+from ..nn import BatchNorm2d, Model
+
+CHECKPOINT_NAME = "checkpoint.npz"
+
+
+@dataclass
+class TrainedModel:
+    model: Model
+    state: dict          # tensor name -> QTensor (integer recipes) or ndarray
+    recipe: str
+    path: Path
+    meta: dict
+
+
+def read_checkpoint(path) -> TrainedModel:
+    from .. import checkpoint
+    from .layer_spec import from_description
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / CHECKPOINT_NAME
+    if not path.exists():
+        raise DataError(f"{path}: no such checkpoint (give a checkpoint.npz or the run directory holding one)")
+    state, meta = checkpoint.load(path)
+    spec = meta.get("model_spec")
+    if spec is not None:
+        model = from_description(spec, path)
+    else:   # written before checkpoints described their model: a zoo model by name
+        from ..models import MODELS
+
+        if meta.get("model") not in MODELS:
+            raise DataError(f"{path}: the checkpoint names model {meta.get('model')!r} and has no layer list")
+        head = [k for k in state if k.endswith(".w")][-1]
+        model = MODELS[meta["model"]](int(np.shape(getattr(state[head], "q", state[head]))[0]))
+    for layer in model.layers:
+        needed = [f"{layer.name}.{k}" for k in ("gamma", "beta", "mean", "var")] if isinstance(layer, BatchNorm2d) \
+            else [f"{layer.name}.w"] if hasattr(layer, "weight_shape") else []
+        for name in needed:
+            if name not in state:
+                raise DataError(f"{path}: checkpoint lacks {name} (layer {layer.name} of {model.name})")
+    return TrainedModel(model, state, meta.get("recipe", "?"), path, meta)

@@ -1,0 +1,207 @@
+"""Models written as YAML layer lists, and any Model written back to that form.
+
+    model:
+      name: tiny_cnn
+      input_shape: [28, 28, 1]          # H, W, C
+      layers:
+        - {kind: conv, out: 8, kernel: 3, padding: 1}
+        - relu
+        - {kind: maxpool, kernel: 2}
+        - {kind: residual, body: [{kind: conv, out: 8, kernel: 3, padding: 1}, relu,
+                                  {kind: conv, out: 8, kernel: 3, padding: 1}]}
+        - relu
+        - flatten
+        - {kind: linear, out: 10}
+
+Kinds (parameters, defaults): conv (out, kernel, stride 1, padding 0, source), linear (out),
+relu, maxpool (kernel 2, stride = kernel), globalavgpool, flatten, dropout (p 0.5),
+batchnorm, add (skip_from), residual (body: [...], shortcut: [...] or none). Input sizes
+(conv's in_channels, linear's in_features) follow from the shapes. A layer without `name`
+is named by its kind and a count (conv1, conv2, relu1, ...); layers of a residual block
+are named `<block>.<name>`. `source` and `skip_from` are the flat form a residual block
+expands to (a conv reading an earlier layer; an add of an earlier layer's output), which
+is also what `layers_of` writes, so every model (zoo, ONNX, YAML) round-trips through it.
+"""
+from __future__ import annotations
+
+from ..errors import ConfigError, ShapeError
+from ..nn import INPUT, Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, Model, ReLU
+
+KINDS = {
+    "conv": {"name", "out", "kernel", "stride", "padding", "source"},
+    "linear": {"name", "out"},
+    "relu": {"name"}, "flatten": {"name"}, "batchnorm": {"name"}, "globalavgpool": {"name"},
+    "maxpool": {"name", "kernel", "stride"},
+    "dropout": {"name", "p"},
+    "add": {"name", "skip_from"},
+    "residual": {"name", "body", "shortcut"},
+}
+
+
+class _Builder:
+    def __init__(self, source, key, input_shape):
+        self.source, self.key = source, key
+        self.layers, self.shapes, self.counts = [], {INPUT: tuple(input_shape)}, {}
+
+    @property
+    def last(self):
+        return self.layers[-1].name if self.layers else INPUT
+
+    def error(self, where, message):
+        return ConfigError(self.source, f"{self.key}{where}", message)
+
+    def name(self, item, kind, prefix, where):
+        if "name" in item:
+            if not isinstance(item["name"], str) or not item["name"]:
+                raise self.error(f"{where}.name", f"{item['name']!r} is not a name")
+            return prefix + item["name"]
+        self.counts[prefix + kind] = self.counts.get(prefix + kind, 0) + 1
+        return f"{prefix}{kind}{self.counts[prefix + kind]}"
+
+    def int_param(self, item, key, where, default=None, low=1):
+        value = item.get(key, default)
+        if value is None:
+            raise self.error(f"{where}.{key}", "is required")
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise self.error(f"{where}.{key}", f"{value!r} must be an integer >= {low}")
+        return value
+
+    def add(self, layer, where, reads=None):
+        shape = self.shapes[reads or self.last]
+        if isinstance(layer, Add):
+            if layer.skip_from not in self.shapes:
+                raise self.error(f"{where}.skip_from", f"{layer.skip_from!r} is not an earlier layer")
+            if self.shapes[layer.skip_from] != shape:
+                raise self.error(where, f"adds {layer.skip_from!r} of shape {self.shapes[layer.skip_from]} "
+                                        f"to an input of shape {shape}")
+        if layer.name in self.shapes:
+            raise self.error(f"{where}.name", f"{layer.name!r} is used twice")
+        try:
+            self.shapes[layer.name] = layer.out_shape(shape)
+        except ShapeError as exc:
+            raise self.error(where, str(exc)) from None
+        self.layers.append(layer)
+
+    def items(self, items, where, prefix=""):
+        if not isinstance(items, (list, tuple)) or not items:
+            raise self.error(where, f"expected a non-empty list of layers, got {items!r}")
+        for index, item in enumerate(items):
+            self.item(item, f"{where}[{index}]", prefix)
+
+    def item(self, item, where, prefix):
+        if isinstance(item, str):
+            item = {"kind": item}
+        if not isinstance(item, dict) or not isinstance(item.get("kind"), str):
+            raise self.error(where, f"{item!r} is neither a kind name nor a mapping with 'kind'")
+        kind = item["kind"]
+        if kind not in KINDS:
+            raise self.error(f"{where}.kind", f"{kind!r} is not one of {', '.join(sorted(KINDS))}")
+        unknown = set(item) - KINDS[kind] - {"kind"}
+        if unknown:
+            raise self.error(f"{where}.{sorted(unknown)[0]}",
+                             f"unknown key for {kind} (known: {', '.join(sorted(KINDS[kind]))})")
+        name = self.name(item, kind, prefix, where)
+        if kind == "residual":
+            return self.residual(item, name, where)
+        shape = self.shapes[item.get("source", self.last)] if kind == "conv" and "source" in item else \
+            self.shapes[self.last]
+        if kind == "conv":
+            source = item.get("source")
+            if source is not None and source not in self.shapes:
+                raise self.error(f"{where}.source", f"{source!r} is not an earlier layer")
+            if len(shape) != 3:
+                raise self.error(where, f"conv needs an image input (H, W, C), got shape {shape}")
+            layer = Conv2d(name, shape[2], self.int_param(item, "out", where), self.int_param(item, "kernel", where),
+                           self.int_param(item, "stride", where, 1), self.int_param(item, "padding", where, 0, 0),
+                           source=None if source in (None, self.last) else source)
+            return self.add(layer, where, reads=source)
+        if kind == "linear":
+            if len(shape) != 1:
+                raise self.error(where, f"linear needs a vector input (flatten first), got shape {shape}")
+            return self.add(Linear(name, shape[0], self.int_param(item, "out", where)), where)
+        if kind == "maxpool":
+            k = self.int_param(item, "kernel", where, 2)
+            return self.add(MaxPool2d(name, k, self.int_param(item, "stride", where, k)), where)
+        if kind == "dropout":
+            p = item.get("p", 0.5)
+            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+                raise self.error(f"{where}.p", f"{p!r} must be a number in [0, 1)")
+            return self.add(Dropout(name, float(p)), where)
+        if kind == "batchnorm":
+            if len(shape) != 3:
+                raise self.error(where, f"batchnorm needs an image input (H, W, C), got shape {shape}")
+            return self.add(BatchNorm2d(name, shape[2]), where)
+        if kind == "add":
+            if not isinstance(item.get("skip_from"), str):
+                raise self.error(f"{where}.skip_from", f"{item.get('skip_from')!r}: name an earlier layer")
+            return self.add(Add(name, item["skip_from"]), where)
+        simple = {"relu": ReLU, "flatten": Flatten, "globalavgpool": GlobalAvgPool}
+        return self.add(simple[kind](name), where)
+
+    def residual(self, item, name, where):
+        """body, then the shortcut reading the block input, then the add: the flat form of nn.py."""
+        block_in = self.last
+        self.items(item.get("body"), f"{where}.body", f"{name}.")
+        body_out = self.last
+        shortcut = item.get("shortcut") or []
+        if shortcut:
+            first = shortcut[0] if isinstance(shortcut, list) else None
+            if not isinstance(first, dict) or first.get("kind") != "conv":
+                raise self.error(f"{where}.shortcut[0]", "a shortcut starts with a conv (it reads the block input)")
+            self.items([{**first, "source": block_in}, *shortcut[1:]], f"{where}.shortcut", f"{name}.")
+            self.add(Add(f"{name}.add", skip_from=body_out), where)
+        else:
+            self.add(Add(f"{name}.add", skip_from=block_in), where)
+
+
+def model_from_layers(name: str, input_shape, layers, num_classes: int | None = None,
+                      source="model", key: str = "model.layers") -> Model:
+    """A Model from a YAML layer list; ConfigError naming `source` and the item's key."""
+    shape = tuple(input_shape or ())
+    if len(shape) != 3 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in shape):
+        raise ConfigError(source, key.rsplit(".", 1)[0] + ".input_shape",
+                          f"{input_shape!r}: give the input as [H, W, C] (layers need it)")
+    builder = _Builder(source, key, shape)
+    builder.items(layers, "")
+    out = builder.shapes[builder.last]
+    if len(out) != 1:
+        raise builder.error("", f"the last layer gives shape {out}; a classifier ends with a vector (linear)")
+    if num_classes is not None and out[0] != num_classes:
+        raise ConfigError(source, key.rsplit(".", 1)[0] + ".num_classes",
+                          f"{num_classes} does not match the last layer's {out[0]} outputs")
+    return Model(name, shape, out[0], tuple(builder.layers))
+
+
+def layers_of(model: Model) -> list[dict]:
+    """The flat layer list of any Model, readable by `model_from_layers`."""
+    items = []
+    for layer in model.layers:
+        if isinstance(layer, Conv2d):
+            item = {"kind": "conv", "out": layer.out_channels, "kernel": layer.kernel,
+                    "stride": layer.stride, "padding": layer.padding}
+            if layer.source is not None:
+                item["source"] = layer.source
+        elif isinstance(layer, Linear):
+            item = {"kind": "linear", "out": layer.out_features}
+        elif isinstance(layer, MaxPool2d):
+            item = {"kind": "maxpool", "kernel": layer.kernel, "stride": layer.stride}
+        elif isinstance(layer, Dropout):
+            item = {"kind": "dropout", "p": layer.p}
+        elif isinstance(layer, Add):
+            item = {"kind": "add", "skip_from": layer.skip_from}
+        else:
+            item = {"kind": {ReLU: "relu", Flatten: "flatten", BatchNorm2d: "batchnorm",
+                             GlobalAvgPool: "globalavgpool"}[type(layer)]}
+        items.append({**item, "name": layer.name})
+    return items
+
+
+def describe(model: Model) -> dict:
+    """name, input_shape, num_classes and layers: what a checkpoint keeps to rebuild the model."""
+    return {"name": model.name, "input_shape": list(model.input_shape), "num_classes": model.num_classes,
+            "layers": layers_of(model)}
+
+
+def from_description(spec: dict, source="checkpoint") -> Model:
+    return model_from_layers(spec["name"], spec["input_shape"], spec["layers"], spec["num_classes"],
+                             source, "model.layers")

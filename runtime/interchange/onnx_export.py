@@ -1,0 +1,147 @@
+"""A trained checkpoint as an ONNX file: float (dequantized weights) or QDQ (int8 weights
+with power-of-two scales behind DequantizeLinear), for ONNX Runtime and other engines.
+
+The file takes what dsptrain's recipes take, in PyTorch's layout: float32 input
+(N, C, H, W) holding (pixel - 128) / 128, and gives (N, classes) logits. Engine layouts
+map back: OHWI conv weights to OIHW, a linear layer after a flatten gets its input
+columns from the engine's (H, W, C) order to ONNX's (C, H, W). Dropout is left out
+(inference). In QDQ form every conv and linear weight is int8 with scale 2**e and zero
+point 0: NITI's own int8 weights and exponents as they are, other recipes' weights on an
+int8 power-of-two grid (weights.pow2_grid). Activations stay float in both forms: NITI
+rescales its activations every step by their range, which a static graph cannot follow,
+so the ONNX outputs approximate dsptrain's integer evaluation (the tests report how well).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..algorithms._float_layers import BN_EPS
+from ..checkpoint import atomic_write
+from ..nn import INPUT, Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
+from ..numerics import QTensor
+from .weights import float_weights, pow2_grid
+
+OPSET = 17
+INPUT_NOTE = "float32 (N, C, H, W) = (pixel - 128) / 128"
+
+
+class _Graph:
+    def __init__(self, onnx, qdq):
+        self.onnx, self.helper, self.qdq = onnx, onnx.helper, qdq
+        self.nodes, self.initializers = [], []
+
+    def const(self, name, array):
+        self.initializers.append(self.onnx.numpy_helper.from_array(np.array(array, order="C"), name))  # keeps 0-d scalars
+        return name
+
+    def node(self, op, inputs, output, name, **attrs):
+        self.nodes.append(self.helper.make_node(op, list(inputs), [output], name=name, **attrs))
+        return output
+
+    def weight(self, name, value: np.ndarray, int8: QTensor | None):
+        """A float weight, or in QDQ form int8 + DequantizeLinear (scale 2**e, zero point 0)."""
+        if not self.qdq:
+            return self.const(name, value.astype(np.float32))
+        q = int8 if int8 is not None else pow2_grid(value, 8)
+        self.const(f"{name}_q", q.q.astype(np.int8))
+        self.const(f"{name}_scale", np.array(2.0 ** q.e, np.float32))
+        self.const(f"{name}_zero", np.array(0, np.int8))
+        return self.node("DequantizeLinear", (f"{name}_q", f"{name}_scale", f"{name}_zero"), name, f"{name}_dq")
+
+
+def _int8_of(value, transform) -> QTensor | None:
+    """NITI's int8 weight in ONNX layout, as stored (None for other recipes' weights)."""
+    if isinstance(value, QTensor) and value.q.dtype == np.int8:
+        return QTensor(transform(value.q), value.e)
+    return None
+
+
+def build_onnx(trained, qdq: bool = False, niti: bool = False):
+    """The ONNX model of a checkpoint: float weights, or int8 QDQ weights (`qdq`), or with
+    NITI's activation rounding written out (`niti`, onnx_niti.py)."""
+    import onnx
+
+    from . import onnx_niti
+
+    model, state = trained.model, trained.state
+    floats = float_weights(state)
+    g = _Graph(onnx, qdq)
+    out_of, shape_of, flat_from = {INPUT: "input"}, {INPUT: tuple(model.input_shape)}, {}
+    if niti:
+        onnx_niti.check(trained)
+        out_of[INPUT], step = onnx_niti.quantized_input(g, "input")
+    previous = INPUT
+    for layer, shape in zip(model.layers, model.shapes()):
+        reads = getattr(layer, "source", None) or previous
+        x, name, out = out_of[reads], layer.name, f"{layer.name}.out"
+        if isinstance(layer, Conv2d):
+            to_oihw = lambda a: a.transpose(0, 3, 1, 2)
+            w = g.weight(f"{name}.weight", to_oihw(floats[f"{name}.w"]), _int8_of(state[f"{name}.w"], to_oihw))
+            p = layer.padding
+            g.node("Conv", (x, w), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
+                   pads=[p] * 4)
+            if niti:
+                out, step = onnx_niti.requantize(g, out, step, state[f"{name}.w"].e, name)
+        elif isinstance(layer, Linear):
+            source_shape = flat_from.get(reads)
+            def to_onnx(a, s=source_shape):
+                if s is None:
+                    return a
+                h, w_, c = s          # engine columns (H, W, C) -> ONNX's (C, H, W)
+                return a.reshape(a.shape[0], h, w_, c).transpose(0, 3, 1, 2).reshape(a.shape[0], -1)
+            w = g.weight(f"{name}.weight", to_onnx(floats[f"{name}.w"]), _int8_of(state[f"{name}.w"], to_onnx))
+            g.node("Gemm", (x, w), out, name, transB=1)
+            if niti:
+                out, step = onnx_niti.requantize(g, out, step, state[f"{name}.w"].e, name)
+        elif isinstance(layer, ReLU):
+            g.node("Relu", (x,), out, name)
+            if reads in flat_from:
+                flat_from[layer.name] = flat_from[reads]
+        elif isinstance(layer, MaxPool2d):
+            g.node("MaxPool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2)
+        elif isinstance(layer, Flatten):
+            if len(shape_of[reads]) == 3:
+                flat_from[layer.name] = shape_of[reads]
+                g.node("Flatten", (x,), out, name, axis=1)
+            else:
+                out = x
+        elif isinstance(layer, Dropout):
+            out = x
+            if reads in flat_from:
+                flat_from[layer.name] = flat_from[reads]
+        elif isinstance(layer, BatchNorm2d):
+            inputs = [g.const(f"{name}.{k}", floats[f"{name}.{k}"]) for k in ("gamma", "beta", "mean", "var")]
+            g.node("BatchNormalization", (x, *inputs), out, name, epsilon=BN_EPS)
+        elif isinstance(layer, GlobalAvgPool):
+            pooled = g.node("GlobalAveragePool", (x,), f"{name}.pooled", name)
+            g.node("Flatten", (pooled,), out, f"{name}.flatten", axis=1)
+        elif isinstance(layer, Add):
+            g.node("Add", (x, out_of[layer.skip_from]), out, name)
+        out_of[layer.name], shape_of[layer.name], previous = out, shape, layer.name
+    g.nodes.append(g.helper.make_node("Identity", [out_of[previous]], ["logits"], name="logits"))
+    h, w, c = model.input_shape
+    graph = g.helper.make_graph(
+        g.nodes, model.name,
+        [g.helper.make_tensor_value_info("input", onnx.TensorProto.FLOAT, ["batch", c, h, w])],
+        [g.helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, ["batch", model.num_classes])],
+        g.initializers)
+    proto = g.helper.make_model(graph, opset_imports=[g.helper.make_opsetid("", OPSET)],
+                                producer_name="dsptrain", doc_string=f"input: {INPUT_NOTE}")
+    proto.ir_version = 8     # readable by ONNX Runtime releases from 1.14 on
+    g.helper.set_model_props(proto, {"dsptrain.input": INPUT_NOTE, "dsptrain.recipe": trained.recipe,
+                                     "dsptrain.weights": "int8 QDQ, power-of-two scales" if qdq else "float32",
+                                     "dsptrain.activations": "NITI int8, per-batch power-of-two step" if niti
+                                     else "float32"})
+    onnx.checker.check_model(proto)
+    return proto
+
+
+def write_onnx(trained, out, qdq: bool = False, niti: bool = False) -> str:
+    proto = build_onnx(trained, qdq, niti)
+    data = proto.SerializeToString()
+    atomic_write(Path(out), lambda f: f.write(data))
+    form = "QDQ " if qdq else "NITI-rounding " if niti else ""
+    return (f"wrote {out}: {trained.model.name} ({trained.recipe}) as {form}ONNX, opset {OPSET}, "
+            f"{len(proto.graph.node)} nodes, {len(data)} bytes; input {INPUT_NOTE}")
