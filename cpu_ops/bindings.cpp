@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "conv.h"
-#include "conv_col2im.h"
+#include "conv_cols.h"
 #include "cpu_features.h"
 #include "eltwise.h"
 #include "eltwise_f32.h"
@@ -448,6 +448,28 @@ void def_float_recipe_ops(py::module_& m) {
     return c;
   }, py::arg("a"), py::arg("b"), py::arg("a_transposed"),
      "int16 (a.T if a_transposed else a) @ b[K,N] -> int64 [M,N], exact.");
+  m.def("im2col", [](const py::handle& obj, int kh, int kw, int stride, int pad) {
+    check_positive("im2col", "stride", stride);
+    check_positive("im2col", "kh", kh);
+    check_positive("im2col", "kw", kw);
+    auto run = [&](auto x) {
+      using T = typename decltype(x)::value_type;
+      const int n = int(x.shape(0)), h = int(x.shape(1)), w = int(x.shape(2)), c = int(x.shape(3));
+      const int oh = (h + 2 * pad - kh) / stride + 1, ow = (w + 2 * pad - kw) / stride + 1;
+      if (pad < 0 || oh < 1 || ow < 1)
+        fail("im2col: kernel " + std::to_string(kh) + "x" + std::to_string(kw) + " does not fit x " + shape_str(x) +
+             " padded by " + std::to_string(pad));
+      const Col2imShape s{n, oh, ow, kh, kw, c, h, w, stride, pad};
+      py::array_t<T> cols(std::vector<py::ssize_t>{static_cast<py::ssize_t>(n) * oh * ow, static_cast<py::ssize_t>(kh) * kw * c});
+      T* p = cols.mutable_data();
+      py::gil_scoped_release nogil;
+      im2col_copy(x.data(), s, p);
+      return cols;
+    };
+    if (py::isinstance<py::array_t<int16_t>>(obj)) return py::array(run(checked<int16_t>("im2col", "x", obj, 4)));
+    return py::array(run(checked<float>("im2col", "x", obj, 4)));
+  }, py::arg("x"), py::arg("kh"), py::arg("kw"), py::arg("stride"), py::arg("pad"),
+     "NHWC int16/float32 -> [N*OH*OW, KH*KW*C] patches (zero padding), its own dtype.");
   m.def("col2im", [](const py::handle& obj, std::vector<int> err_nhw, std::vector<int> kernel_hwc, int stride, int pad,
                      std::pair<int, int> in_hw) {
     if (err_nhw.size() != 3 || kernel_hwc.size() != 3)

@@ -36,9 +36,10 @@ constexpr size_t kTaskGrainBytes = 256 * 1024;
 
 // Products of fewer multiply-accumulates than serial_below_macs() run on the caller
 // alone: below it the pool's wake-up and the second core's cold caches cost more than the
-// split gains. The default is measured per op size on LeNet-5's and VGG-11's products
-// (bench/bench_threads.py prints the table it comes from); set_serial_below_macs(0)
-// threads every product (that bench measures with it).
+// split gains. bench/bench_threads.py times every LeNet-5 and VGG-11 product at 1 and 2
+// threads to set it; its only run so far was on a loaded machine (load average 12) and
+// could not tell, so 2e6 is still a provisional value. set_serial_below_macs(0) threads
+// every product (that bench measures with it).
 constexpr double kDefaultSerialBelowMacs = 2.0e6;
 double serial_below_macs();
 void set_serial_below_macs(double macs);

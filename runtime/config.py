@@ -184,7 +184,7 @@ class DspMemory:
     call_s: float = bounded(1e-4, 0.0, 10.0, low_open=True)   # seconds of overhead per call (a FastRPC round trip)
     # the modeled DSP time (cost.dsp_op_seconds): one packet per cycle per HVX thread
     clock_hz: float = bounded(1.0e9, 0.0, 1e12, low_open=True)   # the DSP core clock
-    hvx_threads: int = 4             # HVX contexts the work of one op is split across (1..8)
+    hvx_threads: int = bounded(4, 1, 8, why="HVX contexts of a Hexagon cDSP")   # the work of one op is split across them
     # hook -> why the DSP is bad at it: ops with such a hook run on the CPU under
     # scheduler.placement: profile (plan.place); keys must be hooks the DSP implements
     bad_at: dict[str, str] = field(default_factory=dict)

@@ -183,6 +183,19 @@ def maxpool_bwd_f32(err, argmax, kernel, stride, in_hw):
     return dx
 
 
+def im2col(x, kh: int, kw: int, stride: int, pad: int) -> np.ndarray:
+    """NHWC -> [N*OH*OW, KH*KW*C] patches in x's own dtype (int16, float32), zero padded."""
+    x = np.asarray(x)
+    n, h, w, ch = x.shape
+    xp = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0))) if pad else x
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (w + 2 * pad - kw) // stride + 1
+    st = xp.strides
+    windows = np.lib.stride_tricks.as_strided(xp, (n, oh, ow, kh, kw, ch),
+                                              (st[0], st[1] * stride, st[2] * stride, st[1], st[2], st[3]),
+                                              writeable=False)
+    return windows.reshape(n * oh * ow, kh * kw * ch)
+
+
 def col2im(dcols, err_nhw, kernel_hwc, stride: int, pad: int, in_hw) -> np.ndarray:
     """Scatter-add [N*OH*OW, KH*KW*C] patch sums onto NHWC: int64 sums exactly in int64,
     float64 ones in float64 (exact for FP8's at most KH*KW FP16-valued terms)."""

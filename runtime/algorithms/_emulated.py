@@ -69,7 +69,8 @@ def _int16_product(be, kind, a, b, attrs):
     """The exact int64 sums of a layer product of int16 operands by matmul_s16, whose
     right operand is K-major: weights as they are for the backward data product (a
     transposed copy of them, small, for the forward), activations and im2col patches as
-    they are for the weight gradient; the backward-data scatter (col2im) adds in int64."""
+    they are for the weight gradient; patches (im2col) and the backward-data scatter
+    (col2im) are native too, the scatter in int64."""
     c = np.ascontiguousarray
     if not attrs["conv"]:
         if kind == "fwd":
@@ -81,7 +82,7 @@ def _int16_product(be, kind, a, b, attrs):
     if kind == "fwd":
         o, kh, kw, _ = b.shape
         n, h, w, _ = a.shape
-        out = be.matmul_s16(patches(a, kh, kw, s, p), c(b.reshape(o, -1).T))
+        out = be.matmul_s16(be.im2col(a, kh, kw, s, p), c(b.reshape(o, -1).T))
         return out.reshape(n, out_size(h, kh, s, p), out_size(w, kw, s, p), o)
     if kind == "bwd_data":
         o, kh, kw, ch = b.shape
@@ -89,19 +90,7 @@ def _int16_product(be, kind, a, b, attrs):
         return be.col2im(dcols, a.shape[:3], (kh, kw, ch), s, p, attrs["in_hw"])
     kh, kw = attrs["kernel"]
     o = a.shape[-1]
-    return be.matmul_s16(a.reshape(-1, o), patches(b, kh, kw, s, p), a_transposed=True).reshape(o, kh, kw, b.shape[-1])
-
-
-def patches(x: np.ndarray, kh: int, kw: int, stride: int, pad: int) -> np.ndarray:
-    """NHWC -> [N*OH*OW, KH*KW*C] patches in x's own dtype (im2col without the float64 cast)."""
-    n, h, w, ch = x.shape
-    xp = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0))) if pad else x
-    oh, ow = out_size(h, kh, stride, pad), out_size(w, kw, stride, pad)
-    st = xp.strides
-    windows = np.lib.stride_tricks.as_strided(xp, (n, oh, ow, kh, kw, ch),
-                                              (st[0], st[1] * stride, st[2] * stride, st[1], st[2], st[3]),
-                                              writeable=False)
-    return windows.reshape(n * oh * ow, kh * kw * ch)
+    return be.matmul_s16(a.reshape(-1, o), be.im2col(b, kh, kw, s, p), a_transposed=True).reshape(o, kh, kw, b.shape[-1])
 
 
 def _int8_product(be, kind, a, b, attrs):

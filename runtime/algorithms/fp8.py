@@ -26,7 +26,7 @@ import numpy as np
 from .. import float_ops
 from . import _float_layers as fl
 from . import fp32
-from ._emulated import Emulated, Numerics, module_contract, patches
+from ._emulated import Emulated, Numerics, module_contract
 from ._quant import Scaled, to_fp8, to_fp16
 
 
@@ -58,7 +58,8 @@ class FP8Numerics(Numerics):
     update_hooks = ("round_float",)
 
     def product_hooks(self, kind):
-        return ("matmul_fp16_chunked", "col2im", "round_float") if kind == "conv_bwd_data" else ("matmul_fp16_chunked",)
+        return {"conv": ("matmul_fp16_chunked", "im2col"), "conv_bwd_weight": ("matmul_fp16_chunked", "im2col"),
+                "conv_bwd_data": ("matmul_fp16_chunked", "col2im", "round_float")}.get(kind, ("matmul_fp16_chunked",))
 
     def _grid(self, be, x, ctx, op):
         keep16 = self.param(ctx.recipe, "first_last_fp16", True) and op.attrs["position"] != "middle"
@@ -115,7 +116,7 @@ def chunked_product(be, kind, a, b, attrs, chunk, chunk_sum="fp16"):
     s, p = attrs["stride"], attrs["pad"]
     if kind == "fwd":
         o, kh, kw, _ = b.shape
-        out = be.matmul_fp16_chunked(patches(a, kh, kw, s, p), c(b.reshape(o, -1).T), False, chunk, fp16_adds)
+        out = be.matmul_fp16_chunked(be.im2col(a, kh, kw, s, p), c(b.reshape(o, -1).T), False, chunk, fp16_adds)
         return out.reshape(a.shape[0], *_out_hw(a.shape, kh, s, p), o)
     if kind == "bwd_data":
         o, kh, kw, ch = b.shape
@@ -124,7 +125,7 @@ def chunked_product(be, kind, a, b, attrs, chunk, chunk_sum="fp16"):
         return to_fp16(be, be.col2im(dcols.astype(np.float64), a.shape[:3], (kh, kw, ch), s, p, attrs["in_hw"]))
     kh, kw = attrs["kernel"]
     o = a.shape[-1]
-    out = be.matmul_fp16_chunked(a.reshape(-1, o), patches(b, kh, kw, s, p), True, chunk, fp16_adds)
+    out = be.matmul_fp16_chunked(a.reshape(-1, o), be.im2col(b, kh, kw, s, p), True, chunk, fp16_adds)
     return out.reshape(o, kh, kw, b.shape[-1])
 
 

@@ -41,7 +41,8 @@ class MLSNumerics(Numerics):
     quant_hooks = ("absmax_f", "quantize_mls")
 
     def product_hooks(self, kind):
-        return ("matmul_s16", "col2im") if kind == "conv_bwd_data" else ("matmul_s16",)
+        return {"conv": ("matmul_s16", "im2col"), "conv_bwd_weight": ("matmul_s16", "im2col"),
+                "conv_bwd_data": ("matmul_s16", "col2im")}.get(kind, ("matmul_s16",))
 
     def _group_bits(self, ctx):
         return int(self.param(ctx.recipe, "group_bits", 2))

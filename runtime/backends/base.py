@@ -195,6 +195,10 @@ class Backend:
         16-bit AFP errors). b is K-major, so no product needs a transposed copy."""
         self._needs("matmul_s16")
 
+    def im2col(self, x, kh: int, kw: int, stride: int, pad: int) -> np.ndarray:
+        """NHWC int16 or float32 -> [N*OH*OW, KH*KW*C] patches of the same dtype, zero padded."""
+        self._needs("im2col")
+
     def col2im(self, dcols, err_nhw, kernel_hwc, stride: int, pad: int, in_hw) -> np.ndarray:
         """Scatter-add [N*OH*OW, KH*KW*C] int64 or float64 patch sums onto NHWC (a conv's
         backward data; exact, so the order of the additions is free)."""

@@ -170,6 +170,9 @@ class CpuBackend(Backend):
     def matmul_s16(self, a, b, a_transposed=False):
         return _native.matmul_s16(a, b, bool(a_transposed))
 
+    def im2col(self, x, kh, kw, stride, pad):
+        return _native.im2col(x, int(kh), int(kw), int(stride), int(pad))
+
     def col2im(self, dcols, err_nhw, kernel_hwc, stride, pad, in_hw):
         return _native.col2im(dcols, list(err_nhw), list(kernel_hwc), int(stride), int(pad), tuple(in_hw))
 

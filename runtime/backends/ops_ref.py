@@ -26,7 +26,7 @@ def _to_acc(x: np.ndarray, depth: int) -> np.ndarray:
 
 #: the float-recipe hooks of base.py, defined in float_ops.py
 FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_errors", "quantize_mls", "round_float",
-                      "matmul_s16", "col2im", "matmul_fp16_chunked", "relu_f32", "relu_bwd_f32", "maxpool_f32", "maxpool_bwd_f32",
+                      "matmul_s16", "im2col", "col2im", "matmul_fp16_chunked", "relu_f32", "relu_bwd_f32", "maxpool_f32", "maxpool_bwd_f32",
                       "compensation_fwd", "compensation_bwd", "sgd_f32")
 
 
@@ -164,6 +164,9 @@ class RefBackend(Backend):
 
     def matmul_s16(self, a, b, a_transposed=False):
         return float_ops.matmul_s16(a, b, a_transposed)
+
+    def im2col(self, x, kh, kw, stride, pad):
+        return float_ops.im2col(x, kh, kw, stride, pad)
 
     def col2im(self, dcols, err_nhw, kernel_hwc, stride, pad, in_hw):
         return float_ops.col2im(dcols, err_nhw, kernel_hwc, stride, pad, in_hw)

@@ -140,8 +140,12 @@ def test_matmul_fp16_chunked(be, ref, m, k, n, chunk, fp16_adds, a_transposed):
 
 @pytest.mark.parametrize("n,h,w,c,o,k,stride,pad", [(1, 3, 3, 1, 1, 3, 1, 0), (2, 14, 14, 6, 16, 5, 1, 0),
                                                     (3, 7, 9, 5, 4, 3, 2, 1), (2, 28, 28, 1, 6, 5, 1, 2)])
-def test_col2im(be, ref, n, h, w, c, o, k, stride, pad):
+def test_im2col_and_col2im(be, ref, n, h, w, c, o, k, stride, pad):
     rng = np.random.default_rng(h + c)
+    for x in (rng.integers(-16256, 16257, (n, h, w, c)).astype(np.int16), floats(rng, (n, h, w, c))):
+        got = be.im2col(x, k, k, stride, pad)
+        assert got.dtype == x.dtype
+        np.testing.assert_array_equal(got, ref.im2col(x, k, k, stride, pad))
     oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
     ints = rng.integers(-2**40, 2**40, (n * oh * ow, k * k * c))
     halves = ref.round_float(rng.normal(size=ints.shape) * 100, 5, 10, "nearest_even", None).astype(np.float64)
