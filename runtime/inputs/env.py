@@ -80,6 +80,15 @@ def _directory(must_exist: bool) -> Callable[[str], str]:
     return parse
 
 
+def _library(text: str) -> str:
+    """A shared library: a bare name the loader finds on its path, or a path that must exist."""
+    if not text.strip() or "\x00" in text:
+        raise ValueError("expected a library name or path")
+    if "/" in text and not os.path.isfile(text):
+        raise ValueError("is not a file")
+    return text
+
+
 @dataclass(frozen=True)
 class Variable:
     name: str
@@ -98,6 +107,7 @@ VARIABLES = {v.name: v for v in (
     Variable("DSPTRAIN_BUILD_JOBS", _int(1, 1024), None, "files the native extension compiles at once"),
     Variable("DSPTRAIN_DSP", _choice("emulated", "fastrpc", "auto"), "auto", "which DSP transport to use"),
     Variable("DSPTRAIN_DSP_TIMEOUT", _seconds, 120.0, "seconds after which a DSP call is a hang"),
+    Variable("DSPTRAIN_CDSPRPC", _library, None, "the FastRPC library to load"),
     Variable("DSPTRAIN_DSP_ARENA_MB", _int(1, 65536), 256, "size of the shared tensor arena"),
     Variable("DSPTRAIN_DSP_KERNELS", _directory(True), None, "where the HVX sources are"),
     Variable("DSPTRAIN_CACHE", _directory(False), None, "where the emulated DSP server is built"),
