@@ -8,11 +8,7 @@
 
 #include "thread_pool.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define DSPTRAIN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define DSPTRAIN_CLONES
-#endif
+#include "target_clones.h"
 
 namespace dsptrain {
 namespace {
