@@ -227,7 +227,8 @@ def check_labels(data: Dataset, num_classes: int, source) -> None:
     """Labels must index the model's outputs: 0..num_classes-1."""
     if len(data) and (int(data.labels.max()) >= num_classes or int(data.labels.min()) < 0):
         raise DataError(f"{data.origin or data.name}: labels span {int(data.labels.min())}..{int(data.labels.max())}, "
-                        f"but {source} sets model.num_classes {num_classes} (labels 0..{num_classes - 1})")
+                        f"but {source} sets model.num_classes {num_classes} (labels 0..{num_classes - 1}); "
+                        f"choose labels with data.classes or set model.num_classes")
 
 
 def batches(data: Dataset, batch_size: int, seed: int | None, epoch: int = 0, start: int = 0):

@@ -151,10 +151,7 @@ class Trainer:
         return self._test
 
     def _checked_labels(self, data):
-        top = int(data.labels.max(initial=0))
-        if top >= self.model.num_classes:
-            raise DataError(f"{data.name}: label {top} does not fit {self.model.name}'s {self.model.num_classes} "
-                            f"classes; choose labels with data.classes or set model.num_classes")
+        datasets.check_labels(data, self.model.num_classes, self.run.source or self.run.name)
         return data
 
     def _load_split(self, split: str):
@@ -402,8 +399,7 @@ class Trainer:
     def check_data(self) -> None:
         """Load and check both splits now: a corrupt test file fails before the first
         step, not after an epoch; labels must fit the model's classes."""
-        for split, data in (("train", self.train_data), ("test", self.test_data)):
-            datasets.check_labels(data, self.model.num_classes, self.run.source or self.run.name)
+        _ = self.train_data, self.test_data   # loading a split checks its labels
 
     def load(self, path: str | Path | None = None) -> None:
         """Continue from a checkpoint: every array and field checked against this run
