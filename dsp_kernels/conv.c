@@ -333,6 +333,8 @@ int dspt_op_conv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     const int8_t *x = dspt_at(ctx, d->in[1], dspt_count(d->shape_b));
     int32_t *dw = dspt_at(ctx, d->out[0], (uint32_t)s.o * j * 4);
     if (!err || !x || !dw) return DSPT_BAD_PARAMS;
+    if (dspt_conv_planar_fits(&s))   /* few channels: operands split into planes */
+        return dspt_conv_planar_bwd_weight(ctx, dw, err, x, &s, (d->flags & DSPT_F_ACCUMULATE) != 0);
     /* chunk the reduction: pc positions (a multiple of 4) per pass and thread */
     int pc = chunk_rows(ctx, j + s.o);
     if (pc > ((p + 3) & ~3)) pc = (p + 3) & ~3;
