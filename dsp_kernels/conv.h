@@ -19,4 +19,9 @@ int dspt_conv_planar_fits(const struct conv_shape *s);
 int dspt_conv_planar_bwd_weight(struct dspt_ctx *ctx, int32_t *dw, const int8_t *err, const int8_t *x,
                                 const struct conv_shape *s, int accumulate);
 
+/* conv_col2im.c: backward data as GEMM + col2im (C < 32, O % 4 == 0). */
+int dspt_conv_col2im_fits(const struct conv_shape *s);
+int dspt_conv_col2im_bwd_data(struct dspt_ctx *ctx, int32_t *dx, const int8_t *err, const int8_t *w,
+                              const struct conv_shape *s, int accumulate);
+
 #endif
