@@ -25,10 +25,15 @@ class Conv2d:
     stride: int = 1
     padding: int = 0
     source: str | None = None   # read this layer's output instead of the previous one
+    bias: bool = False          # a per-output-channel bias (recipes with float biases; NITI has none)
 
     @property
     def weight_shape(self):
         return (self.out_channels, self.kernel, self.kernel, self.in_channels)
+
+    @property
+    def bias_shape(self):
+        return (self.out_channels,)
 
     def out_shape(self, shape):
         h, w, c = _expect_image(self, shape)
@@ -46,10 +51,15 @@ class Linear:
     name: str
     in_features: int
     out_features: int
+    bias: bool = False          # a per-output bias (recipes with float biases; NITI has none)
 
     @property
     def weight_shape(self):
         return (self.out_features, self.in_features)
+
+    @property
+    def bias_shape(self):
+        return (self.out_features,)
 
     def out_shape(self, shape):
         if len(shape) != 1 or shape[0] != self.in_features:
@@ -138,6 +148,11 @@ PARAMETRIC = (Conv2d, Linear)
 INPUT = "input"   # `source` / `skip_from` value naming the model input
 
 
+def has_bias(layer) -> bool:
+    """Does `layer` (a conv or linear layer) add a bias, named "<layer>.b" in a recipe's state?"""
+    return bool(getattr(layer, "bias", False))
+
+
 def source_of(layer) -> str | None:
     """The layer whose output `layer` reads, when it is not the previous one."""
     return getattr(layer, "source", None)
@@ -155,7 +170,7 @@ class Model:
     input_shape: tuple[int, int, int]   # H, W, C
     num_classes: int
     layers: tuple[Layer, ...]
-    # Starting weights in the engine's layout ("conv1.w" OHWI, "fc.w" (out, in), batch
+    # Starting weights in the engine's layout ("conv1.w" OHWI, "fc.w" (out, in), a bias "fc.b", batch
     # norm's "bn1.gamma/beta/mean/var"), float; None: the recipe initialises every layer.
     # An imported model carries them; the recipe converts them (interchange.weights).
     initial_weights: dict | None = field(default=None, compare=False, hash=False, repr=False)

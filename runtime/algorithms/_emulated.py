@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import ConfigError, LoweringError, NoSupport
 from ..layout import col2im, im2col, out_size
-from ..nn import Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
+from ..nn import Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
 from . import _float_layers as fl
 from . import fp32
 from ._quant import Scaled
@@ -270,6 +270,9 @@ class Emulated:
                 state[f"{layer.name}.w"] = w
                 state.update(self.n.opt_state(f"{layer.name}.w", _plain(w)))
                 state.update({f"{layer.name}.{k}": v for k, v in self.n.err_state(layer).items()})
+                if has_bias(layer):   # a float bias, zero, drawing nothing; updated by the recipe's rule
+                    state[f"{layer.name}.b"] = np.zeros(layer.bias_shape, np.float32)
+                    state.update(self.n.opt_state(f"{layer.name}.b", state[f"{layer.name}.b"]))
             elif isinstance(layer, BatchNorm2d):
                 bn = fl.init_bn(layer)
                 state.update(bn)
@@ -306,7 +309,8 @@ class Emulated:
         out = b.tensor(f"{name}.out", shape, "float32", "activation")
         macs = int(np.prod(shape)) * int(np.prod(layer.weight_shape[1:]))
         hooks = self.n.product_hooks("conv" if attrs["conv"] else "linear")
-        b.op(f"{name}.fwd", f"{p}.product", name, "forward", (xq, wq), (out,), hooks, macs, role="fwd", **attrs)
+        b.op(f"{name}.fwd", f"{p}.product", name, "forward", (xq, wq, *fp32.bias_param(b, layer)), (out,), hooks, macs,
+             role="fwd", **attrs)
         return self.n.after_forward(self, b, layer, out)
 
     def _backward_product(self, b, layer, err, needs_input_error):
@@ -333,6 +337,8 @@ class Emulated:
         b.op(f"{name}.bwd_weight", f"{p}.product", name, "backward", (eq, f"{name}.xq"), (grad,), hooks, macs,
              role="bwd_weight", **attrs)
         self.emit_update(b, name, f"{name}.w", grad)
+        if has_bias(layer):   # float, from the unquantized error: the bias is added after the product
+            self.emit_update(b, name, f"{name}.b", fp32.bias_grad_op(b, layer, err))
         return err_in
 
     # ------------------------------------------------------------ running ops
@@ -348,7 +354,7 @@ class Emulated:
 
     def _product(self, be, op, env, ctx):
         a, w = env[op.inputs[0]], env[op.inputs[1]]
-        return {op.outputs[0]: self.n.product(be, op.attrs["role"], a, w, op.attrs, ctx)}
+        return {op.outputs[0]: fp32.with_bias(self.n.product(be, op.attrs["role"], a, w, op.attrs, ctx), op, env)}
 
     def _update(self, be, op, env, ctx):
         w, grad = env[op.inputs[0]], env[op.inputs[1]]

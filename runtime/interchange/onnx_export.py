@@ -19,7 +19,7 @@ import numpy as np
 
 from ..algorithms._float_layers import BN_EPS
 from ..checkpoint import atomic_write
-from ..nn import INPUT, Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
+from ..nn import INPUT, Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
 from ..numerics import QTensor
 from .weights import float_weights, pow2_grid
 
@@ -58,6 +58,11 @@ def _int8_of(value, transform) -> QTensor | None:
     return None
 
 
+def _bias(g, layer, floats) -> tuple[str, ...]:
+    """(the layer's float bias,) when it has one: Conv's and Gemm's third input (float in QDQ too)."""
+    return (g.const(f"{layer.name}.bias", floats[f"{layer.name}.b"]),) if has_bias(layer) else ()
+
+
 def build_onnx(trained, qdq: bool = False, niti: bool = False):
     """The ONNX model of a checkpoint: float weights, or int8 QDQ weights (`qdq`), or with
     NITI's activation rounding written out (`niti`, onnx_niti.py)."""
@@ -80,7 +85,7 @@ def build_onnx(trained, qdq: bool = False, niti: bool = False):
             to_oihw = lambda a: a.transpose(0, 3, 1, 2)
             w = g.weight(f"{name}.weight", to_oihw(floats[f"{name}.w"]), _int8_of(state[f"{name}.w"], to_oihw))
             p = layer.padding
-            g.node("Conv", (x, w), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
+            g.node("Conv", (x, w, *_bias(g, layer, floats)), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
                    pads=[p] * 4)
             if niti:
                 out, step = onnx_niti.requantize(g, out, step, state[f"{name}.w"].e, name)
@@ -92,7 +97,7 @@ def build_onnx(trained, qdq: bool = False, niti: bool = False):
                 h, w_, c = s          # engine columns (H, W, C) -> ONNX's (C, H, W)
                 return a.reshape(a.shape[0], h, w_, c).transpose(0, 3, 1, 2).reshape(a.shape[0], -1)
             w = g.weight(f"{name}.weight", to_onnx(floats[f"{name}.w"]), _int8_of(state[f"{name}.w"], to_onnx))
-            g.node("Gemm", (x, w), out, name, transB=1)
+            g.node("Gemm", (x, w, *_bias(g, layer, floats)), out, name, transB=1)
             if niti:
                 out, step = onnx_niti.requantize(g, out, step, state[f"{name}.w"].e, name)
         elif isinstance(layer, ReLU):

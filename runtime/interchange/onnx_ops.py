@@ -6,7 +6,7 @@ Operator semantics: the ONNX operator specification (github.com/onnx/onnx, docs/
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -252,17 +252,22 @@ def _bias(state, node, layer_name, bias, channels):
 
 
 def settle_biases(state):
-    """Biases no batch norm took: drop zeros; drop the rest only under bias='drop'."""
-    for layer, (label, bias) in state.pending_bias.items():
-        if not np.any(bias):
-            continue
-        if state.bias != "drop":
-            raise ModelFileError(
-                f"{state.path}: node {label}: layer {layer!r} has a bias (max |b| = {np.max(np.abs(bias)):.3g}) and "
-                f"dsptrain layers have none (the integer recipes have no bias): a bias is folded only into a "
-                f"BatchNormalization right after the layer; export the model with bias=False, or set "
-                f"model.bias: drop (run config) / bias='drop' (load_model) to drop it")
-        state.notes.append(f"{layer}: bias dropped (max |b| = {np.max(np.abs(bias)):.3g}); dsptrain layers have no bias")
+    """Biases no batch norm took: a zero one is dropped (it changes nothing); any other
+    becomes the layer's own bias (`bias=True`, weight "<layer>.b"), which the float and
+    emulated recipes train and NITI refuses by name, or under bias='drop' is dropped.
+    Each case leaves a note naming the layer."""
+    for layer_name, (label, bias) in state.pending_bias.items():
+        top = float(np.max(np.abs(bias)))
+        if top == 0.0:
+            state.notes.append(f"{layer_name}: zero bias dropped (it changes nothing)")
+        elif state.bias == "drop":
+            state.notes.append(f"{layer_name}: bias dropped as asked (max |b| = {top:.3g}); the function changes")
+        else:
+            index = next(i for i, layer in enumerate(state.layers) if layer.name == layer_name)
+            state.layers[index] = replace(state.layers[index], bias=True)
+            state.weights[f"{layer_name}.b"] = bias.astype(np.float32)
+            state.notes.append(f"{layer_name}: bias kept (max |b| = {top:.3g}); recipes with float biases train it, "
+                               f"NITI has none (model.bias: drop drops it)")
     state.pending_bias.clear()
 
 
