@@ -89,6 +89,29 @@ class MaxPool2d:
 
 
 @dataclass(frozen=True)
+class AvgPool2d:
+    """Mean over each kernel x kernel window (ONNX AveragePool): zero padding on every side,
+    which the divisor counts only with `count_include_pad` (else it counts the window's
+    cells inside the input). Float recipes lower it; NITI has no such integer layer."""
+
+    name: str
+    kernel: int = 2
+    stride: int = 2
+    padding: int = 0
+    count_include_pad: bool = False
+
+    def out_shape(self, shape):
+        h, w, c = _expect_image(self, shape)
+        if self.padding >= self.kernel:   # then a window could hold padding only
+            raise ShapeError(f"{self.name}: padding {self.padding} is not smaller than pool {self.kernel}")
+        oh = (h + 2 * self.padding - self.kernel) // self.stride + 1
+        ow = (w + 2 * self.padding - self.kernel) // self.stride + 1
+        if oh < 1 or ow < 1:
+            raise ShapeError(f"{self.name}: pool {self.kernel} does not fit input {h}x{w} with padding {self.padding}")
+        return (oh, ow, c)
+
+
+@dataclass(frozen=True)
 class Flatten:
     name: str
 
@@ -143,7 +166,7 @@ class Add:
         return shape
 
 
-Layer = Conv2d | Linear | ReLU | MaxPool2d | Flatten | Dropout | BatchNorm2d | GlobalAvgPool | Add
+Layer = Conv2d | Linear | ReLU | MaxPool2d | AvgPool2d | Flatten | Dropout | BatchNorm2d | GlobalAvgPool | Add
 PARAMETRIC = (Conv2d, Linear)
 INPUT = "input"   # `source` / `skip_from` value naming the model input
 

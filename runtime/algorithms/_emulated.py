@@ -8,14 +8,17 @@ linear layer lowers to:
     backward  quant_err (err -> eq), bwd_data (eq x wq -> err_in), bwd_weight (eq x xq -> grad)
     update    update (w, grad, optimizer state -> w, optimizer state)
 
+A layer with a bias adds it (float) to the product's output, and its gradient (the float
+error summed over rows) takes the recipe's update like a weight.
+
 A recipe module supplies a `Numerics` subclass (its grids, products, update rule and
 extra state) and gets the module-level contract of `algorithms/__init__.py` back from
 `Emulated`. Every op runs on backend hooks, so placement puts it where it really runs:
 quantizers on absmax_f/quantize_f (or the recipe's own), products whose operands are
 int8 with one scale per tensor on the int8 hooks (gemm_s8, conv2d_s8, ...: the CPU and
 DSP backends), int16 operands (MLS's group-aligned elements, AFP's 16-bit errors) on
-matmul_s16, updates on sgd_f32 (or the recipe's). ReLU, max-pool, flatten, dropout and the
-loss are FP32's ops. Not a recipe: no YAML names this module.
+matmul_s16, updates on sgd_f32 (or the recipe's). ReLU, max-pool, average pool, flatten, dropout
+and the loss are FP32's ops. Not a recipe: no YAML names this module.
 """
 from __future__ import annotations
 
@@ -25,12 +28,13 @@ import numpy as np
 
 from ..errors import ConfigError, LoweringError, NoSupport
 from ..layout import col2im, im2col, out_size
-from ..nn import Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
+from ..nn import (Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU,
+                  has_bias)
 from . import _float_layers as fl
 from . import fp32
 from ._quant import Scaled
 
-LOWERABLE = (Conv2d, Linear, ReLU, MaxPool2d, Flatten, Dropout, BatchNorm2d, GlobalAvgPool, Add)
+LOWERABLE = (Conv2d, Linear, ReLU, MaxPool2d, AvgPool2d, Flatten, Dropout, BatchNorm2d, GlobalAvgPool, Add)
 _INT8_HOOKS = {"conv": ("conv2d_s8",), "conv_bwd_data": ("conv2d_bwd_data_s8",),
                "conv_bwd_weight": ("conv2d_bwd_weight_s8",), "linear": ("gemm_s8",)}
 

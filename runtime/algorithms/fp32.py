@@ -8,13 +8,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import LoweringError
-from ..nn import Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
+from ..nn import (Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU,
+                  has_bias)
 from . import _float_layers as fl
 
 ACTIVATION_DTYPE = "float32"
 _F32 = ("numpy_f32",)
 PREFIX = "fp32"
-LOWERABLE = (Conv2d, Linear, ReLU, MaxPool2d, Flatten, Dropout, BatchNorm2d, Add, GlobalAvgPool)
+LOWERABLE = (Conv2d, Linear, ReLU, MaxPool2d, AvgPool2d, Flatten, Dropout, BatchNorm2d, Add, GlobalAvgPool)
 
 
 def check_model(model, recipe):
@@ -46,6 +47,9 @@ def forward(b, layer, x, shape):
         b.tensor(f"{layer.name}.argmax", shape, "uint8", "saved")
         b.op(f"{layer.name}.fwd", "fp32.maxpool_fwd", layer.name, "forward", (x,), (out, f"{layer.name}.argmax"),
              ("maxpool_f32",), kernel=layer.kernel, stride=layer.stride)
+    elif isinstance(layer, AvgPool2d):
+        b.op(f"{layer.name}.fwd", "fp32.avgpool2d_fwd", layer.name, "forward", (x,), (out,), _F32,
+             **_avgpool_attrs(layer, b.tensors[x].shape))
     elif isinstance(layer, Flatten):
         b.op(f"{layer.name}.fwd", "fp32.reshape", layer.name, "forward", (x,), (out,), (), shape=shape)
     elif isinstance(layer, Dropout):
@@ -67,6 +71,11 @@ def bias_grad_op(b, layer, err) -> str:
     grad = b.tensor(f"{layer.name}.b.grad", layer.bias_shape, "float32", "grad")
     b.op(f"{layer.name}.bwd_bias", "fp32.bias_grad", layer.name, "backward", (err,), (grad,), fl.F32)
     return grad
+
+
+def _avgpool_attrs(layer, x_shape) -> dict:
+    return dict(kernel=layer.kernel, stride=layer.stride, pad=layer.padding,
+                count_include_pad=layer.count_include_pad, in_hw=tuple(x_shape[1:3]))
 
 
 def loss(b, logits, labels):
@@ -118,6 +127,9 @@ def backward(b, layer, err, needs_input_error):
     elif isinstance(layer, MaxPool2d):
         b.op(f"{layer.name}.bwd", "fp32.maxpool_bwd", layer.name, "backward", (err, f"{layer.name}.argmax"),
              (err_in,), ("maxpool_bwd_f32",), kernel=layer.kernel, stride=layer.stride, in_hw=x_shape[1:3])
+    elif isinstance(layer, AvgPool2d):
+        b.op(f"{layer.name}.bwd", "fp32.avgpool2d_bwd", layer.name, "backward", (err,), (err_in,), _F32,
+             **_avgpool_attrs(layer, x_shape))
     elif isinstance(layer, Flatten):
         b.op(f"{layer.name}.bwd", "fp32.reshape", layer.name, "backward", (err,), (err_in,), (), shape=x_shape)
     elif isinstance(layer, Dropout):
@@ -167,6 +179,18 @@ def maxpool_fwd(be, op, env, ctx):
 def maxpool_bwd(be, op, env, ctx):
     err, argmax = env[op.inputs[0]], env[op.inputs[1]]
     return {op.outputs[0]: be.maxpool_bwd_f32(err, argmax, op.attrs["kernel"], op.attrs["stride"], op.attrs["in_hw"])}
+
+
+def avgpool2d_fwd(be, op, env, ctx):
+    a = op.attrs
+    return {op.outputs[0]: fl.avgpool2d_forward(env[op.inputs[0]], a["kernel"], a["stride"], a["pad"],
+                                                a["count_include_pad"])}
+
+
+def avgpool2d_bwd(be, op, env, ctx):
+    a = op.attrs
+    return {op.outputs[0]: fl.avgpool2d_backward(env[op.inputs[0]], a["in_hw"], a["kernel"], a["stride"], a["pad"],
+                                                 a["count_include_pad"])}
 
 
 def reshape(be, op, env, ctx):
@@ -229,6 +253,7 @@ OPS = {
     "fp32.conv_fwd": conv_fwd, "fp32.linear_fwd": linear_fwd,
     "fp32.relu_fwd": relu_fwd, "fp32.relu_bwd": relu_bwd,
     "fp32.maxpool_fwd": maxpool_fwd, "fp32.maxpool_bwd": maxpool_bwd,
+    "fp32.avgpool2d_fwd": avgpool2d_fwd, "fp32.avgpool2d_bwd": avgpool2d_bwd,
     "fp32.reshape": reshape, "fp32.dropout_fwd": dropout_fwd, "fp32.dropout_bwd": dropout_bwd,
     "fp32.loss_grad": loss_grad,
     "fp32.conv_bwd_data": conv_bwd_data, "fp32.linear_bwd_data": linear_bwd_data,

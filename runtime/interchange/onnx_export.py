@@ -22,7 +22,7 @@ import numpy as np
 
 from ..algorithms._float_layers import BN_EPS
 from ..checkpoint import atomic_write
-from ..nn import INPUT, Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
+from ..nn import INPUT, Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
 from ..numerics import QTensor
 from .weights import float_weights, pow2_grid
 
@@ -113,6 +113,9 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
                 flat_from[layer.name] = flat_from[reads]
         elif isinstance(layer, MaxPool2d):
             g.node("MaxPool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2)
+        elif isinstance(layer, AvgPool2d):
+            g.node("AveragePool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
+                   pads=[layer.padding] * 4, count_include_pad=int(layer.count_include_pad))
         elif isinstance(layer, Flatten):
             if len(shape_of[reads]) == 3:
                 flat_from[layer.name] = shape_of[reads]

@@ -12,9 +12,9 @@ import numpy as np
 
 from ..algorithms._float_layers import BN_EPS as BN_EPS_DEFAULT
 from ..errors import UserError
-from ..nn import INPUT, Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
+from ..nn import INPUT, Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
 
-SUPPORTED = ("Conv, Gemm, MatMul(+Add), Relu, MaxPool, AveragePool (global), GlobalAveragePool, Flatten, "
+SUPPORTED = ("Conv, Gemm, MatMul(+Add), Relu, MaxPool, AveragePool, GlobalAveragePool, Flatten, "
              "Reshape (flatten only; its shape from Shape/Gather/Unsqueeze/Concat), BatchNormalization, Add, "
              "Dropout, Identity, Constant")
 
@@ -311,14 +311,27 @@ def _global_average_pool(state, node, attrs):
 
 
 def _average_pool(state, node, attrs):
+    """A window over the whole input without padding is a global average (which NITI also
+    lowers); any other square window, stride and equal padding an AvgPool2d (float recipes)."""
     _only(state, node, attrs, {"kernel_shape": None, "strides": None, "pads": None, "auto_pad": None,
-                               "ceil_mode": None, "count_include_pad": None})
+                               "ceil_mode": None, "count_include_pad": lambda v: v in (0, 1),
+                               "dilations": lambda d: all(v == 1 for v in d)})
     x = _act(state, node)
     c, h, w = _image(state, node, x)
-    if list(attrs["kernel_shape"]) != [h, w] or _pads(state, node, attrs):
-        raise state.fail(node, f"AveragePool with kernel_shape={list(attrs['kernel_shape'])} on a {h}x{w} input is "
-                               f"not supported: only a window over the whole input without padding (global average)")
-    _global_pool(state, node, x)
+    pad = _pads(state, node, attrs)
+    if list(attrs["kernel_shape"]) == [h, w] and not pad:
+        return _global_pool(state, node, x)
+    _reads_previous(state, node, x)
+    kernel = _square(state, node, "kernel_shape", attrs["kernel_shape"])
+    stride = _square(state, node, "strides", attrs.get("strides", [1, 1]))
+    if pad >= kernel:
+        raise state.fail(node, f"pads={list(attrs['pads'])} are not smaller than kernel_shape={[kernel, kernel]}")
+    if attrs.get("ceil_mode", 0) and ((h + 2 * pad - kernel) % stride or (w + 2 * pad - kernel) % stride):
+        raise state.fail(node, f"ceil_mode=1 on a {h}x{w} input with kernel {kernel}, stride {stride}, pads {pad} "
+                               f"adds a partial window; dsptrain's average pool has none")
+    layer = AvgPool2d(_layer_name(state, node, None), kernel, stride, pad, bool(attrs.get("count_include_pad", 0)))
+    oh, ow, _ = layer.out_shape((h, w, c))
+    _emit(state, node, layer, (c, oh, ow), (oh, ow, c))
 
 
 def _flatten_to_vector(state, node, x: Activation):
