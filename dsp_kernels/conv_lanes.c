@@ -58,6 +58,22 @@ static void build_table(const struct lanes *L, HVX_Vector *tab, int8_t *row, con
 {
     const int8_t *img = x + (size_t)n * s->h * s->w * s->c;
     HVX_Vector bias = Q6_V_vsplat_R((int)0x80808080u);
+    if (L->cp == 1 && L->blocks == 1 && L->wp + 4 * L->groups <= HVX_BYTES) {
+        /* a padded row fits one vector: built and shifted in registers */
+        HVX_VectorPred inside = Q6_Q_and_QQn(Q6_Q_vsetq2_R((uint32_t)(s->pad + s->w)), Q6_Q_vsetq_R((uint32_t)s->pad));
+        for (int r = 0; r < L->hp; r++) {
+            int h = r - s->pad;
+            HVX_Vector v = bias;
+            if (h >= 0 && h < s->h) {
+                HVX_Vector src = Q6_V_vxor_VV(hvx_load_bytes(img + h * s->w, (uint32_t)s->w), bias);
+                v = Q6_V_vmux_QVV(inside, Q6_V_vlalign_VVR(src, src, (uint32_t)s->pad), bias);
+            }
+            for (int g = 0; g < L->groups; g++)
+                tab[r * L->groups + g] = hvx_interleave4b(Q6_V_valign_VVR(bias, v, 4 * g), Q6_V_valign_VVR(bias, v, 4 * g + 1),
+                                                          Q6_V_valign_VVR(bias, v, 4 * g + 2), Q6_V_valign_VVR(bias, v, 4 * g + 3));
+        }
+        return;
+    }
     for (int r = 0; r < L->hp; r++) {
         int h = r - s->pad;
         for (int i = 0; i < L->row_bytes; i += HVX_BYTES) hvx_store_u(row + i, bias);   /* zeros, biased */
@@ -195,8 +211,33 @@ static inline __attribute__((always_inline)) void store_tile(
             hvx_store_bytes(stage + (j * per + q) * O + c0, Q6_V_valign_VVR(v[j], v[j], 4 * P * q), (uint32_t)oc * 4);
 }
 
+/* store_tile for 5 to 8 channels, written out: three vshuff stages, one vrdelta and one
+ * store per 4 pixels, nothing in memory between (the generic form's arrays spill). */
+static void store8(int32_t *stage, int O, const HVX_Vector *yt, HVX_Vector ctrl)
+{
+    HVX_Vector z = Q6_V_vzero();
+    HVX_Vector v0 = yt[0], v1 = yt[1], v2 = yt[2], v3 = yt[3], v4 = yt[4];
+    HVX_Vector v5 = O > 5 ? yt[5] : z, v6 = O > 6 ? yt[6] : z, v7 = O > 7 ? yt[7] : z;
+    HVX_VectorPair a = Q6_W_vshuff_VVR(v1, v0, -4), b = Q6_W_vshuff_VVR(v3, v2, -4);
+    HVX_VectorPair c = Q6_W_vshuff_VVR(v5, v4, -4), d = Q6_W_vshuff_VVR(v7, v6, -4);
+    HVX_VectorPair e0 = Q6_W_vshuff_VVR(Q6_V_lo_W(b), Q6_V_lo_W(a), -8);
+    HVX_VectorPair e1 = Q6_W_vshuff_VVR(Q6_V_hi_W(b), Q6_V_hi_W(a), -8);
+    HVX_VectorPair f0 = Q6_W_vshuff_VVR(Q6_V_lo_W(d), Q6_V_lo_W(c), -8);
+    HVX_VectorPair f1 = Q6_W_vshuff_VVR(Q6_V_hi_W(d), Q6_V_hi_W(c), -8);
+    HVX_VectorPair g0 = Q6_W_vshuff_VVR(Q6_V_lo_W(f0), Q6_V_lo_W(e0), -16);
+    HVX_VectorPair g1 = Q6_W_vshuff_VVR(Q6_V_hi_W(f0), Q6_V_hi_W(e0), -16);
+    HVX_VectorPair g2 = Q6_W_vshuff_VVR(Q6_V_lo_W(f1), Q6_V_lo_W(e1), -16);
+    HVX_VectorPair g3 = Q6_W_vshuff_VVR(Q6_V_hi_W(f1), Q6_V_hi_W(e1), -16);
+    int step = 4 * O;   /* words per 4 pixels */
+#define PUT(j, v) hvx_store_u(stage + (j) * step, O < 8 ? Q6_V_vrdelta_VV(v, ctrl) : (v))
+    PUT(0, Q6_V_lo_W(g0)); PUT(1, Q6_V_hi_W(g0)); PUT(2, Q6_V_lo_W(g1)); PUT(3, Q6_V_hi_W(g1));
+    PUT(4, Q6_V_lo_W(g2)); PUT(5, Q6_V_hi_W(g2)); PUT(6, Q6_V_lo_W(g3)); PUT(7, Q6_V_hi_W(g3));
+#undef PUT
+}
+
 static void store_pixels(int32_t *stage, int O, const HVX_Vector *yt, int npx, const HVX_Vector *ctrl)
 {
+    if (O > 4 && O <= 8) { store8(stage, O, yt, *ctrl); return; }
     for (int c0 = 0; c0 < O; c0 += 32) {
         int oc = O - c0 < 32 ? O - c0 : 32, P = 1;
         while (P < oc) P <<= 1;
