@@ -91,6 +91,36 @@ def test_conv2d_bwd_weight(dsp, shape):
     same(dsp.conv2d_bwd_weight_s8(err, x, s, p, (k, k)), ref.conv2d_bwd_weight_s8(err, x, s, p, (k, k)))
 
 
+# DSPT_F_ACCUMULATE: every product path adds into what the output buffer holds (GEMM with
+# the lane of 1s and with vector row sums; conv forward through conv.c and with pixels in
+# the lanes; backward data through the gather and col2im; weight gradient through conv.c
+# and the planes, with 1 and 3 HVX threads: the first share adds, the others join)
+ACCUMULATING = [
+    ("gemm_s8", lambda: (s8(9, 70), s8(45, 70))), ("gemm_s8", lambda: (s8(6, 33), s8(64, 33))),
+    ("conv2d_s8", lambda: (s8(2, 7, 6, 3), s8(5, 3, 3, 3), 1, 1)),
+    ("conv2d_s8", lambda: (s8(3, 9, 9, 1), s8(6, 5, 5, 1), 1, 2)),
+    ("conv2d_bwd_data_s8", lambda: (s8(2, 4, 4, 33), s8(33, 3, 3, 40), 1, 0, (6, 6))),
+    ("conv2d_bwd_data_s8", lambda: (s8(2, 4, 4, 16), s8(16, 5, 5, 6), 1, 0, (8, 8))),
+    ("conv2d_bwd_weight_s8", lambda: (s8(2, 4, 4, 40), s8(2, 6, 6, 33), 1, 0, (3, 3))),
+    ("conv2d_bwd_weight_s8", lambda: (s8(3, 8, 8, 6), s8(3, 8, 8, 1), 1, 2, (5, 5))),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("case", range(len(ACCUMULATING)))
+def test_products_accumulate(dsp, case, threads):
+    hook, make = ACCUMULATING[case]
+    args = make()
+    want = getattr(ref, hook)(*args)
+    start = R.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    dsp.hvx_threads = threads
+    try:
+        got = dsp.accumulate(start, hook, *args)
+    finally:
+        dsp.hvx_threads = 4
+    same(got, start + want)
+
+
 def acc32(*shape, bits=20):
     return R.integers(-(2**bits), 2**bits, shape, dtype=np.int32)
 
