@@ -111,7 +111,7 @@ def child_ours(model_name: str, batch: int, budget: int | None, alternative: int
         if alternative >= len(fitting):
             return {"error": f"only {len(fitting)} distinct plans fit"}
         chosen = fitting[alternative]
-        trainer.memory_option = lambda _plan: (chosen, budget)   # the plan to time
+        trainer.steps.memory_option = lambda _plan, _step: (chosen, budget)   # the plan to time
         trainer.memory_option(plan)
     base = _rss_bytes()
     times, stats = [], None

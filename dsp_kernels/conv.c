@@ -11,12 +11,9 @@
  */
 #include "hvx-utils.h"
 #include "kernels.h"
+#include "conv.h"
 
 #define DSPT_CHUNK (256u * 1024u)
-
-struct conv_shape {
-    int n, h, w, c, o, kh, kw, oh, ow, stride, pad;
-};
 
 static int conv_shape(const struct dspt_op_desc *d, const int32_t *xs, const int32_t *es,
                       struct conv_shape *s)
@@ -180,6 +177,8 @@ int dspt_op_conv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     const int8_t *w = dspt_at(ctx, d->in[1], dspt_count(d->shape_b));
     int32_t *y = dspt_at(ctx, d->out[0], (uint32_t)p * s.o * 4);
     if (!x || !w || !y) return DSPT_BAD_PARAMS;
+    if (dspt_conv_lanes_fits(&s))   /* few input channels: output pixels in the lanes */
+        return dspt_conv_lanes(ctx, y, x, w, &s, (d->flags & DSPT_F_ACCUMULATE) != 0);
     int8_t *bp = dspt_scratch(ctx, dspt_packed_b_bytes(s.o, k));
     if (!bp) return DSPT_NO_SUPPORT;
     dspt_pack_b(bp, w, s.o, k, k);

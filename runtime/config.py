@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from .backends import ACCELERATOR, CHOICES as BACKEND_CHOICES, backend_class
 from .errors import ConfigError
-from .inputs.numbers import bounded, field_problem, number_problem
+from .inputs import bounded, field_problem, number_problem
 
 CONFIG_ROOT = Path(__file__).resolve().parent.parent / "configs"
 
@@ -219,7 +219,7 @@ HOST_L2_FALLBACK = 1 << 20   # when sysfs has no L2 size (not Linux): 1 MiB, sai
 
 def host_l2_bytes() -> int:
     """This machine's L2 per core, from Linux sysfs; HOST_L2_FALLBACK when unreadable."""
-    from .memory.budget import parse_size
+    from .memory import parse_size
 
     root = Path("/sys/devices/system/cpu/cpu0/cache")
     for index in sorted(root.glob("index*")):
@@ -233,7 +233,7 @@ def host_l2_bytes() -> int:
 
 
 def _device_size(value, source, key) -> int:
-    from .memory.budget import size_setting
+    from .memory import size_setting
 
     if value == "host":
         return host_l2_bytes()
@@ -396,8 +396,7 @@ class _FileProblem(Exception):
 
 def read_yaml(path: Path) -> dict:
     """A YAML mapping from a regular file, read with limits (inputs/yaml_limits.py)."""
-    from .inputs import YamlLimits, load_yaml, read_limited
-    from .inputs.yaml_limits import YamlProblem
+    from .inputs import YamlLimits, YamlProblem, load_yaml, read_limited
 
     limits = YamlLimits()
     try:
@@ -540,7 +539,7 @@ def _check_run(run: RunConfig, source) -> None:
         raise ConfigError(source, "name", f"{run.name!r}: a run name is letters, digits and . _ + - "
                           "(it names the output directory runs/<name>)")
     if run.out_dir is not None:
-        from .inputs.files import check_regular
+        from .inputs import check_regular
 
         if not run.out_dir.strip() or "\x00" in run.out_dir:
             raise ConfigError(source, "out_dir", f"{run.out_dir!r} is not a directory path")
@@ -564,7 +563,7 @@ def _check_run(run: RunConfig, source) -> None:
     for key, value in (("data.train_limit", run.data.train_limit), ("data.test_limit", run.data.test_limit)):
         if value is not None and value < 1:
             raise ConfigError(source, key, f"{value} must be >= 1")
-    from .memory.budget import source_from_config  # late: budget imports errors only
+    from .memory import source_from_config  # late: the memory layer is not needed to read YAML
 
     source_from_config(run.memory, source)
     try:

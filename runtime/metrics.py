@@ -1,13 +1,32 @@
 """The records a run writes to metrics.jsonl beyond one step's: what an epoch adds up to.
 
-A step record (train._step_record) holds one batch's loss, time, energy and memory; the
+A step record (`step_record`) holds one batch's loss, time, energy and memory; the
 epoch record adds the epoch's total energy, the process's peak RSS, the largest RSS
 growth of a step, and mean samples/s. `epoch_energy` re-sums the energy after a power
-monitor's trace rewrote the steps' figures (Trainer.realign_energy).
+monitor's trace rewrote the steps' figures (`realign_energy`).
 """
 from __future__ import annotations
 
+import json
 import math
+import warnings
+from pathlib import Path
+
+
+def step_record(stats) -> dict:
+    """The metrics.jsonl line of one step (an execute.StepStats)."""
+    return {"kind": "step", "epoch": stats.epoch + 1, "step": stats.step, "batch": stats.batch,
+            "loss": stats.loss, "accuracy": stats.accuracy, "time_s": stats.time_s,
+            "dsp_model_s": stats.dsp_model_s,
+            "energy_j": stats.energy_j, "energy_meter": stats.energy_meter,
+            "peak_rss_bytes": stats.peak_rss_bytes, "rss_bytes": stats.rss_bytes,
+            "rss_growth_bytes": stats.rss_growth_bytes, "step_peak_rss_bytes": stats.step_peak_rss_bytes,
+            "budget_bytes": stats.budget_bytes, "planned_peak_bytes": stats.planned_peak_bytes,
+            "arena_high_water_bytes": stats.arena_high_water_bytes, "micro_batch": stats.micro_batch,
+            "recomputed_ops": stats.recomputed_ops, "memory_plan": stats.memory_plan, "ops_on": stats.ops_on,
+            "given_shifts": stats.given_shifts, "estimated_shifts": len(stats.shifts) - stats.given_shifts,
+            "pipeline": stats.pipeline, "split_ops": stats.split_ops,
+            "fallbacks": stats.fallbacks or None}
 
 
 class EpochTotals:
@@ -68,3 +87,32 @@ def epoch_energy(records: list[dict]) -> list[dict]:
             total, count = sums.get(record["epoch"], (0.0, 0))
             record["energy_j"], record["energy_steps"] = (total if count else None), count
     return records
+
+
+def realign_energy(meter, metered_steps: list[int], path: Path) -> int:
+    """A power monitor's trace is often complete only after the run: align every metered
+    step (`metered_steps`: their global step numbers, in order) with `meter`'s trace as it
+    is now and rewrite their energy in metrics.jsonl at `path`. Returns how many steps got
+    a figure; warns when the trace is unreadable."""
+    from .checkpoint import atomic_write
+    from .energy import MeterError
+
+    try:
+        readings = meter.readings()
+    except MeterError as exc:
+        warnings.warn(f"energy trace not aligned: {exc}", RuntimeWarning, stacklevel=3)
+        return 0
+    by_step = {step: r for step, r in zip(metered_steps, readings)}
+    if not by_step or not path.exists():
+        return 0
+    lines = []
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        reading = by_step.get(record.get("step")) if record.get("kind") == "step" else None
+        if reading is not None:
+            record["energy_j"] = reading.joules if reading.ok else None
+            record["energy_meter"] = reading.meter
+        lines.append(record)
+    lines = [json.dumps(record) for record in epoch_energy(lines)]   # the epochs' totals follow
+    atomic_write(path, lambda f: f.write("".join(l + "\n" for l in lines).encode()))
+    return sum(r.ok for r in by_step.values())

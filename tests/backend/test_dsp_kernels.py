@@ -57,6 +57,11 @@ CONVS = [  # N, H, W, C, O, K, stride, pad
     # stride 1 with O % 4 == 0: bwd data as a forward conv of err with flipped taps
     (2, 9, 7, 5, 8, 3, 1, 1), (1, 6, 6, 40, 36, 3, 1, 0), (1, 5, 5, 8, 64, 3, 1, 2),
     (3, 12, 12, 6, 16, 5, 1, 0), (2, 10, 10, 1, 6, 5, 1, 2),
+    # stride 1, C <= 4: forward with output pixels in the lanes (conv_lanes.c): two pixel
+    # blocks (OW > 32), channel tiles past 32 with a ragged last tile, O a power of two
+    # (no compaction), O = 1, C = 2 and 4 spread / taken as words, odd image counts
+    (3, 5, 37, 1, 6, 5, 1, 2), (1, 4, 9, 3, 45, 3, 1, 1), (2, 6, 6, 4, 16, 3, 1, 0),
+    (3, 7, 5, 1, 1, 3, 1, 1), (1, 6, 8, 2, 7, 2, 1, 0), (1, 3, 33, 3, 64, 3, 1, 1),
 ]
 
 

@@ -1,0 +1,290 @@
+/* conv_lanes.c: forward convolution of few-channel inputs with output pixels in the lanes.
+ *
+ * conv.c puts output channels in vrmpy's 32 lanes and an im2col row in the scalar: a
+ * LeNet conv with 6 outputs fills 6 lanes of 32 and copies 5 window rows per pixel.
+ * Here the roles swap: the lanes hold 32 output pixels of one output row, the scalar
+ * holds 4 weights of one output channel, so every lane works for any O. For stride 1
+ * and C <= 4 channels the vector for kernel row i and weight word g is the same for every
+ * output row reading input row r = oh + i: lane p holds the 4 bytes at p * C' + 4g of
+ * padded row r (C' = 1, or 4 with channels 2 and 3 padded with zeros), so each input
+ * row is laid out once per image ("the table", 4 shifted loads interleaved for C' = 1, an
+ * unaligned load for C' = 4) and read by KH output rows. The image goes in biased
+ * (x + 128, unsigned for vrmpy); the bias comes back out per channel as -128 * sum(w[o]).
+ * Accumulators (channels x pixels) are transposed to NHWC with vshuff stages and, when O
+ * is not a power of two, compacted with one vrdelta (a monotone route on the inverse
+ * butterfly, the construction of Hilewitz and Lee's parallel extract, ASAP 2006).
+ */
+#include "hvx-utils.h"
+#include "kernels.h"
+#include "conv.h"
+
+#define ROWS_AT_ONCE 2     /* output rows sharing each weight word (loads: T + R per R*T vrmpy) */
+#define MAX_TILE 12        /* output channels per accumulator tile (R * T <= 24 registers) */
+
+struct lanes {
+    int cp, groups, blocks;        /* C' (1 or 4), weight words per kernel row, pixel blocks per row */
+    int hp, wp, row_bytes;         /* padded image rows and columns, bytes of one padded row */
+    int opad;                      /* O rounded up to whole tiles */
+    int32_t *wq;                   /* [kh][groups][opad] weight words */
+    int32_t *corr;                 /* [opad] -128 * sum of w[o] */
+};
+
+/* Weight words: word (i, g, o) holds w[o, i, kw, c] for the 4 bytes 4g + t = kw * C' + c
+ * (zero for padded channels and taps past KW); the bias correction of each channel. */
+static void pack_weights(struct lanes *L, const int8_t *w, const struct conv_shape *s)
+{
+    for (int o = 0; o < L->opad; o++) {
+        int32_t sum = 0;
+        for (int i = 0; i < s->kh; i++)
+            for (int g = 0; g < L->groups; g++) {
+                uint32_t word = 0;
+                for (int t = 0; t < 4; t++) {
+                    int b = 4 * g + t, kw = b / L->cp, c = b % L->cp;
+                    int8_t v = (o < s->o && kw < s->kw && c < s->c) ? w[((o * s->kh + i) * s->kw + kw) * s->c + c] : 0;
+                    sum += v;
+                    word |= (uint32_t)(uint8_t)v << (8 * t);
+                }
+                L->wq[(i * L->groups + g) * L->opad + o] = (int32_t)word;
+            }
+        L->corr[o] = -128 * sum;
+    }
+}
+
+/* The table of image n: for every padded row r, word group g and pixel block b, the
+ * vector whose lane p holds bytes (32b + p) * C' + 4g .. +3 of row r, biased. */
+static void build_table(const struct lanes *L, HVX_Vector *tab, int8_t *row, const int8_t *x,
+                        const struct conv_shape *s, int n)
+{
+    const int8_t *img = x + (size_t)n * s->h * s->w * s->c;
+    HVX_Vector bias = Q6_V_vsplat_R((int)0x80808080u);
+    for (int r = 0; r < L->hp; r++) {
+        int h = r - s->pad;
+        for (int i = 0; i < L->row_bytes; i += HVX_BYTES) hvx_store_u(row + i, bias);   /* zeros, biased */
+        if (h >= 0 && h < s->h) {
+            const int8_t *src = img + h * s->w * s->c;
+            int8_t *dst = row + s->pad * L->cp;
+            if (L->cp == s->c) {
+                for (int i = 0; i < s->w * s->c; i += HVX_BYTES) {
+                    uint32_t n8 = (uint32_t)(s->w * s->c - i < HVX_BYTES ? s->w * s->c - i : HVX_BYTES);
+                    hvx_store_bytes(dst + i, Q6_V_vxor_VV(hvx_load_bytes(src + i, n8), bias), n8);
+                }
+            } else {   /* 2 or 3 channels spread to 4 (the fourth stays a biased zero) */
+                for (int x0 = 0; x0 < s->w; x0++)
+                    for (int c = 0; c < s->c; c++) dst[x0 * 4 + c] = (int8_t)(src[x0 * s->c + c] ^ 0x80);
+            }
+        }
+        HVX_Vector *out = tab + (size_t)r * L->groups * L->blocks;
+        for (int g = 0; g < L->groups; g++)
+            for (int b = 0; b < L->blocks; b++) {
+                const int8_t *at = row + 32 * b * L->cp + 4 * g;
+                out[g * L->blocks + b] = L->cp == 4 ? hvx_load_u(at)
+                    : hvx_interleave4b(hvx_load_u(at), hvx_load_u(at + 1), hvx_load_u(at + 2), hvx_load_u(at + 3));
+            }
+    }
+}
+
+/* R output rows x T channels of accumulators over one pixel block: for each (kernel row,
+ * word group) step k, the table vector at base + off[k] (+ rstride for the next row) and
+ * the T weight words wq[k * opad + t]. */
+static inline __attribute__((always_inline)) void tile(
+    const int R, const int T, HVX_Vector *yt, int ytstride, const HVX_Vector *base, int rstride,
+    const int32_t *off, int kg, const int32_t *wq, int opad, const int32_t *corr)
+{
+    HVX_Vector acc[ROWS_AT_ONCE][MAX_TILE];
+    for (int rr = 0; rr < R; rr++)
+        for (int t = 0; t < T; t++) acc[rr][t] = Q6_V_vsplat_R(corr[t]);
+    for (int k = 0; k < kg; k++) {
+        const HVX_Vector *v = base + off[k];
+        const int32_t *w = wq + k * opad;
+        HVX_Vector v0 = v[0], v1 = R > 1 ? v[rstride] : v0;
+        for (int t = 0; t < T; t++) {
+            int32_t word = w[t];
+            acc[0][t] = Q6_Vw_vrmpyacc_VwVubRb(acc[0][t], v0, word);
+            if (R > 1) acc[1][t] = Q6_Vw_vrmpyacc_VwVubRb(acc[1][t], v1, word);
+        }
+    }
+    for (int rr = 0; rr < R; rr++)
+        for (int t = 0; t < T; t++) yt[rr * ytstride + t] = acc[rr][t];
+}
+
+/* Tile widths compiled with constant trip counts (the accumulators stay in registers). */
+static int tile_width(int left)
+{
+    static const int widths[] = {2, 4, 6, 8, 12};
+    for (int i = 0; i < 5; i++)
+        if (left <= widths[i]) return widths[i];
+    return 12;
+}
+
+static void run_tile(int R, int T, HVX_Vector *yt, int ytstride, const HVX_Vector *base, int rstride,
+                     const int32_t *off, int kg, const int32_t *wq, int opad, const int32_t *corr)
+{
+#define CASE(t) \
+    case t: if (R == 2) tile(2, t, yt, ytstride, base, rstride, off, kg, wq, opad, corr); \
+            else tile(1, t, yt, ytstride, base, rstride, off, kg, wq, opad, corr); break;
+    switch (T) { CASE(2) CASE(4) CASE(6) CASE(8) CASE(12) default: break; }
+#undef CASE
+}
+
+/* One stage of to_pixel_major: channel groups of s (s vectors each) paired into groups of
+ * 2s with vshuff of 4s-byte elements. */
+static inline __attribute__((always_inline)) void pair_groups(const int P, const int s, const HVX_Vector *src,
+                                                               HVX_Vector *dst)
+{
+#pragma clang loop unroll(full)
+    for (int k = 0; k < P / (2 * s); k++)
+#pragma clang loop unroll(full)
+        for (int j = 0; j < s; j++) {
+            HVX_VectorPair pr = Q6_W_vshuff_VVR(src[(2 * k + 1) * s + j], src[2 * k * s + j], -4 * s);
+            dst[2 * k * s + 2 * j] = Q6_V_lo_W(pr);
+            dst[2 * k * s + 2 * j + 1] = Q6_V_hi_W(pr);
+        }
+}
+
+/* v[0 .. P-1] (channels, 32 pixel lanes each) -> P vectors of 32/P pixels x P words in
+ * pixel order, in v or in t (the return value says which; no array copies: a copy loop
+ * would become a call to the byte-wise memcpy of util.c). */
+static inline __attribute__((always_inline)) HVX_Vector *to_pixel_major(const int P, HVX_Vector *v, HVX_Vector *t)
+{
+    if (P > 1) pair_groups(P, 1, v, t);
+    if (P > 2) pair_groups(P, 2, t, v);
+    if (P > 4) pair_groups(P, 4, v, t);
+    if (P > 8) pair_groups(P, 8, t, v);
+    if (P > 16) pair_groups(P, 16, v, t);
+    return (P == 2 || P == 8 || P == 32) ? t : v;
+}
+
+/* vrdelta control moving bytes (q * 4P + b, b < 4 * oc) to q * 4 * oc + b: route each byte
+ * by the bits of (position ^ destination), lowest stage first (conflict free for a
+ * monotone compaction: Hilewitz and Lee). */
+static void compaction_control(uint8_t ctrl[128], int oc, int P)
+{
+    uint8_t pos[128], dst[128];
+    int count = 0;
+    for (int q = 0; q < 32 / P; q++)
+        for (int b = 0; b < 4 * oc; b++) {
+            pos[count] = (uint8_t)(q * 4 * P + b);
+            dst[count++] = (uint8_t)(q * 4 * oc + b);
+        }
+    for (int i = 0; i < 128; i++) ctrl[i] = 0;
+    for (int o = 1; o < 128; o <<= 1)
+        for (int e = 0; e < count; e++)
+            if ((pos[e] ^ dst[e]) & o) {
+                pos[e] ^= (uint8_t)o;
+                ctrl[pos[e]] |= (uint8_t)o;
+            }
+}
+
+static inline void put(int32_t *dst, HVX_Vector v, uint32_t bytes, int accumulate)
+{
+    if (accumulate) v = Q6_Vw_vadd_VwVw(v, hvx_load_bytes(dst, bytes));
+    hvx_store_bytes(dst, v, bytes);
+}
+
+/* yt[o] (pixel lanes) -> y[p][o] for pixels p < npx, O channels in tiles of 32. */
+static inline __attribute__((always_inline)) void store_tile(
+    const int P, int32_t *y, int O, int c0, int oc, const HVX_Vector *yt, int npx, HVX_Vector ctrl, int accumulate)
+{
+    HVX_Vector in[32], tmp[32];
+#pragma clang loop unroll(full)
+    for (int t = 0; t < P; t++) in[t] = t < oc ? yt[c0 + t] : Q6_V_vzero();
+    const HVX_Vector *v = to_pixel_major(P, in, tmp);
+    const int per = 32 / P;
+    for (int j = 0; j < P && j * per < npx; j++) {
+        int first = j * per, n = npx - first < per ? npx - first : per;
+        if (oc == O) {   /* whole pixels are contiguous: one (compacted) store */
+            HVX_Vector out = oc < P ? Q6_V_vrdelta_VV(v[j], ctrl) : v[j];
+            put(y + first * O, out, (uint32_t)(n * oc * 4), accumulate);
+        } else {
+            for (int q = 0; q < n; q++)
+                put(y + (first + q) * O + c0, Q6_V_valign_VVR(v[j], v[j], 4 * P * q), (uint32_t)oc * 4, accumulate);
+        }
+    }
+}
+
+static void store_pixels(int32_t *y, int O, const HVX_Vector *yt, int npx, const HVX_Vector *ctrl, int accumulate)
+{
+    for (int c0 = 0; c0 < O; c0 += 32) {
+        int oc = O - c0 < 32 ? O - c0 : 32, P = 1;
+        while (P < oc) P <<= 1;
+        HVX_Vector c = *ctrl;
+        switch (P) {
+        case 1: store_tile(1, y, O, c0, oc, yt, npx, c, accumulate); break;
+        case 2: store_tile(2, y, O, c0, oc, yt, npx, c, accumulate); break;
+        case 4: store_tile(4, y, O, c0, oc, yt, npx, c, accumulate); break;
+        case 8: store_tile(8, y, O, c0, oc, yt, npx, c, accumulate); break;
+        case 16: store_tile(16, y, O, c0, oc, yt, npx, c, accumulate); break;
+        default: store_tile(32, y, O, c0, oc, yt, npx, c, accumulate); break;
+        }
+    }
+}
+
+int dspt_conv_lanes_fits(const struct conv_shape *s)
+{
+    return s->stride == 1 && s->c <= 4 && s->kw * (s->c == 1 ? 1 : 4) <= 64;
+}
+
+int dspt_conv_lanes(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int8_t *w,
+                    const struct conv_shape *s, int accumulate)
+{
+    struct lanes L;
+    L.cp = s->c == 1 ? 1 : 4;
+    L.groups = (s->kw * L.cp + 3) / 4;
+    L.blocks = (s->ow + 31) / 32;
+    L.hp = s->h + 2 * s->pad;
+    L.wp = s->w + 2 * s->pad;
+    /* the table reads up to (32 * blocks + 3) * C' + 4 * groups bytes of a row */
+    int need = (32 * L.blocks + 4) * L.cp + 4 * L.groups, have = L.wp * L.cp;
+    L.row_bytes = ((need > have ? need : have) + 2 * HVX_BYTES - 1) & ~(HVX_BYTES - 1);
+    L.opad = 0;
+    for (int left = s->o; left > 0; left -= tile_width(left)) L.opad += tile_width(left);
+    L.wq = dspt_scratch(ctx, (uint32_t)L.opad * s->kh * L.groups * 4);
+    L.corr = dspt_scratch(ctx, (uint32_t)L.opad * 4);
+    HVX_Vector *ctrl = dspt_scratch(ctx, HVX_BYTES);
+    int kg = s->kh * L.groups;
+    int32_t *off = dspt_scratch(ctx, (uint32_t)kg * 4);
+    int rstride = L.groups * L.blocks;
+    uint32_t tab_bytes = (uint32_t)L.hp * rstride * HVX_BYTES;
+    uint32_t yt_bytes = (uint32_t)ROWS_AT_ONCE * L.opad * HVX_BYTES;
+    if (!L.wq || !L.corr || !ctrl || !off) return DSPT_NO_SUPPORT;
+    pack_weights(&L, w, s);
+    for (int i = 0; i < s->kh; i++)
+        for (int g = 0; g < L.groups; g++) off[i * L.groups + g] = i * rstride + g * L.blocks;
+    int last = s->o % 32, P = 1;
+    while (P < last) P <<= 1;
+    if (last && last < P) compaction_control((uint8_t *)ctrl, last, P);
+    int rows = s->n * s->oh;
+    for (int t = 0; t < (int)ctx->threads; t++) {   /* thread t: output rows [lo, hi) */
+        int lo, hi;
+        dspt_share(ctx, rows, 1, t, &lo, &hi);
+        if (lo >= hi) continue;
+        uint32_t mark = ctx->scratch_used;   /* each share's own table, row and accumulators */
+        HVX_Vector *tab = dspt_scratch(ctx, tab_bytes), *yt = dspt_scratch(ctx, yt_bytes);
+        int8_t *row = dspt_scratch(ctx, (uint32_t)L.row_bytes);
+        if (!tab || !yt || !row) return DSPT_NO_SUPPORT;
+        dspt_share_begin(ctx);
+        int image = -1;
+        for (int r0 = lo; r0 < hi;) {
+            int n = r0 / s->oh, oh = r0 % s->oh;
+            int R = hi - r0 >= 2 && oh + 1 < s->oh ? 2 : 1;
+            if (n != image) { build_table(&L, tab, row, x, s, n); image = n; }
+            for (int b = 0; b < L.blocks; b++) {
+                const HVX_Vector *base = tab + (size_t)oh * rstride + b;
+                int o0 = 0;
+                for (int left = s->o; left > 0; left -= tile_width(left)) {
+                    int T = tile_width(left);
+                    run_tile(R, T, yt + o0, L.opad, base, rstride, off, kg, L.wq + o0, L.opad, L.corr + o0);
+                    o0 += T;
+                }
+                int npx = s->ow - 32 * b < 32 ? s->ow - 32 * b : 32;
+                for (int rr = 0; rr < R; rr++)
+                    store_pixels(y + ((size_t)(r0 + rr) * s->ow + 32 * b) * s->o, s->o, yt + rr * L.opad,
+                                 npx, ctrl, accumulate);
+            }
+            r0 += R;
+        }
+        dspt_share_end(ctx, t);
+        ctx->scratch_used = mark;
+    }
+    return DSPT_OK;
+}

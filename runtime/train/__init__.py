@@ -1,0 +1,16 @@
+"""Training a run, in three rooms:
+
+- assembly.py: a run config's parts (the recipe's algorithm, the model, the device
+  profile, the energy meter, the data splits);
+- step.py: one training step and what it needs (backends, plans, executor, adaptive
+  rescaling, the memory budget and arena);
+- loop.py: the Trainer, the loop around the step (epochs, evaluation, metrics);
+  checkpoints.py: what it saves and how it continues from a checkpoint.
+"""
+from ..memory import peak_rss_bytes as _peak_rss_bytes, rss_bytes as _rss_bytes  # noqa: F401 (benches read them here)
+from ..metrics import step_record as _step_record  # noqa: F401 (tests read it here)
+from .assembly import lowerable_models
+from .loop import Trainer
+from .step import Step, cross_entropy
+
+__all__ = ["Trainer", "Step", "cross_entropy", "lowerable_models"]

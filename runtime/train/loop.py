@@ -1,0 +1,261 @@
+"""The Trainer: the loop around the step. It runs a RunConfig's epochs batch by batch
+(train/step.py runs each batch), evaluates, records metrics and checkpoints; its parts
+come from train/assembly.py.
+
+    run = dsptrain.load_run("configs/runs/lenet-fmnist-niti.yaml")
+    trainer = dsptrain.Trainer(run)
+    trainer.fit()
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .. import data as datasets
+from ..errors import UserError
+from ..images import as_images, as_labels
+from ..inputs import check_environment, check_regular, reap_stale_temps
+from ..metrics import EpochTotals, realign_energy, step_record
+from . import checkpoints
+from .assembly import assemble, energy_meter as make_energy_meter, initial_state, load_split
+from .step import Step
+
+
+class Trainer:
+    """Trains one run. `backend` overrides the run's; `out_dir` where metrics and checkpoints go."""
+
+    def __init__(self, run, backend: str | None = None, out_dir: str | Path | None = None,
+                 progress: bool = True, energy_meter=None, model=None):
+        check_environment()   # a bad DSPTRAIN_* value fails here, naming it, before a backend reads it
+        self.run = run
+        self.recipe = run.recipe
+        # `model`: a Model built in Python (dsptrain.load_model, from_torch) instead of run.model
+        parts = assemble(run, model)   # a model the recipe cannot lower fails here, before data loads
+        self.algorithm, self.model, self.frozen, self.device = parts.algorithm, parts.model, parts.frozen, parts.device
+        self.steps = Step(run, self.model, self.frozen, self.algorithm, self.device, backend)
+        self.scheduler = run.scheduler
+        self.out_dir = Path(out_dir or run.out_dir or Path("runs") / run.name)
+        self.progress = progress
+        self.energy_meter = energy_meter if energy_meter is not None else make_energy_meter(run, progress)
+        self._metered_steps: list[int] = []   # global step of each meter window, in order
+        self.seed = run.train.seed
+        self.state = initial_state(parts, self.recipe, self.seed)
+        self.epoch, self.batch_in_epoch, self.global_step = 0, 0, 0
+        self._epoch_sums = (0, 0.0, 0)   # samples, loss sum, correct so far in this epoch (resume)
+        self._epoch_totals = EpochTotals()
+        self._train = self._test = None
+
+    # ------------------------------------------------------------ the step's parts, by their old names
+    @property
+    def backends(self) -> dict:
+        return self.steps.backends
+
+    @backends.setter
+    def backends(self, value: dict) -> None:
+        self.steps.backends = value
+
+    @property
+    def executor(self):
+        return self.steps.executor
+
+    @property
+    def plans(self):
+        return self.steps.plans
+
+    @property
+    def rescale(self):
+        return self.steps.rescale
+
+    @property
+    def budget(self):
+        return self.steps.budget
+
+    @property
+    def use_arena(self) -> bool:
+        return self.steps.use_arena
+
+    @property
+    def _arena(self):
+        return self.steps.arena
+
+    @property
+    def _held_scratch(self) -> dict:
+        return self.steps.held_scratch
+
+    @_held_scratch.setter
+    def _held_scratch(self, value: dict) -> None:
+        self.steps.held_scratch = value
+
+    @property
+    def backend_names(self) -> list[str]:
+        return list(self.backends)
+
+    def memory_option(self, plan):
+        """(the memory.fit.Option for the next step, the budget it was chosen under); (None, None) without the arena."""
+        return self.steps.memory_option(plan, self.global_step)
+
+    def check_budget(self, batch: int) -> None:
+        """Fail before training when a fixed or scheduled budget fits no plan at `batch`."""
+        self.steps.check_budget(batch)
+
+    def close(self):
+        self.steps.close()
+        self.energy_meter.close()
+
+    # ------------------------------------------------------------ data
+    @property
+    def train_data(self) -> datasets.Dataset:
+        """The run's training split: `images, labels = trainer.train_data[:64]` is a batch
+        (uint8 NHWC, int64); `trainer.train_data.batches(64)` iterates over all of them."""
+        if self._train is None:
+            self._train = load_split(self.run, self.model, "train")
+        return self._train
+
+    @property
+    def test_data(self) -> datasets.Dataset:
+        if self._test is None:
+            self._test = load_split(self.run, self.model, "test")
+        return self._test
+
+    def check_data(self) -> None:
+        """Load and check both splits now: a corrupt test file fails before the first
+        step, not after an epoch; labels must fit the model's classes."""
+        _ = self.train_data, self.test_data   # loading a split checks its labels
+
+    # ------------------------------------------------------------ one step
+    def step(self, images: np.ndarray, labels: np.ndarray):
+        """One training step on a batch; updates the weights; returns its execute.StepStats.
+        `images`: uint8 NHWC (the model's input shape), or floats in [0, 1], converted
+        (images.py has the contract); `labels`: integers 0..classes-1."""
+        images = as_images(images, self.model.input_shape)
+        labels = as_labels(labels, len(images), self.model.num_classes)
+        self.state, stats = self.steps.train(self.state, images, labels, self.global_step, self.epoch, self.seed,
+                                             self.energy_meter)
+        self._metered_steps.append(self.global_step)
+        self.global_step += 1
+        return stats
+
+    def predict(self, images: np.ndarray) -> np.ndarray:
+        """Float class scores (N, classes) of `images` (the same contract as step())."""
+        images = as_images(images, self.model.input_shape)
+        return self.steps.predict(self.state, images, self.global_step, self.epoch, self.seed)
+
+    def evaluate(self, dataset=None) -> float:
+        """Accuracy on `dataset` (default: the run's test split)."""
+        dataset = dataset or self.test_data
+        correct = 0
+        for images, labels in datasets.batches(dataset, self.run.train.eval_batch_size, seed=None):
+            correct += int((self.predict(images).argmax(axis=1) == labels).sum())
+        if self.budget is not None:
+            # the evaluation batch grew the kernels' scratch outside the memory plan: give
+            # it back, so training resumes within its budget
+            self.steps.release_scratch()
+        return correct / len(dataset)
+
+    # ------------------------------------------------------------ the loop
+    def fit(self, epochs: int | None = None, on_epoch=None) -> list[dict]:
+        """Train to `epochs` (default: the run's), evaluating and checkpointing each epoch."""
+        from tqdm import tqdm
+
+        epochs = epochs or self.run.train.epochs
+        bs = self.run.train.batch_size
+        history = []
+        _make_out_dir(self.out_dir)
+        reap_stale_temps(self.out_dir, ("checkpoint.npz", "metrics.jsonl"))
+        if hasattr(self.energy_meter, "measure_baseline") and not getattr(self.energy_meter, "baseline_w", 0):
+            self.energy_meter.measure_baseline(3.0)   # battery: idle power, subtracted from every batch
+        self.check_budget(bs)
+        self.check_data()
+        _check_metrics_file(self.out_dir / "metrics.jsonl")
+        fresh = self.epoch == self.batch_in_epoch == self.global_step == 0
+        # a run from step 0 owns its metrics: lines of an earlier run killed before its first checkpoint go
+        metrics = open(self.out_dir / "metrics.jsonl", "w" if fresh else "a")
+        try:
+            while self.epoch < epochs:
+                started = time.perf_counter()
+                resumed = self.batch_in_epoch > 0   # mid-epoch: the epoch's sums so far come from the checkpoint
+                seen, loss_sum, correct = self._epoch_sums if resumed else (0, 0.0, 0)
+                totals = self._epoch_totals if resumed else EpochTotals()
+                self._epoch_totals = totals
+                total = datasets.batch_count(self.train_data, bs)
+                bar = tqdm(total=total, initial=self.batch_in_epoch, desc=f"epoch {self.epoch + 1}/{epochs}",
+                           disable=not self.progress, unit="batch", leave=True, dynamic_ncols=True)
+                for images, labels in datasets.batches(self.train_data, bs, self.seed, self.epoch, self.batch_in_epoch):
+                    stats = self.step(images, labels)
+                    self.batch_in_epoch += 1
+                    seen, loss_sum, correct = seen + stats.batch, loss_sum + stats.loss * stats.batch, correct + stats.correct
+                    self._epoch_sums = (seen, loss_sum, correct)
+                    metrics.write(json.dumps(step_record(stats)) + "\n")
+                    totals.add(stats)
+                    postfix = {"loss": f"{loss_sum / seen:.3f}", "acc": f"{correct / seen:.3f}",
+                               "samples/s": f"{totals.smoothed_rate:.0f}"}
+                    if stats.energy_j is not None:
+                        postfix["J/batch"] = f"{stats.energy_j:.3g}"
+                    bar.set_postfix(postfix, refresh=False)
+                    bar.update()
+                    every = self.run.train.checkpoint_every_steps
+                    if every and self.global_step % every == 0:
+                        metrics.flush()
+                        self.save()
+                bar.close()
+                seconds = time.perf_counter() - started
+                test_accuracy = self.evaluate()
+                record = {"kind": "epoch", "epoch": self.epoch + 1, "step": self.global_step,
+                          "train_loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1),
+                          "test_accuracy": test_accuracy, "seconds": seconds, "backends": self.backend_names,
+                          **totals.record(seen, seconds)}
+                metrics.write(json.dumps(record) + "\n")
+                metrics.flush()
+                history.append(record)
+                if self.progress:
+                    print(f"epoch {self.epoch + 1}: test accuracy {test_accuracy:.4f} "
+                          f"({seconds:.1f} s, {seen / max(seconds, 1e-9):.0f} samples/s)", file=sys.stderr)
+                self.epoch, self.batch_in_epoch, self._epoch_sums = self.epoch + 1, 0, (0, 0.0, 0)
+                self.save()
+                if on_epoch is not None:
+                    on_epoch(record)
+        finally:
+            metrics.close()
+            if hasattr(self.energy_meter, "readings"):
+                self.realign_energy()
+        return history
+
+    def realign_energy(self) -> int:
+        """Align every metered step of this process with the power monitor's trace as it is
+        now and rewrite their energy in metrics.jsonl (metrics.realign_energy)."""
+        return realign_energy(self.energy_meter, self._metered_steps, self.out_dir / "metrics.jsonl")
+
+    # ------------------------------------------------------------ checkpoints
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.out_dir / "checkpoint.npz"
+
+    def save(self, path: str | Path | None = None) -> Path:
+        return checkpoints.save(self, Path(path or self.checkpoint_path))
+
+    def load(self, path: str | Path | None = None) -> None:
+        """Continue from a checkpoint: every array and field checked against this run
+        (resume.py) before anything is replaced; metrics after it are dropped."""
+        checkpoints.load(self, Path(path or self.checkpoint_path))
+
+
+def _make_out_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UserError(f"output directory {path}: a file is in the way") from None
+    except OSError as exc:
+        raise UserError(f"output directory {path}: cannot create it ({exc.strerror})") from None
+
+
+def _check_metrics_file(path: Path) -> None:
+    """metrics.jsonl must be a regular file if it is there (opening a FIFO to append blocks)."""
+    if os.path.lexists(path):
+        problem = check_regular(path, "metrics")
+        if problem:
+            raise UserError(f"{path}: {problem}")
