@@ -60,6 +60,16 @@ __attribute__((target("avx512f"))) void micro(const GemmF32& g, int i0, int j0, 
     for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(c + r * ldc + 16 * v, mask[v], acc[r][v]);
 }
 
+// The 16 lanes added pairwise in a fixed order (through memory: GCC 12's own reduction
+// intrinsic warns about an uninitialised vector inside its header).
+__attribute__((target("avx512f"))) inline float sum_lanes(__m512 v) {
+  alignas(64) float t[16];
+  _mm512_store_ps(t, v);
+  for (int w = 8; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) t[l] += t[l + w];
+  return t[0];
+}
+
 // The dot kernel: R rows of A x NJ rows of B (columns of C), 16 k at a time, the ragged
 // end of K under a mask; each of the R x NJ vector sums is added across at the end.
 template <int R, int NJ>
@@ -89,7 +99,7 @@ __attribute__((target("avx512f"))) void micro_dot(const GemmF32& g, int i0, int 
   for (int r = 0; r < R; ++r)
     for (int q = 0; q < NJ; ++q) {
       float* c = g.c + (i0 + r) * ldc + j0 + q;
-      const float sum = _mm512_reduce_add_ps(acc[r][q]);
+      const float sum = sum_lanes(acc[r][q]);
       *c = g.accumulate ? *c + sum : sum;
     }
 }
