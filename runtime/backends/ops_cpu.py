@@ -47,6 +47,7 @@ class CpuBackend(Backend):
         "conv2d_requant_s8", "gemm_requant_s8", "conv2d_bwd_data_requant_s8",
         "relu_s8", "relu_bwd_s8", "maxpool_s8", "maxpool_bwd_s8",
         "niti_loss_grad_s8", "niti_update_s8",
+        "gemm_f32", "conv2d_f32", "conv2d_bwd_data_f32", "conv2d_bwd_weight_f32",
         *FLOAT_RECIPE_HOOKS,
     })
     blocks_for_cache = True   # cpu_ops/gemm_driver.cpp: Goto-style blocking (A blocks in L2, B panels in L1)
@@ -200,6 +201,21 @@ class CpuBackend(Backend):
 
     def sgd_f32(self, w, grad, v, lr, momentum, weight_decay, nesterov):
         return _native.sgd_f32(w, grad, v, float(lr), float(momentum), float(weight_decay), bool(nesterov))
+
+
+    # ------------------------------------------------------------ float32 products (the FP32 recipe;
+    # cpu_ops/gemm_f32.cpp, conv_f32.cpp: within float32 rounding of ref's BLAS)
+    def gemm_f32(self, a, b):
+        return _native.gemm_f32(a, b, True)
+
+    def conv2d_f32(self, x, w, stride, pad):
+        return _native.conv2d_f32(x, w, stride, pad)
+
+    def conv2d_bwd_data_f32(self, err, w, stride, pad, in_hw):
+        return _native.conv2d_bwd_data_f32(err, w, stride, pad, tuple(in_hw))
+
+    def conv2d_bwd_weight_f32(self, err, x, stride, pad, kernel):
+        return _native.conv2d_bwd_weight_f32(err, x, stride, pad, tuple(kernel))
 
 
 def _float(x):
