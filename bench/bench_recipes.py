@@ -25,8 +25,9 @@ test accuracy, its gap to FP32 in points, and seconds per epoch (training only, 
 test pass excluded); writes bench/results/recipes.csv/.json. Rows are written as each
 recipe finishes, so a bench cut short still leaves its numbers.
 
-Backend `cpu` (the default) runs the int8 products on the C++ kernels, bit-exact with
-`ref`; float ops fall back to NumPy. `--jobs N` trains N recipes at once in forked
+Backend `cpu` (the default) runs every op but the float loss gradient on the C++ kernels:
+bit-exact with `ref` for the integer and emulated recipes, FP32's products (an AVX-512
+float GEMM) within float32 rounding. `--jobs N` trains N recipes at once in forked
 processes (longest first); give each one BLAS thread (OPENBLAS_NUM_THREADS=1) so they do
 not fight over the cores, and read s/epoch as measured beside the other jobs.
 """
