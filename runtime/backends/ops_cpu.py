@@ -5,7 +5,10 @@ AVX-VNNI, AVX2, NEON dotprod, or portable C++), picked at run time; the environm
 variable DSPTRAIN_CPU_ISA=amx|avx512vnni|avxvnni|avx2|neon|scalar forces one (a debug
 knob: an ISA the CPU lacks is an error). On `amx` the few-channel convolution kernels and
 GEMMs shorter than 33 in K run on AVX-512 VNNI, where they are faster. Every hook is bit-exact with `ops_ref`, stochastic
-rounding included (the same Threefry counter RNG, in `cpu_ops/threefry.h`).
+rounding included (the same Threefry counter RNG, in `cpu_ops/threefry.h`), but FP32's
+float products (`cpu_ops/gemm_f32.cpp`: an AVX-512 float GEMM of its own, portable loops
+elsewhere), which sum in their own fixed order: within float32 rounding of NumPy's BLAS,
+and the same at any thread count.
 """
 from __future__ import annotations
 
