@@ -47,7 +47,8 @@ def forward(b, layer, x, shape):
         b.op(f"{layer.name}.fwd", "fp32.maxpool_fwd", layer.name, "forward", (x,), (out, f"{layer.name}.argmax"),
              ("maxpool_f32",), kernel=layer.kernel, stride=layer.stride)
     elif isinstance(layer, Flatten):
-        b.op(f"{layer.name}.fwd", "fp32.reshape", layer.name, "forward", (x,), (out,), (), shape=shape)
+        b.op(f"{layer.name}.fwd", "fp32.reshape", layer.name, "forward", (x,), (out,), (), shape=shape,
+             alias=True)
     elif isinstance(layer, Dropout):
         b.tensor(f"{layer.name}.mask", shape, "bool", "saved")
         b.op(f"{layer.name}.fwd", "fp32.dropout_fwd", layer.name, "forward", (x,), (out, f"{layer.name}.mask"),
@@ -103,7 +104,8 @@ def backward(b, layer, err, needs_input_error):
         b.op(f"{layer.name}.bwd", "fp32.maxpool_bwd", layer.name, "backward", (err, f"{layer.name}.argmax"),
              (err_in,), ("maxpool_bwd_f32",), kernel=layer.kernel, stride=layer.stride, in_hw=x_shape[1:3])
     elif isinstance(layer, Flatten):
-        b.op(f"{layer.name}.bwd", "fp32.reshape", layer.name, "backward", (err,), (err_in,), (), shape=x_shape)
+        b.op(f"{layer.name}.bwd", "fp32.reshape", layer.name, "backward", (err,), (err_in,), (), shape=x_shape,
+             alias=True)
     elif isinstance(layer, Dropout):
         b.op(f"{layer.name}.bwd", "fp32.dropout_bwd", layer.name, "backward", (err, f"{layer.name}.mask"),
              (err_in,), ())
