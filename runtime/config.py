@@ -120,7 +120,7 @@ class ModelConfig:
     name: str | None = None           # default: lenet5
     num_classes: int | None = bounded(None, 2, 100_000)   # default: the model's own (zoo: 10); else a new head
     onnx: str | None = None           # path of an ONNX file to import
-    bias: Literal["fold", "drop"] = "fold"   # onnx: fold biases into a following batch norm, or drop them
+    bias: Literal["fold", "drop"] = "fold"   # onnx: fold into a following batch norm (else keep), or drop
     layers: tuple[Any, ...] | None = None    # interchange/layer_spec.py
     input_shape: tuple[int, int, int] | None = None   # layers: [H, W, C]
     factory: str | None = None        # "module:function" returning a dsptrain.nn.Model

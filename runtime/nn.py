@@ -25,10 +25,15 @@ class Conv2d:
     stride: int = 1
     padding: int = 0
     source: str | None = None   # read this layer's output instead of the previous one
+    bias: bool = False          # a per-output-channel bias (recipes with float biases; NITI has none)
 
     @property
     def weight_shape(self):
         return (self.out_channels, self.kernel, self.kernel, self.in_channels)
+
+    @property
+    def bias_shape(self):
+        return (self.out_channels,)
 
     def out_shape(self, shape):
         h, w, c = _expect_image(self, shape)
@@ -46,10 +51,15 @@ class Linear:
     name: str
     in_features: int
     out_features: int
+    bias: bool = False          # a per-output bias (recipes with float biases; NITI has none)
 
     @property
     def weight_shape(self):
         return (self.out_features, self.in_features)
+
+    @property
+    def bias_shape(self):
+        return (self.out_features,)
 
     def out_shape(self, shape):
         if len(shape) != 1 or shape[0] != self.in_features:
@@ -76,6 +86,29 @@ class MaxPool2d:
         if h < self.kernel or w < self.kernel:
             raise ShapeError(f"{self.name}: pool {self.kernel} does not fit input {h}x{w}")
         return ((h - self.kernel) // self.stride + 1, (w - self.kernel) // self.stride + 1, c)
+
+
+@dataclass(frozen=True)
+class AvgPool2d:
+    """Mean over each kernel x kernel window (ONNX AveragePool): zero padding on every side,
+    which the divisor counts only with `count_include_pad` (else it counts the window's
+    cells inside the input). Float recipes lower it; NITI has no such integer layer."""
+
+    name: str
+    kernel: int = 2
+    stride: int = 2
+    padding: int = 0
+    count_include_pad: bool = False
+
+    def out_shape(self, shape):
+        h, w, c = _expect_image(self, shape)
+        if self.padding >= self.kernel:   # then a window could hold padding only
+            raise ShapeError(f"{self.name}: padding {self.padding} is not smaller than pool {self.kernel}")
+        oh = (h + 2 * self.padding - self.kernel) // self.stride + 1
+        ow = (w + 2 * self.padding - self.kernel) // self.stride + 1
+        if oh < 1 or ow < 1:
+            raise ShapeError(f"{self.name}: pool {self.kernel} does not fit input {h}x{w} with padding {self.padding}")
+        return (oh, ow, c)
 
 
 @dataclass(frozen=True)
@@ -133,9 +166,14 @@ class Add:
         return shape
 
 
-Layer = Conv2d | Linear | ReLU | MaxPool2d | Flatten | Dropout | BatchNorm2d | GlobalAvgPool | Add
+Layer = Conv2d | Linear | ReLU | MaxPool2d | AvgPool2d | Flatten | Dropout | BatchNorm2d | GlobalAvgPool | Add
 PARAMETRIC = (Conv2d, Linear)
 INPUT = "input"   # `source` / `skip_from` value naming the model input
+
+
+def has_bias(layer) -> bool:
+    """Does `layer` (a conv or linear layer) add a bias, named "<layer>.b" in a recipe's state?"""
+    return bool(getattr(layer, "bias", False))
 
 
 def source_of(layer) -> str | None:
@@ -155,7 +193,7 @@ class Model:
     input_shape: tuple[int, int, int]   # H, W, C
     num_classes: int
     layers: tuple[Layer, ...]
-    # Starting weights in the engine's layout ("conv1.w" OHWI, "fc.w" (out, in), batch
+    # Starting weights in the engine's layout ("conv1.w" OHWI, "fc.w" (out, in), a bias "fc.b", batch
     # norm's "bn1.gamma/beta/mean/var"), float; None: the recipe initialises every layer.
     # An imported model carries them; the recipe converts them (interchange.weights).
     initial_weights: dict | None = field(default=None, compare=False, hash=False, repr=False)

@@ -8,14 +8,17 @@ linear layer lowers to:
     backward  quant_err (err -> eq), bwd_data (eq x wq -> err_in), bwd_weight (eq x xq -> grad)
     update    update (w, grad, optimizer state -> w, optimizer state)
 
+A layer with a bias adds it (float) to the product's output, and its gradient (the float
+error summed over rows) takes the recipe's update like a weight.
+
 A recipe module supplies a `Numerics` subclass (its grids, products, update rule and
 extra state) and gets the module-level contract of `algorithms/__init__.py` back from
 `Emulated`. Every op runs on backend hooks, so placement puts it where it really runs:
 quantizers on absmax_f/quantize_f (or the recipe's own), products whose operands are
 int8 with one scale per tensor on the int8 hooks (gemm_s8, conv2d_s8, ...: the CPU and
 DSP backends), int16 operands (MLS's group-aligned elements, AFP's 16-bit errors) on
-matmul_s16, updates on sgd_f32 (or the recipe's). ReLU, max-pool, flatten, dropout and the
-loss are FP32's ops. Not a recipe: no YAML names this module.
+matmul_s16, updates on sgd_f32 (or the recipe's). ReLU, max-pool, average pool, flatten, dropout
+and the loss are FP32's ops. Not a recipe: no YAML names this module.
 """
 from __future__ import annotations
 
@@ -25,12 +28,13 @@ import numpy as np
 
 from ..errors import ConfigError, LoweringError, NoSupport
 from ..layout import col2im, im2col, out_size
-from ..nn import Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
+from ..nn import (Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU,
+                  has_bias)
 from . import _float_layers as fl
 from . import fp32
 from ._quant import Scaled
 
-LOWERABLE = (Conv2d, Linear, ReLU, MaxPool2d, Flatten, Dropout, BatchNorm2d, GlobalAvgPool, Add)
+LOWERABLE = (Conv2d, Linear, ReLU, MaxPool2d, AvgPool2d, Flatten, Dropout, BatchNorm2d, GlobalAvgPool, Add)
 _INT8_HOOKS = {"conv": ("conv2d_s8",), "conv_bwd_data": ("conv2d_bwd_data_s8",),
                "conv_bwd_weight": ("conv2d_bwd_weight_s8",), "linear": ("gemm_s8",)}
 
@@ -276,6 +280,9 @@ class Emulated:
                 state[f"{layer.name}.w"] = w
                 state.update(self.n.opt_state(f"{layer.name}.w", _plain(w)))
                 state.update({f"{layer.name}.{k}": v for k, v in self.n.err_state(layer).items()})
+                if has_bias(layer):   # a float bias, zero, drawing nothing; updated by the recipe's rule
+                    state[f"{layer.name}.b"] = np.zeros(layer.bias_shape, np.float32)
+                    state.update(self.n.opt_state(f"{layer.name}.b", state[f"{layer.name}.b"]))
             elif isinstance(layer, BatchNorm2d):
                 bn = fl.init_bn(layer)
                 state.update(bn)
@@ -312,8 +319,8 @@ class Emulated:
         out = b.tensor(f"{name}.out", shape, "float32", "activation")
         macs = int(np.prod(shape)) * int(np.prod(layer.weight_shape[1:]))
         hooks = self.n.product_hooks("conv" if attrs["conv"] else "linear")
-        b.op(f"{name}.fwd", f"{p}.product", name, "forward", (xq, wq), (out,), hooks, macs, role="fwd",
-             product=(_layer_of(attrs), "forward"), **attrs)
+        b.op(f"{name}.fwd", f"{p}.product", name, "forward", (xq, wq, *fp32.bias_param(b, layer)), (out,), hooks, macs,
+             role="fwd", product=(_layer_of(attrs), "forward"), **attrs)
         return self.n.after_forward(self, b, layer, out)
 
     def _backward_product(self, b, layer, err, needs_input_error):
@@ -340,6 +347,8 @@ class Emulated:
         b.op(f"{name}.bwd_weight", f"{p}.product", name, "backward", (eq, f"{name}.xq"), (grad,), hooks, macs,
              role="bwd_weight", product=(_layer_of(attrs), "backward_weight"), **attrs)
         self.emit_update(b, name, f"{name}.w", grad)
+        if has_bias(layer):   # float, from the unquantized error: the bias is added after the product
+            self.emit_update(b, name, f"{name}.b", fp32.bias_grad_op(b, layer, err))
         return err_in
 
     # ------------------------------------------------------------ running ops
@@ -355,7 +364,7 @@ class Emulated:
 
     def _product(self, be, op, env, ctx):
         a, w = env[op.inputs[0]], env[op.inputs[1]]
-        return {op.outputs[0]: self.n.product(be, op.attrs["role"], a, w, op.attrs, ctx)}
+        return {op.outputs[0]: fp32.with_bias(self.n.product(be, op.attrs["role"], a, w, op.attrs, ctx), op, env)}
 
     def _update(self, be, op, env, ctx):
         w, grad = env[op.inputs[0]], env[op.inputs[1]]

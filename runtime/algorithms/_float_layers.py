@@ -1,6 +1,7 @@
 """Float layers the emulated recipes and FP32 share beyond FP32's chain layers:
-batch normalisation, residual add, global average pooling, and the sum of errors where
-branches join. Not a recipe: no YAML names this module.
+batch normalisation, residual add, global average pooling, the sum of errors where
+branches join, and windowed average pooling's numerics (ONNX AveragePool). Not a recipe:
+no YAML names this module.
 
 Batch norm takes optional quantizers for its statistics, its affine parameters and its
 incoming error, so WAGEUBN's integer BN (Yang et al. 2020: 16-bit statistics, 8-bit
@@ -13,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..layout import col2im, im2col, out_size
 from ..nn import Add, BatchNorm2d, GlobalAvgPool
 
 BN_EPS = 1e-5
@@ -173,6 +175,33 @@ def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
 
     local = dict(bn_fwd=bn_fwd, bn_bwd=bn_bwd, add=add, avgpool_fwd=avgpool_fwd, avgpool_bwd=avgpool_bwd, join=join)
     return {f"{prefix}.{name}": fn for name, fn in local.items()}
+
+
+def avgpool2d_divisors(in_hw, kernel, stride, pad, count_include_pad) -> np.ndarray:
+    """(OH, OW, 1) float64: how many cells each window averages (ONNX AveragePool's rule)."""
+    h, w = in_hw
+    oh, ow = out_size(h, kernel, stride, pad), out_size(w, kernel, stride, pad)
+    if count_include_pad:
+        return np.full((oh, ow, 1), float(kernel * kernel))
+    inside = im2col(np.ones((1, h, w, 1)), kernel, kernel, stride, pad).sum(axis=1)
+    return inside.reshape(oh, ow, 1)
+
+
+def avgpool2d_forward(x, kernel, stride, pad, count_include_pad) -> np.ndarray:
+    """Window means of NHWC `x`, zero padding, float64 sums."""
+    n, h, w, c = x.shape
+    divisors = avgpool2d_divisors((h, w), kernel, stride, pad, count_include_pad)
+    oh, ow = divisors.shape[:2]
+    sums = im2col(x, kernel, kernel, stride, pad).reshape(n, oh, ow, kernel * kernel, c).sum(axis=3)
+    return (sums / divisors).astype(np.float32)
+
+
+def avgpool2d_backward(err, in_hw, kernel, stride, pad, count_include_pad) -> np.ndarray:
+    """Each output's error spread evenly over the cells its window averaged (col2im adds overlaps)."""
+    n, oh, ow, c = err.shape
+    share = np.asarray(err, np.float64) / avgpool2d_divisors(in_hw, kernel, stride, pad, count_include_pad)
+    cols = np.broadcast_to(share[:, :, :, None, :], (n, oh, ow, kernel * kernel, c)).reshape(n * oh * ow, -1)
+    return col2im(cols, err.shape, (kernel, kernel, c), stride, pad, in_hw).astype(np.float32)
 
 
 def init_bn(layer) -> dict:

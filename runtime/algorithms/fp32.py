@@ -8,13 +8,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import LoweringError
-from ..nn import Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
+from ..nn import (Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU,
+                  has_bias)
 from . import _float_layers as fl
 
 ACTIVATION_DTYPE = "float32"
 _F32 = ("numpy_f32",)
 PREFIX = "fp32"
-LOWERABLE = (Conv2d, Linear, ReLU, MaxPool2d, Flatten, Dropout, BatchNorm2d, Add, GlobalAvgPool)
+LOWERABLE = (Conv2d, Linear, ReLU, MaxPool2d, AvgPool2d, Flatten, Dropout, BatchNorm2d, Add, GlobalAvgPool)
 
 
 def check_model(model, recipe):
@@ -33,19 +34,22 @@ def forward(b, layer, x, shape):
         w = b.param(f"{layer.name}.w", layer.weight_shape, "float32")
         b.tensor(f"{layer.name}.v", layer.weight_shape, "float32", "state")
         macs = int(np.prod(shape)) * layer.kernel * layer.kernel * layer.in_channels
-        b.op(f"{layer.name}.fwd", "fp32.conv_fwd", layer.name, "forward", (x, w), (out,), ("conv2d_f32",), macs,
-             stride=layer.stride, pad=layer.padding)
+        b.op(f"{layer.name}.fwd", "fp32.conv_fwd", layer.name, "forward", (x, w, *bias_param(b, layer)), (out,),
+             ("conv2d_f32",), macs, stride=layer.stride, pad=layer.padding)
     elif isinstance(layer, Linear):
         w = b.param(f"{layer.name}.w", layer.weight_shape, "float32")
         b.tensor(f"{layer.name}.v", layer.weight_shape, "float32", "state")
-        b.op(f"{layer.name}.fwd", "fp32.linear_fwd", layer.name, "forward", (x, w), (out,), ("gemm_f32",),
-             batch * layer.in_features * layer.out_features)
+        b.op(f"{layer.name}.fwd", "fp32.linear_fwd", layer.name, "forward", (x, w, *bias_param(b, layer)), (out,),
+             ("gemm_f32",), batch * layer.in_features * layer.out_features)
     elif isinstance(layer, ReLU):
         b.op(f"{layer.name}.fwd", "fp32.relu_fwd", layer.name, "forward", (x,), (out,), ("relu_f32",))
     elif isinstance(layer, MaxPool2d):
         b.tensor(f"{layer.name}.argmax", shape, "uint8", "saved")
         b.op(f"{layer.name}.fwd", "fp32.maxpool_fwd", layer.name, "forward", (x,), (out, f"{layer.name}.argmax"),
              ("maxpool_f32",), kernel=layer.kernel, stride=layer.stride)
+    elif isinstance(layer, AvgPool2d):
+        b.op(f"{layer.name}.fwd", "fp32.avgpool2d_fwd", layer.name, "forward", (x,), (out,), _F32,
+             **_avgpool_attrs(layer, b.tensors[x].shape))
     elif isinstance(layer, Flatten):
         b.op(f"{layer.name}.fwd", "fp32.reshape", layer.name, "forward", (x,), (out,), (), shape=shape,
              alias=True)
@@ -54,6 +58,25 @@ def forward(b, layer, x, shape):
         b.op(f"{layer.name}.fwd", "fp32.dropout_fwd", layer.name, "forward", (x,), (out, f"{layer.name}.mask"),
              ("dropout_mask",), p=layer.p)
     return out
+
+
+def bias_param(b, layer) -> tuple[str, ...]:
+    """(the layer's bias tensor,) for a layer with a bias, else (): the forward op's last input."""
+    if not has_bias(layer):
+        return ()
+    return (b.param(f"{layer.name}.b", layer.bias_shape, "float32"),)
+
+
+def bias_grad_op(b, layer, err) -> str:
+    """Emit the bias gradient (the error summed over every axis but the channels); its name."""
+    grad = b.tensor(f"{layer.name}.b.grad", layer.bias_shape, "float32", "grad")
+    b.op(f"{layer.name}.bwd_bias", "fp32.bias_grad", layer.name, "backward", (err,), (grad,), fl.F32)
+    return grad
+
+
+def _avgpool_attrs(layer, x_shape) -> dict:
+    return dict(kernel=layer.kernel, stride=layer.stride, pad=layer.padding,
+                count_include_pad=layer.count_include_pad, in_hw=tuple(x_shape[1:3]))
 
 
 def loss(b, logits, labels):
@@ -96,6 +119,8 @@ def backward(b, layer, err, needs_input_error):
              "backward", (err, x), (grad,), ("conv2d_bwd_weight_f32",) if conv else ("gemm_f32",), macs, **attrs)
         b.op(f"{layer.name}.update", "fp32.sgd", layer.name, "update", (w, grad, f"{layer.name}.v"),
              (w, f"{layer.name}.v"), ("sgd_f32",))
+        if has_bias(layer):
+            _emit_sgd(b, layer.name, f"{layer.name}.b", bias_grad_op(b, layer, err))
         return err_in if needs_input_error else None
     b.tensor(err_in, x_shape, "float32", "error")
     if isinstance(layer, ReLU):
@@ -103,6 +128,9 @@ def backward(b, layer, err, needs_input_error):
     elif isinstance(layer, MaxPool2d):
         b.op(f"{layer.name}.bwd", "fp32.maxpool_bwd", layer.name, "backward", (err, f"{layer.name}.argmax"),
              (err_in,), ("maxpool_bwd_f32",), kernel=layer.kernel, stride=layer.stride, in_hw=x_shape[1:3])
+    elif isinstance(layer, AvgPool2d):
+        b.op(f"{layer.name}.bwd", "fp32.avgpool2d_bwd", layer.name, "backward", (err,), (err_in,), _F32,
+             **_avgpool_attrs(layer, x_shape))
     elif isinstance(layer, Flatten):
         b.op(f"{layer.name}.bwd", "fp32.reshape", layer.name, "backward", (err,), (err_in,), (), shape=x_shape,
              alias=True)
@@ -114,14 +142,27 @@ def backward(b, layer, err, needs_input_error):
 
 # ---------------------------------------------------------------- running ops
 
+def with_bias(y, op, env):
+    """`y` plus the bias the op names as its third input, if it has one."""
+    if len(op.inputs) < 3:
+        return y
+    return (y + np.asarray(env[op.inputs[2]], np.float32)).astype(np.float32, copy=False)
+
+
 def conv_fwd(be, op, env, ctx):
     a = op.attrs
-    return {op.outputs[0]: be.conv2d_f32(env[op.inputs[0]], env[op.inputs[1]], a["stride"], a["pad"])}
+    return {op.outputs[0]: with_bias(be.conv2d_f32(env[op.inputs[0]], env[op.inputs[1]], a["stride"], a["pad"]),
+                                     op, env)}
 
 
 def linear_fwd(be, op, env, ctx):
     x = env[op.inputs[0]]
-    return {op.outputs[0]: be.gemm_f32(x.reshape(x.shape[0], -1), env[op.inputs[1]])}
+    return {op.outputs[0]: with_bias(be.gemm_f32(x.reshape(x.shape[0], -1), env[op.inputs[1]]), op, env)}
+
+
+def bias_grad(be, op, env, ctx):
+    err = np.asarray(env[op.inputs[0]])
+    return {op.outputs[0]: err.reshape(-1, err.shape[-1]).sum(axis=0, dtype=np.float64).astype(np.float32)}
 
 
 def relu_fwd(be, op, env, ctx):
@@ -140,6 +181,18 @@ def maxpool_fwd(be, op, env, ctx):
 def maxpool_bwd(be, op, env, ctx):
     err, argmax = env[op.inputs[0]], env[op.inputs[1]]
     return {op.outputs[0]: be.maxpool_bwd_f32(err, argmax, op.attrs["kernel"], op.attrs["stride"], op.attrs["in_hw"])}
+
+
+def avgpool2d_fwd(be, op, env, ctx):
+    a = op.attrs
+    return {op.outputs[0]: fl.avgpool2d_forward(env[op.inputs[0]], a["kernel"], a["stride"], a["pad"],
+                                                a["count_include_pad"])}
+
+
+def avgpool2d_bwd(be, op, env, ctx):
+    a = op.attrs
+    return {op.outputs[0]: fl.avgpool2d_backward(env[op.inputs[0]], a["in_hw"], a["kernel"], a["stride"], a["pad"],
+                                                 a["count_include_pad"])}
 
 
 def reshape(be, op, env, ctx):
@@ -202,11 +255,12 @@ OPS = {
     "fp32.conv_fwd": conv_fwd, "fp32.linear_fwd": linear_fwd,
     "fp32.relu_fwd": relu_fwd, "fp32.relu_bwd": relu_bwd,
     "fp32.maxpool_fwd": maxpool_fwd, "fp32.maxpool_bwd": maxpool_bwd,
+    "fp32.avgpool2d_fwd": avgpool2d_fwd, "fp32.avgpool2d_bwd": avgpool2d_bwd,
     "fp32.reshape": reshape, "fp32.dropout_fwd": dropout_fwd, "fp32.dropout_bwd": dropout_bwd,
     "fp32.loss_grad": loss_grad,
     "fp32.conv_bwd_data": conv_bwd_data, "fp32.linear_bwd_data": linear_bwd_data,
     "fp32.conv_bwd_weight": conv_bwd_weight, "fp32.linear_bwd_weight": linear_bwd_weight,
-    "fp32.sgd": sgd,
+    "fp32.sgd": sgd, "fp32.bias_grad": bias_grad,
     **fl.make_ops(PREFIX),
 }
 
@@ -225,6 +279,9 @@ def init_params(model, recipe, rng: np.random.Generator) -> dict:
         bound = np.sqrt(6.0 / fan_in)
         params[f"{layer.name}.w"] = rng.uniform(-bound, bound, shape).astype(np.float32)
         params[f"{layer.name}.v"] = np.zeros(shape, np.float32)
+        if has_bias(layer):   # zero, drawing nothing: bias-free models keep their random weights
+            params[f"{layer.name}.b"] = np.zeros(layer.bias_shape, np.float32)
+            params[f"{layer.name}.b.v"] = np.zeros(layer.bias_shape, np.float32)
     return params
 
 

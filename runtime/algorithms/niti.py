@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import numerics
 from ..errors import LoweringError
-from ..nn import Add, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
+from ..nn import Add, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
 from ..numerics import QTensor
 from . import int_residual
 
@@ -32,6 +32,12 @@ def check_model(model, recipe):
         if not isinstance(layer, (Conv2d, Linear, ReLU, MaxPool2d, Flatten, Dropout, Add, GlobalAvgPool)):
             raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r} "
                                 f"({type(layer).__name__}): NITI has no such integer layer")
+        if has_bias(layer):
+            raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r}: it has a bias and NITI's "
+                                f"integer layers have none; an imported bias is folded only into a batch norm "
+                                f"right after the layer, so drop it (model.bias: drop, or load_model(..., "
+                                f"bias='drop')) or train with a recipe that has biases (fp32, octo, afp, mls, fp8, "
+                                f"wageubn)")
 
 
 # ---------------------------------------------------------------- lowering

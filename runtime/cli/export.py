@@ -2,9 +2,10 @@
 runtimes. Reads the checkpoint only (the model's layer list is stored in it).
 
 Formats: onnx (float weights, dequantized), onnx-qdq (int8 weights with power-of-two
-scales behind DequantizeLinear), onnx-niti (NITI checkpoints: also NITI's int8
-activation rounding, so ONNX Runtime returns dsptrain's logits), npz (plain arrays and a
-JSON header; layout in runtime/interchange/npz_export.py).
+scales behind DequantizeLinear), onnx-niti (refuses any checkpoint but NITI's), npz (plain
+arrays and a JSON header; layout in runtime/interchange/npz_export.py). For a NITI
+checkpoint all three ONNX forms also carry NITI's int8 activation rounding in float
+operators, so ONNX Runtime fed the same batches returns dsptrain's logits.
 """
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ def model_names(model, state: dict) -> list[str]:
     """The state entries that make up the model (what FedAvg averages), in layer order."""
     names = []
     for layer in model.layers:
-        for name in (f"{layer.name}.w", *(f"{layer.name}{s}" for s in _BN_SUFFIXES)):
+        for name in (f"{layer.name}.w", f"{layer.name}.b", *(f"{layer.name}{s}" for s in _BN_SUFFIXES)):
             if name in state:
                 names.append(name)
     return names

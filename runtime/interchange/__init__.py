@@ -36,7 +36,8 @@ def export(checkpoint, out, format: str = "onnx") -> str:
         return write_npz(trained, out)
     from .onnx_export import write_onnx
 
-    return write_onnx(trained, out, qdq=format == "onnx-qdq", niti=format == "onnx-niti")
+    # onnx and onnx-qdq carry NITI's activation rounding for a NITI checkpoint; onnx-niti insists on it
+    return write_onnx(trained, out, qdq=format == "onnx-qdq", niti=True if format == "onnx-niti" else None)
 
 
 __all__ = ["load_model", "from_torch", "export", "FORMATS", "read_checkpoint", "describe_model", "check_section",

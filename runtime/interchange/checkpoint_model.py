@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from ..nn import BatchNorm2d, Model
+from ..nn import BatchNorm2d, Model, has_bias
 
 CHECKPOINT_NAME = "checkpoint.npz"
 
@@ -45,7 +45,8 @@ def read_checkpoint(path) -> TrainedModel:
         model = MODELS[meta["model"]](int(np.shape(getattr(state[head], "q", state[head]))[0]))
     for layer in model.layers:
         needed = [f"{layer.name}.{k}" for k in ("gamma", "beta", "mean", "var")] if isinstance(layer, BatchNorm2d) \
-            else [f"{layer.name}.w"] if hasattr(layer, "weight_shape") else []
+            else [f"{layer.name}.w", *([f"{layer.name}.b"] if has_bias(layer) else [])] \
+            if hasattr(layer, "weight_shape") else []
         for name in needed:
             if name not in state:
                 raise DataError(f"{path}: checkpoint lacks {name} (layer {layer.name} of {model.name})")

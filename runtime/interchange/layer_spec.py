@@ -13,8 +13,10 @@
         - flatten
         - {kind: linear, out: 10}
 
-Kinds (parameters, defaults): conv (out, kernel, stride 1, padding 0, source), linear (out),
-relu, maxpool (kernel 2, stride = kernel), globalavgpool, flatten, dropout (p 0.5),
+Kinds (parameters, defaults): conv (out, kernel, stride 1, padding 0, source, bias false),
+linear (out, bias false; a bias is for recipes with float biases, NITI has none),
+relu, maxpool (kernel 2, stride = kernel), avgpool (kernel 2, stride = kernel, padding 0,
+count_include_pad false; float recipes), globalavgpool, flatten, dropout (p 0.5),
 batchnorm, add (skip_from), residual (body: [...], shortcut: [...] or none). Input sizes
 (conv's in_channels, linear's in_features) follow from the shapes. A layer without `name`
 is named by its kind and a count (conv1, conv2, relu1, ...); layers of a residual block
@@ -25,13 +27,15 @@ is also what `layers_of` writes, so every model (zoo, ONNX, YAML) round-trips th
 from __future__ import annotations
 
 from ..errors import ConfigError, ShapeError
-from ..nn import INPUT, Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, Model, ReLU
+from ..nn import (INPUT, Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d,
+                  Model, ReLU)
 
 KINDS = {
-    "conv": {"name", "out", "kernel", "stride", "padding", "source"},
-    "linear": {"name", "out"},
+    "conv": {"name", "out", "kernel", "stride", "padding", "source", "bias"},
+    "linear": {"name", "out", "bias"},
     "relu": {"name"}, "flatten": {"name"}, "batchnorm": {"name"}, "globalavgpool": {"name"},
     "maxpool": {"name", "kernel", "stride"},
+    "avgpool": {"name", "kernel", "stride", "padding", "count_include_pad"},
     "dropout": {"name", "p"},
     "add": {"name", "skip_from"},
     "residual": {"name", "body", "shortcut"},
@@ -64,6 +68,12 @@ class _Builder:
             raise self.error(f"{where}.{key}", "is required")
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise self.error(f"{where}.{key}", f"{value!r} must be an integer >= {low}")
+        return value
+
+    def flag(self, item, key, where, default=False):
+        value = item.get(key, default)
+        if not isinstance(value, bool):
+            raise self.error(f"{where}.{key}", f"{value!r} must be true or false")
         return value
 
     def add(self, layer, where, reads=None):
@@ -113,15 +123,22 @@ class _Builder:
                 raise self.error(where, f"conv needs an image input (H, W, C), got shape {shape}")
             layer = Conv2d(name, shape[2], self.int_param(item, "out", where), self.int_param(item, "kernel", where),
                            self.int_param(item, "stride", where, 1), self.int_param(item, "padding", where, 0, 0),
-                           source=None if source in (None, self.last) else source)
+                           source=None if source in (None, self.last) else source,
+                           bias=self.flag(item, "bias", where))
             return self.add(layer, where, reads=source)
         if kind == "linear":
             if len(shape) != 1:
                 raise self.error(where, f"linear needs a vector input (flatten first), got shape {shape}")
-            return self.add(Linear(name, shape[0], self.int_param(item, "out", where)), where)
+            return self.add(Linear(name, shape[0], self.int_param(item, "out", where),
+                                   bias=self.flag(item, "bias", where)), where)
         if kind == "maxpool":
             k = self.int_param(item, "kernel", where, 2)
             return self.add(MaxPool2d(name, k, self.int_param(item, "stride", where, k)), where)
+        if kind == "avgpool":
+            k = self.int_param(item, "kernel", where, 2)
+            return self.add(AvgPool2d(name, k, self.int_param(item, "stride", where, k),
+                                      self.int_param(item, "padding", where, 0, 0),
+                                      self.flag(item, "count_include_pad", where)), where)
         if kind == "dropout":
             p = item.get("p", 0.5)
             if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
@@ -185,6 +202,9 @@ def layers_of(model: Model) -> list[dict]:
             item = {"kind": "linear", "out": layer.out_features}
         elif isinstance(layer, MaxPool2d):
             item = {"kind": "maxpool", "kernel": layer.kernel, "stride": layer.stride}
+        elif isinstance(layer, AvgPool2d):
+            item = {"kind": "avgpool", "kernel": layer.kernel, "stride": layer.stride, "padding": layer.padding,
+                    "count_include_pad": layer.count_include_pad}
         elif isinstance(layer, Dropout):
             item = {"kind": "dropout", "p": layer.p}
         elif isinstance(layer, Add):
@@ -192,6 +212,8 @@ def layers_of(model: Model) -> list[dict]:
         else:
             item = {"kind": {ReLU: "relu", Flatten: "flatten", BatchNorm2d: "batchnorm",
                              GlobalAvgPool: "globalavgpool"}[type(layer)]}
+        if getattr(layer, "bias", False):   # written only when set: bias-free descriptions stay as they were
+            item["bias"] = True
         items.append({**item, "name": layer.name})
     return items
 

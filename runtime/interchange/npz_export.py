@@ -6,6 +6,7 @@ Layout, version 1:
 |---|---|---|
 | `__model__` | str, () | JSON: format "dsptrain-npz", version 1, name, recipe, input_shape [H, W, C], input ("(pixel - 128) / 128, NHWC"), num_classes, bn_epsilon, layers (the flat list of `layer_spec.layers_of`: kind, name and parameters of each layer, in order) |
 | `<layer>.weight` | float32 | conv: (out, kh, kw, in) OHWI; linear: (out, in), a flattened input's features in (H, W, C) order |
+| `<layer>.bias` | float32, (out,) | only for a conv or linear layer with a bias (float recipes): added to its output |
 | `<layer>.weight_q` | int8 | only for recipes that keep int8 weights (NITI): the stored integers |
 | `<layer>.weight_exponent` | int32, () | with `weight_q`: weight = weight_q * 2**weight_exponent, exactly |
 | `<bn>.gamma`, `<bn>.beta`, `<bn>.running_mean`, `<bn>.running_var` | float32, (C,) | batch norm: y = gamma * (x - mean) / sqrt(var + bn_epsilon) + beta |
@@ -24,7 +25,7 @@ import numpy as np
 
 from ..algorithms._float_layers import BN_EPS
 from ..checkpoint import atomic_write
-from ..nn import BatchNorm2d
+from ..nn import BatchNorm2d, has_bias
 from ..numerics import QTensor
 from .layer_spec import layers_of
 from .weights import float_weights
@@ -42,6 +43,8 @@ def npz_arrays(trained) -> dict:
     for layer in model.layers:
         if hasattr(layer, "weight_shape"):
             arrays[f"{layer.name}.weight"] = floats[f"{layer.name}.w"]
+            if has_bias(layer):
+                arrays[f"{layer.name}.bias"] = floats[f"{layer.name}.b"]
             value = state[f"{layer.name}.w"]
             if isinstance(value, QTensor) and value.q.dtype == np.int8:
                 arrays[f"{layer.name}.weight_q"] = value.q

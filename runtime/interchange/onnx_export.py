@@ -7,9 +7,12 @@ map back: OHWI conv weights to OIHW, a linear layer after a flatten gets its inp
 columns from the engine's (H, W, C) order to ONNX's (C, H, W). Dropout is left out
 (inference). In QDQ form every conv and linear weight is int8 with scale 2**e and zero
 point 0: NITI's own int8 weights and exponents as they are, other recipes' weights on an
-int8 power-of-two grid (weights.pow2_grid). Activations stay float in both forms: NITI
-rescales its activations every step by their range, which a static graph cannot follow,
-so the ONNX outputs approximate dsptrain's integer evaluation (the tests report how well).
+int8 power-of-two grid (weights.pow2_grid). A conv or linear bias is Conv's / Gemm's
+float third input. Activations are float, except in the export of a NITI checkpoint (both
+forms): NITI rounds every activation to int8 on a step taken from the batch's range, and
+without that rounding a float graph's top-1 answers differed from dsptrain's on 0.3-0.9 %
+of test images, so its graph writes the rounding out in float operators (onnx_niti.py)
+and gives dsptrain's logits, fed the same batches.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import numpy as np
 
 from ..algorithms._float_layers import BN_EPS
 from ..checkpoint import atomic_write
-from ..nn import INPUT, Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
+from ..nn import INPUT, Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
 from ..numerics import QTensor
 from .weights import float_weights, pow2_grid
 
@@ -58,9 +61,15 @@ def _int8_of(value, transform) -> QTensor | None:
     return None
 
 
-def build_onnx(trained, qdq: bool = False, niti: bool = False):
-    """The ONNX model of a checkpoint: float weights, or int8 QDQ weights (`qdq`), or with
-    NITI's activation rounding written out (`niti`, onnx_niti.py)."""
+def _bias(g, layer, floats) -> tuple[str, ...]:
+    """(the layer's float bias,) when it has one: Conv's and Gemm's third input (float in QDQ too)."""
+    return (g.const(f"{layer.name}.bias", floats[f"{layer.name}.b"]),) if has_bias(layer) else ()
+
+
+def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
+    """The ONNX model of a checkpoint: float weights, or int8 QDQ weights (`qdq`); with
+    NITI's activation rounding written out (onnx_niti.py) when `niti`, which defaults to
+    whether the checkpoint is NITI's (`niti=True` refuses any other)."""
     import onnx
 
     from . import onnx_niti
@@ -69,9 +78,12 @@ def build_onnx(trained, qdq: bool = False, niti: bool = False):
     floats = float_weights(state)
     g = _Graph(onnx, qdq)
     out_of, shape_of, flat_from = {INPUT: "input"}, {INPUT: tuple(model.input_shape)}, {}
+    niti = onnx_niti.is_niti(trained) if niti is None else niti
+    rounding = None
     if niti:
         onnx_niti.check(trained)
-        out_of[INPUT], step = onnx_niti.quantized_input(g, "input")
+        rounding = onnx_niti.Rounding(g, state)
+        out_of[INPUT] = rounding.input("input")
     previous = INPUT
     for layer, shape in zip(model.layers, model.shapes()):
         reads = getattr(layer, "source", None) or previous
@@ -80,10 +92,10 @@ def build_onnx(trained, qdq: bool = False, niti: bool = False):
             to_oihw = lambda a: a.transpose(0, 3, 1, 2)
             w = g.weight(f"{name}.weight", to_oihw(floats[f"{name}.w"]), _int8_of(state[f"{name}.w"], to_oihw))
             p = layer.padding
-            g.node("Conv", (x, w), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
+            g.node("Conv", (x, w, *_bias(g, layer, floats)), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
                    pads=[p] * 4)
-            if niti:
-                out, step = onnx_niti.requantize(g, out, step, state[f"{name}.w"].e, name)
+            if rounding:
+                out = rounding.product(layer, out, reads)
         elif isinstance(layer, Linear):
             source_shape = flat_from.get(reads)
             def to_onnx(a, s=source_shape):
@@ -92,15 +104,18 @@ def build_onnx(trained, qdq: bool = False, niti: bool = False):
                 h, w_, c = s          # engine columns (H, W, C) -> ONNX's (C, H, W)
                 return a.reshape(a.shape[0], h, w_, c).transpose(0, 3, 1, 2).reshape(a.shape[0], -1)
             w = g.weight(f"{name}.weight", to_onnx(floats[f"{name}.w"]), _int8_of(state[f"{name}.w"], to_onnx))
-            g.node("Gemm", (x, w), out, name, transB=1)
-            if niti:
-                out, step = onnx_niti.requantize(g, out, step, state[f"{name}.w"].e, name)
+            g.node("Gemm", (x, w, *_bias(g, layer, floats)), out, name, transB=1)
+            if rounding:
+                out = rounding.product(layer, out, reads)
         elif isinstance(layer, ReLU):
             g.node("Relu", (x,), out, name)
             if reads in flat_from:
                 flat_from[layer.name] = flat_from[reads]
         elif isinstance(layer, MaxPool2d):
             g.node("MaxPool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2)
+        elif isinstance(layer, AvgPool2d):
+            g.node("AveragePool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
+                   pads=[layer.padding] * 4, count_include_pad=int(layer.count_include_pad))
         elif isinstance(layer, Flatten):
             if len(shape_of[reads]) == 3:
                 flat_from[layer.name] = shape_of[reads]
@@ -117,8 +132,16 @@ def build_onnx(trained, qdq: bool = False, niti: bool = False):
         elif isinstance(layer, GlobalAvgPool):
             pooled = g.node("GlobalAveragePool", (x,), f"{name}.pooled", name)
             g.node("Flatten", (pooled,), out, f"{name}.flatten", axis=1)
+            if rounding:
+                h, w_, _ = shape_of[reads]
+                out = rounding.average(layer, out, reads, h * w_)
         elif isinstance(layer, Add):
-            g.node("Add", (x, out_of[layer.skip_from]), out, name)
+            if rounding:
+                out = rounding.add(layer, x, reads, out_of[layer.skip_from], layer.skip_from)
+            else:
+                g.node("Add", (x, out_of[layer.skip_from]), out, name)
+        if rounding and not isinstance(layer, (Conv2d, Linear, GlobalAvgPool, Add)):
+            rounding.keep(layer, reads)
         out_of[layer.name], shape_of[layer.name], previous = out, shape, layer.name
     g.nodes.append(g.helper.make_node("Identity", [out_of[previous]], ["logits"], name="logits"))
     h, w, c = model.input_shape
@@ -138,10 +161,13 @@ def build_onnx(trained, qdq: bool = False, niti: bool = False):
     return proto
 
 
-def write_onnx(trained, out, qdq: bool = False, niti: bool = False) -> str:
+def write_onnx(trained, out, qdq: bool = False, niti: bool | None = None) -> str:
+    from .onnx_niti import is_niti
+
+    niti = is_niti(trained) if niti is None else niti
     proto = build_onnx(trained, qdq, niti)
     data = proto.SerializeToString()
     atomic_write(Path(out), lambda f: f.write(data))
-    form = "QDQ " if qdq else "NITI-rounding " if niti else ""
+    form = ("QDQ " if qdq else "") + ("NITI-rounding " if niti else "")
     return (f"wrote {out}: {trained.model.name} ({trained.recipe}) as {form}ONNX, opset {OPSET}, "
             f"{len(proto.graph.node)} nodes, {len(data)} bytes; input {INPUT_NOTE}")

@@ -8,11 +8,12 @@ trains. The file's NCHW activations and OIHW weights become the engine's NHWC an
 a Linear after a Flatten of an image gets its input columns permuted from ONNX's (C, H, W)
 order to the engine's (H, W, C) order.
 
-Bias: engine layers have none (NITI, the integer recipes, have no bias at all). A conv
-or linear bias is folded into a batch norm that directly follows it (exactly: BN
-subtracts the mean, so `mean -= bias` gives the same function, in training too); a zero
-bias is dropped; any other bias is refused unless the caller passes `bias="drop"`, which
-drops it and records the layer in `notes`. Either way the notes say which happened.
+Bias: a conv or linear bias is folded into a batch norm that directly follows it
+(exactly: BN subtracts the mean, so `mean -= bias` gives the same function, in training
+too); a zero bias is dropped; any other becomes the layer's own bias (`bias=True`, weight
+"<layer>.b"), which FP32 and the emulated recipes add, train and export, and NITI (no bias
+in its algorithm) refuses naming the layer, unless the caller passes `bias="drop"`, which
+drops it. The notes name each layer and say which happened.
 
 The operators themselves: onnx_ops.py.
 """

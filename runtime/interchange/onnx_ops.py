@@ -6,15 +6,15 @@ Operator semantics: the ONNX operator specification (github.com/onnx/onnx, docs/
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..algorithms._float_layers import BN_EPS as BN_EPS_DEFAULT
 from ..errors import UserError
-from ..nn import INPUT, Add, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
+from ..nn import INPUT, Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
 
-SUPPORTED = ("Conv, Gemm, MatMul(+Add), Relu, MaxPool, AveragePool (global), GlobalAveragePool, Flatten, "
+SUPPORTED = ("Conv, Gemm, MatMul(+Add), Relu, MaxPool, AveragePool, GlobalAveragePool, Flatten, "
              "Reshape (flatten only; its shape from Shape/Gather/Unsqueeze/Concat), BatchNormalization, Add, "
              "Dropout, Identity, Constant")
 
@@ -252,17 +252,22 @@ def _bias(state, node, layer_name, bias, channels):
 
 
 def settle_biases(state):
-    """Biases no batch norm took: drop zeros; drop the rest only under bias='drop'."""
-    for layer, (label, bias) in state.pending_bias.items():
-        if not np.any(bias):
-            continue
-        if state.bias != "drop":
-            raise ModelFileError(
-                f"{state.path}: node {label}: layer {layer!r} has a bias (max |b| = {np.max(np.abs(bias)):.3g}) and "
-                f"dsptrain layers have none (the integer recipes have no bias): a bias is folded only into a "
-                f"BatchNormalization right after the layer; export the model with bias=False, or set "
-                f"model.bias: drop (run config) / bias='drop' (load_model) to drop it")
-        state.notes.append(f"{layer}: bias dropped (max |b| = {np.max(np.abs(bias)):.3g}); dsptrain layers have no bias")
+    """Biases no batch norm took: a zero one is dropped (it changes nothing); any other
+    becomes the layer's own bias (`bias=True`, weight "<layer>.b"), which the float and
+    emulated recipes train and NITI refuses by name, or under bias='drop' is dropped.
+    Each case leaves a note naming the layer."""
+    for layer_name, (label, bias) in state.pending_bias.items():
+        top = float(np.max(np.abs(bias)))
+        if top == 0.0:
+            state.notes.append(f"{layer_name}: zero bias dropped (it changes nothing)")
+        elif state.bias == "drop":
+            state.notes.append(f"{layer_name}: bias dropped as asked (max |b| = {top:.3g}); the function changes")
+        else:
+            index = next(i for i, layer in enumerate(state.layers) if layer.name == layer_name)
+            state.layers[index] = replace(state.layers[index], bias=True)
+            state.weights[f"{layer_name}.b"] = bias.astype(np.float32)
+            state.notes.append(f"{layer_name}: bias kept (max |b| = {top:.3g}); recipes with float biases train it, "
+                               f"NITI has none (model.bias: drop drops it)")
     state.pending_bias.clear()
 
 
@@ -306,14 +311,27 @@ def _global_average_pool(state, node, attrs):
 
 
 def _average_pool(state, node, attrs):
+    """A window over the whole input without padding is a global average (which NITI also
+    lowers); any other square window, stride and equal padding an AvgPool2d (float recipes)."""
     _only(state, node, attrs, {"kernel_shape": None, "strides": None, "pads": None, "auto_pad": None,
-                               "ceil_mode": None, "count_include_pad": None})
+                               "ceil_mode": None, "count_include_pad": lambda v: v in (0, 1),
+                               "dilations": lambda d: all(v == 1 for v in d)})
     x = _act(state, node)
     c, h, w = _image(state, node, x)
-    if list(attrs["kernel_shape"]) != [h, w] or _pads(state, node, attrs):
-        raise state.fail(node, f"AveragePool with kernel_shape={list(attrs['kernel_shape'])} on a {h}x{w} input is "
-                               f"not supported: only a window over the whole input without padding (global average)")
-    _global_pool(state, node, x)
+    pad = _pads(state, node, attrs)
+    if list(attrs["kernel_shape"]) == [h, w] and not pad:
+        return _global_pool(state, node, x)
+    _reads_previous(state, node, x)
+    kernel = _square(state, node, "kernel_shape", attrs["kernel_shape"])
+    stride = _square(state, node, "strides", attrs.get("strides", [1, 1]))
+    if pad >= kernel:
+        raise state.fail(node, f"pads={list(attrs['pads'])} are not smaller than kernel_shape={[kernel, kernel]}")
+    if attrs.get("ceil_mode", 0) and ((h + 2 * pad - kernel) % stride or (w + 2 * pad - kernel) % stride):
+        raise state.fail(node, f"ceil_mode=1 on a {h}x{w} input with kernel {kernel}, stride {stride}, pads {pad} "
+                               f"adds a partial window; dsptrain's average pool has none")
+    layer = AvgPool2d(_layer_name(state, node, None), kernel, stride, pad, bool(attrs.get("count_include_pad", 0)))
+    oh, ow, _ = layer.out_shape((h, w, c))
+    _emit(state, node, layer, (c, oh, ow), (oh, ow, c))
 
 
 def _flatten_to_vector(state, node, x: Activation):

@@ -75,3 +75,20 @@ def cli_start(*args, cwd=None) -> subprocess.Popen:
 def finish(process: subprocess.Popen) -> subprocess.CompletedProcess:
     out, err = process.communicate(timeout=300)
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def trained_checkpoint(tmp_path, recipe, body="model: {name: lenet5}\n", name=None, steps=8, batch=32):
+    """A checkpoint after `steps` training steps of `batch` synthetic images (the path)."""
+    from dsptrain.data import synthetic
+
+    name = name or f"exp-{recipe}"
+    body += f"train: {{epochs: 1, batch_size: {batch}}}\n"
+    run = dsptrain.load_run(write_run(tmp_path, recipe, body, name=name))
+    trainer = dsptrain.Trainer(run, progress=False, out_dir=Path(tmp_path) / name)
+    data = synthetic("train", trainer.model.input_shape, count=steps * batch)
+    try:
+        for i in range(0, steps * batch, batch):
+            trainer.step(data.images[i:i + batch], data.labels[i:i + batch])
+        return trainer.save()
+    finally:
+        trainer.close()

@@ -54,13 +54,18 @@ def _bad_files(tmp_path):
         "two-inputs": (_onnx_file(tmp_path / "two.onnx", _good_nodes(), W,
                                   inputs=(("x", [None, 1, 4, 4]), ("mask", [None, 1, 4, 4]))),
                        ["two.onnx", "the graph has 2 inputs ('x', 'mask')"]),
+        "avgpool-partial-window": (_onnx_file(tmp_path / "ceil.onnx", [
+            h.make_node("AveragePool", ["x"], ["p"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1, name="pool"),
+            h.make_node("Flatten", ["p"], ["f"], axis=1, name="flat"),
+            h.make_node("MatMul", ["f", "w"], ["y"], name="fc")], {"w": np.ones((1, 3), np.float32)}),
+            ["ceil.onnx", "node 'pool' (AveragePool)", "ceil_mode=1 on a 4x4 input", "partial window"]),
         "dynamic-shape": (_onnx_file(tmp_path / "dynamic.onnx", _good_nodes(), W, inputs=(("x", [None, 1, "h", 4]),)),
                           ["dynamic.onnx", "dynamic H dimension (h)"]),
     }
 
 
 CASES = ["truncated", "not-onnx", "unsupported-op", "opset-too-new", "initializer-wrong-shape", "two-inputs",
-         "dynamic-shape"]
+         "dynamic-shape", "avgpool-partial-window"]
 
 
 def test_bad_model_files_exit_2_with_one_named_line(tmp_path):

@@ -150,24 +150,6 @@ def test_matmul_add_dropout_identity_constant(tmp_path):
     assert np.abs(got - expected).max() <= FP32_TOLERANCE * np.abs(expected).max()
 
 
-def test_bias_without_batchnorm_is_refused_or_dropped(tmp_path):
-    torch = need_torch()
-    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3, bias=True))
-    path = tmp_path / "biased.onnx"
-    from dsptrain.interchange.torch_bridge import to_onnx_bytes
-
-    path.write_bytes(to_onnx_bytes(net, torch.zeros(1, 1, 4, 4)))
-    with pytest.raises(dsptrain.UserError, match=r"layer '1' has a bias .*model.bias: drop"):
-        dsptrain.load_model(path)
-    model = dsptrain.load_model(path, bias="drop")
-    with torch.no_grad():
-        net[1].bias.zero_()
-    pixels = images(4, (4, 4, 1))
-    got = dsptrain_logits(model, "fp32", pixels, tmp_path)
-    expected = torch_logits(net, pixels)
-    assert np.abs(got - expected).max() <= FP32_TOLERANCE * np.abs(expected).max()
-
-
 def test_new_head_when_num_classes_differs(tmp_path, capsys):
     torch = need_torch()
     net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 8, bias=False), torch.nn.ReLU(),

@@ -1,0 +1,95 @@
+"""ONNX AveragePool with kernel, stride and padding as ONNX defines them (count_include_pad
+either way): FP32 (and the emulated recipes) run it and its gradient; NITI has no such
+integer layer and refuses it by name (exit 2). One SGD step of an imported model with
+average pools and biases equals PyTorch's step."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dsptrain
+from dsptrain.errors import LoweringError
+
+from .helpers import cli, dsptrain_logits, images, need_torch, torch_logits, trainer_for, write_run
+
+FP32_TOLERANCE = 1e-4            # relative to the largest |logit| (or weight change)
+POOLS = {   # name -> (kernel, stride, padding, count_include_pad)
+    "k2-s2": (2, 2, 0, True), "k3-s2-pad1-include": (3, 2, 1, True), "k3-s2-pad1-exclude": (3, 2, 1, False),
+    "k3-s1-overlapping": (3, 1, 0, True), "k2-s1-pad1-exclude": (2, 1, 1, False),
+}
+
+
+def _net(torch, kernel, stride, padding, include):
+    nn = torch.nn
+    pool = nn.AvgPool2d(kernel, stride, padding, count_include_pad=include)
+    out = pool(torch.zeros(1, 4, 12, 12)).shape
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), pool, nn.Flatten(),
+                         nn.Linear(4 * out[2] * out[3], 5))
+
+
+@pytest.mark.parametrize("case", sorted(POOLS))
+def test_average_pool_forward_equals_torch(case, tmp_path):
+    torch = need_torch()
+    net = _net(torch, *POOLS[case])
+    model = dsptrain.from_torch(net, torch.zeros(1, 1, 12, 12))
+    pool = model.layers[2]
+    assert type(pool).__name__ == "AvgPool2d" and (pool.kernel, pool.stride, pool.padding,
+                                                   pool.count_include_pad) == POOLS[case]
+    pixels = images(8, (12, 12, 1))
+    expected = torch_logits(net, pixels)
+    got = dsptrain_logits(model, "fp32", pixels, tmp_path)
+    assert np.abs(got - expected).max() <= FP32_TOLERANCE * np.abs(expected).max(), case
+    with pytest.raises(LoweringError, match=r"layer '2' \(AvgPool2d\): NITI has no such integer layer"):
+        dsptrain_logits(_without_biases(model), "niti", pixels, tmp_path)
+
+
+def _without_biases(model):
+    import dataclasses
+
+    layers = tuple(dataclasses.replace(layer, bias=False) if hasattr(layer, "bias") else layer for layer in model.layers)
+    weights = {k: v for k, v in model.initial_weights.items() if not k.endswith(".b")}
+    return dataclasses.replace(model, layers=layers, initial_weights=weights)
+
+
+def test_one_sgd_step_equals_torch(tmp_path):
+    """Forward, the average pool's and the biases' gradients, and the update: after one
+    step of the FP32 recipe (SGD, momentum, weight decay as PyTorch's) every parameter
+    is where PyTorch's one step puts it."""
+    torch = need_torch()
+    net = _net(torch, 3, 2, 1, False)
+    model = dsptrain.from_torch(net, torch.zeros(1, 1, 12, 12))
+    trainer = trainer_for(model, "fp32", tmp_path, "model: {num_classes: 5}\ntrain: {epochs: 1, batch_size: 16}\n")
+    pixels, labels = images(16, (12, 12, 1), seed=4), np.arange(16) % 5
+    before = {k: np.array(v) for k, v in trainer.state.items()}
+    try:
+        trainer.step(pixels, labels)
+    finally:
+        trainer.close()
+    o = trainer.recipe.optimizer
+    optimizer = torch.optim.SGD(net.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+    net.train()
+    x = torch.from_numpy(((pixels.astype(np.float32) - 128) / 128).transpose(0, 3, 1, 2).copy())
+    optimizer.zero_grad()
+    torch.nn.functional.cross_entropy(net(x), torch.from_numpy(labels)).backward()
+    optimizer.step()
+    theirs = {"0.w": net[0].weight.detach().numpy().transpose(0, 2, 3, 1), "0.b": net[0].bias.detach().numpy(),
+              "4.b": net[4].bias.detach().numpy()}
+    for name, value in theirs.items():
+        moved = np.abs(value - before[name]).max()
+        assert moved > 0, name
+        assert np.abs(trainer.state[name] - value).max() <= FP32_TOLERANCE * np.abs(value).max(), name
+
+
+def test_niti_refuses_an_average_pool_with_exit_2(tmp_path):
+    torch = need_torch()
+    from dsptrain.interchange.torch_bridge import to_onnx_bytes
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, bias=False), torch.nn.AvgPool2d(3, 2, 1), torch.nn.Flatten(),
+                              torch.nn.Linear(4 * 5 * 5, 10, bias=False))
+    path = tmp_path / "avg.onnx"
+    path.write_bytes(to_onnx_bytes(net, torch.zeros(1, 1, 12, 12)))
+    run = write_run(tmp_path, "niti", f"model: {{onnx: {path}}}\n")
+    result = cli("train", run)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"dsptrain: error: {run}: ") and "layer '1' (AvgPool2d): NITI has no such integer layer" in line

@@ -1,0 +1,100 @@
+"""Exports of NITI checkpoints. NITI rounds every activation to int8 on a step taken from
+the batch's range; the float and QDQ files write that rounding out in float operators, so
+ONNX Runtime, fed the batches dsptrain evaluates (or one image at a time), must return
+dsptrain's logits: at least 99.9 % top-1 agreement and, as the rounding is exact, no
+logit difference at all. Chains (LeNet-5) and residual networks (Add, global average
+pool, a projection shortcut). The QDQ file's int8 weights and scales are the checkpoint's."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+import dsptrain
+from dsptrain.agreement import agreement, dsptrain_logits, onnxruntime_logits
+from dsptrain.data import synthetic
+
+from .helpers import trained_checkpoint
+
+FLOAT_AGREEMENT = 0.999
+EVAL_BATCH = 250
+RESIDUAL_NITI_LAYERS = """model:
+  name: tiny_resnet_nobn
+  input_shape: [28, 28, 1]
+  layers:
+    - {kind: conv, out: 8, kernel: 5}
+    - relu
+    - {kind: maxpool, kernel: 3}
+    - {kind: residual, body: [{kind: conv, out: 8, kernel: 3, padding: 1}, relu,
+                              {kind: conv, out: 8, kernel: 3, padding: 1}]}
+    - relu
+    - {kind: residual, body: [{kind: conv, out: 16, kernel: 3, stride: 2, padding: 1}, relu,
+                              {kind: conv, out: 16, kernel: 3, padding: 1}],
+       shortcut: [{kind: conv, out: 16, kernel: 1, stride: 2}]}
+    - relu
+    - globalavgpool
+    - {kind: linear, out: 10}
+"""
+
+
+@pytest.fixture(scope="module")
+def test_images():
+    return synthetic("test", (28, 28, 1), count=1000).images
+
+
+def _agreement(checkpoint, path, images, batch=EVAL_BATCH):
+    """dsptrain's evaluation and ONNX Runtime's on the same batches of `images`."""
+    return agreement(dsptrain_logits(checkpoint, images, batch=batch), onnxruntime_logits(path, images, batch=batch))
+
+
+def test_lenet_float_and_qdq_exports_give_dsptrains_logits(tmp_path, test_images):
+    checkpoint = trained_checkpoint(tmp_path, "niti")
+    for fmt in ("onnx", "onnx-qdq", "onnx-niti"):
+        out = tmp_path / f"lenet.{fmt}"
+        summary = dsptrain.export(checkpoint, out, fmt)
+        assert "NITI-rounding ONNX" in summary
+        found = _agreement(checkpoint, out, test_images)
+        print(f"niti {fmt} export: {found}")
+        assert found["top1_agreement"] >= FLOAT_AGREEMENT and found["max_logit_diff"] == 0.0, (fmt, found)
+    one_by_one = _agreement(checkpoint, tmp_path / "lenet.onnx", test_images[:40], batch=1)
+    assert one_by_one["max_logit_diff"] == 0.0, one_by_one
+    state, _ = dsptrain.checkpoint.load(checkpoint)
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(tmp_path / "lenet.onnx-qdq").graph.initializer}
+    for layer in ("conv1", "conv2", "fc1", "fc2", "fc3"):
+        q, scale = inits[f"{layer}.weight_q"], inits[f"{layer}.weight_scale"]
+        stored = state[f"{layer}.w"]
+        expected = stored.q.transpose(0, 3, 1, 2) if stored.q.ndim == 4 else stored.q
+        if layer == "fc1":   # columns from the engine's (H, W, C) to ONNX's (C, H, W)
+            expected = expected.reshape(120, 5, 5, 16).transpose(0, 3, 1, 2).reshape(120, 400)
+        assert q.dtype == np.int8 and np.array_equal(q, expected), layer
+        assert float(scale) == 2.0 ** stored.e, layer
+
+
+def test_without_the_rounding_a_float_graph_disagrees(tmp_path, test_images):
+    """Why the rounding is there: the same weights in a plain float graph miss dsptrain's
+    logits (and, on a trained model, some of its answers)."""
+    from dsptrain.interchange import read_checkpoint
+    from dsptrain.interchange.onnx_export import build_onnx
+
+    checkpoint = trained_checkpoint(tmp_path, "niti")
+    plain = tmp_path / "plain.onnx"
+    plain.write_bytes(build_onnx(read_checkpoint(checkpoint), niti=False).SerializeToString())
+    found = _agreement(checkpoint, plain, test_images)
+    print(f"niti plain float graph: {found}")
+    assert found["max_logit_diff"] > 0.0
+
+
+def test_residual_network_exports_with_niti_rounding(tmp_path, test_images):
+    checkpoint = trained_checkpoint(tmp_path, "niti", RESIDUAL_NITI_LAYERS, name="exp-res-niti", steps=4)
+    out = tmp_path / "res.onnx"
+    dsptrain.export(checkpoint, out, "onnx")
+    ops = [node.op_type for node in onnx.load(out).graph.node]
+    assert ops.count("Conv") == 6 and "GlobalAveragePool" in ops
+    found = _agreement(checkpoint, out, test_images[:500])
+    print(f"niti residual onnx export: {found}")
+    assert found["top1_agreement"] >= FLOAT_AGREEMENT and found["max_logit_diff"] == 0.0, found
+
+
+def test_onnx_niti_refuses_other_recipes(tmp_path):
+    with pytest.raises(dsptrain.UserError, match="format onnx-niti writes NITI's integer evaluation"):
+        dsptrain.export(trained_checkpoint(tmp_path, "fp32", steps=1), tmp_path / "x.onnx", "onnx-niti")
