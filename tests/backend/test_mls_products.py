@@ -89,3 +89,7 @@ def test_patch_cache_reuses_only_the_same_unchanged_input():
     for i in range(10):                                           # forwards without backwards stay bounded
         cache.patches(be, mls_elements(rng, (2, 5, 5, 1)), 3, 3, 1, 0, keep=True)
     assert len(cache._kept) <= cache.entries
+    small = PatchCache(max_bytes=3 * 25 * 9 * 2)                  # three 5x5x1 inputs' 3x3 patches
+    for i in range(5):
+        small.patches(be, mls_elements(rng, (1, 5, 5, 1)), 3, 3, 1, 1, keep=True)
+    assert small._bytes() <= small.max_bytes and len(small._kept) == 3
