@@ -177,7 +177,7 @@ int dspt_op_conv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     const int8_t *w = dspt_at(ctx, d->in[1], dspt_count(d->shape_b));
     int32_t *y = dspt_at(ctx, d->out[0], (uint32_t)p * s.o * 4);
     if (!x || !w || !y) return DSPT_BAD_PARAMS;
-    if (dspt_conv_lanes_fits(&s))   /* few input channels: output pixels in the lanes */
+    if (dspt_conv_lanes_fits(&s))   /* one input channel: output pixels in the lanes */
         return dspt_conv_lanes(ctx, y, x, w, &s, (d->flags & DSPT_F_ACCUMULATE) != 0);
     int8_t *bp = dspt_scratch(ctx, dspt_packed_b_bytes(s.o, k));
     if (!bp) return DSPT_NO_SUPPORT;
@@ -250,9 +250,11 @@ int dspt_op_conv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     const int8_t *w = dspt_at(ctx, d->in[1], dspt_count(d->shape_b));
     int32_t *dx = dspt_at(ctx, d->out[0], (uint32_t)q * s.c * 4);
     if (!err || !w || !dx) return DSPT_BAD_PARAMS;
+    int acc = (d->flags & DSPT_F_ACCUMULATE) != 0;
+    if (dspt_conv_col2im_fits(&s))   /* few input channels: GEMM into window rows, then add */
+        return dspt_conv_col2im_bwd_data(ctx, dx, err, w, &s, acc);
     int8_t *bp = dspt_scratch(ctx, dspt_packed_b_bytes(s.c, k));
     if (!bp) return DSPT_NO_SUPPORT;
-    int acc = (d->flags & DSPT_F_ACCUMULATE) != 0;
     if (s.stride == 1 && o4 == s.o && s.pad <= s.kh - 1 && s.pad <= s.kw - 1 && s.kh == s.kw) {
         /* stride 1: a forward conv of err, padded by k-1-pad, with the flipped taps of wT
          * (one window copy per kernel row instead of one per tap) */
@@ -333,6 +335,8 @@ int dspt_op_conv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     const int8_t *x = dspt_at(ctx, d->in[1], dspt_count(d->shape_b));
     int32_t *dw = dspt_at(ctx, d->out[0], (uint32_t)s.o * j * 4);
     if (!err || !x || !dw) return DSPT_BAD_PARAMS;
+    if (dspt_conv_planar_fits(&s))   /* few channels: operands split into planes */
+        return dspt_conv_planar_bwd_weight(ctx, dw, err, x, &s, (d->flags & DSPT_F_ACCUMULATE) != 0);
     /* chunk the reduction: pc positions (a multiple of 4) per pass and thread */
     int pc = chunk_rows(ctx, j + s.o);
     if (pc > ((p + 3) & ~3)) pc = (p + 3) & ~3;

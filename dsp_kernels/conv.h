@@ -1,4 +1,4 @@
-/* conv.h: a convolution's shape, shared by conv.c and conv_lanes.c. */
+/* conv.h: a convolution's shape and the few-channel paths conv.c hands shapes to. */
 #ifndef DSPTRAIN_CONV_H
 #define DSPTRAIN_CONV_H
 
@@ -13,5 +13,15 @@ struct conv_shape {
 int dspt_conv_lanes_fits(const struct conv_shape *s);
 int dspt_conv_lanes(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int8_t *w,
                     const struct conv_shape *s, int accumulate);
+
+/* conv_planar.c: weight gradient from channel planes (stride 1, C <= 8, O <= 16). */
+int dspt_conv_planar_fits(const struct conv_shape *s);
+int dspt_conv_planar_bwd_weight(struct dspt_ctx *ctx, int32_t *dw, const int8_t *err, const int8_t *x,
+                                const struct conv_shape *s, int accumulate);
+
+/* conv_col2im.c: backward data as GEMM + col2im (C < 32, O % 4 == 0). */
+int dspt_conv_col2im_fits(const struct conv_shape *s);
+int dspt_conv_col2im_bwd_data(struct dspt_ctx *ctx, int32_t *dx, const int8_t *err, const int8_t *w,
+                              const struct conv_shape *s, int accumulate);
 
 #endif

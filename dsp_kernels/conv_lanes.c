@@ -18,8 +18,9 @@
 #include "kernels.h"
 #include "conv.h"
 
-#define ROWS_AT_ONCE 2     /* output rows sharing each weight word (loads: T + R per R*T vrmpy) */
-#define MAX_TILE 12        /* output channels per accumulator tile (R * T <= 24 registers) */
+#define MAX_ROWS 4         /* output rows sharing each weight word (loads: T + R per R*T vrmpy) */
+#define MAX_TILE 12        /* output channels per accumulator tile */
+#define MAX_ACC 24         /* R * T accumulators stay in the 32 vector registers */
 
 struct lanes {
     int cp, groups, blocks;        /* C' (1 or 4), weight words per kernel row, pixel blocks per row */
@@ -84,23 +85,23 @@ static void build_table(const struct lanes *L, HVX_Vector *tab, int8_t *row, con
 }
 
 /* R output rows x T channels of accumulators over one pixel block: for each (kernel row,
- * word group) step k, the table vector at base + off[k] (+ rstride for the next row) and
- * the T weight words wq[k * opad + t]. */
+ * word group) step k, the table vector at base + off[k] (+ rr * rstride for row rr) and
+ * the T weight words wq[k * opad + t]. yt[rr * ytstride + t] gets the sums. */
 static inline __attribute__((always_inline)) void tile(
     const int R, const int T, HVX_Vector *yt, int ytstride, const HVX_Vector *base, int rstride,
     const int32_t *off, int kg, const int32_t *wq, int opad, const int32_t *corr)
 {
-    HVX_Vector acc[ROWS_AT_ONCE][MAX_TILE];
+    HVX_Vector acc[MAX_ROWS][MAX_TILE];
     for (int rr = 0; rr < R; rr++)
         for (int t = 0; t < T; t++) acc[rr][t] = Q6_V_vsplat_R(corr[t]);
     for (int k = 0; k < kg; k++) {
         const HVX_Vector *v = base + off[k];
         const int32_t *w = wq + k * opad;
-        HVX_Vector v0 = v[0], v1 = R > 1 ? v[rstride] : v0;
+        HVX_Vector vr[MAX_ROWS];
+        for (int rr = 0; rr < R; rr++) vr[rr] = v[rr * rstride];
         for (int t = 0; t < T; t++) {
             int32_t word = w[t];
-            acc[0][t] = Q6_Vw_vrmpyacc_VwVubRb(acc[0][t], v0, word);
-            if (R > 1) acc[1][t] = Q6_Vw_vrmpyacc_VwVubRb(acc[1][t], v1, word);
+            for (int rr = 0; rr < R; rr++) acc[rr][t] = Q6_Vw_vrmpyacc_VwVubRb(acc[rr][t], vr[rr], word);
         }
     }
     for (int rr = 0; rr < R; rr++)
@@ -119,11 +120,12 @@ static int tile_width(int left)
 static void run_tile(int R, int T, HVX_Vector *yt, int ytstride, const HVX_Vector *base, int rstride,
                      const int32_t *off, int kg, const int32_t *wq, int opad, const int32_t *corr)
 {
+#define ROWS(r, t) tile(r, t, yt, ytstride, base, rstride, off, kg, wq, opad, corr)
 #define CASE(t) \
-    case t: if (R == 2) tile(2, t, yt, ytstride, base, rstride, off, kg, wq, opad, corr); \
-            else tile(1, t, yt, ytstride, base, rstride, off, kg, wq, opad, corr); break;
+    case t: if (R == 4 && 4 * t <= MAX_ACC) ROWS(4, t); else if (R == 2) ROWS(2, t); else ROWS(1, t); break;
     switch (T) { CASE(2) CASE(4) CASE(6) CASE(8) CASE(12) default: break; }
 #undef CASE
+#undef ROWS
 }
 
 /* One stage of to_pixel_major: channel groups of s (s vectors each) paired into groups of
@@ -139,19 +141,6 @@ static inline __attribute__((always_inline)) void pair_groups(const int P, const
             dst[2 * k * s + 2 * j] = Q6_V_lo_W(pr);
             dst[2 * k * s + 2 * j + 1] = Q6_V_hi_W(pr);
         }
-}
-
-/* v[0 .. P-1] (channels, 32 pixel lanes each) -> P vectors of 32/P pixels x P words in
- * pixel order, in v or in t (the return value says which; no array copies: a copy loop
- * would become a call to the byte-wise memcpy of util.c). */
-static inline __attribute__((always_inline)) HVX_Vector *to_pixel_major(const int P, HVX_Vector *v, HVX_Vector *t)
-{
-    if (P > 1) pair_groups(P, 1, v, t);
-    if (P > 2) pair_groups(P, 2, t, v);
-    if (P > 4) pair_groups(P, 4, v, t);
-    if (P > 8) pair_groups(P, 8, t, v);
-    if (P > 16) pair_groups(P, 16, v, t);
-    return (P == 2 || P == 8 || P == 32) ? t : v;
 }
 
 /* vrdelta control moving bytes (q * 4P + b, b < 4 * oc) to q * 4 * oc + b: route each byte
@@ -175,53 +164,69 @@ static void compaction_control(uint8_t ctrl[128], int oc, int P)
             }
 }
 
-static inline void put(int32_t *dst, HVX_Vector v, uint32_t bytes, int accumulate)
-{
-    if (accumulate) v = Q6_Vw_vadd_VwVw(v, hvx_load_bytes(dst, bytes));
-    hvx_store_bytes(dst, v, bytes);
-}
-
-/* yt[o] (pixel lanes) -> y[p][o] for pixels p < npx, O channels in tiles of 32. */
+/* yt[o] (pixel lanes) -> stage[p][o] for pixels p < npx, channels c0 .. c0+oc-1 of O.
+ * The stage is private: when a tile holds all O channels (or 32) its vectors are stored
+ * whole, all 32 pixels, in address order: what lands past pixel npx or past a tile is
+ * overwritten by the next block, row or tile, or falls in the stage's slack. */
 static inline __attribute__((always_inline)) void store_tile(
-    const int P, int32_t *y, int O, int c0, int oc, const HVX_Vector *yt, int npx, HVX_Vector ctrl, int accumulate)
+    const int P, int32_t *stage, int O, int c0, int oc, const HVX_Vector *yt, int npx, HVX_Vector ctrl)
 {
-    HVX_Vector in[32], tmp[32];
+    /* v[0 .. P-1] (channels, 32 pixel lanes each) -> P vectors of 32/P pixels x P words
+     * in pixel order, one array per stage: constant indices keep them in registers (a
+     * pointer to either of two arrays, or a copy loop, would put them in memory) */
+    HVX_Vector s0[32], s1[32], s2[32], s3[32], s4[32], s5[32];
 #pragma clang loop unroll(full)
-    for (int t = 0; t < P; t++) in[t] = t < oc ? yt[c0 + t] : Q6_V_vzero();
-    const HVX_Vector *v = to_pixel_major(P, in, tmp);
+    for (int t = 0; t < P; t++) s0[t] = t < oc ? yt[c0 + t] : Q6_V_vzero();
+    if (P > 1) pair_groups(P, 1, s0, s1);
+    if (P > 2) pair_groups(P, 2, s1, s2);
+    if (P > 4) pair_groups(P, 4, s2, s3);
+    if (P > 8) pair_groups(P, 8, s3, s4);
+    if (P > 16) pair_groups(P, 16, s4, s5);
+    HVX_Vector *v = P == 1 ? s0 : P == 2 ? s1 : P == 4 ? s2 : P == 8 ? s3 : P == 16 ? s4 : s5;
     const int per = 32 / P;
-    for (int j = 0; j < P && j * per < npx; j++) {
-        int first = j * per, n = npx - first < per ? npx - first : per;
-        if (oc == O) {   /* whole pixels are contiguous: one (compacted) store */
-            HVX_Vector out = oc < P ? Q6_V_vrdelta_VV(v[j], ctrl) : v[j];
-            put(y + first * O, out, (uint32_t)(n * oc * 4), accumulate);
-        } else {
-            for (int q = 0; q < n; q++)
-                put(y + (first + q) * O + c0, Q6_V_valign_VVR(v[j], v[j], 4 * P * q), (uint32_t)oc * 4, accumulate);
-        }
+    if (oc == O || oc == 32) {   /* whole vectors, straight-line: tails land where later stores go */
+#pragma clang loop unroll(full)
+        for (int j = 0; j < P; j++)
+            hvx_store_u(stage + j * per * O + c0, oc < P ? Q6_V_vrdelta_VV(v[j], ctrl) : v[j]);
+        return;
     }
+    for (int j = 0; j * per < npx; j++)   /* a ragged tile of many channels: pixel by pixel */
+        for (int q = 0; q < per && j * per + q < npx; q++)
+            hvx_store_bytes(stage + (j * per + q) * O + c0, Q6_V_valign_VVR(v[j], v[j], 4 * P * q), (uint32_t)oc * 4);
 }
 
-static void store_pixels(int32_t *y, int O, const HVX_Vector *yt, int npx, const HVX_Vector *ctrl, int accumulate)
+static void store_pixels(int32_t *stage, int O, const HVX_Vector *yt, int npx, const HVX_Vector *ctrl)
 {
     for (int c0 = 0; c0 < O; c0 += 32) {
         int oc = O - c0 < 32 ? O - c0 : 32, P = 1;
         while (P < oc) P <<= 1;
         HVX_Vector c = *ctrl;
         switch (P) {
-        case 1: store_tile(1, y, O, c0, oc, yt, npx, c, accumulate); break;
-        case 2: store_tile(2, y, O, c0, oc, yt, npx, c, accumulate); break;
-        case 4: store_tile(4, y, O, c0, oc, yt, npx, c, accumulate); break;
-        case 8: store_tile(8, y, O, c0, oc, yt, npx, c, accumulate); break;
-        case 16: store_tile(16, y, O, c0, oc, yt, npx, c, accumulate); break;
-        default: store_tile(32, y, O, c0, oc, yt, npx, c, accumulate); break;
+        case 1: store_tile(1, stage, O, c0, oc, yt, npx, c); break;
+        case 2: store_tile(2, stage, O, c0, oc, yt, npx, c); break;
+        case 4: store_tile(4, stage, O, c0, oc, yt, npx, c); break;
+        case 8: store_tile(8, stage, O, c0, oc, yt, npx, c); break;
+        case 16: store_tile(16, stage, O, c0, oc, yt, npx, c); break;
+        default: store_tile(32, stage, O, c0, oc, yt, npx, c); break;
         }
     }
 }
 
+/* dst[i] += src[i] for i < n (DSPT_F_ACCUMULATE) */
+static void add_words(int32_t *dst, const int32_t *src, uint32_t n)
+{
+    uint32_t i = 0;
+    for (; i + 32 <= n; i += 32) hvx_store_u(dst + i, Q6_Vw_vadd_VwVw(hvx_load_u(dst + i), hvx_load_u(src + i)));
+    if (i < n)
+        hvx_store_bytes(dst + i, Q6_Vw_vadd_VwVw(hvx_load_bytes(dst + i, (n - i) * 4), hvx_load_bytes(src + i, (n - i) * 4)),
+                        (n - i) * 4);
+}
+
 int dspt_conv_lanes_fits(const struct conv_shape *s)
 {
-    return s->stride == 1 && s->c <= 4 && s->kw * (s->c == 1 ? 1 : 4) <= 64;
+    /* C = 2 .. 4 computes (channels spread to 4 words) but measured slower than conv.c's
+     * path on VGG's first conv (3 -> 64): one channel only */
+    return s->stride == 1 && s->c == 1 && s->kw <= 64;
 }
 
 int dspt_conv_lanes(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int8_t *w,
@@ -245,7 +250,6 @@ int dspt_conv_lanes(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int
     int32_t *off = dspt_scratch(ctx, (uint32_t)kg * 4);
     int rstride = L.groups * L.blocks;
     uint32_t tab_bytes = (uint32_t)L.hp * rstride * HVX_BYTES;
-    uint32_t yt_bytes = (uint32_t)ROWS_AT_ONCE * L.opad * HVX_BYTES;
     if (!L.wq || !L.corr || !ctrl || !off) return DSPT_NO_SUPPORT;
     pack_weights(&L, w, s);
     for (int i = 0; i < s->kh; i++)
@@ -253,7 +257,11 @@ int dspt_conv_lanes(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int
     int last = s->o % 32, P = 1;
     while (P < last) P <<= 1;
     if (last && last < P) compaction_control((uint8_t *)ctrl, last, P);
-    int rows = s->n * s->oh;
+    int rows = s->n * s->oh, widest = 0;
+    for (int left = s->o; left > 0; left -= tile_width(left)) widest = tile_width(left) > widest ? tile_width(left) : widest;
+    int most = MAX_ACC / widest >= 4 ? 4 : 2;   /* output rows per pass */
+    uint32_t yt_bytes = (uint32_t)most * L.blocks * L.opad * HVX_BYTES;
+    int ytrow = L.blocks * L.opad;              /* yt: [row][block][channel] vectors */
     for (int t = 0; t < (int)ctx->threads; t++) {   /* thread t: output rows [lo, hi) */
         int lo, hi;
         dspt_share(ctx, rows, 1, t, &lo, &hi);
@@ -261,27 +269,36 @@ int dspt_conv_lanes(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int
         uint32_t mark = ctx->scratch_used;   /* each share's own table, row and accumulators */
         HVX_Vector *tab = dspt_scratch(ctx, tab_bytes), *yt = dspt_scratch(ctx, yt_bytes);
         int8_t *row = dspt_scratch(ctx, (uint32_t)L.row_bytes);
-        if (!tab || !yt || !row) return DSPT_NO_SUPPORT;
+        int32_t *stage = dspt_scratch(ctx, (uint32_t)(most * s->ow + 32) * s->o * 4 + HVX_BYTES);
+        if (!tab || !yt || !row || !stage) return DSPT_NO_SUPPORT;
         dspt_share_begin(ctx);
-        int image = -1;
+        int image = -1, n = lo / s->oh, oh = lo % s->oh;   /* divide once, then step */
         for (int r0 = lo; r0 < hi;) {
-            int n = r0 / s->oh, oh = r0 % s->oh;
-            int R = hi - r0 >= 2 && oh + 1 < s->oh ? 2 : 1;
+            int left = hi - r0 < s->oh - oh ? hi - r0 : s->oh - oh;
+            int R = left >= 4 && most == 4 ? 4 : (left >= 2 ? 2 : 1);
             if (n != image) { build_table(&L, tab, row, x, s, n); image = n; }
             for (int b = 0; b < L.blocks; b++) {
                 const HVX_Vector *base = tab + (size_t)oh * rstride + b;
                 int o0 = 0;
-                for (int left = s->o; left > 0; left -= tile_width(left)) {
-                    int T = tile_width(left);
-                    run_tile(R, T, yt + o0, L.opad, base, rstride, off, kg, L.wq + o0, L.opad, L.corr + o0);
+                for (int rest = s->o; rest > 0; rest -= tile_width(rest)) {
+                    int T = tile_width(rest);
+                    run_tile(R, T, yt + b * L.opad + o0, ytrow, base, rstride, off, kg, L.wq + o0, L.opad,
+                             L.corr + o0);
                     o0 += T;
                 }
-                int npx = s->ow - 32 * b < 32 ? s->ow - 32 * b : 32;
-                for (int rr = 0; rr < R; rr++)
-                    store_pixels(y + ((size_t)(r0 + rr) * s->ow + 32 * b) * s->o, s->o, yt + rr * L.opad,
-                                 npx, ctrl, accumulate);
             }
+            for (int rr = 0; rr < R; rr++)   /* in address order: each store's tail is overwritten */
+                for (int b = 0; b < L.blocks; b++) {
+                    int npx = s->ow - 32 * b < 32 ? s->ow - 32 * b : 32;
+                    store_pixels(stage + (rr * s->ow + 32 * b) * s->o, s->o, yt + rr * ytrow + b * L.opad, npx, ctrl);
+                }
+            int32_t *dst = y + (size_t)r0 * s->ow * s->o;
+            uint32_t words = (uint32_t)(R * s->ow * s->o);
+            if (accumulate) add_words(dst, stage, words);
+            else hvx_copy(dst, stage, words * 4);
             r0 += R;
+            oh += R;
+            if (oh == s->oh) { oh = 0; n++; }
         }
         dspt_share_end(ctx, t);
         ctx->scratch_used = mark;

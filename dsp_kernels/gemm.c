@@ -49,22 +49,6 @@ void dspt_pack_b(int8_t *bp, const int8_t *src, int n, int k, int sn)
     }
 }
 
-/* Eight rows' partial sums (32 lanes each) -> the total of row j in lane 4j: three
- * vshuff + add stages pair halves of two rows' vectors (row r keeps block r), then two
- * rotate-adds sum each 4-lane block. */
-static inline HVX_Vector reduce8(HVX_Vector p0, HVX_Vector p1, HVX_Vector p2, HVX_Vector p3,
-                                 HVX_Vector p4, HVX_Vector p5, HVX_Vector p6, HVX_Vector p7)
-{
-#define FOLD(x, y, bytes) \
-    ({ HVX_VectorPair pr_ = Q6_W_vshuff_VVR(y, x, bytes); Q6_Vw_vadd_VwVw(Q6_V_lo_W(pr_), Q6_V_hi_W(pr_)); })
-    HVX_Vector q0 = FOLD(p0, p4, 64), q1 = FOLD(p1, p5, 64), q2 = FOLD(p2, p6, 64), q3 = FOLD(p3, p7, 64);
-    HVX_Vector r0 = FOLD(q0, q2, 32), r1 = FOLD(q1, q3, 32);
-    HVX_Vector v = FOLD(r0, r1, 16);
-#undef FOLD
-    v = Q6_Vw_vadd_VwVw(v, Q6_V_vror_VR(v, 4));
-    return Q6_Vw_vadd_VwVw(v, Q6_V_vror_VR(v, 8));
-}
-
 /* Partial sums (32 lanes) of the bytes of words 0 .. k4-1 of one row, each byte + 128. */
 static inline HVX_Vector row_part(const int8_t *row, int bytes, HVX_Vector flip)
 {
@@ -98,7 +82,7 @@ static __attribute__((noinline)) void row_sums(int32_t sums[32], const int8_t *a
         const int8_t *b = a + r0 * lda;
         int last = m - r0 - 1;   /* rows past m repeat a valid row; their sums are unused */
 #define ROW(i) row_part(b + (i < last ? i : last) * lda, bytes, flip)
-        HVX_Vector v = Q6_Vw_vsub_VwVw(reduce8(ROW(0), ROW(1), ROW(2), ROW(3), ROW(4), ROW(5), ROW(6), ROW(7)), bias);
+        HVX_Vector v = Q6_Vw_vsub_VwVw(hvx_reduce8(ROW(0), ROW(1), ROW(2), ROW(3), ROW(4), ROW(5), ROW(6), ROW(7)), bias);
 #undef ROW
         const int32_t *lanes = (const int32_t *)&v;
         for (int j = 0; j < 8; j++) sums[r0 + j] = lanes[4 * j];

@@ -84,4 +84,20 @@ static inline HVX_Vector hvx_interleave4b(HVX_Vector r0, HVX_Vector r1, HVX_Vect
     return Q6_V_lo_W(Q6_W_vshuff_VVR(p23, p01, -2));
 }
 
+/* Eight vectors' lane sums: the 32 lanes of p_j summed into lane 4j: three
+ * vshuff + add stages pair halves of two rows' vectors (row r keeps block r), then two
+ * rotate-adds sum each 4-lane block. */
+static inline HVX_Vector hvx_reduce8(HVX_Vector p0, HVX_Vector p1, HVX_Vector p2, HVX_Vector p3,
+                                 HVX_Vector p4, HVX_Vector p5, HVX_Vector p6, HVX_Vector p7)
+{
+#define FOLD(x, y, bytes) \
+    ({ HVX_VectorPair pr_ = Q6_W_vshuff_VVR(y, x, bytes); Q6_Vw_vadd_VwVw(Q6_V_lo_W(pr_), Q6_V_hi_W(pr_)); })
+    HVX_Vector q0 = FOLD(p0, p4, 64), q1 = FOLD(p1, p5, 64), q2 = FOLD(p2, p6, 64), q3 = FOLD(p3, p7, 64);
+    HVX_Vector r0 = FOLD(q0, q2, 32), r1 = FOLD(q1, q3, 32);
+    HVX_Vector v = FOLD(r0, r1, 16);
+#undef FOLD
+    v = Q6_Vw_vadd_VwVw(v, Q6_V_vror_VR(v, 4));
+    return Q6_Vw_vadd_VwVw(v, Q6_V_vror_VR(v, 8));
+}
+
 #endif
