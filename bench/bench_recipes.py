@@ -3,6 +3,7 @@ under load, placement on the DSP; and (--accuracy) test accuracy beside FP32.
 
     python bench/bench_recipes.py                          # speed: all recipes, cpu, quiet + loaded, dsp
     python bench/bench_recipes.py --samples 3200 --repeats 3 --no-dsp
+    python bench/bench_recipes.py --cpu-time               # CPU time at one thread, beside PyTorch at one
     python bench/bench_recipes.py --accuracy               # 10 epochs, all recipes, backend cpu
     python bench/bench_recipes.py --epochs 2 --train-limit 10000 --recipes niti octo fp32
     OPENBLAS_NUM_THREADS=1 python bench/bench_recipes.py --jobs 2   # two recipes at a time
@@ -25,8 +26,9 @@ test accuracy, its gap to FP32 in points, and seconds per epoch (training only, 
 test pass excluded); writes bench/results/recipes.csv/.json. Rows are written as each
 recipe finishes, so a bench cut short still leaves its numbers.
 
-Backend `cpu` (the default) runs the int8 products on the C++ kernels, bit-exact with
-`ref`; float ops fall back to NumPy. `--jobs N` trains N recipes at once in forked
+Backend `cpu` (the default) runs every op but the float loss gradient on the C++ kernels:
+bit-exact with `ref` for the integer and emulated recipes, FP32's products (an AVX-512
+float GEMM) within float32 rounding. `--jobs N` trains N recipes at once in forked
 processes (longest first); give each one BLAS thread (OPENBLAS_NUM_THREADS=1) so they do
 not fight over the cores, and read s/epoch as measured beside the other jobs.
 """
@@ -97,9 +99,10 @@ def _run(name: str, samples: int, backend: str):
                                train=dataclasses.replace(run.train, epochs=1), backend=backend)
 
 
-def time_recipe(name: str, samples: int, repeats: int, out: Path) -> list[float]:
+def time_recipe(name: str, samples: int, repeats: int, out: Path, clock=time.perf_counter) -> list[float]:
     """Seconds per 1,000 samples of `repeats` whole passes over `samples` images (batch 64)
-    on cpu, after two warm-up steps (plan, scratch buffers)."""
+    on cpu, after two warm-up steps (plan, scratch buffers); by `clock` (wall time, or
+    time.process_time for CPU time)."""
     from dsptrain import data as datasets
     trainer = dsptrain.Trainer(_run(name, samples, "cpu"), out_dir=out / f"speed-{name}", progress=False)
     try:
@@ -108,18 +111,18 @@ def time_recipe(name: str, samples: int, repeats: int, out: Path) -> list[float]
             trainer.step(images, labels)
         timed, per_1000 = batches[:samples // 64], []
         for _ in range(repeats):
-            t0 = time.perf_counter()
+            t0 = clock()
             for images, labels in timed:
                 trainer.step(images, labels)
-            per_1000.append((time.perf_counter() - t0) / (len(timed) * 64) * 1000)
+            per_1000.append((clock() - t0) / (len(timed) * 64) * 1000)
         return per_1000
     finally:
         trainer.close()
 
 
-def time_torch(samples: int, repeats: int) -> list[float] | None:
+def time_torch(samples: int, repeats: int, clock=time.perf_counter, threads: int | None = None) -> list[float] | None:
     """PyTorch FP32 LeNet-5 (bench_train's model), SGD with momentum, same batches, at its
-    own thread count: seconds per 1,000 samples."""
+    own thread count (or `threads`): seconds per 1,000 samples by `clock`."""
     try:
         import torch
         from torch import nn
@@ -127,7 +130,7 @@ def time_torch(samples: int, repeats: int) -> list[float] | None:
         return None
     from bench_train import torch_model
     from dsptrain.data import batches, load_fashion_mnist
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(threads or os.cpu_count() or 1)
     data = [b for _, b in zip(range(samples // 64 + 2), batches(load_fashion_mnist("train"), 64, seed=0))]
     net = torch_model(torch, "lenet5")
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
@@ -142,11 +145,39 @@ def time_torch(samples: int, repeats: int) -> list[float] | None:
         step(images, labels)
     out = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         for images, labels in data[:samples // 64]:
             step(images, labels)
-        out.append((time.perf_counter() - t0) / (samples // 64 * 64) * 1000)
+        out.append((clock() - t0) / (samples // 64 * 64) * 1000)
     return out
+
+
+def cpu_time(args) -> int:
+    """--cpu-time: CPU seconds per 1,000 samples of every recipe and of PyTorch, all at one
+    thread. Other processes on the machine change this far less than wall time (they
+    still share caches and the memory bus), so it ranks the recipes on a busy machine."""
+    from dsptrain import _cpu_ops
+    load = os.getloadavg()
+    _cpu_ops.set_threads(1)
+    names = [n for n in SPEED_RUNS if n in args.recipes]
+    ours = {n: statistics.median(time_recipe(n, args.samples, args.repeats, args.out, time.process_time))
+            for n in names}
+    torch_runs = time_torch(args.samples, args.repeats, time.process_time, threads=1)
+    theirs = statistics.median(torch_runs) if torch_runs else None
+    niti = ours.get("niti")
+    rows = [{"recipe": n, "cpu s/1000": v, "vs NITI": v / niti if niti else None,
+             "vs torch (1 thread)": v / theirs if theirs else None,
+             "target": "<= 1.5x NITI" if n in INT8_RUNS else "<= 1.2x torch" if n == "fp32" else ""}
+            for n, v in ours.items()]
+    rows.append({"recipe": "PyTorch FP32 (peer, 1 thread)", "cpu s/1000": theirs,
+                 "vs NITI": theirs / niti if theirs and niti else None, "vs torch (1 thread)": 1.0 if theirs else None})
+    after = os.getloadavg()
+    report.print_table(rows, title=f"LeNet-5, Fashion-MNIST, batch 64, {args.samples} samples x {args.repeats} "
+                                   f"(median), backend cpu, CPU time at one thread (native pool, BLAS, PyTorch); "
+                                   f"load average {load[0]:.1f} before, {after[0]:.1f} after")
+    report.write_results("recipes_cpu_time", rows, args.out, samples=args.samples, repeats=args.repeats,
+                         load_before=load, load_after=after)
+    return 0
 
 
 class BusyCore:
@@ -233,6 +264,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="speed: timed passes per recipe (median)")
     parser.add_argument("--no-load", action="store_true", help="speed: skip the run beside a busy process")
     parser.add_argument("--no-dsp", action="store_true", help="speed: skip the placement run on the emulated DSP")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="speed as CPU time at one thread, beside PyTorch at one thread (for a busy machine)")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--backend", default="cpu", choices=("ref", "cpu", "dsp", "auto"))
     parser.add_argument("--train-limit", type=int, default=None, help="first N training samples (default all 60000)")
@@ -244,6 +277,8 @@ def main(argv=None) -> int:
                              "samples and backend; a later file's row replaces an earlier one's)")
     parser.add_argument("--out", type=Path, default=report.RESULTS)
     args = parser.parse_args(argv)
+    if args.cpu_time:
+        return cpu_time(args)
     if not args.accuracy and not args.merge:
         return speed(args)
     if args.jobs < 1:

@@ -37,29 +37,48 @@ void col2im_add(const T* dcols, const Col2imShape& s, T* dx) {
   });
 }
 
+// Copies n elements by a plain loop: the runs here are short (1-channel images: one
+// element per tap), and a memcpy call per run cost more than the whole product.
+template <typename T>
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) inline void copy_run(const T* src, size_t n, T* dst) {
+  for (size_t t = 0; t < n; ++t) dst[t] = src[t];
+}
+
+template <typename T>
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) inline void zero_run(size_t n, T* dst) {
+  for (size_t t = 0; t < n; ++t) dst[t] = T{0};
+}
+
 template <typename T>
 void im2col_copy(const T* x, const Col2imShape& s, T* cols) {
   const size_t image = static_cast<size_t>(s.h) * s.w * s.c;
   const size_t taps = static_cast<size_t>(s.kh) * s.kw * s.c, per_image = static_cast<size_t>(s.oh) * s.ow * taps;
   const size_t bytes = static_cast<size_t>(s.n) * (per_image + image) * sizeof(T);
+  const size_t run = static_cast<size_t>(s.kw) * s.c;   // one tap row: contiguous in x when inside the image
   SerialScope serial(bytes < kTaskGrainBytes);
   parallel_ranges(s.n, bytes, [&](int n0, int n1) {
     for (int n = n0; n < n1; ++n)
       for (int i = 0; i < s.oh; ++i)
         for (int j = 0; j < s.ow; ++j) {
           T* dst = cols + n * per_image + (static_cast<size_t>(i) * s.ow + j) * taps;
+          const int x0 = j * s.stride - s.pad;
+          const bool inside = x0 >= 0 && x0 + s.kw <= s.w;
           for (int a = 0; a < s.kh; ++a) {
             const int y = i * s.stride + a - s.pad;
-            T* row = dst + static_cast<size_t>(a) * s.kw * s.c;
+            T* row = dst + static_cast<size_t>(a) * run;
             if (y < 0 || y >= s.h) {
-              std::memset(row, 0, static_cast<size_t>(s.kw) * s.c * sizeof(T));
+              zero_run(run, row);
+              continue;
+            }
+            const T* src = x + n * image + static_cast<size_t>(y) * s.w * s.c;
+            if (inside) {
+              copy_run(src + static_cast<size_t>(x0) * s.c, run, row);
               continue;
             }
             for (int b = 0; b < s.kw; ++b) {
-              const int x0 = j * s.stride + b - s.pad;
-              if (x0 < 0 || x0 >= s.w) std::memset(row + static_cast<size_t>(b) * s.c, 0, s.c * sizeof(T));
-              else std::memcpy(row + static_cast<size_t>(b) * s.c, x + n * image + (static_cast<size_t>(y) * s.w + x0) * s.c,
-                               s.c * sizeof(T));
+              const int xb = x0 + b;
+              if (xb < 0 || xb >= s.w) zero_run(s.c, row + static_cast<size_t>(b) * s.c);
+              else copy_run(src + static_cast<size_t>(xb) * s.c, s.c, row + static_cast<size_t>(b) * s.c);
             }
           }
         }

@@ -17,7 +17,7 @@ namespace {
 
 constexpr size_t kSlack = 64;  // conv_panels.cpp: bytes after the padded source
 
-bool acc64(long long depth) { return depth * 127LL * 127LL >= (1LL << 31); }  // bindings.cpp needs_int64
+bool acc64(long long depth) { return depth * 127LL * 127LL >= (1LL << 31); }  // bindings.h needs_int64
 size_t up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 std::string elem(bool is64) { return is64 ? ".int64" : ".int32"; }
 

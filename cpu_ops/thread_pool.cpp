@@ -1,6 +1,6 @@
 // Persistent workers wait on a condition variable for a new "generation" of tasks and
 // take task indices from an atomic counter; the caller works too and then waits for
-// the stragglers. Started on first use, joined at exit.
+// the workers that joined the call (not for those that woke too late to). Started on first use, joined at exit.
 #include "thread_pool.h"
 
 #include <algorithm>
@@ -41,12 +41,17 @@ class ThreadPool {
       fn_ = &fn;
       ntasks_ = ntasks;
       next_.store(0);
-      busy_ = static_cast<int>(workers_.size());
+      busy_ = 0;
+      open_ = true;
       ++generation_;
     }
     wake_.notify_all();
     drain();
+    // Close the call: a worker that has not woken up by now (its core busy with another
+    // process) stays out, instead of the caller waiting a scheduler time slice for it
+    // to find every task taken. Only the workers that joined are waited for.
     std::unique_lock<std::mutex> lock(mutex_);
+    open_ = false;
     done_.wait(lock, [this] { return busy_ == 0; });
     fn_ = nullptr;
   }
@@ -65,6 +70,8 @@ class ThreadPool {
         wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
         if (stop_) return;
         seen = generation_;
+        if (!open_) continue;   // woke after the caller closed the call: nothing left for it
+        ++busy_;
       }
       drain();
       std::lock_guard<std::mutex> lock(mutex_);
@@ -81,6 +88,7 @@ class ThreadPool {
   long generation_ = 0;
   std::atomic<int> next_{0};
   bool stop_ = false;
+  bool open_ = false;   // workers may still join the current call
 };
 
 int configured_threads() {

@@ -16,7 +16,7 @@ int pool_threads();
 int set_thread_limit(int threads);
 
 // While one lives on a thread, parallel_for on that thread runs inline: for calls whose
-// work is too small to pay for waking the pool (see serial_below_macs in bindings.cpp).
+// work is too small to pay for waking the pool (see serial_below_macs below).
 class SerialScope {
  public:
   explicit SerialScope(bool active = true);

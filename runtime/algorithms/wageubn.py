@@ -24,9 +24,10 @@ grid values and round back onto their grids.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
-from .. import numerics
 from ..numerics import QTensor
 from . import _float_layers as fl
 from ._emulated import Emulated, Numerics, module_contract
@@ -45,6 +46,14 @@ def on_grid(x, bits, rounding="round", rng=None, be=None) -> np.ndarray:
     return quantize_int(be, np.asarray(x, np.float64), bits, "pow2", rounding, rng).values()
 
 
+@lru_cache(maxsize=64)
+def scalar_on_grid(value: float, bits: int) -> float:
+    """on_grid of one number (the learning rate, the momentum coefficient), remembered:
+    the same few values every step, and NumPy's per-call cost on a scalar was a third of
+    the update's time."""
+    return float(on_grid(value, bits))
+
+
 def _first_last(value):
     return None if value in ("int8", "float32") else "must be 'int8' or 'float32'"
 
@@ -58,6 +67,7 @@ class WAGEUBNNumerics(Numerics):
     weight_dtype = "int32"
     bn_grids = BN_GRIDS
     known_params = {"first_last": _first_last}
+    quant_hooks = ("absmax_f", "quantize_f", "shift_round")   # shift_round: the weights' top 8 bits
 
     def _float_layer(self, ctx, op):
         return self.param(ctx.recipe, "first_last", "int8") == "float32" and op.attrs["position"] != "middle"
@@ -69,7 +79,7 @@ class WAGEUBNNumerics(Numerics):
         if self._float_layer(ctx, op):
             return Scaled(w.dequantize(), 1.0)
         shift = ACCUMULATOR_BITS - WEIGHT_BITS
-        return Scaled(numerics.shift_round(w.q, shift, "round"), 2.0 ** (w.e + shift))
+        return Scaled(be.shift_round(w.q, shift, "round", None), 2.0 ** (w.e + shift))
 
     def quant_act(self, be, x, ctx, op):
         if self._float_layer(ctx, op):
@@ -85,8 +95,8 @@ class WAGEUBNNumerics(Numerics):
 
     def update(self, be, w, grad, state, ctx, op):
         o = ctx.recipe.optimizer
-        lr = on_grid(o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0), COEFFICIENT_BITS)
-        momentum = on_grid(o.momentum, COEFFICIENT_BITS)
+        lr = scalar_on_grid(o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0), COEFFICIENT_BITS)
+        momentum = scalar_on_grid(o.momentum, COEFFICIENT_BITS)
         current = w.dequantize() if isinstance(w, QTensor) else np.asarray(w, np.float64)
         g = on_grid(np.asarray(grad, np.float64) + o.weight_decay * current, ctx.recipe.tensors.gradients.bits,
                     "sto", ctx.rng(op), be)

@@ -5,7 +5,10 @@ AVX-VNNI, AVX2, NEON dotprod, or portable C++), picked at run time; the environm
 variable DSPTRAIN_CPU_ISA=amx|avx512vnni|avxvnni|avx2|neon|scalar forces one (a debug
 knob: an ISA the CPU lacks is an error). On `amx` the few-channel convolution kernels and
 GEMMs shorter than 33 in K run on AVX-512 VNNI, where they are faster. Every hook is bit-exact with `ops_ref`, stochastic
-rounding included (the same Threefry counter RNG, in `cpu_ops/threefry.h`).
+rounding included (the same Threefry counter RNG, in `cpu_ops/threefry.h`), but FP32's
+float products (`cpu_ops/gemm_f32.cpp`: an AVX-512 float GEMM of its own, portable loops
+elsewhere), which sum in their own fixed order: within float32 rounding of NumPy's BLAS,
+and the same at any thread count.
 """
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ class CpuBackend(Backend):
         "conv2d_requant_s8", "gemm_requant_s8", "conv2d_bwd_data_requant_s8",
         "relu_s8", "relu_bwd_s8", "maxpool_s8", "maxpool_bwd_s8",
         "niti_loss_grad_s8", "niti_update_s8",
+        "gemm_f32", "conv2d_f32", "conv2d_bwd_data_f32", "conv2d_bwd_weight_f32",
         *FLOAT_RECIPE_HOOKS,
     })
     blocks_for_cache = True   # cpu_ops/gemm_driver.cpp: Goto-style blocking (A blocks in L2, B panels in L1)
@@ -200,6 +204,21 @@ class CpuBackend(Backend):
 
     def sgd_f32(self, w, grad, v, lr, momentum, weight_decay, nesterov):
         return _native.sgd_f32(w, grad, v, float(lr), float(momentum), float(weight_decay), bool(nesterov))
+
+
+    # ------------------------------------------------------------ float32 products (the FP32 recipe;
+    # cpu_ops/gemm_f32.cpp, conv_f32.cpp: within float32 rounding of ref's BLAS)
+    def gemm_f32(self, a, b):
+        return _native.gemm_f32(a, b, True)
+
+    def conv2d_f32(self, x, w, stride, pad):
+        return _native.conv2d_f32(x, w, stride, pad)
+
+    def conv2d_bwd_data_f32(self, err, w, stride, pad, in_hw):
+        return _native.conv2d_bwd_data_f32(err, w, stride, pad, tuple(in_hw))
+
+    def conv2d_bwd_weight_f32(self, err, x, stride, pad, kernel):
+        return _native.conv2d_bwd_weight_f32(err, x, stride, pad, tuple(kernel))
 
 
 def _float(x):

@@ -34,10 +34,10 @@ OPS = {"gemm": 0, "forward": 1, "backward_data": 2, "backward_weight": 3}  # ker
 
 @pytest.fixture(scope="module")
 def kernel_check(need_tools, tmp_path_factory) -> Path:
-    """The driver and every cpu_ops/ source but bindings.cpp, built for aarch64. Without
+    """The driver and every cpu_ops/ source but the bindings*.cpp, built for aarch64. Without
     the cross tools: skipped locally, failed under CI (tests/conftest.py require_tools)."""
     need_tools([pkg for tool, pkg in CROSS_TOOLS.items() if shutil.which(tool) is None], INSTALL_HINT)
-    sources = sorted(str(p) for p in (REPO / "cpu_ops").glob("*.cpp") if p.name != "bindings.cpp")
+    sources = sorted(str(p) for p in (REPO / "cpu_ops").glob("*.cpp") if not p.name.startswith("bindings"))
     exe = tmp_path_factory.mktemp("neon") / "kernel_check"
     proc = subprocess.run(["aarch64-linux-gnu-g++", *CXX_FLAGS, "-I", str(REPO / "cpu_ops"),
                            *sources, str(REPO / "tests" / "native" / "kernel_check.cpp"), "-o", str(exe)],

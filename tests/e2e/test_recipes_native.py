@@ -1,5 +1,6 @@
-"""Every emulated recipe runs whole on the native backend, bit for bit as on ref; MLS and
-FP8 give the same bits at 1 and 2 threads; BLAS does not compete with the native pool.
+"""Every emulated recipe runs whole on the native backend, bit for bit as on ref (FP32
+within float32 rounding: its GEMM sums in its own order); MLS, FP8 and FP32 give the same
+bits at 1 and 2 threads; BLAS does not compete with the native pool.
 
 LeNet-5 on Fashion-MNIST, a few steps of 32 images.
 """
@@ -38,20 +39,31 @@ def assert_same_state(a, b):
         np.testing.assert_array_equal(values(a[name]), values(b[name]), err_msg=name)
 
 
+# FP32's products sum in the native GEMM's order, not OpenBLAS's (cpu_ops/gemm_f32.h):
+# four SGD steps later the weights agree to float32 rounding, measured within 1e-6 relative
+FP32_RTOL, FP32_ATOL = 1e-5, 1e-7
+
+
+def assert_close_state(a, b):
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_allclose(values(a[name]), values(b[name]), rtol=FP32_RTOL, atol=FP32_ATOL, err_msg=name)
+
+
 @pytest.mark.parametrize("recipe", EMULATED + ("fp32",))
 def test_cpu_trains_to_the_bits_of_ref_with_every_op_placed_honestly(small_run, tmp_path, recipe):
     run = small_run(recipe, train_limit=STEPS * 32)
     reference, _ = train(run, "ref", tmp_path)
     native, stats = train(run, "cpu", tmp_path)
-    assert_same_state(reference, native)
+    (assert_close_state if recipe == "fp32" else assert_same_state)(reference, native)
     ops_on = stats[-1].ops_on
-    if recipe == "fp32":      # its float products stay on NumPy (ref); everything around them is native
-        assert ops_on["cpu"] >= 15, ops_on
+    if recipe == "fp32":      # products and everything around them native; the loss gradient on ref
+        assert ops_on.get("ref", 0) == 1 and ops_on["cpu"] >= 20, ops_on
     else:                     # only the float loss gradient is left on ref
         assert ops_on.get("ref", 0) == 1 and ops_on["cpu"] >= 40, ops_on
 
 
-@pytest.mark.parametrize("recipe", ["mls", "fp8"])
+@pytest.mark.parametrize("recipe", ["mls", "fp8", "fp32"])
 def test_mls_and_fp8_are_identical_at_one_and_two_threads(small_run, tmp_path, recipe):
     from dsptrain import _cpu_ops as native
     run = small_run(recipe, train_limit=STEPS * 32)

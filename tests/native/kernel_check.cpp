@@ -1,5 +1,5 @@
 // A plain C++ driver for the CPU kernels, without Python: it lets a cross-built copy of
-// cpu_ops/ (every source but bindings.cpp, unchanged) run where the Python extension
+// cpu_ops/ (every source but the bindings*.cpp, unchanged) run where the Python extension
 // cannot, e.g. the aarch64 NEON path under qemu-aarch64 on an x86-64 machine
 // (tests/backend/test_neon_cross.py builds and runs it).
 //

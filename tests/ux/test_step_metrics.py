@@ -22,7 +22,9 @@ def _trainer(run_file, tmp_path, **memory):
 
 @linux
 def test_rss_growth_of_a_step_follows_its_batch_not_the_largest_before(run_file, tmp_path):
-    trainer = _trainer(run_file, tmp_path)
+    # a budget (large enough to change no plan) is what makes freed memory go back to the
+    # system between steps (train.py); without one a steady step reuses what it held
+    trainer = _trainer(run_file, tmp_path, budget="4GB", arena=False)
     images, labels = trainer.train_data[:160]
     growth = {}
     for batch in (8, 160, 8, 160, 8):   # the large batch first: a small one after it must not inherit its peak

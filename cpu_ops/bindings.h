@@ -1,0 +1,156 @@
+// What every binding file shares (bindings*.cpp; only they include pybind11): argument
+// checks that turn a user error into a ValueError naming the argument and its value,
+// C-contiguous arrays of exactly the kernel's dtype, rounding modes, RNG keys, shapes.
+// Each family's bindings live in their own file and register through one def_* below;
+// bindings.cpp makes the module.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "conv.h"
+#include "conv_cols.h"
+#include "cpu_features.h"
+#include "eltwise.h"
+#include "eltwise_f32.h"
+#include "gemm.h"
+#include "gemm_exact.h"
+#include "loss.h"
+#include "pool.h"
+#include "pool_f32.h"
+#include "quant.h"
+#include "requant.h"
+#include "scratch.h"
+#include "thread_pool.h"
+#include "threefry.h"
+#include "update_f32.h"
+#include "update.h"
+
+namespace py = pybind11;
+
+namespace dsptrain {
+namespace bind {
+
+template <typename T>
+using Array = py::array_t<T, py::array::c_style | py::array::forcecast>;
+
+inline std::string shape_str(const py::array& a) {
+  std::ostringstream s;
+  s << "(";
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) s << (i ? ", " : "") << a.shape(i);
+  s << (a.ndim() == 1 ? ",)" : ")");
+  return s.str();
+}
+
+[[noreturn]] inline void fail(const std::string& msg) { throw py::value_error(msg); }
+
+// `obj` as a C-contiguous array of exactly dtype T (never a silent cast) with `ndim` dims.
+template <typename T>
+Array<T> checked(const char* op, const char* name, const py::handle& obj, int ndim) {
+  if (!py::isinstance<py::array>(obj)) fail(std::string(op) + ": " + name + " must be a numpy array");
+  py::array a = py::reinterpret_borrow<py::array>(obj);
+  if (!py::isinstance<py::array_t<T>>(a))
+    fail(std::string(op) + ": " + name + " must be " + std::string(py::str(py::dtype::of<T>())) + ", got " +
+         std::string(py::str(a.dtype())));
+  if (ndim >= 0 && a.ndim() != ndim)
+    fail(std::string(op) + ": " + name + " must have " + std::to_string(ndim) + " dims, got shape " + shape_str(a));
+  return Array<T>::ensure(a);
+}
+
+// Accumulators may be int32 or int64: which one is in `is64`.
+struct Acc {
+  py::array arr;
+  bool is64;
+};
+inline Acc checked_acc(const char* op, const py::handle& obj) {
+  if (py::isinstance<py::array_t<int32_t>>(obj)) return {checked<int32_t>(op, "acc", obj, -1), false};
+  if (py::isinstance<py::array_t<int64_t>>(obj)) return {checked<int64_t>(op, "acc", obj, -1), true};
+  fail(std::string(op) + ": acc must be int32 or int64, got " +
+       (py::isinstance<py::array>(obj) ? std::string(py::str(py::reinterpret_borrow<py::array>(obj).dtype()))
+                                        : std::string(py::str(py::type::of(obj)))));
+}
+
+inline double conv_macs(const ConvShape& s) { return double(s.n) * s.oh() * s.ow() * s.o * s.kh * s.kw * s.c; }
+
+inline bool needs_int64(long long depth) { return depth * 127LL * 127LL >= (1LL << 31); }
+
+inline std::vector<py::ssize_t> dims(const py::array& a) { return {a.shape(), a.shape() + a.ndim()}; }
+
+inline RoundMode parse_mode(const char* op, const std::string& mode) {
+  if (mode == "round") return RoundMode::kRound;
+  if (mode == "psto") return RoundMode::kPsto;
+  if (mode == "sto") return RoundMode::kSto;
+  fail(std::string(op) + ": rounding mode '" + mode + "' is not one of round, psto, sto");
+}
+
+// rng: None or (seed, step, tensor_id, offset); Python ints are reduced mod 2^32.
+struct Rng {
+  RngKey key;
+  bool given = false;
+};
+inline Rng parse_rng(const py::object& rng) {
+  Rng r;
+  if (rng.is_none()) return r;
+  auto t = rng.cast<py::tuple>();
+  auto u32 = [](const py::handle& v) {  // Python's `v & 0xFFFFFFFF`, negatives included
+    return static_cast<uint32_t>(py::reinterpret_borrow<py::object>(v).attr("__and__")(0xFFFFFFFFu).cast<uint64_t>());
+  };
+  r.key.seed = u32(t[0]);
+  r.key.step = u32(t[1]);
+  r.key.tensor_id = u32(t[2]);
+  r.key.offset = u32(t[3]);
+  r.given = true;
+  return r;
+}
+
+inline void check_shift(const char* op, int shift, RoundMode mode, const Rng& rng) {
+  if (shift > 62) fail(std::string(op) + ": shift " + std::to_string(shift) + " is larger than 62");
+  if (shift > 0 && mode == RoundMode::kSto && !rng.given) fail("stochastic rounding needs an RngKey");
+}
+
+inline void check_positive(const char* op, const char* name, int v) {
+  if (v <= 0) fail(std::string(op) + ": " + name + " must be positive, got " + std::to_string(v));
+}
+
+// ---------------------------------------------------------------- convolutions
+inline ConvShape conv_shape(const char* op, const py::array& x, const py::array& w, int stride, int pad) {
+  check_positive(op, "stride", stride);
+  if (pad < 0) fail(std::string(op) + ": pad must be >= 0, got " + std::to_string(pad));
+  ConvShape s{int(x.shape(0)), int(x.shape(1)), int(x.shape(2)), int(x.shape(3)),
+              int(w.shape(0)), int(w.shape(1)), int(w.shape(2)), stride, pad};
+  if (w.shape(3) != s.c)
+    fail(std::string(op) + ": weight shape " + shape_str(w) + " does not match input channels " + std::to_string(s.c));
+  if (s.h + 2 * pad < s.kh || s.w + 2 * pad < s.kw)
+    fail(std::string(op) + ": kernel " + std::to_string(s.kh) + "x" + std::to_string(s.kw) +
+         " is larger than the padded input " + std::to_string(s.h + 2 * pad) + "x" + std::to_string(s.w + 2 * pad));
+  return s;
+}
+
+inline void check_same(const char* op, const char* a_name, const py::array& a, const char* b_name, const py::array& b) {
+  if (dims(a) != dims(b)) fail(std::string(op) + ": " + a_name + " " + shape_str(a) + " and " + b_name + " " + shape_str(b) + " differ in shape");
+}
+
+inline PoolShape pool_shape(const char* op, const py::array& x, int kernel, int stride) {
+  check_positive(op, "kernel", kernel);
+  check_positive(op, "stride", stride);
+  if (kernel > 16) fail(std::string(op) + ": kernel " + std::to_string(kernel) + " does not fit a uint8 argmax");
+  const PoolShape s{int(x.shape(0)), int(x.shape(1)), int(x.shape(2)), int(x.shape(3)), kernel, stride};
+  if (s.h < kernel || s.w < kernel) fail(std::string(op) + ": kernel " + std::to_string(kernel) + " is larger than x " + shape_str(x));
+  return s;
+}
+
+// Each registers one family of kernels on the module (its own bindings_<family>.cpp).
+void def_int8_products(py::module_& m);     // bindings_int8.cpp: GEMM, convolutions, packed weights
+void def_int8_elementwise(py::module_& m);  // bindings_int8_eltwise.cpp: epilogue, ReLU, pooling, loss, update
+void def_float_recipe_ops(py::module_& m);  // bindings_float.cpp: quantizers, exact and FP16 products, ...
+void def_fp32_products(py::module_& m);     // bindings_fp32.cpp: the FP32 recipe's GEMM and convolutions
+
+}  // namespace bind
+}  // namespace dsptrain

@@ -1,0 +1,287 @@
+// The emulated recipes' float work: quantizers, rounding to small-float grids, exact
+// int16 and chunked-FP16 products, patches, float ReLU and pooling, Octo's
+// compensation, SGD.
+#include "bindings.h"
+
+using namespace dsptrain;
+using namespace dsptrain::bind;
+
+namespace {
+
+// ---------------------------------------------------------------- float recipes
+FloatRound parse_float_mode(const char* op, const std::string& mode) {
+  if (mode == "round") return FloatRound::kRound;
+  if (mode == "nearest_even") return FloatRound::kNearestEven;
+  if (mode == "sto") return FloatRound::kSto;
+  fail(std::string(op) + ": rounding mode '" + mode + "' is not one of round, nearest_even, sto");
+}
+
+bool is_f64(const py::handle& obj) { return py::isinstance<py::array_t<double>>(obj); }
+
+template <typename F>
+py::array quantize_any(const Array<F>& x, double step, int bits, FloatRound mode, const Rng& r) {
+  const int qmax = (1 << (bits - 1)) - 1;
+  const size_t n = x.size();
+  const F* p = x.data();
+  if (bits <= 8) {
+    py::array_t<int8_t> q(dims(x));
+    int8_t* out = q.mutable_data();
+    py::gil_scoped_release nogil;
+    quantize_float(p, n, step, qmax, mode, r.key, out);
+    return std::move(q);
+  }
+  py::array_t<int16_t> q(dims(x));
+  int16_t* out = q.mutable_data();
+  py::gil_scoped_release nogil;
+  quantize_float(p, n, step, qmax, mode, r.key, out);
+  return std::move(q);
+}
+
+}  // namespace
+
+void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
+  m.def("absmax_f", [](const py::handle& obj) {
+    if (is_f64(obj)) {
+      auto x = checked<double>("absmax_f", "x", obj, -1);
+      py::gil_scoped_release nogil;
+      return absmax_float(x.data(), x.size());
+    }
+    auto x = checked<float>("absmax_f", "x", obj, -1);
+    py::gil_scoped_release nogil;
+    return absmax_float(x.data(), x.size());
+  }, py::arg("x"), "max |x| of a float32/float64 array, as a Python float.");
+  m.def("quantize_f", [](const py::handle& obj, double step, int bits, const std::string& mode, const py::object& rng) {
+    const FloatRound fm = parse_float_mode("quantize_f", mode);
+    const Rng r = parse_rng(rng);
+    if (fm == FloatRound::kSto && !r.given) fail("stochastic rounding needs an RngKey");
+    if (bits < 2 || bits > 16) fail("quantize_f: bits must be in [2, 16], got " + std::to_string(bits));
+    if (!(step > 0)) fail("quantize_f: step must be > 0, got " + std::to_string(step));
+    if (is_f64(obj)) return quantize_any(checked<double>("quantize_f", "x", obj, -1), step, bits, fm, r);
+    return quantize_any(checked<float>("quantize_f", "x", obj, -1), step, bits, fm, r);
+  }, py::arg("x"), py::arg("step"), py::arg("bits"), py::arg("mode"), py::arg("rng"),
+     "clip(round(x / step), +-(2**(bits-1) - 1)): int8 for bits <= 8, else int16.");
+  m.def("dequantize", [](const py::handle& obj, double scale) {
+    const Acc a = checked_acc("dequantize", obj);
+    py::array_t<float> out(dims(a.arr));
+    float* p = out.mutable_data();
+    const size_t n = a.arr.size();
+    const void* src = a.arr.data();
+    py::gil_scoped_release nogil;
+    if (a.is64) dequantize(static_cast<const int64_t*>(src), n, scale, p);
+    else dequantize(static_cast<const int32_t*>(src), n, scale, p);
+    return out;
+  }, py::arg("acc"), py::arg("scale"), "float32(double(acc) * scale).");
+  m.def("prc_squared_errors", [](const py::handle& obj, double top, std::vector<double> ratios, int qmax) {
+    auto x = checked<float>("prc_squared_errors", "x", obj, -1);
+    std::vector<double> errors(ratios.size());
+    {
+      py::gil_scoped_release nogil;
+      prc_squared_errors(x.data(), x.size(), top, ratios.data(), static_cast<int>(ratios.size()), qmax, errors.data());
+    }
+    return errors;
+  }, py::arg("x"), py::arg("top"), py::arg("ratios"), py::arg("qmax"));
+  m.def("quantize_mls", [](const py::handle& obj, int group, double top, double tensor_scale, int kmax, int qmax,
+                           const std::string& mode, const py::object& rng) {
+    auto x = checked<float>("quantize_mls", "x", obj, -1);
+    const FloatRound fm = parse_float_mode("quantize_mls", mode);
+    const Rng r = parse_rng(rng);
+    if (fm == FloatRound::kSto && !r.given) fail("stochastic rounding needs an RngKey");
+    const int channels = x.ndim() ? int(x.shape(x.ndim() - 1)) : 1;
+    if (group < 1 || channels % group) fail("quantize_mls: group " + std::to_string(group) + " does not divide " + std::to_string(channels) + " channels");
+    if (kmax < 0 || qmax * (1LL << kmax) > 32767) fail("quantize_mls: qmax " + std::to_string(qmax) + " * 2**" + std::to_string(kmax) + " does not fit int16");
+    py::array_t<int16_t> out(dims(x));
+    int16_t* p = out.mutable_data();
+    const size_t rows = channels ? x.size() / channels : 0;
+    py::gil_scoped_release nogil;
+    quantize_mls(x.data(), rows, channels, group, top, tensor_scale, kmax, qmax, fm, r.key, p);
+    return out;
+  }, py::arg("x"), py::arg("group"), py::arg("top"), py::arg("tensor_scale"), py::arg("kmax"), py::arg("qmax"),
+     py::arg("mode"), py::arg("rng"), "MLS elements with their group shift applied (int16).");
+
+  m.def("round_float", [](const py::handle& obj, int exponent_bits, int mantissa_bits, const std::string& mode,
+                          const py::object& rng) {
+    const FloatRound fm = parse_float_mode("round_float", mode);
+    const Rng r = parse_rng(rng);
+    if (fm == FloatRound::kSto && !r.given) fail("stochastic rounding needs an RngKey");
+    if (exponent_bits < 2 || exponent_bits > 8 || mantissa_bits < 0 || mantissa_bits > 23)
+      fail("round_float: format 1-" + std::to_string(exponent_bits) + "-" + std::to_string(mantissa_bits) + " is not a float32 subset");
+    auto run = [&](auto x) {
+      py::array_t<float> out(dims(x));
+      float* p = out.mutable_data();
+      py::gil_scoped_release nogil;
+      round_float_grid(x.data(), x.size(), exponent_bits, mantissa_bits, fm, r.key, p);
+      return out;
+    };
+    if (is_f64(obj)) return run(checked<double>("round_float", "x", obj, -1));
+    return run(checked<float>("round_float", "x", obj, -1));
+  }, py::arg("x"), py::arg("exponent_bits"), py::arg("mantissa_bits"), py::arg("mode"), py::arg("rng"),
+     "x on a small-float grid (FP8, FP16), as float32.");
+  m.def("relu_f32", [](const py::handle& obj) {
+    auto x = checked<float>("relu_f32", "x", obj, -1);
+    py::array_t<float> y(dims(x));
+    float* p = y.mutable_data();
+    py::gil_scoped_release nogil;
+    relu_f32(x.data(), x.size(), p);
+    return y;
+  }, py::arg("x"));
+  m.def("relu_bwd_f32", [](const py::handle& err_obj, const py::handle& y_obj) {
+    auto err = checked<float>("relu_bwd_f32", "err", err_obj, -1);
+    auto y = checked<float>("relu_bwd_f32", "y", y_obj, -1);
+    check_same("relu_bwd_f32", "err", err, "y", y);
+    py::array_t<float> dx(dims(err));
+    float* p = dx.mutable_data();
+    py::gil_scoped_release nogil;
+    relu_bwd_f32(err.data(), y.data(), err.size(), p);
+    return dx;
+  }, py::arg("err"), py::arg("y"));
+  m.def("compensation_fwd", [](const py::handle& z_obj, const py::handle& s_obj, const py::handle& b_obj) {
+    auto z = checked<float>("compensation_fwd", "z", z_obj, -1);
+    auto scale = checked<float>("compensation_fwd", "scale", s_obj, 1);
+    auto shift = checked<float>("compensation_fwd", "shift", b_obj, 1);
+    const int c = z.ndim() ? int(z.shape(z.ndim() - 1)) : 0;
+    if (scale.shape(0) != c || shift.shape(0) != c)
+      fail("compensation_fwd: scale " + shape_str(scale) + " and shift " + shape_str(shift) + " must have z's " + std::to_string(c) + " channels");
+    py::array_t<float> y(dims(z));
+    float* p = y.mutable_data();
+    py::gil_scoped_release nogil;
+    compensation_fwd(z.data(), scale.data(), shift.data(), c ? z.size() / c : 0, c, p);
+    return y;
+  }, py::arg("z"), py::arg("scale"), py::arg("shift"));
+  m.def("compensation_bwd", [](const py::handle& e_obj, const py::handle& z_obj, const py::handle& s_obj) {
+    auto err = checked<float>("compensation_bwd", "err", e_obj, -1);
+    auto z = checked<float>("compensation_bwd", "z", z_obj, -1);
+    auto scale = checked<float>("compensation_bwd", "scale", s_obj, 1);
+    check_same("compensation_bwd", "err", err, "z", z);
+    const int c = z.ndim() ? int(z.shape(z.ndim() - 1)) : 0;
+    if (scale.shape(0) != c) fail("compensation_bwd: scale " + shape_str(scale) + " must have z's " + std::to_string(c) + " channels");
+    py::array_t<float> dz(dims(z)), ds(std::vector<py::ssize_t>{c}), db(std::vector<py::ssize_t>{c});
+    float *pz = dz.mutable_data(), *ps = ds.mutable_data(), *pb = db.mutable_data();
+    {
+      py::gil_scoped_release nogil;
+      compensation_bwd(err.data(), z.data(), scale.data(), c ? z.size() / c : 0, c, pz, ps, pb);
+    }
+    return py::make_tuple(dz, ds, db);
+  }, py::arg("err"), py::arg("z"), py::arg("scale"));
+  m.def("maxpool_f32", [](const py::handle& obj, int kernel, int stride) {
+    auto x = checked<float>("maxpool_f32", "x", obj, 4);
+    const PoolShape s = pool_shape("maxpool_f32", x, kernel, stride);
+    std::vector<py::ssize_t> shape{s.n, s.oh(), s.ow(), s.c};
+    py::array_t<float> y(shape);
+    py::array_t<uint8_t> idx(shape);
+    float* yp = y.mutable_data();
+    uint8_t* ip = idx.mutable_data();
+    {
+      py::gil_scoped_release nogil;
+      maxpool_f32(x.data(), s, yp, ip);
+    }
+    return py::make_tuple(y, idx);
+  }, py::arg("x"), py::arg("kernel"), py::arg("stride"));
+  m.def("maxpool_bwd_f32", [](const py::handle& err_obj, const py::handle& idx_obj, int kernel, int stride,
+                              std::pair<int, int> in_hw) {
+    auto err = checked<float>("maxpool_bwd_f32", "err", err_obj, 4);
+    auto idx = checked<uint8_t>("maxpool_bwd_f32", "argmax", idx_obj, 4);
+    check_same("maxpool_bwd_f32", "err", err, "argmax", idx);
+    py::array_t<float> x_like(std::vector<py::ssize_t>{err.shape(0), in_hw.first, in_hw.second, err.shape(3)});
+    const PoolShape s = pool_shape("maxpool_bwd_f32", x_like, kernel, stride);
+    if (s.oh() != err.shape(1) || s.ow() != err.shape(2))
+      fail("maxpool_bwd_f32: err " + shape_str(err) + " does not match in_hw (" + std::to_string(in_hw.first) + ", " +
+           std::to_string(in_hw.second) + "), kernel " + std::to_string(kernel) + ", stride " + std::to_string(stride));
+    py::array_t<float> dx(dims(x_like));
+    float* p = dx.mutable_data();
+    py::gil_scoped_release nogil;
+    maxpool_bwd_f32(err.data(), idx.data(), s, p);
+    return dx;
+  }, py::arg("err"), py::arg("argmax"), py::arg("kernel"), py::arg("stride"), py::arg("in_hw"));
+  m.def("sgd_f32", [](const py::handle& w_obj, const py::handle& g_obj, const py::handle& v_obj, float lr, float momentum,
+                      float weight_decay, bool nesterov) {
+    auto w = checked<float>("sgd_f32", "w", w_obj, -1);
+    auto g = checked<float>("sgd_f32", "grad", g_obj, -1);
+    auto v = checked<float>("sgd_f32", "v", v_obj, -1);
+    check_same("sgd_f32", "w", w, "grad", g);
+    check_same("sgd_f32", "w", w, "v", v);
+    py::array_t<float> w_new(dims(w)), v_new(dims(w));
+    float *pw = w_new.mutable_data(), *pv = v_new.mutable_data();
+    {
+      py::gil_scoped_release nogil;
+      std::copy(w.data(), w.data() + w.size(), pw);
+      std::copy(v.data(), v.data() + v.size(), pv);
+      sgd_f32(pw, g.data(), pv, w.size(), lr, momentum, weight_decay, nesterov);
+    }
+    return py::make_tuple(w_new, v_new);
+  }, py::arg("w"), py::arg("grad"), py::arg("v"), py::arg("lr"), py::arg("momentum"), py::arg("weight_decay"),
+     py::arg("nesterov"), "PyTorch's SGD step in float32: (new w, new velocity).");
+  m.def("matmul_s16", [](const py::handle& a_obj, const py::handle& b_obj, bool a_transposed) {
+    auto a = checked<int16_t>("matmul_s16", "a", a_obj, 2);
+    auto b = checked<int16_t>("matmul_s16", "b", b_obj, 2);
+    const int m = int(a.shape(a_transposed ? 1 : 0)), k = int(a.shape(a_transposed ? 0 : 1)), n = int(b.shape(1));
+    if (b.shape(0) != k)
+      fail("matmul_s16: a " + shape_str(a) + (a_transposed ? " (transposed)" : "") + " and b " + shape_str(b) +
+           " differ in K (op(a) @ b, b is [K, N])");
+    py::array_t<int64_t> c(std::vector<py::ssize_t>{m, n});
+    int64_t* p = c.mutable_data();
+    py::gil_scoped_release nogil;
+    matmul_s16_s64(a.data(), a_transposed, b.data(), m, n, k, p);
+    return c;
+  }, py::arg("a"), py::arg("b"), py::arg("a_transposed"),
+     "int16 (a.T if a_transposed else a) @ b[K,N] -> int64 [M,N], exact.");
+  m.def("im2col", [](const py::handle& obj, int kh, int kw, int stride, int pad) {
+    check_positive("im2col", "stride", stride);
+    check_positive("im2col", "kh", kh);
+    check_positive("im2col", "kw", kw);
+    auto run = [&](auto x) {
+      using T = typename decltype(x)::value_type;
+      const int n = int(x.shape(0)), h = int(x.shape(1)), w = int(x.shape(2)), c = int(x.shape(3));
+      const int oh = (h + 2 * pad - kh) / stride + 1, ow = (w + 2 * pad - kw) / stride + 1;
+      if (pad < 0 || oh < 1 || ow < 1)
+        fail("im2col: kernel " + std::to_string(kh) + "x" + std::to_string(kw) + " does not fit x " + shape_str(x) +
+             " padded by " + std::to_string(pad));
+      const Col2imShape s{n, oh, ow, kh, kw, c, h, w, stride, pad};
+      py::array_t<T> cols(std::vector<py::ssize_t>{static_cast<py::ssize_t>(n) * oh * ow, static_cast<py::ssize_t>(kh) * kw * c});
+      T* p = cols.mutable_data();
+      py::gil_scoped_release nogil;
+      im2col_copy(x.data(), s, p);
+      return cols;
+    };
+    if (py::isinstance<py::array_t<int16_t>>(obj)) return py::array(run(checked<int16_t>("im2col", "x", obj, 4)));
+    return py::array(run(checked<float>("im2col", "x", obj, 4)));
+  }, py::arg("x"), py::arg("kh"), py::arg("kw"), py::arg("stride"), py::arg("pad"),
+     "NHWC int16/float32 -> [N*OH*OW, KH*KW*C] patches (zero padding), its own dtype.");
+  m.def("col2im", [](const py::handle& obj, std::vector<int> err_nhw, std::vector<int> kernel_hwc, int stride, int pad,
+                     std::pair<int, int> in_hw) {
+    if (err_nhw.size() != 3 || kernel_hwc.size() != 3)
+      fail("col2im: err_nhw must be (n, oh, ow) and kernel_hwc (kh, kw, c)");
+    check_positive("col2im", "stride", stride);
+    const Col2imShape s{err_nhw[0], err_nhw[1], err_nhw[2], kernel_hwc[0], kernel_hwc[1], kernel_hwc[2],
+                        in_hw.first, in_hw.second, stride, pad};
+    auto run = [&](auto dcols) {
+      using T = typename decltype(dcols)::value_type;
+      if (dcols.shape(0) != static_cast<py::ssize_t>(s.n) * s.oh * s.ow || dcols.shape(1) != static_cast<py::ssize_t>(s.kh) * s.kw * s.c)
+        fail("col2im: dcols " + shape_str(dcols) + " is not [n*oh*ow, kh*kw*c] of the given shapes");
+      py::array_t<T> dx(std::vector<py::ssize_t>{s.n, s.h, s.w, s.c});
+      T* p = dx.mutable_data();
+      py::gil_scoped_release nogil;
+      col2im_add(dcols.data(), s, p);
+      return dx;
+    };
+    if (py::isinstance<py::array_t<int64_t>>(obj)) return py::array(run(checked<int64_t>("col2im", "dcols", obj, 2)));
+    return py::array(run(checked<double>("col2im", "dcols", obj, 2)));
+  }, py::arg("dcols"), py::arg("err_nhw"), py::arg("kernel_hwc"), py::arg("stride"), py::arg("pad"), py::arg("in_hw"),
+     "Scatter-add patch sums (int64 or float64) onto NHWC: a convolution's backward data.");
+  m.def("matmul_fp16_chunked", [](const py::handle& a_obj, const py::handle& b_obj, bool a_transposed, int chunk,
+                                  bool fp16_adds) {
+    auto a = checked<float>("matmul_fp16_chunked", "a", a_obj, 2);
+    auto b = checked<float>("matmul_fp16_chunked", "b", b_obj, 2);
+    const int m = int(a.shape(a_transposed ? 1 : 0)), k = int(a.shape(a_transposed ? 0 : 1)), n = int(b.shape(1));
+    if (b.shape(0) != k)
+      fail("matmul_fp16_chunked: a " + shape_str(a) + (a_transposed ? " (transposed)" : "") + " and b " + shape_str(b) +
+           " differ in K (op(a) @ b, b is [K, N])");
+    check_positive("matmul_fp16_chunked", "chunk", chunk);
+    py::array_t<float> c(std::vector<py::ssize_t>{m, n});
+    float* p = c.mutable_data();
+    py::gil_scoped_release nogil;
+    if (k == 0) std::fill(p, p + static_cast<size_t>(m) * n, 0.0f);
+    else matmul_fp16_chunked(a.data(), a_transposed, b.data(), m, n, k, chunk, fp16_adds, p);
+    return c;
+  }, py::arg("a"), py::arg("b"), py::arg("a_transposed"), py::arg("chunk"), py::arg("fp16_adds"),
+     "FP16 values (a.T if a_transposed else a) @ b[K,N] with chunk-based FP16 accumulation, as float32.");
+}

@@ -1,0 +1,233 @@
+// The int8 products: GEMM (plain, requantizing, on packed weights) and the three
+// convolution passes, with the kernels' scratch sizes for the memory planner.
+#include "bindings.h"
+
+using namespace dsptrain;
+using namespace dsptrain::bind;
+
+namespace {
+
+// Runs `kernel(T* out)` into a fresh int32/int64 array of `shape`, GIL released.
+template <typename Kernel>
+py::array run_acc(bool is64, const std::vector<py::ssize_t>& shape, Kernel kernel) {
+  if (is64) {
+    py::array_t<int64_t> out(shape);
+    int64_t* p = out.mutable_data();
+    py::gil_scoped_release nogil;
+    kernel(p);
+    return out;
+  }
+  py::array_t<int32_t> out(shape);
+  int32_t* p = out.mutable_data();
+  py::gil_scoped_release nogil;
+  kernel(p);
+  return out;
+}
+
+// Runs `kernel(T* acc, int64_t* absmax)` into per-thread scratch, then requantizes into
+// int8 `shape` (with the kernel's own max |acc| when it took one: absmax >= 0).
+template <typename Kernel>
+py::tuple run_requant(bool is64, const std::vector<py::ssize_t>& shape, int shift, RoundMode mode, const Rng& rng,
+                      Kernel kernel) {
+  py::array_t<int8_t> out(shape);
+  int8_t* q = out.mutable_data();
+  const size_t n = static_cast<size_t>(out.size());
+  int used;
+  {
+    py::gil_scoped_release nogil;
+    if (is64) {
+      thread_local Kept<std::vector<int64_t>> acc;
+      if (acc.size() < n) acc.resize(n);
+      int64_t absmax = -1;
+      kernel(acc.data(), &absmax);
+      used = requantize(acc.data(), n, shift, 8, mode, rng.key, q, absmax);
+    } else {
+      thread_local Kept<std::vector<int32_t>> acc;
+      if (acc.size() < n) acc.resize(n);
+      int64_t absmax = -1;
+      kernel(acc.data(), &absmax);
+      used = requantize(acc.data(), n, shift, 8, mode, rng.key, q, absmax);
+    }
+  }
+  return py::make_tuple(out, used);
+}
+
+struct GemmArgs {
+  Array<int8_t> a, b;
+  int m, n, k;
+};
+GemmArgs gemm_args(const char* op, const py::handle& a_obj, const py::handle& b_obj) {
+  auto a = checked<int8_t>(op, "a", a_obj, 2);
+  auto b = checked<int8_t>(op, "b", b_obj, 2);
+  if (a.shape(1) != b.shape(1))
+    fail(std::string(op) + ": a " + shape_str(a) + " and b " + shape_str(b) + " differ in K (a @ b.T)");
+  return {a, b, int(a.shape(0)), int(b.shape(0)), int(a.shape(1))};
+}
+
+template <typename T>
+void gemm_any(const GemmArgs& g, T* c, int64_t* absmax = nullptr) {  // absmax: int32 only
+  MatrixS8 a{g.a.data(), g.k, 1}, b{g.b.data(), g.k, 1};
+  if constexpr (std::is_same_v<T, int64_t>) gemm_s8_s64(a, b, g.m, g.n, g.k, c);
+  else gemm_s8_s32(a, b, g.m, g.n, g.k, c, false, absmax);
+}
+
+struct ConvArgs {
+  Array<int8_t> x, w;
+  ConvShape s;
+};
+
+ConvArgs bwd_data_args(const char* op, const py::handle& err_obj, const py::handle& w_obj, int stride, int pad,
+                       std::pair<int, int> in_hw) {
+  auto err = checked<int8_t>(op, "err", err_obj, 4);
+  auto w = checked<int8_t>(op, "w", w_obj, 4);
+  check_positive(op, "in_hw height", in_hw.first);
+  check_positive(op, "in_hw width", in_hw.second);
+  py::array_t<int8_t> x_like(std::vector<py::ssize_t>{1, in_hw.first, in_hw.second, w.shape(3)});
+  ConvShape s = conv_shape(op, x_like, w, stride, pad);
+  s.n = int(err.shape(0));
+  if (err.shape(1) != s.oh() || err.shape(2) != s.ow() || err.shape(3) != s.o)
+    fail(std::string(op) + ": err shape " + shape_str(err) + " does not match in_hw (" + std::to_string(s.h) + ", " +
+         std::to_string(s.w) + "), weights " + shape_str(w) + ", stride " + std::to_string(stride) + ", pad " +
+         std::to_string(pad));
+  return {err, w, s};
+}
+
+// ---------------------------------------------------------------- packed weights
+struct PackedWeights {
+  PackedB packed;
+};
+
+}  // namespace
+
+void dsptrain::bind::def_int8_products(py::module_& m) {
+  // ------------------------------------------------------------ GEMM
+  m.def("gemm_s8", [](const py::handle& a, const py::handle& b) {
+    const GemmArgs g = gemm_args("gemm_s8", a, b);
+    SerialScope serial(small_op(double(g.m) * g.n * g.k));
+    return run_acc(needs_int64(g.k), {g.m, g.n}, [&](auto* c) { gemm_any(g, c); });
+  }, py::arg("a"), py::arg("b"), "int8 a[M,K] @ b[N,K].T -> int32 (int64 for long K).");
+
+  py::class_<PackedWeights>(m, "PackedWeights", "b[N,K] packed for the GEMM path that was active when packed.")
+      .def_property_readonly("isa", [](const PackedWeights& p) { return std::string(isa_name(p.packed.isa)); })
+      .def_property_readonly("shape", [](const PackedWeights& p) { return py::make_tuple(p.packed.n, p.packed.k); })
+      .def_property_readonly("nbytes", [](const PackedWeights& p) { return p.packed.data.size(); });
+  m.def("pack_weights", [](const py::handle& b_obj) {
+    auto b = checked<int8_t>("pack_weights", "b", b_obj, 2);
+    if (needs_int64(b.shape(1)))
+      fail("pack_weights: K = " + std::to_string(b.shape(1)) + " needs int64 accumulators; use gemm_s8");
+    auto out = std::make_unique<PackedWeights>();
+    {
+      py::gil_scoped_release nogil;
+      pack_b(MatrixS8{b.data(), b.shape(1), 1}, int(b.shape(0)), int(b.shape(1)), active_isa(), &out->packed);
+    }
+    return out;
+  }, py::arg("b"), "Pack weights b[N,K] once for gemm_packed.");
+  m.def("gemm_packed", [](const py::handle& a_obj, const PackedWeights& pw) {
+    auto a = checked<int8_t>("gemm_packed", "a", a_obj, 2);
+    if (a.shape(1) != pw.packed.k)
+      fail("gemm_packed: a " + shape_str(a) + " has K != packed weights' K " + std::to_string(pw.packed.k));
+    py::array_t<int32_t> out(std::vector<py::ssize_t>{a.shape(0), pw.packed.n});
+    int32_t* c = out.mutable_data();
+    py::gil_scoped_release nogil;
+    gemm_packed(MatrixS8{a.data(), a.shape(1), 1}, int(a.shape(0)), pw.packed, c, pw.packed.n);
+    return out;
+  }, py::arg("a"), py::arg("packed"), "a[M,K] @ packed^T -> int32.");
+  m.def("gemm_requant_s8", [](const py::handle& a, const py::handle& b, int shift, const std::string& mode,
+                              const py::object& rng) {
+    const GemmArgs g = gemm_args("gemm_requant_s8", a, b);
+    const RoundMode rm = parse_mode("gemm_requant_s8", mode);
+    const Rng r = parse_rng(rng);
+    check_shift("gemm_requant_s8", shift, rm, r);
+    SerialScope serial(small_op(double(g.m) * g.n * g.k));
+    return run_requant(needs_int64(g.k), {g.m, g.n}, shift, rm, r, [&](auto* c, int64_t* mx) { gemm_any(g, c, mx); });
+  }, py::arg("a"), py::arg("b"), py::arg("shift"), py::arg("mode"), py::arg("rng"),
+     "gemm_s8 then requantize (shift < 0: estimate it). Returns (int8, shift).");
+
+  // ------------------------------------------------------------ convolutions
+  m.def("conv2d_s8", [](const py::handle& x_obj, const py::handle& w_obj, int stride, int pad) {
+    auto x = checked<int8_t>("conv2d_s8", "x", x_obj, 4);
+    auto w = checked<int8_t>("conv2d_s8", "w", w_obj, 4);
+    const ConvShape s = conv_shape("conv2d_s8", x, w, stride, pad);
+    SerialScope serial(small_op(conv_macs(s)));
+    return run_acc(needs_int64(s.kh * s.kw * s.c), {s.n, s.oh(), s.ow(), s.o},
+                   [&](auto* y) { conv2d_fwd(x.data(), w.data(), s, y); });
+  }, py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"));
+  m.def("conv2d_requant_s8", [](const py::handle& x_obj, const py::handle& w_obj, int stride, int pad, int shift,
+                                const std::string& mode, const py::object& rng) {
+    auto x = checked<int8_t>("conv2d_requant_s8", "x", x_obj, 4);
+    auto w = checked<int8_t>("conv2d_requant_s8", "w", w_obj, 4);
+    const ConvShape s = conv_shape("conv2d_requant_s8", x, w, stride, pad);
+    const RoundMode rm = parse_mode("conv2d_requant_s8", mode);
+    const Rng r = parse_rng(rng);
+    check_shift("conv2d_requant_s8", shift, rm, r);
+    SerialScope serial(small_op(conv_macs(s)));
+    return run_requant(needs_int64(s.kh * s.kw * s.c), {s.n, s.oh(), s.ow(), s.o}, shift, rm, r,
+                       [&](auto* y, int64_t* mx) { conv2d_fwd(x.data(), w.data(), s, y, mx); });
+  }, py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"), py::arg("shift"), py::arg("mode"), py::arg("rng"));
+  m.def("conv2d_bwd_data_s8", [](const py::handle& err, const py::handle& w, int stride, int pad,
+                                 std::pair<int, int> in_hw) {
+    const ConvArgs c = bwd_data_args("conv2d_bwd_data_s8", err, w, stride, pad, in_hw);
+    SerialScope serial(small_op(conv_macs(c.s)));
+    return run_acc(needs_int64(c.s.o * c.s.kh * c.s.kw), {c.s.n, c.s.h, c.s.w, c.s.c},
+                   [&](auto* dx) { conv2d_bwd_data(c.x.data(), c.w.data(), c.s, dx); });
+  }, py::arg("err"), py::arg("w"), py::arg("stride"), py::arg("pad"), py::arg("in_hw"));
+  m.def("conv2d_bwd_data_requant_s8", [](const py::handle& err, const py::handle& w, int stride, int pad,
+                                         std::pair<int, int> in_hw, int shift, const std::string& mode,
+                                         const py::object& rng) {
+    const ConvArgs c = bwd_data_args("conv2d_bwd_data_requant_s8", err, w, stride, pad, in_hw);
+    const RoundMode rm = parse_mode("conv2d_bwd_data_requant_s8", mode);
+    const Rng r = parse_rng(rng);
+    check_shift("conv2d_bwd_data_requant_s8", shift, rm, r);
+    SerialScope serial(small_op(conv_macs(c.s)));
+    return run_requant(needs_int64(c.s.o * c.s.kh * c.s.kw), {c.s.n, c.s.h, c.s.w, c.s.c}, shift, rm, r,
+                       [&](auto* dx, int64_t* mx) { conv2d_bwd_data(c.x.data(), c.w.data(), c.s, dx, mx); });
+  }, py::arg("err"), py::arg("w"), py::arg("stride"), py::arg("pad"), py::arg("in_hw"), py::arg("shift"),
+     py::arg("mode"), py::arg("rng"));
+  m.def("conv_algorithm", [](const std::string& pass, const py::handle& x_obj, const py::handle& w_obj, int stride,
+                             int pad) {
+    auto x = checked<int8_t>("conv_algorithm", "x", x_obj, 4);
+    auto w = checked<int8_t>("conv_algorithm", "w", w_obj, 4);
+    const ConvShape s = conv_shape("conv_algorithm", x, w, stride, pad);
+    if (pass == "forward") return std::string(conv_algorithm(ConvPass::kForward, s));
+    if (pass == "backward_data") return std::string(conv_algorithm(ConvPass::kBackwardData, s));
+    if (pass == "backward_weight") return std::string(conv_algorithm(ConvPass::kBackwardWeight, s));
+    fail("conv_algorithm: pass '" + pass + "' is not one of forward, backward_data, backward_weight");
+  }, py::arg("pass_"), py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"),
+     "The algorithm a convolution pass of this shape runs on the active ISA (for tests).");
+  m.def("scratch_bytes", [](const std::string& pass, std::vector<int> shape, bool requant) {
+    // shape: (n, h, w, c, o, kh, kw, stride, pad) of a convolution pass, or (m, n, k) of a gemm.
+    ScratchList items;
+    if (pass == "gemm" && shape.size() == 3) items = gemm_scratch(shape[0], shape[1], shape[2], requant);
+    else if (shape.size() == 9) {
+      const ConvShape s{shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6], shape[7], shape[8]};
+      if (pass == "forward") items = conv_scratch(ConvPass::kForward, s, requant);
+      else if (pass == "backward_data") items = conv_scratch(ConvPass::kBackwardData, s, requant);
+      else if (pass == "backward_weight") items = conv_scratch(ConvPass::kBackwardWeight, s, requant);
+      else fail("scratch_bytes: pass '" + pass + "' is not one of gemm, forward, backward_data, backward_weight");
+    } else fail("scratch_bytes: " + pass + " takes " + (pass == "gemm" ? "3" : "9") + " sizes, got " + std::to_string(shape.size()));
+    py::dict out;
+    for (const auto& [name, bytes] : items) out[py::str(name)] = bytes;
+    return out;
+  }, py::arg("pass_"), py::arg("shape"), py::arg("requant"),
+     "Bytes of the kernels' own grow-only scratch by buffer, for one pass of this shape (scratch.h).");
+  m.def("release_scratch", [] { return release_scratch(); },
+        "Free the kernels' kept scratch of every thread (call between steps); returns the bytes it held.");
+  m.def("conv2d_bwd_weight_s8", [](const py::handle& err_obj, const py::handle& x_obj, int stride, int pad,
+                                   std::pair<int, int> kernel) {
+    const char* op = "conv2d_bwd_weight_s8";
+    auto err = checked<int8_t>(op, "err", err_obj, 4);
+    auto x = checked<int8_t>(op, "x", x_obj, 4);
+    check_positive(op, "kernel height", kernel.first);
+    check_positive(op, "kernel width", kernel.second);
+    py::array_t<int8_t> w_like(std::vector<py::ssize_t>{err.shape(3), kernel.first, kernel.second, x.shape(3)});
+    const ConvShape s = conv_shape(op, x, w_like, stride, pad);
+    if (err.shape(0) != s.n || err.shape(1) != s.oh() || err.shape(2) != s.ow())
+      fail(std::string(op) + ": err shape " + shape_str(err) + " does not match x " + shape_str(x) + " with kernel (" +
+           std::to_string(s.kh) + ", " + std::to_string(s.kw) + "), stride " + std::to_string(stride) + ", pad " +
+           std::to_string(pad));
+    SerialScope serial(small_op(conv_macs(s)));
+    return run_acc(needs_int64(static_cast<long long>(s.n) * s.oh() * s.ow()), {s.o, s.kh, s.kw, s.c},
+                   [&](auto* dw) { conv2d_bwd_weight(err.data(), x.data(), s, dw); });
+  }, py::arg("err"), py::arg("x"), py::arg("stride"), py::arg("pad"), py::arg("kernel"));
+
+}

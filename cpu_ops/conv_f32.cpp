@@ -1,0 +1,244 @@
+#include "conv_f32.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "gemm_f32.h"
+#include "scratch.h"
+#include "thread_pool.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define DSPTRAIN_F32_AVX512 1
+#endif
+
+namespace dsptrain {
+namespace {
+
+constexpr size_t kBlockBytes = 128 * 1024;   // a block of patches: well inside L2
+constexpr int kDotBelowChannels = 12;        // the dot kernel wins for few output channels
+constexpr int kDotFromTaps = 64;             // and deep patches (LeNet conv1 forward, 25 taps: broadcast)
+
+struct Geometry {
+  const ConvShape& s;
+  int oh, ow, pixels, taps;   // taps: KH*KW*C, one patch row
+  size_t image, out_image;
+  explicit Geometry(const ConvShape& shape)
+      : s(shape), oh(shape.oh()), ow(shape.ow()), pixels(oh * ow), taps(shape.kh * shape.kw * shape.c),
+        image(static_cast<size_t>(shape.h) * shape.w * shape.c), out_image(static_cast<size_t>(oh) * ow * shape.o) {}
+  // output pixels per block, so that a block of patches fits kBlockBytes
+  int block() const { return std::max(1, std::min(pixels, static_cast<int>(kBlockBytes / (sizeof(float) * taps)))); }
+  bool direct() const { return s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0; }
+  double macs() const { return double(s.n) * pixels * taps * s.o; }
+};
+
+// A copy of one image with its zero border, so that every tap row of a patch is one
+// contiguous run of KW*C floats (the int8 drivers' PaddedSrc does the same).
+struct Padded {
+  const float* d;
+  int wp, c, stride;
+  ptrdiff_t at(int i, int j) const { return (static_cast<ptrdiff_t>(i) * wp + j) * c; }
+};
+
+Padded pad_image(const float* x, const ConvShape& s, std::vector<float>& buf) {
+  if (s.pad == 0) return {x, s.w, s.c, s.stride};
+  const int hp = s.h + 2 * s.pad, wp = s.w + 2 * s.pad;
+  buf.assign(static_cast<size_t>(hp) * wp * s.c, 0.0f);
+  for (int i = 0; i < s.h; ++i)
+    std::copy_n(x + static_cast<ptrdiff_t>(i) * s.w * s.c, static_cast<size_t>(s.w) * s.c,
+                buf.data() + (static_cast<ptrdiff_t>(i + s.pad) * wp + s.pad) * s.c);
+  return {buf.data(), wp, s.c, s.stride};
+}
+
+// cols[p - p0, taps] = the patches of output pixels [p0, p1). Runs are short (5 floats
+// for LeNet's first layer): copied by a plain loop, which GCC must not turn into a
+// memcpy call per run (that call cost more than the product), or on AVX-512 by masked
+// vector moves.
+__attribute__((optimize("no-tree-loop-distribute-patterns")))
+void gather_portable(const Padded& x, const Geometry& g, int p0, int p1, float* cols) {
+  const int run = g.s.kw * g.s.c;
+  for (int p = p0; p < p1; ++p) {
+    const int i = p / g.ow, j = p % g.ow;
+    float* dst = cols + static_cast<ptrdiff_t>(p - p0) * g.taps;
+    for (int a = 0; a < g.s.kh; ++a, dst += run) {
+      const float* src = x.d + x.at(i * x.stride + a, j * x.stride);
+      for (int t = 0; t < run; ++t) dst[t] = src[t];
+    }
+  }
+}
+
+#ifdef DSPTRAIN_F32_AVX512
+__attribute__((target("avx512f"))) void gather_avx512(const Padded& x, const Geometry& g, int p0, int p1, float* cols) {
+  const int run = g.s.kw * g.s.c, full = run / 16;
+  const __mmask16 tail = __mmask16((1u << (run % 16)) - 1u);
+  for (int p = p0; p < p1; ++p) {
+    const int i = p / g.ow, j = p % g.ow;
+    float* dst = cols + static_cast<ptrdiff_t>(p - p0) * g.taps;
+    for (int a = 0; a < g.s.kh; ++a, dst += run) {
+      const float* src = x.d + x.at(i * x.stride + a, j * x.stride);
+      for (int v = 0; v < full; ++v) _mm512_storeu_ps(dst + 16 * v, _mm512_loadu_ps(src + 16 * v));
+      if (tail) _mm512_mask_storeu_ps(dst + 16 * full, tail, _mm512_maskz_loadu_ps(tail, src + 16 * full));
+    }
+  }
+}
+#endif
+
+void gather(const Padded& x, const Geometry& g, int p0, int p1, float* cols) {
+#ifdef DSPTRAIN_F32_AVX512
+  if (f32_avx512()) return gather_avx512(x, g, p0, p1, cols);
+#endif
+  gather_portable(x, g, p0, p1, cols);
+}
+
+// dx (one image) += the patch sums dcols of output pixels [p0, p1), padding dropped.
+void scatter(const float* dcols, const Geometry& g, int p0, int p1, float* dx) {
+  const ConvShape& s = g.s;
+  for (int p = p0; p < p1; ++p) {
+    const int i = p / g.ow, j = p % g.ow;
+    const float* src = dcols + static_cast<ptrdiff_t>(p - p0) * g.taps;
+    for (int a = 0; a < s.kh; ++a) {
+      const int y = i * s.stride + a - s.pad;
+      if (y < 0 || y >= s.h) continue;
+      for (int b = 0; b < s.kw; ++b) {
+        const int xx = j * s.stride + b - s.pad;
+        if (xx < 0 || xx >= s.w) continue;
+        float* d = dx + (static_cast<ptrdiff_t>(y) * s.w + xx) * s.c;
+        const float* v = src + (a * s.kw + b) * s.c;
+        for (int ch = 0; ch < s.c; ++ch) d[ch] += v[ch];
+      }
+    }
+  }
+}
+
+// Over images, on the pool when the product is large enough to pay for waking it.
+template <typename F>
+void over_images(const Geometry& g, int units, F fn) {
+  SerialScope serial(small_op(g.macs()));
+  parallel_ranges(units, static_cast<size_t>(g.s.n) * (g.image + g.out_image) * sizeof(float), fn);
+}
+
+std::vector<float>& block_buffer(size_t floats) {
+  thread_local Kept<std::vector<float>> buf;
+  if (buf.size() < floats) buf.resize(floats);
+  return buf;
+}
+
+std::vector<float>& pad_buffer() {
+  thread_local Kept<std::vector<float>> buf;
+  return buf;
+}
+
+// The backward data pass of a stride-1 convolution is the forward convolution of the
+// error, padded by K-1-pad, with the flipped weights moved to [C, KH, KW, O]: no scatter
+// (square kernels: ConvShape has one padding for both sides). Only for "same" padding:
+// with less, the padded error has more pixels than the patches (LeNet's conv2: 196 vs
+// 100), and the product plus scatter costs less.
+bool bwd_data_as_forward(const ConvShape& s) {
+  return s.stride == 1 && s.kh == s.kw && s.pad <= s.kh - 1 && 2 * s.pad >= s.kh - 1;
+}
+
+}  // namespace
+
+void conv2d_f32(const float* x, const float* w, const ConvShape& s, float* y) {
+  const Geometry g(s);
+  // few output channels and a deep patch: the dot kernel on w as it is ([O, taps] is
+  // B as [N,K]); else w moved to [taps, O] for the broadcast kernel
+  const bool dot = s.o <= kDotBelowChannels && g.taps >= kDotFromTaps;
+  std::vector<float> wt;
+  if (!dot) {
+    wt.resize(static_cast<size_t>(g.taps) * s.o);
+    for (int o = 0; o < s.o; ++o)
+      for (int t = 0; t < g.taps; ++t) wt[static_cast<size_t>(t) * s.o + o] = w[static_cast<size_t>(o) * g.taps + t];
+  }
+  const float* b = dot ? w : wt.data();
+  const int ldb = dot ? g.taps : s.o;
+  const int block = g.block();
+  over_images(g, s.n, [&](int n0, int n1) {
+    for (int n = n0; n < n1; ++n) {
+      const float* xi = x + n * g.image;
+      float* yi = y + n * g.out_image;
+      if (g.direct()) {
+        gemm_f32_serial({xi, g.taps, b, ldb, yi, s.o, g.pixels, s.o, g.taps, false, dot});
+        continue;
+      }
+      const Padded xp = pad_image(xi, s, pad_buffer());
+      float* cols = block_buffer(static_cast<size_t>(block) * g.taps).data();
+      for (int p0 = 0; p0 < g.pixels; p0 += block) {
+        const int p1 = std::min(g.pixels, p0 + block);
+        gather(xp, g, p0, p1, cols);
+        gemm_f32_serial({cols, g.taps, b, ldb, yi + static_cast<ptrdiff_t>(p0) * s.o, s.o, p1 - p0, s.o, g.taps, false, dot});
+      }
+    }
+  });
+}
+
+void conv2d_bwd_data_f32(const float* err, const float* w, const ConvShape& s, float* dx) {
+  const Geometry g(s);
+  if (bwd_data_as_forward(s)) {
+    const ConvShape t{s.n, g.oh, g.ow, s.o, s.c, s.kh, s.kw, 1, s.kh - 1 - s.pad};
+    {
+      std::vector<float> flipped(static_cast<size_t>(g.taps) * s.o);   // [C, KH, KW, O]
+      for (int o = 0; o < s.o; ++o)
+        for (int a = 0; a < s.kh; ++a)
+          for (int b = 0; b < s.kw; ++b)
+            for (int c = 0; c < s.c; ++c)
+              flipped[((static_cast<size_t>(c) * s.kh + (s.kh - 1 - a)) * s.kw + (s.kw - 1 - b)) * s.o + o] =
+                  w[((static_cast<size_t>(o) * s.kh + a) * s.kw + b) * s.c + c];
+      return conv2d_f32(err, flipped.data(), t, dx);
+    }
+  }
+  const int block = g.block();
+  over_images(g, s.n, [&](int n0, int n1) {
+    for (int n = n0; n < n1; ++n) {
+      const float* ei = err + n * g.out_image;
+      float* dxi = dx + n * g.image;
+      if (g.direct()) {
+        gemm_f32_serial({ei, s.o, w, g.taps, dxi, g.taps, g.pixels, g.taps, s.o, false});
+        continue;
+      }
+      std::fill(dxi, dxi + g.image, 0.0f);
+      float* dcols = block_buffer(static_cast<size_t>(block) * g.taps).data();
+      for (int p0 = 0; p0 < g.pixels; p0 += block) {
+        const int p1 = std::min(g.pixels, p0 + block);
+        gemm_f32_serial({ei + static_cast<ptrdiff_t>(p0) * s.o, s.o, w, g.taps, dcols, g.taps, p1 - p0, g.taps, s.o, false});
+        scatter(dcols, g, p0, p1, dxi);
+      }
+    }
+  });
+}
+
+void conv2d_bwd_weight_f32(const float* err, const float* x, const ConvShape& s, float* dw) {
+  const Geometry g(s);
+  const size_t dw_size = static_cast<size_t>(s.o) * g.taps;
+  // fixed groups of images, each summed on one thread, then the groups added in order
+  constexpr int kImagesPerGroup = 8;
+  const int groups = (s.n + kImagesPerGroup - 1) / kImagesPerGroup;
+  std::vector<float> partial(groups * dw_size, 0.0f);
+  const int block = g.block();
+  over_images(g, groups, [&](int q0, int q1) {
+    std::vector<float>& buf = block_buffer(static_cast<size_t>(block) * (g.taps + s.o));
+    float *cols = buf.data(), *err_t = cols + static_cast<size_t>(block) * g.taps;
+    for (int q = q0; q < q1; ++q) {
+      float* part = partial.data() + q * dw_size;
+      for (int n = q * kImagesPerGroup; n < std::min(s.n, (q + 1) * kImagesPerGroup); ++n) {
+        const float* ei = err + n * g.out_image;
+        const Padded xp = pad_image(x + n * g.image, s, pad_buffer());
+        for (int p0 = 0; p0 < g.pixels; p0 += block) {
+          const int p1 = std::min(g.pixels, p0 + block), rows = p1 - p0;
+          for (int p = 0; p < rows; ++p)   // err^T of the block: A of the GEMM, [O, rows]
+            for (int o = 0; o < s.o; ++o) err_t[static_cast<size_t>(o) * rows + p] = ei[static_cast<ptrdiff_t>(p0 + p) * s.o + o];
+          const float* b = cols;
+          if (g.direct()) b = x + n * g.image + static_cast<ptrdiff_t>(p0) * g.taps;
+          else gather(xp, g, p0, p1, cols);
+          gemm_f32_serial({err_t, rows, b, g.taps, part, g.taps, s.o, g.taps, rows, true});
+        }
+      }
+    }
+  });
+  std::fill(dw, dw + dw_size, 0.0f);
+  for (int q = 0; q < groups; ++q)
+    for (size_t i = 0; i < dw_size; ++i) dw[i] += partial[q * dw_size + i];
+}
+
+}  // namespace dsptrain
