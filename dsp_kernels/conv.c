@@ -179,6 +179,8 @@ int dspt_op_conv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     if (!x || !w || !y) return DSPT_BAD_PARAMS;
     if (dspt_conv_lanes_fits(&s))   /* one input channel: output pixels in the lanes */
         return dspt_conv_lanes(ctx, y, x, w, &s, (d->flags & DSPT_F_ACCUMULATE) != 0);
+    if (dspt_conv_grid_fits(&s))   /* 2 to 16 input channels: grid positions in the lanes */
+        return dspt_conv_grid(ctx, y, x, w, &s, (d->flags & DSPT_F_ACCUMULATE) != 0);
     int8_t *bp = dspt_scratch(ctx, dspt_packed_b_bytes(s.o, k));
     if (!bp) return DSPT_NO_SUPPORT;
     dspt_pack_b(bp, w, s.o, k, k);
@@ -251,6 +253,8 @@ int dspt_op_conv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     int32_t *dx = dspt_at(ctx, d->out[0], (uint32_t)q * s.c * 4);
     if (!err || !w || !dx) return DSPT_BAD_PARAMS;
     int acc = (d->flags & DSPT_F_ACCUMULATE) != 0;
+    if (dspt_conv_grid_bwd_data_fits(&s))   /* few err channels: a forward conv of err, grid in the lanes */
+        return dspt_conv_grid_bwd_data(ctx, dx, err, w, &s, acc);
     if (dspt_conv_col2im_fits(&s))   /* few input channels: GEMM into window rows, then add */
         return dspt_conv_col2im_bwd_data(ctx, dx, err, w, &s, acc);
     int8_t *bp = dspt_scratch(ctx, dspt_packed_b_bytes(s.c, k));

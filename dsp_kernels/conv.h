@@ -14,6 +14,26 @@ int dspt_conv_lanes_fits(const struct conv_shape *s);
 int dspt_conv_lanes(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int8_t *w,
                     const struct conv_shape *s, int accumulate);
 
+/* conv_lanes.c's pieces, shared with conv_grid.c: a register tile of R blocks x T
+ * channels (vectors at byte offsets off[k] from base, rows rstride bytes apart, weight
+ * words wq[k * opad + t]); tile widths; accumulators (channels x 32 pixel lanes) stored
+ * pixel-major with the vrdelta compaction of dspt_lanes_compaction; dst += src. */
+int dspt_lanes_tile_width(int left);
+void dspt_lanes_tile(int R, int T, HVX_Vector *yt, int ytstride, const int8_t *base, int rstride,
+                     const int32_t *off, int kg, const int32_t *wq, int opad, const int32_t *corr);
+void dspt_lanes_compaction(uint8_t ctrl[128], int oc, int P);
+void dspt_lanes_store(int32_t *stage, int O, const HVX_Vector *yt, int npx, const HVX_Vector *ctrl);
+void dspt_add_words(int32_t *dst, const int32_t *src, uint32_t n);
+
+/* conv_grid.c: forward conv of 2-16 channel inputs, pixels of the padded grid in the lanes
+ * (stride 1); also backward data, as the forward conv of err with flipped weights. */
+int dspt_conv_grid_fits(const struct conv_shape *s);
+int dspt_conv_grid(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int8_t *w,
+                   const struct conv_shape *s, int accumulate);
+int dspt_conv_grid_bwd_data_fits(const struct conv_shape *s);
+int dspt_conv_grid_bwd_data(struct dspt_ctx *ctx, int32_t *dx, const int8_t *err, const int8_t *w,
+                            const struct conv_shape *s, int accumulate);
+
 /* conv_planar.c: weight gradient from channel planes (stride 1, C <= 8, O <= 16). */
 int dspt_conv_planar_fits(const struct conv_shape *s);
 int dspt_conv_planar_bwd_weight(struct dspt_ctx *ctx, int32_t *dw, const int8_t *err, const int8_t *x,

@@ -58,6 +58,22 @@ static void build_table(const struct lanes *L, HVX_Vector *tab, int8_t *row, con
 {
     const int8_t *img = x + (size_t)n * s->h * s->w * s->c;
     HVX_Vector bias = Q6_V_vsplat_R((int)0x80808080u);
+    if (L->cp == 1 && L->blocks == 1 && L->wp + 4 * L->groups <= HVX_BYTES) {
+        /* a padded row fits one vector: built and shifted in registers */
+        HVX_VectorPred inside = Q6_Q_and_QQn(Q6_Q_vsetq2_R((uint32_t)(s->pad + s->w)), Q6_Q_vsetq_R((uint32_t)s->pad));
+        for (int r = 0; r < L->hp; r++) {
+            int h = r - s->pad;
+            HVX_Vector v = bias;
+            if (h >= 0 && h < s->h) {
+                HVX_Vector src = Q6_V_vxor_VV(hvx_load_bytes(img + h * s->w, (uint32_t)s->w), bias);
+                v = Q6_V_vmux_QVV(inside, Q6_V_vlalign_VVR(src, src, (uint32_t)s->pad), bias);
+            }
+            for (int g = 0; g < L->groups; g++)
+                tab[r * L->groups + g] = hvx_interleave4b(Q6_V_valign_VVR(bias, v, 4 * g), Q6_V_valign_VVR(bias, v, 4 * g + 1),
+                                                          Q6_V_valign_VVR(bias, v, 4 * g + 2), Q6_V_valign_VVR(bias, v, 4 * g + 3));
+        }
+        return;
+    }
     for (int r = 0; r < L->hp; r++) {
         int h = r - s->pad;
         for (int i = 0; i < L->row_bytes; i += HVX_BYTES) hvx_store_u(row + i, bias);   /* zeros, biased */
@@ -85,20 +101,20 @@ static void build_table(const struct lanes *L, HVX_Vector *tab, int8_t *row, con
 }
 
 /* R output rows x T channels of accumulators over one pixel block: for each (kernel row,
- * word group) step k, the table vector at base + off[k] (+ rr * rstride for row rr) and
- * the T weight words wq[k * opad + t]. yt[rr * ytstride + t] gets the sums. */
+ * word group) step k, the vector at byte offset off[k] from base (+ rr * rstride bytes for
+ * row rr) and the T weight words wq[k * opad + t]. yt[rr * ytstride + t] gets the sums. */
 static inline __attribute__((always_inline)) void tile(
-    const int R, const int T, HVX_Vector *yt, int ytstride, const HVX_Vector *base, int rstride,
+    const int R, const int T, HVX_Vector *yt, int ytstride, const int8_t *base, int rstride,
     const int32_t *off, int kg, const int32_t *wq, int opad, const int32_t *corr)
 {
     HVX_Vector acc[MAX_ROWS][MAX_TILE];
     for (int rr = 0; rr < R; rr++)
         for (int t = 0; t < T; t++) acc[rr][t] = Q6_V_vsplat_R(corr[t]);
     for (int k = 0; k < kg; k++) {
-        const HVX_Vector *v = base + off[k];
+        const int8_t *v = base + off[k];
         const int32_t *w = wq + k * opad;
         HVX_Vector vr[MAX_ROWS];
-        for (int rr = 0; rr < R; rr++) vr[rr] = v[rr * rstride];
+        for (int rr = 0; rr < R; rr++) vr[rr] = hvx_load_u(v + rr * rstride);
         for (int t = 0; t < T; t++) {
             int32_t word = w[t];
             for (int rr = 0; rr < R; rr++) acc[rr][t] = Q6_Vw_vrmpyacc_VwVubRb(acc[rr][t], vr[rr], word);
@@ -109,7 +125,7 @@ static inline __attribute__((always_inline)) void tile(
 }
 
 /* Tile widths compiled with constant trip counts (the accumulators stay in registers). */
-static int tile_width(int left)
+int dspt_lanes_tile_width(int left)
 {
     static const int widths[] = {2, 4, 6, 8, 12};
     for (int i = 0; i < 5; i++)
@@ -117,7 +133,7 @@ static int tile_width(int left)
     return 12;
 }
 
-static void run_tile(int R, int T, HVX_Vector *yt, int ytstride, const HVX_Vector *base, int rstride,
+void dspt_lanes_tile(int R, int T, HVX_Vector *yt, int ytstride, const int8_t *base, int rstride,
                      const int32_t *off, int kg, const int32_t *wq, int opad, const int32_t *corr)
 {
 #define ROWS(r, t) tile(r, t, yt, ytstride, base, rstride, off, kg, wq, opad, corr)
@@ -146,7 +162,7 @@ static inline __attribute__((always_inline)) void pair_groups(const int P, const
 /* vrdelta control moving bytes (q * 4P + b, b < 4 * oc) to q * 4 * oc + b: route each byte
  * by the bits of (position ^ destination), lowest stage first (conflict free for a
  * monotone compaction: Hilewitz and Lee). */
-static void compaction_control(uint8_t ctrl[128], int oc, int P)
+void dspt_lanes_compaction(uint8_t ctrl[128], int oc, int P)
 {
     uint8_t pos[128], dst[128];
     int count = 0;
@@ -195,8 +211,33 @@ static inline __attribute__((always_inline)) void store_tile(
             hvx_store_bytes(stage + (j * per + q) * O + c0, Q6_V_valign_VVR(v[j], v[j], 4 * P * q), (uint32_t)oc * 4);
 }
 
-static void store_pixels(int32_t *stage, int O, const HVX_Vector *yt, int npx, const HVX_Vector *ctrl)
+/* store_tile for 5 to 8 channels, written out: three vshuff stages, one vrdelta and one
+ * store per 4 pixels, nothing in memory between (the generic form's arrays spill). */
+static void store8(int32_t *stage, int O, const HVX_Vector *yt, HVX_Vector ctrl)
 {
+    HVX_Vector z = Q6_V_vzero();
+    HVX_Vector v0 = yt[0], v1 = yt[1], v2 = yt[2], v3 = yt[3], v4 = yt[4];
+    HVX_Vector v5 = O > 5 ? yt[5] : z, v6 = O > 6 ? yt[6] : z, v7 = O > 7 ? yt[7] : z;
+    HVX_VectorPair a = Q6_W_vshuff_VVR(v1, v0, -4), b = Q6_W_vshuff_VVR(v3, v2, -4);
+    HVX_VectorPair c = Q6_W_vshuff_VVR(v5, v4, -4), d = Q6_W_vshuff_VVR(v7, v6, -4);
+    HVX_VectorPair e0 = Q6_W_vshuff_VVR(Q6_V_lo_W(b), Q6_V_lo_W(a), -8);
+    HVX_VectorPair e1 = Q6_W_vshuff_VVR(Q6_V_hi_W(b), Q6_V_hi_W(a), -8);
+    HVX_VectorPair f0 = Q6_W_vshuff_VVR(Q6_V_lo_W(d), Q6_V_lo_W(c), -8);
+    HVX_VectorPair f1 = Q6_W_vshuff_VVR(Q6_V_hi_W(d), Q6_V_hi_W(c), -8);
+    HVX_VectorPair g0 = Q6_W_vshuff_VVR(Q6_V_lo_W(f0), Q6_V_lo_W(e0), -16);
+    HVX_VectorPair g1 = Q6_W_vshuff_VVR(Q6_V_hi_W(f0), Q6_V_hi_W(e0), -16);
+    HVX_VectorPair g2 = Q6_W_vshuff_VVR(Q6_V_lo_W(f1), Q6_V_lo_W(e1), -16);
+    HVX_VectorPair g3 = Q6_W_vshuff_VVR(Q6_V_hi_W(f1), Q6_V_hi_W(e1), -16);
+    int step = 4 * O;   /* words per 4 pixels */
+#define PUT(j, v) hvx_store_u(stage + (j) * step, O < 8 ? Q6_V_vrdelta_VV(v, ctrl) : (v))
+    PUT(0, Q6_V_lo_W(g0)); PUT(1, Q6_V_hi_W(g0)); PUT(2, Q6_V_lo_W(g1)); PUT(3, Q6_V_hi_W(g1));
+    PUT(4, Q6_V_lo_W(g2)); PUT(5, Q6_V_hi_W(g2)); PUT(6, Q6_V_lo_W(g3)); PUT(7, Q6_V_hi_W(g3));
+#undef PUT
+}
+
+void dspt_lanes_store(int32_t *stage, int O, const HVX_Vector *yt, int npx, const HVX_Vector *ctrl)
+{
+    if (O > 4 && O <= 8) { store8(stage, O, yt, *ctrl); return; }
     for (int c0 = 0; c0 < O; c0 += 32) {
         int oc = O - c0 < 32 ? O - c0 : 32, P = 1;
         while (P < oc) P <<= 1;
@@ -213,7 +254,7 @@ static void store_pixels(int32_t *stage, int O, const HVX_Vector *yt, int npx, c
 }
 
 /* dst[i] += src[i] for i < n (DSPT_F_ACCUMULATE) */
-static void add_words(int32_t *dst, const int32_t *src, uint32_t n)
+void dspt_add_words(int32_t *dst, const int32_t *src, uint32_t n)
 {
     uint32_t i = 0;
     for (; i + 32 <= n; i += 32) hvx_store_u(dst + i, Q6_Vw_vadd_VwVw(hvx_load_u(dst + i), hvx_load_u(src + i)));
@@ -242,7 +283,7 @@ int dspt_conv_lanes(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int
     int need = (32 * L.blocks + 4) * L.cp + 4 * L.groups, have = L.wp * L.cp;
     L.row_bytes = ((need > have ? need : have) + 2 * HVX_BYTES - 1) & ~(HVX_BYTES - 1);
     L.opad = 0;
-    for (int left = s->o; left > 0; left -= tile_width(left)) L.opad += tile_width(left);
+    for (int left = s->o; left > 0; left -= dspt_lanes_tile_width(left)) L.opad += dspt_lanes_tile_width(left);
     L.wq = dspt_scratch(ctx, (uint32_t)L.opad * s->kh * L.groups * 4);
     L.corr = dspt_scratch(ctx, (uint32_t)L.opad * 4);
     HVX_Vector *ctrl = dspt_scratch(ctx, HVX_BYTES);
@@ -253,12 +294,12 @@ int dspt_conv_lanes(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int
     if (!L.wq || !L.corr || !ctrl || !off) return DSPT_NO_SUPPORT;
     pack_weights(&L, w, s);
     for (int i = 0; i < s->kh; i++)
-        for (int g = 0; g < L.groups; g++) off[i * L.groups + g] = i * rstride + g * L.blocks;
+        for (int g = 0; g < L.groups; g++) off[i * L.groups + g] = (i * rstride + g * L.blocks) * HVX_BYTES;
     int last = s->o % 32, P = 1;
     while (P < last) P <<= 1;
-    if (last && last < P) compaction_control((uint8_t *)ctrl, last, P);
+    if (last && last < P) dspt_lanes_compaction((uint8_t *)ctrl, last, P);
     int rows = s->n * s->oh, widest = 0;
-    for (int left = s->o; left > 0; left -= tile_width(left)) widest = tile_width(left) > widest ? tile_width(left) : widest;
+    for (int left = s->o; left > 0; left -= dspt_lanes_tile_width(left)) widest = dspt_lanes_tile_width(left) > widest ? dspt_lanes_tile_width(left) : widest;
     int most = MAX_ACC / widest >= 4 ? 4 : 2;   /* output rows per pass */
     uint32_t yt_bytes = (uint32_t)most * L.blocks * L.opad * HVX_BYTES;
     int ytrow = L.blocks * L.opad;              /* yt: [row][block][channel] vectors */
@@ -280,21 +321,21 @@ int dspt_conv_lanes(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int
             for (int b = 0; b < L.blocks; b++) {
                 const HVX_Vector *base = tab + (size_t)oh * rstride + b;
                 int o0 = 0;
-                for (int rest = s->o; rest > 0; rest -= tile_width(rest)) {
-                    int T = tile_width(rest);
-                    run_tile(R, T, yt + b * L.opad + o0, ytrow, base, rstride, off, kg, L.wq + o0, L.opad,
-                             L.corr + o0);
+                for (int rest = s->o; rest > 0; rest -= dspt_lanes_tile_width(rest)) {
+                    int T = dspt_lanes_tile_width(rest);
+                    dspt_lanes_tile(R, T, yt + b * L.opad + o0, ytrow, (const int8_t *)base, rstride * HVX_BYTES, off, kg,
+                                    L.wq + o0, L.opad, L.corr + o0);
                     o0 += T;
                 }
             }
             for (int rr = 0; rr < R; rr++)   /* in address order: each store's tail is overwritten */
                 for (int b = 0; b < L.blocks; b++) {
                     int npx = s->ow - 32 * b < 32 ? s->ow - 32 * b : 32;
-                    store_pixels(stage + (rr * s->ow + 32 * b) * s->o, s->o, yt + rr * ytrow + b * L.opad, npx, ctrl);
+                    dspt_lanes_store(stage + (rr * s->ow + 32 * b) * s->o, s->o, yt + rr * ytrow + b * L.opad, npx, ctrl);
                 }
             int32_t *dst = y + (size_t)r0 * s->ow * s->o;
             uint32_t words = (uint32_t)(R * s->ow * s->o);
-            if (accumulate) add_words(dst, stage, words);
+            if (accumulate) dspt_add_words(dst, stage, words);
             else hvx_copy(dst, stage, words * 4);
             r0 += R;
             oh += R;

@@ -100,6 +100,7 @@ class DspBackend(Backend):
         self.calls = 0                                          # transport calls (FastRPC round trips)
         self.total_costs = [0, 0, 0]                            # packets, insns, hvx since creation
         self.bytes_in = 0                                       # host -> arena copies
+        self._into = None                                       # accumulate(): the buffer a product adds into
 
     # ------------------------------------------------------------ discovery
     @classmethod
@@ -267,11 +268,30 @@ class DspBackend(Backend):
         raise NoSupport("dsp", f"{hook}: the DSP epilogue takes int32 accumulators, got {acc.dtype}")
 
     # ------------------------------------------------------------ int8 products
+    def accumulate(self, into, hook: str, *args):
+        """into + hook(*args) for an int32 product hook (gemm_s8, conv2d_s8, ...), the sum
+        made on the DSP: the kernel adds into the buffer (DSPT_F_ACCUMULATE) instead of
+        writing it, as a product split over its reduction sums its parts there."""
+        self._into = np.ascontiguousarray(into, dtype=np.int32)
+        try:
+            return getattr(self, hook)(*args)
+        finally:
+            self._into = None
+
     def _product(self, hook, code, x, w, out_shape, epilogue=None, **fields):
         """One product op, optionally followed by REQUANT in the same batch."""
+        into = self._into
+        if into is not None:
+            if epilogue is not None or into.shape != tuple(out_shape):
+                raise NoSupport("dsp", f"{hook}: accumulates only an int32 product into {tuple(out_shape)}, "
+                                       f"got {into.shape}")
+            fields = dict(fields, flags=abi.F_ACCUMULATE)
+
         def go(temps):
             ox, ow_ = self._put(x, np.int8, temps), self._put(w, np.int8, temps)
             oacc = self._new(out_shape, np.int32, temps)
+            if into is not None:
+                self.transport.arena.view(oacc, out_shape, np.int32)[...] = into
             key = (hook, x.shape, w.shape, tuple(sorted(fields.items())), epilogue is not None)
             if epilogue is None:
                 descs = self._prepared(key, lambda: [self._desc(code, abi.I8, a=x.shape, b=w.shape,

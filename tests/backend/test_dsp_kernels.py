@@ -62,6 +62,10 @@ CONVS = [  # N, H, W, C, O, K, stride, pad
     # (no compaction), O = 1, C = 2 and 4 spread / taken as words, odd image counts
     (3, 5, 37, 1, 6, 5, 1, 2), (1, 4, 9, 3, 45, 3, 1, 1), (2, 6, 6, 4, 16, 3, 1, 0),
     (3, 7, 5, 1, 1, 3, 1, 1), (1, 6, 8, 2, 7, 2, 1, 0), (1, 3, 33, 3, 64, 3, 1, 1),
+    (2, 6, 9, 1, 8, 3, 1, 1), (1, 7, 7, 1, 5, 3, 1, 0), (5, 5, 6, 1, 7, 2, 1, 1),
+    # stride 1, 2 to 16 channels, O <= 32: the padded grid in the lanes (conv_grid.c), forward
+    # and backward data; C or O of 11 to 13 spread to 16 (four word planes)
+    (2, 6, 7, 11, 9, 3, 1, 1), (3, 5, 9, 12, 13, 3, 1, 0),
 ]
 
 
@@ -88,6 +92,36 @@ def test_conv2d_bwd_weight(dsp, shape):
     oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
     err = s8(n, oh, ow, o)
     same(dsp.conv2d_bwd_weight_s8(err, x, s, p, (k, k)), ref.conv2d_bwd_weight_s8(err, x, s, p, (k, k)))
+
+
+# DSPT_F_ACCUMULATE: every product path adds into what the output buffer holds (GEMM with
+# the lane of 1s and with vector row sums; conv forward through conv.c and with pixels in
+# the lanes; backward data through the gather and col2im; weight gradient through conv.c
+# and the planes, with 1 and 3 HVX threads: the first share adds, the others join)
+ACCUMULATING = [
+    ("gemm_s8", lambda: (s8(9, 70), s8(45, 70))), ("gemm_s8", lambda: (s8(6, 33), s8(64, 33))),
+    ("conv2d_s8", lambda: (s8(2, 7, 6, 3), s8(5, 3, 3, 3), 1, 1)),
+    ("conv2d_s8", lambda: (s8(3, 9, 9, 1), s8(6, 5, 5, 1), 1, 2)),
+    ("conv2d_bwd_data_s8", lambda: (s8(2, 4, 4, 33), s8(33, 3, 3, 40), 1, 0, (6, 6))),
+    ("conv2d_bwd_data_s8", lambda: (s8(2, 4, 4, 16), s8(16, 5, 5, 6), 1, 0, (8, 8))),
+    ("conv2d_bwd_weight_s8", lambda: (s8(2, 4, 4, 40), s8(2, 6, 6, 33), 1, 0, (3, 3))),
+    ("conv2d_bwd_weight_s8", lambda: (s8(3, 8, 8, 6), s8(3, 8, 8, 1), 1, 2, (5, 5))),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("case", range(len(ACCUMULATING)))
+def test_products_accumulate(dsp, case, threads):
+    hook, make = ACCUMULATING[case]
+    args = make()
+    want = getattr(ref, hook)(*args)
+    start = R.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    dsp.hvx_threads = threads
+    try:
+        got = dsp.accumulate(start, hook, *args)
+    finally:
+        dsp.hvx_threads = 4
+    same(got, start + want)
 
 
 def acc32(*shape, bits=20):
