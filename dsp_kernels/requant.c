@@ -119,7 +119,7 @@ void dspt_shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift,
                           const struct dspt_rng *rng, uint32_t *max_abs)
 {
     uint32_t i = 0;
-    HVX_Vector best = Q6_V_vzero();
+    HVX_Vector best = Q6_V_vzero(), b1 = best, b2 = best, b3 = best;
     if (shift >= 1 && shift <= 31) {
         HVX_Vector lanes = hvx_lane_index(), r0 = lanes, r1 = lanes, r2 = lanes, r3 = lanes;
         for (; i + 128 <= n; i += 128) {
@@ -129,9 +129,9 @@ void dspt_shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift,
             }
             HVX_Vector x0 = hvx_load_u(in + i), x1 = hvx_load_u(in + i + 32);
             HVX_Vector x2 = hvx_load_u(in + i + 64), x3 = hvx_load_u(in + i + 96);
-            if (max_abs) {
-                best = max_abs_vec(best, x0); best = max_abs_vec(best, x1);
-                best = max_abs_vec(best, x2); best = max_abs_vec(best, x3);
+            if (max_abs) {   /* four independent maxima, merged after the loop */
+                best = max_abs_vec(best, x0); b1 = max_abs_vec(b1, x1);
+                b2 = max_abs_vec(b2, x2); b3 = max_abs_vec(b3, x3);
             }
             HVX_Vector w0 = shift_vec(x0, shift, mode, r0), w1 = shift_vec(x1, shift, mode, r1);
             HVX_Vector w2 = shift_vec(x2, shift, mode, r2), w3 = shift_vec(x3, shift, mode, r3);
@@ -151,6 +151,11 @@ void dspt_shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift,
             HVX_Vector h01 = Q6_Vh_vpacke_VwVw(w[1], w[0]), h23 = Q6_Vh_vpacke_VwVw(w[3], w[2]);
             hvx_store_u(out + i, Q6_Vb_vpacke_VhVh(h23, h01));
         }
+    }
+    if (max_abs) {
+        best = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(b1, best), b1, best);
+        b2 = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(b3, b2), b3, b2);
+        best = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(b2, best), b2, best);
     }
     uint32_t m = max_abs ? max_lane(best) : 0;
     for (; i < n; i++) {
