@@ -1,6 +1,7 @@
 // Float max-pool (NHWC, no padding) and its backward, for the emulated recipes and FP32:
-// the same argmax convention as the int8 kernels (pool_relu.h): kh * kernel + kw of the
-// first maximum of each window; the backward adds in the order (kh, kw) as NumPy does.
+// the same argmax convention as the int8 kernels (pool.h): kh * kernel + kw of the first
+// maximum of each window; the backward adds in the order (kh, kw) as NumPy does. Both
+// types are one template in pool.cpp.
 #pragma once
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 """Does an exported file compute what dsptrain computes? (interchange/ writes the files;
-this room sits above train.py because it evaluates a checkpoint with a Trainer.) The checkpoint's own evaluation
+this room sits above train/ because it evaluates a checkpoint with a Trainer.) The checkpoint's own evaluation
 (the recipe's forward on a backend, as `Trainer.predict`) beside ONNX Runtime's run of
 the exported file, on the same images: top-1 agreement and the largest logit difference."""
 from __future__ import annotations

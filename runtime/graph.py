@@ -90,8 +90,9 @@ class Op:
         return self.attrs.get("product")
 
     def is_alias(self) -> bool:
-        """A reshape returns a view of its input: no memory of its own."""
-        return self.kind.endswith(".reshape")
+        """Is the op's output a view of its input (a reshape), with no memory of its own?
+        The recipe says so when it lowers the op (`b.op(..., alias=True)`)."""
+        return bool(self.attrs.get("alias"))
 
 
 @dataclass
@@ -153,7 +154,8 @@ class GraphBuilder:
         return next(op for op in self.ops if op.name == name)
 
     def op(self, name, kind, layer, phase, inputs, outputs, hooks=(), macs=0, product=None, **attrs) -> Op:
-        """Emit an op; `product` = (layer, pass) declares the int8 product it computes (Product)."""
+        """Emit an op; `product` = (layer, pass) declares the int8 product it computes (Product);
+        `alias=True` that its output is a view of its input (Op.is_alias)."""
         if product is not None:
             attrs["product"] = Product(*product)
         op = Op(len(self.ops), name, kind, layer, phase, tuple(inputs), tuple(outputs),

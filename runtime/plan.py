@@ -1,7 +1,8 @@
 """The Plan of one graph: which backend runs each op and why, batch splitting, co-scheduling.
 
 `build(graph, backends, device, scheduler)` makes the frozen Plan both the Trainer and
-`dsptrain plan` use. Placement:
+`dsptrain plan` use; a `Planner` holds the backends of one choice, builds their plans and
+runs them (the Trainer's step goes through it). Placement:
 
 Backends are walked in priority order (dsp, cpu, ref); an op goes to the first one
 that supports it and does not decline it. The DSP declines, when the CPU is there:
@@ -23,7 +24,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-from .backends import ACCELERATOR, HOST, PROCESSOR
+from .backends import ACCELERATOR, HOST, PROCESSOR, select
 from .graph import TrainGraph
 
 
@@ -314,3 +315,64 @@ class PlanCache:
 
     def clear(self) -> None:
         self._plans.clear()
+
+
+class Planner:
+    """The backends of one run's choice and the plans built on them; it runs the plans.
+
+    Made from the choice (one of backends.CHOICES): the backend instances (backends.select),
+    then for each graph its Plan (`build`), with every backend prepared for the ops it got;
+    the executor that runs plans is its own. The Trainer's step hands the choice here once
+    and from then on asks for plans and runs them through `run`, so the choice travels
+    CLI -> train/step.py -> here -> execute/ -> the recipe's op -> the backend, never back
+    into the Trainer (scripts/check_layout.py traces it)."""
+
+    def __init__(self, choice: str, algorithm, device=None, scheduler=None):
+        from .execute import Executor
+
+        self.backends = select(choice)
+        self.device, self.scheduler = device, scheduler
+        self.executor = Executor(self.backends, algorithm)
+
+    def plan(self, graph: TrainGraph) -> Plan:
+        """The Plan of `graph`, its backends prepared for the ops placed on them."""
+        plan = build(graph, self.backends, self.device, self.scheduler)
+        accelerator = self.backends.get(ACCELERATOR)
+        if self.device is not None and hasattr(accelerator, "hvx_threads"):   # the profile's HVX contexts
+            accelerator.hvx_threads = self.device.dsp.hvx_threads
+        for name, backend in self.backends.items():
+            backend.prepare(graph, [op for op in graph.ops if plan.backend_of(op) == name])
+        return plan
+
+    def run(self, plan: Plan, env: dict, ctx, **options) -> dict:
+        """Run `plan` on `env` (execute.Executor.run and its options)."""
+        return self.executor.run(plan, env, ctx, **options)
+
+    def start_accelerator_clock(self) -> None:
+        """Forget the accelerator's cost log so far (an evaluation's is not the next step's)."""
+        take = getattr(self.backends.get(ACCELERATOR), "take_cost_log", None)
+        if take is not None:
+            take()
+
+    def accelerator_seconds(self) -> float | None:
+        """The accelerator's modeled time since start_accelerator_clock (cost.dsp_model_time);
+        None without one that keeps a cost log."""
+        from .cost import dsp_model_time
+
+        take = getattr(self.backends.get(ACCELERATOR), "take_cost_log", None)
+        return dsp_model_time(self.device, *take()).seconds if take is not None else None
+
+    def adopt_scratch(self, held: dict, option) -> dict:
+        """memory.fit.adopt_scratch on these backends."""
+        from .memory.fit import adopt_scratch
+
+        return adopt_scratch(held, option, self.backends.values())
+
+    def release_scratch(self) -> None:
+        for backend in self.backends.values():
+            backend.release_scratch()
+
+    def close(self) -> None:
+        self.executor.close()
+        for backend in self.backends.values():
+            backend.close()

@@ -1,7 +1,8 @@
 """The import map of runtime/: what each module imports from the package, and the two
 rules docs/ARCHITECTURE.md states about it.
 
-    python scripts/check_layout.py     # the table; warnings; exit 1 if an import runs back up
+    python scripts/check_layout.py     # the table; the backend route; warnings; exit 1 if an import runs back up
+    python scripts/check_layout.py --static    # without running a training step (no built package needed)
 
 - direction (enforced, tests/null/test_layout.py): imports run down the flow, from a room
   earlier in FLOW to a later one, never back up. A room is a top-level module or package
@@ -11,6 +12,9 @@ rules docs/ARCHITECTURE.md states about it.
 - fan-out (a target, warned about): a module imports about MAX_IMPORTS other modules of
   the package at most. Names taken from a package's __init__.py count as one module.
 - the map (warned about): docs/ARCHITECTURE.md names every room of runtime/.
+- the backend route (measured by running one short training, printed; target ROUTE_TARGET
+  rooms, none handed the choice back): the rooms the backend choice passes through from
+  the CLI to a kernel (`trace_backend_choice`, `route`).
 
 Imports are read from the source (ast), lazy ones inside functions included.
 """
@@ -107,6 +111,114 @@ def breaks(graph: dict[str, set[str]], root: Path = RUNTIME) -> list[str]:
     return found
 
 
+# ---------------------------------------------------------------- the backend choice's route
+# docs/ARCHITECTURE.md: the backend choice travels from the CLI to a kernel through at most
+# ROUTE_TARGET rooms, and never back into train/. Measured, not read from the source: one
+# `dsptrain train --backend cpu` of a few synthetic batches runs under a profiler, and every
+# call from one room into another that hands on the choice is recorded: the choice's own
+# string (followed by identity), an object holding it (`.backend`: the parsed arguments,
+# the run config), a Backend, or a collection of Backends. The backends package counts as
+# its registry (`backends`: names, select) and one room per backend file (`backends.ops_cpu`),
+# reached by a call of one of the backend's hooks (a kernel); every other call on a
+# backend (supports, prepare, ...) is a call into `backends`.
+ROUTE_TARGET = 5
+
+
+def route_room(filename: str, root: Path = RUNTIME) -> str | None:
+    """The room of a source file (None outside runtime/); backend files are rooms of their own."""
+    try:
+        parts = Path(filename).resolve().relative_to(root.resolve()).with_suffix("").parts
+    except ValueError:
+        return None
+    if parts[0] == "backends" and len(parts) > 1 and parts[1] != "__init__":
+        return f"backends.{parts[1]}"
+    return room(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+
+
+def trace_backend_choice(backend: str = "cpu") -> list[tuple[str, str]]:
+    """(from room, to room) of every call that hands the choice on, in order, during one
+    short training run from the command line (needs the built package)."""
+    import tempfile
+    import threading
+
+    from dsptrain.backends.base import Backend
+    from dsptrain.cli import main as dsptrain_main
+
+    choice = "".join(backend)    # a string object of its own: argparse hands it on as it is
+
+    def carries(value) -> bool:
+        if value is choice or isinstance(value, Backend):
+            return True
+        if isinstance(value, (dict, list, tuple, type({}.values()))):
+            items = list(value.values() if isinstance(value, dict) else value)[:32]
+            return any(item is choice or isinstance(item, Backend) for item in items)
+        held = getattr(value, "__dict__", None)   # a holder: the parsed arguments, the run config, a proxy
+        return isinstance(held, dict) and any(v is choice or isinstance(v, Backend) for v in held.values())
+
+    hops = []
+
+    def profile(frame, event, arg):
+        if event != "call" or frame.f_back is None:
+            return
+        to, came = route_room(frame.f_code.co_filename), route_room(frame.f_back.f_code.co_filename)
+        if to is None or came is None:
+            return
+        code = frame.f_code
+        if to.startswith("backends.") and came.startswith("backends"):
+            return    # inside the backends package
+        if to.startswith("backends."):
+            # a call on a backend: a kernel when it is one of its hooks, else a question
+            # (supports, prepare, scratch_bytes, ...) to the backends package
+            this = frame.f_locals.get("self")
+            if not (isinstance(this, Backend) and code.co_name in this.hooks):
+                to = "backends"
+        if to == came:
+            return
+        params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+        if any(carries(frame.f_locals[p]) for p in params if p in frame.f_locals):
+            hops.append((came, to))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "route.yaml"
+        run.write_text("recipe: niti\nmodel: lenet5\ndata: {dataset: synthetic, train_limit: 32, test_limit: 16}\n"
+                       "train: {epochs: 1, batch_size: 16, eval_batch_size: 16}\nenergy: estimate\n")
+        threading.setprofile(profile)
+        sys.setprofile(profile)
+        try:
+            dsptrain_main(["train", str(run), "--backend", choice, "--quiet", "--out", str(Path(tmp) / "out")])
+        finally:
+            sys.setprofile(None)
+            threading.setprofile(None)
+    return hops
+
+
+def route(hops: list[tuple[str, str]]) -> tuple[list[str], dict[str, list[str]]]:
+    """(the rooms the choice reaches, in the order it first reaches them, from the CLI to
+    the first backend file; for each room, the rooms it hands the choice to, in order)."""
+    rooms, handed = ["cli"], {}
+    for came, to in hops:
+        if came not in rooms:
+            continue    # a hop from a room the choice has not reached through the CLI (none expected)
+        handed.setdefault(came, [])
+        if to not in handed[came]:
+            handed[came].append(to)
+        if to not in rooms:
+            rooms.append(to)
+        if to.startswith("backends.ops_"):
+            break
+    return rooms, handed
+
+
+def describe_route(rooms: list[str], handed: dict[str, list[str]]) -> list[str]:
+    lines = [f"backend choice: {' -> '.join(rooms)} ({len(rooms)} rooms, target {ROUTE_TARGET})"]
+    for name, targets in handed.items():
+        lines.append(f"  {name} hands it to {', '.join(targets)}")
+    returns = len(handed.get("train", [])) - 1
+    lines.append(f"  returns into train: {max(returns, 0)} (train hands the choice on to "
+                 f"{len(handed.get('train', []))} rooms; each after the first is a return)")
+    return lines
+
+
 def main() -> int:
     graph = import_map()
     width = max(len(n or "__init__") for n in graph)
@@ -116,6 +228,16 @@ def main() -> int:
         print(f"layout: warning: {line}", file=sys.stderr)
     for name in unmapped():
         print(f"layout: warning: runtime/{name} is not in docs/ARCHITECTURE.md's module table", file=sys.stderr)
+    if "--static" not in sys.argv[1:]:
+        try:
+            rooms, handed = route(trace_backend_choice())
+        except ImportError as exc:
+            print(f"layout: warning: backend route not traced (the package is not built: {exc})", file=sys.stderr)
+        else:
+            print("\n".join(describe_route(rooms, handed)))
+            if len(rooms) > ROUTE_TARGET:
+                print(f"layout: warning: the backend choice reaches {len(rooms)} rooms (target {ROUTE_TARGET})",
+                      file=sys.stderr)
     problems = breaks(graph)
     for line in problems:
         print(f"layout: error: {line}", file=sys.stderr)

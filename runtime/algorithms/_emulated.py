@@ -65,6 +65,12 @@ def product(be, kind: str, a: Scaled, b: Scaled, attrs: dict) -> np.ndarray:
     return _float64_product(kind, a.values(), b.values(), attrs).astype(np.float32)
 
 
+def _layer_of(attrs: dict) -> str:
+    """The product's layer (graph.Product): the operands are (x, w), (err, w), (err, x) by
+    pass, as graph.Product lays them out, so a backend sizes its scratch from them."""
+    return "conv" if attrs["conv"] else "linear"
+
+
 def _scalar_int(t: Scaled) -> bool:
     return t.q.dtype in (np.int8, np.int16) and np.ndim(t.scale) == 0
 
@@ -314,7 +320,7 @@ class Emulated:
         macs = int(np.prod(shape)) * int(np.prod(layer.weight_shape[1:]))
         hooks = self.n.product_hooks("conv" if attrs["conv"] else "linear")
         b.op(f"{name}.fwd", f"{p}.product", name, "forward", (xq, wq, *fp32.bias_param(b, layer)), (out,), hooks, macs,
-             role="fwd", **attrs)
+             role="fwd", product=(_layer_of(attrs), "forward"), **attrs)
         return self.n.after_forward(self, b, layer, out)
 
     def _backward_product(self, b, layer, err, needs_input_error):
@@ -335,11 +341,11 @@ class Emulated:
             err_in = b.tensor(f"err.{name}", b.tensors[x].shape, "float32", "error")
             hooks = self.n.product_hooks("conv_bwd_data" if conv else "linear")
             b.op(f"{name}.bwd_data", f"{p}.product", name, "backward", (eq, f"{name}.wq"), (err_in,), hooks, macs,
-                 role="bwd_data", **attrs)
+                 role="bwd_data", product=(_layer_of(attrs), "backward_data"), **attrs)
         grad = b.tensor(f"{name}.grad", layer.weight_shape, "float32", "grad")
         hooks = self.n.product_hooks("conv_bwd_weight" if conv else "linear")
         b.op(f"{name}.bwd_weight", f"{p}.product", name, "backward", (eq, f"{name}.xq"), (grad,), hooks, macs,
-             role="bwd_weight", **attrs)
+             role="bwd_weight", product=(_layer_of(attrs), "backward_weight"), **attrs)
         self.emit_update(b, name, f"{name}.w", grad)
         if has_bias(layer):   # float, from the unquantized error: the bias is added after the product
             self.emit_update(b, name, f"{name}.b", fp32.bias_grad_op(b, layer, err))

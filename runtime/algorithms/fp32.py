@@ -51,7 +51,8 @@ def forward(b, layer, x, shape):
         b.op(f"{layer.name}.fwd", "fp32.avgpool2d_fwd", layer.name, "forward", (x,), (out,), _F32,
              **_avgpool_attrs(layer, b.tensors[x].shape))
     elif isinstance(layer, Flatten):
-        b.op(f"{layer.name}.fwd", "fp32.reshape", layer.name, "forward", (x,), (out,), (), shape=shape)
+        b.op(f"{layer.name}.fwd", "fp32.reshape", layer.name, "forward", (x,), (out,), (), shape=shape,
+             alias=True)
     elif isinstance(layer, Dropout):
         b.tensor(f"{layer.name}.mask", shape, "bool", "saved")
         b.op(f"{layer.name}.fwd", "fp32.dropout_fwd", layer.name, "forward", (x,), (out, f"{layer.name}.mask"),
@@ -131,7 +132,8 @@ def backward(b, layer, err, needs_input_error):
         b.op(f"{layer.name}.bwd", "fp32.avgpool2d_bwd", layer.name, "backward", (err,), (err_in,), _F32,
              **_avgpool_attrs(layer, x_shape))
     elif isinstance(layer, Flatten):
-        b.op(f"{layer.name}.bwd", "fp32.reshape", layer.name, "backward", (err,), (err_in,), (), shape=x_shape)
+        b.op(f"{layer.name}.bwd", "fp32.reshape", layer.name, "backward", (err,), (err_in,), (), shape=x_shape,
+             alias=True)
     elif isinstance(layer, Dropout):
         b.op(f"{layer.name}.bwd", "fp32.dropout_bwd", layer.name, "backward", (err, f"{layer.name}.mask"),
              (err_in,), ())

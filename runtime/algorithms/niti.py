@@ -69,7 +69,8 @@ def forward(b, layer, x, shape):
              (out, f"{layer.name}.argmax"), ("maxpool_s8",), kernel=layer.kernel, stride=layer.stride)
     elif isinstance(layer, Flatten):
         b.tensor(out, shape, "int8", "activation")
-        b.op(f"{layer.name}.fwd", "niti.reshape", layer.name, "forward", (x,), (out,), (), shape=shape)
+        b.op(f"{layer.name}.fwd", "niti.reshape", layer.name, "forward", (x,), (out,), (), shape=shape,
+             alias=True)
     elif isinstance(layer, Dropout):
         b.tensor(out, shape, "int8", "activation")
         b.tensor(f"{layer.name}.mask", shape, "bool", "saved")
@@ -127,7 +128,8 @@ def backward(b, layer, err, needs_input_error):
         b.op(f"{layer.name}.bwd", "niti.maxpool_bwd", layer.name, "backward", (err, f"{layer.name}.argmax"),
              (err_in,), ("maxpool_bwd_s8",), kernel=layer.kernel, stride=layer.stride, in_hw=x_shape[1:3])
     elif isinstance(layer, Flatten):
-        b.op(f"{layer.name}.bwd", "niti.reshape", layer.name, "backward", (err,), (err_in,), (), shape=x_shape)
+        b.op(f"{layer.name}.bwd", "niti.reshape", layer.name, "backward", (err,), (err_in,), (), shape=x_shape,
+             alias=True)
     elif isinstance(layer, Dropout):
         b.op(f"{layer.name}.bwd", "niti.dropout_bwd", layer.name, "backward", (err, f"{layer.name}.mask"),
              (err_in,), ())

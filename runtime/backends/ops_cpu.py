@@ -38,6 +38,11 @@ def _rng(rng: RngKey | None):
     return (rng.seed & _U32, rng.step & _U32, rng.tensor_id & _U32, rng.offset & _U32)
 
 
+# The hooks of the int8 products, plain or requantizing: the kernels whose scratch scratch.cpp sizes.
+INT8_PRODUCT_HOOKS = frozenset({"gemm_s8", "conv2d_s8", "conv2d_bwd_data_s8", "conv2d_bwd_weight_s8",
+                                "gemm_requant_s8", "conv2d_requant_s8", "conv2d_bwd_data_requant_s8"})
+
+
 def _shift(shift: int | None) -> int:
     return -1 if shift is None else int(shift)
 
@@ -80,9 +85,11 @@ class CpuBackend(Backend):
     def scratch_bytes(self, graph, op, rows):
         """The native kernels' grow-only scratch for `op` on `rows` rows, by buffer; the
         sizes come from cpu_ops/scratch.cpp (beside the kernels), not from here. The op's
-        declared product (graph.Product) says which kernel runs and where its operands are."""
+        declared product (graph.Product) says where its operands are, its hooks which kernels
+        run: the int8 ones keep scratch; the emulated recipes' exact int16 and chunked FP16
+        products (matmul_s16, matmul_fp16_chunked) keep none that release_scratch() reaches."""
         product = op.product
-        if product is None:
+        if product is None or not INT8_PRODUCT_HOOKS.intersection(op.hooks):
             return {}
         requant = op.is_requant()
         shape = [graph.tensors[t].shape for t in (*op.inputs, *op.outputs)]

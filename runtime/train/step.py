@@ -1,5 +1,6 @@
-"""One training step and what it needs: the backends and the plans built on them, the
-executor, adaptive rescaling's given shifts, and the memory budget with its arena.
+"""One training step and what it needs: the plans (a plan.Planner holds the backends,
+builds their plans and runs them), adaptive rescaling's given shifts, and the memory
+budget with its arena. The backend choice goes from here to the Planner once.
 
 The loop around it (train/loop.py: epochs, metrics, checkpoints) hands it the weights,
 a checked batch and the step's position; it hands back the new weights and the step's
@@ -12,14 +13,11 @@ import time
 
 import numpy as np
 
-from ..backends import select as select_backends
-from ..cost import dsp_model_time
-from ..execute import Executor, StepContext, StepStats
+from ..execute import StepContext, StepStats
 from ..graph import lower
-from ..memory import Arena, BudgetError, Schedule, StepRss, adopt_scratch, fix_malloc_threshold, rss_bytes, \
-    source_from_config
+from ..memory import Arena, BudgetError, Schedule, StepRss, fix_malloc_threshold, rss_bytes, source_from_config
 from ..numerics import QTensor
-from ..plan import PlanCache, build
+from ..plan import PlanCache, Planner
 from ..rescale import RescaleController
 
 
@@ -29,8 +27,7 @@ class Step:
     def __init__(self, run, model, frozen, algorithm, device, backend: str | None = None):
         self.run, self.model, self.frozen = run, model, frozen
         self.recipe, self.algorithm, self.device = run.recipe, algorithm, device
-        self.backends = select_backends(backend or run.backend)
-        self.executor = Executor(self.backends, algorithm)
+        self.planner = Planner(backend or run.backend, algorithm, device, run.scheduler)
         self.plans = PlanCache(self._build_plan)
         self.rescale = RescaleController(self.recipe, run.scheduler.adaptive_rescale)
         # The memory-budget layer: a budget source read between steps, and the arena of
@@ -48,18 +45,22 @@ class Step:
         self.held_scratch: dict[str, int] = {}   # backend scratch buffers the plans so far grew
 
     def _build_plan(self, batch: int, training: bool):
-        graph = lower(self.model, self.recipe, batch, training, self.frozen)
-        plan = build(graph, self.backends, self.device, self.run.scheduler)
-        if hasattr(self.backends.get("dsp"), "hvx_threads"):   # the profile's HVX contexts
-            self.backends["dsp"].hvx_threads = self.device.dsp.hvx_threads
-        for name, backend in self.backends.items():
-            backend.prepare(graph, [op for op in graph.ops if plan.backend_of(op) == name])
-        return plan
+        return self.planner.plan(lower(self.model, self.recipe, batch, training, self.frozen))
+
+    @property
+    def backends(self) -> dict:
+        return self.planner.backends
+
+    @backends.setter
+    def backends(self, value: dict) -> None:
+        self.planner.backends = value
+
+    @property
+    def executor(self):
+        return self.planner.executor
 
     def close(self) -> None:
-        self.executor.close()
-        for backend in self.backends.values():
-            backend.close()
+        self.planner.close()
 
     # ------------------------------------------------------------ memory plans
     def memory_option(self, plan, step: int):
@@ -101,8 +102,7 @@ class Step:
 
     def release_scratch(self) -> None:
         """Give back the kernels' scratch (an evaluation batch grew it outside the memory plan)."""
-        for backend in self.backends.values():
-            backend.release_scratch()
+        self.planner.release_scratch()
         self.held_scratch = {}
 
     # ------------------------------------------------------------ the step
@@ -122,24 +122,21 @@ class Step:
             stats.planned_peak_bytes, stats.arena_bytes = option.peak, option.memory.arena_bytes
             self._planned_peak = option.peak
             # a plan that keeps a buffer smaller than an earlier one grew: free it first
-            self.held_scratch = adopt_scratch(self.held_scratch, option, self.backends.values())
+            self.held_scratch = self.planner.adopt_scratch(self.held_scratch, option)
         arena = None
         if option is not None:
             arena, state = self._arena_for(option, state)
         env = dict(state)
         env["input"] = self.algorithm.prepare_input(images)
         env["labels"] = np.asarray(labels, np.int64)
-        dsp_log = getattr(self.backends.get("dsp"), "take_cost_log", None)
-        if dsp_log is not None:
-            dsp_log()   # what ran before this step (an evaluation) is not its cost
+        self.planner.start_accelerator_clock()   # what ran before this step (an evaluation) is not its cost
         rss = StepRss()
         rss.begin()
         energy_meter.start()
         started = time.perf_counter()
-        self.executor.run(plan, env, ctx, stats=stats, memory=option, arena=arena)
+        self.planner.run(plan, env, ctx, stats=stats, memory=option, arena=arena)
         stats.time_s = time.perf_counter() - started
-        if dsp_log is not None:
-            stats.dsp_model_s = dsp_model_time(self.device, *dsp_log()).seconds
+        stats.dsp_model_s = self.planner.accelerator_seconds()
         stats.rss_growth_bytes, stats.step_peak_rss_bytes, stats.peak_rss_bytes = rss.end()
         self.rescale.observe(step, plan.graph, stats.shifts, given)
         reading = energy_meter.stop(stats)
@@ -157,7 +154,7 @@ class Step:
         ctx = StepContext(self.recipe, plan.graph, seed, step, epoch, len(images))
         env = dict(state)
         env["input"] = self.algorithm.prepare_input(images)
-        self.executor.run(plan, env, ctx, ops=plan.graph.eval_ops)
+        self.planner.run(plan, env, ctx, ops=plan.graph.eval_ops)
         return self.algorithm.logits_to_float(env[plan.graph.logits])
 
 

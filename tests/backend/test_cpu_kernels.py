@@ -129,6 +129,43 @@ def test_wide_conv_every_isa(cpu_isa, ref, shape):
         assert got[1] == want[1]
 
 
+# Max-pool is one window walk over the element type (cpu_ops/pool.cpp): both types on
+# every ISA the CPU has, at one and two threads, on tiling, overlapping and disjoint
+# windows, ragged edges, few and many channels (a compile-time channel count or not).
+POOL_SHAPES = [(1, 2, 2, 1, 2, 2), (2, 8, 8, 3, 2, 2), (2, 7, 9, 5, 3, 2), (1, 6, 6, 4, 3, 1), (3, 5, 5, 64, 2, 1),
+               (2, 9, 9, 6, 2, 3), (2, 7, 8, 16, 3, 3), (1, 11, 10, 40, 3, 2), (4, 6, 7, 1, 2, 1)]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("n,h,w,c,k,s", POOL_SHAPES, ids=lambda v: str(v))
+def test_pool_both_types_every_isa(cpu_isa, ref, threads, n, h, w, c, k, s):
+    rng = np.random.default_rng(n * h * w * c + k)
+    previous = native.threads()
+    native.set_threads(threads)
+    try:
+        x8 = rng.integers(-3, 4, (n, h, w, c)).astype(np.int8)     # few values: ties, the first maximum wins
+        y, idx = cpu_isa.maxpool_s8(x8, k, s)
+        want_y, want_idx = ref.maxpool_s8(x8, k, s)
+        np.testing.assert_array_equal(y, want_y)
+        np.testing.assert_array_equal(idx, want_idx)
+        err8 = rng.integers(-128, 128, want_y.shape).astype(np.int8)
+        np.testing.assert_array_equal(cpu_isa.maxpool_bwd_s8(err8, want_idx, k, s, (h, w)),
+                                      ref.maxpool_bwd_s8(err8, want_idx, k, s, (h, w)))
+        xf = rng.standard_normal((n, h, w, c)).astype(np.float32)
+        xf[0, :k, :k, 0] = 1.5                                        # a tie
+        y, idx = cpu_isa.maxpool_f32(xf, k, s)
+        want_y, want_idx = ref.maxpool_f32(xf, k, s)
+        np.testing.assert_array_equal(y.view(np.uint32), want_y.view(np.uint32))
+        np.testing.assert_array_equal(idx, want_idx)
+        errf = rng.standard_normal(want_y.shape).astype(np.float32) * np.float32(1e4)
+        errf.flat[::7] = -0.0                                         # signed zeros keep their bits, or lose them, as NumPy's
+        got = cpu_isa.maxpool_bwd_f32(errf, want_idx, k, s, (h, w))
+        want = ref.maxpool_bwd_f32(errf, want_idx, k, s, (h, w))
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))   # the sums' order too
+    finally:
+        native.set_threads(previous)
+
+
 def test_short_depth_packs_for_vnni_under_amx():
     """AMX hands K < 33 to AVX-512 VNNI (a 64-k tile step would be mostly padding)."""
     if "amx" not in native.supported_isas():

@@ -72,3 +72,51 @@ def test_plan_command_counts_the_backends_scratch_in_peak_and_breakdown(tmp_path
     scratch_lines = [line for line in out.splitlines() if "backend scratch (kept" in line]
     assert len(scratch_lines) == 2 and scratch_lines[1].split()[-2:] == format_size(chosen.scratch).split()
     assert f"backend scratch at the whole batch): {format_size(fitter.plain_peak())}" in out
+
+
+@pytest.mark.skipif(not CpuBackend.available()[0], reason="cpu backend not built")
+@pytest.mark.parametrize("name", ["niti", "octo", "wageubn", "afp", "mls", "fp8"])
+def test_planned_scratch_bounds_what_each_cpu_product_keeps(name):
+    """Every product op declares its product (graph.Product), so the plan counts the CPU
+    kernels' kept scratch for every recipe: run each product alone on the cpu backend at one
+    thread and compare what it kept (release_scratch's bytes) with what the plan counted. The
+    int8 products (NITI, Octo, WAGEUBN, AFP's 8-bit passes) keep what scratch.cpp sizes, give
+    or take the few buffers it rounds up; MLS's int16 and FP8's FP16 products keep none."""
+    import numpy as np
+
+    import dsptrain._cpu_ops as native
+    from dsptrain.algorithms import algorithm_module
+    from dsptrain.execute import Executor, StepContext
+
+    recipe = dsptrain.load_recipe(name)
+    algorithm, model = algorithm_module(recipe.module), build_model("lenet5")
+    graph = lower(model, recipe, 8)
+    backends = {"cpu": CpuBackend(), "ref": RefBackend()}
+    plan, executor = place(graph, backends), Executor(backends, algorithm)
+    rng = np.random.default_rng(0)
+    env = dict(algorithm.init_params(model, recipe, rng))
+    env["input"] = algorithm.prepare_input(rng.integers(0, 256, (8, 28, 28, 1), dtype=np.uint8))
+    env["labels"] = rng.integers(0, 10, 8)
+    ctx = StepContext(recipe, graph, 0, 0, 0, 8)
+    products = [op for op in graph.ops if op.macs and plan.backend_of(op) == "cpu" and op.phase != "update"]
+    assert {op.name for op in products} >= {"conv1.fwd", "fc1.fwd", "conv2.bwd_data", "conv1.bwd_weight"}
+    assert all(op.product is not None for op in products), [op.name for op in products if op.product is None]
+    threads = native.threads()
+    native.set_threads(1)
+    kept, planned = {}, {}
+    try:
+        for op in graph.ops:
+            backends["cpu"].release_scratch()
+            outputs, _ = executor.call(plan, op, env, ctx)
+            env.update(outputs)
+            if op in products:
+                kept[op.name] = backends["cpu"].release_scratch()
+                planned[op.name] = sum(plan.scratch_bytes(op, 8).values())
+    finally:
+        native.set_threads(threads)
+    if name in ("mls", "fp8"):
+        assert sum(kept.values()) == sum(planned.values()) == 0, (kept, planned)
+        return
+    assert all(kept[n] <= planned[n] for n in kept), (kept, planned)
+    assert sum(kept.values()) > 0
+    assert sum(planned.values()) <= 1.05 * sum(kept.values()), (kept, planned)

@@ -1,0 +1,40 @@
+"""The backend choice's route from the command line to a kernel, traced on a real run
+(scripts/check_layout.py: trace_backend_choice): the Trainer hands the choice on once, to
+the planner, and it reaches the CPU backend's kernels through the executor and the recipe."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from dsptrain.backends.ops_cpu import CpuBackend
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _checker():
+    spec = importlib.util.spec_from_file_location("check_layout", REPO / "scripts" / "check_layout.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(not CpuBackend.available()[0], reason="cpu backend not built")
+def test_the_backend_choice_goes_cli_train_plan_execute_recipe_kernel():
+    layout = _checker()
+    rooms, handed = layout.route(layout.trace_backend_choice("cpu"))
+    assert rooms == ["cli", "train", "plan", "backends", "execute", "algorithms", "backends.ops_cpu"], rooms
+    assert handed["cli"] == ["train"] and handed["train"] == ["plan"], handed     # no return into train/
+    assert set(handed["plan"]) == {"backends", "execute"}, handed                 # select, then the executor
+    assert "backends.ops_cpu" in handed["execute"] or "backends.ops_cpu" in handed["algorithms"], handed
+
+
+def test_the_route_follows_the_first_hand_over_of_each_room():
+    layout = _checker()
+    hops = [("cli", "train"), ("train", "plan"), ("plan", "backends"), ("memory", "plan"), ("plan", "execute"),
+            ("execute", "algorithms"), ("algorithms", "backends.ops_cpu"), ("execute", "backends.ops_ref")]
+    rooms, handed = layout.route(hops)
+    assert rooms == ["cli", "train", "plan", "backends", "execute", "algorithms", "backends.ops_cpu"]
+    assert "memory" not in handed                                                 # never reached from the CLI
+    lines = layout.describe_route(rooms, handed)
+    assert lines[0].startswith("backend choice: cli -> train -> plan") and "7 rooms" in lines[0]
+    assert "returns into train: 0" in lines[-1]
