@@ -49,12 +49,14 @@ __attribute__((optimize("no-tree-loop-distribute-patterns"))) inline void zero_r
   for (size_t t = 0; t < n; ++t) dst[t] = T{0};
 }
 
-template <typename T>
-void im2col_copy(const T* x, const Col2imShape& s, T* cols) {
+// kRun > 0: the tap row's length known at compile time (1-channel 3x3 and 5x5 kernels,
+// LeNet's conv1: 5 elements), so its copy is a few fixed moves, not a counted loop
+template <int kRun, typename T>
+void im2col_walk(const T* x, const Col2imShape& s, T* cols) {
   const size_t image = static_cast<size_t>(s.h) * s.w * s.c;
   const size_t taps = static_cast<size_t>(s.kh) * s.kw * s.c, per_image = static_cast<size_t>(s.oh) * s.ow * taps;
   const size_t bytes = static_cast<size_t>(s.n) * (per_image + image) * sizeof(T);
-  const size_t run = static_cast<size_t>(s.kw) * s.c;   // one tap row: contiguous in x when inside the image
+  const size_t run = kRun > 0 ? static_cast<size_t>(kRun) : static_cast<size_t>(s.kw) * s.c;   // one tap row: contiguous in x when inside the image
   SerialScope serial(bytes < kTaskGrainBytes);
   parallel_ranges(s.n, bytes, [&](int n0, int n1) {
     for (int n = n0; n < n1; ++n)
@@ -72,7 +74,11 @@ void im2col_copy(const T* x, const Col2imShape& s, T* cols) {
             }
             const T* src = x + n * image + static_cast<size_t>(y) * s.w * s.c;
             if (inside) {
-              copy_run(src + static_cast<size_t>(x0) * s.c, run, row);
+              if constexpr (kRun > 0) {
+                for (int t = 0; t < kRun; ++t) row[t] = src[static_cast<size_t>(x0) * s.c + t];
+              } else {
+                copy_run(src + static_cast<size_t>(x0) * s.c, run, row);
+              }
               continue;
             }
             for (int b = 0; b < s.kw; ++b) {
@@ -83,6 +89,14 @@ void im2col_copy(const T* x, const Col2imShape& s, T* cols) {
           }
         }
   });
+}
+
+template <typename T>
+void im2col_copy(const T* x, const Col2imShape& s, T* cols) {
+  const int run = s.kw * s.c;
+  if (run == 5) im2col_walk<5>(x, s, cols);
+  else if (run == 3) im2col_walk<3>(x, s, cols);
+  else im2col_walk<0>(x, s, cols);
 }
 
 template void im2col_copy<int16_t>(const int16_t*, const Col2imShape&, int16_t*);
