@@ -173,3 +173,27 @@ def test_batch_norm_is_never_sliced_by_rows_and_a_micro_batched_step_matches(tmp
     assert stats.micro_batch == 4
     for name, value in weights["plain"].items():
         np.testing.assert_allclose(weights["sliced"][name], value, rtol=0, atol=1e-5, err_msg=name)
+
+
+def test_plan_command_reports_the_plan_a_training_step_gets(tmp_path, capsys):
+    """`dsptrain plan` and the Trainer share one assembly (train/assembly.py) and one plan
+    builder (plan.Planner): frozen layers, the device profile and co-scheduling's
+    micro-batches included, the command prints the memory report of the very plan the
+    Trainer's step builds for that batch."""
+    from dsptrain.cli import main
+    from dsptrain.memory import describe
+
+    path = tmp_path / "run.yaml"
+    path.write_text("recipe: niti\nmodel: {name: lenet5}\nmemory: {budget: 2MB, recompute: auto}\n"
+                    "train: {batch_size: 32, freeze: ['conv1']}\nscheduler: {co_schedule: true}\n")
+    assert main(["plan", str(path), "--backend", "ref"]) == 0
+    out = capsys.readouterr().out
+    run = dsptrain.load_run(path)
+    trainer = dsptrain.Trainer(run, backend="ref", progress=False, out_dir=tmp_path / "out")
+    try:
+        plan = trainer.plans.get(32, True)
+        report = describe(plan.fitter(run.memory.micro_batch, run.memory.recompute), trainer.budget)
+    finally:
+        trainer.close()
+    assert "frozen (no weight gradient, no update, no activation kept for them): conv1" in out
+    assert report in out, (report, out)
