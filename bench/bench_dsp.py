@@ -59,6 +59,8 @@ def kernels(quick: bool):
         lambda d: d.conv2d_bwd_data_s8(s8(32, 8, 8, 16), s8(16, 5, 5, 6), 1, 0, (12, 12))
     yield "lenet conv1 bwd weight", 32 * 24 * 24 * 25 * 6, \
         lambda d: d.conv2d_bwd_weight_s8(s8(32, 24, 24, 6), s8(32, 28, 28, 1), 1, 0, (5, 5))
+    yield "lenet conv2 bwd weight", 32 * 8 * 8 * 150 * 16, \
+        lambda d: d.conv2d_bwd_weight_s8(s8(32, 8, 8, 16), s8(32, 12, 12, 6), 1, 0, (5, 5))
     yield "vgg conv 3x3 128->128 8x8", 16 * 8 * 8 * 128 * 9 * 128, \
         lambda d: d.conv2d_s8(s8(16, 8, 8, 128), s8(128, 3, 3, 128), 1, 1)
     yield "vgg bwd data 128 8x8", 16 * 8 * 8 * 128 * 9 * 128, \

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include "gemm.h"
+#include "target_clones.h"
 #include "thread_pool.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -15,6 +17,7 @@
 #define DSPTRAIN_X86 1
 #define DSPTRAIN_AVX2 __attribute__((target("avx2")))
 #define DSPTRAIN_F16C __attribute__((target("avx2,f16c")))
+#define DSPTRAIN_AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
 #endif
 
 namespace dsptrain {
@@ -41,9 +44,14 @@ inline int32_t a_word(const PackedS16& p, int i, int q) {
   return w;
 }
 
-int max_abs16(const int16_t* x, size_t n) {
+// a scan of both whole operands per call: written so that it vectorises (it cost more
+// than the AVX-512 products on LeNet's narrow shapes when it did not)
+DSPTRAIN_CLONES int max_abs16(const int16_t* x, size_t n) {
   int m = 0;
-  for (size_t i = 0; i < n; ++i) m = std::max(m, std::abs(static_cast<int>(x[i])));
+  for (size_t i = 0; i < n; ++i) {
+    const int v = x[i] < 0 ? -static_cast<int>(x[i]) : static_cast<int>(x[i]);
+    m = v > m ? v : m;
+  }
   return m;
 }
 
@@ -55,7 +63,7 @@ inline int32_t pair_word(int16_t lo, int16_t hi) {
 // A: rows of even length are read in place (a pair is one 32-bit word); odd ones are
 // copied with a zero at the end; a transposed a[K, M] is interleaved two rows at a time
 // into pair-major words. B: per pair of rows and panel, the two rows interleaved.
-void pack(const int16_t* a, bool a_t, const int16_t* b, int m, int n, int k, PackedS16* p) {
+DSPTRAIN_CLONES void pack(const int16_t* a, bool a_t, const int16_t* b, int m, int n, int k, PackedS16* p) {
   p->pairs = (k + 1) / 2;
   p->panels = (n + kPanel - 1) / kPanel;
   const int pairs = p->pairs;
@@ -94,10 +102,13 @@ void pack(const int16_t* a, bool a_t, const int16_t* b, int m, int n, int k, Pac
       const int cols = std::min(kPanel, n - panel * kPanel);
       const int16_t* s0 = r0 + panel * kPanel;
       const int16_t* s1 = r1 ? r1 + panel * kPanel : nullptr;
-      for (int j = 0; j < cols; ++j) {
-        dst[2 * j] = s0[j];
-        dst[2 * j + 1] = s1 ? s1[j] : 0;
-      }
+      if (s1)
+        for (int j = 0; j < cols; ++j) {
+          dst[2 * j] = s0[j];
+          dst[2 * j + 1] = s1[j];
+        }
+      else
+        for (int j = 0; j < cols; ++j) dst[2 * j] = s0[j];
     }
   }
 }
@@ -158,6 +169,46 @@ DSPTRAIN_AVX2 void rows_avx2(const PackedS16& p, int m0, int m1, int n, int bloc
       const int cols = std::min(kPanel, n - panel * kPanel);
       for (int r = 0; r < rows; ++r)
         std::memcpy(c + static_cast<size_t>(i0 + r) * n + panel * kPanel, sum[r], cols * sizeof(int64_t));
+    }
+  }
+}
+
+// The same walk on AVX-512 VNNI: one zmm holds a panel's 16 columns as int32 lanes, and
+// vpdpwssd adds a pair's two int16 products into them in one instruction (AVX2 needs
+// pmaddwd + paddd per half-panel). Lanes wrap mod 2**32 exactly as pmaddwd + paddd do,
+// and `block` keeps every true partial sum inside int32, so the int64 sums are equal.
+DSPTRAIN_AVX512VNNI void rows_avx512vnni(const PackedS16& p, int m0, int m1, int n, int block, int64_t* c) {
+  constexpr int kR = 8;   // rows per pass: one load of b serves eight rows
+  for (int i0 = m0; i0 < m1; i0 += kR) {
+    const int rows = std::min(kR, m1 - i0);
+    int rr[kR];
+    for (int r = 0; r < kR; ++r) rr[r] = i0 + std::min(r, rows - 1);
+    for (int panel = 0; panel < p.panels; ++panel) {
+      const int16_t* bp = p.b.data() + static_cast<size_t>(panel) * p.pairs * kPanel * 2;
+      __m512i sum_lo[kR], sum_hi[kR];
+      for (int r = 0; r < kR; ++r) sum_lo[r] = sum_hi[r] = _mm512_setzero_si512();
+      for (int q0 = 0; q0 < p.pairs; q0 += block) {
+        const int q1 = std::min(p.pairs, q0 + block);
+        __m512i acc[kR];
+        for (int r = 0; r < kR; ++r) acc[r] = _mm512_setzero_si512();
+        for (int q = q0; q < q1; ++q) {
+          const __m512i bv = _mm512_loadu_si512(bp + static_cast<size_t>(q) * kPanel * 2);
+#pragma GCC unroll 8
+          for (int r = 0; r < kR; ++r) acc[r] = _mm512_dpwssd_epi32(acc[r], _mm512_set1_epi32(a_word(p, rr[r], q)), bv);
+        }
+        for (int r = 0; r < kR; ++r) {
+          sum_lo[r] = _mm512_add_epi64(sum_lo[r], _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc[r])));
+          sum_hi[r] = _mm512_add_epi64(sum_hi[r], _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc[r], 1)));
+        }
+      }
+      const int cols = std::min(kPanel, n - panel * kPanel);
+      const __mmask8 lo = static_cast<__mmask8>((1u << std::min(cols, 8)) - 1);
+      const __mmask8 hi = static_cast<__mmask8>((1u << std::max(cols - 8, 0)) - 1);
+      for (int r = 0; r < rows; ++r) {
+        int64_t* dst = c + static_cast<size_t>(i0 + r) * n + panel * kPanel;
+        _mm512_mask_storeu_epi64(dst, lo, sum_lo[r]);
+        if (hi) _mm512_mask_storeu_epi64(dst + 8, hi, sum_hi[r]);
+      }
     }
   }
 }
@@ -265,13 +316,21 @@ void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m
   // a lane adds two products per pair: keep `block` pairs inside int32
   const int64_t per_pair = 2LL * max_abs16(a, static_cast<size_t>(m) * k) * max_abs16(b, static_cast<size_t>(n) * k);
   [[maybe_unused]] const int64_t block = per_pair == 0 ? packed.pairs : ((1LL << 31) - 1) / per_pair;
-  const int tasks = std::max(1, std::min((m + kRows - 1) / kRows, 4 * pool_threads()));
-  const int row_blocks = (m + kRows - 1) / kRows;
+  // the ISA the int8 kernels use (set_isa can force a narrower one, which tests use to
+  // run the AVX2 and scalar paths here too)
+  const Isa isa = active_isa();
+  const int row_step = isa == Isa::kAvx512Vnni || isa == Isa::kAmx ? 8 : kRows;
+  const int tasks = std::max(1, std::min((m + row_step - 1) / row_step, 4 * pool_threads()));
+  const int row_blocks = (m + row_step - 1) / row_step;
   parallel_for(tasks, [&](int t) {
-    const int m0 = static_cast<int>(static_cast<long long>(row_blocks) * t / tasks) * kRows;
-    const int m1 = std::min(m, static_cast<int>(static_cast<long long>(row_blocks) * (t + 1) / tasks) * kRows);
+    const int m0 = static_cast<int>(static_cast<long long>(row_blocks) * t / tasks) * row_step;
+    const int m1 = std::min(m, static_cast<int>(static_cast<long long>(row_blocks) * (t + 1) / tasks) * row_step);
 #ifdef DSPTRAIN_X86
-    if (block >= 1 && __builtin_cpu_supports("avx2")) {
+    if (block >= 1 && row_step == 8) {
+      rows_avx512vnni(packed, m0, m1, n, static_cast<int>(std::min<int64_t>(block, 1 << 20)), c);
+      return;
+    }
+    if (block >= 1 && isa != Isa::kScalar && __builtin_cpu_supports("avx2")) {
       rows_avx2(packed, m0, m1, n, static_cast<int>(std::min<int64_t>(block, 1 << 20)), c);
       return;
     }

@@ -298,7 +298,7 @@ static void interleave_rows(HVX_Vector *dst, const int8_t *src, int ld, int widt
         for (int g = 0; g < k4; g++) {
             HVX_Vector r[4];
             for (int i = 0; i < 4; i++)
-                r[i] = 4 * g + i < rows ? hvx_load_bytes(src + (4 * g + i) * ld + lb * 32, lanes) : zero;
+                r[i] = 4 * g + i < rows ? hvx_load_u(src + (4 * g + i) * ld + lb * 32) : zero;   /* lanes past `lanes`: never stored */
             HVX_Vector v = hvx_interleave4b(r[0], r[1], r[2], r[3]);
             if (biased) v = Q6_V_vxor_VV(v, bias);
             dst[lb * k4 + g] = biased && lanes < 32 ? dspt_ones_lane(v, (int)lanes) : v;

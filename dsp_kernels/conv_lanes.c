@@ -58,7 +58,7 @@ static void build_table(const struct lanes *L, HVX_Vector *tab, int8_t *row, con
 {
     const int8_t *img = x + (size_t)n * s->h * s->w * s->c;
     HVX_Vector bias = Q6_V_vsplat_R((int)0x80808080u);
-    if (L->cp == 1 && L->blocks == 1 && L->wp + 4 * L->groups <= HVX_BYTES) {
+    if (L->cp == 1 && L->blocks == 1 && L->wp + 4 * L->groups <= HVX_BYTES && L->groups <= 8) {
         /* a padded row fits one vector: built and shifted in registers */
         HVX_VectorPred inside = Q6_Q_and_QQn(Q6_Q_vsetq2_R((uint32_t)(s->pad + s->w)), Q6_Q_vsetq_R((uint32_t)s->pad));
         for (int r = 0; r < L->hp; r++) {
@@ -68,9 +68,13 @@ static void build_table(const struct lanes *L, HVX_Vector *tab, int8_t *row, con
                 HVX_Vector src = Q6_V_vxor_VV(hvx_load_bytes(img + h * s->w, (uint32_t)s->w), bias);
                 v = Q6_V_vmux_QVV(inside, Q6_V_vlalign_VVR(src, src, (uint32_t)s->pad), bias);
             }
-            for (int g = 0; g < L->groups; g++)
-                tab[r * L->groups + g] = hvx_interleave4b(Q6_V_valign_VVR(bias, v, 4 * g), Q6_V_valign_VVR(bias, v, 4 * g + 1),
-                                                          Q6_V_valign_VVR(bias, v, 4 * g + 2), Q6_V_valign_VVR(bias, v, 4 * g + 3));
+            /* positions 0 .. 63 interleaved (both halves of the last vshuff); group g is
+             * the same words 4g positions on */
+            HVX_Vector s1 = Q6_V_valign_VVR(bias, v, 1), s2 = Q6_V_valign_VVR(bias, v, 2), s3 = Q6_V_valign_VVR(bias, v, 3);
+            HVX_Vector p01 = Q6_V_lo_W(Q6_W_vshuff_VVR(s1, v, -1)), p23 = Q6_V_lo_W(Q6_W_vshuff_VVR(s3, s2, -1));
+            HVX_VectorPair words = Q6_W_vshuff_VVR(p23, p01, -2);
+            HVX_Vector lo = Q6_V_lo_W(words), hi = Q6_V_hi_W(words);
+            for (int g = 0; g < L->groups; g++) tab[r * L->groups + g] = g ? Q6_V_valign_VVR(hi, lo, 16 * g) : lo;
         }
         return;
     }

@@ -10,7 +10,13 @@ int dspt_op_relu(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     int8_t *y = dspt_at(ctx, d->out[0], n);
     if (!x || !y) return DSPT_BAD_PARAMS;
     uint32_t i = 0;
-    for (; i + 128 <= n; i += 128) hvx_store_u(y + i, Q6_Vb_vmax_VbVb(hvx_load_u(x + i), Q6_V_vzero()));
+    HVX_Vector zero = Q6_V_vzero();
+    for (; i + 256 <= n; i += 256) {   /* two vectors at a time: loads first (no chain) */
+        HVX_Vector a = hvx_load_u(x + i), b = hvx_load_u(x + i + 128);
+        hvx_store_u(y + i, Q6_Vb_vmax_VbVb(a, zero));
+        hvx_store_u(y + i + 128, Q6_Vb_vmax_VbVb(b, zero));
+    }
+    for (; i + 128 <= n; i += 128) hvx_store_u(y + i, Q6_Vb_vmax_VbVb(hvx_load_u(x + i), zero));
     for (; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
     return DSPT_OK;
 }
@@ -25,9 +31,16 @@ int dspt_op_relu_bwd(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     int8_t *out = dspt_at(ctx, d->out[0], n);
     if (!err || !y || !out) return DSPT_BAD_PARAMS;
     uint32_t i = 0;
+    HVX_Vector zero = Q6_V_vzero();
+    for (; i + 256 <= n; i += 256) {   /* two vectors at a time: loads first (no chain) */
+        HVX_Vector y0 = hvx_load_u(y + i), y1 = hvx_load_u(y + i + 128);
+        HVX_Vector e0 = hvx_load_u(err + i), e1 = hvx_load_u(err + i + 128);
+        hvx_store_u(out + i, Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VbVb(y0, zero), e0, zero));
+        hvx_store_u(out + i + 128, Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VbVb(y1, zero), e1, zero));
+    }
     for (; i + 128 <= n; i += 128) {
-        HVX_VectorPred pos = Q6_Q_vcmp_gt_VbVb(hvx_load_u(y + i), Q6_V_vzero());
-        hvx_store_u(out + i, Q6_V_vmux_QVV(pos, hvx_load_u(err + i), Q6_V_vzero()));
+        HVX_VectorPred pos = Q6_Q_vcmp_gt_VbVb(hvx_load_u(y + i), zero);
+        hvx_store_u(out + i, Q6_V_vmux_QVV(pos, hvx_load_u(err + i), zero));
     }
     for (; i < n; i++) out[i] = y[i] > 0 ? err[i] : 0;
     return DSPT_OK;

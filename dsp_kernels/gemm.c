@@ -36,7 +36,7 @@ void dspt_pack_b(int8_t *bp, const int8_t *src, int n, int k, int sn)
             int bytes = k - q0 * 4 < HVX_BYTES ? k - q0 * 4 : HVX_BYTES;
             HVX_VectorPred inside = Q6_Q_vsetq2_R(bytes);
             for (int l = 0; l < 32; l++) {
-                HVX_Vector row = l < lanes ? hvx_load_bytes(src + (nb * 32 + l) * sn + q0 * 4, (uint32_t)bytes)
+                HVX_Vector row = l < lanes ? hvx_load_u(src + (nb * 32 + l) * sn + q0 * 4)   /* masked below */
                                            : Q6_V_vzero();
                 v[l] = Q6_V_vxor_VV(Q6_V_vmux_QVV(inside, row, Q6_V_vzero()), bias);
             }
@@ -56,7 +56,7 @@ static inline HVX_Vector row_part(const int8_t *row, int bytes, HVX_Vector flip)
     HVX_Vector acc = Q6_V_vzero();
     for (int i = 0; i < bytes; i += HVX_BYTES) {
         int n = bytes - i < HVX_BYTES ? bytes - i : HVX_BYTES;
-        HVX_Vector v = Q6_V_vxor_VV(hvx_load_bytes(row + i, (uint32_t)n), flip);
+        HVX_Vector v = Q6_V_vxor_VV(hvx_load_u(row + i), flip);   /* masked below */
         acc = Q6_Vw_vrmpyacc_VwVubRb(acc, Q6_V_vmux_QVV(Q6_Q_vsetq2_R(n), v, Q6_V_vzero()), ones);
     }
     return acc;

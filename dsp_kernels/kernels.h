@@ -38,11 +38,13 @@ static inline void dspt_share(const struct dspt_ctx *ctx, int n, int unit, int t
 void dspt_share_begin(struct dspt_ctx *ctx);
 void dspt_share_end(struct dspt_ctx *ctx, int t);
 
-/* A 128-byte aligned scratch block, or NULL when the scratch is exhausted. */
+/* A 128-byte aligned scratch block, or NULL when the scratch is exhausted. The scratch's
+ * last vector is never handed out: kernels read whole vectors up to 127 bytes past a block
+ * (what they mask off), and that must stay inside the mapping. */
 static inline void *dspt_scratch(struct dspt_ctx *ctx, uint32_t bytes)
 {
     uint32_t start = (ctx->scratch_used + 127u) & ~127u;
-    if (start > ctx->scratch_bytes || bytes > ctx->scratch_bytes - start) return NULL;
+    if (start + 128u > ctx->scratch_bytes || bytes > ctx->scratch_bytes - 128u - start) return NULL;
     ctx->scratch_used = start + bytes;
     return ctx->scratch + start;
 }

@@ -12,8 +12,19 @@ int dspt_range_bits(uint32_t max_abs)
 /* max |x| over n int32 (|INT32_MIN| = 2**31 is exact as an unsigned word). */
 uint32_t dspt_absmax_s32(const int32_t *x, uint32_t n)
 {
-    HVX_Vector best = Q6_V_vzero();
+    HVX_Vector best = Q6_V_vzero(), b1 = best, b2 = best, b3 = best;
     uint32_t i = 0;
+    for (; i + 128 <= n; i += 128) {   /* four independent maxima: no chain from one vector to the next */
+        HVX_Vector m0 = Q6_Vw_vabs_Vw(hvx_load_u(x + i)), m1 = Q6_Vw_vabs_Vw(hvx_load_u(x + i + 32));
+        HVX_Vector m2 = Q6_Vw_vabs_Vw(hvx_load_u(x + i + 64)), m3 = Q6_Vw_vabs_Vw(hvx_load_u(x + i + 96));
+        best = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(m0, best), m0, best);
+        b1 = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(m1, b1), m1, b1);
+        b2 = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(m2, b2), m2, b2);
+        b3 = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(m3, b3), m3, b3);
+    }
+    best = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(b1, best), b1, best);
+    b2 = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(b3, b2), b3, b2);
+    best = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(b2, best), b2, best);
     for (; i + 32 <= n; i += 32) {
         HVX_Vector m = Q6_Vw_vabs_Vw(hvx_load_u(x + i));
         best = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(m, best), m, best);
@@ -58,6 +69,12 @@ static inline HVX_Vector shift_vec(HVX_Vector x, int shift, int mode, HVX_Vector
 {
     HVX_Vector zero = Q6_V_vzero(), one = Q6_V_vsplat_R(1);
     HVX_Vector mag = Q6_Vw_vabs_Vw(x);
+    HVX_Vector cap = Q6_V_vsplat_R(127);
+    if (mode == DSPT_ROUND) {   /* kept + bit (shift-1) of the dropped part = (mag + half) >> shift */
+        HVX_Vector r = Q6_Vuw_vlsr_VuwR(Q6_Vw_vadd_VwVw(mag, Q6_V_vsplat_R(1 << (shift - 1))), shift);
+        r = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(r, cap), cap, r);
+        return Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VwVw(zero, x), Q6_Vw_vsub_VwVw(zero, r), r);
+    }
     HVX_Vector kept = Q6_Vuw_vlsr_VuwR(mag, shift);
     HVX_Vector dropped = Q6_V_vand_VV(mag, Q6_V_vsplat_R((int)((1u << shift) - 1)));
     HVX_Vector up;
@@ -77,7 +94,6 @@ static inline HVX_Vector shift_vec(HVX_Vector x, int shift, int mode, HVX_Vector
         up = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(high, low), one, zero);
     }
     HVX_Vector r = Q6_Vw_vadd_VwVw(kept, up);
-    HVX_Vector cap = Q6_V_vsplat_R(127);
     r = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(r, cap), cap, r);
     return Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VwVw(zero, x), Q6_Vw_vsub_VwVw(zero, r), r);
 }
@@ -103,7 +119,7 @@ void dspt_shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift,
                           const struct dspt_rng *rng, uint32_t *max_abs)
 {
     uint32_t i = 0;
-    HVX_Vector best = Q6_V_vzero();
+    HVX_Vector best = Q6_V_vzero(), b1 = best, b2 = best, b3 = best;
     if (shift >= 1 && shift <= 31) {
         HVX_Vector lanes = hvx_lane_index(), r0 = lanes, r1 = lanes, r2 = lanes, r3 = lanes;
         for (; i + 128 <= n; i += 128) {
@@ -113,9 +129,9 @@ void dspt_shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift,
             }
             HVX_Vector x0 = hvx_load_u(in + i), x1 = hvx_load_u(in + i + 32);
             HVX_Vector x2 = hvx_load_u(in + i + 64), x3 = hvx_load_u(in + i + 96);
-            if (max_abs) {
-                best = max_abs_vec(best, x0); best = max_abs_vec(best, x1);
-                best = max_abs_vec(best, x2); best = max_abs_vec(best, x3);
+            if (max_abs) {   /* four independent maxima, merged after the loop */
+                best = max_abs_vec(best, x0); b1 = max_abs_vec(b1, x1);
+                b2 = max_abs_vec(b2, x2); b3 = max_abs_vec(b3, x3);
             }
             HVX_Vector w0 = shift_vec(x0, shift, mode, r0), w1 = shift_vec(x1, shift, mode, r1);
             HVX_Vector w2 = shift_vec(x2, shift, mode, r2), w3 = shift_vec(x3, shift, mode, r3);
@@ -135,6 +151,11 @@ void dspt_shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift,
             HVX_Vector h01 = Q6_Vh_vpacke_VwVw(w[1], w[0]), h23 = Q6_Vh_vpacke_VwVw(w[3], w[2]);
             hvx_store_u(out + i, Q6_Vb_vpacke_VhVh(h23, h01));
         }
+    }
+    if (max_abs) {
+        best = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(b1, best), b1, best);
+        b2 = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(b3, b2), b3, b2);
+        best = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(b2, best), b2, best);
     }
     uint32_t m = max_abs ? max_lane(best) : 0;
     for (; i < n; i++) {

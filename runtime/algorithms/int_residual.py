@@ -10,6 +10,11 @@ through it.
   ResNets (4 x 4), so dividing is subtracting log2(H*W) from the exponent, exact.
   Other sizes fail at lowering with the layer's name. Backward: the error broadcast to
   every position, exponent lowered by the same log2(H*W).
+- AvgPool2d (an imported AveragePool) with stride = kernel, no padding and a power-of-two
+  window: the same hook as the global pool over every window at once (the windows laid
+  out as a batch of kernel x kernel images), so the range is the whole output's; backward
+  spreads each error over its window, exponent lowered by log2(kernel**2). Other windows
+  fail at lowering with the layer's name.
 - Errors joining where branches meet add like Add, pairwise.
 A given shift (StepContext.shifts: the memory layer's common shift over micro-batch
 slices, or the one the forward pass used when an op is recomputed) goes to the hooks,
@@ -29,6 +34,32 @@ def check_layer(layer, shape, recipe):
     if hw & (hw - 1):
         raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r}: global average pool "
                             f"over {shape[0]}x{shape[1]} needs a power-of-two H*W to divide by a shift")
+
+
+def check_window(layer, recipe):
+    """An average pool NITI divides by a shift: stride = kernel, no padding, kernel**2 a power of two."""
+    k = layer.kernel
+    if layer.stride != k or layer.padding or k & (k - 1):
+        raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r}: an average pool under "
+                            f"integer tensors needs stride = kernel, no padding and a power-of-two kernel (it "
+                            f"divides by a shift); this one has kernel {k}, stride {layer.stride}, padding "
+                            f"{layer.padding}")
+
+
+def forward_avgpool2d(b, layer, x, shape):
+    check_window(layer, b.recipe)
+    out = b.tensor(f"{layer.name}.out", shape, "int8", "activation")
+    b.op(f"{layer.name}.fwd", "niti.avgpool2d_fwd", layer.name, "forward", (x,), (out,), ("avgpool_global_s8",),
+         mode=b.recipe.tensors.activations.rounding, kernel=layer.kernel, out_hw=tuple(shape[1:3]))
+    return out
+
+
+def backward_avgpool2d(b, layer, err):
+    x, _ = b.layer_io[layer.name]
+    err_in = b.tensor(f"err.{layer.name}", b.tensors[x].shape, "int8", "error")
+    b.op(f"{layer.name}.bwd", "niti.avgpool2d_bwd", layer.name, "backward", (err,), (err_in,), (),
+         kernel=layer.kernel, in_hw=b.tensors[x].shape[1:3])
+    return err_in
 
 
 def forward_add(b, layer, x, shape):
@@ -90,4 +121,23 @@ def avgpool_bwd(be, op, env, ctx):
     return {op.outputs[0]: QTensor(q, err.e - ((h * w).bit_length() - 1))}
 
 
-OPS = {"niti.add": add, "niti.join": join, "niti.avgpool_fwd": avgpool_fwd, "niti.avgpool_bwd": avgpool_bwd}
+def avgpool2d_fwd(be, op, env, ctx):
+    x, k = env[op.inputs[0]], op.attrs["kernel"]
+    (oh, ow), n, c = op.attrs["out_hw"], x.q.shape[0], x.q.shape[3]
+    windows = x.q[:, :oh * k, :ow * k].reshape(n, oh, k, ow, k, c).transpose(0, 1, 3, 2, 4, 5)
+    q, e = be.avgpool_global_s8(np.ascontiguousarray(windows.reshape(n * oh * ow, k, k, c)), x.e, op.attrs["mode"],
+                                ctx.rng(op), shift=ctx.given_shift(op))
+    return {op.outputs[0]: QTensor(q.reshape(n, oh, ow, c), e)}
+
+
+def avgpool2d_bwd(be, op, env, ctx):
+    err, k = env[op.inputs[0]], op.attrs["kernel"]
+    h, w = op.attrs["in_hw"]
+    n, oh, ow, c = err.q.shape
+    q = np.zeros((n, h, w, c), np.int8)   # rows and columns past the last window get no error
+    q[:, :oh * k, :ow * k] = err.q.repeat(k, axis=1).repeat(k, axis=2)
+    return {op.outputs[0]: QTensor(q, err.e - ((k * k).bit_length() - 1))}
+
+
+OPS = {"niti.add": add, "niti.join": join, "niti.avgpool_fwd": avgpool_fwd, "niti.avgpool_bwd": avgpool_bwd,
+       "niti.avgpool2d_fwd": avgpool2d_fwd, "niti.avgpool2d_bwd": avgpool2d_bwd}

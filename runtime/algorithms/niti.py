@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import numerics
 from ..errors import LoweringError
-from ..nn import Add, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
+from ..nn import Add, AvgPool2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
 from ..numerics import QTensor
 from . import int_residual
 
@@ -29,9 +29,11 @@ _PRODUCT = ("absmax", "shift_round")
 
 def check_model(model, recipe):
     for layer in model.layers:
-        if not isinstance(layer, (Conv2d, Linear, ReLU, MaxPool2d, Flatten, Dropout, Add, GlobalAvgPool)):
+        if not isinstance(layer, (Conv2d, Linear, ReLU, MaxPool2d, Flatten, Dropout, Add, GlobalAvgPool, AvgPool2d)):
             raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r} "
                                 f"({type(layer).__name__}): NITI has no such integer layer")
+        if isinstance(layer, AvgPool2d):
+            int_residual.check_window(layer, recipe)
         if has_bias(layer):
             raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r}: it has a bias and NITI's "
                                 f"integer layers have none; an imported bias is folded only into a batch norm "
@@ -80,6 +82,8 @@ def forward(b, layer, x, shape):
         return int_residual.forward_add(b, layer, x, shape)
     elif isinstance(layer, GlobalAvgPool):
         return int_residual.forward_avgpool(b, layer, x, shape)
+    elif isinstance(layer, AvgPool2d):
+        return int_residual.forward_avgpool2d(b, layer, x, shape)
     return out
 
 
@@ -96,6 +100,8 @@ def join_errors(b, name, errs):
 def backward(b, layer, err, needs_input_error):
     if isinstance(layer, GlobalAvgPool):
         return int_residual.backward_avgpool(b, layer, err)
+    if isinstance(layer, AvgPool2d):
+        return int_residual.backward_avgpool2d(b, layer, err)
     x, out = b.layer_io[layer.name]
     x_shape = b.tensors[x].shape
     err_in = f"err.{layer.name}"

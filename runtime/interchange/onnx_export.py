@@ -116,6 +116,8 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
         elif isinstance(layer, AvgPool2d):
             g.node("AveragePool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
                    pads=[layer.padding] * 4, count_include_pad=int(layer.count_include_pad))
+            if rounding:   # NITI's windows: stride = kernel, no padding, a power-of-two divisor
+                out = rounding.average(layer, out, reads, layer.kernel ** 2)
         elif isinstance(layer, Flatten):
             if len(shape_of[reads]) == 3:
                 flat_from[layer.name] = shape_of[reads]
@@ -140,7 +142,7 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
                 out = rounding.add(layer, x, reads, out_of[layer.skip_from], layer.skip_from)
             else:
                 g.node("Add", (x, out_of[layer.skip_from]), out, name)
-        if rounding and not isinstance(layer, (Conv2d, Linear, GlobalAvgPool, Add)):
+        if rounding and not isinstance(layer, (Conv2d, Linear, GlobalAvgPool, AvgPool2d, Add)):
             rounding.keep(layer, reads)
         out_of[layer.name], shape_of[layer.name], previous = out, shape, layer.name
     g.nodes.append(g.helper.make_node("Identity", [out_of[previous]], ["logits"], name="logits"))

@@ -16,8 +16,8 @@ after each conv and linear layer the float output y (exactly acc * step_in * 2**
 
 A residual add (int_residual.py, RefBackend.add_align_s8) rounds both operands onto the
 coarser step S (the coarser one is already on it), adds, and rounds the sum the same way
-from S; a global average pool divides the sum by H*W (a power of two) through the step,
-then rounds; ReLU, max-pool, flatten keep the step. The input is NITI's clip of
+from S; an average pool (global, or windows of stride = kernel) divides the sum by the
+window's H*W (a power of two) through the step, then rounds; ReLU, max-pool, flatten keep the step. The input is NITI's clip of
 (pixel - 128) to +-127, step 2**-7.
 
 Like NITI, a sample's result depends on the batch it is in (the range is the batch's):
@@ -32,11 +32,11 @@ import math
 import numpy as np
 
 from ..errors import UserError
-from ..nn import INPUT, Add, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
+from ..nn import INPUT, Add, AvgPool2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
 from ..numerics import QTensor
 
 INPUT_STEP = 2.0 ** -7       # niti.INPUT_EXPONENT
-LAYERS = (Conv2d, Linear, ReLU, MaxPool2d, Flatten, Dropout, Add, GlobalAvgPool)
+LAYERS = (Conv2d, Linear, ReLU, MaxPool2d, Flatten, Dropout, Add, GlobalAvgPool, AvgPool2d)
 
 
 def is_niti(trained) -> bool:
@@ -54,7 +54,7 @@ def check(trained) -> None:
     for layer in trained.model.layers:
         if not isinstance(layer, LAYERS):
             raise UserError(f"{trained.path}: NITI's rounding in ONNX covers conv, linear, relu, max-pool, "
-                            f"flatten, dropout, residual add and global average pool; layer {layer.name!r} "
+                            f"average pools, flatten, dropout and residual add; layer {layer.name!r} "
                             f"is a {type(layer).__name__}")
 
 
@@ -89,7 +89,8 @@ class Rounding:
         return self._requantize(name, self._node(name, "Add", (a_on, c_on), "sum"), coarse)
 
     def average(self, layer, mean: str, reads: str, hw: int) -> str:
-        """A global average pool's (N, C) mean, its step the input's divided by H*W."""
+        """An average pool's means (global: (N, C); windows: (N, C, OH, OW)), their step the
+        input's divided by the window's H*W."""
         step = self._node(layer.name, "Div", (self.step_of[reads], self._const(layer.name, "hw", float(hw))),
                           "step_mean")
         return self._requantize(layer.name, mean, step)

@@ -130,6 +130,9 @@ def test_export_writes_the_bias_back(tmp_path):
     test = synthetic("test", (14, 14, 1), count=200).images
     found = agreement(checkpoint_logits(checkpoint, test), onnxruntime_logits(out, test))
     assert found["top1_agreement"] >= 0.999 and found["max_logit_diff"] <= FP32_TOLERANCE * found["logit_scale"]
+    dsptrain.export(checkpoint, tmp_path / "qdq.onnx", "onnx-qdq")   # int8 weights; the bias stays float
+    qdq = {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(tmp_path / "qdq.onnx").graph.initializer}
+    assert qdq["7.weight_q"].dtype == np.int8 and np.array_equal(qdq["7.bias"], trainer.state["7.b"])
     dsptrain.export(checkpoint, tmp_path / "biased.npz", "npz")
     with np.load(tmp_path / "biased.npz") as arrays:
         assert np.array_equal(arrays["5.bias"], trainer.state["5.b"])

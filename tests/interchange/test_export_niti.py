@@ -98,3 +98,56 @@ def test_residual_network_exports_with_niti_rounding(tmp_path, test_images):
 def test_onnx_niti_refuses_other_recipes(tmp_path):
     with pytest.raises(dsptrain.UserError, match="format onnx-niti writes NITI's integer evaluation"):
         dsptrain.export(trained_checkpoint(tmp_path, "fp32", steps=1), tmp_path / "x.onnx", "onnx-niti")
+
+
+AVGPOOL_LENET = """model:
+  name: lenet_avgpool
+  input_shape: [28, 28, 1]
+  layers:
+    - {kind: conv, out: 6, kernel: 5, padding: 2}
+    - relu
+    - {kind: avgpool, kernel: 2}
+    - {kind: conv, out: 16, kernel: 5}
+    - relu
+    - {kind: avgpool, kernel: 2}
+    - flatten
+    - {kind: linear, out: 10}
+"""
+
+
+def test_average_pool_windows_under_niti_export_exactly(tmp_path, test_images):
+    """LeNet-5 with its original average pools (2x2, stride 2): NITI trains it and the
+    export, which rounds each window mean as NITI does, gives dsptrain's logits."""
+    checkpoint = trained_checkpoint(tmp_path, "niti", AVGPOOL_LENET, name="exp-avg-niti", steps=4)
+    out = tmp_path / "avg.onnx"
+    dsptrain.export(checkpoint, out, "onnx")
+    assert [n.op_type for n in onnx.load(out).graph.node].count("AveragePool") == 2
+    found = _agreement(checkpoint, out, test_images[:500])
+    print(f"niti average-pool onnx export: {found}")
+    assert found["top1_agreement"] >= FLOAT_AGREEMENT and found["max_logit_diff"] == 0.0, found
+
+
+def test_average_pool_windows_micro_batched_are_bit_identical(tmp_path):
+    """The pool takes one shift over every slice of the batch, as the global pool does."""
+    import dataclasses
+
+    from dsptrain.config import MemoryConfig
+    from dsptrain.numerics import QTensor
+
+    from .helpers import write_run
+
+    run = dsptrain.load_run(write_run(tmp_path, "niti", AVGPOOL_LENET, name="avg-mb"))
+    data = synthetic("train", (28, 28, 1), count=48)
+    states = []
+    for memory in (MemoryConfig(), MemoryConfig(arena=True, micro_batch=5, recompute="sqrt")):
+        trainer = dsptrain.Trainer(dataclasses.replace(run, memory=memory), backend="cpu", progress=False,
+                                   out_dir=tmp_path / f"out{len(states)}")
+        try:
+            for i in range(0, 48, 24):
+                trainer.step(data.images[i:i + 24], data.labels[i:i + 24])
+        finally:
+            trainer.close()
+        states.append({k: (v.q.copy(), v.e) if isinstance(v, QTensor) else v for k, v in trainer.state.items()})
+    plain, sliced = states
+    for name in plain:
+        assert np.array_equal(plain[name][0], sliced[name][0]) and plain[name][1] == sliced[name][1], name
