@@ -51,6 +51,22 @@ def test_every_plan_keeps_each_value_until_its_last_read(graph, mode):
         assert plan.arena_bytes >= plan.live_peak
 
 
+@pytest.mark.parametrize("recipe", ["wageubn", "fp32"])
+@pytest.mark.parametrize("mode", ["sqrt", "budget", "all"])
+def test_batch_norm_updates_its_running_statistics_once_in_every_plan(recipe, mode):
+    """Batch norm's forward rewrites its running mean and variance in place: a plan that
+    re-ran it would apply the momentum update twice (and the rebuild walk used to recurse
+    on the op's own outputs until Python's stack ran out)."""
+    bn_graph = lower(build_model("lenet5_bn"), dsptrain.load_recipe(recipe), 16)
+    stateful = [op for op in bn_graph.ops if op.phase == "forward" and op.updates_state()]
+    assert {op.layer for op in stateful} == {"bn1", "bn2"}
+    plans = variants(bn_graph, mode)
+    assert any(plan.recomputed_ops for plan in plans)
+    for plan in plans:
+        _check_no_clobber(plan)
+        assert [s.op.name for s in plan.schedule if s.op in stateful] == [op.name for op in stateful]
+
+
 def test_recomputation_lowers_the_arena_and_reruns_forward_ops(graph):
     keep_all = plan_memory(graph, build_schedule(graph, set(candidates(graph))))
     sqrt = plan_memory(graph, build_schedule(graph, chen_sqrt_keep(graph)))
