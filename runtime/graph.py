@@ -89,6 +89,11 @@ class Op:
         """The int8 product the op computes, if its recipe declared one."""
         return self.attrs.get("product")
 
+    def updates_state(self) -> bool:
+        """Does the op read and rewrite a tensor in place (an update's weights, batch norm's running statistics)?
+        Running it twice would apply its update twice, so it is never recomputed."""
+        return bool(set(self.inputs) & set(self.outputs))
+
     def is_alias(self) -> bool:
         """Is the op's output a view of its input (a reshape), with no memory of its own?
         The recipe says so when it lowers the op (`b.op(..., alias=True)`)."""

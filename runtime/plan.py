@@ -1,8 +1,9 @@
 """The Plan of one graph: which backend runs each op and why, batch splitting, co-scheduling.
 
-`build(graph, backends, device, scheduler)` makes the frozen Plan both the Trainer and
-`dsptrain plan` use; a `Planner` holds the backends of one choice, builds their plans and
-runs them (the Trainer's step goes through it). Placement:
+`build(graph, backends, device, scheduler)` makes the frozen Plan; a `Planner` holds the
+backends of one choice, builds their plans with it and runs them. Both the Trainer's step
+and `dsptrain plan` go through a Planner (the step's plans are also prepared on their
+backends; `dsptrain plan` only reads them). Placement:
 
 Backends are walked in priority order (dsp, cpu, ref); an op goes to the first one
 that supports it and does not decline it. The DSP declines, when the CPU is there:
@@ -334,9 +335,14 @@ class Planner:
         self.device, self.scheduler = device, scheduler
         self.executor = Executor(self.backends, algorithm)
 
+    def build(self, graph: TrainGraph) -> Plan:
+        """The Plan of `graph` on these backends, nothing prepared: what `dsptrain plan`
+        reports (it runs nothing, so the DSP is not started); `plan` runs the same build."""
+        return build(graph, self.backends, self.device, self.scheduler)
+
     def plan(self, graph: TrainGraph) -> Plan:
         """The Plan of `graph`, its backends prepared for the ops placed on them."""
-        plan = build(graph, self.backends, self.device, self.scheduler)
+        plan = self.build(graph)
         accelerator = self.backends.get(ACCELERATOR)
         if self.device is not None and hasattr(accelerator, "hvx_threads"):   # the profile's HVX contexts
             accelerator.hvx_threads = self.device.dsp.hvx_threads

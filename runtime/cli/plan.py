@@ -22,29 +22,28 @@ def add_parser(sub, common):
 
 
 def run(args) -> int:
-    from ..backends import select
-    from ..config import load_device, load_run
+    from ..config import load_run
     from ..graph import lower
-    from ..interchange import frozen_layers, resolve_model
     from ..memory import Fixed, describe, parse_size, source_from_config
-    from ..plan import build
+    from ..plan import Planner
+    from ..train.assembly import assemble
 
     config = apply_run_options(load_run(args.run), args)
-    batch = config.train.batch_size
     source = source_from_config(config.memory, config.source)
     if args.budget is not None:
         try:
             source = Fixed(parse_size(args.budget))
         except ValueError as exc:
             raise UserError(f"--budget: {exc}") from None
-    model, _ = resolve_model(config.model, config.source)
-    frozen = frozen_layers(model, config.train.freeze, config.source)
-    graph = lower(model, config.recipe, batch, frozen=frozen)
-    # The backends place the ops and report the scratch their kernels keep (scratch_bytes),
-    # which the peak includes, as it does when the run trains.
-    backends = select(config.backend)
+    # The Trainer's assembly and plan builder (train/assembly.py, plan.Planner): the plan
+    # printed is the one a training step of this run gets. Its backends report the scratch
+    # their kernels keep (scratch_bytes), which the peak includes, as it does in training;
+    # nothing is prepared or run (Planner.build), so no DSP starts.
+    parts = assemble(config, notes=False)
+    model, frozen = parts.model, parts.frozen
+    planner = Planner(config.backend, parts.algorithm, parts.device, config.scheduler)
     try:
-        plan = build(graph, backends, load_device(config.scheduler.device), config.scheduler)
+        plan = planner.build(lower(model, config.recipe, config.train.batch_size, True, frozen))
         fitter = plan.fitter(config.memory.micro_batch, config.memory.recompute)
         placed = sorted({p.backend for p in plan.placement.values()})
         print(f"{config.name}: {model.name} on {', '.join(placed)}")
@@ -55,8 +54,7 @@ def run(args) -> int:
         print("the budget covers what the planner places (tensor arena, op workspace, kernel scratch); "
               "the interpreter, NumPy and the loaded dataset come on top of it in the process's RSS")
     finally:
-        for backend in backends.values():
-            backend.close()
+        planner.close()
     _check_fits(fitter, source, args.budget, config.source)
     return 0
 

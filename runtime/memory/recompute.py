@@ -42,7 +42,7 @@ def _forward(graph: TrainGraph):
 def candidates(graph: TrainGraph) -> list[str]:
     """Forward tensors read by backward or update ops, in the order the forward writes them."""
     later = {t for op in graph.ops if op.phase in ("backward", "update") for t in op.inputs}
-    return [t for op in _forward(graph) for t in op.outputs if t in later]
+    return [t for op in _forward(graph) if not op.updates_state() for t in op.outputs if t in later]
 
 
 def build_schedule(graph: TrainGraph, keep: set, materialize: bool = True) -> list[Step]:
@@ -55,7 +55,11 @@ def build_schedule(graph: TrainGraph, keep: set, materialize: bool = True) -> li
     producer = {t: op for op in fwd for t in op.outputs}
     loss_reads = {t for op in graph.ops if op.phase == "loss" for t in op.inputs}
     cands = set(candidates(graph))
-    present = (set(keep) & cands) | (loss_reads & set(producer))
+    # An op that updates state in place (batch norm's running statistics) must run once per
+    # step: its outputs are always kept, so no rebuild chain reaches it.
+    stateful = {t for op in fwd if op.updates_state() for t in op.outputs}
+    always = (loss_reads & set(producer)) | stateful
+    present = (set(keep) & cands) | always
     schedule = [Step(op) for op in fwd]
     updated: set[str] = set()
 
@@ -75,7 +79,7 @@ def build_schedule(graph: TrainGraph, keep: set, materialize: bool = True) -> li
 
     def drop_chain_intermediates():
         if not materialize:   # the next request rebuilds from a kept tensor again
-            present.intersection_update((set(keep) & cands) | (loss_reads & set(producer)) | asked)
+            present.intersection_update((set(keep) & cands) | always | asked)
 
     asked: set[str] = set()
     for op in graph.ops:

@@ -28,12 +28,13 @@ class Parts:
     device: object             # config.DeviceProfile of the run's scheduler
 
 
-def assemble(run, model=None, progress: bool = True) -> Parts:
+def assemble(run, model=None, progress: bool = True, notes: bool = True) -> Parts:
     """The parts of `run`; `model`: a Model built in Python (dsptrain.load_model,
     from_torch) instead of the run's model section. A model the recipe cannot lower
-    fails here, before data loads."""
+    fails here, before data loads. `notes`: print what import did and the frozen layers
+    to stderr (`dsptrain plan` reports the frozen layers in its own output instead)."""
     algorithm = algorithm_module(run.recipe.module)
-    model, frozen = _resolve_model(run, model)
+    model, frozen = _resolve_model(run, model, notes)
     _lowered_or_explained(model, run)
     return Parts(algorithm, model, frozen, load_device(run.scheduler.device))
 
@@ -90,7 +91,7 @@ def _lowered_or_explained(model, run) -> None:
         raise LoweringError(f"{where}{exc}{hint}") from None
 
 
-def _resolve_model(run, model):
+def _resolve_model(run, model, print_notes: bool = True):
     """(model, frozen layer names): the given Model, else the run's model section; notes
     on what import did (biases, a new head) and the frozen layers go to stderr."""
     notes = []
@@ -102,6 +103,6 @@ def _resolve_model(run, model):
     frozen = frozen_layers(model, run.train.freeze, run.source or "train")
     if frozen:
         notes.append(f"frozen (no weight gradient, no update): {', '.join(l.name for l in model.layers if l.name in frozen)}")
-    for note in notes:   # printed even when quiet: they change what trains
+    for note in notes if print_notes else ():   # printed even when quiet: they change what trains
         print(f"{model.name}: {note}", file=sys.stderr)
     return model, frozen

@@ -51,6 +51,22 @@ def test_every_plan_keeps_each_value_until_its_last_read(graph, mode):
         assert plan.arena_bytes >= plan.live_peak
 
 
+@pytest.mark.parametrize("recipe", ["wageubn", "fp32"])
+@pytest.mark.parametrize("mode", ["sqrt", "budget", "all"])
+def test_batch_norm_updates_its_running_statistics_once_in_every_plan(recipe, mode):
+    """Batch norm's forward rewrites its running mean and variance in place: a plan that
+    re-ran it would apply the momentum update twice (and the rebuild walk used to recurse
+    on the op's own outputs until Python's stack ran out)."""
+    bn_graph = lower(build_model("lenet5_bn"), dsptrain.load_recipe(recipe), 16)
+    stateful = [op for op in bn_graph.ops if op.phase == "forward" and op.updates_state()]
+    assert {op.layer for op in stateful} == {"bn1", "bn2"}
+    plans = variants(bn_graph, mode)
+    assert any(plan.recomputed_ops for plan in plans)
+    for plan in plans:
+        _check_no_clobber(plan)
+        assert [s.op.name for s in plan.schedule if s.op in stateful] == [op.name for op in stateful]
+
+
 def test_recomputation_lowers_the_arena_and_reruns_forward_ops(graph):
     keep_all = plan_memory(graph, build_schedule(graph, set(candidates(graph))))
     sqrt = plan_memory(graph, build_schedule(graph, chen_sqrt_keep(graph)))
@@ -173,3 +189,27 @@ def test_batch_norm_is_never_sliced_by_rows_and_a_micro_batched_step_matches(tmp
     assert stats.micro_batch == 4
     for name, value in weights["plain"].items():
         np.testing.assert_allclose(weights["sliced"][name], value, rtol=0, atol=1e-5, err_msg=name)
+
+
+def test_plan_command_reports_the_plan_a_training_step_gets(tmp_path, capsys):
+    """`dsptrain plan` and the Trainer share one assembly (train/assembly.py) and one plan
+    builder (plan.Planner): frozen layers, the device profile and co-scheduling's
+    micro-batches included, the command prints the memory report of the very plan the
+    Trainer's step builds for that batch."""
+    from dsptrain.cli import main
+    from dsptrain.memory import describe
+
+    path = tmp_path / "run.yaml"
+    path.write_text("recipe: niti\nmodel: {name: lenet5}\nmemory: {budget: 2MB, recompute: auto}\n"
+                    "train: {batch_size: 32, freeze: ['conv1']}\nscheduler: {co_schedule: true}\n")
+    assert main(["plan", str(path), "--backend", "ref"]) == 0
+    out = capsys.readouterr().out
+    run = dsptrain.load_run(path)
+    trainer = dsptrain.Trainer(run, backend="ref", progress=False, out_dir=tmp_path / "out")
+    try:
+        plan = trainer.plans.get(32, True)
+        report = describe(plan.fitter(run.memory.micro_batch, run.memory.recompute), trainer.budget)
+    finally:
+        trainer.close()
+    assert "frozen (no weight gradient, no update, no activation kept for them): conv1" in out
+    assert report in out, (report, out)
