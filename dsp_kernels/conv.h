@@ -23,6 +23,8 @@ void dspt_lanes_tile(int R, int T, HVX_Vector *yt, int ytstride, const int8_t *b
                      const int32_t *off, int kg, const int32_t *wq, int opad, const int32_t *corr);
 void dspt_lanes_compaction(uint8_t ctrl[128], int oc, int P);
 void dspt_lanes_store(int32_t *stage, int O, const HVX_Vector *yt, int npx, const HVX_Vector *ctrl);
+/* conv_planar.c's vdelta control spreading k bytes a pixel to p2 bytes (shared with conv_grid.c). */
+void dspt_spread_control(uint8_t ctrl[128], int k, int p2);
 void dspt_add_words(int32_t *dst, const int32_t *src, uint32_t n);
 
 /* conv_grid.c: forward conv of 2-16 channel inputs, pixels of the padded grid in the lanes

@@ -69,25 +69,6 @@ static void deal_image(const struct grid *G, int32_t *planes, int8_t *pix, const
     }
 }
 
-/* vdelta control spreading k bytes a pixel to p2 (conv_planar.c's rule). */
-static void spread_control(uint8_t ctrl[128], int k, int p2)
-{
-    uint8_t pos[128], dst[128];
-    int count = 0;
-    for (int q = 0; q < 128 / p2; q++)
-        for (int b = 0; b < k; b++) {
-            pos[count] = (uint8_t)(q * k + b);
-            dst[count++] = (uint8_t)(q * p2 + b);
-        }
-    for (int i = 0; i < 128; i++) ctrl[i] = 0;
-    for (int o = 64; o >= 1; o >>= 1)
-        for (int e = 0; e < count; e++)
-            if ((pos[e] ^ dst[e]) & o) {
-                pos[e] ^= (uint8_t)o;
-                ctrl[pos[e]] |= (uint8_t)o;
-            }
-}
-
 int dspt_conv_grid(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int8_t *w,
                    const struct conv_shape *s, int accumulate)
 {
@@ -128,7 +109,7 @@ int dspt_conv_grid(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int8
     for (int i = 0, k = 0; i < s->kh; i++)
         for (int j = 0; j < s->kw; j++)
             for (int g = 0; g < G.words; g++, k++) G.off[k] = (g * G.plane + i * G.wp + j) * 4;
-    if (s->c < G.cp) spread_control((uint8_t *)&ctrl[0], s->c, G.cp);
+    if (s->c < G.cp) dspt_spread_control((uint8_t *)&ctrl[0], s->c, G.cp);
     int last = s->o % 32, P = 1;
     while (P < last) P <<= 1;
     if (last && last < P) dspt_lanes_compaction((uint8_t *)&ctrl[1], last, P);

@@ -21,7 +21,7 @@
 /* vdelta control moving byte pos[e] to dst[e]: each byte is routed by the bits of
  * (position ^ destination), highest stage first (vdelta's order); a monotone spread
  * routes without conflict (the reverse of the compaction in conv_lanes.c). */
-static void spread_control(uint8_t ctrl[128], int k, int p2)
+void dspt_spread_control(uint8_t ctrl[128], int k, int p2)
 {
     uint8_t pos[128], dst[128];
     int count = 0;
@@ -226,8 +226,8 @@ int dspt_conv_planar_bwd_weight(struct dspt_ctx *ctx, int32_t *dw, const int8_t 
     uint32_t *tap_off = dspt_scratch(ctx, (uint32_t)tpad * 4);   /* tap (i, j, c): offset in the x planes */
     int32_t *part = ctx->threads > 1 ? dspt_scratch(ctx, dw_words * 4) : 0;
     if (!ctrl || !tap_off || (ctx->threads > 1 && !part)) return DSPT_NO_SUPPORT;
-    if (s->c > 1 && s->c < pow2_at_least(s->c)) spread_control((uint8_t *)&ctrl[0], s->c, pow2_at_least(s->c));
-    if (s->o > 1 && s->o < pow2_at_least(s->o)) spread_control((uint8_t *)&ctrl[1], s->o, pow2_at_least(s->o));
+    if (s->c > 1 && s->c < pow2_at_least(s->c)) dspt_spread_control((uint8_t *)&ctrl[0], s->c, pow2_at_least(s->c));
+    if (s->o > 1 && s->o < pow2_at_least(s->o)) dspt_spread_control((uint8_t *)&ctrl[1], s->o, pow2_at_least(s->o));
     P.xspread = ctrl[0];
     P.espread = ctrl[1];
     int jl = 0;
