@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "conv.h"
@@ -130,6 +131,21 @@ inline ConvShape conv_shape(const char* op, const py::array& x, const py::array&
   if (s.h + 2 * pad < s.kh || s.w + 2 * pad < s.kw)
     fail(std::string(op) + ": kernel " + std::to_string(s.kh) + "x" + std::to_string(s.kw) +
          " is larger than the padded input " + std::to_string(s.h + 2 * pad) + "x" + std::to_string(s.w + 2 * pad));
+  return s;
+}
+
+// The shape of a weight-gradient pass: x and err given, the kernel size asked for; err must
+// be the output shape that x, the kernel, stride and pad give.
+inline ConvShape conv_shape_from_err(const char* op, const py::array& err, const py::array& x, int stride, int pad,
+                                     std::pair<int, int> kernel) {
+  check_positive(op, "kernel height", kernel.first);
+  check_positive(op, "kernel width", kernel.second);
+  py::array_t<int8_t> w_like(std::vector<py::ssize_t>{err.shape(3), kernel.first, kernel.second, x.shape(3)});
+  const ConvShape s = conv_shape(op, x, w_like, stride, pad);
+  if (err.shape(0) != s.n || err.shape(1) != s.oh() || err.shape(2) != s.ow())
+    fail(std::string(op) + ": err shape " + shape_str(err) + " does not match x " + shape_str(x) + " with kernel (" +
+         std::to_string(s.kh) + ", " + std::to_string(s.kw) + "), stride " + std::to_string(stride) + ", pad " +
+         std::to_string(pad));
   return s;
 }
 

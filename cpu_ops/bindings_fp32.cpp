@@ -65,14 +65,7 @@ void dsptrain::bind::def_fp32_products(py::module_& m) {
     const char* op = "conv2d_bwd_weight_f32";
     auto err = checked<float>(op, "err", err_obj, 4);
     auto x = checked<float>(op, "x", x_obj, 4);
-    check_positive(op, "kernel height", kernel.first);
-    check_positive(op, "kernel width", kernel.second);
-    py::array_t<float> w_like(std::vector<py::ssize_t>{err.shape(3), kernel.first, kernel.second, x.shape(3)});
-    const ConvShape s = conv_shape(op, x, w_like, stride, pad);
-    if (err.shape(0) != s.n || err.shape(1) != s.oh() || err.shape(2) != s.ow())
-      fail(std::string(op) + ": err shape " + shape_str(err) + " does not match x " + shape_str(x) + " with kernel (" +
-           std::to_string(s.kh) + ", " + std::to_string(s.kw) + "), stride " + std::to_string(stride) + ", pad " +
-           std::to_string(pad));
+    const ConvShape s = conv_shape_from_err(op, err, x, stride, pad, kernel);
     py::array_t<float> dw(std::vector<py::ssize_t>{s.o, s.kh, s.kw, s.c});
     float* p = dw.mutable_data();
     py::gil_scoped_release nogil;

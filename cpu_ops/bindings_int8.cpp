@@ -217,14 +217,7 @@ void dsptrain::bind::def_int8_products(py::module_& m) {
     const char* op = "conv2d_bwd_weight_s8";
     auto err = checked<int8_t>(op, "err", err_obj, 4);
     auto x = checked<int8_t>(op, "x", x_obj, 4);
-    check_positive(op, "kernel height", kernel.first);
-    check_positive(op, "kernel width", kernel.second);
-    py::array_t<int8_t> w_like(std::vector<py::ssize_t>{err.shape(3), kernel.first, kernel.second, x.shape(3)});
-    const ConvShape s = conv_shape(op, x, w_like, stride, pad);
-    if (err.shape(0) != s.n || err.shape(1) != s.oh() || err.shape(2) != s.ow())
-      fail(std::string(op) + ": err shape " + shape_str(err) + " does not match x " + shape_str(x) + " with kernel (" +
-           std::to_string(s.kh) + ", " + std::to_string(s.kw) + "), stride " + std::to_string(stride) + ", pad " +
-           std::to_string(pad));
+    const ConvShape s = conv_shape_from_err(op, err, x, stride, pad, kernel);
     SerialScope serial(small_op(conv_macs(s)));
     return run_acc(needs_int64(static_cast<long long>(s.n) * s.oh() * s.ow()), {s.o, s.kh, s.kw, s.c},
                    [&](auto* dw) { conv2d_bwd_weight(err.data(), x.data(), s, dw); });
