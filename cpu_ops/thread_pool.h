@@ -37,10 +37,12 @@ constexpr size_t kTaskGrainBytes = 256 * 1024;
 // Products of fewer multiply-accumulates than serial_below_macs() run on the caller
 // alone: below it the pool's wake-up and the second core's cold caches cost more than the
 // split gains. bench/bench_threads.py times every LeNet-5 and VGG-11 product at 1 and 2
-// threads to set it; its only run so far was on a loaded machine (load average 12) and
-// could not tell, so 2e6 is still a provisional value. set_serial_below_macs(0) threads
-// every product (that bench measures with it).
-constexpr double kDefaultSerialBelowMacs = 2.0e6;
+// threads to set it. On a quiet 2-core AMD EPYC (AVX-512 VNNI, load average 1.4) two
+// threads were slower (1.26-1.71x the time) on every product of up to 3.1e6 MACs (the
+// linears) and faster (1.22-1.95x) on every one from 7.5e6 (LeNet's convolutions) up;
+// 5e6 sits between the two. set_serial_below_macs(0) threads every
+// product (that bench measures with it).
+constexpr double kDefaultSerialBelowMacs = 5.0e6;
 double serial_below_macs();
 void set_serial_below_macs(double macs);
 inline bool small_op(double macs) { return macs < serial_below_macs(); }
