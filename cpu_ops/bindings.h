@@ -134,6 +134,22 @@ inline ConvShape conv_shape(const char* op, const py::array& x, const py::array&
   return s;
 }
 
+// The shape of a backward-data pass: err and w given, the input's height and width asked
+// for; err must be the output shape that input, w, stride and pad give.
+inline ConvShape conv_shape_from_in_hw(const char* op, const py::array& err, const py::array& w, int stride, int pad,
+                                       std::pair<int, int> in_hw) {
+  check_positive(op, "in_hw height", in_hw.first);
+  check_positive(op, "in_hw width", in_hw.second);
+  py::array_t<int8_t> x_like(std::vector<py::ssize_t>{1, in_hw.first, in_hw.second, w.shape(3)});
+  ConvShape s = conv_shape(op, x_like, w, stride, pad);
+  s.n = int(err.shape(0));
+  if (err.shape(1) != s.oh() || err.shape(2) != s.ow() || err.shape(3) != s.o)
+    fail(std::string(op) + ": err shape " + shape_str(err) + " does not match in_hw (" + std::to_string(s.h) + ", " +
+         std::to_string(s.w) + "), weights " + shape_str(w) + ", stride " + std::to_string(stride) + ", pad " +
+         std::to_string(pad));
+  return s;
+}
+
 // The shape of a weight-gradient pass: x and err given, the kernel size asked for; err must
 // be the output shape that x, the kernel, stride and pad give.
 inline ConvShape conv_shape_from_err(const char* op, const py::array& err, const py::array& x, int stride, int pad,

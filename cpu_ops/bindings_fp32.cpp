@@ -45,15 +45,7 @@ void dsptrain::bind::def_fp32_products(py::module_& m) {
     const char* op = "conv2d_bwd_data_f32";
     auto err = checked<float>(op, "err", err_obj, 4);
     auto w = checked<float>(op, "w", w_obj, 4);
-    check_positive(op, "in_hw height", in_hw.first);
-    check_positive(op, "in_hw width", in_hw.second);
-    py::array_t<float> x_like(std::vector<py::ssize_t>{1, in_hw.first, in_hw.second, w.shape(3)});
-    ConvShape s = conv_shape(op, x_like, w, stride, pad);
-    s.n = int(err.shape(0));
-    if (err.shape(1) != s.oh() || err.shape(2) != s.ow() || err.shape(3) != s.o)
-      fail(std::string(op) + ": err shape " + shape_str(err) + " does not match in_hw (" + std::to_string(s.h) + ", " +
-           std::to_string(s.w) + "), weights " + shape_str(w) + ", stride " + std::to_string(stride) + ", pad " +
-           std::to_string(pad));
+    const ConvShape s = conv_shape_from_in_hw(op, err, w, stride, pad, in_hw);
     py::array_t<float> dx(std::vector<py::ssize_t>{s.n, s.h, s.w, s.c});
     float* p = dx.mutable_data();
     py::gil_scoped_release nogil;

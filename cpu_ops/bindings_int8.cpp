@@ -80,15 +80,7 @@ ConvArgs bwd_data_args(const char* op, const py::handle& err_obj, const py::hand
                        std::pair<int, int> in_hw) {
   auto err = checked<int8_t>(op, "err", err_obj, 4);
   auto w = checked<int8_t>(op, "w", w_obj, 4);
-  check_positive(op, "in_hw height", in_hw.first);
-  check_positive(op, "in_hw width", in_hw.second);
-  py::array_t<int8_t> x_like(std::vector<py::ssize_t>{1, in_hw.first, in_hw.second, w.shape(3)});
-  ConvShape s = conv_shape(op, x_like, w, stride, pad);
-  s.n = int(err.shape(0));
-  if (err.shape(1) != s.oh() || err.shape(2) != s.ow() || err.shape(3) != s.o)
-    fail(std::string(op) + ": err shape " + shape_str(err) + " does not match in_hw (" + std::to_string(s.h) + ", " +
-         std::to_string(s.w) + "), weights " + shape_str(w) + ", stride " + std::to_string(stride) + ", pad " +
-         std::to_string(pad));
+  const ConvShape s = conv_shape_from_in_hw(op, err, w, stride, pad, in_hw);
   return {err, w, s};
 }
 
