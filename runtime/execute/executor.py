@@ -139,12 +139,13 @@ class Executor:
         return run_serial(self, plan, env, ctx, stats, ops)
 
     def call(self, plan, op, env: dict, ctx: StepContext, stats: StepStats | None = None,
-             wrap=None, rows: tuple[int, int] | None = None) -> tuple[dict, str]:
+             wrap=None, rows: tuple[int, int] | None = None, backend: str | None = None) -> tuple[dict, str]:
         """Run one op on its backend, falling back down the priority order when a device
         fails; returns (outputs, backend name). `wrap(backend)` may put a proxy in front of
-        the backend; `rows` = (rows run, rows in the batch) scales the counted work."""
+        the backend; `rows` = (rows run, rows in the batch) scales the counted work;
+        `backend` starts there instead of at the op's placement (a fallback already chosen)."""
         faulted = self._faulted
-        name = plan.backend_of(op)
+        name = backend or plan.backend_of(op)
         if name in faulted:
             name = self._next_supporting(plan, op, name, faulted)
         while True:
@@ -154,21 +155,11 @@ class Executor:
             try:
                 outputs = self.algorithm.OPS[op.kind](wrap(backend) if wrap else backend, op, env, ctx)
             except BackendError as exc:
-                nxt = self._next_supporting(plan, op, name, faulted | {name})
-                if not isinstance(exc, NoSupport):
-                    faulted.add(name)
-                    warnings.warn(f"{op.name} failed on {name} ({exc}); finishing the step on {nxt}",
-                                  RuntimeWarning, stacklevel=3)
-                if stats is not None:
-                    stats.fallbacks.append(f"{op.name}: {name} -> {nxt} ({exc})")
-                name = nxt
+                name = self.fall_back(plan, op, name, exc, stats)
                 continue
             finally:
                 backend.current_op = None
-                if stats is not None:
-                    spent = time.perf_counter() - started
-                    with self._stats_lock:
-                        stats.backend_time_s[backend.name] = stats.backend_time_s.get(backend.name, 0.0) + spent
+                self.count_time(stats, backend.name, time.perf_counter() - started)
             break
         if stats is not None:
             share, whole = rows or (1, 1)
@@ -180,6 +171,23 @@ class Executor:
                     stats.fp32_flops += 2 * op.macs * share // whole
                 stats.bytes_moved += plan.op_bytes(op, rows)
         return outputs, name
+
+    def fall_back(self, plan, op, name: str, exc: BackendError, stats: StepStats | None) -> str:
+        """The backend to run `op` on after it raised `exc` on `name`: a device failure
+        (not a NoSupport) marks `name` failed for the rest of the step and warns."""
+        nxt = self._next_supporting(plan, op, name, self._faulted | {name})
+        if not isinstance(exc, NoSupport):
+            self._faulted.add(name)
+            warnings.warn(f"{op.name} failed on {name} ({exc}); finishing the step on {nxt}",
+                          RuntimeWarning, stacklevel=4)
+        if stats is not None:
+            stats.fallbacks.append(f"{op.name}: {name} -> {nxt} ({exc})")
+        return nxt
+
+    def count_time(self, stats: StepStats | None, backend: str, seconds: float) -> None:
+        if stats is not None:
+            with self._stats_lock:
+                stats.backend_time_s[backend] = stats.backend_time_s.get(backend, 0.0) + seconds
 
     def _next_supporting(self, plan, op, failed: str, exclude: set) -> str:
         for name in plan.fallbacks(op, failed):

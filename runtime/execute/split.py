@@ -22,6 +22,7 @@ import numpy as np
 
 from ..memory.planner import value_dtype
 from ..numerics import QTensor
+from .bound import run_bound
 from .slices import Recorded, as_array, run_rows
 
 
@@ -38,7 +39,12 @@ def op_rows(graph, op, env) -> int | None:
 
 def run_serial(executor, plan, env: dict, ctx, stats=None, ops=None) -> dict:
     """The serial runner: `ops` (default: the whole graph) one after another, each split by
-    rows where the plan says so; updates and returns `env`."""
+    rows where the plan says so; updates and returns `env`. The graph's own op lists at
+    the plan's batch run bound once per plan (bound.py)."""
+    graph = plan.graph
+    whole = graph.ops if ops is None else ops
+    if whole and (whole is graph.ops or whole is graph.eval_ops) and op_rows(graph, whole[0], env) in (None, graph.batch):
+        return run_bound(executor, plan, env, ctx, stats, whole, run_op)
     for op in ops if ops is not None else plan.graph.ops:
         outputs, shift = run_op(executor, plan, op, env, ctx, stats)
         env.update(outputs)

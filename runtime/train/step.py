@@ -145,7 +145,7 @@ class Step:
         logits = self.algorithm.logits_to_float(env[plan.graph.logits])
         stats.loss = cross_entropy(logits, labels)
         stats.correct = int((logits.argmax(axis=1) == labels).sum())
-        stats.rss_bytes = rss_bytes()
+        stats.rss_bytes = rss.after if rss.after is not None else rss_bytes()
         return state, stats
 
     def predict(self, state: dict, images, step: int, epoch: int, seed: int) -> np.ndarray:
