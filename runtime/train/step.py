@@ -136,11 +136,13 @@ class Step:
         started = time.perf_counter()
         self.planner.run(plan, env, ctx, stats=stats, memory=option, arena=arena)
         stats.time_s = time.perf_counter() - started
+        # the meter brackets the step's work alone: reading /proc after it can wait
+        # milliseconds on the address-space lock under load, which is not the step's energy
+        reading = energy_meter.stop(stats)
+        stats.energy_j, stats.energy_meter = reading.joules, reading.meter
         stats.dsp_model_s = self.planner.accelerator_seconds()
         stats.rss_growth_bytes, stats.step_peak_rss_bytes, stats.peak_rss_bytes = rss.end()
         self.rescale.observe(step, plan.graph, stats.shifts, given)
-        reading = energy_meter.stop(stats)
-        stats.energy_j, stats.energy_meter = reading.joules, reading.meter
         state = {name: env[name] for name in state}
         logits = self.algorithm.logits_to_float(env[plan.graph.logits])
         stats.loss = cross_entropy(logits, labels)
