@@ -17,9 +17,26 @@ from ..errors import BackendError
 from .slices import Recorded
 
 
+def kernel_hook(run):
+    """The backend hook of an op that is one (an algorithms/_kernel.Kernel), None for one the
+    recipe runs without a backend, False for an op function that calls its hooks itself."""
+    return getattr(run, "hook", False)
+
+
+def invoke(run, hook, backend, op, env: dict, ctx) -> dict:
+    """Run op function or Kernel `run` (its kernel_hook `hook`) on `backend`: a Kernel's hook
+    is called from here, so the recipe never holds the backend."""
+    if hook is False:    # an op function that calls its backend's hooks itself
+        return run(backend, op, env, ctx)
+    if hook:             # the recipe maps the tensors; the backend's kernel is called from here
+        return run.result(op, env, ctx, getattr(backend, hook)(*run.args(op, env, ctx)))
+    return run.result(op, env, ctx, None)   # an op the recipe runs without a backend (a reshape)
+
+
 class BoundOp(NamedTuple):
     op: object
     fn: object            # algorithms/<recipe>.OPS[op.kind]
+    hook: object          # kernel_hook(fn)
     backend: str          # where the plan placed it
     records_shift: bool   # a requantized product: its shift goes into StepStats.shifts
     general: bool         # split by rows at the plan's batch: run by split.run_op
@@ -38,7 +55,8 @@ def bound_ops(executor, plan, ops) -> list[BoundOp]:
     bound = []
     for op in ops:
         chunk = plan.split_rows(op, batch)
-        bound.append(BoundOp(op, executor.algorithm.OPS[op.kind], plan.backend_of(op),
+        fn = executor.algorithm.OPS[op.kind]
+        bound.append(BoundOp(op, fn, kernel_hook(fn), plan.backend_of(op),
                              op.is_requant() and not op.is_alias(), bool(chunk and chunk < batch),
                              op.macs, plan.op_bytes(op)))
     cache[key] = (ops, bound)
@@ -62,7 +80,7 @@ def run_bound(executor, plan, env: dict, ctx, stats, ops, run_op) -> dict:
             started = clock()
             backend.current_op = op
             try:
-                outputs = b.fn(wrap(backend) if wrap is not None else backend, op, env, ctx)
+                outputs = invoke(b.fn, b.hook, wrap(backend) if wrap is not None else backend, op, env, ctx)
             except BackendError as exc:
                 backend.current_op = None
                 executor.count_time(stats, backend.name, clock() - started)

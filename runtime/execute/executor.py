@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from ..errors import BackendError, NoSupport
 from ..numerics import RngKey
+from .bound import invoke, kernel_hook
 from .pipeline import run_pipelined
 from .planned import run_planned
 from .split import run_serial
@@ -153,14 +154,8 @@ class Executor:
             started = time.perf_counter()
             backend.current_op = op
             try:
-                run, on = self.algorithm.OPS[op.kind], wrap(backend) if wrap else backend
-                hook = getattr(run, "hook", False)   # algorithms/_kernel.Kernel: the op is one backend hook
-                if hook is False:    # an op function that calls its backend's hooks itself
-                    outputs = run(on, op, env, ctx)
-                elif hook:           # the recipe maps the tensors; the backend's kernel is called from here
-                    outputs = run.result(op, env, ctx, getattr(on, hook)(*run.args(op, env, ctx)))
-                else:                # an op the recipe runs without a backend (a reshape)
-                    outputs = run.result(op, env, ctx, None)
+                run = self.algorithm.OPS[op.kind]
+                outputs = invoke(run, kernel_hook(run), wrap(backend) if wrap else backend, op, env, ctx)
             except BackendError as exc:
                 name = self.fall_back(plan, op, name, exc, stats)
                 continue
