@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "conv_impl.h"
+#include "conv_lanes.h"
 #include "gemm.h"
 #include "gemm_kernels.h"
 #include "scratch.h"
@@ -213,6 +214,20 @@ PaddedSrc forward_source(const int8_t* x, const ConvShape& s, std::vector<int8_t
                     s.stride, buf);
 }
 
+bool acc_is_int64(long long depth) { return depth * 127LL * 127LL >= (1LL << 31); }  // bindings.h needs_int64
+
+// The few-channel passes that run on conv_lanes (int32 accumulators only: the depth
+// limits of use_pixel_panels keep them exact, and int64 depths never get here).
+bool fwd_lanes(const ConvShape& s) {
+  return !acc_is_int64(s.kh * s.kw * s.c) && lanes_fit(s.c, s.kh, s.kw, s.stride, s.o);
+}
+bool bwd_data_lanes(const ConvShape& s) {   // a stride-1 convolution of the dilated error
+  return !acc_is_int64(s.kh * s.kw * s.o) && lanes_fit(s.o, s.kh, s.kw, 1, s.c);
+}
+bool wgrad_lanes(const ConvShape& s) {   // the reduction runs over the pixels
+  return !acc_is_int64(1LL * s.n * s.oh() * s.ow()) && wgrad_lanes_fit(s.c, s.kh, s.kw, s.stride, s.o);
+}
+
 }  // namespace
 
 // When its tap rows split into whole groups of 4 columns and the packing's offsets fit.
@@ -224,11 +239,14 @@ const char* conv_algorithm(ConvPass pass, const ConvShape& s) {
   switch (pass) {
     case ConvPass::kForward:
       if (s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0) return "gemm_1x1";
-      return use_pixel_panels(s.o, s.kh * run_pad(s.kw * s.c), fwd_bytes(s)) ? "pixel_panels" : "im2col_gemm";
+      if (!use_pixel_panels(s.o, s.kh * run_pad(s.kw * s.c), fwd_bytes(s))) return "im2col_gemm";
+      return fwd_lanes(s) ? "lanes" : "pixel_panels";
     case ConvPass::kBackwardData:
-      return use_pixel_panels(s.c, s.kh * run_pad(s.kw * s.o), bwd_bytes(s)) ? "pixel_panels" : "im2col_gemm";
+      if (!use_pixel_panels(s.c, s.kh * run_pad(s.kw * s.o), bwd_bytes(s))) return "im2col_gemm";
+      return bwd_data_lanes(s) ? "lanes" : "pixel_panels";
     case ConvPass::kBackwardWeight:
-      return use_wgrad_panels(s) ? "wgrad_panels" : "im2col_gemm";
+      if (!use_wgrad_panels(s)) return "im2col_gemm";
+      return wgrad_lanes(s) ? "wgrad_lanes" : "wgrad_panels";
   }
   return "?";
 }
@@ -246,6 +264,12 @@ void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y, int6
     const int run = s.kw * s.c;
     int8_t* w_runs = grow(scratch(1), static_cast<size_t>(s.o) * s.kh * run_pad(run));
     weights_in_runs(w, s.o, s.kh, run, w_runs);
+    if constexpr (std::is_same_v<T, int32_t>) {
+      if (fwd_lanes(s)) {
+        conv_lanes(src, w_runs, s.o, y, absmax);
+        return;
+      }
+    }
     conv_pixel_panels(src, w_runs, s.o, y);
     return;
   }
@@ -276,6 +300,12 @@ void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* 
   int8_t* wt = grow(scratch(1), static_cast<size_t>(s.c) * k);
   flipped_transposed_weights(w, s, runp, wt);
   if (panels) {
+    if constexpr (std::is_same_v<T, int32_t>) {
+      if (bwd_data_lanes(s)) {
+        conv_lanes(src, wt, s.c, dx, absmax);
+        return;
+      }
+    }
     conv_pixel_panels(src, wt, s.c, dx);
     return;
   }
@@ -286,6 +316,12 @@ template <typename T>
 void conv2d_bwd_weight(const int8_t* err, const int8_t* x, const ConvShape& s, T* dw) {
   const PaddedSrc src = forward_source(x, s, &scratch(2));
   if (use_wgrad_panels(s)) {
+    if constexpr (std::is_same_v<T, int32_t>) {
+      if (wgrad_lanes(s)) {
+        conv_wgrad_lanes(src, err, s.o, dw);
+        return;
+      }
+    }
     conv_wgrad_panels(src, err, s.o, dw);
     return;
   }

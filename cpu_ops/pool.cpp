@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "pool_f32.h"
+#include "pool_lanes.h"
 #include "rounding.h"
 #include "thread_pool.h"
 
@@ -190,6 +191,9 @@ void pool_bwd_image(const T* err, const uint8_t* argmax, const PoolShape& s, con
 
 template <typename T>
 void maxpool(const T* x, const PoolShape& s, T* y, uint8_t* argmax) {
+  if constexpr (std::is_same_v<T, int8_t>) {
+    if (pool_lanes_fit(s)) return maxpool_lanes(x, s, y, argmax);   // tiling windows: byte permutes
+  }
   using RowsFn = void (*)(const T*, const PoolShape&, T*, uint8_t*, int, int);
   const RowsFn rows_fn = s.c == 1 ? pool_rows<T, 1> : s.c == 3 ? pool_rows<T, 3> : s.c == 6 ? pool_rows<T, 6>
                        : s.c == 16 ? pool_rows<T, 16> : pool_rows<T, 0>;
@@ -203,6 +207,9 @@ void maxpool(const T* x, const PoolShape& s, T* y, uint8_t* argmax) {
 
 template <typename T>
 void maxpool_bwd(const T* err, const uint8_t* argmax, const PoolShape& s, T* dx) {
+  if constexpr (std::is_same_v<T, int8_t>) {
+    if (pool_lanes_fit(s)) return maxpool_bwd_lanes(err, argmax, s, dx);
+  }
   const size_t image = static_cast<size_t>(s.h) * s.w * s.c;
   // Where tap t of a window lands, relative to the window's corner (no division per element).
   ptrdiff_t tap_at[256];

@@ -84,9 +84,9 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     }
     const int hp = s.h + 2 * s.pad, wp = s.w + 2 * s.pad;
     padded_into(&out, static_cast<size_t>(s.n) * hp * wp * s.c, wp);
-    if (algo == "pixel_panels") {
+    if (algo == "pixel_panels" || algo == "lanes") {   // conv_lanes: the weights in runs, no panels
       add(&out, "conv.weights", static_cast<size_t>(s.o) * s.kh * run_pad(s.kw * s.c));
-      pixel_panels_into(&out, s.o, s.kh * run_pad(s.kw * s.c), is64);
+      if (algo == "pixel_panels") pixel_panels_into(&out, s.o, s.kh * run_pad(s.kw * s.c), is64);
     } else {
       add(&out, "conv.im2col", static_cast<size_t>(a_rows(active_isa(), pixels)) * a_row_bytes(active_isa(), k));
       gemm_into(&out, static_cast<int>(pixels), s.o, k, is64, true);
@@ -97,14 +97,14 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     const bool is64 = acc64(static_cast<long long>(s.o) * s.kh * s.kw);
     const size_t m = static_cast<size_t>(s.n) * s.h * s.w;
     if (requant) add(&out, "requant.acc.conv2d_bwd_data" + elem(is64), m * s.c * (is64 ? 8 : 4));
-    const bool panels = algo == "pixel_panels";
+    const bool panels = algo == "pixel_panels" || algo == "lanes";
     const int run = s.kw * s.o, k = s.kh * (panels ? run_pad(run) : run);
     const bool packs_w = !is64 && !panels && pack_b_k_rows_fits(s.c, k, active_isa());  // conv.cpp bwd_data_packs_w
     if (!packs_w) add(&out, "conv.weights", static_cast<size_t>(s.c) * k);
     const int hp = s.h + s.kh - 1, wp = s.w + s.kw - 1;
     padded_into(&out, static_cast<size_t>(s.n) * hp * wp * s.o, wp);
     if (panels) {
-      pixel_panels_into(&out, s.c, k, is64);
+      if (algo == "pixel_panels") pixel_panels_into(&out, s.c, k, is64);
     } else {
       add(&out, "conv.im2col", static_cast<size_t>(a_rows(active_isa(), m)) * a_row_bytes(active_isa(), k));
       gemm_into(&out, static_cast<int>(m), s.c, k, is64, true, !packs_w);
@@ -117,6 +117,7 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
   const size_t bytes = is64 ? 8 : 4;
   const int hp = s.h + 2 * s.pad, wp = s.w + 2 * s.pad;
   padded_into(&out, static_cast<size_t>(s.n) * hp * wp * s.c, wp);
+  if (algo == "wgrad_lanes") return out;   // conv_lanes.cpp: the padded source and the stack
   if (algo == "wgrad_panels") {
     const GemmKernel* kern = panel_kernel();
     const int threads = pool_threads(), runp = run_pad(s.kw * s.c), taps = s.kh * runp;

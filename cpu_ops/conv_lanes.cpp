@@ -1,0 +1,318 @@
+// Stride-1 convolutions with few output channels on AVX-512 VNNI + VBMI, with the output
+// itself in the vector lanes. Pixel panels (conv_panels.cpp) put 64 pixels in a GEMM
+// tile's columns, so each panel is gathered from the source (dword gathers, 53 % of
+// LeNet-5's error convolution) and its result transposed back to NHWC with scalar stores
+// (38 % of its first convolution). Here lane k of vector z holds output element
+// (pixel q, channel o) = divmod(16 z + k, O) of a group of P pixels (P * O a multiple of
+// 16): the group's NHWC output is z contiguous vectors, stored as they are. Each
+// vpdpbusd step takes 4 consecutive bytes of a tap row (kw * C bytes, contiguous in NHWC)
+// for every pixel: one or two 64-byte loads of the source row and a byte permute
+// (vpermb / vpermt2b) spread them to the lanes, and a per-lane weight vector holds the
+// matching 4 weights of each lane's channel. This is the DSP's conv_lanes.c idea (pixels
+// in the lanes, weights beside them) with the channels interleaved into the lanes too.
+//
+// vpdpbusd multiplies u8 by s8: the source bytes are flipped to u8 (x + 128) and each
+// lane corrected by -128 * (the sum of its channel's weights), exact mod 2^32 as in the
+// GEMM kernels. The largest |result| is taken on the way for the requantizing entry points.
+#include "conv_lanes.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <numeric>
+#include <vector>
+
+#include "gemm.h"
+#include "thread_pool.h"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+// GCC 12's AVX-512 intrinsics (abs, permutes) start from an undefined vector it then warns about
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#define DSPTRAIN_LANES_X86 1
+#define DSPTRAIN_LANES __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi")))
+#endif
+
+namespace dsptrain {
+
+namespace {
+
+constexpr int kMaxVectors = 4;        // z per pixel group (accumulators held in registers)
+constexpr int kMaxSpan = 128;         // source bytes one step reads: two loads
+constexpr size_t kMaxWeightBytes = 24 * 1024;  // lane weights kept in L1 beside the source
+
+struct LaneShape {
+  int pixels;   // P: pixels per group
+  int vectors;  // P * O / 16
+  int steps;    // dwords per tap row: run_pad(kw * C) / 4
+  int span;     // source bytes one step needs: (P - 1) * C + 4
+};
+
+LaneShape lane_shape(int ch, int kw, int oc) {
+  const int p = 16 / std::gcd(oc, 16);
+  return {p, p * oc / 16, run_pad(kw * ch) / 4, (p - 1) * ch + 4};
+}
+
+bool cpu_has_vbmi() {
+#ifdef DSPTRAIN_LANES_X86
+  static const bool has = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vnni") &&
+                          __builtin_cpu_supports("avx512bw");
+  return has;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+bool lanes_fit(int ch, int kh, int kw, int step, int oc) {
+  if (step != 1 || oc < 1 || !cpu_has_vbmi()) return false;
+  // the GEMM's ISA chosen (or forced) must be AVX-512: a forced avx2/scalar run stays there
+  if (active_isa() != Isa::kAvx512Vnni && active_isa() != Isa::kAmx) return false;
+  const LaneShape l = lane_shape(ch, kw, oc);
+  return l.vectors <= kMaxVectors && l.span <= kMaxSpan &&
+         static_cast<size_t>(kh) * l.steps * l.vectors * 64 <= kMaxWeightBytes;
+}
+
+#ifdef DSPTRAIN_LANES_X86
+namespace {
+
+// The lane weights: for tap row i, step t, vector z, lane k (channel o = (16 z + k) % O),
+// the 4 bytes w_runs[o, i, 4 t .. 4 t + 3]; and each lane's correction -128 * sum(w[o]).
+void lane_weights(const int8_t* w_runs, int oc, int kh, int runp, const LaneShape& l, int8_t* wv, int32_t* corr) {
+  for (int i = 0; i < kh; ++i)
+    for (int t = 0; t < l.steps; ++t)
+      for (int z = 0; z < l.vectors; ++z) {
+        int8_t* v = wv + ((static_cast<size_t>(i) * l.steps + t) * l.vectors + z) * 64;
+        for (int k = 0; k < 16; ++k) {
+          const int o = (16 * z + k) % oc;
+          for (int b = 0; b < 4; ++b) v[4 * k + b] = w_runs[(static_cast<size_t>(o) * kh + i) * runp + 4 * t + b];
+        }
+      }
+  for (int z = 0; z < l.vectors; ++z)
+    for (int k = 0; k < 16; ++k) {
+      const int o = (16 * z + k) % oc;
+      int32_t sum = 0;
+      for (int r = 0; r < kh * runp; ++r) sum += w_runs[static_cast<size_t>(o) * kh * runp + r];
+      corr[16 * z + k] = static_cast<int32_t>(static_cast<uint32_t>(sum) * static_cast<uint32_t>(-128));
+    }
+}
+
+// Byte b of lane k of vector z reads source byte q * C + b of the step's span.
+void lane_index(const PaddedSrc& s, int oc, const LaneShape& l, uint8_t* idx) {
+  for (int z = 0; z < l.vectors; ++z)
+    for (int k = 0; k < 16; ++k)
+      for (int b = 0; b < 4; ++b) idx[z * 64 + 4 * k + b] = static_cast<uint8_t>((16 * z + k) / oc * s.ch + b);
+}
+
+// vpermb; the zero-masked form, as the plain one reads an undefined vector (GCC warns)
+DSPTRAIN_LANES inline __m512i permute_bytes(__m512i idx, __m512i v) {
+  return _mm512_maskz_permutexvar_epi8(~__mmask64{0}, idx, v);
+}
+
+inline __mmask64 first_bytes(int n) {
+  return n <= 0 ? __mmask64{0} : n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
+}
+
+// Output rows r0..r1 (row r: image r / OH, row r % OH) into out (row r0's first element);
+// returns the largest |result|.
+template <int Z, bool Two>
+DSPTRAIN_LANES uint32_t lanes_run(const PaddedSrc& s, int oc, const LaneShape& l, const int8_t* wv, const uint8_t* idx,
+                                  const int32_t* corr, int r0, int r1, int32_t* out) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const ptrdiff_t rs = s.row_stride();
+  __m512i ix[Z], cz[Z];
+  for (int z = 0; z < Z; ++z) {
+    ix[z] = _mm512_loadu_si512(idx + 64 * z);
+    cz[z] = _mm512_loadu_si512(corr + 16 * z);
+  }
+  __m512i top = _mm512_setzero_si512();
+  for (int r = r0; r < r1; ++r, out += static_cast<ptrdiff_t>(s.ow) * oc) {
+    const int8_t* row0 = s.d + s.base(r / s.oh, r % s.oh, 0);
+    for (int x0 = 0; x0 < s.ow; x0 += l.pixels) {
+      const int valid = std::min(l.pixels, s.ow - x0);
+      // a partial group reads no further than its last pixel's tap row (+3 run padding)
+      const int span = valid == l.pixels ? l.span : (valid - 1) * s.ch + 4;
+      const __mmask64 lo_mask = first_bytes(span), hi_mask = first_bytes(span - 64);
+      __m512i acc[Z];
+      for (int z = 0; z < Z; ++z) acc[z] = cz[z];
+      const int8_t* w = wv;
+      for (int i = 0; i < s.kh; ++i) {
+        const int8_t* src = row0 + i * rs + static_cast<ptrdiff_t>(x0) * s.ch;
+        for (int t = 0; t < l.steps; ++t, src += 4, w += Z * 64) {
+          const __m512i lo = _mm512_xor_si512(_mm512_maskz_loadu_epi8(lo_mask, src), flip);
+          if constexpr (Two) {
+            const __m512i hi = _mm512_xor_si512(_mm512_maskz_loadu_epi8(hi_mask, src + 64), flip);
+            for (int z = 0; z < Z; ++z)
+              acc[z] = _mm512_dpbusd_epi32(acc[z], _mm512_permutex2var_epi8(lo, ix[z], hi),
+                                           _mm512_loadu_si512(w + 64 * z));
+          } else {
+            for (int z = 0; z < Z; ++z)
+              acc[z] = _mm512_dpbusd_epi32(acc[z], permute_bytes(ix[z], lo), _mm512_loadu_si512(w + 64 * z));
+          }
+        }
+      }
+      int left = valid * oc;  // the group's outputs: z vectors in NHWC order
+      int32_t* dst = out + static_cast<ptrdiff_t>(x0) * oc;
+      for (int z = 0; z < Z && left > 0; ++z, left -= 16, dst += 16) {
+        const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+        _mm512_mask_storeu_epi32(dst, m, acc[z]);
+        top = _mm512_mask_max_epu32(top, m, top, _mm512_abs_epi32(acc[z]));
+      }
+    }
+  }
+  return _mm512_reduce_max_epu32(top);
+}
+
+template <int Z, bool Two>
+void lanes_rows(const PaddedSrc& s, int oc, const LaneShape& l, const int8_t* wv, const uint8_t* idx,
+                const int32_t* corr, int32_t* out, int64_t* absmax) {
+  const int rows = s.n * s.oh;
+  const size_t row_out = static_cast<size_t>(s.ow) * oc;
+  const int tasks = tasks_for(static_cast<size_t>(rows) * row_out * 4, rows);
+  std::vector<uint32_t> tops(tasks, 0);
+  parallel_for(tasks, [&](int task) {
+    const int r0 = static_cast<int>(static_cast<long long>(rows) * task / tasks);
+    const int r1 = static_cast<int>(static_cast<long long>(rows) * (task + 1) / tasks);
+    tops[task] = lanes_run<Z, Two>(s, oc, l, wv, idx, corr, r0, r1, out + r0 * row_out);
+  });
+  if (absmax) *absmax = *std::max_element(tops.begin(), tops.end());
+}
+
+// ---------------------------------------------------------------- weight gradient, one input channel
+// dw[o, i, j] = sum over pixels p of err[p, o] * x[p + (i, j)]. Lanes are taps: vector a
+// holds tap rows a*R .. a*R+R-1 (R = min(4, 16 / kw)), lane r * kw + j; a dword is 4
+// consecutive pixels of one output row, so tap (i, j)'s bytes are the source row's
+// bytes x + j .. x + j + 3, permuted out of four 16-byte row loads; the error's dword of
+// channel o (its 4 pixels) is broadcast. LeNet's conv1: 25 taps in 2 vectors x 6 channels.
+struct WgradShape {
+  int rows_per_vector;  // R
+  int vectors;          // ceil(kh / R)
+};
+
+WgradShape wgrad_shape(int kh, int kw) {
+  const int r = std::min(4, 16 / std::max(kw, 1));
+  return {r, r > 0 ? (kh + r - 1) / r : 0};
+}
+
+template <int A>
+DSPTRAIN_LANES void wgrad_run(const PaddedSrc& s, const int8_t* err, int oc, const WgradShape& g, const uint8_t* idx,
+                              int r0, int r1, int32_t* sums) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80)), ones = _mm512_set1_epi8(1);
+  const ptrdiff_t rs = s.row_stride();
+  __m512i ix[A];
+  for (int a = 0; a < A; ++a) ix[a] = _mm512_loadu_si512(idx + 64 * a);
+  // err dwords: lane o of `e` = err[x .. x+3, o] (4 pixels of channel o)
+  alignas(64) uint8_t eidx_bytes[64];
+  for (int k = 0; k < 64; ++k) eidx_bytes[k] = static_cast<uint8_t>(k / 4 < oc ? (k % 4) * oc + k / 4 : 0);
+  const __m512i eix = _mm512_load_si512(eidx_bytes);
+  __m512i acc[A][8], esum = _mm512_setzero_si512();
+  for (int a = 0; a < A; ++a)
+    for (int o = 0; o < oc; ++o) acc[a][o] = _mm512_setzero_si512();
+  for (int r = r0; r < r1; ++r) {
+    const int b = r / s.oh, oy = r % s.oh;
+    const int8_t* row0 = s.d + s.base(b, oy, 0);
+    const int8_t* erow = err + static_cast<ptrdiff_t>(r) * s.ow * oc;
+    for (int x = 0; x < s.ow; x += 4) {
+      const int valid = std::min(4, s.ow - x);
+      const __m512i e = permute_bytes(eix, _mm512_maskz_loadu_epi8(first_bytes(valid * oc), erow + x * oc));
+      esum = _mm512_dpbusd_epi32(esum, ones, e);
+      __m512i av[A];
+      for (int a = 0; a < A; ++a) {   // tap row a*R + q in 128-bit slot q
+        __m512i rowsv = _mm512_setzero_si512();
+        const int first = a * g.rows_per_vector, count = std::min(g.rows_per_vector, s.kh - first);
+        const int8_t* at = row0 + first * rs + x;
+        if (count > 0) rowsv = _mm512_inserti32x4(rowsv, _mm_loadu_si128(reinterpret_cast<const __m128i*>(at)), 0);
+        if (count > 1) rowsv = _mm512_inserti32x4(rowsv, _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + rs)), 1);
+        if (count > 2) rowsv = _mm512_inserti32x4(rowsv, _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + 2 * rs)), 2);
+        if (count > 3) rowsv = _mm512_inserti32x4(rowsv, _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + 3 * rs)), 3);
+        av[a] = _mm512_xor_si512(permute_bytes(ix[a], rowsv), flip);
+      }
+      for (int o = 0; o < oc; ++o) {
+        const __m512i eo = _mm512_permutexvar_epi32(_mm512_set1_epi32(o), e);
+        for (int a = 0; a < A; ++a) acc[a][o] = _mm512_dpbusd_epi32(acc[a][o], av[a], eo);
+      }
+    }
+  }
+  for (int a = 0; a < A; ++a)
+    for (int o = 0; o < oc; ++o) _mm512_storeu_si512(sums + (o * A + a) * 16, acc[a][o]);
+  _mm512_storeu_si512(sums + oc * A * 16, esum);
+}
+
+using RowsFn = void (*)(const PaddedSrc&, int, const LaneShape&, const int8_t*, const uint8_t*, const int32_t*,
+                        int32_t*, int64_t*);
+
+template <int Z>
+RowsFn rows_for(bool two) { return two ? lanes_rows<Z, true> : lanes_rows<Z, false>; }
+
+template <int A>
+void wgrad_rows(const PaddedSrc& s, const int8_t* err, int oc, const WgradShape& g, int32_t* dw) {
+  alignas(64) uint8_t idx[64 * 4] = {};
+  for (int a = 0; a < A; ++a)
+    for (int q = 0; q < g.rows_per_vector; ++q)
+      for (int j = 0; j < s.kw; ++j)
+        for (int b = 0; b < 4; ++b) idx[a * 64 + (q * s.kw + j) * 4 + b] = static_cast<uint8_t>(16 * q + j + b);
+  const int rows = s.n * s.oh, per_task = oc * A * 16 + 16;
+  const int tasks = tasks_for(static_cast<size_t>(rows) * s.ow * (oc + s.kh * 4), rows);
+  std::vector<int32_t> sums(static_cast<size_t>(tasks) * per_task);
+  parallel_for(tasks, [&](int task) {
+    const int r0 = static_cast<int>(static_cast<long long>(rows) * task / tasks);
+    const int r1 = static_cast<int>(static_cast<long long>(rows) * (task + 1) / tasks);
+    wgrad_run<A>(s, err, oc, g, idx, r0, r1, sums.data() + static_cast<size_t>(task) * per_task);
+  });
+  // dw[o, i, j] = sum of the tasks' lanes less 128 * sum(err[:, o]), mod 2^32 (exact when it fits)
+  for (int o = 0; o < oc; ++o)
+    for (int i = 0; i < s.kh; ++i)
+      for (int j = 0; j < s.kw; ++j) {
+        const int a = i / g.rows_per_vector, lane = (i % g.rows_per_vector) * s.kw + j;
+        uint32_t v = 0, esum = 0;
+        for (int t = 0; t < tasks; ++t) {
+          const int32_t* part = sums.data() + static_cast<size_t>(t) * per_task;
+          v += static_cast<uint32_t>(part[(o * A + a) * 16 + lane]);
+          esum += static_cast<uint32_t>(part[oc * A * 16 + o]);
+        }
+        dw[(o * s.kh + i) * s.kw + j] = static_cast<int32_t>(v - 128u * esum);
+      }
+}
+
+}  // namespace
+
+bool wgrad_lanes_fit(int ch, int kh, int kw, int step, int oc) {
+  if (ch != 1 || step != 1 || oc < 1 || oc > 8 || kw > 13 || !cpu_has_vbmi()) return false;
+  if (active_isa() != Isa::kAvx512Vnni && active_isa() != Isa::kAmx) return false;
+  const WgradShape g = wgrad_shape(kh, kw);
+  return g.vectors >= 1 && g.vectors <= 4 && g.vectors * oc <= 16;   // accumulators in registers
+}
+
+void conv_wgrad_lanes(const PaddedSrc& s, const int8_t* err, int oc, int32_t* dw) {
+  const WgradShape g = wgrad_shape(s.kh, s.kw);
+  switch (g.vectors) {
+    case 1: return wgrad_rows<1>(s, err, oc, g, dw);
+    case 2: return wgrad_rows<2>(s, err, oc, g, dw);
+    case 3: return wgrad_rows<3>(s, err, oc, g, dw);
+    default: return wgrad_rows<4>(s, err, oc, g, dw);
+  }
+}
+
+void conv_lanes(const PaddedSrc& s, const int8_t* w_runs, int oc, int32_t* out, int64_t* absmax) {
+  const LaneShape l = lane_shape(s.ch, s.kw, oc);
+  const int runp = run_pad(s.run());
+  std::vector<int8_t> wv(static_cast<size_t>(s.kh) * l.steps * l.vectors * 64);
+  alignas(64) int32_t corr[16 * kMaxVectors];
+  alignas(64) uint8_t idx[64 * kMaxVectors];
+  lane_weights(w_runs, oc, s.kh, runp, l, wv.data(), corr);
+  lane_index(s, oc, l, idx);
+  const bool two = l.span > 64;
+  const RowsFn fn = l.vectors == 1 ? rows_for<1>(two) : l.vectors == 2 ? rows_for<2>(two)
+                  : l.vectors == 3 ? rows_for<3>(two) : rows_for<4>(two);
+  fn(s, oc, l, wv.data(), idx, corr, out, absmax);
+}
+
+#else
+void conv_lanes(const PaddedSrc&, const int8_t*, int, int32_t*, int64_t*) { std::abort(); }  // never fits
+bool wgrad_lanes_fit(int, int, int, int, int) { return false; }
+void conv_wgrad_lanes(const PaddedSrc&, const int8_t*, int, int32_t*) { std::abort(); }
+#endif
+
+}  // namespace dsptrain
