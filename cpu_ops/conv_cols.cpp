@@ -12,29 +12,43 @@
 namespace dsptrain {
 
 template <typename T>
+inline void add_run(const T* __restrict src, size_t n, T* __restrict dst) {
+  for (size_t t = 0; t < n; ++t) dst[t] += src[t];
+}
+
+template <typename T>
+void col2im_add_image(const T* dcols, const Col2imShape& s, T* dx) {
+  const size_t run = static_cast<size_t>(s.kw) * s.c, taps = run * s.kh;
+  std::fill(dx, dx + static_cast<size_t>(s.h) * s.w * s.c, T{0});
+  for (int i = 0; i < s.oh; ++i)
+    for (int j = 0; j < s.ow; ++j) {
+      const T* src = dcols + (static_cast<size_t>(i) * s.ow + j) * taps;
+      const int x0 = j * s.stride - s.pad;
+      const bool inside = x0 >= 0 && x0 + s.kw <= s.w;
+      for (int a = 0; a < s.kh; ++a) {
+        const int y = i * s.stride + a - s.pad;
+        if (y < 0 || y >= s.h) continue;
+        if (inside) {   // the tap row lands on kw * c contiguous elements of dx: one vector loop
+          add_run(src + static_cast<size_t>(a) * run, run, dx + (static_cast<size_t>(y) * s.w + x0) * s.c);
+          continue;
+        }
+        for (int b = 0; b < s.kw; ++b) {
+          const int x = x0 + b;
+          if (x < 0 || x >= s.w) continue;
+          add_run(src + (static_cast<size_t>(a) * s.kw + b) * s.c, s.c, dx + (static_cast<size_t>(y) * s.w + x) * s.c);
+        }
+      }
+    }
+}
+
+template <typename T>
 void col2im_add(const T* dcols, const Col2imShape& s, T* dx) {
   const size_t image = static_cast<size_t>(s.h) * s.w * s.c;
   const size_t taps = static_cast<size_t>(s.kh) * s.kw * s.c, per_image = static_cast<size_t>(s.oh) * s.ow * taps;
   const size_t bytes = static_cast<size_t>(s.n) * (per_image + image) * sizeof(T);
   SerialScope serial(bytes < kTaskGrainBytes);
   parallel_ranges(s.n, bytes, [&](int n0, int n1) {
-    std::fill(dx + n0 * image, dx + n1 * image, T{0});
-    for (int n = n0; n < n1; ++n)
-      for (int i = 0; i < s.oh; ++i)
-        for (int j = 0; j < s.ow; ++j) {
-          const T* src = dcols + n * per_image + (static_cast<size_t>(i) * s.ow + j) * taps;
-          for (int a = 0; a < s.kh; ++a) {
-            const int y = i * s.stride + a - s.pad;
-            if (y < 0 || y >= s.h) continue;
-            for (int b = 0; b < s.kw; ++b) {
-              const int x = j * s.stride + b - s.pad;
-              if (x < 0 || x >= s.w) continue;
-              T* d = dx + n * image + (static_cast<size_t>(y) * s.w + x) * s.c;
-              const T* v = src + (static_cast<size_t>(a) * s.kw + b) * s.c;
-              for (int ch = 0; ch < s.c; ++ch) d[ch] += v[ch];
-            }
-          }
-        }
+    for (int n = n0; n < n1; ++n) col2im_add_image(dcols + n * per_image, s, dx + n * image);
   });
 }
 
@@ -102,6 +116,7 @@ void im2col_copy(const T* x, const Col2imShape& s, T* cols) {
 template void im2col_copy<int16_t>(const int16_t*, const Col2imShape&, int16_t*);
 template void im2col_copy<float>(const float*, const Col2imShape&, float*);
 template void col2im_add<int64_t>(const int64_t*, const Col2imShape&, int64_t*);
+template void col2im_add_image<int64_t>(const int64_t*, const Col2imShape&, int64_t*);
 template void col2im_add<double>(const double*, const Col2imShape&, double*);
 
 }  // namespace dsptrain
