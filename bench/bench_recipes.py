@@ -10,11 +10,16 @@ under load, placement on the DSP; and (--accuracy) test accuracy beside FP32.
     python bench/bench_recipes.py --merge a/recipes.json b/recipes.json   # runs split over processes
 
 Speed (the default): each recipe trains `--samples` Fashion-MNIST images (batch 64) on
-`cpu`, timed as one whole pass (not a median step times a count), `--repeats` times; the
-table gives the median seconds per 1,000 samples, its ratio to NITI's, and the same with
-a busy process pinned to the last core (a phone with another app running) and its ratio
-to the quiet time; PyTorch FP32 (the peer, same model and batches, SGD) is timed in the
-same run; under `--backend dsp` (the emulated Hexagon) one step per recipe gives the
+`cpu`, timed as one whole pass (not a median step times a count), after ten warm-up
+steps. The passes run in `--repeats` alternating rounds (every recipe and PyTorch once
+a round, the order rotated each round), so that a drift of the machine's state falls on
+all of them alike: timed one recipe after another, two quiet runs of this bench gave
+NITI 0.056 and 0.067 s/1000 and every ratio to it moved by up to 40 %. The table gives
+the median wall seconds per 1,000 samples and the CPU seconds beside them; ratios to
+NITI and to PyTorch are the median of each round's ratio, with their range over the
+rounds (the noise left); then the same with a busy process pinned to the last core (a
+phone with another app running) and its ratio to the quiet time; PyTorch FP32 (the peer,
+same model and batches, SGD) is timed in the same rounds; under `--backend dsp` (the emulated Hexagon) one step per recipe gives the
 share of its ops placed off `ref` and the DSP packets per step. The machine's load
 average is printed with the table. Results: bench/results/recipes_speed.{csv,json}.
 Targets (issue #15): every INT8 recipe <= 1.5x NITI, FP32 <= 1.2x PyTorch FP32, loaded
@@ -99,85 +104,140 @@ def _run(name: str, samples: int, backend: str):
                                train=dataclasses.replace(run.train, epochs=1), backend=backend)
 
 
-def time_recipe(name: str, samples: int, repeats: int, out: Path, clock=time.perf_counter) -> list[float]:
-    """Seconds per 1,000 samples of `repeats` whole passes over `samples` images (batch 64)
-    on cpu, after two warm-up steps (plan, scratch buffers); by `clock` (wall time, or
-    time.process_time for CPU time)."""
-    from dsptrain import data as datasets
-    trainer = dsptrain.Trainer(_run(name, samples, "cpu"), out_dir=out / f"speed-{name}", progress=False)
-    try:
-        batches = list(datasets.batches(trainer.train_data, 64, seed=0))
-        for images, labels in batches[-2:]:
-            trainer.step(images, labels)
-        timed, per_1000 = batches[:samples // 64], []
-        for _ in range(repeats):
-            t0 = clock()
-            for images, labels in timed:
-                trainer.step(images, labels)
-            per_1000.append((clock() - t0) / (len(timed) * 64) * 1000)
-        return per_1000
-    finally:
-        trainer.close()
+class RecipePass:
+    """One recipe's trainer on cpu, warmed up, that trains `samples` Fashion-MNIST images
+    (batch 64) per call as one whole pass (not a median step times a count)."""
+
+    def __init__(self, name: str, samples: int, out: Path, warmup: int = 10):
+        from dsptrain import data as datasets
+        self.name = name
+        self.trainer = dsptrain.Trainer(_run(name, samples, "cpu"), out_dir=out / f"speed-{name}", progress=False)
+        batches = list(datasets.batches(self.trainer.train_data, 64, seed=0))
+        self.timed = batches[:samples // 64]
+        for images, labels in (batches[-2:] * warmup)[:warmup]:   # plans, scratch buffers, page faults
+            self.trainer.step(images, labels)
+
+    def __call__(self) -> None:
+        for images, labels in self.timed:
+            self.trainer.step(images, labels)
+
+    @property
+    def samples(self) -> int:
+        return len(self.timed) * 64
+
+    def close(self) -> None:
+        self.trainer.close()
 
 
-def time_torch(samples: int, repeats: int, clock=time.perf_counter, threads: int | None = None) -> list[float] | None:
-    """PyTorch FP32 LeNet-5 (bench_train's model), SGD with momentum, same batches, at its
-    own thread count (or `threads`): seconds per 1,000 samples by `clock`."""
+def torch_pass(samples: int, threads: int | None = None):
+    """A TorchPass, or None when torch is not installed (the table then says n/a)."""
     try:
-        import torch
-        from torch import nn
+        import torch  # noqa: F401
     except ImportError:
         return None
-    from bench_train import torch_model
-    from dsptrain.data import batches, load_fashion_mnist
-    torch.set_num_threads(threads or os.cpu_count() or 1)
-    data = [b for _, b in zip(range(samples // 64 + 2), batches(load_fashion_mnist("train"), 64, seed=0))]
-    net = torch_model(torch, "lenet5")
-    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
+    return TorchPass(samples, threads)
 
-    def step(images, labels):
+
+class TorchPass:
+    """PyTorch FP32 LeNet-5 (bench_train's model), SGD with momentum, the same batches, at
+    its own thread count (or `threads`), warmed up; one whole pass per call."""
+
+    def __init__(self, samples: int, threads: int | None = None, warmup: int = 10):
+        import torch
+        from torch import nn
+        from bench_train import torch_model
+        from dsptrain.data import batches, load_fashion_mnist
+        self.name = "PyTorch FP32 (peer)"
+        self.torch, self.nn, self.threads = torch, nn, threads or os.cpu_count() or 1
+        torch.set_num_threads(self.threads)
+        data = [b for _, b in zip(range(samples // 64 + 2), batches(load_fashion_mnist("train"), 64, seed=0))]
+        self.net = torch_model(torch, "lenet5")
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
+        self.timed = data[:samples // 64]
+        for images, labels in (data[-2:] * warmup)[:warmup]:
+            self.step(images, labels)
+
+    def step(self, images, labels):
+        torch = self.torch
         x = torch.from_numpy((images.astype(np.float32) - 128) / 128).permute(0, 3, 1, 2).contiguous()
-        opt.zero_grad()
-        nn.functional.cross_entropy(net(x), torch.from_numpy(labels.astype(np.int64))).backward()
-        opt.step()
+        self.opt.zero_grad()
+        self.nn.functional.cross_entropy(self.net(x), torch.from_numpy(labels.astype(np.int64))).backward()
+        self.opt.step()
 
-    for images, labels in data[-2:]:
-        step(images, labels)
-    out = []
-    for _ in range(repeats):
-        t0 = clock()
-        for images, labels in data[:samples // 64]:
-            step(images, labels)
-        out.append((clock() - t0) / (samples // 64 * 64) * 1000)
+    def __call__(self) -> None:
+        self.torch.set_num_threads(self.threads)
+        for images, labels in self.timed:
+            self.step(images, labels)
+
+    @property
+    def samples(self) -> int:
+        return len(self.timed) * 64
+
+    def close(self) -> None:
+        pass
+
+
+def timed_rounds(passes: list, repeats: int) -> dict[str, list[tuple[float, float]]]:
+    """Each pass timed `repeats` times, in rounds: every round runs every pass once, the
+    order rotated by one each round. A drift in the machine's state (another process,
+    the clock) then falls on all of them alike, rather than on whichever recipe ran
+    during it. Returns name -> [(wall, cpu) seconds per 1,000 samples] in round order."""
+    out = {p.name: [] for p in passes}
+    for r in range(repeats):
+        for p in passes[r % len(passes):] + passes[:r % len(passes)]:
+            w0, c0 = time.perf_counter(), time.process_time()
+            p()
+            per = 1000 / p.samples
+            out[p.name].append(((time.perf_counter() - w0) * per, (time.process_time() - c0) * per))
     return out
 
 
 def cpu_time(args) -> int:
     """--cpu-time: CPU seconds per 1,000 samples of every recipe and of PyTorch, all at one
-    thread. Other processes on the machine change this far less than wall time (they
-    still share caches and the memory bus), so it ranks the recipes on a busy machine."""
+    thread, in alternating rounds. Other processes on the machine change this far less
+    than wall time (they still share caches and the memory bus), so it ranks the recipes
+    on a busy machine."""
     from dsptrain import _cpu_ops
     load = os.getloadavg()
     _cpu_ops.set_threads(1)
     names = [n for n in SPEED_RUNS if n in args.recipes]
-    ours = {n: statistics.median(time_recipe(n, args.samples, args.repeats, args.out, time.process_time))
-            for n in names}
-    torch_runs = time_torch(args.samples, args.repeats, time.process_time, threads=1)
-    theirs = statistics.median(torch_runs) if torch_runs else None
-    niti = ours.get("niti")
-    rows = [{"recipe": n, "cpu s/1000": v, "vs NITI": v / niti if niti else None,
-             "vs torch (1 thread)": v / theirs if theirs else None,
-             "target": "<= 1.5x NITI" if n in INT8_RUNS else "<= 1.2x torch" if n == "fp32" else ""}
-            for n, v in ours.items()]
-    rows.append({"recipe": "PyTorch FP32 (peer, 1 thread)", "cpu s/1000": theirs,
-                 "vs NITI": theirs / niti if theirs and niti else None, "vs torch (1 thread)": 1.0 if theirs else None})
+    passes = [RecipePass(n, args.samples, args.out) for n in names]
+    peer = torch_pass(args.samples, threads=1)
+    try:
+        runs = timed_rounds(passes + ([peer] if peer else []), args.repeats)
+    finally:
+        for p in passes:
+            p.close()
+    cpu = {name: [c for _, c in v] for name, v in runs.items()}
+    theirs = cpu.get(peer.name) if peer else None
+    rows = []
+    for n in names:
+        row = {"recipe": n, "cpu s/1000": statistics.median(cpu[n])}
+        row.update(_ratio(cpu[n], cpu.get("niti"), "vs NITI"))
+        row.update(_ratio(cpu[n], theirs, "vs torch (1 thread)"))
+        row["target"] = "<= 1.5x NITI" if n in INT8_RUNS else "<= 1.2x torch" if n == "fp32" else ""
+        rows.append(row)
+    if theirs:
+        rows.append({"recipe": "PyTorch FP32 (peer, 1 thread)", "cpu s/1000": statistics.median(theirs),
+                     **_ratio(theirs, cpu.get("niti"), "vs NITI"), "vs torch (1 thread)": 1.0})
     after = os.getloadavg()
-    report.print_table(rows, title=f"LeNet-5, Fashion-MNIST, batch 64, {args.samples} samples x {args.repeats} "
-                                   f"(median), backend cpu, CPU time at one thread (native pool, BLAS, PyTorch); "
-                                   f"load average {load[0]:.1f} before, {after[0]:.1f} after")
+    report.print_table(rows, title=f"LeNet-5, Fashion-MNIST, batch 64, {args.samples} samples, {args.repeats} "
+                                   f"alternating rounds (median; ratios: median of each round's ratio, "
+                                   f"range over rounds), backend cpu, CPU time at one thread (native pool, BLAS, "
+                                   f"PyTorch); load average {load[0]:.1f} before, {after[0]:.1f} after")
     report.write_results("recipes_cpu_time", rows, args.out, samples=args.samples, repeats=args.repeats,
-                         load_before=load, load_after=after)
+                         load_before=load, load_after=after, raw=cpu)
     return 0
+
+
+def _ratio(mine: list[float], base: list[float] | None, column: str) -> dict:
+    """{column: median of the rounds' ratios mine/base, column range: min-max of them}:
+    each round's ratio compares two passes run moments apart, so a slow drift of the
+    machine cancels; the range shows what noise is left."""
+    if not base:
+        return {column: None}
+    ratios = [m / b for m, b in zip(mine, base)]
+    return {column: statistics.median(ratios), f"{column} range": f"{min(ratios):.2f}-{max(ratios):.2f}"}
 
 
 class BusyCore:
@@ -217,13 +277,19 @@ def dsp_placement(name: str, out: Path) -> dict:
 def speed(args) -> int:
     load = os.getloadavg()
     names = [n for n in SPEED_RUNS if n in args.recipes]
-    quiet = {n: time_recipe(n, args.samples, args.repeats, args.out) for n in names}
-    torch_quiet = time_torch(args.samples, args.repeats)
-    loaded, torch_loaded = {}, None
-    if not args.no_load:
-        with BusyCore():
-            loaded = {n: time_recipe(n, args.samples, args.repeats, args.out) for n in names}
-            torch_loaded = time_torch(args.samples, args.repeats)
+    passes = [RecipePass(n, args.samples, args.out) for n in names]
+    peer = torch_pass(args.samples)
+    timed = passes + ([peer] if peer else [])
+    try:
+        quiet = timed_rounds(timed, args.repeats)
+        load_quiet = os.getloadavg()
+        loaded = {}
+        if not args.no_load:
+            with BusyCore():
+                loaded = timed_rounds(timed, args.repeats)
+    finally:
+        for p in passes:
+            p.close()
     placed = {}
     if not args.no_dsp:
         for n in names:
@@ -231,29 +297,29 @@ def speed(args) -> int:
                 placed[n] = dsp_placement(n, args.out)
             except Exception as exc:   # no emulated DSP here: the table says why
                 placed[n] = {"ops off ref %": f"n/a ({type(exc).__name__}: {exc})"[:60]}
+    wall = lambda runs, n: [w for w, _ in runs[n]] if n in runs else None   # noqa: E731
     med = lambda v: statistics.median(v) if v else None   # noqa: E731
-    niti = med(quiet.get("niti"))
     rows = []
-    for n in names:
-        row = {"recipe": n, "s/1000 quiet": med(quiet[n]), "vs NITI": med(quiet[n]) / niti if niti else None,
-               "vs torch": med(quiet[n]) / med(torch_quiet) if torch_quiet else None}
+    for n in names + ([peer.name] if peer else []):
+        row = {"recipe": n, "s/1000 quiet": med(wall(quiet, n)),
+               "cpu s/1000": med([c for _, c in quiet[n]])}
+        row.update(_ratio(wall(quiet, n), wall(quiet, "niti"), "vs NITI"))
+        row.update(_ratio(wall(quiet, n), wall(quiet, peer.name) if peer else None, "vs torch"))
         if loaded:
-            row["s/1000 loaded"] = med(loaded[n])
-            row["loaded/quiet"] = med(loaded[n]) / med(quiet[n])
+            row["s/1000 loaded"] = med(wall(loaded, n))
+            row["loaded/quiet"] = med(wall(loaded, n)) / med(wall(quiet, n))
         row.update(placed.get(n, {}))
         row["target"] = ("<= 1.5x NITI" if n in INT8_RUNS else "<= 1.2x torch" if n == "fp32" else "")
         rows.append(row)
-    rows.append({"recipe": "PyTorch FP32 (peer)", "s/1000 quiet": med(torch_quiet),
-                 "vs NITI": med(torch_quiet) / niti if torch_quiet and niti else None, "vs torch": 1.0 if torch_quiet else None,
-                 "s/1000 loaded": med(torch_loaded),
-                 "loaded/quiet": med(torch_loaded) / med(torch_quiet) if torch_loaded and torch_quiet else None})
     after = os.getloadavg()
-    report.print_table(rows, title=f"LeNet-5, Fashion-MNIST, batch 64, {args.samples} samples x {args.repeats} "
-                                   f"(median), backend cpu; loaded = a busy process pinned to core "
-                                   f"{(os.cpu_count() or 1) - 1}; load average {load[0]:.1f} before, {after[0]:.1f} after")
+    report.print_table(rows, title=f"LeNet-5, Fashion-MNIST, batch 64, {args.samples} samples, {args.repeats} "
+                                   f"alternating rounds (median; ratios: median of each round's ratio, range over "
+                                   f"rounds), backend cpu; loaded = a busy process pinned to core "
+                                   f"{(os.cpu_count() or 1) - 1}; load average {load[0]:.1f} before, "
+                                   f"{load_quiet[0]:.1f} after the quiet rounds, {after[0]:.1f} after")
     report.write_results("recipes_speed", rows, args.out, samples=args.samples, repeats=args.repeats,
-                         load_before=load, load_after=after,
-                         raw={"quiet": quiet, "loaded": loaded, "torch": torch_quiet, "torch_loaded": torch_loaded})
+                         load_before=load, load_after_quiet=load_quiet, load_after=after,
+                         raw={"quiet": quiet, "loaded": loaded})
     return 0
 
 
@@ -261,7 +327,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--accuracy", action="store_true", help="train --epochs and report test accuracy instead")
     parser.add_argument("--samples", type=int, default=6400, help="speed: training samples per timed pass")
-    parser.add_argument("--repeats", type=int, default=3, help="speed: timed passes per recipe (median)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="speed: alternating rounds, one timed pass of every recipe each (median)")
     parser.add_argument("--no-load", action="store_true", help="speed: skip the run beside a busy process")
     parser.add_argument("--no-dsp", action="store_true", help="speed: skip the placement run on the emulated DSP")
     parser.add_argument("--cpu-time", action="store_true",

@@ -357,12 +357,10 @@ namespace {
 
 // k per group: clip(floor(log2(top / max(group max, top * 2**-64))), 0, kmax). The ratio is
 // in [1, 2**64], a normal double, so floor(log2) is its exponent field less the bias.
-DSPTRAIN_CLONES void mls_group_shifts(const float* x, size_t groups, int group, double top, int kmax, uint8_t* k) {
+DSPTRAIN_CLONES void mls_shifts_of_max(const float* gmax, size_t groups, double top, int kmax, uint8_t* k) {
   const double floor_max = top * std::ldexp(1.0, -64);
   for (size_t g = 0; g < groups; ++g) {
-    float m = 0;
-    for (int i = 0; i < group; ++i) m = std::max(m, std::fabs(x[g * group + i]));
-    const double ratio = top / std::max(static_cast<double>(m), floor_max);
+    const double ratio = top / std::max(static_cast<double>(gmax[g]), floor_max);
     uint64_t bits;
     std::memcpy(&bits, &ratio, sizeof bits);
     const int e = static_cast<int>((bits >> 52) & 0x7ff) - 1023;
@@ -370,15 +368,88 @@ DSPTRAIN_CLONES void mls_group_shifts(const float* x, size_t groups, int group, 
   }
 }
 
+// the groups' max |x| first (a loop per group size that vectorises), then their k in
+// one loop over the groups
+DSPTRAIN_CLONES void mls_group_shifts(const float* x, size_t groups, int group, double top, int kmax, uint8_t* k) {
+  thread_local std::vector<float> kept;
+  if (kept.size() < groups) kept.resize(groups);
+  float* gmax = kept.data();
+  auto fixed = [&](auto size) {   // a group size known at compile time: the inner loop unrolls
+    constexpr int kG = decltype(size)::value;
+    for (size_t g = 0; g < groups; ++g) {
+      float m = 0;
+      for (int i = 0; i < kG; ++i) m = std::max(m, std::fabs(x[g * kG + i]));
+      gmax[g] = m;
+    }
+  };
+  if (group == 1) fixed(std::integral_constant<int, 1>{});
+  else if (group == 2) fixed(std::integral_constant<int, 2>{});
+  else if (group == 4) fixed(std::integral_constant<int, 4>{});
+  else if (group == 8) fixed(std::integral_constant<int, 8>{});
+  else if (group == 16) fixed(std::integral_constant<int, 16>{});
+  else {
+    for (size_t g = 0; g < groups; ++g) {
+      float m = 0;
+      for (int i = 0; i < group; ++i) m = std::max(m, std::fabs(x[g * group + i]));
+      gmax[g] = m;
+    }
+  }
+  mls_shifts_of_max(gmax, groups, top, kmax, k);
+}
+
+// Elements [begin, end) with ks[i - begin] the shift k of element i's group.
 template <FloatRound M>
-DSPTRAIN_CLONES void mls_elements(const float* x, size_t begin, size_t end, int group_log2, const uint8_t* k,
-                                  const double* scale_of_k, int kmax, double qmax, const uint32_t* words, int16_t* out) {
+DSPTRAIN_CLONES void mls_elements(const float* x, size_t begin, size_t end, const uint8_t* ks, const double* scale_of_k,
+                                  int kmax, double qmax, const uint32_t* words, int16_t* out) {
   for (size_t i = begin; i < end; ++i) {
-    const int kk = k[i >> group_log2];
+    const int kk = ks[i - begin];
     const double v = static_cast<double>(x[i]) / scale_of_k[kk];
     const double q = std::min(std::max(round_as<M>(v, word_at<M>(words, i - begin)), -qmax), qmax);
     out[i] = static_cast<int16_t>(static_cast<int>(q) * (1 << (kmax - kk)));
   }
+}
+
+#ifdef DSPTRAIN_X86
+// mls_elements 8 at a time on AVX-512 (kmax < 8): each element's divisor picked from the
+// first eight scale_of_k values by its k (vpermpd), then the same double division, rounding
+// (round8, as quantize_f's) and clamp; the int32 result shifted left by kmax - k.
+template <FloatRound M>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void mls_elements_avx512(
+    const float* x, size_t begin, size_t end, const uint8_t* ks, const double* scale_of_k, int kmax, double qmax,
+    const uint32_t* words, int16_t* out) {
+  const __m512d table = _mm512_loadu_pd(scale_of_k), hi = _mm512_set1_pd(qmax), lo = _mm512_set1_pd(-qmax);
+  const __m256i top = _mm256_set1_epi32(kmax);
+  size_t i = begin;
+  for (; i + 8 <= end; i += 8) {
+    const __m128i k8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(ks + (i - begin)));
+    const __m512d div = _mm512_permutexvar_pd(_mm512_cvtepu8_epi64(k8), table);
+    const __m512d v = _mm512_div_pd(_mm512_maskz_cvtps_pd(0xFF, _mm256_loadu_ps(x + i)), div);
+    const __m512d r = round8<M>(v, M == FloatRound::kSto ? words + (i - begin) : nullptr);
+    const __m256i q = _mm512_maskz_cvttpd_epi32(0xFF, _mm512_maskz_min_pd(0xFF, _mm512_maskz_max_pd(0xFF, r, lo), hi));
+    const __m256i aligned = _mm256_sllv_epi32(q, _mm256_sub_epi32(top, _mm256_cvtepu8_epi32(k8)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtepi32_epi16(aligned));
+  }
+  mls_elements<M>(x, i, end, ks + (i - begin), scale_of_k, kmax, qmax, M == FloatRound::kSto ? words + (i - begin) : nullptr,
+                  out);
+}
+#endif
+
+// ks[i - begin] = k[i / group] for the elements [begin, end) (k itself for groups of one)
+const uint8_t* element_shifts(const uint8_t* k, size_t begin, size_t end, int group) {
+  if (group == 1) return k + begin;
+  thread_local std::vector<uint8_t> kept;
+  if (kept.size() < end - begin) kept.resize(end - begin);
+  uint8_t* ks = kept.data();
+  size_t i = begin, g = begin / group;
+  for (; i < end && i % group; ++i) ks[i - begin] = k[g];   // the rest of a group split by the chunk
+  if (i % group == 0) g = i / group;
+  if (group == 2) {
+    for (; i + 2 <= end; i += 2, ++g) ks[i - begin] = ks[i - begin + 1] = k[g];
+  } else {
+    for (; i + group <= end; i += group, ++g) std::memset(ks + (i - begin), k[g], group);
+  }
+  for (; i < end; ++i) ks[i - begin] = k[g];
+  return ks;
 }
 
 }  // namespace
@@ -387,29 +458,28 @@ void quantize_mls(const float* x, size_t rows, int channels, int group, double t
                   int kmax, int qmax, FloatRound mode, const RngKey& key, int16_t* aligned) {
   const size_t n = rows * channels, groups = n / group;
   std::vector<uint8_t> k(groups);
-  double scale_of_k[16];
+  double scale_of_k[16] = {};   // kmax <= 14: aligned elements fit int16 (the binding checks)
   for (int i = 0; i <= kmax && i < 16; ++i) scale_of_k[i] = tensor_scale * std::ldexp(1.0, -i);
-  int group_log2 = 0;
-  while ((1 << group_log2) < group) ++group_log2;
-  const bool pow2 = (1 << group_log2) == group;
   for_chunks(groups, sizeof(float) * group, [&](size_t, size_t b, size_t e) {
     mls_group_shifts(x + b * group, e - b, group, top, kmax, k.data() + b);
   });
-  if (pow2) {
-    with_mode(mode, [&](auto m) {
-      for_chunks(n, sizeof(float), [&](size_t, size_t b, size_t e) {
-        constexpr FloatRound M = decltype(m)::value;
-        mls_elements<M>(x, b, e, group_log2, k.data(), scale_of_k, kmax, qmax, random_words<M>(key, b, e), aligned);
-      });
+#ifdef DSPTRAIN_X86
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512vl");
+#else
+  [[maybe_unused]] constexpr bool avx512 = false;  // read only under DSPTRAIN_X86 below
+#endif
+  with_mode(mode, [&](auto m) {
+    for_chunks(n, sizeof(float), [&](size_t, size_t b, size_t e) {
+      constexpr FloatRound M = decltype(m)::value;
+      const uint8_t* ks = element_shifts(k.data(), b, e, group);
+      const uint32_t* words = random_words<M>(key, b, e);
+#ifdef DSPTRAIN_X86
+      if (avx512 && kmax < 8) return mls_elements_avx512<M>(x, b, e, ks, scale_of_k, kmax, qmax, words, aligned);
+#endif
+      mls_elements<M>(x, b, e, ks, scale_of_k, kmax, qmax, words, aligned);
     });
-    return;
-  }
-  for (size_t i = 0; i < n; ++i) {  // a group that is not a power of two (gcd of odd channel counts)
-    const int kk = k[i / group];
-    const double q = std::min(std::max(round_value(static_cast<double>(x[i]) / scale_of_k[kk], mode, key, i), -double(qmax)),
-                              double(qmax));
-    aligned[i] = static_cast<int16_t>(static_cast<int>(q) * (1 << (kmax - kk)));
-  }
+  });
 }
 
 template double absmax_float<float>(const float*, size_t);

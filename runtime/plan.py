@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass, field
 
 from .backends import ACCELERATOR, HOST, PROCESSOR, select
-from .graph import TrainGraph
+from .graph import TrainGraph, lower
 
 
 @dataclass(frozen=True)
@@ -322,11 +322,13 @@ class Planner:
     """The backends of one run's choice and the plans built on them; it runs the plans.
 
     Made from the choice (one of backends.CHOICES): the backend instances (backends.select),
-    then for each graph its Plan (`build`), with every backend prepared for the ops it got;
-    the executor that runs plans is its own. The Trainer's step hands the choice here once
-    and from then on asks for plans and runs them through `run`, so the choice travels
-    CLI -> train/step.py -> here -> execute/ -> the recipe's op -> the backend, never back
-    into the Trainer (scripts/check_layout.py traces it)."""
+    then for each model lowered at a batch size its Plan (`plan_model`), with every backend
+    prepared for the ops it got; the executor that runs plans is its own. The command line
+    hands its choice here directly (cli/train.py, cli/plan.py) and gives the Planner to
+    the Trainer, which asks it for plans and runs them through `run`; so the choice
+    travels CLI -> here -> backends -> execute/ -> the backend's kernel, never through
+    train/ (scripts/check_layout.py traces it). The Python API's Trainer, given no
+    Planner, makes its own from the run's `backend:`."""
 
     def __init__(self, choice: str, algorithm, device=None, scheduler=None):
         from .execute import Executor
@@ -339,6 +341,15 @@ class Planner:
         """The Plan of `graph` on these backends, nothing prepared: what `dsptrain plan`
         reports (it runs nothing, so the DSP is not started); `plan` runs the same build."""
         return build(graph, self.backends, self.device, self.scheduler)
+
+    def plan_model(self, model, recipe, batch: int, training: bool = True, frozen=frozenset(),
+                   prepare: bool = True) -> Plan:
+        """The Plan of `model` lowered by `recipe` (graph.lower) at `batch`; `frozen` layers get
+        no gradient or update. `prepare`: its backends prepared (`plan`, a training step's),
+        else only built (`build`, what `dsptrain plan` reports). The one place a run's model
+        is lowered for planning, so the plan `dsptrain plan` prints is the step's."""
+        graph = lower(model, recipe, batch, training, frozen)
+        return self.plan(graph) if prepare else self.build(graph)
 
     def plan(self, graph: TrainGraph) -> Plan:
         """The Plan of `graph`, its backends prepared for the ops placed on them."""

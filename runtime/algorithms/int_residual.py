@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import LoweringError
 from ..numerics import QTensor
+from ._kernel import Kernel
 
 
 def check_layer(layer, shape, recipe):
@@ -93,10 +94,19 @@ def join_errors(b, name, errs):
     return out
 
 
-def add(be, op, env, ctx):
+# One backend hook each (algorithms/_kernel.py), except `join`, which adds its errors in a loop.
+
+def _add_args(op, env, ctx):
     a, c = env[op.inputs[0]], env[op.inputs[1]]
-    q, e = be.add_align_s8(a.q, a.e, c.q, c.e, op.attrs["mode"], ctx.rng(op), shift=ctx.given_shift(op))
-    return {op.outputs[0]: QTensor(q, e)}
+    return a.q, a.e, c.q, c.e, op.attrs["mode"], ctx.rng(op), ctx.given_shift(op)
+
+
+def _tensor(op, env, ctx, out):
+    """(q, exponent) from the hook -> the op's int8 tensor."""
+    return {op.outputs[0]: QTensor(*out)}
+
+
+add = Kernel("add_align_s8", _add_args, _tensor)
 
 
 def join(be, op, env, ctx):
@@ -108,29 +118,39 @@ def join(be, op, env, ctx):
     return {op.outputs[0]: total}
 
 
-def avgpool_fwd(be, op, env, ctx):
+def _avgpool_fwd_args(op, env, ctx):
     x = env[op.inputs[0]]
-    q, e = be.avgpool_global_s8(x.q, x.e, op.attrs["mode"], ctx.rng(op), shift=ctx.given_shift(op))
-    return {op.outputs[0]: QTensor(q, e)}
+    return x.q, x.e, op.attrs["mode"], ctx.rng(op), ctx.given_shift(op)
 
 
-def avgpool_bwd(be, op, env, ctx):
+avgpool_fwd = Kernel("avgpool_global_s8", _avgpool_fwd_args, _tensor)
+
+
+def _avgpool_bwd(op, env, ctx, _):
     err = env[op.inputs[0]]
     h, w = op.attrs["in_hw"]
     q = np.broadcast_to(err.q[:, None, None, :], (err.q.shape[0], h, w, err.q.shape[1])).copy()
     return {op.outputs[0]: QTensor(q, err.e - ((h * w).bit_length() - 1))}
 
 
-def avgpool2d_fwd(be, op, env, ctx):
+def _avgpool2d_fwd_args(op, env, ctx):
     x, k = env[op.inputs[0]], op.attrs["kernel"]
     (oh, ow), n, c = op.attrs["out_hw"], x.q.shape[0], x.q.shape[3]
     windows = x.q[:, :oh * k, :ow * k].reshape(n, oh, k, ow, k, c).transpose(0, 1, 3, 2, 4, 5)
-    q, e = be.avgpool_global_s8(np.ascontiguousarray(windows.reshape(n * oh * ow, k, k, c)), x.e, op.attrs["mode"],
-                                ctx.rng(op), shift=ctx.given_shift(op))
-    return {op.outputs[0]: QTensor(q.reshape(n, oh, ow, c), e)}
+    return (np.ascontiguousarray(windows.reshape(n * oh * ow, k, k, c)), x.e, op.attrs["mode"],
+            ctx.rng(op), ctx.given_shift(op))
 
 
-def avgpool2d_bwd(be, op, env, ctx):
+def _avgpool2d_fwd_result(op, env, ctx, out):
+    q, e = out
+    (oh, ow), x = op.attrs["out_hw"], env[op.inputs[0]]
+    return {op.outputs[0]: QTensor(q.reshape(x.q.shape[0], oh, ow, x.q.shape[3]), e)}
+
+
+avgpool2d_fwd = Kernel("avgpool_global_s8", _avgpool2d_fwd_args, _avgpool2d_fwd_result)
+
+
+def _avgpool2d_bwd(op, env, ctx, _):
     err, k = env[op.inputs[0]], op.attrs["kernel"]
     h, w = op.attrs["in_hw"]
     n, oh, ow, c = err.q.shape
@@ -138,6 +158,9 @@ def avgpool2d_bwd(be, op, env, ctx):
     q[:, :oh * k, :ow * k] = err.q.repeat(k, axis=1).repeat(k, axis=2)
     return {op.outputs[0]: QTensor(q, err.e - ((k * k).bit_length() - 1))}
 
+
+avgpool_bwd = Kernel.local(_avgpool_bwd)
+avgpool2d_bwd = Kernel.local(_avgpool2d_bwd)
 
 OPS = {"niti.add": add, "niti.join": join, "niti.avgpool_fwd": avgpool_fwd, "niti.avgpool_bwd": avgpool_bwd,
        "niti.avgpool2d_fwd": avgpool2d_fwd, "niti.avgpool2d_bwd": avgpool2d_bwd}

@@ -30,7 +30,8 @@ def _at_least(flag: str, value, low: int):
 
 
 def apply_run_options(run, args):
-    """`run` with the overrides given on the command line (options not given leave it as is)."""
+    """`run` with the overrides given on the command line (options not given leave it as is),
+    but for --backend (`backend_choice`)."""
     train, data = run.train, run.data
     if _at_least("--batch-size", getattr(args, "batch_size", None), 1) is not None:
         train = dataclasses.replace(train, batch_size=args.batch_size)
@@ -46,7 +47,26 @@ def apply_run_options(run, args):
 
         if spec_problem(energy):
             raise UserError(f"--energy {spec_problem(energy)}")
+    # --backend is not written into the run: it goes to the plan builder (`planned_parts`).
     return dataclasses.replace(run, train=train, data=data,
-                               backend=getattr(args, "backend", None) or run.backend,
                                energy=getattr(args, "energy", None) or run.energy,
                                out_dir=getattr(args, "out", None) or run.out_dir)
+
+
+def backend_choice(run, args) -> str:
+    """--backend if given, else the run's `backend:`."""
+    return getattr(args, "backend", None) or run.backend
+
+
+def planned_parts(run, args, notes: bool = True):
+    """(the run's parts: train/assembly.assemble; the plan builder of the backend choice:
+    plan.Planner), what `dsptrain train` and `dsptrain plan` share. The command line hands
+    its backend choice to the Planner here, directly: the Trainer gets the Planner, not the
+    choice (docs/ARCHITECTURE.md, "Choosing a backend"). The caller closes the Planner."""
+    from ..inputs import check_environment
+    from ..plan import Planner
+    from ..train.assembly import assemble
+
+    check_environment()   # a bad DSPTRAIN_* value fails here, naming it, before a backend reads it
+    parts = assemble(run, notes=notes)
+    return parts, Planner(backend_choice(run, args), parts.algorithm, parts.device, run.scheduler)

@@ -7,7 +7,7 @@ outside it (a run's process RSS is that much larger; its metrics record both).
 from __future__ import annotations
 
 from ..errors import UserError
-from .overrides import add_run_options, apply_run_options
+from .overrides import add_run_options, apply_run_options, planned_parts
 
 
 def add_parser(sub, common):
@@ -23,10 +23,7 @@ def add_parser(sub, common):
 
 def run(args) -> int:
     from ..config import load_run
-    from ..graph import lower
     from ..memory import Fixed, describe, parse_size, source_from_config
-    from ..plan import Planner
-    from ..train.assembly import assemble
 
     config = apply_run_options(load_run(args.run), args)
     source = source_from_config(config.memory, config.source)
@@ -35,15 +32,14 @@ def run(args) -> int:
             source = Fixed(parse_size(args.budget))
         except ValueError as exc:
             raise UserError(f"--budget: {exc}") from None
-    # The Trainer's assembly and plan builder (train/assembly.py, plan.Planner): the plan
+    # `dsptrain train`'s assembly and plan builder (overrides.planned_parts): the plan
     # printed is the one a training step of this run gets. Its backends report the scratch
     # their kernels keep (scratch_bytes), which the peak includes, as it does in training;
-    # nothing is prepared or run (Planner.build), so no DSP starts.
-    parts = assemble(config, notes=False)
+    # nothing is prepared or run (prepare=False), so no DSP starts.
+    parts, planner = planned_parts(config, args, notes=False)
     model, frozen = parts.model, parts.frozen
-    planner = Planner(config.backend, parts.algorithm, parts.device, config.scheduler)
     try:
-        plan = planner.build(lower(model, config.recipe, config.train.batch_size, True, frozen))
+        plan = planner.plan_model(model, config.recipe, config.train.batch_size, True, frozen, prepare=False)
         fitter = plan.fitter(config.memory.micro_batch, config.memory.recompute)
         placed = sorted({p.backend for p in plan.placement.values()})
         print(f"{config.name}: {model.name} on {', '.join(placed)}")

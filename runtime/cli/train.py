@@ -6,7 +6,7 @@ import os
 import sys
 
 from ..errors import UserError
-from .overrides import add_run_options, apply_run_options
+from .overrides import add_run_options, apply_run_options, planned_parts
 
 
 def add_parser(sub, common):
@@ -36,7 +36,12 @@ def run(args) -> int:
 
     config = apply_run_options(load_run(args.run), args)
     meter, why = make_meter(config.energy)
-    trainer = Trainer(config, progress=not args.quiet, energy_meter=meter)
+    parts, planner = planned_parts(config, args)   # --backend goes to the plan builder, not the Trainer
+    try:
+        trainer = Trainer(config, progress=not args.quiet, energy_meter=meter, parts=parts, planner=planner)
+    except BaseException:
+        planner.close()
+        raise
     try:   # bad data, or a budget no plan fits: one error line, before anything else is printed
         trainer.train_data, trainer.test_data
         trainer.check_budget(config.train.batch_size)

@@ -152,7 +152,14 @@ class Executor:
             started = time.perf_counter()
             backend.current_op = op
             try:
-                outputs = self.algorithm.OPS[op.kind](wrap(backend) if wrap else backend, op, env, ctx)
+                run, on = self.algorithm.OPS[op.kind], wrap(backend) if wrap else backend
+                hook = getattr(run, "hook", False)   # algorithms/_kernel.Kernel: the op is one backend hook
+                if hook is False:    # an op function that calls its backend's hooks itself
+                    outputs = run(on, op, env, ctx)
+                elif hook:           # the recipe maps the tensors; the backend's kernel is called from here
+                    outputs = run.result(op, env, ctx, getattr(on, hook)(*run.args(op, env, ctx)))
+                else:                # an op the recipe runs without a backend (a reshape)
+                    outputs = run.result(op, env, ctx, None)
             except BackendError as exc:
                 nxt = self._next_supporting(plan, op, name, faulted | {name})
                 if not isinstance(exc, NoSupport):

@@ -27,17 +27,21 @@ from .step import Step
 
 
 class Trainer:
-    """Trains one run. `backend` overrides the run's; `out_dir` where metrics and checkpoints go."""
+    """Trains one run. `backend` overrides the run's; `out_dir` where metrics and checkpoints go.
+    `parts` (train/assembly.assemble of `run`) and `planner` (a plan.Planner made from the
+    backend choice): what the command line made already (cli/train.py); the Trainer runs
+    that Planner and never sees the choice."""
 
     def __init__(self, run, backend: str | None = None, out_dir: str | Path | None = None,
-                 progress: bool = True, energy_meter=None, model=None):
+                 progress: bool = True, energy_meter=None, model=None, parts=None, planner=None):
         check_environment()   # a bad DSPTRAIN_* value fails here, naming it, before a backend reads it
         self.run = run
         self.recipe = run.recipe
         # `model`: a Model built in Python (dsptrain.load_model, from_torch) instead of run.model
-        parts = assemble(run, model)   # a model the recipe cannot lower fails here, before data loads
+        if parts is None:
+            parts = assemble(run, model)   # a model the recipe cannot lower fails here, before data loads
         self.algorithm, self.model, self.frozen, self.device = parts.algorithm, parts.model, parts.frozen, parts.device
-        self.steps = Step(run, self.model, self.frozen, self.algorithm, self.device, backend)
+        self.steps = Step(run, self.model, self.frozen, self.algorithm, self.device, backend, planner)
         self.scheduler = run.scheduler
         self.out_dir = Path(out_dir or run.out_dir or Path("runs") / run.name)
         self.progress = progress

@@ -1,6 +1,7 @@
 """One training step and what it needs: the plans (a plan.Planner holds the backends,
 builds their plans and runs them), adaptive rescaling's given shifts, and the memory
-budget with its arena. The backend choice goes from here to the Planner once.
+budget with its arena. The backend choice does not pass through here: the command line
+hands it to the Planner (plan.py), and a Step given no Planner makes one from the run's.
 
 The loop around it (train/loop.py: epochs, metrics, checkpoints) hands it the weights,
 a checked batch and the step's position; it hands back the new weights and the step's
@@ -14,7 +15,6 @@ import time
 import numpy as np
 
 from ..execute import StepContext, StepStats
-from ..graph import lower
 from ..memory import Arena, BudgetError, Schedule, StepRss, fix_malloc_threshold, rss_bytes, source_from_config
 from ..numerics import QTensor
 from ..plan import PlanCache, Planner
@@ -24,10 +24,13 @@ from ..rescale import RescaleController
 class Step:
     """The step of one run: `train()` runs one batch forward, backward and through the update."""
 
-    def __init__(self, run, model, frozen, algorithm, device, backend: str | None = None):
+    def __init__(self, run, model, frozen, algorithm, device, backend: str | None = None, planner=None):
         self.run, self.model, self.frozen = run, model, frozen
         self.recipe, self.algorithm, self.device = run.recipe, algorithm, device
-        self.planner = Planner(backend or run.backend, algorithm, device, run.scheduler)
+        # `planner`: the plan builder the command line made from its backend choice (the
+        # choice goes there directly, not through here); else one for `backend` or the run's.
+        self.planner = planner if planner is not None else \
+            Planner(backend or run.backend, algorithm, device, run.scheduler)
         self.plans = PlanCache(self._build_plan)
         self.rescale = RescaleController(self.recipe, run.scheduler.adaptive_rescale)
         # The memory-budget layer: a budget source read between steps, and the arena of
@@ -45,7 +48,7 @@ class Step:
         self.held_scratch: dict[str, int] = {}   # backend scratch buffers the plans so far grew
 
     def _build_plan(self, batch: int, training: bool):
-        return self.planner.plan(lower(self.model, self.recipe, batch, training, self.frozen))
+        return self.planner.plan_model(self.model, self.recipe, batch, training, self.frozen)
 
     @property
     def backends(self) -> dict:

@@ -92,6 +92,19 @@ def test_quantize_mls(be, ref, shape, group, mode, kmax):
     np.testing.assert_array_equal(got, want)
 
 
+# groups that are not a power of two and chunks of the native loop (2**15 elements) that
+# cut a group in two; and a kmax beyond the eight shifts the AVX-512 loop handles
+@pytest.mark.parametrize("shape,group,kmax,qmax", [((5461, 12), 12, 3, 127), ((11000, 6), 3, 2, 127),
+                                                   ((7, 33), 11, 12, 7)])
+@pytest.mark.parametrize("mode", ["round", "nearest_even", "sto"])
+def test_quantize_mls_ragged_groups(be, ref, shape, group, kmax, qmax, mode):
+    x = floats(np.random.default_rng(group), shape)
+    x.reshape(-1, group)[1::3] *= 1e-3
+    top = ref.absmax_f(x)
+    args = (x, group, top, top / qmax, kmax, qmax, mode, key(group))
+    np.testing.assert_array_equal(be.quantize_mls(*args), ref.quantize_mls(*args))
+
+
 @pytest.mark.parametrize("fmt", [(5, 2), (5, 10), (4, 3)])
 @pytest.mark.parametrize("mode", ["nearest_even", "sto"])
 def test_round_float(be, ref, fmt, mode):
