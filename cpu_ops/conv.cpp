@@ -296,14 +296,15 @@ void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y, int6
       return;
     }
   }
-  const PaddedSrc src = forward_source(x, s, &scratch(2));
+  const bool lanes = std::is_same_v<T, int32_t> && fwd_lanes(s);
+  const PaddedSrc src = forward_source(x, s, &scratch(2), lanes && lanes_biased(s.c, s.kw, s.o) ? 0x80 : 0);
   if (fwd_panels(s)) {
     const int run = s.kw * s.c;
     int8_t* w_runs = grow(scratch(1), static_cast<size_t>(s.o) * s.kh * run_pad(run));
     weights_in_runs(w, s.o, s.kh, run, w_runs);
     if constexpr (std::is_same_v<T, int32_t>) {
-      if (fwd_lanes(s)) {
-        conv_lanes(src, w_runs, s.o, y, absmax);
+      if (lanes) {
+        conv_lanes(src, w_runs, s.o, s.pad, s.pad + s.h, y, absmax);   // padded rows [pad, pad + h) hold x
         return;
       }
     }
@@ -322,8 +323,10 @@ void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* 
   const bool panels = bwd_data_panels(s);
   const int runp = panels ? run_pad(run) : run, k = s.kh * runp;
   const bool implicit = std::is_same_v<T, int32_t> && bwd_data_implicit(s);
+  const bool lanes = std::is_same_v<T, int32_t> && panels && bwd_data_lanes(s);
+  const bool biased = implicit || (lanes && lanes_biased(s.o, s.kw, s.c));
   const PaddedSrc src = pad_source(err, s.n, oh, ow, s.o, s.kh - 1 - s.pad, s.kw - 1 - s.pad, s.stride, s.h + s.kh - 1, s.w + s.kw - 1, s.h, s.w,
-                                   s.kh, s.kw, 1, &scratch(2), implicit ? 0x80 : 0);
+                                   s.kh, s.kw, 1, &scratch(2), biased ? 0x80 : 0);
   if constexpr (std::is_same_v<T, int32_t>) {
     if (bwd_data_packs_w(s, panels)) {
       // The GEMM's B straight from w: depth kk = (i, j, o) of w' is w[o, kh-1-i, kw-1-j, :],
@@ -340,8 +343,9 @@ void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* 
   flipped_transposed_weights(w, s, runp, wt);
   if (panels) {
     if constexpr (std::is_same_v<T, int32_t>) {
-      if (bwd_data_lanes(s)) {
-        conv_lanes(src, wt, s.c, dx, absmax);
+      if (lanes) {   // padded rows of the error: kh-1-pad + stride * (0 .. oh-1)
+        const int first = s.kh - 1 - s.pad;
+        conv_lanes(src, wt, s.c, first, first + (oh - 1) * s.stride + 1, dx, absmax);
         return;
       }
     }

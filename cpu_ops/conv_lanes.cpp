@@ -11,14 +11,16 @@
 // matching 4 weights of each lane's channel. This is the DSP's conv_lanes.c idea (pixels
 // in the lanes, weights beside them) with the channels interleaved into the lanes too.
 //
-// vpdpbusd multiplies u8 by s8: the source bytes are flipped to u8 (x + 128) and each
-// lane corrected by -128 * (the sum of its channel's weights), exact mod 2^32 as in the
-// GEMM kernels. The largest |result| is taken on the way for the requantizing entry points.
+// vpdpbusd multiplies u8 by s8: the source bytes are made u8 (x + 128: pad_source's bias,
+// or an XOR after the load) and each lane corrected by -128 * (the sum of its channel's
+// weights), exact mod 2^32 as in the GEMM kernels. Tap rows that fall on padding rows are skipped (29 % of the taps
+// of LeNet's conv2 error pass, a stride-1 convolution of the error padded by 4). The largest |result| is taken on the way for the requantizing entry points.
 #include "conv_lanes.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -66,6 +68,11 @@ bool cpu_has_vbmi() {
 
 }  // namespace
 
+bool lanes_biased(int ch, int kw, int oc) {
+  const LaneShape l = lane_shape(ch, kw, oc);
+  return l.pixels == 1 || l.span > 64;
+}
+
 bool lanes_fit(int ch, int kh, int kw, int step, int oc) {
   if (step != 1 || oc < 1 || !cpu_has_vbmi()) return false;
   // the GEMM's ISA chosen (or forced) must be AVX-512: a forced avx2/scalar run stays there
@@ -79,7 +86,8 @@ bool lanes_fit(int ch, int kh, int kw, int step, int oc) {
 namespace {
 
 // The lane weights: for tap row i, step t, vector z, lane k (channel o = (16 z + k) % O),
-// the 4 bytes w_runs[o, i, 4 t .. 4 t + 3]; and each lane's correction -128 * sum(w[o]).
+// the 4 bytes w_runs[o, i, 4 t .. 4 t + 3]; and per tap row each lane's correction
+// -128 * sum(w[o, i]) (a skipped padding row adds neither its u8 products nor this).
 void lane_weights(const int8_t* w_runs, int oc, int kh, int runp, const LaneShape& l, int8_t* wv, int32_t* corr) {
   for (int i = 0; i < kh; ++i)
     for (int t = 0; t < l.steps; ++t)
@@ -90,13 +98,14 @@ void lane_weights(const int8_t* w_runs, int oc, int kh, int runp, const LaneShap
           for (int b = 0; b < 4; ++b) v[4 * k + b] = w_runs[(static_cast<size_t>(o) * kh + i) * runp + 4 * t + b];
         }
       }
-  for (int z = 0; z < l.vectors; ++z)
-    for (int k = 0; k < 16; ++k) {
-      const int o = (16 * z + k) % oc;
-      int32_t sum = 0;
-      for (int r = 0; r < kh * runp; ++r) sum += w_runs[static_cast<size_t>(o) * kh * runp + r];
-      corr[16 * z + k] = static_cast<int32_t>(static_cast<uint32_t>(sum) * static_cast<uint32_t>(-128));
-    }
+  for (int i = 0; i < kh; ++i)
+    for (int z = 0; z < l.vectors; ++z)
+      for (int k = 0; k < 16; ++k) {
+        const int o = (16 * z + k) % oc;
+        int32_t sum = 0;
+        for (int r = 0; r < runp; ++r) sum += w_runs[(static_cast<size_t>(o) * kh + i) * runp + r];
+        corr[(i * l.vectors + z) * 16 + k] = static_cast<int32_t>(static_cast<uint32_t>(sum) * static_cast<uint32_t>(-128));
+      }
 }
 
 // Byte b of lane k of vector z reads source byte q * C + b of the step's span.
@@ -115,21 +124,30 @@ inline __mmask64 first_bytes(int n) {
   return n <= 0 ? __mmask64{0} : n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
 }
 
+// How a step's source bytes reach the lanes: one 64-byte load and vpermb, two loads and
+// vpermt2b (a span over 64 bytes), or, with one pixel a group (16 output channels), the
+// pixel's dword broadcast.
+enum class Spread { kOne, kTwo, kBroadcast };
+
 // Output rows r0..r1 (row r: image r / OH, row r % OH) into out (row r0's first element);
-// returns the largest |result|.
-template <int Z, bool Two>
+// returns the largest |result|. The source is biased (u8, pad_source's 0x80) for the
+// two-load and broadcast spreads (lanes_biased), flipped here for the one-load one; tap rows
+// outside the padded rows [data0, data1) hold only padding and are skipped; `corr` holds
+// per output row oy the corrections of the tap rows it runs.
+template <int Z, Spread S>
 DSPTRAIN_LANES uint32_t lanes_run(const PaddedSrc& s, int oc, const LaneShape& l, const int8_t* wv, const uint8_t* idx,
-                                  const int32_t* corr, int r0, int r1, int32_t* out) {
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+                                  const int32_t* corr, int data0, int data1, int r0, int r1, int32_t* out) {
   const ptrdiff_t rs = s.row_stride();
+  const size_t row_weights = static_cast<size_t>(l.steps) * Z * 64;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512i ix[Z], cz[Z];
-  for (int z = 0; z < Z; ++z) {
-    ix[z] = _mm512_loadu_si512(idx + 64 * z);
-    cz[z] = _mm512_loadu_si512(corr + 16 * z);
-  }
+  for (int z = 0; z < Z; ++z) ix[z] = _mm512_loadu_si512(idx + 64 * z);
   __m512i top = _mm512_setzero_si512();
   for (int r = r0; r < r1; ++r, out += static_cast<ptrdiff_t>(s.ow) * oc) {
-    const int8_t* row0 = s.d + s.base(r / s.oh, r % s.oh, 0);
+    const int oy = r % s.oh;
+    const int8_t* row0 = s.d + s.base(r / s.oh, oy, 0);
+    const int i0 = std::max(0, data0 - oy), i1 = std::min(s.kh, data1 - oy);
+    for (int z = 0; z < Z; ++z) cz[z] = _mm512_loadu_si512(corr + (static_cast<size_t>(oy) * Z + z) * 16);
     for (int x0 = 0; x0 < s.ow; x0 += l.pixels) {
       const int valid = std::min(l.pixels, s.ow - x0);
       // a partial group reads no further than its last pixel's tap row (+3 run padding)
@@ -137,17 +155,21 @@ DSPTRAIN_LANES uint32_t lanes_run(const PaddedSrc& s, int oc, const LaneShape& l
       const __mmask64 lo_mask = first_bytes(span), hi_mask = first_bytes(span - 64);
       __m512i acc[Z];
       for (int z = 0; z < Z; ++z) acc[z] = cz[z];
-      const int8_t* w = wv;
-      for (int i = 0; i < s.kh; ++i) {
+      for (int i = i0; i < i1; ++i) {
         const int8_t* src = row0 + i * rs + static_cast<ptrdiff_t>(x0) * s.ch;
+        const int8_t* w = wv + i * row_weights;
         for (int t = 0; t < l.steps; ++t, src += 4, w += Z * 64) {
-          const __m512i lo = _mm512_xor_si512(_mm512_maskz_loadu_epi8(lo_mask, src), flip);
-          if constexpr (Two) {
-            const __m512i hi = _mm512_xor_si512(_mm512_maskz_loadu_epi8(hi_mask, src + 64), flip);
+          if constexpr (S == Spread::kBroadcast) {
+            int32_t word;
+            std::memcpy(&word, src, 4);
+            acc[0] = _mm512_dpbusd_epi32(acc[0], _mm512_set1_epi32(word), _mm512_loadu_si512(w));
+          } else if constexpr (S == Spread::kTwo) {
+            const __m512i lo = _mm512_maskz_loadu_epi8(lo_mask, src), hi = _mm512_maskz_loadu_epi8(hi_mask, src + 64);
             for (int z = 0; z < Z; ++z)
               acc[z] = _mm512_dpbusd_epi32(acc[z], _mm512_permutex2var_epi8(lo, ix[z], hi),
                                            _mm512_loadu_si512(w + 64 * z));
-          } else {
+          } else {   // an unbiased source (the bias costs pad_source more than this XOR saves here)
+            const __m512i lo = _mm512_xor_si512(_mm512_maskz_loadu_epi8(lo_mask, src), flip);
             for (int z = 0; z < Z; ++z)
               acc[z] = _mm512_dpbusd_epi32(acc[z], permute_bytes(ix[z], lo), _mm512_loadu_si512(w + 64 * z));
           }
@@ -165,9 +187,9 @@ DSPTRAIN_LANES uint32_t lanes_run(const PaddedSrc& s, int oc, const LaneShape& l
   return _mm512_reduce_max_epu32(top);
 }
 
-template <int Z, bool Two>
+template <int Z, Spread S>
 void lanes_rows(const PaddedSrc& s, int oc, const LaneShape& l, const int8_t* wv, const uint8_t* idx,
-                const int32_t* corr, int32_t* out, int64_t* absmax) {
+                const int32_t* corr, int data0, int data1, int32_t* out, int64_t* absmax) {
   const int rows = s.n * s.oh;
   const size_t row_out = static_cast<size_t>(s.ow) * oc;
   const int tasks = tasks_for(static_cast<size_t>(rows) * row_out * 4, rows);
@@ -175,7 +197,7 @@ void lanes_rows(const PaddedSrc& s, int oc, const LaneShape& l, const int8_t* wv
   parallel_for(tasks, [&](int task) {
     const int r0 = static_cast<int>(static_cast<long long>(rows) * task / tasks);
     const int r1 = static_cast<int>(static_cast<long long>(rows) * (task + 1) / tasks);
-    tops[task] = lanes_run<Z, Two>(s, oc, l, wv, idx, corr, r0, r1, out + r0 * row_out);
+    tops[task] = lanes_run<Z, S>(s, oc, l, wv, idx, corr, data0, data1, r0, r1, out + r0 * row_out);
   });
   if (absmax) *absmax = *std::max_element(tops.begin(), tops.end());
 }
@@ -240,11 +262,11 @@ DSPTRAIN_LANES void wgrad_run(const PaddedSrc& s, const int8_t* err, int oc, con
   _mm512_storeu_si512(sums + oc * A * 16, esum);
 }
 
-using RowsFn = void (*)(const PaddedSrc&, int, const LaneShape&, const int8_t*, const uint8_t*, const int32_t*,
-                        int32_t*, int64_t*);
+using RowsFn = void (*)(const PaddedSrc&, int, const LaneShape&, const int8_t*, const uint8_t*, const int32_t*, int,
+                        int, int32_t*, int64_t*);
 
 template <int Z>
-RowsFn rows_for(bool two) { return two ? lanes_rows<Z, true> : lanes_rows<Z, false>; }
+RowsFn rows_for(bool two) { return two ? lanes_rows<Z, Spread::kTwo> : lanes_rows<Z, Spread::kOne>; }
 
 template <int A>
 void wgrad_rows(const PaddedSrc& s, const int8_t* err, int oc, const WgradShape& g, int32_t* dw) {
@@ -295,22 +317,30 @@ void conv_wgrad_lanes(const PaddedSrc& s, const int8_t* err, int oc, int32_t* dw
   }
 }
 
-void conv_lanes(const PaddedSrc& s, const int8_t* w_runs, int oc, int32_t* out, int64_t* absmax) {
+void conv_lanes(const PaddedSrc& s, const int8_t* w_runs, int oc, int data0, int data1, int32_t* out, int64_t* absmax) {
   const LaneShape l = lane_shape(s.ch, s.kw, oc);
   const int runp = run_pad(s.run());
   std::vector<int8_t> wv(static_cast<size_t>(s.kh) * l.steps * l.vectors * 64);
-  alignas(64) int32_t corr[16 * kMaxVectors];
+  std::vector<int32_t> corr(static_cast<size_t>(s.kh) * l.vectors * 16);
   alignas(64) uint8_t idx[64 * kMaxVectors];
-  lane_weights(w_runs, oc, s.kh, runp, l, wv.data(), corr);
+  lane_weights(w_runs, oc, s.kh, runp, l, wv.data(), corr.data());
+  // per output row, the sum of the corrections of the tap rows it runs (not the skipped ones)
+  std::vector<int32_t> corr_rows(static_cast<size_t>(s.oh) * l.vectors * 16, 0);
+  for (int oy = 0; oy < s.oh; ++oy)
+    for (int i = std::max(0, data0 - oy); i < std::min(s.kh, data1 - oy); ++i)
+      for (int q = 0; q < l.vectors * 16; ++q) {
+        int32_t& c = corr_rows[static_cast<size_t>(oy) * l.vectors * 16 + q];
+        c = static_cast<int32_t>(static_cast<uint32_t>(c) + static_cast<uint32_t>(corr[i * l.vectors * 16 + q]));
+      }
   lane_index(s, oc, l, idx);
   const bool two = l.span > 64;
-  const RowsFn fn = l.vectors == 1 ? rows_for<1>(two) : l.vectors == 2 ? rows_for<2>(two)
-                  : l.vectors == 3 ? rows_for<3>(two) : rows_for<4>(two);
-  fn(s, oc, l, wv.data(), idx, corr, out, absmax);
+  const RowsFn fn = l.pixels == 1 ? lanes_rows<1, Spread::kBroadcast> : l.vectors == 1 ? rows_for<1>(two)
+                  : l.vectors == 2 ? rows_for<2>(two) : l.vectors == 3 ? rows_for<3>(two) : rows_for<4>(two);
+  fn(s, oc, l, wv.data(), idx, corr_rows.data(), data0, data1, out, absmax);
 }
 
 #else
-void conv_lanes(const PaddedSrc&, const int8_t*, int, int32_t*, int64_t*) { std::abort(); }  // never fits
+void conv_lanes(const PaddedSrc&, const int8_t*, int, int, int, int32_t*, int64_t*) { std::abort(); }  // never fits
 bool wgrad_lanes_fit(int, int, int, int, int) { return false; }
 void conv_wgrad_lanes(const PaddedSrc&, const int8_t*, int, int32_t*) { std::abort(); }
 #endif

@@ -13,9 +13,14 @@ namespace dsptrain {
 // pixel group, 128 source bytes per step, 24 KB of lane weights).
 bool lanes_fit(int ch, int kh, int kw, int step, int oc);
 
+// Whether conv_lanes reads its source padded with bias 0x80 (u8) for this layout (else
+// as int8): the layouts with two loads or a broadcast per step.
+bool lanes_biased(int ch, int kw, int oc);
+
 // out[P, oc] = patches(s)[P, K] x w_runs[oc, K]^T (w_runs in run layout: [oc, kh,
-// run_pad(kw * ch)]), int32; `absmax` (if given) receives max |out|.
-void conv_lanes(const PaddedSrc& s, const int8_t* w_runs, int oc, int32_t* out, int64_t* absmax);
+// run_pad(kw * ch)]), int32, from a source padded as lanes_biased says; padded rows
+// outside [data0, data1) hold only padding. `absmax` (if given) receives max |out|.
+void conv_lanes(const PaddedSrc& s, const int8_t* w_runs, int oc, int data0, int data1, int32_t* out, int64_t* absmax);
 
 // The weight gradient of a one-channel source (LeNet's first layer): taps in the lanes,
 // four pixels a dword. Whether it runs here: one channel, step 1, kw <= 13, at most 8
