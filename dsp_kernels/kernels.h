@@ -22,6 +22,7 @@ struct dspt_ctx {
     struct dspt_pool *pool;
     uint32_t share_packets[DSPT_MAX_THREADS];
     uint32_t share_insns, share_hvx;   /* summed over the shares */
+    uint32_t shares_critical;          /* over the op's split calls, each call's longest share */
 };
 
 /* Rows [lo, hi) of `n` that thread t of ctx->threads takes, in multiples of `unit`. */
