@@ -14,9 +14,18 @@
 #pragma once
 #include <cstdint>
 
+#include "conv_cols.h"
+
 namespace dsptrain {
 
 void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m, int n, int k, int64_t* c);
+
+// A convolution's backward data on int16 operands, exact: dx[N,H,W,C] (int64) = col2im of
+// err[N*OH*OW, O] @ w[O, KH*KW*C], one image at a time, so that the image's patch sums
+// stay in the cache between the product and the scatter (the whole [N*OH*OW, KH*KW*C]
+// int64 matrix is never written). Images split over the threads; integers, so the
+// result is the same at any thread count.
+void conv_bwd_data_s16_s64(const int16_t* err, const int16_t* w, const Col2imShape& s, int o, int64_t* dx);
 
 // a and b hold FP16 values as float32; c[M,N] gets FP16 values as float32.
 void matmul_fp16_chunked(const float* a, bool a_transposed, const float* b, int m, int n, int k, int chunk,

@@ -181,6 +181,9 @@ class CpuBackend(Backend):
     def matmul_s16(self, a, b, a_transposed=False):
         return _native.matmul_s16(a, b, bool(a_transposed))
 
+    def conv2d_bwd_data_s16(self, err, w, stride, pad, in_hw):
+        return _native.conv2d_bwd_data_s16(err, w, int(stride), int(pad), tuple(in_hw))
+
     def im2col(self, x, kh, kw, stride, pad):
         return _native.im2col(x, int(kh), int(kw), int(stride), int(pad))
 
