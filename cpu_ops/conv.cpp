@@ -310,7 +310,7 @@ void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y, int6
       return;
     }
   }
-  const bool lanes = std::is_same_v<T, int32_t> && fwd_lanes(s);
+  const bool lanes = std::is_same_v<T, int32_t> && fwd_panels(s) && fwd_lanes(s);
   const PaddedSrc src = forward_source(x, s, &scratch(2), lanes && lanes_biased(s.c, s.kw, s.o) ? 0x80 : 0);
   if (fwd_panels(s)) {
     const int run = s.kw * s.c;

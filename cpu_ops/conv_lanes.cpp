@@ -125,8 +125,8 @@ inline __mmask64 first_bytes(int n) {
 }
 
 // How a step's source bytes reach the lanes: one 64-byte load and vpermb, two loads and
-// vpermt2b (a span over 64 bytes), or, with one pixel a group (16 output channels), the
-// pixel's dword broadcast.
+// vpermt2b (a span over 64 bytes), or, with one pixel a group (output channels a multiple
+// of 16), the pixel's dword broadcast.
 enum class Spread { kOne, kTwo, kBroadcast };
 
 // Output rows r0..r1 (row r: image r / OH, row r % OH) into out (row r0's first element);
@@ -159,10 +159,11 @@ DSPTRAIN_LANES uint32_t lanes_run(const PaddedSrc& s, int oc, const LaneShape& l
         const int8_t* src = row0 + i * rs + static_cast<ptrdiff_t>(x0) * s.ch;
         const int8_t* w = wv + i * row_weights;
         for (int t = 0; t < l.steps; ++t, src += 4, w += Z * 64) {
-          if constexpr (S == Spread::kBroadcast) {
+          if constexpr (S == Spread::kBroadcast) {   // one pixel: every lane reads the same dword
             int32_t word;
             std::memcpy(&word, src, 4);
-            acc[0] = _mm512_dpbusd_epi32(acc[0], _mm512_set1_epi32(word), _mm512_loadu_si512(w));
+            const __m512i a = _mm512_set1_epi32(word);
+            for (int z = 0; z < Z; ++z) acc[z] = _mm512_dpbusd_epi32(acc[z], a, _mm512_loadu_si512(w + 64 * z));
           } else if constexpr (S == Spread::kTwo) {
             const __m512i lo = _mm512_maskz_loadu_epi8(lo_mask, src), hi = _mm512_maskz_loadu_epi8(hi_mask, src + 64);
             for (int z = 0; z < Z; ++z)
@@ -266,7 +267,10 @@ using RowsFn = void (*)(const PaddedSrc&, int, const LaneShape&, const int8_t*, 
                         int, int32_t*, int64_t*);
 
 template <int Z>
-RowsFn rows_for(bool two) { return two ? lanes_rows<Z, Spread::kTwo> : lanes_rows<Z, Spread::kOne>; }
+RowsFn rows_for(Spread spread) {
+  return spread == Spread::kBroadcast ? lanes_rows<Z, Spread::kBroadcast>
+       : spread == Spread::kTwo ? lanes_rows<Z, Spread::kTwo> : lanes_rows<Z, Spread::kOne>;
+}
 
 template <int A>
 void wgrad_rows(const PaddedSrc& s, const int8_t* err, int oc, const WgradShape& g, int32_t* dw) {
@@ -333,9 +337,9 @@ void conv_lanes(const PaddedSrc& s, const int8_t* w_runs, int oc, int data0, int
         c = static_cast<int32_t>(static_cast<uint32_t>(c) + static_cast<uint32_t>(corr[i * l.vectors * 16 + q]));
       }
   lane_index(s, oc, l, idx);
-  const bool two = l.span > 64;
-  const RowsFn fn = l.pixels == 1 ? lanes_rows<1, Spread::kBroadcast> : l.vectors == 1 ? rows_for<1>(two)
-                  : l.vectors == 2 ? rows_for<2>(two) : l.vectors == 3 ? rows_for<3>(two) : rows_for<4>(two);
+  const Spread spread = l.pixels == 1 ? Spread::kBroadcast : l.span > 64 ? Spread::kTwo : Spread::kOne;
+  const RowsFn fn = l.vectors == 1 ? rows_for<1>(spread) : l.vectors == 2 ? rows_for<2>(spread)
+                  : l.vectors == 3 ? rows_for<3>(spread) : rows_for<4>(spread);
   fn(s, oc, l, wv.data(), idx, corr_rows.data(), data0, data1, out, absmax);
 }
 

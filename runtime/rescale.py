@@ -54,14 +54,20 @@ class RescaleController:
         self.recipe = recipe
         self.enabled = enabled and takes_given_shift(recipe)
         self.ops: dict[str, OpShift] = {}
+        self._policies: dict[int, tuple] = {}   # id(op) -> (op, its policy): 43 lookups a LeNet-5 step
 
     def policy(self, op):
         """The Rescale of `op`'s tensor role when it adapts, else None."""
+        held = self._policies.get(id(op))
+        if held is not None and held[0] is op:
+            return held[1]
         role = ROLE_OF_PHASE.get(op.phase)
-        if not self.enabled or role is None or not op.is_requant():
-            return None
-        rescale = getattr(self.recipe.tensors, role).rescale
-        return rescale if rescale.policy in ("adaptive", "fixed") else None
+        rescale = None
+        if self.enabled and role is not None and op.is_requant():
+            rescale = getattr(self.recipe.tensors, role).rescale
+            rescale = rescale if rescale.policy in ("adaptive", "fixed") else None
+        self._policies[id(op)] = (op, rescale)
+        return rescale
 
     def shifts_for(self, step: int, graph) -> dict[str, int] | None:
         """op name -> given shift for the ops not due for a check at `step`."""

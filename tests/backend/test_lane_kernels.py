@@ -34,7 +34,7 @@ HAS_LANES = {"avx512vbmi", "avx512_vnni", "avx512bw"} <= _cpu_flags() and native
 
 # (N, H, W, C, O, K, stride, pad) and the kernels of (forward, backward data, backward
 # weight) where the CPU has lanes. O sets the layout (pixels x vectors per group): 6 -> 8 x 3,
-# 16 -> 1 x 1, 3 -> 16 x 3, 12 -> 4 x 3, 2 -> 8 x 1, 1 -> 16 x 1; a source of 16 channels
+# 16 -> 1 x 1, 32 -> 1 x 2, 3 -> 16 x 3, 12 -> 4 x 3, 2 -> 8 x 1, 1 -> 16 x 1; a source of 16 channels
 # needs two loads per step (the error pass of LeNet's conv2).
 LANE_SHAPES = [
     ((3, 28, 28, 1, 6, 5, 1, 2), ("lanes", "lanes", "wgrad_lanes")),          # LeNet conv1
@@ -46,6 +46,9 @@ LANE_SHAPES = [
     ((2, 8, 9, 3, 8, 1, 1, 0), ("gemm_1x1", "lanes", "wgrad_panels")),
     ((1, 6, 23, 1, 3, 7, 1, 3), ("lanes", "lanes", "wgrad_lanes")),           # 7 wide: 4 vectors of 2 tap rows
     ((2, 10, 10, 1, 8, 3, 1, 1), ("lanes", "lanes", "wgrad_lanes")),          # 3 wide: one vector of 4 tap rows
+    ((2, 6, 7, 8, 32, 3, 1, 1), ("lanes", "lanes", "wgrad_panels")),          # 32 channels: one pixel, 2 vectors
+    ((1, 5, 9, 32, 48, 3, 1, 1), ("lanes", "lanes", "wgrad_panels")),         # 48: one pixel, 3 vectors
+    ((2, 8, 8, 3, 64, 3, 1, 1), ("im2col_gemm", "lanes", "wgrad_panels")),     # 64 fill a GEMM tile: not lanes
 ]
 WITHOUT_LANES = {"lanes": "pixel_panels", "wgrad_lanes": "wgrad_panels"}
 
