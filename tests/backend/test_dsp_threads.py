@@ -130,7 +130,8 @@ def test_each_thread_counts_its_own_share(dsp):
 
 def test_workers_are_threads_of_the_server_started_once(dsp):
     """Real threads: the qemu-hexagon process gains one host thread per HVX worker when a
-    wider split first runs, and no more on later ops."""
+    wider split first runs, and no more on later ops; at QUIT the server ends and joins
+    them and exits 0 (a join that hangs would be killed after 2 s: exit -9)."""
     dsp.close()
     a, b = s8(40, 64), s8(33, 64)
 
@@ -145,6 +146,9 @@ def test_workers_are_threads_of_the_server_started_once(dsp):
         dsp.gemm_s8(a, b)
         again = tasks()
     assert four == one + 3 and again == four, (one, four, again)
+    server = dsp.transport._proc
+    dsp.close()
+    assert server.returncode == 0
 
 
 # The epilogue (REQUANT, ABSMAX, NITI_UPDATE) is split too, in ranges of 128 elements:
