@@ -208,6 +208,8 @@ int dspt_op_conv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         return dspt_conv_lanes(ctx, y, x, w, &s, (d->flags & DSPT_F_ACCUMULATE) != 0);
     if (dspt_conv_grid_fits(&s))   /* 2 to 16 input channels: grid positions in the lanes */
         return dspt_conv_grid(ctx, y, x, w, &s, (d->flags & DSPT_F_ACCUMULATE) != 0);
+    if (dspt_conv_padded_fits(&s))   /* 2 to 4 channels, many outputs: the padded image read in place */
+        return dspt_conv_padded(ctx, y, x, w, &s, (d->flags & DSPT_F_ACCUMULATE) != 0);
     int8_t *bp = dspt_scratch(ctx, dspt_packed_b_bytes(s.o, k));
     if (!bp) return DSPT_NO_SUPPORT;
     dspt_pack_b(bp, w, s.o, k, k);

@@ -39,6 +39,12 @@ int dspt_conv_grid_bwd_data_fits(const struct conv_shape *s);
 int dspt_conv_grid_bwd_data(struct dspt_ctx *ctx, int32_t *dx, const int8_t *err, const int8_t *w,
                             const struct conv_shape *s, int accumulate);
 
+/* conv_padded.c: forward conv of 2-4 channel inputs as an implicit GEMM over the
+ * channel-padded image (stride 1; VGG's first conv). */
+int dspt_conv_padded_fits(const struct conv_shape *s);
+int dspt_conv_padded(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int8_t *w,
+                     const struct conv_shape *s, int accumulate);
+
 /* conv_planar.c: weight gradient from channel planes (stride 1, C <= 8, O <= 16). */
 int dspt_conv_planar_fits(const struct conv_shape *s);
 int dspt_conv_planar_bwd_weight(struct dspt_ctx *ctx, int32_t *dw, const int8_t *err, const int8_t *x,

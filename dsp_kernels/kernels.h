@@ -78,6 +78,11 @@ void dspt_gemm_core(int32_t *c, int ldc, const int8_t *a, int lda, const int8_t 
 /* The same with word q of row r at a + r * lda + 4 * q * aq (aq = 1: contiguous rows). */
 void dspt_gemm_core_strided(int32_t *c, int ldc, const int8_t *a, int lda, int aq, const int8_t *bp,
                             int m, int n, int k, int accumulate);
+/* The same with row r's word q at a + 4 * r + off[q] (a and off[q] multiples of 4
+ * bytes: words of a channel-padded image, no im2col; rows up to 7 past m are read) and,
+ * when n % 32 == 0, each row's byte sum given in sums[r] (8 readable past m). */
+void dspt_gemm_core_words(int32_t *c, int ldc, const int8_t *a, const int32_t *off, int k4, const int32_t *sums,
+                          const int8_t *bp, int m, int n, int accumulate);
 
 int dspt_op_gemm(struct dspt_ctx *ctx, struct dspt_op_desc *d);
 int dspt_op_conv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d);

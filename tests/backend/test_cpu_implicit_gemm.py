@@ -77,3 +77,17 @@ def test_the_shapes_take_the_implicit_path_on_avx512(shape):
         assert native.conv_algorithm("forward", x, w, stride, pad) == "im2col_gemm"
     finally:
         native.set_isa(previous)
+
+
+# (M, N, K) for the weight packing's dword transpose (16 columns x 16 groups at a time on
+# AVX-512 VNNI): panels of 1, 17 and 64 columns, 16 groups exactly, groups left over
+# after the last whole block of 16, and a partial last group.
+PACKING_SHAPES = [(3, 1, 64), (7, 17, 68), (13, 64, 1024), (5, 100, 515), (9, 129, 4100)]
+
+
+@pytest.mark.parametrize("m,n,k", PACKING_SHAPES, ids=lambda v: str(v))
+def test_packed_weights_every_isa(cpu_isa, ref, m, n, k):
+    rng = np.random.default_rng(m + n + k)
+    a, b = cases.int8(rng, (m, k)), cases.int8(rng, (n, k))
+    np.testing.assert_array_equal(native.gemm_packed(a, native.pack_weights(b)), ref.gemm_s8(a, b))
+    np.testing.assert_array_equal(cpu_isa.gemm_s8(a, b), ref.gemm_s8(a, b))
