@@ -14,6 +14,8 @@
 #pragma once
 #include <cstdint>
 
+#include "scratch.h"
+
 namespace dsptrain {
 
 void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m, int n, int k, int64_t* c);
@@ -21,5 +23,10 @@ void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m
 // a and b hold FP16 values as float32; c[M,N] gets FP16 values as float32.
 void matmul_fp16_chunked(const float* a, bool a_transposed, const float* b, int m, int n, int k, int chunk,
                          bool fp16_adds, float* c);
+
+// The buffers each product keeps on its calling thread (grow-only, emptied by
+// release_scratch()), by name, for these sizes: what the memory plan counts (scratch.h).
+ScratchList matmul_s16_scratch(int m, int n, int k, bool a_transposed);
+ScratchList matmul_fp16_chunked_scratch(int n, int k, int chunk);
 
 }  // namespace dsptrain

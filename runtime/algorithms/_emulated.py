@@ -214,6 +214,17 @@ class Numerics:
     def quant_err(self, be, err, state: list, ctx, op) -> tuple[Scaled, list]:
         raise NotImplementedError
 
+    def product_attrs(self, recipe) -> dict:
+        """Attributes of its layers' ops a backend sizes its product's scratch by (FP8: `chunk`)."""
+        return {}
+
+    def quantized_dtype(self, recipe, role: str) -> str:
+        """The element type of the quantized `role` tensors ("weights", "activations",
+        "errors") the grids above return: what the memory plan sizes the saved `.wq`, `.xq`,
+        `.eq` tensors by. Integer grids: int8 up to 8 bits, int16 up to 16 (_quant._int_dtype)."""
+        bits = getattr(recipe.tensors, role).bits
+        return "int8" if bits <= 8 else "int16" if bits <= 16 else "int32"
+
     def product_hooks(self, kind: str) -> tuple:
         """Hooks of a product op: kind is conv, conv_bwd_data, conv_bwd_weight or linear."""
         return _INT8_HOOKS[kind]
@@ -337,18 +348,18 @@ class Emulated:
              (param, *names), self.n.update_hooks)
 
     def _attrs(self, b, layer, x):
-        position = _position(b, layer)
+        position, extra = _position(b, layer), self.n.product_attrs(b.recipe)
         if isinstance(layer, Conv2d):
             return dict(conv=True, stride=layer.stride, pad=layer.padding, in_hw=b.tensors[x].shape[1:3],
-                        kernel=(layer.kernel, layer.kernel), position=position)
-        return dict(conv=False, position=position)
+                        kernel=(layer.kernel, layer.kernel), position=position, **extra)
+        return dict(conv=False, position=position, **extra)
 
     def _forward_product(self, b, layer, x, shape):
         p, name = self.n.prefix, layer.name
         w = b.param(f"{name}.w", layer.weight_shape, self.n.weight_dtype)
         attrs = self._attrs(b, layer, x)
-        wq = b.tensor(f"{name}.wq", layer.weight_shape, "int8", "saved")
-        xq = b.tensor(f"{name}.xq", b.tensors[x].shape, "int8", "saved")
+        wq = b.tensor(f"{name}.wq", layer.weight_shape, self.n.quantized_dtype(b.recipe, "weights"), "saved")
+        xq = b.tensor(f"{name}.xq", b.tensors[x].shape, self.n.quantized_dtype(b.recipe, "activations"), "saved")
         b.op(f"{name}.quant_w", f"{p}.quant_weight", name, "forward", (w,), (wq,), self.n.quant_hooks, **attrs)
         b.op(f"{name}.quant_x", f"{p}.quant_act", name, "forward", (x,), (xq,), self.n.quant_hooks, **attrs)
         out = b.tensor(f"{name}.out", shape, "float32", "activation")
@@ -366,7 +377,7 @@ class Emulated:
         state = tuple(f"{name}.{k}" for k in self.n.err_state(layer))
         for s, value in zip(state, self.n.err_state(layer).values()):
             b.tensor(s, np.shape(value), str(np.asarray(value).dtype), "state")
-        eq = b.tensor(f"{name}.eq", b.tensors[err].shape, "int8", "saved")
+        eq = b.tensor(f"{name}.eq", b.tensors[err].shape, self.n.quantized_dtype(b.recipe, "errors"), "saved")
         b.op(f"{name}.quant_err", f"{p}.quant_err", name, "backward", (err, *state), (eq, *state), self.n.quant_hooks,
              **attrs)
         macs = b.find(f"{name}.fwd").macs

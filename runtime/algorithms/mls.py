@@ -50,6 +50,9 @@ class MLSNumerics(Numerics):
     def product(self, be, kind, a, b, attrs, ctx):
         return product(be, kind, a, b, attrs, self.patch_cache)
 
+    def quantized_dtype(self, recipe, role):
+        return "int16"    # the elements shifted by their group's scale (_quant.quantize_mls)
+
     def _group_bits(self, ctx):
         return int(self.param(ctx.recipe, "group_bits", 2))
 
