@@ -5,8 +5,11 @@
 Per kernel: packets, instructions and HVX instructions from QEMU's counters
 (c20/c21/c22) and MACs per packet (two vrmpy per packet make 256 the ceiling of one
 HVX thread; the issue's 128 counts one). Each op's work is split across the profile's
-HVX threads and every share's packets are counted (cost.critical): the per-thread
-columns. Modeled time (runtime/cost.py): critical packets / dsp.clock_hz, or the DDR
+HVX threads, run for real: share t on worker thread t of the DSP server (qemu-hexagon runs
+each as a host thread), which counts its own packets on its own counters: the t0..t3
+columns are measured per thread, `serial` is the calling thread's part (packing, joins),
+and crit is serial + the longest share (cost.critical). Modeled time (runtime/cost.py):
+critical packets / dsp.clock_hz, or the DDR
 bytes / dsp.bytes_per_s when larger, plus dsp.call_s per call. Then NITI training
 steps of LeNet-5 and VGG-11 (batch 64) through the Trainer on the emulated DSP, the
 modeled DSP time per step beside Mandheling's 0.23 s (VGG-11, CIFAR-10, batch 64, its
@@ -168,14 +171,17 @@ def step_rows(models: list[str], profile, steps: int = 2) -> list[dict]:
         for i, (x, y) in enumerate(datasets.batches(trainer.train_data, 64, 0, 0)):
             if i >= steps:
                 break
+            before = list(dsp.total_thread_packets)
             stats = trainer.step(x, y)
         log, calls = taken[-1]
+        shares = [after - b for after, b in zip(dsp.total_thread_packets[:profile.dsp.hvx_threads], before)]
         cpu_s = cpu_step_seconds(run, 3)
         packets, critical = sum(c[1] for c in log), sum(c[2] for c in log)
         model_t = dsp_model_time(profile, log, calls)
         macs = stats.int8_macs.get("dsp", 0)
         rows.append({"model": model, "batch": stats.batch, "dsp_ops": len(log), "calls": calls,
                      "dsp_macs": macs, "packets": packets, "critical": critical,
+                     "serial_packets": packets - sum(shares), "thread_packets": shares,
                      "macs_per_packet": round(macs / max(packets, 1), 1),
                      "compute_s": model_t.compute_s, "memory_s": model_t.memory_s, "call_s": model_t.call_s,
                      "dsp_model_s": stats.dsp_model_s, "cpu_wall_s": stats.backend_time_s.get("cpu", 0.0),
@@ -198,15 +204,19 @@ def main():
     for name, macs, fn in kernels(args.quick):
         fn(d)  # warm: server started, code paths touched
         d.take_cost_log()
+        before = list(d.total_thread_packets)
         t0 = time.perf_counter()
         fn(d)
         wall = time.perf_counter() - t0
         log, calls = d.take_cost_log()
         packets, critical = sum(c[1] for c in log), sum(c[2] for c in log)
+        shares = [after - b for after, b in zip(d.total_thread_packets[:threads], before)]
         model = dsp_model_time(profile, log, calls)
         rows.append({"kernel": name, "macs": macs, "packets": packets,
                      "insns": sum(c[2] for c in d.last_costs), "hvx": sum(c[3] for c in d.last_costs),
                      "macs_per_packet": round(macs / packets, 1) if macs else None,
+                     "serial_packets": packets - sum(shares),
+                     **{f"thread{t}_packets": p for t, p in enumerate(shares)},
                      f"critical_{threads}t": critical,
                      "macs_per_packet_per_thread": round(macs / threads / critical, 1) if macs else None,
                      "model_us": round((model.compute_s + model.memory_s) * 1e6, 1),
@@ -214,13 +224,16 @@ def main():
     d.close()
     print(f"device profile {profile.name}: {profile.dsp.clock_hz / 1e9:g} GHz, {threads} HVX threads, "
           f"DDR {profile.dsp.bytes_per_s / 1e9:g} GB/s, {profile.dsp.call_s * 1e6:g} us per call; load {os.getloadavg()[0]:.1f}")
-    print(f"{'kernel':26} {'MACs':>10} {'packets':>10} {'MAC/pkt':>8} {f'crit {threads}t':>10} "
-          f"{'MAC/pkt/thr':>11} {'model us':>9} {'wall ms':>8}")
+    print("packets per HVX thread measured on each worker thread; serial: the calling thread's part")
+    print(f"{'kernel':26} {'MACs':>10} {'packets':>10} {'MAC/pkt':>8} {'serial':>8} "
+          + " ".join(f"{f't{t}':>8}" for t in range(threads))
+          + f" {f'crit {threads}t':>10} {'MAC/pkt/thr':>11} {'model us':>9} {'wall ms':>8}")
     for r in rows:
         mpp = f"{r['macs_per_packet']:.1f}" if r["macs_per_packet"] else "-"
         mpt = f"{r['macs_per_packet_per_thread']:.1f}" if r["macs_per_packet_per_thread"] else "-"
-        print(f"{r['kernel']:26} {r['macs']:>10} {r['packets']:>10} {mpp:>8} {r[f'critical_{threads}t']:>10} "
-              f"{mpt:>11} {r['model_us']:>9} {r['wall_ms']:>8}")
+        print(f"{r['kernel']:26} {r['macs']:>10} {r['packets']:>10} {mpp:>8} {r['serial_packets']:>8} "
+              + " ".join(f"{r[f'thread{t}_packets']:>8}" for t in range(threads))
+              + f" {r[f'critical_{threads}t']:>10} {mpt:>11} {r['model_us']:>9} {r['wall_ms']:>8}")
     steps = step_rows([m for m in args.steps.split(",") if m], profile, 2)
     if steps:
         print(f"\nNITI training step, batch 64, on the emulated DSP; modeled on {profile.name}:")
@@ -233,6 +246,10 @@ def main():
                   f"{r['cpu_backend_s']:>13.4f} {mh:>12}")
         print("model s: the DSP's modeled time (critical packets / clock, DDR term, calls); cpu wall s: the "
               "step's CPU ops here; cpu backend s: the whole step on this machine's cpu backend (peer)")
+        print("packets of the step per HVX thread (measured on each worker thread) and serial (calling thread):")
+        for r in steps:
+            print(f"{r['model']:8} serial {r['serial_packets']:>10}  "
+                  + "  ".join(f"t{t} {p:>10}" for t, p in enumerate(r["thread_packets"])))
     reuse = reuse_rows(4 if args.quick else 8, 16)
     print("\nLeNet-shaped NITI step on the emulated DSP (batch 16), wall time under QEMU:")
     print(f"{'reuse':6} {'prepare ms':>11} {'step ms':>9} {'prepare B in':>13} {'step B in':>10}")

@@ -152,16 +152,35 @@ bool bwd_data_packs_w(const ConvShape& s, bool panels) {
   return !panels && pack_b_k_rows_fits(s.c, s.kh * s.kw * s.o, active_isa());
 }
 
+// Where output pixel p's patch starts in the padded source (its first tap row).
+ptrdiff_t pixel_base(const PaddedSrc& s, int p) {
+  const int per_image = s.oh * s.ow, b = p / per_image, oy = p % per_image / s.ow, ox = p % s.ow;
+  return s.base(b, oy, ox);
+}
+
 // Tap row `seg` of output pixel kk's patch in the padded source: the pieces pack_b_k_rows
 // reads the weight gradient's B from.
 struct PatchRows {
   const PaddedSrc& s;
   static const int8_t* row(const void* ctx, int kk, int seg) {
     const PaddedSrc& s = static_cast<const PatchRows*>(ctx)->s;
-    const int per_image = s.oh * s.ow, b = kk / per_image, oy = kk % per_image / s.ow, ox = kk % s.ow;
-    return s.d + s.base(b, oy, ox) + seg * s.row_stride();
+    return s.d + pixel_base(s, kk) + seg * s.row_stride();
   }
 };
+
+// The patches of a biased padded source as gemm_rows' A: each pixel's kh tap rows, read
+// in place (the implicit GEMM).
+ptrdiff_t patch_base(const void* ctx, int p) { return pixel_base(*static_cast<const PaddedSrc*>(ctx), p); }
+BiasedRows patch_rows(const PaddedSrc& src) {
+  return BiasedRows{reinterpret_cast<const uint8_t*>(src.d), src.kh, src.run(), src.row_stride(), patch_base, &src};
+}
+
+// The implicit GEMM instead of im2col + GEMM: where the GEMM's kernel reads A in place,
+// the tap rows split into whole groups of 4 and the depth keeps int32 accumulators exact.
+bool implicit_gemm_fits(int run, int depth) {
+  return run % 4 == 0 && depth * 127LL * 127LL < (1LL << 31) &&
+         gemm_kernel(gemm_isa(active_isa(), depth))->micro_rows != nullptr;
+}
 
 // The patch matrix of `src` (m rows, depth k) in scratch(0), laid out so that the GEMM
 // reads it in place where its kernel can (gemm_packed's a_padded): rows a_row_bytes
@@ -208,9 +227,18 @@ void weights_in_runs(const int8_t* w, int o, int kh, int run, int8_t* dst) {
   }
 }
 
-PaddedSrc forward_source(const int8_t* x, const ConvShape& s, std::vector<int8_t>* buf) {
+PaddedSrc forward_source(const int8_t* x, const ConvShape& s, std::vector<int8_t>* buf, uint8_t bias = 0) {
   return pad_source(x, s.n, s.h, s.w, s.c, s.pad, s.pad, 1, s.h + 2 * s.pad, s.w + 2 * s.pad, s.oh(), s.ow(), s.kh, s.kw,
-                    s.stride, buf);
+                    s.stride, buf, bias);
+}
+
+bool is_1x1(const ConvShape& s) { return s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0; }
+bool fwd_panels(const ConvShape& s) { return use_pixel_panels(s.o, s.kh * run_pad(s.kw * s.c), fwd_bytes(s)); }
+bool bwd_data_panels(const ConvShape& s) { return use_pixel_panels(s.c, s.kh * run_pad(s.kw * s.o), bwd_bytes(s)); }
+
+bool fwd_implicit(const ConvShape& s) { return !is_1x1(s) && !fwd_panels(s) && implicit_gemm_fits(s.kw * s.c, s.kh * s.kw * s.c); }
+bool bwd_data_implicit(const ConvShape& s) {
+  return !bwd_data_panels(s) && bwd_data_packs_w(s, false) && implicit_gemm_fits(s.kw * s.o, s.kh * s.kw * s.o);
 }
 
 }  // namespace
@@ -223,10 +251,10 @@ bool wgrad_packs_source(const ConvShape& s) {
 const char* conv_algorithm(ConvPass pass, const ConvShape& s) {
   switch (pass) {
     case ConvPass::kForward:
-      if (s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0) return "gemm_1x1";
-      return use_pixel_panels(s.o, s.kh * run_pad(s.kw * s.c), fwd_bytes(s)) ? "pixel_panels" : "im2col_gemm";
+      if (is_1x1(s)) return "gemm_1x1";
+      return fwd_panels(s) ? "pixel_panels" : fwd_implicit(s) ? "implicit_gemm" : "im2col_gemm";
     case ConvPass::kBackwardData:
-      return use_pixel_panels(s.c, s.kh * run_pad(s.kw * s.o), bwd_bytes(s)) ? "pixel_panels" : "im2col_gemm";
+      return bwd_data_panels(s) ? "pixel_panels" : bwd_data_implicit(s) ? "implicit_gemm" : "im2col_gemm";
     case ConvPass::kBackwardWeight:
       return use_wgrad_panels(s) ? "wgrad_panels" : "im2col_gemm";
   }
@@ -237,12 +265,21 @@ template <typename T>
 void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y, int64_t* absmax) {
   if (absmax) *absmax = -1;
   const int oh = s.oh(), ow = s.ow(), k = s.kh * s.kw * s.c, m = s.n * oh * ow;
-  if (s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0) {
+  if (is_1x1(s)) {
     gemm(MatrixS8{x, k, 1}, MatrixS8{w, k, 1}, m, s.o, k, y, false, absmax);
     return;
   }
+  if constexpr (std::is_same_v<T, int32_t>) {
+    if (fwd_implicit(s)) {
+      const PaddedSrc src = forward_source(x, s, &scratch(2), 0x80);
+      thread_local Kept<PackedB> packed;
+      pack_b(MatrixS8{w, k, 1}, s.o, k, active_isa(), &packed);
+      gemm_rows(patch_rows(src), m, packed, y, s.o, absmax);
+      return;
+    }
+  }
   const PaddedSrc src = forward_source(x, s, &scratch(2));
-  if (use_pixel_panels(s.o, s.kh * run_pad(s.kw * s.c), fwd_bytes(s))) {
+  if (fwd_panels(s)) {
     const int run = s.kw * s.c;
     int8_t* w_runs = grow(scratch(1), static_cast<size_t>(s.o) * s.kh * run_pad(run));
     weights_in_runs(w, s.o, s.kh, run, w_runs);
@@ -258,10 +295,11 @@ void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* 
   // A stride-1 convolution of the zero-dilated, padded error with the flipped,
   // transposed kernel w'[c, i, j, o] = w[o, kh-1-i, kw-1-j, c].
   const int oh = s.oh(), ow = s.ow(), run = s.kw * s.o, m = s.n * s.h * s.w;
-  const bool panels = use_pixel_panels(s.c, s.kh * run_pad(run), bwd_bytes(s));
+  const bool panels = bwd_data_panels(s);
   const int runp = panels ? run_pad(run) : run, k = s.kh * runp;
+  const bool implicit = std::is_same_v<T, int32_t> && bwd_data_implicit(s);
   const PaddedSrc src = pad_source(err, s.n, oh, ow, s.o, s.kh - 1 - s.pad, s.kw - 1 - s.pad, s.stride, s.h + s.kh - 1, s.w + s.kw - 1, s.h, s.w,
-                                   s.kh, s.kw, 1, &scratch(2));
+                                   s.kh, s.kw, 1, &scratch(2), implicit ? 0x80 : 0);
   if constexpr (std::is_same_v<T, int32_t>) {
     if (bwd_data_packs_w(s, panels)) {
       // The GEMM's B straight from w: depth kk = (i, j, o) of w' is w[o, kh-1-i, kw-1-j, :],
@@ -269,7 +307,8 @@ void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* 
       thread_local Kept<PackedB> packed;
       const FlippedTaps taps{w, s};
       pack_b_k_rows(s.c, k, active_isa(), FlippedTaps::row, &taps, &packed);
-      gemm_packed(patches(src, m, k), m, packed, dx, s.c, true, absmax);
+      if (implicit) gemm_rows(patch_rows(src), m, packed, dx, s.c, absmax);
+      else gemm_packed(patches(src, m, k), m, packed, dx, s.c, true, absmax);
       return;
     }
   }

@@ -16,7 +16,8 @@ struct ConvShape {
 };
 
 // Which algorithm a pass runs for shape `s` on the active ISA (for tests and debugging):
-// "gemm_1x1", "im2col_gemm", "pixel_panels" or "wgrad_panels".
+// "gemm_1x1", "im2col_gemm", "implicit_gemm" (no im2col copy: gemm_rows), "pixel_panels"
+// or "wgrad_panels".
 enum class ConvPass { kForward, kBackwardData, kBackwardWeight };
 const char* conv_algorithm(ConvPass pass, const ConvShape& s);
 

@@ -29,8 +29,10 @@ struct PaddedSrc {
 
 // Builds the padded source in `buf` from src[n, h, w, ch]: padded row y' holds source row
 // (y' - off_y) / dil when that is exact and in range, else zeros (columns alike, off_x).
+// `bias` 0x80 stores every byte, padding included, as the unsigned a + 128 (XOR 0x80):
+// the form the offset-trick kernels read in place (gemm_rows).
 PaddedSrc pad_source(const int8_t* src, int n, int h, int w, int ch, int off_y, int off_x, int dil, int hp, int wp,
-                     int oh, int ow, int kh, int kw, int step, std::vector<int8_t>* buf);
+                     int oh, int ow, int kh, int kw, int step, std::vector<int8_t>* buf, uint8_t bias = 0);
 
 // Whether the int32 im2col weight gradient packs its B straight from the padded source
 // (conv.cpp; else through an im2col copy).

@@ -148,8 +148,15 @@ void colsum_correction(const GemmKernel* kern, const int8_t* panel, int kgroups,
 }  // namespace
 
 PaddedSrc pad_source(const int8_t* src, int n, int h, int w, int ch, int off_y, int off_x, int dil, int hp, int wp,
-                     int oh, int ow, int kh, int kw, int step, std::vector<int8_t>* buf) {
+                     int oh, int ow, int kh, int kw, int step, std::vector<int8_t>* buf, uint8_t bias) {
   const size_t row = static_cast<size_t>(wp) * ch, image = row * hp;
+  const auto copy = [bias](int8_t* dst, const int8_t* from, size_t bytes) {
+    if (bias == 0) {
+      std::memcpy(dst, from, bytes);
+      return;
+    }
+    for (size_t i = 0; i < bytes; ++i) dst[i] = static_cast<int8_t>(from[i] ^ bias);
+  };
   int8_t* d = grow(*buf, image * n + kSlack);
   std::memset(d + image * n, 0, kSlack);
   // Source column of padded column x' (or -1): computed once, shared by all rows.
@@ -164,21 +171,21 @@ PaddedSrc pad_source(const int8_t* src, int n, int h, int w, int ch, int off_y, 
       const int b = r / hp, y = r % hp, num = y - off_y;
       int8_t* out = d + static_cast<size_t>(r) * row;
       if (!(num >= 0 && num % dil == 0 && num / dil < h)) {
-        std::memset(out, 0, row);
+        std::memset(out, bias, row);
         continue;
       }
       const int8_t* in = src + (static_cast<size_t>(b) * h + num / dil) * w * ch;
       if (dil == 1) {  // [zeros | the source row | zeros]
         const int x0 = std::max(off_x, 0), x1 = std::min(wp, off_x + w);
-        std::memset(out, 0, static_cast<size_t>(x0) * ch);
-        std::memcpy(out + static_cast<size_t>(x0) * ch, in + static_cast<size_t>(x0 - off_x) * ch,
-                    static_cast<size_t>(std::max(x1 - x0, 0)) * ch);
-        std::memset(out + static_cast<size_t>(std::max(x1, x0)) * ch, 0, static_cast<size_t>(wp - std::max(x1, x0)) * ch);
+        std::memset(out, bias, static_cast<size_t>(x0) * ch);
+        copy(out + static_cast<size_t>(x0) * ch, in + static_cast<size_t>(x0 - off_x) * ch,
+             static_cast<size_t>(std::max(x1 - x0, 0)) * ch);
+        std::memset(out + static_cast<size_t>(std::max(x1, x0)) * ch, bias, static_cast<size_t>(wp - std::max(x1, x0)) * ch);
         continue;
       }
       for (int x = 0; x < wp; ++x) {
-        if (cs[x] < 0) std::memset(out + static_cast<size_t>(x) * ch, 0, ch);
-        else std::memcpy(out + static_cast<size_t>(x) * ch, in + static_cast<size_t>(cs[x]) * ch, ch);
+        if (cs[x] < 0) std::memset(out + static_cast<size_t>(x) * ch, bias, ch);
+        else copy(out + static_cast<size_t>(x) * ch, in + static_cast<size_t>(cs[x]) * ch, ch);
       }
     }
   });

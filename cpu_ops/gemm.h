@@ -80,6 +80,25 @@ void gemm_s8_s32(MatrixS8 a, MatrixS8 b, int m, int n, int k, int32_t* c, bool a
                  int64_t* absmax = nullptr);
 void gemm_s8_s64(MatrixS8 a, MatrixS8 b, int m, int n, int k, int64_t* c);
 
+// A given in place as biased bytes (a + 128, the offset trick's unsigned side), for the
+// implicit-GEMM convolutions: row r's depth is `segments` runs of `seg_len` bytes (a
+// multiple of 4 unless there is one run), run s at data + row_base(ctx, r) + s * seg_stride.
+// The group that ends a run may read up to 3 bytes beyond it (B is zero there).
+struct BiasedRows {
+  const uint8_t* data;
+  int segments, seg_len;
+  ptrdiff_t seg_stride;
+  ptrdiff_t (*row_base)(const void* ctx, int row);
+  const void* ctx;
+};
+
+// Whether gemm_rows can run b's kernel (it reads A in place: AVX-512 VNNI).
+bool gemm_rows_supported(const PackedB& b);
+
+// c (row stride ldc) = a @ b^T over b.k = segments * seg_len, with no packing of A;
+// `absmax` as gemm_packed's. Only where gemm_rows_supported(b).
+void gemm_rows(const BiasedRows& a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc, int64_t* absmax = nullptr);
+
 // Longest K whose int8 x int8 dot products (-128 included) always fit int32.
 constexpr int kMaxInt32Depth = 131068;  // 131068 * 128 * 128 < 2^31
 

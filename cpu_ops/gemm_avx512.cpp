@@ -20,27 +20,27 @@ void pack_a_u8(MatrixS8 a, int rows, int kc, void* dst) {
                     [](int8_t v) { return static_cast<uint8_t>(v ^ 0x80); });
 }
 
-DSPTRAIN_AVX512 void micro(const void* a_tile, const int8_t* b, int kgroups, int32_t* c,
-                           ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
-                           const int32_t* col_offset) {
-  __m512i acc[kMR][kNV];
+// One group of 4 k: B's 64 columns x 4 bytes times the broadcast dword of each row.
+template <typename RowWord>
+DSPTRAIN_AVX512 inline __attribute__((always_inline)) void dot_group(__m512i (&acc)[kMR][kNV], const int8_t* b,
+                                                                    RowWord word) {
+  __m512i bv[kNV];
+#pragma GCC unroll 4
+  for (int v = 0; v < kNV; ++v) bv[v] = _mm512_loadu_si512(b + v * 64);
+  _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNR * 4), _MM_HINT_T0);
 #pragma GCC unroll 8
-  for (int r = 0; r < kMR; ++r)
+  for (int r = 0; r < kMR; ++r) {
+    const __m512i av = _mm512_set1_epi32(word(r));
 #pragma GCC unroll 4
-    for (int v = 0; v < kNV; ++v) acc[r][v] = _mm512_setzero_si512();
-  const int32_t* a = static_cast<const int32_t*>(a_tile);
-  for (int g = 0; g < kgroups; ++g, a += kMR, b += kNR * 4) {
-    __m512i bv[kNV];
-#pragma GCC unroll 4
-    for (int v = 0; v < kNV; ++v) bv[v] = _mm512_loadu_si512(b + v * 64);
-    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * kNR * 4), _MM_HINT_T0);
-#pragma GCC unroll 8
-    for (int r = 0; r < kMR; ++r) {
-      const __m512i av = _mm512_set1_epi32(a[r]);
-#pragma GCC unroll 4
-      for (int v = 0; v < kNV; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], av, bv[v]);
-    }
+    for (int v = 0; v < kNV; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], av, bv[v]);
   }
+}
+
+// Adds B's column offsets (a first K block) or the C already there (later ones), and
+// stores; a partial tile through a full-size temporary.
+DSPTRAIN_AVX512 inline __attribute__((always_inline)) void store_tile(__m512i (&acc)[kMR][kNV], int32_t* c,
+                                                                     ptrdiff_t ldc, int mr_valid, int nr_valid,
+                                                                     bool accumulate, const int32_t* col_offset) {
   const bool full = mr_valid == kMR && nr_valid == kNR;
   alignas(64) int32_t tmp[kMR * kNR];
 #pragma GCC unroll 8
@@ -61,6 +61,45 @@ DSPTRAIN_AVX512 void micro(const void* a_tile, const int8_t* b, int kgroups, int
   if (!full) store_partial(tmp, kNR, c, ldc, mr_valid, nr_valid, accumulate);
 }
 
+DSPTRAIN_AVX512 void micro(const void* a_tile, const int8_t* b, int kgroups, int32_t* c,
+                           ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
+                           const int32_t* col_offset) {
+  __m512i acc[kMR][kNV];
+#pragma GCC unroll 8
+  for (int r = 0; r < kMR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) acc[r][v] = _mm512_setzero_si512();
+  const int32_t* a = static_cast<const int32_t*>(a_tile);
+  for (int g = 0; g < kgroups; ++g, a += kMR, b += kNR * 4) dot_group(acc, b, [a](int r) { return a[r]; });
+  store_tile(acc, c, ldc, mr_valid, nr_valid, accumulate, col_offset);
+}
+
+// The same tile with each row's bytes read where they lie (no packed A): the broadcast
+// dword of row r is at rows[r] + piece offset + 4 g.
+DSPTRAIN_AVX512 void micro_rows(const uint8_t* const* rows, const APiece* pieces, int npieces, const int8_t* b,
+                                int32_t* c, ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
+                                const int32_t* col_offset) {
+  __m512i acc[kMR][kNV];
+#pragma GCC unroll 8
+  for (int r = 0; r < kMR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) acc[r][v] = _mm512_setzero_si512();
+  for (int p = 0; p < npieces; ++p) {
+    const uint8_t* a[kMR];
+#pragma GCC unroll 8
+    for (int r = 0; r < kMR; ++r) a[r] = rows[r] + pieces[p].off;
+    const int groups = pieces[p].groups;
+    for (int g = 0; g < groups; ++g, b += kNR * 4)
+      dot_group(acc, b, [&a, g](int r) {
+        int32_t w;
+        std::memcpy(&w, a[r] + 4 * g, 4);
+        return w;
+      });
+  }
+  store_tile(acc, c, ldc, mr_valid, nr_valid, accumulate, col_offset);
+}
+
+
 // vpdpbusd with u8 ones: each dword lane adds its 4 signed bytes.
 DSPTRAIN_AVX512 void colsum(const int8_t* b, int kgroups, int32_t* sums) {
   const __m512i ones = _mm512_set1_epi8(1);
@@ -77,7 +116,11 @@ DSPTRAIN_AVX512 void colsum(const int8_t* b, int kgroups, int32_t* sums) {
 }  // namespace
 
 const GemmKernel* kernel_avx512_vnni() {
-  static const GemmKernel k{Isa::kAvx512Vnni, kMR, kNR, 512, 192, 1, true, pack_a_u8, micro, colsum};
+  static const GemmKernel k = [] {
+    GemmKernel g{Isa::kAvx512Vnni, kMR, kNR, 512, 192, 1, true, pack_a_u8, micro, colsum};
+    g.micro_rows = micro_rows;
+    return g;
+  }();
   return &k;
 }
 

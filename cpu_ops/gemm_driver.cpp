@@ -110,6 +110,16 @@ const int8_t* strided_k_row(const void* b, int kk, int /*seg*/) {
   return m.data + static_cast<ptrdiff_t>(kk) * m.k_stride;
 }
 
+// sum[j] += rows[q][j] for the non-null rows (locals, so the loop vectorises: through
+// the packing lambda's captures GCC reloaded `width` every element).
+void add_rows(const int8_t* const* rows, int width, int32_t* __restrict sum) {
+  for (int q = 0; q < 4; ++q) {
+    const int8_t* __restrict r = rows[q];
+    if (r)
+      for (int j = 0; j < width; ++j) sum[j] += r[j];
+  }
+}
+
 }  // namespace
 
 size_t packed_b_bytes(int n, int k, Isa isa) {
@@ -140,11 +150,14 @@ void pack_b_k_rows(int n, int k, Isa isa, KRowFn row, const void* ctx, PackedB* 
       for (int g = 0; g < groups; ++g)
         std::memset(panels + p * panel_bytes + (static_cast<size_t>(g) * nr + n - p * nr) * 4, 0, (nr - (n - p * nr)) * 4);
   const int tasks = tasks_for(panel_bytes * panel_count, groups);
-  std::vector<int32_t> sums(kern->offset_trick ? static_cast<size_t>(tasks) * n : 0, 0);
+  // Column sums for the offset trick: from the packed panels by the kernel's own colsum
+  // (vpdpbusd with ones, 64 columns at once) where it has one, else added up per group.
+  const bool sum_while_packing = kern->offset_trick && kern->colsum == nullptr;
+  std::vector<int32_t> sums(sum_while_packing ? static_cast<size_t>(tasks) * n : 0, 0);
   parallel_for(tasks, [&](int t) {
     const int g0 = static_cast<int>(static_cast<long long>(groups) * t / tasks);
     const int g1 = static_cast<int>(static_cast<long long>(groups) * (t + 1) / tasks);
-    int32_t* sum = kern->offset_trick ? sums.data() + static_cast<size_t>(t) * n : nullptr;
+    int32_t* sum = sum_while_packing ? sums.data() + static_cast<size_t>(t) * n : nullptr;
     for (int g = g0; g < g1; ++g)
       for (int seg = 0; seg < segments; ++seg) {
         const int8_t* rows[4];
@@ -155,13 +168,17 @@ void pack_b_k_rows(int n, int k, Isa isa, KRowFn row, const void* ctx, PackedB* 
         if (whole) interleave4(rows, w4, off, dst);
         for (int j = whole ? w4 : 0; j < width; ++j)
           for (int q = 0; q < 4; ++q) dst[off[j] + q] = rows[q] ? rows[q][j] : 0;
-        if (sum)
-          for (int q = 0; q < 4; ++q)
-            if (rows[q])
-              for (int j = 0; j < width; ++j) sum[seg * width + j] += rows[q][j];
+        if (sum) add_rows(rows, width, sum + seg * width);
       }
   });
   if (!kern->offset_trick) return;
+  if (!sum_while_packing) {
+    parallel_for(panel_count, [&](int p) {
+      kern->colsum(panels + p * panel_bytes, groups, out->col_offset.data() + static_cast<size_t>(p) * nr);
+      for (int j = 0; j < nr; ++j) out->col_offset[static_cast<size_t>(p) * nr + j] *= -128;
+    });
+    return;
+  }
   for (int j = 0; j < n; ++j) {
     int32_t total = 0;
     for (int t = 0; t < tasks; ++t) total += sums[static_cast<size_t>(t) * n + j];
@@ -218,6 +235,16 @@ void pack_b(MatrixS8 b, int n, int k, Isa isa, PackedB* out) {
   });
 }
 
+TaskSplit split_tasks(const GemmKernel* kern, int m, int n, int threads) {
+  const int mr = kern->mr, panels = (n + kern->nr - 1) / kern->nr;
+  int m_blocks = round_up((m + kern->mc - 1) / kern->mc, threads);
+  m_blocks = std::min(m_blocks, (m + mr - 1) / mr);
+  const int mc = round_up((m + m_blocks - 1) / m_blocks, mr);
+  m_blocks = (m + mc - 1) / mc;
+  const int n_splits = std::min(panels, std::max(1, (2 * threads + m_blocks - 1) / m_blocks));
+  return TaskSplit{mc, m_blocks, n_splits, (panels + n_splits - 1) / n_splits};
+}
+
 int a_row_bytes(Isa isa, int k) {
   const GemmKernel* kern = gemm_kernel(gemm_isa(isa, k));
   return kern->a_is_rows && k <= kern->kc ? 4 * padded_kgroups(kern, k) : k;
@@ -234,16 +261,10 @@ void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc,
     for (int i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0);
     return;
   }
-  const int threads = pool_threads();
   const int panels = (n + nr - 1) / nr;
-  // Row blocks: at most kern->mc rows, a multiple of the thread count so the cores
-  // finish together; if that leaves too few tasks, split the B panels as well.
-  int m_blocks = round_up((m + kern->mc - 1) / kern->mc, threads);
-  m_blocks = std::min(m_blocks, (m + mr - 1) / mr);
-  const int mc = round_up((m + m_blocks - 1) / m_blocks, mr);
-  m_blocks = (m + mc - 1) / mc;
-  const int n_splits = std::min(panels, std::max(1, (2 * threads + m_blocks - 1) / m_blocks));
-  const int panels_per_split = (panels + n_splits - 1) / n_splits;
+  const TaskSplit split = split_tasks(kern, m, n, pool_threads());
+  const int mc = split.mc, m_blocks = split.m_blocks, n_splits = split.n_splits;
+  const int panels_per_split = split.panels_per_split;
   const int kc_max = kern->kc;
   const bool in_place = a_padded && kern->a_is_rows && k <= kc_max && a.k_stride == 1 &&
                         a.row_stride == 4 * padded_kgroups(kern, k);

@@ -19,6 +19,18 @@ using MicroFn = void (*)(const void* a_tile, const int8_t* b_panel, int kgroups,
                          ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
                          const int32_t* col_offset);
 
+// A read in place, with no packing pass (gemm_rows.cpp): row r of a tile is the biased
+// bytes (a + 128) at rows[r] + piece.off + 4 g for the `groups` groups of each piece in
+// turn, B's panel advancing through them; otherwise as MicroFn. Rows past mr_valid may
+// repeat a valid row (their results are dropped).
+struct APiece {
+  ptrdiff_t off;
+  int groups;
+};
+using MicroRowsFn = void (*)(const uint8_t* const* rows, const APiece* pieces, int npieces, const int8_t* b_panel,
+                             int32_t* c, ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
+                             const int32_t* col_offset);
+
 // sums[j] = sum of the kgroups * 4 bytes of column j of a packed B panel (nr columns).
 using ColSumFn = void (*)(const int8_t* b_panel, int kgroups, int32_t* sums);
 
@@ -35,7 +47,17 @@ struct GemmKernel {
   void (*task_begin)() = nullptr;  // optional: per-thread set-up before a task's micro calls (AMX tiles)
   void (*task_end)() = nullptr;    // optional: its undo, at the end of the task
   bool a_is_rows = false;          // packed A is a's rows, K zero padded (gemm_packed's a_padded)
+  MicroRowsFn micro_rows = nullptr;  // optional: A's biased rows read in place (offset-trick kernels)
 };
+
+// How gemm_packed and gemm_rows split C over the pool: row blocks of at most kern->mc
+// rows, a multiple of the thread count so the cores finish together; if that leaves too
+// few tasks, the B panels split as well.
+struct TaskSplit {
+  int mc, m_blocks, n_splits, panels_per_split;
+  int tasks() const { return m_blocks * n_splits; }
+};
+TaskSplit split_tasks(const GemmKernel* kern, int m, int n, int threads);
 
 // Groups of 4 k that `kern` computes for a K block of kc: padded to its k_align.
 inline int padded_kgroups(const GemmKernel* kern, int kc) {

@@ -467,7 +467,7 @@ void quantize_mls(const float* x, size_t rows, int channels, int group, double t
   static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                              __builtin_cpu_supports("avx512vl");
 #else
-  constexpr bool avx512 = false;
+  [[maybe_unused]] constexpr bool avx512 = false;  // read only under DSPTRAIN_X86 below
 #endif
   with_mode(mode, [&](auto m) {
     for_chunks(n, sizeof(float), [&](size_t, size_t b, size_t e) {

@@ -87,6 +87,8 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     if (algo == "pixel_panels") {
       add(&out, "conv.weights", static_cast<size_t>(s.o) * s.kh * run_pad(s.kw * s.c));
       pixel_panels_into(&out, s.o, s.kh * run_pad(s.kw * s.c), is64);
+    } else if (algo == "implicit_gemm") {  // gemm_rows: the weights packed, nothing for A
+      add(&out, "conv.fwd_packed_w", packed_b_bytes(s.o, k, active_isa()));
     } else {
       add(&out, "conv.im2col", static_cast<size_t>(a_rows(active_isa(), pixels)) * a_row_bytes(active_isa(), k));
       gemm_into(&out, static_cast<int>(pixels), s.o, k, is64, true);
@@ -105,6 +107,8 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     padded_into(&out, static_cast<size_t>(s.n) * hp * wp * s.o, wp);
     if (panels) {
       pixel_panels_into(&out, s.c, k, is64);
+    } else if (algo == "implicit_gemm") {
+      add(&out, "conv.bwd_data_packed_w", packed_b_bytes(s.c, k, active_isa()));
     } else {
       add(&out, "conv.im2col", static_cast<size_t>(a_rows(active_isa(), m)) * a_row_bytes(active_isa(), k));
       gemm_into(&out, static_cast<int>(m), s.c, k, is64, true, !packs_w);

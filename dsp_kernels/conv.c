@@ -5,13 +5,15 @@
  * bwd weight   dw[o, j]  = sum_p err[p, o] * cols(x)[p, j]  (reduction over p, chunked)
  * Layouts: NHWC, w (O, KH, KW, C). Chunks of im2col rows stay within DSPT_CHUNK bytes
  * per thread (chunk_rows). Each op splits its rows (forward,
- * bwd data) or its reduction (bwd weight) across the descriptor's HVX threads.
+ * bwd data) or its reduction (bwd weight) across the descriptor's HVX threads, each
+ * share on its own worker thread with its own buffers (threads.h).
  * Operands are packed with vector moves: rows transposed 32 x 32 words (gemm.c), or
  * four rows interleaved byte by byte into vrmpy's 4-byte groups (hvx_interleave4b).
  */
 #include "hvx-utils.h"
 #include "kernels.h"
 #include "conv.h"
+#include "threads.h"
 
 #define DSPT_CHUNK (256u * 1024u)
 
@@ -140,27 +142,52 @@ static void im2col(int8_t *dst, int ldd, const int8_t *x, const struct conv_shap
     else im2col_rows(0, dst, ldd, x, s, p0, rows, pd);
 }
 
+/* Rows of im2col(x) (or of gathered err) times packed b: one HVX thread's share (threads.h)
+ * runs its rows [lo, hi) in chunks through its own chunk buffer and padded image. */
+struct rows_job {
+    int32_t *y;
+    const int8_t *x;
+    const struct conv_shape *s;
+    const int8_t *bp;
+    int k, acc, rows;
+    int8_t *cols[DSPT_MAX_THREADS];
+    struct padded pd[DSPT_MAX_THREADS];
+};
+
+/* Each thread's chunk buffer (and padded image: pad) from its own scratch, before any
+ * share runs; 0 when one does not fit. */
+static int thread_buffers(struct dspt_ctx *ctx, struct rows_job *j, uint32_t cols_bytes, int pad)
+{
+    for (int t = 0; t < (int)ctx->threads; t++) {
+        struct dspt_ctx *tc = dspt_thread_ctx(ctx, t);
+        j->cols[t] = tc ? dspt_scratch(tc, cols_bytes) : 0;
+        if (!j->cols[t] || (pad && !padded_buffer(tc, j->s, &j->pd[t]))) return 0;
+    }
+    return 1;
+}
+
+static int conv_rows_share(struct dspt_ctx *tc, int t, void *job)
+{
+    struct rows_job *j = job;
+    const struct conv_shape *s = j->s;
+    int ldk = (j->k + 3) & ~3, p = s->n * s->oh * s->ow, lo, hi;
+    dspt_share(tc, p, 4, t, &lo, &hi);   /* thread t: output rows [lo, hi) */
+    for (int p0 = lo; p0 < hi; p0 += j->rows) {
+        int r = hi - p0 < j->rows ? hi - p0 : j->rows;
+        im2col(j->cols[t], ldk, j->x, s, p0, r, &j->pd[t]);
+        dspt_gemm_core(j->y + p0 * s->o, s->o, j->cols[t], ldk, j->bp, r, s->o, j->k, j->acc);
+    }
+    return DSPT_OK;
+}
+
 /* y[p, :] (+)= im2col(x)[p, :] . packed b, rows split across the HVX threads. */
 static int conv_rows(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const struct conv_shape *s,
                      const int8_t *bp, int k, int acc)
 {
-    int ldk = (k + 3) & ~3, p = s->n * s->oh * s->ow, rows = chunk_rows(ctx, ldk);
-    int8_t *cols = dspt_scratch(ctx, (uint32_t)rows * ldk + HVX_BYTES);
-    struct padded pd;
-    if (!cols || !padded_buffer(ctx, s, &pd)) return DSPT_NO_SUPPORT;
-    for (int t = 0; t < (int)ctx->threads; t++) {   /* thread t: output rows [lo, hi) */
-        int lo, hi;
-        dspt_share(ctx, p, 4, t, &lo, &hi);
-        if (lo >= hi) continue;
-        dspt_share_begin(ctx);
-        for (int p0 = lo; p0 < hi; p0 += rows) {
-            int r = hi - p0 < rows ? hi - p0 : rows;
-            im2col(cols, ldk, x, s, p0, r, &pd);
-            dspt_gemm_core(y + p0 * s->o, s->o, cols, ldk, bp, r, s->o, k, acc);
-        }
-        dspt_share_end(ctx, t);
-    }
-    return DSPT_OK;
+    int ldk = (k + 3) & ~3;
+    struct rows_job j = {.y = y, .x = x, .s = s, .bp = bp, .k = k, .acc = acc, .rows = chunk_rows(ctx, ldk)};
+    if (!thread_buffers(ctx, &j, (uint32_t)j.rows * ldk + HVX_BYTES, 1)) return DSPT_NO_SUPPORT;
+    return dspt_run_shares(ctx, conv_rows_share, &j);
 }
 
 int dspt_op_conv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
@@ -238,6 +265,21 @@ static void pack_wt(int8_t *bp, const int8_t *w, const struct conv_shape *s, int
     }
 }
 
+/* dx rows [lo, hi) of thread t: gathered err windows times packed wT, in chunks. */
+static int gather_rows_share(struct dspt_ctx *tc, int t, void *job)
+{
+    struct rows_job *j = job;
+    const struct conv_shape *s = j->s;
+    int o4 = (s->o + 3) & ~3, q = s->n * s->h * s->w, lo, hi;
+    dspt_share(tc, q, 4, t, &lo, &hi);
+    for (int q0 = lo; q0 < hi; q0 += j->rows) {
+        int r = hi - q0 < j->rows ? hi - q0 : j->rows;
+        gather_err(j->cols[t], j->k, j->x, s, o4, q0, r);
+        dspt_gemm_core(j->y + q0 * s->c, s->c, j->cols[t], j->k, j->bp, r, s->c, j->k, j->acc);
+    }
+    return DSPT_OK;
+}
+
 int dspt_op_conv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
 {
     struct conv_shape s;
@@ -266,23 +308,10 @@ int dspt_op_conv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         pack_wt(bp, w, &s, o4, 1);
         return conv_rows(ctx, dx, err, &f, bp, k, acc);
     }
-    int rows = chunk_rows(ctx, k);
-    int8_t *cols = dspt_scratch(ctx, (uint32_t)rows * k + HVX_BYTES);
-    if (!cols) return DSPT_NO_SUPPORT;
+    struct rows_job j = {.y = dx, .x = err, .s = &s, .bp = bp, .k = k, .acc = acc, .rows = chunk_rows(ctx, k)};
+    if (!thread_buffers(ctx, &j, (uint32_t)j.rows * k + HVX_BYTES, 0)) return DSPT_NO_SUPPORT;
     pack_wt(bp, w, &s, o4, 0);
-    for (int t = 0; t < (int)ctx->threads; t++) {   /* thread t: dx rows [lo, hi) */
-        int lo, hi;
-        dspt_share(ctx, q, 4, t, &lo, &hi);
-        if (lo >= hi) continue;
-        dspt_share_begin(ctx);
-        for (int q0 = lo; q0 < hi; q0 += rows) {
-            int r = hi - q0 < rows ? hi - q0 : rows;
-            gather_err(cols, k, err, &s, o4, q0, r);
-            dspt_gemm_core(dx + q0 * s.c, s.c, cols, k, bp, r, s.c, k, acc);
-        }
-        dspt_share_end(ctx, t);
-    }
-    return DSPT_OK;
+    return dspt_run_shares(ctx, gather_rows_share, &j);
 }
 
 /* Word g of lane l in block lb: rows 4g .. 4g+3 of src (row stride ld bytes, `rows`
@@ -327,6 +356,30 @@ static void bwd_weight_range(struct dspt_ctx *ctx, int32_t *dw, const int8_t *er
     }
 }
 
+/* The weight gradient's reduction over positions, split across the HVX threads: thread 0
+ * sums its positions into dw, thread t > 0 into its own partial sum part[t]. */
+struct weight_job {
+    int32_t *dw;
+    const int8_t *err, *x;
+    const struct conv_shape *s;
+    int pc, acc;
+    int8_t *cols[DSPT_MAX_THREADS];
+    HVX_Vector *bp[DSPT_MAX_THREADS], *et[DSPT_MAX_THREADS];
+    int32_t *part[DSPT_MAX_THREADS];
+    struct padded pd[DSPT_MAX_THREADS];
+};
+
+static int bwd_weight_share(struct dspt_ctx *tc, int t, void *job)
+{
+    struct weight_job *J = job;
+    int lo, hi;
+    dspt_share(tc, J->s->n * J->s->oh * J->s->ow, 4, t, &lo, &hi);   /* thread t: positions [lo, hi) */
+    if (lo < hi)
+        bwd_weight_range(tc, J->part[t], J->err, J->x, J->s, lo, hi, J->pc, J->cols[t], J->bp[t], J->et[t],
+                         t == 0 && J->acc, &J->pd[t]);
+    return DSPT_OK;
+}
+
 int dspt_op_conv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
 {
     struct conv_shape s;
@@ -345,32 +398,23 @@ int dspt_op_conv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     int pc = chunk_rows(ctx, j + s.o);
     if (pc > ((p + 3) & ~3)) pc = (p + 3) & ~3;
     int jb = (j + 31) / 32, obk = (s.o + 31) / 32, k4 = pc / 4;
-    int8_t *cols = dspt_scratch(ctx, (uint32_t)pc * j + HVX_BYTES);
-    HVX_Vector *bp = dspt_scratch(ctx, (uint32_t)jb * k4 * HVX_BYTES);
-    HVX_Vector *et = dspt_scratch(ctx, (uint32_t)obk * k4 * HVX_BYTES);
-    uint32_t dw_bytes = (uint32_t)s.o * j * 4;
-    int32_t *part = ctx->threads > 1 ? dspt_scratch(ctx, dw_bytes) : 0;
-    struct padded pd;
-    if (!cols || !bp || !et || (ctx->threads > 1 && !part) || !padded_buffer(ctx, &s, &pd))
-        return DSPT_NO_SUPPORT;
-    int acc = (d->flags & DSPT_F_ACCUMULATE) != 0, first = 1;
-    for (int t = 0; t < (int)ctx->threads; t++) {   /* thread t: positions [lo, hi) */
+    uint32_t dw_words = (uint32_t)s.o * j;
+    struct weight_job job = {.dw = dw, .err = err, .x = x, .s = &s, .pc = pc, .acc = (d->flags & DSPT_F_ACCUMULATE) != 0};
+    for (int t = 0; t < (int)ctx->threads; t++) {   /* each thread's buffers, from its own scratch */
+        struct dspt_ctx *tc = dspt_thread_ctx(ctx, t);
+        if (!tc) return DSPT_NO_SUPPORT;
+        job.cols[t] = dspt_scratch(tc, (uint32_t)pc * j + HVX_BYTES);
+        job.bp[t] = dspt_scratch(tc, (uint32_t)jb * k4 * HVX_BYTES);
+        job.et[t] = dspt_scratch(tc, (uint32_t)obk * k4 * HVX_BYTES);
+        job.part[t] = t ? dspt_scratch(tc, dw_words * 4) : dw;
+        if (!job.cols[t] || !job.bp[t] || !job.et[t] || !job.part[t] || !padded_buffer(tc, &s, &job.pd[t]))
+            return DSPT_NO_SUPPORT;
+    }
+    int status = dspt_run_shares(ctx, bwd_weight_share, &job);
+    for (int t = 1; t < (int)ctx->threads; t++) {   /* the join, in thread order: one pass over dw each */
         int lo, hi;
         dspt_share(ctx, p, 4, t, &lo, &hi);
-        if (lo >= hi) continue;
-        dspt_share_begin(ctx);
-        /* the first share writes dw; the others their own partial sum, added below */
-        bwd_weight_range(ctx, first ? dw : part, err, x, &s, lo, hi, pc, cols, bp, et, first && acc, &pd);
-        dspt_share_end(ctx, t);
-        if (!first) {   /* the join: one pass over dw per extra thread (serial) */
-            uint32_t n = (uint32_t)s.o * j, i = 0;
-            for (; i + 32 <= n; i += 32)
-                hvx_store_u(dw + i, Q6_Vw_vadd_VwVw(hvx_load_u(dw + i), hvx_load_u(part + i)));
-            if (i < n)
-                hvx_store_bytes(dw + i, Q6_Vw_vadd_VwVw(hvx_load_bytes(dw + i, (n - i) * 4),
-                                                        hvx_load_bytes(part + i, (n - i) * 4)), (n - i) * 4);
-        }
-        first = 0;
+        if (lo < hi) dspt_add_words(dw, job.part[t], dw_words);
     }
-    return DSPT_OK;
+    return status;
 }

@@ -10,6 +10,7 @@
 #include "hvx-utils.h"
 #include "kernels.h"
 #include "conv.h"
+#include "threads.h"
 
 int dspt_conv_col2im_fits(const struct conv_shape *s)
 {
@@ -49,6 +50,35 @@ static void unpad(int32_t *dx, const int32_t *buf, int wb, const struct conv_sha
     }
 }
 
+/* Images [lo, hi) of thread t (threads.h), through its own window rows and padded image. */
+struct col2im_job {
+    int32_t *dx;
+    const int8_t *err, *bp;
+    const struct conv_shape *s;
+    int ldc, pix, wb, accumulate;
+    uint32_t image, buf_words;
+    int32_t *cols[DSPT_MAX_THREADS], *buf[DSPT_MAX_THREADS];
+};
+
+static int col2im_share(struct dspt_ctx *tc, int t, void *job)
+{
+    const struct col2im_job *J = job;
+    const struct conv_shape *s = J->s;
+    int32_t *dx = J->dx, *cols = J->cols[t], *buf = J->buf[t];
+    const int8_t *err = J->err, *bp = J->bp;
+    int ldc = J->ldc, pix = J->pix, wb = J->wb, accumulate = J->accumulate;
+    uint32_t image = J->image, buf_words = J->buf_words;
+    int lo, hi;
+    dspt_share(tc, s->n, 1, t, &lo, &hi);
+    for (int n = lo; n < hi; n++) {
+        dspt_gemm_core(cols, ldc, err + (size_t)n * pix * s->o, s->o, bp, pix, ldc, s->o, 0);
+        hvx_zero(buf, buf_words * 4);
+        col2im(buf, wb, cols, ldc, s);
+        unpad(dx + (size_t)n * image, buf, wb, s, accumulate);
+    }
+    return DSPT_OK;
+}
+
 int dspt_conv_col2im_bwd_data(struct dspt_ctx *ctx, int32_t *dx, const int8_t *err, const int8_t *w,
                               const struct conv_shape *s, int accumulate)
 {
@@ -63,23 +93,14 @@ int dspt_conv_col2im_bwd_data(struct dspt_ctx *ctx, int32_t *dx, const int8_t *e
         for (int j = 0; j < ldc; j++) wt[j * s->o + o] = j < taps ? w[o * taps + j] : 0;
     dspt_pack_b(bp, wt, ldc, s->o, s->o);
     uint32_t image = (uint32_t)s->h * s->w * s->c, buf_words = (uint32_t)hb * wb * s->c;
-    for (int t = 0; t < (int)ctx->threads; t++) {   /* thread t: images [lo, hi) */
-        int lo, hi;
-        dspt_share(ctx, s->n, 1, t, &lo, &hi);
-        if (lo >= hi) continue;
-        uint32_t mark = ctx->scratch_used;
-        int32_t *cols = dspt_scratch(ctx, (uint32_t)pix * ldc * 4 + HVX_BYTES);
-        int32_t *buf = dspt_scratch(ctx, buf_words * 4 + HVX_BYTES);
-        if (!cols || !buf) return DSPT_NO_SUPPORT;
-        dspt_share_begin(ctx);
-        for (int n = lo; n < hi; n++) {
-            dspt_gemm_core(cols, ldc, err + (size_t)n * pix * s->o, s->o, bp, pix, ldc, s->o, 0);
-            hvx_zero(buf, buf_words * 4);
-            col2im(buf, wb, cols, ldc, s);
-            unpad(dx + (size_t)n * image, buf, wb, s, accumulate);
-        }
-        dspt_share_end(ctx, t);
-        ctx->scratch_used = mark;
+    struct col2im_job job = {.dx = dx, .err = err, .bp = bp, .s = s, .ldc = ldc, .pix = pix, .wb = wb,
+                             .accumulate = accumulate, .image = image, .buf_words = buf_words};
+    for (int t = 0; t < (int)ctx->threads; t++) {   /* each thread's buffers, from its own scratch */
+        struct dspt_ctx *tc = dspt_thread_ctx(ctx, t);
+        if (!tc) return DSPT_NO_SUPPORT;
+        job.cols[t] = dspt_scratch(tc, (uint32_t)pix * ldc * 4 + HVX_BYTES);
+        job.buf[t] = dspt_scratch(tc, buf_words * 4 + HVX_BYTES);
+        if (!job.cols[t] || !job.buf[t]) return DSPT_NO_SUPPORT;
     }
-    return DSPT_OK;
+    return dspt_run_shares(ctx, col2im_share, &job);
 }

@@ -15,6 +15,7 @@
 #include "hvx-utils.h"
 #include "kernels.h"
 #include "conv.h"
+#include "threads.h"
 
 #define MAX_WORDS 4   /* C' <= 16: four word planes */
 
@@ -69,6 +70,67 @@ static void deal_image(const struct grid *G, int32_t *planes, int8_t *pix, const
     }
 }
 
+/* Units [lo, hi) of (image, block) of thread t (threads.h), through its own planes,
+ * pixels, staging rows and accumulators. */
+struct grid_job {
+    struct grid G;   /* a copy: the kernel's own stays unescaped, its fields known to the compiler */
+    int32_t *y;
+    const int8_t *x;
+    const struct conv_shape *s;
+    const HVX_Vector *ctrl;
+    int most, accumulate;
+    int32_t *planes[DSPT_MAX_THREADS], *stage[DSPT_MAX_THREADS];
+    int8_t *pix[DSPT_MAX_THREADS];
+    HVX_Vector *yt[DSPT_MAX_THREADS];
+};
+
+static int grid_share(struct dspt_ctx *tc, int t, void *job)
+{
+    const struct grid_job *J = job;
+    const struct grid G = J->G;
+    const struct conv_shape *s = J->s;
+    const int8_t *x = J->x;
+    int32_t *y = J->y;
+    const HVX_Vector *ctrl = J->ctrl;
+    int most = J->most, accumulate = J->accumulate;
+    int32_t *planes = J->planes[t], *stage = J->stage[t];
+    int8_t *pix = J->pix[t];
+    HVX_Vector *yt = J->yt[t];
+    int lo, hi;
+    dspt_share(tc, s->n * G.blocks, 1, t, &lo, &hi);
+    if (lo >= hi) return DSPT_OK;
+    for (int n = lo / G.blocks, u0 = n * G.blocks; u0 < hi; n++, u0 += G.blocks) {
+        int blo = lo > u0 ? lo - u0 : 0, bhi = hi - u0 < G.blocks ? hi - u0 : G.blocks;
+        deal_image(&G, planes, pix, x, s, n, ctrl[0]);
+        for (int b0 = blo; b0 < bhi;) {
+            int R = bhi - b0 >= most ? most : (bhi - b0 >= 2 ? 2 : 1);
+            const int8_t *base = (const int8_t *)(planes + b0 * 32);
+            for (int o0 = 0, rest = s->o; rest > 0; rest -= dspt_lanes_tile_width(rest)) {
+                int T = dspt_lanes_tile_width(rest);
+                dspt_lanes_tile(R, T, yt + o0, G.opad, base, HVX_BYTES, G.off, G.kg, G.wq + o0, G.opad,
+                                G.corr + o0);
+                o0 += T;
+            }
+            for (int rr = 0; rr < R; rr++)   /* address order: each store's tail is overwritten */
+                dspt_lanes_store(stage + (b0 + rr) * 32 * s->o, s->o, yt + rr * G.opad, 32, &ctrl[1]);
+            b0 += R;
+        }
+        /* the outputs of each grid row, as far as this share computed them */
+        int32_t *yn = y + (size_t)n * s->oh * s->ow * s->o;
+        int first = blo * 32, end = bhi * 32;
+        for (int oh = 0; oh < s->oh; oh++) {
+            int p0 = oh * G.wp > first ? oh * G.wp : first, p1 = oh * G.wp + s->ow < end ? oh * G.wp + s->ow : end;
+            if (p0 >= p1) continue;
+            const int32_t *src = stage + p0 * s->o;
+            int32_t *dst = yn + (oh * s->ow + p0 - oh * G.wp) * s->o;
+            uint32_t words = (uint32_t)((p1 - p0) * s->o);
+            if (accumulate) dspt_add_words(dst, src, words);
+            else hvx_copy(dst, src, words * 4);
+        }
+    }
+    return DSPT_OK;
+}
+
 int dspt_conv_grid(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int8_t *w,
                    const struct conv_shape *s, int accumulate)
 {
@@ -118,50 +180,17 @@ int dspt_conv_grid(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int8
         widest = dspt_lanes_tile_width(left) > widest ? dspt_lanes_tile_width(left) : widest;
     int most = 24 / widest >= 4 ? 4 : 2;   /* blocks per register tile */
     uint32_t out_words = (uint32_t)G.blocks * 32 * s->o;
-    for (int t = 0; t < (int)ctx->threads; t++) {   /* thread t: units [lo, hi) of (image, block) */
-        int lo, hi;
-        dspt_share(ctx, s->n * G.blocks, 1, t, &lo, &hi);
-        if (lo >= hi) continue;
-        uint32_t mark = ctx->scratch_used;
-        int32_t *planes = dspt_scratch(ctx, (uint32_t)G.words * G.plane * 4 + HVX_BYTES);
-        int8_t *pix = dspt_scratch(ctx, (uint32_t)(((G.hp * G.wp + 31) & ~31) * G.cp + 2 * HVX_BYTES));
-        int32_t *stage = dspt_scratch(ctx, (out_words + 32 * (uint32_t)s->o) * 4 + HVX_BYTES);
-        HVX_Vector *yt = dspt_scratch(ctx, (uint32_t)most * G.opad * HVX_BYTES);
-        if (!planes || !pix || !stage || !yt) return DSPT_NO_SUPPORT;
-        dspt_share_begin(ctx);
-        for (int n = lo / G.blocks, u0 = n * G.blocks; u0 < hi; n++, u0 += G.blocks) {
-            int blo = lo > u0 ? lo - u0 : 0, bhi = hi - u0 < G.blocks ? hi - u0 : G.blocks;
-            deal_image(&G, planes, pix, x, s, n, ctrl[0]);
-            for (int b0 = blo; b0 < bhi;) {
-                int R = bhi - b0 >= most ? most : (bhi - b0 >= 2 ? 2 : 1);
-                const int8_t *base = (const int8_t *)(planes + b0 * 32);
-                for (int o0 = 0, rest = s->o; rest > 0; rest -= dspt_lanes_tile_width(rest)) {
-                    int T = dspt_lanes_tile_width(rest);
-                    dspt_lanes_tile(R, T, yt + o0, G.opad, base, HVX_BYTES, G.off, G.kg, G.wq + o0, G.opad,
-                                    G.corr + o0);
-                    o0 += T;
-                }
-                for (int rr = 0; rr < R; rr++)   /* address order: each store's tail is overwritten */
-                    dspt_lanes_store(stage + (b0 + rr) * 32 * s->o, s->o, yt + rr * G.opad, 32, &ctrl[1]);
-                b0 += R;
-            }
-            /* the outputs of each grid row, as far as this share computed them */
-            int32_t *yn = y + (size_t)n * s->oh * s->ow * s->o;
-            int first = blo * 32, end = bhi * 32;
-            for (int oh = 0; oh < s->oh; oh++) {
-                int p0 = oh * G.wp > first ? oh * G.wp : first, p1 = oh * G.wp + s->ow < end ? oh * G.wp + s->ow : end;
-                if (p0 >= p1) continue;
-                const int32_t *src = stage + p0 * s->o;
-                int32_t *dst = yn + (oh * s->ow + p0 - oh * G.wp) * s->o;
-                uint32_t words = (uint32_t)((p1 - p0) * s->o);
-                if (accumulate) dspt_add_words(dst, src, words);
-                else hvx_copy(dst, src, words * 4);
-            }
-        }
-        dspt_share_end(ctx, t);
-        ctx->scratch_used = mark;
+    struct grid_job job = {.G = G, .y = y, .x = x, .s = s, .ctrl = ctrl, .most = most, .accumulate = accumulate};
+    for (int t = 0; t < (int)ctx->threads; t++) {   /* each thread's buffers, from its own scratch */
+        struct dspt_ctx *tc = dspt_thread_ctx(ctx, t);
+        if (!tc) return DSPT_NO_SUPPORT;
+        job.planes[t] = dspt_scratch(tc, (uint32_t)G.words * G.plane * 4 + HVX_BYTES);
+        job.pix[t] = dspt_scratch(tc, (uint32_t)(((G.hp * G.wp + 31) & ~31) * G.cp + 2 * HVX_BYTES));
+        job.stage[t] = dspt_scratch(tc, (out_words + 32 * (uint32_t)s->o) * 4 + HVX_BYTES);
+        job.yt[t] = dspt_scratch(tc, (uint32_t)most * G.opad * HVX_BYTES);
+        if (!job.planes[t] || !job.pix[t] || !job.stage[t] || !job.yt[t]) return DSPT_NO_SUPPORT;
     }
-    return DSPT_OK;
+    return dspt_run_shares(ctx, grid_share, &job);
 }
 
 int dspt_conv_grid_bwd_data_fits(const struct conv_shape *s)

@@ -17,6 +17,7 @@
 #include "hvx-utils.h"
 #include "kernels.h"
 #include "conv.h"
+#include "threads.h"
 
 #define MAX_ROWS 4         /* output rows sharing each weight word (loads: T + R per R*T vrmpy) */
 #define MAX_TILE 12        /* output channels per accumulator tile */
@@ -274,6 +275,66 @@ int dspt_conv_lanes_fits(const struct conv_shape *s)
     return s->stride == 1 && s->c == 1 && s->kw <= 64;
 }
 
+/* Output rows [lo, hi) of thread t (threads.h), through its own table, row and accumulators. */
+struct lanes_job {
+    struct lanes L;   /* a copy: the kernel's own stays unescaped, its fields known to the compiler */
+    int32_t *y;
+    const int8_t *x;
+    const struct conv_shape *s;
+    int accumulate, rows, most, rstride, kg, ytrow;
+    const int32_t *off;
+    const HVX_Vector *ctrl;
+    HVX_Vector *tab[DSPT_MAX_THREADS], *yt[DSPT_MAX_THREADS];
+    int8_t *row[DSPT_MAX_THREADS];
+    int32_t *stage[DSPT_MAX_THREADS];
+};
+
+static int lanes_share(struct dspt_ctx *tc, int t, void *job)
+{
+    const struct lanes_job *J = job;
+    const struct lanes L = J->L;
+    const struct conv_shape *s = J->s;
+    const int8_t *x = J->x;
+    int32_t *y = J->y;
+    const int32_t *off = J->off;
+    const HVX_Vector *ctrl = J->ctrl;
+    int accumulate = J->accumulate, most = J->most, rstride = J->rstride, kg = J->kg, ytrow = J->ytrow;
+    HVX_Vector *tab = J->tab[t], *yt = J->yt[t];
+    int8_t *row = J->row[t];
+    int32_t *stage = J->stage[t];
+    int lo, hi;
+    dspt_share(tc, J->rows, 1, t, &lo, &hi);
+    int image = -1, n = lo / s->oh, oh = lo % s->oh;   /* divide once, then step */
+    for (int r0 = lo; r0 < hi;) {
+        int left = hi - r0 < s->oh - oh ? hi - r0 : s->oh - oh;
+        int R = left >= 4 && most == 4 ? 4 : (left >= 2 ? 2 : 1);
+        if (n != image) { build_table(&L, tab, row, x, s, n); image = n; }
+        for (int b = 0; b < L.blocks; b++) {
+            const HVX_Vector *base = tab + (size_t)oh * rstride + b;
+            int o0 = 0;
+            for (int rest = s->o; rest > 0; rest -= dspt_lanes_tile_width(rest)) {
+                int T = dspt_lanes_tile_width(rest);
+                dspt_lanes_tile(R, T, yt + b * L.opad + o0, ytrow, (const int8_t *)base, rstride * HVX_BYTES, off, kg,
+                                L.wq + o0, L.opad, L.corr + o0);
+                o0 += T;
+            }
+        }
+        for (int rr = 0; rr < R; rr++)   /* in address order: each store's tail is overwritten */
+            for (int b = 0; b < L.blocks; b++) {
+                int npx = s->ow - 32 * b < 32 ? s->ow - 32 * b : 32;
+                dspt_lanes_store(stage + (rr * s->ow + 32 * b) * s->o, s->o, yt + rr * ytrow + b * L.opad, npx, ctrl);
+            }
+        int32_t *dst = y + (size_t)r0 * s->ow * s->o;
+        uint32_t words = (uint32_t)(R * s->ow * s->o);
+        if (accumulate) dspt_add_words(dst, stage, words);
+        else hvx_copy(dst, stage, words * 4);
+        r0 += R;
+        oh += R;
+        if (oh == s->oh) { oh = 0; n++; }
+    }
+    return DSPT_OK;
+}
+
 int dspt_conv_lanes(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int8_t *w,
                     const struct conv_shape *s, int accumulate)
 {
@@ -307,46 +368,16 @@ int dspt_conv_lanes(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int
     int most = MAX_ACC / widest >= 4 ? 4 : 2;   /* output rows per pass */
     uint32_t yt_bytes = (uint32_t)most * L.blocks * L.opad * HVX_BYTES;
     int ytrow = L.blocks * L.opad;              /* yt: [row][block][channel] vectors */
-    for (int t = 0; t < (int)ctx->threads; t++) {   /* thread t: output rows [lo, hi) */
-        int lo, hi;
-        dspt_share(ctx, rows, 1, t, &lo, &hi);
-        if (lo >= hi) continue;
-        uint32_t mark = ctx->scratch_used;   /* each share's own table, row and accumulators */
-        HVX_Vector *tab = dspt_scratch(ctx, tab_bytes), *yt = dspt_scratch(ctx, yt_bytes);
-        int8_t *row = dspt_scratch(ctx, (uint32_t)L.row_bytes);
-        int32_t *stage = dspt_scratch(ctx, (uint32_t)(most * s->ow + 32) * s->o * 4 + HVX_BYTES);
-        if (!tab || !yt || !row || !stage) return DSPT_NO_SUPPORT;
-        dspt_share_begin(ctx);
-        int image = -1, n = lo / s->oh, oh = lo % s->oh;   /* divide once, then step */
-        for (int r0 = lo; r0 < hi;) {
-            int left = hi - r0 < s->oh - oh ? hi - r0 : s->oh - oh;
-            int R = left >= 4 && most == 4 ? 4 : (left >= 2 ? 2 : 1);
-            if (n != image) { build_table(&L, tab, row, x, s, n); image = n; }
-            for (int b = 0; b < L.blocks; b++) {
-                const HVX_Vector *base = tab + (size_t)oh * rstride + b;
-                int o0 = 0;
-                for (int rest = s->o; rest > 0; rest -= dspt_lanes_tile_width(rest)) {
-                    int T = dspt_lanes_tile_width(rest);
-                    dspt_lanes_tile(R, T, yt + b * L.opad + o0, ytrow, (const int8_t *)base, rstride * HVX_BYTES, off, kg,
-                                    L.wq + o0, L.opad, L.corr + o0);
-                    o0 += T;
-                }
-            }
-            for (int rr = 0; rr < R; rr++)   /* in address order: each store's tail is overwritten */
-                for (int b = 0; b < L.blocks; b++) {
-                    int npx = s->ow - 32 * b < 32 ? s->ow - 32 * b : 32;
-                    dspt_lanes_store(stage + (rr * s->ow + 32 * b) * s->o, s->o, yt + rr * ytrow + b * L.opad, npx, ctrl);
-                }
-            int32_t *dst = y + (size_t)r0 * s->ow * s->o;
-            uint32_t words = (uint32_t)(R * s->ow * s->o);
-            if (accumulate) dspt_add_words(dst, stage, words);
-            else hvx_copy(dst, stage, words * 4);
-            r0 += R;
-            oh += R;
-            if (oh == s->oh) { oh = 0; n++; }
-        }
-        dspt_share_end(ctx, t);
-        ctx->scratch_used = mark;
+    struct lanes_job job = {.L = L, .y = y, .x = x, .s = s, .accumulate = accumulate, .rows = rows, .most = most,
+                            .rstride = rstride, .kg = kg, .ytrow = ytrow, .off = off, .ctrl = ctrl};
+    for (int t = 0; t < (int)ctx->threads; t++) {   /* each thread's table, row and accumulators */
+        struct dspt_ctx *tc = dspt_thread_ctx(ctx, t);
+        if (!tc) return DSPT_NO_SUPPORT;
+        job.tab[t] = dspt_scratch(tc, tab_bytes);
+        job.yt[t] = dspt_scratch(tc, yt_bytes);
+        job.row[t] = dspt_scratch(tc, (uint32_t)L.row_bytes);
+        job.stage[t] = dspt_scratch(tc, (uint32_t)(most * s->ow + 32) * s->o * 4 + HVX_BYTES);
+        if (!job.tab[t] || !job.yt[t] || !job.row[t] || !job.stage[t]) return DSPT_NO_SUPPORT;
     }
-    return DSPT_OK;
+    return dspt_run_shares(ctx, lanes_share, &job);
 }

@@ -15,6 +15,7 @@
 #include "hvx-utils.h"
 #include "kernels.h"
 #include "conv.h"
+#include "threads.h"
 
 #define GROUP_POSITIONS 8192   /* grid positions per pass: the planes stay within ~200 KiB */
 
@@ -203,6 +204,55 @@ int dspt_conv_planar_fits(const struct conv_shape *s)
     return s->stride == 1 && s->c <= 8 && s->o <= 16 && 100 * s->oh * s->ow >= 55 * grid;
 }
 
+/* Images [lo, hi) of thread t (threads.h), through its own planes: thread 0 sums into
+ * dw, thread t > 0 into its own partial sum part[t], added after the join. */
+struct planar_job {
+    struct planes P;   /* a copy: the kernel's own stays unescaped, its fields known to the compiler */
+    const int8_t *err, *x;
+    const struct conv_shape *s;
+    const uint32_t *tap_off;
+    int g, taps, to, opad, tpad, accumulate;
+    int8_t *px[DSPT_MAX_THREADS], *pe[DSPT_MAX_THREADS], *tmp[DSPT_MAX_THREADS];
+    int32_t *part[DSPT_MAX_THREADS];
+};
+
+static int planar_share(struct dspt_ctx *tc, int t, void *job)
+{
+    const struct planar_job *J = job;
+    struct planes P = J->P;
+    const struct conv_shape *s = J->s;
+    const int8_t *err = J->err, *x = J->x;
+    const uint32_t *tap_off = J->tap_off;
+    int g = J->g, taps = J->taps, to = J->to, opad = J->opad, tpad = J->tpad, accumulate = J->accumulate;
+    int32_t *out = J->part[t];
+    P.x = J->px[t];
+    P.e = J->pe[t];
+    P.tmp = J->tmp[t];
+    int lo, hi;
+    dspt_share(tc, s->n, 1, t, &lo, &hi);
+    for (int n0 = lo; n0 < hi; n0 += g) {
+        int gn = hi - n0 < g ? hi - n0 : g, chunks = (gn * P.grid + HVX_BYTES - 1) / HVX_BYTES;
+        fill_planes(&P, x, err, s, n0, gn);
+        int add = n0 > lo || (t == 0 && accumulate);   /* each share's first pass writes (thread 0 adds to dw if asked) */
+        for (int o0 = 0; o0 < opad; o0 += to) {
+            const int8_t *e[4];
+            for (int o = 0; o < to; o++) e[o] = P.e + (o0 + o < s->o ? o0 + o : 0) * P.estride;
+            for (int t0 = 0; t0 < tpad; t0 += TILE_T) {
+                const int8_t *xr[TILE_T];
+                int32_t sums[4 * TILE_T];
+                for (int k = 0; k < TILE_T; k++) xr[k] = P.x + tap_off[t0 + k];
+                run_tile(to, sums, e, xr, chunks);
+                for (int o = 0; o < to && o0 + o < s->o; o++)
+                    for (int k = 0; k < TILE_T && t0 + k < taps; k++) {
+                        int32_t *w = out + (o0 + o) * taps + t0 + k;
+                        *w = add ? *w + sums[o * TILE_T + k] : sums[o * TILE_T + k];
+                    }
+            }
+        }
+    }
+    return DSPT_OK;
+}
+
 int dspt_conv_planar_bwd_weight(struct dspt_ctx *ctx, int32_t *dw, const int8_t *err, const int8_t *x,
                                 const struct conv_shape *s, int accumulate)
 {
@@ -224,8 +274,7 @@ int dspt_conv_planar_bwd_weight(struct dspt_ctx *ctx, int32_t *dw, const int8_t 
     uint32_t dw_words = (uint32_t)s->o * taps;
     HVX_Vector *ctrl = dspt_scratch(ctx, 2 * HVX_BYTES);
     uint32_t *tap_off = dspt_scratch(ctx, (uint32_t)tpad * 4);   /* tap (i, j, c): offset in the x planes */
-    int32_t *part = ctx->threads > 1 ? dspt_scratch(ctx, dw_words * 4) : 0;
-    if (!ctrl || !tap_off || (ctx->threads > 1 && !part)) return DSPT_NO_SUPPORT;
+    if (!ctrl || !tap_off) return DSPT_NO_SUPPORT;
     if (s->c > 1 && s->c < pow2_at_least(s->c)) dspt_spread_control((uint8_t *)&ctrl[0], s->c, pow2_at_least(s->c));
     if (s->o > 1 && s->o < pow2_at_least(s->o)) dspt_spread_control((uint8_t *)&ctrl[1], s->o, pow2_at_least(s->o));
     P.xspread = ctrl[0];
@@ -235,50 +284,22 @@ int dspt_conv_planar_bwd_weight(struct dspt_ctx *ctx, int32_t *dw, const int8_t 
         for (int j = 0; j < s->kw; j++)
             for (int c = 0; c < s->c; c++) tap_off[jl++] = (uint32_t)(c * P.xstride + i * P.wp + j);
     for (; jl < tpad; jl++) tap_off[jl] = 0;   /* padding taps read plane 0; their sums are dropped */
-    int first = 1;
-    for (int t = 0; t < (int)ctx->threads; t++) {   /* thread t: images [lo, hi) */
+    struct planar_job job = {.P = P, .err = err, .x = x, .s = s, .tap_off = tap_off, .g = g, .taps = taps, .to = to,
+                             .opad = opad, .tpad = tpad, .accumulate = accumulate};
+    for (int t = 0; t < (int)ctx->threads; t++) {   /* each thread's planes, from its own scratch */
+        struct dspt_ctx *tc = dspt_thread_ctx(ctx, t);
+        if (!tc) return DSPT_NO_SUPPORT;
+        job.px[t] = dspt_scratch(tc, (uint32_t)(s->c * P.xstride));
+        job.pe[t] = dspt_scratch(tc, (uint32_t)(s->o * P.estride));
+        job.tmp[t] = dspt_scratch(tc, tmp_bytes);
+        job.part[t] = t ? dspt_scratch(tc, dw_words * 4) : dw;
+        if (!job.px[t] || !job.pe[t] || !job.tmp[t] || !job.part[t]) return DSPT_NO_SUPPORT;
+    }
+    int status = dspt_run_shares(ctx, planar_share, &job);
+    for (int t = 1; t < (int)ctx->threads; t++) {   /* the join, in thread order: one pass over dw each */
         int lo, hi;
         dspt_share(ctx, s->n, 1, t, &lo, &hi);
-        if (lo >= hi) continue;
-        uint32_t mark = ctx->scratch_used;   /* each share's own planes */
-        P.x = dspt_scratch(ctx, (uint32_t)(s->c * P.xstride));
-        P.e = dspt_scratch(ctx, (uint32_t)(s->o * P.estride));
-        P.tmp = dspt_scratch(ctx, tmp_bytes);
-        if (!P.x || !P.e || !P.tmp) return DSPT_NO_SUPPORT;
-        dspt_share_begin(ctx);
-        int32_t *out = first ? dw : part;
-        for (int n0 = lo; n0 < hi; n0 += g) {
-            int gn = hi - n0 < g ? hi - n0 : g, chunks = (gn * P.grid + HVX_BYTES - 1) / HVX_BYTES;
-            fill_planes(&P, x, err, s, n0, gn);
-            int add = n0 > lo || (first && accumulate);   /* the first pass of the first share writes */
-            for (int o0 = 0; o0 < opad; o0 += to) {
-                const int8_t *e[4];
-                for (int o = 0; o < to; o++) e[o] = P.e + (o0 + o < s->o ? o0 + o : 0) * P.estride;
-                for (int t0 = 0; t0 < tpad; t0 += TILE_T) {
-                    const int8_t *xr[TILE_T];
-                    int32_t sums[4 * TILE_T];
-                    for (int k = 0; k < TILE_T; k++) xr[k] = P.x + tap_off[t0 + k];
-                    run_tile(to, sums, e, xr, chunks);
-                    for (int o = 0; o < to && o0 + o < s->o; o++)
-                        for (int k = 0; k < TILE_T && t0 + k < taps; k++) {
-                            int32_t *w = out + (o0 + o) * taps + t0 + k;
-                            *w = add ? *w + sums[o * TILE_T + k] : sums[o * TILE_T + k];
-                        }
-                }
-            }
-        }
-        dspt_share_end(ctx, t);
-        if (!first) {   /* the join: one pass over dw per extra thread (serial) */
-            uint32_t i = 0;
-            for (; i + 32 <= dw_words; i += 32)
-                hvx_store_u(dw + i, Q6_Vw_vadd_VwVw(hvx_load_u(dw + i), hvx_load_u(part + i)));
-            if (i < dw_words)
-                hvx_store_bytes(dw + i, Q6_Vw_vadd_VwVw(hvx_load_bytes(dw + i, (dw_words - i) * 4),
-                                                        hvx_load_bytes(part + i, (dw_words - i) * 4)),
-                                (dw_words - i) * 4);
-        }
-        first = 0;
-        ctx->scratch_used = mark;
+        if (lo < hi) dspt_add_words(dw, job.part[t], dw_words);
     }
-    return DSPT_OK;
+    return status;
 }

@@ -1,7 +1,9 @@
-/* dispatch.c: one op descriptor -> its kernel, with the cost measured around it.
+/* dispatch.c: one op descriptor -> its kernel, with the cost measured around it (the
+ * calling thread's packets, plus each worker's share: threads.h).
  * Shared by the emulated server (main.c) and the FastRPC skel (skel.c). */
 #include "dsp_sys.h"
 #include "kernels.h"
+#include "threads.h"
 
 typedef int (*dspt_kernel)(struct dspt_ctx *, struct dspt_op_desc *);
 
@@ -40,27 +42,15 @@ static int debug_op(struct dspt_op_desc *d)
 }
 #endif
 
-void dspt_share_begin(struct dspt_ctx *ctx)
-{
-    struct dsp_counters c;
-    dsp_read_counters(&c);
-    ctx->share_start = c.packets;
-}
-
-void dspt_share_end(struct dspt_ctx *ctx, int t)
-{
-    struct dsp_counters c;
-    dsp_read_counters(&c);
-    ctx->share_packets[t] += c.packets - ctx->share_start;
-}
-
 int dspt_run_op(struct dspt_ctx *ctx, struct dspt_op_desc *d)
 {
     struct dsp_counters c0, c1;
     int status = DSPT_NO_SUPPORT;
     ctx->scratch_used = 0;
+    dspt_pool_reset(ctx->pool);
     ctx->threads = d->threads < 1 ? 1 : (d->threads > DSPT_MAX_THREADS ? DSPT_MAX_THREADS : d->threads);
     for (int t = 0; t < DSPT_MAX_THREADS; t++) ctx->share_packets[t] = 0;
+    ctx->share_insns = ctx->share_hvx = 0;
     dsp_read_counters(&c0);
     if (d->op == DSPT_OP_NOP) status = DSPT_OK;
     else if (d->op < DSPT_OP_COUNT && kernels[d->op]) status = kernels[d->op](ctx, d);
@@ -68,16 +58,17 @@ int dspt_run_op(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     else if (d->op == DSPT_OP_DEBUG_SLEEP || d->op == DSPT_OP_DEBUG_CRASH) status = debug_op(d);
 #endif
     dsp_read_counters(&c1);
-    d->cost.packets = c1.packets - c0.packets;
-    d->cost.insns = c1.insns - c0.insns;
-    d->cost.hvx = c1.hvx - c0.hvx;
-    /* critical path: the serial part, plus the largest share instead of all of them */
-    uint32_t shares = 0, longest = 0;
+    /* this thread ran the serial part (and waited for the workers); the shares ran on them */
+    uint32_t shares = 0, longest = 0, serial = c1.packets - c0.packets;
     for (int t = 0; t < DSPT_MAX_THREADS; t++) {
+        d->cost.thread_packets[t] = ctx->share_packets[t];
         shares += ctx->share_packets[t];
         longest = ctx->share_packets[t] > longest ? ctx->share_packets[t] : longest;
     }
-    d->cost.critical = d->cost.packets - shares + longest;
+    d->cost.packets = serial + shares;
+    d->cost.insns = c1.insns - c0.insns + ctx->share_insns;
+    d->cost.hvx = c1.hvx - c0.hvx + ctx->share_hvx;
+    d->cost.critical = serial + longest;
     d->status = status;
     return status;
 }

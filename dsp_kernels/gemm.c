@@ -14,6 +14,7 @@
  */
 #include "hvx-utils.h"
 #include "kernels.h"
+#include "threads.h"
 
 #define BIAS_WORD 0x80808080u
 
@@ -233,6 +234,24 @@ static const int8_t *aligned_rows(struct dspt_ctx *ctx, const int8_t *a, int m, 
     return buf;
 }
 
+/* One HVX thread's band of rows of c (threads.h). */
+struct gemm_job {
+    int32_t *c;
+    const int8_t *a;
+    int lda;
+    const int8_t *bp;
+    int m, n, k, acc;
+};
+
+static int gemm_share(struct dspt_ctx *tc, int t, void *arg)
+{
+    const struct gemm_job *j = arg;
+    int lo, hi;
+    dspt_share(tc, j->m, 4, t, &lo, &hi);
+    if (lo < hi) dspt_gemm_core(j->c + lo * j->n, j->n, j->a + lo * j->lda, j->lda, j->bp, hi - lo, j->n, j->k, j->acc);
+    return DSPT_OK;
+}
+
 /* Op: in0 a[M,K] (shape_a = M,K,1,1), in1 b[N,K] -> out0 c[M,N] int32. */
 int dspt_op_gemm(struct dspt_ctx *ctx, struct dspt_op_desc *d)
 {
@@ -249,14 +268,6 @@ int dspt_op_gemm(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     const int8_t *ar = aligned_rows(ctx, a, m, k, &lda);
     if (!bp || !ar) return DSPT_NO_SUPPORT;  /* too big for the scratch: the CPU takes it */
     dspt_pack_b(bp, b, n, k, k);
-    int acc = (d->flags & DSPT_F_ACCUMULATE) != 0;
-    for (int t = 0; t < (int)ctx->threads; t++) {  /* each HVX thread takes a band of rows */
-        int lo, hi;
-        dspt_share(ctx, m, 4, t, &lo, &hi);
-        if (lo >= hi) continue;
-        dspt_share_begin(ctx);
-        dspt_gemm_core(c + lo * n, n, ar + lo * lda, lda, bp, hi - lo, n, k, acc);
-        dspt_share_end(ctx, t);
-    }
-    return DSPT_OK;
+    struct gemm_job job = {c, ar, lda, bp, m, n, k, (d->flags & DSPT_F_ACCUMULATE) != 0};
+    return dspt_run_shares(ctx, gemm_share, &job);
 }

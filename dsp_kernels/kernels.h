@@ -10,20 +10,18 @@
 #include "ops.h"
 #include "hvx-utils.h"
 
-#define DSPT_MAX_THREADS 8
-
 struct dspt_ctx {
     uint8_t *arena;            /* base of the shared arena */
     uint32_t arena_bytes;
     uint8_t *scratch;          /* DSP-private working memory (VTCM on a device) */
     uint32_t scratch_bytes;
     uint32_t scratch_used;     /* bump allocator, reset before every op */
-    /* The op's work split across HVX threads (the descriptor's `threads`): each
-     * thread's share runs here one after another and its packets are counted, so
-     * the op's critical path is what the DSP would take with the shares in parallel. */
+    /* The op's work split across HVX threads (the descriptor's `threads`): share t runs
+     * on worker t of the pool (threads.h), which counts its packets on its own thread. */
     uint32_t threads;
+    struct dspt_pool *pool;
     uint32_t share_packets[DSPT_MAX_THREADS];
-    uint32_t share_start;
+    uint32_t share_insns, share_hvx;   /* summed over the shares */
 };
 
 /* Rows [lo, hi) of `n` that thread t of ctx->threads takes, in multiples of `unit`. */
@@ -33,10 +31,6 @@ static inline void dspt_share(const struct dspt_ctx *ctx, int n, int unit, int t
     *lo = t * per * unit < n ? t * per * unit : n;
     *hi = (t + 1) * per * unit < n ? (t + 1) * per * unit : n;
 }
-
-/* Bracket one thread's share: dspt_share_begin(ctx); ...work...; dspt_share_end(ctx, t). */
-void dspt_share_begin(struct dspt_ctx *ctx);
-void dspt_share_end(struct dspt_ctx *ctx, int t);
 
 /* A 128-byte aligned scratch block, or NULL when the scratch is exhausted. The scratch's
  * last vector is never handed out: kernels read whole vectors up to 127 bytes past a block

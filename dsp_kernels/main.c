@@ -8,6 +8,7 @@
  */
 #include "dsp_sys.h"
 #include "kernels.h"
+#include "threads.h"
 
 #define AT_FDCWD (-100)
 #define O_RDWR 2
@@ -60,7 +61,8 @@ static int serve(int argc, char **argv)
     if (fd < 0) return 66;
     ctx.arena = map(ctx.arena_bytes, PROT_RW, MAP_SHARED, fd);
     ctx.scratch = map(ctx.scratch_bytes, PROT_RW, MAP_PRIVATE_ANON, -1);
-    if (!ctx.arena || !ctx.scratch) return 67;
+    ctx.pool = dspt_pool_create(ctx.scratch_bytes);   /* each worker's scratch as large (untouched pages cost nothing) */
+    if (!ctx.arena || !ctx.scratch || !ctx.pool) return 67;
 
     struct dspt_hello hello = {
         DSPT_MAGIC, DSPT_ABI_VERSION, sizeof(struct dspt_op_desc),
@@ -76,7 +78,7 @@ static int serve(int argc, char **argv)
     while (read_full(&cmd, sizeof cmd) == 0) {
         struct dspt_reply reply = {DSPT_MAGIC, DSPT_OK, 0, 0};
         if (cmd.magic != DSPT_MAGIC) return 65;
-        if (cmd.cmd == DSPT_CMD_QUIT) return 0;
+        if (cmd.cmd == DSPT_CMD_QUIT) return 0;   /* exit_group ends the workers too */
         if (cmd.first >= DSPT_RING_SLOTS || cmd.count > DSPT_RING_SLOTS - cmd.first)
             reply.status = DSPT_BAD_PARAMS;
         for (uint32_t i = 0; reply.status == DSPT_OK && i < cmd.count; i++) {

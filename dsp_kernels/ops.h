@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#define DSPT_ABI_VERSION 2u
+#define DSPT_ABI_VERSION 3u
 #define DSPT_MAGIC 0x44535054u /* "DSPT" */
 
 /* Op codes. The DSP answers DSPT_NO_SUPPORT for a code it does not know. */
@@ -50,13 +50,19 @@ struct dspt_rng {
     uint32_t seed, step, tensor_id, offset;
 };
 
+/* HVX contexts an op's work may be split across (v66 has 4; the descriptor's `threads`). */
+#define DSPT_MAX_THREADS 8
+
 /* What one op cost on the DSP, from QEMU's c20/c21/c22 (packets, instructions,
  * HVX instructions); on a device: pcycles in `packets`, zeros elsewhere.
- * `critical`: packets on the op's critical path when its work is split across the
- * descriptor's `threads` HVX contexts: the serial part plus the largest share one
- * thread runs (measured per share, the shares run one after another here). */
+ * The op's work is split across the descriptor's `threads` hardware threads (worker
+ * threads of the DSP server, threads.h), each counting its own share: `thread_packets[t]`
+ * is what thread t ran, `packets` the calling thread's serial part plus all shares, and
+ * `critical` the serial part plus the longest share (the op's time with the threads
+ * running side by side). */
 struct dspt_cost {
     uint32_t packets, insns, hvx, critical;
+    uint32_t thread_packets[DSPT_MAX_THREADS];
 };
 
 #define DSPT_MAX_IN 2

@@ -12,8 +12,10 @@
 #include "fastrpc_abi.h"
 #endif
 #include "kernels.h"
+#include "threads.h"
 
 #define SKEL_SCRATCH (16u << 20)
+#define SKEL_THREAD_SCRATCH (4u << 20)   /* each HVX worker's own (threads.h) */
 
 struct session {
     struct dspt_ctx ctx;
@@ -24,7 +26,8 @@ int dsptrain_open(const char *uri, remote_handle64 *handle)
     struct session *s = calloc(1, sizeof *s);
     if (!s) return AEE_ENOMEMORY;
     s->ctx.scratch = memalign(128, SKEL_SCRATCH);  /* VTCM would be better: see docs/phone.md */
-    if (!s->ctx.scratch) { free(s); return AEE_ENOMEMORY; }
+    s->ctx.pool = s->ctx.scratch ? dspt_pool_create(SKEL_THREAD_SCRATCH) : 0;
+    if (!s->ctx.pool) { free(s->ctx.scratch); free(s); return AEE_ENOMEMORY; }
     s->ctx.scratch_bytes = SKEL_SCRATCH;
     *handle = (remote_handle64)s;
     return AEE_SUCCESS;
@@ -33,7 +36,7 @@ int dsptrain_open(const char *uri, remote_handle64 *handle)
 int dsptrain_close(remote_handle64 handle)
 {
     struct session *s = (struct session *)handle;
-    if (s) { free(s->ctx.scratch); free(s); }
+    if (s) { dspt_pool_stop(s->ctx.pool); free(s->ctx.scratch); free(s); }
     return AEE_SUCCESS;
 }
 

@@ -100,7 +100,8 @@ def split_net_seconds(profile, processor: str, streamed: int, fixed: int, result
 # ---------------------------------------------------------------- the DSP's time, modeled
 # QEMU has no cycle model, but its packet counters are exact: each op reports the
 # packets it ran (cost.packets) and the packets on its critical path when its work is
-# split across the profile's HVX threads (cost.critical, dsp_kernels/dispatch.c). A
+# split across the profile's HVX threads (cost.critical, dsp_kernels/dispatch.c: each
+# share runs on its own worker thread and counts its own packets, dsp_kernels/threads.c). A
 # Hexagon hardware thread issues at most one packet per thread cycle (Hexagon V66
 # Programmer's Reference Manual 80-N2040-42 and V66 HVX Programmer's Reference
 # 80-N2040-44: a packet of up to four instructions per cycle, HVX contexts each fed by

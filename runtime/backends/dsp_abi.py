@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ctypes
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 MAGIC = 0x44535054
 
 # enum dspt_op
@@ -32,6 +32,7 @@ SHIFT_ESTIMATE = -1
 F_SATURATE_CHECK = 2   # REQUANT: a given shift that would saturate gives way to the estimate
 F_ACCUMULATE = 1
 
+MAX_THREADS = 8        # DSPT_MAX_THREADS: HVX contexts an op may be split across
 RING_SLOTS = 64
 RING_OFFSET = 4096
 TENSOR_OFFSET = RING_OFFSET + 65536
@@ -46,7 +47,8 @@ class Rng(ctypes.Structure):
 
 
 class Cost(ctypes.Structure):
-    _fields_ = [("packets", _u32), ("insns", _u32), ("hvx", _u32), ("critical", _u32)]
+    _fields_ = [("packets", _u32), ("insns", _u32), ("hvx", _u32), ("critical", _u32),
+                ("thread_packets", _u32 * MAX_THREADS)]
 
 
 class OpDesc(ctypes.Structure):

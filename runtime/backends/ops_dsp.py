@@ -87,8 +87,8 @@ class DspBackend(Backend):
     def __init__(self, transport: str | None = None, timeout: float | None = None,
                  reuse: bool = True, arena_mb: int | None = None, hvx_threads: int = 4):
         self.mode = transport or os.environ.get("DSPTRAIN_DSP", "auto")
-        # HVX contexts each op's work is split across (the device profile's dsp.hvx_threads;
-        # the emulator runs the shares one after another and counts each: cost.critical)
+        # HVX contexts each op's work is split across (the device profile's dsp.hvx_threads):
+        # the DSP server runs share t on its worker thread t, which counts its own packets
         self.hvx_threads = hvx_threads
         self.timeout = timeout or float(os.environ.get("DSPTRAIN_DSP_TIMEOUT", _TIMEOUT))
         self.reuse = reuse
@@ -99,6 +99,8 @@ class DspBackend(Backend):
         self.cost_log: list[tuple[str, int, int, int]] = []    # (op, packets, critical, bytes) per op run
         self.calls = 0                                          # transport calls (FastRPC round trips)
         self.total_costs = [0, 0, 0]                            # packets, insns, hvx since creation
+        self.last_thread_packets: list[tuple[int, ...]] = []    # per op of the last batch: packets of each HVX thread
+        self.total_thread_packets = [0] * abi.MAX_THREADS       # the same, summed since creation
         self.bytes_in = 0                                       # host -> arena copies
         self._into = None                                       # accumulate(): the buffer a product adds into
 
@@ -212,7 +214,7 @@ class DspBackend(Backend):
         try:
             self.transport.run(descs)
         except BackendError:
-            self.last_costs = []
+            self.last_costs, self.last_thread_packets = [], []
             raise
         self.last_costs = [(abi.OP_NAMES.get(d.op, str(d.op)), d.cost.packets, d.cost.insns,
                             d.cost.hvx) for d in descs]
@@ -220,6 +222,10 @@ class DspBackend(Backend):
             self.total_costs[0] += packets
             self.total_costs[1] += insns
             self.total_costs[2] += hvx
+        self.last_thread_packets = [tuple(d.cost.thread_packets[:max(d.threads, 1)]) for d in descs]
+        for shares in self.last_thread_packets:
+            for t, packets in enumerate(shares):
+                self.total_thread_packets[t] += packets
         self.cost_log.extend((abi.OP_NAMES.get(d.op, str(d.op)), d.cost.packets, d.cost.critical,
                               abi.desc_bytes(d)) for d in descs)
         for d in descs:

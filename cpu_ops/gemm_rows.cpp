@@ -1,0 +1,75 @@
+// The GEMM with A read where it lies: the implicit-GEMM convolution (a pixel's patch is
+// its kh tap rows in the padded source, never copied into an im2col matrix), and no
+// packing pass over A either, since the source is stored biased (a + 128) and the
+// microkernel broadcasts each row's dwords from it directly. The loop nest is
+// gemm_packed's (Goto & van de Geijn, TOMS 2008) minus the A packing: per task (rows x
+// B panels), per K block, per B panel (in L1), per row tile: micro_rows.
+#include <algorithm>
+#include <vector>
+
+#include "gemm_kernels.h"
+#include "requant.h"
+#include "thread_pool.h"
+
+namespace dsptrain {
+
+bool gemm_rows_supported(const PackedB& b) {
+  const GemmKernel* kern = gemm_kernel(b.isa);
+  return kern->isa == b.isa && kern->micro_rows != nullptr && kern->offset_trick && kern->k_align == 1;
+}
+
+namespace {
+
+// The pieces of depth [k0, k0 + kc) of a row: where each run's part of it starts (from
+// the row's base) and how many groups of 4 it holds. k0 and kc are multiples of 4.
+void pieces_of(const BiasedRows& a, int k0, int kc, std::vector<APiece>* out) {
+  out->clear();
+  for (int k = k0; k < k0 + kc;) {
+    const int seg = k / a.seg_len, in_seg = k - seg * a.seg_len;
+    const int len = std::min(a.seg_len - in_seg, k0 + kc - k);
+    out->push_back(APiece{seg * a.seg_stride + in_seg, (len + 3) / 4});
+    k += len;
+  }
+}
+
+}  // namespace
+
+void gemm_rows(const BiasedRows& a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc, int64_t* absmax) {
+  const GemmKernel* kern = gemm_kernel(b.isa);
+  const int n = b.n, k = b.k, mr = kern->mr, nr = kern->nr;
+  if (absmax) *absmax = 0;
+  if (m <= 0 || n <= 0) return;
+  if (k == 0) {
+    for (int i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0);
+    return;
+  }
+  const int panels = (n + nr - 1) / nr;
+  const TaskSplit split = split_tasks(kern, m, n, pool_threads());
+  std::vector<int64_t> task_max(absmax ? split.tasks() : 0, 0);
+  parallel_for(split.tasks(), [&](int task) {
+    const int row0 = (task / split.n_splits) * split.mc, rows = std::min(split.mc, m - row0);
+    const int p0 = (task % split.n_splits) * split.panels_per_split;
+    const int p1 = std::min(panels, p0 + split.panels_per_split);
+    // Row starts, padded to whole tiles with the block's first row (results dropped).
+    std::vector<const uint8_t*> starts(round_up(rows, mr), a.data + a.row_base(a.ctx, row0));
+    for (int r = 1; r < rows; ++r) starts[r] = a.data + a.row_base(a.ctx, row0 + r);
+    std::vector<APiece> pieces;
+    for (int pc = 0; pc < k; pc += kern->kc) {
+      const int kc = std::min(kern->kc, k - pc);
+      pieces_of(a, pc, kc, &pieces);
+      for (int p = p0; p < p1; ++p) {
+        const int8_t* b_panel = b.panels() + static_cast<size_t>(p) * b.k_pad * nr + static_cast<size_t>(pc) * nr;
+        const int cols = std::min(nr, n - p * nr);
+        for (int r = 0; r < rows; r += mr)
+          kern->micro_rows(starts.data() + r, pieces.data(), static_cast<int>(pieces.size()), b_panel,
+                           c + static_cast<ptrdiff_t>(row0 + r) * ldc + p * nr, ldc, std::min(mr, rows - r), cols,
+                           pc > 0, b.col_offset.data() + p * nr);
+      }
+    }
+    if (absmax && p1 > p0)
+      task_max[task] = absmax_block(c + static_cast<ptrdiff_t>(row0) * ldc + p0 * nr, rows, std::min(n, p1 * nr) - p0 * nr, ldc);
+  });
+  if (absmax) *absmax = *std::max_element(task_max.begin(), task_max.end());
+}
+
+}  // namespace dsptrain

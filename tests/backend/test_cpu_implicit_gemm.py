@@ -1,0 +1,73 @@
+"""The implicit-GEMM convolutions (cpu_ops/gemm_rows.cpp): forward and backward-data
+products read each pixel's patch in place from the biased padded source, with no im2col
+copy and no packing of A. Bit-exact against ops_ref on every ISA (the others take their
+im2col path on the same shapes), at one and two threads."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from . import cases
+from .test_cpu_kernels import cpu_isa  # noqa: F401  (the fixture: one GEMM path per run)
+
+native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
+
+# (N, H, W, C, O, K, stride, pad), each on the implicit path in both passes on AVX-512 VNNI:
+# a tap row of 516 bytes (K blocks of 512 end inside a row) with M = 105 and N = 120 off
+# the 6 x 64 tile; stride 2 (the backward source zero dilated); a 5 x 5 kernel with
+# padding 2; no padding (the backward pads by K - 1); a 1 x 1 kernel of stride 2.
+IMPLICIT_SHAPES = [(3, 7, 5, 172, 120, 3, 1, 1), (2, 9, 8, 64, 252, 3, 2, 1), (1, 6, 6, 60, 64, 5, 1, 2),
+                   (2, 5, 7, 128, 128, 3, 1, 0), (1, 4, 4, 64, 64, 1, 2, 0)]
+IMPLICIT_IDS = ["n{}h{}w{}c{}o{}k{}s{}p{}".format(*s) for s in IMPLICIT_SHAPES]
+
+
+def conv_case(shape, fill=None):
+    n, h, w, c, o, k, stride, pad = shape
+    rng = np.random.default_rng(sum(shape))
+    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    if fill is None:
+        return cases.int8(rng, (n, h, w, c)), cases.int8(rng, (o, k, k, c)), cases.int8(rng, (n, oh, ow, o))
+    return (np.full((n, h, w, c), fill[0], np.int8), np.full((o, k, k, c), fill[1], np.int8),
+            np.full((n, oh, ow, o), fill[0], np.int8))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", IMPLICIT_SHAPES, ids=IMPLICIT_IDS)
+def test_implicit_gemm_conv_every_isa(cpu_isa, ref, shape, threads):
+    stride, pad, hw = shape[6], shape[7], shape[1:3]
+    previous = native.threads()
+    native.set_threads(threads)
+    try:
+        for fill in (None, (-128, -128), (127, -128), (-128, 127)):   # random, and the offset trick's extremes
+            x, w, err = conv_case(shape, fill)
+            np.testing.assert_array_equal(cpu_isa.conv2d_s8(x, w, stride, pad), ref.conv2d_s8(x, w, stride, pad))
+            np.testing.assert_array_equal(cpu_isa.conv2d_bwd_data_s8(err, w, stride, pad, hw),
+                                          ref.conv2d_bwd_data_s8(err, w, stride, pad, hw))
+        key = cases.rng_key(5)   # with the GEMM's own range estimate, then each rounding
+        for mode in cases.ROUNDING:
+            for got, want in ((cpu_isa.conv2d_requant_s8(x, w, stride, pad, mode, key),
+                               ref.conv2d_requant_s8(x, w, stride, pad, mode, key)),
+                              (cpu_isa.conv2d_bwd_data_requant_s8(err, w, stride, pad, hw, mode, key),
+                               ref.conv2d_bwd_data_requant_s8(err, w, stride, pad, hw, mode, key))):
+                np.testing.assert_array_equal(got[0], want[0])
+                assert got[1] == want[1]
+    finally:
+        native.set_threads(previous)
+
+
+@pytest.mark.parametrize("shape", IMPLICIT_SHAPES, ids=IMPLICIT_IDS)
+def test_the_shapes_take_the_implicit_path_on_avx512(shape):
+    """Else the test above would check the im2col path twice."""
+    if "avx512vnni" not in native.supported_isas():
+        pytest.skip("no AVX-512 VNNI on this CPU/build")
+    x, w, _ = conv_case(shape)
+    stride, pad = shape[6], shape[7]
+    previous = native.isa()
+    native.set_isa("avx512vnni")
+    try:
+        assert native.conv_algorithm("forward", x, w, stride, pad) == "implicit_gemm"
+        assert native.conv_algorithm("backward_data", x, w, stride, pad) == "implicit_gemm"
+        native.set_isa("avx2")   # no in-place kernel: im2col + GEMM
+        assert native.conv_algorithm("forward", x, w, stride, pad) == "im2col_gemm"
+    finally:
+        native.set_isa(previous)

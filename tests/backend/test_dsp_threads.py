@@ -1,0 +1,147 @@
+"""The HVX thread split, run for real: each share on its own worker thread of the emulated
+DSP server (dsp_kernels/threads.c; qemu-hexagon runs each clone as a host thread), checked
+bit for bit against ops_ref for every product path with 1 to 4 threads, on shapes whose
+split is uneven and where some threads get no work; and the per-thread packet counts the
+workers measure on their own counters.
+
+Needs qemu-hexagon, clang-16 and lld-16 (missing in CI: a failure, as everywhere).
+"""
+import os
+
+import numpy as np
+import pytest
+
+from dsptrain.backends.ops_ref import RefBackend
+
+ref = RefBackend()
+R = np.random.default_rng(16)
+THREADS = [1, 2, 3, 4]
+
+
+@pytest.fixture(scope="module")
+def dsp(emulated_dsp_tools):
+    from dsptrain.backends.ops_dsp import DspBackend
+
+    backend = DspBackend(transport="emulated")
+    yield backend
+    backend.close()
+
+
+def s8(*shape):
+    return R.integers(-127, 128, shape, dtype=np.int8)
+
+
+def out_hw(h, w, k, stride, pad):
+    return (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+
+
+# (hook, path the kernel takes, argument maker). Row shares come in fours (GEMM, conv.c's
+# rows) or whole images / lane blocks (the few-channel paths): the sizes below leave the
+# last thread a ragged share, or threads 2 and 3 nothing at all (5 GEMM rows, one image).
+def conv_args(n, h, w, c, o, k, stride, pad):
+    return s8(n, h, w, c), s8(o, k, k, c), stride, pad
+
+
+def bwd_data_args(n, h, w, c, o, k, stride, pad):
+    oh, ow = out_hw(h, w, k, stride, pad)
+    return s8(n, oh, ow, o), s8(o, k, k, c), stride, pad, (h, w)
+
+
+def bwd_weight_args(n, h, w, c, o, k, stride, pad):
+    oh, ow = out_hw(h, w, k, stride, pad)
+    return s8(n, oh, ow, o), s8(n, h, w, c), stride, pad, (k, k)
+
+
+CASES = [
+    ("gemm_s8", "gemm, 5 rows: two shares of 4 rows at most", lambda: (s8(5, 37), s8(6, 37))),
+    ("gemm_s8", "gemm, ragged 67 x 45 x 130", lambda: (s8(67, 130), s8(45, 130))),
+    ("conv2d_s8", "conv.c rows, 33 channels", lambda: conv_args(1, 5, 3, 33, 7, 3, 1, 1)),
+    ("conv2d_s8", "conv.c rows, stride 2", lambda: conv_args(3, 7, 7, 20, 9, 3, 2, 1)),
+    ("conv2d_s8", "conv_lanes.c, one channel", lambda: conv_args(1, 3, 9, 1, 6, 3, 1, 0)),
+    ("conv2d_s8", "conv_lanes.c, 5 images", lambda: conv_args(5, 6, 7, 1, 7, 3, 1, 1)),
+    ("conv2d_s8", "conv_grid.c, one image", lambda: conv_args(1, 6, 7, 6, 9, 3, 1, 1)),
+    ("conv2d_s8", "conv_grid.c, 3 images", lambda: conv_args(3, 9, 9, 3, 16, 5, 1, 0)),
+    ("conv2d_bwd_data_s8", "gather rows, stride 2", lambda: bwd_data_args(2, 7, 6, 33, 5, 3, 2, 1)),
+    ("conv2d_bwd_data_s8", "flipped conv rows", lambda: bwd_data_args(1, 5, 5, 40, 36, 3, 1, 0)),
+    ("conv2d_bwd_data_s8", "conv_grid.c bwd, 3 images", lambda: bwd_data_args(3, 8, 8, 6, 16, 5, 1, 0)),
+    ("conv2d_bwd_data_s8", "conv_col2im.c, one image", lambda: bwd_data_args(1, 8, 7, 3, 20, 3, 2, 1)),
+    ("conv2d_bwd_data_s8", "conv_col2im.c, 5 images", lambda: bwd_data_args(5, 6, 6, 2, 8, 3, 2, 0)),
+    ("conv2d_bwd_weight_s8", "conv.c reduction, ragged", lambda: bwd_weight_args(2, 5, 3, 40, 33, 3, 1, 0)),
+    ("conv2d_bwd_weight_s8", "conv.c reduction, stride 2", lambda: bwd_weight_args(1, 7, 7, 20, 9, 3, 2, 1)),
+    ("conv2d_bwd_weight_s8", "conv_planar.c, one image", lambda: bwd_weight_args(1, 8, 8, 3, 6, 3, 1, 1)),
+    ("conv2d_bwd_weight_s8", "conv_planar.c, 5 images", lambda: bwd_weight_args(5, 8, 8, 1, 6, 3, 1, 1)),
+]
+
+
+def split_at(dsp, threads):
+    class Split:
+        def __enter__(self):
+            dsp.hvx_threads = threads
+
+        def __exit__(self, *exc):
+            dsp.hvx_threads = 4
+    return Split()
+
+
+@pytest.mark.parametrize("threads", THREADS)
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[c[1] for c in CASES])
+def test_every_product_path_is_bit_exact_on_every_thread_count(dsp, case, threads):
+    hook, _, make = CASES[case]
+    args = make()
+    with split_at(dsp, threads):
+        got = getattr(dsp, hook)(*args)
+    np.testing.assert_array_equal(np.asarray(got), getattr(ref, hook)(*args))
+
+
+@pytest.mark.parametrize("threads", [2, 4])
+@pytest.mark.parametrize("case", [1, 7, 12, 13, 16], ids=lambda i: CASES[i][1])
+def test_accumulating_products_join_the_threads_in_order(dsp, case, threads):
+    """ACCUMULATE: thread 0 adds into the output, the others' partial sums (weight gradient)
+    or rows are added after the join."""
+    hook, _, make = CASES[case]
+    args = make()
+    want = getattr(ref, hook)(*args)
+    start = R.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    with split_at(dsp, threads):
+        got = dsp.accumulate(start, hook, *args)
+    np.testing.assert_array_equal(np.asarray(got), start + want)
+
+
+def test_each_thread_counts_its_own_share(dsp):
+    """The cost a descriptor returns: per-thread packets measured by the workers, the serial
+    part on the calling thread; packets = serial + shares, critical = serial + the longest."""
+    a, b = s8(259, 130), s8(45, 130)
+    counts = {}
+    for threads in THREADS:
+        with split_at(dsp, threads):
+            dsp.take_cost_log()
+            np.testing.assert_array_equal(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
+            (op, packets, critical, _), = dsp.take_cost_log()[0]
+        shares, = dsp.last_thread_packets
+        assert op == "gemm_s8" and len(shares) == threads and all(p > 0 for p in shares), shares
+        serial = packets - sum(shares)
+        assert serial > 0 and critical == serial + max(shares), (packets, critical, shares)
+        counts[threads] = shares
+    # 65 row quads over T threads: the shares' sizes follow the split (4 threads: 17, 17, 17, 14)
+    one = counts[1][0]
+    assert 0.2 * one < counts[4][3] < counts[4][0] < 0.3 * one, counts
+    assert abs(counts[2][0] - counts[2][1]) < 0.05 * counts[2][0], counts
+
+
+def test_workers_are_threads_of_the_server_started_once(dsp):
+    """Real threads: the qemu-hexagon process gains one host thread per HVX worker when a
+    wider split first runs, and no more on later ops."""
+    dsp.close()
+    a, b = s8(40, 64), s8(33, 64)
+
+    def tasks():
+        return len(os.listdir(f"/proc/{dsp.transport._proc.pid}/task"))
+    with split_at(dsp, 1):
+        dsp.gemm_s8(a, b)
+        one = tasks()
+    with split_at(dsp, 4):
+        dsp.gemm_s8(a, b)
+        four = tasks()
+        dsp.gemm_s8(a, b)
+        again = tasks()
+    assert four == one + 3 and again == four, (one, four, again)
