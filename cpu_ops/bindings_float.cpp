@@ -224,6 +224,19 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     return c;
   }, py::arg("a"), py::arg("b"), py::arg("a_transposed"),
      "int16 (a.T if a_transposed else a) @ b[K,N] -> int64 [M,N], exact.");
+  m.def("conv2d_bwd_data_s16", [](const py::handle& err_obj, const py::handle& w_obj, int stride, int pad,
+                                  std::pair<int, int> in_hw) {
+    auto err = checked<int16_t>("conv2d_bwd_data_s16", "err", err_obj, 4);
+    auto w = checked<int16_t>("conv2d_bwd_data_s16", "w", w_obj, 4);
+    const ConvShape c = conv_shape_from_in_hw("conv2d_bwd_data_s16", err, w, stride, pad, in_hw);
+    const Col2imShape s{c.n, c.oh(), c.ow(), c.kh, c.kw, c.c, c.h, c.w, stride, pad};
+    py::array_t<int64_t> dx(std::vector<py::ssize_t>{c.n, c.h, c.w, c.c});
+    int64_t* p = dx.mutable_data();
+    py::gil_scoped_release nogil;
+    conv_bwd_data_s16_s64(err.data(), w.data(), s, c.o, p);
+    return dx;
+  }, py::arg("err"), py::arg("w"), py::arg("stride"), py::arg("pad"), py::arg("in_hw"),
+     "int16 err[N,OH,OW,O] x w[O,KH,KW,C] -> int64 dx[N,H,W,C]: a conv's backward data, exact.");
   m.def("im2col", [](const py::handle& obj, int kh, int kw, int stride, int pad) {
     check_positive("im2col", "stride", stride);
     check_positive("im2col", "kh", kh);

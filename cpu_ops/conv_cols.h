@@ -15,6 +15,10 @@ struct Col2imShape {
 template <typename T>
 void col2im_add(const T* dcols, const Col2imShape& s, T* dx);
 
+// One image's scatter-add (s.n ignored), on the calling thread: dx[H,W,C] is overwritten.
+template <typename T>
+void col2im_add_image(const T* dcols, const Col2imShape& s, T* dx);
+
 // cols[N*OH*OW, KH*KW*C] from x[N,H,W,C] (s.oh, s.ow the output size); T: int16_t, float.
 template <typename T>
 void im2col_copy(const T* x, const Col2imShape& s, T* cols);

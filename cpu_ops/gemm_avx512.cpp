@@ -99,7 +99,6 @@ DSPTRAIN_AVX512 void micro_rows(const uint8_t* const* rows, const APiece* pieces
   store_tile(acc, c, ldc, mr_valid, nr_valid, accumulate, col_offset);
 }
 
-
 // vpdpbusd with u8 ones: each dword lane adds its 4 signed bytes.
 DSPTRAIN_AVX512 void colsum(const int8_t* b, int kgroups, int32_t* sums) {
   const __m512i ones = _mm512_set1_epi8(1);

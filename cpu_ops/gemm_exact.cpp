@@ -115,7 +115,8 @@ DSPTRAIN_CLONES void pack(const int16_t* a, bool a_t, const int16_t* b, int m, i
   }
 }
 
-void rows_scalar(const PackedS16& p, int m0, int m1, int n, int64_t* c) {
+// row i of the result is written at c + (i - c_row0) * n
+void rows_scalar(const PackedS16& p, int m0, int m1, int n, int64_t* c, int c_row0 = 0) {
   for (int i = m0; i < m1; ++i)
     for (int j = 0; j < n; ++j) {
       int64_t s = 0;
@@ -125,7 +126,7 @@ void rows_scalar(const PackedS16& p, int m0, int m1, int n, int64_t* c) {
         const int16_t a0 = static_cast<int16_t>(w & 0xffff), a1 = static_cast<int16_t>(w >> 16);
         s += static_cast<int64_t>(a0) * bp[q * kPanel * 2] + static_cast<int64_t>(a1) * bp[q * kPanel * 2 + 1];
       }
-      c[static_cast<size_t>(i) * n + j] = s;
+      c[static_cast<size_t>(i - c_row0) * n + j] = s;
     }
 }
 
@@ -141,7 +142,7 @@ DSPTRAIN_AVX2 inline void add_lanes64(__m256i v, int64_t* dst) {
 }
 
 // rows [m0, m1) x every panel; int32 lanes flushed into int64 every `block` pairs
-DSPTRAIN_AVX2 void rows_avx2(const PackedS16& p, int m0, int m1, int n, int block, int64_t* c) {
+DSPTRAIN_AVX2 void rows_avx2(const PackedS16& p, int m0, int m1, int n, int block, int64_t* c, int c_row0 = 0) {
   for (int i0 = m0; i0 < m1; i0 += kRows) {
     const int rows = std::min(kRows, m1 - i0);
     int rr[kRows];
@@ -170,7 +171,7 @@ DSPTRAIN_AVX2 void rows_avx2(const PackedS16& p, int m0, int m1, int n, int bloc
       }
       const int cols = std::min(kPanel, n - panel * kPanel);
       for (int r = 0; r < rows; ++r)
-        std::memcpy(c + static_cast<size_t>(i0 + r) * n + panel * kPanel, sum[r], cols * sizeof(int64_t));
+        std::memcpy(c + static_cast<size_t>(i0 + r - c_row0) * n + panel * kPanel, sum[r], cols * sizeof(int64_t));
     }
   }
 }
@@ -179,7 +180,8 @@ DSPTRAIN_AVX2 void rows_avx2(const PackedS16& p, int m0, int m1, int n, int bloc
 // vpdpwssd adds a pair's two int16 products into them in one instruction (AVX2 needs
 // pmaddwd + paddd per half-panel). Lanes wrap mod 2**32 exactly as pmaddwd + paddd do,
 // and `block` keeps every true partial sum inside int32, so the int64 sums are equal.
-DSPTRAIN_AVX512VNNI void rows_avx512vnni(const PackedS16& p, int m0, int m1, int n, int block, int64_t* c) {
+DSPTRAIN_AVX512VNNI void rows_avx512vnni(const PackedS16& p, int m0, int m1, int n, int block, int64_t* c,
+                                         int c_row0 = 0) {
   constexpr int kR = 8;   // rows per pass: one load of b serves eight rows
   for (int i0 = m0; i0 < m1; i0 += kR) {
     const int rows = std::min(kR, m1 - i0);
@@ -207,11 +209,57 @@ DSPTRAIN_AVX512VNNI void rows_avx512vnni(const PackedS16& p, int m0, int m1, int
       const __mmask8 lo = static_cast<__mmask8>((1u << std::min(cols, 8)) - 1);
       const __mmask8 hi = static_cast<__mmask8>((1u << std::max(cols - 8, 0)) - 1);
       for (int r = 0; r < rows; ++r) {
-        int64_t* dst = c + static_cast<size_t>(i0 + r) * n + panel * kPanel;
+        int64_t* dst = c + static_cast<size_t>(i0 + r - c_row0) * n + panel * kPanel;
         _mm512_mask_storeu_epi64(dst, lo, sum_lo[r]);
         if (hi) _mm512_mask_storeu_epi64(dst + 8, hi, sum_hi[r]);
       }
     }
+  }
+}
+
+// rows_avx512vnni when every partial sum of the whole reduction fits int32 (block >=
+// pairs, LeNet's products): no int64 sums inside the loop, and two panels per pass so
+// that each broadcast of a row's pair serves 32 columns; the int32 lanes go to int64
+// once, at the store. Same integers as the general walk.
+template <int kP>
+DSPTRAIN_AVX512VNNI inline void panels_one_block(const PackedS16& p, const int* rr, int rows, int i0, int panel, int n,
+                                                 int64_t* c, int c_row0) {
+  constexpr int kR = 8;
+  __m512i acc[kR][kP];
+  for (int r = 0; r < kR; ++r)
+    for (int h = 0; h < kP; ++h) acc[r][h] = _mm512_setzero_si512();
+  const size_t panel_stride = static_cast<size_t>(p.pairs) * kPanel * 2;
+  const int16_t* bp = p.b.data() + static_cast<size_t>(panel) * panel_stride;
+  for (int q = 0; q < p.pairs; ++q) {
+    __m512i bv[kP];
+    for (int h = 0; h < kP; ++h) bv[h] = _mm512_loadu_si512(bp + h * panel_stride + static_cast<size_t>(q) * kPanel * 2);
+#pragma GCC unroll 8
+    for (int r = 0; r < kR; ++r) {
+      const __m512i av = _mm512_set1_epi32(a_word(p, rr[r], q));
+      for (int h = 0; h < kP; ++h) acc[r][h] = _mm512_dpwssd_epi32(acc[r][h], av, bv[h]);
+    }
+  }
+  for (int h = 0; h < kP; ++h) {
+    const int cols = std::min(kPanel, n - (panel + h) * kPanel);
+    const __mmask8 lo = static_cast<__mmask8>((1u << std::min(cols, 8)) - 1);
+    const __mmask8 hi = static_cast<__mmask8>((1u << std::max(cols - 8, 0)) - 1);
+    for (int r = 0; r < rows; ++r) {
+      int64_t* dst = c + static_cast<size_t>(i0 + r - c_row0) * n + (panel + h) * kPanel;
+      _mm512_mask_storeu_epi64(dst, lo, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc[r][h])));
+      if (hi) _mm512_mask_storeu_epi64(dst + 8, hi, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc[r][h], 1)));
+    }
+  }
+}
+
+DSPTRAIN_AVX512VNNI void rows_avx512vnni_one_block(const PackedS16& p, int m0, int m1, int n, int64_t* c, int c_row0) {
+  constexpr int kR = 8;
+  for (int i0 = m0; i0 < m1; i0 += kR) {
+    const int rows = std::min(kR, m1 - i0);
+    int rr[kR];
+    for (int r = 0; r < kR; ++r) rr[r] = i0 + std::min(r, rows - 1);
+    int panel = 0;
+    for (; panel + 2 <= p.panels; panel += 2) panels_one_block<2>(p, rr, rows, i0, panel, n, c, c_row0);
+    if (panel < p.panels) panels_one_block<1>(p, rr, rows, i0, panel, n, c, c_row0);
   }
 }
 
@@ -294,6 +342,29 @@ void fp16_rows_scalar(const float* a, ptrdiff_t si, ptrdiff_t sq, const float* b
     }
 }
 
+// a lane adds two products per pair: `block` pairs keep every partial sum inside int32
+// (0 when even one pair could overflow: the scalar int64 path)
+int pairs_per_block(const PackedS16& p, const int16_t* a, const int16_t* b, int m, int n, int k) {
+  const int64_t per_pair = 2LL * max_abs16(a, static_cast<size_t>(m) * k) * max_abs16(b, static_cast<size_t>(n) * k);
+  const int64_t block = per_pair == 0 ? p.pairs : ((1LL << 31) - 1) / per_pair;
+  return static_cast<int>(std::min<int64_t>(block, 1 << 20));
+}
+
+// rows per microkernel pass: the ISA the int8 kernels use (set_isa can force a narrower
+// one, which tests use to run the AVX2 and scalar paths here too)
+int row_step_of(Isa isa) { return isa == Isa::kAvx512Vnni || isa == Isa::kAmx ? 8 : kRows; }
+
+// rows [m0, m1) of the product on the widest kernel the ISA allows
+void product_rows(const PackedS16& p, int m0, int m1, int n, int block, int64_t* c, int c_row0) {
+#ifdef DSPTRAIN_X86
+  const Isa isa = active_isa();
+  if (block >= p.pairs && row_step_of(isa) == 8) return rows_avx512vnni_one_block(p, m0, m1, n, c, c_row0);
+  if (block >= 1 && row_step_of(isa) == 8) return rows_avx512vnni(p, m0, m1, n, block, c, c_row0);
+  if (block >= 1 && isa != Isa::kScalar && __builtin_cpu_supports("avx2")) return rows_avx2(p, m0, m1, n, block, c, c_row0);
+#endif
+  rows_scalar(p, m0, m1, n, c, c_row0);
+}
+
 bool has_f16c() {
 #ifdef DSPTRAIN_X86
   static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
@@ -315,29 +386,40 @@ void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m
   thread_local Kept<PackedS16> kept;   // the caller's; the workers read it through `packed`
   PackedS16& packed = kept;
   pack(a, a_transposed, b, m, n, k, &packed);
-  // a lane adds two products per pair: keep `block` pairs inside int32
-  const int64_t per_pair = 2LL * max_abs16(a, static_cast<size_t>(m) * k) * max_abs16(b, static_cast<size_t>(n) * k);
-  [[maybe_unused]] const int64_t block = per_pair == 0 ? packed.pairs : ((1LL << 31) - 1) / per_pair;
-  // the ISA the int8 kernels use (set_isa can force a narrower one, which tests use to
-  // run the AVX2 and scalar paths here too)
-  const Isa isa = active_isa();
-  const int row_step = isa == Isa::kAvx512Vnni || isa == Isa::kAmx ? 8 : kRows;
+  const int block = pairs_per_block(packed, a, b, m, n, k);
+  const int row_step = row_step_of(active_isa());
   const int tasks = std::max(1, std::min((m + row_step - 1) / row_step, 4 * pool_threads()));
   const int row_blocks = (m + row_step - 1) / row_step;
   parallel_for(tasks, [&](int t) {
     const int m0 = static_cast<int>(static_cast<long long>(row_blocks) * t / tasks) * row_step;
     const int m1 = std::min(m, static_cast<int>(static_cast<long long>(row_blocks) * (t + 1) / tasks) * row_step);
-#ifdef DSPTRAIN_X86
-    if (block >= 1 && row_step == 8) {
-      rows_avx512vnni(packed, m0, m1, n, static_cast<int>(std::min<int64_t>(block, 1 << 20)), c);
-      return;
+    product_rows(packed, m0, m1, n, block, c, 0);
+  });
+}
+
+void conv_bwd_data_s16_s64(const int16_t* err, const int16_t* w, const Col2imShape& s, int o, int64_t* dx) {
+  const int rows = s.oh * s.ow, taps = s.kh * s.kw * s.c;
+  const size_t image = static_cast<size_t>(s.h) * s.w * s.c;
+  if (o == 0 || rows == 0) {
+    std::fill(dx, dx + static_cast<size_t>(s.n) * image, 0);
+    return;
+  }
+  const int m = s.n * rows;
+  const double macs = static_cast<double>(m) * taps * o;
+  SerialScope serial(small_op(macs));
+  thread_local Kept<PackedS16> kept;   // the caller's; the workers read it through `packed`
+  PackedS16& packed = kept;
+  pack(err, false, w, m, taps, o, &packed);
+  const int block = pairs_per_block(packed, err, w, m, taps, o);
+  const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
+  parallel_for(tasks, [&](int t) {
+    thread_local Kept<std::vector<int64_t>> sums;   // one image's patch sums, reused
+    sums.resize(static_cast<size_t>(rows) * taps);
+    for (int n = static_cast<int>(static_cast<long long>(s.n) * t / tasks);
+         n < static_cast<int>(static_cast<long long>(s.n) * (t + 1) / tasks); ++n) {
+      product_rows(packed, n * rows, (n + 1) * rows, taps, block, sums.data(), n * rows);
+      col2im_add_image(sums.data(), s, dx + n * image);
     }
-    if (block >= 1 && isa != Isa::kScalar && __builtin_cpu_supports("avx2")) {
-      rows_avx2(packed, m0, m1, n, static_cast<int>(std::min<int64_t>(block, 1 << 20)), c);
-      return;
-    }
-#endif
-    rows_scalar(packed, m0, m1, n, c);
   });
 }
 
@@ -379,6 +461,17 @@ ScratchList matmul_s16_scratch(int m, int n, int k, bool a_transposed) {
   const size_t pairs = (k + 1) / 2, panels = (n + kPanel - 1) / kPanel;
   ScratchList out{{"matmul_s16.packed_b", panels * pairs * kPanel * 2 * sizeof(int16_t)}};
   if (a_transposed || k % 2) out.emplace_back("matmul_s16.a_pairs", static_cast<size_t>(m) * pairs * sizeof(int32_t));
+  return out;
+}
+
+// conv_bwd_data_s16_s64: err and w packed as matmul_s16 packs them (its own buffers), and
+// one image's patch sums on every pool thread.
+ScratchList conv_bwd_data_s16_scratch(int m, int taps, int o, int image_rows) {
+  ScratchList out;
+  for (const auto& [name, bytes] : matmul_s16_scratch(m, taps, o, false))
+    out.emplace_back("conv_bwd_data_s16" + name.substr(name.find('.')), bytes);
+  out.emplace_back("conv_bwd_data_s16.image_sums (per thread)",
+                   static_cast<size_t>(pool_threads()) * image_rows * taps * sizeof(int64_t));
   return out;
 }
 

@@ -14,11 +14,19 @@
 #pragma once
 #include <cstdint>
 
+#include "conv_cols.h"
 #include "scratch.h"
 
 namespace dsptrain {
 
 void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m, int n, int k, int64_t* c);
+
+// A convolution's backward data on int16 operands, exact: dx[N,H,W,C] (int64) = col2im of
+// err[N*OH*OW, O] @ w[O, KH*KW*C], one image at a time, so that the image's patch sums
+// stay in the cache between the product and the scatter (the whole [N*OH*OW, KH*KW*C]
+// int64 matrix is never written). Images split over the threads; integers, so the
+// result is the same at any thread count.
+void conv_bwd_data_s16_s64(const int16_t* err, const int16_t* w, const Col2imShape& s, int o, int64_t* dx);
 
 // a and b hold FP16 values as float32; c[M,N] gets FP16 values as float32.
 void matmul_fp16_chunked(const float* a, bool a_transposed, const float* b, int m, int n, int k, int chunk,
@@ -27,6 +35,7 @@ void matmul_fp16_chunked(const float* a, bool a_transposed, const float* b, int 
 // The buffers each product keeps on its calling thread (grow-only, emptied by
 // release_scratch()), by name, for these sizes: what the memory plan counts (scratch.h).
 ScratchList matmul_s16_scratch(int m, int n, int k, bool a_transposed);
+ScratchList conv_bwd_data_s16_scratch(int m, int taps, int o, int image_rows);
 ScratchList matmul_fp16_chunked_scratch(int n, int k, int chunk);
 
 }  // namespace dsptrain

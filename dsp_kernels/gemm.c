@@ -23,30 +23,80 @@ uint32_t dspt_packed_b_bytes(int n, int k)
     return (uint32_t)((n + 31) / 32) * (uint32_t)((k + 3) / 4) * HVX_BYTES;
 }
 
+/* Stages 8, 4, 2, 1 of a 32 x 32 word transpose on 16 rows of one half (the rows' index
+ * bits below 16), then words 0 .. words-1 of the result biased (b + 128: bytewise, so it
+ * commutes with the transpose), lanes past the block's rows replaced by `pad`, and stored
+ * to dst. Stage w exchanges bit w of the row and of the column index: vshuff(v[r + w],
+ * v[r], 4w) swaps word c + w of v[r] with word c of v[r + w]. Exchanges of different
+ * bits commute, so the halves can be finished one at a time, in registers. */
+static inline __attribute__((always_inline)) void transpose_half(HVX_Vector v[16], HVX_Vector *dst, int words,
+                                                                 HVX_Vector bias, HVX_VectorPred rows, HVX_Vector pad)
+{
+#pragma clang loop unroll(full)
+    for (int w = 8; w >= 1; w >>= 1)
+#pragma clang loop unroll(full)
+        for (int r = 0; r < 16; r++) {
+            if (r & w) continue;
+            HVX_VectorPair p = Q6_W_vshuff_VVR(v[r + w], v[r], 4 * w);
+            v[r] = Q6_V_lo_W(p);
+            v[r + w] = Q6_V_hi_W(p);
+        }
+#pragma clang loop unroll(full)
+    for (int r = 0; r < 16; r++) v[r] = Q6_V_vmux_QVV(rows, Q6_V_vxor_VV(v[r], bias), pad);
+    if (words >= 16) {
+#pragma clang loop unroll(full)
+        for (int r = 0; r < 16; r++) dst[r] = v[r];
+        return;
+    }
+#pragma clang loop unroll(full)
+    for (int r = 0; r < 16; r++)
+        if (r < words) dst[r] = v[r];
+}
+
+/* One chunk of the packer: 32 rows (the block's `lanes` from `rows`, sn bytes apart;
+ * rows past them read the last one again and are replaced after the transpose) x `words`
+ * words of which the first `bytes` are k's, into dst[0 .. words-1]. Stage 16 first pairs
+ * row r with row r + 16; each half is then finished in registers, the upper one only
+ * when the chunk has more than 16 words (a ragged K's last chunk often has one or two). */
+static __attribute__((noinline)) void pack_chunk(HVX_Vector *dst, const int8_t *rows, int sn, int lanes,
+                                                 int words, int bytes)
+{
+    HVX_Vector v[16], upper[16], bias = Q6_V_vsplat_R((int)BIAS_WORD);
+    HVX_Vector pad = lanes < 32 ? dspt_ones_lane(bias, lanes) : bias;   /* zeros, the 1s lane */
+    HVX_VectorPred real = Q6_Q_vsetq2_R(4 * lanes);
+    const int8_t *last = rows + (lanes - 1) * sn;
+#pragma clang loop unroll(full)
+    for (int r = 0; r < 16; r++) {
+        const int8_t *lo = rows + r * sn, *hi = rows + (r + 16) * sn;
+        HVX_VectorPair p = Q6_W_vshuff_VVR(hvx_load_u(hi < last ? hi : last), hvx_load_u(lo < last ? lo : last), 64);
+        v[r] = Q6_V_lo_W(p);
+        upper[r] = Q6_V_hi_W(p);
+    }
+    transpose_half(v, dst, words, bias, real, pad);
+    if (words > 16) {
+#pragma clang loop unroll(full)
+        for (int r = 0; r < 16; r++) v[r] = upper[r];
+        transpose_half(v, dst + 16, words - 16, bias, real, pad);
+    }
+    if (bytes % 4) {   /* k's ragged last word: its bytes past k are zeros (the 1s lane keeps 1s) */
+        HVX_VectorPred kept = Q6_Q_vand_VR(Q6_V_vsplat_R((int)(0xFFFFFFFFu >> (8 * (4 - bytes % 4)))), -1);
+        HVX_Vector *w = dst + words - 1;
+        *w = Q6_V_vmux_QVV(real, Q6_V_vmux_QVV(kept, *w, bias), pad);
+    }
+}
+
 /* Pack rows i (stride sn bytes, k contiguous bytes each) of an n x k operand into
  * [n/32 blocks][k/4][32 lanes][4 bytes], biased by 128, zero (128) padded, and 1s in
  * lane n % 32 of the last block (the row sums): 32 rows x 32 words at a time, loaded
- * as vectors and transposed with vshuff. */
+ * as vectors and transposed with vshuff (pack_chunk). */
 void dspt_pack_b(int8_t *bp, const int8_t *src, int n, int k, int sn)
 {
     int k4 = (k + 3) / 4, nblocks = (n + 31) / 32;
-    HVX_Vector bias = Q6_V_vsplat_R((int)BIAS_WORD), v[32];
     for (int nb = 0; nb < nblocks; nb++) {
         int lanes = n - nb * 32 < 32 ? n - nb * 32 : 32;
-        for (int q0 = 0; q0 < k4; q0 += 32) {
-            int bytes = k - q0 * 4 < HVX_BYTES ? k - q0 * 4 : HVX_BYTES;
-            HVX_VectorPred inside = Q6_Q_vsetq2_R(bytes);
-            for (int l = 0; l < 32; l++) {
-                HVX_Vector row = l < lanes ? hvx_load_u(src + (nb * 32 + l) * sn + q0 * 4)   /* masked below */
-                                           : Q6_V_vzero();
-                v[l] = Q6_V_vxor_VV(Q6_V_vmux_QVV(inside, row, Q6_V_vzero()), bias);
-            }
-            if (lanes < 32) v[lanes] = Q6_V_vsplat_R(DSPT_ONES_WORD);   /* the row-sum lane */
-            hvx_transpose32w(v);
-            int words = k4 - q0 < 32 ? k4 - q0 : 32;
-            HVX_Vector *dst = (HVX_Vector *)bp + nb * k4 + q0;
-            for (int q = 0; q < words; q++) dst[q] = v[q];
-        }
+        for (int q0 = 0; q0 < k4; q0 += 32)
+            pack_chunk((HVX_Vector *)bp + nb * k4 + q0, src + nb * 32 * sn + q0 * 4, sn, lanes,
+                       k4 - q0 < 32 ? k4 - q0 : 32, k - q0 * 4 < HVX_BYTES ? k - q0 * 4 : HVX_BYTES);
     }
 }
 
@@ -90,72 +140,160 @@ static __attribute__((noinline)) void row_sums(int32_t sums[32], const int8_t *a
     }
 }
 
-/* Write (or add) the first `bytes` bytes of v to c. */
-static inline void store_acc_bytes(int32_t *c, HVX_Vector v, uint32_t bytes, int accumulate)
+/* Write (ACC: add) an accumulator vector to c: all 32 lanes; the first `cols` lanes
+ * with the rest written back as they were read ("spilled": the lanes past cols are the
+ * next row's, which this core call owns); or exactly the first `cols` lanes. */
+static inline void store_full(const int ACC, int32_t *c, HVX_Vector v)
 {
-    if (accumulate) v = Q6_Vw_vadd_VwVw(v, hvx_load_bytes(c, bytes));
-    hvx_store_bytes(c, v, bytes);
+    if (ACC) v = Q6_Vw_vadd_VwVw(v, hvx_load_u(c));
+    hvx_store_u(c, v);
 }
 
-/* Write (or add) the first `cols` lanes of an accumulator vector to c. */
-static inline void store_acc(int32_t *c, HVX_Vector v, int cols, int accumulate)
+static inline void store_spilled(const int ACC, int32_t *c, HVX_Vector v, HVX_VectorPred keep)
 {
-    if (cols == 32) {
-        if (accumulate) v = Q6_Vw_vadd_VwVw(v, hvx_load_u(c));
-        hvx_store_u(c, v);
-        return;
-    }
-    if (accumulate) v = Q6_Vw_vadd_VwVw(v, hvx_load_bytes(c, (uint32_t)cols * 4));
+    HVX_Vector old = hvx_load_u(c);
+    hvx_store_u(c, Q6_V_vmux_QVV(keep, ACC ? Q6_Vw_vadd_VwVw(v, old) : v, old));
+}
+
+static inline void store_exact(const int ACC, int32_t *c, HVX_Vector v, int cols)
+{
+    if (ACC) v = Q6_Vw_vadd_VwVw(v, hvx_load_bytes(c, (uint32_t)cols * 4));
     hvx_store_bytes(c, v, (uint32_t)cols * 4);
 }
 
-/* Rows a[0..3] x NB column blocks starting at b (blocks k4 vectors apart). Rows past
- * `rows` repeat a valid row and are not stored. */
+/* What every tile of one product shares. */
+struct core {
+    int ldc, lda, aq, k4;
+    int cols_last;   /* columns of the last block */
+    int ones;        /* the lane of 1s in the last block (n % 32), or -1 */
+    int spill;       /* ldc == n: a row's last block may write whole vectors (store_acc) */
+};
+#define TILE_LAST 1  /* the tile holds the product's last column block */
+#define TILE_TAIL 2  /* the tile holds the core call's last row: its stores stay exact */
+
+/* R rows from a (rows past `rows` repeat the last and are not stored) x NB column
+ * blocks from b (blocks k4 vectors apart). `last`: the tile holds the product's last
+ * block (flags TILE_LAST); with a lane of 1s there, it yields the row sums (into sums),
+ * else sums holds them. Accumulators start at -128 * sum(a): the bias of packed b taken back out.
+ * R * NB accumulators (at most 24) stay in the 32 vector registers. */
 static inline __attribute__((always_inline)) void tile(
-    const int NB, int32_t *c, int ldc, const int32_t *const a[4], int aq, const HVX_Vector *b,
-    int k4, const HVX_Vector bias[4], int rows, int cols_last, int accumulate, int ones, int32_t sums[4])
+    const int R, const int NB, const int AQ, const int ACC, const struct core *g, int32_t *c, const int8_t *a,
+    int rows, const HVX_Vector *b, int32_t *sums, int flags)
 {
-    HVX_Vector acc[4][4];
-    for (int r = 0; r < 4; r++)
-        for (int j = 0; j < NB; j++) acc[r][j] = bias[r];
-    const int32_t *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3];
+    /* locals first: the stores through c may alias *g */
+    const int aq = AQ ? AQ : g->aq, k4 = g->k4, ldc = g->ldc, lda = g->lda, spill = g->spill;
+    const int last = flags & TILE_LAST, tail = flags & TILE_TAIL;
+    const int ones = last ? g->ones : -1, cols_last = last ? g->cols_last : 32;
+    /* one named array per row, every index a constant: the accumulators stay in registers */
+#define ROWS(X) do { X(0); X(1); X(2); X(3); if (R == 8) { X(4); X(5); X(6); X(7); } } while (0)
+#define BLOCKS for (int j = 0; j < NB; j++)
+#define DECLARE(r) \
+    const int32_t *a##r = (const int32_t *)(a + (r < rows ? r : rows - 1) * lda); \
+    HVX_Vector acc##r[4]
+    DECLARE(0); DECLARE(1); DECLARE(2); DECLARE(3); DECLARE(4); DECLARE(5); DECLARE(6); DECLARE(7);
+#undef DECLARE
+#define START(r) do { \
+        HVX_Vector start = ones >= 0 ? Q6_V_vzero() : Q6_V_vsplat_R(-128 * sums[r]); \
+        BLOCKS acc##r[j] = start; \
+    } while (0)
+    ROWS(START);
+#undef START
     for (int q = 0; q < k4; q++) {
-        int32_t w0 = a0[q * aq], w1 = a1[q * aq], w2 = a2[q * aq], w3 = a3[q * aq];
-        for (int j = 0; j < NB; j++) {
+#define WORD(r) int32_t w##r = a##r[q * aq]
+        WORD(0); WORD(1); WORD(2); WORD(3); WORD(4); WORD(5); WORD(6); WORD(7);
+#undef WORD
+        BLOCKS {
             HVX_Vector v = b[j * k4 + q];
-            acc[0][j] = Q6_Vw_vrmpyacc_VwVubRb(acc[0][j], v, w0);
-            acc[1][j] = Q6_Vw_vrmpyacc_VwVubRb(acc[1][j], v, w1);
-            acc[2][j] = Q6_Vw_vrmpyacc_VwVubRb(acc[2][j], v, w2);
-            acc[3][j] = Q6_Vw_vrmpyacc_VwVubRb(acc[3][j], v, w3);
+#define MAC(r) acc##r[j] = Q6_Vw_vrmpyacc_VwVubRb(acc##r[j], v, w##r)
+            ROWS(MAC);
+#undef MAC
         }
     }
     if (ones >= 0) {   /* lane `ones` of the last block summed a against 1s: the row sums */
-        HVX_Vector fix[4];
-        for (int r = 0; r < 4; r++) {
-            sums[r] = Q6_R_vextract_VR(acc[r][NB - 1], 4 * ones);
-            fix[r] = Q6_V_vsplat_R(-128 * sums[r]);
-        }
-        for (int r = 0; r < 4; r++)
-            for (int j = 0; j < NB; j++) acc[r][j] = Q6_Vw_vadd_VwVw(acc[r][j], fix[r]);
+#define FIX(r) do { \
+            sums[r] = Q6_R_vextract_VR(acc##r[NB - 1], 4 * ones); \
+            HVX_Vector fix = Q6_V_vsplat_R(-128 * sums[r]); \
+            BLOCKS acc##r[j] = Q6_Vw_vadd_VwVw(acc##r[j], fix); \
+        } while (0)
+        ROWS(FIX);
+#undef FIX
     }
-    if (NB == 1 && ldc == cols_last && cols_last <= 16) {
+    if (R == 4 && NB == 1 && ldc == cols_last && cols_last <= 16) {
         /* narrow outputs (n <= 16, rows contiguous): two rows per vector, one store */
         uint32_t shift = 4 * (uint32_t)cols_last;
         HVX_VectorPred upper = Q6_Q_vsetq_R(shift);   /* lanes of the first row */
-        HVX_Vector v01 = Q6_V_vmux_QVV(upper, acc[0][0], Q6_V_vlalign_VVR(acc[1][0], acc[1][0], shift));
-        HVX_Vector v23 = Q6_V_vmux_QVV(upper, acc[2][0], Q6_V_vlalign_VVR(acc[3][0], acc[3][0], shift));
-        store_acc_bytes(c, v01, (rows < 2 ? rows : 2) * shift, accumulate);
-        if (rows > 2) store_acc_bytes(c + 2 * ldc, v23, (uint32_t)(rows - 2) * shift, accumulate);
+        HVX_Vector v01 = Q6_V_vmux_QVV(upper, acc0[0], Q6_V_vlalign_VVR(acc1[0], acc1[0], shift));
+        HVX_Vector v23 = Q6_V_vmux_QVV(upper, acc2[0], Q6_V_vlalign_VVR(acc3[0], acc3[0], shift));
+        store_exact(ACC, c, v01, (rows < 2 ? rows : 2) * cols_last);
+        if (rows > 2) store_exact(ACC, c + 2 * ldc, v23, (rows - 2) * cols_last);
         return;
     }
-    /* constant row indices keep the accumulators in registers */
-    for (int j = 0; j < NB; j++) {
-        int cols = j == NB - 1 ? cols_last : 32;
-        store_acc(c + j * 32, acc[0][j], cols, accumulate);
-        if (rows > 1) store_acc(c + ldc + j * 32, acc[1][j], cols, accumulate);
-        if (rows > 2) store_acc(c + 2 * ldc + j * 32, acc[2][j], cols, accumulate);
-        if (rows > 3) store_acc(c + 3 * ldc + j * 32, acc[3][j], cols, accumulate);
+    /* a row's blocks in address order, so what a spilled last block writes past the
+     * row is the next row's first block, stored after it */
+    HVX_VectorPred keep = Q6_Q_vsetq_R(4 * (uint32_t)cols_last);
+    int exact_row = !spill ? 0 : tail ? rows - 1 : R;   /* rows from here store the last block exactly */
+#define STORE(r) do { \
+        if (r > 0 && r >= rows) return; \
+        int32_t *cr = c + r * ldc, *cl = cr + (NB - 1) * 32; \
+        for (int j = 0; j < NB - 1; j++) store_full(ACC, cr + j * 32, acc##r[j]); \
+        if (cols_last == 32) store_full(ACC, cl, acc##r[NB - 1]); \
+        else if (r < exact_row) store_spilled(ACC, cl, acc##r[NB - 1], keep); \
+        else store_exact(ACC, cl, acc##r[NB - 1], cols_last); \
+    } while (0)
+    ROWS(STORE);
+#undef STORE
+#undef BLOCKS
+#undef ROWS
+}
+
+/* A column strip: rows [0, m) x NB blocks from b in tiles of R rows, sums[] one per row
+ * (written by the strip holding the 1s lane, read by the others). `flags` as tile's;
+ * TILE_TAIL goes to the strip's last tile only. */
+static inline __attribute__((always_inline)) void strip(
+    const int R, const int NB, const int AQ, const int ACC, const struct core *g, int32_t *c, const int8_t *a,
+    int m, const HVX_Vector *b, int32_t *sums, int flags)
+{
+    const int ldc = g->ldc, lda = g->lda;
+    for (int row = 0; row < m; row += R) {
+        int rows = m - row < R ? m - row : R;
+        tile(R, NB, AQ, ACC, g, c + row * ldc, a + row * lda, rows, b, sums + row,
+             row + rows == m ? flags : flags & ~TILE_TAIL);
     }
+}
+
+/* One compiled strip per tile shape (R rows x NB blocks), row layout (aq = 1: contiguous
+ * rows; 32: rows as the lanes of vectors, conv.c's weight gradient; 0: any) and store
+ * (ACC: add into c), each its own function so its registers are its own. */
+typedef void (*strip_fn)(const struct core *, int32_t *, const int8_t *, int, const HVX_Vector *, int32_t *, int);
+#define STRIP(R, NB, AQ, ACC) \
+    static __attribute__((noinline)) void strip_##R##_##NB##_##AQ##_##ACC( \
+        const struct core *g, int32_t *c, const int8_t *a, int m, const HVX_Vector *b, int32_t *sums, int flags) \
+    { strip(R, NB, AQ, ACC, g, c, a, m, b, sums, flags); }
+#define STRIPS(AQ, ACC) STRIP(4, 1, AQ, ACC) STRIP(4, 2, AQ, ACC) STRIP(4, 3, AQ, ACC) STRIP(4, 4, AQ, ACC) \
+    STRIP(8, 2, AQ, ACC) STRIP(8, 3, AQ, ACC)
+STRIPS(1, 0) STRIPS(32, 0) STRIPS(0, 0) STRIPS(1, 1) STRIPS(32, 1) STRIPS(0, 1)
+#undef STRIPS
+#undef STRIP
+/* [accumulate][layout][rows 4 or 8][blocks - 1]; 8 rows x 4 blocks would need 32
+ * accumulators: that shape runs as 4 rows x 4 blocks */
+#define SHAPES(AQ, ACC) \
+    {{strip_4_1_##AQ##_##ACC, strip_4_2_##AQ##_##ACC, strip_4_3_##AQ##_##ACC, strip_4_4_##AQ##_##ACC}, \
+     {0, strip_8_2_##AQ##_##ACC, strip_8_3_##AQ##_##ACC, 0}}
+static const strip_fn strips[2][3][2][4] = {
+    {SHAPES(1, 0), SHAPES(32, 0), SHAPES(0, 0)},
+    {SHAPES(1, 1), SHAPES(32, 1), SHAPES(0, 1)},
+};
+#undef SHAPES
+
+/* Rows [0, m) of one column strip of NB blocks: 8-row tiles where NB is 2 or 3, the
+ * last 1 to 4 rows in 4-row tiles (an 8-row tile there would multiply repeated rows);
+ * one block runs 4-row tiles (8 rows: 9 loads per 8 vrmpy, and the compiler spills). */
+static void run_strip(const strip_fn (*fn)[4], const struct core *g, int32_t *c, const int8_t *a, int m,
+                      const HVX_Vector *b, int32_t *sums, int nb, int flags)
+{
+    int big = nb == 2 || nb == 3 ? m - (m % 8 <= 4 ? m % 8 : 0) : 0;   /* rows in 8-row tiles */
+    if (big) fn[1][nb - 1](g, c, a, big, b, sums, big == m ? flags : flags & ~TILE_TAIL);
+    if (big < m) fn[0][nb - 1](g, c + big * g->ldc, a + big * g->lda, m - big, b, sums + big, flags);
 }
 
 void dspt_gemm_core(int32_t *c, int ldc, const int8_t *a, int lda, const int8_t *bp,
@@ -164,72 +302,46 @@ void dspt_gemm_core(int32_t *c, int ldc, const int8_t *a, int lda, const int8_t 
     dspt_gemm_core_strided(c, ldc, a, lda, 1, bp, m, n, k, accumulate);
 }
 
-/* The tile holding the last column block (nb_last .. nblocks-1), 1 to 4 blocks. */
-static inline __attribute__((always_inline)) void last_tile(int left, int32_t *c, int ldc, const int32_t *const a[4], int aq,
-                             const HVX_Vector *b, int k4, const HVX_Vector bias[4], int rows,
-                             int cols_last, int accumulate, int ones, int32_t sums[4])
-{
-    if (left == 4) tile(4, c, ldc, a, aq, b, k4, bias, rows, cols_last, accumulate, ones, sums);
-    if (left == 3) tile(3, c, ldc, a, aq, b, k4, bias, rows, cols_last, accumulate, ones, sums);
-    if (left == 2) tile(2, c, ldc, a, aq, b, k4, bias, rows, cols_last, accumulate, ones, sums);
-    if (left == 1) tile(1, c, ldc, a, aq, b, k4, bias, rows, cols_last, accumulate, ones, sums);
-}
-
-static inline __attribute__((always_inline)) void core(
-    int32_t *c, int ldc, const int8_t *a, int lda, const int aq, const int8_t *bp, int m, int n, int k,
-    int accumulate)
-{
-    int k4 = (k + 3) / 4, nblocks = (n + 31) / 32;
-    int nb_last = (nblocks - 1) / 4 * 4, left = nblocks - nb_last, cols_last = n - (nblocks - 1) * 32;
-    /* packed b has a lane of 1s after the last column when n % 32 != 0 (dspt_pack_b and
-     * the conv packers): the tile holding it yields the row sums, and runs first */
-    int ones = n % 32 ? n % 32 : -1;
-    const HVX_Vector *bv = (const HVX_Vector *)bp;
-    HVX_Vector sum_vec, zero = Q6_V_vzero();
-    int32_t *group = (int32_t *)&sum_vec, sums[4];
-    for (int row = 0; row < m; row += 4) {
-        int rows = m - row < 4 ? m - row : 4;
-        const int32_t *ar[4];
-        HVX_Vector bias[4] = {zero, zero, zero, zero};
-        for (int r = 0; r < 4; r++)
-            ar[r] = (const int32_t *)(a + (row + (r < rows ? r : rows - 1)) * lda);
-        int32_t *crow = c + row * ldc;
-        if (ones >= 0) {
-            last_tile(left, crow + nb_last * 32, ldc, ar, aq, bv + nb_last * k4, k4, bias, rows,
-                      cols_last, accumulate, ones, sums);
-        } else {
-            if (row % 32 == 0) row_sums(group, a + row * lda, lda, aq, m - row < 32 ? m - row : 32, k4);
-            for (int r = 0; r < 4; r++) sums[r] = group[(row + (r < rows ? r : rows - 1)) % 32];
-        }
-        for (int r = 0; r < 4; r++) bias[r] = Q6_V_vsplat_R(-128 * sums[r]);
-        for (int nb = 0; nb < nb_last; nb += 4)
-            tile(4, crow + nb * 32, ldc, ar, aq, bv + nb * k4, k4, bias, rows, 32, accumulate, -1, sums);
-        if (ones < 0)
-            last_tile(left, crow + nb_last * 32, ldc, ar, aq, bv + nb_last * k4, k4, bias, rows,
-                      cols_last, accumulate, -1, sums);
-    }
-}
+#define ROW_BLOCK 256   /* rows whose sums one pass keeps (on the stack) */
 
 void dspt_gemm_core_strided(int32_t *c, int ldc, const int8_t *a, int lda, int aq, const int8_t *bp,
                             int m, int n, int k, int accumulate)
 {
-    if (aq == 1)   /* contiguous rows: the common case, compiled with a constant stride */
-        core(c, ldc, a, lda, 1, bp, m, n, k, accumulate);
-    else if (aq == 32)   /* rows as the lanes of vectors (conv.c's weight gradient) */
-        core(c, ldc, a, lda, 32, bp, m, n, k, accumulate);
-    else
-        core(c, ldc, a, lda, aq, bp, m, n, k, accumulate);
+    int k4 = (k + 3) / 4, nblocks = (n + 31) / 32;
+    /* column strips of 4 blocks, the last of 1 to 4 (of up to 3 when that is all: 8-row tiles) */
+    int nb_last = nblocks <= 3 ? 0 : (nblocks - 1) / 4 * 4, left = nblocks - nb_last;
+    /* packed b has a lane of 1s after the last column when n % 32 != 0 (dspt_pack_b and
+     * the conv packers): the strip holding it yields the row sums, and runs first */
+    struct core g = {ldc, lda, aq, k4, n - (nblocks - 1) * 32, n % 32 ? n % 32 : -1, ldc == n};
+    const strip_fn (*fn)[4] = strips[accumulate != 0][aq == 1 ? 0 : aq == 32 ? 1 : 2];
+    const HVX_Vector *bv = (const HVX_Vector *)bp;
+    HVX_Vector sum_store[ROW_BLOCK / 32 + 1];   /* + slack: tiles and row_sums write up to 8 past m */
+    int32_t *sums = (int32_t *)sum_store;
+    for (int r0 = 0; r0 < m; r0 += ROW_BLOCK) {
+        int mm = m - r0 < ROW_BLOCK ? m - r0 : ROW_BLOCK, tail = r0 + mm == m ? TILE_TAIL : 0;
+        int32_t *cr = c + r0 * ldc;
+        const int8_t *ar = a + r0 * lda;
+        if (g.ones >= 0)
+            run_strip(fn, &g, cr + nb_last * 32, ar, mm, bv + nb_last * k4, sums, left, TILE_LAST | tail);
+        else
+            for (int r = 0; r < mm; r += 32) row_sums(sums + r, ar + r * lda, lda, aq, mm - r < 32 ? mm - r : 32, k4);
+        for (int nb = 0; nb < nb_last; nb += 4) run_strip(fn, &g, cr + nb * 32, ar, mm, bv + nb * k4, sums, 4, 0);
+        if (g.ones < 0) run_strip(fn, &g, cr + nb_last * 32, ar, mm, bv + nb_last * k4, sums, left, TILE_LAST | tail);
+    }
 }
 
-/* Rows of `a` must be word-aligned for the splats: copy them to a stride of
- * round_up(k, 4) when they are not. */
+/* Rows of `a` must be word-aligned for the scalar loads: copied to a stride of
+ * round_up(k, 4) when they are not, whole unaligned vectors in address order (what a
+ * row's last vector writes past it, the next row overwrites; the buffer has a vector of
+ * slack, the arena too); the bytes between k and the stride hold whatever follows. */
 static const int8_t *aligned_rows(struct dspt_ctx *ctx, const int8_t *a, int m, int k, int *lda)
 {
     if ((k % 4) == 0 && ((uintptr_t)a % 4) == 0) { *lda = k; return a; }
     int stride = (k + 3) & ~3;
-    int8_t *buf = dspt_scratch(ctx, (uint32_t)m * stride);
+    int8_t *buf = dspt_scratch(ctx, (uint32_t)m * stride + HVX_BYTES);
     if (!buf) return 0;
-    for (int r = 0; r < m; r++) hvx_copy(buf + r * stride, a + r * k, k);
+    for (int r = 0; r < m; r++)
+        for (int i = 0; i < k; i += HVX_BYTES) hvx_store_u(buf + r * stride + i, hvx_load_u(a + r * k + i));
     *lda = stride;
     return buf;
 }

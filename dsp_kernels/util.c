@@ -18,7 +18,9 @@ void *memset(void *dst, int v, size_t n)
 }
 
 /* Hexagon has no divide instruction; these are the compiler's runtime calls
- * (compiler-rt's are not installed with clang-16). Restoring shift-subtract. */
+ * (compiler-rt's are not installed with clang-16). Restoring shift-subtract over the
+ * quotient's bits only (count leading zeros, cl0): a kernel's divisions have small
+ * quotients (rows per thread, pixels per row), so a division takes a few steps, not 32. */
 unsigned int __hexagon_udivsi3(unsigned int n, unsigned int d);
 unsigned int __hexagon_umodsi3(unsigned int n, unsigned int d);
 int __hexagon_divsi3(int n, int d);
@@ -26,13 +28,13 @@ int __hexagon_modsi3(int n, int d);
 
 static unsigned int udivmod(unsigned int n, unsigned int d, unsigned int *rem)
 {
-    unsigned int q = 0, r = 0;
     if (d == 0) { *rem = n; return 0xFFFFFFFFu; }
-    for (int i = 31; i >= 0; i--) {
-        r = (r << 1) | ((n >> i) & 1u);
-        if (r >= d) { r -= d; q |= 1u << i; }
-    }
-    *rem = r;
+    if (n < d) { *rem = n; return 0; }
+    int top = __builtin_clz(d) - __builtin_clz(n);   /* d << top <= n < d << (top + 1) */
+    unsigned int q = 0;
+    for (int i = top; i >= 0; i--)
+        if (n >= d << i) { n -= d << i; q |= 1u << i; }
+    *rem = n;
     return q;
 }
 

@@ -112,8 +112,8 @@ def _int16_product(be, kind, a, b, attrs, cache: PatchCache | None = None):
     """The exact int64 sums of a layer product of int16 operands by matmul_s16, whose
     right operand is K-major: weights as they are for the backward data product (a
     transposed copy of them, small, for the forward), activations and im2col patches as
-    they are for the weight gradient; patches (im2col) and the backward-data scatter
-    (col2im) are native too, the scatter in int64."""
+    they are for the weight gradient; patches (im2col) and the backward data (product and
+    col2im scatter, int64, `conv2d_bwd_data_s16`) are native too."""
     c = np.ascontiguousarray
     if not attrs["conv"]:
         if kind == "fwd":
@@ -129,9 +129,7 @@ def _int16_product(be, kind, a, b, attrs, cache: PatchCache | None = None):
         out = be.matmul_s16(cols, c(b.reshape(o, -1).T))
         return out.reshape(n, out_size(h, kh, s, p), out_size(w, kw, s, p), o)
     if kind == "bwd_data":
-        o, kh, kw, ch = b.shape
-        dcols = be.matmul_s16(a.reshape(-1, o), b.reshape(o, -1))
-        return be.col2im(dcols, a.shape[:3], (kh, kw, ch), s, p, attrs["in_hw"])
+        return be.conv2d_bwd_data_s16(c(a), c(b), s, p, attrs["in_hw"])
     kh, kw = attrs["kernel"]
     o = a.shape[-1]
     cols = cache.patches(be, b, kh, kw, s, p, keep=False) if cache else be.im2col(b, kh, kw, s, p)

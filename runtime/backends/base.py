@@ -195,6 +195,14 @@ class Backend:
         16-bit AFP errors). b is K-major, so no product needs a transposed copy."""
         self._needs("matmul_s16")
 
+    def conv2d_bwd_data_s16(self, err, w, stride: int, pad: int, in_hw) -> np.ndarray:
+        """(optional) A conv's backward data on int16 operands, exact int64 NHWC: col2im of
+        err[N*OH*OW, O] @ w[O, KH*KW*C]. Default: those two hooks, so a backend that has
+        them has this; the CPU runs it fused, one image at a time."""
+        o, kh, kw, c = w.shape
+        dcols = self.matmul_s16(err.reshape(-1, o), w.reshape(o, -1))
+        return self.col2im(dcols, err.shape[:3], (kh, kw, c), stride, pad, in_hw)
+
     def im2col(self, x, kh: int, kw: int, stride: int, pad: int) -> np.ndarray:
         """NHWC int16 or float32 -> [N*OH*OW, KH*KW*C] patches of the same dtype, zero padded."""
         self._needs("im2col")

@@ -125,6 +125,9 @@ class CpuBackend(Backend):
         exact = [h for h in EXACT_PRODUCT_HOOKS if h in op.hooks]
         if exact:
             m, n, k, a_transposed = _exact_mnk(product, shape, op, rows)
+            if exact[0] == "matmul_s16" and product.layer == "conv" and product.pass_ == "backward_data":
+                # conv2d_bwd_data_s16 runs the product and the scatter fused, one image at a time
+                return dict(_native.scratch_bytes("conv2d_bwd_data_s16", [m, n, k, m // rows], False))
             fourth = int(a_transposed) if exact[0] == "matmul_s16" else int(op.attrs.get("chunk", 64))
             return dict(_native.scratch_bytes(exact[0], [m, n, k, fourth], False))
         if product.layer == "conv" and F32_CONV_HOOKS.intersection(op.hooks):
@@ -220,6 +223,9 @@ class CpuBackend(Backend):
 
     def matmul_s16(self, a, b, a_transposed=False):
         return _native.matmul_s16(a, b, bool(a_transposed))
+
+    def conv2d_bwd_data_s16(self, err, w, stride, pad, in_hw):
+        return _native.conv2d_bwd_data_s16(err, w, int(stride), int(pad), tuple(in_hw))
 
     def im2col(self, x, kh, kw, stride, pad):
         return _native.im2col(x, int(kh), int(kw), int(stride), int(pad))

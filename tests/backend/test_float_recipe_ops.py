@@ -152,8 +152,11 @@ def test_matmul_fp16_chunked(be, ref, m, k, n, chunk, fp16_adds, a_transposed):
 
 
 @pytest.mark.parametrize("n,h,w,c,o,k,stride,pad", [(1, 3, 3, 1, 1, 3, 1, 0), (2, 14, 14, 6, 16, 5, 1, 0),
-                                                    (3, 7, 9, 5, 4, 3, 2, 1), (2, 28, 28, 1, 6, 5, 1, 2)])
+                                                    (3, 7, 9, 5, 4, 3, 2, 1), (2, 28, 28, 1, 6, 5, 1, 2),
+                                                    (40, 28, 28, 1, 6, 5, 1, 2), (9, 17, 13, 7, 2, 3, 2, 1)])
 def test_im2col_and_col2im(be, ref, n, h, w, c, o, k, stride, pad):
+    # tap rows of 3 to 35 elements (the native im2col copies them 16, 32 or 64 bytes
+    # wide, or exactly); 40 images are split over the threads
     rng = np.random.default_rng(h + c)
     for x in (rng.integers(-16256, 16257, (n, h, w, c)).astype(np.int16), floats(rng, (n, h, w, c))):
         got = be.im2col(x, k, k, stride, pad)

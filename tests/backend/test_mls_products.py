@@ -1,7 +1,8 @@
 """MLS's exact int16 products (matmul_s16) on every x86 path of the CPU backend (AVX-512
 VNNI vpdpwssd, AVX2 pmaddwd, scalar) against ops_ref, on random and ragged shapes (K odd
 and not a multiple of the 16-channel group, M and N not multiples of the row and panel
-steps), the same at 1 and 2 threads; and the forward's im2col patches reused by the
+steps), the same at 1 and 2 threads; the fused conv backward data (conv2d_bwd_data_s16)
+likewise; and the forward's im2col patches reused by the
 weight gradient (algorithms/_emulated.PatchCache) only when they are exactly im2col's.
 """
 from __future__ import annotations
@@ -72,6 +73,44 @@ def test_matmul_s16_same_at_one_and_two_threads():
         native.set_serial_below_macs(threshold)
     for p, q in zip(one, two):
         np.testing.assert_array_equal(p, q)
+
+
+# (n, h, w, c, o, k, stride, pad): LeNet's conv2, a padded strided one with odd O (the
+# product's K), a 1-channel one with a 3x3 kernel
+CONV_SHAPES = [(3, 14, 14, 6, 16, 5, 1, 0), (2, 9, 7, 5, 3, 3, 2, 1), (5, 6, 6, 1, 6, 3, 1, 1)]
+
+
+@pytest.mark.parametrize("n,h,w,c,o,k,stride,pad", CONV_SHAPES)
+def test_conv2d_bwd_data_s16_every_isa(isa_backend, ref, n, h, w, c, o, k, stride, pad):
+    """The fused backward data (one image's product, then its scatter) against ops_ref's
+    matmul_s16 + col2im."""
+    rng = np.random.default_rng(n + h + c + o)
+    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    err, wq = mls_elements(rng, (n, oh, ow, o)), mls_elements(rng, (o, k, k, c))
+    got = isa_backend.conv2d_bwd_data_s16(err, wq, stride, pad, (h, w))
+    assert got.dtype == np.int64 and got.shape == (n, h, w, c)
+    np.testing.assert_array_equal(got, ref.conv2d_bwd_data_s16(err, wq, stride, pad, (h, w)))
+    big = np.full((n, oh, ow, o), -32768, np.int16)   # no int32 block fits: the int64 path
+    np.testing.assert_array_equal(isa_backend.conv2d_bwd_data_s16(big, wq, stride, pad, (h, w)),
+                                  ref.conv2d_bwd_data_s16(big, wq, stride, pad, (h, w)))
+
+
+def test_conv2d_bwd_data_s16_same_at_one_and_two_threads_and_checks_shapes():
+    rng = np.random.default_rng(11)
+    err, wq = mls_elements(rng, (64, 10, 10, 16)), mls_elements(rng, (16, 5, 5, 6))
+    threads, threshold = native.threads(), native.serial_below_macs()
+    try:
+        native.set_threads(1)
+        one = native.conv2d_bwd_data_s16(err, wq, 1, 0, (14, 14))
+        native.set_threads(2)
+        native.set_serial_below_macs(0.0)
+        two = native.conv2d_bwd_data_s16(err, wq, 1, 0, (14, 14))
+    finally:
+        native.set_threads(threads)
+        native.set_serial_below_macs(threshold)
+    np.testing.assert_array_equal(one, two)
+    with pytest.raises(ValueError, match=r"conv2d_bwd_data_s16: err shape \(64, 10, 10, 16\) does not match"):
+        native.conv2d_bwd_data_s16(err, wq, 1, 0, (15, 14))
 
 
 def test_patch_cache_reuses_only_the_same_unchanged_input():
