@@ -68,6 +68,9 @@ class FP8Numerics(Numerics):
     def product_attrs(self, recipe):
         return {"chunk": int(self.param(recipe, "chunk_size", 64))}   # matmul_fp16_chunked's packing
 
+    def product_path(self, a_dtype, b_dtype):
+        return "fp16"     # chunked_product, whatever the operands
+
     def quantized_dtype(self, recipe, role):
         return "float32"  # FP8 / FP16 grid values, held as float32 (to_fp8, to_fp16)
 

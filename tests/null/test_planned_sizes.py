@@ -67,3 +67,52 @@ def test_afp_errors_are_planned_at_16_bits_and_fit_when_a_layer_widens():
     assert all(w[1] == "int16" and w[2] <= w[0] for w in errors.values()), errors
     narrow = dataclasses.replace(recipe, params={**recipe.params, "high_bits": 8})
     assert {w[1] for t, w in _one_step(narrow).items() if t.endswith(".eq")} == {"int8"}
+
+
+@pytest.mark.parametrize("name", ["mls", "fp8", "octo"])
+def test_the_emulated_products_workspace_is_what_they_allocate(name):
+    """What each layer product allocates while it runs on the cpu backend (NumPy arrays,
+    traced by tracemalloc: patches, transposed weights, exact sums, the scattered image,
+    the result) against the plan's op workspace (memory.planner.op_workspace with the
+    recipe's declared `workspace`) and what the recipe keeps from the op: never more, and
+    at most half above it (the plan adds up arrays a product frees before its peak). MLS's
+    conv patches are both the forward's workspace and the patch cache's kept entry (counted
+    twice while the forward runs), and its weight gradients reuse them: there the plan is
+    only checked to be enough."""
+    import tracemalloc
+
+    from dsptrain.backends.ops_cpu import CpuBackend
+    from dsptrain.memory.planner import op_workspace
+
+    if not CpuBackend.available()[0]:
+        pytest.skip("cpu backend not built")
+    batch, recipe = 16, dsptrain.load_recipe(name)
+    algorithm, model = algorithm_module(recipe.module), build_model("lenet5")
+    graph = lower(model, recipe, batch)
+    backends = {"cpu": CpuBackend(), "ref": RefBackend()}
+    plan, executor = place(graph, backends), Executor(backends, algorithm)
+    rng = np.random.default_rng(2)
+    env = dict(algorithm.init_params(model, recipe, rng))
+    env["input"] = algorithm.prepare_input(rng.integers(0, 256, (batch, 28, 28, 1), dtype=np.uint8))
+    env["labels"] = rng.integers(0, 10, batch)
+    ctx = StepContext(recipe, graph, 0, 0, 0, batch)
+    measured = {}
+    tracemalloc.start()
+    try:
+        for op in graph.ops:
+            tracemalloc.reset_peak()
+            before = tracemalloc.get_traced_memory()[0]
+            outputs, _ = executor.call(plan, op, env, ctx)
+            measured[op.name] = tracemalloc.get_traced_memory()[1] - before
+            env.update(outputs)
+    finally:
+        tracemalloc.stop()
+    products = [op for op in graph.ops if op.kind.endswith(".product")]
+    assert len(products) == 14    # 5 forward, 5 weight-gradient, 4 backward-data (none into the input)
+    for op in products:
+        # the op's workspace, and what the recipe keeps from it (MLS's patch cache entry)
+        kept = sum(n for buf, n in plan.scratch_bytes(op, batch).items() if buf.startswith("recipe:"))
+        planned, got = op_workspace(graph, op, batch) + kept, measured[op.name]
+        assert got <= planned * 1.02 + 4096, f"{name} {op.name}: allocated {got} bytes, planned {planned}"
+        if not (name == "mls" and op.name.startswith("conv")):   # the cached patches: see above
+            assert planned <= got * 1.5 + 4096, f"{name} {op.name}: planned {planned} bytes, allocated {got}"
