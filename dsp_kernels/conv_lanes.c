@@ -319,15 +319,19 @@ static int lanes_share(struct dspt_ctx *tc, int t, void *job)
                 o0 += T;
             }
         }
+        int32_t *dst = y + (size_t)r0 * s->ow * s->o;
+        uint32_t words = (uint32_t)(R * s->ow * s->o);
+        /* straight into y while this share's rows after these cover what the whole-vector
+         * stores write past them (up to 32 pixels and a vector); else through the stage */
+        int direct = !accumulate && (hi - r0 - R) * s->ow * s->o >= 32 * s->o + 32;
+        int32_t *out = direct ? dst : stage;
         for (int rr = 0; rr < R; rr++)   /* in address order: each store's tail is overwritten */
             for (int b = 0; b < L.blocks; b++) {
                 int npx = s->ow - 32 * b < 32 ? s->ow - 32 * b : 32;
-                dspt_lanes_store(stage + (rr * s->ow + 32 * b) * s->o, s->o, yt + rr * ytrow + b * L.opad, npx, ctrl);
+                dspt_lanes_store(out + (rr * s->ow + 32 * b) * s->o, s->o, yt + rr * ytrow + b * L.opad, npx, ctrl);
             }
-        int32_t *dst = y + (size_t)r0 * s->ow * s->o;
-        uint32_t words = (uint32_t)(R * s->ow * s->o);
         if (accumulate) dspt_add_words(dst, stage, words);
-        else hvx_copy(dst, stage, words * 4);
+        else if (!direct) hvx_copy(dst, stage, words * 4);
         r0 += R;
         oh += R;
         if (oh == s->oh) { oh = 0; n++; }
