@@ -66,7 +66,7 @@ static void build_table(const struct lanes *L, HVX_Vector *tab, int8_t *row, con
             int h = r - s->pad;
             HVX_Vector v = bias;
             if (h >= 0 && h < s->h) {
-                HVX_Vector src = Q6_V_vxor_VV(hvx_load_bytes(img + h * s->w, (uint32_t)s->w), bias);
+                HVX_Vector src = Q6_V_vxor_VV(hvx_load_u(img + h * s->w), bias);   /* past w: masked below */
                 v = Q6_V_vmux_QVV(inside, Q6_V_vlalign_VVR(src, src, (uint32_t)s->pad), bias);
             }
             /* positions 0 .. 63 interleaved (both halves of the last vshuff); group g is
