@@ -60,6 +60,24 @@ inline int32_t pair_word(int16_t lo, int16_t hi) {
                               (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16));
 }
 
+#ifdef DSPTRAIN_X86
+// one full panel of a pair of rows: s0[0..16) and s1[0..16) interleaved into dst[0..32)
+__attribute__((target("avx512f,avx512bw"))) inline void interleave_panel(const int16_t* s0, const int16_t* s1,
+                                                                          int16_t* dst) {
+  const __m512i both = _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s0))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s1)), 1);
+  const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                         23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(order, both));
+}
+
+bool has_avx512bw() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return ok;
+}
+#endif
+
 // A: rows of even length are read in place (a pair is one 32-bit word); odd ones are
 // copied with a zero at the end; a transposed a[K, M] is interleaved two rows at a time
 // into pair-major words. B: per pair of rows and panel, the two rows interleaved.
@@ -94,6 +112,9 @@ DSPTRAIN_CLONES void pack(const int16_t* a, bool a_t, const int16_t* b, int m, i
     p->stride_p = m;
   }
   p->b.assign(static_cast<size_t>(p->panels) * pairs * kPanel * 2, 0);
+#ifdef DSPTRAIN_X86
+  const bool wide = has_avx512bw();
+#endif
   for (int q = 0; q < pairs; ++q) {
     const int16_t* r0 = b + static_cast<size_t>(2 * q) * n;
     const int16_t* r1 = 2 * q + 1 < k ? r0 + n : nullptr;
@@ -102,6 +123,12 @@ DSPTRAIN_CLONES void pack(const int16_t* a, bool a_t, const int16_t* b, int m, i
       const int cols = std::min(kPanel, n - panel * kPanel);
       const int16_t* s0 = r0 + panel * kPanel;
       const int16_t* s1 = r1 ? r1 + panel * kPanel : nullptr;
+#ifdef DSPTRAIN_X86
+      if (s1 && cols == kPanel && wide) {
+        interleave_panel(s0, s1, dst);
+        continue;
+      }
+#endif
       if (s1)
         for (int j = 0; j < cols; ++j) {
           dst[2 * j] = s0[j];
@@ -363,6 +390,41 @@ void product_rows(const PackedS16& p, int m0, int m1, int n, int block, int64_t*
   rows_scalar(p, m0, m1, n, c, c_row0);
 }
 
+// A weight gradient's long reduction (a[K, M] transposed, K the batch's pixels, M and N
+// a layer's channels and taps) in chunks of kChunkK rows of both operands: each chunk is
+// packed into a small buffer that stays in the cache (packing all of b at once wrote
+// megabytes), multiplied, and its sums added to the task's int64 partial; the chunks
+// split over the threads (a product over few rows used one), and the partials add up
+// in task order: integers, so the same at any thread count.
+constexpr int kChunkK = 1024;   // even: chunks start on a pair
+
+void k_chunked(const int16_t* a, const int16_t* b, int m, int n, int k, int64_t* c) {
+  PackedS16 shape_only;
+  shape_only.pairs = (k + 1) / 2;
+  const int block = pairs_per_block(shape_only, a, b, m, n, k);
+  const int chunks = (k + kChunkK - 1) / kChunkK;
+  const int tasks = std::max(1, std::min(chunks, 4 * pool_threads()));
+  const size_t mn = static_cast<size_t>(m) * n;
+  std::vector<int64_t> partial(static_cast<size_t>(tasks) * mn, 0);
+  parallel_for(tasks, [&](int t) {
+    thread_local PackedS16 packed;
+    thread_local std::vector<int64_t> sums;
+    sums.resize(mn);
+    int64_t* mine = partial.data() + static_cast<size_t>(t) * mn;
+    const int c0 = static_cast<int>(static_cast<long long>(chunks) * t / tasks);
+    const int c1 = static_cast<int>(static_cast<long long>(chunks) * (t + 1) / tasks);
+    for (int ch = c0; ch < c1; ++ch) {
+      const int k0 = ch * kChunkK, kc = std::min(kChunkK, k - k0);
+      pack(a + static_cast<size_t>(k0) * m, true, b + static_cast<size_t>(k0) * n, m, n, kc, &packed);
+      product_rows(packed, 0, m, n, std::min(block, packed.pairs), sums.data(), 0);
+      for (size_t i = 0; i < mn; ++i) mine[i] += sums[i];
+    }
+  });
+  std::copy(partial.begin(), partial.begin() + mn, c);
+  for (int t = 1; t < tasks; ++t)
+    for (size_t i = 0; i < mn; ++i) c[i] += partial[static_cast<size_t>(t) * mn + i];
+}
+
 bool has_f16c() {
 #ifdef DSPTRAIN_X86
   static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
@@ -381,6 +443,7 @@ void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m
   }
   const double macs = static_cast<double>(m) * n * k;
   SerialScope serial(small_op(macs));
+  if (a_transposed && k >= 2 * kChunkK) return k_chunked(a, b, m, n, k, c);
   thread_local PackedS16 kept;   // the caller's; the workers read it through `packed`
   PackedS16& packed = kept;
   pack(a, a_transposed, b, m, n, k, &packed);
