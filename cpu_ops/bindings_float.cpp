@@ -224,6 +224,31 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     return c;
   }, py::arg("a"), py::arg("b"), py::arg("a_transposed"),
      "int16 (a.T if a_transposed else a) @ b[K,N] -> int64 [M,N], exact.");
+  m.def("conv2d_s16", [](const py::handle& x_obj, const py::handle& w_obj, int stride, int pad) {
+    auto x = checked<int16_t>("conv2d_s16", "x", x_obj, 4);
+    auto w = checked<int16_t>("conv2d_s16", "w", w_obj, 4);
+    const ConvShape c = conv_shape("conv2d_s16", x, w, stride, pad);
+    const Col2imShape s{c.n, c.oh(), c.ow(), c.kh, c.kw, c.c, c.h, c.w, stride, pad};
+    py::array_t<int64_t> y(std::vector<py::ssize_t>{c.n, c.oh(), c.ow(), c.o});
+    int64_t* p = y.mutable_data();
+    py::gil_scoped_release nogil;
+    conv_fwd_s16_s64(x.data(), w.data(), s, c.o, p);
+    return y;
+  }, py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"),
+     "int16 x[N,H,W,C] conv w[O,KH,KW,C] -> int64 y[N,OH,OW,O], exact.");
+  m.def("conv2d_bwd_weight_s16", [](const py::handle& err_obj, const py::handle& x_obj, int stride, int pad,
+                                    std::pair<int, int> kernel) {
+    auto err = checked<int16_t>("conv2d_bwd_weight_s16", "err", err_obj, 4);
+    auto x = checked<int16_t>("conv2d_bwd_weight_s16", "x", x_obj, 4);
+    const ConvShape c = conv_shape_from_err("conv2d_bwd_weight_s16", err, x, stride, pad, kernel);
+    const Col2imShape s{c.n, c.oh(), c.ow(), c.kh, c.kw, c.c, c.h, c.w, stride, pad};
+    py::array_t<int64_t> dw(std::vector<py::ssize_t>{c.o, c.kh, c.kw, c.c});
+    int64_t* p = dw.mutable_data();
+    py::gil_scoped_release nogil;
+    conv_wgrad_s16_s64(err.data(), x.data(), s, c.o, p);
+    return dw;
+  }, py::arg("err"), py::arg("x"), py::arg("stride"), py::arg("pad"), py::arg("kernel"),
+     "int16 err[N,OH,OW,O] and x[N,H,W,C] -> int64 dw[O,KH,KW,C]: a conv's weight gradient, exact.");
   m.def("conv2d_bwd_data_s16", [](const py::handle& err_obj, const py::handle& w_obj, int stride, int pad,
                                   std::pair<int, int> in_hw) {
     auto err = checked<int16_t>("conv2d_bwd_data_s16", "err", err_obj, 4);

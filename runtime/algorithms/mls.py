@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._emulated import Emulated, Numerics, PatchCache, group_for, module_contract, product
+from ._emulated import Emulated, Numerics, group_for, module_contract
 from ._quant import quantize_mls
 
 
@@ -43,12 +43,6 @@ class MLSNumerics(Numerics):
     def product_hooks(self, kind):
         return {"conv": ("matmul_s16", "im2col"), "conv_bwd_weight": ("matmul_s16", "im2col"),
                 "conv_bwd_data": ("matmul_s16", "col2im")}.get(kind, ("matmul_s16",))
-
-    def __init__(self):
-        self.patch_cache = PatchCache()   # a conv's input patches: forward product -> weight gradient
-
-    def product(self, be, kind, a, b, attrs, ctx):
-        return product(be, kind, a, b, attrs, self.patch_cache)
 
     def _group_bits(self, ctx):
         return int(self.param(ctx.recipe, "group_bits", 2))

@@ -181,6 +181,12 @@ class CpuBackend(Backend):
     def matmul_s16(self, a, b, a_transposed=False):
         return _native.matmul_s16(a, b, bool(a_transposed))
 
+    def conv2d_s16(self, x, w, stride, pad):
+        return _native.conv2d_s16(x, w, int(stride), int(pad))
+
+    def conv2d_bwd_weight_s16(self, err, x, stride, pad, kernel):
+        return _native.conv2d_bwd_weight_s16(err, x, int(stride), int(pad), tuple(kernel))
+
     def conv2d_bwd_data_s16(self, err, w, stride, pad, in_hw):
         return _native.conv2d_bwd_data_s16(err, w, int(stride), int(pad), tuple(in_hw))
 
