@@ -7,8 +7,9 @@ Per kernel: packets, instructions and HVX instructions from QEMU's counters
 HVX thread; the issue's 128 counts one). Each op's work is split across the profile's
 HVX threads, run for real: share t on worker thread t of the DSP server (qemu-hexagon runs
 each as a host thread), which counts its own packets on its own counters: the t0..t3
-columns are measured per thread, `serial` is the calling thread's part (packing, joins),
-and crit is serial + the longest share (cost.critical). Modeled time (runtime/cost.py):
+columns are measured per thread, `serial` is the calling thread's part (packing, the
+unsplit ops), and crit is serial + each split's longest share (cost.critical). Modeled
+time (runtime/cost.py):
 critical packets / dsp.clock_hz, or the DDR
 bytes / dsp.bytes_per_s when larger, plus dsp.call_s per call. Then NITI training
 steps of LeNet-5 and VGG-11 (batch 64) through the Trainer on the emulated DSP, the

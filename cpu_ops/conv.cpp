@@ -43,9 +43,11 @@ void im2col(const PaddedSrc& s, int8_t* cols, ptrdiff_t ld) {
 #if defined(__x86_64__) || defined(_M_X64)
 // One 16 x 16 byte block transposed in registers: four rounds of SSE2 unpacks (bytes,
 // words, dwords, qwords), each pairing rows twice as far apart.
-void transpose16x16(const int8_t* src, ptrdiff_t src_ld, int8_t* dst, ptrdiff_t dst_ld) {
+void transpose16x16(const int8_t* src, ptrdiff_t src_ld, int8_t* dst, ptrdiff_t dst_ld, uint8_t bias) {
   __m128i a[16], t[16], u[16];
-  for (int i = 0; i < 16; ++i) a[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * src_ld));
+  const __m128i flip = _mm_set1_epi8(static_cast<char>(bias));
+  for (int i = 0; i < 16; ++i)
+    a[i] = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * src_ld)), flip);
   for (int i = 0; i < 8; ++i) {  // t[i]: rows 2i, 2i+1 x columns 0-7; t[i + 8]: columns 8-15
     t[i] = _mm_unpacklo_epi8(a[2 * i], a[2 * i + 1]);
     t[i + 8] = _mm_unpackhi_epi8(a[2 * i], a[2 * i + 1]);
@@ -68,11 +70,11 @@ void transpose16x16(const int8_t* src, ptrdiff_t src_ld, int8_t* dst, ptrdiff_t 
 }
 #endif
 
-// dst[c * dst_ld + r] = src[r * src_ld + c] for r < rows, c < cols, in cache-sized blocks
-// (the rows of a block each touch one cache line of src and of dst), 16 x 16 at a time
-// in registers where the block is whole.
+// dst[c * dst_ld + r] = src[r * src_ld + c] ^ bias for r < rows, c < cols, in cache-sized
+// blocks (the rows of a block each touch one cache line of src and of dst), 16 x 16 at a
+// time in registers where the block is whole.
 void transpose_block(const int8_t* __restrict src, ptrdiff_t src_ld, ptrdiff_t rows, ptrdiff_t cols,
-                     int8_t* __restrict dst, ptrdiff_t dst_ld) {
+                     int8_t* __restrict dst, ptrdiff_t dst_ld, uint8_t bias = 0) {
   constexpr ptrdiff_t kBlock = 64;
   for (ptrdiff_t r0 = 0; r0 < rows; r0 += kBlock)
     for (ptrdiff_t c0 = 0; c0 < cols; c0 += kBlock) {
@@ -81,20 +83,24 @@ void transpose_block(const int8_t* __restrict src, ptrdiff_t src_ld, ptrdiff_t r
 #if defined(__x86_64__) || defined(_M_X64)
       r16 = r0 + (r1 - r0) / 16 * 16, c16 = c0 + (c1 - c0) / 16 * 16;
       for (ptrdiff_t r = r0; r < r16; r += 16)
-        for (ptrdiff_t c = c0; c < c16; c += 16) transpose16x16(src + r * src_ld + c, src_ld, dst + c * dst_ld + r, dst_ld);
+        for (ptrdiff_t c = c0; c < c16; c += 16)
+          transpose16x16(src + r * src_ld + c, src_ld, dst + c * dst_ld + r, dst_ld, bias);
 #endif
       for (ptrdiff_t c = c0; c < c1; ++c)
-        for (ptrdiff_t r = (c < c16 ? r16 : r0); r < r1; ++r) dst[c * dst_ld + r] = src[r * src_ld + c];
+        for (ptrdiff_t r = (c < c16 ? r16 : r0); r < r1; ++r)
+          dst[c * dst_ld + r] = static_cast<int8_t>(src[r * src_ld + c] ^ bias);
     }
 }
 
-// dst[cols, rows] = src[rows, cols]^T, on the pool in bands of rows.
-void transpose(const int8_t* src, ptrdiff_t rows, ptrdiff_t cols, int8_t* dst) {
+// dst[cols, rows] = src[rows, cols]^T (^ bias; dst's rows dst_ld >= rows bytes apart), on
+// the pool in bands of rows.
+void transpose(const int8_t* src, ptrdiff_t rows, ptrdiff_t cols, int8_t* dst, uint8_t bias = 0, ptrdiff_t dst_ld = 0) {
+  if (dst_ld == 0) dst_ld = rows;
   constexpr ptrdiff_t kBand = 64;
   const int bands = static_cast<int>((rows + kBand - 1) / kBand);
   parallel_ranges(bands, static_cast<size_t>(rows * cols), [&](int b0, int b1) {
     const ptrdiff_t r0 = b0 * kBand, r1 = std::min(rows, b1 * kBand);
-    transpose_block(src + r0 * cols, cols, r1 - r0, cols, dst + r0, rows);
+    transpose_block(src + r0 * cols, cols, r1 - r0, cols, dst + r0, dst_ld, bias);
   });
 }
 
@@ -175,12 +181,17 @@ BiasedRows patch_rows(const PaddedSrc& src) {
   return BiasedRows{reinterpret_cast<const uint8_t*>(src.d), src.kh, src.run(), src.row_stride(), patch_base, &src};
 }
 
+// Whether the GEMM of this depth runs on a kernel that reads A in place (gemm_rows).
+bool reads_a_in_place(int depth) { return gemm_kernel(gemm_isa(active_isa(), depth))->micro_rows != nullptr; }
+
 // The implicit GEMM instead of im2col + GEMM: where the GEMM's kernel reads A in place,
 // the tap rows split into whole groups of 4 and the depth keeps int32 accumulators exact.
 bool implicit_gemm_fits(int run, int depth) {
-  return run % 4 == 0 && depth * 127LL * 127LL < (1LL << 31) &&
-         gemm_kernel(gemm_isa(active_isa(), depth))->micro_rows != nullptr;
+  return run % 4 == 0 && depth * 127LL * 127LL < (1LL << 31) && reads_a_in_place(depth);
 }
+
+// Plain rows `*ctx` bytes apart, as gemm_rows' A.
+ptrdiff_t plain_row_base(const void* ctx, int row) { return row * *static_cast<const ptrdiff_t*>(ctx); }
 
 // The patch matrix of `src` (m rows, depth k) in scratch(0), laid out so that the GEMM
 // reads it in place where its kernel can (gemm_packed's a_padded): rows a_row_bytes
@@ -214,8 +225,11 @@ bool use_wgrad_panels(const ConvShape& s) {
   // On AMX the GEMM wins once the output channels fill a 32-row tile (VGG-11 at batch 64:
   // 2-4x faster than the VNNI panels for 64-256 channels).
   if (active_isa() == Isa::kAmx && s.o >= gemm_kernel(Isa::kAmx)->mr) return false;
+  // On AVX-512 VNNI the GEMM wins from about 128K taps x channels: VGG-11's conv3 (1152 taps
+  // x 256) took 8.2 ms on the panels and 6.5 ms on the GEMM at one thread; conv2 (576 x
+  // 128) 7.8 and 8.2 ms.
   const long long taps = static_cast<long long>(s.kh) * run_pad(s.kw * s.c);
-  return taps * s.o <= 300 * 1024;
+  return taps * s.o <= (active_isa() == Isa::kAvx512Vnni ? 128 : 300) * 1024;
 }
 
 // w[o, i, j, c] -> dst[o, i, run_pad(kw*c)] with zero padding after each tap row.
@@ -332,15 +346,23 @@ void conv2d_bwd_weight(const int8_t* err, const int8_t* x, const ConvShape& s, T
   // the patches a k-major B, interleaved four pixels at a time; the result is already in
   // dw's layout. With int32 accumulators the patches are packed straight from the padded
   // source (each pixel's kh tap rows are the pieces of its depth row: no im2col).
+  // Where the kernel reads A in place, err^T is stored biased (a + 128) and read as rows
+  // by gemm_rows (no A packing), kWgradRowSlack bytes after it for the last row's group.
   const int p = s.n * s.oh() * s.ow(), kk = s.kh * s.kw * s.c;
-  int8_t* err_t = grow(scratch(1), static_cast<size_t>(s.o) * p);
-  transpose(err, p, s.o, err_t);
+  const bool rows_a = std::is_same_v<T, int32_t> && wgrad_packs_source(s) && reads_a_in_place(p);
+  const ptrdiff_t ld = rows_a ? wgrad_row_stride(p) : p;
+  int8_t* err_t = grow(scratch(1), static_cast<size_t>(s.o) * ld + kWgradRowSlack);
+  transpose(err, p, s.o, err_t, rows_a ? 0x80 : 0, ld);
   if constexpr (std::is_same_v<T, int32_t>) {
     if (wgrad_packs_source(s)) {
       thread_local Kept<PackedB> packed;
       const PatchRows rows{src};
       pack_b_k_rows(kk, p, active_isa(), PatchRows::row, &rows, &packed, s.kh);
-      gemm_packed(MatrixS8{err_t, p, 1}, s.o, packed, dw, kk);
+      if (rows_a) {
+        gemm_rows(BiasedRows{reinterpret_cast<const uint8_t*>(err_t), 1, p, 0, plain_row_base, &ld}, s.o, packed, dw, kk);
+      } else {
+        gemm_packed(MatrixS8{err_t, p, 1}, s.o, packed, dw, kk);
+      }
       return;
     }
   }

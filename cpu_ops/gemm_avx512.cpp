@@ -99,7 +99,6 @@ DSPTRAIN_AVX512 void micro_rows(const uint8_t* const* rows, const APiece* pieces
   store_tile(acc, c, ldc, mr_valid, nr_valid, accumulate, col_offset);
 }
 
-
 // vpdpbusd with u8 ones: each dword lane adds its 4 signed bytes.
 DSPTRAIN_AVX512 void colsum(const int8_t* b, int kgroups, int32_t* sums) {
   const __m512i ones = _mm512_set1_epi8(1);
@@ -113,12 +112,87 @@ DSPTRAIN_AVX512 void colsum(const int8_t* b, int kgroups, int32_t* sums) {
   for (int v = 0; v < kNV; ++v) _mm512_storeu_si512(sums + v * 16, acc[v]);
 }
 
+// lanes[L] = (a[L], b[L], c[L], d[L]): a 4 x 4 transpose of 128-bit lanes.
+DSPTRAIN_AVX512 inline __attribute__((always_inline)) void transpose_lanes4(__m512i a, __m512i b, __m512i c, __m512i d,
+                                                                           __m512i (&lanes)[4]) {
+  const __m512i ab_lo = _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512i ab_hi = _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m512i cd_lo = _mm512_shuffle_i32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512i cd_hi = _mm512_shuffle_i32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2));
+  lanes[0] = _mm512_shuffle_i32x4(ab_lo, cd_lo, _MM_SHUFFLE(2, 0, 2, 0));
+  lanes[1] = _mm512_shuffle_i32x4(ab_lo, cd_lo, _MM_SHUFFLE(3, 1, 3, 1));
+  lanes[2] = _mm512_shuffle_i32x4(ab_hi, cd_hi, _MM_SHUFFLE(2, 0, 2, 0));
+  lanes[3] = _mm512_shuffle_i32x4(ab_hi, cd_hi, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+// 16 rows x 16 dwords transposed in registers: two rounds of in-lane unpacks (dwords, then
+// qwords) leave lane L of u[4 i + m] holding rows 4i..4i+3 of dword 4L + m; a 4 x 4
+// transpose of 128-bit lanes gathers each dword's 16 rows into one vector.
+DSPTRAIN_AVX512 inline __attribute__((always_inline)) void transpose_dwords16(const __m512i (&r)[16], __m512i (&out)[16]) {
+  __m512i t[16], u[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+    __m512i lanes[4];
+    transpose_lanes4(u[m], u[4 + m], u[8 + m], u[12 + m], lanes);
+#pragma GCC unroll 4
+    for (int l = 0; l < 4; ++l) out[4 * l + m] = lanes[l];
+  }
+}
+
+// pack_b of row-major weights, 16 columns x 16 groups at a time: group g of column j is
+// dword g of row j, so each block is one dword transpose (the plain loop moved 4 bytes per
+// column and group: 3 ms of a VGG-11 step at one thread).
+DSPTRAIN_AVX512 int pack_panel_rows(const int8_t* src, ptrdiff_t row_stride, int cols, int groups, int8_t* dst) {
+  const int done = groups / 16 * 16;
+  for (int j0 = 0; j0 < kNR; j0 += 16) {
+    for (int g0 = 0; g0 < done; g0 += 16) {
+      __m512i r[16], out[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i)
+        r[i] = j0 + i < cols ? _mm512_loadu_si512(src + (j0 + i) * row_stride + 4 * g0) : _mm512_setzero_si512();
+      transpose_dwords16(r, out);
+#pragma GCC unroll 16
+      for (int q = 0; q < 16; ++q) _mm512_storeu_si512(dst + static_cast<ptrdiff_t>(g0 + q) * kNR * 4 + j0 * 4, out[q]);
+    }
+  }
+  return done;
+}
+
+// The 4-row byte interleave of a whole panel (64 columns) in zmm registers: in-lane byte
+// then word unpacks give lane L of o[q] columns 16 L + 4 q .. + 3; the lane transpose puts
+// each run of 16 columns in one vector (interleave4's SSE2 steps, four lanes at once).
+DSPTRAIN_AVX512 void interleave_panel(const int8_t* const* rows, int8_t* dst) {
+  const __m512i r0 = _mm512_loadu_si512(rows[0]), r1 = _mm512_loadu_si512(rows[1]);
+  const __m512i r2 = _mm512_loadu_si512(rows[2]), r3 = _mm512_loadu_si512(rows[3]);
+  const __m512i a = _mm512_unpacklo_epi8(r0, r1), b = _mm512_unpacklo_epi8(r2, r3);
+  const __m512i c = _mm512_unpackhi_epi8(r0, r1), d = _mm512_unpackhi_epi8(r2, r3);
+  __m512i lanes[4];
+  transpose_lanes4(_mm512_unpacklo_epi16(a, b), _mm512_unpackhi_epi16(a, b), _mm512_unpacklo_epi16(c, d),
+                   _mm512_unpackhi_epi16(c, d), lanes);
+#pragma GCC unroll 4
+  for (int l = 0; l < 4; ++l) _mm512_storeu_si512(dst + 64 * l, lanes[l]);
+}
+
 }  // namespace
 
 const GemmKernel* kernel_avx512_vnni() {
   static const GemmKernel k = [] {
     GemmKernel g{Isa::kAvx512Vnni, kMR, kNR, 512, 192, 1, true, pack_a_u8, micro, colsum};
     g.micro_rows = micro_rows;
+    g.pack_panel_rows = pack_panel_rows;
+    g.interleave_panel = interleave_panel;
     return g;
   }();
   return &k;

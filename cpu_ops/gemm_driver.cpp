@@ -165,8 +165,14 @@ void pack_b_k_rows(int n, int k, Isa isa, KRowFn row, const void* ctx, PackedB* 
         int8_t* dst = panels + static_cast<size_t>(g) * nr * 4;
         const int32_t* off = offsets.data() + seg * width;
         const bool whole = rows[3] != nullptr;  // else the last, partial group: byte by byte
-        if (whole) interleave4(rows, w4, off, dst);
-        for (int j = whole ? w4 : 0; j < width; ++j)
+        int j0 = 0;  // whole panels by the kernel's own interleave, where the piece holds them
+        if (whole && kern->interleave_panel && seg * width % nr == 0)
+          for (; j0 + nr <= width; j0 += nr) {
+            const int8_t* at[4] = {rows[0] + j0, rows[1] + j0, rows[2] + j0, rows[3] + j0};
+            kern->interleave_panel(at, dst + off[j0]);
+          }
+        if (whole && j0 < w4) interleave4(rows, w4, off, dst, j0);
+        for (int j = whole ? std::max(w4, j0) : 0; j < width; ++j)
           for (int q = 0; q < 4; ++q) dst[off[j] + q] = rows[q] ? rows[q][j] : 0;
         if (sum) add_rows(rows, width, sum + seg * width);
       }
@@ -204,11 +210,14 @@ void pack_b(MatrixS8 b, int n, int k, Isa isa, PackedB* out) {
   // sequential and the nr source rows stream in parallel; whole groups of contiguous
   // rows move as one 4-byte word.
   parallel_for(panels, [&](int p) {
-    int8_t* dst = out->panels() + static_cast<size_t>(p) * k_pad * nr;
+    int8_t* const panel = out->panels() + static_cast<size_t>(p) * k_pad * nr;
     const int cols = std::min(nr, n - p * nr);
     const int8_t* src0 = b.data + static_cast<ptrdiff_t>(p) * nr * b.row_stride;
     const int full_groups = b.k_stride == 1 ? k / 4 : 0;
-    for (int g = 0; g < k_pad / 4; ++g, dst += nr * 4) {
+    const int first = kern->pack_panel_rows && full_groups > 0
+                          ? kern->pack_panel_rows(src0, b.row_stride, cols, full_groups, panel) : 0;
+    int8_t* dst = panel + static_cast<size_t>(first) * nr * 4;
+    for (int g = first; g < k_pad / 4; ++g, dst += nr * 4) {
       const int k0 = g * 4;
       for (int j = 0; j < cols; ++j) {
         const int8_t* src = src0 + static_cast<ptrdiff_t>(j) * b.row_stride;
@@ -222,6 +231,12 @@ void pack_b(MatrixS8 b, int n, int k, Isa isa, PackedB* out) {
       if (cols < nr) std::memset(dst + cols * 4, 0, (nr - cols) * 4);
     }
     if (!offset_trick) return;
+    if (kern->colsum) {  // -128 * colsum(b), from the packed panel (its padding is zero)
+      int32_t* sums = out->col_offset.data() + static_cast<size_t>(p) * nr;
+      kern->colsum(panel, k_pad / 4, sums);
+      for (int j = 0; j < nr; ++j) sums[j] *= -128;
+      return;
+    }
     for (int j = 0; j < cols; ++j) {  // -128 * colsum(b): the offset trick's correction
       const int8_t* src = src0 + static_cast<ptrdiff_t>(j) * b.row_stride;
       int32_t sum = 0;

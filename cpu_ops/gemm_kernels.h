@@ -48,6 +48,12 @@ struct GemmKernel {
   void (*task_end)() = nullptr;    // optional: its undo, at the end of the task
   bool a_is_rows = false;          // packed A is a's rows, K zero padded (gemm_packed's a_padded)
   MicroRowsFn micro_rows = nullptr;  // optional: A's biased rows read in place (offset-trick kernels)
+  // optional: pack_b's whole groups of one panel from row-major b (rows row_stride apart,
+  // `cols` <= nr of them, the rest zero): groups [0, done) written, done returned.
+  int (*pack_panel_rows)(const int8_t* src, ptrdiff_t row_stride, int cols, int groups, int8_t* dst) = nullptr;
+  // optional: one group of a whole panel from 4 k-major rows (pack_b_k_rows): dst gets, for
+  // columns j < nr, the dword (rows[0][j], rows[1][j], rows[2][j], rows[3][j]).
+  void (*interleave_panel)(const int8_t* const* rows, int8_t* dst) = nullptr;
 };
 
 // How gemm_packed and gemm_rows split C over the pool: row blocks of at most kern->mc

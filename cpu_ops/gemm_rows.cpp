@@ -20,6 +20,12 @@ bool gemm_rows_supported(const PackedB& b) {
 
 namespace {
 
+// K block: with A read in place, no packed A block has to stay in L2, and the longer block
+// halves the passes over C of deep products (the weight gradient): 2048 against the
+// kernel's 512 took VGG-11's weight gradients 52 -> 50 ms, backward data 44.5 -> 42 ms
+// at one thread.
+constexpr int kRowsKc = 2048;
+
 // The pieces of depth [k0, k0 + kc) of a row: where each run's part of it starts (from
 // the row's base) and how many groups of 4 it holds. k0 and kc are multiples of 4.
 void pieces_of(const BiasedRows& a, int k0, int kc, std::vector<APiece>* out) {
@@ -54,8 +60,8 @@ void gemm_rows(const BiasedRows& a, int m, const PackedB& b, int32_t* c, ptrdiff
     std::vector<const uint8_t*> starts(round_up(rows, mr), a.data + a.row_base(a.ctx, row0));
     for (int r = 1; r < rows; ++r) starts[r] = a.data + a.row_base(a.ctx, row0 + r);
     std::vector<APiece> pieces;
-    for (int pc = 0; pc < k; pc += kern->kc) {
-      const int kc = std::min(kern->kc, k - pc);
+    for (int pc = 0; pc < k; pc += kRowsKc) {
+      const int kc = std::min(kRowsKc, k - pc);
       pieces_of(a, pc, kc, &pieces);
       for (int p = p0; p < p1; ++p) {
         const int8_t* b_panel = b.panels() + static_cast<size_t>(p) * b.k_pad * nr + static_cast<size_t>(pc) * nr;

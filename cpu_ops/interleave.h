@@ -15,10 +15,10 @@
 namespace dsptrain {
 
 // B of the weight gradient for 4 pixels: dst + tap_off[t] gets the dword
-// (p0[t], p1[t], p2[t], p3[t]) for taps t in [0, n), n a multiple of 4. The byte
+// (p0[t], p1[t], p2[t], p3[t]) for taps t in [first, n), both multiples of 4. The byte
 // transpose of 4 rows is unpacklo/hi_epi8 then _epi16 (SSE2, every x86-64).
-inline void interleave4(const int8_t* const* rows, int n, const int32_t* tap_off, int8_t* dst) {
-  int t = 0;
+inline void interleave4(const int8_t* const* rows, int n, const int32_t* tap_off, int8_t* dst, int first = 0) {
+  int t = first;
 #ifdef DSPTRAIN_X86
   for (; t + 16 <= n; t += 16) {
     const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[0] + t));

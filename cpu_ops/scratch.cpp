@@ -33,7 +33,9 @@ void add(ScratchList* out, const std::string& name, size_t bytes) {
 // gemm_driver.cpp: the packed B of gemm_s8_s32 (calling thread; not when the caller
 // packs B itself), the A block of every pool thread (not when A is read in place:
 // gemm_packed's a_padded), and for int64 the int32 partial product of each K chunk.
-void gemm_into(ScratchList* out, int m, int n, int k, bool is64, bool a_padded = false, bool packs_b = true) {
+// `a_in_place`: gemm_rows reads A where it lies (no A block).
+void gemm_into(ScratchList* out, int m, int n, int k, bool is64, bool a_padded = false, bool packs_b = true,
+               bool a_in_place = false) {
   const GemmKernel* kern = gemm_kernel(gemm_isa(active_isa(), std::min(k, kMaxInt32Depth)));
   const int threads = pool_threads();
   if (is64) {
@@ -41,7 +43,7 @@ void gemm_into(ScratchList* out, int m, int n, int k, bool is64, bool a_padded =
     k = std::min(k, kMaxInt32Depth);
   }
   if (packs_b) add(out, "gemm.packed_b", packed_b_bytes(n, k, active_isa()));
-  if (a_padded && !is64 && kern->a_is_rows && k <= kern->kc) return;
+  if (a_in_place || (a_padded && !is64 && kern->a_is_rows && k <= kern->kc)) return;
   int m_blocks = static_cast<int>(up((m + kern->mc - 1) / kern->mc, threads));
   m_blocks = std::min(m_blocks, (m + kern->mr - 1) / kern->mr);
   m_blocks = std::max(m_blocks, 1);
@@ -135,13 +137,15 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
   }
   const int kk = s.kh * s.kw * s.c;
   const bool packs_source = !is64 && wgrad_packs_source(s);
-  add(&out, "conv.weights", static_cast<size_t>(s.o) * pixels);
+  const bool rows_a = packs_source && gemm_kernel(gemm_isa(active_isa(), static_cast<int>(pixels)))->micro_rows;
+  add(&out, "conv.weights", static_cast<size_t>(s.o) * (rows_a ? wgrad_row_stride(static_cast<int>(pixels)) : pixels) +
+                                kWgradRowSlack);
   if (packs_source) {
     add(&out, "conv.wgrad_packed_patches", packed_b_bytes(kk, static_cast<int>(pixels), active_isa()));
   } else {
     add(&out, "conv.im2col", pixels * kk);
   }
-  gemm_into(&out, s.o, kk, static_cast<int>(pixels), is64, false, !packs_source);
+  gemm_into(&out, s.o, kk, static_cast<int>(pixels), is64, false, !packs_source, rows_a);
   return out;
 }
 

@@ -208,6 +208,8 @@ int dspt_op_conv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         return dspt_conv_lanes(ctx, y, x, w, &s, (d->flags & DSPT_F_ACCUMULATE) != 0);
     if (dspt_conv_grid_fits(&s))   /* 2 to 16 input channels: grid positions in the lanes */
         return dspt_conv_grid(ctx, y, x, w, &s, (d->flags & DSPT_F_ACCUMULATE) != 0);
+    if (dspt_conv_padded_fits(&s))   /* 2 to 4 channels, many outputs: the padded image read in place */
+        return dspt_conv_padded(ctx, y, x, w, &s, (d->flags & DSPT_F_ACCUMULATE) != 0);
     int8_t *bp = dspt_scratch(ctx, dspt_packed_b_bytes(s.o, k));
     if (!bp) return DSPT_NO_SUPPORT;
     dspt_pack_b(bp, w, s.o, k, k);
@@ -380,6 +382,30 @@ static int bwd_weight_share(struct dspt_ctx *tc, int t, void *job)
     return DSPT_OK;
 }
 
+/* The join of a split weight gradient, itself split: thread t adds, over its own range of
+ * dw's words (whole vectors), the partial sums of threads 1 .. shares-1 in thread order. */
+struct join_job {
+    int32_t *dw;
+    int32_t *const *part;
+    int shares;
+    uint32_t words;
+};
+
+static int join_share(struct dspt_ctx *tc, int t, void *job)
+{
+    const struct join_job *J = job;
+    int lo, hi;
+    dspt_share(tc, (int)J->words, 32, t, &lo, &hi);
+    for (int s = 1; s < J->shares && lo < hi; s++) dspt_add_words(J->dw + lo, J->part[s] + lo, (uint32_t)(hi - lo));
+    return DSPT_OK;
+}
+
+int dspt_join_partials(struct dspt_ctx *ctx, int32_t *dw, int32_t *const *part, int shares, uint32_t words)
+{
+    struct join_job J = {dw, part, shares, words};
+    return shares > 1 ? dspt_run_shares(ctx, join_share, &J) : DSPT_OK;
+}
+
 int dspt_op_conv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
 {
     struct conv_shape s;
@@ -410,11 +436,11 @@ int dspt_op_conv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         if (!job.cols[t] || !job.bp[t] || !job.et[t] || !job.part[t] || !padded_buffer(tc, &s, &job.pd[t]))
             return DSPT_NO_SUPPORT;
     }
-    int status = dspt_run_shares(ctx, bwd_weight_share, &job);
-    for (int t = 1; t < (int)ctx->threads; t++) {   /* the join, in thread order: one pass over dw each */
+    int status = dspt_run_shares(ctx, bwd_weight_share, &job), shares = 0;
+    for (int t = 0; t < (int)ctx->threads; t++) {   /* the threads that had work (idle ones come last) */
         int lo, hi;
         dspt_share(ctx, p, 4, t, &lo, &hi);
-        if (lo < hi) dspt_add_words(dw, job.part[t], dw_words);
+        shares += lo < hi;
     }
-    return status;
+    return status ? status : dspt_join_partials(ctx, dw, job.part, shares, dw_words);
 }

@@ -26,6 +26,9 @@ void dspt_lanes_store(int32_t *stage, int O, const HVX_Vector *yt, int npx, cons
 /* conv_planar.c's vdelta control spreading k bytes a pixel to p2 bytes (shared with conv_grid.c). */
 void dspt_spread_control(uint8_t ctrl[128], int k, int p2);
 void dspt_add_words(int32_t *dst, const int32_t *src, uint32_t n);
+/* conv.c: dw += part[1] + ... + part[shares-1] (a split weight gradient's partial sums, in
+ * thread order), the words split across the HVX threads. */
+int dspt_join_partials(struct dspt_ctx *ctx, int32_t *dw, int32_t *const *part, int shares, uint32_t words);
 
 /* conv_grid.c: forward conv of 2-16 channel inputs, pixels of the padded grid in the lanes
  * (stride 1); also backward data, as the forward conv of err with flipped weights. */
@@ -35,6 +38,12 @@ int dspt_conv_grid(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int8
 int dspt_conv_grid_bwd_data_fits(const struct conv_shape *s);
 int dspt_conv_grid_bwd_data(struct dspt_ctx *ctx, int32_t *dx, const int8_t *err, const int8_t *w,
                             const struct conv_shape *s, int accumulate);
+
+/* conv_padded.c: forward conv of 2-4 channel inputs as an implicit GEMM over the
+ * channel-padded image (stride 1; VGG's first conv). */
+int dspt_conv_padded_fits(const struct conv_shape *s);
+int dspt_conv_padded(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int8_t *w,
+                     const struct conv_shape *s, int accumulate);
 
 /* conv_planar.c: weight gradient from channel planes (stride 1, C <= 8, O <= 16). */
 int dspt_conv_planar_fits(const struct conv_shape *s);

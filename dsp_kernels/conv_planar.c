@@ -295,11 +295,11 @@ int dspt_conv_planar_bwd_weight(struct dspt_ctx *ctx, int32_t *dw, const int8_t 
         job.part[t] = t ? dspt_scratch(tc, dw_words * 4) : dw;
         if (!job.px[t] || !job.pe[t] || !job.tmp[t] || !job.part[t]) return DSPT_NO_SUPPORT;
     }
-    int status = dspt_run_shares(ctx, planar_share, &job);
-    for (int t = 1; t < (int)ctx->threads; t++) {   /* the join, in thread order: one pass over dw each */
+    int status = dspt_run_shares(ctx, planar_share, &job), shares = 0;
+    for (int t = 0; t < (int)ctx->threads; t++) {   /* the threads that had work (idle ones come last) */
         int lo, hi;
         dspt_share(ctx, s->n, 1, t, &lo, &hi);
-        if (lo < hi) dspt_add_words(dw, job.part[t], dw_words);
+        shares += lo < hi;
     }
-    return status;
+    return status ? status : dspt_join_partials(ctx, dw, job.part, shares, dw_words);
 }

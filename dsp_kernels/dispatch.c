@@ -50,7 +50,7 @@ int dspt_run_op(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     dspt_pool_reset(ctx->pool);
     ctx->threads = d->threads < 1 ? 1 : (d->threads > DSPT_MAX_THREADS ? DSPT_MAX_THREADS : d->threads);
     for (int t = 0; t < DSPT_MAX_THREADS; t++) ctx->share_packets[t] = 0;
-    ctx->share_insns = ctx->share_hvx = 0;
+    ctx->share_insns = ctx->share_hvx = ctx->shares_critical = 0;
     dsp_read_counters(&c0);
     if (d->op == DSPT_OP_NOP) status = DSPT_OK;
     else if (d->op < DSPT_OP_COUNT && kernels[d->op]) status = kernels[d->op](ctx, d);
@@ -59,16 +59,15 @@ int dspt_run_op(struct dspt_ctx *ctx, struct dspt_op_desc *d)
 #endif
     dsp_read_counters(&c1);
     /* this thread ran the serial part (and waited for the workers); the shares ran on them */
-    uint32_t shares = 0, longest = 0, serial = c1.packets - c0.packets;
+    uint32_t shares = 0, serial = c1.packets - c0.packets;
     for (int t = 0; t < DSPT_MAX_THREADS; t++) {
         d->cost.thread_packets[t] = ctx->share_packets[t];
         shares += ctx->share_packets[t];
-        longest = ctx->share_packets[t] > longest ? ctx->share_packets[t] : longest;
     }
     d->cost.packets = serial + shares;
     d->cost.insns = c1.insns - c0.insns + ctx->share_insns;
     d->cost.hvx = c1.hvx - c0.hvx + ctx->share_hvx;
-    d->cost.critical = serial + longest;
+    d->cost.critical = serial + ctx->shares_critical;
     d->status = status;
     return status;
 }

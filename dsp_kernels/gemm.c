@@ -161,9 +161,15 @@ static inline void store_exact(const int ACC, int32_t *c, HVX_Vector v, int cols
     hvx_store_bytes(c, v, (uint32_t)cols * 4);
 }
 
+/* Row layouts of a besides a stride per word (aq): WORDS, rows 4 bytes apart (pixels of
+ * a channel-padded image) and word q at a table's offset (its window's taps): the rows
+ * past a tile's last are read (their neighbours in the image) but never stored. */
+#define WORDS (-1)
+
 /* What every tile of one product shares. */
 struct core {
     int ldc, lda, aq, k4;
+    const int32_t *off;   /* layout WORDS: word q of row r at a + 4r + off[q] */
     int cols_last;   /* columns of the last block */
     int ones;        /* the lane of 1s in the last block (n % 32), or -1 */
     int spill;       /* ldc == n: a row's last block may write whole vectors (store_acc) */
@@ -182,13 +188,14 @@ static inline __attribute__((always_inline)) void tile(
 {
     /* locals first: the stores through c may alias *g */
     const int aq = AQ ? AQ : g->aq, k4 = g->k4, ldc = g->ldc, lda = g->lda, spill = g->spill;
+    const int32_t *off = g->off;
     const int last = flags & TILE_LAST, tail = flags & TILE_TAIL;
     const int ones = last ? g->ones : -1, cols_last = last ? g->cols_last : 32;
     /* one named array per row, every index a constant: the accumulators stay in registers */
 #define ROWS(X) do { X(0); X(1); X(2); X(3); if (R == 8) { X(4); X(5); X(6); X(7); } } while (0)
 #define BLOCKS for (int j = 0; j < NB; j++)
 #define DECLARE(r) \
-    const int32_t *a##r = (const int32_t *)(a + (r < rows ? r : rows - 1) * lda); \
+    const int32_t *a##r = (const int32_t *)(AQ == WORDS ? a + 4 * r : a + (r < rows ? r : rows - 1) * lda); \
     HVX_Vector acc##r[4]
     DECLARE(0); DECLARE(1); DECLARE(2); DECLARE(3); DECLARE(4); DECLARE(5); DECLARE(6); DECLARE(7);
 #undef DECLARE
@@ -199,7 +206,7 @@ static inline __attribute__((always_inline)) void tile(
     ROWS(START);
 #undef START
     for (int q = 0; q < k4; q++) {
-#define WORD(r) int32_t w##r = a##r[q * aq]
+#define WORD(r) int32_t w##r = AQ == WORDS ? *(const int32_t *)((const int8_t *)a##r + off[q]) : a##r[q * aq]
         WORD(0); WORD(1); WORD(2); WORD(3); WORD(4); WORD(5); WORD(6); WORD(7);
 #undef WORD
         BLOCKS {
@@ -254,24 +261,25 @@ static inline __attribute__((always_inline)) void strip(
     int m, const HVX_Vector *b, int32_t *sums, int flags)
 {
     const int ldc = g->ldc, lda = g->lda;
-    for (int row = 0; row < m; row += R) {
-        int rows = m - row < R ? m - row : R;
-        tile(R, NB, AQ, ACC, g, c + row * ldc, a + row * lda, rows, b, sums + row,
-             row + rows == m ? flags : flags & ~TILE_TAIL);
-    }
+    /* whole tiles before the last: `rows` a constant, so their clamps and tests fold away */
+    int row = 0, whole = (m - 1) / R * R;
+    for (; row < whole; row += R)
+        tile(R, NB, AQ, ACC, g, c + row * ldc, a + row * lda, R, b, sums + row, flags & ~TILE_TAIL);
+    tile(R, NB, AQ, ACC, g, c + row * ldc, a + row * lda, m - row, b, sums + row, flags);
 }
 
 /* One compiled strip per tile shape (R rows x NB blocks), row layout (aq = 1: contiguous
- * rows; 32: rows as the lanes of vectors, conv.c's weight gradient; 0: any) and store
+ * rows; 32: rows as the lanes of vectors, conv.c's weight gradient; 0: any; WORDS) and store
  * (ACC: add into c), each its own function so its registers are its own. */
 typedef void (*strip_fn)(const struct core *, int32_t *, const int8_t *, int, const HVX_Vector *, int32_t *, int);
-#define STRIP(R, NB, AQ, ACC) \
-    static __attribute__((noinline)) void strip_##R##_##NB##_##AQ##_##ACC( \
+#define STRIP(R, NB, AQ, L, ACC) \
+    static __attribute__((noinline)) void strip_##R##_##NB##_##L##_##ACC( \
         const struct core *g, int32_t *c, const int8_t *a, int m, const HVX_Vector *b, int32_t *sums, int flags) \
     { strip(R, NB, AQ, ACC, g, c, a, m, b, sums, flags); }
-#define STRIPS(AQ, ACC) STRIP(4, 1, AQ, ACC) STRIP(4, 2, AQ, ACC) STRIP(4, 3, AQ, ACC) STRIP(4, 4, AQ, ACC) \
-    STRIP(8, 2, AQ, ACC) STRIP(8, 3, AQ, ACC)
-STRIPS(1, 0) STRIPS(32, 0) STRIPS(0, 0) STRIPS(1, 1) STRIPS(32, 1) STRIPS(0, 1)
+#define STRIPS(AQ, L, ACC) STRIP(4, 1, AQ, L, ACC) STRIP(4, 2, AQ, L, ACC) STRIP(4, 3, AQ, L, ACC) \
+    STRIP(4, 4, AQ, L, ACC) STRIP(8, 2, AQ, L, ACC) STRIP(8, 3, AQ, L, ACC)
+STRIPS(1, 1, 0) STRIPS(32, 32, 0) STRIPS(0, 0, 0) STRIPS(WORDS, words, 0)
+STRIPS(1, 1, 1) STRIPS(32, 32, 1) STRIPS(0, 0, 1) STRIPS(WORDS, words, 1)
 #undef STRIPS
 #undef STRIP
 /* [accumulate][layout][rows 4 or 8][blocks - 1]; 8 rows x 4 blocks would need 32
@@ -279,9 +287,9 @@ STRIPS(1, 0) STRIPS(32, 0) STRIPS(0, 0) STRIPS(1, 1) STRIPS(32, 1) STRIPS(0, 1)
 #define SHAPES(AQ, ACC) \
     {{strip_4_1_##AQ##_##ACC, strip_4_2_##AQ##_##ACC, strip_4_3_##AQ##_##ACC, strip_4_4_##AQ##_##ACC}, \
      {0, strip_8_2_##AQ##_##ACC, strip_8_3_##AQ##_##ACC, 0}}
-static const strip_fn strips[2][3][2][4] = {
-    {SHAPES(1, 0), SHAPES(32, 0), SHAPES(0, 0)},
-    {SHAPES(1, 1), SHAPES(32, 1), SHAPES(0, 1)},
+static const strip_fn strips[2][4][2][4] = {
+    {SHAPES(1, 0), SHAPES(32, 0), SHAPES(0, 0), SHAPES(words, 0)},
+    {SHAPES(1, 1), SHAPES(32, 1), SHAPES(0, 1), SHAPES(words, 1)},
 };
 #undef SHAPES
 
@@ -304,30 +312,50 @@ void dspt_gemm_core(int32_t *c, int ldc, const int8_t *a, int lda, const int8_t 
 
 #define ROW_BLOCK 256   /* rows whose sums one pass keeps (on the stack) */
 
-void dspt_gemm_core_strided(int32_t *c, int ldc, const int8_t *a, int lda, int aq, const int8_t *bp,
-                            int m, int n, int k, int accumulate)
+/* The core for any layout: `layout` indexes strips (0: aq 1, 1: aq 32, 2: other aq,
+ * 3: WORDS with g->off); `given`: the rows' byte sums when the caller has them (else
+ * computed here when no lane of 1s yields them). */
+static void core(struct core *g, int layout, int32_t *c, const int8_t *a, const int8_t *bp, int m, int n,
+                 const int32_t *given, int accumulate)
 {
-    int k4 = (k + 3) / 4, nblocks = (n + 31) / 32;
+    int k4 = g->k4, ldc = g->ldc, lda = g->lda, nblocks = (n + 31) / 32;
     /* column strips of 4 blocks, the last of 1 to 4 (of up to 3 when that is all: 8-row tiles) */
     int nb_last = nblocks <= 3 ? 0 : (nblocks - 1) / 4 * 4, left = nblocks - nb_last;
     /* packed b has a lane of 1s after the last column when n % 32 != 0 (dspt_pack_b and
      * the conv packers): the strip holding it yields the row sums, and runs first */
-    struct core g = {ldc, lda, aq, k4, n - (nblocks - 1) * 32, n % 32 ? n % 32 : -1, ldc == n};
-    const strip_fn (*fn)[4] = strips[accumulate != 0][aq == 1 ? 0 : aq == 32 ? 1 : 2];
+    g->cols_last = n - (nblocks - 1) * 32;
+    g->ones = n % 32 ? n % 32 : -1;
+    g->spill = ldc == n;
+    const strip_fn (*fn)[4] = strips[accumulate != 0][layout];
     const HVX_Vector *bv = (const HVX_Vector *)bp;
     HVX_Vector sum_store[ROW_BLOCK / 32 + 1];   /* + slack: tiles and row_sums write up to 8 past m */
-    int32_t *sums = (int32_t *)sum_store;
     for (int r0 = 0; r0 < m; r0 += ROW_BLOCK) {
         int mm = m - r0 < ROW_BLOCK ? m - r0 : ROW_BLOCK, tail = r0 + mm == m ? TILE_TAIL : 0;
-        int32_t *cr = c + r0 * ldc;
+        int32_t *cr = c + r0 * ldc, *sums = (int32_t *)sum_store;
         const int8_t *ar = a + r0 * lda;
-        if (g.ones >= 0)
-            run_strip(fn, &g, cr + nb_last * 32, ar, mm, bv + nb_last * k4, sums, left, TILE_LAST | tail);
+        if (g->ones >= 0)
+            run_strip(fn, g, cr + nb_last * 32, ar, mm, bv + nb_last * k4, sums, left, TILE_LAST | tail);
+        else if (given)
+            sums = (int32_t *)given + r0;
         else
-            for (int r = 0; r < mm; r += 32) row_sums(sums + r, ar + r * lda, lda, aq, mm - r < 32 ? mm - r : 32, k4);
-        for (int nb = 0; nb < nb_last; nb += 4) run_strip(fn, &g, cr + nb * 32, ar, mm, bv + nb * k4, sums, 4, 0);
-        if (g.ones < 0) run_strip(fn, &g, cr + nb_last * 32, ar, mm, bv + nb_last * k4, sums, left, TILE_LAST | tail);
+            for (int r = 0; r < mm; r += 32) row_sums(sums + r, ar + r * lda, lda, g->aq, mm - r < 32 ? mm - r : 32, k4);
+        for (int nb = 0; nb < nb_last; nb += 4) run_strip(fn, g, cr + nb * 32, ar, mm, bv + nb * k4, sums, 4, 0);
+        if (g->ones < 0) run_strip(fn, g, cr + nb_last * 32, ar, mm, bv + nb_last * k4, sums, left, TILE_LAST | tail);
     }
+}
+
+void dspt_gemm_core_strided(int32_t *c, int ldc, const int8_t *a, int lda, int aq, const int8_t *bp,
+                            int m, int n, int k, int accumulate)
+{
+    struct core g = {.ldc = ldc, .lda = lda, .aq = aq, .k4 = (k + 3) / 4};
+    core(&g, aq == 1 ? 0 : aq == 32 ? 1 : 2, c, a, bp, m, n, 0, accumulate);
+}
+
+void dspt_gemm_core_words(int32_t *c, int ldc, const int8_t *a, const int32_t *off, int k4, const int32_t *sums,
+                          const int8_t *bp, int m, int n, int accumulate)
+{
+    struct core g = {.ldc = ldc, .lda = 4, .aq = 1, .k4 = k4, .off = off};
+    core(&g, 3, c, a, bp, m, n, sums, accumulate);
 }
 
 /* Rows of `a` must be word-aligned for the scalar loads: copied to a stride of

@@ -22,6 +22,7 @@ struct dspt_ctx {
     struct dspt_pool *pool;
     uint32_t share_packets[DSPT_MAX_THREADS];
     uint32_t share_insns, share_hvx;   /* summed over the shares */
+    uint32_t shares_critical;          /* over the op's split calls, each call's longest share */
 };
 
 /* Rows [lo, hi) of `n` that thread t of ctx->threads takes, in multiples of `unit`. */
@@ -77,6 +78,11 @@ void dspt_gemm_core(int32_t *c, int ldc, const int8_t *a, int lda, const int8_t 
 /* The same with word q of row r at a + r * lda + 4 * q * aq (aq = 1: contiguous rows). */
 void dspt_gemm_core_strided(int32_t *c, int ldc, const int8_t *a, int lda, int aq, const int8_t *bp,
                             int m, int n, int k, int accumulate);
+/* The same with row r's word q at a + 4 * r + off[q] (a and off[q] multiples of 4
+ * bytes: words of a channel-padded image, no im2col; rows up to 7 past m are read) and,
+ * when n % 32 == 0, each row's byte sum given in sums[r] (8 readable past m). */
+void dspt_gemm_core_words(int32_t *c, int ldc, const int8_t *a, const int32_t *off, int k4, const int32_t *sums,
+                          const int8_t *bp, int m, int n, int accumulate);
 
 int dspt_op_gemm(struct dspt_ctx *ctx, struct dspt_op_desc *d);
 int dspt_op_conv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d);
@@ -87,6 +93,11 @@ int dspt_range_bits(uint32_t max_abs);
 uint32_t dspt_absmax_s32(const int32_t *x, uint32_t n);
 void dspt_shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift, int mode,
                           const struct dspt_rng *rng, uint32_t *max_abs);
+/* The same two passes with the elements split across ctx->threads HVX threads (threads.h);
+ * bit for bit what one pass gives. The split shift-round returns an enum dspt_status. */
+uint32_t dspt_absmax_split(struct dspt_ctx *ctx, const int32_t *x, uint32_t n, int *status);
+int dspt_shift_round_split(struct dspt_ctx *ctx, int8_t *out, const int32_t *in, uint32_t n, int shift,
+                           int mode, const struct dspt_rng *rng, uint32_t *max_abs);
 
 int dspt_op_requant(struct dspt_ctx *ctx, struct dspt_op_desc *d);
 int dspt_op_absmax(struct dspt_ctx *ctx, struct dspt_op_desc *d);

@@ -58,8 +58,9 @@ struct dspt_rng {
  * The op's work is split across the descriptor's `threads` hardware threads (worker
  * threads of the DSP server, threads.h), each counting its own share: `thread_packets[t]`
  * is what thread t ran, `packets` the calling thread's serial part plus all shares, and
- * `critical` the serial part plus the longest share (the op's time with the threads
- * running side by side). */
+ * `critical` the serial part plus the longest share of each split (an op may split more
+ * than once, e.g. its product and then the join of partial sums): the op's time with the
+ * threads running side by side. */
 struct dspt_cost {
     uint32_t packets, insns, hvx, critical;
     uint32_t thread_packets[DSPT_MAX_THREADS];

@@ -3,6 +3,7 @@
  * weight step with the same pass. int32 accumulators only; int64 -> NO_SUPPORT. */
 #include "hvx-threefry.h"
 #include "kernels.h"
+#include "threads.h"
 
 int dspt_range_bits(uint32_t max_abs)
 {
@@ -168,6 +169,62 @@ void dspt_shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift,
     if (max_abs) *max_abs = m;
 }
 
+/* The passes split across the HVX threads (threads.h) in ranges of whole 128-element
+ * steps, so only the last range has a scalar tail, as in one pass; each range's random
+ * stream is offset by its start, so every element draws what it draws in one pass, and
+ * the ranges' maxima are combined after the join. */
+struct pass_job {
+    int8_t *out;                  /* NULL: the max only */
+    const int32_t *in;
+    uint32_t n;
+    int shift, mode, want_max;
+    const struct dspt_rng *rng;
+    uint32_t max[DSPT_MAX_THREADS];
+};
+
+static int pass_share(struct dspt_ctx *tc, int t, void *job)
+{
+    struct pass_job *J = job;
+    int lo, hi;
+    dspt_share(tc, (int)J->n, 128, t, &lo, &hi);
+    J->max[t] = 0;
+    if (lo >= hi) return DSPT_OK;
+    if (!J->out) {
+        J->max[t] = dspt_absmax_s32(J->in + lo, (uint32_t)(hi - lo));
+        return DSPT_OK;
+    }
+    struct dspt_rng rng = *J->rng;
+    rng.offset += (uint32_t)lo;
+    dspt_shift_round_s32(J->out + lo, J->in + lo, (uint32_t)(hi - lo), J->shift, J->mode, &rng,
+                         J->want_max ? &J->max[t] : 0);
+    return DSPT_OK;
+}
+
+static uint32_t run_pass(struct dspt_ctx *ctx, struct pass_job *J, int *status)
+{
+    uint32_t m = 0;
+    *status = dspt_run_shares(ctx, pass_share, J);
+    for (int t = 0; t < (int)ctx->threads; t++) m = J->max[t] > m ? J->max[t] : m;
+    return m;
+}
+
+uint32_t dspt_absmax_split(struct dspt_ctx *ctx, const int32_t *x, uint32_t n, int *status)
+{
+    struct pass_job J = {.out = 0, .in = x, .n = n};
+    return run_pass(ctx, &J, status);
+}
+
+int dspt_shift_round_split(struct dspt_ctx *ctx, int8_t *out, const int32_t *in, uint32_t n, int shift,
+                           int mode, const struct dspt_rng *rng, uint32_t *max_abs)
+{
+    struct pass_job J = {.out = out, .in = in, .n = n, .shift = shift, .mode = mode,
+                         .want_max = max_abs != 0, .rng = rng};
+    int status;
+    uint32_t m = run_pass(ctx, &J, &status);
+    if (max_abs) *max_abs = m;
+    return status;
+}
+
 static int epilogue_args(struct dspt_ctx *ctx, struct dspt_op_desc *d, uint32_t *n,
                          const int32_t **acc)
 {
@@ -181,11 +238,12 @@ static int epilogue_args(struct dspt_ctx *ctx, struct dspt_op_desc *d, uint32_t 
 int dspt_op_absmax(struct dspt_ctx *ctx, struct dspt_op_desc *d)
 {
     uint32_t n = dspt_count(d->shape_a);
+    int st;
     if (d->dtype != DSPT_I32) return DSPT_NO_SUPPORT;
     const int32_t *acc = dspt_at(ctx, d->in[0], n * 4);
     if (!acc) return DSPT_BAD_PARAMS;
-    d->result_absmax = dspt_absmax_s32(acc, n);
-    return DSPT_OK;
+    d->result_absmax = dspt_absmax_split(ctx, acc, n, &st);
+    return st;
 }
 
 /* REQUANT: shift = given, or NITI's activation shift max(range - (bits - 1), 0). */
@@ -199,7 +257,8 @@ int dspt_op_requant(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     if (!out) return DSPT_BAD_PARAMS;
     int shift = d->shift;
     if (shift == DSPT_SHIFT_ESTIMATE) {
-        d->result_absmax = dspt_absmax_s32(acc, n);
+        d->result_absmax = dspt_absmax_split(ctx, acc, n, &st);
+        if (st) return st;
         shift = dspt_range_bits(d->result_absmax) - (d->bits - 1);
         if (shift < 0) shift = 0;
     } else if (shift < 0) {
@@ -208,15 +267,16 @@ int dspt_op_requant(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     if (shift > 62) return DSPT_BAD_PARAMS;
     if (d->shift != DSPT_SHIFT_ESTIMATE && (d->flags & DSPT_F_SATURATE_CHECK)) {
         /* a given shift: max |acc| comes from the rounding pass itself */
-        dspt_shift_round_s32(out, acc, n, shift, d->round_mode, &d->rng, &d->result_absmax);
+        st = dspt_shift_round_split(ctx, out, acc, n, shift, d->round_mode, &d->rng, &d->result_absmax);
         int needed = dspt_range_bits(d->result_absmax) - (d->bits - 1);
-        if (needed > shift) {   /* it would saturate: round again with the estimate */
+        if (!st && needed > shift) {   /* it would saturate: round again with the estimate */
             shift = needed;
-            dspt_shift_round_s32(out, acc, n, shift, d->round_mode, &d->rng, 0);
+            st = dspt_shift_round_split(ctx, out, acc, n, shift, d->round_mode, &d->rng, 0);
         }
     } else {
-        dspt_shift_round_s32(out, acc, n, shift, d->round_mode, &d->rng, 0);
+        st = dspt_shift_round_split(ctx, out, acc, n, shift, d->round_mode, &d->rng, 0);
     }
+    if (st) return st;
     d->result_shift = shift;
     return DSPT_OK;
 }

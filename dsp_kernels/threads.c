@@ -101,15 +101,18 @@ int dspt_run_shares(struct dspt_ctx *ctx, dspt_share_fn fn, void *job)
         __atomic_store_n(&w->go, w->go + 1, __ATOMIC_RELEASE);
         dspt_os_wake(&w->go);
     }
+    uint32_t longest = 0;
     for (int t = 0; t < n; t++) {   /* the join, in thread order */
         struct dspt_worker *w = &ctx->pool->w[t];
         uint32_t done;
         while ((done = __atomic_load_n(&w->done, __ATOMIC_ACQUIRE)) != w->go) dspt_os_wait(&w->done, done);
         ctx->share_packets[t] += w->cost.packets;
+        longest = w->cost.packets > longest ? w->cost.packets : longest;
         ctx->share_insns += w->cost.insns;
         ctx->share_hvx += w->cost.hvx;
         worst = w->status > worst ? w->status : worst;
     }
+    ctx->shares_critical += longest;   /* the shares of one call end together: its longest counts */
     return worst;
 }
 

@@ -3,7 +3,9 @@
  * qurt_futex_wake, qurt_futex.h); the worker pool's threads run one share each on one
  * of the HVX contexts. Without the SDK (`make skel`) these are the QuRT functions the
  * DSP's loader resolves, declared below; attribute and handle objects are handled only
- * through those functions, in buffers larger than QuRT's (so no layout is restated). */
+ * through those functions, in buffers larger than QuRT's (so no layout is restated).
+ * Not run on a device here: whether a worker must first reserve its HVX context
+ * (qurt_hvx_lock on older firmware; skel.c's own thread takes none either) is unverified. */
 #ifdef DSPT_HEXAGON_SDK
 #include <pthread.h>
 #include <stdlib.h>
@@ -14,7 +16,7 @@ typedef pthread_attr_t dspt_pthread_attr;
 #else
 #include "fastrpc_abi.h"
 typedef struct { uint32_t word[4]; } dspt_pthread;
-typedef union { uint8_t bytes[128]; uint64_t align; } dspt_pthread_attr;
+typedef union { uint8_t bytes[256]; uint64_t align; } dspt_pthread_attr;
 int pthread_attr_init(dspt_pthread_attr *attr);
 int pthread_attr_setstacksize(dspt_pthread_attr *attr, size_t bytes);
 int pthread_attr_destroy(dspt_pthread_attr *attr);

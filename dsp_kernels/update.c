@@ -16,7 +16,9 @@ int dspt_op_niti_update(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     int8_t *step = dspt_scratch(ctx, n);
     if (!w || !g || !out) return DSPT_BAD_PARAMS;
     if (!step) return DSPT_NO_SUPPORT;
-    d->result_absmax = dspt_absmax_s32(g, n);
+    int st;
+    d->result_absmax = dspt_absmax_split(ctx, g, n, &st);   /* both passes split across the HVX threads */
+    if (st) return st;
     int b = dspt_range_bits(d->result_absmax);
     if (b == 0) {
         hvx_copy(out, w, n);
@@ -24,7 +26,7 @@ int dspt_op_niti_update(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         return DSPT_OK;
     }
     int shift = b - d->bits > 0 ? b - d->bits : 0;
-    dspt_shift_round_s32(step, g, n, shift, d->round_mode, &d->rng, 0);
+    if ((st = dspt_shift_round_split(ctx, step, g, n, shift, d->round_mode, &d->rng, 0))) return st;
     HVX_Vector floor = Q6_Vb_vsplat_R(-127);
     uint32_t i = 0;
     for (; i + 128 <= n; i += 128)  /* saturating byte subtract, then -128 -> -127 */

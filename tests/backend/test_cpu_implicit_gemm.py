@@ -1,7 +1,8 @@
-"""The implicit-GEMM convolutions (cpu_ops/gemm_rows.cpp): forward and backward-data
-products read each pixel's patch in place from the biased padded source, with no im2col
-copy and no packing of A. Bit-exact against ops_ref on every ISA (the others take their
-im2col path on the same shapes), at one and two threads."""
+"""The GEMM that reads A in place (cpu_ops/gemm_rows.cpp): the implicit-GEMM forward and
+backward-data products read each pixel's patch from the biased padded source, with no
+im2col copy and no packing of A, and the weight gradient reads its biased err^T rows.
+Bit-exact against ops_ref on every ISA (the others take their im2col path on the same
+shapes), at one and two threads."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,9 +14,10 @@ from .test_cpu_kernels import cpu_isa  # noqa: F401  (the fixture: one GEMM path
 native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
 
 # (N, H, W, C, O, K, stride, pad), each on the implicit path in both passes on AVX-512 VNNI:
-# a tap row of 516 bytes (K blocks of 512 end inside a row) with M = 105 and N = 120 off
-# the 6 x 64 tile; stride 2 (the backward source zero dilated); a 5 x 5 kernel with
-# padding 2; no padding (the backward pads by K - 1); a 1 x 1 kernel of stride 2.
+# a tap row of 516 bytes with M = 105 and N = 120 off the 6 x 64 tile; stride 2 (the
+# backward source zero dilated); a 5 x 5 kernel with padding 2; no padding (the backward
+# pads by K - 1); a 1 x 1 kernel of stride 2. The weight gradients of the first, second
+# and fourth read err^T in place, over 105, 40 and 30 pixels (not all multiples of 4).
 IMPLICIT_SHAPES = [(3, 7, 5, 172, 120, 3, 1, 1), (2, 9, 8, 64, 252, 3, 2, 1), (1, 6, 6, 60, 64, 5, 1, 2),
                    (2, 5, 7, 128, 128, 3, 1, 0), (1, 4, 4, 64, 64, 1, 2, 0)]
 IMPLICIT_IDS = ["n{}h{}w{}c{}o{}k{}s{}p{}".format(*s) for s in IMPLICIT_SHAPES]
@@ -43,6 +45,8 @@ def test_implicit_gemm_conv_every_isa(cpu_isa, ref, shape, threads):
             np.testing.assert_array_equal(cpu_isa.conv2d_s8(x, w, stride, pad), ref.conv2d_s8(x, w, stride, pad))
             np.testing.assert_array_equal(cpu_isa.conv2d_bwd_data_s8(err, w, stride, pad, hw),
                                           ref.conv2d_bwd_data_s8(err, w, stride, pad, hw))
+            np.testing.assert_array_equal(cpu_isa.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]),
+                                          ref.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]))
         key = cases.rng_key(5)   # with the GEMM's own range estimate, then each rounding
         for mode in cases.ROUNDING:
             for got, want in ((cpu_isa.conv2d_requant_s8(x, w, stride, pad, mode, key),
@@ -67,7 +71,23 @@ def test_the_shapes_take_the_implicit_path_on_avx512(shape):
     try:
         assert native.conv_algorithm("forward", x, w, stride, pad) == "implicit_gemm"
         assert native.conv_algorithm("backward_data", x, w, stride, pad) == "implicit_gemm"
+        want = "wgrad_panels" if shape[3] * shape[4] * shape[5] ** 2 <= 128 * 1024 else "im2col_gemm"
+        assert native.conv_algorithm("backward_weight", x, w, stride, pad) == want
         native.set_isa("avx2")   # no in-place kernel: im2col + GEMM
         assert native.conv_algorithm("forward", x, w, stride, pad) == "im2col_gemm"
     finally:
         native.set_isa(previous)
+
+
+# (M, N, K) for the weight packing's dword transpose (16 columns x 16 groups at a time on
+# AVX-512 VNNI): panels of 1, 17 and 64 columns, 16 groups exactly, groups left over
+# after the last whole block of 16, and a partial last group.
+PACKING_SHAPES = [(3, 1, 64), (7, 17, 68), (13, 64, 1024), (5, 100, 515), (9, 129, 4100)]
+
+
+@pytest.mark.parametrize("m,n,k", PACKING_SHAPES, ids=lambda v: str(v))
+def test_packed_weights_every_isa(cpu_isa, ref, m, n, k):
+    rng = np.random.default_rng(m + n + k)
+    a, b = cases.int8(rng, (m, k)), cases.int8(rng, (n, k))
+    np.testing.assert_array_equal(native.gemm_packed(a, native.pack_weights(b)), ref.gemm_s8(a, b))
+    np.testing.assert_array_equal(cpu_isa.gemm_s8(a, b), ref.gemm_s8(a, b))

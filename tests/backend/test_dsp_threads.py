@@ -145,3 +145,30 @@ def test_workers_are_threads_of_the_server_started_once(dsp):
         dsp.gemm_s8(a, b)
         again = tasks()
     assert four == one + 3 and again == four, (one, four, again)
+
+
+# The epilogue (REQUANT, ABSMAX, NITI_UPDATE) is split too, in ranges of 128 elements:
+# 515 elements over 4 threads leave thread 2 a 3-element scalar tail and thread 3 nothing;
+# each range's random stream starts at its offset, so sto rounding draws what one pass draws.
+EPILOGUE_SIZES = [1, 129, 515, 1000]
+
+
+@pytest.mark.parametrize("threads", THREADS)
+@pytest.mark.parametrize("size", EPILOGUE_SIZES)
+def test_epilogue_split_is_bit_exact(dsp, size, threads):
+    from dsptrain.numerics import RngKey
+
+    acc = R.integers(-(2**22), 2**22, size, dtype=np.int32)
+    acc[-1] = -(2**24)   # the maximum in the last range: the joined max must find it
+    rng = RngKey(seed=7, step=3, tensor_id=11, offset=5)
+    with split_at(dsp, threads):
+        assert dsp.absmax(acc) == ref.absmax(acc)
+        for mode in ("round", "psto", "sto"):
+            for got, want in [(dsp.requantize(acc, mode, rng), ref.requantize(acc, mode, rng)),
+                              (dsp.requantize(acc, mode, rng, shift=4), ref.requantize(acc, mode, rng, shift=4)),
+                              (dsp.shift_round(acc, 9, mode, rng), ref.shift_round(acc, 9, mode, rng))]:
+                for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+                    np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+        w8, g32 = s8(size), R.integers(-(2**15), 2**15, size, dtype=np.int32)
+        got = dsp.niti_update_s8(w8, g32, 3, "sto", rng)
+    np.testing.assert_array_equal(np.asarray(got), ref.niti_update_s8(w8, g32, 3, "sto", rng))
