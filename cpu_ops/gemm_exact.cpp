@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gemm.h"
+#include "scratch.h"
 #include "target_clones.h"
 #include "thread_pool.h"
 
@@ -36,6 +37,7 @@ struct PackedS16 {
   const int16_t* a_words = nullptr;   // word (i, p) at a_words + 2 * (i * stride_i + p * stride_p)
   ptrdiff_t stride_i = 0, stride_p = 0;
   int pairs = 0, panels = 0;
+  size_t held_bytes() const { return b.capacity() * sizeof(int16_t) + a.capacity() * sizeof(int32_t); }
 };
 
 inline int32_t a_word(const PackedS16& p, int i, int q) {
@@ -491,8 +493,8 @@ void k_chunked(const int16_t* a, const int16_t* b, int m, int n, int k, int64_t*
   const size_t mn = static_cast<size_t>(m) * n;
   std::vector<int64_t> partial(static_cast<size_t>(tasks) * mn, 0);
   parallel_for(tasks, [&](int t) {
-    thread_local PackedS16 packed;
-    thread_local std::vector<int64_t> sums;
+    thread_local Kept<PackedS16> packed;
+    thread_local Kept<std::vector<int64_t>> sums;
     sums.resize(mn);
     int64_t* mine = partial.data() + static_cast<size_t>(t) * mn;
     const int c0 = static_cast<int>(static_cast<long long>(chunks) * t / tasks);
@@ -528,7 +530,7 @@ void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m
   const double macs = static_cast<double>(m) * n * k;
   SerialScope serial(small_op(macs));
   if (a_transposed && k >= 2 * kChunkK) return k_chunked(a, b, m, n, k, c);
-  thread_local PackedS16 kept;   // the caller's; the workers read it through `packed`
+  thread_local Kept<PackedS16> kept;   // the caller's; the workers read it through `packed`
   PackedS16& packed = kept;
   pack(a, a_transposed, b, m, n, k, &packed);
   const int block = pairs_per_block(packed, a, b, m, n, k);
@@ -552,13 +554,13 @@ void conv_bwd_data_s16_s64(const int16_t* err, const int16_t* w, const Col2imSha
   const int m = s.n * rows;
   const double macs = static_cast<double>(m) * taps * o;
   SerialScope serial(small_op(macs));
-  thread_local PackedS16 kept;   // the caller's; the workers read it through `packed`
+  thread_local Kept<PackedS16> kept;   // the caller's; the workers read it through `packed`
   PackedS16& packed = kept;
   pack(err, false, w, m, taps, o, &packed);
   const int block = pairs_per_block(packed, err, w, m, taps, o);
   const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
   parallel_for(tasks, [&](int t) {
-    thread_local std::vector<int64_t> sums;   // one image's patch sums, reused
+    thread_local Kept<std::vector<int64_t>> sums;   // one image's patch sums, reused
     sums.resize(static_cast<size_t>(rows) * taps);
     for (int n = static_cast<int>(static_cast<long long>(s.n) * t / tasks);
          n < static_cast<int>(static_cast<long long>(s.n) * (t + 1) / tasks); ++n) {
@@ -569,8 +571,16 @@ void conv_bwd_data_s16_s64(const int16_t* err, const int16_t* w, const Col2imSha
 }
 
 #ifdef DSPTRAIN_X86
-void fwd_planar(const int16_t* x, const int16_t* w, const Col2imShape& s, int o, int64_t* y);   // below
+void fwd_planar(const int16_t* x, const int16_t* w, const Col2imShape& s, int o, int64_t* y, bool vnni);   // below
 #endif
+// the planar convolutions' shapes and ISA (stride 1, rows of 16 or more columns, AVX-512 VNNI)
+[[maybe_unused]] static bool planar(const Col2imShape& s) {
+#ifdef DSPTRAIN_X86
+  return s.stride == 1 && s.ow >= 16 && row_step_of(active_isa()) == 8 && has_avx512bw();
+#else
+  return false;
+#endif
+}
 
 void conv_fwd_s16_s64(const int16_t* x, const int16_t* w, const Col2imShape& s, int o, int64_t* y) {
   const int rows = s.oh * s.ow, taps = s.kh * s.kw * s.c;
@@ -578,11 +588,9 @@ void conv_fwd_s16_s64(const int16_t* x, const int16_t* w, const Col2imShape& s, 
   SerialScope serial(small_op(static_cast<double>(s.n) * rows * taps * o));
   const int max_x = max_abs16(x, s.n * image), max_w = max_abs16(w, static_cast<size_t>(o) * taps);
 #ifdef DSPTRAIN_X86
-  // planes when the rows fill most of a vector's 16 lanes (LeNet's conv1: 28 of 32 in two)
-  // and every sum fits int32
-  if (s.stride == 1 && s.ow >= 16 && row_step_of(active_isa()) == 8 && has_avx512bw() &&
-      static_cast<double>(taps + 1) * max_x * max_w < 2147483647.0)
-    return fwd_planar(x, w, s, o, y);
+  // planes when the rows fill most of a vector's 16 lanes (LeNet's conv1: 28 of 32 in two);
+  // operands whose sums could leave int32 take the planes' scalar int64 loop
+  if (planar(s)) return fwd_planar(x, w, s, o, y, static_cast<double>(taps + 1) * max_x * max_w < 2147483647.0);
 #endif
   std::vector<int16_t> wt(static_cast<size_t>(taps) * o);   // w[O, taps] -> [taps, O]: K-major
   for (int j = 0; j < o; ++j)
@@ -592,8 +600,8 @@ void conv_fwd_s16_s64(const int16_t* x, const int16_t* w, const Col2imShape& s, 
   const int block = block_of_max(max_x, max_w, shared.pairs);
   const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
   parallel_for(tasks, [&](int t) {
-    thread_local PackedS16 mine;
-    thread_local std::vector<int16_t> cols, padded;
+    thread_local Kept<PackedS16> mine;
+    thread_local Kept<std::vector<int16_t>> cols, padded;
     mine.b = shared.b;
     mine.panels = shared.panels;
     cols.resize(static_cast<size_t>(rows) * taps);
@@ -616,7 +624,7 @@ void planes_of_image(const int16_t* xi, const Col2imShape& s, int16_t* xp) {
         xp[(static_cast<size_t>(c) * ph + y + s.pad) * pw + xx + s.pad] = xi[(static_cast<size_t>(y) * s.w + xx) * s.c + c];
 }
 
-void fwd_planar(const int16_t* x, const int16_t* w, const Col2imShape& s, int o, int64_t* y) {
+void fwd_planar(const int16_t* x, const int16_t* w, const Col2imShape& s, int o, int64_t* y, bool vnni) {
   const int pw = s.w + 2 * s.pad, ph = s.h + 2 * s.pad, bpairs = (s.kw + 1) / 2;
   const size_t image = static_cast<size_t>(s.h) * s.w * s.c, plane = static_cast<size_t>(ph) * pw;
   std::vector<int32_t> wpairs(static_cast<size_t>(s.c) * s.kh * bpairs * o);   // [c][a][b pair][o]
@@ -631,27 +639,42 @@ void fwd_planar(const int16_t* x, const int16_t* w, const Col2imShape& s, int o,
         }
   const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
   parallel_for(tasks, [&](int t) {
-    thread_local std::vector<int16_t> xp;
-    thread_local std::vector<int32_t> pp;
+    thread_local Kept<std::vector<int16_t>> xp;
+    thread_local Kept<std::vector<int32_t>> pp;
     xp.assign(s.c * plane + 64, 0);   // zero border; read one element past a row's end
     pp.resize(s.c * plane + 32);
     for (int n = static_cast<int>(static_cast<long long>(s.n) * t / tasks);
          n < static_cast<int>(static_cast<long long>(s.n) * (t + 1) / tasks); ++n) {
       planes_of_image(x + n * image, s, xp.data());
       for (size_t e = 0; e < s.c * plane; ++e) pp[e] = pair_word(xp[e], xp[e + 1]);
-      fwd_planar_image(pp.data(), pw, wpairs.data(), s, o, y + static_cast<size_t>(n) * s.oh * s.ow * o);
+      int64_t* yi = y + static_cast<size_t>(n) * s.oh * s.ow * o;
+      if (vnni) {
+        fwd_planar_image(pp.data(), pw, wpairs.data(), s, o, yi);
+        continue;
+      }
+      for (int i = 0; i < s.oh; ++i)   // int64 sums, one output at a time
+        for (int j = 0; j < s.ow; ++j)
+          for (int q = 0; q < o; ++q) {
+            int64_t sum = 0;
+            for (int c = 0; c < s.c; ++c)
+              for (int a = 0; a < s.kh; ++a)
+                for (int b = 0; b < s.kw; ++b)
+                  sum += static_cast<int64_t>(xp[c * plane + static_cast<size_t>(i + a) * pw + j + b]) *
+                         w[((static_cast<size_t>(q) * s.kh + a) * s.kw + b) * s.c + c];
+            yi[(static_cast<size_t>(i) * s.ow + j) * o + q] = sum;
+          }
     }
   });
 }
 
-void wgrad_planar(const int16_t* err, const int16_t* x, const Col2imShape& s, int o, int64_t* dw) {
+void wgrad_planar(const int16_t* err, const int16_t* x, const Col2imShape& s, int o, int64_t* dw, bool vnni) {
   const int rows = s.oh * s.ow, taps = s.kh * s.kw * s.c;
   const int pw = s.w + 2 * s.pad, ph = s.h + 2 * s.pad;
   const size_t image = static_cast<size_t>(s.h) * s.w * s.c, ot = static_cast<size_t>(o) * taps;
   const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
   std::vector<int64_t> partial(static_cast<size_t>(tasks) * ot, 0);
   parallel_for(tasks, [&](int t) {
-    thread_local std::vector<int16_t> ep, xp;
+    thread_local Kept<std::vector<int16_t>> ep, xp;
     ep.resize(static_cast<size_t>(o) * rows);
     xp.assign(static_cast<size_t>(s.c) * ph * pw + 64, 0);   // zero border; 64 readable past the end
     int64_t* mine = partial.data() + static_cast<size_t>(t) * ot;
@@ -661,7 +684,21 @@ void wgrad_planar(const int16_t* err, const int16_t* x, const Col2imShape& s, in
       for (int r = 0; r < rows; ++r)
         for (int q = 0; q < o; ++q) ep[static_cast<size_t>(q) * rows + r] = e[static_cast<size_t>(r) * o + q];
       planes_of_image(x + n * image, s, xp.data());
-      wgrad_planar_image(ep.data(), xp.data(), pw, s, o, mine);
+      if (vnni) {
+        wgrad_planar_image(ep.data(), xp.data(), pw, s, o, mine);
+        continue;
+      }
+      for (int q = 0; q < o; ++q)   // int64 sums
+        for (int c = 0; c < s.c; ++c)
+          for (int a = 0; a < s.kh; ++a)
+            for (int b = 0; b < s.kw; ++b) {
+              int64_t sum = 0;
+              for (int i = 0; i < s.oh; ++i)
+                for (int j = 0; j < s.ow; ++j)
+                  sum += static_cast<int64_t>(ep[(static_cast<size_t>(q) * s.oh + i) * s.ow + j]) *
+                         xp[(static_cast<size_t>(c) * ph + i + a) * pw + j + b];
+              mine[static_cast<size_t>(q) * taps + (static_cast<size_t>(a) * s.kw + b) * s.c + c] += sum;
+            }
     }
   });
   std::copy(partial.begin(), partial.begin() + ot, dw);
@@ -678,17 +715,15 @@ void conv_wgrad_s16_s64(const int16_t* err, const int16_t* x, const Col2imShape&
   const int block = block_of_max(max_e, max_x, (rows + 1) / 2);
 #ifdef DSPTRAIN_X86
   // planes when the rows are wide enough to fill most of a vector's lanes (LeNet's conv1:
-  // 28 of 32) and one image's sums fit int32
-  if (s.stride == 1 && s.ow >= 16 && row_step_of(active_isa()) == 8 && has_avx512bw() &&
-      static_cast<double>(rows) * max_e * max_x < 2147483647.0)
-    return wgrad_planar(err, x, s, o, dw);
+  // 28 of 32); operands whose image sums could leave int32 take the planes' scalar loop
+  if (planar(s)) return wgrad_planar(err, x, s, o, dw, static_cast<double>(rows) * max_e * max_x < 2147483647.0);
 #endif
   const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
   std::vector<int64_t> partial(static_cast<size_t>(tasks) * ot, 0);
   parallel_for(tasks, [&](int t) {
-    thread_local PackedS16 packed;
-    thread_local std::vector<int16_t> cols, padded;
-    thread_local std::vector<int64_t> sums;
+    thread_local Kept<PackedS16> packed;
+    thread_local Kept<std::vector<int16_t>> cols, padded;
+    thread_local Kept<std::vector<int64_t>> sums;
     cols.resize(static_cast<size_t>(rows) * taps);
     sums.resize(ot);
     int64_t* mine = partial.data() + static_cast<size_t>(t) * ot;
@@ -710,7 +745,7 @@ void matmul_fp16_chunked(const float* a, bool a_transposed, const float* b, int 
   chunk = std::max(1, std::min(chunk, k));
   const int kp = (k + chunk - 1) / chunk * chunk, blocks = (n + 7) / 8;
   const ptrdiff_t si = a_transposed ? 1 : k, sq = a_transposed ? m : 1;
-  thread_local std::vector<float> kept;   // the caller's; the workers read it through bp
+  thread_local Kept<std::vector<float>> kept;   // the caller's; the workers read it through bp
   std::vector<float>& bp = kept;
   bp.assign(static_cast<size_t>(blocks) * kp * 8, 0.0f);
   for (int q = 0; q < k; ++q) {   // b's rows are K-major already: [n/8][kp][8] takes 8 at a time
@@ -735,6 +770,73 @@ void matmul_fp16_chunked(const float* a, bool a_transposed, const float* b, int 
 #endif
     fp16_rows_scalar(a, si, sq, bp.data(), m0, m1, n, k, kp, chunk, fp16_adds, c);
   });
+}
+
+// The sizes pack() and matmul_fp16_chunked's packing grow their kept buffers to.
+ScratchList matmul_s16_scratch(int m, int n, int k, bool a_transposed) {
+  if (k == 0) return {};
+  if (a_transposed && k >= 2 * kChunkK) {   // k_chunked: a chunk's packed operands and sums, per pool thread
+    const size_t pairs = kChunkK / 2, panels = (n + kPanel - 1) / kPanel, threads = pool_threads();
+    return {{"matmul_s16.chunk_b (per thread)", threads * panels * pairs * kPanel * 2 * sizeof(int16_t)},
+            {"matmul_s16.chunk_a_pairs (per thread)", threads * m * pairs * sizeof(int32_t)},
+            {"matmul_s16.chunk_sums (per thread)", threads * static_cast<size_t>(m) * n * sizeof(int64_t)}};
+  }
+  const size_t pairs = (k + 1) / 2, panels = (n + kPanel - 1) / kPanel;
+  ScratchList out{{"matmul_s16.packed_b", panels * pairs * kPanel * 2 * sizeof(int16_t)}};
+  if (a_transposed || k % 2) out.emplace_back("matmul_s16.a_pairs", static_cast<size_t>(m) * pairs * sizeof(int32_t));
+  return out;
+}
+
+// conv_bwd_data_s16_s64: err and w packed as matmul_s16 packs them (its own buffers), and
+// one image's patch sums on every pool thread.
+ScratchList conv_bwd_data_s16_scratch(int m, int taps, int o, int image_rows) {
+  ScratchList out;
+  for (const auto& [name, bytes] : matmul_s16_scratch(m, taps, o, false))
+    out.emplace_back("conv_bwd_data_s16" + name.substr(name.find('.')), bytes);
+  out.emplace_back("conv_bwd_data_s16.image_sums (per thread)",
+                   static_cast<size_t>(pool_threads()) * image_rows * taps * sizeof(int64_t));
+  return out;
+}
+
+ScratchList matmul_fp16_chunked_scratch(int n, int k, int chunk) {
+  chunk = std::max(1, std::min(chunk, k));
+  const size_t kp = (k + chunk - 1) / chunk * chunk, blocks = (n + 7) / 8;
+  return {{"matmul_fp16.packed_b", blocks * kp * 8 * sizeof(float)}};
+}
+
+}  // namespace dsptrain
+
+namespace dsptrain {
+
+// conv_fwd_s16_s64 and conv_wgrad_s16_s64, per pool thread: the planar paths' channel
+// planes (and the forward's pair planes, the weight gradient's error planes), else one
+// image's patches, its padded copy, the packed operands (and the weight gradient's sums).
+ScratchList conv_s16_scratch(bool weight_gradient, const Col2imShape& s, int o) {
+  const size_t threads = pool_threads(), rows = static_cast<size_t>(s.oh) * s.ow;
+  const size_t taps = static_cast<size_t>(s.kh) * s.kw * s.c;
+  const size_t plane = static_cast<size_t>(s.h + 2 * s.pad) * (s.w + 2 * s.pad);
+  const std::string name = weight_gradient ? "conv2d_bwd_weight_s16" : "conv2d_s16";
+  ScratchList out;
+  const auto add = [&](const char* buffer, size_t bytes) { out.emplace_back(name + "." + buffer + " (per thread)", threads * bytes); };
+  if (planar(s)) {
+    add("channel_planes", (s.c * plane + 64) * sizeof(int16_t));
+    if (weight_gradient) add("error_planes", o * rows * sizeof(int16_t));
+    else add("pair_planes", (s.c * plane + 32) * sizeof(int32_t));
+    return out;
+  }
+  add("patches", rows * taps * sizeof(int16_t));
+  add("padded_image", (s.c * plane + 32) * sizeof(int16_t));
+  if (weight_gradient) {
+    const size_t pairs = (rows + 1) / 2, panels = (taps + kPanel - 1) / kPanel;
+    add("packed_b", panels * pairs * kPanel * 2 * sizeof(int16_t));
+    add("a_pairs", o * pairs * sizeof(int32_t));
+    add("sums", o * taps * sizeof(int64_t));
+  } else {
+    const size_t pairs = (taps + 1) / 2, panels = (o + kPanel - 1) / kPanel;
+    add("packed_b", panels * pairs * kPanel * 2 * sizeof(int16_t));
+    if (taps % 2) add("a_pairs", rows * pairs * sizeof(int32_t));
+  }
+  return out;
 }
 
 }  // namespace dsptrain

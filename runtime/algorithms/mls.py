@@ -44,6 +44,9 @@ class MLSNumerics(Numerics):
         return {"conv": ("matmul_s16", "im2col"), "conv_bwd_weight": ("matmul_s16", "im2col"),
                 "conv_bwd_data": ("matmul_s16", "col2im")}.get(kind, ("matmul_s16",))
 
+    def quantized_dtype(self, recipe, role):
+        return "int16"    # the elements shifted by their group's scale (_quant.quantize_mls)
+
     def _group_bits(self, ctx):
         return int(self.param(ctx.recipe, "group_bits", 2))
 
