@@ -1,6 +1,7 @@
 // The int8 products: GEMM (plain, requantizing, on packed weights) and the three
 // convolution passes, with the kernels' scratch sizes for the memory planner.
 #include "bindings.h"
+#include "conv_f32.h"
 
 using namespace dsptrain;
 using namespace dsptrain::bind;
@@ -187,14 +188,24 @@ void dsptrain::bind::def_int8_products(py::module_& m) {
   }, py::arg("pass_"), py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"),
      "The algorithm a convolution pass of this shape runs on the active ISA (for tests).");
   m.def("scratch_bytes", [](const std::string& pass, std::vector<int> shape, bool requant) {
-    // shape: (n, h, w, c, o, kh, kw, stride, pad) of a convolution pass, or (m, n, k) of a gemm.
+    // shape: (n, h, w, c, o, kh, kw, stride, pad) of a convolution pass, (m, n, k) of a gemm,
+    // (m, n, k, a_transposed) of matmul_s16, (m, n, k, chunk) of matmul_fp16_chunked,
+    // (m, taps, o, rows of one image) of conv2d_bwd_data_s16; the
+    // FP32 convolutions' passes are forward_f32, backward_data_f32, backward_weight_f32.
     ScratchList items;
     if (pass == "gemm" && shape.size() == 3) items = gemm_scratch(shape[0], shape[1], shape[2], requant);
+    else if (pass == "matmul_s16" && shape.size() == 4) items = matmul_s16_scratch(shape[0], shape[1], shape[2], shape[3]);
+    else if (pass == "conv2d_bwd_data_s16" && shape.size() == 4)
+      items = conv_bwd_data_s16_scratch(shape[0], shape[1], shape[2], shape[3]);
+    else if (pass == "matmul_fp16_chunked" && shape.size() == 4) items = matmul_fp16_chunked_scratch(shape[1], shape[2], shape[3]);
     else if (shape.size() == 9) {
       const ConvShape s{shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6], shape[7], shape[8]};
       if (pass == "forward") items = conv_scratch(ConvPass::kForward, s, requant);
       else if (pass == "backward_data") items = conv_scratch(ConvPass::kBackwardData, s, requant);
       else if (pass == "backward_weight") items = conv_scratch(ConvPass::kBackwardWeight, s, requant);
+      else if (pass == "forward_f32") items = conv_f32_scratch(ConvPass::kForward, s);
+      else if (pass == "backward_data_f32") items = conv_f32_scratch(ConvPass::kBackwardData, s);
+      else if (pass == "backward_weight_f32") items = conv_f32_scratch(ConvPass::kBackwardWeight, s);
       else fail("scratch_bytes: pass '" + pass + "' is not one of gemm, forward, backward_data, backward_weight");
     } else fail("scratch_bytes: " + pass + " takes " + (pass == "gemm" ? "3" : "9") + " sizes, got " + std::to_string(shape.size()));
     py::dict out;

@@ -241,4 +241,21 @@ void conv2d_bwd_weight_f32(const float* err, const float* x, const ConvShape& s,
     for (size_t i = 0; i < dw_size; ++i) dw[i] += partial[q * dw_size + i];
 }
 
+// The sizes block_buffer() and pad_buffer() grow to in each pass, on every pool thread.
+ScratchList conv_f32_scratch(ConvPass pass, const ConvShape& s) {
+  if (pass == ConvPass::kBackwardData && bwd_data_as_forward(s)) {
+    const ConvShape t{s.n, s.oh(), s.ow(), s.o, s.c, s.kh, s.kw, 1, s.kh - 1 - s.pad};
+    return conv_f32_scratch(ConvPass::kForward, t);
+  }
+  const Geometry g(s);
+  if (g.direct() && pass != ConvPass::kBackwardWeight) return {};
+  const size_t threads = static_cast<size_t>(pool_threads()), block = static_cast<size_t>(g.block());
+  const size_t floats = block * (g.taps + (pass == ConvPass::kBackwardWeight ? s.o : 0));
+  ScratchList out{{"conv_f32.patch_block (per thread)", threads * floats * sizeof(float)}};
+  if (s.pad > 0 && pass != ConvPass::kBackwardData)
+    out.emplace_back("conv_f32.padded_image (per thread)",
+                     threads * static_cast<size_t>(s.h + 2 * s.pad) * (s.w + 2 * s.pad) * s.c * sizeof(float));
+  return out;
+}
+
 }  // namespace dsptrain

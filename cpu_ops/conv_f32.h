@@ -6,6 +6,7 @@
 #pragma once
 
 #include "conv.h"
+#include "scratch.h"
 
 namespace dsptrain {
 
@@ -17,5 +18,9 @@ void conv2d_bwd_data_f32(const float* err, const float* w, const ConvShape& s, f
 
 // dw[O,KH,KW,C] from err[N,OH,OW,O] and x.
 void conv2d_bwd_weight_f32(const float* err, const float* x, const ConvShape& s, float* dw);
+
+// The per-thread buffers one pass keeps (a block of patches, a padded image), by name:
+// what the memory plan counts (scratch.h).
+ScratchList conv_f32_scratch(ConvPass pass, const ConvShape& s);
 
 }  // namespace dsptrain

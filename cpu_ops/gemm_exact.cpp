@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gemm.h"
+#include "scratch.h"
 #include "target_clones.h"
 #include "thread_pool.h"
 
@@ -36,6 +37,7 @@ struct PackedS16 {
   const int16_t* a_words = nullptr;   // word (i, p) at a_words + 2 * (i * stride_i + p * stride_p)
   ptrdiff_t stride_i = 0, stride_p = 0;
   int pairs = 0, panels = 0;
+  size_t held_bytes() const { return b.capacity() * sizeof(int16_t) + a.capacity() * sizeof(int32_t); }
 };
 
 inline int32_t a_word(const PackedS16& p, int i, int q) {
@@ -381,7 +383,7 @@ void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m
   }
   const double macs = static_cast<double>(m) * n * k;
   SerialScope serial(small_op(macs));
-  thread_local PackedS16 kept;   // the caller's; the workers read it through `packed`
+  thread_local Kept<PackedS16> kept;   // the caller's; the workers read it through `packed`
   PackedS16& packed = kept;
   pack(a, a_transposed, b, m, n, k, &packed);
   const int block = pairs_per_block(packed, a, b, m, n, k);
@@ -405,13 +407,13 @@ void conv_bwd_data_s16_s64(const int16_t* err, const int16_t* w, const Col2imSha
   const int m = s.n * rows;
   const double macs = static_cast<double>(m) * taps * o;
   SerialScope serial(small_op(macs));
-  thread_local PackedS16 kept;   // the caller's; the workers read it through `packed`
+  thread_local Kept<PackedS16> kept;   // the caller's; the workers read it through `packed`
   PackedS16& packed = kept;
   pack(err, false, w, m, taps, o, &packed);
   const int block = pairs_per_block(packed, err, w, m, taps, o);
   const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
   parallel_for(tasks, [&](int t) {
-    thread_local std::vector<int64_t> sums;   // one image's patch sums, reused
+    thread_local Kept<std::vector<int64_t>> sums;   // one image's patch sums, reused
     sums.resize(static_cast<size_t>(rows) * taps);
     for (int n = static_cast<int>(static_cast<long long>(s.n) * t / tasks);
          n < static_cast<int>(static_cast<long long>(s.n) * (t + 1) / tasks); ++n) {
@@ -426,7 +428,7 @@ void matmul_fp16_chunked(const float* a, bool a_transposed, const float* b, int 
   chunk = std::max(1, std::min(chunk, k));
   const int kp = (k + chunk - 1) / chunk * chunk, blocks = (n + 7) / 8;
   const ptrdiff_t si = a_transposed ? 1 : k, sq = a_transposed ? m : 1;
-  thread_local std::vector<float> kept;   // the caller's; the workers read it through bp
+  thread_local Kept<std::vector<float>> kept;   // the caller's; the workers read it through bp
   std::vector<float>& bp = kept;
   bp.assign(static_cast<size_t>(blocks) * kp * 8, 0.0f);
   for (int q = 0; q < k; ++q) {   // b's rows are K-major already: [n/8][kp][8] takes 8 at a time
@@ -451,6 +453,32 @@ void matmul_fp16_chunked(const float* a, bool a_transposed, const float* b, int 
 #endif
     fp16_rows_scalar(a, si, sq, bp.data(), m0, m1, n, k, kp, chunk, fp16_adds, c);
   });
+}
+
+// The sizes pack() and matmul_fp16_chunked's packing grow their kept buffers to.
+ScratchList matmul_s16_scratch(int m, int n, int k, bool a_transposed) {
+  if (k == 0) return {};
+  const size_t pairs = (k + 1) / 2, panels = (n + kPanel - 1) / kPanel;
+  ScratchList out{{"matmul_s16.packed_b", panels * pairs * kPanel * 2 * sizeof(int16_t)}};
+  if (a_transposed || k % 2) out.emplace_back("matmul_s16.a_pairs", static_cast<size_t>(m) * pairs * sizeof(int32_t));
+  return out;
+}
+
+// conv_bwd_data_s16_s64: err and w packed as matmul_s16 packs them (its own buffers), and
+// one image's patch sums on every pool thread.
+ScratchList conv_bwd_data_s16_scratch(int m, int taps, int o, int image_rows) {
+  ScratchList out;
+  for (const auto& [name, bytes] : matmul_s16_scratch(m, taps, o, false))
+    out.emplace_back("conv_bwd_data_s16" + name.substr(name.find('.')), bytes);
+  out.emplace_back("conv_bwd_data_s16.image_sums (per thread)",
+                   static_cast<size_t>(pool_threads()) * image_rows * taps * sizeof(int64_t));
+  return out;
+}
+
+ScratchList matmul_fp16_chunked_scratch(int n, int k, int chunk) {
+  chunk = std::max(1, std::min(chunk, k));
+  const size_t kp = (k + chunk - 1) / chunk * chunk, blocks = (n + 7) / 8;
+  return {{"matmul_fp16.packed_b", blocks * kp * 8 * sizeof(float)}};
 }
 
 }  // namespace dsptrain

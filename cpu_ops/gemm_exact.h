@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "conv_cols.h"
+#include "scratch.h"
 
 namespace dsptrain {
 
@@ -30,5 +31,11 @@ void conv_bwd_data_s16_s64(const int16_t* err, const int16_t* w, const Col2imSha
 // a and b hold FP16 values as float32; c[M,N] gets FP16 values as float32.
 void matmul_fp16_chunked(const float* a, bool a_transposed, const float* b, int m, int n, int k, int chunk,
                          bool fp16_adds, float* c);
+
+// The buffers each product keeps on its calling thread (grow-only, emptied by
+// release_scratch()), by name, for these sizes: what the memory plan counts (scratch.h).
+ScratchList matmul_s16_scratch(int m, int n, int k, bool a_transposed);
+ScratchList conv_bwd_data_s16_scratch(int m, int taps, int o, int image_rows);
+ScratchList matmul_fp16_chunked_scratch(int n, int k, int chunk);
 
 }  // namespace dsptrain

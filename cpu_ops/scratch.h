@@ -1,7 +1,8 @@
 // The scratch the CPU kernels keep for themselves, by buffer, from the shapes alone: what
 // the memory planner (runtime/memory/fit.py) must count beside its arena. Every buffer
 // named here is a grow-only `thread_local Kept<std::vector<...>>` in conv.cpp,
-// conv_panels.cpp, gemm_driver.cpp, conv_f32.cpp or bindings_int8.cpp: it keeps its largest size until the
+// conv_panels.cpp, gemm_driver.cpp, conv_f32.cpp, gemm_exact.cpp (matmul_s16, matmul_fp16_chunked:
+// declared in gemm_exact.h) or bindings_int8.cpp: it keeps its largest size until the
 // thread exits or release_scratch() empties it, so the planner counts, per name, the
 // largest request of a step (a high-water).
 // Keep in step with those files: tests/null/test_memory_scratch.py compares this with
@@ -41,6 +42,9 @@ void leave(void* buffer);
 template <typename U>
 size_t held_bytes(const std::vector<U>& v) { return v.capacity() * sizeof(U); }
 inline size_t held_bytes(const PackedB& p) { return held_bytes(p.data) + held_bytes(p.col_offset); }
+// a kept struct of its own (gemm_exact.cpp's PackedS16) says what it holds
+template <typename U>
+auto held_bytes(const U& kept) -> decltype(kept.held_bytes()) { return kept.held_bytes(); }
 }  // namespace scratch_detail
 
 // A grow-only buffer release_scratch() can empty. It derives from T so that the kernels

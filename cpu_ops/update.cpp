@@ -1,18 +1,65 @@
-// The update is an element-wise pass over the weights, on the thread pool.
+// The update is an element-wise pass over the weights, on the thread pool: the rounded
+// step and the subtraction in one loop per (accumulator type, rounding mode), compiled for
+// AVX-512, AVX2 and baseline x86 (target_clones), so the gradient is read once after its
+// range (a pass that rounded into w_new and a second that subtracted cost a VGG-11 step
+// 4.5 ms at one thread).
 #include "update.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "requant.h"
+#include "target_clones.h"
 #include "thread_pool.h"
 
 namespace dsptrain {
 namespace {
 
-// w_new[i] = clip(w[i] - w_new[i]): the update, w_new holding the rounded step.
-void subtract_step(const int8_t* __restrict w, size_t n, int8_t* __restrict w_new) {
-  for (size_t i = 0; i < n; ++i) w_new[i] = clip_s8(int32_t{w[i]} - int32_t{w_new[i]});
+// w_new[i] = clip(w[i] - shift_round(grad[i])) over [begin, end); element i draws
+// random_u32(key, i), as shift_round's.
+template <typename T, RoundMode kMode>
+inline __attribute__((always_inline)) void update_loop(const int8_t* __restrict w, const T* __restrict grad,
+                                                      size_t begin, size_t end, int shift, const RngKey& key,
+                                                      int8_t* __restrict w_new) {
+  if (shift <= 0) {
+    for (size_t i = begin; i < end; ++i) w_new[i] = clip_s8(int32_t{w[i]} - clip_s8(grad[i]));
+    return;
+  }
+  if constexpr (std::is_same_v<T, int32_t>) {
+    if (shift <= 31) {  // 32-bit magnitudes, as requant.cpp's round_loop
+      for (size_t i = begin; i < end; ++i) {
+        const uint32_t rand = kMode == RoundMode::kSto ? random_u32(key, i) : 0;
+        w_new[i] = clip_s8(int32_t{w[i]} - shift_round_one<uint32_t>(grad[i], shift, kMode, rand));
+      }
+      return;
+    }
+  }
+  for (size_t i = begin; i < end; ++i) {
+    const uint32_t rand = kMode == RoundMode::kSto ? random_u32(key, i) : 0;
+    w_new[i] = clip_s8(int32_t{w[i]} - shift_round_one(grad[i], shift, kMode, rand));
+  }
+}
+
+#define DSPTRAIN_UPDATE_LOOP(T, MODE, NAME)                                                                     \
+  DSPTRAIN_CLONES void NAME(const int8_t* w, const T* g, size_t b, size_t e, int s, const RngKey& k, int8_t* out) { \
+    update_loop<T, MODE>(w, g, b, e, s, k, out);                                                                 \
+  }
+DSPTRAIN_UPDATE_LOOP(int32_t, RoundMode::kRound, update_round_s32)
+DSPTRAIN_UPDATE_LOOP(int32_t, RoundMode::kPsto, update_psto_s32)
+DSPTRAIN_UPDATE_LOOP(int32_t, RoundMode::kSto, update_sto_s32)
+DSPTRAIN_UPDATE_LOOP(int64_t, RoundMode::kRound, update_round_s64)
+DSPTRAIN_UPDATE_LOOP(int64_t, RoundMode::kPsto, update_psto_s64)
+DSPTRAIN_UPDATE_LOOP(int64_t, RoundMode::kSto, update_sto_s64)
+#undef DSPTRAIN_UPDATE_LOOP
+
+template <typename T>
+using UpdateFn = void (*)(const int8_t*, const T*, size_t, size_t, int, const RngKey&, int8_t*);
+
+UpdateFn<int32_t> update_fn(RoundMode mode, const int32_t*) {
+  return mode == RoundMode::kRound ? update_round_s32 : mode == RoundMode::kPsto ? update_psto_s32 : update_sto_s32;
+}
+UpdateFn<int64_t> update_fn(RoundMode mode, const int64_t*) {
+  return mode == RoundMode::kRound ? update_round_s64 : mode == RoundMode::kPsto ? update_psto_s64 : update_sto_s64;
 }
 
 }  // namespace
@@ -25,13 +72,12 @@ void niti_update(const int8_t* w, const T* grad, size_t n, int mu, RoundMode mod
     std::memcpy(w_new, w, n);
     return;
   }
-  shift_round(grad, n, std::max(b - mu, 0), mode, key, w_new);  // w_new holds the step
-  // On the pool, through a function of restrict pointers so that the loop vectorises (int8
-  // stores may alias anything the lambda captured).
+  const int shift = std::max(b - mu, 0);
+  const UpdateFn<T> loop = update_fn(mode, grad);
   const int units = static_cast<int>((n + 4095) / 4096);
-  parallel_ranges(units, n * 2, [&](int u0, int u1) {
+  parallel_ranges(units, n * (sizeof(T) + 2), [&](int u0, int u1) {
     const size_t begin = static_cast<size_t>(u0) * 4096, end = std::min(n, static_cast<size_t>(u1) * 4096);
-    subtract_step(w + begin, end - begin, w_new + begin);
+    loop(w, grad, begin, end, shift, key, w_new);
   });
 }
 

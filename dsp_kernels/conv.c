@@ -245,26 +245,50 @@ static void gather_err(int8_t *dst, int ldd, const int8_t *err, const struct con
 
 /* Packed wT for bwd data (biased, 1s lane: kernels.h): lanes c, reduction (tap, o) with o padded to o4: the 4 bytes of
  * word (t, g) of lane c are w[4g + i, t', c] (t' = t, or the flipped tap taps-1-t), four
- * rows of w interleaved. */
-static void pack_wt(int8_t *bp, const int8_t *w, const struct conv_shape *s, int o4, int flip)
+ * rows of w interleaved. Units [lo, hi) of (channel block, tap), each `groups` vectors. */
+static void pack_wt(int8_t *bp, const int8_t *w, const struct conv_shape *s, int o4, int flip, int lo, int hi)
 {
-    int taps = s->kh * s->kw, groups = o4 / 4, k4 = taps * groups, cblocks = (s->c + 31) / 32;
+    int taps = s->kh * s->kw, groups = o4 / 4;
     HVX_Vector bias = Q6_V_vsplat_R((int)0x80808080u), zero = Q6_V_vzero();
     HVX_Vector *out = (HVX_Vector *)bp;
-    for (int cb = 0; cb < cblocks; cb++) {
+    int cb = lo / taps, t = lo % taps;   /* units u = (cb, t) in [lo, hi): divide once, then step */
+    for (int u = lo; u < hi; u++) {
         uint32_t lanes = (uint32_t)(s->c - cb * 32 < 32 ? s->c - cb * 32 : 32);
-        for (int t = 0; t < taps; t++)
-            for (int g = 0; g < groups; g++) {
-                HVX_Vector r[4];
-                for (int i = 0; i < 4; i++) {
-                    int o = 4 * g + i;
-                    int tap = flip ? taps - 1 - t : t;
-                    r[i] = o < s->o ? hvx_load_bytes(w + (o * taps + tap) * s->c + cb * 32, lanes) : zero;
-                }
-                HVX_Vector v = Q6_V_vxor_VV(hvx_interleave4b(r[0], r[1], r[2], r[3]), bias);
-                out[cb * k4 + t * groups + g] = lanes < 32 ? dspt_ones_lane(v, (int)lanes) : v;
+        int tap = flip ? taps - 1 - t : t;
+        for (int g = 0; g < groups; g++) {
+            HVX_Vector r[4];
+            for (int i = 0; i < 4; i++) {
+                int o = 4 * g + i;
+                r[i] = o < s->o ? hvx_load_u(w + (o * taps + tap) * s->c + cb * 32) : zero;   /* past `lanes`: unused columns */
             }
+            HVX_Vector v = Q6_V_vxor_VV(hvx_interleave4b(r[0], r[1], r[2], r[3]), bias);
+            out[u * groups + g] = lanes < 32 ? dspt_ones_lane(v, (int)lanes) : v;   /* block cb, word (t, g) */
+        }
+        if (++t == taps) { t = 0; cb++; }
     }
+}
+
+/* pack_wt split across the HVX threads by (channel block, tap) (threads.h). */
+struct pack_job {
+    int8_t *bp;
+    const int8_t *w;
+    const struct conv_shape *s;
+    int o4, flip;
+};
+
+static int pack_wt_share(struct dspt_ctx *tc, int t, void *job)
+{
+    const struct pack_job *J = job;
+    int lo, hi;
+    dspt_share(tc, (J->s->c + 31) / 32 * J->s->kh * J->s->kw, 1, t, &lo, &hi);
+    pack_wt(J->bp, J->w, J->s, J->o4, J->flip, lo, hi);
+    return DSPT_OK;
+}
+
+static int pack_wt_split(struct dspt_ctx *ctx, int8_t *bp, const int8_t *w, const struct conv_shape *s, int o4, int flip)
+{
+    struct pack_job J = {bp, w, s, o4, flip};
+    return dspt_run_shares(ctx, pack_wt_share, &J);
 }
 
 /* dx rows [lo, hi) of thread t: gathered err windows times packed wT, in chunks. */
@@ -307,13 +331,13 @@ int dspt_op_conv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         /* stride 1: a forward conv of err, padded by k-1-pad, with the flipped taps of wT
          * (one window copy per kernel row instead of one per tap) */
         struct conv_shape f = {s.n, s.oh, s.ow, s.o, s.c, s.kh, s.kw, s.h, s.w, 1, s.kh - 1 - s.pad};
-        pack_wt(bp, w, &s, o4, 1);
-        return conv_rows(ctx, dx, err, &f, bp, k, acc);
+        st = pack_wt_split(ctx, bp, w, &s, o4, 1);
+        return st ? st : conv_rows(ctx, dx, err, &f, bp, k, acc);
     }
     struct rows_job j = {.y = dx, .x = err, .s = &s, .bp = bp, .k = k, .acc = acc, .rows = chunk_rows(ctx, k)};
     if (!thread_buffers(ctx, &j, (uint32_t)j.rows * k + HVX_BYTES, 0)) return DSPT_NO_SUPPORT;
-    pack_wt(bp, w, &s, o4, 0);
-    return dspt_run_shares(ctx, gather_rows_share, &j);
+    st = pack_wt_split(ctx, bp, w, &s, o4, 0);
+    return st ? st : dspt_run_shares(ctx, gather_rows_share, &j);
 }
 
 /* Word g of lane l in block lb: rows 4g .. 4g+3 of src (row stride ld bytes, `rows`

@@ -66,7 +66,7 @@ static void build_table(const struct lanes *L, HVX_Vector *tab, int8_t *row, con
             int h = r - s->pad;
             HVX_Vector v = bias;
             if (h >= 0 && h < s->h) {
-                HVX_Vector src = Q6_V_vxor_VV(hvx_load_bytes(img + h * s->w, (uint32_t)s->w), bias);
+                HVX_Vector src = Q6_V_vxor_VV(hvx_load_u(img + h * s->w), bias);   /* past w: masked below */
                 v = Q6_V_vmux_QVV(inside, Q6_V_vlalign_VVR(src, src, (uint32_t)s->pad), bias);
             }
             /* positions 0 .. 63 interleaved (both halves of the last vshuff); group g is
@@ -218,11 +218,10 @@ static inline __attribute__((always_inline)) void store_tile(
 
 /* store_tile for 5 to 8 channels, written out: three vshuff stages, one vrdelta and one
  * store per 4 pixels, nothing in memory between (the generic form's arrays spill). */
-static void store8(int32_t *stage, int O, const HVX_Vector *yt, HVX_Vector ctrl)
+static inline __attribute__((always_inline)) void store8_regs(
+    int32_t *stage, int O, HVX_Vector v0, HVX_Vector v1, HVX_Vector v2, HVX_Vector v3, HVX_Vector v4,
+    HVX_Vector v5, HVX_Vector v6, HVX_Vector v7, HVX_Vector ctrl)
 {
-    HVX_Vector z = Q6_V_vzero();
-    HVX_Vector v0 = yt[0], v1 = yt[1], v2 = yt[2], v3 = yt[3], v4 = yt[4];
-    HVX_Vector v5 = O > 5 ? yt[5] : z, v6 = O > 6 ? yt[6] : z, v7 = O > 7 ? yt[7] : z;
     HVX_VectorPair a = Q6_W_vshuff_VVR(v1, v0, -4), b = Q6_W_vshuff_VVR(v3, v2, -4);
     HVX_VectorPair c = Q6_W_vshuff_VVR(v5, v4, -4), d = Q6_W_vshuff_VVR(v7, v6, -4);
     HVX_VectorPair e0 = Q6_W_vshuff_VVR(Q6_V_lo_W(b), Q6_V_lo_W(a), -8);
@@ -238,6 +237,48 @@ static void store8(int32_t *stage, int O, const HVX_Vector *yt, HVX_Vector ctrl)
     PUT(0, Q6_V_lo_W(g0)); PUT(1, Q6_V_hi_W(g0)); PUT(2, Q6_V_lo_W(g1)); PUT(3, Q6_V_hi_W(g1));
     PUT(4, Q6_V_lo_W(g2)); PUT(5, Q6_V_hi_W(g2)); PUT(6, Q6_V_lo_W(g3)); PUT(7, Q6_V_hi_W(g3));
 #undef PUT
+}
+
+static void store8(int32_t *stage, int O, const HVX_Vector *yt, HVX_Vector ctrl)
+{
+    HVX_Vector z = Q6_V_vzero();
+    store8_regs(stage, O, yt[0], yt[1], yt[2], yt[3], yt[4], O > 5 ? yt[5] : z, O > 6 ? yt[6] : z,
+                O > 7 ? yt[7] : z, ctrl);
+}
+
+/* tile() and store8 in one for 5 to 8 channels in one tile (T = 6 or 8) of one pixel
+ * block: each row's accumulators go from registers through the shuffles to out (row rr
+ * at out + rr * rowstride), never through memory. */
+static inline __attribute__((always_inline)) void tile_store8(
+    const int R, const int T, int32_t *out, int rowstride, int O, const int8_t *base, int rstride,
+    const int32_t *off, int kg, const int32_t *wq, int opad, const int32_t *corr, HVX_Vector ctrl)
+{
+    HVX_Vector acc[MAX_ROWS][8], z = Q6_V_vzero();
+    for (int rr = 0; rr < R; rr++)
+        for (int t = 0; t < T; t++) acc[rr][t] = Q6_V_vsplat_R(corr[t]);
+    for (int k = 0; k < kg; k++) {
+        const int8_t *v = base + off[k];
+        const int32_t *w = wq + k * opad;
+        HVX_Vector vr[MAX_ROWS];
+        for (int rr = 0; rr < R; rr++) vr[rr] = hvx_load_u(v + rr * rstride);
+        for (int t = 0; t < T; t++) {
+            int32_t word = w[t];
+            for (int rr = 0; rr < R; rr++) acc[rr][t] = Q6_Vw_vrmpyacc_VwVubRb(acc[rr][t], vr[rr], word);
+        }
+    }
+    for (int rr = 0; rr < R; rr++)   /* channels past O: zero weights and correction, so zeros */
+        store8_regs(out + rr * rowstride, O, acc[rr][0], acc[rr][1], acc[rr][2], acc[rr][3], acc[rr][4],
+                    acc[rr][5], T > 6 ? acc[rr][6] : z, T > 6 ? acc[rr][7] : z, ctrl);
+}
+
+static void lanes_tile_store8(int R, int T, int32_t *out, int rowstride, int O, const int8_t *base, int rstride,
+                              const int32_t *off, int kg, const int32_t *wq, int opad, const int32_t *corr,
+                              HVX_Vector ctrl)
+{
+#define F(r, t) tile_store8(r, t, out, rowstride, O, base, rstride, off, kg, wq, opad, corr, ctrl)
+    if (T == 6) { if (R == 4) F(4, 6); else if (R == 2) F(2, 6); else F(1, 6); }
+    else { if (R == 2) F(2, 8); else F(1, 8); }
+#undef F
 }
 
 void dspt_lanes_store(int32_t *stage, int O, const HVX_Vector *yt, int npx, const HVX_Vector *ctrl)
@@ -303,31 +344,43 @@ static int lanes_share(struct dspt_ctx *tc, int t, void *job)
     int8_t *row = J->row[t];
     int32_t *stage = J->stage[t];
     int lo, hi;
+    /* 5 to 8 channels, one tile, one pixel block: accumulators to y through registers */
+    int fused = L.blocks == 1 && s->o > 4 && s->o <= 8;
     dspt_share(tc, J->rows, 1, t, &lo, &hi);
     int image = -1, n = lo / s->oh, oh = lo % s->oh;   /* divide once, then step */
     for (int r0 = lo; r0 < hi;) {
         int left = hi - r0 < s->oh - oh ? hi - r0 : s->oh - oh;
         int R = left >= 4 && most == 4 ? 4 : (left >= 2 ? 2 : 1);
         if (n != image) { build_table(&L, tab, row, x, s, n); image = n; }
-        for (int b = 0; b < L.blocks; b++) {
-            const HVX_Vector *base = tab + (size_t)oh * rstride + b;
-            int o0 = 0;
-            for (int rest = s->o; rest > 0; rest -= dspt_lanes_tile_width(rest)) {
-                int T = dspt_lanes_tile_width(rest);
-                dspt_lanes_tile(R, T, yt + b * L.opad + o0, ytrow, (const int8_t *)base, rstride * HVX_BYTES, off, kg,
-                                L.wq + o0, L.opad, L.corr + o0);
-                o0 += T;
-            }
-        }
-        for (int rr = 0; rr < R; rr++)   /* in address order: each store's tail is overwritten */
-            for (int b = 0; b < L.blocks; b++) {
-                int npx = s->ow - 32 * b < 32 ? s->ow - 32 * b : 32;
-                dspt_lanes_store(stage + (rr * s->ow + 32 * b) * s->o, s->o, yt + rr * ytrow + b * L.opad, npx, ctrl);
-            }
         int32_t *dst = y + (size_t)r0 * s->ow * s->o;
         uint32_t words = (uint32_t)(R * s->ow * s->o);
+        /* straight into y while this share's rows after these cover what the whole-vector
+         * stores write past them (up to 32 pixels and a vector); else through the stage */
+        int direct = !accumulate && (hi - r0 - R) * s->ow * s->o >= 32 * s->o + 32;
+        int32_t *out = direct ? dst : stage;
+        if (fused) {   /* rows in address order: each store's tail is overwritten */
+            lanes_tile_store8(R, dspt_lanes_tile_width(s->o), out, s->ow * s->o, s->o,
+                              (const int8_t *)(tab + (size_t)oh * rstride), rstride * HVX_BYTES, off, kg, L.wq,
+                              L.opad, L.corr, *ctrl);
+        } else {
+            for (int b = 0; b < L.blocks; b++) {
+                const HVX_Vector *base = tab + (size_t)oh * rstride + b;
+                int o0 = 0;
+                for (int rest = s->o; rest > 0; rest -= dspt_lanes_tile_width(rest)) {
+                    int T = dspt_lanes_tile_width(rest);
+                    dspt_lanes_tile(R, T, yt + b * L.opad + o0, ytrow, (const int8_t *)base, rstride * HVX_BYTES, off,
+                                    kg, L.wq + o0, L.opad, L.corr + o0);
+                    o0 += T;
+                }
+            }
+            for (int rr = 0; rr < R; rr++)   /* in address order: each store's tail is overwritten */
+                for (int b = 0; b < L.blocks; b++) {
+                    int npx = s->ow - 32 * b < 32 ? s->ow - 32 * b : 32;
+                    dspt_lanes_store(out + (rr * s->ow + 32 * b) * s->o, s->o, yt + rr * ytrow + b * L.opad, npx, ctrl);
+                }
+        }
         if (accumulate) dspt_add_words(dst, stage, words);
-        else hvx_copy(dst, stage, words * 4);
+        else if (!direct) hvx_copy(dst, stage, words * 4);
         r0 += R;
         oh += R;
         if (oh == s->oh) { oh = 0; n++; }

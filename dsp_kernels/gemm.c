@@ -170,6 +170,7 @@ static inline void store_exact(const int ACC, int32_t *c, HVX_Vector v, int cols
 struct core {
     int ldc, lda, aq, k4;
     const int32_t *off;   /* layout WORDS: word q of row r at a + 4r + off[q] */
+    void (*twelve)(const struct core *, int32_t *, const int8_t *, int, const HVX_Vector *, int32_t *, int);
     int cols_last;   /* columns of the last block */
     int ones;        /* the lane of 1s in the last block (n % 32), or -1 */
     int spill;       /* ldc == n: a row's last block may write whole vectors (store_acc) */
@@ -192,12 +193,14 @@ static inline __attribute__((always_inline)) void tile(
     const int last = flags & TILE_LAST, tail = flags & TILE_TAIL;
     const int ones = last ? g->ones : -1, cols_last = last ? g->cols_last : 32;
     /* one named array per row, every index a constant: the accumulators stay in registers */
-#define ROWS(X) do { X(0); X(1); X(2); X(3); if (R == 8) { X(4); X(5); X(6); X(7); } } while (0)
+#define ROWS(X) do { X(0); X(1); X(2); X(3); if (R >= 8) { X(4); X(5); X(6); X(7); } \
+                            if (R == 12) { X(8); X(9); X(10); X(11); } } while (0)
 #define BLOCKS for (int j = 0; j < NB; j++)
 #define DECLARE(r) \
     const int32_t *a##r = (const int32_t *)(AQ == WORDS ? a + 4 * r : a + (r < rows ? r : rows - 1) * lda); \
     HVX_Vector acc##r[4]
     DECLARE(0); DECLARE(1); DECLARE(2); DECLARE(3); DECLARE(4); DECLARE(5); DECLARE(6); DECLARE(7);
+    DECLARE(8); DECLARE(9); DECLARE(10); DECLARE(11);
 #undef DECLARE
 #define START(r) do { \
         HVX_Vector start = ones >= 0 ? Q6_V_vzero() : Q6_V_vsplat_R(-128 * sums[r]); \
@@ -208,6 +211,7 @@ static inline __attribute__((always_inline)) void tile(
     for (int q = 0; q < k4; q++) {
 #define WORD(r) int32_t w##r = AQ == WORDS ? *(const int32_t *)((const int8_t *)a##r + off[q]) : a##r[q * aq]
         WORD(0); WORD(1); WORD(2); WORD(3); WORD(4); WORD(5); WORD(6); WORD(7);
+        WORD(8); WORD(9); WORD(10); WORD(11);
 #undef WORD
         BLOCKS {
             HVX_Vector v = b[j * k4 + q];
@@ -280,6 +284,9 @@ typedef void (*strip_fn)(const struct core *, int32_t *, const int8_t *, int, co
     STRIP(4, 4, AQ, L, ACC) STRIP(8, 2, AQ, L, ACC) STRIP(8, 3, AQ, L, ACC)
 STRIPS(1, 1, 0) STRIPS(32, 32, 0) STRIPS(0, 0, 0) STRIPS(WORDS, words, 0)
 STRIPS(1, 1, 1) STRIPS(32, 32, 1) STRIPS(0, 0, 1) STRIPS(WORDS, words, 1)
+/* WORDS rows share one base pointer: 12 rows x 2 blocks (24 accumulators) fit */
+STRIP(12, 2, WORDS, words, 0) STRIP(12, 2, WORDS, words, 1)
+static const strip_fn strips12[2] = {strip_12_2_words_0, strip_12_2_words_1};
 #undef STRIPS
 #undef STRIP
 /* [accumulate][layout][rows 4 or 8][blocks - 1]; 8 rows x 4 blocks would need 32
@@ -299,6 +306,12 @@ static const strip_fn strips[2][4][2][4] = {
 static void run_strip(const strip_fn (*fn)[4], const struct core *g, int32_t *c, const int8_t *a, int m,
                       const HVX_Vector *b, int32_t *sums, int nb, int flags)
 {
+    if (g->twelve && nb == 2 && m >= 12) {   /* WORDS: 12-row tiles, then the rest */
+        int big = m / 12 * 12;
+        g->twelve(g, c, a, big, b, sums, big == m ? flags : flags & ~TILE_TAIL);
+        if (big == m) return;
+        c += big * g->ldc; a += big * g->lda; sums += big; m -= big;
+    }
     int big = nb == 2 || nb == 3 ? m - (m % 8 <= 4 ? m % 8 : 0) : 0;   /* rows in 8-row tiles */
     if (big) fn[1][nb - 1](g, c, a, big, b, sums, big == m ? flags : flags & ~TILE_TAIL);
     if (big < m) fn[0][nb - 1](g, c + big * g->ldc, a + big * g->lda, m - big, b, sums + big, flags);
@@ -354,7 +367,7 @@ void dspt_gemm_core_strided(int32_t *c, int ldc, const int8_t *a, int lda, int a
 void dspt_gemm_core_words(int32_t *c, int ldc, const int8_t *a, const int32_t *off, int k4, const int32_t *sums,
                           const int8_t *bp, int m, int n, int accumulate)
 {
-    struct core g = {.ldc = ldc, .lda = 4, .aq = 1, .k4 = k4, .off = off};
+    struct core g = {.ldc = ldc, .lda = 4, .aq = 1, .k4 = k4, .off = off, .twelve = strips12[accumulate != 0]};
     core(&g, 3, c, a, bp, m, n, sums, accumulate);
 }
 

@@ -78,7 +78,10 @@ static int serve(int argc, char **argv)
     while (read_full(&cmd, sizeof cmd) == 0) {
         struct dspt_reply reply = {DSPT_MAGIC, DSPT_OK, 0, 0};
         if (cmd.magic != DSPT_MAGIC) return 65;
-        if (cmd.cmd == DSPT_CMD_QUIT) return 0;   /* exit_group ends the workers too */
+        if (cmd.cmd == DSPT_CMD_QUIT) {
+            dspt_pool_stop(ctx.pool);   /* the workers end and are joined, as a session's close does on a device */
+            return 0;
+        }
         if (cmd.first >= DSPT_RING_SLOTS || cmd.count > DSPT_RING_SLOTS - cmd.first)
             reply.status = DSPT_BAD_PARAMS;
         for (uint32_t i = 0; reply.status == DSPT_OK && i < cmd.count; i++) {

@@ -17,8 +17,8 @@
 typedef int (*dspt_share_fn)(struct dspt_ctx *tc, int t, void *job);
 
 /* The pool of ctx (its workers and their scratch of `scratch_bytes` each, started as
- * shares first need them); NULL when out of memory. dspt_pool_stop joins and frees it
- * (the skel's close; the emulated server's workers end with its process). */
+ * shares first need them); NULL when out of memory. dspt_pool_stop ends the workers,
+ * joins them and frees it (the skel's close, the emulated server's QUIT). */
 struct dspt_pool *dspt_pool_create(uint32_t scratch_bytes);
 void dspt_pool_stop(struct dspt_pool *pool);
 

@@ -2,14 +2,12 @@
  * calls (no libc: clang-16's Hexagon target ships none). A thread is a clone() sharing
  * the address space; qemu-hexagon runs each guest thread on a host thread with its own
  * CPU state, so each reads its own packet counters (QEMU's c20..c22). Joins and sleeps
- * are futexes. The server never joins its workers, though: under qemu-hexagon 7.2 the
- * joining thread hung for good once a worker thread exited (seen with -strace: its futex
- * returned and it never made another system call), so the workers end with the process
- * (exit_group) and dspt_os_join serves the pool's contract only. */
+ * are futexes. */
 #include "dsp_sys.h"
 #include "threads_os.h"
 
 enum { SYS_exit = 93, SYS_futex = 98, SYS_clone = 220 };
+#define FUTEX_WAIT 0
 #define FUTEX_WAIT_PRIVATE 128
 #define FUTEX_WAKE_PRIVATE 129
 /* a thread of this process (what pthread_create asks for), its tid written to the
@@ -68,7 +66,10 @@ int dspt_os_start(struct dspt_os_thread *th, void (*entry)(void *), void *arg, u
 void dspt_os_join(struct dspt_os_thread *th)
 {
     uint32_t tid;
-    while ((tid = __atomic_load_n(&th->word[0], __ATOMIC_ACQUIRE)) != 0) dspt_os_wait(&th->word[0], tid);
+    /* the exiting thread's wake on its tid word is a shared futex wake (as the kernel's),
+     * which a private wait never sees: this wait is shared */
+    while ((tid = __atomic_load_n(&th->word[0], __ATOMIC_ACQUIRE)) != 0)
+        dsp_syscall6(SYS_futex, (long)&th->word[0], FUTEX_WAIT, (long)tid, 0, 0, 0);
     dspt_os_free((void *)(uintptr_t)th->word[1], th->word[2]);
 }
 

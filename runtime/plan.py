@@ -93,12 +93,16 @@ class Plan:
         return fitters[key]
 
     def scratch_bytes(self, op, rows: int) -> dict:
-        """The scratch the backend running `op` keeps for it, by "<backend>:<buffer>"."""
+        """The scratch the backend running `op` keeps for it, by "<backend>:<buffer>", and
+        what the recipe keeps from it past the op (`op.attrs["keeps"]`: {buffer: (bytes per
+        row, most rows kept)}, MLS's patch cache), by "recipe:<buffer>"."""
         name = self.backend_of(op)
         backend = self.backends.get(name)
+        kept = {f"recipe:{buf}": per_row * rows for buf, (per_row, most) in op.attrs.get("keeps", {}).items()
+                if rows <= most}
         if backend is None:
-            return {}
-        return {f"{name}:{buf}": n for buf, n in backend.scratch_bytes(self.graph, op, rows).items()}
+            return kept
+        return {**kept, **{f"{name}:{buf}": n for buf, n in backend.scratch_bytes(self.graph, op, rows).items()}}
 
     # ------------------------------------------------------------ batch splitting
     def split_rows(self, op, rows: int) -> int | None:

@@ -66,6 +66,43 @@ def product(be, kind: str, a: Scaled, b: Scaled, attrs: dict, cache: PatchCache 
     return _float64_product(kind, a.values(), b.values(), attrs).astype(np.float32)
 
 
+def product_workspace(path: str, pass_: str, attrs: dict, x_shape, w_shape, bias: bool = False) -> tuple[int, int]:
+    """(bytes per row of the batch, bytes) a layer product allocates beside its result while
+    it runs, by the arrays `product` (below) and fp8.chunked_product make: the patches
+    (im2col), a transposed weight copy, the exact sums (int64 for int16 operands, int32 for
+    int8, float32 for FP16 chunks), the scattered image (col2im) and its float64 copy, on
+    the cpu backend (conv2d_bwd_data_s16 fused; other backends compose it with more). The
+    memory plan adds it to the op's workspace (memory.planner.op_workspace);
+    tests/null/test_planned_sizes.py measures it (tracemalloc)."""
+    o, batch = w_shape[0], x_shape[0]
+    taps = int(np.prod(w_shape[1:]))
+    if attrs["conv"]:
+        kh, kw, s, p = w_shape[1], w_shape[2], attrs["stride"], attrs["pad"]
+        pixels = out_size(x_shape[1], kh, s, p) * out_size(x_shape[2], kw, s, p)
+        image = int(np.prod(x_shape[1:]))
+    else:
+        pixels, image = 1, 0
+    conv = bool(attrs["conv"])
+    per_row, fixed = (pixels * o * 4 if bias else 0), 0      # a bias adds to a copy of the result
+    if path == "int16":      # matmul_s16: int16 patches, int64 sums, col2im in int64
+        per_row += {"forward": conv * pixels * taps * 2 + pixels * o * 8,    # a conv's backward data: fused
+                    "backward_data": image * 8 if conv else taps * 8,          # (conv2d_bwd_data_s16), int64 image
+                    "backward_weight": conv * pixels * taps * 2}[pass_]
+        fixed += {"forward": taps * o * 2, "backward_weight": o * taps * 8}.get(pass_, 0)
+    elif path == "fp16":     # matmul_fp16_chunked: float32 patches and result; col2im in float64
+        per_row += {"forward": conv * pixels * taps * 4,
+                    "backward_data": conv * (pixels * taps * 12 + image * 8),
+                    "backward_weight": conv * pixels * taps * 4}[pass_]
+        fixed += taps * o * 4 if pass_ == "forward" else 0
+    elif path == "int8":     # the int8 hooks' int32 accumulators (and transposed int8 copies of a linear's operands)
+        per_row += {"forward": pixels * o * 4, "backward_data": (image if conv else taps) * 4,
+                    "backward_weight": 0 if conv else o + taps}[pass_]
+        deep = batch * pixels * 127 * 127 >= 2 ** 31    # a weight gradient's sum needs int64 (numerics.acc_dtype)
+        fixed += {"backward_data": 0 if conv else taps * o,
+                  "backward_weight": o * taps * (8 if deep else 4)}.get(pass_, 0)
+    return per_row, fixed
+
+
 def _layer_of(attrs: dict) -> str:
     """The product's layer (graph.Product): the operands are (x, w), (err, w), (err, x) by
     pass, as graph.Product lays them out, so a backend sizes its scratch from them."""
@@ -85,12 +122,20 @@ class PatchCache:
     only for that very array with unchanged values, so a hit returns exactly what
     im2col would. Bounded (entries, and bytes in all: LeNet-5's two convs at batch 64
     keep 4.4 MB), so an evaluation pass, which never runs the backward, cannot grow it;
-    a miss (a bigger model) just builds the patches again. The memory plan does not
-    count these bytes."""
+    a miss (a bigger model) just builds the patches again. The memory plan counts an
+    entry per conv at the rows it runs (`kept_bytes`); slices of a micro-batched step can
+    leave up to `entries` entries of one layer, which it does not bound."""
 
     def __init__(self, entries: int = 4, max_bytes: int = 8 << 20):
         self.entries, self.max_bytes = entries, max_bytes
         self._kept: dict = {}
+
+    def kept_bytes(self, x_shape, w_shape, attrs) -> tuple[int, int]:
+        """(bytes per row an entry for this conv keeps: its int16 patches and the copy of its
+        input; the most rows whose patches it keeps)."""
+        kh, kw, s, p = w_shape[1], w_shape[2], attrs["stride"], attrs["pad"]
+        cols = out_size(x_shape[1], kh, s, p) * out_size(x_shape[2], kw, s, p) * kh * kw * x_shape[3] * 2
+        return cols + int(np.prod(x_shape[1:])) * 2, self.max_bytes // max(cols, 1)
 
     def _bytes(self) -> int:
         return sum(entry[2].nbytes for entry in self._kept.values())
@@ -211,6 +256,30 @@ class Numerics:
 
     def quant_err(self, be, err, state: list, ctx, op) -> tuple[Scaled, list]:
         raise NotImplementedError
+
+    def product_attrs(self, recipe) -> dict:
+        """Attributes of its layers' ops a backend sizes its product's scratch by (FP8: `chunk`)."""
+        return {}
+
+    def kept_by_forward(self, name: str, attrs: dict, x_shape, w_shape) -> dict:
+        """Buffers the recipe keeps from a layer's forward product past the op (MLS's patch
+        cache): {buffer: (bytes per row, most rows it keeps)}; the memory plan counts them
+        like a backend's kept scratch (plan.Plan.scratch_bytes)."""
+        return {}
+
+    def product_path(self, a_dtype: str, b_dtype: str) -> str:
+        """Which product `product()` runs on operands of these dtypes: "int8" (the int8
+        hooks), "int16" (matmul_s16), else "float64" (summed in NumPy)."""
+        if a_dtype == b_dtype == "int8":
+            return "int8"
+        return "int16" if {a_dtype, b_dtype} <= {"int8", "int16"} else "float64"
+
+    def quantized_dtype(self, recipe, role: str) -> str:
+        """The element type of the quantized `role` tensors ("weights", "activations",
+        "errors") the grids above return: what the memory plan sizes the saved `.wq`, `.xq`,
+        `.eq` tensors by. Integer grids: int8 up to 8 bits, int16 up to 16 (_quant._int_dtype)."""
+        bits = getattr(recipe.tensors, role).bits
+        return "int8" if bits <= 8 else "int16" if bits <= 16 else "int32"
 
     def product_hooks(self, kind: str) -> tuple:
         """Hooks of a product op: kind is conv, conv_bwd_data, conv_bwd_weight or linear."""
@@ -335,26 +404,34 @@ class Emulated:
              (param, *names), self.n.update_hooks)
 
     def _attrs(self, b, layer, x):
-        position = _position(b, layer)
+        position, extra = _position(b, layer), self.n.product_attrs(b.recipe)
         if isinstance(layer, Conv2d):
             return dict(conv=True, stride=layer.stride, pad=layer.padding, in_hw=b.tensors[x].shape[1:3],
-                        kernel=(layer.kernel, layer.kernel), position=position)
-        return dict(conv=False, position=position)
+                        kernel=(layer.kernel, layer.kernel), position=position, **extra)
+        return dict(conv=False, position=position, **extra)
 
     def _forward_product(self, b, layer, x, shape):
         p, name = self.n.prefix, layer.name
         w = b.param(f"{name}.w", layer.weight_shape, self.n.weight_dtype)
         attrs = self._attrs(b, layer, x)
-        wq = b.tensor(f"{name}.wq", layer.weight_shape, "int8", "saved")
-        xq = b.tensor(f"{name}.xq", b.tensors[x].shape, "int8", "saved")
+        wq = b.tensor(f"{name}.wq", layer.weight_shape, self.n.quantized_dtype(b.recipe, "weights"), "saved")
+        xq = b.tensor(f"{name}.xq", b.tensors[x].shape, self.n.quantized_dtype(b.recipe, "activations"), "saved")
         b.op(f"{name}.quant_w", f"{p}.quant_weight", name, "forward", (w,), (wq,), self.n.quant_hooks, **attrs)
         b.op(f"{name}.quant_x", f"{p}.quant_act", name, "forward", (x,), (xq,), self.n.quant_hooks, **attrs)
         out = b.tensor(f"{name}.out", shape, "float32", "activation")
         macs = int(np.prod(shape)) * int(np.prod(layer.weight_shape[1:]))
         hooks = self.n.product_hooks("conv" if attrs["conv"] else "linear")
-        b.op(f"{name}.fwd", f"{p}.product", name, "forward", (xq, wq, *fp32.bias_param(b, layer)), (out,), hooks, macs,
-             role="fwd", product=(_layer_of(attrs), "forward"), **attrs)
+        bias = fp32.bias_param(b, layer)
+        path = self.n.product_path(b.tensors[xq].dtype, b.tensors[wq].dtype)
+        b.op(f"{name}.fwd", f"{p}.product", name, "forward", (xq, wq, *bias), (out,), hooks, macs,
+             role="fwd", product=(_layer_of(attrs), "forward"),
+             workspace=product_workspace(path, "forward", attrs, b.tensors[x].shape, layer.weight_shape, bool(bias)),
+             **self._keeps(name, attrs, b.tensors[x].shape, layer.weight_shape), **attrs)
         return self.n.after_forward(self, b, layer, out)
+
+    def _keeps(self, name, attrs, x_shape, w_shape) -> dict:
+        kept = self.n.kept_by_forward(name, attrs, x_shape, w_shape)
+        return {"keeps": kept} if kept else {}
 
     def _backward_product(self, b, layer, err, needs_input_error):
         p, name = self.n.prefix, layer.name
@@ -364,7 +441,7 @@ class Emulated:
         state = tuple(f"{name}.{k}" for k in self.n.err_state(layer))
         for s, value in zip(state, self.n.err_state(layer).values()):
             b.tensor(s, np.shape(value), str(np.asarray(value).dtype), "state")
-        eq = b.tensor(f"{name}.eq", b.tensors[err].shape, "int8", "saved")
+        eq = b.tensor(f"{name}.eq", b.tensors[err].shape, self.n.quantized_dtype(b.recipe, "errors"), "saved")
         b.op(f"{name}.quant_err", f"{p}.quant_err", name, "backward", (err, *state), (eq, *state), self.n.quant_hooks,
              **attrs)
         macs = b.find(f"{name}.fwd").macs
@@ -373,12 +450,18 @@ class Emulated:
         if needs_input_error:
             err_in = b.tensor(f"err.{name}", b.tensors[x].shape, "float32", "error")
             hooks = self.n.product_hooks("conv_bwd_data" if conv else "linear")
+            path = self.n.product_path(b.tensors[eq].dtype, b.tensors[f"{name}.wq"].dtype)
             b.op(f"{name}.bwd_data", f"{p}.product", name, "backward", (eq, f"{name}.wq"), (err_in,), hooks, macs,
-                 role="bwd_data", product=(_layer_of(attrs), "backward_data"), **attrs)
+                 role="bwd_data", product=(_layer_of(attrs), "backward_data"),
+                 workspace=product_workspace(path, "backward_data", attrs, b.tensors[x].shape, layer.weight_shape),
+                 **attrs)
         grad = b.tensor(f"{name}.grad", layer.weight_shape, "float32", "grad")
         hooks = self.n.product_hooks("conv_bwd_weight" if conv else "linear")
+        path = self.n.product_path(b.tensors[eq].dtype, b.tensors[f"{name}.xq"].dtype)
         b.op(f"{name}.bwd_weight", f"{p}.product", name, "backward", (eq, f"{name}.xq"), (grad,), hooks, macs,
-             role="bwd_weight", product=(_layer_of(attrs), "backward_weight"), **attrs)
+             role="bwd_weight", product=(_layer_of(attrs), "backward_weight"),
+             workspace=product_workspace(path, "backward_weight", attrs, b.tensors[x].shape, layer.weight_shape),
+             **attrs)
         self.emit_update(b, name, f"{name}.w", grad)
         if has_bias(layer):   # float, from the unquantized error: the bias is added after the product
             self.emit_update(b, name, f"{name}.b", fp32.bias_grad_op(b, layer, err))

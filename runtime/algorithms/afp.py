@@ -50,6 +50,13 @@ class AFPNumerics(Numerics):
         fmt = ctx.recipe.tensors.activations
         return quantize_int(be, x, fmt.bits, fmt.scale, _round(fmt), ctx.rng(op))
 
+    def quantized_dtype(self, recipe, role):
+        if role != "errors":
+            return super().quantized_dtype(recipe, role)
+        # 8 or 16 bits, chosen per layer while training: the plan holds the wider one
+        bits = max(self.param(recipe, "low_bits", 8), self.param(recipe, "high_bits", 16))
+        return "int8" if bits <= 8 else "int16"
+
     def err_state(self, layer):
         # [bits in use, step of the next check, current interval]
         return {"afp": np.array([8, 0, 1], np.int64)}

@@ -35,7 +35,7 @@ def forward(b, layer, x, shape):
         b.tensor(f"{layer.name}.v", layer.weight_shape, "float32", "state")
         macs = int(np.prod(shape)) * layer.kernel * layer.kernel * layer.in_channels
         b.op(f"{layer.name}.fwd", "fp32.conv_fwd", layer.name, "forward", (x, w, *bias_param(b, layer)), (out,),
-             ("conv2d_f32",), macs, stride=layer.stride, pad=layer.padding)
+             ("conv2d_f32",), macs, stride=layer.stride, pad=layer.padding, product=("conv", "forward"))
     elif isinstance(layer, Linear):
         w = b.param(f"{layer.name}.w", layer.weight_shape, "float32")
         b.tensor(f"{layer.name}.v", layer.weight_shape, "float32", "state")
@@ -113,10 +113,12 @@ def backward(b, layer, err, needs_input_error):
         if needs_input_error:
             b.tensor(err_in, x_shape, "float32", "error")
             b.op(f"{layer.name}.bwd_data", "fp32.conv_bwd_data" if conv else "fp32.linear_bwd_data", layer.name,
-                 "backward", (err, w), (err_in,), ("conv2d_bwd_data_f32",) if conv else ("gemm_f32",), macs, **attrs)
+                 "backward", (err, w), (err_in,), ("conv2d_bwd_data_f32",) if conv else ("gemm_f32",), macs,
+                 product=("conv", "backward_data") if conv else None, **attrs)
         grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "float32", "grad")
         b.op(f"{layer.name}.bwd_weight", "fp32.conv_bwd_weight" if conv else "fp32.linear_bwd_weight", layer.name,
-             "backward", (err, x), (grad,), ("conv2d_bwd_weight_f32",) if conv else ("gemm_f32",), macs, **attrs)
+             "backward", (err, x), (grad,), ("conv2d_bwd_weight_f32",) if conv else ("gemm_f32",), macs,
+             product=("conv", "backward_weight") if conv else None, **attrs)
         b.op(f"{layer.name}.update", "fp32.sgd", layer.name, "update", (w, grad, f"{layer.name}.v"),
              (w, f"{layer.name}.v"), ("sgd_f32",))
         if has_bias(layer):

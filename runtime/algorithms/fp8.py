@@ -65,6 +65,15 @@ class FP8Numerics(Numerics):
         keep16 = self.param(ctx.recipe, "first_last_fp16", True) and op.attrs["position"] != "middle"
         return Scaled(to_fp16(be, x) if keep16 else to_fp8(be, x), 1.0)
 
+    def product_attrs(self, recipe):
+        return {"chunk": int(self.param(recipe, "chunk_size", 64))}   # matmul_fp16_chunked's packing
+
+    def product_path(self, a_dtype, b_dtype):
+        return "fp16"     # chunked_product, whatever the operands
+
+    def quantized_dtype(self, recipe, role):
+        return "float32"  # FP8 / FP16 grid values, held as float32 (to_fp8, to_fp16)
+
     def quant_weight(self, be, w, ctx, op):
         return self._grid(be, w, ctx, op)
 

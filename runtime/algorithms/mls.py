@@ -47,8 +47,16 @@ class MLSNumerics(Numerics):
     def __init__(self):
         self.patch_cache = PatchCache()   # a conv's input patches: forward product -> weight gradient
 
+    def kept_by_forward(self, name, attrs, x_shape, w_shape):
+        if not attrs["conv"]:
+            return {}
+        return {f"mls.patch_cache.{name}": self.patch_cache.kept_bytes(x_shape, w_shape, attrs)}
+
     def product(self, be, kind, a, b, attrs, ctx):
         return product(be, kind, a, b, attrs, self.patch_cache)
+
+    def quantized_dtype(self, recipe, role):
+        return "int16"    # the elements shifted by their group's scale (_quant.quantize_mls)
 
     def _group_bits(self, ctx):
         return int(self.param(ctx.recipe, "group_bits", 2))

@@ -43,6 +43,35 @@ INT8_PRODUCT_HOOKS = frozenset({"gemm_s8", "conv2d_s8", "conv2d_bwd_data_s8", "c
                                 "gemm_requant_s8", "conv2d_requant_s8", "conv2d_bwd_data_requant_s8"})
 
 
+# The emulated recipes' exact products (cpu_ops/gemm_exact.cpp) and the FP32 recipe's
+# convolutions (cpu_ops/conv_f32.cpp): their kept buffers are sized there too.
+EXACT_PRODUCT_HOOKS = ("matmul_s16", "matmul_fp16_chunked")
+F32_CONV_HOOKS = frozenset({"conv2d_f32", "conv2d_bwd_data_f32", "conv2d_bwd_weight_f32"})
+
+
+def _conv_operands(product, shapes):
+    """(x shape, w shape) of a conv product from its tensors' shapes (inputs, then outputs):
+    graph.Product's layout, (x, w), (err, w) -> dx, (err, x) -> dw."""
+    return {"forward": (shapes[0], shapes[1]), "backward_data": (shapes[2], shapes[1]),
+            "backward_weight": (shapes[1], shapes[2])}[product.pass_]
+
+
+def _exact_mnk(product, shapes, op, rows) -> tuple[int, int, int, bool]:
+    """(m, n, k, a_transposed) of the exact product op(a)[M,K] x b[K,N] that
+    algorithms/_emulated.py (_int16_product) and fp8.py (chunked_product) run for `op`
+    on `rows` rows: patches x weights, error x weights, error^T x patches."""
+    x, w = _conv_operands(product, shapes)
+    o = w[0]
+    if product.layer == "conv":
+        stride, pad = op.attrs["stride"], op.attrs["pad"]
+        oh, ow = (x[1] + 2 * pad - w[1]) // stride + 1, (x[2] + 2 * pad - w[2]) // stride + 1
+        pixels, taps = rows * oh * ow, w[1] * w[2] * w[3]
+    else:
+        pixels, taps = rows, int(np.prod(w[1:]))
+    return {"forward": (pixels, o, taps, False), "backward_data": (pixels, taps, o, False),
+            "backward_weight": (o, taps, pixels, True)}[product.pass_]
+
+
 def _shift(shift: int | None) -> int:
     return -1 if shift is None else int(shift)
 
@@ -86,16 +115,30 @@ class CpuBackend(Backend):
         """The native kernels' grow-only scratch for `op` on `rows` rows, by buffer; the
         sizes come from cpu_ops/scratch.cpp (beside the kernels), not from here. The op's
         declared product (graph.Product) says where its operands are, its hooks which kernels
-        run: the int8 ones keep scratch; the emulated recipes' exact int16 and chunked FP16
-        products (matmul_s16, matmul_fp16_chunked) keep none that release_scratch() reaches."""
+        run: the int8 ones, the emulated recipes' exact int16 and chunked FP16 products
+        (matmul_s16, matmul_fp16_chunked: their packed operands, on the calling thread) and
+        the FP32 convolutions (a block of patches and a padded image per pool thread)."""
         product = op.product
-        if product is None or not INT8_PRODUCT_HOOKS.intersection(op.hooks):
+        if product is None:
+            return {}
+        shape = [graph.tensors[t].shape for t in (*op.inputs, *op.outputs)]
+        exact = [h for h in EXACT_PRODUCT_HOOKS if h in op.hooks]
+        if exact:
+            m, n, k, a_transposed = _exact_mnk(product, shape, op, rows)
+            if exact[0] == "matmul_s16" and product.layer == "conv" and product.pass_ == "backward_data":
+                # conv2d_bwd_data_s16 runs the product and the scatter fused, one image at a time
+                return dict(_native.scratch_bytes("conv2d_bwd_data_s16", [m, n, k, m // rows], False))
+            fourth = int(a_transposed) if exact[0] == "matmul_s16" else int(op.attrs.get("chunk", 64))
+            return dict(_native.scratch_bytes(exact[0], [m, n, k, fourth], False))
+        if product.layer == "conv" and F32_CONV_HOOKS.intersection(op.hooks):
+            x, w = _conv_operands(product, shape)
+            sizes = [rows, *x[1:], *w[:3], op.attrs["stride"], op.attrs["pad"]]
+            return dict(_native.scratch_bytes(f"{product.pass_}_f32", sizes, False))
+        if not INT8_PRODUCT_HOOKS.intersection(op.hooks):
             return {}
         requant = op.is_requant()
-        shape = [graph.tensors[t].shape for t in (*op.inputs, *op.outputs)]
         if product.layer == "conv":    # x: (N, H, W, C), w: (O, KH, KW, C)
-            x, w = {"forward": (shape[0], shape[1]), "backward_data": (shape[2], shape[1]),
-                    "backward_weight": (shape[1], shape[2])}[product.pass_]
+            x, w = _conv_operands(product, shape)
             sizes = [rows, *x[1:], *w[:3], op.attrs["stride"], op.attrs["pad"]]
             return dict(_native.scratch_bytes(product.pass_, sizes, requant))
         if product.pass_ != "backward_weight":             # a[rows, K] @ b[N, K].T

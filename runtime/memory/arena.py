@@ -16,9 +16,10 @@ large block goes back to the system and the plan's peak bounds the process.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from ..numerics import QTensor
 from .planner import ALIGN, Buffer
 
 
@@ -41,6 +42,15 @@ def fix_malloc_threshold() -> None:
     except (OSError, AttributeError):           # not glibc: nothing to fix
         pass
 
+
+
+def _elements(value) -> np.ndarray:
+    """The array a value keeps: the value itself, or the elements `q` of a quantized tensor
+    (a dataclass such as numerics.QTensor or algorithms/_quant.Scaled)."""
+    q = getattr(value, "q", None)
+    if isinstance(q, np.ndarray) and dataclasses.is_dataclass(value):
+        return q
+    return np.asarray(value)
 
 class Arena:
     def __init__(self, nbytes: int):
@@ -66,8 +76,9 @@ class Arena:
         return self.buffer[buf.offset:buf.offset + nbytes].view(dtype).reshape(shape)
 
     def store(self, buf: Buffer, value, name: str):
-        """Copy `value` (array or QTensor) into `buf`; returns the value as a view of the arena."""
-        array = value.q if isinstance(value, QTensor) else np.asarray(value)
+        """Copy `value` (an array, or a quantized tensor: QTensor, an emulated recipe's
+        Scaled, whose elements are its `q`) into `buf`; returns the value as a view of the arena."""
+        array = _elements(value)
         if array.ctypes.data == self.buffer.ctypes.data + buf.offset and array.flags.c_contiguous:
             self.high_water = max(self.high_water, buf.offset + array.nbytes)
             return value                          # already there (state from the last step)
@@ -76,7 +87,7 @@ class Arena:
             self.spilled[name] = array.nbytes
             return value
         np.copyto(slot, array)
-        return QTensor(slot, value.e) if isinstance(value, QTensor) else slot
+        return slot if array is value else dataclasses.replace(value, q=slot)
 
     def holds(self, array: np.ndarray) -> bool:
         base = self.buffer.ctypes.data

@@ -106,6 +106,9 @@ def op_workspace(graph: TrainGraph, op: Op, rows: int) -> int:
         which, per_element = RANGE_HOOK_WORKSPACE[op.range_hook()]
         name = op.outputs[0] if which == "output" else op.inputs[0]
         total += int(np.prod(graph.tensors[name].shape)) * rows // batch * per_element
+    if "workspace" in op.attrs:   # what the recipe's op allocates besides (algorithms/_emulated.product_workspace)
+        per_row, fixed = op.attrs["workspace"]
+        total += per_row * rows + fixed
     return total
 
 
@@ -291,5 +294,5 @@ def plain_peak(graph: TrainGraph) -> int:
                 total += value_bytes(graph, op, t) - graph.tensors[t].nbytes
     total += sum(spec.nbytes for spec in graph.tensors.values() if spec.role in PERSISTENT_ROLES)
     accumulators = [op_workspace(graph, op, graph.batch) - sum(
-        value_bytes(graph, op, t) for t in op.outputs) for op in graph.ops if op.takes_range()]
+        value_bytes(graph, op, t) for t in op.outputs) for op in graph.ops if op.takes_range() or "workspace" in op.attrs]
     return total + max(accumulators, default=0)

@@ -22,6 +22,10 @@ IMPLICIT_SHAPES = [(3, 7, 5, 172, 120, 3, 1, 1), (2, 9, 8, 64, 252, 3, 2, 1), (1
                    (2, 5, 7, 128, 128, 3, 1, 0), (1, 4, 4, 64, 64, 1, 2, 0)]
 IMPLICIT_IDS = ["n{}h{}w{}c{}o{}k{}s{}p{}".format(*s) for s in IMPLICIT_SHAPES]
 
+# What AVX-512 VNNI still runs on im2col + GEMM: passes whose tap rows (3 x 5 and 3 x 63
+# bytes) are not whole groups of 4. (pass, shape)
+IM2COL_SHAPES = [("forward", (2, 6, 5, 5, 64, 3, 1, 1)), ("backward_data", (2, 6, 5, 64, 63, 3, 1, 1))]
+
 
 def conv_case(shape, fill=None):
     n, h, w, c, o, k, stride, pad = shape
@@ -34,7 +38,8 @@ def conv_case(shape, fill=None):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("shape", IMPLICIT_SHAPES, ids=IMPLICIT_IDS)
+@pytest.mark.parametrize("shape", IMPLICIT_SHAPES + [s for _, s in IM2COL_SHAPES],
+                         ids=IMPLICIT_IDS + ["im2col_" + p for p, _ in IM2COL_SHAPES])
 def test_implicit_gemm_conv_every_isa(cpu_isa, ref, shape, threads):
     stride, pad, hw = shape[6], shape[7], shape[1:3]
     previous = native.threads()
@@ -75,6 +80,19 @@ def test_the_shapes_take_the_implicit_path_on_avx512(shape):
         assert native.conv_algorithm("backward_weight", x, w, stride, pad) == want
         native.set_isa("avx2")   # no in-place kernel: im2col + GEMM
         assert native.conv_algorithm("forward", x, w, stride, pad) == "im2col_gemm"
+    finally:
+        native.set_isa(previous)
+
+
+@pytest.mark.parametrize("pass_, shape", IM2COL_SHAPES, ids=[p for p, _ in IM2COL_SHAPES])
+def test_some_shapes_keep_im2col_on_avx512(pass_, shape):
+    if "avx512vnni" not in native.supported_isas():
+        pytest.skip("no AVX-512 VNNI on this CPU/build")
+    x, w, _ = conv_case(shape)
+    previous = native.isa()
+    native.set_isa("avx512vnni")
+    try:
+        assert native.conv_algorithm(pass_, x, w, shape[6], shape[7]) == "im2col_gemm"
     finally:
         native.set_isa(previous)
 

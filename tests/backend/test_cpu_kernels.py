@@ -320,3 +320,24 @@ def test_int32_rounding_every_shift_at_the_extremes(ref, mode):
         got, want = backend.requantize(acc, mode, key, shift=shift), ref.requantize(acc, mode, key, shift=shift)
         np.testing.assert_array_equal(got[0], want[0])
         assert got[1] == want[1]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("mode", cases.ROUNDING)
+def test_niti_update_fused_loop_over_chunks(cpu, ref, mode, threads):
+    """cpu_ops/update.cpp rounds the step and subtracts it in one loop, chunked over the
+    pool: several 4096-element units and a ragged tail, int32 steps of every size, and
+    int64 gradients whose shift passes 31 (the 64-bit magnitude loop)."""
+    rng = np.random.default_rng(threads * 10 + len(mode))
+    w = cases.int8(rng, (3 * 4096 + 123,), -127, 127)
+    key = cases.rng_key(threads)
+    previous = native.threads()
+    native.set_threads(threads)
+    try:
+        for grad, mu in ((rng.integers(-(2**31), 2**31, w.shape, dtype=np.int64).astype(np.int32), 2),
+                         (rng.integers(-(2**44), 2**44, w.shape, dtype=np.int64), 4),
+                         (rng.integers(-200, 201, w.shape, dtype=np.int32), 8)):
+            np.testing.assert_array_equal(cpu.niti_update_s8(w, grad, mu, mode, key),
+                                          ref.niti_update_s8(w, grad, mu, mode, key))
+    finally:
+        native.set_threads(previous)

@@ -61,6 +61,7 @@ CASES = [
     ("conv2d_s8", "conv_lanes.c, 5 images", lambda: conv_args(5, 6, 7, 1, 7, 3, 1, 1)),
     ("conv2d_s8", "conv_grid.c, one image", lambda: conv_args(1, 6, 7, 6, 9, 3, 1, 1)),
     ("conv2d_s8", "conv_grid.c, 3 images", lambda: conv_args(3, 9, 9, 3, 16, 5, 1, 0)),
+    ("conv2d_s8", "conv_padded.c, 3 rows", lambda: conv_args(1, 3, 5, 3, 40, 3, 1, 1)),
     ("conv2d_bwd_data_s8", "gather rows, stride 2", lambda: bwd_data_args(2, 7, 6, 33, 5, 3, 2, 1)),
     ("conv2d_bwd_data_s8", "flipped conv rows", lambda: bwd_data_args(1, 5, 5, 40, 36, 3, 1, 0)),
     ("conv2d_bwd_data_s8", "conv_grid.c bwd, 3 images", lambda: bwd_data_args(3, 8, 8, 6, 16, 5, 1, 0)),
@@ -94,7 +95,7 @@ def test_every_product_path_is_bit_exact_on_every_thread_count(dsp, case, thread
 
 
 @pytest.mark.parametrize("threads", [2, 4])
-@pytest.mark.parametrize("case", [1, 7, 12, 13, 16], ids=lambda i: CASES[i][1])
+@pytest.mark.parametrize("case", [1, 7, 8, 13, 14, 17], ids=lambda i: CASES[i][1])
 def test_accumulating_products_join_the_threads_in_order(dsp, case, threads):
     """ACCUMULATE: thread 0 adds into the output, the others' partial sums (weight gradient)
     or rows are added after the join."""
@@ -130,7 +131,8 @@ def test_each_thread_counts_its_own_share(dsp):
 
 def test_workers_are_threads_of_the_server_started_once(dsp):
     """Real threads: the qemu-hexagon process gains one host thread per HVX worker when a
-    wider split first runs, and no more on later ops."""
+    wider split first runs, and no more on later ops; at QUIT the server ends and joins
+    them and exits 0 (a join that hangs would be killed after 2 s: exit -9)."""
     dsp.close()
     a, b = s8(40, 64), s8(33, 64)
 
@@ -145,6 +147,9 @@ def test_workers_are_threads_of_the_server_started_once(dsp):
         dsp.gemm_s8(a, b)
         again = tasks()
     assert four == one + 3 and again == four, (one, four, again)
+    server = dsp.transport._proc
+    dsp.close()
+    assert server.returncode == 0
 
 
 # The epilogue (REQUANT, ABSMAX, NITI_UPDATE) is split too, in ranges of 128 elements:
