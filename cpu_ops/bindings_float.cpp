@@ -181,12 +181,13 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     auto err = checked<float>("maxpool_bwd_f32", "err", err_obj, 4);
     auto idx = checked<uint8_t>("maxpool_bwd_f32", "argmax", idx_obj, 4);
     check_same("maxpool_bwd_f32", "err", err, "argmax", idx);
-    py::array_t<float> x_like(std::vector<py::ssize_t>{err.shape(0), in_hw.first, in_hw.second, err.shape(3)});
-    const PoolShape s = pool_shape("maxpool_bwd_f32", x_like, kernel, stride);
+    // the result has the input's shape: its shape is checked on it (a second x-sized array
+    // only for the check doubled the op's memory, which the memory plan does not count)
+    py::array_t<float> dx(std::vector<py::ssize_t>{err.shape(0), in_hw.first, in_hw.second, err.shape(3)});
+    const PoolShape s = pool_shape("maxpool_bwd_f32", dx, kernel, stride);
     if (s.oh() != err.shape(1) || s.ow() != err.shape(2))
       fail("maxpool_bwd_f32: err " + shape_str(err) + " does not match in_hw (" + std::to_string(in_hw.first) + ", " +
            std::to_string(in_hw.second) + "), kernel " + std::to_string(kernel) + ", stride " + std::to_string(stride));
-    py::array_t<float> dx(dims(x_like));
     float* p = dx.mutable_data();
     py::gil_scoped_release nogil;
     maxpool_bwd_f32(err.data(), idx.data(), s, p);
