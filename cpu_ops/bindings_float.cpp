@@ -181,12 +181,13 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     auto err = checked<float>("maxpool_bwd_f32", "err", err_obj, 4);
     auto idx = checked<uint8_t>("maxpool_bwd_f32", "argmax", idx_obj, 4);
     check_same("maxpool_bwd_f32", "err", err, "argmax", idx);
-    py::array_t<float> x_like(std::vector<py::ssize_t>{err.shape(0), in_hw.first, in_hw.second, err.shape(3)});
-    const PoolShape s = pool_shape("maxpool_bwd_f32", x_like, kernel, stride);
+    // the result has the input's shape: its shape is checked on it (a second x-sized array
+    // only for the check doubled the op's memory, which the memory plan does not count)
+    py::array_t<float> dx(std::vector<py::ssize_t>{err.shape(0), in_hw.first, in_hw.second, err.shape(3)});
+    const PoolShape s = pool_shape("maxpool_bwd_f32", dx, kernel, stride);
     if (s.oh() != err.shape(1) || s.ow() != err.shape(2))
       fail("maxpool_bwd_f32: err " + shape_str(err) + " does not match in_hw (" + std::to_string(in_hw.first) + ", " +
            std::to_string(in_hw.second) + "), kernel " + std::to_string(kernel) + ", stride " + std::to_string(stride));
-    py::array_t<float> dx(dims(x_like));
     float* p = dx.mutable_data();
     py::gil_scoped_release nogil;
     maxpool_bwd_f32(err.data(), idx.data(), s, p);
@@ -224,6 +225,31 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     return c;
   }, py::arg("a"), py::arg("b"), py::arg("a_transposed"),
      "int16 (a.T if a_transposed else a) @ b[K,N] -> int64 [M,N], exact.");
+  m.def("conv2d_s16", [](const py::handle& x_obj, const py::handle& w_obj, int stride, int pad) {
+    auto x = checked<int16_t>("conv2d_s16", "x", x_obj, 4);
+    auto w = checked<int16_t>("conv2d_s16", "w", w_obj, 4);
+    const ConvShape c = conv_shape("conv2d_s16", x, w, stride, pad);
+    const Col2imShape s{c.n, c.oh(), c.ow(), c.kh, c.kw, c.c, c.h, c.w, stride, pad};
+    py::array_t<int64_t> y(std::vector<py::ssize_t>{c.n, c.oh(), c.ow(), c.o});
+    int64_t* p = y.mutable_data();
+    py::gil_scoped_release nogil;
+    conv_fwd_s16_s64(x.data(), w.data(), s, c.o, p);
+    return y;
+  }, py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"),
+     "int16 x[N,H,W,C] conv w[O,KH,KW,C] -> int64 y[N,OH,OW,O], exact.");
+  m.def("conv2d_bwd_weight_s16", [](const py::handle& err_obj, const py::handle& x_obj, int stride, int pad,
+                                    std::pair<int, int> kernel) {
+    auto err = checked<int16_t>("conv2d_bwd_weight_s16", "err", err_obj, 4);
+    auto x = checked<int16_t>("conv2d_bwd_weight_s16", "x", x_obj, 4);
+    const ConvShape c = conv_shape_from_err("conv2d_bwd_weight_s16", err, x, stride, pad, kernel);
+    const Col2imShape s{c.n, c.oh(), c.ow(), c.kh, c.kw, c.c, c.h, c.w, stride, pad};
+    py::array_t<int64_t> dw(std::vector<py::ssize_t>{c.o, c.kh, c.kw, c.c});
+    int64_t* p = dw.mutable_data();
+    py::gil_scoped_release nogil;
+    conv_wgrad_s16_s64(err.data(), x.data(), s, c.o, p);
+    return dw;
+  }, py::arg("err"), py::arg("x"), py::arg("stride"), py::arg("pad"), py::arg("kernel"),
+     "int16 err[N,OH,OW,O] and x[N,H,W,C] -> int64 dw[O,KH,KW,C]: a conv's weight gradient, exact.");
   m.def("conv2d_bwd_data_s16", [](const py::handle& err_obj, const py::handle& w_obj, int stride, int pad,
                                   std::pair<int, int> in_hw) {
     auto err = checked<int16_t>("conv2d_bwd_data_s16", "err", err_obj, 4);

@@ -90,30 +90,33 @@ void patches_of_padded(const T* padded, const Col2imShape& s, T* cols) {
 }
 
 template <typename T>
+void im2col_image(const T* x, const Col2imShape& s, T* cols, std::vector<T>& padded) {
+  const size_t row = static_cast<size_t>(s.w) * s.c, pw = static_cast<size_t>(s.w + 2 * s.pad) * s.c;
+  const size_t size = pw * (s.h + 2 * s.pad) + kSlack / sizeof(T);
+  if (padded.size() != size) padded.assign(size, T{0});   // the border and the slack stay zero
+  for (int y = 0; y < s.h; ++y)
+    std::memcpy(padded.data() + (y + s.pad) * pw + static_cast<size_t>(s.pad) * s.c, x + y * row, row * sizeof(T));
+  const size_t run_bytes = static_cast<size_t>(s.kw) * s.c * sizeof(T);
+  if (run_bytes <= 16) patches_of_padded<16>(padded.data(), s, cols);
+  else if (run_bytes <= 32) patches_of_padded<32>(padded.data(), s, cols);
+  else if (run_bytes <= 64) patches_of_padded<64>(padded.data(), s, cols);
+  else patches_of_padded<0>(padded.data(), s, cols);
+}
+
+template <typename T>
 void im2col_copy(const T* x, const Col2imShape& s, T* cols) {
   const size_t image = static_cast<size_t>(s.h) * s.w * s.c;
   const size_t taps = static_cast<size_t>(s.kh) * s.kw * s.c, per_image = static_cast<size_t>(s.oh) * s.ow * taps;
   const size_t bytes = static_cast<size_t>(s.n) * (per_image + image) * sizeof(T);
-  const size_t row = static_cast<size_t>(s.w) * s.c, pw = static_cast<size_t>(s.w + 2 * s.pad) * s.c;
-  const size_t padded_size = pw * (s.h + 2 * s.pad) + kSlack / sizeof(T);
-  const size_t run_bytes = static_cast<size_t>(s.kw) * s.c * sizeof(T);
   SerialScope serial(bytes < kTaskGrainBytes);
   parallel_ranges(s.n, bytes, [&](int n0, int n1) {
-    std::vector<T> padded(padded_size, T{0});   // the border and the slack stay zero
-    for (int n = n0; n < n1; ++n) {
-      for (int y = 0; y < s.h; ++y)
-        std::memcpy(padded.data() + (y + s.pad) * pw + static_cast<size_t>(s.pad) * s.c, x + n * image + y * row,
-                    row * sizeof(T));
-      T* dst = cols + n * per_image;
-      if (run_bytes <= 16) patches_of_padded<16>(padded.data(), s, dst);
-      else if (run_bytes <= 32) patches_of_padded<32>(padded.data(), s, dst);
-      else if (run_bytes <= 64) patches_of_padded<64>(padded.data(), s, dst);
-      else patches_of_padded<0>(padded.data(), s, dst);
-    }
+    std::vector<T> padded;
+    for (int n = n0; n < n1; ++n) im2col_image(x + n * image, s, cols + n * per_image, padded);
   });
 }
 
 template void im2col_copy<int16_t>(const int16_t*, const Col2imShape&, int16_t*);
+template void im2col_image<int16_t>(const int16_t*, const Col2imShape&, int16_t*, std::vector<int16_t>&);
 template void im2col_copy<float>(const float*, const Col2imShape&, float*);
 template void col2im_add<int64_t>(const int64_t*, const Col2imShape&, int64_t*);
 template void col2im_add_image<int64_t>(const int64_t*, const Col2imShape&, int64_t*);

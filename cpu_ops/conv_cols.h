@@ -5,6 +5,7 @@
 // exact too), so the order of the additions does not change the result.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace dsptrain {
 
@@ -22,5 +23,10 @@ void col2im_add_image(const T* dcols, const Col2imShape& s, T* dx);
 // cols[N*OH*OW, KH*KW*C] from x[N,H,W,C] (s.oh, s.ow the output size); T: int16_t, float.
 template <typename T>
 void im2col_copy(const T* x, const Col2imShape& s, T* cols);
+
+// One image's patches (s.n ignored), on the calling thread; `padded` is the caller's
+// scratch for the zero-padded copy of the image (kept between calls of the same shape).
+template <typename T>
+void im2col_image(const T* x, const Col2imShape& s, T* cols, std::vector<T>& padded);
 
 }  // namespace dsptrain

@@ -62,12 +62,29 @@ inline int32_t pair_word(int16_t lo, int16_t hi) {
                               (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16));
 }
 
+#ifdef DSPTRAIN_X86
+// one full panel of a pair of rows: s0[0..16) and s1[0..16) interleaved into dst[0..32)
+__attribute__((target("avx512f,avx512bw"))) inline void interleave_panel(const int16_t* s0, const int16_t* s1,
+                                                                          int16_t* dst) {
+  const __m512i both = _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s0))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s1)), 1);
+  const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                         23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(order, both));
+}
+
+bool has_avx512bw() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return ok;
+}
+#endif
+
 // A: rows of even length are read in place (a pair is one 32-bit word); odd ones are
 // copied with a zero at the end; a transposed a[K, M] is interleaved two rows at a time
 // into pair-major words. B: per pair of rows and panel, the two rows interleaved.
-DSPTRAIN_CLONES void pack(const int16_t* a, bool a_t, const int16_t* b, int m, int n, int k, PackedS16* p) {
+DSPTRAIN_CLONES void pack_a(const int16_t* a, bool a_t, int m, int k, PackedS16* p) {
   p->pairs = (k + 1) / 2;
-  p->panels = (n + kPanel - 1) / kPanel;
   const int pairs = p->pairs;
   if (!a_t && k % 2 == 0) {
     p->a_words = a;
@@ -95,7 +112,16 @@ DSPTRAIN_CLONES void pack(const int16_t* a, bool a_t, const int16_t* b, int m, i
     p->stride_i = 1;
     p->stride_p = m;
   }
+}
+
+DSPTRAIN_CLONES void pack_b(const int16_t* b, int n, int k, PackedS16* p) {
+  p->pairs = (k + 1) / 2;
+  p->panels = (n + kPanel - 1) / kPanel;
+  const int pairs = p->pairs;
   p->b.assign(static_cast<size_t>(p->panels) * pairs * kPanel * 2, 0);
+#ifdef DSPTRAIN_X86
+  const bool wide = has_avx512bw();
+#endif
   for (int q = 0; q < pairs; ++q) {
     const int16_t* r0 = b + static_cast<size_t>(2 * q) * n;
     const int16_t* r1 = 2 * q + 1 < k ? r0 + n : nullptr;
@@ -104,6 +130,12 @@ DSPTRAIN_CLONES void pack(const int16_t* a, bool a_t, const int16_t* b, int m, i
       const int cols = std::min(kPanel, n - panel * kPanel);
       const int16_t* s0 = r0 + panel * kPanel;
       const int16_t* s1 = r1 ? r1 + panel * kPanel : nullptr;
+#ifdef DSPTRAIN_X86
+      if (s1 && cols == kPanel && wide) {
+        interleave_panel(s0, s1, dst);
+        continue;
+      }
+#endif
       if (s1)
         for (int j = 0; j < cols; ++j) {
           dst[2 * j] = s0[j];
@@ -113,6 +145,11 @@ DSPTRAIN_CLONES void pack(const int16_t* a, bool a_t, const int16_t* b, int m, i
         for (int j = 0; j < cols; ++j) dst[2 * j] = s0[j];
     }
   }
+}
+
+void pack(const int16_t* a, bool a_t, const int16_t* b, int m, int n, int k, PackedS16* p) {
+  pack_a(a, a_t, m, k, p);
+  pack_b(b, n, k, p);
 }
 
 // row i of the result is written at c + (i - c_row0) * n
@@ -263,6 +300,76 @@ DSPTRAIN_AVX512VNNI void rows_avx512vnni_one_block(const PackedS16& p, int m0, i
   }
 }
 
+// One image's weight gradient from channel planes (stride 1): dw[o][a][b][c] += sum over
+// the output rows i and columns j of err_plane[o][i][j] * x_plane[c][i + a][j + b]. The
+// columns j lie in the lanes (32 int16 per vector, masked past OW), vpdpwssd adds each
+// lane pair's two products into int32, so no patch matrix is built; the lanes are summed
+// once per image (the caller checks that an image's sums fit int32). After the planar
+// weight gradient of Mandheling's DSP kernels (dsp_kernels/conv_planar.c).
+DSPTRAIN_AVX512VNNI void wgrad_planar_image(const int16_t* ep, const int16_t* xp, int pw, const Col2imShape& s, int o,
+                                            int64_t* dw) {
+  constexpr int kO = 8;
+  const int vecs = (s.ow + 31) / 32, plane = (s.h + 2 * s.pad) * pw;
+  for (int c = 0; c < s.c; ++c)
+    for (int a = 0; a < s.kh; ++a)
+      for (int b = 0; b < s.kw; ++b) {
+        const size_t t = (static_cast<size_t>(a) * s.kw + b) * s.c + c;
+        for (int o0 = 0; o0 < o; o0 += kO) {
+          const int os = std::min(kO, o - o0);
+          __m512i acc[kO];
+          for (int r = 0; r < kO; ++r) acc[r] = _mm512_setzero_si512();
+          for (int i = 0; i < s.oh; ++i)
+            for (int v = 0; v < vecs; ++v) {
+              const int j0 = v * 32, left = std::min(32, s.ow - j0);
+              const __mmask32 mask = left == 32 ? ~0u : (1u << left) - 1;
+              const __m512i xv = _mm512_maskz_loadu_epi16(mask, xp + static_cast<size_t>(c) * plane +
+                                                                    static_cast<size_t>(i + a) * pw + b + j0);
+              for (int r = 0; r < os; ++r) {
+                const __m512i ev = _mm512_maskz_loadu_epi16(
+                    mask, ep + (static_cast<size_t>(o0 + r) * s.oh + i) * s.ow + j0);
+                acc[r] = _mm512_dpwssd_epi32(acc[r], ev, xv);
+              }
+            }
+          for (int r = 0; r < os; ++r) dw[static_cast<size_t>(o0 + r) * s.kh * s.kw * s.c + t] += _mm512_reduce_add_epi32(acc[r]);
+        }
+      }
+}
+
+// One image's forward from channel planes (stride 1): 16 output columns j in the int32
+// lanes; a lane's pair of int16 is (x[c][i + a][j + b], x[c][i + a][j + b + 1]) from the
+// image's pair planes `pp`, times the broadcast weight pair (w[o][a][b][c], w[o][a][b + 1][c])
+// (0 past the kernel's width), so vpdpwssd adds two taps per lane and no patch is built;
+// results go to y[OH, OW, O] (int64). The caller checks that every sum fits int32.
+DSPTRAIN_AVX512VNNI void fwd_planar_image(const int32_t* pp, int pw, const int32_t* wpairs, const Col2imShape& s,
+                                          int o, int64_t* y) {
+  constexpr int kO = 8;
+  const int bpairs = (s.kw + 1) / 2, vecs = (s.ow + 15) / 16, plane = (s.h + 2 * s.pad) * pw;
+  alignas(64) int32_t lanes[kO][16];
+  for (int i = 0; i < s.oh; ++i)
+    for (int v = 0; v < vecs; ++v) {
+      const int j0 = v * 16, left = std::min(16, s.ow - j0);
+      const __mmask16 mask = static_cast<__mmask16>(left == 16 ? 0xFFFF : (1u << left) - 1);
+      for (int o0 = 0; o0 < o; o0 += kO) {
+        const int os = std::min(kO, o - o0);
+        __m512i acc[kO];
+        for (int r = 0; r < kO; ++r) acc[r] = _mm512_setzero_si512();
+        for (int c = 0; c < s.c; ++c)
+          for (int a = 0; a < s.kh; ++a)
+            for (int bp = 0; bp < bpairs; ++bp) {
+              const __m512i xv = _mm512_maskz_loadu_epi32(
+                  mask, pp + static_cast<size_t>(c) * plane + static_cast<size_t>(i + a) * pw + j0 + 2 * bp);
+              const int32_t* wq = wpairs + ((static_cast<size_t>(c) * s.kh + a) * bpairs + bp) * o + o0;
+              for (int r = 0; r < os; ++r) acc[r] = _mm512_dpwssd_epi32(acc[r], _mm512_set1_epi32(wq[r]), xv);
+            }
+        for (int r = 0; r < os; ++r) _mm512_store_si512(lanes[r], acc[r]);
+        for (int l = 0; l < left; ++l) {
+          int64_t* dst = y + (static_cast<size_t>(i) * s.ow + j0 + l) * o + o0;
+          for (int r = 0; r < os; ++r) dst[r] = lanes[r][l];
+        }
+      }
+    }
+}
+
 DSPTRAIN_F16C inline __m256 round_fp16(__m256 x) {
   return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
@@ -344,10 +451,14 @@ void fp16_rows_scalar(const float* a, ptrdiff_t si, ptrdiff_t sq, const float* b
 
 // a lane adds two products per pair: `block` pairs keep every partial sum inside int32
 // (0 when even one pair could overflow: the scalar int64 path)
-int pairs_per_block(const PackedS16& p, const int16_t* a, const int16_t* b, int m, int n, int k) {
-  const int64_t per_pair = 2LL * max_abs16(a, static_cast<size_t>(m) * k) * max_abs16(b, static_cast<size_t>(n) * k);
-  const int64_t block = per_pair == 0 ? p.pairs : ((1LL << 31) - 1) / per_pair;
+int block_of_max(int max_a, int max_b, int pairs) {
+  const int64_t per_pair = 2LL * max_a * max_b;
+  const int64_t block = per_pair == 0 ? pairs : ((1LL << 31) - 1) / per_pair;
   return static_cast<int>(std::min<int64_t>(block, 1 << 20));
+}
+
+int pairs_per_block(const PackedS16& p, const int16_t* a, const int16_t* b, int m, int n, int k) {
+  return block_of_max(max_abs16(a, static_cast<size_t>(m) * k), max_abs16(b, static_cast<size_t>(n) * k), p.pairs);
 }
 
 // rows per microkernel pass: the ISA the int8 kernels use (set_isa can force a narrower
@@ -363,6 +474,41 @@ void product_rows(const PackedS16& p, int m0, int m1, int n, int block, int64_t*
   if (block >= 1 && isa != Isa::kScalar && __builtin_cpu_supports("avx2")) return rows_avx2(p, m0, m1, n, block, c, c_row0);
 #endif
   rows_scalar(p, m0, m1, n, c, c_row0);
+}
+
+// A weight gradient's long reduction (a[K, M] transposed, K the batch's pixels, M and N
+// a layer's channels and taps) in chunks of kChunkK rows of both operands: each chunk is
+// packed into a small buffer that stays in the cache (packing all of b at once wrote
+// megabytes), multiplied, and its sums added to the task's int64 partial; the chunks
+// split over the threads (a product over few rows used one), and the partials add up
+// in task order: integers, so the same at any thread count.
+constexpr int kChunkK = 1024;   // even: chunks start on a pair
+
+void k_chunked(const int16_t* a, const int16_t* b, int m, int n, int k, int64_t* c) {
+  PackedS16 shape_only;
+  shape_only.pairs = (k + 1) / 2;
+  const int block = pairs_per_block(shape_only, a, b, m, n, k);
+  const int chunks = (k + kChunkK - 1) / kChunkK;
+  const int tasks = std::max(1, std::min(chunks, 4 * pool_threads()));
+  const size_t mn = static_cast<size_t>(m) * n;
+  std::vector<int64_t> partial(static_cast<size_t>(tasks) * mn, 0);
+  parallel_for(tasks, [&](int t) {
+    thread_local Kept<PackedS16> packed;
+    thread_local Kept<std::vector<int64_t>> sums;
+    sums.resize(mn);
+    int64_t* mine = partial.data() + static_cast<size_t>(t) * mn;
+    const int c0 = static_cast<int>(static_cast<long long>(chunks) * t / tasks);
+    const int c1 = static_cast<int>(static_cast<long long>(chunks) * (t + 1) / tasks);
+    for (int ch = c0; ch < c1; ++ch) {
+      const int k0 = ch * kChunkK, kc = std::min(kChunkK, k - k0);
+      pack(a + static_cast<size_t>(k0) * m, true, b + static_cast<size_t>(k0) * n, m, n, kc, &packed);
+      product_rows(packed, 0, m, n, std::min(block, packed.pairs), sums.data(), 0);
+      for (size_t i = 0; i < mn; ++i) mine[i] += sums[i];
+    }
+  });
+  std::copy(partial.begin(), partial.begin() + mn, c);
+  for (int t = 1; t < tasks; ++t)
+    for (size_t i = 0; i < mn; ++i) c[i] += partial[static_cast<size_t>(t) * mn + i];
 }
 
 bool has_f16c() {
@@ -383,6 +529,7 @@ void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m
   }
   const double macs = static_cast<double>(m) * n * k;
   SerialScope serial(small_op(macs));
+  if (a_transposed && k >= 2 * kChunkK) return k_chunked(a, b, m, n, k, c);
   thread_local Kept<PackedS16> kept;   // the caller's; the workers read it through `packed`
   PackedS16& packed = kept;
   pack(a, a_transposed, b, m, n, k, &packed);
@@ -423,6 +570,176 @@ void conv_bwd_data_s16_s64(const int16_t* err, const int16_t* w, const Col2imSha
   });
 }
 
+#ifdef DSPTRAIN_X86
+void fwd_planar(const int16_t* x, const int16_t* w, const Col2imShape& s, int o, int64_t* y, bool vnni);   // below
+#endif
+// the planar convolutions' shapes and ISA (stride 1, rows of 16 or more columns, AVX-512 VNNI)
+[[maybe_unused]] static bool planar(const Col2imShape& s) {
+#ifdef DSPTRAIN_X86
+  return s.stride == 1 && s.ow >= 16 && row_step_of(active_isa()) == 8 && has_avx512bw();
+#else
+  return false;
+#endif
+}
+
+void conv_fwd_s16_s64(const int16_t* x, const int16_t* w, const Col2imShape& s, int o, int64_t* y) {
+  const int rows = s.oh * s.ow, taps = s.kh * s.kw * s.c;
+  const size_t image = static_cast<size_t>(s.h) * s.w * s.c;
+  SerialScope serial(small_op(static_cast<double>(s.n) * rows * taps * o));
+  const int max_x = max_abs16(x, s.n * image), max_w = max_abs16(w, static_cast<size_t>(o) * taps);
+#ifdef DSPTRAIN_X86
+  // planes when the rows fill most of a vector's 16 lanes (LeNet's conv1: 28 of 32 in two);
+  // operands whose sums could leave int32 take the planes' scalar int64 loop
+  if (planar(s)) return fwd_planar(x, w, s, o, y, static_cast<double>(taps + 1) * max_x * max_w < 2147483647.0);
+#endif
+  std::vector<int16_t> wt(static_cast<size_t>(taps) * o);   // w[O, taps] -> [taps, O]: K-major
+  for (int j = 0; j < o; ++j)
+    for (int t = 0; t < taps; ++t) wt[static_cast<size_t>(t) * o + j] = w[static_cast<size_t>(j) * taps + t];
+  PackedS16 shared;
+  pack_b(wt.data(), o, taps, &shared);
+  const int block = block_of_max(max_x, max_w, shared.pairs);
+  const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
+  parallel_for(tasks, [&](int t) {
+    thread_local Kept<PackedS16> mine;
+    thread_local Kept<std::vector<int16_t>> cols, padded;
+    mine.b = shared.b;
+    mine.panels = shared.panels;
+    cols.resize(static_cast<size_t>(rows) * taps);
+    for (int n = static_cast<int>(static_cast<long long>(s.n) * t / tasks);
+         n < static_cast<int>(static_cast<long long>(s.n) * (t + 1) / tasks); ++n) {
+      im2col_image(x + n * image, s, cols.data(), padded);
+      pack_a(cols.data(), false, rows, taps, &mine);
+      product_rows(mine, 0, rows, o, block, y + static_cast<size_t>(n) * rows * o, 0);
+    }
+  });
+}
+
+#ifdef DSPTRAIN_X86
+// x's image n as zero-padded channel planes xp[c][(h + 2 pad)][(w + 2 pad)]
+void planes_of_image(const int16_t* xi, const Col2imShape& s, int16_t* xp) {
+  const int pw = s.w + 2 * s.pad, ph = s.h + 2 * s.pad;
+  for (int y = 0; y < s.h; ++y)
+    for (int xx = 0; xx < s.w; ++xx)
+      for (int c = 0; c < s.c; ++c)
+        xp[(static_cast<size_t>(c) * ph + y + s.pad) * pw + xx + s.pad] = xi[(static_cast<size_t>(y) * s.w + xx) * s.c + c];
+}
+
+void fwd_planar(const int16_t* x, const int16_t* w, const Col2imShape& s, int o, int64_t* y, bool vnni) {
+  const int pw = s.w + 2 * s.pad, ph = s.h + 2 * s.pad, bpairs = (s.kw + 1) / 2;
+  const size_t image = static_cast<size_t>(s.h) * s.w * s.c, plane = static_cast<size_t>(ph) * pw;
+  std::vector<int32_t> wpairs(static_cast<size_t>(s.c) * s.kh * bpairs * o);   // [c][a][b pair][o]
+  for (int c = 0; c < s.c; ++c)
+    for (int a = 0; a < s.kh; ++a)
+      for (int bp = 0; bp < bpairs; ++bp)
+        for (int q = 0; q < o; ++q) {
+          const auto tap = [&](int b) {
+            return b < s.kw ? w[((static_cast<size_t>(q) * s.kh + a) * s.kw + b) * s.c + c] : int16_t{0};
+          };
+          wpairs[((static_cast<size_t>(c) * s.kh + a) * bpairs + bp) * o + q] = pair_word(tap(2 * bp), tap(2 * bp + 1));
+        }
+  const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
+  parallel_for(tasks, [&](int t) {
+    thread_local Kept<std::vector<int16_t>> xp;
+    thread_local Kept<std::vector<int32_t>> pp;
+    xp.assign(s.c * plane + 64, 0);   // zero border; read one element past a row's end
+    pp.resize(s.c * plane + 32);
+    for (int n = static_cast<int>(static_cast<long long>(s.n) * t / tasks);
+         n < static_cast<int>(static_cast<long long>(s.n) * (t + 1) / tasks); ++n) {
+      planes_of_image(x + n * image, s, xp.data());
+      for (size_t e = 0; e < s.c * plane; ++e) pp[e] = pair_word(xp[e], xp[e + 1]);
+      int64_t* yi = y + static_cast<size_t>(n) * s.oh * s.ow * o;
+      if (vnni) {
+        fwd_planar_image(pp.data(), pw, wpairs.data(), s, o, yi);
+        continue;
+      }
+      for (int i = 0; i < s.oh; ++i)   // int64 sums, one output at a time
+        for (int j = 0; j < s.ow; ++j)
+          for (int q = 0; q < o; ++q) {
+            int64_t sum = 0;
+            for (int c = 0; c < s.c; ++c)
+              for (int a = 0; a < s.kh; ++a)
+                for (int b = 0; b < s.kw; ++b)
+                  sum += static_cast<int64_t>(xp[c * plane + static_cast<size_t>(i + a) * pw + j + b]) *
+                         w[((static_cast<size_t>(q) * s.kh + a) * s.kw + b) * s.c + c];
+            yi[(static_cast<size_t>(i) * s.ow + j) * o + q] = sum;
+          }
+    }
+  });
+}
+
+void wgrad_planar(const int16_t* err, const int16_t* x, const Col2imShape& s, int o, int64_t* dw, bool vnni) {
+  const int rows = s.oh * s.ow, taps = s.kh * s.kw * s.c;
+  const int pw = s.w + 2 * s.pad, ph = s.h + 2 * s.pad;
+  const size_t image = static_cast<size_t>(s.h) * s.w * s.c, ot = static_cast<size_t>(o) * taps;
+  const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
+  std::vector<int64_t> partial(static_cast<size_t>(tasks) * ot, 0);
+  parallel_for(tasks, [&](int t) {
+    thread_local Kept<std::vector<int16_t>> ep, xp;
+    ep.resize(static_cast<size_t>(o) * rows);
+    xp.assign(static_cast<size_t>(s.c) * ph * pw + 64, 0);   // zero border; 64 readable past the end
+    int64_t* mine = partial.data() + static_cast<size_t>(t) * ot;
+    for (int n = static_cast<int>(static_cast<long long>(s.n) * t / tasks);
+         n < static_cast<int>(static_cast<long long>(s.n) * (t + 1) / tasks); ++n) {
+      const int16_t* e = err + static_cast<size_t>(n) * rows * o;
+      for (int r = 0; r < rows; ++r)
+        for (int q = 0; q < o; ++q) ep[static_cast<size_t>(q) * rows + r] = e[static_cast<size_t>(r) * o + q];
+      planes_of_image(x + n * image, s, xp.data());
+      if (vnni) {
+        wgrad_planar_image(ep.data(), xp.data(), pw, s, o, mine);
+        continue;
+      }
+      for (int q = 0; q < o; ++q)   // int64 sums
+        for (int c = 0; c < s.c; ++c)
+          for (int a = 0; a < s.kh; ++a)
+            for (int b = 0; b < s.kw; ++b) {
+              int64_t sum = 0;
+              for (int i = 0; i < s.oh; ++i)
+                for (int j = 0; j < s.ow; ++j)
+                  sum += static_cast<int64_t>(ep[(static_cast<size_t>(q) * s.oh + i) * s.ow + j]) *
+                         xp[(static_cast<size_t>(c) * ph + i + a) * pw + j + b];
+              mine[static_cast<size_t>(q) * taps + (static_cast<size_t>(a) * s.kw + b) * s.c + c] += sum;
+            }
+    }
+  });
+  std::copy(partial.begin(), partial.begin() + ot, dw);
+  for (int t = 1; t < tasks; ++t)
+    for (size_t i = 0; i < ot; ++i) dw[i] += partial[static_cast<size_t>(t) * ot + i];
+}
+#endif
+
+void conv_wgrad_s16_s64(const int16_t* err, const int16_t* x, const Col2imShape& s, int o, int64_t* dw) {
+  const int rows = s.oh * s.ow, taps = s.kh * s.kw * s.c;
+  const size_t image = static_cast<size_t>(s.h) * s.w * s.c, ot = static_cast<size_t>(o) * taps;
+  SerialScope serial(small_op(static_cast<double>(s.n) * rows * taps * o));
+  const int max_e = max_abs16(err, static_cast<size_t>(s.n) * rows * o), max_x = max_abs16(x, s.n * image);
+  const int block = block_of_max(max_e, max_x, (rows + 1) / 2);
+#ifdef DSPTRAIN_X86
+  // planes when the rows are wide enough to fill most of a vector's lanes (LeNet's conv1:
+  // 28 of 32); operands whose image sums could leave int32 take the planes' scalar loop
+  if (planar(s)) return wgrad_planar(err, x, s, o, dw, static_cast<double>(rows) * max_e * max_x < 2147483647.0);
+#endif
+  const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
+  std::vector<int64_t> partial(static_cast<size_t>(tasks) * ot, 0);
+  parallel_for(tasks, [&](int t) {
+    thread_local Kept<PackedS16> packed;
+    thread_local Kept<std::vector<int16_t>> cols, padded;
+    thread_local Kept<std::vector<int64_t>> sums;
+    cols.resize(static_cast<size_t>(rows) * taps);
+    sums.resize(ot);
+    int64_t* mine = partial.data() + static_cast<size_t>(t) * ot;
+    for (int n = static_cast<int>(static_cast<long long>(s.n) * t / tasks);
+         n < static_cast<int>(static_cast<long long>(s.n) * (t + 1) / tasks); ++n) {
+      im2col_image(x + n * image, s, cols.data(), padded);
+      pack(err + static_cast<size_t>(n) * rows * o, true, cols.data(), o, taps, rows, &packed);
+      product_rows(packed, 0, o, taps, block, sums.data(), 0);
+      for (size_t i = 0; i < ot; ++i) mine[i] += sums[i];
+    }
+  });
+  std::copy(partial.begin(), partial.begin() + ot, dw);
+  for (int t = 1; t < tasks; ++t)
+    for (size_t i = 0; i < ot; ++i) dw[i] += partial[static_cast<size_t>(t) * ot + i];
+}
+
 void matmul_fp16_chunked(const float* a, bool a_transposed, const float* b, int m, int n, int k, int chunk,
                          bool fp16_adds, float* c) {
   chunk = std::max(1, std::min(chunk, k));
@@ -458,6 +775,12 @@ void matmul_fp16_chunked(const float* a, bool a_transposed, const float* b, int 
 // The sizes pack() and matmul_fp16_chunked's packing grow their kept buffers to.
 ScratchList matmul_s16_scratch(int m, int n, int k, bool a_transposed) {
   if (k == 0) return {};
+  if (a_transposed && k >= 2 * kChunkK) {   // k_chunked: a chunk's packed operands and sums, per pool thread
+    const size_t pairs = kChunkK / 2, panels = (n + kPanel - 1) / kPanel, threads = pool_threads();
+    return {{"matmul_s16.chunk_b (per thread)", threads * panels * pairs * kPanel * 2 * sizeof(int16_t)},
+            {"matmul_s16.chunk_a_pairs (per thread)", threads * m * pairs * sizeof(int32_t)},
+            {"matmul_s16.chunk_sums (per thread)", threads * static_cast<size_t>(m) * n * sizeof(int64_t)}};
+  }
   const size_t pairs = (k + 1) / 2, panels = (n + kPanel - 1) / kPanel;
   ScratchList out{{"matmul_s16.packed_b", panels * pairs * kPanel * 2 * sizeof(int16_t)}};
   if (a_transposed || k % 2) out.emplace_back("matmul_s16.a_pairs", static_cast<size_t>(m) * pairs * sizeof(int32_t));
@@ -479,6 +802,41 @@ ScratchList matmul_fp16_chunked_scratch(int n, int k, int chunk) {
   chunk = std::max(1, std::min(chunk, k));
   const size_t kp = (k + chunk - 1) / chunk * chunk, blocks = (n + 7) / 8;
   return {{"matmul_fp16.packed_b", blocks * kp * 8 * sizeof(float)}};
+}
+
+}  // namespace dsptrain
+
+namespace dsptrain {
+
+// conv_fwd_s16_s64 and conv_wgrad_s16_s64, per pool thread: the planar paths' channel
+// planes (and the forward's pair planes, the weight gradient's error planes), else one
+// image's patches, its padded copy, the packed operands (and the weight gradient's sums).
+ScratchList conv_s16_scratch(bool weight_gradient, const Col2imShape& s, int o) {
+  const size_t threads = pool_threads(), rows = static_cast<size_t>(s.oh) * s.ow;
+  const size_t taps = static_cast<size_t>(s.kh) * s.kw * s.c;
+  const size_t plane = static_cast<size_t>(s.h + 2 * s.pad) * (s.w + 2 * s.pad);
+  const std::string name = weight_gradient ? "conv2d_bwd_weight_s16" : "conv2d_s16";
+  ScratchList out;
+  const auto add = [&](const char* buffer, size_t bytes) { out.emplace_back(name + "." + buffer + " (per thread)", threads * bytes); };
+  if (planar(s)) {
+    add("channel_planes", (s.c * plane + 64) * sizeof(int16_t));
+    if (weight_gradient) add("error_planes", o * rows * sizeof(int16_t));
+    else add("pair_planes", (s.c * plane + 32) * sizeof(int32_t));
+    return out;
+  }
+  add("patches", rows * taps * sizeof(int16_t));
+  add("padded_image", (s.c * plane + 32) * sizeof(int16_t));
+  if (weight_gradient) {
+    const size_t pairs = (rows + 1) / 2, panels = (taps + kPanel - 1) / kPanel;
+    add("packed_b", panels * pairs * kPanel * 2 * sizeof(int16_t));
+    add("a_pairs", o * pairs * sizeof(int32_t));
+    add("sums", o * taps * sizeof(int64_t));
+  } else {
+    const size_t pairs = (taps + 1) / 2, panels = (o + kPanel - 1) / kPanel;
+    add("packed_b", panels * pairs * kPanel * 2 * sizeof(int16_t));
+    if (taps % 2) add("a_pairs", rows * pairs * sizeof(int32_t));
+  }
+  return out;
 }
 
 }  // namespace dsptrain

@@ -259,7 +259,7 @@ static void pack_wt(int8_t *bp, const int8_t *w, const struct conv_shape *s, int
             HVX_Vector r[4];
             for (int i = 0; i < 4; i++) {
                 int o = 4 * g + i;
-                r[i] = o < s->o ? hvx_load_bytes(w + (o * taps + tap) * s->c + cb * 32, lanes) : zero;
+                r[i] = o < s->o ? hvx_load_u(w + (o * taps + tap) * s->c + cb * 32) : zero;   /* past `lanes`: unused columns */
             }
             HVX_Vector v = Q6_V_vxor_VV(hvx_interleave4b(r[0], r[1], r[2], r[3]), bias);
             out[u * groups + g] = lanes < 32 ? dspt_ones_lane(v, (int)lanes) : v;   /* block cb, word (t, g) */

@@ -74,19 +74,27 @@ static void build_image(const struct padded_job *j, int8_t *img, int32_t *psum, 
     const HVX_Vector *pix = (const HVX_Vector *)img;
     HVX_Vector *sum = (HVX_Vector *)psum;
     for (uint32_t i = 0; i < (bytes + HVX_BYTES - 1) / HVX_BYTES; i++) sum[i] = Q6_Vw_vrmpy_VbVb(pix[i], ones);
-    for (int r = 0; r < j->hp; r++)
-        for (int x0 = 0; x0 < j->ws; x0 += 32) {
-            const int32_t *p = psum + r * j->wp + x0;
+    /* locals: the stores below may alias *j and *s as far as the compiler knows */
+    const int hp = j->hp, wp = j->wp, ws = j->ws, kw = s->kw, kh = s->kh, oh_n = s->oh, step = ws / 32;
+    for (int r = 0; r < hp; r++)
+        for (int x0 = 0; x0 < ws; x0 += 32) {
+            const int32_t *p = psum + r * wp + x0;
             HVX_Vector acc = hvx_load_u(p);
-            for (int t = 1; t < s->kw; t++) acc = Q6_Vw_vadd_VwVw(acc, hvx_load_u(p + t));
-            *(HVX_Vector *)(hsum + r * j->ws + x0) = acc;
+            if (kw == 3)   /* the common window, without a loop of two */
+                acc = Q6_Vw_vadd_VwVw(acc, Q6_Vw_vadd_VwVw(hvx_load_u(p + 1), hvx_load_u(p + 2)));
+            else
+                for (int t = 1; t < kw; t++) acc = Q6_Vw_vadd_VwVw(acc, hvx_load_u(p + t));
+            *(HVX_Vector *)(hsum + r * ws + x0) = acc;
         }
-    for (int oh = 0; oh < s->oh; oh++)
-        for (int x0 = 0; x0 < j->ws; x0 += 32) {
-            const HVX_Vector *h = (const HVX_Vector *)(hsum + oh * j->ws + x0);
+    for (int oh = 0; oh < oh_n; oh++)
+        for (int x0 = 0; x0 < ws; x0 += 32) {
+            const HVX_Vector *h = (const HVX_Vector *)(hsum + oh * ws + x0);
             HVX_Vector acc = h[0];
-            for (int i = 1; i < s->kh; i++) acc = Q6_Vw_vadd_VwVw(acc, h[i * j->ws / 32]);
-            *(HVX_Vector *)(wsum + oh * j->ws + x0) = acc;
+            if (kh == 3)
+                acc = Q6_Vw_vadd_VwVw(acc, Q6_Vw_vadd_VwVw(h[step], h[2 * step]));
+            else
+                for (int i = 1; i < kh; i++) acc = Q6_Vw_vadd_VwVw(acc, h[i * step]);
+            *(HVX_Vector *)(wsum + oh * ws + x0) = acc;
         }
 }
 

@@ -135,9 +135,9 @@ def route_room(filename: str, root: Path = RUNTIME) -> str | None:
     return room(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
 
 
-def trace_backend_choice(backend: str = "cpu") -> list[tuple[str, str]]:
+def trace_backend_choice(backend: str = "cpu", recipe: str = "niti") -> list[tuple[str, str]]:
     """(from room, to room) of every call that hands the choice on, in order, during one
-    short training run from the command line (needs the built package)."""
+    short training run of `recipe` from the command line (needs the built package)."""
     import tempfile
     import threading
 
@@ -180,7 +180,7 @@ def trace_backend_choice(backend: str = "cpu") -> list[tuple[str, str]]:
 
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "route.yaml"
-        run.write_text("recipe: niti\nmodel: lenet5\ndata: {dataset: synthetic, train_limit: 32, test_limit: 16}\n"
+        run.write_text(f"recipe: {recipe}\n" + "model: lenet5\ndata: {dataset: synthetic, train_limit: 32, test_limit: 16}\n"
                        "train: {epochs: 1, batch_size: 16, eval_batch_size: 16}\nenergy: estimate\n")
         threading.setprofile(profile)
         sys.setprofile(profile)

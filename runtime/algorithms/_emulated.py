@@ -45,7 +45,7 @@ def _rows(a: np.ndarray) -> np.ndarray:
     return a.reshape(a.shape[0], -1)
 
 
-def product(be, kind: str, a: Scaled, b: Scaled, attrs: dict, cache: PatchCache | None = None) -> np.ndarray:
+def product(be, kind: str, a: Scaled, b: Scaled, attrs: dict) -> np.ndarray:
     """The float32 result of a layer product of two quantized operands.
 
     kind: fwd (x, w), bwd_data (err, w), bwd_weight (err, x); attrs has `conv` and the
@@ -61,7 +61,7 @@ def product(be, kind: str, a: Scaled, b: Scaled, attrs: dict, cache: PatchCache 
         if "matmul_s16" not in be.hooks:
             raise NoSupport(be.name, f"{kind} product of {a.q.dtype} x {b.q.dtype} operands needs matmul_s16")
         return be.dequantize(_int16_product(be, kind, a.q.astype(np.int16, copy=False),
-                                            b.q.astype(np.int16, copy=False), attrs, cache),
+                                            b.q.astype(np.int16, copy=False), attrs),
                              float(a.scale) * float(b.scale))
     return _float64_product(kind, a.values(), b.values(), attrs).astype(np.float32)
 
@@ -113,52 +113,13 @@ def _scalar_int(t: Scaled) -> bool:
     return t.q.dtype in (np.int8, np.int16) and np.ndim(t.scale) == 0
 
 
-class PatchCache:
-    """The im2col patches of a conv's quantized input, built by the forward product and
-    used again by the weight-gradient product of the same step (it needs the same
-    patches of the same saved input): one patch matrix per conv instead of two.
-
-    An entry holds the input array it was built from and a copy of its values; it is used
-    only for that very array with unchanged values, so a hit returns exactly what
-    im2col would. Bounded (entries, and bytes in all: LeNet-5's two convs at batch 64
-    keep 4.4 MB), so an evaluation pass, which never runs the backward, cannot grow it;
-    a miss (a bigger model) just builds the patches again. The memory plan counts an
-    entry per conv at the rows it runs (`kept_bytes`); slices of a micro-batched step can
-    leave up to `entries` entries of one layer, which it does not bound."""
-
-    def __init__(self, entries: int = 4, max_bytes: int = 8 << 20):
-        self.entries, self.max_bytes = entries, max_bytes
-        self._kept: dict = {}
-
-    def kept_bytes(self, x_shape, w_shape, attrs) -> tuple[int, int]:
-        """(bytes per row an entry for this conv keeps: its int16 patches and the copy of its
-        input; the most rows whose patches it keeps)."""
-        kh, kw, s, p = w_shape[1], w_shape[2], attrs["stride"], attrs["pad"]
-        cols = out_size(x_shape[1], kh, s, p) * out_size(x_shape[2], kw, s, p) * kh * kw * x_shape[3] * 2
-        return cols + int(np.prod(x_shape[1:])) * 2, self.max_bytes // max(cols, 1)
-
-    def _bytes(self) -> int:
-        return sum(entry[2].nbytes for entry in self._kept.values())
-
-    def patches(self, be, x, kh, kw, stride, pad, keep: bool):
-        key = (id(x), kh, kw, stride, pad)
-        hit = self._kept.pop(key, None)
-        if hit is not None and hit[0] is x and np.array_equal(hit[1], x):
-            return hit[2]
-        cols = be.im2col(x, kh, kw, stride, pad)
-        if keep and cols.nbytes <= self.max_bytes:
-            while self._kept and (len(self._kept) >= self.entries or self._bytes() + cols.nbytes > self.max_bytes):
-                self._kept.pop(next(iter(self._kept)))   # the oldest first
-            self._kept[key] = (x, x.copy(), cols)
-        return cols
-
-
-def _int16_product(be, kind, a, b, attrs, cache: PatchCache | None = None):
-    """The exact int64 sums of a layer product of int16 operands by matmul_s16, whose
-    right operand is K-major: weights as they are for the backward data product (a
-    transposed copy of them, small, for the forward), activations and im2col patches as
-    they are for the weight gradient; patches (im2col) and the backward data (product and
-    col2im scatter, int64, `conv2d_bwd_data_s16`) are native too."""
+def _int16_product(be, kind, a, b, attrs):
+    """The exact int64 sums of a layer product of int16 operands. Linear layers: matmul_s16,
+    whose right operand is K-major (weights as they are for the backward data product, a
+    transposed copy of them, small, for the forward; activations as they are for the
+    weight gradient). Convolutions: the backend's conv2d_s16, conv2d_bwd_data_s16 and
+    conv2d_bwd_weight_s16 (base.py composes them from im2col, matmul_s16 and col2im; the
+    CPU builds each image's patches in cache and uses them at once)."""
     c = np.ascontiguousarray
     if not attrs["conv"]:
         if kind == "fwd":
@@ -168,17 +129,10 @@ def _int16_product(be, kind, a, b, attrs, cache: PatchCache | None = None):
         return be.matmul_s16(a, c(_rows(b)), a_transposed=True)
     s, p = attrs["stride"], attrs["pad"]
     if kind == "fwd":
-        o, kh, kw, _ = b.shape
-        n, h, w, _ = a.shape
-        cols = cache.patches(be, a, kh, kw, s, p, keep=True) if cache else be.im2col(a, kh, kw, s, p)
-        out = be.matmul_s16(cols, c(b.reshape(o, -1).T))
-        return out.reshape(n, out_size(h, kh, s, p), out_size(w, kw, s, p), o)
+        return be.conv2d_s16(c(a), c(b), s, p)
     if kind == "bwd_data":
         return be.conv2d_bwd_data_s16(c(a), c(b), s, p, attrs["in_hw"])
-    kh, kw = attrs["kernel"]
-    o = a.shape[-1]
-    cols = cache.patches(be, b, kh, kw, s, p, keep=False) if cache else be.im2col(b, kh, kw, s, p)
-    return be.matmul_s16(a.reshape(-1, o), cols, a_transposed=True).reshape(o, kh, kw, b.shape[-1])
+    return be.conv2d_bwd_weight_s16(c(a), c(b), s, p, attrs["kernel"])
 
 
 def _int8_product(be, kind, a, b, attrs):

@@ -11,6 +11,7 @@ from ..errors import LoweringError
 from ..nn import (Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU,
                   has_bias)
 from . import _float_layers as fl
+from ._kernel import Kernel
 
 ACTIVATION_DTYPE = "float32"
 _F32 = ("numpy_f32",)
@@ -151,38 +152,60 @@ def with_bias(y, op, env):
     return (y + np.asarray(env[op.inputs[2]], np.float32)).astype(np.float32, copy=False)
 
 
-def conv_fwd(be, op, env, ctx):
-    a = op.attrs
-    return {op.outputs[0]: with_bias(be.conv2d_f32(env[op.inputs[0]], env[op.inputs[1]], a["stride"], a["pad"]),
-                                     op, env)}
+# Ops that are one backend hook are Kernels (algorithms/_kernel.py): the executor calls the
+# hook on the chosen backend itself; the functions below map the op's tensors to its
+# arguments and its result back.
+
+def _conv_fwd_args(op, env, ctx):
+    return env[op.inputs[0]], env[op.inputs[1]], op.attrs["stride"], op.attrs["pad"]
 
 
-def linear_fwd(be, op, env, ctx):
+def _linear_fwd_args(op, env, ctx):
     x = env[op.inputs[0]]
-    return {op.outputs[0]: with_bias(be.gemm_f32(x.reshape(x.shape[0], -1), env[op.inputs[1]]), op, env)}
+    return x.reshape(x.shape[0], -1), env[op.inputs[1]]
 
 
-def bias_grad(be, op, env, ctx):
+def _biased(op, env, ctx, y):
+    return {op.outputs[0]: with_bias(y, op, env)}
+
+
+def _result(op, env, ctx, y):
+    return {op.outputs[0]: y}
+
+
+def _first(op, env, ctx):
+    return (env[op.inputs[0]],)
+
+
+def _both(op, env, ctx):
+    return env[op.inputs[0]], env[op.inputs[1]]
+
+
+def _maxpool_fwd_args(op, env, ctx):
+    return env[op.inputs[0]], op.attrs["kernel"], op.attrs["stride"]
+
+
+def _two_results(op, env, ctx, out):
+    return dict(zip(op.outputs, out))
+
+
+def _maxpool_bwd_args(op, env, ctx):
+    a = op.attrs
+    return env[op.inputs[0]], env[op.inputs[1]], a["kernel"], a["stride"], a["in_hw"]
+
+
+def _bias_grad(op, env, ctx, _):
     err = np.asarray(env[op.inputs[0]])
     return {op.outputs[0]: err.reshape(-1, err.shape[-1]).sum(axis=0, dtype=np.float64).astype(np.float32)}
 
 
-def relu_fwd(be, op, env, ctx):
-    return {op.outputs[0]: be.relu_f32(env[op.inputs[0]])}
-
-
-def relu_bwd(be, op, env, ctx):
-    return {op.outputs[0]: be.relu_bwd_f32(env[op.inputs[0]], env[op.inputs[1]])}
-
-
-def maxpool_fwd(be, op, env, ctx):
-    y, argmax = be.maxpool_f32(env[op.inputs[0]], op.attrs["kernel"], op.attrs["stride"])
-    return {op.outputs[0]: y, op.outputs[1]: argmax}
-
-
-def maxpool_bwd(be, op, env, ctx):
-    err, argmax = env[op.inputs[0]], env[op.inputs[1]]
-    return {op.outputs[0]: be.maxpool_bwd_f32(err, argmax, op.attrs["kernel"], op.attrs["stride"], op.attrs["in_hw"])}
+conv_fwd = Kernel("conv2d_f32", _conv_fwd_args, _biased)
+linear_fwd = Kernel("gemm_f32", _linear_fwd_args, _biased)
+bias_grad = Kernel.local(_bias_grad)
+relu_fwd = Kernel("relu_f32", _first, _result)
+relu_bwd = Kernel("relu_bwd_f32", _both, _result)
+maxpool_fwd = Kernel("maxpool_f32", _maxpool_fwd_args, _two_results)
+maxpool_bwd = Kernel("maxpool_bwd_f32", _maxpool_bwd_args, _result)
 
 
 def avgpool2d_fwd(be, op, env, ctx):
@@ -223,20 +246,23 @@ def loss_grad(be, op, env, ctx):
     return {op.outputs[0]: (p / ctx.batch_total).astype(np.float32)}
 
 
-def conv_bwd_data(be, op, env, ctx):
+def _conv_bwd_data_args(op, env, ctx):
     a = op.attrs
-    return {op.outputs[0]: be.conv2d_bwd_data_f32(env[op.inputs[0]], env[op.inputs[1]], a["stride"], a["pad"],
-                                                  a["in_hw"])}
+    return env[op.inputs[0]], env[op.inputs[1]], a["stride"], a["pad"], a["in_hw"]
 
 
-def linear_bwd_data(be, op, env, ctx):
-    return {op.outputs[0]: be.gemm_f32(env[op.inputs[0]], np.ascontiguousarray(env[op.inputs[1]].T))}
+def _linear_bwd_data_args(op, env, ctx):
+    return env[op.inputs[0]], np.ascontiguousarray(env[op.inputs[1]].T)
 
 
-def conv_bwd_weight(be, op, env, ctx):
+def _conv_bwd_weight_args(op, env, ctx):
     a = op.attrs
-    return {op.outputs[0]: be.conv2d_bwd_weight_f32(env[op.inputs[0]], env[op.inputs[1]], a["stride"], a["pad"],
-                                                    a["kernel"])}
+    return env[op.inputs[0]], env[op.inputs[1]], a["stride"], a["pad"], a["kernel"]
+
+
+conv_bwd_data = Kernel("conv2d_bwd_data_f32", _conv_bwd_data_args, _result)
+linear_bwd_data = Kernel("gemm_f32", _linear_bwd_data_args, _result)
+conv_bwd_weight = Kernel("conv2d_bwd_weight_f32", _conv_bwd_weight_args, _result)
 
 
 def linear_bwd_weight(be, op, env, ctx):
@@ -244,13 +270,15 @@ def linear_bwd_weight(be, op, env, ctx):
     return {op.outputs[0]: (err.T @ x.reshape(x.shape[0], -1)).astype(np.float32)}
 
 
-def sgd(be, op, env, ctx):
+def _sgd_args(op, env, ctx):
     """PyTorch's SGD: g += wd * w; v = momentum * v + g; w -= lr * (g + momentum * v if nesterov else v)."""
     w, grad, v = env[op.inputs[0]], env[op.inputs[1]], env[op.inputs[2]]
     o = ctx.recipe.optimizer
     lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
-    w, v = be.sgd_f32(w, grad, v, lr, o.momentum, o.weight_decay, o.nesterov)
-    return {op.outputs[0]: w, op.outputs[1]: v}
+    return w, grad, v, lr, o.momentum, o.weight_decay, o.nesterov
+
+
+sgd = Kernel("sgd_f32", _sgd_args, _two_results)
 
 
 OPS = {

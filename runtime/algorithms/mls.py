@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._emulated import Emulated, Numerics, PatchCache, group_for, module_contract, product
+from ._emulated import Emulated, Numerics, group_for, module_contract
 from ._quant import quantize_mls
 
 
@@ -43,17 +43,6 @@ class MLSNumerics(Numerics):
     def product_hooks(self, kind):
         return {"conv": ("matmul_s16", "im2col"), "conv_bwd_weight": ("matmul_s16", "im2col"),
                 "conv_bwd_data": ("matmul_s16", "col2im")}.get(kind, ("matmul_s16",))
-
-    def __init__(self):
-        self.patch_cache = PatchCache()   # a conv's input patches: forward product -> weight gradient
-
-    def kept_by_forward(self, name, attrs, x_shape, w_shape):
-        if not attrs["conv"]:
-            return {}
-        return {f"mls.patch_cache.{name}": self.patch_cache.kept_bytes(x_shape, w_shape, attrs)}
-
-    def product(self, be, kind, a, b, attrs, ctx):
-        return product(be, kind, a, b, attrs, self.patch_cache)
 
     def quantized_dtype(self, recipe, role):
         return "int16"    # the elements shifted by their group's scale (_quant.quantize_mls)

@@ -195,6 +195,23 @@ class Backend:
         16-bit AFP errors). b is K-major, so no product needs a transposed copy."""
         self._needs("matmul_s16")
 
+    def conv2d_s16(self, x, w, stride: int, pad: int) -> np.ndarray:
+        """(optional) A conv's forward on int16 operands, exact int64 NHWC: im2col(x) @
+        w[O, KH*KW*C].T. Default: im2col and matmul_s16; the CPU builds each image's patches
+        in cache and multiplies them at once (no patch matrix kept)."""
+        n, h, wd, _ = x.shape
+        o, kh, kw, _ = w.shape
+        y = self.matmul_s16(self.im2col(x, kh, kw, stride, pad), np.ascontiguousarray(w.reshape(o, -1).T))
+        return y.reshape(n, (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1, o)
+
+    def conv2d_bwd_weight_s16(self, err, x, stride: int, pad: int, kernel) -> np.ndarray:
+        """(optional) A conv's weight gradient on int16 operands, exact int64 [O, KH, KW, C]:
+        err[N*OH*OW, O].T @ im2col(x). Default: im2col and matmul_s16; fused on the CPU."""
+        kh, kw = kernel
+        o = err.shape[-1]
+        cols = self.im2col(x, kh, kw, stride, pad)
+        return self.matmul_s16(err.reshape(-1, o), cols, a_transposed=True).reshape(o, kh, kw, x.shape[-1])
+
     def conv2d_bwd_data_s16(self, err, w, stride: int, pad: int, in_hw) -> np.ndarray:
         """(optional) A conv's backward data on int16 operands, exact int64 NHWC: col2im of
         err[N*OH*OW, O] @ w[O, KH*KW*C]. Default: those two hooks, so a backend that has

@@ -128,6 +128,11 @@ class CpuBackend(Backend):
             if exact[0] == "matmul_s16" and product.layer == "conv" and product.pass_ == "backward_data":
                 # conv2d_bwd_data_s16 runs the product and the scatter fused, one image at a time
                 return dict(_native.scratch_bytes("conv2d_bwd_data_s16", [m, n, k, m // rows], False))
+            if exact[0] == "matmul_s16" and product.layer == "conv":   # conv2d_s16, conv2d_bwd_weight_s16: per image
+                x, w = _conv_operands(product, shape)
+                hook = "conv2d_s16" if product.pass_ == "forward" else "conv2d_bwd_weight_s16"
+                return dict(_native.scratch_bytes(hook, [rows, *x[1:], *w[:3], op.attrs["stride"], op.attrs["pad"]],
+                                                  False))
             fourth = int(a_transposed) if exact[0] == "matmul_s16" else int(op.attrs.get("chunk", 64))
             return dict(_native.scratch_bytes(exact[0], [m, n, k, fourth], False))
         if product.layer == "conv" and F32_CONV_HOOKS.intersection(op.hooks):
@@ -223,6 +228,12 @@ class CpuBackend(Backend):
 
     def matmul_s16(self, a, b, a_transposed=False):
         return _native.matmul_s16(a, b, bool(a_transposed))
+
+    def conv2d_s16(self, x, w, stride, pad):
+        return _native.conv2d_s16(x, w, int(stride), int(pad))
+
+    def conv2d_bwd_weight_s16(self, err, x, stride, pad, kernel):
+        return _native.conv2d_bwd_weight_s16(err, x, int(stride), int(pad), tuple(kernel))
 
     def conv2d_bwd_data_s16(self, err, w, stride, pad, in_hw):
         return _native.conv2d_bwd_data_s16(err, w, int(stride), int(pad), tuple(in_hw))

@@ -120,6 +120,11 @@ def load_yaml(raw: bytes, limits: YamlLimits = YamlLimits()):
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if "maximum nesting depth" in problem:
+            # libyaml's scanner (PyYAML 6.0.4 on) looks ahead past brackets and stops at its
+            # own depth limit before the event walk above reaches ours: the same finding
+            raise YamlProblem(f"nests deeper than {limits.max_depth} levels",
+                              line=mark.line + 1 if mark else None) from None
         if isinstance(exc, yaml.reader.ReaderError):
             char = exc.character if isinstance(exc.character, int) else ord(exc.character or "\0")
             problem = f"character U+{char:04X} is not allowed in YAML (position {exc.position})"

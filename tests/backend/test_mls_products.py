@@ -1,9 +1,8 @@
 """MLS's exact int16 products (matmul_s16) on every x86 path of the CPU backend (AVX-512
 VNNI vpdpwssd, AVX2 pmaddwd, scalar) against ops_ref, on random and ragged shapes (K odd
 and not a multiple of the 16-channel group, M and N not multiples of the row and panel
-steps), the same at 1 and 2 threads; the fused conv backward data (conv2d_bwd_data_s16)
-likewise; and the forward's im2col patches reused by the
-weight gradient (algorithms/_emulated.PatchCache) only when they are exactly im2col's.
+steps), the same at 1 and 2 threads; and the convolutions built on it (conv2d_s16,
+conv2d_bwd_data_s16, conv2d_bwd_weight_s16: patches per image, in cache) likewise.
 """
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ import numpy as np
 import pytest
 
 from dsptrain import _cpu_ops as native
-from dsptrain.algorithms._emulated import PatchCache
 from dsptrain.backends.ops_cpu import ISA_ENV, CpuBackend
 
 ISAS = ("avx512vnni", "avx2", "scalar")
@@ -76,8 +74,10 @@ def test_matmul_s16_same_at_one_and_two_threads():
 
 
 # (n, h, w, c, o, k, stride, pad): LeNet's conv2, a padded strided one with odd O (the
-# product's K), a 1-channel one with a 3x3 kernel
-CONV_SHAPES = [(3, 14, 14, 6, 16, 5, 1, 0), (2, 9, 7, 5, 3, 3, 2, 1), (5, 6, 6, 1, 6, 3, 1, 1)]
+# product's K), a 1-channel one with a 3x3 kernel, LeNet's conv1 and a 35-column one (the
+# weight gradient from channel planes: 16 or more columns, two vectors a row)
+CONV_SHAPES = [(3, 14, 14, 6, 16, 5, 1, 0), (2, 9, 7, 5, 3, 3, 2, 1), (5, 6, 6, 1, 6, 3, 1, 1),
+               (2, 28, 28, 1, 6, 5, 1, 2), (3, 20, 35, 3, 10, 3, 1, 1)]
 
 
 @pytest.mark.parametrize("n,h,w,c,o,k,stride,pad", CONV_SHAPES)
@@ -113,22 +113,38 @@ def test_conv2d_bwd_data_s16_same_at_one_and_two_threads_and_checks_shapes():
         native.conv2d_bwd_data_s16(err, wq, 1, 0, (15, 14))
 
 
-def test_patch_cache_reuses_only_the_same_unchanged_input():
-    be = CpuBackend()
-    rng = np.random.default_rng(3)
-    x = mls_elements(rng, (4, 9, 9, 6))
-    cache = PatchCache()
-    built = cache.patches(be, x, 3, 3, 1, 1, keep=True)
-    again = cache.patches(be, x, 3, 3, 1, 1, keep=False)
-    assert again is built                                         # the forward's patches, reused
-    np.testing.assert_array_equal(again, be.im2col(x, 3, 3, 1, 1))
-    cache.patches(be, x, 3, 3, 1, 1, keep=True)
-    x[0, 0, 0, 0] += 1                                            # changed in place: must not reuse
-    np.testing.assert_array_equal(cache.patches(be, x, 3, 3, 1, 1, keep=False), be.im2col(x, 3, 3, 1, 1))
-    for i in range(10):                                           # forwards without backwards stay bounded
-        cache.patches(be, mls_elements(rng, (2, 5, 5, 1)), 3, 3, 1, 0, keep=True)
-    assert len(cache._kept) <= cache.entries
-    small = PatchCache(max_bytes=3 * 25 * 9 * 2)                  # three 5x5x1 inputs' 3x3 patches
-    for i in range(5):
-        small.patches(be, mls_elements(rng, (1, 5, 5, 1)), 3, 3, 1, 1, keep=True)
-    assert small._bytes() <= small.max_bytes and len(small._kept) == 3
+@pytest.mark.parametrize("n,h,w,c,o,k,stride,pad", CONV_SHAPES)
+def test_conv2d_s16_and_bwd_weight_every_isa(isa_backend, ref, n, h, w, c, o, k, stride, pad):
+    """The forward and weight gradient with each image's patches built in cache, against
+    ops_ref's im2col + matmul_s16; and operands whose sums leave int32 (the int64 path)."""
+    rng = np.random.default_rng(n + h + c + o + 1)
+    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    x, wq, err = mls_elements(rng, (n, h, w, c)), mls_elements(rng, (o, k, k, c)), mls_elements(rng, (n, oh, ow, o))
+    for xs, es in ((x, err), (np.full_like(x, -32768), np.full_like(err, 32767))):
+        got = isa_backend.conv2d_s16(xs, wq, stride, pad)
+        assert got.dtype == np.int64 and got.shape == (n, oh, ow, o)
+        np.testing.assert_array_equal(got, ref.conv2d_s16(xs, wq, stride, pad))
+        got = isa_backend.conv2d_bwd_weight_s16(es, xs, stride, pad, (k, k))
+        assert got.dtype == np.int64 and got.shape == (o, k, k, c)
+        np.testing.assert_array_equal(got, ref.conv2d_bwd_weight_s16(es, xs, stride, pad, (k, k)))
+
+
+def test_conv2d_s16_passes_same_at_one_and_two_threads_and_check_shapes():
+    rng = np.random.default_rng(13)
+    x, wq, err = mls_elements(rng, (64, 28, 28, 1)), mls_elements(rng, (6, 5, 5, 1)), mls_elements(rng, (64, 28, 28, 6))
+    threads, threshold = native.threads(), native.serial_below_macs()
+    runs = []
+    try:
+        for count in (1, 2):
+            native.set_threads(count)
+            native.set_serial_below_macs(0.0 if count == 2 else threshold)
+            runs.append((native.conv2d_s16(x, wq, 1, 2), native.conv2d_bwd_weight_s16(err, x, 1, 2, (5, 5))))
+    finally:
+        native.set_threads(threads)
+        native.set_serial_below_macs(threshold)
+    for one, two in zip(*runs):
+        np.testing.assert_array_equal(one, two)
+    with pytest.raises(ValueError, match=r"conv2d_s16: weight shape \(6, 5, 5, 1\) does not match input channels 2"):
+        native.conv2d_s16(mls_elements(rng, (1, 8, 8, 2)), wq, 1, 0)
+    with pytest.raises(ValueError, match=r"conv2d_bwd_weight_s16: err shape \(64, 28, 28, 6\) does not match x"):
+        native.conv2d_bwd_weight_s16(err, x, 1, 0, (5, 5))

@@ -41,3 +41,12 @@ def test_the_route_follows_the_first_hand_over_of_each_room():
     lines = layout.describe_route(rooms, handed)
     assert lines[0].startswith("backend choice: cli -> train -> plan") and "7 rooms" in lines[0]
     assert "returns into train: 0" in lines[-1]
+
+
+@pytest.mark.skipif(not CpuBackend.available()[0], reason="cpu backend not built")
+def test_fp32_reaches_its_kernels_by_the_same_route():
+    layout = _checker()
+    rooms, handed = layout.route(layout.trace_backend_choice("cpu", recipe="fp32"))
+    assert len(rooms) <= layout.ROUTE_TARGET, rooms                               # fails if the route grows
+    assert rooms == ["cli", "plan", "backends", "execute", "backends.ops_cpu"], rooms
+    assert "train" not in handed and handed["execute"] == ["backends.ops_cpu"], handed

@@ -116,3 +116,25 @@ def test_the_emulated_products_workspace_is_what_they_allocate(name):
         assert got <= planned * 1.02 + 4096, f"{name} {op.name}: allocated {got} bytes, planned {planned}"
         if not (name == "mls" and op.name.startswith("conv")):   # the cached patches: see above
             assert planned <= got * 1.5 + 4096, f"{name} {op.name}: planned {planned} bytes, allocated {got}"
+
+
+def test_float_maxpool_backward_allocates_only_its_result():
+    """maxpool_bwd_f32 (FP32 and the emulated recipes' pooling) allocates the input-sized
+    error it returns and nothing else (it allocated a second input-sized array to check the
+    shapes, twice what the plan's op workspace counts)."""
+    import tracemalloc
+
+    from dsptrain.backends.ops_cpu import CpuBackend
+
+    if not CpuBackend.available()[0]:
+        pytest.skip("cpu backend not built")
+    be, rng = CpuBackend(), np.random.default_rng(3)
+    err = rng.standard_normal((32, 12, 12, 6)).astype(np.float32)
+    argmax = rng.integers(0, 4, err.shape).astype(np.uint8)
+    tracemalloc.start()
+    try:
+        dx = be.maxpool_bwd_f32(err, argmax, 2, 2, (24, 24))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert dx.shape == (32, 24, 24, 6) and peak <= dx.nbytes + 4096, (peak, dx.nbytes)
