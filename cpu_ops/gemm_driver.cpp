@@ -267,58 +267,62 @@ int a_row_bytes(Isa isa, int k) {
 
 int a_rows(Isa isa, int m) { return round_up(m, gemm_kernel(isa)->mr); }
 
-void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc, bool a_padded, int64_t* absmax) {
-  const GemmKernel* kern = kernel_for(b.isa);
-  const int n = b.n, k = b.k, mr = kern->mr, nr = kern->nr;
+void for_each_c_tile(const GemmKernel* kern, int m, int n, int k, int32_t* c, ptrdiff_t ldc, int64_t* absmax,
+                     const std::function<void(const TaskSplit&, const CTile&)>& tile) {
   if (absmax) *absmax = 0;
   if (m <= 0 || n <= 0) return;
   if (k == 0) {
     for (int i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0);
     return;
   }
-  const int panels = (n + nr - 1) / nr;
+  const int nr = kern->nr, panels = (n + nr - 1) / nr;
   const TaskSplit split = split_tasks(kern, m, n, pool_threads());
-  const int mc = split.mc, m_blocks = split.m_blocks, n_splits = split.n_splits;
-  const int panels_per_split = split.panels_per_split;
-  const int kc_max = kern->kc;
+  std::vector<int64_t> task_max(absmax ? split.tasks() : 0, 0);  // absmax: one per task
+  parallel_for(split.tasks(), [&](int task) {
+    const int row0 = (task / split.n_splits) * split.mc, p0 = (task % split.n_splits) * split.panels_per_split;
+    const CTile t{row0, std::min(split.mc, m - row0), p0, std::min(panels, p0 + split.panels_per_split)};
+    tile(split, t);
+    if (absmax && t.p1 > t.p0)
+      task_max[task] = absmax_block(c + static_cast<ptrdiff_t>(t.row0) * ldc + t.p0 * nr, t.rows,
+                                    std::min(n, t.p1 * nr) - t.p0 * nr, ldc);
+  });
+  if (absmax) *absmax = *std::max_element(task_max.begin(), task_max.end());
+}
+
+void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc, bool a_padded, int64_t* absmax) {
+  const GemmKernel* kern = kernel_for(b.isa);
+  const int n = b.n, k = b.k, mr = kern->mr, nr = kern->nr, kc_max = kern->kc;
   const bool in_place = a_padded && kern->a_is_rows && k <= kc_max && a.k_stride == 1 &&
                         a.row_stride == 4 * padded_kgroups(kern, k);
-  const size_t a_bytes = static_cast<size_t>(mc) * 4 * padded_kgroups(kern, std::min(k, kc_max)) * kern->a_elem_bytes;
-
-  std::vector<int64_t> task_max(absmax ? m_blocks * n_splits : 0, 0);  // absmax: one per task
-  parallel_for(m_blocks * n_splits, [&](int task) {
+  for_each_c_tile(kern, m, n, k, c, ldc, absmax, [&](const TaskSplit& split, const CTile& t) {
+    const size_t a_bytes =
+        static_cast<size_t>(split.mc) * 4 * padded_kgroups(kern, std::min(k, kc_max)) * kern->a_elem_bytes;
     thread_local Kept<std::vector<uint8_t>> a_scratch;
     if (!in_place && a_scratch.size() < a_bytes + 64) a_scratch.resize(a_bytes + 64);
     uint8_t* a_pack = in_place ? nullptr : PackedB::align64(a_scratch.data());  // a_bytes + 64: room to align
     if (kern->task_begin) kern->task_begin();
-    const int row0 = (task / n_splits) * mc, rows = std::min(mc, m - row0);
-    const int p0 = (task % n_splits) * panels_per_split;
-    const int p1 = std::min(panels, p0 + panels_per_split);
     for (int pc = 0; pc < k; pc += kc_max) {
       const int kc = std::min(kc_max, k - pc), kgroups = padded_kgroups(kern, kc);
-      MatrixS8 a_block{a.data + static_cast<ptrdiff_t>(row0) * a.row_stride + static_cast<ptrdiff_t>(pc) * a.k_stride,
+      MatrixS8 a_block{a.data + static_cast<ptrdiff_t>(t.row0) * a.row_stride + static_cast<ptrdiff_t>(pc) * a.k_stride,
                        a.row_stride, a.k_stride};
       if (in_place) {
         a_pack = reinterpret_cast<uint8_t*>(const_cast<int8_t*>(a_block.data));
       } else {
-        kern->pack_a(a_block, rows, kc, a_pack);
+        kern->pack_a(a_block, t.rows, kc, a_pack);
       }
       const size_t a_tile_bytes = static_cast<size_t>(kgroups) * mr * 4 * kern->a_elem_bytes;
-      for (int p = p0; p < p1; ++p) {
+      for (int p = t.p0; p < t.p1; ++p) {
         const int8_t* b_panel = b.panels() + static_cast<size_t>(p) * b.k_pad * nr + static_cast<size_t>(pc) * nr;
         const int cols = std::min(nr, n - p * nr);
-        for (int r = 0; r < rows; r += mr) {
+        for (int r = 0; r < t.rows; r += mr) {
           kern->micro(a_pack + (r / mr) * a_tile_bytes, b_panel, kgroups,
-                      c + static_cast<ptrdiff_t>(row0 + r) * ldc + p * nr, ldc, std::min(mr, rows - r), cols,
+                      c + static_cast<ptrdiff_t>(t.row0 + r) * ldc + p * nr, ldc, std::min(mr, t.rows - r), cols,
                       pc > 0, b.col_offset.data() + p * nr);
         }
       }
     }
     if (kern->task_end) kern->task_end();
-    if (absmax && p1 > p0)
-      task_max[task] = absmax_block(c + static_cast<ptrdiff_t>(row0) * ldc + p0 * nr, rows, std::min(n, p1 * nr) - p0 * nr, ldc);
   });
-  if (absmax) *absmax = *std::max_element(task_max.begin(), task_max.end());
 }
 
 void gemm_s8_s32(MatrixS8 a, MatrixS8 b, int m, int n, int k, int32_t* c, bool a_padded, int64_t* absmax) {

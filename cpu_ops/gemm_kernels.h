@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 
 #include "gemm.h"
 
@@ -64,6 +65,17 @@ struct TaskSplit {
   int tasks() const { return m_blocks * n_splits; }
 };
 TaskSplit split_tasks(const GemmKernel* kern, int m, int n, int threads);
+
+// The C tile one task computes: rows [row0, row0 + rows), B panels [p0, p1).
+struct CTile {
+  int row0, rows, p0, p1;
+};
+
+// The frame gemm_packed and gemm_rows share: C zeroed when k == 0, the tasks of
+// split_tasks over the pool, and *absmax (if given) the largest |c| over the tasks' tiles.
+// `tile` computes one task's tile of C; it gets the split for its block sizes.
+void for_each_c_tile(const GemmKernel* kern, int m, int n, int k, int32_t* c, ptrdiff_t ldc, int64_t* absmax,
+                     const std::function<void(const TaskSplit&, const CTile&)>& tile);
 
 // Groups of 4 k that `kern` computes for a K block of kc: padded to its k_align.
 inline int padded_kgroups(const GemmKernel* kern, int kc) {

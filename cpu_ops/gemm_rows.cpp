@@ -8,8 +8,6 @@
 #include <vector>
 
 #include "gemm_kernels.h"
-#include "requant.h"
-#include "thread_pool.h"
 
 namespace dsptrain {
 
@@ -43,39 +41,24 @@ void pieces_of(const BiasedRows& a, int k0, int kc, std::vector<APiece>* out) {
 void gemm_rows(const BiasedRows& a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc, int64_t* absmax) {
   const GemmKernel* kern = gemm_kernel(b.isa);
   const int n = b.n, k = b.k, mr = kern->mr, nr = kern->nr;
-  if (absmax) *absmax = 0;
-  if (m <= 0 || n <= 0) return;
-  if (k == 0) {
-    for (int i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0);
-    return;
-  }
-  const int panels = (n + nr - 1) / nr;
-  const TaskSplit split = split_tasks(kern, m, n, pool_threads());
-  std::vector<int64_t> task_max(absmax ? split.tasks() : 0, 0);
-  parallel_for(split.tasks(), [&](int task) {
-    const int row0 = (task / split.n_splits) * split.mc, rows = std::min(split.mc, m - row0);
-    const int p0 = (task % split.n_splits) * split.panels_per_split;
-    const int p1 = std::min(panels, p0 + split.panels_per_split);
+  for_each_c_tile(kern, m, n, k, c, ldc, absmax, [&](const TaskSplit&, const CTile& t) {
     // Row starts, padded to whole tiles with the block's first row (results dropped).
-    std::vector<const uint8_t*> starts(round_up(rows, mr), a.data + a.row_base(a.ctx, row0));
-    for (int r = 1; r < rows; ++r) starts[r] = a.data + a.row_base(a.ctx, row0 + r);
+    std::vector<const uint8_t*> starts(round_up(t.rows, mr), a.data + a.row_base(a.ctx, t.row0));
+    for (int r = 1; r < t.rows; ++r) starts[r] = a.data + a.row_base(a.ctx, t.row0 + r);
     std::vector<APiece> pieces;
     for (int pc = 0; pc < k; pc += kRowsKc) {
       const int kc = std::min(kRowsKc, k - pc);
       pieces_of(a, pc, kc, &pieces);
-      for (int p = p0; p < p1; ++p) {
+      for (int p = t.p0; p < t.p1; ++p) {
         const int8_t* b_panel = b.panels() + static_cast<size_t>(p) * b.k_pad * nr + static_cast<size_t>(pc) * nr;
         const int cols = std::min(nr, n - p * nr);
-        for (int r = 0; r < rows; r += mr)
+        for (int r = 0; r < t.rows; r += mr)
           kern->micro_rows(starts.data() + r, pieces.data(), static_cast<int>(pieces.size()), b_panel,
-                           c + static_cast<ptrdiff_t>(row0 + r) * ldc + p * nr, ldc, std::min(mr, rows - r), cols,
+                           c + static_cast<ptrdiff_t>(t.row0 + r) * ldc + p * nr, ldc, std::min(mr, t.rows - r), cols,
                            pc > 0, b.col_offset.data() + p * nr);
       }
     }
-    if (absmax && p1 > p0)
-      task_max[task] = absmax_block(c + static_cast<ptrdiff_t>(row0) * ldc + p0 * nr, rows, std::min(n, p1 * nr) - p0 * nr, ldc);
   });
-  if (absmax) *absmax = *std::max_element(task_max.begin(), task_max.end());
 }
 
 }  // namespace dsptrain
