@@ -367,6 +367,11 @@ class Planner:
         graph = lower(model, recipe, batch, training, frozen)
         return self.plan(graph) if prepare else self.build(graph)
 
+    def plans_for(self, model, recipe, frozen=frozenset()) -> PlanCache:
+        """The plans of `model` lowered by `recipe` by (batch, training), each built and
+        prepared on first use (plan_model): a training run's (execute.Step)."""
+        return PlanCache(lambda batch, training: self.plan_model(model, recipe, batch, training, frozen))
+
     def plan(self, graph: TrainGraph) -> Plan:
         """The Plan of `graph`, its backends prepared for the ops placed on them."""
         plan = self.build(graph)

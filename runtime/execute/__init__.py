@@ -5,10 +5,13 @@
 - split.py: the serial runner, each op whole or in row chunks (batch splitting);
 - pipeline.py: the co-scheduled runner (micro-batches across the DSP and the CPU);
 - planned.py: the memory-planned runner (arena slots, micro-batch slices, recompute);
-- slices.py: row slicing and shift recording, shared by the three.
+- slices.py: row slicing and shift recording, shared by the three;
+- step.py: `Step`, one training step on the plans of the Planner it is given (memory
+  budget, arena, measurements), and `serve`, which answers a Trainer's requests with it.
 
 Every runner is `run_*(executor, plan, env, ctx, stats, ...)` and updates `env` in place.
 """
 from .executor import Executor, StepContext, StepStats
+from .step import Step, cross_entropy, serve
 
-__all__ = ["Executor", "StepContext", "StepStats"]
+__all__ = ["Executor", "StepContext", "StepStats", "Step", "cross_entropy", "serve"]

@@ -2,8 +2,8 @@
 
 - assembly.py: a run config's parts (the recipe's algorithm, the model, the device
   profile, the energy meter, the data splits);
-- step.py: one training step and what it needs (backends, plans, executor, adaptive
-  rescaling, the memory budget and arena);
+- step.py: the step of a Python-API Trainer (execute.Step on a Planner of the run's
+  backend); the command line makes its own and serves the Trainer's requests;
 - loop.py: the Trainer, the loop around the step (epochs, evaluation, metrics);
   checkpoints.py: what it saves and how it continues from a checkpoint.
 """

@@ -3,7 +3,9 @@ every recipe (scripts/check_layout.py: trace_backend_choice, over the whole run:
 every step, the evaluation, the checkpoint): the CLI hands the choice to the plan builder,
 which makes the backends and its executor, and the executor calls the backend's hooks
 itself, for a recipe's one-hook ops (Kernels) and its several-hook ops (Programs: the
-recipe yields the calls, algorithms/_kernel.py) alike; the Trainer never hands it on."""
+recipe yields the calls, algorithms/_kernel.py) alike. Traced with holders followed one
+level down and all the way down (a Planner, a Plan, a Step, a closure over one): the
+Trainer is served by the CLI's Step and never holds a backend, so train/ is not reached."""
 import importlib.util
 from pathlib import Path
 
@@ -51,6 +53,59 @@ def test_a_residual_model_reaches_its_kernels_through_five_rooms():
     rooms, handed = LAYOUT.route(LAYOUT.trace_backend_choice("cpu", recipe="niti", model=RESIDUAL))
     # add_align_s8 and avgpool_global_s8 have no CPU kernel: those ops run on ref, the last fallback
     _assert_the_short_route(rooms, handed, kernels=("backends.ops_cpu", "backends.ops_ref"))
+
+
+def _assert_the_deep_route(rooms, handed, kernels=("backends.ops_cpu",)):
+    assert LAYOUT.route_length(rooms) <= LAYOUT.ROUTE_TARGET == 5, rooms
+    assert rooms == ["cli", "plan", "backends", "execute", *kernels], rooms
+    # the CLI makes the Planner and the Step that runs its plans (execute/step.py), and serves
+    # the Trainer's requests with it: train/ is handed nothing that holds a backend
+    assert set(handed["cli"]) == {"plan", "execute"} and "train" not in handed, handed
+    assert not any("train" in targets for targets in handed.values()), handed
+    assert set(handed["execute"]) == {"plan", *kernels}, handed                      # its Planner, the kernels
+
+
+@needs_cpu
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_recipe_keeps_five_rooms_with_holders_followed_all_the_way_down(recipe):
+    _assert_the_deep_route(*LAYOUT.route(LAYOUT.trace_backend_choice("cpu", recipe=recipe, deep=True)))
+
+
+@needs_cpu
+def test_a_residual_model_keeps_five_rooms_with_holders_followed_all_the_way_down():
+    rooms, handed = LAYOUT.route(LAYOUT.trace_backend_choice("cpu", recipe="niti", model=RESIDUAL, deep=True))
+    _assert_the_deep_route(rooms, handed, kernels=("backends.ops_cpu", "backends.ops_ref"))
+
+
+@needs_cpu
+def test_a_served_trainer_holds_no_backend_before_or_after_a_step(small_run, tmp_path):
+    """What the tracer cannot see (values sent into the Trainer's generators) checked directly:
+    the Trainer the CLI serves, and what a step hands it, hold no Backend at any depth."""
+    import argparse
+
+    from dsptrain.backends.base import Backend
+    from dsptrain.cli.overrides import planned_parts
+    from dsptrain.execute import Step, serve
+    from dsptrain.train import Trainer
+
+    run = small_run("mls")
+    parts, planner = planned_parts(run, argparse.Namespace(backend="cpu"), notes=False)
+    step = Step(run, parts.model, parts.frozen, parts.algorithm, parts.device, planner)
+    trainer = Trainer(run, out_dir=tmp_path, progress=False, parts=parts, served=True)
+    found = lambda v: isinstance(v, Backend)
+    try:
+        assert not LAYOUT._holds(trainer, found, deep=True)
+        images, labels = trainer.train_data[:16]
+        stats = serve(step, trainer.step_requests(images, labels))
+        scores = serve(step, trainer.predict_requests(images))
+        assert stats.ops_on.get("cpu") and scores.shape == (16, 10)
+        assert not LAYOUT._holds(trainer, found, deep=True) and not LAYOUT._holds(stats, found, deep=True)
+        assert LAYOUT._holds(step, found, deep=True)                                 # the Step is where they are
+        with pytest.raises(RuntimeError, match="served"):
+            trainer.step(images, labels)                                             # it has no Step to ask
+    finally:
+        trainer.close()
+        step.close()
 
 
 def test_the_route_follows_every_hand_over_from_the_cli():
