@@ -14,7 +14,7 @@ import pytest
 from dsptrain import _cpu_ops as native
 from dsptrain import float_ops
 from dsptrain.algorithms import _quant
-from dsptrain.backends.ops_ref import RefBackend
+from dsptrain.execute.bound import run_program
 from dsptrain.numerics import RngKey
 
 from .conftest import available_backends
@@ -154,13 +154,13 @@ def test_wageubn_update_same_at_one_and_two_threads():
 
 def test_wageubn_update_is_the_recipes_grids(ref):
     """The judge equals the update written with the recipe's own quantizer
-    (_quant.quantize_int on ref): gradient grid, momentum grid, weight step."""
+    (_quant.quantize_int's hook calls made on ref): gradient grid, momentum grid, weight step."""
     q, e, grad, m = update_case(np.random.default_rng(8), (84, 120))
     key = RngKey(seed=3, step=2, tensor_id=5)
     lr, momentum, decay = 0.046875, 0.890625, 5e-4
     current = q.astype(np.float64) * 2.0**e
-    g = _quant.quantize_int(RefBackend(), grad.astype(np.float64) + decay * current, 8, "pow2", "sto", key).values()
-    m_new = _quant.quantize_int(RefBackend(), momentum * m.astype(np.float64) + g, 16, "pow2", "round").values()
+    g = run_program(ref, _quant.quantize_int(grad.astype(np.float64) + decay * current, 8, "pow2", "sto", key)).values()
+    m_new = run_program(ref, _quant.quantize_int(momentum * m.astype(np.float64) + g, 16, "pow2", "round")).values()
     q_new = np.clip(q - np.rint(lr * m_new / 2.0**e), -(2**23 - 1), 2**23 - 1).astype(np.int32)
     got = ref.wageubn_update(q, e, grad, m, lr, momentum, decay, 8, 16, 24, key)
     np.testing.assert_array_equal(got[0], q_new)
