@@ -151,6 +151,51 @@ __attribute__((target("avx512f"))) inline __m512d quotient8(__m512d xv, __m512d 
   return exact ? _mm512_mul_pd(xv, inv) : _mm512_div_pd(xv, st);
 }
 
+// quantize_loop for float32 x and a power-of-two step whose inverse 2**-k is a float32,
+// round and nearest_even, sixteen elements a vector in float32: v = x * 2**-k is then the
+// double quotient exactly (or, below float32's normal range, a value that rounds to 0 as
+// it does), and the rounding is taken without the double path's inexact float32
+// |v| + 0.5: nearest, halves away from zero, is trunc(|v|) + (|v| - trunc(|v|) >= 0.5),
+// both exact; nearest_even is the rounding instruction itself. The same integers.
+template <FloatRound M, typename Q>
+__attribute__((target("avx512f"))) void quantize_pow2_f32_avx512(const float* x, size_t begin, size_t end, double step,
+                                                                  float inverse, double qmax, Q* q) {
+  static_assert(M != FloatRound::kSto, "stochastic rounding stays in double");
+  const __m512 inv = _mm512_set1_ps(inverse), hi = _mm512_set1_ps(static_cast<float>(qmax)),
+               lo = _mm512_set1_ps(static_cast<float>(-qmax)), half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  size_t i = begin;
+  for (; i + 16 <= end; i += 16) {
+    const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), inv);
+    __m512 r;
+    if constexpr (M == FloatRound::kRound) {
+      const __m512i bits = _mm512_castps_si512(v);
+      const __m512 mag = _mm512_castsi512_ps(_mm512_andnot_si512(sign, bits));
+      const __m512 whole = _mm512_maskz_roundscale_ps(0xFFFF, mag, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(mag, whole), half, _CMP_GE_OQ);
+      r = _mm512_mask_add_ps(whole, up, whole, one);
+      r = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), _mm512_and_si512(sign, bits)));
+    } else {
+      r = _mm512_maskz_roundscale_ps(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
+    const __m512i codes = _mm512_maskz_cvttps_epi32(0xFFFF, _mm512_maskz_min_ps(0xFFFF, _mm512_maskz_max_ps(0xFFFF, r, lo), hi));
+    if constexpr (sizeof(Q) == 1)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_mask_cvtepi32_epi8(_mm_setzero_si128(), 0xFFFF, codes));
+    else
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), _mm512_mask_cvtepi32_epi16(_mm256_setzero_si256(), 0xFFFF, codes));
+  }
+  quantize_loop<M>(x, i, end, step, qmax, nullptr, q);
+}
+
+// 2**-k as a float32 when step = 2**k and that is a normal float32, else 0
+inline float float_inverse_of_pow2(double step) {
+  uint64_t bits;
+  std::memcpy(&bits, &step, sizeof bits);
+  if (!std::isnormal(step) || (bits & 0xFFFFFFFFFFFFFULL) != 0) return 0.0f;
+  const double inverse = 1.0 / step;
+  return inverse >= 0x1p-126 && inverse <= 0x1p127 ? static_cast<float>(inverse) : 0.0f;
+}
+
 template <FloatRound M, typename F, typename Q>
 __attribute__((target("avx512f"))) void quantize_loop_avx512(const F* x, size_t begin, size_t end, double step,
                                                               double qmax, const uint32_t* words, Q* q) {
@@ -348,11 +393,17 @@ double absmax_float(const F* x, size_t n) {
 
 template <typename F, typename Q>
 void quantize_float(const F* x, size_t n, double step, int qmax, FloatRound mode, const RngKey& key, Q* q) {
+#ifdef DSPTRAIN_X86
+  [[maybe_unused]] const float inverse32 = float_inverse_of_pow2(step);
+#endif
   with_mode(mode, [&](auto m) {
     for_chunks(n, sizeof(F), [&](size_t, size_t b, size_t e) {
       constexpr FloatRound M = decltype(m)::value;
 #ifdef DSPTRAIN_X86
       static const bool avx512 = __builtin_cpu_supports("avx512f");
+      if constexpr (std::is_same_v<F, float> && M != FloatRound::kSto) {
+        if (avx512 && inverse32 != 0.0f) return quantize_pow2_f32_avx512<M>(x, b, e, step, inverse32, double(qmax), q);
+      }
       if (avx512) return quantize_loop_avx512<M>(x, b, e, step, double(qmax), random_words<M>(key, b, e), q);
 #endif
       quantize_loop<M>(x, b, e, step, double(qmax), random_words<M>(key, b, e), q);

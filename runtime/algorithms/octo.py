@@ -59,10 +59,12 @@ class OctoNumerics(Numerics):
     def quant_err(self, err, state, ctx, op):
         fmt = ctx.recipe.tensors.errors
         momentum = float(self.param(ctx.recipe, "prc_momentum", 0.1))
-        best = yield from prc_best_ratio(err, fmt.bits, PRC_CANDIDATES)
+        err = np.asarray(err, np.float32)
+        top = (yield ("absmax_f", err)) if err.size else 0.0    # once: the search and the quantizer share it
+        best = yield from prc_best_ratio(err, fmt.bits, PRC_CANDIDATES, top=top)
         ratio = (1 - momentum) * float(state[0]) + momentum * best
         eq = yield from quantize_prc(err, ratio, fmt.bits, fmt.rounding if fmt.rounding != "none" else "round",
-                                     ctx.rng(op))
+                                     ctx.rng(op), top=top)
         return eq, [np.array(ratio, np.float32)]
 
     # ------------------------------------------------------------ the compensation layer
