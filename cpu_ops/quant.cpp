@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "quant_chunks.h"
 #include "thread_pool.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -20,19 +21,6 @@
 
 namespace dsptrain {
 namespace {
-
-constexpr size_t kChunk = 1 << 15;  // elements per task and per partial sum
-
-template <typename F>
-void for_chunks(size_t n, size_t bytes_per_element, F body) {
-  const size_t chunks = (n + kChunk - 1) / kChunk;
-  // small tensors stay on the caller: waking the pool costs more than the pass
-  SerialScope serial(n * bytes_per_element < kTaskGrainBytes);
-  parallel_for(static_cast<int>(chunks), [&](int t) {
-    const size_t begin = static_cast<size_t>(t) * kChunk;
-    body(static_cast<size_t>(t), begin, std::min(n, begin + kChunk));
-  });
-}
 
 // `word` is the element's random word (read in kSto mode only)
 template <FloatRound M>
@@ -229,127 +217,6 @@ DSPTRAIN_CLONES void dequantize_loop(const T* acc, size_t begin, size_t end, dou
   for (size_t i = begin; i < end; ++i) out[i] = static_cast<float>(static_cast<double>(acc[i]) * scale);
 }
 
-// Eight running sums (element i into lane i % 8), added in lane order at the end: a
-// result that depends only on n, never on the thread count or the instruction set.
-constexpr int kLanes = 8;
-
-inline double clip_error(float x, double inv, double step, double top_code) {
-  const double m = std::fabs(static_cast<double>(x));
-  const double e = std::min(std::floor(m * inv + 0.5), top_code) * step - m;
-  return e * e;
-}
-
-double clip_error_scalar(const float* x, size_t begin, size_t end, double step, double top_code, double* lane) {
-  const double inv = 1.0 / step;
-  for (size_t i = begin; i < end; ++i) lane[(i - begin) % kLanes] += clip_error(x[i], inv, step, top_code);
-  return 0;
-}
-
-#ifdef DSPTRAIN_X86
-// the same arithmetic, eight lanes in two AVX2 vectors (no FMA: the product and the sum
-// round separately, as in the scalar code)
-__attribute__((target("avx2"))) void clip_error_avx2(const float* x, size_t begin, size_t end, double step,
-                                                      double top_code, double* lane) {
-  const __m256d inv = _mm256_set1_pd(1.0 / step), st = _mm256_set1_pd(step), top = _mm256_set1_pd(top_code);
-  const __m256d half = _mm256_set1_pd(0.5), sign = _mm256_set1_pd(-0.0);
-  __m256d acc0 = _mm256_loadu_pd(lane), acc1 = _mm256_loadu_pd(lane + 4);
-  size_t i = begin;
-  for (; i + kLanes <= end; i += kLanes) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    for (int h = 0; h < 2; ++h) {
-      const __m256d m = _mm256_andnot_pd(sign, _mm256_cvtps_pd(h ? _mm256_extractf128_ps(v, 1) : _mm256_castps256_ps128(v)));
-      const __m256d q = _mm256_min_pd(_mm256_round_pd(_mm256_add_pd(_mm256_mul_pd(m, inv), half), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC), top);
-      const __m256d e = _mm256_sub_pd(_mm256_mul_pd(q, st), m);
-      if (h) acc1 = _mm256_add_pd(acc1, _mm256_mul_pd(e, e));
-      else acc0 = _mm256_add_pd(acc0, _mm256_mul_pd(e, e));
-    }
-  }
-  _mm256_storeu_pd(lane, acc0);
-  _mm256_storeu_pd(lane + 4, acc1);
-  clip_error_scalar(x, i, end, step, top_code, lane);   // i - begin is a multiple of kLanes: lanes line up
-}
-
-// Every ratio in one pass (up to kLanes of them): each element is loaded and widened
-// once, and the ratios' sums are independent chains. Lane l of ratio r still sums the
-// elements i with i % 8 == l in order, the same arithmetic: the same bits as above.
-// (The maskz forms, all lanes on, because GCC 12 warns inside its unmasked ones.)
-__attribute__((target("avx512f"))) void clip_errors_avx512(const float* x, size_t begin, size_t end,
-                                                            const double* steps, int count, double top_code,
-                                                            double* lanes) {
-  __m512d inv[kLanes], st[kLanes], acc[kLanes];
-  const __m512d top = _mm512_set1_pd(top_code), half = _mm512_set1_pd(0.5);
-  const __m512i magnitude = _mm512_set1_epi64(0x7FFFFFFFFFFFFFFFLL);   // |x|: the sign bit cleared
-  for (int r = 0; r < count; ++r) {
-    inv[r] = _mm512_set1_pd(1.0 / steps[r]);
-    st[r] = _mm512_set1_pd(steps[r]);
-    acc[r] = _mm512_loadu_pd(lanes + r * kLanes);
-  }
-  size_t i = begin;
-  for (; i + kLanes <= end; i += kLanes) {
-    const __m512d m = _mm512_castsi512_pd(_mm512_and_epi64(_mm512_castpd_si512(_mm512_maskz_cvtps_pd(0xFF, _mm256_loadu_ps(x + i))), magnitude));
-    for (int r = 0; r < count; ++r) {
-      const __m512d q = _mm512_maskz_min_pd(0xFF,
-          _mm512_maskz_roundscale_pd(0xFF, _mm512_add_pd(_mm512_mul_pd(m, inv[r]), half),
-                                     _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC), top);
-      const __m512d e = _mm512_sub_pd(_mm512_mul_pd(q, st[r]), m);
-      acc[r] = _mm512_add_pd(acc[r], _mm512_mul_pd(e, e));
-    }
-  }
-  for (int r = 0; r < count; ++r) {
-    _mm512_storeu_pd(lanes + r * kLanes, acc[r]);
-    clip_error_scalar(x, i, end, steps[r], top_code, lanes + r * kLanes);
-  }
-}
-#endif
-
-// The nonzero |x| of x[0, n) in order into out (which has n + kCompactSlack room); returns
-// their count. NaN counts as nonzero (it stays in the sums, as in the reference).
-constexpr size_t kCompactSlack = 16;
-
-DSPTRAIN_CLONES size_t nonzero_magnitudes_scalar(const float* x, size_t begin, size_t n, float* out, size_t k) {
-  for (size_t i = begin; i < n; ++i) {
-    out[k] = std::fabs(x[i]);
-    k += !(x[i] == 0.0f);
-  }
-  return k;
-}
-
-#ifdef DSPTRAIN_X86
-__attribute__((target("avx512f"))) size_t nonzero_magnitudes_avx512(const float* x, size_t n, float* out) {
-  const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
-  size_t k = 0, i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 v = _mm512_castsi512_ps(_mm512_and_epi32(_mm512_castps_si512(_mm512_loadu_ps(x + i)), magnitude));
-    const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-    _mm512_storeu_ps(out + k, _mm512_maskz_compress_ps(keep, v));   // 16 written, popcount kept
-    k += static_cast<size_t>(__builtin_popcount(keep));
-  }
-  return nonzero_magnitudes_scalar(x, i, n, out, k);
-}
-#endif
-
-size_t nonzero_magnitudes(const float* x, size_t n, float* out) {
-#ifdef DSPTRAIN_X86
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512) return nonzero_magnitudes_avx512(x, n, out);
-#endif
-  return nonzero_magnitudes_scalar(x, 0, n, out, 0);
-}
-
-double clip_error_loop(const float* x, size_t begin, size_t end, double step, double top_code) {
-  double lane[kLanes] = {};
-#ifdef DSPTRAIN_X86
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) clip_error_avx2(x, begin, end, step, top_code, lane);
-  else clip_error_scalar(x, begin, end, step, top_code, lane);
-#else
-  clip_error_scalar(x, begin, end, step, top_code, lane);
-#endif
-  double sum = 0;
-  for (int l = 0; l < kLanes; ++l) sum += lane[l];
-  return sum;
-}
-
 template <FloatRound M, typename F>
 DSPTRAIN_CLONES void round_float_loop(const F* x, size_t begin, size_t end, int emin, int mbits, double largest,
                                       const uint32_t* words, float* out) {
@@ -414,48 +281,6 @@ void quantize_float(const F* x, size_t n, double step, int qmax, FloatRound mode
 template <typename T>
 void dequantize(const T* acc, size_t n, double scale, float* out) {
   for_chunks(n, sizeof(T), [&](size_t, size_t b, size_t e) { dequantize_loop(acc, b, e, scale, out); });
-}
-
-void prc_squared_errors(const float* x, size_t n, double top, const double* ratios, int count, int qmax,
-                        double* errors) {
-  const size_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> part(chunks * count, 0.0);
-#ifdef DSPTRAIN_X86
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-#else
-  constexpr bool avx512 = false;
-#endif
-  for_chunks(n, sizeof(float) * count, [&](size_t t, size_t b0, size_t e0) {
-    // A zero adds exactly 0 to every ratio's sum (its code is 0, its error 0): the ratios
-    // run over the chunk's nonzero magnitudes only. Backward errors behind ReLU and
-    // max-pool are mostly zeros (about 87 % of LeNet-5's conv errors).
-    thread_local std::vector<float> kept;
-    if (kept.size() < e0 - b0 + kCompactSlack) kept.resize(e0 - b0 + kCompactSlack);
-    const size_t b = 0, e = nonzero_magnitudes(x + b0, e0 - b0, kept.data());
-    const float* x = kept.data();
-    if (!avx512) {
-      for (int r = 0; r < count; ++r) part[t * count + r] = clip_error_loop(x, b, e, ratios[r] * top / qmax, qmax);
-      return;
-    }
-#ifdef DSPTRAIN_X86
-    for (int r0 = 0; r0 < count; r0 += kLanes) {   // up to eight ratios per pass
-      const int rs = std::min(kLanes, count - r0);
-      double steps[kLanes], lanes[kLanes * kLanes] = {};
-      for (int r = 0; r < rs; ++r) steps[r] = ratios[r0 + r] * top / qmax;
-      clip_errors_avx512(x, b, e, steps, rs, qmax, lanes);
-      for (int r = 0; r < rs; ++r) {
-        double sum = 0;
-        for (int l = 0; l < kLanes; ++l) sum += lanes[r * kLanes + l];
-        part[t * count + r0 + r] = sum;
-      }
-    }
-#endif
-  });
-  for (int r = 0; r < count; ++r) {
-    double sum = 0;
-    for (size_t t = 0; t < chunks; ++t) sum += part[t * count + r];
-    errors[r] = sum;
-  }
 }
 
 namespace {
