@@ -105,24 +105,20 @@ def quantization_error(x, quantized: Scaled) -> float:
 PRC_CANDIDATES = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)
 
 
-def prc_best_ratio(x, bits: int = 8, candidates=PRC_CANDIDATES, top: float | None = None) -> float:
-    """(hook calls) The clipping ratio (of max|x|, `top` when the caller has it) whose int
-    quantization has the least squared error (prc_squared_errors, the ratios in one pass)."""
+def prc_best_ratio(x, bits: int = 8, candidates=PRC_CANDIDATES) -> float:
+    """(hook calls) The clipping ratio (of max|x|) whose int quantization has the least
+    squared error (prc_squared_errors, one pass per ratio)."""
     x = np.asarray(x, np.float32)
-    if top is None:
-        top = (yield ("absmax_f", x)) if x.size else 0.0
+    top = (yield ("absmax_f", x)) if x.size else 0.0
     if top == 0.0:
         return 1.0
     errors = yield ("prc_squared_errors", x, top, candidates, qmax(bits))
     return float(candidates[int(np.argmin(errors))])
 
 
-def quantize_prc(x, ratio: float, bits: int = 8, rounding: str = "round", rng=None,
-                 top: float | None = None) -> Scaled:
-    """(hook calls) Integers over [-ratio * max|x|, ratio * max|x|] (max|x| is `top` when
-    given): larger values clip."""
-    if top is None:
-        top = (yield ("absmax_f", x)) if np.size(x) else 0.0
+def quantize_prc(x, ratio: float, bits: int = 8, rounding: str = "round", rng=None) -> Scaled:
+    """(hook calls) Integers over [-ratio * max|x|, ratio * max|x|]: larger values clip."""
+    top = (yield ("absmax_f", x)) if np.size(x) else 0.0
     return (yield from quantize_int(x, bits, "float", rounding, rng, clip=ratio * top))
 
 
