@@ -55,7 +55,10 @@ pytestmark = [pytest.mark.skipif(not CpuBackend.available()[0], reason="cpu back
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")]
 
 
-@pytest.mark.parametrize("recipe, batch, budget_mb", [("mls", 256, 96), ("fp8", 256, 96), ("octo", 256, 48)])
+# fp32 at 24 MB rose 22.2 MB over a 21.5 MB bound while the planned runner held each op's
+# fresh results through the next op; afp's width checks were not counted at all
+@pytest.mark.parametrize("recipe, batch, budget_mb", [("mls", 256, 96), ("fp8", 256, 96), ("octo", 256, 48),
+                                                      ("fp32", 256, 24), ("afp", 256, 48)])
 def test_planned_peak_bounds_rss_increase_of_an_emulated_recipe(recipe, batch, budget_mb, tmp_path):
     done = subprocess.run([sys.executable, "-c", CHILD, recipe, str(batch), str(budget_mb * MB), str(tmp_path)],
                           capture_output=True, text=True, timeout=600)
