@@ -388,11 +388,14 @@ class Emulated:
         p, name = self.n.prefix, layer.name
         w = b.param(f"{name}.w", layer.weight_shape, self.n.weight_dtype)
         attrs = self._attrs(b, layer, x)
-        wq = b.tensor(f"{name}.wq", layer.weight_shape, self.n.quantized_dtype(b.recipe, "weights"), "saved")
+        # not "saved": no row per sample, even when the layer has as many outputs as the batch rows
+        wq = b.tensor(f"{name}.wq", layer.weight_shape, self.n.quantized_dtype(b.recipe, "weights"), "quantized_weight")
         xq = b.tensor(f"{name}.xq", b.tensors[x].shape, self.n.quantized_dtype(b.recipe, "activations"), "saved")
         b.op(f"{name}.quant_w", f"{p}.quant_weight", name, "forward", (w,), (wq,), self.n.quant_hooks,
              **self._quant_workspace(b.recipe, "weights", layer.weight_shape), **attrs)
-        b.op(f"{name}.quant_x", f"{p}.quant_act", name, "forward", (x,), (xq,), self.n.quant_hooks, **attrs)
+        # a quantizer's scale is the whole tensor's range: under micro-batching it runs whole
+        b.op(f"{name}.quant_x", f"{p}.quant_act", name, "forward", (x,), (xq,), self.n.quant_hooks, rows="coupled",
+             **attrs)
         out = b.tensor(f"{name}.out", shape, "float32", "activation")
         macs = int(np.prod(shape)) * int(np.prod(layer.weight_shape[1:]))
         hooks = self.n.product_hooks("conv" if attrs["conv"] else "linear")
@@ -423,7 +426,7 @@ class Emulated:
             b.tensor(s, np.shape(value), str(np.asarray(value).dtype), "state")
         eq = b.tensor(f"{name}.eq", b.tensors[err].shape, self.n.quantized_dtype(b.recipe, "errors"), "saved")
         b.op(f"{name}.quant_err", f"{p}.quant_err", name, "backward", (err, *state), (eq, *state), self.n.quant_hooks,
-             **self._quant_workspace(b.recipe, "errors", b.tensors[err].shape), **attrs)
+             rows="coupled", **self._quant_workspace(b.recipe, "errors", b.tensors[err].shape), **attrs)
         macs = b.find(f"{name}.fwd").macs
         conv = attrs["conv"]
         err_in = None

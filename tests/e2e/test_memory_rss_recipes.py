@@ -56,9 +56,12 @@ pytestmark = [pytest.mark.skipif(not CpuBackend.available()[0], reason="cpu back
 
 
 # fp32 at 24 MB rose 22.2 MB over a 21.5 MB bound while the planned runner held each op's
-# fresh results through the next op; afp's width checks were not counted at all
+# fresh results through the next op; afp's width checks were not counted at all; octo at
+# 16 MB and mls at 24 MB micro-batch (they failed: tests/memory/test_micro_batched_recipes.py),
+# and octo's prepared input is larger than its largest op workspace (planner.input_workspace)
 @pytest.mark.parametrize("recipe, batch, budget_mb", [("mls", 256, 96), ("fp8", 256, 96), ("octo", 256, 48),
-                                                      ("fp32", 256, 24), ("afp", 256, 48)])
+                                                      ("fp32", 256, 24), ("afp", 256, 48), ("octo", 256, 16),
+                                                      ("mls", 256, 24)])
 def test_planned_peak_bounds_rss_increase_of_an_emulated_recipe(recipe, batch, budget_mb, tmp_path):
     done = subprocess.run([sys.executable, "-c", CHILD, recipe, str(batch), str(budget_mb * MB), str(tmp_path)],
                           capture_output=True, text=True, timeout=600)
