@@ -125,12 +125,10 @@ class CpuBackend(Backend):
         exact = [h for h in EXACT_PRODUCT_HOOKS if h in op.hooks]
         if exact:
             m, n, k, a_transposed = _exact_mnk(product, shape, op, rows)
-            if exact[0] == "matmul_s16" and product.layer == "conv" and product.pass_ == "backward_data":
-                # conv2d_bwd_data_s16 runs the product and the scatter fused, one image at a time
-                return dict(_native.scratch_bytes("conv2d_bwd_data_s16", [m, n, k, m // rows], False))
-            if exact[0] == "matmul_s16" and product.layer == "conv":   # conv2d_s16, conv2d_bwd_weight_s16: per image
+            if exact[0] == "matmul_s16" and product.layer == "conv":   # conv2d_s16, conv2d_bwd_*_s16: per image
                 x, w = _conv_operands(product, shape)
-                hook = "conv2d_s16" if product.pass_ == "forward" else "conv2d_bwd_weight_s16"
+                hook = {"forward": "conv2d_s16", "backward_data": "conv2d_bwd_data_s16"}.get(product.pass_,
+                                                                                             "conv2d_bwd_weight_s16")
                 return dict(_native.scratch_bytes(hook, [rows, *x[1:], *w[:3], op.attrs["stride"], op.attrs["pad"]],
                                                   False))
             fourth = int(a_transposed) if exact[0] == "matmul_s16" else int(op.attrs.get("chunk", 64))
@@ -265,6 +263,10 @@ class CpuBackend(Backend):
 
     def compensation_bwd(self, err, z, scale):
         return _native.compensation_bwd(err, z, scale)
+
+    def wageubn_update(self, q, e, grad, m, lr, momentum, weight_decay, grad_bits, momentum_bits, acc_bits, rng):
+        return _native.wageubn_update(q, int(e), grad, m, float(lr), float(momentum), float(weight_decay),
+                                      int(grad_bits), int(momentum_bits), int(acc_bits), _rng(rng))
 
     def sgd_f32(self, w, grad, v, lr, momentum, weight_decay, nesterov):
         return _native.sgd_f32(w, grad, v, float(lr), float(momentum), float(weight_decay), bool(nesterov))
