@@ -57,7 +57,7 @@ class FP8Numerics(Numerics):
 
     quant_hooks = ("round_float",)
     update_hooks = ("round_float",)
-    update_bytes_per_element = 32   # update(): float64 w, g, v and their products (30, tracemalloc)
+    update_bytes_per_element = 40   # update(): float64 w, g, v and their products (38, tracemalloc)
 
     def quant_workspace(self, recipe, role, shape):
         """The weights' grid (_grid on float16 weights) makes a float32 copy first: 8 bytes an element."""

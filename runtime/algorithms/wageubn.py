@@ -73,7 +73,6 @@ class WAGEUBNNumerics(Numerics):
     bn_grids = BN_GRIDS
     known_params = {"first_last": _first_last}
     quant_hooks = ("absmax_f", "quantize_f", "shift_round")   # shift_round: the weights' top 8 bits
-    update_bytes_per_element = 52   # update(): float64 weights, gradient, momentum, step (48, tracemalloc)
 
     def _float_layer(self, ctx, op):
         return self.param(ctx.recipe, "first_last", "int8") == "float32" and op.attrs["position"] != "middle"

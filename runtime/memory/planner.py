@@ -43,10 +43,11 @@ BEFORE_STEP_ROLES = ("input", "label", "weight", "state")
 RANGE_HOOK_WORKSPACE = {"add_align_s8": ("output", 80), "avgpool_global_s8": ("input", 5)}
 
 # The prepared input (Step.train: algorithm.prepare_input) is a fresh array copied into its
-# arena slot when the step starts, and its preparation makes temporaries: at their peak 5
-# bytes an input element for NITI (int16 steps to int8), 8 for the float recipes' float32
-# (tracemalloc). Counted like an op's workspace, before the first op.
-INPUT_PREPARE_BYTES_PER_ELEMENT = 8
+# arena slot when the step starts, and its preparation makes temporaries: at their peak the
+# prepared element plus 4 bytes (tracemalloc: 5 bytes an element for NITI's int8 through
+# int16 steps, 8 for the float recipes' float32). Counted like an op's workspace, before
+# the first op.
+INPUT_PREPARE_EXTRA_BYTES = 4
 
 CATEGORIES = {"weight": "weights", "state": "optimizer state", "input": "inputs and labels",
               "label": "inputs and labels", "activation": "activations", "saved": "activations", "quantized_weight": "weights",
@@ -122,7 +123,9 @@ def input_workspace(graph: TrainGraph) -> int:
     """Bytes the step's input preparation allocates beside the arena (its result before the
     copy into its slot, and its temporaries): the whole batch, before any op runs."""
     spec = graph.tensors.get("input")
-    return int(np.prod(spec.shape)) * INPUT_PREPARE_BYTES_PER_ELEMENT if spec is not None else 0
+    if spec is None:
+        return 0
+    return int(np.prod(spec.shape)) * (np.dtype(spec.dtype).itemsize + INPUT_PREPARE_EXTRA_BYTES)
 
 
 @dataclass

@@ -123,7 +123,7 @@ def test_no_op_allocates_more_than_its_planned_workspace(name):
     """Every op of a LeNet-5 step on the cpu backend (NumPy arrays it allocates while it runs,
     traced by tracemalloc) against the plan's op workspace (memory.planner.op_workspace):
     never more. The quantizers' and updates' NumPy temporaries (AFP's width check, FP8's
-    weight grid, FP8's and WAGEUBN's float64 updates), the loss's, AFP's int16 copies of
+    weight grid, FP8's float64 update), the loss's, AFP's int16 copies of
     int8 operands against 16-bit errors ("afp-16": every layer's errors widened) and the
     transposed copies of the linear layers are counted."""
     import tracemalloc
