@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "quant.h"
@@ -250,15 +251,12 @@ void prc_squared_errors(const float* x, size_t n, double top, const double* rati
 template <typename Q>
 double prc_quantize(const float* x, size_t n, double prev_ratio, double momentum, const double* ratios, int count,
                     int qmax, FloatRound mode, const RngKey& key, Q* q, double* ratio_out) {
-  // kept between calls (fresh buffers of a conv error's size cost their page faults every
-  // step); read through plain pointers below (a thread_local is a call each access)
-  thread_local std::vector<float> kept_values;
-  thread_local std::vector<uint32_t> kept_index;
-  thread_local std::vector<Q> kept_codes;
-  if (kept_values.size() < n + kCompactSlack) kept_values.resize(n + kCompactSlack);
-  if (kept_index.size() < n + kCompactSlack) kept_index.resize(n + kCompactSlack);
-  float* values = kept_values.data();
-  uint32_t* index = kept_index.data();
+  // the op's workspace, 4 + 4 + sizeof(Q) bytes an element (octo.py declares it to the
+  // memory plan); left uninitialised (zeroing them cost as much as the pass), freed on return
+  std::unique_ptr<float[]> kept_values(new float[n + kCompactSlack]);
+  std::unique_ptr<uint32_t[]> kept_index(new uint32_t[n + kCompactSlack]);
+  float* values = kept_values.get();
+  uint32_t* index = kept_index.get();
   // one pass: each chunk's nonzero values with their positions, and max |x|
   const size_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<size_t> kept(chunks);
@@ -302,8 +300,8 @@ double prc_quantize(const float* x, size_t n, double prev_ratio, double momentum
     for (size_t j = 0; j < kept[t]; ++j) index[total + j] = index[b0 + j] + shift;
     total += kept[t];
   }
-  if (kept_codes.size() < total) kept_codes.resize(total);
-  Q* codes = kept_codes.data();
+  std::unique_ptr<Q[]> kept_codes(new Q[total + 1]);
+  Q* codes = kept_codes.get();
   quantize_float(values, total, step, qmax, mode, key, codes);
   std::memset(q, 0, n * sizeof(Q));
   for (size_t j = 0; j < total; ++j) q[index[j]] = codes[j];
