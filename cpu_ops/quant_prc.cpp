@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <memory>
 #include <vector>
 
 #include "quant.h"
@@ -251,32 +250,12 @@ void prc_squared_errors(const float* x, size_t n, double top, const double* rati
 template <typename Q>
 double prc_quantize(const float* x, size_t n, double prev_ratio, double momentum, const double* ratios, int count,
                     int qmax, FloatRound mode, const RngKey& key, Q* q, double* ratio_out) {
-  // the op's workspace, 4 + 4 + sizeof(Q) bytes an element (octo.py declares it to the
-  // memory plan); left uninitialised (zeroing them cost as much as the pass), freed on return
-  std::unique_ptr<float[]> kept_values(new float[n + kCompactSlack]);
-  std::unique_ptr<uint32_t[]> kept_index(new uint32_t[n + kCompactSlack]);
-  float* values = kept_values.get();
-  uint32_t* index = kept_index.get();
-  // one pass: each chunk's nonzero values with their positions, and max |x|
-  const size_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<size_t> kept(chunks);
-  std::vector<uint32_t> top_bits(chunks);
-  for_chunks(n, 2 * sizeof(float), [&](size_t t, size_t b0, size_t e0) {
-    kept[t] = nonzero_entries(x + b0, e0 - b0, values + b0, index + b0, &top_bits[t]);
-  });
-  uint32_t most = 0;
-  for (uint32_t bits : top_bits) most = std::max(most, bits);
-  float top_f;
-  std::memcpy(&top_f, &most, sizeof top_f);
-  const double top = top_f;
-  // the search (prc_squared_errors' sums, bit for bit) and the ratio's moving average
+  // the range, then the search: prc_squared_errors itself, so the same sums bit for bit
+  const double top = absmax_float(x, n);
   double best = 1.0;
   if (top != 0.0) {
-    std::vector<double> part(chunks * count, 0.0), errors(count);
-    for_chunks(n, sizeof(float) * count, [&](size_t t, size_t b0, size_t) {
-      chunk_sums(values + b0, kept[t], top, ratios, count, qmax, part.data() + t * count);
-    });
-    total_sums(part, chunks, count, errors.data());
+    std::vector<double> errors(count);
+    prc_squared_errors(x, n, top, ratios, count, qmax, errors.data());
     best = ratios[argmin_first(errors.data(), count)];
   }
   const double ratio = (1 - momentum) * prev_ratio + momentum * best;
@@ -291,20 +270,29 @@ double prc_quantize(const float* x, size_t n, double prev_ratio, double momentum
     quantize_float(x, n, step, qmax, mode, key, q);
     return step;
   }
-  // round and nearest_even give 0 for a zero: only the nonzero values are divided
-  size_t total = 0;
-  for (size_t t = 0; t < chunks; ++t) {
-    const size_t b0 = t * kChunk;
-    std::memmove(values + total, values + b0, kept[t] * sizeof(float));
-    const uint32_t shift = static_cast<uint32_t>(b0);
-    for (size_t j = 0; j < kept[t]; ++j) index[total + j] = index[b0 + j] + shift;
-    total += kept[t];
-  }
-  std::unique_ptr<Q[]> kept_codes(new Q[total + 1]);
-  Q* codes = kept_codes.get();
-  quantize_float(values, total, step, qmax, mode, key, codes);
-  std::memset(q, 0, n * sizeof(Q));
-  for (size_t j = 0; j < total; ++j) q[index[j]] = codes[j];
+  // round and nearest_even give 0 for a zero: each chunk's nonzero values are divided, in
+  // buffers of one chunk per thread (kept, as prc_squared_errors' own: 36 bytes a chunk
+  // element; buffers of the whole tensor were fresh pages every step)
+  for_chunks(n, sizeof(float) + sizeof(Q), [&](size_t, size_t b0, size_t e0) {
+    thread_local std::vector<float> values;
+    thread_local std::vector<uint32_t> index;
+    thread_local std::vector<Q> codes;
+    const size_t len = e0 - b0;
+    if (values.size() < len + kCompactSlack) {
+      values.resize(len + kCompactSlack);
+      index.resize(len + kCompactSlack);
+      codes.resize(len + kCompactSlack);
+    }
+    float* v = values.data();
+    uint32_t* at = index.data();
+    Q* c = codes.data();
+    uint32_t unused;
+    const size_t k = nonzero_entries(x + b0, len, v, at, &unused);
+    quantize_float(v, k, step, qmax, mode, key, c);   // inside a task: runs inline
+    Q* out = q + b0;
+    std::memset(out, 0, len * sizeof(Q));
+    for (size_t j = 0; j < k; ++j) out[at[j]] = c[j];
+  });
   return step;
 }
 

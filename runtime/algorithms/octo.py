@@ -56,13 +56,6 @@ class OctoNumerics(Numerics):
 
     quant_hooks = ("absmax_f", "quantize_f", "prc_quantize")
 
-    def quant_workspace(self, recipe, role, shape):
-        """prc_quantize holds the error's nonzero values, their positions and codes while it
-        runs (cpu_ops/quant_prc.cpp): at most 9 bytes an element (10 for 16-bit errors)."""
-        if role != "errors":
-            return None
-        return int(np.prod(shape[1:])) * (10 if recipe.tensors.errors.bits > 8 else 9), 0
-
     def quant_err(self, err, state, ctx, op):
         fmt = ctx.recipe.tensors.errors
         momentum = float(self.param(ctx.recipe, "prc_momentum", 0.1))
