@@ -46,34 +46,28 @@ inline void with_rows(int rows, Body body) {
 // kernel row a and input channel c: kB * kOs int32 accumulators in registers, so each
 // row's kOs error vectors and kB input vectors serve kB * kOs vpdpwssd.
 template <int kOs, int kB>
-DSPTRAIN_AVX512VNNI inline void wgrad_planar_taps(const int16_t* ep, const int16_t* xrow, int pw, const Col2imShape& s,
-                                                  int o0, size_t t0, size_t taps, int64_t* dw) {
-  const int vecs = (s.ow + 31) / 32, rows = s.oh * s.ow;
+DSPTRAIN_AVX512VNNI inline void wgrad_planar_taps(const int16_t* ep, size_t eplane, const int16_t* xrow, int vecs,
+                                                  int c, int o0, size_t t0, size_t taps, int64_t* dw) {
   __m512i acc[kB][kOs];
   for (int b = 0; b < kB; ++b)
     for (int r = 0; r < kOs; ++r) acc[b][r] = _mm512_setzero_si512();
-  for (int v = 0; v < vecs; ++v) {
-    const int j0 = v * 32, left = std::min(32, s.ow - j0);
-    const __mmask32 mask = left == 32 ? ~0u : (1u << left) - 1;
-    const int16_t* e = ep + static_cast<size_t>(o0) * rows + j0;
-    const int16_t* xr = xrow + j0;
-    for (int i = 0; i < s.oh; ++i, e += s.ow, xr += pw) {
-      __m512i ev[kOs];
-      for (int r = 0; r < kOs; ++r) ev[r] = _mm512_maskz_loadu_epi16(mask, e + static_cast<size_t>(r) * rows);
-      for (int b = 0; b < kB; ++b) {
-        const __m512i xv = _mm512_maskz_loadu_epi16(mask, xr + b);
-        for (int r = 0; r < kOs; ++r) acc[b][r] = _mm512_dpwssd_epi32(acc[b][r], ev[r], xv);
-      }
+  const int16_t* e = ep + static_cast<size_t>(o0) * eplane;
+  for (int v = 0; v < vecs; ++v, e += 32, xrow += 32) {
+    __m512i ev[kOs];
+    for (int r = 0; r < kOs; ++r) ev[r] = _mm512_loadu_si512(e + static_cast<size_t>(r) * eplane);
+    for (int b = 0; b < kB; ++b) {
+      const __m512i xv = _mm512_loadu_si512(xrow + b);
+      for (int r = 0; r < kOs; ++r) acc[b][r] = _mm512_dpwssd_epi32(acc[b][r], ev[r], xv);
     }
   }
   for (int b = 0; b < kB; ++b)
     for (int r = 0; r < kOs; ++r)
-      dw[static_cast<size_t>(o0 + r) * taps + t0 + static_cast<size_t>(b) * s.c] += _mm512_reduce_add_epi32(acc[b][r]);
+      dw[static_cast<size_t>(o0 + r) * taps + t0 + static_cast<size_t>(b) * c] += _mm512_reduce_add_epi32(acc[b][r]);
 }
 
-DSPTRAIN_AVX512VNNI void wgrad_planar_image(const int16_t* ep, const int16_t* xp, int pw, const Col2imShape& s, int o,
-                                            int64_t* dw) {
-  const int plane = (s.h + 2 * s.pad) * pw;
+DSPTRAIN_AVX512VNNI void wgrad_planar_image(const int16_t* ep, size_t eplane, const int16_t* xp, int pw,
+                                            const Col2imShape& s, int o, int64_t* dw) {
+  const int plane = (s.h + 2 * s.pad) * pw, vecs = static_cast<int>(eplane / 32);
   const size_t taps = static_cast<size_t>(s.kh) * s.kw * s.c;
   // five taps a pass (LeNet's 5x5 kernels) with four channels (20 accumulators), else one
   // tap with eight
@@ -88,9 +82,9 @@ DSPTRAIN_AVX512VNNI void wgrad_planar_image(const int16_t* ep, const int16_t* xp
           with_rows(std::min(ko, o - o0), [&](auto os) {
             constexpr int kOs = decltype(os)::value;
             if (five) {
-              if constexpr (kOs <= 4) wgrad_planar_taps<kOs, 5>(ep, xrow, pw, s, o0, t, taps, dw);
+              if constexpr (kOs <= 4) wgrad_planar_taps<kOs, 5>(ep, eplane, xrow, vecs, s.c, o0, t, taps, dw);
             } else {
-              wgrad_planar_taps<kOs, 1>(ep, xrow, pw, s, o0, t, taps, dw);
+              wgrad_planar_taps<kOs, 1>(ep, eplane, xrow, vecs, s.c, o0, t, taps, dw);
             }
           });
       }
@@ -174,52 +168,61 @@ void pair_planes(const int16_t* xp, size_t count, int32_t* pp) {
   for (size_t e = 0; e < count; ++e) pp[e] = pair_word(xp[e], xp[e + 1]);
 }
 
-// src[rows][o] -> dst[o][rows] (an image's NHWC error as channel planes), 32 rows at a
-// time on AVX-512 for o <= 32: the 32 rows are o vectors; output channel q's lane l is
-// element l * o + q, which vpermt2w picks from the pair of vectors holding it (the lanes
-// of each pair under their own mask). The element loop cost more than the products on
-// LeNet's conv1 (six channels: a strided scalar copy of every error element).
-__attribute__((target("avx512f,avx512bw"))) void planes_of_rows_avx512(const int16_t* src, int rows, int o,
-                                                                         int16_t* dst) {
-  const int pairs = (o + 1) / 2;
-  __m512i idx[32];
-  __mmask32 masks[32][16];
-  for (int q = 0; q < o; ++q) {
-    alignas(64) int16_t lanes[32];
-    for (int p = 0; p < pairs; ++p) masks[q][p] = 0;
-    for (int l = 0; l < 32; ++l) {
-      const int e = l * o + q;
-      lanes[l] = static_cast<int16_t>(e % 64);
-      masks[q][e / 64] |= 1u << l;
-    }
-    idx[q] = _mm512_load_si512(lanes);
+// src[rows][o] -> dst[q * plane + r] (an image row's NHWC error into channel planes), 32
+// rows at a time on AVX-512 for o <= 32: the 32 rows are o vectors; output channel q's
+// lane l is element l * o + q, which vpermt2w picks from the pair of vectors holding it
+// (the lanes of each pair under their own mask). The element loop cost more than the
+// products on LeNet's conv1 (six channels: a strided scalar copy of every error element).
+// The permutes and masks depend on o alone: built once per call of the convolution.
+class RowsToPlanes {
+ public:
+  explicit RowsToPlanes(int o) : o_(o), vector_(o <= 32 && has_avx512bw()) {
+    if (!vector_) return;
+    for (int q = 0; q < o; ++q)
+      for (int l = 0; l < 32; ++l) {
+        const int e = l * o + q;
+        idx_[q][l] = static_cast<int16_t>(e % 64);
+        masks_[q][e / 64] |= 1u << l;
+      }
   }
-  alignas(64) int16_t tail[32 * 32 + 32] = {};
-  __m512i in[32 + 1];
-  for (int r0 = 0; r0 < rows; r0 += 32) {
-    const int left = std::min(32, rows - r0);
-    const int16_t* block = src + static_cast<size_t>(r0) * o;
-    if (left < 32) {
-      std::memcpy(tail, block, static_cast<size_t>(left) * o * sizeof(int16_t));
-      block = tail;
-    }
-    for (int v = 0; v < o; ++v) in[v] = _mm512_loadu_si512(block + 32 * v);
-    in[o] = _mm512_setzero_si512();
-    const __mmask32 store = left == 32 ? ~0u : (1u << left) - 1;
-    for (int q = 0; q < o; ++q) {
-      __m512i out = _mm512_setzero_si512();
-      for (int p = 0; p < pairs; ++p)
-        out = _mm512_mask_mov_epi16(out, masks[q][p], _mm512_permutex2var_epi16(in[2 * p], idx[q], in[2 * p + 1]));
-      _mm512_mask_storeu_epi16(dst + static_cast<size_t>(q) * rows + r0, store, out);
-    }
-  }
-}
 
-void planes_of_rows(const int16_t* src, int rows, int o, int16_t* dst) {
-  if (o <= 32 && has_avx512bw()) return planes_of_rows_avx512(src, rows, o, dst);
-  for (int r = 0; r < rows; ++r)
-    for (int q = 0; q < o; ++q) dst[static_cast<size_t>(q) * rows + r] = src[static_cast<size_t>(r) * o + q];
-}
+  void operator()(const int16_t* src, int rows, int16_t* dst, size_t plane) const {
+    if (vector_) return run_avx512(src, rows, dst, plane);
+    for (int r = 0; r < rows; ++r)
+      for (int q = 0; q < o_; ++q) dst[static_cast<size_t>(q) * plane + r] = src[static_cast<size_t>(r) * o_ + q];
+  }
+
+ private:
+  __attribute__((target("avx512f,avx512bw"))) void run_avx512(const int16_t* src, int rows, int16_t* dst,
+                                                               size_t plane) const {
+    const int pairs = (o_ + 1) / 2;
+    alignas(64) int16_t tail[32 * 32] = {};
+    __m512i in[32 + 1];
+    for (int r0 = 0; r0 < rows; r0 += 32) {
+      const int left = std::min(32, rows - r0);
+      const int16_t* block = src + static_cast<size_t>(r0) * o_;
+      if (left < 32) {
+        std::memcpy(tail, block, static_cast<size_t>(left) * o_ * sizeof(int16_t));
+        block = tail;
+      }
+      for (int v = 0; v < o_; ++v) in[v] = _mm512_loadu_si512(block + 32 * v);
+      in[o_] = _mm512_setzero_si512();
+      const __mmask32 store = left == 32 ? ~0u : (1u << left) - 1;
+      for (int q = 0; q < o_; ++q) {
+        const __m512i idx = _mm512_load_si512(idx_[q]);
+        __m512i out = _mm512_setzero_si512();
+        for (int p = 0; p < pairs; ++p)
+          out = _mm512_mask_mov_epi16(out, masks_[q][p], _mm512_permutex2var_epi16(in[2 * p], idx, in[2 * p + 1]));
+        _mm512_mask_storeu_epi16(dst + static_cast<size_t>(q) * plane + r0, store, out);
+      }
+    }
+  }
+
+  int o_;
+  bool vector_;
+  alignas(64) int16_t idx_[32][32] = {};
+  __mmask32 masks_[32][16] = {};
+};
 
 // kY rows (y ..) x 16 columns (x0 ..) x kC channels (c0 ..) of one image's backward data
 // from the error's pair planes: dx[y][x][c] = sum over a, b and pairs of output channels
@@ -334,20 +337,22 @@ void conv_wgrad_s16_planar(const int16_t* err, const int16_t* x, const Col2imSha
   const int rows = s.oh * s.ow, taps = s.kh * s.kw * s.c;
   const int pw = s.w + 2 * s.pad, ph = s.h + 2 * s.pad;
   const size_t image = static_cast<size_t>(s.h) * s.w * s.c, ot = static_cast<size_t>(o) * taps;
+  const size_t eplane = wgrad_error_plane(s);
+  const RowsToPlanes to_planes(o);
   const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
   std::vector<int64_t> partial(static_cast<size_t>(tasks) * ot, 0);
   parallel_for(tasks, [&](int t) {
     thread_local Kept<std::vector<int16_t>> ep, xp;
-    ep.resize(static_cast<size_t>(o) * rows);
+    ep.assign(static_cast<size_t>(o) * eplane, 0);            // columns past ow and the tail stay 0
     xp.assign(static_cast<size_t>(s.c) * ph * pw + 64, 0);   // zero border; 64 readable past the end
     int64_t* mine = partial.data() + static_cast<size_t>(t) * ot;
     for (int n = static_cast<int>(static_cast<long long>(s.n) * t / tasks);
          n < static_cast<int>(static_cast<long long>(s.n) * (t + 1) / tasks); ++n) {
       const int16_t* e = err + static_cast<size_t>(n) * rows * o;
-      planes_of_rows(e, rows, o, ep.data());
+      for (int i = 0; i < s.oh; ++i) to_planes(e + static_cast<size_t>(i) * s.ow * o, s.ow, ep.data() + static_cast<size_t>(i) * pw, eplane);
       planes_of_image(x + n * image, s, xp.data());
       if (int32_sums) {
-        wgrad_planar_image(ep.data(), xp.data(), pw, s, o, mine);
+        wgrad_planar_image(ep.data(), eplane, xp.data(), pw, s, o, mine);
         continue;
       }
       for (int q = 0; q < o; ++q)   // int64 sums
@@ -357,7 +362,7 @@ void conv_wgrad_s16_planar(const int16_t* err, const int16_t* x, const Col2imSha
               int64_t sum = 0;
               for (int i = 0; i < s.oh; ++i)
                 for (int j = 0; j < s.ow; ++j)
-                  sum += static_cast<int64_t>(ep[(static_cast<size_t>(q) * s.oh + i) * s.ow + j]) *
+                  sum += static_cast<int64_t>(ep[q * eplane + static_cast<size_t>(i) * pw + j]) *
                          xp[(static_cast<size_t>(c) * ph + i + a) * pw + j + b];
               mine[static_cast<size_t>(q) * taps + (static_cast<size_t>(a) * s.kw + b) * s.c + c] += sum;
             }
@@ -366,6 +371,10 @@ void conv_wgrad_s16_planar(const int16_t* err, const int16_t* x, const Col2imSha
   std::copy(partial.begin(), partial.begin() + ot, dw);
   for (int t = 1; t < tasks; ++t)
     for (size_t i = 0; i < ot; ++i) dw[i] += partial[static_cast<size_t>(t) * ot + i];
+}
+
+size_t wgrad_error_plane(const Col2imShape& s) {
+  return (static_cast<size_t>(s.oh) * (s.w + 2 * s.pad) + 31) / 32 * 32;
 }
 
 // The planar backward data: each image's error as zero-bordered pair planes of its output
