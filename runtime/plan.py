@@ -84,12 +84,14 @@ class Plan:
     def fitter(self, micro_batch: int | None = None, recompute: str = "auto"):
         """The memory fitter of this plan's graph (memory.fit.Fitter), built once per setting:
         a budget that changes between steps picks another of its options, from this cache."""
-        from .memory.fit import Fitter
+        from .memory.fit import Fitter, micro_batches
 
         fitters = self.stats.setdefault("fitters", {})
         key = (micro_batch, recompute)
         if key not in fitters:
-            fitters[key] = Fitter(self.graph, micro_batch, recompute, scratch=self.scratch_bytes)
+            batch = self.graph.batch
+            sizes = {batch, *([min(micro_batch, batch)] if micro_batch else micro_batches(batch))}
+            fitters[key] = Fitter(self.graph, micro_batch, recompute, scratch=ScratchTable(self, sizes))
         return fitters[key]
 
     def scratch_bytes(self, op, rows: int) -> dict:
@@ -194,6 +196,21 @@ class Plan:
             declined = "; ".join(f"not {b}: {why}" for b, why in p.declined)
             lines.append(f"  {op.name:<{width}}  -> {p.backend:<4} {p.reason}" + (f" ({declined})" if declined else ""))
         return "\n".join(lines)
+
+
+class ScratchTable:
+    """Plan.scratch_bytes of every op at each of `sizes` rows (the whole batch for an op that
+    couples rows), asked once: what a memory fitter reads as its `scratch`
+    (memory.fit.ScratchFn), numbers only, so the memory layer holds no backend."""
+
+    def __init__(self, plan: Plan, sizes):
+        graph = plan.graph
+        self.table = {(op.name, rows): plan.scratch_bytes(op, rows)
+                      for op in graph.ops if not op.is_alias()
+                      for rows in (sizes if graph.row_local(op) else (graph.batch,))}
+
+    def __call__(self, op, rows: int) -> dict:
+        return self.table[(op.name, rows)]
 
 
 def choose_micro_batches(plan: Plan, scheduler, sliceable: bool) -> Plan:
@@ -401,10 +418,14 @@ class Planner:
         return dsp_model_time(self.device, *take()).seconds if take is not None else None
 
     def adopt_scratch(self, held: dict, option) -> dict:
-        """memory.fit.adopt_scratch on these backends."""
-        from .memory.fit import adopt_scratch
+        """memory.fit.adopt_scratch on these backends: the release is made here, so the
+        memory layer is handed sizes, never a backend."""
+        from .memory.fit import held_after, must_release
 
-        return adopt_scratch(held, option, self.backends.values())
+        if must_release(held, option):
+            self.release_scratch()
+            held = {}
+        return held_after(held, option)
 
     def release_scratch(self) -> None:
         for backend in self.backends.values():

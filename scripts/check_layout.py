@@ -194,9 +194,10 @@ def _filled(cell) -> bool:
 
 
 def trace_backend_choice(backend: str = "cpu", recipe: str = "niti", deep: bool = False,
-                         model: str = "lenet5") -> list[tuple[str, str]]:
+                         model: str = "lenet5", budget: str | None = None) -> list[tuple[str, str]]:
     """(from room, to room) of every call that hands the choice on, in order, during one
-    short training run of `recipe` on `model` from the command line (needs the built package)."""
+    short training run of `recipe` on `model` (under a memory `budget`, "2MB", if given)
+    from the command line (needs the built package)."""
     import tempfile
     import threading
 
@@ -249,7 +250,8 @@ def trace_backend_choice(backend: str = "cpu", recipe: str = "niti", deep: bool 
         run = Path(tmp) / "route.yaml"
         run.write_text(f"recipe: {recipe}\n" + f"model: {model}\n"
                        "data: {dataset: synthetic, train_limit: 32, test_limit: 16}\n"
-                       "train: {epochs: 1, batch_size: 16, eval_batch_size: 16}\nenergy: estimate\n")
+                       "train: {epochs: 1, batch_size: 16, eval_batch_size: 16}\nenergy: estimate\n"
+                       + (f"memory: {{budget: {budget}}}\n" if budget else ""))
         threading.setprofile(profile)
         sys.setprofile(profile)
         try:

@@ -189,9 +189,20 @@ def adopt_scratch(held: dict[str, int], option: Option, backends) -> dict[str, i
     (the largest size each was planned at since the last release). When `option` keeps
     any of them smaller, every backend releases its scratch (Backend.release_scratch), so
     the buffers regrow only to this option's sizes. Returns what is held after the step."""
-    planned = dict(option.scratch_buffers)
-    if any(nbytes > planned.get(name, 0) for name, nbytes in held.items()):
+    if must_release(held, option):
         for backend in backends:
             backend.release_scratch()
         held = {}
+    return held_after(held, option)
+
+
+def must_release(held: dict[str, int], option: Option) -> bool:
+    """Does `option` keep a buffer smaller than `held` says it may hold (adopt_scratch)?"""
+    planned = dict(option.scratch_buffers)
+    return any(nbytes > planned.get(name, 0) for name, nbytes in held.items())
+
+
+def held_after(held: dict[str, int], option: Option) -> dict[str, int]:
+    """What the kept buffers may hold after a step of `option` that started from `held`."""
+    planned = dict(option.scratch_buffers)
     return {name: max(held.get(name, 0), planned.get(name, 0)) for name in {*held, *planned}}

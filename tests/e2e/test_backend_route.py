@@ -78,6 +78,12 @@ def test_a_residual_model_keeps_five_rooms_with_holders_followed_all_the_way_dow
 
 
 @needs_cpu
+def test_a_budgeted_run_keeps_five_rooms_with_holders_followed_all_the_way_down():
+    # the memory layer is handed sizes (plan.ScratchTable, Planner.adopt_scratch), never a backend
+    _assert_the_deep_route(*LAYOUT.route(LAYOUT.trace_backend_choice("cpu", recipe="niti", deep=True, budget="2MB")))
+
+
+@needs_cpu
 def test_a_served_trainer_holds_no_backend_before_or_after_a_step(small_run, tmp_path):
     """What the tracer cannot see (values sent into the Trainer's generators) checked directly:
     the Trainer the CLI serves, and what a step hands it, hold no Backend at any depth."""
