@@ -293,8 +293,14 @@ const char* conv_algorithm(ConvPass pass, const ConvShape& s) {
   return "?";
 }
 
+bool conv_fuses_requant(ConvPass pass, const ConvShape& s) {   // the lane kernels apply it
+  if (pass == ConvPass::kForward) return !is_1x1(s) && fwd_panels(s) && fwd_lanes(s);
+  return pass == ConvPass::kBackwardData && bwd_data_panels(s) && bwd_data_lanes(s);
+}
+
 template <typename T>
-void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y, int64_t* absmax) {
+void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y, int64_t* absmax,
+                const FusedRequant* fused) {
   if (absmax) *absmax = -1;
   const int oh = s.oh(), ow = s.ow(), k = s.kh * s.kw * s.c, m = s.n * oh * ow;
   if (is_1x1(s)) {
@@ -318,7 +324,7 @@ void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y, int6
     weights_in_runs(w, s.o, s.kh, run, w_runs);
     if constexpr (std::is_same_v<T, int32_t>) {
       if (lanes) {
-        conv_lanes(src, w_runs, s.o, s.pad, s.pad + s.h, y, absmax);   // padded rows [pad, pad + h) hold x
+        conv_lanes(src, w_runs, s.o, s.pad, s.pad + s.h, y, absmax, fused);   // padded rows [pad, pad + h) hold x
         return;
       }
     }
@@ -329,7 +335,8 @@ void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y, int6
 }
 
 template <typename T>
-void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* dx, int64_t* absmax) {
+void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* dx, int64_t* absmax,
+                     const FusedRequant* fused) {
   if (absmax) *absmax = -1;
   // A stride-1 convolution of the zero-dilated, padded error with the flipped,
   // transposed kernel w'[c, i, j, o] = w[o, kh-1-i, kw-1-j, c].
@@ -359,7 +366,7 @@ void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* 
     if constexpr (std::is_same_v<T, int32_t>) {
       if (lanes) {   // padded rows of the error: kh-1-pad + stride * (0 .. oh-1)
         const int first = s.kh - 1 - s.pad;
-        conv_lanes(src, wt, s.c, first, first + (oh - 1) * s.stride + 1, dx, absmax);
+        conv_lanes(src, wt, s.c, first, first + (oh - 1) * s.stride + 1, dx, absmax, fused);
         return;
       }
     }
@@ -411,10 +418,14 @@ void conv2d_bwd_weight(const int8_t* err, const int8_t* x, const ConvShape& s, T
   gemm(MatrixS8{err_t, p, 1}, MatrixS8{cols, 1, kk}, s.o, kk, p, dw);
 }
 
-template void conv2d_fwd<int32_t>(const int8_t*, const int8_t*, const ConvShape&, int32_t*, int64_t*);
-template void conv2d_fwd<int64_t>(const int8_t*, const int8_t*, const ConvShape&, int64_t*, int64_t*);
-template void conv2d_bwd_data<int32_t>(const int8_t*, const int8_t*, const ConvShape&, int32_t*, int64_t*);
-template void conv2d_bwd_data<int64_t>(const int8_t*, const int8_t*, const ConvShape&, int64_t*, int64_t*);
+template void conv2d_fwd<int32_t>(const int8_t*, const int8_t*, const ConvShape&, int32_t*, int64_t*,
+                                  const FusedRequant*);
+template void conv2d_fwd<int64_t>(const int8_t*, const int8_t*, const ConvShape&, int64_t*, int64_t*,
+                                  const FusedRequant*);
+template void conv2d_bwd_data<int32_t>(const int8_t*, const int8_t*, const ConvShape&, int32_t*, int64_t*,
+                                       const FusedRequant*);
+template void conv2d_bwd_data<int64_t>(const int8_t*, const int8_t*, const ConvShape&, int64_t*, int64_t*,
+                                       const FusedRequant*);
 template void conv2d_bwd_weight<int32_t>(const int8_t*, const int8_t*, const ConvShape&, int32_t*);
 template void conv2d_bwd_weight<int64_t>(const int8_t*, const int8_t*, const ConvShape&, int64_t*);
 

@@ -15,6 +15,10 @@
 // or an XOR after the load) and each lane corrected by -128 * (the sum of its channel's
 // weights), exact mod 2^32 as in the GEMM kernels. Tap rows that fall on padding rows are skipped (29 % of the taps
 // of LeNet's conv2 error pass, a stride-1 convolution of the error padded by 4). The largest |result| is taken on the way for the requantizing entry points.
+// With a given shift (adaptive rescaling's steps between checks) the requantizing entry
+// points round to int8 in the registers (FusedRequant): no int32 tensor is written and
+// read back (LeNet-5's three lane products at one thread: conv1 355 -> 285 us, conv2 240
+// -> 203, conv2's error pass 435 -> 425, A/B in one run at load 10).
 #include "conv_lanes.h"
 
 #include <algorithm>
@@ -129,21 +133,47 @@ inline __mmask64 first_bytes(int n) {
 // of 16), the pixel's dword broadcast.
 enum class Spread { kOne, kTwo, kBroadcast };
 
+// numerics.shift_round of 16 int32 lanes to int8 (round or psto, shift 0..30), in 32-bit
+// magnitudes as requant.cpp's loops: |x| <= 2^31 plus at most 2^29 stays below 2^32.
+DSPTRAIN_LANES inline __m512i shift_round_lanes(__m512i v, int shift, RoundMode mode) {
+  const __m512i mag = _mm512_abs_epi32(v);   // INT32_MIN's is 2^31 as unsigned
+  __m512i q = mag;
+  if (shift > 0 && mode == RoundMode::kRound) {   // nearest, halves away from zero
+    q = _mm512_srl_epi32(_mm512_add_epi32(mag, _mm512_set1_epi32(1 << (shift - 1))), _mm_cvtsi32_si128(shift));
+  } else if (shift > 0) {   // psto: the dropped bits' high half against their low half
+    const int low_bits = shift / 2;
+    const __m512i dropped = _mm512_and_si512(mag, _mm512_set1_epi32(static_cast<int>((1u << shift) - 1)));
+    const __m512i high = _mm512_srl_epi32(dropped, _mm_cvtsi32_si128(low_bits));
+    __m512i low = _mm512_and_si512(dropped, _mm512_set1_epi32(static_cast<int>((1u << low_bits) - 1)));
+    if (shift % 2) low = _mm512_slli_epi32(low, 1);
+    q = _mm512_srl_epi32(mag, _mm_cvtsi32_si128(shift));
+    q = _mm512_mask_add_epi32(q, _mm512_cmpgt_epu32_mask(high, low), q, _mm512_set1_epi32(1));
+  }
+  q = _mm512_min_epu32(q, _mm512_set1_epi32(127));
+  return _mm512_mask_sub_epi32(q, _mm512_cmplt_epi32_mask(v, _mm512_setzero_si512()), _mm512_setzero_si512(), q);
+}
+
 // Output rows r0..r1 (row r: image r / OH, row r % OH) into out (row r0's first element);
 // returns the largest |result|. The source is biased (u8, pad_source's 0x80) for the
 // two-load and broadcast spreads (lanes_biased), flipped here for the one-load one; tap rows
 // outside the padded rows [data0, data1) hold only padding and are skipped; `corr` holds
-// per output row oy the corrections of the tap rows it runs.
+// per output row oy the corrections of the tap rows it runs. With `fused`, the results go
+// shift-rounded to int8 into q (row r0's first element) instead of out.
+// (Running 4-8 output rows at once, each source row spread once for all the rows reading
+// it, was tried: LeNet's conv1 went from 235 to 280 us at one thread, conv2's error pass
+// from 425 to 445; the single row stays.)
 template <int Z, Spread S>
 DSPTRAIN_LANES uint32_t lanes_run(const PaddedSrc& s, int oc, const LaneShape& l, const int8_t* wv, const uint8_t* idx,
-                                  const int32_t* corr, int data0, int data1, int r0, int r1, int32_t* out) {
+                                  const int32_t* corr, int data0, int data1, int r0, int r1, int32_t* out,
+                                  const FusedRequant* fused, int8_t* q) {
   const ptrdiff_t rs = s.row_stride();
   const size_t row_weights = static_cast<size_t>(l.steps) * Z * 64;
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512i ix[Z], cz[Z];
   for (int z = 0; z < Z; ++z) ix[z] = _mm512_loadu_si512(idx + 64 * z);
   __m512i top = _mm512_setzero_si512();
-  for (int r = r0; r < r1; ++r, out += static_cast<ptrdiff_t>(s.ow) * oc) {
+  const ptrdiff_t row_out = static_cast<ptrdiff_t>(s.ow) * oc;
+  for (int r = r0; r < r1; ++r, out += fused ? 0 : row_out, q += fused ? row_out : 0) {
     const int oy = r % s.oh;
     const int8_t* row0 = s.d + s.base(r / s.oh, oy, 0);
     const int i0 = std::max(0, data0 - oy), i1 = std::min(s.kh, data1 - oy);
@@ -177,10 +207,14 @@ DSPTRAIN_LANES uint32_t lanes_run(const PaddedSrc& s, int oc, const LaneShape& l
         }
       }
       int left = valid * oc;  // the group's outputs: z vectors in NHWC order
-      int32_t* dst = out + static_cast<ptrdiff_t>(x0) * oc;
-      for (int z = 0; z < Z && left > 0; ++z, left -= 16, dst += 16) {
+      const ptrdiff_t at = static_cast<ptrdiff_t>(x0) * oc;
+      for (int z = 0; z < Z && left > 0; ++z, left -= 16) {
         const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-        _mm512_mask_storeu_epi32(dst, m, acc[z]);
+        if (fused) {
+          _mm512_mask_cvtepi32_storeu_epi8(q + at + 16 * z, m, shift_round_lanes(acc[z], fused->shift, fused->mode));
+        } else {
+          _mm512_mask_storeu_epi32(out + at + 16 * z, m, acc[z]);
+        }
         top = _mm512_mask_max_epu32(top, m, top, _mm512_abs_epi32(acc[z]));
       }
     }
@@ -190,7 +224,7 @@ DSPTRAIN_LANES uint32_t lanes_run(const PaddedSrc& s, int oc, const LaneShape& l
 
 template <int Z, Spread S>
 void lanes_rows(const PaddedSrc& s, int oc, const LaneShape& l, const int8_t* wv, const uint8_t* idx,
-                const int32_t* corr, int data0, int data1, int32_t* out, int64_t* absmax) {
+                const int32_t* corr, int data0, int data1, int32_t* out, int64_t* absmax, const FusedRequant* fused) {
   const int rows = s.n * s.oh;
   const size_t row_out = static_cast<size_t>(s.ow) * oc;
   const int tasks = tasks_for(static_cast<size_t>(rows) * row_out * 4, rows);
@@ -198,10 +232,12 @@ void lanes_rows(const PaddedSrc& s, int oc, const LaneShape& l, const int8_t* wv
   parallel_for(tasks, [&](int task) {
     const int r0 = static_cast<int>(static_cast<long long>(rows) * task / tasks);
     const int r1 = static_cast<int>(static_cast<long long>(rows) * (task + 1) / tasks);
-    tops[task] = lanes_run<Z, S>(s, oc, l, wv, idx, corr, data0, data1, r0, r1, out + r0 * row_out);
+    tops[task] = lanes_run<Z, S>(s, oc, l, wv, idx, corr, data0, data1, r0, r1, fused ? nullptr : out + r0 * row_out,
+                                 fused, fused ? fused->q + r0 * row_out : nullptr);
   });
   if (absmax) *absmax = *std::max_element(tops.begin(), tops.end());
 }
+
 
 // ---------------------------------------------------------------- weight gradient, one input channel
 // dw[o, i, j] = sum over pixels p of err[p, o] * x[p + (i, j)]. Lanes are taps: vector a
@@ -264,7 +300,7 @@ DSPTRAIN_LANES void wgrad_run(const PaddedSrc& s, const int8_t* err, int oc, con
 }
 
 using RowsFn = void (*)(const PaddedSrc&, int, const LaneShape&, const int8_t*, const uint8_t*, const int32_t*, int,
-                        int, int32_t*, int64_t*);
+                        int, int32_t*, int64_t*, const FusedRequant*);
 
 template <int Z>
 RowsFn rows_for(Spread spread) {
@@ -321,7 +357,8 @@ void conv_wgrad_lanes(const PaddedSrc& s, const int8_t* err, int oc, int32_t* dw
   }
 }
 
-void conv_lanes(const PaddedSrc& s, const int8_t* w_runs, int oc, int data0, int data1, int32_t* out, int64_t* absmax) {
+void conv_lanes(const PaddedSrc& s, const int8_t* w_runs, int oc, int data0, int data1, int32_t* out, int64_t* absmax,
+                const FusedRequant* fused) {
   const LaneShape l = lane_shape(s.ch, s.kw, oc);
   const int runp = run_pad(s.run());
   std::vector<int8_t> wv(static_cast<size_t>(s.kh) * l.steps * l.vectors * 64);
@@ -340,11 +377,11 @@ void conv_lanes(const PaddedSrc& s, const int8_t* w_runs, int oc, int data0, int
   const Spread spread = l.pixels == 1 ? Spread::kBroadcast : l.span > 64 ? Spread::kTwo : Spread::kOne;
   const RowsFn fn = l.vectors == 1 ? rows_for<1>(spread) : l.vectors == 2 ? rows_for<2>(spread)
                   : l.vectors == 3 ? rows_for<3>(spread) : rows_for<4>(spread);
-  fn(s, oc, l, wv.data(), idx, corr_rows.data(), data0, data1, out, absmax);
+  fn(s, oc, l, wv.data(), idx, corr_rows.data(), data0, data1, out, absmax, fused);
 }
 
 #else
-void conv_lanes(const PaddedSrc&, const int8_t*, int, int, int, int32_t*, int64_t*) { std::abort(); }  // never fits
+void conv_lanes(const PaddedSrc&, const int8_t*, int, int, int, int32_t*, int64_t*, const FusedRequant*) { std::abort(); }  // never fits
 bool wgrad_lanes_fit(int, int, int, int, int) { return false; }
 void conv_wgrad_lanes(const PaddedSrc&, const int8_t*, int, int32_t*) { std::abort(); }
 #endif

@@ -20,7 +20,10 @@ bool lanes_biased(int ch, int kw, int oc);
 // out[P, oc] = patches(s)[P, K] x w_runs[oc, K]^T (w_runs in run layout: [oc, kh,
 // run_pad(kw * ch)]), int32, from a source padded as lanes_biased says; padded rows
 // outside [data0, data1) hold only padding. `absmax` (if given) receives max |out|.
-void conv_lanes(const PaddedSrc& s, const int8_t* w_runs, int oc, int data0, int data1, int32_t* out, int64_t* absmax);
+// With `fused`, out is not written: the results go shift-rounded to int8 into fused->q
+// (the same layout) straight from the registers.
+void conv_lanes(const PaddedSrc& s, const int8_t* w_runs, int oc, int data0, int data1, int32_t* out, int64_t* absmax,
+                const FusedRequant* fused = nullptr);
 
 // The weight gradient of a one-channel source (LeNet's first layer): taps in the lanes,
 // four pixels a dword. Whether it runs here: one channel, step 1, kw <= 13, at most 8

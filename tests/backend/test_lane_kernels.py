@@ -3,8 +3,9 @@
 - Convolutions (cpu_ops/conv_lanes.cpp: stride 1, few output channels, pixels and channels
   together in the lanes; the weight gradient of one-channel sources, taps in the lanes):
   ragged widths (partial pixel groups and quads), every lane layout (1 to 3 vectors per
-  group, one or two source loads per step), the requantizing entry points (which use the
-  max |acc| the kernel takes), at one and two threads; and which shapes take them.
+  group, one or two source loads per step), the requantizing entry points (which use the max |acc| the kernel takes; with a given
+  shift, round and psto applied in the kernel's registers), at one and two threads; and
+  which shapes take them.
 - Max-pools whose windows tile the image (cpu_ops/pool_lanes.cpp): ties, -128, 1 to 32
   channels, 2x2 and 3x3 windows.
 """
@@ -93,6 +94,43 @@ def test_lane_convolutions_match_ref(ref, threads, shape, kernels):
             want = ref.conv2d_bwd_data_requant_s8(err, w, stride, pad, hw, mode, key)
             np.testing.assert_array_equal(got[0], want[0])
             assert got[1] == want[1]
+    finally:
+        native.set_threads(previous)
+        native.set_serial_below_macs(threshold)
+
+
+# More lane layouts for the given-shift test: one vector (its error pass: three), two, and
+# a one-vector forward whose error pass has 16 pixels a group, wider than its 7 columns.
+MORE_LANE_SHAPES = [(2, 11, 9, 6, 16, 3, 1, 1), (1, 13, 11, 4, 32, 3, 1, 1), (1, 11, 7, 3, 2, 5, 1, 2)]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [s for s, _ in LANE_SHAPES] + MORE_LANE_SHAPES, ids=str)
+def test_lane_convolutions_with_a_given_shift_match_ref(ref, threads, shape):
+    """A given shift (adaptive rescaling's steps between checks): the lane kernels round
+    to int8 in their registers (round, psto; sto takes the int32 pass). Given the estimate,
+    a larger shift, or 0 and a smaller one (they saturate: the estimate is used instead)."""
+    cpu = CpuBackend()
+    x, w, err, stride, pad = lane_case(shape, 3 * sum(shape))
+    err = (err // 4).astype(np.int8)   # smaller errors: a shift of 0 fits some of them
+    hw = x.shape[1:3]
+    if HAS_LANES and shape in MORE_LANE_SHAPES:
+        assert [native.conv_algorithm(p, x, w, stride, pad) for p in ("forward", "backward_data")] == ["lanes"] * 2
+    previous, threshold = native.threads(), native.serial_below_macs()
+    native.set_threads(threads)
+    native.set_serial_below_macs(0.0)
+    try:
+        key = cases.rng_key(11)
+        passes = {"forward": (lambda b, **kw: b.conv2d_requant_s8(x, w, stride, pad, **kw)),
+                  "backward_data": (lambda b, **kw: b.conv2d_bwd_data_requant_s8(err, w, stride, pad, hw, **kw))}
+        for name, run in passes.items():
+            estimate = run(ref, mode="round", rng=key)[1]
+            for given in sorted({0, max(estimate - 1, 0), estimate, estimate + 2}):
+                for mode in cases.ROUNDING:
+                    got = run(cpu, mode=mode, rng=key, shift=given)
+                    want = run(ref, mode=mode, rng=key, shift=given)
+                    np.testing.assert_array_equal(got[0], want[0], err_msg=f"{name} {mode} given {given}")
+                    assert got[1] == want[1] == max(given, estimate), (name, mode, given)
     finally:
         native.set_threads(previous)
         native.set_serial_below_macs(threshold)
