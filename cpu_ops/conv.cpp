@@ -269,6 +269,9 @@ bool bwd_data_lanes(const ConvShape& s) {   // a stride-1 convolution of the dil
 bool wgrad_lanes(const ConvShape& s) {   // the reduction runs over the pixels
   return !acc_is_int64(1LL * s.n * s.oh() * s.ow()) && wgrad_lanes_fit(s.c, s.kh, s.kw, s.stride, s.o);
 }
+bool wgrad_olanes(const ConvShape& s) {
+  return !acc_is_int64(1LL * s.n * s.oh() * s.ow()) && wgrad_olanes_fit(s.c, s.kh, s.kw, s.stride, s.o, s.w + 2 * s.pad, s.ow());
+}
 
 }  // namespace
 
@@ -288,7 +291,7 @@ const char* conv_algorithm(ConvPass pass, const ConvShape& s) {
       return bwd_data_implicit(s) ? "implicit_gemm" : "im2col_gemm";
     case ConvPass::kBackwardWeight:
       if (!use_wgrad_panels(s)) return "im2col_gemm";
-      return wgrad_lanes(s) ? "wgrad_lanes" : "wgrad_panels";
+      return wgrad_lanes(s) ? "wgrad_lanes" : wgrad_olanes(s) ? "wgrad_olanes" : "wgrad_panels";
   }
   return "?";
 }
@@ -383,6 +386,10 @@ void conv2d_bwd_weight(const int8_t* err, const int8_t* x, const ConvShape& s, T
     if constexpr (std::is_same_v<T, int32_t>) {
       if (wgrad_lanes(s)) {
         conv_wgrad_lanes(src, err, s.o, dw);
+        return;
+      }
+      if (wgrad_olanes(s)) {
+        conv_wgrad_olanes(src, err, s.o, dw);
         return;
       }
     }

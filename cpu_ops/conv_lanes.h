@@ -1,6 +1,7 @@
 // Stride-1 convolutions with few output channels, output pixels and channels together in
 // AVX-512 lanes (conv_lanes.cpp). Internal to the convolutions (conv.cpp).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "conv_impl.h"
@@ -33,5 +34,16 @@ bool wgrad_lanes_fit(int ch, int kh, int kw, int step, int oc);
 
 // dw[oc, kh, kw, 1] = err[P, oc]^T x patches(s)[P, kh * kw], int32.
 void conv_wgrad_lanes(const PaddedSrc& s, const int8_t* err, int oc, int32_t* dw);
+
+// The weight gradient with 9-16 output channels in the lanes (LeNet's conv2): a vector
+// of the error (4 pixels x the channels) against each tap and channel's broadcast 4 source
+// bytes. Whether it runs here: stride 1, 3 or 5 tap rows, 2 or more source channels, a padded source row of
+// at most 128 bytes (wp * ch) and as channel runs too, on AVX-512 VNNI + VBMI.
+bool wgrad_olanes_fit(int ch, int kh, int kw, int step, int oc, int wp, int ow);
+
+// dw[oc, kh, kw, ch] = err[P, oc]^T x patches(s)[P, kh * kw * ch], int32; its kept
+// buffer (the source as channel runs, the error as vectors) holds wgrad_olanes_kept_bytes.
+size_t wgrad_olanes_kept_bytes(int n, int hp, int wp, int ch, int kw, int ow, int oh);
+void conv_wgrad_olanes(const PaddedSrc& s, const int8_t* err, int oc, int32_t* dw);
 
 }  // namespace dsptrain

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "conv_impl.h"
+#include "conv_lanes.h"
 #include "gemm.h"
 #include "gemm_kernels.h"
 #include "thread_pool.h"
@@ -124,6 +125,11 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
   const int hp = s.h + 2 * s.pad, wp = s.w + 2 * s.pad;
   padded_into(&out, static_cast<size_t>(s.n) * hp * wp * s.c, wp);
   if (algo == "wgrad_lanes") return out;   // conv_lanes.cpp: the padded source and the stack
+  if (algo == "wgrad_olanes") {   // conv_lanes.cpp: the source as channel runs and the error as vectors (kept), the tasks' sums
+    add(&out, "wgrad.runs_and_error_vectors", wgrad_olanes_kept_bytes(s.n, hp, wp, s.c, s.kw, s.ow(), s.oh()));
+    add(&out, "wgrad.sums", static_cast<size_t>(pool_threads()) * 4 * (static_cast<size_t>(s.kh) * s.kw * s.c * 16 + 16) * 4);
+    return out;
+  }
   if (algo == "wgrad_panels") {
     const GemmKernel* kern = panel_kernel();
     const int threads = pool_threads(), runp = run_pad(s.kw * s.c), taps = s.kh * runp;
