@@ -477,10 +477,13 @@ void wgrad_olanes_rows(const PaddedSrc& s, const int8_t* err, int oc, int32_t* d
   int8_t* err4 = runs + s.n * image_bytes + 64;
   const int tasks = tasks_for(static_cast<size_t>(s.n) * s.oh * g.groups * taps * 64, s.n);
   const size_t per_task = static_cast<size_t>(taps) * 16 + 16;
-  std::vector<int32_t> sums(static_cast<size_t>(tasks) * per_task);
+  // the tasks' sums, kept at the most tasks tasks_for gives (scratch.cpp counts that)
+  thread_local Kept<std::vector<int32_t>> sums;
+  if (sums.size() < static_cast<size_t>(4 * pool_threads()) * per_task) sums.resize(static_cast<size_t>(4 * pool_threads()) * per_task);
+  int32_t* sum = sums.data();   // (a thread_local named in the tasks would be each worker's own)
   parallel_for(tasks, [&](int task) {
     const int b0 = s.n * task / tasks, b1 = s.n * (task + 1) / tasks;
-    int32_t* part = sums.data() + task * per_task;
+    int32_t* part = sum + task * per_task;
     for (int b = b0; b < b1; ++b) olane_rows(s, g.run, idx, b, runs + b * image_bytes);
     olane_errors(s, err, oc, g, eidx, b0, b1, err4, part + static_cast<size_t>(taps) * 16);
     if (s.kh == 3) olane_sums<3>(s, g, runs, err4, b0, b1, part);
@@ -489,10 +492,10 @@ void wgrad_olanes_rows(const PaddedSrc& s, const int8_t* err, int oc, int32_t* d
   // dw[o, k] = the tasks' sums less 128 * sum(err[:, o]), mod 2^32 (exact when it fits)
   for (int o = 0; o < oc; ++o) {
     uint32_t esum = 0;
-    for (int t = 0; t < tasks; ++t) esum += static_cast<uint32_t>(sums[t * per_task + static_cast<size_t>(taps) * 16 + o]);
+    for (int t = 0; t < tasks; ++t) esum += static_cast<uint32_t>(sum[t * per_task + static_cast<size_t>(taps) * 16 + o]);
     for (int k = 0; k < taps; ++k) {
       uint32_t v = 0;
-      for (int t = 0; t < tasks; ++t) v += static_cast<uint32_t>(sums[t * per_task + static_cast<size_t>(k) * 16 + o]);
+      for (int t = 0; t < tasks; ++t) v += static_cast<uint32_t>(sum[t * per_task + static_cast<size_t>(k) * 16 + o]);
       dw[static_cast<size_t>(o) * taps + k] = static_cast<int32_t>(v - 128u * esum);
     }
   }

@@ -125,7 +125,7 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
   const int hp = s.h + 2 * s.pad, wp = s.w + 2 * s.pad;
   padded_into(&out, static_cast<size_t>(s.n) * hp * wp * s.c, wp);
   if (algo == "wgrad_lanes") return out;   // conv_lanes.cpp: the padded source and the stack
-  if (algo == "wgrad_olanes") {   // conv_lanes.cpp: the source as channel runs and the error as vectors (kept), the tasks' sums
+  if (algo == "wgrad_olanes") {   // conv_lanes.cpp: the source as channel runs, the error as vectors, the tasks' sums
     add(&out, "wgrad.runs_and_error_vectors", wgrad_olanes_kept_bytes(s.n, hp, wp, s.c, s.kw, s.ow(), s.oh()));
     add(&out, "wgrad.sums", static_cast<size_t>(pool_threads()) * 4 * (static_cast<size_t>(s.kh) * s.kw * s.c * 16 + 16) * 4);
     return out;
