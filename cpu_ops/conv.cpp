@@ -269,6 +269,7 @@ bool bwd_data_lanes(const ConvShape& s) {   // a stride-1 convolution of the dil
 bool wgrad_lanes(const ConvShape& s) {   // the reduction runs over the pixels
   return !acc_is_int64(1LL * s.n * s.oh() * s.ow()) && wgrad_lanes_fit(s.c, s.kh, s.kw, s.stride, s.o);
 }
+bool bwd_broadcast(const ConvShape& s) { return !acc_is_int64(s.kh * s.kw * s.o) && bwd_broadcast_fit(s); }
 bool wgrad_olanes(const ConvShape& s) {
   return !acc_is_int64(1LL * s.n * s.oh() * s.ow()) && wgrad_olanes_fit(s.c, s.kh, s.kw, s.stride, s.o, s.w + 2 * s.pad, s.ow());
 }
@@ -287,6 +288,7 @@ const char* conv_algorithm(ConvPass pass, const ConvShape& s) {
       if (fwd_panels(s)) return fwd_lanes(s) ? "lanes" : "pixel_panels";
       return fwd_implicit(s) ? "implicit_gemm" : "im2col_gemm";
     case ConvPass::kBackwardData:
+      if (bwd_broadcast(s)) return "err_broadcast";
       if (bwd_data_panels(s)) return bwd_data_lanes(s) ? "lanes" : "pixel_panels";
       return bwd_data_implicit(s) ? "implicit_gemm" : "im2col_gemm";
     case ConvPass::kBackwardWeight:
@@ -298,7 +300,7 @@ const char* conv_algorithm(ConvPass pass, const ConvShape& s) {
 
 bool conv_fuses_requant(ConvPass pass, const ConvShape& s) {   // the lane kernels apply it
   if (pass == ConvPass::kForward) return !is_1x1(s) && fwd_panels(s) && fwd_lanes(s);
-  return pass == ConvPass::kBackwardData && bwd_data_panels(s) && bwd_data_lanes(s);
+  return pass == ConvPass::kBackwardData && (bwd_broadcast(s) || (bwd_data_panels(s) && bwd_data_lanes(s)));
 }
 
 template <typename T>
@@ -341,6 +343,12 @@ template <typename T>
 void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* dx, int64_t* absmax,
                      const FusedRequant* fused) {
   if (absmax) *absmax = -1;
+  if constexpr (std::is_same_v<T, int32_t>) {
+    if (bwd_broadcast(s)) {   // conv_lanes.cpp: the error broadcast into dx rows
+      conv_bwd_broadcast(err, w, s, dx, absmax, fused);
+      return;
+    }
+  }
   // A stride-1 convolution of the zero-dilated, padded error with the flipped,
   // transposed kernel w'[c, i, j, o] = w[o, kh-1-i, kw-1-j, c].
   const int oh = s.oh(), ow = s.ow(), run = s.kw * s.o, m = s.n * s.h * s.w;

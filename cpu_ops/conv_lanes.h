@@ -46,4 +46,15 @@ bool wgrad_olanes_fit(int ch, int kh, int kw, int step, int oc, int wp, int ow);
 size_t wgrad_olanes_kept_bytes(int n, int hp, int wp, int ch, int kw, int ow, int oh);
 void conv_wgrad_olanes(const PaddedSrc& s, const int8_t* err, int oc, int32_t* dw);
 
+// The backward data of a stride-1 convolution with a dx row of at most 96 lanes (w * c)
+// and 8-32 error channels, a multiple of 4, on AVX-512 VNNI + VBMI: the dx row in
+// the lanes, four error channels of an error pixel broadcast (LeNet's conv2).
+bool bwd_broadcast_fit(const ConvShape& s);
+
+// dx[N, H, W, C] (int32) from err[N, OH, OW, O] and w[O, KH, KW, C] of forward shape `s`;
+// `absmax` and `fused` as for conv_lanes; its kept buffer holds bwd_broadcast_kept_bytes.
+void conv_bwd_broadcast(const int8_t* err, const int8_t* w, const ConvShape& s, int32_t* dx, int64_t* absmax,
+                        const FusedRequant* fused);
+size_t bwd_broadcast_kept_bytes(const ConvShape& s);
+
 }  // namespace dsptrain

@@ -102,6 +102,10 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     const bool is64 = acc64(static_cast<long long>(s.o) * s.kh * s.kw);
     const size_t m = static_cast<size_t>(s.n) * s.h * s.w;
     if (requant) add(&out, "requant.acc.conv2d_bwd_data" + elem(is64), m * s.c * (is64 ? 8 : 4));
+    if (algo == "err_broadcast") {   // conv_lanes.cpp: the weights as broadcast vectors (kept)
+      add(&out, "conv.bwd_broadcast_weights", bwd_broadcast_kept_bytes(s));
+      return out;
+    }
     const bool panels = algo == "pixel_panels" || algo == "lanes";
     const int run = s.kw * s.o, k = s.kh * (panels ? run_pad(run) : run);
     const bool packs_w = !is64 && !panels && pack_b_k_rows_fits(s.c, k, active_isa());  // conv.cpp bwd_data_packs_w
