@@ -63,6 +63,23 @@ def prc_squared_errors(x, top: float, ratios, qmax: int) -> list[float]:
     return out
 
 
+def prc_quantize(x, prev_ratio: float, momentum: float, ratios, bits: int, mode: str, rng):
+    """Octo's error quantizer (Zhou et al. 2021): the clip ratio with the least squared
+    error (prc_squared_errors, np.argmin; 1.0 when x is all zero) moves the layer's ratio
+    by `momentum`; x is quantized over [-ratio * max|x|, ratio * max|x|] (float step).
+    Returns (q, step, ratio)."""
+    x = np.asarray(x, np.float32)
+    qmax = 2 ** (bits - 1) - 1
+    top = absmax_f(x)
+    best = 1.0 if top == 0.0 else float(ratios[int(np.argmin(prc_squared_errors(x, top, ratios, qmax)))])
+    ratio = (1 - momentum) * prev_ratio + momentum * best
+    limit = ratio * top
+    if limit == 0.0:
+        return np.zeros(x.shape, np.int8 if bits <= 8 else np.int16), 1.0, ratio
+    step = limit / qmax
+    return quantize_f(x, step, bits, mode, rng), step, ratio
+
+
 def floor_log2(x: np.ndarray) -> np.ndarray:
     """floor(log2(x)) of positive float64 values, exactly (frexp, not a rounded log2)."""
     _, e = np.frexp(x)
@@ -90,6 +107,37 @@ def round_float(x, exponent_bits: int, mantissa_bits: int, mode: str, rng) -> np
     exponent = floor_log2(np.where(magnitude > 0, magnitude, 1.0))
     ulp = 2.0 ** (np.maximum(exponent, emin) - mantissa_bits)
     return np.clip(round_values(x / ulp, mode, rng) * ulp, -largest, largest).astype(np.float32)
+
+
+def ceil_log2(t: float) -> int:
+    """ceil(log2(t)) of a positive finite t, exactly (frexp: a rounded log2 misses by one
+    just above a power of two)."""
+    mantissa, exponent = np.frexp(float(t))
+    return int(exponent) - 1 if mantissa == 0.5 else int(exponent)
+
+
+def pow2_grid(x, bits: int, mode: str, rng) -> np.ndarray:
+    """x (float64) on a `bits`-bit power-of-two grid fitted to its range, float64 values
+    (zeros when x is all zero)."""
+    top = absmax_f(x)
+    if top == 0.0:
+        return np.zeros(np.shape(x))
+    step = 2.0 ** (ceil_log2(top) - (bits - 1))
+    return quantize_f(x, step, bits, mode, rng).astype(np.float64) * step
+
+
+def wageubn_update(q, e: int, grad, m, lr: float, momentum: float, weight_decay: float, grad_bits: int,
+                   momentum_bits: int, acc_bits: int, rng):
+    """WAGEUBN's update (Yang et al. 2020) of weights q * 2**e on an acc_bits grid with
+    momentum m: the gradient (plus weight decay) on a grad_bits grid (stochastic), the
+    momentum on a momentum_bits grid (nearest), the weights moved by rint(lr * m / 2**e).
+    Returns (new q int32, new m float32)."""
+    current = np.asarray(q).astype(np.float64) * 2.0**e
+    g = pow2_grid(np.asarray(grad, np.float64) + weight_decay * current, grad_bits, "sto", rng)
+    m_new = pow2_grid(momentum * np.asarray(m, np.float64) + g, momentum_bits, "round", None)
+    limit = 2 ** (acc_bits - 1) - 1
+    q_new = np.clip(np.asarray(q).astype(np.int64) - np.rint(lr * m_new / 2.0**e).astype(np.int64), -limit, limit)
+    return q_new.astype(np.int32), m_new.astype(np.float32)
 
 
 def compensation_fwd(z, scale, shift) -> np.ndarray:

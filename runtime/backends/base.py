@@ -182,6 +182,11 @@ class Backend:
         """Octo's range-clipping errors, one per ratio (float64 sums, 1e-12 relative)."""
         self._needs("prc_squared_errors")
 
+    def prc_quantize(self, x, prev_ratio: float, momentum: float, ratios, bits: int, mode: str, rng):
+        """Octo's error quantizer (float_ops.prc_quantize): (q, step, new ratio); the ratio
+        chosen from prc_squared_errors' sums, q bit-exact given the same choice."""
+        self._needs("prc_quantize")
+
     def quantize_mls(self, x, group: int, top: float, tensor_scale: float, kmax: int, qmax: int, mode: str, rng):
         """MLS elements with the group shift applied, q * 2**(kmax - k): int16."""
         self._needs("quantize_mls")
@@ -254,6 +259,12 @@ class Backend:
     def compensation_bwd(self, err, z, scale):
         """(d z, d scale, d shift); the channel sums within 1e-12 relative."""
         self._needs("compensation_bwd")
+
+    def wageubn_update(self, q, e: int, grad, m, lr: float, momentum: float, weight_decay: float, grad_bits: int,
+                       momentum_bits: int, acc_bits: int, rng):
+        """WAGEUBN's update of int32 weights q * 2**e (float_ops.wageubn_update): (new q, new
+        float32 momentum), bit-exact."""
+        self._needs("wageubn_update")
 
     def sgd_f32(self, w, grad, v, lr: float, momentum: float, weight_decay: float, nesterov: bool):
         """PyTorch's SGD step in float32: (new w, new velocity)."""

@@ -217,6 +217,10 @@ class CpuBackend(Backend):
     def prc_squared_errors(self, x, top, ratios, qmax):
         return _native.prc_squared_errors(np.asarray(x, np.float32), float(top), [float(r) for r in ratios], int(qmax))
 
+    def prc_quantize(self, x, prev_ratio, momentum, ratios, bits, mode, rng):
+        return _native.prc_quantize(np.asarray(x, np.float32), float(prev_ratio), float(momentum),
+                                    [float(r) for r in ratios], int(bits), mode, _rng(rng))
+
     def quantize_mls(self, x, group, top, tensor_scale, kmax, qmax, mode, rng):
         return _native.quantize_mls(np.asarray(x, np.float32), int(group), float(top), float(tensor_scale), int(kmax),
                                     int(qmax), mode, _rng(rng))
@@ -263,6 +267,10 @@ class CpuBackend(Backend):
 
     def compensation_bwd(self, err, z, scale):
         return _native.compensation_bwd(err, z, scale)
+
+    def wageubn_update(self, q, e, grad, m, lr, momentum, weight_decay, grad_bits, momentum_bits, acc_bits, rng):
+        return _native.wageubn_update(q, int(e), grad, m, float(lr), float(momentum), float(weight_decay),
+                                      int(grad_bits), int(momentum_bits), int(acc_bits), _rng(rng))
 
     def sgd_f32(self, w, grad, v, lr, momentum, weight_decay, nesterov):
         return _native.sgd_f32(w, grad, v, float(lr), float(momentum), float(weight_decay), bool(nesterov))
