@@ -178,6 +178,12 @@ int64_t shift_round_absmax(const int64_t* x, size_t n, int shift, RoundMode mode
       mode == RoundMode::kRound ? round_max_s64 : mode == RoundMode::kPsto ? psto_max_s64 : sto_max_s64);
 }
 
+int64_t shift_round_absmax_range(const int32_t* x, size_t begin, size_t end, int shift, RoundMode mode,
+                                 const RngKey& key, int8_t* out) {
+  const auto loop = mode == RoundMode::kRound ? round_max_s32 : mode == RoundMode::kPsto ? psto_max_s32 : sto_max_s32;
+  return loop(x, begin, end, shift, key, out);
+}
+
 int range_bits(int64_t max_abs) {
   const uint64_t v = max_abs > 0 ? static_cast<uint64_t>(max_abs - 1) : 0;
   return v == 0 ? 0 : 64 - __builtin_clzll(v);  // Python's (max_abs - 1).bit_length()
