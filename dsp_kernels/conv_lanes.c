@@ -105,14 +105,14 @@ static void build_table(const struct lanes *L, HVX_Vector *tab, int8_t *row, con
     }
 }
 
-/* R output rows x T channels of accumulators over one pixel block: for each (kernel row,
- * word group) step k, the vector at byte offset off[k] from base (+ rr * rstride bytes for
- * row rr) and the T weight words wq[k * opad + t]. yt[rr * ytstride + t] gets the sums. */
-static inline __attribute__((always_inline)) void tile(
-    const int R, const int T, HVX_Vector *yt, int ytstride, const int8_t *base, int rstride,
+/* R output rows x T channels of accumulators over one pixel block, started at the
+ * channels' corrections: for each (kernel row, word group) step k, the vector at byte
+ * offset off[k] from base (+ rr * rstride bytes for row rr) times the T weight words
+ * wq[k * opad + t]. Inlined with constant R and T, acc stays in registers. */
+static inline __attribute__((always_inline)) void accumulate_tile(
+    const int R, const int T, HVX_Vector acc[MAX_ROWS][MAX_TILE], const int8_t *base, int rstride,
     const int32_t *off, int kg, const int32_t *wq, int opad, const int32_t *corr)
 {
-    HVX_Vector acc[MAX_ROWS][MAX_TILE];
     for (int rr = 0; rr < R; rr++)
         for (int t = 0; t < T; t++) acc[rr][t] = Q6_V_vsplat_R(corr[t]);
     for (int k = 0; k < kg; k++) {
@@ -125,6 +125,15 @@ static inline __attribute__((always_inline)) void tile(
             for (int rr = 0; rr < R; rr++) acc[rr][t] = Q6_Vw_vrmpyacc_VwVubRb(acc[rr][t], vr[rr], word);
         }
     }
+}
+
+/* accumulate_tile into yt[rr * ytstride + t]. */
+static inline __attribute__((always_inline)) void tile(
+    const int R, const int T, HVX_Vector *yt, int ytstride, const int8_t *base, int rstride,
+    const int32_t *off, int kg, const int32_t *wq, int opad, const int32_t *corr)
+{
+    HVX_Vector acc[MAX_ROWS][MAX_TILE];
+    accumulate_tile(R, T, acc, base, rstride, off, kg, wq, opad, corr);
     for (int rr = 0; rr < R; rr++)
         for (int t = 0; t < T; t++) yt[rr * ytstride + t] = acc[rr][t];
 }
@@ -164,25 +173,11 @@ static inline __attribute__((always_inline)) void pair_groups(const int P, const
         }
 }
 
-/* vrdelta control moving bytes (q * 4P + b, b < 4 * oc) to q * 4 * oc + b: route each byte
- * by the bits of (position ^ destination), lowest stage first (conflict free for a
- * monotone compaction: Hilewitz and Lee). */
+/* vrdelta control moving bytes (q * 4P + b, b < 4 * oc) to q * 4 * oc + b (util.c routes
+ * it, once per shape). */
 void dspt_lanes_compaction(uint8_t ctrl[128], int oc, int P)
 {
-    uint8_t pos[128], dst[128];
-    int count = 0;
-    for (int q = 0; q < 32 / P; q++)
-        for (int b = 0; b < 4 * oc; b++) {
-            pos[count] = (uint8_t)(q * 4 * P + b);
-            dst[count++] = (uint8_t)(q * 4 * oc + b);
-        }
-    for (int i = 0; i < 128; i++) ctrl[i] = 0;
-    for (int o = 1; o < 128; o <<= 1)
-        for (int e = 0; e < count; e++)
-            if ((pos[e] ^ dst[e]) & o) {
-                pos[e] ^= (uint8_t)o;
-                ctrl[pos[e]] |= (uint8_t)o;
-            }
+    dspt_restride_control(ctrl, 4 * oc, 4 * P, 4 * oc, 32 / P);
 }
 
 /* yt[o] (pixel lanes) -> stage[p][o] for pixels p < npx, channels c0 .. c0+oc-1 of O.
@@ -253,19 +248,8 @@ static inline __attribute__((always_inline)) void tile_store8(
     const int R, const int T, int32_t *out, int rowstride, int O, const int8_t *base, int rstride,
     const int32_t *off, int kg, const int32_t *wq, int opad, const int32_t *corr, HVX_Vector ctrl)
 {
-    HVX_Vector acc[MAX_ROWS][8], z = Q6_V_vzero();
-    for (int rr = 0; rr < R; rr++)
-        for (int t = 0; t < T; t++) acc[rr][t] = Q6_V_vsplat_R(corr[t]);
-    for (int k = 0; k < kg; k++) {
-        const int8_t *v = base + off[k];
-        const int32_t *w = wq + k * opad;
-        HVX_Vector vr[MAX_ROWS];
-        for (int rr = 0; rr < R; rr++) vr[rr] = hvx_load_u(v + rr * rstride);
-        for (int t = 0; t < T; t++) {
-            int32_t word = w[t];
-            for (int rr = 0; rr < R; rr++) acc[rr][t] = Q6_Vw_vrmpyacc_VwVubRb(acc[rr][t], vr[rr], word);
-        }
-    }
+    HVX_Vector acc[MAX_ROWS][MAX_TILE], z = Q6_V_vzero();
+    accumulate_tile(R, T, acc, base, rstride, off, kg, wq, opad, corr);
     for (int rr = 0; rr < R; rr++)   /* channels past O: zero weights and correction, so zeros */
         store8_regs(out + rr * rowstride, O, acc[rr][0], acc[rr][1], acc[rr][2], acc[rr][3], acc[rr][4],
                     acc[rr][5], T > 6 ? acc[rr][6] : z, T > 6 ? acc[rr][7] : z, ctrl);

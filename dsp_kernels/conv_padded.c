@@ -34,11 +34,12 @@ struct padded_job {
     const int8_t *bp;                 /* packed channel-padded weights */
     const int32_t *off;               /* tap q = (i, j): byte offset i * wp * 4 + j * 4 */
     HVX_Vector spread, keep;          /* vdelta control C bytes -> 4 a pixel; the C bytes kept */
-    int wp, hp, ws, accumulate;       /* ws: OW rounded up to 32, the sums' row stride */
+    int wp, hp, accumulate;
+    uint32_t img_bytes;               /* the padded image and the slack the tiles read */
     int8_t *img[DSPT_MAX_THREADS];    /* each thread's padded image: hp x wp words */
-    int32_t *psum[DSPT_MAX_THREADS];  /* its pixels' byte sums, hp x wp */
-    int32_t *hsum[DSPT_MAX_THREADS];  /* its window rows' sums, hp x ws */
-    int32_t *wsum[DSPT_MAX_THREADS];  /* its windows' sums, oh x ws (+ slack) */
+    int32_t *psum[DSPT_MAX_THREADS];  /* its pixels' byte sums, hp x wp (+ slack) */
+    int32_t *hsum[DSPT_MAX_THREADS];  /* its window rows' sums, hp x wp */
+    int32_t *wsum[DSPT_MAX_THREADS];  /* its windows' sums, oh x wp (+ slack) */
 };
 
 /* 32 pixels of C bytes from src -> 32 words (channels 0 .. C-1, then zeros) */
@@ -49,67 +50,69 @@ static inline HVX_Vector spread_pixels(const int8_t *src, int c, HVX_Vector ctrl
     return Q6_V_vand_VV(v, keep);
 }
 
-/* Image n of x into img (zero border of `pad`, channels padded to 4), and the byte sum
- * of every output's window into wsum (row oh at wsum + oh * ws): pixels' sums (vrmpy),
- * window rows' (KW shifted adds), windows' (KH aligned adds). */
+/* Image n of x into img's interior (the zero border was written once, by the share's
+ * first image: every image writes the same pixels), and the byte sum of every output's
+ * window into wsum, flat over the padded positions (output (oh, ow) at oh * wp + ow):
+ * pixels' sums (vrmpy with 1s), window rows' (KW shifted adds), windows' (KH adds of
+ * rows wp apart). The positions past OW in a row get sums too, never read. */
 static void build_image(const struct padded_job *j, int8_t *img, int32_t *psum, int32_t *hsum, int32_t *wsum, int n)
 {
+    /* locals: the stores below may alias *j and *s as far as the compiler knows */
     const struct conv_shape *s = j->s;
-    uint32_t bytes = (uint32_t)(j->hp * j->wp * 4);
-    hvx_zero(img, bytes);
-    const int8_t *src = j->x + (size_t)n * s->h * s->w * s->c;
-    for (int h = 0; h < s->h; h++) {
-        int8_t *dst = img + ((h + s->pad) * j->wp + s->pad) * 4;
-        const int8_t *row = src + h * s->w * s->c;
+    const int c = s->c, w = s->w, h_n = s->h, pad = s->pad, wp = j->wp, kw = s->kw, kh = s->kh;
+    const HVX_Vector spread = j->spread, keep = j->keep;
+    const int8_t *src = j->x + (size_t)n * h_n * w * c;
+    for (int h = 0; h < h_n; h++) {
+        int8_t *dst = img + ((h + pad) * wp + pad) * 4;
+        const int8_t *row = src + h * w * c;
         /* whole vectors in address order: what lands past the row's pixels is masked to
          * zeros (the border), or the next row's, written after */
-        for (int x0 = 0; x0 < s->w; x0 += 32) {
-            HVX_Vector v = spread_pixels(row + x0 * s->c, s->c, j->spread, j->keep);
-            if (s->w - x0 < 32) v = Q6_V_vmux_QVV(Q6_Q_vsetq_R(4 * (uint32_t)(s->w - x0)), v, Q6_V_vzero());
+        for (int x0 = 0; x0 < w; x0 += 32) {
+            HVX_Vector v = spread_pixels(row + x0 * c, c, spread, keep);
+            if (w - x0 < 32) v = Q6_V_vmux_QVV(Q6_Q_vsetq_R(4 * (uint32_t)(w - x0)), v, Q6_V_vzero());
             hvx_store_u(dst + x0 * 4, v);
         }
     }
     /* signed byte sums, 32 pixels a vector (the buffers are whole vectors long) */
     HVX_Vector ones = Q6_V_vsplat_R(0x01010101);
-    const HVX_Vector *pix = (const HVX_Vector *)img;
-    HVX_Vector *sum = (HVX_Vector *)psum;
-    for (uint32_t i = 0; i < (bytes + HVX_BYTES - 1) / HVX_BYTES; i++) sum[i] = Q6_Vw_vrmpy_VbVb(pix[i], ones);
-    /* locals: the stores below may alias *j and *s as far as the compiler knows */
-    const int hp = j->hp, wp = j->wp, ws = j->ws, kw = s->kw, kh = s->kh, oh_n = s->oh, step = ws / 32;
-    for (int r = 0; r < hp; r++)
-        for (int x0 = 0; x0 < ws; x0 += 32) {
-            const int32_t *p = psum + r * wp + x0;
-            HVX_Vector acc = hvx_load_u(p);
-            if (kw == 3)   /* the common window, without a loop of two */
-                acc = Q6_Vw_vadd_VwVw(acc, Q6_Vw_vadd_VwVw(hvx_load_u(p + 1), hvx_load_u(p + 2)));
-            else
-                for (int t = 1; t < kw; t++) acc = Q6_Vw_vadd_VwVw(acc, hvx_load_u(p + t));
-            *(HVX_Vector *)(hsum + r * ws + x0) = acc;
-        }
-    for (int oh = 0; oh < oh_n; oh++)
-        for (int x0 = 0; x0 < ws; x0 += 32) {
-            const HVX_Vector *h = (const HVX_Vector *)(hsum + oh * ws + x0);
-            HVX_Vector acc = h[0];
-            if (kh == 3)
-                acc = Q6_Vw_vadd_VwVw(acc, Q6_Vw_vadd_VwVw(h[step], h[2 * step]));
-            else
-                for (int i = 1; i < kh; i++) acc = Q6_Vw_vadd_VwVw(acc, h[i * step]);
-            *(HVX_Vector *)(wsum + oh * ws + x0) = acc;
-        }
+    const int pix_vectors = (j->hp * wp + 31) / 32, out_vectors = (s->oh * wp + 31) / 32;
+    for (int i = 0; i < pix_vectors; i++)
+        ((HVX_Vector *)psum)[i] = Q6_Vw_vrmpy_VbVb(((const HVX_Vector *)img)[i], ones);
+    for (int i = 0; i < pix_vectors; i++) {
+        const int32_t *p = psum + 32 * i;
+        HVX_Vector acc = hvx_load_u(p);
+        if (kw == 3)   /* the common window, without a loop of two */
+            acc = Q6_Vw_vadd_VwVw(acc, Q6_Vw_vadd_VwVw(hvx_load_u(p + 1), hvx_load_u(p + 2)));
+        else
+            for (int t = 1; t < kw; t++) acc = Q6_Vw_vadd_VwVw(acc, hvx_load_u(p + t));
+        ((HVX_Vector *)hsum)[i] = acc;
+    }
+    for (int i = 0; i < out_vectors; i++) {
+        const int32_t *p = hsum + 32 * i;
+        HVX_Vector acc = hvx_load_u(p);
+        if (kh == 3)
+            acc = Q6_Vw_vadd_VwVw(acc, Q6_Vw_vadd_VwVw(hvx_load_u(p + wp), hvx_load_u(p + 2 * wp)));
+        else
+            for (int r = 1; r < kh; r++) acc = Q6_Vw_vadd_VwVw(acc, hvx_load_u(p + r * wp));
+        ((HVX_Vector *)wsum)[i] = acc;
+    }
 }
 
 static int padded_share(struct dspt_ctx *tc, int t, void *arg)
 {
     struct padded_job *j = arg;
     const struct conv_shape *s = j->s;
-    int lo, hi, image = -1, k4 = s->kh * s->kw;
+    int lo, hi, k4 = s->kh * s->kw;
     dspt_share(tc, s->n * s->oh, 1, t, &lo, &hi);   /* thread t: output rows [lo, hi) */
-    int n = lo / s->oh, oh = lo % s->oh;             /* divide once, then step */
-    for (int r = lo; r < hi; r++) {
-        if (n != image) { build_image(j, j->img[t], j->psum[t], j->hsum[t], j->wsum[t], n); image = n; }
+    if (lo < hi) hvx_zero(j->img[t], j->img_bytes);   /* the border, for every image */
+    /* each image's rows of the share in one core call, a row a group */
+    for (int r = lo; r < hi;) {
+        int n = r / s->oh, oh = r % s->oh, rows = s->oh - oh < hi - r ? s->oh - oh : hi - r;
+        build_image(j, j->img[t], j->psum[t], j->hsum[t], j->wsum[t], n);
+        struct dspt_row_groups rg = {rows, j->wp * 4, s->ow * s->o, j->wp};
         dspt_gemm_core_words(j->y + (size_t)r * s->ow * s->o, s->o, j->img[t] + oh * j->wp * 4, j->off, k4,
-                             j->wsum[t] + oh * j->ws, j->bp, s->ow, s->o, j->accumulate);
-        if (++oh == s->oh) { oh = 0; n++; }
+                             j->wsum[t] + oh * j->wp, j->bp, s->ow, s->o, j->accumulate, &rg);
+        r += rows;
     }
     return DSPT_OK;
 }
@@ -121,7 +124,6 @@ int dspt_conv_padded(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const in
     int taps = s->kh * s->kw, k = 4 * taps;
     j.wp = s->w + 2 * s->pad;
     j.hp = s->h + 2 * s->pad;
-    j.ws = (s->ow + 31) & ~31;
     HVX_Vector *ctrl = dspt_scratch(ctx, HVX_BYTES);
     int8_t *wpad = dspt_scratch(ctx, (uint32_t)(s->o * k) + HVX_BYTES);
     int8_t *bp = dspt_scratch(ctx, dspt_packed_b_bytes(s->o, k));
@@ -140,14 +142,16 @@ int dspt_conv_padded(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const in
             hvx_store_u(wpad + o * k + q * 4, spread_pixels(w + (o * taps + q) * s->c, s->c, j.spread, j.keep));
     dspt_pack_b(bp, wpad, s->o, k, k);
     j.bp = bp;
-    uint32_t img_bytes = ((uint32_t)(j.hp * j.wp * 4) + 2 * HVX_BYTES - 1) & ~(uint32_t)(HVX_BYTES - 1);
+    /* whole vectors of positions, + one: the tiles read up to 7 rows past a group's last */
+    uint32_t pix = (uint32_t)(j.hp * j.wp + 31) / 32 * 32 + 32, outs = (uint32_t)(s->oh * j.wp + 31) / 32 * 32 + 32;
+    j.img_bytes = 4 * pix;
     for (int t = 0; t < (int)ctx->threads; t++) {   /* each thread's image, sums, from its own scratch */
         struct dspt_ctx *tc = dspt_thread_ctx(ctx, t);
         if (!tc) return DSPT_NO_SUPPORT;
-        j.img[t] = dspt_scratch(tc, img_bytes + HVX_BYTES);   /* + the tiles' reads past a row */
-        j.psum[t] = dspt_scratch(tc, img_bytes + (uint32_t)(j.ws + 64) * 4);   /* + the window rows' reads past the last */
-        j.hsum[t] = dspt_scratch(tc, (uint32_t)(j.hp * j.ws) * 4);
-        j.wsum[t] = dspt_scratch(tc, (uint32_t)(s->oh * j.ws) * 4 + HVX_BYTES);   /* + the tiles' reads past */
+        j.img[t] = dspt_scratch(tc, j.img_bytes);
+        j.psum[t] = dspt_scratch(tc, 4 * (pix + (uint32_t)s->kw + 32));   /* + the window rows' reads past the last */
+        j.hsum[t] = dspt_scratch(tc, 4 * (pix + 32));   /* + the past-the-end positions' reads (sums never used) */
+        j.wsum[t] = dspt_scratch(tc, 4 * outs);
         if (!j.img[t] || !j.psum[t] || !j.hsum[t] || !j.wsum[t]) return DSPT_NO_SUPPORT;
     }
     return dspt_run_shares(ctx, padded_share, &j);

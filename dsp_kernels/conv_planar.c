@@ -19,25 +19,10 @@
 
 #define GROUP_POSITIONS 8192   /* grid positions per pass: the planes stay within ~200 KiB */
 
-/* vdelta control moving byte pos[e] to dst[e]: each byte is routed by the bits of
- * (position ^ destination), highest stage first (vdelta's order); a monotone spread
- * routes without conflict (the reverse of the compaction in conv_lanes.c). */
+/* vdelta control spreading k bytes a pixel to p2 (util.c routes it, once per shape). */
 void dspt_spread_control(uint8_t ctrl[128], int k, int p2)
 {
-    uint8_t pos[128], dst[128];
-    int count = 0;
-    for (int q = 0; q < 128 / p2; q++)
-        for (int b = 0; b < k; b++) {
-            pos[count] = (uint8_t)(q * k + b);
-            dst[count++] = (uint8_t)(q * p2 + b);
-        }
-    for (int i = 0; i < 128; i++) ctrl[i] = 0;
-    for (int o = 64; o >= 1; o >>= 1)
-        for (int e = 0; e < count; e++)
-            if ((pos[e] ^ dst[e]) & o) {
-                pos[e] ^= (uint8_t)o;
-                ctrl[pos[e]] |= (uint8_t)o;
-            }
+    dspt_restride_control(ctrl, k, k, p2, 128 / p2);
 }
 
 /* P vectors of 128/P pixels x P bytes (pixel order) -> P vectors of one channel each for

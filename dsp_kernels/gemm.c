@@ -174,6 +174,9 @@ struct core {
     int cols_last;   /* columns of the last block */
     int ones;        /* the lane of 1s in the last block (n % 32), or -1 */
     int spill;       /* ldc == n: a row's last block may write whole vectors (store_acc) */
+    /* WORDS: every strip runs its rows once per group (kernels.h; conv_padded.c: an
+     * image's output rows in one call) */
+    const struct dspt_row_groups *rg;
 };
 #define TILE_LAST 1  /* the tile holds the product's last column block */
 #define TILE_TAIL 2  /* the tile holds the core call's last row: its stores stay exact */
@@ -260,7 +263,7 @@ static inline __attribute__((always_inline)) void tile(
 /* A column strip: rows [0, m) x NB blocks from b in tiles of R rows, sums[] one per row
  * (written by the strip holding the 1s lane, read by the others). `flags` as tile's;
  * TILE_TAIL goes to the strip's last tile only. */
-static inline __attribute__((always_inline)) void strip(
+static inline __attribute__((always_inline)) void strip_rows(
     const int R, const int NB, const int AQ, const int ACC, const struct core *g, int32_t *c, const int8_t *a,
     int m, const HVX_Vector *b, int32_t *sums, int flags)
 {
@@ -270,6 +273,21 @@ static inline __attribute__((always_inline)) void strip(
     for (; row < whole; row += R)
         tile(R, NB, AQ, ACC, g, c + row * ldc, a + row * lda, R, b, sums + row, flags & ~TILE_TAIL);
     tile(R, NB, AQ, ACC, g, c + row * ldc, a + row * lda, m - row, b, sums + row, flags);
+}
+
+/* The strip once per group of rows (g->groups): the WORDS layout's; the other layouts
+ * have one group and compile without the loop. */
+static inline __attribute__((always_inline)) void strip(
+    const int R, const int NB, const int AQ, const int ACC, const struct core *g, int32_t *c, const int8_t *a,
+    int m, const HVX_Vector *b, int32_t *sums, int flags)
+{
+    if (AQ != WORDS) {
+        strip_rows(R, NB, AQ, ACC, g, c, a, m, b, sums, flags);
+        return;
+    }
+    const int groups = g->rg->groups, a_group = g->rg->a_bytes, c_group = g->rg->c_words, s_group = g->rg->sums;
+    for (int grp = 0; grp < groups; grp++, c += c_group, a += a_group, sums += s_group)
+        strip_rows(R, NB, AQ, ACC, g, c, a, m, b, sums, flags);
 }
 
 /* One compiled strip per tile shape (R rows x NB blocks), row layout (aq = 1: contiguous
@@ -327,9 +345,11 @@ void dspt_gemm_core(int32_t *c, int ldc, const int8_t *a, int lda, const int8_t 
 
 /* The core for any layout: `layout` indexes strips (0: aq 1, 1: aq 32, 2: other aq,
  * 3: WORDS with g->off); `given`: the rows' byte sums when the caller has them (else
- * computed here when no lane of 1s yields them). */
-static void core(struct core *g, int layout, int32_t *c, const int8_t *a, const int8_t *bp, int m, int n,
-                 const int32_t *given, int accumulate)
+ * computed here when no lane of 1s yields them). Inlined in each entry, so the tests
+ * of `given` fold away in the one that has none. */
+static inline __attribute__((always_inline)) void core(struct core *g, int layout, int32_t *c, const int8_t *a,
+                                                       const int8_t *bp, int m, int n, const int32_t *given,
+                                                       int accumulate)
 {
     int k4 = g->k4, ldc = g->ldc, lda = g->lda, nblocks = (n + 31) / 32;
     /* column strips of 4 blocks, the last of 1 to 4 (of up to 3 when that is all: 8-row tiles) */
@@ -339,6 +359,10 @@ static void core(struct core *g, int layout, int32_t *c, const int8_t *a, const 
     g->cols_last = n - (nblocks - 1) * 32;
     g->ones = n % 32 ? n % 32 : -1;
     g->spill = ldc == n;
+    if (given) {   /* the sums, not the 1s lane (its column is never stored); no spills across groups */
+        g->ones = -1;
+        g->spill = g->spill && g->rg->groups == 1;
+    }
     const strip_fn (*fn)[4] = strips[accumulate != 0][layout];
     const HVX_Vector *bv = (const HVX_Vector *)bp;
     HVX_Vector sum_store[ROW_BLOCK / 32 + 1];   /* + slack: tiles and row_sums write up to 8 past m */
@@ -365,9 +389,10 @@ void dspt_gemm_core_strided(int32_t *c, int ldc, const int8_t *a, int lda, int a
 }
 
 void dspt_gemm_core_words(int32_t *c, int ldc, const int8_t *a, const int32_t *off, int k4, const int32_t *sums,
-                          const int8_t *bp, int m, int n, int accumulate)
+                          const int8_t *bp, int m, int n, int accumulate, const struct dspt_row_groups *rg)
 {
-    struct core g = {.ldc = ldc, .lda = 4, .aq = 1, .k4 = k4, .off = off, .twelve = strips12[accumulate != 0]};
+    struct core g = {.ldc = ldc, .lda = 4, .aq = 1, .k4 = k4, .off = off, .twelve = strips12[accumulate != 0],
+                     .rg = rg};
     core(&g, 3, c, a, bp, m, n, sums, accumulate);
 }
 

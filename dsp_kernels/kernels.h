@@ -79,10 +79,15 @@ void dspt_gemm_core(int32_t *c, int ldc, const int8_t *a, int lda, const int8_t 
 void dspt_gemm_core_strided(int32_t *c, int ldc, const int8_t *a, int lda, int aq, const int8_t *bp,
                             int m, int n, int k, int accumulate);
 /* The same with row r's word q at a + 4 * r + off[q] (a and off[q] multiples of 4
- * bytes: words of a channel-padded image, no im2col; rows up to 7 past m are read) and,
- * when n % 32 == 0, each row's byte sum given in sums[r] (8 readable past m). */
+ * bytes: words of a channel-padded image, no im2col; rows up to 7 past m are read) and
+ * each row's byte sum given in sums[r] (8 readable past m), for `groups` groups of m
+ * rows: group i's a, c and sums a_bytes, c_words and sums elements on from the first
+ * (an image's output rows in one call: the tiles' set-up is paid once, not per row). */
+struct dspt_row_groups {
+    int groups, a_bytes, c_words, sums;
+};
 void dspt_gemm_core_words(int32_t *c, int ldc, const int8_t *a, const int32_t *off, int k4, const int32_t *sums,
-                          const int8_t *bp, int m, int n, int accumulate);
+                          const int8_t *bp, int m, int n, int accumulate, const struct dspt_row_groups *rg);
 
 int dspt_op_gemm(struct dspt_ctx *ctx, struct dspt_op_desc *d);
 int dspt_op_conv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d);
@@ -110,6 +115,10 @@ int dspt_op_maxpool_bwd(struct dspt_ctx *ctx, struct dspt_op_desc *d);
 /* dispatch.c: runs one descriptor, fills status and cost; shared by both builds. */
 int dspt_run_op(struct dspt_ctx *ctx, struct dspt_op_desc *d);
 uint32_t dspt_op_mask(void);
+
+/* util.c: the vdelta (from < to) or vrdelta (from > to) control moving byte q * from + b
+ * to q * to + b for b < k, q < groups; routed once per shape and kept. */
+void dspt_restride_control(uint8_t ctrl[128], int k, int from, int to, int groups);
 
 /* libc pieces the compiler may call in a freestanding build (util.c). */
 void *memcpy(void *dst, const void *src, size_t n);

@@ -7,7 +7,8 @@ window's byte sum from the image (pixel sums, window rows, windows) and runs the
 over the image in place (dspt_gemm_core_words). The cases cover each channel count, rows
 of 31 and of more than 32 pixels (a masked last spread vector), taps past 32 (two weight
 vectors), paddings 0 to 3, outputs with and without the core's lane of 1s (O % 32), and
-thread splits that start and end inside an image. Needs qemu-hexagon, clang-16 and lld-16.
+thread splits that start and end inside an image; each image's rows go to the core in one
+call (a group of rows each). Needs qemu-hexagon, clang-16 and lld-16.
 """
 
 import numpy as np
@@ -41,7 +42,7 @@ def same(got, want):
 SHAPES = [  # N, H, W, C, O, K, pad (stride 1)
     (2, 8, 8, 3, 64, 3, 1), (1, 6, 37, 3, 40, 3, 1), (3, 5, 7, 2, 33, 3, 0), (1, 9, 5, 4, 70, 3, 2),
     (2, 7, 9, 3, 96, 7, 3), (1, 4, 4, 2, 130, 1, 0), (1, 33, 34, 3, 64, 2, 1), (4, 3, 3, 4, 36, 3, 1),
-    (1, 4, 31, 3, 64, 3, 1),
+    (1, 4, 31, 3, 64, 3, 1), (5, 4, 37, 3, 64, 3, 1),   # the last: shares of 4 threads span two images
 ]
 
 
@@ -81,3 +82,15 @@ def test_conv_padded_threads(dsp, threads):
     finally:
         dsp.hvx_threads = 4
     same(got, ref.conv2d_s8(x, wt, 1, 1))
+
+
+def test_kept_controls_alternate(dsp):
+    """Permutation controls are routed once and kept by shape (dsp_kernels/util.c): shapes
+    whose controls differ (channel spreads 2 -> 4 and 3 -> 4, compactions of 5, 6 and 7
+    output channels) run in turn, twice over, each against ops_ref."""
+    cases = [((2, 6, 9, 2, 40), 1), ((1, 7, 7, 1, 5), 0), ((2, 6, 9, 3, 64), 1), ((1, 7, 7, 1, 6), 0),
+             ((1, 7, 7, 1, 7), 0)]
+    for _ in range(2):
+        for (n, h, w, c, o), pad in cases:
+            x, wt = s8(n, h, w, c), s8(o, 3, 3, c)
+            same(dsp.conv2d_s8(x, wt, 1, pad), ref.conv2d_s8(x, wt, 1, pad))
