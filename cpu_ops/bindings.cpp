@@ -51,7 +51,7 @@ PYBIND11_MODULE(_cpu_ops, m) {
     const Rng r = parse_rng(rng);
     py::array_t<uint32_t> out(count);
     uint32_t* p = out.mutable_data();
-    for (size_t i = 0; i < count; ++i) p[i] = random_u32(r.key, i);
+    fill_random_u32(r.key, 0, count, p);   // the vector fill the quantizers use (threefry.cpp)
     return out;
   }, py::arg("rng"), py::arg("count"), "numerics.random_u32 for rng=(seed, step, tensor_id, offset).");
 

@@ -193,19 +193,18 @@ void dsptrain::bind::def_int8_products(py::module_& m) {
   m.def("scratch_bytes", [](const std::string& pass, std::vector<int> shape, bool requant) {
     // shape: (n, h, w, c, o, kh, kw, stride, pad) of a convolution pass, (m, n, k) of a gemm,
     // (m, n, k, a_transposed) of matmul_s16, (m, n, k, chunk) of matmul_fp16_chunked,
-    // (m, taps, o, rows of one image) of conv2d_bwd_data_s16, a convolution's 9 of conv2d_s16 and
-    // conv2d_bwd_weight_s16; the
+    // a convolution's 9 of conv2d_s16, conv2d_bwd_weight_s16 and conv2d_bwd_data_s16; the
     // FP32 convolutions' passes are forward_f32, backward_data_f32, backward_weight_f32.
     ScratchList items;
     if (pass == "gemm" && shape.size() == 3) items = gemm_scratch(shape[0], shape[1], shape[2], requant);
     else if (pass == "matmul_s16" && shape.size() == 4) items = matmul_s16_scratch(shape[0], shape[1], shape[2], shape[3]);
-    else if (pass == "conv2d_bwd_data_s16" && shape.size() == 4)
-      items = conv_bwd_data_s16_scratch(shape[0], shape[1], shape[2], shape[3]);
     else if (pass == "matmul_fp16_chunked" && shape.size() == 4) items = matmul_fp16_chunked_scratch(shape[1], shape[2], shape[3]);
-    else if ((pass == "conv2d_s16" || pass == "conv2d_bwd_weight_s16") && shape.size() == 9) {
+    else if ((pass == "conv2d_s16" || pass == "conv2d_bwd_weight_s16" || pass == "conv2d_bwd_data_s16") &&
+             shape.size() == 9) {
       const ConvShape c{shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6], shape[7], shape[8]};
-      items = conv_s16_scratch(pass == "conv2d_bwd_weight_s16",
-                               Col2imShape{c.n, c.oh(), c.ow(), c.kh, c.kw, c.c, c.h, c.w, c.stride, c.pad}, c.o);
+      const Col2imShape s{c.n, c.oh(), c.ow(), c.kh, c.kw, c.c, c.h, c.w, c.stride, c.pad};
+      items = pass == "conv2d_bwd_data_s16" ? conv_bwd_data_s16_scratch(s, c.o)
+                                            : conv_s16_scratch(pass == "conv2d_bwd_weight_s16", s, c.o);
     }
     else if (shape.size() == 9) {
       const ConvShape s{shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6], shape[7], shape[8]};

@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include "conv_s16_planar.h"
 #include "gemm.h"
 #include "scratch.h"
 #include "target_clones.h"
@@ -57,11 +59,6 @@ DSPTRAIN_CLONES int max_abs16(const int16_t* x, size_t n) {
   return m;
 }
 
-inline int32_t pair_word(int16_t lo, int16_t hi) {
-  return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(lo)) |
-                              (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16));
-}
-
 #ifdef DSPTRAIN_X86
 // one full panel of a pair of rows: s0[0..16) and s1[0..16) interleaved into dst[0..32)
 __attribute__((target("avx512f,avx512bw"))) inline void interleave_panel(const int16_t* s0, const int16_t* s1,
@@ -74,10 +71,6 @@ __attribute__((target("avx512f,avx512bw"))) inline void interleave_panel(const i
   _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(order, both));
 }
 
-bool has_avx512bw() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-  return ok;
-}
 #endif
 
 // A: rows of even length are read in place (a pair is one 32-bit word); odd ones are
@@ -300,76 +293,6 @@ DSPTRAIN_AVX512VNNI void rows_avx512vnni_one_block(const PackedS16& p, int m0, i
   }
 }
 
-// One image's weight gradient from channel planes (stride 1): dw[o][a][b][c] += sum over
-// the output rows i and columns j of err_plane[o][i][j] * x_plane[c][i + a][j + b]. The
-// columns j lie in the lanes (32 int16 per vector, masked past OW), vpdpwssd adds each
-// lane pair's two products into int32, so no patch matrix is built; the lanes are summed
-// once per image (the caller checks that an image's sums fit int32). After the planar
-// weight gradient of Mandheling's DSP kernels (dsp_kernels/conv_planar.c).
-DSPTRAIN_AVX512VNNI void wgrad_planar_image(const int16_t* ep, const int16_t* xp, int pw, const Col2imShape& s, int o,
-                                            int64_t* dw) {
-  constexpr int kO = 8;
-  const int vecs = (s.ow + 31) / 32, plane = (s.h + 2 * s.pad) * pw;
-  for (int c = 0; c < s.c; ++c)
-    for (int a = 0; a < s.kh; ++a)
-      for (int b = 0; b < s.kw; ++b) {
-        const size_t t = (static_cast<size_t>(a) * s.kw + b) * s.c + c;
-        for (int o0 = 0; o0 < o; o0 += kO) {
-          const int os = std::min(kO, o - o0);
-          __m512i acc[kO];
-          for (int r = 0; r < kO; ++r) acc[r] = _mm512_setzero_si512();
-          for (int i = 0; i < s.oh; ++i)
-            for (int v = 0; v < vecs; ++v) {
-              const int j0 = v * 32, left = std::min(32, s.ow - j0);
-              const __mmask32 mask = left == 32 ? ~0u : (1u << left) - 1;
-              const __m512i xv = _mm512_maskz_loadu_epi16(mask, xp + static_cast<size_t>(c) * plane +
-                                                                    static_cast<size_t>(i + a) * pw + b + j0);
-              for (int r = 0; r < os; ++r) {
-                const __m512i ev = _mm512_maskz_loadu_epi16(
-                    mask, ep + (static_cast<size_t>(o0 + r) * s.oh + i) * s.ow + j0);
-                acc[r] = _mm512_dpwssd_epi32(acc[r], ev, xv);
-              }
-            }
-          for (int r = 0; r < os; ++r) dw[static_cast<size_t>(o0 + r) * s.kh * s.kw * s.c + t] += _mm512_reduce_add_epi32(acc[r]);
-        }
-      }
-}
-
-// One image's forward from channel planes (stride 1): 16 output columns j in the int32
-// lanes; a lane's pair of int16 is (x[c][i + a][j + b], x[c][i + a][j + b + 1]) from the
-// image's pair planes `pp`, times the broadcast weight pair (w[o][a][b][c], w[o][a][b + 1][c])
-// (0 past the kernel's width), so vpdpwssd adds two taps per lane and no patch is built;
-// results go to y[OH, OW, O] (int64). The caller checks that every sum fits int32.
-DSPTRAIN_AVX512VNNI void fwd_planar_image(const int32_t* pp, int pw, const int32_t* wpairs, const Col2imShape& s,
-                                          int o, int64_t* y) {
-  constexpr int kO = 8;
-  const int bpairs = (s.kw + 1) / 2, vecs = (s.ow + 15) / 16, plane = (s.h + 2 * s.pad) * pw;
-  alignas(64) int32_t lanes[kO][16];
-  for (int i = 0; i < s.oh; ++i)
-    for (int v = 0; v < vecs; ++v) {
-      const int j0 = v * 16, left = std::min(16, s.ow - j0);
-      const __mmask16 mask = static_cast<__mmask16>(left == 16 ? 0xFFFF : (1u << left) - 1);
-      for (int o0 = 0; o0 < o; o0 += kO) {
-        const int os = std::min(kO, o - o0);
-        __m512i acc[kO];
-        for (int r = 0; r < kO; ++r) acc[r] = _mm512_setzero_si512();
-        for (int c = 0; c < s.c; ++c)
-          for (int a = 0; a < s.kh; ++a)
-            for (int bp = 0; bp < bpairs; ++bp) {
-              const __m512i xv = _mm512_maskz_loadu_epi32(
-                  mask, pp + static_cast<size_t>(c) * plane + static_cast<size_t>(i + a) * pw + j0 + 2 * bp);
-              const int32_t* wq = wpairs + ((static_cast<size_t>(c) * s.kh + a) * bpairs + bp) * o + o0;
-              for (int r = 0; r < os; ++r) acc[r] = _mm512_dpwssd_epi32(acc[r], _mm512_set1_epi32(wq[r]), xv);
-            }
-        for (int r = 0; r < os; ++r) _mm512_store_si512(lanes[r], acc[r]);
-        for (int l = 0; l < left; ++l) {
-          int64_t* dst = y + (static_cast<size_t>(i) * s.ow + j0 + l) * o + o0;
-          for (int r = 0; r < os; ++r) dst[r] = lanes[r][l];
-        }
-      }
-    }
-}
-
 DSPTRAIN_F16C inline __m256 round_fp16(__m256 x) {
   return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
@@ -544,6 +467,19 @@ void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m
   });
 }
 
+// the planar convolutions' shapes and ISA (stride 1, AVX-512 VNNI): the forward and weight
+// gradient when output rows fill most of a vector's lanes (16 or more columns), the
+// backward data when input rows do (8 or more: LeNet's conv2, 14 of 16)
+[[maybe_unused]] static bool planar_isa() {
+#ifdef DSPTRAIN_X86
+  return row_step_of(active_isa()) == 8 && has_avx512bw();
+#else
+  return false;
+#endif
+}
+[[maybe_unused]] static bool planar(const Col2imShape& s) { return s.stride == 1 && s.ow >= 16 && planar_isa(); }
+[[maybe_unused]] static bool planar_bwd_data(const Col2imShape& s) { return s.stride == 1 && s.w >= 8 && planar_isa(); }
+
 void conv_bwd_data_s16_s64(const int16_t* err, const int16_t* w, const Col2imShape& s, int o, int64_t* dx) {
   const int rows = s.oh * s.ow, taps = s.kh * s.kw * s.c;
   const size_t image = static_cast<size_t>(s.h) * s.w * s.c;
@@ -554,6 +490,12 @@ void conv_bwd_data_s16_s64(const int16_t* err, const int16_t* w, const Col2imSha
   const int m = s.n * rows;
   const double macs = static_cast<double>(m) * taps * o;
   SerialScope serial(small_op(macs));
+#ifdef DSPTRAIN_X86
+  if (planar_bwd_data(s)) {   // every sum of whole pairs inside int32 (an odd count's last pair padded with 0)?
+    const int max_e = max_abs16(err, static_cast<size_t>(m) * o), max_w = max_abs16(w, static_cast<size_t>(o) * taps);
+    return conv_bwd_data_s16_planar(err, w, s, o, dx, static_cast<double>(s.kh) * s.kw * (o + 1) * max_e * max_w < 2147483647.0);
+  }
+#endif
   thread_local Kept<PackedS16> kept;   // the caller's; the workers read it through `packed`
   PackedS16& packed = kept;
   pack(err, false, w, m, taps, o, &packed);
@@ -570,18 +512,6 @@ void conv_bwd_data_s16_s64(const int16_t* err, const int16_t* w, const Col2imSha
   });
 }
 
-#ifdef DSPTRAIN_X86
-void fwd_planar(const int16_t* x, const int16_t* w, const Col2imShape& s, int o, int64_t* y, bool vnni);   // below
-#endif
-// the planar convolutions' shapes and ISA (stride 1, rows of 16 or more columns, AVX-512 VNNI)
-[[maybe_unused]] static bool planar(const Col2imShape& s) {
-#ifdef DSPTRAIN_X86
-  return s.stride == 1 && s.ow >= 16 && row_step_of(active_isa()) == 8 && has_avx512bw();
-#else
-  return false;
-#endif
-}
-
 void conv_fwd_s16_s64(const int16_t* x, const int16_t* w, const Col2imShape& s, int o, int64_t* y) {
   const int rows = s.oh * s.ow, taps = s.kh * s.kw * s.c;
   const size_t image = static_cast<size_t>(s.h) * s.w * s.c;
@@ -590,7 +520,7 @@ void conv_fwd_s16_s64(const int16_t* x, const int16_t* w, const Col2imShape& s, 
 #ifdef DSPTRAIN_X86
   // planes when the rows fill most of a vector's 16 lanes (LeNet's conv1: 28 of 32 in two);
   // operands whose sums could leave int32 take the planes' scalar int64 loop
-  if (planar(s)) return fwd_planar(x, w, s, o, y, static_cast<double>(taps + 1) * max_x * max_w < 2147483647.0);
+  if (planar(s)) return conv_fwd_s16_planar(x, w, s, o, y, static_cast<double>(taps + 1) * max_x * max_w < 2147483647.0);
 #endif
   std::vector<int16_t> wt(static_cast<size_t>(taps) * o);   // w[O, taps] -> [taps, O]: K-major
   for (int j = 0; j < o; ++j)
@@ -614,99 +544,6 @@ void conv_fwd_s16_s64(const int16_t* x, const int16_t* w, const Col2imShape& s, 
   });
 }
 
-#ifdef DSPTRAIN_X86
-// x's image n as zero-padded channel planes xp[c][(h + 2 pad)][(w + 2 pad)]
-void planes_of_image(const int16_t* xi, const Col2imShape& s, int16_t* xp) {
-  const int pw = s.w + 2 * s.pad, ph = s.h + 2 * s.pad;
-  for (int y = 0; y < s.h; ++y)
-    for (int xx = 0; xx < s.w; ++xx)
-      for (int c = 0; c < s.c; ++c)
-        xp[(static_cast<size_t>(c) * ph + y + s.pad) * pw + xx + s.pad] = xi[(static_cast<size_t>(y) * s.w + xx) * s.c + c];
-}
-
-void fwd_planar(const int16_t* x, const int16_t* w, const Col2imShape& s, int o, int64_t* y, bool vnni) {
-  const int pw = s.w + 2 * s.pad, ph = s.h + 2 * s.pad, bpairs = (s.kw + 1) / 2;
-  const size_t image = static_cast<size_t>(s.h) * s.w * s.c, plane = static_cast<size_t>(ph) * pw;
-  std::vector<int32_t> wpairs(static_cast<size_t>(s.c) * s.kh * bpairs * o);   // [c][a][b pair][o]
-  for (int c = 0; c < s.c; ++c)
-    for (int a = 0; a < s.kh; ++a)
-      for (int bp = 0; bp < bpairs; ++bp)
-        for (int q = 0; q < o; ++q) {
-          const auto tap = [&](int b) {
-            return b < s.kw ? w[((static_cast<size_t>(q) * s.kh + a) * s.kw + b) * s.c + c] : int16_t{0};
-          };
-          wpairs[((static_cast<size_t>(c) * s.kh + a) * bpairs + bp) * o + q] = pair_word(tap(2 * bp), tap(2 * bp + 1));
-        }
-  const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
-  parallel_for(tasks, [&](int t) {
-    thread_local Kept<std::vector<int16_t>> xp;
-    thread_local Kept<std::vector<int32_t>> pp;
-    xp.assign(s.c * plane + 64, 0);   // zero border; read one element past a row's end
-    pp.resize(s.c * plane + 32);
-    for (int n = static_cast<int>(static_cast<long long>(s.n) * t / tasks);
-         n < static_cast<int>(static_cast<long long>(s.n) * (t + 1) / tasks); ++n) {
-      planes_of_image(x + n * image, s, xp.data());
-      for (size_t e = 0; e < s.c * plane; ++e) pp[e] = pair_word(xp[e], xp[e + 1]);
-      int64_t* yi = y + static_cast<size_t>(n) * s.oh * s.ow * o;
-      if (vnni) {
-        fwd_planar_image(pp.data(), pw, wpairs.data(), s, o, yi);
-        continue;
-      }
-      for (int i = 0; i < s.oh; ++i)   // int64 sums, one output at a time
-        for (int j = 0; j < s.ow; ++j)
-          for (int q = 0; q < o; ++q) {
-            int64_t sum = 0;
-            for (int c = 0; c < s.c; ++c)
-              for (int a = 0; a < s.kh; ++a)
-                for (int b = 0; b < s.kw; ++b)
-                  sum += static_cast<int64_t>(xp[c * plane + static_cast<size_t>(i + a) * pw + j + b]) *
-                         w[((static_cast<size_t>(q) * s.kh + a) * s.kw + b) * s.c + c];
-            yi[(static_cast<size_t>(i) * s.ow + j) * o + q] = sum;
-          }
-    }
-  });
-}
-
-void wgrad_planar(const int16_t* err, const int16_t* x, const Col2imShape& s, int o, int64_t* dw, bool vnni) {
-  const int rows = s.oh * s.ow, taps = s.kh * s.kw * s.c;
-  const int pw = s.w + 2 * s.pad, ph = s.h + 2 * s.pad;
-  const size_t image = static_cast<size_t>(s.h) * s.w * s.c, ot = static_cast<size_t>(o) * taps;
-  const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
-  std::vector<int64_t> partial(static_cast<size_t>(tasks) * ot, 0);
-  parallel_for(tasks, [&](int t) {
-    thread_local Kept<std::vector<int16_t>> ep, xp;
-    ep.resize(static_cast<size_t>(o) * rows);
-    xp.assign(static_cast<size_t>(s.c) * ph * pw + 64, 0);   // zero border; 64 readable past the end
-    int64_t* mine = partial.data() + static_cast<size_t>(t) * ot;
-    for (int n = static_cast<int>(static_cast<long long>(s.n) * t / tasks);
-         n < static_cast<int>(static_cast<long long>(s.n) * (t + 1) / tasks); ++n) {
-      const int16_t* e = err + static_cast<size_t>(n) * rows * o;
-      for (int r = 0; r < rows; ++r)
-        for (int q = 0; q < o; ++q) ep[static_cast<size_t>(q) * rows + r] = e[static_cast<size_t>(r) * o + q];
-      planes_of_image(x + n * image, s, xp.data());
-      if (vnni) {
-        wgrad_planar_image(ep.data(), xp.data(), pw, s, o, mine);
-        continue;
-      }
-      for (int q = 0; q < o; ++q)   // int64 sums
-        for (int c = 0; c < s.c; ++c)
-          for (int a = 0; a < s.kh; ++a)
-            for (int b = 0; b < s.kw; ++b) {
-              int64_t sum = 0;
-              for (int i = 0; i < s.oh; ++i)
-                for (int j = 0; j < s.ow; ++j)
-                  sum += static_cast<int64_t>(ep[(static_cast<size_t>(q) * s.oh + i) * s.ow + j]) *
-                         xp[(static_cast<size_t>(c) * ph + i + a) * pw + j + b];
-              mine[static_cast<size_t>(q) * taps + (static_cast<size_t>(a) * s.kw + b) * s.c + c] += sum;
-            }
-    }
-  });
-  std::copy(partial.begin(), partial.begin() + ot, dw);
-  for (int t = 1; t < tasks; ++t)
-    for (size_t i = 0; i < ot; ++i) dw[i] += partial[static_cast<size_t>(t) * ot + i];
-}
-#endif
-
 void conv_wgrad_s16_s64(const int16_t* err, const int16_t* x, const Col2imShape& s, int o, int64_t* dw) {
   const int rows = s.oh * s.ow, taps = s.kh * s.kw * s.c;
   const size_t image = static_cast<size_t>(s.h) * s.w * s.c, ot = static_cast<size_t>(o) * taps;
@@ -716,7 +553,7 @@ void conv_wgrad_s16_s64(const int16_t* err, const int16_t* x, const Col2imShape&
 #ifdef DSPTRAIN_X86
   // planes when the rows are wide enough to fill most of a vector's lanes (LeNet's conv1:
   // 28 of 32); operands whose image sums could leave int32 take the planes' scalar loop
-  if (planar(s)) return wgrad_planar(err, x, s, o, dw, static_cast<double>(rows) * max_e * max_x < 2147483647.0);
+  if (planar(s)) return conv_wgrad_s16_planar(err, x, s, o, dw, static_cast<double>(rows) * max_e * max_x < 2147483647.0);
 #endif
   const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
   std::vector<int64_t> partial(static_cast<size_t>(tasks) * ot, 0);
@@ -787,14 +624,22 @@ ScratchList matmul_s16_scratch(int m, int n, int k, bool a_transposed) {
   return out;
 }
 
-// conv_bwd_data_s16_s64: err and w packed as matmul_s16 packs them (its own buffers), and
-// one image's patch sums on every pool thread.
-ScratchList conv_bwd_data_s16_scratch(int m, int taps, int o, int image_rows) {
+// conv_bwd_data_s16_s64: on the planar path the error's pair planes per pool thread; else
+// err and w packed as matmul_s16 packs them (its own buffers) and one image's patch sums
+// on every pool thread.
+ScratchList conv_bwd_data_s16_scratch(const Col2imShape& s, int o) {
   ScratchList out;
+  const size_t threads = pool_threads();
+#ifdef DSPTRAIN_X86
+  if (planar_bwd_data(s) && o > 0 && s.oh * s.ow > 0) {
+    out.emplace_back("conv2d_bwd_data_s16.error_pair_planes (per thread)", threads * bwd_data_planes(s, o).words * sizeof(int32_t));
+    return out;
+  }
+#endif
+  const int image_rows = s.oh * s.ow, m = s.n * image_rows, taps = s.kh * s.kw * s.c;
   for (const auto& [name, bytes] : matmul_s16_scratch(m, taps, o, false))
-    out.emplace_back("conv_bwd_data_s16" + name.substr(name.find('.')), bytes);
-  out.emplace_back("conv_bwd_data_s16.image_sums (per thread)",
-                   static_cast<size_t>(pool_threads()) * image_rows * taps * sizeof(int64_t));
+    out.emplace_back("conv2d_bwd_data_s16" + name.substr(name.find('.')), bytes);
+  out.emplace_back("conv2d_bwd_data_s16.image_sums (per thread)", threads * image_rows * taps * sizeof(int64_t));
   return out;
 }
 

@@ -43,7 +43,7 @@ void matmul_fp16_chunked(const float* a, bool a_transposed, const float* b, int 
 // The buffers each product keeps on its calling thread (grow-only, emptied by
 // release_scratch()), by name, for these sizes: what the memory plan counts (scratch.h).
 ScratchList matmul_s16_scratch(int m, int n, int k, bool a_transposed);
-ScratchList conv_bwd_data_s16_scratch(int m, int taps, int o, int image_rows);
+ScratchList conv_bwd_data_s16_scratch(const Col2imShape& s, int o);
 ScratchList conv_s16_scratch(bool weight_gradient, const Col2imShape& s, int o);
 ScratchList matmul_fp16_chunked_scratch(int n, int k, int chunk);
 

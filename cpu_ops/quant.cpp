@@ -49,10 +49,8 @@ inline double round_value(double v, FloatRound mode, const RngKey& key, size_t i
 }
 
 // The random words of elements [begin, end) (sto mode), drawn in their own loop so that
-// the Threefry rounds run vector-wide; nullptr in the other modes.
-DSPTRAIN_CLONES void fill_random(const RngKey& key, size_t begin, size_t n, uint32_t* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = random_u32(key, begin + i);
-}
+// the Threefry rounds run vector-wide (fill_random_u32); nullptr in the other modes.
+void fill_random(const RngKey& key, size_t begin, size_t n, uint32_t* out) { fill_random_u32(key, begin, n, out); }
 
 template <FloatRound M>
 const uint32_t* random_words(const RngKey& key, size_t begin, size_t end) {

@@ -2,6 +2,7 @@
 // 1, 2, 3", SC 2011), the counter-based generator of numerics.random_u32, written once
 // for C++. Only 32-bit add, rotate and xor: the loops that call it vectorise.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 namespace dsptrain {
@@ -39,5 +40,8 @@ inline uint32_t random_u32(const RngKey& key, uint64_t index) {
   return threefry2x32_20(key.seed, key.tensor_id, key.offset + static_cast<uint32_t>(index),
                          key.step).x0;
 }
+
+// out[i] = random_u32(key, begin + i) for i < n, vector-wide where the CPU allows (threefry.cpp)
+void fill_random_u32(const RngKey& key, uint64_t begin, size_t n, uint32_t* out);
 
 }  // namespace dsptrain

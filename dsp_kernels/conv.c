@@ -204,6 +204,8 @@ int dspt_op_conv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     const int8_t *w = dspt_at(ctx, d->in[1], dspt_count(d->shape_b));
     int32_t *y = dspt_at(ctx, d->out[0], (uint32_t)p * s.o * 4);
     if (!x || !w || !y) return DSPT_BAD_PARAMS;
+    if (dspt_conv_taps_fits(&s))   /* one input channel, 4 to 7 outputs: pixels x channels in the lanes */
+        return dspt_conv_taps(ctx, y, x, w, &s, (d->flags & DSPT_F_ACCUMULATE) != 0);
     if (dspt_conv_lanes_fits(&s))   /* one input channel: output pixels in the lanes */
         return dspt_conv_lanes(ctx, y, x, w, &s, (d->flags & DSPT_F_ACCUMULATE) != 0);
     if (dspt_conv_grid_fits(&s))   /* 2 to 16 input channels: grid positions in the lanes */

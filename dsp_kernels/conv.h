@@ -14,6 +14,12 @@ int dspt_conv_lanes_fits(const struct conv_shape *s);
 int dspt_conv_lanes(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int8_t *w,
                     const struct conv_shape *s, int accumulate);
 
+/* conv_taps.c: forward conv of one-channel inputs with 4 to 7 outputs, lanes (4 pixels x
+ * 8 channel slots), weights in the vector, image words in the scalar (stride 1). */
+int dspt_conv_taps_fits(const struct conv_shape *s);
+int dspt_conv_taps(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int8_t *w,
+                   const struct conv_shape *s, int accumulate);
+
 /* conv_lanes.c's pieces, shared with conv_grid.c: a register tile of R blocks x T
  * channels (vectors at byte offsets off[k] from base, rows rstride bytes apart, weight
  * words wq[k * opad + t]); tile widths; accumulators (channels x 32 pixel lanes) stored

@@ -153,25 +153,32 @@ int dspt_conv_grid(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int8
     HVX_Vector *ctrl = dspt_scratch(ctx, 2 * HVX_BYTES);
     if (!G.wq || !G.corr || !G.off || !ctrl) return DSPT_NO_SUPPORT;
     int8_t *wrow = dspt_scratch(ctx, (uint32_t)G.kg * 4 + HVX_BYTES);   /* one channel's taps, C' wide */
-    if (!wrow) return DSPT_NO_SUPPORT;
-    for (int o = 0; o < G.opad; o++) {   /* weight words (i, j, g) x channel, bias corrections */
-        int32_t sum = 0;
-        hvx_zero(wrow, (uint32_t)G.kg * 4);
-        if (o < s->o) {
-            const int8_t *src = w + (size_t)o * s->kh * s->kw * s->c;
-            for (int ij = 0; ij < s->kh * s->kw; ij++, src += s->c)
-                for (int c = 0; c < s->c; c++) {
-                    wrow[ij * G.cp + c] = src[c];
-                    sum += src[c];
-                }
+    uint8_t *keep = dspt_scratch(ctx, HVX_BYTES);                          /* the C real bytes of each C' */
+    if (!wrow || !keep) return DSPT_NO_SUPPORT;
+    if (s->c < G.cp) dspt_spread_control((uint8_t *)&ctrl[0], s->c, G.cp);
+    for (int i = 0; i < HVX_BYTES; i++) keep[i] = (i & (G.cp - 1)) < s->c ? 0xFF : 0;   /* C' a power of two */
+    /* weight words (i, j, g) x channel and bias corrections: each channel's taps spread
+     * C -> C' bytes as the image is (vdelta), 128 / C' taps a vector, summed by vrmpy */
+    const int taps = s->kh * s->kw, per = HVX_BYTES / G.cp;
+    const HVX_Vector spread = ctrl[0], kept = *(const HVX_Vector *)keep, ones = Q6_V_vsplat_R(0x01010101);
+    for (int o = 0; o < G.opad; o++) {
+        HVX_Vector sums = Q6_V_vzero();
+        const int8_t *src = w + (size_t)o * taps * s->c;
+        for (int t0 = 0; t0 < taps; t0 += per) {   /* whole vectors in address order; past the taps: zeros */
+            HVX_Vector v = o < s->o ? hvx_load_u(src + t0 * s->c) : Q6_V_vzero();
+            if (s->c < G.cp) v = Q6_V_vdelta_VV(v, spread);
+            int n = taps - t0 < per ? taps - t0 : per;
+            v = Q6_V_vmux_QVV(Q6_Q_vsetq2_R((uint32_t)(n * G.cp)), Q6_V_vand_VV(v, kept), Q6_V_vzero());
+            hvx_store_u(wrow + t0 * G.cp, v);
+            sums = Q6_Vw_vrmpyacc_VwVbVb(sums, v, ones);
         }
+        for (int r = 64; r >= 4; r >>= 1) sums = Q6_Vw_vadd_VwVw(sums, Q6_V_vror_VR(sums, r));
         for (int k = 0; k < G.kg; k++) G.wq[k * G.opad + o] = ((const int32_t *)wrow)[k];
-        G.corr[o] = -128 * sum;
+        G.corr[o] = -128 * Q6_R_vextract_VR(sums, 0);
     }
     for (int i = 0, k = 0; i < s->kh; i++)
         for (int j = 0; j < s->kw; j++)
             for (int g = 0; g < G.words; g++, k++) G.off[k] = (g * G.plane + i * G.wp + j) * 4;
-    if (s->c < G.cp) dspt_spread_control((uint8_t *)&ctrl[0], s->c, G.cp);
     int last = s->o % 32, P = 1;
     while (P < last) P <<= 1;
     if (last && last < P) dspt_lanes_compaction((uint8_t *)&ctrl[1], last, P);
@@ -203,11 +210,14 @@ int dspt_conv_grid_bwd_data(struct dspt_ctx *ctx, int32_t *dx, const int8_t *err
 {
     /* dx = conv(err padded by KH-1-pad, w' [c][i][j][o] = w[o][KH-1-i][KW-1-j][c]) */
     struct conv_shape f = {s->n, s->oh, s->ow, s->o, s->c, s->kh, s->kw, s->h, s->w, 1, s->kh - 1 - s->pad};
-    int taps = s->kh * s->kw;
-    int8_t *wf = dspt_scratch(ctx, (uint32_t)s->c * taps * s->o);
+    const int taps = s->kh * s->kw, c_n = s->c, o_n = s->o;
+    int8_t *wf = dspt_scratch(ctx, (uint32_t)c_n * taps * o_n);
     if (!wf) return DSPT_NO_SUPPORT;
-    for (int o = 0; o < s->o; o++)
-        for (int t = 0; t < taps; t++)
-            for (int c = 0; c < s->c; c++) wf[(c * taps + (taps - 1 - t)) * s->o + o] = w[(o * taps + t) * s->c + c];
+    for (int c = 0; c < c_n; c++)   /* stores in address order, loads strided: one packet a byte */
+        for (int t = 0; t < taps; t++) {
+            int8_t *__restrict dst = wf + (c * taps + t) * o_n;
+            const int8_t *__restrict src = w + (taps - 1 - t) * c_n + c;
+            for (int o = 0; o < o_n; o++) dst[o] = src[o * taps * c_n];
+        }
     return dspt_conv_grid(ctx, dx, err, wf, &f, accumulate);
 }

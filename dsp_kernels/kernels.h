@@ -116,9 +116,12 @@ int dspt_op_maxpool_bwd(struct dspt_ctx *ctx, struct dspt_op_desc *d);
 int dspt_run_op(struct dspt_ctx *ctx, struct dspt_op_desc *d);
 uint32_t dspt_op_mask(void);
 
-/* util.c: the vdelta (from < to) or vrdelta (from > to) control moving byte q * from + b
- * to q * to + b for b < k, q < groups; routed once per shape and kept. */
+/* util.c: permutation controls, routed once per shape and kept. The vdelta (from < to)
+ * or vrdelta (from > to) control moving byte q * from + b to q * to + b for b < k,
+ * q < groups; the vrdelta control copying word `word` of every group of `words` words
+ * (a power of two) to all the group's words. */
 void dspt_restride_control(uint8_t ctrl[128], int k, int from, int to, int groups);
+void dspt_broadcast_control(uint8_t ctrl[128], int word, int words);
 
 /* libc pieces the compiler may call in a freestanding build (util.c). */
 void *memcpy(void *dst, const void *src, size_t n);

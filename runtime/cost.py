@@ -47,22 +47,32 @@ def speeds(profile, processor: str) -> Speeds:
     return Speeds(part.macs_per_s, part.bytes_per_s, part.call_s)
 
 
-def micro_batch_count(plan, profile, batch: int) -> tuple[int, str]:
-    """(micro-batches, why) for co-scheduling `plan`'s step, from the profile's speeds."""
-    split = plan.pipeline_ops()
-    if split is None:
+@dataclass(frozen=True)
+class PipelineWork:
+    """What co-scheduling would overlap, in numbers (plan.Plan.pipeline_work): for each op a
+    micro-batch runs, then each run once after them (the updates), (backend name, MACs,
+    bytes moved, runs once per micro-batch); and the elements of the weight gradients the
+    slices' sums add up. Numbers only: the cost model reads no plan and no backend."""
+
+    ops: tuple
+    grad_elements: int
+
+
+def micro_batch_count(work: PipelineWork | None, profile, batch: int) -> tuple[int, str]:
+    """(micro-batches, why) for co-scheduling a step of `work` (None: an op couples rows
+    outside the update, so the step cannot be pipelined), from the profile's speeds."""
+    if work is None:
         return 1, "an op couples rows outside the update"
-    per_row, once = split
     stage = {"dsp": 0.0, "cpu": 0.0}
     per_slice = 0.0                       # what one more micro-batch adds: its calls, its gradient sum
-    for op in (*per_row, *once):
-        where = PROCESSOR.get(plan.backend_of(op), "cpu")   # the profile part it runs on
+    for backend, macs, nbytes, sliced in work.ops:
+        where = PROCESSOR.get(backend, "cpu")   # the profile part it runs on
         fast = speeds(profile, where)
-        stage[where] += fast.seconds(op.macs, plan.op_bytes(op))
-        if op.phase != "update":
+        stage[where] += fast.seconds(macs, nbytes)
+        if sliced:
             per_slice += fast.call_s
     # the slices' weight gradients are summed in int64 on the host: read and write 8 bytes each
-    per_slice += 2 * 8 * _elements(plan.graph, grads_of(plan.graph, per_row)) / speeds(profile, "cpu").bytes_per_s
+    per_slice += 2 * 8 * work.grad_elements / speeds(profile, "cpu").bytes_per_s
     d, c = stage["dsp"], stage["cpu"]
 
     def total(m: int) -> float:
@@ -80,7 +90,8 @@ def grads_of(graph, ops) -> list[str]:
     return [t for op in ops for t in op.outputs if graph.tensors[t].role in ("grad", "accum")]
 
 
-def _elements(graph, names) -> int:
+def grad_elements(graph, names) -> int:
+    """Elements of the tensors `names` of `graph`."""
     return sum(graph.tensors[t].nbytes // np.dtype(graph.tensors[t].dtype).itemsize for t in names)
 
 

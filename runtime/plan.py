@@ -174,6 +174,18 @@ class Plan:
                 self.stats["pipeline_ops"] = (per_row, once)
         return self.stats["pipeline_ops"]
 
+    def pipeline_work(self):
+        """cost.PipelineWork of pipeline_ops (None when it is None): the numbers the cost
+        model weighs micro-batches by, so it is handed numbers, not the plan and its backends."""
+        from .cost import PipelineWork, grads_of, grad_elements
+
+        split = self.pipeline_ops()
+        if split is None:
+            return None
+        per_row, once = split
+        ops = tuple((self.backend_of(op), op.macs, self.op_bytes(op), op.phase != "update") for op in (*per_row, *once))
+        return PipelineWork(ops, grad_elements(self.graph, grads_of(self.graph, per_row)))
+
     def describe(self) -> str:
         width = max(len(op.name) for op in self.graph.ops) if self.graph.ops else 10
         lines = [f"placement of {len(self.graph.ops)} ops ({self.graph.recipe}, batch {self.graph.batch}):"]
@@ -199,7 +211,7 @@ def choose_micro_batches(plan: Plan, scheduler, sliceable: bool) -> Plan:
     elif scheduler.micro_batches != "auto":
         m, why = min(int(scheduler.micro_batches), batch), f"scheduler.micro_batches: {scheduler.micro_batches}"
     else:
-        m, why = micro_batch_count(plan, plan.device, batch)
+        m, why = micro_batch_count(plan.pipeline_work(), plan.device, batch)
     return plan.replace(micro_batches=m, micro_batches_reason=why)
 
 

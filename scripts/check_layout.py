@@ -2,6 +2,7 @@
 rules docs/ARCHITECTURE.md states about it.
 
     python scripts/check_layout.py     # the table; the backend route; warnings; exit 1 if an import runs back up
+    python scripts/check_layout.py --recipe=mls --recipe=fp8    # the route of those recipes (default niti)
     python scripts/check_layout.py --static    # without running a training step (no built package needed)
 
 - direction (enforced, tests/null/test_layout.py): imports run down the flow, from a room
@@ -21,6 +22,7 @@ Imports are read from the source (ast), lazy ones inside functions included.
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -115,15 +117,23 @@ def breaks(graph: dict[str, set[str]], root: Path = RUNTIME) -> list[str]:
 # docs/ARCHITECTURE.md: the backend choice travels from the CLI to a kernel through at most
 # ROUTE_TARGET rooms, and never back into train/. Measured, not read from the source: one
 # `dsptrain train --backend cpu` of a few synthetic batches runs under a profiler, and every
-# call from one room into another that hands on the choice is recorded: the choice's own
-# string (followed by identity), an object holding it (`.backend`: the parsed arguments,
-# the run config), a Backend, or a collection of Backends. The backends package counts as
-# its registry (`backends`: names, select) and one room per backend file (`backends.ops_cpu`),
-# reached by a call of one of the backend's hooks (a kernel); every other call on a
-# backend (supports, prepare, ...) is a call into `backends`.
+# call from one room into another that hands on the choice is recorded, for the whole run
+# (every op of every step, the evaluation, the checkpoint): the choice's own string
+# (followed by identity), a Backend, or an object holding one. `deep=False` looks one level
+# into a holder (its attributes, a collection's items: the parsed arguments, a dict of
+# Backends); `deep=True` follows holders all the way down (attributes, slots, dicts, lists,
+# tuples, sets, a bound method's object, a closure's cells), and counts values returned
+# into a room as well as arguments, so a Backend reached through a Planner, a Plan or an
+# Executor is one. The backends package counts as its registry (`backends`: names,
+# select, supports, prepare) and one room per backend file (`backends.ops_cpu`), reached
+# by a call of one of the backend's hooks (a kernel, wherever its class defines it);
+# every other call on a backend (supports, prepare, ...) is a call into `backends`.
 ROUTE_TARGET = 5
+QUESTIONS = frozenset({"available", "chosen_by_auto", "supports", "close", "prepare", "scratch_bytes",
+                       "release_scratch"})   # calls on a backend that run no kernel: the `backends` room
 
 
+@functools.lru_cache(maxsize=None)
 def route_room(filename: str, root: Path = RUNTIME) -> str | None:
     """The room of a source file (None outside runtime/); backend files are rooms of their own."""
     try:
@@ -135,88 +145,165 @@ def route_room(filename: str, root: Path = RUNTIME) -> str | None:
     return room(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
 
 
-def trace_backend_choice(backend: str = "cpu", recipe: str = "niti") -> list[tuple[str, str]]:
+def _holds(value, found, deep: bool) -> bool:
+    """Does `value` hold something `found(v)` is true of: one level down (an attribute, a
+    collection's item), or with `deep` at any depth, through attributes, slots,
+    collections, bound methods and closures (each object looked at once)."""
+    import types
+
+    seen, todo = set(), [(value, 0)]
+    while todo:
+        v, depth = todo.pop()
+        if id(v) in seen or v is None or isinstance(v, (str, bytes, int, float, bool, type, types.ModuleType)):
+            continue
+        seen.add(id(v))
+        if depth and found(v):
+            return True
+        if depth == 1 and not deep:
+            continue
+        if type(v).__module__ == "numpy":
+            continue    # arrays and scalars hold numbers
+        children = []
+        if isinstance(v, dict):
+            children = list(v.values())
+        elif isinstance(v, (list, tuple, set, frozenset, type({}.values()))):
+            children = list(v)
+        elif deep and isinstance(v, types.MethodType):
+            children = [v.__self__, v.__func__]
+        elif deep and isinstance(v, types.FunctionType):
+            children = [c.cell_contents for c in (v.__closure__ or ()) if _filled(c)]
+        else:
+            held = getattr(v, "__dict__", None)
+            if isinstance(held, dict):
+                children = list(held.values())
+            if deep:
+                for klass in type(v).__mro__:
+                    for slot in getattr(klass, "__slots__", ()):
+                        if isinstance(slot, str) and hasattr(v, slot):
+                            children.append(getattr(v, slot))
+        todo.extend((c, depth + 1) for c in children)
+    return False
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def trace_backend_choice(backend: str = "cpu", recipe: str = "niti", deep: bool = False,
+                         model: str = "lenet5") -> list[tuple[str, str]]:
     """(from room, to room) of every call that hands the choice on, in order, during one
-    short training run of `recipe` from the command line (needs the built package)."""
+    short training run of `recipe` on `model` from the command line (needs the built package)."""
     import tempfile
     import threading
 
     from dsptrain.backends.base import Backend
+
     from dsptrain.cli import main as dsptrain_main
 
     choice = "".join(backend)    # a string object of its own: argparse hands it on as it is
 
+    def is_choice(value) -> bool:
+        return value is choice or isinstance(value, Backend)
+
     def carries(value) -> bool:
-        if value is choice or isinstance(value, Backend):
-            return True
-        if isinstance(value, (dict, list, tuple, type({}.values()))):
-            items = list(value.values() if isinstance(value, dict) else value)[:32]
-            return any(item is choice or isinstance(item, Backend) for item in items)
-        held = getattr(value, "__dict__", None)   # a holder: the parsed arguments, the run config, a proxy
-        return isinstance(held, dict) and any(v is choice or isinstance(v, Backend) for v in held.values())
+        return is_choice(value) or _holds(value, is_choice, deep)
 
     hops = []
 
+    def kernel_room(frame, code, to):
+        """`to`, or the backend's own room for a hook called on it, `backends` for a question."""
+        this = frame.f_locals.get("self")
+        if isinstance(this, Backend) and not code.co_name.startswith("_") and code.co_name not in QUESTIONS:
+            return f"backends.{type(this).__module__.rsplit('.', 1)[-1]}"
+        return "backends"
+
     def profile(frame, event, arg):
-        if event != "call" or frame.f_back is None:
+        if event not in ("call", "return") or frame.f_back is None:
             return
-        to, came = route_room(frame.f_code.co_filename), route_room(frame.f_back.f_code.co_filename)
-        if to is None or came is None:
+        here, there = route_room(frame.f_code.co_filename), route_room(frame.f_back.f_code.co_filename)
+        if here is None or there is None:
             return
         code = frame.f_code
-        if to.startswith("backends.") and came.startswith("backends"):
-            return    # inside the backends package
-        if to.startswith("backends."):
-            # a call on a backend: a kernel when it is one of its hooks, else a question
-            # (supports, prepare, scratch_bytes, ...) to the backends package
-            this = frame.f_locals.get("self")
-            if not (isinstance(this, Backend) and code.co_name in this.hooks):
-                to = "backends"
-        if to == came:
-            return
-        params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
-        if any(carries(frame.f_locals[p]) for p in params if p in frame.f_locals):
-            hops.append((came, to))
+        if event == "call":
+            to, came = here, there
+            if to.startswith("backends.") and came.startswith("backends"):
+                return    # inside the backends package
+            if to.startswith("backends."):
+                to = kernel_room(frame, code, to)
+            if to == came:
+                return
+            params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+            if any(carries(frame.f_locals[p]) for p in params if p in frame.f_locals):
+                hops.append((came, to))
+        elif deep and here != there and arg is not None and not there.startswith("backends.") \
+                and code.co_name != "__init__":
+            came = "backends" if here.startswith("backends") else here   # what a backend or the registry returns
+            if came != there and carries(arg):
+                hops.append((came, there))
 
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "route.yaml"
-        run.write_text(f"recipe: {recipe}\n" + "model: lenet5\ndata: {dataset: synthetic, train_limit: 32, test_limit: 16}\n"
+        run.write_text(f"recipe: {recipe}\n" + f"model: {model}\n"
+                       "data: {dataset: synthetic, train_limit: 32, test_limit: 16}\n"
                        "train: {epochs: 1, batch_size: 16, eval_batch_size: 16}\nenergy: estimate\n")
         threading.setprofile(profile)
         sys.setprofile(profile)
         try:
-            dsptrain_main(["train", str(run), "--backend", choice, "--quiet", "--out", str(Path(tmp) / "out")])
+            status = dsptrain_main(["train", str(run), "--backend", choice, "--quiet", "--out", str(Path(tmp) / "out")])
         finally:
             sys.setprofile(None)
             threading.setprofile(None)
+    if status:
+        raise RuntimeError(f"the traced run of {recipe} on {model} ended with status {status}")
     return hops
 
 
 def route(hops: list[tuple[str, str]]) -> tuple[list[str], dict[str, list[str]]]:
-    """(the rooms the choice reaches, in the order it first reaches them, from the CLI to
-    the first backend file; for each room, the rooms it hands the choice to, in order)."""
+    """(the rooms the choice reaches from the CLI, in the order it first reaches them, over
+    the whole run; for each room, the rooms it hands the choice to, in order). The backend
+    files (`backends.ops_cpu`, `backends.ops_ref`: where the kernels are) are the route's
+    end, one room however many of them the ops reach (`route_length`)."""
     rooms, handed = ["cli"], {}
-    for came, to in hops:
-        if came not in rooms:
-            continue    # a hop from a room the choice has not reached through the CLI (none expected)
-        handed.setdefault(came, [])
-        if to not in handed[came]:
-            handed[came].append(to)
-        if to not in rooms:
-            rooms.append(to)
-        if to.startswith("backends.ops_"):
-            break
+    changed = True
+    while changed:      # a hop from a room the choice reaches only later still counts
+        changed = False
+        for came, to in hops:
+            if came not in rooms:
+                continue
+            handed.setdefault(came, [])
+            if to not in handed[came]:
+                handed[came].append(to)
+                changed = True
+            if to not in rooms:
+                rooms.append(to)
+                changed = True
     return rooms, handed
 
 
+def route_length(rooms: list[str]) -> int:
+    """Rooms on the route: the backend files count once, as its end (a kernel)."""
+    kernels = [r for r in rooms if r.startswith("backends.")]
+    return len(rooms) - len(kernels) + (1 if kernels else 0)
+
+
 def describe_route(rooms: list[str], handed: dict[str, list[str]]) -> list[str]:
-    lines = [f"backend choice: {' -> '.join(rooms)} ({len(rooms)} rooms, target {ROUTE_TARGET})"]
+    kernels = [r for r in rooms if r.startswith("backends.")]
+    path = [r for r in rooms if not r.startswith("backends.")] + (["|".join(kernels)] if kernels else [])
+    lines = [f"backend choice: {' -> '.join(path)} ({route_length(rooms)} rooms, target {ROUTE_TARGET})"]
     for name, targets in handed.items():
         lines.append(f"  {name} hands it to {', '.join(targets)}")
-    returns = len(handed.get("train", [])) - 1
-    lines.append(f"  returns into train: {max(returns, 0)} (train hands the choice on to "
-                 f"{len(handed.get('train', []))} rooms; each after the first is a return)")
+    lines.append(f"  returns into train: {len(returns_into_train(handed))} (rooms that hand the choice back "
+                 f"into train after it left it: {', '.join(returns_into_train(handed)) or 'none'})")
     return lines
+
+
+def returns_into_train(handed: dict[str, list[str]]) -> list[str]:
+    """Rooms other than the CLI that hand the choice to train/ (the choice coming back into the trainer)."""
+    return [name for name, targets in handed.items() if "train" in targets and name != "cli"]
 
 
 def main() -> int:
@@ -229,15 +316,20 @@ def main() -> int:
     for name in unmapped():
         print(f"layout: warning: runtime/{name} is not in docs/ARCHITECTURE.md's module table", file=sys.stderr)
     if "--static" not in sys.argv[1:]:
-        try:
-            rooms, handed = route(trace_backend_choice())
-        except ImportError as exc:
-            print(f"layout: warning: backend route not traced (the package is not built: {exc})", file=sys.stderr)
-        else:
-            print("\n".join(describe_route(rooms, handed)))
-            if len(rooms) > ROUTE_TARGET:
-                print(f"layout: warning: the backend choice reaches {len(rooms)} rooms (target {ROUTE_TARGET})",
-                      file=sys.stderr)
+        recipes = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--recipe=")] or ["niti"]
+        for recipe in recipes:
+            for deep in (False, True):
+                try:
+                    rooms, handed = route(trace_backend_choice(recipe=recipe, deep=deep))
+                except ImportError as exc:
+                    print(f"layout: warning: backend route not traced (the package is not built: {exc})",
+                          file=sys.stderr)
+                    break
+                print(f"{recipe}, holders followed {'all the way down' if deep else 'one level'}:")
+                print("\n".join(describe_route(rooms, handed)))
+                if route_length(rooms) > ROUTE_TARGET or returns_into_train(handed):
+                    print(f"layout: warning: {recipe}: the backend choice reaches {route_length(rooms)} rooms "
+                          f"(target {ROUTE_TARGET})", file=sys.stderr)
     problems = breaks(graph)
     for line in problems:
         print(f"layout: error: {line}", file=sys.stderr)

@@ -13,7 +13,9 @@ error summed over rows) takes the recipe's update like a weight.
 
 A recipe module supplies a `Numerics` subclass (its grids, products, update rule and
 extra state) and gets the module-level contract of `algorithms/__init__.py` back from
-`Emulated`. Every op runs on backend hooks, so placement puts it where it really runs:
+`Emulated`. Every op runs on backend hooks, so placement puts it where it really runs
+(the ops are Programs, algorithms/_kernel.py: they yield their hook calls and the
+executor makes them on the op's backend, so no backend passes through here):
 quantizers on absmax_f/quantize_f (or the recipe's own), products whose operands are
 int8 with one scale per tensor on the int8 hooks (gemm_s8, conv2d_s8, ...: the CPU and
 DSP backends), int16 operands (MLS's group-aligned elements, AFP's 16-bit errors) on
@@ -26,12 +28,13 @@ import math
 
 import numpy as np
 
-from ..errors import ConfigError, LoweringError, NoSupport
+from ..errors import ConfigError, LoweringError
 from ..layout import col2im, im2col, out_size
 from ..nn import (Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU,
                   has_bias)
 from . import _float_layers as fl
 from . import fp32
+from ._kernel import Program
 from ._quant import Scaled
 
 LOWERABLE = (Conv2d, Linear, ReLU, MaxPool2d, AvgPool2d, Flatten, Dropout, BatchNorm2d, GlobalAvgPool, Add)
@@ -45,24 +48,22 @@ def _rows(a: np.ndarray) -> np.ndarray:
     return a.reshape(a.shape[0], -1)
 
 
-def product(be, kind: str, a: Scaled, b: Scaled, attrs: dict) -> np.ndarray:
-    """The float32 result of a layer product of two quantized operands.
+def product(kind: str, a: Scaled, b: Scaled, attrs: dict) -> np.ndarray:
+    """(hook calls) The float32 result of a layer product of two quantized operands.
 
     kind: fwd (x, w), bwd_data (err, w), bwd_weight (err, x); attrs has `conv` and the
     conv geometry. int8 operands with one scale each go through the backend's int8 hooks;
-    int16 ones (MLS's group-aligned elements, AFP's 16-bit errors) through matmul_s16 (a
-    backend without it hands the op on: NoSupport). Either way the exact integer sums
-    are multiplied by the two scales once (`dequantize`). Anything else is summed in
-    float64 from exact values.
+    int16 ones (MLS's group-aligned elements, AFP's 16-bit errors) through matmul_s16 and
+    the s16 convolutions (a backend without them hands the op on: the executor's
+    NoSupport). Either way the exact integer sums are multiplied by the two scales once
+    (`dequantize`). Anything else is summed in float64 from exact values.
     """
     if a.scalar_int8 and b.scalar_int8:
-        return be.dequantize(_int8_product(be, kind, a.q, b.q, attrs), float(a.scale) * float(b.scale))
+        acc = yield _int8_product(kind, a.q, b.q, attrs)
+        return (yield ("dequantize", acc, float(a.scale) * float(b.scale)))
     if _scalar_int(a) and _scalar_int(b):
-        if "matmul_s16" not in be.hooks:
-            raise NoSupport(be.name, f"{kind} product of {a.q.dtype} x {b.q.dtype} operands needs matmul_s16")
-        return be.dequantize(_int16_product(be, kind, a.q.astype(np.int16, copy=False),
-                                            b.q.astype(np.int16, copy=False), attrs),
-                             float(a.scale) * float(b.scale))
+        acc = yield _int16_product(kind, a.q.astype(np.int16, copy=False), b.q.astype(np.int16, copy=False), attrs)
+        return (yield ("dequantize", acc, float(a.scale) * float(b.scale)))
     return _float64_product(kind, a.values(), b.values(), attrs).astype(np.float32)
 
 
@@ -113,8 +114,8 @@ def _scalar_int(t: Scaled) -> bool:
     return t.q.dtype in (np.int8, np.int16) and np.ndim(t.scale) == 0
 
 
-def _int16_product(be, kind, a, b, attrs):
-    """The exact int64 sums of a layer product of int16 operands. Linear layers: matmul_s16,
+def _int16_product(kind, a, b, attrs) -> tuple:
+    """The hook call of the exact int64 sums of a layer product of int16 operands. Linear layers: matmul_s16,
     whose right operand is K-major (weights as they are for the backward data product, a
     transposed copy of them, small, for the forward; activations as they are for the
     weight gradient). Convolutions: the backend's conv2d_s16, conv2d_bwd_data_s16 and
@@ -123,31 +124,32 @@ def _int16_product(be, kind, a, b, attrs):
     c = np.ascontiguousarray
     if not attrs["conv"]:
         if kind == "fwd":
-            return be.matmul_s16(c(_rows(a)), c(b.T))
+            return "matmul_s16", c(_rows(a)), c(b.T)
         if kind == "bwd_data":
-            return be.matmul_s16(a, b)
-        return be.matmul_s16(a, c(_rows(b)), a_transposed=True)
+            return "matmul_s16", a, b
+        return "matmul_s16", a, c(_rows(b)), True    # a_transposed
     s, p = attrs["stride"], attrs["pad"]
     if kind == "fwd":
-        return be.conv2d_s16(c(a), c(b), s, p)
+        return "conv2d_s16", c(a), c(b), s, p
     if kind == "bwd_data":
-        return be.conv2d_bwd_data_s16(c(a), c(b), s, p, attrs["in_hw"])
-    return be.conv2d_bwd_weight_s16(c(a), c(b), s, p, attrs["kernel"])
+        return "conv2d_bwd_data_s16", c(a), c(b), s, p, attrs["in_hw"]
+    return "conv2d_bwd_weight_s16", c(a), c(b), s, p, attrs["kernel"]
 
 
-def _int8_product(be, kind, a, b, attrs):
+def _int8_product(kind, a, b, attrs) -> tuple:
+    """The int8 hook call of a layer product (int32 sums)."""
     if attrs["conv"]:
         s, p = attrs["stride"], attrs["pad"]
         if kind == "fwd":
-            return be.conv2d_s8(a, b, s, p)
+            return "conv2d_s8", a, b, s, p
         if kind == "bwd_data":
-            return be.conv2d_bwd_data_s8(a, b, s, p, attrs["in_hw"])
-        return be.conv2d_bwd_weight_s8(a, b, s, p, attrs["kernel"])
+            return "conv2d_bwd_data_s8", a, b, s, p, attrs["in_hw"]
+        return "conv2d_bwd_weight_s8", a, b, s, p, attrs["kernel"]
     if kind == "fwd":
-        return be.gemm_s8(_rows(a), b)
+        return "gemm_s8", _rows(a), b
     if kind == "bwd_data":
-        return be.gemm_s8(a, np.ascontiguousarray(b.T))
-    return be.gemm_s8(np.ascontiguousarray(a.T), np.ascontiguousarray(_rows(b).T))
+        return "gemm_s8", a, np.ascontiguousarray(b.T)
+    return "gemm_s8", np.ascontiguousarray(a.T), np.ascontiguousarray(_rows(b).T)
 
 
 def _float64_product(kind, a, b, attrs):
@@ -175,7 +177,10 @@ def _float64_product(kind, a, b, attrs):
 
 class Numerics:
     """A recipe's grids and update rule. Override what differs; every method gets the op
-    (its `attrs` say which layer and role) and the StepContext."""
+    (its `attrs` say which layer and role) and the StepContext. The grids, the product and
+    the update are generators of hook calls (algorithms/_kernel.py): they yield
+    `(hook, *args)`, are sent its result, and return their value; the executor makes the
+    calls on the backend the op is placed on."""
 
     prefix = "emulated"
     weight_dtype = "float32"
@@ -201,14 +206,14 @@ class Numerics:
     quant_hooks: tuple = ("absmax_f", "quantize_f")
     update_hooks: tuple = ("sgd_f32",)
 
-    # grids: each runs on backend `be` (the one the op is placed on)
-    def quant_weight(self, be, w, ctx, op) -> Scaled:
+    # grids (hook calls)
+    def quant_weight(self, w, ctx, op) -> Scaled:
         raise NotImplementedError
 
-    def quant_act(self, be, x, ctx, op) -> Scaled:
+    def quant_act(self, x, ctx, op) -> Scaled:
         raise NotImplementedError
 
-    def quant_err(self, be, err, state: list, ctx, op) -> tuple[Scaled, list]:
+    def quant_err(self, err, state: list, ctx, op) -> tuple[Scaled, list]:
         raise NotImplementedError
 
     def product_attrs(self, recipe) -> dict:
@@ -239,8 +244,8 @@ class Numerics:
         """Hooks of a product op: kind is conv, conv_bwd_data, conv_bwd_weight or linear."""
         return _INT8_HOOKS[kind]
 
-    def product(self, be, kind, a: Scaled, b: Scaled, attrs, ctx) -> np.ndarray:
-        return product(be, kind, a, b, attrs)
+    def product(self, kind, a: Scaled, b: Scaled, attrs, ctx) -> np.ndarray:
+        return (yield from product(kind, a, b, attrs))
 
     # state
     def err_state(self, layer) -> dict:
@@ -257,11 +262,11 @@ class Numerics:
         """Optimizer state of one parameter: SGD's velocity."""
         return {f"{param}.v": np.zeros(np.shape(value), np.float32)}
 
-    def update(self, be, w, grad, state: list, ctx, op):
-        """PyTorch's SGD with momentum and weight decay (the float master-weight update)."""
+    def update(self, w, grad, state: list, ctx, op):
+        """(hook calls) PyTorch's SGD with momentum and weight decay (the float master-weight update)."""
         o = ctx.recipe.optimizer
         lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
-        w, v = be.sgd_f32(w, grad, state[0], lr, o.momentum, o.weight_decay, o.nesterov)
+        w, v = yield ("sgd_f32", w, grad, state[0], lr, o.momentum, o.weight_decay, o.nesterov)
         return w, [v]
 
     # extra layers around a product (Octo's compensation layer)
@@ -289,9 +294,9 @@ class Emulated:
         self.n = numerics
         p = numerics.prefix
         self.OPS = {**fp32.OPS, **fl.make_ops(p, numerics.bn_grids), **numerics.extra_ops,
-                    f"{p}.quant_weight": self._quant_weight, f"{p}.quant_act": self._quant_act,
-                    f"{p}.quant_err": self._quant_err, f"{p}.product": self._product,
-                    f"{p}.update": self._update}
+                    f"{p}.quant_weight": Program(self._quant_weight), f"{p}.quant_act": Program(self._quant_act),
+                    f"{p}.quant_err": Program(self._quant_err), f"{p}.product": Program(self._product),
+                    f"{p}.update": Program(self._update)}
 
     # ------------------------------------------------------------ contract
     def check_model(self, model, recipe):
@@ -421,24 +426,25 @@ class Emulated:
             self.emit_update(b, name, f"{name}.b", fp32.bias_grad_op(b, layer, err))
         return err_in
 
-    # ------------------------------------------------------------ running ops
-    def _quant_weight(self, be, op, env, ctx):
-        return {op.outputs[0]: self.n.quant_weight(be, env[op.inputs[0]], ctx, op)}
+    # ------------------------------------------------------------ running ops (Programs' steps)
+    def _quant_weight(self, op, env, ctx):
+        return {op.outputs[0]: (yield from self.n.quant_weight(env[op.inputs[0]], ctx, op))}
 
-    def _quant_act(self, be, op, env, ctx):
-        return {op.outputs[0]: self.n.quant_act(be, env[op.inputs[0]], ctx, op)}
+    def _quant_act(self, op, env, ctx):
+        return {op.outputs[0]: (yield from self.n.quant_act(env[op.inputs[0]], ctx, op))}
 
-    def _quant_err(self, be, op, env, ctx):
-        eq, state = self.n.quant_err(be, env[op.inputs[0]], [env[s] for s in op.inputs[1:]], ctx, op)
+    def _quant_err(self, op, env, ctx):
+        eq, state = yield from self.n.quant_err(env[op.inputs[0]], [env[s] for s in op.inputs[1:]], ctx, op)
         return dict(zip(op.outputs, (eq, *state)))
 
-    def _product(self, be, op, env, ctx):
+    def _product(self, op, env, ctx):
         a, w = env[op.inputs[0]], env[op.inputs[1]]
-        return {op.outputs[0]: fp32.with_bias(self.n.product(be, op.attrs["role"], a, w, op.attrs, ctx), op, env)}
+        y = yield from self.n.product(op.attrs["role"], a, w, op.attrs, ctx)
+        return {op.outputs[0]: fp32.with_bias(y, op, env)}
 
-    def _update(self, be, op, env, ctx):
+    def _update(self, op, env, ctx):
         w, grad = env[op.inputs[0]], env[op.inputs[1]]
-        w, state = self.n.update(be, w, grad, [env[s] for s in op.inputs[2:]], ctx, op)
+        w, state = yield from self.n.update(w, grad, [env[s] for s in op.inputs[2:]], ctx, op)
         return dict(zip(op.outputs, (w, *state)))
 
 

@@ -1,19 +1,33 @@
-"""An op that is one backend hook: the recipe says which hook and how the op's tensors map
-to its arguments and back; the executor calls the hook on the backend the plan chose.
+"""How a recipe's op meets a backend without holding it: the recipe says which hooks and
+how the op's tensors map to their arguments and back; the executor calls the hooks on
+the backend the plan chose (docs/ARCHITECTURE.md: the backend choice goes from the
+executor straight to the kernel, never through the recipe).
 
-So a recipe never holds a backend for such an op (docs/ARCHITECTURE.md: the backend
-choice goes from the executor straight to the kernel). An op that needs several hooks in
-a loop (NITI's `join`) stays a plain function(backend, op, env, ctx).
+An op is one of:
 
+- `Kernel(hook, args, result)`: one backend hook.
     conv_fwd = Kernel("conv2d_requant_s8", conv_fwd_args, conv_fwd_result)
+  `args(op, env, ctx)` the hook's positional arguments; `result(op, env, ctx, out)`
+  {tensor name: value} from what the hook returned.
+- `Kernel.local(result)`: no backend at all (a reshape, a mask applied to an error):
+  `result(op, env, ctx, None)`.
+- `Program(steps)`: several hooks with the recipe's arithmetic between them (a quantizer's
+  range then its rounding, NITI's `join` adding errors in a loop, the emulated recipes'
+  products and updates). `steps(op, env, ctx)` is a generator that yields each hook call
+  as a tuple `(hook, *args)`, is sent the hook's result, and returns the op's outputs:
 
-- `args(op, env, ctx)`: the hook's positional arguments;
-- `result(op, env, ctx, out)`: {tensor name: value} from what the hook returned;
-- `hook=None` (`Kernel.local(fn)`): the op runs in the recipe without a backend
-  (a reshape, a mask applied to an error): `result(op, env, ctx, None)`.
+      def quantize(x, bits):
+          top = yield ("absmax_f", x)
+          q = yield ("quantize_f", x, step_for(top, bits), bits, "round", None)
+          return Scaled(q, step_for(top, bits))
 
-Calling a Kernel as function(backend, op, env, ctx) runs the same thing, so code that
-wraps or replaces an op function (tests, spies) sees the old signature.
+  Helpers compose with `yield from`. A hook the backend does not have (it raises
+  NotImplementedError) makes the executor hand the op on to the next backend, as
+  NoSupport does.
+
+Calling any of them as function(backend, op, env, ctx) runs the same thing (`run_steps`
+here plays the executor), so code that wraps or replaces an op function (tests, spies)
+sees the old signature.
 """
 from __future__ import annotations
 
@@ -37,3 +51,31 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"Kernel({self.hook or 'local'}: {getattr(self.result, '__qualname__', self.result)})"
+
+
+class Program:
+    """An op of several hook calls: `steps(op, env, ctx)`, a generator (above)."""
+
+    __slots__ = ("steps",)
+    hook = True     # execute/bound.kernel_hook: the executor runs the generator's calls itself
+
+    def __init__(self, steps):
+        self.steps = steps
+
+    def __call__(self, backend, op, env, ctx) -> dict:
+        """The op on `backend`, as an op function."""
+        return run_steps(backend, self.steps(op, env, ctx))
+
+    def __repr__(self) -> str:
+        return f"Program({getattr(self.steps, '__qualname__', self.steps)})"
+
+
+def run_steps(backend, steps):
+    """The value generator `steps` returns, its yielded hook calls made on `backend`: what
+    the executor does (execute/bound.run_program), for tests and helpers called outside a step."""
+    try:
+        call = next(steps)
+        while True:
+            call = steps.send(getattr(backend, call[0])(*call[1:]))
+    except StopIteration as done:
+        return done.value

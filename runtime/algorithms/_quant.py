@@ -3,7 +3,10 @@
 Each function maps float values onto a number grid exactly (float64 arithmetic on
 values that are integers times powers of two, so nothing is lost) and returns a
 `Scaled` tensor: integer (or FP8/FP16-valued) elements `q` and a scale, value
-`q * scale`. Not a recipe: no YAML names this module.
+`q * scale`. Those that run on backend hooks are generators of hook calls
+(algorithms/_kernel.py: they yield `(hook, *args)` and are sent the result; the executor
+makes the calls on the op's backend, `_kernel.run_steps(backend, ...)` outside a step).
+Not a recipe: no YAML names this module.
 """
 from __future__ import annotations
 
@@ -57,24 +60,36 @@ def pow2_exponent(max_abs: float, bits: int) -> int:
     return int(np.ceil(np.log2(max_abs))) - (bits - 1)
 
 
-def quantize_int(be, x, bits: int = 8, scale: str = "pow2", rounding: str = "round", rng=None,
+def quantize_int(x, bits: int = 8, scale: str = "pow2", rounding: str = "round", rng=None,
                  clip: float | None = None) -> Scaled:
-    """Symmetric `bits`-bit integers with one scale: a power of two covering max|x| (or
-    `clip`), or the float max|x| / qmax. Values beyond the range saturate. The range and
-    the rounding run on backend `be` (absmax_f, quantize_f); with `be=None`, and for grids
-    wider than 16 bits (WAGEUBN's 24-bit weight accumulator), in NumPy (float_ops)."""
+    """(hook calls) Symmetric `bits`-bit integers with one scale: a power of two covering
+    max|x| (or `clip`), or the float max|x| / qmax. Values beyond the range saturate. The
+    range and the rounding are the hooks absmax_f and quantize_f; grids wider than 16 bits
+    (WAGEUBN's 24-bit weight accumulator) are NumPy's (`quantize_int_numpy`)."""
     x = np.asarray(x)
     if x.dtype not in (np.float32, np.float64):
         x = x.astype(np.float64)
-    wide = bits > 16 or be is None
-    limit = (float_ops.absmax_f(x) if wide else be.absmax_f(x)) if clip is None else float(clip)
+    if bits > 16:
+        return quantize_int_numpy(x, bits, scale, rounding, rng, clip)
+    limit = (yield ("absmax_f", x)) if clip is None else float(clip)
     if limit == 0.0:
         return Scaled(np.zeros(x.shape, _int_dtype(bits)), 1.0)
     step = 2.0 ** pow2_exponent(limit, bits) if scale == "pow2" else limit / qmax(bits)
-    if wide:
-        q = np.clip(round_values(x.astype(np.float64) / step, rounding, rng), -qmax(bits), qmax(bits))
-        return Scaled(q.astype(_int_dtype(bits)), step)
-    return Scaled(be.quantize_f(x, step, bits, rounding, rng), step)
+    return Scaled((yield ("quantize_f", x, step, bits, rounding, rng)), step)
+
+
+def quantize_int_numpy(x, bits: int = 8, scale: str = "pow2", rounding: str = "round", rng=None,
+                       clip: float | None = None) -> Scaled:
+    """quantize_int in NumPy (float_ops), no backend: scalars, batch norm's statistics."""
+    x = np.asarray(x)
+    if x.dtype not in (np.float32, np.float64):
+        x = x.astype(np.float64)
+    limit = float_ops.absmax_f(x) if clip is None else float(clip)
+    if limit == 0.0:
+        return Scaled(np.zeros(x.shape, _int_dtype(bits)), 1.0)
+    step = 2.0 ** pow2_exponent(limit, bits) if scale == "pow2" else limit / qmax(bits)
+    q = np.clip(round_values(x.astype(np.float64) / step, rounding, rng), -qmax(bits), qmax(bits))
+    return Scaled(q.astype(_int_dtype(bits)), step)
 
 
 def quantization_error(x, quantized: Scaled) -> float:
@@ -89,27 +104,27 @@ def quantization_error(x, quantized: Scaled) -> float:
 PRC_CANDIDATES = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)
 
 
-def prc_best_ratio(be, x, bits: int = 8, candidates=PRC_CANDIDATES) -> float:
-    """The clipping ratio (of max|x|) whose int quantization has the least squared error
-    (the errors on backend `be`: prc_squared_errors, one pass per ratio)."""
+def prc_best_ratio(x, bits: int = 8, candidates=PRC_CANDIDATES) -> float:
+    """(hook calls) The clipping ratio (of max|x|) whose int quantization has the least
+    squared error (prc_squared_errors, one pass per ratio)."""
     x = np.asarray(x, np.float32)
-    top = be.absmax_f(x) if x.size else 0.0
+    top = (yield ("absmax_f", x)) if x.size else 0.0
     if top == 0.0:
         return 1.0
-    errors = be.prc_squared_errors(x, top, candidates, qmax(bits))
+    errors = yield ("prc_squared_errors", x, top, candidates, qmax(bits))
     return float(candidates[int(np.argmin(errors))])
 
 
-def quantize_prc(be, x, ratio: float, bits: int = 8, rounding: str = "round", rng=None) -> Scaled:
-    """Integers over [-ratio * max|x|, ratio * max|x|]: larger values clip."""
-    top = be.absmax_f(x) if np.size(x) else 0.0
-    return quantize_int(be, x, bits, "float", rounding, rng, clip=ratio * top)
+def quantize_prc(x, ratio: float, bits: int = 8, rounding: str = "round", rng=None) -> Scaled:
+    """(hook calls) Integers over [-ratio * max|x|, ratio * max|x|]: larger values clip."""
+    top = (yield ("absmax_f", x)) if np.size(x) else 0.0
+    return (yield from quantize_int(x, bits, "float", rounding, rng, clip=ratio * top))
 
 
 # ---------------------------------------------------------------- MLS: tensor scale x group scale x elements
 
-def quantize_mls(be, x, bits: int, group_size: int, group_bits: int, rounding: str = "round", rng=None) -> Scaled:
-    """Multi-level scaling (Zhong et al. 2022): a float tensor scale s = max|x| / qmax; groups
+def quantize_mls(x, bits: int, group_size: int, group_bits: int, rounding: str = "round", rng=None) -> Scaled:
+    """(hook calls) Multi-level scaling (Zhong et al. 2022): a float tensor scale s = max|x| / qmax; groups
     of `group_size` consecutive channels (last axis) get a power-of-two scale 2**-k with
     k in 0 .. 2**group_bits - 1, the largest that keeps the group's max inside the range;
     elements are `bits`-bit integers. Value = q * s * 2**-k.
@@ -126,21 +141,21 @@ def quantize_mls(be, x, bits: int, group_size: int, group_bits: int, rounding: s
     if qmax(bits) * 2**kmax > 32767:
         raise ValueError(f"MLS with {bits}-bit elements and group_bits {group_bits}: aligned elements "
                          f"{qmax(bits)} * 2**{kmax} do not fit int16")
-    top = be.absmax_f(x) if x.size else 0.0
+    top = (yield ("absmax_f", x)) if x.size else 0.0
     if top == 0.0:
         return Scaled(np.zeros(x.shape, np.int16), 1.0)
     tensor_scale = top / qmax(bits)
-    aligned = be.quantize_mls(x, group_size, top, tensor_scale, kmax, qmax(bits), rounding, rng)
+    aligned = yield ("quantize_mls", x, group_size, top, tensor_scale, kmax, qmax(bits), rounding, rng)
     return Scaled(aligned, tensor_scale * 2.0**-kmax)
 
 
 # ---------------------------------------------------------------- small floats (FP8 1-5-2, FP16 1-5-10)
 
-def to_fp8(be, x, mode: str = "nearest_even", rng=None) -> np.ndarray:
-    """FP8 1-5-2 values (held in float32: every FP8 value is exact there), on backend `be`."""
-    return be.round_float(x, 5, 2, mode, rng)
+def to_fp8(x, mode: str = "nearest_even", rng=None) -> np.ndarray:
+    """(hook call) FP8 1-5-2 values (held in float32: every FP8 value is exact there)."""
+    return (yield ("round_float", x, 5, 2, mode, rng))
 
 
-def to_fp16(be, x, mode: str = "nearest_even", rng=None) -> np.ndarray:
-    """FP16 values held in float32, on backend `be`."""
-    return be.round_float(x, 5, 10, mode, rng)
+def to_fp16(x, mode: str = "nearest_even", rng=None) -> np.ndarray:
+    """(hook call) FP16 values held in float32."""
+    return (yield ("round_float", x, 5, 10, mode, rng))

@@ -208,42 +208,55 @@ maxpool_fwd = Kernel("maxpool_f32", _maxpool_fwd_args, _two_results)
 maxpool_bwd = Kernel("maxpool_bwd_f32", _maxpool_bwd_args, _result)
 
 
-def avgpool2d_fwd(be, op, env, ctx):
+# Ops in NumPy without a backend (Kernel.local: the executor hands them none).
+
+def _avgpool2d_fwd(op, env, ctx, _):
     a = op.attrs
     return {op.outputs[0]: fl.avgpool2d_forward(env[op.inputs[0]], a["kernel"], a["stride"], a["pad"],
                                                 a["count_include_pad"])}
 
 
-def avgpool2d_bwd(be, op, env, ctx):
+def _avgpool2d_bwd(op, env, ctx, _):
     a = op.attrs
     return {op.outputs[0]: fl.avgpool2d_backward(env[op.inputs[0]], a["in_hw"], a["kernel"], a["stride"], a["pad"],
                                                  a["count_include_pad"])}
 
 
-def reshape(be, op, env, ctx):
+def _reshape(op, env, ctx, _):
     x = env[op.inputs[0]]
     return {op.outputs[0]: x.reshape((x.shape[0], *op.attrs["shape"][1:]))}
 
 
-def dropout_fwd(be, op, env, ctx):
-    x = env[op.inputs[0]]
-    p = op.attrs["p"]
-    keep = be.dropout_mask(x.shape, p, ctx.rng(op))
+def _dropout_mask_args(op, env, ctx):
+    return env[op.inputs[0]].shape, op.attrs["p"], ctx.rng(op)
+
+
+def _dropped(op, env, ctx, keep):
+    x, p = env[op.inputs[0]], op.attrs["p"]
     return {op.outputs[0]: np.where(keep, x / np.float32(1 - p), 0).astype(np.float32), op.outputs[1]: keep}
 
 
-def dropout_bwd(be, op, env, ctx):
+def _dropout_bwd(op, env, ctx, _):
     err, keep = env[op.inputs[0]], env[op.inputs[1]]
     p = ctx.graph.op(op.name.replace(".bwd", ".fwd")).attrs["p"]
     return {op.outputs[0]: np.where(keep, err / np.float32(1 - p), 0).astype(np.float32)}
 
 
-def loss_grad(be, op, env, ctx):
+def softmax_loss_grad(op, env, ctx, _=None):
+    """The softmax cross-entropy gradient of float logits, over the full batch's rows."""
     logits, labels = env[op.inputs[0]].astype(np.float64), env[op.inputs[1]]
     p = np.exp(logits - logits.max(axis=1, keepdims=True))
     p /= p.sum(axis=1, keepdims=True)
     p[np.arange(len(labels)), labels] -= 1.0
     return {op.outputs[0]: (p / ctx.batch_total).astype(np.float32)}
+
+
+avgpool2d_fwd = Kernel.local(_avgpool2d_fwd)
+avgpool2d_bwd = Kernel.local(_avgpool2d_bwd)
+reshape = Kernel.local(_reshape)
+dropout_fwd = Kernel("dropout_mask", _dropout_mask_args, _dropped)
+dropout_bwd = Kernel.local(_dropout_bwd)
+loss_grad = Kernel.local(softmax_loss_grad)
 
 
 def _conv_bwd_data_args(op, env, ctx):
@@ -265,9 +278,12 @@ linear_bwd_data = Kernel("gemm_f32", _linear_bwd_data_args, _result)
 conv_bwd_weight = Kernel("conv2d_bwd_weight_f32", _conv_bwd_weight_args, _result)
 
 
-def linear_bwd_weight(be, op, env, ctx):
+def _linear_bwd_weight(op, env, ctx, _):
     err, x = env[op.inputs[0]], env[op.inputs[1]]
     return {op.outputs[0]: (err.T @ x.reshape(x.shape[0], -1)).astype(np.float32)}
+
+
+linear_bwd_weight = Kernel.local(_linear_bwd_weight)
 
 
 def _sgd_args(op, env, ctx):

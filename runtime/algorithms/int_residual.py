@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import LoweringError
 from ..numerics import QTensor
-from ._kernel import Kernel
+from ._kernel import Kernel, Program
 
 
 def check_layer(layer, shape, recipe):
@@ -94,7 +94,7 @@ def join_errors(b, name, errs):
     return out
 
 
-# One backend hook each (algorithms/_kernel.py), except `join`, which adds its errors in a loop.
+# One backend hook each (algorithms/_kernel.py), except `join`, which adds its errors in a loop (a Program).
 
 def _add_args(op, env, ctx):
     a, c = env[op.inputs[0]], env[op.inputs[1]]
@@ -109,13 +109,17 @@ def _tensor(op, env, ctx, out):
 add = Kernel("add_align_s8", _add_args, _tensor)
 
 
-def join(be, op, env, ctx):
+def _join(op, env, ctx):
+    """The errors of a tensor read by several layers, summed one add_align_s8 at a time (hook calls)."""
     total = env[op.inputs[0]]
     for name in op.inputs[1:]:
         other = env[name]
-        total = QTensor(*be.add_align_s8(total.q, total.e, other.q, other.e, op.attrs["mode"], ctx.rng(op),
-                                         shift=ctx.given_shift(op)))
+        total = QTensor(*(yield ("add_align_s8", total.q, total.e, other.q, other.e, op.attrs["mode"], ctx.rng(op),
+                                 ctx.given_shift(op))))
     return {op.outputs[0]: total}
+
+
+join = Program(_join)
 
 
 def _avgpool_fwd_args(op, env, ctx):

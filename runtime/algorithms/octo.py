@@ -24,6 +24,7 @@ import numpy as np
 
 from ..nn import Conv2d, Linear
 from ._emulated import Emulated, Numerics, module_contract
+from ._kernel import Kernel
 from ._quant import PRC_CANDIDATES, prc_best_ratio, quantize_int, quantize_prc
 
 
@@ -36,30 +37,32 @@ def _flag(value):
     return None if isinstance(value, bool) else "must be true or false"
 
 
-def _int_fmt(be, x, fmt, rng=None):
-    return quantize_int(be, x, fmt.bits, fmt.scale, fmt.rounding if fmt.rounding != "none" else "round", rng)
+def _int_fmt(x, fmt, rng=None):
+    return quantize_int(x, fmt.bits, fmt.scale, fmt.rounding if fmt.rounding != "none" else "round", rng)
 
 
 class OctoNumerics(Numerics):
     prefix = "octo"
     known_params = {"prc_momentum": _unit_interval, "compensation": _flag}
 
-    def quant_weight(self, be, w, ctx, op):
-        return _int_fmt(be, w, ctx.recipe.tensors.weights, ctx.rng(op))
+    def quant_weight(self, w, ctx, op):
+        return (yield from _int_fmt(w, ctx.recipe.tensors.weights, ctx.rng(op)))
 
-    def quant_act(self, be, x, ctx, op):
-        return _int_fmt(be, x, ctx.recipe.tensors.activations, ctx.rng(op))
+    def quant_act(self, x, ctx, op):
+        return (yield from _int_fmt(x, ctx.recipe.tensors.activations, ctx.rng(op)))
 
     def err_state(self, layer):
         return {"prc_ratio": np.array(1.0, np.float32)}
 
     quant_hooks = ("absmax_f", "quantize_f", "prc_squared_errors")
 
-    def quant_err(self, be, err, state, ctx, op):
+    def quant_err(self, err, state, ctx, op):
         fmt = ctx.recipe.tensors.errors
         momentum = float(self.param(ctx.recipe, "prc_momentum", 0.1))
-        ratio = (1 - momentum) * float(state[0]) + momentum * prc_best_ratio(be, err, fmt.bits, PRC_CANDIDATES)
-        eq = quantize_prc(be, err, ratio, fmt.bits, fmt.rounding if fmt.rounding != "none" else "round", ctx.rng(op))
+        best = yield from prc_best_ratio(err, fmt.bits, PRC_CANDIDATES)
+        ratio = (1 - momentum) * float(state[0]) + momentum * best
+        eq = yield from quantize_prc(err, ratio, fmt.bits, fmt.rounding if fmt.rounding != "none" else "round",
+                                     ctx.rng(op))
         return eq, [np.array(ratio, np.float32)]
 
     # ------------------------------------------------------------ the compensation layer
@@ -107,17 +110,20 @@ def compensation_names(layer_name):
     return f"{layer_name}.comp_scale", f"{layer_name}.comp_shift"
 
 
-def _comp_fwd(be, op, env, ctx):
-    z, scale, shift = (env[t] for t in op.inputs)
-    return {op.outputs[0]: be.compensation_fwd(z, scale, shift)}
+def _inputs(op, env, ctx):
+    return tuple(env[t] for t in op.inputs)
 
 
-def _comp_bwd(be, op, env, ctx):
-    err, z, scale = (env[t] for t in op.inputs)
-    return dict(zip(op.outputs, be.compensation_bwd(err, z, scale)))
+def _output(op, env, ctx, out):
+    return {op.outputs[0]: out}
 
 
-OctoNumerics.extra_ops = {"octo.comp_fwd": _comp_fwd, "octo.comp_bwd": _comp_bwd}
+def _outputs(op, env, ctx, out):
+    return dict(zip(op.outputs, out))
+
+
+OctoNumerics.extra_ops = {"octo.comp_fwd": Kernel("compensation_fwd", _inputs, _output),
+                          "octo.comp_bwd": Kernel("compensation_bwd", _inputs, _outputs)}
 ENGINE = Emulated(OctoNumerics())
 (ACTIVATION_DTYPE, check_recipe, check_model, forward, loss, backward, join_errors, OPS, init_params,
  prepare_input, logits_to_float) = module_contract(ENGINE)

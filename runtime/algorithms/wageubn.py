@@ -31,7 +31,7 @@ import numpy as np
 from ..numerics import QTensor
 from . import _float_layers as fl
 from ._emulated import Emulated, Numerics, module_contract
-from ._quant import Scaled, quantize_int
+from ._quant import Scaled, quantize_int, quantize_int_numpy
 
 ACCUMULATOR_BITS = 24
 WEIGHT_BITS = 8
@@ -40,10 +40,15 @@ MOMENTUM_BITS = 16
 COEFFICIENT_BITS = 8      # learning rate and momentum coefficient
 
 
-def on_grid(x, bits, rounding="round", rng=None, be=None) -> np.ndarray:
-    """x on a `bits`-bit power-of-two grid fitted to its range (float64 values), on backend
-    `be` (None: NumPy, for scalars and batch norm's statistics)."""
-    return quantize_int(be, np.asarray(x, np.float64), bits, "pow2", rounding, rng).values()
+def on_grid(x, bits, rounding="round", rng=None) -> np.ndarray:
+    """x on a `bits`-bit power-of-two grid fitted to its range (float64 values), in NumPy:
+    scalars and batch norm's statistics (`on_grid_hooks` for tensors)."""
+    return quantize_int_numpy(np.asarray(x, np.float64), bits, "pow2", rounding, rng).values()
+
+
+def on_grid_hooks(x, bits, rounding="round", rng=None) -> np.ndarray:
+    """(hook calls) on_grid on the op's backend (absmax_f, quantize_f)."""
+    return (yield from quantize_int(np.asarray(x, np.float64), bits, "pow2", rounding, rng)).values()
 
 
 @lru_cache(maxsize=64)
@@ -75,32 +80,32 @@ class WAGEUBNNumerics(Numerics):
     def init_weight(self, layer, rng):
         return to_accumulator(super().init_weight(layer, rng))
 
-    def quant_weight(self, be, w, ctx, op):
+    def quant_weight(self, w, ctx, op):
         if self._float_layer(ctx, op):
             return Scaled(w.dequantize(), 1.0)
         shift = ACCUMULATOR_BITS - WEIGHT_BITS
-        return Scaled(be.shift_round(w.q, shift, "round", None), 2.0 ** (w.e + shift))
+        return Scaled((yield ("shift_round", w.q, shift, "round", None)), 2.0 ** (w.e + shift))
 
-    def quant_act(self, be, x, ctx, op):
+    def quant_act(self, x, ctx, op):
         if self._float_layer(ctx, op):
             return Scaled(np.asarray(x, np.float64), 1.0)
-        return quantize_int(be, x, ctx.recipe.tensors.activations.bits, "pow2", "round")
+        return (yield from quantize_int(x, ctx.recipe.tensors.activations.bits, "pow2", "round"))
 
-    def quant_err(self, be, err, state, ctx, op):
+    def quant_err(self, err, state, ctx, op):
         if self._float_layer(ctx, op):
             return Scaled(np.asarray(err, np.float64), 1.0), []
-        return quantize_int(be, err, ctx.recipe.tensors.errors.bits, "pow2", "round"), []
+        return (yield from quantize_int(err, ctx.recipe.tensors.errors.bits, "pow2", "round")), []
 
     update_hooks = ("absmax_f", "quantize_f")
 
-    def update(self, be, w, grad, state, ctx, op):
+    def update(self, w, grad, state, ctx, op):
         o = ctx.recipe.optimizer
         lr = scalar_on_grid(o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0), COEFFICIENT_BITS)
         momentum = scalar_on_grid(o.momentum, COEFFICIENT_BITS)
         current = w.dequantize() if isinstance(w, QTensor) else np.asarray(w, np.float64)
-        g = on_grid(np.asarray(grad, np.float64) + o.weight_decay * current, ctx.recipe.tensors.gradients.bits,
-                    "sto", ctx.rng(op), be)
-        m = on_grid(momentum * np.asarray(state[0], np.float64) + g, MOMENTUM_BITS, be=be)
+        g = yield from on_grid_hooks(np.asarray(grad, np.float64) + o.weight_decay * current,
+                                     ctx.recipe.tensors.gradients.bits, "sto", ctx.rng(op))
+        m = yield from on_grid_hooks(momentum * np.asarray(state[0], np.float64) + g, MOMENTUM_BITS)
         step = lr * m
         if isinstance(w, QTensor):
             limit = 2 ** (ACCUMULATOR_BITS - 1) - 1

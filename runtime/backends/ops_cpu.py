@@ -125,12 +125,10 @@ class CpuBackend(Backend):
         exact = [h for h in EXACT_PRODUCT_HOOKS if h in op.hooks]
         if exact:
             m, n, k, a_transposed = _exact_mnk(product, shape, op, rows)
-            if exact[0] == "matmul_s16" and product.layer == "conv" and product.pass_ == "backward_data":
-                # conv2d_bwd_data_s16 runs the product and the scatter fused, one image at a time
-                return dict(_native.scratch_bytes("conv2d_bwd_data_s16", [m, n, k, m // rows], False))
-            if exact[0] == "matmul_s16" and product.layer == "conv":   # conv2d_s16, conv2d_bwd_weight_s16: per image
+            if exact[0] == "matmul_s16" and product.layer == "conv":   # conv2d_s16, conv2d_bwd_*_s16: per image
                 x, w = _conv_operands(product, shape)
-                hook = "conv2d_s16" if product.pass_ == "forward" else "conv2d_bwd_weight_s16"
+                hook = {"forward": "conv2d_s16", "backward_data": "conv2d_bwd_data_s16"}.get(product.pass_,
+                                                                                             "conv2d_bwd_weight_s16")
                 return dict(_native.scratch_bytes(hook, [rows, *x[1:], *w[:3], op.attrs["stride"], op.attrs["pad"]],
                                                   False))
             fourth = int(a_transposed) if exact[0] == "matmul_s16" else int(op.attrs.get("chunk", 64))

@@ -20,24 +20,42 @@ from __future__ import annotations
 import time
 from typing import NamedTuple
 
-from ..errors import BackendError
+from ..errors import BackendError, NoSupport
 from .slices import REQUANT_HOOKS, Recorded
 
 
 def kernel_hook(run):
     """The backend hook of an op that is one (an algorithms/_kernel.Kernel), None for one the
-    recipe runs without a backend, False for an op function that calls its hooks itself."""
+    recipe runs without a backend, True for a Program (the executor makes its hook calls),
+    False for an op function that calls its hooks itself."""
     return getattr(run, "hook", False)
 
 
 def invoke(run, hook, backend, op, env: dict, ctx) -> dict:
-    """Run op function or Kernel `run` (its kernel_hook `hook`) on `backend`: a Kernel's hook
-    is called from here, so the recipe never holds the backend."""
+    """Run op function, Kernel or Program `run` (its kernel_hook `hook`) on `backend`: a
+    Kernel's or a Program's hooks are called from here, so the recipe never holds the backend."""
     if hook is False:    # an op function that calls its backend's hooks itself
         return run(backend, op, env, ctx)
+    if hook is True:     # a Program: the recipe's generator yields the hook calls, made here
+        return run_program(backend, run.steps(op, env, ctx))
     if hook:             # the recipe maps the tensors; the backend's kernel is called from here
         return run.result(op, env, ctx, getattr(backend, hook)(*run.args(op, env, ctx)))
     return run.result(op, env, ctx, None)   # an op the recipe runs without a backend (a reshape)
+
+
+def run_program(backend, steps) -> dict:
+    """Make each hook call `(hook, *args)` the generator `steps` yields on `backend`, sending
+    back its result; returns what the generator returns (the op's outputs). A hook the
+    backend lacks (NotImplementedError, backends/base.py) is a NoSupport: the op goes to
+    the next backend, as placement would have sent it had it known the operands."""
+    try:
+        call = next(steps)
+        while True:
+            call = steps.send(getattr(backend, call[0])(*call[1:]))
+    except StopIteration as done:
+        return done.value
+    except NotImplementedError as exc:
+        raise NoSupport(backend.name, str(exc)) from None
 
 
 class BoundOp(NamedTuple):

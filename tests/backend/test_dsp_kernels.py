@@ -60,12 +60,14 @@ CONVS = [  # N, H, W, C, O, K, stride, pad
     # stride 1, C <= 4: forward with output pixels in the lanes (conv_lanes.c): two pixel
     # blocks (OW > 32), channel tiles past 32 with a ragged last tile, O a power of two
     # (no compaction), O = 1, C = 2 and 4 spread / taken as words, odd image counts
-    (3, 5, 37, 1, 6, 5, 1, 2), (1, 4, 9, 3, 45, 3, 1, 1), (2, 6, 6, 4, 16, 3, 1, 0),
+    (3, 5, 37, 1, 9, 5, 1, 2), (1, 4, 9, 3, 45, 3, 1, 1), (2, 6, 6, 4, 16, 3, 1, 0),
     (3, 7, 5, 1, 1, 3, 1, 1), (1, 6, 8, 2, 7, 2, 1, 0), (1, 3, 33, 3, 64, 3, 1, 1),
     (2, 6, 9, 1, 8, 3, 1, 1), (1, 7, 7, 1, 5, 3, 1, 0), (5, 5, 6, 1, 7, 2, 1, 1),
-    # LeNet's first conv at the trainer's shape (28 x 28, pad 2): 5-8 channels in one tile,
-    # accumulators through registers straight into y (conv_lanes.c's fused store)
-    (3, 28, 28, 1, 6, 5, 1, 2),
+    # one channel, 8 outputs at LeNet's shape (28 x 28, pad 2): 5-8 channels in one tile,
+    # accumulators through registers straight into y (conv_lanes.c's fused store); 4 to 7
+    # outputs go to conv_taps.c (tests/backend/test_dsp_conv_taps.py), LeNet's 6 here too,
+    # 16 taps a row (past its 13) to conv_lanes.c
+    (3, 28, 28, 1, 8, 5, 1, 2), (3, 28, 28, 1, 6, 5, 1, 2), (1, 20, 20, 1, 6, 16, 1, 0),
     # stride 1, 2 to 16 channels, O <= 32: the padded grid in the lanes (conv_grid.c), forward
     # and backward data; C or O of 11 to 13 spread to 16 (four word planes)
     (2, 6, 7, 11, 9, 3, 1, 1), (3, 5, 9, 12, 13, 3, 1, 0),

@@ -75,9 +75,15 @@ def test_matmul_s16_same_at_one_and_two_threads():
 
 # (n, h, w, c, o, k, stride, pad): LeNet's conv2, a padded strided one with odd O (the
 # product's K), a 1-channel one with a 3x3 kernel, LeNet's conv1 and a 35-column one (the
-# weight gradient from channel planes: 16 or more columns, two vectors a row)
+# weight gradient from channel planes: 16 or more columns, two vectors a row); then the
+# planar kernels' ragged blocks: 9 input channels and 7 (odd) output channels in the backward
+# data's pair planes, 9 output channels of a 5-wide kernel (blocks of 4, 4, 1 in the weight
+# gradient, 8 and 1 in the forward), 32 and 33 channels of error planes (the vector
+# transposition's widest case, and the scalar one past it)
 CONV_SHAPES = [(3, 14, 14, 6, 16, 5, 1, 0), (2, 9, 7, 5, 3, 3, 2, 1), (5, 6, 6, 1, 6, 3, 1, 1),
-               (2, 28, 28, 1, 6, 5, 1, 2), (3, 20, 35, 3, 10, 3, 1, 1)]
+               (2, 28, 28, 1, 6, 5, 1, 2), (3, 20, 35, 3, 10, 3, 1, 1),
+               (2, 11, 12, 9, 7, 5, 1, 1), (2, 18, 20, 2, 9, 5, 1, 2), (1, 17, 17, 2, 32, 2, 1, 0),
+               (1, 16, 16, 1, 33, 1, 1, 0)]
 
 
 @pytest.mark.parametrize("n,h,w,c,o,k,stride,pad", CONV_SHAPES)

@@ -41,22 +41,22 @@ def test_micro_batch_count_follows_the_cpu_share(tmp_path):
     # the shipped profile: LeNet's CPU share (loss, updates) is tiny next to the calls an
     # extra micro-batch costs, so the model keeps the step serial, and says why in numbers
     plan = _plan(both, load_device("v66"))
-    m, why = micro_batch_count(plan, plan.device, 64)
+    m, why = micro_batch_count(plan.pipeline_work(), plan.device, 64)
     assert m == 1 and "cost model (v66)" in why and "serial" in why
     # the DSP declines pooling and ReLU (Mandheling's DSP-unfriendly ops), the processors
     # are equally fast and calls are free: a per-row CPU stage to overlap, so it pays
     even = _profile(tmp_path, "dsp: {macs_per_s: 1.0e+9, bytes_per_s: 1.0e+8, call_s: 1.0e-9}\n"
                               "cpu: {macs_per_s: 1.0e+9, bytes_per_s: 1.0e+8, call_s: 1.0e-9}\n")
     plan = _plan({"dsp": _Backend("dsp", declines=("loss", "pool", "relu")), "cpu": _Backend("cpu")}, even)
-    m, why = micro_batch_count(plan, even, 64)
+    m, why = micro_batch_count(plan.pipeline_work(), even, 64)
     assert m > 1, why
     # the same with expensive calls: each extra micro-batch repeats them, serial again
     dear = _profile(tmp_path, "dsp: {macs_per_s: 1.0e+9, bytes_per_s: 1.0e+8, call_s: 1.0e-2}\n"
                               "cpu: {macs_per_s: 1.0e+9, bytes_per_s: 1.0e+8, call_s: 1.0e-2}\n", "dear")
-    assert micro_batch_count(plan, dear, 64)[0] == 1
+    assert micro_batch_count(plan.pipeline_work(), dear, 64)[0] == 1
     # no DSP: nothing to overlap with, whatever the speeds
     alone = _plan({"cpu": _Backend("cpu")}, even)
-    assert micro_batch_count(alone, even, 64)[0] == 1
+    assert micro_batch_count(alone.pipeline_work(), even, 64)[0] == 1
 
 
 def test_choose_micro_batches_honours_the_switches():
@@ -69,7 +69,7 @@ def test_choose_micro_batches_honours_the_switches():
     plan = choose_micro_batches(plan, SchedulerConfig(micro_batches=3), False)    # not sliceable
     assert plan.micro_batches == 1
     plan = choose_micro_batches(plan, SchedulerConfig(), True)
-    assert plan.micro_batches == micro_batch_count(plan, plan.device, 64)[0]
+    assert plan.micro_batches == micro_batch_count(plan.pipeline_work(), plan.device, 64)[0]
 
 
 def test_split_check_declines_when_calls_cost_more_than_the_cache_saves(tmp_path):

@@ -1,0 +1,431 @@
+// The int16 convolutions of MLS (gemm_exact.h) on channel planes, stride 1, AVX-512 VNNI:
+// the output columns lie in the vector lanes and vpdpwssd adds two taps (or two channels)
+// per lane, so no patch matrix is built or scattered. Each image is one task's, each sum
+// an integer: the same result at any thread count.
+#include "conv_s16_planar.h"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "scratch.h"
+#include "thread_pool.h"
+
+#ifdef DSPTRAIN_X86_PLANAR
+#include <immintrin.h>
+#define DSPTRAIN_AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+namespace dsptrain {
+namespace {
+
+// calls body(std::integral_constant<int, R>{}) for R = rows in 1..8: a block's
+// accumulators then have a count known at compile time and stay in registers (with a
+// runtime count GCC kept them on the stack, a store and a reload per vpdpwssd)
+template <typename Body>
+inline void with_rows(int rows, Body body) {
+  switch (rows) {
+    case 1: return body(std::integral_constant<int, 1>{});
+    case 2: return body(std::integral_constant<int, 2>{});
+    case 3: return body(std::integral_constant<int, 3>{});
+    case 4: return body(std::integral_constant<int, 4>{});
+    case 5: return body(std::integral_constant<int, 5>{});
+    case 6: return body(std::integral_constant<int, 6>{});
+    case 7: return body(std::integral_constant<int, 7>{});
+    default: return body(std::integral_constant<int, 8>{});
+  }
+}
+
+// One image's weight gradient from channel planes (stride 1): dw[o][a][b][c] += sum over
+// the output rows i and columns j of err_plane[o][i][j] * x_plane[c][i + a][j + b]. The
+// columns j lie in the lanes (32 int16 per vector, masked past OW), vpdpwssd adds each
+// lane pair's two products into int32, so no patch matrix is built; the lanes are summed
+// once per image (the caller checks that an image's sums fit int32). After the planar
+// weight gradient of Mandheling's DSP kernels (dsp_kernels/conv_planar.c).
+// kB taps along the kernel's width (b0 .. b0 + kB) and kOs output channels (o0 ..) of one
+// kernel row a and input channel c: kB * kOs int32 accumulators in registers, so each
+// row's kOs error vectors and kB input vectors serve kB * kOs vpdpwssd.
+template <int kOs, int kB>
+DSPTRAIN_AVX512VNNI inline void wgrad_planar_taps(const int16_t* ep, const int16_t* xrow, int pw, const Col2imShape& s,
+                                                  int o0, size_t t0, size_t taps, int64_t* dw) {
+  const int vecs = (s.ow + 31) / 32, rows = s.oh * s.ow;
+  __m512i acc[kB][kOs];
+  for (int b = 0; b < kB; ++b)
+    for (int r = 0; r < kOs; ++r) acc[b][r] = _mm512_setzero_si512();
+  for (int v = 0; v < vecs; ++v) {
+    const int j0 = v * 32, left = std::min(32, s.ow - j0);
+    const __mmask32 mask = left == 32 ? ~0u : (1u << left) - 1;
+    const int16_t* e = ep + static_cast<size_t>(o0) * rows + j0;
+    const int16_t* xr = xrow + j0;
+    for (int i = 0; i < s.oh; ++i, e += s.ow, xr += pw) {
+      __m512i ev[kOs];
+      for (int r = 0; r < kOs; ++r) ev[r] = _mm512_maskz_loadu_epi16(mask, e + static_cast<size_t>(r) * rows);
+      for (int b = 0; b < kB; ++b) {
+        const __m512i xv = _mm512_maskz_loadu_epi16(mask, xr + b);
+        for (int r = 0; r < kOs; ++r) acc[b][r] = _mm512_dpwssd_epi32(acc[b][r], ev[r], xv);
+      }
+    }
+  }
+  for (int b = 0; b < kB; ++b)
+    for (int r = 0; r < kOs; ++r)
+      dw[static_cast<size_t>(o0 + r) * taps + t0 + static_cast<size_t>(b) * s.c] += _mm512_reduce_add_epi32(acc[b][r]);
+}
+
+DSPTRAIN_AVX512VNNI void wgrad_planar_image(const int16_t* ep, const int16_t* xp, int pw, const Col2imShape& s, int o,
+                                            int64_t* dw) {
+  const int plane = (s.h + 2 * s.pad) * pw;
+  const size_t taps = static_cast<size_t>(s.kh) * s.kw * s.c;
+  // five taps a pass (LeNet's 5x5 kernels) with four channels (20 accumulators), else one
+  // tap with eight
+  const bool five = s.kw % 5 == 0;
+  const int ko = five ? 4 : 8;
+  for (int c = 0; c < s.c; ++c)
+    for (int a = 0; a < s.kh; ++a)
+      for (int b = 0; b < s.kw; b += five ? 5 : 1) {
+        const size_t t = (static_cast<size_t>(a) * s.kw + b) * s.c + c;
+        const int16_t* xrow = xp + static_cast<size_t>(c) * plane + static_cast<size_t>(a) * pw + b;
+        for (int o0 = 0; o0 < o; o0 += ko)
+          with_rows(std::min(ko, o - o0), [&](auto os) {
+            constexpr int kOs = decltype(os)::value;
+            if (five) {
+              if constexpr (kOs <= 4) wgrad_planar_taps<kOs, 5>(ep, xrow, pw, s, o0, t, taps, dw);
+            } else {
+              wgrad_planar_taps<kOs, 1>(ep, xrow, pw, s, o0, t, taps, dw);
+            }
+          });
+      }
+}
+
+// One image's forward from channel planes (stride 1): 16 output columns j in the int32
+// lanes; a lane's pair of int16 is (x[c][i + a][j + b], x[c][i + a][j + b + 1]) from the
+// image's pair planes `pp`, times the broadcast weight pair (w[o][a][b][c], w[o][a][b + 1][c])
+// (0 past the kernel's width), so vpdpwssd adds two taps per lane and no patch is built;
+// results go to y[OH, OW, O] (int64). The caller checks that every sum fits int32.
+// kI output rows (i ..) x 16 columns (j0 ..) x kOs output channels (o0 ..): kI * kOs
+// accumulators in registers, each broadcast weight pair serving kI rows and each input
+// vector kOs channels.
+template <int kOs, int kI>
+DSPTRAIN_AVX512VNNI inline void fwd_planar_block(const int32_t* pp, int pw, const int32_t* wpairs, const Col2imShape& s,
+                                                 int o, int o0, int i, int j0, int64_t* y) {
+  const int bpairs = (s.kw + 1) / 2, plane = (s.h + 2 * s.pad) * pw, left = std::min(16, s.ow - j0);
+  const __mmask16 mask = static_cast<__mmask16>(left == 16 ? 0xFFFF : (1u << left) - 1);
+  __m512i acc[kI][kOs];
+  for (int r = 0; r < kI; ++r)
+    for (int q = 0; q < kOs; ++q) acc[r][q] = _mm512_setzero_si512();
+  for (int c = 0; c < s.c; ++c)
+    for (int a = 0; a < s.kh; ++a) {
+      const int32_t* xrow = pp + static_cast<size_t>(c) * plane + static_cast<size_t>(i + a) * pw + j0;
+      const int32_t* wq = wpairs + (static_cast<size_t>(c) * s.kh + a) * bpairs * o + o0;
+      for (int bp = 0; bp < bpairs; ++bp, xrow += 2, wq += o) {
+        __m512i xv[kI];
+        for (int r = 0; r < kI; ++r) xv[r] = _mm512_maskz_loadu_epi32(mask, xrow + static_cast<size_t>(r) * pw);
+        for (int q = 0; q < kOs; ++q) {
+          const __m512i wv = _mm512_set1_epi32(wq[q]);
+          for (int r = 0; r < kI; ++r) acc[r][q] = _mm512_dpwssd_epi32(acc[r][q], wv, xv[r]);
+        }
+      }
+    }
+  for (int r = 0; r < kI; ++r) {
+    alignas(64) int32_t lanes[kOs][16];
+    for (int q = 0; q < kOs; ++q) _mm512_store_si512(lanes[q], acc[r][q]);
+    for (int l = 0; l < left; ++l) {
+      int64_t* dst = y + (static_cast<size_t>(i + r) * s.ow + j0 + l) * o + o0;
+      for (int q = 0; q < kOs; ++q) dst[q] = lanes[q][l];
+    }
+  }
+}
+
+DSPTRAIN_AVX512VNNI void fwd_planar_image(const int32_t* pp, int pw, const int32_t* wpairs, const Col2imShape& s,
+                                          int o, int64_t* y) {
+  constexpr int kO = 8;
+  const int vecs = (s.ow + 15) / 16;
+  for (int v = 0; v < vecs; ++v)
+    for (int o0 = 0; o0 < o; o0 += kO)
+      with_rows(std::min(kO, o - o0), [&](auto os) {
+        constexpr int kOs = decltype(os)::value, kI = kOs <= 6 ? 4 : 3;   // at most 24 accumulators
+        int i = 0;
+        for (; i + kI <= s.oh; i += kI) fwd_planar_block<kOs, kI>(pp, pw, wpairs, s, o, o0, i, v * 16, y);
+        for (; i < s.oh; ++i) fwd_planar_block<kOs, 1>(pp, pw, wpairs, s, o, o0, i, v * 16, y);
+      });
+}
+
+// x's image n as zero-padded channel planes xp[c][(h + 2 pad)][(w + 2 pad)]
+void planes_of_image(const int16_t* xi, const Col2imShape& s, int16_t* xp) {
+  const int pw = s.w + 2 * s.pad, ph = s.h + 2 * s.pad;
+  for (int y = 0; y < s.h; ++y)
+    for (int xx = 0; xx < s.w; ++xx)
+      for (int c = 0; c < s.c; ++c)
+        xp[(static_cast<size_t>(c) * ph + y + s.pad) * pw + xx + s.pad] = xi[(static_cast<size_t>(y) * s.w + xx) * s.c + c];
+}
+
+// pp[e] = (xp[e], xp[e + 1]) as one 32-bit word, e < count (xp readable to count + 16)
+__attribute__((target("avx512f,avx512bw"))) void pair_planes_avx512(const int16_t* xp, size_t count, int32_t* pp) {
+  size_t e = 0;
+  for (; e + 16 <= count; e += 16) {
+    const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + e)));
+    const __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + e + 1)));
+    _mm512_storeu_si512(pp + e, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+  }
+  for (; e < count; ++e) pp[e] = pair_word(xp[e], xp[e + 1]);
+}
+
+void pair_planes(const int16_t* xp, size_t count, int32_t* pp) {
+  if (has_avx512bw()) return pair_planes_avx512(xp, count, pp);
+  for (size_t e = 0; e < count; ++e) pp[e] = pair_word(xp[e], xp[e + 1]);
+}
+
+// src[rows][o] -> dst[o][rows] (an image's NHWC error as channel planes), 32 rows at a
+// time on AVX-512 for o <= 32: the 32 rows are o vectors; output channel q's lane l is
+// element l * o + q, which vpermt2w picks from the pair of vectors holding it (the lanes
+// of each pair under their own mask). The element loop cost more than the products on
+// LeNet's conv1 (six channels: a strided scalar copy of every error element).
+__attribute__((target("avx512f,avx512bw"))) void planes_of_rows_avx512(const int16_t* src, int rows, int o,
+                                                                         int16_t* dst) {
+  const int pairs = (o + 1) / 2;
+  __m512i idx[32];
+  __mmask32 masks[32][16];
+  for (int q = 0; q < o; ++q) {
+    alignas(64) int16_t lanes[32];
+    for (int p = 0; p < pairs; ++p) masks[q][p] = 0;
+    for (int l = 0; l < 32; ++l) {
+      const int e = l * o + q;
+      lanes[l] = static_cast<int16_t>(e % 64);
+      masks[q][e / 64] |= 1u << l;
+    }
+    idx[q] = _mm512_load_si512(lanes);
+  }
+  alignas(64) int16_t tail[32 * 32 + 32] = {};
+  __m512i in[32 + 1];
+  for (int r0 = 0; r0 < rows; r0 += 32) {
+    const int left = std::min(32, rows - r0);
+    const int16_t* block = src + static_cast<size_t>(r0) * o;
+    if (left < 32) {
+      std::memcpy(tail, block, static_cast<size_t>(left) * o * sizeof(int16_t));
+      block = tail;
+    }
+    for (int v = 0; v < o; ++v) in[v] = _mm512_loadu_si512(block + 32 * v);
+    in[o] = _mm512_setzero_si512();
+    const __mmask32 store = left == 32 ? ~0u : (1u << left) - 1;
+    for (int q = 0; q < o; ++q) {
+      __m512i out = _mm512_setzero_si512();
+      for (int p = 0; p < pairs; ++p)
+        out = _mm512_mask_mov_epi16(out, masks[q][p], _mm512_permutex2var_epi16(in[2 * p], idx[q], in[2 * p + 1]));
+      _mm512_mask_storeu_epi16(dst + static_cast<size_t>(q) * rows + r0, store, out);
+    }
+  }
+}
+
+void planes_of_rows(const int16_t* src, int rows, int o, int16_t* dst) {
+  if (o <= 32 && has_avx512bw()) return planes_of_rows_avx512(src, rows, o, dst);
+  for (int r = 0; r < rows; ++r)
+    for (int q = 0; q < o; ++q) dst[static_cast<size_t>(q) * rows + r] = src[static_cast<size_t>(r) * o + q];
+}
+
+// kY rows (y ..) x 16 columns (x0 ..) x kC channels (c0 ..) of one image's backward data
+// from the error's pair planes: dx[y][x][c] = sum over a, b and pairs of output channels
+// of P[pair][y + pad - a + kh - 1][x + pad - b + kw - 1] . (w[2 pair][a][b][c],
+// w[2 pair + 1][a][b][c]) -- the transposed convolution as a direct one, columns in the
+// lanes, so the patch sums are never written and scattered (that scatter, int64 adds
+// along overlapping runs, cost as much as the product on LeNet's conv2). Kernel rows
+// whose error rows all lie in the zero border are skipped.
+template <int kC, int kY>
+DSPTRAIN_AVX512VNNI inline void bwd_data_planar_block(const int32_t* planes, int ph, int pw, const int32_t* wpairs,
+                                                      const Col2imShape& s, int opairs, int c0, int y, int x0,
+                                                      int64_t* dxi) {
+  const int left = std::min(16, s.w - x0);
+  const __mmask16 mask = static_cast<__mmask16>(left == 16 ? 0xFFFF : (1u << left) - 1);
+  __m512i acc[kY][kC];
+  for (int r = 0; r < kY; ++r)
+    for (int q = 0; q < kC; ++q) acc[r][q] = _mm512_setzero_si512();
+  // row y + r reads error row i = y + r + pad - a: some row of the block in [0, oh)
+  const int a0 = std::max(0, y + s.pad - (s.oh - 1)), a1 = std::min(s.kh, y + kY + s.pad);
+  const size_t plane = static_cast<size_t>(ph) * pw;
+  for (int a = a0; a < a1; ++a)
+    for (int b = 0; b < s.kw; ++b) {
+      const int32_t* src = planes + static_cast<size_t>(y + s.pad - a + s.kh - 1) * pw + x0 + s.pad - b + s.kw - 1;
+      const int32_t* wq = wpairs + ((static_cast<size_t>(a) * s.kw + b) * opairs) * s.c + c0;
+      for (int p = 0; p < opairs; ++p, src += plane, wq += s.c) {
+        __m512i ev[kY];
+        for (int r = 0; r < kY; ++r) ev[r] = _mm512_loadu_si512(src + static_cast<size_t>(r) * pw);
+        for (int q = 0; q < kC; ++q) {
+          const __m512i wv = _mm512_set1_epi32(wq[q]);
+          for (int r = 0; r < kY; ++r) acc[r][q] = _mm512_dpwssd_epi32(acc[r][q], wv, ev[r]);
+        }
+      }
+    }
+  for (int r = 0; r < kY; ++r) {
+    alignas(64) int32_t lanes[kC][16];
+    for (int q = 0; q < kC; ++q) _mm512_store_si512(lanes[q], _mm512_maskz_mov_epi32(mask, acc[r][q]));
+    for (int l = 0; l < left; ++l) {
+      int64_t* dst = dxi + (static_cast<size_t>(y + r) * s.w + x0 + l) * s.c + c0;
+      for (int q = 0; q < kC; ++q) dst[q] = lanes[q][l];
+    }
+  }
+}
+
+// dx from the pair planes in int64, one output at a time (operands whose sums may leave int32)
+void bwd_data_planes_int64(const int32_t* planes, int ph, int pw, const int32_t* wpairs, const Col2imShape& s,
+                           int opairs, int64_t* dxi) {
+  const size_t plane = static_cast<size_t>(ph) * pw;
+  const auto lo = [](int32_t word) { return static_cast<int64_t>(static_cast<int16_t>(word & 0xffff)); };
+  const auto hi = [](int32_t word) { return static_cast<int64_t>(static_cast<int16_t>(static_cast<uint32_t>(word) >> 16)); };
+  for (int y = 0; y < s.h; ++y)
+    for (int x = 0; x < s.w; ++x)
+      for (int c = 0; c < s.c; ++c) {
+        int64_t sum = 0;
+        for (int a = 0; a < s.kh; ++a)
+          for (int b = 0; b < s.kw; ++b)
+            for (int p = 0; p < opairs; ++p) {
+              const int32_t e = planes[p * plane + static_cast<size_t>(y + s.pad - a + s.kh - 1) * pw + x + s.pad - b + s.kw - 1];
+              const int32_t wq = wpairs[((static_cast<size_t>(a) * s.kw + b) * opairs + p) * s.c + c];
+              sum += lo(e) * lo(wq) + hi(e) * hi(wq);
+            }
+        dxi[(static_cast<size_t>(y) * s.w + x) * s.c + c] = sum;
+      }
+}
+
+}  // namespace
+
+void conv_fwd_s16_planar(const int16_t* x, const int16_t* w, const Col2imShape& s, int o, int64_t* y, bool int32_sums) {
+  const int pw = s.w + 2 * s.pad, ph = s.h + 2 * s.pad, bpairs = (s.kw + 1) / 2;
+  const size_t image = static_cast<size_t>(s.h) * s.w * s.c, plane = static_cast<size_t>(ph) * pw;
+  std::vector<int32_t> wpairs(static_cast<size_t>(s.c) * s.kh * bpairs * o);   // [c][a][b pair][o]
+  for (int c = 0; c < s.c; ++c)
+    for (int a = 0; a < s.kh; ++a)
+      for (int bp = 0; bp < bpairs; ++bp)
+        for (int q = 0; q < o; ++q) {
+          const auto tap = [&](int b) {
+            return b < s.kw ? w[((static_cast<size_t>(q) * s.kh + a) * s.kw + b) * s.c + c] : int16_t{0};
+          };
+          wpairs[((static_cast<size_t>(c) * s.kh + a) * bpairs + bp) * o + q] = pair_word(tap(2 * bp), tap(2 * bp + 1));
+        }
+  const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
+  parallel_for(tasks, [&](int t) {
+    thread_local Kept<std::vector<int16_t>> xp;
+    thread_local Kept<std::vector<int32_t>> pp;
+    xp.assign(s.c * plane + 64, 0);   // zero border; read one element past a row's end
+    pp.resize(s.c * plane + 32);
+    for (int n = static_cast<int>(static_cast<long long>(s.n) * t / tasks);
+         n < static_cast<int>(static_cast<long long>(s.n) * (t + 1) / tasks); ++n) {
+      planes_of_image(x + n * image, s, xp.data());
+      pair_planes(xp.data(), s.c * plane, pp.data());
+      int64_t* yi = y + static_cast<size_t>(n) * s.oh * s.ow * o;
+      if (int32_sums) {
+        fwd_planar_image(pp.data(), pw, wpairs.data(), s, o, yi);
+        continue;
+      }
+      for (int i = 0; i < s.oh; ++i)   // int64 sums, one output at a time
+        for (int j = 0; j < s.ow; ++j)
+          for (int q = 0; q < o; ++q) {
+            int64_t sum = 0;
+            for (int c = 0; c < s.c; ++c)
+              for (int a = 0; a < s.kh; ++a)
+                for (int b = 0; b < s.kw; ++b)
+                  sum += static_cast<int64_t>(xp[c * plane + static_cast<size_t>(i + a) * pw + j + b]) *
+                         w[((static_cast<size_t>(q) * s.kh + a) * s.kw + b) * s.c + c];
+            yi[(static_cast<size_t>(i) * s.ow + j) * o + q] = sum;
+          }
+    }
+  });
+}
+
+void conv_wgrad_s16_planar(const int16_t* err, const int16_t* x, const Col2imShape& s, int o, int64_t* dw,
+                           bool int32_sums) {
+  const int rows = s.oh * s.ow, taps = s.kh * s.kw * s.c;
+  const int pw = s.w + 2 * s.pad, ph = s.h + 2 * s.pad;
+  const size_t image = static_cast<size_t>(s.h) * s.w * s.c, ot = static_cast<size_t>(o) * taps;
+  const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
+  std::vector<int64_t> partial(static_cast<size_t>(tasks) * ot, 0);
+  parallel_for(tasks, [&](int t) {
+    thread_local Kept<std::vector<int16_t>> ep, xp;
+    ep.resize(static_cast<size_t>(o) * rows);
+    xp.assign(static_cast<size_t>(s.c) * ph * pw + 64, 0);   // zero border; 64 readable past the end
+    int64_t* mine = partial.data() + static_cast<size_t>(t) * ot;
+    for (int n = static_cast<int>(static_cast<long long>(s.n) * t / tasks);
+         n < static_cast<int>(static_cast<long long>(s.n) * (t + 1) / tasks); ++n) {
+      const int16_t* e = err + static_cast<size_t>(n) * rows * o;
+      planes_of_rows(e, rows, o, ep.data());
+      planes_of_image(x + n * image, s, xp.data());
+      if (int32_sums) {
+        wgrad_planar_image(ep.data(), xp.data(), pw, s, o, mine);
+        continue;
+      }
+      for (int q = 0; q < o; ++q)   // int64 sums
+        for (int c = 0; c < s.c; ++c)
+          for (int a = 0; a < s.kh; ++a)
+            for (int b = 0; b < s.kw; ++b) {
+              int64_t sum = 0;
+              for (int i = 0; i < s.oh; ++i)
+                for (int j = 0; j < s.ow; ++j)
+                  sum += static_cast<int64_t>(ep[(static_cast<size_t>(q) * s.oh + i) * s.ow + j]) *
+                         xp[(static_cast<size_t>(c) * ph + i + a) * pw + j + b];
+              mine[static_cast<size_t>(q) * taps + (static_cast<size_t>(a) * s.kw + b) * s.c + c] += sum;
+            }
+    }
+  });
+  std::copy(partial.begin(), partial.begin() + ot, dw);
+  for (int t = 1; t < tasks; ++t)
+    for (size_t i = 0; i < ot; ++i) dw[i] += partial[static_cast<size_t>(t) * ot + i];
+}
+
+// The planar backward data: each image's error as zero-bordered pair planes of its output
+// channels (a buffer per thread, kept: conv_bwd_data_s16_planes_bytes), then the blocks
+// above; int32_sums false: the same planes summed by a scalar int64 loop.
+void conv_bwd_data_s16_planar(const int16_t* err, const int16_t* w, const Col2imShape& s, int o, int64_t* dx,
+                              bool int32_sums) {
+  const BwdDataPlanes g = bwd_data_planes(s, o);
+  const int opairs = g.pairs, rows = s.oh * s.ow, xvecs = (s.w + 15) / 16, ph = g.ph, pw = g.pw;
+  const size_t image = static_cast<size_t>(s.h) * s.w * s.c, plane = static_cast<size_t>(ph) * pw;
+  std::vector<int32_t> wpairs(static_cast<size_t>(s.kh) * s.kw * opairs * s.c);   // [a][b][pair][c]
+  for (int a = 0; a < s.kh; ++a)
+    for (int b = 0; b < s.kw; ++b)
+      for (int p = 0; p < opairs; ++p)
+        for (int c = 0; c < s.c; ++c) {
+          const auto tap = [&](int q) {
+            return q < o ? w[((static_cast<size_t>(q) * s.kh + a) * s.kw + b) * s.c + c] : int16_t{0};
+          };
+          wpairs[((static_cast<size_t>(a) * s.kw + b) * opairs + p) * s.c + c] = pair_word(tap(2 * p), tap(2 * p + 1));
+        }
+  const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
+  parallel_for(tasks, [&](int t) {
+    thread_local Kept<std::vector<int32_t>> planes;
+    planes.assign(g.words, 0);   // the zero border: only the error's own rows and columns are written below
+    for (int n = static_cast<int>(static_cast<long long>(s.n) * t / tasks);
+         n < static_cast<int>(static_cast<long long>(s.n) * (t + 1) / tasks); ++n) {
+      const int16_t* e = err + static_cast<size_t>(n) * rows * o;
+      for (int i = 0; i < s.oh; ++i)
+        for (int j = 0; j < s.ow; ++j) {
+          const int16_t* px = e + (static_cast<size_t>(i) * s.ow + j) * o;
+          int32_t* dst = planes.data() + static_cast<size_t>(i + s.kh - 1) * pw + j + s.kw - 1;
+          for (int p = 0; p < opairs; ++p) dst[p * plane] = pair_word(px[2 * p], 2 * p + 1 < o ? px[2 * p + 1] : int16_t{0});
+        }
+      int64_t* dxi = dx + n * image;
+      if (!int32_sums) {
+        bwd_data_planes_int64(planes.data(), ph, pw, wpairs.data(), s, opairs, dxi);
+        continue;
+      }
+      for (int v = 0; v < xvecs; ++v)
+        for (int c0 = 0; c0 < s.c; c0 += 8)
+          with_rows(std::min(8, s.c - c0), [&](auto cs) {
+            constexpr int kC = decltype(cs)::value, kY = kC <= 6 ? 4 : 3;   // at most 24 accumulators
+            int y = 0;
+            for (; y + kY <= s.h; y += kY)
+              bwd_data_planar_block<kC, kY>(planes.data(), ph, pw, wpairs.data(), s, opairs, c0, y, v * 16, dxi);
+            for (; y < s.h; ++y)
+              bwd_data_planar_block<kC, 1>(planes.data(), ph, pw, wpairs.data(), s, opairs, c0, y, v * 16, dxi);
+          });
+    }
+  });
+}
+
+BwdDataPlanes bwd_data_planes(const Col2imShape& s, int o) {
+  BwdDataPlanes g;
+  g.pairs = (o + 1) / 2;
+  g.ph = s.oh + 2 * (s.kh - 1);
+  g.pw = std::max(s.ow + 2 * (s.kw - 1), (s.w + 15) / 16 * 16 + s.pad + s.kw - 1);   // a row's last vector reads past w
+  g.words = static_cast<size_t>(g.pairs) * g.ph * g.pw + 16;
+  return g;
+}
+
+}  // namespace dsptrain
+#endif  // DSPTRAIN_X86_PLANAR
