@@ -111,3 +111,19 @@ def test_the_shapes_take_the_paths_named_on_avx512():
                    for s in WGRAD_SHAPES)
     finally:
         native.set_isa(previous)
+
+
+def test_round_to_nearest_at_the_halves_every_shift(ref):
+    """The 32-bit round-to-nearest loop (AVX-512 where the CPU has it): accumulators on
+    either side of each rounding boundary, and of the +-127 clip, at every shift up to 31,
+    both signs, a ragged length; plain, with a given shift, and fused into a product."""
+    from dsptrain.backends.ops_cpu import CpuBackend
+    backend = CpuBackend()
+    key = cases.rng_key(2)
+    for shift in range(1, 32):
+        half, unit = 1 << (shift - 1), 1 << shift
+        base = np.array([0, 1, 2, 126, 127, 128, 1000], np.int64)[:, None] * unit
+        acc = (base + np.array([0, 1, half - 1, half, half + 1, unit - 1])[None, :]).ravel()
+        acc = np.clip(np.concatenate([acc, -acc, [2**31 - 1, -(2**31)]]), -(2**31), 2**31 - 1).astype(np.int32)
+        np.testing.assert_array_equal(backend.shift_round(acc, shift, "round", key), ref.shift_round(acc, shift, "round", key))
+        same(backend.requantize(acc, "round", key, shift=shift), ref.requantize(acc, "round", key, shift=shift))
