@@ -211,6 +211,33 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     return py::make_tuple(w_new, v_new);
   }, py::arg("w"), py::arg("grad"), py::arg("v"), py::arg("lr"), py::arg("momentum"), py::arg("weight_decay"),
      py::arg("nesterov"), "PyTorch's SGD step in float32: (new w, new velocity).");
+  m.def("wageubn_update", [](const py::handle& q_obj, int e, const py::handle& g_obj, const py::handle& m_obj, double lr,
+                             double momentum, double weight_decay, int grad_bits, int momentum_bits, int acc_bits,
+                             const py::object& rng) {
+    auto q = checked<int32_t>("wageubn_update", "q", q_obj, -1);
+    auto grad = checked<float>("wageubn_update", "grad", g_obj, -1);
+    auto m = checked<float>("wageubn_update", "m", m_obj, -1);
+    check_same("wageubn_update", "q", q, "grad", grad);
+    check_same("wageubn_update", "q", q, "m", m);
+    for (auto [name, bits] : {std::pair{"grad_bits", grad_bits}, std::pair{"momentum_bits", momentum_bits}})
+      if (bits < 2 || bits > 16) fail(std::string("wageubn_update: ") + name + " must be in [2, 16], got " + std::to_string(bits));
+    if (acc_bits < 2 || acc_bits > 31) fail("wageubn_update: acc_bits must be in [2, 31], got " + std::to_string(acc_bits));
+    if (e < -1000 || e > 1000) fail("wageubn_update: exponent " + std::to_string(e) + " is out of range");
+    const Rng r = parse_rng(rng);
+    if (!r.given) fail("wageubn_update: the gradient's stochastic rounding needs an RngKey");
+    py::array_t<int32_t> q_new(dims(q));
+    py::array_t<float> m_new(dims(q));
+    int32_t* pq = q_new.mutable_data();
+    float* pm = m_new.mutable_data();
+    {
+      py::gil_scoped_release nogil;
+      wageubn_update(q.data(), e, grad.data(), m.data(), q.size(), lr, momentum, weight_decay, grad_bits, momentum_bits,
+                     acc_bits, r.key, pq, pm);
+    }
+    return py::make_tuple(q_new, m_new);
+  }, py::arg("q"), py::arg("e"), py::arg("grad"), py::arg("m"), py::arg("lr"), py::arg("momentum"),
+     py::arg("weight_decay"), py::arg("grad_bits"), py::arg("momentum_bits"), py::arg("acc_bits"), py::arg("rng"),
+     "WAGEUBN's update of 24-bit weights q * 2**e with 16-bit momentum m: (new q int32, new m float32).");
   m.def("matmul_s16", [](const py::handle& a_obj, const py::handle& b_obj, bool a_transposed) {
     auto a = checked<int16_t>("matmul_s16", "a", a_obj, 2);
     auto b = checked<int16_t>("matmul_s16", "b", b_obj, 2);

@@ -142,16 +142,31 @@ __attribute__((target("avx512f"))) inline __m512d round8(__m512d v, const uint32
   }
 }
 
+// x / step, without the division when step is a power of two: then x * (1 / step) is the
+// quotient exactly (both are the correctly rounded value of the same real number).
+// (A reciprocal for other steps, checked for values near a rounding boundary, measured
+// slower than the division: the loop is bound by its other double operations.)
+template <FloatRound M>
+__attribute__((target("avx512f"))) inline __m512d quotient8(__m512d xv, __m512d st, __m512d inv, bool exact) {
+  return exact ? _mm512_mul_pd(xv, inv) : _mm512_div_pd(xv, st);
+}
+
 template <FloatRound M, typename F, typename Q>
 __attribute__((target("avx512f"))) void quantize_loop_avx512(const F* x, size_t begin, size_t end, double step,
                                                               double qmax, const uint32_t* words, Q* q) {
   const __m512d st = _mm512_set1_pd(step), hi = _mm512_set1_pd(qmax), lo = _mm512_set1_pd(-qmax);
+  const double inverse = 1.0 / step;
+  uint64_t bits;
+  std::memcpy(&bits, &step, sizeof bits);
+  const bool exact = std::isnormal(step) && (bits & 0xFFFFFFFFFFFFFULL) == 0;   // a power of two
+  const __m512d inv = _mm512_set1_pd(inverse);
   size_t i = begin;
   for (; i + 16 <= end; i += 16) {
     __m256i half[2];
     for (int h = 0; h < 2; ++h) {
-      const __m512d v = _mm512_div_pd(load8_pd(x + i + 8 * h), st);
-      const __m512d r = round8<M>(v, M == FloatRound::kSto ? words + (i - begin) + 8 * h : nullptr);
+      const uint32_t* w = M == FloatRound::kSto ? words + (i - begin) + 8 * h : nullptr;
+      const __m512d v = quotient8<M>(load8_pd(x + i + 8 * h), st, inv, exact);
+      const __m512d r = round8<M>(v, w);
       half[h] = _mm512_maskz_cvttpd_epi32(0xFF, _mm512_maskz_min_pd(0xFF, _mm512_maskz_max_pd(0xFF, r, lo), hi));
     }
     const __m512i all = _mm512_mask_inserti64x4(_mm512_castsi256_si512(half[0]), 0xF0, _mm512_setzero_si512(), half[1], 1);
@@ -242,6 +257,40 @@ __attribute__((target("avx512f"))) void clip_errors_avx512(const float* x, size_
 }
 #endif
 
+// The nonzero |x| of x[0, n) in order into out (which has n + kCompactSlack room); returns
+// their count. NaN counts as nonzero (it stays in the sums, as in the reference).
+constexpr size_t kCompactSlack = 16;
+
+DSPTRAIN_CLONES size_t nonzero_magnitudes_scalar(const float* x, size_t begin, size_t n, float* out, size_t k) {
+  for (size_t i = begin; i < n; ++i) {
+    out[k] = std::fabs(x[i]);
+    k += !(x[i] == 0.0f);
+  }
+  return k;
+}
+
+#ifdef DSPTRAIN_X86
+__attribute__((target("avx512f"))) size_t nonzero_magnitudes_avx512(const float* x, size_t n, float* out) {
+  const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
+  size_t k = 0, i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_castsi512_ps(_mm512_and_epi32(_mm512_castps_si512(_mm512_loadu_ps(x + i)), magnitude));
+    const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    _mm512_storeu_ps(out + k, _mm512_maskz_compress_ps(keep, v));   // 16 written, popcount kept
+    k += static_cast<size_t>(__builtin_popcount(keep));
+  }
+  return nonzero_magnitudes_scalar(x, i, n, out, k);
+}
+#endif
+
+size_t nonzero_magnitudes(const float* x, size_t n, float* out) {
+#ifdef DSPTRAIN_X86
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512) return nonzero_magnitudes_avx512(x, n, out);
+#endif
+  return nonzero_magnitudes_scalar(x, 0, n, out, 0);
+}
+
 double clip_error_loop(const float* x, size_t begin, size_t end, double step, double top_code) {
   double lane[kLanes] = {};
 #ifdef DSPTRAIN_X86
@@ -325,7 +374,14 @@ void prc_squared_errors(const float* x, size_t n, double top, const double* rati
 #else
   constexpr bool avx512 = false;
 #endif
-  for_chunks(n, sizeof(float) * count, [&](size_t t, size_t b, size_t e) {
+  for_chunks(n, sizeof(float) * count, [&](size_t t, size_t b0, size_t e0) {
+    // A zero adds exactly 0 to every ratio's sum (its code is 0, its error 0): the ratios
+    // run over the chunk's nonzero magnitudes only. Backward errors behind ReLU and
+    // max-pool are mostly zeros (about 87 % of LeNet-5's conv errors).
+    thread_local std::vector<float> kept;
+    if (kept.size() < e0 - b0 + kCompactSlack) kept.resize(e0 - b0 + kCompactSlack);
+    const size_t b = 0, e = nonzero_magnitudes(x + b0, e0 - b0, kept.data());
+    const float* x = kept.data();
     if (!avx512) {
       for (int r = 0; r < count; ++r) part[t * count + r] = clip_error_loop(x, b, e, ratios[r] * top / qmax, qmax);
       return;

@@ -92,6 +92,37 @@ def round_float(x, exponent_bits: int, mantissa_bits: int, mode: str, rng) -> np
     return np.clip(round_values(x / ulp, mode, rng) * ulp, -largest, largest).astype(np.float32)
 
 
+def ceil_log2(t: float) -> int:
+    """ceil(log2(t)) of a positive finite t, exactly (frexp: a rounded log2 misses by one
+    just above a power of two)."""
+    mantissa, exponent = np.frexp(float(t))
+    return int(exponent) - 1 if mantissa == 0.5 else int(exponent)
+
+
+def pow2_grid(x, bits: int, mode: str, rng) -> np.ndarray:
+    """x (float64) on a `bits`-bit power-of-two grid fitted to its range, float64 values
+    (zeros when x is all zero)."""
+    top = absmax_f(x)
+    if top == 0.0:
+        return np.zeros(np.shape(x))
+    step = 2.0 ** (ceil_log2(top) - (bits - 1))
+    return quantize_f(x, step, bits, mode, rng).astype(np.float64) * step
+
+
+def wageubn_update(q, e: int, grad, m, lr: float, momentum: float, weight_decay: float, grad_bits: int,
+                   momentum_bits: int, acc_bits: int, rng):
+    """WAGEUBN's update (Yang et al. 2020) of weights q * 2**e on an acc_bits grid with
+    momentum m: the gradient (plus weight decay) on a grad_bits grid (stochastic), the
+    momentum on a momentum_bits grid (nearest), the weights moved by rint(lr * m / 2**e).
+    Returns (new q int32, new m float32)."""
+    current = np.asarray(q).astype(np.float64) * 2.0**e
+    g = pow2_grid(np.asarray(grad, np.float64) + weight_decay * current, grad_bits, "sto", rng)
+    m_new = pow2_grid(momentum * np.asarray(m, np.float64) + g, momentum_bits, "round", None)
+    limit = 2 ** (acc_bits - 1) - 1
+    q_new = np.clip(np.asarray(q).astype(np.int64) - np.rint(lr * m_new / 2.0**e).astype(np.int64), -limit, limit)
+    return q_new.astype(np.int32), m_new.astype(np.float32)
+
+
 def compensation_fwd(z, scale, shift) -> np.ndarray:
     """y = (1 + scale) * z + shift per channel (the last axis), float32."""
     return (z * (1 + scale) + shift).astype(np.float32)

@@ -54,10 +54,11 @@ def round_values(x: np.ndarray, mode: str, rng=None) -> np.ndarray:
 # ---------------------------------------------------------------- integers with a per-tensor scale
 
 def pow2_exponent(max_abs: float, bits: int) -> int:
-    """Exponent e so that max_abs / 2**e fits `bits`-bit integers (NITI's range estimate)."""
+    """Exponent e so that max_abs / 2**e fits `bits`-bit integers (NITI's range estimate,
+    ceil(log2) taken exactly, as the native updates take it)."""
     if max_abs == 0.0:
         return 0
-    return int(np.ceil(np.log2(max_abs))) - (bits - 1)
+    return float_ops.ceil_log2(max_abs) - (bits - 1)
 
 
 def quantize_int(x, bits: int = 8, scale: str = "pow2", rounding: str = "round", rng=None,

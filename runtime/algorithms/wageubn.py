@@ -96,22 +96,23 @@ class WAGEUBNNumerics(Numerics):
             return Scaled(np.asarray(err, np.float64), 1.0), []
         return (yield from quantize_int(err, ctx.recipe.tensors.errors.bits, "pow2", "round")), []
 
-    update_hooks = ("absmax_f", "quantize_f")
+    # wageubn_update: a conv/linear weight's accumulator; absmax_f, quantize_f: the float
+    # parameters' (batch norm's gamma and beta, biases) grids
+    update_hooks = ("wageubn_update", "absmax_f", "quantize_f")
 
     def update(self, w, grad, state, ctx, op):
         o = ctx.recipe.optimizer
         lr = scalar_on_grid(o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0), COEFFICIENT_BITS)
         momentum = scalar_on_grid(o.momentum, COEFFICIENT_BITS)
-        current = w.dequantize() if isinstance(w, QTensor) else np.asarray(w, np.float64)
+        if isinstance(w, QTensor):    # a conv/linear weight: the whole update is one hook
+            q, m = yield ("wageubn_update", w.q, w.e, grad, state[0], lr, momentum, o.weight_decay,
+                          ctx.recipe.tensors.gradients.bits, MOMENTUM_BITS, ACCUMULATOR_BITS, ctx.rng(op))
+            return QTensor(q, w.e), [m]
+        current = np.asarray(w, np.float64)
         g = yield from on_grid_hooks(np.asarray(grad, np.float64) + o.weight_decay * current,
                                      ctx.recipe.tensors.gradients.bits, "sto", ctx.rng(op))
         m = yield from on_grid_hooks(momentum * np.asarray(state[0], np.float64) + g, MOMENTUM_BITS)
-        step = lr * m
-        if isinstance(w, QTensor):
-            limit = 2 ** (ACCUMULATOR_BITS - 1) - 1
-            q = np.clip(w.q.astype(np.int64) - np.rint(step / 2.0 ** w.e).astype(np.int64), -limit, limit)
-            return QTensor(q.astype(np.int32), w.e), [m.astype(np.float32)]
-        return on_grid(current - step, ACCUMULATOR_BITS).astype(np.float32), [m.astype(np.float32)]
+        return on_grid(current - lr * m, ACCUMULATOR_BITS).astype(np.float32), [m.astype(np.float32)]
 
 
 def to_accumulator(w: np.ndarray) -> QTensor:

@@ -255,6 +255,12 @@ class Backend:
         """(d z, d scale, d shift); the channel sums within 1e-12 relative."""
         self._needs("compensation_bwd")
 
+    def wageubn_update(self, q, e: int, grad, m, lr: float, momentum: float, weight_decay: float, grad_bits: int,
+                       momentum_bits: int, acc_bits: int, rng):
+        """WAGEUBN's update of int32 weights q * 2**e (float_ops.wageubn_update): (new q, new
+        float32 momentum), bit-exact."""
+        self._needs("wageubn_update")
+
     def sgd_f32(self, w, grad, v, lr: float, momentum: float, weight_decay: float, nesterov: bool):
         """PyTorch's SGD step in float32: (new w, new velocity)."""
         self._needs("sgd_f32")

@@ -264,6 +264,10 @@ class CpuBackend(Backend):
     def compensation_bwd(self, err, z, scale):
         return _native.compensation_bwd(err, z, scale)
 
+    def wageubn_update(self, q, e, grad, m, lr, momentum, weight_decay, grad_bits, momentum_bits, acc_bits, rng):
+        return _native.wageubn_update(q, int(e), grad, m, float(lr), float(momentum), float(weight_decay),
+                                      int(grad_bits), int(momentum_bits), int(acc_bits), _rng(rng))
+
     def sgd_f32(self, w, grad, v, lr, momentum, weight_decay, nesterov):
         return _native.sgd_f32(w, grad, v, float(lr), float(momentum), float(weight_decay), bool(nesterov))
 

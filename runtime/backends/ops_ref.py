@@ -27,7 +27,8 @@ def _to_acc(x: np.ndarray, depth: int) -> np.ndarray:
 #: the float-recipe hooks of base.py, defined in float_ops.py
 FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_errors", "quantize_mls", "round_float",
                       "matmul_s16", "im2col", "col2im", "matmul_fp16_chunked", "relu_f32", "relu_bwd_f32", "maxpool_f32", "maxpool_bwd_f32",
-                      "compensation_fwd", "compensation_bwd", "sgd_f32")
+                      "compensation_fwd", "compensation_bwd", "sgd_f32",
+                      "wageubn_update")
 
 
 class RefBackend(Backend):
@@ -188,6 +189,10 @@ class RefBackend(Backend):
 
     def compensation_fwd(self, z, scale, shift):
         return float_ops.compensation_fwd(z, scale, shift)
+
+    def wageubn_update(self, q, e, grad, m, lr, momentum, weight_decay, grad_bits, momentum_bits, acc_bits, rng):
+        return float_ops.wageubn_update(q, e, grad, m, lr, momentum, weight_decay, grad_bits, momentum_bits, acc_bits,
+                                        rng)
 
     def compensation_bwd(self, err, z, scale):
         return float_ops.compensation_bwd(err, z, scale)

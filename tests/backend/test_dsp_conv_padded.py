@@ -8,7 +8,9 @@ over the image in place (dspt_gemm_core_words). The cases cover each channel cou
 of 31 and of more than 32 pixels (a masked last spread vector), taps past 32 (two weight
 vectors), paddings 0 to 3, outputs with and without the core's lane of 1s (O % 32), and
 thread splits that start and end inside an image; each image's rows go to the core in one
-call (a group of rows each). Needs qemu-hexagon, clang-16 and lld-16.
+call (a group of rows each). With 3 channels the last tap's bytes ride in the 4th bytes of
+the first three taps' words (read from views of the image), K = 4 (taps - 1). Needs
+qemu-hexagon, clang-16 and lld-16.
 """
 
 import numpy as np
@@ -43,6 +45,9 @@ SHAPES = [  # N, H, W, C, O, K, pad (stride 1)
     (2, 8, 8, 3, 64, 3, 1), (1, 6, 37, 3, 40, 3, 1), (3, 5, 7, 2, 33, 3, 0), (1, 9, 5, 4, 70, 3, 2),
     (2, 7, 9, 3, 96, 7, 3), (1, 4, 4, 2, 130, 1, 0), (1, 33, 34, 3, 64, 2, 1), (4, 3, 3, 4, 36, 3, 1),
     (1, 4, 31, 3, 64, 3, 1), (5, 4, 37, 3, 64, 3, 1),   # the last: shares of 4 threads span two images
+    # 3 channels fold the last tap into the others' 4th bytes (K 4 (taps - 1)), but not with
+    # fewer than 4 taps or an image too big for its 3 views beside it
+    (2, 5, 6, 3, 40, 1, 0), (1, 66, 66, 3, 36, 3, 1),
 ]
 
 
