@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "gemm.h"
+#include "requant.h"
 #include "scratch.h"
 #include "thread_pool.h"
 
@@ -166,7 +167,7 @@ DSPTRAIN_LANES inline __m512i shift_round_lanes(__m512i v, int shift, RoundMode 
 template <int Z, Spread S>
 DSPTRAIN_LANES uint32_t lanes_run(const PaddedSrc& s, int oc, const LaneShape& l, const int8_t* wv, const uint8_t* idx,
                                   const int32_t* corr, int data0, int data1, int r0, int r1, int32_t* out,
-                                  const FusedRequant* fused, int8_t* q) {
+                                  FusedRequant* fused, int8_t* q) {
   const ptrdiff_t rs = s.row_stride();
   const size_t row_weights = static_cast<size_t>(l.steps) * Z * 64;
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -225,7 +226,7 @@ DSPTRAIN_LANES uint32_t lanes_run(const PaddedSrc& s, int oc, const LaneShape& l
 
 template <int Z, Spread S>
 void lanes_rows(const PaddedSrc& s, int oc, const LaneShape& l, const int8_t* wv, const uint8_t* idx,
-                const int32_t* corr, int data0, int data1, int32_t* out, int64_t* absmax, const FusedRequant* fused) {
+                const int32_t* corr, int data0, int data1, int32_t* out, int64_t* absmax, FusedRequant* fused) {
   const int rows = s.n * s.oh;
   const size_t row_out = static_cast<size_t>(s.ow) * oc;
   const int tasks = tasks_for(static_cast<size_t>(rows) * row_out * 4, rows);
@@ -234,7 +235,7 @@ void lanes_rows(const PaddedSrc& s, int oc, const LaneShape& l, const int8_t* wv
     const int r0 = static_cast<int>(static_cast<long long>(rows) * task / tasks);
     const int r1 = static_cast<int>(static_cast<long long>(rows) * (task + 1) / tasks);
     tops[task] = lanes_run<Z, S>(s, oc, l, wv, idx, corr, data0, data1, r0, r1, fused ? nullptr : out + r0 * row_out,
-                                 fused, fused ? fused->q + r0 * row_out : nullptr);
+                                 fused, fused ? fused->out + r0 * row_out : nullptr);
   });
   if (absmax) *absmax = *std::max_element(tops.begin(), tops.end());
 }
@@ -301,7 +302,7 @@ DSPTRAIN_LANES void wgrad_run(const PaddedSrc& s, const int8_t* err, int oc, con
 }
 
 using RowsFn = void (*)(const PaddedSrc&, int, const LaneShape&, const int8_t*, const uint8_t*, const int32_t*, int,
-                        int, int32_t*, int64_t*, const FusedRequant*);
+                        int, int32_t*, int64_t*, FusedRequant*);
 
 template <int Z>
 RowsFn rows_for(Spread spread) {
@@ -570,7 +571,7 @@ DSPTRAIN_LANES inline void bcast_err_row(__m512i (&acc)[kBcastRows][NV], const i
 template <int NV>
 DSPTRAIN_LANES uint32_t bcast_block(const int8_t* err, const ConvShape& s, const BcastShape& g, const int8_t* wv,
                                     const int32_t* corr, const uint8_t* vlo, const uint8_t* vhi, int b, int y0,
-                                    int rows, int32_t* out, const FusedRequant* fused, int8_t* q8) {
+                                    int rows, int32_t* out, FusedRequant* fused, int8_t* q8) {
   const int oh = s.oh(), ow = s.ow();
   const ptrdiff_t ex_bytes = static_cast<ptrdiff_t>(g.nq) * kBcastReach * 64, i_bytes = ow * ex_bytes;
   __m512i acc[kBcastRows][NV];
@@ -611,7 +612,7 @@ DSPTRAIN_LANES uint32_t bcast_block(const int8_t* err, const ConvShape& s, const
 
 template <int NV>
 void bcast_rows(const int8_t* err, const ConvShape& s, const BcastShape& g, const int8_t* wv, const int32_t* corr,
-                const uint8_t* vlo, const uint8_t* vhi, int32_t* out, int64_t* absmax, const FusedRequant* fused) {
+                const uint8_t* vlo, const uint8_t* vhi, int32_t* out, int64_t* absmax, FusedRequant* fused) {
   const int per_image = (s.h + kBcastRows - 1) / kBcastRows, blocks = s.n * per_image;
   const int tasks = tasks_for(static_cast<size_t>(s.n) * s.h * g.lanes * 4, blocks);
   std::vector<uint32_t> tops(tasks, 0);
@@ -620,7 +621,7 @@ void bcast_rows(const int8_t* err, const ConvShape& s, const BcastShape& g, cons
     for (int k = blocks * task / tasks; k < blocks * (task + 1) / tasks; ++k) {
       const int b = k / per_image, y0 = k % per_image * kBcastRows;
       top = std::max(top, bcast_block<NV>(err, s, g, wv, corr, vlo, vhi, b, y0, std::min(kBcastRows, s.h - y0), out,
-                                          fused, fused ? fused->q : nullptr));
+                                          fused, fused ? fused->out : nullptr));
     }
     tops[task] = top;
   });
@@ -650,6 +651,15 @@ bool wgrad_olanes_fit(int ch, int kh, int kw, int step, int oc, int wp, int ow) 
 
 void conv_wgrad_olanes(const PaddedSrc& s, const int8_t* err, int oc, int32_t* dw) { wgrad_olanes_rows(s, err, oc, dw); }
 
+// The fused epilogue these kernels apply from their registers (round, psto; shift 0..30),
+// marked applied with no int32 accumulators written; nullptr (write int32) otherwise.
+static FusedRequant* in_registers(FusedRequant* fused) {
+  if (!fused || fused->mode == RoundMode::kSto || fused->shift < 0 || fused->shift > 30) return nullptr;
+  fused->applied = true;
+  fused->acc_written = false;
+  return fused;
+}
+
 bool bwd_broadcast_fit(const ConvShape& s) {
   if (s.stride != 1 || s.o < 8 || s.o > 32 || s.o % 4 || !cpu_has_vbmi()) return false;
   if (active_isa() != Isa::kAvx512Vnni && active_isa() != Isa::kAmx) return false;
@@ -658,7 +668,8 @@ bool bwd_broadcast_fit(const ConvShape& s) {
 }
 
 void conv_bwd_broadcast(const int8_t* err, const int8_t* w, const ConvShape& s, int32_t* dx, int64_t* absmax,
-                        const FusedRequant* fused) {
+                        FusedRequant* fused) {
+  fused = in_registers(fused);
   const BcastShape g = bcast_shape(s);
   const int ow = s.ow(), taps = s.kh * s.kw * s.c;
   // wd[(i, j, q, c)]: the dword of w[4q..4q+3, i, j, c]; wsum[(i, j, c)]: sum over o
@@ -751,7 +762,8 @@ void conv_wgrad_lanes(const PaddedSrc& s, const int8_t* err, int oc, int32_t* dw
 }
 
 void conv_lanes(const PaddedSrc& s, const int8_t* w_runs, int oc, int data0, int data1, int32_t* out, int64_t* absmax,
-                const FusedRequant* fused) {
+                FusedRequant* fused) {
+  fused = in_registers(fused);
   const LaneShape l = lane_shape(s.ch, s.kw, oc);
   const int runp = run_pad(s.run());
   std::vector<int8_t> wv(static_cast<size_t>(s.kh) * l.steps * l.vectors * 64);
@@ -774,11 +786,11 @@ void conv_lanes(const PaddedSrc& s, const int8_t* w_runs, int oc, int data0, int
 }
 
 #else
-void conv_lanes(const PaddedSrc&, const int8_t*, int, int, int, int32_t*, int64_t*, const FusedRequant*) { std::abort(); }  // never fits
+void conv_lanes(const PaddedSrc&, const int8_t*, int, int, int, int32_t*, int64_t*, FusedRequant*) { std::abort(); }  // never fits
 bool wgrad_lanes_fit(int, int, int, int, int) { return false; }
 bool wgrad_olanes_fit(int, int, int, int, int, int, int) { return false; }
 bool bwd_broadcast_fit(const ConvShape&) { return false; }
-void conv_bwd_broadcast(const int8_t*, const int8_t*, const ConvShape&, int32_t*, int64_t*, const FusedRequant*) { std::abort(); }
+void conv_bwd_broadcast(const int8_t*, const int8_t*, const ConvShape&, int32_t*, int64_t*, FusedRequant*) { std::abort(); }
 size_t bwd_broadcast_kept_bytes(const ConvShape&) { return 0; }
 size_t wgrad_olanes_kept_bytes(int, int, int, int, int, int, int) { return 0; }
 void conv_wgrad_olanes(const PaddedSrc&, const int8_t*, int, int32_t*) { std::abort(); }

@@ -24,7 +24,7 @@ bool lanes_biased(int ch, int kw, int oc);
 // With `fused`, out is not written: the results go shift-rounded to int8 into fused->q
 // (the same layout) straight from the registers.
 void conv_lanes(const PaddedSrc& s, const int8_t* w_runs, int oc, int data0, int data1, int32_t* out, int64_t* absmax,
-                const FusedRequant* fused = nullptr);
+                FusedRequant* fused = nullptr);
 
 // The weight gradient of a one-channel source (LeNet's first layer): taps in the lanes,
 // four pixels a dword. Whether it runs here: one channel, step 1, kw <= 13, at most 8
@@ -54,7 +54,7 @@ bool bwd_broadcast_fit(const ConvShape& s);
 // dx[N, H, W, C] (int32) from err[N, OH, OW, O] and w[O, KH, KW, C] of forward shape `s`;
 // `absmax` and `fused` as for conv_lanes; its kept buffer holds bwd_broadcast_kept_bytes.
 void conv_bwd_broadcast(const int8_t* err, const int8_t* w, const ConvShape& s, int32_t* dx, int64_t* absmax,
-                        const FusedRequant* fused);
+                        FusedRequant* fused);
 size_t bwd_broadcast_kept_bytes(const ConvShape& s);
 
 }  // namespace dsptrain
