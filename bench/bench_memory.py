@@ -1,7 +1,7 @@
 """The memory-budget layer: the largest batch that trains under a budget, with and without it.
 
     python bench/bench_memory.py [--budgets 64 128 256] [--models vgg11 resnet18] [--no-run]
-                                 [--alternatives 2]
+                                 [--alternatives 2] [--x4-only]
 
 Per model (NITI, 32x32x3, the `cpu` backend with `ref` for what it lacks) and budget
 (MB = 2**20 bytes):
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -113,12 +114,16 @@ def child_ours(model_name: str, batch: int, budget: int | None, alternative: int
         chosen = fitting[alternative]
         trainer.steps.memory_option = lambda _plan, _step: (chosen, budget)   # the plan to time
         trainer.memory_option(plan)
+    pool = getattr(dsptrain.memory, "pool", None)     # memory/pool.py (None: code before the array pool)
     base = _rss_bytes()
-    times, stats = [], None
+    times, cpu_times, stats = [], [], None
     for _ in range(steps):
+        cpu = time.process_time()
         stats = trainer.step(data.images, data.labels)
+        cpu_times.append(time.process_time() - cpu)   # all threads: less disturbed by others' load
         times.append(stats.time_s)
-    return {"s_per_sample": min(times) / batch, "planned_peak": stats.planned_peak_bytes,
+    return {"s_per_sample": min(times) / batch, "cpu_s_per_sample": min(cpu_times) / batch,
+            "pool_missed": pool.stats().get("missed") if pool else None, "planned_peak": stats.planned_peak_bytes,
             "arena_high_water": stats.arena_high_water_bytes, "plan": stats.memory_plan,
             "model_cost": chosen.cost / fitting[0].cost if budget is not None else None,
             "rss_above_start": _peak_rss_bytes() - base, "finite": bool(np.isfinite(stats.loss))}
@@ -248,12 +253,13 @@ def _mb(nbytes):
     return round(nbytes / MB, 1) if nbytes is not None else None
 
 
-def measure(name: str, mb: int, found: dict, alternatives: int) -> dict:
-    """The training steps of one (model, budget) row (see the module doc)."""
+def measure(name: str, mb: int, found: dict, alternatives: int, x4_only: bool = False) -> dict:
+    """The training steps of one (model, budget) row (see the module doc); `x4_only`: the
+    plain step and the steps at 4x its batch, not the layer's largest batch."""
     budget, row = mb * MB, {}
     plain = _child(["ours", name, str(found["plain"]), "none"]) if found["plain"] else {}
-    layer = _child(["ours", name, str(found["layer"]), str(budget), "0", "1"]) if found["layer"] else {}
-    torch = _child(["torch", name, str(found["layer"]), "1"]) if found["layer"] else {}
+    layer = _child(["ours", name, str(found["layer"]), str(budget), "0", "1"]) if found["layer"] and not x4_only else {}
+    torch = _child(["torch", name, str(found["layer"]), "1"]) if found["layer"] and not x4_only else {}
     row.update({
         "plain_ms_per_sample": _ms(plain),
         "plain_rss_mb": _mb(plain.get("rss_above_start")),
@@ -277,6 +283,9 @@ def measure(name: str, mb: int, found: dict, alternatives: int) -> dict:
         "x4_ms_per_sample": _ms(chosen),
         "x4_time_ratio": round(chosen["s_per_sample"] / plain["s_per_sample"], 2)
         if "s_per_sample" in chosen and "s_per_sample" in plain else None,
+        "x4_cpu_time_ratio": round(chosen["cpu_s_per_sample"] / plain["cpu_s_per_sample"], 2)
+        if "cpu_s_per_sample" in chosen and "cpu_s_per_sample" in plain else None,
+        "x4_pool_missed": chosen.get("pool_missed"),
         "x4_rss_mb": _mb(chosen.get("rss_above_start")),
         "x4_alternatives_timed": len(timed) - 1,
         "x4_chosen_is_fastest": bool(timed) and min(timed, key=lambda kt: kt[1])[0] == 0,
@@ -296,6 +305,8 @@ def main() -> None:
     parser.add_argument("--no-run", action="store_true", help="planner figures only, no training steps")
     parser.add_argument("--alternatives", type=int, default=2,
                         help="at 4x the plain batch, also time this many other plans that fit")
+    parser.add_argument("--x4-only", action="store_true",
+                        help="time only the plain step and the steps at 4x its batch (minutes, not an hour)")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -308,6 +319,8 @@ def main() -> None:
     from dsptrain.models import build_model
 
     rows, notes, started = [], [], time.perf_counter()
+    load_before = os.getloadavg()
+    print(f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}", file=sys.stderr)
     for name in args.models:
         if name in NOBN:
             notes.append(f"{name}: NITI has no BatchNorm; measured {NOBN[name]} (the same network without BN)")
@@ -322,12 +335,14 @@ def main() -> None:
                    "batch_layer": found["layer"],
                    "batch_gain": round(found["layer"] / found["plain"], 1) if found["plain"] else None}
             if not args.no_run:
-                row.update(measure(name, mb, found, args.alternatives))
+                row.update(measure(name, mb, found, args.alternatives, args.x4_only))
             rows.append(row)
             print_table([row])
-    print(f"[{time.perf_counter() - started:4.0f} s] done", file=sys.stderr)
+    load_after = os.getloadavg()
+    print(f"[{time.perf_counter() - started:4.0f} s] done; load average before {load_before[0]:.2f}, "
+          f"after {load_after[0]:.2f} (1 min)", file=sys.stderr)
     print_table(rows, title="largest trainable batch (NITI, cpu backend) and time per sample under a memory budget")
-    write_results("bench_memory", rows, notes=notes,
+    write_results("bench_memory", rows, notes=notes, load_average_before=load_before, load_average_after=load_after,
                   units={"budget_mb": "2**20 bytes", "rss": "peak RSS above the RSS before the first step",
                          "x4": "4x the plain largest batch, under the budget; ratio: to the plain ms per sample"})
     _plot(rows)

@@ -67,13 +67,16 @@ def product(kind: str, a: Scaled, b: Scaled, attrs: dict) -> np.ndarray:
     return _float64_product(kind, a.values(), b.values(), attrs).astype(np.float32)
 
 
-def product_workspace(path: str, pass_: str, attrs: dict, x_shape, w_shape, bias: bool = False) -> tuple[int, int]:
+def product_workspace(path: str, pass_: str, attrs: dict, x_shape, w_shape, bias: bool = False,
+                      dtypes: tuple[str, str] = ("", "")) -> tuple[int, int]:
     """(bytes per row of the batch, bytes) a layer product allocates beside its result while
     it runs, by the arrays `product` (below) and fp8.chunked_product make: the patches
     (im2col), a transposed weight copy, the exact sums (int64 for int16 operands, int32 for
     int8, float32 for FP16 chunks), the scattered image (col2im) and its float64 copy, on
     the cpu backend (conv2d_bwd_data_s16 fused; other backends compose it with more). The
     memory plan adds it to the op's workspace (memory.planner.op_workspace);
+    On the int16 path an int8 operand (`dtypes`: the product's two operands', AFP's int8
+    weights and activations against its 16-bit errors) is widened to an int16 copy first.
     tests/null/test_planned_sizes.py measures it (tracemalloc)."""
     o, batch = w_shape[0], x_shape[0]
     taps = int(np.prod(w_shape[1:]))
@@ -90,6 +93,13 @@ def product_workspace(path: str, pass_: str, attrs: dict, x_shape, w_shape, bias
                     "backward_data": image * 8 if conv else taps * 8,          # (conv2d_bwd_data_s16), int64 image
                     "backward_weight": conv * pixels * taps * 2}[pass_]
         fixed += {"forward": taps * o * 2, "backward_weight": o * taps * 8}.get(pass_, 0)
+        first, second = (d == "int8" for d in dtypes)      # _int16_product's astype(int16) copies
+        rows_of_x = image if conv else taps
+        per_row += first * 2 * (rows_of_x if pass_ == "forward" else pixels * o)
+        if pass_ == "backward_weight":
+            per_row += second * 2 * rows_of_x
+        else:
+            fixed += second * 2 * taps * o
     elif path == "fp16":     # matmul_fp16_chunked: float32 patches and result; col2im in float64
         per_row += {"forward": conv * pixels * taps * 4,
                     "backward_data": conv * (pixels * taps * 12 + image * 8),
@@ -205,6 +215,9 @@ class Numerics:
     #: hooks of the quantizer ops (placement asks backends for them) and of the update op
     quant_hooks: tuple = ("absmax_f", "quantize_f")
     update_hooks: tuple = ("sgd_f32",)
+    #: bytes an update written in NumPy allocates per weight element beside its results (its
+    #: float64 temporaries, measured with tracemalloc); the memory plan counts them
+    update_bytes_per_element: int = 0
 
     # grids (hook calls)
     def quant_weight(self, w, ctx, op) -> Scaled:
@@ -219,6 +232,12 @@ class Numerics:
     def product_attrs(self, recipe) -> dict:
         """Attributes of its layers' ops a backend sizes its product's scratch by (FP8: `chunk`)."""
         return {}
+
+    def quant_workspace(self, recipe, role: str, shape) -> tuple[int, int] | None:
+        """(bytes per row of the batch, bytes) the quantizer of `role` ("weights", "errors")
+        allocates beside its result while it runs, for a tensor of `shape`; the memory plan
+        adds it to the op's workspace (memory.planner.op_workspace). None: nothing beyond it."""
+        return None
 
     def kept_by_forward(self, name: str, attrs: dict, x_shape, w_shape) -> dict:
         """Buffers the recipe keeps from a layer's forward product past the op (MLS's patch
@@ -359,8 +378,9 @@ class Emulated:
         names = tuple(self.n.opt_state(param, np.zeros(shape, np.float32)))
         for name in names:
             b.tensor(name, shape, "float32", "state")
+        extra = int(np.prod(shape)) * self.n.update_bytes_per_element   # its float64 temporaries
         b.op(f"{param}.update", f"{self.n.prefix}.update", layer_name, "update", (param, grad, *names),
-             (param, *names), self.n.update_hooks)
+             (param, *names), self.n.update_hooks, **({"workspace": (0, extra)} if extra else {}))
 
     def _attrs(self, b, layer, x):
         position, extra = _position(b, layer), self.n.product_attrs(b.recipe)
@@ -373,10 +393,14 @@ class Emulated:
         p, name = self.n.prefix, layer.name
         w = b.param(f"{name}.w", layer.weight_shape, self.n.weight_dtype)
         attrs = self._attrs(b, layer, x)
-        wq = b.tensor(f"{name}.wq", layer.weight_shape, self.n.quantized_dtype(b.recipe, "weights"), "saved")
+        # not "saved": no row per sample, even when the layer has as many outputs as the batch rows
+        wq = b.tensor(f"{name}.wq", layer.weight_shape, self.n.quantized_dtype(b.recipe, "weights"), "quantized_weight")
         xq = b.tensor(f"{name}.xq", b.tensors[x].shape, self.n.quantized_dtype(b.recipe, "activations"), "saved")
-        b.op(f"{name}.quant_w", f"{p}.quant_weight", name, "forward", (w,), (wq,), self.n.quant_hooks, **attrs)
-        b.op(f"{name}.quant_x", f"{p}.quant_act", name, "forward", (x,), (xq,), self.n.quant_hooks, **attrs)
+        b.op(f"{name}.quant_w", f"{p}.quant_weight", name, "forward", (w,), (wq,), self.n.quant_hooks,
+             **self._quant_workspace(b.recipe, "weights", layer.weight_shape), **attrs)
+        # a quantizer's scale is the whole tensor's range: under micro-batching it runs whole
+        b.op(f"{name}.quant_x", f"{p}.quant_act", name, "forward", (x,), (xq,), self.n.quant_hooks, rows="coupled",
+             **attrs)
         out = b.tensor(f"{name}.out", shape, "float32", "activation")
         macs = int(np.prod(shape)) * int(np.prod(layer.weight_shape[1:]))
         hooks = self.n.product_hooks("conv" if attrs["conv"] else "linear")
@@ -384,9 +408,14 @@ class Emulated:
         path = self.n.product_path(b.tensors[xq].dtype, b.tensors[wq].dtype)
         b.op(f"{name}.fwd", f"{p}.product", name, "forward", (xq, wq, *bias), (out,), hooks, macs,
              role="fwd", product=(_layer_of(attrs), "forward"),
-             workspace=product_workspace(path, "forward", attrs, b.tensors[x].shape, layer.weight_shape, bool(bias)),
+             workspace=product_workspace(path, "forward", attrs, b.tensors[x].shape, layer.weight_shape, bool(bias),
+                                         (b.tensors[xq].dtype, b.tensors[wq].dtype)),
              **self._keeps(name, attrs, b.tensors[x].shape, layer.weight_shape), **attrs)
         return self.n.after_forward(self, b, layer, out)
+
+    def _quant_workspace(self, recipe, role, shape) -> dict:
+        counted = self.n.quant_workspace(recipe, role, shape)
+        return {"workspace": counted} if counted else {}
 
     def _keeps(self, name, attrs, x_shape, w_shape) -> dict:
         kept = self.n.kept_by_forward(name, attrs, x_shape, w_shape)
@@ -402,7 +431,7 @@ class Emulated:
             b.tensor(s, np.shape(value), str(np.asarray(value).dtype), "state")
         eq = b.tensor(f"{name}.eq", b.tensors[err].shape, self.n.quantized_dtype(b.recipe, "errors"), "saved")
         b.op(f"{name}.quant_err", f"{p}.quant_err", name, "backward", (err, *state), (eq, *state), self.n.quant_hooks,
-             **attrs)
+             rows="coupled", **self._quant_workspace(b.recipe, "errors", b.tensors[err].shape), **attrs)
         macs = b.find(f"{name}.fwd").macs
         conv = attrs["conv"]
         err_in = None
@@ -412,14 +441,16 @@ class Emulated:
             path = self.n.product_path(b.tensors[eq].dtype, b.tensors[f"{name}.wq"].dtype)
             b.op(f"{name}.bwd_data", f"{p}.product", name, "backward", (eq, f"{name}.wq"), (err_in,), hooks, macs,
                  role="bwd_data", product=(_layer_of(attrs), "backward_data"),
-                 workspace=product_workspace(path, "backward_data", attrs, b.tensors[x].shape, layer.weight_shape),
+                 workspace=product_workspace(path, "backward_data", attrs, b.tensors[x].shape, layer.weight_shape,
+                                             dtypes=(b.tensors[eq].dtype, b.tensors[f"{name}.wq"].dtype)),
                  **attrs)
         grad = b.tensor(f"{name}.grad", layer.weight_shape, "float32", "grad")
         hooks = self.n.product_hooks("conv_bwd_weight" if conv else "linear")
         path = self.n.product_path(b.tensors[eq].dtype, b.tensors[f"{name}.xq"].dtype)
         b.op(f"{name}.bwd_weight", f"{p}.product", name, "backward", (eq, f"{name}.xq"), (grad,), hooks, macs,
              role="bwd_weight", product=(_layer_of(attrs), "backward_weight"),
-             workspace=product_workspace(path, "backward_weight", attrs, b.tensors[x].shape, layer.weight_shape),
+             workspace=product_workspace(path, "backward_weight", attrs, b.tensors[x].shape, layer.weight_shape,
+                                         dtypes=(b.tensors[eq].dtype, b.tensors[f"{name}.xq"].dtype)),
              **attrs)
         self.emit_update(b, name, f"{name}.w", grad)
         if has_bias(layer):   # float, from the unquantized error: the bias is added after the product

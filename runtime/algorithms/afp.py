@@ -38,6 +38,9 @@ def _round(fmt):
     return fmt.rounding if fmt.rounding in ("round", "nearest_even", "sto") else "round"
 
 
+CHECK_BYTES_PER_ELEMENT = 17   # int8 q + float64 values + float64 |values| (quantization_error)
+
+
 class AFPNumerics(Numerics):
     prefix = "afp"
     known_params = {"error_threshold": _positive_number, "low_bits": _bits, "high_bits": _bits}
@@ -56,6 +59,12 @@ class AFPNumerics(Numerics):
         # 8 or 16 bits, chosen per layer while training: the plan holds the wider one
         bits = max(self.param(recipe, "low_bits", 8), self.param(recipe, "high_bits", 16))
         return "int8" if bits <= 8 else "int16"
+
+    def quant_workspace(self, recipe, role, shape):
+        """A width check (choose_bits, every few steps) holds the error quantized to low_bits
+        and two float64 arrays of its values (quantization_error): 17 bytes an element at
+        its peak (tracemalloc), beside the int16 result."""
+        return (int(np.prod(shape[1:])) * CHECK_BYTES_PER_ELEMENT, 0) if role == "errors" else None
 
     def err_state(self, layer):
         # [bits in use, step of the next check, current interval]

@@ -41,7 +41,8 @@ def forward(b, layer, x, shape):
         w = b.param(f"{layer.name}.w", layer.weight_shape, "float32")
         b.tensor(f"{layer.name}.v", layer.weight_shape, "float32", "state")
         b.op(f"{layer.name}.fwd", "fp32.linear_fwd", layer.name, "forward", (x, w, *bias_param(b, layer)), (out,),
-             ("gemm_f32",), batch * layer.in_features * layer.out_features)
+             ("gemm_f32",), batch * layer.in_features * layer.out_features,
+             workspace=(0, b.tensors[w].nbytes))      # the cpu gemm_f32's transposed copy of w (bindings_fp32.cpp)
     elif isinstance(layer, ReLU):
         b.op(f"{layer.name}.fwd", "fp32.relu_fwd", layer.name, "forward", (x,), (out,), ("relu_f32",))
     elif isinstance(layer, MaxPool2d):
@@ -80,9 +81,20 @@ def _avgpool_attrs(layer, x_shape) -> dict:
                 count_include_pad=layer.count_include_pad, in_hw=tuple(x_shape[1:3]))
 
 
+# loss_grad's float64 temporaries (logits, their exponentials, the scaled error, the float32
+# cast): 28 bytes a class a row at their peak (tracemalloc), rounded up
+LOSS_BYTES_PER_CLASS = 32
+
+
+def loss_workspace(logits_shape) -> tuple[int, int]:
+    """(bytes per row, bytes) loss_grad allocates beside its result (memory.planner.op_workspace)."""
+    return int(np.prod(logits_shape[1:])) * LOSS_BYTES_PER_CLASS, 0
+
+
 def loss(b, logits, labels):
     err = b.tensor("err.logits", b.tensors[logits].shape, "float32", "error")
-    b.op("loss.grad", "fp32.loss_grad", "loss", "loss", (logits, labels), (err,), _F32)
+    b.op("loss.grad", "fp32.loss_grad", "loss", "loss", (logits, labels), (err,), _F32,
+         workspace=loss_workspace(b.tensors[logits].shape))
     return err
 
 
@@ -115,7 +127,9 @@ def backward(b, layer, err, needs_input_error):
             b.tensor(err_in, x_shape, "float32", "error")
             b.op(f"{layer.name}.bwd_data", "fp32.conv_bwd_data" if conv else "fp32.linear_bwd_data", layer.name,
                  "backward", (err, w), (err_in,), ("conv2d_bwd_data_f32",) if conv else ("gemm_f32",), macs,
-                 product=("conv", "backward_data") if conv else None, **attrs)
+                 product=("conv", "backward_data") if conv else None,
+                 # a linear layer's: w.T made contiguous here, and the cpu gemm_f32's transposed copy of that
+                 **({} if conv else {"workspace": (0, 2 * b.tensors[w].nbytes)}), **attrs)
         grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "float32", "grad")
         b.op(f"{layer.name}.bwd_weight", "fp32.conv_bwd_weight" if conv else "fp32.linear_bwd_weight", layer.name,
              "backward", (err, x), (grad,), ("conv2d_bwd_weight_f32",) if conv else ("gemm_f32",), macs,
@@ -280,7 +294,8 @@ conv_bwd_weight = Kernel("conv2d_bwd_weight_f32", _conv_bwd_weight_args, _result
 
 def _linear_bwd_weight(op, env, ctx, _):
     err, x = env[op.inputs[0]], env[op.inputs[1]]
-    return {op.outputs[0]: (err.T @ x.reshape(x.shape[0], -1)).astype(np.float32)}
+    # copy=False: the float32 product is the result (a copy was one more weight-sized array)
+    return {op.outputs[0]: (err.T @ x.reshape(x.shape[0], -1)).astype(np.float32, copy=False)}
 
 
 linear_bwd_weight = Kernel.local(_linear_bwd_weight)

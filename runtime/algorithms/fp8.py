@@ -57,6 +57,11 @@ class FP8Numerics(Numerics):
 
     quant_hooks = ("round_float",)
     update_hooks = ("round_float",)
+    update_bytes_per_element = 40   # update(): float64 w, g, v and their products (38, tracemalloc)
+
+    def quant_workspace(self, recipe, role, shape):
+        """The weights' grid (_grid on float16 weights) makes a float32 copy first: 8 bytes an element."""
+        return (0, int(np.prod(shape)) * 8) if role == "weights" else None
 
     def product_hooks(self, kind):
         return {"conv": ("matmul_fp16_chunked", "im2col"), "conv_bwd_weight": ("matmul_fp16_chunked", "im2col"),
@@ -106,7 +111,8 @@ class FP8Numerics(Numerics):
 
     def loss(self, b, logits, labels):
         err = b.tensor("err.logits", b.tensors[logits].shape, "float32", "error")
-        b.op("loss.grad", "fp8.loss_grad", "loss", "loss", (logits, labels), (err,), fl.F32)
+        b.op("loss.grad", "fp8.loss_grad", "loss", "loss", (logits, labels), (err,), fl.F32,
+             workspace=fp32.loss_workspace(b.tensors[logits].shape))
         return err
 
 

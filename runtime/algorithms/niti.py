@@ -119,12 +119,15 @@ def backward(b, layer, err, needs_input_error):
                      in_hw=x_shape[1:3], mode=errs.rounding, product=("conv", "backward_data"))
             else:
                 b.op(f"{layer.name}.bwd_data", "niti.linear_bwd_data", layer.name, "backward", (err, w), (err_in,),
-                     ("gemm_s8", *_PRODUCT), macs, mode=errs.rounding, product=("linear", "backward_data"))
+                     ("gemm_s8", *_PRODUCT), macs, mode=errs.rounding, product=("linear", "backward_data"),
+                     workspace=(0, b.tensors[w].nbytes))           # w.T made contiguous (_linear_bwd_data_args)
         grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "int32", "grad")
         kind, hook = ("niti.conv_bwd_weight", "conv2d_bwd_weight_s8") if conv else ("niti.linear_bwd_weight", "gemm_s8")
         attrs = dict(stride=layer.stride, pad=layer.padding, kernel=(layer.kernel, layer.kernel)) if conv else {}
+        # a linear layer's err.T and x.T made contiguous (_linear_bwd_weight_args): their bytes per row
+        transposed = {} if conv else {"workspace": (sum(int(np.prod(b.tensors[t].shape[1:])) for t in (err, x)), 0)}
         b.op(f"{layer.name}.bwd_weight", kind, layer.name, "backward", (err, x), (grad,), (hook,), macs,
-             product=("conv" if conv else "linear", "backward_weight"), **attrs)
+             product=("conv" if conv else "linear", "backward_weight"), **transposed, **attrs)
         b.op(f"{layer.name}.update", "niti.update", layer.name, "update", (w, grad), (w,),
              ("niti_update_s8",), mode=grads.rounding)
         return err_in if needs_input_error else None

@@ -44,6 +44,8 @@ def run_planned(executor, plan, env: dict, ctx, stats, option, arena) -> dict:
             outputs, _ = executor.call(plan, op, env, sctx, stats, wrap=wrap if op.takes_range() else None)
             for t, value in outputs.items():
                 env[t] = arena.store(memory.writes[i][t], value, t)
+            # the fresh results go now, not while the next op runs (op_workspace counts one op's)
+            outputs = value = None
             if op.takes_range() and not step.recompute:
                 recorded[op.name] = wrap.one(op)
         for t in memory.frees[i]:

@@ -51,8 +51,13 @@ class ShiftRecorder:
 
 
 def row_slice(value, a: int, b: int):
-    """Rows a..b of a value (a QTensor keeps its exponent)."""
-    return QTensor(value.q[a:b], value.e) if isinstance(value, QTensor) else value[a:b]
+    """Rows a..b of a value (a QTensor keeps its exponent, an emulated recipe's Scaled its
+    one scale: algorithms/_quant.py)."""
+    if isinstance(value, QTensor):
+        return QTensor(value.q[a:b], value.e)
+    if dataclasses.is_dataclass(value) and isinstance(getattr(value, "q", None), np.ndarray):
+        return dataclasses.replace(value, q=value.q[a:b])
+    return value[a:b]
 
 
 def as_array(value):

@@ -6,6 +6,7 @@ plan that fits a budget.
 - fit.py: the cheapest (micro-batch, recompute) option whose peak fits a budget;
 - budget.py: budgets (fixed, scheduled, the OS's available memory) and sizes;
 - arena.py: the arena itself, where tensors live as views;
+- pool.py: the array pool, kept memory for the large arrays an op makes beside the arena;
 - report.py: the text `dsptrain plan` prints;
 - rss.py: the process's resident set around one training step (per-batch RSS growth).
 """
@@ -13,9 +14,10 @@ from .arena import Arena, fix_malloc_threshold
 from .budget import Available, BudgetError, Fixed, Schedule, format_size, parse_size, size_setting, source_from_config
 from .fit import Fitter, Option, adopt_scratch
 from .planner import MemoryPlan, plan_memory
+from . import pool
 from .report import describe
 from .rss import StepRss, peak_rss_bytes, rss_bytes
 
 __all__ = ["Arena", "Available", "BudgetError", "Fixed", "Schedule", "format_size", "parse_size", "size_setting",
            "source_from_config", "Fitter", "Option", "adopt_scratch", "MemoryPlan", "plan_memory", "describe",
-           "fix_malloc_threshold", "StepRss", "peak_rss_bytes", "rss_bytes"]
+           "fix_malloc_threshold", "StepRss", "peak_rss_bytes", "rss_bytes", "pool"]

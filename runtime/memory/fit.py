@@ -85,6 +85,12 @@ class Option:
     def label(self) -> str:
         return f"micro-batch {self.micro_batch}, {self.memory.label}"
 
+    @property
+    def workspace(self) -> int:
+        """The largest op workspace (planner.op_workspace) at this micro-batch: what the step
+        allocates beside its arena and kept scratch at any one op, the array pool's size (pool.py)."""
+        return self.peak - self.scratch - self.memory.arena_bytes
+
 
 def whole_operand_bytes(graph: TrainGraph, op) -> int:
     """Bytes every call of `op` touches whatever its slice: operands without a row per

@@ -42,8 +42,15 @@ BEFORE_STEP_ROLES = ("input", "label", "weight", "state")
 # pool: 4.1 per input element), rounded up: (which tensor's elements, bytes per element).
 RANGE_HOOK_WORKSPACE = {"add_align_s8": ("output", 80), "avgpool_global_s8": ("input", 5)}
 
+# The prepared input (Step.train: algorithm.prepare_input) is a fresh array copied into its
+# arena slot when the step starts, and its preparation makes temporaries: at their peak the
+# prepared element plus 4 bytes (tracemalloc: 5 bytes an element for NITI's int8 through
+# int16 steps, 8 for the float recipes' float32). Counted like an op's workspace, before
+# the first op.
+INPUT_PREPARE_EXTRA_BYTES = 4
+
 CATEGORIES = {"weight": "weights", "state": "optimizer state", "input": "inputs and labels",
-              "label": "inputs and labels", "activation": "activations", "saved": "activations",
+              "label": "inputs and labels", "activation": "activations", "saved": "activations", "quantized_weight": "weights",
               "error": "errors", "grad": "weight gradients", "accum": "weight gradients"}
 
 
@@ -112,6 +119,15 @@ def op_workspace(graph: TrainGraph, op: Op, rows: int) -> int:
     return total
 
 
+def input_workspace(graph: TrainGraph) -> int:
+    """Bytes the step's input preparation allocates beside the arena (its result before the
+    copy into its slot, and its temporaries): the whole batch, before any op runs."""
+    spec = graph.tensors.get("input")
+    if spec is None:
+        return 0
+    return int(np.prod(spec.shape)) * (np.dtype(spec.dtype).itemsize + INPUT_PREPARE_EXTRA_BYTES)
+
+
 @dataclass
 class Buffer:
     """Memory shared by one or more values whose lifetimes do not overlap."""
@@ -155,8 +171,9 @@ class MemoryPlan:
         return [op_workspace(self.graph, step.op, rows) for step in self.schedule]
 
     def peak(self, rows: int) -> int:
-        """The step's peak at micro-batch `rows`: the arena plus the largest op workspace."""
-        return self.arena_bytes + max(self.workspace(rows), default=0)
+        """The step's peak at micro-batch `rows`: the arena plus the largest op workspace (or
+        the input's preparation, input_workspace, when that is larger)."""
+        return self.arena_bytes + max(*self.workspace(rows), input_workspace(self.graph), 0)
 
     def breakdown(self, rows: int) -> dict:
         """Bytes by kind at the step where arena-live bytes plus workspace is largest;

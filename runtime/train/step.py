@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from ..execute import StepContext, StepStats
-from ..memory import Arena, BudgetError, Schedule, StepRss, fix_malloc_threshold, rss_bytes, source_from_config
+from ..memory import Arena, BudgetError, Schedule, StepRss, fix_malloc_threshold, pool, rss_bytes, source_from_config
 from ..numerics import QTensor
 from ..plan import PlanCache, Planner
 from ..rescale import RescaleController
@@ -130,15 +130,18 @@ class Step:
         if option is not None:
             arena, state = self._arena_for(option, state)
         env = dict(state)
-        env["input"] = self.algorithm.prepare_input(images)
-        env["labels"] = np.asarray(labels, np.int64)
-        self.planner.start_accelerator_clock()   # what ran before this step (an evaluation) is not its cost
-        rss = StepRss()
-        rss.begin()
-        energy_meter.start()
-        started = time.perf_counter()
-        self.planner.run(plan, env, ctx, stats=stats, memory=option, arena=arena)
-        stats.time_s = time.perf_counter() - started
+        # under a memory plan the large arrays the step makes (the prepared input, the ops'
+        # results and temporaries) come from kept memory, the array pool (memory/pool.py)
+        with pool.serving(option.workspace if option is not None else 0):
+            env["input"] = self.algorithm.prepare_input(images)
+            env["labels"] = np.asarray(labels, np.int64)
+            self.planner.start_accelerator_clock()   # what ran before this step (an evaluation) is not its cost
+            rss = StepRss()
+            rss.begin()
+            energy_meter.start()
+            started = time.perf_counter()
+            self.planner.run(plan, env, ctx, stats=stats, memory=option, arena=arena)
+            stats.time_s = time.perf_counter() - started
         # the meter brackets the step's work alone: reading /proc after it can wait
         # milliseconds on the address-space lock under load, which is not the step's energy
         reading = energy_meter.stop(stats)

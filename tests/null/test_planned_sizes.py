@@ -118,6 +118,51 @@ def test_the_emulated_products_workspace_is_what_they_allocate(name):
             assert planned <= got * 1.5 + 4096, f"{name} {op.name}: planned {planned} bytes, allocated {got}"
 
 
+@pytest.mark.parametrize("name", ["niti", "octo", "wageubn", "afp", "afp-16", "mls", "fp8", "fp32"])
+def test_no_op_allocates_more_than_its_planned_workspace(name):
+    """Every op of a LeNet-5 step on the cpu backend (NumPy arrays it allocates while it runs,
+    traced by tracemalloc) against the plan's op workspace (memory.planner.op_workspace):
+    never more. The quantizers' and updates' NumPy temporaries (AFP's width check, FP8's
+    weight grid, FP8's float64 update), the loss's, AFP's int16 copies of
+    int8 operands against 16-bit errors ("afp-16": every layer's errors widened) and the
+    transposed copies of the linear layers are counted."""
+    import tracemalloc
+
+    from dsptrain.backends.ops_cpu import CpuBackend
+    from dsptrain.memory.planner import op_workspace
+
+    if not CpuBackend.available()[0]:
+        pytest.skip("cpu backend not built")
+    batch, recipe = 32, dsptrain.load_recipe(name.split("-")[0])
+    if name == "afp-16":   # a threshold nothing stays under: errors go to 16 bits at the first check
+        recipe = dataclasses.replace(recipe, params={**recipe.params, "error_threshold": 1e-12})
+    algorithm, model = algorithm_module(recipe.module), build_model("lenet5")
+    graph = lower(model, recipe, batch)
+    backends = {"cpu": CpuBackend(), "ref": RefBackend()}
+    plan, executor = place(graph, backends), Executor(backends, algorithm)
+    rng = np.random.default_rng(4)
+    env = dict(algorithm.init_params(model, recipe, rng))
+    env["input"] = algorithm.prepare_input(rng.integers(0, 256, (batch, 28, 28, 1), dtype=np.uint8))
+    env["labels"] = rng.integers(0, 10, batch)
+    ctx = StepContext(recipe, graph, 0, 0, 0, batch)
+    over = {}
+    tracemalloc.start()
+    try:
+        for op in graph.ops:
+            tracemalloc.reset_peak()
+            before = tracemalloc.get_traced_memory()[0]
+            outputs, _ = executor.call(plan, op, env, ctx)
+            got = tracemalloc.get_traced_memory()[1] - before
+            env.update(outputs)
+            kept = sum(n for buf, n in plan.scratch_bytes(op, batch).items() if buf.startswith("recipe:"))
+            planned = op_workspace(graph, op, batch) + kept
+            if got > planned * 1.02 + 4096:
+                over[op.name] = (got, planned)
+    finally:
+        tracemalloc.stop()
+    assert not over, f"{name}: ops allocated more than planned (allocated, planned bytes): {over}"
+
+
 def test_float_maxpool_backward_allocates_only_its_result():
     """maxpool_bwd_f32 (FP32 and the emulated recipes' pooling) allocates the input-sized
     error it returns and nothing else (it allocated a second input-sized array to check the
