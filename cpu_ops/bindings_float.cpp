@@ -80,6 +80,30 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     }
     return errors;
   }, py::arg("x"), py::arg("top"), py::arg("ratios"), py::arg("qmax"));
+  m.def("prc_quantize", [](const py::handle& obj, double prev_ratio, double momentum, std::vector<double> ratios,
+                           int bits, const std::string& mode, const py::object& rng) {
+    auto x = checked<float>("prc_quantize", "x", obj, -1);
+    const FloatRound fm = parse_float_mode("prc_quantize", mode);
+    const Rng r = parse_rng(rng);
+    if (fm == FloatRound::kSto && !r.given) fail("stochastic rounding needs an RngKey");
+    if (bits < 2 || bits > 16) fail("prc_quantize: bits must be in [2, 16], got " + std::to_string(bits));
+    if (ratios.empty()) fail("prc_quantize: no candidate ratios");
+    if (static_cast<uint64_t>(x.size()) >= (uint64_t{1} << 32)) fail("prc_quantize: x " + shape_str(x) + " has 2**32 elements or more");
+    const int qmax = (1 << (bits - 1)) - 1;
+    double step = 1.0, ratio = 0.0;
+    auto run = [&](auto q) {
+      auto* p = q.mutable_data();
+      {
+        py::gil_scoped_release nogil;
+        step = prc_quantize(x.data(), x.size(), prev_ratio, momentum, ratios.data(), static_cast<int>(ratios.size()), qmax,
+                            fm, r.key, p, &ratio);
+      }
+      return py::tuple(py::make_tuple(q, step, ratio));
+    };
+    if (bits <= 8) return run(py::array_t<int8_t>(dims(x)));
+    return run(py::array_t<int16_t>(dims(x)));
+  }, py::arg("x"), py::arg("prev_ratio"), py::arg("momentum"), py::arg("ratios"), py::arg("bits"), py::arg("mode"),
+     py::arg("rng"), "Octo's range-clipped error quantizer: (q, step, ratio).");
   m.def("quantize_mls", [](const py::handle& obj, int group, double top, double tensor_scale, int kmax, int qmax,
                            const std::string& mode, const py::object& rng) {
     auto x = checked<float>("quantize_mls", "x", obj, -1);

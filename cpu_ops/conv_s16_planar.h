@@ -28,9 +28,13 @@ inline bool has_avx512bw() {
 // y[N, OH, OW, O] = conv(x[N, H, W, C], w[O, KH, KW, C]); int32_sums: every output's sum
 // fits int32 (else a scalar int64 loop on the same planes).
 void conv_fwd_s16_planar(const int16_t* x, const int16_t* w, const Col2imShape& s, int o, int64_t* y, bool int32_sums);
-// dw[O, KH, KW, C] = the weight gradient; int32_sums: every image's sums fit int32.
+// dw[O, KH, KW, C] = the weight gradient; int32_sums: every image's sums fit int32. The
+// error's planes have the input's padded width, pw = w + 2 pad (columns past ow zero),
+// so that one flat walk of vectors covers every output row: each a channel plane of
+// wgrad_error_plane(s) int16 (oh * pw rounded up to whole vectors).
 void conv_wgrad_s16_planar(const int16_t* err, const int16_t* x, const Col2imShape& s, int o, int64_t* dw,
                            bool int32_sums);
+size_t wgrad_error_plane(const Col2imShape& s);
 // dx[N, H, W, C] = the backward data, as a direct convolution of the zero-bordered error
 // with the flipped kernel; int32_sums: every output's sum fits int32.
 void conv_bwd_data_s16_planar(const int16_t* err, const int16_t* w, const Col2imShape& s, int o, int64_t* dx,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "conv_s16_planar.h"
+#include "conv_s16_taps.h"
 #include "gemm.h"
 #include "scratch.h"
 #include "target_clones.h"
@@ -468,8 +469,10 @@ void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m
 }
 
 // the planar convolutions' shapes and ISA (stride 1, AVX-512 VNNI): the forward and weight
-// gradient when output rows fill most of a vector's lanes (16 or more columns), the
-// backward data when input rows do (8 or more: LeNet's conv2, 14 of 16)
+// gradient when output rows fill most of a vector's lanes (16 or more columns; the weight
+// gradient's flat walk over narrower rows reduced its lanes once per tap and image, which
+// cost more than the patches on LeNet's conv2), the backward data when input rows have 8
+// or more columns (LeNet's conv2, 14 of 16)
 [[maybe_unused]] static bool planar_isa() {
 #ifdef DSPTRAIN_X86
   return row_step_of(active_isa()) == 8 && has_avx512bw();
@@ -478,6 +481,8 @@ void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m
 #endif
 }
 [[maybe_unused]] static bool planar(const Col2imShape& s) { return s.stride == 1 && s.ow >= 16 && planar_isa(); }
+[[maybe_unused]] static bool planar_wgrad(const Col2imShape& s) { return planar(s); }
+[[maybe_unused]] static bool taps_wgrad(const Col2imShape& s) { return !planar_wgrad(s) && wgrad_taps_fit(s) && planar_isa(); }
 [[maybe_unused]] static bool planar_bwd_data(const Col2imShape& s) { return s.stride == 1 && s.w >= 8 && planar_isa(); }
 
 void conv_bwd_data_s16_s64(const int16_t* err, const int16_t* w, const Col2imShape& s, int o, int64_t* dx) {
@@ -551,9 +556,11 @@ void conv_wgrad_s16_s64(const int16_t* err, const int16_t* x, const Col2imShape&
   const int max_e = max_abs16(err, static_cast<size_t>(s.n) * rows * o), max_x = max_abs16(x, s.n * image);
   const int block = block_of_max(max_e, max_x, (rows + 1) / 2);
 #ifdef DSPTRAIN_X86
-  // planes when the rows are wide enough to fill most of a vector's lanes (LeNet's conv1:
-  // 28 of 32); operands whose image sums could leave int32 take the planes' scalar loop
-  if (planar(s)) return conv_wgrad_s16_planar(err, x, s, o, dw, static_cast<double>(rows) * max_e * max_x < 2147483647.0);
+  // planes when output rows are at least half the padded input's (planar_wgrad); operands
+  // whose image sums could leave int32 take the planes' scalar loop
+  if (planar_wgrad(s)) return conv_wgrad_s16_planar(err, x, s, o, dw, static_cast<double>(rows) * max_e * max_x < 2147483647.0);
+  // else a kernel row's taps in the lanes when they fill them (LeNet's conv2: 30 in two vectors)
+  if (taps_wgrad(s)) return conv_wgrad_s16_taps(err, x, s, o, dw, static_cast<double>(rows) * max_e * max_x < 2147483647.0);
 #endif
   const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
   std::vector<int64_t> partial(static_cast<size_t>(tasks) * ot, 0);
@@ -663,10 +670,13 @@ ScratchList conv_s16_scratch(bool weight_gradient, const Col2imShape& s, int o) 
   const std::string name = weight_gradient ? "conv2d_bwd_weight_s16" : "conv2d_s16";
   ScratchList out;
   const auto add = [&](const char* buffer, size_t bytes) { out.emplace_back(name + "." + buffer + " (per thread)", threads * bytes); };
-  if (planar(s)) {
+  if (weight_gradient && taps_wgrad(s)) return conv_wgrad_s16_taps_scratch(s, o);
+  if (weight_gradient ? planar_wgrad(s) : planar(s)) {
     add("channel_planes", (s.c * plane + 64) * sizeof(int16_t));
-    if (weight_gradient) add("error_planes", o * rows * sizeof(int16_t));
-    else add("pair_planes", (s.c * plane + 32) * sizeof(int32_t));
+#ifdef DSPTRAIN_X86
+    if (weight_gradient) add("error_planes", o * wgrad_error_plane(s) * sizeof(int16_t));
+#endif
+    if (!weight_gradient) add("pair_planes", (s.c * plane + 32) * sizeof(int32_t));
     return out;
   }
   add("patches", rows * taps * sizeof(int16_t));

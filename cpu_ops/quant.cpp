@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "quant_chunks.h"
 #include "thread_pool.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -20,19 +21,6 @@
 
 namespace dsptrain {
 namespace {
-
-constexpr size_t kChunk = 1 << 15;  // elements per task and per partial sum
-
-template <typename F>
-void for_chunks(size_t n, size_t bytes_per_element, F body) {
-  const size_t chunks = (n + kChunk - 1) / kChunk;
-  // small tensors stay on the caller: waking the pool costs more than the pass
-  SerialScope serial(n * bytes_per_element < kTaskGrainBytes);
-  parallel_for(static_cast<int>(chunks), [&](int t) {
-    const size_t begin = static_cast<size_t>(t) * kChunk;
-    body(static_cast<size_t>(t), begin, std::min(n, begin + kChunk));
-  });
-}
 
 // `word` is the element's random word (read in kSto mode only)
 template <FloatRound M>
@@ -151,6 +139,51 @@ __attribute__((target("avx512f"))) inline __m512d quotient8(__m512d xv, __m512d 
   return exact ? _mm512_mul_pd(xv, inv) : _mm512_div_pd(xv, st);
 }
 
+// quantize_loop for float32 x and a power-of-two step whose inverse 2**-k is a float32,
+// round and nearest_even, sixteen elements a vector in float32: v = x * 2**-k is then the
+// double quotient exactly (or, below float32's normal range, a value that rounds to 0 as
+// it does), and the rounding is taken without the double path's inexact float32
+// |v| + 0.5: nearest, halves away from zero, is trunc(|v|) + (|v| - trunc(|v|) >= 0.5),
+// both exact; nearest_even is the rounding instruction itself. The same integers.
+template <FloatRound M, typename Q>
+__attribute__((target("avx512f"))) void quantize_pow2_f32_avx512(const float* x, size_t begin, size_t end, double step,
+                                                                  float inverse, double qmax, Q* q) {
+  static_assert(M != FloatRound::kSto, "stochastic rounding stays in double");
+  const __m512 inv = _mm512_set1_ps(inverse), hi = _mm512_set1_ps(static_cast<float>(qmax)),
+               lo = _mm512_set1_ps(static_cast<float>(-qmax)), half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  size_t i = begin;
+  for (; i + 16 <= end; i += 16) {
+    const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), inv);
+    __m512 r;
+    if constexpr (M == FloatRound::kRound) {
+      const __m512i bits = _mm512_castps_si512(v);
+      const __m512 mag = _mm512_castsi512_ps(_mm512_andnot_si512(sign, bits));
+      const __m512 whole = _mm512_maskz_roundscale_ps(0xFFFF, mag, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(mag, whole), half, _CMP_GE_OQ);
+      r = _mm512_mask_add_ps(whole, up, whole, one);
+      r = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), _mm512_and_si512(sign, bits)));
+    } else {
+      r = _mm512_maskz_roundscale_ps(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
+    const __m512i codes = _mm512_maskz_cvttps_epi32(0xFFFF, _mm512_maskz_min_ps(0xFFFF, _mm512_maskz_max_ps(0xFFFF, r, lo), hi));
+    if constexpr (sizeof(Q) == 1)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_mask_cvtepi32_epi8(_mm_setzero_si128(), 0xFFFF, codes));
+    else
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), _mm512_mask_cvtepi32_epi16(_mm256_setzero_si256(), 0xFFFF, codes));
+  }
+  quantize_loop<M>(x, i, end, step, qmax, nullptr, q);
+}
+
+// 2**-k as a float32 when step = 2**k and that is a normal float32, else 0
+inline float float_inverse_of_pow2(double step) {
+  uint64_t bits;
+  std::memcpy(&bits, &step, sizeof bits);
+  if (!std::isnormal(step) || (bits & 0xFFFFFFFFFFFFFULL) != 0) return 0.0f;
+  const double inverse = 1.0 / step;
+  return inverse >= 0x1p-126 && inverse <= 0x1p127 ? static_cast<float>(inverse) : 0.0f;
+}
+
 template <FloatRound M, typename F, typename Q>
 __attribute__((target("avx512f"))) void quantize_loop_avx512(const F* x, size_t begin, size_t end, double step,
                                                               double qmax, const uint32_t* words, Q* q) {
@@ -182,127 +215,6 @@ __attribute__((target("avx512f"))) void quantize_loop_avx512(const F* x, size_t 
 template <typename T>
 DSPTRAIN_CLONES void dequantize_loop(const T* acc, size_t begin, size_t end, double scale, float* out) {
   for (size_t i = begin; i < end; ++i) out[i] = static_cast<float>(static_cast<double>(acc[i]) * scale);
-}
-
-// Eight running sums (element i into lane i % 8), added in lane order at the end: a
-// result that depends only on n, never on the thread count or the instruction set.
-constexpr int kLanes = 8;
-
-inline double clip_error(float x, double inv, double step, double top_code) {
-  const double m = std::fabs(static_cast<double>(x));
-  const double e = std::min(std::floor(m * inv + 0.5), top_code) * step - m;
-  return e * e;
-}
-
-double clip_error_scalar(const float* x, size_t begin, size_t end, double step, double top_code, double* lane) {
-  const double inv = 1.0 / step;
-  for (size_t i = begin; i < end; ++i) lane[(i - begin) % kLanes] += clip_error(x[i], inv, step, top_code);
-  return 0;
-}
-
-#ifdef DSPTRAIN_X86
-// the same arithmetic, eight lanes in two AVX2 vectors (no FMA: the product and the sum
-// round separately, as in the scalar code)
-__attribute__((target("avx2"))) void clip_error_avx2(const float* x, size_t begin, size_t end, double step,
-                                                      double top_code, double* lane) {
-  const __m256d inv = _mm256_set1_pd(1.0 / step), st = _mm256_set1_pd(step), top = _mm256_set1_pd(top_code);
-  const __m256d half = _mm256_set1_pd(0.5), sign = _mm256_set1_pd(-0.0);
-  __m256d acc0 = _mm256_loadu_pd(lane), acc1 = _mm256_loadu_pd(lane + 4);
-  size_t i = begin;
-  for (; i + kLanes <= end; i += kLanes) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    for (int h = 0; h < 2; ++h) {
-      const __m256d m = _mm256_andnot_pd(sign, _mm256_cvtps_pd(h ? _mm256_extractf128_ps(v, 1) : _mm256_castps256_ps128(v)));
-      const __m256d q = _mm256_min_pd(_mm256_round_pd(_mm256_add_pd(_mm256_mul_pd(m, inv), half), _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC), top);
-      const __m256d e = _mm256_sub_pd(_mm256_mul_pd(q, st), m);
-      if (h) acc1 = _mm256_add_pd(acc1, _mm256_mul_pd(e, e));
-      else acc0 = _mm256_add_pd(acc0, _mm256_mul_pd(e, e));
-    }
-  }
-  _mm256_storeu_pd(lane, acc0);
-  _mm256_storeu_pd(lane + 4, acc1);
-  clip_error_scalar(x, i, end, step, top_code, lane);   // i - begin is a multiple of kLanes: lanes line up
-}
-
-// Every ratio in one pass (up to kLanes of them): each element is loaded and widened
-// once, and the ratios' sums are independent chains. Lane l of ratio r still sums the
-// elements i with i % 8 == l in order, the same arithmetic: the same bits as above.
-// (The maskz forms, all lanes on, because GCC 12 warns inside its unmasked ones.)
-__attribute__((target("avx512f"))) void clip_errors_avx512(const float* x, size_t begin, size_t end,
-                                                            const double* steps, int count, double top_code,
-                                                            double* lanes) {
-  __m512d inv[kLanes], st[kLanes], acc[kLanes];
-  const __m512d top = _mm512_set1_pd(top_code), half = _mm512_set1_pd(0.5);
-  const __m512i magnitude = _mm512_set1_epi64(0x7FFFFFFFFFFFFFFFLL);   // |x|: the sign bit cleared
-  for (int r = 0; r < count; ++r) {
-    inv[r] = _mm512_set1_pd(1.0 / steps[r]);
-    st[r] = _mm512_set1_pd(steps[r]);
-    acc[r] = _mm512_loadu_pd(lanes + r * kLanes);
-  }
-  size_t i = begin;
-  for (; i + kLanes <= end; i += kLanes) {
-    const __m512d m = _mm512_castsi512_pd(_mm512_and_epi64(_mm512_castpd_si512(_mm512_maskz_cvtps_pd(0xFF, _mm256_loadu_ps(x + i))), magnitude));
-    for (int r = 0; r < count; ++r) {
-      const __m512d q = _mm512_maskz_min_pd(0xFF,
-          _mm512_maskz_roundscale_pd(0xFF, _mm512_add_pd(_mm512_mul_pd(m, inv[r]), half),
-                                     _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC), top);
-      const __m512d e = _mm512_sub_pd(_mm512_mul_pd(q, st[r]), m);
-      acc[r] = _mm512_add_pd(acc[r], _mm512_mul_pd(e, e));
-    }
-  }
-  for (int r = 0; r < count; ++r) {
-    _mm512_storeu_pd(lanes + r * kLanes, acc[r]);
-    clip_error_scalar(x, i, end, steps[r], top_code, lanes + r * kLanes);
-  }
-}
-#endif
-
-// The nonzero |x| of x[0, n) in order into out (which has n + kCompactSlack room); returns
-// their count. NaN counts as nonzero (it stays in the sums, as in the reference).
-constexpr size_t kCompactSlack = 16;
-
-DSPTRAIN_CLONES size_t nonzero_magnitudes_scalar(const float* x, size_t begin, size_t n, float* out, size_t k) {
-  for (size_t i = begin; i < n; ++i) {
-    out[k] = std::fabs(x[i]);
-    k += !(x[i] == 0.0f);
-  }
-  return k;
-}
-
-#ifdef DSPTRAIN_X86
-__attribute__((target("avx512f"))) size_t nonzero_magnitudes_avx512(const float* x, size_t n, float* out) {
-  const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
-  size_t k = 0, i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 v = _mm512_castsi512_ps(_mm512_and_epi32(_mm512_castps_si512(_mm512_loadu_ps(x + i)), magnitude));
-    const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-    _mm512_storeu_ps(out + k, _mm512_maskz_compress_ps(keep, v));   // 16 written, popcount kept
-    k += static_cast<size_t>(__builtin_popcount(keep));
-  }
-  return nonzero_magnitudes_scalar(x, i, n, out, k);
-}
-#endif
-
-size_t nonzero_magnitudes(const float* x, size_t n, float* out) {
-#ifdef DSPTRAIN_X86
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512) return nonzero_magnitudes_avx512(x, n, out);
-#endif
-  return nonzero_magnitudes_scalar(x, 0, n, out, 0);
-}
-
-double clip_error_loop(const float* x, size_t begin, size_t end, double step, double top_code) {
-  double lane[kLanes] = {};
-#ifdef DSPTRAIN_X86
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) clip_error_avx2(x, begin, end, step, top_code, lane);
-  else clip_error_scalar(x, begin, end, step, top_code, lane);
-#else
-  clip_error_scalar(x, begin, end, step, top_code, lane);
-#endif
-  double sum = 0;
-  for (int l = 0; l < kLanes; ++l) sum += lane[l];
-  return sum;
 }
 
 template <FloatRound M, typename F>
@@ -348,11 +260,17 @@ double absmax_float(const F* x, size_t n) {
 
 template <typename F, typename Q>
 void quantize_float(const F* x, size_t n, double step, int qmax, FloatRound mode, const RngKey& key, Q* q) {
+#ifdef DSPTRAIN_X86
+  [[maybe_unused]] const float inverse32 = float_inverse_of_pow2(step);
+#endif
   with_mode(mode, [&](auto m) {
     for_chunks(n, sizeof(F), [&](size_t, size_t b, size_t e) {
       constexpr FloatRound M = decltype(m)::value;
 #ifdef DSPTRAIN_X86
       static const bool avx512 = __builtin_cpu_supports("avx512f");
+      if constexpr (std::is_same_v<F, float> && M != FloatRound::kSto) {
+        if (avx512 && inverse32 != 0.0f) return quantize_pow2_f32_avx512<M>(x, b, e, step, inverse32, double(qmax), q);
+      }
       if (avx512) return quantize_loop_avx512<M>(x, b, e, step, double(qmax), random_words<M>(key, b, e), q);
 #endif
       quantize_loop<M>(x, b, e, step, double(qmax), random_words<M>(key, b, e), q);
@@ -363,48 +281,6 @@ void quantize_float(const F* x, size_t n, double step, int qmax, FloatRound mode
 template <typename T>
 void dequantize(const T* acc, size_t n, double scale, float* out) {
   for_chunks(n, sizeof(T), [&](size_t, size_t b, size_t e) { dequantize_loop(acc, b, e, scale, out); });
-}
-
-void prc_squared_errors(const float* x, size_t n, double top, const double* ratios, int count, int qmax,
-                        double* errors) {
-  const size_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> part(chunks * count, 0.0);
-#ifdef DSPTRAIN_X86
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-#else
-  constexpr bool avx512 = false;
-#endif
-  for_chunks(n, sizeof(float) * count, [&](size_t t, size_t b0, size_t e0) {
-    // A zero adds exactly 0 to every ratio's sum (its code is 0, its error 0): the ratios
-    // run over the chunk's nonzero magnitudes only. Backward errors behind ReLU and
-    // max-pool are mostly zeros (about 87 % of LeNet-5's conv errors).
-    thread_local std::vector<float> kept;
-    if (kept.size() < e0 - b0 + kCompactSlack) kept.resize(e0 - b0 + kCompactSlack);
-    const size_t b = 0, e = nonzero_magnitudes(x + b0, e0 - b0, kept.data());
-    const float* x = kept.data();
-    if (!avx512) {
-      for (int r = 0; r < count; ++r) part[t * count + r] = clip_error_loop(x, b, e, ratios[r] * top / qmax, qmax);
-      return;
-    }
-#ifdef DSPTRAIN_X86
-    for (int r0 = 0; r0 < count; r0 += kLanes) {   // up to eight ratios per pass
-      const int rs = std::min(kLanes, count - r0);
-      double steps[kLanes], lanes[kLanes * kLanes] = {};
-      for (int r = 0; r < rs; ++r) steps[r] = ratios[r0 + r] * top / qmax;
-      clip_errors_avx512(x, b, e, steps, rs, qmax, lanes);
-      for (int r = 0; r < rs; ++r) {
-        double sum = 0;
-        for (int l = 0; l < kLanes; ++l) sum += lanes[r * kLanes + l];
-        part[t * count + r0 + r] = sum;
-      }
-    }
-#endif
-  });
-  for (int r = 0; r < count; ++r) {
-    double sum = 0;
-    for (size_t t = 0; t < chunks; ++t) sum += part[t * count + r];
-    errors[r] = sum;
-  }
 }
 
 namespace {

@@ -32,6 +32,15 @@ void dequantize(const T* acc, size_t n, double scale, float* out);
 void prc_squared_errors(const float* x, size_t n, double top, const double* ratios, int count, int qmax,
                         double* errors);
 
+// Octo's error quantizer in one call: top = max |x|; the ratio r among `ratios` whose
+// squared errors (prc_squared_errors) are least (the first NaN or least, as np.argmin;
+// 1 when top is 0); ratio = (1 - momentum) * prev_ratio + momentum * r into *ratio_out;
+// q = quantize_float(x, step = ratio * top / qmax) (all 0 and step 1 when that range is
+// 0). Returns step. Q: int8_t or int16_t.
+template <typename Q>
+double prc_quantize(const float* x, size_t n, double prev_ratio, double momentum, const double* ratios, int count,
+                    int qmax, FloatRound mode, const RngKey& key, Q* q, double* ratio_out);
+
 // MLS (Zhong et al. 2022) on rows of `channels` floats: groups of `group` channels get
 // k = clip(floor(log2(top / max(group max, top * 2**-64))), 0, kmax) (an exact frexp, not
 // a rounded log2), elements q = clip(round(x / (tensor_scale * 2**-k)), +-qmax), stored

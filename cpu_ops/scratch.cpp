@@ -91,6 +91,11 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
       if (algo == "pixel_panels") pixel_panels_into(&out, s.o, s.kh * run_pad(s.kw * s.c), is64);
     } else if (algo == "implicit_gemm") {  // gemm_rows: the weights packed, nothing for A
       add(&out, "conv.fwd_packed_w", packed_b_bytes(s.o, k, active_isa()));
+    } else if (algo == "implicit_gemm_c4") {  // the same on x and w widened to 4 channels
+      const int k4 = s.kh * s.kw * 4;
+      padded_into(&out, static_cast<size_t>(s.n) * hp * wp * 4, wp);
+      add(&out, "conv.weights", static_cast<size_t>(s.o) * k4);
+      add(&out, "conv.fwd_c4_packed_w", packed_b_bytes(s.o, k4, active_isa()));
     } else {
       add(&out, "conv.im2col", static_cast<size_t>(a_rows(active_isa(), pixels)) * a_row_bytes(active_isa(), k));
       gemm_into(&out, static_cast<int>(pixels), s.o, k, is64, true);
@@ -131,7 +136,11 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     const size_t blocks = (pixels + 255) / 256, tasks = std::min<size_t>(blocks, 4 * threads);
     add(&out, "wgrad.acc" + elem(is64), tiles * kern->mr * panels * kern->nr * tasks * bytes);
     add(&out, "wgrad.tap_offsets" + elem(is64), static_cast<size_t>(taps) * 4);
-    add(&out, "wgrad.a_pack (per thread)" + elem(is64), threads * tiles * 64 * kern->mr * 4 * kern->a_elem_bytes);
+    if (wgrad_panels_read_rows(kern)) {  // err^T, biased, read in place (conv_panels.cpp)
+      add(&out, "wgrad.err_t" + elem(is64), static_cast<size_t>(s.o) * wgrad_row_stride(static_cast<int>(pixels)) + kWgradRowSlack);
+    } else {
+      add(&out, "wgrad.a_pack (per thread)" + elem(is64), threads * tiles * 64 * kern->mr * 4 * kern->a_elem_bytes);
+    }
     add(&out, "wgrad.b_pack (per thread)" + elem(is64), threads * static_cast<size_t>(64) * kern->nr * 4 * panels);
     add(&out, "wgrad.zero_row (per thread)" + elem(is64), threads * static_cast<size_t>(runp + 16));
     return out;

@@ -63,6 +63,23 @@ def prc_squared_errors(x, top: float, ratios, qmax: int) -> list[float]:
     return out
 
 
+def prc_quantize(x, prev_ratio: float, momentum: float, ratios, bits: int, mode: str, rng):
+    """Octo's error quantizer (Zhou et al. 2021): the clip ratio with the least squared
+    error (prc_squared_errors, np.argmin; 1.0 when x is all zero) moves the layer's ratio
+    by `momentum`; x is quantized over [-ratio * max|x|, ratio * max|x|] (float step).
+    Returns (q, step, ratio)."""
+    x = np.asarray(x, np.float32)
+    qmax = 2 ** (bits - 1) - 1
+    top = absmax_f(x)
+    best = 1.0 if top == 0.0 else float(ratios[int(np.argmin(prc_squared_errors(x, top, ratios, qmax)))])
+    ratio = (1 - momentum) * prev_ratio + momentum * best
+    limit = ratio * top
+    if limit == 0.0:
+        return np.zeros(x.shape, np.int8 if bits <= 8 else np.int16), 1.0, ratio
+    step = limit / qmax
+    return quantize_f(x, step, bits, mode, rng), step, ratio
+
+
 def floor_log2(x: np.ndarray) -> np.ndarray:
     """floor(log2(x)) of positive float64 values, exactly (frexp, not a rounded log2)."""
     _, e = np.frexp(x)

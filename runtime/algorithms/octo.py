@@ -25,7 +25,7 @@ import numpy as np
 from ..nn import Conv2d, Linear
 from ._emulated import Emulated, Numerics, module_contract
 from ._kernel import Kernel
-from ._quant import PRC_CANDIDATES, prc_best_ratio, quantize_int, quantize_prc
+from ._quant import PRC_CANDIDATES, Scaled, quantize_int
 
 
 def _unit_interval(value):
@@ -54,16 +54,17 @@ class OctoNumerics(Numerics):
     def err_state(self, layer):
         return {"prc_ratio": np.array(1.0, np.float32)}
 
-    quant_hooks = ("absmax_f", "quantize_f", "prc_squared_errors")
+    quant_hooks = ("absmax_f", "quantize_f", "prc_quantize")
 
     def quant_err(self, err, state, ctx, op):
         fmt = ctx.recipe.tensors.errors
         momentum = float(self.param(ctx.recipe, "prc_momentum", 0.1))
-        best = yield from prc_best_ratio(err, fmt.bits, PRC_CANDIDATES)
-        ratio = (1 - momentum) * float(state[0]) + momentum * best
-        eq = yield from quantize_prc(err, ratio, fmt.bits, fmt.rounding if fmt.rounding != "none" else "round",
-                                     ctx.rng(op))
-        return eq, [np.array(ratio, np.float32)]
+        # range, ratio search and quantizer in one hook: one pass finds the error's nonzero
+        # values (most are zero behind ReLU and max-pool), the others run over those
+        q, step, ratio = yield ("prc_quantize", np.asarray(err, np.float32), float(state[0]), momentum,
+                                PRC_CANDIDATES, fmt.bits, fmt.rounding if fmt.rounding != "none" else "round",
+                                ctx.rng(op))
+        return Scaled(q, step), [np.array(ratio, np.float32)]
 
     # ------------------------------------------------------------ the compensation layer
     def _compensated(self, b):

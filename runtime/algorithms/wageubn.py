@@ -99,6 +99,7 @@ class WAGEUBNNumerics(Numerics):
     # wageubn_update: a conv/linear weight's accumulator; absmax_f, quantize_f: the float
     # parameters' (batch norm's gamma and beta, biases) grids
     update_hooks = ("wageubn_update", "absmax_f", "quantize_f")
+    update_bytes_per_element = 12   # wageubn_update's double sums and int16 codes (cpu_ops/update_wageubn.cpp)
 
     def update(self, w, grad, state, ctx, op):
         o = ctx.recipe.optimizer

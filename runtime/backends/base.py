@@ -182,6 +182,11 @@ class Backend:
         """Octo's range-clipping errors, one per ratio (float64 sums, 1e-12 relative)."""
         self._needs("prc_squared_errors")
 
+    def prc_quantize(self, x, prev_ratio: float, momentum: float, ratios, bits: int, mode: str, rng):
+        """Octo's error quantizer (float_ops.prc_quantize): (q, step, new ratio); the ratio
+        chosen from prc_squared_errors' sums, q bit-exact given the same choice."""
+        self._needs("prc_quantize")
+
     def quantize_mls(self, x, group: int, top: float, tensor_scale: float, kmax: int, qmax: int, mode: str, rng):
         """MLS elements with the group shift applied, q * 2**(kmax - k): int16."""
         self._needs("quantize_mls")

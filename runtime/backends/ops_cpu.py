@@ -217,6 +217,10 @@ class CpuBackend(Backend):
     def prc_squared_errors(self, x, top, ratios, qmax):
         return _native.prc_squared_errors(np.asarray(x, np.float32), float(top), [float(r) for r in ratios], int(qmax))
 
+    def prc_quantize(self, x, prev_ratio, momentum, ratios, bits, mode, rng):
+        return _native.prc_quantize(np.asarray(x, np.float32), float(prev_ratio), float(momentum),
+                                    [float(r) for r in ratios], int(bits), mode, _rng(rng))
+
     def quantize_mls(self, x, group, top, tensor_scale, kmax, qmax, mode, rng):
         return _native.quantize_mls(np.asarray(x, np.float32), int(group), float(top), float(tensor_scale), int(kmax),
                                     int(qmax), mode, _rng(rng))

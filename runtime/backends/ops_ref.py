@@ -28,7 +28,7 @@ def _to_acc(x: np.ndarray, depth: int) -> np.ndarray:
 FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_errors", "quantize_mls", "round_float",
                       "matmul_s16", "im2col", "col2im", "matmul_fp16_chunked", "relu_f32", "relu_bwd_f32", "maxpool_f32", "maxpool_bwd_f32",
                       "compensation_fwd", "compensation_bwd", "sgd_f32",
-                      "wageubn_update")
+                      "wageubn_update", "prc_quantize")
 
 
 class RefBackend(Backend):
@@ -156,6 +156,9 @@ class RefBackend(Backend):
 
     def prc_squared_errors(self, x, top, ratios, qmax):
         return float_ops.prc_squared_errors(x, top, ratios, qmax)
+
+    def prc_quantize(self, x, prev_ratio, momentum, ratios, bits, mode, rng):
+        return float_ops.prc_quantize(x, prev_ratio, momentum, ratios, bits, mode, rng)
 
     def quantize_mls(self, x, group, top, tensor_scale, kmax, qmax, mode, rng):
         return float_ops.quantize_mls(x, group, top, tensor_scale, kmax, qmax, mode, rng)

@@ -185,6 +185,8 @@ def test_conv_algorithm_selection_covers_every_kernel(cpu_isa):
     for _, c in list(small_conv_cases()) + list(cases.conv_cases()):
         for pass_ in ("forward", "backward_data", "backward_weight"):
             seen.add(native.conv_algorithm(pass_, c["x"], c["w"], c["stride"], c["pad"]))
+    # tap rows of 15 bytes (5 channels): im2col + GEMM on every ISA (3 channels are widened to 4 on AVX-512 VNNI)
+    seen.add(native.conv_algorithm("forward", np.zeros((2, 6, 5, 5), np.int8), np.zeros((64, 3, 3, 5), np.int8), 1, 1))
     assert {"pixel_panels", "wgrad_panels", "im2col_gemm", "gemm_1x1"} <= seen, seen
     lenet_conv2 = (np.zeros((64, 14, 14, 6), np.int8), np.zeros((16, 5, 5, 6), np.int8), 1, 0)
     assert native.conv_algorithm("backward_weight", *lenet_conv2) == "wgrad_panels"

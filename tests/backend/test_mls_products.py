@@ -79,11 +79,14 @@ def test_matmul_s16_same_at_one_and_two_threads():
 # planar kernels' ragged blocks: 9 input channels and 7 (odd) output channels in the backward
 # data's pair planes, 9 output channels of a 5-wide kernel (blocks of 4, 4, 1 in the weight
 # gradient, 8 and 1 in the forward), 32 and 33 channels of error planes (the vector
-# transposition's widest case, and the scalar one past it)
+# transposition's widest case, and the scalar one past it), and a strided one whose kernel
+# rows hold 20 taps (the weight gradient's taps in the lanes; 5 output columns, odd), and 17
+# output channels there (error pairs past the vector interleave)
 CONV_SHAPES = [(3, 14, 14, 6, 16, 5, 1, 0), (2, 9, 7, 5, 3, 3, 2, 1), (5, 6, 6, 1, 6, 3, 1, 1),
                (2, 28, 28, 1, 6, 5, 1, 2), (3, 20, 35, 3, 10, 3, 1, 1),
                (2, 11, 12, 9, 7, 5, 1, 1), (2, 18, 20, 2, 9, 5, 1, 2), (1, 17, 17, 2, 32, 2, 1, 0),
-               (1, 16, 16, 1, 33, 1, 1, 0)]
+               (1, 16, 16, 1, 33, 1, 1, 0), (2, 13, 11, 4, 5, 5, 2, 1),
+               (1, 6, 6, 4, 17, 4, 1, 0)]
 
 
 @pytest.mark.parametrize("n,h,w,c,o,k,stride,pad", CONV_SHAPES)

@@ -171,3 +171,38 @@ def test_ceil_log2_is_exact():
     assert [float_ops.ceil_log2(v) for v in (1.0, 2.0, 3.0, 0.75, 2.0**-1074, 2.0**1023)] == [0, 1, 2, 0, -1074, 1023]
     just_above = 2.0**8 * (1 + 2.0**-52)      # np.log2 rounds this to 8.0
     assert float_ops.ceil_log2(just_above) == 9 and _quant.pow2_exponent(just_above, 8) == 2
+
+
+# ---------------------------------------------------------------- Octo's error quantizer
+
+@pytest.mark.parametrize("shape", [(64, 28, 28, 6), (64, 10, 10, 16), (64, 120), (64, 10), (3, 70001), (17,), (0, 4)])
+@pytest.mark.parametrize("zeros", [0.0, 0.87, 1.0])
+@pytest.mark.parametrize("bits, mode", [(8, "round"), (8, "nearest_even"), (8, "sto"), (12, "round")])
+def test_prc_quantize(be, ref, shape, zeros, bits, mode):
+    """The range, the ratio search and the quantizer in one hook: the same ratio, step and
+    codes as the judge (whose search is prc_squared_errors + np.argmin)."""
+    x = sparse_errors(np.random.default_rng(int(np.prod(shape)) % 1000 + bits), shape, zeros)
+    key = RngKey(seed=4, step=2, tensor_id=9, offset=1)
+    got, want = (b.prc_quantize(x, 0.7, 0.1, RATIOS, bits, mode, key) for b in (be, ref))
+    assert got[1:] == want[1:]                            # step, ratio
+    assert got[0].dtype == want[0].dtype == (np.int8 if bits <= 8 else np.int16)
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_prc_quantize_matches_the_search_and_the_quantizer(be, ref):
+    """prc_quantize is prc_squared_errors' choice, the moving average, then quantize_f."""
+    x = sparse_errors(np.random.default_rng(21), (64, 10, 10, 16))
+    top = ref.absmax_f(x)
+    best = RATIOS[int(np.argmin(be.prc_squared_errors(x, top, RATIOS, 127)))]
+    ratio = 0.9 * 0.55 + 0.1 * best
+    q, step, got_ratio = be.prc_quantize(x, 0.55, 0.1, RATIOS, 8, "round", None)
+    assert got_ratio == ratio and step == ratio * top / 127
+    np.testing.assert_array_equal(q, ref.quantize_f(x, ratio * top / 127, 8, "round", None))
+
+
+def test_prc_quantize_same_at_one_and_two_threads():
+    x = sparse_errors(np.random.default_rng(6), (64, 28, 28, 6))
+    run = lambda: native.prc_quantize(x, 0.8, 0.1, list(RATIOS), 8, "round", None)  # noqa: E731
+    one, two = at_threads(1, run), at_threads(2, run)
+    assert one[1:] == two[1:]
+    np.testing.assert_array_equal(one[0], two[0])
