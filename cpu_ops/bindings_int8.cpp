@@ -25,8 +25,9 @@ py::array run_acc(bool is64, const std::vector<py::ssize_t>& shape, Kernel kerne
   return out;
 }
 
-// Runs `kernel(T* acc, int64_t* absmax)` into per-thread scratch, then requantizes into
-// int8 `shape` (with the kernel's own max |acc| when it took one: absmax >= 0).
+// Runs `kernel(T* acc, int64_t* absmax, FusedRequant* fused)` into per-thread scratch,
+// then requantizes into int8 `shape` (with the kernel's own max |acc| when it took one:
+// absmax >= 0). With a given shift an int32 kernel may round its tiles itself (fused).
 template <typename Kernel>
 py::tuple run_requant(bool is64, const std::vector<py::ssize_t>& shape, int shift, RoundMode mode, const Rng& rng,
                       Kernel kernel) {
@@ -40,14 +41,24 @@ py::tuple run_requant(bool is64, const std::vector<py::ssize_t>& shape, int shif
       thread_local Kept<std::vector<int64_t>> acc;
       if (acc.size() < n) acc.resize(n);
       int64_t absmax = -1;
-      kernel(acc.data(), &absmax);
+      kernel(acc.data(), &absmax, static_cast<FusedRequant*>(nullptr));
       used = requantize(acc.data(), n, shift, 8, mode, rng.key, q, absmax);
     } else {
       thread_local Kept<std::vector<int32_t>> acc;
       if (acc.size() < n) acc.resize(n);
       int64_t absmax = -1;
-      kernel(acc.data(), &absmax);
-      used = requantize(acc.data(), n, shift, 8, mode, rng.key, q, absmax);
+      FusedRequant fused{shift, mode, rng.key, q};
+      kernel(acc.data(), &absmax, shift >= 0 ? &fused : nullptr);
+      if (fused.applied && !fused.acc_written && activation_shift(absmax, 8) > shift) {
+        // a lane kernel rounded from its registers and kept no accumulators, and the given
+        // shift would saturate: run it again for them, then the estimate, as requantize does
+        absmax = -1;
+        kernel(acc.data(), &absmax, static_cast<FusedRequant*>(nullptr));
+        used = requantize(acc.data(), n, -1, 8, mode, rng.key, q, absmax);
+      } else {
+        used = fused.applied ? finish_fused_requant(acc.data(), n, fused, absmax)
+                             : requantize(acc.data(), n, shift, 8, mode, rng.key, q, absmax);
+      }
     }
   }
   return py::make_tuple(out, used);
@@ -66,10 +77,10 @@ GemmArgs gemm_args(const char* op, const py::handle& a_obj, const py::handle& b_
 }
 
 template <typename T>
-void gemm_any(const GemmArgs& g, T* c, int64_t* absmax = nullptr) {  // absmax: int32 only
+void gemm_any(const GemmArgs& g, T* c, int64_t* absmax = nullptr, FusedRequant* fused = nullptr) {  // int32 only
   MatrixS8 a{g.a.data(), g.k, 1}, b{g.b.data(), g.k, 1};
   if constexpr (std::is_same_v<T, int64_t>) gemm_s8_s64(a, b, g.m, g.n, g.k, c);
-  else gemm_s8_s32(a, b, g.m, g.n, g.k, c, false, absmax);
+  else gemm_s8_s32(a, b, g.m, g.n, g.k, c, false, absmax, fused);
 }
 
 struct ConvArgs {
@@ -132,7 +143,7 @@ void dsptrain::bind::def_int8_products(py::module_& m) {
     const Rng r = parse_rng(rng);
     check_shift("gemm_requant_s8", shift, rm, r);
     SerialScope serial(small_op(double(g.m) * g.n * g.k));
-    return run_requant(needs_int64(g.k), {g.m, g.n}, shift, rm, r, [&](auto* c, int64_t* mx) { gemm_any(g, c, mx); });
+    return run_requant(needs_int64(g.k), {g.m, g.n}, shift, rm, r, [&](auto* c, int64_t* mx, FusedRequant* f) { gemm_any(g, c, mx, f); });
   }, py::arg("a"), py::arg("b"), py::arg("shift"), py::arg("mode"), py::arg("rng"),
      "gemm_s8 then requantize (shift < 0: estimate it). Returns (int8, shift).");
 
@@ -155,7 +166,7 @@ void dsptrain::bind::def_int8_products(py::module_& m) {
     check_shift("conv2d_requant_s8", shift, rm, r);
     SerialScope serial(small_op(conv_macs(s)));
     return run_requant(needs_int64(s.kh * s.kw * s.c), {s.n, s.oh(), s.ow(), s.o}, shift, rm, r,
-                       [&](auto* y, int64_t* mx) { conv2d_fwd(x.data(), w.data(), s, y, mx); });
+                       [&](auto* y, int64_t* mx, FusedRequant* f) { conv2d_fwd(x.data(), w.data(), s, y, mx, f); });
   }, py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"), py::arg("shift"), py::arg("mode"), py::arg("rng"));
   m.def("conv2d_bwd_data_s8", [](const py::handle& err, const py::handle& w, int stride, int pad,
                                  std::pair<int, int> in_hw) {
@@ -173,7 +184,7 @@ void dsptrain::bind::def_int8_products(py::module_& m) {
     check_shift("conv2d_bwd_data_requant_s8", shift, rm, r);
     SerialScope serial(small_op(conv_macs(c.s)));
     return run_requant(needs_int64(c.s.o * c.s.kh * c.s.kw), {c.s.n, c.s.h, c.s.w, c.s.c}, shift, rm, r,
-                       [&](auto* dx, int64_t* mx) { conv2d_bwd_data(c.x.data(), c.w.data(), c.s, dx, mx); });
+                       [&](auto* dx, int64_t* mx, FusedRequant* f) { conv2d_bwd_data(c.x.data(), c.w.data(), c.s, dx, mx, f); });
   }, py::arg("err"), py::arg("w"), py::arg("stride"), py::arg("pad"), py::arg("in_hw"), py::arg("shift"),
      py::arg("mode"), py::arg("rng"));
   m.def("conv_algorithm", [](const std::string& pass, const py::handle& x_obj, const py::handle& w_obj, int stride,

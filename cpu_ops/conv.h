@@ -7,6 +7,8 @@
 
 namespace dsptrain {
 
+struct FusedRequant;  // requant.h
+
 struct ConvShape {
   int n, h, w, c;     // input x
   int o, kh, kw;      // weights (o, kh, kw, c)
@@ -16,19 +18,22 @@ struct ConvShape {
 };
 
 // Which algorithm a pass runs for shape `s` on the active ISA (for tests and debugging):
-// "gemm_1x1", "im2col_gemm", "implicit_gemm" (no im2col copy: gemm_rows), "pixel_panels"
-// or "wgrad_panels".
+// "gemm_1x1", "im2col_gemm", "implicit_gemm" (no im2col copy: gemm_rows),
+// "implicit_gemm_c4" (the same on 3 channels widened to 4), "pixel_panels" or "wgrad_panels".
 enum class ConvPass { kForward, kBackwardData, kBackwardWeight };
 const char* conv_algorithm(ConvPass pass, const ConvShape& s);
 
 // y[N,OH,OW,O] = x * w. T is int32_t or int64_t. `absmax`, if given, receives max |y|
-// where the GEMM took it on the way (int32 im2col paths), else -1 (not taken).
+// where the GEMM took it on the way (int32 im2col paths), else -1 (not taken). `fused`
+// (int32, with absmax): the GEMM paths round y into fused->out as they go (requant.h).
 template <typename T>
-void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y, int64_t* absmax = nullptr);
+void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y, int64_t* absmax = nullptr,
+                FusedRequant* fused = nullptr);
 
-// dx[N,H,W,C] from err[N,OH,OW,O] and w; `absmax` as for conv2d_fwd.
+// dx[N,H,W,C] from err[N,OH,OW,O] and w; `absmax` and `fused` as for conv2d_fwd.
 template <typename T>
-void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* dx, int64_t* absmax = nullptr);
+void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* dx, int64_t* absmax = nullptr,
+                     FusedRequant* fused = nullptr);
 
 // dw[O,KH,KW,C] from err[N,OH,OW,O] and x.
 template <typename T>

@@ -42,6 +42,10 @@ bool wgrad_packs_source(const ConvShape& s);
 // final group of 4 whole when the pixel count is not a multiple of 4.
 constexpr size_t kWgradRowSlack = 4;
 
+// dst[cols, rows] = src[rows, cols]^T (^ bias; dst's rows dst_ld >= rows bytes apart, 0:
+// rows), on the pool in bands of rows, 16 x 16 blocks in registers (conv.cpp).
+void transpose(const int8_t* src, ptrdiff_t rows, ptrdiff_t cols, int8_t* dst, uint8_t bias = 0, ptrdiff_t dst_ld = 0);
+
 // Its row stride when gemm_rows reads it: an odd number of cache lines, so the six rows of
 // a tile never fall into the same L1 sets (at 4096 pixels, VGG-11's conv4 at batch 64,
 // rows 4 KiB apart made the weight gradient 7 % slower than with packed A).
@@ -62,6 +66,11 @@ void conv_pixel_panels(const PaddedSrc& s, const int8_t* w_runs, int oc, T* out)
 
 // dw[oc, kh, kw, ch] = err[P, oc]^T x patches(s)[P, K]: the long pixel reduction is
 // split over threads in blocks, each with its own accumulator, reduced at the end.
+struct GemmKernel;
+// Whether conv_wgrad_panels on `kern` reads its A (err^T, transposed once, biased) in place
+// with micro_rows instead of packing it per block.
+bool wgrad_panels_read_rows(const GemmKernel* kern);
+
 template <typename T>
 void conv_wgrad_panels(const PaddedSrc& s, const int8_t* err, int oc, T* dw);
 

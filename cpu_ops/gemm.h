@@ -9,6 +9,8 @@
 
 namespace dsptrain {
 
+struct FusedRequant;  // requant.h: the rounding pass done by the product's tasks
+
 enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvxVnni = 2, kAvx512Vnni = 3, kNeonDot = 4, kAmx = 5 };
 
 const char* isa_name(Isa isa);
@@ -69,15 +71,16 @@ size_t packed_b_bytes(int n, int k, Isa isa);
 // K, and readable up to a_rows(isa, M): kernels whose packed A is plain rows (AMX) then
 // read a in place, with no packing pass.
 // `absmax`, if given, receives max |c| (each task's share taken while it is in cache).
+// `fused` (with absmax, and ldc == n): each task also rounds its tile into fused->out.
 void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc, bool a_padded = false,
-                 int64_t* absmax = nullptr);
+                 int64_t* absmax = nullptr, FusedRequant* fused = nullptr);
 int a_row_bytes(Isa isa, int k);
 int a_rows(Isa isa, int m);
 
 // Convenience: packs b into a per-thread scratch and multiplies; int64 output sums
 // int32 products over chunks of K short enough not to overflow.
 void gemm_s8_s32(MatrixS8 a, MatrixS8 b, int m, int n, int k, int32_t* c, bool a_padded = false,
-                 int64_t* absmax = nullptr);
+                 int64_t* absmax = nullptr, FusedRequant* fused = nullptr);
 void gemm_s8_s64(MatrixS8 a, MatrixS8 b, int m, int n, int k, int64_t* c);
 
 // A given in place as biased bytes (a + 128, the offset trick's unsigned side), for the
@@ -96,8 +99,9 @@ struct BiasedRows {
 bool gemm_rows_supported(const PackedB& b);
 
 // c (row stride ldc) = a @ b^T over b.k = segments * seg_len, with no packing of A;
-// `absmax` as gemm_packed's. Only where gemm_rows_supported(b).
-void gemm_rows(const BiasedRows& a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc, int64_t* absmax = nullptr);
+// `absmax` and `fused` as gemm_packed's. Only where gemm_rows_supported(b).
+void gemm_rows(const BiasedRows& a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc, int64_t* absmax = nullptr,
+               FusedRequant* fused = nullptr);
 
 // Longest K whose int8 x int8 dot products (-128 included) always fit int32.
 constexpr int kMaxInt32Depth = 131068;  // 131068 * 128 * 128 < 2^31

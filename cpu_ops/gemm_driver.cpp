@@ -268,13 +268,15 @@ int a_row_bytes(Isa isa, int k) {
 int a_rows(Isa isa, int m) { return round_up(m, gemm_kernel(isa)->mr); }
 
 void for_each_c_tile(const GemmKernel* kern, int m, int n, int k, int32_t* c, ptrdiff_t ldc, int64_t* absmax,
-                     const std::function<void(const TaskSplit&, const CTile&)>& tile) {
+                     const std::function<void(const TaskSplit&, const CTile&)>& tile, FusedRequant* fused) {
   if (absmax) *absmax = 0;
   if (m <= 0 || n <= 0) return;
   if (k == 0) {
     for (int i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0);
     return;
   }
+  // Element (i, j) of C is element i * n + j of the rounded tensor (its random stream index).
+  const bool fuse = fused && absmax && ldc == n;
   const int nr = kern->nr, panels = (n + nr - 1) / nr;
   const TaskSplit split = split_tasks(kern, m, n, pool_threads());
   std::vector<int64_t> task_max(absmax ? split.tasks() : 0, 0);  // absmax: one per task
@@ -282,14 +284,30 @@ void for_each_c_tile(const GemmKernel* kern, int m, int n, int k, int32_t* c, pt
     const int row0 = (task / split.n_splits) * split.mc, p0 = (task % split.n_splits) * split.panels_per_split;
     const CTile t{row0, std::min(split.mc, m - row0), p0, std::min(panels, p0 + split.panels_per_split)};
     tile(split, t);
-    if (absmax && t.p1 > t.p0)
-      task_max[task] = absmax_block(c + static_cast<ptrdiff_t>(t.row0) * ldc + t.p0 * nr, t.rows,
-                                    std::min(n, t.p1 * nr) - t.p0 * nr, ldc);
+    if (!absmax || t.p1 <= t.p0) return;
+    const int col0 = t.p0 * nr, col1 = std::min(n, t.p1 * nr);
+    if (!fuse) {
+      task_max[task] = absmax_block(c + static_cast<ptrdiff_t>(t.row0) * ldc + col0, t.rows, col1 - col0, ldc);
+      return;
+    }
+    const size_t first = static_cast<size_t>(t.row0) * n;
+    if (col0 == 0 && col1 == n) {  // whole rows: one contiguous range
+      task_max[task] = shift_round_absmax_range(c, first, first + static_cast<size_t>(t.rows) * n, fused->shift,
+                                                fused->mode, fused->key, fused->out);
+      return;
+    }
+    int64_t most = 0;
+    for (size_t at = first; at < first + static_cast<size_t>(t.rows) * n; at += n)
+      most = std::max(most, shift_round_absmax_range(c, at + col0, at + col1, fused->shift, fused->mode, fused->key,
+                                                     fused->out));
+    task_max[task] = most;
   });
   if (absmax) *absmax = *std::max_element(task_max.begin(), task_max.end());
+  if (fuse) fused->applied = true;
 }
 
-void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc, bool a_padded, int64_t* absmax) {
+void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc, bool a_padded, int64_t* absmax,
+                 FusedRequant* fused) {
   const GemmKernel* kern = kernel_for(b.isa);
   const int n = b.n, k = b.k, mr = kern->mr, nr = kern->nr, kc_max = kern->kc;
   const bool in_place = a_padded && kern->a_is_rows && k <= kc_max && a.k_stride == 1 &&
@@ -322,13 +340,14 @@ void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc,
       }
     }
     if (kern->task_end) kern->task_end();
-  });
+  }, fused);
 }
 
-void gemm_s8_s32(MatrixS8 a, MatrixS8 b, int m, int n, int k, int32_t* c, bool a_padded, int64_t* absmax) {
+void gemm_s8_s32(MatrixS8 a, MatrixS8 b, int m, int n, int k, int32_t* c, bool a_padded, int64_t* absmax,
+                 FusedRequant* fused) {
   thread_local Kept<PackedB> packed;
   pack_b(b, n, k, active_isa(), &packed);
-  gemm_packed(a, m, packed, c, n, a_padded, absmax);
+  gemm_packed(a, m, packed, c, n, a_padded, absmax, fused);
 }
 
 void gemm_s8_s64(MatrixS8 a, MatrixS8 b, int m, int n, int k, int64_t* c) {

@@ -73,9 +73,11 @@ struct CTile {
 
 // The frame gemm_packed and gemm_rows share: C zeroed when k == 0, the tasks of
 // split_tasks over the pool, and *absmax (if given) the largest |c| over the tasks' tiles.
+// With `fused` (and absmax; C's rows n apart) each task rounds its tile into fused->out
+// after computing it, the maximum taken in the same pass, and fused->applied is set.
 // `tile` computes one task's tile of C; it gets the split for its block sizes.
 void for_each_c_tile(const GemmKernel* kern, int m, int n, int k, int32_t* c, ptrdiff_t ldc, int64_t* absmax,
-                     const std::function<void(const TaskSplit&, const CTile&)>& tile);
+                     const std::function<void(const TaskSplit&, const CTile&)>& tile, FusedRequant* fused = nullptr);
 
 // Groups of 4 k that `kern` computes for a K block of kc: padded to its k_align.
 inline int padded_kgroups(const GemmKernel* kern, int kc) {

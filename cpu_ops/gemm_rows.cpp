@@ -38,7 +38,8 @@ void pieces_of(const BiasedRows& a, int k0, int kc, std::vector<APiece>* out) {
 
 }  // namespace
 
-void gemm_rows(const BiasedRows& a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc, int64_t* absmax) {
+void gemm_rows(const BiasedRows& a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc, int64_t* absmax,
+               FusedRequant* fused) {
   const GemmKernel* kern = gemm_kernel(b.isa);
   const int n = b.n, k = b.k, mr = kern->mr, nr = kern->nr;
   for_each_c_tile(kern, m, n, k, c, ldc, absmax, [&](const TaskSplit&, const CTile& t) {
@@ -58,7 +59,7 @@ void gemm_rows(const BiasedRows& a, int m, const PackedB& b, int32_t* c, ptrdiff
                            pc > 0, b.col_offset.data() + p * nr);
       }
     }
-  });
+  }, fused);
 }
 
 }  // namespace dsptrain

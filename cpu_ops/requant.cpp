@@ -10,8 +10,43 @@
 
 #include "target_clones.h"
 
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define DSPTRAIN_ROUND_AVX512 1
+#endif
+
 namespace dsptrain {
 namespace {
+
+#ifdef DSPTRAIN_ROUND_AVX512
+// Round-to-nearest of int32 accumulators with shift in [1, 31], and max |x|, 16 lanes of
+// 32 bits (|INT32_MIN| = 2^31 fits unsigned; kept + up <= 2^30 + 1): shift_round_one's
+// arithmetic, which the generic loop widened to 64-bit lanes for the maximum (VGG-11's
+// first convolution: 4M accumulators, as long as its GEMM).
+__attribute__((target("avx512f,avx512bw"))) int64_t round_max_s32_avx512(const int32_t* x, size_t begin, size_t end,
+                                                                          int shift, int8_t* out) {
+  const __m128i by = _mm_cvtsi32_si128(shift), by_half = _mm_cvtsi32_si128(shift - 1);
+  const __m512i one = _mm512_set1_epi32(1), cap = _mm512_set1_epi32(127), zero = _mm512_setzero_si512();
+  __m512i most = zero;
+  for (size_t i = begin; i < end; i += 16) {
+    const __mmask16 k = end - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (end - i)) - 1);
+    const __m512i v = _mm512_maskz_loadu_epi32(k, x + i);
+    const __m512i mag = _mm512_abs_epi32(v);
+    most = _mm512_max_epu32(most, mag);
+    const __m512i up = _mm512_and_si512(_mm512_srl_epi32(mag, by_half), one);
+    const __m512i q = _mm512_min_epu32(_mm512_add_epi32(_mm512_srl_epi32(mag, by), up), cap);
+    const __m512i r = _mm512_mask_sub_epi32(q, _mm512_cmplt_epi32_mask(v, zero), zero, q);
+    _mm512_mask_cvtepi32_storeu_epi8(out + i, k, r);
+  }
+  return static_cast<int64_t>(_mm512_reduce_max_epu32(most));
+}
+
+// Whether round_max_s32_avx512 takes (mode, shift) on this CPU.
+bool fast_round(RoundMode mode, int shift) {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return mode == RoundMode::kRound && shift >= 1 && shift <= 31 && has;
+}
+#endif
 
 constexpr size_t kChunk = 1 << 15;  // elements per thread-pool task
 
@@ -155,6 +190,12 @@ int64_t absmax(const int32_t* x, size_t n) { return absmax_parallel(x, n, absmax
 int64_t absmax(const int64_t* x, size_t n) { return absmax_parallel(x, n, absmax_s64); }
 
 void shift_round(const int32_t* x, size_t n, int shift, RoundMode mode, const RngKey& key, int8_t* out) {
+#ifdef DSPTRAIN_ROUND_AVX512
+  if (fast_round(mode, shift)) {
+    for_chunks(n, [&](size_t b, size_t e) { round_max_s32_avx512(x, b, e, shift, out); });
+    return;
+  }
+#endif
   shift_round_parallel(x, n, shift, key, out,
                        mode == RoundMode::kRound ? round_s32 : mode == RoundMode::kPsto ? psto_s32 : sto_s32);
 }
@@ -166,6 +207,13 @@ void shift_round(const int64_t* x, size_t n, int shift, RoundMode mode, const Rn
 
 int64_t shift_round_absmax(const int32_t* x, size_t n, int shift, RoundMode mode, const RngKey& key,
                            int8_t* out) {
+#ifdef DSPTRAIN_ROUND_AVX512
+  if (fast_round(mode, shift))
+    return shift_round_max_parallel(x, n, shift, key, out, [](const int32_t* p, size_t b, size_t e, int s,
+                                                              const RngKey&, int8_t* o) {
+      return round_max_s32_avx512(p, b, e, s, o);
+    });
+#endif
   return shift_round_max_parallel(
       x, n, shift, key, out,
       mode == RoundMode::kRound ? round_max_s32 : mode == RoundMode::kPsto ? psto_max_s32 : sto_max_s32);
@@ -176,6 +224,15 @@ int64_t shift_round_absmax(const int64_t* x, size_t n, int shift, RoundMode mode
   return shift_round_max_parallel(
       x, n, shift, key, out,
       mode == RoundMode::kRound ? round_max_s64 : mode == RoundMode::kPsto ? psto_max_s64 : sto_max_s64);
+}
+
+int64_t shift_round_absmax_range(const int32_t* x, size_t begin, size_t end, int shift, RoundMode mode,
+                                 const RngKey& key, int8_t* out) {
+#ifdef DSPTRAIN_ROUND_AVX512
+  if (fast_round(mode, shift)) return round_max_s32_avx512(x, begin, end, shift, out);
+#endif
+  const auto loop = mode == RoundMode::kRound ? round_max_s32 : mode == RoundMode::kPsto ? psto_max_s32 : sto_max_s32;
+  return loop(x, begin, end, shift, key, out);
 }
 
 int range_bits(int64_t max_abs) {

@@ -24,6 +24,27 @@ void shift_round(const int64_t* x, size_t n, int shift, RoundMode mode, const Rn
 int64_t shift_round_absmax(const int32_t* x, size_t n, int shift, RoundMode mode, const RngKey& key, int8_t* out);
 int64_t shift_round_absmax(const int64_t* x, size_t n, int shift, RoundMode mode, const RngKey& key, int8_t* out);
 
+// The rounding pass of requantize with a given shift, fused into a product's tiles
+// (gemm_driver.cpp for_each_c_tile): each task rounds its tile of the int32 accumulators
+// into `out` while the tile is still in cache, and takes max |acc| in the same pass,
+// instead of a pass over the whole accumulator tensor after the product. `applied` says
+// whether the product did it (paths without tiles leave it false: requantize as before).
+struct FusedRequant {
+  int shift;  // >= 0
+  RoundMode mode;
+  RngKey key;
+  int8_t* out;
+  bool applied = false;
+  // false: the kernel rounded from its registers and never wrote the int32 accumulators
+  // (conv_lanes.cpp), so a shift that turns out too small means running it again
+  bool acc_written = true;
+};
+
+// shift_round_absmax over x[begin, end) on the calling thread (element i draws
+// random_u32(key, i) and goes to out[i]).
+int64_t shift_round_absmax_range(const int32_t* x, size_t begin, size_t end, int shift, RoundMode mode,
+                                 const RngKey& key, int8_t* out);
+
 // numerics.range_bits / activation_shift.
 int range_bits(int64_t max_abs);
 inline int activation_shift(int64_t max_abs, int bits) {
@@ -50,6 +71,16 @@ int requantize(const T* x, size_t n, int shift, int bits, RoundMode mode, const 
     shift_round(x, n, shift, mode, key, out);
   }
   return shift;
+}
+
+// requantize's ending once the product applied `f` (absmax: max |x| its tiles took): the
+// given shift stands unless the accumulators need a larger one, and then x is rounded
+// again with that, as requantize does with a given shift. Returns the shift used.
+inline int finish_fused_requant(const int32_t* x, size_t n, const FusedRequant& f, int64_t absmax, int bits = 8) {
+  const int needed = activation_shift(absmax, bits);
+  if (needed <= f.shift) return f.shift;
+  shift_round(x, n, needed, f.mode, f.key, f.out);
+  return needed;
 }
 
 }  // namespace dsptrain

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "conv_impl.h"
+#include "conv_lanes.h"
 #include "gemm.h"
 #include "gemm_kernels.h"
 #include "thread_pool.h"
@@ -91,6 +92,11 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
       if (algo == "pixel_panels") pixel_panels_into(&out, s.o, s.kh * run_pad(s.kw * s.c), is64);
     } else if (algo == "implicit_gemm") {  // gemm_rows: the weights packed, nothing for A
       add(&out, "conv.fwd_packed_w", packed_b_bytes(s.o, k, active_isa()));
+    } else if (algo == "implicit_gemm_c4") {  // the same on x and w widened to 4 channels
+      const int k4 = s.kh * s.kw * 4;
+      padded_into(&out, static_cast<size_t>(s.n) * hp * wp * 4, wp);
+      add(&out, "conv.weights", static_cast<size_t>(s.o) * k4);
+      add(&out, "conv.fwd_c4_packed_w", packed_b_bytes(s.o, k4, active_isa()));
     } else {
       add(&out, "conv.im2col", static_cast<size_t>(a_rows(active_isa(), pixels)) * a_row_bytes(active_isa(), k));
       gemm_into(&out, static_cast<int>(pixels), s.o, k, is64, true);
@@ -101,6 +107,10 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     const bool is64 = acc64(static_cast<long long>(s.o) * s.kh * s.kw);
     const size_t m = static_cast<size_t>(s.n) * s.h * s.w;
     if (requant) add(&out, "requant.acc.conv2d_bwd_data" + elem(is64), m * s.c * (is64 ? 8 : 4));
+    if (algo == "err_broadcast") {   // conv_lanes.cpp: the weights as broadcast vectors (kept)
+      add(&out, "conv.bwd_broadcast_weights", bwd_broadcast_kept_bytes(s));
+      return out;
+    }
     const bool panels = algo == "pixel_panels" || algo == "lanes";
     const int run = s.kw * s.o, k = s.kh * (panels ? run_pad(run) : run);
     const bool packs_w = !is64 && !panels && pack_b_k_rows_fits(s.c, k, active_isa());  // conv.cpp bwd_data_packs_w
@@ -124,6 +134,11 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
   const int hp = s.h + 2 * s.pad, wp = s.w + 2 * s.pad;
   padded_into(&out, static_cast<size_t>(s.n) * hp * wp * s.c, wp);
   if (algo == "wgrad_lanes") return out;   // conv_lanes.cpp: the padded source and the stack
+  if (algo == "wgrad_olanes") {   // conv_lanes.cpp: the source as channel runs, the error as vectors, the tasks' sums
+    add(&out, "wgrad.runs_and_error_vectors", wgrad_olanes_kept_bytes(s.n, hp, wp, s.c, s.kw, s.ow(), s.oh()));
+    add(&out, "wgrad.sums", static_cast<size_t>(pool_threads()) * 4 * (static_cast<size_t>(s.kh) * s.kw * s.c * 16 + 16) * 4);
+    return out;
+  }
   if (algo == "wgrad_panels") {
     const GemmKernel* kern = panel_kernel();
     const int threads = pool_threads(), runp = run_pad(s.kw * s.c), taps = s.kh * runp;
@@ -131,7 +146,11 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     const size_t blocks = (pixels + 255) / 256, tasks = std::min<size_t>(blocks, 4 * threads);
     add(&out, "wgrad.acc" + elem(is64), tiles * kern->mr * panels * kern->nr * tasks * bytes);
     add(&out, "wgrad.tap_offsets" + elem(is64), static_cast<size_t>(taps) * 4);
-    add(&out, "wgrad.a_pack (per thread)" + elem(is64), threads * tiles * 64 * kern->mr * 4 * kern->a_elem_bytes);
+    if (wgrad_panels_read_rows(kern)) {  // err^T, biased, read in place (conv_panels.cpp)
+      add(&out, "wgrad.err_t" + elem(is64), static_cast<size_t>(s.o) * wgrad_row_stride(static_cast<int>(pixels)) + kWgradRowSlack);
+    } else {
+      add(&out, "wgrad.a_pack (per thread)" + elem(is64), threads * tiles * 64 * kern->mr * 4 * kern->a_elem_bytes);
+    }
     add(&out, "wgrad.b_pack (per thread)" + elem(is64), threads * static_cast<size_t>(64) * kern->nr * 4 * panels);
     add(&out, "wgrad.zero_row (per thread)" + elem(is64), threads * static_cast<size_t>(runp + 16));
     return out;

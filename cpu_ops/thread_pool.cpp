@@ -1,18 +1,51 @@
 // Persistent workers wait on a condition variable for a new "generation" of tasks and
 // take task indices from an atomic counter; the caller works too and then waits for
 // the workers that joined the call (not for those that woke too late to). Started on first use, joined at exit.
+// Both sides spin briefly before they block: a training step makes a few hundred calls
+// tens of microseconds apart, and waking a sleeping thread (a futex, on a VM an idle
+// virtual CPU) costs about as much as a small call's work.
 #include "thread_pool.h"
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
+
 namespace dsptrain {
 namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(_M_X64)
+  _mm_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+// How long a thread polls before it sleeps: a little more than the gap between two ops
+// of a step (the Python around each op), so a step's calls find the worker awake.
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+// Polls `done()` for up to kSpin; true if it became true.
+template <typename Done>
+bool spin_until(Done done) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  for (;;) {
+    for (int i = 0; i < 32; ++i) {
+      if (done()) return true;
+      cpu_relax();
+    }
+    if (std::chrono::steady_clock::now() >= until) return done();
+  }
+}
 
 thread_local bool t_inside_task = false;
 thread_local bool t_serial = false;
@@ -28,6 +61,7 @@ class ThreadPool {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stop_ = true;
+      stop_flag_.store(true);
     }
     wake_.notify_all();
     for (auto& w : workers_) w.join();
@@ -52,6 +86,11 @@ class ThreadPool {
     // to find every task taken. Only the workers that joined are waited for.
     std::unique_lock<std::mutex> lock(mutex_);
     open_ = false;
+    if (busy_.load() != 0) {  // a joined worker finishing its last task: poll, then sleep
+      lock.unlock();
+      spin_until([this] { return busy_.load(std::memory_order_acquire) == 0; });
+      lock.lock();
+    }
     done_.wait(lock, [this] { return busy_ == 0; });
     fn_ = nullptr;
   }
@@ -65,6 +104,7 @@ class ThreadPool {
   void worker_loop() {
     long seen = 0;
     for (;;) {
+      spin_until([&] { return generation_.load(std::memory_order_acquire) != seen || stop_flag_.load(); });
       {
         std::unique_lock<std::mutex> lock(mutex_);
         wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
@@ -84,9 +124,11 @@ class ThreadPool {
   std::mutex caller_mutex_, mutex_;
   std::condition_variable wake_, done_;
   const std::function<void(int)>* fn_ = nullptr;
-  int ntasks_ = 0, busy_ = 0;
-  long generation_ = 0;
+  int ntasks_ = 0;
+  std::atomic<int> busy_{0};        // written under mutex_, polled without it
+  std::atomic<long> generation_{0}; // as busy_
   std::atomic<int> next_{0};
+  std::atomic<bool> stop_flag_{false};  // stop_, for the polling loop
   bool stop_ = false;
   bool open_ = false;   // workers may still join the current call
 };

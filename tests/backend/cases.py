@@ -87,3 +87,10 @@ def loss_cases(seed: int = 4):
         logits = int8(rng, (batch, classes), low, high)
         labels = rng.integers(0, classes, size=batch)
         yield f"b{batch}c{classes}e{exponent}", (logits, exponent, labels)
+
+
+def same(got, want) -> None:
+    """Bit-identical: same dtype, shape and every element."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
+    np.testing.assert_array_equal(got, want)

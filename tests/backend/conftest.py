@@ -20,3 +20,14 @@ def available_backends(exclude=("ref",)):
 @pytest.fixture(scope="session")
 def make_backend():
     return lambda name: backend_class(name)()
+
+
+@pytest.fixture(scope="module")
+def dsp(emulated_dsp_tools):
+    """One emulated DSP (qemu-hexagon) per test module, 4 HVX threads unless a test sets
+    hvx_threads itself."""
+    from dsptrain.backends.ops_dsp import DspBackend
+
+    backend = DspBackend(transport="emulated")
+    yield backend
+    backend.close()

@@ -18,27 +18,14 @@ import pytest
 
 from dsptrain.backends.ops_ref import RefBackend
 
+from .cases import same
+
 ref = RefBackend()
 R = np.random.default_rng(1616)
 
 
-@pytest.fixture(scope="module")
-def dsp(emulated_dsp_tools):
-    from dsptrain.backends.ops_dsp import DspBackend
-
-    backend = DspBackend(transport="emulated")
-    yield backend
-    backend.close()
-
-
 def s8(*shape):
     return R.integers(-128, 128, shape, dtype=np.int8)
-
-
-def same(got, want):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
-    np.testing.assert_array_equal(got, want)
 
 
 SHAPES = [  # N, H, W, O, KH, KW, pad (one input channel, stride 1)

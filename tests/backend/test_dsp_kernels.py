@@ -11,15 +11,6 @@ from dsptrain.backends.ops_ref import RefBackend
 from dsptrain.numerics import RngKey
 
 
-@pytest.fixture(scope="module")
-def dsp(emulated_dsp_tools):
-    from dsptrain.backends.ops_dsp import DspBackend
-
-    backend = DspBackend(transport="emulated")
-    yield backend
-    backend.close()
-
-
 ref = RefBackend()
 R = np.random.default_rng(2024)
 

@@ -18,15 +18,6 @@ R = np.random.default_rng(16)
 THREADS = [1, 2, 3, 4]
 
 
-@pytest.fixture(scope="module")
-def dsp(emulated_dsp_tools):
-    from dsptrain.backends.ops_dsp import DspBackend
-
-    backend = DspBackend(transport="emulated")
-    yield backend
-    backend.close()
-
-
 def s8(*shape):
     return R.integers(-127, 128, shape, dtype=np.int8)
 
