@@ -69,29 +69,20 @@ def test_afp_errors_are_planned_at_16_bits_and_fit_when_a_layer_widens():
     assert {w[1] for t, w in _one_step(narrow).items() if t.endswith(".eq")} == {"int8"}
 
 
-@pytest.mark.parametrize("name", ["mls", "fp8", "octo"])
-def test_the_emulated_products_workspace_is_what_they_allocate(name):
-    """What each layer product allocates while it runs on the cpu backend (NumPy arrays,
-    traced by tracemalloc: patches, transposed weights, exact sums, the scattered image,
-    the result) against the plan's op workspace (memory.planner.op_workspace with the
-    recipe's declared `workspace`) and what the recipe keeps from the op: never more, and
-    at most half above it (the plan adds up arrays a product frees before its peak). MLS's
-    conv patches are both the forward's workspace and the patch cache's kept entry (counted
-    twice while the forward runs), and its weight gradients reuse them: there the plan is
-    only checked to be enough."""
+def _allocated_per_op(recipe, batch, seed):
+    """(graph, plan, {op name: bytes it allocated while it ran}) of one LeNet-5 training
+    step under `recipe` on the cpu backend (NumPy arrays, traced by tracemalloc), op by op."""
     import tracemalloc
 
     from dsptrain.backends.ops_cpu import CpuBackend
-    from dsptrain.memory.planner import op_workspace
 
     if not CpuBackend.available()[0]:
         pytest.skip("cpu backend not built")
-    batch, recipe = 16, dsptrain.load_recipe(name)
     algorithm, model = algorithm_module(recipe.module), build_model("lenet5")
     graph = lower(model, recipe, batch)
     backends = {"cpu": CpuBackend(), "ref": RefBackend()}
     plan, executor = place(graph, backends), Executor(backends, algorithm)
-    rng = np.random.default_rng(2)
+    rng = np.random.default_rng(seed)
     env = dict(algorithm.init_params(model, recipe, rng))
     env["input"] = algorithm.prepare_input(rng.integers(0, 256, (batch, 28, 28, 1), dtype=np.uint8))
     env["labels"] = rng.integers(0, 10, batch)
@@ -107,12 +98,33 @@ def test_the_emulated_products_workspace_is_what_they_allocate(name):
             env.update(outputs)
     finally:
         tracemalloc.stop()
+    return graph, plan, measured
+
+
+def _kept_by_recipe(plan, op, batch) -> int:
+    """What the recipe keeps from `op` between ops (its `recipe:` scratch buffers)."""
+    return sum(n for buf, n in plan.scratch_bytes(op, batch).items() if buf.startswith("recipe:"))
+
+
+@pytest.mark.parametrize("name", ["mls", "fp8", "octo"])
+def test_the_emulated_products_workspace_is_what_they_allocate(name):
+    """What each layer product allocates while it runs on the cpu backend (NumPy arrays,
+    traced by tracemalloc: patches, transposed weights, exact sums, the scattered image,
+    the result) against the plan's op workspace (memory.planner.op_workspace with the
+    recipe's declared `workspace`) and what the recipe keeps from the op: never more, and
+    at most half above it (the plan adds up arrays a product frees before its peak). MLS's
+    conv patches are both the forward's workspace and the patch cache's kept entry (counted
+    twice while the forward runs), and its weight gradients reuse them: there the plan is
+    only checked to be enough."""
+    from dsptrain.memory.planner import op_workspace
+
+    batch = 16
+    graph, plan, measured = _allocated_per_op(dsptrain.load_recipe(name), batch, seed=2)
     products = [op for op in graph.ops if op.kind.endswith(".product")]
     assert len(products) == 14    # 5 forward, 5 weight-gradient, 4 backward-data (none into the input)
     for op in products:
         # the op's workspace, and what the recipe keeps from it (MLS's patch cache entry)
-        kept = sum(n for buf, n in plan.scratch_bytes(op, batch).items() if buf.startswith("recipe:"))
-        planned, got = op_workspace(graph, op, batch) + kept, measured[op.name]
+        planned, got = op_workspace(graph, op, batch) + _kept_by_recipe(plan, op, batch), measured[op.name]
         assert got <= planned * 1.02 + 4096, f"{name} {op.name}: allocated {got} bytes, planned {planned}"
         if not (name == "mls" and op.name.startswith("conv")):   # the cached patches: see above
             assert planned <= got * 1.5 + 4096, f"{name} {op.name}: planned {planned} bytes, allocated {got}"
@@ -126,40 +138,17 @@ def test_no_op_allocates_more_than_its_planned_workspace(name):
     weight grid, FP8's float64 update), the loss's, AFP's int16 copies of
     int8 operands against 16-bit errors ("afp-16": every layer's errors widened) and the
     transposed copies of the linear layers are counted."""
-    import tracemalloc
-
-    from dsptrain.backends.ops_cpu import CpuBackend
     from dsptrain.memory.planner import op_workspace
 
-    if not CpuBackend.available()[0]:
-        pytest.skip("cpu backend not built")
     batch, recipe = 32, dsptrain.load_recipe(name.split("-")[0])
     if name == "afp-16":   # a threshold nothing stays under: errors go to 16 bits at the first check
         recipe = dataclasses.replace(recipe, params={**recipe.params, "error_threshold": 1e-12})
-    algorithm, model = algorithm_module(recipe.module), build_model("lenet5")
-    graph = lower(model, recipe, batch)
-    backends = {"cpu": CpuBackend(), "ref": RefBackend()}
-    plan, executor = place(graph, backends), Executor(backends, algorithm)
-    rng = np.random.default_rng(4)
-    env = dict(algorithm.init_params(model, recipe, rng))
-    env["input"] = algorithm.prepare_input(rng.integers(0, 256, (batch, 28, 28, 1), dtype=np.uint8))
-    env["labels"] = rng.integers(0, 10, batch)
-    ctx = StepContext(recipe, graph, 0, 0, 0, batch)
+    graph, plan, measured = _allocated_per_op(recipe, batch, seed=4)
     over = {}
-    tracemalloc.start()
-    try:
-        for op in graph.ops:
-            tracemalloc.reset_peak()
-            before = tracemalloc.get_traced_memory()[0]
-            outputs, _ = executor.call(plan, op, env, ctx)
-            got = tracemalloc.get_traced_memory()[1] - before
-            env.update(outputs)
-            kept = sum(n for buf, n in plan.scratch_bytes(op, batch).items() if buf.startswith("recipe:"))
-            planned = op_workspace(graph, op, batch) + kept
-            if got > planned * 1.02 + 4096:
-                over[op.name] = (got, planned)
-    finally:
-        tracemalloc.stop()
+    for op in graph.ops:
+        got, planned = measured[op.name], op_workspace(graph, op, batch) + _kept_by_recipe(plan, op, batch)
+        if got > planned * 1.02 + 4096:
+            over[op.name] = (got, planned)
     assert not over, f"{name}: ops allocated more than planned (allocated, planned bytes): {over}"
 
 
