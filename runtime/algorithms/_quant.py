@@ -61,34 +61,41 @@ def pow2_exponent(max_abs: float, bits: int) -> int:
     return float_ops.ceil_log2(max_abs) - (bits - 1)
 
 
+def _float_operand(x) -> np.ndarray:
+    """x as float32 or float64 (other dtypes widened to float64)."""
+    x = np.asarray(x)
+    return x if x.dtype in (np.float32, np.float64) else x.astype(np.float64)
+
+
+def _grid_step(limit: float, bits: int, scale: str) -> float:
+    """The step of a `bits`-bit grid covering `limit`: a power of two ("pow2") or limit / qmax."""
+    return 2.0 ** pow2_exponent(limit, bits) if scale == "pow2" else limit / qmax(bits)
+
+
 def quantize_int(x, bits: int = 8, scale: str = "pow2", rounding: str = "round", rng=None,
                  clip: float | None = None) -> Scaled:
     """(hook calls) Symmetric `bits`-bit integers with one scale: a power of two covering
     max|x| (or `clip`), or the float max|x| / qmax. Values beyond the range saturate. The
     range and the rounding are the hooks absmax_f and quantize_f; grids wider than 16 bits
     (WAGEUBN's 24-bit weight accumulator) are NumPy's (`quantize_int_numpy`)."""
-    x = np.asarray(x)
-    if x.dtype not in (np.float32, np.float64):
-        x = x.astype(np.float64)
+    x = _float_operand(x)
     if bits > 16:
         return quantize_int_numpy(x, bits, scale, rounding, rng, clip)
     limit = (yield ("absmax_f", x)) if clip is None else float(clip)
     if limit == 0.0:
         return Scaled(np.zeros(x.shape, _int_dtype(bits)), 1.0)
-    step = 2.0 ** pow2_exponent(limit, bits) if scale == "pow2" else limit / qmax(bits)
+    step = _grid_step(limit, bits, scale)
     return Scaled((yield ("quantize_f", x, step, bits, rounding, rng)), step)
 
 
 def quantize_int_numpy(x, bits: int = 8, scale: str = "pow2", rounding: str = "round", rng=None,
                        clip: float | None = None) -> Scaled:
     """quantize_int in NumPy (float_ops), no backend: scalars, batch norm's statistics."""
-    x = np.asarray(x)
-    if x.dtype not in (np.float32, np.float64):
-        x = x.astype(np.float64)
+    x = _float_operand(x)
     limit = float_ops.absmax_f(x) if clip is None else float(clip)
     if limit == 0.0:
         return Scaled(np.zeros(x.shape, _int_dtype(bits)), 1.0)
-    step = 2.0 ** pow2_exponent(limit, bits) if scale == "pow2" else limit / qmax(bits)
+    step = _grid_step(limit, bits, scale)
     q = np.clip(round_values(x.astype(np.float64) / step, rounding, rng), -qmax(bits), qmax(bits))
     return Scaled(q.astype(_int_dtype(bits)), step)
 
@@ -102,24 +109,9 @@ def quantization_error(x, quantized: Scaled) -> float:
 
 # ---------------------------------------------------------------- Octo's parameterized range clipping
 
+# the clip ratios (of max|x|) Octo's error quantizer searches: one hook, prc_quantize
+# (float_ops.prc_quantize the judge, cpu_ops/quant_prc.cpp)
 PRC_CANDIDATES = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)
-
-
-def prc_best_ratio(x, bits: int = 8, candidates=PRC_CANDIDATES) -> float:
-    """(hook calls) The clipping ratio (of max|x|) whose int quantization has the least
-    squared error (prc_squared_errors, one pass per ratio)."""
-    x = np.asarray(x, np.float32)
-    top = (yield ("absmax_f", x)) if x.size else 0.0
-    if top == 0.0:
-        return 1.0
-    errors = yield ("prc_squared_errors", x, top, candidates, qmax(bits))
-    return float(candidates[int(np.argmin(errors))])
-
-
-def quantize_prc(x, ratio: float, bits: int = 8, rounding: str = "round", rng=None) -> Scaled:
-    """(hook calls) Integers over [-ratio * max|x|, ratio * max|x|]: larger values clip."""
-    top = (yield ("absmax_f", x)) if np.size(x) else 0.0
-    return (yield from quantize_int(x, bits, "float", rounding, rng, clip=ratio * top))
 
 
 # ---------------------------------------------------------------- MLS: tensor scale x group scale x elements

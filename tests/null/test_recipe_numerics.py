@@ -142,12 +142,16 @@ def test_mls_group_scales_against_float64():
 
 
 def test_range_clipping_clips_and_picks_the_least_squared_error():
+    """Octo's error quantizer (the prc_quantize hook, float_ops on ref): with momentum 1 its
+    ratio is the search's pick, with momentum 0 it keeps the layer's ratio and clips there."""
     e = np.random.default_rng(6).laplace(size=20000).astype(np.float32)     # long tails: at 4 bits clipping pays
     top = float(np.abs(e).max())
-    ratio = run_steps(R, q.prc_best_ratio(e, bits=4))
+    _, _, ratio = R.prc_quantize(e, 1.0, 1.0, q.PRC_CANDIDATES, 4, "round", None)
     errors = {a: np.sum((run_steps(R, q.quantize_int(e, 4, "float", clip=a * top)).values() - e) ** 2) for a in q.PRC_CANDIDATES}
     assert ratio == min(errors, key=errors.get) and ratio < 1.0
-    clipped = run_steps(R, q.quantize_prc(e, 0.5))
+    codes, step, kept = R.prc_quantize(e, 0.5, 0.0, q.PRC_CANDIDATES, 8, "round", None)
+    clipped = q.Scaled(codes, step)
+    assert kept == 0.5
     assert np.isclose(np.abs(clipped.values()).max(), top / 2) and clipped.q.dtype == np.int8
     inside = np.abs(e) <= top / 2
     assert np.abs(clipped.values()[inside] - e[inside]).max() <= clipped.scale / 2 + 1e-12
