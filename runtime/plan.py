@@ -358,10 +358,11 @@ class Planner:
     then for each model lowered at a batch size its Plan (`plan_model`), with every backend
     prepared for the ops it got; the executor that runs plans is its own. The command line
     hands its choice here directly (cli/train.py, cli/plan.py) and gives the Planner to
-    the Trainer, which asks it for plans and runs them through `run`; so the choice
-    travels CLI -> here -> backends -> execute/ -> the backend's kernel, never through
-    train/ (scripts/check_layout.py traces it). The Python API's Trainer, given no
-    Planner, makes its own from the run's `backend:`."""
+    an execute.Step, which asks it for plans and runs them through `run` while answering
+    the Trainer's requests; so the choice travels CLI -> here -> backends -> execute/ ->
+    the backend's kernel, never through train/ (scripts/check_layout.py traces it). The
+    Python API's Trainer makes its own Step and Planner from the run's `backend:`
+    (train/step.py)."""
 
     def __init__(self, choice: str, algorithm, device=None, scheduler=None):
         from .execute import Executor
@@ -418,8 +419,10 @@ class Planner:
         return dsp_model_time(self.device, *take()).seconds if take is not None else None
 
     def adopt_scratch(self, held: dict, option) -> dict:
-        """memory.fit.adopt_scratch on these backends: the release is made here, so the
-        memory layer is handed sizes, never a backend."""
+        """Before a step of memory plan `option`, with the kept buffers at `held`: release
+        every backend's scratch when `option` keeps some buffer smaller (memory.fit.must_release);
+        returns what is held after the step. The release is made here, so the memory layer is
+        handed sizes, never a backend."""
         from .memory.fit import held_after, must_release
 
         if must_release(held, option):

@@ -18,8 +18,8 @@ accumulators of the cpu kernels) is kept: each buffer grows to its largest reque
 stays allocated, so an option's peak adds, per buffer, its largest size over the step at
 that micro-batch (`kept_scratch`), for the whole step. The kernels never shrink these
 buffers: when the trainer adopts an option that keeps some buffer smaller than a plan
-before it grew it, it asks the backends to release their scratch first (`adopt_scratch`,
-Backend.release_scratch), so a moving budget holds after it shrinks.
+before it grew it, it asks the backends to release their scratch first (`must_release`; the Planner
+calls Backend.release_scratch, plan.Planner.adopt_scratch), so a moving budget holds after it shrinks.
 
 Cost model, in MAC-equivalents:
     sum over ops of MACs (x (1 + RERUN * (1 - 1/slices)) for a sliced op taking a range:
@@ -184,20 +184,11 @@ class Fitter:
             f"({least.peak} bytes, {least.label}); lower the batch size or raise the budget")
 
 
-def adopt_scratch(held: dict[str, int], option: Option, backends) -> dict[str, int]:
-    """Before a step runs `option`: `held` is what the backends' kept buffers may hold
-    (the largest size each was planned at since the last release). When `option` keeps
-    any of them smaller, every backend releases its scratch (Backend.release_scratch), so
-    the buffers regrow only to this option's sizes. Returns what is held after the step."""
-    if must_release(held, option):
-        for backend in backends:
-            backend.release_scratch()
-        held = {}
-    return held_after(held, option)
-
-
 def must_release(held: dict[str, int], option: Option) -> bool:
-    """Does `option` keep a buffer smaller than `held` says it may hold (adopt_scratch)?"""
+    """Before a step runs `option`: `held` is what the backends' kept buffers may hold (the
+    largest size each was planned at since the last release). Does `option` keep one of
+    them smaller (then every backend releases its scratch first, so the buffers regrow only
+    to this option's sizes: plan.Planner.adopt_scratch)?"""
     planned = dict(option.scratch_buffers)
     return any(nbytes > planned.get(name, 0) for name, nbytes in held.items())
 

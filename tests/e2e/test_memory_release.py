@@ -10,7 +10,9 @@ import pytest
 
 from dsptrain.backends.base import Backend
 from dsptrain.backends.ops_cpu import CpuBackend
-from dsptrain.memory.fit import Option, adopt_scratch
+from dsptrain.algorithms import niti
+from dsptrain.memory.fit import Option
+from dsptrain.plan import Planner
 
 MB = 1 << 20
 
@@ -67,13 +69,15 @@ def _option(**buffers):
 
 def test_scratch_is_released_only_when_a_plan_keeps_some_buffer_smaller():
     backend = _Recorder()
-    held = adopt_scratch({}, _option(a=10, b=5), [backend])
+    planner = Planner("ref", niti)
+    planner.backends = {"recorder": backend}
+    held = planner.adopt_scratch({}, _option(a=10, b=5))
     assert held == {"a": 10, "b": 5} and backend.calls == 0
-    held = adopt_scratch(held, _option(a=20, b=5, c=1), [backend])    # everything grows: keep
+    held = planner.adopt_scratch(held, _option(a=20, b=5, c=1))    # everything grows: keep
     assert held == {"a": 20, "b": 5, "c": 1} and backend.calls == 0
-    held = adopt_scratch(held, _option(a=20, b=9), [backend])           # c no longer planned: release
+    held = planner.adopt_scratch(held, _option(a=20, b=9))           # c no longer planned: release
     assert held == {"a": 20, "b": 9} and backend.calls == 1
-    held = adopt_scratch(held, _option(a=4, b=50), [backend])           # a smaller, total larger: release
+    held = planner.adopt_scratch(held, _option(a=4, b=50))           # a smaller, total larger: release
     assert held == {"a": 4, "b": 50} and backend.calls == 2
     assert Backend().release_scratch() == 0                              # the hook is optional
 
