@@ -38,8 +38,6 @@ inline double round_value(double v, FloatRound mode, const RngKey& key, size_t i
 
 // The random words of elements [begin, end) (sto mode), drawn in their own loop so that
 // the Threefry rounds run vector-wide (fill_random_u32); nullptr in the other modes.
-void fill_random(const RngKey& key, size_t begin, size_t n, uint32_t* out) { fill_random_u32(key, begin, n, out); }
-
 template <FloatRound M>
 const uint32_t* random_words(const RngKey& key, size_t begin, size_t end) {
   if constexpr (M != FloatRound::kSto) {
@@ -47,7 +45,7 @@ const uint32_t* random_words(const RngKey& key, size_t begin, size_t end) {
   } else {
     thread_local std::vector<uint32_t> words;
     if (words.size() < end - begin) words.resize(end - begin);
-    fill_random(key, begin, end - begin, words.data());
+    fill_random_u32(key, begin, end - begin, words.data());
     return words.data();
   }
 }
@@ -175,11 +173,16 @@ __attribute__((target("avx512f"))) void quantize_pow2_f32_avx512(const float* x,
   quantize_loop<M>(x, i, end, step, qmax, nullptr, q);
 }
 
-// 2**-k as a float32 when step = 2**k and that is a normal float32, else 0
-inline float float_inverse_of_pow2(double step) {
+// Is step a power of two (a normal double with an all-zero mantissa)? Then 1 / step is exact.
+inline bool is_pow2(double step) {
   uint64_t bits;
   std::memcpy(&bits, &step, sizeof bits);
-  if (!std::isnormal(step) || (bits & 0xFFFFFFFFFFFFFULL) != 0) return 0.0f;
+  return std::isnormal(step) && (bits & 0xFFFFFFFFFFFFFULL) == 0;
+}
+
+// 2**-k as a float32 when step = 2**k and that is a normal float32, else 0
+inline float float_inverse_of_pow2(double step) {
+  if (!is_pow2(step)) return 0.0f;
   const double inverse = 1.0 / step;
   return inverse >= 0x1p-126 && inverse <= 0x1p127 ? static_cast<float>(inverse) : 0.0f;
 }
@@ -188,11 +191,8 @@ template <FloatRound M, typename F, typename Q>
 __attribute__((target("avx512f"))) void quantize_loop_avx512(const F* x, size_t begin, size_t end, double step,
                                                               double qmax, const uint32_t* words, Q* q) {
   const __m512d st = _mm512_set1_pd(step), hi = _mm512_set1_pd(qmax), lo = _mm512_set1_pd(-qmax);
-  const double inverse = 1.0 / step;
-  uint64_t bits;
-  std::memcpy(&bits, &step, sizeof bits);
-  const bool exact = std::isnormal(step) && (bits & 0xFFFFFFFFFFFFFULL) == 0;   // a power of two
-  const __m512d inv = _mm512_set1_pd(inverse);
+  const bool exact = is_pow2(step);
+  const __m512d inv = _mm512_set1_pd(1.0 / step);
   size_t i = begin;
   for (; i + 16 <= end; i += 16) {
     __m256i half[2];
