@@ -275,14 +275,6 @@ PaddedSrc widened_source(const int8_t* x, const ConvShape& s, std::vector<int8_t
   return PaddedSrc{d, s.n, hp, wp, c, s.oh(), s.ow(), s.kh, s.kw, s.stride};
 }
 
-// w[o, kh, kw, 3] -> dst[o, kh, kw, 4], the fourth channel zero.
-void widened_weights(const int8_t* w, const ConvShape& s, int8_t* dst) {
-  const int taps = s.o * s.kh * s.kw;
-  for (int t = 0; t < taps; ++t) {
-    for (int ch = 0; ch < s.c; ++ch) dst[t * kWideChannels + ch] = w[t * s.c + ch];
-    for (int ch = s.c; ch < kWideChannels; ++ch) dst[t * kWideChannels + ch] = 0;
-  }
-}
 bool bwd_data_implicit(const ConvShape& s) {
   return !bwd_data_panels(s) && bwd_data_packs_w(s, false) && implicit_gemm_fits(s.kw * s.o, s.kh * s.kw * s.o);
 }
@@ -360,7 +352,7 @@ void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y, int6
       const PaddedSrc src = widened_source(x, s, &scratch(2));
       const int k4 = s.kh * s.kw * kWideChannels;
       int8_t* w4 = grow(scratch(1), static_cast<size_t>(s.o) * k4);
-      widened_weights(w, s, w4);
+      weights_in_runs(w, s.o, s.kh * s.kw, s.c, w4);   // each tap's 3 channels in a 4-byte run, the 4th zero
       thread_local Kept<PackedB> packed;
       pack_b(MatrixS8{w4, k4, 1}, s.o, k4, active_isa(), &packed);
       gemm_rows(patch_rows(src), m, packed, y, s.o, absmax, fused);

@@ -403,7 +403,7 @@ DSPTRAIN_LANES void olane_errors(const PaddedSrc& s, const int8_t* err, int oc, 
 // took 280 us at one thread, more than the pixel panels' 240; this way 167).
 template <int KH, int P>
 DSPTRAIN_LANES void olane_run(const PaddedSrc& s, const OlaneShape& g, const int8_t* runs, const int8_t* err4,
-                              const int32_t* pair_offsets, const int* pair_taps, int pairs, int b0, int b1, int32_t* sums) {
+                              const int32_t* pair_offsets, int pairs, int b0, int b1, int32_t* sums) {
   const ptrdiff_t row_bytes = static_cast<ptrdiff_t>(s.ch) * g.run;
   for (int p0 = 0; p0 < pairs; p0 += P) {
     int32_t off[P];
@@ -441,7 +441,7 @@ DSPTRAIN_LANES void olane_run(const PaddedSrc& s, const OlaneShape& g, const int
     for (int i = 0; i < KH; ++i)
 #pragma GCC unroll 32
       for (int p = 0; p < P; ++p)
-        if (p0 + p < pairs) _mm512_storeu_si512(sums + (static_cast<ptrdiff_t>(i) * s.kw * s.ch + pair_taps[p0 + p]) * 16, acc[i][p]);
+        if (p0 + p < pairs) _mm512_storeu_si512(sums + (static_cast<ptrdiff_t>(i) * s.kw * s.ch + p0 + p) * 16, acc[i][p]);
   }
 }
 
@@ -450,14 +450,10 @@ void olane_sums(const PaddedSrc& s, const OlaneShape& g, const int8_t* runs, con
                 int32_t* sums) {
   constexpr int P = KH == 3 ? 6 : 4;   // KH x P accumulators, KH error vectors, a broadcast: <= 26 registers
   const int pairs = s.kw * s.ch;
-  std::vector<int32_t> offsets(pairs);
-  std::vector<int> taps(pairs);
+  std::vector<int32_t> offsets(pairs);   // pair (j, c), tap j * ch + c of the kernel row
   for (int j = 0; j < s.kw; ++j)
-    for (int c = 0; c < s.ch; ++c) {
-      offsets[j * s.ch + c] = c * g.run + j;   // the dword of (j, c) from a group's place in its source row
-      taps[j * s.ch + c] = j * s.ch + c;
-    }
-  olane_run<KH, P>(s, g, runs, err4, offsets.data(), taps.data(), pairs, b0, b1, sums);
+    for (int c = 0; c < s.ch; ++c) offsets[j * s.ch + c] = c * g.run + j;   // the dword of (j, c) from a group's place in its source row
+  olane_run<KH, P>(s, g, runs, err4, offsets.data(), pairs, b0, b1, sums);
 }
 
 void wgrad_olanes_rows(const PaddedSrc& s, const int8_t* err, int oc, int32_t* dw) {
@@ -478,9 +474,10 @@ void wgrad_olanes_rows(const PaddedSrc& s, const int8_t* err, int oc, int32_t* d
   int8_t* err4 = runs + s.n * image_bytes + 64;
   const int tasks = tasks_for(static_cast<size_t>(s.n) * s.oh * g.groups * taps * 64, s.n);
   const size_t per_task = static_cast<size_t>(taps) * 16 + 16;
-  // the tasks' sums, kept at the most tasks tasks_for gives (scratch.cpp counts that)
+  // the tasks' sums, kept at the most tasks tasks_for gives (wgrad_olanes_sums_bytes, which scratch.cpp counts)
   thread_local Kept<std::vector<int32_t>> sums;
-  if (sums.size() < static_cast<size_t>(4 * pool_threads()) * per_task) sums.resize(static_cast<size_t>(4 * pool_threads()) * per_task);
+  const size_t sum_words = wgrad_olanes_sums_bytes(s.kh, s.kw, s.ch) / sizeof(int32_t);
+  if (sums.size() < sum_words) sums.resize(sum_words);
   int32_t* sum = sums.data();   // (a thread_local named in the tasks would be each worker's own)
   parallel_for(tasks, [&](int task) {
     const int b0 = s.n * task / tasks, b1 = s.n * (task + 1) / tasks;
@@ -642,6 +639,10 @@ size_t wgrad_olanes_kept_bytes(int n, int hp, int wp, int ch, int kw, int ow, in
   return static_cast<size_t>(n) * hp * ch * g.run + 64 + static_cast<size_t>(n) * oh * g.groups * 64;
 }
 
+size_t wgrad_olanes_sums_bytes(int kh, int kw, int ch) {   // at most 4 tasks a pool thread, each 16 int32 a tap + 16
+  return static_cast<size_t>(4 * pool_threads()) * (static_cast<size_t>(kh) * kw * ch * 16 + 16) * sizeof(int32_t);
+}
+
 bool wgrad_olanes_fit(int ch, int kh, int kw, int step, int oc, int wp, int ow) {
   if (ch < 2 || (kh != 3 && kh != 5) || step != 1 || oc <= 8 || oc > 16 || !cpu_has_vbmi()) return false;
   if (active_isa() != Isa::kAvx512Vnni && active_isa() != Isa::kAmx) return false;
@@ -793,6 +794,7 @@ bool bwd_broadcast_fit(const ConvShape&) { return false; }
 void conv_bwd_broadcast(const int8_t*, const int8_t*, const ConvShape&, int32_t*, int64_t*, FusedRequant*) { std::abort(); }
 size_t bwd_broadcast_kept_bytes(const ConvShape&) { return 0; }
 size_t wgrad_olanes_kept_bytes(int, int, int, int, int, int, int) { return 0; }
+size_t wgrad_olanes_sums_bytes(int, int, int) { return 0; }
 void conv_wgrad_olanes(const PaddedSrc&, const int8_t*, int, int32_t*) { std::abort(); }
 void conv_wgrad_lanes(const PaddedSrc&, const int8_t*, int, int32_t*) { std::abort(); }
 #endif

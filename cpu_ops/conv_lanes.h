@@ -44,6 +44,8 @@ bool wgrad_olanes_fit(int ch, int kh, int kw, int step, int oc, int wp, int ow);
 // dw[oc, kh, kw, ch] = err[P, oc]^T x patches(s)[P, kh * kw * ch], int32; its kept
 // buffer (the source as channel runs, the error as vectors) holds wgrad_olanes_kept_bytes.
 size_t wgrad_olanes_kept_bytes(int n, int hp, int wp, int ch, int kw, int ow, int oh);
+// and its tasks' partial sums (kept too) wgrad_olanes_sums_bytes
+size_t wgrad_olanes_sums_bytes(int kh, int kw, int ch);
 void conv_wgrad_olanes(const PaddedSrc& s, const int8_t* err, int oc, int32_t* dw);
 
 // The backward data of a stride-1 convolution with a dx row of at most 96 lanes (w * c)

@@ -481,8 +481,7 @@ void matmul_s16_s64(const int16_t* a, bool a_transposed, const int16_t* b, int m
 #endif
 }
 [[maybe_unused]] static bool planar(const Col2imShape& s) { return s.stride == 1 && s.ow >= 16 && planar_isa(); }
-[[maybe_unused]] static bool planar_wgrad(const Col2imShape& s) { return planar(s); }
-[[maybe_unused]] static bool taps_wgrad(const Col2imShape& s) { return !planar_wgrad(s) && wgrad_taps_fit(s) && planar_isa(); }
+[[maybe_unused]] static bool taps_wgrad(const Col2imShape& s) { return !planar(s) && wgrad_taps_fit(s) && planar_isa(); }
 [[maybe_unused]] static bool planar_bwd_data(const Col2imShape& s) { return s.stride == 1 && s.w >= 8 && planar_isa(); }
 
 void conv_bwd_data_s16_s64(const int16_t* err, const int16_t* w, const Col2imShape& s, int o, int64_t* dx) {
@@ -556,11 +555,12 @@ void conv_wgrad_s16_s64(const int16_t* err, const int16_t* x, const Col2imShape&
   const int max_e = max_abs16(err, static_cast<size_t>(s.n) * rows * o), max_x = max_abs16(x, s.n * image);
   const int block = block_of_max(max_e, max_x, (rows + 1) / 2);
 #ifdef DSPTRAIN_X86
-  // planes when output rows are at least half the padded input's (planar_wgrad); operands
-  // whose image sums could leave int32 take the planes' scalar loop
-  if (planar_wgrad(s)) return conv_wgrad_s16_planar(err, x, s, o, dw, static_cast<double>(rows) * max_e * max_x < 2147483647.0);
+  // an image's sums fit int32 (else the kernels below take their scalar loop)
+  const bool sums_fit_int32 = static_cast<double>(rows) * max_e * max_x < 2147483647.0;
+  // channel planes for stride-1 convolutions with rows of 16 or more outputs (planar)
+  if (planar(s)) return conv_wgrad_s16_planar(err, x, s, o, dw, sums_fit_int32);
   // else a kernel row's taps in the lanes when they fill them (LeNet's conv2: 30 in two vectors)
-  if (taps_wgrad(s)) return conv_wgrad_s16_taps(err, x, s, o, dw, static_cast<double>(rows) * max_e * max_x < 2147483647.0);
+  if (taps_wgrad(s)) return conv_wgrad_s16_taps(err, x, s, o, dw, sums_fit_int32);
 #endif
   const int tasks = std::max(1, std::min(s.n, 4 * pool_threads()));
   std::vector<int64_t> partial(static_cast<size_t>(tasks) * ot, 0);
@@ -671,7 +671,7 @@ ScratchList conv_s16_scratch(bool weight_gradient, const Col2imShape& s, int o) 
   ScratchList out;
   const auto add = [&](const char* buffer, size_t bytes) { out.emplace_back(name + "." + buffer + " (per thread)", threads * bytes); };
   if (weight_gradient && taps_wgrad(s)) return conv_wgrad_s16_taps_scratch(s, o);
-  if (weight_gradient ? planar_wgrad(s) : planar(s)) {
+  if (planar(s)) {
     add("channel_planes", (s.c * plane + 64) * sizeof(int16_t));
 #ifdef DSPTRAIN_X86
     if (weight_gradient) add("error_planes", o * wgrad_error_plane(s) * sizeof(int16_t));

@@ -136,7 +136,7 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
   if (algo == "wgrad_lanes") return out;   // conv_lanes.cpp: the padded source and the stack
   if (algo == "wgrad_olanes") {   // conv_lanes.cpp: the source as channel runs, the error as vectors, the tasks' sums
     add(&out, "wgrad.runs_and_error_vectors", wgrad_olanes_kept_bytes(s.n, hp, wp, s.c, s.kw, s.ow(), s.oh()));
-    add(&out, "wgrad.sums", static_cast<size_t>(pool_threads()) * 4 * (static_cast<size_t>(s.kh) * s.kw * s.c * 16 + 16) * 4);
+    add(&out, "wgrad.sums", wgrad_olanes_sums_bytes(s.kh, s.kw, s.c));
     return out;
   }
   if (algo == "wgrad_panels") {
