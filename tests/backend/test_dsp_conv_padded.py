@@ -77,7 +77,7 @@ def test_conv_padded_threads(dsp, threads):
 
 
 def test_kept_controls_alternate(dsp):
-    """Permutation controls are routed once and kept by shape (dsp_kernels/util.c): shapes
+    """Permutation controls are routed once and kept by shape (dsp_kernels/controls.c): shapes
     whose controls differ (channel spreads 2 -> 4 and 3 -> 4, compactions of 5, 6 and 7
     output channels) run in turn, twice over, each against ops_ref."""
     cases = [((2, 6, 9, 2, 40), 1), ((1, 7, 7, 1, 5), 0), ((2, 6, 9, 3, 64), 1), ((1, 7, 7, 1, 6), 0),
