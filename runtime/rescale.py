@@ -54,21 +54,16 @@ class RescaleController:
         self.recipe = recipe
         self.enabled = enabled and takes_given_shift(recipe)
         self.ops: dict[str, OpShift] = {}
-        self._policies: dict[int, tuple] = {}   # id(op) -> (op, its policy)
         self._adaptive: dict[int, tuple] = {}   # id(graph) -> (graph, its ops that adapt, with their policy)
 
     def policy(self, op):
-        """The Rescale of `op`'s tensor role when it adapts, else None."""
-        held = self._policies.get(id(op))
-        if held is not None and held[0] is op:
-            return held[1]
+        """The Rescale of `op`'s tensor role when it adapts, else None (asked once per graph:
+        adaptive_ops keeps the answers)."""
         role = ROLE_OF_PHASE.get(op.phase)
-        rescale = None
-        if self.enabled and role is not None and op.is_requant():
-            rescale = getattr(self.recipe.tensors, role).rescale
-            rescale = rescale if rescale.policy in ("adaptive", "fixed") else None
-        self._policies[id(op)] = (op, rescale)
-        return rescale
+        if not (self.enabled and role is not None and op.is_requant()):
+            return None
+        rescale = getattr(self.recipe.tensors, role).rescale
+        return rescale if rescale.policy in ("adaptive", "fixed") else None
 
     def adaptive_ops(self, graph) -> list[tuple]:
         """(op, its Rescale) for the ops of `graph` whose shift adapts, in graph order; found

@@ -91,9 +91,11 @@ def loss_workspace(logits_shape) -> tuple[int, int]:
     return int(np.prod(logits_shape[1:])) * LOSS_BYTES_PER_CLASS, 0
 
 
-def loss(b, logits, labels):
+def loss(b, logits, labels, kind: str = "fp32.loss_grad"):
+    """The float loss gradient of `logits` (op `kind`: a recipe with its own loss op, FP8's
+    loss scaling, names it)."""
     err = b.tensor("err.logits", b.tensors[logits].shape, "float32", "error")
-    b.op("loss.grad", "fp32.loss_grad", "loss", "loss", (logits, labels), (err,), _F32,
+    b.op("loss.grad", kind, "loss", "loss", (logits, labels), (err,), _F32,
          workspace=loss_workspace(b.tensors[logits].shape))
     return err
 

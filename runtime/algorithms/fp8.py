@@ -24,7 +24,6 @@ from __future__ import annotations
 import numpy as np
 
 from .. import float_ops
-from . import _float_layers as fl
 from . import fp32
 from ._emulated import Emulated, Numerics, module_contract
 from ._kernel import Kernel
@@ -110,10 +109,7 @@ class FP8Numerics(Numerics):
         return w.astype(np.float16), [v.astype(np.float16)]
 
     def loss(self, b, logits, labels):
-        err = b.tensor("err.logits", b.tensors[logits].shape, "float32", "error")
-        b.op("loss.grad", "fp8.loss_grad", "loss", "loss", (logits, labels), (err,), fl.F32,
-             workspace=fp32.loss_workspace(b.tensors[logits].shape))
-        return err
+        return fp32.loss(b, logits, labels, "fp8.loss_grad")
 
 
 def chunked_product(kind, a, b, attrs, chunk, chunk_sum="fp16"):
