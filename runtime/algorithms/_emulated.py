@@ -215,6 +215,7 @@ class Numerics:
     #: hooks of the quantizer ops (placement asks backends for them) and of the update op
     quant_hooks: tuple = ("absmax_f", "quantize_f")
     update_hooks: tuple = ("sgd_f32",)
+    group_update_hooks: tuple = ("sgd_f32",)   # of an update op with layer_update_extras
     #: bytes an update written in NumPy allocates per weight element beside its results (its
     #: float64 temporaries, measured with tracemalloc); the memory plan counts them
     update_bytes_per_element: int = 0
@@ -287,6 +288,21 @@ class Numerics:
         lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
         w, v = yield ("sgd_f32", w, grad, state[0], lr, o.momentum, o.weight_decay, o.nesterov)
         return w, [v]
+
+    def update_group(self, params: list, ctx, op) -> list:
+        """(hook calls) Several parameters of one layer in one update op (`layer_update_extras`):
+        [(w, grad, state)] -> [(new w, new state)], each through `update` unless the recipe
+        has one hook for them all."""
+        out = []
+        for w, grad, state in params:
+            out.append((yield from self.update(w, grad, state, ctx, op)))
+        return out
+
+    def layer_update_extras(self, b, layer) -> tuple:
+        """(param, grad) pairs a layer's weight update op also updates (Octo's compensation
+        parameters): one op a layer rather than one a parameter, each op's Python and hook call
+        costing about as much as a small parameter's arithmetic."""
+        return ()
 
     # extra layers around a product (Octo's compensation layer)
     def after_forward(self, engine, b, layer, out) -> str:
@@ -372,15 +388,23 @@ class Emulated:
         return state
 
     # ------------------------------------------------------------ lowering helpers
-    def emit_update(self, b, layer_name, param, grad):
-        spec = b.tensors.get(param)
-        shape = spec.shape if spec else b.tensors[grad].shape
-        names = tuple(self.n.opt_state(param, np.zeros(shape, np.float32)))
-        for name in names:
-            b.tensor(name, shape, "float32", "state")
-        extra = int(np.prod(shape)) * self.n.update_bytes_per_element   # its float64 temporaries
-        b.op(f"{param}.update", f"{self.n.prefix}.update", layer_name, "update", (param, grad, *names),
-             (param, *names), self.n.update_hooks, **({"workspace": (0, extra)} if extra else {}))
+    def emit_update(self, b, layer_name, param, grad, extra_params=()):
+        """The update op of `param` and of the (param, grad) pairs `extra_params` with it:
+        inputs (param, grad, *state) and outputs (param, *state) for each, in turn."""
+        inputs, outputs, extra = [], [], 0
+        for p, g in ((param, grad), *extra_params):
+            spec = b.tensors.get(p)
+            shape = spec.shape if spec else b.tensors[g].shape
+            names = tuple(self.n.opt_state(p, np.zeros(shape, np.float32)))
+            for name in names:
+                b.tensor(name, shape, "float32", "state")
+            inputs += [p, g, *names]
+            outputs += [p, *names]
+            extra += int(np.prod(shape)) * self.n.update_bytes_per_element   # its float64 temporaries
+        grouped = {"update_params": 1 + len(extra_params)} if extra_params else {}
+        b.op(f"{param}.update", f"{self.n.prefix}.update", layer_name, "update", tuple(inputs), tuple(outputs),
+             self.n.group_update_hooks if extra_params else self.n.update_hooks,
+             **({"workspace": (0, extra)} if extra else {}), **grouped)
 
     def _attrs(self, b, layer, x):
         position, extra = _position(b, layer), self.n.product_attrs(b.recipe)
@@ -452,7 +476,7 @@ class Emulated:
              workspace=product_workspace(path, "backward_weight", attrs, b.tensors[x].shape, layer.weight_shape,
                                          dtypes=(b.tensors[eq].dtype, b.tensors[f"{name}.xq"].dtype)),
              **attrs)
-        self.emit_update(b, name, f"{name}.w", grad)
+        self.emit_update(b, name, f"{name}.w", grad, self.n.layer_update_extras(b, layer))
         if has_bias(layer):   # float, from the unquantized error: the bias is added after the product
             self.emit_update(b, name, f"{name}.b", fp32.bias_grad_op(b, layer, err))
         return err_in
@@ -474,9 +498,19 @@ class Emulated:
         return {op.outputs[0]: fp32.with_bias(y, op, env)}
 
     def _update(self, op, env, ctx):
-        w, grad = env[op.inputs[0]], env[op.inputs[1]]
-        w, state = yield from self.n.update(w, grad, [env[s] for s in op.inputs[2:]], ctx, op)
-        return dict(zip(op.outputs, (w, *state)))
+        count = op.attrs.get("update_params", 1)
+        if count == 1:
+            w, grad = env[op.inputs[0]], env[op.inputs[1]]
+            w, state = yield from self.n.update(w, grad, [env[s] for s in op.inputs[2:]], ctx, op)
+            return dict(zip(op.outputs, (w, *state)))
+        per = len(op.inputs) // count    # (param, grad, *state) each: emit_update's layout
+        groups = [op.inputs[i * per:(i + 1) * per] for i in range(count)]
+        done = yield from self.n.update_group([(env[g[0]], env[g[1]], [env[s] for s in g[2:]]) for g in groups],
+                                              ctx, op)
+        out = {}
+        for g, (w, state) in zip(groups, done):
+            out.update(zip((g[0], *g[2:]), (w, *state)))
+        return out
 
 
 def _plain(w):

@@ -269,3 +269,8 @@ class Backend:
     def sgd_f32(self, w, grad, v, lr: float, momentum: float, weight_decay: float, nesterov: bool):
         """PyTorch's SGD step in float32: (new w, new velocity)."""
         self._needs("sgd_f32")
+
+    def sgd_f32_group(self, params, lr: float, momentum: float, weight_decay: float, nesterov: bool):
+        """sgd_f32 of each (w, grad, v) in `params` (a layer's parameters, one call):
+        [(new w, new velocity)], the same bits as sgd_f32 one by one (which this composes)."""
+        return [self.sgd_f32(w, grad, v, lr, momentum, weight_decay, nesterov) for w, grad, v in params]

@@ -275,6 +275,9 @@ class CpuBackend(Backend):
     def sgd_f32(self, w, grad, v, lr, momentum, weight_decay, nesterov):
         return _native.sgd_f32(w, grad, v, float(lr), float(momentum), float(weight_decay), bool(nesterov))
 
+    def sgd_f32_group(self, params, lr, momentum, weight_decay, nesterov):
+        return _native.sgd_f32_group(list(params), float(lr), float(momentum), float(weight_decay), bool(nesterov))
+
 
     # ------------------------------------------------------------ float32 products (the FP32 recipe;
     # cpu_ops/gemm_f32.cpp, conv_f32.cpp: within float32 rounding of ref's BLAS)
