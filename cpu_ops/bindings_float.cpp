@@ -71,6 +71,15 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     else dequantize(static_cast<const int32_t*>(src), n, scale, p);
     return out;
   }, py::arg("acc"), py::arg("scale"), "float32(double(acc) * scale).");
+  m.def("dequantize_in_place", [](py::array_t<int32_t> acc, double scale) {
+    if (!(acc.flags() & py::array::c_style) || !acc.writeable())
+      fail("dequantize_in_place: acc must be a writable C-contiguous int32 array");
+    int32_t* p = acc.mutable_data();
+    const size_t n = acc.size();
+    py::gil_scoped_release nogil;
+    dequantize_in_place(p, n, scale);
+  }, py::arg("acc").noconvert(), py::arg("scale"),
+     "float32(double(acc) * scale) written over acc's own int32 elements (read it as float32 after).");
   m.def("prc_squared_errors", [](const py::handle& obj, double top, std::vector<double> ratios, int qmax) {
     auto x = checked<float>("prc_squared_errors", "x", obj, -1);
     std::vector<double> errors(ratios.size());

@@ -341,6 +341,21 @@ void dequantize(const T* acc, size_t n, double scale, float* out) {
 }
 
 namespace {
+// one pointer, so the loop vectorises (dequantize_loop's two may alias: GCC would check
+// for overlap at run time and, finding it, take its scalar copy)
+DSPTRAIN_CLONES void dequantize_in_place_loop(int32_t* acc, size_t begin, size_t end, double scale) {
+  for (size_t i = begin; i < end; ++i) {
+    const float v = static_cast<float>(static_cast<double>(acc[i]) * scale);
+    std::memcpy(acc + i, &v, sizeof v);
+  }
+}
+}  // namespace
+
+void dequantize_in_place(int32_t* acc, size_t n, double scale) {
+  for_chunks(n, sizeof(int32_t), [&](size_t, size_t b, size_t e) { dequantize_in_place_loop(acc, b, e, scale); });
+}
+
+namespace {
 
 // k per group: clip(floor(log2(top / max(group max, top * 2**-64))), 0, kmax). The ratio is
 // in [1, 2**64], a normal double, so floor(log2) is its exponent field less the bias.

@@ -60,7 +60,7 @@ def product(kind: str, a: Scaled, b: Scaled, attrs: dict) -> np.ndarray:
     """
     if a.scalar_int8 and b.scalar_int8:
         acc = yield _int8_product(kind, a.q, b.q, attrs)
-        return (yield ("dequantize", acc, float(a.scale) * float(b.scale)))
+        return (yield ("dequantize", acc, float(a.scale) * float(b.scale), True))   # acc: ours to overwrite
     if _scalar_int(a) and _scalar_int(b):
         acc = yield _int16_product(kind, a.q.astype(np.int16, copy=False), b.q.astype(np.int16, copy=False), attrs)
         return (yield ("dequantize", acc, float(a.scale) * float(b.scale)))

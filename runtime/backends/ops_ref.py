@@ -152,7 +152,7 @@ class RefBackend(Backend):
     def quantize_f(self, x, step, bits, mode, rng):
         return float_ops.quantize_f(x, step, bits, mode, rng)
 
-    def dequantize(self, acc, scale):
+    def dequantize(self, acc, scale, reuse=False):
         return float_ops.dequantize(acc, scale)
 
     def prc_squared_errors(self, x, top, ratios, qmax):

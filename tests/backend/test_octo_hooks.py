@@ -82,3 +82,25 @@ def test_sgd_f32_group_names_a_bad_parameter(be):
     w = np.zeros(3, np.float32)
     with pytest.raises(ValueError, match="sgd_f32_group|shape|must"):
         be.sgd_f32_group([(w, w, w), (w, np.zeros(4, np.float32), w)], 0.1, 0.9, 0.0, False)
+
+
+@pytest.mark.parametrize("shape", RAGGED)
+def test_dequantize_reusing_the_sums(be, ref, shape):
+    """A product's int32 sums dequantized with reuse: ref's bits; the CPU writes them over
+    the sums' own memory (no second tensor), int64 sums and views get a new array."""
+    rng = np.random.default_rng(len(shape) * 7 + shape[-1])
+    acc = rng.integers(-2**31, 2**31, size=shape, dtype=np.int64).astype(np.int32)
+    scale = 3.1e-7
+    want = ref.dequantize(acc, scale)
+    got = be.dequantize(acc.copy(), scale, True)
+    assert got.dtype == np.float32 and got.shape == acc.shape
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    if be.name == "cpu":
+        mine = acc.copy()
+        assert np.shares_memory(be.dequantize(mine, scale, True), mine)
+        view = acc.copy()[..., ::-1]     # not its own memory: left alone
+        out = be.dequantize(view, scale, True)
+        assert not np.shares_memory(out, view)
+        np.testing.assert_array_equal(out, ref.dequantize(view, scale))
+    wide = acc.astype(np.int64) * 3
+    np.testing.assert_array_equal(be.dequantize(wide, scale, True), ref.dequantize(wide, scale))
