@@ -105,12 +105,15 @@ def product_workspace(path: str, pass_: str, attrs: dict, x_shape, w_shape, bias
                     "backward_data": conv * (pixels * taps * 12 + image * 8),
                     "backward_weight": conv * pixels * taps * 4}[pass_]
         fixed += taps * o * 4 if pass_ == "forward" else 0
-    elif path == "int8":     # the int8 hooks' int32 accumulators (and transposed int8 copies of a linear's operands)
-        per_row += {"forward": pixels * o * 4, "backward_data": (image if conv else taps) * 4,
+    elif path == "int8":     # the int8 hooks' accumulators (and transposed int8 copies of a linear's operands):
+        # int32 sums become the float result in place (dequantize reuse=True), int64 ones stay beside it
+        def wide(depth):     # bytes an element of the sums of this depth keeps beside the result (numerics.acc_dtype)
+            return 8 if depth * 127 * 127 >= 2 ** 31 else 0
+        per_row += {"forward": pixels * o * wide(taps),
+                    "backward_data": (image * wide(o * taps // w_shape[-1]) if conv else taps * wide(o)),
                     "backward_weight": 0 if conv else o + taps}[pass_]
-        deep = batch * pixels * 127 * 127 >= 2 ** 31    # a weight gradient's sum needs int64 (numerics.acc_dtype)
         fixed += {"backward_data": 0 if conv else taps * o,
-                  "backward_weight": o * taps * (8 if deep else 4)}.get(pass_, 0)
+                  "backward_weight": o * taps * wide(batch * pixels)}.get(pass_, 0)
     return per_row, fixed
 
 
