@@ -293,6 +293,7 @@ bool wgrad_lanes(const ConvShape& s) {   // the reduction runs over the pixels
   return !acc_is_int64(1LL * s.n * s.oh() * s.ow()) && wgrad_lanes_fit(s.c, s.kh, s.kw, s.stride, s.o);
 }
 bool bwd_broadcast(const ConvShape& s) { return !acc_is_int64(s.kh * s.kw * s.o) && bwd_broadcast_fit(s); }
+bool wgrad_planes(const ConvShape& s) { return !acc_is_int64(1LL * s.n * s.oh() * s.ow()) && wgrad_planes_fit(s); }
 bool wgrad_olanes(const ConvShape& s) {
   return !acc_is_int64(1LL * s.n * s.oh() * s.ow()) && wgrad_olanes_fit(s.c, s.kh, s.kw, s.stride, s.o, s.w + 2 * s.pad, s.ow());
 }
@@ -326,6 +327,7 @@ const char* conv_algorithm(ConvPass pass, const ConvShape& s) {
       if (bwd_data_panels(s)) return bwd_data_lanes(s) ? "lanes" : "pixel_panels";
       return bwd_data_implicit(s) ? "implicit_gemm" : "im2col_gemm";
     case ConvPass::kBackwardWeight:
+      if (wgrad_planes(s)) return "wgrad_planes";
       if (!use_wgrad_panels(s)) return "im2col_gemm";
       return wgrad_lanes(s) ? "wgrad_lanes" : wgrad_olanes(s) ? "wgrad_olanes" : "wgrad_panels";
   }
@@ -427,6 +429,12 @@ void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* 
 
 template <typename T>
 void conv2d_bwd_weight(const int8_t* err, const int8_t* x, const ConvShape& s, T* dw) {
+  if constexpr (std::is_same_v<T, int32_t>) {
+    if (wgrad_planes(s)) {   // conv_wgrad_planes.cpp: few source channels, taps as the GEMM's rows
+      conv_wgrad_planes(x, err, s, dw);
+      return;
+    }
+  }
   const PaddedSrc src = forward_source(x, s, &scratch(2));
   if (use_wgrad_panels(s)) {
     if constexpr (std::is_same_v<T, int32_t>) {

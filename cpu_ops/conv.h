@@ -19,7 +19,8 @@ struct ConvShape {
 
 // Which algorithm a pass runs for shape `s` on the active ISA (for tests and debugging):
 // "gemm_1x1", "im2col_gemm", "implicit_gemm" (no im2col copy: gemm_rows),
-// "implicit_gemm_c4" (the same on 3 channels widened to 4), "pixel_panels" or "wgrad_panels".
+// "implicit_gemm_c4" (the same on 3 channels widened to 4), "pixel_panels", "wgrad_panels" or
+// "wgrad_planes" (few source channels: the taps as the GEMM's rows), and the lane kernels'.
 enum class ConvPass { kForward, kBackwardData, kBackwardWeight };
 const char* conv_algorithm(ConvPass pass, const ConvShape& s);
 

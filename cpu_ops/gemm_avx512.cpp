@@ -5,8 +5,12 @@
 // corrected result is exact whenever the true one fits int32.
 #include "gemm_kernels.h"
 
+#include <algorithm>
+
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
+
+#include "round_lanes.h"
 
 #define DSPTRAIN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
@@ -97,6 +101,48 @@ DSPTRAIN_AVX512 void micro_rows(const uint8_t* const* rows, const APiece* pieces
       });
   }
   store_tile(acc, c, ldc, mr_valid, nr_valid, accumulate, col_offset);
+}
+
+// micro_rows with the tile rounded from the registers: each valid row's 64 columns go
+// out as int8 (masked to nr_valid), and their largest magnitude into *most.
+DSPTRAIN_AVX512 void micro_rows_round(const uint8_t* const* rows, const APiece* pieces, int npieces, const int8_t* b,
+                                      int8_t* q, ptrdiff_t ldq, int mr_valid, int nr_valid, const int32_t* col_offset,
+                                      int shift, RoundMode mode, uint32_t* most) {
+  __m512i acc[kMR][kNV];
+#pragma GCC unroll 8
+  for (int r = 0; r < kMR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) acc[r][v] = _mm512_setzero_si512();
+  for (int p = 0; p < npieces; ++p) {
+    const uint8_t* a[kMR];
+#pragma GCC unroll 8
+    for (int r = 0; r < kMR; ++r) a[r] = rows[r] + pieces[p].off;
+    const int groups = pieces[p].groups;
+    for (int g = 0; g < groups; ++g, b += kNR * 4)
+      dot_group(acc, b, [&a, g](int r) {
+        int32_t w;
+        std::memcpy(&w, a[r] + 4 * g, 4);
+        return w;
+      });
+  }
+  __mmask16 cols[kNV];
+#pragma GCC unroll 4
+  for (int v = 0; v < kNV; ++v) {
+    const int left = nr_valid - 16 * v;
+    cols[v] = left >= 16 ? static_cast<__mmask16>(0xFFFF) : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
+  }
+  __m512i top = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int r = 0; r < kMR; ++r) {
+    if (r >= mr_valid) break;
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) {
+      const __m512i x = _mm512_add_epi32(acc[r][v], _mm512_loadu_si512(col_offset + v * 16));
+      top = _mm512_mask_max_epu32(top, cols[v], top, _mm512_abs_epi32(x));
+      _mm512_mask_cvtepi32_storeu_epi8(q + r * ldq + v * 16, cols[v], shift_round_lanes(x, shift, mode));
+    }
+  }
+  *most = std::max(*most, _mm512_reduce_max_epu32(top));
 }
 
 // vpdpbusd with u8 ones: each dword lane adds its 4 signed bytes.
@@ -191,6 +237,7 @@ const GemmKernel* kernel_avx512_vnni() {
   static const GemmKernel k = [] {
     GemmKernel g{Isa::kAvx512Vnni, kMR, kNR, 512, 192, 1, true, pack_a_u8, micro, colsum};
     g.micro_rows = micro_rows;
+    g.micro_rows_round = micro_rows_round;
     g.pack_panel_rows = pack_panel_rows;
     g.interleave_panel = interleave_panel;
     return g;

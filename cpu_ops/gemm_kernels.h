@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "gemm.h"
+#include "rounding.h"
 
 namespace dsptrain {
 
@@ -32,6 +33,14 @@ using MicroRowsFn = void (*)(const uint8_t* const* rows, const APiece* pieces, i
                              int32_t* c, ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
                              const int32_t* col_offset);
 
+// micro_rows over the whole depth with the tile rounded to int8 in the registers (a
+// given shift's fused requantize, round or psto, shift 0..30; gemm_rows.cpp): q (rows
+// ldq apart) gets the valid mr_valid x nr_valid part, *most the largest |acc| of it if
+// larger. No int32 accumulators are written.
+using MicroRowsRoundFn = void (*)(const uint8_t* const* rows, const APiece* pieces, int npieces, const int8_t* b_panel,
+                                  int8_t* q, ptrdiff_t ldq, int mr_valid, int nr_valid, const int32_t* col_offset,
+                                  int shift, RoundMode mode, uint32_t* most);
+
 // sums[j] = sum of the kgroups * 4 bytes of column j of a packed B panel (nr columns).
 using ColSumFn = void (*)(const int8_t* b_panel, int kgroups, int32_t* sums);
 
@@ -49,6 +58,7 @@ struct GemmKernel {
   void (*task_end)() = nullptr;    // optional: its undo, at the end of the task
   bool a_is_rows = false;          // packed A is a's rows, K zero padded (gemm_packed's a_padded)
   MicroRowsFn micro_rows = nullptr;  // optional: A's biased rows read in place (offset-trick kernels)
+  MicroRowsRoundFn micro_rows_round = nullptr;  // optional: micro_rows rounding its tile to int8
   // optional: pack_b's whole groups of one panel from row-major b (rows row_stride apart,
   // `cols` <= nr of them, the rest zero): groups [0, done) written, done returned.
   int (*pack_panel_rows)(const int8_t* src, ptrdiff_t row_stride, int cols, int groups, int8_t* dst) = nullptr;

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "gemm_kernels.h"
+#include "requant.h"
+#include "thread_pool.h"
 
 namespace dsptrain {
 
@@ -36,12 +38,60 @@ void pieces_of(const BiasedRows& a, int k0, int kc, std::vector<APiece>* out) {
   }
 }
 
+// The deepest product rounded from the registers, which takes its whole depth in one
+// block: B's panel (depth x 64 bytes, 288 KiB for VGG-11's 3 x 3 x 512) stays in L2.
+constexpr int kRoundedMaxK = 8192;
+
+// Whether gemm_rows rounds its tiles to int8 in the registers (the given shift's fused
+// requantize of round or psto; stochastic rounding's random words go by element index,
+// so it keeps the pass over the int32 tile).
+bool rounds_in_registers(const GemmKernel* kern, const FusedRequant* fused, const int64_t* absmax, bool whole_rows,
+                         int k) {
+  return kern->micro_rows_round != nullptr && fused != nullptr && absmax != nullptr && whole_rows &&
+         fused->mode != RoundMode::kSto && fused->shift >= 0 && fused->shift <= 30 && k > 0 && k <= kRoundedMaxK;
+}
+
+// gemm_rows' tasks with each tile rounded into fused->out (row stride n) as it leaves the
+// registers; *absmax the largest |acc|. fused->acc_written false: if the given shift turns
+// out too small, the caller runs the product again (bindings_int8.cpp run_requant).
+void rows_rounded(const GemmKernel* kern, const BiasedRows& a, int m, const PackedB& b, int64_t* absmax,
+                  FusedRequant* fused) {
+  const int n = b.n, mr = kern->mr, nr = kern->nr;
+  const TaskSplit split = split_tasks(kern, m, n, pool_threads());
+  std::vector<uint32_t> task_max(split.tasks(), 0);
+  std::vector<APiece> whole;
+  pieces_of(a, 0, b.k, &whole);
+  const int panels = (n + nr - 1) / nr;
+  parallel_for(split.tasks(), [&](int task) {
+    const int row0 = (task / split.n_splits) * split.mc, rows = std::min(split.mc, m - row0);
+    const int p0 = (task % split.n_splits) * split.panels_per_split, p1 = std::min(panels, p0 + split.panels_per_split);
+    if (rows <= 0) return;
+    std::vector<const uint8_t*> starts(round_up(rows, mr), a.data + a.row_base(a.ctx, row0));
+    for (int r = 1; r < rows; ++r) starts[r] = a.data + a.row_base(a.ctx, row0 + r);
+    for (int p = p0; p < p1; ++p) {
+      const int8_t* b_panel = b.panels() + static_cast<size_t>(p) * b.k_pad * nr;
+      for (int r = 0; r < rows; r += mr)
+        kern->micro_rows_round(starts.data() + r, whole.data(), static_cast<int>(whole.size()), b_panel,
+                               fused->out + static_cast<ptrdiff_t>(row0 + r) * n + p * nr, n, std::min(mr, rows - r),
+                               std::min(nr, n - p * nr), b.col_offset.data() + p * nr, fused->shift, fused->mode,
+                               &task_max[task]);
+    }
+  });
+  *absmax = *std::max_element(task_max.begin(), task_max.end());
+  fused->applied = true;
+  fused->acc_written = false;
+}
+
 }  // namespace
 
 void gemm_rows(const BiasedRows& a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc, int64_t* absmax,
                FusedRequant* fused) {
   const GemmKernel* kern = gemm_kernel(b.isa);
   const int n = b.n, k = b.k, mr = kern->mr, nr = kern->nr;
+  if (m > 0 && n > 0 && rounds_in_registers(kern, fused, absmax, ldc == n, k)) {
+    rows_rounded(kern, a, m, b, absmax, fused);
+    return;
+  }
   for_each_c_tile(kern, m, n, k, c, ldc, absmax, [&](const TaskSplit&, const CTile& t) {
     // Row starts, padded to whole tiles with the block's first row (results dropped).
     std::vector<const uint8_t*> starts(round_up(t.rows, mr), a.data + a.row_base(a.ctx, t.row0));

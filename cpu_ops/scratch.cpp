@@ -131,6 +131,12 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
   // The weight gradient: accumulates over the pixels.
   const bool is64 = acc64(static_cast<long long>(pixels));
   const size_t bytes = is64 ? 8 : 4;
+  if (algo == "wgrad_planes") {   // conv_wgrad_planes.cpp: the channel planes, each chunk's dw^T, packed error
+    add(&out, "wgrad.planes", wgrad_planes_source_bytes(s));
+    add(&out, "wgrad.planes_partial", wgrad_planes_partial_bytes(s));
+    add(&out, "wgrad.planes_packed_err (per thread)", pool_threads() * wgrad_planes_packed_bytes(s));
+    return out;
+  }
   const int hp = s.h + 2 * s.pad, wp = s.w + 2 * s.pad;
   padded_into(&out, static_cast<size_t>(s.n) * hp * wp * s.c, wp);
   if (algo == "wgrad_lanes") return out;   // conv_lanes.cpp: the padded source and the stack
