@@ -2,6 +2,7 @@
 // int16 and chunked-FP16 products, patches, float ReLU and pooling, Octo's
 // compensation, SGD.
 #include "bindings.h"
+#include "quant_mls.h"
 
 using namespace dsptrain;
 using namespace dsptrain::bind;
@@ -126,7 +127,8 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     int16_t* p = out.mutable_data();
     const size_t rows = channels ? x.size() / channels : 0;
     py::gil_scoped_release nogil;
-    quantize_mls(x.data(), rows, channels, group, top, tensor_scale, kmax, qmax, fm, r.key, p);
+    if (!quantize_mls_lanes(x.data(), rows * channels, group, top, tensor_scale, kmax, qmax, fm, r.key, p))
+      quantize_mls(x.data(), rows, channels, group, top, tensor_scale, kmax, qmax, fm, r.key, p);   // the general loop
     return out;
   }, py::arg("x"), py::arg("group"), py::arg("top"), py::arg("tensor_scale"), py::arg("kmax"), py::arg("qmax"),
      py::arg("mode"), py::arg("rng"), "MLS elements with their group shift applied (int16).");

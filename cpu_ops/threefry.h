@@ -44,4 +44,8 @@ inline uint32_t random_u32(const RngKey& key, uint64_t index) {
 // out[i] = random_u32(key, begin + i) for i < n, vector-wide where the CPU allows (threefry.cpp)
 void fill_random_u32(const RngKey& key, uint64_t begin, size_t n, uint32_t* out);
 
+// out[j] = random_u32(key, index[j]) for j < n: the words of scattered elements only
+// (MLS's stochastic rounding draws none for exact zeros, which round to 0 whatever the word)
+void fill_random_u32_at(const RngKey& key, const uint32_t* index, size_t n, uint32_t* out);
+
 }  // namespace dsptrain
