@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "register_block.h"
 #include "scratch.h"
 #include "thread_pool.h"
 
@@ -142,34 +143,61 @@ struct FwdSteps {
   std::vector<int32_t> x, w;
 };
 
+// acc[e] for e = E .. kI * kO - 1 (accumulator e = r * kO + q, named members of Regs24 so
+// that GCC keeps them in registers, register_block.h): zeroed, a step's products added,
+// copied out to row r
+template <int E, int kN>
+DSPTRAIN_AVX512VNNI __attribute__((always_inline)) inline void zero_regs(Regs24<__m512i>& acc) {
+  if constexpr (E < kN) {
+    reg<E>(acc) = _mm512_setzero_si512();
+    zero_regs<E + 1, kN>(acc);
+  }
+}
+
+template <int E, int kO, int kI>
+DSPTRAIN_AVX512VNNI __attribute__((always_inline)) inline void add_pair_products(Regs24<__m512i>& acc, const int32_t* wq,
+                                                                                 const __m512i* xv) {
+  if constexpr (E < kO * kI) {
+    constexpr int q = E % kO, r = E / kO;
+    reg<E>(acc) = _mm512_dpwssd_epi32(reg<E>(acc), _mm512_set1_epi32(wq[q]), xv[r]);
+    add_pair_products<E + 1, kO, kI>(acc, wq, xv);
+  }
+}
+
+template <int E, int kN>
+DSPTRAIN_AVX512VNNI __attribute__((always_inline)) inline void copy_regs(Regs24<__m512i>& acc, __m512i* out) {
+  if constexpr (E < kN) {
+    out[E] = reg<E>(acc);
+    copy_regs<E + 1, kN>(acc, out);
+  }
+}
+
 template <int kOs, int kI>
 DSPTRAIN_AVX512VNNI inline void fwd_planar_block(const int32_t* pp, int pw, const int32_t* wpairs, const FwdSteps& steps,
                                                  const Col2imShape& s, int o, int o0, int i, int j0, int64_t* y) {
+  static_assert(kOs * kI <= 24, "at most 24 accumulators");
   const int left = std::min(16, s.ow - j0);
   const __mmask16 mask = static_cast<__mmask16>(left == 16 ? 0xFFFF : (1u << left) - 1);
-  __m512i acc[kI][kOs];
-  for (int r = 0; r < kI; ++r)
-    for (int q = 0; q < kOs; ++q) acc[r][q] = _mm512_setzero_si512();
+  Regs24<__m512i> acc;
+  zero_regs<0, kOs * kI>(acc);
   const int32_t* xbase = pp + static_cast<size_t>(i) * pw + j0;
   const int32_t* wbase = wpairs + o0;
   const int count = static_cast<int>(steps.x.size());
   for (int k = 0; k < count; ++k) {
     const int32_t* xrow = xbase + steps.x[k];
-    const int32_t* wq = wbase + steps.w[k];
     __m512i xv[kI];
     for (int r = 0; r < kI; ++r) xv[r] = _mm512_maskz_loadu_epi32(mask, xrow + static_cast<size_t>(r) * pw);
-    for (int q = 0; q < kOs; ++q) {
-      const __m512i wv = _mm512_set1_epi32(wq[q]);
-      for (int r = 0; r < kI; ++r) acc[r][q] = _mm512_dpwssd_epi32(acc[r][q], wv, xv[r]);
-    }
+    add_pair_products<0, kOs, kI>(acc, wbase + steps.w[k], xv);
   }
+  __m512i sums[kI][kOs];   // out of the registers once, for the stores
+  copy_regs<0, kOs * kI>(acc, &sums[0][0]);
   for (int r = 0; r < kI; ++r) {
     if (kOs == o) {   // the block holds every channel: its outputs are left * o consecutive int64
-      store_interleaved<kOs>(acc[r], left, y + (static_cast<size_t>(i + r) * s.ow + j0) * o);
+      store_interleaved<kOs>(sums[r], left, y + (static_cast<size_t>(i + r) * s.ow + j0) * o);
       continue;
     }
     alignas(64) int32_t lanes[kOs][16];
-    for (int q = 0; q < kOs; ++q) _mm512_store_si512(lanes[q], acc[r][q]);
+    for (int q = 0; q < kOs; ++q) _mm512_store_si512(lanes[q], sums[r][q]);
     for (int l = 0; l < left; ++l) {
       int64_t* dst = y + (static_cast<size_t>(i + r) * s.ow + j0 + l) * o + o0;
       for (int q = 0; q < kOs; ++q) dst[q] = lanes[q][l];
