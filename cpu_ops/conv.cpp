@@ -294,6 +294,11 @@ bool wgrad_lanes(const ConvShape& s) {   // the reduction runs over the pixels
 }
 bool bwd_broadcast(const ConvShape& s) { return !acc_is_int64(s.kh * s.kw * s.o) && bwd_broadcast_fit(s); }
 bool wgrad_planes(const ConvShape& s) { return !acc_is_int64(1LL * s.n * s.oh() * s.ow()) && wgrad_planes_fit(s); }
+// The streamed im2col weight gradient: int32, err^T read in place, whole B panels in a tap row.
+bool wgrad_stream(const ConvShape& s) {
+  const int p = s.n * s.oh() * s.ow();
+  return !acc_is_int64(p) && wgrad_packs_source(s) && reads_a_in_place(p) && wgrad_stream_fit(s);
+}
 bool wgrad_olanes(const ConvShape& s) {
   return !acc_is_int64(1LL * s.n * s.oh() * s.ow()) && wgrad_olanes_fit(s.c, s.kh, s.kw, s.stride, s.o, s.w + 2 * s.pad, s.ow());
 }
@@ -328,6 +333,7 @@ const char* conv_algorithm(ConvPass pass, const ConvShape& s) {
       return bwd_data_implicit(s) ? "implicit_gemm" : "im2col_gemm";
     case ConvPass::kBackwardWeight:
       if (wgrad_planes(s)) return "wgrad_planes";
+      if (wgrad_stream(s)) return "wgrad_stream";
       if (!use_wgrad_panels(s)) return "im2col_gemm";
       return wgrad_lanes(s) ? "wgrad_lanes" : wgrad_olanes(s) ? "wgrad_olanes" : "wgrad_panels";
   }
@@ -436,7 +442,7 @@ void conv2d_bwd_weight(const int8_t* err, const int8_t* x, const ConvShape& s, T
     }
   }
   const PaddedSrc src = forward_source(x, s, &scratch(2));
-  if (use_wgrad_panels(s)) {
+  if (use_wgrad_panels(s) && !(std::is_same_v<T, int32_t> && wgrad_stream(s))) {
     if constexpr (std::is_same_v<T, int32_t>) {
       if (wgrad_lanes(s)) {
         conv_wgrad_lanes(src, err, s.o, dw);
@@ -462,6 +468,10 @@ void conv2d_bwd_weight(const int8_t* err, const int8_t* x, const ConvShape& s, T
   int8_t* err_t = grow(scratch(1), static_cast<size_t>(s.o) * ld + kWgradRowSlack);
   transpose(err, p, s.o, err_t, rows_a ? 0x80 : 0, ld);
   if constexpr (std::is_same_v<T, int32_t>) {
+    if (rows_a && wgrad_stream(s)) {   // conv_wgrad_stream.cpp: B packed panel by panel as it is used
+      conv_wgrad_stream(src, reinterpret_cast<const uint8_t*>(err_t), ld, s.o, dw);
+      return;
+    }
     if (wgrad_packs_source(s)) {
       thread_local Kept<PackedB> packed;
       const PatchRows rows{src};

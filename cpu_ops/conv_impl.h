@@ -83,4 +83,11 @@ size_t wgrad_planes_source_bytes(const ConvShape& s);    // its scratch, for scr
 size_t wgrad_planes_partial_bytes(const ConvShape& s);
 size_t wgrad_planes_packed_bytes(const ConvShape& s);   // per pool thread
 
+// The im2col weight gradient with the patches packed one B panel and K block at a time,
+// just before use (conv_wgrad_stream.cpp): err_t is err^T biased (a + 128), rows `ld`
+// apart, read in place; dw[o, kh * kw * ch]. Where whole panels lie in one tap row.
+bool wgrad_stream_fit(const ConvShape& s);
+void conv_wgrad_stream(const PaddedSrc& src, const uint8_t* err_t, ptrdiff_t ld, int o, int32_t* dw);
+size_t wgrad_stream_panel_bytes();   // per pool thread
+
 }  // namespace dsptrain

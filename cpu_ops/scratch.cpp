@@ -162,6 +162,11 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     return out;
   }
   const int kk = s.kh * s.kw * s.c;
+  if (algo == "wgrad_stream") {   // conv_wgrad_stream.cpp: err^T biased in place, one panel block per thread
+    add(&out, "conv.weights", static_cast<size_t>(s.o) * wgrad_row_stride(static_cast<int>(pixels)) + kWgradRowSlack);
+    add(&out, "wgrad.stream_panel (per thread)", pool_threads() * wgrad_stream_panel_bytes());
+    return out;
+  }
   const bool packs_source = !is64 && wgrad_packs_source(s);
   const bool rows_a = packs_source && gemm_kernel(gemm_isa(active_isa(), static_cast<int>(pixels)))->micro_rows;
   add(&out, "conv.weights", static_cast<size_t>(s.o) * (rows_a ? wgrad_row_stride(static_cast<int>(pixels)) : pixels) +

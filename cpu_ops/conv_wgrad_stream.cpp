@@ -1,0 +1,87 @@
+// The im2col weight gradient dw[O, KK] = err^T[O, P] x patches[P, KK] with B (the
+// patches) packed one panel and one K block at a time, just before the row tiles use it,
+// instead of all of it up front: VGG-11's conv4 packed 9.4 MB of patches (pack_b_k_rows)
+// that went out to L3 and came back for the GEMM, with each B panel then read from L2 by
+// every row tile. Here a task is one panel of 64 patch columns (a run of one tap row's
+// kw * C bytes, so each group of 4 pixels is 4 contiguous source runs, one zmm
+// interleave); per K block of pixels it packs that panel block into its own L2-sized
+// buffer, takes its column sums (the offset trick's correction, per block) and runs every
+// row tile of err^T (read in place, biased, as gemm_rows' A) over it. The first block
+// stores C with its correction; later blocks accumulate, and their corrections are added
+// to the panel's columns at the end. The panels are the pool's tasks, so no two threads
+// pack the same B.
+#include <algorithm>
+#include <vector>
+
+#include "conv_impl.h"
+#include "gemm.h"
+#include "gemm_kernels.h"
+#include "scratch.h"
+#include "thread_pool.h"
+
+namespace dsptrain {
+namespace {
+
+// Pixels per K block: a block's packed panel (2048 x 64 bytes, 128 KiB) stays in L2 while
+// every row tile reads it (gemm_rows' K block).
+constexpr int kBlockPixels = 2048;
+
+const GemmKernel* stream_kernel() { return gemm_kernel(gemm_isa(active_isa(), kMaxInt32Depth)); }
+
+}  // namespace
+
+bool wgrad_stream_fit(const ConvShape& s) {
+  const GemmKernel* kern = stream_kernel();
+  if (!kern->micro_rows || !kern->interleave_panel || !kern->colsum || !kern->offset_trick || kern->k_align != 1)
+    return false;
+  // At least one whole K block: on fewer pixels (VGG-11's conv5-8, 1024 and 256) the rows'
+  // short reductions pay the panel packing per task and the GEMM on B packed once won
+  // (conv7 at one thread 3.16 against 3.38 ms). With fewer than 64 output channels the
+  // panel and lane kernels keep the shape.
+  const long long pixels = 1LL * s.n * s.oh() * s.ow();
+  return (s.kw * s.c) % kern->nr == 0 && pixels % 4 == 0 && pixels >= kBlockPixels && s.o >= 64;
+}
+
+size_t wgrad_stream_panel_bytes() { return static_cast<size_t>(kBlockPixels) * stream_kernel()->nr + 64; }
+
+void conv_wgrad_stream(const PaddedSrc& src, const uint8_t* err_t, ptrdiff_t ld, int o, int32_t* dw) {
+  const GemmKernel* kern = stream_kernel();
+  const int nr = kern->nr, mr = kern->mr, run = src.run(), kk = src.kh * run, panels = kk / nr;
+  const int pixels = static_cast<int>(src.pixels());
+  std::vector<ptrdiff_t> base(pixels);   // each pixel's first tap row in the padded source
+  const int per_image = src.oh * src.ow;
+  for (int p = 0; p < pixels; ++p) base[p] = src.base(p / per_image, p % per_image / src.ow, p % src.ow);
+  std::vector<const uint8_t*> starts(round_up(o, mr), err_t);   // rows past o repeat row 0 (dropped)
+  for (int r = 0; r < o; ++r) starts[r] = err_t + r * ld;
+  parallel_for(panels, [&](int panel) {
+    thread_local Kept<std::vector<int8_t>> buffer;
+    if (buffer.size() < wgrad_stream_panel_bytes()) buffer.resize(wgrad_stream_panel_bytes());
+    int8_t* packed = PackedB::align64(buffer.data());
+    const int col0 = panel * nr, tap_row = col0 / run;
+    const int8_t* from = src.d + static_cast<ptrdiff_t>(tap_row) * src.row_stride() + col0 % run;
+    alignas(64) int32_t first[64] = {}, later[64] = {}, sums[64];
+    for (int k0 = 0; k0 < pixels; k0 += kBlockPixels) {
+      const int groups = std::min(kBlockPixels, pixels - k0) / 4;
+      for (int g = 0; g < groups; ++g) {
+        const ptrdiff_t* b = base.data() + k0 + 4 * g;
+        const int8_t* rows[4] = {from + b[0], from + b[1], from + b[2], from + b[3]};
+        kern->interleave_panel(rows, packed + static_cast<ptrdiff_t>(g) * nr * 4);
+      }
+      kern->colsum(packed, groups, sums);
+      int32_t* correction = k0 == 0 ? first : later;
+      for (int j = 0; j < nr; ++j)
+        correction[j] = static_cast<int32_t>(static_cast<uint32_t>(correction[j]) + static_cast<uint32_t>(sums[j]) * 0xFFFFFF80u);
+      const APiece piece{k0, groups};
+      for (int r = 0; r < o; r += mr)
+        kern->micro_rows(starts.data() + r, &piece, 1, packed, dw + static_cast<ptrdiff_t>(r) * kk + col0, kk,
+                         std::min(mr, o - r), nr, k0 > 0, first);
+    }
+    if (pixels > kBlockPixels)
+      for (int r = 0; r < o; ++r) {
+        int32_t* c = dw + static_cast<ptrdiff_t>(r) * kk + col0;
+        for (int j = 0; j < nr; ++j) c[j] = static_cast<int32_t>(static_cast<uint32_t>(c[j]) + static_cast<uint32_t>(later[j]));
+      }
+  });
+}
+
+}  // namespace dsptrain
