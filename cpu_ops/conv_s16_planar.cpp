@@ -37,6 +37,24 @@ inline void with_rows(int rows, Body body) {
   }
 }
 
+// Accumulators e = E .. kN - 1 of a register block (named members of Regs24, so that GCC
+// keeps them in registers: register_block.h) zeroed, and copied out to an array.
+template <int E, int kN>
+DSPTRAIN_AVX512VNNI __attribute__((always_inline)) inline void zero_regs(Regs24<__m512i>& acc) {
+  if constexpr (E < kN) {
+    reg<E>(acc) = _mm512_setzero_si512();
+    zero_regs<E + 1, kN>(acc);
+  }
+}
+
+template <int E, int kN>
+DSPTRAIN_AVX512VNNI __attribute__((always_inline)) inline void copy_regs(Regs24<__m512i>& acc, __m512i* out) {
+  if constexpr (E < kN) {
+    out[E] = reg<E>(acc);
+    copy_regs<E + 1, kN>(acc, out);
+  }
+}
+
 // One image's weight gradient from channel planes (stride 1): dw[o][a][b][c] += sum over
 // the output rows i and columns j of err_plane[o][i][j] * x_plane[c][i + a][j + b]. The
 // columns j lie in the lanes (32 int16 per vector, masked past OW), vpdpwssd adds each
@@ -46,24 +64,44 @@ inline void with_rows(int rows, Body body) {
 // kB taps along the kernel's width (b0 .. b0 + kB) and kOs output channels (o0 ..) of one
 // kernel row a and input channel c: kB * kOs int32 accumulators in registers, so each
 // row's kOs error vectors and kB input vectors serve kB * kOs vpdpwssd.
+// acc[e] += the pair products of error row e - E0 and xv, for e in [E, kEnd)
+template <int E, int kEnd, int E0 = E>
+DSPTRAIN_AVX512VNNI __attribute__((always_inline)) inline void add_error_products(Regs24<__m512i>& acc, const __m512i* ev,
+                                                                                  __m512i xv) {
+  if constexpr (E < kEnd) {
+    reg<E>(acc) = _mm512_dpwssd_epi32(reg<E>(acc), ev[E - E0], xv);
+    add_error_products<E + 1, kEnd, E0>(acc, ev, xv);
+  }
+}
+
+// acc[b * kOs + r] += the pair products of error row r and the input vector at tap b, b >= B
+template <int B, int kOs, int kB>
+DSPTRAIN_AVX512VNNI __attribute__((always_inline)) inline void add_tap_products(Regs24<__m512i>& acc, const __m512i* ev,
+                                                                                const int16_t* xrow) {
+  if constexpr (B < kB) {
+    const __m512i xv = _mm512_loadu_si512(xrow + B);
+    add_error_products<B * kOs, B * kOs + kOs>(acc, ev, xv);
+    add_tap_products<B + 1, kOs, kB>(acc, ev, xrow);
+  }
+}
+
 template <int kOs, int kB>
 DSPTRAIN_AVX512VNNI inline void wgrad_planar_taps(const int16_t* ep, size_t eplane, const int16_t* xrow, int vecs,
                                                   int c, int o0, size_t t0, size_t taps, int64_t* dw) {
-  __m512i acc[kB][kOs];
-  for (int b = 0; b < kB; ++b)
-    for (int r = 0; r < kOs; ++r) acc[b][r] = _mm512_setzero_si512();
+  static_assert(kOs * kB <= 24, "at most 24 accumulators");
+  Regs24<__m512i> acc;
+  zero_regs<0, kB * kOs>(acc);
   const int16_t* e = ep + static_cast<size_t>(o0) * eplane;
   for (int v = 0; v < vecs; ++v, e += 32, xrow += 32) {
     __m512i ev[kOs];
     for (int r = 0; r < kOs; ++r) ev[r] = _mm512_loadu_si512(e + static_cast<size_t>(r) * eplane);
-    for (int b = 0; b < kB; ++b) {
-      const __m512i xv = _mm512_loadu_si512(xrow + b);
-      for (int r = 0; r < kOs; ++r) acc[b][r] = _mm512_dpwssd_epi32(acc[b][r], ev[r], xv);
-    }
+    add_tap_products<0, kOs, kB>(acc, ev, xrow);
   }
+  __m512i sums[kB][kOs];
+  copy_regs<0, kB * kOs>(acc, &sums[0][0]);
   for (int b = 0; b < kB; ++b)
     for (int r = 0; r < kOs; ++r)
-      dw[static_cast<size_t>(o0 + r) * taps + t0 + static_cast<size_t>(b) * c] += _mm512_reduce_add_epi32(acc[b][r]);
+      dw[static_cast<size_t>(o0 + r) * taps + t0 + static_cast<size_t>(b) * c] += _mm512_reduce_add_epi32(sums[b][r]);
 }
 
 DSPTRAIN_AVX512VNNI void wgrad_planar_image(const int16_t* ep, size_t eplane, const int16_t* xp, int pw,
@@ -143,17 +181,7 @@ struct FwdSteps {
   std::vector<int32_t> x, w;
 };
 
-// acc[e] for e = E .. kI * kO - 1 (accumulator e = r * kO + q, named members of Regs24 so
-// that GCC keeps them in registers, register_block.h): zeroed, a step's products added,
-// copied out to row r
-template <int E, int kN>
-DSPTRAIN_AVX512VNNI __attribute__((always_inline)) inline void zero_regs(Regs24<__m512i>& acc) {
-  if constexpr (E < kN) {
-    reg<E>(acc) = _mm512_setzero_si512();
-    zero_regs<E + 1, kN>(acc);
-  }
-}
-
+// acc[r * kO + q] += the pair products of weight pair q and input row r, for r * kO + q >= E
 template <int E, int kO, int kI>
 DSPTRAIN_AVX512VNNI __attribute__((always_inline)) inline void add_pair_products(Regs24<__m512i>& acc, const int32_t* wq,
                                                                                  const __m512i* xv) {
@@ -161,14 +189,6 @@ DSPTRAIN_AVX512VNNI __attribute__((always_inline)) inline void add_pair_products
     constexpr int q = E % kO, r = E / kO;
     reg<E>(acc) = _mm512_dpwssd_epi32(reg<E>(acc), _mm512_set1_epi32(wq[q]), xv[r]);
     add_pair_products<E + 1, kO, kI>(acc, wq, xv);
-  }
-}
-
-template <int E, int kN>
-DSPTRAIN_AVX512VNNI __attribute__((always_inline)) inline void copy_regs(Regs24<__m512i>& acc, __m512i* out) {
-  if constexpr (E < kN) {
-    out[E] = reg<E>(acc);
-    copy_regs<E + 1, kN>(acc, out);
   }
 }
 
