@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "register_block.h"
 #include "scratch.h"
 #include "thread_pool.h"
 
@@ -36,6 +37,24 @@ inline void with_rows(int rows, Body body) {
   }
 }
 
+// Accumulators e = E .. kN - 1 of a register block (named members of Regs24, so that GCC
+// keeps them in registers: register_block.h) zeroed, and copied out to an array.
+template <int E, int kN>
+DSPTRAIN_AVX512VNNI __attribute__((always_inline)) inline void zero_regs(Regs24<__m512i>& acc) {
+  if constexpr (E < kN) {
+    reg<E>(acc) = _mm512_setzero_si512();
+    zero_regs<E + 1, kN>(acc);
+  }
+}
+
+template <int E, int kN>
+DSPTRAIN_AVX512VNNI __attribute__((always_inline)) inline void copy_regs(Regs24<__m512i>& acc, __m512i* out) {
+  if constexpr (E < kN) {
+    out[E] = reg<E>(acc);
+    copy_regs<E + 1, kN>(acc, out);
+  }
+}
+
 // One image's weight gradient from channel planes (stride 1): dw[o][a][b][c] += sum over
 // the output rows i and columns j of err_plane[o][i][j] * x_plane[c][i + a][j + b]. The
 // columns j lie in the lanes (32 int16 per vector, masked past OW), vpdpwssd adds each
@@ -45,24 +64,44 @@ inline void with_rows(int rows, Body body) {
 // kB taps along the kernel's width (b0 .. b0 + kB) and kOs output channels (o0 ..) of one
 // kernel row a and input channel c: kB * kOs int32 accumulators in registers, so each
 // row's kOs error vectors and kB input vectors serve kB * kOs vpdpwssd.
+// acc[e] += the pair products of error row e - E0 and xv, for e in [E, kEnd)
+template <int E, int kEnd, int E0 = E>
+DSPTRAIN_AVX512VNNI __attribute__((always_inline)) inline void add_error_products(Regs24<__m512i>& acc, const __m512i* ev,
+                                                                                  __m512i xv) {
+  if constexpr (E < kEnd) {
+    reg<E>(acc) = _mm512_dpwssd_epi32(reg<E>(acc), ev[E - E0], xv);
+    add_error_products<E + 1, kEnd, E0>(acc, ev, xv);
+  }
+}
+
+// acc[b * kOs + r] += the pair products of error row r and the input vector at tap b, b >= B
+template <int B, int kOs, int kB>
+DSPTRAIN_AVX512VNNI __attribute__((always_inline)) inline void add_tap_products(Regs24<__m512i>& acc, const __m512i* ev,
+                                                                                const int16_t* xrow) {
+  if constexpr (B < kB) {
+    const __m512i xv = _mm512_loadu_si512(xrow + B);
+    add_error_products<B * kOs, B * kOs + kOs>(acc, ev, xv);
+    add_tap_products<B + 1, kOs, kB>(acc, ev, xrow);
+  }
+}
+
 template <int kOs, int kB>
 DSPTRAIN_AVX512VNNI inline void wgrad_planar_taps(const int16_t* ep, size_t eplane, const int16_t* xrow, int vecs,
                                                   int c, int o0, size_t t0, size_t taps, int64_t* dw) {
-  __m512i acc[kB][kOs];
-  for (int b = 0; b < kB; ++b)
-    for (int r = 0; r < kOs; ++r) acc[b][r] = _mm512_setzero_si512();
+  static_assert(kOs * kB <= 24, "at most 24 accumulators");
+  Regs24<__m512i> acc;
+  zero_regs<0, kB * kOs>(acc);
   const int16_t* e = ep + static_cast<size_t>(o0) * eplane;
   for (int v = 0; v < vecs; ++v, e += 32, xrow += 32) {
     __m512i ev[kOs];
     for (int r = 0; r < kOs; ++r) ev[r] = _mm512_loadu_si512(e + static_cast<size_t>(r) * eplane);
-    for (int b = 0; b < kB; ++b) {
-      const __m512i xv = _mm512_loadu_si512(xrow + b);
-      for (int r = 0; r < kOs; ++r) acc[b][r] = _mm512_dpwssd_epi32(acc[b][r], ev[r], xv);
-    }
+    add_tap_products<0, kOs, kB>(acc, ev, xrow);
   }
+  __m512i sums[kB][kOs];
+  copy_regs<0, kB * kOs>(acc, &sums[0][0]);
   for (int b = 0; b < kB; ++b)
     for (int r = 0; r < kOs; ++r)
-      dw[static_cast<size_t>(o0 + r) * taps + t0 + static_cast<size_t>(b) * c] += _mm512_reduce_add_epi32(acc[b][r]);
+      dw[static_cast<size_t>(o0 + r) * taps + t0 + static_cast<size_t>(b) * c] += _mm512_reduce_add_epi32(sums[b][r]);
 }
 
 DSPTRAIN_AVX512VNNI void wgrad_planar_image(const int16_t* ep, size_t eplane, const int16_t* xp, int pw,
@@ -142,34 +181,43 @@ struct FwdSteps {
   std::vector<int32_t> x, w;
 };
 
+// acc[r * kO + q] += the pair products of weight pair q and input row r, for r * kO + q >= E
+template <int E, int kO, int kI>
+DSPTRAIN_AVX512VNNI __attribute__((always_inline)) inline void add_pair_products(Regs24<__m512i>& acc, const int32_t* wq,
+                                                                                 const __m512i* xv) {
+  if constexpr (E < kO * kI) {
+    constexpr int q = E % kO, r = E / kO;
+    reg<E>(acc) = _mm512_dpwssd_epi32(reg<E>(acc), _mm512_set1_epi32(wq[q]), xv[r]);
+    add_pair_products<E + 1, kO, kI>(acc, wq, xv);
+  }
+}
+
 template <int kOs, int kI>
 DSPTRAIN_AVX512VNNI inline void fwd_planar_block(const int32_t* pp, int pw, const int32_t* wpairs, const FwdSteps& steps,
                                                  const Col2imShape& s, int o, int o0, int i, int j0, int64_t* y) {
+  static_assert(kOs * kI <= 24, "at most 24 accumulators");
   const int left = std::min(16, s.ow - j0);
   const __mmask16 mask = static_cast<__mmask16>(left == 16 ? 0xFFFF : (1u << left) - 1);
-  __m512i acc[kI][kOs];
-  for (int r = 0; r < kI; ++r)
-    for (int q = 0; q < kOs; ++q) acc[r][q] = _mm512_setzero_si512();
+  Regs24<__m512i> acc;
+  zero_regs<0, kOs * kI>(acc);
   const int32_t* xbase = pp + static_cast<size_t>(i) * pw + j0;
   const int32_t* wbase = wpairs + o0;
   const int count = static_cast<int>(steps.x.size());
   for (int k = 0; k < count; ++k) {
     const int32_t* xrow = xbase + steps.x[k];
-    const int32_t* wq = wbase + steps.w[k];
     __m512i xv[kI];
     for (int r = 0; r < kI; ++r) xv[r] = _mm512_maskz_loadu_epi32(mask, xrow + static_cast<size_t>(r) * pw);
-    for (int q = 0; q < kOs; ++q) {
-      const __m512i wv = _mm512_set1_epi32(wq[q]);
-      for (int r = 0; r < kI; ++r) acc[r][q] = _mm512_dpwssd_epi32(acc[r][q], wv, xv[r]);
-    }
+    add_pair_products<0, kOs, kI>(acc, wbase + steps.w[k], xv);
   }
+  __m512i sums[kI][kOs];   // out of the registers once, for the stores
+  copy_regs<0, kOs * kI>(acc, &sums[0][0]);
   for (int r = 0; r < kI; ++r) {
     if (kOs == o) {   // the block holds every channel: its outputs are left * o consecutive int64
-      store_interleaved<kOs>(acc[r], left, y + (static_cast<size_t>(i + r) * s.ow + j0) * o);
+      store_interleaved<kOs>(sums[r], left, y + (static_cast<size_t>(i + r) * s.ow + j0) * o);
       continue;
     }
     alignas(64) int32_t lanes[kOs][16];
-    for (int q = 0; q < kOs; ++q) _mm512_store_si512(lanes[q], acc[r][q]);
+    for (int q = 0; q < kOs; ++q) _mm512_store_si512(lanes[q], sums[r][q]);
     for (int l = 0; l < left; ++l) {
       int64_t* dst = y + (static_cast<size_t>(i + r) * s.ow + j0 + l) * o + o0;
       for (int q = 0; q < kOs; ++q) dst[q] = lanes[q][l];
