@@ -53,7 +53,14 @@ void conv_wgrad_stream(const PaddedSrc& src, const uint8_t* err_t, ptrdiff_t ld,
   for (int p = 0; p < pixels; ++p) base[p] = src.base(p / per_image, p % per_image / src.ow, p % src.ow);
   std::vector<const uint8_t*> starts(round_up(o, mr), err_t);   // rows past o repeat row 0 (dropped)
   for (int r = 0; r < o; ++r) starts[r] = err_t + r * ld;
-  parallel_for(panels, [&](int panel) {
+  // Panels that do not split evenly over the threads (VGG-11's conv2: 9 over 2) split their
+  // rows too, each part packing the panel for itself: the packing done twice costs less
+  // than a thread idle for a ninth of the op.
+  const int threads = pool_threads(), tiles = (o + mr - 1) / mr;
+  const int row_parts = panels % threads != 0 && panels < 8 * threads ? std::min(threads, tiles) : 1;
+  parallel_for(panels * row_parts, [&](int task) {
+    const int panel = task / row_parts, part = task % row_parts;
+    const int r0 = tiles * part / row_parts * mr, r1 = std::min(o, tiles * (part + 1) / row_parts * mr);
     thread_local Kept<std::vector<int8_t>> buffer;
     if (buffer.size() < wgrad_stream_panel_bytes()) buffer.resize(wgrad_stream_panel_bytes());
     int8_t* packed = PackedB::align64(buffer.data());
@@ -72,12 +79,12 @@ void conv_wgrad_stream(const PaddedSrc& src, const uint8_t* err_t, ptrdiff_t ld,
       for (int j = 0; j < nr; ++j)
         correction[j] = static_cast<int32_t>(static_cast<uint32_t>(correction[j]) + static_cast<uint32_t>(sums[j]) * 0xFFFFFF80u);
       const APiece piece{k0, groups};
-      for (int r = 0; r < o; r += mr)
+      for (int r = r0; r < r1; r += mr)
         kern->micro_rows(starts.data() + r, &piece, 1, packed, dw + static_cast<ptrdiff_t>(r) * kk + col0, kk,
                          std::min(mr, o - r), nr, k0 > 0, first);
     }
     if (pixels > kBlockPixels)
-      for (int r = 0; r < o; ++r) {
+      for (int r = r0; r < r1; ++r) {
         int32_t* c = dw + static_cast<ptrdiff_t>(r) * kk + col0;
         for (int j = 0; j < nr; ++j) c[j] = static_cast<int32_t>(static_cast<uint32_t>(c[j]) + static_cast<uint32_t>(later[j]));
       }

@@ -103,11 +103,11 @@ DSPTRAIN_AVX512 void micro_rows(const uint8_t* const* rows, const APiece* pieces
   store_tile(acc, c, ldc, mr_valid, nr_valid, accumulate, col_offset);
 }
 
-// micro_rows with the tile rounded from the registers: each valid row's 64 columns go
-// out as int8 (masked to nr_valid), and their largest magnitude into *most.
+// micro_rows with the tile also rounded from the registers: each valid row's 64 columns
+// go out as int32 and as int8 (masked to nr_valid), their largest magnitude into *most.
 DSPTRAIN_AVX512 void micro_rows_round(const uint8_t* const* rows, const APiece* pieces, int npieces, const int8_t* b,
-                                      int8_t* q, ptrdiff_t ldq, int mr_valid, int nr_valid, const int32_t* col_offset,
-                                      int shift, RoundMode mode, uint32_t* most) {
+                                      int32_t* c, ptrdiff_t ldc, int8_t* q, ptrdiff_t ldq, int mr_valid, int nr_valid,
+                                      const int32_t* col_offset, int shift, RoundMode mode, uint32_t* most) {
   __m512i acc[kMR][kNV];
 #pragma GCC unroll 8
   for (int r = 0; r < kMR; ++r)
@@ -138,6 +138,7 @@ DSPTRAIN_AVX512 void micro_rows_round(const uint8_t* const* rows, const APiece* 
 #pragma GCC unroll 4
     for (int v = 0; v < kNV; ++v) {
       const __m512i x = _mm512_add_epi32(acc[r][v], _mm512_loadu_si512(col_offset + v * 16));
+      _mm512_mask_storeu_epi32(c + r * ldc + v * 16, cols[v], x);
       top = _mm512_mask_max_epu32(top, cols[v], top, _mm512_abs_epi32(x));
       _mm512_mask_cvtepi32_storeu_epi8(q + r * ldq + v * 16, cols[v], shift_round_lanes(x, shift, mode));
     }

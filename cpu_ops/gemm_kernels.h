@@ -33,13 +33,15 @@ using MicroRowsFn = void (*)(const uint8_t* const* rows, const APiece* pieces, i
                              int32_t* c, ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
                              const int32_t* col_offset);
 
-// micro_rows over the whole depth with the tile rounded to int8 in the registers (a
-// given shift's fused requantize, round or psto, shift 0..30; gemm_rows.cpp): q (rows
-// ldq apart) gets the valid mr_valid x nr_valid part, *most the largest |acc| of it if
-// larger. No int32 accumulators are written.
+// micro_rows over the whole depth with the tile also rounded to int8 from the registers
+// (a given shift's fused requantize, round or psto, shift 0..30; gemm_rows.cpp): c gets
+// the int32 tile as micro_rows stores it (kept for a given shift that proves too small:
+// it is rounded again from them, and running the product again would cost it twice), q
+// (rows ldq apart) its valid mr_valid x nr_valid part rounded, *most the largest |acc| of
+// it if larger.
 using MicroRowsRoundFn = void (*)(const uint8_t* const* rows, const APiece* pieces, int npieces, const int8_t* b_panel,
-                                  int8_t* q, ptrdiff_t ldq, int mr_valid, int nr_valid, const int32_t* col_offset,
-                                  int shift, RoundMode mode, uint32_t* most);
+                                  int32_t* c, ptrdiff_t ldc, int8_t* q, ptrdiff_t ldq, int mr_valid, int nr_valid,
+                                  const int32_t* col_offset, int shift, RoundMode mode, uint32_t* most);
 
 // sums[j] = sum of the kgroups * 4 bytes of column j of a packed B panel (nr columns).
 using ColSumFn = void (*)(const int8_t* b_panel, int kgroups, int32_t* sums);

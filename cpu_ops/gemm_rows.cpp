@@ -52,9 +52,9 @@ bool rounds_in_registers(const GemmKernel* kern, const FusedRequant* fused, cons
 }
 
 // gemm_rows' tasks with each tile rounded into fused->out (row stride n) as it leaves the
-// registers; *absmax the largest |acc|. fused->acc_written false: if the given shift turns
-// out too small, the caller runs the product again (bindings_int8.cpp run_requant).
-void rows_rounded(const GemmKernel* kern, const BiasedRows& a, int m, const PackedB& b, int64_t* absmax,
+// registers, and stored into c as well; *absmax the largest |acc|. A given shift that
+// turns out too small is mended from c by the caller (finish_fused_requant).
+void rows_rounded(const GemmKernel* kern, const BiasedRows& a, int m, const PackedB& b, int32_t* c, int64_t* absmax,
                   FusedRequant* fused) {
   const int n = b.n, mr = kern->mr, nr = kern->nr;
   const TaskSplit split = split_tasks(kern, m, n, pool_threads());
@@ -72,6 +72,7 @@ void rows_rounded(const GemmKernel* kern, const BiasedRows& a, int m, const Pack
       const int8_t* b_panel = b.panels() + static_cast<size_t>(p) * b.k_pad * nr;
       for (int r = 0; r < rows; r += mr)
         kern->micro_rows_round(starts.data() + r, whole.data(), static_cast<int>(whole.size()), b_panel,
+                               c + static_cast<ptrdiff_t>(row0 + r) * n + p * nr, n,
                                fused->out + static_cast<ptrdiff_t>(row0 + r) * n + p * nr, n, std::min(mr, rows - r),
                                std::min(nr, n - p * nr), b.col_offset.data() + p * nr, fused->shift, fused->mode,
                                &task_max[task]);
@@ -79,7 +80,6 @@ void rows_rounded(const GemmKernel* kern, const BiasedRows& a, int m, const Pack
   });
   *absmax = *std::max_element(task_max.begin(), task_max.end());
   fused->applied = true;
-  fused->acc_written = false;
 }
 
 }  // namespace
@@ -89,7 +89,7 @@ void gemm_rows(const BiasedRows& a, int m, const PackedB& b, int32_t* c, ptrdiff
   const GemmKernel* kern = gemm_kernel(b.isa);
   const int n = b.n, k = b.k, mr = kern->mr, nr = kern->nr;
   if (m > 0 && n > 0 && rounds_in_registers(kern, fused, absmax, ldc == n, k)) {
-    rows_rounded(kern, a, m, b, absmax, fused);
+    rows_rounded(kern, a, m, b, c, absmax, fused);
     return;
   }
   for_each_c_tile(kern, m, n, k, c, ldc, absmax, [&](const TaskSplit&, const CTile& t) {

@@ -1,7 +1,8 @@
 """The implicit GEMM's tiles rounded to int8 in the registers (cpu_ops/gemm_rows.cpp
 rows_rounded, gemm_avx512.cpp micro_rows_round): with a given shift in round or psto
-mode no int32 accumulator is written, the whole depth is one block, and a shift that
-turns out too small runs the product again. Bit-exact against ops_ref's composition at
+mode each tile is rounded as it leaves the registers (and stored as int32 too), the
+whole depth is one block, and a shift that turns out too small is mended from the int32
+tiles. Bit-exact against ops_ref's composition at
 one and two threads, on depths past the plain path's K block of 2048, ragged tiles, and
 the magnitudes where the rounding and the +-127 clip meet (every input at -128 or 127)."""
 from __future__ import annotations
