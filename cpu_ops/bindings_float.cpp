@@ -19,6 +19,15 @@ FloatRound parse_float_mode(const char* op, const std::string& mode) {
 
 bool is_f64(const py::handle& obj) { return py::isinstance<py::array_t<double>>(obj); }
 
+// MLS elements (quant.h: quantize_mls) of x into `aligned`: the one-pass AVX-512 lanes where
+// they apply, else the general loop. Called without the GIL.
+void mls_elements(const Array<float>& x, int channels, int group, double top, double tensor_scale, int kmax,
+                  int qmax, FloatRound mode, const RngKey& key, int16_t* aligned) {
+  const size_t rows = channels ? x.size() / channels : 0;
+  if (!quantize_mls_lanes(x.data(), rows * channels, group, top, tensor_scale, kmax, qmax, mode, key, aligned))
+    quantize_mls(x.data(), rows, channels, group, top, tensor_scale, kmax, qmax, mode, key, aligned);
+}
+
 template <typename F>
 py::array quantize_any(const Array<F>& x, double step, int bits, FloatRound mode, const Rng& r) {
   const int qmax = (1 << (bits - 1)) - 1;
@@ -124,14 +133,34 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     if (group < 1 || channels % group) fail("quantize_mls: group " + std::to_string(group) + " does not divide " + std::to_string(channels) + " channels");
     if (kmax < 0 || qmax * (1LL << kmax) > 32767) fail("quantize_mls: qmax " + std::to_string(qmax) + " * 2**" + std::to_string(kmax) + " does not fit int16");
     py::array_t<int16_t> out(dims(x));
-    int16_t* p = out.mutable_data();
-    const size_t rows = channels ? x.size() / channels : 0;
     py::gil_scoped_release nogil;
-    if (!quantize_mls_lanes(x.data(), rows * channels, group, top, tensor_scale, kmax, qmax, fm, r.key, p))
-      quantize_mls(x.data(), rows, channels, group, top, tensor_scale, kmax, qmax, fm, r.key, p);   // the general loop
+    mls_elements(x, channels, group, top, tensor_scale, kmax, qmax, fm, r.key, out.mutable_data());
     return out;
   }, py::arg("x"), py::arg("group"), py::arg("top"), py::arg("tensor_scale"), py::arg("kmax"), py::arg("qmax"),
      py::arg("mode"), py::arg("rng"), "MLS elements with their group shift applied (int16).");
+  // absmax_f and quantize_mls in one call: MLS quantizes 15 tensors a LeNet-5 step, and each
+  // hook call is a Python round trip through the executor (float_ops.quantize_mls_ranged the judge)
+  m.def("quantize_mls_ranged", [](const py::handle& obj, int group, int kmax, int qmax, const std::string& mode,
+                                  const py::object& rng) {
+    auto x = checked<float>("quantize_mls_ranged", "x", obj, -1);
+    const FloatRound fm = parse_float_mode("quantize_mls_ranged", mode);
+    const Rng r = parse_rng(rng);
+    if (fm == FloatRound::kSto && !r.given) fail("stochastic rounding needs an RngKey");
+    const int channels = x.ndim() ? int(x.shape(x.ndim() - 1)) : 1;
+    if (group < 1 || channels % group) fail("quantize_mls_ranged: group " + std::to_string(group) + " does not divide " + std::to_string(channels) + " channels");
+    if (qmax < 1 || kmax < 0 || qmax * (1LL << kmax) > 32767) fail("quantize_mls_ranged: qmax " + std::to_string(qmax) + " * 2**" + std::to_string(kmax) + " does not fit int16");
+    py::array_t<int16_t> out(dims(x));
+    int16_t* p = out.mutable_data();
+    double top = 0.0;
+    {
+      py::gil_scoped_release nogil;
+      top = x.size() ? absmax_float(x.data(), x.size()) : 0.0;
+      if (top == 0.0) std::fill(p, p + x.size(), int16_t{0});
+      else mls_elements(x, channels, group, top, top / qmax, kmax, qmax, fm, r.key, p);
+    }
+    return py::make_tuple(out, top);
+  }, py::arg("x"), py::arg("group"), py::arg("kmax"), py::arg("qmax"), py::arg("mode"), py::arg("rng"),
+     "(MLS elements with their group shift applied (int16), max|x|): zeros when x is all zero.");
 
   m.def("round_float", [](const py::handle& obj, int exponent_bits, int mantissa_bits, const std::string& mode,
                           const py::object& rng) {

@@ -97,6 +97,15 @@ def quantize_mls(x, group: int, top: float, tensor_scale: float, kmax: int, qmax
     return (q * 2.0 ** (kmax - k)).astype(np.int16).reshape(x.shape)
 
 
+def quantize_mls_ranged(x, group: int, kmax: int, qmax: int, mode: str, rng) -> tuple[np.ndarray, float]:
+    """(quantize_mls's elements, top) with top = max|x| and the tensor scale top / qmax:
+    absmax_f and quantize_mls as one call (all zeros, top 0.0, when x is all zero or empty)."""
+    top = absmax_f(x)
+    if top == 0.0:
+        return np.zeros(np.shape(x), np.int16), 0.0
+    return quantize_mls(x, group, top, top / qmax, kmax, qmax, mode, rng), top
+
+
 def round_float(x, exponent_bits: int, mantissa_bits: int, mode: str, rng) -> np.ndarray:
     """Nearest value of a (1, exponent_bits, mantissa_bits) float with subnormals, as
     float32; overflow saturates at the largest finite value (Wang et al. 2018 clip)."""

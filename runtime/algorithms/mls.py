@@ -38,7 +38,7 @@ def _mls(x, fmt, group_bits, rng):
 class MLSNumerics(Numerics):
     prefix = "mls"
     known_params = {"group_bits": _group_bits}
-    quant_hooks = ("absmax_f", "quantize_mls")
+    quant_hooks = ("quantize_mls_ranged",)
 
     def product_hooks(self, kind):
         return {"conv": ("matmul_s16", "im2col"), "conv_bwd_weight": ("matmul_s16", "im2col"),

@@ -193,6 +193,11 @@ class Backend:
         """MLS elements with the group shift applied, q * 2**(kmax - k): int16."""
         self._needs("quantize_mls")
 
+    def quantize_mls_ranged(self, x, group: int, kmax: int, qmax: int, mode: str, rng):
+        """(quantize_mls's int16 elements, max|x|) with the tensor scale max|x| / qmax, in one
+        call: zeros and 0.0 when x is all zero."""
+        self._needs("quantize_mls_ranged")
+
     def round_float(self, x, exponent_bits: int, mantissa_bits: int, mode: str, rng) -> np.ndarray:
         """x on a (1, exponent_bits, mantissa_bits) float grid (FP8, FP16), float32."""
         self._needs("round_float")

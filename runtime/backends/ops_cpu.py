@@ -228,6 +228,11 @@ class CpuBackend(Backend):
         return _native.quantize_mls(np.asarray(x, np.float32), int(group), float(top), float(tensor_scale), int(kmax),
                                     int(qmax), mode, _rng(rng))
 
+    def quantize_mls_ranged(self, x, group, kmax, qmax, mode, rng):
+        aligned, top = _native.quantize_mls_ranged(np.asarray(x, np.float32), int(group), int(kmax), int(qmax), mode,
+                                                   _rng(rng))
+        return aligned, float(top)
+
     def round_float(self, x, exponent_bits, mantissa_bits, mode, rng):
         return _native.round_float(_float(x), int(exponent_bits), int(mantissa_bits), mode, _rng(rng))
 

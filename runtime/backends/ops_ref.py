@@ -25,7 +25,7 @@ def _to_acc(x: np.ndarray, depth: int) -> np.ndarray:
 
 
 #: the float-recipe hooks of base.py, defined in float_ops.py
-FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_errors", "quantize_mls", "round_float",
+FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_errors", "quantize_mls", "quantize_mls_ranged", "round_float",
                       "matmul_s16", "im2col", "col2im", "matmul_fp16_chunked", "relu_f32", "relu_bwd_f32", "maxpool_f32", "maxpool_bwd_f32",
                       "compensation_fwd", "compensation_bwd", "sgd_f32",
                       "wageubn_update", "prc_quantize",
@@ -163,6 +163,9 @@ class RefBackend(Backend):
 
     def quantize_mls(self, x, group, top, tensor_scale, kmax, qmax, mode, rng):
         return float_ops.quantize_mls(x, group, top, tensor_scale, kmax, qmax, mode, rng)
+
+    def quantize_mls_ranged(self, x, group, kmax, qmax, mode, rng):
+        return float_ops.quantize_mls_ranged(x, group, kmax, qmax, mode, rng)
 
     def round_float(self, x, exponent_bits, mantissa_bits, mode, rng):
         return float_ops.round_float(x, exponent_bits, mantissa_bits, mode, rng)
