@@ -72,6 +72,15 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     else dequantize(static_cast<const int32_t*>(src), n, scale, p);
     return out;
   }, py::arg("acc"), py::arg("scale"), "float32(double(acc) * scale).");
+  m.def("dequantize_in_place", [](py::array_t<int32_t> acc, double scale) {
+    if (!(acc.flags() & py::array::c_style) || !acc.writeable())
+      fail("dequantize_in_place: acc must be a writable C-contiguous int32 array");
+    int32_t* p = acc.mutable_data();
+    const size_t n = acc.size();
+    py::gil_scoped_release nogil;
+    dequantize_in_place(p, n, scale);
+  }, py::arg("acc").noconvert(), py::arg("scale"),
+     "float32(double(acc) * scale) written over acc's own int32 elements (read it as float32 after).");
   m.def("prc_squared_errors", [](const py::handle& obj, double top, std::vector<double> ratios, int qmax) {
     auto x = checked<float>("prc_squared_errors", "x", obj, -1);
     std::vector<double> errors(ratios.size());
@@ -237,6 +246,43 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     return py::make_tuple(w_new, v_new);
   }, py::arg("w"), py::arg("grad"), py::arg("v"), py::arg("lr"), py::arg("momentum"), py::arg("weight_decay"),
      py::arg("nesterov"), "PyTorch's SGD step in float32: (new w, new velocity).");
+  // A layer's parameters in one call (Octo's weight and compensation scale and shift): a
+  // call per parameter cost more in Python and dispatch than their few elements' arithmetic.
+  m.def("sgd_f32_group", [](const py::list& params, float lr, float momentum, float weight_decay, bool nesterov) {
+    struct Param {
+      Array<float> w, g, v;
+      py::array_t<float> w_new, v_new;
+      float *pw = nullptr, *pv = nullptr;
+    };
+    std::vector<Param> ps;
+    ps.reserve(params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      const py::tuple t = py::reinterpret_borrow<py::tuple>(params[i]);
+      if (t.size() != 3) fail("sgd_f32_group: params[" + std::to_string(i) + "] must be (w, grad, v), got " +
+                              std::to_string(t.size()) + " items");
+      Param p{checked<float>("sgd_f32_group", "w", t[0], -1), checked<float>("sgd_f32_group", "grad", t[1], -1),
+              checked<float>("sgd_f32_group", "v", t[2], -1), {}, {}};
+      check_same("sgd_f32_group", "w", p.w, "grad", p.g);
+      check_same("sgd_f32_group", "w", p.w, "v", p.v);
+      p.w_new = py::array_t<float>(dims(p.w));
+      p.v_new = py::array_t<float>(dims(p.w));
+      p.pw = p.w_new.mutable_data();
+      p.pv = p.v_new.mutable_data();
+      ps.push_back(std::move(p));
+    }
+    {
+      py::gil_scoped_release nogil;
+      for (Param& p : ps) {
+        std::copy(p.w.data(), p.w.data() + p.w.size(), p.pw);
+        std::copy(p.v.data(), p.v.data() + p.v.size(), p.pv);
+        sgd_f32(p.pw, p.g.data(), p.pv, p.w.size(), lr, momentum, weight_decay, nesterov);
+      }
+    }
+    py::list out;
+    for (Param& p : ps) out.append(py::make_tuple(p.w_new, p.v_new));
+    return out;
+  }, py::arg("params"), py::arg("lr"), py::arg("momentum"), py::arg("weight_decay"), py::arg("nesterov"),
+     "sgd_f32 of each (w, grad, v) in params, in one call: [(new w, new velocity)].");
   m.def("wageubn_update", [](const py::handle& q_obj, int e, const py::handle& g_obj, const py::handle& m_obj, double lr,
                              double momentum, double weight_decay, int grad_bits, int momentum_bits, int acc_bits,
                              const py::object& rng) {

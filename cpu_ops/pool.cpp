@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "pool_f32.h"
+#include "pool_f32_pairs.h"
 #include "pool_lanes.h"
 #include "rounding.h"
 #include "thread_pool.h"
@@ -194,6 +195,9 @@ void maxpool(const T* x, const PoolShape& s, T* y, uint8_t* argmax) {
   if constexpr (std::is_same_v<T, int8_t>) {
     if (pool_lanes_fit(s)) return maxpool_lanes(x, s, y, argmax);   // tiling windows: byte permutes
   }
+  if constexpr (std::is_same_v<T, float>) {
+    if (maxpool_f32_pairs(x, s, y, argmax)) return;   // 2x2 windows, few channels: pixels in the lanes
+  }
   using RowsFn = void (*)(const T*, const PoolShape&, T*, uint8_t*, int, int);
   const RowsFn rows_fn = s.c == 1 ? pool_rows<T, 1> : s.c == 3 ? pool_rows<T, 3> : s.c == 6 ? pool_rows<T, 6>
                        : s.c == 16 ? pool_rows<T, 16> : pool_rows<T, 0>;
@@ -209,6 +213,9 @@ template <typename T>
 void maxpool_bwd(const T* err, const uint8_t* argmax, const PoolShape& s, T* dx) {
   if constexpr (std::is_same_v<T, int8_t>) {
     if (pool_lanes_fit(s)) return maxpool_bwd_lanes(err, argmax, s, dx);
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (maxpool_bwd_f32_pairs(err, argmax, s, dx)) return;
   }
   const size_t image = static_cast<size_t>(s.h) * s.w * s.c;
   // Where tap t of a window lands, relative to the window's corner (no division per element).

@@ -210,6 +210,60 @@ __attribute__((target("avx512f"))) void quantize_loop_avx512(const F* x, size_t 
   }
   quantize_loop<M>(x, i, end, step, qmax, M == FloatRound::kSto ? words + (i - begin) : nullptr, q);
 }
+
+// quantize_loop for float32 x and a step that is not a power of two (Octo's max|x| / 127),
+// round and nearest_even, sixteen elements a vector in float32 without a division:
+// v = x * float(1 / step) is within a relative 2**-22 of the quotient x / step (two float32
+// roundings and one of the reciprocal), so it rounds to the same integer as the double
+// quotient does unless |v| lies that close to a half-integer, where the rounding decides.
+// A vector with such a lane (about one element in 10**5; or a lane that is not finite) is
+// redone by the double loop, division and all: the same integers, every one. The window
+// is |v| * 2**-20, four times the bound; the double path's own |q| + 0.5 rounds only inside it.
+template <FloatRound M, typename Q>
+__attribute__((target("avx512f"))) void quantize_recip_f32_avx512(const float* x, size_t begin, size_t end,
+                                                                   double step, double qmax, Q* q) {
+  static_assert(M != FloatRound::kSto, "stochastic rounding stays in double");
+  const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / step)), hi = _mm512_set1_ps(static_cast<float>(qmax)),
+               lo = _mm512_set1_ps(static_cast<float>(-qmax)), half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f),
+               window = _mm512_set1_ps(0x1p-20f), inf = _mm512_set1_ps(__builtin_inff());
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  constexpr int kRedo = 64;
+  size_t redo[kRedo];
+  int redone = 0;
+  auto redo_double = [&](int& count) {
+    for (int r = 0; r < count; ++r) quantize_loop_avx512<M>(x, redo[r], redo[r] + 16, step, qmax, nullptr, q);
+    count = 0;
+  };
+  size_t i = begin;
+  for (; i + 16 <= end; i += 16) {
+    const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), inv);
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512 mag = _mm512_castsi512_ps(_mm512_andnot_si512(sign, bits));
+    const __m512 whole = _mm512_maskz_roundscale_ps(0xFFFF, mag, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m512 frac = _mm512_sub_ps(mag, whole);   // exact
+    const __m512 off = _mm512_castsi512_ps(_mm512_andnot_si512(sign, _mm512_castps_si512(_mm512_sub_ps(frac, half))));
+    const __mmask16 unsure = _mm512_cmp_ps_mask(off, _mm512_mul_ps(mag, window), _CMP_LE_OQ) |
+                             _mm512_cmp_ps_mask(mag, inf, _CMP_NLT_UQ);   // near a half, inf or NaN
+    __m512 r;
+    if constexpr (M == FloatRound::kRound) {   // halves away from zero, as quantize_pow2_f32_avx512
+      r = _mm512_mask_add_ps(whole, _mm512_cmp_ps_mask(frac, half, _CMP_GE_OQ), whole, one);
+      r = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), _mm512_and_si512(sign, bits)));
+    } else {
+      r = _mm512_maskz_roundscale_ps(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
+    const __m512i codes = _mm512_maskz_cvttps_epi32(0xFFFF, _mm512_maskz_min_ps(0xFFFF, _mm512_maskz_max_ps(0xFFFF, r, lo), hi));
+    if constexpr (sizeof(Q) == 1)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_mask_cvtepi32_epi8(_mm_setzero_si128(), 0xFFFF, codes));
+    else
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), _mm512_mask_cvtepi32_epi16(_mm256_setzero_si256(), 0xFFFF, codes));
+    if (unsure) {   // redone after the stores (a call in the loop would cost it its registers)
+      redo[redone++] = i;
+      if (redone == kRedo) redo_double(redone);
+    }
+  }
+  redo_double(redone);
+  quantize_loop<M>(x, i, end, step, qmax, nullptr, q);
+}
 #endif
 
 template <typename T>
@@ -262,6 +316,8 @@ template <typename F, typename Q>
 void quantize_float(const F* x, size_t n, double step, int qmax, FloatRound mode, const RngKey& key, Q* q) {
 #ifdef DSPTRAIN_X86
   [[maybe_unused]] const float inverse32 = float_inverse_of_pow2(step);
+  // 1 / step a normal float32 and a normal float32 the other way: the float path's error bound holds
+  [[maybe_unused]] const bool recip32 = std::isnormal(static_cast<float>(1.0 / step)) && std::isnormal(static_cast<float>(step));
 #endif
   with_mode(mode, [&](auto m) {
     for_chunks(n, sizeof(F), [&](size_t, size_t b, size_t e) {
@@ -270,6 +326,7 @@ void quantize_float(const F* x, size_t n, double step, int qmax, FloatRound mode
       static const bool avx512 = __builtin_cpu_supports("avx512f");
       if constexpr (std::is_same_v<F, float> && M != FloatRound::kSto) {
         if (avx512 && inverse32 != 0.0f) return quantize_pow2_f32_avx512<M>(x, b, e, step, inverse32, double(qmax), q);
+        if (avx512 && recip32) return quantize_recip_f32_avx512<M>(x, b, e, step, double(qmax), q);
       }
       if (avx512) return quantize_loop_avx512<M>(x, b, e, step, double(qmax), random_words<M>(key, b, e), q);
 #endif
@@ -281,6 +338,21 @@ void quantize_float(const F* x, size_t n, double step, int qmax, FloatRound mode
 template <typename T>
 void dequantize(const T* acc, size_t n, double scale, float* out) {
   for_chunks(n, sizeof(T), [&](size_t, size_t b, size_t e) { dequantize_loop(acc, b, e, scale, out); });
+}
+
+namespace {
+// one pointer, so the loop vectorises (dequantize_loop's two may alias: GCC would check
+// for overlap at run time and, finding it, take its scalar copy)
+DSPTRAIN_CLONES void dequantize_in_place_loop(int32_t* acc, size_t begin, size_t end, double scale) {
+  for (size_t i = begin; i < end; ++i) {
+    const float v = static_cast<float>(static_cast<double>(acc[i]) * scale);
+    std::memcpy(acc + i, &v, sizeof v);
+  }
+}
+}  // namespace
+
+void dequantize_in_place(int32_t* acc, size_t n, double scale) {
+  for_chunks(n, sizeof(int32_t), [&](size_t, size_t b, size_t e) { dequantize_in_place_loop(acc, b, e, scale); });
 }
 
 namespace {

@@ -26,6 +26,9 @@ void quantize_float(const F* x, size_t n, double step, int qmax, FloatRound mode
 template <typename T>
 void dequantize(const T* acc, size_t n, double scale, float* out);
 
+// The same over the sums' own memory: element i's float32 bits replace its int32.
+void dequantize_in_place(int32_t* acc, size_t n, double scale);
+
 // Octo's range-clipping search: for each ratio r, sum((min(floor(|x| / s + 0.5), qmax) * s
 // - |x|)**2) with s = r * top / qmax. Sums run in fixed blocks, so the result does not
 // depend on the thread count.

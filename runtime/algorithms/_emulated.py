@@ -60,7 +60,7 @@ def product(kind: str, a: Scaled, b: Scaled, attrs: dict) -> np.ndarray:
     """
     if a.scalar_int8 and b.scalar_int8:
         acc = yield _int8_product(kind, a.q, b.q, attrs)
-        return (yield ("dequantize", acc, float(a.scale) * float(b.scale)))
+        return (yield ("dequantize", acc, float(a.scale) * float(b.scale), True))   # acc: ours to overwrite
     if _scalar_int(a) and _scalar_int(b):
         acc = yield _int16_product(kind, a.q.astype(np.int16, copy=False), b.q.astype(np.int16, copy=False), attrs)
         return (yield ("dequantize", acc, float(a.scale) * float(b.scale)))
@@ -105,12 +105,15 @@ def product_workspace(path: str, pass_: str, attrs: dict, x_shape, w_shape, bias
                     "backward_data": conv * (pixels * taps * 12 + image * 8),
                     "backward_weight": conv * pixels * taps * 4}[pass_]
         fixed += taps * o * 4 if pass_ == "forward" else 0
-    elif path == "int8":     # the int8 hooks' int32 accumulators (and transposed int8 copies of a linear's operands)
-        per_row += {"forward": pixels * o * 4, "backward_data": (image if conv else taps) * 4,
+    elif path == "int8":     # the int8 hooks' accumulators (and transposed int8 copies of a linear's operands):
+        # int32 sums become the float result in place (dequantize reuse=True), int64 ones stay beside it
+        def wide(depth):     # bytes an element of the sums of this depth keeps beside the result (numerics.acc_dtype)
+            return 8 if depth * 127 * 127 >= 2 ** 31 else 0
+        per_row += {"forward": pixels * o * wide(taps),
+                    "backward_data": (image * wide(o * taps // w_shape[-1]) if conv else taps * wide(o)),
                     "backward_weight": 0 if conv else o + taps}[pass_]
-        deep = batch * pixels * 127 * 127 >= 2 ** 31    # a weight gradient's sum needs int64 (numerics.acc_dtype)
         fixed += {"backward_data": 0 if conv else taps * o,
-                  "backward_weight": o * taps * (8 if deep else 4)}.get(pass_, 0)
+                  "backward_weight": o * taps * wide(batch * pixels)}.get(pass_, 0)
     return per_row, fixed
 
 
@@ -215,6 +218,7 @@ class Numerics:
     #: hooks of the quantizer ops (placement asks backends for them) and of the update op
     quant_hooks: tuple = ("absmax_f", "quantize_f")
     update_hooks: tuple = ("sgd_f32",)
+    group_update_hooks: tuple = ("sgd_f32",)   # of an update op with layer_update_extras
     #: bytes an update written in NumPy allocates per weight element beside its results (its
     #: float64 temporaries, measured with tracemalloc); the memory plan counts them
     update_bytes_per_element: int = 0
@@ -287,6 +291,21 @@ class Numerics:
         lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
         w, v = yield ("sgd_f32", w, grad, state[0], lr, o.momentum, o.weight_decay, o.nesterov)
         return w, [v]
+
+    def update_group(self, params: list, ctx, op) -> list:
+        """(hook calls) Several parameters of one layer in one update op (`layer_update_extras`):
+        [(w, grad, state)] -> [(new w, new state)], each through `update` unless the recipe
+        has one hook for them all."""
+        out = []
+        for w, grad, state in params:
+            out.append((yield from self.update(w, grad, state, ctx, op)))
+        return out
+
+    def layer_update_extras(self, b, layer) -> tuple:
+        """(param, grad) pairs a layer's weight update op also updates (Octo's compensation
+        parameters): one op a layer rather than one a parameter, each op's Python and hook call
+        costing about as much as a small parameter's arithmetic."""
+        return ()
 
     # extra layers around a product (Octo's compensation layer)
     def after_forward(self, engine, b, layer, out) -> str:
@@ -372,15 +391,23 @@ class Emulated:
         return state
 
     # ------------------------------------------------------------ lowering helpers
-    def emit_update(self, b, layer_name, param, grad):
-        spec = b.tensors.get(param)
-        shape = spec.shape if spec else b.tensors[grad].shape
-        names = tuple(self.n.opt_state(param, np.zeros(shape, np.float32)))
-        for name in names:
-            b.tensor(name, shape, "float32", "state")
-        extra = int(np.prod(shape)) * self.n.update_bytes_per_element   # its float64 temporaries
-        b.op(f"{param}.update", f"{self.n.prefix}.update", layer_name, "update", (param, grad, *names),
-             (param, *names), self.n.update_hooks, **({"workspace": (0, extra)} if extra else {}))
+    def emit_update(self, b, layer_name, param, grad, extra_params=()):
+        """The update op of `param` and of the (param, grad) pairs `extra_params` with it:
+        inputs (param, grad, *state) and outputs (param, *state) for each, in turn."""
+        inputs, outputs, extra = [], [], 0
+        for p, g in ((param, grad), *extra_params):
+            spec = b.tensors.get(p)
+            shape = spec.shape if spec else b.tensors[g].shape
+            names = tuple(self.n.opt_state(p, np.zeros(shape, np.float32)))
+            for name in names:
+                b.tensor(name, shape, "float32", "state")
+            inputs += [p, g, *names]
+            outputs += [p, *names]
+            extra += int(np.prod(shape)) * self.n.update_bytes_per_element   # its float64 temporaries
+        grouped = {"update_params": 1 + len(extra_params)} if extra_params else {}
+        b.op(f"{param}.update", f"{self.n.prefix}.update", layer_name, "update", tuple(inputs), tuple(outputs),
+             self.n.group_update_hooks if extra_params else self.n.update_hooks,
+             **({"workspace": (0, extra)} if extra else {}), **grouped)
 
     def _attrs(self, b, layer, x):
         position, extra = _position(b, layer), self.n.product_attrs(b.recipe)
@@ -452,7 +479,7 @@ class Emulated:
              workspace=product_workspace(path, "backward_weight", attrs, b.tensors[x].shape, layer.weight_shape,
                                          dtypes=(b.tensors[eq].dtype, b.tensors[f"{name}.xq"].dtype)),
              **attrs)
-        self.emit_update(b, name, f"{name}.w", grad)
+        self.emit_update(b, name, f"{name}.w", grad, self.n.layer_update_extras(b, layer))
         if has_bias(layer):   # float, from the unquantized error: the bias is added after the product
             self.emit_update(b, name, f"{name}.b", fp32.bias_grad_op(b, layer, err))
         return err_in
@@ -474,9 +501,19 @@ class Emulated:
         return {op.outputs[0]: fp32.with_bias(y, op, env)}
 
     def _update(self, op, env, ctx):
-        w, grad = env[op.inputs[0]], env[op.inputs[1]]
-        w, state = yield from self.n.update(w, grad, [env[s] for s in op.inputs[2:]], ctx, op)
-        return dict(zip(op.outputs, (w, *state)))
+        count = op.attrs.get("update_params", 1)
+        if count == 1:
+            w, grad = env[op.inputs[0]], env[op.inputs[1]]
+            w, state = yield from self.n.update(w, grad, [env[s] for s in op.inputs[2:]], ctx, op)
+            return dict(zip(op.outputs, (w, *state)))
+        per = len(op.inputs) // count    # (param, grad, *state) each: emit_update's layout
+        groups = [op.inputs[i * per:(i + 1) * per] for i in range(count)]
+        done = yield from self.n.update_group([(env[g[0]], env[g[1]], [env[s] for s in g[2:]]) for g in groups],
+                                              ctx, op)
+        out = {}
+        for g, (w, state) in zip(groups, done):
+            out.update(zip((g[0], *g[2:]), (w, *state)))
+        return out
 
 
 def _plain(w):

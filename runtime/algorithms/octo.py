@@ -92,9 +92,25 @@ class OctoNumerics(Numerics):
         g_shift = b.tensor(f"{shift}.grad", b.tensors[shift].shape, "float32", "grad")
         b.op(f"{layer.name}.comp_bwd", "octo.comp_bwd", layer.name, "backward", (err, raw, scale),
              (err_raw, g_scale, g_shift), ("compensation_bwd",))
-        engine.emit_update(b, layer.name, scale, g_scale)
-        engine.emit_update(b, layer.name, shift, g_shift)
         return err_raw
+
+    def layer_update_extras(self, b, layer):
+        """The compensation parameters go with the layer's weight update (their gradients
+        come from comp_bwd above): one update op and one hook call a layer, not three."""
+        if not self._compensated(b):
+            return ()
+        return tuple((name, f"{name}.grad") for name in compensation_names(layer.name))
+
+    group_update_hooks = ("sgd_f32_group",)
+
+    def update_group(self, params, ctx, op):
+        """(hook call) The layer's weight and compensation parameters, SGD with momentum
+        each (the same arithmetic as `update`), in one call."""
+        o = ctx.recipe.optimizer
+        lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
+        done = yield ("sgd_f32_group", [(w, grad, state[0]) for w, grad, state in params], lr, o.momentum,
+                      o.weight_decay, o.nesterov)
+        return [(w, [v]) for w, v in done]
 
     def extra_init(self, layer, rng):
         if not isinstance(layer, (Conv2d, Linear)):

@@ -173,9 +173,11 @@ class Backend:
         """clip(round(x / step), +-(2**(bits-1) - 1)) in float64: int8 (bits <= 8) or int16."""
         self._needs("quantize_f")
 
-    def dequantize(self, acc, scale: float) -> np.ndarray:
+    def dequantize(self, acc, scale: float, reuse: bool = False) -> np.ndarray:
         """(optional) float32(float64(acc) * scale): a product's exact sums times its scales.
-        Default: NumPy, so any backend that runs an emulated recipe's product has it."""
+        Default: NumPy, so any backend that runs an emulated recipe's product has it.
+        reuse: `acc` is the caller's temporary, which the backend may overwrite with the
+        result (the CPU writes int32 sums' floats over them: no second tensor to fill)."""
         return (np.asarray(acc).astype(np.float64) * float(scale)).astype(np.float32)
 
     def prc_squared_errors(self, x, top: float, ratios, qmax: int) -> list:
@@ -269,3 +271,8 @@ class Backend:
     def sgd_f32(self, w, grad, v, lr: float, momentum: float, weight_decay: float, nesterov: bool):
         """PyTorch's SGD step in float32: (new w, new velocity)."""
         self._needs("sgd_f32")
+
+    def sgd_f32_group(self, params, lr: float, momentum: float, weight_decay: float, nesterov: bool):
+        """sgd_f32 of each (w, grad, v) in `params` (a layer's parameters, one call):
+        [(new w, new velocity)], the same bits as sgd_f32 one by one (which this composes)."""
+        return [self.sgd_f32(w, grad, v, lr, momentum, weight_decay, nesterov) for w, grad, v in params]

@@ -211,7 +211,10 @@ class CpuBackend(Backend):
     def quantize_f(self, x, step, bits, mode, rng):
         return _native.quantize_f(_float(x), float(step), int(bits), mode, _rng(rng))
 
-    def dequantize(self, acc, scale):
+    def dequantize(self, acc, scale, reuse=False):
+        if reuse and _owned_int32(acc):   # the floats over the sums: the same bits, no new tensor
+            _native.dequantize_in_place(acc, float(scale))
+            return acc.view(np.float32)
         return _native.dequantize(acc, float(scale))
 
     def prc_squared_errors(self, x, top, ratios, qmax):
@@ -275,6 +278,9 @@ class CpuBackend(Backend):
     def sgd_f32(self, w, grad, v, lr, momentum, weight_decay, nesterov):
         return _native.sgd_f32(w, grad, v, float(lr), float(momentum), float(weight_decay), bool(nesterov))
 
+    def sgd_f32_group(self, params, lr, momentum, weight_decay, nesterov):
+        return _native.sgd_f32_group(list(params), float(lr), float(momentum), float(weight_decay), bool(nesterov))
+
 
     # ------------------------------------------------------------ float32 products (the FP32 recipe;
     # cpu_ops/gemm_f32.cpp, conv_f32.cpp: within float32 rounding of ref's BLAS)
@@ -289,6 +295,12 @@ class CpuBackend(Backend):
 
     def conv2d_bwd_weight_f32(self, err, x, stride, pad, kernel):
         return _native.conv2d_bwd_weight_f32(err, x, stride, pad, tuple(kernel))
+
+
+def _owned_int32(acc) -> bool:
+    """An int32 array with its own writable, C-contiguous memory (a kernel's fresh result)."""
+    return (isinstance(acc, np.ndarray) and acc.dtype == np.int32 and acc.base is None and acc.flags.c_contiguous
+            and acc.flags.writeable)
 
 
 def _float(x):

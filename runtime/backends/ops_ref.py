@@ -28,7 +28,8 @@ def _to_acc(x: np.ndarray, depth: int) -> np.ndarray:
 FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_errors", "quantize_mls", "round_float",
                       "matmul_s16", "im2col", "col2im", "matmul_fp16_chunked", "relu_f32", "relu_bwd_f32", "maxpool_f32", "maxpool_bwd_f32",
                       "compensation_fwd", "compensation_bwd", "sgd_f32",
-                      "wageubn_update", "prc_quantize")
+                      "wageubn_update", "prc_quantize",
+                      "sgd_f32_group")   # base.py composes it from sgd_f32
 
 
 class RefBackend(Backend):
@@ -151,7 +152,7 @@ class RefBackend(Backend):
     def quantize_f(self, x, step, bits, mode, rng):
         return float_ops.quantize_f(x, step, bits, mode, rng)
 
-    def dequantize(self, acc, scale):
+    def dequantize(self, acc, scale, reuse=False):
         return float_ops.dequantize(acc, scale)
 
     def prc_squared_errors(self, x, top, ratios, qmax):

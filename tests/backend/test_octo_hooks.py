@@ -1,0 +1,106 @@
+"""Octo's faster hooks against ops_ref, bit for bit, on random and ragged shapes: the
+quantizer on a step that is not a power of two (float32 lanes, the double division only
+where a quotient lies near a rounding boundary) and one SGD call for a layer's parameters.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dsptrain.numerics import RngKey
+
+from .conftest import available_backends
+
+BACKENDS = [name for name in available_backends() if name != "dsp"]   # the DSP claims none of them
+RAGGED = [(1,), (15,), (16,), (17,), (3, 5), (64, 6, 7, 3), (2, 33, 17), (70001,), (64, 28, 28, 6)]
+
+
+@pytest.fixture(params=BACKENDS)
+def be(request, make_backend):
+    return make_backend(request.param)
+
+
+def near_boundaries(rng, shape, step, share=0.2):
+    """Normal values up to about 130 steps, a `share` of them put on a half step (a tie in
+    double) or one float32 ulp beside it, where the float32 quotient alone could round
+    the wrong way."""
+    x = (rng.standard_normal(shape) * 40 * step).astype(np.float32)
+    flat = x.reshape(-1)
+    picked = rng.random(flat.size) < share
+    halves = (rng.integers(-131, 131, picked.sum()) + 0.5) * step
+    nudge = rng.integers(-1, 2, picked.sum())      # -1, 0, +1 ulp
+    ties = halves.astype(np.float32)
+    beside = np.nextafter(ties, np.where(nudge > 0, np.inf, -np.inf).astype(np.float32))
+    flat[picked] = np.where(nudge == 0, ties, beside)
+    return x
+
+
+@pytest.mark.parametrize("shape", RAGGED)
+@pytest.mark.parametrize("step", [0.0123456789, 1 / 127, 3.3e-5, 7.77])
+def test_quantize_f_float_steps_near_rounding_boundaries(be, ref, shape, step):
+    rng = np.random.default_rng(int(step * 1e6) % 1000 + len(shape))
+    x = near_boundaries(rng, shape, step)
+    flat = x.reshape(-1)
+    if flat.size > 20:   # far out of range, zero, tiny, infinite
+        flat[:8] = [0.0, -0.0, 1e-38, -3e-39, step * 1e9, -step * 127.5, np.inf, -np.inf]
+    for bits, mode in [(8, "round"), (8, "nearest_even"), (16, "round"), (12, "nearest_even"), (8, "sto")]:
+        key = RngKey(seed=3, step=bits, tensor_id=1, offset=2)
+        got, want = be.quantize_f(x, step, bits, mode, key), ref.quantize_f(x, step, bits, mode, key)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want, err_msg=f"bits {bits} {mode}")
+
+
+def test_quantize_f_float_steps_as_octo_takes_them(be, ref):
+    """Octo's activation and weight steps (max|x| / 127) on tensors of LeNet-5's shapes."""
+    rng = np.random.default_rng(5)
+    for shape in [(64, 14, 14, 6), (16, 5, 5, 6), (120, 400), (64, 400)]:
+        x = (rng.standard_normal(shape) * rng.uniform(0.01, 10)).astype(np.float32)
+        step = float(np.max(np.abs(x))) / 127
+        np.testing.assert_array_equal(be.quantize_f(x, step, 8, "round", None), ref.quantize_f(x, step, 8, "round", None))
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_sgd_f32_group_is_sgd_f32_of_each(be, ref, nesterov):
+    """A layer's weight and its compensation scale and shift (ragged sizes, one empty) in
+    one call: each the bits of sgd_f32 alone, on this backend and on ref."""
+    rng = np.random.default_rng(11)
+    shapes = [(6, 5, 5, 1), (6,), (6,), (0,), (120, 400), (70001,), (7,)]
+    params = [tuple((rng.standard_normal(s) * scale).astype(np.float32) for scale in (0.1, 0.01, 0.01))
+              for s in shapes]
+    args = (0.05, 0.9, 5e-4, nesterov)
+    got, want = be.sgd_f32_group(params, *args), ref.sgd_f32_group(params, *args)
+    assert len(got) == len(want) == len(shapes)
+    for (w, g, v), (gw, gv), (ww, wv) in zip(params, got, want):
+        alone = ref.sgd_f32(w, g, v, *args)
+        for a, b, c in zip((gw, gv), (ww, wv), alone):
+            assert a.dtype == np.float32 and a.shape == w.shape
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(b, c)
+
+
+def test_sgd_f32_group_names_a_bad_parameter(be):
+    w = np.zeros(3, np.float32)
+    with pytest.raises(ValueError, match="sgd_f32_group|shape|must"):
+        be.sgd_f32_group([(w, w, w), (w, np.zeros(4, np.float32), w)], 0.1, 0.9, 0.0, False)
+
+
+@pytest.mark.parametrize("shape", RAGGED)
+def test_dequantize_reusing_the_sums(be, ref, shape):
+    """A product's int32 sums dequantized with reuse: ref's bits; the CPU writes them over
+    the sums' own memory (no second tensor), int64 sums and views get a new array."""
+    rng = np.random.default_rng(len(shape) * 7 + shape[-1])
+    acc = rng.integers(-2**31, 2**31, size=shape, dtype=np.int64).astype(np.int32)
+    scale = 3.1e-7
+    want = ref.dequantize(acc, scale)
+    got = be.dequantize(acc.copy(), scale, True)
+    assert got.dtype == np.float32 and got.shape == acc.shape
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    if be.name == "cpu":
+        mine = acc.copy()
+        assert np.shares_memory(be.dequantize(mine, scale, True), mine)
+        view = acc.copy()[..., ::-1]     # not its own memory: left alone
+        out = be.dequantize(view, scale, True)
+        assert not np.shares_memory(out, view)
+        np.testing.assert_array_equal(out, ref.dequantize(view, scale))
+    wide = acc.astype(np.int64) * 3
+    np.testing.assert_array_equal(be.dequantize(wide, scale, True), ref.dequantize(wide, scale))
