@@ -78,12 +78,13 @@ DSPTRAIN_AVX512 void micro(const void* a_tile, const int8_t* b, int kgroups, int
   store_tile(acc, c, ldc, mr_valid, nr_valid, accumulate, col_offset);
 }
 
-// The same tile with each row's bytes read where they lie (no packed A): the broadcast
-// dword of row r is at rows[r] + piece offset + 4 g.
-DSPTRAIN_AVX512 void micro_rows(const uint8_t* const* rows, const APiece* pieces, int npieces, const int8_t* b,
-                                int32_t* c, ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
-                                const int32_t* col_offset) {
-  __m512i acc[kMR][kNV];
+// The products of a tile whose rows' bytes are read where they lie (no packed A): the
+// broadcast dword of row r is at rows[r] + piece offset + 4 g. Shared by micro_rows and
+// micro_rows_round, which differ only in how the tile leaves the registers.
+DSPTRAIN_AVX512 inline __attribute__((always_inline)) void rows_products(__m512i (&acc)[kMR][kNV],
+                                                                         const uint8_t* const* rows,
+                                                                         const APiece* pieces, int npieces,
+                                                                         const int8_t* b) {
 #pragma GCC unroll 8
   for (int r = 0; r < kMR; ++r)
 #pragma GCC unroll 4
@@ -100,6 +101,14 @@ DSPTRAIN_AVX512 void micro_rows(const uint8_t* const* rows, const APiece* pieces
         return w;
       });
   }
+}
+
+// The same tile with each row's bytes read where they lie (rows_products).
+DSPTRAIN_AVX512 void micro_rows(const uint8_t* const* rows, const APiece* pieces, int npieces, const int8_t* b,
+                                int32_t* c, ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
+                                const int32_t* col_offset) {
+  __m512i acc[kMR][kNV];
+  rows_products(acc, rows, pieces, npieces, b);
   store_tile(acc, c, ldc, mr_valid, nr_valid, accumulate, col_offset);
 }
 
@@ -109,22 +118,7 @@ DSPTRAIN_AVX512 void micro_rows_round(const uint8_t* const* rows, const APiece* 
                                       int32_t* c, ptrdiff_t ldc, int8_t* q, ptrdiff_t ldq, int mr_valid, int nr_valid,
                                       const int32_t* col_offset, int shift, RoundMode mode, uint32_t* most) {
   __m512i acc[kMR][kNV];
-#pragma GCC unroll 8
-  for (int r = 0; r < kMR; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < kNV; ++v) acc[r][v] = _mm512_setzero_si512();
-  for (int p = 0; p < npieces; ++p) {
-    const uint8_t* a[kMR];
-#pragma GCC unroll 8
-    for (int r = 0; r < kMR; ++r) a[r] = rows[r] + pieces[p].off;
-    const int groups = pieces[p].groups;
-    for (int g = 0; g < groups; ++g, b += kNR * 4)
-      dot_group(acc, b, [&a, g](int r) {
-        int32_t w;
-        std::memcpy(&w, a[r] + 4 * g, 4);
-        return w;
-      });
-  }
+  rows_products(acc, rows, pieces, npieces, b);
   __mmask16 cols[kNV];
 #pragma GCC unroll 4
   for (int v = 0; v < kNV; ++v) {

@@ -128,6 +128,34 @@ __attribute__((target("avx512f"))) inline __m512d round8(__m512d v, const uint32
   }
 }
 
+// Sixteen int32 codes stored as Q (int8 or int16).
+template <typename Q>
+__attribute__((target("avx512f"))) inline void store_codes16(__m512i codes, Q* q) {
+  if constexpr (sizeof(Q) == 1)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_mask_cvtepi32_epi8(_mm_setzero_si128(), 0xFFFF, codes));
+  else
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm512_mask_cvtepi32_epi16(_mm256_setzero_si256(), 0xFFFF, codes));
+}
+
+// A float32 quotient v rounded to a whole number as the double loop rounds it (when v is
+// the quotient, or far enough from a half): nearest, halves away from zero, is
+// trunc(|v|) + (|v| - trunc(|v|) >= 0.5), both exact, without the double path's inexact
+// |v| + 0.5; nearest_even is the rounding instruction itself.
+template <FloatRound M>
+__attribute__((target("avx512f"))) inline __m512 round16(__m512 v) {
+  if constexpr (M == FloatRound::kRound) {
+    const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512 mag = _mm512_castsi512_ps(_mm512_andnot_si512(sign, bits));
+    const __m512 whole = _mm512_maskz_roundscale_ps(0xFFFF, mag, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(mag, whole), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m512 r = _mm512_mask_add_ps(whole, up, whole, _mm512_set1_ps(1.0f));
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), _mm512_and_si512(sign, bits)));
+  } else {
+    return _mm512_maskz_roundscale_ps(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+}
+
 // x / step, without the division when step is a power of two: then x * (1 / step) is the
 // quotient exactly (both are the correctly rounded value of the same real number).
 // (A reciprocal for other steps, checked for values near a rounding boundary, measured
@@ -140,35 +168,19 @@ __attribute__((target("avx512f"))) inline __m512d quotient8(__m512d xv, __m512d 
 // quantize_loop for float32 x and a power-of-two step whose inverse 2**-k is a float32,
 // round and nearest_even, sixteen elements a vector in float32: v = x * 2**-k is then the
 // double quotient exactly (or, below float32's normal range, a value that rounds to 0 as
-// it does), and the rounding is taken without the double path's inexact float32
-// |v| + 0.5: nearest, halves away from zero, is trunc(|v|) + (|v| - trunc(|v|) >= 0.5),
-// both exact; nearest_even is the rounding instruction itself. The same integers.
+// it does), rounded by round16. The same integers.
 template <FloatRound M, typename Q>
 __attribute__((target("avx512f"))) void quantize_pow2_f32_avx512(const float* x, size_t begin, size_t end, double step,
                                                                   float inverse, double qmax, Q* q) {
   static_assert(M != FloatRound::kSto, "stochastic rounding stays in double");
   const __m512 inv = _mm512_set1_ps(inverse), hi = _mm512_set1_ps(static_cast<float>(qmax)),
-               lo = _mm512_set1_ps(static_cast<float>(-qmax)), half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
-  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+               lo = _mm512_set1_ps(static_cast<float>(-qmax));
   size_t i = begin;
   for (; i + 16 <= end; i += 16) {
     const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), inv);
-    __m512 r;
-    if constexpr (M == FloatRound::kRound) {
-      const __m512i bits = _mm512_castps_si512(v);
-      const __m512 mag = _mm512_castsi512_ps(_mm512_andnot_si512(sign, bits));
-      const __m512 whole = _mm512_maskz_roundscale_ps(0xFFFF, mag, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-      const __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(mag, whole), half, _CMP_GE_OQ);
-      r = _mm512_mask_add_ps(whole, up, whole, one);
-      r = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), _mm512_and_si512(sign, bits)));
-    } else {
-      r = _mm512_maskz_roundscale_ps(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    }
-    const __m512i codes = _mm512_maskz_cvttps_epi32(0xFFFF, _mm512_maskz_min_ps(0xFFFF, _mm512_maskz_max_ps(0xFFFF, r, lo), hi));
-    if constexpr (sizeof(Q) == 1)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_mask_cvtepi32_epi8(_mm_setzero_si128(), 0xFFFF, codes));
-    else
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), _mm512_mask_cvtepi32_epi16(_mm256_setzero_si256(), 0xFFFF, codes));
+    const __m512 r = round16<M>(v);
+    store_codes16(_mm512_maskz_cvttps_epi32(0xFFFF, _mm512_maskz_min_ps(0xFFFF, _mm512_maskz_max_ps(0xFFFF, r, lo), hi)),
+                  q + i);
   }
   quantize_loop<M>(x, i, end, step, qmax, nullptr, q);
 }
@@ -203,10 +215,7 @@ __attribute__((target("avx512f"))) void quantize_loop_avx512(const F* x, size_t 
       half[h] = _mm512_maskz_cvttpd_epi32(0xFF, _mm512_maskz_min_pd(0xFF, _mm512_maskz_max_pd(0xFF, r, lo), hi));
     }
     const __m512i all = _mm512_mask_inserti64x4(_mm512_castsi256_si512(half[0]), 0xF0, _mm512_setzero_si512(), half[1], 1);
-    if constexpr (sizeof(Q) == 1)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_mask_cvtepi32_epi8(_mm_setzero_si128(), 0xFFFF, all));
-    else
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), _mm512_mask_cvtepi32_epi16(_mm256_setzero_si256(), 0xFFFF, all));
+    store_codes16(all, q + i);
   }
   quantize_loop<M>(x, i, end, step, qmax, M == FloatRound::kSto ? words + (i - begin) : nullptr, q);
 }
@@ -224,7 +233,7 @@ __attribute__((target("avx512f"))) void quantize_recip_f32_avx512(const float* x
                                                                    double step, double qmax, Q* q) {
   static_assert(M != FloatRound::kSto, "stochastic rounding stays in double");
   const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / step)), hi = _mm512_set1_ps(static_cast<float>(qmax)),
-               lo = _mm512_set1_ps(static_cast<float>(-qmax)), half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f),
+               lo = _mm512_set1_ps(static_cast<float>(-qmax)), half = _mm512_set1_ps(0.5f),
                window = _mm512_set1_ps(0x1p-20f), inf = _mm512_set1_ps(__builtin_inff());
   const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   constexpr int kRedo = 64;
@@ -244,18 +253,9 @@ __attribute__((target("avx512f"))) void quantize_recip_f32_avx512(const float* x
     const __m512 off = _mm512_castsi512_ps(_mm512_andnot_si512(sign, _mm512_castps_si512(_mm512_sub_ps(frac, half))));
     const __mmask16 unsure = _mm512_cmp_ps_mask(off, _mm512_mul_ps(mag, window), _CMP_LE_OQ) |
                              _mm512_cmp_ps_mask(mag, inf, _CMP_NLT_UQ);   // near a half, inf or NaN
-    __m512 r;
-    if constexpr (M == FloatRound::kRound) {   // halves away from zero, as quantize_pow2_f32_avx512
-      r = _mm512_mask_add_ps(whole, _mm512_cmp_ps_mask(frac, half, _CMP_GE_OQ), whole, one);
-      r = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), _mm512_and_si512(sign, bits)));
-    } else {
-      r = _mm512_maskz_roundscale_ps(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    }
-    const __m512i codes = _mm512_maskz_cvttps_epi32(0xFFFF, _mm512_maskz_min_ps(0xFFFF, _mm512_maskz_max_ps(0xFFFF, r, lo), hi));
-    if constexpr (sizeof(Q) == 1)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_mask_cvtepi32_epi8(_mm_setzero_si128(), 0xFFFF, codes));
-    else
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), _mm512_mask_cvtepi32_epi16(_mm256_setzero_si256(), 0xFFFF, codes));
+    const __m512 r = round16<M>(v);   // its |v|, trunc and fraction are the ones above
+    store_codes16(_mm512_maskz_cvttps_epi32(0xFFFF, _mm512_maskz_min_ps(0xFFFF, _mm512_maskz_max_ps(0xFFFF, r, lo), hi)),
+                  q + i);
     if (unsure) {   // redone after the stores (a call in the loop would cost it its registers)
       redo[redone++] = i;
       if (redone == kRedo) redo_double(redone);
