@@ -19,6 +19,17 @@ FloatRound parse_float_mode(const char* op, const std::string& mode) {
 
 bool is_f64(const py::handle& obj) { return py::isinstance<py::array_t<double>>(obj); }
 
+// x's channels (its last dimension) for MLS's two quantizers, after the checks they share:
+// the group divides them, and qmax (at least least_qmax) * 2**kmax fits int16.
+int mls_channels(const char* op, const Array<float>& x, int group, int kmax, int qmax, int least_qmax) {
+  const int channels = x.ndim() ? int(x.shape(x.ndim() - 1)) : 1;
+  if (group < 1 || channels % group)
+    fail(std::string(op) + ": group " + std::to_string(group) + " does not divide " + std::to_string(channels) + " channels");
+  if (qmax < least_qmax || kmax < 0 || qmax * (1LL << kmax) > 32767)
+    fail(std::string(op) + ": qmax " + std::to_string(qmax) + " * 2**" + std::to_string(kmax) + " does not fit int16");
+  return channels;
+}
+
 // MLS elements (quant.h: quantize_mls) of x into `aligned`: the one-pass AVX-512 lanes where
 // they apply, else the general loop. Called without the GIL.
 void mls_elements(const Array<float>& x, int channels, int group, double top, double tensor_scale, int kmax,
@@ -129,9 +140,7 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     const FloatRound fm = parse_float_mode("quantize_mls", mode);
     const Rng r = parse_rng(rng);
     if (fm == FloatRound::kSto && !r.given) fail("stochastic rounding needs an RngKey");
-    const int channels = x.ndim() ? int(x.shape(x.ndim() - 1)) : 1;
-    if (group < 1 || channels % group) fail("quantize_mls: group " + std::to_string(group) + " does not divide " + std::to_string(channels) + " channels");
-    if (kmax < 0 || qmax * (1LL << kmax) > 32767) fail("quantize_mls: qmax " + std::to_string(qmax) + " * 2**" + std::to_string(kmax) + " does not fit int16");
+    const int channels = mls_channels("quantize_mls", x, group, kmax, qmax, 0);
     py::array_t<int16_t> out(dims(x));
     py::gil_scoped_release nogil;
     mls_elements(x, channels, group, top, tensor_scale, kmax, qmax, fm, r.key, out.mutable_data());
@@ -146,9 +155,7 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     const FloatRound fm = parse_float_mode("quantize_mls_ranged", mode);
     const Rng r = parse_rng(rng);
     if (fm == FloatRound::kSto && !r.given) fail("stochastic rounding needs an RngKey");
-    const int channels = x.ndim() ? int(x.shape(x.ndim() - 1)) : 1;
-    if (group < 1 || channels % group) fail("quantize_mls_ranged: group " + std::to_string(group) + " does not divide " + std::to_string(channels) + " channels");
-    if (qmax < 1 || kmax < 0 || qmax * (1LL << kmax) > 32767) fail("quantize_mls_ranged: qmax " + std::to_string(qmax) + " * 2**" + std::to_string(kmax) + " does not fit int16");
+    const int channels = mls_channels("quantize_mls_ranged", x, group, kmax, qmax, 1);   // it divides by qmax
     py::array_t<int16_t> out(dims(x));
     int16_t* p = out.mutable_data();
     double top = 0.0;
