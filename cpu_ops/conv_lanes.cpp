@@ -28,6 +28,7 @@
 #include <numeric>
 #include <vector>
 
+#include "cpu_features.h"
 #include "gemm.h"
 #include "requant.h"
 #include "round_lanes.h"
@@ -65,9 +66,7 @@ LaneShape lane_shape(int ch, int kw, int oc) {
 
 bool cpu_has_vbmi() {
 #ifdef DSPTRAIN_LANES_X86
-  static const bool has = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vnni") &&
-                          __builtin_cpu_supports("avx512bw");
-  return has;
+  return cpu_features().avx512vbmi && cpu_features().avx512_vnni;   // avx512_vnni includes BW
 #else
   return false;
 #endif

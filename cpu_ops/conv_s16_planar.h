@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "conv_cols.h"
+#include "cpu_features.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define DSPTRAIN_X86_PLANAR 1
@@ -20,10 +21,7 @@ inline int32_t pair_word(int16_t lo, int16_t hi) {
 }
 
 #ifdef DSPTRAIN_X86_PLANAR
-inline bool has_avx512bw() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-  return ok;
-}
+inline bool has_avx512bw() { return cpu_features().avx512bw; }
 
 // y[N, OH, OW, O] = conv(x[N, H, W, C], w[O, KH, KW, C]); int32_sums: every output's sum
 // fits int32 (else a scalar int64 loop on the same planes).

@@ -20,8 +20,11 @@ CpuFeatures detect_cpu_features() {
 #if defined(__x86_64__) || defined(_M_X64)
   __builtin_cpu_init();
   f.avx2 = __builtin_cpu_supports("avx2");
-  f.avx512_vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                  __builtin_cpu_supports("avx512vnni");
+  f.avx512f = __builtin_cpu_supports("avx512f");
+  f.avx512bw = f.avx512f && __builtin_cpu_supports("avx512bw");
+  f.avx512vl = f.avx512f && __builtin_cpu_supports("avx512vl");
+  f.avx512vbmi = f.avx512f && __builtin_cpu_supports("avx512vbmi");
+  f.avx512_vnni = f.avx512bw && __builtin_cpu_supports("avx512vnni");
   unsigned a = 0, b = 0, c = 0, d = 0;
   // AVX-VNNI is CPUID leaf 7, sub-leaf 1, EAX bit 4 (not all compilers know the name).
   if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx_vnni = (a >> 4) & 1;
@@ -34,6 +37,11 @@ CpuFeatures detect_cpu_features() {
   f.neon_dotprod = (hwcap >> 20) & 1;  // HWCAP_ASIMDDP
 #endif
   return f;
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect_cpu_features();
+  return features;
 }
 
 bool amx_permitted() {

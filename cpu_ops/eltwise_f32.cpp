@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cpu_features.h"
 #include "thread_pool.h"
 
 #include "target_clones.h"
@@ -20,10 +21,7 @@ namespace dsptrain {
 namespace {
 
 #ifdef DSPTRAIN_ELTWISE_AVX512
-bool has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
-  return yes;
-}
+bool has_avx512() { return cpu_features().avx512vl; }
 
 inline __mmask16 first_lanes(int n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "cpu_features.h"
 #include "target_clones.h"
 #include "thread_pool.h"
 
@@ -194,11 +195,7 @@ void rows(const GemmF32& g, int i0, int i1) {
 
 bool f32_avx512() {
 #ifdef DSPTRAIN_F32_AVX512
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  return yes;
+  return cpu_features().avx512f;
 #else
   return false;
 #endif

@@ -10,6 +10,7 @@
 
 #include <cstring>
 
+#include "cpu_features.h"
 #include "thread_pool.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -22,11 +23,7 @@ namespace dsptrain {
 #ifdef DSPTRAIN_POOL_PAIRS
 namespace {
 
-bool has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl");
-  return yes;
-}
+bool has_avx512() { return cpu_features().avx512bw && cpu_features().avx512vl; }
 
 inline __mmask16 lanes16(int n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "cpu_features.h"
 #include "thread_pool.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -24,10 +25,7 @@ namespace dsptrain {
 #ifdef DSPTRAIN_POOL_X86
 namespace {
 
-bool cpu_has_vbmi() {
-  static const bool has = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
-  return has;
-}
+bool cpu_has_vbmi() { return cpu_features().avx512vbmi && cpu_features().avx512bw; }
 
 // vpermb; the zero-masked form, as the plain one reads an undefined vector (GCC warns)
 DSPTRAIN_POOL_VBMI inline __m512i permute_bytes(__m512i idx, __m512i v) {

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cpu_features.h"
 #include "quant_chunks.h"
 #include "thread_pool.h"
 
@@ -323,7 +324,7 @@ void quantize_float(const F* x, size_t n, double step, int qmax, FloatRound mode
     for_chunks(n, sizeof(F), [&](size_t, size_t b, size_t e) {
       constexpr FloatRound M = decltype(m)::value;
 #ifdef DSPTRAIN_X86
-      static const bool avx512 = __builtin_cpu_supports("avx512f");
+      const bool avx512 = cpu_features().avx512f;
       if constexpr (std::is_same_v<F, float> && M != FloatRound::kSto) {
         if (avx512 && inverse32 != 0.0f) return quantize_pow2_f32_avx512<M>(x, b, e, step, inverse32, double(qmax), q);
         if (avx512 && recip32) return quantize_recip_f32_avx512<M>(x, b, e, step, double(qmax), q);
@@ -466,8 +467,7 @@ void quantize_mls(const float* x, size_t rows, int channels, int group, double t
     mls_group_shifts(x + b * group, e - b, group, top, kmax, k.data() + b);
   });
 #ifdef DSPTRAIN_X86
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                             __builtin_cpu_supports("avx512vl");
+  const bool avx512 = cpu_features().avx512bw && cpu_features().avx512vl;
 #else
   [[maybe_unused]] constexpr bool avx512 = false;  // read only under DSPTRAIN_X86 below
 #endif

@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "cpu_features.h"
 #include "quant_chunks.h"
 #include "threefry.h"
 
@@ -188,8 +189,7 @@ bool normal_float(double v) { return v >= 0x1p-126 && v <= 0x1p127; }
 bool quantize_mls_lanes(const float* x, size_t n, int group, double top, double tensor_scale, int kmax, int qmax,
                         FloatRound mode, const RngKey& key, int16_t* aligned) {
 #ifdef DSPTRAIN_X86
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                             __builtin_cpu_supports("avx512vl");
+  const bool avx512 = cpu_features().avx512bw && cpu_features().avx512vl;
   const bool grouped = group == 1 || group == 2 || group == 4 || group == 8 || group == 16;
   if (!avx512 || !grouped || kmax < 0 || kmax > 7 || qmax < 1 || qmax > 32767 || !normal_float(top) ||
       !normal_float(std::ldexp(top, -kmax)) || static_cast<double>(static_cast<float>(top)) != top ||

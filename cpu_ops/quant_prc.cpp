@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu_features.h"
 #include "quant.h"
 #include "quant_chunks.h"
 
@@ -121,7 +122,7 @@ __attribute__((target("avx512f"))) size_t nonzero_magnitudes_avx512(const float*
 
 size_t nonzero_magnitudes(const float* x, size_t n, float* out) {
 #ifdef DSPTRAIN_X86
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  const bool avx512 = cpu_features().avx512f;
   if (avx512) return nonzero_magnitudes_avx512(x, n, out);
 #endif
   return nonzero_magnitudes_scalar(x, 0, n, out, 0);
@@ -181,7 +182,7 @@ __attribute__((target("avx512f"))) size_t nonzero_entries_avx512(const float* x,
 size_t nonzero_entries(const float* x, size_t n, float* values, uint32_t* index, uint32_t* top_bits) {
   *top_bits = 0;
 #ifdef DSPTRAIN_X86
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  const bool avx512 = cpu_features().avx512f;
   if (avx512) return nonzero_entries_avx512(x, n, values, index, top_bits);
 #endif
   return nonzero_entries_scalar(x, 0, n, values, index, 0, top_bits);
@@ -200,7 +201,7 @@ int argmin_first(const double* v, int count) {
 // The ratios' sums of one chunk's nonzero values x[0, k) (signed: the kernels take |x|)
 void chunk_sums(const float* x, size_t k, double top, const double* ratios, int count, int qmax, double* sums) {
 #ifdef DSPTRAIN_X86
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  const bool avx512 = cpu_features().avx512f;
   if (avx512) {
     for (int r0 = 0; r0 < count; r0 += kLanes) {   // up to eight ratios per pass
       const int rs = std::min(kLanes, count - r0);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "cpu_features.h"
 #include "thread_pool.h"
 
 #include "target_clones.h"
@@ -43,8 +44,7 @@ __attribute__((target("avx512f,avx512bw"))) int64_t round_max_s32_avx512(const i
 
 // Whether round_max_s32_avx512 takes (mode, shift) on this CPU.
 bool fast_round(RoundMode mode, int shift) {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-  return mode == RoundMode::kRound && shift >= 1 && shift <= 31 && has;
+  return mode == RoundMode::kRound && shift >= 1 && shift <= 31 && cpu_features().avx512bw;
 }
 #endif
 

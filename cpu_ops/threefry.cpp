@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cpu_features.h"
 #include "threefry.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -15,10 +16,7 @@ namespace dsptrain {
 namespace {
 
 #ifdef DSPTRAIN_X86
-bool has_avx512f() {
-  static const bool ok = __builtin_cpu_supports("avx512f");
-  return ok;
-}
+bool has_avx512f() { return cpu_features().avx512f; }
 
 // The rounds of threefry2x32_20 on kBlocks vectors of sixteen first counter words x0
 // (already offset by the key's seed); the second counter word and the key are the same in
