@@ -22,6 +22,20 @@ def make_backend():
     return lambda name: backend_class(name)()
 
 
+@pytest.fixture
+def on_avx512vnni():
+    """The native kernels on their AVX-512 VNNI path for one test (the tests that check which
+    algorithm a shape takes there), the previous ISA restored after, failed or not; skipped
+    where this CPU or build has no such path."""
+    native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
+    if "avx512vnni" not in native.supported_isas():
+        pytest.skip("no AVX-512 VNNI on this CPU/build")
+    previous = native.isa()
+    native.set_isa("avx512vnni")
+    yield
+    native.set_isa(previous)
+
+
 @pytest.fixture(scope="module")
 def dsp(emulated_dsp_tools):
     """One emulated DSP (qemu-hexagon) per test module, 4 HVX threads unless a test sets

@@ -98,20 +98,13 @@ def test_panel_weight_gradient_every_isa(cpu_isa, ref, shape, threads):
                                       ref.conv2d_bwd_weight_s8(ef, xf, stride, pad, w.shape[1:3]))
 
 
-def test_the_shapes_take_the_paths_named_on_avx512():
+def test_the_shapes_take_the_paths_named_on_avx512(on_avx512vnni):
     """Else the tests above would check fewer paths than they say."""
-    if "avx512vnni" not in native.supported_isas():
-        pytest.skip("no AVX-512 VNNI on this CPU/build")
-    previous = native.isa()
-    native.set_isa("avx512vnni")
-    try:
-        algos = [native.conv_algorithm("forward", *conv_case(s)[:2], s[6], s[7]) for s in SHAPES]
-        assert algos == ["implicit_gemm", "implicit_gemm_c4", "implicit_gemm_c4", "im2col_gemm", "pixel_panels",
-                         "gemm_1x1"]
-        assert all(native.conv_algorithm("backward_weight", *conv_case(s)[:2], s[6], s[7]) == "wgrad_panels"
-                   for s in WGRAD_SHAPES)
-    finally:
-        native.set_isa(previous)
+    algos = [native.conv_algorithm("forward", *conv_case(s)[:2], s[6], s[7]) for s in SHAPES]
+    assert algos == ["implicit_gemm", "implicit_gemm_c4", "implicit_gemm_c4", "im2col_gemm", "pixel_panels",
+                     "gemm_1x1"]
+    assert all(native.conv_algorithm("backward_weight", *conv_case(s)[:2], s[6], s[7]) == "wgrad_panels"
+               for s in WGRAD_SHAPES)
 
 
 def test_round_to_nearest_at_the_halves_every_shift(ref):

@@ -65,36 +65,22 @@ def test_implicit_gemm_conv_every_isa(cpu_isa, ref, shape, threads):
 
 
 @pytest.mark.parametrize("shape", IMPLICIT_SHAPES, ids=IMPLICIT_IDS)
-def test_the_shapes_take_the_implicit_path_on_avx512(shape):
+def test_the_shapes_take_the_implicit_path_on_avx512(shape, on_avx512vnni):
     """Else the test above would check the im2col path twice."""
-    if "avx512vnni" not in native.supported_isas():
-        pytest.skip("no AVX-512 VNNI on this CPU/build")
     x, w, _ = conv_case(shape)
     stride, pad = shape[6], shape[7]
-    previous = native.isa()
-    native.set_isa("avx512vnni")
-    try:
-        assert native.conv_algorithm("forward", x, w, stride, pad) == "implicit_gemm"
-        assert native.conv_algorithm("backward_data", x, w, stride, pad) == "implicit_gemm"
-        want = "wgrad_panels" if shape[3] * shape[4] * shape[5] ** 2 <= 128 * 1024 else "im2col_gemm"
-        assert native.conv_algorithm("backward_weight", x, w, stride, pad) == want
-        native.set_isa("avx2")   # no in-place kernel: im2col + GEMM
-        assert native.conv_algorithm("forward", x, w, stride, pad) == "im2col_gemm"
-    finally:
-        native.set_isa(previous)
+    assert native.conv_algorithm("forward", x, w, stride, pad) == "implicit_gemm"
+    assert native.conv_algorithm("backward_data", x, w, stride, pad) == "implicit_gemm"
+    want = "wgrad_panels" if shape[3] * shape[4] * shape[5] ** 2 <= 128 * 1024 else "im2col_gemm"
+    assert native.conv_algorithm("backward_weight", x, w, stride, pad) == want
+    native.set_isa("avx2")   # no in-place kernel: im2col + GEMM
+    assert native.conv_algorithm("forward", x, w, stride, pad) == "im2col_gemm"
 
 
 @pytest.mark.parametrize("pass_, shape", IM2COL_SHAPES, ids=[p for p, _ in IM2COL_SHAPES])
-def test_some_shapes_keep_im2col_on_avx512(pass_, shape):
-    if "avx512vnni" not in native.supported_isas():
-        pytest.skip("no AVX-512 VNNI on this CPU/build")
+def test_some_shapes_keep_im2col_on_avx512(pass_, shape, on_avx512vnni):
     x, w, _ = conv_case(shape)
-    previous = native.isa()
-    native.set_isa("avx512vnni")
-    try:
-        assert native.conv_algorithm(pass_, x, w, shape[6], shape[7]) == "im2col_gemm"
-    finally:
-        native.set_isa(previous)
+    assert native.conv_algorithm(pass_, x, w, shape[6], shape[7]) == "im2col_gemm"
 
 
 # (M, N, K) for the weight packing's dword transpose (16 columns x 16 groups at a time on

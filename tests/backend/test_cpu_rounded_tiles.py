@@ -49,18 +49,11 @@ def test_rounded_tiles_every_isa(cpu_isa, ref, shape, fill, threads):
                  ref.conv2d_bwd_data_requant_s8(err, w, 1, 1, hw, mode, key, shift=shift))
 
 
-def test_the_shapes_take_the_implicit_gemm_on_avx512():
+def test_the_shapes_take_the_implicit_gemm_on_avx512(on_avx512vnni):
     """Else the test above would not reach the rounded tiles."""
-    if "avx512vnni" not in native.supported_isas():
-        pytest.skip("no AVX-512 VNNI on this CPU/build")
-    previous = native.isa()
-    native.set_isa("avx512vnni")
-    try:
-        for shape in SHAPES:
-            x, w, _ = case(shape, None)
-            want = "implicit_gemm_c4" if shape[3] == 3 else "implicit_gemm"
-            assert native.conv_algorithm("forward", x, w, 1, 1) == want
-            if shape[3] != 3:
-                assert native.conv_algorithm("backward_data", x, w, 1, 1) == "implicit_gemm"
-    finally:
-        native.set_isa(previous)
+    for shape in SHAPES:
+        x, w, _ = case(shape, None)
+        want = "implicit_gemm_c4" if shape[3] == 3 else "implicit_gemm"
+        assert native.conv_algorithm("forward", x, w, 1, 1) == want
+        if shape[3] != 3:
+            assert native.conv_algorithm("backward_data", x, w, 1, 1) == "implicit_gemm"

@@ -44,19 +44,12 @@ def test_planes_weight_gradient_every_isa(cpu_isa, ref, shape, threads):
                                       ref.conv2d_bwd_weight_s8(ef, xf, stride, pad, kernel))
 
 
-def test_the_shapes_take_the_planes_path_on_avx512():
+def test_the_shapes_take_the_planes_path_on_avx512(on_avx512vnni):
     """Else the test above would check the other paths only; and the shapes just outside
     its limits keep theirs (rows of 15 pixels, 17 output channels, 5 channels)."""
-    if "avx512vnni" not in native.supported_isas():
-        pytest.skip("no AVX-512 VNNI on this CPU/build")
-    previous = native.isa()
-    native.set_isa("avx512vnni")
-    try:
-        for shape in PLANES_SHAPES:
-            x, w, _ = wgrad_case(shape, 0)
-            assert native.conv_algorithm("backward_weight", x, w, shape[6], shape[7]) == "wgrad_planes"
-        for shape in [(2, 15, 15, 3, 64, 3, 1, 1), (1, 6, 8, 3, 17, 3, 1, 1), (1, 6, 8, 5, 64, 3, 1, 1)]:
-            x, w, _ = wgrad_case(shape, 0)
-            assert native.conv_algorithm("backward_weight", x, w, shape[6], shape[7]) != "wgrad_planes"
-    finally:
-        native.set_isa(previous)
+    for shape in PLANES_SHAPES:
+        x, w, _ = wgrad_case(shape, 0)
+        assert native.conv_algorithm("backward_weight", x, w, shape[6], shape[7]) == "wgrad_planes"
+    for shape in [(2, 15, 15, 3, 64, 3, 1, 1), (1, 6, 8, 3, 17, 3, 1, 1), (1, 6, 8, 5, 64, 3, 1, 1)]:
+        x, w, _ = wgrad_case(shape, 0)
+        assert native.conv_algorithm("backward_weight", x, w, shape[6], shape[7]) != "wgrad_planes"

@@ -51,19 +51,12 @@ def test_streamed_weight_gradient_every_isa(cpu_isa, shape, fill, threads):
                                   reference(shape, fill))
 
 
-def test_the_shapes_take_the_streamed_path_on_avx512():
+def test_the_shapes_take_the_streamed_path_on_avx512(on_avx512vnni):
     """Else the test above would check the other paths only; and shapes just outside its
     limits keep theirs (2,048 pixels less 4, 48 output channels, tap rows of 96 bytes)."""
-    if "avx512vnni" not in native.supported_isas():
-        pytest.skip("no AVX-512 VNNI on this CPU/build")
-    previous = native.isa()
-    native.set_isa("avx512vnni")
-    try:
-        for shape in STREAM_SHAPES:
-            x, w, _ = wgrad_case(shape, None)
-            assert native.conv_algorithm("backward_weight", x, w, shape[6], shape[7]) == "wgrad_stream"
-        for shape in [(2, 34, 30, 64, 64, 3, 1, 1), (33, 8, 8, 64, 48, 3, 1, 1), (33, 8, 8, 32, 64, 3, 1, 1)]:
-            x, w, _ = wgrad_case(shape, None)
-            assert native.conv_algorithm("backward_weight", x, w, shape[6], shape[7]) != "wgrad_stream"
-    finally:
-        native.set_isa(previous)
+    for shape in STREAM_SHAPES:
+        x, w, _ = wgrad_case(shape, None)
+        assert native.conv_algorithm("backward_weight", x, w, shape[6], shape[7]) == "wgrad_stream"
+    for shape in [(2, 34, 30, 64, 64, 3, 1, 1), (33, 8, 8, 64, 48, 3, 1, 1), (33, 8, 8, 32, 64, 3, 1, 1)]:
+        x, w, _ = wgrad_case(shape, None)
+        assert native.conv_algorithm("backward_weight", x, w, shape[6], shape[7]) != "wgrad_stream"
