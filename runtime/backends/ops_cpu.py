@@ -217,6 +217,10 @@ class CpuBackend(Backend):
             return acc.view(np.float32)
         return _native.dequantize(acc, float(scale))
 
+    def dequantize_compensate(self, acc, scale, comp_scale, comp_shift, reuse=False):
+        return _native.dequantize_compensate(acc, float(scale), np.asarray(comp_scale, np.float32),
+                                             np.asarray(comp_shift, np.float32), bool(reuse and _owned_int32(acc)))
+
     def prc_squared_errors(self, x, top, ratios, qmax):
         return _native.prc_squared_errors(np.asarray(x, np.float32), float(top), [float(r) for r in ratios], int(qmax))
 
