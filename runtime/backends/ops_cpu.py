@@ -293,8 +293,8 @@ class CpuBackend(Backend):
 
     # ------------------------------------------------------------ float32 products (the FP32 recipe;
     # cpu_ops/gemm_f32.cpp, conv_f32.cpp: within float32 rounding of ref's BLAS)
-    def gemm_f32(self, a, b):
-        return _native.gemm_f32(a, b, True)
+    def gemm_f32(self, a, b, b_transposed=True):
+        return _native.gemm_f32(a, b, b_transposed)
 
     def conv2d_f32(self, x, w, stride, pad):
         return _native.conv2d_f32(x, w, stride, pad)

@@ -208,8 +208,8 @@ class RefBackend(Backend):
         return float_ops.sgd_f32(w, grad, v, lr, momentum, weight_decay, nesterov)
 
     # ------------------------------------------------------------ float32 (the FP32 recipe)
-    def gemm_f32(self, a, b):
-        return a @ b.T
+    def gemm_f32(self, a, b, b_transposed=True):
+        return a @ (b.T if b_transposed else b)
 
     def conv2d_f32(self, x, w, stride, pad):
         n, h, wd, _ = x.shape
