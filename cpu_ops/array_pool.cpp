@@ -103,8 +103,9 @@ size_t ArrayPool::trim_locked(size_t from) {
     const size_t end = (offset + n) / page * page;
     if (end > start && madvise(base_ + start, end - start, MADV_DONTNEED) == 0) given += end - start;
   }
-  size_t top = 0;   // the pages still touched: those of the live blocks
-  for (const auto& [offset, n] : live_) top = std::max(top, offset + n);
+  // The pages still touched end with the last live block (live_ is ordered by offset and
+  // its blocks never overlap).
+  const size_t top = live_.empty() ? 0 : live_.rbegin()->first + live_.rbegin()->second;
   stats_.high_water = std::max(std::min(stats_.high_water, from), top);
   return given;
 }

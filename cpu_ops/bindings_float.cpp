@@ -92,6 +92,31 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     else dequantize(static_cast<const int32_t*>(src), n, scale, p);
     return out;
   }, py::arg("acc"), py::arg("scale"), "float32(double(acc) * scale).");
+  m.def("dequantize_compensate", [](const py::handle& obj, double scale, const py::handle& s_obj,
+                                    const py::handle& b_obj, bool in_place) {
+    Acc a = checked_acc("dequantize_compensate", obj);
+    auto cs = checked<float>("dequantize_compensate", "comp_scale", s_obj, 1);
+    auto cb = checked<float>("dequantize_compensate", "comp_shift", b_obj, 1);
+    const py::ssize_t c = a.arr.ndim() ? a.arr.shape(a.arr.ndim() - 1) : 0;
+    if (cs.size() != c || cb.size() != c)
+      fail("dequantize_compensate: comp_scale " + shape_str(cs) + " and comp_shift " + shape_str(cb) +
+           " must have the sums' " + std::to_string(c) + " channels");
+    in_place = in_place && !a.is64 && a.arr.writeable();
+    py::array_t<float> y(dims(a.arr));
+    py::array z = in_place ? py::array(a.arr.attr("view")(py::dtype::of<float>())) : py::array(py::array_t<float>(dims(a.arr)));
+    float* pz = in_place ? nullptr : static_cast<float*>(z.mutable_data());
+    float* py_ = y.mutable_data();
+    void* src = in_place ? a.arr.mutable_data() : const_cast<void*>(a.arr.data());   // written only in place
+    const size_t n = a.arr.size();
+    {
+      py::gil_scoped_release nogil;
+      if (a.is64) dequantize_compensate(static_cast<int64_t*>(src), n, static_cast<int>(c), scale, cs.data(), cb.data(), pz, py_);
+      else dequantize_compensate(static_cast<int32_t*>(src), n, static_cast<int>(c), scale, cs.data(), cb.data(), pz, py_);
+    }
+    return py::make_tuple(z, y);
+  }, py::arg("acc"), py::arg("scale"), py::arg("comp_scale"), py::arg("comp_shift"), py::arg("in_place"),
+     "Octo's product epilogue: (z, y), z = float32(double(acc) * scale) (over acc's memory when in_place and int32), "
+     "y = (1 + comp_scale) * z + comp_shift per channel, float32.");
   m.def("dequantize_in_place", [](py::array_t<int32_t> acc, double scale) {
     if (!(acc.flags() & py::array::c_style) || !acc.writeable())
       fail("dequantize_in_place: acc must be a writable C-contiguous int32 array");

@@ -71,8 +71,10 @@ class Program:
 
 
 def run_steps(backend, steps):
-    """The value generator `steps` returns, its yielded hook calls made on `backend`: what
-    the executor does (execute/bound.run_program), for tests and helpers called outside a step."""
+    """The value generator `steps` returns, each hook call `(hook, *args)` it yields made on
+    `backend` and its result sent back. The executor runs a Program through it
+    (execute/bound.run_program, which turns a missing hook into a NoSupport); tests and
+    helpers outside a step call it directly."""
     try:
         call = next(steps)
         while True:

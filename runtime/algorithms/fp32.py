@@ -130,8 +130,7 @@ def backward(b, layer, err, needs_input_error):
             b.op(f"{layer.name}.bwd_data", "fp32.conv_bwd_data" if conv else "fp32.linear_bwd_data", layer.name,
                  "backward", (err, w), (err_in,), ("conv2d_bwd_data_f32",) if conv else ("gemm_f32",), macs,
                  product=("conv", "backward_data") if conv else None,
-                 # a linear layer's: w.T made contiguous here, and the cpu gemm_f32's transposed copy of that
-                 **({} if conv else {"workspace": (0, 2 * b.tensors[w].nbytes)}), **attrs)
+                 **attrs)   # a linear layer's err @ w reads w as it is: no transposed copy
         grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "float32", "grad")
         b.op(f"{layer.name}.bwd_weight", "fp32.conv_bwd_weight" if conv else "fp32.linear_bwd_weight", layer.name,
              "backward", (err, x), (grad,), ("conv2d_bwd_weight_f32",) if conv else ("gemm_f32",), macs,
@@ -281,7 +280,7 @@ def _conv_bwd_data_args(op, env, ctx):
 
 
 def _linear_bwd_data_args(op, env, ctx):
-    return env[op.inputs[0]], np.ascontiguousarray(env[op.inputs[1]].T)
+    return env[op.inputs[0]], env[op.inputs[1]], False    # err[B,out] @ w[out,in]
 
 
 def _conv_bwd_weight_args(op, env, ctx):

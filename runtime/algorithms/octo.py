@@ -20,11 +20,13 @@ evaluates; the int8 products are real int8 products on whatever backend runs the
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..nn import Conv2d, Linear
-from ._emulated import Emulated, Numerics, module_contract
-from ._kernel import Kernel
+from ._emulated import Emulated, Numerics, _int8_product, module_contract, product
+from ._kernel import Kernel, Program
 from ._quant import PRC_CANDIDATES, Scaled, quantize_int
 
 
@@ -78,6 +80,13 @@ class OctoNumerics(Numerics):
         b.param(scale, (channels,), "float32")
         b.param(shift, (channels,), "float32")
         comp = b.tensor(f"{layer.name}.comp.out", b.tensors[out].shape, "float32", "activation")
+        product = b.ops[-1]
+        if product.name == f"{layer.name}.fwd" and len(product.inputs) == 2:
+            # no bias between them: the product op applies the layer as its sums become floats,
+            # one op and one pass fewer (the raw product stays an output: comp_bwd reads it)
+            b.ops[-1] = dataclasses.replace(product, kind="octo.product_comp", inputs=(*product.inputs, scale, shift),
+                                            outputs=(out, comp))
+            return comp
         b.op(f"{layer.name}.comp_fwd", "octo.comp_fwd", layer.name, "forward", (out, scale, shift), (comp,),
              ("compensation_fwd",))
         return comp
@@ -139,7 +148,21 @@ def _outputs(op, env, ctx, out):
     return dict(zip(op.outputs, out))
 
 
+def _product_comp(op, env, ctx):
+    """(hook calls) A layer's product and its compensation layer: (raw product, compensated)."""
+    a, w, scale, shift = (env[t] for t in op.inputs)
+    kind, attrs = op.attrs["role"], op.attrs
+    if a.scalar_int8 and w.scalar_int8:   # one pass turns the sums into both floats
+        acc = yield _int8_product(kind, a.q, w.q, attrs)
+        z, y = yield ("dequantize_compensate", acc, float(a.scale) * float(w.scale), scale, shift, True)
+    else:
+        z = yield from product(kind, a, w, attrs)
+        y = yield ("compensation_fwd", z, scale, shift)
+    return {op.outputs[0]: z, op.outputs[1]: y}
+
+
 OctoNumerics.extra_ops = {"octo.comp_fwd": Kernel("compensation_fwd", _inputs, _output),
+                          "octo.product_comp": Program(_product_comp),
                           "octo.comp_bwd": Kernel("compensation_bwd", _inputs, _outputs)}
 ENGINE = Emulated(OctoNumerics())
 (ACTIVATION_DTYPE, check_recipe, check_model, forward, loss, backward, join_errors, OPS, init_params,

@@ -180,6 +180,13 @@ class Backend:
         result (the CPU writes int32 sums' floats over them: no second tensor to fill)."""
         return (np.asarray(acc).astype(np.float64) * float(scale)).astype(np.float32)
 
+    def dequantize_compensate(self, acc, scale: float, comp_scale, comp_shift, reuse: bool = False):
+        """(optional) Octo's product and compensation layer from the sums: (z, y), z =
+        dequantize(acc, scale), y = float32 (1 + comp_scale) * z + comp_shift per channel (the
+        last axis), float_ops.compensation_fwd's arithmetic. Default: dequantize, then NumPy."""
+        z = self.dequantize(acc, scale, reuse)
+        return z, (z * (1 + np.asarray(comp_scale, np.float32)) + np.asarray(comp_shift, np.float32)).astype(np.float32)
+
     def prc_squared_errors(self, x, top: float, ratios, qmax: int) -> list:
         """Octo's range-clipping errors, one per ratio (float64 sums, 1e-12 relative)."""
         self._needs("prc_squared_errors")

@@ -217,6 +217,10 @@ class CpuBackend(Backend):
             return acc.view(np.float32)
         return _native.dequantize(acc, float(scale))
 
+    def dequantize_compensate(self, acc, scale, comp_scale, comp_shift, reuse=False):
+        return _native.dequantize_compensate(acc, float(scale), np.asarray(comp_scale, np.float32),
+                                             np.asarray(comp_shift, np.float32), bool(reuse and _owned_int32(acc)))
+
     def prc_squared_errors(self, x, top, ratios, qmax):
         return _native.prc_squared_errors(np.asarray(x, np.float32), float(top), [float(r) for r in ratios], int(qmax))
 
@@ -289,8 +293,8 @@ class CpuBackend(Backend):
 
     # ------------------------------------------------------------ float32 products (the FP32 recipe;
     # cpu_ops/gemm_f32.cpp, conv_f32.cpp: within float32 rounding of ref's BLAS)
-    def gemm_f32(self, a, b):
-        return _native.gemm_f32(a, b, True)
+    def gemm_f32(self, a, b, b_transposed=True):
+        return _native.gemm_f32(a, b, b_transposed)
 
     def conv2d_f32(self, x, w, stride, pad):
         return _native.conv2d_f32(x, w, stride, pad)

@@ -29,7 +29,7 @@ FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_error
                       "matmul_s16", "im2col", "col2im", "matmul_fp16_chunked", "relu_f32", "relu_bwd_f32", "maxpool_f32", "maxpool_bwd_f32",
                       "compensation_fwd", "compensation_bwd", "sgd_f32",
                       "wageubn_update", "prc_quantize",
-                      "sgd_f32_group")   # base.py composes it from sgd_f32
+                      "sgd_f32_group", "dequantize_compensate")   # base.py composes these
 
 
 class RefBackend(Backend):
@@ -208,8 +208,8 @@ class RefBackend(Backend):
         return float_ops.sgd_f32(w, grad, v, lr, momentum, weight_decay, nesterov)
 
     # ------------------------------------------------------------ float32 (the FP32 recipe)
-    def gemm_f32(self, a, b):
-        return a @ b.T
+    def gemm_f32(self, a, b, b_transposed=True):
+        return a @ (b.T if b_transposed else b)
 
     def conv2d_f32(self, x, w, stride, pad):
         n, h, wd, _ = x.shape

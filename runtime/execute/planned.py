@@ -43,7 +43,8 @@ def run_planned(executor, plan, env: dict, ctx, stats, option, arena) -> dict:
             wrap = Recorded()
             outputs, _ = executor.call(plan, op, env, sctx, stats, wrap=wrap if op.takes_range() else None)
             for t, value in outputs.items():
-                env[t] = arena.store(memory.writes[i][t], value, t)
+                if t in memory.writes[i]:    # else no step reads it (planner: unread values)
+                    env[t] = arena.store(memory.writes[i][t], value, t)
             # the fresh results go now, not while the next op runs (op_workspace counts one op's)
             outputs = value = None
             if op.takes_range() and not step.recompute:
@@ -71,6 +72,8 @@ def _sliced(executor, plan, memory, op, env, ctx, stats, arena, slots, m) -> int
         if used is not None:
             shifts[a] = used
         for t, value in outputs.items():
+            if t not in slots:   # no step reads it (planner: unread values)
+                continue
             array = as_array(value)
             if graph.is_row_shaped(t):
                 if t not in dest:

@@ -226,6 +226,12 @@ def plan_memory(graph: TrainGraph, schedule: list[Step], label: str = "keep all"
         if graph.tensors[name].role in PERSISTENT_ROLES or name == graph.logits:
             end[value] = n if value[1] == version[name] else end[value]
 
+    # A value no later step reads (an output a re-run op makes besides the one asked for:
+    # Octo's product_comp rebuilt for its raw product) takes no slot: the runner drops it
+    # after the op, and op_workspace already counts it as a fresh result.
+    unread = {v for v in start if start[v] >= 0 and end[v] == start[v] and v[0] != graph.logits
+              and graph.tensors[v[0]].role not in PERSISTENT_ROLES}
+
     # Buffers: a new one per value, except aliases and in-place element-wise results.
     buffers: list[Buffer] = []
     owner: dict = {}
@@ -249,7 +255,7 @@ def plan_memory(graph: TrainGraph, schedule: list[Step], label: str = "keep all"
         claimed = set()
         for value in writes_v[i]:
             t = value[0]
-            if value in owner:                  # a weight updated in place
+            if value in owner or value in unread:   # a weight updated in place; a value dropped
                 continue
             nbytes = value_bytes(graph, op, t)
             host = None
@@ -273,7 +279,7 @@ def plan_memory(graph: TrainGraph, schedule: list[Step], label: str = "keep all"
     _assign_offsets(buffers)
     arena = max((b.offset + b.nbytes for b in buffers), default=0)
     live = [sum(b.nbytes for b in buffers if b.start <= i <= b.end) for i in range(n)]
-    writes = [{v[0]: owner[v] for v in written} for written in writes_v]
+    writes = [{v[0]: owner[v] for v in written if v in owner} for written in writes_v]
     frees = [[] for _ in range(n)]
     for value, last in end.items():
         if 0 <= last < n and graph.tensors[value[0]].role not in PERSISTENT_ROLES:

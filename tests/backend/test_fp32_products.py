@@ -64,6 +64,9 @@ def test_gemm(be, ref, m, n, k):
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((n, k)).astype(np.float32)
     within(be.gemm_f32(a, b), ref.gemm_f32(f64(a), f64(b)), ref.gemm_f32(f64(abs(a)), f64(abs(b))), "a @ b.T")
+    b_kn = np.ascontiguousarray(b.T)     # a linear layer's backward data: err @ w, w as stored
+    within(be.gemm_f32(a, b_kn, False), ref.gemm_f32(f64(a), f64(b_kn), False),
+           ref.gemm_f32(f64(abs(a)), f64(abs(b_kn)), False), "a @ b")
 
 
 def test_native_products_are_the_same_at_one_and_two_threads():

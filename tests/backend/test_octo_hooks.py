@@ -104,3 +104,44 @@ def test_dequantize_reusing_the_sums(be, ref, shape):
         np.testing.assert_array_equal(out, ref.dequantize(view, scale))
     wide = acc.astype(np.int64) * 3
     np.testing.assert_array_equal(be.dequantize(wide, scale, True), ref.dequantize(wide, scale))
+
+
+@pytest.mark.parametrize("shape", [(64, 28, 28, 6), (64, 10, 10, 16), (64, 120), (64, 84), (5, 10), (3, 7), (1, 1),
+                                   (2, 3, 17), (70001, 1)])
+@pytest.mark.parametrize("wide", [False, True])
+def test_dequantize_compensate_is_the_two_hooks(be, ref, shape, wide):
+    """Octo's product epilogue in one pass: z and y the bits of dequantize then
+    compensation_fwd on ref, int32 sums (the CPU's z over the sums' memory) and int64."""
+    rng = np.random.default_rng(shape[-1] * 31 + len(shape) + wide)
+    acc = rng.integers(-2**31, 2**31, size=shape, dtype=np.int64)
+    acc = acc * 5 if wide else acc.astype(np.int32)
+    channels = shape[-1]
+    comp_scale = (rng.standard_normal(channels) * 0.1).astype(np.float32)
+    comp_shift = (rng.standard_normal(channels) * 0.01).astype(np.float32)
+    scale = 2.7e-9
+    want_z = ref.dequantize(acc, scale)
+    want_y = ref.compensation_fwd(want_z, comp_scale, comp_shift)
+    for reuse in (False, True):
+        mine = acc.copy()
+        z, y = be.dequantize_compensate(mine, scale, comp_scale, comp_shift, reuse)
+        np.testing.assert_array_equal(z.view(np.uint32), want_z.view(np.uint32))
+        np.testing.assert_array_equal(y.view(np.uint32), want_y.view(np.uint32))
+        if be.name == "cpu":
+            assert np.shares_memory(z, mine) == (reuse and not wide)
+
+
+def test_octo_lenet_has_no_separate_compensation_or_parameter_updates():
+    """LeNet-5 under Octo: each product op applies its compensation layer, each layer has
+    one update op for its weight and its compensation scale and shift."""
+    import dsptrain
+    from dsptrain.graph import lower
+    from dsptrain.models import build_model
+    graph = lower(build_model("lenet5"), dsptrain.load_recipe("octo"), 8)
+    kinds = [op.kind for op in graph.ops]
+    assert kinds.count("octo.product_comp") == 5 and "octo.comp_fwd" not in kinds
+    updates = [op for op in graph.ops if op.phase == "update"]
+    assert len(updates) == 5
+    for op in updates:
+        assert op.inputs[0] == f"{op.layer}.w" and f"{op.layer}.comp_scale" in op.inputs
+        assert op.outputs == (f"{op.layer}.w", f"{op.layer}.w.v", f"{op.layer}.comp_scale",
+                              f"{op.layer}.comp_scale.v", f"{op.layer}.comp_shift", f"{op.layer}.comp_shift.v")

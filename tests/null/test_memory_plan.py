@@ -51,6 +51,42 @@ def test_every_plan_keeps_each_value_until_its_last_read(graph, mode):
         assert plan.arena_bytes >= plan.live_peak
 
 
+def _read_before_rewritten(plan, i, t) -> bool:
+    """Does a step after step i read the value of `t` that step i wrote?"""
+    for step in plan.schedule[i + 1:]:
+        if t in step.op.inputs:
+            return True
+        if t in step.op.outputs:
+            return False
+    return False
+
+
+@pytest.mark.parametrize("mode", ["none", "sqrt", "all", "budget"])
+def test_a_value_no_step_reads_takes_no_slot(mode):
+    """Octo's product op also makes its compensated output; re-run to rebuild the raw
+    product for the compensation's backward, that second output is read by no step: it
+    gets no arena slot (the runner drops it), so recomputing costs no more arena than
+    with the two ops apart. Every slot a plan gives is read later or kept past the step;
+    a value without one is read by no later step."""
+    octo = lower(build_model("lenet5"), dsptrain.load_recipe("octo"), 64)
+    persistent = {t for t, spec in octo.tensors.items() if spec.role in ("weight", "state")} | {octo.logits}
+    dropped = 0
+    for plan in variants(octo, mode):
+        _check_no_clobber(plan)
+        for i, step in enumerate(plan.schedule):
+            for t in step.op.outputs:
+                if t in plan.writes[i]:
+                    assert _read_before_rewritten(plan, i, t) or t in persistent, (
+                        f"{plan.label}: step {i} {step.op.name} keeps unread {t}")
+                else:
+                    dropped += step.recompute and step.op.kind == "octo.product_comp"
+                    assert t not in persistent and not _read_before_rewritten(plan, i, t), (plan.label, step.op.name, t)
+    if mode == "all":     # keep none: every product rebuilt for its raw product drops the other output
+        assert dropped > 0
+    if mode == "none":    # nothing rebuilt
+        assert dropped == 0
+
+
 @pytest.mark.parametrize("recipe", ["wageubn", "fp32"])
 @pytest.mark.parametrize("mode", ["sqrt", "budget", "all"])
 def test_batch_norm_updates_its_running_statistics_once_in_every_plan(recipe, mode):

@@ -120,7 +120,7 @@ def test_the_emulated_products_workspace_is_what_they_allocate(name):
 
     batch = 16
     graph, plan, measured = _allocated_per_op(dsptrain.load_recipe(name), batch, seed=2)
-    products = [op for op in graph.ops if op.kind.endswith(".product")]
+    products = [op for op in graph.ops if op.kind.endswith((".product", ".product_comp"))]   # Octo's: + its layer
     assert len(products) == 14    # 5 forward, 5 weight-gradient, 4 backward-data (none into the input)
     for op in products:
         # the op's workspace, and what the recipe keeps from it (MLS's patch cache entry)
