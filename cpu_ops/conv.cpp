@@ -15,6 +15,7 @@
 
 #include "conv_impl.h"
 #include "conv_lanes.h"
+#include "conv_trimmed.h"
 #include "gemm.h"
 #include "gemm_kernels.h"
 #include "scratch.h"
@@ -280,6 +281,27 @@ bool bwd_data_implicit(const ConvShape& s) {
   return !bwd_data_panels(s) && bwd_data_packs_w(s, false) && implicit_gemm_fits(s.kw * s.o, s.kh * s.kw * s.o);
 }
 
+// The implicit GEMM with the border's taps left out (conv_trimmed.cpp) from this share of
+// the taps on the border. VGG-11 at batch 64, one thread, requantized with a given shift
+// (forward / backward data, ms): conv3 (8 x 8, 16 % border) 5.9 / 5.7 -> 5.3 / 5.0, conv5
+// (4 x 4, 31 %) 5.6 / 5.8 -> 4.4 / 4.4, conv7 (2 x 2, 56 %) 3.1 / 3.2 -> 1.5 / 1.6; conv2
+// (16 x 16, 8 %) 6.3 / 6.0 -> 6.9 / 6.0 keeps the plain implicit GEMM.
+constexpr double kMinBorderShare = 0.1;
+// Where the forward's padded source holds x, and the backward data's padded error err.
+SourceWindow fwd_window(const ConvShape& s) { return SourceWindow{s.pad, s.pad + s.h, s.pad, s.pad + s.w}; }
+SourceWindow bwd_data_window(const ConvShape& s) {
+  const int y0 = s.kh - 1 - s.pad, x0 = s.kw - 1 - s.pad;
+  return SourceWindow{y0, y0 + s.oh(), x0, x0 + s.ow()};
+}
+bool fwd_trimmed(const ConvShape& s) {
+  return fwd_implicit(s) && s.stride == 1 && trimmed_fits(s.c, s.kh * s.kw * s.c) &&
+         trimmed_border_share(s.oh(), s.ow(), s.kh, s.kw, fwd_window(s)) >= kMinBorderShare;
+}
+bool bwd_data_trimmed(const ConvShape& s) {
+  return bwd_data_implicit(s) && s.stride == 1 && trimmed_fits(s.o, s.kh * s.kw * s.o) &&
+         trimmed_border_share(s.h, s.w, s.kh, s.kw, bwd_data_window(s)) >= kMinBorderShare;
+}
+
 bool acc_is_int64(long long depth) { return depth * 127LL * 127LL >= (1LL << 31); }  // bindings.h needs_int64
 
 // The few-channel passes that run on conv_lanes (int32 accumulators only: the depth
@@ -302,6 +324,17 @@ bool wgrad_stream(const ConvShape& s) {
 }
 bool wgrad_olanes(const ConvShape& s) {
   return !acc_is_int64(1LL * s.n * s.oh() * s.ow()) && wgrad_olanes_fit(s.c, s.kh, s.kw, s.stride, s.o, s.w + 2 * s.pad, s.ow());
+}
+
+// The weight gradient's algorithm, asked once: conv_algorithm names it, conv2d_bwd_weight
+// runs it. The int32-only ones (every one but the panels and im2col) never come up for an
+// int64 depth: each asks !acc_is_int64 of the pixel count, the depth the binding asks too.
+enum class WgradPath { kPlanes, kStream, kIm2colGemm, kLanes, kOutputLanes, kPanels };
+WgradPath wgrad_path(const ConvShape& s) {
+  if (wgrad_planes(s)) return WgradPath::kPlanes;
+  if (wgrad_stream(s)) return WgradPath::kStream;
+  if (!use_wgrad_panels(s)) return WgradPath::kIm2colGemm;
+  return wgrad_lanes(s) ? WgradPath::kLanes : wgrad_olanes(s) ? WgradPath::kOutputLanes : WgradPath::kPanels;
 }
 
 }  // namespace
@@ -327,16 +360,22 @@ const char* conv_algorithm(ConvPass pass, const ConvShape& s) {
       if (is_1x1(s)) return "gemm_1x1";
       if (fwd_panels(s)) return fwd_lanes(s) ? "lanes" : "pixel_panels";
       if (fwd_implicit_c4(s)) return "implicit_gemm_c4";
+      if (fwd_trimmed(s)) return "implicit_gemm_trimmed";
       return fwd_implicit(s) ? "implicit_gemm" : "im2col_gemm";
     case ConvPass::kBackwardData:
       if (bwd_broadcast(s)) return "err_broadcast";
       if (bwd_data_panels(s)) return bwd_data_lanes(s) ? "lanes" : "pixel_panels";
+      if (bwd_data_trimmed(s)) return "implicit_gemm_trimmed";
       return bwd_data_implicit(s) ? "implicit_gemm" : "im2col_gemm";
     case ConvPass::kBackwardWeight:
-      if (wgrad_planes(s)) return "wgrad_planes";
-      if (wgrad_stream(s)) return "wgrad_stream";
-      if (!use_wgrad_panels(s)) return "im2col_gemm";
-      return wgrad_lanes(s) ? "wgrad_lanes" : wgrad_olanes(s) ? "wgrad_olanes" : "wgrad_panels";
+      switch (wgrad_path(s)) {
+        case WgradPath::kPlanes: return "wgrad_planes";
+        case WgradPath::kStream: return "wgrad_stream";
+        case WgradPath::kIm2colGemm: return "im2col_gemm";
+        case WgradPath::kLanes: return "wgrad_lanes";
+        case WgradPath::kOutputLanes: return "wgrad_olanes";
+        case WgradPath::kPanels: return "wgrad_panels";
+      }
   }
   return "?";
 }
@@ -354,7 +393,8 @@ void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y, int6
       const PaddedSrc src = forward_source(x, s, &scratch(2), 0x80);
       thread_local Kept<PackedB> packed;
       pack_b(MatrixS8{w, k, 1}, s.o, k, active_isa(), &packed);
-      gemm_rows(patch_rows(src), m, packed, y, s.o, absmax, fused);
+      if (fwd_trimmed(s)) gemm_rows_trimmed(src, fwd_window(s), packed, y, absmax, fused);
+      else gemm_rows(patch_rows(src), m, packed, y, s.o, absmax, fused);
       return;
     }
     if (fwd_implicit_c4(s)) {
@@ -413,7 +453,8 @@ void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* 
       thread_local Kept<PackedB> packed;
       const FlippedTaps taps{w, s};
       pack_b_k_rows(s.c, k, active_isa(), FlippedTaps::row, &taps, &packed);
-      if (implicit) gemm_rows(patch_rows(src), m, packed, dx, s.c, absmax, fused);
+      if (implicit && bwd_data_trimmed(s)) gemm_rows_trimmed(src, bwd_data_window(s), packed, dx, absmax, fused);
+      else if (implicit) gemm_rows(patch_rows(src), m, packed, dx, s.c, absmax, fused);
       else gemm_packed(patches(src, m, k), m, packed, dx, s.c, true, absmax, fused);
       return;
     }
@@ -436,24 +477,25 @@ void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* 
 
 template <typename T>
 void conv2d_bwd_weight(const int8_t* err, const int8_t* x, const ConvShape& s, T* dw) {
+  const WgradPath path = wgrad_path(s);
   if constexpr (std::is_same_v<T, int32_t>) {
-    if (wgrad_planes(s)) {   // conv_wgrad_planes.cpp: few source channels, taps as the GEMM's rows
+    if (path == WgradPath::kPlanes) {   // conv_wgrad_planes.cpp: few source channels, taps as the GEMM's rows
       conv_wgrad_planes(x, err, s, dw);
       return;
     }
   }
   const PaddedSrc src = forward_source(x, s, &scratch(2));
-  if (use_wgrad_panels(s) && !(std::is_same_v<T, int32_t> && wgrad_stream(s))) {
-    if constexpr (std::is_same_v<T, int32_t>) {
-      if (wgrad_lanes(s)) {
-        conv_wgrad_lanes(src, err, s.o, dw);
-        return;
-      }
-      if (wgrad_olanes(s)) {
-        conv_wgrad_olanes(src, err, s.o, dw);
-        return;
-      }
+  if constexpr (std::is_same_v<T, int32_t>) {
+    if (path == WgradPath::kLanes) {
+      conv_wgrad_lanes(src, err, s.o, dw);
+      return;
     }
+    if (path == WgradPath::kOutputLanes) {
+      conv_wgrad_olanes(src, err, s.o, dw);
+      return;
+    }
+  }
+  if (path == WgradPath::kPanels) {
     conv_wgrad_panels(src, err, s.o, dw);
     return;
   }
@@ -469,7 +511,7 @@ void conv2d_bwd_weight(const int8_t* err, const int8_t* x, const ConvShape& s, T
   int8_t* err_t = grow(scratch(1), static_cast<size_t>(s.o) * ld + kWgradRowSlack);
   transpose(err, p, s.o, err_t, rows_a ? 0x80 : 0, ld);
   if constexpr (std::is_same_v<T, int32_t>) {
-    if (rows_a && wgrad_stream(s)) {   // conv_wgrad_stream.cpp: B packed panel by panel as it is used
+    if (path == WgradPath::kStream) {   // conv_wgrad_stream.cpp: B packed panel by panel as it is used (rows_a holds)
       conv_wgrad_stream(src, reinterpret_cast<const uint8_t*>(err_t), ld, s.o, dw);
       return;
     }

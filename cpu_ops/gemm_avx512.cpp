@@ -94,6 +94,7 @@ DSPTRAIN_AVX512 inline __attribute__((always_inline)) void rows_products(__m512i
 #pragma GCC unroll 8
     for (int r = 0; r < kMR; ++r) a[r] = rows[r] + pieces[p].off;
     const int groups = pieces[p].groups;
+    b += static_cast<ptrdiff_t>(pieces[p].b_skip) * kNR * 4;
     for (int g = 0; g < groups; ++g, b += kNR * 4)
       dot_group(acc, b, [&a, g](int r) {
         int32_t w;

@@ -23,11 +23,13 @@ using MicroFn = void (*)(const void* a_tile, const int8_t* b_panel, int kgroups,
 
 // A read in place, with no packing pass (gemm_rows.cpp): row r of a tile is the biased
 // bytes (a + 128) at rows[r] + piece.off + 4 g for the `groups` groups of each piece in
-// turn, B's panel advancing through them; otherwise as MicroFn. Rows past mr_valid may
-// repeat a valid row (their results are dropped).
+// turn, B's panel advancing through them (first past `b_skip` groups it does not meet:
+// the border taps conv_trimmed.cpp leaves out); otherwise as MicroFn. Rows past mr_valid
+// may repeat a valid row (their results are dropped).
 struct APiece {
   ptrdiff_t off;
   int groups;
+  int b_skip = 0;
 };
 using MicroRowsFn = void (*)(const uint8_t* const* rows, const APiece* pieces, int npieces, const int8_t* b_panel,
                              int32_t* c, ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,

@@ -90,7 +90,7 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     if (algo == "pixel_panels" || algo == "lanes") {   // conv_lanes: the weights in runs, no panels
       add(&out, "conv.weights", static_cast<size_t>(s.o) * s.kh * run_pad(s.kw * s.c));
       if (algo == "pixel_panels") pixel_panels_into(&out, s.o, s.kh * run_pad(s.kw * s.c), is64);
-    } else if (algo == "implicit_gemm") {  // gemm_rows: the weights packed, nothing for A
+    } else if (algo == "implicit_gemm" || algo == "implicit_gemm_trimmed") {  // gemm_rows(_trimmed): the weights packed, nothing for A
       add(&out, "conv.fwd_packed_w", packed_b_bytes(s.o, k, active_isa()));
     } else if (algo == "implicit_gemm_c4") {  // the same on x and w widened to 4 channels
       const int k4 = s.kh * s.kw * 4;
@@ -119,7 +119,7 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     padded_into(&out, static_cast<size_t>(s.n) * hp * wp * s.o, wp);
     if (panels) {
       if (algo == "pixel_panels") pixel_panels_into(&out, s.c, k, is64);
-    } else if (algo == "implicit_gemm") {
+    } else if (algo == "implicit_gemm" || algo == "implicit_gemm_trimmed") {
       add(&out, "conv.bwd_data_packed_w", packed_b_bytes(s.c, k, active_isa()));
     } else {
       add(&out, "conv.im2col", static_cast<size_t>(a_rows(active_isa(), m)) * a_row_bytes(active_isa(), k));

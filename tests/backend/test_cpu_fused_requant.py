@@ -20,11 +20,14 @@ from .test_cpu_kernels import cpu_isa  # noqa: F401  (the fixture: one GEMM path
 
 native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
 
-# (N, H, W, C, O, K, stride, pad): implicit GEMM with ragged M and N; 3 channels (an RGB
+# (N, H, W, C, O, K, stride, pad): implicit GEMM with ragged M and N (on a small image,
+# with the taps on the zero border left out: conv_trimmed.cpp); 3 channels (an RGB
 # input: widened to 4 on AVX-512 VNNI) at two kernel sizes; tap rows that are not whole
-# groups of 4 (im2col); few output channels (pixel panels); a 1 x 1 convolution.
+# groups of 4 (im2col); few output channels (pixel panels); a 1 x 1 convolution; the
+# first's channels over a 17 x 13 image (the plain implicit GEMM).
 SHAPES = [(2, 7, 5, 64, 120, 3, 1, 1), (3, 9, 7, 3, 64, 3, 1, 1), (1, 8, 9, 3, 128, 5, 2, 2),
-          (2, 6, 5, 5, 64, 3, 1, 1), (2, 6, 6, 16, 20, 3, 1, 1), (2, 5, 5, 32, 65, 1, 1, 0)]
+          (2, 6, 5, 5, 64, 3, 1, 1), (2, 6, 6, 16, 20, 3, 1, 1), (2, 5, 5, 32, 65, 1, 1, 0),
+          (1, 17, 13, 64, 120, 3, 1, 1)]
 IDS = ["n{}h{}w{}c{}o{}k{}s{}p{}".format(*s) for s in SHAPES]
 
 
@@ -101,8 +104,8 @@ def test_panel_weight_gradient_every_isa(cpu_isa, ref, shape, threads):
 def test_the_shapes_take_the_paths_named_on_avx512(on_avx512vnni):
     """Else the tests above would check fewer paths than they say."""
     algos = [native.conv_algorithm("forward", *conv_case(s)[:2], s[6], s[7]) for s in SHAPES]
-    assert algos == ["implicit_gemm", "implicit_gemm_c4", "implicit_gemm_c4", "im2col_gemm", "pixel_panels",
-                     "gemm_1x1"]
+    assert algos == ["implicit_gemm_trimmed", "implicit_gemm_c4", "implicit_gemm_c4", "im2col_gemm", "pixel_panels",
+                     "gemm_1x1", "implicit_gemm"]
     assert all(native.conv_algorithm("backward_weight", *conv_case(s)[:2], s[6], s[7]) == "wgrad_panels"
                for s in WGRAD_SHAPES)
 

@@ -16,10 +16,16 @@ native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not b
 # (N, H, W, C, O, K, stride, pad), each on the implicit path in both passes on AVX-512 VNNI:
 # a tap row of 516 bytes with M = 105 and N = 120 off the 6 x 64 tile; stride 2 (the
 # backward source zero dilated); a 5 x 5 kernel with padding 2; no padding (the backward
-# pads by K - 1); a 1 x 1 kernel of stride 2. The weight gradients of the first, second
-# and fourth read err^T in place, over 105, 40 and 30 pixels (not all multiples of 4).
+# pads by K - 1); a 1 x 1 kernel of stride 2; the first's tap rows over a 17 x 13 image.
+# The weight gradients of the first, second and fourth read err^T in place, over 105, 40
+# and 30 pixels (not all multiples of 4). Where a tenth or more of a stride-1 pass's taps
+# fall on the zero border, it leaves them out (conv_trimmed.cpp, test_cpu_trimmed_taps.py):
+# PASSES says which pass takes which.
 IMPLICIT_SHAPES = [(3, 7, 5, 172, 120, 3, 1, 1), (2, 9, 8, 64, 252, 3, 2, 1), (1, 6, 6, 60, 64, 5, 1, 2),
-                   (2, 5, 7, 128, 128, 3, 1, 0), (1, 4, 4, 64, 64, 1, 2, 0)]
+                   (2, 5, 7, 128, 128, 3, 1, 0), (1, 4, 4, 64, 64, 1, 2, 0), (1, 17, 13, 172, 120, 3, 1, 1)]
+TRIMMED = "implicit_gemm_trimmed"
+PASSES = [(TRIMMED, TRIMMED), ("implicit_gemm", "implicit_gemm"), (TRIMMED, TRIMMED), ("implicit_gemm", TRIMMED),
+          ("implicit_gemm", "implicit_gemm"), ("implicit_gemm", "implicit_gemm")]
 IMPLICIT_IDS = ["n{}h{}w{}c{}o{}k{}s{}p{}".format(*s) for s in IMPLICIT_SHAPES]
 
 # What AVX-512 VNNI still runs on im2col + GEMM: passes whose tap rows (3 x 5 and 3 x 63
@@ -64,13 +70,13 @@ def test_implicit_gemm_conv_every_isa(cpu_isa, ref, shape, threads):
         native.set_threads(previous)
 
 
-@pytest.mark.parametrize("shape", IMPLICIT_SHAPES, ids=IMPLICIT_IDS)
-def test_the_shapes_take_the_implicit_path_on_avx512(shape, on_avx512vnni):
+@pytest.mark.parametrize("shape, passes", list(zip(IMPLICIT_SHAPES, PASSES)), ids=IMPLICIT_IDS)
+def test_the_shapes_take_the_implicit_path_on_avx512(shape, passes, on_avx512vnni):
     """Else the test above would check the im2col path twice."""
     x, w, _ = conv_case(shape)
     stride, pad = shape[6], shape[7]
-    assert native.conv_algorithm("forward", x, w, stride, pad) == "implicit_gemm"
-    assert native.conv_algorithm("backward_data", x, w, stride, pad) == "implicit_gemm"
+    assert native.conv_algorithm("forward", x, w, stride, pad) == passes[0]
+    assert native.conv_algorithm("backward_data", x, w, stride, pad) == passes[1]
     want = "wgrad_panels" if shape[3] * shape[4] * shape[5] ** 2 <= 128 * 1024 else "im2col_gemm"
     assert native.conv_algorithm("backward_weight", x, w, stride, pad) == want
     native.set_isa("avx2")   # no in-place kernel: im2col + GEMM
