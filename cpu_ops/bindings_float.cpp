@@ -289,6 +289,38 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     maxpool_bwd_f32(err.data(), idx.data(), s, p);
     return dx;
   }, py::arg("err"), py::arg("argmax"), py::arg("kernel"), py::arg("stride"), py::arg("in_hw"));
+  m.def("relu_maxpool_f32", [](const py::handle& obj, int kernel, int stride) {
+    auto x = checked<float>("relu_maxpool_f32", "x", obj, 4);
+    const PoolShape s = pool_shape("relu_maxpool_f32", x, kernel, stride);
+    std::vector<py::ssize_t> shape{s.n, s.oh(), s.ow(), s.c};
+    py::array_t<float> y(shape);
+    py::array_t<uint8_t> idx(shape);
+    float* yp = y.mutable_data();
+    uint8_t* ip = idx.mutable_data();
+    {
+      py::gil_scoped_release nogil;
+      relu_maxpool_f32(x.data(), s, yp, ip);
+    }
+    return py::make_tuple(y, idx);
+  }, py::arg("x"), py::arg("kernel"), py::arg("stride"), "maxpool_f32(relu_f32(x)) in one pass: (y, argmax).");
+  m.def("relu_maxpool_bwd_f32", [](const py::handle& err_obj, const py::handle& y_obj, const py::handle& idx_obj,
+                                   int kernel, int stride, std::pair<int, int> in_hw) {
+    auto err = checked<float>("relu_maxpool_bwd_f32", "err", err_obj, 4);
+    auto y = checked<float>("relu_maxpool_bwd_f32", "y", y_obj, 4);
+    auto idx = checked<uint8_t>("relu_maxpool_bwd_f32", "argmax", idx_obj, 4);
+    check_same("relu_maxpool_bwd_f32", "err", err, "y", y);
+    check_same("relu_maxpool_bwd_f32", "err", err, "argmax", idx);
+    py::array_t<float> dx(std::vector<py::ssize_t>{err.shape(0), in_hw.first, in_hw.second, err.shape(3)});
+    const PoolShape s = pool_shape("relu_maxpool_bwd_f32", dx, kernel, stride);
+    if (s.oh() != err.shape(1) || s.ow() != err.shape(2))
+      fail("relu_maxpool_bwd_f32: err " + shape_str(err) + " does not match in_hw (" + std::to_string(in_hw.first) +
+           ", " + std::to_string(in_hw.second) + "), kernel " + std::to_string(kernel) + ", stride " + std::to_string(stride));
+    float* p = dx.mutable_data();
+    py::gil_scoped_release nogil;
+    relu_maxpool_bwd_f32(err.data(), y.data(), idx.data(), s, p);
+    return dx;
+  }, py::arg("err"), py::arg("y"), py::arg("argmax"), py::arg("kernel"), py::arg("stride"), py::arg("in_hw"),
+     "maxpool_bwd_f32(relu_bwd_f32(err, y), argmax, ...): the backward of relu_maxpool_f32 from its pooled y.");
   m.def("sgd_f32", [](const py::handle& w_obj, const py::handle& g_obj, const py::handle& v_obj, float lr, float momentum,
                       float weight_decay, bool nesterov) {
     auto w = checked<float>("sgd_f32", "w", w_obj, -1);

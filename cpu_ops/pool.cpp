@@ -9,6 +9,12 @@
 // the input (int8 clips -128 to -127; float adds it to +0.0 as NumPy's zeros plus one
 // term do), and the sum where windows overlap (int8: exact int32, clipped after; float:
 // in place, in NumPy's (kh, kw) order).
+//
+// The float recipes' ReLU then max-pool is one op each way (relu_maxpool_f32 and its
+// backward): the forward applies the ReLU to each tap as it is read (the same select as
+// relu_f32, so the same maxima and argmax as the two ops); the backward gates each window's
+// error by its pooled value (err where y > 0, else +0.0: relu_bwd_f32 at the argmax cell,
+// whose ReLU output is the window's maximum y) and routes it as the plain backward does.
 #include "pool.h"
 
 #include <algorithm>
@@ -61,6 +67,10 @@ struct PoolElement<float> {
     std::memcpy(&v, &bits, 4);
     return 0.0f + v;
   }
+  // relu_f32's select: NumPy's maximum(x, 0) keeps x when x >= 0 (-0.0 too) or NaN
+  static float relu(float x) { return (x >= 0.0f || x != x) ? x : 0.0f; }
+  // relu_bwd_f32's: err where the ReLU output is > 0, else +0.0
+  static float gated(float err, float y) { return y > 0.0f ? err : 0.0f; }
   static void max_update(const float* __restrict v, int32_t tap, size_t n, float* __restrict best,
                          int32_t* __restrict idx) {
     for (size_t q = 0; q < n; ++q) {
@@ -80,7 +90,8 @@ struct PoolElement<float> {
 // pass over the run updates the row's maxima; strict '>' keeps the first maximum. C > 0
 // fixes the channel count at compile time, so the per-pixel copies are a move or two;
 // with other (typically many) channels each pixel is updated in place instead (C == 0).
-template <typename T, int C>
+// Relu (float only): every tap is gathered and passes the ReLU first.
+template <typename T, int C, bool Relu>
 void pool_row(const T* in, const PoolShape& s, T* __restrict run, typename PoolElement<T>::Index* __restrict idx,
               T* __restrict y, uint8_t* __restrict argmax) {
   using E = PoolElement<T>;
@@ -92,15 +103,17 @@ void pool_row(const T* in, const PoolShape& s, T* __restrict run, typename PoolE
       const auto tap = static_cast<typename E::Index>(i * k + j);
       const T* src = in + i * rs + j * c;
       const T* v = src;
-      if (C == 0 && s.stride != 1 && i + j > 0) {  // many channels: update pixel by pixel, no copy
+      if (!Relu && C == 0 && s.stride != 1 && i + j > 0) {  // many channels: update pixel by pixel, no copy
         for (int ox = 0; ox < ow; ++ox)
           E::max_update(src + ox * step, tap, c, y + static_cast<size_t>(ox) * c, idx + static_cast<size_t>(ox) * c);
         continue;
       }
-      if (s.stride != 1) {
+      if (s.stride != 1 || Relu) {
         for (int ox = 0; ox < ow; ++ox) std::memcpy(run + static_cast<size_t>(ox) * c, src + ox * step, c * sizeof(T));
         v = run;
       }
+      if constexpr (Relu)
+        for (size_t q = 0; q < n; ++q) run[q] = PoolElement<T>::relu(run[q]);
       if (i == 0 && j == 0) {
         std::memcpy(y, v, n * sizeof(T));
         std::fill(idx, idx + n, typename E::Index(0));
@@ -112,7 +125,7 @@ void pool_row(const T* in, const PoolShape& s, T* __restrict run, typename PoolE
     for (size_t q = 0; q < n; ++q) argmax[q] = static_cast<uint8_t>(idx[q]);
 }
 
-template <typename T, int C>
+template <typename T, int C, bool Relu>
 void pool_rows(const T* x, const PoolShape& s, T* y, uint8_t* argmax, int row0, int row1) {
   using Index = typename PoolElement<T>::Index;
   const int oh = s.oh(), c = s.c;
@@ -127,15 +140,25 @@ void pool_rows(const T* x, const PoolShape& s, T* y, uint8_t* argmax, int row0, 
     uint8_t* a = argmax + row * out_row;
     Index* idx;
     if constexpr (std::is_same_v<Index, uint8_t>) idx = a; else idx = wide.data();
-    pool_row<T, C>(in, s, run.data(), idx, y + row * out_row, a);
+    pool_row<T, C, Relu>(in, s, run.data(), idx, y + row * out_row, a);
   }
+}
+
+// The error window `at` sends back: itself, or (gate: the pooled values, float only) gated
+template <typename T>
+inline T window_error(const T* err, const T* gate, size_t at) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (gate != nullptr) return PoolElement<float>::gated(err[at], gate[at]);
+  }
+  return err[at];
 }
 
 // One output row of the backward when windows do not overlap (stride >= kernel): for each
 // tap, the routed error (E::routed) written to the tap's input cells, so every cell the
 // windows cover is written once, branch free.
 template <typename T, int C>
-void unpool_row(const T* __restrict err, const uint8_t* __restrict idx, const PoolShape& s, T* __restrict out) {
+void unpool_row(const T* __restrict err, const T* __restrict gate, const uint8_t* __restrict idx, const PoolShape& s,
+                T* __restrict out) {
   const int c = C > 0 ? C : s.c, ow = s.ow(), k = s.kernel;
   const ptrdiff_t rs = static_cast<ptrdiff_t>(s.w) * c, step = static_cast<ptrdiff_t>(s.stride) * c;
   for (int i = 0; i < k; ++i)
@@ -143,28 +166,29 @@ void unpool_row(const T* __restrict err, const uint8_t* __restrict idx, const Po
       const uint8_t tap = static_cast<uint8_t>(i * k + j);
       T* dst = out + i * rs + j * c;
       for (int ox = 0; ox < ow; ++ox, dst += step) {
-        const T* e = err + static_cast<size_t>(ox) * c;
-        const uint8_t* a = idx + static_cast<size_t>(ox) * c;
-        for (int ch = 0; ch < c; ++ch) dst[ch] = PoolElement<T>::routed(e[ch], a[ch] == tap);
+        const size_t at = static_cast<size_t>(ox) * c;
+        const uint8_t* a = idx + at;
+        for (int ch = 0; ch < c; ++ch) dst[ch] = PoolElement<T>::routed(window_error(err, gate, at + ch), a[ch] == tap);
       }
     }
 }
 
-// Image b of the backward into `out` (its h*w*c elements).
+// Image b of the backward into `out` (its h*w*c elements); gate: see window_error.
 template <typename T>
-void pool_bwd_image(const T* err, const uint8_t* argmax, const PoolShape& s, const ptrdiff_t* tap_at, int b, T* out) {
+void pool_bwd_image(const T* err, const T* gate, const uint8_t* argmax, const PoolShape& s, const ptrdiff_t* tap_at,
+                    int b, T* out) {
   using Sum = typename PoolElement<T>::Sum;
   const int oh = s.oh(), ow = s.ow(), c = s.c;
   const size_t image = static_cast<size_t>(s.h) * s.w * c, out_row = static_cast<size_t>(ow) * c;
   if (s.stride >= s.kernel) {
     if (s.stride != s.kernel || s.h != oh * s.stride || s.w != ow * s.stride)   // cells no window covers stay 0
       std::fill(out, out + image, T(0));
-    using RowFn = void (*)(const T*, const uint8_t*, const PoolShape&, T*);
+    using RowFn = void (*)(const T*, const T*, const uint8_t*, const PoolShape&, T*);
     const RowFn row_fn = c == 1 ? unpool_row<T, 1> : c == 3 ? unpool_row<T, 3> : c == 6 ? unpool_row<T, 6>
                        : c == 16 ? unpool_row<T, 16> : unpool_row<T, 0>;
     for (int oy = 0; oy < oh; ++oy) {
       const size_t at = (static_cast<size_t>(b) * oh + oy) * out_row;
-      row_fn(err + at, argmax + at, s, out + static_cast<ptrdiff_t>(oy) * s.stride * s.w * c);
+      row_fn(err + at, gate ? gate + at : nullptr, argmax + at, s, out + static_cast<ptrdiff_t>(oy) * s.stride * s.w * c);
     }
     return;
   }
@@ -184,23 +208,23 @@ void pool_bwd_image(const T* err, const uint8_t* argmax, const PoolShape& s, con
     for (int ox = ow - 1; ox >= 0; --ox) {
       const ptrdiff_t at = ((static_cast<ptrdiff_t>(b) * oh + oy) * ow + ox) * c;
       Sum* corner = acc + (static_cast<ptrdiff_t>(oy) * s.stride * s.w + ox * s.stride) * c;
-      for (int ch = 0; ch < c; ++ch) corner[tap_at[argmax[at + ch]] + ch] += err[at + ch];
+      for (int ch = 0; ch < c; ++ch) corner[tap_at[argmax[at + ch]] + ch] += window_error(err, gate, at + ch);
     }
   if constexpr (!std::is_same_v<Sum, T>)
     for (size_t i = 0; i < image; ++i) out[i] = clip_s8(acc[i]);
 }
 
-template <typename T>
+template <typename T, bool Relu = false>
 void maxpool(const T* x, const PoolShape& s, T* y, uint8_t* argmax) {
   if constexpr (std::is_same_v<T, int8_t>) {
     if (pool_lanes_fit(s)) return maxpool_lanes(x, s, y, argmax);   // tiling windows: byte permutes
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (maxpool_f32_pairs(x, s, y, argmax)) return;   // 2x2 windows, few channels: pixels in the lanes
+    if (maxpool_f32_pairs(x, s, y, argmax, Relu)) return;   // 2x2 windows, few channels: pixels in the lanes
   }
   using RowsFn = void (*)(const T*, const PoolShape&, T*, uint8_t*, int, int);
-  const RowsFn rows_fn = s.c == 1 ? pool_rows<T, 1> : s.c == 3 ? pool_rows<T, 3> : s.c == 6 ? pool_rows<T, 6>
-                       : s.c == 16 ? pool_rows<T, 16> : pool_rows<T, 0>;
+  const RowsFn rows_fn = s.c == 1 ? pool_rows<T, 1, Relu> : s.c == 3 ? pool_rows<T, 3, Relu>
+                       : s.c == 6 ? pool_rows<T, 6, Relu> : s.c == 16 ? pool_rows<T, 16, Relu> : pool_rows<T, 0, Relu>;
   const int rows = s.n * s.oh();
   const int tasks = tasks_for(static_cast<size_t>(s.n) * s.h * s.w * s.c * sizeof(T), rows);
   parallel_for(tasks, [&](int t) {
@@ -210,12 +234,12 @@ void maxpool(const T* x, const PoolShape& s, T* y, uint8_t* argmax) {
 }
 
 template <typename T>
-void maxpool_bwd(const T* err, const uint8_t* argmax, const PoolShape& s, T* dx) {
+void maxpool_bwd(const T* err, const uint8_t* argmax, const PoolShape& s, T* dx, const T* gate = nullptr) {
   if constexpr (std::is_same_v<T, int8_t>) {
     if (pool_lanes_fit(s)) return maxpool_bwd_lanes(err, argmax, s, dx);
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (maxpool_bwd_f32_pairs(err, argmax, s, dx)) return;
+    if (maxpool_bwd_f32_pairs(err, argmax, s, dx, gate)) return;
   }
   const size_t image = static_cast<size_t>(s.h) * s.w * s.c;
   // Where tap t of a window lands, relative to the window's corner (no division per element).
@@ -223,7 +247,7 @@ void maxpool_bwd(const T* err, const uint8_t* argmax, const PoolShape& s, T* dx)
   for (int t = 0; t < s.kernel * s.kernel; ++t)
     tap_at[t] = (static_cast<ptrdiff_t>(t / s.kernel) * s.w + t % s.kernel) * s.c;
   parallel_ranges(s.n, image * s.n * 2 * sizeof(T), [&](int b0, int b1) {
-    for (int b = b0; b < b1; ++b) pool_bwd_image(err, argmax, s, tap_at, b, dx + b * image);
+    for (int b = b0; b < b1; ++b) pool_bwd_image(err, gate, argmax, s, tap_at, b, dx + b * image);
   });
 }
 
@@ -237,6 +261,13 @@ void maxpool_bwd_s8(const int8_t* err, const uint8_t* argmax, const PoolShape& s
 }
 void maxpool_bwd_f32(const float* err, const uint8_t* argmax, const PoolShape& s, float* dx) {
   maxpool_bwd(err, argmax, s, dx);
+}
+
+void relu_maxpool_f32(const float* x, const PoolShape& s, float* y, uint8_t* argmax) {
+  maxpool<float, true>(x, s, y, argmax);
+}
+void relu_maxpool_bwd_f32(const float* err, const float* y, const uint8_t* argmax, const PoolShape& s, float* dx) {
+  maxpool_bwd(err, argmax, s, dx, y);
 }
 
 }  // namespace dsptrain

@@ -5,7 +5,10 @@
 // int8's and this pass was LeNet-5's costliest element-wise op under the emulated recipes).
 // The same arithmetic per element as pool.cpp: taps in (kh, kw) order, a tap taking over
 // when it compares greater (so the first maximum wins and a NaN never takes over); the
-// backward writes 0.0f + err where the argmax names the tap, else +0.0.
+// backward writes 0.0f + err where the argmax names the tap, else +0.0. The fused ReLU
+// (relu_maxpool_f32) passes each tap through relu_f32's select (x kept where x >= 0 or
+// NaN, else +0.0) before the compares; its backward takes a window's error only where the
+// pooled value is > 0 (relu_bwd_f32's select), else +0.0.
 #include "pool_f32_pairs.h"
 
 #include <cstring>
@@ -62,6 +65,12 @@ __attribute__((target("avx512f"))) inline Stretch load_stretch(const float* at, 
   return {_mm512_maskz_loadu_ps(lanes16(count), at), _mm512_maskz_loadu_ps(lanes16(count - 16), at + 16)};
 }
 
+// relu_f32's select on 16 lanes: x where x >= 0 or unordered (NaN), else +0.0
+__attribute__((target("avx512f"))) inline __m512 relu16(__m512 x) {
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NLT_UQ), x);
+}
+
+template <bool Relu>
 __attribute__((target("avx512f"))) void pool_rows(const float* x, const PoolShape& s, const PairLayout& p, float* y,
                                                    uint8_t* argmax, int row0, int row1) {
   const int c = s.c, ow = s.ow(), oh = s.oh();
@@ -79,9 +88,12 @@ __attribute__((target("avx512f"))) void pool_rows(const float* x, const PoolShap
       const Stretch a = load_stretch(r0 + at, stretch), d = load_stretch(r1 + at, stretch);
       __m512 best = _mm512_permutex2var_ps(a.lo, p.tap[0], a.hi);
       __m512i idx = _mm512_setzero_si512();
-      const __m512 taps[3] = {_mm512_permutex2var_ps(a.lo, p.tap[1], a.hi),
-                              _mm512_permutex2var_ps(d.lo, p.tap[0], d.hi),
-                              _mm512_permutex2var_ps(d.lo, p.tap[1], d.hi)};
+      __m512 taps[3] = {_mm512_permutex2var_ps(a.lo, p.tap[1], a.hi), _mm512_permutex2var_ps(d.lo, p.tap[0], d.hi),
+                        _mm512_permutex2var_ps(d.lo, p.tap[1], d.hi)};
+      if constexpr (Relu) {
+        best = relu16(best);
+        for (__m512& t : taps) t = relu16(t);
+      }
       for (int t = 0; t < 3; ++t) {
         const __mmask16 more = _mm512_cmp_ps_mask(taps[t], best, _CMP_GT_OQ);
         best = _mm512_mask_mov_ps(best, more, taps[t]);
@@ -94,8 +106,9 @@ __attribute__((target("avx512f"))) void pool_rows(const float* x, const PoolShap
   }
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void unpool_rows(const float* err, const uint8_t* argmax, const PoolShape& s,
-                                                     const PairLayout& p, float* dx, int row0, int row1) {
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void unpool_rows(const float* err, const float* gate,
+                                                                       const uint8_t* argmax, const PoolShape& s,
+                                                                       const PairLayout& p, float* dx, int row0, int row1) {
   const int c = s.c, ow = s.ow(), oh = s.oh();
   const size_t out_row = static_cast<size_t>(ow) * c, in_row = static_cast<size_t>(s.w) * c;
   const __m512 zero = _mm512_setzero_ps();
@@ -109,7 +122,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void unpool_rows(const floa
       const int pixels = ow - ox < p.pixels ? ow - ox : p.pixels;
       const int stretch = 2 * c * pixels;
       const __mmask16 in = lanes16(pixels * c);
-      const __m512 e = _mm512_maskz_loadu_ps(in, eo + static_cast<size_t>(ox) * c);
+      __mmask16 take = in;   // gated: only where the pooled value is > 0 (ordered: a NaN gives +0.0)
+      if (gate != nullptr)
+        take &= _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(in, gate + row * out_row + static_cast<size_t>(ox) * c),
+                                   _mm512_setzero_ps(), _CMP_GT_OQ);
+      const __m512 e = _mm512_maskz_loadu_ps(take, eo + static_cast<size_t>(ox) * c);
       const __m512i idx = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(in, ao + static_cast<size_t>(ox) * c));
       __m512 routed[4];
       for (int t = 0; t < 4; ++t)   // 0.0f + err where the argmax is tap t, else 0.0f + +0.0
@@ -132,27 +149,29 @@ bool fits(const PoolShape& s) {
 
 }  // namespace
 
-bool maxpool_f32_pairs(const float* x, const PoolShape& s, float* y, uint8_t* argmax) {
+bool maxpool_f32_pairs(const float* x, const PoolShape& s, float* y, uint8_t* argmax, bool relu) {
   if (!fits(s)) return false;
   const PairLayout p = pair_layout(s.c);
   const int rows = s.n * s.oh();
-  parallel_ranges(rows, static_cast<size_t>(s.n) * s.h * s.w * s.c * sizeof(float),
-                  [&](int r0, int r1) { pool_rows(x, s, p, y, argmax, r0, r1); });
+  parallel_ranges(rows, static_cast<size_t>(s.n) * s.h * s.w * s.c * sizeof(float), [&](int r0, int r1) {
+    if (relu) pool_rows<true>(x, s, p, y, argmax, r0, r1);
+    else pool_rows<false>(x, s, p, y, argmax, r0, r1);
+  });
   return true;
 }
 
-bool maxpool_bwd_f32_pairs(const float* err, const uint8_t* argmax, const PoolShape& s, float* dx) {
+bool maxpool_bwd_f32_pairs(const float* err, const uint8_t* argmax, const PoolShape& s, float* dx, const float* gate) {
   if (!fits(s)) return false;   // (every cell lies in one window: nothing is left to zero)
   const PairLayout p = pair_layout(s.c);
   const int rows = s.n * s.oh();
   parallel_ranges(rows, static_cast<size_t>(s.n) * s.h * s.w * s.c * 2 * sizeof(float),
-                  [&](int r0, int r1) { unpool_rows(err, argmax, s, p, dx, r0, r1); });
+                  [&](int r0, int r1) { unpool_rows(err, gate, argmax, s, p, dx, r0, r1); });
   return true;
 }
 
 #else
-bool maxpool_f32_pairs(const float*, const PoolShape&, float*, uint8_t*) { return false; }
-bool maxpool_bwd_f32_pairs(const float*, const uint8_t*, const PoolShape&, float*) { return false; }
+bool maxpool_f32_pairs(const float*, const PoolShape&, float*, uint8_t*, bool) { return false; }
+bool maxpool_bwd_f32_pairs(const float*, const uint8_t*, const PoolShape&, float*, const float*) { return false; }
 #endif
 
 }  // namespace dsptrain

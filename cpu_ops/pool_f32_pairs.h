@@ -8,7 +8,10 @@
 
 namespace dsptrain {
 
-bool maxpool_f32_pairs(const float* x, const PoolShape& s, float* y, uint8_t* argmax);
-bool maxpool_bwd_f32_pairs(const float* err, const uint8_t* argmax, const PoolShape& s, float* dx);
+// relu: each tap through relu_f32's select first (relu_maxpool_f32); gate: the pooled
+// values, each window's error taken where gate > 0, else +0.0 (relu_maxpool_bwd_f32).
+bool maxpool_f32_pairs(const float* x, const PoolShape& s, float* y, uint8_t* argmax, bool relu = false);
+bool maxpool_bwd_f32_pairs(const float* err, const uint8_t* argmax, const PoolShape& s, float* dx,
+                           const float* gate = nullptr);
 
 }  // namespace dsptrain

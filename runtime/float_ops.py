@@ -217,7 +217,10 @@ def matmul_fp16_chunked(a, b, a_transposed: bool, chunk: int, fp16_adds: bool) -
 
 
 def relu_f32(x):
-    return np.maximum(x, np.float32(0))
+    """x where x >= 0 (so -0.0 stays -0.0) or NaN, else +0.0. Spelled as a select: what
+    np.maximum(x, 0) gives a -0.0 depends on NumPy's version and SIMD path (2.x: +0.0)."""
+    x = np.asarray(x, np.float32)
+    return np.where((x >= 0) | np.isnan(x), x, np.float32(0))
 
 
 def relu_bwd_f32(err, y):

@@ -223,6 +223,15 @@ maxpool_fwd = Kernel("maxpool_f32", _maxpool_fwd_args, _two_results)
 maxpool_bwd = Kernel("maxpool_bwd_f32", _maxpool_bwd_args, _result)
 
 
+def _relu_maxpool_bwd_args(op, env, ctx):
+    a = op.attrs   # (err, the pooled y, argmax): algorithms/_fusions.py
+    return env[op.inputs[0]], env[op.inputs[1]], env[op.inputs[2]], a["kernel"], a["stride"], a["in_hw"]
+
+
+relu_maxpool_fwd = Kernel("relu_maxpool_f32", _maxpool_fwd_args, _two_results)
+relu_maxpool_bwd = Kernel("relu_maxpool_bwd_f32", _relu_maxpool_bwd_args, _result)
+
+
 # Ops in NumPy without a backend (Kernel.local: the executor hands them none).
 
 def _avgpool2d_fwd(op, env, ctx, _):
@@ -317,6 +326,7 @@ OPS = {
     "fp32.conv_fwd": conv_fwd, "fp32.linear_fwd": linear_fwd,
     "fp32.relu_fwd": relu_fwd, "fp32.relu_bwd": relu_bwd,
     "fp32.maxpool_fwd": maxpool_fwd, "fp32.maxpool_bwd": maxpool_bwd,
+    "fp32.relu_maxpool_fwd": relu_maxpool_fwd, "fp32.relu_maxpool_bwd": relu_maxpool_bwd,   # _fusions.py
     "fp32.avgpool2d_fwd": avgpool2d_fwd, "fp32.avgpool2d_bwd": avgpool2d_bwd,
     "fp32.reshape": reshape, "fp32.dropout_fwd": dropout_fwd, "fp32.dropout_bwd": dropout_bwd,
     "fp32.loss_grad": loss_grad,

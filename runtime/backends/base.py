@@ -266,6 +266,17 @@ class Backend:
     def maxpool_bwd_f32(self, err, argmax, kernel: int, stride: int, in_hw):
         self._needs("maxpool_bwd_f32")
 
+    def relu_maxpool_f32(self, x, kernel: int, stride: int):
+        """(optional) ReLU then max-pool, one op of the float recipes: (y, argmax) of
+        maxpool_f32(relu_f32(x)). Default: the two hooks."""
+        return self.maxpool_f32(self.relu_f32(x), kernel, stride)
+
+    def relu_maxpool_bwd_f32(self, err, y, argmax, kernel: int, stride: int, in_hw):
+        """(optional) relu_maxpool_f32's backward from its pooled `y`: maxpool_bwd_f32 of
+        relu_bwd_f32(err, y), which equals relu_bwd_f32(maxpool_bwd_f32(err, argmax), relu_f32(x))
+        (a window's error lands on its argmax cell, whose ReLU output is y). Default: the two hooks."""
+        return self.maxpool_bwd_f32(self.relu_bwd_f32(err, y), argmax, kernel, stride, in_hw)
+
     def compensation_fwd(self, z, scale, shift):
         """Octo's compensation layer (1 + scale) * z + shift per channel, float32."""
         self._needs("compensation_fwd")

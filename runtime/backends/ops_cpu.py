@@ -274,6 +274,12 @@ class CpuBackend(Backend):
     def maxpool_bwd_f32(self, err, argmax, kernel, stride, in_hw):
         return _native.maxpool_bwd_f32(err, argmax, kernel, stride, tuple(in_hw))
 
+    def relu_maxpool_f32(self, x, kernel, stride):
+        return _native.relu_maxpool_f32(x, kernel, stride)
+
+    def relu_maxpool_bwd_f32(self, err, y, argmax, kernel, stride, in_hw):
+        return _native.relu_maxpool_bwd_f32(err, y, argmax, kernel, stride, tuple(in_hw))
+
     def compensation_fwd(self, z, scale, shift):
         return _native.compensation_fwd(z, scale, shift)
 

@@ -29,7 +29,8 @@ FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_error
                       "matmul_s16", "im2col", "col2im", "matmul_fp16_chunked", "relu_f32", "relu_bwd_f32", "maxpool_f32", "maxpool_bwd_f32",
                       "compensation_fwd", "compensation_bwd", "sgd_f32",
                       "wageubn_update", "prc_quantize",
-                      "sgd_f32_group", "dequantize_compensate")   # base.py composes these
+                      "sgd_f32_group", "dequantize_compensate",
+                      "relu_maxpool_f32", "relu_maxpool_bwd_f32")   # base.py composes these
 
 
 class RefBackend(Backend):

@@ -25,12 +25,14 @@ def _check_no_clobber(plan):
     and buffers alive at the same time must not share bytes."""
     holder, current = {}, {}
     for name, buf in plan.initial.items():
-        holder[buf.index], current[name] = name, buf
+        holder[buf.index], current[name] = {name}, buf
     for i, step in enumerate(plan.schedule):
         for t in step.op.inputs:
-            assert holder.get(current[t].index) == t, f"step {i} {step.op.name} reads {t}, clobbered"
+            assert t in holder.get(current[t].index, ()), f"step {i} {step.op.name} reads {t}, clobbered"
         for t, buf in plan.writes[i].items():
-            holder[buf.index], current[t] = t, buf
+            # a view (reshape) shares its input's bytes: both names stay readable
+            holder[buf.index] = holder[buf.index] | {t} if step.op.is_alias() else {t}
+            current[t] = buf
     for a in plan.buffers:
         for b in plan.buffers:
             if a.index < b.index and a.overlaps(b):
@@ -93,7 +95,9 @@ def test_batch_norm_updates_its_running_statistics_once_in_every_plan(recipe, mo
     """Batch norm's forward rewrites its running mean and variance in place: a plan that
     re-ran it would apply the momentum update twice (and the rebuild walk used to recurse
     on the op's own outputs until Python's stack ran out)."""
-    bn_graph = lower(build_model("lenet5_bn"), dsptrain.load_recipe(recipe), 16)
+    # batch 4: at 16 and up, with ReLU and max-pool one op (algorithms/_fusions.py), FP32's peak
+    # (bn1's backward) holds no activation to evict, and the budget mode plans no recompute
+    bn_graph = lower(build_model("lenet5_bn"), dsptrain.load_recipe(recipe), 4)
     stateful = [op for op in bn_graph.ops if op.phase == "forward" and op.updates_state()]
     assert {op.layer for op in stateful} == {"bn1", "bn2"}
     plans = variants(bn_graph, mode)
