@@ -7,7 +7,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+
+#include "round_lanes.h"
+#endif
+
+#include "cpu_features.h"
 #include "requant.h"
 #include "target_clones.h"
 #include "thread_pool.h"
@@ -52,6 +60,25 @@ DSPTRAIN_UPDATE_LOOP(int64_t, RoundMode::kPsto, update_psto_s64)
 DSPTRAIN_UPDATE_LOOP(int64_t, RoundMode::kSto, update_sto_s64)
 #undef DSPTRAIN_UPDATE_LOOP
 
+#if defined(__x86_64__) || defined(_M_X64)
+// update_loop for int32 gradients in round or psto mode, shift 0..30, sixteen lanes at a
+// time: the products' own rounding in registers (round_lanes.h), then the subtraction and
+// the clip. The compiled loop's branches kept it at about twice memory's time: VGG-11's
+// 512 x 512 x 3 x 3 update (psto), one thread, 0.68 -> 0.2 ms past the range pass.
+__attribute__((target("avx512f,avx512bw"))) void update_lanes_s32(const int8_t* w, const int32_t* grad, size_t begin,
+                                                                  size_t end, int shift, RoundMode mode,
+                                                                  int8_t* w_new) {
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  for (size_t i = begin; i < end; i += 16) {
+    const __mmask16 m = end - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (end - i)) - 1);
+    const __m512i g = _mm512_maskz_loadu_epi32(m, grad + i);
+    const __m512i wv = _mm512_cvtepi8_epi32(_mm512_castsi512_si128(_mm512_maskz_loadu_epi8(m, w + i)));
+    const __m512i d = _mm512_sub_epi32(wv, shift_round_lanes(g, shift, mode));
+    _mm512_mask_cvtepi32_storeu_epi8(w_new + i, m, _mm512_min_epi32(_mm512_max_epi32(d, lo), hi));
+  }
+}
+#endif
+
 template <typename T>
 using UpdateFn = void (*)(const int8_t*, const T*, size_t, size_t, int, const RngKey&, int8_t*);
 
@@ -74,9 +101,20 @@ void niti_update(const int8_t* w, const T* grad, size_t n, int mu, RoundMode mod
   }
   const int shift = std::max(b - mu, 0);
   const UpdateFn<T> loop = update_fn(mode, grad);
+#if defined(__x86_64__) || defined(_M_X64)
+  const bool lanes = std::is_same_v<T, int32_t> && mode != RoundMode::kSto && shift <= 30 && cpu_features().avx512bw;
+#endif
   const int units = static_cast<int>((n + 4095) / 4096);
   parallel_ranges(units, n * (sizeof(T) + 2), [&](int u0, int u1) {
     const size_t begin = static_cast<size_t>(u0) * 4096, end = std::min(n, static_cast<size_t>(u1) * 4096);
+#if defined(__x86_64__) || defined(_M_X64)
+    if constexpr (std::is_same_v<T, int32_t>) {
+      if (lanes) {
+        update_lanes_s32(w, grad, begin, end, shift, mode, w_new);
+        return;
+      }
+    }
+#endif
     loop(w, grad, begin, end, shift, key, w_new);
   });
 }

@@ -331,15 +331,18 @@ def test_int32_rounding_every_shift_at_the_extremes(ref, mode):
 @pytest.mark.parametrize("mode", cases.ROUNDING)
 def test_niti_update_fused_loop_over_chunks(cpu, ref, mode, threads):
     """cpu_ops/update.cpp rounds the step and subtracts it in one loop, chunked over the
-    pool: several 4096-element units and a ragged tail, int32 steps of every size, and
-    int64 gradients whose shift passes 31 (the 64-bit magnitude loop)."""
+    pool: several 4096-element units and a ragged tail, int32 steps of every size (round
+    and psto up to shift 30 in AVX-512 lanes where the CPU has them; shift 31 and sto in
+    the compiled loop), and int64 gradients whose shift passes 31 (the 64-bit magnitude loop)."""
     rng = np.random.default_rng(threads * 10 + len(mode))
     w = cases.int8(rng, (3 * 4096 + 123,), -127, 127)
     key = cases.rng_key(threads)
     previous = native.threads()
     native.set_threads(threads)
     try:
-        for grad, mu in ((rng.integers(-(2**31), 2**31, w.shape, dtype=np.int64).astype(np.int32), 2),
+        full = rng.integers(-(2**31), 2**31, w.shape, dtype=np.int64).astype(np.int32)
+        full[:3] = (-(2**31), 2**31 - 1, 0)
+        for grad, mu in ((full, 2), (full, 1),
                          (rng.integers(-(2**44), 2**44, w.shape, dtype=np.int64), 4),
                          (rng.integers(-200, 201, w.shape, dtype=np.int32), 8)):
             np.testing.assert_array_equal(cpu.niti_update_s8(w, grad, mu, mode, key),
