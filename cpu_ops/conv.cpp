@@ -326,12 +326,35 @@ bool wgrad_olanes(const ConvShape& s) {
   return !acc_is_int64(1LL * s.n * s.oh() * s.ow()) && wgrad_olanes_fit(s.c, s.kh, s.kw, s.stride, s.o, s.w + 2 * s.pad, s.ow());
 }
 
+// The streamed weight gradient with each panel's border pixels left out (conv_wgrad_stream.cpp
+// trimmed), where a tenth or more of the taps fall on the border: VGG-11's conv3-8.
+bool wgrad_stream_trimmed(const ConvShape& s) {
+  const int p = s.n * s.oh() * s.ow();
+  return !acc_is_int64(p) && reads_a_in_place(p) && wgrad_stream_trimmed_fit(s) &&
+         trimmed_border_share(s.oh(), s.ow(), s.kh, s.kw, fwd_window(s)) >= kMinBorderShare;
+}
+
+// err[n, positions, o] -> dst[o, position * n + image] ^ bias (rows ld apart): err^T with
+// its pixels position by position, as the trimmed stream reads it.
+void transpose_by_position(const int8_t* err, int n, int positions, int o, int8_t* dst, ptrdiff_t ld, uint8_t bias) {
+  constexpr int kBand = 64;
+  const int bands = (o + kBand - 1) / kBand;
+  parallel_ranges(positions * bands, static_cast<size_t>(n) * positions * o, [&](int u0, int u1) {
+    for (int u = u0; u < u1; ++u) {
+      const int pos = u / bands, o0 = u % bands * kBand;
+      transpose_block(err + static_cast<ptrdiff_t>(pos) * o + o0, static_cast<ptrdiff_t>(positions) * o, n,
+                      std::min(kBand, o - o0), dst + o0 * ld + static_cast<ptrdiff_t>(pos) * n, ld, bias);
+    }
+  });
+}
+
 // The weight gradient's algorithm, asked once: conv_algorithm names it, conv2d_bwd_weight
 // runs it. The int32-only ones (every one but the panels and im2col) never come up for an
 // int64 depth: each asks !acc_is_int64 of the pixel count, the depth the binding asks too.
-enum class WgradPath { kPlanes, kStream, kIm2colGemm, kLanes, kOutputLanes, kPanels };
+enum class WgradPath { kPlanes, kStreamTrimmed, kStream, kIm2colGemm, kLanes, kOutputLanes, kPanels };
 WgradPath wgrad_path(const ConvShape& s) {
   if (wgrad_planes(s)) return WgradPath::kPlanes;
+  if (wgrad_stream_trimmed(s)) return WgradPath::kStreamTrimmed;
   if (wgrad_stream(s)) return WgradPath::kStream;
   if (!use_wgrad_panels(s)) return WgradPath::kIm2colGemm;
   return wgrad_lanes(s) ? WgradPath::kLanes : wgrad_olanes(s) ? WgradPath::kOutputLanes : WgradPath::kPanels;
@@ -370,6 +393,7 @@ const char* conv_algorithm(ConvPass pass, const ConvShape& s) {
     case ConvPass::kBackwardWeight:
       switch (wgrad_path(s)) {
         case WgradPath::kPlanes: return "wgrad_planes";
+        case WgradPath::kStreamTrimmed: return "wgrad_stream_trimmed";
         case WgradPath::kStream: return "wgrad_stream";
         case WgradPath::kIm2colGemm: return "im2col_gemm";
         case WgradPath::kLanes: return "wgrad_lanes";
@@ -506,6 +530,16 @@ void conv2d_bwd_weight(const int8_t* err, const int8_t* x, const ConvShape& s, T
   // Where the kernel reads A in place, err^T is stored biased (a + 128) and read as rows
   // by gemm_rows (no A packing), kWgradRowSlack bytes after it for the last row's group.
   const int p = s.n * s.oh() * s.ow(), kk = s.kh * s.kw * s.c;
+  if constexpr (std::is_same_v<T, int32_t>) {
+    if (path == WgradPath::kStreamTrimmed) {   // err^T position by position, biased, read in place
+      const ptrdiff_t ld = wgrad_row_stride(p);
+      int8_t* err_t = grow(scratch(1), static_cast<size_t>(s.o) * ld + kWgradRowSlack);
+      transpose_by_position(err, s.n, s.oh() * s.ow(), s.o, err_t, ld, 0x80);
+      const SourceWindow window = fwd_window(s);
+      conv_wgrad_stream(src, reinterpret_cast<const uint8_t*>(err_t), ld, s.o, dw, &window);
+      return;
+    }
+  }
   const bool rows_a = std::is_same_v<T, int32_t> && wgrad_packs_source(s) && reads_a_in_place(p);
   const ptrdiff_t ld = rows_a ? wgrad_row_stride(p) : p;
   int8_t* err_t = grow(scratch(1), static_cast<size_t>(s.o) * ld + kWgradRowSlack);

@@ -9,11 +9,6 @@
 
 namespace dsptrain {
 
-// Padded rows [y0, y1) and columns [x0, x1) hold the source; the rest is the zero border.
-struct SourceWindow {
-  int y0, y1, x0, x1;
-};
-
 // The share of a stride-1 convolution's taps (out_h x out_w positions, kh x kw kernel) that
 // fall on the border around `win`.
 double trimmed_border_share(int out_h, int out_w, int kh, int kw, const SourceWindow& win);

@@ -162,7 +162,7 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     return out;
   }
   const int kk = s.kh * s.kw * s.c;
-  if (algo == "wgrad_stream") {   // conv_wgrad_stream.cpp: err^T biased in place, one panel block per thread
+  if (algo == "wgrad_stream" || algo == "wgrad_stream_trimmed") {   // conv_wgrad_stream.cpp: err^T biased in place, one panel block per thread
     add(&out, "conv.weights", static_cast<size_t>(s.o) * wgrad_row_stride(static_cast<int>(pixels)) + kWgradRowSlack);
     add(&out, "wgrad.stream_panel (per thread)", pool_threads() * wgrad_stream_panel_bytes());
     return out;

@@ -71,10 +71,10 @@ class Program:
 
 
 def run_steps(backend, steps):
-    """The value generator `steps` returns, each hook call `(hook, *args)` it yields made on
-    `backend` and its result sent back. The executor runs a Program through it
-    (execute/bound.run_program, which turns a missing hook into a NoSupport); tests and
-    helpers outside a step call it directly."""
+    """The value generator `steps` returns, its yielded hook calls made on `backend`: what
+    the executor does (execute/bound.run_program), for tests and helpers called outside a step.
+    (The executor keeps its own loop so that a step's backend never passes through this
+    room: tests/e2e/test_backend_route.py counts the rooms it reaches.)"""
     try:
         call = next(steps)
         while True:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import time
 from typing import NamedTuple
 
-from ..algorithms._kernel import run_steps
 from ..errors import BackendError, NoSupport
 from .slices import REQUANT_HOOKS, Recorded
 
@@ -45,12 +44,16 @@ def invoke(run, hook, backend, op, env: dict, ctx) -> dict:
 
 
 def run_program(backend, steps) -> dict:
-    """Make each hook call `(hook, *args)` the generator `steps` yields on `backend`
-    (algorithms/_kernel.run_steps); returns what the generator returns (the op's outputs).
-    A hook the backend lacks (NotImplementedError, backends/base.py) is a NoSupport: the op
-    goes to the next backend, as placement would have sent it had it known the operands."""
+    """Make each hook call `(hook, *args)` the generator `steps` yields on `backend`, sending
+    back its result; returns what the generator returns (the op's outputs). A hook the
+    backend lacks (NotImplementedError, backends/base.py) is a NoSupport: the op goes to
+    the next backend, as placement would have sent it had it known the operands."""
     try:
-        return run_steps(backend, steps)
+        call = next(steps)
+        while True:
+            call = steps.send(getattr(backend, call[0])(*call[1:]))
+    except StopIteration as done:
+        return done.value
     except NotImplementedError as exc:
         raise NoSupport(backend.name, str(exc)) from None
 

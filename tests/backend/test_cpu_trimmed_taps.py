@@ -1,10 +1,12 @@
-"""The implicit GEMM with each output position's taps trimmed to the source
-(cpu_ops/conv_trimmed.cpp): a stride-1 pass on a small image leaves out the products of
-its zero border, by classes of positions whose windows meet the source alike, their rows
-scattered over the output. Bit-exact against ops_ref, forward and backward data, at one
-and two threads: the int32 sums (random, and every input at the offset trick's extremes),
-the requantized results with the product's own range and with given shifts (too small,
-exact, larger) in every rounding mode (round and psto from the registers, sto after)."""
+"""The products of a small padded image with the taps on its zero border left out.
+Forward and backward data: the implicit GEMM by classes of positions whose windows meet
+the source alike, their rows scattered over the output (cpu_ops/conv_trimmed.cpp). Weight
+gradient: the streamed GEMM with err^T position by position, each panel reducing over the
+runs of pixels whose tap lands in the source (conv_wgrad_stream.cpp, trimmed).
+Bit-exact against ops_ref at one and two threads: the int32 sums (random, and every input
+at the offset trick's extremes), the requantized results with the product's own range and
+with given shifts (too small, exact, larger) in every rounding mode (round and psto from
+the registers, sto after)."""
 from __future__ import annotations
 
 import numpy as np
@@ -71,10 +73,43 @@ def test_the_shapes_take_the_trimmed_path_on_avx512(shape, passes, on_avx512vnni
 
 def test_vgg11_convolutions_trimmed_from_8x8(on_avx512vnni):
     """VGG-11 at 32 x 32, batch 64: conv3-8 (8 x 8 and smaller, 16-56 % of their taps on the
-    border) leave the border out in both passes; conv2 (16 x 16, 8 %) keeps the plain one."""
+    border) leave the border out in all three passes; conv2 (16 x 16, 8 %) keeps the plain ones."""
     layers = [(16, 64, 128), (8, 128, 256), (8, 256, 256), (4, 256, 512), (4, 512, 512), (2, 512, 512)]
     for hw, c, o in layers:
         x, w = np.zeros((64, hw, hw, c), np.int8), np.zeros((o, 3, 3, c), np.int8)
         want = "implicit_gemm" if hw == 16 else "implicit_gemm_trimmed"
         assert native.conv_algorithm("forward", x, w, 1, 1) == want, (hw, c, o)
         assert native.conv_algorithm("backward_data", x, w, 1, 1) == want, (hw, c, o)
+        wgrad = "wgrad_stream" if hw == 16 else "wgrad_stream_trimmed"
+        assert native.conv_algorithm("backward_weight", x, w, 1, 1) == wgrad, (hw, c, o)
+
+
+# (N, H, W, C, O, K, pad), stride 1, images in groups of 4: VGG-11's conv7 and conv5 in
+# small (2 x 2, 4 x 4 with 72 outputs: 12 whole row tiles), 8 x 8 over 36
+# images (2,304 pixels: the centre taps' runs cross the K block of 2,048), a ragged 7 x 5
+# image, a 5 x 5 kernel with padding 2, and padding 3 around one pixel (taps that meet no
+# source at all: zero columns).
+WGRAD_SHAPES = [(4, 2, 2, 64, 64, 3, 1), (8, 4, 4, 128, 72, 3, 1), (36, 8, 8, 64, 64, 3, 1),
+                (4, 7, 5, 128, 120, 3, 1), (4, 6, 6, 64, 64, 5, 2), (4, 1, 1, 64, 64, 3, 3)]
+WGRAD_IDS = ["n{}h{}w{}c{}o{}k{}p{}".format(*s) for s in WGRAD_SHAPES]
+
+
+@pytest.mark.parametrize("shape", WGRAD_SHAPES, ids=WGRAD_IDS)
+def test_trimmed_weight_gradient_every_isa(cpu_isa, ref, shape, threads):
+    pad, kernel = shape[6], (shape[5], shape[5])
+    for fill in FILLS[:3]:
+        x, _, err = case(shape, fill)
+        np.testing.assert_array_equal(cpu_isa.conv2d_bwd_weight_s8(err, x, 1, pad, kernel),
+                                      ref.conv2d_bwd_weight_s8(err, x, 1, pad, kernel))
+
+
+def test_the_weight_gradients_take_the_trimmed_stream_on_avx512(on_avx512vnni):
+    """Else the test above would check other paths; and shapes just outside keep theirs:
+    6 images (not whole groups of 4), 32 channels (panels across taps), 48 output
+    channels, a 16 x 16 image (8 % of the taps on the border)."""
+    for shape in WGRAD_SHAPES:
+        x, w, _ = case(shape, None)
+        assert native.conv_algorithm("backward_weight", x, w, 1, shape[6]) == "wgrad_stream_trimmed", shape
+    for shape in [(6, 4, 4, 64, 64, 3, 1), (4, 4, 4, 32, 64, 3, 1), (4, 4, 4, 64, 48, 3, 1), (16, 16, 16, 64, 64, 3, 1)]:
+        x, w, _ = case(shape, None)
+        assert native.conv_algorithm("backward_weight", x, w, 1, shape[6]) != "wgrad_stream_trimmed", shape
