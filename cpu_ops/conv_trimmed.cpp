@@ -9,9 +9,9 @@
 // B's column offsets (the offset trick's -128 x column sums) summed over those groups
 // alone. The skipped bytes are the biased zero, so the int32 sums are the same.
 //
-// A class's rows are pixels spread over the output, so each tile is computed into a
-// register-sized buffer and its rows stored where they belong (a few hundred bytes per
-// tile of several thousand vpdpbusd). The whole depth is one block: B's panel (depth x 64
+// A class's rows are pixels spread over the output, so a tile's rows leave the registers
+// each to its own address (micro_rows_at; through a buffer and copies they took VGG-11's
+// conv5 and conv6 5-8 % longer). The whole depth is one block: B's panel (depth x 64
 // bytes) stays in L2 while every tile of the task runs over it.
 #include "conv_trimmed.h"
 
@@ -54,11 +54,9 @@ struct TapClass {
   int groups = 0;
 };
 
-// A tile: rows [first, first + rows) of class `cls`'s pixels; `run`: they are consecutive
-// pixels, so the tile is stored in place.
+// A tile: rows [first, first + rows) of class `cls`'s pixels.
 struct Tile {
   int cls, first, rows;
-  bool run;
 };
 
 std::vector<TapClass> tap_classes(const PaddedSrc& src, const SourceWindow& win, const PackedB& b,
@@ -122,7 +120,7 @@ double trimmed_border_share(int out_h, int out_w, int kh, int kw, const SourceWi
 
 bool trimmed_fits(int channels, int depth) {
   const GemmKernel* kern = gemm_kernel(gemm_isa(active_isa(), depth));
-  return kern->micro_rows != nullptr && kern->colsum != nullptr && kern->offset_trick && kern->k_align == 1 &&
+  return kern->micro_rows_at != nullptr && kern->colsum != nullptr && kern->offset_trick && kern->k_align == 1 &&
          kern->mr <= 8 && kern->nr <= 64 && channels % 4 == 0 && depth <= kTrimmedMaxK;
 }
 
@@ -138,10 +136,8 @@ void gemm_rows_trimmed(const PaddedSrc& src, const SourceWindow& win, const Pack
   long long work = 0;
   for (int cls = 0; cls < static_cast<int>(classes.size()); ++cls) {
     const int rows = static_cast<int>(classes[cls].pixels.size());
-    const std::vector<int>& px = classes[cls].pixels;
     for (int first = 0; first < rows; first += mr) {
-      const int count = std::min(mr, rows - first);
-      tiles.push_back(Tile{cls, first, count, px[first + count - 1] - px[first] == count - 1});
+      tiles.push_back(Tile{cls, first, std::min(mr, rows - first)});
       work += classes[cls].groups + 16;   // + the tile's set-up and stores
       done.push_back(work);
     }
@@ -157,8 +153,8 @@ void gemm_rows_trimmed(const PaddedSrc& src, const SourceWindow& win, const Pack
     while (i < static_cast<int>(tiles.size()) && done[i] <= goal) ++i;
     task_start[t] = std::max(i, task_start[t - 1]);
   }
-  const bool round = kern->micro_rows_round != nullptr && fused != nullptr && absmax != nullptr &&
-                     fused->mode != RoundMode::kSto && fused->shift >= 0 && fused->shift <= 30;
+  const bool round = fused != nullptr && absmax != nullptr && fused->mode != RoundMode::kSto && fused->shift >= 0 &&
+                     fused->shift <= 30;
   const bool fuse_after = !round && fused != nullptr && absmax != nullptr;
   const uint8_t* a = reinterpret_cast<const uint8_t*>(src.d);
   std::vector<int64_t> task_max(ntasks, 0);
@@ -174,8 +170,8 @@ void gemm_rows_trimmed(const PaddedSrc& src, const SourceWindow& win, const Pack
         starts[static_cast<size_t>(t - t0) * mr + r] = a + src.base(p / per_image, p % per_image / src.ow, p % src.ow);
       }
     }
-    alignas(64) int32_t acc[8 * 64];   // one tile (mr x nr <= 8 x 64)
-    alignas(64) int8_t q[8 * 64];
+    int32_t* c_rows[8];   // one tile's rows (mr <= 8)
+    int8_t* q_rows[8];
     uint32_t most = 0;
     for (int chunk = t0; chunk < t1; chunk += kChunkTiles)   // the chunk's rows of A stay in L2 over the panels
     for (int p = 0; p < panels; ++p) {
@@ -187,23 +183,13 @@ void gemm_rows_trimmed(const PaddedSrc& src, const SourceWindow& win, const Pack
         const uint8_t* const* rows = starts.data() + static_cast<size_t>(t - t0) * mr;
         const int32_t* offset = tc.col_offset.data() + col0;
         const int npieces = static_cast<int>(tc.pieces.size());
-        // a run of pixels straight into c (and the rounded out), else through acc and q
-        const size_t at = static_cast<size_t>(tc.pixels[tile.first]) * n + col0;
-        int32_t* c_tile = tile.run ? c + at : acc;
-        const ptrdiff_t ldc = tile.run ? n : nr;
-        if (round) {
-          kern->micro_rows_round(rows, tc.pieces.data(), npieces, panel, c_tile, ldc, tile.run ? fused->out + at : q, ldc,
-                                 tile.rows, cols, offset, fused->shift, fused->mode, &most);
-        } else {
-          kern->micro_rows(rows, tc.pieces.data(), npieces, panel, c_tile, ldc, tile.rows, cols, false, offset);
-          if (absmax) most = std::max(most, static_cast<uint32_t>(absmax_block(c_tile, tile.rows, cols, ldc)));
-        }
-        if (tile.run) continue;
         for (int r = 0; r < tile.rows; ++r) {
           const size_t at = static_cast<size_t>(tc.pixels[tile.first + r]) * n + col0;
-          std::memcpy(c + at, acc + r * nr, static_cast<size_t>(cols) * sizeof(int32_t));
-          if (round) std::memcpy(fused->out + at, q + r * nr, static_cast<size_t>(cols));
+          c_rows[r] = c + at;
+          q_rows[r] = round ? fused->out + at : nullptr;
         }
+        kern->micro_rows_at(rows, tc.pieces.data(), npieces, panel, c_rows, round ? q_rows : nullptr, tile.rows, cols,
+                            offset, round ? fused->shift : 0, round ? fused->mode : RoundMode::kRound, &most);
       }
     }
     if (fuse_after)   // stochastic rounding draws by element index: each finished row in turn

@@ -113,13 +113,14 @@ DSPTRAIN_AVX512 void micro_rows(const uint8_t* const* rows, const APiece* pieces
   store_tile(acc, c, ldc, mr_valid, nr_valid, accumulate, col_offset);
 }
 
-// micro_rows with the tile also rounded from the registers: each valid row's 64 columns
-// go out as int32 and as int8 (masked to nr_valid), their largest magnitude into *most.
-DSPTRAIN_AVX512 void micro_rows_round(const uint8_t* const* rows, const APiece* pieces, int npieces, const int8_t* b,
-                                      int32_t* c, ptrdiff_t ldc, int8_t* q, ptrdiff_t ldq, int mr_valid, int nr_valid,
-                                      const int32_t* col_offset, int shift, RoundMode mode, uint32_t* most) {
-  __m512i acc[kMR][kNV];
-  rows_products(acc, rows, pieces, npieces, b);
+// A tile leaving the registers with its B column offsets: each valid row's 64 columns
+// (masked to nr_valid) stored as int32 at c_at(r) and, where q_at(r) is not null, rounded
+// to int8 there; their largest magnitude into *most.
+template <typename RowC, typename RowQ>
+DSPTRAIN_AVX512 inline __attribute__((always_inline)) void round_out(__m512i (&acc)[kMR][kNV], RowC c_at, RowQ q_at,
+                                                                    int mr_valid, int nr_valid,
+                                                                    const int32_t* col_offset, int shift,
+                                                                    RoundMode mode, uint32_t* most) {
   __mmask16 cols[kNV];
 #pragma GCC unroll 4
   for (int v = 0; v < kNV; ++v) {
@@ -130,15 +131,39 @@ DSPTRAIN_AVX512 void micro_rows_round(const uint8_t* const* rows, const APiece* 
 #pragma GCC unroll 8
   for (int r = 0; r < kMR; ++r) {
     if (r >= mr_valid) break;
+    int32_t* c = c_at(r);
+    int8_t* q = q_at(r);
 #pragma GCC unroll 4
     for (int v = 0; v < kNV; ++v) {
       const __m512i x = _mm512_add_epi32(acc[r][v], _mm512_loadu_si512(col_offset + v * 16));
-      _mm512_mask_storeu_epi32(c + r * ldc + v * 16, cols[v], x);
+      _mm512_mask_storeu_epi32(c + v * 16, cols[v], x);
       top = _mm512_mask_max_epu32(top, cols[v], top, _mm512_abs_epi32(x));
-      _mm512_mask_cvtepi32_storeu_epi8(q + r * ldq + v * 16, cols[v], shift_round_lanes(x, shift, mode));
+      if (q != nullptr) _mm512_mask_cvtepi32_storeu_epi8(q + v * 16, cols[v], shift_round_lanes(x, shift, mode));
     }
   }
   *most = std::max(*most, _mm512_reduce_max_epu32(top));
+}
+
+// micro_rows with the tile also rounded from the registers (round_out).
+DSPTRAIN_AVX512 void micro_rows_round(const uint8_t* const* rows, const APiece* pieces, int npieces, const int8_t* b,
+                                      int32_t* c, ptrdiff_t ldc, int8_t* q, ptrdiff_t ldq, int mr_valid, int nr_valid,
+                                      const int32_t* col_offset, int shift, RoundMode mode, uint32_t* most) {
+  __m512i acc[kMR][kNV];
+  rows_products(acc, rows, pieces, npieces, b);
+  round_out(acc, [c, ldc](int r) { return c + r * ldc; }, [q, ldq](int r) { return q + r * ldq; }, mr_valid, nr_valid,
+            col_offset, shift, mode, most);
+}
+
+// The same with each row's results at its own address (the trimmed convolution's classes,
+// whose rows are pixels scattered over the output); no int8 where q_rows is null.
+DSPTRAIN_AVX512 void micro_rows_at(const uint8_t* const* rows, const APiece* pieces, int npieces, const int8_t* b,
+                                   int32_t* const* c_rows, int8_t* const* q_rows, int mr_valid, int nr_valid,
+                                   const int32_t* col_offset, int shift, RoundMode mode, uint32_t* most) {
+  __m512i acc[kMR][kNV];
+  rows_products(acc, rows, pieces, npieces, b);
+  round_out(acc, [c_rows](int r) { return c_rows[r]; },
+            [q_rows](int r) { return q_rows != nullptr ? q_rows[r] : nullptr; }, mr_valid, nr_valid, col_offset, shift,
+            mode, most);
 }
 
 // vpdpbusd with u8 ones: each dword lane adds its 4 signed bytes.
@@ -234,6 +259,7 @@ const GemmKernel* kernel_avx512_vnni() {
     GemmKernel g{Isa::kAvx512Vnni, kMR, kNR, 512, 192, 1, true, pack_a_u8, micro, colsum};
     g.micro_rows = micro_rows;
     g.micro_rows_round = micro_rows_round;
+    g.micro_rows_at = micro_rows_at;
     g.pack_panel_rows = pack_panel_rows;
     g.interleave_panel = interleave_panel;
     return g;

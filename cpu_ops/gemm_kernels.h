@@ -45,6 +45,13 @@ using MicroRowsRoundFn = void (*)(const uint8_t* const* rows, const APiece* piec
                                   int32_t* c, ptrdiff_t ldc, int8_t* q, ptrdiff_t ldq, int mr_valid, int nr_valid,
                                   const int32_t* col_offset, int shift, RoundMode mode, uint32_t* most);
 
+// micro_rows_round with row r's int32 results at c_rows[r] and its int8 at q_rows[r] (no
+// int8 where q_rows is null), each row's valid columns contiguous: the rows of the trimmed
+// convolution's classes (conv_trimmed.cpp), pixels scattered over the output.
+using MicroRowsAtFn = void (*)(const uint8_t* const* rows, const APiece* pieces, int npieces, const int8_t* b_panel,
+                               int32_t* const* c_rows, int8_t* const* q_rows, int mr_valid, int nr_valid,
+                               const int32_t* col_offset, int shift, RoundMode mode, uint32_t* most);
+
 // sums[j] = sum of the kgroups * 4 bytes of column j of a packed B panel (nr columns).
 using ColSumFn = void (*)(const int8_t* b_panel, int kgroups, int32_t* sums);
 
@@ -63,6 +70,7 @@ struct GemmKernel {
   bool a_is_rows = false;          // packed A is a's rows, K zero padded (gemm_packed's a_padded)
   MicroRowsFn micro_rows = nullptr;  // optional: A's biased rows read in place (offset-trick kernels)
   MicroRowsRoundFn micro_rows_round = nullptr;  // optional: micro_rows rounding its tile to int8
+  MicroRowsAtFn micro_rows_at = nullptr;        // optional: micro_rows_round with each row's own address
   // optional: pack_b's whole groups of one panel from row-major b (rows row_stride apart,
   // `cols` <= nr of them, the rest zero): groups [0, done) written, done returned.
   int (*pack_panel_rows)(const int8_t* src, ptrdiff_t row_stride, int cols, int groups, int8_t* dst) = nullptr;
