@@ -93,7 +93,7 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     return out;
   }, py::arg("acc"), py::arg("scale"), "float32(double(acc) * scale).");
   m.def("dequantize_compensate", [](const py::handle& obj, double scale, const py::handle& s_obj,
-                                    const py::handle& b_obj, bool in_place) {
+                                    const py::handle& b_obj, bool in_place, bool relu) {
     Acc a = checked_acc("dequantize_compensate", obj);
     auto cs = checked<float>("dequantize_compensate", "comp_scale", s_obj, 1);
     auto cb = checked<float>("dequantize_compensate", "comp_shift", b_obj, 1);
@@ -110,13 +110,13 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     const size_t n = a.arr.size();
     {
       py::gil_scoped_release nogil;
-      if (a.is64) dequantize_compensate(static_cast<int64_t*>(src), n, static_cast<int>(c), scale, cs.data(), cb.data(), pz, py_);
-      else dequantize_compensate(static_cast<int32_t*>(src), n, static_cast<int>(c), scale, cs.data(), cb.data(), pz, py_);
+      if (a.is64) dequantize_compensate(static_cast<int64_t*>(src), n, static_cast<int>(c), scale, cs.data(), cb.data(), pz, py_, relu);
+      else dequantize_compensate(static_cast<int32_t*>(src), n, static_cast<int>(c), scale, cs.data(), cb.data(), pz, py_, relu);
     }
     return py::make_tuple(z, y);
-  }, py::arg("acc"), py::arg("scale"), py::arg("comp_scale"), py::arg("comp_shift"), py::arg("in_place"),
+  }, py::arg("acc"), py::arg("scale"), py::arg("comp_scale"), py::arg("comp_shift"), py::arg("in_place"), py::arg("relu") = false,
      "Octo's product epilogue: (z, y), z = float32(double(acc) * scale) (over acc's memory when in_place and int32), "
-     "y = (1 + comp_scale) * z + comp_shift per channel, float32.");
+     "y = (1 + comp_scale) * z + comp_shift per channel, float32 (relu: then relu_f32).");
   m.def("dequantize_in_place", [](py::array_t<int32_t> acc, double scale) {
     if (!(acc.flags() & py::array::c_style) || !acc.writeable())
       fail("dequantize_in_place: acc must be a writable C-contiguous int32 array");
@@ -243,21 +243,29 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     compensation_fwd(z.data(), scale.data(), shift.data(), c ? z.size() / c : 0, c, p);
     return y;
   }, py::arg("z"), py::arg("scale"), py::arg("shift"));
-  m.def("compensation_bwd", [](const py::handle& e_obj, const py::handle& z_obj, const py::handle& s_obj) {
+  m.def("compensation_bwd", [](const py::handle& e_obj, const py::handle& z_obj, const py::handle& s_obj,
+                               const py::handle& g_obj) {
     auto err = checked<float>("compensation_bwd", "err", e_obj, -1);
     auto z = checked<float>("compensation_bwd", "z", z_obj, -1);
     auto scale = checked<float>("compensation_bwd", "scale", s_obj, 1);
     check_same("compensation_bwd", "err", err, "z", z);
+    py::array_t<float> gate;
+    if (!g_obj.is_none()) {
+      gate = checked<float>("compensation_bwd", "gate", g_obj, -1);
+      check_same("compensation_bwd", "err", err, "gate", gate);
+    }
     const int c = z.ndim() ? int(z.shape(z.ndim() - 1)) : 0;
     if (scale.shape(0) != c) fail("compensation_bwd: scale " + shape_str(scale) + " must have z's " + std::to_string(c) + " channels");
     py::array_t<float> dz(dims(z)), ds(std::vector<py::ssize_t>{c}), db(std::vector<py::ssize_t>{c});
     float *pz = dz.mutable_data(), *ps = ds.mutable_data(), *pb = db.mutable_data();
+    const float* pg = g_obj.is_none() ? nullptr : gate.data();
     {
       py::gil_scoped_release nogil;
-      compensation_bwd(err.data(), z.data(), scale.data(), c ? z.size() / c : 0, c, pz, ps, pb);
+      compensation_bwd(err.data(), z.data(), scale.data(), c ? z.size() / c : 0, c, pz, ps, pb, pg);
     }
     return py::make_tuple(dz, ds, db);
-  }, py::arg("err"), py::arg("z"), py::arg("scale"));
+  }, py::arg("err"), py::arg("z"), py::arg("scale"), py::arg("gate") = py::none(),
+     "Octo's compensation backward (dz, d_scale, d_shift); gate: a following ReLU's output, err taken where it is > 0.");
   m.def("maxpool_f32", [](const py::handle& obj, int kernel, int stride) {
     auto x = checked<float>("maxpool_f32", "x", obj, 4);
     const PoolShape s = pool_shape("maxpool_f32", x, kernel, stride);

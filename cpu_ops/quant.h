@@ -31,10 +31,10 @@ void dequantize_in_place(int32_t* acc, size_t n, double scale);
 
 // Octo's product epilogue (quant_comp.cpp): z = dequantize(acc, scale) and
 // y = z * (1 + comp_scale[c]) + comp_shift[c] in float32 (c = i % channels), one pass;
-// z null: z over acc's own memory (int32 only).
+// z null: z over acc's own memory (int32 only); relu: y = relu_f32(y).
 template <typename T>
 void dequantize_compensate(T* acc, size_t n, int channels, double scale, const float* comp_scale,
-                           const float* comp_shift, float* z, float* y);
+                           const float* comp_shift, float* z, float* y, bool relu = false);
 
 // Octo's range-clipping search: for each ratio r, sum((min(floor(|x| / s + 0.5), qmax) * s
 // - |x|)**2) with s = r * top / qmax. Sums run in fixed blocks, so the result does not

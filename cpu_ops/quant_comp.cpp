@@ -4,7 +4,9 @@
 // float32 multiply then an add, no FMA): the same bits as the two hooks one after the
 // other, without writing z and reading it back. The channel pattern repeats every
 // `period` elements (a multiple of 16 and of the channel count), so the loop runs over
-// stretches of contiguous elements against a scale and shift laid out to match.
+// stretches of contiguous elements against a scale and shift laid out to match. With `relu`
+// y passes relu_f32's select (y where y >= 0 or NaN, else +0.0): a ReLU that only reads
+// the layer's output runs in the same pass (algorithms/_fusions.py).
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -19,7 +21,7 @@ namespace {
 
 // z[i] into `z`, or over acc[i] itself when z is null (T = int32_t: the float's bits
 // replace the sum's; memcpy, so no float store aliases the int32 array)
-template <typename T>
+template <typename T, bool Relu>
 DSPTRAIN_CLONES void epilogue_stretch(T* acc, size_t n, double scale, const float* s1, const float* shift, float* z,
                                       float* y) {
   for (size_t i = 0; i < n; ++i) {
@@ -30,7 +32,8 @@ DSPTRAIN_CLONES void epilogue_stretch(T* acc, size_t n, double scale, const floa
     } else {
       z[i] = v;
     }
-    y[i] = v * s1[i] + shift[i];
+    const float out = v * s1[i] + shift[i];
+    y[i] = Relu ? ((out >= 0.0f || out != out) ? out : 0.0f) : out;
   }
 }
 
@@ -38,7 +41,7 @@ DSPTRAIN_CLONES void epilogue_stretch(T* acc, size_t n, double scale, const floa
 
 template <typename T>
 void dequantize_compensate(T* acc, size_t n, int channels, double scale, const float* comp_scale,
-                           const float* comp_shift, float* z, float* y) {
+                           const float* comp_shift, float* z, float* y, bool relu) {
   if (n == 0 || channels <= 0) return;
   const size_t unit = std::lcm(static_cast<size_t>(channels), size_t{16});
   const size_t period = unit * std::max<size_t>(1, 1024 / unit);
@@ -50,13 +53,16 @@ void dequantize_compensate(T* acc, size_t n, int channels, double scale, const f
   for_chunks(n, sizeof(T) + 2 * sizeof(float), [&](size_t, size_t b, size_t e) {
     for (size_t i = b; i < e;) {
       const size_t phase = i % period, len = std::min(e - i, period);
-      epilogue_stretch(acc + i, len, scale, s1.data() + phase, shift.data() + phase, z ? z + i : nullptr, y + i);
+      const auto stretch = relu ? epilogue_stretch<T, true> : epilogue_stretch<T, false>;
+      stretch(acc + i, len, scale, s1.data() + phase, shift.data() + phase, z ? z + i : nullptr, y + i);
       i += len;
     }
   });
 }
 
-template void dequantize_compensate<int32_t>(int32_t*, size_t, int, double, const float*, const float*, float*, float*);
-template void dequantize_compensate<int64_t>(int64_t*, size_t, int, double, const float*, const float*, float*, float*);
+template void dequantize_compensate<int32_t>(int32_t*, size_t, int, double, const float*, const float*, float*, float*,
+                                             bool);
+template void dequantize_compensate<int64_t>(int64_t*, size_t, int, double, const float*, const float*, float*, float*,
+                                             bool);
 
 }  // namespace dsptrain

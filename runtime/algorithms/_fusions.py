@@ -8,12 +8,20 @@ The rewrite changes no result: the forward is maxpool_f32(relu_f32(x)) (the ReLU
 to each tap as the pool reads it), and the backward, from the pooled y,
 maxpool_bwd_f32(relu_bwd_f32(err, y)) equals relu_bwd_f32(maxpool_bwd_f32(err), relu_f32(x)):
 a window's error lands on its argmax cell, whose ReLU output is y, and every other cell
-gets +0.0 either way. Ops keep their ids (the keys of their random bits).
+gets +0.0 either way.
+
+Under Octo a ReLU that alone reads a layer's compensated output (LeNet-5's fc1 and fc2)
+goes into that layer's ops instead: the product's epilogue applies it as it writes the
+output (`octo.product_comp` with attrs["relu"]: dequantize_compensate's relu), and the
+compensation's backward takes the error where the ReLU's output is > 0 (`octo.comp_bwd`
+with the ReLU's output as a fourth input, compensation_bwd's gate): relu_bwd_f32's select,
+then the same arithmetic. Ops keep their ids (the keys of their random bits).
 """
 from __future__ import annotations
 
 import dataclasses
 
+PRODUCT_COMP, COMP_BWD = "octo.product_comp", "octo.comp_bwd"
 RELU, POOL = "fp32.relu_fwd", "fp32.maxpool_fwd"
 RELU_BWD, POOL_BWD = "fp32.relu_bwd", "fp32.maxpool_bwd"
 FUSED_FWD, FUSED_BWD = "fp32.relu_maxpool_fwd", "fp32.relu_maxpool_bwd"
@@ -62,6 +70,47 @@ def fuse_relu_pool(ops: list, eval_ops: list, tensors: dict) -> tuple[list, list
                 pool_bwd, kind=FUSED_BWD, inputs=(pool_bwd.inputs[0], pool.outputs[0], pool.outputs[1]),
                 outputs=relu_bwd.outputs, hooks=("relu_maxpool_bwd_f32",))
             del tensors[relu_bwd.inputs[0]]
+
+    def rewritten(seq):
+        return [new.get(op.name, op) for op in seq if op.name not in dropped]
+
+    return rewritten(ops), rewritten(eval_ops)
+
+
+def fuse_relu_into_compensation(ops: list, eval_ops: list, tensors: dict) -> tuple[list, list]:
+    """(ops, eval_ops) with each ReLU whose input only it reads, an Octo product_comp's
+    compensated output, folded into that op (which then writes the ReLU's output), and its
+    backward, when the error it makes only the layer's comp_bwd reads, into the comp_bwd."""
+    readers: dict[str, list] = {}
+    producer = {}
+    for op in ops:
+        for t in op.inputs:
+            readers.setdefault(t, []).append(op)
+        for t in op.outputs:
+            producer.setdefault(t, op)
+    new, dropped = {}, set()
+    for relu in ops:
+        product = producer.get(relu.inputs[0]) if relu.kind == RELU else None
+        if product is None or product.kind != PRODUCT_COMP or product.outputs[1] != relu.inputs[0]:
+            continue
+        relu_bwds = [op for op in readers.get(relu.outputs[0], []) if op.kind == RELU_BWD and op.inputs[1] == relu.outputs[0]]
+        fwd_readers = [op for op in readers[relu.inputs[0]] if op is not relu]
+        comp = None
+        if relu_bwds:
+            comps = readers.get(relu_bwds[0].outputs[0], [])
+            if len(relu_bwds) == 1 and len(comps) == 1 and comps[0].kind == COMP_BWD and comps[0].inputs[0] == relu_bwds[0].outputs[0]:
+                comp = comps[0]
+        if fwd_readers or (relu_bwds and comp is None):
+            continue
+        new[product.name] = dataclasses.replace(product, outputs=(product.outputs[0], relu.outputs[0]),
+                                                attrs={**product.attrs, "relu": True})
+        dropped.add(relu.name)
+        del tensors[relu.inputs[0]]
+        if comp is not None:
+            relu_bwd = relu_bwds[0]
+            new[comp.name] = dataclasses.replace(comp, inputs=(relu_bwd.inputs[0], *comp.inputs[1:], relu.outputs[0]))
+            dropped.add(relu_bwd.name)
+            del tensors[relu_bwd.outputs[0]]
 
     def rewritten(seq):
         return [new.get(op.name, op) for op in seq if op.name not in dropped]

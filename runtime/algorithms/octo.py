@@ -149,15 +149,20 @@ def _outputs(op, env, ctx, out):
 
 
 def _product_comp(op, env, ctx):
-    """(hook calls) A layer's product and its compensation layer: (raw product, compensated)."""
+    """(hook calls) A layer's product and its compensation layer: (raw product, compensated),
+    the latter through a ReLU when the op took in the ReLU that read it (attrs["relu"],
+    algorithms/_fusions.py)."""
     a, w, scale, shift = (env[t] for t in op.inputs)
     kind, attrs = op.attrs["role"], op.attrs
+    relu = attrs.get("relu", False)
     if a.scalar_int8 and w.scalar_int8:   # one pass turns the sums into both floats
         acc = yield _int8_product(kind, a.q, w.q, attrs)
-        z, y = yield ("dequantize_compensate", acc, float(a.scale) * float(w.scale), scale, shift, True)
+        z, y = yield ("dequantize_compensate", acc, float(a.scale) * float(w.scale), scale, shift, True, relu)
     else:
         z = yield from product(kind, a, w, attrs)
         y = yield ("compensation_fwd", z, scale, shift)
+        if relu:
+            y = yield ("relu_f32", y)
     return {op.outputs[0]: z, op.outputs[1]: y}
 
 

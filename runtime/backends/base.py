@@ -180,12 +180,14 @@ class Backend:
         result (the CPU writes int32 sums' floats over them: no second tensor to fill)."""
         return (np.asarray(acc).astype(np.float64) * float(scale)).astype(np.float32)
 
-    def dequantize_compensate(self, acc, scale: float, comp_scale, comp_shift, reuse: bool = False):
+    def dequantize_compensate(self, acc, scale: float, comp_scale, comp_shift, reuse: bool = False, relu: bool = False):
         """(optional) Octo's product and compensation layer from the sums: (z, y), z =
         dequantize(acc, scale), y = float32 (1 + comp_scale) * z + comp_shift per channel (the
-        last axis), float_ops.compensation_fwd's arithmetic. Default: dequantize, then NumPy."""
+        last axis), float_ops.compensation_fwd's arithmetic; relu: y through relu_f32 (a ReLU
+        that only reads y, algorithms/_fusions.py). Default: dequantize, then NumPy."""
         z = self.dequantize(acc, scale, reuse)
-        return z, (z * (1 + np.asarray(comp_scale, np.float32)) + np.asarray(comp_shift, np.float32)).astype(np.float32)
+        y = (z * (1 + np.asarray(comp_scale, np.float32)) + np.asarray(comp_shift, np.float32)).astype(np.float32)
+        return z, (self.relu_f32(y) if relu else y)
 
     def prc_squared_errors(self, x, top: float, ratios, qmax: int) -> list:
         """Octo's range-clipping errors, one per ratio (float64 sums, 1e-12 relative)."""
@@ -281,8 +283,9 @@ class Backend:
         """Octo's compensation layer (1 + scale) * z + shift per channel, float32."""
         self._needs("compensation_fwd")
 
-    def compensation_bwd(self, err, z, scale):
-        """(d z, d scale, d shift); the channel sums within 1e-12 relative."""
+    def compensation_bwd(self, err, z, scale, gate=None):
+        """(d z, d scale, d shift); the channel sums within 1e-12 relative. `gate`: the output
+        of a ReLU after the layer (algorithms/_fusions.py), err taken where gate > 0 (relu_bwd_f32)."""
         self._needs("compensation_bwd")
 
     def wageubn_update(self, q, e: int, grad, m, lr: float, momentum: float, weight_decay: float, grad_bits: int,

@@ -217,9 +217,10 @@ class CpuBackend(Backend):
             return acc.view(np.float32)
         return _native.dequantize(acc, float(scale))
 
-    def dequantize_compensate(self, acc, scale, comp_scale, comp_shift, reuse=False):
+    def dequantize_compensate(self, acc, scale, comp_scale, comp_shift, reuse=False, relu=False):
         return _native.dequantize_compensate(acc, float(scale), np.asarray(comp_scale, np.float32),
-                                             np.asarray(comp_shift, np.float32), bool(reuse and _owned_int32(acc)))
+                                             np.asarray(comp_shift, np.float32), bool(reuse and _owned_int32(acc)),
+                                             bool(relu))
 
     def prc_squared_errors(self, x, top, ratios, qmax):
         return _native.prc_squared_errors(np.asarray(x, np.float32), float(top), [float(r) for r in ratios], int(qmax))
@@ -283,8 +284,8 @@ class CpuBackend(Backend):
     def compensation_fwd(self, z, scale, shift):
         return _native.compensation_fwd(z, scale, shift)
 
-    def compensation_bwd(self, err, z, scale):
-        return _native.compensation_bwd(err, z, scale)
+    def compensation_bwd(self, err, z, scale, gate=None):
+        return _native.compensation_bwd(err, z, scale, gate)
 
     def wageubn_update(self, q, e, grad, m, lr, momentum, weight_decay, grad_bits, momentum_bits, acc_bits, rng):
         return _native.wageubn_update(q, int(e), grad, m, float(lr), float(momentum), float(weight_decay),

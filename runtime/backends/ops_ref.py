@@ -202,8 +202,8 @@ class RefBackend(Backend):
         return float_ops.wageubn_update(q, e, grad, m, lr, momentum, weight_decay, grad_bits, momentum_bits, acc_bits,
                                         rng)
 
-    def compensation_bwd(self, err, z, scale):
-        return float_ops.compensation_bwd(err, z, scale)
+    def compensation_bwd(self, err, z, scale, gate=None):
+        return float_ops.compensation_bwd(err if gate is None else float_ops.relu_bwd_f32(err, gate), z, scale)
 
     def sgd_f32(self, w, grad, v, lr, momentum, weight_decay, nesterov):
         return float_ops.sgd_f32(w, grad, v, lr, momentum, weight_decay, nesterov)

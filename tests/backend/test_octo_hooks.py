@@ -111,23 +111,68 @@ def test_dequantize_reusing_the_sums(be, ref, shape):
 @pytest.mark.parametrize("wide", [False, True])
 def test_dequantize_compensate_is_the_two_hooks(be, ref, shape, wide):
     """Octo's product epilogue in one pass: z and y the bits of dequantize then
-    compensation_fwd on ref, int32 sums (the CPU's z over the sums' memory) and int64."""
+    compensation_fwd (then relu_f32, with relu) on ref, int32 sums (the CPU's z over the
+    sums' memory) and int64; zero sums against a -0.0 shift give -0.0 outputs."""
     rng = np.random.default_rng(shape[-1] * 31 + len(shape) + wide)
     acc = rng.integers(-2**31, 2**31, size=shape, dtype=np.int64)
+    acc.reshape(-1)[::7] = 0
     acc = acc * 5 if wide else acc.astype(np.int32)
     channels = shape[-1]
     comp_scale = (rng.standard_normal(channels) * 0.1).astype(np.float32)
     comp_shift = (rng.standard_normal(channels) * 0.01).astype(np.float32)
+    comp_shift[0] = -0.0
     scale = 2.7e-9
     want_z = ref.dequantize(acc, scale)
     want_y = ref.compensation_fwd(want_z, comp_scale, comp_shift)
     for reuse in (False, True):
-        mine = acc.copy()
-        z, y = be.dequantize_compensate(mine, scale, comp_scale, comp_shift, reuse)
-        np.testing.assert_array_equal(z.view(np.uint32), want_z.view(np.uint32))
-        np.testing.assert_array_equal(y.view(np.uint32), want_y.view(np.uint32))
-        if be.name == "cpu":
-            assert np.shares_memory(z, mine) == (reuse and not wide)
+        for relu in (False, True):
+            mine = acc.copy()
+            z, y = be.dequantize_compensate(mine, scale, comp_scale, comp_shift, reuse, relu)
+            np.testing.assert_array_equal(z.view(np.uint32), want_z.view(np.uint32))
+            np.testing.assert_array_equal(y.view(np.uint32), (ref.relu_f32(want_y) if relu else want_y).view(np.uint32))
+            if be.name == "cpu":
+                assert np.shares_memory(z, mine) == (reuse and not wide)
+
+
+@pytest.mark.parametrize("shape", [(64, 120), (64, 84), (64, 10), (5, 10), (3, 7), (1, 1), (2, 3, 17), (700, 6),
+                                   (64, 28, 28, 6), (0, 4)])
+def test_compensation_bwd_gated_by_a_relu(be, ref, shape):
+    """The compensation backward with a following ReLU's backward folded in (gate: the ReLU's
+    output): dz the bits of relu_bwd_f32 then compensation_bwd on ref; the channel sums the
+    bits of the CPU's ungated call on the gated error, and within 1e-12 of ref's."""
+    rng = np.random.default_rng(shape[-1] * 7 + len(shape))
+    err = rng.standard_normal(shape).astype(np.float32)
+    err.reshape(-1)[::5] = -0.0
+    z = rng.standard_normal(shape).astype(np.float32)
+    gate = np.maximum(rng.standard_normal(shape), 0).astype(np.float32)
+    gate.reshape(-1)[::3] = -0.0
+    scale = (rng.standard_normal(shape[-1]) * 0.1).astype(np.float32)
+    gated = ref.relu_bwd_f32(err, gate)
+    dz, d_scale, d_shift = be.compensation_bwd(err, z, scale, gate)
+    want_dz, want_scale, want_shift = ref.compensation_bwd(gated, z, scale)
+    np.testing.assert_array_equal(dz.view(np.uint32), want_dz.view(np.uint32))
+    np.testing.assert_allclose(d_scale, want_scale, rtol=1e-12, atol=1e-30)
+    np.testing.assert_allclose(d_shift, want_shift, rtol=1e-12, atol=1e-30)
+    apart = be.compensation_bwd(gated, z, scale)
+    for mine, theirs in zip((dz, d_scale, d_shift), apart):
+        np.testing.assert_array_equal(mine.view(np.uint32), theirs.view(np.uint32))
+
+
+def test_octo_lenet_linear_relus_go_into_their_layers():
+    """fc1's and fc2's ReLUs read only their layer's compensated output: the product op
+    writes the ReLU's output, the compensation backward takes the ReLU's output as its gate."""
+    import dsptrain
+    from dsptrain.graph import lower
+    from dsptrain.models import build_model
+    graph = lower(build_model("lenet5"), dsptrain.load_recipe("octo"), 8)
+    kinds = {op.name: op for op in graph.ops}
+    for layer, relu in (("fc1", "relu3"), ("fc2", "relu4")):
+        assert f"{relu}.fwd" not in kinds and f"{relu}.bwd" not in kinds
+        assert kinds[f"{layer}.fwd"].outputs == (f"{layer}.out", f"{relu}.out") and kinds[f"{layer}.fwd"].attrs["relu"]
+        assert kinds[f"{layer}.comp_bwd"].inputs[-1] == f"{relu}.out"
+        assert f"{layer}.comp.out" not in graph.tensors and f"err.{relu}" not in graph.tensors
+    assert not kinds["fc3.fwd"].attrs.get("relu") and len(kinds["fc3.comp_bwd"].inputs) == 3
+    assert all(op.kind != "fp32.relu_fwd" for op in graph.eval_ops)
 
 
 def test_octo_lenet_has_no_separate_compensation_or_parameter_updates():
