@@ -178,6 +178,25 @@ inline PoolShape pool_shape(const char* op, const py::array& x, int kernel, int 
   return s;
 }
 
+// A max-pool forward binding (maxpool_s8, maxpool_f32, relu_maxpool_f32): x checked as
+// NHWC of dtype T, the pooled y and its uint8 argmax allocated, `pool` run without the GIL
+// as pool(x, shape, y, argmax); returns (y, argmax).
+template <typename T, typename Pool>
+py::tuple maxpool_forward(const char* op, const py::handle& obj, int kernel, int stride, Pool pool) {
+  auto x = checked<T>(op, "x", obj, 4);
+  const PoolShape s = pool_shape(op, x, kernel, stride);
+  std::vector<py::ssize_t> shape{s.n, s.oh(), s.ow(), s.c};
+  py::array_t<T> y(shape);
+  py::array_t<uint8_t> idx(shape);
+  T* yp = y.mutable_data();
+  uint8_t* ip = idx.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    pool(x.data(), s, yp, ip);
+  }
+  return py::make_tuple(y, idx);
+}
+
 // Each registers one family of kernels on the module (its own bindings_<family>.cpp).
 void def_int8_products(py::module_& m);     // bindings_int8.cpp: GEMM, convolutions, packed weights
 void def_int8_elementwise(py::module_& m);  // bindings_int8_eltwise.cpp: epilogue, ReLU, pooling, loss, update

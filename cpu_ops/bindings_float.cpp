@@ -267,18 +267,7 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
   }, py::arg("err"), py::arg("z"), py::arg("scale"), py::arg("gate") = py::none(),
      "Octo's compensation backward (dz, d_scale, d_shift); gate: a following ReLU's output, err taken where it is > 0.");
   m.def("maxpool_f32", [](const py::handle& obj, int kernel, int stride) {
-    auto x = checked<float>("maxpool_f32", "x", obj, 4);
-    const PoolShape s = pool_shape("maxpool_f32", x, kernel, stride);
-    std::vector<py::ssize_t> shape{s.n, s.oh(), s.ow(), s.c};
-    py::array_t<float> y(shape);
-    py::array_t<uint8_t> idx(shape);
-    float* yp = y.mutable_data();
-    uint8_t* ip = idx.mutable_data();
-    {
-      py::gil_scoped_release nogil;
-      maxpool_f32(x.data(), s, yp, ip);
-    }
-    return py::make_tuple(y, idx);
+    return maxpool_forward<float>("maxpool_f32", obj, kernel, stride, maxpool_f32);
   }, py::arg("x"), py::arg("kernel"), py::arg("stride"));
   m.def("maxpool_bwd_f32", [](const py::handle& err_obj, const py::handle& idx_obj, int kernel, int stride,
                               std::pair<int, int> in_hw) {
@@ -298,18 +287,7 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     return dx;
   }, py::arg("err"), py::arg("argmax"), py::arg("kernel"), py::arg("stride"), py::arg("in_hw"));
   m.def("relu_maxpool_f32", [](const py::handle& obj, int kernel, int stride) {
-    auto x = checked<float>("relu_maxpool_f32", "x", obj, 4);
-    const PoolShape s = pool_shape("relu_maxpool_f32", x, kernel, stride);
-    std::vector<py::ssize_t> shape{s.n, s.oh(), s.ow(), s.c};
-    py::array_t<float> y(shape);
-    py::array_t<uint8_t> idx(shape);
-    float* yp = y.mutable_data();
-    uint8_t* ip = idx.mutable_data();
-    {
-      py::gil_scoped_release nogil;
-      relu_maxpool_f32(x.data(), s, yp, ip);
-    }
-    return py::make_tuple(y, idx);
+    return maxpool_forward<float>("relu_maxpool_f32", obj, kernel, stride, relu_maxpool_f32);
   }, py::arg("x"), py::arg("kernel"), py::arg("stride"), "maxpool_f32(relu_f32(x)) in one pass: (y, argmax).");
   m.def("relu_maxpool_bwd_f32", [](const py::handle& err_obj, const py::handle& y_obj, const py::handle& idx_obj,
                                    int kernel, int stride, std::pair<int, int> in_hw) {

@@ -78,22 +78,7 @@ void dsptrain::bind::def_int8_elementwise(py::module_& m) {
     return dx;
   }, py::arg("err"), py::arg("y"));
   m.def("maxpool_s8", [](const py::handle& obj, int kernel, int stride) {
-    auto x = checked<int8_t>("maxpool_s8", "x", obj, 4);
-    check_positive("maxpool_s8", "kernel", kernel);
-    check_positive("maxpool_s8", "stride", stride);
-    if (kernel > 16) fail("maxpool_s8: kernel " + std::to_string(kernel) + " does not fit a uint8 argmax");
-    const PoolShape s{int(x.shape(0)), int(x.shape(1)), int(x.shape(2)), int(x.shape(3)), kernel, stride};
-    if (s.h < kernel || s.w < kernel) fail("maxpool_s8: kernel " + std::to_string(kernel) + " is larger than x " + shape_str(x));
-    std::vector<py::ssize_t> shape{s.n, s.oh(), s.ow(), s.c};
-    py::array_t<int8_t> y(shape);
-    py::array_t<uint8_t> idx(shape);
-    int8_t* yp = y.mutable_data();
-    uint8_t* ip = idx.mutable_data();
-    {
-      py::gil_scoped_release nogil;
-      maxpool_s8(x.data(), s, yp, ip);
-    }
-    return py::make_tuple(y, idx);
+    return maxpool_forward<int8_t>("maxpool_s8", obj, kernel, stride, maxpool_s8);
   }, py::arg("x"), py::arg("kernel"), py::arg("stride"));
   m.def("maxpool_bwd_s8", [](const py::handle& err_obj, const py::handle& idx_obj, int kernel, int stride,
                              std::pair<int, int> in_hw) {

@@ -1,6 +1,7 @@
 """Fixtures for backend tests: the NumPy judge and every available backend under test."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from dsptrain.backends import availability, backend_class
@@ -20,6 +21,21 @@ def available_backends(exclude=("ref",)):
 @pytest.fixture(scope="session")
 def make_backend():
     return lambda name: backend_class(name)()
+
+
+@pytest.fixture(params=available_backends(exclude=("ref", "dsp")))
+def host_be(request, make_backend):
+    """Each available backend that runs on this machine (the emulated DSP left out)."""
+    return make_backend(request.param)
+
+
+def float_pool_input(rng, shape):
+    """float32 normal values rounded to halves (ties inside pooling windows), with signed
+    zeros: the pooling tests' input, where the first maximum must win with its bits."""
+    x = (np.round(rng.standard_normal(shape) * 2) / 2).astype(np.float32)
+    x[rng.random(shape) < 0.1] = -0.0
+    x[rng.random(shape) < 0.1] = 0.0
+    return x
 
 
 @pytest.fixture

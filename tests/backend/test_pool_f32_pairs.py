@@ -9,43 +9,28 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .conftest import available_backends
-
-BACKENDS = [name for name in available_backends() if name != "dsp"]
-
-
-@pytest.fixture(params=BACKENDS)
-def be(request, make_backend):
-    return make_backend(request.param)
-
-
-def pool_input(rng, shape):
-    """Normal values with ties inside windows (rounded to halves) and signed zeros."""
-    x = (np.round(rng.standard_normal(shape) * 2) / 2).astype(np.float32)
-    x[rng.random(shape) < 0.1] = -0.0
-    x[rng.random(shape) < 0.1] = 0.0
-    return x
+from .conftest import float_pool_input as pool_input
 
 
 @pytest.mark.parametrize("channels", range(1, 18))
 @pytest.mark.parametrize("hw", [(2, 2), (4, 6), (28, 28), (10, 34), (3, 5), (7, 8)])
-def test_maxpool_f32_two_by_two(be, ref, channels, hw):
+def test_maxpool_f32_two_by_two(host_be, ref, channels, hw):
     rng = np.random.default_rng(channels * 100 + hw[1])
     x = pool_input(rng, (3, *hw, channels))
-    y, argmax = be.maxpool_f32(x, 2, 2)
+    y, argmax = host_be.maxpool_f32(x, 2, 2)
     want_y, want_argmax = ref.maxpool_f32(x, 2, 2)
     np.testing.assert_array_equal(y.view(np.uint32), want_y.view(np.uint32))
     np.testing.assert_array_equal(argmax, want_argmax)
     err = rng.standard_normal(y.shape).astype(np.float32)
     err[rng.random(y.shape) < 0.2] = -0.0
-    dx = be.maxpool_bwd_f32(err, argmax, 2, 2, hw)
+    dx = host_be.maxpool_bwd_f32(err, argmax, 2, 2, hw)
     np.testing.assert_array_equal(dx.view(np.uint32), ref.maxpool_bwd_f32(err, want_argmax, 2, 2, hw).view(np.uint32))
 
 
 @pytest.mark.parametrize("kernel,stride", [(3, 2), (2, 1), (3, 3)])
-def test_other_windows_unchanged(be, ref, kernel, stride):
+def test_other_windows_unchanged(host_be, ref, kernel, stride):
     x = pool_input(np.random.default_rng(kernel * 10 + stride), (2, 9, 11, 6))
-    y, argmax = be.maxpool_f32(x, kernel, stride)
+    y, argmax = host_be.maxpool_f32(x, kernel, stride)
     want_y, want_argmax = ref.maxpool_f32(x, kernel, stride)
     np.testing.assert_array_equal(y.view(np.uint32), want_y.view(np.uint32))
     np.testing.assert_array_equal(argmax, want_argmax)

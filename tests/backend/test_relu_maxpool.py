@@ -14,21 +14,12 @@ import dsptrain
 from dsptrain.graph import lower
 from dsptrain.models import build_model
 
-from .conftest import available_backends
-
-BACKENDS = [name for name in available_backends() if name != "dsp"]
-
-
-@pytest.fixture(params=BACKENDS)
-def be(request, make_backend):
-    return make_backend(request.param)
+from .conftest import float_pool_input
 
 
 def pool_input(rng, shape):
     """Halves (ties inside windows), signed zeros, and whole negative windows (a pooled 0)."""
-    x = (np.round(rng.standard_normal(shape) * 2) / 2).astype(np.float32)
-    x[rng.random(shape) < 0.1] = -0.0
-    x[rng.random(shape) < 0.1] = 0.0
+    x = float_pool_input(rng, shape)
     x[:, :2, :2, :] = -np.abs(x[:, :2, :2, :]) - 0.5
     return x
 
@@ -37,8 +28,8 @@ def assert_bits(got, want):
     np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))
 
 
-def check_against_two_ops(be, ref, x, kernel, stride):
-    y, argmax = be.relu_maxpool_f32(x, kernel, stride)
+def check_against_two_ops(host_be, ref, x, kernel, stride):
+    y, argmax = host_be.relu_maxpool_f32(x, kernel, stride)
     relu = ref.relu_f32(x)
     want_y, want_argmax = ref.maxpool_f32(relu, kernel, stride)
     assert_bits(y, want_y)
@@ -47,7 +38,7 @@ def check_against_two_ops(be, ref, x, kernel, stride):
     err = rng.standard_normal(y.shape).astype(np.float32)
     err[rng.random(y.shape) < 0.2] = -0.0
     hw = x.shape[1:3]
-    dx = be.relu_maxpool_bwd_f32(err, y, argmax, kernel, stride, hw)
+    dx = host_be.relu_maxpool_bwd_f32(err, y, argmax, kernel, stride, hw)
     # the two ops as the graph ran them: the pool's backward, then the ReLU's on relu(x)
     assert_bits(dx, ref.relu_bwd_f32(ref.maxpool_bwd_f32(err, want_argmax, kernel, stride, hw), relu))
     assert_bits(dx, ref.relu_maxpool_bwd_f32(err, want_y, want_argmax, kernel, stride, hw))
@@ -55,23 +46,23 @@ def check_against_two_ops(be, ref, x, kernel, stride):
 
 @pytest.mark.parametrize("channels", [1, 2, 3, 5, 6, 8, 11, 16, 17, 20])
 @pytest.mark.parametrize("hw", [(2, 2), (4, 6), (28, 28), (10, 34), (3, 5), (7, 8)])
-def test_relu_maxpool_two_by_two(be, ref, channels, hw):
-    check_against_two_ops(be, ref, pool_input(np.random.default_rng(channels * 100 + hw[1]), (3, *hw, channels)), 2, 2)
+def test_relu_maxpool_two_by_two(host_be, ref, channels, hw):
+    check_against_two_ops(host_be, ref, pool_input(np.random.default_rng(channels * 100 + hw[1]), (3, *hw, channels)), 2, 2)
 
 
 @pytest.mark.parametrize("kernel,stride", [(3, 2), (2, 1), (3, 3), (3, 1)])
 @pytest.mark.parametrize("channels", [1, 6, 40])
-def test_relu_maxpool_other_windows(be, ref, kernel, stride, channels):
+def test_relu_maxpool_other_windows(host_be, ref, kernel, stride, channels):
     """Overlapping windows (stride < kernel: a cell's error is a sum), wider and uncovered cells."""
     x = pool_input(np.random.default_rng(kernel * 10 + stride + channels), (2, 9, 11, channels))
-    check_against_two_ops(be, ref, x, kernel, stride)
+    check_against_two_ops(host_be, ref, x, kernel, stride)
 
 
-def test_relu_maxpool_checks_its_operands(be):
+def test_relu_maxpool_checks_its_operands(host_be):
     x = np.zeros((1, 4, 4, 3), np.float32)
-    y, argmax = be.relu_maxpool_f32(x, 2, 2)
+    y, argmax = host_be.relu_maxpool_f32(x, 2, 2)
     with pytest.raises(Exception, match="relu_maxpool_bwd_f32|shape"):
-        be.relu_maxpool_bwd_f32(np.zeros((1, 2, 2, 3), np.float32), y[:, :1], argmax, 2, 2, (4, 4))
+        host_be.relu_maxpool_bwd_f32(np.zeros((1, 2, 2, 3), np.float32), y[:, :1], argmax, 2, 2, (4, 4))
 
 
 @pytest.mark.parametrize("recipe", ["octo", "fp32"])
