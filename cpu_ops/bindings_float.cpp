@@ -266,6 +266,38 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     return py::make_tuple(dz, ds, db);
   }, py::arg("err"), py::arg("z"), py::arg("scale"), py::arg("gate") = py::none(),
      "Octo's compensation backward (dz, d_scale, d_shift); gate: a following ReLU's output, err taken where it is > 0.");
+  m.def("pool_compensation_bwd", [](const py::handle& e_obj, const py::handle& g_obj, const py::handle& i_obj,
+                                    int kernel, int stride, const py::handle& z_obj, const py::handle& s_obj) {
+    const char* op = "pool_compensation_bwd";
+    auto err = checked<float>(op, "err", e_obj, 4);
+    auto idx = checked<uint8_t>(op, "argmax", i_obj, 4);
+    auto z = checked<float>(op, "z", z_obj, 4);
+    auto scale = checked<float>(op, "scale", s_obj, 1);
+    check_same(op, "err", err, "argmax", idx);
+    py::array_t<float> gate;
+    if (!g_obj.is_none()) {
+      gate = checked<float>(op, "gate", g_obj, 4);
+      check_same(op, "err", err, "gate", gate);
+    }
+    const PoolShape s = pool_shape(op, z, kernel, stride);
+    if (stride < kernel)
+      fail(std::string(op) + ": windows overlap (kernel " + std::to_string(kernel) + ", stride " + std::to_string(stride) +
+           "); only stride >= kernel is fused");
+    if (err.shape(0) != s.n || err.shape(1) != s.oh() || err.shape(2) != s.ow() || err.shape(3) != s.c)
+      fail(std::string(op) + ": err " + shape_str(err) + " is not the pooled shape of z " + shape_str(z) + " with kernel " +
+           std::to_string(kernel) + ", stride " + std::to_string(stride));
+    if (scale.shape(0) != s.c) fail(std::string(op) + ": scale " + shape_str(scale) + " must have z's " + std::to_string(s.c) + " channels");
+    py::array_t<float> dz(dims(z)), ds(std::vector<py::ssize_t>{s.c}), db(std::vector<py::ssize_t>{s.c});
+    float *pz = dz.mutable_data(), *ps = ds.mutable_data(), *pb = db.mutable_data();
+    const float* pg = g_obj.is_none() ? nullptr : gate.data();
+    {
+      py::gil_scoped_release nogil;
+      pool_compensation_bwd(err.data(), pg, idx.data(), s, z.data(), scale.data(), pz, ps, pb);
+    }
+    return py::make_tuple(dz, ds, db);
+  }, py::arg("err"), py::arg("gate"), py::arg("argmax"), py::arg("kernel"), py::arg("stride"), py::arg("z"), py::arg("scale"),
+     "compensation_bwd(maxpool_bwd_f32(err, argmax) or relu_maxpool_bwd_f32(err, gate, argmax), z, scale) in one pass "
+     "(windows that do not overlap): (dz, d_scale, d_shift).");
   m.def("maxpool_f32", [](const py::handle& obj, int kernel, int stride) {
     return maxpool_forward<float>("maxpool_f32", obj, kernel, stride, maxpool_f32);
   }, py::arg("x"), py::arg("kernel"), py::arg("stride"));

@@ -177,6 +177,21 @@ void compensation_fwd(const float* z, const float* scale, const float* shift, si
 
 void compensation_bwd(const float* err, const float* z, const float* scale, size_t rows, int channels, float* dz,
                       float* d_scale, float* d_shift, const float* gate) {
+  if (gate == nullptr) return compensation_bwd_rows(nullptr, err, z, scale, rows, channels, dz, d_scale, d_shift);
+  // gated (a ReLU's backward folded in): a chunk's err where gate > 0, else +0.0, as
+  // relu_bwd_f32 gives it
+  const size_t c = static_cast<size_t>(channels);
+  const ErrorRows gated = [&](size_t r0, size_t r1) {
+    thread_local std::vector<float> out;
+    if (out.size() < (r1 - r0) * c) out.resize((r1 - r0) * c);
+    relu_bwd_loop(err + r0 * c, gate + r0 * c, 0, (r1 - r0) * c, out.data());
+    return static_cast<const float*>(out.data());
+  };
+  compensation_bwd_rows(&gated, nullptr, z, scale, rows, channels, dz, d_scale, d_shift);
+}
+
+void compensation_bwd_rows(const ErrorRows* make_err, const float* err, const float* z, const float* scale, size_t rows,
+                           int channels, float* dz, float* d_scale, float* d_shift) {
   const int c = channels;
   std::vector<double> gs(c, 0.0), gb(c, 0.0);
   if (rows == 0 || c == 0) {
@@ -202,15 +217,11 @@ void compensation_bwd(const float* err, const float* z, const float* scale, size
   parallel_for(static_cast<int>(chunks), [&](int t) {
     const size_t r0 = static_cast<size_t>(t) * chunk_rows, r1 = std::min(rows, r0 + chunk_rows);
     double* sums = part.data() + static_cast<size_t>(t) * 2 * width;
-    if (gate == nullptr) return comp_bwd_chunk(err, z, s1.data(), r0, r1, c, group, dz, sums);
-    // gated (a ReLU's backward folded in): the chunk's err where gate > 0, else +0.0, as
-    // relu_bwd_f32 gives it, then the same chunk from its first row (r0 is a multiple of
-    // `group`: the same blocks and sum positions)
-    thread_local std::vector<float> gated;
-    const size_t at = r0 * c, len = (r1 - r0) * c;
-    if (gated.size() < len) gated.resize(len);
-    relu_bwd_loop(err + at, gate + at, 0, len, gated.data());
-    comp_bwd_chunk(gated.data(), z + at, s1.data(), 0, r1 - r0, c, group, dz + at, sums);
+    if (make_err == nullptr) return comp_bwd_chunk(err, z, s1.data(), r0, r1, c, group, dz, sums);
+    // the chunk's error made into a cache-sized buffer, then the same chunk from its first
+    // row (r0 is a multiple of `group`: the same blocks and sum positions, the same sums)
+    const size_t at = r0 * c;
+    comp_bwd_chunk((*make_err)(r0, r1), z + at, s1.data(), 0, r1 - r0, c, group, dz + at, sums);
   });
   for (size_t t = 0; t < chunks; ++t) {
     const double* ps = part.data() + t * 2 * width;

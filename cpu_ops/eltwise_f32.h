@@ -4,6 +4,7 @@
 // equal NumPy's bit for bit; the channel sums of the backward run in float64.
 #pragma once
 #include <cstddef>
+#include <functional>
 
 namespace dsptrain {
 
@@ -17,5 +18,12 @@ void compensation_fwd(const float* z, const float* scale, const float* shift, si
 // relu_bwd_f32's, in place of err (the ReLU's backward in the same pass).
 void compensation_bwd(const float* err, const float* z, const float* scale, size_t rows, int channels, float* dz,
                       float* d_scale, float* d_shift, const float* gate = nullptr);
+// The same with the error of each chunk of rows [r0, r1) made on demand: make_err(r0, r1)
+// returns where row r0's error starts (a cache-sized buffer of its own, valid until its
+// next call on the thread; err unused), so a full-size error is never written
+// (pool_compensation_bwd, pool.cpp); make_err null: err read as it is.
+using ErrorRows = std::function<const float*(size_t r0, size_t r1)>;
+void compensation_bwd_rows(const ErrorRows* make_err, const float* err, const float* z, const float* scale, size_t rows,
+                           int channels, float* dz, float* d_scale, float* d_shift);
 
 }  // namespace dsptrain

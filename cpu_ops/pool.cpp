@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "eltwise_f32.h"
 #include "pool_f32.h"
 #include "pool_f32_pairs.h"
 #include "pool_lanes.h"
@@ -252,6 +253,64 @@ void maxpool_bwd(const T* err, const uint8_t* argmax, const PoolShape& s, T* dx,
 }
 
 }  // namespace
+
+namespace {
+
+// The input error of pixels [r0, r1) (n * h * w + y * w + x, c channels each) of a float
+// max-pool backward whose windows do not overlap (stride >= kernel), into `buf`: the bands
+// of image rows those pixels lie in, each image's part by maxpool_bwd itself on the bands'
+// sub-shape (a cell's value depends on its window alone: the same bits), the rows no
+// window covers +0.0 as it writes them. Returns where pixel r0's error starts in buf.
+const float* unpooled_pixels(const float* err, const float* gate, const uint8_t* argmax, const PoolShape& s, size_t r0,
+                             size_t r1, std::vector<float>& buf) {
+  const int st = s.stride, oh = s.oh(), ow = s.ow();
+  const size_t w = s.w, c = s.c, row = w * c, pooled_image = static_cast<size_t>(oh) * ow * c;
+  const size_t first_row = r0 / w, end_row = (r1 + w - 1) / w;   // image rows n * h + y
+  const size_t from = first_row / s.h * s.h + (first_row % s.h) / st * st;   // its band's first row
+  if (buf.size() < (end_row - from + st) * row) buf.resize((end_row - from + st) * row);
+  float* out = buf.data();
+  for (size_t at = from; at < end_row;) {
+    const size_t n = at / s.h;
+    if (at % s.h == 0 && end_row - at >= static_cast<size_t>(s.h)) {   // whole images: one call
+      const size_t images = (end_row - at) / s.h;
+      const PoolShape whole{static_cast<int>(images), s.h, s.w, s.c, s.kernel, s.stride};
+      maxpool_bwd(err + n * pooled_image, argmax + n * pooled_image, whole, out, gate ? gate + n * pooled_image : nullptr);
+      out += images * s.h * row;
+      at += images * s.h;
+      continue;
+    }
+    const int y = static_cast<int>(at % s.h);
+    const int y_end = static_cast<int>(std::min<size_t>(s.h, end_row - n * s.h));
+    const int oy0 = y / st, oy1 = std::min(oh, (y_end + st - 1) / st);   // the bands it needs
+    int done = y;
+    if (oy1 > oy0) {
+      const int rows = std::min((oy1 - oy0) * st, s.h - oy0 * st);   // stride > kernel: a last band may pass the image
+      const PoolShape band{1, rows, s.w, s.c, s.kernel, s.stride};
+      const size_t pooled = n * pooled_image + static_cast<size_t>(oy0) * ow * c;
+      maxpool_bwd(err + pooled, argmax + pooled, band, out, gate ? gate + pooled : nullptr);
+      done = oy0 * st + rows;
+      out += static_cast<size_t>(done - y) * row;
+    }
+    if (done < y_end) {   // rows below the last window
+      std::fill(out, out + static_cast<size_t>(y_end - done) * row, 0.0f);
+      out += static_cast<size_t>(y_end - done) * row;
+      done = y_end;
+    }
+    at = n * s.h + done;
+  }
+  return buf.data() + (r0 - from * w) * c;
+}
+
+}  // namespace
+
+void pool_compensation_bwd(const float* err, const float* gate, const uint8_t* argmax, const PoolShape& s,
+                           const float* z, const float* scale, float* dz, float* d_scale, float* d_shift) {
+  const ErrorRows unpooled = [&](size_t r0, size_t r1) {
+    thread_local std::vector<float> buf;
+    return unpooled_pixels(err, gate, argmax, s, r0, r1, buf);
+  };
+  compensation_bwd_rows(&unpooled, nullptr, z, scale, static_cast<size_t>(s.n) * s.h * s.w, s.c, dz, d_scale, d_shift);
+}
 
 void maxpool_s8(const int8_t* x, const PoolShape& s, int8_t* y, uint8_t* argmax) { maxpool(x, s, y, argmax); }
 void maxpool_f32(const float* x, const PoolShape& s, float* y, uint8_t* argmax) { maxpool(x, s, y, argmax); }

@@ -19,4 +19,12 @@ void maxpool_bwd_f32(const float* err, const uint8_t* argmax, const PoolShape& s
 void relu_maxpool_f32(const float* x, const PoolShape& s, float* y, uint8_t* argmax);
 void relu_maxpool_bwd_f32(const float* err, const float* y, const uint8_t* argmax, const PoolShape& s, float* dx);
 
+// Octo's compensation backward (eltwise_f32.h compensation_bwd) of the input error of a
+// max-pool whose windows do not overlap (stride >= kernel), without that full-size error:
+// it is made a chunk of rows at a time as maxpool_bwd_f32 (gate null) or
+// relu_maxpool_bwd_f32 (gate: the pooled y) writes it, so dz, d_scale and d_shift are
+// those of the two ops bit for bit. err, gate, argmax: the pooled shape; z, dz: s's input.
+void pool_compensation_bwd(const float* err, const float* gate, const uint8_t* argmax, const PoolShape& s,
+                           const float* z, const float* scale, float* dz, float* d_scale, float* d_shift);
+
 }  // namespace dsptrain

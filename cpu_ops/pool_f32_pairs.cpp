@@ -162,7 +162,11 @@ bool maxpool_f32_pairs(const float* x, const PoolShape& s, float* y, uint8_t* ar
 
 bool maxpool_bwd_f32_pairs(const float* err, const uint8_t* argmax, const PoolShape& s, float* dx, const float* gate) {
   if (!fits(s)) return false;   // (every cell lies in one window: nothing is left to zero)
-  const PairLayout p = pair_layout(s.c);
+  // made once a thread per channel count: pool_compensation_bwd calls this on every chunk
+  thread_local PairLayout layouts[17];
+  thread_local bool made[17] = {};
+  if (!made[s.c]) layouts[s.c] = pair_layout(s.c), made[s.c] = true;
+  const PairLayout& p = layouts[s.c];
   const int rows = s.n * s.oh();
   parallel_ranges(rows, static_cast<size_t>(s.n) * s.h * s.w * s.c * 2 * sizeof(float),
                   [&](int r0, int r1) { unpool_rows(err, gate, argmax, s, p, dx, r0, r1); });

@@ -193,7 +193,7 @@ def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) 
     (as PyTorch does for a module in train mode whose parameters take no gradient).
     """
     from .algorithms import algorithm_module, takes_given_shift
-    from .algorithms._fusions import fuse_relu_into_compensation, fuse_relu_pool
+    from .algorithms._fusions import fuse_pool_into_compensation, fuse_relu_into_compensation, fuse_relu_pool
 
     algorithm = algorithm_module(recipe.module)
     algorithm.check_model(model, recipe)
@@ -235,6 +235,7 @@ def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) 
     ops = _without_frozen(b, frozen) if training and frozen else b.ops
     ops, forward_ops = fuse_relu_pool(ops, forward_ops, b.tensors)   # the float recipes' ReLU + max-pool
     ops, forward_ops = fuse_relu_into_compensation(ops, forward_ops, b.tensors)   # Octo's ReLU after a layer
+    ops, forward_ops = fuse_pool_into_compensation(ops, forward_ops, b.tensors)   # Octo's pool backward + compensation's
     graph = TrainGraph(recipe.name, batch, ops if training else forward_ops, b.tensors,
                        b.params, logits, eval_ops=forward_ops, training=training,
                        takes_given_shift=takes_given_shift(recipe))

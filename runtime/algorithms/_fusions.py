@@ -16,12 +16,19 @@ output (`octo.product_comp` with attrs["relu"]: dequantize_compensate's relu), a
 compensation's backward takes the error where the ReLU's output is > 0 (`octo.comp_bwd`
 with the ReLU's output as a fourth input, compensation_bwd's gate): relu_bwd_f32's select,
 then the same arithmetic. Ops keep their ids (the keys of their random bits).
+
+And under Octo a max-pool's backward (plain or with its ReLU) whose input error only the
+layer's comp_bwd reads goes into that comp_bwd when its windows do not overlap
+(`octo.pool_comp_bwd`, the pool_compensation_bwd hook): the full-size error between them
+(LeNet-5's conv1: the step's largest float error) is made a cache-sized chunk at a time
+as the compensation's backward reads it, with the same values in the same order, so the
+same bits.
 """
 from __future__ import annotations
 
 import dataclasses
 
-PRODUCT_COMP, COMP_BWD = "octo.product_comp", "octo.comp_bwd"
+PRODUCT_COMP, COMP_BWD, POOL_COMP_BWD = "octo.product_comp", "octo.comp_bwd", "octo.pool_comp_bwd"
 RELU, POOL = "fp32.relu_fwd", "fp32.maxpool_fwd"
 RELU_BWD, POOL_BWD = "fp32.relu_bwd", "fp32.maxpool_bwd"
 FUSED_FWD, FUSED_BWD = "fp32.relu_maxpool_fwd", "fp32.relu_maxpool_bwd"
@@ -116,3 +123,35 @@ def fuse_relu_into_compensation(ops: list, eval_ops: list, tensors: dict) -> tup
         return [new.get(op.name, op) for op in seq if op.name not in dropped]
 
     return rewritten(ops), rewritten(eval_ops)
+
+
+def fuse_pool_into_compensation(ops: list, eval_ops: list, tensors: dict) -> tuple[list, list]:
+    """(ops, eval_ops) with each comp_bwd (no gate) that alone reads a max-pool backward's
+    error, windows not overlapping, and that backward as one op at the comp_bwd's place:
+    inputs (pooled err, argmax, raw product, scale[, pooled y: the ReLU's gate])."""
+    readers: dict[str, list] = {}
+    producer = {}
+    for op in ops:
+        for t in op.inputs:
+            readers.setdefault(t, []).append(op)
+        for t in op.outputs:
+            producer.setdefault(t, op)
+    new, dropped = {}, set()
+    for comp in ops:
+        if comp.kind != COMP_BWD or len(comp.inputs) != 3:
+            continue
+        pool_bwd = producer.get(comp.inputs[0])
+        if (pool_bwd is None or pool_bwd.kind not in (POOL_BWD, FUSED_BWD) or readers[comp.inputs[0]] != [comp]
+                or pool_bwd.attrs["kernel"] > pool_bwd.attrs["stride"]):
+            continue
+        if pool_bwd.kind == POOL_BWD:   # (err, argmax)
+            err, argmax, gate = pool_bwd.inputs[0], pool_bwd.inputs[1], ()
+        else:                           # (err, pooled y, argmax)
+            err, argmax, gate = pool_bwd.inputs[0], pool_bwd.inputs[2], (pool_bwd.inputs[1],)
+        new[comp.name] = dataclasses.replace(
+            comp, kind=POOL_COMP_BWD, inputs=(err, argmax, *comp.inputs[1:], *gate), hooks=("pool_compensation_bwd",),
+            attrs={**comp.attrs, "kernel": pool_bwd.attrs["kernel"], "stride": pool_bwd.attrs["stride"]})
+        dropped.add(pool_bwd.name)
+        del tensors[comp.inputs[0]]
+
+    return [new.get(op.name, op) for op in ops if op.name not in dropped], eval_ops

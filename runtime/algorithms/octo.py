@@ -166,9 +166,17 @@ def _product_comp(op, env, ctx):
     return {op.outputs[0]: z, op.outputs[1]: y}
 
 
+def _pool_comp_args(op, env, ctx):
+    """(err, gate or None, argmax, kernel, stride, z, scale) of a pool backward folded into
+    the compensation's (algorithms/_fusions.py): inputs (err, argmax, z, scale[, gate])."""
+    err, argmax, z, scale, *gate = (env[t] for t in op.inputs)
+    return err, gate[0] if gate else None, argmax, op.attrs["kernel"], op.attrs["stride"], z, scale
+
+
 OctoNumerics.extra_ops = {"octo.comp_fwd": Kernel("compensation_fwd", _inputs, _output),
                           "octo.product_comp": Program(_product_comp),
-                          "octo.comp_bwd": Kernel("compensation_bwd", _inputs, _outputs)}
+                          "octo.comp_bwd": Kernel("compensation_bwd", _inputs, _outputs),
+                          "octo.pool_comp_bwd": Kernel("pool_compensation_bwd", _pool_comp_args, _outputs)}
 ENGINE = Emulated(OctoNumerics())
 (ACTIVATION_DTYPE, check_recipe, check_model, forward, loss, backward, join_errors, OPS, init_params,
  prepare_input, logits_to_float) = module_contract(ENGINE)

@@ -279,6 +279,16 @@ class Backend:
         (a window's error lands on its argmax cell, whose ReLU output is y). Default: the two hooks."""
         return self.maxpool_bwd_f32(self.relu_bwd_f32(err, y), argmax, kernel, stride, in_hw)
 
+    def pool_compensation_bwd(self, err, gate, argmax, kernel: int, stride: int, z, scale):
+        """(optional) Octo's compensation backward of a max-pool's input error, windows that
+        do not overlap (algorithms/_fusions.py): compensation_bwd of maxpool_bwd_f32(err,
+        argmax) (gate None) or relu_maxpool_bwd_f32(err, gate, argmax), the same bits.
+        Default: the two hooks."""
+        in_hw = tuple(z.shape[1:3])
+        dx = (self.maxpool_bwd_f32(err, argmax, kernel, stride, in_hw) if gate is None
+              else self.relu_maxpool_bwd_f32(err, gate, argmax, kernel, stride, in_hw))
+        return self.compensation_bwd(dx, z, scale)
+
     def compensation_fwd(self, z, scale, shift):
         """Octo's compensation layer (1 + scale) * z + shift per channel, float32."""
         self._needs("compensation_fwd")

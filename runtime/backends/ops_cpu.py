@@ -281,6 +281,9 @@ class CpuBackend(Backend):
     def relu_maxpool_bwd_f32(self, err, y, argmax, kernel, stride, in_hw):
         return _native.relu_maxpool_bwd_f32(err, y, argmax, kernel, stride, tuple(in_hw))
 
+    def pool_compensation_bwd(self, err, gate, argmax, kernel, stride, z, scale):
+        return _native.pool_compensation_bwd(err, gate, argmax, kernel, stride, z, scale)
+
     def compensation_fwd(self, z, scale, shift):
         return _native.compensation_fwd(z, scale, shift)
 

@@ -30,7 +30,7 @@ FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_error
                       "compensation_fwd", "compensation_bwd", "sgd_f32",
                       "wageubn_update", "prc_quantize",
                       "sgd_f32_group", "dequantize_compensate",
-                      "relu_maxpool_f32", "relu_maxpool_bwd_f32")   # base.py composes these
+                      "relu_maxpool_f32", "relu_maxpool_bwd_f32", "pool_compensation_bwd")   # base.py composes these
 
 
 class RefBackend(Backend):

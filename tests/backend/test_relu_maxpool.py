@@ -67,16 +67,18 @@ def test_relu_maxpool_checks_its_operands(host_be):
 
 @pytest.mark.parametrize("recipe", ["octo", "fp32"])
 def test_lenet_pools_take_their_relu(recipe):
-    """LeNet-5's conv ReLUs feed only their pools: each pair is one op each way, the ReLU's
-    output and the error between the two backward ops are gone; the linear layers' ReLUs stay
+    """LeNet-5's conv ReLUs feed only their pools: each pair is one op each way (forward; and
+    backward under FP32), the ReLU's output and the error between the two backward ops are gone; the linear layers' ReLUs stay
     (FP32; Octo folds them into their layers, test_octo_hooks.py)."""
     graph = lower(build_model("lenet5"), dsptrain.load_recipe(recipe), 8)
     kinds = {op.name: op.kind for op in graph.ops}
     for pool, relu in (("pool1", "relu1"), ("pool2", "relu2")):
-        assert kinds[f"{pool}.fwd"] == "fp32.relu_maxpool_fwd" and kinds[f"{pool}.bwd"] == "fp32.relu_maxpool_bwd"
+        assert kinds[f"{pool}.fwd"] == "fp32.relu_maxpool_fwd"
         assert f"{relu}.fwd" not in kinds and f"{relu}.bwd" not in kinds
         assert f"{relu}.out" not in graph.tensors and f"err.{pool}" not in graph.tensors
-        assert graph.op(f"{pool}.bwd").outputs == (f"err.{relu}",)
+        if recipe == "fp32":   # (Octo's goes on into its conv's compensation backward: test_pool_compensation.py)
+            assert kinds[f"{pool}.bwd"] == "fp32.relu_maxpool_bwd"
+            assert graph.op(f"{pool}.bwd").outputs == (f"err.{relu}",)
     if recipe == "fp32":
         assert kinds["relu3.fwd"] == "fp32.relu_fwd" and kinds["relu3.bwd"] == "fp32.relu_bwd"
     assert [op.kind for op in graph.eval_ops].count("fp32.relu_maxpool_fwd") == 2
@@ -87,7 +89,8 @@ def test_lenet_pools_take_their_relu(recipe):
 @pytest.mark.parametrize("recipe", ["octo", "fp32"])
 def test_training_with_the_fused_pools_matches_the_two_ops(recipe, monkeypatch, tmp_path):
     """Three cpu steps: the same losses and every state array, bit for bit, as with the
-    rewrites turned off (this one, and Octo's ReLUs folded into their linear layers)."""
+    rewrites turned off (this one, Octo's ReLUs folded into their linear layers and its pool
+    backwards into the compensation's)."""
     from dsptrain.algorithms import _fusions
     from dsptrain.data import synthetic
 
@@ -105,11 +108,13 @@ def test_training_with_the_fused_pools_matches_the_two_ops(recipe, monkeypatch, 
     fused_losses, fused_state, fused = train("fused")
     monkeypatch.setattr(_fusions, "fuse_relu_pool", lambda ops, eval_ops, tensors: (ops, eval_ops))
     monkeypatch.setattr(_fusions, "fuse_relu_into_compensation", lambda ops, eval_ops, tensors: (ops, eval_ops))
+    monkeypatch.setattr(_fusions, "fuse_pool_into_compensation", lambda ops, eval_ops, tensors: (ops, eval_ops))
     losses, state, apart = train("apart")
     fused_kinds = [op.kind for op in fused.plans.get(32, True).graph.ops]
     apart_kinds = [op.kind for op in apart.plans.get(32, True).graph.ops]
     assert "fp32.relu_maxpool_fwd" in fused_kinds and "fp32.relu_maxpool_fwd" not in apart_kinds
     assert apart_kinds.count("fp32.relu_fwd") == 4 and fused_kinds.count("fp32.relu_fwd") == (0 if recipe == "octo" else 2)
+    assert fused_kinds.count("octo.pool_comp_bwd") == (2 if recipe == "octo" else 0) and "octo.pool_comp_bwd" not in apart_kinds
     assert fused_losses == losses
     assert state.keys() == fused_state.keys()
     for name in state:
