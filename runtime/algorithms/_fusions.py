@@ -34,10 +34,8 @@ RELU_BWD, POOL_BWD = "fp32.relu_bwd", "fp32.maxpool_bwd"
 FUSED_FWD, FUSED_BWD = "fp32.relu_maxpool_fwd", "fp32.relu_maxpool_bwd"
 
 
-def _pairs(ops):
-    """(relu, pool, relu_bwd or None, pool_bwd or None) for each ReLU whose output only a
-    max-pool reads, and in the backward only the ReLU's backward, fed by that pool's own
-    backward alone."""
+def _links(ops) -> tuple[dict, dict]:
+    """(tensor -> the ops that read it, tensor -> the op that writes it first) over `ops`."""
     readers: dict[str, list] = {}
     producer = {}
     for op in ops:
@@ -45,6 +43,19 @@ def _pairs(ops):
             readers.setdefault(t, []).append(op)
         for t in op.outputs:
             producer.setdefault(t, op)
+    return readers, producer
+
+
+def _rewritten(seq, new: dict, dropped: set) -> list:
+    """`seq` with each op named in `new` replaced by its fused op and the `dropped` ones left out."""
+    return [new.get(op.name, op) for op in seq if op.name not in dropped]
+
+
+def _pairs(ops):
+    """(relu, pool, relu_bwd or None, pool_bwd or None) for each ReLU whose output only a
+    max-pool reads, and in the backward only the ReLU's backward, fed by that pool's own
+    backward alone."""
+    readers, producer = _links(ops)
     for pool in ops:
         relu = producer.get(pool.inputs[0]) if pool.kind == POOL else None
         if relu is None or relu.kind != RELU:
@@ -78,23 +89,14 @@ def fuse_relu_pool(ops: list, eval_ops: list, tensors: dict) -> tuple[list, list
                 outputs=relu_bwd.outputs, hooks=("relu_maxpool_bwd_f32",))
             del tensors[relu_bwd.inputs[0]]
 
-    def rewritten(seq):
-        return [new.get(op.name, op) for op in seq if op.name not in dropped]
-
-    return rewritten(ops), rewritten(eval_ops)
+    return _rewritten(ops, new, dropped), _rewritten(eval_ops, new, dropped)
 
 
 def fuse_relu_into_compensation(ops: list, eval_ops: list, tensors: dict) -> tuple[list, list]:
     """(ops, eval_ops) with each ReLU whose input only it reads, an Octo product_comp's
     compensated output, folded into that op (which then writes the ReLU's output), and its
     backward, when the error it makes only the layer's comp_bwd reads, into the comp_bwd."""
-    readers: dict[str, list] = {}
-    producer = {}
-    for op in ops:
-        for t in op.inputs:
-            readers.setdefault(t, []).append(op)
-        for t in op.outputs:
-            producer.setdefault(t, op)
+    readers, producer = _links(ops)
     new, dropped = {}, set()
     for relu in ops:
         product = producer.get(relu.inputs[0]) if relu.kind == RELU else None
@@ -119,23 +121,14 @@ def fuse_relu_into_compensation(ops: list, eval_ops: list, tensors: dict) -> tup
             dropped.add(relu_bwd.name)
             del tensors[relu_bwd.outputs[0]]
 
-    def rewritten(seq):
-        return [new.get(op.name, op) for op in seq if op.name not in dropped]
-
-    return rewritten(ops), rewritten(eval_ops)
+    return _rewritten(ops, new, dropped), _rewritten(eval_ops, new, dropped)
 
 
 def fuse_pool_into_compensation(ops: list, eval_ops: list, tensors: dict) -> tuple[list, list]:
     """(ops, eval_ops) with each comp_bwd (no gate) that alone reads a max-pool backward's
     error, windows not overlapping, and that backward as one op at the comp_bwd's place:
     inputs (pooled err, argmax, raw product, scale[, pooled y: the ReLU's gate])."""
-    readers: dict[str, list] = {}
-    producer = {}
-    for op in ops:
-        for t in op.inputs:
-            readers.setdefault(t, []).append(op)
-        for t in op.outputs:
-            producer.setdefault(t, op)
+    readers, producer = _links(ops)
     new, dropped = {}, set()
     for comp in ops:
         if comp.kind != COMP_BWD or len(comp.inputs) != 3:
@@ -154,4 +147,4 @@ def fuse_pool_into_compensation(ops: list, eval_ops: list, tensors: dict) -> tup
         dropped.add(pool_bwd.name)
         del tensors[comp.inputs[0]]
 
-    return [new.get(op.name, op) for op in ops if op.name not in dropped], eval_ops
+    return _rewritten(ops, new, dropped), eval_ops
