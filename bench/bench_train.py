@@ -34,6 +34,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report import print_table, write_results  # noqa: E402
 
+# A pause before each system's round: the other's worker threads (PyTorch's OpenMP
+# threads spin-wait after a parallel region) must be idle again, or they take a core.
+SETTLE_S = 0.5
+
 VGG11 = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
 
 
@@ -143,9 +147,11 @@ def vgg_rounds(args) -> tuple[list[float], list[float] | None, list[float], dict
             theirs_step(*batches[0])
         ours, theirs, ratios = [], [] if theirs_step else None, []
         for _ in range(args.rounds):
+            time.sleep(SETTLE_S)
             times, stats = timed(trainer.step, batches)
             ours += times
             if theirs_step is not None:
+                time.sleep(SETTLE_S)
                 their_times = timed(theirs_step, batches)[0]
                 theirs += their_times
                 ratios.append(min(their_times) / min(times))
