@@ -19,6 +19,30 @@ FloatRound parse_float_mode(const char* op, const std::string& mode) {
 
 bool is_f64(const py::handle& obj) { return py::isinstance<py::array_t<double>>(obj); }
 
+// Octo's optional ReLU gate (compensation_bwd, pool_compensation_bwd): float32 of err's
+// shape, or an empty array for None.
+Array<float> optional_gate(const char* op, const py::handle& obj, const py::array& err, int ndim) {
+  Array<float> gate;
+  if (!obj.is_none()) {
+    gate = checked<float>(op, "gate", obj, ndim);
+    check_same(op, "err", err, "gate", gate);
+  }
+  return gate;
+}
+
+// A max-pool backward's result dx[n, in_hw, c] for the pooled error `err`, and the pool's
+// shape, checked against err (the result has the input's shape: a second x-sized array
+// only for the check doubled the op's memory, which the memory plan does not count).
+std::pair<py::array_t<float>, PoolShape> pool_input_grad(const char* op, const py::array& err, std::pair<int, int> in_hw,
+                                                         int kernel, int stride) {
+  py::array_t<float> dx(std::vector<py::ssize_t>{err.shape(0), in_hw.first, in_hw.second, err.shape(3)});
+  const PoolShape s = pool_shape(op, dx, kernel, stride);
+  if (s.oh() != err.shape(1) || s.ow() != err.shape(2))
+    fail(std::string(op) + ": err " + shape_str(err) + " does not match in_hw (" + std::to_string(in_hw.first) + ", " +
+         std::to_string(in_hw.second) + "), kernel " + std::to_string(kernel) + ", stride " + std::to_string(stride));
+  return {dx, s};
+}
+
 // x's channels (its last dimension) for MLS's two quantizers, after the checks they share:
 // the group divides them, and qmax (at least least_qmax) * 2**kmax fits int16.
 int mls_channels(const char* op, const Array<float>& x, int group, int kmax, int qmax, int least_qmax) {
@@ -249,11 +273,7 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     auto z = checked<float>("compensation_bwd", "z", z_obj, -1);
     auto scale = checked<float>("compensation_bwd", "scale", s_obj, 1);
     check_same("compensation_bwd", "err", err, "z", z);
-    py::array_t<float> gate;
-    if (!g_obj.is_none()) {
-      gate = checked<float>("compensation_bwd", "gate", g_obj, -1);
-      check_same("compensation_bwd", "err", err, "gate", gate);
-    }
+    const auto gate = optional_gate("compensation_bwd", g_obj, err, -1);
     const int c = z.ndim() ? int(z.shape(z.ndim() - 1)) : 0;
     if (scale.shape(0) != c) fail("compensation_bwd: scale " + shape_str(scale) + " must have z's " + std::to_string(c) + " channels");
     py::array_t<float> dz(dims(z)), ds(std::vector<py::ssize_t>{c}), db(std::vector<py::ssize_t>{c});
@@ -274,11 +294,7 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     auto z = checked<float>(op, "z", z_obj, 4);
     auto scale = checked<float>(op, "scale", s_obj, 1);
     check_same(op, "err", err, "argmax", idx);
-    py::array_t<float> gate;
-    if (!g_obj.is_none()) {
-      gate = checked<float>(op, "gate", g_obj, 4);
-      check_same(op, "err", err, "gate", gate);
-    }
+    const auto gate = optional_gate(op, g_obj, err, 4);
     const PoolShape s = pool_shape(op, z, kernel, stride);
     if (stride < kernel)
       fail(std::string(op) + ": windows overlap (kernel " + std::to_string(kernel) + ", stride " + std::to_string(stride) +
@@ -306,13 +322,7 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     auto err = checked<float>("maxpool_bwd_f32", "err", err_obj, 4);
     auto idx = checked<uint8_t>("maxpool_bwd_f32", "argmax", idx_obj, 4);
     check_same("maxpool_bwd_f32", "err", err, "argmax", idx);
-    // the result has the input's shape: its shape is checked on it (a second x-sized array
-    // only for the check doubled the op's memory, which the memory plan does not count)
-    py::array_t<float> dx(std::vector<py::ssize_t>{err.shape(0), in_hw.first, in_hw.second, err.shape(3)});
-    const PoolShape s = pool_shape("maxpool_bwd_f32", dx, kernel, stride);
-    if (s.oh() != err.shape(1) || s.ow() != err.shape(2))
-      fail("maxpool_bwd_f32: err " + shape_str(err) + " does not match in_hw (" + std::to_string(in_hw.first) + ", " +
-           std::to_string(in_hw.second) + "), kernel " + std::to_string(kernel) + ", stride " + std::to_string(stride));
+    auto [dx, s] = pool_input_grad("maxpool_bwd_f32", err, in_hw, kernel, stride);
     float* p = dx.mutable_data();
     py::gil_scoped_release nogil;
     maxpool_bwd_f32(err.data(), idx.data(), s, p);
@@ -328,11 +338,7 @@ void dsptrain::bind::def_float_recipe_ops(py::module_& m) {
     auto idx = checked<uint8_t>("relu_maxpool_bwd_f32", "argmax", idx_obj, 4);
     check_same("relu_maxpool_bwd_f32", "err", err, "y", y);
     check_same("relu_maxpool_bwd_f32", "err", err, "argmax", idx);
-    py::array_t<float> dx(std::vector<py::ssize_t>{err.shape(0), in_hw.first, in_hw.second, err.shape(3)});
-    const PoolShape s = pool_shape("relu_maxpool_bwd_f32", dx, kernel, stride);
-    if (s.oh() != err.shape(1) || s.ow() != err.shape(2))
-      fail("relu_maxpool_bwd_f32: err " + shape_str(err) + " does not match in_hw (" + std::to_string(in_hw.first) +
-           ", " + std::to_string(in_hw.second) + "), kernel " + std::to_string(kernel) + ", stride " + std::to_string(stride));
+    auto [dx, s] = pool_input_grad("relu_maxpool_bwd_f32", err, in_hw, kernel, stride);
     float* p = dx.mutable_data();
     py::gil_scoped_release nogil;
     relu_maxpool_bwd_f32(err.data(), y.data(), idx.data(), s, p);
