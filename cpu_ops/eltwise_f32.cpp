@@ -43,12 +43,11 @@ __attribute__((target("avx512f"))) void comp_fwd_rows_avx512(const float* z, con
 #endif
 
 DSPTRAIN_CLONES void relu_loop(const float* x, size_t b, size_t e, float* y) {
-  // NumPy's maximum(x, 0) keeps x when x >= 0 (so -0.0 stays -0.0) and when x is NaN
-  for (size_t i = b; i < e; ++i) y[i] = (x[i] >= 0.0f || x[i] != x[i]) ? x[i] : 0.0f;
+  for (size_t i = b; i < e; ++i) y[i] = relu_select(x[i]);
 }
 
 DSPTRAIN_CLONES void relu_bwd_loop(const float* err, const float* y, size_t b, size_t e, float* dx) {
-  for (size_t i = b; i < e; ++i) dx[i] = y[i] > 0.0f ? err[i] : 0.0f;
+  for (size_t i = b; i < e; ++i) dx[i] = relu_gate(err[i], y[i]);
 }
 
 DSPTRAIN_CLONES void comp_fwd_rows(const float* z, const float* s1, const float* shift, size_t r0, size_t r1,

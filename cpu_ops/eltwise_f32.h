@@ -8,6 +8,13 @@
 
 namespace dsptrain {
 
+// One element of relu_f32: NumPy's maximum(x, 0) keeps x when x >= 0 (so -0.0 stays
+// -0.0) and when x is NaN, else +0.0. The fused kernels that apply a ReLU (the pools, Octo's
+// epilogue) use it, so they give relu_f32's bits.
+inline float relu_select(float x) { return (x >= 0.0f || x != x) ? x : 0.0f; }
+// One element of relu_bwd_f32: err where the ReLU's output y is > 0, else +0.0.
+inline float relu_gate(float err, float y) { return y > 0.0f ? err : 0.0f; }
+
 void relu_f32(const float* x, size_t n, float* y);
 void relu_bwd_f32(const float* err, const float* y, size_t n, float* dx);
 

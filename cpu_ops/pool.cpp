@@ -68,10 +68,6 @@ struct PoolElement<float> {
     std::memcpy(&v, &bits, 4);
     return 0.0f + v;
   }
-  // relu_f32's select: NumPy's maximum(x, 0) keeps x when x >= 0 (-0.0 too) or NaN
-  static float relu(float x) { return (x >= 0.0f || x != x) ? x : 0.0f; }
-  // relu_bwd_f32's: err where the ReLU output is > 0, else +0.0
-  static float gated(float err, float y) { return y > 0.0f ? err : 0.0f; }
   static void max_update(const float* __restrict v, int32_t tap, size_t n, float* __restrict best,
                          int32_t* __restrict idx) {
     for (size_t q = 0; q < n; ++q) {
@@ -114,7 +110,7 @@ void pool_row(const T* in, const PoolShape& s, T* __restrict run, typename PoolE
         v = run;
       }
       if constexpr (Relu)
-        for (size_t q = 0; q < n; ++q) run[q] = PoolElement<T>::relu(run[q]);
+        for (size_t q = 0; q < n; ++q) run[q] = relu_select(run[q]);
       if (i == 0 && j == 0) {
         std::memcpy(y, v, n * sizeof(T));
         std::fill(idx, idx + n, typename E::Index(0));
@@ -149,7 +145,7 @@ void pool_rows(const T* x, const PoolShape& s, T* y, uint8_t* argmax, int row0, 
 template <typename T>
 inline T window_error(const T* err, const T* gate, size_t at) {
   if constexpr (std::is_same_v<T, float>) {
-    if (gate != nullptr) return PoolElement<float>::gated(err[at], gate[at]);
+    if (gate != nullptr) return relu_gate(err[at], gate[at]);
   }
   return err[at];
 }
@@ -251,10 +247,6 @@ void maxpool_bwd(const T* err, const uint8_t* argmax, const PoolShape& s, T* dx,
     for (int b = b0; b < b1; ++b) pool_bwd_image(err, gate, argmax, s, tap_at, b, dx + b * image);
   });
 }
-
-}  // namespace
-
-namespace {
 
 // The input error of pixels [r0, r1) (n * h * w + y * w + x, c channels each) of a float
 // max-pool backward whose windows do not overlap (stride >= kernel), into `buf`: the bands

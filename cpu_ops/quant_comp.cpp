@@ -12,6 +12,7 @@
 #include <numeric>
 #include <vector>
 
+#include "eltwise_f32.h"
 #include "quant.h"
 #include "quant_chunks.h"
 #include "target_clones.h"
@@ -33,7 +34,7 @@ DSPTRAIN_CLONES void epilogue_stretch(T* acc, size_t n, double scale, const floa
       z[i] = v;
     }
     const float out = v * s1[i] + shift[i];
-    y[i] = Relu ? ((out >= 0.0f || out != out) ? out : 0.0f) : out;
+    y[i] = Relu ? relu_select(out) : out;
   }
 }
 
