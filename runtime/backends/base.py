@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import numerics
+from .. import float_ops, numerics
 from ..numerics import RngKey
 
 
@@ -183,10 +183,10 @@ class Backend:
     def dequantize_compensate(self, acc, scale: float, comp_scale, comp_shift, reuse: bool = False, relu: bool = False):
         """(optional) Octo's product and compensation layer from the sums: (z, y), z =
         dequantize(acc, scale), y = float32 (1 + comp_scale) * z + comp_shift per channel (the
-        last axis), float_ops.compensation_fwd's arithmetic; relu: y through relu_f32 (a ReLU
-        that only reads y, algorithms/_fusions.py). Default: dequantize, then NumPy."""
+        last axis); relu: y through relu_f32 (a ReLU that only reads y, algorithms/_fusions.py).
+        Default: dequantize, then float_ops.compensation_fwd in NumPy."""
         z = self.dequantize(acc, scale, reuse)
-        y = (z * (1 + np.asarray(comp_scale, np.float32)) + np.asarray(comp_shift, np.float32)).astype(np.float32)
+        y = float_ops.compensation_fwd(z, np.asarray(comp_scale, np.float32), np.asarray(comp_shift, np.float32))
         return z, (self.relu_f32(y) if relu else y)
 
     def prc_squared_errors(self, x, top: float, ratios, qmax: int) -> list:
