@@ -532,22 +532,20 @@ void conv2d_bwd_weight(const int8_t* err, const int8_t* x, const ConvShape& s, T
   // source (each pixel's kh tap rows are the pieces of its depth row: no im2col).
   // Where the kernel reads A in place, err^T is stored biased (a + 128) and read as rows
   // by gemm_rows (no A packing), kWgradRowSlack bytes after it for the last row's group.
+  // The trimmed stream reads err^T position by position (transpose_by_position), biased and in place.
   const int p = s.n * s.oh() * s.ow(), kk = s.kh * s.kw * s.c;
+  const bool trimmed = path == WgradPath::kStreamTrimmed;   // int32 only (wgrad_path)
+  const bool rows_a = trimmed || (std::is_same_v<T, int32_t> && wgrad_packs_source(s) && reads_a_in_place(p));
+  const ptrdiff_t ld = rows_a ? wgrad_row_stride(p) : p;
+  int8_t* err_t = grow(scratch(1), static_cast<size_t>(s.o) * ld + kWgradRowSlack);
+  if (trimmed) transpose_by_position(err, s.n, s.oh() * s.ow(), s.o, err_t, ld, 0x80);
+  else transpose(err, p, s.o, err_t, rows_a ? 0x80 : 0, ld);
   if constexpr (std::is_same_v<T, int32_t>) {
-    if (path == WgradPath::kStreamTrimmed) {   // err^T position by position, biased, read in place
-      const ptrdiff_t ld = wgrad_row_stride(p);
-      int8_t* err_t = grow(scratch(1), static_cast<size_t>(s.o) * ld + kWgradRowSlack);
-      transpose_by_position(err, s.n, s.oh() * s.ow(), s.o, err_t, ld, 0x80);
+    if (trimmed) {
       const SourceWindow window = fwd_window(s);
       conv_wgrad_stream(src, reinterpret_cast<const uint8_t*>(err_t), ld, s.o, dw, &window);
       return;
     }
-  }
-  const bool rows_a = std::is_same_v<T, int32_t> && wgrad_packs_source(s) && reads_a_in_place(p);
-  const ptrdiff_t ld = rows_a ? wgrad_row_stride(p) : p;
-  int8_t* err_t = grow(scratch(1), static_cast<size_t>(s.o) * ld + kWgradRowSlack);
-  transpose(err, p, s.o, err_t, rows_a ? 0x80 : 0, ld);
-  if constexpr (std::is_same_v<T, int32_t>) {
     if (path == WgradPath::kStream) {   // conv_wgrad_stream.cpp: B packed panel by panel as it is used (rows_a holds)
       conv_wgrad_stream(src, reinterpret_cast<const uint8_t*>(err_t), ld, s.o, dw);
       return;
