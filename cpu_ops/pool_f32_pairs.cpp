@@ -147,11 +147,20 @@ bool fits(const PoolShape& s) {
   return has_avx512() && s.kernel == 2 && s.stride == 2 && s.c >= 1 && s.c <= 16 && s.h % 2 == 0 && s.w % 2 == 0;
 }
 
+// The layout of c channels (1..16, fits), made once a thread per channel count:
+// pool_compensation_bwd calls the backward on every chunk of rows.
+const PairLayout& layout_for(int c) {
+  thread_local PairLayout layouts[17];
+  thread_local bool made[17] = {};
+  if (!made[c]) layouts[c] = pair_layout(c), made[c] = true;
+  return layouts[c];
+}
+
 }  // namespace
 
 bool maxpool_f32_pairs(const float* x, const PoolShape& s, float* y, uint8_t* argmax, bool relu) {
   if (!fits(s)) return false;
-  const PairLayout p = pair_layout(s.c);
+  const PairLayout& p = layout_for(s.c);
   const int rows = s.n * s.oh();
   parallel_ranges(rows, static_cast<size_t>(s.n) * s.h * s.w * s.c * sizeof(float), [&](int r0, int r1) {
     if (relu) pool_rows<true>(x, s, p, y, argmax, r0, r1);
@@ -162,11 +171,7 @@ bool maxpool_f32_pairs(const float* x, const PoolShape& s, float* y, uint8_t* ar
 
 bool maxpool_bwd_f32_pairs(const float* err, const uint8_t* argmax, const PoolShape& s, float* dx, const float* gate) {
   if (!fits(s)) return false;   // (every cell lies in one window: nothing is left to zero)
-  // made once a thread per channel count: pool_compensation_bwd calls this on every chunk
-  thread_local PairLayout layouts[17];
-  thread_local bool made[17] = {};
-  if (!made[s.c]) layouts[s.c] = pair_layout(s.c), made[s.c] = true;
-  const PairLayout& p = layouts[s.c];
+  const PairLayout& p = layout_for(s.c);
   const int rows = s.n * s.oh();
   parallel_ranges(rows, static_cast<size_t>(s.n) * s.h * s.w * s.c * 2 * sizeof(float),
                   [&](int r0, int r1) { unpool_rows(err, gate, argmax, s, p, dx, r0, r1); });
