@@ -47,6 +47,7 @@ def run(args) -> int:
         planner.close()
         raise
     try:   # bad data, or a budget no plan fits: one error line, before anything else is printed
+        trainer.hold_out_dir()   # before looking for a checkpoint: a second run on this directory stops here
         trainer.train_data, trainer.test_data
         serve(step, trainer.check_budget_requests(config.train.batch_size))
     except BaseException:

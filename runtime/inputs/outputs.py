@@ -19,9 +19,10 @@ from pathlib import Path
 
 from ..errors import UserError
 from .files import _kind_problem, describe_os_error
+from .run_lock import LOCK_NAME
 
 # files a training or federated run keeps in its output directory
-RUN_FILES = ("checkpoint.npz", "metrics.jsonl", ".dsptrain.lock", "server.npz", "rounds.json")
+RUN_FILES = ("checkpoint.npz", "metrics.jsonl", LOCK_NAME, "server.npz", "rounds.json")
 _RUN_MARKERS = ("checkpoint.npz", "metrics.jsonl", "server.npz")
 _WRITE_ERRNO = {errno.EACCES: "is in a folder that cannot be written (permission denied)",
                 errno.EROFS: "is on a read-only file system", errno.ENOSPC: "cannot be written: no space left",

@@ -26,6 +26,7 @@ from .. import data as datasets
 from ..errors import UserError
 from ..images import as_images, as_labels
 from ..inputs import check_environment, check_regular, reap_stale_temps
+from ..inputs.run_lock import RunLock
 from ..metrics import EpochTotals, realign_energy, step_record
 from . import checkpoints
 from .assembly import assemble, energy_meter as make_energy_meter, initial_state, load_split
@@ -121,6 +122,21 @@ class Trainer:
         if self.steps is not None:
             self.steps.close()
         self.energy_meter.close()
+        self.release_out_dir()
+
+    def hold_out_dir(self) -> bool:
+        """Lock the output directory for this Trainer (inputs/run_lock.py): a second run on it
+        is refused by name. True if this call took the lock, False if it was held already."""
+        if getattr(self, "_run_lock", None) is not None:
+            return False
+        _make_out_dir(self.out_dir)
+        self._run_lock = RunLock.acquire(self.out_dir)
+        return True
+
+    def release_out_dir(self) -> None:
+        lock, self._run_lock = getattr(self, "_run_lock", None), None
+        if lock is not None:
+            lock.release()
 
     def _answer(self, requests):
         """What the generator `requests` returns, its requests answered by this Trainer's Step."""
@@ -199,6 +215,7 @@ class Trainer:
         bs = self.run.train.batch_size
         history = []
         _make_out_dir(self.out_dir)
+        took_lock = self.hold_out_dir()     # held already when the command took it before checking for a checkpoint
         reap_stale_temps(self.out_dir, ("checkpoint.npz", "metrics.jsonl"))
         if hasattr(self.energy_meter, "measure_baseline") and not getattr(self.energy_meter, "baseline_w", 0):
             self.energy_meter.measure_baseline(3.0)   # battery: idle power, subtracted from every batch
@@ -256,6 +273,8 @@ class Trainer:
             metrics.close()
             if hasattr(self.energy_meter, "readings"):
                 self.realign_energy()
+            if took_lock:
+                self.release_out_dir()
         return history
 
     def realign_energy(self) -> int:
