@@ -200,7 +200,15 @@ class Numerics:
     bn_grids = fl.BNGrids()
     known_params: dict = {}            # params key -> check(value) -> error text or None
 
+    #: the tensor fields whose value the module's code fixes rather than reads (dotted key,
+    #: `tensors.*.` for every role -> the values it honours): any other value is refused at
+    #: load instead of being silently ignored (_support.check_values)
+    supported: dict = {}
+
     def check_params(self, recipe, source="recipe"):
+        from ._support import check_values
+
+        check_values(recipe, source, self.supported)
         for key, value in recipe.params.items():
             if key not in self.known_params:
                 raise ConfigError(source, f"params.{key}",

@@ -20,7 +20,17 @@ def _get(recipe, dotted: str):
 
 
 def check_supported(recipe, source, supported: dict[str, tuple]) -> None:
-    """`supported`: dotted key (with `tensors.*.` for every role) -> the values allowed."""
+    """`supported`: dotted key (with `tensors.*.` for every role) -> the values allowed;
+    the module takes no `params`."""
+    check_values(recipe, source, supported)
+    if recipe.params:
+        key = sorted(recipe.params, key=str)[0]
+        raise ConfigError(source, f"params.{key}", f"unknown for recipe {recipe.name!r} "
+                          f"(module {recipe.module!r} takes no params)")
+
+
+def check_values(recipe, source, supported: dict[str, tuple]) -> None:
+    """Each key of `supported` (`tensors.*.` for every role) holds one of its values."""
     for key, allowed in supported.items():
         keys = [key.replace("*", role) for role in ROLES] if "*" in key else [key]
         for dotted in keys:
@@ -28,7 +38,3 @@ def check_supported(recipe, source, supported: dict[str, tuple]) -> None:
             if value not in allowed:
                 raise ConfigError(source, dotted, f"{value!r} is not supported by recipe module "
                                   f"{recipe.module!r} (its kernels take {', '.join(map(repr, allowed))})")
-    if recipe.params:
-        key = sorted(recipe.params, key=str)[0]
-        raise ConfigError(source, f"params.{key}", f"unknown for recipe {recipe.name!r} "
-                          f"(module {recipe.module!r} takes no params)")

@@ -368,7 +368,8 @@ def logits_to_float(value) -> np.ndarray:
 
 # FP32 is float32 throughout with PyTorch's SGD: other formats are refused at load.
 SUPPORTED = {
-    "integer": (False,), "tensors.*.format": ("float32",), "tensors.*.bits": (32,),
+    "integer": (False,), "tensors.*.format": ("float32",), "tensors.*.bits": (32,), "tensors.*.exponent_bits": (0,),
+    "tensors.*.scale": ("none",), "tensors.*.rounding": ("none",), "tensors.*.granularity": ("tensor",),
     "loss.kind": ("softmax_ce",), "optimizer.kind": ("sgd",),
 }
 

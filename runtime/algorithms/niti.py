@@ -316,6 +316,11 @@ def logits_to_float(value: QTensor) -> np.ndarray:
 SUPPORTED = {
     "integer": (True,), "tensors.*.format": ("int",), "tensors.*.bits": (8,), "tensors.*.scale": ("pow2",),
     "tensors.*.granularity": ("tensor",), "tensors.*.rounding": ("round", "psto", "sto"),
+    "tensors.*.exponent_bits": (0,),
+    # rounding is read for activations, errors and gradients (the update rounds with the
+    # gradients' mode); the weights' and updates' entries only describe NITI, so they hold
+    # the shipped values
+    "tensors.weights.rounding": ("round",), "tensors.updates.rounding": ("psto",),
     "loss.kind": ("niti_int_ce",), "optimizer.kind": ("niti_sgd",),
 }
 

@@ -73,6 +73,15 @@ class WAGEUBNNumerics(Numerics):
     bn_grids = BN_GRIDS
     known_params = {"first_last": _first_last}
     quant_hooks = ("absmax_f", "quantize_f", "shift_round")   # shift_round: the weights' top 8 bits
+    # weights are WEIGHT_BITS of a 24-bit accumulator, rounded to nearest; activations and
+    # errors round to nearest, gradients stochastically, all int with power-of-two scales:
+    # only their bits are read (activations, errors, gradients)
+    supported = {"tensors.*.format": ("int",), "tensors.*.scale": ("pow2",), "tensors.*.granularity": ("tensor",),
+                 "tensors.*.exponent_bits": (0,),
+                 "tensors.weights.bits": (WEIGHT_BITS,), "tensors.updates.bits": (ACCUMULATOR_BITS,),
+                 "tensors.weights.rounding": ("round",), "tensors.activations.rounding": ("round",),
+                 "tensors.errors.rounding": ("round",), "tensors.gradients.rounding": ("sto",),
+                 "tensors.updates.rounding": ("round",)}
 
     def _float_layer(self, ctx, op):
         return self.param(ctx.recipe, "first_last", "int8") == "float32" and op.attrs["position"] != "middle"
