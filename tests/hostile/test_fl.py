@@ -167,6 +167,7 @@ def _accuracy(tmp_path, name, recipe, rule, apps=None, seed=0):
     return history[-1]["test_accuracy"], history
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")   # FedAvg's poisoned model: inf logits
 @pytest.mark.parametrize("recipe, kind, rule", [("niti", "int8", "median"), ("fp32", "fp32", "trimmed_mean")])
 def test_a_poisoned_client_moves_accuracy_no_more_than_honest_spread(tmp_path, recipe, kind, rule):
     honest = [_accuracy(tmp_path, f"honest{seed}", recipe, rule, seed=seed)[0] for seed in (0, 1)]
