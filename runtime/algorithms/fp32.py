@@ -370,6 +370,7 @@ def logits_to_float(value) -> np.ndarray:
 SUPPORTED = {
     "integer": (False,), "tensors.*.format": ("float32",), "tensors.*.bits": (32,), "tensors.*.exponent_bits": (0,),
     "tensors.*.scale": ("none",), "tensors.*.rounding": ("none",), "tensors.*.granularity": ("tensor",),
+    "tensors.*.rescale.policy": ("dynamic",),   # no scales, nothing to rescale
     "loss.kind": ("softmax_ce",), "optimizer.kind": ("sgd",),
 }
 

@@ -321,6 +321,9 @@ SUPPORTED = {
     # gradients' mode); the weights' and updates' entries only describe NITI, so they hold
     # the shipped values
     "tensors.weights.rounding": ("round",), "tensors.updates.rounding": ("psto",),
+    # only activations and errors rescale (rescale.py); the weights' exponents stay fixed
+    "tensors.weights.rescale.policy": ("fixed",), "tensors.gradients.rescale.policy": ("dynamic",),
+    "tensors.updates.rescale.policy": ("dynamic",),
     "loss.kind": ("niti_int_ce",), "optimizer.kind": ("niti_sgd",),
 }
 

@@ -81,7 +81,10 @@ class WAGEUBNNumerics(Numerics):
                  "tensors.weights.bits": (WEIGHT_BITS,), "tensors.updates.bits": (ACCUMULATOR_BITS,),
                  "tensors.weights.rounding": ("round",), "tensors.activations.rounding": ("round",),
                  "tensors.errors.rounding": ("round",), "tensors.gradients.rounding": ("sto",),
-                 "tensors.updates.rounding": ("round",)}
+                 "tensors.updates.rounding": ("round",),
+                 # only activations and errors rescale (rescale.py): the weights' 24-bit grid is fixed
+                 "tensors.weights.rescale.policy": ("fixed",), "tensors.gradients.rescale.policy": ("dynamic",),
+                 "tensors.updates.rescale.policy": ("dynamic",)}
 
     def _float_layer(self, ctx, op):
         return self.param(ctx.recipe, "first_last", "int8") == "float32" and op.attrs["position"] != "middle"

@@ -18,7 +18,9 @@ from .gen_configs import BASE
 RECIPES = ("niti", "wageubn", "fp32")
 ROLES = ("weights", "activations", "errors", "gradients", "updates")
 ALTERNATIVES = {"bits": (4, 6, 12, 16), "exponent_bits": (3, 5, 9), "rounding": ("round", "psto", "sto", "nearest_even"),
-                "scale": ("pow2", "float", "none"), "granularity": ("channel",), "format": ("int", "fp", "float32")}
+                "scale": ("pow2", "float", "none"), "granularity": ("channel",), "format": ("int", "fp", "float32"),
+                "group_size": (4, 16), "rescale": ({"min_interval": 8}, {"max_interval": 16}, {"policy": "fixed"})}
+RECIPES_ALL = ("niti", "wageubn", "fp32", "octo", "afp", "mls", "fp8")
 MIN_CASES = 60
 
 
@@ -61,6 +63,31 @@ def _same(a, b) -> bool:
     return a.keys() == b.keys() and all(eq(a[k], b[k]) for k in a)
 
 
+def test_fields_no_recipe_reads_are_refused_under_every_recipe(tmp_path):
+    """exponent_bits outside fp, group_size outside group granularity, adaptive intervals
+    under another policy: refused by name whatever the recipe."""
+    failures = []
+    for recipe in RECIPES_ALL:
+        base = dsptrain.load_recipe(recipe)
+        for role in ROLES:
+            spec = getattr(base.tensors, role)
+            bad = {}
+            if spec.format != "fp":
+                bad["exponent_bits"] = 9
+            if spec.granularity != "group":
+                bad["group_size"] = 16
+            if spec.rescale.policy != "adaptive":
+                bad["rescale"] = {"min_interval": 8}
+            for key, value in bad.items():
+                try:
+                    _run(tmp_path, recipe, {role: {key: value}})
+                    failures.append(f"{recipe} tensors.{role}.{key}={value!r}: accepted")
+                except dsptrain.ConfigError as exc:
+                    if f"tensors.{role}.{key}" not in str(exc):
+                        failures.append(f"{recipe} tensors.{role}.{key}: {exc}")
+    assert not failures, "\n".join(failures)
+
+
 def test_every_tensor_override_is_refused_by_name_or_honoured(tmp_path):
     variants = _variants()
     assert len(variants) >= MIN_CASES
@@ -72,6 +99,8 @@ def test_every_tensor_override_is_refused_by_name_or_honoured(tmp_path):
             continue                                   # the recipe's own value: nothing to refuse
         try:
             run = _run(tmp_path, recipe, {role: {key: value}})
+            if run.recipe.tensors == base.tensors:
+                continue                               # the override spells the recipe's own value
         except dsptrain.ConfigError as exc:
             if f"tensors.{role}." not in str(exc):       # this key, or the one it makes wrong (fp: exponent_bits)
                 failures.append(f"{label}: refused without naming the key: {exc}")
@@ -80,6 +109,8 @@ def test_every_tensor_override_is_refused_by_name_or_honoured(tmp_path):
         except Exception as exc:                       # noqa: BLE001 -- what the test looks for
             failures.append(f"{label}: {type(exc).__name__}: {exc}")
             continue
+        if key == "rescale" and "policy" not in value and getattr(base.tensors, role).rescale.policy == "adaptive":
+            continue     # an adaptive interval acts after many steps: tests/null/test_sched_rescale.py covers it
         if recipe not in baselines:
             baselines[recipe] = _two_steps(_run(tmp_path, recipe))
         try:
