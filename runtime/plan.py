@@ -385,10 +385,16 @@ class Planner:
         graph = lower(model, recipe, batch, training, frozen)
         return self.plan(graph) if prepare else self.build(graph)
 
-    def plans_for(self, model, recipe, frozen=frozenset()) -> PlanCache:
+    def plans_for(self, model, recipe, frozen=frozenset(), lowered: TrainGraph | None = None) -> PlanCache:
         """The plans of `model` lowered by `recipe` by (batch, training), each built and
-        prepared on first use (plan_model): a training run's (execute.Step)."""
-        return PlanCache(lambda batch, training: self.plan_model(model, recipe, batch, training, frozen))
+        prepared on first use (plan_model): a training run's (execute.Step). `lowered`: a
+        graph of the model lowered already (train/assembly.py), planned as it is at its
+        batch rather than lowered again."""
+        def plan_at(batch: int, training: bool) -> Plan:
+            if lowered is not None and (lowered.batch, lowered.training) == (batch, training):
+                return self.plan(lowered)
+            return self.plan_model(model, recipe, batch, training, frozen)
+        return PlanCache(plan_at)
 
     def plan(self, graph: TrainGraph) -> Plan:
         """The Plan of `graph`, its backends prepared for the ops placed on them."""

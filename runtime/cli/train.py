@@ -40,7 +40,7 @@ def run(args) -> int:
     # --backend goes to the plan builder; the Trainer runs the Step of its plans and closes it
     parts, planner = planned_parts(config, args)
     try:
-        step = Step(config, parts.model, parts.frozen, parts.algorithm, parts.device, planner)
+        step = Step(config, parts.model, parts.frozen, parts.algorithm, parts.device, planner, parts.graph)
         trainer = Trainer(config, progress=not args.quiet, energy_meter=meter, parts=parts, step=step)
     except BaseException:
         planner.close()

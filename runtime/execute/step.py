@@ -22,13 +22,14 @@ from .executor import StepContext, StepStats
 class Step:
     """The step of one run: `train()` runs one batch forward, backward and through the update."""
 
-    def __init__(self, run, model, frozen, algorithm, device, planner):
+    def __init__(self, run, model, frozen, algorithm, device, planner, lowered=None):
         self.run, self.model, self.frozen = run, model, frozen
         self.recipe, self.algorithm, self.device = run.recipe, algorithm, device
         # `planner`: the plan builder of the backend choice (plan.Planner), which the command
-        # line made from --backend or the run's `backend:` (train/step.py for the Python API)
+        # line made from --backend or the run's `backend:` (train/step.py for the Python API);
+        # `lowered`: the training graph train/assembly.py lowered already (Parts.graph)
         self.planner = planner
-        self.plans = planner.plans_for(model, run.recipe, frozen)
+        self.plans = planner.plans_for(model, run.recipe, frozen, lowered)
         # The memory-budget layer: a budget source read between steps, and the arena of
         # the plan in use (weights and optimizer state live in it as views).
         self.budget = source_from_config(run.memory, run.source or "memory")

@@ -16,4 +16,4 @@ def own_step(run, parts, backend: str | None = None, planner=None) -> Step:
     or the run's `backend:`."""
     if planner is None:
         planner = Planner(backend or run.backend, parts.algorithm, parts.device, run.scheduler)
-    return Step(run, parts.model, parts.frozen, parts.algorithm, parts.device, planner)
+    return Step(run, parts.model, parts.frozen, parts.algorithm, parts.device, planner, parts.graph)
