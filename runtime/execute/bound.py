@@ -128,6 +128,7 @@ def run_bound(executor, plan, env: dict, ctx, stats, ops, run_op) -> dict:
     clock = time.perf_counter
     bound = bound_ops(executor, plan, ops)
     one = bound.backend   # every op on one backend: its time is taken around the whole walk
+    profiler = executor.profiler   # `dsptrain profile`: each op's clock reported (None: off)
     if stats is not None:
         for name, count in bound.counts.items():
             stats.ops_on[name] = stats.ops_on.get(name, 0) + count
@@ -176,6 +177,8 @@ def run_bound(executor, plan, env: dict, ctx, stats, ops, run_op) -> dict:
                 if one is None and stats is not None:
                     times = stats.backend_time_s
                     times[backend.name] = times.get(backend.name, 0.0) + clock() - started
+                if profiler is not None:
+                    profiler.op_done(plan, op, backend, started, clock() - started)
             if wrap is not None:
                 shift = wrap.one(op)
         env.update(outputs)
