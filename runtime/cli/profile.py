@@ -44,7 +44,7 @@ def _positive(flag: str, value: int, low: int) -> int:
 def run(args) -> int:
     from ..config import load_run
     from ..energy import EstimateMeter, MeterError
-    from ..profile import Recorder, build, format_table, write_csv, write_json, write_trace
+    from ..profile import build, record_steps, format_table, write_csv, write_json, write_trace
     from ..train import Trainer
 
     steps, warmup = _positive("--steps", args.steps, 1), _positive("--warmup", args.warmup, 0)
@@ -64,20 +64,10 @@ def run(args) -> int:
         batch = config.train.batch_size
         needed = warmup + steps
         batches = _batches(data, batch, config.train.seed, needed)
-        recorder = Recorder()
         print(f"{config.name}: {parts.model.name} with {config.recipe.name} on "
               f"{' > '.join(planner.backends)}, {warmup} warm-up + {steps} profiled step(s) of {batch}",
               file=sys.stderr)
-        for images, labels in batches[:warmup]:
-            trainer.step(images, labels)
-        planner.executor.profiler = recorder
-        try:
-            for images, labels in batches[warmup:]:
-                recorder.begin_step()
-                stats = trainer.step(images, labels)
-                recorder.end_step(stats)
-        finally:
-            planner.executor.profiler = None
+        recorder = record_steps(planner.executor, trainer.step, batches, warmup)
         profile = build(recorder, recorder.plan, run=config.name, model=parts.model.name, recipe=config.recipe,
                         device=parts.device, energy_spec=energy)
         text = format_table(profile, args.top)

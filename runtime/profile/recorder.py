@@ -92,3 +92,21 @@ class Recorder:
 
     def step_events(self, index: int) -> list:
         return [e for e in self.events if e.step == index]
+
+
+def record_steps(executor, step, batches, warmup: int = 0) -> Recorder:
+    """Call `step(images, labels)` (a Trainer's `step`, returning execute.StepStats) on each
+    of `batches`; the first `warmup` run unrecorded (plans built, scratch grown), the rest
+    with `executor` (the one running the steps) reporting every op call. Returns the Recorder."""
+    recorder = Recorder()
+    for images, labels in batches[:warmup]:
+        step(images, labels)
+    executor.profiler = recorder
+    try:
+        for images, labels in batches[warmup:]:
+            recorder.begin_step()
+            stats = step(images, labels)
+            recorder.end_step(stats)
+    finally:
+        executor.profiler = None
+    return recorder

@@ -90,6 +90,7 @@ class Profile:
     step_seconds: list
     ops: list
     layers: list
+    between: Row                       # the steps' time outside the ops' clocks: the executor's own
     total: Row
     integer: bool
     energy_device: str | None
@@ -100,7 +101,7 @@ class Profile:
                 "steps": self.steps, "batch": self.batch, "step_seconds": self.step_seconds,
                 "integer": self.integer, "energy_device": self.energy_device, "pipeline": self.pipeline,
                 "ops": [r.as_dict() for r in self.ops], "layers": [r.as_dict() for r in self.layers],
-                "total": self.total.as_dict()}
+                "between_ops": self.between.as_dict(), "total": self.total.as_dict()}
 
 
 def energy_device(spec: str | None):
@@ -151,7 +152,7 @@ def build(recorder, plan, *, run: str = "", model: str = "", recipe=None, device
     steps = [s.seconds if s.stats is None else s.stats.time_s for s in recorder.steps]
     measured = sum(steps)
     ops = sorted(rows.values(), key=lambda r: r.seconds, reverse=True)
-    between = Row(BETWEEN_OPS, "", "", "executor", "host", seconds=max(0.0, measured - sum(r.seconds for r in ops)))
+    between = Row(BETWEEN_OPS, "", "", "executor", "host", seconds=measured - sum(r.seconds for r in ops))
     layers = _roll_up(ops, graph, ran)
     total = _sum_rows(ops, Row("step (measured)", "", "", "", _backends(ops), calls=sum(r.calls for r in ops)))
     total.seconds, total.tensor_bytes = measured, _tensor_bytes(graph, ran.values())
@@ -162,7 +163,7 @@ def build(recorder, plan, *, run: str = "", model: str = "", recipe=None, device
             row.energy_share = row.energy_j / energy
     last = recorder.steps[-1].stats if recorder.steps else None
     return Profile(run, model, getattr(recipe, "name", str(recipe or "")), total.backend, len(recorder.steps),
-                   graph.batch, steps, [*ops, between] if between.seconds > 0 else ops, layers, total, integer,
+                   graph.batch, steps, ops, layers, between, total, integer,
                    coeffs.name if coeffs else None, getattr(last, "pipeline", None))
 
 
