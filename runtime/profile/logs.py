@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from pathlib import Path
 
 CSV_FILES = {"step": "steps.csv", "epoch": "epochs.csv"}
@@ -52,8 +53,10 @@ class RunLog:
         writer = tensorboard_writer_class() if tensorboard else None
         self.tensorboard = None
         if writer is not None:
-            self.tensorboard = writer(str(self.out_dir / TENSORBOARD_DIR),
-                                      purge_step=None if fresh else global_step, flush_secs=30)
+            # the file is named by the second it opened in: the suffix keeps a resume made
+            # within that second from overwriting the first file
+            self.tensorboard = writer(str(self.out_dir / TENSORBOARD_DIR), purge_step=None if fresh else global_step,
+                                      flush_secs=30, filename_suffix=f".{os.getpid()}.step{global_step}")
 
     def write(self, record: dict) -> None:
         record = {"kind": record["kind"], "run": self.run, **record}
