@@ -11,6 +11,7 @@ timeline in the Chrome trace event format (Perfetto, chrome://tracing; `dsptrain
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -27,6 +28,8 @@ def add_parser(sub, common):
     parser.add_argument("--steps", type=int, default=5, metavar="N", help="steps profiled (default 5)")
     parser.add_argument("--warmup", type=int, default=2, metavar="N",
                         help="steps run first and not profiled (default 2)")
+    parser.add_argument("--micro-batches", type=int, metavar="N",
+                        help="override scheduler.micro_batches: co-scheduling's micro-batches (1: serial)")
     parser.add_argument("--out", metavar="DIR", help="where profile.txt/.csv/.json go (default runs/<name>/profile)")
     parser.add_argument("--trace", metavar="FILE", help="write the timeline (Chrome trace event format JSON)")
     parser.add_argument("--top", type=int, metavar="N", help="print the N slowest ops (default: all)")
@@ -49,6 +52,9 @@ def run(args) -> int:
 
     steps, warmup = _positive("--steps", args.steps, 1), _positive("--warmup", args.warmup, 0)
     config = apply_run_options(load_run(args.run), args)
+    if args.micro_batches is not None:
+        scheduler = dataclasses.replace(config.scheduler, micro_batches=_positive("--micro-batches", args.micro_batches, 1))
+        config = dataclasses.replace(config, scheduler=scheduler)
     energy = args.energy or config.energy
     out = Path(args.out) if args.out else Path(config.out_dir or Path("runs") / config.name) / "profile"
     parts, planner = planned_parts(config, args)

@@ -162,9 +162,10 @@ def build(recorder, plan, *, run: str = "", model: str = "", recipe=None, device
         if row.energy_j is not None and energy > 0:
             row.energy_share = row.energy_j / energy
     last = recorder.steps[-1].stats if recorder.steps else None
+    pipeline = getattr(last, "pipeline", None) or f"serial ({plan.micro_batches_reason})"
     return Profile(run, model, getattr(recipe, "name", str(recipe or "")), total.backend, len(recorder.steps),
                    graph.batch, steps, ops, layers, between, total, integer,
-                   coeffs.name if coeffs else None, getattr(last, "pipeline", None))
+                   coeffs.name if coeffs else None, pipeline)
 
 
 def _tensor_bytes(graph, ops) -> int:
