@@ -12,7 +12,9 @@ modeled DSP time (cost.dsp_model_time, per op), and its share of the energy esti
 
 The steps' total is the Step's own clock (StepStats.time_s: the executor's run); what the
 ops' clocks leave of it is the executor's own time between ops, a row of its own, so the
-table adds up to the measured step.
+table adds up to the measured step. Under co-scheduling the CPU's and the DSP worker's
+ops run at once, their clocks add up to more than the step, and that row is the overlap
+(negative).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from ..memory.planner import op_workspace, value_bytes
 
 ROLES = ("forward", "loss", "backward data", "weight gradient", "update", "quantiser", "executor")
 BETWEEN_OPS = "(executor between ops)"
+OVERLAP = "(overlap: ops on two threads at once)"   # co-scheduling: the ops' clocks add up to more than the step
 
 
 def role(op) -> str:
@@ -152,7 +155,8 @@ def build(recorder, plan, *, run: str = "", model: str = "", recipe=None, device
     steps = [s.seconds if s.stats is None else s.stats.time_s for s in recorder.steps]
     measured = sum(steps)
     ops = sorted(rows.values(), key=lambda r: r.seconds, reverse=True)
-    between = Row(BETWEEN_OPS, "", "", "executor", "host", seconds=measured - sum(r.seconds for r in ops))
+    left = measured - sum(r.seconds for r in ops)
+    between = Row(BETWEEN_OPS if left >= 0 else OVERLAP, "", "", "executor", "host", seconds=left)
     layers = _roll_up(ops, graph, ran)
     total = _sum_rows(ops, Row("step (measured)", "", "", "", _backends(ops), calls=sum(r.calls for r in ops)))
     total.seconds, total.tensor_bytes = measured, _tensor_bytes(graph, ran.values())

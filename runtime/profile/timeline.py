@@ -58,7 +58,7 @@ def plot_trace(path: str | Path, out: str | Path, title: str | None = None, star
 
     names, lanes = read_trace(path)
     origin = min(e["ts"] for lane in lanes for e in lane)
-    fig, ax = plt.subplots(figsize=(14, 1.0 + 0.6 * len(lanes)), layout="constrained")
+    fig, ax = plt.subplots(figsize=(14, 1.4 + 0.6 * len(lanes)), layout="constrained")
     seen = {}
     for row, events in enumerate(lanes):
         y = len(lanes) - 1 - row
@@ -79,8 +79,8 @@ def plot_trace(path: str | Path, out: str | Path, title: str | None = None, star
     if start_ms is not None or end_ms is not None:
         ax.set_xlim(start_ms, end_ms)
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(handles=[Patch(color=c, label=k) for k, c in seen.items()], loc="upper right", fontsize="small",
-              ncol=len(seen))
+    fig.legend(handles=[Patch(color=c, label=k) for k, c in seen.items()], loc="outside lower center",
+               fontsize="small", ncol=len(seen), frameon=False)
     ax.set_title(title or f"timeline: {Path(path).name}")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ def _lane_name(backend: str, thread: str) -> str:
     return f"{backend} on {thread}"
 
 
-def trace_events(recorder, device=None, graph_batch: int | None = None) -> list[dict]:
+def trace_events(recorder, device=None) -> list[dict]:
     """The trace's events: metadata naming the process and lanes, then complete events."""
     if not recorder.steps:
         return []
