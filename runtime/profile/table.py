@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..cost import dsp_op_seconds
 from ..energy import MeterError, WorkCounts
 from ..energy.coeffs import DEVICES
 from ..energy.estimate import parts_joules
 from ..memory.planner import op_workspace, value_bytes
+from .model import modeled_seconds, modeled_step_seconds
 
 ROLES = ("forward", "loss", "backward data", "weight gradient", "update", "quantiser", "executor")
 BETWEEN_OPS = "(executor between ops)"
@@ -91,6 +91,7 @@ class Profile:
     steps: int
     batch: int
     step_seconds: list
+    modeled_step_seconds: list | None   # each step on the modeled clock (model.py), when DSP calls ran
     ops: list
     layers: list
     between: Row                       # the steps' time outside the ops' clocks: the executor's own
@@ -102,6 +103,7 @@ class Profile:
     def as_dict(self) -> dict:
         return {"run": self.run, "model": self.model, "recipe": self.recipe, "backends": self.backends,
                 "steps": self.steps, "batch": self.batch, "step_seconds": self.step_seconds,
+                "modeled_step_seconds": self.modeled_step_seconds,
                 "integer": self.integer, "energy_device": self.energy_device, "pipeline": self.pipeline,
                 "ops": [r.as_dict() for r in self.ops], "layers": [r.as_dict() for r in self.layers],
                 "between_ops": self.between.as_dict(), "total": self.total.as_dict()}
@@ -145,9 +147,8 @@ def build(recorder, plan, *, run: str = "", model: str = "", recipe=None, device
             row.dsp_packets += sum(c[1] for c in event.dsp_costs)
             row.dsp_critical_packets += sum(c[2] for c in event.dsp_costs)
             row.dsp_calls += event.dsp_calls
-            if device is not None:
-                modeled = sum(dsp_op_seconds(device, c[2], c[3]) for c in event.dsp_costs) \
-                    + event.dsp_calls * device.dsp.call_s
+            modeled = modeled_seconds(event, device)
+            if modeled is not None:
                 row.dsp_model_s = (row.dsp_model_s or 0.0) + modeled
         joules = _joules(coeffs, event.backend, macs, integer, moved)
         if joules is not None:
@@ -167,8 +168,9 @@ def build(recorder, plan, *, run: str = "", model: str = "", recipe=None, device
             row.energy_share = row.energy_j / energy
     last = recorder.steps[-1].stats if recorder.steps else None
     pipeline = getattr(last, "pipeline", None) or f"serial ({plan.micro_batches_reason})"
+    modeled = [modeled_step_seconds(recorder.step_events(s.index), device) for s in recorder.steps]
     return Profile(run, model, getattr(recipe, "name", str(recipe or "")), total.backend, len(recorder.steps),
-                   graph.batch, steps, ops, layers, between, total, integer,
+                   graph.batch, steps, None if None in modeled else modeled, ops, layers, between, total, integer,
                    coeffs.name if coeffs else None, pipeline)
 
 

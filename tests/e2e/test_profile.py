@@ -98,24 +98,28 @@ def test_sliced_ops_appear_once_per_slice(tmp_path):
 
 
 def _check_trace(events, recorder):
-    """The trace event format's rules, and every recorded call on one lane, none overlapping."""
+    """The trace event format's rules, every recorded call once on a lane of the measured
+    process (and once more on the modeled one, when there is one), no two events of a lane
+    overlapping. Returns ({(pid, tid): lane name}, {pid: process name})."""
     json.loads(json.dumps(events))
-    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
     complete = [e for e in events if e["ph"] == "X"]
     for e in complete:
         assert {"name", "ph", "ts", "dur", "pid", "tid", "cat", "args"} <= set(e)
-        assert e["dur"] >= 0 and e["ts"] >= 0 and e["tid"] in names
+        assert e["dur"] >= 0 and e["ts"] >= 0 and (e["pid"], e["tid"]) in names
     lanes = {}
     for e in complete:
-        lanes.setdefault(e["tid"], []).append(e)
-    for tid, items in lanes.items():
+        lanes.setdefault((e["pid"], e["tid"]), []).append(e)
+    for key, items in lanes.items():
         items.sort(key=lambda e: e["ts"])
         for a, b in zip(items, items[1:]):
-            assert a["ts"] + a["dur"] <= b["ts"], (names[tid], a["name"], b["name"])
-    on_host = [e for e in complete if not names[e["tid"]].startswith(("steps", "dsp (modeled"))]
-    assert len(on_host) == len(recorder.events)
-    assert sum(names[e["tid"]] == "steps" for e in complete) == len(recorder.steps)
-    return names, complete
+            assert a["ts"] + a["dur"] <= b["ts"], (names[key], a["name"], b["name"])
+    for pid in processes:
+        calls = [e for e in complete if e["pid"] == pid and names[(pid, e["tid"])] != "steps"]
+        assert len(calls) == len(recorder.events), processes[pid]
+        assert sum(e["pid"] == pid and names[(pid, e["tid"])] == "steps" for e in complete) == len(recorder.steps)
+    return names, processes
 
 
 def test_trace_is_valid_and_lanes_do_not_overlap(tmp_path):
@@ -123,8 +127,26 @@ def test_trace_is_valid_and_lanes_do_not_overlap(tmp_path):
     path = write_trace(recorder, tmp_path / "trace.json", trainer.device)
     data = json.loads(path.read_text())
     assert data["displayTimeUnit"] == "ms"
-    names, _ = _check_trace(data["traceEvents"], recorder)
-    assert "cpu on MainThread" in names.values()
+    names, processes = _check_trace(data["traceEvents"], recorder)
+    assert list(processes.values()) == ["measured (host clock)"]   # no DSP call: nothing to model
+    assert set(names.values()) == {"steps", "cpu on MainThread"}
+
+
+def test_serial_dsp_step_models_its_time(tmp_path, emulated_dsp_tools):
+    """Without co-scheduling every call waits for the one before, so the modeled step is the
+    DSP calls' modeled time plus the CPU calls' measured time, and the modeled process holds
+    the DSP's modeled lane beside the CPU's."""
+    run = _run(backend="dsp", batch=32, micro_batches=1, device="v66")
+    trainer, recorder = _profiled(run, tmp_path, steps=1)
+    names, processes = _check_trace(trace_events(recorder, trainer.device), recorder)
+    assert sorted(processes.values()) == ["measured (host clock)", "modeled (DSP time from packets)"]
+    modeled_lanes = {n for (pid, _), n in names.items() if processes[pid].startswith("modeled")}
+    assert {"dsp on MainThread (modeled)", "cpu on MainThread", "steps"} <= modeled_lanes
+    profile = build(recorder, recorder.plan, recipe=trainer.recipe, device=trainer.device)
+    dsp = sum(r.dsp_model_s or 0.0 for r in profile.ops)
+    cpu = sum(e.seconds for e in recorder.events if not e.dsp_costs)
+    assert dsp == pytest.approx(recorder.steps[0].stats.dsp_model_s, rel=1e-9)
+    assert profile.modeled_step_seconds[0] == pytest.approx(dsp + cpu, rel=1e-9)
 
 
 def test_co_scheduled_trace_shows_the_dsp_worker_and_modeled_lane(tmp_path, emulated_dsp_tools):
@@ -133,10 +155,11 @@ def test_co_scheduled_trace_shows_the_dsp_worker_and_modeled_lane(tmp_path, emul
     run = _run(backend="dsp", batch=32, micro_batches=2, co_schedule=True, device="v66")
     trainer, recorder = _profiled(run, tmp_path, steps=1)
     assert recorder.plan.micro_batches == 2
-    names, complete = _check_trace(trace_events(recorder, trainer.device), recorder)
+    names, _ = _check_trace(trace_events(recorder, trainer.device), recorder)
     lanes = set(names.values())
-    assert any(n.startswith("dsp on dsptrain-dsp") for n in lanes), lanes
-    assert "cpu on MainThread" in lanes and "dsp (modeled from packets)" in lanes
+    assert any(n.startswith("dsp on dsptrain-dsp") and not n.endswith("(modeled)") for n in lanes), lanes
+    assert any(n.startswith("dsp on dsptrain-dsp") and n.endswith("(modeled)") for n in lanes), lanes
+    assert "cpu on MainThread" in lanes
     dsp_events = [e for e in recorder.events if e.backend == "dsp"]
     assert dsp_events and all(e.dsp_costs and e.dsp_calls >= 1 for e in dsp_events if e.op.hooks)
     assert all(e.rows is not None for e in recorder.events if e.op.phase == "forward")
@@ -145,6 +168,8 @@ def test_co_scheduled_trace_shows_the_dsp_worker_and_modeled_lane(tmp_path, emul
     # the per-op modeled DSP times add up to the Step's own (cost.dsp_model_time over the step's log)
     assert profile.total.dsp_model_s == pytest.approx(stats.dsp_model_s, rel=1e-9)
     assert profile.total.dsp_packets == sum(r.dsp_packets for r in profile.ops) > 0
+    # the DSP worker runs one call at a time: the modeled step is at least the DSP's modeled time
+    assert profile.modeled_step_seconds[0] >= stats.dsp_model_s * (1 - 1e-9)
 
 
 def test_profiling_changes_no_bit(tmp_path):
