@@ -64,6 +64,7 @@ def trace_events(recorder, device=None) -> list[dict]:
     processes = {MEASURED: measured}
     if device is not None and any(e.dsp_costs for e in recorder.events):
         modeled: dict[str, list] = {STEP_LANE: []}
+        dsp_backends = {e.backend for e in recorder.events if e.dsp_costs}   # their lanes are the modeled ones
         end = None   # the previous modeled step's end: each modeled step starts there (the first at its host start)
         for span in recorder.steps:
             timed = replay(recorder.step_events(span.index), device)
@@ -77,7 +78,7 @@ def trace_events(recorder, device=None) -> list[dict]:
                                        "args": {"modeled_ms": round((end - first - shift) * 1e3, 3)}})
             for e, start, seconds in timed:
                 is_dsp = modeled_seconds(e, device) is not None
-                modeled.setdefault(_lane_name(e.backend, e.thread, is_dsp), []).append(
+                modeled.setdefault(_lane_name(e.backend, e.thread, e.backend in dsp_backends), []).append(
                     {"name": e.op.name, "cat": role(e.op), "start": start + shift, "dur": seconds,
                      "args": {**_args(e), **({"modeled_ms": round(seconds * 1e3, 4)} if is_dsp else {})}})
         processes[MODELED] = modeled
