@@ -53,7 +53,7 @@ def format_table(profile: Profile, limit: int | None = None) -> str:
     rule = "-" * len(header)
     steps = ", ".join(f"{s * 1e3:.2f}" for s in profile.step_seconds)
     out = [f"{profile.run}: {profile.model} with {profile.recipe} on {profile.backends}, batch {profile.batch}, "
-           f"{profile.steps} step(s) after warm-up: {steps} ms",
+           f"{profile.steps} step(s) after warm-up: {steps} ms (calls, times, MACs, bytes, packets: totals over them)",
            *([f"co-scheduling: {profile.pipeline}"] if profile.pipeline else []),
            *([f"modeled step (DSP calls at their modeled time from packets, the rest as measured, "
               f"overlapped as they ran): " + ", ".join(f"{s * 1e3:.2f}" for s in profile.modeled_step_seconds) + " ms"]
