@@ -51,6 +51,8 @@ def run(args) -> int:
     from ..train import Trainer
 
     steps, warmup = _positive("--steps", args.steps, 1), _positive("--warmup", args.warmup, 0)
+    if args.top is not None:
+        _positive("--top", args.top, 1)
     config = apply_run_options(load_run(args.run), args)
     if args.micro_batches is not None:
         scheduler = dataclasses.replace(config.scheduler, micro_batches=_positive("--micro-batches", args.micro_batches, 1))

@@ -36,6 +36,8 @@ def test_profile_command_writes_table_csv_json_and_trace(tmp_path, run_file, cap
 
 @pytest.mark.parametrize("argv,message", [
     (["--steps", "0"], "--steps 0 must be >= 1"),
+    (["--top", "0"], "--top 0 must be >= 1"),
+    (["--micro-batches", "0"], "--micro-batches 0 must be >= 1"),
     (["--energy", "estimate:nosuch"], "--energy 'estimate:nosuch'"),
 ])
 def test_profile_bad_options_are_one_line(run_file, capsys, argv, message):
