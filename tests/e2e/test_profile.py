@@ -15,8 +15,8 @@ from dsptrain.profile import build, record_steps, trace_events, write_trace
 from dsptrain.train import Trainer
 
 
-def _run(model="lenet5", batch=64, backend="cpu", **scheduler):
-    run = dsptrain.load_run(CONFIG_ROOT / "runs" / "lenet-fmnist-niti.yaml")
+def _run(model="lenet5", batch=64, backend="cpu", recipe="niti", **scheduler):
+    run = dsptrain.load_run(CONFIG_ROOT / "runs" / f"lenet-fmnist-{recipe}.yaml")
     run = dataclasses.replace(run, model=dataclasses.replace(run.model, name=model), backend=backend,
                               data=dataclasses.replace(run.data, dataset="synthetic", train_limit=4 * batch),
                               train=dataclasses.replace(run.train, batch_size=batch),
@@ -74,6 +74,19 @@ def test_every_op_appears_once_per_call(tmp_path, model, batch):
     first = graph.ops[0].layer
     assert roles[f"{first}.fwd"] == "forward" and roles[f"{first}.bwd_weight"] == "weight gradient"
     assert roles[f"{first}.update"] == "update" and roles["loss.grad"] == "loss"
+
+
+def test_float_recipe_roles_and_work(tmp_path):
+    """Under Octo (an emulated recipe: float tensors, int8 products) the quantisers are their
+    own role, and the MACs counted per op are the float work the StepStats count."""
+    trainer, recorder = _profiled(_run(recipe="octo"), tmp_path)
+    profile = build(recorder, recorder.plan, recipe=trainer.recipe)
+    roles = {r.name: r.role for r in profile.ops}
+    assert roles["conv1.quant_w"] == roles["conv2.quant_err"] == "quantiser"
+    assert roles["conv2.bwd_data"] == "backward data" and roles["conv2.w.update"] == "update"
+    assert not profile.integer
+    assert 2 * profile.total.macs == sum(s.stats.fp32_flops for s in recorder.steps) > 0
+    assert {r.name: r.calls for r in profile.ops} == {op.name: 2 for op in recorder.plan.graph.ops}
 
 
 def test_sliced_ops_appear_once_per_slice(tmp_path):
