@@ -31,11 +31,15 @@ BETWEEN_OPS = "(executor between ops)"
 OVERLAP = "(overlap: ops on two threads at once)"   # co-scheduling: the ops' clocks add up to more than the step
 
 
+# hooks that put a float tensor on a recipe's grid (the emulated recipes' quantisers)
+QUANTISER_HOOKS = frozenset({"quantize_f", "prc_quantize", "quantize_mls_ranged", "round_float"})
+
+
 def role(op) -> str:
     """The op's part in the recipe: forward, loss, backward data, weight gradient, update, quantiser."""
     if op.phase == "update":
         return "update"
-    if any(h.startswith("quantize") or h == "prc_quantize" for h in op.hooks) and op.product is None:
+    if op.product is None and QUANTISER_HOOKS.intersection(op.hooks):
         return "quantiser"
     if op.phase == "loss":
         return "loss"

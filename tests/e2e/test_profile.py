@@ -76,6 +76,24 @@ def test_every_op_appears_once_per_call(tmp_path, model, batch):
     assert roles[f"{first}.update"] == "update" and roles["loss.grad"] == "loss"
 
 
+@pytest.mark.parametrize("recipe", ["niti", "fp32", "octo", "wageubn", "afp", "mls", "fp8"])
+def test_every_recipe_op_has_its_role(recipe):
+    """Each recipe's quantisers, products (by pass), loss and updates get their role."""
+    from dsptrain.graph import lower
+    from dsptrain.models import build_model
+    from dsptrain.profile import role
+
+    run = dsptrain.load_run(CONFIG_ROOT / "runs" / f"lenet-fmnist-{recipe}.yaml")
+    graph = lower(build_model("lenet5"), run.recipe, 8, True)
+    passes = {"forward": "forward", "backward_data": "backward data", "backward_weight": "weight gradient"}
+    for op in graph.ops:
+        expected = ("update" if op.phase == "update" else passes[op.product.pass_] if op.product is not None
+                    else "quantiser" if ".quant_" in op.kind else "loss" if op.phase == "loss" else None)
+        if expected is not None:
+            assert role(op) == expected, (recipe, op.name, op.kind)
+    assert (recipe in ("niti", "fp32")) == all(role(op) != "quantiser" for op in graph.ops)
+
+
 def test_float_recipe_roles_and_work(tmp_path):
     """Under Octo (an emulated recipe: float tensors, int8 products) the quantisers are their
     own role, and the MACs counted per op are the float work the StepStats count."""
