@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#define DSPT_ABI_VERSION 3u
+#define DSPT_ABI_VERSION 4u
 #define DSPT_MAGIC 0x44535054u /* "DSPT" */
 
 /* Op codes. The DSP answers DSPT_NO_SUPPORT for a code it does not know. */
@@ -31,7 +31,13 @@ enum dspt_op {
     DSPT_OP_NITI_UPDATE_S8 = 11,    /* in0 w i8, in1 grad i32 -> out0 w' i8 (mu in `bits`) */
     DSPT_OP_DEBUG_SLEEP = 12,       /* sleeps `shift` milliseconds: lets tests hang the server */
     DSPT_OP_DEBUG_CRASH = 13,       /* exits the server without answering */
-    DSPT_OP_COUNT = 14
+    /* Depthwise (one filter per channel, multiplier 1): w is tap-major, w[t, c] with
+     * t = kh * KW + kw (shape_b = (KH, KW, C, 1)): the host hands the (C, KH, KW, 1)
+     * weights over transposed (C * KH * KW bytes), the lanes' order. */
+    DSPT_OP_DWCONV2D_S8 = 14,       /* in0 x[N,H,W,C], in1 w[KH,KW,C] -> out0 y[N,OH,OW,C] i32 */
+    DSPT_OP_DWCONV2D_BWD_DATA_S8 = 15,   /* in0 err[N,OH,OW,C], in1 w[KH,KW,C] -> out0 dx[N,H,W,C] i32 */
+    DSPT_OP_DWCONV2D_BWD_WEIGHT_S8 = 16, /* in0 err[N,OH,OW,C], in1 x[N,H,W,C] -> out0 dw[KH,KW,C] i32 */
+    DSPT_OP_COUNT = 17
 };
 
 enum dspt_dtype { DSPT_I8 = 1, DSPT_U8 = 2, DSPT_I32 = 3, DSPT_I64 = 4 };

@@ -1,0 +1,363 @@
+/* dwconv.c: depthwise convolution forward and backward data on HVX, channels in the lanes.
+ *
+ * y[n, oh, ow, c] = sum over taps (i, j) of x[n, oh*s + i - p, ow*s + j - p, c] * w[i, j, c]
+ *
+ * The reduction is over 9 (or 25) taps of one channel: vrmpy's groups of 4 bytes would
+ * need the taps of a channel gathered into a word (a transpose per output). Instead each
+ * tap is one vmpy of 128 channel bytes by the tap's 128 weight bytes (128 int8 products
+ * in halfwords, even and odd channels apart), and two taps' products are summed into
+ * words at once (vaddhw_acc): a halfword holds one product, never a sum, so -128 * -128
+ * stays exact. The words come out as channels 4i, 4i+2 | 4i+1, 4i+3, which two vshuff
+ * stages put back in order before the store (XNNPACK's depthwise kernels likewise keep
+ * channels in the lanes and loop over taps; the widening is HVX's own).
+ *
+ * Inputs go through a zero-bordered copy of each image (no bounds in the loops), in one
+ * of two layouts:
+ * - flat (stride 1): the padded rows as they are (W * C bytes). An output vector is 128
+ *   consecutive bytes of an output row, whatever C is (several pixels when C < 128), and
+ *   tap (i, j) is the same 128 bytes moved by i rows and j * C bytes. Which weight a lane
+ *   needs repeats every lcm(128, C) bytes: one weight table per residue r of the vector
+ *   index (C / gcd(C, 128) of them), each held in registers while every vector of that
+ *   residue, of every row and image, is computed.
+ * - blocks (other strides, backward data of stride 2): one 128-channel block of each pixel
+ *   at a 128-byte pitch; a vector is one pixel's block (the last block of a ragged C only
+ *   partly used).
+ * Backward data of stride 1 is the forward conv of err with the taps flipped; of stride
+ * s, each class of dx pixels (row and column residues mod s) meets its own taps, so every
+ * product is a real one (no zeros inserted).
+ * Work is split by images across the HVX threads (threads.h), each with its own copies.
+ */
+#include "hvx-utils.h"
+#include "kernels.h"
+#include "dwconv.h"
+#include "threads.h"
+
+#define DW_CHUNK (256u * 1024u)   /* padded images a thread copies per pass */
+#define DW_MAX_TAPS 64            /* kernels up to 8 x 8 */
+
+int dspt_dw_shape(const struct dspt_op_desc *d, const int32_t *img, const int32_t *out, struct dw_shape *s)
+{
+    s->n = img[0]; s->h = img[1]; s->w = img[2]; s->c = img[3];
+    s->oh = out[1]; s->ow = out[2];
+    s->kh = d->kernel_h; s->kw = d->kernel_w; s->stride = d->stride; s->pad = d->pad;
+    if (s->n <= 0 || s->h <= 0 || s->w <= 0 || s->c <= 0 || s->kh <= 0 || s->kw <= 0 || s->stride <= 0 ||
+        s->pad < 0 || out[0] != s->n || out[3] != s->c || s->oh <= 0 || s->ow <= 0)
+        return DSPT_BAD_PARAMS;
+    if (s->oh != (s->h + 2 * s->pad - s->kh) / s->stride + 1 || s->ow != (s->w + 2 * s->pad - s->kw) / s->stride + 1)
+        return DSPT_BAD_PARAMS;
+    if (d->shape_b[0] != s->kh || d->shape_b[1] != s->kw || d->shape_b[2] != s->c)
+        return DSPT_BAD_PARAMS;
+    return DSPT_OK;
+}
+
+/* A stack of zero-bordered images (`pad` all round), in the flat or the block layout. */
+struct stack {
+    int8_t *buf;
+    int hp, wp, pad;
+    int pitch;       /* bytes per pixel: C (flat) or 128 (blocks) */
+    int rowbytes, imgbytes;
+};
+
+static void stack_init(struct stack *st, int h, int w, int pad, int pitch)
+{
+    st->pad = pad;
+    st->hp = h + 2 * pad;
+    st->wp = w + 2 * pad;
+    st->pitch = pitch;
+    st->rowbytes = st->wp * pitch;
+    st->imgbytes = dw_round_vec(st->hp * st->rowbytes);
+}
+
+/* Images n0 .. n0+g-1 of src (N, h, w, c) into the stack: whole rows (flat) or channel
+ * block cb of every pixel (blocks). Only the interior is written: the border, zeroed once
+ * when the buffer was carved, stays zero. */
+static void stack_fill(struct stack *st, const int8_t *src, int h, int w, int c, int n0, int g, int cb)
+{
+    for (int gi = 0; gi < g; gi++) {
+        const int8_t *img = src + (size_t)(n0 + gi) * h * w * c;
+        int8_t *dst = st->buf + gi * st->imgbytes + st->pad * st->rowbytes + st->pad * st->pitch;
+        if (st->pitch == c) {   /* flat (or one block of exactly 128 channels): one copy a row */
+            for (int r = 0; r < h; r++) hvx_copy(dst + r * st->rowbytes, img + r * w * c, (uint32_t)(w * c));
+            continue;
+        }
+        const int8_t *px = img + cb * HVX_BYTES;   /* blocks: whole vectors (lanes past C unused) */
+        for (int r = 0; r < h; r++) {
+            HVX_Vector *row = (HVX_Vector *)(dst + r * st->rowbytes);
+            for (int q = 0; q < w; q++, px += c) row[q] = hvx_load_u(px);
+        }
+    }
+}
+
+/* One batch of output vectors sharing taps and weights: three nested loops (a, b, c) with
+ * their steps in input bytes and output words; vector b of a row keeps
+ * min(cap, lim - b * vstep) words. */
+struct dw_run {
+    const int8_t *in;
+    int32_t *out;
+    int na, nb, nc, ia, ib, ic, oa, ob, oc;
+    int cap, lim, vstep, accumulate;
+};
+
+/* 128 words in channel order from the two word pairs (even channels: 4i | 4i+2; odd:
+ * 4i+1 | 4i+3), stored (or added) at out, `valid` words of them. */
+static inline __attribute__((always_inline)) void dw_store(int32_t *out, HVX_VectorPair ev, HVX_VectorPair od,
+                                                           int valid, int accumulate)
+{
+    HVX_VectorPair a = Q6_W_vshuff_VVR(Q6_V_lo_W(od), Q6_V_lo_W(ev), -4);   /* 0,1,4,5.. | 64,65.. */
+    HVX_VectorPair b = Q6_W_vshuff_VVR(Q6_V_hi_W(od), Q6_V_hi_W(ev), -4);   /* 2,3,6,7.. | 66,67.. */
+    HVX_VectorPair lo = Q6_W_vshuff_VVR(Q6_V_lo_W(b), Q6_V_lo_W(a), -8);    /* 0..31 | 32..63 */
+    HVX_VectorPair hi = Q6_W_vshuff_VVR(Q6_V_hi_W(b), Q6_V_hi_W(a), -8);    /* 64..95 | 96..127 */
+    HVX_Vector v[4] = {Q6_V_lo_W(lo), Q6_V_hi_W(lo), Q6_V_lo_W(hi), Q6_V_hi_W(hi)};
+    for (int q = 0; q < 4 && 32 * q < valid; q++) {
+        int words = valid - 32 * q < 32 ? valid - 32 * q : 32;
+        HVX_Vector r = accumulate ? Q6_Vw_vadd_VwVw(v[q], hvx_load_u(out + 32 * q)) : v[q];
+        if (words == 32) hvx_store_u(out + 32 * q, r);
+        else hvx_store_bytes(out + 32 * q, r, (uint32_t)words * 4);
+    }
+}
+
+/* The run with NT taps (a compile-time count: the weights stay in registers; 0: nt taps,
+ * weights read from wv each time). Tap t reads the input at off[t] bytes past the vector. */
+static inline __attribute__((always_inline)) void dw_core(const int NT, const struct dw_run *R, const int32_t *off,
+                                                          const HVX_Vector *wv, int nt)
+{
+    const int n = NT ? NT : nt;
+    HVX_Vector W[NT ? NT : 1];
+    int32_t O[NT ? NT : 1];
+    for (int t = 0; t < NT; t++) { W[t] = wv[t]; O[t] = off[t]; }
+    const HVX_Vector zero = Q6_V_vzero();
+    const int na = R->na, nb = R->nb, nc = R->nc, ia = R->ia, ib = R->ib, ic = R->ic;
+    const int oa = R->oa, ob = R->ob, oc = R->oc, cap = R->cap, lim = R->lim, vstep = R->vstep, acc = R->accumulate;
+    for (int a = 0; a < na; a++)
+        for (int b = 0; b < nb; b++) {
+            int valid = lim - b * vstep < cap ? lim - b * vstep : cap;
+            const int8_t *in = R->in + a * ia + b * ib;
+            int32_t *out = R->out + a * oa + b * ob;
+            for (int c = 0; c < nc; c++, in += ic, out += oc) {
+                HVX_VectorPair ev = Q6_W_vcombine_VV(zero, zero), od = ev;
+                int t = 0;
+                for (; t + 1 < n; t += 2) {
+                    HVX_Vector w0 = NT ? W[t] : wv[t], w1 = NT ? W[t + 1] : wv[t + 1];
+                    HVX_VectorPair p0 = Q6_Wh_vmpy_VbVb(hvx_load_u(in + (NT ? O[t] : off[t])), w0);
+                    HVX_VectorPair p1 = Q6_Wh_vmpy_VbVb(hvx_load_u(in + (NT ? O[t + 1] : off[t + 1])), w1);
+                    ev = Q6_Ww_vaddacc_WwVhVh(ev, Q6_V_lo_W(p0), Q6_V_lo_W(p1));
+                    od = Q6_Ww_vaddacc_WwVhVh(od, Q6_V_hi_W(p0), Q6_V_hi_W(p1));
+                }
+                if (t < n) {
+                    HVX_VectorPair p0 = Q6_Wh_vmpy_VbVb(hvx_load_u(in + (NT ? O[t] : off[t])), NT ? W[t] : wv[t]);
+                    ev = Q6_Ww_vaddacc_WwVhVh(ev, Q6_V_lo_W(p0), zero);
+                    od = Q6_Ww_vaddacc_WwVhVh(od, Q6_V_hi_W(p0), zero);
+                }
+                dw_store(out, ev, od, valid, acc);
+            }
+        }
+}
+
+/* The compiled tap counts: full 3x3 kernels, and the tap classes of backward data at
+ * stride 2 (3x3: 1, 2, 4; 5x5: 4, 6, 9); 5x5's 25 weights would not fit the registers. */
+static void dw_run_taps(const struct dw_run *R, const int32_t *off, const HVX_Vector *wv, int nt)
+{
+    switch (nt) {
+    case 1: dw_core(1, R, off, wv, nt); break;
+    case 2: dw_core(2, R, off, wv, nt); break;
+    case 4: dw_core(4, R, off, wv, nt); break;
+    case 6: dw_core(6, R, off, wv, nt); break;
+    case 9: dw_core(9, R, off, wv, nt); break;
+    default: dw_core(0, R, off, wv, nt); break;
+    }
+}
+
+/* What a thread's share runs over: images [lo, hi) in passes of `g` images. */
+struct dw_job {
+    const struct dw_shape *s;
+    const int8_t *src, *w;        /* x (forward) or err (backward data); w tap-major */
+    int32_t *out;
+    int flat, flip, pad, accumulate, g;
+    int src_h, src_w;             /* the image the stack holds (x or err) */
+    const int8_t *ext;            /* flat: per tap, the weights repeated (ext_bytes each) */
+    int ext_bytes, residues;
+    uint32_t buf_bytes;
+    int8_t *buf[DSPT_MAX_THREADS];
+};
+
+/* y of images n0 .. n0+g-1 from the flat stack (stride 1): one run per weight residue. */
+static void forward_flat(const struct dw_job *J, struct stack *st, int n0, int g)
+{
+    const struct dw_shape *s = J->s;
+    int taps = s->kh * s->kw, rowlen = s->ow * s->c, nv = (rowlen + HVX_BYTES - 1) / HVX_BYTES;
+    int32_t off[DW_MAX_TAPS];
+    HVX_Vector wv[DW_MAX_TAPS];
+    for (int i = 0; i < s->kh; i++)
+        for (int j = 0; j < s->kw; j++) off[i * s->kw + j] = i * st->rowbytes + j * s->c;
+    for (int r = 0; r < J->residues && r < nv; r++) {
+        for (int t = 0; t < taps; t++)
+            wv[t] = *(const HVX_Vector *)(J->ext + (J->flip ? taps - 1 - t : t) * J->ext_bytes + r * HVX_BYTES);
+        struct dw_run R = {.in = st->buf + r * HVX_BYTES, .out = J->out + (size_t)n0 * s->oh * rowlen + r * HVX_BYTES,
+                           .na = s->oh, .nb = (nv - r + J->residues - 1) / J->residues, .nc = g,
+                           .ia = st->rowbytes, .ib = J->residues * HVX_BYTES, .ic = st->imgbytes,
+                           .oa = rowlen, .ob = J->residues * HVX_BYTES, .oc = s->oh * rowlen,
+                           .cap = HVX_BYTES, .lim = rowlen - r * HVX_BYTES, .vstep = J->residues * HVX_BYTES,
+                           .accumulate = J->accumulate};
+        dw_run_taps(&R, off, wv, taps);
+    }
+}
+
+/* y of images n0 .. n0+g-1, channel block cb, from the block stack (any stride). */
+static void forward_blocks(const struct dw_job *J, struct stack *st, int n0, int g, int cb)
+{
+    const struct dw_shape *s = J->s;
+    int taps = s->kh * s->kw, lanes = s->c - cb * HVX_BYTES;
+    int32_t off[DW_MAX_TAPS];
+    HVX_Vector wv[DW_MAX_TAPS];
+    for (int i = 0; i < s->kh; i++)
+        for (int j = 0; j < s->kw; j++) {
+            off[i * s->kw + j] = i * st->rowbytes + j * HVX_BYTES;
+            wv[i * s->kw + j] = hvx_load_u(J->w + (i * s->kw + j) * s->c + cb * HVX_BYTES);
+        }
+    struct dw_run R = {.in = st->buf, .out = J->out + (size_t)n0 * s->oh * s->ow * s->c + cb * HVX_BYTES,
+                       .na = s->oh, .nb = s->ow, .nc = g,
+                       .ia = s->stride * st->rowbytes, .ib = s->stride * HVX_BYTES, .ic = st->imgbytes,
+                       .oa = s->ow * s->c, .ob = s->c, .oc = s->oh * s->ow * s->c,
+                       .cap = lanes < HVX_BYTES ? lanes : HVX_BYTES, .lim = 1 << 30, .vstep = 0,
+                       .accumulate = J->accumulate};
+    dw_run_taps(&R, off, wv, taps);
+}
+
+/* dx of images n0 .. n0+g-1, channel block cb, from the block stack of err (padded by
+ * J->pad): dx pixel (h, w) meets the taps i = (h + p) mod s (step s), j likewise, at err
+ * row (h + p - i) / s and column (w + p - j) / s. One run per class of (h mod s, w mod s). */
+static void bwd_data_blocks(const struct dw_job *J, struct stack *st, int n0, int g, int cb)
+{
+    const struct dw_shape *s = J->s;
+    int S = s->stride, p = s->pad, pe = J->pad, lanes = s->c - cb * HVX_BYTES;
+    int32_t off[DW_MAX_TAPS];
+    HVX_Vector wv[DW_MAX_TAPS];
+    for (int a = 0; a < S && a < s->h; a++)
+        for (int b = 0; b < S && b < s->w; b++) {
+            int nt = 0;
+            for (int i = (a + p) % S; i < s->kh; i += S)
+                for (int j = (b + p) % S; j < s->kw; j += S) {
+                    int er = (a + p - i) / S + pe, ec = (b + p - j) / S + pe;   /* exact: i = a + p mod S */
+                    off[nt] = er * st->rowbytes + ec * HVX_BYTES;
+                    wv[nt++] = hvx_load_u(J->w + (i * s->kw + j) * s->c + cb * HVX_BYTES);
+                }
+            struct dw_run R = {.in = st->buf, .out = J->out + ((size_t)n0 * s->h * s->w + a * s->w + b) * s->c + cb * HVX_BYTES,
+                               .na = (s->h - a + S - 1) / S, .nb = (s->w - b + S - 1) / S, .nc = g,
+                               .ia = st->rowbytes, .ib = HVX_BYTES, .ic = st->imgbytes,
+                               .oa = S * s->w * s->c, .ob = S * s->c, .oc = s->h * s->w * s->c,
+                               .cap = lanes < HVX_BYTES ? lanes : HVX_BYTES, .lim = 1 << 30, .vstep = 0,
+                               .accumulate = J->accumulate};
+            dw_run_taps(&R, off, wv, nt);
+        }
+}
+
+static int dw_share(struct dspt_ctx *tc, int t, void *job)
+{
+    const struct dw_job *J = job;
+    const struct dw_shape *s = J->s;
+    struct stack st;
+    stack_init(&st, J->src_h, J->src_w, J->pad, J->flat ? s->c : HVX_BYTES);
+    st.buf = J->buf[t];
+    int lo, hi, blocks = J->flat ? 1 : (s->c + HVX_BYTES - 1) / HVX_BYTES;
+    dspt_share(tc, s->n, 1, t, &lo, &hi);
+    if (lo < hi) hvx_zero(st.buf, J->buf_bytes);   /* the border, never written after */
+    for (int n0 = lo; n0 < hi; n0 += J->g) {
+        int g = hi - n0 < J->g ? hi - n0 : J->g;
+        for (int cb = 0; cb < blocks; cb++) {
+            stack_fill(&st, J->src, J->src_h, J->src_w, s->c, n0, g, cb);
+            if (J->flat) forward_flat(J, &st, n0, g);
+            else if (J->out && J->flip < 0) bwd_data_blocks(J, &st, n0, g, cb);
+            else forward_blocks(J, &st, n0, g, cb);
+        }
+    }
+    return DSPT_OK;
+}
+
+static int gcd(int a, int b)
+{
+    while (b) { int t = a % b; a = b; b = t; }
+    return a;
+}
+
+/* Carve each thread's stack (its share zeroes it: the border) and, flat, the repeated weight planes;
+ * then run the shares. */
+static int dw_run_job(struct dspt_ctx *ctx, struct dw_job *J)
+{
+    const struct dw_shape *s = J->s;
+    struct stack st;
+    stack_init(&st, J->src_h, J->src_w, J->pad, J->flat ? s->c : HVX_BYTES);
+    int per = (int)ctx->threads, share = (s->n + per - 1) / per;
+    J->g = (int)(DW_CHUNK / (uint32_t)st.imgbytes);
+    if (J->g < 1) J->g = 1;
+    if (J->g > share) J->g = share;
+    uint32_t bytes = (uint32_t)J->g * st.imgbytes + 2 * HVX_BYTES;   /* vectors read past the last row */
+    J->buf_bytes = bytes;
+    int taps = s->kh * s->kw;
+    if (taps > DW_MAX_TAPS) return DSPT_NO_SUPPORT;
+    if (J->flat) {
+        J->residues = s->c / gcd(s->c, HVX_BYTES);
+        J->ext_bytes = (J->residues + 1) * HVX_BYTES;
+        int8_t *ext = dspt_scratch(ctx, (uint32_t)(taps * J->ext_bytes));
+        if (!ext) return DSPT_NO_SUPPORT;
+        for (int t = 0; t < taps; t++)   /* plane t repeated: lane l of residue r is channel (128 r + l) mod C */
+            for (int k = 0; k < J->ext_bytes; k += s->c)
+                hvx_copy(ext + t * J->ext_bytes + k, J->w + t * s->c,
+                         (uint32_t)(J->ext_bytes - k < s->c ? J->ext_bytes - k : s->c));
+        J->ext = ext;
+    }
+    for (int t = 0; t < (int)ctx->threads; t++) {
+        struct dspt_ctx *tc = dspt_thread_ctx(ctx, t);
+        J->buf[t] = tc ? dspt_scratch(tc, bytes) : 0;
+        if (!J->buf[t]) return DSPT_NO_SUPPORT;
+    }
+    return dspt_run_shares(ctx, dw_share, J);
+}
+
+static int too_deep(int64_t depth) { return depth * 127 * 127 >= ((int64_t)1 << 31); }
+
+int dspt_op_dwconv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
+{
+    struct dw_shape s;
+    if (d->dtype != DSPT_I8) return DSPT_NO_SUPPORT;
+    int st = dspt_dw_shape(d, d->shape_a, d->shape_out, &s);
+    if (st) return st;
+    if (too_deep(s.kh * s.kw)) return DSPT_NO_SUPPORT;
+    uint32_t y_words = (uint32_t)s.n * s.oh * s.ow * s.c;
+    const int8_t *x = dspt_at(ctx, d->in[0], dspt_count(d->shape_a));
+    const int8_t *w = dspt_at(ctx, d->in[1], (uint32_t)(s.kh * s.kw * s.c));
+    int32_t *y = dspt_at(ctx, d->out[0], y_words * 4);
+    if (!x || !w || !y) return DSPT_BAD_PARAMS;
+    struct dw_job J = {.s = &s, .src = x, .w = w, .out = y, .flat = s.stride == 1, .flip = 0, .pad = s.pad,
+                       .accumulate = (d->flags & DSPT_F_ACCUMULATE) != 0, .src_h = s.h, .src_w = s.w};
+    return dw_run_job(ctx, &J);
+}
+
+int dspt_op_dwconv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
+{
+    struct dw_shape s;
+    if (d->dtype != DSPT_I8) return DSPT_NO_SUPPORT;
+    int st = dspt_dw_shape(d, d->shape_out, d->shape_a, &s);   /* out0 is dx (N, H, W, C) */
+    if (st) return st;
+    if (too_deep(s.kh * s.kw)) return DSPT_NO_SUPPORT;
+    const int8_t *err = dspt_at(ctx, d->in[0], dspt_count(d->shape_a));
+    const int8_t *w = dspt_at(ctx, d->in[1], (uint32_t)(s.kh * s.kw * s.c));
+    int32_t *dx = dspt_at(ctx, d->out[0], dspt_count(d->shape_out) * 4);
+    if (!err || !w || !dx) return DSPT_BAD_PARAMS;
+    int acc = (d->flags & DSPT_F_ACCUMULATE) != 0;
+    if (s.stride == 1 && s.kh == s.kw && s.pad <= s.kh - 1) {
+        /* the forward conv of err (padded by k - 1 - p) with the taps flipped */
+        struct dw_shape f = {s.n, s.oh, s.ow, s.c, s.kh, s.kw, s.h, s.w, 1, s.kh - 1 - s.pad};
+        struct dw_job J = {.s = &f, .src = err, .w = w, .out = dx, .flat = 1, .flip = 1, .pad = f.pad,
+                           .accumulate = acc, .src_h = s.oh, .src_w = s.ow};
+        return dw_run_job(ctx, &J);
+    }
+    /* err padded so that every class's taps land inside: rows (h + p - i) / s from
+     * -(k - 1 - p) / s up to (H - 1 + p) / s */
+    int k = s.kh > s.kw ? s.kh : s.kw, hw = s.h > s.w ? s.h : s.w, ohw = s.oh < s.ow ? s.oh : s.ow;
+    int pe = (k - 1 - s.pad + s.stride - 1) / s.stride, below = (hw - 1 + s.pad) / s.stride - (ohw - 1);
+    if (pe < below) pe = below;
+    if (pe < 0) pe = 0;
+    struct dw_job J = {.s = &s, .src = err, .w = w, .out = dx, .flat = 0, .flip = -1, .pad = pe,
+                       .accumulate = acc, .src_h = s.oh, .src_w = s.ow};
+    return dw_run_job(ctx, &J);
+}

@@ -1,0 +1,188 @@
+/* dwconv_wgrad.c: the depthwise weight gradient on HVX, four images in each vrmpy word.
+ *
+ * dw[i, j, c] = sum over (n, oh, ow) of err[n, oh, ow, c] * x[n, oh*s + i - p, ow*s + j - p, c]
+ *
+ * The reduction runs over positions, and for a given tap every image reads x at the same
+ * offset: so the bytes of four images are interleaved into each word (lane c of a vector:
+ * images 4g .. 4g+3 of channel c), for x (zero-bordered) and err alike. Then one vrmpy of
+ * an x vector by an err vector is 32 channels x 4 images of products summed per channel,
+ * a tap is an address offset, and all 128 bytes of every product are real ones (ragged
+ * batches pad the last group with zero images). A register per tap (9, or 25) sums over
+ * every position of the pass; one interleave (two vshuff stages) per 4 x 128 input bytes.
+ * Each HVX thread takes whole groups of images and sums into its own partial dw, added
+ * after the join (conv.c's dspt_join_partials). dw is tap-major, dw[t, c], as the
+ * forward's weights (ops.h): the host transposes C * KH * KW words.
+ */
+#include "hvx-utils.h"
+#include "kernels.h"
+#include "conv.h"
+#include "dwconv.h"
+#include "threads.h"
+
+#define WG_CHUNK (512u * 1024u)   /* interleaved x and err a thread holds per pass */
+#define WG_MAX_TAPS 64
+
+/* Interleaved images: pixel (r, q) of group gi at ((gi * rows + r) * cols + q) * pitch,
+ * pitch = 128 bytes per 32 channels (cb32 blocks of 32 channels x 4 images). */
+struct quad {
+    int8_t *buf;
+    int rows, cols, pad, blocks, pitch, group_bytes;
+};
+
+static void quad_init(struct quad *q, int h, int w, int pad, int c)
+{
+    q->pad = pad;
+    q->rows = h + 2 * pad;
+    q->cols = w + 2 * pad;
+    q->blocks = (c + 31) / 32;
+    q->pitch = q->blocks * HVX_BYTES;
+    q->group_bytes = q->rows * q->cols * q->pitch;
+}
+
+/* Groups g0 .. g0+ng-1 of 4 images of src (n images of h x w x c, images from `first`)
+ * into q's interior; images past n are zeros. */
+static void quad_fill(struct quad *q, const int8_t *src, int n, int h, int w, int c, int first, int ng)
+{
+    const HVX_Vector zero = Q6_V_vzero();
+    int img = h * w * c;
+    for (int gi = 0; gi < ng; gi++) {
+        int n0 = first + 4 * gi;
+        const int8_t *im[4];
+        for (int k = 0; k < 4; k++) im[k] = n0 + k < n ? src + (size_t)(n0 + k) * img : 0;
+        for (int r = 0; r < h; r++)
+            for (int col = 0; col < w; col++) {
+                int pix = (r * w + col) * c;
+                HVX_Vector *dst = (HVX_Vector *)(q->buf + ((gi * q->rows + r + q->pad) * q->cols + col + q->pad) * q->pitch);
+                for (int c0 = 0, b = 0; c0 < c; c0 += HVX_BYTES, b += 4) {
+                    HVX_Vector v0 = im[0] ? hvx_load_u(im[0] + pix + c0) : zero;   /* lanes past C: unused */
+                    HVX_Vector v1 = im[1] ? hvx_load_u(im[1] + pix + c0) : zero;
+                    HVX_Vector v2 = im[2] ? hvx_load_u(im[2] + pix + c0) : zero;
+                    HVX_Vector v3 = im[3] ? hvx_load_u(im[3] + pix + c0) : zero;
+                    HVX_VectorPair p01 = Q6_W_vshuff_VVR(v1, v0, -1), p23 = Q6_W_vshuff_VVR(v3, v2, -1);
+                    HVX_VectorPair lo = Q6_W_vshuff_VVR(Q6_V_lo_W(p23), Q6_V_lo_W(p01), -2);   /* channels 0..31 | 32..63 */
+                    HVX_VectorPair hi = Q6_W_vshuff_VVR(Q6_V_hi_W(p23), Q6_V_hi_W(p01), -2);   /* 64..95 | 96..127 */
+                    dst[b] = Q6_V_lo_W(lo);
+                    if (b + 1 < q->blocks) dst[b + 1] = Q6_V_hi_W(lo);
+                    if (b + 2 < q->blocks) dst[b + 2] = Q6_V_lo_W(hi);
+                    if (b + 3 < q->blocks) dst[b + 3] = Q6_V_hi_W(hi);
+                }
+            }
+    }
+}
+
+struct wg_job {
+    const struct dw_shape *s;
+    const int8_t *err, *x;
+    int groups_per_pass, accumulate;
+    int32_t *part[DSPT_MAX_THREADS];
+    int8_t *xq[DSPT_MAX_THREADS], *eq[DSPT_MAX_THREADS];
+    uint32_t xq_bytes;
+};
+
+/* part[t, c] (+)= the sums of channel block cb over the pass's positions; `add` when the
+ * partial already holds sums. NT taps in registers (0: any count, sums in memory). */
+static inline __attribute__((always_inline)) void wg_block(const int NT, int32_t *part, const struct dw_shape *s,
+                                                           const struct quad *xq, const struct quad *eq, int ng,
+                                                           int cb, const int32_t *off, int add)
+{
+    const int taps = NT ? NT : s->kh * s->kw;
+    HVX_Vector acc[NT ? NT : WG_MAX_TAPS];
+    for (int t = 0; t < taps; t++) acc[t] = Q6_V_vzero();
+    const int S = s->stride, xrow = xq->cols * xq->pitch;
+    for (int gi = 0; gi < ng; gi++)
+        for (int oh = 0; oh < s->oh; oh++) {
+            const int8_t *xr = xq->buf + (gi * xq->rows + oh * S) * xrow + cb * HVX_BYTES;
+            const HVX_Vector *er = (const HVX_Vector *)(eq->buf + ((gi * eq->rows + oh) * eq->cols) * eq->pitch) + cb;
+            for (int ow = 0; ow < s->ow; ow++, xr += S * xq->pitch, er += eq->blocks) {
+                HVX_Vector e = *er;
+                for (int t = 0; t < taps; t++)
+                    acc[t] = Q6_Vw_vrmpyacc_VwVbVb(acc[t], *(const HVX_Vector *)(xr + off[t]), e);
+            }
+        }
+    int words = s->c - 32 * cb < 32 ? s->c - 32 * cb : 32;
+    for (int t = 0; t < taps; t++) {
+        int32_t *dst = part + t * s->c + 32 * cb;
+        HVX_Vector v = add ? Q6_Vw_vadd_VwVw(acc[t], hvx_load_u(dst)) : acc[t];
+        if (words == 32) hvx_store_u(dst, v);
+        else hvx_store_bytes(dst, v, (uint32_t)words * 4);
+    }
+}
+
+static int wg_share(struct dspt_ctx *tc, int t, void *job)
+{
+    const struct wg_job *J = job;
+    const struct dw_shape *s = J->s;
+    struct quad xq, eq;
+    quad_init(&xq, s->h, s->w, s->pad, s->c);
+    quad_init(&eq, s->oh, s->ow, 0, s->c);
+    xq.buf = J->xq[t];
+    eq.buf = J->eq[t];
+    int lo, hi, groups = (s->n + 3) / 4;
+    dspt_share(tc, groups, 1, t, &lo, &hi);
+    if (lo >= hi) return DSPT_OK;
+    hvx_zero(xq.buf, J->xq_bytes);   /* the border, never written after */
+    int taps = s->kh * s->kw;
+    int32_t off[WG_MAX_TAPS];
+    for (int i = 0; i < s->kh; i++)
+        for (int j = 0; j < s->kw; j++) off[i * s->kw + j] = (i * xq.cols + j) * xq.pitch;
+    for (int g0 = lo; g0 < hi; g0 += J->groups_per_pass) {
+        int ng = hi - g0 < J->groups_per_pass ? hi - g0 : J->groups_per_pass;
+        quad_fill(&xq, J->x, s->n, s->h, s->w, s->c, 4 * g0, ng);
+        quad_fill(&eq, J->err, s->n, s->oh, s->ow, s->c, 4 * g0, ng);
+        int add = g0 > lo || (t == 0 && J->accumulate);
+        for (int cb = 0; cb < xq.blocks; cb++) {
+            if (taps == 9) wg_block(9, J->part[t], s, &xq, &eq, ng, cb, off, add);
+            else if (taps == 25) wg_block(25, J->part[t], s, &xq, &eq, ng, cb, off, add);
+            else wg_block(0, J->part[t], s, &xq, &eq, ng, cb, off, add);
+        }
+    }
+    return DSPT_OK;
+}
+
+int dspt_op_dwconv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
+{
+    struct dw_shape s;
+    if (d->dtype != DSPT_I8) return DSPT_NO_SUPPORT;
+    /* in0 err (N, OH, OW, C), in1 x (N, H, W, C); out0 dw (KH, KW, C): shape_b is x here */
+    s.n = d->shape_b[0]; s.h = d->shape_b[1]; s.w = d->shape_b[2]; s.c = d->shape_b[3];
+    s.oh = d->shape_a[1]; s.ow = d->shape_a[2];
+    s.kh = d->kernel_h; s.kw = d->kernel_w; s.stride = d->stride; s.pad = d->pad;
+    if (s.n <= 0 || s.h <= 0 || s.w <= 0 || s.c <= 0 || s.kh <= 0 || s.kw <= 0 || s.stride <= 0 || s.pad < 0 ||
+        d->shape_a[0] != s.n || d->shape_a[3] != s.c || s.oh != (s.h + 2 * s.pad - s.kh) / s.stride + 1 ||
+        s.ow != (s.w + 2 * s.pad - s.kw) / s.stride + 1 || s.oh <= 0 || s.ow <= 0 ||
+        d->shape_out[0] != s.kh || d->shape_out[1] != s.kw || d->shape_out[2] != s.c)
+        return DSPT_BAD_PARAMS;
+    int taps = s.kh * s.kw;
+    if (taps > WG_MAX_TAPS) return DSPT_NO_SUPPORT;
+    if ((int64_t)s.n * s.oh * s.ow * 127 * 127 >= ((int64_t)1 << 31)) return DSPT_NO_SUPPORT;
+    const int8_t *err = dspt_at(ctx, d->in[0], dspt_count(d->shape_a));
+    const int8_t *x = dspt_at(ctx, d->in[1], dspt_count(d->shape_b));
+    uint32_t dw_words = (uint32_t)taps * s.c;
+    int32_t *dw = dspt_at(ctx, d->out[0], dw_words * 4);
+    if (!err || !x || !dw) return DSPT_BAD_PARAMS;
+    struct quad xq, eq;
+    quad_init(&xq, s.h, s.w, s.pad, s.c);
+    quad_init(&eq, s.oh, s.ow, 0, s.c);
+    int groups = (s.n + 3) / 4, share = (groups + (int)ctx->threads - 1) / (int)ctx->threads;
+    int gp = (int)(WG_CHUNK / (uint32_t)(xq.group_bytes + eq.group_bytes));
+    if (gp < 1) gp = 1;
+    if (gp > share) gp = share;
+    struct wg_job J = {.s = &s, .err = err, .x = x, .groups_per_pass = gp,
+                       .accumulate = (d->flags & DSPT_F_ACCUMULATE) != 0,
+                       .xq_bytes = (uint32_t)gp * xq.group_bytes};
+    for (int t = 0; t < (int)ctx->threads; t++) {   /* each thread's buffers, from its own scratch */
+        struct dspt_ctx *tc = dspt_thread_ctx(ctx, t);
+        if (!tc) return DSPT_NO_SUPPORT;
+        J.xq[t] = dspt_scratch(tc, J.xq_bytes);
+        J.eq[t] = dspt_scratch(tc, (uint32_t)gp * eq.group_bytes);
+        J.part[t] = t ? dspt_scratch(tc, dw_words * 4 + HVX_BYTES) : dw;
+        if (!J.xq[t] || !J.eq[t] || !J.part[t]) return DSPT_NO_SUPPORT;
+    }
+    int status = dspt_run_shares(ctx, wg_share, &J), shares = 0;
+    for (int t = 0; t < (int)ctx->threads; t++) {   /* the threads that had work (idle ones come last) */
+        int lo, hi;
+        dspt_share(ctx, groups, 1, t, &lo, &hi);
+        shares += lo < hi;
+    }
+    return status ? status : dspt_join_partials(ctx, dw, J.part, shares, dw_words);
+}
