@@ -17,4 +17,18 @@ int dspt_dw_shape(const struct dspt_op_desc *d, const int32_t *img, const int32_
 /* Image-stack pitch: bytes from one padded image to the next, whole vectors. */
 static inline int dw_round_vec(int bytes) { return (bytes + HVX_BYTES - 1) & ~(HVX_BYTES - 1); }
 
+/* dwconv_wgrad.c: four byte rows r0..r3 (128 lanes each) interleaved into vrmpy's 4-byte groups, all of
+ * them: q[k] lane l (k < 4, l < 32) holds r0[32k + l], r1[32k + l], r2[..], r3[..].
+ * Four vshuff pairs for four vectors. */
+static inline void dw_interleave4(HVX_Vector q[4], HVX_Vector r0, HVX_Vector r1, HVX_Vector r2, HVX_Vector r3)
+{
+    HVX_VectorPair p01 = Q6_W_vshuff_VVR(r1, r0, -1), p23 = Q6_W_vshuff_VVR(r3, r2, -1);
+    HVX_VectorPair lo = Q6_W_vshuff_VVR(Q6_V_lo_W(p23), Q6_V_lo_W(p01), -2);
+    HVX_VectorPair hi = Q6_W_vshuff_VVR(Q6_V_hi_W(p23), Q6_V_hi_W(p01), -2);
+    q[0] = Q6_V_lo_W(lo);
+    q[1] = Q6_V_hi_W(lo);
+    q[2] = Q6_V_lo_W(hi);
+    q[3] = Q6_V_hi_W(hi);
+}
+
 #endif

@@ -39,34 +39,44 @@ static void quad_init(struct quad *q, int h, int w, int pad, int c)
     q->group_bytes = q->rows * q->cols * q->pitch;
 }
 
-/* Groups g0 .. g0+ng-1 of 4 images of src (n images of h x w x c, images from `first`)
- * into q's interior; images past n are zeros. */
-static void quad_fill(struct quad *q, const int8_t *src, int n, int h, int w, int c, int first, int ng)
+/* Groups of 4 images of src (n images of h x w x c, from image `first`), ng of them, into
+ * q's interior; images past n read `zeros` (a zero row). With C a multiple of 32 a row's
+ * 32-channel pieces are consecutive in q as in src: 128 bytes of each image's row make 4
+ * of them; else each pixel's channels go 128 at a time. */
+static void quad_fill(struct quad *q, const int8_t *src, int n, int h, int w, int c, int first, int ng,
+                      const int8_t *zeros)
 {
-    const HVX_Vector zero = Q6_V_vzero();
-    int img = h * w * c;
+    const int rowlen = w * c, rows = q->rows, cols = q->cols, pitch = q->pitch, pad = q->pad, blocks = q->blocks;
     for (int gi = 0; gi < ng; gi++) {
-        int n0 = first + 4 * gi;
         const int8_t *im[4];
-        for (int k = 0; k < 4; k++) im[k] = n0 + k < n ? src + (size_t)(n0 + k) * img : 0;
-        for (int r = 0; r < h; r++)
-            for (int col = 0; col < w; col++) {
-                int pix = (r * w + col) * c;
-                HVX_Vector *dst = (HVX_Vector *)(q->buf + ((gi * q->rows + r + q->pad) * q->cols + col + q->pad) * q->pitch);
-                for (int c0 = 0, b = 0; c0 < c; c0 += HVX_BYTES, b += 4) {
-                    HVX_Vector v0 = im[0] ? hvx_load_u(im[0] + pix + c0) : zero;   /* lanes past C: unused */
-                    HVX_Vector v1 = im[1] ? hvx_load_u(im[1] + pix + c0) : zero;
-                    HVX_Vector v2 = im[2] ? hvx_load_u(im[2] + pix + c0) : zero;
-                    HVX_Vector v3 = im[3] ? hvx_load_u(im[3] + pix + c0) : zero;
-                    HVX_VectorPair p01 = Q6_W_vshuff_VVR(v1, v0, -1), p23 = Q6_W_vshuff_VVR(v3, v2, -1);
-                    HVX_VectorPair lo = Q6_W_vshuff_VVR(Q6_V_lo_W(p23), Q6_V_lo_W(p01), -2);   /* channels 0..31 | 32..63 */
-                    HVX_VectorPair hi = Q6_W_vshuff_VVR(Q6_V_hi_W(p23), Q6_V_hi_W(p01), -2);   /* 64..95 | 96..127 */
-                    dst[b] = Q6_V_lo_W(lo);
-                    if (b + 1 < q->blocks) dst[b + 1] = Q6_V_hi_W(lo);
-                    if (b + 2 < q->blocks) dst[b + 2] = Q6_V_lo_W(hi);
-                    if (b + 3 < q->blocks) dst[b + 3] = Q6_V_hi_W(hi);
+        int step[4];
+        for (int k = 0; k < 4; k++) {
+            int img = first + 4 * gi + k;
+            im[k] = img < n ? src + (size_t)img * h * rowlen : zeros;
+            step[k] = img < n ? rowlen : 0;
+        }
+        for (int r = 0; r < h; r++) {
+            const int8_t *r0 = im[0] + r * step[0], *r1 = im[1] + r * step[1];
+            const int8_t *r2 = im[2] + r * step[2], *r3 = im[3] + r * step[3];
+            HVX_Vector *dst = (HVX_Vector *)(q->buf + ((gi * rows + r + pad) * cols + pad) * pitch);
+            HVX_Vector v[4];
+            if (c % 32 == 0) {
+                int o = 0;
+                for (; o + HVX_BYTES <= rowlen; o += HVX_BYTES, dst += 4)
+                    dw_interleave4(dst, hvx_load_u(r0 + o), hvx_load_u(r1 + o), hvx_load_u(r2 + o), hvx_load_u(r3 + o));
+                if (o < rowlen) {   /* the last pieces only: the border follows */
+                    dw_interleave4(v, hvx_load_u(r0 + o), hvx_load_u(r1 + o), hvx_load_u(r2 + o), hvx_load_u(r3 + o));
+                    for (int k = 0; k < (rowlen - o) / 32; k++) dst[k] = v[k];
                 }
+                continue;
             }
+            for (int col = 0; col < w; col++, dst += blocks)
+                for (int c0 = 0, b = 0; c0 < c; c0 += HVX_BYTES, b += 4) {
+                    int px = col * c + c0;   /* lanes past C: unused */
+                    dw_interleave4(v, hvx_load_u(r0 + px), hvx_load_u(r1 + px), hvx_load_u(r2 + px), hvx_load_u(r3 + px));
+                    for (int k = 0; k < 4 && b + k < blocks; k++) dst[b + k] = v[k];
+                }
+        }
     }
 }
 
@@ -75,7 +85,8 @@ struct wg_job {
     const int8_t *err, *x;
     int groups_per_pass, accumulate;
     int32_t *part[DSPT_MAX_THREADS];
-    int8_t *xq[DSPT_MAX_THREADS], *eq[DSPT_MAX_THREADS];
+    int8_t *xq[DSPT_MAX_THREADS], *eq[DSPT_MAX_THREADS], *zeros[DSPT_MAX_THREADS];
+    uint32_t zero_bytes;
     uint32_t xq_bytes;
 };
 
@@ -121,14 +132,15 @@ static int wg_share(struct dspt_ctx *tc, int t, void *job)
     dspt_share(tc, groups, 1, t, &lo, &hi);
     if (lo >= hi) return DSPT_OK;
     hvx_zero(xq.buf, J->xq_bytes);   /* the border, never written after */
+    hvx_zero(J->zeros[t], J->zero_bytes);
     int taps = s->kh * s->kw;
     int32_t off[WG_MAX_TAPS];
     for (int i = 0; i < s->kh; i++)
         for (int j = 0; j < s->kw; j++) off[i * s->kw + j] = (i * xq.cols + j) * xq.pitch;
     for (int g0 = lo; g0 < hi; g0 += J->groups_per_pass) {
         int ng = hi - g0 < J->groups_per_pass ? hi - g0 : J->groups_per_pass;
-        quad_fill(&xq, J->x, s->n, s->h, s->w, s->c, 4 * g0, ng);
-        quad_fill(&eq, J->err, s->n, s->oh, s->ow, s->c, 4 * g0, ng);
+        quad_fill(&xq, J->x, s->n, s->h, s->w, s->c, 4 * g0, ng, J->zeros[t]);
+        quad_fill(&eq, J->err, s->n, s->oh, s->ow, s->c, 4 * g0, ng, J->zeros[t]);
         int add = g0 > lo || (t == 0 && J->accumulate);
         for (int cb = 0; cb < xq.blocks; cb++) {
             if (taps == 9) wg_block(9, J->part[t], s, &xq, &eq, ng, cb, off, add);
@@ -169,14 +181,16 @@ int dspt_op_dwconv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     if (gp > share) gp = share;
     struct wg_job J = {.s = &s, .err = err, .x = x, .groups_per_pass = gp,
                        .accumulate = (d->flags & DSPT_F_ACCUMULATE) != 0,
-                       .xq_bytes = (uint32_t)gp * xq.group_bytes};
+                       .xq_bytes = (uint32_t)gp * xq.group_bytes,
+                       .zero_bytes = (uint32_t)(s.w > s.ow ? s.w : s.ow) * s.c + 2 * HVX_BYTES};
     for (int t = 0; t < (int)ctx->threads; t++) {   /* each thread's buffers, from its own scratch */
         struct dspt_ctx *tc = dspt_thread_ctx(ctx, t);
         if (!tc) return DSPT_NO_SUPPORT;
         J.xq[t] = dspt_scratch(tc, J.xq_bytes);
         J.eq[t] = dspt_scratch(tc, (uint32_t)gp * eq.group_bytes);
         J.part[t] = t ? dspt_scratch(tc, dw_words * 4 + HVX_BYTES) : dw;
-        if (!J.xq[t] || !J.eq[t] || !J.part[t]) return DSPT_NO_SUPPORT;
+        J.zeros[t] = dspt_scratch(tc, J.zero_bytes);
+        if (!J.xq[t] || !J.eq[t] || !J.part[t] || !J.zeros[t]) return DSPT_NO_SUPPORT;
     }
     int status = dspt_run_shares(ctx, wg_share, &J), shares = 0;
     for (int t = 0; t < (int)ctx->threads; t++) {   /* the threads that had work (idle ones come last) */
