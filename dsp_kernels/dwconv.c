@@ -329,6 +329,7 @@ int dspt_op_dwconv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     if (!x || !w || !y) return DSPT_BAD_PARAMS;
     struct dw_job J = {.s = &s, .src = x, .w = w, .out = y, .flat = s.stride == 1, .flip = 0, .pad = s.pad,
                        .accumulate = (d->flags & DSPT_F_ACCUMULATE) != 0, .src_h = s.h, .src_w = s.w};
+    d->result_shift = J.flat ? DSPT_PATH_DW_FLAT : DSPT_PATH_DW_BLOCKS;
     return dw_run_job(ctx, &J);
 }
 
@@ -349,6 +350,7 @@ int dspt_op_dwconv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         struct dw_shape f = {s.n, s.oh, s.ow, s.c, s.kh, s.kw, s.h, s.w, 1, s.kh - 1 - s.pad};
         struct dw_job J = {.s = &f, .src = err, .w = w, .out = dx, .flat = 1, .flip = 1, .pad = f.pad,
                            .accumulate = acc, .src_h = s.oh, .src_w = s.ow};
+        d->result_shift = DSPT_PATH_DW_FLAT;
         return dw_run_job(ctx, &J);
     }
     /* err padded so that every class's taps land inside: rows (h + p - i) / s from
@@ -359,5 +361,6 @@ int dspt_op_dwconv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     if (pe < 0) pe = 0;
     struct dw_job J = {.s = &s, .src = err, .w = w, .out = dx, .flat = 0, .flip = -1, .pad = pe,
                        .accumulate = acc, .src_h = s.oh, .src_w = s.ow};
+    d->result_shift = DSPT_PATH_DW_CLASSES;
     return dw_run_job(ctx, &J);
 }

@@ -192,6 +192,7 @@ int dspt_op_dwconv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         J.zeros[t] = dspt_scratch(tc, J.zero_bytes);
         if (!J.xq[t] || !J.eq[t] || !J.part[t] || !J.zeros[t]) return DSPT_NO_SUPPORT;
     }
+    d->result_shift = DSPT_PATH_DW_IMAGE_QUADS;
     int status = dspt_run_shares(ctx, wg_share, &J), shares = 0;
     for (int t = 0; t < (int)ctx->threads; t++) {   /* the threads that had work (idle ones come last) */
         int lo, hi;

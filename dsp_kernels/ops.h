@@ -47,6 +47,16 @@ enum dspt_status { DSPT_OK = 0, DSPT_NO_SUPPORT = 1, DSPT_BAD_PARAMS = 2, DSPT_I
 
 enum dspt_round { DSPT_ROUND = 0, DSPT_PSTO = 1, DSPT_STO = 2 };
 
+/* Which path a depthwise product took, written to `result_shift` (tests pin a shape's
+ * path with it: a shape that stops taking its kernel fails there, not only in a bench). */
+enum dspt_path {
+    DSPT_PATH_NONE = 0,
+    DSPT_PATH_DW_FLAT = 1,        /* stride 1: padded rows as they are, weights by residue */
+    DSPT_PATH_DW_BLOCKS = 2,      /* one 128-channel block of a pixel a vector */
+    DSPT_PATH_DW_CLASSES = 3,     /* backward data of stride s: each (h, w) mod s class its taps */
+    DSPT_PATH_DW_IMAGE_QUADS = 4, /* weight gradient: 4 images a word, vrmpy */
+};
+
 /* `shift` value asking the DSP to estimate it from the range (NITI's absmax rule). */
 #define DSPT_SHIFT_ESTIMATE (-1)
 
@@ -92,7 +102,8 @@ struct dspt_op_desc {
     uint32_t flags;                 /* DSPT_F_* */
     struct dspt_rng rng;
     int32_t status;                 /* enum dspt_status, written by the DSP */
-    int32_t result_shift;           /* the shift used (NITI_UPDATE: -1 = zero gradient) */
+    int32_t result_shift;           /* the shift used (NITI_UPDATE: -1 = zero gradient; depthwise
+                                       products: the enum dspt_path taken) */
     uint32_t result_absmax;         /* max |acc| seen (REQUANT estimate, ABSMAX, NITI_UPDATE) */
     uint32_t threads;               /* HVX contexts to split the work across (0, 1: one) */
     struct dspt_cost cost;

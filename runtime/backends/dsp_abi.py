@@ -16,6 +16,7 @@ OP_REQUANT, OP_ABSMAX, OP_RELU_S8, OP_RELU_BWD_S8, OP_MAXPOOL_S8 = 5, 6, 7, 8, 9
 OP_MAXPOOL_BWD_S8, OP_NITI_UPDATE_S8, OP_DEBUG_SLEEP, OP_DEBUG_CRASH = 10, 11, 12, 13
 # depthwise: weights (and the weight gradient) tap-major, w[KH, KW, C]
 OP_DWCONV2D_S8, OP_DWCONV2D_BWD_DATA_S8, OP_DWCONV2D_BWD_WEIGHT_S8, OP_COUNT = 14, 15, 16, 17
+DW_OPS = (OP_DWCONV2D_S8, OP_DWCONV2D_BWD_DATA_S8, OP_DWCONV2D_BWD_WEIGHT_S8)
 
 OP_NAMES = {
     OP_NOP: "nop", OP_GEMM_S8: "gemm_s8", OP_CONV2D_S8: "conv2d_s8",
@@ -32,6 +33,8 @@ I8, U8, I32, I64 = 1, 2, 3, 4
 OK, NO_SUPPORT, BAD_PARAMS, INTERNAL = 0, 1, 2, 3
 STATUS_NAMES = {OK: "OK", NO_SUPPORT: "NO_SUPPORT", BAD_PARAMS: "BAD_PARAMS", INTERNAL: "INTERNAL"}
 ROUND_MODES = {"round": 0, "psto": 1, "sto": 2}
+# enum dspt_path: which path a depthwise product took (its result_shift)
+PATH_NAMES = {0: "none", 1: "dw_flat", 2: "dw_blocks", 3: "dw_classes", 4: "dw_image_quads"}
 SHIFT_ESTIMATE = -1
 F_SATURATE_CHECK = 2   # REQUANT: a given shift that would saturate gives way to the estimate
 F_ACCUMULATE = 1
