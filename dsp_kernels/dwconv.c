@@ -175,7 +175,7 @@ struct dw_job {
     int flat, flip, pad, accumulate, g;
     int src_h, src_w;             /* the image the stack holds (x or err) */
     const int8_t *ext;            /* flat: per tap, the weights repeated (ext_bytes each) */
-    int ext_bytes, residues;
+    int ext_bytes, residues, quads;
     uint32_t buf_bytes;
     int8_t *buf[DSPT_MAX_THREADS];
 };
@@ -251,6 +251,94 @@ static void bwd_data_blocks(const struct dw_job *J, struct stack *st, int n0, in
         }
 }
 
+/* Column quads (stride 1, 3 kernel rows of up to 4 taps): a word holds 4 consecutive
+ * flat bytes of a padded row, i.e. 4 columns of a channel, so a kernel row is one vrmpy
+ * (vector by vector) with the words (w[i, 0..kw-1, c], 0..): three vrmpy a vector of 32
+ * outputs, the sums in words and the channels in order (no widening, no reorder). A strip
+ * of 128 flat bytes goes down the rows: each input row's words are built once (its bytes
+ * at f, f + C, f + 2C, f + 3C interleaved, one vshuff pair a vector) and meet the three
+ * output rows they belong to, whose sums stay in registers until the last one. Per 4
+ * vectors of output: 4 loads, 4 vshuff pairs, 12 vrmpy, 4 stores, where the vmpy path
+ * spends 36 vmpy, 40 widening adds and 16 vshuff (clang issues one vector-by-vector HVX
+ * op and one vector memory op a packet). Weights per strip: lane l of the strip's sub-block
+ * q is channel (128 v + 32 q + l) mod C, read from the repeated planes. */
+int dspt_dw_quads_fit(const struct dw_shape *s)
+{
+    return s->stride == 1 && s->kh == 3 && s->kw <= 4;
+}
+
+static inline __attribute__((always_inline)) void quad_store(int32_t *out, const HVX_Vector v[4], int valid, int acc)
+{
+    for (int q = 0; q < 4; q++) {
+        int words = valid - 32 * q;
+        if (words <= 0) return;
+        HVX_Vector r = acc ? Q6_Vw_vadd_VwVw(v[q], hvx_load_u(out + 32 * q)) : v[q];
+        if (words >= 32) hvx_store_u(out + 32 * q, r);
+        else hvx_store_bytes(out + 32 * q, r, (uint32_t)words * 4);
+    }
+}
+
+/* One strip of one image: rows 0 and 1 start their sums, then each row finishes the one
+ * two above it. FULL: 128 lanes kept and nothing to add to (the loop without branches). */
+static inline __attribute__((always_inline)) void quad_strip(const int FULL, const int8_t *in, int32_t *out, int hp,
+                                                             int rowbytes, int rowlen, int C, const HVX_Vector *W0,
+                                                             const HVX_Vector *W1, const HVX_Vector *W2, int valid,
+                                                             int acc)
+{
+    HVX_Vector x[4], a[4], b[4];
+    dw_interleave4(x, hvx_load_u(in), hvx_load_u(in + C), hvx_load_u(in + 2 * C), hvx_load_u(in + 3 * C));
+    for (int q = 0; q < 4; q++) b[q] = Q6_Vw_vrmpy_VbVb(x[q], W0[q]);
+    in += rowbytes;
+    dw_interleave4(x, hvx_load_u(in), hvx_load_u(in + C), hvx_load_u(in + 2 * C), hvx_load_u(in + 3 * C));
+    for (int q = 0; q < 4; q++) {
+        a[q] = Q6_Vw_vrmpyacc_VwVbVb(b[q], x[q], W1[q]);
+        b[q] = Q6_Vw_vrmpy_VbVb(x[q], W0[q]);
+    }
+    in += rowbytes;
+#pragma clang loop unroll_count(2)
+    for (int row = 2; row < hp; row++, in += rowbytes, out += rowlen) {
+        dw_interleave4(x, hvx_load_u(in), hvx_load_u(in + C), hvx_load_u(in + 2 * C), hvx_load_u(in + 3 * C));
+        HVX_Vector done[4];
+        for (int q = 0; q < 4; q++) {
+            done[q] = Q6_Vw_vrmpyacc_VwVbVb(a[q], x[q], W2[q]);
+            a[q] = Q6_Vw_vrmpyacc_VwVbVb(b[q], x[q], W1[q]);
+            b[q] = Q6_Vw_vrmpy_VbVb(x[q], W0[q]);
+        }
+        if (FULL) {
+            for (int q = 0; q < 4; q++) hvx_store_u(out + 32 * q, done[q]);
+        } else {
+            quad_store(out, done, valid, acc);
+        }
+    }
+}
+
+static void forward_quads(const struct dw_job *J, const struct stack *st, int n0, int g)
+{
+    const struct dw_shape *s = J->s;
+    const int C = s->c, rowlen = s->ow * C, nv = (rowlen + HVX_BYTES - 1) / HVX_BYTES, taps = 3 * s->kw;
+    const int hp = st->hp, rowbytes = st->rowbytes, imgbytes = st->imgbytes, OH = s->oh, acc = J->accumulate;
+    const HVX_Vector zero = Q6_V_vzero();
+    for (int v = 0; v < nv; v++) {
+        int r = v % J->residues, valid = rowlen - v * HVX_BYTES < HVX_BYTES ? rowlen - v * HVX_BYTES : HVX_BYTES;
+        HVX_Vector W0[4], W1[4], W2[4], *Wi[3] = {W0, W1, W2};
+        for (int i = 0; i < 3; i++) {
+            HVX_Vector t[4];
+            for (int j = 0; j < 4; j++) {
+                int tap = i * s->kw + j;
+                t[j] = j < s->kw ? *(const HVX_Vector *)(J->ext + (J->flip ? taps - 1 - tap : tap) * J->ext_bytes
+                                                         + r * HVX_BYTES) : zero;
+            }
+            dw_interleave4(Wi[i], t[0], t[1], t[2], t[3]);
+        }
+        for (int gi = 0; gi < g; gi++) {
+            const int8_t *in = st->buf + gi * imgbytes + v * HVX_BYTES;
+            int32_t *out = J->out + (size_t)(n0 + gi) * OH * rowlen + v * HVX_BYTES;
+            if (valid == HVX_BYTES && !acc) quad_strip(1, in, out, hp, rowbytes, rowlen, C, W0, W1, W2, valid, acc);
+            else quad_strip(0, in, out, hp, rowbytes, rowlen, C, W0, W1, W2, valid, acc);
+        }
+    }
+}
+
 static int dw_share(struct dspt_ctx *tc, int t, void *job)
 {
     const struct dw_job *J = job;
@@ -265,7 +353,8 @@ static int dw_share(struct dspt_ctx *tc, int t, void *job)
         int g = hi - n0 < J->g ? hi - n0 : J->g;
         for (int cb = 0; cb < blocks; cb++) {
             stack_fill(&st, J->src, J->src_h, J->src_w, s->c, n0, g, cb);
-            if (J->flat) forward_flat(J, &st, n0, g);
+            if (J->quads) forward_quads(J, &st, n0, g);
+            else if (J->flat) forward_flat(J, &st, n0, g);
             else if (J->out && J->flip < 0) bwd_data_blocks(J, &st, n0, g, cb);
             else forward_blocks(J, &st, n0, g, cb);
         }
@@ -290,7 +379,8 @@ static int dw_run_job(struct dspt_ctx *ctx, struct dw_job *J)
     J->g = (int)(DW_CHUNK / (uint32_t)st.imgbytes);
     if (J->g < 1) J->g = 1;
     if (J->g > share) J->g = share;
-    uint32_t bytes = (uint32_t)J->g * st.imgbytes + 2 * HVX_BYTES;   /* vectors read past the last row */
+    /* vectors read past the last row (column quads: 3 C further) */
+    uint32_t bytes = (uint32_t)J->g * st.imgbytes + 2 * HVX_BYTES + (J->quads ? 3 * s->c : 0);
     J->buf_bytes = bytes;
     int taps = s->kh * s->kw;
     if (taps > DW_MAX_TAPS) return DSPT_NO_SUPPORT;
@@ -328,8 +418,9 @@ int dspt_op_dwconv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     int32_t *y = dspt_at(ctx, d->out[0], y_words * 4);
     if (!x || !w || !y) return DSPT_BAD_PARAMS;
     struct dw_job J = {.s = &s, .src = x, .w = w, .out = y, .flat = s.stride == 1, .flip = 0, .pad = s.pad,
-                       .accumulate = (d->flags & DSPT_F_ACCUMULATE) != 0, .src_h = s.h, .src_w = s.w};
-    d->result_shift = J.flat ? DSPT_PATH_DW_FLAT : DSPT_PATH_DW_BLOCKS;
+                       .accumulate = (d->flags & DSPT_F_ACCUMULATE) != 0, .src_h = s.h, .src_w = s.w,
+                       .quads = dspt_dw_quads_fit(&s)};
+    d->result_shift = J.quads ? DSPT_PATH_DW_COLUMN_QUADS : J.flat ? DSPT_PATH_DW_FLAT : DSPT_PATH_DW_BLOCKS;
     return dw_run_job(ctx, &J);
 }
 
@@ -349,8 +440,8 @@ int dspt_op_dwconv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         /* the forward conv of err (padded by k - 1 - p) with the taps flipped */
         struct dw_shape f = {s.n, s.oh, s.ow, s.c, s.kh, s.kw, s.h, s.w, 1, s.kh - 1 - s.pad};
         struct dw_job J = {.s = &f, .src = err, .w = w, .out = dx, .flat = 1, .flip = 1, .pad = f.pad,
-                           .accumulate = acc, .src_h = s.oh, .src_w = s.ow};
-        d->result_shift = DSPT_PATH_DW_FLAT;
+                           .accumulate = acc, .src_h = s.oh, .src_w = s.ow, .quads = dspt_dw_quads_fit(&f)};
+        d->result_shift = J.quads ? DSPT_PATH_DW_COLUMN_QUADS : DSPT_PATH_DW_FLAT;
         return dw_run_job(ctx, &J);
     }
     /* err padded so that every class's taps land inside: rows (h + p - i) / s from

@@ -14,10 +14,14 @@ struct dw_shape {
  * side; DSPT_OK or DSPT_BAD_PARAMS. */
 int dspt_dw_shape(const struct dspt_op_desc *d, const int32_t *img, const int32_t *out, struct dw_shape *s);
 
+/* dwconv.c: stride 1 with 3 kernel rows of up to 4 taps takes the column quads (vrmpy);
+ * the rest the vmpy paths. */
+int dspt_dw_quads_fit(const struct dw_shape *s);
+
 /* Image-stack pitch: bytes from one padded image to the next, whole vectors. */
 static inline int dw_round_vec(int bytes) { return (bytes + HVX_BYTES - 1) & ~(HVX_BYTES - 1); }
 
-/* dwconv_wgrad.c: four byte rows r0..r3 (128 lanes each) interleaved into vrmpy's 4-byte groups, all of
+/* dwconv.c (column quads), dwconv_wgrad.c (image quads): four byte rows r0..r3 (128 lanes each) interleaved into vrmpy's 4-byte groups, all of
  * them: q[k] lane l (k < 4, l < 32) holds r0[32k + l], r1[32k + l], r2[..], r3[..].
  * Four vshuff pairs for four vectors. */
 static inline void dw_interleave4(HVX_Vector q[4], HVX_Vector r0, HVX_Vector r1, HVX_Vector r2, HVX_Vector r3)

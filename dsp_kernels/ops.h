@@ -55,6 +55,7 @@ enum dspt_path {
     DSPT_PATH_DW_BLOCKS = 2,      /* one 128-channel block of a pixel a vector */
     DSPT_PATH_DW_CLASSES = 3,     /* backward data of stride s: each (h, w) mod s class its taps */
     DSPT_PATH_DW_IMAGE_QUADS = 4, /* weight gradient: 4 images a word, vrmpy */
+    DSPT_PATH_DW_COLUMN_QUADS = 5, /* stride 1, 3 kernel rows: 4 columns a word, vrmpy */
 };
 
 /* `shift` value asking the DSP to estimate it from the range (NITI's absmax rule). */

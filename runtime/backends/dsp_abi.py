@@ -34,7 +34,8 @@ OK, NO_SUPPORT, BAD_PARAMS, INTERNAL = 0, 1, 2, 3
 STATUS_NAMES = {OK: "OK", NO_SUPPORT: "NO_SUPPORT", BAD_PARAMS: "BAD_PARAMS", INTERNAL: "INTERNAL"}
 ROUND_MODES = {"round": 0, "psto": 1, "sto": 2}
 # enum dspt_path: which path a depthwise product took (its result_shift)
-PATH_NAMES = {0: "none", 1: "dw_flat", 2: "dw_blocks", 3: "dw_classes", 4: "dw_image_quads"}
+PATH_NAMES = {0: "none", 1: "dw_flat", 2: "dw_blocks", 3: "dw_classes", 4: "dw_image_quads",
+              5: "dw_column_quads"}
 SHIFT_ESTIMATE = -1
 F_SATURATE_CHECK = 2   # REQUANT: a given shift that would saturate gives way to the estimate
 F_ACCUMULATE = 1

@@ -3,10 +3,13 @@ ops_ref bit for bit: forward, backward data and weight gradient, the requantizin
 accumulation, at 1 to 4 HVX threads, on random and ragged shapes; and which path each
 shape takes (a shape that stops taking its kernel fails here).
 
-The paths: stride 1 runs on the padded rows as they are ("dw_flat": any channel count, the
-weights by residue of the vector index mod C / gcd(C, 128)); other strides one 128-channel
+The paths: stride 1 with 3 kernel rows of up to 4 taps puts 4 columns of a channel in each
+vrmpy word ("dw_column_quads": a strip of 128 bytes of the padded rows goes down the rows,
+each row's words built once); other stride-1 kernels run on the padded rows as they are
+("dw_flat", vmpy: any channel count, the weights by residue of the vector index mod
+C / gcd(C, 128)); other strides one 128-channel
 block of a pixel a vector ("dw_blocks", a ragged last block masked); backward data of
-stride 1 is the flipped forward ("dw_flat"), of other strides a run per class of dx pixels
+stride 1 is the flipped forward (same paths), of other strides a run per class of dx pixels
 ("dw_classes"); the weight gradient puts four images in each vrmpy word
 ("dw_image_quads", a ragged batch padded with zero images). Needs qemu-hexagon, clang-16
 and lld-16.
@@ -37,15 +40,16 @@ def out_hw(h, w, kh, kw, stride, pad):
 
 # N, H, W, C, KH, KW, stride, pad; and the paths of forward, backward data
 SHAPES = [
-    ((3, 6, 7, 32, 3, 3, 1, 1), "dw_flat", "dw_flat"),        # C divides 128: 4 pixels a vector
-    ((2, 5, 6, 130, 3, 3, 1, 1), "dw_flat", "dw_flat"),       # ragged: 65 weight residues, rows end mid-vector
-    ((5, 4, 4, 96, 3, 3, 1, 1), "dw_flat", "dw_flat"),        # 3 residues, a batch of 5 (one image a thread and 2)
-    ((2, 1, 1, 200, 3, 3, 1, 1), "dw_flat", "dw_flat"),       # one pixel: only the centre tap meets the image
-    ((3, 4, 4, 1, 3, 3, 1, 1), "dw_flat", "dw_flat"),         # one channel: 128 pixels a vector
-    ((2, 6, 6, 45, 5, 5, 1, 2), "dw_flat", "dw_flat"),        # 5 x 5: taps from memory
+    ((3, 6, 7, 32, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),   # C divides 128: 4 pixels a vector
+    ((2, 5, 6, 130, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),  # ragged: 65 weight residues, rows end mid-vector
+    ((5, 4, 4, 96, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),   # 3 residues, 5 images (1 and 2 a thread)
+    ((2, 1, 1, 200, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),  # one pixel: only the centre tap meets it
+    ((3, 4, 4, 1, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),    # one channel: 128 pixels a vector
+    ((2, 5, 6, 24, 3, 4, 1, 1), "dw_column_quads", "dw_classes"),        # 4 taps a row: the whole word
+    ((2, 6, 6, 45, 5, 5, 1, 2), "dw_flat", "dw_flat"),        # 5 x 5: the vmpy path, taps from memory
     ((3, 5, 4, 7, 2, 2, 1, 0), "dw_flat", "dw_flat"),         # even kernel, no padding
-    ((2, 5, 7, 24, 3, 2, 1, 1), "dw_flat", "dw_classes"),     # kh != kw: the flipped forward needs square
-    ((2, 5, 5, 16, 3, 3, 1, 3), "dw_flat", "dw_classes"),     # pad past k - 1
+    ((2, 5, 7, 24, 3, 2, 1, 1), "dw_column_quads", "dw_classes"),  # kh != kw: the flipped forward needs square
+    ((2, 5, 5, 16, 3, 3, 1, 3), "dw_column_quads", "dw_classes"),  # pad past k - 1
     ((5, 7, 7, 96, 3, 3, 2, 1), "dw_blocks", "dw_classes"),   # stride 2, a ragged block
     ((2, 8, 8, 144, 3, 3, 2, 1), "dw_blocks", "dw_classes"),  # two blocks, the second 16 lanes
     ((4, 2, 2, 576, 3, 3, 2, 1), "dw_blocks", "dw_classes"),  # MobileNetV2's last stride-2 shape, small batch
