@@ -264,7 +264,8 @@ static void bwd_data_blocks(const struct dw_job *J, struct stack *st, int n0, in
  * q is channel (128 v + 32 q + l) mod C, read from the repeated planes. */
 int dspt_dw_quads_fit(const struct dw_shape *s)
 {
-    return s->stride == 1 && s->kh == 3 && s->kw <= 4;
+    /* smaller images: two of every few rows only start sums, and the vmpy paths win */
+    return (s->stride == 1 || s->stride == 2) && s->kh == 3 && s->kw <= 4 && s->oh * s->ow >= 16;
 }
 
 static inline __attribute__((always_inline)) void quad_store(int32_t *out, const HVX_Vector v[4], int valid, int acc)
@@ -279,7 +280,8 @@ static inline __attribute__((always_inline)) void quad_store(int32_t *out, const
 }
 
 /* One strip of one image: rows 0 and 1 start their sums, then each row finishes the one
- * two above it. FULL: 128 lanes kept and nothing to add to (the loop without branches). */
+ * two above it. FULL: that many whole vectors of 32 words kept and nothing to add to (the
+ * loop without branches); 0: `valid` words, added to the output with `acc`. */
 static inline __attribute__((always_inline)) void quad_strip(const int FULL, const int8_t *in, int32_t *out, int hp,
                                                              int rowbytes, int rowlen, int C, const HVX_Vector *W0,
                                                              const HVX_Vector *W1, const HVX_Vector *W2, int valid,
@@ -305,36 +307,101 @@ static inline __attribute__((always_inline)) void quad_strip(const int FULL, con
             b[q] = Q6_Vw_vrmpy_VbVb(x[q], W0[q]);
         }
         if (FULL) {
-            for (int q = 0; q < 4; q++) hvx_store_u(out + 32 * q, done[q]);
+            for (int q = 0; q < FULL; q++) hvx_store_u(out + 32 * q, done[q]);
         } else {
             quad_store(out, done, valid, acc);
         }
     }
 }
 
+/* Stride 2: a strip is channels 128k.. of output pixel ow, its words the 4 pixels from
+ * 2 ow; input row 2m + 1 feeds output row m (kernel row 1), row 2m + 2 ends row m (2)
+ * and starts row m + 1 (0). */
+static inline __attribute__((always_inline)) void quad_strip2(const int FULL, const int8_t *in, int32_t *out, int oh,
+                                                              int rowbytes, int outrow, int C, const HVX_Vector *W0,
+                                                              const HVX_Vector *W1, const HVX_Vector *W2, int valid,
+                                                              int acc)
+{
+    HVX_Vector x[4], a[4];
+    dw_interleave4(x, hvx_load_u(in), hvx_load_u(in + C), hvx_load_u(in + 2 * C), hvx_load_u(in + 3 * C));
+    for (int q = 0; q < 4; q++) a[q] = Q6_Vw_vrmpy_VbVb(x[q], W0[q]);
+    in += rowbytes;
+    for (int m = 0; m < oh; m++, out += outrow) {
+        dw_interleave4(x, hvx_load_u(in), hvx_load_u(in + C), hvx_load_u(in + 2 * C), hvx_load_u(in + 3 * C));
+        for (int q = 0; q < 4; q++) a[q] = Q6_Vw_vrmpyacc_VwVbVb(a[q], x[q], W1[q]);
+        in += rowbytes;
+        dw_interleave4(x, hvx_load_u(in), hvx_load_u(in + C), hvx_load_u(in + 2 * C), hvx_load_u(in + 3 * C));
+        HVX_Vector done[4];
+        for (int q = 0; q < 4; q++) {
+            done[q] = Q6_Vw_vrmpyacc_VwVbVb(a[q], x[q], W2[q]);
+            a[q] = Q6_Vw_vrmpy_VbVb(x[q], W0[q]);
+        }
+        in += rowbytes;
+        if (FULL) {
+            for (int q = 0; q < FULL; q++) hvx_store_u(out + 32 * q, done[q]);
+        } else {
+            quad_store(out, done, valid, acc);
+        }
+    }
+}
+
+/* A strip's loop compiled for its whole vectors (no accumulation), else the general one. */
+#define QUAD_DISPATCH(fn, valid, acc, ...)                                          \
+    do {                                                                            \
+        int whole_ = (acc) || (valid) % 32 ? 0 : (valid) / 32;                      \
+        if (whole_ == 4) fn(4, __VA_ARGS__);                                        \
+        else if (whole_ == 3) fn(3, __VA_ARGS__);                                   \
+        else if (whole_ == 2) fn(2, __VA_ARGS__);                                   \
+        else if (whole_ == 1) fn(1, __VA_ARGS__);                                   \
+        else fn(0, __VA_ARGS__);                                                    \
+    } while (0)
+
+/* Kernel row i's words for the lanes of residue r of the repeated planes. */
+static void quad_weights(const struct dw_job *J, int r, HVX_Vector W[3][4])
+{
+    const struct dw_shape *s = J->s;
+    int taps = 3 * s->kw;
+    for (int i = 0; i < 3; i++) {
+        HVX_Vector t[4];
+        for (int j = 0; j < 4; j++) {
+            int tap = i * s->kw + j;
+            t[j] = j < s->kw ? *(const HVX_Vector *)(J->ext + (J->flip ? taps - 1 - tap : tap) * J->ext_bytes
+                                                     + r * HVX_BYTES) : Q6_V_vzero();
+        }
+        dw_interleave4(W[i], t[0], t[1], t[2], t[3]);
+    }
+}
+
+static void forward_quads2(const struct dw_job *J, const struct stack *st, int n0, int g)
+{
+    const struct dw_shape *s = J->s;
+    const int C = s->c, OH = s->oh, OW = s->ow, rowbytes = st->rowbytes, imgbytes = st->imgbytes, acc = J->accumulate;
+    for (int k = 0; k * HVX_BYTES < C; k++) {
+        int valid = C - k * HVX_BYTES < HVX_BYTES ? C - k * HVX_BYTES : HVX_BYTES;
+        HVX_Vector W[3][4];
+        quad_weights(J, (k * HVX_BYTES % (J->residues * HVX_BYTES)) / HVX_BYTES, W);   /* channel 128k: residue k mod R */
+        for (int gi = 0; gi < g; gi++)
+            for (int ow = 0; ow < OW; ow++) {
+                const int8_t *in = st->buf + gi * imgbytes + 2 * ow * C + k * HVX_BYTES;
+                int32_t *out = J->out + ((size_t)(n0 + gi) * OH * OW + ow) * C + k * HVX_BYTES;
+                QUAD_DISPATCH(quad_strip2, valid, acc, in, out, OH, rowbytes, OW * C, C, W[0], W[1], W[2], valid, acc);
+            }
+    }
+}
+
 static void forward_quads(const struct dw_job *J, const struct stack *st, int n0, int g)
 {
     const struct dw_shape *s = J->s;
-    const int C = s->c, rowlen = s->ow * C, nv = (rowlen + HVX_BYTES - 1) / HVX_BYTES, taps = 3 * s->kw;
+    const int C = s->c, rowlen = s->ow * C, nv = (rowlen + HVX_BYTES - 1) / HVX_BYTES;
     const int hp = st->hp, rowbytes = st->rowbytes, imgbytes = st->imgbytes, OH = s->oh, acc = J->accumulate;
-    const HVX_Vector zero = Q6_V_vzero();
     for (int v = 0; v < nv; v++) {
-        int r = v % J->residues, valid = rowlen - v * HVX_BYTES < HVX_BYTES ? rowlen - v * HVX_BYTES : HVX_BYTES;
-        HVX_Vector W0[4], W1[4], W2[4], *Wi[3] = {W0, W1, W2};
-        for (int i = 0; i < 3; i++) {
-            HVX_Vector t[4];
-            for (int j = 0; j < 4; j++) {
-                int tap = i * s->kw + j;
-                t[j] = j < s->kw ? *(const HVX_Vector *)(J->ext + (J->flip ? taps - 1 - tap : tap) * J->ext_bytes
-                                                         + r * HVX_BYTES) : zero;
-            }
-            dw_interleave4(Wi[i], t[0], t[1], t[2], t[3]);
-        }
+        int valid = rowlen - v * HVX_BYTES < HVX_BYTES ? rowlen - v * HVX_BYTES : HVX_BYTES;
+        HVX_Vector W[3][4], *W0 = W[0], *W1 = W[1], *W2 = W[2];
+        quad_weights(J, v % J->residues, W);
         for (int gi = 0; gi < g; gi++) {
             const int8_t *in = st->buf + gi * imgbytes + v * HVX_BYTES;
             int32_t *out = J->out + (size_t)(n0 + gi) * OH * rowlen + v * HVX_BYTES;
-            if (valid == HVX_BYTES && !acc) quad_strip(1, in, out, hp, rowbytes, rowlen, C, W0, W1, W2, valid, acc);
-            else quad_strip(0, in, out, hp, rowbytes, rowlen, C, W0, W1, W2, valid, acc);
+            QUAD_DISPATCH(quad_strip, valid, acc, in, out, hp, rowbytes, rowlen, C, W0, W1, W2, valid, acc);
         }
     }
 }
@@ -344,16 +411,17 @@ static int dw_share(struct dspt_ctx *tc, int t, void *job)
     const struct dw_job *J = job;
     const struct dw_shape *s = J->s;
     struct stack st;
-    stack_init(&st, J->src_h, J->src_w, J->pad, J->flat ? s->c : HVX_BYTES);
+    stack_init(&st, J->src_h, J->src_w, J->pad, J->flat || J->quads ? s->c : HVX_BYTES);
     st.buf = J->buf[t];
-    int lo, hi, blocks = J->flat ? 1 : (s->c + HVX_BYTES - 1) / HVX_BYTES;
+    int lo, hi, blocks = J->flat || J->quads ? 1 : (s->c + HVX_BYTES - 1) / HVX_BYTES;
     dspt_share(tc, s->n, 1, t, &lo, &hi);
     if (lo < hi) hvx_zero(st.buf, J->buf_bytes);   /* the border, never written after */
     for (int n0 = lo; n0 < hi; n0 += J->g) {
         int g = hi - n0 < J->g ? hi - n0 : J->g;
         for (int cb = 0; cb < blocks; cb++) {
             stack_fill(&st, J->src, J->src_h, J->src_w, s->c, n0, g, cb);
-            if (J->quads) forward_quads(J, &st, n0, g);
+            if (J->quads && s->stride == 2) forward_quads2(J, &st, n0, g);
+            else if (J->quads) forward_quads(J, &st, n0, g);
             else if (J->flat) forward_flat(J, &st, n0, g);
             else if (J->out && J->flip < 0) bwd_data_blocks(J, &st, n0, g, cb);
             else forward_blocks(J, &st, n0, g, cb);
@@ -374,7 +442,7 @@ static int dw_run_job(struct dspt_ctx *ctx, struct dw_job *J)
 {
     const struct dw_shape *s = J->s;
     struct stack st;
-    stack_init(&st, J->src_h, J->src_w, J->pad, J->flat ? s->c : HVX_BYTES);
+    stack_init(&st, J->src_h, J->src_w, J->pad, J->flat || J->quads ? s->c : HVX_BYTES);
     int per = (int)ctx->threads, share = (s->n + per - 1) / per;
     J->g = (int)(DW_CHUNK / (uint32_t)st.imgbytes);
     if (J->g < 1) J->g = 1;
@@ -384,7 +452,7 @@ static int dw_run_job(struct dspt_ctx *ctx, struct dw_job *J)
     J->buf_bytes = bytes;
     int taps = s->kh * s->kw;
     if (taps > DW_MAX_TAPS) return DSPT_NO_SUPPORT;
-    if (J->flat) {
+    if (J->flat || J->quads) {
         J->residues = s->c / gcd(s->c, HVX_BYTES);
         J->ext_bytes = (J->residues + 1) * HVX_BYTES;
         int8_t *ext = dspt_scratch(ctx, (uint32_t)(taps * J->ext_bytes));
@@ -420,7 +488,7 @@ int dspt_op_dwconv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     struct dw_job J = {.s = &s, .src = x, .w = w, .out = y, .flat = s.stride == 1, .flip = 0, .pad = s.pad,
                        .accumulate = (d->flags & DSPT_F_ACCUMULATE) != 0, .src_h = s.h, .src_w = s.w,
                        .quads = dspt_dw_quads_fit(&s)};
-    d->result_shift = J.quads ? DSPT_PATH_DW_COLUMN_QUADS : J.flat ? DSPT_PATH_DW_FLAT : DSPT_PATH_DW_BLOCKS;
+    d->result_shift = J.quads ? DSPT_PATH_DW_COLUMN_QUADS : J.flat ? DSPT_PATH_DW_FLAT : DSPT_PATH_DW_BLOCKS;   /* quads: stride 1 or 2 */
     return dw_run_job(ctx, &J);
 }
 

@@ -3,9 +3,10 @@ ops_ref bit for bit: forward, backward data and weight gradient, the requantizin
 accumulation, at 1 to 4 HVX threads, on random and ragged shapes; and which path each
 shape takes (a shape that stops taking its kernel fails here).
 
-The paths: stride 1 with 3 kernel rows of up to 4 taps puts 4 columns of a channel in each
-vrmpy word ("dw_column_quads": a strip of 128 bytes of the padded rows goes down the rows,
-each row's words built once); other stride-1 kernels run on the padded rows as they are
+The paths: stride 1 or 2 with 3 kernel rows of up to 4 taps and 16 outputs an image or more
+puts 4 columns of a channel in each vrmpy word ("dw_column_quads": a strip of 128 bytes of
+the padded rows, or at stride 2 of a pixel's 128-channel block, goes down the rows, each
+row's words built once); other stride-1 kernels run on the padded rows as they are
 ("dw_flat", vmpy: any channel count, the weights by residue of the vector index mod
 C / gcd(C, 128)); other strides one 128-channel
 block of a pixel a vector ("dw_blocks", a ragged last block masked); backward data of
@@ -43,15 +44,16 @@ SHAPES = [
     ((3, 6, 7, 32, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),   # C divides 128: 4 pixels a vector
     ((2, 5, 6, 130, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),  # ragged: 65 weight residues, rows end mid-vector
     ((5, 4, 4, 96, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),   # 3 residues, 5 images (1 and 2 a thread)
-    ((2, 1, 1, 200, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),  # one pixel: only the centre tap meets it
+    ((2, 1, 1, 200, 3, 3, 1, 1), "dw_flat", "dw_flat"),      # one pixel (too few for quads): the centre tap alone
     ((3, 4, 4, 1, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),    # one channel: 128 pixels a vector
     ((2, 5, 6, 24, 3, 4, 1, 1), "dw_column_quads", "dw_classes"),        # 4 taps a row: the whole word
     ((2, 6, 6, 45, 5, 5, 1, 2), "dw_flat", "dw_flat"),        # 5 x 5: the vmpy path, taps from memory
     ((3, 5, 4, 7, 2, 2, 1, 0), "dw_flat", "dw_flat"),         # even kernel, no padding
     ((2, 5, 7, 24, 3, 2, 1, 1), "dw_column_quads", "dw_classes"),  # kh != kw: the flipped forward needs square
     ((2, 5, 5, 16, 3, 3, 1, 3), "dw_column_quads", "dw_classes"),  # pad past k - 1
-    ((5, 7, 7, 96, 3, 3, 2, 1), "dw_blocks", "dw_classes"),   # stride 2, a ragged block
-    ((2, 8, 8, 144, 3, 3, 2, 1), "dw_blocks", "dw_classes"),  # two blocks, the second 16 lanes
+    ((5, 7, 7, 96, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),   # stride 2: strips of a pixel's block, ragged
+    ((2, 8, 8, 144, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),  # two blocks, the second 16 lanes
+    ((3, 7, 5, 150, 3, 3, 2, 1), "dw_blocks", "dw_classes"),        # stride 2, 12 outputs: the vmpy blocks
     ((4, 2, 2, 576, 3, 3, 2, 1), "dw_blocks", "dw_classes"),  # MobileNetV2's last stride-2 shape, small batch
     ((2, 9, 9, 20, 5, 5, 2, 2), "dw_blocks", "dw_classes"),   # 5 x 5 stride 2: classes of 9, 6 and 4 taps
     ((3, 8, 7, 40, 3, 3, 3, 0), "dw_blocks", "dw_classes"),   # stride 3: classes with no tap (zeros)
