@@ -47,15 +47,17 @@ enum dspt_status { DSPT_OK = 0, DSPT_NO_SUPPORT = 1, DSPT_BAD_PARAMS = 2, DSPT_I
 
 enum dspt_round { DSPT_ROUND = 0, DSPT_PSTO = 1, DSPT_STO = 2 };
 
-/* Which path a depthwise product took, written to `result_shift` (tests pin a shape's
- * path with it: a shape that stops taking its kernel fails there, not only in a bench). */
+/* Which path a depthwise or pointwise product took, written to `result_shift` (tests pin a
+ * shape's path with it: a shape that stops taking its kernel fails there, not only in a
+ * bench); the other products leave it 0. */
 enum dspt_path {
     DSPT_PATH_NONE = 0,
     DSPT_PATH_DW_FLAT = 1,        /* stride 1: padded rows as they are, weights by residue */
     DSPT_PATH_DW_BLOCKS = 2,      /* one 128-channel block of a pixel a vector */
     DSPT_PATH_DW_CLASSES = 3,     /* backward data of stride s: each (h, w) mod s class its taps */
     DSPT_PATH_DW_IMAGE_QUADS = 4, /* weight gradient: 4 images a word, vrmpy */
-    DSPT_PATH_DW_COLUMN_QUADS = 5, /* stride 1, 3 kernel rows: 4 columns a word, vrmpy */
+    DSPT_PATH_DW_COLUMN_QUADS = 5, /* stride 1 or 2, 3 kernel rows: 4 columns a word, vrmpy */
+    DSPT_PATH_POINTWISE = 6,      /* 1 x 1 conv: the GEMM on the pixels as they lie, no im2col */
 };
 
 /* `shift` value asking the DSP to estimate it from the range (NITI's absmax rule). */

@@ -107,7 +107,7 @@ class DspBackend(Backend):
         self.calls = 0                                          # transport calls (FastRPC round trips)
         self.total_costs = [0, 0, 0]                            # packets, insns, hvx since creation
         self.last_thread_packets: list[tuple[int, ...]] = []    # per op of the last batch: packets of each HVX thread
-        self.last_paths: list[tuple[str, str]] = []             # per depthwise product of the last batch: (op, path)
+        self.last_paths: list[tuple[str, str]] = []             # per conv product of the last batch: (op, path)
         self.total_thread_packets = [0] * abi.MAX_THREADS       # the same, summed since creation
         self.bytes_in = 0                                       # host -> arena copies
         self._into = None                                       # accumulate(): the buffer a product adds into
@@ -232,7 +232,7 @@ class DspBackend(Backend):
             self.total_costs[2] += hvx
         self.last_thread_packets = [tuple(d.cost.thread_packets[:max(d.threads, 1)]) for d in descs]
         self.last_paths = [(abi.OP_NAMES[d.op], abi.PATH_NAMES.get(d.result_shift, str(d.result_shift)))
-                           for d in descs if d.op in abi.DW_OPS]
+                           for d in descs if d.op in abi.PATH_OPS]
         for shares in self.last_thread_packets:
             for t, packets in enumerate(shares):
                 self.total_thread_packets[t] += packets

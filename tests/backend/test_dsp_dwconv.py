@@ -1,7 +1,8 @@
 """Depthwise convolutions on the emulated DSP (dsp_kernels/dwconv.c, dwconv_wgrad.c) against
 ops_ref bit for bit: forward, backward data and weight gradient, the requantizing forms and
 accumulation, at 1 to 4 HVX threads, on random and ragged shapes; and which path each
-shape takes (a shape that stops taking its kernel fails here).
+shape takes (a shape that stops taking its kernel fails here). Last, the pointwise (1 x 1)
+convolutions MobileNetV2 puts between them: the GEMM core on the pixels as they lie.
 
 The paths: stride 1 or 2 with 3 kernel rows of up to 4 taps and 16 outputs an image or more
 puts 4 columns of a channel in each vrmpy word ("dw_column_quads": a strip of 128 bytes of
@@ -135,3 +136,18 @@ def test_dwconv_extremes(dsp):
         same(dsp.dwconv2d_s8(x, w, stride, 1), ref.dwconv2d_s8(x, w, stride, 1))
         same(dsp.dwconv2d_bwd_data_s8(err, w, stride, 1, (6, 6)), ref.dwconv2d_bwd_data_s8(err, w, stride, 1, (6, 6)))
         same(dsp.dwconv2d_bwd_weight_s8(err, x, stride, 1, (3, 3)), ref.dwconv2d_bwd_weight_s8(err, x, stride, 1, (3, 3)))
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 3, 36, 33), (3, 4, 5, 40, 36), (1, 1, 1, 64, 40)], ids=["33-ragged", "36", "one-pixel"])
+def test_pointwise_is_a_gemm_without_im2col(dsp, rng, shape):
+    """A 1 x 1 conv (stride 1, no padding, C % 4 == 0; O % 4 == 0 for backward data) runs the
+    GEMM core on the pixels as they lie ("pointwise"), bit-exact, accumulating too."""
+    n, h, w, c, o = shape
+    x, wt, err = s8(rng, n, h, w, c), s8(rng, o, 1, 1, c), s8(rng, n, h, w, o)
+    want = ref.conv2d_s8(x, wt, 1, 0)
+    same(dsp.conv2d_s8(x, wt, 1, 0), want)
+    assert dsp.last_paths == [("conv2d_s8", "pointwise")]
+    start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    same(dsp.accumulate(start, "conv2d_s8", x, wt, 1, 0), start + want)
+    same(dsp.conv2d_bwd_data_s8(err, wt, 1, 0, (h, w)), ref.conv2d_bwd_data_s8(err, wt, 1, 0, (h, w)))
+    assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise" if o % 4 == 0 else "none")]
