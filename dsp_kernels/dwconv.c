@@ -99,15 +99,20 @@ struct dw_run {
 };
 
 /* 128 words in channel order from the two word pairs (even channels: 4i | 4i+2; odd:
- * 4i+1 | 4i+3), stored (or added) at out, `valid` words of them. */
-static inline __attribute__((always_inline)) void dw_store(int32_t *out, HVX_VectorPair ev, HVX_VectorPair od,
-                                                           int valid, int accumulate)
+ * 4i+1 | 4i+3), stored (or added) at out, `valid` words of them; WHOLE (compile-time):
+ * that many whole vectors and nothing to add to, the store without branches. */
+static inline __attribute__((always_inline)) void dw_store(const int WHOLE, int32_t *out, HVX_VectorPair ev,
+                                                           HVX_VectorPair od, int valid, int accumulate)
 {
     HVX_VectorPair a = Q6_W_vshuff_VVR(Q6_V_lo_W(od), Q6_V_lo_W(ev), -4);   /* 0,1,4,5.. | 64,65.. */
     HVX_VectorPair b = Q6_W_vshuff_VVR(Q6_V_hi_W(od), Q6_V_hi_W(ev), -4);   /* 2,3,6,7.. | 66,67.. */
     HVX_VectorPair lo = Q6_W_vshuff_VVR(Q6_V_lo_W(b), Q6_V_lo_W(a), -8);    /* 0..31 | 32..63 */
     HVX_VectorPair hi = Q6_W_vshuff_VVR(Q6_V_hi_W(b), Q6_V_hi_W(a), -8);    /* 64..95 | 96..127 */
     HVX_Vector v[4] = {Q6_V_lo_W(lo), Q6_V_hi_W(lo), Q6_V_lo_W(hi), Q6_V_hi_W(hi)};
+    if (WHOLE) {
+        for (int q = 0; q < WHOLE; q++) hvx_store_u(out + 32 * q, v[q]);
+        return;
+    }
     for (int q = 0; q < 4 && 32 * q < valid; q++) {
         int words = valid - 32 * q < 32 ? valid - 32 * q : 32;
         HVX_Vector r = accumulate ? Q6_Vw_vadd_VwVw(v[q], hvx_load_u(out + 32 * q)) : v[q];
@@ -118,8 +123,8 @@ static inline __attribute__((always_inline)) void dw_store(int32_t *out, HVX_Vec
 
 /* The run with NT taps (a compile-time count: the weights stay in registers; 0: nt taps,
  * weights read from wv each time). Tap t reads the input at off[t] bytes past the vector. */
-static inline __attribute__((always_inline)) void dw_core(const int NT, const struct dw_run *R, const int32_t *off,
-                                                          const HVX_Vector *wv, int nt)
+static inline __attribute__((always_inline)) void dw_core(const int NT, const int WHOLE, const struct dw_run *R,
+                                                          const int32_t *off, const HVX_Vector *wv, int nt)
 {
     const int n = NT ? NT : nt;
     HVX_Vector W[NT ? NT : 1];
@@ -148,23 +153,35 @@ static inline __attribute__((always_inline)) void dw_core(const int NT, const st
                     ev = Q6_Ww_vaddacc_WwVhVh(ev, Q6_V_lo_W(p0), zero);
                     od = Q6_Ww_vaddacc_WwVhVh(od, Q6_V_hi_W(p0), zero);
                 }
-                dw_store(out, ev, od, valid, acc);
+                dw_store(WHOLE, out, ev, od, valid, acc);
             }
         }
 }
 
 /* The compiled tap counts: full 3x3 kernels, and the tap classes of backward data at
  * stride 2 (3x3: 1, 2, 4; 5x5: 4, 6, 9); 5x5's 25 weights would not fit the registers. */
-static void dw_run_taps(const struct dw_run *R, const int32_t *off, const HVX_Vector *wv, int nt)
+static inline __attribute__((always_inline)) void dw_run_whole(const int WHOLE, const struct dw_run *R,
+                                                               const int32_t *off, const HVX_Vector *wv, int nt)
 {
     switch (nt) {
-    case 1: dw_core(1, R, off, wv, nt); break;
-    case 2: dw_core(2, R, off, wv, nt); break;
-    case 4: dw_core(4, R, off, wv, nt); break;
-    case 6: dw_core(6, R, off, wv, nt); break;
-    case 9: dw_core(9, R, off, wv, nt); break;
-    default: dw_core(0, R, off, wv, nt); break;
+    case 1: dw_core(1, WHOLE, R, off, wv, nt); break;
+    case 2: dw_core(2, WHOLE, R, off, wv, nt); break;
+    case 4: dw_core(4, WHOLE, R, off, wv, nt); break;
+    case 6: dw_core(6, WHOLE, R, off, wv, nt); break;
+    case 9: dw_core(9, WHOLE, R, off, wv, nt); break;
+    default: dw_core(0, WHOLE, R, off, wv, nt); break;
     }
+}
+
+/* Runs whose every vector keeps 4 or 3 whole vectors of words (C = 128k or 128k + 96) store
+ * without branches; the rest through the general store. */
+static void dw_run_taps(const struct dw_run *R, const int32_t *off, const HVX_Vector *wv, int nt)
+{
+    int fixed = R->vstep == 0 || R->nb * R->vstep <= R->lim - R->cap + R->vstep;   /* no row ends mid-vector */
+    int whole = !R->accumulate && fixed && R->cap % 32 == 0 ? R->cap / 32 : 0;
+    if (whole == 4) dw_run_whole(4, R, off, wv, nt);
+    else if (whole == 3) dw_run_whole(3, R, off, wv, nt);
+    else dw_run_whole(0, R, off, wv, nt);
 }
 
 /* What a thread's share runs over: images [lo, hi) in passes of `g` images. */
