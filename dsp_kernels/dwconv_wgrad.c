@@ -119,6 +119,45 @@ static inline __attribute__((always_inline)) void wg_block(const int NT, int32_t
     }
 }
 
+/* wg_block for 3 x 3 at stride 1: along a row of outputs each x vector serves three taps
+ * (column ow + j is tap j of ow, j - 1 of ow + 1, ...), so the three columns of each kernel
+ * row stay in registers and only the new one is loaded: 4 loads for 9 vrmpy, not 10. */
+static void wg_block3(int32_t *part, const struct dw_shape *s, const struct quad *xq, const struct quad *eq, int ng,
+                      int cb, int add)
+{
+    HVX_Vector acc[9];
+    for (int t = 0; t < 9; t++) acc[t] = Q6_V_vzero();
+    const int xrow = xq->cols * xq->blocks, eblocks = eq->blocks, OH = s->oh, OW = s->ow;   /* in vectors */
+    for (int gi = 0; gi < ng; gi++)
+        for (int oh = 0; oh < OH; oh++) {
+            const HVX_Vector *x0 = (const HVX_Vector *)xq->buf + (gi * xq->rows + oh) * xrow + cb;
+            const HVX_Vector *x1 = x0 + xrow, *x2 = x1 + xrow;
+            const HVX_Vector *er = (const HVX_Vector *)eq->buf + (gi * eq->rows + oh) * eq->cols * eblocks + cb;
+            HVX_Vector a0 = x0[0], a1 = x0[xq->blocks], b0 = x1[0], b1 = x1[xq->blocks], c0 = x2[0], c1 = x2[xq->blocks];
+            for (int ow = 0; ow < OW; ow++, er += eblocks) {
+                int next = (ow + 2) * xq->blocks;
+                HVX_Vector a2 = x0[next], b2 = x1[next], c2 = x2[next], e = *er;
+                acc[0] = Q6_Vw_vrmpyacc_VwVbVb(acc[0], a0, e);
+                acc[1] = Q6_Vw_vrmpyacc_VwVbVb(acc[1], a1, e);
+                acc[2] = Q6_Vw_vrmpyacc_VwVbVb(acc[2], a2, e);
+                acc[3] = Q6_Vw_vrmpyacc_VwVbVb(acc[3], b0, e);
+                acc[4] = Q6_Vw_vrmpyacc_VwVbVb(acc[4], b1, e);
+                acc[5] = Q6_Vw_vrmpyacc_VwVbVb(acc[5], b2, e);
+                acc[6] = Q6_Vw_vrmpyacc_VwVbVb(acc[6], c0, e);
+                acc[7] = Q6_Vw_vrmpyacc_VwVbVb(acc[7], c1, e);
+                acc[8] = Q6_Vw_vrmpyacc_VwVbVb(acc[8], c2, e);
+                a0 = a1; a1 = a2; b0 = b1; b1 = b2; c0 = c1; c1 = c2;
+            }
+        }
+    int words = s->c - 32 * cb < 32 ? s->c - 32 * cb : 32;
+    for (int t = 0; t < 9; t++) {
+        int32_t *dst = part + t * s->c + 32 * cb;
+        HVX_Vector v = add ? Q6_Vw_vadd_VwVw(acc[t], hvx_load_u(dst)) : acc[t];
+        if (words == 32) hvx_store_u(dst, v);
+        else hvx_store_bytes(dst, v, (uint32_t)words * 4);
+    }
+}
+
 static int wg_share(struct dspt_ctx *tc, int t, void *job)
 {
     const struct wg_job *J = job;
@@ -143,7 +182,8 @@ static int wg_share(struct dspt_ctx *tc, int t, void *job)
         quad_fill(&eq, J->err, s->n, s->oh, s->ow, s->c, 4 * g0, ng, J->zeros[t]);
         int add = g0 > lo || (t == 0 && J->accumulate);
         for (int cb = 0; cb < xq.blocks; cb++) {
-            if (taps == 9) wg_block(9, J->part[t], s, &xq, &eq, ng, cb, off, add);
+            if (s->kh == 3 && s->kw == 3 && s->stride == 1) wg_block3(J->part[t], s, &xq, &eq, ng, cb, add);
+            else if (taps == 9) wg_block(9, J->part[t], s, &xq, &eq, ng, cb, off, add);
             else if (taps == 25) wg_block(25, J->part[t], s, &xq, &eq, ng, cb, off, add);
             else wg_block(0, J->part[t], s, &xq, &eq, ng, cb, off, add);
         }
