@@ -60,4 +60,5 @@ PYBIND11_MODULE(_cpu_ops, m) {
   def_float_recipe_ops(m);
   def_fp32_products(m);
   def_memory(m);
+  def_dwconv(m);
 }
