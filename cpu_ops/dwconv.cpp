@@ -24,27 +24,54 @@ namespace {
 
 constexpr int kMaddChannels = 8;   // dw_rows_s8_madd's step
 
+// Which taps can reach which outputs: output rows r with r % period == row and columns with
+// column % period == col meet the taps `taps` (indices i * kw + j, in (kh, kw) order) and no
+// others. Backward data at stride s has s x s of them: of the zero-inserted error, the taps
+// that land on an error position are those with i = r + pad (mod s), j likewise, so each
+// phase sums only its own (a quarter of the taps at stride 2) instead of the zeros too.
+struct Phase {
+  int row, col;
+  std::vector<int> taps;
+};
+
 // The image a pass reads: `rows` x `width` pixels of `channels` values (a channel slice of
 // the tensor's), output row r from source row r * row_step, output column o at o * col_step,
 // tap t at off[t] from the window's corner.
 struct Source {
   int rows, width, channels, row_step, col_step;
   std::vector<ptrdiff_t> off;
+  int period = 1;
+  std::vector<Phase> phases;
   ptrdiff_t row_elems() const { return ptrdiff_t(width) * channels; }
 };
 
+std::vector<int> all_taps(const DwShape& s) {
+  std::vector<int> taps(s.taps());
+  for (int t = 0; t < s.taps(); ++t) taps[t] = t;
+  return taps;
+}
+
 Source padded_source(const DwShape& s, int channels) {
-  Source src{s.h + 2 * s.pad, s.w + 2 * s.pad, channels, s.stride, s.stride, {}};
+  Source src{s.h + 2 * s.pad, s.w + 2 * s.pad, channels, s.stride, s.stride, {}, 1, {{0, 0, all_taps(s)}}};
   for (int i = 0; i < s.kh; ++i)
     for (int j = 0; j < s.kw; ++j) src.off.push_back((ptrdiff_t(i) * src.width + j) * channels);
   return src;
 }
 
 Source inserted_source(const DwShape& s) {
-  Source src{s.h + s.kh - 1, s.w + s.kw - 1, s.c, 1, 1, {}};
+  Source src{s.h + s.kh - 1, s.w + s.kw - 1, s.c, 1, 1, {}, s.stride, {}};
   for (int i = 0; i < s.kh; ++i)
     for (int j = 0; j < s.kw; ++j)
       src.off.push_back((ptrdiff_t(s.kh - 1 - i) * src.width + (s.kw - 1 - j)) * s.c);
+  const auto lands = [&](int out, int tap) { return ((out + s.pad - tap) % s.stride + s.stride) % s.stride == 0; };
+  for (int row = 0; row < s.stride; ++row)
+    for (int col = 0; col < s.stride; ++col) {
+      Phase phase{row, col, {}};
+      for (int i = 0; i < s.kh; ++i)
+        for (int j = 0; j < s.kw; ++j)
+          if (lands(row, i) && lands(col, j)) phase.taps.push_back(i * s.kw + j);
+      src.phases.push_back(phase);
+    }
   return src;
 }
 
@@ -111,28 +138,32 @@ bool madd_active(int channels) {
          (isa == Isa::kAvx2 || isa == Isa::kAvxVnni || isa == Isa::kAvx512Vnni || isa == Isa::kAmx);
 }
 
-// The int8 weights as the loops read them: int16 by tap ([taps][C]), and in tap pairs with
-// their source offsets for the madd loop ([pairs][C8 * 2]; an odd last tap with weight 0).
+// A phase's int8 weights as the loops read them: its taps' offsets and int16 weights by tap
+// ([taps][C]), and in tap pairs for the madd loop ([pairs][C8 * 2]; an odd last tap pairs
+// with weight 0).
 struct TapWeights {
+  int row, col;
+  std::vector<ptrdiff_t> off, pair_off;
   std::vector<int16_t> taps, pairs;
-  std::vector<ptrdiff_t> pair_off;
-  int c8 = 0, npairs = 0;
+  int count = 0, c8 = 0, npairs = 0;
 };
 
-TapWeights tap_weights(const int8_t* w, const DwShape& s, const Source& src, bool madd) {
-  TapWeights tw;
-  const int T = s.taps();
+TapWeights tap_weights(const int8_t* w, const DwShape& s, const Source& src, const Phase& phase, bool madd) {
+  TapWeights tw{phase.row, phase.col, {}, {}, {}, {}};
+  const int T = tw.count = int(phase.taps.size());
   tw.taps.resize(size_t(T) * s.c);
-  for (int c = 0; c < s.c; ++c)
-    for (int t = 0; t < T; ++t) tw.taps[size_t(t) * s.c + c] = w[ptrdiff_t(c) * T + t];
+  for (int t = 0; t < T; ++t) {
+    tw.off.push_back(src.off[phase.taps[t]]);
+    for (int c = 0; c < s.c; ++c) tw.taps[size_t(t) * s.c + c] = w[ptrdiff_t(c) * s.taps() + phase.taps[t]];
+  }
   if (!madd) return tw;
   tw.c8 = s.c / kMaddChannels * kMaddChannels;
   tw.npairs = (T + 1) / 2;
   tw.pairs.assign(size_t(tw.npairs) * tw.c8 * 2, 0);
   for (int p = 0; p < tw.npairs; ++p) {
     const int a = 2 * p, b = 2 * p + 1 < T ? 2 * p + 1 : -1;
-    tw.pair_off.push_back(src.off[a]);
-    tw.pair_off.push_back(b >= 0 ? src.off[b] : src.off[a]);
+    tw.pair_off.push_back(tw.off[a]);
+    tw.pair_off.push_back(b >= 0 ? tw.off[b] : tw.off[a]);
     for (int c = 0; c < tw.c8; ++c) {
       tw.pairs[(size_t(p) * tw.c8 + c) * 2] = tw.taps[size_t(a) * s.c + c];
       if (b >= 0) tw.pairs[(size_t(p) * tw.c8 + c) * 2 + 1] = tw.taps[size_t(b) * s.c + c];
@@ -151,14 +182,22 @@ template <typename Fill>
 void run_s8_rows(const int8_t* w, const DwShape& s, const Source& src, int out_h, int out_w, size_t bytes,
                  Fill fill, int32_t* y, int64_t* absmax, FusedRequant* fused) {
   const bool madd = madd_active(s.c);
-  const TapWeights tw = tap_weights(w, s, src, madd);
-  const int C = s.c, T = s.taps(), c8 = madd ? tw.c8 : 0;
-  const ptrdiff_t xstep = ptrdiff_t(src.col_step) * C, row = ptrdiff_t(out_w) * C;
+  std::vector<TapWeights> phases;
+  for (const Phase& phase : src.phases) phases.push_back(tap_weights(w, s, src, phase, madd));
+  const int C = s.c, period = src.period;
+  const ptrdiff_t xstep = ptrdiff_t(src.col_step) * period * C, row = ptrdiff_t(out_w) * C;
   std::atomic<int64_t> peak{0};
   for_output_rows<int8_t>(s, src, out_h, bytes, fill, [&](const int8_t* base, int n, int r) {
     int32_t* yr = y + (ptrdiff_t(n) * out_h + r) * row;
-    if (c8) dw_rows_s8_madd(base, xstep, tw.pair_off.data(), tw.npairs, tw.pairs.data(), ptrdiff_t(c8) * 2, c8, out_w, yr, C);
-    if (c8 < C) dw_rows_s8(base + c8, xstep, src.off.data(), T, tw.taps.data() + c8, C, C - c8, out_w, yr + c8, C);
+    for (const TapWeights& tw : phases) {
+      const int count = (out_w - tw.col + period - 1) / period;
+      if (tw.row != r % period || count <= 0) continue;
+      const int8_t* b = base + ptrdiff_t(tw.col) * src.col_step * C;
+      int32_t* yc = yr + ptrdiff_t(tw.col) * C;
+      const int c8 = madd ? tw.c8 : 0;
+      if (c8) dw_rows_s8_madd(b, xstep, tw.pair_off.data(), tw.npairs, tw.pairs.data(), ptrdiff_t(c8) * 2, c8, count, yc, ptrdiff_t(period) * C);
+      if (c8 < C) dw_rows_s8(b + c8, xstep, tw.off.data(), tw.count, tw.taps.data() + c8, C, C - c8, count, yc + c8, ptrdiff_t(period) * C);
+    }
   }, [&](int u0, int u1) {
     if (fused) max_into(peak, shift_round_absmax_range(y, size_t(u0) * row, size_t(u1) * row, fused->shift, fused->mode,
                                                        fused->key, fused->out));
@@ -261,13 +300,30 @@ namespace {
 
 template <typename Fill>
 void run_f32_rows(const float* w, const DwShape& s, const Source& src, int out_h, int out_w, Fill fill, float* y) {
-  const int C = s.c, T = s.taps();
-  std::vector<float> wt(size_t(T) * C);
-  for (int c = 0; c < C; ++c)
-    for (int t = 0; t < T; ++t) wt[size_t(t) * C + c] = w[ptrdiff_t(c) * T + t];
-  const ptrdiff_t xstep = ptrdiff_t(src.col_step) * C, row = ptrdiff_t(out_w) * C;
+  struct PhaseWeights {
+    int row, col;
+    std::vector<ptrdiff_t> off;
+    std::vector<float> w;   // [taps][C]
+  };
+  const int C = s.c, period = src.period;
+  std::vector<PhaseWeights> phases;
+  for (const Phase& phase : src.phases) {
+    PhaseWeights pw{phase.row, phase.col, {}, std::vector<float>(phase.taps.size() * C)};
+    for (size_t t = 0; t < phase.taps.size(); ++t) {
+      pw.off.push_back(src.off[phase.taps[t]]);
+      for (int c = 0; c < C; ++c) pw.w[t * C + c] = w[ptrdiff_t(c) * s.taps() + phase.taps[t]];
+    }
+    phases.push_back(std::move(pw));
+  }
+  const ptrdiff_t xstep = ptrdiff_t(src.col_step) * period * C, row = ptrdiff_t(out_w) * C;
   for_output_rows<float>(s, src, out_h, pass_bytes(s, 8), fill, [&](const float* base, int n, int r) {
-    dw_rows_f32(base, xstep, src.off.data(), T, wt.data(), C, C, out_w, y + (ptrdiff_t(n) * out_h + r) * row, C);
+    float* yr = y + (ptrdiff_t(n) * out_h + r) * row;
+    for (const PhaseWeights& pw : phases) {
+      const int count = (out_w - pw.col + period - 1) / period;
+      if (pw.row != r % period || count <= 0) continue;
+      dw_rows_f32(base + ptrdiff_t(pw.col) * src.col_step * C, xstep, pw.off.data(), int(pw.off.size()), pw.w.data(), C, C,
+                  count, yr + ptrdiff_t(pw.col) * C, ptrdiff_t(period) * C);
+    }
   }, [](int, int) {});
 }
 

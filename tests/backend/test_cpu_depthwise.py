@@ -16,11 +16,12 @@ from dsptrain.backends.ops_cpu import ISA_ENV, CpuBackend  # noqa: E402
 ISAS = [isa for isa in ("amx", "avx512vnni", "avxvnni", "avx2", "neon", "scalar")]
 # (n, h, w, c, k, stride, pad): MobileNetV2-like layers (channels a multiple of 8: the paired
 # loop with no tail), ragged channel counts around its 8-channel step (tails only, both, one
-# channel), kernel 3 and 5, strides 1 and 2, pads 0-2 and beyond the kernel, odd images
+# channel), kernel 3 and 5, strides 1 and 2, pads 0-2 and beyond the kernel, odd images,
+# strides above the kernel (backward data's phases that no tap reaches: zeros)
 SHAPES = [(4, 16, 16, 32, 3, 1, 1), (3, 16, 16, 96, 3, 2, 1), (2, 8, 8, 144, 3, 2, 1), (5, 2, 2, 24, 3, 1, 1),
           (2, 7, 9, 3, 3, 1, 1), (3, 9, 11, 37, 5, 2, 2), (2, 11, 7, 17, 5, 1, 2), (1, 6, 6, 1, 3, 2, 0),
           (2, 5, 5, 9, 1, 1, 0), (2, 6, 6, 24, 2, 2, 3), (1, 13, 12, 40, 5, 2, 0), (3, 1, 1, 16, 3, 1, 1),
-          (1, 9, 9, 15, 4, 3, 1)]
+          (1, 9, 9, 15, 4, 3, 1), (2, 7, 7, 16, 1, 2, 0), (1, 10, 9, 24, 2, 3, 1)]
 
 
 @pytest.fixture(params=ISAS)
