@@ -3,7 +3,12 @@
 float32 convolution (oneDNN / its native depthwise kernel, the faster of NCHW and
 channels-last) on the same shapes, in the same process.
 
-    python bench/bench_depthwise.py [--runs 5] [--batch 64] [--threads N]
+    python bench/bench_depthwise.py [--runs 5] [--batch 64] [--threads N] [--cpu-time]
+
+--cpu-time times each call by its thread's CPU time (time.thread_time, minimum of
+--runs x 5 calls) at one thread for both systems: on a shared, loaded machine this leaves out
+the time the call waited for a core, which wall-clock best-of-runs cannot (PyTorch's OpenMP
+workers wait for each other at every barrier when the cores are oversubscribed).
 
 Depthwise table, milliseconds per call (best of --runs), per distinct layer shape (`count`
 layers of the network have it; the `network` row sums shape x count):
@@ -13,8 +18,11 @@ layers of the network have it; the `network` row sums shape x count):
   f32_*                 dwconv2d_f32 and its two backward passes
   torch_*               F.conv2d(groups=C) and aten.convolution_backward (input, weight)
   vs_torch              torch's three passes over dsptrain int8's three (> 1: dsptrain faster)
-Pointwise table: the 1x1 convolutions as conv2d_requant_s8 (the GEMM path, no im2col copy)
-beside torch's float32 1x1 convolution and fbgemm's int8 linear on the same (M, K, N).
+Pointwise table: the 1x1 convolutions as conv2d_requant_s8 (`s8_fwd`: the GEMM on x in
+place, then requantized) and gemm_s8 (`s8_gemm`: the bare int8 GEMM, weights packed every
+call as a training step must) beside torch's float32 1x1 convolution and fbgemm's int8
+linear (weights prepacked once) on the same (M, K, N); gemm_vs_fbgemm = fbgemm's time over
+s8_gemm's, vs_torch = torch's over s8_fwd's (> 1: dsptrain faster).
 Grouped table (groups 2-8, batch 64): the two ways the dense kernels can run a grouped
 conv, forward sums in ms: `per_group` (each group's channel slice copied out, one conv2d_s8
 each, the results joined) and `block_diagonal` (one conv2d_s8 whose weight is zero outside
@@ -26,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -37,6 +46,17 @@ from report import best_time, print_table, write_results  # noqa: E402
 # (1x1), a 3x3 depthwise (stride s on a stage's first block), project to c (1x1).
 SETTINGS = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
 LAST_CHANNELS = 1280
+
+
+def cpu_best_time(fn, runs: int = 5) -> float:
+    """Least CPU time of the calling thread over runs x 5 calls of fn (after one warm-up)."""
+    fn()
+    best = float("inf")
+    for _ in range(runs * 5):
+        t0 = time.thread_time()
+        fn()
+        best = min(best, time.thread_time() - t0)
+    return best
 
 
 def mobilenet_v2_layers(size: int = 32):
@@ -74,7 +94,7 @@ def torch_peer(threads: int):
     return torch
 
 
-def torch_depthwise(torch, x, w, err, stride, runs):
+def torch_depthwise(torch, x, w, err, stride, runs, timer):
     """Best ms of F.conv2d(groups=C) and its two gradients, NCHW or channels-last, whichever is faster."""
     best = None
     for memory_format in (torch.contiguous_format, torch.channels_last):
@@ -88,14 +108,13 @@ def torch_depthwise(torch, x, w, err, stride, runs):
             return lambda: torch.ops.aten.convolution_backward(et, xt, wt, None, [stride, stride], [1, 1], [1, 1],
                                                                False, [0, 0], c, mask)
         with torch.no_grad():
-            times = (1e3 * best_time(fwd, runs), 1e3 * best_time(backward([True, False, False]), runs),
-                     1e3 * best_time(backward([False, True, False]), runs))
+            times = tuple(1e3 * timer(fn, runs) for fn in (fwd, backward([True, False, False]), backward([False, True, False])))
         if best is None or sum(times) < sum(best):
             best = times
     return best
 
 
-def depthwise_rows(native, torch, batch, runs):
+def depthwise_rows(native, torch, batch, runs, timer):
     rng = np.random.default_rng(0)
     rows = []
     depthwise, _ = mobilenet_v2_layers()
@@ -105,7 +124,7 @@ def depthwise_rows(native, torch, batch, runs):
         oh = (h + 2 - 3) // stride + 1
         err = rng.integers(-127, 128, (batch, oh, oh, c), dtype=np.int8)
         xf, wf, ef = (rng.standard_normal(a.shape).astype(np.float32) for a in (x, w, err))
-        ms = lambda fn: 1e3 * best_time(fn, runs)  # noqa: E731
+        ms = lambda fn: 1e3 * timer(fn, runs)  # noqa: E731
         row = {"C": c, "H": h, "stride": stride, "count": count,
                "path": native.dwconv_path("forward", [batch, h, h, c, 3, 3, stride, 1]),
                "s8_fwd": ms(lambda: native.dwconv2d_requant_s8(x, w, stride, 1, -1, "round", None)),
@@ -116,7 +135,7 @@ def depthwise_rows(native, torch, batch, runs):
                "f32_wgrad": ms(lambda: native.dwconv2d_bwd_weight_f32(ef, xf, stride, 1, (3, 3)))}
         row["torch_fwd"] = row["torch_bwd_data"] = row["torch_wgrad"] = None
         if torch is not None:
-            row["torch_fwd"], row["torch_bwd_data"], row["torch_wgrad"] = torch_depthwise(torch, xf, wf, ef, stride, runs)
+            row["torch_fwd"], row["torch_bwd_data"], row["torch_wgrad"] = torch_depthwise(torch, xf, wf, ef, stride, runs, timer)
         rows.append(row)
         print(f"  depthwise {c}x{h}x{h} stride {stride} done", file=sys.stderr)
     total = {"C": "network", "count": sum(r["count"] for r in rows)}
@@ -141,7 +160,7 @@ def fbgemm_linear(torch, a, b):
     return lambda: torch.ops.quantized.linear(xq, packed, float(a.shape[1] * 127), 128)
 
 
-def pointwise_rows(native, torch, batch, runs):
+def pointwise_rows(native, torch, batch, runs, timer):
     rng = np.random.default_rng(1)
     rows = []
     _, pointwise = mobilenet_v2_layers()
@@ -149,7 +168,7 @@ def pointwise_rows(native, torch, batch, runs):
         x = rng.integers(-127, 128, (batch, h, h, cin), dtype=np.int8)
         w = rng.integers(-127, 128, (cout, 1, 1, cin), dtype=np.int8)
         m = batch * h * h
-        ms = lambda fn: 1e3 * best_time(fn, runs)  # noqa: E731
+        ms = lambda fn: 1e3 * timer(fn, runs)  # noqa: E731
         row = {"M": m, "K": cin, "N": cout, "count": count,
                "path": native.conv_algorithm("forward", x, w, 1, 0),
                "s8_fwd": ms(lambda: native.conv2d_requant_s8(x, w, 1, 0, -1, "round", None)),
@@ -174,7 +193,7 @@ GROUPED = [(8, 240, 240, 1, 2), (8, 240, 240, 1, 3), (8, 240, 240, 1, 4), (8, 24
            (8, 128, 128, 3, 2), (8, 128, 128, 3, 4), (8, 128, 128, 3, 8), (4, 256, 256, 3, 8)]
 
 
-def grouped_rows(native, batch, runs):
+def grouped_rows(native, batch, runs, timer):
     rng = np.random.default_rng(2)
     rows = []
     for h, c, o, k, groups in GROUPED:
@@ -191,7 +210,7 @@ def grouped_rows(native, batch, runs):
                      for g in range(groups)]
             return np.concatenate(parts, axis=-1)
         assert np.array_equal(per_group(), native.conv2d_s8(x, dense, 1, pad))
-        ms = lambda fn: 1e3 * best_time(fn, runs)  # noqa: E731
+        ms = lambda fn: 1e3 * timer(fn, runs)  # noqa: E731
         row = {"H": h, "C": c, "O": o, "K": k, "groups": groups, "per_group": ms(per_group),
                "block_diagonal": ms(lambda: native.conv2d_s8(x, dense, 1, pad))}
         row["block_over_per_group"] = row["block_diagonal"] / row["per_group"]
@@ -206,31 +225,35 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--threads", type=int, help="threads for both (default: the native pool's)")
     parser.add_argument("--isa", help="force a dsptrain path (as DSPTRAIN_CPU_ISA)")
+    parser.add_argument("--cpu-time", action="store_true", help="time by thread CPU time, one thread each")
     args = parser.parse_args()
 
     from dsptrain import _cpu_ops as native
     if args.isa:
         native.set_isa(args.isa)
+    timer = best_time
+    if args.cpu_time:
+        timer, args.threads = cpu_best_time, 1
     if args.threads:
         native.set_threads(args.threads)
     torch = torch_peer(native.threads())
     meta = {"isa": native.isa(), "threads": native.threads(), "runs": args.runs, "batch": args.batch,
-            "torch": getattr(torch, "__version__", None)}
+            "timing": "thread CPU time" if args.cpu_time else "wall clock", "torch": getattr(torch, "__version__", None)}
 
-    rows = depthwise_rows(native, torch, args.batch, args.runs)
-    print(f"MobileNetV2 depthwise 3x3, batch {args.batch}, ms per call (best of {args.runs}); "
+    rows = depthwise_rows(native, torch, args.batch, args.runs, timer)
+    print(f"MobileNetV2 depthwise 3x3, batch {args.batch}, ms per call ({meta['timing']}, best of {args.runs}); "
           f"dsptrain {native.isa()}, {native.threads()} threads")
     print_table(rows, ["C", "H", "stride", "count", "path", "s8_fwd", "s8_bwd_data", "s8_wgrad", "f32_fwd", "f32_bwd_data",
                        "f32_wgrad", "torch_fwd", "torch_bwd_data", "torch_wgrad", "vs_torch", "f32_vs_torch"])
     write_results("bench_depthwise", rows, **meta)
 
-    rows = pointwise_rows(native, torch, args.batch, args.runs)
+    rows = pointwise_rows(native, torch, args.batch, args.runs, timer)
     print(f"MobileNetV2 pointwise 1x1, batch {args.batch}, ms per call (best of {args.runs})")
     print_table(rows, ["M", "K", "N", "count", "path", "s8_fwd", "s8_gemm", "torch_f32", "fbgemm_s8", "gemm_vs_fbgemm",
                        "vs_torch"])
     write_results("bench_pointwise", rows, **meta)
 
-    rows = grouped_rows(native, args.batch, args.runs)
+    rows = grouped_rows(native, args.batch, args.runs, timer)
     print(f"Grouped convolutions, batch {args.batch}, forward int32 sums, ms per call (best of {args.runs})")
     print_table(rows, ["H", "C", "O", "K", "groups", "per_group", "block_diagonal", "block_over_per_group"])
     write_results("bench_grouped", rows, **meta)
