@@ -354,11 +354,14 @@ void dwconv2d_bwd_weight_f32(const float* err, const float* x, const DwShape& s,
 const char* dwconv_path(DwPass, const DwShape& s) { return madd_active(s.c) ? "madd_pairs" : "rows"; }
 
 DwScratch dwconv_scratch(DwPass pass, const DwShape& s, int element_bytes) {
+  // each pool thread keeps its own source buffer: the weight gradient's holds one padded
+  // image (of its channels), the others' at most one image's source rows (for_output_rows
+  // fills image by image)
+  const size_t threads = size_t(pool_threads());
   if (pass == DwPass::kBackwardWeight)
-    return {size_t(s.h + 2 * s.pad) * (s.w + 2 * s.pad) * s.c * element_bytes, 0};
-  // a task's source rows: at most one image's (for_output_rows fills image by image)
+    return {threads * size_t(s.h + 2 * s.pad) * (s.w + 2 * s.pad) * s.c * element_bytes, 0};
   const Source src = pass == DwPass::kForward ? padded_source(s, s.c) : inserted_source(s);
-  return {size_t(src.rows) * src.row_elems() * element_bytes, 0};
+  return {threads * size_t(src.rows) * src.row_elems() * element_bytes, 0};
 }
 
 }  // namespace dsptrain

@@ -43,8 +43,9 @@ void dwconv2d_bwd_weight_f32(const float* err, const float* x, const DwShape& s,
 enum class DwPass { kForward, kBackwardData, kBackwardWeight };
 const char* dwconv_path(DwPass pass, const DwShape& s);
 
-// Bytes of the kept per-thread scratch one pass of shape s uses, by buffer (scratch.h's
-// contract): the source rows a task reads, and the weight gradient's per-task sums.
+// Bytes of the kept scratch one pass of shape s uses, by buffer (scratch.h's contract): the
+// source rows the tasks read, over every pool thread. `sums` is 0: the weight gradient's
+// per-task sums are freed when it returns.
 struct DwScratch {
   size_t source_rows, sums;
 };

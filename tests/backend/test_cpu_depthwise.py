@@ -139,3 +139,16 @@ def test_bad_arguments_name_what_and_where():
         native.dwconv2d_bwd_weight_f32(np.zeros((1, 6, 6, 3), np.float32), x.astype(np.float32), 1, 1, (3, 3))
     with pytest.raises(ValueError, match="dwconv2d_f32: x must be float32, got int8"):
         native.dwconv2d_f32(x, w.astype(np.float32), 1, 1)
+
+
+def test_scratch_bytes_are_the_source_buffers_of_every_thread():
+    """What the memory planner is told the depthwise kernels keep (cpu_ops/dwconv.h
+    dwconv_scratch): each pool thread's source rows, and the requantizing hooks' int32 sums."""
+    threads = native.threads()
+    n, h, w, c = 4, 16, 12, 32
+    fwd = native.dwconv_scratch_bytes("forward", [n, h, w, c, 3, 3, 2, 1], 1, True)
+    assert fwd == {"dwconv_source_rows": threads * (h + 2) * (w + 2) * c, "dwconv_requant_acc": n * 8 * 6 * c * 4}
+    bwd = native.dwconv_scratch_bytes("backward_data", [n, h, w, c, 5, 5, 1, 2], 4, False)
+    assert bwd == {"dwconv_source_rows": threads * (h + 4) * (w + 4) * c * 4}
+    wgrad = native.dwconv_scratch_bytes("backward_weight", [n, h, w, c, 3, 3, 1, 1], 1, True)
+    assert wgrad == {"dwconv_source_rows": threads * (h + 2) * (w + 2) * c}
