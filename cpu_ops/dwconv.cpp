@@ -208,30 +208,37 @@ void run_s8_rows(const int8_t* w, const DwShape& s, const Source& src, int out_h
 }
 
 // The weight gradient's sums of channel block [c0, c0 + cw) over all images into
-// total[t * C + c0 + c] (A: int32, int64 or float): each image's sums from zero, added to
-// the total in image order. int8 sums go to the total every `flush_rows` output rows, before
-// int32 could overflow.
+// total[t * C + c0 + c] (A: int32, int64 or float). Float (per_image): each image's sums from
+// zero, added to the total in image order, as ops_ref states. int8: exact, so the partial
+// int32 sums run on across images and go to the total only before `flush_positions` more
+// output positions could overflow them (with tiny images, a flush per image cost as much as
+// the products: MobileNetV2's 1x1 and 2x2 layers).
 template <typename T, typename A, typename S, typename Rows>
-void wgrad_block(const T* x, const T* err, const DwShape& s, int c0, int cw, int flush_rows, A* total, Rows rows) {
+void wgrad_block(const T* x, const T* err, const DwShape& s, int c0, int cw, bool per_image, long long flush_positions,
+                 A* total, Rows rows) {
   const Source src = padded_source(s, cw);
   const int T_ = s.taps(), oh = s.oh(), ow = s.ow();
   std::vector<T>& buf = source_buffer<T>();
   if (buf.size() < size_t(src.rows) * src.row_elems()) buf.resize(size_t(src.rows) * src.row_elems());
   std::vector<S> part(size_t(T_) * cw);
+  long long pending = 0;   // output positions in `part`
   const auto flush = [&] {
     for (int t = 0; t < T_; ++t)
       for (int c = 0; c < cw; ++c) total[ptrdiff_t(t) * s.c + c0 + c] += A(part[size_t(t) * cw + c]);
     std::fill(part.begin(), part.end(), S(0));
+    pending = 0;
   };
   for (int n = 0; n < s.n; ++n) {
     for (int R = 0; R < src.rows; ++R) fill_padded_row(x, s, src, n, R, c0, buf.data() + R * src.row_elems());
     for (int r = 0; r < oh; ++r) {
+      if (!per_image && pending > 0 && pending + ow > flush_positions) flush();
       const T* e = err + (ptrdiff_t(n) * oh + r) * ow * s.c + c0;
       rows(buf.data() + ptrdiff_t(r) * s.stride * src.row_elems(), ptrdiff_t(s.stride) * cw, src.off.data(), e, part.data());
-      if ((r + 1) % flush_rows == 0 && r + 1 < oh) flush();
+      pending += ow;
     }
-    flush();
+    if (per_image) flush();
   }
+  if (pending > 0) flush();
 }
 
 // Channel blocks of 8 (whole cache lines of int8 for 8 blocks) across the threads.
@@ -255,13 +262,13 @@ template <typename A>
 void wgrad_s8(const int8_t* err, const int8_t* x, const DwShape& s, A* dw) {
   const int T = s.taps(), ow = s.ow();
   const bool madd = madd_active(s.c);
-  // rows of int32 sums that cannot overflow: each position adds at most 128 * 128
-  const int flush_rows = std::max(1, int(((1LL << 31) - 1) / (16384LL * std::max(1, ow))));
+  // positions whose int32 sums cannot overflow: each adds at most 128 * 128
+  const long long flush_positions = ((1LL << 31) - 1) / 16384;
   std::vector<A> total(size_t(T) * s.c, A(0));
   const size_t bytes = size_t(s.n) * (size_t(s.h) * s.w + size_t(s.oh()) * ow) * s.c;
   for_channel_blocks(s, bytes, [&](int c0, int cw) {
     const int c8 = madd ? cw / kMaddChannels * kMaddChannels : 0;
-    wgrad_block<int8_t, A, int32_t>(x, err, s, c0, cw, flush_rows, total.data(),
+    wgrad_block<int8_t, A, int32_t>(x, err, s, c0, cw, false, flush_positions, total.data(),
         [&](const int8_t* base, ptrdiff_t xstep, const ptrdiff_t* off, const int8_t* e, int32_t* part) {
           if (c8) dw_wgrad_rows_s8_madd(base, xstep, off, T, e, s.c, c8, ow, part, cw);
           if (c8 < cw) dw_wgrad_rows_s8(base + c8, xstep, off, T, e + c8, s.c, cw - c8, ow, part + c8, cw);
@@ -343,7 +350,7 @@ void dwconv2d_bwd_weight_f32(const float* err, const float* x, const DwShape& s,
   const int T = s.taps(), ow = s.ow();
   std::vector<float> total(size_t(T) * s.c, 0.0f);
   for_channel_blocks(s, pass_bytes(s, 4), [&](int c0, int cw) {
-    wgrad_block<float, float, float>(x, err, s, c0, cw, s.oh(), total.data(),
+    wgrad_block<float, float, float>(x, err, s, c0, cw, true, 0, total.data(),
         [&](const float* base, ptrdiff_t xstep, const ptrdiff_t* off, const float* e, float* part) {
           dw_wgrad_rows_f32(base, xstep, off, T, e, s.c, cw, ow, part, cw);
         });

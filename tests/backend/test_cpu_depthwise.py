@@ -97,12 +97,20 @@ def test_float_passes_are_ops_ref_bits(cpu_isa, threads, ref, shape):
 
 def test_weight_gradient_widens_to_int64_exactly(ref):
     """N*OH*OW*127*127 >= 2**31: int64 sums; one image of 366x366 positions of -128 * -128
-    passes 2**31 on its own, so its int32 sums must go to the total before they wrap."""
+    passes 2**31 on its own, so its int32 sums must go to the total before they wrap; so do
+    many smaller images' sums together."""
     cpu = CpuBackend()
     rng = np.random.default_rng(4)
     x = np.full((1, 366, 366, 8), -128, np.int8)
     x[:, ::7] = rng.integers(-128, 128, x[:, ::7].shape, dtype=np.int8)
     err = np.full((1, 366, 366, 8), -128, np.int8)
+    got = cpu.dwconv2d_bwd_weight_s8(err, x, 1, 1, (3, 3))
+    assert got.dtype == np.int64
+    equal(got, ref.dwconv2d_bwd_weight_s8(err, x, 1, 1, (3, 3)))
+    # 14 images of 100x100 positions: the int32 sums run across images and must be flushed
+    # between the 13th and the 14th
+    x, err = np.full((14, 100, 100, 8), -128, np.int8), np.full((14, 100, 100, 8), -128, np.int8)
+    x[:, 3::5] = rng.integers(-128, 128, x[:, 3::5].shape, dtype=np.int8)
     got = cpu.dwconv2d_bwd_weight_s8(err, x, 1, 1, (3, 3))
     assert got.dtype == np.int64
     equal(got, ref.dwconv2d_bwd_weight_s8(err, x, 1, 1, (3, 3)))
