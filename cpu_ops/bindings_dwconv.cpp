@@ -92,112 +92,139 @@ DwPass parse_pass(const std::string& pass) {
   fail("depthwise pass '" + pass + "' is not one of forward, backward_data, backward_weight");
 }
 
+// ---------------------------------------------------------------- int8
+py::array py_dwconv2d_s8(const py::handle& x_obj, const py::handle& w_obj, int stride, int pad) {
+  auto x = checked<int8_t>("dwconv2d_s8", "x", x_obj, 4);
+  auto w = checked<int8_t>("dwconv2d_s8", "w", w_obj, 4);
+  const DwShape s = dw_shape<int8_t>("dwconv2d_s8", x, w, stride, pad);
+  SerialScope serial(small_op(dw_macs(s)));
+  return run_into<int32_t>({s.n, s.oh(), s.ow(), s.c}, [&](int32_t* y) { dwconv2d_fwd(x.data(), w.data(), s, y); });
+}
+
+py::tuple py_dwconv2d_requant_s8(const py::handle& x_obj, const py::handle& w_obj, int stride, int pad, int shift,
+                                 const std::string& mode, const py::object& rng) {
+  const char* op = "dwconv2d_requant_s8";
+  auto x = checked<int8_t>(op, "x", x_obj, 4);
+  auto w = checked<int8_t>(op, "w", w_obj, 4);
+  const DwShape s = dw_shape<int8_t>(op, x, w, stride, pad);
+  const RoundMode rm = parse_mode(op, mode);
+  const Rng r = parse_rng(rng);
+  check_shift(op, shift, rm, r);
+  SerialScope serial(small_op(dw_macs(s)));
+  return requant_rows({s.n, s.oh(), s.ow(), s.c}, shift, rm, r, [&](int32_t* y, int64_t* mx, FusedRequant* f) {
+    dwconv2d_fwd(x.data(), w.data(), s, y, mx, f);
+  });
+}
+
+py::array py_dwconv2d_bwd_data_s8(const py::handle& err_obj, const py::handle& w_obj, int stride, int pad,
+                                  std::pair<int, int> in_hw) {
+  const char* op = "dwconv2d_bwd_data_s8";
+  auto err = checked<int8_t>(op, "err", err_obj, 4);
+  auto w = checked<int8_t>(op, "w", w_obj, 4);
+  const DwShape s = dw_shape_from_in_hw(op, err, w, stride, pad, in_hw);
+  SerialScope serial(small_op(dw_macs(s)));
+  return run_into<int32_t>({s.n, s.h, s.w, s.c}, [&](int32_t* dx) { dwconv2d_bwd_data(err.data(), w.data(), s, dx); });
+}
+
+py::tuple py_dwconv2d_bwd_data_requant_s8(const py::handle& err_obj, const py::handle& w_obj, int stride, int pad,
+                                          std::pair<int, int> in_hw, int shift, const std::string& mode,
+                                          const py::object& rng) {
+  const char* op = "dwconv2d_bwd_data_requant_s8";
+  auto err = checked<int8_t>(op, "err", err_obj, 4);
+  auto w = checked<int8_t>(op, "w", w_obj, 4);
+  const DwShape s = dw_shape_from_in_hw(op, err, w, stride, pad, in_hw);
+  const RoundMode rm = parse_mode(op, mode);
+  const Rng r = parse_rng(rng);
+  check_shift(op, shift, rm, r);
+  SerialScope serial(small_op(dw_macs(s)));
+  return requant_rows({s.n, s.h, s.w, s.c}, shift, rm, r, [&](int32_t* dx, int64_t* mx, FusedRequant* f) {
+    dwconv2d_bwd_data(err.data(), w.data(), s, dx, mx, f);
+  });
+}
+
+py::array py_dwconv2d_bwd_weight_s8(const py::handle& err_obj, const py::handle& x_obj, int stride, int pad,
+                                    std::pair<int, int> kernel) {
+  const char* op = "dwconv2d_bwd_weight_s8";
+  auto err = checked<int8_t>(op, "err", err_obj, 4);
+  auto x = checked<int8_t>(op, "x", x_obj, 4);
+  const DwShape s = dw_shape_from_err(op, err, x, stride, pad, kernel);
+  SerialScope serial(small_op(dw_macs(s)));
+  const std::vector<py::ssize_t> shape{s.c, s.kh, s.kw, 1};
+  if (needs_int64(static_cast<long long>(s.n) * s.oh() * s.ow()))
+    return run_into<int64_t>(shape, [&](int64_t* dw) { dwconv2d_bwd_weight(err.data(), x.data(), s, dw); });
+  return run_into<int32_t>(shape, [&](int32_t* dw) { dwconv2d_bwd_weight(err.data(), x.data(), s, dw); });
+}
+
+// ---------------------------------------------------------------- float32
+py::array py_dwconv2d_f32(const py::handle& x_obj, const py::handle& w_obj, int stride, int pad) {
+  auto x = checked<float>("dwconv2d_f32", "x", x_obj, 4);
+  auto w = checked<float>("dwconv2d_f32", "w", w_obj, 4);
+  const DwShape s = dw_shape<float>("dwconv2d_f32", x, w, stride, pad);
+  SerialScope serial(small_op(dw_macs(s)));
+  return run_into<float>({s.n, s.oh(), s.ow(), s.c}, [&](float* y) { dwconv2d_fwd_f32(x.data(), w.data(), s, y); });
+}
+
+py::array py_dwconv2d_bwd_data_f32(const py::handle& err_obj, const py::handle& w_obj, int stride, int pad,
+                                   std::pair<int, int> in_hw) {
+  const char* op = "dwconv2d_bwd_data_f32";
+  auto err = checked<float>(op, "err", err_obj, 4);
+  auto w = checked<float>(op, "w", w_obj, 4);
+  const DwShape s = dw_shape_from_in_hw(op, err, w, stride, pad, in_hw);
+  SerialScope serial(small_op(dw_macs(s)));
+  return run_into<float>({s.n, s.h, s.w, s.c}, [&](float* dx) { dwconv2d_bwd_data_f32(err.data(), w.data(), s, dx); });
+}
+
+py::array py_dwconv2d_bwd_weight_f32(const py::handle& err_obj, const py::handle& x_obj, int stride, int pad,
+                                     std::pair<int, int> kernel) {
+  const char* op = "dwconv2d_bwd_weight_f32";
+  auto err = checked<float>(op, "err", err_obj, 4);
+  auto x = checked<float>(op, "x", x_obj, 4);
+  const DwShape s = dw_shape_from_err(op, err, x, stride, pad, kernel);
+  SerialScope serial(small_op(dw_macs(s)));
+  return run_into<float>({s.c, s.kh, s.kw, 1}, [&](float* dw) { dwconv2d_bwd_weight_f32(err.data(), x.data(), s, dw); });
+}
+
+// ---------------------------------------------------------------- which path, what scratch
+DwShape sizes_shape(const char* op, const std::vector<int>& shape) {
+  if (shape.size() != 8)
+    fail(std::string(op) + ": shape is (n, h, w, c, kh, kw, stride, pad), got " + std::to_string(shape.size()) + " sizes");
+  return DwShape{shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6], shape[7]};
+}
+
+std::string py_dwconv_path(const std::string& pass, const std::vector<int>& shape) {
+  return dwconv_path(parse_pass(pass), sizes_shape("dwconv_path", shape));
+}
+
+py::dict py_dwconv_scratch_bytes(const std::string& pass, const std::vector<int>& shape, int element_bytes, bool requant) {
+  const DwShape s = sizes_shape("dwconv_scratch_bytes", shape);
+  const DwPass p = parse_pass(pass);
+  py::dict out;
+  out["dwconv_source_rows"] = dwconv_scratch(p, s, element_bytes).source_rows;
+  if (requant && p != DwPass::kBackwardWeight)   // the int32 sums requant_rows keeps
+    out["dwconv_requant_acc"] = size_t(s.n) * s.c * (p == DwPass::kForward ? size_t(s.oh()) * s.ow() : size_t(s.h) * s.w) * 4;
+  return out;
+}
+
 }  // namespace
 
 void dsptrain::bind::def_dwconv(py::module_& m) {
-  // ------------------------------------------------------------ int8
-  m.def("dwconv2d_s8", [](const py::handle& x_obj, const py::handle& w_obj, int stride, int pad) {
-    auto x = checked<int8_t>("dwconv2d_s8", "x", x_obj, 4);
-    auto w = checked<int8_t>("dwconv2d_s8", "w", w_obj, 4);
-    const DwShape s = dw_shape<int8_t>("dwconv2d_s8", x, w, stride, pad);
-    SerialScope serial(small_op(dw_macs(s)));
-    return run_into<int32_t>({s.n, s.oh(), s.ow(), s.c}, [&](int32_t* y) { dwconv2d_fwd(x.data(), w.data(), s, y); });
-  }, py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"), "int8 depthwise forward -> int32 NHWC.");
-  m.def("dwconv2d_requant_s8", [](const py::handle& x_obj, const py::handle& w_obj, int stride, int pad, int shift,
-                                  const std::string& mode, const py::object& rng) {
-    const char* op = "dwconv2d_requant_s8";
-    auto x = checked<int8_t>(op, "x", x_obj, 4);
-    auto w = checked<int8_t>(op, "w", w_obj, 4);
-    const DwShape s = dw_shape<int8_t>(op, x, w, stride, pad);
-    const RoundMode rm = parse_mode(op, mode);
-    const Rng r = parse_rng(rng);
-    check_shift(op, shift, rm, r);
-    SerialScope serial(small_op(dw_macs(s)));
-    return requant_rows({s.n, s.oh(), s.ow(), s.c}, shift, rm, r, [&](int32_t* y, int64_t* mx, FusedRequant* f) {
-      dwconv2d_fwd(x.data(), w.data(), s, y, mx, f);
-    });
-  }, py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"), py::arg("shift"), py::arg("mode"), py::arg("rng"),
-     "dwconv2d_s8 then requantize (shift < 0: estimate it). Returns (int8, shift).");
-  m.def("dwconv2d_bwd_data_s8", [](const py::handle& err_obj, const py::handle& w_obj, int stride, int pad,
-                                   std::pair<int, int> in_hw) {
-    const char* op = "dwconv2d_bwd_data_s8";
-    auto err = checked<int8_t>(op, "err", err_obj, 4);
-    auto w = checked<int8_t>(op, "w", w_obj, 4);
-    const DwShape s = dw_shape_from_in_hw(op, err, w, stride, pad, in_hw);
-    SerialScope serial(small_op(dw_macs(s)));
-    return run_into<int32_t>({s.n, s.h, s.w, s.c}, [&](int32_t* dx) { dwconv2d_bwd_data(err.data(), w.data(), s, dx); });
-  }, py::arg("err"), py::arg("w"), py::arg("stride"), py::arg("pad"), py::arg("in_hw"));
-  m.def("dwconv2d_bwd_data_requant_s8", [](const py::handle& err_obj, const py::handle& w_obj, int stride, int pad,
-                                           std::pair<int, int> in_hw, int shift, const std::string& mode,
-                                           const py::object& rng) {
-    const char* op = "dwconv2d_bwd_data_requant_s8";
-    auto err = checked<int8_t>(op, "err", err_obj, 4);
-    auto w = checked<int8_t>(op, "w", w_obj, 4);
-    const DwShape s = dw_shape_from_in_hw(op, err, w, stride, pad, in_hw);
-    const RoundMode rm = parse_mode(op, mode);
-    const Rng r = parse_rng(rng);
-    check_shift(op, shift, rm, r);
-    SerialScope serial(small_op(dw_macs(s)));
-    return requant_rows({s.n, s.h, s.w, s.c}, shift, rm, r, [&](int32_t* dx, int64_t* mx, FusedRequant* f) {
-      dwconv2d_bwd_data(err.data(), w.data(), s, dx, mx, f);
-    });
-  }, py::arg("err"), py::arg("w"), py::arg("stride"), py::arg("pad"), py::arg("in_hw"), py::arg("shift"),
-     py::arg("mode"), py::arg("rng"));
-  m.def("dwconv2d_bwd_weight_s8", [](const py::handle& err_obj, const py::handle& x_obj, int stride, int pad,
-                                     std::pair<int, int> kernel) {
-    const char* op = "dwconv2d_bwd_weight_s8";
-    auto err = checked<int8_t>(op, "err", err_obj, 4);
-    auto x = checked<int8_t>(op, "x", x_obj, 4);
-    const DwShape s = dw_shape_from_err(op, err, x, stride, pad, kernel);
-    SerialScope serial(small_op(dw_macs(s)));
-    const std::vector<py::ssize_t> shape{s.c, s.kh, s.kw, 1};
-    if (needs_int64(static_cast<long long>(s.n) * s.oh() * s.ow()))
-      return run_into<int64_t>(shape, [&](int64_t* dw) { dwconv2d_bwd_weight(err.data(), x.data(), s, dw); });
-    return run_into<int32_t>(shape, [&](int32_t* dw) { dwconv2d_bwd_weight(err.data(), x.data(), s, dw); });
-  }, py::arg("err"), py::arg("x"), py::arg("stride"), py::arg("pad"), py::arg("kernel"));
-
-  // ------------------------------------------------------------ float32
-  m.def("dwconv2d_f32", [](const py::handle& x_obj, const py::handle& w_obj, int stride, int pad) {
-    auto x = checked<float>("dwconv2d_f32", "x", x_obj, 4);
-    auto w = checked<float>("dwconv2d_f32", "w", w_obj, 4);
-    const DwShape s = dw_shape<float>("dwconv2d_f32", x, w, stride, pad);
-    SerialScope serial(small_op(dw_macs(s)));
-    return run_into<float>({s.n, s.oh(), s.ow(), s.c}, [&](float* y) { dwconv2d_fwd_f32(x.data(), w.data(), s, y); });
-  }, py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"));
-  m.def("dwconv2d_bwd_data_f32", [](const py::handle& err_obj, const py::handle& w_obj, int stride, int pad,
-                                    std::pair<int, int> in_hw) {
-    const char* op = "dwconv2d_bwd_data_f32";
-    auto err = checked<float>(op, "err", err_obj, 4);
-    auto w = checked<float>(op, "w", w_obj, 4);
-    const DwShape s = dw_shape_from_in_hw(op, err, w, stride, pad, in_hw);
-    SerialScope serial(small_op(dw_macs(s)));
-    return run_into<float>({s.n, s.h, s.w, s.c}, [&](float* dx) { dwconv2d_bwd_data_f32(err.data(), w.data(), s, dx); });
-  }, py::arg("err"), py::arg("w"), py::arg("stride"), py::arg("pad"), py::arg("in_hw"));
-  m.def("dwconv2d_bwd_weight_f32", [](const py::handle& err_obj, const py::handle& x_obj, int stride, int pad,
-                                      std::pair<int, int> kernel) {
-    const char* op = "dwconv2d_bwd_weight_f32";
-    auto err = checked<float>(op, "err", err_obj, 4);
-    auto x = checked<float>(op, "x", x_obj, 4);
-    const DwShape s = dw_shape_from_err(op, err, x, stride, pad, kernel);
-    SerialScope serial(small_op(dw_macs(s)));
-    return run_into<float>({s.c, s.kh, s.kw, 1}, [&](float* dw) { dwconv2d_bwd_weight_f32(err.data(), x.data(), s, dw); });
-  }, py::arg("err"), py::arg("x"), py::arg("stride"), py::arg("pad"), py::arg("kernel"));
-
-  // ------------------------------------------------------------ which path, what scratch
-  m.def("dwconv_path", [](const std::string& pass, std::vector<int> shape) {
-    if (shape.size() != 8) fail("dwconv_path: shape is (n, h, w, c, kh, kw, stride, pad), got " + std::to_string(shape.size()) + " sizes");
-    const DwShape s{shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6], shape[7]};
-    return std::string(dwconv_path(parse_pass(pass), s));
-  }, py::arg("pass_"), py::arg("shape"), "The loop an int8 depthwise pass of this shape runs on the active ISA.");
-  m.def("dwconv_scratch_bytes", [](const std::string& pass, std::vector<int> shape, int element_bytes, bool requant) {
-    if (shape.size() != 8) fail("dwconv_scratch_bytes: shape is (n, h, w, c, kh, kw, stride, pad), got " + std::to_string(shape.size()) + " sizes");
-    const DwShape s{shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6], shape[7]};
-    const DwPass p = parse_pass(pass);
-    py::dict out;
-    out["dwconv_source_rows"] = dwconv_scratch(p, s, element_bytes).source_rows;
-    if (requant && p != DwPass::kBackwardWeight)   // the int32 sums requant_rows keeps
-      out["dwconv_requant_acc"] = size_t(s.n) * s.c * (p == DwPass::kForward ? size_t(s.oh()) * s.ow() : size_t(s.h) * s.w) * 4;
-    return out;
-  }, py::arg("pass_"), py::arg("shape"), py::arg("element_bytes"), py::arg("requant"),
-     "Bytes of the depthwise kernels' kept scratch by buffer, for one pass of this shape.");
+  m.def("dwconv2d_s8", &py_dwconv2d_s8, py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"),
+        "int8 depthwise forward -> int32 NHWC.");
+  m.def("dwconv2d_requant_s8", &py_dwconv2d_requant_s8, py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"),
+        py::arg("shift"), py::arg("mode"), py::arg("rng"), "dwconv2d_s8 then requantize (shift < 0: estimate it). Returns (int8, shift).");
+  m.def("dwconv2d_bwd_data_s8", &py_dwconv2d_bwd_data_s8, py::arg("err"), py::arg("w"), py::arg("stride"),
+        py::arg("pad"), py::arg("in_hw"));
+  m.def("dwconv2d_bwd_data_requant_s8", &py_dwconv2d_bwd_data_requant_s8, py::arg("err"), py::arg("w"),
+        py::arg("stride"), py::arg("pad"), py::arg("in_hw"), py::arg("shift"), py::arg("mode"), py::arg("rng"));
+  m.def("dwconv2d_bwd_weight_s8", &py_dwconv2d_bwd_weight_s8, py::arg("err"), py::arg("x"), py::arg("stride"),
+        py::arg("pad"), py::arg("kernel"));
+  m.def("dwconv2d_f32", &py_dwconv2d_f32, py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"));
+  m.def("dwconv2d_bwd_data_f32", &py_dwconv2d_bwd_data_f32, py::arg("err"), py::arg("w"), py::arg("stride"),
+        py::arg("pad"), py::arg("in_hw"));
+  m.def("dwconv2d_bwd_weight_f32", &py_dwconv2d_bwd_weight_f32, py::arg("err"), py::arg("x"), py::arg("stride"),
+        py::arg("pad"), py::arg("kernel"));
+  m.def("dwconv_path", &py_dwconv_path, py::arg("pass_"), py::arg("shape"),
+        "The loop an int8 depthwise pass of this shape runs on the active ISA.");
+  m.def("dwconv_scratch_bytes", &py_dwconv_scratch_bytes, py::arg("pass_"), py::arg("shape"), py::arg("element_bytes"),
+        py::arg("requant"), "Bytes of the depthwise kernels' kept scratch by buffer, for one pass of this shape.");
 }
