@@ -139,7 +139,7 @@ class Buffer:
     values: list = field(default_factory=list)     # (tensor, version), in write order
     offset: int = -1
 
-    def overlaps(self, other: "Buffer") -> bool:
+    def overlaps(self, other: Buffer) -> bool:
         return self.start <= other.end and other.start <= self.end
 
 
