@@ -48,7 +48,7 @@ class Dataset:
         """Iterate over (images, labels) batches, shuffled by (seed, epoch) when seed is given."""
         return batches(self, batch_size, seed, epoch)
 
-    def limit(self, count: int | None) -> "Dataset":
+    def limit(self, count: int | None) -> Dataset:
         if count is None or count >= len(self):
             return self
         return Dataset(self.images[:count], self.labels[:count], self.name, self.origin)

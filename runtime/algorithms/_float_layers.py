@@ -10,7 +10,7 @@ gamma/beta) is the same code with grids switched on; float recipes pass none.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -25,7 +25,8 @@ import numpy as np
 
 from .. import float_ops
 from . import fp32
-from ._emulated import Emulated, Numerics, module_contract
+from ._emulated import Emulated, module_contract
+from ._recipe_numerics import Numerics
 from ._quant import Scaled, to_fp8, to_fp16
 
 

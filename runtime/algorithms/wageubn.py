@@ -30,7 +30,8 @@ import numpy as np
 
 from ..numerics import QTensor
 from . import _float_layers as fl
-from ._emulated import Emulated, Numerics, module_contract
+from ._emulated import Emulated, module_contract
+from ._recipe_numerics import Numerics
 from ._quant import Scaled, quantize_int, quantize_int_numpy
 
 ACCUMULATOR_BITS = 24

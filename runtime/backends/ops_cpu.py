@@ -63,7 +63,7 @@ def _conv_operands(product, shapes):
 
 def _exact_mnk(product, shapes, op, rows) -> tuple[int, int, int, bool]:
     """(m, n, k, a_transposed) of the exact product op(a)[M,K] x b[K,N] that
-    algorithms/_emulated.py (_int16_product) and fp8.py (chunked_product) run for `op`
+    algorithms/_products.py (int16_product) and fp8.py (chunked_product) run for `op`
     on `rows` rows: patches x weights, error x weights, error^T x patches."""
     x, w = _conv_operands(product, shapes)
     o = w[0]

@@ -25,9 +25,9 @@ def _to_acc(x: np.ndarray, depth: int) -> np.ndarray:
 
 
 #: the float-recipe hooks of base.py, defined in float_ops.py
-FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_errors", "quantize_mls", "quantize_mls_ranged", "round_float",
-                      "matmul_s16", "im2col", "col2im", "matmul_fp16_chunked", "relu_f32", "relu_bwd_f32", "maxpool_f32", "maxpool_bwd_f32",
-                      "compensation_fwd", "compensation_bwd", "sgd_f32",
+FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_errors", "quantize_mls", "quantize_mls_ranged",
+                      "round_float", "matmul_s16", "im2col", "col2im", "matmul_fp16_chunked", "relu_f32", "relu_bwd_f32",
+                      "maxpool_f32", "maxpool_bwd_f32", "compensation_fwd", "compensation_bwd", "sgd_f32",
                       "wageubn_update", "prc_quantize",
                       "sgd_f32_group", "dequantize_compensate",
                       "relu_maxpool_f32", "relu_maxpool_bwd_f32", "pool_compensation_bwd")   # base.py composes these

@@ -25,11 +25,17 @@ from ..errors import BackendError, NoSupport
 def call_op(fn, backend, op, env: dict, ctx) -> dict:
     """`op`'s function `fn` (algorithms/<recipe>.OPS[op.kind]) on `backend`: its outputs. A
     hook the backend lacks (NotImplementedError, backends/base.py) is a NoSupport: the op
-    goes to the next backend, as placement would have sent it had it known the operands."""
+    goes to the next backend, as placement would have sent it had it known the operands.
+    (run_bound makes the same call inline: one Python frame less an op.)"""
     try:
         return fn(backend, op, env, ctx)
     except NotImplementedError as exc:
-        raise NoSupport(backend.name, str(exc)) from None
+        raise lacking(backend, exc) from None
+
+
+def lacking(backend, exc: NotImplementedError) -> NoSupport:
+    """The NoSupport of a hook `backend` lacks."""
+    return NoSupport(backend.name, str(exc))
 
 
 class BoundOp(NamedTuple):
@@ -129,7 +135,10 @@ def run_bound(executor, plan, env: dict, ctx, stats, ops, run_op) -> dict:
             started = clock()
             backend.current_op = op
             try:
-                outputs = call_op(b.fn, backend, op, env, ctx)
+                try:
+                    outputs = b.fn(backend, op, env, ctx)   # call_op, inline
+                except NotImplementedError as lacked:
+                    raise lacking(backend, lacked) from None
             except BackendError as exc:
                 backend.current_op = None
                 spent = clock() - started

@@ -13,7 +13,8 @@ import os
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from ..errors import ConfigError
 

@@ -92,8 +92,8 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
             to_oihw = lambda a: a.transpose(0, 3, 1, 2)
             w = g.weight(f"{name}.weight", to_oihw(floats[f"{name}.w"]), _int8_of(state[f"{name}.w"], to_oihw))
             p = layer.padding
-            g.node("Conv", (x, w, *_bias(g, layer, floats)), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
-                   pads=[p] * 4)
+            g.node("Conv", (x, w, *_bias(g, layer, floats)), out, name, kernel_shape=[layer.kernel] * 2,
+                   strides=[layer.stride] * 2, pads=[p] * 4)
             if rounding:
                 out = rounding.product(layer, out, reads)
         elif isinstance(layer, Linear):

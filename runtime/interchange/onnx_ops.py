@@ -256,7 +256,7 @@ def settle_biases(state):
     becomes the layer's own bias (`bias=True`, weight "<layer>.b"), which the float and
     emulated recipes train and NITI refuses by name, or under bias='drop' is dropped.
     Each case leaves a note naming the layer."""
-    for layer_name, (label, bias) in state.pending_bias.items():
+    for layer_name, (_label, bias) in state.pending_bias.items():
         top = float(np.max(np.abs(bias)))
         if top == 0.0:
             state.notes.append(f"{layer_name}: zero bias dropped (it changes nothing)")

@@ -55,8 +55,8 @@ def format_table(profile: Profile, limit: int | None = None) -> str:
     out = [f"{profile.run}: {profile.model} with {profile.recipe} on {profile.backends}, batch {profile.batch}, "
            f"{profile.steps} step(s) after warm-up: {steps} ms (calls, times, MACs, bytes, packets: totals over them)",
            *([f"co-scheduling: {profile.pipeline}"] if profile.pipeline else []),
-           *([f"modeled step (DSP calls at their modeled time from packets, the rest as measured, "
-              f"overlapped as they ran): " + ", ".join(f"{s * 1e3:.2f}" for s in profile.modeled_step_seconds) + " ms"]
+           *(["modeled step (DSP calls at their modeled time from packets, the rest as measured, "
+              "overlapped as they ran): " + ", ".join(f"{s * 1e3:.2f}" for s in profile.modeled_step_seconds) + " ms"]
              if profile.modeled_step_seconds else []),
            "", header, rule]
     shown = ops if limit is None or len(ops) <= limit else ops[:limit]

@@ -105,7 +105,8 @@ def _resolve_model(run, model, print_notes: bool = True):
         notes += [note] if note else []
     frozen = frozen_layers(model, run.train.freeze, run.source or "train")
     if frozen:
-        notes.append(f"frozen (no weight gradient, no update): {', '.join(l.name for l in model.layers if l.name in frozen)}")
+        names = ", ".join(layer.name for layer in model.layers if layer.name in frozen)
+        notes.append(f"frozen (no weight gradient, no update): {names}")
     for note in notes if print_notes else ():   # printed even when quiet: they change what trains
         print(f"{model.name}: {note}", file=sys.stderr)
     return model, frozen

@@ -139,7 +139,7 @@ def broken_configs(root: Path, seed: int = 17) -> list[Case]:
                 add(f"{section}.{key}={value!r}", doc, (f"{section}.{key}", repr(value)))
     for value in ("gpu", "DSP", 1, None):
         add(f"backend={value!r}", {**BASE, "backend": value}, ("backend", repr(value)))
-    for key, allowed in literal_fields(C.Tensors):
+    for key, _allowed in literal_fields(C.Tensors):
         for value in ("bogus", 7):
             doc = copy.deepcopy(BASE)
             doc["recipe"] = {"name": OVERRIDE_RECIPE}
@@ -223,7 +223,7 @@ def broken_configs(root: Path, seed: int = 17) -> list[Case]:
     good = yaml.safe_dump(BASE, sort_keys=False).encode()
     for key in ("name", "train", "epochs", "model", "recipe"):
         lines = good.decode().splitlines()
-        i = next(j for j, l in enumerate(lines) if l.strip().startswith(key + ":"))
+        i = next(j for j, line in enumerate(lines) if line.strip().startswith(key + ":"))
         add(f"duplicate {key}", raw=("\n".join(lines[:i + 1] + [lines[i]] + lines[i + 1:]) + "\n").encode(),
             needles=(key, "given twice"))
     for name, raw, needle in (
