@@ -35,7 +35,7 @@ class RunLock:
         self.previous = previous      # the stale owner's line, when a dead run's file was taken over
 
     @classmethod
-    def acquire(cls, directory: str | Path) -> "RunLock":
+    def acquire(cls, directory: str | Path) -> RunLock:
         directory = Path(directory)
         path = directory / LOCK_NAME
         for _ in range(20):            # each retry: the holder removed the file as we opened it

@@ -67,7 +67,7 @@ class Reply:
     error: str | None = None
 
     @classmethod
-    def of(cls, state: dict, examples: int = 500) -> "Reply":
+    def of(cls, state: dict, examples: int = 500) -> Reply:
         arrays = {}
         for name, value in state.items():
             if isinstance(value, QTensor):

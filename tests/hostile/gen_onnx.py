@@ -104,7 +104,8 @@ def attribute_faults(rng):
             (f"node {target!r}", "dilations")
         yield f"unknown-attr@{target}", lambda m, t=target: set_attr(node(m, t), "stride_hint", 2), \
             (f"node {target!r}", "stride_hint")
-        yield f"untyped-attr@{target}", lambda m, t=target: set_attr(node(m, t), "strides", onnx.AttributeProto(name="strides")), \
+        yield f"untyped-attr@{target}", \
+            lambda m, t=target: set_attr(node(m, t), "strides", onnx.AttributeProto(name="strides")), \
             (f"node {target!r}", "strides")
         yield f"twice-attr@{target}", lambda m, t=target: node(m, t).attribute.append(helper.make_attribute("strides", [1, 1])), \
             (f"node {target!r}", "twice")
@@ -270,7 +271,7 @@ def external_faults(root: Path, cwd: Path):
             (folder / "dir.bin").mkdir(exist_ok=True)
             return "dir.bin"
 
-        def in_cwd_only(folder):
+        def in_cwd_only(folder, nbytes=nbytes):
             (cwd / "cwd-weights.bin").write_bytes(CANARY * (nbytes // len(CANARY) + 1))
             return "cwd-weights.bin"
 

@@ -14,7 +14,7 @@ import dsptrain
 from dsptrain.interchange.onnx_import import load_onnx
 
 from .gen_configs import BASE
-from .gen_onnx import base_model, hostile_onnx, tensor, write, _external
+from .gen_onnx import base_model, hostile_onnx, write, _external
 from .harness import Case, CASE_SECONDS, check_cases, check_subprocesses, report
 
 MIN_CASES = 150

@@ -82,11 +82,11 @@ def test_concurrent_starts_on_one_out_leave_one_run_and_a_whole_metrics_file(tmp
         losers = [(code, err) for code, err in results if code != 0]
         assert len(winners) == 1, results
         for code, err in losers:
-            lines = [l for l in err.splitlines() if l.startswith(ERROR)]
+            lines = [line for line in err.splitlines() if line.startswith(ERROR)]
             assert code == 2 and "Traceback" not in err and len(lines) == 1, err
             assert "another dsptrain run is using this output directory" in lines[0] \
                 or "checkpoint.npz exists: pass --resume" in lines[0], lines[0]
-        records = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+        records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         assert [r["kind"] for r in records].count("epoch") == 1
         assert [r["step"] for r in records if r["kind"] == "step"] == list(range(len(records) - 1))
         assert not (out / LOCK_NAME).exists()
