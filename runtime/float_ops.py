@@ -270,3 +270,92 @@ def col2im(dcols, err_nhw, kernel_hwc, stride: int, pad: int, in_hw) -> np.ndarr
         for j in range(kw):
             dx[:, i:i + stride * oh:stride, j:j + stride * ow:stride, :] += cols[:, :, :, i, j, :]
     return np.ascontiguousarray(dx[:, pad:pad + h, pad:pad + w, :])
+
+
+# ---------------------------------------------------------------- mobile CNNs' float layers
+# (algorithms/_branch_layers.py lowers them; the derivatives are PyTorch's, ATen's
+# hardtanh/hardsigmoid/hardswish/silu backward kernels, so FP32 matches it).
+
+def act_f32(x, function: str, params=()) -> np.ndarray:
+    """nn.Nonlinearity's function of float32 `x`, computed in float64, rounded once to float32."""
+    v = np.asarray(x, np.float64)
+    if function == "clip":
+        y = np.clip(v, params[0], params[1])
+    elif function == "hardsigmoid":
+        y = np.clip(params[0] * v + params[1], 0.0, 1.0)
+    elif function == "hardswish":
+        y = v * np.clip(v / 6.0 + 0.5, 0.0, 1.0)
+    elif function == "sigmoid":
+        y = _sigmoid(v)
+    elif function == "silu":
+        y = v * _sigmoid(v)
+    elif function == "tanh":
+        y = np.tanh(v)
+    else:
+        raise ValueError(f"unknown activation function {function!r}")
+    return y.astype(np.float32)
+
+
+def act_bwd_f32(err, x, function: str, params=()) -> np.ndarray:
+    """d input of act_f32 from its input `x` and the output's error, float64 inside."""
+    v, e = np.asarray(x, np.float64), np.asarray(err, np.float64)
+    if function == "clip":
+        d = ((v > params[0]) & (v < params[1])).astype(np.float64)
+    elif function == "hardsigmoid":
+        z = params[0] * v + params[1]
+        d = np.where((z > 0.0) & (z < 1.0), params[0], 0.0)
+    elif function == "hardswish":
+        d = np.where(v < -3.0, 0.0, np.where(v <= 3.0, v / 3.0 + 0.5, 1.0))
+    elif function == "sigmoid":
+        s = _sigmoid(v)
+        d = s * (1.0 - s)
+    elif function == "silu":
+        s = _sigmoid(v)
+        d = s * (1.0 + v * (1.0 - s))
+    elif function == "tanh":
+        d = 1.0 - np.tanh(v) ** 2
+    else:
+        raise ValueError(f"unknown activation function {function!r}")
+    return (e * d).astype(np.float32)
+
+
+def _sigmoid(v):
+    return 0.5 * (1.0 + np.tanh(0.5 * v))   # no overflow for large |v|
+
+
+def mul_f32(x, g) -> np.ndarray:
+    """x * g, g of x's shape or (N, 1, 1, C) (a channel scale: squeeze-excitation)."""
+    return (np.asarray(x, np.float32) * np.asarray(g, np.float32)).astype(np.float32, copy=False)
+
+
+def mul_bwd_f32(err, x, g) -> tuple[np.ndarray, np.ndarray]:
+    """(d x, d g) of mul_f32; d g summed over H and W (float64) when g scales channels."""
+    err = np.asarray(err, np.float32)
+    dx = (err * np.asarray(g, np.float32)).astype(np.float32, copy=False)
+    prod = np.asarray(err, np.float64) * np.asarray(x, np.float64)
+    if g.shape != x.shape:
+        prod = prod.sum(axis=(1, 2), keepdims=True)
+    return dx, prod.astype(np.float32)
+
+
+def concat_channels(parts) -> np.ndarray:
+    """NHWC images of one N, H, W joined along channels (any dtype)."""
+    return np.concatenate([np.asarray(p) for p in parts], axis=-1)
+
+
+def slice_channels(x, start: int, stop: int) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(x)[..., start:stop])
+
+
+def pad_channels(err, start: int, channels: int) -> np.ndarray:
+    """`err` placed at channels [start, start + its channels) of zeros with `channels` channels."""
+    out = np.zeros((*err.shape[:-1], channels), err.dtype)
+    out[..., start:start + err.shape[-1]] = err
+    return out
+
+
+def channel_shuffle(x, groups: int) -> np.ndarray:
+    """Channels seen as (groups, C / groups) and transposed (ShuffleNet); with C / groups
+    groups it is the inverse."""
+    *lead, c = x.shape
+    return np.ascontiguousarray(x.reshape(*lead, groups, c // groups).swapaxes(-1, -2).reshape(*lead, c))

@@ -91,7 +91,8 @@ def forward_add(b, layer, x, shape, prefix):
 
 def forward_avgpool(b, layer, x, shape, prefix):
     out = b.tensor(f"{layer.name}.out", shape, "float32", "activation")
-    b.op(f"{layer.name}.fwd", f"{prefix}.avgpool_fwd", layer.name, "forward", (x,), (out,), F32)
+    b.op(f"{layer.name}.fwd", f"{prefix}.avgpool_fwd", layer.name, "forward", (x,), (out,), F32,
+         keep_dims=layer.keep_dims)
     return out
 
 
@@ -160,11 +161,14 @@ def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
     def add(op, env, ctx, _):
         return {op.outputs[0]: (env[op.inputs[0]] + env[op.inputs[1]]).astype(np.float32)}
 
-    def avgpool_fwd(op, env, ctx, _):
-        return {op.outputs[0]: env[op.inputs[0]].mean(axis=(1, 2), dtype=np.float64).astype(np.float32)}
+    def avgpool_fwd(op, env, ctx, _):   # (N, C), or (N, 1, 1, C) for a GlobalAvgPool with keep_dims
+        x = env[op.inputs[0]]
+        mean = x.mean(axis=(1, 2), dtype=np.float64, keepdims=op.attrs.get("keep_dims", False))
+        return {op.outputs[0]: mean.astype(np.float32)}
 
     def avgpool_bwd(op, env, ctx, _):
         err = env[op.inputs[0]]
+        err = err.reshape(err.shape[0], err.shape[-1])
         n, h, w, c = op.attrs["in_shape"]
         n = err.shape[0]   # a micro-batch may be smaller than the planned batch
         return {op.outputs[0]: np.broadcast_to((err / np.float32(h * w))[:, None, None, :], (n, h, w, c)).copy()}

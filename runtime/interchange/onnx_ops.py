@@ -12,11 +12,14 @@ import numpy as np
 
 from ..algorithms._float_layers import BN_EPS as BN_EPS_DEFAULT
 from ..errors import UserError
-from ..nn import INPUT, Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
+from ..nn import (INPUT, Add, AvgPool2d, BatchNorm2d, ChannelShuffle, Concat, Conv2d, Dropout, Flatten, GlobalAvgPool,
+                  Linear, MaxPool2d, Mul, Nonlinearity, ReLU, SliceChannels)
 
-SUPPORTED = ("Conv, Gemm, MatMul(+Add), Relu, MaxPool, AveragePool, GlobalAveragePool, Flatten, "
-             "Reshape (flatten only; its shape from Shape/Gather/Unsqueeze/Concat), BatchNormalization, Add, "
-             "Dropout, Identity, Constant")
+SUPPORTED = ("Conv (group, dilations), Gemm, MatMul(+Add), Relu, Clip, HardSwish, HardSigmoid, Sigmoid, Tanh, "
+             "Mul (x * Sigmoid(x), channel scales), MaxPool (pads, ceil_mode), AveragePool, GlobalAveragePool, "
+             "ReduceMean over H and W, Flatten, Reshape (flatten; the Reshape-Transpose-Reshape channel shuffle; "
+             "shapes from Shape/Gather/Unsqueeze/Concat), BatchNormalization, Add, Concat, Split and Slice on "
+             "channels, Dropout, Identity, Constant")
 
 
 class ModelFileError(UserError):
@@ -43,6 +46,7 @@ class ImportState:
     values: dict = field(default_factory=dict)       # ONNX tensor name -> Activation or np.ndarray
     pending_bias: dict = field(default_factory=dict)  # layer name -> (node label, bias vector)
     names: set = field(default_factory=set)
+    consumers: dict = field(default_factory=dict)     # ONNX tensor name -> op types of the nodes reading it
 
     @property
     def last(self) -> str:
@@ -156,13 +160,16 @@ def _pads(state, node, attrs) -> int:
 
 def _conv(state, node, attrs):
     _only(state, node, attrs, {"kernel_shape": None, "strides": None, "pads": None, "auto_pad": None,
-                               "dilations": lambda d: all(v == 1 for v in d), "group": lambda g: g == 1})
+                               "dilations": None, "group": lambda g: g >= 1})
     x = _act(state, node)
     c, h, w = _image(state, node, x)
     weight = _const(state, node, 1, "the weight")
-    if weight.ndim != 4 or weight.shape[1] != c or weight.shape[2] != weight.shape[3]:
-        raise state.fail(node, f"weight {node.input[1]!r} has shape {weight.shape}; expected (out, {c}, k, k) "
-                               f"for an input of {c} channels")
+    groups = int(attrs.get("group", 1))
+    if c % groups or weight.ndim != 4 or weight.shape[1] * groups != c or weight.shape[2] != weight.shape[3] \
+            or weight.shape[0] % groups:
+        raise state.fail(node, f"weight {node.input[1]!r} has shape {weight.shape}; expected (out, {c} / group "
+                               f"{groups}, k, k) for an input of {c} channels")
+    dilation = _square(state, node, "dilations", attrs.get("dilations", [1, 1]))
     kernel = weight.shape[2]
     if "kernel_shape" in attrs and list(attrs["kernel_shape"]) != [kernel, kernel]:
         raise state.fail(node, f"kernel_shape={list(attrs['kernel_shape'])} does not match weight shape {weight.shape}")
@@ -170,7 +177,8 @@ def _conv(state, node, attrs):
     pad = _pads(state, node, attrs)
     name = _layer_name(state, node, node.input[1])
     source = None if x.layer == state.last else x.layer
-    layer = Conv2d(name, c, int(weight.shape[0]), int(kernel), stride, pad, source=source)
+    layer = Conv2d(name, c, int(weight.shape[0]), int(kernel), stride, pad, source=source, groups=groups,
+                   dilation=dilation)
     oh, ow, oc = layer.out_shape((h, w, c))
     state.weights[f"{name}.w"] = np.ascontiguousarray(weight.transpose(0, 2, 3, 1), np.float32)   # OIHW -> OHWI
     _emit(state, node, layer, (oc, oh, ow), (oh, ow, oc))
@@ -218,6 +226,8 @@ def _matmul(state, node, attrs):
 
 def _add(state, node, attrs):
     _only(state, node, attrs, {})
+    if isinstance(state.values.get(node.input[0]), _ShapeValue):
+        return _shape_arith(state, node, attrs)
     a, b = (state.values.get(name) for name in node.input[:2])
     if isinstance(a, Activation) and isinstance(b, Activation):   # a residual join
         if a.onnx_shape != b.onnx_shape:
@@ -278,6 +288,152 @@ def _relu(state, node, attrs):
     _emit(state, node, ReLU(_layer_name(state, node, None)), x.onnx_shape, x.engine_shape, x.flat_from)
 
 
+def _nonlinearity(state, node, function, params=()):
+    x = _act(state, node)
+    source = None if x.layer == state.last else x.layer
+    layer = Nonlinearity(_layer_name(state, node, None), function, tuple(float(p) for p in params), source=source)
+    _emit(state, node, layer, x.onnx_shape, x.engine_shape, x.flat_from)
+
+
+def _clip(state, node, attrs):
+    """Clip(min, max): bounds as attributes before opset 11, as constant inputs since; Clip(0, 6) is ReLU6,
+    Clip(0, inf) a ReLU."""
+    _only(state, node, attrs, {"min": None, "max": None})
+    low, high = attrs.get("min", -np.inf), attrs.get("max", np.inf)
+    if len(node.input) > 1 and node.input[1]:
+        low = float(_const(state, node, 1, "min"))
+    if len(node.input) > 2 and node.input[2]:
+        high = float(_const(state, node, 2, "max"))
+    if not low < high:
+        raise state.fail(node, f"min {low} is not below max {high}")
+    if low == 0 and high == np.inf and _act(state, node).layer == state.last:
+        return _relu(state, node, {})
+    _nonlinearity(state, node, "clip", (low, high))
+
+
+def _hard_sigmoid(state, node, attrs):
+    _only(state, node, attrs, {"alpha": None, "beta": None})
+    _nonlinearity(state, node, "hardsigmoid", (attrs.get("alpha", 0.2), attrs.get("beta", 0.5)))
+
+
+def _simple(function):
+    def handler(state, node, attrs):
+        _only(state, node, attrs, {})
+        _nonlinearity(state, node, function)
+    return handler
+
+
+def _mul(state, node, attrs):
+    """x * f(x) just computed (Sigmoid: SiLU; HardSigmoid(1/6, 1/2): HardSwish) becomes one layer;
+    any other product of two activations a Mul (equal shapes, or a (C, 1, 1) channel scale)."""
+    _only(state, node, attrs, {})
+    if isinstance(state.values.get(node.input[0]), _ShapeValue):
+        return _shape_arith(state, node, attrs)
+    a, b = _act(state, node, 0), _act(state, node, 1)
+    last = state.layers[-1] if state.layers else None
+    for x, f in ((a, b), (b, a)):
+        if isinstance(last, Nonlinearity) and f.layer == last.name and _input_of_last(state) == x.layer:
+            fused = {"sigmoid": "silu"}.get(last.function)
+            if last.function == "hardsigmoid" and np.allclose(last.params, (1 / 6, 0.5)):
+                fused = "hardswish"
+            if fused:
+                state.layers[-1] = Nonlinearity(last.name, fused, (), last.source)
+                state.values[node.output[0]] = f
+                return
+    big, small = (b, a) if np.prod(a.onnx_shape) < np.prod(b.onnx_shape) else (a, b)
+    if big.onnx_shape != small.onnx_shape and small.onnx_shape != (big.onnx_shape[0], 1, 1):
+        raise state.fail(node, f"multiplies shapes {a.onnx_shape} and {b.onnx_shape}; supported: equal shapes, "
+                               f"or an image by a (C, 1, 1) channel scale")
+    _emit(state, node, Mul(_layer_name(state, node, None), (big.layer, small.layer)), big.onnx_shape,
+          big.engine_shape)
+
+
+def _input_of_last(state) -> str:
+    """The name of the layer (or INPUT) the last single-input layer reads."""
+    last = state.layers[-1]
+    return last.source or (state.layers[-2].name if len(state.layers) > 1 else INPUT)
+
+
+def _concat_node(state, node, attrs):
+    """Concat of activations on channels (Fire modules, ShuffleNet), or of shapes (a Reshape's)."""
+    values = [state.values.get(name) for name in node.input]
+    if not any(isinstance(v, Activation) for v in values):
+        return _concat(state, node, attrs)
+    _only(state, node, attrs, {"axis": None})
+    parts = [_act(state, node, i) for i in range(len(node.input))]
+    if any(len(p.onnx_shape) != 3 for p in parts) or attrs.get("axis") not in (1, -3):
+        raise state.fail(node, f"axis={attrs.get('axis')} is not supported: only images joined on channels (axis 1)")
+    layer = Concat(_layer_name(state, node, None), tuple(p.layer for p in parts))
+    h, w, c = layer.out_shape_of([p.engine_shape for p in parts])
+    _emit(state, node, layer, (c, h, w), (h, w, c))
+
+
+def _slice_layer(state, node, output, x, start, stop, index):
+    c, h, w = x.onnx_shape
+    source = None if x.layer == state.last else x.layer
+    name = _layer_name(state, node, None) + (f".{index}" if index is not None else "")
+    state.layers.append(SliceChannels(name, int(start), int(stop), source))
+    state.values[output] = Activation(name, (stop - start, h, w), (h, w, stop - start))
+
+
+def _split(state, node, attrs):
+    """Split on channels (x.chunk / torch.split): each output one SliceChannels layer."""
+    _only(state, node, attrs, {"axis": lambda a: a in (1, -3), "split": None, "num_outputs": None})
+    x = _act(state, node)
+    c, _, _ = _image(state, node, x)
+    sizes = list(attrs.get("split", [])) or (list(_shape_input(state, node, 1).dims)
+                                             if len(node.input) > 1 and node.input[1] else [])
+    count = len(node.output)
+    if not sizes:
+        step = -(-c // count)
+        sizes = [min(step, c - i * step) for i in range(count)]
+    if sum(sizes) != c or len(sizes) != count or min(sizes) < 1:
+        raise state.fail(node, f"split sizes {sizes} do not cut {c} channels into {count} outputs")
+    start = 0
+    for index, (output, size) in enumerate(zip(node.output, sizes)):
+        _slice_layer(state, node, output, x, start, start + size, index)
+        start += size
+
+
+def _slice(state, node, attrs):
+    """Slice of channels (axis 1, step 1): starts/ends as attributes before opset 10, inputs since."""
+    _only(state, node, attrs, {"starts": None, "ends": None, "axes": None})
+    x = _act(state, node)
+    c, _, _ = _image(state, node, x)
+    def part(key, index, default=None):
+        if key in attrs:
+            return [int(v) for v in attrs[key]]
+        if len(node.input) > index and node.input[index]:   # a constant, or a size computed from a Shape
+            return list(_shape_input(state, node, index).dims)
+        return default
+    starts, ends, axes = part("starts", 1), part("ends", 2), part("axes", 3, [0])
+    steps = part("steps", 4, [1])
+    if len(starts) != 1 or axes[0] % 4 != 1 or steps != [1]:
+        raise state.fail(node, f"Slice starts={starts} ends={ends} axes={axes} steps={steps} is not supported: "
+                               f"only a range of channels (one axis, 1, step 1)")
+    start, stop = (min(max(v + c if v < 0 else v, 0), c) for v in (starts[0], ends[0]))
+    if stop <= start:
+        raise state.fail(node, f"channels [{starts[0]}, {ends[0]}) of {c} are empty")
+    _slice_layer(state, node, node.output[0], x, start, stop, None)
+
+
+@dataclass(frozen=True)
+class _ShuffleView:
+    """A channel shuffle under way: the image seen as (groups, C / groups, H, W), maybe transposed."""
+
+    x: Activation
+    groups: int
+    transposed: bool = False
+
+
+def _transpose(state, node, attrs):
+    view = state.values.get(node.input[0])
+    if not isinstance(view, _ShuffleView) or view.transposed or list(attrs.get("perm", [])) != [0, 2, 1, 3, 4]:
+        raise state.fail(node, f"Transpose perm={list(attrs.get('perm', []))} is supported only inside a channel "
+                               f"shuffle (Reshape to (N, g, C/g, H, W), Transpose [0, 2, 1, 3, 4], Reshape back)")
+    state.values[node.output[0]] = _ShuffleView(view.x, view.groups, True)
+
+
 def _maxpool(state, node, attrs):
     _only(state, node, attrs, {"kernel_shape": None, "strides": None, "pads": None, "auto_pad": None,
                                "dilations": lambda d: all(v == 1 for v in d), "ceil_mode": None,
@@ -289,20 +445,41 @@ def _maxpool(state, node, attrs):
     c, h, w = _image(state, node, x)
     kernel = _square(state, node, "kernel_shape", attrs["kernel_shape"])
     stride = _square(state, node, "strides", attrs.get("strides", [1, 1]))
-    if _pads(state, node, attrs):
-        raise state.fail(node, f"pads={list(attrs['pads'])} is not supported: max-pool without padding only")
-    layer = MaxPool2d(_layer_name(state, node, None), kernel, stride)
+    pad = _pads(state, node, attrs)
+    if 2 * pad > kernel:
+        raise state.fail(node, f"pads={list(attrs['pads'])} are more than half of kernel_shape={[kernel, kernel]}")
+    ceil = bool(attrs.get("ceil_mode", 0)) and any(   # a ceil_mode adding no window is the plain pool
+        MaxPool2d("p", kernel, stride, pad, True).out_shape((n, n, 1))[0] !=
+        MaxPool2d("p", kernel, stride, pad, False).out_shape((n, n, 1))[0] for n in (h, w))
+    layer = MaxPool2d(_layer_name(state, node, None), kernel, stride, pad, ceil)
     oh, ow, _ = layer.out_shape((h, w, c))
-    if attrs.get("ceil_mode", 0) and ((h - kernel) % stride or (w - kernel) % stride):
-        raise state.fail(node, f"ceil_mode=1 on a {h}x{w} input with kernel {kernel}, stride {stride} adds a "
-                               f"partial window; dsptrain's max-pool has none")
     _emit(state, node, layer, (c, oh, ow), (oh, ow, c))
 
 
-def _global_pool(state, node, x):
+_TO_VECTOR = {"Flatten", "Reshape", "Squeeze"}
+
+
+def _global_pool(state, node, x, keep_dims=True):
+    """A mean over H and W; read as a vector when every reader flattens it (a classifier's
+    head), else kept as a 1x1 image (a squeeze-excitation's, read by 1x1 convs)."""
     _reads_previous(state, node, x)
     c, _, _ = _image(state, node, x)
-    _emit(state, node, GlobalAvgPool(_layer_name(state, node, None)), (c, 1, 1), (c,))
+    readers = state.consumers.get(node.output[0], [])
+    as_image = keep_dims and any(r not in _TO_VECTOR for r in readers)
+    layer = GlobalAvgPool(_layer_name(state, node, None), keep_dims=as_image)
+    _emit(state, node, layer, (c, 1, 1) if keep_dims else (c,), (1, 1, c) if as_image else (c,))
+
+
+def _reduce_mean(state, node, attrs):
+    """ReduceMean over H and W (axes [2, 3] or [-2, -1]; an attribute before opset 18, an input since)."""
+    _only(state, node, attrs, {"axes": None, "keepdims": lambda k: k in (0, 1),
+                               "noop_with_empty_axes": lambda v: v == 0})
+    x = _act(state, node)
+    axes = list(attrs.get("axes", [])) or ([int(v) for v in _const(state, node, 1, "the axes")]
+                                           if len(node.input) > 1 and node.input[1] else [])
+    if sorted(a % 4 for a in axes) != [2, 3]:
+        raise state.fail(node, f"axes={axes} is not supported: only the mean over H and W (axes [2, 3])")
+    _global_pool(state, node, x, keep_dims=bool(attrs.get("keepdims", 1)))
 
 
 def _global_average_pool(state, node, attrs):
@@ -350,8 +527,24 @@ def _flatten(state, node, attrs):
 
 def _reshape(state, node, attrs):
     _only(state, node, attrs, {"allowzero": lambda a: a == 0})
-    x = _act(state, node)
+    view = state.values.get(node.input[0])
     shape = list(_shape_input(state, node, 1).dims)    # None: the batch dimension
+    if isinstance(view, _ShuffleView):
+        c, h, w = view.x.onnx_shape
+        if not view.transposed or shape[1:] not in ([c, h, w], [-1, h, w]):
+            raise state.fail(node, f"Reshape to {shape} does not end a channel shuffle of {view.x.onnx_shape}")
+        _reads_previous(state, node, view.x)
+        _emit(state, node, ChannelShuffle(_layer_name(state, node, None), view.groups), view.x.onnx_shape,
+              view.x.engine_shape)
+        return
+    x = _act(state, node)
+    if len(shape) == 5 and len(x.onnx_shape) == 3:   # (N, g, C/g, H, W): a channel shuffle begins
+        c, h, w = x.onnx_shape
+        groups = shape[1] if shape[1] != -1 else c // shape[2]
+        if groups < 1 or c % groups or shape[2] not in (c // groups, -1) or shape[3:] != [h, w]:
+            raise state.fail(node, f"Reshape of {x.onnx_shape} to {shape} is not a channel shuffle's (N, g, C/g, H, W)")
+        state.values[node.output[0]] = _ShuffleView(x, groups)
+        return
     features = int(np.prod(x.onnx_shape))
     if len(shape) != 2 or shape[1] not in (-1, features) or (shape[0] == -1 and shape[1] == -1):
         raise state.fail(node, f"Reshape to {shape} is not supported: only a flatten to (N, {features}) or (N, -1)")
@@ -359,10 +552,11 @@ def _reshape(state, node, attrs):
 
 
 def _batch_norm(state, node, attrs):
-    _only(state, node, attrs, {"epsilon": None, "momentum": None, "training_mode": lambda t: t == 0,
+    # A train-mode export (training_mode=1, or the running statistics as extra outputs before
+    # opset 14) describes the same layer: dsptrain's batch norm trains on batch statistics and
+    # keeps its running ones itself, so the extra outputs are left unread.
+    _only(state, node, attrs, {"epsilon": None, "momentum": None, "training_mode": lambda t: t in (0, 1),
                                "spatial": lambda s: s == 1, "is_test": None, "consumed_inputs": None})
-    if len([o for o in node.output if o]) > 1:
-        raise state.fail(node, "training-mode outputs (running mean and variance) are not supported")
     x = _act(state, node)
     _reads_previous(state, node, x)
     c, h, w = _image(state, node, x)
@@ -391,10 +585,8 @@ def _batch_norm(state, node, attrs):
 
 def _dropout(state, node, attrs):
     _only(state, node, attrs, {"ratio": None, "seed": None, "is_test": None})
-    if len(node.input) > 2 and node.input[2]:
-        mode = state.values.get(node.input[2])
-        if not isinstance(mode, np.ndarray) or bool(mode):
-            raise state.fail(node, "training_mode must be a constant false")
+    if len(node.input) > 2 and node.input[2] and not isinstance(state.values.get(node.input[2]), np.ndarray):
+        raise state.fail(node, "training_mode must be a constant")   # true (a train-mode export) or false: one layer
     x = _act(state, node)
     _reads_previous(state, node, x)
     ratio = attrs.get("ratio", 0.5)
@@ -446,6 +638,28 @@ def _shape_input(state, node, index):
     raise state.fail(node, f"input {index} must be a shape (from Shape) or an integer constant")
 
 
+def _shape_arith(state, node, attrs):
+    """Div, Mul, Add or Sub of a picked dimension and an integer constant (`num_channels // groups`,
+    the exporter's chunk sizes)."""
+    _only(state, node, attrs, {})
+    dims = _shape_input(state, node, 0)
+    k = _const(state, node, 1, "the integer constant")
+    if k.size != 1 or k.dtype.kind not in "iu" or None in dims.dims or (node.op_type == "Div" and not k.any()):
+        raise state.fail(node, f"{node.op_type} is supported only on known dimensions of a Shape by an integer")
+    k = int(k.reshape(-1)[0])
+    apply = {"Div": lambda d: d // k, "Mul": lambda d: d * k, "Add": lambda d: d + k, "Sub": lambda d: d - k}
+    picked = tuple(apply[node.op_type](d) for d in dims.dims)
+    state.values[node.output[0]] = _ShapeValue(picked, dims.scalar)
+
+
+def _cast(state, node, attrs):
+    """A Cast of a computed shape (the exporter's int64 casts around `//`): the same dimensions."""
+    value = state.values.get(node.input[0])
+    if not isinstance(value, _ShapeValue):
+        raise state.fail(node, "Cast is supported only on a shape computed from Shape")
+    state.values[node.output[0]] = value
+
+
 def _shape(state, node, attrs):
     _only(state, node, attrs, {})
     x = _act(state, node)
@@ -478,9 +692,12 @@ def _concat(state, node, attrs):
 
 
 HANDLERS = {
-    "Shape": _shape, "Gather": _gather, "Unsqueeze": _unsqueeze, "Concat": _concat,
+    "Shape": _shape, "Gather": _gather, "Unsqueeze": _unsqueeze,
     "Conv": _conv, "Gemm": _gemm, "MatMul": _matmul, "Add": _add, "Relu": _relu,
     "MaxPool": _maxpool, "AveragePool": _average_pool, "GlobalAveragePool": _global_average_pool,
     "Flatten": _flatten, "Reshape": _reshape, "BatchNormalization": _batch_norm,
     "Dropout": _dropout, "Identity": _identity, "Constant": _constant,
+    "Clip": _clip, "HardSigmoid": _hard_sigmoid, "HardSwish": _simple("hardswish"), "Sigmoid": _simple("sigmoid"),
+    "Tanh": _simple("tanh"), "Mul": _mul, "Concat": _concat_node, "Split": _split, "Slice": _slice,
+    "Transpose": _transpose, "ReduceMean": _reduce_mean, "Div": _shape_arith, "Sub": _shape_arith, "Cast": _cast,
 }
