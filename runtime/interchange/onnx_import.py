@@ -55,8 +55,8 @@ def from_proto(proto, path: str = "<onnx>", bias: str = "fold", name: str | None
     _check_opset(proto, path)
     state = ImportState(path, bias)
     for node in graph.node:
-        for name in node.input:
-            state.consumers.setdefault(name, []).append(node.op_type)
+        for tensor in node.input:
+            state.consumers.setdefault(tensor, []).append(node.op_type)
     for init in graph.initializer:
         if init.data_location == 1:   # EXTERNAL
             raise ModelFileError(f"{path}: initializer {init.name!r} keeps its data in an external file; "
