@@ -305,7 +305,7 @@ def act_bwd_f32(err, x, function: str, params=()) -> np.ndarray:
         z = params[0] * v + params[1]
         d = np.where((z > 0.0) & (z < 1.0), params[0], 0.0)
     elif function == "hardswish":
-        d = np.where(v < -3.0, 0.0, np.where(v <= 3.0, v / 3.0 + 0.5, 1.0))
+        d = np.where(v <= -3.0, 0.0, np.where(v < 3.0, v / 3.0 + 0.5, 1.0))
     elif function == "sigmoid":
         s = _sigmoid(v)
         d = s * (1.0 - s)
