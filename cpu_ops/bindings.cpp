@@ -59,5 +59,6 @@ PYBIND11_MODULE(_cpu_ops, m) {
   def_int8_elementwise(m);
   def_float_recipe_ops(m);
   def_fp32_products(m);
+  def_layers(m);
   def_memory(m);
 }

@@ -203,6 +203,7 @@ void def_int8_elementwise(py::module_& m);  // bindings_int8_eltwise.cpp: epilog
 void def_float_recipe_ops(py::module_& m);  // bindings_float.cpp: quantizers, exact and FP16 products, ...
 void def_fp32_products(py::module_& m);     // bindings_fp32.cpp: the FP32 recipe's GEMM and convolutions
 void def_memory(py::module_& m);            // bindings_memory.cpp: the array pool as NumPy's allocator
+void def_layers(py::module_& m);            // bindings_layers.cpp: mobile CNNs' activations, SE product, channel moves
 
 }  // namespace bind
 }  // namespace dsptrain

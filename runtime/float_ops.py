@@ -306,21 +306,22 @@ def act_bwd_f32(err, x, function: str, params=()) -> np.ndarray:
         d = np.where((z > 0.0) & (z < 1.0), params[0], 0.0)
     elif function == "hardswish":
         d = np.where(v <= -3.0, 0.0, np.where(v < 3.0, v / 3.0 + 0.5, 1.0))
-    elif function == "sigmoid":
-        s = _sigmoid(v)
-        d = s * (1.0 - s)
+    elif function == "sigmoid":   # s * (1 - s) with 1 - s as sigmoid(-v): no cancellation where s is near 1
+        d = _sigmoid(v) * _sigmoid(-v)
     elif function == "silu":
-        s = _sigmoid(v)
-        d = s * (1.0 + v * (1.0 - s))
-    elif function == "tanh":
-        d = 1.0 - np.tanh(v) ** 2
+        d = _sigmoid(v) * (1.0 + v * _sigmoid(-v))
+    elif function == "tanh":      # 1 - tanh**2 as 1 / cosh**2: no cancellation near saturation
+        with np.errstate(over="ignore"):
+            d = 1.0 / np.cosh(v) ** 2
     else:
         raise ValueError(f"unknown activation function {function!r}")
     return (e * d).astype(np.float32)
 
 
 def _sigmoid(v):
-    return 0.5 * (1.0 + np.tanh(0.5 * v))   # no overflow for large |v|
+    """1 / (1 + e**-v), from the exponential of -|v| (no overflow, no cancellation for large |v|)."""
+    e = np.exp(-np.abs(v))
+    return np.where(v >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
 def mul_f32(x, g) -> np.ndarray:

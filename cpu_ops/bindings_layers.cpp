@@ -1,0 +1,168 @@
+// The mobile CNNs' layers (layers_f32.h): activations, squeeze-excitation's product,
+// channel concat / slice / pad / shuffle (any dtype: int8 recipes move channels too).
+#include "bindings.h"
+#include "layers_f32.h"
+
+using namespace dsptrain;
+using namespace dsptrain::bind;
+
+namespace {
+
+ActFn parse_fn(const char* op, const std::string& name, const std::vector<double>& params) {
+  static const std::pair<const char*, int> kNames[] = {{"clip", 2}, {"hardsigmoid", 2}, {"hardswish", 0},
+                                                       {"sigmoid", 0}, {"silu", 0}, {"tanh", 0}};
+  for (int i = 0; i < 6; ++i) {
+    if (name != kNames[i].first) continue;
+    if (int(params.size()) != kNames[i].second)
+      fail(std::string(op) + ": " + name + " takes " + std::to_string(kNames[i].second) + " params, got " +
+           std::to_string(params.size()));
+    return static_cast<ActFn>(i);
+  }
+  fail(std::string(op) + ": activation '" + name + "' is not one of clip, hardsigmoid, hardswish, sigmoid, silu, tanh");
+}
+
+double param(const std::vector<double>& p, size_t i) { return i < p.size() ? p[i] : 0.0; }
+
+// Any-dtype image (N, H, W, C), C-contiguous.
+py::array image(const char* op, const char* name, const py::handle& obj) {
+  if (!py::isinstance<py::array>(obj)) fail(std::string(op) + ": " + name + " must be a numpy array");
+  auto a = py::array::ensure(obj, py::array::c_style);
+  if (a.ndim() < 1) fail(std::string(op) + ": " + name + " must have a channel dimension, got a scalar");
+  return a;
+}
+
+size_t rows_of(const py::array& a) { return a.ndim() ? size_t(a.size() / a.shape(a.ndim() - 1)) : 1; }
+size_t channels_of(const py::array& a) { return size_t(a.shape(a.ndim() - 1)); }
+
+py::array like(const py::array& a, size_t channels) {
+  std::vector<py::ssize_t> shape(a.shape(), a.shape() + a.ndim());
+  shape.back() = py::ssize_t(channels);
+  return py::array(a.dtype(), shape);
+}
+
+// (images, pixels, channels) of x and whether g scales channels (g (N, 1, 1, C)) or matches x.
+std::tuple<size_t, size_t, size_t, bool> mul_shape(const char* op, const Array<float>& x, const Array<float>& g) {
+  const size_t c = channels_of(x), images = x.ndim() ? size_t(x.shape(0)) : 1;
+  if (g.ndim() == x.ndim() && std::equal(g.shape(), g.shape() + g.ndim(), x.shape()))
+    return {images, rows_of(x) / std::max<size_t>(images, 1), c, false};
+  bool per_channel = x.ndim() == 4 && g.ndim() == 4 && g.shape(0) == x.shape(0) && g.shape(1) == 1 &&
+                     g.shape(2) == 1 && g.shape(3) == x.shape(3);
+  if (!per_channel)
+    fail(std::string(op) + ": g " + shape_str(g) + " is neither x's shape " + shape_str(x) + " nor (N, 1, 1, C)");
+  return {images, size_t(x.shape(1) * x.shape(2)), c, true};
+}
+
+}  // namespace
+
+void dsptrain::bind::def_layers(py::module_& m) {
+  m.def("act_f32", [](const py::handle& obj, const std::string& fn, const std::vector<double>& params) {
+    auto x = checked<float>("act_f32", "x", obj, -1);
+    const ActFn f = parse_fn("act_f32", fn, params);
+    py::array_t<float> y(dims(x));
+    float* p = y.mutable_data();
+    py::gil_scoped_release nogil;
+    act_f32(x.data(), x.size(), f, param(params, 0), param(params, 1), p);
+    return y;
+  }, py::arg("x"), py::arg("function"), py::arg("params"), "nn.Nonlinearity's function of x, float32.");
+  m.def("act_bwd_f32", [](const py::handle& err_obj, const py::handle& x_obj, const std::string& fn,
+                          const std::vector<double>& params) {
+    auto err = checked<float>("act_bwd_f32", "err", err_obj, -1);
+    auto x = checked<float>("act_bwd_f32", "x", x_obj, -1);
+    check_same("act_bwd_f32", "err", err, "x", x);
+    const ActFn f = parse_fn("act_bwd_f32", fn, params);
+    py::array_t<float> dx(dims(x));
+    float* p = dx.mutable_data();
+    py::gil_scoped_release nogil;
+    act_bwd_f32(err.data(), x.data(), x.size(), f, param(params, 0), param(params, 1), p);
+    return dx;
+  }, py::arg("err"), py::arg("x"), py::arg("function"), py::arg("params"), "d input of act_f32 (PyTorch's).");
+  m.def("mul_f32", [](const py::handle& x_obj, const py::handle& g_obj) {
+    auto x = checked<float>("mul_f32", "x", x_obj, -1);
+    auto g = checked<float>("mul_f32", "g", g_obj, -1);
+    auto [images, pixels, c, per_channel] = mul_shape("mul_f32", x, g);
+    py::array_t<float> y(dims(x));
+    float* p = y.mutable_data();
+    py::gil_scoped_release nogil;
+    mul_f32(x.data(), g.data(), images, pixels, c, per_channel, p);
+    return y;
+  }, py::arg("x"), py::arg("g"), "x * g, g of x's shape or (N, 1, 1, C).");
+  m.def("mul_bwd_f32", [](const py::handle& err_obj, const py::handle& x_obj, const py::handle& g_obj) {
+    auto err = checked<float>("mul_bwd_f32", "err", err_obj, -1);
+    auto x = checked<float>("mul_bwd_f32", "x", x_obj, -1);
+    auto g = checked<float>("mul_bwd_f32", "g", g_obj, -1);
+    check_same("mul_bwd_f32", "err", err, "x", x);
+    auto [images, pixels, c, per_channel] = mul_shape("mul_bwd_f32", x, g);
+    py::array_t<float> dx(dims(x)), dg(dims(g));
+    float *pdx = dx.mutable_data(), *pdg = dg.mutable_data();
+    {
+      py::gil_scoped_release nogil;
+      mul_bwd_f32(err.data(), x.data(), g.data(), images, pixels, c, per_channel, pdx, pdg);
+    }
+    return py::make_tuple(dx, dg);
+  }, py::arg("err"), py::arg("x"), py::arg("g"), "(err * g, d g summed over H, W when g scales channels).");
+  m.def("concat_channels", [](const std::vector<py::handle>& objs) {
+    if (objs.empty()) fail("concat_channels: no parts");
+    std::vector<py::array> parts;
+    std::vector<const uint8_t*> data;
+    std::vector<size_t> widths;
+    size_t total = 0;
+    for (size_t i = 0; i < objs.size(); ++i) {
+      parts.push_back(image("concat_channels", "part", objs[i]));
+      const py::array& a = parts.back();
+      if (!a.dtype().is(parts[0].dtype()) || a.ndim() != parts[0].ndim() ||
+          !std::equal(a.shape(), a.shape() + a.ndim() - 1, parts[0].shape()))
+        fail("concat_channels: part " + std::to_string(i) + " " + shape_str(a) + " does not match part 0 " +
+             shape_str(parts[0]) + " but for its channels");
+      data.push_back(static_cast<const uint8_t*>(a.data()));
+      widths.push_back(channels_of(a));
+      total += widths.back();
+    }
+    py::array out = like(parts[0], total);
+    auto* p = static_cast<uint8_t*>(out.mutable_data());
+    const size_t rows = rows_of(parts[0]), elem = size_t(parts[0].itemsize());
+    py::gil_scoped_release nogil;
+    concat_channels(data.data(), widths.data(), int(data.size()), rows, elem, p);
+    return out;
+  }, py::arg("parts"), "NHWC images joined along channels (any dtype).");
+  m.def("slice_channels", [](const py::handle& obj, int start, int stop) {
+    py::array x = image("slice_channels", "x", obj);
+    const int c = int(channels_of(x));
+    if (start < 0 || stop > c || start >= stop)
+      fail("slice_channels: [" + std::to_string(start) + ", " + std::to_string(stop) + ") is not inside " +
+           std::to_string(c) + " channels");
+    py::array out = like(x, size_t(stop - start));
+    auto* p = static_cast<uint8_t*>(out.mutable_data());
+    const auto* src = static_cast<const uint8_t*>(x.data());
+    const size_t rows = rows_of(x), elem = size_t(x.itemsize());
+    py::gil_scoped_release nogil;
+    slice_channels(src, rows, size_t(c), size_t(start), size_t(stop - start), elem, p);
+    return out;
+  }, py::arg("x"), py::arg("start"), py::arg("stop"), "Channels [start, stop), contiguous.");
+  m.def("pad_channels", [](const py::handle& obj, int start, int channels) {
+    py::array err = image("pad_channels", "err", obj);
+    const int w = int(channels_of(err));
+    if (start < 0 || start + w > channels)
+      fail("pad_channels: " + std::to_string(w) + " channels at " + std::to_string(start) + " do not fit " +
+           std::to_string(channels));
+    py::array out = like(err, size_t(channels));
+    auto* p = static_cast<uint8_t*>(out.mutable_data());
+    const auto* src = static_cast<const uint8_t*>(err.data());
+    const size_t rows = rows_of(err), elem = size_t(err.itemsize());
+    py::gil_scoped_release nogil;
+    pad_channels(src, rows, size_t(w), size_t(start), size_t(channels), elem, p);
+    return out;
+  }, py::arg("err"), py::arg("start"), py::arg("channels"), "err at channels [start, start + C) of zeros.");
+  m.def("channel_shuffle", [](const py::handle& obj, int groups) {
+    py::array x = image("channel_shuffle", "x", obj);
+    const int c = int(channels_of(x));
+    if (groups < 1 || c % groups)
+      fail("channel_shuffle: " + std::to_string(groups) + " groups do not divide " + std::to_string(c) + " channels");
+    py::array out = like(x, size_t(c));
+    auto* p = static_cast<uint8_t*>(out.mutable_data());
+    const auto* src = static_cast<const uint8_t*>(x.data());
+    const size_t rows = rows_of(x), elem = size_t(x.itemsize());
+    py::gil_scoped_release nogil;
+    channel_shuffle(src, rows, size_t(c), size_t(groups), elem, p);
+    return out;
+  }, py::arg("x"), py::arg("groups"), "ShuffleNet's channel shuffle.");
+}
