@@ -165,4 +165,77 @@ void dsptrain::bind::def_layers(py::module_& m) {
     channel_shuffle(src, rows, size_t(c), size_t(groups), elem, p);
     return out;
   }, py::arg("x"), py::arg("groups"), "ShuffleNet's channel shuffle.");
+  m.def("bn_fwd_f32", [](const py::handle& x_obj, const py::handle& g_obj, const py::handle& b_obj,
+                         const py::handle& m_obj, const py::handle& v_obj, bool training, double momentum, double eps) {
+    auto x = checked<float>("bn_fwd_f32", "x", x_obj, -1);
+    const size_t c = x.ndim() ? channels_of(x) : 0, rows = x.ndim() ? rows_of(x) : 0;
+    Array<float> p[4];
+    const char* names[4] = {"gamma", "beta", "mean", "var"};
+    const py::handle objs[4] = {g_obj, b_obj, m_obj, v_obj};
+    for (int i = 0; i < 4; ++i) {
+      p[i] = checked<float>("bn_fwd_f32", names[i], objs[i], 1);
+      if (size_t(p[i].shape(0)) != c)
+        fail(std::string("bn_fwd_f32: ") + names[i] + " " + shape_str(p[i]) + " does not match " + std::to_string(c) +
+             " channels of x " + shape_str(x));
+    }
+    const std::vector<py::ssize_t> cs{py::ssize_t(c)};
+    py::array_t<float> y(dims(x)), xhat(dims(x)), inv(cs), mean(cs), var(cs);
+    float *py_ = y.mutable_data(), *ph = xhat.mutable_data(), *pi = inv.mutable_data(), *pm = mean.mutable_data(),
+          *pv = var.mutable_data();
+    {
+      py::gil_scoped_release nogil;
+      bn_fwd_f32(x.data(), rows, c, p[0].data(), p[1].data(), p[2].data(), p[3].data(), training, momentum, eps, py_,
+                 ph, pi, pm, pv);
+    }
+    return py::make_tuple(y, xhat, inv, mean, var);
+  }, py::arg("x"), py::arg("gamma"), py::arg("beta"), py::arg("mean"), py::arg("var"), py::arg("training"),
+     py::arg("momentum"), py::arg("eps"), "(y, xhat, inv_std, new running mean, new running var).");
+  m.def("bn_bwd_f32", [](const py::handle& e_obj, const py::handle& h_obj, const py::handle& i_obj,
+                         const py::handle& g_obj) {
+    auto err = checked<float>("bn_bwd_f32", "err", e_obj, -1);
+    auto xhat = checked<float>("bn_bwd_f32", "xhat", h_obj, -1);
+    check_same("bn_bwd_f32", "err", err, "xhat", xhat);
+    auto inv = checked<float>("bn_bwd_f32", "inv_std", i_obj, 1);
+    auto gamma = checked<float>("bn_bwd_f32", "gamma", g_obj, 1);
+    const size_t c = channels_of(err), rows = rows_of(err);
+    if (size_t(inv.shape(0)) != c || size_t(gamma.shape(0)) != c)
+      fail("bn_bwd_f32: inv_std " + shape_str(inv) + " or gamma " + shape_str(gamma) + " does not match err " +
+           shape_str(err));
+    const std::vector<py::ssize_t> cs{py::ssize_t(c)};
+    py::array_t<float> dx(dims(err)), dg(cs), db(cs);
+    float *px = dx.mutable_data(), *pg = dg.mutable_data(), *pb = db.mutable_data();
+    {
+      py::gil_scoped_release nogil;
+      bn_bwd_f32(err.data(), xhat.data(), inv.data(), gamma.data(), rows, c, px, pg, pb);
+    }
+    return py::make_tuple(dx, dg, db);
+  }, py::arg("err"), py::arg("xhat"), py::arg("inv_std"), py::arg("gamma"), "(d x, d gamma, d beta).");
+  m.def("channel_mean_f32", [](const py::handle& obj) {
+    auto x = checked<float>("channel_mean_f32", "x", obj, 4);
+    const size_t n = size_t(x.shape(0)), pixels = size_t(x.shape(1) * x.shape(2)), c = size_t(x.shape(3));
+    py::array_t<float> out(std::vector<py::ssize_t>{py::ssize_t(n), py::ssize_t(c)});
+    float* p = out.mutable_data();
+    py::gil_scoped_release nogil;
+    channel_mean_f32(x.data(), n, pixels, c, p);
+    return out;
+  }, py::arg("x"), "The mean of each image's channels over H and W: (N, C).");
+  m.def("channel_sum_f32", [](const py::handle& obj) {
+    auto x = checked<float>("channel_sum_f32", "x", obj, -1);
+    const size_t c = channels_of(x), rows = rows_of(x);
+    py::array_t<float> out(std::vector<py::ssize_t>{py::ssize_t(c)});
+    float* p = out.mutable_data();
+    py::gil_scoped_release nogil;
+    channel_sum_f32(x.data(), rows, c, p);
+    return out;
+  }, py::arg("x"), "Each channel summed over every other axis (a bias gradient).");
+  m.def("add_f32", [](const py::handle& a_obj, const py::handle& b_obj) {
+    auto a = checked<float>("add_f32", "a", a_obj, -1);
+    auto b = checked<float>("add_f32", "b", b_obj, -1);
+    check_same("add_f32", "a", a, "b", b);
+    py::array_t<float> y(dims(a));
+    float* p = y.mutable_data();
+    py::gil_scoped_release nogil;
+    add_f32(a.data(), b.data(), a.size(), p);
+    return y;
+  }, py::arg("a"), py::arg("b"), "a + b, float32.");
 }

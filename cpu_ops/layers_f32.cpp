@@ -164,3 +164,116 @@ void channel_shuffle(const uint8_t* x, size_t rows, size_t channels, size_t grou
 }
 
 }  // namespace dsptrain
+
+namespace dsptrain {
+namespace {
+
+// fn(c0, c1) over channel blocks: each task owns its channels for every row, so each sum runs
+// in row order whatever the thread count.
+template <typename F>
+void channel_blocks(size_t channels, size_t bytes, F fn) {
+  SerialScope serial(bytes < kTaskGrainBytes);
+  const int blocks = static_cast<int>((channels + 15) / 16);
+  parallel_ranges(blocks, bytes, [&](int b, int e) { fn(size_t(b) * 16, std::min(channels, size_t(e) * 16)); });
+}
+
+}  // namespace
+
+void bn_fwd_f32(const float* x, size_t rows, size_t channels, const float* gamma, const float* beta,
+                const float* mean, const float* var, bool training, double momentum, double eps, float* y,
+                float* xhat, float* inv_std, float* new_mean, float* new_var) {
+  channel_blocks(channels, 16 * rows * channels, [&](size_t c0, size_t c1) {
+    const size_t w = c1 - c0;
+    std::vector<double> mu(w), sigma2(w), inv(w);
+    if (training) {
+      for (size_t r = 0; r < rows; ++r)
+        for (size_t j = 0; j < w; ++j) mu[j] += x[r * channels + c0 + j];
+      for (size_t j = 0; j < w; ++j) mu[j] /= double(rows);
+      for (size_t r = 0; r < rows; ++r)
+        for (size_t j = 0; j < w; ++j) {
+          const double d = x[r * channels + c0 + j] - mu[j];
+          sigma2[j] += d * d;
+        }
+      for (size_t j = 0; j < w; ++j) {
+        sigma2[j] /= double(rows);
+        const double unbiased = sigma2[j] * double(rows) / double(std::max<size_t>(rows - 1, 1));
+        new_mean[c0 + j] = static_cast<float>((1 - momentum) * mean[c0 + j] + momentum * mu[j]);
+        new_var[c0 + j] = static_cast<float>((1 - momentum) * var[c0 + j] + momentum * unbiased);
+      }
+    } else {
+      for (size_t j = 0; j < w; ++j) {
+        mu[j] = mean[c0 + j];
+        sigma2[j] = var[c0 + j];
+        new_mean[c0 + j] = mean[c0 + j];
+        new_var[c0 + j] = var[c0 + j];
+      }
+    }
+    for (size_t j = 0; j < w; ++j) {
+      inv[j] = 1.0 / std::sqrt(sigma2[j] + eps);
+      inv_std[c0 + j] = static_cast<float>(inv[j]);
+    }
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t j = 0; j < w; ++j) {
+        const size_t at = r * channels + c0 + j;
+        const double h = (x[at] - mu[j]) * inv[j];
+        xhat[at] = static_cast<float>(h);
+        y[at] = static_cast<float>(double(gamma[c0 + j]) * h + double(beta[c0 + j]));
+      }
+  });
+}
+
+void bn_bwd_f32(const float* err, const float* xhat, const float* inv_std, const float* gamma, size_t rows,
+                size_t channels, float* dx, float* d_gamma, float* d_beta) {
+  channel_blocks(channels, 16 * rows * channels, [&](size_t c0, size_t c1) {
+    const size_t w = c1 - c0;
+    std::vector<double> db(w), dg(w), k(w);
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t j = 0; j < w; ++j) {
+        const size_t at = r * channels + c0 + j;
+        db[j] += err[at];
+        dg[j] += double(err[at]) * double(xhat[at]);
+      }
+    const double count = double(rows);
+    for (size_t j = 0; j < w; ++j) {
+      k[j] = double(gamma[c0 + j]) * double(inv_std[c0 + j]) / count;
+      d_gamma[c0 + j] = static_cast<float>(dg[j]);
+      d_beta[c0 + j] = static_cast<float>(db[j]);
+    }
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t j = 0; j < w; ++j) {
+        const size_t at = r * channels + c0 + j;
+        dx[at] = static_cast<float>(k[j] * (count * err[at] - db[j] - double(xhat[at]) * dg[j]));
+      }
+  });
+}
+
+void channel_mean_f32(const float* x, size_t images, size_t pixels, size_t channels, float* out) {
+  rows_of(images, 4 * images * pixels * channels, [&](size_t b, size_t e) {
+    std::vector<double> sums(channels);
+    for (size_t img = b; img < e; ++img) {
+      std::fill(sums.begin(), sums.end(), 0.0);
+      for (size_t p = 0; p < pixels; ++p)
+        for (size_t c = 0; c < channels; ++c) sums[c] += x[(img * pixels + p) * channels + c];
+      for (size_t c = 0; c < channels; ++c) out[img * channels + c] = static_cast<float>(sums[c] / double(pixels));
+    }
+  });
+}
+
+void channel_sum_f32(const float* x, size_t rows, size_t channels, float* out) {
+  channel_blocks(channels, 4 * rows * channels, [&](size_t c0, size_t c1) {
+    std::vector<double> sums(c1 - c0);
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t j = c0; j < c1; ++j) sums[j - c0] += x[r * channels + j];
+    for (size_t j = c0; j < c1; ++j) out[j] = static_cast<float>(sums[j - c0]);
+  });
+}
+
+}  // namespace dsptrain
+
+namespace dsptrain {
+void add_f32(const float* a, const float* b, size_t n, float* y) {
+  chunks(n, 12 * n, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) y[i] = a[i] + b[i];
+  });
+}
+}  // namespace dsptrain

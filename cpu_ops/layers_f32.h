@@ -36,3 +36,27 @@ void pad_channels(const uint8_t* err, size_t rows, size_t width, size_t start, s
 void channel_shuffle(const uint8_t* x, size_t rows, size_t channels, size_t groups, size_t elem, uint8_t* out);
 
 }  // namespace dsptrain
+
+namespace dsptrain {
+
+// Batch normalisation over x[rows, channels] (float_ops / _float_layers.bn_forward_values):
+// per channel in double, rows in order (so the same bits at any thread count); training:
+// the batch's mean and variance, the running ones moved by `momentum` (unbiased variance),
+// else the running ones. Outputs y, xhat (float32), inv_std, and the new running statistics.
+void bn_fwd_f32(const float* x, size_t rows, size_t channels, const float* gamma, const float* beta,
+                const float* mean, const float* var, bool training, double momentum, double eps, float* y,
+                float* xhat, float* inv_std, float* new_mean, float* new_var);
+// dx = gamma * inv / rows * (rows * err - d_beta - xhat * d_gamma); d_gamma = sum err * xhat; d_beta = sum err.
+void bn_bwd_f32(const float* err, const float* xhat, const float* inv_std, const float* gamma, size_t rows,
+                size_t channels, float* dx, float* d_gamma, float* d_beta);
+// out[r, c] = sum over the r-th group of `pixels` rows of x, / pixels, in double (a global average pool).
+void channel_mean_f32(const float* x, size_t images, size_t pixels, size_t channels, float* out);
+// out[c] = sum over every row of x[rows, channels], in double (a bias gradient).
+void channel_sum_f32(const float* x, size_t rows, size_t channels, float* out);
+
+}  // namespace dsptrain
+
+namespace dsptrain {
+// y = a + b, float32 (a residual add, an error join).
+void add_f32(const float* a, const float* b, size_t n, float* y);
+}  // namespace dsptrain

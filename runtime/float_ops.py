@@ -360,3 +360,75 @@ def channel_shuffle(x, groups: int) -> np.ndarray:
     groups it is the inverse."""
     *lead, c = x.shape
     return np.ascontiguousarray(x.reshape(*lead, groups, c // groups).swapaxes(-1, -2).reshape(*lead, c))
+
+
+# ---------------------------------------------------------------- batch normalisation (PyTorch's)
+
+class _Identity:
+    @staticmethod
+    def stat(v):
+        return v
+
+    affine = error = stat
+
+
+_NO_GRIDS = _Identity()
+
+
+def bn_forward_values(x, gamma, beta, mean, var, training, grids=None, momentum=0.1, eps=1e-5):
+    """(y, x-hat, 1/std, new running mean, new running variance), float64 inside. `grids`:
+    where it rounds (algorithms/_float_layers.BNGrids: WAGEUBN's integer batch norm), None for nowhere."""
+    grids = grids or _NO_GRIDS
+    x = np.asarray(x, np.float64)
+    axes = tuple(range(x.ndim - 1))
+    if training:
+        mu = grids.stat(x.mean(axis=axes))
+        sigma2 = grids.stat(((x - mu) ** 2).mean(axis=axes))
+        count = x.size // x.shape[-1]
+        unbiased = sigma2 * count / max(count - 1, 1)
+        mean = (1 - momentum) * mean + momentum * mu
+        var = (1 - momentum) * var + momentum * unbiased
+    else:
+        mu, sigma2 = np.asarray(mean, np.float64), np.asarray(var, np.float64)
+    inv = grids.stat(1.0 / np.sqrt(sigma2 + eps))
+    xhat = grids.stat((x - mu) * inv)
+    y = grids.affine(np.asarray(gamma, np.float64)) * xhat + grids.affine(np.asarray(beta, np.float64))
+    return y, xhat, inv, mean, var
+
+
+def bn_backward_values(err, xhat, inv, gamma, grids=None):
+    """(d input, d gamma, d beta) of y = gamma * (x - mean) / std + beta over the batch."""
+    grids = grids or _NO_GRIDS
+    err = grids.error(np.asarray(err, np.float64))
+    xhat = np.asarray(xhat, np.float64)
+    axes = tuple(range(err.ndim - 1))
+    count = err.size // err.shape[-1]
+    d_beta = err.sum(axis=axes)
+    d_gamma = (err * xhat).sum(axis=axes)
+    g = grids.affine(np.asarray(gamma, np.float64))
+    dx = g * inv / count * (count * err - d_beta - xhat * d_gamma)
+    return dx, d_gamma, d_beta
+
+
+def bn_fwd_f32(x, gamma, beta, mean, var, training, momentum, eps):
+    """backends' bn_fwd_f32: bn_forward_values, each result float32."""
+    out = bn_forward_values(x, gamma, beta, mean, var, training, None, momentum, eps)
+    return tuple(np.asarray(v, np.float32) for v in out)
+
+
+def bn_bwd_f32(err, xhat, inv_std, gamma):
+    return tuple(np.asarray(v, np.float32) for v in bn_backward_values(err, xhat, np.asarray(inv_std, np.float64),
+                                                                        gamma))
+
+
+def channel_mean_f32(x):
+    return np.asarray(x).mean(axis=(1, 2), dtype=np.float64).astype(np.float32)
+
+
+def channel_sum_f32(x):
+    x = np.asarray(x)
+    return x.reshape(-1, x.shape[-1]).sum(axis=0, dtype=np.float64).astype(np.float32)
+
+
+def add_f32(a, b):
+    return (np.asarray(a, np.float32) + np.asarray(b, np.float32)).astype(np.float32, copy=False)

@@ -351,7 +351,7 @@ class Emulated:
         p = self.n.prefix
         if isinstance(layer, (Conv2d, Linear)):
             return self._forward_product(b, layer, x, shape)
-        out = fl.forward(b, layer, x, shape, p, b.training)
+        out = fl.forward(b, layer, x, shape, p, b.training, self.n.bn_grids)
         return out if out is not None else fp32.forward(b, layer, x, shape)
 
     def loss(self, b, logits, labels):
@@ -362,7 +362,7 @@ class Emulated:
         if isinstance(layer, (Conv2d, Linear)):
             return self._backward_product(b, layer, err, needs_input_error)
         if isinstance(layer, BatchNorm2d):
-            err_in, grads = fl.backward_bn(b, layer, err, needs_input_error, p)
+            err_in, grads = fl.backward_bn(b, layer, err, needs_input_error, p, self.n.bn_grids)
             for param, grad in grads:
                 self.emit_update(b, layer.name, param, grad)
             return err_in

@@ -103,7 +103,7 @@ def bias_param(b, layer) -> tuple[str, ...]:
 def bias_grad_op(b, layer, err) -> str:
     """Emit the bias gradient (the error summed over every axis but the channels); its name."""
     grad = b.tensor(f"{layer.name}.b.grad", layer.bias_shape, "float32", "grad")
-    b.op(f"{layer.name}.bwd_bias", "fp32.bias_grad", layer.name, "backward", (err,), (grad,), fl.F32)
+    b.op(f"{layer.name}.bwd_bias", "fp32.bias_grad", layer.name, "backward", (err,), (grad,), ("channel_sum_f32",))
     return grad
 
 
@@ -290,14 +290,13 @@ def _maxpool_bwd_args(op, env, ctx):
     return env[op.inputs[0]], env[op.inputs[1]], a["kernel"], a["stride"], a["in_hw"]
 
 
-def _bias_grad(op, env, ctx, _):
-    err = np.asarray(env[op.inputs[0]])
-    return {op.outputs[0]: err.reshape(-1, err.shape[-1]).sum(axis=0, dtype=np.float64).astype(np.float32)}
+def _first_reshaped(op, env, ctx):
+    return (np.ascontiguousarray(env[op.inputs[0]]),)
 
 
 conv_fwd = Kernel("conv2d_f32", _conv_fwd_args, _biased)
 linear_fwd = Kernel("gemm_f32", _linear_fwd_args, _biased)
-bias_grad = Kernel.local(_bias_grad)
+bias_grad = Kernel("channel_sum_f32", _first_reshaped, _result)
 relu_fwd = Kernel("relu_f32", _first, _result)
 relu_bwd = Kernel("relu_bwd_f32", _both, _result)
 maxpool_fwd = Kernel("maxpool_f32", _maxpool_fwd_args, _two_results)

@@ -371,6 +371,27 @@ class Backend:
         """ShuffleNet's channel shuffle of an NHWC image (C as (groups, C / groups), transposed), exact."""
         self._needs("channel_shuffle")
 
+    def bn_fwd_f32(self, x, gamma, beta, mean, var, training: bool, momentum: float, eps: float):
+        """Batch norm over every axis but the channels: (y, xhat, inv_std, new running mean, new running
+        var), float32; per channel in float64 (float_ops.bn_forward_values), sums within 1e-12 relative."""
+        self._needs("bn_fwd_f32")
+
+    def bn_bwd_f32(self, err, xhat, inv_std, gamma):
+        """(d x, d gamma, d beta) of bn_fwd_f32 in training (float_ops.bn_backward_values), float32."""
+        self._needs("bn_bwd_f32")
+
+    def channel_mean_f32(self, x):
+        """(N, C): each image's channels averaged over H and W in float64 (a global average pool)."""
+        self._needs("channel_mean_f32")
+
+    def channel_sum_f32(self, x):
+        """(C,): each channel summed over every other axis in float64 (a bias gradient)."""
+        self._needs("channel_sum_f32")
+
+    def add_f32(self, a, b):
+        """a + b, float32, exact (a residual add, a join of errors)."""
+        self._needs("add_f32")
+
     def wageubn_update(self, q, e: int, grad, m, lr: float, momentum: float, weight_decay: float, grad_bits: int,
                        momentum_bits: int, acc_bits: int, rng):
         """WAGEUBN's update of int32 weights q * 2**e (float_ops.wageubn_update): (new q, new

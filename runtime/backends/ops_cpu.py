@@ -292,6 +292,21 @@ class CpuBackend(Backend):
     def channel_shuffle(self, x, groups):
         return _native.channel_shuffle(x, int(groups))
 
+    def bn_fwd_f32(self, x, gamma, beta, mean, var, training, momentum, eps):
+        return _native.bn_fwd_f32(x, gamma, beta, mean, var, bool(training), float(momentum), float(eps))
+
+    def bn_bwd_f32(self, err, xhat, inv_std, gamma):
+        return _native.bn_bwd_f32(err, xhat, inv_std, gamma)
+
+    def channel_mean_f32(self, x):
+        return _native.channel_mean_f32(x)
+
+    def channel_sum_f32(self, x):
+        return _native.channel_sum_f32(x)
+
+    def add_f32(self, a, b):
+        return _native.add_f32(a, b)
+
     def relu_bwd_f32(self, err, y):
         return _native.relu_bwd_f32(err, y)
 

@@ -34,7 +34,8 @@ FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_error
 
 #: the mobile CNNs' element-wise and channel layers (algorithms/_branch_layers.py), float_ops.py
 BRANCH_HOOKS = ("act_f32", "act_bwd_f32", "mul_f32", "mul_bwd_f32", "concat_channels", "slice_channels",
-                "pad_channels", "channel_shuffle")
+                "pad_channels", "channel_shuffle",
+                "bn_fwd_f32", "bn_bwd_f32", "channel_mean_f32", "channel_sum_f32", "add_f32")   # + the float layers
 
 
 #: the depthwise convolutions (one filter per channel: weight (C, KH, KW, 1)); their
@@ -234,6 +235,11 @@ class RefBackend(Backend):
     slice_channels = staticmethod(float_ops.slice_channels)
     pad_channels = staticmethod(float_ops.pad_channels)
     channel_shuffle = staticmethod(float_ops.channel_shuffle)
+    bn_fwd_f32 = staticmethod(float_ops.bn_fwd_f32)
+    bn_bwd_f32 = staticmethod(float_ops.bn_bwd_f32)
+    channel_mean_f32 = staticmethod(float_ops.channel_mean_f32)
+    channel_sum_f32 = staticmethod(float_ops.channel_sum_f32)
+    add_f32 = staticmethod(float_ops.add_f32)
 
     def maxpool_bwd_f32(self, err, argmax, kernel, stride, in_hw):
         return float_ops.maxpool_bwd_f32(err, argmax, kernel, stride, in_hw)

@@ -174,3 +174,43 @@ def test_native_matches_the_judge(make_backend, shape):
         if c % 2 == 0 or c % 3 == 0:
             groups = 2 if c % 2 == 0 else 3
             np.testing.assert_array_equal(cpu.channel_shuffle(v, groups), ref.channel_shuffle(v, groups))
+
+
+@pytest.mark.parametrize("shape", [(4, 5, 7, 3), (2, 9, 9, 33), (8, 1, 1, 16)])
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_matches_torch(be, shape, training):
+    """Forward (y, running statistics) and backward against torch's batch_norm in float64."""
+    torch = need_torch()
+    rng = np.random.default_rng(23)
+    c = shape[-1]
+    x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+    gamma, beta = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+    mean, var = rng.standard_normal(c).astype(np.float32), rng.uniform(0.5, 2, c).astype(np.float32)
+    err = rng.standard_normal(shape).astype(np.float32)
+    tx = torch.from_numpy(x.astype(np.float64)).permute(0, 3, 1, 2).requires_grad_()
+    tg, tb = (torch.from_numpy(v.astype(np.float64)).requires_grad_() for v in (gamma, beta))
+    rm, rv = torch.from_numpy(mean.astype(np.float64)), torch.from_numpy(var.astype(np.float64))
+    y = torch.nn.functional.batch_norm(tx, rm, rv, tg, tb, training, 0.1, 1e-5)
+    y.backward(torch.from_numpy(err.astype(np.float64)).permute(0, 3, 1, 2))
+    got_y, xhat, inv, new_mean, new_var = be.bn_fwd_f32(x, gamma, beta, mean, var, training, 0.1, 1e-5)
+    want = y.detach().permute(0, 2, 3, 1).numpy()
+    np.testing.assert_allclose(got_y, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+    np.testing.assert_allclose(new_mean, rm.numpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(new_var, rv.numpy(), rtol=1e-6, atol=1e-7)
+    if training:
+        dx, dgamma, dbeta = be.bn_bwd_f32(err, xhat, inv, gamma)
+        grad = tx.grad.permute(0, 2, 3, 1).numpy()
+        np.testing.assert_allclose(dx, grad, rtol=1e-5, atol=1e-5 * np.abs(grad).max())
+        np.testing.assert_allclose(dgamma, tg.grad.numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(dbeta, tb.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 7, 3), (3, 11, 13, 40)])
+def test_pool_sum_and_add_against_the_judge(be, make_backend, shape):
+    ref = make_backend("ref")
+    rng = np.random.default_rng(29)
+    x, y = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+    np.testing.assert_allclose(be.channel_mean_f32(x), x.astype(np.float64).mean(axis=(1, 2)), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(be.channel_sum_f32(x), x.astype(np.float64).sum(axis=(0, 1, 2)), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(be.add_f32(x, y), ref.add_f32(x, y))
+    np.testing.assert_array_equal(be.add_f32(x, y), x + y)
