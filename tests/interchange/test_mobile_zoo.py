@@ -107,3 +107,12 @@ def test_trains_with_a_falling_loss(imported, name, recipe, tmp_path):
         trainer.close()
     assert np.all(np.isfinite(losses)), losses
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.02, (name, recipe, losses)   # falling, not noise
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_layer_list_round_trips_through_yaml(imported, name):
+    """What a checkpoint keeps (layer_spec.describe) rebuilds the same model: the YAML layer kinds."""
+    from dsptrain.interchange.layer_spec import describe, from_description
+
+    _, model = imported[name]
+    assert from_description(describe(model)).layers == model.layers
