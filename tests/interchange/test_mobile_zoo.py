@@ -116,3 +116,26 @@ def test_the_layer_list_round_trips_through_yaml(imported, name):
 
     _, model = imported[name]
     assert from_description(describe(model)).layers == model.layers
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_export_agrees_in_onnxruntime(imported, name, tmp_path, recipe="fp32", fmt="onnx"):
+    """Trained a few steps (the YAML form of the imported model: checkpoints keep it), exported,
+    run in ONNX Runtime beside dsptrain's own evaluation of the checkpoint."""
+    import json
+
+    from dsptrain.agreement import agreement, dsptrain_logits, onnxruntime_logits
+    from dsptrain.interchange.layer_spec import layers_of
+
+    from .helpers import trained_checkpoint
+
+    _, model = imported[name]
+    body = "model: " + json.dumps({"name": name, "input_shape": list(model.input_shape),
+                                   "layers": layers_of(model)}) + "\n"   # JSON is YAML
+    checkpoint = trained_checkpoint(tmp_path, recipe, body, steps=2, batch=16)
+    out = tmp_path / f"{name}.onnx"
+    dsptrain.export(checkpoint, out, fmt)
+    pixels = images(64, (32, 32, 3), seed=3)
+    found = agreement(dsptrain_logits(checkpoint, pixels), onnxruntime_logits(out, pixels))
+    assert found["top1_agreement"] >= 0.999, found
+    assert found["max_logit_diff"] <= 1e-4 * found["logit_scale"], found
