@@ -128,13 +128,13 @@ def join_errors(b, name, errs, prefix):
 def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
     """The ops of this module under `prefix.` kinds: backend hooks (plain op functions), but a
     batch norm rounding on `grids` (not `native`) in NumPy (algorithms/_kernel.Kernel.local)."""
-    def bn_fwd_hook(backend, op, env, ctx):
-        x, gamma, beta, mean, var = (env[t] for t in op.inputs)
+    def bn_fwd_hook(backend, op, env, ctx):   # float32 operands: FP8 keeps gamma and beta in float16
+        x, gamma, beta, mean, var = (np.asarray(env[t], np.float32) for t in op.inputs)
         return dict(zip(op.outputs, backend.bn_fwd_f32(x, gamma, beta, mean, var, op.attrs["training"],
                                                        BN_MOMENTUM, BN_EPS)))
 
     def bn_bwd_hook(backend, op, env, ctx):
-        return dict(zip(op.outputs, backend.bn_bwd_f32(*(env[t] for t in op.inputs))))
+        return dict(zip(op.outputs, backend.bn_bwd_f32(*(np.asarray(env[t], np.float32) for t in op.inputs))))
 
     def add(backend, op, env, ctx):
         return {op.outputs[0]: backend.add_f32(env[op.inputs[0]], env[op.inputs[1]])}
