@@ -63,4 +63,5 @@ PYBIND11_MODULE(_cpu_ops, m) {
   def_fp32_products(m);
   def_layers(m);
   def_memory(m);
+  def_dwconv(m);
 }

@@ -17,7 +17,6 @@ import numpy as np
 from ..float_ops import bn_backward_values, bn_forward_values
 from ..layout import col2im, im2col, out_size
 from ..nn import Add, BatchNorm2d, GlobalAvgPool
-from ._kernel import Kernel
 
 BN_EPS = 1e-5
 BN_MOMENTUM = 0.1          # running = (1 - m) * running + m * batch statistic (PyTorch's)
@@ -126,8 +125,8 @@ def join_errors(b, name, errs, prefix):
 # ---------------------------------------------------------------- running ops
 
 def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
-    """The ops of this module under `prefix.` kinds: backend hooks (plain op functions), but a
-    batch norm rounding on `grids` (not `native`) in NumPy (algorithms/_kernel.Kernel.local)."""
+    """The op functions (backend, op, env, ctx) of this module under `prefix.` kinds: backend
+    hooks, but a batch norm rounding on `grids` (not `native`) in NumPy."""
     def bn_fwd_hook(backend, op, env, ctx):   # float32 operands: FP8 keeps gamma and beta in float16
         x, gamma, beta, mean, var = (np.asarray(env[t], np.float32) for t in op.inputs)
         return dict(zip(op.outputs, backend.bn_fwd_f32(x, gamma, beta, mean, var, op.attrs["training"],
@@ -150,30 +149,29 @@ def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
         mean = backend.channel_mean_f32(x)
         return {op.outputs[0]: mean.reshape(x.shape[0], 1, 1, -1) if op.attrs.get("keep_dims") else mean}
 
-    def bn_fwd(op, env, ctx, _):
+    def bn_fwd(backend, op, env, ctx):
         x, gamma, beta, mean, var = (env[t] for t in op.inputs)
         y, xhat, inv, mean, var = bn_forward_values(x, gamma, beta, mean, var, op.attrs["training"], grids)
         f32 = lambda v: np.asarray(v, np.float32)
         return dict(zip(op.outputs, (f32(y), f32(xhat), f32(inv), f32(mean), f32(var))))
 
-    def bn_bwd(op, env, ctx, _):
+    def bn_bwd(backend, op, env, ctx):
         err, xhat, inv, gamma = (env[t] for t in op.inputs)
         dx, d_gamma, d_beta = bn_backward_values(err, xhat, np.asarray(inv, np.float64), gamma, grids)
         return dict(zip(op.outputs, (dx.astype(np.float32), d_gamma.astype(np.float32), d_beta.astype(np.float32))))
 
-    def avgpool_bwd(op, env, ctx, _):
+    def avgpool_bwd(backend, op, env, ctx):
         err = env[op.inputs[0]]
         err = err.reshape(err.shape[0], err.shape[-1])
         n, h, w, c = op.attrs["in_shape"]
         n = err.shape[0]   # a micro-batch may be smaller than the planned batch
         return {op.outputs[0]: np.broadcast_to((err / np.float32(h * w))[:, None, None, :], (n, h, w, c)).copy()}
 
-    ops = {f"{prefix}.{name}": fn for name, fn in dict(add=add, join=join, avgpool_fwd=avgpool_fwd).items()}
-    ops[f"{prefix}.avgpool_bwd"] = Kernel.local(avgpool_bwd)
-    if native(grids):
-        ops.update({f"{prefix}.bn_fwd": bn_fwd_hook, f"{prefix}.bn_bwd": bn_bwd_hook})
-    else:
-        ops.update({f"{prefix}.bn_fwd": Kernel.local(bn_fwd), f"{prefix}.bn_bwd": Kernel.local(bn_bwd)})
+    ops = {f"{prefix}.{name}": fn for name, fn in
+           dict(add=add, join=join, avgpool_fwd=avgpool_fwd, avgpool_bwd=avgpool_bwd).items()}
+    native_bn = native(grids)
+    ops.update({f"{prefix}.bn_fwd": bn_fwd_hook if native_bn else bn_fwd,
+                f"{prefix}.bn_bwd": bn_bwd_hook if native_bn else bn_bwd})
     return ops
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..backends import CHOICES as BACKEND_CHOICES
+from ..errors import ConfigError
 from ..inputs import bounded
 
 # ---------------------------------------------------------------- recipe schema
