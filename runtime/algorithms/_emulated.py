@@ -30,12 +30,15 @@ import numpy as np
 from ..errors import LoweringError
 from ..nn import (Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU,
                   has_bias)
+from . import _branch_layers as branch
 from . import _float_layers as fl
 from . import fp32
 from ._products import layer_of, product_workspace
+from ._quant import Scaled
 from ._recipe_numerics import Numerics
 
-LOWERABLE = (Conv2d, Linear, ReLU, MaxPool2d, AvgPool2d, Flatten, Dropout, BatchNorm2d, GlobalAvgPool, Add)
+LOWERABLE = (Conv2d, Linear, ReLU, MaxPool2d, AvgPool2d, Flatten, Dropout, BatchNorm2d, GlobalAvgPool, Add,
+             *branch.LAYERS)
 
 
 # ---------------------------------------------------------------- the engine
@@ -63,7 +66,7 @@ class Emulated:
         p = self.n.prefix
         if isinstance(layer, (Conv2d, Linear)):
             return self._forward_product(b, layer, x, shape)
-        out = fl.forward(b, layer, x, shape, p, b.training)
+        out = fl.forward(b, layer, x, shape, p, b.training, self.n.bn_grids)
         return out if out is not None else fp32.forward(b, layer, x, shape)
 
     def loss(self, b, logits, labels):
@@ -74,7 +77,7 @@ class Emulated:
         if isinstance(layer, (Conv2d, Linear)):
             return self._backward_product(b, layer, err, needs_input_error)
         if isinstance(layer, BatchNorm2d):
-            err_in, grads = fl.backward_bn(b, layer, err, needs_input_error, p)
+            err_in, grads = fl.backward_bn(b, layer, err, needs_input_error, p, self.n.bn_grids)
             for param, grad in grads:
                 self.emit_update(b, layer.name, param, grad)
             return err_in
@@ -126,8 +129,9 @@ class Emulated:
     def _attrs(self, b, layer, x):
         position, extra = _position(b, layer), self.n.product_attrs(b.recipe)
         if isinstance(layer, Conv2d):
+            grouped = dict(groups=layer.groups, dilation=layer.dilation) if _grouped(layer) else {}
             return dict(conv=True, stride=layer.stride, pad=layer.padding, in_hw=b.tensors[x].shape[1:3],
-                        kernel=(layer.kernel, layer.kernel), position=position, **extra)
+                        kernel=(layer.span, layer.span), position=position, **grouped, **extra)
         return dict(conv=False, position=position, **extra)
 
     def _forward_product(self, b, layer, x, shape):
@@ -135,7 +139,8 @@ class Emulated:
         w = b.param(f"{name}.w", layer.weight_shape, self.n.weight_dtype)
         attrs = self._attrs(b, layer, x)
         # not "saved": no row per sample, even when the layer has as many outputs as the batch rows
-        wq = b.tensor(f"{name}.wq", layer.weight_shape, self.n.quantized_dtype(b.recipe, "weights"), "quantized_weight")
+        wq = b.tensor(f"{name}.wq", _product_weight_shape(layer), self.n.quantized_dtype(b.recipe, "weights"),
+                      "quantized_weight")
         xq = b.tensor(f"{name}.xq", b.tensors[x].shape, self.n.quantized_dtype(b.recipe, "activations"), "saved")
         b.op(f"{name}.quant_w", f"{p}.quant_weight", name, "forward", (w,), (wq,), self.n.quant_hooks,
              **self._quant_workspace(b.recipe, "weights", layer.weight_shape), **attrs)
@@ -149,9 +154,9 @@ class Emulated:
         path = self.n.product_path(b.tensors[xq].dtype, b.tensors[wq].dtype)
         b.op(f"{name}.fwd", f"{p}.product", name, "forward", (xq, wq, *bias), (out,), hooks, macs,
              role="fwd", product=(layer_of(attrs), "forward"),
-             workspace=product_workspace(path, "forward", attrs, b.tensors[x].shape, layer.weight_shape, bool(bias),
+             workspace=product_workspace(path, "forward", attrs, b.tensors[x].shape, b.tensors[wq].shape, bool(bias),
                                          (b.tensors[xq].dtype, b.tensors[wq].dtype)),
-             **self._keeps(name, attrs, b.tensors[x].shape, layer.weight_shape), **attrs)
+             **self._keeps(name, attrs, b.tensors[x].shape, b.tensors[wq].shape), **attrs)
         return self.n.after_forward(self, b, layer, out)
 
     def _quant_workspace(self, recipe, role, shape) -> dict:
@@ -182,7 +187,8 @@ class Emulated:
             path = self.n.product_path(b.tensors[eq].dtype, b.tensors[f"{name}.wq"].dtype)
             b.op(f"{name}.bwd_data", f"{p}.product", name, "backward", (eq, f"{name}.wq"), (err_in,), hooks, macs,
                  role="bwd_data", product=(layer_of(attrs), "backward_data"),
-                 workspace=product_workspace(path, "backward_data", attrs, b.tensors[x].shape, layer.weight_shape,
+                 workspace=product_workspace(path, "backward_data", attrs, b.tensors[x].shape,
+                                             _product_weight_shape(layer),
                                              dtypes=(b.tensors[eq].dtype, b.tensors[f"{name}.wq"].dtype)),
                  **attrs)
         grad = b.tensor(f"{name}.grad", layer.weight_shape, "float32", "grad")
@@ -190,7 +196,8 @@ class Emulated:
         path = self.n.product_path(b.tensors[eq].dtype, b.tensors[f"{name}.xq"].dtype)
         b.op(f"{name}.bwd_weight", f"{p}.product", name, "backward", (eq, f"{name}.xq"), (grad,), hooks, macs,
              role="bwd_weight", product=(layer_of(attrs), "backward_weight"),
-             workspace=product_workspace(path, "backward_weight", attrs, b.tensors[x].shape, layer.weight_shape,
+             workspace=product_workspace(path, "backward_weight", attrs, b.tensors[x].shape,
+                                         _product_weight_shape(layer),
                                          dtypes=(b.tensors[eq].dtype, b.tensors[f"{name}.xq"].dtype)),
              **attrs)
         self.emit_update(b, name, f"{name}.w", grad, self.n.layer_update_extras(b, layer))
@@ -200,7 +207,10 @@ class Emulated:
 
     # ------------------------------------------------------------ op functions (backend, op, env, ctx)
     def quant_weight(self, backend, op, env, ctx) -> dict:
-        return {op.outputs[0]: self.n.quant_weight(backend, env[op.inputs[0]], ctx, op)}
+        wq = self.n.quant_weight(backend, env[op.inputs[0]], ctx, op)
+        if "groups" in op.attrs:   # the dense product's zero-filled weight, quantized as the layer's own
+            wq = _dense_scaled(wq, op.attrs["groups"], op.attrs["dilation"])
+        return {op.outputs[0]: wq}
 
     def quant_act(self, backend, op, env, ctx) -> dict:
         return {op.outputs[0]: self.n.quant_act(backend, env[op.inputs[0]], ctx, op)}
@@ -212,6 +222,8 @@ class Emulated:
     def product(self, backend, op, env, ctx) -> dict:
         a, w = env[op.inputs[0]], env[op.inputs[1]]
         y = self.n.product(backend, op.attrs["role"], a, w, op.attrs, ctx)
+        if op.attrs["role"] == "bwd_weight" and "groups" in op.attrs:   # the layer's own taps of the dense gradient
+            y = branch.grouped_part(y, op.attrs["groups"], op.attrs["dilation"])
         return {op.outputs[0]: fp32.with_bias(y, op, env)}
 
     def update(self, backend, op, env, ctx) -> dict:
@@ -228,6 +240,26 @@ class Emulated:
         for g, (w, state) in zip(groups, done):
             out.update(zip((g[0], *g[2:]), (w, *state)))
         return out
+
+
+def _grouped(layer) -> bool:
+    """A grouped, depthwise or dilated conv: its products run dense on a zero-filled weight
+    (_branch_layers.dense_weight; every product hook and grid of these recipes takes it)."""
+    return isinstance(layer, Conv2d) and (layer.groups > 1 or layer.dilation > 1)
+
+
+def _product_weight_shape(layer) -> tuple:
+    if not _grouped(layer):
+        return layer.weight_shape
+    return (layer.out_channels, layer.span, layer.span, layer.in_channels)
+
+
+def _dense_scaled(wq: Scaled, groups: int, dilation: int) -> Scaled:
+    """The dense form of a quantized grouped weight: zeros are exact on every grid, so one
+    tensor scale carries over; a per-group scale (MLS) is folded into float64 values."""
+    if not isinstance(wq.scale, np.ndarray) or wq.scale.ndim == 0:
+        return Scaled(branch.dense_weight(wq.q, groups, dilation), wq.scale)
+    return Scaled(branch.dense_weight(wq.values(), groups, dilation), 1.0)
 
 
 def _plain(w):

@@ -24,6 +24,7 @@ from ..algorithms._float_layers import BN_EPS
 from ..checkpoint import atomic_write
 from ..nn import INPUT, Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
 from ..numerics import QTensor
+from . import onnx_export_branches as branches
 from .weights import float_weights, pow2_grid
 
 OPSET = 17
@@ -93,7 +94,7 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
             w = g.weight(f"{name}.weight", to_oihw(floats[f"{name}.w"]), _int8_of(state[f"{name}.w"], to_oihw))
             p = layer.padding
             g.node("Conv", (x, w, *_bias(g, layer, floats)), out, name, kernel_shape=[layer.kernel] * 2,
-                   strides=[layer.stride] * 2, pads=[p] * 4)
+                   strides=[layer.stride] * 2, pads=[p] * 4, group=layer.groups, dilations=[layer.dilation] * 2)
             if rounding:
                 out = rounding.product(layer, out, reads)
         elif isinstance(layer, Linear):
@@ -112,7 +113,8 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
             if reads in flat_from:
                 flat_from[layer.name] = flat_from[reads]
         elif isinstance(layer, MaxPool2d):
-            g.node("MaxPool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2)
+            g.node("MaxPool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
+                   pads=[layer.padding] * 4, ceil_mode=int(layer.ceil_mode))
         elif isinstance(layer, AvgPool2d):
             g.node("AveragePool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
                    pads=[layer.padding] * 4, count_include_pad=int(layer.count_include_pad))
@@ -131,6 +133,11 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
         elif isinstance(layer, BatchNorm2d):
             inputs = [g.const(f"{name}.{k}", floats[f"{name}.{k}"]) for k in ("gamma", "beta", "mean", "var")]
             g.node("BatchNormalization", (x, *inputs), out, name, epsilon=BN_EPS)
+        elif isinstance(layer, GlobalAvgPool) and layer.keep_dims:
+            g.node("GlobalAveragePool", (x,), out, name)
+        elif isinstance(layer, branches.LAYERS):
+            x = out_of[layer.inputs[0]] if hasattr(layer, "inputs") else x
+            branches.export(g, layer, x, out_of, shape_of[reads], out)
         elif isinstance(layer, GlobalAvgPool):
             pooled = g.node("GlobalAveragePool", (x,), f"{name}.pooled", name)
             g.node("Flatten", (pooled,), out, f"{name}.flatten", axis=1)

@@ -49,6 +49,9 @@ def from_proto(proto, path: str = "<onnx>", bias: str = "fold", name: str | None
     graph = proto.graph
     check_model(proto, path, folder, _check_opset(proto, path))
     state = ImportState(path, bias)
+    for node in graph.node:
+        for tensor in node.input:
+            state.consumers.setdefault(tensor, []).append(node.op_type)
     for init in graph.initializer:
         state.values[init.name] = numpy_helper.to_array(init)
     input_name, input_shape = _the_input(graph, state, path)
