@@ -138,17 +138,17 @@ def settle_biases(state):
     becomes the layer's own bias (`bias=True`, weight "<layer>.b"), which the float and
     emulated recipes train and NITI refuses by name, or under bias='drop' is dropped.
     Each case leaves a note naming the layer."""
-    for layer_name, (_label, bias) in state.pending_bias.items():
+    for name_of_layer, (_label, bias) in state.pending_bias.items():
         top = float(np.max(np.abs(bias)))
         if top == 0.0:
-            state.notes.append(f"{layer_name}: zero bias dropped (it changes nothing)")
+            state.notes.append(f"{name_of_layer}: zero bias dropped (it changes nothing)")
         elif state.bias == "drop":
-            state.notes.append(f"{layer_name}: bias dropped as asked (max |b| = {top:.3g}); the function changes")
+            state.notes.append(f"{name_of_layer}: bias dropped as asked (max |b| = {top:.3g}); the function changes")
         else:
-            index = next(i for i, layer in enumerate(state.layers) if layer.name == layer_name)
+            index = next(i for i, layer in enumerate(state.layers) if layer.name == name_of_layer)
             state.layers[index] = replace(state.layers[index], bias=True)
-            state.weights[f"{layer_name}.b"] = bias.astype(np.float32)
-            state.notes.append(f"{layer_name}: bias kept (max |b| = {top:.3g}); recipes with float biases train it, "
+            state.weights[f"{name_of_layer}.b"] = bias.astype(np.float32)
+            state.notes.append(f"{name_of_layer}: bias kept (max |b| = {top:.3g}); recipes with float biases train it, "
                                f"NITI has none (model.bias: drop drops it)")
     state.pending_bias.clear()
 
