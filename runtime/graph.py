@@ -185,8 +185,9 @@ def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) 
     asks the recipe to sum them (`join_errors`; integer recipes align exponents there). An
     `Add` passes its error unchanged to both inputs; a recipe's backward of a `Mul` or a
     `Concat` is told which inputs need an error (a tuple) and returns one per input. A layer
-    gets a backward op only if something upstream of it, or itself, has parameters; for a chain this is exactly "from the last layer down to the
-    first parametric one", with no input error for the latter.
+    gets a backward op only if something upstream of it, or itself, has parameters; for a
+    chain this is exactly "from the last layer down to the first parametric one", with no
+    input error for the latter.
 
     `frozen` names layers that do not train (fine-tuning; `train.freeze`): they count as
     having no parameters above, so no error flows into a frozen stem at all, and their
