@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import data as datasets
 from ..errors import UserError
-from ..images import as_images, as_labels
+from ..data import as_images, as_labels
 from ..inputs import check_environment, check_regular, reap_stale_temps
 from ..metrics import EpochTotals, realign_energy, step_record
 from . import checkpoints
