@@ -4,9 +4,9 @@ input mapping as a table of 256 entries per channel.
 A pixel p of channel c stands for x = (p / 255 - mean[c]) / std[c] (torchvision's
 Normalize after ToTensor). The float recipes look x up in a float32 table; NITI, which
 touches no float between its input and its logits, looks up int8 round(x * 2**-e) with
-the one power-of-two exponent e that fits the largest |x| of every channel into
--128..127: its input exponent, -7 without normalisation ((p - 128) * 2**-7), follows
-from the statistics. Without `data.normalize` both map p to (p - 128) / 128 as before.
+the one power-of-two exponent e that fits the largest |x| of every channel into 7 bits
+(clipped to -127..127): its input exponent, -7 without normalisation ((p - 128) * 2**-7),
+follows from the statistics. Without `data.normalize` both map p to (p - 128) / 128 as before.
 """
 from __future__ import annotations
 
@@ -45,12 +45,15 @@ class Normalize:
         return self._values(channels).astype(np.float32)
 
     def int8_table(self, channels: int) -> tuple[np.ndarray, int]:
-        """((channels, 256) int8, e): round(x * 2**-e), e the least exponent fitting every |x| into int8."""
+        """((channels, 256) int8, e): round(x * 2**-e) within -127..127, e the least exponent with
+        every |x| <= 2**(e + 7)."""
         values = self._values(channels)
+        # |x| <= 2**(e + 7): the largest |x| lands on 128 at most, clipped to 127 as NITI's
+        # clip_int8 does (the default mapping's pixel 0, (0 - 128) / 128 = -1, is -127 * 2**-7)
         largest = float(np.abs(values).max())
-        exponent = math.ceil(math.log2(largest / 127.0)) if largest > 0 else 0
+        exponent = math.ceil(math.log2(largest)) - 7 if largest > 0 else 0
         table = np.rint(values * 2.0 ** -exponent)
-        return np.clip(table, -128, 127).astype(np.int8), exponent
+        return np.clip(table, -127, 127).astype(np.int8), exponent
 
 
 def lookup(table: np.ndarray, images: np.ndarray) -> np.ndarray:
