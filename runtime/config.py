@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .backends import ACCELERATOR, CHOICES as BACKEND_CHOICES, backend_class
+from .data import Augment, Normalize
 from .errors import ConfigError
 from .inputs import bounded, field_problem, number_problem
 
@@ -127,12 +128,60 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class DataSource:
+    """A user's own data (data/sources.py): one of an image `folder` (one subfolder per
+    class), an `npz` file with images under key `x` and labels under `y`, or `npy`:
+    [images.npy, labels.npy]."""
+
+    folder: str | None = None
+    npz: str | None = None
+    x: str = "x"
+    y: str = "y"
+    npy: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
 class DataConfig:
-    dataset: Literal["fashion-mnist", "cifar10", "synthetic"] = "fashion-mnist"
+    """A stored `dataset`, or the user's own data (the DataSource keys; `test:` a source of
+    its own, else `test_fraction` of it held out); splits, augmentation, normalisation."""
+
+    dataset: Literal["fashion-mnist", "cifar10", "synthetic"] | None = None   # default: fashion-mnist
     path: str | None = None           # default: the system location of the dataset
+    folder: str | None = None
+    npz: str | None = None
+    x: str = "x"
+    y: str = "y"
+    npy: tuple[str, str] | None = None
+    test: DataSource | None = None
+    test_fraction: float | None = bounded(None, 0.0, 0.9, low_open=True)   # stratified; always the same samples
+    val_fraction: float | None = bounded(None, 0.0, 0.9, low_open=True)    # stratified, by train.seed
+    augment: Augment = field(default_factory=Augment)
+    normalize: Normalize | None = None
+    cache_dir: str | None = None      # decoded images of a folder (default ~/.cache/dsptrain/images)
     train_limit: int | None = bounded(None, 1, 1 << 40)    # use only the first N training samples
     test_limit: int | None = bounded(None, 1, 1 << 40)
     classes: tuple[int, ...] | None = None   # keep only these labels, renumbered 0.. in this order
+
+
+@dataclass(frozen=True)
+class LrSchedule:
+    """A factor on the learning rate at every step (train/schedule.py; NITI: its mu)."""
+
+    kind: Literal["constant", "cosine", "step", "exponential"] = "constant"
+    warmup_steps: int = bounded(0, 0, 1 << 40)
+    min_factor: float = bounded(0.0, 0.0, 1.0)      # cosine: the factor at the last step
+    step_size: int = bounded(1000, 1, 1 << 40)      # step: steps between factors of gamma
+    gamma: float = bounded(0.1, 0.0, 1.0, low_open=True)   # step, exponential
+
+
+METRICS = Literal["val_accuracy", "val_loss", "test_accuracy", "test_loss", "train_accuracy", "train_loss"]
+
+
+@dataclass(frozen=True)
+class EarlyStopping:
+    metric: METRICS = "val_loss"
+    patience: int = bounded(5, 1, 100_000)          # epochs without improvement
+    min_delta: float = bounded(0.0, 0.0, 1e6)       # an improvement is larger than this
 
 
 @dataclass(frozen=True)
@@ -144,6 +193,12 @@ class TrainConfig:
     seed: int = bounded(0, 0, 2**32 - 1, why="the counter-based RNG takes a 32-bit seed")
     checkpoint_every_steps: int = bounded(0, 0, 1 << 40)   # 0: at the end of each epoch only
     freeze: tuple[str, ...] = ()      # layer names or globs: no weight gradient, no update (fine-tuning)
+    lr_schedule: LrSchedule | None = None
+    checkpoint_best: METRICS | None = None          # checkpoint_best.npz: the best epoch by this metric
+    early_stopping: EarlyStopping | None = None
+    # a non-finite loss or weight, or int8 ranges saturated for saturation_steps steps (train/divergence.py)
+    on_divergence: Literal["stop", "skip_batch", "halve_lr"] = "stop"
+    saturation_steps: int = bounded(20, 1, 1 << 20)
 
 
 @dataclass(frozen=True)
@@ -557,6 +612,7 @@ def _check_run(run: RunConfig, source) -> None:
     classes = run.data.classes
     if classes is not None and (not classes or len(set(classes)) != len(classes) or min(classes) < 0):
         raise ConfigError(source, "data.classes", f"{list(classes)} must be distinct labels >= 0")
+    _check_data(run.data, source)
     if run.data.dataset == "cifar10" and not run.data.path:
         raise ConfigError(source, "data.path", "dataset cifar10 needs a directory with data_batch_1.bin .. "
                           "data_batch_5.bin and test_batch.bin (CIFAR-10's binary version)")
@@ -577,6 +633,39 @@ def _check_run(run: RunConfig, source) -> None:
     if spec_problem(run.energy):
         raise ConfigError(source, "energy", spec_problem(run.energy))
     _check_model(run, source)
+
+
+def _check_data(data: DataConfig, source) -> None:
+    """One source at a time, and the keys that go with it."""
+    def own(section):
+        return [key for key in ("folder", "npz", "npy") if getattr(section, key)]
+
+    mine = own(data)
+    if len(mine) > 1:
+        raise ConfigError(source, f"data.{mine[1]}", f"give one of data.folder, data.npz, data.npy (also {mine[0]})")
+    if mine and (data.dataset or data.path):
+        key = "data.dataset" if data.dataset else "data.path"
+        raise ConfigError(source, key, f"is for a stored dataset; data.{mine[0]} names your own data")
+    if data.test is not None:
+        if not mine:
+            raise ConfigError(source, "data.test", "a test source goes with data.folder, data.npz or data.npy")
+        if len(own(data.test)) != 1:
+            raise ConfigError(source, "data.test", "give one of folder, npz, npy")
+        if data.test_fraction:
+            raise ConfigError(source, "data.test_fraction", "the test data is data.test; give one of the two")
+    if data.test_fraction and not mine:
+        raise ConfigError(source, "data.test_fraction", f"{data.dataset or 'fashion-mnist'} has its own test "
+                          "split; test_fraction splits your own data (data.folder, npz, npy)")
+    if (data.test_fraction or 0) + (data.val_fraction or 0) >= 1:
+        raise ConfigError(source, "data.val_fraction", f"{data.val_fraction} with test_fraction "
+                          f"{data.test_fraction} leaves nothing to train on")
+    problem = data.augment.problem()
+    if problem:
+        raise ConfigError(source, f"data.augment.{problem[0]}", problem[1])
+    if data.normalize is not None:
+        problem = data.normalize.problem()
+        if problem:
+            raise ConfigError(source, f"data.normalize.{problem[0]}", problem[1])
 
 
 def _check_model(run: RunConfig, source) -> None:

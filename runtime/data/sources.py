@@ -69,10 +69,10 @@ def _whole(config, split, input_shape, num_classes, progress):
             return None
         data = read_source(config, shape, classes, cache, progress)
         if fraction:
-            train, test = split_off(data, fraction, getattr(config, "split_seed", 0), "test")
+            train, test = split_off(data, fraction, 0, "test")   # seed 0: the same test set whatever train.seed
             return train if split == "train" else test
         return data
-    if config.dataset == "fashion-mnist":
+    if config.dataset in (None, "fashion-mnist"):
         data = load_fashion_mnist(split, config.path)
         if input_shape is not None and tuple(input_shape) == RGB32:
             data = as_32x32_rgb(data)

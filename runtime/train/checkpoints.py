@@ -1,5 +1,6 @@
 """A Trainer's checkpoint: what it writes (weights, optimizer state, its position, the
-epoch's running sums, adaptive rescaling's state, the model's layer list) and how it
+epoch's running sums, adaptive rescaling's state, the divergence watch's and the best-epoch
+monitor's state, the class names, the model's layer list) and how it
 continues from one (every field checked against the run by resume.py first)."""
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ def save(trainer, path: Path) -> Path:
         "epoch_energy": [trainer._epoch_totals.energy_j, trainer._epoch_totals.energy_steps,
                          sorted(trainer._epoch_totals.meters)],
         "model_spec": describe_model(trainer.model),   # export rebuilds the model from this
+        "divergence": trainer.watch.state(), "monitor": trainer.monitor.state(),
+        "classes": list(trainer.classes) if trainer.classes else None,   # label -> name, for export
     })
     return path
 
@@ -37,6 +40,8 @@ def load(trainer, path: Path) -> None:
     trainer._epoch_sums = repair_metrics(trainer.out_dir / "metrics.jsonl", trainer.global_step, trainer.epoch,
                                          meta.get("epoch_sums"))
     trainer._epoch_totals = EpochTotals()
+    trainer.watch.restore(meta.get("divergence") or [0, 0, 0])
+    trainer.monitor.restore(meta.get("monitor") or [None, None, 0])
     energy = meta.get("epoch_energy")
     if energy:   # the energy the epoch's steps so far added up to (the epoch record's total)
         trainer._epoch_totals.energy_j, trainer._epoch_totals.energy_steps = float(energy[0]), energy[1]

@@ -1,0 +1,155 @@
+"""Training from an image folder: what decoding costs once, and what the data costs per epoch after.
+
+    python bench/bench_data.py [--photos 6000] [--size 64] [--recipe niti] [--batch-size 64]
+                               [--epochs 2] [--augment]
+
+A folder of --photos JPEG photos at --size x --size (Fashion-MNIST's training images,
+scaled up with Pillow and saved as quality-90 JPEGs in ten class folders) is made in a
+temp directory, then trained on as `data: {folder: ...}` with LeNet-5 (28x28x1: every
+photo is decoded, turned gray and scaled down) through the Trainer:
+
+  decode       the first load: hash every file, decode them all (Pillow, threads), write
+               the memory-mapped cache
+  cached load  the next run's load: hash every file, map the cache (nothing decoded)
+  epoch N      one pass through the Trainer's loop: the loader's thread gathers (and
+               with --augment flips and crops) each batch while the step runs; `steps`
+               is the sum of the steps' own time (StepStats.time_s), `waiting` the time
+               the loop waited for a batch, `data share` waiting / epoch
+  peer         PIL + a torch DataLoader (num_workers 0, as many threads as the Trainer
+               gets) decoding every photo each epoch, as a loader without a cache does:
+               seconds per epoch of data alone
+
+Results go to bench/results/bench_data.{csv,json}; the temp folder and cache are removed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import print_table, write_results  # noqa: E402
+
+
+def make_photos(root: Path, count: int, size: int) -> None:
+    from PIL import Image
+
+    from dsptrain.data import FASHION_MNIST_CLASSES, load_fashion_mnist
+
+    data = load_fashion_mnist("train")
+    for name in FASHION_MNIST_CLASSES:
+        (root / name).mkdir(parents=True)
+    for i in range(count):
+        image = Image.fromarray(data.images[i, :, :, 0]).convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
+        image.save(root / FASHION_MNIST_CLASSES[data.labels[i]] / f"{i:05d}.jpg", quality=90)
+
+
+def timed_epoch(trainer, loader, epoch: int) -> dict:
+    """One epoch of Trainer.step over `loader`'s batches: wall, steps' own time, time waiting for data."""
+    waiting = steps = 0.0
+    started = time.perf_counter()
+    batches = iter(loader.epoch(epoch))
+    while True:
+        t0 = time.perf_counter()
+        try:
+            images, labels = next(batches)
+        except StopIteration:
+            break
+        waiting += time.perf_counter() - t0
+        stats = trainer.step(images, labels)
+        steps += stats.time_s
+    wall = time.perf_counter() - started
+    return {"epoch_s": wall, "steps_s": steps, "waiting_s": waiting, "data_share": waiting / wall}
+
+
+def peer_epoch(root: Path, size: int, batch_size: int) -> float | None:
+    """Seconds for one epoch of a PIL + torch DataLoader that decodes every file (no cache)."""
+    try:
+        import torch
+        from PIL import Image, ImageOps
+    except ImportError:
+        return None
+    files = sorted(root.rglob("*.jpg"))
+
+    class Photos(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(files)
+
+        def __getitem__(self, i):
+            with Image.open(files[i]) as image:
+                image = ImageOps.fit(image.convert("L"), (28, 28), Image.Resampling.BILINEAR)
+                return torch.from_numpy(np.asarray(image, np.uint8).copy()), 0
+
+    loader = torch.utils.data.DataLoader(Photos(), batch_size=batch_size, shuffle=True, num_workers=0)
+    started = time.perf_counter()
+    for _ in loader:
+        pass
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--photos", type=int, default=6000)
+    parser.add_argument("--size", type=int, default=64)
+    parser.add_argument("--recipe", default="niti")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--augment", action="store_true", help="flip and crop with 2 pixels of padding")
+    args = parser.parse_args()
+
+    import dsptrain
+    from dsptrain.data import Augment, Dataset, Loader
+
+    work = Path(tempfile.mkdtemp(prefix="bench_data."))
+    try:
+        root, cache = work / "photos", work / "cache"
+        started = time.perf_counter()
+        make_photos(root, args.photos, args.size)
+        print(f"made {args.photos} photos of {args.size}x{args.size} in {time.perf_counter() - started:.1f} s",
+              file=sys.stderr)
+        started = time.perf_counter()
+        data = Dataset.from_folder(root, (28, 28, 1), cache_dir=cache)
+        decode_s = time.perf_counter() - started
+        started = time.perf_counter()
+        data = Dataset.from_folder(root, (28, 28, 1), cache_dir=cache)
+        cached_s = time.perf_counter() - started
+
+        (work / "run.yaml").write_text(f"recipe: {args.recipe}\nmodel: lenet5\n"
+                                       f"train: {{batch_size: {args.batch_size}, seed: 0}}\n")
+        run = dsptrain.load_run(work / "run.yaml")
+        trainer = dsptrain.Trainer(run, progress=False, out_dir=work / "run", train_data=data)
+        augment = Augment(flip=True, crop_padding=2) if args.augment else None
+        loader = Loader(trainer.train_data, args.batch_size, seed=0, augment=augment)
+        rows = [{"part": "decode", "seconds": decode_s, "photos": args.photos},
+                {"part": "cached load", "seconds": cached_s, "photos": args.photos}]
+        for epoch in range(args.epochs):
+            row = timed_epoch(trainer, loader, epoch)
+            rows.append({"part": f"epoch {epoch + 1}", "seconds": row["epoch_s"], "photos": len(trainer.train_data),
+                         "steps_s": row["steps_s"], "waiting_s": row["waiting_s"],
+                         "data_share": row["data_share"]})
+        trainer.close()
+        peers = [peer_epoch(root, args.size, args.batch_size) for _ in range(2)]
+        if peers[0] is not None:
+            rows.append({"part": "peer: PIL + torch DataLoader, decoding each epoch", "photos": args.photos,
+                         "seconds": statistics.median(peers)})
+        load = os.getloadavg()
+        print_table(rows, ["part", "photos", "seconds", "steps_s", "waiting_s", "data_share"],
+                    title=f"bench_data: {args.photos} JPEGs {args.size}x{args.size} -> LeNet-5 28x28x1, "
+                          f"{run.recipe.name}, batch {args.batch_size}, augment {args.augment}, "
+                          f"load {load[0]:.2f}")
+        write_results("bench_data", rows, recipe=run.recipe.name, batch_size=args.batch_size,
+                      augment=args.augment, size=args.size, load=list(load))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

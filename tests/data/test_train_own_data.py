@@ -1,0 +1,91 @@
+"""Training on one's own data end to end: a folder, an npz and Python arrays of the same
+images give the same weights; bad files stop the run with one line naming them; a
+1-image class and a gray photo in an RGB set train."""
+import numpy as np
+import pytest
+import yaml
+
+import dsptrain
+from dsptrain.cli import main
+
+from .helpers import class_images, write_folder
+
+
+def write_run(path, data, recipe="niti", model=None, **train):
+    path.write_text(yaml.safe_dump({
+        "name": "own", "recipe": recipe, "backend": "cpu",
+        "model": model or {"name": "lenet5", "num_classes": 3},
+        "data": data, "train": {"epochs": 1, "batch_size": 8, "seed": 3, **train}}))
+    return path
+
+
+@pytest.fixture
+def same_images(tmp_path):
+    """18 gray 28x28 images, class by class: the order an image folder lists them in."""
+    rng = np.random.default_rng(4)
+    images, labels = class_images(rng, 18, shape=(28, 28, 1))
+    order = np.argsort(labels, kind="stable")
+    images, labels = images[order], labels[order]
+    write_folder(tmp_path / "photos", images, labels)
+    np.savez(tmp_path / "photos.npz", images=images, labels=labels)
+    return images, labels
+
+
+def weights(out):
+    state, _ = dsptrain.checkpoint.load(out / "checkpoint.npz")
+    return state
+
+
+def test_folder_npz_and_arrays_give_the_same_weights(tmp_path, same_images, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    folder = write_run(tmp_path / "folder.yaml", {"folder": "photos", "cache_dir": "cache"})
+    npz = write_run(tmp_path / "npz.yaml", {"npz": "photos.npz", "x": "images", "y": "labels"})
+    assert main(["train", str(folder), "--quiet", "--out", "a"]) == 0
+    assert main(["train", str(npz), "--quiet", "--out", "b"]) == 0
+    trainer = dsptrain.Trainer(dsptrain.load_run(npz), out_dir="c", progress=False, train_data=same_images)
+    trainer.fit()
+    trainer.close()
+    a, b, c = weights(tmp_path / "a"), weights(tmp_path / "b"), weights(tmp_path / "c")
+    assert a.keys() == b.keys() == c.keys()
+    for name in a:
+        np.testing.assert_array_equal(a[name].q, b[name].q)
+        np.testing.assert_array_equal(a[name].q, c[name].q)
+    _, meta = dsptrain.checkpoint.load(tmp_path / "a" / "checkpoint.npz")
+    assert meta["classes"] == ["bag", "trouser", "tshirt"]
+
+
+@pytest.mark.parametrize("spoil, message", [
+    (lambda root: (root / "bag" / "0003.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 40),
+     "run.yaml: data.folder: photos/bag/0003.png: cannot decode the image"),
+    (lambda root: (root / "bag" / "zz.jpg").write_bytes(b"\xff\xd8\xff" + b"\0" * 40),
+     "run.yaml: data.folder: photos/bag/zz.jpg: cannot decode the image"),
+    (lambda root: (root / "coat").mkdir(), "run.yaml: data.folder: photos/coat: empty class folder"),
+])
+def test_bad_folders_are_refused_with_one_line(tmp_path, same_images, monkeypatch, capsys, spoil, message):
+    monkeypatch.chdir(tmp_path)
+    spoil(tmp_path / "photos")
+    run = write_run(tmp_path / "run.yaml", {"folder": "photos", "cache_dir": "cache"})
+    assert main(["train", str(run), "--quiet", "--out", "out"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dsptrain: error: ") and message in err[0], err
+    assert not (tmp_path / "out" / "checkpoint.npz").exists()
+
+
+def test_one_image_class_and_gray_photo_in_rgb_set_train(tmp_path, monkeypatch):
+    from PIL import Image
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(5)
+    images, labels = class_images(rng, 16, shape=(32, 32, 3), classes=2)
+    write_folder(tmp_path / "photos", images, labels, names=("bag", "tshirt"))
+    (tmp_path / "photos" / "coat").mkdir()
+    Image.fromarray(images[0]).save(tmp_path / "photos" / "coat" / "only.jpg")                   # a 1-image class
+    Image.fromarray(images[1].mean(axis=2).astype(np.uint8)).save(tmp_path / "photos" / "bag" / "gray.png")
+    run = write_run(tmp_path / "run.yaml", {"folder": "photos", "cache_dir": "cache", "val_fraction": 0.25},
+                    recipe={"name": "fp32", "optimizer": {"lr": 0.005}}, model={"name": "resnet18_nobn", "num_classes": 3},
+                    checkpoint_best="val_loss", batch_size=6)
+    assert main(["train", str(run), "--quiet", "--out", "out"]) == 0
+    history = [line for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines() if '"epoch"' in line
+               and '"kind": "epoch"' in line]
+    assert len(history) == 1 and "val_loss" in history[0] and "test_accuracy" not in history[0]
+    assert (tmp_path / "out" / "checkpoint_best.npz").exists()
