@@ -13,7 +13,8 @@ import numpy as np
 
 from ..numerics import QTensor
 
-REQUANT_HOOKS = ("requantize", "conv2d_requant_s8", "gemm_requant_s8", "conv2d_bwd_data_requant_s8")
+REQUANT_HOOKS = ("requantize", "conv2d_requant_s8", "gemm_requant_s8", "conv2d_bwd_data_requant_s8",
+                 "dwconv2d_requant_s8", "dwconv2d_bwd_data_requant_s8")
 # Range hooks that return (q, exponent): the shift they used is that exponent less the one
 # their operands fix (algorithms/int_residual.py, ops_ref.py).
 EXPONENT_HOOKS = {
