@@ -11,6 +11,7 @@
 
 A missing or corrupt file is a DataError naming the path and what was expected.
 """
+from .arrays import from_arrays
 from .augment import Augment
 from .cifar10 import CIFAR_RECORD, load_cifar10
 from .contract import as_images, as_labels
@@ -25,5 +26,5 @@ from .synthetic import synthetic
 
 __all__ = ["Augment", "CIFAR_RECORD", "Dataset", "FASHION_MNIST_CLASSES", "FASHION_MNIST_DIR",
            "FASHION_MNIST_PACKAGE", "Loader", "Normalize", "RGB32", "as_32x32_rgb", "as_images", "as_labels",
-           "batch_count", "batch_indices", "batches", "check_labels", "load_cifar10", "load_dataset",
+           "batch_count", "batch_indices", "batches", "check_labels", "from_arrays", "load_cifar10", "load_dataset",
            "load_fashion_mnist", "own_source", "read_idx", "select_classes", "split_off", "synthetic"]

@@ -84,8 +84,6 @@ class _Given(datasets.Dataset):
 
 def as_dataset(given, model, name: str) -> datasets.Dataset:
     """`given` (a Dataset, or an (images, labels) pair) checked by the input contract for `model`."""
-    from ..data.arrays import from_arrays
-
     if isinstance(given, datasets.Dataset):
         images, labels, classes, label = given.images, given.labels, given.classes, given.name
     elif isinstance(given, (tuple, list)) and len(given) == 2:
@@ -93,7 +91,7 @@ def as_dataset(given, model, name: str) -> datasets.Dataset:
     else:
         raise DataError(f"{name}: expected a dsptrain.data.Dataset or an (images, labels) pair, "
                         f"got {type(given).__name__}")
-    data = from_arrays(images, labels, model.input_shape, model.num_classes, label, name, classes)
+    data = datasets.from_arrays(images, labels, model.input_shape, model.num_classes, label, name, classes)
     return _Given(data.images, data.labels, data.name, data.origin, data.classes)
 
 
