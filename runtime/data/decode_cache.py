@@ -22,9 +22,10 @@ DECODER_VERSION = 1     # raise when the decoding (resize, crop, colour conversi
 
 
 def default_cache_dir() -> Path:
-    """$XDG_CACHE_HOME/dsptrain/images, else ~/.cache/dsptrain/images."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "dsptrain" / "images"
+    """$DSPTRAIN_CACHE/images, else ~/.cache/dsptrain/images (data.cache_dir overrides it)."""
+    from ..inputs import env
+
+    return Path(env.get("DSPTRAIN_CACHE") or Path.home() / ".cache" / "dsptrain") / "images"
 
 
 def content_key(entries, shape) -> str:

@@ -313,7 +313,7 @@ class Trainer:
         if problem is None:
             self.watch.good_step()
             return None
-        where = f"{self.run.source or self.run.name}: epoch {self.epoch + 1}, step {self.global_step}"
+        where = f"{self.run.source or self.run.name}: epoch {self.epoch + 1}, step {self.global_step - 1}"
         last_good = (f"the last good weights are in {self.checkpoint_path} (step {self._saved_step})"
                      if self._saved_step is not None else
                      "no checkpoint was written before it (train.checkpoint_every_steps saves more often)")

@@ -33,7 +33,7 @@ def workdir(tmp_path):
 
 def run_blocks(markdown: str, cwd: Path) -> int:
     """Write each yaml block to the file its first line names, run each sh and python block; how many ran."""
-    env = {**os.environ, "XDG_CACHE_HOME": str(cwd / "xdg-cache"), "MPLBACKEND": "Agg"}
+    env = {**os.environ, "DSPTRAIN_CACHE": str(cwd / "dsptrain-cache"), "MPLBACKEND": "Agg"}
     ran = 0
     for language, body in FENCE.findall(markdown):
         if language == "yaml":

@@ -1,6 +1,8 @@
 """Training on one's own data end to end: a folder, an npz and Python arrays of the same
 images give the same weights; bad files stop the run with one line naming them; a
 1-image class and a gray photo in an RGB set train."""
+import json
+
 import numpy as np
 import pytest
 import yaml
@@ -52,6 +54,13 @@ def test_folder_npz_and_arrays_give_the_same_weights(tmp_path, same_images, monk
         np.testing.assert_array_equal(a[name].q, c[name].q)
     _, meta = dsptrain.checkpoint.load(tmp_path / "a" / "checkpoint.npz")
     assert meta["classes"] == ["bag", "trouser", "tshirt"]
+    assert main(["export", "a", "--format", "npz", "--out", "m.npz"]) == 0   # the class names go into the export
+    assert json.loads(str(np.load(tmp_path / "m.npz")["__model__"]))["classes"] == ["bag", "trouser", "tshirt"]
+    assert main(["export", "a", "--format", "onnx", "--out", "m.onnx"]) == 0
+    import onnx
+
+    props = {p.key: p.value for p in onnx.load(tmp_path / "m.onnx").metadata_props}
+    assert json.loads(props["dsptrain.classes"]) == ["bag", "trouser", "tshirt"]
 
 
 @pytest.mark.parametrize("spoil, message", [
