@@ -11,10 +11,12 @@ photo is decoded, turned gray and scaled down) through the Trainer:
   decode       the first load: hash every file, decode them all (Pillow, threads), write
                the memory-mapped cache
   cached load  the next run's load: hash every file, map the cache (nothing decoded)
-  epoch N      one pass through the Trainer's loop: the loader's thread gathers (and
-               with --augment flips and crops) each batch while the step runs; `steps`
-               is the sum of the steps' own time (StepStats.time_s), `waiting` the time
-               the loop waited for a batch, `data share` waiting / epoch
+  epoch N      one pass of Trainer.step over the loader's batches, plain and with flips
+               and 2-pixel crops: the loader's thread gathers (and augments) each batch
+               while the step runs; `steps` is the sum of the steps' own time
+               (StepStats.time_s), `waiting` the time the loop waited for a batch,
+               `data share` waiting / epoch; `data alone` the seconds the same loader
+               takes on the main thread with no step (median of 3): the data's own cost
   peer         PIL + a torch DataLoader (num_workers 0, as many threads as the Trainer
                gets) decoding every photo each epoch, as a loader without a cache does:
                seconds per epoch of data alone
@@ -69,6 +71,14 @@ def timed_epoch(trainer, loader, epoch: int) -> dict:
     return {"epoch_s": wall, "steps_s": steps, "waiting_s": waiting, "data_share": waiting / wall}
 
 
+def _data_alone(loader, epoch: int) -> float:
+    """Seconds to produce an epoch's batches on this thread with no step: the data's own cost."""
+    started = time.perf_counter()
+    for _ in loader.epoch(epoch):
+        pass
+    return time.perf_counter() - started
+
+
 def peer_epoch(root: Path, size: int, batch_size: int) -> float | None:
     """Seconds for one epoch of a PIL + torch DataLoader that decodes every file (no cache)."""
     try:
@@ -100,8 +110,7 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--recipe", default="niti")
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--augment", action="store_true", help="flip and crop with 2 pixels of padding")
+    parser.add_argument("--epochs", type=int, default=4, help="epochs per loader setting (the first after decoding)")
     args = parser.parse_args()
 
     import dsptrain
@@ -125,27 +134,34 @@ def main() -> int:
                                        f"train: {{batch_size: {args.batch_size}, seed: 0}}\n")
         run = dsptrain.load_run(work / "run.yaml")
         trainer = dsptrain.Trainer(run, progress=False, out_dir=work / "run", train_data=data)
-        augment = Augment(flip=True, crop_padding=2) if args.augment else None
-        loader = Loader(trainer.train_data, args.batch_size, seed=0, augment=augment)
-        rows = [{"part": "decode", "seconds": decode_s, "photos": args.photos},
-                {"part": "cached load", "seconds": cached_s, "photos": args.photos}]
-        for epoch in range(args.epochs):
-            row = timed_epoch(trainer, loader, epoch)
-            rows.append({"part": f"epoch {epoch + 1}", "seconds": row["epoch_s"], "photos": len(trainer.train_data),
-                         "steps_s": row["steps_s"], "waiting_s": row["waiting_s"],
-                         "data_share": row["data_share"]})
+        rows = [{"part": "decode (first load)", "seconds": decode_s, "photos": args.photos},
+                {"part": "cached load (next run)", "seconds": cached_s, "photos": args.photos}]
+        for label, augment in (("plain", None), ("flip + crop 2", Augment(flip=True, crop_padding=2))):
+            loader = Loader(trainer.train_data, args.batch_size, seed=0, augment=augment)
+            inline = Loader(trainer.train_data, args.batch_size, seed=0, augment=augment, background=False)
+            epochs = [timed_epoch(trainer, loader, epoch) for epoch in range(args.epochs)]
+            alone = statistics.median(_data_alone(inline, epoch) for epoch in range(3))
+            for epoch, row in enumerate(epochs, 1):
+                rows.append({"part": f"{label}: epoch {epoch}", "photos": len(trainer.train_data),
+                             "seconds": row["epoch_s"], "steps_s": row["steps_s"], "waiting_s": row["waiting_s"],
+                             "data_share": row["data_share"]})
+            later = [row["epoch_s"] for row in epochs[1:]] or [epochs[0]["epoch_s"]]
+            rows.append({"part": f"{label}: median epoch 2..{args.epochs}", "photos": len(trainer.train_data),
+                         "seconds": statistics.median(later),
+                         "data_share": statistics.median(r["data_share"] for r in epochs[1:] or epochs),
+                         "data_alone_s": alone, "data_alone_share": alone / statistics.median(later)})
         trainer.close()
         peers = [peer_epoch(root, args.size, args.batch_size) for _ in range(2)]
         if peers[0] is not None:
-            rows.append({"part": "peer: PIL + torch DataLoader, decoding each epoch", "photos": args.photos,
-                         "seconds": statistics.median(peers)})
+            rows.append({"part": "peer: PIL + torch DataLoader decoding each epoch (data alone)",
+                         "photos": args.photos, "seconds": statistics.median(peers)})
         load = os.getloadavg()
-        print_table(rows, ["part", "photos", "seconds", "steps_s", "waiting_s", "data_share"],
+        print_table(rows, ["part", "photos", "seconds", "steps_s", "waiting_s", "data_share", "data_alone_s",
+                           "data_alone_share"],
                     title=f"bench_data: {args.photos} JPEGs {args.size}x{args.size} -> LeNet-5 28x28x1, "
-                          f"{run.recipe.name}, batch {args.batch_size}, augment {args.augment}, "
-                          f"load {load[0]:.2f}")
-        write_results("bench_data", rows, recipe=run.recipe.name, batch_size=args.batch_size,
-                      augment=args.augment, size=args.size, load=list(load))
+                          f"{run.recipe.name}, batch {args.batch_size}, load {load[0]:.2f}")
+        write_results("bench_data", rows, recipe=run.recipe.name, batch_size=args.batch_size, size=args.size,
+                      load=list(load))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -20,7 +20,7 @@ _DONE = object()
 
 class Loader:
     def __init__(self, data: Dataset, batch_size: int, seed: int, augment: Augment | None = None,
-                 depth: int = 2, background: bool = True):
+                 depth: int = 4, background: bool = True):
         self.data, self.batch_size, self.seed = data, batch_size, seed
         self.augment = augment if augment is not None and augment.active else None
         self.depth, self.background = depth, background

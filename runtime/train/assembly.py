@@ -14,7 +14,7 @@ import numpy as np
 from .. import data as datasets
 from ..algorithms import algorithm_module
 from ..config import load_device
-from ..errors import DataError, LoweringError
+from ..errors import ConfigError, DataError, LoweringError
 from ..graph import lower
 from ..interchange import frozen_layers, resolve_model, starting_state, with_head
 from ..models import MODELS, build_model
@@ -36,6 +36,10 @@ def assemble(run, model=None, progress: bool = True, notes: bool = True) -> Part
     algorithm = algorithm_module(run.recipe.module)
     model, frozen = _resolve_model(run, model, notes)
     _lowered_or_explained(model, run)
+    normalize = run.data.normalize
+    problem = normalize.problem(model.input_shape[-1]) if normalize is not None else None
+    if problem:   # the channel count is known only now, from the model
+        raise ConfigError(run.source or run.name, f"data.normalize.{problem[0]}", problem[1])
     return Parts(algorithm, model, frozen, load_device(run.scheduler.device))
 
 

@@ -98,3 +98,18 @@ def test_one_image_class_and_gray_photo_in_rgb_set_train(tmp_path, monkeypatch):
                and '"kind": "epoch"' in line]
     assert len(history) == 1 and "val_loss" in history[0] and "test_accuracy" not in history[0]
     assert (tmp_path / "out" / "checkpoint_best.npz").exists()
+
+
+def test_normalize_reaches_the_recipe_and_is_checked_against_the_model(tmp_path, same_images, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    data = {"npz": "photos.npz", "x": "images", "y": "labels"}
+    plain = write_run(tmp_path / "plain.yaml", data)
+    normal = write_run(tmp_path / "normal.yaml", {**data, "normalize": {"mean": [0.3], "std": [0.2]}})
+    assert main(["train", str(plain), "--quiet", "--out", "p"]) == 0
+    assert main(["train", str(normal), "--quiet", "--out", "n"]) == 0
+    p, n = weights(tmp_path / "p"), weights(tmp_path / "n")
+    assert any(not np.array_equal(p[k].q, n[k].q) for k in p)   # another input mapping, other weights
+    rgb = write_run(tmp_path / "rgb.yaml", {**data, "normalize": {"mean": [0.4, 0.4, 0.4], "std": [0.2]}})
+    assert main(["train", str(rgb), "--quiet", "--out", "r"]) == 2
+    assert "rgb.yaml: data.normalize.mean: [0.4, 0.4, 0.4]: give one value or one per channel (1)" in \
+        capsys.readouterr().err
