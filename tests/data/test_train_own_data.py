@@ -30,6 +30,8 @@ def same_images(tmp_path):
     images, labels = images[order], labels[order]
     write_folder(tmp_path / "photos", images, labels)
     np.savez(tmp_path / "photos.npz", images=images, labels=labels)
+    np.save(tmp_path / "x.npy", images[..., 0])   # (N, H, W): one channel
+    np.save(tmp_path / "y.npy", labels.astype(np.int32))
     return images, labels
 
 
@@ -38,20 +40,22 @@ def weights(out):
     return state
 
 
-def test_folder_npz_and_arrays_give_the_same_weights(tmp_path, same_images, monkeypatch):
+def test_folder_npz_npy_and_arrays_give_the_same_weights(tmp_path, same_images, monkeypatch):
     monkeypatch.chdir(tmp_path)
     folder = write_run(tmp_path / "folder.yaml", {"folder": "photos", "cache_dir": "cache"})
     npz = write_run(tmp_path / "npz.yaml", {"npz": "photos.npz", "x": "images", "y": "labels"})
     assert main(["train", str(folder), "--quiet", "--out", "a"]) == 0
     assert main(["train", str(npz), "--quiet", "--out", "b"]) == 0
+    npy = write_run(tmp_path / "npy.yaml", {"npy": ["x.npy", "y.npy"]})
+    assert main(["train", str(npy), "--quiet", "--out", "d"]) == 0
     trainer = dsptrain.Trainer(dsptrain.load_run(npz), out_dir="c", progress=False, train_data=same_images)
     trainer.fit()
     trainer.close()
-    a, b, c = weights(tmp_path / "a"), weights(tmp_path / "b"), weights(tmp_path / "c")
-    assert a.keys() == b.keys() == c.keys()
+    a, b, c, d = (weights(tmp_path / out) for out in "abcd")
+    assert a.keys() == b.keys() == c.keys() == d.keys()
     for name in a:
-        np.testing.assert_array_equal(a[name].q, b[name].q)
-        np.testing.assert_array_equal(a[name].q, c[name].q)
+        for other in (b, c, d):
+            np.testing.assert_array_equal(a[name].q, other[name].q)
     _, meta = dsptrain.checkpoint.load(tmp_path / "a" / "checkpoint.npz")
     assert meta["classes"] == ["bag", "trouser", "tshirt"]
     assert main(["export", "a", "--format", "npz", "--out", "m.npz"]) == 0   # the class names go into the export
