@@ -6,13 +6,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from .. import checkpoint
+from ..errors import DivergedError
 from ..interchange import describe_model
 from ..metrics import EpochTotals
 from ..resume import check_meta, repair_metrics
 
 
 def save(trainer, path: Path) -> Path:
+    """Write `trainer`'s checkpoint to `path` (atomically). Weights that went non-finite are
+    refused (DivergedError): a checkpoint export and --resume cannot read never replaces a good one."""
+    bad = [name for name, value in trainer.state.items()
+           if isinstance(value, np.ndarray) and value.dtype.kind == "f" and not np.isfinite(value).all()]
+    if bad:
+        more = f" (and {len(bad) - 1} more tensors)" if len(bad) > 1 else ""
+        raise DivergedError(f"{path}: not written: {bad[0]} holds non-finite values{more}; "
+                            f"the file there, if any, is kept")
     checkpoint.save(path, trainer.state, {
         "run": trainer.run.name, "recipe": trainer.recipe.name, "model": trainer.model.name,
         "epoch": trainer.epoch, "batch_in_epoch": trainer.batch_in_epoch,

@@ -85,3 +85,19 @@ def test_integer_saturation_diverges_after_k_steps():
     with pytest.raises(dsptrain.errors.DivergedError, match="training diverged: fc.w has 75%"):
         watch.act(problem, "run.yaml: epoch 1, step 9", "no checkpoint was written before it")
     assert Watch().problem(float("nan"), calm) == "the loss is nan"
+
+
+def test_a_checkpoint_with_non_finite_weights_is_never_written(tmp_path):
+    images, labels = class_images(np.random.default_rng(3), 16, shape=(28, 28, 1))
+    run = dsptrain.load_run(dsptrain.config.CONFIG_ROOT / "runs" / "lenet-fmnist-fp32.yaml")
+    trainer = dsptrain.Trainer(run, backend="cpu", out_dir=tmp_path, progress=False,
+                               train_data=(images, labels))
+    trainer.step(images[:8], labels[:8])
+    good = trainer.save()
+    before = good.read_bytes()
+    trainer.state["fc1.w"] = trainer.state["fc1.w"].copy()
+    trainer.state["fc1.w"][0, 0] = np.inf
+    with pytest.raises(dsptrain.errors.DivergedError, match=r"checkpoint\.npz: not written: fc1\.w holds non-finite"):
+        trainer.save()
+    assert good.read_bytes() == before
+    trainer.close()
