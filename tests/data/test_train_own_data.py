@@ -117,3 +117,17 @@ def test_normalize_reaches_the_recipe_and_is_checked_against_the_model(tmp_path,
     assert main(["train", str(rgb), "--quiet", "--out", "r"]) == 2
     assert "rgb.yaml: data.normalize.mean: [0.4, 0.4, 0.4]: give one value or one per channel (1)" in \
         capsys.readouterr().err
+
+
+def test_early_stopping_ends_the_run_and_a_resume_stays_stopped(tmp_path, same_images, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = write_run(tmp_path / "run.yaml", {"npz": "photos.npz", "x": "images", "y": "labels"}, epochs=5,
+                    early_stopping={"metric": "train_loss", "patience": 1, "min_delta": 1e6})
+    trainer = dsptrain.Trainer(dsptrain.load_run(run), out_dir="out", progress=False)
+    history = trainer.fit()
+    trainer.close()
+    assert [r["epoch"] for r in history] == [1, 2]   # epoch 2 did not beat epoch 1 by min_delta
+    again = dsptrain.Trainer(dsptrain.load_run(run), out_dir="out", progress=False)
+    again.load()
+    assert again.fit() == [] and again.epoch == 2
+    again.close()
