@@ -15,13 +15,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..inputs import bounded
+
 _PIXELS = np.arange(256, dtype=np.float64)
 
 
 @dataclass(frozen=True)
 class Normalize:
-    mean: tuple[float, ...] = (0.5,)   # per channel, or one for all, in pixel / 255 units
-    std: tuple[float, ...] = (0.5,)
+    mean: tuple[float, ...] = bounded((0.5,), -1000.0, 1000.0)   # per channel, or one for all, in pixel / 255 units
+    std: tuple[float, ...] = bounded((0.5,), 0.0, 1000.0, low_open=True)
 
     def problem(self, channels: int | None = None) -> tuple[str, str] | None:
         """(key, why) of a bad setting for a model of `channels`, or None."""
