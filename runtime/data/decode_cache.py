@@ -6,10 +6,16 @@ version and every file's label, name and content. The next run (or any run of th
 files at the same shape) hashes the files, finds the key and maps the array: nothing is
 decoded, and a batch reads only its rows. A changed, added or removed file changes the
 key. The file is written under a temp name and renamed, so a killed writer leaves no
-half-written cache behind (its temp is removed by the next run)."""
+half-written cache behind (its temp is removed by the next run).
+
+Hashing every photo on every run would read them all; as git's index and ccache's direct
+mode do, each folder's digests are remembered beside the cache (`digests-<folder>.json`)
+with the size, modification time and inode they were computed at, and a file whose three
+are unchanged is not read again."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -71,3 +77,37 @@ def file_digest(path: Path, limit: int) -> tuple[str, bytes]:
 
     raw = read_limited(path, "image", limit, DataError)
     return hashlib.sha256(raw).hexdigest(), raw
+
+
+def folder_digests(directory: Path, files: list[Path], cache_dir: Path, limit: int, pool) -> list[str]:
+    """The SHA-256 of each of `files` (in `directory`), read only when its stat changed."""
+    memo_path = Path(cache_dir) / f"digests-{hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16]}.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+        memo = memo if isinstance(memo, dict) else {}
+    except (OSError, ValueError):
+        memo = {}
+    stats = []
+    for path in files:
+        try:
+            st = os.stat(path)
+            stats.append([st.st_size, st.st_mtime_ns, st.st_ino])
+        except OSError:
+            stats.append(None)   # read_limited names the problem below
+    names = [str(path.relative_to(directory)) for path in files]
+    known = [memo.get(name) for name in names]
+    todo = [i for i, (stat, entry) in enumerate(zip(stats, known))
+            if stat is None or not (isinstance(entry, list) and len(entry) == 4 and entry[:3] == stat)]
+    fresh = dict(zip(todo, pool.map(lambda i: file_digest(files[i], limit)[0], todo)))
+    digests = [fresh[i] if i in fresh else known[i][3] for i in range(len(files))]
+    if todo or len(memo) != len(files):
+        kept = {name: [*stat, digest] for name, stat, digest in zip(names, stats, digests) if stat is not None}
+        try:
+            Path(cache_dir).mkdir(parents=True, exist_ok=True)
+            reap_stale_temps(Path(cache_dir), (memo_path.name,))
+            tmp = Path(cache_dir) / f"{temp_prefix(memo_path)}tmp"
+            tmp.write_text(json.dumps(kept))
+            os.replace(tmp, memo_path)
+        except OSError:
+            pass   # not remembered: the next run reads the files again
+    return digests

@@ -104,11 +104,11 @@ def load_folder(directory, input_shape, cache_dir=None, progress: bool = False) 
         print(f"{directory}: skipped {len(skipped)} files Pillow does not read: {names}", file=sys.stderr)
     labels = np.array([label for label, _ in files], np.int64)
     workers = min(8, os.cpu_count() or 1)
+    cache_dir = Path(cache_dir) if cache_dir else decode_cache.default_cache_dir()
     with ThreadPoolExecutor(workers) as pool:   # hashlib and Pillow release the GIL
-        hashes = list(pool.map(lambda item: decode_cache.file_digest(item[1], MAX_IMAGE_BYTES)[0], files))
+        hashes = decode_cache.folder_digests(directory, [path for _, path in files], cache_dir, MAX_IMAGE_BYTES, pool)
         entries = [(classes[label], str(path.relative_to(directory)), digest)
                    for (label, path), digest in zip(files, hashes)]
-        cache_dir = Path(cache_dir) if cache_dir else decode_cache.default_cache_dir()
         key = decode_cache.content_key(entries, shape)
         images = decode_cache.lookup(cache_dir, key, len(files), shape)
         if images is None:

@@ -70,9 +70,10 @@ def test_cache_is_keyed_by_content(photos, tmp_path, monkeypatch):
     assert len(list(cache.glob("*.npy"))) == 1 and isinstance(first.images, np.memmap)
 
     def no_decoding(*args):
-        raise AssertionError("decoded although cached")
+        raise AssertionError("decoded or read although cached")
 
     monkeypatch.setattr(folder, "decode", no_decoding)
+    monkeypatch.setattr(decode_cache, "file_digest", no_decoding)   # unchanged files are not even read again
     again = Dataset.from_folder(root, (20, 20, 3), cache_dir=cache)   # nothing decoded
     np.testing.assert_array_equal(np.asarray(again.images), np.asarray(first.images))
     monkeypatch.undo()
