@@ -11,9 +11,9 @@ photo is decoded, turned gray and scaled down) through the Trainer:
   decode       the first load: hash every file, decode them all (Pillow, threads), write
                the memory-mapped cache
   cached load  the next run's load: hash every file, map the cache (nothing decoded)
-  epoch N      one pass of Trainer.step over the loader's batches, plain and with flips
-               and 2-pixel crops: the loader's thread gathers (and augments) each batch
-               while the step runs; `steps` is the sum of the steps' own time
+  epoch N      one pass of Trainer.step over the loader's batches, plain (gathered on
+               the main thread) and with flips and 2-pixel crops (gathered and augmented
+               on the loader's thread while the step runs); `steps` is the sum of the steps' own time
                (StepStats.time_s), `waiting` the time the loop waited for a batch,
                `data share` waiting / epoch; `data alone` the seconds the same loader
                takes on the main thread with no step (median of 3): the data's own cost

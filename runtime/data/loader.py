@@ -2,8 +2,10 @@
 
 `Loader(data, batch_size, seed, augment).epoch(epoch, start)` yields the batches
 `batches()` would (same order, same last batch), augmented per sample (augment.py).
-A thread prepares up to `depth` batches ahead, so the step waits for the data only
-when the data is slower than the step; NumPy's gathers and arithmetic release the GIL.
+With augmentation a thread prepares up to `depth` batches ahead, so the step waits for
+the data only when the data is slower than the step. Without it a batch is a gather of
+rows from memory (a memory map), some microseconds: handing it between threads would cost
+more than it saves (measured in bench/bench_data.py), so it is made when asked for.
 An exception on the thread (a bad memory-mapped file) is raised in the consumer; leaving
 the loop early stops the thread.
 """
@@ -20,10 +22,11 @@ _DONE = object()
 
 class Loader:
     def __init__(self, data: Dataset, batch_size: int, seed: int, augment: Augment | None = None,
-                 depth: int = 4, background: bool = True):
+                 depth: int = 4, background: bool | None = None):
         self.data, self.batch_size, self.seed = data, batch_size, seed
         self.augment = augment if augment is not None and augment.active else None
-        self.depth, self.background = depth, background
+        # None: a thread when there is work to overlap (augmentation)
+        self.depth, self.background = depth, self.augment is not None if background is None else background
 
     def batch(self, index, epoch: int):
         images, labels = self.data.images[index], self.data.labels[index]

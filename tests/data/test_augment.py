@@ -48,6 +48,7 @@ def test_loader_matches_batches_and_resumes_mid_epoch():
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(la, lb)
     aug = Loader(data, 8, seed=3, augment=Augment(flip=True, crop_padding=1))
+    assert aug.background and not plain.background   # a thread only when there is work to overlap
     whole = list(aug.epoch(1))
     rest = list(aug.epoch(1, start=2))
     assert len(whole) == 5 and len(rest) == 3
@@ -67,11 +68,11 @@ def test_loader_raises_the_threads_error_and_stops_early():
     data = Dataset(images(5, n=10), np.zeros(10, np.int64))
     data.images = Broken()
     try:
-        list(Loader(data, 4, seed=0).epoch(0))
+        list(Loader(data, 4, seed=0, background=True).epoch(0))
     except OSError as exc:
         assert "disk went away" in str(exc)
     else:
         raise AssertionError("the loader swallowed its thread's error")
     good = Dataset(images(6, n=40), np.zeros(40, np.int64))
-    for _ in Loader(good, 2, seed=0).epoch(0):
+    for _ in Loader(good, 2, seed=0, background=True).epoch(0):
         break   # the generator closes and its thread ends
