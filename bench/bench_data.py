@@ -5,15 +5,15 @@
 
 A folder of --photos JPEG photos at --size x --size (Fashion-MNIST's training images,
 scaled up with Pillow and saved as quality-90 JPEGs in ten class folders) is made in a
-temp directory, then trained on as `data: {folder: ...}` with LeNet-5 (28x28x1: every
-photo is decoded, turned gray and scaled down) through the Trainer:
+temp directory, then trained on with --model (LeNet-5 by default, 28x28x1: every photo is
+decoded, turned gray and scaled down) through the Trainer:
 
   decode       the first load: hash every file, decode them all (Pillow, threads), write
                the memory-mapped cache
   cached load  the next run's load: hash every file, map the cache (nothing decoded)
   epoch N      one pass of Trainer.step over the loader's batches, plain (gathered on
                the main thread) and with flips and 2-pixel crops (gathered and augmented
-               on the loader's thread while the step runs); `steps` is the sum of the steps' own time
+               on the loader's thread while the step runs, or on the main thread); `steps` is the sum of the steps' own time
                (StepStats.time_s), `waiting` the time the loop waited for a batch,
                `data share` waiting / epoch; `data alone` the seconds the same loader
                takes on the main thread with no step (median of 3): the data's own cost
@@ -79,7 +79,7 @@ def _data_alone(loader, epoch: int) -> float:
     return time.perf_counter() - started
 
 
-def peer_epoch(root: Path, size: int, batch_size: int) -> float | None:
+def peer_epoch(root: Path, shape, batch_size: int) -> float | None:
     """Seconds for one epoch of a PIL + torch DataLoader that decodes every file (no cache)."""
     try:
         import torch
@@ -94,7 +94,8 @@ def peer_epoch(root: Path, size: int, batch_size: int) -> float | None:
 
         def __getitem__(self, i):
             with Image.open(files[i]) as image:
-                image = ImageOps.fit(image.convert("L"), (28, 28), Image.Resampling.BILINEAR)
+                image = ImageOps.fit(image.convert("L" if shape[2] == 1 else "RGB"), (shape[1], shape[0]),
+                                     Image.Resampling.BILINEAR)
                 return torch.from_numpy(np.asarray(image, np.uint8).copy()), 0
 
     loader = torch.utils.data.DataLoader(Photos(), batch_size=batch_size, shuffle=True, num_workers=0)
@@ -109,6 +110,7 @@ def main() -> int:
     parser.add_argument("--photos", type=int, default=6000)
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--recipe", default="niti")
+    parser.add_argument("--model", default="lenet5", help="a zoo model; the photos decode to its input shape")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=4, help="epochs per loader setting (the first after decoding)")
     args = parser.parse_args()
@@ -123,21 +125,26 @@ def main() -> int:
         make_photos(root, args.photos, args.size)
         print(f"made {args.photos} photos of {args.size}x{args.size} in {time.perf_counter() - started:.1f} s",
               file=sys.stderr)
+        from dsptrain.models import build_model
+
+        shape = build_model(args.model).input_shape
         started = time.perf_counter()
-        data = Dataset.from_folder(root, (28, 28, 1), cache_dir=cache)
+        data = Dataset.from_folder(root, shape, cache_dir=cache)
         decode_s = time.perf_counter() - started
         started = time.perf_counter()
-        data = Dataset.from_folder(root, (28, 28, 1), cache_dir=cache)
+        data = Dataset.from_folder(root, shape, cache_dir=cache)
         cached_s = time.perf_counter() - started
 
-        (work / "run.yaml").write_text(f"recipe: {args.recipe}\nmodel: lenet5\n"
+        (work / "run.yaml").write_text(f"recipe: {args.recipe}\nmodel: {args.model}\n"
                                        f"train: {{batch_size: {args.batch_size}, seed: 0}}\n")
         run = dsptrain.load_run(work / "run.yaml")
         trainer = dsptrain.Trainer(run, progress=False, out_dir=work / "run", train_data=data)
         rows = [{"part": "decode (first load)", "seconds": decode_s, "photos": args.photos},
                 {"part": "cached load (next run)", "seconds": cached_s, "photos": args.photos}]
-        for label, augment in (("plain", None), ("flip + crop 2", Augment(flip=True, crop_padding=2))):
-            loader = Loader(trainer.train_data, args.batch_size, seed=0, augment=augment)
+        flips = Augment(flip=True, crop_padding=2)
+        for label, augment, background in (("plain", None, False), ("flip + crop 2, thread", flips, True),
+                                           ("flip + crop 2, main thread", flips, False)):
+            loader = Loader(trainer.train_data, args.batch_size, seed=0, augment=augment, background=background)
             inline = Loader(trainer.train_data, args.batch_size, seed=0, augment=augment, background=False)
             epochs = [timed_epoch(trainer, loader, epoch) for epoch in range(args.epochs)]
             alone = statistics.median(_data_alone(inline, epoch) for epoch in range(3))
@@ -151,17 +158,18 @@ def main() -> int:
                          "data_share": statistics.median(r["data_share"] for r in epochs[1:] or epochs),
                          "data_alone_s": alone, "data_alone_share": alone / statistics.median(later)})
         trainer.close()
-        peers = [peer_epoch(root, args.size, args.batch_size) for _ in range(2)]
+        peers = [peer_epoch(root, shape, args.batch_size) for _ in range(2)]
         if peers[0] is not None:
             rows.append({"part": "peer: PIL + torch DataLoader decoding each epoch (data alone)",
                          "photos": args.photos, "seconds": statistics.median(peers)})
         load = os.getloadavg()
         print_table(rows, ["part", "photos", "seconds", "steps_s", "waiting_s", "data_share", "data_alone_s",
                            "data_alone_share"],
-                    title=f"bench_data: {args.photos} JPEGs {args.size}x{args.size} -> LeNet-5 28x28x1, "
+                    title=f"bench_data: {args.photos} JPEGs {args.size}x{args.size} -> {args.model} "
+                          f"{'x'.join(map(str, shape))}, "
                           f"{run.recipe.name}, batch {args.batch_size}, load {load[0]:.2f}")
-        write_results("bench_data", rows, recipe=run.recipe.name, batch_size=args.batch_size, size=args.size,
-                      load=list(load))
+        write_results("bench_data", rows, recipe=run.recipe.name, model=args.model, batch_size=args.batch_size,
+                      size=args.size, load=list(load))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
