@@ -7,7 +7,7 @@ A recipe module defines:
   `backward(b, layer, err, needs_input_error)`: emit ops through a GraphBuilder;
 - `OPS`: op kind -> function(backend, op, env, ctx) returning {tensor name: value};
 - `init_params(model, recipe, rng)`: the starting weights and optimizer state;
-- `prepare_input(images_uint8)`, `logits_to_float(value)`: the float boundaries;
+- `prepare_input(images_uint8, normalize=None)`, `logits_to_float(value)`: the float boundaries (`normalize`: data.Normalize, the run's `data.normalize`);
 - `join_errors(b, name, errs)` (residual models): one error tensor summing `errs`, where
   branches join in the backward walk (integer recipes align exponents);
 - `check_recipe(recipe, source)` (optional): reject bad `params` with a ConfigError at load;

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from ..backends import CHOICES as BACKEND_CHOICES
 from ..data import Augment, Normalize
+from ..errors import ConfigError
 from ..inputs import bounded
 
 # ---------------------------------------------------------------- recipe schema
