@@ -62,4 +62,5 @@ PYBIND11_MODULE(_cpu_ops, m) {
   def_exact_products(m);
   def_fp32_products(m);
   def_memory(m);
+  def_dwconv(m);
 }

@@ -206,6 +206,7 @@ void def_float_layers(py::module_& m);      // bindings_float_layers.cpp: float 
 void def_exact_products(py::module_& m);    // bindings_exact.cpp: MLS's int16 and FP8's chunked-FP16 products, patches
 void def_fp32_products(py::module_& m);     // bindings_fp32.cpp: the FP32 recipe's GEMM and convolutions
 void def_memory(py::module_& m);            // bindings_memory.cpp: the array pool as NumPy's allocator
+void def_dwconv(py::module_& m);            // bindings_dwconv.cpp: the depthwise convolutions
 
 }  // namespace bind
 }  // namespace dsptrain

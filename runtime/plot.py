@@ -57,6 +57,8 @@ def load_metrics(run_dir: str | Path) -> RunMetrics:
         except json.JSONDecodeError as exc:
             raise DataError(f"{file}: line {number} is not JSON ({exc.msg})") from None
         kind = record.get("kind") if isinstance(record, dict) else None
+        if isinstance(record, dict) and isinstance(record.get("run"), str) and record["run"]:
+            run.label = record["run"]   # the run's name (profile/logs.py writes it into every record)
         if kind == "step":
             run.steps.append(record)
         elif kind == "epoch":
@@ -69,13 +71,13 @@ def load_metrics(run_dir: str | Path) -> RunMetrics:
 
 
 def _unique_labels(runs: list[RunMetrics]) -> None:
-    """Two directories with the same name are told apart by their parents."""
+    """Two runs with the same name are told apart by their directories."""
     seen: dict[str, int] = {}
     for run in runs:
         seen[run.label] = seen.get(run.label, 0) + 1
     for run in runs:
         if seen[run.label] > 1:
-            run.label = f"{run.path.parent.parent.name}/{run.label}"
+            run.label = f"{run.label} ({run.path.parent.parent.name}/{run.path.parent.name})"
 
 
 def _moving_average(values: list[float], window: int):

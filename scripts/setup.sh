@@ -2,7 +2,7 @@
 # Set up dsptrain on Debian 12 (or newer): system packages, a virtual environment in
 # .venv, and the package built from this checkout.
 #   bash scripts/setup.sh           # what training needs
-#   bash scripts/setup.sh --tests   # also the emulated Hexagon DSP (qemu, clang, llvm-readelf for the skel check), the aarch64 cross g++ (NEON tests) and pytest
+#   bash scripts/setup.sh --tests   # also the emulated Hexagon DSP (qemu, clang, llvm-readelf for the skel check), the aarch64 cross g++ (NEON tests) and the [test] extra: pytest, torch, tensorboardX and TensorBoard's event reader
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

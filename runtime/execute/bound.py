@@ -110,6 +110,7 @@ def run_bound(executor, plan, env: dict, ctx, stats, ops, run_op) -> dict:
     clock = time.perf_counter
     bound = bound_ops(executor, plan, ops)
     one = bound.backend   # every op on one backend: its time is taken around the whole walk
+    profiler = executor.profiler   # `dsptrain profile`: each op's clock reported (None: off)
     if stats is not None:
         _count_list(stats, bound, integer)
     elsewhere = 0.0   # seconds of the walk that ops run by run_op or a fallback counted themselves
@@ -144,6 +145,8 @@ def run_bound(executor, plan, env: dict, ctx, stats, ops, run_op) -> dict:
                 if one is None and stats is not None:
                     times = stats.backend_time_s
                     times[backend.name] = times.get(backend.name, 0.0) + clock() - started
+                if profiler is not None:
+                    profiler.op_done(plan, op, backend, started, clock() - started)
             if b.notes_shift:
                 shift = ctx.take_shift(op) if b.records_shift else ctx.drop_shift(op)
         env.update(outputs)

@@ -134,6 +134,9 @@ class Executor:
         self._faulted: set[str] = set()  # backends that failed during the current run
         self._stats_lock = threading.Lock()
         self._dsp_queue: ThreadPoolExecutor | None = None
+        # profile.Recorder while `dsptrain profile` runs: every op call reports to it
+        # (`op_done`); None otherwise, and the runners check it once per op, nothing more
+        self.profiler = None
 
     def dsp_queue(self) -> ThreadPoolExecutor:
         """The DSP's queue: one worker thread that makes every call to the DSP backend
@@ -191,7 +194,10 @@ class Executor:
                 continue
             finally:
                 backend.current_op = None
-                self.count_time(stats, backend.name, time.perf_counter() - started)
+                spent = time.perf_counter() - started
+                self.count_time(stats, backend.name, spent)
+                if self.profiler is not None:
+                    self.profiler.op_done(plan, op, backend, started, spent, rows)
             break
         if stats is not None:
             share, whole = rows or (1, 1)

@@ -12,7 +12,6 @@ run (train/step.py) unless it is handed one (the command line makes it from --ba
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -25,6 +24,7 @@ from ..errors import UserError
 from ..data import Loader, as_images, as_labels
 from ..inputs import check_environment, check_regular, reap_stale_temps
 from ..metrics import EpochTotals, realign_energy, step_record
+from ..profile.logs import RunLog, rebuild_csv
 from . import checkpoints
 from .assembly import assemble, energy_meter as make_energy_meter, initial_state, load_data
 from .divergence import Watch
@@ -226,7 +226,7 @@ class Trainer:
         _check_metrics_file(self.out_dir / "metrics.jsonl")
         fresh = self.epoch == self.batch_in_epoch == self.global_step == 0
         # a run from step 0 owns its metrics: lines of an earlier run killed before its first checkpoint go
-        metrics = open(self.out_dir / "metrics.jsonl", "w" if fresh else "a")
+        metrics = RunLog(self.out_dir, self.run.name, fresh, self.global_step)
         try:
             loader = Loader(self.train_data, bs, self.seed, self.run.data.augment)
             self._total_steps = epochs * datasets.batch_count(self.train_data, bs)
@@ -244,7 +244,7 @@ class Trainer:
                     stats = self.step(images, labels)
                     self.batch_in_epoch += 1
                     undone = self._diverged(stats, saved)
-                    metrics.write(json.dumps({**step_record(stats), **({"diverged": undone} if undone else {})}) + "\n")
+                    metrics.write({**step_record(stats), **({"diverged": undone} if undone else {})})
                     if not undone:
                         seen, loss_sum, correct = seen + stats.batch, loss_sum + stats.loss * stats.batch, correct + stats.correct
                         self._epoch_sums = (seen, loss_sum, correct)
@@ -269,7 +269,7 @@ class Trainer:
                 record.update({"seconds": seconds, "backends": self.steps.backend_names(),
                                **totals.record(seen, seconds)})
                 best, stop = self.monitor.epoch(record)
-                metrics.write(json.dumps(record) + "\n")
+                metrics.write(record)
                 metrics.flush()
                 history.append(record)
                 if self.progress:
@@ -311,7 +311,10 @@ class Trainer:
     def realign_energy(self) -> int:
         """Align every metered step of this process with the power monitor's trace as it is
         now and rewrite their energy in metrics.jsonl (metrics.realign_energy)."""
-        return realign_energy(self.energy_meter, self._metered_steps, self.out_dir / "metrics.jsonl")
+        aligned = realign_energy(self.energy_meter, self._metered_steps, self.out_dir / "metrics.jsonl")
+        if aligned:
+            rebuild_csv(self.out_dir)   # the CSV files show the figures metrics.jsonl now holds
+        return aligned
 
     # ------------------------------------------------------------ checkpoints
     @property
