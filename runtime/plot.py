@@ -137,6 +137,9 @@ def plot_runs(run_dirs, out: str | Path, title: str | None = None):
                     label=f"{run.label}: test")
         ax_acc.plot(epochs, run.column("train_accuracy", run.epochs, 100), color=color, marker=".",
                     ls="--", label=f"{run.label}: train")
+        val = run.column("val_accuracy", run.epochs, 100)
+        if any(not math.isnan(v) for v in val):   # data.val_fraction
+            ax_acc.plot(epochs, val, color=color, marker="s", ls=":", label=f"{run.label}: val")
     ax_time.set(title=PANEL_TITLES[0], xlabel="batch (global step)", ylabel="ms")
     ax_energy.set(title=PANEL_TITLES[1], xlabel="batch (global step)", ylabel=f"mJ ({_meters(runs)})")
     ax_memory.set(title=PANEL_TITLES[2], xlabel="batch (global step)", ylabel="MB")

@@ -122,7 +122,7 @@ class Numerics:
     def update(self, backend, w, grad, state: list, ctx, op):
         """PyTorch's SGD with momentum and weight decay (the float master-weight update)."""
         o = ctx.recipe.optimizer
-        lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
+        lr = o.lr * ctx.lr_factor()
         w, v = backend.sgd_f32(w, grad, state[0], lr, o.momentum, o.weight_decay, o.nesterov)
         return w, [v]
 

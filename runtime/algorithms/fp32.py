@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..data.normalize import lookup
 from ..errors import LoweringError
 from ..nn import (Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU,
                   has_bias)
@@ -367,7 +368,7 @@ def sgd(backend, op, env, ctx) -> dict:
     """PyTorch's SGD: g += wd * w; v = momentum * v + g; w -= lr * (g + momentum * v if nesterov else v)."""
     w, grad, v = env[op.inputs[0]], env[op.inputs[1]], env[op.inputs[2]]
     o = ctx.recipe.optimizer
-    lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
+    lr = o.lr * ctx.lr_factor()
     return dict(zip(op.outputs, backend.sgd_f32(w, grad, v, lr, o.momentum, o.weight_decay, o.nesterov)))
 
 
@@ -407,8 +408,11 @@ def init_params(model, recipe, rng: np.random.Generator) -> dict:
     return params
 
 
-def prepare_input(images: np.ndarray) -> np.ndarray:
-    """uint8 pixels -> (p - 128) / 128, the same values NITI sees."""
+def prepare_input(images: np.ndarray, normalize=None) -> np.ndarray:
+    """uint8 pixels -> (p - 128) / 128, the same values NITI sees; with `normalize`
+    (data.Normalize) (p / 255 - mean) / std per channel, from its float32 table."""
+    if normalize is not None:
+        return lookup(normalize.float_table(images.shape[-1]), images)
     return (images.astype(np.float32) - 128.0) / 128.0
 
 

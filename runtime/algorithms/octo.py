@@ -117,7 +117,7 @@ class OctoNumerics(Numerics):
         """The layer's weight and compensation parameters, SGD with momentum
         each (the same arithmetic as `update`), in one call."""
         o = ctx.recipe.optimizer
-        lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
+        lr = o.lr * ctx.lr_factor()
         done = backend.sgd_f32_group([(w, grad, state[0]) for w, grad, state in params], lr, o.momentum,
                                      o.weight_decay, o.nesterov)
         return [(w, [v]) for w, v in done]

@@ -116,7 +116,7 @@ class WAGEUBNNumerics(Numerics):
 
     def update(self, backend, w, grad, state, ctx, op):
         o = ctx.recipe.optimizer
-        lr = scalar_on_grid(o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0), COEFFICIENT_BITS)
+        lr = scalar_on_grid(o.lr * ctx.lr_factor(), COEFFICIENT_BITS)
         momentum = scalar_on_grid(o.momentum, COEFFICIENT_BITS)
         if isinstance(w, QTensor):    # a conv/linear weight: the whole update is one hook
             q, m = backend.wageubn_update(w.q, w.e, grad, state[0], lr, momentum, o.weight_decay,

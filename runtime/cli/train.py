@@ -34,6 +34,7 @@ def run(args) -> int:
     from ..energy import make_meter
     from ..execute import Step
     from ..train import Trainer
+    from ..train.validation import accuracy_line
 
     config = apply_run_options(load_run(args.run), args)
     meter, why = make_meter(config.energy)
@@ -58,7 +59,7 @@ def run(args) -> int:
         history = trainer.fit()
     if history:
         last = history[-1]
-        print(f"final test accuracy {last['test_accuracy']:.4f} after {last['epoch']} epochs")
+        print(f"final {accuracy_line(last)} after {last['epoch']} epochs")
         print(f"plot it: dsptrain plot {trainer.out_dir}", file=sys.stderr)
     return 0
 

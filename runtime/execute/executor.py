@@ -35,9 +35,15 @@ class StepContext:
     batch_total: int            # rows in the full batch (micro-batches see a slice)
     row_offset: int = 0         # first row of this micro-batch in the full batch
     shifts: dict | None = None  # op name -> a shift to use instead of estimating it
+    lr_scale: float = 1.0       # the run's per-step learning-rate factor (train/schedule.py)
     # op name -> the shifts its requantizing hooks used, as the op function noted them
     # (note_shift) until the executor takes them; each copy of a context has its own
     noted: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def lr_factor(self) -> float:
+        """The learning rate's factor at this step: the recipe's per-epoch `schedule.lr_factor`
+        times the run's per-step `lr_scale`."""
+        return self.recipe.schedule.at("lr_factor", self.epoch, 1.0) * self.lr_scale
 
     def rng(self, op) -> RngKey:
         """The random bits of `op`'s first output: rows of a micro-batch get the full batch's bits."""

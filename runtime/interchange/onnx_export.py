@@ -16,6 +16,8 @@ and gives dsptrain's logits, fed the same batches.
 """
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import numpy as np
@@ -162,10 +164,12 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
     proto = g.helper.make_model(graph, opset_imports=[g.helper.make_opsetid("", OPSET)],
                                 producer_name="dsptrain", doc_string=f"input: {INPUT_NOTE}")
     proto.ir_version = 8     # readable by ONNX Runtime releases from 1.14 on
-    g.helper.set_model_props(proto, {"dsptrain.input": INPUT_NOTE, "dsptrain.recipe": trained.recipe,
-                                     "dsptrain.weights": "int8 QDQ, power-of-two scales" if qdq else "float32",
-                                     "dsptrain.activations": "NITI int8, per-batch power-of-two step" if niti
-                                     else "float32"})
+    props = {"dsptrain.input": INPUT_NOTE, "dsptrain.recipe": trained.recipe,
+             "dsptrain.weights": "int8 QDQ, power-of-two scales" if qdq else "float32",
+             "dsptrain.activations": "NITI int8, per-batch power-of-two step" if niti else "float32"}
+    if trained.meta.get("classes"):   # an image folder's class names, label by label
+        props["dsptrain.classes"] = json.dumps(trained.meta["classes"])
+    g.helper.set_model_props(proto, props)
     onnx.checker.check_model(proto)
     return proto
 

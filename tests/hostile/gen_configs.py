@@ -119,7 +119,9 @@ def broken_configs(root: Path, seed: int = 17) -> list[Case]:
             for value in bad_numbers(f, is_int, rng):
                 doc = copy.deepcopy(BASE)
                 _set(doc, f"{section}.{key}", value)
-                add(f"{section}.{key}={value!r}", doc, (f"{section}.{key}", repr(value)))
+                shown = repr(float(value)) if not is_int and isinstance(value, int) and not isinstance(value, bool) \
+                    and abs(value) > 2**53 else repr(value)   # a float field reads a huge integer as a float
+                add(f"{section}.{key}={value!r}", doc, (f"{section}.{key}", shown))
     # -- numbers of a recipe, as overrides in the run file
     for section, cls in RECIPE_SECTIONS.items():
         for key, f, is_int in numeric_fields(cls):

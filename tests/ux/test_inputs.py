@@ -4,7 +4,7 @@ import pytest
 
 import dsptrain
 from dsptrain.errors import ShapeError, UserError
-from dsptrain.images import as_images, as_labels
+from dsptrain.data import as_images, as_labels
 
 
 @pytest.fixture
