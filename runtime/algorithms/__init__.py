@@ -9,7 +9,8 @@ A recipe module defines:
   calls the hooks of `backend` (the one the plan placed the op on) itself, and a
   requantizing op tells the executor its shift with `ctx.note_shift(op, shift)`;
 - `init_params(model, recipe, rng)`: the starting weights and optimizer state;
-- `prepare_input(images_uint8, normalize=None)`, `logits_to_float(value)`: the float boundaries (`normalize`: data.Normalize, the run's `data.normalize`);
+- `prepare_input(images_uint8, normalize=None)`, `logits_to_float(value)`: the float
+  boundaries (`normalize`: data.Normalize, the run's `data.normalize`);
 - `join_errors(b, name, errs)` (residual models): one error tensor summing `errs`, where
   branches join in the backward walk (integer recipes align exponents);
 - `check_recipe(recipe, source)` (optional): reject bad `params` with a ConfigError at load;

@@ -41,18 +41,18 @@ class Dataset:
         """Iterate over (images, labels) batches, shuffled by (seed, epoch) when seed is given."""
         return batches(self, batch_size, seed, epoch)
 
-    def limit(self, count: int | None) -> "Dataset":
+    def limit(self, count: int | None) -> Dataset:
         if count is None or count >= len(self):
             return self
         return self.subset(np.arange(count), self.name)
 
-    def subset(self, index: np.ndarray, name: str) -> "Dataset":
+    def subset(self, index: np.ndarray, name: str) -> Dataset:
         """The samples at `index` (sorted, so a memory map is read in order)."""
         index = np.sort(np.asarray(index, np.int64))
         return Dataset(self.images[index], self.labels[index], name, self.origin, self.classes)
 
     @classmethod
-    def from_folder(cls, directory, input_shape, cache_dir=None, progress: bool = False) -> "Dataset":
+    def from_folder(cls, directory, input_shape, cache_dir=None, progress: bool = False) -> Dataset:
         """An image folder (one subfolder per class), decoded to `input_shape` (H, W, C)."""
         from .folder import load_folder   # Pillow is imported only when a folder is read
 

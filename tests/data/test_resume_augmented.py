@@ -1,7 +1,6 @@
 """kill -9 mid-epoch and --resume, with augmentation on and a validation split, from an
 image folder: the same weights and metrics as a run never interrupted."""
 import json
-import os
 import signal
 import subprocess
 import sys
