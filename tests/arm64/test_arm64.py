@@ -49,14 +49,19 @@ def test_info_on_a_core_without_dotprod_falls_back_to_scalar(arm64):
 
 
 def test_neon_cases_and_op_tests_pass_in_the_aarch64_python(arm64):
+    """The NEON cases of the CPU kernel tests (each forced onto the NEON path) with the
+    Threefry, rounding and NITI update tests, and every op test on every backend found there
+    (the CPU's NEON kernels; the emulated DSP, reached from the aarch64 Python)."""
     proc = arm64.run("pytest", "-q", "-p", "no:cacheprovider", "-rs",
-                     "tests/backend/test_cpu_kernels.py", "-k", "neon or threefry or rounding or niti_update",
-                     "tests/backend/test_backend_ops.py")
+                     "-k", "neon or threefry or rounding or niti_update or backend_ops",
+                     "tests/backend/test_cpu_kernels.py", "tests/backend/test_backend_ops.py")
     tail = proc.stdout[-3000:]
     assert proc.returncode == 0, tail + proc.stderr[-2000:]
     summary = proc.stdout.strip().splitlines()[-1]
-    passed = int(re.search(r"(\d+) passed", summary).group(1))
-    assert passed >= 200 and "skipped" not in summary and "failed" not in summary, tail
+    assert int(re.search(r"(\d+) passed", summary).group(1)) >= 200, tail
+    # the only skips allowed are the emulated DSP's declared refusals, as on x86-64
+    skips = [line for line in proc.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert all(re.search(r": dsp (declines|does not list) ", line) for line in skips), tail
 
 
 def train(command: list[str], run: str, out: Path, timeout: float):
