@@ -52,7 +52,10 @@ PYBIND11_MODULE(_cpu_ops, m) {
 
   def_int8_products(m);
   def_int8_elementwise(m);
-  def_float_recipe_ops(m);
+  def_quantizers(m);
+  def_float_layers(m);
+  def_exact_products(m);
   def_fp32_products(m);
   def_memory(m);
+  def_dwconv(m);
 }

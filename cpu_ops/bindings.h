@@ -23,6 +23,7 @@
 #include "eltwise_f32.h"
 #include "gemm.h"
 #include "gemm_exact.h"
+#include "gemm_fp16_chunked.h"
 #include "loss.h"
 #include "pool.h"
 #include "pool_f32.h"
@@ -200,9 +201,12 @@ py::tuple maxpool_forward(const char* op, const py::handle& obj, int kernel, int
 // Each registers one family of kernels on the module (its own bindings_<family>.cpp).
 void def_int8_products(py::module_& m);     // bindings_int8.cpp: GEMM, convolutions, packed weights
 void def_int8_elementwise(py::module_& m);  // bindings_int8_eltwise.cpp: epilogue, ReLU, pooling, loss, update
-void def_float_recipe_ops(py::module_& m);  // bindings_float.cpp: quantizers, exact and FP16 products, ...
+void def_quantizers(py::module_& m);        // bindings_quant.cpp: the emulated recipes' quantizers and dequantizers
+void def_float_layers(py::module_& m);      // bindings_float_layers.cpp: float ReLU, pools, Octo's compensation, updates
+void def_exact_products(py::module_& m);    // bindings_exact.cpp: MLS's int16 and FP8's chunked-FP16 products, patches
 void def_fp32_products(py::module_& m);     // bindings_fp32.cpp: the FP32 recipe's GEMM and convolutions
 void def_memory(py::module_& m);            // bindings_memory.cpp: the array pool as NumPy's allocator
+void def_dwconv(py::module_& m);            // bindings_dwconv.cpp: the depthwise convolutions
 
 }  // namespace bind
 }  // namespace dsptrain

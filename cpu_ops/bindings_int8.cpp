@@ -103,143 +103,171 @@ struct PackedWeights {
 
 }  // namespace
 
-void dsptrain::bind::def_int8_products(py::module_& m) {
-  // ------------------------------------------------------------ GEMM
-  m.def("gemm_s8", [](const py::handle& a, const py::handle& b) {
-    const GemmArgs g = gemm_args("gemm_s8", a, b);
-    SerialScope serial(small_op(double(g.m) * g.n * g.k));
-    return run_acc(needs_int64(g.k), {g.m, g.n}, [&](auto* c) { gemm_any(g, c); });
-  }, py::arg("a"), py::arg("b"), "int8 a[M,K] @ b[N,K].T -> int32 (int64 for long K).");
+// ---------------------------------------------------------------- the bindings
+namespace {
 
+// ------------------------------------------------------------ GEMM
+auto py_gemm_s8(const py::handle& a, const py::handle& b) {
+  const GemmArgs g = gemm_args("gemm_s8", a, b);
+  SerialScope serial(small_op(double(g.m) * g.n * g.k));
+  return run_acc(needs_int64(g.k), {g.m, g.n}, [&](auto* c) { gemm_any(g, c); });
+}
+
+auto py_pack_weights(const py::handle& b_obj) {
+  auto b = checked<int8_t>("pack_weights", "b", b_obj, 2);
+  if (needs_int64(b.shape(1)))
+    fail("pack_weights: K = " + std::to_string(b.shape(1)) + " needs int64 accumulators; use gemm_s8");
+  auto out = std::make_unique<PackedWeights>();
+  {
+    py::gil_scoped_release nogil;
+    pack_b(MatrixS8{b.data(), b.shape(1), 1}, int(b.shape(0)), int(b.shape(1)), active_isa(), &out->packed);
+  }
+  return out;
+}
+
+auto py_gemm_packed(const py::handle& a_obj, const PackedWeights& pw) {
+  auto a = checked<int8_t>("gemm_packed", "a", a_obj, 2);
+  if (a.shape(1) != pw.packed.k)
+    fail("gemm_packed: a " + shape_str(a) + " has K != packed weights' K " + std::to_string(pw.packed.k));
+  py::array_t<int32_t> out(std::vector<py::ssize_t>{a.shape(0), pw.packed.n});
+  int32_t* c = out.mutable_data();
+  py::gil_scoped_release nogil;
+  gemm_packed(MatrixS8{a.data(), a.shape(1), 1}, int(a.shape(0)), pw.packed, c, pw.packed.n);
+  return out;
+}
+
+auto py_gemm_requant_s8(const py::handle& a, const py::handle& b, int shift, const std::string& mode,
+                              const py::object& rng) {
+  const GemmArgs g = gemm_args("gemm_requant_s8", a, b);
+  const RoundMode rm = parse_mode("gemm_requant_s8", mode);
+  const Rng r = parse_rng(rng);
+  check_shift("gemm_requant_s8", shift, rm, r);
+  SerialScope serial(small_op(double(g.m) * g.n * g.k));
+  return run_requant(needs_int64(g.k), {g.m, g.n}, shift, rm, r, [&](auto* c, int64_t* mx, FusedRequant* f) { gemm_any(g, c, mx, f); });
+}
+
+// ------------------------------------------------------------ convolutions
+auto py_conv2d_s8(const py::handle& x_obj, const py::handle& w_obj, int stride, int pad) {
+  auto x = checked<int8_t>("conv2d_s8", "x", x_obj, 4);
+  auto w = checked<int8_t>("conv2d_s8", "w", w_obj, 4);
+  const ConvShape s = conv_shape("conv2d_s8", x, w, stride, pad);
+  SerialScope serial(small_op(conv_macs(s)));
+  return run_acc(needs_int64(s.kh * s.kw * s.c), {s.n, s.oh(), s.ow(), s.o},
+                 [&](auto* y) { conv2d_fwd(x.data(), w.data(), s, y); });
+}
+
+auto py_conv2d_requant_s8(const py::handle& x_obj, const py::handle& w_obj, int stride, int pad, int shift,
+                                const std::string& mode, const py::object& rng) {
+  auto x = checked<int8_t>("conv2d_requant_s8", "x", x_obj, 4);
+  auto w = checked<int8_t>("conv2d_requant_s8", "w", w_obj, 4);
+  const ConvShape s = conv_shape("conv2d_requant_s8", x, w, stride, pad);
+  const RoundMode rm = parse_mode("conv2d_requant_s8", mode);
+  const Rng r = parse_rng(rng);
+  check_shift("conv2d_requant_s8", shift, rm, r);
+  SerialScope serial(small_op(conv_macs(s)));
+  return run_requant(needs_int64(s.kh * s.kw * s.c), {s.n, s.oh(), s.ow(), s.o}, shift, rm, r,
+                     [&](auto* y, int64_t* mx, FusedRequant* f) { conv2d_fwd(x.data(), w.data(), s, y, mx, f); });
+}
+
+auto py_conv2d_bwd_data_s8(const py::handle& err, const py::handle& w, int stride, int pad,
+                                 std::pair<int, int> in_hw) {
+  const ConvArgs c = bwd_data_args("conv2d_bwd_data_s8", err, w, stride, pad, in_hw);
+  SerialScope serial(small_op(conv_macs(c.s)));
+  return run_acc(needs_int64(c.s.o * c.s.kh * c.s.kw), {c.s.n, c.s.h, c.s.w, c.s.c},
+                 [&](auto* dx) { conv2d_bwd_data(c.x.data(), c.w.data(), c.s, dx); });
+}
+
+auto py_conv2d_bwd_data_requant_s8(const py::handle& err, const py::handle& w, int stride, int pad,
+                                         std::pair<int, int> in_hw, int shift, const std::string& mode,
+                                         const py::object& rng) {
+  const ConvArgs c = bwd_data_args("conv2d_bwd_data_requant_s8", err, w, stride, pad, in_hw);
+  const RoundMode rm = parse_mode("conv2d_bwd_data_requant_s8", mode);
+  const Rng r = parse_rng(rng);
+  check_shift("conv2d_bwd_data_requant_s8", shift, rm, r);
+  SerialScope serial(small_op(conv_macs(c.s)));
+  return run_requant(needs_int64(c.s.o * c.s.kh * c.s.kw), {c.s.n, c.s.h, c.s.w, c.s.c}, shift, rm, r,
+                     [&](auto* dx, int64_t* mx, FusedRequant* f) { conv2d_bwd_data(c.x.data(), c.w.data(), c.s, dx, mx, f); });
+}
+
+auto py_conv_algorithm(const std::string& pass, const py::handle& x_obj, const py::handle& w_obj, int stride,
+                             int pad) {
+  auto x = checked<int8_t>("conv_algorithm", "x", x_obj, 4);
+  auto w = checked<int8_t>("conv_algorithm", "w", w_obj, 4);
+  const ConvShape s = conv_shape("conv_algorithm", x, w, stride, pad);
+  if (pass == "forward") return std::string(conv_algorithm(ConvPass::kForward, s));
+  if (pass == "backward_data") return std::string(conv_algorithm(ConvPass::kBackwardData, s));
+  if (pass == "backward_weight") return std::string(conv_algorithm(ConvPass::kBackwardWeight, s));
+  fail("conv_algorithm: pass '" + pass + "' is not one of forward, backward_data, backward_weight");
+}
+
+auto py_scratch_bytes(const std::string& pass, std::vector<int> shape, bool requant) {
+  // shape: (n, h, w, c, o, kh, kw, stride, pad) of a convolution pass, (m, n, k) of a gemm,
+  // (m, n, k, a_transposed) of matmul_s16, (m, n, k, chunk) of matmul_fp16_chunked,
+  // a convolution's 9 of conv2d_s16, conv2d_bwd_weight_s16 and conv2d_bwd_data_s16; the
+  // FP32 convolutions' passes are forward_f32, backward_data_f32, backward_weight_f32.
+  ScratchList items;
+  if (pass == "gemm" && shape.size() == 3) items = gemm_scratch(shape[0], shape[1], shape[2], requant);
+  else if (pass == "matmul_s16" && shape.size() == 4) items = matmul_s16_scratch(shape[0], shape[1], shape[2], shape[3]);
+  else if (pass == "matmul_fp16_chunked" && shape.size() == 4) items = matmul_fp16_chunked_scratch(shape[1], shape[2], shape[3]);
+  else if ((pass == "conv2d_s16" || pass == "conv2d_bwd_weight_s16" || pass == "conv2d_bwd_data_s16") &&
+           shape.size() == 9) {
+    const ConvShape c{shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6], shape[7], shape[8]};
+    const Col2imShape s{c.n, c.oh(), c.ow(), c.kh, c.kw, c.c, c.h, c.w, c.stride, c.pad};
+    items = pass == "conv2d_bwd_data_s16" ? conv_bwd_data_s16_scratch(s, c.o)
+                                          : conv_s16_scratch(pass == "conv2d_bwd_weight_s16", s, c.o);
+  }
+  else if (shape.size() == 9) {
+    const ConvShape s{shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6], shape[7], shape[8]};
+    if (pass == "forward") items = conv_scratch(ConvPass::kForward, s, requant);
+    else if (pass == "backward_data") items = conv_scratch(ConvPass::kBackwardData, s, requant);
+    else if (pass == "backward_weight") items = conv_scratch(ConvPass::kBackwardWeight, s, requant);
+    else if (pass == "forward_f32") items = conv_f32_scratch(ConvPass::kForward, s);
+    else if (pass == "backward_data_f32") items = conv_f32_scratch(ConvPass::kBackwardData, s);
+    else if (pass == "backward_weight_f32") items = conv_f32_scratch(ConvPass::kBackwardWeight, s);
+    else fail("scratch_bytes: pass '" + pass + "' is not one of gemm, forward, backward_data, backward_weight");
+  } else fail("scratch_bytes: " + pass + " takes " + (pass == "gemm" ? "3" : "9") + " sizes, got " + std::to_string(shape.size()));
+  py::dict out;
+  for (const auto& [name, bytes] : items) out[py::str(name)] = bytes;
+  return out;
+}
+
+auto py_release_scratch() { return release_scratch(); }
+
+auto py_conv2d_bwd_weight_s8(const py::handle& err_obj, const py::handle& x_obj, int stride, int pad,
+                                   std::pair<int, int> kernel) {
+  const char* op = "conv2d_bwd_weight_s8";
+  auto err = checked<int8_t>(op, "err", err_obj, 4);
+  auto x = checked<int8_t>(op, "x", x_obj, 4);
+  const ConvShape s = conv_shape_from_err(op, err, x, stride, pad, kernel);
+  SerialScope serial(small_op(conv_macs(s)));
+  return run_acc(needs_int64(static_cast<long long>(s.n) * s.oh() * s.ow()), {s.o, s.kh, s.kw, s.c},
+                 [&](auto* dw) { conv2d_bwd_weight(err.data(), x.data(), s, dw); });
+}
+
+}  // namespace
+
+void dsptrain::bind::def_int8_products(py::module_& m) {
   py::class_<PackedWeights>(m, "PackedWeights", "b[N,K] packed for the GEMM path that was active when packed.")
       .def_property_readonly("isa", [](const PackedWeights& p) { return std::string(isa_name(p.packed.isa)); })
       .def_property_readonly("shape", [](const PackedWeights& p) { return py::make_tuple(p.packed.n, p.packed.k); })
       .def_property_readonly("nbytes", [](const PackedWeights& p) { return p.packed.data.size(); });
-  m.def("pack_weights", [](const py::handle& b_obj) {
-    auto b = checked<int8_t>("pack_weights", "b", b_obj, 2);
-    if (needs_int64(b.shape(1)))
-      fail("pack_weights: K = " + std::to_string(b.shape(1)) + " needs int64 accumulators; use gemm_s8");
-    auto out = std::make_unique<PackedWeights>();
-    {
-      py::gil_scoped_release nogil;
-      pack_b(MatrixS8{b.data(), b.shape(1), 1}, int(b.shape(0)), int(b.shape(1)), active_isa(), &out->packed);
-    }
-    return out;
-  }, py::arg("b"), "Pack weights b[N,K] once for gemm_packed.");
-  m.def("gemm_packed", [](const py::handle& a_obj, const PackedWeights& pw) {
-    auto a = checked<int8_t>("gemm_packed", "a", a_obj, 2);
-    if (a.shape(1) != pw.packed.k)
-      fail("gemm_packed: a " + shape_str(a) + " has K != packed weights' K " + std::to_string(pw.packed.k));
-    py::array_t<int32_t> out(std::vector<py::ssize_t>{a.shape(0), pw.packed.n});
-    int32_t* c = out.mutable_data();
-    py::gil_scoped_release nogil;
-    gemm_packed(MatrixS8{a.data(), a.shape(1), 1}, int(a.shape(0)), pw.packed, c, pw.packed.n);
-    return out;
-  }, py::arg("a"), py::arg("packed"), "a[M,K] @ packed^T -> int32.");
-  m.def("gemm_requant_s8", [](const py::handle& a, const py::handle& b, int shift, const std::string& mode,
-                              const py::object& rng) {
-    const GemmArgs g = gemm_args("gemm_requant_s8", a, b);
-    const RoundMode rm = parse_mode("gemm_requant_s8", mode);
-    const Rng r = parse_rng(rng);
-    check_shift("gemm_requant_s8", shift, rm, r);
-    SerialScope serial(small_op(double(g.m) * g.n * g.k));
-    return run_requant(needs_int64(g.k), {g.m, g.n}, shift, rm, r, [&](auto* c, int64_t* mx, FusedRequant* f) { gemm_any(g, c, mx, f); });
-  }, py::arg("a"), py::arg("b"), py::arg("shift"), py::arg("mode"), py::arg("rng"),
-     "gemm_s8 then requantize (shift < 0: estimate it). Returns (int8, shift).");
-
-  // ------------------------------------------------------------ convolutions
-  m.def("conv2d_s8", [](const py::handle& x_obj, const py::handle& w_obj, int stride, int pad) {
-    auto x = checked<int8_t>("conv2d_s8", "x", x_obj, 4);
-    auto w = checked<int8_t>("conv2d_s8", "w", w_obj, 4);
-    const ConvShape s = conv_shape("conv2d_s8", x, w, stride, pad);
-    SerialScope serial(small_op(conv_macs(s)));
-    return run_acc(needs_int64(s.kh * s.kw * s.c), {s.n, s.oh(), s.ow(), s.o},
-                   [&](auto* y) { conv2d_fwd(x.data(), w.data(), s, y); });
-  }, py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"));
-  m.def("conv2d_requant_s8", [](const py::handle& x_obj, const py::handle& w_obj, int stride, int pad, int shift,
-                                const std::string& mode, const py::object& rng) {
-    auto x = checked<int8_t>("conv2d_requant_s8", "x", x_obj, 4);
-    auto w = checked<int8_t>("conv2d_requant_s8", "w", w_obj, 4);
-    const ConvShape s = conv_shape("conv2d_requant_s8", x, w, stride, pad);
-    const RoundMode rm = parse_mode("conv2d_requant_s8", mode);
-    const Rng r = parse_rng(rng);
-    check_shift("conv2d_requant_s8", shift, rm, r);
-    SerialScope serial(small_op(conv_macs(s)));
-    return run_requant(needs_int64(s.kh * s.kw * s.c), {s.n, s.oh(), s.ow(), s.o}, shift, rm, r,
-                       [&](auto* y, int64_t* mx, FusedRequant* f) { conv2d_fwd(x.data(), w.data(), s, y, mx, f); });
-  }, py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"), py::arg("shift"), py::arg("mode"), py::arg("rng"));
-  m.def("conv2d_bwd_data_s8", [](const py::handle& err, const py::handle& w, int stride, int pad,
-                                 std::pair<int, int> in_hw) {
-    const ConvArgs c = bwd_data_args("conv2d_bwd_data_s8", err, w, stride, pad, in_hw);
-    SerialScope serial(small_op(conv_macs(c.s)));
-    return run_acc(needs_int64(c.s.o * c.s.kh * c.s.kw), {c.s.n, c.s.h, c.s.w, c.s.c},
-                   [&](auto* dx) { conv2d_bwd_data(c.x.data(), c.w.data(), c.s, dx); });
-  }, py::arg("err"), py::arg("w"), py::arg("stride"), py::arg("pad"), py::arg("in_hw"));
-  m.def("conv2d_bwd_data_requant_s8", [](const py::handle& err, const py::handle& w, int stride, int pad,
-                                         std::pair<int, int> in_hw, int shift, const std::string& mode,
-                                         const py::object& rng) {
-    const ConvArgs c = bwd_data_args("conv2d_bwd_data_requant_s8", err, w, stride, pad, in_hw);
-    const RoundMode rm = parse_mode("conv2d_bwd_data_requant_s8", mode);
-    const Rng r = parse_rng(rng);
-    check_shift("conv2d_bwd_data_requant_s8", shift, rm, r);
-    SerialScope serial(small_op(conv_macs(c.s)));
-    return run_requant(needs_int64(c.s.o * c.s.kh * c.s.kw), {c.s.n, c.s.h, c.s.w, c.s.c}, shift, rm, r,
-                       [&](auto* dx, int64_t* mx, FusedRequant* f) { conv2d_bwd_data(c.x.data(), c.w.data(), c.s, dx, mx, f); });
-  }, py::arg("err"), py::arg("w"), py::arg("stride"), py::arg("pad"), py::arg("in_hw"), py::arg("shift"),
-     py::arg("mode"), py::arg("rng"));
-  m.def("conv_algorithm", [](const std::string& pass, const py::handle& x_obj, const py::handle& w_obj, int stride,
-                             int pad) {
-    auto x = checked<int8_t>("conv_algorithm", "x", x_obj, 4);
-    auto w = checked<int8_t>("conv_algorithm", "w", w_obj, 4);
-    const ConvShape s = conv_shape("conv_algorithm", x, w, stride, pad);
-    if (pass == "forward") return std::string(conv_algorithm(ConvPass::kForward, s));
-    if (pass == "backward_data") return std::string(conv_algorithm(ConvPass::kBackwardData, s));
-    if (pass == "backward_weight") return std::string(conv_algorithm(ConvPass::kBackwardWeight, s));
-    fail("conv_algorithm: pass '" + pass + "' is not one of forward, backward_data, backward_weight");
-  }, py::arg("pass_"), py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"),
-     "The algorithm a convolution pass of this shape runs on the active ISA (for tests).");
-  m.def("scratch_bytes", [](const std::string& pass, std::vector<int> shape, bool requant) {
-    // shape: (n, h, w, c, o, kh, kw, stride, pad) of a convolution pass, (m, n, k) of a gemm,
-    // (m, n, k, a_transposed) of matmul_s16, (m, n, k, chunk) of matmul_fp16_chunked,
-    // a convolution's 9 of conv2d_s16, conv2d_bwd_weight_s16 and conv2d_bwd_data_s16; the
-    // FP32 convolutions' passes are forward_f32, backward_data_f32, backward_weight_f32.
-    ScratchList items;
-    if (pass == "gemm" && shape.size() == 3) items = gemm_scratch(shape[0], shape[1], shape[2], requant);
-    else if (pass == "matmul_s16" && shape.size() == 4) items = matmul_s16_scratch(shape[0], shape[1], shape[2], shape[3]);
-    else if (pass == "matmul_fp16_chunked" && shape.size() == 4) items = matmul_fp16_chunked_scratch(shape[1], shape[2], shape[3]);
-    else if ((pass == "conv2d_s16" || pass == "conv2d_bwd_weight_s16" || pass == "conv2d_bwd_data_s16") &&
-             shape.size() == 9) {
-      const ConvShape c{shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6], shape[7], shape[8]};
-      const Col2imShape s{c.n, c.oh(), c.ow(), c.kh, c.kw, c.c, c.h, c.w, c.stride, c.pad};
-      items = pass == "conv2d_bwd_data_s16" ? conv_bwd_data_s16_scratch(s, c.o)
-                                            : conv_s16_scratch(pass == "conv2d_bwd_weight_s16", s, c.o);
-    }
-    else if (shape.size() == 9) {
-      const ConvShape s{shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6], shape[7], shape[8]};
-      if (pass == "forward") items = conv_scratch(ConvPass::kForward, s, requant);
-      else if (pass == "backward_data") items = conv_scratch(ConvPass::kBackwardData, s, requant);
-      else if (pass == "backward_weight") items = conv_scratch(ConvPass::kBackwardWeight, s, requant);
-      else if (pass == "forward_f32") items = conv_f32_scratch(ConvPass::kForward, s);
-      else if (pass == "backward_data_f32") items = conv_f32_scratch(ConvPass::kBackwardData, s);
-      else if (pass == "backward_weight_f32") items = conv_f32_scratch(ConvPass::kBackwardWeight, s);
-      else fail("scratch_bytes: pass '" + pass + "' is not one of gemm, forward, backward_data, backward_weight");
-    } else fail("scratch_bytes: " + pass + " takes " + (pass == "gemm" ? "3" : "9") + " sizes, got " + std::to_string(shape.size()));
-    py::dict out;
-    for (const auto& [name, bytes] : items) out[py::str(name)] = bytes;
-    return out;
-  }, py::arg("pass_"), py::arg("shape"), py::arg("requant"),
-     "Bytes of the kernels' own grow-only scratch by buffer, for one pass of this shape (scratch.h).");
-  m.def("release_scratch", [] { return release_scratch(); },
-        "Free the kernels' kept scratch of every thread (call between steps); returns the bytes it held.");
-  m.def("conv2d_bwd_weight_s8", [](const py::handle& err_obj, const py::handle& x_obj, int stride, int pad,
-                                   std::pair<int, int> kernel) {
-    const char* op = "conv2d_bwd_weight_s8";
-    auto err = checked<int8_t>(op, "err", err_obj, 4);
-    auto x = checked<int8_t>(op, "x", x_obj, 4);
-    const ConvShape s = conv_shape_from_err(op, err, x, stride, pad, kernel);
-    SerialScope serial(small_op(conv_macs(s)));
-    return run_acc(needs_int64(static_cast<long long>(s.n) * s.oh() * s.ow()), {s.o, s.kh, s.kw, s.c},
-                   [&](auto* dw) { conv2d_bwd_weight(err.data(), x.data(), s, dw); });
-  }, py::arg("err"), py::arg("x"), py::arg("stride"), py::arg("pad"), py::arg("kernel"));
-
+  m.def("gemm_s8", &py_gemm_s8, py::arg("a"), py::arg("b"), "int8 a[M,K] @ b[N,K].T -> int32 (int64 for long K).");
+  m.def("pack_weights", &py_pack_weights, py::arg("b"), "Pack weights b[N,K] once for gemm_packed.");
+  m.def("gemm_packed", &py_gemm_packed, py::arg("a"), py::arg("packed"), "a[M,K] @ packed^T -> int32.");
+  m.def("gemm_requant_s8", &py_gemm_requant_s8, py::arg("a"), py::arg("b"), py::arg("shift"), py::arg("mode"),
+        py::arg("rng"), "gemm_s8 then requantize (shift < 0: estimate it). Returns (int8, shift).");
+  m.def("conv2d_s8", &py_conv2d_s8, py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"));
+  m.def("conv2d_requant_s8", &py_conv2d_requant_s8, py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"),
+        py::arg("shift"), py::arg("mode"), py::arg("rng"));
+  m.def("conv2d_bwd_data_s8", &py_conv2d_bwd_data_s8, py::arg("err"), py::arg("w"), py::arg("stride"), py::arg("pad"),
+        py::arg("in_hw"));
+  m.def("conv2d_bwd_data_requant_s8", &py_conv2d_bwd_data_requant_s8, py::arg("err"), py::arg("w"), py::arg("stride"),
+        py::arg("pad"), py::arg("in_hw"), py::arg("shift"), py::arg("mode"), py::arg("rng"));
+  m.def("conv_algorithm", &py_conv_algorithm, py::arg("pass_"), py::arg("x"), py::arg("w"), py::arg("stride"),
+        py::arg("pad"), "The algorithm a convolution pass of this shape runs on the active ISA (for tests).");
+  m.def("scratch_bytes", &py_scratch_bytes, py::arg("pass_"), py::arg("shape"), py::arg("requant"),
+        "Bytes of the kernels' own grow-only scratch by buffer, for one pass of this shape (scratch.h).");
+  m.def("release_scratch", &py_release_scratch, "Free the kernels' kept scratch of every thread (call between steps); returns the bytes it held.");
+  m.def("conv2d_bwd_weight_s8", &py_conv2d_bwd_weight_s8, py::arg("err"), py::arg("x"), py::arg("stride"),
+        py::arg("pad"), py::arg("kernel"));
 }

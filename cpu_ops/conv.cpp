@@ -390,6 +390,7 @@ const char* conv_algorithm(ConvPass pass, const ConvShape& s) {
       return fwd_implicit(s) ? "implicit_gemm" : "im2col_gemm";
     case ConvPass::kBackwardData:
       if (bwd_broadcast(s)) return "err_broadcast";
+      if (is_1x1(s)) return "gemm_1x1";
       if (bwd_data_panels(s)) return bwd_data_lanes(s) ? "lanes" : "pixel_panels";
       if (bwd_data_trimmed(s)) return "implicit_gemm_trimmed";
       return bwd_data_implicit(s) ? "implicit_gemm" : "im2col_gemm";
@@ -462,6 +463,10 @@ void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* 
       conv_bwd_broadcast(err, w, s, dx, absmax, fused);
       return;
     }
+  }
+  if (is_1x1(s)) {   // dx[pixels, C] = err[pixels, O] @ w[O, C]: err read in place, w as its transpose's panels
+    gemm(MatrixS8{err, s.o, 1}, MatrixS8{w, 1, s.c}, s.n * s.h * s.w, s.c, s.o, dx, false, absmax, fused);
+    return;
   }
   // A stride-1 convolution of the zero-dilated, padded error with the flipped,
   // transposed kernel w'[c, i, j, o] = w[o, kh-1-i, kw-1-j, c].

@@ -1,4 +1,4 @@
-// Products of the emulated recipes whose operands are not int8 with one scale:
+// MLS's (and AFP's 16-bit errors') exact int16 products:
 // - matmul_s16_s64: int16 op(a) x b, op(a) = a[M,K] or a[K,M] transposed, b[K,N], summed
 //   exactly in int64 (a layer's products need no transposed copies: the
 //   weight-gradient reduction runs down the rows of both operands). MLS's operands are
@@ -6,11 +6,7 @@
 //   stored with the group shift applied (q * 2**(kmax - k), at most 127 * 2**7 for
 //   group_bits <= 3), the groups' partial sums combine exactly inside one integer dot
 //   product, whatever the thread count. AFP's 16-bit errors take the same kernel.
-// - matmul_fp16_chunked: op(a) x b[K,N] (op as above) with Wang et al. (NeurIPS 2018)'s
-//   chunk-based accumulation on FP16
-//   values: each run of `chunk` products summed (every product and partial sum rounded
-//   to FP16 when `fp16_adds`, else in float32), the chunk sum rounded to FP16, the chunk
-//   sums added one by one in FP16. Fixed order, so deterministic.
+// (FP8's chunked-FP16 products are gemm_fp16_chunked.h.)
 #pragma once
 #include <cstdint>
 
@@ -36,15 +32,10 @@ void conv_bwd_data_s16_s64(const int16_t* err, const int16_t* w, const Col2imSha
 void conv_fwd_s16_s64(const int16_t* x, const int16_t* w, const Col2imShape& s, int o, int64_t* y);
 void conv_wgrad_s16_s64(const int16_t* err, const int16_t* x, const Col2imShape& s, int o, int64_t* dw);
 
-// a and b hold FP16 values as float32; c[M,N] gets FP16 values as float32.
-void matmul_fp16_chunked(const float* a, bool a_transposed, const float* b, int m, int n, int k, int chunk,
-                         bool fp16_adds, float* c);
-
 // The buffers each product keeps on its calling thread (grow-only, emptied by
 // release_scratch()), by name, for these sizes: what the memory plan counts (scratch.h).
 ScratchList matmul_s16_scratch(int m, int n, int k, bool a_transposed);
 ScratchList conv_bwd_data_s16_scratch(const Col2imShape& s, int o);
 ScratchList conv_s16_scratch(bool weight_gradient, const Col2imShape& s, int o);
-ScratchList matmul_fp16_chunked_scratch(int n, int k, int chunk);
 
 }  // namespace dsptrain

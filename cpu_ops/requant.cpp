@@ -42,9 +42,43 @@ __attribute__((target("avx512f,avx512bw"))) int64_t round_max_s32_avx512(const i
   return static_cast<int64_t>(_mm512_reduce_max_epu32(most));
 }
 
-// Whether round_max_s32_avx512 takes (mode, shift) on this CPU.
-bool fast_round(RoundMode mode, int shift) {
-  return mode == RoundMode::kRound && shift >= 1 && shift <= 31 && cpu_features().avx512bw;
+// The same, 8 lanes of AVX2 and the last few elements one by one: on CPUs without AVX-512
+// this pass took as long as a depthwise convolution's sums (the generic loop's 64-bit lanes).
+__attribute__((target("avx2"))) int64_t round_max_s32_avx2(const int32_t* x, size_t begin, size_t end, int shift,
+                                                          int8_t* out) {
+  const __m128i by = _mm_cvtsi32_si128(shift), by_half = _mm_cvtsi32_si128(shift - 1);
+  const __m256i one = _mm256_set1_epi32(1), cap = _mm256_set1_epi32(127);
+  __m256i most = _mm256_setzero_si256();
+  size_t i = begin;
+  for (; i + 8 <= end; i += 8) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    const __m256i mag = _mm256_abs_epi32(v);
+    most = _mm256_max_epu32(most, mag);
+    const __m256i up = _mm256_and_si256(_mm256_srl_epi32(mag, by_half), one);
+    const __m256i q = _mm256_sign_epi32(_mm256_min_epu32(_mm256_add_epi32(_mm256_srl_epi32(mag, by), up), cap), v);
+    const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), _mm_packs_epi16(words, words));
+  }
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), most);
+  uint32_t m = *std::max_element(lanes, lanes + 8);
+  for (; i < end; ++i) {
+    const uint32_t mag = x[i] < 0 ? 0u - static_cast<uint32_t>(x[i]) : static_cast<uint32_t>(x[i]);
+    m = std::max(m, mag);
+    const uint32_t q = std::min<uint32_t>((mag >> shift) + ((mag >> (shift - 1)) & 1u), 127u);
+    out[i] = static_cast<int8_t>(x[i] < 0 ? -static_cast<int32_t>(q) : static_cast<int32_t>(q));
+  }
+  return static_cast<int64_t>(m);
+}
+
+using RoundMax = int64_t (*)(const int32_t*, size_t, size_t, int, int8_t*);
+
+// The vector loop that takes (mode, shift) on this CPU, or nullptr (the generic loops).
+RoundMax fast_round(RoundMode mode, int shift) {
+  if (mode != RoundMode::kRound || shift < 1 || shift > 31) return nullptr;
+  if (cpu_features().avx512bw) return round_max_s32_avx512;
+  if (cpu_features().avx2) return round_max_s32_avx2;
+  return nullptr;
 }
 #endif
 
@@ -191,8 +225,8 @@ int64_t absmax(const int64_t* x, size_t n) { return absmax_parallel(x, n, absmax
 
 void shift_round(const int32_t* x, size_t n, int shift, RoundMode mode, const RngKey& key, int8_t* out) {
 #ifdef DSPTRAIN_ROUND_AVX512
-  if (fast_round(mode, shift)) {
-    for_chunks(n, [&](size_t b, size_t e) { round_max_s32_avx512(x, b, e, shift, out); });
+  if (const RoundMax fast = fast_round(mode, shift)) {
+    for_chunks(n, [&](size_t b, size_t e) { fast(x, b, e, shift, out); });
     return;
   }
 #endif
@@ -208,10 +242,10 @@ void shift_round(const int64_t* x, size_t n, int shift, RoundMode mode, const Rn
 int64_t shift_round_absmax(const int32_t* x, size_t n, int shift, RoundMode mode, const RngKey& key,
                            int8_t* out) {
 #ifdef DSPTRAIN_ROUND_AVX512
-  if (fast_round(mode, shift))
-    return shift_round_max_parallel(x, n, shift, key, out, [](const int32_t* p, size_t b, size_t e, int s,
-                                                              const RngKey&, int8_t* o) {
-      return round_max_s32_avx512(p, b, e, s, o);
+  if (const RoundMax fast = fast_round(mode, shift))
+    return shift_round_max_parallel(x, n, shift, key, out, [fast](const int32_t* p, size_t b, size_t e, int s,
+                                                                  const RngKey&, int8_t* o) {
+      return fast(p, b, e, s, o);
     });
 #endif
   return shift_round_max_parallel(
@@ -229,7 +263,7 @@ int64_t shift_round_absmax(const int64_t* x, size_t n, int shift, RoundMode mode
 int64_t shift_round_absmax_range(const int32_t* x, size_t begin, size_t end, int shift, RoundMode mode,
                                  const RngKey& key, int8_t* out) {
 #ifdef DSPTRAIN_ROUND_AVX512
-  if (fast_round(mode, shift)) return round_max_s32_avx512(x, begin, end, shift, out);
+  if (const RoundMax fast = fast_round(mode, shift)) return fast(x, begin, end, shift, out);
 #endif
   const auto loop = mode == RoundMode::kRound ? round_max_s32 : mode == RoundMode::kPsto ? psto_max_s32 : sto_max_s32;
   return loop(x, begin, end, shift, key, out);

@@ -107,6 +107,10 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     const bool is64 = acc64(static_cast<long long>(s.o) * s.kh * s.kw);
     const size_t m = static_cast<size_t>(s.n) * s.h * s.w;
     if (requant) add(&out, "requant.acc.conv2d_bwd_data" + elem(is64), m * s.c * (is64 ? 8 : 4));
+    if (algo == "gemm_1x1") {   // the GEMM on err in place
+      gemm_into(&out, static_cast<int>(m), s.c, s.o, is64);
+      return out;
+    }
     if (algo == "err_broadcast") {   // conv_lanes.cpp: the weights as broadcast vectors (kept)
       add(&out, "conv.bwd_broadcast_weights", bwd_broadcast_kept_bytes(s));
       return out;

@@ -14,8 +14,7 @@ error summed over rows) takes the recipe's update like a weight.
 A recipe module supplies a `Numerics` subclass (its grids, products, update rule and
 extra state) and gets the module-level contract of `algorithms/__init__.py` back from
 `Emulated`. Every op runs on backend hooks, so placement puts it where it really runs
-(the ops are Programs, algorithms/_kernel.py: they yield their hook calls and the
-executor makes them on the op's backend, so no backend passes through here):
+(each op function calls the hooks of the backend it is handed):
 quantizers on absmax_f/quantize_f (or the recipe's own), products whose operands are
 int8 with one scale per tensor on the int8 hooks (gemm_s8, conv2d_s8, ...: the CPU and
 DSP backends), int16 operands (MLS's group-aligned elements, AFP's 16-bit errors) on
@@ -34,7 +33,6 @@ from ..nn import (Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalA
                   has_bias)
 from . import _float_layers as fl
 from . import fp32
-from ._kernel import Program
 from ._quant import Scaled
 
 LOWERABLE = (Conv2d, Linear, ReLU, MaxPool2d, AvgPool2d, Flatten, Dropout, BatchNorm2d, GlobalAvgPool, Add)
@@ -48,8 +46,8 @@ def _rows(a: np.ndarray) -> np.ndarray:
     return a.reshape(a.shape[0], -1)
 
 
-def product(kind: str, a: Scaled, b: Scaled, attrs: dict) -> np.ndarray:
-    """(hook calls) The float32 result of a layer product of two quantized operands.
+def product(backend, kind: str, a: Scaled, b: Scaled, attrs: dict) -> np.ndarray:
+    """The float32 result of a layer product of two quantized operands.
 
     kind: fwd (x, w), bwd_data (err, w), bwd_weight (err, x); attrs has `conv` and the
     conv geometry. int8 operands with one scale each go through the backend's int8 hooks;
@@ -59,11 +57,11 @@ def product(kind: str, a: Scaled, b: Scaled, attrs: dict) -> np.ndarray:
     (`dequantize`). Anything else is summed in float64 from exact values.
     """
     if a.scalar_int8 and b.scalar_int8:
-        acc = yield _int8_product(kind, a.q, b.q, attrs)
-        return (yield ("dequantize", acc, float(a.scale) * float(b.scale), True))   # acc: ours to overwrite
+        acc = _int8_product(backend, kind, a.q, b.q, attrs)
+        return backend.dequantize(acc, float(a.scale) * float(b.scale), True)   # acc: ours to overwrite
     if _scalar_int(a) and _scalar_int(b):
-        acc = yield _int16_product(kind, a.q.astype(np.int16, copy=False), b.q.astype(np.int16, copy=False), attrs)
-        return (yield ("dequantize", acc, float(a.scale) * float(b.scale)))
+        acc = _int16_product(backend, kind, a.q.astype(np.int16, copy=False), b.q.astype(np.int16, copy=False), attrs)
+        return backend.dequantize(acc, float(a.scale) * float(b.scale))
     return _float64_product(kind, a.values(), b.values(), attrs).astype(np.float32)
 
 
@@ -127,8 +125,8 @@ def _scalar_int(t: Scaled) -> bool:
     return t.q.dtype in (np.int8, np.int16) and np.ndim(t.scale) == 0
 
 
-def _int16_product(kind, a, b, attrs) -> tuple:
-    """The hook call of the exact int64 sums of a layer product of int16 operands. Linear layers: matmul_s16,
+def _int16_product(backend, kind, a, b, attrs) -> np.ndarray:
+    """The exact int64 sums of a layer product of int16 operands. Linear layers: matmul_s16,
     whose right operand is K-major (weights as they are for the backward data product, a
     transposed copy of them, small, for the forward; activations as they are for the
     weight gradient). Convolutions: the backend's conv2d_s16, conv2d_bwd_data_s16 and
@@ -137,32 +135,32 @@ def _int16_product(kind, a, b, attrs) -> tuple:
     c = np.ascontiguousarray
     if not attrs["conv"]:
         if kind == "fwd":
-            return "matmul_s16", c(_rows(a)), c(b.T)
+            return backend.matmul_s16(c(_rows(a)), c(b.T))
         if kind == "bwd_data":
-            return "matmul_s16", a, b
-        return "matmul_s16", a, c(_rows(b)), True    # a_transposed
+            return backend.matmul_s16(a, b)
+        return backend.matmul_s16(a, c(_rows(b)), True)    # a_transposed
     s, p = attrs["stride"], attrs["pad"]
     if kind == "fwd":
-        return "conv2d_s16", c(a), c(b), s, p
+        return backend.conv2d_s16(c(a), c(b), s, p)
     if kind == "bwd_data":
-        return "conv2d_bwd_data_s16", c(a), c(b), s, p, attrs["in_hw"]
-    return "conv2d_bwd_weight_s16", c(a), c(b), s, p, attrs["kernel"]
+        return backend.conv2d_bwd_data_s16(c(a), c(b), s, p, attrs["in_hw"])
+    return backend.conv2d_bwd_weight_s16(c(a), c(b), s, p, attrs["kernel"])
 
 
-def _int8_product(kind, a, b, attrs) -> tuple:
-    """The int8 hook call of a layer product (int32 sums)."""
+def _int8_product(backend, kind, a, b, attrs) -> np.ndarray:
+    """A layer product's exact sums on the int8 hooks (int32 sums)."""
     if attrs["conv"]:
         s, p = attrs["stride"], attrs["pad"]
         if kind == "fwd":
-            return "conv2d_s8", a, b, s, p
+            return backend.conv2d_s8(a, b, s, p)
         if kind == "bwd_data":
-            return "conv2d_bwd_data_s8", a, b, s, p, attrs["in_hw"]
-        return "conv2d_bwd_weight_s8", a, b, s, p, attrs["kernel"]
+            return backend.conv2d_bwd_data_s8(a, b, s, p, attrs["in_hw"])
+        return backend.conv2d_bwd_weight_s8(a, b, s, p, attrs["kernel"])
     if kind == "fwd":
-        return "gemm_s8", _rows(a), b
+        return backend.gemm_s8(_rows(a), b)
     if kind == "bwd_data":
-        return "gemm_s8", a, np.ascontiguousarray(b.T)
-    return "gemm_s8", np.ascontiguousarray(a.T), np.ascontiguousarray(_rows(b).T)
+        return backend.gemm_s8(a, np.ascontiguousarray(b.T))
+    return backend.gemm_s8(np.ascontiguousarray(a.T), np.ascontiguousarray(_rows(b).T))
 
 
 def _float64_product(kind, a, b, attrs):
@@ -191,9 +189,7 @@ def _float64_product(kind, a, b, attrs):
 class Numerics:
     """A recipe's grids and update rule. Override what differs; every method gets the op
     (its `attrs` say which layer and role) and the StepContext. The grids, the product and
-    the update are generators of hook calls (algorithms/_kernel.py): they yield
-    `(hook, *args)`, are sent its result, and return their value; the executor makes the
-    calls on the backend the op is placed on."""
+    the update take the backend the op is placed on first and call its hooks."""
 
     prefix = "emulated"
     weight_dtype = "float32"
@@ -223,14 +219,14 @@ class Numerics:
     #: float64 temporaries, measured with tracemalloc); the memory plan counts them
     update_bytes_per_element: int = 0
 
-    # grids (hook calls)
-    def quant_weight(self, w, ctx, op) -> Scaled:
+    # grids
+    def quant_weight(self, backend, w, ctx, op) -> Scaled:
         raise NotImplementedError
 
-    def quant_act(self, x, ctx, op) -> Scaled:
+    def quant_act(self, backend, x, ctx, op) -> Scaled:
         raise NotImplementedError
 
-    def quant_err(self, err, state: list, ctx, op) -> tuple[Scaled, list]:
+    def quant_err(self, backend, err, state: list, ctx, op) -> tuple[Scaled, list]:
         raise NotImplementedError
 
     def product_attrs(self, recipe) -> dict:
@@ -267,8 +263,8 @@ class Numerics:
         """Hooks of a product op: kind is conv, conv_bwd_data, conv_bwd_weight or linear."""
         return _INT8_HOOKS[kind]
 
-    def product(self, kind, a: Scaled, b: Scaled, attrs, ctx) -> np.ndarray:
-        return (yield from product(kind, a, b, attrs))
+    def product(self, backend, kind, a: Scaled, b: Scaled, attrs, ctx) -> np.ndarray:
+        return product(backend, kind, a, b, attrs)
 
     # state
     def err_state(self, layer) -> dict:
@@ -285,21 +281,18 @@ class Numerics:
         """Optimizer state of one parameter: SGD's velocity."""
         return {f"{param}.v": np.zeros(np.shape(value), np.float32)}
 
-    def update(self, w, grad, state: list, ctx, op):
-        """(hook calls) PyTorch's SGD with momentum and weight decay (the float master-weight update)."""
+    def update(self, backend, w, grad, state: list, ctx, op):
+        """PyTorch's SGD with momentum and weight decay (the float master-weight update)."""
         o = ctx.recipe.optimizer
         lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
-        w, v = yield ("sgd_f32", w, grad, state[0], lr, o.momentum, o.weight_decay, o.nesterov)
+        w, v = backend.sgd_f32(w, grad, state[0], lr, o.momentum, o.weight_decay, o.nesterov)
         return w, [v]
 
-    def update_group(self, params: list, ctx, op) -> list:
-        """(hook calls) Several parameters of one layer in one update op (`layer_update_extras`):
+    def update_group(self, backend, params: list, ctx, op) -> list:
+        """Several parameters of one layer in one update op (`layer_update_extras`):
         [(w, grad, state)] -> [(new w, new state)], each through `update` unless the recipe
         has one hook for them all."""
-        out = []
-        for w, grad, state in params:
-            out.append((yield from self.update(w, grad, state, ctx, op)))
-        return out
+        return [self.update(backend, w, grad, state, ctx, op) for w, grad, state in params]
 
     def layer_update_extras(self, b, layer) -> tuple:
         """(param, grad) pairs a layer's weight update op also updates (Octo's compensation
@@ -332,9 +325,8 @@ class Emulated:
         self.n = numerics
         p = numerics.prefix
         self.OPS = {**fp32.OPS, **fl.make_ops(p, numerics.bn_grids), **numerics.extra_ops,
-                    f"{p}.quant_weight": Program(self._quant_weight), f"{p}.quant_act": Program(self._quant_act),
-                    f"{p}.quant_err": Program(self._quant_err), f"{p}.product": Program(self._product),
-                    f"{p}.update": Program(self._update)}
+                    f"{p}.quant_weight": self.quant_weight, f"{p}.quant_act": self.quant_act,
+                    f"{p}.quant_err": self.quant_err, f"{p}.product": self.product, f"{p}.update": self.update}
 
     # ------------------------------------------------------------ contract
     def check_model(self, model, recipe):
@@ -484,32 +476,32 @@ class Emulated:
             self.emit_update(b, name, f"{name}.b", fp32.bias_grad_op(b, layer, err))
         return err_in
 
-    # ------------------------------------------------------------ running ops (Programs' steps)
-    def _quant_weight(self, op, env, ctx):
-        return {op.outputs[0]: (yield from self.n.quant_weight(env[op.inputs[0]], ctx, op))}
+    # ------------------------------------------------------------ op functions (backend, op, env, ctx)
+    def quant_weight(self, backend, op, env, ctx) -> dict:
+        return {op.outputs[0]: self.n.quant_weight(backend, env[op.inputs[0]], ctx, op)}
 
-    def _quant_act(self, op, env, ctx):
-        return {op.outputs[0]: (yield from self.n.quant_act(env[op.inputs[0]], ctx, op))}
+    def quant_act(self, backend, op, env, ctx) -> dict:
+        return {op.outputs[0]: self.n.quant_act(backend, env[op.inputs[0]], ctx, op)}
 
-    def _quant_err(self, op, env, ctx):
-        eq, state = yield from self.n.quant_err(env[op.inputs[0]], [env[s] for s in op.inputs[1:]], ctx, op)
+    def quant_err(self, backend, op, env, ctx) -> dict:
+        eq, state = self.n.quant_err(backend, env[op.inputs[0]], [env[s] for s in op.inputs[1:]], ctx, op)
         return dict(zip(op.outputs, (eq, *state)))
 
-    def _product(self, op, env, ctx):
+    def product(self, backend, op, env, ctx) -> dict:
         a, w = env[op.inputs[0]], env[op.inputs[1]]
-        y = yield from self.n.product(op.attrs["role"], a, w, op.attrs, ctx)
+        y = self.n.product(backend, op.attrs["role"], a, w, op.attrs, ctx)
         return {op.outputs[0]: fp32.with_bias(y, op, env)}
 
-    def _update(self, op, env, ctx):
+    def update(self, backend, op, env, ctx) -> dict:
         count = op.attrs.get("update_params", 1)
         if count == 1:
             w, grad = env[op.inputs[0]], env[op.inputs[1]]
-            w, state = yield from self.n.update(w, grad, [env[s] for s in op.inputs[2:]], ctx, op)
+            w, state = self.n.update(backend, w, grad, [env[s] for s in op.inputs[2:]], ctx, op)
             return dict(zip(op.outputs, (w, *state)))
         per = len(op.inputs) // count    # (param, grad, *state) each: emit_update's layout
         groups = [op.inputs[i * per:(i + 1) * per] for i in range(count)]
-        done = yield from self.n.update_group([(env[g[0]], env[g[1]], [env[s] for s in g[2:]]) for g in groups],
-                                              ctx, op)
+        done = self.n.update_group(backend, [(env[g[0]], env[g[1]], [env[s] for s in g[2:]]) for g in groups],
+                                   ctx, op)
         out = {}
         for g, (w, state) in zip(groups, done):
             out.update(zip((g[0], *g[2:]), (w, *state)))

@@ -16,7 +16,6 @@ import numpy as np
 
 from ..layout import col2im, im2col, out_size
 from ..nn import Add, BatchNorm2d, GlobalAvgPool
-from ._kernel import Kernel
 
 BN_EPS = 1e-5
 BN_MOMENTUM = 0.1          # running = (1 - m) * running + m * batch statistic (PyTorch's)
@@ -144,39 +143,39 @@ def bn_backward_values(err, xhat, inv, gamma, grids: BNGrids = BNGrids()):
 
 
 def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
-    """The ops of this module under `prefix.` kinds, BN rounding on `grids`: NumPy, no backend
-    (algorithms/_kernel.Kernel.local)."""
-    def bn_fwd(op, env, ctx, _):
+    """The op functions (backend, op, env, ctx) of this module under `prefix.` kinds, BN
+    rounding on `grids`: NumPy, no backend."""
+    def bn_fwd(backend, op, env, ctx):
         x, gamma, beta, mean, var = (env[t] for t in op.inputs)
         y, xhat, inv, mean, var = bn_forward_values(x, gamma, beta, mean, var, op.attrs["training"], grids)
         f32 = lambda v: np.asarray(v, np.float32)
         return dict(zip(op.outputs, (f32(y), f32(xhat), f32(inv), f32(mean), f32(var))))
 
-    def bn_bwd(op, env, ctx, _):
+    def bn_bwd(backend, op, env, ctx):
         err, xhat, inv, gamma = (env[t] for t in op.inputs)
         dx, d_gamma, d_beta = bn_backward_values(err, xhat, np.asarray(inv, np.float64), gamma, grids)
         return dict(zip(op.outputs, (dx.astype(np.float32), d_gamma.astype(np.float32), d_beta.astype(np.float32))))
 
-    def add(op, env, ctx, _):
+    def add(backend, op, env, ctx):
         return {op.outputs[0]: (env[op.inputs[0]] + env[op.inputs[1]]).astype(np.float32)}
 
-    def avgpool_fwd(op, env, ctx, _):
+    def avgpool_fwd(backend, op, env, ctx):
         return {op.outputs[0]: env[op.inputs[0]].mean(axis=(1, 2), dtype=np.float64).astype(np.float32)}
 
-    def avgpool_bwd(op, env, ctx, _):
+    def avgpool_bwd(backend, op, env, ctx):
         err = env[op.inputs[0]]
         n, h, w, c = op.attrs["in_shape"]
         n = err.shape[0]   # a micro-batch may be smaller than the planned batch
         return {op.outputs[0]: np.broadcast_to((err / np.float32(h * w))[:, None, None, :], (n, h, w, c)).copy()}
 
-    def join(op, env, ctx, _):
+    def join(backend, op, env, ctx):
         total = env[op.inputs[0]].astype(np.float32)
         for name in op.inputs[1:]:
             total = total + env[name]
         return {op.outputs[0]: total}
 
     local = dict(bn_fwd=bn_fwd, bn_bwd=bn_bwd, add=add, avgpool_fwd=avgpool_fwd, avgpool_bwd=avgpool_bwd, join=join)
-    return {f"{prefix}.{name}": Kernel.local(fn) for name, fn in local.items()}
+    return {f"{prefix}.{name}": fn for name, fn in local.items()}
 
 
 def avgpool2d_divisors(in_hw, kernel, stride, pad, count_include_pad) -> np.ndarray:

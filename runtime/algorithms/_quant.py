@@ -3,9 +3,8 @@
 Each function maps float values onto a number grid exactly (float64 arithmetic on
 values that are integers times powers of two, so nothing is lost) and returns a
 `Scaled` tensor: integer (or FP8/FP16-valued) elements `q` and a scale, value
-`q * scale`. Those that run on backend hooks are generators of hook calls
-(algorithms/_kernel.py: they yield `(hook, *args)` and are sent the result; the executor
-makes the calls on the op's backend, `_kernel.run_steps(backend, ...)` outside a step).
+`q * scale`. Those that run on backend hooks take the backend first (the one the op
+runs on) and call its hooks.
 Not a recipe: no YAML names this module.
 """
 from __future__ import annotations
@@ -73,20 +72,20 @@ def _grid_step(limit: float, bits: int, scale: str) -> float:
     return 2.0 ** pow2_exponent(limit, bits) if scale == "pow2" else limit / qmax(bits)
 
 
-def quantize_int(x, bits: int = 8, scale: str = "pow2", rounding: str = "round", rng=None,
+def quantize_int(backend, x, bits: int = 8, scale: str = "pow2", rounding: str = "round", rng=None,
                  clip: float | None = None) -> Scaled:
-    """(hook calls) Symmetric `bits`-bit integers with one scale: a power of two covering
+    """Symmetric `bits`-bit integers with one scale: a power of two covering
     max|x| (or `clip`), or the float max|x| / qmax. Values beyond the range saturate. The
     range and the rounding are the hooks absmax_f and quantize_f; grids wider than 16 bits
     (WAGEUBN's 24-bit weight accumulator) are NumPy's (`quantize_int_numpy`)."""
     x = _float_operand(x)
     if bits > 16:
         return quantize_int_numpy(x, bits, scale, rounding, rng, clip)
-    limit = (yield ("absmax_f", x)) if clip is None else float(clip)
+    limit = backend.absmax_f(x) if clip is None else float(clip)
     if limit == 0.0:
         return Scaled(np.zeros(x.shape, _int_dtype(bits)), 1.0)
     step = _grid_step(limit, bits, scale)
-    return Scaled((yield ("quantize_f", x, step, bits, rounding, rng)), step)
+    return Scaled(backend.quantize_f(x, step, bits, rounding, rng), step)
 
 
 def quantize_int_numpy(x, bits: int = 8, scale: str = "pow2", rounding: str = "round", rng=None,
@@ -117,8 +116,8 @@ PRC_CANDIDATES = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)
 
 # ---------------------------------------------------------------- MLS: tensor scale x group scale x elements
 
-def quantize_mls(x, bits: int, group_size: int, group_bits: int, rounding: str = "round", rng=None) -> Scaled:
-    """(hook calls) Multi-level scaling (Zhong et al. 2022): a float tensor scale s = max|x| / qmax; groups
+def quantize_mls(backend, x, bits: int, group_size: int, group_bits: int, rounding: str = "round", rng=None) -> Scaled:
+    """Multi-level scaling (Zhong et al. 2022): a float tensor scale s = max|x| / qmax; groups
     of `group_size` consecutive channels (last axis) get a power-of-two scale 2**-k with
     k in 0 .. 2**group_bits - 1, the largest that keeps the group's max inside the range;
     elements are `bits`-bit integers. Value = q * s * 2**-k.
@@ -136,7 +135,7 @@ def quantize_mls(x, bits: int, group_size: int, group_bits: int, rounding: str =
         raise ValueError(f"MLS with {bits}-bit elements and group_bits {group_bits}: aligned elements "
                          f"{qmax(bits)} * 2**{kmax} do not fit int16")
     # the range and the elements in one hook call (absmax_f + quantize_mls): 15 a LeNet-5 step
-    aligned, top = yield ("quantize_mls_ranged", x, group_size, kmax, qmax(bits), rounding, rng)
+    aligned, top = backend.quantize_mls_ranged(x, group_size, kmax, qmax(bits), rounding, rng)
     if top == 0.0:
         return Scaled(aligned, 1.0)
     return Scaled(aligned, top / qmax(bits) * 2.0**-kmax)
@@ -144,11 +143,11 @@ def quantize_mls(x, bits: int, group_size: int, group_bits: int, rounding: str =
 
 # ---------------------------------------------------------------- small floats (FP8 1-5-2, FP16 1-5-10)
 
-def to_fp8(x, mode: str = "nearest_even", rng=None) -> np.ndarray:
-    """(hook call) FP8 1-5-2 values (held in float32: every FP8 value is exact there)."""
-    return (yield ("round_float", x, 5, 2, mode, rng))
+def to_fp8(backend, x, mode: str = "nearest_even", rng=None) -> np.ndarray:
+    """FP8 1-5-2 values (held in float32: every FP8 value is exact there)."""
+    return backend.round_float(x, 5, 2, mode, rng)
 
 
-def to_fp16(x, mode: str = "nearest_even", rng=None) -> np.ndarray:
-    """(hook call) FP16 values held in float32."""
-    return (yield ("round_float", x, 5, 10, mode, rng))
+def to_fp16(backend, x, mode: str = "nearest_even", rng=None) -> np.ndarray:
+    """FP16 values held in float32."""
+    return backend.round_float(x, 5, 10, mode, rng)

@@ -45,13 +45,13 @@ class AFPNumerics(Numerics):
     prefix = "afp"
     known_params = {"error_threshold": _positive_number, "low_bits": _bits, "high_bits": _bits}
 
-    def quant_weight(self, w, ctx, op):
+    def quant_weight(self, backend, w, ctx, op):
         fmt = ctx.recipe.tensors.weights
-        return (yield from quantize_int(w, fmt.bits, fmt.scale, _round(fmt), ctx.rng(op)))
+        return quantize_int(backend, w, fmt.bits, fmt.scale, _round(fmt), ctx.rng(op))
 
-    def quant_act(self, x, ctx, op):
+    def quant_act(self, backend, x, ctx, op):
         fmt = ctx.recipe.tensors.activations
-        return (yield from quantize_int(x, fmt.bits, fmt.scale, _round(fmt), ctx.rng(op)))
+        return quantize_int(backend, x, fmt.bits, fmt.scale, _round(fmt), ctx.rng(op))
 
     def quantized_dtype(self, recipe, role):
         if role != "errors":
@@ -70,24 +70,23 @@ class AFPNumerics(Numerics):
         # [bits in use, step of the next check, current interval]
         return {"afp": np.array([8, 0, 1], np.int64)}
 
-    def quant_err(self, err, state, ctx, op):
+    def quant_err(self, backend, err, state, ctx, op):
         bits, next_check, interval = (int(v) for v in state[0])
         fmt = ctx.recipe.tensors.errors
         low, high = self.param(ctx.recipe, "low_bits", 8), self.param(ctx.recipe, "high_bits", 16)
         if ctx.step >= next_check:
-            bits, interval = yield from choose_bits(err, bits, interval, low, high,
-                                                    self.param(ctx.recipe, "error_threshold", 0.05),
-                                                    fmt.rescale.min_interval, fmt.rescale.max_interval, fmt.scale,
-                                                    _round(fmt))
+            bits, interval = choose_bits(backend, err, bits, interval, low, high,
+                                         self.param(ctx.recipe, "error_threshold", 0.05),
+                                         fmt.rescale.min_interval, fmt.rescale.max_interval, fmt.scale, _round(fmt))
             next_check = ctx.step + interval
-        eq = yield from quantize_int(err, bits, fmt.scale, _round(fmt), ctx.rng(op))
+        eq = quantize_int(backend, err, bits, fmt.scale, _round(fmt), ctx.rng(op))
         return eq, [np.array([bits, next_check, interval], np.int64)]
 
 
-def choose_bits(err, bits, interval, low, high, threshold, min_interval, max_interval, scale="pow2",
+def choose_bits(backend, err, bits, interval, low, high, threshold, min_interval, max_interval, scale="pow2",
                 rounding="round"):
-    """(hook calls) (new width, new check interval) for one layer from the error it sees now."""
-    low_grid = yield from quantize_int(err, low, scale, rounding if rounding != "sto" else "round")
+    """(new width, new check interval) for one layer from the error it sees now."""
+    low_grid = quantize_int(backend, err, low, scale, rounding if rounding != "sto" else "round")
     moved = quantization_error(err, low_grid)
     new_bits = high if moved > threshold else low
     interval = min_interval if new_bits != bits else min(2 * interval, max_interval)

@@ -11,7 +11,6 @@ from ..errors import LoweringError
 from ..nn import (Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU,
                   has_bias)
 from . import _float_layers as fl
-from ._kernel import Kernel
 
 ACTIVATION_DTYPE = "float32"
 _F32 = ("numpy_f32",)
@@ -167,106 +166,111 @@ def with_bias(y, op, env):
     return (y + np.asarray(env[op.inputs[2]], np.float32)).astype(np.float32, copy=False)
 
 
-# Ops that are one backend hook are Kernels (algorithms/_kernel.py): the executor calls the
-# hook on the chosen backend itself; the functions below map the op's tensors to its
-# arguments and its result back.
+# Op functions (backend, op, env, ctx): each calls the hook of the backend it is handed;
+# those marked "no backend" are NumPy alone.
 
-def _conv_fwd_args(op, env, ctx):
-    return env[op.inputs[0]], env[op.inputs[1]], op.attrs["stride"], op.attrs["pad"]
-
-
-def _linear_fwd_args(op, env, ctx):
-    x = env[op.inputs[0]]
-    return x.reshape(x.shape[0], -1), env[op.inputs[1]]
-
-
-def _biased(op, env, ctx, y):
+def conv_fwd(backend, op, env, ctx) -> dict:
+    y = backend.conv2d_f32(env[op.inputs[0]], env[op.inputs[1]], op.attrs["stride"], op.attrs["pad"])
     return {op.outputs[0]: with_bias(y, op, env)}
 
 
-def _result(op, env, ctx, y):
-    return {op.outputs[0]: y}
+def linear_fwd(backend, op, env, ctx) -> dict:
+    x = env[op.inputs[0]]
+    return {op.outputs[0]: with_bias(backend.gemm_f32(x.reshape(x.shape[0], -1), env[op.inputs[1]]), op, env)}
 
 
-def _first(op, env, ctx):
-    return (env[op.inputs[0]],)
-
-
-def _both(op, env, ctx):
-    return env[op.inputs[0]], env[op.inputs[1]]
-
-
-def _maxpool_fwd_args(op, env, ctx):
-    return env[op.inputs[0]], op.attrs["kernel"], op.attrs["stride"]
-
-
-def _two_results(op, env, ctx, out):
-    return dict(zip(op.outputs, out))
-
-
-def _maxpool_bwd_args(op, env, ctx):
+def conv_bwd_data(backend, op, env, ctx) -> dict:
     a = op.attrs
-    return env[op.inputs[0]], env[op.inputs[1]], a["kernel"], a["stride"], a["in_hw"]
+    return {op.outputs[0]: backend.conv2d_bwd_data_f32(env[op.inputs[0]], env[op.inputs[1]], a["stride"], a["pad"],
+                                                       a["in_hw"])}
 
 
-def _bias_grad(op, env, ctx, _):
+def linear_bwd_data(backend, op, env, ctx) -> dict:
+    return {op.outputs[0]: backend.gemm_f32(env[op.inputs[0]], env[op.inputs[1]], False)}   # err[B,out] @ w[out,in]
+
+
+def conv_bwd_weight(backend, op, env, ctx) -> dict:
+    a = op.attrs
+    return {op.outputs[0]: backend.conv2d_bwd_weight_f32(env[op.inputs[0]], env[op.inputs[1]], a["stride"], a["pad"],
+                                                         a["kernel"])}
+
+
+def linear_bwd_weight(backend, op, env, ctx) -> dict:
+    """No backend."""
+    err, x = env[op.inputs[0]], env[op.inputs[1]]
+    # copy=False: the float32 product is the result (a copy was one more weight-sized array)
+    return {op.outputs[0]: (err.T @ x.reshape(x.shape[0], -1)).astype(np.float32, copy=False)}
+
+
+def bias_grad(backend, op, env, ctx) -> dict:
+    """No backend."""
     err = np.asarray(env[op.inputs[0]])
     return {op.outputs[0]: err.reshape(-1, err.shape[-1]).sum(axis=0, dtype=np.float64).astype(np.float32)}
 
 
-conv_fwd = Kernel("conv2d_f32", _conv_fwd_args, _biased)
-linear_fwd = Kernel("gemm_f32", _linear_fwd_args, _biased)
-bias_grad = Kernel.local(_bias_grad)
-relu_fwd = Kernel("relu_f32", _first, _result)
-relu_bwd = Kernel("relu_bwd_f32", _both, _result)
-maxpool_fwd = Kernel("maxpool_f32", _maxpool_fwd_args, _two_results)
-maxpool_bwd = Kernel("maxpool_bwd_f32", _maxpool_bwd_args, _result)
+def relu_fwd(backend, op, env, ctx) -> dict:
+    return {op.outputs[0]: backend.relu_f32(env[op.inputs[0]])}
 
 
-def _relu_maxpool_bwd_args(op, env, ctx):
+def relu_bwd(backend, op, env, ctx) -> dict:
+    return {op.outputs[0]: backend.relu_bwd_f32(env[op.inputs[0]], env[op.inputs[1]])}
+
+
+def maxpool_fwd(backend, op, env, ctx) -> dict:
+    return dict(zip(op.outputs, backend.maxpool_f32(env[op.inputs[0]], op.attrs["kernel"], op.attrs["stride"])))
+
+
+def maxpool_bwd(backend, op, env, ctx) -> dict:
+    a = op.attrs
+    return {op.outputs[0]: backend.maxpool_bwd_f32(env[op.inputs[0]], env[op.inputs[1]], a["kernel"], a["stride"],
+                                                   a["in_hw"])}
+
+
+def relu_maxpool_fwd(backend, op, env, ctx) -> dict:
+    """ReLU and max-pool as one op (algorithms/_fusions.py)."""
+    return dict(zip(op.outputs, backend.relu_maxpool_f32(env[op.inputs[0]], op.attrs["kernel"], op.attrs["stride"])))
+
+
+def relu_maxpool_bwd(backend, op, env, ctx) -> dict:
     a = op.attrs   # (err, the pooled y, argmax): algorithms/_fusions.py
-    return env[op.inputs[0]], env[op.inputs[1]], env[op.inputs[2]], a["kernel"], a["stride"], a["in_hw"]
+    return {op.outputs[0]: backend.relu_maxpool_bwd_f32(env[op.inputs[0]], env[op.inputs[1]], env[op.inputs[2]],
+                                                        a["kernel"], a["stride"], a["in_hw"])}
 
 
-relu_maxpool_fwd = Kernel("relu_maxpool_f32", _maxpool_fwd_args, _two_results)
-relu_maxpool_bwd = Kernel("relu_maxpool_bwd_f32", _relu_maxpool_bwd_args, _result)
-
-
-# Ops in NumPy without a backend (Kernel.local: the executor hands them none).
-
-def _avgpool2d_fwd(op, env, ctx, _):
+def avgpool2d_fwd(backend, op, env, ctx) -> dict:
+    """No backend."""
     a = op.attrs
     return {op.outputs[0]: fl.avgpool2d_forward(env[op.inputs[0]], a["kernel"], a["stride"], a["pad"],
                                                 a["count_include_pad"])}
 
 
-def _avgpool2d_bwd(op, env, ctx, _):
+def avgpool2d_bwd(backend, op, env, ctx) -> dict:
+    """No backend."""
     a = op.attrs
     return {op.outputs[0]: fl.avgpool2d_backward(env[op.inputs[0]], a["in_hw"], a["kernel"], a["stride"], a["pad"],
                                                  a["count_include_pad"])}
 
 
-def _reshape(op, env, ctx, _):
+def reshape(backend, op, env, ctx) -> dict:
+    """A view: no backend."""
     x = env[op.inputs[0]]
     return {op.outputs[0]: x.reshape((x.shape[0], *op.attrs["shape"][1:]))}
 
 
-def _dropout_mask_args(op, env, ctx):
-    return env[op.inputs[0]].shape, op.attrs["p"], ctx.rng(op)
-
-
-def _dropped(op, env, ctx, keep):
+def dropout_fwd(backend, op, env, ctx) -> dict:
     x, p = env[op.inputs[0]], op.attrs["p"]
+    keep = backend.dropout_mask(x.shape, p, ctx.rng(op))
     return {op.outputs[0]: np.where(keep, x / np.float32(1 - p), 0).astype(np.float32), op.outputs[1]: keep}
 
 
-def _dropout_bwd(op, env, ctx, _):
+def dropout_bwd(backend, op, env, ctx) -> dict:
+    """The forward's mask applied to the error: no backend."""
     err, keep = env[op.inputs[0]], env[op.inputs[1]]
     p = ctx.graph.op(op.name.replace(".bwd", ".fwd")).attrs["p"]
     return {op.outputs[0]: np.where(keep, err / np.float32(1 - p), 0).astype(np.float32)}
 
 
-def softmax_loss_grad(op, env, ctx, _=None):
+def softmax_loss_grad(op, env, ctx) -> dict:
     """The softmax cross-entropy gradient of float logits, over the full batch's rows."""
     logits, labels = env[op.inputs[0]].astype(np.float64), env[op.inputs[1]]
     p = np.exp(logits - logits.max(axis=1, keepdims=True))
@@ -275,51 +279,17 @@ def softmax_loss_grad(op, env, ctx, _=None):
     return {op.outputs[0]: (p / ctx.batch_total).astype(np.float32)}
 
 
-avgpool2d_fwd = Kernel.local(_avgpool2d_fwd)
-avgpool2d_bwd = Kernel.local(_avgpool2d_bwd)
-reshape = Kernel.local(_reshape)
-dropout_fwd = Kernel("dropout_mask", _dropout_mask_args, _dropped)
-dropout_bwd = Kernel.local(_dropout_bwd)
-loss_grad = Kernel.local(softmax_loss_grad)
+def loss_grad(backend, op, env, ctx) -> dict:
+    """No backend."""
+    return softmax_loss_grad(op, env, ctx)
 
 
-def _conv_bwd_data_args(op, env, ctx):
-    a = op.attrs
-    return env[op.inputs[0]], env[op.inputs[1]], a["stride"], a["pad"], a["in_hw"]
-
-
-def _linear_bwd_data_args(op, env, ctx):
-    return env[op.inputs[0]], env[op.inputs[1]], False    # err[B,out] @ w[out,in]
-
-
-def _conv_bwd_weight_args(op, env, ctx):
-    a = op.attrs
-    return env[op.inputs[0]], env[op.inputs[1]], a["stride"], a["pad"], a["kernel"]
-
-
-conv_bwd_data = Kernel("conv2d_bwd_data_f32", _conv_bwd_data_args, _result)
-linear_bwd_data = Kernel("gemm_f32", _linear_bwd_data_args, _result)
-conv_bwd_weight = Kernel("conv2d_bwd_weight_f32", _conv_bwd_weight_args, _result)
-
-
-def _linear_bwd_weight(op, env, ctx, _):
-    err, x = env[op.inputs[0]], env[op.inputs[1]]
-    # copy=False: the float32 product is the result (a copy was one more weight-sized array)
-    return {op.outputs[0]: (err.T @ x.reshape(x.shape[0], -1)).astype(np.float32, copy=False)}
-
-
-linear_bwd_weight = Kernel.local(_linear_bwd_weight)
-
-
-def _sgd_args(op, env, ctx):
+def sgd(backend, op, env, ctx) -> dict:
     """PyTorch's SGD: g += wd * w; v = momentum * v + g; w -= lr * (g + momentum * v if nesterov else v)."""
     w, grad, v = env[op.inputs[0]], env[op.inputs[1]], env[op.inputs[2]]
     o = ctx.recipe.optimizer
     lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
-    return w, grad, v, lr, o.momentum, o.weight_decay, o.nesterov
-
-
-sgd = Kernel("sgd_f32", _sgd_args, _two_results)
+    return dict(zip(op.outputs, backend.sgd_f32(w, grad, v, lr, o.momentum, o.weight_decay, o.nesterov)))
 
 
 OPS = {

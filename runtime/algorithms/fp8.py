@@ -26,7 +26,6 @@ import numpy as np
 from .. import float_ops
 from . import fp32
 from ._emulated import Emulated, Numerics, module_contract
-from ._kernel import Kernel
 from ._quant import Scaled, to_fp8, to_fp16
 
 
@@ -66,9 +65,9 @@ class FP8Numerics(Numerics):
         return {"conv": ("matmul_fp16_chunked", "im2col"), "conv_bwd_weight": ("matmul_fp16_chunked", "im2col"),
                 "conv_bwd_data": ("matmul_fp16_chunked", "col2im", "round_float")}.get(kind, ("matmul_fp16_chunked",))
 
-    def _grid(self, x, ctx, op):
+    def _grid(self, backend, x, ctx, op):
         keep16 = self.param(ctx.recipe, "first_last_fp16", True) and op.attrs["position"] != "middle"
-        return Scaled((yield from (to_fp16(x) if keep16 else to_fp8(x))), 1.0)
+        return Scaled(to_fp16(backend, x) if keep16 else to_fp8(backend, x), 1.0)
 
     def product_attrs(self, recipe):
         return {"chunk": int(self.param(recipe, "chunk_size", 64))}   # matmul_fp16_chunked's packing
@@ -79,18 +78,18 @@ class FP8Numerics(Numerics):
     def quantized_dtype(self, recipe, role):
         return "float32"  # FP8 / FP16 grid values, held as float32 (to_fp8, to_fp16)
 
-    def quant_weight(self, w, ctx, op):
-        return (yield from self._grid(w, ctx, op))
+    def quant_weight(self, backend, w, ctx, op):
+        return self._grid(backend, w, ctx, op)
 
-    def quant_act(self, x, ctx, op):
-        return (yield from self._grid(x, ctx, op))
+    def quant_act(self, backend, x, ctx, op):
+        return self._grid(backend, x, ctx, op)
 
-    def quant_err(self, err, state, ctx, op):
-        return (yield from self._grid(err, ctx, op)), []
+    def quant_err(self, backend, err, state, ctx, op):
+        return self._grid(backend, err, ctx, op), []
 
-    def product(self, kind, a, b, attrs, ctx):
-        return (yield from chunked_product(kind, a.q, b.q, attrs, int(self.param(ctx.recipe, "chunk_size", 64)),
-                                           self.param(ctx.recipe, "chunk_sum", "fp16")))
+    def product(self, backend, kind, a, b, attrs, ctx):
+        return chunked_product(backend, kind, a.q, b.q, attrs, int(self.param(ctx.recipe, "chunk_size", 64)),
+                               self.param(ctx.recipe, "chunk_sum", "fp16"))
 
     def init_weight(self, layer, rng):
         return float_ops.round_float(super().init_weight(layer, rng), 5, 10, "nearest_even", None).astype(np.float16)
@@ -98,22 +97,22 @@ class FP8Numerics(Numerics):
     def opt_state(self, param, value):
         return {f"{param}.v": np.zeros(np.shape(value), np.float16)}
 
-    def update(self, w, grad, state, ctx, op):
+    def update(self, backend, w, grad, state, ctx, op):
         """v = fp16(momentum * v + g); w = fp16_stochastic(w - lr * v), g unscaled + decay."""
         o = ctx.recipe.optimizer
         lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
         w64 = np.asarray(w, np.float64)
         g = np.asarray(grad, np.float64) / float(self.param(ctx.recipe, "loss_scale", 1024)) + o.weight_decay * w64
-        v = yield from to_fp16(o.momentum * np.asarray(state[0], np.float64) + g)
-        w = yield from to_fp16(w64 - lr * v.astype(np.float64), "sto", ctx.rng(op))
+        v = to_fp16(backend, o.momentum * np.asarray(state[0], np.float64) + g)
+        w = to_fp16(backend, w64 - lr * v.astype(np.float64), "sto", ctx.rng(op))
         return w.astype(np.float16), [v.astype(np.float16)]
 
     def loss(self, b, logits, labels):
         return fp32.loss(b, logits, labels, "fp8.loss_grad")
 
 
-def chunked_product(kind, a, b, attrs, chunk, chunk_sum="fp16"):
-    """(hook calls) A layer product with FP16 chunked accumulation (matmul_fp16_chunked,
+def chunked_product(backend, kind, a, b, attrs, chunk, chunk_sum="fp16"):
+    """A layer product with FP16 chunked accumulation (matmul_fp16_chunked,
     whose right operand is K-major: no transposed copies of activations or patches);
     float32 result holding FP16 values."""
     c = np.ascontiguousarray
@@ -121,26 +120,26 @@ def chunked_product(kind, a, b, attrs, chunk, chunk_sum="fp16"):
     fp16_adds = chunk_sum == "fp16"
     if not attrs["conv"]:
         if kind == "fwd":
-            return (yield ("matmul_fp16_chunked", c(a.reshape(a.shape[0], -1)), c(b.T), False, chunk, fp16_adds))
+            return backend.matmul_fp16_chunked(c(a.reshape(a.shape[0], -1)), c(b.T), False, chunk, fp16_adds)
         if kind == "bwd_data":
-            return (yield ("matmul_fp16_chunked", a, b, False, chunk, fp16_adds))
-        return (yield ("matmul_fp16_chunked", a, c(b.reshape(b.shape[0], -1)), True, chunk, fp16_adds))
+            return backend.matmul_fp16_chunked(a, b, False, chunk, fp16_adds)
+        return backend.matmul_fp16_chunked(a, c(b.reshape(b.shape[0], -1)), True, chunk, fp16_adds)
     s, p = attrs["stride"], attrs["pad"]
     if kind == "fwd":
         o, kh, kw, _ = b.shape
-        cols = yield ("im2col", a, kh, kw, s, p)
-        out = yield ("matmul_fp16_chunked", cols, c(b.reshape(o, -1).T), False, chunk, fp16_adds)
+        cols = backend.im2col(a, kh, kw, s, p)
+        out = backend.matmul_fp16_chunked(cols, c(b.reshape(o, -1).T), False, chunk, fp16_adds)
         return out.reshape(a.shape[0], *_out_hw(a.shape, kh, s, p), o)
     if kind == "bwd_data":
         o, kh, kw, ch = b.shape
-        dcols = yield ("matmul_fp16_chunked", a.reshape(-1, o), b.reshape(o, -1), False, chunk, fp16_adds)
+        dcols = backend.matmul_fp16_chunked(a.reshape(-1, o), b.reshape(o, -1), False, chunk, fp16_adds)
         # overlapping windows add at most kh*kw terms; summed exactly, then rounded to FP16
-        image = yield ("col2im", dcols.astype(np.float64), a.shape[:3], (kh, kw, ch), s, p, attrs["in_hw"])
-        return (yield from to_fp16(image))
+        image = backend.col2im(dcols.astype(np.float64), a.shape[:3], (kh, kw, ch), s, p, attrs["in_hw"])
+        return to_fp16(backend, image)
     kh, kw = attrs["kernel"]
     o = a.shape[-1]
-    cols = yield ("im2col", b, kh, kw, s, p)
-    out = yield ("matmul_fp16_chunked", a.reshape(-1, o), cols, True, chunk, fp16_adds)
+    cols = backend.im2col(b, kh, kw, s, p)
+    out = backend.matmul_fp16_chunked(a.reshape(-1, o), cols, True, chunk, fp16_adds)
     return out.reshape(o, kh, kw, b.shape[-1])
 
 
@@ -148,12 +147,13 @@ def _out_hw(shape, k, s, p):
     return ((shape[1] + 2 * p - k) // s + 1, (shape[2] + 2 * p - k) // s + 1)
 
 
-def _loss_grad(op, env, ctx, _):
+def loss_grad(backend, op, env, ctx) -> dict:
+    """Softmax cross-entropy's gradient times the loss scale: no backend."""
     err = fp32.softmax_loss_grad(op, env, ctx)[op.outputs[0]]
     return {op.outputs[0]: (err * np.float32(ctx.recipe.params.get("loss_scale", 1024))).astype(np.float32)}
 
 
-FP8Numerics.extra_ops = {"fp8.loss_grad": Kernel.local(_loss_grad)}
+FP8Numerics.extra_ops = {"fp8.loss_grad": loss_grad}
 ENGINE = Emulated(FP8Numerics())
 (ACTIVATION_DTYPE, check_recipe, check_model, forward, loss, backward, join_errors, OPS, init_params,
  prepare_input, logits_to_float) = module_contract(ENGINE)

@@ -26,7 +26,6 @@ import numpy as np
 
 from ..errors import LoweringError
 from ..numerics import QTensor
-from ._kernel import Kernel, Program
 
 
 def check_layer(layer, shape, recipe):
@@ -94,67 +93,61 @@ def join_errors(b, name, errs):
     return out
 
 
-# One backend hook each (algorithms/_kernel.py), except `join`, which adds its errors in a loop (a Program).
+# Op functions (backend, op, env, ctx), each calling its backend's hook. The range hooks
+# return (q, exponent); the shift they used, that exponent less the one their operands fix,
+# goes to ctx.note_shift: slices of a batch and a recomputed op must share it.
 
-def _add_args(op, env, ctx):
+def add(backend, op, env, ctx) -> dict:
     a, c = env[op.inputs[0]], env[op.inputs[1]]
-    return a.q, a.e, c.q, c.e, op.attrs["mode"], ctx.rng(op), ctx.given_shift(op)
+    q, e = backend.add_align_s8(a.q, a.e, c.q, c.e, op.attrs["mode"], ctx.rng(op), ctx.given_shift(op))
+    ctx.note_shift(op, e - max(a.e, c.e))
+    return {op.outputs[0]: QTensor(q, e)}
 
 
-def _tensor(op, env, ctx, out):
-    """(q, exponent) from the hook -> the op's int8 tensor."""
-    return {op.outputs[0]: QTensor(*out)}
-
-
-add = Kernel("add_align_s8", _add_args, _tensor)
-
-
-def _join(op, env, ctx):
-    """The errors of a tensor read by several layers, summed one add_align_s8 at a time (hook calls)."""
+def join(backend, op, env, ctx) -> dict:
+    """The errors of a tensor read by several layers, summed one add_align_s8 at a time."""
     total = env[op.inputs[0]]
     for name in op.inputs[1:]:
         other = env[name]
-        total = QTensor(*(yield ("add_align_s8", total.q, total.e, other.q, other.e, op.attrs["mode"], ctx.rng(op),
-                                 ctx.given_shift(op))))
+        q, e = backend.add_align_s8(total.q, total.e, other.q, other.e, op.attrs["mode"], ctx.rng(op),
+                                    ctx.given_shift(op))
+        ctx.note_shift(op, e - max(total.e, other.e))
+        total = QTensor(q, e)
     return {op.outputs[0]: total}
 
 
-join = Program(_join)
+def _avgpool_global(backend, op, ctx, x: np.ndarray, e: int) -> tuple:
+    """avgpool_global_s8 over images `x`: (q, exponent); the shift noted is the exponent less
+    the sum's (e - log2 of the pixels averaged)."""
+    q, out_e = backend.avgpool_global_s8(x, e, op.attrs["mode"], ctx.rng(op), ctx.given_shift(op))
+    ctx.note_shift(op, out_e - (e - ((x.shape[1] * x.shape[2]).bit_length() - 1)))
+    return q, out_e
 
 
-def _avgpool_fwd_args(op, env, ctx):
+def avgpool_fwd(backend, op, env, ctx) -> dict:
     x = env[op.inputs[0]]
-    return x.q, x.e, op.attrs["mode"], ctx.rng(op), ctx.given_shift(op)
+    return {op.outputs[0]: QTensor(*_avgpool_global(backend, op, ctx, x.q, x.e))}
 
 
-avgpool_fwd = Kernel("avgpool_global_s8", _avgpool_fwd_args, _tensor)
-
-
-def _avgpool_bwd(op, env, ctx, _):
+def avgpool_bwd(backend, op, env, ctx) -> dict:
+    """The error broadcast over the pooled positions: no backend."""
     err = env[op.inputs[0]]
     h, w = op.attrs["in_hw"]
     q = np.broadcast_to(err.q[:, None, None, :], (err.q.shape[0], h, w, err.q.shape[1])).copy()
     return {op.outputs[0]: QTensor(q, err.e - ((h * w).bit_length() - 1))}
 
 
-def _avgpool2d_fwd_args(op, env, ctx):
+def avgpool2d_fwd(backend, op, env, ctx) -> dict:
+    """Every window at once, laid out as a batch of kernel x kernel images."""
     x, k = env[op.inputs[0]], op.attrs["kernel"]
     (oh, ow), n, c = op.attrs["out_hw"], x.q.shape[0], x.q.shape[3]
     windows = x.q[:, :oh * k, :ow * k].reshape(n, oh, k, ow, k, c).transpose(0, 1, 3, 2, 4, 5)
-    return (np.ascontiguousarray(windows.reshape(n * oh * ow, k, k, c)), x.e, op.attrs["mode"],
-            ctx.rng(op), ctx.given_shift(op))
+    q, e = _avgpool_global(backend, op, ctx, np.ascontiguousarray(windows.reshape(n * oh * ow, k, k, c)), x.e)
+    return {op.outputs[0]: QTensor(q.reshape(n, oh, ow, c), e)}
 
 
-def _avgpool2d_fwd_result(op, env, ctx, out):
-    q, e = out
-    (oh, ow), x = op.attrs["out_hw"], env[op.inputs[0]]
-    return {op.outputs[0]: QTensor(q.reshape(x.q.shape[0], oh, ow, x.q.shape[3]), e)}
-
-
-avgpool2d_fwd = Kernel("avgpool_global_s8", _avgpool2d_fwd_args, _avgpool2d_fwd_result)
-
-
-def _avgpool2d_bwd(op, env, ctx, _):
+def avgpool2d_bwd(backend, op, env, ctx) -> dict:
+    """Each error spread over its window: no backend."""
     err, k = env[op.inputs[0]], op.attrs["kernel"]
     h, w = op.attrs["in_hw"]
     n, oh, ow, c = err.q.shape
@@ -162,9 +155,6 @@ def _avgpool2d_bwd(op, env, ctx, _):
     q[:, :oh * k, :ow * k] = err.q.repeat(k, axis=1).repeat(k, axis=2)
     return {op.outputs[0]: QTensor(q, err.e - ((k * k).bit_length() - 1))}
 
-
-avgpool_bwd = Kernel.local(_avgpool_bwd)
-avgpool2d_bwd = Kernel.local(_avgpool2d_bwd)
 
 OPS = {"niti.add": add, "niti.join": join, "niti.avgpool_fwd": avgpool_fwd, "niti.avgpool_bwd": avgpool_bwd,
        "niti.avgpool2d_fwd": avgpool2d_fwd, "niti.avgpool2d_bwd": avgpool2d_bwd}

@@ -29,10 +29,10 @@ def _group_bits(value):
     return None if ok else "must be an integer in 0..3 (int8 elements shifted by up to 2**7 fit int16)"
 
 
-def _mls(x, fmt, group_bits, rng):
+def _mls(backend, x, fmt, group_bits, rng):
     x = np.asarray(x, np.float32)
     rounding = fmt.rounding if fmt.rounding in ("round", "nearest_even", "sto") else "round"
-    return quantize_mls(x, fmt.bits, group_for(x.shape[-1], fmt.group_size), group_bits, rounding, rng)
+    return quantize_mls(backend, x, fmt.bits, group_for(x.shape[-1], fmt.group_size), group_bits, rounding, rng)
 
 
 class MLSNumerics(Numerics):
@@ -50,14 +50,14 @@ class MLSNumerics(Numerics):
     def _group_bits(self, ctx):
         return int(self.param(ctx.recipe, "group_bits", 2))
 
-    def quant_weight(self, w, ctx, op):
-        return (yield from _mls(w, ctx.recipe.tensors.weights, self._group_bits(ctx), ctx.rng(op)))
+    def quant_weight(self, backend, w, ctx, op):
+        return _mls(backend, w, ctx.recipe.tensors.weights, self._group_bits(ctx), ctx.rng(op))
 
-    def quant_act(self, x, ctx, op):
-        return (yield from _mls(x, ctx.recipe.tensors.activations, self._group_bits(ctx), ctx.rng(op)))
+    def quant_act(self, backend, x, ctx, op):
+        return _mls(backend, x, ctx.recipe.tensors.activations, self._group_bits(ctx), ctx.rng(op))
 
-    def quant_err(self, err, state, ctx, op):
-        return (yield from _mls(err, ctx.recipe.tensors.errors, self._group_bits(ctx), ctx.rng(op))), []
+    def quant_err(self, backend, err, state, ctx, op):
+        return _mls(backend, err, ctx.recipe.tensors.errors, self._group_bits(ctx), ctx.rng(op)), []
 
 
 ENGINE = Emulated(MLSNumerics())

@@ -17,7 +17,6 @@ from ..errors import LoweringError
 from ..nn import Add, AvgPool2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
 from ..numerics import QTensor
 from . import int_residual
-from ._kernel import Kernel
 
 ACTIVATION_DTYPE = "int8"
 INPUT_EXPONENT = -7            # pixels p in 0..255 enter as (p - 128) * 2**-7
@@ -152,127 +151,105 @@ def _rows(x: QTensor) -> np.ndarray:
     return x.q.reshape(x.q.shape[0], -1)
 
 
-# Each op is one backend hook (algorithms/_kernel.py): its arguments from the op's tensors,
-# and its outputs from what the hook returns. The executor calls the hook on the backend
-# the plan chose; nothing here holds a backend.
+# Each op function calls the hook of the backend it is handed (the one the plan placed the
+# op on) and maps the op's tensors to the hook's arguments and its result back. A
+# requantized product tells the executor its shift (ctx.note_shift): StepStats.shifts,
+# adaptive rescaling and the sliced runners read it there.
 
-def _conv_fwd_args(op, env, ctx):
+def conv_fwd(backend, op, env, ctx) -> dict:
     x, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
-    return x.q, w.q, a["stride"], a["pad"], a["mode"], ctx.rng(op), ctx.given_shift(op)
+    q, shift = backend.conv2d_requant_s8(x.q, w.q, a["stride"], a["pad"], a["mode"], ctx.rng(op),
+                                         ctx.given_shift(op))
+    return _product(op, ctx, x, w, q, shift)
 
 
-def _linear_fwd_args(op, env, ctx):
+def linear_fwd(backend, op, env, ctx) -> dict:
     x, w = env[op.inputs[0]], env[op.inputs[1]]
-    return _rows(x), w.q, op.attrs["mode"], ctx.rng(op), ctx.given_shift(op)
+    q, shift = backend.gemm_requant_s8(_rows(x), w.q, op.attrs["mode"], ctx.rng(op), ctx.given_shift(op))
+    return _product(op, ctx, x, w, q, shift)
 
 
-def _product_result(op, env, ctx, out):
-    """(q, shift) of a requantized product -> its int8 tensor, exponent inputs' + shift."""
-    q, s = out
-    return {op.outputs[0]: QTensor(q, env[op.inputs[0]].e + env[op.inputs[1]].e + s)}
+def conv_bwd_data(backend, op, env, ctx) -> dict:
+    err, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    q, shift = backend.conv2d_bwd_data_requant_s8(err.q, w.q, a["stride"], a["pad"], a["in_hw"], a["mode"],
+                                                  ctx.rng(op), ctx.given_shift(op))
+    return _product(op, ctx, err, w, q, shift)
 
 
-def _first_q(op, env, ctx):
-    return (env[op.inputs[0]].q,)
+def linear_bwd_data(backend, op, env, ctx) -> dict:
+    err, w = env[op.inputs[0]], env[op.inputs[1]]
+    q, shift = backend.gemm_requant_s8(_rows(err), np.ascontiguousarray(w.q.T), op.attrs["mode"], ctx.rng(op),
+                                       ctx.given_shift(op))
+    return _product(op, ctx, err, w, q, shift)
 
 
-def _same_exponent(op, env, ctx, q):
-    """The hook's int8 result keeps the first input's exponent."""
-    return {op.outputs[0]: QTensor(q, env[op.inputs[0]].e)}
+def _product(op, ctx, a: QTensor, b: QTensor, q, shift) -> dict:
+    """A requantized product's int8 result, exponent the operands' plus the shift (noted)."""
+    ctx.note_shift(op, shift)
+    return {op.outputs[0]: QTensor(q, a.e + b.e + shift)}
 
 
-def _relu_bwd_args(op, env, ctx):
-    return env[op.inputs[0]].q, env[op.inputs[1]].q
+def conv_bwd_weight(backend, op, env, ctx) -> dict:
+    err, x, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    return {op.outputs[0]: backend.conv2d_bwd_weight_s8(err.q, x.q, a["stride"], a["pad"], a["kernel"])}
 
 
-def _maxpool_fwd_args(op, env, ctx):
-    return env[op.inputs[0]].q, op.attrs["kernel"], op.attrs["stride"]
+def linear_bwd_weight(backend, op, env, ctx) -> dict:
+    err, x = env[op.inputs[0]], env[op.inputs[1]]
+    return {op.outputs[0]: backend.gemm_s8(np.ascontiguousarray(_rows(err).T), np.ascontiguousarray(_rows(x).T))}
 
 
-def _maxpool_fwd_result(op, env, ctx, out):
-    y, argmax = out
-    return {op.outputs[0]: QTensor(y, env[op.inputs[0]].e), op.outputs[1]: argmax}
+def relu_fwd(backend, op, env, ctx) -> dict:
+    x = env[op.inputs[0]]
+    return {op.outputs[0]: QTensor(backend.relu_s8(x.q), x.e)}
 
 
-def _maxpool_bwd_args(op, env, ctx):
-    a = op.attrs
-    return env[op.inputs[0]].q, env[op.inputs[1]], a["kernel"], a["stride"], a["in_hw"]
+def relu_bwd(backend, op, env, ctx) -> dict:
+    err = env[op.inputs[0]]
+    return {op.outputs[0]: QTensor(backend.relu_bwd_s8(err.q, env[op.inputs[1]].q), err.e)}
 
 
-def _reshape(op, env, ctx, _):
+def maxpool_fwd(backend, op, env, ctx) -> dict:
+    x = env[op.inputs[0]]
+    y, argmax = backend.maxpool_s8(x.q, op.attrs["kernel"], op.attrs["stride"])
+    return {op.outputs[0]: QTensor(y, x.e), op.outputs[1]: argmax}
+
+
+def maxpool_bwd(backend, op, env, ctx) -> dict:
+    err, a = env[op.inputs[0]], op.attrs
+    return {op.outputs[0]: QTensor(backend.maxpool_bwd_s8(err.q, env[op.inputs[1]], a["kernel"], a["stride"],
+                                                          a["in_hw"]), err.e)}
+
+
+def reshape(backend, op, env, ctx) -> dict:
+    """A view: no backend."""
     x = env[op.inputs[0]]
     shape = (x.q.shape[0], *op.attrs["shape"][1:])
     return {op.outputs[0]: QTensor(x.q.reshape(shape), x.e)}
 
 
-def _dropout_fwd_args(op, env, ctx):
-    return env[op.inputs[0]].q.shape, op.attrs["p"], ctx.rng(op)
-
-
-def _dropout_fwd_result(op, env, ctx, keep):
+def dropout_fwd(backend, op, env, ctx) -> dict:
     x = env[op.inputs[0]]
+    keep = backend.dropout_mask(x.q.shape, op.attrs["p"], ctx.rng(op))
     return {op.outputs[0]: QTensor(np.where(keep, x.q, 0).astype(np.int8), x.e), op.outputs[1]: keep}
 
 
-def _dropout_bwd(op, env, ctx, _):
+def dropout_bwd(backend, op, env, ctx) -> dict:
+    """The forward's mask applied to the error: no backend."""
     err, keep = env[op.inputs[0]], env[op.inputs[1]]
     return {op.outputs[0]: QTensor(np.where(keep, err.q, 0).astype(np.int8), err.e)}
 
 
-def _loss_grad_args(op, env, ctx):
+def loss_grad(backend, op, env, ctx) -> dict:
     logits, labels = env[op.inputs[0]], env[op.inputs[1]]
-    return _rows(logits), logits.e, labels, ctx.rng(op)
-
-
-def _loss_grad_result(op, env, ctx, err):
+    err = backend.niti_loss_grad_s8(_rows(logits), logits.e, labels, ctx.rng(op))
     return {op.outputs[0]: QTensor(err, numerics.LOSS_EXPONENT)}
 
 
-def _conv_bwd_data_args(op, env, ctx):
-    err, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
-    return err.q, w.q, a["stride"], a["pad"], a["in_hw"], a["mode"], ctx.rng(op), ctx.given_shift(op)
-
-
-def _linear_bwd_data_args(op, env, ctx):
-    err, w = env[op.inputs[0]], env[op.inputs[1]]
-    return _rows(err), np.ascontiguousarray(w.q.T), op.attrs["mode"], ctx.rng(op), ctx.given_shift(op)
-
-
-def _conv_bwd_weight_args(op, env, ctx):
-    err, x, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
-    return err.q, x.q, a["stride"], a["pad"], a["kernel"]
-
-
-def _linear_bwd_weight_args(op, env, ctx):
-    err, x = env[op.inputs[0]], env[op.inputs[1]]
-    return np.ascontiguousarray(_rows(err).T), np.ascontiguousarray(_rows(x).T)
-
-
-def _gradient(op, env, ctx, grad):
-    return {op.outputs[0]: grad}
-
-
-def _update_args(op, env, ctx):
+def update(backend, op, env, ctx) -> dict:
     w, grad = env[op.inputs[0]], env[op.inputs[1]]
     mu = ctx.recipe.schedule.at("mu", ctx.epoch, DEFAULT_MU)
-    return w.q, grad, mu, op.attrs["mode"], ctx.rng(op)
-
-
-conv_fwd = Kernel("conv2d_requant_s8", _conv_fwd_args, _product_result)
-linear_fwd = Kernel("gemm_requant_s8", _linear_fwd_args, _product_result)
-relu_fwd = Kernel("relu_s8", _first_q, _same_exponent)
-relu_bwd = Kernel("relu_bwd_s8", _relu_bwd_args, _same_exponent)
-maxpool_fwd = Kernel("maxpool_s8", _maxpool_fwd_args, _maxpool_fwd_result)
-maxpool_bwd = Kernel("maxpool_bwd_s8", _maxpool_bwd_args, _same_exponent)
-reshape = Kernel.local(_reshape)
-dropout_fwd = Kernel("dropout_mask", _dropout_fwd_args, _dropout_fwd_result)
-dropout_bwd = Kernel.local(_dropout_bwd)
-loss_grad = Kernel("niti_loss_grad_s8", _loss_grad_args, _loss_grad_result)
-conv_bwd_data = Kernel("conv2d_bwd_data_requant_s8", _conv_bwd_data_args, _product_result)
-linear_bwd_data = Kernel("gemm_requant_s8", _linear_bwd_data_args, _product_result)
-conv_bwd_weight = Kernel("conv2d_bwd_weight_s8", _conv_bwd_weight_args, _gradient)
-linear_bwd_weight = Kernel("gemm_s8", _linear_bwd_weight_args, _gradient)
-update = Kernel("niti_update_s8", _update_args, _same_exponent)
+    return {op.outputs[0]: QTensor(backend.niti_update_s8(w.q, grad, mu, op.attrs["mode"], ctx.rng(op)), w.e)}
 
 
 OPS = {

@@ -26,7 +26,6 @@ import numpy as np
 
 from ..nn import Conv2d, Linear
 from ._emulated import Emulated, Numerics, _int8_product, module_contract, product
-from ._kernel import Kernel, Program
 from ._quant import PRC_CANDIDATES, Scaled, quantize_int
 
 
@@ -39,33 +38,33 @@ def _flag(value):
     return None if isinstance(value, bool) else "must be true or false"
 
 
-def _int_fmt(x, fmt, rng=None):
-    return quantize_int(x, fmt.bits, fmt.scale, fmt.rounding if fmt.rounding != "none" else "round", rng)
+def _int_fmt(backend, x, fmt, rng=None):
+    return quantize_int(backend, x, fmt.bits, fmt.scale, fmt.rounding if fmt.rounding != "none" else "round", rng)
 
 
 class OctoNumerics(Numerics):
     prefix = "octo"
     known_params = {"prc_momentum": _unit_interval, "compensation": _flag}
 
-    def quant_weight(self, w, ctx, op):
-        return (yield from _int_fmt(w, ctx.recipe.tensors.weights, ctx.rng(op)))
+    def quant_weight(self, backend, w, ctx, op):
+        return _int_fmt(backend, w, ctx.recipe.tensors.weights, ctx.rng(op))
 
-    def quant_act(self, x, ctx, op):
-        return (yield from _int_fmt(x, ctx.recipe.tensors.activations, ctx.rng(op)))
+    def quant_act(self, backend, x, ctx, op):
+        return _int_fmt(backend, x, ctx.recipe.tensors.activations, ctx.rng(op))
 
     def err_state(self, layer):
         return {"prc_ratio": np.array(1.0, np.float32)}
 
     quant_hooks = ("absmax_f", "quantize_f", "prc_quantize")
 
-    def quant_err(self, err, state, ctx, op):
+    def quant_err(self, backend, err, state, ctx, op):
         fmt = ctx.recipe.tensors.errors
         momentum = float(self.param(ctx.recipe, "prc_momentum", 0.1))
         # range, ratio search and quantizer in one hook: one pass finds the error's nonzero
         # values (most are zero behind ReLU and max-pool), the others run over those
-        q, step, ratio = yield ("prc_quantize", np.asarray(err, np.float32), float(state[0]), momentum,
-                                PRC_CANDIDATES, fmt.bits, fmt.rounding if fmt.rounding != "none" else "round",
-                                ctx.rng(op))
+        q, step, ratio = backend.prc_quantize(np.asarray(err, np.float32), float(state[0]), momentum,
+                                              PRC_CANDIDATES, fmt.bits, fmt.rounding if fmt.rounding != "none" else "round",
+                                              ctx.rng(op))
         return Scaled(q, step), [np.array(ratio, np.float32)]
 
     # ------------------------------------------------------------ the compensation layer
@@ -112,13 +111,13 @@ class OctoNumerics(Numerics):
 
     group_update_hooks = ("sgd_f32_group",)
 
-    def update_group(self, params, ctx, op):
-        """(hook call) The layer's weight and compensation parameters, SGD with momentum
+    def update_group(self, backend, params, ctx, op):
+        """The layer's weight and compensation parameters, SGD with momentum
         each (the same arithmetic as `update`), in one call."""
         o = ctx.recipe.optimizer
         lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
-        done = yield ("sgd_f32_group", [(w, grad, state[0]) for w, grad, state in params], lr, o.momentum,
-                      o.weight_decay, o.nesterov)
+        done = backend.sgd_f32_group([(w, grad, state[0]) for w, grad, state in params], lr, o.momentum,
+                                     o.weight_decay, o.nesterov)
         return [(w, [v]) for w, v in done]
 
     def extra_init(self, layer, rng):
@@ -136,47 +135,44 @@ def compensation_names(layer_name):
     return f"{layer_name}.comp_scale", f"{layer_name}.comp_shift"
 
 
-def _inputs(op, env, ctx):
-    return tuple(env[t] for t in op.inputs)
+def comp_fwd(backend, op, env, ctx) -> dict:
+    """The compensation layer of a product with a bias between them: y = z * (1 + scale) + shift."""
+    return {op.outputs[0]: backend.compensation_fwd(*(env[t] for t in op.inputs))}
 
 
-def _output(op, env, ctx, out):
-    return {op.outputs[0]: out}
+def comp_bwd(backend, op, env, ctx) -> dict:
+    """(error of the raw product, scale's gradient, shift's gradient)."""
+    return dict(zip(op.outputs, backend.compensation_bwd(*(env[t] for t in op.inputs))))
 
 
-def _outputs(op, env, ctx, out):
-    return dict(zip(op.outputs, out))
-
-
-def _product_comp(op, env, ctx):
-    """(hook calls) A layer's product and its compensation layer: (raw product, compensated),
+def product_comp(backend, op, env, ctx) -> dict:
+    """A layer's product and its compensation layer: (raw product, compensated),
     the latter through a ReLU when the op took in the ReLU that read it (attrs["relu"],
     algorithms/_fusions.py)."""
     a, w, scale, shift = (env[t] for t in op.inputs)
     kind, attrs = op.attrs["role"], op.attrs
     relu = attrs.get("relu", False)
     if a.scalar_int8 and w.scalar_int8:   # one pass turns the sums into both floats
-        acc = yield _int8_product(kind, a.q, w.q, attrs)
-        z, y = yield ("dequantize_compensate", acc, float(a.scale) * float(w.scale), scale, shift, True, relu)
+        acc = _int8_product(backend, kind, a.q, w.q, attrs)
+        z, y = backend.dequantize_compensate(acc, float(a.scale) * float(w.scale), scale, shift, True, relu)
     else:
-        z = yield from product(kind, a, w, attrs)
-        y = yield ("compensation_fwd", z, scale, shift)
+        z = product(backend, kind, a, w, attrs)
+        y = backend.compensation_fwd(z, scale, shift)
         if relu:
-            y = yield ("relu_f32", y)
+            y = backend.relu_f32(y)
     return {op.outputs[0]: z, op.outputs[1]: y}
 
 
-def _pool_comp_args(op, env, ctx):
-    """(err, gate or None, argmax, kernel, stride, z, scale) of a pool backward folded into
-    the compensation's (algorithms/_fusions.py): inputs (err, argmax, z, scale[, gate])."""
+def pool_comp_bwd(backend, op, env, ctx) -> dict:
+    """A max-pool's backward folded into the compensation's (algorithms/_fusions.py): inputs
+    (err, argmax, z, scale[, gate]), outputs comp_bwd's."""
     err, argmax, z, scale, *gate = (env[t] for t in op.inputs)
-    return err, gate[0] if gate else None, argmax, op.attrs["kernel"], op.attrs["stride"], z, scale
+    return dict(zip(op.outputs, backend.pool_compensation_bwd(err, gate[0] if gate else None, argmax, op.attrs["kernel"],
+                                                              op.attrs["stride"], z, scale)))
 
 
-OctoNumerics.extra_ops = {"octo.comp_fwd": Kernel("compensation_fwd", _inputs, _output),
-                          "octo.product_comp": Program(_product_comp),
-                          "octo.comp_bwd": Kernel("compensation_bwd", _inputs, _outputs),
-                          "octo.pool_comp_bwd": Kernel("pool_compensation_bwd", _pool_comp_args, _outputs)}
+OctoNumerics.extra_ops = {"octo.comp_fwd": comp_fwd, "octo.product_comp": product_comp, "octo.comp_bwd": comp_bwd,
+                          "octo.pool_comp_bwd": pool_comp_bwd}
 ENGINE = Emulated(OctoNumerics())
 (ACTIVATION_DTYPE, check_recipe, check_model, forward, loss, backward, join_errors, OPS, init_params,
  prepare_input, logits_to_float) = module_contract(ENGINE)

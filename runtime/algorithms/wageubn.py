@@ -46,9 +46,9 @@ def on_grid(x, bits, rounding="round", rng=None) -> np.ndarray:
     return quantize_int_numpy(np.asarray(x, np.float64), bits, "pow2", rounding, rng).values()
 
 
-def on_grid_hooks(x, bits, rounding="round", rng=None) -> np.ndarray:
-    """(hook calls) on_grid on the op's backend (absmax_f, quantize_f)."""
-    return (yield from quantize_int(np.asarray(x, np.float64), bits, "pow2", rounding, rng)).values()
+def on_grid_hooks(backend, x, bits, rounding="round", rng=None) -> np.ndarray:
+    """on_grid on the op's backend (absmax_f, quantize_f)."""
+    return quantize_int(backend, np.asarray(x, np.float64), bits, "pow2", rounding, rng).values()
 
 
 @lru_cache(maxsize=64)
@@ -80,39 +80,39 @@ class WAGEUBNNumerics(Numerics):
     def init_weight(self, layer, rng):
         return to_accumulator(super().init_weight(layer, rng))
 
-    def quant_weight(self, w, ctx, op):
+    def quant_weight(self, backend, w, ctx, op):
         if self._float_layer(ctx, op):
             return Scaled(w.dequantize(), 1.0)
         shift = ACCUMULATOR_BITS - WEIGHT_BITS
-        return Scaled((yield ("shift_round", w.q, shift, "round", None)), 2.0 ** (w.e + shift))
+        return Scaled(backend.shift_round(w.q, shift, "round", None), 2.0 ** (w.e + shift))
 
-    def quant_act(self, x, ctx, op):
+    def quant_act(self, backend, x, ctx, op):
         if self._float_layer(ctx, op):
             return Scaled(np.asarray(x, np.float64), 1.0)
-        return (yield from quantize_int(x, ctx.recipe.tensors.activations.bits, "pow2", "round"))
+        return quantize_int(backend, x, ctx.recipe.tensors.activations.bits, "pow2", "round")
 
-    def quant_err(self, err, state, ctx, op):
+    def quant_err(self, backend, err, state, ctx, op):
         if self._float_layer(ctx, op):
             return Scaled(np.asarray(err, np.float64), 1.0), []
-        return (yield from quantize_int(err, ctx.recipe.tensors.errors.bits, "pow2", "round")), []
+        return quantize_int(backend, err, ctx.recipe.tensors.errors.bits, "pow2", "round"), []
 
     # wageubn_update: a conv/linear weight's accumulator; absmax_f, quantize_f: the float
     # parameters' (batch norm's gamma and beta, biases) grids
     update_hooks = ("wageubn_update", "absmax_f", "quantize_f")
     update_bytes_per_element = 12   # wageubn_update's double sums and int16 codes (cpu_ops/update_wageubn.cpp)
 
-    def update(self, w, grad, state, ctx, op):
+    def update(self, backend, w, grad, state, ctx, op):
         o = ctx.recipe.optimizer
         lr = scalar_on_grid(o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0), COEFFICIENT_BITS)
         momentum = scalar_on_grid(o.momentum, COEFFICIENT_BITS)
         if isinstance(w, QTensor):    # a conv/linear weight: the whole update is one hook
-            q, m = yield ("wageubn_update", w.q, w.e, grad, state[0], lr, momentum, o.weight_decay,
-                          ctx.recipe.tensors.gradients.bits, MOMENTUM_BITS, ACCUMULATOR_BITS, ctx.rng(op))
+            q, m = backend.wageubn_update(w.q, w.e, grad, state[0], lr, momentum, o.weight_decay,
+                                          ctx.recipe.tensors.gradients.bits, MOMENTUM_BITS, ACCUMULATOR_BITS, ctx.rng(op))
             return QTensor(q, w.e), [m]
         current = np.asarray(w, np.float64)
-        g = yield from on_grid_hooks(np.asarray(grad, np.float64) + o.weight_decay * current,
-                                     ctx.recipe.tensors.gradients.bits, "sto", ctx.rng(op))
-        m = yield from on_grid_hooks(momentum * np.asarray(state[0], np.float64) + g, MOMENTUM_BITS)
+        g = on_grid_hooks(backend, np.asarray(grad, np.float64) + o.weight_decay * current,
+                          ctx.recipe.tensors.gradients.bits, "sto", ctx.rng(op))
+        m = on_grid_hooks(backend, momentum * np.asarray(state[0], np.float64) + g, MOMENTUM_BITS)
         return on_grid(current - lr * m, ACCUMULATOR_BITS).astype(np.float32), [m.astype(np.float32)]
 
 

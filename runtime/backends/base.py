@@ -91,6 +91,45 @@ class Backend:
         """Weight gradient: int8 err[N,OH,OW,O], x[N,H,W,C] -> int32 [O,KH,KW,C]."""
         self._needs("conv2d_bwd_weight_s8")
 
+    # ------------------------------------------------------------ depthwise products
+    # One filter per channel: groups == C, weight (C, KH, KW, 1), pad symmetric, no dilation.
+    # The int8 hooks return exact sums, ops_ref's bits; the float32 ones the sums in the
+    # order ops_ref states (each product rounded, then added; no fused multiply-add).
+    def dwconv2d_s8(self, x, w, stride: int, pad: int) -> np.ndarray:
+        """int8 x[N,H,W,C] * w[C,KH,KW,1], channel by channel -> int32 [N,OH,OW,C]."""
+        self._needs("dwconv2d_s8")
+
+    def dwconv2d_bwd_data_s8(self, err, w, stride: int, pad: int, in_hw: tuple[int, int]) -> np.ndarray:
+        """Transposed depthwise conv: int8 err[N,OH,OW,C], w[C,KH,KW,1] -> int32 [N,H,W,C]."""
+        self._needs("dwconv2d_bwd_data_s8")
+
+    def dwconv2d_bwd_weight_s8(self, err, x, stride: int, pad: int, kernel: tuple[int, int]) -> np.ndarray:
+        """Weight gradient: int8 err[N,OH,OW,C], x[N,H,W,C] -> int32 [C,KH,KW,1] (int64 when
+        N*OH*OW*127*127 >= 2**31)."""
+        self._needs("dwconv2d_bwd_weight_s8")
+
+    def dwconv2d_requant_s8(self, x, w, stride: int, pad: int, mode: str, rng: RngKey | None,
+                            shift: int | None = None) -> tuple[np.ndarray, int]:
+        """(optional) dwconv2d_s8 then requantize, so the int32 sums can stay in cache."""
+        return self.requantize(self.dwconv2d_s8(x, w, stride, pad), mode, rng, shift)
+
+    def dwconv2d_bwd_data_requant_s8(self, err, w, stride: int, pad: int, in_hw, mode: str,
+                                     rng: RngKey | None, shift: int | None = None) -> tuple[np.ndarray, int]:
+        """(optional) dwconv2d_bwd_data_s8 then requantize."""
+        return self.requantize(self.dwconv2d_bwd_data_s8(err, w, stride, pad, in_hw), mode, rng, shift)
+
+    def dwconv2d_f32(self, x, w, stride: int, pad: int) -> np.ndarray:
+        """float32 depthwise forward: x[N,H,W,C] * w[C,KH,KW,1] -> [N,OH,OW,C]."""
+        self._needs("dwconv2d_f32")
+
+    def dwconv2d_bwd_data_f32(self, err, w, stride: int, pad: int, in_hw) -> np.ndarray:
+        """float32 depthwise backward data -> [N,H,W,C]."""
+        self._needs("dwconv2d_bwd_data_f32")
+
+    def dwconv2d_bwd_weight_f32(self, err, x, stride: int, pad: int, kernel) -> np.ndarray:
+        """float32 depthwise weight gradient -> [C,KH,KW,1]."""
+        self._needs("dwconv2d_bwd_weight_f32")
+
     # ------------------------------------------------------------ epilogue (required)
     def absmax(self, acc: np.ndarray) -> int:
         """max |acc| as a Python int (0 for an empty tensor)."""

@@ -19,7 +19,7 @@ import numpy as np
 from ..cores import own_cores
 from ..numerics import RngKey
 from .base import Backend
-from .ops_ref import FLOAT_RECIPE_HOOKS
+from .ops_ref import DEPTHWISE_HOOKS, FLOAT_RECIPE_HOOKS
 
 try:
     from .. import _cpu_ops as _native
@@ -47,6 +47,11 @@ INT8_PRODUCT_HOOKS = frozenset({"gemm_s8", "conv2d_s8", "conv2d_bwd_data_s8", "c
 # convolutions (cpu_ops/conv_f32.cpp): their kept buffers are sized there too.
 EXACT_PRODUCT_HOOKS = ("matmul_s16", "matmul_fp16_chunked")
 F32_CONV_HOOKS = frozenset({"conv2d_f32", "conv2d_bwd_data_f32", "conv2d_bwd_weight_f32"})
+# The depthwise convolutions (cpu_ops/dwconv.cpp): hook -> (pass, bytes per element), for their scratch.
+DEPTHWISE_PASSES = {"dwconv2d_s8": ("forward", 1), "dwconv2d_requant_s8": ("forward", 1),
+                    "dwconv2d_bwd_data_s8": ("backward_data", 1), "dwconv2d_bwd_data_requant_s8": ("backward_data", 1),
+                    "dwconv2d_bwd_weight_s8": ("backward_weight", 1), "dwconv2d_f32": ("forward", 4),
+                    "dwconv2d_bwd_data_f32": ("backward_data", 4), "dwconv2d_bwd_weight_f32": ("backward_weight", 4)}
 
 
 def _conv_operands(product, shapes):
@@ -86,6 +91,7 @@ class CpuBackend(Backend):
         "niti_loss_grad_s8", "niti_update_s8",
         "gemm_f32", "conv2d_f32", "conv2d_bwd_data_f32", "conv2d_bwd_weight_f32",
         *FLOAT_RECIPE_HOOKS,
+        *DEPTHWISE_HOOKS, "dwconv2d_requant_s8", "dwconv2d_bwd_data_requant_s8",
     })
     blocks_for_cache = True   # cpu_ops/gemm_driver.cpp: Goto-style blocking (A blocks in L2, B panels in L1)
 
@@ -122,6 +128,9 @@ class CpuBackend(Backend):
         if product is None:
             return {}
         shape = [graph.tensors[t].shape for t in (*op.inputs, *op.outputs)]
+        depthwise = [h for h in op.hooks if h in DEPTHWISE_PASSES]
+        if depthwise:
+            return _depthwise_scratch(depthwise[0], product, shape, op, rows)
         exact = [h for h in EXACT_PRODUCT_HOOKS if h in op.hooks]
         if exact:
             m, n, k, a_transposed = _exact_mnk(product, shape, op, rows)
@@ -163,6 +172,31 @@ class CpuBackend(Backend):
 
     def conv2d_bwd_weight_s8(self, err, x, stride, pad, kernel):
         return _native.conv2d_bwd_weight_s8(err, x, stride, pad, tuple(kernel))
+
+    # ------------------------------------------------------------ depthwise products (cpu_ops/dwconv.cpp)
+    def dwconv2d_s8(self, x, w, stride, pad):
+        return _native.dwconv2d_s8(x, w, stride, pad)
+
+    def dwconv2d_requant_s8(self, x, w, stride, pad, mode, rng, shift=None):
+        return _native.dwconv2d_requant_s8(x, w, stride, pad, _shift(shift), mode, _rng(rng))
+
+    def dwconv2d_bwd_data_s8(self, err, w, stride, pad, in_hw):
+        return _native.dwconv2d_bwd_data_s8(err, w, stride, pad, tuple(in_hw))
+
+    def dwconv2d_bwd_data_requant_s8(self, err, w, stride, pad, in_hw, mode, rng, shift=None):
+        return _native.dwconv2d_bwd_data_requant_s8(err, w, stride, pad, tuple(in_hw), _shift(shift), mode, _rng(rng))
+
+    def dwconv2d_bwd_weight_s8(self, err, x, stride, pad, kernel):
+        return _native.dwconv2d_bwd_weight_s8(err, x, stride, pad, tuple(kernel))
+
+    def dwconv2d_f32(self, x, w, stride, pad):
+        return _native.dwconv2d_f32(x, w, stride, pad)
+
+    def dwconv2d_bwd_data_f32(self, err, w, stride, pad, in_hw):
+        return _native.dwconv2d_bwd_data_f32(err, w, stride, pad, tuple(in_hw))
+
+    def dwconv2d_bwd_weight_f32(self, err, x, stride, pad, kernel):
+        return _native.dwconv2d_bwd_weight_f32(err, x, stride, pad, tuple(kernel))
 
     # ------------------------------------------------------------ epilogue
     def absmax(self, acc):
@@ -314,6 +348,15 @@ class CpuBackend(Backend):
 
     def conv2d_bwd_weight_f32(self, err, x, stride, pad, kernel):
         return _native.conv2d_bwd_weight_f32(err, x, stride, pad, tuple(kernel))
+
+
+def _depthwise_scratch(hook, product, shapes, op, rows) -> dict[str, int]:
+    """A depthwise pass's kept buffers (cpu_ops/dwconv.h dwconv_scratch): x (N, H, W, C),
+    w (C, KH, KW, 1), from the product's operands as a dense conv's."""
+    pass_, element_bytes = DEPTHWISE_PASSES[hook]
+    x, w = _conv_operands(product, shapes)
+    sizes = [rows, *x[1:], w[1], w[2], op.attrs["stride"], op.attrs["pad"]]
+    return dict(_native.dwconv_scratch_bytes(pass_, sizes, element_bytes, hook.endswith("requant_s8")))
 
 
 def _owned_int32(acc) -> bool:

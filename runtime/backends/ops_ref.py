@@ -33,6 +33,12 @@ FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_error
                       "relu_maxpool_f32", "relu_maxpool_bwd_f32", "pool_compensation_bwd")   # base.py composes these
 
 
+#: the depthwise convolutions (one filter per channel: weight (C, KH, KW, 1)); their
+#: requant variants are base.py's compositions
+DEPTHWISE_HOOKS = ("dwconv2d_s8", "dwconv2d_bwd_data_s8", "dwconv2d_bwd_weight_s8",
+                   "dwconv2d_f32", "dwconv2d_bwd_data_f32", "dwconv2d_bwd_weight_f32")
+
+
 class RefBackend(Backend):
     name = "ref"
     hooks = frozenset({
@@ -42,6 +48,7 @@ class RefBackend(Backend):
         "dropout_mask", "gemm_f32", "conv2d_f32", "conv2d_bwd_data_f32", "conv2d_bwd_weight_f32",
         "numpy_f32",  # the FP32 recipe's element-wise ops run as NumPy code on this backend
         "add_align_s8", "avgpool_global_s8",   # residual networks under integer recipes
+        *DEPTHWISE_HOOKS,
         *FLOAT_RECIPE_HOOKS,
     })
 
@@ -82,6 +89,28 @@ class RefBackend(Backend):
         cols = im2col(x, kh, kw, stride, pad)
         dw = err.reshape(-1, o).astype(np.float64).T @ cols
         return _to_acc(dw, depth).reshape(o, kh, kw, x.shape[-1])
+
+    # ------------------------------------------------------------ depthwise products
+    # Exact in int32 (int64 for a weight gradient whose N*OH*OW sum could overflow it); the
+    # float32 forms summed in one stated order, which the native kernels keep (_dw_forward).
+    def dwconv2d_s8(self, x, w, stride, pad):
+        return _dw_forward(x, w, stride, pad, np.int32)
+
+    def dwconv2d_bwd_data_s8(self, err, w, stride, pad, in_hw):
+        return _dw_backward_data(err, w, stride, pad, in_hw, np.int32)
+
+    def dwconv2d_bwd_weight_s8(self, err, x, stride, pad, kernel):
+        depth = err.shape[0] * err.shape[1] * err.shape[2]
+        return _dw_backward_weight(err, x, stride, pad, kernel, numerics.acc_dtype(depth))
+
+    def dwconv2d_f32(self, x, w, stride, pad):
+        return _dw_forward(x, w, stride, pad, np.float32)
+
+    def dwconv2d_bwd_data_f32(self, err, w, stride, pad, in_hw):
+        return _dw_backward_data(err, w, stride, pad, in_hw, np.float32)
+
+    def dwconv2d_bwd_weight_f32(self, err, x, stride, pad, kernel):
+        return _dw_backward_weight(err, x, stride, pad, kernel, np.float32)
 
     # ------------------------------------------------------------ epilogue
     def absmax(self, acc):
@@ -229,6 +258,65 @@ class RefBackend(Backend):
         o = err.shape[-1]
         cols = im2col(x, kh, kw, stride, pad).astype(np.float32)
         return (err.reshape(-1, o).T @ cols).reshape(o, kh, kw, x.shape[-1])
+
+
+# ---------------------------------------------------------------- depthwise arithmetic
+# One loop over the taps, each a whole-tensor multiply-add in `dtype`. For int8 operands in
+# int32 (int64) this is exact, so any order agrees. For float32 it fixes the order every
+# backend keeps to give the same bits: each product rounded to float32, then added (no fused
+# multiply-add), a sum starting from 0.0 --
+#   forward and backward data: over the taps in (kh, kw) order;
+#   weight gradient: per image over its output positions in (oh, ow) order, then the images'
+#   sums added in image order (per-image sums keep the rounding of a long sum in check).
+
+def _dw_padded(x, pad, dtype):
+    return np.pad(x.astype(dtype), ((0, 0), (pad, pad), (pad, pad), (0, 0))) if pad else x.astype(dtype)
+
+
+def _dw_tap(xp, i, j, oh, ow, stride):
+    """The input (padded) each output position meets at tap (i, j): [N, OH, OW, C]."""
+    return xp[:, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride, :]
+
+
+def _dw_forward(x, w, stride, pad, dtype):
+    n, h, wd, c = x.shape
+    kh, kw = w.shape[1:3]
+    if w.shape != (c, kh, kw, 1):
+        raise ValueError(f"depthwise weight shape {w.shape} does not match {c} input channels (C, KH, KW, 1)")
+    oh, ow = out_size(h, kh, stride, pad), out_size(wd, kw, stride, pad)
+    xp, wc = _dw_padded(x, pad, dtype), w[..., 0].astype(dtype)
+    y = np.zeros((n, oh, ow, c), dtype)
+    for i in range(kh):
+        for j in range(kw):
+            y += _dw_tap(xp, i, j, oh, ow, stride) * wc[:, i, j]
+    return y
+
+
+def _dw_backward_data(err, w, stride, pad, in_hw, dtype):
+    n, oh, ow, c = err.shape
+    kh, kw = w.shape[1:3]
+    h, wd = in_hw
+    dx = np.zeros((n, h + 2 * pad, wd + 2 * pad, c), dtype)
+    e, wc = err.astype(dtype), w[..., 0].astype(dtype)
+    for i in range(kh):
+        for j in range(kw):
+            dx[:, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride, :] += e * wc[:, i, j]
+    return np.ascontiguousarray(dx[:, pad:pad + h, pad:pad + wd, :])
+
+
+def _dw_backward_weight(err, x, stride, pad, kernel, dtype):
+    n, oh, ow, c = err.shape
+    kh, kw = kernel
+    xp, e = _dw_padded(x, pad, dtype), err.astype(dtype)
+    taps = np.stack([_dw_tap(xp, i, j, oh, ow, stride) for i in range(kh) for j in range(kw)], axis=3)
+    per_image = np.zeros((n, kh * kw, c), dtype)              # [N, taps, C]
+    for p in range(oh):
+        for q in range(ow):
+            per_image += taps[:, p, q] * e[:, p, q, None, :]
+    dw = np.zeros((kh * kw, c), dtype)
+    for image in per_image:
+        dw += image
+    return np.ascontiguousarray(dw.T.reshape(c, kh, kw, 1))
 
 
 def _c_div(a: np.ndarray, divisor) -> np.ndarray:

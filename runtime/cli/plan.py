@@ -39,7 +39,7 @@ def run(args) -> int:
     parts, planner = planned_parts(config, args, notes=False)
     model, frozen = parts.model, parts.frozen
     try:
-        plan = planner.plan_model(model, config.recipe, config.train.batch_size, True, frozen, prepare=False)
+        plan = planner.build(parts.graph)   # the training graph at the run's batch, lowered once (assembly)
         fitter = plan.fitter(config.memory.micro_batch, config.memory.recompute)
         placed = sorted({p.backend for p in plan.placement.values()})
         print(f"{config.name}: {model.name} on {', '.join(placed)}")

@@ -32,61 +32,50 @@ def _resume_mode(text: str) -> str:
 def run(args) -> int:
     from ..config import load_run
     from ..energy import make_meter
-    from ..execute import Step, serve
+    from ..execute import Step
     from ..train import Trainer
 
     config = apply_run_options(load_run(args.run), args)
     meter, why = make_meter(config.energy)
-    # --backend goes to the plan builder, and the Step that runs its plans stays here: the
-    # Trainer (served) asks it for each batch, and never holds a backend
+    # --backend goes to the plan builder; the Trainer runs the Step of its plans and closes it
     parts, planner = planned_parts(config, args)
     try:
-        step = Step(config, parts.model, parts.frozen, parts.algorithm, parts.device, planner)
-        trainer = Trainer(config, progress=not args.quiet, energy_meter=meter, parts=parts, served=True)
+        step = Step(config, parts.model, parts.frozen, parts.algorithm, parts.device, planner, parts.graph)
+        trainer = Trainer(config, progress=not args.quiet, energy_meter=meter, parts=parts, step=step)
     except BaseException:
         planner.close()
         raise
-    try:   # bad data, or a budget no plan fits: one error line, before anything else is printed
-        trainer.train_data, trainer.test_data
-        serve(step, trainer.check_budget_requests(config.train.batch_size))
-    except BaseException:
-        trainer.close()
-        step.close()
-        raise
-    found = os.path.lexists(trainer.checkpoint_path)   # a FIFO or dangling link is found too, and refused by load
-    if args.resume:
-        if found:
-            try:
-                trainer.load()
-            except BaseException:
-                trainer.close()
-                step.close()
-                raise
-            print(f"resuming {config.name} at epoch {trainer.epoch + 1}, step {trainer.global_step} "
-                  f"from {trainer.checkpoint_path}", file=sys.stderr)
-        elif args.resume == "auto":
-            print(f"no checkpoint at {trainer.checkpoint_path}; starting from scratch", file=sys.stderr)
-        else:
-            trainer.close()
-            step.close()
-            raise UserError(f"--resume: no checkpoint at {trainer.checkpoint_path} "
-                            f"(--resume auto starts from scratch when there is none)")
-    elif found:
-        trainer.close()
-        step.close()
-        raise UserError(f"{trainer.checkpoint_path} exists: pass --resume to continue it, "
-                        f"or --out DIR for a fresh run")
-    if not args.quiet:
-        print(f"energy: {why}", file=sys.stderr)
-    print(f"{config.name}: {trainer.model.name} with {config.recipe.name} on {' > '.join(step.backend_names())}, "
-          f"output in {trainer.out_dir}", file=sys.stderr)
-    try:
-        history = serve(step, trainer.fit_requests())
-    finally:
-        trainer.close()
-        step.close()
+    with trainer:   # closes the step, its backends and the meter on every way out
+        # bad data, or a budget no plan fits: one error line, before anything else is printed
+        trainer.check_data()
+        trainer.check_budget(config.train.batch_size)
+        _resume_or_refuse(trainer, args, config)
+        if not args.quiet:
+            print(f"energy: {why}", file=sys.stderr)
+        print(f"{config.name}: {trainer.model.name} with {config.recipe.name} on {' > '.join(step.backend_names())}, "
+              f"output in {trainer.out_dir}", file=sys.stderr)
+        history = trainer.fit()
     if history:
         last = history[-1]
         print(f"final test accuracy {last['test_accuracy']:.4f} after {last['epoch']} epochs")
         print(f"plot it: dsptrain plot {trainer.out_dir}", file=sys.stderr)
     return 0
+
+
+def _resume_or_refuse(trainer, args, config) -> None:
+    """--resume: load the checkpoint (--resume auto: if there is one); without it an existing
+    checkpoint is refused rather than overwritten."""
+    found = os.path.lexists(trainer.checkpoint_path)   # a FIFO or dangling link is found too, and refused by load
+    if args.resume:
+        if found:
+            trainer.load()
+            print(f"resuming {config.name} at epoch {trainer.epoch + 1}, step {trainer.global_step} "
+                  f"from {trainer.checkpoint_path}", file=sys.stderr)
+        elif args.resume == "auto":
+            print(f"no checkpoint at {trainer.checkpoint_path}; starting from scratch", file=sys.stderr)
+        else:
+            raise UserError(f"--resume: no checkpoint at {trainer.checkpoint_path} "
+                            f"(--resume auto starts from scratch when there is none)")
+    elif found:
+        raise UserError(f"{trainer.checkpoint_path} exists: pass --resume to continue it, "
+                        f"or --out DIR for a fresh run")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ..errors import BackendError, NoSupport
 from ..numerics import RngKey
-from .bound import invoke, kernel_hook
+from .bound import call_op
 from .pipeline import run_pipelined
 from .planned import run_planned
 from .split import run_serial
@@ -35,6 +35,9 @@ class StepContext:
     batch_total: int            # rows in the full batch (micro-batches see a slice)
     row_offset: int = 0         # first row of this micro-batch in the full batch
     shifts: dict | None = None  # op name -> a shift to use instead of estimating it
+    # op name -> the shifts its requantizing hooks used, as the op function noted them
+    # (note_shift) until the executor takes them; each copy of a context has its own
+    noted: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def rng(self, op) -> RngKey:
         """The random bits of `op`'s first output: rows of a micro-batch get the full batch's bits."""
@@ -49,6 +52,27 @@ class StepContext:
 
     def given_shift(self, op):
         return self.shifts.get(op.name) if self.shifts else None
+
+    def note_shift(self, op, shift) -> None:
+        """An op function's word that a requantizing hook of `op` used `shift` (a product's
+        (q, shift), or a range hook's exponent less its operands'): StepStats.shifts,
+        adaptive rescaling and the runners that slice a batch read it (take_shift)."""
+        self.noted.setdefault(op.name, []).append(int(shift))
+
+    def take_shift(self, op) -> int | None:
+        """The one shift `op` noted since it was last taken (None: none). Slices of a batch
+        and recomputed ops are joined bit for bit only with one shift per op."""
+        shifts = self.noted.pop(op.name, None)
+        if not shifts:
+            return None
+        if len(shifts) > 1 and len(set(shifts)) != 1:
+            raise RuntimeError(f"{op.name} requantized {len(shifts)} times with shifts {shifts}: "
+                               f"micro-batching and recomputation need one shift per op")
+        return shifts[0]
+
+    def drop_shift(self, op) -> None:
+        """Forget what `op` noted (a runner that does not need its shift)."""
+        self.noted.pop(op.name, None)
 
 
 @dataclass
@@ -140,10 +164,10 @@ class Executor:
         return run_serial(self, plan, env, ctx, stats, ops)
 
     def call(self, plan, op, env: dict, ctx: StepContext, stats: StepStats | None = None,
-             wrap=None, rows: tuple[int, int] | None = None, backend: str | None = None) -> tuple[dict, str]:
+             rows: tuple[int, int] | None = None, backend: str | None = None) -> tuple[dict, str]:
         """Run one op on its backend, falling back down the priority order when a device
-        fails; returns (outputs, backend name). `wrap(backend)` may put a proxy in front of
-        the backend; `rows` = (rows run, rows in the batch) scales the counted work;
+        fails; returns (outputs, backend name); the shift a requantizing op used is then
+        `ctx.take_shift(op)`. `rows` = (rows run, rows in the batch) scales the counted work;
         `backend` starts there instead of at the op's placement (a fallback already chosen)."""
         faulted = self._faulted
         name = backend or plan.backend_of(op)
@@ -153,9 +177,9 @@ class Executor:
             backend = self.backends[name]
             started = time.perf_counter()
             backend.current_op = op
+            ctx.drop_shift(op)   # what an earlier, failed attempt noted
             try:
-                run = self.algorithm.OPS[op.kind]
-                outputs = invoke(run, kernel_hook(run), wrap(backend) if wrap else backend, op, env, ctx)
+                outputs = call_op(self.algorithm.OPS[op.kind], backend, op, env, ctx)
             except BackendError as exc:
                 name = self.fall_back(plan, op, name, exc, stats)
                 continue

@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 
 from ..numerics import QTensor
-from .slices import Recorded, as_array, run_rows
+from .slices import as_array, run_rows
 
 
 def run_planned(executor, plan, env: dict, ctx, stats, option, arena) -> dict:
@@ -40,15 +40,15 @@ def run_planned(executor, plan, env: dict, ctx, stats, option, arena) -> dict:
             if shift is not None and not step.recompute:
                 recorded[op.name] = shift
         else:
-            wrap = Recorded()
-            outputs, _ = executor.call(plan, op, env, sctx, stats, wrap=wrap if op.takes_range() else None)
+            outputs, _ = executor.call(plan, op, env, sctx, stats)
+            shift = sctx.take_shift(op)
             for t, value in outputs.items():
                 if t in memory.writes[i]:    # else no step reads it (planner: unread values)
                     env[t] = arena.store(memory.writes[i][t], value, t)
             # the fresh results go now, not while the next op runs (op_workspace counts one op's)
             outputs = value = None
             if op.takes_range() and not step.recompute:
-                recorded[op.name] = wrap.one(op)
+                recorded[op.name] = shift
         for t in memory.frees[i]:
             env.pop(t, None)
     if stats is not None:   # products only, as a plain step records (adaptive rescaling reads them)

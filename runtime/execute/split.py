@@ -23,7 +23,7 @@ import numpy as np
 from ..memory.planner import value_dtype
 from ..numerics import QTensor
 from .bound import run_bound
-from .slices import Recorded, as_array, run_rows
+from .slices import as_array, run_rows
 
 
 def op_rows(graph, op, env) -> int | None:
@@ -63,9 +63,8 @@ def run_op(executor, plan, op, env, ctx, stats=None) -> tuple[dict, int | None]:
     chunk = plan.split_rows(op, n) if n and not (requant and ctx.given_shift(op) is None) else None
     share = (n, graph.batch) if n and n != graph.batch else None
     if not chunk or chunk >= n:
-        wrap = Recorded() if requant else None
-        outputs, _ = executor.call(plan, op, env, ctx, stats, wrap=wrap, rows=share)
-        return outputs, (wrap.one(op) if wrap is not None else None)
+        outputs, _ = executor.call(plan, op, env, ctx, stats, rows=share)
+        return outputs, (ctx.take_shift(op) if requant else ctx.drop_shift(op))
     if stats is not None:
         stats.split_ops += 1
     parts: dict[int, dict] = {}

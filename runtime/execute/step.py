@@ -1,13 +1,8 @@
 """One training step and what it needs: the plans of the Planner it is given (plan.py:
 it holds the backends, builds their plans and runs them), and the memory budget with its
-arena. It lives beside the executor because it holds the backends (through the Planner):
-the Trainer (train/loop.py: epochs, metrics, checkpoints) does not. The Trainer asks it
-for what it needs by requests (`serve`): `("train", state, images, labels, step, epoch,
-seed, energy_meter, rescale)`, `("predict", ...)`, `("check_budget", batch)`, ... each a
-call of the Step method of that name. The command line holds the Step and serves the
-Trainer's requests (cli/train.py), so the backend choice goes CLI -> plan -> execute ->
-kernel and never enters train/; a Python-API Trainer holds a Step of its own and serves
-itself (train/step.py).
+arena. The Trainer (train/loop.py: epochs, metrics, checkpoints) holds one and calls it:
+`train(state, images, labels, step, epoch, seed, energy_meter, rescale)` for a batch,
+`predict(...)` for scores, `check_budget(batch)` before training.
 
 Nothing here reads the data, writes a file or knows about epochs beyond the number the
 counter-based RNG is keyed with; adaptive rescaling's state (rescale.py) is the
@@ -27,13 +22,14 @@ from .executor import StepContext, StepStats
 class Step:
     """The step of one run: `train()` runs one batch forward, backward and through the update."""
 
-    def __init__(self, run, model, frozen, algorithm, device, planner):
+    def __init__(self, run, model, frozen, algorithm, device, planner, lowered=None):
         self.run, self.model, self.frozen = run, model, frozen
         self.recipe, self.algorithm, self.device = run.recipe, algorithm, device
         # `planner`: the plan builder of the backend choice (plan.Planner), which the command
-        # line made from --backend or the run's `backend:` (train/step.py for the Python API)
+        # line made from --backend or the run's `backend:` (train/step.py for the Python API);
+        # `lowered`: the training graph train/assembly.py lowered already (Parts.graph)
         self.planner = planner
-        self.plans = planner.plans_for(model, run.recipe, frozen)
+        self.plans = planner.plans_for(model, run.recipe, frozen, lowered)
         # The memory-budget layer: a budget source read between steps, and the arena of
         # the plan in use (weights and optimizer state live in it as views).
         self.budget = source_from_config(run.memory, run.source or "memory")
@@ -180,21 +176,3 @@ def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> float:
     shifted = logits - logits.max(axis=1, keepdims=True)
     log_sum = np.log(np.exp(shifted).sum(axis=1))
     return float(np.mean(log_sum - shifted[np.arange(len(labels)), labels]))
-
-
-def serve(step: Step, requests):
-    """Answer the Trainer's `requests` (a generator, train/loop.py: `fit_requests`,
-    `step_requests`, ...) with `step`: each request `(method, *args)` it yields is a call
-    of that Step method, whose result is sent back (or whose exception is raised there);
-    returns what the generator returns. The Step, and the backends it holds, stay on
-    this side: the Trainer only ever sees weights, StepStats and scores."""
-    value, error = None, None
-    while True:
-        try:
-            request = requests.throw(error) if error is not None else requests.send(value)
-        except StopIteration as done:
-            return done.value
-        try:
-            value, error = getattr(step, request[0])(*request[1:]), None
-        except Exception as exc:   # raised in the Trainer's code, where the request was made
-            value, error = None, exc

@@ -2,8 +2,8 @@
 
 - assembly.py: a run config's parts (the recipe's algorithm, the model, the device
   profile, the energy meter, the data splits);
-- step.py: the step of a Python-API Trainer (execute.Step on a Planner of the run's
-  backend); the command line makes its own and serves the Trainer's requests;
+- step.py: the execute.Step a Trainer makes for itself (on a Planner of the run's
+  backend) when it is not handed one;
 - loop.py: the Trainer, the loop around the step (epochs, evaluation, metrics);
   checkpoints.py: what it saves and how it continues from a checkpoint.
 """

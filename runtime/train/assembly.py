@@ -26,6 +26,8 @@ class Parts:
     model: object              # nn.Model
     frozen: frozenset          # names of layers that get no gradient and no update
     device: object             # config.DeviceProfile of the run's scheduler
+    graph: object = None       # graph.TrainGraph: the model lowered for training at the run's batch size,
+                               # once: the Step plans this graph rather than lowering the model again
 
 
 def assemble(run, model=None, progress: bool = True, notes: bool = True) -> Parts:
@@ -35,8 +37,8 @@ def assemble(run, model=None, progress: bool = True, notes: bool = True) -> Part
     to stderr (`dsptrain plan` reports the frozen layers in its own output instead)."""
     algorithm = algorithm_module(run.recipe.module)
     model, frozen = _resolve_model(run, model, notes)
-    _lowered_or_explained(model, run)
-    return Parts(algorithm, model, frozen, load_device(run.scheduler.device))
+    graph = _lowered_or_explained(model, run, frozen)
+    return Parts(algorithm, model, frozen, load_device(run.scheduler.device), graph)
 
 
 def initial_state(parts: Parts, recipe, seed: int) -> dict:
@@ -79,11 +81,12 @@ def lowerable_models(recipe, num_classes: int | None = 10) -> list[str]:
     return names
 
 
-def _lowered_or_explained(model, run) -> None:
-    """Lower `model` once so a model the recipe cannot lower fails before data loads, with
-    the run file and key in the message and the models that recipe can lower."""
+def _lowered_or_explained(model, run, frozen):
+    """`model` lowered for training at the run's batch size (the graph the first plan is
+    built on), so a model the recipe cannot lower fails before data loads, with the run
+    file and key in the message and the models that recipe can lower."""
     try:
-        lower(model, run.recipe, 1)
+        return lower(model, run.recipe, run.train.batch_size, True, frozen)
     except LoweringError as exc:
         where = f"{run.source}: model.name: {model.name!r}: " if run.source else f"model {model.name!r}: "
         can = lowerable_models(run.recipe, run.model.num_classes)

@@ -5,12 +5,10 @@ evaluates, records metrics and checkpoints; its parts come from train/assembly.p
     trainer = dsptrain.Trainer(run)
     trainer.fit()
 
-Each batch runs on an execute.Step, which holds the backends (through its Planner). The
-loop asks it by requests: `fit_requests()` (and `step_requests`, `predict_requests`,
-`evaluate_requests`, `check_budget_requests`) is a generator that yields `(Step method,
-*args)` and is sent the result; `fit()` and the others answer them with the Trainer's own
-Step (execute.serve). The command line makes the Step itself and answers a Trainer made
-with `served=True`, which holds no backend: the backend choice never enters train/.
+Each batch runs on the execute.Step the Trainer holds (`self.steps`: the Planner with the
+backends, the plans, the memory budget and its arena), called directly: `self.steps.train(...)`
+for a batch, `self.steps.predict(...)` for scores. The Trainer makes its Step from the
+run (train/step.py) unless it is handed one (the command line makes it from --backend).
 """
 from __future__ import annotations
 
@@ -29,20 +27,19 @@ from ..inputs import check_environment, check_regular, reap_stale_temps
 from ..metrics import EpochTotals, realign_energy, step_record
 from . import checkpoints
 from .assembly import assemble, energy_meter as make_energy_meter, initial_state, load_split
-from .step import RescaleController, own_step, serve
+from .step import RescaleController, own_step
 
 
 class Trainer:
     """Trains one run. `backend` overrides the run's; `out_dir` where metrics and checkpoints go.
     `parts` (train/assembly.assemble of `run`): what the caller assembled already.
     `planner` (a plan.Planner): the plans to run on, else one of `backend` or the run's.
-    `served`: the caller holds the Step and answers this Trainer's requests
-    (`execute.serve(step, trainer.fit_requests())`, cli/train.py); the Trainer then holds
-    no Step and no backend, and `fit()`, `step()`, ... are not available."""
+    `step` (an execute.Step of `run` and `parts`): the step to run, made by the caller
+    (cli/train.py); the Trainer closes it with itself either way."""
 
     def __init__(self, run, backend: str | None = None, out_dir: str | Path | None = None,
                  progress: bool = True, energy_meter=None, model=None, parts=None, planner=None,
-                 served: bool = False):
+                 step=None):
         check_environment()   # a bad DSPTRAIN_* value fails here, naming it, before a backend reads it
         self.run = run
         self.recipe = run.recipe
@@ -50,7 +47,7 @@ class Trainer:
         if parts is None:
             parts = assemble(run, model)   # a model the recipe cannot lower fails here, before data loads
         self.algorithm, self.model, self.frozen, self.device = parts.algorithm, parts.model, parts.frozen, parts.device
-        self.steps = None if served else own_step(run, parts, backend, planner)
+        self.steps = step if step is not None else own_step(run, parts, backend, planner)
         # adaptive rescaling's state is the Trainer's: it goes into the checkpoint
         self.rescale = RescaleController(self.recipe, run.scheduler.adaptive_rescale)
         self.scheduler = run.scheduler
@@ -112,22 +109,21 @@ class Trainer:
 
     def check_budget(self, batch: int) -> None:
         """Fail before training when a fixed or scheduled budget fits no plan at `batch`."""
-        self._answer(self.check_budget_requests(batch))
-
-    def check_budget_requests(self, batch: int):
-        yield ("check_budget", batch)
+        self.steps.check_budget(batch)
 
     def close(self):
-        if self.steps is not None:
+        """Close the Step (its backends) and the energy meter; the Trainer is also a context manager."""
+        try:
             self.steps.close()
-        self.energy_meter.close()
+        finally:
+            self.energy_meter.close()
 
-    def _answer(self, requests):
-        """What the generator `requests` returns, its requests answered by this Trainer's Step."""
-        if self.steps is None:
-            raise RuntimeError("this Trainer is served (served=True): its caller answers its requests "
-                               "(execute.serve(step, trainer.fit_requests()))")
-        return serve(self.steps, requests)
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
     # ------------------------------------------------------------ data
     @property
@@ -154,45 +150,33 @@ class Trainer:
         """One training step on a batch; updates the weights; returns its execute.StepStats.
         `images`: uint8 NHWC (the model's input shape), or floats in [0, 1], converted
         (images.py has the contract); `labels`: integers 0..classes-1."""
-        return self._answer(self.step_requests(images, labels))
-
-    def step_requests(self, images: np.ndarray, labels: np.ndarray):
         images = as_images(images, self.model.input_shape)
         labels = as_labels(labels, len(images), self.model.num_classes)
-        self.state, stats = yield ("train", self.state, images, labels, self.global_step, self.epoch, self.seed,
-                                   self.energy_meter, self.rescale)
+        self.state, stats = self.steps.train(self.state, images, labels, self.global_step, self.epoch, self.seed,
+                                             self.energy_meter, self.rescale)
         self._metered_steps.append(self.global_step)
         self.global_step += 1
         return stats
 
     def predict(self, images: np.ndarray) -> np.ndarray:
         """Float class scores (N, classes) of `images` (the same contract as step())."""
-        return self._answer(self.predict_requests(images))
-
-    def predict_requests(self, images: np.ndarray):
         images = as_images(images, self.model.input_shape)
-        return (yield ("predict", self.state, images, self.global_step, self.epoch, self.seed))
+        return self.steps.predict(self.state, images, self.global_step, self.epoch, self.seed)
 
     def evaluate(self, dataset=None) -> float:
         """Accuracy on `dataset` (default: the run's test split)."""
-        return self._answer(self.evaluate_requests(dataset))
-
-    def evaluate_requests(self, dataset=None):
         dataset = dataset or self.test_data
         correct = 0
         for images, labels in datasets.batches(dataset, self.run.train.eval_batch_size, seed=None):
-            scores = yield from self.predict_requests(images)
+            scores = self.predict(images)
             correct += int((scores.argmax(axis=1) == labels).sum())
-        yield ("after_evaluation",)   # under a budget: the scratch the evaluation grew goes back
+        self.steps.after_evaluation()   # under a budget: the scratch the evaluation grew goes back
         return correct / len(dataset)
 
     # ------------------------------------------------------------ the loop
     def fit(self, epochs: int | None = None, on_epoch=None) -> list[dict]:
-        """Train to `epochs` (default: the run's), evaluating and checkpointing each epoch."""
-        return self._answer(self.fit_requests(epochs, on_epoch))
-
-    def fit_requests(self, epochs: int | None = None, on_epoch=None):
-        """fit() as requests to a Step (execute.serve): returns the epochs' records."""
+        """Train to `epochs` (default: the run's), evaluating and checkpointing each epoch;
+        returns the epochs' records."""
         from tqdm import tqdm
 
         epochs = epochs or self.run.train.epochs
@@ -202,7 +186,7 @@ class Trainer:
         reap_stale_temps(self.out_dir, ("checkpoint.npz", "metrics.jsonl"))
         if hasattr(self.energy_meter, "measure_baseline") and not getattr(self.energy_meter, "baseline_w", 0):
             self.energy_meter.measure_baseline(3.0)   # battery: idle power, subtracted from every batch
-        yield from self.check_budget_requests(bs)
+        self.check_budget(bs)
         self.check_data()
         _check_metrics_file(self.out_dir / "metrics.jsonl")
         fresh = self.epoch == self.batch_in_epoch == self.global_step == 0
@@ -219,7 +203,7 @@ class Trainer:
                 bar = tqdm(total=total, initial=self.batch_in_epoch, desc=f"epoch {self.epoch + 1}/{epochs}",
                            disable=not self.progress, unit="batch", leave=True, dynamic_ncols=True)
                 for images, labels in datasets.batches(self.train_data, bs, self.seed, self.epoch, self.batch_in_epoch):
-                    stats = yield from self.step_requests(images, labels)
+                    stats = self.step(images, labels)
                     self.batch_in_epoch += 1
                     seen, loss_sum, correct = seen + stats.batch, loss_sum + stats.loss * stats.batch, correct + stats.correct
                     self._epoch_sums = (seen, loss_sum, correct)
@@ -237,10 +221,10 @@ class Trainer:
                         self.save()
                 bar.close()
                 seconds = time.perf_counter() - started
-                test_accuracy = yield from self.evaluate_requests()
+                test_accuracy = self.evaluate()
                 record = {"kind": "epoch", "epoch": self.epoch + 1, "step": self.global_step,
                           "train_loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1),
-                          "test_accuracy": test_accuracy, "seconds": seconds, "backends": (yield ("backend_names",)),
+                          "test_accuracy": test_accuracy, "seconds": seconds, "backends": self.steps.backend_names(),
                           **totals.record(seen, seconds)}
                 metrics.write(json.dumps(record) + "\n")
                 metrics.flush()

@@ -58,6 +58,25 @@ LANE_SHAPES = [
     ((2, 9, 11, 3, 9, 3, 1, 1), ("pixel_panels", "pixel_panels", "wgrad_olanes")),
     ((1, 6, 13, 8, 16, 3, 1, 0), ("lanes", "lanes", "wgrad_olanes")),
 ]
+# On AVX2 (no lanes) each pass takes pixel panels where conv.cpp's use_pixel_panels finds the
+# channels fill the AVX2 GEMM tile's short side clearly better than its wide one, else the
+# im2col GEMM; the weight gradient takes the panels (fewer than 300K taps x channels).
+AVX2_PATHS = {
+    (3, 28, 28, 1, 6, 5, 1, 2): ("pixel_panels", "im2col_gemm", "wgrad_panels"),
+    (2, 14, 14, 6, 16, 5, 1, 0): ("im2col_gemm", "pixel_panels", "wgrad_panels"),
+    (2, 9, 13, 1, 3, 3, 1, 1): ("pixel_panels", "im2col_gemm", "wgrad_panels"),
+    (1, 7, 19, 2, 12, 5, 1, 2): ("pixel_panels", "im2col_gemm", "wgrad_panels"),
+    (2, 5, 6, 4, 2, 3, 1, 0): ("im2col_gemm", "pixel_panels", "wgrad_panels"),
+    (1, 11, 10, 16, 6, 3, 2, 1): ("pixel_panels", "im2col_gemm", "wgrad_panels"),
+    (2, 8, 9, 3, 8, 1, 1, 0): ("gemm_1x1", "pixel_panels", "wgrad_panels"),
+    (1, 6, 23, 1, 3, 7, 1, 3): ("pixel_panels", "im2col_gemm", "wgrad_panels"),
+    (2, 10, 10, 1, 8, 3, 1, 1): ("im2col_gemm", "im2col_gemm", "wgrad_panels"),
+    (2, 6, 7, 8, 32, 3, 1, 1): ("im2col_gemm", "im2col_gemm", "wgrad_panels"),
+    (1, 5, 9, 32, 48, 3, 1, 1): ("im2col_gemm", "im2col_gemm", "wgrad_panels"),
+    (2, 8, 8, 3, 64, 3, 1, 1): ("im2col_gemm", "pixel_panels", "wgrad_panels"),
+    (2, 9, 11, 3, 9, 3, 1, 1): ("pixel_panels", "pixel_panels", "wgrad_panels"),
+    (1, 6, 13, 8, 16, 3, 1, 0): ("im2col_gemm", "im2col_gemm", "wgrad_panels"),
+}
 WITHOUT_LANES = {"lanes": "pixel_panels", "wgrad_lanes": "wgrad_panels", "wgrad_olanes": "wgrad_panels",
                  "err_broadcast": "pixel_panels"}
 
@@ -74,6 +93,9 @@ def lane_case(shape, seed):
 def test_lane_shapes_take_lanes_where_the_cpu_has_them(shape, kernels):
     x, w, _, stride, pad = lane_case(shape, 0)
     got = tuple(native.conv_algorithm(p, x, w, stride, pad) for p in ("forward", "backward_data", "backward_weight"))
+    if native.isa() == "avx2":
+        assert got == AVX2_PATHS[shape]
+        return
     if native.isa() != "avx512vnni":   # 3 channels widened to 4, and the planes, only where the GEMM reads A in place
         kernels = tuple({"implicit_gemm_c4": "im2col_gemm", "wgrad_planes": "wgrad_panels"}.get(k, k) for k in kernels)
     assert got == (kernels if HAS_LANES else tuple(WITHOUT_LANES.get(k, k) for k in kernels))

@@ -25,9 +25,11 @@ from . import cases
 REPO = Path(__file__).resolve().parents[2]
 CROSS_TOOLS = {"aarch64-linux-gnu-g++": "g++-aarch64-linux-gnu", "qemu-aarch64": "qemu-user"}
 INSTALL_HINT = "apt-get install g++-aarch64-linux-gnu qemu-user (scripts/setup.sh --tests)"
-CXX_FLAGS = ["-std=c++17", "-O3", "-fno-math-errno", "-Wall", "-pthread", "-static"]  # setup.py's, linked static
+CXX_FLAGS = ["-std=c++17", "-O3", "-fno-math-errno", "-ffp-contract=off", "-Wall", "-pthread", "-static"]  # setup.py's, linked static
 THREADS = "3"  # an odd count: row blocks and B-panel splits that do not divide evenly
-OPS = {"gemm": 0, "forward": 1, "backward_data": 2, "backward_weight": 3}  # kernel_check.cpp's op codes
+OPS = {"gemm": 0, "forward": 1, "backward_data": 2, "backward_weight": 3,   # kernel_check.cpp's op codes
+       "dw_forward": 4, "dw_backward_data": 5, "dw_backward_weight": 6,
+       "dw_forward_f32": 7, "dw_backward_data_f32": 8, "dw_backward_weight_f32": 9}
 
 
 # ---------------------------------------------------------------- build and run
@@ -53,8 +55,8 @@ def run_driver(exe: Path, tmp: Path, records, isa: str | None = "neon", cpu: str
     blob = bytearray()
     for op, sizes, operands, _, dtype in records:
         blob += np.array([OPS[op], np.dtype(dtype).itemsize, *sizes] + [0] * (10 - len(sizes)), "<i4").tobytes()
-        for operand in operands:
-            blob += np.ascontiguousarray(operand, np.int8).tobytes()
+        for operand in operands:   # int8, or float32 for the float records
+            blob += np.ascontiguousarray(operand, operand.dtype.newbyteorder("<")).tobytes()
     (tmp / "in.bin").write_bytes(bytes(blob))
     env = {k: v for k, v in os.environ.items() if k != ISA_ENV}
     env["DSPTRAIN_CPU_THREADS"] = THREADS
@@ -165,3 +167,46 @@ def test_conv_neon(neon_run, ref, case):
     name, c = case
     for got, want in zip(neon_run["conv"][name], conv_refs(ref, c)):
         np.testing.assert_array_equal(got, want)
+
+
+# ---------------------------------------------------------------- depthwise (cpu_ops/dwconv*.cpp)
+# (n, h, w, c, k, stride, pad): MobileNetV2-like layers and ragged channel counts, kernel 3
+# and 5, strides 1 and 2; on aarch64 every one runs the portable loops, NEON-vectorised.
+DEPTHWISE_SHAPES = [(3, 16, 16, 32, 3, 1, 1), (2, 8, 8, 144, 3, 2, 1), (2, 7, 9, 3, 3, 1, 1), (2, 9, 11, 37, 5, 2, 2),
+                    (1, 6, 6, 17, 5, 1, 2), (2, 5, 5, 9, 1, 1, 0)]
+
+
+def depthwise_records(shape, seed):
+    """Each shape's three int8 passes and three float32 passes, as driver records, with ops_ref's answers."""
+    n, h, w, c, k, stride, pad = shape
+    rng = np.random.default_rng(seed)
+    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    sizes = (n, h, w, c, k, k, stride, pad)
+    x, wt, err = (rng.integers(-128, 128, s, dtype=np.int8) for s in ((n, h, w, c), (c, k, k, 1), (n, oh, ow, c)))
+    xf, wf, ef = (rng.standard_normal(a.shape).astype(np.float32) for a in (x, wt, err))
+    records = [("dw_forward", sizes, (x, wt), err.shape, np.int32),
+               ("dw_backward_data", sizes, (err, wt), x.shape, np.int32),
+               ("dw_backward_weight", sizes, (err, x), wt.shape, acc_dtype(n * oh * ow)),
+               ("dw_forward_f32", sizes, (xf, wf), err.shape, np.float32),
+               ("dw_backward_data_f32", sizes, (ef, wf), x.shape, np.float32),
+               ("dw_backward_weight_f32", sizes, (ef, xf), wt.shape, np.float32)]
+    wants = lambda ref: [ref.dwconv2d_s8(x, wt, stride, pad), ref.dwconv2d_bwd_data_s8(err, wt, stride, pad, (h, w)),  # noqa: E731
+                         ref.dwconv2d_bwd_weight_s8(err, x, stride, pad, (k, k)), ref.dwconv2d_f32(xf, wf, stride, pad),
+                         ref.dwconv2d_bwd_data_f32(ef, wf, stride, pad, (h, w)),
+                         ref.dwconv2d_bwd_weight_f32(ef, xf, stride, pad, (k, k))]
+    return records, wants
+
+
+def test_depthwise_neon(kernel_check, tmp_path, ref):
+    """Every depthwise pass on aarch64 (3 threads), bit for bit with ops_ref, int8 and float32."""
+    records, wants = [], []
+    for i, shape in enumerate(DEPTHWISE_SHAPES):
+        r, want = depthwise_records(shape, 40 + i)
+        records += r
+        wants += want(ref)
+    results, lines, proc = run_driver(kernel_check, tmp_path, records)
+    assert results is not None, f"qemu-aarch64 run failed ({proc.returncode}):\n{proc.stderr}"
+    assert lines[0] == "isa neon best neon" and set(lines[1:]) == {"dwconv rows"}
+    for (op, sizes, *_), got, want in zip(records, results, wants):
+        assert got.dtype == want.dtype, (op, sizes)
+        np.testing.assert_array_equal(got, want, err_msg=f"{op} {sizes}")

@@ -1,19 +1,18 @@
-"""The backend choice's route from the command line to a kernel, traced on a real run of
-every recipe (scripts/check_layout.py: trace_backend_choice, over the whole run: every op of
-every step, the evaluation, the checkpoint): the CLI hands the choice to the plan builder,
-which makes the backends and its executor, and the executor calls the backend's hooks
-itself, for a recipe's one-hook ops (Kernels) and its several-hook ops (Programs: the
-recipe yields the calls, algorithms/_kernel.py) alike. Traced with holders followed one
-level down and all the way down (a Planner, a Plan, a Step, a closure over one): the
-Trainer is served by the CLI's Step and never holds a backend, so train/ is not reached."""
+"""How a recipe meets the backend: imports run one way (a recipe imports no backend, nothing
+imports back up the flow), and every hook an op function calls runs on the backend the
+executor handed it (the plan's placement, or the fallback after a NoSupport): traced on a
+real step and evaluation of every recipe, and of a residual model under NITI."""
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 
+from dsptrain.backends.base import Backend
 from dsptrain.backends.ops_cpu import CpuBackend
 
 REPO = Path(__file__).resolve().parents[2]
+RUNTIME = (REPO / "runtime").resolve()
 RECIPES = ("niti", "fp32", "octo", "wageubn", "afp", "mls", "fp8")
 # A residual block (NITI: add_align_s8, and the join of the errors where the branches meet)
 # and a global average pool, small enough for a traced run.
@@ -33,125 +32,98 @@ def _checker():
 LAYOUT = _checker()
 
 
-def _assert_the_short_route(rooms, handed, kernels=("backends.ops_cpu",)):
-    assert LAYOUT.route_length(rooms) <= LAYOUT.ROUTE_TARGET == 5, rooms             # fails if the route grows
-    assert rooms == ["cli", "plan", "backends", "execute", *kernels], rooms
-    assert handed["cli"] == ["plan"] and "train" not in handed, handed               # no return into train/
-    assert set(handed["plan"]) == {"backends", "execute"}, handed                     # select, then the executor
-    assert handed["execute"] == list(kernels), handed                                 # kernels, never the recipe
-    assert "algorithms" not in rooms and not LAYOUT.returns_into_train(handed)
+def test_imports_run_one_way_and_no_recipe_imports_a_backend():
+    graph = LAYOUT.import_map()
+    assert LAYOUT.breaks(graph) == []
+    recipes = {name: targets for name, targets in graph.items() if LAYOUT.room(name) == "algorithms"}
+    assert recipes and not any(LAYOUT.room(t) == "backends" for ts in recipes.values() for t in ts), recipes
 
 
-@needs_cpu
-@pytest.mark.parametrize("recipe", RECIPES)
-def test_every_recipe_reaches_its_kernels_through_five_rooms(recipe):
-    _assert_the_short_route(*LAYOUT.route(LAYOUT.trace_backend_choice("cpu", recipe=recipe)))
+def _under(frame, folder: str) -> bool:
+    try:
+        return Path(frame.f_code.co_filename).resolve().is_relative_to(RUNTIME / folder)
+    except OSError:
+        return False
 
 
-@needs_cpu
-def test_a_residual_model_reaches_its_kernels_through_five_rooms():
-    rooms, handed = LAYOUT.route(LAYOUT.trace_backend_choice("cpu", recipe="niti", model=RESIDUAL))
-    # add_align_s8 and avgpool_global_s8 have no CPU kernel: those ops run on ref, the last fallback
-    _assert_the_short_route(rooms, handed, kernels=("backends.ops_cpu", "backends.ops_ref"))
-
-
-def _assert_the_deep_route(rooms, handed, kernels=("backends.ops_cpu",)):
-    assert LAYOUT.route_length(rooms) <= LAYOUT.ROUTE_TARGET == 5, rooms
-    assert rooms == ["cli", "plan", "backends", "execute", *kernels], rooms
-    # the CLI makes the Planner and the Step that runs its plans (execute/step.py), and serves
-    # the Trainer's requests with it: train/ is handed nothing that holds a backend
-    assert set(handed["cli"]) == {"plan", "execute"} and "train" not in handed, handed
-    assert not any("train" in targets for targets in handed.values()), handed
-    assert set(handed["execute"]) == {"plan", *kernels}, handed                      # its Planner, the kernels
-
-
-@needs_cpu
-@pytest.mark.parametrize("recipe", RECIPES)
-def test_every_recipe_keeps_five_rooms_with_holders_followed_all_the_way_down(recipe):
-    _assert_the_deep_route(*LAYOUT.route(LAYOUT.trace_backend_choice("cpu", recipe=recipe, deep=True)))
-
-
-@needs_cpu
-def test_a_residual_model_keeps_five_rooms_with_holders_followed_all_the_way_down():
-    rooms, handed = LAYOUT.route(LAYOUT.trace_backend_choice("cpu", recipe="niti", model=RESIDUAL, deep=True))
-    _assert_the_deep_route(rooms, handed, kernels=("backends.ops_cpu", "backends.ops_ref"))
-
-
-@needs_cpu
-def test_a_budgeted_run_keeps_five_rooms_with_holders_followed_all_the_way_down():
-    # the memory layer is handed sizes (plan.ScratchTable, Planner.adopt_scratch), never a backend
-    _assert_the_deep_route(*LAYOUT.route(LAYOUT.trace_backend_choice("cpu", recipe="niti", deep=True, budget="2MB")))
-
-
-@needs_cpu
-def test_a_served_trainer_holds_no_backend_before_or_after_a_step(small_run, tmp_path):
-    """What the tracer cannot see (values sent into the Trainer's generators) checked directly:
-    the Trainer the CLI serves, and what a step hands it, hold no Backend at any depth."""
-    import argparse
-
-    from dsptrain.backends.base import Backend
-    from dsptrain.cli.overrides import planned_parts
-    from dsptrain.execute import Step, serve
+def _traced_hook_calls(tmp_path, recipe: str, model: str = "lenet5") -> list[tuple]:
+    """(backend the op function was handed, backend the hook ran on, hook) for every call a
+    recipe's code makes on a Backend during one training step and one prediction on the cpu
+    backend choice."""
+    from dsptrain.config import load_run
     from dsptrain.train import Trainer
 
-    run = small_run("mls")
-    parts, planner = planned_parts(run, argparse.Namespace(backend="cpu"), notes=False)
-    step = Step(run, parts.model, parts.frozen, parts.algorithm, parts.device, planner)
-    trainer = Trainer(run, out_dir=tmp_path, progress=False, parts=parts, served=True)
-    found = lambda v: isinstance(v, Backend)
-    try:
-        assert not LAYOUT._holds(trainer, found, deep=True)
+    path = tmp_path / "route.yaml"
+    path.write_text(f"recipe: {recipe}\nmodel: {model}\n"
+                    "data: {dataset: synthetic, train_limit: 32, test_limit: 16}\n"
+                    "train: {epochs: 1, batch_size: 16, eval_batch_size: 16}\nenergy: estimate\n")
+    calls = []
+
+    def profile(frame, event, arg):
+        if event != "call" or frame.f_back is None or not _under(frame.f_back, "algorithms"):
+            return
+        this = frame.f_locals.get("self")
+        if not isinstance(this, Backend):
+            return
+        caller = frame.f_back   # up to the op function: the recipe frame the executor called
+        while caller is not None and not (_under(caller, "algorithms") and _under(caller.f_back, "execute")):
+            caller = caller.f_back
+        assert caller is not None, f"{frame.f_code.co_name} called outside an op function"
+        calls.append((caller.f_locals["backend"], this, frame.f_code.co_name))
+
+    with Trainer(load_run(path), backend="cpu", out_dir=tmp_path / "out", progress=False) as trainer:
         images, labels = trainer.train_data[:16]
-        stats = serve(step, trainer.step_requests(images, labels))
-        scores = serve(step, trainer.predict_requests(images))
-        assert stats.ops_on.get("cpu") and scores.shape == (16, 10)
-        assert not LAYOUT._holds(trainer, found, deep=True) and not LAYOUT._holds(stats, found, deep=True)
-        assert LAYOUT._holds(step, found, deep=True)                                 # the Step is where they are
-        with pytest.raises(RuntimeError, match="served"):
-            trainer.step(images, labels)                                             # it has no Step to ask
-    finally:
-        trainer.close()
-        step.close()
+        sys.setprofile(profile)
+        try:
+            trainer.step(images, labels)
+            trainer.predict(images)
+        finally:
+            sys.setprofile(None)
+    return calls
 
 
-def test_the_route_follows_every_hand_over_from_the_cli():
-    hops = [("cli", "train"), ("train", "plan"), ("plan", "backends"), ("memory", "plan"), ("plan", "execute"),
-            ("execute", "backends.ops_cpu"), ("execute", "algorithms"), ("algorithms", "backends.ops_ref"),
-            ("plan", "train")]
-    rooms, handed = LAYOUT.route(hops)
-    assert rooms == ["cli", "train", "plan", "backends", "execute", "backends.ops_cpu", "algorithms",
-                     "backends.ops_ref"]                                              # past the first kernel too
-    assert "memory" not in handed                                                     # never reached from the CLI
-    assert LAYOUT.route_length(rooms) == 7                                            # the kernel files: one end
-    lines = LAYOUT.describe_route(rooms, handed)
-    assert lines[0].startswith("backend choice: cli -> train -> plan -> backends -> execute -> algorithms -> "
-                               "backends.ops_cpu|backends.ops_ref (7 rooms"), lines[0]
-    assert LAYOUT.returns_into_train(handed) == ["plan"] and "returns into train: 1" in lines[-1]
+def _assert_each_hook_on_its_handed_backend(calls, expected_hooks: set[str]):
+    assert calls, "no op function called a backend hook"
+    wrong = [(hook, handed.name, ran.name) for handed, ran, hook in calls if ran is not handed]
+    assert not wrong, wrong
+    assert expected_hooks <= {hook for _, _, hook in calls}, {hook for _, _, hook in calls}
 
 
-def test_deep_holders_are_followed_through_attributes_containers_methods_and_closures():
+@needs_cpu
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_recipe_calls_the_backend_it_is_handed(tmp_path, recipe):
+    expected = {"niti": {"conv2d_requant_s8", "niti_update_s8"}, "fp32": {"conv2d_f32", "sgd_f32"},
+                "octo": {"prc_quantize", "dequantize_compensate"}, "wageubn": {"wageubn_update", "shift_round"},
+                "afp": {"absmax_f", "quantize_f"}, "mls": {"quantize_mls_ranged", "matmul_s16"},
+                "fp8": {"matmul_fp16_chunked", "round_float"}}[recipe]
+    calls = _traced_hook_calls(tmp_path, recipe)
+    _assert_each_hook_on_its_handed_backend(calls, expected)
+    assert {handed.name for handed, _, _ in calls} == {"cpu"}
+
+
+@needs_cpu
+def test_a_residual_model_calls_the_backends_its_ops_are_placed_on(tmp_path):
+    calls = _traced_hook_calls(tmp_path, "niti", RESIDUAL)
+    _assert_each_hook_on_its_handed_backend(calls, {"add_align_s8", "avgpool_global_s8", "conv2d_requant_s8"})
+    # add_align_s8 and avgpool_global_s8 have no CPU kernel: those ops are placed on ref, the last fallback
+    assert {hook for handed, _, hook in calls if handed.name == "ref"} >= {"add_align_s8", "avgpool_global_s8"}
+
+
+def test_a_hook_the_backend_lacks_sends_the_op_on():
+    """NotImplementedError from a hook (backends/base.py's default) is a NoSupport, raised once
+    in the executor (execute/bound.call_op): the op goes to the next backend."""
     from dsptrain.backends.ops_ref import RefBackend
+    from dsptrain.errors import NoSupport
+    from dsptrain.execute.bound import call_op
 
-    backend = RefBackend()
+    class Lacking(RefBackend):
+        name = "lacking"
 
-    class Holder:
-        def __init__(self, value):
-            self.value = value
+        def relu_f32(self, x):
+            raise NotImplementedError("lacking: no relu_f32")
 
-    class Slotted:
-        __slots__ = ("value",)
+    def relu(backend, op, env, ctx):
+        return {"y": backend.relu_f32(env["x"])}
 
-        def __init__(self, value):
-            self.value = value
-
-    def closure():
-        return lambda: backend
-
-    found = lambda v: isinstance(v, RefBackend)
-    nested = Holder({"backends": [Slotted(backend)]})
-    assert LAYOUT._holds(Holder(backend), found, deep=False)                          # one level: an attribute
-    assert not LAYOUT._holds(nested, found, deep=False)                               # three levels down
-    assert LAYOUT._holds(nested, found, deep=True)
-    assert LAYOUT._holds(Holder(nested).__init__, found, deep=True)                   # a bound method's object
-    assert LAYOUT._holds(closure(), found, deep=True)                                 # a closure's cell
-    assert not LAYOUT._holds(Holder({"x": [1, "cpu", None]}), found, deep=True)
+    with pytest.raises(NoSupport, match="no relu_f32"):
+        call_op(relu, Lacking(), None, {"x": 1.0}, None)

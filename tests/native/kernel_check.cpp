@@ -11,8 +11,13 @@
 //   op 1 conv forward    n h w c o kh kw stride pad  x w             -> y[n,oh,ow,o]
 //   op 2 conv bwd data   (the same sizes)            err w           -> dx[n,h,w,c]
 //   op 3 conv bwd weight (the same sizes)            err x           -> dw[o,kh,kw,c]
+//   op 4 depthwise forward     n h w c kh kw stride pad   x w[c,kh,kw]  -> y[n,oh,ow,c]
+//   op 5 depthwise bwd data    (the same sizes)           err w         -> dx[n,h,w,c]
+//   op 6 depthwise bwd weight  (the same sizes)           err x         -> dw[c,kh,kw]
+//   ops 7, 8, 9: ops 4, 5, 6 in float32 (operands and result 4-byte floats)
 // OUT gets each record's result, in order. stdout says which path ran: one line
-// "isa <active> best <best>", then per convolution record "conv <algorithm>".
+// "isa <active> best <best>", then per convolution record "conv <algorithm>", per
+// depthwise record "dwconv <loop>".
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +25,7 @@
 #include <vector>
 
 #include "conv.h"
+#include "dwconv.h"
 #include "gemm.h"
 
 namespace {
@@ -27,7 +33,11 @@ namespace {
 using dsptrain::ConvPass;
 using dsptrain::ConvShape;
 
-enum Op : int32_t { kGemm = 0, kConvForward = 1, kConvBackwardData = 2, kConvBackwardWeight = 3 };
+enum Op : int32_t {
+  kGemm = 0, kConvForward = 1, kConvBackwardData = 2, kConvBackwardWeight = 3,
+  kDwForward = 4, kDwBackwardData = 5, kDwBackwardWeight = 6, kDwForwardF32 = 7, kDwBackwardDataF32 = 8,
+  kDwBackwardWeightF32 = 9
+};
 
 [[noreturn]] void die(const std::string& message) {
   std::fprintf(stderr, "kernel_check: %s\n", message.c_str());
@@ -87,6 +97,44 @@ void run_conv(Op op, const int32_t* p, int acc_bytes, std::FILE* in, std::FILE* 
   }
 }
 
+template <typename T>
+std::vector<T> read_values(std::FILE* f, long long count, const char* what) {
+  std::vector<T> v(static_cast<size_t>(count));
+  if (count > 0 && std::fread(v.data(), sizeof(T), v.size(), f) != v.size())
+    die(std::string("input ends inside ") + what + " (" + std::to_string(count) + " values expected)");
+  return v;
+}
+
+void run_depthwise(Op op, const int32_t* p, int acc_bytes, std::FILE* in, std::FILE* out) {
+  const dsptrain::DwShape s{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]};
+  const long long x_size = 1LL * s.n * s.h * s.w * s.c, w_size = 1LL * s.c * s.kh * s.kw;
+  const long long err_size = 1LL * s.n * s.oh() * s.ow() * s.c;
+  const int pass = (op - kDwForward) % 3;
+  std::printf("dwconv %s\n", dsptrain::dwconv_path(static_cast<dsptrain::DwPass>(pass), s));
+  if (op >= kDwForwardF32) {
+    if (acc_bytes != 4) die("a float32 depthwise record's output is 4 bytes an element");
+    const auto a = read_values<float>(in, pass == 0 ? x_size : err_size, "depthwise operand");
+    const auto b = read_values<float>(in, pass == 2 ? x_size : w_size, "depthwise operand");
+    std::vector<float> r(static_cast<size_t>(pass == 0 ? err_size : pass == 1 ? x_size : w_size));
+    if (pass == 0) dsptrain::dwconv2d_fwd_f32(a.data(), b.data(), s, r.data());
+    else if (pass == 1) dsptrain::dwconv2d_bwd_data_f32(a.data(), b.data(), s, r.data());
+    else dsptrain::dwconv2d_bwd_weight_f32(a.data(), b.data(), s, r.data());
+    std::fwrite(r.data(), sizeof(float), r.size(), out);
+    return;
+  }
+  const auto a = read_bytes(in, pass == 0 ? x_size : err_size, "depthwise operand");
+  const auto b = read_bytes(in, pass == 2 ? x_size : w_size, "depthwise operand");
+  if (pass == 2) {
+    run_acc(acc_bytes, w_size, out, [&](auto* dw) { dsptrain::dwconv2d_bwd_weight(a.data(), b.data(), s, dw); });
+    return;
+  }
+  if (acc_bytes != 4) die("a depthwise forward or backward-data record's output is int32");
+  std::vector<int32_t> r(static_cast<size_t>(pass == 0 ? err_size : x_size));
+  if (pass == 0) dsptrain::dwconv2d_fwd(a.data(), b.data(), s, r.data());
+  else dsptrain::dwconv2d_bwd_data(a.data(), b.data(), s, r.data());
+  std::fwrite(r.data(), sizeof(int32_t), r.size(), out);
+}
+
 // DSPTRAIN_CPU_ISA, checked as the extension's set_isa checks it.
 void force_isa_from_env() {
   const char* forced = std::getenv("DSPTRAIN_CPU_ISA");
@@ -116,6 +164,7 @@ int main(int argc, char** argv) {
     const Op op = static_cast<Op>(header[0]);
     if (op == kGemm) run_gemm(header + 2, header[1], in, out);
     else if (op >= kConvForward && op <= kConvBackwardWeight) run_conv(op, header + 2, header[1], in, out);
+    else if (op >= kDwForward && op <= kDwBackwardWeightF32) run_depthwise(op, header + 2, header[1], in, out);
     else die("record " + std::to_string(record) + ": unknown op " + std::to_string(header[0]));
   }
   std::fclose(in);

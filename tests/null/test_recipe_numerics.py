@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from dsptrain.algorithms import _quant as q
-from dsptrain.algorithms._kernel import run_steps
 from dsptrain.algorithms.afp import choose_bits
 from dsptrain import float_ops as ref_float
 from dsptrain.backends.ops_ref import RefBackend
@@ -51,7 +50,7 @@ def test_fp8_round_to_nearest_even_matches_brute_force():
 
 def test_fp16_rounding_matches_ieee_half():
     x = np.random.default_rng(1).normal(scale=10.0, size=20000) * np.exp(np.random.default_rng(2).uniform(-12, 3, 20000))
-    np.testing.assert_array_equal(run_steps(R, q.to_fp16(x)), x.astype(np.float16))
+    np.testing.assert_array_equal(q.to_fp16(R, x), x.astype(np.float16))
 
 
 def test_fp8_saturates_instead_of_overflowing():
@@ -77,8 +76,8 @@ def sequential_fp16(a, b):
 
 def test_chunked_accumulation_matches_a_scalar_fp16_loop():
     rng = np.random.default_rng(4)
-    a = run_steps(R, q.to_fp8(rng.normal(size=(3, 150))))
-    b = run_steps(R, q.to_fp8(rng.normal(size=(2, 150))))
+    a = q.to_fp8(R, rng.normal(size=(3, 150)))
+    b = q.to_fp8(R, rng.normal(size=(2, 150)))
     got = chunked_dot(a, b, chunk=64)
     for i, j in itertools.product(range(3), range(2)):
         chunks = [sequential_fp16(a[i, s:s + 64], b[j, s:s + 64]) for s in range(0, 150, 64)]
@@ -106,7 +105,7 @@ def test_float32_chunk_sums_round_each_chunk_once():
 
 def test_float32_chunk_sums_stay_close_to_fp16_adds():
     rng = np.random.default_rng(6)
-    a, b = run_steps(R, q.to_fp8(rng.normal(size=(16, 600)))), run_steps(R, q.to_fp8(rng.normal(size=(8, 600))))
+    a, b = q.to_fp8(R, rng.normal(size=(16, 600))), q.to_fp8(R, rng.normal(size=(8, 600)))
     exact = a.astype(np.float64) @ b.astype(np.float64).T
     fast, paper = (chunked_dot(a, b, 64, mode).astype(np.float64) for mode in ("fp32", "fp16"))
     # both within a few FP16 roundings of the exact sum; the fast one no further off than the paper's
@@ -125,7 +124,7 @@ def test_mls_group_scales_against_float64():
     rng = np.random.default_rng(5)
     x = rng.normal(size=(4, 32)) * np.repeat([1.0, 0.3, 0.05, 1e-4], 8)[None, :]   # groups of 8 channels, quieter
     x = x.astype(np.float32)
-    m = run_steps(R, q.quantize_mls(x, bits=8, group_size=8, group_bits=2))
+    m = q.quantize_mls(R, x, bits=8, group_size=8, group_bits=2)
     top = float(np.abs(x).max())
     tensor_scale = top / 127
     assert m.q.dtype == np.int16 and m.scale == tensor_scale * 2.0**-3      # elements carry their group shift
@@ -136,7 +135,7 @@ def test_mls_group_scales_against_float64():
         elements = np.clip(np.round(x[row, cols].astype(np.float64) / scale), -127, 127)
         np.testing.assert_array_equal(m.q[row, cols], elements * 2 ** (3 - k))
         np.testing.assert_array_equal(m.values()[row, cols], elements * scale)
-    plain = run_steps(R, q.quantize_int(x, 8, "float"))
+    plain = q.quantize_int(R, x, 8, "float")
     # the group scale keeps quiet groups: the MLS error is below the single-scale error
     assert np.abs(m.values() - x).sum() < np.abs(plain.values() - x).sum()
 
@@ -147,7 +146,7 @@ def test_range_clipping_clips_and_picks_the_least_squared_error():
     e = np.random.default_rng(6).laplace(size=20000).astype(np.float32)     # long tails: at 4 bits clipping pays
     top = float(np.abs(e).max())
     _, _, ratio = R.prc_quantize(e, 1.0, 1.0, q.PRC_CANDIDATES, 4, "round", None)
-    errors = {a: np.sum((run_steps(R, q.quantize_int(e, 4, "float", clip=a * top)).values() - e) ** 2) for a in q.PRC_CANDIDATES}
+    errors = {a: np.sum((q.quantize_int(R, e, 4, "float", clip=a * top).values() - e) ** 2) for a in q.PRC_CANDIDATES}
     assert ratio == min(errors, key=errors.get) and ratio < 1.0
     codes, step, kept = R.prc_quantize(e, 0.5, 0.0, q.PRC_CANDIDATES, 8, "round", None)
     clipped = q.Scaled(codes, step)
@@ -162,7 +161,7 @@ def test_afp_switches_to_16_bits_when_8_bits_lose_the_distribution(scale):
     rng = np.random.default_rng(7)
     heavy = np.concatenate([rng.normal(size=10000) * 1e-3, [1.0]]) * scale   # most values under the 8-bit step
     plain = rng.normal(size=10000) * scale
-    assert run_steps(R, choose_bits(heavy, 8, 4, 8, 16, 0.05, 1, 64)) == (16, 1)       # switch, and check again soon
-    assert run_steps(R, choose_bits(plain, 8, 4, 8, 16, 0.05, 1, 64)) == (8, 8)        # holds: the interval doubles
-    assert run_steps(R, choose_bits(plain, 16, 4, 8, 16, 0.05, 1, 64)) == (8, 1)       # comes back down
-    assert run_steps(R, choose_bits(plain, 8, 64, 8, 16, 0.05, 1, 64)) == (8, 64)      # capped at max_interval
+    assert choose_bits(R, heavy, 8, 4, 8, 16, 0.05, 1, 64) == (16, 1)       # switch, and check again soon
+    assert choose_bits(R, plain, 8, 4, 8, 16, 0.05, 1, 64) == (8, 8)        # holds: the interval doubles
+    assert choose_bits(R, plain, 16, 4, 8, 16, 0.05, 1, 64) == (8, 1)       # comes back down
+    assert choose_bits(R, plain, 8, 64, 8, 16, 0.05, 1, 64) == (8, 64)      # capped at max_interval
