@@ -15,7 +15,7 @@
 #   root-KEY/  arm64 .debs unpacked (KEY: the package list and the apt sources)
 #   site-KEY/  aarch64 wheels (KEY: the requirement list)
 #   ext-KEY/   the built extension (KEY: cpu_ops/, setup.py, pyproject.toml and the two above)
-#   env-KEY/   bin/ wrappers and the package folder for this checkout (remade each call; cheap)
+#   env-KEY/   bin/ wrappers and pkg/ (the package: links into runtime/ and ext-KEY) for this checkout
 # Needs: qemu-user, g++-aarch64-linux-gnu, apt-get and dpkg-deb, python3 with pip (scripts/setup.sh --tests).
 # DSPTRAIN_ARM64_CPU picks QEMU's CPU model (default max: asimddp, i8mm, sve...; cortex-a53 has no dotprod).
 set -euo pipefail
@@ -119,16 +119,19 @@ make_env() {
   local lib=$ENV/lib/python$PYVER/site-packages
   mkdir -p "$ENV/bin" "$lib"
   printf 'home = %s\ninclude-system-site-packages = false\nversion = %s\n' "$ROOT/usr/bin" "$PYVER" > "$ENV/pyvenv.cfg"
-  cat > "$ENV/bin/python" <<EOF
+  cat > "$ENV/bin/python.tmp.$$" <<EOF
 #!/bin/sh
 # the aarch64 Python of scripts/arm64.sh (Debian's, under qemu-aarch64 -cpu \${DSPTRAIN_ARM64_CPU:-$CPU})
 unset PYTHONHOME
 export PYTHONPATH="$ENV/pkg:$SITE"
 exec qemu-aarch64 -cpu "\${DSPTRAIN_ARM64_CPU:-$CPU}" -L "$ROOT" -0 "$ENV/bin/python" "$ROOT/usr/bin/python$PYVER" "\$@"
 EOF
-  printf '#!/bin/sh\nexec "%s/bin/python" -m pytest "$@"\n' "$ENV" > "$ENV/bin/pytest"
-  printf '#!/bin/sh\nexec "%s/bin/python" -m dsptrain.cli "$@"\n' "$ENV" > "$ENV/bin/dsptrain"
-  chmod +x "$ENV/bin/python" "$ENV/bin/pytest" "$ENV/bin/dsptrain"
+  printf '#!/bin/sh\nexec "%s/bin/python" -m pytest "$@"\n' "$ENV" > "$ENV/bin/pytest.tmp.$$"
+  printf '#!/bin/sh\nexec "%s/bin/python" -m dsptrain.cli "$@"\n' "$ENV" > "$ENV/bin/dsptrain.tmp.$$"
+  for tool in python pytest dsptrain; do   # replaced in one rename: a starting shell never reads half a file
+    chmod +x "$ENV/bin/$tool.tmp.$$"
+    mv -f "$ENV/bin/$tool.tmp.$$" "$ENV/bin/$tool"
+  done
   ln -sfn python "$ENV/bin/python3"
 }
 
@@ -160,16 +163,24 @@ make_ext() {
 }
 
 # The package as the editable install lays it out: pkg/dsptrain/ links to each entry of runtime/
-# (so config.py still finds configs/ beside it) plus the aarch64 extension.
+# (so config.py still finds configs/ beside it) plus the aarch64 extension. pkg is a link to a
+# folder keyed by both, swapped in one rename: a process already running keeps a whole package.
 link_package() {
-  local pkg=$ENV/pkg/dsptrain
-  rm -rf "$ENV/pkg"
-  mkdir -p "$pkg"
-  for entry in "$REPO"/runtime/*; do
-    case "$entry" in *.so|*/__pycache__) continue ;; esac
-    ln -s "$entry" "$pkg/"
-  done
-  [ -z "${EXT:-}" ] || ln -s "$EXT" "$pkg/"
+  local k dir
+  k=$( (ls "$REPO/runtime"; echo "$EXT") | key)
+  dir=$ENV/pkg-$k
+  if [ ! -e "$dir" ]; then
+    mkdir -p "$dir.tmp.$$/dsptrain"
+    for entry in "$REPO"/runtime/*; do
+      case "$entry" in *.so|*/__pycache__) continue ;; esac
+      ln -s "$entry" "$dir.tmp.$$/dsptrain/"
+    done
+    ln -s "$EXT" "$dir.tmp.$$/dsptrain/"
+    mv -T "$dir.tmp.$$" "$dir" 2>/dev/null || rm -rf "$dir.tmp.$$"   # another caller made it first
+  fi
+  [ -L "$ENV/pkg" ] || rm -rf "$ENV/pkg"
+  ln -sfn "pkg-$k" "$ENV/pkg.tmp.$$"
+  mv -T "$ENV/pkg.tmp.$$" "$ENV/pkg"
 }
 
 build() {
@@ -180,8 +191,8 @@ build() {
   make_root
   make_site
   make_env
-  link_package   # setup.py build_ext needs no dsptrain; the link is remade with the extension
   make_ext
+
   link_package
   exec 9>&-
 }
