@@ -31,7 +31,8 @@ measure; `model_ms` is the step in modeled time (runtime/cost.py): the DSP's mod
 seconds (dsp_model_s: critical-path packets over the profile's clock, the DDR term, a
 call cost per batch) and the CPU's measured seconds, overlapped as the pipeline runs them
 (max + min / micro-batches) or added when serial; `model_gain` is its paired ratio. The
-DDR term counts every arena byte, so batch splitting's VTCM residency is not credited. Self-adaptive rescaling needs history: each trainer first runs `--warmup` steps
+DDR term counts every arena byte, so batch splitting's VTCM residency is not credited.
+Self-adaptive rescaling needs history: each trainer first runs `--warmup` steps
 of its config on `cpu` (weights, step counter and controller state carried over; integer
 backends agree bit for bit, so this is the state the timed backend would reach itself).
 VGG-11 runs on synthetic 32x32 data (timing does not depend on pixels); on the emulated

@@ -1,6 +1,7 @@
 """DSP kernels under the emulator: int8 MACs per packet, modeled DSP time, subgraph reuse.
 
     python bench/bench_dsp.py [--quick] [--device v66] [--steps lenet5,vgg11]
+    python bench/bench_dsp.py --only mobilenet      # MobileNetV2's convolutions alone
 
 Per kernel: packets, instructions and HVX instructions from QEMU's counters
 (c20/c21/c22) and MACs per packet (two vrmpy per packet make 256 the ceiling of one
@@ -17,6 +18,15 @@ modeled DSP time per step beside Mandheling's 0.23 s (VGG-11, CIFAR-10, batch 64
 end-to-end table) and the CPU's share measured here. Last, a LeNet-shaped step with
 subgraph reuse on and off (wall time under QEMU). Tables on stdout, CSV and JSON in
 bench/results/.
+
+MobileNetV2 (torchvision's, width 1.0, 32 x 32 input, batch 64): each distinct depthwise
+(3 x 3, pad 1) and pointwise shape once, forward, backward data and weight gradient on
+int32 sums, `count` the times the model has it; MACs count every tap (padding too, as
+layer MAC counts do), `inside` those whose input lies in the image; `path` the kernel the
+DSP took; modeled time on the profile's clock and at 500 MHz (the cDSP clock Mandheling's
+device table gives for the Snapdragon 865), compute only (critical packets / clock).
+Rows `all depthwise` / `all pointwise` sum over the model (each shape times its count).
+Written to bench/results/dsp_mobilenet.json.
 """
 from __future__ import annotations
 
@@ -26,6 +36,7 @@ import dataclasses
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -35,6 +46,9 @@ from dsptrain.backends.ops_dsp import DspBackend
 from dsptrain.config import load_device
 from dsptrain.cost import dsp_model_time
 from dsptrain.numerics import RngKey
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import write_results  # noqa: E402
 
 MANDHELING_VGG11_S = 0.23   # s per batch: VGG-11, CIFAR-10, batch 64, 150 epochs in 7.5 h (Mandheling, MobiCom 2022)
 
@@ -78,6 +92,70 @@ def kernels(quick: bool):
         yield f"requant {mode} (32K)", 0, lambda d, m=mode: d.requantize(acc, m, rng)
     yield "relu (32K)", 0, lambda d: d.relu_s8(s8(32768))
     yield "maxpool 2x2 C=128", 0, lambda d: d.maxpool_s8(s8(2, 16, 16, 128), 2, 2)
+
+
+SD865_CDSP_HZ = 5.0e8   # Mandheling's device table: the Snapdragon 865's cDSP clock
+
+# torchvision mobilenet_v2 at 32 x 32 (the stem's stride 2 leaves 16 x 16): (hw, C, stride, count)
+MOBILENET_DW = [(16, 32, 1, 1), (16, 96, 2, 1), (8, 144, 1, 1), (8, 144, 2, 1), (4, 192, 1, 2), (4, 192, 2, 1),
+                (2, 384, 1, 4), (2, 576, 1, 2), (2, 576, 2, 1), (1, 960, 1, 3)]
+# pointwise (hw, C_in, C_out, count): the expansions and projections of the inverted residuals
+MOBILENET_PW = [(16, 32, 16, 1), (16, 16, 96, 1), (8, 96, 24, 1), (8, 24, 144, 2), (8, 144, 24, 1), (4, 144, 32, 1),
+                (4, 32, 192, 3), (4, 192, 32, 2), (2, 192, 64, 1), (2, 64, 384, 4), (2, 384, 64, 3), (2, 384, 96, 1),
+                (2, 96, 576, 3), (2, 576, 96, 2), (1, 576, 160, 1), (1, 160, 960, 3), (1, 960, 160, 2),
+                (1, 960, 320, 1), (1, 320, 1280, 1)]
+
+
+def inside_taps(hw: int, k: int, stride: int, pad: int) -> int:
+    """Taps of a k x k window over an hw x hw image whose input lies inside it, summed over outputs."""
+    out = (hw + 2 * pad - k) // stride + 1
+    per_axis = sum(sum(0 <= o * stride + i - pad < hw for i in range(k)) for o in range(out))
+    return per_axis * per_axis
+
+
+def measure(d: DspBackend, fn) -> tuple[int, int, list]:
+    fn(d)   # warm: the server started, the descriptors prepared
+    d.take_cost_log()
+    fn(d)
+    log, _ = d.take_cost_log()
+    return sum(c[1] for c in log), sum(c[2] for c in log), list(d.last_paths)
+
+
+def mobilenet_rows(d: DspBackend, profile, batch: int = 64) -> list[dict]:
+    rows, totals = [], {}
+
+    def row(layer, hook, count, macs, inside, fn):
+        packets, critical, paths = measure(d, fn)
+        t = totals.setdefault(hook.split("_")[0] + " " + hook.split("_", 1)[1], [0, 0, 0, 0])
+        for i, v in enumerate((count * macs, count * inside, count * packets, count * critical)):
+            t[i] += v
+        rows.append({"layer": layer, "hook": hook, "count": count, "macs": macs, "inside": inside,
+                     "packets": packets, "critical": critical, "macs_per_packet": round(macs / packets, 1),
+                     "path": paths[0][1] if paths else "",
+                     "model_us": round(critical / profile.dsp.clock_hz * 1e6, 1),
+                     "model_us_500mhz": round(critical / SD865_CDSP_HZ * 1e6, 1)})
+    for hw, c, stride, count in MOBILENET_DW:
+        oh = (hw + 2 - 3) // stride + 1
+        x, w, err = s8(batch, hw, hw, c), s8(c, 3, 3, 1), s8(batch, oh, oh, c)
+        macs, inside = batch * oh * oh * c * 9, batch * c * inside_taps(hw, 3, stride, 1)
+        name = f"dw {c} {hw}x{hw} s{stride}"
+        row(name, "dw_fwd", count, macs, inside, lambda d: d.dwconv2d_s8(x, w, stride, 1))
+        row(name, "dw_bwd_data", count, macs, inside, lambda d: d.dwconv2d_bwd_data_s8(err, w, stride, 1, (hw, hw)))
+        row(name, "dw_bwd_weight", count, macs, inside, lambda d: d.dwconv2d_bwd_weight_s8(err, x, stride, 1, (3, 3)))
+    for hw, ci, co, count in MOBILENET_PW:
+        x, w, err = s8(batch, hw, hw, ci), s8(co, 1, 1, ci), s8(batch, hw, hw, co)
+        macs = batch * hw * hw * ci * co
+        name = f"pw {ci}->{co} {hw}x{hw}"
+        row(name, "pw_fwd", count, macs, macs, lambda d: d.conv2d_s8(x, w, 1, 0))
+        row(name, "pw_bwd_data", count, macs, macs, lambda d: d.conv2d_bwd_data_s8(err, w, 1, 0, (hw, hw)))
+        row(name, "pw_bwd_weight", count, macs, macs, lambda d: d.conv2d_bwd_weight_s8(err, x, 1, 0, (1, 1)))
+    for name, (macs, inside, packets, critical) in totals.items():
+        rows.append({"layer": "all " + ("depthwise" if name.startswith("dw") else "pointwise"), "hook": name.replace(" ", "_"),
+                     "count": None, "macs": macs, "inside": inside, "packets": packets, "critical": critical,
+                     "macs_per_packet": round(macs / packets, 1), "path": "",
+                     "model_us": round(critical / profile.dsp.clock_hz * 1e6, 1),
+                     "model_us_500mhz": round(critical / SD865_CDSP_HZ * 1e6, 1)})
+    return rows
 
 
 def lenet_step(d: DspBackend, w: dict, x: np.ndarray, step: int):
@@ -197,10 +275,23 @@ def main():
     ap.add_argument("--quick", action="store_true", help="smaller GEMM, fewer steps")
     ap.add_argument("--device", default="v66", help="device profile for the modeled time (configs/devices)")
     ap.add_argument("--steps", default="lenet5,vgg11", help="models whose NITI step is modeled ('' for none)")
+    ap.add_argument("--only", choices=["mobilenet"], help="run only MobileNetV2's convolutions")
     args = ap.parse_args()
     profile = load_device(args.device)
     threads = profile.dsp.hvx_threads
     d = DspBackend(transport="emulated", hvx_threads=threads)
+    mobile = mobilenet_rows(d, profile)
+    print(f"MobileNetV2 (32 x 32, batch 64) convolutions on the emulated DSP, {threads} HVX threads; "
+          f"modeled on {profile.name} ({profile.dsp.clock_hz / 1e9:g} GHz) and at 500 MHz; load {os.getloadavg()[0]:.1f}")
+    print(f"{'layer':22} {'hook':18} {'n':>2} {'MACs':>10} {'inside':>10} {'packets':>10} {'MAC/pkt':>8} "
+          f"{'path':16} {'us':>8} {'us@500M':>8}")
+    for r in mobile:
+        print(f"{r['layer']:22} {r['hook']:18} {r['count'] or '':>2} {r['macs']:>10} {r['inside']:>10} "
+              f"{r['packets']:>10} {r['macs_per_packet']:>8} {r['path']:16} {r['model_us']:>8} {r['model_us_500mhz']:>8}")
+    write_results("dsp_mobilenet", mobile, device=profile.name, hvx_threads=threads, batch=64)
+    if args.only == "mobilenet":
+        d.close()
+        return
     rows = []
     for name, macs, fn in kernels(args.quick):
         fn(d)  # warm: server started, code paths touched

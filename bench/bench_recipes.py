@@ -19,7 +19,8 @@ the median wall seconds per 1,000 samples and the CPU seconds beside them; ratio
 NITI and to PyTorch are the median of each round's ratio, with their range over the
 rounds (the noise left); then the same with a busy process pinned to the last core (a
 phone with another app running) and its ratio to the quiet time; PyTorch FP32 (the peer,
-same model and batches, SGD) is timed in the same rounds; under `--backend dsp` (the emulated Hexagon) one step per recipe gives the
+same model and batches, SGD) is timed in the same rounds; under `--backend dsp` (the
+emulated Hexagon) one step per recipe gives the
 share of its ops placed off `ref` and the DSP packets per step. The machine's load
 average is printed with the table. Results: bench/results/recipes_speed.{csv,json}.
 Targets (issue #15): every INT8 recipe <= 1.5x NITI, FP32 <= 1.2x PyTorch FP32, loaded

@@ -267,8 +267,8 @@ def main() -> None:
           f"LeNet-5 Fashion-MNIST ({args.lenet_steps} steps; epoch_s = one measured pass over the "
           f"{len(epoch) if args.only != 'vgg' else 0} batches of the training set; epoch_vs_torch = ours / PyTorch's, "
           f"target <= 0.7); load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
-    print_table(rows, ["model", "system", "best_s", "median_s", "vs_torch", "vs_torch_range", "epoch_s", "epoch_vs_torch", "peak_rss_mb",
-                       "rss_vs_torch", "placement"])
+    print_table(rows, ["model", "system", "best_s", "median_s", "vs_torch", "vs_torch_range", "epoch_s", "epoch_vs_torch",
+                       "peak_rss_mb", "rss_vs_torch", "placement"])
     write_results("bench_train", rows, steps=args.steps, rounds=args.rounds, lenet_steps=args.lenet_steps, batch=args.batch_size,
                   load=load)
 

@@ -56,6 +56,7 @@ PYBIND11_MODULE(_cpu_ops, m) {
   def_float_layers(m);
   def_exact_products(m);
   def_fp32_products(m);
+  def_layers(m);
   def_memory(m);
   def_dwconv(m);
 }

@@ -207,6 +207,7 @@ void def_exact_products(py::module_& m);    // bindings_exact.cpp: MLS's int16 a
 void def_fp32_products(py::module_& m);     // bindings_fp32.cpp: the FP32 recipe's GEMM and convolutions
 void def_memory(py::module_& m);            // bindings_memory.cpp: the array pool as NumPy's allocator
 void def_dwconv(py::module_& m);            // bindings_dwconv.cpp: the depthwise convolutions
+void def_layers(py::module_& m);            // bindings_layers.cpp: mobile CNNs' activations, SE product, channel moves
 
 }  // namespace bind
 }  // namespace dsptrain

@@ -180,6 +180,23 @@ static int conv_rows_share(struct dspt_ctx *tc, int t, void *job)
     return DSPT_OK;
 }
 
+/* A pointwise conv (1 x 1, stride 1, no padding) is a GEMM of the image's pixels as they
+ * lie (rows of C bytes, C % 4 == 0): no im2col copy. */
+static int pointwise_share(struct dspt_ctx *tc, int t, void *job)
+{
+    struct rows_job *j = job;
+    int p = j->s->n * j->s->oh * j->s->ow, lo, hi;
+    dspt_share(tc, p, 4, t, &lo, &hi);
+    if (lo < hi)
+        dspt_gemm_core(j->y + lo * j->s->o, j->s->o, j->x + lo * j->k, j->k, j->bp, hi - lo, j->s->o, j->k, j->acc);
+    return DSPT_OK;
+}
+
+static int pointwise_fits(const struct conv_shape *s)
+{
+    return s->kh == 1 && s->kw == 1 && s->stride == 1 && s->pad == 0 && s->c % 4 == 0;
+}
+
 /* y[p, :] (+)= im2col(x)[p, :] . packed b, rows split across the HVX threads. */
 static int conv_rows(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const struct conv_shape *s,
                      const int8_t *bp, int k, int acc)
@@ -215,6 +232,11 @@ int dspt_op_conv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     int8_t *bp = dspt_scratch(ctx, dspt_packed_b_bytes(s.o, k));
     if (!bp) return DSPT_NO_SUPPORT;
     dspt_pack_b(bp, w, s.o, k, k);
+    if (pointwise_fits(&s)) {
+        struct rows_job j = {.y = y, .x = x, .s = &s, .bp = bp, .k = k, .acc = (d->flags & DSPT_F_ACCUMULATE) != 0};
+        d->result_shift = DSPT_PATH_POINTWISE;
+        return dspt_run_shares(ctx, pointwise_share, &j);
+    }
     return conv_rows(ctx, y, x, &s, bp, k, (d->flags & DSPT_F_ACCUMULATE) != 0);
 }
 
@@ -329,6 +351,14 @@ int dspt_op_conv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         return dspt_conv_col2im_bwd_data(ctx, dx, err, w, &s, acc);
     int8_t *bp = dspt_scratch(ctx, dspt_packed_b_bytes(s.c, k));
     if (!bp) return DSPT_NO_SUPPORT;
+    if (s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0 && o4 == s.o) {
+        /* pointwise: dx = err . wT, err's pixels as they lie */
+        struct conv_shape f = {s.n, s.oh, s.ow, s.o, s.c, 1, 1, s.h, s.w, 1, 0};
+        struct rows_job j = {.y = dx, .x = err, .s = &f, .bp = bp, .k = s.o, .acc = acc};
+        st = pack_wt_split(ctx, bp, w, &s, o4, 0);
+        d->result_shift = DSPT_PATH_POINTWISE;
+        return st ? st : dspt_run_shares(ctx, pointwise_share, &j);
+    }
     if (s.stride == 1 && o4 == s.o && s.pad <= s.kh - 1 && s.pad <= s.kw - 1 && s.kh == s.kw) {
         /* stride 1: a forward conv of err, padded by k-1-pad, with the flipped taps of wT
          * (one window copy per kernel row instead of one per tap) */

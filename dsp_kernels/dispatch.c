@@ -19,6 +19,9 @@ static const dspt_kernel kernels[DSPT_OP_COUNT] = {
     [DSPT_OP_MAXPOOL_S8] = dspt_op_maxpool,
     [DSPT_OP_MAXPOOL_BWD_S8] = dspt_op_maxpool_bwd,
     [DSPT_OP_NITI_UPDATE_S8] = dspt_op_niti_update,
+    [DSPT_OP_DWCONV2D_S8] = dspt_op_dwconv2d,
+    [DSPT_OP_DWCONV2D_BWD_DATA_S8] = dspt_op_dwconv2d_bwd_data,
+    [DSPT_OP_DWCONV2D_BWD_WEIGHT_S8] = dspt_op_dwconv2d_bwd_weight,
 };
 
 uint32_t dspt_op_mask(void)

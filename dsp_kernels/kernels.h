@@ -93,6 +93,10 @@ int dspt_op_gemm(struct dspt_ctx *ctx, struct dspt_op_desc *d);
 int dspt_op_conv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d);
 int dspt_op_conv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d);
 int dspt_op_conv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d);
+/* dwconv.c, dwconv_wgrad.c: depthwise convolutions (weights tap-major: ops.h) */
+int dspt_op_dwconv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d);
+int dspt_op_dwconv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d);
+int dspt_op_dwconv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d);
 /* requant.c: the epilogue's passes, shared with update.c */
 int dspt_range_bits(uint32_t max_abs);
 uint32_t dspt_absmax_s32(const int32_t *x, uint32_t n);

@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#define DSPT_ABI_VERSION 3u
+#define DSPT_ABI_VERSION 4u
 #define DSPT_MAGIC 0x44535054u /* "DSPT" */
 
 /* Op codes. The DSP answers DSPT_NO_SUPPORT for a code it does not know. */
@@ -31,7 +31,13 @@ enum dspt_op {
     DSPT_OP_NITI_UPDATE_S8 = 11,    /* in0 w i8, in1 grad i32 -> out0 w' i8 (mu in `bits`) */
     DSPT_OP_DEBUG_SLEEP = 12,       /* sleeps `shift` milliseconds: lets tests hang the server */
     DSPT_OP_DEBUG_CRASH = 13,       /* exits the server without answering */
-    DSPT_OP_COUNT = 14
+    /* Depthwise (one filter per channel, multiplier 1): w is tap-major, w[t, c] with
+     * t = kh * KW + kw (shape_b = (KH, KW, C, 1)): the host hands the (C, KH, KW, 1)
+     * weights over transposed (C * KH * KW bytes), the lanes' order. */
+    DSPT_OP_DWCONV2D_S8 = 14,       /* in0 x[N,H,W,C], in1 w[KH,KW,C] -> out0 y[N,OH,OW,C] i32 */
+    DSPT_OP_DWCONV2D_BWD_DATA_S8 = 15,   /* in0 err[N,OH,OW,C], in1 w[KH,KW,C] -> out0 dx[N,H,W,C] i32 */
+    DSPT_OP_DWCONV2D_BWD_WEIGHT_S8 = 16, /* in0 err[N,OH,OW,C], in1 x[N,H,W,C] -> out0 dw[KH,KW,C] i32 */
+    DSPT_OP_COUNT = 17
 };
 
 enum dspt_dtype { DSPT_I8 = 1, DSPT_U8 = 2, DSPT_I32 = 3, DSPT_I64 = 4 };
@@ -40,6 +46,19 @@ enum dspt_dtype { DSPT_I8 = 1, DSPT_U8 = 2, DSPT_I32 = 3, DSPT_I64 = 4 };
 enum dspt_status { DSPT_OK = 0, DSPT_NO_SUPPORT = 1, DSPT_BAD_PARAMS = 2, DSPT_INTERNAL = 3 };
 
 enum dspt_round { DSPT_ROUND = 0, DSPT_PSTO = 1, DSPT_STO = 2 };
+
+/* Which path a depthwise or pointwise product took, written to `result_shift` (tests pin a
+ * shape's path with it: a shape that stops taking its kernel fails there, not only in a
+ * bench); the other products leave it 0. */
+enum dspt_path {
+    DSPT_PATH_NONE = 0,
+    DSPT_PATH_DW_FLAT = 1,        /* stride 1: padded rows as they are, weights by residue */
+    DSPT_PATH_DW_BLOCKS = 2,      /* one 128-channel block of a pixel a vector */
+    DSPT_PATH_DW_CLASSES = 3,     /* backward data of stride s: each (h, w) mod s class its taps */
+    DSPT_PATH_DW_IMAGE_QUADS = 4, /* weight gradient: 4 images a word, vrmpy */
+    DSPT_PATH_DW_COLUMN_QUADS = 5, /* stride 1 or 2, 3 kernel rows: 4 columns a word, vrmpy */
+    DSPT_PATH_POINTWISE = 6,      /* 1 x 1 conv: the GEMM on the pixels as they lie, no im2col */
+};
 
 /* `shift` value asking the DSP to estimate it from the range (NITI's absmax rule). */
 #define DSPT_SHIFT_ESTIMATE (-1)
@@ -86,7 +105,8 @@ struct dspt_op_desc {
     uint32_t flags;                 /* DSPT_F_* */
     struct dspt_rng rng;
     int32_t status;                 /* enum dspt_status, written by the DSP */
-    int32_t result_shift;           /* the shift used (NITI_UPDATE: -1 = zero gradient) */
+    int32_t result_shift;           /* the shift used (NITI_UPDATE: -1 = zero gradient; depthwise
+                                       products: the enum dspt_path taken) */
     uint32_t result_absmax;         /* max |acc| seen (REQUANT estimate, ABSMAX, NITI_UPDATE) */
     uint32_t threads;               /* HVX contexts to split the work across (0, 1: one) */
     struct dspt_cost cost;

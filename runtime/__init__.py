@@ -16,5 +16,6 @@ from .interchange import export, from_torch, load_model  # noqa: E402
 
 __all__ = [
     "__version__", "checkpoint", "models", "load_run", "load_recipe", "RunConfig", "Recipe", "Trainer", "StepStats",
-    "QTensor", "load_model", "from_torch", "export", "DsptrainError", "UserError", "ConfigError", "DataError", "LoweringError", "BackendError",
+    "QTensor", "load_model", "from_torch", "export", "DsptrainError", "UserError", "ConfigError", "DataError",
+    "LoweringError", "BackendError",
 ]

@@ -54,3 +54,9 @@ class BackendError(DsptrainError):
 
 class NoSupport(BackendError):
     """The backend cannot run this op with these parameters (not a failure)."""
+
+
+class DivergedError(DsptrainError):
+    """Training diverged (a non-finite loss or weight, integer ranges saturated for too
+    long). The message says where and what, and which checkpoint holds the last good
+    weights; the command exits with status 3."""

@@ -270,3 +270,165 @@ def col2im(dcols, err_nhw, kernel_hwc, stride: int, pad: int, in_hw) -> np.ndarr
         for j in range(kw):
             dx[:, i:i + stride * oh:stride, j:j + stride * ow:stride, :] += cols[:, :, :, i, j, :]
     return np.ascontiguousarray(dx[:, pad:pad + h, pad:pad + w, :])
+
+
+# ---------------------------------------------------------------- mobile CNNs' float layers
+# (algorithms/_branch_layers.py lowers them; the derivatives are PyTorch's, ATen's
+# hardtanh/hardsigmoid/hardswish/silu backward kernels, so FP32 matches it).
+
+def act_f32(x, function: str, params=()) -> np.ndarray:
+    """nn.Nonlinearity's function of float32 `x`, computed in float64, rounded once to float32."""
+    v = np.asarray(x, np.float64)
+    if function == "clip":
+        y = np.clip(v, params[0], params[1])
+    elif function == "hardsigmoid":
+        y = np.clip(params[0] * v + params[1], 0.0, 1.0)
+    elif function == "hardswish":
+        y = v * np.clip(v / 6.0 + 0.5, 0.0, 1.0)
+    elif function == "sigmoid":
+        y = _sigmoid(v)
+    elif function == "silu":
+        y = v * _sigmoid(v)
+    elif function == "tanh":
+        y = np.tanh(v)
+    else:
+        raise ValueError(f"unknown activation function {function!r}")
+    return y.astype(np.float32)
+
+
+def act_bwd_f32(err, x, function: str, params=()) -> np.ndarray:
+    """d input of act_f32 from its input `x` and the output's error, float64 inside."""
+    v, e = np.asarray(x, np.float64), np.asarray(err, np.float64)
+    if function == "clip":
+        d = ((v > params[0]) & (v < params[1])).astype(np.float64)
+    elif function == "hardsigmoid":
+        z = params[0] * v + params[1]
+        d = np.where((z > 0.0) & (z < 1.0), params[0], 0.0)
+    elif function == "hardswish":
+        d = np.where(v <= -3.0, 0.0, np.where(v < 3.0, v / 3.0 + 0.5, 1.0))
+    elif function == "sigmoid":   # s * (1 - s) with 1 - s as sigmoid(-v): no cancellation where s is near 1
+        d = _sigmoid(v) * _sigmoid(-v)
+    elif function == "silu":
+        d = _sigmoid(v) * (1.0 + v * _sigmoid(-v))
+    elif function == "tanh":      # 1 - tanh**2 as 1 / cosh**2: no cancellation near saturation
+        with np.errstate(over="ignore"):
+            d = 1.0 / np.cosh(v) ** 2
+    else:
+        raise ValueError(f"unknown activation function {function!r}")
+    return (e * d).astype(np.float32)
+
+
+def _sigmoid(v):
+    """1 / (1 + e**-v), from the exponential of -|v| (no overflow, no cancellation for large |v|)."""
+    e = np.exp(-np.abs(v))
+    return np.where(v >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def mul_f32(x, g) -> np.ndarray:
+    """x * g, g of x's shape or (N, 1, 1, C) (a channel scale: squeeze-excitation)."""
+    return (np.asarray(x, np.float32) * np.asarray(g, np.float32)).astype(np.float32, copy=False)
+
+
+def mul_bwd_f32(err, x, g) -> tuple[np.ndarray, np.ndarray]:
+    """(d x, d g) of mul_f32; d g summed over H and W (float64) when g scales channels."""
+    err = np.asarray(err, np.float32)
+    dx = (err * np.asarray(g, np.float32)).astype(np.float32, copy=False)
+    prod = np.asarray(err, np.float64) * np.asarray(x, np.float64)
+    if g.shape != x.shape:
+        prod = prod.sum(axis=(1, 2), keepdims=True)
+    return dx, prod.astype(np.float32)
+
+
+def concat_channels(parts) -> np.ndarray:
+    """NHWC images of one N, H, W joined along channels (any dtype)."""
+    return np.concatenate([np.asarray(p) for p in parts], axis=-1)
+
+
+def slice_channels(x, start: int, stop: int) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(x)[..., start:stop])
+
+
+def pad_channels(err, start: int, channels: int) -> np.ndarray:
+    """`err` placed at channels [start, start + its channels) of zeros with `channels` channels."""
+    out = np.zeros((*err.shape[:-1], channels), err.dtype)
+    out[..., start:start + err.shape[-1]] = err
+    return out
+
+
+def channel_shuffle(x, groups: int) -> np.ndarray:
+    """Channels seen as (groups, C / groups) and transposed (ShuffleNet); with C / groups
+    groups it is the inverse."""
+    *lead, c = x.shape
+    return np.ascontiguousarray(x.reshape(*lead, groups, c // groups).swapaxes(-1, -2).reshape(*lead, c))
+
+
+# ---------------------------------------------------------------- batch normalisation (PyTorch's)
+
+class _Identity:
+    @staticmethod
+    def stat(v):
+        return v
+
+    affine = error = stat
+
+
+_NO_GRIDS = _Identity()
+
+
+def bn_forward_values(x, gamma, beta, mean, var, training, grids=None, momentum=0.1, eps=1e-5):
+    """(y, x-hat, 1/std, new running mean, new running variance), float64 inside. `grids`:
+    where it rounds (algorithms/_float_layers.BNGrids: WAGEUBN's integer batch norm), None for nowhere."""
+    grids = grids or _NO_GRIDS
+    x = np.asarray(x, np.float64)
+    axes = tuple(range(x.ndim - 1))
+    if training:
+        mu = grids.stat(x.mean(axis=axes))
+        sigma2 = grids.stat(((x - mu) ** 2).mean(axis=axes))
+        count = x.size // x.shape[-1]
+        unbiased = sigma2 * count / max(count - 1, 1)
+        mean = (1 - momentum) * mean + momentum * mu
+        var = (1 - momentum) * var + momentum * unbiased
+    else:
+        mu, sigma2 = np.asarray(mean, np.float64), np.asarray(var, np.float64)
+    inv = grids.stat(1.0 / np.sqrt(sigma2 + eps))
+    xhat = grids.stat((x - mu) * inv)
+    y = grids.affine(np.asarray(gamma, np.float64)) * xhat + grids.affine(np.asarray(beta, np.float64))
+    return y, xhat, inv, mean, var
+
+
+def bn_backward_values(err, xhat, inv, gamma, grids=None):
+    """(d input, d gamma, d beta) of y = gamma * (x - mean) / std + beta over the batch."""
+    grids = grids or _NO_GRIDS
+    err = grids.error(np.asarray(err, np.float64))
+    xhat = np.asarray(xhat, np.float64)
+    axes = tuple(range(err.ndim - 1))
+    count = err.size // err.shape[-1]
+    d_beta = err.sum(axis=axes)
+    d_gamma = (err * xhat).sum(axis=axes)
+    g = grids.affine(np.asarray(gamma, np.float64))
+    dx = g * inv / count * (count * err - d_beta - xhat * d_gamma)
+    return dx, d_gamma, d_beta
+
+
+def bn_fwd_f32(x, gamma, beta, mean, var, training, momentum, eps):
+    """backends' bn_fwd_f32: bn_forward_values, each result float32."""
+    out = bn_forward_values(x, gamma, beta, mean, var, training, None, momentum, eps)
+    return tuple(np.asarray(v, np.float32) for v in out)
+
+
+def bn_bwd_f32(err, xhat, inv_std, gamma):
+    return tuple(np.asarray(v, np.float32) for v in bn_backward_values(err, xhat, np.asarray(inv_std, np.float64),
+                                                                        gamma))
+
+
+def channel_mean_f32(x):
+    return np.asarray(x).mean(axis=(1, 2), dtype=np.float64).astype(np.float32)
+
+
+def channel_sum_f32(x):
+    x = np.asarray(x)
+    return x.reshape(-1, x.shape[-1]).sum(axis=0, dtype=np.float64).astype(np.float32)
+
+
+def add_f32(a, b):
+    return (np.asarray(a, np.float32) + np.asarray(b, np.float32)).astype(np.float32, copy=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .nn import INPUT, Add, BatchNorm2d, Dropout, source_of
+from .nn import INPUT, MULTI_INPUT, Add, BatchNorm2d, Dropout, inputs_of
 
 PHASES = ("forward", "loss", "backward", "update")
 ROW_ROLES = ("input", "label", "activation", "saved", "error")   # tensors with one row per sample
@@ -146,6 +146,7 @@ class GraphBuilder:
         self.tensors: dict[str, TensorSpec] = {}
         self.params: list[str] = []
         self.layer_io: dict[str, tuple[str, str]] = {}   # layer -> (input tensor, output tensor)
+        self.layer_inputs: dict[str, tuple[str, ...]] = {}   # layer -> every tensor it reads, in order
 
     def tensor(self, name, shape, dtype, role) -> str:
         self.tensors[name] = TensorSpec(name, tuple(int(d) for d in shape), str(dtype), role)
@@ -177,13 +178,16 @@ def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) 
     residual models `join_errors(b, name, errs)`. With `training=False` only the forward
     ops are emitted (evaluation).
 
-    Graphs need not be chains: a layer may read an earlier layer's output (`source`), and
-    `Add` reads two. The backward walk visits layers in reverse, gives each tensor the
-    errors of every layer that read it, and where there are several asks the recipe to sum
-    them (`join_errors`; integer recipes align exponents there). An `Add` passes its error
-    unchanged to both inputs. A layer gets a backward op only if something upstream of it,
-    or itself, has parameters; for a chain this is exactly "from the last layer down to the
-    first parametric one", with no input error for the latter.
+    Graphs need not be chains: a layer may read an earlier layer's output (`source`), `Add`
+    reads two, `Mul` and `Concat` the ones they name (nn.inputs_of); a recipe's forward gets
+    the first and finds all in `b.layer_inputs`. The backward walk visits layers in reverse,
+    gives each tensor the errors of every layer that read it, and where there are several
+    asks the recipe to sum them (`join_errors`; integer recipes align exponents there). An
+    `Add` passes its error unchanged to both inputs; a recipe's backward of a `Mul` or a
+    `Concat` is told which inputs need an error (a tuple) and returns one per input. A layer
+    gets a backward op only if something upstream of it, or itself, has parameters; for a
+    chain this is exactly "from the last layer down to the first parametric one", with no
+    input error for the latter.
 
     `frozen` names layers that do not train (fine-tuning; `train.freeze`): they count as
     having no parameters above, so no error flows into a frozen stem at all, and their
@@ -201,16 +205,17 @@ def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) 
     x = b.tensor(INPUT, (batch, *model.input_shape), algorithm.ACTIVATION_DTYPE, "input")
     output_of = {INPUT: x}
     needs_error = {x: False}          # tensor -> does an error have to flow into it
+    previous = INPUT
     for layer, shape in zip(model.layers, model.shapes()):
-        if source_of(layer) is not None:
-            x = output_of[source_of(layer)]
+        inputs = tuple(output_of[name] for name in inputs_of(layer, previous))
+        x, previous = inputs[0], layer.name
+        b.layer_inputs[layer.name] = inputs
         if not training and isinstance(layer, Dropout):   # dropout is the identity at evaluation
             output_of[layer.name] = x
             b.layer_io[layer.name] = (x, x)
             continue
         out = algorithm.forward(b, layer, x, (batch, *shape))
         b.layer_io[layer.name] = (x, out)
-        inputs = (x, output_of[layer.skip_from]) if isinstance(layer, Add) else (x,)
         trains = (hasattr(layer, "weight_shape") or isinstance(layer, BatchNorm2d)) and layer.name not in frozen
         needs_error[out] = trains or any(needs_error[t] for t in inputs)
         output_of[layer.name] = x = out
@@ -224,10 +229,17 @@ def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) 
             if not needs_error[out] or out not in errors:
                 continue
             err = _joined(algorithm, b, out, errors.pop(out))
+            inputs = b.layer_inputs[layer.name]
             if isinstance(layer, Add):
-                for target in (x, output_of[layer.skip_from]):
+                for target in inputs:
                     if needs_error[target]:
                         errors.setdefault(target, []).append(err)
+                continue
+            if isinstance(layer, MULTI_INPUT):
+                needs = tuple(needs_error[t] for t in inputs)
+                for target, err_in in zip(inputs, algorithm.backward(b, layer, err, needs_input_error=needs)):
+                    if err_in is not None:
+                        errors.setdefault(target, []).append(err_in)
                 continue
             err_in = algorithm.backward(b, layer, err, needs_input_error=needs_error[x])
             if needs_error[x]:

@@ -114,5 +114,5 @@ def realign_energy(meter, metered_steps: list[int], path: Path) -> int:
             record["energy_meter"] = reading.meter
         lines.append(record)
     lines = [json.dumps(record) for record in epoch_energy(lines)]   # the epochs' totals follow
-    atomic_write(path, lambda f: f.write("".join(l + "\n" for l in lines).encode()))
+    atomic_write(path, lambda f: f.write("".join(line + "\n" for line in lines).encode()))
     return sum(r.ok for r in by_step.values())

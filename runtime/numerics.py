@@ -55,7 +55,7 @@ class RngKey:
     tensor_id: int
     offset: int = 0
 
-    def shifted(self, offset: int) -> "RngKey":
+    def shifted(self, offset: int) -> RngKey:
         return RngKey(self.seed, self.step, self.tensor_id, self.offset + offset)
 
 

@@ -57,6 +57,8 @@ def load_metrics(run_dir: str | Path) -> RunMetrics:
         except json.JSONDecodeError as exc:
             raise DataError(f"{file}: line {number} is not JSON ({exc.msg})") from None
         kind = record.get("kind") if isinstance(record, dict) else None
+        if isinstance(record, dict) and isinstance(record.get("run"), str) and record["run"]:
+            run.label = record["run"]   # the run's name (profile/logs.py writes it into every record)
         if kind == "step":
             run.steps.append(record)
         elif kind == "epoch":
@@ -69,13 +71,13 @@ def load_metrics(run_dir: str | Path) -> RunMetrics:
 
 
 def _unique_labels(runs: list[RunMetrics]) -> None:
-    """Two directories with the same name are told apart by their parents."""
+    """Two runs with the same name are told apart by their directories."""
     seen: dict[str, int] = {}
     for run in runs:
         seen[run.label] = seen.get(run.label, 0) + 1
     for run in runs:
         if seen[run.label] > 1:
-            run.label = f"{run.path.parent.parent.name}/{run.label}"
+            run.label = f"{run.label} ({run.path.parent.parent.name}/{run.path.parent.name})"
 
 
 def _moving_average(values: list[float], window: int):
@@ -135,6 +137,9 @@ def plot_runs(run_dirs, out: str | Path, title: str | None = None):
                     label=f"{run.label}: test")
         ax_acc.plot(epochs, run.column("train_accuracy", run.epochs, 100), color=color, marker=".",
                     ls="--", label=f"{run.label}: train")
+        val = run.column("val_accuracy", run.epochs, 100)
+        if any(not math.isnan(v) for v in val):   # data.val_fraction
+            ax_acc.plot(epochs, val, color=color, marker="s", ls=":", label=f"{run.label}: val")
     ax_time.set(title=PANEL_TITLES[0], xlabel="batch (global step)", ylabel="ms")
     ax_energy.set(title=PANEL_TITLES[1], xlabel="batch (global step)", ylabel=f"mJ ({_meters(runs)})")
     ax_memory.set(title=PANEL_TITLES[2], xlabel="batch (global step)", ylabel="MB")

@@ -64,6 +64,17 @@ def check_meta(path: Path, meta: dict, trainer) -> dict:
                                    and math.isfinite(energy[0]) and _int(energy[1], 0, 1 << 50)
                                    and isinstance(energy[2], list) and all(isinstance(m, str) for m in energy[2])):
         fail("epoch_energy", f"{energy!r} is not [joules, steps, [meters]]")
+    watch = meta.get("divergence")
+    if watch is not None and not (isinstance(watch, list) and len(watch) == 3 and all(_int(v, 0, 1 << 50) for v in watch)):
+        fail("divergence", f"{watch!r} is not [saturated steps, halvings, events in a row]")
+    monitor = meta.get("monitor")
+    if monitor is not None and not (isinstance(monitor, list) and len(monitor) == 3 and _int(monitor[2], 0, 100_000)
+                                    and all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                          and math.isfinite(v)) for v in monitor[:2])):
+        fail("monitor", f"{monitor!r} is not [best value, early stopping's best, epochs waited]")
+    classes = meta.get("classes")
+    if classes is not None and not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)):
+        fail("classes", f"{classes!r} is not a list of class names")
     return meta
 
 

@@ -5,9 +5,11 @@ A recipe module defines:
 - `check_model(model, recipe)`: raise LoweringError naming a layer it cannot lower;
 - `forward(b, layer, x, shape)`, `loss(b, logits, labels)`,
   `backward(b, layer, err, needs_input_error)`: emit ops through a GraphBuilder;
-- `OPS`: op kind -> function(backend, op, env, ctx) returning {tensor name: value};
+- `OPS`: op kind -> function(backend, op, env, ctx) returning {tensor name: value}: it
+  calls the hooks of `backend` (the one the plan placed the op on) itself, and a
+  requantizing op tells the executor its shift with `ctx.note_shift(op, shift)`;
 - `init_params(model, recipe, rng)`: the starting weights and optimizer state;
-- `prepare_input(images_uint8)`, `logits_to_float(value)`: the float boundaries;
+- `prepare_input(images_uint8, normalize=None)`, `logits_to_float(value)`: the float boundaries (`normalize`: data.Normalize, the run's `data.normalize`);
 - `join_errors(b, name, errs)` (residual models): one error tensor summing `errs`, where
   branches join in the backward walk (integer recipes align exponents);
 - `check_recipe(recipe, source)` (optional): reject bad `params` with a ConfigError at load;
@@ -16,8 +18,9 @@ A recipe module defines:
   can share one: batch splitting, co-scheduling and adaptive rescaling apply to it.
 
 Modules whose names start with `_` (and `int_residual`) are helpers, not recipes. NITI and
-FP32 are written out in full; Octo, WAGEUBN, AFP, MLS and FP8 share `_emulated.py` and
-supply only their number grids and update rules.
+FP32 are written out in full; Octo, WAGEUBN, AFP, MLS and FP8 share `_emulated.py` (with
+`_recipe_numerics.py`, `_products.py`, `_quant.py`) and supply only their number grids and
+update rules.
 """
 from __future__ import annotations
 

@@ -10,10 +10,11 @@ gamma/beta) is the same code with grids switched on; float recipes pass none.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
+from ..float_ops import bn_backward_values, bn_forward_values
 from ..layout import col2im, im2col, out_size
 from ..nn import Add, BatchNorm2d, GlobalAvgPool
 
@@ -38,11 +39,21 @@ class BNGrids:
 
 # ---------------------------------------------------------------- lowering
 
-def forward(b, layer, x, shape, prefix, training=True) -> str | None:
+def native(grids) -> bool:
+    """Do this module's ops run as backend hooks (bn_fwd_f32, add_f32, ...: a float batch norm)
+    rather than as NumPy with rounding on `grids` (WAGEUBN's integer batch norm)?"""
+    return grids is None or grids == BNGrids()
+
+
+def _hooks(grids, hook) -> tuple:
+    return (hook,) if native(grids) else F32
+
+
+def forward(b, layer, x, shape, prefix, training=True, grids=None) -> str | None:
     """The output of the forward op of a layer this module lowers (batch norm, residual
     add, global average pool) under op kinds `prefix.*`; None for any other layer."""
     if isinstance(layer, BatchNorm2d):
-        return forward_bn(b, layer, x, shape, prefix, training)
+        return forward_bn(b, layer, x, shape, prefix, training, grids)
     if isinstance(layer, Add):
         return forward_add(b, layer, x, shape, prefix)
     if isinstance(layer, GlobalAvgPool):
@@ -54,7 +65,7 @@ def bn_state_names(name):
     return f"{name}.gamma", f"{name}.beta", f"{name}.mean", f"{name}.var"
 
 
-def forward_bn(b, layer, x, shape, prefix, training):
+def forward_bn(b, layer, x, shape, prefix, training, grids=None):
     gamma, beta, mean, var = bn_state_names(layer.name)
     b.param(gamma, (layer.channels,), "float32")
     b.param(beta, (layer.channels,), "float32")
@@ -64,11 +75,12 @@ def forward_bn(b, layer, x, shape, prefix, training):
     xhat = b.tensor(f"{layer.name}.xhat", shape, "float32", "saved")
     inv = b.tensor(f"{layer.name}.inv_std", (layer.channels,), "float32", "saved")
     b.op(f"{layer.name}.fwd", f"{prefix}.bn_fwd", layer.name, "forward", (x, gamma, beta, mean, var),
-         (out, xhat, inv, mean, var), F32, int(np.prod(shape)), training=training, rows="coupled")
+         (out, xhat, inv, mean, var), _hooks(grids, "bn_fwd_f32"), int(np.prod(shape)), training=training,
+         rows="coupled")
     return out
 
 
-def backward_bn(b, layer, err, needs_input_error, prefix):
+def backward_bn(b, layer, err, needs_input_error, prefix, grids=None):
     """Emits the BN backward op; returns (err_in or None, [(param, grad), ...])."""
     x, _ = b.layer_io[layer.name]
     gamma, beta, _, _ = bn_state_names(layer.name)
@@ -76,7 +88,8 @@ def backward_bn(b, layer, err, needs_input_error, prefix):
     g_gamma = b.tensor(f"{gamma}.grad", (layer.channels,), "float32", "grad")
     g_beta = b.tensor(f"{beta}.grad", (layer.channels,), "float32", "grad")
     b.op(f"{layer.name}.bwd", f"{prefix}.bn_bwd", layer.name, "backward",
-         (err, f"{layer.name}.xhat", f"{layer.name}.inv_std", gamma), (err_in, g_gamma, g_beta), F32,
+         (err, f"{layer.name}.xhat", f"{layer.name}.inv_std", gamma), (err_in, g_gamma, g_beta),
+         _hooks(grids, "bn_bwd_f32"),
          int(np.prod(b.tensors[x].shape)), rows="coupled")   # batch statistics: never sliced by rows
     return (err_in if needs_input_error else None), [(gamma, g_gamma), (beta, g_beta)]
 
@@ -84,13 +97,14 @@ def backward_bn(b, layer, err, needs_input_error, prefix):
 def forward_add(b, layer, x, shape, prefix):
     skip = b.layer_io[layer.skip_from][1] if layer.skip_from in b.layer_io else "input"
     out = b.tensor(f"{layer.name}.out", shape, "float32", "activation")
-    b.op(f"{layer.name}.fwd", f"{prefix}.add", layer.name, "forward", (x, skip), (out,), F32)
+    b.op(f"{layer.name}.fwd", f"{prefix}.add", layer.name, "forward", (x, skip), (out,), ("add_f32",))
     return out
 
 
 def forward_avgpool(b, layer, x, shape, prefix):
     out = b.tensor(f"{layer.name}.out", shape, "float32", "activation")
-    b.op(f"{layer.name}.fwd", f"{prefix}.avgpool_fwd", layer.name, "forward", (x,), (out,), F32)
+    b.op(f"{layer.name}.fwd", f"{prefix}.avgpool_fwd", layer.name, "forward", (x,), (out,), ("channel_mean_f32",),
+         keep_dims=layer.keep_dims)
     return out
 
 
@@ -104,47 +118,37 @@ def backward_avgpool(b, layer, err, prefix):
 
 def join_errors(b, name, errs, prefix):
     out = b.tensor(name, b.tensors[errs[0]].shape, "float32", "error")
-    b.op(f"{name}.join", f"{prefix}.join", "join", "backward", tuple(errs), (out,), F32)
+    b.op(f"{name}.join", f"{prefix}.join", "join", "backward", tuple(errs), (out,), ("add_f32",))
     return out
 
 
 # ---------------------------------------------------------------- running ops
 
-def bn_forward_values(x, gamma, beta, mean, var, training, grids: BNGrids = BNGrids()):
-    """(y, x-hat, 1/std, new running mean, new running variance), float64 inside."""
-    x = np.asarray(x, np.float64)
-    axes = tuple(range(x.ndim - 1))
-    if training:
-        mu = grids.stat(x.mean(axis=axes))
-        sigma2 = grids.stat(((x - mu) ** 2).mean(axis=axes))
-        count = x.size // x.shape[-1]
-        unbiased = sigma2 * count / max(count - 1, 1)
-        mean = (1 - BN_MOMENTUM) * mean + BN_MOMENTUM * mu
-        var = (1 - BN_MOMENTUM) * var + BN_MOMENTUM * unbiased
-    else:
-        mu, sigma2 = np.asarray(mean, np.float64), np.asarray(var, np.float64)
-    inv = grids.stat(1.0 / np.sqrt(sigma2 + BN_EPS))
-    xhat = grids.stat((x - mu) * inv)
-    y = grids.affine(np.asarray(gamma, np.float64)) * xhat + grids.affine(np.asarray(beta, np.float64))
-    return y, xhat, inv, mean, var
-
-
-def bn_backward_values(err, xhat, inv, gamma, grids: BNGrids = BNGrids()):
-    """(d input, d gamma, d beta) of y = gamma * (x - mean) / std + beta over the batch."""
-    err = grids.error(np.asarray(err, np.float64))
-    xhat = np.asarray(xhat, np.float64)
-    axes = tuple(range(err.ndim - 1))
-    count = err.size // err.shape[-1]
-    d_beta = err.sum(axis=axes)
-    d_gamma = (err * xhat).sum(axis=axes)
-    g = grids.affine(np.asarray(gamma, np.float64))
-    dx = g * inv / count * (count * err - d_beta - xhat * d_gamma)
-    return dx, d_gamma, d_beta
-
-
 def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
-    """The op functions (backend, op, env, ctx) of this module under `prefix.` kinds, BN
-    rounding on `grids`: NumPy, no backend."""
+    """The op functions (backend, op, env, ctx) of this module under `prefix.` kinds: backend
+    hooks, but a batch norm rounding on `grids` (not `native`) in NumPy."""
+    def bn_fwd_hook(backend, op, env, ctx):   # float32 operands: FP8 keeps gamma and beta in float16
+        x, gamma, beta, mean, var = (np.asarray(env[t], np.float32) for t in op.inputs)
+        return dict(zip(op.outputs, backend.bn_fwd_f32(x, gamma, beta, mean, var, op.attrs["training"],
+                                                       BN_MOMENTUM, BN_EPS)))
+
+    def bn_bwd_hook(backend, op, env, ctx):
+        return dict(zip(op.outputs, backend.bn_bwd_f32(*(np.asarray(env[t], np.float32) for t in op.inputs))))
+
+    def add(backend, op, env, ctx):
+        return {op.outputs[0]: backend.add_f32(env[op.inputs[0]], env[op.inputs[1]])}
+
+    def join(backend, op, env, ctx):
+        total = env[op.inputs[0]]
+        for name in op.inputs[1:]:
+            total = backend.add_f32(total, env[name])
+        return {op.outputs[0]: total}
+
+    def avgpool_fwd(backend, op, env, ctx):   # (N, C), or (N, 1, 1, C) for a GlobalAvgPool with keep_dims
+        x = env[op.inputs[0]]
+        mean = backend.channel_mean_f32(x)
+        return {op.outputs[0]: mean.reshape(x.shape[0], 1, 1, -1) if op.attrs.get("keep_dims") else mean}
+
     def bn_fwd(backend, op, env, ctx):
         x, gamma, beta, mean, var = (env[t] for t in op.inputs)
         y, xhat, inv, mean, var = bn_forward_values(x, gamma, beta, mean, var, op.attrs["training"], grids)
@@ -156,26 +160,19 @@ def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
         dx, d_gamma, d_beta = bn_backward_values(err, xhat, np.asarray(inv, np.float64), gamma, grids)
         return dict(zip(op.outputs, (dx.astype(np.float32), d_gamma.astype(np.float32), d_beta.astype(np.float32))))
 
-    def add(backend, op, env, ctx):
-        return {op.outputs[0]: (env[op.inputs[0]] + env[op.inputs[1]]).astype(np.float32)}
-
-    def avgpool_fwd(backend, op, env, ctx):
-        return {op.outputs[0]: env[op.inputs[0]].mean(axis=(1, 2), dtype=np.float64).astype(np.float32)}
-
     def avgpool_bwd(backend, op, env, ctx):
         err = env[op.inputs[0]]
+        err = err.reshape(err.shape[0], err.shape[-1])
         n, h, w, c = op.attrs["in_shape"]
         n = err.shape[0]   # a micro-batch may be smaller than the planned batch
         return {op.outputs[0]: np.broadcast_to((err / np.float32(h * w))[:, None, None, :], (n, h, w, c)).copy()}
 
-    def join(backend, op, env, ctx):
-        total = env[op.inputs[0]].astype(np.float32)
-        for name in op.inputs[1:]:
-            total = total + env[name]
-        return {op.outputs[0]: total}
-
-    local = dict(bn_fwd=bn_fwd, bn_bwd=bn_bwd, add=add, avgpool_fwd=avgpool_fwd, avgpool_bwd=avgpool_bwd, join=join)
-    return {f"{prefix}.{name}": fn for name, fn in local.items()}
+    ops = {f"{prefix}.{name}": fn for name, fn in
+           dict(add=add, join=join, avgpool_fwd=avgpool_fwd, avgpool_bwd=avgpool_bwd).items()}
+    native_bn = native(grids)
+    ops.update({f"{prefix}.bn_fwd": bn_fwd_hook if native_bn else bn_fwd,
+                f"{prefix}.bn_bwd": bn_bwd_hook if native_bn else bn_bwd})
+    return ops
 
 
 def avgpool2d_divisors(in_hw, kernel, stride, pad, count_include_pad) -> np.ndarray:

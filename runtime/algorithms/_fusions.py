@@ -107,7 +107,8 @@ def fuse_relu_into_compensation(ops: list, eval_ops: list, tensors: dict) -> tup
         comp = None
         if relu_bwds:
             comps = readers.get(relu_bwds[0].outputs[0], [])
-            if len(relu_bwds) == 1 and len(comps) == 1 and comps[0].kind == COMP_BWD and comps[0].inputs[0] == relu_bwds[0].outputs[0]:
+            if (len(relu_bwds) == 1 and len(comps) == 1 and comps[0].kind == COMP_BWD
+                    and comps[0].inputs[0] == relu_bwds[0].outputs[0]):
                 comp = comps[0]
         if fwd_readers or (relu_bwds and comp is None):
             continue

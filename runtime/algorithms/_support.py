@@ -20,7 +20,19 @@ def _get(recipe, dotted: str):
 
 
 def check_supported(recipe, source, supported: dict[str, tuple]) -> None:
-    """`supported`: dotted key (with `tensors.*.` for every role) -> the values allowed."""
+    """`supported`: dotted key (with `tensors.*.` for every role) -> the values allowed;
+    the module takes no `params`."""
+    check_values(recipe, source, supported)
+    if recipe.params:
+        key = sorted(recipe.params, key=str)[0]
+        raise ConfigError(source, f"params.{key}", f"unknown for recipe {recipe.name!r} "
+                          f"(module {recipe.module!r} takes no params)")
+
+
+def check_values(recipe, source, supported: dict[str, tuple]) -> None:
+    """Each key of `supported` (`tensors.*.` for every role) holds one of its values, and
+    no tensor sets a field its own format or policy makes meaningless (check_read)."""
+    check_read(recipe, source)
     for key, allowed in supported.items():
         keys = [key.replace("*", role) for role in ROLES] if "*" in key else [key]
         for dotted in keys:
@@ -28,7 +40,24 @@ def check_supported(recipe, source, supported: dict[str, tuple]) -> None:
             if value not in allowed:
                 raise ConfigError(source, dotted, f"{value!r} is not supported by recipe module "
                                   f"{recipe.module!r} (its kernels take {', '.join(map(repr, allowed))})")
-    if recipe.params:
-        key = sorted(recipe.params, key=str)[0]
-        raise ConfigError(source, f"params.{key}", f"unknown for recipe {recipe.name!r} "
-                          f"(module {recipe.module!r} takes no params)")
+
+
+def check_read(recipe, source) -> None:
+    """Fields no recipe reads given the tensor's other fields: exponent_bits outside the
+    fp format, group_size outside group granularity, the adaptive rescale's intervals
+    under another policy. Set, they would be ignored; so they are refused by name."""
+    for role in ROLES:
+        spec = getattr(recipe.tensors, role)
+        key = f"tensors.{role}"
+        if spec.format != "fp" and spec.exponent_bits:
+            raise ConfigError(source, f"{key}.exponent_bits", f"{spec.exponent_bits} is read only with format: fp "
+                                                              f"(this tensor is {spec.format})")
+        if spec.granularity != "group" and spec.group_size:
+            raise ConfigError(source, f"{key}.group_size", f"{spec.group_size} is read only with granularity: group "
+                                                           f"(this tensor's is {spec.granularity})")
+        default = type(spec.rescale)()      # config.Rescale's defaults (algorithms import no config)
+        for field in ("min_interval", "max_interval"):
+            value = getattr(spec.rescale, field)
+            if spec.rescale.policy != "adaptive" and value != getattr(default, field):
+                raise ConfigError(source, f"{key}.rescale.{field}", f"{value} is read only with policy: adaptive "
+                                                                    f"(this tensor's is {spec.rescale.policy})")

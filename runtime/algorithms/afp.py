@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._emulated import Emulated, Numerics, module_contract
+from ._emulated import Emulated, module_contract
+from ._recipe_numerics import Numerics
 from ._quant import quantization_error, quantize_int
 
 

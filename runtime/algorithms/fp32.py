@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..data.normalize import lookup
 from ..errors import LoweringError
 from ..nn import (Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU,
                   has_bias)
+from . import _branch_layers as branch
 from . import _float_layers as fl
 
 ACTIVATION_DTYPE = "float32"
 _F32 = ("numpy_f32",)
 PREFIX = "fp32"
-LOWERABLE = (Conv2d, Linear, ReLU, MaxPool2d, AvgPool2d, Flatten, Dropout, BatchNorm2d, Add, GlobalAvgPool)
+LOWERABLE = (Conv2d, Linear, ReLU, MaxPool2d, AvgPool2d, Flatten, Dropout, BatchNorm2d, Add, GlobalAvgPool,
+             *branch.LAYERS)
 
 
 def check_model(model, recipe):
@@ -25,17 +28,24 @@ def check_model(model, recipe):
 
 
 def forward(b, layer, x, shape):
-    residual = fl.forward(b, layer, x, shape, PREFIX, b.training)
-    if residual is not None:
-        return residual
+    done = fl.forward(b, layer, x, shape, PREFIX, b.training)
+    if done is None:
+        done = branch.forward(b, layer, x, shape, PREFIX)
+    if done is not None:
+        return done
     out = b.tensor(f"{layer.name}.out", shape, "float32", "activation")
     batch = shape[0]
     if isinstance(layer, Conv2d):
         w = b.param(f"{layer.name}.w", layer.weight_shape, "float32")
         b.tensor(f"{layer.name}.v", layer.weight_shape, "float32", "state")
-        macs = int(np.prod(shape)) * layer.kernel * layer.kernel * layer.in_channels
-        b.op(f"{layer.name}.fwd", "fp32.conv_fwd", layer.name, "forward", (x, w, *bias_param(b, layer)), (out,),
-             ("conv2d_f32",), macs, stride=layer.stride, pad=layer.padding, product=("conv", "forward"))
+        macs = int(np.prod(shape)) * int(np.prod(layer.weight_shape[1:]))
+        inputs = (x, w, *bias_param(b, layer))
+        if _plain_conv(layer):
+            b.op(f"{layer.name}.fwd", "fp32.conv_fwd", layer.name, "forward", inputs, (out,),
+                 ("conv2d_f32",), macs, stride=layer.stride, pad=layer.padding, product=("conv", "forward"))
+        else:
+            b.op(f"{layer.name}.fwd", "fp32.gconv_fwd", layer.name, "forward", inputs, (out,),
+                 _gconv_hooks(layer, "forward"), macs, **_gconv_attrs(layer, b.tensors[x].shape))
     elif isinstance(layer, Linear):
         w = b.param(f"{layer.name}.w", layer.weight_shape, "float32")
         b.tensor(f"{layer.name}.v", layer.weight_shape, "float32", "state")
@@ -61,6 +71,28 @@ def forward(b, layer, x, shape):
     return out
 
 
+def _plain_conv(layer) -> bool:
+    return layer.groups == 1 and layer.dilation == 1
+
+
+def _depthwise(layer) -> bool:
+    """Through the CONTRACT-dwconv hooks (undilated); a dilated one goes dense (zero-inserted)."""
+    return layer.depthwise and layer.dilation == 1
+
+
+def _gconv_hooks(layer, pass_) -> tuple:
+    if _depthwise(layer):
+        return ({"forward": "dwconv2d_f32", "backward_data": "dwconv2d_bwd_data_f32",
+                 "backward_weight": "dwconv2d_bwd_weight_f32"}[pass_],)
+    return ({"forward": "conv2d_f32", "backward_data": "conv2d_bwd_data_f32",
+             "backward_weight": "conv2d_bwd_weight_f32"}[pass_],)
+
+
+def _gconv_attrs(layer, x_shape) -> dict:
+    return dict(stride=layer.stride, pad=layer.padding, groups=layer.groups, dilation=layer.dilation,
+                depthwise=_depthwise(layer), in_hw=tuple(x_shape[1:3]), kernel=(layer.span, layer.span))
+
+
 def bias_param(b, layer) -> tuple[str, ...]:
     """(the layer's bias tensor,) for a layer with a bias, else (): the forward op's last input."""
     if not has_bias(layer):
@@ -71,7 +103,7 @@ def bias_param(b, layer) -> tuple[str, ...]:
 def bias_grad_op(b, layer, err) -> str:
     """Emit the bias gradient (the error summed over every axis but the channels); its name."""
     grad = b.tensor(f"{layer.name}.b.grad", layer.bias_shape, "float32", "grad")
-    b.op(f"{layer.name}.bwd_bias", "fp32.bias_grad", layer.name, "backward", (err,), (grad,), fl.F32)
+    b.op(f"{layer.name}.bwd_bias", "fp32.bias_grad", layer.name, "backward", (err,), (grad,), ("channel_sum_f32",))
     return grad
 
 
@@ -116,6 +148,11 @@ def backward(b, layer, err, needs_input_error):
         return err_in
     if isinstance(layer, GlobalAvgPool):
         return fl.backward_avgpool(b, layer, err, PREFIX)
+    done = branch.backward(b, layer, err, needs_input_error, PREFIX)
+    if done is not NotImplemented:
+        return done
+    if isinstance(layer, Conv2d) and not _plain_conv(layer):
+        return _backward_gconv(b, layer, err, needs_input_error)
     x, out = b.layer_io[layer.name]
     x_shape = b.tensors[x].shape
     err_in = f"err.{layer.name}"
@@ -157,7 +194,52 @@ def backward(b, layer, err, needs_input_error):
     return err_in
 
 
+def _backward_gconv(b, layer, err, needs_input_error):
+    """A grouped, depthwise or dilated conv's backward: the depthwise hooks, or the dense ones on its
+    zero-filled dense weight (algorithms/_branch_layers.dense_weight)."""
+    x, _ = b.layer_io[layer.name]
+    name, w = layer.name, f"{layer.name}.w"
+    attrs, macs = _gconv_attrs(layer, b.tensors[x].shape), b.find(f"{layer.name}.fwd").macs
+    err_in = None
+    if needs_input_error:
+        err_in = b.tensor(f"err.{name}", b.tensors[x].shape, "float32", "error")
+        b.op(f"{name}.bwd_data", "fp32.gconv_bwd_data", name, "backward", (err, w), (err_in,),
+             _gconv_hooks(layer, "backward_data"), macs, **attrs)
+    grad = b.tensor(f"{name}.grad", layer.weight_shape, "float32", "grad")
+    b.op(f"{name}.bwd_weight", "fp32.gconv_bwd_weight", name, "backward", (err, x), (grad,),
+         _gconv_hooks(layer, "backward_weight"), macs, **attrs)
+    b.op(f"{name}.update", "fp32.sgd", name, "update", (w, grad, f"{name}.v"), (w, f"{name}.v"), ("sgd_f32",))
+    if has_bias(layer):
+        _emit_sgd(b, name, f"{name}.b", bias_grad_op(b, layer, err))
+    return err_in
+
+
 # ---------------------------------------------------------------- running ops
+
+def gconv_fwd(backend, op, env, ctx):
+    a, x, w = op.attrs, env[op.inputs[0]], env[op.inputs[1]]
+    if a["depthwise"]:
+        y = backend.dwconv2d_f32(x, w, a["stride"], a["pad"])
+    else:
+        y = backend.conv2d_f32(x, branch.dense_weight(w, a["groups"], a["dilation"]), a["stride"], a["pad"])
+    return {op.outputs[0]: with_bias(y, op, env)}
+
+
+def gconv_bwd_data(backend, op, env, ctx):
+    a, err, w = op.attrs, env[op.inputs[0]], env[op.inputs[1]]
+    if a["depthwise"]:
+        return {op.outputs[0]: backend.dwconv2d_bwd_data_f32(err, w, a["stride"], a["pad"], a["in_hw"])}
+    dense = branch.dense_weight(w, a["groups"], a["dilation"])
+    return {op.outputs[0]: backend.conv2d_bwd_data_f32(err, dense, a["stride"], a["pad"], a["in_hw"])}
+
+
+def gconv_bwd_weight(backend, op, env, ctx):
+    a, err, x = op.attrs, env[op.inputs[0]], env[op.inputs[1]]
+    if a["depthwise"]:
+        return {op.outputs[0]: backend.dwconv2d_bwd_weight_f32(err, x, a["stride"], a["pad"], a["kernel"])}
+    dense = backend.conv2d_bwd_weight_f32(err, x, a["stride"], a["pad"], a["kernel"])
+    return {op.outputs[0]: branch.grouped_part(dense, a["groups"], a["dilation"])}
+
 
 def with_bias(y, op, env):
     """`y` plus the bias the op names as its third input, if it has one."""
@@ -203,9 +285,7 @@ def linear_bwd_weight(backend, op, env, ctx) -> dict:
 
 
 def bias_grad(backend, op, env, ctx) -> dict:
-    """No backend."""
-    err = np.asarray(env[op.inputs[0]])
-    return {op.outputs[0]: err.reshape(-1, err.shape[-1]).sum(axis=0, dtype=np.float64).astype(np.float32)}
+    return {op.outputs[0]: backend.channel_sum_f32(np.ascontiguousarray(env[op.inputs[0]]))}
 
 
 def relu_fwd(backend, op, env, ctx) -> dict:
@@ -288,7 +368,7 @@ def sgd(backend, op, env, ctx) -> dict:
     """PyTorch's SGD: g += wd * w; v = momentum * v + g; w -= lr * (g + momentum * v if nesterov else v)."""
     w, grad, v = env[op.inputs[0]], env[op.inputs[1]], env[op.inputs[2]]
     o = ctx.recipe.optimizer
-    lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
+    lr = o.lr * ctx.lr_factor()
     return dict(zip(op.outputs, backend.sgd_f32(w, grad, v, lr, o.momentum, o.weight_decay, o.nesterov)))
 
 
@@ -303,7 +383,8 @@ OPS = {
     "fp32.conv_bwd_data": conv_bwd_data, "fp32.linear_bwd_data": linear_bwd_data,
     "fp32.conv_bwd_weight": conv_bwd_weight, "fp32.linear_bwd_weight": linear_bwd_weight,
     "fp32.sgd": sgd, "fp32.bias_grad": bias_grad,
-    **fl.make_ops(PREFIX),
+    "fp32.gconv_fwd": gconv_fwd, "fp32.gconv_bwd_data": gconv_bwd_data, "fp32.gconv_bwd_weight": gconv_bwd_weight,
+    **fl.make_ops(PREFIX), **branch.make_ops(PREFIX),
 }
 
 
@@ -327,8 +408,11 @@ def init_params(model, recipe, rng: np.random.Generator) -> dict:
     return params
 
 
-def prepare_input(images: np.ndarray) -> np.ndarray:
-    """uint8 pixels -> (p - 128) / 128, the same values NITI sees."""
+def prepare_input(images: np.ndarray, normalize=None) -> np.ndarray:
+    """uint8 pixels -> (p - 128) / 128, the same values NITI sees; with `normalize`
+    (data.Normalize) (p / 255 - mean) / std per channel, from its float32 table."""
+    if normalize is not None:
+        return lookup(normalize.float_table(images.shape[-1]), images)
     return (images.astype(np.float32) - 128.0) / 128.0
 
 
@@ -338,7 +422,9 @@ def logits_to_float(value) -> np.ndarray:
 
 # FP32 is float32 throughout with PyTorch's SGD: other formats are refused at load.
 SUPPORTED = {
-    "integer": (False,), "tensors.*.format": ("float32",), "tensors.*.bits": (32,),
+    "integer": (False,), "tensors.*.format": ("float32",), "tensors.*.bits": (32,), "tensors.*.exponent_bits": (0,),
+    "tensors.*.scale": ("none",), "tensors.*.rounding": ("none",), "tensors.*.granularity": ("tensor",),
+    "tensors.*.rescale.policy": ("dynamic",),   # no scales, nothing to rescale
     "loss.kind": ("softmax_ce",), "optimizer.kind": ("sgd",),
 }
 

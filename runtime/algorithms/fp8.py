@@ -25,7 +25,8 @@ import numpy as np
 
 from .. import float_ops
 from . import fp32
-from ._emulated import Emulated, Numerics, module_contract
+from ._emulated import Emulated, module_contract
+from ._recipe_numerics import Numerics
 from ._quant import Scaled, to_fp8, to_fp16
 
 
@@ -100,7 +101,7 @@ class FP8Numerics(Numerics):
     def update(self, backend, w, grad, state, ctx, op):
         """v = fp16(momentum * v + g); w = fp16_stochastic(w - lr * v), g unscaled + decay."""
         o = ctx.recipe.optimizer
-        lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
+        lr = o.lr * ctx.lr_factor()
         w64 = np.asarray(w, np.float64)
         g = np.asarray(grad, np.float64) / float(self.param(ctx.recipe, "loss_scale", 1024)) + o.weight_decay * w64
         v = to_fp16(backend, o.momentum * np.asarray(state[0], np.float64) + g)

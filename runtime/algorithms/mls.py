@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._emulated import Emulated, Numerics, group_for, module_contract
+from ._emulated import Emulated, group_for, module_contract
+from ._recipe_numerics import Numerics
 from ._quant import quantize_mls
 
 

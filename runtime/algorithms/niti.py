@@ -10,9 +10,12 @@ integer softmax (ops_ref.niti_loss_grad). No float is touched between
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import numerics
+from ..data.normalize import lookup
 from ..errors import LoweringError
 from ..nn import Add, AvgPool2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
 from ..numerics import QTensor
@@ -246,9 +249,20 @@ def loss_grad(backend, op, env, ctx) -> dict:
     return {op.outputs[0]: QTensor(err, numerics.LOSS_EXPONENT)}
 
 
+def scheduled_mu(ctx) -> int:
+    """The update's `mu` at this step: the recipe's per-epoch schedule, moved by the run's
+    learning-rate factor f as mu + round(log2 f) within 1..8 (NITI's rate is a shift:
+    train/schedule.py)."""
+    mu = ctx.recipe.schedule.at("mu", ctx.epoch, DEFAULT_MU)
+    if ctx.lr_scale == 1.0:
+        return mu
+    bits = round(math.log2(ctx.lr_scale)) if ctx.lr_scale > 0 else -8
+    return min(8, max(1, mu + bits))
+
+
 def update(backend, op, env, ctx) -> dict:
     w, grad = env[op.inputs[0]], env[op.inputs[1]]
-    mu = ctx.recipe.schedule.at("mu", ctx.epoch, DEFAULT_MU)
+    mu = scheduled_mu(ctx)
     return {op.outputs[0]: QTensor(backend.niti_update_s8(w.q, grad, mu, op.attrs["mode"], ctx.rng(op)), w.e)}
 
 
@@ -279,8 +293,13 @@ def init_params(model, recipe, rng: np.random.Generator) -> dict:
     return params
 
 
-def prepare_input(images: np.ndarray) -> QTensor:
-    """uint8 pixels -> int8 centred on 128, exponent -7: (p - 128) / 128, integer only."""
+def prepare_input(images: np.ndarray, normalize=None) -> QTensor:
+    """uint8 pixels -> int8 centred on 128, exponent -7: (p - 128) / 128, integer only.
+    With `normalize` (data.Normalize): its int8 table per channel, with the input
+    exponent that fits the normalised range (data/normalize.py)."""
+    if normalize is not None:
+        table, exponent = normalize.int8_table(images.shape[-1])
+        return QTensor(lookup(table, images), exponent)
     return QTensor(numerics.clip_int8(images.astype(np.int16) - 128), INPUT_EXPONENT)
 
 
@@ -293,6 +312,14 @@ def logits_to_float(value: QTensor) -> np.ndarray:
 SUPPORTED = {
     "integer": (True,), "tensors.*.format": ("int",), "tensors.*.bits": (8,), "tensors.*.scale": ("pow2",),
     "tensors.*.granularity": ("tensor",), "tensors.*.rounding": ("round", "psto", "sto"),
+    "tensors.*.exponent_bits": (0,),
+    # rounding is read for activations, errors and gradients (the update rounds with the
+    # gradients' mode); the weights' and updates' entries only describe NITI, so they hold
+    # the shipped values
+    "tensors.weights.rounding": ("round",), "tensors.updates.rounding": ("psto",),
+    # only activations and errors rescale (rescale.py); the weights' exponents stay fixed
+    "tensors.weights.rescale.policy": ("fixed",), "tensors.gradients.rescale.policy": ("dynamic",),
+    "tensors.updates.rescale.policy": ("dynamic",),
     "loss.kind": ("niti_int_ce",), "optimizer.kind": ("niti_sgd",),
 }
 

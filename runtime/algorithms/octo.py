@@ -25,7 +25,9 @@ import dataclasses
 import numpy as np
 
 from ..nn import Conv2d, Linear
-from ._emulated import Emulated, Numerics, _int8_product, module_contract, product
+from ._emulated import Emulated, module_contract
+from ._products import int8_product, product
+from ._recipe_numerics import Numerics
 from ._quant import PRC_CANDIDATES, Scaled, quantize_int
 
 
@@ -115,7 +117,7 @@ class OctoNumerics(Numerics):
         """The layer's weight and compensation parameters, SGD with momentum
         each (the same arithmetic as `update`), in one call."""
         o = ctx.recipe.optimizer
-        lr = o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0)
+        lr = o.lr * ctx.lr_factor()
         done = backend.sgd_f32_group([(w, grad, state[0]) for w, grad, state in params], lr, o.momentum,
                                      o.weight_decay, o.nesterov)
         return [(w, [v]) for w, v in done]
@@ -153,7 +155,7 @@ def product_comp(backend, op, env, ctx) -> dict:
     kind, attrs = op.attrs["role"], op.attrs
     relu = attrs.get("relu", False)
     if a.scalar_int8 and w.scalar_int8:   # one pass turns the sums into both floats
-        acc = _int8_product(backend, kind, a.q, w.q, attrs)
+        acc = int8_product(backend, kind, a.q, w.q, attrs)
         z, y = backend.dequantize_compensate(acc, float(a.scale) * float(w.scale), scale, shift, True, relu)
     else:
         z = product(backend, kind, a, w, attrs)

@@ -30,7 +30,8 @@ import numpy as np
 
 from ..numerics import QTensor
 from . import _float_layers as fl
-from ._emulated import Emulated, Numerics, module_contract
+from ._emulated import Emulated, module_contract
+from ._recipe_numerics import Numerics
 from ._quant import Scaled, quantize_int, quantize_int_numpy
 
 ACCUMULATOR_BITS = 24
@@ -73,6 +74,18 @@ class WAGEUBNNumerics(Numerics):
     bn_grids = BN_GRIDS
     known_params = {"first_last": _first_last}
     quant_hooks = ("absmax_f", "quantize_f", "shift_round")   # shift_round: the weights' top 8 bits
+    # weights are WEIGHT_BITS of a 24-bit accumulator, rounded to nearest; activations and
+    # errors round to nearest, gradients stochastically, all int with power-of-two scales:
+    # only their bits are read (activations, errors, gradients)
+    supported = {"tensors.*.format": ("int",), "tensors.*.scale": ("pow2",), "tensors.*.granularity": ("tensor",),
+                 "tensors.*.exponent_bits": (0,),
+                 "tensors.weights.bits": (WEIGHT_BITS,), "tensors.updates.bits": (ACCUMULATOR_BITS,),
+                 "tensors.weights.rounding": ("round",), "tensors.activations.rounding": ("round",),
+                 "tensors.errors.rounding": ("round",), "tensors.gradients.rounding": ("sto",),
+                 "tensors.updates.rounding": ("round",),
+                 # only activations and errors rescale (rescale.py): the weights' 24-bit grid is fixed
+                 "tensors.weights.rescale.policy": ("fixed",), "tensors.gradients.rescale.policy": ("dynamic",),
+                 "tensors.updates.rescale.policy": ("dynamic",)}
 
     def _float_layer(self, ctx, op):
         return self.param(ctx.recipe, "first_last", "int8") == "float32" and op.attrs["position"] != "middle"
@@ -103,7 +116,7 @@ class WAGEUBNNumerics(Numerics):
 
     def update(self, backend, w, grad, state, ctx, op):
         o = ctx.recipe.optimizer
-        lr = scalar_on_grid(o.lr * ctx.recipe.schedule.at("lr_factor", ctx.epoch, 1.0), COEFFICIENT_BITS)
+        lr = scalar_on_grid(o.lr * ctx.lr_factor(), COEFFICIENT_BITS)
         momentum = scalar_on_grid(o.momentum, COEFFICIENT_BITS)
         if isinstance(w, QTensor):    # a conv/linear weight: the whole update is one hook
             q, m = backend.wageubn_update(w.q, w.e, grad, state[0], lr, momentum, o.weight_decay,

@@ -337,6 +337,61 @@ class Backend:
         of a ReLU after the layer (algorithms/_fusions.py), err taken where gate > 0 (relu_bwd_f32)."""
         self._needs("compensation_bwd")
 
+    # ------------------------------------------------------------ mobile CNNs' float layers
+    def act_f32(self, x, function: str, params: tuple):
+        """nn.Nonlinearity's `function` (clip, hardsigmoid, hardswish, sigmoid, silu, tanh) of float32 x,
+        within 1 ulp of float_ops.act_f32 (float64 inside, one rounding)."""
+        self._needs("act_f32")
+
+    def act_bwd_f32(self, err, x, function: str, params: tuple):
+        """d input of act_f32 from its input x (PyTorch's derivative), within 1 ulp of float_ops."""
+        self._needs("act_bwd_f32")
+
+    def mul_f32(self, x, g):
+        """x * g, g of x's shape or (N, 1, 1, C) scaling channels; float32, exact as one float32 product."""
+        self._needs("mul_f32")
+
+    def mul_bwd_f32(self, err, x, g):
+        """(err * g, d g): d g = err * x, summed over H and W when g scales channels (float64 sums)."""
+        self._needs("mul_bwd_f32")
+
+    def concat_channels(self, parts):
+        """NHWC images of one N, H, W joined along channels, any dtype, exact."""
+        self._needs("concat_channels")
+
+    def slice_channels(self, x, start: int, stop: int):
+        """Channels [start, stop) of an NHWC image, contiguous, exact."""
+        self._needs("slice_channels")
+
+    def pad_channels(self, err, start: int, channels: int):
+        """`err` at channels [start, start + C) of a zero image of `channels` channels, exact."""
+        self._needs("pad_channels")
+
+    def channel_shuffle(self, x, groups: int):
+        """ShuffleNet's channel shuffle of an NHWC image (C as (groups, C / groups), transposed), exact."""
+        self._needs("channel_shuffle")
+
+    def bn_fwd_f32(self, x, gamma, beta, mean, var, training: bool, momentum: float, eps: float):
+        """Batch norm over every axis but the channels: (y, xhat, inv_std, new running mean, new running
+        var), float32; per channel in float64 (float_ops.bn_forward_values), sums within 1e-12 relative."""
+        self._needs("bn_fwd_f32")
+
+    def bn_bwd_f32(self, err, xhat, inv_std, gamma):
+        """(d x, d gamma, d beta) of bn_fwd_f32 in training (float_ops.bn_backward_values), float32."""
+        self._needs("bn_bwd_f32")
+
+    def channel_mean_f32(self, x):
+        """(N, C): each image's channels averaged over H and W in float64 (a global average pool)."""
+        self._needs("channel_mean_f32")
+
+    def channel_sum_f32(self, x):
+        """(C,): each channel summed over every other axis in float64 (a bias gradient)."""
+        self._needs("channel_sum_f32")
+
+    def add_f32(self, a, b):
+        """a + b, float32, exact (a residual add, a join of errors)."""
+        self._needs("add_f32")
+
     def wageubn_update(self, q, e: int, grad, m, lr: float, momentum: float, weight_decay: float, grad_bits: int,
                        momentum_bits: int, acc_bits: int, rng):
         """WAGEUBN's update of int32 weights q * 2**e (float_ops.wageubn_update): (new q, new

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import ctypes
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 MAGIC = 0x44535054
 
 # enum dspt_op
 OP_NOP, OP_GEMM_S8, OP_CONV2D_S8, OP_CONV2D_BWD_DATA_S8, OP_CONV2D_BWD_WEIGHT_S8 = 0, 1, 2, 3, 4
 OP_REQUANT, OP_ABSMAX, OP_RELU_S8, OP_RELU_BWD_S8, OP_MAXPOOL_S8 = 5, 6, 7, 8, 9
-OP_MAXPOOL_BWD_S8, OP_NITI_UPDATE_S8, OP_DEBUG_SLEEP, OP_DEBUG_CRASH, OP_COUNT = 10, 11, 12, 13, 14
+OP_MAXPOOL_BWD_S8, OP_NITI_UPDATE_S8, OP_DEBUG_SLEEP, OP_DEBUG_CRASH = 10, 11, 12, 13
+# depthwise: weights (and the weight gradient) tap-major, w[KH, KW, C]
+OP_DWCONV2D_S8, OP_DWCONV2D_BWD_DATA_S8, OP_DWCONV2D_BWD_WEIGHT_S8, OP_COUNT = 14, 15, 16, 17
+DW_OPS = (OP_DWCONV2D_S8, OP_DWCONV2D_BWD_DATA_S8, OP_DWCONV2D_BWD_WEIGHT_S8)
+PATH_OPS = DW_OPS + (OP_CONV2D_S8, OP_CONV2D_BWD_DATA_S8)   # the products that report their path
 
 OP_NAMES = {
     OP_NOP: "nop", OP_GEMM_S8: "gemm_s8", OP_CONV2D_S8: "conv2d_s8",
@@ -21,6 +25,8 @@ OP_NAMES = {
     OP_REQUANT: "requant", OP_ABSMAX: "absmax", OP_RELU_S8: "relu_s8", OP_RELU_BWD_S8: "relu_bwd_s8",
     OP_MAXPOOL_S8: "maxpool_s8", OP_MAXPOOL_BWD_S8: "maxpool_bwd_s8",
     OP_NITI_UPDATE_S8: "niti_update_s8", OP_DEBUG_SLEEP: "debug_sleep", OP_DEBUG_CRASH: "debug_crash",
+    OP_DWCONV2D_S8: "dwconv2d_s8", OP_DWCONV2D_BWD_DATA_S8: "dwconv2d_bwd_data_s8",
+    OP_DWCONV2D_BWD_WEIGHT_S8: "dwconv2d_bwd_weight_s8",
 }
 
 # enum dspt_dtype, dspt_status, dspt_round
@@ -28,6 +34,9 @@ I8, U8, I32, I64 = 1, 2, 3, 4
 OK, NO_SUPPORT, BAD_PARAMS, INTERNAL = 0, 1, 2, 3
 STATUS_NAMES = {OK: "OK", NO_SUPPORT: "NO_SUPPORT", BAD_PARAMS: "BAD_PARAMS", INTERNAL: "INTERNAL"}
 ROUND_MODES = {"round": 0, "psto": 1, "sto": 2}
+# enum dspt_path: which path a depthwise product took (its result_shift)
+PATH_NAMES = {0: "none", 1: "dw_flat", 2: "dw_blocks", 3: "dw_classes", 4: "dw_image_quads",
+              5: "dw_column_quads", 6: "pointwise"}
 SHIFT_ESTIMATE = -1
 F_SATURATE_CHECK = 2   # REQUANT: a given shift that would saturate gives way to the estimate
 F_ACCUMULATE = 1
@@ -108,7 +117,8 @@ def desc_bytes(d: OpDesc) -> int:
     """Bytes the op reads and writes in the arena (DDR on a phone), from its shapes:
     the cost model's memory term (runtime/cost.py)."""
     a, b, out = _count(d.shape_a), _count(d.shape_b), _count(d.shape_out)
-    if d.op in (OP_GEMM_S8, OP_CONV2D_S8, OP_CONV2D_BWD_DATA_S8, OP_CONV2D_BWD_WEIGHT_S8):
+    if d.op in (OP_GEMM_S8, OP_CONV2D_S8, OP_CONV2D_BWD_DATA_S8, OP_CONV2D_BWD_WEIGHT_S8,
+                OP_DWCONV2D_S8, OP_DWCONV2D_BWD_DATA_S8, OP_DWCONV2D_BWD_WEIGHT_S8):
         return a + b + 4 * out                       # int8 operands, int32 accumulators
     if d.op in (OP_REQUANT, OP_ABSMAX):
         return _ITEM.get(d.dtype, 4) * a + (a if d.op == OP_REQUANT else 0)

@@ -19,7 +19,7 @@ import numpy as np
 from ..cores import own_cores
 from ..numerics import RngKey
 from .base import Backend
-from .ops_ref import DEPTHWISE_HOOKS, FLOAT_RECIPE_HOOKS
+from .ops_ref import BRANCH_HOOKS, DEPTHWISE_HOOKS, FLOAT_RECIPE_HOOKS
 
 try:
     from .. import _cpu_ops as _native
@@ -63,7 +63,7 @@ def _conv_operands(product, shapes):
 
 def _exact_mnk(product, shapes, op, rows) -> tuple[int, int, int, bool]:
     """(m, n, k, a_transposed) of the exact product op(a)[M,K] x b[K,N] that
-    algorithms/_emulated.py (_int16_product) and fp8.py (chunked_product) run for `op`
+    algorithms/_products.py (int16_product) and fp8.py (chunked_product) run for `op`
     on `rows` rows: patches x weights, error x weights, error^T x patches."""
     x, w = _conv_operands(product, shapes)
     o = w[0]
@@ -92,6 +92,7 @@ class CpuBackend(Backend):
         "gemm_f32", "conv2d_f32", "conv2d_bwd_data_f32", "conv2d_bwd_weight_f32",
         *FLOAT_RECIPE_HOOKS,
         *DEPTHWISE_HOOKS, "dwconv2d_requant_s8", "dwconv2d_bwd_data_requant_s8",
+        *BRANCH_HOOKS,
     })
     blocks_for_cache = True   # cpu_ops/gemm_driver.cpp: Goto-style blocking (A blocks in L2, B panels in L1)
 
@@ -299,6 +300,46 @@ class CpuBackend(Backend):
 
     def relu_f32(self, x):
         return _native.relu_f32(x)
+
+    # the mobile CNNs' layers (cpu_ops/layers_f32.cpp)
+    def act_f32(self, x, function, params):
+        return _native.act_f32(x, function, [float(p) for p in params])
+
+    def act_bwd_f32(self, err, x, function, params):
+        return _native.act_bwd_f32(err, x, function, [float(p) for p in params])
+
+    def mul_f32(self, x, g):
+        return _native.mul_f32(x, g)
+
+    def mul_bwd_f32(self, err, x, g):
+        return _native.mul_bwd_f32(err, x, g)
+
+    def concat_channels(self, parts):
+        return _native.concat_channels(list(parts))
+
+    def slice_channels(self, x, start, stop):
+        return _native.slice_channels(x, int(start), int(stop))
+
+    def pad_channels(self, err, start, channels):
+        return _native.pad_channels(err, int(start), int(channels))
+
+    def channel_shuffle(self, x, groups):
+        return _native.channel_shuffle(x, int(groups))
+
+    def bn_fwd_f32(self, x, gamma, beta, mean, var, training, momentum, eps):
+        return _native.bn_fwd_f32(x, gamma, beta, mean, var, bool(training), float(momentum), float(eps))
+
+    def bn_bwd_f32(self, err, xhat, inv_std, gamma):
+        return _native.bn_bwd_f32(err, xhat, inv_std, gamma)
+
+    def channel_mean_f32(self, x):
+        return _native.channel_mean_f32(x)
+
+    def channel_sum_f32(self, x):
+        return _native.channel_sum_f32(x)
+
+    def add_f32(self, a, b):
+        return _native.add_f32(a, b)
 
     def relu_bwd_f32(self, err, y):
         return _native.relu_bwd_f32(err, y)

@@ -70,6 +70,8 @@ class DspBackend(Backend):
         "absmax", "shift_round", "requantize",
         "conv2d_requant_s8", "gemm_requant_s8", "conv2d_bwd_data_requant_s8",
         "relu_s8", "relu_bwd_s8", "maxpool_s8", "maxpool_bwd_s8", "niti_update_s8",
+        "dwconv2d_s8", "dwconv2d_requant_s8", "dwconv2d_bwd_data_s8", "dwconv2d_bwd_data_requant_s8",
+        "dwconv2d_bwd_weight_s8",
     })
     _HOOK_OPS = {  # hook -> DSP op codes it needs (checked against the server's table)
         "gemm_s8": (abi.OP_GEMM_S8,), "conv2d_s8": (abi.OP_CONV2D_S8,),
@@ -82,6 +84,11 @@ class DspBackend(Backend):
         "relu_s8": (abi.OP_RELU_S8,), "relu_bwd_s8": (abi.OP_RELU_BWD_S8,),
         "maxpool_s8": (abi.OP_MAXPOOL_S8,), "maxpool_bwd_s8": (abi.OP_MAXPOOL_BWD_S8,),
         "niti_update_s8": (abi.OP_NITI_UPDATE_S8,),
+        "dwconv2d_s8": (abi.OP_DWCONV2D_S8,),
+        "dwconv2d_requant_s8": (abi.OP_DWCONV2D_S8, abi.OP_REQUANT),
+        "dwconv2d_bwd_data_s8": (abi.OP_DWCONV2D_BWD_DATA_S8,),
+        "dwconv2d_bwd_data_requant_s8": (abi.OP_DWCONV2D_BWD_DATA_S8, abi.OP_REQUANT),
+        "dwconv2d_bwd_weight_s8": (abi.OP_DWCONV2D_BWD_WEIGHT_S8,),
     }
 
     def __init__(self, transport: str | None = None, timeout: float | None = None,
@@ -100,6 +107,7 @@ class DspBackend(Backend):
         self.calls = 0                                          # transport calls (FastRPC round trips)
         self.total_costs = [0, 0, 0]                            # packets, insns, hvx since creation
         self.last_thread_packets: list[tuple[int, ...]] = []    # per op of the last batch: packets of each HVX thread
+        self.last_paths: list[tuple[str, str]] = []             # per conv product of the last batch: (op, path)
         self.total_thread_packets = [0] * abi.MAX_THREADS       # the same, summed since creation
         self.bytes_in = 0                                       # host -> arena copies
         self._into = None                                       # accumulate(): the buffer a product adds into
@@ -223,6 +231,8 @@ class DspBackend(Backend):
             self.total_costs[1] += insns
             self.total_costs[2] += hvx
         self.last_thread_packets = [tuple(d.cost.thread_packets[:max(d.threads, 1)]) for d in descs]
+        self.last_paths = [(abi.OP_NAMES[d.op], abi.PATH_NAMES.get(d.result_shift, str(d.result_shift)))
+                           for d in descs if d.op in abi.PATH_OPS]
         for shares in self.last_thread_packets:
             for t, packets in enumerate(shares):
                 self.total_thread_packets[t] += packets
@@ -383,6 +393,57 @@ class DspBackend(Backend):
         shape = (o, kernel[0], kernel[1], x.shape[-1])
         return self._product("conv2d_bwd_weight_s8", abi.OP_CONV2D_BWD_WEIGHT_S8, err, x, shape,
                              stride=stride, pad=pad, kernel_h=kernel[0], kernel_w=kernel[1])
+
+    # ------------------------------------------------------------ depthwise products
+    # The DSP reads depthwise weights tap-major, w[KH, KW, C] (its lanes are channels), and
+    # writes the weight gradient so: the host transposes those C * KH * KW elements.
+    def _dw_weights(self, hook, x, w):
+        x, w = np.asarray(x), np.asarray(w)
+        self._check_s8(hook, x, w)
+        if x.ndim != 4 or w.ndim != 4 or w.shape[3] != 1 or w.shape[0] != x.shape[3]:
+            raise NoSupport("dsp", f"{hook}: needs x[N,H,W,C] and w[C,KH,KW,1]; got {x.shape} and {w.shape}")
+        self._check_depth(hook, w.shape[1] * w.shape[2])
+        return x, np.ascontiguousarray(w[..., 0].transpose(1, 2, 0))
+
+    def _dwconv(self, hook, x, w, stride, pad, epilogue=None):
+        x, wt = self._dw_weights(hook, x, w)
+        n, h, wd, c = x.shape
+        kh, kw = wt.shape[:2]
+        shape = (n, (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1, c)
+        return self._product(hook, abi.OP_DWCONV2D_S8, x, wt, shape, epilogue, stride=stride, pad=pad,
+                             kernel_h=kh, kernel_w=kw)
+
+    def _dwconv_bwd_data(self, hook, err, w, stride, pad, in_hw, epilogue=None):
+        err, wt = self._dw_weights(hook, err, w)
+        shape = (err.shape[0], in_hw[0], in_hw[1], err.shape[3])
+        return self._product(hook, abi.OP_DWCONV2D_BWD_DATA_S8, err, wt, shape, epilogue, stride=stride,
+                             pad=pad, kernel_h=wt.shape[0], kernel_w=wt.shape[1])
+
+    def dwconv2d_s8(self, x, w, stride, pad):
+        return self._dwconv("dwconv2d_s8", x, w, stride, pad)
+
+    def dwconv2d_requant_s8(self, x, w, stride, pad, mode, rng, shift=None):
+        return self._dwconv("dwconv2d_requant_s8", x, w, stride, pad, (mode, rng, shift))
+
+    def dwconv2d_bwd_data_s8(self, err, w, stride, pad, in_hw):
+        return self._dwconv_bwd_data("dwconv2d_bwd_data_s8", err, w, stride, pad, in_hw)
+
+    def dwconv2d_bwd_data_requant_s8(self, err, w, stride, pad, in_hw, mode, rng, shift=None):
+        return self._dwconv_bwd_data("dwconv2d_bwd_data_requant_s8", err, w, stride, pad, in_hw, (mode, rng, shift))
+
+    def dwconv2d_bwd_weight_s8(self, err, x, stride, pad, kernel):
+        err, x = np.asarray(err), np.asarray(x)
+        self._check_s8("dwconv2d_bwd_weight_s8", err, x)
+        if err.ndim != 4 or x.ndim != 4 or err.shape[3] != x.shape[3] or err.shape[0] != x.shape[0]:
+            raise NoSupport("dsp", f"dwconv2d_bwd_weight_s8: err {err.shape} and x {x.shape} do not pair")
+        self._check_depth("dwconv2d_bwd_weight_s8", err.size // max(err.shape[3], 1))
+        c, (kh, kw) = x.shape[3], kernel
+        into = self._into
+        if into is not None:   # the kernel adds into its own (tap-major) layout
+            self._into = np.ascontiguousarray(np.asarray(into)[..., 0].transpose(1, 2, 0))
+        dw = self._product("dwconv2d_bwd_weight_s8", abi.OP_DWCONV2D_BWD_WEIGHT_S8, err, x, (kh, kw, c),
+                           stride=stride, pad=pad, kernel_h=kh, kernel_w=kw)
+        return np.ascontiguousarray(np.asarray(dw).transpose(2, 0, 1))[..., None]
 
     # ------------------------------------------------------------ epilogue
     def _requant(self, hook, acc, mode, rng, shift, bits=8, check=True):

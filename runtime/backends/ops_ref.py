@@ -25,12 +25,17 @@ def _to_acc(x: np.ndarray, depth: int) -> np.ndarray:
 
 
 #: the float-recipe hooks of base.py, defined in float_ops.py
-FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_errors", "quantize_mls", "quantize_mls_ranged", "round_float",
-                      "matmul_s16", "im2col", "col2im", "matmul_fp16_chunked", "relu_f32", "relu_bwd_f32", "maxpool_f32", "maxpool_bwd_f32",
-                      "compensation_fwd", "compensation_bwd", "sgd_f32",
+FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_errors", "quantize_mls", "quantize_mls_ranged",
+                      "round_float", "matmul_s16", "im2col", "col2im", "matmul_fp16_chunked", "relu_f32", "relu_bwd_f32",
+                      "maxpool_f32", "maxpool_bwd_f32", "compensation_fwd", "compensation_bwd", "sgd_f32",
                       "wageubn_update", "prc_quantize",
                       "sgd_f32_group", "dequantize_compensate",
                       "relu_maxpool_f32", "relu_maxpool_bwd_f32", "pool_compensation_bwd")   # base.py composes these
+
+#: the mobile CNNs' element-wise and channel layers (algorithms/_branch_layers.py), float_ops.py
+BRANCH_HOOKS = ("act_f32", "act_bwd_f32", "mul_f32", "mul_bwd_f32", "concat_channels", "slice_channels",
+                "pad_channels", "channel_shuffle",
+                "bn_fwd_f32", "bn_bwd_f32", "channel_mean_f32", "channel_sum_f32", "add_f32")   # + the float layers
 
 
 #: the depthwise convolutions (one filter per channel: weight (C, KH, KW, 1)); their
@@ -50,6 +55,7 @@ class RefBackend(Backend):
         "add_align_s8", "avgpool_global_s8",   # residual networks under integer recipes
         *DEPTHWISE_HOOKS,
         *FLOAT_RECIPE_HOOKS,
+        *BRANCH_HOOKS,
     })
 
     def dropout_mask(self, shape, p, rng):
@@ -220,6 +226,20 @@ class RefBackend(Backend):
 
     def maxpool_f32(self, x, kernel, stride):
         return float_ops.maxpool_f32(x, kernel, stride)
+
+    act_f32 = staticmethod(float_ops.act_f32)
+    act_bwd_f32 = staticmethod(float_ops.act_bwd_f32)
+    mul_f32 = staticmethod(float_ops.mul_f32)
+    mul_bwd_f32 = staticmethod(float_ops.mul_bwd_f32)
+    concat_channels = staticmethod(float_ops.concat_channels)
+    slice_channels = staticmethod(float_ops.slice_channels)
+    pad_channels = staticmethod(float_ops.pad_channels)
+    channel_shuffle = staticmethod(float_ops.channel_shuffle)
+    bn_fwd_f32 = staticmethod(float_ops.bn_fwd_f32)
+    bn_bwd_f32 = staticmethod(float_ops.bn_bwd_f32)
+    channel_mean_f32 = staticmethod(float_ops.channel_mean_f32)
+    channel_sum_f32 = staticmethod(float_ops.channel_sum_f32)
+    add_f32 = staticmethod(float_ops.add_f32)
 
     def maxpool_bwd_f32(self, err, argmax, kernel, stride, in_hw):
         return float_ops.maxpool_bwd_f32(err, argmax, kernel, stride, in_hw)

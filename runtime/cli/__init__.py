@@ -2,6 +2,7 @@
 
     dsptrain train RUN.yaml      train a run config            (cli/train.py)
     dsptrain plan RUN.yaml       its memory peak and plan      (cli/plan.py)
+    dsptrain profile RUN.yaml    per-op time, memory, energy   (cli/profile.py)
     dsptrain plot RUN_DIR...     per-batch and per-epoch plots (cli/plot.py)
     dsptrain recipes             the precision recipes         (cli/recipes.py)
     dsptrain info                version and backends          (cli/info.py)
@@ -11,7 +12,7 @@
 A subcommand module has `add_parser(subparsers, common)` (registering itself with
 `parents=[common]`, so the global options are accepted after the subcommand too) and a
 `run(args) -> int`. Add one by writing the module and naming it in COMMANDS.
-User errors print one line `dsptrain: error: ...` and exit with status 2; --debug shows
+User errors print one line `dsptrain: error: ...` and exit with status 2 (a diverged run: 3); --debug shows
 the traceback.
 """
 from __future__ import annotations
@@ -23,10 +24,10 @@ import sys
 import warnings
 
 from .. import __version__
-from ..errors import DsptrainError, UserError
+from ..errors import DivergedError, DsptrainError, UserError
 
 # In the order `dsptrain --help` lists them.
-COMMANDS = ("train", "plan", "plot", "recipes", "info", "fl", "export")
+COMMANDS = ("train", "plan", "profile", "plot", "recipes", "info", "fl", "export")
 
 
 def _global_options(default) -> argparse.ArgumentParser:
@@ -66,6 +67,11 @@ def main(argv=None) -> int:
 
         env.check_all()   # a bad DSPTRAIN_* value: one line naming it, before anything reads it
         return args.func(args)
+    except DivergedError as exc:   # not the input's fault: its own status, so a script can tell
+        if args.debug:
+            raise
+        print(f"dsptrain: error: {exc}", file=sys.stderr)
+        return 3
     except (UserError, DsptrainError) as exc:
         if args.debug:
             raise

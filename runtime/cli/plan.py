@@ -45,7 +45,7 @@ def run(args) -> int:
         print(f"{config.name}: {model.name} on {', '.join(placed)}")
         if frozen:
             print(f"frozen (no weight gradient, no update, no activation kept for them): "
-                  f"{', '.join(l.name for l in model.layers if l.name in frozen)}")
+                  f"{', '.join(layer.name for layer in model.layers if layer.name in frozen)}")
         print(describe(fitter, source))
         print("the budget covers what the planner places (tensor arena, op workspace, kernel scratch); "
               "the interpreter, NumPy and the loaded dataset come on top of it in the process's RSS")

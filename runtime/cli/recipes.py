@@ -35,7 +35,8 @@ def run(args) -> int:
                                   if r.optimizer.kind == "sgd" else "")
         errors = format_of(t.errors)
         if "low_bits" in r.params:   # AFP: the width adapts per layer between two values
-            errors = errors.replace(f"int{t.errors.bits}", f"int{r.params['low_bits']}..{r.params.get('high_bits', t.errors.bits)}")
+            high = r.params.get("high_bits", t.errors.bits)
+            errors = errors.replace(f"int{t.errors.bits}", f"int{r.params['low_bits']}..{high}")
         rows.append((r.name, f"W {format_of(t.weights)}  A {format_of(t.activations)}  E {errors}  "
                              f"G {format_of(t.gradients)}  U {format_of(t.updates)}  loss {r.loss.kind}  {opt}",
                      r.description))

@@ -34,6 +34,7 @@ def run(args) -> int:
     from ..energy import make_meter
     from ..execute import Step
     from ..train import Trainer
+    from ..train.validation import accuracy_line
 
     config = apply_run_options(load_run(args.run), args)
     meter, why = make_meter(config.energy)
@@ -46,6 +47,7 @@ def run(args) -> int:
         planner.close()
         raise
     with trainer:   # closes the step, its backends and the meter on every way out
+        trainer.hold_out_dir()   # before looking for a checkpoint: a second run on this directory stops here
         # bad data, or a budget no plan fits: one error line, before anything else is printed
         trainer.check_data()
         trainer.check_budget(config.train.batch_size)
@@ -57,7 +59,7 @@ def run(args) -> int:
         history = trainer.fit()
     if history:
         last = history[-1]
-        print(f"final test accuracy {last['test_accuracy']:.4f} after {last['epoch']} epochs")
+        print(f"final {accuracy_line(last)} after {last['epoch']} epochs")
         print(f"plot it: dsptrain plot {trainer.out_dir}", file=sys.stderr)
     return 0
 

@@ -35,6 +35,8 @@ def _convert(tp, value, source, key):
                 return _convert(arg, value, source, key)
             except ConfigError as exc:
                 errors.append(exc)
+        if len(errors) == 1 and isinstance(value, dict):   # `X | None` given a mapping: X's own complaint
+            raise errors[0]
         raise ConfigError(source, key, f"{value!r} is not {' or '.join(_type_name(a) for a in args)}")
     if origin is Literal:
         if value not in args:

@@ -75,6 +75,7 @@ def check_run(run: RunConfig, source) -> None:
     classes = run.data.classes
     if classes is not None and (not classes or len(set(classes)) != len(classes) or min(classes) < 0):
         raise ConfigError(source, "data.classes", f"{list(classes)} must be distinct labels >= 0")
+    check_data(run.data, source)
     if run.data.dataset == "cifar10" and not run.data.path:
         raise ConfigError(source, "data.path", "dataset cifar10 needs a directory with data_batch_1.bin .. "
                           "data_batch_5.bin and test_batch.bin (CIFAR-10's binary version)")
@@ -95,6 +96,39 @@ def check_run(run: RunConfig, source) -> None:
     if spec_problem(run.energy):
         raise ConfigError(source, "energy", spec_problem(run.energy))
     check_model(run, source)
+
+
+def check_data(data, source) -> None:
+    """One source at a time, and the keys that go with it."""
+    def own(section):
+        return [key for key in ("folder", "npz", "npy") if getattr(section, key)]
+
+    mine = own(data)
+    if len(mine) > 1:
+        raise ConfigError(source, f"data.{mine[1]}", f"give one of data.folder, data.npz, data.npy (also {mine[0]})")
+    if mine and (data.dataset or data.path):
+        key = "data.dataset" if data.dataset else "data.path"
+        raise ConfigError(source, key, f"is for a stored dataset; data.{mine[0]} names your own data")
+    if data.test is not None:
+        if not mine:
+            raise ConfigError(source, "data.test", "a test source goes with data.folder, data.npz or data.npy")
+        if len(own(data.test)) != 1:
+            raise ConfigError(source, "data.test", "give one of folder, npz, npy")
+        if data.test_fraction:
+            raise ConfigError(source, "data.test_fraction", "the test data is data.test; give one of the two")
+    if data.test_fraction and not mine:
+        raise ConfigError(source, "data.test_fraction", f"{data.dataset or 'fashion-mnist'} has its own test "
+                          "split; test_fraction splits your own data (data.folder, npz, npy)")
+    if (data.test_fraction or 0) + (data.val_fraction or 0) >= 1:
+        raise ConfigError(source, "data.val_fraction", f"{data.val_fraction} with test_fraction "
+                          f"{data.test_fraction} leaves nothing to train on")
+    problem = data.augment.problem()
+    if problem:
+        raise ConfigError(source, f"data.augment.{problem[0]}", problem[1])
+    if data.normalize is not None:
+        problem = data.normalize.problem()
+        if problem:
+            raise ConfigError(source, f"data.normalize.{problem[0]}", problem[1])
 
 
 def check_model(run: RunConfig, source) -> None:

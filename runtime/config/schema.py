@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..backends import CHOICES as BACKEND_CHOICES
+from ..data import Augment, Normalize
 from ..errors import ConfigError
 from ..inputs import bounded
 
@@ -115,12 +116,60 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class DataSource:
+    """A user's own data (data/sources.py): one of an image `folder` (one subfolder per
+    class), an `npz` file with images under key `x` and labels under `y`, or `npy`:
+    [images.npy, labels.npy]."""
+
+    folder: str | None = None
+    npz: str | None = None
+    x: str = "x"
+    y: str = "y"
+    npy: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
 class DataConfig:
-    dataset: Literal["fashion-mnist", "cifar10", "synthetic"] = "fashion-mnist"
+    """A stored `dataset`, or the user's own data (the DataSource keys; `test:` a source of
+    its own, else `test_fraction` of it held out); splits, augmentation, normalisation."""
+
+    dataset: Literal["fashion-mnist", "cifar10", "synthetic"] | None = None   # default: fashion-mnist
     path: str | None = None           # default: the system location of the dataset
+    folder: str | None = None
+    npz: str | None = None
+    x: str = "x"
+    y: str = "y"
+    npy: tuple[str, str] | None = None
+    test: DataSource | None = None
+    test_fraction: float | None = bounded(None, 0.0, 0.9, low_open=True)   # stratified; always the same samples
+    val_fraction: float | None = bounded(None, 0.0, 0.9, low_open=True)    # stratified, by train.seed
+    augment: Augment = field(default_factory=Augment)
+    normalize: Normalize | None = None
+    cache_dir: str | None = None      # decoded images of a folder (default ~/.cache/dsptrain/images)
     train_limit: int | None = bounded(None, 1, 1 << 40)    # use only the first N training samples
     test_limit: int | None = bounded(None, 1, 1 << 40)
     classes: tuple[int, ...] | None = None   # keep only these labels, renumbered 0.. in this order
+
+
+@dataclass(frozen=True)
+class LrSchedule:
+    """A factor on the learning rate at every step (train/schedule.py; NITI: its mu)."""
+
+    kind: Literal["constant", "cosine", "step", "exponential"] = "constant"
+    warmup_steps: int = bounded(0, 0, 1 << 40)
+    min_factor: float = bounded(0.0, 0.0, 1.0)      # cosine: the factor at the last step
+    step_size: int = bounded(1000, 1, 1 << 40)      # step: steps between factors of gamma
+    gamma: float = bounded(0.1, 0.0, 1.0, low_open=True)   # step, exponential
+
+
+METRICS = Literal["val_accuracy", "val_loss", "test_accuracy", "test_loss", "train_accuracy", "train_loss"]
+
+
+@dataclass(frozen=True)
+class EarlyStopping:
+    metric: METRICS = "val_loss"
+    patience: int = bounded(5, 1, 100_000)          # epochs without improvement
+    min_delta: float = bounded(0.0, 0.0, 1e6)       # an improvement is larger than this
 
 
 @dataclass(frozen=True)
@@ -132,6 +181,12 @@ class TrainConfig:
     seed: int = bounded(0, 0, 2**32 - 1, why="the counter-based RNG takes a 32-bit seed")
     checkpoint_every_steps: int = bounded(0, 0, 1 << 40)   # 0: at the end of each epoch only
     freeze: tuple[str, ...] = ()      # layer names or globs: no weight gradient, no update (fine-tuning)
+    lr_schedule: LrSchedule | None = None
+    checkpoint_best: METRICS | None = None          # checkpoint_best.npz: the best epoch by this metric
+    early_stopping: EarlyStopping | None = None
+    # a non-finite loss or weight, or int8 ranges saturated for saturation_steps steps (train/divergence.py)
+    on_divergence: Literal["stop", "skip_batch", "halve_lr"] = "stop"
+    saturation_steps: int = bounded(20, 1, 1 << 20)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from ..errors import DsptrainError
 
@@ -59,7 +59,7 @@ class WorkCounts:
     note: str = ""
 
     @classmethod
-    def of(cls, obj) -> "WorkCounts":
+    def of(cls, obj) -> WorkCounts:
         """WorkCounts from itself, or from a StepStats-like object: its int8_macs,
         fp32_flops and bytes_moved if it has them; else its `macs` dict, taken as int8
         MACs per backend and said so in `note` (an fp32 recipe's MACs would be miscounted)."""
@@ -73,7 +73,7 @@ class WorkCounts:
         raise TypeError(f"work: expected WorkCounts or a StepStats with int8_macs or macs, "
                         f"got {type(obj).__name__}")
 
-    def add(self, other: "WorkCounts") -> None:
+    def add(self, other: WorkCounts) -> None:
         for backend, macs in other.int8_macs.items():
             self.int8_macs[backend] = self.int8_macs.get(backend, 0) + int(macs)
         self.fp32_flops += int(other.fp32_flops)

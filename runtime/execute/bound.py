@@ -25,11 +25,17 @@ from ..errors import BackendError, NoSupport
 def call_op(fn, backend, op, env: dict, ctx) -> dict:
     """`op`'s function `fn` (algorithms/<recipe>.OPS[op.kind]) on `backend`: its outputs. A
     hook the backend lacks (NotImplementedError, backends/base.py) is a NoSupport: the op
-    goes to the next backend, as placement would have sent it had it known the operands."""
+    goes to the next backend, as placement would have sent it had it known the operands.
+    (run_bound makes the same call inline: one Python frame less an op.)"""
     try:
         return fn(backend, op, env, ctx)
     except NotImplementedError as exc:
-        raise NoSupport(backend.name, str(exc)) from None
+        raise lacking(backend, exc) from None
+
+
+def lacking(backend, exc: NotImplementedError) -> NoSupport:
+    """The NoSupport of a hook `backend` lacks."""
+    return NoSupport(backend.name, str(exc))
 
 
 class BoundOp(NamedTuple):
@@ -110,6 +116,7 @@ def run_bound(executor, plan, env: dict, ctx, stats, ops, run_op) -> dict:
     clock = time.perf_counter
     bound = bound_ops(executor, plan, ops)
     one = bound.backend   # every op on one backend: its time is taken around the whole walk
+    profiler = executor.profiler   # `dsptrain profile`: each op's clock reported (None: off)
     if stats is not None:
         _count_list(stats, bound, integer)
     elsewhere = 0.0   # seconds of the walk that ops run by run_op or a fallback counted themselves
@@ -128,7 +135,10 @@ def run_bound(executor, plan, env: dict, ctx, stats, ops, run_op) -> dict:
             started = clock()
             backend.current_op = op
             try:
-                outputs = call_op(b.fn, backend, op, env, ctx)
+                try:
+                    outputs = b.fn(backend, op, env, ctx)   # call_op, inline
+                except NotImplementedError as lacked:
+                    raise lacking(backend, lacked) from None
             except BackendError as exc:
                 backend.current_op = None
                 spent = clock() - started
@@ -144,6 +154,8 @@ def run_bound(executor, plan, env: dict, ctx, stats, ops, run_op) -> dict:
                 if one is None and stats is not None:
                     times = stats.backend_time_s
                     times[backend.name] = times.get(backend.name, 0.0) + clock() - started
+                if profiler is not None:
+                    profiler.op_done(plan, op, backend, started, clock() - started)
             if b.notes_shift:
                 shift = ctx.take_shift(op) if b.records_shift else ctx.drop_shift(op)
         env.update(outputs)

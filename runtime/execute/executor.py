@@ -35,9 +35,15 @@ class StepContext:
     batch_total: int            # rows in the full batch (micro-batches see a slice)
     row_offset: int = 0         # first row of this micro-batch in the full batch
     shifts: dict | None = None  # op name -> a shift to use instead of estimating it
+    lr_scale: float = 1.0       # the run's per-step learning-rate factor (train/schedule.py)
     # op name -> the shifts its requantizing hooks used, as the op function noted them
     # (note_shift) until the executor takes them; each copy of a context has its own
     noted: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def lr_factor(self) -> float:
+        """The learning rate's factor at this step: the recipe's per-epoch `schedule.lr_factor`
+        times the run's per-step `lr_scale`."""
+        return self.recipe.schedule.at("lr_factor", self.epoch, 1.0) * self.lr_scale
 
     def rng(self, op) -> RngKey:
         """The random bits of `op`'s first output: rows of a micro-batch get the full batch's bits."""
@@ -128,6 +134,9 @@ class Executor:
         self._faulted: set[str] = set()  # backends that failed during the current run
         self._stats_lock = threading.Lock()
         self._dsp_queue: ThreadPoolExecutor | None = None
+        # profile.Recorder while `dsptrain profile` runs: every op call reports to it
+        # (`op_done`); None otherwise, and the runners check it once per op, nothing more
+        self.profiler = None
 
     def dsp_queue(self) -> ThreadPoolExecutor:
         """The DSP's queue: one worker thread that makes every call to the DSP backend
@@ -185,7 +194,10 @@ class Executor:
                 continue
             finally:
                 backend.current_op = None
-                self.count_time(stats, backend.name, time.perf_counter() - started)
+                spent = time.perf_counter() - started
+                self.count_time(stats, backend.name, spent)
+                if self.profiler is not None:
+                    self.profiler.op_done(plan, op, backend, started, spent, rows)
             break
         if stats is not None:
             share, whole = rows or (1, 1)

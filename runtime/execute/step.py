@@ -114,14 +114,15 @@ class Step:
 
     # ------------------------------------------------------------ the step
     def train(self, state: dict, images, labels: np.ndarray, step: int, epoch: int, seed: int, energy_meter,
-              rescale):
+              rescale, lr_scale: float = 1.0):
         """One training step on a checked batch (uint8 NHWC images, int64 labels) at
         position (`step`, `epoch`), metered by `energy_meter`, with adaptive rescaling's
-        `rescale` (rescale.RescaleController, updated): (the updated weights and state, its StepStats)."""
+        `rescale` (rescale.RescaleController, updated), the learning rate times `lr_scale`
+        (train/schedule.py): (the updated weights and state, its StepStats)."""
         batch = len(labels)
         plan = self.plans.get(batch, True)
         given = rescale.shifts_for(step, plan.graph)
-        ctx = StepContext(self.recipe, plan.graph, seed, step, epoch, batch, shifts=given)
+        ctx = StepContext(self.recipe, plan.graph, seed, step, epoch, batch, shifts=given, lr_scale=lr_scale)
         stats = StepStats(step, epoch, batch)
         stats.given_shifts = len(given or ())
         option, stats.budget_bytes = self.memory_option(plan, step)
@@ -138,7 +139,7 @@ class Step:
         # under a memory plan the large arrays the step makes (the prepared input, the ops'
         # results and temporaries) come from kept memory, the array pool (memory/pool.py)
         with pool.serving(option.workspace if option is not None else 0):
-            env["input"] = self.algorithm.prepare_input(images)
+            env["input"] = self.algorithm.prepare_input(images, self.run.data.normalize)
             env["labels"] = np.asarray(labels, np.int64)
             self.planner.start_accelerator_clock()   # what ran before this step (an evaluation) is not its cost
             rss = StepRss()
@@ -166,7 +167,7 @@ class Step:
         plan = self.plans.get(len(images), False)
         ctx = StepContext(self.recipe, plan.graph, seed, step, epoch, len(images))
         env = dict(state)
-        env["input"] = self.algorithm.prepare_input(images)
+        env["input"] = self.algorithm.prepare_input(images, self.run.data.normalize)
         self.planner.run(plan, env, ctx, ops=plan.graph.eval_ops)
         return self.algorithm.logits_to_float(env[plan.graph.logits])
 

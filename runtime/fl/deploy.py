@@ -66,7 +66,7 @@ class LocalDeployment:
     processes: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
     link_port: int = 0
 
-    def __enter__(self) -> "LocalDeployment":
+    def __enter__(self) -> LocalDeployment:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.flwr_home = self.work_dir / "flwr-home"
         self.flwr_home.mkdir(exist_ok=True)

@@ -78,6 +78,8 @@ def run_server(grid: Grid, flrun: FLRun, out_dir: str | Path | None = None) -> l
     strategy = IntegerFedAvg(
         state, integer=flrun.integer, bits=weights.bits, rounding=weights.rounding,
         max_exponent_shift=fl.max_exponent_shift, round_offset=done, connect_timeout_s=fl.round_timeout_s,
+        aggregation=fl.aggregation, max_examples=fl.max_examples or len(evaluator.train_data),
+        max_weight=fl.max_weight, clip_norm=fl.clip_norm, trim=fl.trim,
         fraction_train=fl.fraction_train, fraction_evaluate=fl.fraction_evaluate,
         min_train_nodes=fl.min_train_clients, min_evaluate_nodes=fl.min_train_clients if fl.fraction_evaluate else 0,
         min_available_nodes=fl.min_available_clients)
@@ -90,11 +92,11 @@ def run_server(grid: Grid, flrun: FLRun, out_dir: str | Path | None = None) -> l
         evaluator.state = {**evaluator.state, **model}
         accuracy = evaluator.evaluate()
         report = strategy.reports.get(number, {"accepted": [], "rejected": [], "failed": [], "clients": [],
-                                                "missing": 0})
+                                                "clipped": [], "missing": 0})
         clients = report.get("clients", [])
         entry = {"round": number, "test_accuracy": accuracy,
                  "accepted": len(report["accepted"]), "rejected": report["rejected"], "failed": report["failed"],
-                 "missing": report["missing"],
+                 "missing": report["missing"], "clipped": report.get("clipped", []),
                  "download_bytes": record_bytes(arrays),
                  "upload_bytes_per_client": _mean(c["upload_bytes"] for c in clients),
                  "time_s_per_client": _mean(c["time_s"] for c in clients),
@@ -106,9 +108,9 @@ def run_server(grid: Grid, flrun: FLRun, out_dir: str | Path | None = None) -> l
             checkpoint.save(ckpt, model, {"round": number, "run": run.name, "recipe": run.recipe.name,
                                           "model": run.model.name, "history": history})
             checkpoint.atomic_write(out / HISTORY_NAME, lambda f: f.write(json.dumps(history, indent=1).encode()))
-        log.info("%s round %d/%d: test accuracy %.4f, %d updates accepted, %d rejected, %d failed, %d missing",
-                 run.name, number, fl.rounds, accuracy, entry["accepted"], len(entry["rejected"]),
-                 len(entry["failed"]), entry["missing"])
+        log.info("%s round %d/%d: test accuracy %.4f, %d updates accepted, %d rejected, %d failed, %d missing, "
+                 "%d cut back", run.name, number, fl.rounds, accuracy, entry["accepted"], len(entry["rejected"]),
+                 len(entry["failed"]), entry["missing"], len(entry["clipped"]))
         return MetricRecord({"test_accuracy": accuracy})
 
     try:

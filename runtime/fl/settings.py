@@ -15,6 +15,7 @@ from ..config import RunConfig, build, read_yaml, run_from_mapping
 from ..errors import ConfigError
 from .aggregate import ROUNDINGS
 from .partition import PartitionSpec
+from .validate import MAX_EXAMPLES
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,11 @@ class FLConfig:
     fraction_evaluate: float = 0.0   # share evaluating the global model on their partition
     round_timeout_s: float = 600.0   # a client slower than this is left out of the round
     max_exponent_shift: int = 4      # bits an update's exponent may move from the global's
+    aggregation: Literal["fedavg", "clip", "trimmed_mean", "median"] = "fedavg"   # robust.py
+    max_examples: int = 0            # an update claiming more examples is rejected (0: the training split's size)
+    max_weight: float = 1.0          # the largest share of the aggregate one client may carry
+    clip_norm: float = 0.0           # clip: bound on an update's L2 change (0: the round's median)
+    trim: float = 0.2                # trimmed_mean: share dropped at each end, per coordinate
     resume: bool = True              # continue from the server checkpoint when there is one
     partition: PartitionConfig = field(default_factory=PartitionConfig)
 
@@ -74,11 +80,11 @@ def load_fl_run(path: str | Path, **overrides) -> FLRun:
     section = {**section, **overrides}
     run = run_from_mapping(data, path)
     fl = build(FLConfig, section, path, "fl")
-    _check(fl, run, path)
+    _check(fl, run, path, given=set(section))
     return FLRun(run, fl, str(path))
 
 
-def _check(fl: FLConfig, run: RunConfig, source) -> None:
+def _check(fl: FLConfig, run: RunConfig, source, given: set = frozenset()) -> None:
     def need(ok, key, value, why):
         if not ok:
             raise ConfigError(source, f"fl.{key}", f"{value!r} {why}")
@@ -95,6 +101,15 @@ def _check(fl: FLConfig, run: RunConfig, source) -> None:
          fl.min_available_clients, f"must be in min_train_clients..clients ({fl.min_train_clients}..{fl.clients})")
     need(0.0 < fl.round_timeout_s <= 86_400, "round_timeout_s", fl.round_timeout_s, "must be in (0, 86400] seconds")
     need(0 <= fl.max_exponent_shift <= 32, "max_exponent_shift", fl.max_exponent_shift, "must be in 0..32")
+    need(0 <= fl.max_examples <= MAX_EXAMPLES, "max_examples", fl.max_examples,
+         f"must be in 0..{MAX_EXAMPLES} (0: the training split's size)")
+    need(0.0 < fl.max_weight <= 1.0, "max_weight", fl.max_weight, "must be in (0, 1]")
+    need(0.0 <= fl.clip_norm <= 1e30, "clip_norm", fl.clip_norm, "must be in [0, 1e30] (0: the round's median)")
+    need(0.0 <= fl.trim < 0.5, "trim", fl.trim, "must be in [0, 0.5)")
+    if fl.aggregation != "clip" and fl.clip_norm:
+        raise ConfigError(source, "fl.clip_norm", f"{fl.clip_norm!r} is read only with fl.aggregation: clip")
+    if fl.aggregation != "trimmed_mean" and "trim" in given:
+        raise ConfigError(source, "fl.trim", f"{fl.trim!r} is read only with fl.aggregation: trimmed_mean")
     p = fl.partition
     need(0.0 < p.alpha <= 1e6, "partition.alpha", p.alpha, "must be > 0")
     need(1 <= p.shards_per_client <= 1000, "partition.shards_per_client", p.shards_per_client, "must be in 1..1000")

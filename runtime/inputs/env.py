@@ -13,7 +13,8 @@ import os
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from ..errors import ConfigError
 
@@ -110,7 +111,8 @@ VARIABLES = {v.name: v for v in (
     Variable("DSPTRAIN_CDSPRPC", _library, None, "the FastRPC library to load"),
     Variable("DSPTRAIN_DSP_ARENA_MB", _int(1, 65536), 256, "size of the shared tensor arena"),
     Variable("DSPTRAIN_DSP_KERNELS", _directory(True), None, "where the HVX sources are"),
-    Variable("DSPTRAIN_CACHE", _directory(False), None, "where the emulated DSP server is built"),
+    Variable("DSPTRAIN_CACHE", _directory(False), None,
+             "dsptrain's cache: the emulated DSP server's build, image folders' decoded photos"),
     Variable("DSPTRAIN_NATIVE_DEBUG", _flag, False, "build the native extension with -O0 -g"),
 )}
 

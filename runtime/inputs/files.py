@@ -79,6 +79,37 @@ def read_limited(path: str | Path, what: str, limit: int, error) -> bytes:
         os.close(fd)
 
 
+def read_slice(path: str | Path, what: str, offset: int, length: int, error) -> bytes:
+    """Exactly `length` bytes at `offset` of regular file `path` (an ONNX model's external
+    data): the same checks as read_limited, and the range must lie inside the file."""
+    problem = check_regular(path, what)
+    if problem:
+        raise error(f"{path}: {problem}")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise error(f"{path}: {describe_os_error(exc)}") from None
+    try:
+        st = os.fstat(fd)
+        problem = _kind_problem(st.st_mode)
+        if problem:
+            raise error(f"{path}: {problem}: expected a {what} file")
+        if offset < 0 or length < 0 or offset + length > st.st_size:
+            raise error(f"{path}: bytes {offset}..{offset + length} are not inside the file ({st.st_size} bytes)")
+        chunks, total = [], 0
+        while total < length:
+            chunk = os.pread(fd, min(1 << 24, length - total), offset + total)
+            if not chunk:
+                raise error(f"{path}: ends before byte {offset + length} (it shrank while being read)")
+            chunks.append(chunk)
+            total += len(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise error(f"{path}: {describe_os_error(exc)}") from None
+    finally:
+        os.close(fd)
+
+
 # ---------------------------------------------------------------- temp files of atomic writes
 
 def temp_prefix(target: Path) -> str:

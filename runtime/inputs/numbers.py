@@ -43,7 +43,14 @@ def field_range(f) -> tuple | None:
 
 
 def field_problem(f, value) -> str | None:
-    """The problem of a built field value against its declared (or the default) range."""
+    """The problem of a built field value against its declared (or the default) range; a
+    tuple of numbers (data.normalize's mean and std) is checked element by element."""
+    if isinstance(value, tuple) and field_range(f) is not None:
+        for i, item in enumerate(value):
+            problem = field_problem(f, item)
+            if problem:
+                return f"[{i}]: {problem}"
+        return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None                      # not a number: the type check handled it
     declared = field_range(f)

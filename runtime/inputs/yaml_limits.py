@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import yaml
-from yaml.events import (AliasEvent, CollectionEndEvent, CollectionStartEvent, NodeEvent,
-                         ScalarEvent)
+from yaml.events import (AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent)
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # libyaml's parser when installed
 

@@ -14,6 +14,8 @@ against dsptrain's own evaluation is `runtime/agreement.py` (it needs the Traine
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from .checkpoint_model import read_checkpoint
 from .layer_spec import describe as describe_model
 from .model_source import check_section, frozen_layers, load_model, resolve as resolve_model, with_head
@@ -27,17 +29,25 @@ def export(checkpoint, out, format: str = "onnx") -> str:
     """Write the model of `checkpoint` (a checkpoint.npz or the run directory holding one)
     to `out` as `format` (onnx | onnx-qdq | onnx-niti | npz); returns a one-line summary."""
     from ..errors import UserError
+    from ..inputs.outputs import check_output, write_error
+    from .checkpoint_model import CHECKPOINT_NAME
+
     if format not in FORMATS:
         raise UserError(f"export format {format!r} is not one of {', '.join(FORMATS)}")
+    source = Path(checkpoint)
+    out = check_output(out, f"{format} export", reads=(source, source / CHECKPOINT_NAME))
     trained = read_checkpoint(checkpoint)
-    if format == "npz":
-        from .npz_export import write_npz
+    try:
+        if format == "npz":
+            from .npz_export import write_npz
 
-        return write_npz(trained, out)
-    from .onnx_export import write_onnx
+            return write_npz(trained, out)
+        from .onnx_export import write_onnx
 
-    # onnx and onnx-qdq carry NITI's activation rounding for a NITI checkpoint; onnx-niti insists on it
-    return write_onnx(trained, out, qdq=format == "onnx-qdq", niti=True if format == "onnx-niti" else None)
+        # onnx and onnx-qdq carry NITI's activation rounding for a NITI checkpoint; onnx-niti insists on it
+        return write_onnx(trained, out, qdq=format == "onnx-qdq", niti=True if format == "onnx-niti" else None)
+    except OSError as exc:   # the folder vanished, filled up or turned read-only after the checks
+        raise write_error(out, exc) from None
 
 
 __all__ = ["load_model", "from_torch", "export", "FORMATS", "read_checkpoint", "describe_model", "check_section",

@@ -13,11 +13,16 @@
         - flatten
         - {kind: linear, out: 10}
 
-Kinds (parameters, defaults): conv (out, kernel, stride 1, padding 0, source, bias false),
-linear (out, bias false; a bias is for recipes with float biases, NITI has none),
-relu, maxpool (kernel 2, stride = kernel), avgpool (kernel 2, stride = kernel, padding 0,
-count_include_pad false; float recipes), globalavgpool, flatten, dropout (p 0.5),
-batchnorm, add (skip_from), residual (body: [...], shortcut: [...] or none). Input sizes
+Kinds (parameters, defaults): conv (out, kernel, stride 1, padding 0, source, bias false,
+groups 1, dilation 1), linear (out, bias false; a bias is for recipes with float biases,
+NITI has none), relu, maxpool (kernel 2, stride = kernel, padding 0, ceil_mode false),
+avgpool (kernel 2, stride = kernel, padding 0, count_include_pad false; float recipes),
+globalavgpool (keep_dims false), flatten, dropout (p 0.5), batchnorm, add (skip_from),
+residual (body: [...], shortcut: [...] or none); the mobile CNNs' layers: relu6, clip (low,
+high), hardswish, hardsigmoid (alpha 1/6, beta 1/2), sigmoid, silu, tanh (each with an
+optional source), mul (inputs: [a, b]; b may be a (1, 1, C) channel scale), concat
+(inputs: [...], on channels), slice (start, stop, source: channels [start, stop)),
+shuffle (groups). Input sizes
 (conv's in_channels, linear's in_features) follow from the shapes. A layer without `name`
 is named by its kind and a count (conv1, conv2, relu1, ...); layers of a residual block
 are named `<block>.<name>`. `source` and `skip_from` are the flat form a residual block
@@ -27,14 +32,22 @@ is also what `layers_of` writes, so every model (zoo, ONNX, YAML) round-trips th
 from __future__ import annotations
 
 from ..errors import ConfigError, ShapeError
-from ..nn import (INPUT, Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d,
-                  Model, ReLU)
+from ..nn import (INPUT, MULTI_INPUT, Add, AvgPool2d, BatchNorm2d, ChannelShuffle, Concat, Conv2d, Dropout, Flatten,
+                  GlobalAvgPool, Linear, MaxPool2d, Model, Mul, Nonlinearity, ReLU, SliceChannels)
+
+# YAML kind -> (nn.Nonlinearity function, its params' keys and defaults)
+ACTIVATIONS = {"relu6": ("clip", ()), "clip": ("clip", (("low", None), ("high", None))), "hardswish": ("hardswish", ()),
+               "hardsigmoid": ("hardsigmoid", (("alpha", 1 / 6), ("beta", 0.5))), "sigmoid": ("sigmoid", ()),
+               "silu": ("silu", ()), "tanh": ("tanh", ())}
 
 KINDS = {
-    "conv": {"name", "out", "kernel", "stride", "padding", "source", "bias"},
+    "conv": {"name", "out", "kernel", "stride", "padding", "source", "bias", "groups", "dilation"},
     "linear": {"name", "out", "bias"},
-    "relu": {"name"}, "flatten": {"name"}, "batchnorm": {"name"}, "globalavgpool": {"name"},
-    "maxpool": {"name", "kernel", "stride"},
+    "relu": {"name"}, "flatten": {"name"}, "batchnorm": {"name"}, "globalavgpool": {"name", "keep_dims"},
+    "maxpool": {"name", "kernel", "stride", "padding", "ceil_mode"},
+    **{kind: {"name", "source", *(k for k, _ in params)} for kind, (_, params) in ACTIVATIONS.items()},
+    "mul": {"name", "inputs"}, "concat": {"name", "inputs"}, "slice": {"name", "start", "stop", "source"},
+    "shuffle": {"name", "groups"},
     "avgpool": {"name", "kernel", "stride", "padding", "count_include_pad"},
     "dropout": {"name", "p"},
     "add": {"name", "skip_from"},
@@ -77,6 +90,18 @@ class _Builder:
         return value
 
     def add(self, layer, where, reads=None):
+        if isinstance(layer, MULTI_INPUT):
+            for name in layer.inputs:
+                if name not in self.shapes:
+                    raise self.error(f"{where}.inputs", f"{name!r} is not an earlier layer")
+            if layer.name in self.shapes:
+                raise self.error(f"{where}.name", f"{layer.name!r} is used twice")
+            try:
+                self.shapes[layer.name] = layer.out_shape_of([self.shapes[n] for n in layer.inputs])
+            except ShapeError as exc:
+                raise self.error(where, str(exc)) from None
+            self.layers.append(layer)
+            return
         shape = self.shapes[reads or self.last]
         if isinstance(layer, Add):
             if layer.skip_from not in self.shapes:
@@ -113,19 +138,35 @@ class _Builder:
         name = self.name(item, kind, prefix, where)
         if kind == "residual":
             return self.residual(item, name, where)
-        shape = self.shapes[item.get("source", self.last)] if kind == "conv" and "source" in item else \
-            self.shapes[self.last]
+        source = item.get("source")
+        if source is not None and (not isinstance(source, str) or source not in self.shapes):
+            raise self.error(f"{where}.source", f"{source!r} is not an earlier layer")
+        shape = self.shapes[source or self.last]
+        reads = None if source in (None, self.last) else source
         if kind == "conv":
-            source = item.get("source")
-            if source is not None and source not in self.shapes:
-                raise self.error(f"{where}.source", f"{source!r} is not an earlier layer")
             if len(shape) != 3:
                 raise self.error(where, f"conv needs an image input (H, W, C), got shape {shape}")
             layer = Conv2d(name, shape[2], self.int_param(item, "out", where), self.int_param(item, "kernel", where),
                            self.int_param(item, "stride", where, 1), self.int_param(item, "padding", where, 0, 0),
-                           source=None if source in (None, self.last) else source,
-                           bias=self.flag(item, "bias", where))
+                           source=reads, bias=self.flag(item, "bias", where),
+                           groups=self.int_param(item, "groups", where, 1), dilation=self.int_param(item, "dilation", where, 1))
             return self.add(layer, where, reads=source)
+        if kind in ACTIVATIONS:
+            function, keys = ACTIVATIONS[kind]
+            params = (0.0, 6.0) if kind == "relu6" else tuple(self.number(item, key, where, default) for key, default in keys)
+            return self.add(Nonlinearity(name, function, params, source=reads), where, reads=source)
+        if kind in ("mul", "concat"):
+            inputs = item.get("inputs")
+            if not isinstance(inputs, list) or len(inputs) < 2 or not all(isinstance(i, str) for i in inputs) \
+                    or (kind == "mul" and len(inputs) != 2):
+                raise self.error(f"{where}.inputs", f"{inputs!r}: name {'two' if kind == 'mul' else 'two or more'} "
+                                                    f"earlier layers")
+            return self.add((Mul if kind == "mul" else Concat)(name, tuple(inputs)), where)
+        if kind == "slice":
+            return self.add(SliceChannels(name, self.int_param(item, "start", where, None, 0),
+                                          self.int_param(item, "stop", where), source=reads), where, reads=source)
+        if kind == "shuffle":
+            return self.add(ChannelShuffle(name, self.int_param(item, "groups", where)), where)
         if kind == "linear":
             if len(shape) != 1:
                 raise self.error(where, f"linear needs a vector input (flatten first), got shape {shape}")
@@ -133,7 +174,9 @@ class _Builder:
                                    bias=self.flag(item, "bias", where)), where)
         if kind == "maxpool":
             k = self.int_param(item, "kernel", where, 2)
-            return self.add(MaxPool2d(name, k, self.int_param(item, "stride", where, k)), where)
+            return self.add(MaxPool2d(name, k, self.int_param(item, "stride", where, k),
+                                      self.int_param(item, "padding", where, 0, 0),
+                                      self.flag(item, "ceil_mode", where)), where)
         if kind == "avgpool":
             k = self.int_param(item, "kernel", where, 2)
             return self.add(AvgPool2d(name, k, self.int_param(item, "stride", where, k),
@@ -152,8 +195,17 @@ class _Builder:
             if not isinstance(item.get("skip_from"), str):
                 raise self.error(f"{where}.skip_from", f"{item.get('skip_from')!r}: name an earlier layer")
             return self.add(Add(name, item["skip_from"]), where)
-        simple = {"relu": ReLU, "flatten": Flatten, "globalavgpool": GlobalAvgPool}
+        if kind == "globalavgpool":
+            return self.add(GlobalAvgPool(name, self.flag(item, "keep_dims", where)), where)
+        simple = {"relu": ReLU, "flatten": Flatten}
         return self.add(simple[kind](name), where)
+
+    def number(self, item, key, where, default):
+        value = item.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.error(f"{where}.{key}", f"{value!r} must be a number" + ("" if default is None else
+                                                                                 f" (default {default:g})"))
+        return float(value)
 
     def residual(self, item, name, where):
         """body, then the shortcut reading the block input, then the add: the flat form of nn.py."""
@@ -196,12 +248,26 @@ def layers_of(model: Model) -> list[dict]:
         if isinstance(layer, Conv2d):
             item = {"kind": "conv", "out": layer.out_channels, "kernel": layer.kernel,
                     "stride": layer.stride, "padding": layer.padding}
-            if layer.source is not None:
-                item["source"] = layer.source
+            item.update({k: getattr(layer, k) for k in ("groups", "dilation") if getattr(layer, k) != 1})
+        elif isinstance(layer, Nonlinearity):
+            if layer.function == "clip" and tuple(layer.params) == (0.0, 6.0):
+                item = {"kind": "relu6"}
+            else:
+                function_keys = {"clip": ("low", "high"), "hardsigmoid": ("alpha", "beta")}.get(layer.function, ())
+                item = {"kind": layer.function, **dict(zip(function_keys, layer.params))}
+        elif isinstance(layer, (Mul, Concat)):
+            item = {"kind": "mul" if isinstance(layer, Mul) else "concat", "inputs": list(layer.inputs)}
+        elif isinstance(layer, SliceChannels):
+            item = {"kind": "slice", "start": layer.start, "stop": layer.stop}
+        elif isinstance(layer, ChannelShuffle):
+            item = {"kind": "shuffle", "groups": layer.groups}
         elif isinstance(layer, Linear):
             item = {"kind": "linear", "out": layer.out_features}
         elif isinstance(layer, MaxPool2d):
             item = {"kind": "maxpool", "kernel": layer.kernel, "stride": layer.stride}
+            item.update({k: getattr(layer, k) for k in ("padding", "ceil_mode") if getattr(layer, k)})
+        elif isinstance(layer, GlobalAvgPool):
+            item = {"kind": "globalavgpool", **({"keep_dims": True} if layer.keep_dims else {})}
         elif isinstance(layer, AvgPool2d):
             item = {"kind": "avgpool", "kernel": layer.kernel, "stride": layer.stride, "padding": layer.padding,
                     "count_include_pad": layer.count_include_pad}
@@ -210,8 +276,9 @@ def layers_of(model: Model) -> list[dict]:
         elif isinstance(layer, Add):
             item = {"kind": "add", "skip_from": layer.skip_from}
         else:
-            item = {"kind": {ReLU: "relu", Flatten: "flatten", BatchNorm2d: "batchnorm",
-                             GlobalAvgPool: "globalavgpool"}[type(layer)]}
+            item = {"kind": {ReLU: "relu", Flatten: "flatten", BatchNorm2d: "batchnorm"}[type(layer)]}
+        if getattr(layer, "source", None) is not None:
+            item["source"] = layer.source
         if getattr(layer, "bias", False):   # written only when set: bias-free descriptions stay as they were
             item["bias"] = True
         items.append({**item, "name": layer.name})

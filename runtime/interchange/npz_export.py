@@ -4,7 +4,7 @@ Layout, version 1:
 
 | key | dtype, shape | holds |
 |---|---|---|
-| `__model__` | str, () | JSON: format "dsptrain-npz", version 1, name, recipe, input_shape [H, W, C], input ("(pixel - 128) / 128, NHWC"), num_classes, bn_epsilon, layers (the flat list of `layer_spec.layers_of`: kind, name and parameters of each layer, in order) |
+| `__model__` | str, () | JSON: format "dsptrain-npz", version 1, name, recipe, input_shape [H, W, C], input ("(pixel - 128) / 128, NHWC"), num_classes, bn_epsilon, layers (the flat list of `layer_spec.layers_of`: kind, name and parameters of each layer, in order), classes (the class names by label, when the data had them: an image folder's subfolders) |
 | `<layer>.weight` | float32 | conv: (out, kh, kw, in) OHWI; linear: (out, in), a flattened input's features in (H, W, C) order |
 | `<layer>.bias` | float32, (out,) | only for a conv or linear layer with a bias (float recipes): added to its output |
 | `<layer>.weight_q` | int8 | only for recipes that keep int8 weights (NITI): the stored integers |
@@ -39,6 +39,8 @@ def npz_arrays(trained) -> dict:
     header = {"format": FORMAT, "version": VERSION, "name": model.name, "recipe": trained.recipe,
               "input_shape": list(model.input_shape), "input": "(pixel - 128) / 128, NHWC float32",
               "num_classes": model.num_classes, "bn_epsilon": BN_EPS, "layers": layers_of(model)}
+    if trained.meta.get("classes"):
+        header["classes"] = list(trained.meta["classes"])
     arrays = {"__model__": np.array(json.dumps(header))}
     for layer in model.layers:
         if hasattr(layer, "weight_shape"):

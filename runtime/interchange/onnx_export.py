@@ -16,6 +16,8 @@ and gives dsptrain's logits, fed the same batches.
 """
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +26,7 @@ from ..algorithms._float_layers import BN_EPS
 from ..checkpoint import atomic_write
 from ..nn import INPUT, Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
 from ..numerics import QTensor
+from . import onnx_export_branches as branches
 from .weights import float_weights, pow2_grid
 
 OPSET = 17
@@ -92,8 +95,8 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
             to_oihw = lambda a: a.transpose(0, 3, 1, 2)
             w = g.weight(f"{name}.weight", to_oihw(floats[f"{name}.w"]), _int8_of(state[f"{name}.w"], to_oihw))
             p = layer.padding
-            g.node("Conv", (x, w, *_bias(g, layer, floats)), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
-                   pads=[p] * 4)
+            g.node("Conv", (x, w, *_bias(g, layer, floats)), out, name, kernel_shape=[layer.kernel] * 2,
+                   strides=[layer.stride] * 2, pads=[p] * 4, group=layer.groups, dilations=[layer.dilation] * 2)
             if rounding:
                 out = rounding.product(layer, out, reads)
         elif isinstance(layer, Linear):
@@ -112,7 +115,8 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
             if reads in flat_from:
                 flat_from[layer.name] = flat_from[reads]
         elif isinstance(layer, MaxPool2d):
-            g.node("MaxPool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2)
+            g.node("MaxPool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
+                   pads=[layer.padding] * 4, ceil_mode=int(layer.ceil_mode))
         elif isinstance(layer, AvgPool2d):
             g.node("AveragePool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
                    pads=[layer.padding] * 4, count_include_pad=int(layer.count_include_pad))
@@ -131,6 +135,11 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
         elif isinstance(layer, BatchNorm2d):
             inputs = [g.const(f"{name}.{k}", floats[f"{name}.{k}"]) for k in ("gamma", "beta", "mean", "var")]
             g.node("BatchNormalization", (x, *inputs), out, name, epsilon=BN_EPS)
+        elif isinstance(layer, GlobalAvgPool) and layer.keep_dims:
+            g.node("GlobalAveragePool", (x,), out, name)
+        elif isinstance(layer, branches.LAYERS):
+            x = out_of[layer.inputs[0]] if hasattr(layer, "inputs") else x
+            branches.export(g, layer, x, out_of, shape_of[reads], out)
         elif isinstance(layer, GlobalAvgPool):
             pooled = g.node("GlobalAveragePool", (x,), f"{name}.pooled", name)
             g.node("Flatten", (pooled,), out, f"{name}.flatten", axis=1)
@@ -155,10 +164,12 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
     proto = g.helper.make_model(graph, opset_imports=[g.helper.make_opsetid("", OPSET)],
                                 producer_name="dsptrain", doc_string=f"input: {INPUT_NOTE}")
     proto.ir_version = 8     # readable by ONNX Runtime releases from 1.14 on
-    g.helper.set_model_props(proto, {"dsptrain.input": INPUT_NOTE, "dsptrain.recipe": trained.recipe,
-                                     "dsptrain.weights": "int8 QDQ, power-of-two scales" if qdq else "float32",
-                                     "dsptrain.activations": "NITI int8, per-batch power-of-two step" if niti
-                                     else "float32"})
+    props = {"dsptrain.input": INPUT_NOTE, "dsptrain.recipe": trained.recipe,
+             "dsptrain.weights": "int8 QDQ, power-of-two scales" if qdq else "float32",
+             "dsptrain.activations": "NITI int8, per-batch power-of-two step" if niti else "float32"}
+    if trained.meta.get("classes"):   # an image folder's class names, label by label
+        props["dsptrain.classes"] = json.dumps(trained.meta["classes"])
+    g.helper.set_model_props(proto, props)
     onnx.checker.check_model(proto)
     return proto
 

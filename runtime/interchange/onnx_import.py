@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..nn import INPUT, Model
+from .onnx_checks import check_model, read_model
 from .onnx_ops import HANDLERS, SUPPORTED, ModelFileError, Activation, ImportState, onnx_module, attrs_of, settle_biases
 
 MIN_OPSET, MAX_OPSET = 7, 22     # default-domain opsets whose semantics of these ops we read
@@ -32,32 +33,26 @@ BIAS_POLICIES = ("fold", "drop")
 def load_onnx(path, bias: str = "fold", name: str | None = None) -> tuple[Model, list[str]]:
     """(Model with initial_weights, notes for the user) from an ONNX file; ModelFileError on
     anything this importer does not support."""
-    onnx = onnx_module()
     path = str(path)
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise ModelFileError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        proto = onnx.load_model_from_string(raw)
-    except Exception as exc:   # protobuf's DecodeError and friends: not a model at all
-        raise ModelFileError(f"{path}: not an ONNX model ({type(exc).__name__}: {str(exc)[:80] or 'cannot parse'})") from None
-    if proto.ir_version == 0 or not proto.HasField("graph") or not proto.graph.node:
-        raise ModelFileError(f"{path}: not an ONNX model (no IR version or no graph nodes)")
-    return from_proto(proto, path, bias, name)
+    proto, folder = read_model(path)
+    if not proto.HasField("graph") or not proto.graph.node:
+        raise ModelFileError(f"{path}: not an ONNX model (no graph nodes)")
+    return from_proto(proto, path, bias, name, folder=folder)
 
 
-def from_proto(proto, path: str = "<onnx>", bias: str = "fold", name: str | None = None) -> tuple[Model, list[str]]:
+def from_proto(proto, path: str = "<onnx>", bias: str = "fold", name: str | None = None,
+               folder=None) -> tuple[Model, list[str]]:
+    """`folder`: where the file's external data may be (None: a model built in memory)."""
     if bias not in BIAS_POLICIES:
         raise UserError(f"bias policy {bias!r} is not one of {', '.join(BIAS_POLICIES)}")
     numpy_helper = onnx_module().numpy_helper
     graph = proto.graph
-    _check_opset(proto, path)
+    check_model(proto, path, folder, _check_opset(proto, path))
     state = ImportState(path, bias)
+    for node in graph.node:
+        for tensor in node.input:
+            state.consumers.setdefault(tensor, []).append(node.op_type)
     for init in graph.initializer:
-        if init.data_location == 1:   # EXTERNAL
-            raise ModelFileError(f"{path}: initializer {init.name!r} keeps its data in an external file; "
-                                 f"save the model with its weights inside (onnx.save(..., save_as_external_data=False))")
         state.values[init.name] = numpy_helper.to_array(init)
     input_name, input_shape = _the_input(graph, state, path)
     state.values[input_name] = Activation(INPUT, input_shape, (input_shape[1], input_shape[2], input_shape[0]))
@@ -67,7 +62,11 @@ def from_proto(proto, path: str = "<onnx>", bias: str = "fold", name: str | None
         handler = HANDLERS.get(node.op_type)
         if handler is None:
             raise state.fail(node, f"op type {node.op_type} is not supported; supported: {SUPPORTED}")
-        handler(state, node, attrs_of(node))
+        try:
+            handler(state, node, attrs_of(node))
+        except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
+            # a combination the checks (onnx_checks.py) let through and the handler did not foresee
+            raise state.fail(node, f"cannot be imported ({type(exc).__name__}: {str(exc)[:80]})") from None
     if len(graph.output) != 1:
         raise ModelFileError(f"{path}: the graph has {len(graph.output)} outputs; dsptrain imports a "
                              f"classifier with one output (class scores)")
@@ -95,6 +94,7 @@ def _check_opset(proto, path):
     if not MIN_OPSET <= version <= MAX_OPSET:
         raise ModelFileError(f"{path}: opset {version} is not supported (supported: {MIN_OPSET}..{MAX_OPSET}); "
                              f"export with opset_version={min(max(version, MIN_OPSET), MAX_OPSET)}")
+    return version
 
 
 def _the_input(graph, state, path):

@@ -113,7 +113,7 @@ def op_workspace(graph: TrainGraph, op: Op, rows: int) -> int:
         which, per_element = RANGE_HOOK_WORKSPACE[op.range_hook()]
         name = op.outputs[0] if which == "output" else op.inputs[0]
         total += int(np.prod(graph.tensors[name].shape)) * rows // batch * per_element
-    if "workspace" in op.attrs:   # what the recipe's op allocates besides (algorithms/_emulated.product_workspace)
+    if "workspace" in op.attrs:   # what the recipe's op allocates besides (algorithms/_products.product_workspace)
         per_row, fixed = op.attrs["workspace"]
         total += per_row * rows + fixed
     return total
@@ -139,7 +139,7 @@ class Buffer:
     values: list = field(default_factory=list)     # (tensor, version), in write order
     offset: int = -1
 
-    def overlaps(self, other: "Buffer") -> bool:
+    def overlaps(self, other: Buffer) -> bool:
         return self.start <= other.end and other.start <= self.end
 
 

@@ -33,7 +33,7 @@ class Plan:
     micro_batches_reason: str = "co-scheduling is off"
     backends: dict = field(default_factory=dict, repr=False)   # name -> Backend (place() sets it)
 
-    def replace(self, **changes) -> "Plan":
+    def replace(self, **changes) -> Plan:
         """A copy with `changes`, and caches of its own."""
         return dataclasses.replace(self, stats={}, **changes)
 

@@ -14,7 +14,7 @@ import numpy as np
 from .. import data as datasets
 from ..algorithms import algorithm_module
 from ..config import load_device
-from ..errors import DataError, LoweringError
+from ..errors import ConfigError, DataError, LoweringError
 from ..graph import lower
 from ..interchange import frozen_layers, resolve_model, starting_state, with_head
 from ..models import MODELS, build_model
@@ -38,6 +38,10 @@ def assemble(run, model=None, progress: bool = True, notes: bool = True) -> Part
     algorithm = algorithm_module(run.recipe.module)
     model, frozen = _resolve_model(run, model, notes)
     graph = _lowered_or_explained(model, run, frozen)
+    normalize = run.data.normalize
+    problem = normalize.problem(model.input_shape[-1]) if normalize is not None else None
+    if problem:   # the channel count is known only now, from the model
+        raise ConfigError(run.source or run.name, f"data.normalize.{problem[0]}", problem[1])
     return Parts(algorithm, model, frozen, load_device(run.scheduler.device), graph)
 
 
@@ -56,17 +60,57 @@ def energy_meter(run, progress: bool):
     return meter
 
 
-def load_split(run, model, split: str) -> datasets.Dataset:
-    """The run's `split` ("train" / "test"), its labels checked against the model's classes."""
+@dataclass(frozen=True)
+class Splits:
+    train: datasets.Dataset
+    val: datasets.Dataset | None      # data.val_fraction of train, held out (stratified, seeded)
+    test: datasets.Dataset | None     # None: the run has no test data
+
+
+def load_data(run, model, train=None, test=None, progress: bool = False) -> Splits:
+    """The run's splits: `train` / `test` given in Python (a Dataset, or (images, labels)
+    arrays) or else the run's `data:` section; `data.val_fraction` of train held out."""
+    train = as_dataset(train, model, "train_data") if train is not None else load_split(run, model, "train", progress)
+    if test is not None:
+        test = as_dataset(test, model, "test_data")
+    elif not isinstance(train, _Given):
+        test = load_split(run, model, "test", progress)
+    val = None
+    if run.data.val_fraction:
+        train, val = datasets.split_off(train, run.data.val_fraction, run.train.seed, "val")
+    for split in (train, val, test):
+        if split is not None:
+            datasets.check_labels(split, model.num_classes, run.source or run.name)
+    return Splits(train, val, test)
+
+
+class _Given(datasets.Dataset):
+    """Data handed to the Trainer in Python: the run's `data:` section is not read for it."""
+
+
+def as_dataset(given, model, name: str) -> datasets.Dataset:
+    """`given` (a Dataset, or an (images, labels) pair) checked by the input contract for `model`."""
+    if isinstance(given, datasets.Dataset):
+        images, labels, classes, label = given.images, given.labels, given.classes, given.name
+    elif isinstance(given, (tuple, list)) and len(given) == 2:
+        (images, labels), classes, label = given, None, name
+    else:
+        raise DataError(f"{name}: expected a dsptrain.data.Dataset or an (images, labels) pair, "
+                        f"got {type(given).__name__}")
+    data = datasets.from_arrays(images, labels, model.input_shape, model.num_classes, label, name, classes)
+    return _Given(data.images, data.labels, data.name, data.origin, data.classes)
+
+
+def load_split(run, model, split: str, progress: bool = False) -> datasets.Dataset | None:
+    """The run's `split` ("train" / "test"); None when it has no test data."""
     try:
-        data = datasets.load_dataset(run.data, split, model.input_shape)
+        return datasets.load_dataset(run.data, split, model.input_shape, model.num_classes, progress)
     except DataError as exc:   # say which run file and key led there
         if not run.source:
             raise
-        key = "data.path" if run.data.path else "data.dataset"
+        key = next((f"data.{k}" for k in ("folder", "npz", "npy") if getattr(run.data, k, None)),
+                   "data.path" if run.data.path else "data.dataset")
         raise DataError(f"{run.source}: {key}: {exc}") from None
-    datasets.check_labels(data, model.num_classes, run.source or run.name)
-    return data
 
 
 def lowerable_models(recipe, num_classes: int | None = 10) -> list[str]:
@@ -105,7 +149,8 @@ def _resolve_model(run, model, print_notes: bool = True):
         notes += [note] if note else []
     frozen = frozen_layers(model, run.train.freeze, run.source or "train")
     if frozen:
-        notes.append(f"frozen (no weight gradient, no update): {', '.join(l.name for l in model.layers if l.name in frozen)}")
+        names = ", ".join(layer.name for layer in model.layers if layer.name in frozen)
+        notes.append(f"frozen (no weight gradient, no update): {names}")
     for note in notes if print_notes else ():   # printed even when quiet: they change what trains
         print(f"{model.name}: {note}", file=sys.stderr)
     return model, frozen

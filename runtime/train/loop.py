@@ -12,7 +12,6 @@ run (train/step.py) unless it is handed one (the command line makes it from --ba
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -22,12 +21,17 @@ import numpy as np
 
 from .. import data as datasets
 from ..errors import UserError
-from ..images import as_images, as_labels
+from ..data import Loader, as_images, as_labels
 from ..inputs import check_environment, check_regular, reap_stale_temps
+from ..inputs.run_lock import RunLock
 from ..metrics import EpochTotals, realign_energy, step_record
+from ..profile.logs import RunLog, rebuild_csv
 from . import checkpoints
-from .assembly import assemble, energy_meter as make_energy_meter, initial_state, load_split
+from .assembly import assemble, energy_meter as make_energy_meter, initial_state, load_data
+from .divergence import Watch
+from .schedule import lr_factor
 from .step import RescaleController, own_step
+from .validation import Monitor, Tally, accuracy_line, check_monitor
 
 
 class Trainer:
@@ -35,11 +39,13 @@ class Trainer:
     `parts` (train/assembly.assemble of `run`): what the caller assembled already.
     `planner` (a plan.Planner): the plans to run on, else one of `backend` or the run's.
     `step` (an execute.Step of `run` and `parts`): the step to run, made by the caller
-    (cli/train.py); the Trainer closes it with itself either way."""
+    (cli/train.py); the Trainer closes it with itself either way.
+    `train_data`, `test_data`: a dsptrain.data.Dataset or an (images, labels) pair, instead
+    of the run's `data:` section (which is then not read; no test data unless given)."""
 
     def __init__(self, run, backend: str | None = None, out_dir: str | Path | None = None,
                  progress: bool = True, energy_meter=None, model=None, parts=None, planner=None,
-                 step=None):
+                 step=None, train_data=None, test_data=None):
         check_environment()   # a bad DSPTRAIN_* value fails here, naming it, before a backend reads it
         self.run = run
         self.recipe = run.recipe
@@ -60,7 +66,15 @@ class Trainer:
         self.epoch, self.batch_in_epoch, self.global_step = 0, 0, 0
         self._epoch_sums = (0, 0.0, 0)   # samples, loss sum, correct so far in this epoch (resume)
         self._epoch_totals = EpochTotals()
-        self._train = self._test = None
+        self._given = (train_data, test_data)
+        self._splits = None
+        t = run.train
+        self.watch = Watch(t.on_divergence, t.saturation_steps)
+        stopping = t.early_stopping
+        self.monitor = Monitor(t.checkpoint_best, stopping.metric if stopping else None,
+                               stopping.patience if stopping else 0, stopping.min_delta if stopping else 0.0)
+        self._saved_step = None      # the global step of the last checkpoint this process wrote or loaded
+        self._total_steps = 0        # of the fit() under way: the lr schedule's horizon
 
     # ------------------------------------------------------------ the step's parts, by their old names
     @property
@@ -117,6 +131,21 @@ class Trainer:
             self.steps.close()
         finally:
             self.energy_meter.close()
+            self.release_out_dir()
+
+    def hold_out_dir(self) -> bool:
+        """Lock the output directory for this Trainer (inputs/run_lock.py): a second run on it
+        is refused by name. True if this call took the lock, False if it was held already."""
+        if getattr(self, "_run_lock", None) is not None:
+            return False
+        _make_out_dir(self.out_dir)
+        self._run_lock = RunLock.acquire(self.out_dir)
+        return True
+
+    def release_out_dir(self) -> None:
+        lock, self._run_lock = getattr(self, "_run_lock", None), None
+        if lock is not None:
+            lock.release()
 
     def __enter__(self):
         return self
@@ -127,18 +156,32 @@ class Trainer:
 
     # ------------------------------------------------------------ data
     @property
+    def splits(self):
+        """The run's data (assembly.Splits: train, val, test), loaded and checked once."""
+        if self._splits is None:
+            self._splits = load_data(self.run, self.model, *self._given, progress=self.progress)
+        return self._splits
+
+    @property
     def train_data(self) -> datasets.Dataset:
         """The run's training split: `images, labels = trainer.train_data[:64]` is a batch
         (uint8 NHWC, int64); `trainer.train_data.batches(64)` iterates over all of them."""
-        if self._train is None:
-            self._train = load_split(self.run, self.model, "train")
-        return self._train
+        return self.splits.train
 
     @property
-    def test_data(self) -> datasets.Dataset:
-        if self._test is None:
-            self._test = load_split(self.run, self.model, "test")
-        return self._test
+    def val_data(self) -> datasets.Dataset | None:
+        """`data.val_fraction` of the training data, held out (None without it)."""
+        return self.splits.val
+
+    @property
+    def test_data(self) -> datasets.Dataset | None:
+        """The test split; None when the run has none (its own data without `data.test`)."""
+        return self.splits.test
+
+    @property
+    def classes(self) -> tuple[str, ...] | None:
+        """The class names by label, when the data has them (an image folder's subfolders)."""
+        return self.train_data.classes
 
     def check_data(self) -> None:
         """Load and check both splits now: a corrupt test file fails before the first
@@ -152,8 +195,9 @@ class Trainer:
         (images.py has the contract); `labels`: integers 0..classes-1."""
         images = as_images(images, self.model.input_shape)
         labels = as_labels(labels, len(images), self.model.num_classes)
+        lr_scale = lr_factor(self.run.train.lr_schedule, self.global_step, self._total_steps) * self.watch.lr_scale
         self.state, stats = self.steps.train(self.state, images, labels, self.global_step, self.epoch, self.seed,
-                                             self.energy_meter, self.rescale)
+                                             self.energy_meter, self.rescale, lr_scale)
         self._metered_steps.append(self.global_step)
         self.global_step += 1
         return stats
@@ -165,13 +209,19 @@ class Trainer:
 
     def evaluate(self, dataset=None) -> float:
         """Accuracy on `dataset` (default: the run's test split)."""
-        dataset = dataset or self.test_data
-        correct = 0
+        tally = self.tally(dataset or self.test_data)
+        return tally.correct / tally.count
+
+    def tally(self, dataset):
+        """Accuracy and loss on `dataset` (validation.Tally)."""
+        if dataset is None:
+            raise UserError("evaluate: this run has no test data; pass a dataset, or give data.test, "
+                            "data.test_fraction or Trainer(..., test_data=...)")
+        tally = Tally()
         for images, labels in datasets.batches(dataset, self.run.train.eval_batch_size, seed=None):
-            scores = self.predict(images)
-            correct += int((scores.argmax(axis=1) == labels).sum())
+            tally.add(self.predict(images), labels)
         self.steps.after_evaluation()   # under a budget: the scratch the evaluation grew goes back
-        return correct / len(dataset)
+        return tally
 
     # ------------------------------------------------------------ the loop
     def fit(self, epochs: int | None = None, on_epoch=None) -> list[dict]:
@@ -183,17 +233,26 @@ class Trainer:
         bs = self.run.train.batch_size
         history = []
         _make_out_dir(self.out_dir)
-        reap_stale_temps(self.out_dir, ("checkpoint.npz", "metrics.jsonl"))
-        if hasattr(self.energy_meter, "measure_baseline") and not getattr(self.energy_meter, "baseline_w", 0):
-            self.energy_meter.measure_baseline(3.0)   # battery: idle power, subtracted from every batch
-        self.check_budget(bs)
-        self.check_data()
-        _check_metrics_file(self.out_dir / "metrics.jsonl")
-        fresh = self.epoch == self.batch_in_epoch == self.global_step == 0
-        # a run from step 0 owns its metrics: lines of an earlier run killed before its first checkpoint go
-        metrics = open(self.out_dir / "metrics.jsonl", "w" if fresh else "a")
+        took_lock = self.hold_out_dir()     # held already when the command took it before checking for a checkpoint
         try:
-            while self.epoch < epochs:
+            reap_stale_temps(self.out_dir, ("checkpoint.npz", "metrics.jsonl"))
+            if hasattr(self.energy_meter, "measure_baseline") and not getattr(self.energy_meter, "baseline_w", 0):
+                self.energy_meter.measure_baseline(3.0)   # battery: idle power, subtracted from every batch
+            self.check_budget(bs)
+            self.check_data()
+            check_monitor(self.monitor, self.splits, self.run.source or self.run.name)
+            _check_metrics_file(self.out_dir / "metrics.jsonl")
+            fresh = self.epoch == self.batch_in_epoch == self.global_step == 0
+            # a run from step 0 owns its metrics: lines of an earlier run killed before its first checkpoint go
+            metrics = RunLog(self.out_dir, self.run.name, fresh, self.global_step)
+        except BaseException:
+            if took_lock:
+                self.release_out_dir()
+            raise
+        try:
+            loader = Loader(self.train_data, bs, self.seed, self.run.data.augment)
+            self._total_steps = epochs * datasets.batch_count(self.train_data, bs)
+            while self.epoch < epochs and not self.monitor.stopped:
                 started = time.perf_counter()
                 resumed = self.batch_in_epoch > 0   # mid-epoch: the epoch's sums so far come from the checkpoint
                 seen, loss_sum, correct = self._epoch_sums if resumed else (0, 0.0, 0)
@@ -202,14 +261,17 @@ class Trainer:
                 total = datasets.batch_count(self.train_data, bs)
                 bar = tqdm(total=total, initial=self.batch_in_epoch, desc=f"epoch {self.epoch + 1}/{epochs}",
                            disable=not self.progress, unit="batch", leave=True, dynamic_ncols=True)
-                for images, labels in datasets.batches(self.train_data, bs, self.seed, self.epoch, self.batch_in_epoch):
+                for images, labels in loader.epoch(self.epoch, self.batch_in_epoch):
+                    saved = self.watch.keep(self.state)   # None under on_divergence: stop (nothing to undo)
                     stats = self.step(images, labels)
                     self.batch_in_epoch += 1
-                    seen, loss_sum, correct = seen + stats.batch, loss_sum + stats.loss * stats.batch, correct + stats.correct
-                    self._epoch_sums = (seen, loss_sum, correct)
-                    metrics.write(json.dumps(step_record(stats)) + "\n")
-                    totals.add(stats)
-                    postfix = {"loss": f"{loss_sum / seen:.3f}", "acc": f"{correct / seen:.3f}",
+                    undone = self._diverged(stats, saved)
+                    metrics.write({**step_record(stats), **({"diverged": undone} if undone else {})})
+                    if not undone:
+                        seen, loss_sum, correct = seen + stats.batch, loss_sum + stats.loss * stats.batch, correct + stats.correct
+                        self._epoch_sums = (seen, loss_sum, correct)
+                        totals.add(stats)
+                    postfix = {"loss": f"{loss_sum / max(seen, 1):.3f}", "acc": f"{correct / max(seen, 1):.3f}",
                                "samples/s": f"{totals.smoothed_rate:.0f}"}
                     if stats.energy_j is not None:
                         postfix["J/batch"] = f"{stats.energy_j:.3g}"
@@ -221,31 +283,62 @@ class Trainer:
                         self.save()
                 bar.close()
                 seconds = time.perf_counter() - started
-                test_accuracy = self.evaluate()
                 record = {"kind": "epoch", "epoch": self.epoch + 1, "step": self.global_step,
-                          "train_loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1),
-                          "test_accuracy": test_accuracy, "seconds": seconds, "backends": self.steps.backend_names(),
-                          **totals.record(seen, seconds)}
-                metrics.write(json.dumps(record) + "\n")
+                          "train_loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1)}
+                for name, split in (("val", self.val_data), ("test", self.test_data)):
+                    if split is not None:
+                        record.update(self.tally(split).record(name))
+                record.update({"seconds": seconds, "backends": self.steps.backend_names(),
+                               **totals.record(seen, seconds)})
+                best, stop = self.monitor.epoch(record)
+                metrics.write(record)
                 metrics.flush()
                 history.append(record)
                 if self.progress:
-                    print(f"epoch {self.epoch + 1}: test accuracy {test_accuracy:.4f} "
+                    print(f"epoch {self.epoch + 1}: {accuracy_line(record)} "
                           f"({seconds:.1f} s, {seen / max(seconds, 1e-9):.0f} samples/s)", file=sys.stderr)
                 self.epoch, self.batch_in_epoch, self._epoch_sums = self.epoch + 1, 0, (0, 0.0, 0)
                 self.save()
+                if best:
+                    self.save(self.out_dir / BEST_CHECKPOINT)
+                if stop and self.progress:
+                    print(f"early stopping: {self.monitor.stop_metric} has not improved for "
+                          f"{self.monitor.waited} epochs (train.early_stopping.patience)", file=sys.stderr)
                 if on_epoch is not None:
                     on_epoch(record)
         finally:
             metrics.close()
             if hasattr(self.energy_meter, "readings"):
                 self.realign_energy()
+            if took_lock:
+                self.release_out_dir()
         return history
+
+    def _diverged(self, stats, saved) -> str | None:
+        """After a step: None if it is sound; else, by train.on_divergence, DivergedError
+        (stop), or the step undone (`saved` back) and what diverged returned."""
+        problem = self.watch.problem(stats.loss, self.state)
+        if problem is None:
+            self.watch.good_step()
+            return None
+        where = f"{self.run.source or self.run.name}: epoch {self.epoch + 1}, step {self.global_step - 1}"
+        last_good = (f"the last good weights are in {self.checkpoint_path} (step {self._saved_step})"
+                     if self._saved_step is not None else
+                     "no checkpoint was written before it (train.checkpoint_every_steps saves more often)")
+        action = self.watch.act(problem, where, last_good)
+        self.state = saved
+        if self.progress:
+            print(f"{where}: {problem}: step undone" + (", learning rate halved" if action == "halve" else ""),
+                  file=sys.stderr)
+        return problem
 
     def realign_energy(self) -> int:
         """Align every metered step of this process with the power monitor's trace as it is
         now and rewrite their energy in metrics.jsonl (metrics.realign_energy)."""
-        return realign_energy(self.energy_meter, self._metered_steps, self.out_dir / "metrics.jsonl")
+        aligned = realign_energy(self.energy_meter, self._metered_steps, self.out_dir / "metrics.jsonl")
+        if aligned:
+            rebuild_csv(self.out_dir)   # the CSV files show the figures metrics.jsonl now holds
+        return aligned
 
     # ------------------------------------------------------------ checkpoints
     @property
@@ -253,12 +346,20 @@ class Trainer:
         return self.out_dir / "checkpoint.npz"
 
     def save(self, path: str | Path | None = None) -> Path:
-        return checkpoints.save(self, Path(path or self.checkpoint_path))
+        path = Path(path or self.checkpoint_path)
+        checkpoints.save(self, path)
+        if path == self.checkpoint_path:
+            self._saved_step = self.global_step
+        return path
 
     def load(self, path: str | Path | None = None) -> None:
         """Continue from a checkpoint: every array and field checked against this run
         (resume.py) before anything is replaced; metrics after it are dropped."""
         checkpoints.load(self, Path(path or self.checkpoint_path))
+        self._saved_step = self.global_step
+
+
+BEST_CHECKPOINT = "checkpoint_best.npz"   # train.checkpoint_best: the best epoch's weights
 
 
 def _make_out_dir(path: Path) -> None:

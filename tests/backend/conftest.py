@@ -38,6 +38,37 @@ def float_pool_input(rng, shape):
     return x
 
 
+CPU_ISAS = ("amx", "avx512vnni", "avxvnni", "avx2", "neon", "scalar")   # the native GEMM paths
+
+
+@pytest.fixture(params=CPU_ISAS)
+def cpu_isa(request, monkeypatch):
+    """A CpuBackend forced onto one GEMM path through DSPTRAIN_CPU_ISA (skipped where this CPU
+    or build has none), the best path restored after."""
+    native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
+    from dsptrain.backends.ops_cpu import ISA_ENV, CpuBackend
+
+    isa = request.param
+    if isa not in native.supported_isas():
+        pytest.skip(f"this CPU/build has no {isa} (has {', '.join(native.supported_isas())})")
+    monkeypatch.setenv(ISA_ENV, isa)
+    backend = CpuBackend()
+    assert native.isa() == isa
+    yield backend
+    monkeypatch.delenv(ISA_ENV)
+    CpuBackend()  # back to the best path for the other tests
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    """The native kernels on 1, then 2 threads, the previous count restored after."""
+    native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
+    previous = native.threads()
+    native.set_threads(request.param)
+    yield request.param
+    native.set_threads(previous)
+
+
 @pytest.fixture
 def on_avx512vnni():
     """The native kernels on their AVX-512 VNNI path for one test (the tests that check which

@@ -16,7 +16,6 @@ import pytest
 from dsptrain.numerics import activation_shift
 
 from . import cases
-from .test_cpu_kernels import cpu_isa  # noqa: F401  (the fixture: one GEMM path per run)
 
 native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
 
@@ -47,14 +46,6 @@ def given_shifts(acc) -> list[int]:
 def same(got, want):
     np.testing.assert_array_equal(got[0], want[0])
     assert got[1] == want[1]
-
-
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    previous = native.threads()
-    native.set_threads(request.param)
-    yield request.param
-    native.set_threads(previous)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=IDS)

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from . import cases
-from .test_cpu_kernels import cpu_isa  # noqa: F401  (the fixture: one GEMM path per run)
 
 native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
 

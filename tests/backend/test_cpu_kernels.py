@@ -8,25 +8,10 @@ import pytest
 from dsptrain import numerics
 
 from . import cases
+from .conftest import CPU_ISAS
 
 native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
 from dsptrain.backends.ops_cpu import ISA_ENV, CpuBackend  # noqa: E402
-
-ALL_ISAS = ("amx", "avx512vnni", "avxvnni", "avx2", "neon", "scalar")
-
-
-@pytest.fixture(params=ALL_ISAS)
-def cpu_isa(request, monkeypatch):
-    """A CpuBackend forced onto one GEMM path through DSPTRAIN_CPU_ISA."""
-    isa = request.param
-    if isa not in native.supported_isas():
-        pytest.skip(f"this CPU/build has no {isa} (has {', '.join(native.supported_isas())})")
-    monkeypatch.setenv(ISA_ENV, isa)
-    backend = CpuBackend()
-    assert native.isa() == isa
-    yield backend
-    monkeypatch.delenv(ISA_ENV)
-    CpuBackend()  # back to the best path for the other tests
 
 
 @pytest.mark.parametrize("case", list(cases.gemm_cases()) + list(cases.gemm_extreme_cases())[:16],
@@ -104,8 +89,8 @@ def test_gemm_tile_edges_every_isa(cpu_isa, ref, m, k, n):
 # weight gradient's k-major packing (VNNI: beyond the panel kernel's size limit), the
 # transposed convolution's B packed straight from w, depths that are and are not
 # multiples of 64 (the patch rows padded for AMX), stride 2.
-WIDE_CONV_SHAPES = [(2, 4, 4, 130, 264, 3, 1, 1), (1, 3, 3, 128, 280, 3, 1, 1), (3, 5, 5, 64, 48, 3, 1, 1), (2, 7, 6, 40, 33, 3, 2, 1),
-                    (1, 3, 3, 17, 96, 1, 1, 0)]
+WIDE_CONV_SHAPES = [(2, 4, 4, 130, 264, 3, 1, 1), (1, 3, 3, 128, 280, 3, 1, 1), (3, 5, 5, 64, 48, 3, 1, 1),
+                    (2, 7, 6, 40, 33, 3, 2, 1),                    (1, 3, 3, 17, 96, 1, 1, 0)]
 
 
 @pytest.mark.parametrize("shape", WIDE_CONV_SHAPES, ids=lambda v: "n{}h{}w{}c{}o{}k{}s{}p{}".format(*v))
@@ -208,7 +193,7 @@ def test_packed_weights_match_gemm(ref):
 
 
 def test_forcing_an_unsupported_isa_fails(monkeypatch):
-    missing = [isa for isa in ALL_ISAS if isa not in native.supported_isas()]
+    missing = [isa for isa in CPU_ISAS if isa not in native.supported_isas()]
     if not missing:
         pytest.skip("this CPU supports every ISA")
     monkeypatch.setenv(ISA_ENV, missing[0])

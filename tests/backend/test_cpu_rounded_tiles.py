@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from . import cases
-from .test_cpu_fused_requant import given_shifts, same, threads  # noqa: F401  (threads: the fixture)
-from .test_cpu_kernels import cpu_isa  # noqa: F401  (the fixture: one GEMM path per run)
+from .test_cpu_fused_requant import given_shifts, same
 
 native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
 

@@ -13,8 +13,6 @@ import pytest
 from dsptrain.backends.ops_ref import RefBackend
 
 from . import cases
-from .test_cpu_fused_requant import threads  # noqa: F401  (the fixture: 1 and 2 threads)
-from .test_cpu_kernels import cpu_isa  # noqa: F401  (the fixture: one GEMM path per run)
 
 native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
 
@@ -39,7 +37,7 @@ def wgrad_case(shape, fill):
             np.full((n, oh, ow, o), fill[1], np.int8))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def reference(shape, fill):
     x, w, err = wgrad_case(shape, fill)
     return RefBackend().conv2d_bwd_weight_s8(err, x, shape[6], shape[7], w.shape[1:3])

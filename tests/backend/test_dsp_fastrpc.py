@@ -15,11 +15,10 @@ from dsptrain.backends.ops_ref import RefBackend
 from dsptrain.errors import BackendError
 
 ref = RefBackend()
-R = np.random.default_rng(16)
 
 
-def s8(*shape):
-    return R.integers(-127, 128, shape, dtype=np.int8)
+def s8(rng, *shape):
+    return rng.integers(-127, 128, shape, dtype=np.int8)
 
 
 @pytest.fixture
@@ -33,14 +32,14 @@ def fastrpc(fastrpc_stub, monkeypatch):
     backend.close()
 
 
-def test_kernels_through_fastrpc_are_bit_exact(fastrpc):
+def test_kernels_through_fastrpc_are_bit_exact(fastrpc, rng):
     from dsptrain.backends.dsp_fastrpc import FastRpcTransport
 
     ok, why = FastRpcTransport.available()
     assert ok and "libcdsprpc.so loaded" in why
-    a, b = s8(37, 70), s8(45, 70)
+    a, b = s8(rng, 37, 70), s8(rng, 45, 70)
     np.testing.assert_array_equal(fastrpc.gemm_s8(a, b), ref.gemm_s8(a, b))
-    x, w = s8(2, 9, 9, 6), s8(16, 5, 5, 6)
+    x, w = s8(rng, 2, 9, 9, 6), s8(rng, 16, 5, 5, 6)
     got, shift = fastrpc.conv2d_requant_s8(x, w, 1, 2, "round", None)
     want, want_shift = ref.conv2d_requant_s8(x, w, 1, 2, "round", None)
     np.testing.assert_array_equal(got, want)
@@ -49,12 +48,12 @@ def test_kernels_through_fastrpc_are_bit_exact(fastrpc):
     assert all(packets > 0 for _, packets, _, _ in fastrpc.last_costs)
 
 
-def test_hung_call_times_out_and_the_next_opens_a_new_session(fastrpc):
-    fastrpc.gemm_s8(s8(4, 8), s8(4, 8))
+def test_hung_call_times_out_and_the_next_opens_a_new_session(fastrpc, rng):
+    fastrpc.gemm_s8(s8(rng, 4, 8), s8(rng, 4, 8))
     with pytest.raises(BackendError, match="did not return within 3 s"):
         fastrpc.debug_sleep(20_000)
     assert not fastrpc.transport.alive and fastrpc.transport.restarts == 1
-    a, b = s8(5, 9), s8(3, 9)
+    a, b = s8(rng, 5, 9), s8(rng, 3, 9)
     np.testing.assert_array_equal(fastrpc.gemm_s8(a, b), ref.gemm_s8(a, b))
 
 

@@ -6,7 +6,8 @@ runs column strips of 8-row tiles (2 or 3 column blocks) or 4-row tiles (1 or 4)
 rows' sums from a lane of 1s (N % 32 != 0) or from vector sums (N % 32 == 0), 256 rows
 at a time, and writes a ragged last block as a whole vector ("spilled": the lanes past
 the row written back as read) except on the band's last row. Each case below takes one
-of those branches; the test fails if any of them computes a wrong value. Needs qemu-hexagon, clang-16 and lld-16 (as test_dsp_kernels).
+of those branches; the test fails if any of them computes a wrong value. Needs qemu-hexagon,
+clang-16 and lld-16 (as test_dsp_kernels).
 """
 
 import numpy as np

@@ -25,7 +25,8 @@ from . import cases
 REPO = Path(__file__).resolve().parents[2]
 CROSS_TOOLS = {"aarch64-linux-gnu-g++": "g++-aarch64-linux-gnu", "qemu-aarch64": "qemu-user"}
 INSTALL_HINT = "apt-get install g++-aarch64-linux-gnu qemu-user (scripts/setup.sh --tests)"
-CXX_FLAGS = ["-std=c++17", "-O3", "-fno-math-errno", "-ffp-contract=off", "-Wall", "-pthread", "-static"]  # setup.py's, linked static
+# setup.py's, linked static
+CXX_FLAGS = ["-std=c++17", "-O3", "-fno-math-errno", "-ffp-contract=off", "-Wall", "-pthread", "-static"]
 THREADS = "3"  # an odd count: row blocks and B-panel splits that do not divide evenly
 OPS = {"gemm": 0, "forward": 1, "backward_data": 2, "backward_weight": 3,   # kernel_check.cpp's op codes
        "dw_forward": 4, "dw_backward_data": 5, "dw_backward_weight": 6,

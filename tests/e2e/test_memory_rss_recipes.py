@@ -4,7 +4,7 @@ peak RSS above its RSS before the step by no more than the plan's peak plus the 
 stated tolerance. The plan counts what these recipes keep and allocate beyond their
 tensors: MLS's int16 and FP8's float32 operands at their element size, the exact
 products' packed operands (cpu_ops/gemm_exact.cpp), the products' patches, sums and
-scattered images (algorithms/_emulated.product_workspace). Their large arrays come from
+scattered images (algorithms/_products.product_workspace). Their large arrays come from
 the array pool (memory/pool.py) as NITI's do: none misses it, and the second step faults
 in almost no pages."""
 import json

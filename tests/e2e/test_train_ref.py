@@ -85,5 +85,5 @@ def test_resume_after_kill_matches_uninterrupted_run(small_run, tmp_path):
     for name in b:
         np.testing.assert_array_equal(a[name].q, b[name].q)
         assert a[name].e == b[name].e
-    steps = lambda p: [json.loads(l)["step"] for l in p.read_text().splitlines() if '"kind": "step"' in l]
+    steps = lambda p: [json.loads(line)["step"] for line in p.read_text().splitlines() if '"kind": "step"' in line]
     assert steps(killed / "metrics.jsonl") == steps(whole / "metrics.jsonl") == list(range(60))

@@ -1,7 +1,6 @@
 """Separate processes: a server killed mid-run resumes from its last round; Flower's
 deployment engine (a SuperLink and 3 SuperNodes on 127.0.0.1) trains above chance."""
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -29,7 +29,8 @@ def test_a_good_update_passes():
      r"fc.w: value of magnitude 128 is outside \+-127"),
     (lambda u: u.pop("conv1.w"), r"missing \['conv1.w'\]"),
     (lambda u: u.update({"extra.w": QTensor(np.zeros(3, np.int8), 0)}), r"unexpected \['extra.w'\]"),
-    (lambda u: u.update({"fc.w": np.zeros((10, 4), np.float32)}), "fc.w: expected an integer tensor with an exponent, got no exponent"),
+    (lambda u: u.update({"fc.w": np.zeros((10, 4), np.float32)}),
+     "fc.w: expected an integer tensor with an exponent, got no exponent"),
 ])
 def test_bad_integer_updates_are_rejected_by_name(change, message):
     update = good()

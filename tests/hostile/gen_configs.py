@@ -119,7 +119,9 @@ def broken_configs(root: Path, seed: int = 17) -> list[Case]:
             for value in bad_numbers(f, is_int, rng):
                 doc = copy.deepcopy(BASE)
                 _set(doc, f"{section}.{key}", value)
-                add(f"{section}.{key}={value!r}", doc, (f"{section}.{key}", repr(value)))
+                shown = repr(float(value)) if not is_int and isinstance(value, int) and not isinstance(value, bool) \
+                    and abs(value) > 2**53 else repr(value)   # a float field reads a huge integer as a float
+                add(f"{section}.{key}={value!r}", doc, (f"{section}.{key}", shown))
     # -- numbers of a recipe, as overrides in the run file
     for section, cls in RECIPE_SECTIONS.items():
         for key, f, is_int in numeric_fields(cls):
@@ -139,7 +141,7 @@ def broken_configs(root: Path, seed: int = 17) -> list[Case]:
                 add(f"{section}.{key}={value!r}", doc, (f"{section}.{key}", repr(value)))
     for value in ("gpu", "DSP", 1, None):
         add(f"backend={value!r}", {**BASE, "backend": value}, ("backend", repr(value)))
-    for key, allowed in literal_fields(C.Tensors):
+    for key, _allowed in literal_fields(C.Tensors):
         for value in ("bogus", 7):
             doc = copy.deepcopy(BASE)
             doc["recipe"] = {"name": OVERRIDE_RECIPE}
@@ -223,7 +225,7 @@ def broken_configs(root: Path, seed: int = 17) -> list[Case]:
     good = yaml.safe_dump(BASE, sort_keys=False).encode()
     for key in ("name", "train", "epochs", "model", "recipe"):
         lines = good.decode().splitlines()
-        i = next(j for j, l in enumerate(lines) if l.strip().startswith(key + ":"))
+        i = next(j for j, line in enumerate(lines) if line.strip().startswith(key + ":"))
         add(f"duplicate {key}", raw=("\n".join(lines[:i + 1] + [lines[i]] + lines[i + 1:]) + "\n").encode(),
             needles=(key, "given twice"))
     for name, raw, needle in (

@@ -74,7 +74,7 @@ def run_in_process(case: Case) -> tuple[int, str, float]:
 
 def problem(case: Case, code, stderr: str) -> str | None:
     """Why the outcome breaks the contract, or None."""
-    lines = [l for l in stderr.splitlines() if l.startswith(ERROR)]
+    lines = [line for line in stderr.splitlines() if line.startswith(ERROR)]
     if code != 2:
         return f"{case.label}: exit {code!r}, expected 2; stderr:\n{stderr[-1500:]}"
     if "Traceback" in stderr:

@@ -13,7 +13,7 @@ def _trained_steps(argv) -> int:
     metrics = Path(argv[argv.index("--out") + 1]) / "metrics.jsonl"
     if not metrics.exists():
         return 0
-    return sum(json.loads(l)["kind"] == "step" for l in metrics.read_text().splitlines() if l.strip())
+    return sum(json.loads(line)["kind"] == "step" for line in metrics.read_text().splitlines() if line.strip())
 
 
 def test_corrupt_data_is_refused_before_training(tmp_path):

@@ -15,7 +15,8 @@ BAD = {
     "DSPTRAIN_BLAS_THREADS": ["0", "all"], "DSPTRAIN_BUILD_JOBS": ["-1", "lots"],
     "DSPTRAIN_DSP": ["gpu", "EMULATED"], "DSPTRAIN_DSP_TIMEOUT": ["0", "-1", "nan", "inf", "soon", "1e9"],
     "DSPTRAIN_DSP_ARENA_MB": ["0", "lots", "1.5", "10000000"], "DSPTRAIN_DSP_KERNELS": ["/nonexistent", ""],
-    "DSPTRAIN_CACHE": ["/etc/passwd", ""], "DSPTRAIN_CDSPRPC": ["/nonexistent/libcdsprpc.so", ""], "DSPTRAIN_NATIVE_DEBUG": ["please"],
+    "DSPTRAIN_CACHE": ["/etc/passwd", ""], "DSPTRAIN_CDSPRPC": ["/nonexistent/libcdsprpc.so", ""],
+    "DSPTRAIN_NATIVE_DEBUG": ["please"],
 }
 
 

@@ -3,7 +3,6 @@ a run never killed (timing fields aside), and no temp files left behind."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -24,7 +23,7 @@ TIMING = {"time_s", "seconds", "samples_per_s", "peak_rss_bytes", "rss_bytes", "
 
 def records(out) -> list[dict]:
     lines = (out / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(l).items() if k not in TIMING} for l in lines]
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in lines]
 
 
 def train(config, out, *extra):
@@ -66,7 +65,7 @@ def test_kill_minus_9_then_resume_matches_an_unbroken_run(tmp_path):
     for trial in range(TRIALS):
         out = tmp_path / f"trial{trial}"
         where = kill_at_random(config, out, rng, len(want_records))
-        stderr = train(config, out, "--resume", "auto")
+        train(config, out, "--resume", "auto")
         outcomes.append(where)
         got_state, got_meta = checkpoint.load(out / "checkpoint.npz")
         assert got_meta["global_step"] == want_meta["global_step"], where

@@ -41,11 +41,11 @@ def _bad_files(tmp_path):
     return {
         "truncated": (truncated, ["truncated.onnx", "not an ONNX model"]),
         "not-onnx": (text, ["notes.onnx", "not an ONNX model"]),
-        "unsupported-op": (_onnx_file(tmp_path / "sigmoid.onnx", [
+        "unsupported-op": (_onnx_file(tmp_path / "softplus.onnx", [
             h.make_node("Flatten", ["x"], ["f"], axis=1, name="flat"),
-            h.make_node("Sigmoid", ["f"], ["s"], name="squash"),
+            h.make_node("Softplus", ["f"], ["s"], name="squash"),
             h.make_node("MatMul", ["s", "w"], ["y"], name="fc")], W),
-            ["sigmoid.onnx", "node 'squash' (Sigmoid)", "op type Sigmoid is not supported; supported: Conv"]),
+            ["softplus.onnx", "node 'squash' (Softplus)", "op type Softplus is not supported; supported: Conv"]),
         "opset-too-new": (_onnx_file(tmp_path / "future.onnx", _good_nodes(), W, opset=40),
                           ["future.onnx", "opset 40 is not supported (supported: 7..22)"]),
         "initializer-wrong-shape": (_onnx_file(tmp_path / "shape.onnx", _good_nodes(),

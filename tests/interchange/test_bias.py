@@ -104,7 +104,8 @@ def test_niti_refuses_a_bias_by_layer_and_drops_it_when_asked(tmp_path):
     assert lines[-1].startswith(f"dsptrain: error: {run}: model.name: ") and "Traceback" not in result.stderr
     assert "layer '0': it has a bias and NITI's integer layers have none" in lines[-1]
     assert "model.bias: drop" in lines[-1]
-    run = write_run(tmp_path, "niti", f"model: {{onnx: {path}, bias: drop, num_classes: 10}}\ntrain: {{epochs: 1, batch_size: 16}}\n",
+    run = write_run(tmp_path, "niti", f"model: {{onnx: {path}, bias: drop, num_classes: 10}}\n"
+                                          "train: {epochs: 1, batch_size: 16}\n",
                     name="d")
     result = cli("train", run, "--train-limit", "32", "--out", tmp_path / "d")
     assert result.returncode == 0, result.stderr

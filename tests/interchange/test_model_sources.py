@@ -40,8 +40,9 @@ def test_yaml_layers_train_from_the_command_line(tmp_path):
 
 @pytest.mark.parametrize("item, key, message", [
     ("{kind: conv, out: 4}", "model.layers[0].kernel", "is required"),
-    ("{kind: convolution, out: 4}", "model.layers[0].kind", "'convolution' is not one of add, avgpool, batchnorm, conv"),
-    ("{kind: conv, out: 4, kernel: 3, dilation: 2}", "model.layers[0].dilation", "unknown key for conv"),
+    ("{kind: convolution, out: 4}", "model.layers[0].kind",
+     "'convolution' is not one of add, avgpool, batchnorm, clip, concat, conv"),
+    ("{kind: conv, out: 4, kernel: 3, dilations: 2}", "model.layers[0].dilations", "unknown key for conv"),
     ("{kind: linear, out: 10}", "model.layers[0]", "linear needs a vector input (flatten first)"),
     ("{kind: conv, out: 4, kernel: 40}", "model.layers[0]", "kernel 40 does not fit input 28x28"),
 ])

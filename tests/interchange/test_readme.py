@@ -31,7 +31,7 @@ def test_readme_workflow_runs_as_printed(tmp_path):
         (tmp_path / name).symlink_to(ROOT / name)
     shell, = _blocks("sh")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    for line in filter(None, (l.strip() for l in shell.splitlines())):
+    for line in filter(None, (text.strip() for text in shell.splitlines())):
         argv = shlex.split(line)
         argv = {".venv/bin/python": [sys.executable], ".venv/bin/dsptrain": [sys.executable, "-m", "dsptrain.cli"]
                 }[argv[0]] + argv[1:]

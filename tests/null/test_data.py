@@ -45,7 +45,7 @@ def test_not_idx(tmp_path):
 
 
 def test_missing_directory_mentions_debian_package(monkeypatch, tmp_path):
-    monkeypatch.setattr(data, "FASHION_MNIST_DIR", tmp_path / "nowhere")
+    monkeypatch.setattr(data.fashion_mnist, "FASHION_MNIST_DIR", tmp_path / "nowhere")
     with pytest.raises(DataError, match="dataset-fashion-mnist"):
         data.load_fashion_mnist("train")
 

@@ -42,14 +42,14 @@ def test_conv_forward_and_backward_match_float64(n, h, c, o, k, stride, pad):
     dx = ref.conv2d_bwd_data_s8(err, w, stride, pad, (h, h))
     assert dx.shape == x.shape
     x64 = x.astype(np.float64)
-    for probe in range(3):
+    for _probe in range(3):
         basis = np.zeros_like(x)
         idx = tuple(rng.integers(0, s) for s in x.shape)
         basis[idx] = 1
         assert dx[idx] == np.sum(direct_conv(basis, w, stride, pad) * err)
     # weight gradient: d<conv(x, w), err>/dw = sum over positions of x patch * err
     dw = ref.conv2d_bwd_weight_s8(err, x, stride, pad, (k, k))
-    for probe in range(3):
+    for _probe in range(3):
         basis = np.zeros_like(w)
         idx = tuple(rng.integers(0, s) for s in w.shape)
         basis[idx] = 1

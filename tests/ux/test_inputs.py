@@ -4,7 +4,7 @@ import pytest
 
 import dsptrain
 from dsptrain.errors import ShapeError, UserError
-from dsptrain.images import as_images, as_labels
+from dsptrain.data import as_images, as_labels
 
 
 @pytest.fixture
@@ -66,5 +66,5 @@ def test_batches_by_slicing_and_iteration(trainer):
     assert sizes == [64, 64, 32]
     np.testing.assert_array_equal(next(iter(data.batches(64)))[0], first)        # unshuffled by default
     shuffled = next(iter(data.batches(64, seed=0)))[1]
-    assert sorted(np.concatenate([l for _, l in data.batches(64, seed=0)]).tolist()) == sorted(data.labels.tolist())
+    assert sorted(np.concatenate([labels for _, labels in data.batches(64, seed=0)]).tolist()) == sorted(data.labels.tolist())
     assert not np.array_equal(shuffled, labels)

@@ -8,7 +8,9 @@
  *   remote_handle64_invoke          method 2 (hello): start the server on the arena's file
  *                                   and hand back its hello; method 3 (run): one command
  *                                   on its stdin, the reply from its stdout
- * The server and qemu come from DSPTRAIN_STUB_SERVER and DSPTRAIN_STUB_QEMU. Return codes
+ * The server and qemu come from DSPTRAIN_STUB_SERVER and DSPTRAIN_STUB_QEMU; the shared
+ * files are named /dev/shm/$DSPTRAIN_STUB_SHM-<pid>-<n> (default prefix dsptrain-stub), so
+ * the test that set the prefix removes whatever a killed process left. Return codes
  * follow FastRPC: 0 is success, anything else a failure. Plain C, built with gcc by
  * tests/backend/test_dsp_fastrpc.py. */
 #define _GNU_SOURCE
@@ -42,7 +44,9 @@ void *rpcmem_alloc(int heapid, uint32_t flags, int size)
     for (int i = 0; i < MAX_BUFS; i++) {
         if (bufs[i].ptr) continue;
         struct rpcbuf *b = &bufs[i];
-        snprintf(b->path, sizeof b->path, "/dev/shm/dsptrain-stub-%d-%d", (int)getpid(), i);
+        const char *prefix = getenv("DSPTRAIN_STUB_SHM");
+        if (!prefix || !*prefix || strchr(prefix, '/') || strlen(prefix) > 48) prefix = "dsptrain-stub";
+        snprintf(b->path, sizeof b->path, "/dev/shm/%s-%d-%d", prefix, (int)getpid(), i);
         int fd = open(b->path, O_RDWR | O_CREAT | O_TRUNC, 0600);
         if (fd < 0) return NULL;
         void *p = ftruncate(fd, size) == 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ShapeError, UserError
+from ..errors import ShapeError, UserError
 
 FLOAT_RANGE = (0.0, 1.0)
 

@@ -1,0 +1,38 @@
+/* dwconv.h: depthwise convolutions (one 2-D filter per channel), shared by dwconv.c
+ * (forward, backward data) and dwconv_wgrad.c (weight gradient). */
+#ifndef DSPTRAIN_DWCONV_H
+#define DSPTRAIN_DWCONV_H
+
+#include "kernels.h"
+
+/* NHWC image (n, h, w, c), kernel kh x kw per channel, output oh x ow (same c). */
+struct dw_shape {
+    int n, h, w, c, kh, kw, oh, ow, stride, pad;
+};
+
+/* The shape from the descriptor: `img` is the (N, H, W, C) side, `out` the (N, OH, OW, C)
+ * side; DSPT_OK or DSPT_BAD_PARAMS. */
+int dspt_dw_shape(const struct dspt_op_desc *d, const int32_t *img, const int32_t *out, struct dw_shape *s);
+
+/* dwconv.c: stride 1 with 3 kernel rows of up to 4 taps takes the column quads (vrmpy);
+ * the rest the vmpy paths. */
+int dspt_dw_quads_fit(const struct dw_shape *s);
+
+/* Image-stack pitch: bytes from one padded image to the next, whole vectors. */
+static inline int dw_round_vec(int bytes) { return (bytes + HVX_BYTES - 1) & ~(HVX_BYTES - 1); }
+
+/* dwconv.c (column quads), dwconv_wgrad.c (image quads): four byte rows r0..r3 (128 lanes each) interleaved into vrmpy's 4-byte groups, all of
+ * them: q[k] lane l (k < 4, l < 32) holds r0[32k + l], r1[32k + l], r2[..], r3[..].
+ * Four vshuff pairs for four vectors. */
+static inline void dw_interleave4(HVX_Vector q[4], HVX_Vector r0, HVX_Vector r1, HVX_Vector r2, HVX_Vector r3)
+{
+    HVX_VectorPair p01 = Q6_W_vshuff_VVR(r1, r0, -1), p23 = Q6_W_vshuff_VVR(r3, r2, -1);
+    HVX_VectorPair lo = Q6_W_vshuff_VVR(Q6_V_lo_W(p23), Q6_V_lo_W(p01), -2);
+    HVX_VectorPair hi = Q6_W_vshuff_VVR(Q6_V_hi_W(p23), Q6_V_hi_W(p01), -2);
+    q[0] = Q6_V_lo_W(lo);
+    q[1] = Q6_V_hi_W(lo);
+    q[2] = Q6_V_lo_W(hi);
+    q[3] = Q6_V_hi_W(hi);
+}
+
+#endif

@@ -1,0 +1,243 @@
+/* dwconv_wgrad.c: the depthwise weight gradient on HVX, four images in each vrmpy word.
+ *
+ * dw[i, j, c] = sum over (n, oh, ow) of err[n, oh, ow, c] * x[n, oh*s + i - p, ow*s + j - p, c]
+ *
+ * The reduction runs over positions, and for a given tap every image reads x at the same
+ * offset: so the bytes of four images are interleaved into each word (lane c of a vector:
+ * images 4g .. 4g+3 of channel c), for x (zero-bordered) and err alike. Then one vrmpy of
+ * an x vector by an err vector is 32 channels x 4 images of products summed per channel,
+ * a tap is an address offset, and all 128 bytes of every product are real ones (ragged
+ * batches pad the last group with zero images). A register per tap (9, or 25) sums over
+ * every position of the pass; one interleave (two vshuff stages) per 4 x 128 input bytes.
+ * Each HVX thread takes whole groups of images and sums into its own partial dw, added
+ * after the join (conv.c's dspt_join_partials). dw is tap-major, dw[t, c], as the
+ * forward's weights (ops.h): the host transposes C * KH * KW words.
+ */
+#include "hvx-utils.h"
+#include "kernels.h"
+#include "conv.h"
+#include "dwconv.h"
+#include "threads.h"
+
+#define WG_CHUNK (512u * 1024u)   /* interleaved x and err a thread holds per pass */
+#define WG_MAX_TAPS 64
+
+/* Interleaved images: pixel (r, q) of group gi at ((gi * rows + r) * cols + q) * pitch,
+ * pitch = 128 bytes per 32 channels (cb32 blocks of 32 channels x 4 images). */
+struct quad {
+    int8_t *buf;
+    int rows, cols, pad, blocks, pitch, group_bytes;
+};
+
+static void quad_init(struct quad *q, int h, int w, int pad, int c)
+{
+    q->pad = pad;
+    q->rows = h + 2 * pad;
+    q->cols = w + 2 * pad;
+    q->blocks = (c + 31) / 32;
+    q->pitch = q->blocks * HVX_BYTES;
+    q->group_bytes = q->rows * q->cols * q->pitch;
+}
+
+/* Groups of 4 images of src (n images of h x w x c, from image `first`), ng of them, into
+ * q's interior; images past n read `zeros` (a zero row). With C a multiple of 32 a row's
+ * 32-channel pieces are consecutive in q as in src: 128 bytes of each image's row make 4
+ * of them; else each pixel's channels go 128 at a time. */
+static void quad_fill(struct quad *q, const int8_t *src, int n, int h, int w, int c, int first, int ng,
+                      const int8_t *zeros)
+{
+    const int rowlen = w * c, rows = q->rows, cols = q->cols, pitch = q->pitch, pad = q->pad, blocks = q->blocks;
+    for (int gi = 0; gi < ng; gi++) {
+        const int8_t *im[4];
+        int step[4];
+        for (int k = 0; k < 4; k++) {
+            int img = first + 4 * gi + k;
+            im[k] = img < n ? src + (size_t)img * h * rowlen : zeros;
+            step[k] = img < n ? rowlen : 0;
+        }
+        for (int r = 0; r < h; r++) {
+            const int8_t *r0 = im[0] + r * step[0], *r1 = im[1] + r * step[1];
+            const int8_t *r2 = im[2] + r * step[2], *r3 = im[3] + r * step[3];
+            HVX_Vector *dst = (HVX_Vector *)(q->buf + ((gi * rows + r + pad) * cols + pad) * pitch);
+            HVX_Vector v[4];
+            if (c % 32 == 0) {
+                int o = 0;
+                for (; o + HVX_BYTES <= rowlen; o += HVX_BYTES, dst += 4)
+                    dw_interleave4(dst, hvx_load_u(r0 + o), hvx_load_u(r1 + o), hvx_load_u(r2 + o), hvx_load_u(r3 + o));
+                if (o < rowlen) {   /* the last pieces only: the border follows */
+                    dw_interleave4(v, hvx_load_u(r0 + o), hvx_load_u(r1 + o), hvx_load_u(r2 + o), hvx_load_u(r3 + o));
+                    for (int k = 0; k < (rowlen - o) / 32; k++) dst[k] = v[k];
+                }
+                continue;
+            }
+            for (int col = 0; col < w; col++, dst += blocks)
+                for (int c0 = 0, b = 0; c0 < c; c0 += HVX_BYTES, b += 4) {
+                    int px = col * c + c0;   /* lanes past C: unused */
+                    dw_interleave4(v, hvx_load_u(r0 + px), hvx_load_u(r1 + px), hvx_load_u(r2 + px), hvx_load_u(r3 + px));
+                    for (int k = 0; k < 4 && b + k < blocks; k++) dst[b + k] = v[k];
+                }
+        }
+    }
+}
+
+struct wg_job {
+    const struct dw_shape *s;
+    const int8_t *err, *x;
+    int groups_per_pass, accumulate;
+    int32_t *part[DSPT_MAX_THREADS];
+    int8_t *xq[DSPT_MAX_THREADS], *eq[DSPT_MAX_THREADS], *zeros[DSPT_MAX_THREADS];
+    uint32_t zero_bytes;
+    uint32_t xq_bytes;
+};
+
+/* part[t, c] (+)= the sums of channel block cb over the pass's positions; `add` when the
+ * partial already holds sums. NT taps in registers (0: any count, sums in memory). */
+static inline __attribute__((always_inline)) void wg_block(const int NT, int32_t *part, const struct dw_shape *s,
+                                                           const struct quad *xq, const struct quad *eq, int ng,
+                                                           int cb, const int32_t *off, int add)
+{
+    const int taps = NT ? NT : s->kh * s->kw;
+    HVX_Vector acc[NT ? NT : WG_MAX_TAPS];
+    for (int t = 0; t < taps; t++) acc[t] = Q6_V_vzero();
+    const int S = s->stride, xrow = xq->cols * xq->pitch;
+    for (int gi = 0; gi < ng; gi++)
+        for (int oh = 0; oh < s->oh; oh++) {
+            const int8_t *xr = xq->buf + (gi * xq->rows + oh * S) * xrow + cb * HVX_BYTES;
+            const HVX_Vector *er = (const HVX_Vector *)(eq->buf + ((gi * eq->rows + oh) * eq->cols) * eq->pitch) + cb;
+            for (int ow = 0; ow < s->ow; ow++, xr += S * xq->pitch, er += eq->blocks) {
+                HVX_Vector e = *er;
+                for (int t = 0; t < taps; t++)
+                    acc[t] = Q6_Vw_vrmpyacc_VwVbVb(acc[t], *(const HVX_Vector *)(xr + off[t]), e);
+            }
+        }
+    int words = s->c - 32 * cb < 32 ? s->c - 32 * cb : 32;
+    for (int t = 0; t < taps; t++) {
+        int32_t *dst = part + t * s->c + 32 * cb;
+        HVX_Vector v = add ? Q6_Vw_vadd_VwVw(acc[t], hvx_load_u(dst)) : acc[t];
+        if (words == 32) hvx_store_u(dst, v);
+        else hvx_store_bytes(dst, v, (uint32_t)words * 4);
+    }
+}
+
+/* wg_block for 3 x 3 at stride 1: along a row of outputs each x vector serves three taps
+ * (column ow + j is tap j of ow, j - 1 of ow + 1, ...), so the three columns of each kernel
+ * row stay in registers and only the new one is loaded: 4 loads for 9 vrmpy, not 10. */
+static void wg_block3(int32_t *part, const struct dw_shape *s, const struct quad *xq, const struct quad *eq, int ng,
+                      int cb, int add)
+{
+    HVX_Vector acc[9];
+    for (int t = 0; t < 9; t++) acc[t] = Q6_V_vzero();
+    const int xrow = xq->cols * xq->blocks, eblocks = eq->blocks, OH = s->oh, OW = s->ow;   /* in vectors */
+    for (int gi = 0; gi < ng; gi++)
+        for (int oh = 0; oh < OH; oh++) {
+            const HVX_Vector *x0 = (const HVX_Vector *)xq->buf + (gi * xq->rows + oh) * xrow + cb;
+            const HVX_Vector *x1 = x0 + xrow, *x2 = x1 + xrow;
+            const HVX_Vector *er = (const HVX_Vector *)eq->buf + (gi * eq->rows + oh) * eq->cols * eblocks + cb;
+            HVX_Vector a0 = x0[0], a1 = x0[xq->blocks], b0 = x1[0], b1 = x1[xq->blocks], c0 = x2[0], c1 = x2[xq->blocks];
+            for (int ow = 0; ow < OW; ow++, er += eblocks) {
+                int next = (ow + 2) * xq->blocks;
+                HVX_Vector a2 = x0[next], b2 = x1[next], c2 = x2[next], e = *er;
+                acc[0] = Q6_Vw_vrmpyacc_VwVbVb(acc[0], a0, e);
+                acc[1] = Q6_Vw_vrmpyacc_VwVbVb(acc[1], a1, e);
+                acc[2] = Q6_Vw_vrmpyacc_VwVbVb(acc[2], a2, e);
+                acc[3] = Q6_Vw_vrmpyacc_VwVbVb(acc[3], b0, e);
+                acc[4] = Q6_Vw_vrmpyacc_VwVbVb(acc[4], b1, e);
+                acc[5] = Q6_Vw_vrmpyacc_VwVbVb(acc[5], b2, e);
+                acc[6] = Q6_Vw_vrmpyacc_VwVbVb(acc[6], c0, e);
+                acc[7] = Q6_Vw_vrmpyacc_VwVbVb(acc[7], c1, e);
+                acc[8] = Q6_Vw_vrmpyacc_VwVbVb(acc[8], c2, e);
+                a0 = a1; a1 = a2; b0 = b1; b1 = b2; c0 = c1; c1 = c2;
+            }
+        }
+    int words = s->c - 32 * cb < 32 ? s->c - 32 * cb : 32;
+    for (int t = 0; t < 9; t++) {
+        int32_t *dst = part + t * s->c + 32 * cb;
+        HVX_Vector v = add ? Q6_Vw_vadd_VwVw(acc[t], hvx_load_u(dst)) : acc[t];
+        if (words == 32) hvx_store_u(dst, v);
+        else hvx_store_bytes(dst, v, (uint32_t)words * 4);
+    }
+}
+
+static int wg_share(struct dspt_ctx *tc, int t, void *job)
+{
+    const struct wg_job *J = job;
+    const struct dw_shape *s = J->s;
+    struct quad xq, eq;
+    quad_init(&xq, s->h, s->w, s->pad, s->c);
+    quad_init(&eq, s->oh, s->ow, 0, s->c);
+    xq.buf = J->xq[t];
+    eq.buf = J->eq[t];
+    int lo, hi, groups = (s->n + 3) / 4;
+    dspt_share(tc, groups, 1, t, &lo, &hi);
+    if (lo >= hi) return DSPT_OK;
+    hvx_zero(xq.buf, J->xq_bytes);   /* the border, never written after */
+    hvx_zero(J->zeros[t], J->zero_bytes);
+    int taps = s->kh * s->kw;
+    int32_t off[WG_MAX_TAPS];
+    for (int i = 0; i < s->kh; i++)
+        for (int j = 0; j < s->kw; j++) off[i * s->kw + j] = (i * xq.cols + j) * xq.pitch;
+    for (int g0 = lo; g0 < hi; g0 += J->groups_per_pass) {
+        int ng = hi - g0 < J->groups_per_pass ? hi - g0 : J->groups_per_pass;
+        quad_fill(&xq, J->x, s->n, s->h, s->w, s->c, 4 * g0, ng, J->zeros[t]);
+        quad_fill(&eq, J->err, s->n, s->oh, s->ow, s->c, 4 * g0, ng, J->zeros[t]);
+        int add = g0 > lo || (t == 0 && J->accumulate);
+        for (int cb = 0; cb < xq.blocks; cb++) {
+            if (s->kh == 3 && s->kw == 3 && s->stride == 1) wg_block3(J->part[t], s, &xq, &eq, ng, cb, add);
+            else if (taps == 9) wg_block(9, J->part[t], s, &xq, &eq, ng, cb, off, add);
+            else if (taps == 25) wg_block(25, J->part[t], s, &xq, &eq, ng, cb, off, add);
+            else wg_block(0, J->part[t], s, &xq, &eq, ng, cb, off, add);
+        }
+    }
+    return DSPT_OK;
+}
+
+int dspt_op_dwconv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
+{
+    struct dw_shape s;
+    if (d->dtype != DSPT_I8) return DSPT_NO_SUPPORT;
+    /* in0 err (N, OH, OW, C), in1 x (N, H, W, C); out0 dw (KH, KW, C): shape_b is x here */
+    s.n = d->shape_b[0]; s.h = d->shape_b[1]; s.w = d->shape_b[2]; s.c = d->shape_b[3];
+    s.oh = d->shape_a[1]; s.ow = d->shape_a[2];
+    s.kh = d->kernel_h; s.kw = d->kernel_w; s.stride = d->stride; s.pad = d->pad;
+    if (s.n <= 0 || s.h <= 0 || s.w <= 0 || s.c <= 0 || s.kh <= 0 || s.kw <= 0 || s.stride <= 0 || s.pad < 0 ||
+        d->shape_a[0] != s.n || d->shape_a[3] != s.c || s.oh != (s.h + 2 * s.pad - s.kh) / s.stride + 1 ||
+        s.ow != (s.w + 2 * s.pad - s.kw) / s.stride + 1 || s.oh <= 0 || s.ow <= 0 ||
+        d->shape_out[0] != s.kh || d->shape_out[1] != s.kw || d->shape_out[2] != s.c)
+        return DSPT_BAD_PARAMS;
+    int taps = s.kh * s.kw;
+    if (taps > WG_MAX_TAPS) return DSPT_NO_SUPPORT;
+    if ((int64_t)s.n * s.oh * s.ow * 127 * 127 >= ((int64_t)1 << 31)) return DSPT_NO_SUPPORT;
+    const int8_t *err = dspt_at(ctx, d->in[0], dspt_count(d->shape_a));
+    const int8_t *x = dspt_at(ctx, d->in[1], dspt_count(d->shape_b));
+    uint32_t dw_words = (uint32_t)taps * s.c;
+    int32_t *dw = dspt_at(ctx, d->out[0], dw_words * 4);
+    if (!err || !x || !dw) return DSPT_BAD_PARAMS;
+    struct quad xq, eq;
+    quad_init(&xq, s.h, s.w, s.pad, s.c);
+    quad_init(&eq, s.oh, s.ow, 0, s.c);
+    int groups = (s.n + 3) / 4, share = (groups + (int)ctx->threads - 1) / (int)ctx->threads;
+    int gp = (int)(WG_CHUNK / (uint32_t)(xq.group_bytes + eq.group_bytes));
+    if (gp < 1) gp = 1;
+    if (gp > share) gp = share;
+    struct wg_job J = {.s = &s, .err = err, .x = x, .groups_per_pass = gp,
+                       .accumulate = (d->flags & DSPT_F_ACCUMULATE) != 0,
+                       .xq_bytes = (uint32_t)gp * xq.group_bytes,
+                       .zero_bytes = (uint32_t)(s.w > s.ow ? s.w : s.ow) * s.c + 2 * HVX_BYTES};
+    for (int t = 0; t < (int)ctx->threads; t++) {   /* each thread's buffers, from its own scratch */
+        struct dspt_ctx *tc = dspt_thread_ctx(ctx, t);
+        if (!tc) return DSPT_NO_SUPPORT;
+        J.xq[t] = dspt_scratch(tc, J.xq_bytes);
+        J.eq[t] = dspt_scratch(tc, (uint32_t)gp * eq.group_bytes);
+        J.part[t] = t ? dspt_scratch(tc, dw_words * 4 + HVX_BYTES) : dw;
+        J.zeros[t] = dspt_scratch(tc, J.zero_bytes);
+        if (!J.xq[t] || !J.eq[t] || !J.part[t] || !J.zeros[t]) return DSPT_NO_SUPPORT;
+    }
+    d->result_shift = DSPT_PATH_DW_IMAGE_QUADS;
+    int status = dspt_run_shares(ctx, wg_share, &J), shares = 0;
+    for (int t = 0; t < (int)ctx->threads; t++) {   /* the threads that had work (idle ones come last) */
+        int lo, hi;
+        dspt_share(ctx, groups, 1, t, &lo, &hi);
+        shares += lo < hi;
+    }
+    return status ? status : dspt_join_partials(ctx, dw, J.part, shares, dw_words);
+}

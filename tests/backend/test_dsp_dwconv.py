@@ -1,0 +1,153 @@
+"""Depthwise convolutions on the emulated DSP (dsp_kernels/dwconv.c, dwconv_wgrad.c) against
+ops_ref bit for bit: forward, backward data and weight gradient, the requantizing forms and
+accumulation, at 1 to 4 HVX threads, on random and ragged shapes; and which path each
+shape takes (a shape that stops taking its kernel fails here). Last, the pointwise (1 x 1)
+convolutions MobileNetV2 puts between them: the GEMM core on the pixels as they lie.
+
+The paths: stride 1 or 2 with 3 kernel rows of up to 4 taps and 16 outputs an image or more
+puts 4 columns of a channel in each vrmpy word ("dw_column_quads": a strip of 128 bytes of
+the padded rows, or at stride 2 of a pixel's 128-channel block, goes down the rows, each
+row's words built once); other stride-1 kernels run on the padded rows as they are
+("dw_flat", vmpy: any channel count, the weights by residue of the vector index mod
+C / gcd(C, 128)); other strides one 128-channel
+block of a pixel a vector ("dw_blocks", a ragged last block masked); backward data of
+stride 1 is the flipped forward (same paths), of other strides a run per class of dx pixels
+("dw_classes"); the weight gradient puts four images in each vrmpy word
+("dw_image_quads", a ragged batch padded with zero images). Needs qemu-hexagon, clang-16
+and lld-16.
+"""
+import numpy as np
+import pytest
+
+from dsptrain.backends.ops_ref import RefBackend
+from dsptrain.numerics import RngKey
+
+from .cases import same
+
+ref = RefBackend()
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(3333)
+
+
+def s8(rng, *shape):
+    return rng.integers(-128, 128, shape, dtype=np.int8)
+
+
+def out_hw(h, w, kh, kw, stride, pad):
+    return (h + 2 * pad - kh) // stride + 1, (w + 2 * pad - kw) // stride + 1
+
+
+# N, H, W, C, KH, KW, stride, pad; and the paths of forward, backward data
+SHAPES = [
+    ((3, 6, 7, 32, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),   # C divides 128: 4 pixels a vector
+    ((2, 5, 6, 130, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),  # ragged: 65 weight residues, rows end mid-vector
+    ((5, 4, 4, 96, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),   # 3 residues, 5 images (1 and 2 a thread)
+    ((2, 1, 1, 200, 3, 3, 1, 1), "dw_flat", "dw_flat"),      # one pixel (too few for quads): the centre tap alone
+    ((3, 4, 4, 1, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),    # one channel: 128 pixels a vector
+    ((2, 5, 6, 24, 3, 4, 1, 1), "dw_column_quads", "dw_classes"),        # 4 taps a row: the whole word
+    ((2, 6, 6, 45, 5, 5, 1, 2), "dw_flat", "dw_flat"),        # 5 x 5: the vmpy path, taps from memory
+    ((3, 5, 4, 7, 2, 2, 1, 0), "dw_flat", "dw_flat"),         # even kernel, no padding
+    ((2, 5, 7, 24, 3, 2, 1, 1), "dw_column_quads", "dw_classes"),  # kh != kw: the flipped forward needs square
+    ((2, 5, 5, 16, 3, 3, 1, 3), "dw_column_quads", "dw_classes"),  # pad past k - 1
+    ((5, 7, 7, 96, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),   # stride 2: strips of a pixel's block, ragged
+    ((2, 8, 8, 144, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),  # two blocks, the second 16 lanes
+    ((3, 7, 5, 150, 3, 3, 2, 1), "dw_blocks", "dw_classes"),        # stride 2, 12 outputs: the vmpy blocks
+    ((4, 2, 2, 576, 3, 3, 2, 1), "dw_blocks", "dw_classes"),  # MobileNetV2's last stride-2 shape, small batch
+    ((2, 9, 9, 20, 5, 5, 2, 2), "dw_blocks", "dw_classes"),   # 5 x 5 stride 2: classes of 9, 6 and 4 taps
+    ((3, 8, 7, 40, 3, 3, 3, 0), "dw_blocks", "dw_classes"),   # stride 3: classes with no tap (zeros)
+]
+IDS = ["x".join(map(str, s)) for s, _, _ in SHAPES]
+
+
+def args(rng, shape):
+    n, h, w, c, kh, kw, stride, pad = shape
+    oh, ow = out_hw(h, w, kh, kw, stride, pad)
+    return s8(rng, n, h, w, c), s8(rng, c, kh, kw, 1), s8(rng, n, oh, ow, c), stride, pad
+
+
+@pytest.mark.parametrize("case", SHAPES, ids=IDS)
+def test_dwconv_matches_ref_and_takes_its_path(dsp, rng, case):
+    shape, fwd_path, bwd_path = case
+    x, w, err, stride, pad = args(rng, shape)
+    kernel, in_hw = w.shape[1:3], x.shape[1:3]
+    same(dsp.dwconv2d_s8(x, w, stride, pad), ref.dwconv2d_s8(x, w, stride, pad))
+    assert dsp.last_paths == [("dwconv2d_s8", fwd_path)]
+    same(dsp.dwconv2d_bwd_data_s8(err, w, stride, pad, in_hw), ref.dwconv2d_bwd_data_s8(err, w, stride, pad, in_hw))
+    assert dsp.last_paths == [("dwconv2d_bwd_data_s8", bwd_path)]
+    same(dsp.dwconv2d_bwd_weight_s8(err, x, stride, pad, kernel), ref.dwconv2d_bwd_weight_s8(err, x, stride, pad, kernel))
+    assert dsp.last_paths == [("dwconv2d_bwd_weight_s8", "dw_image_quads")]
+
+
+@pytest.fixture
+def threads(dsp, request):
+    dsp.hvx_threads = request.param
+    yield request.param
+    dsp.hvx_threads = 4
+
+
+# a share per image (forward, backward data) or per 4 images (weight gradient): 7 images over
+# 1-4 threads leave ragged shares, and the weight gradient's partial sums joined in order
+@pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
+@pytest.mark.parametrize("shape", [(7, 6, 6, 64, 3, 3, 1, 1), (7, 7, 5, 150, 3, 3, 2, 1), (9, 3, 3, 33, 3, 3, 1, 0)],
+                         ids=["flat", "blocks", "ragged-9"])
+def test_dwconv_every_thread_count(dsp, rng, threads, shape):
+    x, w, err, stride, pad = args(rng, shape)
+    start = rng.integers(-(2**20), 2**20, (x.shape[0],) + out_hw(*x.shape[1:3], *w.shape[1:3], stride, pad)
+                         + (x.shape[3],), dtype=np.int32)
+    same(dsp.dwconv2d_s8(x, w, stride, pad), ref.dwconv2d_s8(x, w, stride, pad))
+    same(dsp.accumulate(start, "dwconv2d_s8", x, w, stride, pad), start + ref.dwconv2d_s8(x, w, stride, pad))
+    same(dsp.dwconv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]),
+         ref.dwconv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]))
+    dw = ref.dwconv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3])
+    same(dsp.dwconv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]), dw)
+    start = rng.integers(-(2**20), 2**20, dw.shape, dtype=np.int32)
+    same(dsp.accumulate(start, "dwconv2d_bwd_weight_s8", err, x, stride, pad, w.shape[1:3]), start + dw)
+
+
+@pytest.mark.parametrize("mode", ["round", "psto", "sto"])
+@pytest.mark.parametrize("shift", [None, 3, 30])
+def test_dwconv_requant_fuses_niti_epilogue(dsp, rng, mode, shift):
+    """The product and REQUANT in one batch: estimated shift, a given one, and a given one too
+    small (the estimate wins, as base.requantize says)."""
+    key = RngKey(seed=5, step=2, tensor_id=9, offset=1)
+    x, w, err, stride, pad = args(rng, (3, 6, 6, 48, 3, 3, 1, 1))
+    (q, used), (want_q, want_used) = (dsp.dwconv2d_requant_s8(x, w, stride, pad, mode, key, shift),
+                                      ref.dwconv2d_requant_s8(x, w, stride, pad, mode, key, shift))
+    same(q, want_q)
+    assert used == want_used
+    x, w, err, stride, pad = args(rng, (2, 7, 7, 40, 3, 3, 2, 1))
+    (q, used), (want_q, want_used) = (
+        dsp.dwconv2d_bwd_data_requant_s8(err, w, stride, pad, x.shape[1:3], mode, key, shift),
+        ref.dwconv2d_bwd_data_requant_s8(err, w, stride, pad, x.shape[1:3], mode, key, shift))
+    same(q, want_q)
+    assert used == want_used
+
+
+def test_dwconv_extremes(dsp):
+    """-128 everywhere: each product 16384, kept in a halfword of its own until the words."""
+    for stride in (1, 2):
+        x = np.full((2, 6, 6, 160), -128, np.int8)
+        w = np.full((160, 3, 3, 1), -128, np.int8)
+        oh, ow = out_hw(6, 6, 3, 3, stride, 1)
+        err = np.full((2, oh, ow, 160), -128, np.int8)
+        same(dsp.dwconv2d_s8(x, w, stride, 1), ref.dwconv2d_s8(x, w, stride, 1))
+        same(dsp.dwconv2d_bwd_data_s8(err, w, stride, 1, (6, 6)), ref.dwconv2d_bwd_data_s8(err, w, stride, 1, (6, 6)))
+        same(dsp.dwconv2d_bwd_weight_s8(err, x, stride, 1, (3, 3)), ref.dwconv2d_bwd_weight_s8(err, x, stride, 1, (3, 3)))
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 3, 36, 33), (3, 4, 5, 40, 36), (1, 1, 1, 64, 40)], ids=["33-ragged", "36", "one-pixel"])
+def test_pointwise_is_a_gemm_without_im2col(dsp, rng, shape):
+    """A 1 x 1 conv (stride 1, no padding, C % 4 == 0; O % 4 == 0 for backward data) runs the
+    GEMM core on the pixels as they lie ("pointwise"), bit-exact, accumulating too."""
+    n, h, w, c, o = shape
+    x, wt, err = s8(rng, n, h, w, c), s8(rng, o, 1, 1, c), s8(rng, n, h, w, o)
+    want = ref.conv2d_s8(x, wt, 1, 0)
+    same(dsp.conv2d_s8(x, wt, 1, 0), want)
+    assert dsp.last_paths == [("conv2d_s8", "pointwise")]
+    start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    same(dsp.accumulate(start, "conv2d_s8", x, wt, 1, 0), start + want)
+    same(dsp.conv2d_bwd_data_s8(err, wt, 1, 0, (h, w)), ref.conv2d_bwd_data_s8(err, wt, 1, 0, (h, w)))
+    assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise" if o % 4 == 0 else "none")]

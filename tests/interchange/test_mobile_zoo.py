@@ -1,0 +1,141 @@
+"""torchvision's eight mobile CNNs (tests/zoo_torch.py, reduced width and depth) import
+unedited through `from_torch`, in eval- and train-mode export with the same layer names,
+compute torch's forward under FP32, and train under the float and emulated recipes with a
+finite, falling loss (20 steps on one batch: a model that learns at all fits it)."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import dsptrain
+from dsptrain.data import synthetic
+from dsptrain.nn import ChannelShuffle, Concat, Conv2d, MaxPool2d, Mul, Nonlinearity, SliceChannels
+
+from .helpers import images, need_torch, torch_logits, trainer_for
+
+MODELS = ["mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "squeezenet1_1", "resnet18", "resnet50",
+          "shufflenet_v2_x0_5", "mnasnet0_5"]
+FLOAT_RECIPES = ["fp32", "octo", "wageubn", "afp", "mls", "fp8"]
+SHAPE = (3, 32, 32)
+STEPS = 20
+
+
+def _import(name, mode="eval", opset=17):
+    torch = need_torch()
+    from tests.zoo_torch import build
+
+    net = build(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # notes about kept biases
+        model = dsptrain.from_torch(net, torch.zeros(2, *SHAPE), mode=mode, opset=opset)
+    return net, model
+
+
+@pytest.fixture(scope="module")
+def imported():
+    return {name: _import(name) for name in MODELS}
+
+
+# what each model must contain once imported: the layers this issue adds, where it has them
+EXPECTED = {
+    "mobilenet_v2": lambda m: _has(m, Nonlinearity, "clip") and _depthwise(m),
+    "mobilenet_v3_small": lambda m: _has(m, Nonlinearity, "hardswish") and _has(m, Nonlinearity, "hardsigmoid")
+    and any(isinstance(layer, Mul) for layer in m.layers),
+    "efficientnet_b0": lambda m: _has(m, Nonlinearity, "silu") and _has(m, Nonlinearity, "sigmoid")
+    and any(isinstance(layer, Mul) for layer in m.layers),
+    # at 32x32 its ceil_mode pools add no partial window (test_branch_ops.py checks one that does)
+    "squeezenet1_1": lambda m: any(isinstance(layer, Concat) for layer in m.layers)
+    and any(isinstance(layer, MaxPool2d) for layer in m.layers),
+    "resnet18": lambda m: any(isinstance(layer, MaxPool2d) and layer.padding == 1 for layer in m.layers),
+    "resnet50": lambda m: any(isinstance(layer, MaxPool2d) and layer.padding == 1 for layer in m.layers),
+    "shufflenet_v2_x0_5": lambda m: all(any(isinstance(layer, t) for layer in m.layers)
+                                        for t in (SliceChannels, ChannelShuffle, Concat)) and _depthwise(m),
+    "mnasnet0_5": lambda m: _depthwise(m),
+}
+
+
+def _has(model, kind, function):
+    return any(isinstance(layer, kind) and layer.function == function for layer in model.layers)
+
+
+def _depthwise(model):
+    return any(isinstance(layer, Conv2d) and layer.depthwise for layer in model.layers)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_imports_and_computes_torchs_forward(imported, name, tmp_path):
+    net, model = imported[name]
+    assert EXPECTED[name](model), [type(layer).__name__ for layer in model.layers]
+    pixels = images(4, (32, 32, 3))
+    trainer = trainer_for(model, "fp32", tmp_path)
+    try:
+        got = trainer.predict(pixels)
+    finally:
+        trainer.close()
+    expected = torch_logits(net, pixels)
+    assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max()
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_train_and_eval_exports_give_the_same_layers(imported, name):
+    _, evaluated = imported[name]
+    _, trained = _import(name, mode="train")
+    kept = [layer for layer in trained.layers if type(layer).__name__ != "Dropout"]   # eval export drops dropout
+    assert [layer.name for layer in kept] == [layer.name for layer in evaluated.layers]
+    assert [type(layer) for layer in kept] == [type(layer) for layer in evaluated.layers]
+
+
+@pytest.mark.parametrize("opset", [11, 13, 18])
+def test_other_opsets_give_the_same_model(imported, opset):
+    """Clip's bounds as inputs (11+), Split's sizes as an input (13+), ReduceMean's axes as an input (18+)."""
+    for name in ("mobilenet_v2", "shufflenet_v2_x0_5"):
+        _, model = _import(name, opset=opset)
+        assert model.layers == imported[name][1].layers, (name, opset)
+
+
+@pytest.mark.parametrize("recipe", FLOAT_RECIPES)
+@pytest.mark.parametrize("name", MODELS)
+def test_trains_with_a_falling_loss(imported, name, recipe, tmp_path):
+    _, model = imported[name]
+    data = synthetic("train", (32, 32, 3), count=16, classes=10)
+    trainer = trainer_for(model, recipe, tmp_path)
+    try:
+        losses = [trainer.step(data.images, data.labels).loss for _ in range(STEPS)]
+    finally:
+        trainer.close()
+    assert np.all(np.isfinite(losses)), losses
+    assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.02, (name, recipe, losses)   # falling, not noise
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_layer_list_round_trips_through_yaml(imported, name):
+    """What a checkpoint keeps (layer_spec.describe) rebuilds the same model: the YAML layer kinds."""
+    from dsptrain.interchange.layer_spec import describe, from_description
+
+    _, model = imported[name]
+    assert from_description(describe(model)).layers == model.layers
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_export_agrees_in_onnxruntime(imported, name, tmp_path, recipe="fp32", fmt="onnx"):
+    """Trained a few steps (the YAML form of the imported model: checkpoints keep it), exported,
+    run in ONNX Runtime beside dsptrain's own evaluation of the checkpoint."""
+    import json
+
+    from dsptrain.agreement import agreement, dsptrain_logits, onnxruntime_logits
+    from dsptrain.interchange.layer_spec import layers_of
+
+    from .helpers import trained_checkpoint
+
+    _, model = imported[name]
+    body = "model: " + json.dumps({"name": name, "input_shape": list(model.input_shape),
+                                   "layers": layers_of(model)}) + "\n"   # JSON is YAML
+    checkpoint = trained_checkpoint(tmp_path, recipe, body, steps=2, batch=16)
+    out = tmp_path / f"{name}.onnx"
+    dsptrain.export(checkpoint, out, fmt)
+    pixels = images(64, (32, 32, 3), seed=3)
+    found = agreement(dsptrain_logits(checkpoint, pixels), onnxruntime_logits(out, pixels))
+    assert found["top1_agreement"] >= 0.999, found
+    assert found["max_logit_diff"] <= 1e-4 * found["logit_scale"], found
