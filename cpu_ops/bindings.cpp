@@ -15,12 +15,7 @@ PYBIND11_MODULE(_cpu_ops, m) {
   m.def("cpu_features", [] {
     const auto f = detect_cpu_features();
     py::dict d;
-    d["avx2"] = f.avx2;
-    d["avx_vnni"] = f.avx_vnni;
-    d["avx512_vnni"] = f.avx512_vnni;
-    d["amx_int8"] = f.amx_int8;
-    d["neon"] = f.neon;
-    d["neon_dotprod"] = f.neon_dotprod;
+    for (const auto& [name, field] : kCpuFeatureFields) d[name] = f.*field;
     return d;
   }, "The SIMD features of this CPU, as the kernels see them.");
   m.def("supported_isas", [] {

@@ -32,9 +32,17 @@ CpuFeatures detect_cpu_features() {
   if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) f.amx_int8 = ((d >> 24) & 1) && ((d >> 25) & 1);
 #endif
 #if defined(__aarch64__) && defined(__linux__)
-  const unsigned long hwcap = getauxval(AT_HWCAP);
-  f.neon = true;
-  f.neon_dotprod = (hwcap >> 20) & 1;  // HWCAP_ASIMDDP
+  // The kernel's hwcap bits (asm/hwcap.h), spelled as numbers: an older libc's headers lack
+  // the newer names, and the bits never move.
+  const unsigned long hwcap = getauxval(AT_HWCAP), hwcap2 = getauxval(AT_HWCAP2);
+  const auto bit = [](unsigned long word, int n) { return ((word >> n) & 1) != 0; };
+  f.neon = bit(hwcap, 1);           // HWCAP_ASIMD
+  f.neon_fp16 = bit(hwcap, 10);     // HWCAP_ASIMDHP
+  f.neon_dotprod = bit(hwcap, 20);  // HWCAP_ASIMDDP
+  f.sve = bit(hwcap, 22);           // HWCAP_SVE
+  f.sve2 = bit(hwcap2, 1);          // HWCAP2_SVE2
+  f.i8mm = bit(hwcap2, 13);         // HWCAP2_I8MM
+  f.bf16 = bit(hwcap2, 14);         // HWCAP2_BF16
 #endif
   return f;
 }

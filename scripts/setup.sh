@@ -2,7 +2,8 @@
 # Set up dsptrain on Debian 12 (or newer): system packages, a virtual environment in
 # .venv, and the package built from this checkout.
 #   bash scripts/setup.sh           # what training needs
-#   bash scripts/setup.sh --tests   # also the emulated Hexagon DSP (qemu, clang, llvm-readelf for the skel check), the aarch64 cross g++ (NEON tests) and the [test] extra: pytest, pytest-xdist, ruff, torch, tensorboardX and TensorBoard's event reader
+#   bash scripts/setup.sh --tests   # also the emulated Hexagon DSP (qemu, clang, llvm-readelf for the skel check), the aarch64 cross g++ (NEON tests), the [test] extra: pytest, pytest-xdist, ruff, torch, tensorboardX and TensorBoard's event reader
+#                                   # and the aarch64 environment of scripts/arm64.sh (cached; tests/arm64)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,3 +30,6 @@ extras=""
 [ "$with_tests" = 1 ] && extras="[test]"
 .venv/bin/python -m pip install -q -e ".${extras}"
 echo "dsptrain installed in .venv ($(.venv/bin/python -c 'import dsptrain; print(dsptrain.__version__)'))"
+if [ "$with_tests" = 1 ]; then
+  echo "aarch64 environment: $(bash scripts/arm64.sh build)"
+fi
