@@ -3,6 +3,7 @@ measured step, every op of LeNet-5 and ResNet-18 steps appears once per call (se
 batch-split and co-scheduled), the trace is the Chrome trace event format with no two
 events of a lane overlapping, and profiling changes no bit of training."""
 import dataclasses
+import warnings
 import json
 
 import numpy as np
@@ -222,3 +223,27 @@ def test_profiling_changes_no_bit(tmp_path):
             trainer.close()
     for name, (q, e) in ends[0].items():
         assert np.array_equal(q, ends[1][name][0]) and e == ends[1][name][1], name
+
+
+def test_every_op_of_a_mobilenet_v2_step_appears_once_per_call(tmp_path):
+    """torchvision's MobileNetV2 (tests/zoo_torch.py, reduced), imported through from_torch
+    and profiled under FP32: depthwise and pointwise convolutions, batch norms, ReLU6."""
+    torch = pytest.importorskip("torch")
+    from tests.zoo_torch import build as build_torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the classifier's bias, kept: FP32 trains it
+        model = dsptrain.from_torch(build_torch("mobilenet_v2"), torch.zeros(2, 3, 32, 32))
+    run = _run(batch=8, recipe="fp32")
+    trainer = Trainer(run, model=model, out_dir=tmp_path, progress=False)
+    try:
+        batches = [b for _, b in zip(range(3), datasets.batches(trainer.train_data, 8, 0, 0))]
+        recorder = record_steps(trainer.executor, trainer.step, batches, 1)
+    finally:
+        trainer.close()
+    graph = recorder.plan.graph
+    assert _calls(recorder) == {op.name: 2 for op in graph.ops}
+    kinds = {op.kind for op in graph.ops}
+    assert any("gconv" in k or "dwconv" in k for k in kinds), sorted(kinds)
+    profile = build(recorder, recorder.plan, recipe=trainer.recipe)
+    assert {r.name: r.calls for r in profile.ops} == {op.name: 2 for op in graph.ops}
