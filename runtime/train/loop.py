@@ -180,8 +180,10 @@ class Trainer:
 
     @property
     def classes(self) -> tuple[str, ...] | None:
-        """The class names by label, when the data has them (an image folder's subfolders)."""
-        return self.train_data.classes
+        """The class names by label, when the data has them (an image folder's subfolders).
+        None while no data is loaded: saving a trainer that was only handed batches
+        (`step()`) must not load, and check, the run's `data:` section."""
+        return self._splits.train.classes if self._splits is not None else None
 
     def check_data(self) -> None:
         """Load and check both splits now: a corrupt test file fails before the first

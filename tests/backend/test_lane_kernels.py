@@ -68,7 +68,7 @@ AVX2_PATHS = {
     (1, 7, 19, 2, 12, 5, 1, 2): ("pixel_panels", "im2col_gemm", "wgrad_panels"),
     (2, 5, 6, 4, 2, 3, 1, 0): ("im2col_gemm", "pixel_panels", "wgrad_panels"),
     (1, 11, 10, 16, 6, 3, 2, 1): ("pixel_panels", "im2col_gemm", "wgrad_panels"),
-    (2, 8, 9, 3, 8, 1, 1, 0): ("gemm_1x1", "pixel_panels", "wgrad_panels"),
+    (2, 8, 9, 3, 8, 1, 1, 0): ("gemm_1x1", "gemm_1x1", "wgrad_panels"),   # 1x1: the error is A in place
     (1, 6, 23, 1, 3, 7, 1, 3): ("pixel_panels", "im2col_gemm", "wgrad_panels"),
     (2, 10, 10, 1, 8, 3, 1, 1): ("im2col_gemm", "im2col_gemm", "wgrad_panels"),
     (2, 6, 7, 8, 32, 3, 1, 1): ("im2col_gemm", "im2col_gemm", "wgrad_panels"),
