@@ -1,6 +1,7 @@
 """Per-batch memory and energy that follow the batch, and the epoch's totals."""
 import dataclasses
 import json
+import subprocess
 import sys
 
 import pytest
@@ -22,15 +23,31 @@ def _trainer(run_file, tmp_path, **memory):
 
 @linux
 def test_rss_growth_of_a_step_follows_its_batch_not_the_largest_before(run_file, tmp_path):
-    # a budget (large enough to change no plan) is what makes freed memory go back to the
-    # system between steps (train.py); without one a steady step reuses what it held
-    trainer = _trainer(run_file, tmp_path, budget="4GB", arena=False)
-    images, labels = trainer.train_data[:160]
+    # In a fresh process: the heap earlier tests left behind (freed chunks the allocator
+    # keeps) would let a large step grow nothing and hide what this measures.
+    # A budget (large enough to change no plan) is what makes freed memory go back to the
+    # system between steps (train.py); without one a steady step reuses what it held.
+    script = tmp_path / "rss.py"
+    script.write_text(f"""
+import dataclasses, json, dsptrain
+from dsptrain.config import MemoryConfig
+run = dsptrain.load_run({str(run_file())!r})
+run = dataclasses.replace(run, memory=MemoryConfig(budget="4GB", arena=False))
+trainer = dsptrain.Trainer(run, out_dir={str(tmp_path / "out")!r}, progress=False)
+images, labels = trainer.train_data[:160]
+growth = []
+for batch in (8, 160, 8, 160, 8):   # the large batch first: a small one after it must not inherit its peak
+    stats = trainer.step(images[:batch], labels[:batch])
+    assert stats.step_peak_rss_bytes <= stats.peak_rss_bytes
+    growth.append((batch, stats.rss_growth_bytes))
+trainer.close()
+print(json.dumps(growth))
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
     growth = {}
-    for batch in (8, 160, 8, 160, 8):   # the large batch first: a small one after it must not inherit its peak
-        stats = trainer.step(images[:batch], labels[:batch])
-        growth.setdefault(batch, []).append(stats.rss_growth_bytes)
-        assert stats.step_peak_rss_bytes <= stats.peak_rss_bytes
+    for batch, grew in json.loads(done.stdout.splitlines()[-1]):
+        growth.setdefault(batch, []).append(grew)
     small, large = max(growth[8][1:]), min(growth[160])
     # LeNet-5 on ref: the 160-row step's activations and temporaries are MBs; 8 rows' a few hundred KB
     assert large > 4 * small and large > 2 << 20, growth
