@@ -44,7 +44,9 @@ def _calls(recorder):
 
 
 def test_op_times_add_up_to_the_measured_step(tmp_path):
-    trainer, recorder = _profiled(_run(), tmp_path, steps=3)
+    # batch 256: the ops' time, not the executor's fixed Python time between them (which a
+    # loaded machine stretches), is what the 5 % bound is about
+    trainer, recorder = _profiled(_run(batch=256), tmp_path, steps=3)
     profile = build(recorder, recorder.plan, recipe=trainer.recipe, device=trainer.device)
     measured = sum(s.stats.time_s for s in recorder.steps)
     ops = sum(r.seconds for r in profile.ops)
