@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from contextlib import contextmanager
 from pathlib import Path
 
 _KINDS = ((stat.S_ISDIR, "is a directory"), (stat.S_ISFIFO, "is a named pipe (FIFO), not a file"),
@@ -43,12 +44,11 @@ def check_regular(path: str | Path, what: str) -> str | None:
     return f"{problem}: expected a {what} file" if problem else None
 
 
-def read_limited(path: str | Path, what: str, limit: int, error) -> bytes:
-    """The bytes of regular file `path`, at most `limit` of them.
-
-    `error(message)` builds the exception raised for a problem; the message starts with
-    the path. `what` names the kind of file in messages ("run config", "checkpoint").
-    """
+@contextmanager
+def _open_regular(path: str | Path, what: str, error):
+    """(fd, its fstat) of regular file `path`, opened without blocking (a FIFO swapped in
+    after the check cannot hang the read) and checked again once open; closed after.
+    An OSError inside the block becomes `error` naming the path."""
     problem = check_regular(path, what)
     if problem:
         raise error(f"{path}: {problem}")
@@ -61,6 +61,20 @@ def read_limited(path: str | Path, what: str, limit: int, error) -> bytes:
         problem = _kind_problem(st.st_mode)
         if problem:
             raise error(f"{path}: {problem}: expected a {what} file")
+        yield fd, st
+    except OSError as exc:
+        raise error(f"{path}: {describe_os_error(exc)}") from None
+    finally:
+        os.close(fd)
+
+
+def read_limited(path: str | Path, what: str, limit: int, error) -> bytes:
+    """The bytes of regular file `path`, at most `limit` of them.
+
+    `error(message)` builds the exception raised for a problem; the message starts with
+    the path. `what` names the kind of file in messages ("run config", "checkpoint").
+    """
+    with _open_regular(path, what, error) as (fd, st):
         if st.st_size > limit:
             raise error(f"{path}: {st.st_size} bytes is more than a {what} may be ({limit} bytes)")
         chunks, total = [], 0
@@ -73,27 +87,12 @@ def read_limited(path: str | Path, what: str, limit: int, error) -> bytes:
         if total > limit:
             raise error(f"{path}: more than a {what} may be ({limit} bytes)")
         return b"".join(chunks)
-    except OSError as exc:
-        raise error(f"{path}: {describe_os_error(exc)}") from None
-    finally:
-        os.close(fd)
 
 
 def read_slice(path: str | Path, what: str, offset: int, length: int, error) -> bytes:
     """Exactly `length` bytes at `offset` of regular file `path` (an ONNX model's external
     data): the same checks as read_limited, and the range must lie inside the file."""
-    problem = check_regular(path, what)
-    if problem:
-        raise error(f"{path}: {problem}")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise error(f"{path}: {describe_os_error(exc)}") from None
-    try:
-        st = os.fstat(fd)
-        problem = _kind_problem(st.st_mode)
-        if problem:
-            raise error(f"{path}: {problem}: expected a {what} file")
+    with _open_regular(path, what, error) as (fd, st):
         if offset < 0 or length < 0 or offset + length > st.st_size:
             raise error(f"{path}: bytes {offset}..{offset + length} are not inside the file ({st.st_size} bytes)")
         chunks, total = [], 0
@@ -104,10 +103,6 @@ def read_slice(path: str | Path, what: str, offset: int, length: int, error) -> 
             chunks.append(chunk)
             total += len(chunk)
         return b"".join(chunks)
-    except OSError as exc:
-        raise error(f"{path}: {describe_os_error(exc)}") from None
-    finally:
-        os.close(fd)
 
 
 # ---------------------------------------------------------------- temp files of atomic writes
