@@ -12,7 +12,7 @@ from dsptrain.float_ops import compensation_bwd as compensation_backward
 from dsptrain.float_ops import compensation_fwd as compensation_forward
 from dsptrain.algorithms.wageubn import BN_GRIDS, on_grid
 from dsptrain.backends.ops_ref import RefBackend
-from dsptrain.errors import ConfigError, LoweringError
+from dsptrain.errors import ConfigError
 from dsptrain.graph import lower
 from dsptrain.models import build_model
 
