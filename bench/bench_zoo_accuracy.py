@@ -9,8 +9,8 @@ weights, seed 0), imported through `dsptrain.from_torch`. Fashion-MNIST (Debian'
 dataset-fashion-mnist) is padded to 32x32 and its gray channel repeated, as dsptrain does
 for any 32x32x3 model; pixels enter as (p - 128) / 128 on both sides. PyTorch: SGD with the
 recipe's float settings (lr, momentum), batch 64 in dsptrain's batch order (data.batches,
-seed 0), one intra-op thread unless --torch-threads. Prints test accuracy after each epoch and seconds per epoch (a whole epoch, timed),
-and writes bench/results/zoo_accuracy.{csv,json}.
+seed 0), one intra-op thread unless --torch-threads. Prints test accuracy after each epoch
+and seconds per epoch (a whole epoch, timed), and writes bench/results/zoo_accuracy.{csv,json}.
 """
 from __future__ import annotations
 
