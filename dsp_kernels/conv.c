@@ -13,6 +13,7 @@
 #include "hvx-utils.h"
 #include "kernels.h"
 #include "conv.h"
+#include "conv_common.h"
 #include "threads.h"
 
 #define DSPT_CHUNK (256u * 1024u)
