@@ -25,7 +25,8 @@ def out_hw(h, w, k, stride, pad):
     return (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
 
 
-# (hook, path the kernel takes, argument maker). Row shares come in fours (GEMM, conv.c's
+# (hook, what the case exercises, the path the DSP reports for it (DspBackend.last_paths;
+# None: GEMM, which has one), argument maker). Row shares come in fours (GEMM, conv.c's
 # rows) or whole images / lane blocks (the few-channel paths): the sizes below leave the
 # last thread a ragged share, or threads 2 and 3 nothing at all (5 GEMM rows, one image).
 def conv_args(rng, n, h, w, c, o, k, stride, pad):
@@ -43,26 +44,28 @@ def bwd_weight_args(rng, n, h, w, c, o, k, stride, pad):
 
 
 CASES = [
-    ("gemm_s8", "gemm, 5 rows: two shares of 4 rows at most", lambda rng: (s8(rng, 5, 37), s8(rng, 6, 37))),
-    ("gemm_s8", "gemm, ragged 67 x 45 x 130", lambda rng: (s8(rng, 67, 130), s8(rng, 45, 130))),
-    ("conv2d_s8", "conv.c rows, 33 channels", lambda rng: conv_args(rng, 1, 5, 3, 33, 7, 3, 1, 1)),
-    ("conv2d_s8", "conv.c rows, stride 2", lambda rng: conv_args(rng, 3, 7, 7, 20, 9, 3, 2, 1)),
-    ("conv2d_s8", "conv_lanes.c, one channel", lambda rng: conv_args(rng, 1, 3, 9, 1, 8, 3, 1, 0)),
-    ("conv2d_s8", "conv_lanes.c, 5 images", lambda rng: conv_args(rng, 5, 6, 7, 1, 3, 3, 1, 1)),
-    ("conv2d_s8", "conv_taps.c, one image", lambda rng: conv_args(rng, 1, 3, 9, 1, 6, 3, 1, 0)),
-    ("conv2d_s8", "conv_taps.c, 5 images", lambda rng: conv_args(rng, 5, 6, 7, 1, 7, 3, 1, 1)),
-    ("conv2d_s8", "conv_grid.c, one image", lambda rng: conv_args(rng, 1, 6, 7, 6, 9, 3, 1, 1)),
-    ("conv2d_s8", "conv_grid.c, 3 images", lambda rng: conv_args(rng, 3, 9, 9, 3, 16, 5, 1, 0)),
-    ("conv2d_s8", "conv_padded.c, 3 rows", lambda rng: conv_args(rng, 1, 3, 5, 3, 40, 3, 1, 1)),
-    ("conv2d_bwd_data_s8", "gather rows, stride 2", lambda rng: bwd_data_args(rng, 2, 7, 6, 33, 5, 3, 2, 1)),
-    ("conv2d_bwd_data_s8", "flipped conv rows", lambda rng: bwd_data_args(rng, 1, 5, 5, 40, 36, 3, 1, 0)),
-    ("conv2d_bwd_data_s8", "conv_grid.c bwd, 3 images", lambda rng: bwd_data_args(rng, 3, 8, 8, 6, 16, 5, 1, 0)),
-    ("conv2d_bwd_data_s8", "conv_col2im.c, one image", lambda rng: bwd_data_args(rng, 1, 8, 7, 3, 20, 3, 2, 1)),
-    ("conv2d_bwd_data_s8", "conv_col2im.c, 5 images", lambda rng: bwd_data_args(rng, 5, 6, 6, 2, 8, 3, 2, 0)),
-    ("conv2d_bwd_weight_s8", "conv.c reduction, ragged", lambda rng: bwd_weight_args(rng, 2, 5, 3, 40, 33, 3, 1, 0)),
-    ("conv2d_bwd_weight_s8", "conv.c reduction, stride 2", lambda rng: bwd_weight_args(rng, 1, 7, 7, 20, 9, 3, 2, 1)),
-    ("conv2d_bwd_weight_s8", "conv_planar.c, one image", lambda rng: bwd_weight_args(rng, 1, 8, 8, 3, 6, 3, 1, 1)),
-    ("conv2d_bwd_weight_s8", "conv_planar.c, 5 images", lambda rng: bwd_weight_args(rng, 5, 8, 8, 1, 6, 3, 1, 1)),
+    ("gemm_s8", "gemm, 5 rows: two shares of 4 rows at most", None, lambda rng: (s8(rng, 5, 37), s8(rng, 6, 37))),
+    ("gemm_s8", "gemm, ragged 67 x 45 x 130", None, lambda rng: (s8(rng, 67, 130), s8(rng, 45, 130))),
+    ("conv2d_s8", "conv.c rows, 33 channels", "im2col_gemm", lambda rng: conv_args(rng, 1, 5, 3, 33, 7, 3, 1, 1)),
+    ("conv2d_s8", "conv.c rows, stride 2", "im2col_gemm", lambda rng: conv_args(rng, 3, 7, 7, 20, 9, 3, 2, 1)),
+    ("conv2d_s8", "conv_lanes.c, one channel", "conv_lanes", lambda rng: conv_args(rng, 1, 3, 9, 1, 8, 3, 1, 0)),
+    ("conv2d_s8", "conv_lanes.c, 5 images", "conv_lanes", lambda rng: conv_args(rng, 5, 6, 7, 1, 3, 3, 1, 1)),
+    ("conv2d_s8", "conv_taps.c, one image", "conv_taps", lambda rng: conv_args(rng, 1, 3, 9, 1, 6, 3, 1, 0)),
+    ("conv2d_s8", "conv_taps.c, 5 images", "conv_taps", lambda rng: conv_args(rng, 5, 6, 7, 1, 7, 3, 1, 1)),
+    ("conv2d_s8", "conv_grid.c, one image", "conv_grid", lambda rng: conv_args(rng, 1, 6, 7, 6, 9, 3, 1, 1)),
+    ("conv2d_s8", "conv_grid.c, 3 images", "conv_grid", lambda rng: conv_args(rng, 3, 9, 9, 3, 16, 5, 1, 0)),
+    ("conv2d_s8", "conv_padded.c, 3 rows", "conv_padded", lambda rng: conv_args(rng, 1, 3, 5, 3, 40, 3, 1, 1)),
+    ("conv2d_bwd_data_s8", "gather rows, stride 2", "gather_gemm", lambda rng: bwd_data_args(rng, 2, 7, 6, 33, 5, 3, 2, 1)),
+    ("conv2d_bwd_data_s8", "flipped conv rows", "flipped_gemm", lambda rng: bwd_data_args(rng, 1, 5, 5, 40, 36, 3, 1, 0)),
+    ("conv2d_bwd_data_s8", "conv_grid.c bwd, 3 images", "conv_grid", lambda rng: bwd_data_args(rng, 3, 8, 8, 6, 16, 5, 1, 0)),
+    ("conv2d_bwd_data_s8", "conv_col2im.c, one image", "col2im", lambda rng: bwd_data_args(rng, 1, 8, 7, 3, 20, 3, 2, 1)),
+    ("conv2d_bwd_data_s8", "conv_col2im.c, 5 images", "col2im", lambda rng: bwd_data_args(rng, 5, 6, 6, 2, 8, 3, 2, 0)),
+    ("conv2d_bwd_weight_s8", "conv.c reduction, ragged", "wgrad_gemm",
+     lambda rng: bwd_weight_args(rng, 2, 5, 3, 40, 33, 3, 1, 0)),
+    ("conv2d_bwd_weight_s8", "conv.c reduction, stride 2", "wgrad_gemm",
+     lambda rng: bwd_weight_args(rng, 1, 7, 7, 20, 9, 3, 2, 1)),
+    ("conv2d_bwd_weight_s8", "conv_planar.c, one image", "planar", lambda rng: bwd_weight_args(rng, 1, 8, 8, 3, 6, 3, 1, 1)),
+    ("conv2d_bwd_weight_s8", "conv_planar.c, 5 images", "planar", lambda rng: bwd_weight_args(rng, 5, 8, 8, 1, 6, 3, 1, 1)),
 ]
 
 
@@ -79,11 +82,12 @@ def split_at(dsp, threads):
 @pytest.mark.parametrize("threads", THREADS)
 @pytest.mark.parametrize("case", range(len(CASES)), ids=[c[1] for c in CASES])
 def test_every_product_path_is_bit_exact_on_every_thread_count(dsp, case, threads, rng):
-    hook, _, make = CASES[case]
+    hook, _, path, make = CASES[case]
     args = make(rng)
     with split_at(dsp, threads):
         got = getattr(dsp, hook)(*args)
     np.testing.assert_array_equal(np.asarray(got), getattr(ref, hook)(*args))
+    assert dsp.last_paths == ([(hook, path)] if path else []), "the case no longer runs the kernel it is for"
 
 
 @pytest.mark.parametrize("threads", [2, 4])
@@ -91,7 +95,7 @@ def test_every_product_path_is_bit_exact_on_every_thread_count(dsp, case, thread
 def test_accumulating_products_join_the_threads_in_order(dsp, case, threads, rng):
     """ACCUMULATE: thread 0 adds into the output, the others' partial sums (weight gradient)
     or rows are added after the join."""
-    hook, _, make = CASES[case]
+    hook, _, _, make = CASES[case]
     args = make(rng)
     want = getattr(ref, hook)(*args)
     start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
