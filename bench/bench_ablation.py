@@ -1,6 +1,7 @@
 """Mandheling's ablation: per-batch time with every scheduler technique, and with each off.
 
     python bench/bench_ablation.py                         # LeNet-5 + VGG-11, cpu and dsp
+    python bench/bench_ablation.py --models lenet5,vgg11,mobilenet_v2   # + MobileNetV2 (torch to build it)
     python bench/bench_ablation.py --models lenet5 --backends cpu --steps 20
     python bench/bench_ablation.py --accuracy-epochs 10    # + LeNet test accuracy, adaptive on/off
     python bench/bench_ablation.py --models "" --accuracy-epochs 10   # the accuracy check alone
@@ -36,7 +37,11 @@ Self-adaptive rescaling needs history: each trainer first runs `--warmup` steps
 of its config on `cpu` (weights, step counter and controller state carried over; integer
 backends agree bit for bit, so this is the state the timed backend would reach itself).
 VGG-11 runs on synthetic 32x32 data (timing does not depend on pixels); on the emulated
-DSP one step takes about a minute, so it runs `--dsp-vgg-steps` steps only.
+DSP one step takes about a minute, so it runs `--dsp-vgg-steps` steps only. So do the
+mobile CNNs of tests/zoo_torch.py (mobilenet_v2: torchvision's definition, width 1.0,
+imported through from_torch; bench/zoo_models.py): NITI runs their products in int8
+(depthwise on the dwconv2d hooks) and batch norm and ReLU6 in float on the CPU, so
+co-scheduling has CPU work to overlap with the DSP's products.
 """
 from __future__ import annotations
 
@@ -49,6 +54,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import print_table, write_results  # noqa: E402
+from zoo_models import zoo_model  # noqa: E402
 
 CONFIGS = {"all": {}, "no co_schedule": {"co_schedule": False},
            "no adaptive_rescale": {"adaptive_rescale": False}, "no batch_split": {"batch_split": False}}
@@ -125,12 +131,12 @@ def start_trainer(model: str, backend: str, label: str, steps: int, warmup: int,
 
     sched = {**CONFIGS, **DSP_OFF, **FORCED}[label]
     run = make_run(model, sched, train_limit=64 * (warmup + steps))
-    warm = Trainer(run, backend="cpu", out_dir=out_dir, progress=False)
+    warm = Trainer(run, backend="cpu", out_dir=out_dir, progress=False, model=zoo_model(model))
     for x, y in batches(warm, warmup):
         warm.step(x, y)
     if backend == "cpu":
         return warm
-    timed = Trainer(run, backend=backend, out_dir=out_dir, progress=False)
+    timed = Trainer(run, backend=backend, out_dir=out_dir, progress=False, model=zoo_model(model))
     timed.state, timed.global_step = dict(warm.state), warm.global_step
     timed.rescale.restore(warm.rescale.state())
     warm.close()

@@ -2,7 +2,7 @@
 
     python bench/bench_dsp.py [--quick] [--device v66] [--steps lenet5,vgg11]
     python bench/bench_dsp.py --only mobilenet      # MobileNetV2's convolutions alone
-    python bench/bench_dsp.py --only steps --steps lenet5,vgg11   # the NITI training steps alone
+    python bench/bench_dsp.py --only steps --steps lenet5,vgg11,mobilenet_v2   # the NITI training steps alone
 
 Per kernel: packets, instructions and HVX instructions from QEMU's counters
 (c20/c21/c22) and MACs per packet (two vrmpy per packet make 256 the ceiling of one
@@ -54,6 +54,7 @@ from dsptrain.numerics import RngKey
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report import write_results  # noqa: E402
+from zoo_models import zoo_model  # noqa: E402
 
 MANDHELING_VGG11_S = 0.23   # s per batch: VGG-11, CIFAR-10, batch 64, 150 epochs in 7.5 h (Mandheling, MobiCom 2022)
 
@@ -219,7 +220,8 @@ def cpu_step_seconds(run, steps: int) -> float:
     from dsptrain import data as datasets
     from dsptrain.train import Trainer
 
-    trainer = Trainer(run, backend="cpu", out_dir=Path("/tmp") / f"bench-dsp-cpu-{os.getpid()}", progress=False)
+    trainer = Trainer(run, backend="cpu", out_dir=Path("/tmp") / f"bench-dsp-cpu-{os.getpid()}", progress=False,
+                      model=zoo_model(run.model.name))
     times = []
     for i, (x, y) in enumerate(datasets.batches(trainer.train_data, 64, 0, 0)):
         if i > steps:
@@ -248,7 +250,8 @@ def step_rows(models: list[str], profile, steps: int = 2) -> list[dict]:
         run = dataclasses.replace(run, name=f"bench-dsp-{model}", model=dataclasses.replace(run.model, name=model),
                                   data=data, train=dataclasses.replace(run.train, batch_size=64),
                                   scheduler=dataclasses.replace(run.scheduler, device=profile.name))
-        trainer = Trainer(run, backend="dsp", out_dir=Path("/tmp") / f"bench-dsp-{os.getpid()}", progress=False)
+        trainer = Trainer(run, backend="dsp", out_dir=Path("/tmp") / f"bench-dsp-{os.getpid()}", progress=False,
+                          model=zoo_model(model))
         dsp, taken = trainer.backends["dsp"], []
         take = dsp.take_cost_log
 
