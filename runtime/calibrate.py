@@ -147,8 +147,8 @@ MARK = "# hook_speeds: written by `dsptrain calibrate`"
 def speeds_block(speeds) -> str:
     """The profile's `hook_speeds:` block (config.HookSpeeds) as YAML text, one rate a line."""
     lines = [f"{MARK} (run it again to measure again; it rewrites this block).",
-             "#   cpu: int8 MACs per second, each product's median call on this machine's CPU kernels",
-             "#   dsp: int8 MACs per DSP cycle on the critical path (QEMU's packets at dsp.hvx_threads threads)",
+             "#   cpu: int8 MACs per second, each product's median call on the CPU kernels of the machine it ran on",
+             "#   dsp: int8 MACs per DSP cycle on the critical path (the packets at dsp.hvx_threads threads)",
              "hook_speeds:",
              "  measured:" + ("" if speeds.measured else " {}")]
     # a JSON string is a YAML double-quoted one
