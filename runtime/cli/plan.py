@@ -52,12 +52,22 @@ def run(args) -> int:
         print(describe(fitter, source))
         if args.ops is not None:
             _print_op_times(plan, args.ops)
+        elif plan.device is not None:
+            print(summary_line(plan) + " (--ops: each op)")
         print("the budget covers what the planner places (tensor arena, op workspace, kernel scratch); "
               "the interpreter, NumPy and the loaded dataset come on top of it in the process's RSS")
     finally:
         planner.close()
     _check_fits(fitter, source, args.budget, config.source)
     return 0
+
+
+def summary_line(plan) -> str:
+    from ..plan.rates import modeled_totals
+
+    totals, measured = modeled_totals(plan)
+    return (f"modeled on {plan.device.name}: " + ", ".join(f"{w} {s * 1e3:.4g} ms" for w, s in sorted(totals.items()))
+            + f" a step, serial; {measured} products at their measured rate (hook_speeds)")
 
 
 def _print_op_times(plan, limit: int) -> None:

@@ -47,7 +47,8 @@ class OpTime:
     nbytes: int
     seconds: float
     macs_per_s: float        # the MAC rate the model used
-    source: str              # "measured <key>", "macs_per_s" (the processor's), or "bytes" when DDR bound
+    source: str              # where the rate comes from: "measured <key>" or "macs_per_s" (the processor's)
+    bytes_bound: bool        # the bytes over the bandwidth took longer than the MACs at the rate
 
 
 def op_time(device, graph: TrainGraph, op, backend: str) -> OpTime:
@@ -58,9 +59,8 @@ def op_time(device, graph: TrainGraph, op, backend: str) -> OpTime:
     fast = speeds(device, PROCESSOR.get(backend, "cpu"))
     key, nbytes = rate_key(graph, op), op_bytes(graph, op)
     rate, source = fast.rate(key)
-    if op.macs / rate < nbytes / fast.bytes_per_s:
-        source = "bytes"
-    return OpTime(op.name, backend, key, op.macs, nbytes, fast.seconds(op.macs, nbytes, key), rate, source)
+    return OpTime(op.name, backend, key, op.macs, nbytes, fast.seconds(op.macs, nbytes, key), rate, source,
+                  op.macs / rate < nbytes / fast.bytes_per_s)
 
 
 def faster_on_host(device, graph: TrainGraph, op) -> tuple[bool, str]:
@@ -82,21 +82,28 @@ def op_times(plan) -> list[OpTime]:
     return [op_time(plan.device, plan.graph, op, plan.backend_of(op)) for op in plan.graph.ops if not op.is_alias()]
 
 
-def describe_times(plan, limit: int | None = None) -> str:
-    """The per-op table of modeled times (`dsptrain plan --ops`), longest first when `limit`
-    keeps only that many, with each processor's total."""
-    rows = op_times(plan)
+def modeled_totals(plan, rows: list[OpTime] | None = None) -> tuple[dict[str, float], int]:
+    """({processor: modeled seconds of its ops}, how many ops took a measured rate)."""
+    rows = op_times(plan) if rows is None else rows
     totals: dict[str, float] = {}
     for r in rows:
         where = PROCESSOR.get(r.backend, "cpu")
         totals[where] = totals.get(where, 0.0) + r.seconds
+    return totals, sum(r.source.startswith("measured") for r in rows)
+
+
+def describe_times(plan, limit: int | None = None) -> str:
+    """The per-op table of modeled times (`dsptrain plan --ops`), longest first when `limit`
+    keeps only that many, with each processor's total."""
+    rows = op_times(plan)
+    totals, _ = modeled_totals(plan, rows)
     shown = sorted(rows, key=lambda r: -r.seconds)[:limit] if limit else rows
     width = max((len(r.op) for r in shown), default=2)
     lines = [f"modeled time per op (profile {plan.device.name}; cost.py's roofline: call + max(MACs / rate, "
              f"bytes / bandwidth)){'' if not limit or limit >= len(rows) else f', the {limit} longest of {len(rows)}'}:",
-             f"  {'op':<{width}}  where       ms       MACs      bytes  rate (MAC/s) from"]
+             f"  {'op':<{width}}  where       ms       MACs      bytes  rate (MAC/s) from (bytes: DDR-bound)"]
     for r in shown:
-        rate = f"{r.macs_per_s:12.3g} {r.source}" if r.macs else f"{'':12} bytes"
+        rate = f"{r.macs_per_s:12.3g} {r.source}{' (bytes)' if r.bytes_bound else ''}" if r.macs else f"{'':12} bytes"
         lines.append(f"  {r.op:<{width}}  {r.backend:<4} {r.seconds * 1e3:9.4f} {r.macs:10.3g} {r.nbytes:10.3g} {rate}")
     lines.append("  total: " + ", ".join(f"{where} {s * 1e3:.4g} ms" for where, s in sorted(totals.items())) +
                  " (serial; co-scheduling overlaps them: micro-batches "
