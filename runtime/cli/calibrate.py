@@ -99,6 +99,9 @@ def run(args) -> int:
         print("--dry-run: nothing written")
         return 0
     out = args.out or Path(profile.source)
-    calibrate.write_profile(Path(profile.source), out, speeds)
+    try:
+        calibrate.write_profile(Path(profile.source), out, speeds)
+    except OSError as exc:
+        raise UserError(f"{out}: cannot write the profile ({exc.strerror or exc}); give another file with --out") from None
     print(f"wrote hook_speeds to {out}")
     return 0

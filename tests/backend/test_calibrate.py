@@ -46,3 +46,22 @@ def test_dsp_rates_are_macs_per_critical_packet_within_the_hvx_ceiling(dsp):
         assert 0 < rate <= 4 * 256, key
     assert all(isinstance(r["cost"], int) and r["cost"] > 0 for r in rows)
     assert rates({}) == {}
+
+
+def test_the_command_writes_what_it_measured_and_keeps_the_rest(tmp_path, capsys):
+    from dsptrain.cli import main
+    from dsptrain.config import load_device
+
+    source = tmp_path / "dev.yaml"
+    source.write_text("name: dev\n# hand-written\nhook_speeds: {dsp: {dwconv2d_s8: 40.0}, cpu: {conv2d_s8: 1.0e+9}}\n")
+    out = tmp_path / "measured.yaml"
+    args = ["calibrate", str(source), "--backends", "cpu", "--only", "gemm_s8", "--batch", "2", "--repeats", "1"]
+    assert main([*args, "--out", str(out)]) == 0
+    assert "gemm_s8" in capsys.readouterr().out
+    got = load_device(str(out)).hook_speeds
+    assert got.cpu["gemm_s8"] > 0 and got.cpu["conv2d_s8"] == 1.0e9 and got.dsp == {"dwconv2d_s8": 40.0}
+    assert "batch 2" in got.measured["cpu"] and "dsp" not in got.measured
+    assert "# hand-written" in out.read_text() and load_device(str(source)).hook_speeds.cpu == {"conv2d_s8": 1.0e9}
+    assert main([*args, "--dry-run"]) == 0 and "nothing written" in capsys.readouterr().out
+    assert main(["calibrate", str(source), "--only", "gemm_s9"]) == 2
+    assert "gemm_s9" in capsys.readouterr().err

@@ -49,7 +49,7 @@ def inverted_residual(batch=16, hw=8, c=16, expand=6) -> TrainGraph:
         b.layer_io[name] = (x, out)
         x = out
     err = b.tensor("err.project", (batch, hw, hw, c), "int8", "error")
-    for name, cin, cout, k, hook in reversed(layers):
+    for name, _, _, k, hook in reversed(layers):
         x_in, _ = b.layer_io[name]
         macs = b.find(f"{name}.fwd").macs
         grad = b.tensor(f"{name}.grad", b.tensors[f"{name}.w"].shape, "int32", "grad")
