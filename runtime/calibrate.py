@@ -48,12 +48,14 @@ LINEAR = ((512, 512, 1), (512, 10, 1), (1280, 10, 1))
 
 @dataclass(frozen=True)
 class Case:
-    """One product on one shape: its rate key, MACs, weight (times a model has it), the call."""
+    """One product on one shape: its rate key, MACs, weight (times a model has it), the call,
+    and the bytes its operands and result hold (as a graph's op reads and writes them)."""
     key: str
     shape: str
     macs: int
     count: int
     call: Callable          # call(backend): runs the hook once
+    nbytes: int = 0
 
 
 def cases(batch: int, seed: int = 0) -> list[Case]:
@@ -69,28 +71,34 @@ def cases(batch: int, seed: int = 0) -> list[Case]:
         x, w, err = s8(batch, hw, hw, c), s8(c, 3, 3, 1), s8(batch, oh, oh, c)
         macs, name = batch * oh * oh * c * 9, f"dw {c} {hw}x{hw} s{stride}"
         out += [Case("dwconv2d_s8", name, macs, count,
-                     lambda b, x=x, w=w, s=stride: b.dwconv2d_requant_s8(x, w, s, 1, "round", None)),
+                     lambda b, x=x, w=w, s=stride: b.dwconv2d_requant_s8(x, w, s, 1, "round", None),
+                     x.nbytes + w.nbytes + err.nbytes),
                 Case("dwconv2d_bwd_data_s8", name, macs, count,
                      lambda b, e=err, w=w, s=stride, hw=hw: b.dwconv2d_bwd_data_requant_s8(e, w, s, 1, (hw, hw),
-                                                                                          "round", None)),
+                                                                                          "round", None),
+                     err.nbytes + w.nbytes + x.nbytes),
                 Case("dwconv2d_bwd_weight_s8", name, macs, count,
-                     lambda b, e=err, x=x, s=stride: b.dwconv2d_bwd_weight_s8(e, x, s, 1, (3, 3)))]
+                     lambda b, e=err, x=x, s=stride: b.dwconv2d_bwd_weight_s8(e, x, s, 1, (3, 3)),
+                     err.nbytes + x.nbytes + 4 * w.size)]
     dense = [(hw, ci, co, 1, 0, count, ".pointwise") for hw, ci, co, count in MOBILENET_PW] + \
             [(hw, ci, co, 3, 1, count, "") for hw, ci, co, count in VGG11_CONV]
     for hw, ci, co, k, pad, count, suffix in dense:
         x, w, err = s8(batch, hw, hw, ci), s8(co, k, k, ci), s8(batch, hw, hw, co)
         macs, name = batch * hw * hw * co * k * k * ci, f"{k}x{k} {ci}->{co} {hw}x{hw}"
         out += [Case("conv2d_s8" + suffix, name, macs, count,
-                     lambda b, x=x, w=w, p=pad: b.conv2d_requant_s8(x, w, 1, p, "round", None)),
+                     lambda b, x=x, w=w, p=pad: b.conv2d_requant_s8(x, w, 1, p, "round", None),
+                     x.nbytes + w.nbytes + err.nbytes),
                 Case("conv2d_bwd_data_s8" + suffix, name, macs, count,
                      lambda b, e=err, w=w, p=pad, hw=hw: b.conv2d_bwd_data_requant_s8(e, w, 1, p, (hw, hw),
-                                                                                     "round", None)),
+                                                                                     "round", None),
+                     err.nbytes + w.nbytes + x.nbytes),
                 Case("conv2d_bwd_weight_s8" + suffix, name, macs, count,
-                     lambda b, e=err, x=x, p=pad, k=k: b.conv2d_bwd_weight_s8(e, x, 1, p, (k, k)))]
+                     lambda b, e=err, x=x, p=pad, k=k: b.conv2d_bwd_weight_s8(e, x, 1, p, (k, k)),
+                     err.nbytes + x.nbytes + 4 * w.size)]
     for fin, fout, count in LINEAR:
         x, w = s8(batch, fin), s8(fout, fin)
         out.append(Case("gemm_s8", f"linear {fin}->{fout}", batch * fin * fout, count,
-                        lambda b, x=x, w=w: b.gemm_requant_s8(x, w, "round", None)))
+                        lambda b, x=x, w=w: b.gemm_requant_s8(x, w, "round", None), x.nbytes + w.nbytes + batch * fout))
     return out
 
 
