@@ -5,7 +5,7 @@ into a device profile), beside the one rate per processor the cost model used be
 
 Per rate key (runtime/calibrate.py's shapes: MobileNetV2's depthwise and pointwise layers,
 VGG-11's 3 x 3 convolutions, linear layers; each weighted by its count in the model): the
-CPU backend's MAC/s on this machine (median of --repeats calls), the DSP's MACs per cycle on
+CPU backend's MAC/s on this machine (fastest of --repeats calls), the DSP's MACs per cycle on
 the critical path (QEMU's packets at the profile's HVX threads) and that rate in MAC/s at the
 profile's clock and at 500 MHz (the Snapdragon 865's cDSP clock in Mandheling's device
 table), the profile's generic `macs_per_s` for each processor, and which processor the

@@ -8,8 +8,8 @@ input: the stem's stride 2 leaves 16 x 16), VGG-11's 3 x 3 convolutions at 32 x 
 linear layers; each shape weighted by the times its model has it, so a rate is the
 model's MACs over the model's time in that kernel.
 
-- CPU: the CPU backend's hook, timed (median of `repeats` calls after a warm one) on this
-  machine: MACs per second.
+- CPU: the CPU backend's hook, timed (the fastest of `repeats` calls after a warm one: on
+  a shared machine others' load only ever adds time) on this machine: MACs per second.
 - DSP: the DSP backend's hook under its transport (qemu-hexagon here); QEMU's packet
   counters are exact where its wall time is not, so a rate is MACs per packet on the
   critical path across the profile's dsp.hvx_threads (cost.dsp_model_time's input): MACs
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import platform
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,14 +102,14 @@ def cases(batch: int, seed: int = 0) -> list[Case]:
 
 
 def time_cpu(backend, case: Case, repeats: int) -> float:
-    """Median seconds of `repeats` calls of `case` on `backend`, after a warm call."""
+    """Seconds of the fastest of `repeats` calls of `case` on `backend`, after a warm call."""
     case.call(backend)
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
         case.call(backend)
         times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    return min(times)
 
 
 def count_dsp(backend, case: Case) -> int:
@@ -155,7 +154,7 @@ MARK = "# hook_speeds: written by `dsptrain calibrate`"
 def speeds_block(speeds) -> str:
     """The profile's `hook_speeds:` block (config.HookSpeeds) as YAML text, one rate a line."""
     lines = [f"{MARK} (run it again to measure again; it rewrites this block).",
-             "#   cpu: int8 MACs per second, each product's median call on the CPU kernels of the machine it ran on",
+             "#   cpu: int8 MACs per second, each product's fastest call on the CPU kernels of the machine it ran on",
              "#   dsp: int8 MACs per DSP cycle on the critical path (the packets at dsp.hvx_threads threads)",
              "hook_speeds:",
              "  measured:" + ("" if speeds.measured else " {}")]

@@ -29,7 +29,7 @@ def add_parser(sub, common):
     parser.add_argument("--dsp-batch", type=int,
                         help="rows of each DSP product (default: --batch; under the emulator batch 64 takes about a "
                              "minute, and a smaller batch measures the small layers' fixed costs larger than they are)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls per CPU product, median kept (default 5)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per CPU product, the fastest kept (default 5)")
     parser.add_argument("--only", help="comma-separated rate keys to measure (default all: cost.RATE_KEYS)")
     parser.add_argument("--dry-run", action="store_true", help="measure and print, write nothing")
     return parser
@@ -81,7 +81,7 @@ def run(args) -> int:
         backend = _backend(part, profile)
         note = calibrate.provenance(part, batches[part], profile.dsp.hvx_threads)   # the CPU's load before it runs
         print(f"{part}: each product at batch {batches[part]}" +
-              (f", median of {args.repeats} calls" if part == "cpu" else ", critical-path packets"), flush=True)
+              (f", fastest of {args.repeats} calls" if part == "cpu" else ", critical-path packets"), flush=True)
         try:
             got, _ = calibrate.measure(part, backend, batches[part], args.repeats, only, progress=lambda r: print(
                 f"  {r['key']:<31} {r['shape']:<22} {r['rate']:10.4g} {unit[r['part']]}", flush=True))

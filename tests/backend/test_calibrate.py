@@ -24,7 +24,7 @@ def test_cases_cover_every_rate_key_with_the_models_shapes():
     assert dw.macs == 2 * 8 * 8 * 96 * 9
 
 
-def test_cpu_rates_are_the_weighted_macs_over_the_median_times():
+def test_cpu_rates_are_the_weighted_macs_over_the_fastest_times():
     from dsptrain.backends.ops_cpu import CpuBackend
 
     got, rows = measure("cpu", CpuBackend(), 2, 1, only={"dwconv2d_s8", "conv2d_bwd_weight_s8.pointwise"})
