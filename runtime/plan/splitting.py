@@ -7,7 +7,9 @@ from ..backends import PROCESSOR
 from ..graph import TrainGraph
 from .rates import rate_key
 
-PRODUCT_HOOKS = ("conv2d_s8", "gemm_s8", "conv2d_bwd_data_s8", "conv2d_bwd_weight_s8")
+# the products whose working set splitting sizes: dense, pointwise and depthwise convolutions, GEMMs
+PRODUCT_HOOKS = ("conv2d_s8", "gemm_s8", "conv2d_bwd_data_s8", "conv2d_bwd_weight_s8",
+                 "dwconv2d_s8", "dwconv2d_bwd_data_s8", "dwconv2d_bwd_weight_s8")
 
 
 def splittable(graph: TrainGraph, op) -> bool:

@@ -18,6 +18,7 @@ from dsptrain.plan.rates import rate_key
 from .helpers import need_torch, write_run
 
 BATCH = 16
+STEPS_SPLIT = 5   # adaptive rescaling gives requantized products a shift after the first steps: then they split
 
 
 class _Backend:
@@ -111,3 +112,38 @@ def test_a_step_runs_each_depthwise_op_where_the_profile_placed_it(tmp_path, emu
     assert weights["dsp"].keys() == weights["cpu"].keys()
     for name in weights["cpu"]:
         assert np.array_equal(weights["dsp"][name], weights["cpu"][name]), name
+
+
+def test_batch_splitting_takes_depthwise_products_and_stays_bit_exact(tmp_path):
+    """A profile whose CPU L2 holds a few rows, calls that cost nothing and products that are
+    all memory-bound: splitting chunks depthwise products too, and the weights after the
+    steps are the unsplit run's bit for bit."""
+    torch = need_torch()
+    from tests.zoo_torch import build
+
+    from dsptrain.plan import splittable
+
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text("name: tiny\ncpu: {l2: 16KiB, call_s: 1.0e-9, macs_per_s: 1.0e+18}\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = dsptrain.from_torch(build("mobilenet_v2"), torch.zeros(2, 3, 32, 32))
+    x = np.random.default_rng(11).integers(0, 256, (16, 32, 32, 3), dtype=np.uint8)
+    y = np.arange(16) % 10
+    weights, split = {}, {}
+    for label, on in (("split", "true"), ("whole", "false")):
+        (tmp_path / label).mkdir()
+        run = dsptrain.load_run(write_run(tmp_path / label, "niti", f"train: {{epochs: 1, batch_size: 16}}\n"
+                                          f"scheduler: {{device: {tiny}, batch_split: {on}}}\n"))
+        trainer = dsptrain.Trainer(run, backend="cpu", model=model, progress=False, out_dir=tmp_path / label / "out")
+        try:
+            ran = sum(trainer.step(x, y).split_ops for _ in range(STEPS_SPLIT))
+            assert (ran > 0) == (label == "split"), (label, ran)
+            plan = trainer.plans.get(16, True)
+            split[label] = [op for op in plan.graph.ops if splittable(plan.graph, op) and plan.split_rows(op, 16)]
+            weights[label] = {k: np.array(getattr(v, "q", v)) for k, v in trainer.state.items()}
+        finally:
+            trainer.close()
+    assert any(op.kind.startswith("niti.dwconv") for op in split["split"]) and not split["whole"]
+    for name in weights["whole"]:
+        assert np.array_equal(weights["split"][name], weights["whole"][name]), name
