@@ -256,6 +256,7 @@ def main() -> None:
     ap.add_argument("--accuracy-epochs", type=int, default=0, help="LeNet epochs, adaptive on vs off (0: skip)")
     ap.add_argument("--accuracy-seeds", default="0,1", help="seeds of the accuracy check (their spread is the noise)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/dsptrain-ablation"))
+    ap.add_argument("--results", default="ablation", help="name of the JSON in bench/results/ (default ablation)")
     args = ap.parse_args()
     rows, gain_rows, layer_rows = [], [], []
     for model in [m for m in args.models.split(",") if m]:     # --models "": the accuracy check only
@@ -278,7 +279,7 @@ def main() -> None:
     acc = accuracy(args.accuracy_epochs, args.out, seeds) if args.accuracy_epochs else []
     if acc:
         print_table(acc, title=f"LeNet-5 test accuracy after {args.accuracy_epochs} epochs")
-    write_results("ablation" if rows else "ablation_accuracy", rows + gain_rows + layer_rows + acc,
+    write_results(args.results if rows else "ablation_accuracy", rows + gain_rows + layer_rows + acc,
                   steps=args.steps, warmup=args.warmup, dsp_vgg_steps=args.dsp_vgg_steps,
                   accuracy_epochs=args.accuracy_epochs)
 
