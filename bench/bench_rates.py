@@ -39,10 +39,10 @@ def main() -> None:
     args = ap.parse_args()
     profile = load_device(args.device)
     load_start = os.getloadavg()[0]
-    cpu_rates, cpu_rows = measure("cpu", backend_class("cpu")(), args.batch, args.repeats)
+    cpu_rates, cpu_rows = measure("cpu", backend_class("cpu")(), args.batch, args.repeats)   # rows: per shape
     dsp = backend_class("dsp")(hvx_threads=profile.dsp.hvx_threads)
     try:
-        dsp_rates, dsp_rows = measure("dsp", dsp, args.batch, 1)
+        dsp_rates, _ = measure("dsp", dsp, args.batch, 1)
     finally:
         dsp.close()
     measured = dataclasses.replace(profile, hook_speeds=HookSpeeds({}, cpu_rates, dsp_rates))
@@ -66,7 +66,7 @@ def main() -> None:
                      "placed_on_cpu_1ghz": picks["1ghz"], "placed_on_cpu_500mhz": picks["500mhz"]})
     print_table(rows, title=f"measured int8 product rates, batch {args.batch} ({profile.name}: "
                             f"{profile.dsp.hvx_threads} HVX threads, {profile.dsp.clock_hz / 1e9:g} GHz)")
-    write_results("hook_rates", rows + cpu_rows + dsp_rows, device=profile.name, batch=args.batch,
+    write_results("hook_rates", rows, device=profile.name, batch=args.batch,
                   repeats=args.repeats, hvx_threads=profile.dsp.hvx_threads, clock_hz=profile.dsp.clock_hz,
                   load_average_at_start=load_start)
 
