@@ -17,7 +17,7 @@ and gives dsptrain's logits, fed the same batches.
 from __future__ import annotations
 
 import json
-
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -64,9 +64,25 @@ def _int8_of(value, transform) -> QTensor | None:
     return None
 
 
-def _bias(g, layer, floats) -> tuple[str, ...]:
-    """(the layer's float bias,) when it has one: Conv's and Gemm's third input (float in QDQ too)."""
-    return (g.const(f"{layer.name}.bias", floats[f"{layer.name}.b"]),) if has_bias(layer) else ()
+def _bias(g, layer, floats, rounding=None) -> tuple[str, ...]:
+    """(the layer's float bias,) when it has one: Conv's and Gemm's third input (float in QDQ too).
+    Under NITI's rounding the bias is added after the exact sums instead (_rounded_product)."""
+    if not has_bias(layer) or rounding is not None:
+        return ()
+    return (g.const(f"{layer.name}.bias", floats[f"{layer.name}.b"]),)
+
+
+def _rounded_product(g, walk, layer, y: str, reads: str, bias_shape) -> str:
+    """A NITI product's output: rounded to int8 on its step, or (a product with a bias, whose
+    output NITI keeps in float) its exact sums plus the bias, one float32 rounding as the engine's."""
+    if not walk.rounding:
+        return y
+    if layer.name in walk.rounding.writes_int8:
+        return walk.rounding.product(layer, y, reads)
+    if not has_bias(layer):
+        return y
+    bias = g.const(f"{layer.name}.bias", walk.floats[f"{layer.name}.b"].reshape(bias_shape))
+    return g.node("Add", (y, bias), f"{layer.name}.biased", f"{layer.name}.bias_add")
 
 
 def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
@@ -78,83 +94,112 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
     from . import onnx_niti
 
     model, state = trained.model, trained.state
-    floats = float_weights(state)
     g = _Graph(onnx, qdq)
-    out_of, shape_of, flat_from = {INPUT: "input"}, {INPUT: tuple(model.input_shape)}, {}
+    walk = _Walk(float_weights(state), state, None, {INPUT: "input"}, {INPUT: tuple(model.input_shape)})
     niti = onnx_niti.is_niti(trained) if niti is None else niti
-    rounding = None
     if niti:
         onnx_niti.check(trained)
-        rounding = onnx_niti.Rounding(g, state)
-        out_of[INPUT] = rounding.input("input")
+        walk.rounding = onnx_niti.Rounding(g, state, model)
+        walk.out_of[INPUT] = walk.rounding.input("input")
     previous = INPUT
     for layer, shape in zip(model.layers, model.shapes()):
         reads = getattr(layer, "source", None) or previous
-        x, name, out = out_of[reads], layer.name, f"{layer.name}.out"
-        if isinstance(layer, Conv2d):
-            to_oihw = lambda a: a.transpose(0, 3, 1, 2)
-            w = g.weight(f"{name}.weight", to_oihw(floats[f"{name}.w"]), _int8_of(state[f"{name}.w"], to_oihw))
-            p = layer.padding
-            g.node("Conv", (x, w, *_bias(g, layer, floats)), out, name, kernel_shape=[layer.kernel] * 2,
-                   strides=[layer.stride] * 2, pads=[p] * 4, group=layer.groups, dilations=[layer.dilation] * 2)
-            if rounding:
-                out = rounding.product(layer, out, reads)
-        elif isinstance(layer, Linear):
-            source_shape = flat_from.get(reads)
-            def to_onnx(a, s=source_shape):
-                if s is None:
-                    return a
-                h, w_, c = s          # engine columns (H, W, C) -> ONNX's (C, H, W)
-                return a.reshape(a.shape[0], h, w_, c).transpose(0, 3, 1, 2).reshape(a.shape[0], -1)
-            w = g.weight(f"{name}.weight", to_onnx(floats[f"{name}.w"]), _int8_of(state[f"{name}.w"], to_onnx))
-            g.node("Gemm", (x, w, *_bias(g, layer, floats)), out, name, transB=1)
-            if rounding:
-                out = rounding.product(layer, out, reads)
-        elif isinstance(layer, ReLU):
-            g.node("Relu", (x,), out, name)
-            if reads in flat_from:
-                flat_from[layer.name] = flat_from[reads]
-        elif isinstance(layer, MaxPool2d):
-            g.node("MaxPool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
-                   pads=[layer.padding] * 4, ceil_mode=int(layer.ceil_mode))
-        elif isinstance(layer, AvgPool2d):
-            g.node("AveragePool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
-                   pads=[layer.padding] * 4, count_include_pad=int(layer.count_include_pad))
-            if rounding:   # NITI's windows: stride = kernel, no padding, a power-of-two divisor
-                out = rounding.average(layer, out, reads, layer.kernel ** 2)
-        elif isinstance(layer, Flatten):
-            if len(shape_of[reads]) == 3:
-                flat_from[layer.name] = shape_of[reads]
-                g.node("Flatten", (x,), out, name, axis=1)
-            else:
-                out = x
-        elif isinstance(layer, Dropout):
+        out = _export_layer(g, walk, layer, reads)
+        walk.out_of[layer.name], walk.shape_of[layer.name], previous = out, shape, layer.name
+    g.nodes.append(g.helper.make_node("Identity", [walk.out_of[previous]], ["logits"], name="logits"))
+    used = {name for node in g.nodes for name in node.input}   # e.g. NITI's input step when a float layer reads it
+    g.initializers = [t for t in g.initializers if t.name in used]
+    proto = _model_proto(g, trained, qdq, niti)
+    onnx.checker.check_model(proto)
+    return proto
+
+
+@dataclass
+class _Walk:
+    """What the walk over the layers keeps: the float (and stored) weights, NITI's rounding
+    writer (None for float activations), each layer's output name and shape, and for a
+    flattened output (and what passes it on) the (H, W, C) shape it was flattened from."""
+    floats: dict
+    state: dict
+    rounding: object | None
+    out_of: dict
+    shape_of: dict
+    flat_from: dict = field(default_factory=dict)
+
+
+def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
+    """Writes one layer's nodes reading layer `reads`' output; returns the name of its own."""
+    x, name, out = walk.out_of[reads], layer.name, f"{layer.name}.out"
+    if walk.rounding:   # a float input of an int8 layer rounded on its range first (mixed precision)
+        x, reads = walk.rounding.enter(layer, x, reads)
+    if isinstance(layer, Conv2d):
+        to_oihw = lambda a: a.transpose(0, 3, 1, 2)
+        w = g.weight(f"{name}.weight", to_oihw(walk.floats[f"{name}.w"]), _int8_of(walk.state[f"{name}.w"], to_oihw))
+        p = layer.padding
+        g.node("Conv", (x, w, *_bias(g, layer, walk.floats, walk.rounding)), out, name,
+               kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2, pads=[p] * 4, group=layer.groups,
+               dilations=[layer.dilation] * 2)
+        out = _rounded_product(g, walk, layer, out, reads, (1, -1, 1, 1))
+    elif isinstance(layer, Linear):
+        source_shape = walk.flat_from.get(reads)
+        def to_onnx(a, s=source_shape):
+            if s is None:
+                return a
+            h, w_, c = s          # engine columns (H, W, C) -> ONNX's (C, H, W)
+            return a.reshape(a.shape[0], h, w_, c).transpose(0, 3, 1, 2).reshape(a.shape[0], -1)
+        w = g.weight(f"{name}.weight", to_onnx(walk.floats[f"{name}.w"]), _int8_of(walk.state[f"{name}.w"], to_onnx))
+        g.node("Gemm", (x, w, *_bias(g, layer, walk.floats, walk.rounding)), out, name, transB=1)
+        out = _rounded_product(g, walk, layer, out, reads, (1, -1))
+    elif isinstance(layer, ReLU):
+        g.node("Relu", (x,), out, name)
+        if reads in walk.flat_from:
+            walk.flat_from[layer.name] = walk.flat_from[reads]
+    elif isinstance(layer, MaxPool2d):
+        g.node("MaxPool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
+               pads=[layer.padding] * 4, ceil_mode=int(layer.ceil_mode))
+    elif isinstance(layer, AvgPool2d):
+        g.node("AveragePool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
+               pads=[layer.padding] * 4, count_include_pad=int(layer.count_include_pad))
+        if walk.rounding and walk.rounding.is_int8(reads):   # NITI's windows: stride = kernel, a power of two
+            out = walk.rounding.average(layer, out, reads, layer.kernel ** 2)
+    elif isinstance(layer, Flatten):
+        if len(walk.shape_of[reads]) == 3:
+            walk.flat_from[layer.name] = walk.shape_of[reads]
+            g.node("Flatten", (x,), out, name, axis=1)
+        else:
             out = x
-            if reads in flat_from:
-                flat_from[layer.name] = flat_from[reads]
-        elif isinstance(layer, BatchNorm2d):
-            inputs = [g.const(f"{name}.{k}", floats[f"{name}.{k}"]) for k in ("gamma", "beta", "mean", "var")]
-            g.node("BatchNormalization", (x, *inputs), out, name, epsilon=BN_EPS)
-        elif isinstance(layer, GlobalAvgPool) and layer.keep_dims:
-            g.node("GlobalAveragePool", (x,), out, name)
-        elif isinstance(layer, branches.LAYERS):
-            x = out_of[layer.inputs[0]] if hasattr(layer, "inputs") else x
-            branches.export(g, layer, x, out_of, shape_of[reads], out)
-        elif isinstance(layer, GlobalAvgPool):
-            pooled = g.node("GlobalAveragePool", (x,), f"{name}.pooled", name)
-            g.node("Flatten", (pooled,), out, f"{name}.flatten", axis=1)
-            if rounding:
-                h, w_, _ = shape_of[reads]
-                out = rounding.average(layer, out, reads, h * w_)
-        elif isinstance(layer, Add):
-            if rounding:
-                out = rounding.add(layer, x, reads, out_of[layer.skip_from], layer.skip_from)
-            else:
-                g.node("Add", (x, out_of[layer.skip_from]), out, name)
-        if rounding and not isinstance(layer, (Conv2d, Linear, GlobalAvgPool, AvgPool2d, Add)):
-            rounding.keep(layer, reads)
-        out_of[layer.name], shape_of[layer.name], previous = out, shape, layer.name
-    g.nodes.append(g.helper.make_node("Identity", [out_of[previous]], ["logits"], name="logits"))
+    elif isinstance(layer, Dropout):
+        out = x
+        if reads in walk.flat_from:
+            walk.flat_from[layer.name] = walk.flat_from[reads]
+    elif isinstance(layer, BatchNorm2d):
+        inputs = [g.const(f"{name}.{k}", walk.floats[f"{name}.{k}"]) for k in ("gamma", "beta", "mean", "var")]
+        g.node("BatchNormalization", (x, *inputs), out, name, epsilon=BN_EPS)
+    elif isinstance(layer, GlobalAvgPool) and layer.keep_dims:
+        g.node("GlobalAveragePool", (x,), out, name)
+    elif isinstance(layer, branches.LAYERS):
+        x = walk.out_of[layer.inputs[0]] if hasattr(layer, "inputs") else x
+        branches.export(g, layer, x, walk.out_of, walk.shape_of[reads], out)
+    elif isinstance(layer, GlobalAvgPool):
+        pooled = g.node("GlobalAveragePool", (x,), f"{name}.pooled", name)
+        g.node("Flatten", (pooled,), out, f"{name}.flatten", axis=1)
+        if walk.rounding and walk.rounding.is_int8(reads):
+            h, w_, _ = walk.shape_of[reads]
+            out = walk.rounding.average(layer, out, reads, h * w_)
+    elif isinstance(layer, Add):
+        if walk.rounding and walk.rounding.is_int8(reads) and walk.rounding.is_int8(layer.skip_from):
+            out = walk.rounding.add(layer, x, reads, walk.out_of[layer.skip_from], layer.skip_from)
+        else:
+            g.node("Add", (x, walk.out_of[layer.skip_from]), out, name)
+    if walk.rounding and not isinstance(layer, (Conv2d, Linear, GlobalAvgPool, AvgPool2d, Add)):
+        walk.rounding.keep(layer, reads)
+    return out
+
+
+def _model_proto(g: _Graph, trained, qdq: bool, niti: bool):
+    """The graph's nodes and initializers as a model: the input and logits, opset and the
+    properties that say what the file holds."""
+    onnx, model = g.onnx, trained.model
     h, w, c = model.input_shape
     graph = g.helper.make_graph(
         g.nodes, model.name,
@@ -170,7 +215,6 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
     if trained.meta.get("classes"):   # an image folder's class names, label by label
         props["dsptrain.classes"] = json.dumps(trained.meta["classes"])
     g.helper.set_model_props(proto, props)
-    onnx.checker.check_model(proto)
     return proto
 
 
