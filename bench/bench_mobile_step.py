@@ -15,7 +15,10 @@ as dsptrain's pool), so that a slow spell of the shared machine falls on both. s
 median step over all rounds, vs_torch the median over rounds of (PyTorch's median step /
 NITI's median step): > 1 means NITI is faster. Peak RSS (VmHWM) is measured in a fresh
 process per (model, system) running a warm-up and two steps. The load average is recorded.
-Results: bench/results/bench_mobile_step.{csv,json}.
+On a shared machine PyTorch's step at 2 threads suffers far more than NITI's when the
+cores are oversubscribed (its OpenMP threads wait on each other), so run --threads 1 too:
+one thread each is the like-for-like figure there. Results:
+bench/results/bench_mobile_step.{csv,json} (bench_mobile_step_<N>t with --threads N).
 """
 from __future__ import annotations
 
@@ -203,7 +206,8 @@ def main() -> None:
     print_table(rows, columns, title=f"NITI step on {args.backend} vs PyTorch FP32, batch {args.batch_size}, "
                                      f"32x32x3, {args.rounds} rounds x {args.steps} steps, "
                                      f"{native.threads()} threads, load {load_start[0]:.1f}")
-    write_results("bench_mobile_step", rows, batch_size=args.batch_size, steps=args.steps, rounds=args.rounds,
+    name = f"bench_mobile_step_{args.threads}t" if args.threads else "bench_mobile_step"
+    write_results(name, rows, batch_size=args.batch_size, steps=args.steps, rounds=args.rounds,
                   threads=native.threads(), isa=native.isa(), backend=args.backend,
                   load_at_start=load_start, load_at_end=os.getloadavg())
 
