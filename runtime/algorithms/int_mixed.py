@@ -14,7 +14,7 @@ run in float on the CPU. Here:
 - `cast` converts at the edges (graph.lower puts it there): int8 -> float32 is exact
   (q * 2**e); float32 -> int8 takes NITI's input rule, exponent ceil(log2(max|x|)) - 7
   (numerics.quantize_float), rounded by the role's mode (activations forward, errors
-  backward).
+  backward; psto, which needs an integer's discarded bits, as sto).
 - A product with a bias keeps its exact int32 sums and adds the float32 bias while
   turning them to float (`bias_fwd`, the dequantize_compensate hook with a zero scale
   term); its backward sums the error into the bias gradient and casts the error to int8
@@ -30,14 +30,15 @@ import math
 
 import numpy as np
 
-from ..nn import (Add, AvgPool2d, BatchNorm2d, ChannelShuffle, Concat, Conv2d, GlobalAvgPool, Linear, Mul,
-                  Nonlinearity, SliceChannels, has_bias)
+from ..nn import (INPUT, Add, AvgPool2d, BatchNorm2d, ChannelShuffle, Concat, Conv2d, GlobalAvgPool, Linear, Mul,
+                  Nonlinearity, SliceChannels, has_bias, inputs_of)
 from ..numerics import QTensor
 from . import _branch_layers as branch
 from . import fp32
 
 FLOAT_LAYERS = (BatchNorm2d, Nonlinearity, Mul, Concat, SliceChannels, ChannelShuffle)
 PRODUCTS = (Conv2d, Linear)
+FLOAT_ROUNDING = {"psto": "sto"}   # a role's rounding mode -> quantize_f's, where they differ
 
 
 def _pow2(n: int) -> bool:
@@ -61,13 +62,35 @@ def runs_float(layer, in_shape) -> bool:
 
 def input_dtype(b, layer, inputs) -> str | None:
     """The dtype `layer` reads its inputs in (graph.lower casts the others), or None: as they come."""
+    return wanted_dtype(layer, tuple(b.tensors[t].dtype for t in inputs), b.tensors[inputs[0]].shape)
+
+
+def wanted_dtype(layer, dtypes: tuple[str, ...], in_shape) -> str | None:
+    """What `layer` reading tensors of `dtypes` (the first of shape `in_shape`, (N, ...)) wants them as."""
     if isinstance(layer, PRODUCTS):
         return "int8"
-    if runs_float(layer, b.tensors[inputs[0]].shape):
+    if runs_float(layer, in_shape):
         return "float32"
-    if isinstance(layer, Add) and len({b.tensors[t].dtype for t in inputs}) > 1:
+    if isinstance(layer, Add) and len(set(dtypes)) > 1:
         return "float32"
     return None
+
+
+def layer_dtypes(model) -> dict[str, tuple[str, str]]:
+    """layer name -> (the dtype it reads, the dtype it writes) under NITI's lowering, without
+    lowering: the same rule (`wanted_dtype`) walked over the model (the ONNX export's)."""
+    dtype_of, shape_of, formats, previous = {INPUT: "int8"}, {INPUT: tuple(model.input_shape)}, {}, INPUT
+    for layer, shape in zip(model.layers, model.shapes()):
+        names = inputs_of(layer, previous)
+        dtypes = tuple(dtype_of[n] for n in names)
+        reads = wanted_dtype(layer, dtypes, (1, *shape_of[names[0]])) or dtypes[0]
+        if isinstance(layer, PRODUCTS):
+            writes = "float32" if has_bias(layer) else "int8"
+        else:
+            writes = "float32" if reads == "float32" else "int8"
+        formats[layer.name] = (reads, writes)
+        dtype_of[layer.name], shape_of[layer.name], previous = writes, tuple(shape), layer.name
+    return formats
 
 
 def float_exponent(max_abs: float, bits: int = 8) -> int:
@@ -91,6 +114,9 @@ def cast(b, tensor, dtype, name, layer, phase) -> str:
     else:
         formats = b.recipe.tensors
         mode = (formats.errors if role == "error" else formats.activations).rounding
+        # NITI's pseudo-stochastic rounding draws on an integer's discarded bits; a float has
+        # none to draw on, so it rounds stochastically with the counter RNG, as psto approximates
+        mode = FLOAT_ROUNDING.get(mode, mode)
         # the range is the whole batch's: never sliced by rows
         b.op(f"{name}.cast", "niti.to_int8", layer, phase, (tensor,), (out,), ("absmax_f", "quantize_f"),
              mode=mode, rows="coupled")

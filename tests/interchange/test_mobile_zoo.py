@@ -115,7 +115,7 @@ def test_trains_with_a_falling_loss(imported, name, recipe, tmp_path):
 def test_niti_is_bit_exact_on_ref_and_cpu(imported, name, tmp_path):
     """Three NITI steps on each backend: the same losses, and the same bits in every weight,
     gamma, beta and velocity. Batch norm's running statistics (read only at evaluation) are
-    float64 sums in another order on the CPU: within a float32 ulp or two of the reference."""
+    float64 sums in another order on the CPU: within a few float32 ulps of the reference."""
     from dsptrain.numerics import QTensor
 
     _, model = imported[name]
@@ -136,8 +136,8 @@ def test_niti_is_bit_exact_on_ref_and_cpu(imported, name, tmp_path):
         other = states["cpu"][key]
         if isinstance(value, tuple):
             assert value[1] == other[1] and np.array_equal(value[0], other[0]), key
-        elif key.endswith((".mean", ".var")):
-            assert np.allclose(value, other, rtol=1e-6, atol=1e-9), key
+        elif key.endswith((".mean", ".var")):   # within a few float32 ulps of the tensor's largest value
+            assert np.abs(value - other).max() <= 1e-6 * np.abs(value).max(), key
         else:
             assert value.dtype == other.dtype and np.array_equal(value, other), key
 
@@ -172,3 +172,27 @@ def test_export_agrees_in_onnxruntime(imported, name, tmp_path, recipe="fp32", f
     found = agreement(dsptrain_logits(checkpoint, pixels), onnxruntime_logits(out, pixels))
     assert found["top1_agreement"] >= 0.999, found
     assert found["max_logit_diff"] <= 1e-4 * found["logit_scale"], found
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_niti_export_gives_dsptrains_logits_in_onnxruntime(imported, name, tmp_path):
+    """A NITI checkpoint (float batch norm, activations and biases between int8 layers) exported
+    with NITI's rounding written out: ONNX Runtime gives dsptrain's own logits, fed the same batches."""
+    import json
+
+    from dsptrain.agreement import agreement, dsptrain_logits, onnxruntime_logits
+    from dsptrain.interchange.layer_spec import layers_of
+
+    from .helpers import trained_checkpoint
+
+    _, model = imported[name]
+    body = "model: " + json.dumps({"name": name, "input_shape": list(model.input_shape),
+                                   "layers": layers_of(model)}) + "\n"
+    checkpoint = trained_checkpoint(tmp_path, "niti", body, steps=2, batch=16)
+    pixels = images(64, (32, 32, 3), seed=3)
+    mine = dsptrain_logits(checkpoint, pixels)
+    for fmt in ("onnx-niti", "onnx-qdq") if name == "mobilenet_v2" else ("onnx-niti",):
+        out = tmp_path / f"{name}-{fmt}.onnx"
+        dsptrain.export(checkpoint, out, fmt)
+        found = agreement(mine, onnxruntime_logits(out, pixels, batch=500))
+        assert found["top1_agreement"] == 1.0 and found["max_logit_diff"] == 0.0, (fmt, found)
