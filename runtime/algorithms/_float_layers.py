@@ -18,8 +18,7 @@ from ..float_ops import bn_backward_values, bn_forward_values
 from ..layout import col2im, im2col, out_size
 from ..nn import Add, BatchNorm2d, GlobalAvgPool
 
-BN_EPS = 1e-5
-BN_MOMENTUM = 0.1          # running = (1 - m) * running + m * batch statistic (PyTorch's)
+BN_EPS = 1e-5      # PyTorch's default; a layer keeps its own (nn.BatchNorm2d.eps, an import's epsilon)
 F32 = ("numpy_f32",)
 
 
@@ -76,7 +75,7 @@ def forward_bn(b, layer, x, shape, prefix, training, grids=None):
     inv = b.tensor(f"{layer.name}.inv_std", (layer.channels,), "float32", "saved")
     b.op(f"{layer.name}.fwd", f"{prefix}.bn_fwd", layer.name, "forward", (x, gamma, beta, mean, var),
          (out, xhat, inv, mean, var), _hooks(grids, "bn_fwd_f32"), int(np.prod(shape)), training=training,
-         rows="coupled")
+         eps=layer.eps, momentum=layer.momentum, rows="coupled")   # the layer's own (an import's: EfficientNet 1e-3)
     return out
 
 
@@ -129,8 +128,9 @@ def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
     hooks, but a batch norm rounding on `grids` (not `native`) in NumPy."""
     def bn_fwd_hook(backend, op, env, ctx):   # float32 operands: FP8 keeps gamma and beta in float16
         x, gamma, beta, mean, var = (np.asarray(env[t], np.float32) for t in op.inputs)
-        return dict(zip(op.outputs, backend.bn_fwd_f32(x, gamma, beta, mean, var, op.attrs["training"],
-                                                       BN_MOMENTUM, BN_EPS)))
+        a = op.attrs
+        return dict(zip(op.outputs, backend.bn_fwd_f32(x, gamma, beta, mean, var, a["training"], a["momentum"],
+                                                       a["eps"])))
 
     def bn_bwd_hook(backend, op, env, ctx):
         return dict(zip(op.outputs, backend.bn_bwd_f32(*(np.asarray(env[t], np.float32) for t in op.inputs))))
@@ -151,7 +151,9 @@ def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
 
     def bn_fwd(backend, op, env, ctx):
         x, gamma, beta, mean, var = (env[t] for t in op.inputs)
-        y, xhat, inv, mean, var = bn_forward_values(x, gamma, beta, mean, var, op.attrs["training"], grids)
+        a = op.attrs
+        y, xhat, inv, mean, var = bn_forward_values(x, gamma, beta, mean, var, a["training"], grids, a["momentum"],
+                                                    a["eps"])
         f32 = lambda v: np.asarray(v, np.float32)
         return dict(zip(op.outputs, (f32(y), f32(xhat), f32(inv), f32(mean), f32(var))))
 
