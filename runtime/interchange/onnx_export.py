@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..algorithms._float_layers import BN_EPS
 from ..checkpoint import atomic_write
 from ..nn import INPUT, Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
 from ..numerics import QTensor
@@ -134,7 +133,7 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
                 flat_from[layer.name] = flat_from[reads]
         elif isinstance(layer, BatchNorm2d):
             inputs = [g.const(f"{name}.{k}", floats[f"{name}.{k}"]) for k in ("gamma", "beta", "mean", "var")]
-            g.node("BatchNormalization", (x, *inputs), out, name, epsilon=BN_EPS)
+            g.node("BatchNormalization", (x, *inputs), out, name, epsilon=layer.eps, momentum=1.0 - layer.momentum)
         elif isinstance(layer, GlobalAvgPool) and layer.keep_dims:
             g.node("GlobalAveragePool", (x,), out, name)
         elif isinstance(layer, branches.LAYERS):
