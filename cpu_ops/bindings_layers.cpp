@@ -1,7 +1,10 @@
 // The mobile CNNs' layers (layers_f32.h): activations, squeeze-excitation's product,
 // channel concat / slice / pad / shuffle (any dtype: int8 recipes move channels too).
+#include <cstring>
+
 #include "bindings.h"
 #include "layers_f32.h"
+#include "pool_pad_f32.h"
 
 using namespace dsptrain;
 using namespace dsptrain::bind;
@@ -249,6 +252,76 @@ auto py_add_f32(const py::handle& a_obj, const py::handle& b_obj) {
   return y;
 }
 
+auto py_bias_add_f32(const py::handle& y_obj, const py::handle& b_obj) {
+  auto y = checked<float>("bias_add_f32", "y", y_obj, -1);
+  auto b = checked<float>("bias_add_f32", "b", b_obj, 1);
+  const size_t c = channels_of(y);
+  if (size_t(b.shape(0)) != c)
+    fail("bias_add_f32: b has " + std::to_string(b.shape(0)) + " values, y has " + std::to_string(c) + " channels");
+  py::array_t<float> out(dims(y));   // y + b in a new array, as the judge returns
+  float* p = out.mutable_data();
+  std::memcpy(p, y.data(), size_t(y.size()) * sizeof(float));
+  py::gil_scoped_release nogil;
+  bias_add_f32(p, b.data(), rows_of(y), c);
+  return out;
+}
+
+auto py_channel_mean_bwd_f32(const py::handle& err_obj, std::pair<int, int> hw) {
+  auto err = checked<float>("channel_mean_bwd_f32", "err", err_obj, -1);
+  const size_t c = channels_of(err), n = rows_of(err);
+  if (hw.first < 1 || hw.second < 1 || (err.ndim() != 2 && err.ndim() != 4) ||
+      (err.ndim() == 4 && (err.shape(1) != 1 || err.shape(2) != 1)))
+    fail("channel_mean_bwd_f32: err must be (N, C) or (N, 1, 1, C) and the image at least 1x1, got err " +
+         shape_str(err) + " and " + std::to_string(hw.first) + "x" + std::to_string(hw.second));
+  py::array_t<float> dx(std::vector<py::ssize_t>{py::ssize_t(n), hw.first, hw.second, py::ssize_t(c)});
+  float* p = dx.mutable_data();
+  py::gil_scoped_release nogil;
+  channel_mean_bwd_f32(err.data(), n, size_t(hw.first) * size_t(hw.second), c, p);
+  return dx;
+}
+
+PadPoolShape pad_pool_shape(const char* op, size_t n, std::pair<int, int> in_hw, size_t c, std::pair<int, int> out_hw,
+                            int kernel, int stride, int pad) {
+  const auto [h, w] = in_hw;
+  const auto [oh, ow] = out_hw;
+  if (kernel < 1 || kernel > 15 || stride < 1 || pad < 0 || pad >= kernel || h < 1 || w < 1 || oh < 1 || ow < 1 ||
+      long(oh - 1) * stride - pad >= h || long(ow - 1) * stride - pad >= w)
+    fail(std::string(op) + ": kernel " + std::to_string(kernel) + ", stride " + std::to_string(stride) + ", pad " +
+         std::to_string(pad) + " do not make " + std::to_string(oh) + "x" + std::to_string(ow) + " windows that start on a " +
+         std::to_string(h) + "x" + std::to_string(w) + " image (kernel 1-15, pad < kernel)");
+  return {n, size_t(h), size_t(w), c, size_t(oh), size_t(ow), kernel, stride, pad};
+}
+
+auto py_maxpool_pad_f32(const py::handle& obj, int kernel, int stride, int pad, std::pair<int, int> out_hw) {
+  auto x = checked<float>("maxpool_pad_f32", "x", obj, 4);
+  const auto s = pad_pool_shape("maxpool_pad_f32", size_t(x.shape(0)), {int(x.shape(1)), int(x.shape(2))},
+                                size_t(x.shape(3)), out_hw, kernel, stride, pad);
+  std::vector<py::ssize_t> shape{py::ssize_t(s.n), py::ssize_t(s.oh), py::ssize_t(s.ow), py::ssize_t(s.c)};
+  py::array_t<float> y(shape);
+  py::array_t<uint8_t> idx(shape);
+  float* py_ = y.mutable_data();
+  uint8_t* pi = idx.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    maxpool_pad_f32(x.data(), s, py_, pi);
+  }
+  return py::make_tuple(y, idx);
+}
+
+auto py_maxpool_pad_bwd_f32(const py::handle& err_obj, const py::handle& idx_obj, int kernel, int stride, int pad,
+                            std::pair<int, int> in_hw) {
+  auto err = checked<float>("maxpool_pad_bwd_f32", "err", err_obj, 4);
+  auto idx = checked<uint8_t>("maxpool_pad_bwd_f32", "argmax", idx_obj, 4);
+  check_same("maxpool_pad_bwd_f32", "err", err, "argmax", idx);
+  const auto s = pad_pool_shape("maxpool_pad_bwd_f32", size_t(err.shape(0)), in_hw, size_t(err.shape(3)),
+                                {int(err.shape(1)), int(err.shape(2))}, kernel, stride, pad);
+  py::array_t<float> dx(std::vector<py::ssize_t>{py::ssize_t(s.n), py::ssize_t(s.h), py::ssize_t(s.w), py::ssize_t(s.c)});
+  float* p = dx.mutable_data();
+  py::gil_scoped_release nogil;
+  maxpool_pad_bwd_f32(err.data(), idx.data(), s, p);
+  return dx;
+}
+
 }  // namespace
 
 void dsptrain::bind::def_layers(py::module_& m) {
@@ -266,4 +339,11 @@ void dsptrain::bind::def_layers(py::module_& m) {
   m.def("channel_mean_f32", &py_channel_mean_f32, py::arg("x"), "The mean of each image's channels over H and W: (N, C).");
   m.def("channel_sum_f32", &py_channel_sum_f32, py::arg("x"), "Each channel summed over every other axis (a bias gradient).");
   m.def("add_f32", &py_add_f32, py::arg("a"), py::arg("b"), "a + b, float32.");
+  m.def("bias_add_f32", &py_bias_add_f32, py::arg("y"), py::arg("b"), "y + b over the last axis, float32.");
+  m.def("channel_mean_bwd_f32", &py_channel_mean_bwd_f32, py::arg("err"), py::arg("in_hw"),
+        "The global average pool's input error: err (N, C) / (H * W) at every pixel, (N, H, W, C).");
+  m.def("maxpool_pad_f32", &py_maxpool_pad_f32, py::arg("x"), py::arg("kernel"), py::arg("stride"), py::arg("pad"),
+        py::arg("out_hw"), "Max-pool with -inf padding (and ceil_mode's windows): (y, argmax).");
+  m.def("maxpool_pad_bwd_f32", &py_maxpool_pad_bwd_f32, py::arg("err"), py::arg("argmax"), py::arg("kernel"),
+        py::arg("stride"), py::arg("pad"), py::arg("in_hw"), "The input error of maxpool_pad_f32, (N, H, W, C).");
 }

@@ -432,3 +432,39 @@ def channel_sum_f32(x):
 
 def add_f32(a, b):
     return (np.asarray(a, np.float32) + np.asarray(b, np.float32)).astype(np.float32, copy=False)
+
+
+def bias_add_f32(y, b):
+    """y + b over the last axis, float32 (a layer's bias)."""
+    return (np.asarray(y, np.float32) + np.asarray(b, np.float32)).astype(np.float32, copy=False)
+
+
+def channel_mean_bwd_f32(err, in_hw):
+    """The global average pool's input error: err (N, C) or (N, 1, 1, C) / float32(H * W) at every pixel."""
+    err = np.asarray(err, np.float32)
+    n, c = err.shape[0], err.shape[-1]
+    share = err.reshape(n, c) / np.float32(in_hw[0] * in_hw[1])
+    return np.ascontiguousarray(np.broadcast_to(share[:, None, None, :], (n, *in_hw, c)))
+
+
+def _pool_padding(size, out, kernel, stride, pad):
+    """-inf cells after an axis of `size` so that `out` windows fit (padding, and ceil_mode's partial windows)."""
+    return max((out - 1) * stride + kernel - size - pad, 0)
+
+
+def maxpool_pad_f32(x, kernel, stride, pad, out_hw):
+    """maxpool_f32 of x padded with -inf: `pad` cells before each axis, after it as many as
+    `out_hw` windows reach (PyTorch's padded and ceil_mode max-pool)."""
+    (oh, ow), (h, w) = out_hw, x.shape[1:3]
+    after = (_pool_padding(h, oh, kernel, stride, pad), _pool_padding(w, ow, kernel, stride, pad))
+    padded = np.pad(x, ((0, 0), (pad, after[0]), (pad, after[1]), (0, 0)), constant_values=-np.inf)
+    y, argmax = maxpool_f32(padded, kernel, stride)
+    return np.ascontiguousarray(y[:, :oh, :ow]), np.ascontiguousarray(argmax[:, :oh, :ow])
+
+
+def maxpool_pad_bwd_f32(err, argmax, kernel, stride, pad, in_hw):
+    """The input error of maxpool_pad_f32: maxpool_bwd_f32 on the padded image, cropped."""
+    (h, w), (oh, ow) = in_hw, err.shape[1:3]
+    padded = (h + pad + _pool_padding(h, oh, kernel, stride, pad), w + pad + _pool_padding(w, ow, kernel, stride, pad))
+    dx = maxpool_bwd_f32(err, argmax, kernel, stride, padded)
+    return np.ascontiguousarray(dx[:, pad:pad + h, pad:pad + w])

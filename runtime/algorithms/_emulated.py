@@ -225,7 +225,7 @@ class Emulated:
         y = self.n.product(backend, op.attrs["role"], a, w, op.attrs, ctx)
         if op.attrs["role"] == "bwd_weight" and "dense" in op.attrs:   # the layer's own taps of the dense gradient
             y = branch.grouped_part(y, *op.attrs["dense"])
-        return {op.outputs[0]: fp32.with_bias(y, op, env)}
+        return {op.outputs[0]: fp32.with_bias(backend, y, op, env)}
 
     def update(self, backend, op, env, ctx) -> dict:
         count = op.attrs.get("update_params", 1)

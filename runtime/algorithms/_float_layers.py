@@ -110,8 +110,8 @@ def forward_avgpool(b, layer, x, shape, prefix):
 def backward_avgpool(b, layer, err, prefix):
     x, _ = b.layer_io[layer.name]
     err_in = b.tensor(f"err.{layer.name}", b.tensors[x].shape, "float32", "error")
-    b.op(f"{layer.name}.bwd", f"{prefix}.avgpool_bwd", layer.name, "backward", (err,), (err_in,), F32,
-         in_shape=b.tensors[x].shape)
+    b.op(f"{layer.name}.bwd", f"{prefix}.avgpool_bwd", layer.name, "backward", (err,), (err_in,),
+         ("channel_mean_bwd_f32",), in_shape=b.tensors[x].shape)
     return err_in
 
 
@@ -162,12 +162,9 @@ def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
         dx, d_gamma, d_beta = bn_backward_values(err, xhat, np.asarray(inv, np.float64), gamma, grids)
         return dict(zip(op.outputs, (dx.astype(np.float32), d_gamma.astype(np.float32), d_beta.astype(np.float32))))
 
-    def avgpool_bwd(backend, op, env, ctx):
-        err = env[op.inputs[0]]
-        err = err.reshape(err.shape[0], err.shape[-1])
-        n, h, w, c = op.attrs["in_shape"]
-        n = err.shape[0]   # a micro-batch may be smaller than the planned batch
-        return {op.outputs[0]: np.broadcast_to((err / np.float32(h * w))[:, None, None, :], (n, h, w, c)).copy()}
+    def avgpool_bwd(backend, op, env, ctx):   # the batch is err's: a micro-batch may be smaller than the planned one
+        return {op.outputs[0]: backend.channel_mean_bwd_f32(np.asarray(env[op.inputs[0]], np.float32),
+                                                            op.attrs["in_shape"][1:3])}
 
     ops = {f"{prefix}.{name}": fn for name, fn in
            dict(add=add, join=join, avgpool_fwd=avgpool_fwd, avgpool_bwd=avgpool_bwd).items()}

@@ -170,7 +170,9 @@ def backward(b, layer, err, needs_input_error):
         grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "float32", "grad")
         b.op(f"{layer.name}.bwd_weight", "fp32.conv_bwd_weight" if conv else "fp32.linear_bwd_weight", layer.name,
              "backward", (err, x), (grad,), ("conv2d_bwd_weight_f32",) if conv else ("gemm_f32",), macs,
-             product=("conv", "backward_weight") if conv else None, **attrs)
+             product=("conv", "backward_weight") if conv else None,
+             **({} if conv else {"workspace": (4 * layer.weight_shape[0], 0)}),   # linear: err^T, copied
+             **attrs)
         b.op(f"{layer.name}.update", "fp32.sgd", layer.name, "update", (w, grad, f"{layer.name}.v"),
              (w, f"{layer.name}.v"), ("sgd_f32",))
         if has_bias(layer):
@@ -222,7 +224,7 @@ def gconv_fwd(backend, op, env, ctx):
         y = backend.dwconv2d_f32(x, w, a["stride"], a["pad"])
     else:
         y = backend.conv2d_f32(x, branch.dense_weight(w, a["groups"], a["dilation"]), a["stride"], a["pad"])
-    return {op.outputs[0]: with_bias(y, op, env)}
+    return {op.outputs[0]: with_bias(backend, y, op, env)}
 
 
 def gconv_bwd_data(backend, op, env, ctx):
@@ -241,11 +243,11 @@ def gconv_bwd_weight(backend, op, env, ctx):
     return {op.outputs[0]: branch.grouped_part(dense, a["groups"], a["dilation"])}
 
 
-def with_bias(y, op, env):
+def with_bias(backend, y, op, env):
     """`y` plus the bias the op names as its third input, if it has one."""
     if len(op.inputs) < 3:
         return y
-    return (y + np.asarray(env[op.inputs[2]], np.float32)).astype(np.float32, copy=False)
+    return backend.bias_add_f32(np.asarray(y, np.float32), np.asarray(env[op.inputs[2]], np.float32))
 
 
 # Op functions (backend, op, env, ctx): each calls the hook of the backend it is handed;
@@ -253,12 +255,12 @@ def with_bias(y, op, env):
 
 def conv_fwd(backend, op, env, ctx) -> dict:
     y = backend.conv2d_f32(env[op.inputs[0]], env[op.inputs[1]], op.attrs["stride"], op.attrs["pad"])
-    return {op.outputs[0]: with_bias(y, op, env)}
+    return {op.outputs[0]: with_bias(backend, y, op, env)}
 
 
 def linear_fwd(backend, op, env, ctx) -> dict:
     x = env[op.inputs[0]]
-    return {op.outputs[0]: with_bias(backend.gemm_f32(x.reshape(x.shape[0], -1), env[op.inputs[1]]), op, env)}
+    return {op.outputs[0]: with_bias(backend, backend.gemm_f32(x.reshape(x.shape[0], -1), env[op.inputs[1]]), op, env)}
 
 
 def conv_bwd_data(backend, op, env, ctx) -> dict:
@@ -278,10 +280,9 @@ def conv_bwd_weight(backend, op, env, ctx) -> dict:
 
 
 def linear_bwd_weight(backend, op, env, ctx) -> dict:
-    """No backend."""
+    """err^T x: gemm_f32 on a transposed copy of the error (batch x outputs: small)."""
     err, x = env[op.inputs[0]], env[op.inputs[1]]
-    # copy=False: the float32 product is the result (a copy was one more weight-sized array)
-    return {op.outputs[0]: (err.T @ x.reshape(x.shape[0], -1)).astype(np.float32, copy=False)}
+    return {op.outputs[0]: backend.gemm_f32(np.ascontiguousarray(err.T), x.reshape(x.shape[0], -1), False)}
 
 
 def bias_grad(backend, op, env, ctx) -> dict:

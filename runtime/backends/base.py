@@ -392,6 +392,24 @@ class Backend:
         """a + b, float32, exact (a residual add, a join of errors)."""
         self._needs("add_f32")
 
+    def bias_add_f32(self, y, b):
+        """y + b over the last axis (b: (C,)), float32, exact (a conv's or linear layer's bias)."""
+        self._needs("bias_add_f32")
+
+    def channel_mean_bwd_f32(self, err, in_hw):
+        """The global average pool's input error: err (N, C) or (N, 1, 1, C) divided by H * W in
+        float32, at every pixel of (N, H, W, C); exact."""
+        self._needs("channel_mean_bwd_f32")
+
+    def maxpool_pad_f32(self, x, kernel: int, stride: int, pad: int, out_hw):
+        """(y, argmax) of a max-pool over x padded with -inf (`pad` before each axis, after it as
+        many cells as `out_hw` windows reach: ceil_mode), out_hw windows; maxpool_f32's argmax, exact."""
+        self._needs("maxpool_pad_f32")
+
+    def maxpool_pad_bwd_f32(self, err, argmax, kernel: int, stride: int, pad: int, in_hw):
+        """The input error (N, H, W, C) of maxpool_pad_f32, exact (added in maxpool_bwd_f32's order)."""
+        self._needs("maxpool_pad_bwd_f32")
+
     def wageubn_update(self, q, e: int, grad, m, lr: float, momentum: float, weight_decay: float, grad_bits: int,
                        momentum_bits: int, acc_bits: int, rng):
         """WAGEUBN's update of int32 weights q * 2**e (float_ops.wageubn_update): (new q, new

@@ -341,6 +341,18 @@ class CpuBackend(Backend):
     def add_f32(self, a, b):
         return _native.add_f32(a, b)
 
+    def bias_add_f32(self, y, b):
+        return _native.bias_add_f32(y, b)
+
+    def channel_mean_bwd_f32(self, err, in_hw):
+        return _native.channel_mean_bwd_f32(err, tuple(in_hw))
+
+    def maxpool_pad_f32(self, x, kernel, stride, pad, out_hw):
+        return _native.maxpool_pad_f32(x, kernel, stride, pad, tuple(out_hw))
+
+    def maxpool_pad_bwd_f32(self, err, argmax, kernel, stride, pad, in_hw):
+        return _native.maxpool_pad_bwd_f32(err, argmax, kernel, stride, pad, tuple(in_hw))
+
     def relu_bwd_f32(self, err, y):
         return _native.relu_bwd_f32(err, y)
 
