@@ -55,6 +55,16 @@ class _Graph:
         self.const(f"{name}_zero", np.array(0, np.int8))
         return self.node("DequantizeLinear", (f"{name}_q", f"{name}_scale", f"{name}_zero"), name, f"{name}_dq")
 
+    def grid_weight(self, name, q: np.ndarray, step: float):
+        """A weight a recipe's grid gives as int8 integers times `step`: their float32 values, or
+        in QDQ form the integers behind DequantizeLinear (scale `step`, zero point 0)."""
+        if not self.qdq:
+            return self.const(name, (q.astype(np.float64) * step).astype(np.float32))
+        self.const(f"{name}_q", q.astype(np.int8))
+        self.const(f"{name}_scale", np.array(step, np.float32))
+        self.const(f"{name}_zero", np.array(0, np.int8))
+        return self.node("DequantizeLinear", (f"{name}_q", f"{name}_scale", f"{name}_zero"), name, f"{name}_dq")
+
 
 def _int8_of(value, transform) -> QTensor | None:
     """NITI's int8 weight in ONNX layout, as stored (None for other recipes' weights)."""
@@ -74,7 +84,7 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
     whether the checkpoint is NITI's (`niti=True` refuses any other)."""
     import onnx
 
-    from . import onnx_niti
+    from . import onnx_emulated, onnx_niti
 
     model, state = trained.model, trained.state
     floats = float_weights(state)
@@ -86,18 +96,26 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
         onnx_niti.check(trained)
         rounding = onnx_niti.Rounding(g, state)
         out_of[INPUT] = rounding.input("input")
+    grids = onnx_emulated.Grids(g, trained) if not niti and onnx_emulated.covers(trained) else None
     previous = INPUT
     for layer, shape in zip(model.layers, model.shapes()):
         reads = getattr(layer, "source", None) or previous
         x, name, out = out_of[reads], layer.name, f"{layer.name}.out"
         if isinstance(layer, Conv2d):
             to_oihw = lambda a: a.transpose(0, 3, 1, 2)
-            w = g.weight(f"{name}.weight", to_oihw(floats[f"{name}.w"]), _int8_of(state[f"{name}.w"], to_oihw))
+            if grids:
+                x = grids.activation(name, x)
+                q, step = grids.weight(floats[f"{name}.w"])
+                w = g.grid_weight(f"{name}.weight", to_oihw(q), step)
+            else:
+                w = g.weight(f"{name}.weight", to_oihw(floats[f"{name}.w"]), _int8_of(state[f"{name}.w"], to_oihw))
             p = layer.padding
             g.node("Conv", (x, w, *_bias(g, layer, floats)), out, name, kernel_shape=[layer.kernel] * 2,
                    strides=[layer.stride] * 2, pads=[p] * 4, group=layer.groups, dilations=[layer.dilation] * 2)
             if rounding:
                 out = rounding.product(layer, out, reads)
+            if grids:
+                out = grids.compensation(layer, out, conv=True)
         elif isinstance(layer, Linear):
             source_shape = flat_from.get(reads)
             def to_onnx(a, s=source_shape):
@@ -105,10 +123,17 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
                     return a
                 h, w_, c = s          # engine columns (H, W, C) -> ONNX's (C, H, W)
                 return a.reshape(a.shape[0], h, w_, c).transpose(0, 3, 1, 2).reshape(a.shape[0], -1)
-            w = g.weight(f"{name}.weight", to_onnx(floats[f"{name}.w"]), _int8_of(state[f"{name}.w"], to_onnx))
+            if grids:
+                x = grids.activation(name, x)
+                q, step = grids.weight(floats[f"{name}.w"])
+                w = g.grid_weight(f"{name}.weight", to_onnx(q), step)
+            else:
+                w = g.weight(f"{name}.weight", to_onnx(floats[f"{name}.w"]), _int8_of(state[f"{name}.w"], to_onnx))
             g.node("Gemm", (x, w, *_bias(g, layer, floats)), out, name, transB=1)
             if rounding:
                 out = rounding.product(layer, out, reads)
+            if grids:
+                out = grids.compensation(layer, out, conv=False)
         elif isinstance(layer, ReLU):
             g.node("Relu", (x,), out, name)
             if reads in flat_from:
@@ -164,8 +189,11 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
                                 producer_name="dsptrain", doc_string=f"input: {INPUT_NOTE}")
     proto.ir_version = 8     # readable by ONNX Runtime releases from 1.14 on
     props = {"dsptrain.input": INPUT_NOTE, "dsptrain.recipe": trained.recipe,
-             "dsptrain.weights": "int8 QDQ, power-of-two scales" if qdq else "float32",
-             "dsptrain.activations": "NITI int8, per-batch power-of-two step" if niti else "float32"}
+             "dsptrain.weights": (f"int8 QDQ, {onnx_emulated.GRIDS[trained.recipe]} scales" if qdq and grids else
+                                  "int8 QDQ, power-of-two scales" if qdq else
+                                  f"float32 on {trained.recipe}'s int8 grid" if grids else "float32"),
+             "dsptrain.activations": ("NITI int8, per-batch power-of-two step" if niti else
+                                      f"{trained.recipe} int8 at each product, per-batch step" if grids else "float32")}
     if trained.meta.get("classes"):   # an image folder's class names, label by label
         props["dsptrain.classes"] = json.dumps(trained.meta["classes"])
     g.helper.set_model_props(proto, props)
