@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "bindings.h"
+#include "bn_grid.h"
 #include "layers_f32.h"
 #include "pool_pad_f32.h"
 
@@ -252,6 +253,61 @@ auto py_add_f32(const py::handle& a_obj, const py::handle& b_obj) {
   return y;
 }
 
+auto py_bn_fwd_grid_f32(const py::handle& x_obj, const py::handle& g_obj, const py::handle& b_obj,
+                        const py::handle& m_obj, const py::handle& v_obj, bool training, double momentum, double eps,
+                        int stat_bits, int affine_bits) {
+  const char* op = "bn_fwd_grid_f32";
+  auto x = checked<float>(op, "x", x_obj, -1);
+  const size_t c = x.ndim() ? channels_of(x) : 0, rows = x.ndim() ? rows_of(x) : 0;
+  if (stat_bits < 2 || stat_bits > 24 || affine_bits < 2 || affine_bits > 24)
+    fail(std::string(op) + ": grid bits " + std::to_string(stat_bits) + ", " + std::to_string(affine_bits) +
+         " must be in 2..24");
+  Array<float> p[4];
+  const char* names[4] = {"gamma", "beta", "mean", "var"};
+  const py::handle objs[4] = {g_obj, b_obj, m_obj, v_obj};
+  for (int i = 0; i < 4; ++i) {
+    p[i] = checked<float>(op, names[i], objs[i], 1);
+    if (size_t(p[i].shape(0)) != c)
+      fail(std::string(op) + ": " + names[i] + " " + shape_str(p[i]) + " does not match " + std::to_string(c) +
+           " channels of x " + shape_str(x));
+  }
+  const std::vector<py::ssize_t> cs{py::ssize_t(c)};
+  py::array_t<float> y(dims(x)), xhat(dims(x)), inv(cs), mean(cs), var(cs);
+  float *py_ = y.mutable_data(), *ph = xhat.mutable_data(), *pi = inv.mutable_data(), *pm = mean.mutable_data(),
+        *pv = var.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    bn_fwd_grid_f32(x.data(), rows, c, p[0].data(), p[1].data(), p[2].data(), p[3].data(), training, momentum, eps,
+                    stat_bits, affine_bits, py_, ph, pi, pm, pv);
+  }
+  return py::make_tuple(y, xhat, inv, mean, var);
+}
+
+auto py_bn_bwd_grid_f32(const py::handle& e_obj, const py::handle& h_obj, const py::handle& i_obj,
+                        const py::handle& g_obj, int error_bits, int affine_bits) {
+  const char* op = "bn_bwd_grid_f32";
+  auto err = checked<float>(op, "err", e_obj, -1);
+  auto xhat = checked<float>(op, "xhat", h_obj, -1);
+  check_same(op, "err", err, "xhat", xhat);
+  auto inv = checked<float>(op, "inv_std", i_obj, 1);
+  auto gamma = checked<float>(op, "gamma", g_obj, 1);
+  const size_t c = err.ndim() ? channels_of(err) : 0, rows = err.ndim() ? rows_of(err) : 0;
+  if (size_t(inv.shape(0)) != c || size_t(gamma.shape(0)) != c)
+    fail(std::string(op) + ": inv_std " + shape_str(inv) + " and gamma " + shape_str(gamma) + " must have the " +
+         std::to_string(c) + " channels of err " + shape_str(err));
+  if (error_bits < 2 || error_bits > 24 || affine_bits < 2 || affine_bits > 24)
+    fail(std::string(op) + ": grid bits " + std::to_string(error_bits) + ", " + std::to_string(affine_bits) +
+         " must be in 2..24");
+  const std::vector<py::ssize_t> cs{py::ssize_t(c)};
+  py::array_t<float> dx(dims(err)), dg(cs), db(cs);
+  float *pd = dx.mutable_data(), *pg = dg.mutable_data(), *pb = db.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    bn_bwd_grid_f32(err.data(), xhat.data(), inv.data(), gamma.data(), rows, c, error_bits, affine_bits, pd, pg, pb);
+  }
+  return py::make_tuple(dx, dg, db);
+}
+
 auto py_bias_add_f32(const py::handle& y_obj, const py::handle& b_obj) {
   auto y = checked<float>("bias_add_f32", "y", y_obj, -1);
   auto b = checked<float>("bias_add_f32", "b", b_obj, 1);
@@ -278,6 +334,25 @@ auto py_channel_mean_bwd_f32(const py::handle& err_obj, std::pair<int, int> hw) 
   py::gil_scoped_release nogil;
   channel_mean_bwd_f32(err.data(), n, size_t(hw.first) * size_t(hw.second), c, p);
   return dx;
+}
+
+auto py_softmax_xent_grad_f32(const py::handle& logits_obj, const py::handle& labels_obj, double divisor) {
+  auto logits = checked<float>("softmax_xent_grad_f32", "logits", logits_obj, 2);
+  auto labels = checked<int64_t>("softmax_xent_grad_f32", "labels", labels_obj, 1);
+  const size_t rows = size_t(logits.shape(0)), classes = size_t(logits.shape(1));
+  if (size_t(labels.shape(0)) != rows || classes < 1 || !(divisor > 0))
+    fail("softmax_xent_grad_f32: logits " + shape_str(logits) + " need one label a row (got " + shape_str(labels) +
+         ") and a divisor > 0 (got " + std::to_string(divisor) + ")");
+  const int64_t* l = labels.data();
+  for (size_t r = 0; r < rows; ++r)
+    if (l[r] < 0 || size_t(l[r]) >= classes)
+      fail("softmax_xent_grad_f32: label " + std::to_string(l[r]) + " of row " + std::to_string(r) + " is not in [0, " +
+           std::to_string(classes) + ")");
+  py::array_t<float> grad(dims(logits));
+  float* p = grad.mutable_data();
+  py::gil_scoped_release nogil;
+  softmax_xent_grad_f32(logits.data(), l, rows, classes, divisor, p);
+  return grad;
 }
 
 PadPoolShape pad_pool_shape(const char* op, size_t n, std::pair<int, int> in_hw, size_t c, std::pair<int, int> out_hw,
@@ -336,10 +411,17 @@ void dsptrain::bind::def_layers(py::module_& m) {
   m.def("bn_fwd_f32", &py_bn_fwd_f32, py::arg("x"), py::arg("gamma"), py::arg("beta"), py::arg("mean"), py::arg("var"), py::arg("training"),
      py::arg("momentum"), py::arg("eps"), "(y, xhat, inv_std, new running mean, new running var).");
   m.def("bn_bwd_f32", &py_bn_bwd_f32, py::arg("err"), py::arg("xhat"), py::arg("inv_std"), py::arg("gamma"), "(d x, d gamma, d beta).");
+  m.def("bn_fwd_grid_f32", &py_bn_fwd_grid_f32, py::arg("x"), py::arg("gamma"), py::arg("beta"), py::arg("mean"),
+        py::arg("var"), py::arg("training"), py::arg("momentum"), py::arg("eps"), py::arg("stat_bits"),
+        py::arg("affine_bits"), "bn_fwd_f32 with WAGEUBN's grids: (y, xhat, inv_std, new mean, new var).");
+  m.def("bn_bwd_grid_f32", &py_bn_bwd_grid_f32, py::arg("err"), py::arg("xhat"), py::arg("inv_std"), py::arg("gamma"),
+        py::arg("error_bits"), py::arg("affine_bits"), "bn_bwd_f32 with WAGEUBN's grids: (d x, d gamma, d beta).");
   m.def("channel_mean_f32", &py_channel_mean_f32, py::arg("x"), "The mean of each image's channels over H and W: (N, C).");
   m.def("channel_sum_f32", &py_channel_sum_f32, py::arg("x"), "Each channel summed over every other axis (a bias gradient).");
   m.def("add_f32", &py_add_f32, py::arg("a"), py::arg("b"), "a + b, float32.");
   m.def("bias_add_f32", &py_bias_add_f32, py::arg("y"), py::arg("b"), "y + b over the last axis, float32.");
+  m.def("softmax_xent_grad_f32", &py_softmax_xent_grad_f32, py::arg("logits"), py::arg("labels"), py::arg("divisor"),
+        "(softmax(logits) - onehot(labels)) / divisor, float32: the float recipes' loss gradient.");
   m.def("channel_mean_bwd_f32", &py_channel_mean_bwd_f32, py::arg("err"), py::arg("in_hw"),
         "The global average pool's input error: err (N, C) / (H * W) at every pixel, (N, H, W, C).");
   m.def("maxpool_pad_f32", &py_maxpool_pad_f32, py::arg("x"), py::arg("kernel"), py::arg("stride"), py::arg("pad"),

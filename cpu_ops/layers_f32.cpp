@@ -284,6 +284,21 @@ void bias_add_f32(float* y, const float* b, size_t rows, size_t channels) {
   });
 }
 
+void softmax_xent_grad_f32(const float* logits, const int64_t* labels, size_t rows, size_t classes, double divisor,
+                           float* grad) {
+  std::vector<double> e(classes);
+  for (size_t r = 0; r < rows; ++r) {
+    const float* l = logits + r * classes;
+    double top = l[0], sum = 0.0;
+    for (size_t j = 1; j < classes; ++j) top = std::max(top, double(l[j]));
+    for (size_t j = 0; j < classes; ++j) sum += (e[j] = std::exp(double(l[j]) - top));
+    for (size_t j = 0; j < classes; ++j) {
+      const double p = e[j] / sum - (int64_t(j) == labels[r] ? 1.0 : 0.0);
+      grad[r * classes + j] = static_cast<float>(p / divisor);
+    }
+  }
+}
+
 void channel_mean_bwd_f32(const float* err, size_t images, size_t pixels, size_t channels, float* dx) {
   const float count = static_cast<float>(pixels);   // float32 division, as the judge's err / float32(H * W)
   rows_of(images, 4 * images * pixels * channels, [&](size_t lo, size_t hi) {

@@ -410,6 +410,40 @@ def bn_backward_values(err, xhat, inv, gamma, grids=None):
     return dx, d_gamma, d_beta
 
 
+class Pow2Grids:
+    """Batch norm's grids as bit widths (WAGEUBN's): each a power-of-two grid fitted to the whole
+    vector's or tensor's range, halves away from zero (pow2_grid); 0 bits: no rounding."""
+
+    def __init__(self, stat_bits: int = 0, affine_bits: int = 0, error_bits: int = 0):
+        self.bits = (stat_bits, affine_bits, error_bits)
+
+    @staticmethod
+    def _on(v, bits):
+        v = np.asarray(v, np.float64)
+        return pow2_grid(v, bits, "round", None) if bits else v
+
+    def stat(self, v):
+        return self._on(v, self.bits[0])
+
+    def affine(self, v):
+        return self._on(v, self.bits[1])
+
+    def error(self, v):
+        return self._on(v, self.bits[2])
+
+
+def bn_fwd_grid_f32(x, gamma, beta, mean, var, training, momentum, eps, stat_bits, affine_bits):
+    """backends' bn_fwd_grid_f32: bn_forward_values on WAGEUBN's grids, each result float32."""
+    out = bn_forward_values(x, gamma, beta, mean, var, training, Pow2Grids(stat_bits, affine_bits), momentum, eps)
+    return tuple(np.asarray(v, np.float32) for v in out)
+
+
+def bn_bwd_grid_f32(err, xhat, inv_std, gamma, error_bits, affine_bits):
+    grids = Pow2Grids(0, affine_bits, error_bits)
+    out = bn_backward_values(err, xhat, np.asarray(inv_std, np.float64), gamma, grids)
+    return tuple(np.asarray(v, np.float32) for v in out)
+
+
 def bn_fwd_f32(x, gamma, beta, mean, var, training, momentum, eps):
     """backends' bn_fwd_f32: bn_forward_values, each result float32."""
     out = bn_forward_values(x, gamma, beta, mean, var, training, None, momentum, eps)
@@ -437,6 +471,16 @@ def add_f32(a, b):
 def bias_add_f32(y, b):
     """y + b over the last axis, float32 (a layer's bias)."""
     return (np.asarray(y, np.float32) + np.asarray(b, np.float32)).astype(np.float32, copy=False)
+
+
+def softmax_xent_grad_f32(logits, labels, divisor: float):
+    """(softmax(logits) - onehot(labels)) / divisor per row, in float64, one rounding to float32:
+    softmax cross-entropy's gradient (divisor: the batch, FP8's over its loss scale)."""
+    logits = np.asarray(logits, np.float64)
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    p[np.arange(len(labels)), labels] -= 1.0
+    return (p / divisor).astype(np.float32)
 
 
 def channel_mean_bwd_f32(err, in_hw):

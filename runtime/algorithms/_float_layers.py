@@ -34,6 +34,9 @@ class BNGrids:
     stat: Callable = _identity
     affine: Callable = _identity
     error: Callable = _identity
+    #: (stat, affine, error) bits when each is a power-of-two grid fitted to the range
+    #: (float_ops.Pow2Grids): the bn_*_grid_f32 hooks run it; None: NumPy with the callables
+    bits: tuple[int, int, int] | None = None
 
 
 # ---------------------------------------------------------------- lowering
@@ -45,7 +48,9 @@ def native(grids) -> bool:
 
 
 def _hooks(grids, hook) -> tuple:
-    return (hook,) if native(grids) else F32
+    if native(grids):
+        return (hook,)
+    return (hook.replace("_f32", "_grid_f32"),) if grids.bits else F32
 
 
 def forward(b, layer, x, shape, prefix, training=True, grids=None) -> str | None:
@@ -166,11 +171,25 @@ def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
         return {op.outputs[0]: backend.channel_mean_bwd_f32(np.asarray(env[op.inputs[0]], np.float32),
                                                             op.attrs["in_shape"][1:3])}
 
+    def bn_fwd_grid_hook(backend, op, env, ctx):
+        x, gamma, beta, mean, var = (np.asarray(env[t], np.float32) for t in op.inputs)
+        a, (stat, affine, _) = op.attrs, grids.bits
+        return dict(zip(op.outputs, backend.bn_fwd_grid_f32(x, gamma, beta, mean, var, a["training"], a["momentum"],
+                                                            a["eps"], stat, affine)))
+
+    def bn_bwd_grid_hook(backend, op, env, ctx):
+        _, affine, error = grids.bits
+        err, xhat, inv, gamma = (np.asarray(env[t], np.float32) for t in op.inputs)
+        return dict(zip(op.outputs, backend.bn_bwd_grid_f32(err, xhat, inv, gamma, error, affine)))
+
     ops = {f"{prefix}.{name}": fn for name, fn in
            dict(add=add, join=join, avgpool_fwd=avgpool_fwd, avgpool_bwd=avgpool_bwd).items()}
-    native_bn = native(grids)
-    ops.update({f"{prefix}.bn_fwd": bn_fwd_hook if native_bn else bn_fwd,
-                f"{prefix}.bn_bwd": bn_bwd_hook if native_bn else bn_bwd})
+    if native(grids):
+        ops.update({f"{prefix}.bn_fwd": bn_fwd_hook, f"{prefix}.bn_bwd": bn_bwd_hook})
+    elif grids.bits:
+        ops.update({f"{prefix}.bn_fwd": bn_fwd_grid_hook, f"{prefix}.bn_bwd": bn_bwd_grid_hook})
+    else:
+        ops.update({f"{prefix}.bn_fwd": bn_fwd, f"{prefix}.bn_bwd": bn_bwd})
     return ops
 
 

@@ -126,7 +126,7 @@ def loss(b, logits, labels, kind: str = "fp32.loss_grad"):
     """The float loss gradient of `logits` (op `kind`: a recipe with its own loss op, FP8's
     loss scaling, names it)."""
     err = b.tensor("err.logits", b.tensors[logits].shape, "float32", "error")
-    b.op("loss.grad", kind, "loss", "loss", (logits, labels), (err,), _F32,
+    b.op("loss.grad", kind, "loss", "loss", (logits, labels), (err,), ("softmax_xent_grad_f32",),
          workspace=loss_workspace(b.tensors[logits].shape))
     return err
 
@@ -351,18 +351,16 @@ def dropout_bwd(backend, op, env, ctx) -> dict:
     return {op.outputs[0]: np.where(keep, err / np.float32(1 - p), 0).astype(np.float32)}
 
 
-def softmax_loss_grad(op, env, ctx) -> dict:
-    """The softmax cross-entropy gradient of float logits, over the full batch's rows."""
-    logits, labels = env[op.inputs[0]].astype(np.float64), env[op.inputs[1]]
-    p = np.exp(logits - logits.max(axis=1, keepdims=True))
-    p /= p.sum(axis=1, keepdims=True)
-    p[np.arange(len(labels)), labels] -= 1.0
-    return {op.outputs[0]: (p / ctx.batch_total).astype(np.float32)}
+def softmax_loss_grad(backend, op, env, ctx, loss_scale: float = 1.0) -> dict:
+    """The softmax cross-entropy gradient of float logits over the full batch's rows, times
+    `loss_scale` (a power of two: FP8's; exact, so folded into the divisor)."""
+    logits = np.ascontiguousarray(env[op.inputs[0]], np.float32)
+    labels = np.ascontiguousarray(env[op.inputs[1]], np.int64)
+    return {op.outputs[0]: backend.softmax_xent_grad_f32(logits, labels, ctx.batch_total / loss_scale)}
 
 
 def loss_grad(backend, op, env, ctx) -> dict:
-    """No backend."""
-    return softmax_loss_grad(op, env, ctx)
+    return softmax_loss_grad(backend, op, env, ctx)
 
 
 def sgd(backend, op, env, ctx) -> dict:

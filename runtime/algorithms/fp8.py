@@ -166,9 +166,8 @@ def _out_hw(shape, k, s, p):
 
 
 def loss_grad(backend, op, env, ctx) -> dict:
-    """Softmax cross-entropy's gradient times the loss scale: no backend."""
-    err = fp32.softmax_loss_grad(op, env, ctx)[op.outputs[0]]
-    return {op.outputs[0]: (err * np.float32(ctx.recipe.params.get("loss_scale", 1024))).astype(np.float32)}
+    """Softmax cross-entropy's gradient times the loss scale (a power of two)."""
+    return fp32.softmax_loss_grad(backend, op, env, ctx, float(ctx.recipe.params.get("loss_scale", 1024)))
 
 
 FP8Numerics.extra_ops = {"fp8.loss_grad": loss_grad}

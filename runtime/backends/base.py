@@ -392,6 +392,21 @@ class Backend:
         """a + b, float32, exact (a residual add, a join of errors)."""
         self._needs("add_f32")
 
+    def softmax_xent_grad_f32(self, logits, labels, divisor: float):
+        """(softmax(logits) - onehot(labels)) / divisor, float32 (N, classes) from float32 logits and
+        int64 labels, in float64 inside: within a float32 ulp of ops_ref (exp and the row's sum order)."""
+        self._needs("softmax_xent_grad_f32")
+
+    def bn_fwd_grid_f32(self, x, gamma, beta, mean, var, training: bool, momentum: float, eps: float,
+                        stat_bits: int, affine_bits: int):
+        """bn_fwd_f32 with WAGEUBN's grids (float_ops.Pow2Grids): mean, variance, 1/std and x-hat on a
+        `stat_bits` power-of-two grid fitted to each's range, gamma and beta on an `affine_bits` one."""
+        self._needs("bn_fwd_grid_f32")
+
+    def bn_bwd_grid_f32(self, err, xhat, inv_std, gamma, error_bits: int, affine_bits: int):
+        """bn_bwd_f32 with the incoming error on an `error_bits` grid and gamma on an `affine_bits` one."""
+        self._needs("bn_bwd_grid_f32")
+
     def bias_add_f32(self, y, b):
         """y + b over the last axis (b: (C,)), float32, exact (a conv's or linear layer's bias)."""
         self._needs("bias_add_f32")

@@ -341,6 +341,15 @@ class CpuBackend(Backend):
     def add_f32(self, a, b):
         return _native.add_f32(a, b)
 
+    def softmax_xent_grad_f32(self, logits, labels, divisor):
+        return _native.softmax_xent_grad_f32(logits, labels, float(divisor))
+
+    def bn_fwd_grid_f32(self, x, gamma, beta, mean, var, training, momentum, eps, stat_bits, affine_bits):
+        return _native.bn_fwd_grid_f32(x, gamma, beta, mean, var, training, momentum, eps, stat_bits, affine_bits)
+
+    def bn_bwd_grid_f32(self, err, xhat, inv_std, gamma, error_bits, affine_bits):
+        return _native.bn_bwd_grid_f32(err, xhat, inv_std, gamma, error_bits, affine_bits)
+
     def bias_add_f32(self, y, b):
         return _native.bias_add_f32(y, b)
 

@@ -98,3 +98,55 @@ def test_fp32_linear_weight_gradient_on_gemm_f32(pair, batch, outs, ins):
         got = fp32.linear_bwd_weight(be, op, {"e": err, "x": x}, None)["g"]
         assert got.dtype == np.float32 and got.shape == (outs, ins)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("rows,classes", [(32, 10), (7, 3), (1, 1), (5, 1000)])
+@pytest.mark.parametrize("divisor", [32.0, 32.0 / 1024, 7.0])
+def test_loss_gradient_within_a_float32_ulp_of_the_judge(pair, rows, classes, divisor):
+    ref, cpu = pair
+    rng = np.random.default_rng(6)
+    logits = (rng.standard_normal((rows, classes)) * 8).astype(np.float32)
+    labels = rng.integers(0, classes, rows).astype(np.int64)
+    got, want = cpu.softmax_xent_grad_f32(logits, labels, divisor), ref.softmax_xent_grad_f32(logits, labels, divisor)
+    assert got.dtype == np.float32 and got.shape == (rows, classes)
+    np.testing.assert_array_max_ulp(got, want, maxulp=1)
+    np.testing.assert_allclose(got.sum(axis=1, dtype=np.float64), 0.0, atol=1e-6 / divisor)
+
+
+def test_loss_gradient_refuses_a_label_out_of_range(pair):
+    _, cpu = pair
+    with pytest.raises(ValueError, match=r"softmax_xent_grad_f32: label 10 of row 1 is not in \[0, 10\)"):
+        cpu.softmax_xent_grad_f32(np.zeros((2, 10), np.float32), np.array([0, 10], np.int64), 2.0)
+
+
+@pytest.mark.parametrize("shape", [(4, 5, 7, 3), (2, 9, 9, 33), (8, 1, 1, 16), (3, 6, 5, 64)])
+@pytest.mark.parametrize("training", [True, False])
+def test_wageubn_batch_norm_is_the_judges(pair, shape, training):
+    """WAGEUBN's integer batch norm (16-bit statistics, 8-bit gamma and beta, 8-bit error)."""
+    ref, cpu = pair
+    rng = np.random.default_rng(7)
+    c = shape[-1]
+    x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+    gamma, beta = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+    mean, var = rng.standard_normal(c).astype(np.float32), rng.uniform(0.5, 2, c).astype(np.float32)
+    args = (x, gamma, beta, mean, var, training, 0.1, 1e-5, 16, 8)
+    got, want = cpu.bn_fwd_grid_f32(*args), ref.bn_fwd_grid_f32(*args)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    err = rng.standard_normal(shape).astype(np.float32)
+    for g, w in zip(cpu.bn_bwd_grid_f32(err, got[1], got[2], gamma, 8, 8),
+                    ref.bn_bwd_grid_f32(err, got[1], got[2], gamma, 8, 8)):
+        np.testing.assert_array_equal(g, w)
+    zero = np.zeros_like(err)   # an all-zero error: its grid has no range
+    np.testing.assert_array_equal(cpu.bn_bwd_grid_f32(zero, got[1], got[2], gamma, 8, 8)[0], zero)
+
+
+def test_wageubn_grids_by_bits_are_its_own():
+    """The hooks' grids (float_ops.Pow2Grids from BNGrids.bits) round as WAGEUBN's callables do."""
+    from dsptrain.algorithms.wageubn import BN_GRIDS
+    from dsptrain.float_ops import Pow2Grids
+
+    grids = Pow2Grids(*BN_GRIDS.bits)
+    v = np.random.default_rng(8).standard_normal(1000) * 5
+    for role in ("stat", "affine", "error"):
+        np.testing.assert_array_equal(getattr(grids, role)(v), getattr(BN_GRIDS, role)(v))
