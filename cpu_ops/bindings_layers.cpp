@@ -308,6 +308,19 @@ auto py_bn_bwd_grid_f32(const py::handle& e_obj, const py::handle& h_obj, const 
   return py::make_tuple(dx, dg, db);
 }
 
+auto py_dropout_apply_f32(const py::handle& x_obj, const py::handle& keep_obj, double p) {
+  auto x = checked<float>("dropout_apply_f32", "x", x_obj, -1);
+  auto keep = checked<bool>("dropout_apply_f32", "keep", keep_obj, -1);
+  check_same("dropout_apply_f32", "x", x, "keep", keep);
+  if (!(p >= 0 && p < 1)) fail("dropout_apply_f32: p " + std::to_string(p) + " is not in [0, 1)");
+  py::array_t<float> y(dims(x));
+  float* out = y.mutable_data();
+  const float share = static_cast<float>(1 - p);   // the judge's np.float32(1 - p)
+  py::gil_scoped_release nogil;
+  dropout_apply_f32(x.data(), keep.data(), size_t(x.size()), share, out);
+  return y;
+}
+
 auto py_bias_add_f32(const py::handle& y_obj, const py::handle& b_obj) {
   auto y = checked<float>("bias_add_f32", "y", y_obj, -1);
   auto b = checked<float>("bias_add_f32", "b", b_obj, 1);
@@ -419,6 +432,8 @@ void dsptrain::bind::def_layers(py::module_& m) {
   m.def("channel_mean_f32", &py_channel_mean_f32, py::arg("x"), "The mean of each image's channels over H and W: (N, C).");
   m.def("channel_sum_f32", &py_channel_sum_f32, py::arg("x"), "Each channel summed over every other axis (a bias gradient).");
   m.def("add_f32", &py_add_f32, py::arg("a"), py::arg("b"), "a + b, float32.");
+  m.def("dropout_apply_f32", &py_dropout_apply_f32, py::arg("x"), py::arg("keep"), py::arg("p"),
+        "x / (1 - p) where keep, else 0, float32: dropout's forward and backward.");
   m.def("bias_add_f32", &py_bias_add_f32, py::arg("y"), py::arg("b"), "y + b over the last axis, float32.");
   m.def("softmax_xent_grad_f32", &py_softmax_xent_grad_f32, py::arg("logits"), py::arg("labels"), py::arg("divisor"),
         "(softmax(logits) - onehot(labels)) / divisor, float32: the float recipes' loss gradient.");

@@ -284,6 +284,12 @@ void bias_add_f32(float* y, const float* b, size_t rows, size_t channels) {
   });
 }
 
+void dropout_apply_f32(const float* x, const bool* keep, size_t n, float keep_share, float* y) {
+  chunks(n, 9 * n, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) y[i] = keep[i] ? x[i] / keep_share : 0.0f;
+  });
+}
+
 void softmax_xent_grad_f32(const float* logits, const int64_t* labels, size_t rows, size_t classes, double divisor,
                            float* grad) {
   std::vector<double> e(classes);

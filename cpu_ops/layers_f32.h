@@ -59,6 +59,8 @@ void channel_sum_f32(const float* x, size_t rows, size_t channels, float* out);
 namespace dsptrain {
 // y = a + b, float32 (a residual add, an error join).
 void add_f32(const float* a, const float* b, size_t n, float* y);
+// y = keep ? x / (1 - p) : 0, float32 (dropout's forward and backward: the same mask).
+void dropout_apply_f32(const float* x, const bool* keep, size_t n, float keep_share, float* y);
 // y[r, c] += b[c], float32, in place (a conv's or linear layer's bias).
 void bias_add_f32(float* y, const float* b, size_t rows, size_t channels);
 // The float recipes' loss gradient: (softmax(logits[r]) - onehot(labels[r])) / divisor per row,

@@ -468,6 +468,11 @@ def add_f32(a, b):
     return (np.asarray(a, np.float32) + np.asarray(b, np.float32)).astype(np.float32, copy=False)
 
 
+def dropout_apply_f32(x, keep, p: float):
+    """x / float32(1 - p) where `keep`, else 0, float32 (dropout's forward and backward)."""
+    return np.where(keep, np.asarray(x, np.float32) / np.float32(1 - p), 0).astype(np.float32)
+
+
 def bias_add_f32(y, b):
     """y + b over the last axis, float32 (a layer's bias)."""
     return (np.asarray(y, np.float32) + np.asarray(b, np.float32)).astype(np.float32, copy=False)

@@ -67,7 +67,7 @@ def forward(b, layer, x, shape):
     elif isinstance(layer, Dropout):
         b.tensor(f"{layer.name}.mask", shape, "bool", "saved")
         b.op(f"{layer.name}.fwd", "fp32.dropout_fwd", layer.name, "forward", (x,), (out, f"{layer.name}.mask"),
-             ("dropout_mask",), p=layer.p)
+             ("dropout_mask", "dropout_apply_f32"), p=layer.p)
     return out
 
 
@@ -192,7 +192,7 @@ def backward(b, layer, err, needs_input_error):
              alias=True)
     elif isinstance(layer, Dropout):
         b.op(f"{layer.name}.bwd", "fp32.dropout_bwd", layer.name, "backward", (err, f"{layer.name}.mask"),
-             (err_in,), ())
+             (err_in,), ("dropout_apply_f32",))
     return err_in
 
 
@@ -341,14 +341,14 @@ def reshape(backend, op, env, ctx) -> dict:
 def dropout_fwd(backend, op, env, ctx) -> dict:
     x, p = env[op.inputs[0]], op.attrs["p"]
     keep = backend.dropout_mask(x.shape, p, ctx.rng(op))
-    return {op.outputs[0]: np.where(keep, x / np.float32(1 - p), 0).astype(np.float32), op.outputs[1]: keep}
+    return {op.outputs[0]: backend.dropout_apply_f32(np.asarray(x, np.float32), keep, p), op.outputs[1]: keep}
 
 
 def dropout_bwd(backend, op, env, ctx) -> dict:
-    """The forward's mask applied to the error: no backend."""
+    """The forward's mask applied to the error."""
     err, keep = env[op.inputs[0]], env[op.inputs[1]]
     p = ctx.graph.op(op.name.replace(".bwd", ".fwd")).attrs["p"]
-    return {op.outputs[0]: np.where(keep, err / np.float32(1 - p), 0).astype(np.float32)}
+    return {op.outputs[0]: backend.dropout_apply_f32(np.asarray(err, np.float32), keep, p)}
 
 
 def softmax_loss_grad(backend, op, env, ctx, loss_scale: float = 1.0) -> dict:

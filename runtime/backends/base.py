@@ -407,6 +407,11 @@ class Backend:
         """bn_bwd_f32 with the incoming error on an `error_bits` grid and gamma on an `affine_bits` one."""
         self._needs("bn_bwd_grid_f32")
 
+    def dropout_apply_f32(self, x, keep, p: float):
+        """x / float32(1 - p) where the bool mask `keep` is set, else 0, float32, exact: dropout's
+        forward (x) and backward (its error, the same mask)."""
+        self._needs("dropout_apply_f32")
+
     def bias_add_f32(self, y, b):
         """y + b over the last axis (b: (C,)), float32, exact (a conv's or linear layer's bias)."""
         self._needs("bias_add_f32")

@@ -350,6 +350,9 @@ class CpuBackend(Backend):
     def bn_bwd_grid_f32(self, err, xhat, inv_std, gamma, error_bits, affine_bits):
         return _native.bn_bwd_grid_f32(err, xhat, inv_std, gamma, error_bits, affine_bits)
 
+    def dropout_apply_f32(self, x, keep, p):
+        return _native.dropout_apply_f32(x, keep, float(p))
+
     def bias_add_f32(self, y, b):
         return _native.bias_add_f32(y, b)
 

@@ -150,3 +150,15 @@ def test_wageubn_grids_by_bits_are_its_own():
     v = np.random.default_rng(8).standard_normal(1000) * 5
     for role in ("stat", "affine", "error"):
         np.testing.assert_array_equal(getattr(grids, role)(v), getattr(BN_GRIDS, role)(v))
+
+
+@pytest.mark.parametrize("shape", [(32, 1280), (7, 3, 5, 9), (1,)])
+@pytest.mark.parametrize("p", [0.2, 0.5, 0.0])
+def test_dropout_apply_is_the_judges(pair, shape, p):
+    ref, cpu = pair
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal(shape).astype(np.float32)
+    keep = rng.random(shape) >= p
+    got = cpu.dropout_apply_f32(x, keep, p)
+    np.testing.assert_array_equal(got, ref.dropout_apply_f32(x, keep, p))
+    assert not np.signbit(got[~keep]).any()   # dropped cells are +0, as np.where writes them
