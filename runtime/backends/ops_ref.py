@@ -36,8 +36,8 @@ FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_error
 BRANCH_HOOKS = ("act_f32", "act_bwd_f32", "mul_f32", "mul_bwd_f32", "concat_channels", "slice_channels",
                 "pad_channels", "channel_shuffle",
                 "bn_fwd_f32", "bn_bwd_f32", "channel_mean_f32", "channel_sum_f32", "add_f32",   # + the float layers
-                "bias_add_f32", "channel_mean_bwd_f32", "maxpool_pad_f32", "maxpool_pad_bwd_f32", "softmax_xent_grad_f32", "dropout_apply_f32",
-                "bn_fwd_grid_f32", "bn_bwd_grid_f32")
+                "bias_add_f32", "channel_mean_bwd_f32", "maxpool_pad_f32", "maxpool_pad_bwd_f32",
+                "softmax_xent_grad_f32", "dropout_apply_f32", "bn_fwd_grid_f32", "bn_bwd_grid_f32")
 
 
 #: the depthwise convolutions (one filter per channel: weight (C, KH, KW, 1)); their
