@@ -122,16 +122,48 @@ inline void check_positive(const char* op, const char* name, int v) {
 }
 
 // ---------------------------------------------------------------- convolutions
-inline ConvShape conv_shape(const char* op, const py::array& x, const py::array& w, int stride, int pad) {
+// The checks every convolution binding (dense, depthwise) makes of its geometry.
+inline void check_stride_pad(const char* op, int stride, int pad) {
   check_positive(op, "stride", stride);
   if (pad < 0) fail(std::string(op) + ": pad must be >= 0, got " + std::to_string(pad));
+}
+
+// A (height, width) argument -- in_hw, kernel -- of positive sizes.
+inline void check_hw(const char* op, const std::string& name, std::pair<int, int> hw) {
+  check_positive(op, (name + " height").c_str(), hw.first);
+  check_positive(op, (name + " width").c_str(), hw.second);
+}
+
+// A kh x kw kernel (each at least 1) within an h x w input padded by `pad` on every side.
+inline void check_kernel_fits(const char* op, int kh, int kw, int h, int w, int pad) {
+  if (kh < 1 || kw < 1 || h + 2 * pad < kh || w + 2 * pad < kw)
+    fail(std::string(op) + ": kernel " + std::to_string(kh) + "x" + std::to_string(kw) +
+         " does not fit the padded input " + std::to_string(h + 2 * pad) + "x" + std::to_string(w + 2 * pad));
+}
+
+// A backward-data pass's err that is not the output its in_hw, weights, stride and pad give.
+[[noreturn]] inline void fail_err_vs_in_hw(const char* op, const py::array& err, int h, int w, const py::array& weights,
+                                           int stride, int pad) {
+  fail(std::string(op) + ": err shape " + shape_str(err) + " does not match in_hw (" + std::to_string(h) + ", " +
+       std::to_string(w) + "), weights " + shape_str(weights) + ", stride " + std::to_string(stride) + ", pad " +
+       std::to_string(pad));
+}
+
+// A weight-gradient pass's err that is not the output its x, kernel, stride and pad give.
+[[noreturn]] inline void fail_err_vs_x(const char* op, const py::array& err, const py::array& x, int kh, int kw,
+                                       int stride, int pad) {
+  fail(std::string(op) + ": err shape " + shape_str(err) + " does not match x " + shape_str(x) + " with kernel (" +
+       std::to_string(kh) + ", " + std::to_string(kw) + "), stride " + std::to_string(stride) + ", pad " +
+       std::to_string(pad));
+}
+
+inline ConvShape conv_shape(const char* op, const py::array& x, const py::array& w, int stride, int pad) {
+  check_stride_pad(op, stride, pad);
   ConvShape s{int(x.shape(0)), int(x.shape(1)), int(x.shape(2)), int(x.shape(3)),
               int(w.shape(0)), int(w.shape(1)), int(w.shape(2)), stride, pad};
   if (w.shape(3) != s.c)
     fail(std::string(op) + ": weight shape " + shape_str(w) + " does not match input channels " + std::to_string(s.c));
-  if (s.h + 2 * pad < s.kh || s.w + 2 * pad < s.kw)
-    fail(std::string(op) + ": kernel " + std::to_string(s.kh) + "x" + std::to_string(s.kw) +
-         " is larger than the padded input " + std::to_string(s.h + 2 * pad) + "x" + std::to_string(s.w + 2 * pad));
+  check_kernel_fits(op, s.kh, s.kw, s.h, s.w, pad);
   return s;
 }
 
@@ -139,15 +171,12 @@ inline ConvShape conv_shape(const char* op, const py::array& x, const py::array&
 // for; err must be the output shape that input, w, stride and pad give.
 inline ConvShape conv_shape_from_in_hw(const char* op, const py::array& err, const py::array& w, int stride, int pad,
                                        std::pair<int, int> in_hw) {
-  check_positive(op, "in_hw height", in_hw.first);
-  check_positive(op, "in_hw width", in_hw.second);
+  check_hw(op, "in_hw", in_hw);
   py::array_t<int8_t> x_like(std::vector<py::ssize_t>{1, in_hw.first, in_hw.second, w.shape(3)});
   ConvShape s = conv_shape(op, x_like, w, stride, pad);
   s.n = int(err.shape(0));
   if (err.shape(1) != s.oh() || err.shape(2) != s.ow() || err.shape(3) != s.o)
-    fail(std::string(op) + ": err shape " + shape_str(err) + " does not match in_hw (" + std::to_string(s.h) + ", " +
-         std::to_string(s.w) + "), weights " + shape_str(w) + ", stride " + std::to_string(stride) + ", pad " +
-         std::to_string(pad));
+    fail_err_vs_in_hw(op, err, s.h, s.w, w, stride, pad);
   return s;
 }
 
@@ -155,14 +184,11 @@ inline ConvShape conv_shape_from_in_hw(const char* op, const py::array& err, con
 // be the output shape that x, the kernel, stride and pad give.
 inline ConvShape conv_shape_from_err(const char* op, const py::array& err, const py::array& x, int stride, int pad,
                                      std::pair<int, int> kernel) {
-  check_positive(op, "kernel height", kernel.first);
-  check_positive(op, "kernel width", kernel.second);
+  check_hw(op, "kernel", kernel);
   py::array_t<int8_t> w_like(std::vector<py::ssize_t>{err.shape(3), kernel.first, kernel.second, x.shape(3)});
   const ConvShape s = conv_shape(op, x, w_like, stride, pad);
   if (err.shape(0) != s.n || err.shape(1) != s.oh() || err.shape(2) != s.ow())
-    fail(std::string(op) + ": err shape " + shape_str(err) + " does not match x " + shape_str(x) + " with kernel (" +
-         std::to_string(s.kh) + ", " + std::to_string(s.kw) + "), stride " + std::to_string(stride) + ", pad " +
-         std::to_string(pad));
+    fail_err_vs_x(op, err, x, s.kh, s.kw, stride, pad);
   return s;
 }
 
@@ -177,6 +203,13 @@ inline PoolShape pool_shape(const char* op, const py::array& x, int kernel, int 
   const PoolShape s{int(x.shape(0)), int(x.shape(1)), int(x.shape(2)), int(x.shape(3)), kernel, stride};
   if (s.h < kernel || s.w < kernel) fail(std::string(op) + ": kernel " + std::to_string(kernel) + " is larger than x " + shape_str(x));
   return s;
+}
+
+// A pooling backward's err that is not the output its in_hw, kernel and stride give.
+[[noreturn]] inline void fail_pool_err_vs_in_hw(const char* op, const py::array& err, std::pair<int, int> in_hw,
+                                                int kernel, int stride) {
+  fail(std::string(op) + ": err " + shape_str(err) + " does not match in_hw (" + std::to_string(in_hw.first) + ", " +
+       std::to_string(in_hw.second) + "), kernel " + std::to_string(kernel) + ", stride " + std::to_string(stride));
 }
 
 // A max-pool forward binding (maxpool_s8, maxpool_f32, relu_maxpool_f32): x checked as

@@ -11,44 +11,34 @@ namespace {
 // x [N, H, W, C] and w [C, KH, KW, 1] of dtype T, checked against each other.
 template <typename T>
 DwShape dw_shape(const char* op, const py::array& x, const py::array& w, int stride, int pad) {
-  check_positive(op, "stride", stride);
-  if (pad < 0) fail(std::string(op) + ": pad must be >= 0, got " + std::to_string(pad));
+  check_stride_pad(op, stride, pad);
   if (w.shape(0) != x.shape(3) || w.shape(3) != 1)
     fail(std::string(op) + ": depthwise weight shape " + shape_str(w) + " does not match " +
          std::to_string(x.shape(3)) + " input channels (C, KH, KW, 1)");
   const DwShape s{int(x.shape(0)), int(x.shape(1)), int(x.shape(2)), int(x.shape(3)), int(w.shape(1)),
                   int(w.shape(2)), stride, pad};
-  if (s.kh < 1 || s.kw < 1 || s.h + 2 * pad < s.kh || s.w + 2 * pad < s.kw)
-    fail(std::string(op) + ": kernel " + std::to_string(s.kh) + "x" + std::to_string(s.kw) +
-         " does not fit the padded input " + std::to_string(s.h + 2 * pad) + "x" + std::to_string(s.w + 2 * pad));
+  check_kernel_fits(op, s.kh, s.kw, s.h, s.w, pad);
   return s;
 }
 
 // Backward data: err [N, OH, OW, C] must be the output of an input of in_hw.
 DwShape dw_shape_from_in_hw(const char* op, const py::array& err, const py::array& w, int stride, int pad,
                             std::pair<int, int> in_hw) {
-  check_positive(op, "in_hw height", in_hw.first);
-  check_positive(op, "in_hw width", in_hw.second);
+  check_hw(op, "in_hw", in_hw);
   py::array_t<int8_t> x_like(std::vector<py::ssize_t>{err.shape(0), in_hw.first, in_hw.second, err.shape(3)});
   const DwShape s = dw_shape<int8_t>(op, x_like, w, stride, pad);
-  if (err.shape(1) != s.oh() || err.shape(2) != s.ow())
-    fail(std::string(op) + ": err shape " + shape_str(err) + " does not match in_hw (" + std::to_string(s.h) + ", " +
-         std::to_string(s.w) + "), weights " + shape_str(w) + ", stride " + std::to_string(stride) + ", pad " +
-         std::to_string(pad));
+  if (err.shape(1) != s.oh() || err.shape(2) != s.ow()) fail_err_vs_in_hw(op, err, s.h, s.w, w, stride, pad);
   return s;
 }
 
 // Weight gradient: err must be the output that x, the kernel, stride and pad give.
 DwShape dw_shape_from_err(const char* op, const py::array& err, const py::array& x, int stride, int pad,
                           std::pair<int, int> kernel) {
-  check_positive(op, "kernel height", kernel.first);
-  check_positive(op, "kernel width", kernel.second);
+  check_hw(op, "kernel", kernel);
   py::array_t<int8_t> w_like(std::vector<py::ssize_t>{x.shape(3), kernel.first, kernel.second, 1});
   const DwShape s = dw_shape<int8_t>(op, x, w_like, stride, pad);
   if (err.shape(0) != s.n || err.shape(1) != s.oh() || err.shape(2) != s.ow() || err.shape(3) != s.c)
-    fail(std::string(op) + ": err shape " + shape_str(err) + " does not match x " + shape_str(x) + " with kernel (" +
-         std::to_string(s.kh) + ", " + std::to_string(s.kw) + "), stride " + std::to_string(stride) + ", pad " +
-         std::to_string(pad));
+    fail_err_vs_x(op, err, x, s.kh, s.kw, stride, pad);
   return s;
 }
 

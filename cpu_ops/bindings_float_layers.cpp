@@ -25,9 +25,7 @@ std::pair<py::array_t<float>, PoolShape> pool_input_grad(const char* op, const p
                                                          int kernel, int stride) {
   py::array_t<float> dx(std::vector<py::ssize_t>{err.shape(0), in_hw.first, in_hw.second, err.shape(3)});
   const PoolShape s = pool_shape(op, dx, kernel, stride);
-  if (s.oh() != err.shape(1) || s.ow() != err.shape(2))
-    fail(std::string(op) + ": err " + shape_str(err) + " does not match in_hw (" + std::to_string(in_hw.first) + ", " +
-         std::to_string(in_hw.second) + "), kernel " + std::to_string(kernel) + ", stride " + std::to_string(stride));
+  if (s.oh() != err.shape(1) || s.ow() != err.shape(2)) fail_pool_err_vs_in_hw(op, err, in_hw, kernel, stride);
   return {dx, s};
 }
 

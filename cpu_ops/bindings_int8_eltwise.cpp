@@ -67,7 +67,7 @@ auto py_relu_s8(const py::handle& obj) {
 auto py_relu_bwd_s8(const py::handle& err_obj, const py::handle& y_obj) {
   auto err = checked<int8_t>("relu_bwd_s8", "err", err_obj, -1);
   auto y = checked<int8_t>("relu_bwd_s8", "y", y_obj, -1);
-  if (dims(err) != dims(y)) fail("relu_bwd_s8: err " + shape_str(err) + " and y " + shape_str(y) + " differ in shape");
+  check_same("relu_bwd_s8", "err", err, "y", y);
   py::array_t<int8_t> dx(dims(err));
   int8_t* p = dx.mutable_data();
   py::gil_scoped_release nogil;
@@ -85,11 +85,10 @@ auto py_maxpool_bwd_s8(const py::handle& err_obj, const py::handle& idx_obj, int
   auto idx = checked<uint8_t>("maxpool_bwd_s8", "argmax", idx_obj, 4);
   check_positive("maxpool_bwd_s8", "kernel", kernel);
   check_positive("maxpool_bwd_s8", "stride", stride);
-  if (dims(err) != dims(idx)) fail("maxpool_bwd_s8: err " + shape_str(err) + " and argmax " + shape_str(idx) + " differ in shape");
+  check_same("maxpool_bwd_s8", "err", err, "argmax", idx);
   const PoolShape s{int(err.shape(0)), in_hw.first, in_hw.second, int(err.shape(3)), kernel, stride};
   if (in_hw.first < kernel || in_hw.second < kernel || s.oh() != err.shape(1) || s.ow() != err.shape(2))
-    fail("maxpool_bwd_s8: err " + shape_str(err) + " does not match in_hw (" + std::to_string(in_hw.first) + ", " +
-         std::to_string(in_hw.second) + "), kernel " + std::to_string(kernel) + ", stride " + std::to_string(stride));
+    fail_pool_err_vs_in_hw("maxpool_bwd_s8", err, in_hw, kernel, stride);
   const uint8_t* ip = idx.data();
   // A max reduction vectorises; the loop that names the value runs only on failure. The
   // size is read once: idx.size() multiplies the shape out on every call, which kept the
@@ -136,8 +135,7 @@ auto py_niti_update_s8(const py::handle& w_obj, const py::handle& g_obj, int mu,
                              const py::object& rng) {
   auto w = checked<int8_t>("niti_update_s8", "w", w_obj, -1);
   const Acc g = checked_acc("niti_update_s8", g_obj);
-  if (dims(w) != dims(g.arr))
-    fail("niti_update_s8: w " + shape_str(w) + " and grad " + shape_str(g.arr) + " differ in shape");
+  check_same("niti_update_s8", "w", w, "grad", g.arr);
   const RoundMode rm = parse_mode("niti_update_s8", mode);
   const Rng r = parse_rng(rng);
   if (rm == RoundMode::kSto && !r.given) fail("stochastic rounding needs an RngKey");

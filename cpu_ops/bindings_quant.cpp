@@ -82,6 +82,16 @@ auto py_quantize_f(const py::handle& obj, double step, int bits, const std::stri
 }
 
 auto py_dequantize(const py::handle& obj, double scale) {
+  if (py::isinstance<py::array_t<int8_t>>(obj)) {   // an int8 tensor entering a float op (NITI's mixed layers)
+    auto q = checked<int8_t>("dequantize", "acc", obj, -1);
+    py::array_t<float> out(dims(q));
+    float* p = out.mutable_data();
+    const int8_t* src = q.data();
+    const size_t n = q.size();
+    py::gil_scoped_release nogil;
+    dequantize(src, n, scale, p);
+    return out;
+  }
   const Acc a = checked_acc("dequantize", obj);
   py::array_t<float> out(dims(a.arr));
   float* p = out.mutable_data();
@@ -218,7 +228,7 @@ void dsptrain::bind::def_quantizers(py::module_& m) {
   m.def("absmax_f", &py_absmax_f, py::arg("x"), "max |x| of a float32/float64 array, as a Python float.");
   m.def("quantize_f", &py_quantize_f, py::arg("x"), py::arg("step"), py::arg("bits"), py::arg("mode"), py::arg("rng"),
         "clip(round(x / step), +-(2**(bits-1) - 1)): int8 for bits <= 8, else int16.");
-  m.def("dequantize", &py_dequantize, py::arg("acc"), py::arg("scale"), "float32(double(acc) * scale).");
+  m.def("dequantize", &py_dequantize, py::arg("acc"), py::arg("scale"), "float32(double(acc) * scale); acc int8, int32 or int64.");
   m.def("dequantize_compensate", &py_dequantize_compensate, py::arg("acc"), py::arg("scale"), py::arg("comp_scale"),
         py::arg("comp_shift"), py::arg("in_place"),
         py::arg("relu") = false, "Octo's product epilogue: (z, y), z = float32(double(acc) * scale) (over acc's memory when in_place and int32), "

@@ -5,17 +5,11 @@
 #pragma once
 #include <cstdint>
 
+#include "conv_shapes.h"
+
 namespace dsptrain {
 
 struct FusedRequant;  // requant.h
-
-struct ConvShape {
-  int n, h, w, c;     // input x
-  int o, kh, kw;      // weights (o, kh, kw, c)
-  int stride, pad;
-  int oh() const { return (h + 2 * pad - kh) / stride + 1; }
-  int ow() const { return (w + 2 * pad - kw) / stride + 1; }
-};
 
 // Which algorithm a pass runs for shape `s` on the active ISA (for tests and debugging):
 // "gemm_1x1", "im2col_gemm", "implicit_gemm" (no im2col copy: gemm_rows),
@@ -23,6 +17,10 @@ struct ConvShape {
 // "wgrad_planes" (few source channels: the taps as the GEMM's rows), and the lane kernels'.
 enum class ConvPass { kForward, kBackwardData, kBackwardWeight };
 const char* conv_algorithm(ConvPass pass, const ConvShape& s);
+
+// Whether the int32 im2col weight gradient packs its B straight from the padded source
+// (conv.cpp; else through an im2col copy).
+bool wgrad_packs_source(const ConvShape& s);
 
 // y[N,OH,OW,O] = x * w. T is int32_t or int64_t. `absmax`, if given, receives max |y|
 // where the GEMM took it on the way (int32 im2col paths), else -1 (not taken). `fused`

@@ -1,12 +1,14 @@
 // Stride-1 convolutions with few output channels, output pixels and channels together in
-// AVX-512 lanes (conv_lanes.cpp). Internal to the convolutions (conv.cpp).
+// AVX-512 lanes (conv_lanes.cpp), called by the convolution drivers (conv.cpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
-#include "conv_impl.h"
+#include "conv_shapes.h"
 
 namespace dsptrain {
+
+struct FusedRequant;  // requant.h
 
 // Whether conv_lanes runs a source of `ch` channels, a kh x kw kernel at `step` and `oc`
 // output channels here: step 1, an AVX-512 VNNI + VBMI CPU with the AVX-512 (or AMX) GEMM

@@ -9,7 +9,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "conv_impl.h"
+#include "conv_panels.h"
+#include "conv_transpose.h"
 #include "gemm.h"
 #include "gemm_kernels.h"
 #include "interleave.h"

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "conv_impl.h"
+#include "conv_shapes.h"
 #include "gemm.h"
 #include "requant.h"
 

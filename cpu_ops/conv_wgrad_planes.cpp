@@ -20,7 +20,7 @@
 #include <cstring>
 #include <vector>
 
-#include "conv_impl.h"
+#include "conv_wgrad_planes.h"
 #include "gemm.h"
 #include "gemm_kernels.h"
 #include "scratch.h"

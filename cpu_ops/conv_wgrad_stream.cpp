@@ -19,8 +19,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "conv_impl.h"
-#include "conv_trimmed.h"
+#include "conv_wgrad_stream.h"
 #include "gemm.h"
 #include "gemm_kernels.h"
 #include "scratch.h"

@@ -492,6 +492,7 @@ template void quantize_float<double, int8_t>(const double*, size_t, double, int,
 template void quantize_float<double, int16_t>(const double*, size_t, double, int, FloatRound, const RngKey&, int16_t*);
 template void round_float_grid<float>(const float*, size_t, int, int, FloatRound, const RngKey&, float*);
 template void round_float_grid<double>(const double*, size_t, int, int, FloatRound, const RngKey&, float*);
+template void dequantize<int8_t>(const int8_t*, size_t, double, float*);   // NITI's int8 tensors into a float op
 template void dequantize<int32_t>(const int32_t*, size_t, double, float*);
 template void dequantize<int64_t>(const int64_t*, size_t, double, float*);
 

@@ -7,8 +7,10 @@
 #include <cstring>
 #include <mutex>
 
-#include "conv_impl.h"
 #include "conv_lanes.h"
+#include "conv_panels.h"
+#include "conv_wgrad_planes.h"
+#include "conv_wgrad_stream.h"
 #include "gemm.h"
 #include "gemm_kernels.h"
 #include "thread_pool.h"

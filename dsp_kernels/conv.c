@@ -13,6 +13,7 @@
 #include "hvx-utils.h"
 #include "kernels.h"
 #include "conv.h"
+#include "conv_common.h"
 #include "threads.h"
 
 #define DSPT_CHUNK (256u * 1024u)
@@ -33,6 +34,14 @@ static int conv_shape(const struct dspt_op_desc *d, const int32_t *xs, const int
 }
 
 static int too_deep(int64_t depth) { return depth * 127 * 127 >= ((int64_t)1 << 31); }
+
+/* A product's status, with the path it took in result_shift (enum dspt_path: the tests pin
+ * each shape's path with it, DspBackend.last_paths). */
+static int took(struct dspt_op_desc *d, enum dspt_path path, int status)
+{
+    d->result_shift = path;
+    return status;
+}
 
 /* Rows per chunk of one thread: DSPT_CHUNK bytes (a quarter of the v66's 1 MiB L2, or
  * its whole VTCM), a multiple of 4, at least 4. Long chunks keep the GEMM's tiles long:
@@ -221,23 +230,23 @@ int dspt_op_conv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     const int8_t *w = dspt_at(ctx, d->in[1], dspt_count(d->shape_b));
     int32_t *y = dspt_at(ctx, d->out[0], (uint32_t)p * s.o * 4);
     if (!x || !w || !y) return DSPT_BAD_PARAMS;
+    int acc = (d->flags & DSPT_F_ACCUMULATE) != 0;
     if (dspt_conv_taps_fits(&s))   /* one input channel, 4 to 7 outputs: pixels x channels in the lanes */
-        return dspt_conv_taps(ctx, y, x, w, &s, (d->flags & DSPT_F_ACCUMULATE) != 0);
+        return took(d, DSPT_PATH_CONV_TAPS, dspt_conv_taps(ctx, y, x, w, &s, acc));
     if (dspt_conv_lanes_fits(&s))   /* one input channel: output pixels in the lanes */
-        return dspt_conv_lanes(ctx, y, x, w, &s, (d->flags & DSPT_F_ACCUMULATE) != 0);
+        return took(d, DSPT_PATH_CONV_LANES, dspt_conv_lanes(ctx, y, x, w, &s, acc));
     if (dspt_conv_grid_fits(&s))   /* 2 to 16 input channels: grid positions in the lanes */
-        return dspt_conv_grid(ctx, y, x, w, &s, (d->flags & DSPT_F_ACCUMULATE) != 0);
+        return took(d, DSPT_PATH_CONV_GRID, dspt_conv_grid(ctx, y, x, w, &s, acc));
     if (dspt_conv_padded_fits(&s))   /* 2 to 4 channels, many outputs: the padded image read in place */
-        return dspt_conv_padded(ctx, y, x, w, &s, (d->flags & DSPT_F_ACCUMULATE) != 0);
+        return took(d, DSPT_PATH_CONV_PADDED, dspt_conv_padded(ctx, y, x, w, &s, acc));
     int8_t *bp = dspt_scratch(ctx, dspt_packed_b_bytes(s.o, k));
     if (!bp) return DSPT_NO_SUPPORT;
     dspt_pack_b(bp, w, s.o, k, k);
     if (pointwise_fits(&s)) {
-        struct rows_job j = {.y = y, .x = x, .s = &s, .bp = bp, .k = k, .acc = (d->flags & DSPT_F_ACCUMULATE) != 0};
-        d->result_shift = DSPT_PATH_POINTWISE;
-        return dspt_run_shares(ctx, pointwise_share, &j);
+        struct rows_job j = {.y = y, .x = x, .s = &s, .bp = bp, .k = k, .acc = acc};
+        return took(d, DSPT_PATH_POINTWISE, dspt_run_shares(ctx, pointwise_share, &j));
     }
-    return conv_rows(ctx, y, x, &s, bp, k, (d->flags & DSPT_F_ACCUMULATE) != 0);
+    return took(d, DSPT_PATH_IM2COL_GEMM, conv_rows(ctx, y, x, &s, bp, k, acc));
 }
 
 /* Transposed conv without flipping: input pixel (h, w) gets err[oh, ow] through tap
@@ -346,9 +355,9 @@ int dspt_op_conv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     if (!err || !w || !dx) return DSPT_BAD_PARAMS;
     int acc = (d->flags & DSPT_F_ACCUMULATE) != 0;
     if (dspt_conv_grid_bwd_data_fits(&s))   /* few err channels: a forward conv of err, grid in the lanes */
-        return dspt_conv_grid_bwd_data(ctx, dx, err, w, &s, acc);
+        return took(d, DSPT_PATH_CONV_GRID, dspt_conv_grid_bwd_data(ctx, dx, err, w, &s, acc));
     if (dspt_conv_col2im_fits(&s))   /* few input channels: GEMM into window rows, then add */
-        return dspt_conv_col2im_bwd_data(ctx, dx, err, w, &s, acc);
+        return took(d, DSPT_PATH_COL2IM, dspt_conv_col2im_bwd_data(ctx, dx, err, w, &s, acc));
     int8_t *bp = dspt_scratch(ctx, dspt_packed_b_bytes(s.c, k));
     if (!bp) return DSPT_NO_SUPPORT;
     if (s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0 && o4 == s.o) {
@@ -356,20 +365,19 @@ int dspt_op_conv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         struct conv_shape f = {s.n, s.oh, s.ow, s.o, s.c, 1, 1, s.h, s.w, 1, 0};
         struct rows_job j = {.y = dx, .x = err, .s = &f, .bp = bp, .k = s.o, .acc = acc};
         st = pack_wt_split(ctx, bp, w, &s, o4, 0);
-        d->result_shift = DSPT_PATH_POINTWISE;
-        return st ? st : dspt_run_shares(ctx, pointwise_share, &j);
+        return took(d, DSPT_PATH_POINTWISE, st ? st : dspt_run_shares(ctx, pointwise_share, &j));
     }
     if (s.stride == 1 && o4 == s.o && s.pad <= s.kh - 1 && s.pad <= s.kw - 1 && s.kh == s.kw) {
         /* stride 1: a forward conv of err, padded by k-1-pad, with the flipped taps of wT
          * (one window copy per kernel row instead of one per tap) */
         struct conv_shape f = {s.n, s.oh, s.ow, s.o, s.c, s.kh, s.kw, s.h, s.w, 1, s.kh - 1 - s.pad};
         st = pack_wt_split(ctx, bp, w, &s, o4, 1);
-        return st ? st : conv_rows(ctx, dx, err, &f, bp, k, acc);
+        return took(d, DSPT_PATH_FLIPPED_GEMM, st ? st : conv_rows(ctx, dx, err, &f, bp, k, acc));
     }
     struct rows_job j = {.y = dx, .x = err, .s = &s, .bp = bp, .k = k, .acc = acc, .rows = chunk_rows(ctx, k)};
     if (!thread_buffers(ctx, &j, (uint32_t)j.rows * k + HVX_BYTES, 0)) return DSPT_NO_SUPPORT;
     st = pack_wt_split(ctx, bp, w, &s, o4, 0);
-    return st ? st : dspt_run_shares(ctx, gather_rows_share, &j);
+    return took(d, DSPT_PATH_GATHER_GEMM, st ? st : dspt_run_shares(ctx, gather_rows_share, &j));
 }
 
 /* Word g of lane l in block lb: rows 4g .. 4g+3 of src (row stride ld bytes, `rows`
@@ -475,7 +483,8 @@ int dspt_op_conv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     int32_t *dw = dspt_at(ctx, d->out[0], (uint32_t)s.o * j * 4);
     if (!err || !x || !dw) return DSPT_BAD_PARAMS;
     if (dspt_conv_planar_fits(&s))   /* few channels: operands split into planes */
-        return dspt_conv_planar_bwd_weight(ctx, dw, err, x, &s, (d->flags & DSPT_F_ACCUMULATE) != 0);
+        return took(d, DSPT_PATH_PLANAR,
+                    dspt_conv_planar_bwd_weight(ctx, dw, err, x, &s, (d->flags & DSPT_F_ACCUMULATE) != 0));
     /* chunk the reduction: pc positions (a multiple of 4) per pass and thread */
     int pc = chunk_rows(ctx, j + s.o);
     if (pc > ((p + 3) & ~3)) pc = (p + 3) & ~3;
@@ -498,5 +507,5 @@ int dspt_op_conv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         dspt_share(ctx, p, 4, t, &lo, &hi);
         shares += lo < hi;
     }
-    return status ? status : dspt_join_partials(ctx, dw, job.part, shares, dw_words);
+    return took(d, DSPT_PATH_WGRAD_GEMM, status ? status : dspt_join_partials(ctx, dw, job.part, shares, dw_words));
 }

@@ -15,6 +15,7 @@
 #include "hvx-utils.h"
 #include "kernels.h"
 #include "conv.h"
+#include "conv_common.h"
 #include "threads.h"
 
 #define MAX_WORDS 4   /* C' <= 16: four word planes */

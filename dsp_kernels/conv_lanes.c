@@ -17,6 +17,7 @@
 #include "hvx-utils.h"
 #include "kernels.h"
 #include "conv.h"
+#include "conv_common.h"
 #include "threads.h"
 
 #define MAX_ROWS 4         /* output rows sharing each weight word (loads: T + R per R*T vrmpy) */

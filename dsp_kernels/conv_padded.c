@@ -17,6 +17,7 @@
 #include "hvx-utils.h"
 #include "kernels.h"
 #include "conv.h"
+#include "conv_common.h"
 #include "threads.h"
 
 #define MAX_PIXELS 16384   /* padded image pixels: a thread's four buffers within ~256 KiB */

@@ -15,6 +15,7 @@
 #include "hvx-utils.h"
 #include "kernels.h"
 #include "conv.h"
+#include "conv_common.h"
 #include "threads.h"
 
 #define GROUP_POSITIONS 8192   /* grid positions per pass: the planes stay within ~200 KiB */

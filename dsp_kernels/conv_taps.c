@@ -18,6 +18,7 @@
 #include "hvx-utils.h"
 #include "kernels.h"
 #include "conv.h"
+#include "conv_common.h"
 #include "threads.h"
 
 #define SLOTS 8        /* channel slots per pixel: 4 pixels x 8 words fill the 32 lanes */

@@ -15,7 +15,7 @@
  */
 #include "hvx-utils.h"
 #include "kernels.h"
-#include "conv.h"
+#include "conv_common.h"
 #include "dwconv.h"
 #include "threads.h"
 

@@ -47,17 +47,29 @@ enum dspt_status { DSPT_OK = 0, DSPT_NO_SUPPORT = 1, DSPT_BAD_PARAMS = 2, DSPT_I
 
 enum dspt_round { DSPT_ROUND = 0, DSPT_PSTO = 1, DSPT_STO = 2 };
 
-/* Which path a depthwise or pointwise product took, written to `result_shift` (tests pin a
- * shape's path with it: a shape that stops taking its kernel fails there, not only in a
- * bench); the other products leave it 0. */
+/* Which path a convolution product took, written to `result_shift` (tests pin a shape's
+ * path with it: a shape that stops taking its kernel fails there, not only in a bench);
+ * the other products leave it 0. */
 enum dspt_path {
     DSPT_PATH_NONE = 0,
+    /* depthwise (dwconv.c, dwconv_wgrad.c) */
     DSPT_PATH_DW_FLAT = 1,        /* stride 1: padded rows as they are, weights by residue */
     DSPT_PATH_DW_BLOCKS = 2,      /* one 128-channel block of a pixel a vector */
     DSPT_PATH_DW_CLASSES = 3,     /* backward data of stride s: each (h, w) mod s class its taps */
     DSPT_PATH_DW_IMAGE_QUADS = 4, /* weight gradient: 4 images a word, vrmpy */
     DSPT_PATH_DW_COLUMN_QUADS = 5, /* stride 1 or 2, 3 kernel rows: 4 columns a word, vrmpy */
+    /* dense (conv.c picks; the conv_*_fits functions of conv.h say when) */
     DSPT_PATH_POINTWISE = 6,      /* 1 x 1 conv: the GEMM on the pixels as they lie, no im2col */
+    DSPT_PATH_CONV_TAPS = 7,      /* conv_taps.c: 1 channel, 4-7 outputs, 4 pixels x 8 channel slots */
+    DSPT_PATH_CONV_LANES = 8,     /* conv_lanes.c: output pixels in the lanes (C <= 4) */
+    DSPT_PATH_CONV_GRID = 9,      /* conv_grid.c: the padded grid in the lanes (forward, backward data) */
+    DSPT_PATH_CONV_PADDED = 10,   /* conv_padded.c: the channel-padded image read in place */
+    DSPT_PATH_IM2COL_GEMM = 11,   /* conv.c: im2col rows in chunks times packed w */
+    DSPT_PATH_FLIPPED_GEMM = 12,  /* conv.c, backward data of stride 1: im2col of err times flipped wT */
+    DSPT_PATH_GATHER_GEMM = 13,   /* conv.c, backward data: gathered err windows times wT */
+    DSPT_PATH_COL2IM = 14,        /* conv_col2im.c: backward data as GEMM into window rows, then add */
+    DSPT_PATH_PLANAR = 15,        /* conv_planar.c: weight gradient from channel planes */
+    DSPT_PATH_WGRAD_GEMM = 16,    /* conv.c: weight gradient as im2col rows reduced over positions */
 };
 
 /* `shift` value asking the DSP to estimate it from the range (NITI's absmax rule). */
@@ -105,7 +117,7 @@ struct dspt_op_desc {
     uint32_t flags;                 /* DSPT_F_* */
     struct dspt_rng rng;
     int32_t status;                 /* enum dspt_status, written by the DSP */
-    int32_t result_shift;           /* the shift used (NITI_UPDATE: -1 = zero gradient; depthwise
+    int32_t result_shift;           /* the shift used (NITI_UPDATE: -1 = zero gradient; convolution
                                        products: the enum dspt_path taken) */
     uint32_t result_absmax;         /* max |acc| seen (REQUANT estimate, ABSMAX, NITI_UPDATE) */
     uint32_t threads;               /* HVX contexts to split the work across (0, 1: one) */

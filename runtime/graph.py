@@ -189,6 +189,11 @@ def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) 
     chain this is exactly "from the last layer down to the first parametric one", with no
     input error for the latter.
 
+    A mixed-precision recipe (NITI) says which dtype each layer reads (`input_dtype(b, layer,
+    inputs)`) and emits the conversion (`cast(b, tensor, dtype, name, layer, phase)`): a layer
+    whose inputs have another dtype reads them through cast ops, and the errors of those
+    inputs are cast back, so every error has the dtype of its tensor (`_cast_inputs`, `route`).
+
     `frozen` names layers that do not train (fine-tuning; `train.freeze`): they count as
     having no parameters above, so no error flows into a frozen stem at all, and their
     weight-gradient and update ops are removed (`_without_frozen`), so nothing keeps an
@@ -205,9 +210,12 @@ def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) 
     x = b.tensor(INPUT, (batch, *model.input_shape), algorithm.ACTIVATION_DTYPE, "input")
     output_of = {INPUT: x}
     needs_error = {x: False}          # tensor -> does an error have to flow into it
+    casts = {}                        # a cast's output -> the tensor it converts (mixed precision)
     previous = INPUT
     for layer, shape in zip(model.layers, model.shapes()):
         inputs = tuple(output_of[name] for name in inputs_of(layer, previous))
+        if hasattr(algorithm, "input_dtype"):
+            inputs = _cast_inputs(algorithm, b, layer, inputs, casts, needs_error)
         x, previous = inputs[0], layer.name
         b.layer_inputs[layer.name] = inputs
         if not training and isinstance(layer, Dropout):   # dropout is the identity at evaluation
@@ -224,6 +232,15 @@ def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) 
     if training:
         labels = b.tensor("labels", (batch,), "int64", "label")
         errors = {logits: [algorithm.loss(b, logits, labels)]}   # tensor -> errors flowing into it
+
+        def route(target, err, layer_name):
+            """`err` joins the errors of `target`; the error of a cast's output is cast back first
+            (by `layer_name`'s op), so every error has its tensor's dtype."""
+            if target in casts:
+                target = casts[target]
+                err = algorithm.cast(b, err, b.tensors[target].dtype, f"{err}.cast", layer_name, "backward")
+            errors.setdefault(target, []).append(err)
+
         for layer in reversed(model.layers):
             x, out = b.layer_io[layer.name]
             if not needs_error[out] or out not in errors:
@@ -233,17 +250,17 @@ def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) 
             if isinstance(layer, Add):
                 for target in inputs:
                     if needs_error[target]:
-                        errors.setdefault(target, []).append(err)
+                        route(target, err, layer.name)
                 continue
             if isinstance(layer, MULTI_INPUT):
                 needs = tuple(needs_error[t] for t in inputs)
                 for target, err_in in zip(inputs, algorithm.backward(b, layer, err, needs_input_error=needs)):
                     if err_in is not None:
-                        errors.setdefault(target, []).append(err_in)
+                        route(target, err_in, layer.name)
                 continue
             err_in = algorithm.backward(b, layer, err, needs_input_error=needs_error[x])
             if needs_error[x]:
-                errors.setdefault(x, []).append(err_in)
+                route(x, err_in, layer.name)
     ops = _without_frozen(b, frozen) if training and frozen else b.ops
     ops, forward_ops = fuse_relu_pool(ops, forward_ops, b.tensors)   # the float recipes' ReLU + max-pool
     ops, forward_ops = fuse_relu_into_compensation(ops, forward_ops, b.tensors)   # Octo's ReLU after a layer
@@ -252,6 +269,22 @@ def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) 
                        b.params, logits, eval_ops=forward_ops, training=training,
                        takes_given_shift=takes_given_shift(recipe))
     return graph
+
+
+def _cast_inputs(algorithm, b, layer, inputs, casts, needs_error) -> tuple:
+    """`inputs` in the dtype the recipe wants `layer` to read (`input_dtype`; None: as they are),
+    each mismatched one through its own cast op (`cast`), whose output this layer alone reads,
+    so its error (one) is cast back as soon as the layer's backward makes it (`route`)."""
+    wanted = algorithm.input_dtype(b, layer, inputs)
+    cast = []
+    for i, t in enumerate(inputs):
+        if wanted is not None and b.tensors[t].dtype != wanted:
+            name = f"{layer.name}.in{i if len(inputs) > 1 else ''}.{wanted}"
+            converted = algorithm.cast(b, t, wanted, name, layer.name, "forward")
+            casts[converted], needs_error[converted] = t, needs_error[t]
+            t = converted
+        cast.append(t)
+    return tuple(cast)
 
 
 def _without_frozen(b, frozen) -> list:

@@ -27,7 +27,7 @@ class Conv2d:
     stride: int = 1
     padding: int = 0
     source: str | None = None   # read this layer's output instead of the previous one
-    bias: bool = False          # a per-output-channel bias (recipes with float biases; NITI has none)
+    bias: bool = False          # a per-output-channel bias (float32 in every recipe)
     groups: int = 1             # in_channels // groups inputs per output; groups == in == out: depthwise
     dilation: int = 1           # taps `dilation` pixels apart
 
@@ -68,7 +68,7 @@ class Linear:
     name: str
     in_features: int
     out_features: int
-    bias: bool = False          # a per-output bias (recipes with float biases; NITI has none)
+    bias: bool = False          # a per-output bias (float32 in every recipe)
 
     @property
     def weight_shape(self):

@@ -31,7 +31,7 @@ from types import ModuleType
 from ..errors import ConfigError
 
 
-HELPERS = frozenset({"int_residual"})   # modules of this package that are not recipes
+HELPERS = frozenset({"int_residual", "int_mixed"})   # modules of this package that are not recipes
 
 
 def recipe_modules() -> list[str]:

@@ -135,7 +135,8 @@ def join_errors(b, name, errs):
     return fl.join_errors(b, name, errs, PREFIX)
 
 
-def _emit_sgd(b, layer_name, param, grad):
+def emit_sgd(b, layer_name, param, grad):
+    """PyTorch's SGD update of `param` by `grad`, with its velocity (`param`.v, a state tensor)."""
     velocity = b.tensor(f"{param}.v", b.tensors[param].shape, "float32", "state")
     b.op(f"{param}.update", "fp32.sgd", layer_name, "update", (param, grad, velocity), (param, velocity), ("sgd_f32",))
 
@@ -144,7 +145,7 @@ def backward(b, layer, err, needs_input_error):
     if isinstance(layer, BatchNorm2d):
         err_in, grads = fl.backward_bn(b, layer, err, needs_input_error, PREFIX)
         for param, grad in grads:
-            _emit_sgd(b, layer.name, param, grad)
+            emit_sgd(b, layer.name, param, grad)
         return err_in
     if isinstance(layer, GlobalAvgPool):
         return fl.backward_avgpool(b, layer, err, PREFIX)
@@ -176,7 +177,7 @@ def backward(b, layer, err, needs_input_error):
         b.op(f"{layer.name}.update", "fp32.sgd", layer.name, "update", (w, grad, f"{layer.name}.v"),
              (w, f"{layer.name}.v"), ("sgd_f32",))
         if has_bias(layer):
-            _emit_sgd(b, layer.name, f"{layer.name}.b", bias_grad_op(b, layer, err))
+            emit_sgd(b, layer.name, f"{layer.name}.b", bias_grad_op(b, layer, err))
         return err_in if needs_input_error else None
     b.tensor(err_in, x_shape, "float32", "error")
     if isinstance(layer, ReLU):
@@ -212,7 +213,7 @@ def _backward_gconv(b, layer, err, needs_input_error):
          _gconv_hooks(layer, "backward_weight"), macs, **attrs)
     b.op(f"{name}.update", "fp32.sgd", name, "update", (w, grad, f"{name}.v"), (w, f"{name}.v"), ("sgd_f32",))
     if has_bias(layer):
-        _emit_sgd(b, name, f"{name}.b", bias_grad_op(b, layer, err))
+        emit_sgd(b, name, f"{name}.b", bias_grad_op(b, layer, err))
     return err_in
 
 
@@ -392,9 +393,7 @@ def init_params(model, recipe, rng: np.random.Generator) -> dict:
     params = {}
     for layer in model.layers:
         if isinstance(layer, BatchNorm2d):
-            bn = fl.init_bn(layer)
-            params.update(bn)
-            params.update({f"{name}.v": np.zeros_like(bn[name]) for name in fl.bn_state_names(layer.name)[:2]})
+            params.update(init_bn_params(layer))
     for layer in model.parametric():
         shape = layer.weight_shape
         fan_in = int(np.prod(shape[1:]))
@@ -405,6 +404,12 @@ def init_params(model, recipe, rng: np.random.Generator) -> dict:
             params[f"{layer.name}.b"] = np.zeros(layer.bias_shape, np.float32)
             params[f"{layer.name}.b.v"] = np.zeros(layer.bias_shape, np.float32)
     return params
+
+
+def init_bn_params(layer) -> dict:
+    """A batch norm's gamma 1, beta 0, running mean 0 and variance 1, and gamma's and beta's velocities."""
+    bn = fl.init_bn(layer)
+    return {**bn, **{f"{name}.v": np.zeros_like(bn[name]) for name in fl.bn_state_names(layer.name)[:2]}}
 
 
 def prepare_input(images: np.ndarray, normalize=None) -> np.ndarray:

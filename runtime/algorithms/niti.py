@@ -5,8 +5,13 @@ Every tensor is int8 with a power-of-two exponent. Forward and error products
 accumulate in int32 and are shifted back to int8 by the range of the result
 (`numerics.activation_shift`); weight gradients are shifted to `mu` bits and
 subtracted from the int8 weights (`niti_update_s8`). The loss gradient is NITI's
-integer softmax (ops_ref.niti_loss_grad). No float is touched between
-`prepare_input` and `logits_to_float`.
+integer softmax (ops_ref.niti_loss_grad). For models of NITI's own layers no float is
+touched between `prepare_input` and `logits_to_float`.
+
+Layers NITI has no integer form for (batch norm, the sigmoid family, squeeze-excitation's
+Mul, concat, biases: the mobile CNNs) run the Mandheling way, as float ops on the CPU
+between int8 tensors (int_mixed.py); `dsptrain plan` marks which ops those are.
+Depthwise convolutions are integer products like the dense ones (the dwconv2d_* hooks).
 """
 from __future__ import annotations
 
@@ -19,7 +24,8 @@ from ..data.normalize import lookup
 from ..errors import LoweringError
 from ..nn import Add, AvgPool2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
 from ..numerics import QTensor
-from . import int_residual
+from . import fp32, int_mixed, int_residual
+from .int_mixed import cast, input_dtype  # noqa: F401  (graph.lower's mixed-precision hooks)
 
 ACTIVATION_DTYPE = "int8"
 INPUT_EXPONENT = -7            # pixels p in 0..255 enter as (p - 128) * 2**-7
@@ -32,32 +38,38 @@ _PRODUCT = ("absmax", "shift_round")
 
 def check_model(model, recipe):
     for layer in model.layers:
-        if not isinstance(layer, (Conv2d, Linear, ReLU, MaxPool2d, Flatten, Dropout, Add, GlobalAvgPool, AvgPool2d)):
+        if not isinstance(layer, fp32.LOWERABLE):
             raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r} "
-                                f"({type(layer).__name__}): NITI has no such integer layer")
-        if isinstance(layer, AvgPool2d):
-            int_residual.check_window(layer, recipe)
-        if has_bias(layer):
-            raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r}: it has a bias and NITI's "
-                                f"integer layers have none; an imported bias is folded only into a batch norm "
-                                f"right after the layer, so drop it (model.bias: drop, or load_model(..., "
-                                f"bias='drop')) or train with a recipe that has biases (fp32, octo, afp, mls, fp8, "
-                                f"wageubn)")
+                                f"({type(layer).__name__}): NITI has no such layer")
+        if isinstance(layer, Conv2d) and (layer.dilation != 1 or (layer.groups != 1 and not layer.depthwise)):
+            raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r}: NITI's integer "
+                                f"convolutions are dense or depthwise and undilated; this one has groups "
+                                f"{layer.groups} and dilation {layer.dilation} (fp32, octo, wageubn, afp, mls "
+                                f"and fp8 lower it)")
 
 
 # ---------------------------------------------------------------- lowering
 
 def forward(b, layer, x, shape):
+    if b.tensors[x].dtype == "float32":
+        return int_mixed.forward_float(b, layer, x, shape)
+    if isinstance(layer, (Conv2d, Linear)) and has_bias(layer):
+        return _forward_biased(b, layer, x, shape)
     out = f"{layer.name}.out"
     acts = b.recipe.tensors.activations
     batch = shape[0]
-    if isinstance(layer, Conv2d):
+    if isinstance(layer, Conv2d) and layer.depthwise:
         w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
         b.tensor(out, shape, "int8", "activation")
-        macs = int(np.prod(shape)) * layer.kernel * layer.kernel * layer.in_channels
+        b.op(f"{layer.name}.fwd", "niti.dwconv_fwd", layer.name, "forward", (x, w), (out,),
+             ("dwconv2d_s8", *_PRODUCT), _conv_macs(layer, shape), stride=layer.stride, pad=layer.padding,
+             mode=acts.rounding)
+    elif isinstance(layer, Conv2d):
+        w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
+        b.tensor(out, shape, "int8", "activation")
         b.op(f"{layer.name}.fwd", "niti.conv_fwd", layer.name, "forward", (x, w), (out,),
-             ("conv2d_s8", *_PRODUCT), macs, stride=layer.stride, pad=layer.padding, mode=acts.rounding,
-             product=("conv", "forward"))
+             ("conv2d_s8", *_PRODUCT), _conv_macs(layer, shape), stride=layer.stride, pad=layer.padding,
+             mode=acts.rounding, product=("conv", "forward"))
     elif isinstance(layer, Linear):
         w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
         b.tensor(out, shape, "int8", "activation")
@@ -90,17 +102,46 @@ def forward(b, layer, x, shape):
     return out
 
 
+def _conv_macs(layer, shape) -> int:
+    return int(np.prod(shape)) * int(np.prod(layer.weight_shape[1:]))
+
+
+def _forward_biased(b, layer, x, shape):
+    """A product with a bias: its exact int32 sums, then float32 with the bias added (int_mixed)."""
+    w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
+    acc = b.tensor(f"{layer.name}.acc", shape, "int32", "activation")
+    if isinstance(layer, Linear):
+        b.op(f"{layer.name}.fwd", "niti.linear_acc", layer.name, "forward", (x, w), (acc,), ("gemm_s8",),
+             shape[0] * layer.in_features * layer.out_features)
+    else:
+        hook = "dwconv2d_s8" if layer.depthwise else "conv2d_s8"
+        b.op(f"{layer.name}.fwd", "niti.conv_acc", layer.name, "forward", (x, w), (acc,), (hook,),
+             _conv_macs(layer, shape), stride=layer.stride, pad=layer.padding, depthwise=layer.depthwise)
+    return int_mixed.forward_bias(b, layer, acc, shape)
+
+
 def loss(b, logits, labels):
+    """NITI's integer loss gradient; float logits (a last layer with a bias) are cast to int8
+    for it, and their error back."""
+    floating = b.tensors[logits].dtype == "float32"
+    if floating:
+        logits = cast(b, logits, "int8", "logits.int8", "loss", "loss")
     err = b.tensor("err.logits", b.tensors[logits].shape, "int8", "error")
     b.op("loss.grad", "niti.loss_grad", "loss", "loss", (logits, labels), (err,), ("niti_loss_grad_s8",))
-    return err
+    return cast(b, err, "float32", "err.logits.float32", "loss", "loss") if floating else err
 
 
 def join_errors(b, name, errs):
+    if b.tensors[errs[0]].dtype == "float32":
+        return fp32.join_errors(b, name, errs)
     return int_residual.join_errors(b, name, errs)
 
 
 def backward(b, layer, err, needs_input_error):
+    if b.tensors[b.layer_io[layer.name][0]].dtype == "float32":
+        return fp32.backward(b, layer, err, needs_input_error)
+    if b.tensors[err].dtype == "float32":           # a product with a bias: its float part first
+        err = int_mixed.backward_bias(b, layer, err)
     if isinstance(layer, GlobalAvgPool):
         return int_residual.backward_avgpool(b, layer, err)
     if isinstance(layer, AvgPool2d):
@@ -115,7 +156,11 @@ def backward(b, layer, err, needs_input_error):
         macs = b.find(f"{layer.name}.fwd").macs
         if needs_input_error:
             b.tensor(err_in, x_shape, "int8", "error")
-            if conv:
+            if conv and layer.depthwise:
+                b.op(f"{layer.name}.bwd_data", "niti.dwconv_bwd_data", layer.name, "backward", (err, w), (err_in,),
+                     ("dwconv2d_bwd_data_s8", *_PRODUCT), macs, stride=layer.stride, pad=layer.padding,
+                     in_hw=x_shape[1:3], mode=errs.rounding)
+            elif conv:
                 b.op(f"{layer.name}.bwd_data", "niti.conv_bwd_data", layer.name, "backward", (err, w), (err_in,),
                      ("conv2d_bwd_data_s8", *_PRODUCT), macs, stride=layer.stride, pad=layer.padding,
                      in_hw=x_shape[1:3], mode=errs.rounding, product=("conv", "backward_data"))
@@ -125,11 +170,14 @@ def backward(b, layer, err, needs_input_error):
                      workspace=(0, b.tensors[w].nbytes))           # w.T made contiguous (_linear_bwd_data_args)
         grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "int32", "grad")
         kind, hook = ("niti.conv_bwd_weight", "conv2d_bwd_weight_s8") if conv else ("niti.linear_bwd_weight", "gemm_s8")
+        if conv and layer.depthwise:
+            kind, hook = "niti.dwconv_bwd_weight", "dwconv2d_bwd_weight_s8"
         attrs = dict(stride=layer.stride, pad=layer.padding, kernel=(layer.kernel, layer.kernel)) if conv else {}
         # a linear layer's err.T and x.T made contiguous (_linear_bwd_weight_args): their bytes per row
         transposed = {} if conv else {"workspace": (sum(int(np.prod(b.tensors[t].shape[1:])) for t in (err, x)), 0)}
+        product = None if conv and layer.depthwise else ("conv" if conv else "linear", "backward_weight")
         b.op(f"{layer.name}.bwd_weight", kind, layer.name, "backward", (err, x), (grad,), (hook,), macs,
-             product=("conv" if conv else "linear", "backward_weight"), **transposed, **attrs)
+             product=product, **transposed, **attrs)
         b.op(f"{layer.name}.update", "niti.update", layer.name, "update", (w, grad), (w,),
              ("niti_update_s8",), mode=grads.rounding)
         return err_in if needs_input_error else None
@@ -166,6 +214,25 @@ def conv_fwd(backend, op, env, ctx) -> dict:
     return _product(op, ctx, x, w, q, shift)
 
 
+def dwconv_fwd(backend, op, env, ctx) -> dict:
+    x, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    q, shift = backend.dwconv2d_requant_s8(x.q, w.q, a["stride"], a["pad"], a["mode"], ctx.rng(op),
+                                           ctx.given_shift(op))
+    return _product(op, ctx, x, w, q, shift)
+
+
+def conv_acc(backend, op, env, ctx) -> dict:
+    """A biased conv's exact sums (int_mixed.bias_fwd adds the bias in float)."""
+    x, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    product = backend.dwconv2d_s8 if a["depthwise"] else backend.conv2d_s8
+    return {op.outputs[0]: product(x.q, w.q, a["stride"], a["pad"])}
+
+
+def linear_acc(backend, op, env, ctx) -> dict:
+    x, w = env[op.inputs[0]], env[op.inputs[1]]
+    return {op.outputs[0]: backend.gemm_s8(_rows(x), w.q)}
+
+
 def linear_fwd(backend, op, env, ctx) -> dict:
     x, w = env[op.inputs[0]], env[op.inputs[1]]
     q, shift = backend.gemm_requant_s8(_rows(x), w.q, op.attrs["mode"], ctx.rng(op), ctx.given_shift(op))
@@ -176,6 +243,13 @@ def conv_bwd_data(backend, op, env, ctx) -> dict:
     err, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
     q, shift = backend.conv2d_bwd_data_requant_s8(err.q, w.q, a["stride"], a["pad"], a["in_hw"], a["mode"],
                                                   ctx.rng(op), ctx.given_shift(op))
+    return _product(op, ctx, err, w, q, shift)
+
+
+def dwconv_bwd_data(backend, op, env, ctx) -> dict:
+    err, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    q, shift = backend.dwconv2d_bwd_data_requant_s8(err.q, w.q, a["stride"], a["pad"], a["in_hw"], a["mode"],
+                                                    ctx.rng(op), ctx.given_shift(op))
     return _product(op, ctx, err, w, q, shift)
 
 
@@ -195,6 +269,11 @@ def _product(op, ctx, a: QTensor, b: QTensor, q, shift) -> dict:
 def conv_bwd_weight(backend, op, env, ctx) -> dict:
     err, x, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
     return {op.outputs[0]: backend.conv2d_bwd_weight_s8(err.q, x.q, a["stride"], a["pad"], a["kernel"])}
+
+
+def dwconv_bwd_weight(backend, op, env, ctx) -> dict:
+    err, x, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    return {op.outputs[0]: backend.dwconv2d_bwd_weight_s8(err.q, x.q, a["stride"], a["pad"], a["kernel"])}
 
 
 def linear_bwd_weight(backend, op, env, ctx) -> dict:
@@ -275,7 +354,10 @@ OPS = {
     "niti.conv_bwd_data": conv_bwd_data, "niti.linear_bwd_data": linear_bwd_data,
     "niti.conv_bwd_weight": conv_bwd_weight, "niti.linear_bwd_weight": linear_bwd_weight,
     "niti.update": update,
-    **int_residual.OPS,
+    "niti.dwconv_fwd": dwconv_fwd, "niti.dwconv_bwd_data": dwconv_bwd_data, "niti.dwconv_bwd_weight": dwconv_bwd_weight,
+    "niti.conv_acc": conv_acc, "niti.linear_acc": linear_acc,
+    **int_residual.OPS, **int_mixed.OPS,
+    **fp32.OPS,            # the float layers of mixed-precision models (int_mixed.py)
 }
 
 
@@ -290,6 +372,7 @@ def init_params(model, recipe, rng: np.random.Generator) -> dict:
         fan_in, fan_out = shape[-1] * receptive, shape[0] * receptive
         bound = np.sqrt(6.0 / (fan_in + fan_out))
         params[f"{layer.name}.w"] = numerics.quantize_weights(rng.uniform(-bound, bound, shape))
+    params.update(int_mixed.init_params(model))     # float batch norms and biases
     return params
 
 
@@ -303,8 +386,9 @@ def prepare_input(images: np.ndarray, normalize=None) -> QTensor:
     return QTensor(numerics.clip_int8(images.astype(np.int16) - 128), INPUT_EXPONENT)
 
 
-def logits_to_float(value: QTensor) -> np.ndarray:
-    return value.dequantize()
+def logits_to_float(value) -> np.ndarray:
+    """int8 logits dequantized; a last layer with a bias gives float32 ones."""
+    return value.dequantize() if isinstance(value, QTensor) else np.asarray(value, np.float64)
 
 
 # What NITI's kernels honour: int8 tensors with one power-of-two exponent each, its

@@ -17,7 +17,7 @@ OP_MAXPOOL_BWD_S8, OP_NITI_UPDATE_S8, OP_DEBUG_SLEEP, OP_DEBUG_CRASH = 10, 11, 1
 # depthwise: weights (and the weight gradient) tap-major, w[KH, KW, C]
 OP_DWCONV2D_S8, OP_DWCONV2D_BWD_DATA_S8, OP_DWCONV2D_BWD_WEIGHT_S8, OP_COUNT = 14, 15, 16, 17
 DW_OPS = (OP_DWCONV2D_S8, OP_DWCONV2D_BWD_DATA_S8, OP_DWCONV2D_BWD_WEIGHT_S8)
-PATH_OPS = DW_OPS + (OP_CONV2D_S8, OP_CONV2D_BWD_DATA_S8)   # the products that report their path
+PATH_OPS = DW_OPS + (OP_CONV2D_S8, OP_CONV2D_BWD_DATA_S8, OP_CONV2D_BWD_WEIGHT_S8)   # report their path
 
 OP_NAMES = {
     OP_NOP: "nop", OP_GEMM_S8: "gemm_s8", OP_CONV2D_S8: "conv2d_s8",
@@ -34,9 +34,11 @@ I8, U8, I32, I64 = 1, 2, 3, 4
 OK, NO_SUPPORT, BAD_PARAMS, INTERNAL = 0, 1, 2, 3
 STATUS_NAMES = {OK: "OK", NO_SUPPORT: "NO_SUPPORT", BAD_PARAMS: "BAD_PARAMS", INTERNAL: "INTERNAL"}
 ROUND_MODES = {"round": 0, "psto": 1, "sto": 2}
-# enum dspt_path: which path a depthwise product took (its result_shift)
+# enum dspt_path: which path a convolution product took (its result_shift)
 PATH_NAMES = {0: "none", 1: "dw_flat", 2: "dw_blocks", 3: "dw_classes", 4: "dw_image_quads",
-              5: "dw_column_quads", 6: "pointwise"}
+              5: "dw_column_quads", 6: "pointwise", 7: "conv_taps", 8: "conv_lanes", 9: "conv_grid",
+              10: "conv_padded", 11: "im2col_gemm", 12: "flipped_gemm", 13: "gather_gemm", 14: "col2im",
+              15: "planar", 16: "wgrad_gemm"}
 SHIFT_ESTIMATE = -1
 F_SATURATE_CHECK = 2   # REQUANT: a given shift that would saturate gives way to the estimate
 F_ACCUMULATE = 1

@@ -6,6 +6,7 @@ outside it (a run's process RSS is that much larger; its metrics record both).
 """
 from __future__ import annotations
 
+from .. import precision
 from ..errors import UserError
 from .overrides import add_run_options, apply_run_options, planned_parts
 
@@ -43,6 +44,9 @@ def run(args) -> int:
         fitter = plan.fitter(config.memory.micro_batch, config.memory.recompute)
         placed = sorted({p.backend for p in plan.placement.values()})
         print(f"{config.name}: {model.name} on {', '.join(placed)}")
+        print("number formats (layers by what their forward ops write; ops of a step by backend):")
+        for line in precision.summary(parts.graph, model, plan.backend_of):
+            print(f"  {line}")
         if frozen:
             print(f"frozen (no weight gradient, no update, no activation kept for them): "
                   f"{', '.join(layer.name for layer in model.layers if layer.name in frozen)}")

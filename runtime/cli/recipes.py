@@ -46,6 +46,7 @@ def run(args) -> int:
         if args.verbose:
             print(f"{'':<{width}}  {description}")
             print(f"{'':<{width}}  {where_ops_run(name)}")
+            print(f"{'':<{width}}  {formats_on_resnet(name)}")
     return 0
 
 
@@ -69,3 +70,19 @@ def where_ops_run(recipe_name: str) -> str:
         hooks.setdefault(name, set()).update(op.hooks or ("reshape",))
     return "ops of a lenet5 step under --backend dsp: " + "; ".join(
         f"{b} {ops[b]} ({', '.join(sorted(hooks[b]))})" for b in PRIORITY if b in ops)
+
+
+def formats_on_resnet(recipe_name: str) -> str:
+    """The number format of each layer kind of the built-in resnet18 (batch norm, residual
+    adds) under the recipe: where a mixed-precision recipe runs float layers between integer ones."""
+    from .. import precision
+    from ..config import load_recipe
+    from ..graph import lower
+    from ..models import build_model
+
+    model = build_model("resnet18")
+    try:
+        graph = lower(model, load_recipe(recipe_name), batch=8)
+    except Exception as exc:   # a recipe that cannot lower it says so
+        return f"layers: cannot lower resnet18 ({exc})"
+    return "layers of resnet18: " + "; ".join(precision.summary(graph, model))

@@ -14,9 +14,10 @@
         - {kind: linear, out: 10}
 
 Kinds (parameters, defaults): conv (out, kernel, stride 1, padding 0, source, bias false,
-groups 1, dilation 1), linear (out, bias false; a bias is for recipes with float biases,
-NITI has none), relu, maxpool (kernel 2, stride = kernel, padding 0, ceil_mode false),
-avgpool (kernel 2, stride = kernel, padding 0, count_include_pad false; float recipes),
+groups 1, dilation 1), linear (out, bias false; a bias is float32 in every recipe, NITI adds it to
+its exact int32 sums), relu, maxpool (kernel 2, stride = kernel, padding 0, ceil_mode false),
+avgpool (kernel 2, stride = kernel, padding 0, count_include_pad false; NITI shifts a
+power-of-two window with stride = kernel on int8, others run in float),
 globalavgpool (keep_dims false), flatten, dropout (p 0.5), batchnorm (eps 1e-5, momentum 0.1:
 PyTorch's), add (skip_from),
 residual (body: [...], shortcut: [...] or none); the mobile CNNs' layers: relu6, clip (low,

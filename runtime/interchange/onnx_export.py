@@ -17,7 +17,7 @@ and gives dsptrain's logits, fed the same batches.
 from __future__ import annotations
 
 import json
-
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +55,7 @@ class _Graph:
         self.const(f"{name}_zero", np.array(0, np.int8))
         return self.node("DequantizeLinear", (f"{name}_q", f"{name}_scale", f"{name}_zero"), name, f"{name}_dq")
 
+
     def grid_weight(self, name, q: np.ndarray, step: float):
         """A weight a recipe's grid gives as int8 integers times `step`: their float32 values, or
         in QDQ form the integers behind DequantizeLinear (scale `step`, zero point 0)."""
@@ -87,98 +88,126 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
     from . import onnx_emulated, onnx_niti
 
     model, state = trained.model, trained.state
-    floats = float_weights(state)
     g = _Graph(onnx, qdq)
-    out_of, shape_of, flat_from = {INPUT: "input"}, {INPUT: tuple(model.input_shape)}, {}
+    walk = _Walk(float_weights(state), state, None, {INPUT: "input"}, {INPUT: tuple(model.input_shape)})
     niti = onnx_niti.is_niti(trained) if niti is None else niti
-    rounding = None
     if niti:
         onnx_niti.check(trained)
-        rounding = onnx_niti.Rounding(g, state)
-        out_of[INPUT] = rounding.input("input")
-    grids = onnx_emulated.Grids(g, trained) if not niti and onnx_emulated.covers(trained) else None
+        walk.rounding = onnx_niti.Rounding(g, state)
+        walk.out_of[INPUT] = walk.rounding.input("input")
+    elif onnx_emulated.covers(trained):
+        walk.grids = onnx_emulated.Grids(g, trained)
     previous = INPUT
     for layer, shape in zip(model.layers, model.shapes()):
         reads = getattr(layer, "source", None) or previous
-        x, name, out = out_of[reads], layer.name, f"{layer.name}.out"
-        if isinstance(layer, Conv2d):
-            to_oihw = lambda a: a.transpose(0, 3, 1, 2)
-            if grids:
-                x = grids.activation(name, x)
-                q, step = grids.weight(floats[f"{name}.w"])
-                w = g.grid_weight(f"{name}.weight", to_oihw(q), step)
-            else:
-                w = g.weight(f"{name}.weight", to_oihw(floats[f"{name}.w"]), _int8_of(state[f"{name}.w"], to_oihw))
-            p = layer.padding
-            g.node("Conv", (x, w, *_bias(g, layer, floats)), out, name, kernel_shape=[layer.kernel] * 2,
-                   strides=[layer.stride] * 2, pads=[p] * 4, group=layer.groups, dilations=[layer.dilation] * 2)
-            if rounding:
-                out = rounding.product(layer, out, reads)
-            if grids:
-                out = grids.compensation(layer, out, conv=True)
-        elif isinstance(layer, Linear):
-            source_shape = flat_from.get(reads)
-            def to_onnx(a, s=source_shape):
-                if s is None:
-                    return a
-                h, w_, c = s          # engine columns (H, W, C) -> ONNX's (C, H, W)
-                return a.reshape(a.shape[0], h, w_, c).transpose(0, 3, 1, 2).reshape(a.shape[0], -1)
-            if grids:
-                x = grids.activation(name, x)
-                q, step = grids.weight(floats[f"{name}.w"])
-                w = g.grid_weight(f"{name}.weight", to_onnx(q), step)
-            else:
-                w = g.weight(f"{name}.weight", to_onnx(floats[f"{name}.w"]), _int8_of(state[f"{name}.w"], to_onnx))
-            g.node("Gemm", (x, w, *_bias(g, layer, floats)), out, name, transB=1)
-            if rounding:
-                out = rounding.product(layer, out, reads)
-            if grids:
-                out = grids.compensation(layer, out, conv=False)
-        elif isinstance(layer, ReLU):
-            g.node("Relu", (x,), out, name)
-            if reads in flat_from:
-                flat_from[layer.name] = flat_from[reads]
-        elif isinstance(layer, MaxPool2d):
-            g.node("MaxPool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
-                   pads=[layer.padding] * 4, ceil_mode=int(layer.ceil_mode))
-        elif isinstance(layer, AvgPool2d):
-            g.node("AveragePool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
-                   pads=[layer.padding] * 4, count_include_pad=int(layer.count_include_pad))
-            if rounding:   # NITI's windows: stride = kernel, no padding, a power-of-two divisor
-                out = rounding.average(layer, out, reads, layer.kernel ** 2)
-        elif isinstance(layer, Flatten):
-            if len(shape_of[reads]) == 3:
-                flat_from[layer.name] = shape_of[reads]
-                g.node("Flatten", (x,), out, name, axis=1)
-            else:
-                out = x
-        elif isinstance(layer, Dropout):
+        out = _export_layer(g, walk, layer, reads)
+        walk.out_of[layer.name], walk.shape_of[layer.name], previous = out, shape, layer.name
+    g.nodes.append(g.helper.make_node("Identity", [walk.out_of[previous]], ["logits"], name="logits"))
+    proto = _model_proto(g, trained, qdq, niti, walk.grids is not None)
+    onnx.checker.check_model(proto)
+    return proto
+
+
+@dataclass
+class _Walk:
+    """What the walk over the layers keeps: the float (and stored) weights, NITI's rounding
+    writer (None for float activations), each layer's output name and shape, for a
+    flattened output (and what passes it on) the (H, W, C) shape it was flattened from, and
+    Octo's or AFP's int8 grids (onnx_emulated.Grids; None for others)."""
+    floats: dict
+    state: dict
+    rounding: object | None
+    out_of: dict
+    shape_of: dict
+    flat_from: dict = field(default_factory=dict)
+    grids: object | None = None
+
+
+def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
+    """Writes one layer's nodes reading layer `reads`' output; returns the name of its own."""
+    x, name, out = walk.out_of[reads], layer.name, f"{layer.name}.out"
+    if isinstance(layer, Conv2d):
+        to_oihw = lambda a: a.transpose(0, 3, 1, 2)
+        x, w = _product_operands(g, walk, name, x, to_oihw)
+        p = layer.padding
+        g.node("Conv", (x, w, *_bias(g, layer, walk.floats)), out, name, kernel_shape=[layer.kernel] * 2,
+               strides=[layer.stride] * 2, pads=[p] * 4, group=layer.groups, dilations=[layer.dilation] * 2)
+        if walk.rounding:
+            out = walk.rounding.product(layer, out, reads)
+        if walk.grids:
+            out = walk.grids.compensation(layer, out, conv=True)
+    elif isinstance(layer, Linear):
+        source_shape = walk.flat_from.get(reads)
+        def to_onnx(a, s=source_shape):
+            if s is None:
+                return a
+            h, w_, c = s          # engine columns (H, W, C) -> ONNX's (C, H, W)
+            return a.reshape(a.shape[0], h, w_, c).transpose(0, 3, 1, 2).reshape(a.shape[0], -1)
+        x, w = _product_operands(g, walk, name, x, to_onnx)
+        g.node("Gemm", (x, w, *_bias(g, layer, walk.floats)), out, name, transB=1)
+        if walk.rounding:
+            out = walk.rounding.product(layer, out, reads)
+        if walk.grids:
+            out = walk.grids.compensation(layer, out, conv=False)
+    elif isinstance(layer, ReLU):
+        g.node("Relu", (x,), out, name)
+        if reads in walk.flat_from:
+            walk.flat_from[layer.name] = walk.flat_from[reads]
+    elif isinstance(layer, MaxPool2d):
+        g.node("MaxPool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
+               pads=[layer.padding] * 4, ceil_mode=int(layer.ceil_mode))
+    elif isinstance(layer, AvgPool2d):
+        g.node("AveragePool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
+               pads=[layer.padding] * 4, count_include_pad=int(layer.count_include_pad))
+        if walk.rounding:   # NITI's windows: stride = kernel, no padding, a power-of-two divisor
+            out = walk.rounding.average(layer, out, reads, layer.kernel ** 2)
+    elif isinstance(layer, Flatten):
+        if len(walk.shape_of[reads]) == 3:
+            walk.flat_from[layer.name] = walk.shape_of[reads]
+            g.node("Flatten", (x,), out, name, axis=1)
+        else:
             out = x
-            if reads in flat_from:
-                flat_from[layer.name] = flat_from[reads]
-        elif isinstance(layer, BatchNorm2d):
-            inputs = [g.const(f"{name}.{k}", floats[f"{name}.{k}"]) for k in ("gamma", "beta", "mean", "var")]
-            g.node("BatchNormalization", (x, *inputs), out, name, epsilon=layer.eps, momentum=1.0 - layer.momentum)
-        elif isinstance(layer, GlobalAvgPool) and layer.keep_dims:
-            g.node("GlobalAveragePool", (x,), out, name)
-        elif isinstance(layer, branches.LAYERS):
-            x = out_of[layer.inputs[0]] if hasattr(layer, "inputs") else x
-            branches.export(g, layer, x, out_of, shape_of[reads], out)
-        elif isinstance(layer, GlobalAvgPool):
-            pooled = g.node("GlobalAveragePool", (x,), f"{name}.pooled", name)
-            g.node("Flatten", (pooled,), out, f"{name}.flatten", axis=1)
-            if rounding:
-                h, w_, _ = shape_of[reads]
-                out = rounding.average(layer, out, reads, h * w_)
-        elif isinstance(layer, Add):
-            if rounding:
-                out = rounding.add(layer, x, reads, out_of[layer.skip_from], layer.skip_from)
-            else:
-                g.node("Add", (x, out_of[layer.skip_from]), out, name)
-        if rounding and not isinstance(layer, (Conv2d, Linear, GlobalAvgPool, AvgPool2d, Add)):
-            rounding.keep(layer, reads)
-        out_of[layer.name], shape_of[layer.name], previous = out, shape, layer.name
-    g.nodes.append(g.helper.make_node("Identity", [out_of[previous]], ["logits"], name="logits"))
+    elif isinstance(layer, Dropout):
+        out = x
+        if reads in walk.flat_from:
+            walk.flat_from[layer.name] = walk.flat_from[reads]
+    elif isinstance(layer, BatchNorm2d):
+        inputs = [g.const(f"{name}.{k}", walk.floats[f"{name}.{k}"]) for k in ("gamma", "beta", "mean", "var")]
+        g.node("BatchNormalization", (x, *inputs), out, name, epsilon=layer.eps, momentum=1.0 - layer.momentum)
+    elif isinstance(layer, GlobalAvgPool) and layer.keep_dims:
+        g.node("GlobalAveragePool", (x,), out, name)
+    elif isinstance(layer, branches.LAYERS):
+        x = walk.out_of[layer.inputs[0]] if hasattr(layer, "inputs") else x
+        branches.export(g, layer, x, walk.out_of, walk.shape_of[reads], out)
+    elif isinstance(layer, GlobalAvgPool):
+        pooled = g.node("GlobalAveragePool", (x,), f"{name}.pooled", name)
+        g.node("Flatten", (pooled,), out, f"{name}.flatten", axis=1)
+        if walk.rounding:
+            h, w_, _ = walk.shape_of[reads]
+            out = walk.rounding.average(layer, out, reads, h * w_)
+    elif isinstance(layer, Add):
+        if walk.rounding:
+            out = walk.rounding.add(layer, x, reads, walk.out_of[layer.skip_from], layer.skip_from)
+        else:
+            g.node("Add", (x, walk.out_of[layer.skip_from]), out, name)
+    if walk.rounding and not isinstance(layer, (Conv2d, Linear, GlobalAvgPool, AvgPool2d, Add)):
+        walk.rounding.keep(layer, reads)
+    return out
+
+
+def _product_operands(g: _Graph, walk: _Walk, name: str, x: str, to_onnx) -> tuple[str, str]:
+    """A conv's or linear layer's (input, weight) in the graph: as they are, or on Octo's or AFP's
+    int8 grids (the input rounded on its batch's range, the weight as the recipe quantizes it)."""
+    if walk.grids:
+        q, step = walk.grids.weight(walk.floats[f"{name}.w"])
+        return walk.grids.activation(name, x), g.grid_weight(f"{name}.weight", to_onnx(q), step)
+    return x, g.weight(f"{name}.weight", to_onnx(walk.floats[f"{name}.w"]), _int8_of(walk.state[f"{name}.w"], to_onnx))
+
+
+def _model_proto(g: _Graph, trained, qdq: bool, niti: bool, grids: bool = False):
+    """The graph's nodes and initializers as a model: the input and logits, opset and the
+    properties that say what the file holds."""
+    onnx, model = g.onnx, trained.model
     h, w, c = model.input_shape
     graph = g.helper.make_graph(
         g.nodes, model.name,
@@ -189,7 +218,7 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
                                 producer_name="dsptrain", doc_string=f"input: {INPUT_NOTE}")
     proto.ir_version = 8     # readable by ONNX Runtime releases from 1.14 on
     props = {"dsptrain.input": INPUT_NOTE, "dsptrain.recipe": trained.recipe,
-             "dsptrain.weights": (f"int8 QDQ, {onnx_emulated.GRIDS[trained.recipe]} scales" if qdq and grids else
+             "dsptrain.weights": (f"int8 QDQ, {trained.recipe}'s scales" if qdq and grids else
                                   "int8 QDQ, power-of-two scales" if qdq else
                                   f"float32 on {trained.recipe}'s int8 grid" if grids else "float32"),
              "dsptrain.activations": ("NITI int8, per-batch power-of-two step" if niti else
@@ -197,7 +226,6 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
     if trained.meta.get("classes"):   # an image folder's class names, label by label
         props["dsptrain.classes"] = json.dumps(trained.meta["classes"])
     g.helper.set_model_props(proto, props)
-    onnx.checker.check_model(proto)
     return proto
 
 

@@ -147,8 +147,8 @@ def settle_biases(state):
             index = next(i for i, layer in enumerate(state.layers) if layer.name == name_of_layer)
             state.layers[index] = replace(state.layers[index], bias=True)
             state.weights[f"{name_of_layer}.b"] = bias.astype(np.float32)
-            state.notes.append(f"{name_of_layer}: bias kept (max |b| = {top:.3g}); recipes with float biases train it, "
-                               f"NITI has none (model.bias: drop drops it)")
+            state.notes.append(f"{name_of_layer}: bias kept (max |b| = {top:.3g}); a float32 bias in every recipe "
+                               f"(model.bias: drop drops it)")
     state.pending_bias.clear()
 
 

@@ -198,13 +198,48 @@ def plan_memory(graph: TrainGraph, schedule: list[Step], label: str = "keep all"
                 kept: frozenset = frozenset()) -> MemoryPlan:
     """Lifetimes, buffers and arena offsets for running `schedule` on `graph`."""
     n = len(schedule)
-    start, end, version, dtypes, writer = {}, {}, {}, {}, {}
+    life = _lifetimes(graph, schedule)
+    start, end = life.start, life.end
+    # A value no later step reads (an output a re-run op makes besides the one asked for:
+    # Octo's product_comp rebuilt for its raw product) takes no slot: the runner drops it
+    # after the op, and op_workspace already counts it as a fresh result.
+    unread = {v for v in start if start[v] >= 0 and end[v] == start[v] and v[0] != graph.logits
+              and graph.tensors[v[0]].role not in PERSISTENT_ROLES}
+    buffers, owner = _share_buffers(graph, schedule, life, unread)
+    _assign_offsets(buffers)
+    arena = max((b.offset + b.nbytes for b in buffers), default=0)
+    live = [sum(b.nbytes for b in buffers if b.start <= i <= b.end) for i in range(n)]
+    writes = [{v[0]: owner[v] for v in written if v in owner} for written in life.writes]
+    frees = [[] for _ in range(n)]
+    for value, last in end.items():
+        if 0 <= last < n and graph.tensors[value[0]].role not in PERSISTENT_ROLES:
+            frees[last].append(value[0])
+    initial = {v[0]: owner[v] for v in start if start[v] == -1}
+    plan = MemoryPlan(graph, list(schedule), buffers, initial, writes, frees, life.dtypes, arena, live, label, kept)
+    plan._start = dict(start)
+    return plan
+
+
+@dataclass
+class _Lifetimes:
+    """The values (tensor, version) of a schedule: the step that writes each (start; -1 for
+    what exists before the step) and the last that reads it (end; past the schedule for
+    weights and the logits), each tensor's last version and dtype, and what each step writes."""
+    start: dict = field(default_factory=dict)
+    end: dict = field(default_factory=dict)
+    version: dict = field(default_factory=dict)
+    dtypes: dict = field(default_factory=dict)
+    writes: list = field(default_factory=list)
+
+
+def _lifetimes(graph: TrainGraph, schedule: list[Step]) -> _Lifetimes:
+    life = _Lifetimes()
+    start, end, version, dtypes = life.start, life.end, life.version, life.dtypes
     for name, spec in graph.tensors.items():
         if spec.role in BEFORE_STEP_ROLES:
             version[name] = 0
             start[(name, 0)] = end[(name, 0)] = -1
             dtypes[name] = np.dtype(spec.dtype)
-    writes_v = []
     for i, step in enumerate(schedule):
         op = step.op
         for t in op.inputs:
@@ -218,21 +253,19 @@ def plan_memory(graph: TrainGraph, schedule: list[Step], label: str = "keep all"
             value = (t, version[t])
             start[value] = end[value] = i
             dtypes.setdefault(t, value_dtype(graph, op, t))
-            writer[value] = op
             written.append(value)
-        writes_v.append(written)
+        life.writes.append(written)
     for value in start:
         name = value[0]
         if graph.tensors[name].role in PERSISTENT_ROLES or name == graph.logits:
-            end[value] = n if value[1] == version[name] else end[value]
+            end[value] = len(schedule) if value[1] == version[name] else end[value]
+    return life
 
-    # A value no later step reads (an output a re-run op makes besides the one asked for:
-    # Octo's product_comp rebuilt for its raw product) takes no slot: the runner drops it
-    # after the op, and op_workspace already counts it as a fresh result.
-    unread = {v for v in start if start[v] >= 0 and end[v] == start[v] and v[0] != graph.logits
-              and graph.tensors[v[0]].role not in PERSISTENT_ROLES}
 
-    # Buffers: a new one per value, except aliases and in-place element-wise results.
+def _share_buffers(graph: TrainGraph, schedule: list[Step], life: _Lifetimes, unread: set) -> tuple[list[Buffer], dict]:
+    """Buffers: a new one per value, except aliases and in-place element-wise results (which
+    join their input's buffer when it dies at that step). Returns them and each value's."""
+    start, end = life.start, life.end
     buffers: list[Buffer] = []
     owner: dict = {}
 
@@ -248,12 +281,12 @@ def plan_memory(graph: TrainGraph, schedule: list[Step], label: str = "keep all"
 
     for value in [v for v in start if start[v] == -1]:
         new_buffer(value, graph.tensors[value[0]].nbytes)
-    current = {t: (t, 0) for t in version if (t, 0) in owner}
+    current = {t: (t, 0) for t in life.version if (t, 0) in owner}
     for i, step in enumerate(schedule):
         op = step.op
         inputs = [current[t] for t in op.inputs]
         claimed = set()
-        for value in writes_v[i]:
+        for value in life.writes[i]:
             t = value[0]
             if value in owner or value in unread:   # a weight updated in place; a value dropped
                 continue
@@ -275,19 +308,7 @@ def plan_memory(graph: TrainGraph, schedule: list[Step], label: str = "keep all"
                 claimed.add(host.index)
                 join(host, value)
             current[t] = value
-
-    _assign_offsets(buffers)
-    arena = max((b.offset + b.nbytes for b in buffers), default=0)
-    live = [sum(b.nbytes for b in buffers if b.start <= i <= b.end) for i in range(n)]
-    writes = [{v[0]: owner[v] for v in written if v in owner} for written in writes_v]
-    frees = [[] for _ in range(n)]
-    for value, last in end.items():
-        if 0 <= last < n and graph.tensors[value[0]].role not in PERSISTENT_ROLES:
-            frees[last].append(value[0])
-    initial = {v[0]: owner[v] for v in start if start[v] == -1}
-    plan = MemoryPlan(graph, list(schedule), buffers, initial, writes, frees, dtypes, arena, live, label, kept)
-    plan._start = dict(start)
-    return plan
+    return buffers, owner
 
 
 def _assign_offsets(buffers: list[Buffer]) -> None:

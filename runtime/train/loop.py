@@ -234,23 +234,7 @@ class Trainer:
         epochs = epochs or self.run.train.epochs
         bs = self.run.train.batch_size
         history = []
-        _make_out_dir(self.out_dir)
-        took_lock = self.hold_out_dir()     # held already when the command took it before checking for a checkpoint
-        try:
-            reap_stale_temps(self.out_dir, ("checkpoint.npz", "metrics.jsonl"))
-            if hasattr(self.energy_meter, "measure_baseline") and not getattr(self.energy_meter, "baseline_w", 0):
-                self.energy_meter.measure_baseline(3.0)   # battery: idle power, subtracted from every batch
-            self.check_budget(bs)
-            self.check_data()
-            check_monitor(self.monitor, self.splits, self.run.source or self.run.name)
-            _check_metrics_file(self.out_dir / "metrics.jsonl")
-            fresh = self.epoch == self.batch_in_epoch == self.global_step == 0
-            # a run from step 0 owns its metrics: lines of an earlier run killed before its first checkpoint go
-            metrics = RunLog(self.out_dir, self.run.name, fresh, self.global_step)
-        except BaseException:
-            if took_lock:
-                self.release_out_dir()
-            raise
+        took_lock, metrics = self._open_fit(bs)
         try:
             loader = Loader(self.train_data, bs, self.seed, self.run.data.augment)
             self._total_steps = epochs * datasets.batch_count(self.train_data, bs)
@@ -285,13 +269,7 @@ class Trainer:
                         self.save()
                 bar.close()
                 seconds = time.perf_counter() - started
-                record = {"kind": "epoch", "epoch": self.epoch + 1, "step": self.global_step,
-                          "train_loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1)}
-                for name, split in (("val", self.val_data), ("test", self.test_data)):
-                    if split is not None:
-                        record.update(self.tally(split).record(name))
-                record.update({"seconds": seconds, "backends": self.steps.backend_names(),
-                               **totals.record(seen, seconds)})
+                record = self._epoch_record(seen, loss_sum, correct, totals, seconds)
                 best, stop = self.monitor.epoch(record)
                 metrics.write(record)
                 metrics.flush()
@@ -315,6 +293,40 @@ class Trainer:
             if took_lock:
                 self.release_out_dir()
         return history
+
+    def _open_fit(self, bs: int) -> tuple[bool, RunLog]:
+        """Before the first step of fit: the output directory made and held (unless the command
+        holds it already), and what would otherwise fail late checked -- the memory budget,
+        the data, the early-stopping metric, the metrics file. Returns whether this call took
+        the directory's lock, and the metrics log."""
+        _make_out_dir(self.out_dir)
+        took_lock = self.hold_out_dir()     # held already when the command took it before checking for a checkpoint
+        try:
+            reap_stale_temps(self.out_dir, ("checkpoint.npz", "metrics.jsonl"))
+            if hasattr(self.energy_meter, "measure_baseline") and not getattr(self.energy_meter, "baseline_w", 0):
+                self.energy_meter.measure_baseline(3.0)   # battery: idle power, subtracted from every batch
+            self.check_budget(bs)
+            self.check_data()
+            check_monitor(self.monitor, self.splits, self.run.source or self.run.name)
+            _check_metrics_file(self.out_dir / "metrics.jsonl")
+            fresh = self.epoch == self.batch_in_epoch == self.global_step == 0
+            # a run from step 0 owns its metrics: lines of an earlier run killed before its first checkpoint go
+            return took_lock, RunLog(self.out_dir, self.run.name, fresh, self.global_step)
+        except BaseException:
+            if took_lock:
+                self.release_out_dir()
+            raise
+
+    def _epoch_record(self, seen: int, loss_sum: float, correct: int, totals: EpochTotals, seconds: float) -> dict:
+        """The epoch's metrics record: training loss and accuracy, the val and test tallies,
+        time, backends and the epoch's totals."""
+        record = {"kind": "epoch", "epoch": self.epoch + 1, "step": self.global_step,
+                  "train_loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1)}
+        for name, split in (("val", self.val_data), ("test", self.test_data)):
+            if split is not None:
+                record.update(self.tally(split).record(name))
+        record.update({"seconds": seconds, "backends": self.steps.backend_names(), **totals.record(seen, seconds)})
+        return record
 
     def _diverged(self, stats, saved) -> str | None:
         """After a step: None if it is sound; else, by train.on_divergence, DivergedError

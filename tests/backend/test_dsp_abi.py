@@ -44,6 +44,8 @@ def test_constants_match_header():
     assert int(defs["DSPT_RING_SLOTS"]) == dsp_abi.RING_SLOTS
     assert int(defs["DSPT_RING_OFFSET"]) == dsp_abi.RING_OFFSET
     assert int(defs["DSPT_SHIFT_ESTIMATE"]) == dsp_abi.SHIFT_ESTIMATE
+    paths = {int(v): k.removeprefix("DSPT_PATH_").lower() for k, v in defs.items() if k.startswith("DSPT_PATH_")}
+    assert paths == dsp_abi.PATH_NAMES   # enum dspt_path: the names DspBackend.last_paths reports
     assert dsp_abi.RING_SLOTS * ctypes.sizeof(dsp_abi.OpDesc) <= dsp_abi.TENSOR_OFFSET - dsp_abi.RING_OFFSET
 
 

@@ -21,11 +21,10 @@ from dsptrain.backends.ops_ref import RefBackend
 from .cases import same
 
 ref = RefBackend()
-R = np.random.default_rng(3264)
 
 
-def s8(*shape):
-    return R.integers(-128, 128, shape, dtype=np.int8)
+def s8(rng, *shape):
+    return rng.integers(-128, 128, shape, dtype=np.int8)
 
 
 SHAPES = [  # N, H, W, C, O, K, pad (stride 1)
@@ -39,9 +38,9 @@ SHAPES = [  # N, H, W, C, O, K, pad (stride 1)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_conv_padded(dsp, shape):
+def test_conv_padded(dsp, shape, rng):
     n, h, w, c, o, k, p = shape
-    x, wt = s8(n, h, w, c), s8(o, k, k, c)
+    x, wt = s8(rng, n, h, w, c), s8(rng, o, k, k, c)
     same(dsp.conv2d_s8(x, wt, 1, p), ref.conv2d_s8(x, wt, 1, p))
 
 
@@ -52,10 +51,10 @@ def test_conv_padded_extremes(dsp):
 
 
 @pytest.mark.parametrize("threads", [1, 3])
-def test_conv_padded_accumulate(dsp, threads):
-    x, wt = s8(3, 7, 6, 3), s8(45, 3, 3, 3)
+def test_conv_padded_accumulate(dsp, threads, rng):
+    x, wt = s8(rng, 3, 7, 6, 3), s8(rng, 45, 3, 3, 3)
     want = ref.conv2d_s8(x, wt, 1, 1)
-    start = R.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
     dsp.hvx_threads = threads
     try:
         got = dsp.accumulate(start, "conv2d_s8", x, wt, 1, 1)
@@ -65,9 +64,9 @@ def test_conv_padded_accumulate(dsp, threads):
 
 
 @pytest.mark.parametrize("threads", [2, 3, 4])
-def test_conv_padded_threads(dsp, threads):
+def test_conv_padded_threads(dsp, threads, rng):
     """Output rows split across threads mid-image: each thread builds its own images."""
-    x, wt = s8(3, 5, 11, 3), s8(64, 3, 3, 3)
+    x, wt = s8(rng, 3, 5, 11, 3), s8(rng, 64, 3, 3, 3)
     dsp.hvx_threads = threads
     try:
         got = dsp.conv2d_s8(x, wt, 1, 1)
@@ -76,7 +75,7 @@ def test_conv_padded_threads(dsp, threads):
     same(got, ref.conv2d_s8(x, wt, 1, 1))
 
 
-def test_kept_controls_alternate(dsp):
+def test_kept_controls_alternate(dsp, rng):
     """Permutation controls are routed once and kept by shape (dsp_kernels/controls.c): shapes
     whose controls differ (channel spreads 2 -> 4 and 3 -> 4, compactions of 5, 6 and 7
     output channels) run in turn, twice over, each against ops_ref."""
@@ -84,5 +83,5 @@ def test_kept_controls_alternate(dsp):
              ((1, 7, 7, 1, 7), 0)]
     for _ in range(2):
         for (n, h, w, c, o), pad in cases:
-            x, wt = s8(n, h, w, c), s8(o, 3, 3, c)
+            x, wt = s8(rng, n, h, w, c), s8(rng, o, 3, 3, c)
             same(dsp.conv2d_s8(x, wt, 1, pad), ref.conv2d_s8(x, wt, 1, pad))

@@ -21,11 +21,10 @@ from dsptrain.backends.ops_ref import RefBackend
 from .cases import same
 
 ref = RefBackend()
-R = np.random.default_rng(1616)
 
 
-def s8(*shape):
-    return R.integers(-128, 128, shape, dtype=np.int8)
+def s8(rng, *shape):
+    return rng.integers(-128, 128, shape, dtype=np.int8)
 
 
 SHAPES = [  # N, H, W, O, KH, KW, pad (one input channel, stride 1)
@@ -43,9 +42,9 @@ SHAPES = [  # N, H, W, O, KH, KW, pad (one input channel, stride 1)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_conv_taps(dsp, shape):
+def test_conv_taps(dsp, shape, rng):
     n, h, w, o, kh, kw, p = shape
-    x, wt = s8(n, h, w, 1), s8(o, kh, kw, 1)
+    x, wt = s8(rng, n, h, w, 1), s8(rng, o, kh, kw, 1)
     same(dsp.conv2d_s8(x, wt, 1, p), ref.conv2d_s8(x, wt, 1, p))
 
 
@@ -61,12 +60,12 @@ def test_conv_taps_extremes(dsp):
 
 @pytest.mark.parametrize("threads", [1, 2, 3, 4])
 @pytest.mark.parametrize("pad", [0, 2])
-def test_conv_taps_threads_and_accumulate(dsp, threads, pad):
+def test_conv_taps_threads_and_accumulate(dsp, threads, pad, rng):
     """Output rows split across threads mid-image (5 images of 10 rows); accumulating into
     y goes through exact loads and stores for every group."""
-    x, wt = s8(5, 14, 12, 1), s8(6, 5, 5, 1)
+    x, wt = s8(rng, 5, 14, 12, 1), s8(rng, 6, 5, 5, 1)
     want = ref.conv2d_s8(x, wt, 1, pad)
-    start = R.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
     dsp.hvx_threads = threads
     try:
         same(dsp.conv2d_s8(x, wt, 1, pad), want)

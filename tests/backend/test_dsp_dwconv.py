@@ -150,4 +150,4 @@ def test_pointwise_is_a_gemm_without_im2col(dsp, rng, shape):
     start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
     same(dsp.accumulate(start, "conv2d_s8", x, wt, 1, 0), start + want)
     same(dsp.conv2d_bwd_data_s8(err, wt, 1, 0, (h, w)), ref.conv2d_bwd_data_s8(err, wt, 1, 0, (h, w)))
-    assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise" if o % 4 == 0 else "none")]
+    assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise" if o % 4 == 0 else "gather_gemm")]

@@ -18,11 +18,10 @@ from dsptrain.backends.ops_ref import RefBackend
 from .cases import same
 
 ref = RefBackend()
-R = np.random.default_rng(1616)
 
 
-def s8(*shape):
-    return R.integers(-128, 128, shape, dtype=np.int8)
+def s8(rng, *shape):
+    return rng.integers(-128, 128, shape, dtype=np.int8)
 
 
 GEMMS = [  # m, n, k
@@ -40,8 +39,8 @@ GEMMS = [  # m, n, k
 
 
 @pytest.mark.parametrize("m,n,k", GEMMS)
-def test_gemm_edges(dsp, m, n, k):
-    a, b = s8(m, k), s8(n, k)
+def test_gemm_edges(dsp, m, n, k, rng):
+    a, b = s8(rng, m, k), s8(rng, n, k)
     same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
 
 
@@ -55,11 +54,11 @@ def test_gemm_edges_extremes(dsp, m, n, k):
 
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("m,n,k", [(13, 70, 131), (37, 45, 9), (5, 160, 33), (270, 100, 20)])
-def test_gemm_edges_accumulate(dsp, m, n, k, threads):
+def test_gemm_edges_accumulate(dsp, m, n, k, threads, rng):
     """Adding into c: a spilled last block must add only its own lanes and write the
     next row's back as they were; each thread's last row stays exact."""
-    a, b = s8(m, k), s8(n, k)
-    start = R.integers(-(2**20), 2**20, (m, n), dtype=np.int32)
+    a, b = s8(rng, m, k), s8(rng, n, k)
+    start = rng.integers(-(2**20), 2**20, (m, n), dtype=np.int32)
     dsp.hvx_threads = threads
     try:
         got = dsp.accumulate(start, "gemm_s8", a, b)
@@ -69,10 +68,10 @@ def test_gemm_edges_accumulate(dsp, m, n, k, threads):
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_gemm_edges_thread_bands(dsp, threads):
+def test_gemm_edges_thread_bands(dsp, threads, rng):
     """Row bands of 4 split across threads, each band a core call ending on a ragged
     last row (written exactly) and spilling on the rows before it."""
-    a, b = s8(43, 131), s8(70, 131)
+    a, b = s8(rng, 43, 131), s8(rng, 70, 131)
     dsp.hvx_threads = threads
     try:
         got = dsp.gemm_s8(a, b)
@@ -87,11 +86,11 @@ CONVS = [  # N, H, W, C, O, K, stride, pad: conv.c's im2col + GEMM core with rag
 
 
 @pytest.mark.parametrize("shape", CONVS)
-def test_conv_products_on_the_core(dsp, shape):
+def test_conv_products_on_the_core(dsp, shape, rng):
     n, h, w, c, o, k, s, p = shape
-    x, wt = s8(n, h, w, c), s8(o, k, k, c)
+    x, wt = s8(rng, n, h, w, c), s8(rng, o, k, k, c)
     oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
-    err = s8(n, oh, ow, o)
+    err = s8(rng, n, oh, ow, o)
     same(dsp.conv2d_s8(x, wt, s, p), ref.conv2d_s8(x, wt, s, p))
     same(dsp.conv2d_bwd_data_s8(err, wt, s, p, (h, w)), ref.conv2d_bwd_data_s8(err, wt, s, p, (h, w)))
     same(dsp.conv2d_bwd_weight_s8(err, x, s, p, (k, k)), ref.conv2d_bwd_weight_s8(err, x, s, p, (k, k)))

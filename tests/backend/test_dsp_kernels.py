@@ -12,11 +12,10 @@ from dsptrain.numerics import RngKey
 
 
 ref = RefBackend()
-R = np.random.default_rng(2024)
 
 
-def s8(*shape, lo=-127, hi=127):
-    return R.integers(lo, hi + 1, shape, dtype=np.int8)
+def s8(rng, *shape, lo=-127, hi=127):
+    return rng.integers(lo, hi + 1, shape, dtype=np.int8)
 
 
 def same(got, want):
@@ -32,8 +31,8 @@ def same(got, want):
 # two-rows-per-store path; m not a multiple of 4 or 32 the clamped tail tiles
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (5, 3, 7), (4, 33, 130), (9, 64, 128), (13, 70, 257),
                                    (45, 64, 70), (38, 128, 9), (7, 6, 25), (11, 16, 150), (66, 160, 131)])
-def test_gemm(dsp, m, n, k):
-    a, b = s8(m, k), s8(n, k)
+def test_gemm(dsp, m, n, k, rng):
+    a, b = s8(rng, m, k), s8(rng, n, k)
     same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
 
 
@@ -66,27 +65,27 @@ CONVS = [  # N, H, W, C, O, K, stride, pad
 
 
 @pytest.mark.parametrize("shape", CONVS)
-def test_conv2d(dsp, shape):
+def test_conv2d(dsp, shape, rng):
     n, h, w, c, o, k, s, p = shape
-    x, wt = s8(n, h, w, c), s8(o, k, k, c)
+    x, wt = s8(rng, n, h, w, c), s8(rng, o, k, k, c)
     same(dsp.conv2d_s8(x, wt, s, p), ref.conv2d_s8(x, wt, s, p))
 
 
 @pytest.mark.parametrize("shape", CONVS)
-def test_conv2d_bwd_data(dsp, shape):
+def test_conv2d_bwd_data(dsp, shape, rng):
     n, h, w, c, o, k, s, p = shape
-    wt = s8(o, k, k, c)
+    wt = s8(rng, o, k, k, c)
     oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
-    err = s8(n, oh, ow, o)
+    err = s8(rng, n, oh, ow, o)
     same(dsp.conv2d_bwd_data_s8(err, wt, s, p, (h, w)), ref.conv2d_bwd_data_s8(err, wt, s, p, (h, w)))
 
 
 @pytest.mark.parametrize("shape", CONVS)
-def test_conv2d_bwd_weight(dsp, shape):
+def test_conv2d_bwd_weight(dsp, shape, rng):
     n, h, w, c, o, k, s, p = shape
-    x = s8(n, h, w, c)
+    x = s8(rng, n, h, w, c)
     oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
-    err = s8(n, oh, ow, o)
+    err = s8(rng, n, oh, ow, o)
     same(dsp.conv2d_bwd_weight_s8(err, x, s, p, (k, k)), ref.conv2d_bwd_weight_s8(err, x, s, p, (k, k)))
 
 
@@ -95,23 +94,23 @@ def test_conv2d_bwd_weight(dsp, shape):
 # the lanes; backward data through the gather and col2im; weight gradient through conv.c
 # and the planes, with 1 and 3 HVX threads: the first share adds, the others join)
 ACCUMULATING = [
-    ("gemm_s8", lambda: (s8(9, 70), s8(45, 70))), ("gemm_s8", lambda: (s8(6, 33), s8(64, 33))),
-    ("conv2d_s8", lambda: (s8(2, 7, 6, 3), s8(5, 3, 3, 3), 1, 1)),
-    ("conv2d_s8", lambda: (s8(3, 9, 9, 1), s8(6, 5, 5, 1), 1, 2)),
-    ("conv2d_bwd_data_s8", lambda: (s8(2, 4, 4, 33), s8(33, 3, 3, 40), 1, 0, (6, 6))),
-    ("conv2d_bwd_data_s8", lambda: (s8(2, 4, 4, 16), s8(16, 5, 5, 6), 1, 0, (8, 8))),
-    ("conv2d_bwd_weight_s8", lambda: (s8(2, 4, 4, 40), s8(2, 6, 6, 33), 1, 0, (3, 3))),
-    ("conv2d_bwd_weight_s8", lambda: (s8(3, 8, 8, 6), s8(3, 8, 8, 1), 1, 2, (5, 5))),
+    ("gemm_s8", lambda rng: (s8(rng, 9, 70), s8(rng, 45, 70))), ("gemm_s8", lambda rng: (s8(rng, 6, 33), s8(rng, 64, 33))),
+    ("conv2d_s8", lambda rng: (s8(rng, 2, 7, 6, 3), s8(rng, 5, 3, 3, 3), 1, 1)),
+    ("conv2d_s8", lambda rng: (s8(rng, 3, 9, 9, 1), s8(rng, 6, 5, 5, 1), 1, 2)),
+    ("conv2d_bwd_data_s8", lambda rng: (s8(rng, 2, 4, 4, 33), s8(rng, 33, 3, 3, 40), 1, 0, (6, 6))),
+    ("conv2d_bwd_data_s8", lambda rng: (s8(rng, 2, 4, 4, 16), s8(rng, 16, 5, 5, 6), 1, 0, (8, 8))),
+    ("conv2d_bwd_weight_s8", lambda rng: (s8(rng, 2, 4, 4, 40), s8(rng, 2, 6, 6, 33), 1, 0, (3, 3))),
+    ("conv2d_bwd_weight_s8", lambda rng: (s8(rng, 3, 8, 8, 6), s8(rng, 3, 8, 8, 1), 1, 2, (5, 5))),
 ]
 
 
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("case", range(len(ACCUMULATING)))
-def test_products_accumulate(dsp, case, threads):
+def test_products_accumulate(dsp, case, threads, rng):
     hook, make = ACCUMULATING[case]
-    args = make()
+    args = make(rng)
     want = getattr(ref, hook)(*args)
-    start = R.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
     dsp.hvx_threads = threads
     try:
         got = dsp.accumulate(start, hook, *args)
@@ -120,46 +119,46 @@ def test_products_accumulate(dsp, case, threads):
     same(got, start + want)
 
 
-def acc32(*shape, bits=20):
-    return R.integers(-(2**bits), 2**bits, shape, dtype=np.int32)
+def acc32(rng, *shape, bits=20):
+    return rng.integers(-(2**bits), 2**bits, shape, dtype=np.int32)
 
 
 @pytest.mark.parametrize("mode", ["round", "psto", "sto"])
 @pytest.mark.parametrize("size,shift", [(1, 3), (127, 1), (300, 9), (515, 17), (256, 0), (130, 31), (64, 40)])
-def test_shift_round(dsp, mode, size, shift):
-    acc = acc32(size, bits=24)
+def test_shift_round(dsp, mode, size, shift, rng):
+    acc = acc32(rng, size, bits=24)
     acc[0] = np.iinfo(np.int32).min if size > 1 else acc[0]
-    rng = RngKey(seed=7, step=3, tensor_id=11, offset=5)
-    same(dsp.shift_round(acc, shift, mode, rng), ref.shift_round(acc, shift, mode, rng))
+    key = RngKey(seed=7, step=3, tensor_id=11, offset=5)
+    same(dsp.shift_round(acc, shift, mode, key), ref.shift_round(acc, shift, mode, key))
 
 
 @pytest.mark.parametrize("shape", [(1,), (7, 33), (3, 5, 5, 16)])
-def test_absmax_and_requantize(dsp, shape):
-    acc = acc32(*shape, bits=18)
+def test_absmax_and_requantize(dsp, shape, rng):
+    acc = acc32(rng, *shape, bits=18)
     assert dsp.absmax(acc) == ref.absmax(acc)
-    rng = RngKey(1, 2, 3)
+    key = RngKey(1, 2, 3)
     for mode in ("round", "psto", "sto"):
-        same(dsp.requantize(acc, mode, rng), ref.requantize(acc, mode, rng))
-        same(dsp.requantize(acc, mode, rng, shift=4), ref.requantize(acc, mode, rng, shift=4))
+        same(dsp.requantize(acc, mode, key), ref.requantize(acc, mode, key))
+        same(dsp.requantize(acc, mode, key, shift=4), ref.requantize(acc, mode, key, shift=4))
     zeros = np.zeros(shape, np.int32)
     same(dsp.requantize(zeros, "round", None), ref.requantize(zeros, "round", None))
 
 
-def test_fused_requant_hooks(dsp):
-    rng = RngKey(5, 1, 9)
-    x, w = s8(2, 8, 8, 3), s8(6, 5, 5, 3)
-    same(dsp.conv2d_requant_s8(x, w, 1, 2, "sto", rng), ref.conv2d_requant_s8(x, w, 1, 2, "sto", rng))
-    a, b = s8(7, 45), s8(10, 45)
+def test_fused_requant_hooks(dsp, rng):
+    key = RngKey(5, 1, 9)
+    x, w = s8(rng, 2, 8, 8, 3), s8(rng, 6, 5, 5, 3)
+    same(dsp.conv2d_requant_s8(x, w, 1, 2, "sto", key), ref.conv2d_requant_s8(x, w, 1, 2, "sto", key))
+    a, b = s8(rng, 7, 45), s8(rng, 10, 45)
     same(dsp.gemm_requant_s8(a, b, "round", None), ref.gemm_requant_s8(a, b, "round", None))
     same(dsp.gemm_requant_s8(a, b, "psto", None, shift=3), ref.gemm_requant_s8(a, b, "psto", None, shift=3))
-    err = s8(2, 4, 4, 6)
-    same(dsp.conv2d_bwd_data_requant_s8(err, w, 1, 0, (8, 8), "sto", rng),
-         ref.conv2d_bwd_data_requant_s8(err, w, 1, 0, (8, 8), "sto", rng))
+    err = s8(rng, 2, 4, 4, 6)
+    same(dsp.conv2d_bwd_data_requant_s8(err, w, 1, 0, (8, 8), "sto", key),
+         ref.conv2d_bwd_data_requant_s8(err, w, 1, 0, (8, 8), "sto", key))
 
 
 @pytest.mark.parametrize("shape", [(1,), (3, 7, 7, 6), (2, 130)])
-def test_relu_and_backward(dsp, shape):
-    x, err = s8(*shape, lo=-128), s8(*shape)
+def test_relu_and_backward(dsp, shape, rng):
+    x, err = s8(rng, *shape, lo=-128), s8(rng, *shape)
     y = ref.relu_s8(x)
     same(dsp.relu_s8(x), y)
     same(dsp.relu_bwd_s8(err, y), ref.relu_bwd_s8(err, y))
@@ -167,29 +166,29 @@ def test_relu_and_backward(dsp, shape):
 
 @pytest.mark.parametrize("shape,k,s", [((1, 2, 2, 1), 2, 2), ((2, 6, 7, 6), 2, 2), ((1, 7, 7, 130), 3, 2),
                                        ((2, 5, 5, 3), 3, 1)])
-def test_maxpool_and_backward(dsp, shape, k, s):
-    x = s8(*shape, lo=-3, hi=3)  # few values: many ties, the first maximum must win
+def test_maxpool_and_backward(dsp, shape, k, s, rng):
+    x = s8(rng, *shape, lo=-3, hi=3)  # few values: many ties, the first maximum must win
     same(dsp.maxpool_s8(x, k, s), ref.maxpool_s8(x, k, s))
     _, argmax = ref.maxpool_s8(x, k, s)
-    err = s8(*argmax.shape)
+    err = s8(rng, *argmax.shape)
     same(dsp.maxpool_bwd_s8(err, argmax, k, s, shape[1:3]), ref.maxpool_bwd_s8(err, argmax, k, s, shape[1:3]))
 
 
 @pytest.mark.parametrize("mode", ["round", "psto", "sto"])
 @pytest.mark.parametrize("shape,mu", [((6, 5, 5, 1), 3), ((10, 84), 2), ((3,), 5)])
-def test_niti_update(dsp, mode, shape, mu):
-    w, g = s8(*shape), acc32(*shape, bits=15)
-    rng = RngKey(3, 8, 21, 0)
-    same(dsp.niti_update_s8(w, g, mu, mode, rng), ref.niti_update_s8(w, g, mu, mode, rng))
+def test_niti_update(dsp, mode, shape, mu, rng):
+    w, g = s8(rng, *shape), acc32(rng, *shape, bits=15)
+    key = RngKey(3, 8, 21, 0)
+    same(dsp.niti_update_s8(w, g, mu, mode, key), ref.niti_update_s8(w, g, mu, mode, key))
     zero = np.zeros(shape, np.int32)
-    same(dsp.niti_update_s8(w, zero, mu, mode, rng), ref.niti_update_s8(w, zero, mu, mode, rng))
+    same(dsp.niti_update_s8(w, zero, mu, mode, key), ref.niti_update_s8(w, zero, mu, mode, key))
 
 
-def test_inputs_never_written(dsp):
-    x, w = s8(1, 6, 6, 2), s8(3, 3, 3, 2)
+def test_inputs_never_written(dsp, rng):
+    x, w = s8(rng, 1, 6, 6, 2), s8(rng, 3, 3, 3, 2)
     x0, w0 = x.copy(), w.copy()
     dsp.conv2d_requant_s8(x, w, 1, 1, "round", None)
-    g = dsp.conv2d_bwd_weight_s8(s8(1, 6, 6, 3), x, 1, 1, (3, 3))
+    g = dsp.conv2d_bwd_weight_s8(s8(rng, 1, 6, 6, 3), x, 1, 1, (3, 3))
     w1 = dsp.niti_update_s8(w, g, 2, "psto", None)
     same(x, x0)
     same(w, w0)
@@ -197,11 +196,11 @@ def test_inputs_never_written(dsp):
 
 
 @pytest.mark.parametrize("threads", [1, 3, 4])
-def test_thread_split_is_bit_exact_and_shortens_the_critical_path(dsp, threads):
+def test_thread_split_is_bit_exact_and_shortens_the_critical_path(dsp, threads, rng):
     """Each product's work split across HVX threads: same bits, and with T threads the
     critical path (the serial part + the longest share) is about 1/T of the packets."""
-    a, b = s8(259, 130), s8(45, 130)
-    x, w = s8(2, 15, 13, 8), s8(40, 3, 3, 8)
+    a, b = s8(rng, 259, 130), s8(rng, 45, 130)
+    x, w = s8(rng, 2, 15, 13, 8), s8(rng, 40, 3, 3, 8)
     dsp.hvx_threads = threads
     try:
         dsp.take_cost_log()

@@ -14,56 +14,58 @@ import pytest
 from dsptrain.backends.ops_ref import RefBackend
 
 ref = RefBackend()
-R = np.random.default_rng(16)
 THREADS = [1, 2, 3, 4]
 
 
-def s8(*shape):
-    return R.integers(-127, 128, shape, dtype=np.int8)
+def s8(rng, *shape):
+    return rng.integers(-127, 128, shape, dtype=np.int8)
 
 
 def out_hw(h, w, k, stride, pad):
     return (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
 
 
-# (hook, path the kernel takes, argument maker). Row shares come in fours (GEMM, conv.c's
+# (hook, what the case exercises, the path the DSP reports for it (DspBackend.last_paths;
+# None: GEMM, which has one), argument maker). Row shares come in fours (GEMM, conv.c's
 # rows) or whole images / lane blocks (the few-channel paths): the sizes below leave the
 # last thread a ragged share, or threads 2 and 3 nothing at all (5 GEMM rows, one image).
-def conv_args(n, h, w, c, o, k, stride, pad):
-    return s8(n, h, w, c), s8(o, k, k, c), stride, pad
+def conv_args(rng, n, h, w, c, o, k, stride, pad):
+    return s8(rng, n, h, w, c), s8(rng, o, k, k, c), stride, pad
 
 
-def bwd_data_args(n, h, w, c, o, k, stride, pad):
+def bwd_data_args(rng, n, h, w, c, o, k, stride, pad):
     oh, ow = out_hw(h, w, k, stride, pad)
-    return s8(n, oh, ow, o), s8(o, k, k, c), stride, pad, (h, w)
+    return s8(rng, n, oh, ow, o), s8(rng, o, k, k, c), stride, pad, (h, w)
 
 
-def bwd_weight_args(n, h, w, c, o, k, stride, pad):
+def bwd_weight_args(rng, n, h, w, c, o, k, stride, pad):
     oh, ow = out_hw(h, w, k, stride, pad)
-    return s8(n, oh, ow, o), s8(n, h, w, c), stride, pad, (k, k)
+    return s8(rng, n, oh, ow, o), s8(rng, n, h, w, c), stride, pad, (k, k)
 
 
 CASES = [
-    ("gemm_s8", "gemm, 5 rows: two shares of 4 rows at most", lambda: (s8(5, 37), s8(6, 37))),
-    ("gemm_s8", "gemm, ragged 67 x 45 x 130", lambda: (s8(67, 130), s8(45, 130))),
-    ("conv2d_s8", "conv.c rows, 33 channels", lambda: conv_args(1, 5, 3, 33, 7, 3, 1, 1)),
-    ("conv2d_s8", "conv.c rows, stride 2", lambda: conv_args(3, 7, 7, 20, 9, 3, 2, 1)),
-    ("conv2d_s8", "conv_lanes.c, one channel", lambda: conv_args(1, 3, 9, 1, 8, 3, 1, 0)),
-    ("conv2d_s8", "conv_lanes.c, 5 images", lambda: conv_args(5, 6, 7, 1, 3, 3, 1, 1)),
-    ("conv2d_s8", "conv_taps.c, one image", lambda: conv_args(1, 3, 9, 1, 6, 3, 1, 0)),
-    ("conv2d_s8", "conv_taps.c, 5 images", lambda: conv_args(5, 6, 7, 1, 7, 3, 1, 1)),
-    ("conv2d_s8", "conv_grid.c, one image", lambda: conv_args(1, 6, 7, 6, 9, 3, 1, 1)),
-    ("conv2d_s8", "conv_grid.c, 3 images", lambda: conv_args(3, 9, 9, 3, 16, 5, 1, 0)),
-    ("conv2d_s8", "conv_padded.c, 3 rows", lambda: conv_args(1, 3, 5, 3, 40, 3, 1, 1)),
-    ("conv2d_bwd_data_s8", "gather rows, stride 2", lambda: bwd_data_args(2, 7, 6, 33, 5, 3, 2, 1)),
-    ("conv2d_bwd_data_s8", "flipped conv rows", lambda: bwd_data_args(1, 5, 5, 40, 36, 3, 1, 0)),
-    ("conv2d_bwd_data_s8", "conv_grid.c bwd, 3 images", lambda: bwd_data_args(3, 8, 8, 6, 16, 5, 1, 0)),
-    ("conv2d_bwd_data_s8", "conv_col2im.c, one image", lambda: bwd_data_args(1, 8, 7, 3, 20, 3, 2, 1)),
-    ("conv2d_bwd_data_s8", "conv_col2im.c, 5 images", lambda: bwd_data_args(5, 6, 6, 2, 8, 3, 2, 0)),
-    ("conv2d_bwd_weight_s8", "conv.c reduction, ragged", lambda: bwd_weight_args(2, 5, 3, 40, 33, 3, 1, 0)),
-    ("conv2d_bwd_weight_s8", "conv.c reduction, stride 2", lambda: bwd_weight_args(1, 7, 7, 20, 9, 3, 2, 1)),
-    ("conv2d_bwd_weight_s8", "conv_planar.c, one image", lambda: bwd_weight_args(1, 8, 8, 3, 6, 3, 1, 1)),
-    ("conv2d_bwd_weight_s8", "conv_planar.c, 5 images", lambda: bwd_weight_args(5, 8, 8, 1, 6, 3, 1, 1)),
+    ("gemm_s8", "gemm, 5 rows: two shares of 4 rows at most", None, lambda rng: (s8(rng, 5, 37), s8(rng, 6, 37))),
+    ("gemm_s8", "gemm, ragged 67 x 45 x 130", None, lambda rng: (s8(rng, 67, 130), s8(rng, 45, 130))),
+    ("conv2d_s8", "conv.c rows, 33 channels", "im2col_gemm", lambda rng: conv_args(rng, 1, 5, 3, 33, 7, 3, 1, 1)),
+    ("conv2d_s8", "conv.c rows, stride 2", "im2col_gemm", lambda rng: conv_args(rng, 3, 7, 7, 20, 9, 3, 2, 1)),
+    ("conv2d_s8", "conv_lanes.c, one channel", "conv_lanes", lambda rng: conv_args(rng, 1, 3, 9, 1, 8, 3, 1, 0)),
+    ("conv2d_s8", "conv_lanes.c, 5 images", "conv_lanes", lambda rng: conv_args(rng, 5, 6, 7, 1, 3, 3, 1, 1)),
+    ("conv2d_s8", "conv_taps.c, one image", "conv_taps", lambda rng: conv_args(rng, 1, 3, 9, 1, 6, 3, 1, 0)),
+    ("conv2d_s8", "conv_taps.c, 5 images", "conv_taps", lambda rng: conv_args(rng, 5, 6, 7, 1, 7, 3, 1, 1)),
+    ("conv2d_s8", "conv_grid.c, one image", "conv_grid", lambda rng: conv_args(rng, 1, 6, 7, 6, 9, 3, 1, 1)),
+    ("conv2d_s8", "conv_grid.c, 3 images", "conv_grid", lambda rng: conv_args(rng, 3, 9, 9, 3, 16, 5, 1, 0)),
+    ("conv2d_s8", "conv_padded.c, 3 rows", "conv_padded", lambda rng: conv_args(rng, 1, 3, 5, 3, 40, 3, 1, 1)),
+    ("conv2d_bwd_data_s8", "gather rows, stride 2", "gather_gemm", lambda rng: bwd_data_args(rng, 2, 7, 6, 33, 5, 3, 2, 1)),
+    ("conv2d_bwd_data_s8", "flipped conv rows", "flipped_gemm", lambda rng: bwd_data_args(rng, 1, 5, 5, 40, 36, 3, 1, 0)),
+    ("conv2d_bwd_data_s8", "conv_grid.c bwd, 3 images", "conv_grid", lambda rng: bwd_data_args(rng, 3, 8, 8, 6, 16, 5, 1, 0)),
+    ("conv2d_bwd_data_s8", "conv_col2im.c, one image", "col2im", lambda rng: bwd_data_args(rng, 1, 8, 7, 3, 20, 3, 2, 1)),
+    ("conv2d_bwd_data_s8", "conv_col2im.c, 5 images", "col2im", lambda rng: bwd_data_args(rng, 5, 6, 6, 2, 8, 3, 2, 0)),
+    ("conv2d_bwd_weight_s8", "conv.c reduction, ragged", "wgrad_gemm",
+     lambda rng: bwd_weight_args(rng, 2, 5, 3, 40, 33, 3, 1, 0)),
+    ("conv2d_bwd_weight_s8", "conv.c reduction, stride 2", "wgrad_gemm",
+     lambda rng: bwd_weight_args(rng, 1, 7, 7, 20, 9, 3, 2, 1)),
+    ("conv2d_bwd_weight_s8", "conv_planar.c, one image", "planar", lambda rng: bwd_weight_args(rng, 1, 8, 8, 3, 6, 3, 1, 1)),
+    ("conv2d_bwd_weight_s8", "conv_planar.c, 5 images", "planar", lambda rng: bwd_weight_args(rng, 5, 8, 8, 1, 6, 3, 1, 1)),
 ]
 
 
@@ -79,32 +81,33 @@ def split_at(dsp, threads):
 
 @pytest.mark.parametrize("threads", THREADS)
 @pytest.mark.parametrize("case", range(len(CASES)), ids=[c[1] for c in CASES])
-def test_every_product_path_is_bit_exact_on_every_thread_count(dsp, case, threads):
-    hook, _, make = CASES[case]
-    args = make()
+def test_every_product_path_is_bit_exact_on_every_thread_count(dsp, case, threads, rng):
+    hook, _, path, make = CASES[case]
+    args = make(rng)
     with split_at(dsp, threads):
         got = getattr(dsp, hook)(*args)
     np.testing.assert_array_equal(np.asarray(got), getattr(ref, hook)(*args))
+    assert dsp.last_paths == ([(hook, path)] if path else []), "the case no longer runs the kernel it is for"
 
 
 @pytest.mark.parametrize("threads", [2, 4])
 @pytest.mark.parametrize("case", [1, 7, 8, 13, 14, 17], ids=lambda i: CASES[i][1])
-def test_accumulating_products_join_the_threads_in_order(dsp, case, threads):
+def test_accumulating_products_join_the_threads_in_order(dsp, case, threads, rng):
     """ACCUMULATE: thread 0 adds into the output, the others' partial sums (weight gradient)
     or rows are added after the join."""
-    hook, _, make = CASES[case]
-    args = make()
+    hook, _, _, make = CASES[case]
+    args = make(rng)
     want = getattr(ref, hook)(*args)
-    start = R.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
     with split_at(dsp, threads):
         got = dsp.accumulate(start, hook, *args)
     np.testing.assert_array_equal(np.asarray(got), start + want)
 
 
-def test_each_thread_counts_its_own_share(dsp):
+def test_each_thread_counts_its_own_share(dsp, rng):
     """The cost a descriptor returns: per-thread packets measured by the workers, the serial
     part on the calling thread; packets = serial + shares, critical = serial + the longest."""
-    a, b = s8(259, 130), s8(45, 130)
+    a, b = s8(rng, 259, 130), s8(rng, 45, 130)
     counts = {}
     for threads in THREADS:
         with split_at(dsp, threads):
@@ -122,12 +125,12 @@ def test_each_thread_counts_its_own_share(dsp):
     assert abs(counts[2][0] - counts[2][1]) < 0.05 * counts[2][0], counts
 
 
-def test_workers_are_threads_of_the_server_started_once(dsp):
+def test_workers_are_threads_of_the_server_started_once(dsp, rng):
     """Real threads: the qemu-hexagon process gains one host thread per HVX worker when a
     wider split first runs, and no more on later ops; at QUIT the server ends and joins
     them and exits 0 (a join that hangs would be killed after 2 s: exit -9)."""
     dsp.close()
-    a, b = s8(40, 64), s8(33, 64)
+    a, b = s8(rng, 40, 64), s8(rng, 33, 64)
 
     def tasks():
         return len(os.listdir(f"/proc/{dsp.transport._proc.pid}/task"))
@@ -153,20 +156,20 @@ EPILOGUE_SIZES = [1, 129, 515, 1000]
 
 @pytest.mark.parametrize("threads", THREADS)
 @pytest.mark.parametrize("size", EPILOGUE_SIZES)
-def test_epilogue_split_is_bit_exact(dsp, size, threads):
+def test_epilogue_split_is_bit_exact(dsp, size, threads, rng):
     from dsptrain.numerics import RngKey
 
-    acc = R.integers(-(2**22), 2**22, size, dtype=np.int32)
+    acc = rng.integers(-(2**22), 2**22, size, dtype=np.int32)
     acc[-1] = -(2**24)   # the maximum in the last range: the joined max must find it
-    rng = RngKey(seed=7, step=3, tensor_id=11, offset=5)
+    key = RngKey(seed=7, step=3, tensor_id=11, offset=5)
     with split_at(dsp, threads):
         assert dsp.absmax(acc) == ref.absmax(acc)
         for mode in ("round", "psto", "sto"):
-            for got, want in [(dsp.requantize(acc, mode, rng), ref.requantize(acc, mode, rng)),
-                              (dsp.requantize(acc, mode, rng, shift=4), ref.requantize(acc, mode, rng, shift=4)),
-                              (dsp.shift_round(acc, 9, mode, rng), ref.shift_round(acc, 9, mode, rng))]:
+            for got, want in [(dsp.requantize(acc, mode, key), ref.requantize(acc, mode, key)),
+                              (dsp.requantize(acc, mode, key, shift=4), ref.requantize(acc, mode, key, shift=4)),
+                              (dsp.shift_round(acc, 9, mode, key), ref.shift_round(acc, 9, mode, key))]:
                 for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
                     np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
-        w8, g32 = s8(size), R.integers(-(2**15), 2**15, size, dtype=np.int32)
-        got = dsp.niti_update_s8(w8, g32, 3, "sto", rng)
-    np.testing.assert_array_equal(np.asarray(got), ref.niti_update_s8(w8, g32, 3, "sto", rng))
+        w8, g32 = s8(rng, size), rng.integers(-(2**15), 2**15, size, dtype=np.int32)
+        got = dsp.niti_update_s8(w8, g32, 3, "sto", key)
+    np.testing.assert_array_equal(np.asarray(got), ref.niti_update_s8(w8, g32, 3, "sto", key))

@@ -10,25 +10,10 @@ import numpy as np
 import pytest
 
 from dsptrain import _cpu_ops as native
-from dsptrain.backends.ops_cpu import ISA_ENV, CpuBackend
 
-ISAS = ("avx512vnni", "avx2", "scalar")
 # (m, k, n): LeNet's conv1/conv2/fc shapes with MLS's groups, and ragged ones around the
 # AVX-512 step (8 rows, 16-column panels) and the 16-element groups along K
 SHAPES = [(1, 1, 1), (9, 25, 6), (17, 150, 16), (8, 31, 17), (64, 400, 120), (6, 3001, 25), (23, 47, 33)]
-
-
-@pytest.fixture(params=ISAS)
-def isa_backend(request, monkeypatch):
-    isa = request.param
-    if isa not in native.supported_isas():
-        pytest.skip(f"this CPU/build has no {isa} (has {', '.join(native.supported_isas())})")
-    monkeypatch.setenv(ISA_ENV, isa)
-    backend = CpuBackend()
-    assert native.isa() == isa
-    yield backend
-    monkeypatch.delenv(ISA_ENV)
-    CpuBackend()   # back to the best path for the other tests
 
 
 def mls_elements(rng, shape, kmax=3):
@@ -38,21 +23,21 @@ def mls_elements(rng, shape, kmax=3):
 
 @pytest.mark.parametrize("m,k,n", SHAPES)
 @pytest.mark.parametrize("a_transposed", [False, True])
-def test_matmul_s16_every_isa(isa_backend, ref, m, k, n, a_transposed):
+def test_matmul_s16_every_isa(cpu_isa, ref, m, k, n, a_transposed):
     rng = np.random.default_rng(7 * m + 3 * k + n)
     a = mls_elements(rng, (m, k))
     b = mls_elements(rng, (k, n))
     a = np.ascontiguousarray(a.T) if a_transposed else a
-    np.testing.assert_array_equal(isa_backend.matmul_s16(a, b, a_transposed), ref.matmul_s16(a, b, a_transposed))
+    np.testing.assert_array_equal(cpu_isa.matmul_s16(a, b, a_transposed), ref.matmul_s16(a, b, a_transposed))
 
 
-def test_matmul_s16_int32_flushes_every_isa(isa_backend, ref):
+def test_matmul_s16_int32_flushes_every_isa(cpu_isa, ref):
     """Sums far past int32: the int32 lanes must be flushed to int64 in time on each path."""
     a = np.full((9, 4001), -16256, np.int16)
     b = np.full((4001, 17), 16256, np.int16)
-    np.testing.assert_array_equal(isa_backend.matmul_s16(a, b), ref.matmul_s16(a, b))
+    np.testing.assert_array_equal(cpu_isa.matmul_s16(a, b), ref.matmul_s16(a, b))
     full = np.full((3, 5), -32768, np.int16)   # 2 * 2**30 per pair: no int32 block fits
-    np.testing.assert_array_equal(isa_backend.matmul_s16(full, full.T.copy()), ref.matmul_s16(full, full.T.copy()))
+    np.testing.assert_array_equal(cpu_isa.matmul_s16(full, full.T.copy()), ref.matmul_s16(full, full.T.copy()))
 
 
 def test_matmul_s16_same_at_one_and_two_threads():
@@ -90,17 +75,17 @@ CONV_SHAPES = [(3, 14, 14, 6, 16, 5, 1, 0), (2, 9, 7, 5, 3, 3, 2, 1), (5, 6, 6, 
 
 
 @pytest.mark.parametrize("n,h,w,c,o,k,stride,pad", CONV_SHAPES)
-def test_conv2d_bwd_data_s16_every_isa(isa_backend, ref, n, h, w, c, o, k, stride, pad):
+def test_conv2d_bwd_data_s16_every_isa(cpu_isa, ref, n, h, w, c, o, k, stride, pad):
     """The fused backward data (one image's product, then its scatter) against ops_ref's
     matmul_s16 + col2im."""
     rng = np.random.default_rng(n + h + c + o)
     oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
     err, wq = mls_elements(rng, (n, oh, ow, o)), mls_elements(rng, (o, k, k, c))
-    got = isa_backend.conv2d_bwd_data_s16(err, wq, stride, pad, (h, w))
+    got = cpu_isa.conv2d_bwd_data_s16(err, wq, stride, pad, (h, w))
     assert got.dtype == np.int64 and got.shape == (n, h, w, c)
     np.testing.assert_array_equal(got, ref.conv2d_bwd_data_s16(err, wq, stride, pad, (h, w)))
     big = np.full((n, oh, ow, o), -32768, np.int16)   # no int32 block fits: the int64 path
-    np.testing.assert_array_equal(isa_backend.conv2d_bwd_data_s16(big, wq, stride, pad, (h, w)),
+    np.testing.assert_array_equal(cpu_isa.conv2d_bwd_data_s16(big, wq, stride, pad, (h, w)),
                                   ref.conv2d_bwd_data_s16(big, wq, stride, pad, (h, w)))
 
 
@@ -123,17 +108,17 @@ def test_conv2d_bwd_data_s16_same_at_one_and_two_threads_and_checks_shapes():
 
 
 @pytest.mark.parametrize("n,h,w,c,o,k,stride,pad", CONV_SHAPES)
-def test_conv2d_s16_and_bwd_weight_every_isa(isa_backend, ref, n, h, w, c, o, k, stride, pad):
+def test_conv2d_s16_and_bwd_weight_every_isa(cpu_isa, ref, n, h, w, c, o, k, stride, pad):
     """The forward and weight gradient with each image's patches built in cache, against
     ops_ref's im2col + matmul_s16; and operands whose sums leave int32 (the int64 path)."""
     rng = np.random.default_rng(n + h + c + o + 1)
     oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
     x, wq, err = mls_elements(rng, (n, h, w, c)), mls_elements(rng, (o, k, k, c)), mls_elements(rng, (n, oh, ow, o))
     for xs, es in ((x, err), (np.full_like(x, -32768), np.full_like(err, 32767))):
-        got = isa_backend.conv2d_s16(xs, wq, stride, pad)
+        got = cpu_isa.conv2d_s16(xs, wq, stride, pad)
         assert got.dtype == np.int64 and got.shape == (n, oh, ow, o)
         np.testing.assert_array_equal(got, ref.conv2d_s16(xs, wq, stride, pad))
-        got = isa_backend.conv2d_bwd_weight_s16(es, xs, stride, pad, (k, k))
+        got = cpu_isa.conv2d_bwd_weight_s16(es, xs, stride, pad, (k, k))
         assert got.dtype == np.int64 and got.shape == (o, k, k, c)
         np.testing.assert_array_equal(got, ref.conv2d_bwd_weight_s16(es, xs, stride, pad, (k, k)))
 

@@ -1,4 +1,4 @@
-"""The memory-budget layer on a residual graph (NITI has no BN: ResNet-18 is `resnet18_nobn`).
+"""The memory-budget layer on a residual graph (the integer-only ResNet-18, `resnet18_nobn`).
 A small ResNet of BasicBlocks -- an identity block and a strided block with a 1x1 conv
 shortcut, few channels, 8x8 inputs -- trains under micro-batching and recomputation with
 weights bit-identical to the plain step: the residual adds, the error joins where the

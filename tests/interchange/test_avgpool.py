@@ -1,7 +1,7 @@
 """ONNX AveragePool with kernel, stride and padding as ONNX defines them (count_include_pad
 either way): FP32 (and the emulated recipes) run it and its gradient; NITI runs the
-windows it can divide by a shift (stride = kernel, no padding, power-of-two kernel) and
-refuses any other by name (exit 2). One SGD step of an imported model with average pools
+windows it can divide by a shift (stride = kernel, no padding, power-of-two kernel) on
+int8 and any other as a float op between its int8 tensors. One SGD step of an imported model with average pools
 and biases equals PyTorch's step."""
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 
 import dsptrain
-from dsptrain.errors import LoweringError
+from dsptrain import precision
+from dsptrain.graph import lower
 
 from .helpers import cli, dsptrain_logits, images, need_torch, torch_logits, trainer_for, write_run
 
 FP32_TOLERANCE = 1e-4            # relative to the largest |logit| (or weight change)
 NITI_BOUND = 0.06                # |NITI - torch| <= 6 % of the largest |logit| (as test_import_ops)
-NITI_LOWERS = {"k2-s2"}
+NITI_INTEGER_POOLS = {"k2-s2"}
 EMULATED_BOUND = 0.06            # Octo's int8 products: within 6 % of the largest |logit|
 POOLS = {   # name -> (kernel, stride, padding, count_include_pad)
     "k2-s2": (2, 2, 0, True), "k3-s2-pad1-include": (3, 2, 1, True), "k3-s2-pad1-exclude": (3, 2, 1, False),
@@ -46,31 +47,22 @@ def test_average_pool_forward_equals_torch(case, tmp_path):
     if case == "k3-s2-pad1-exclude":   # an emulated recipe runs the same float pool around int8 products
         octo = dsptrain_logits(model, "octo", pixels, tmp_path)
         assert np.abs(octo - expected).max() <= EMULATED_BOUND * np.abs(expected).max()
-    plain = _without_biases(model)
-    if case in NITI_LOWERS:
-        expected = torch_logits(_torch_without_biases(torch, net), pixels)
-        niti = dsptrain_logits(plain, "niti", pixels, tmp_path)
-        assert np.abs(niti - expected).max() <= NITI_BOUND * np.abs(expected).max(), case
-    else:
-        with pytest.raises(LoweringError, match=r"layer '2': an average pool under integer tensors needs stride = "
-                                                r"kernel, no padding and a power-of-two kernel"):
-            dsptrain_logits(plain, "niti", pixels, tmp_path)
-
-
-def _torch_without_biases(torch, net):
-    with torch.no_grad():
-        for module in net.modules():
-            if getattr(module, "bias", None) is not None:
-                module.bias.zero_()
-    return net
+    # NITI divides a power-of-two window with stride = kernel by a shift; other pools (and the
+    # biases) run as float ops between its int8 products (algorithms/int_mixed.py)
+    niti = dsptrain_logits(model, "niti", pixels, tmp_path)
+    assert np.abs(niti - expected).max() <= NITI_BOUND * np.abs(expected).max(), case
+    # the conv's bias makes its output float, and the pool follows its input: without it the
+    # pool reads int8 and runs on it where it can
+    formats = precision.layer_formats(lower(_without_biases(model), dsptrain.load_recipe("niti"), 8))
+    assert formats[pool.name] == ("integer" if case in NITI_INTEGER_POOLS else "float"), case
+    assert precision.layer_formats(lower(model, dsptrain.load_recipe("niti"), 8))[pool.name] == "float"
 
 
 def _without_biases(model):
     import dataclasses
 
     layers = tuple(dataclasses.replace(layer, bias=False) if hasattr(layer, "bias") else layer for layer in model.layers)
-    weights = {k: v for k, v in model.initial_weights.items() if not k.endswith(".b")}
-    return dataclasses.replace(model, layers=layers, initial_weights=weights)
+    return dataclasses.replace(model, layers=layers, initial_weights=None)
 
 
 def test_one_sgd_step_equals_torch(tmp_path):
@@ -102,7 +94,7 @@ def test_one_sgd_step_equals_torch(tmp_path):
         assert np.abs(trainer.state[name] - value).max() <= FP32_TOLERANCE * np.abs(value).max(), name
 
 
-def test_niti_refuses_an_average_pool_with_exit_2(tmp_path):
+def test_niti_trains_an_average_pool_it_cannot_shift_and_plan_says_float(tmp_path):
     torch = need_torch()
     from dsptrain.interchange.torch_bridge import to_onnx_bytes
 
@@ -110,9 +102,9 @@ def test_niti_refuses_an_average_pool_with_exit_2(tmp_path):
                               torch.nn.Linear(4 * 5 * 5, 10, bias=False))
     path = tmp_path / "avg.onnx"
     path.write_bytes(to_onnx_bytes(net, torch.zeros(1, 1, 12, 12)))
-    run = write_run(tmp_path, "niti", f"model: {{onnx: {path}}}\n")
-    result = cli("train", run)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    line = result.stderr.strip().splitlines()[-1]
-    assert line.startswith(f"dsptrain: error: {run}: ") and "layer '1': an average pool under integer tensors" in line
-    assert "this one has kernel 3, stride 2, padding 1" in line
+    run = write_run(tmp_path, "niti", f"model: {{onnx: {path}}}\ntrain: {{epochs: 1, batch_size: 16}}\n")
+    result = cli("train", run, "--out", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    result = cli("plan", run)
+    assert result.returncode == 0, result.stderr
+    assert "float 2 layers (AvgPool2d 1, Flatten 1)" in result.stdout and "integer 2 layers (Conv2d 1, Linear 1)" in result.stdout

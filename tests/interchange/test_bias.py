@@ -1,6 +1,7 @@
 """Conv and Gemm/MatMul+Add biases with no batch norm after them: FP32 and the emulated
-recipes keep a float bias (forward add, gradient, update, export); NITI has none and
-refuses the layer by name, or drops the bias when asked (model.bias: drop), saying so."""
+recipes keep a float bias (forward add, gradient, update, export); NITI adds its float bias
+to the product's exact int32 sums and trains it with the recipe's float SGD; every recipe
+drops it when asked (model.bias: drop), saying so."""
 from __future__ import annotations
 
 import numpy as np
@@ -94,19 +95,27 @@ def test_biases_train_and_frozen_ones_stay(recipe, tmp_path):
     assert np.mean(losses[-4:]) < np.mean(losses[:4]), losses
 
 
-def test_niti_refuses_a_bias_by_layer_and_drops_it_when_asked(tmp_path):
+def test_niti_trains_a_bias_and_drops_it_when_asked(tmp_path):
     torch = need_torch()
-    path = _onnx_file(torch, _biased_net(torch), tmp_path / "biased.onnx")
-    run = write_run(tmp_path, "niti", f"model: {{onnx: {path}}}\ntrain: {{epochs: 1, batch_size: 16}}\n", name="b")
-    result = cli("train", run, "--train-limit", "32")
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert lines[-1].startswith(f"dsptrain: error: {run}: model.name: ") and "Traceback" not in result.stderr
-    assert "layer '0': it has a bias and NITI's integer layers have none" in lines[-1]
-    assert "model.bias: drop" in lines[-1]
+    net = _biased_net(torch)
+    model = dsptrain.from_torch(net, torch.zeros(1, 1, 14, 14))
+    pixels = images(16, (14, 14, 1))
+    expected = torch_logits(net, pixels)
+    niti = dsptrain_logits(model, "niti", pixels, tmp_path)
+    assert np.abs(niti - expected).max() <= EMULATED_BOUND * np.abs(expected).max()
+    trainer = trainer_for(model, "niti", tmp_path, "model: {num_classes: 5}\ntrain: {epochs: 1, batch_size: 16}\n")
+    data = synthetic("train", (14, 14, 1), count=16, classes=5)
+    before = {k: np.array(v) for k, v in trainer.state.items() if k.endswith(".b")}
+    try:
+        trainer.step(data.images, data.labels)
+    finally:
+        trainer.close()
+    assert sorted(before) == ["0.b", "2.b", "5.b", "7.b"]
+    for name, value in before.items():
+        assert trainer.state[name].dtype == np.float32 and np.abs(trainer.state[name] - value).max() > 0, name
+    path = _onnx_file(torch, net, tmp_path / "biased.onnx")
     run = write_run(tmp_path, "niti", f"model: {{onnx: {path}, bias: drop, num_classes: 10}}\n"
-                                          "train: {epochs: 1, batch_size: 16}\n",
-                    name="d")
+                                      "train: {epochs: 1, batch_size: 16}\n", name="d")
     result = cli("train", run, "--train-limit", "32", "--out", tmp_path / "d")
     assert result.returncode == 0, result.stderr
     for layer in ("0", "2", "5", "7"):

@@ -1,7 +1,9 @@
 """torchvision's eight mobile CNNs (tests/zoo_torch.py, reduced width and depth) import
 unedited through `from_torch`, in eval- and train-mode export with the same layer names,
-compute torch's forward under FP32, and train under the float and emulated recipes with a
-finite, falling loss (20 steps on one batch: a model that learns at all fits it)."""
+compute torch's forward under FP32, and train under every recipe with a finite, falling
+loss (20 steps on one batch: a model that learns at all fits it). NITI trains them with its
+int8 products and float batch norm and activations between them, bit for bit the same on
+ref and cpu."""
 from __future__ import annotations
 
 import warnings
@@ -13,11 +15,11 @@ import dsptrain
 from dsptrain.data import synthetic
 from dsptrain.nn import ChannelShuffle, Concat, Conv2d, MaxPool2d, Mul, Nonlinearity, SliceChannels
 
-from .helpers import images, need_torch, torch_logits, trainer_for
+from .helpers import images, need_torch, torch_logits, trainer_for, write_run
 
 MODELS = ["mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "squeezenet1_1", "resnet18", "resnet50",
           "shufflenet_v2_x0_5", "mnasnet0_5"]
-FLOAT_RECIPES = ["fp32", "octo", "wageubn", "afp", "mls", "fp8"]
+RECIPES = ["fp32", "niti", "octo", "wageubn", "afp", "mls", "fp8"]
 SHAPE = (3, 32, 32)
 STEPS = 20
 
@@ -95,7 +97,7 @@ def test_other_opsets_give_the_same_model(imported, opset):
         assert model.layers == imported[name][1].layers, (name, opset)
 
 
-@pytest.mark.parametrize("recipe", FLOAT_RECIPES)
+@pytest.mark.parametrize("recipe", RECIPES)
 @pytest.mark.parametrize("name", MODELS)
 def test_trains_with_a_falling_loss(imported, name, recipe, tmp_path):
     _, model = imported[name]
@@ -107,6 +109,37 @@ def test_trains_with_a_falling_loss(imported, name, recipe, tmp_path):
         trainer.close()
     assert np.all(np.isfinite(losses)), losses
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.02, (name, recipe, losses)   # falling, not noise
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_niti_is_bit_exact_on_ref_and_cpu(imported, name, tmp_path):
+    """Three NITI steps on each backend: the same losses, and the same bits in every weight,
+    gamma, beta and velocity. Batch norm's running statistics (read only at evaluation) are
+    float64 sums in another order on the CPU: within a float32 ulp or two of the reference."""
+    from dsptrain.numerics import QTensor
+
+    _, model = imported[name]
+    data = synthetic("train", (32, 32, 3), count=16, classes=10)
+    states, losses = {}, {}
+    for backend in ("ref", "cpu"):
+        run = dsptrain.load_run(write_run(tmp_path, "niti", "train: {epochs: 1, batch_size: 16}\n", name=backend))
+        trainer = dsptrain.Trainer(run, model=model, backend=backend, progress=False, out_dir=tmp_path / backend)
+        try:
+            losses[backend] = [trainer.step(data.images, data.labels).loss for _ in range(3)]
+            states[backend] = {k: (v.q, v.e) if isinstance(v, QTensor) else np.asarray(v)
+                               for k, v in trainer.state.items()}
+        finally:
+            trainer.close()
+    assert losses["ref"] == losses["cpu"], losses
+    assert states["ref"].keys() == states["cpu"].keys()
+    for key, value in states["ref"].items():
+        other = states["cpu"][key]
+        if isinstance(value, tuple):
+            assert value[1] == other[1] and np.array_equal(value[0], other[0]), key
+        elif key.endswith((".mean", ".var")):
+            assert np.allclose(value, other, rtol=1e-6, atol=1e-9), key
+        else:
+            assert value.dtype == other.dtype and np.array_equal(value, other), key
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -1,7 +1,7 @@
 """A ResNet-18-shaped torch model (BasicBlocks 2-2-2-2 with batch norm and projection
 shortcuts, small widths for speed) imported through ONNX: the same forward as torch
-under FP32, and a few training steps under every recipe that lowers it. NITI has no
-batch norm: it refuses the BN model by layer name and trains the BN-free variant."""
+under FP32, and a few training steps under every recipe. NITI runs its batch norms as
+float ops between int8 products, and the BN-free variant integer-only."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,12 +9,11 @@ import pytest
 
 import dsptrain
 from dsptrain.data import synthetic
-from dsptrain.errors import LoweringError
 from dsptrain.numerics import QTensor
 
 from .helpers import images, need_torch, torch_logits, trainer_for
 
-BN_RECIPES = ["fp32", "octo", "wageubn", "afp", "mls", "fp8"]
+BN_RECIPES = ["fp32", "niti", "octo", "wageubn", "afp", "mls", "fp8"]
 WIDTHS = (8, 8, 16, 16)
 SHAPE = (3, 16, 16)
 
@@ -103,12 +102,15 @@ def test_trains_under_every_recipe_that_lowers_it(imported, recipe, tmp_path):
     assert len(changed) == len(before), f"{recipe}: weights that did not move: {set(before) - set(changed)}"
 
 
-def test_niti_refuses_batch_norm_and_trains_the_bn_free_variant(imported, tmp_path):
+def test_niti_runs_the_bn_free_variant_integer_only(tmp_path):
+    from dsptrain import precision
+    from dsptrain.graph import lower
+
     torch = need_torch()
-    _, model = imported
-    with pytest.raises(LoweringError, match=r"cannot lower layer 'bn1' \(BatchNorm2d\)"):
-        trainer_for(model, "niti", tmp_path)
     plain = dsptrain.from_torch(resnet18_shaped(torch, norm=False), torch.zeros(1, *SHAPE))
+    graph = lower(plain, dsptrain.load_recipe("niti"), 8)
+    assert set(precision.layer_formats(graph).values()) == {"integer"}
+    assert not any(precision.is_cast(op) for op in graph.ops)
     trainer = trainer_for(plain, "niti", tmp_path)
     try:
         data = synthetic("train", (16, 16, 3), count=8, classes=5)

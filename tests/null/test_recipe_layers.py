@@ -12,7 +12,7 @@ from dsptrain.float_ops import compensation_bwd as compensation_backward
 from dsptrain.float_ops import compensation_fwd as compensation_forward
 from dsptrain.algorithms.wageubn import BN_GRIDS, on_grid
 from dsptrain.backends.ops_ref import RefBackend
-from dsptrain.errors import ConfigError, LoweringError
+from dsptrain.errors import ConfigError
 from dsptrain.graph import lower
 from dsptrain.models import build_model
 
@@ -135,9 +135,25 @@ def test_niti_resnet_without_bn_joins_integer_errors_with_alignment():
     assert graph.tensors["avgpool.out"].dtype == "int8"
 
 
-def test_niti_rejects_batch_norm_resnet_naming_the_layer():
-    with pytest.raises(LoweringError, match="'niti' cannot lower layer 'bn1'"):
-        lower(build_model("resnet18"), dsptrain.load_recipe("niti"), 2)
+def test_niti_runs_batch_norm_in_float_between_int8_products():
+    """Mixed precision (algorithms/int_mixed.py): the products stay int8, batch norm reads
+    float32 through a cast, and every error has its tensor's dtype."""
+    from dsptrain import precision
+
+    model = build_model("resnet18")
+    graph = lower(model, dsptrain.load_recipe("niti"), 2)
+    formats = precision.layer_formats(graph)
+    assert {formats[layer.name] for layer in model.layers if type(layer).__name__ in ("Conv2d", "Linear")} == {"integer"}
+    assert {formats[layer.name] for layer in model.layers if type(layer).__name__ == "BatchNorm2d"} == {"float"}
+    bn = graph.op("bn1.fwd")
+    assert bn.kind == "fp32.bn_fwd" and graph.tensors[bn.inputs[0]].dtype == "float32"
+    assert graph.op(f"{bn.inputs[0]}.cast").kind == "niti.to_float"
+    assert graph.op("conv1.fwd").kind == "niti.conv_fwd"
+    for op in graph.ops:   # integer ops read and write no float tensor, float ones no int8 tensor
+        dtypes = {graph.tensors[t].dtype for t in (*op.inputs, *op.outputs)} - {"int64", "int32", "uint8", "bool"}
+        if not precision.is_cast(op):
+            assert dtypes == ({"int8"} if op.kind.startswith("niti.") else {"float32"}), (op, dtypes)
+    assert any(line.startswith("casts ") for line in precision.summary(graph, model))
 
 
 @pytest.mark.parametrize("recipe", RECIPES)

@@ -55,7 +55,9 @@ def test_model_shorthand_is_the_mapping(run_file):
     ("recipe: nitti\n", "recipe", "did you mean 'niti'?"),
     ("recipe: niti\nenergy: estimate:pixel9\n", "energy", "no coefficients for device 'pixel9' (known: sd865, x86)"),
     ("recipe: niti\nenergy: rapel\n", "energy", "'rapel' is not one of auto | rapl"),
-    ("recipe: niti\nmodel: resnet18\n", "model.name", "niti lowers lenet5, mandheling_lenet, resnet18_nobn"),
+    ("recipe: niti\ndata: {dataset: synthetic}\nmodel: {name: grouped, input_shape: [8, 8, 4], layers: "
+     "[{kind: conv, out: 4, kernel: 3, groups: 2}, {kind: flatten}, {kind: linear, out: 10}]}\n", "model.name",
+     "NITI's integer convolutions are dense or depthwise and undilated; this one has groups 2"),
     ("recipe: niti\ndata: {dataset: fashion-mnist, path: /nonexistent/fm}\n", "data.path",
      "leave data.path out to use /usr/share/datasets/fashion-mnist from the Debian package dataset-fashion-mnist"),
     ("recipe: niti\nmodel: lenet5\ndata: {dataset: synthetic}\nmemory: {budget: 100KB}\n", "memory.budget",
