@@ -14,7 +14,7 @@ run in float on the CPU. Here:
 - `cast` converts at the edges (graph.lower puts it there): int8 -> float32 is exact
   (q * 2**e); float32 -> int8 takes NITI's input rule, exponent ceil(log2(max|x|)) - 7
   (numerics.quantize_float), rounded by the role's mode (activations forward, errors
-  backward).
+  backward; psto, which needs an integer's discarded bits, as sto).
 - A product with a bias keeps its exact int32 sums and adds the float32 bias while
   turning them to float (`bias_fwd`, the dequantize_compensate hook with a zero scale
   term); its backward sums the error into the bias gradient and casts the error to int8
@@ -38,6 +38,7 @@ from . import fp32
 
 FLOAT_LAYERS = (BatchNorm2d, Nonlinearity, Mul, Concat, SliceChannels, ChannelShuffle)
 PRODUCTS = (Conv2d, Linear)
+FLOAT_ROUNDING = {"psto": "sto"}   # a role's rounding mode -> quantize_f's, where they differ
 
 
 def _pow2(n: int) -> bool:
@@ -91,6 +92,9 @@ def cast(b, tensor, dtype, name, layer, phase) -> str:
     else:
         formats = b.recipe.tensors
         mode = (formats.errors if role == "error" else formats.activations).rounding
+        # NITI's pseudo-stochastic rounding draws on an integer's discarded bits; a float has
+        # none to draw on, so it rounds stochastically with the counter RNG, as psto approximates
+        mode = FLOAT_ROUNDING.get(mode, mode)
         # the range is the whole batch's: never sliced by rows
         b.op(f"{name}.cast", "niti.to_int8", layer, phase, (tensor,), (out,), ("absmax_f", "quantize_f"),
              mode=mode, rows="coupled")

@@ -74,9 +74,25 @@ def _int8_of(value, transform) -> QTensor | None:
     return None
 
 
-def _bias(g, layer, floats) -> tuple[str, ...]:
-    """(the layer's float bias,) when it has one: Conv's and Gemm's third input (float in QDQ too)."""
-    return (g.const(f"{layer.name}.bias", floats[f"{layer.name}.b"]),) if has_bias(layer) else ()
+def _bias(g, layer, floats, rounding=None) -> tuple[str, ...]:
+    """(the layer's float bias,) when it has one: Conv's and Gemm's third input (float in QDQ too).
+    Under NITI's rounding the bias is added after the exact sums instead (_rounded_product)."""
+    if not has_bias(layer) or rounding is not None:
+        return ()
+    return (g.const(f"{layer.name}.bias", floats[f"{layer.name}.b"]),)
+
+
+def _rounded_product(g, walk, layer, y: str, reads: str, bias_shape) -> str:
+    """A NITI product's output: rounded to int8 on its step, or (a product with a bias, whose
+    output NITI keeps in float) its exact sums plus the bias, one float32 rounding as the engine's."""
+    if not walk.rounding:
+        return y
+    if layer.name in walk.rounding.writes_int8:
+        return walk.rounding.product(layer, y, reads)
+    if not has_bias(layer):
+        return y
+    bias = g.const(f"{layer.name}.bias", walk.floats[f"{layer.name}.b"].reshape(bias_shape))
+    return g.node("Add", (y, bias), f"{layer.name}.biased", f"{layer.name}.bias_add")
 
 
 def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
@@ -93,7 +109,7 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
     niti = onnx_niti.is_niti(trained) if niti is None else niti
     if niti:
         onnx_niti.check(trained)
-        walk.rounding = onnx_niti.Rounding(g, state)
+        walk.rounding = onnx_niti.Rounding(g, state, model)
         walk.out_of[INPUT] = walk.rounding.input("input")
     elif onnx_emulated.covers(trained):
         walk.grids = onnx_emulated.Grids(g, trained)
@@ -103,6 +119,8 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
         out = _export_layer(g, walk, layer, reads)
         walk.out_of[layer.name], walk.shape_of[layer.name], previous = out, shape, layer.name
     g.nodes.append(g.helper.make_node("Identity", [walk.out_of[previous]], ["logits"], name="logits"))
+    used = {name for node in g.nodes for name in node.input}   # e.g. NITI's input step when a float layer reads it
+    g.initializers = [t for t in g.initializers if t.name in used]
     proto = _model_proto(g, trained, qdq, niti, walk.grids is not None)
     onnx.checker.check_model(proto)
     return proto
@@ -126,14 +144,16 @@ class _Walk:
 def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
     """Writes one layer's nodes reading layer `reads`' output; returns the name of its own."""
     x, name, out = walk.out_of[reads], layer.name, f"{layer.name}.out"
+    if walk.rounding:   # a float input of an int8 layer rounded on its range first (mixed precision)
+        x, reads = walk.rounding.enter(layer, x, reads)
     if isinstance(layer, Conv2d):
         to_oihw = lambda a: a.transpose(0, 3, 1, 2)
         x, w = _product_operands(g, walk, name, x, to_oihw)
         p = layer.padding
-        g.node("Conv", (x, w, *_bias(g, layer, walk.floats)), out, name, kernel_shape=[layer.kernel] * 2,
-               strides=[layer.stride] * 2, pads=[p] * 4, group=layer.groups, dilations=[layer.dilation] * 2)
-        if walk.rounding:
-            out = walk.rounding.product(layer, out, reads)
+        g.node("Conv", (x, w, *_bias(g, layer, walk.floats, walk.rounding)), out, name,
+               kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2, pads=[p] * 4, group=layer.groups,
+               dilations=[layer.dilation] * 2)
+        out = _rounded_product(g, walk, layer, out, reads, (1, -1, 1, 1))
         if walk.grids:
             out = walk.grids.compensation(layer, out, conv=True)
     elif isinstance(layer, Linear):
@@ -144,9 +164,8 @@ def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
             h, w_, c = s          # engine columns (H, W, C) -> ONNX's (C, H, W)
             return a.reshape(a.shape[0], h, w_, c).transpose(0, 3, 1, 2).reshape(a.shape[0], -1)
         x, w = _product_operands(g, walk, name, x, to_onnx)
-        g.node("Gemm", (x, w, *_bias(g, layer, walk.floats)), out, name, transB=1)
-        if walk.rounding:
-            out = walk.rounding.product(layer, out, reads)
+        g.node("Gemm", (x, w, *_bias(g, layer, walk.floats, walk.rounding)), out, name, transB=1)
+        out = _rounded_product(g, walk, layer, out, reads, (1, -1))
         if walk.grids:
             out = walk.grids.compensation(layer, out, conv=False)
     elif isinstance(layer, ReLU):
@@ -159,7 +178,7 @@ def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
     elif isinstance(layer, AvgPool2d):
         g.node("AveragePool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
                pads=[layer.padding] * 4, count_include_pad=int(layer.count_include_pad))
-        if walk.rounding:   # NITI's windows: stride = kernel, no padding, a power-of-two divisor
+        if walk.rounding and walk.rounding.is_int8(reads):   # NITI's windows: stride = kernel, a power of two
             out = walk.rounding.average(layer, out, reads, layer.kernel ** 2)
     elif isinstance(layer, Flatten):
         if len(walk.shape_of[reads]) == 3:
@@ -182,11 +201,11 @@ def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
     elif isinstance(layer, GlobalAvgPool):
         pooled = g.node("GlobalAveragePool", (x,), f"{name}.pooled", name)
         g.node("Flatten", (pooled,), out, f"{name}.flatten", axis=1)
-        if walk.rounding:
+        if walk.rounding and walk.rounding.is_int8(reads):
             h, w_, _ = walk.shape_of[reads]
             out = walk.rounding.average(layer, out, reads, h * w_)
     elif isinstance(layer, Add):
-        if walk.rounding:
+        if walk.rounding and walk.rounding.is_int8(reads) and walk.rounding.is_int8(layer.skip_from):
             out = walk.rounding.add(layer, x, reads, walk.out_of[layer.skip_from], layer.skip_from)
         else:
             g.node("Add", (x, walk.out_of[layer.skip_from]), out, name)

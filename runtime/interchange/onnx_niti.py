@@ -20,6 +20,15 @@ from S; an average pool (global, or windows of stride = kernel) divides the sum 
 window's H*W (a power of two) through the step, then rounds; ReLU, max-pool, flatten keep the step. The input is NITI's clip of
 (pixel - 128) to +-127, step 2**-7.
 
+A mixed-precision model (int_mixed.py: batch norm, the sigmoid family, concat, biases, ...)
+writes its float layers as plain float operators, as NITI's lowering runs them: where a float
+tensor enters an int8 layer it is rounded on its own range's step (the same rule, no floor
+from a product), a product with a bias adds it after the exact sums (Conv/Gemm, then Add),
+and ReLU, pools, flatten and Add follow what they receive. Its float layers are ONNX
+Runtime's float32 arithmetic against dsptrain's (batch norm in double); on the eight mobile
+CNNs of the tests the logits agree exactly all the same (tests/interchange/test_mobile_zoo.py),
+though a value on a rounding boundary of the next int8 cast could move by a step.
+
 Like NITI, a sample's result depends on the batch it is in (the range is the batch's):
 fed the batches dsptrain evaluates (or one image at a time), ONNX Runtime gives
 dsptrain's logits. Exact while a layer's integer sums stay below 2**24 (float32's
@@ -32,11 +41,10 @@ import math
 import numpy as np
 
 from ..errors import UserError
-from ..nn import INPUT, Add, AvgPool2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
+from ..nn import INPUT, Dropout
 from ..numerics import QTensor
 
 INPUT_STEP = 2.0 ** -7       # niti.INPUT_EXPONENT
-LAYERS = (Conv2d, Linear, ReLU, MaxPool2d, Flatten, Dropout, Add, GlobalAvgPool, AvgPool2d)
 
 
 def is_niti(trained) -> bool:
@@ -51,20 +59,43 @@ def check(trained) -> None:
     if not is_niti(trained):
         raise UserError(f"{trained.path}: format onnx-niti writes NITI's integer evaluation; this checkpoint "
                         f"was trained with {trained.recipe!r} (use onnx or onnx-qdq)")
-    for layer in trained.model.layers:
-        if not isinstance(layer, LAYERS):
-            raise UserError(f"{trained.path}: NITI's rounding in ONNX covers conv, linear, relu, max-pool, "
-                            f"average pools, flatten, dropout and residual add; layer {layer.name!r} "
-                            f"is a {type(layer).__name__}")
+
+
+def int8_layers(model) -> tuple[set, set]:
+    """(layers that read int8, layers that write int8) under NITI's lowering (int_mixed decides
+    which layers run in float): read off an evaluation graph of one sample."""
+    from ..config import load_recipe
+    from ..graph import lower
+
+    graph = lower(model, load_recipe("niti"), 1, training=False)
+    writes = {layer.name for layer in model.layers
+              if graph.tensors.get(f"{layer.name}.out", None) is not None
+              and graph.tensors[f"{layer.name}.out"].dtype == "int8"}
+    reads = {op.layer for op in graph.ops if op.phase == "forward" and op.kind != "niti.to_float"
+             and all(graph.tensors[t].dtype == "int8" for t in op.inputs if graph.tensors[t].role != "weight")}
+    return reads, writes
 
 
 class Rounding:
     """Writes NITI's activation rounding into graph `g` (onnx_export._Graph) layer by layer,
     keeping each tensor's step (a scalar tensor name) by the engine layer that made it."""
 
-    def __init__(self, g, state):
+    def __init__(self, g, state, model):
         self.g, self.state = g, state
-        self.step_of: dict[str, str] = {}
+        self.step_of: dict[str, str] = {}      # int8 outputs only: a float one has no step
+        self.reads_int8, self.writes_int8 = int8_layers(model)
+
+    def is_int8(self, layer_name: str) -> bool:
+        return layer_name in self.step_of
+
+    def enter(self, layer, x: str, reads: str) -> tuple[str, str]:
+        """(the input `layer` reads, the key of its step): a float input of an int8 layer
+        rounded on its own range (int_mixed's cast), else as it is."""
+        if layer.name not in self.reads_int8 or self.is_int8(reads):
+            return x, reads
+        key = f"{layer.name}.in"
+        zero = self._const(key, "no_floor", 0.0)
+        return self._requantize(key, x, zero), key
 
     def input(self, x: str) -> str:
         """NITI's input: (pixel - 128) / 128 clipped to +-127/128; its step 2**-7."""
@@ -96,8 +127,10 @@ class Rounding:
         return self._requantize(layer.name, mean, step)
 
     def keep(self, layer, reads: str) -> None:
-        """A layer that moves or selects values (ReLU, pools, flatten, dropout): the same step."""
-        self.step_of[layer.name] = self.step_of[reads]
+        """A layer that moves or selects int8 values (ReLU, max-pool, flatten; dropout, the
+        identity at evaluation): the same step. A float layer's output has none."""
+        if reads in self.step_of and (layer.name in self.writes_int8 or isinstance(layer, Dropout)):
+            self.step_of[layer.name] = self.step_of[reads]
 
     # ------------------------------------------------------------ helpers
     def _const(self, name, key, value):

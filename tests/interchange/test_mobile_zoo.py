@@ -180,3 +180,27 @@ def test_export_agrees_in_onnxruntime(imported, name, tmp_path, recipe, fmt):
     # where dsptrain's are exact or double), and the step moves on through the layers after it
     bound = 1e-4 if recipe == "fp32" else 5e-2
     assert found["max_logit_diff"] <= bound * found["logit_scale"], found
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_niti_export_gives_dsptrains_logits_in_onnxruntime(imported, name, tmp_path):
+    """A NITI checkpoint (float batch norm, activations and biases between int8 layers) exported
+    with NITI's rounding written out: ONNX Runtime gives dsptrain's own logits, fed the same batches."""
+    import json
+
+    from dsptrain.agreement import agreement, dsptrain_logits, onnxruntime_logits
+    from dsptrain.interchange.layer_spec import layers_of
+
+    from .helpers import trained_checkpoint
+
+    _, model = imported[name]
+    body = "model: " + json.dumps({"name": name, "input_shape": list(model.input_shape),
+                                   "layers": layers_of(model)}) + "\n"
+    checkpoint = trained_checkpoint(tmp_path, "niti", body, steps=2, batch=16)
+    pixels = images(64, (32, 32, 3), seed=3)
+    mine = dsptrain_logits(checkpoint, pixels)
+    for fmt in ("onnx-niti", "onnx-qdq") if name == "mobilenet_v2" else ("onnx-niti",):
+        out = tmp_path / f"{name}-{fmt}.onnx"
+        dsptrain.export(checkpoint, out, fmt)
+        found = agreement(mine, onnxruntime_logits(out, pixels, batch=500))
+        assert found["top1_agreement"] == 1.0 and found["max_logit_diff"] == 0.0, (fmt, found)

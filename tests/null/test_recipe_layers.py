@@ -176,3 +176,24 @@ def test_recipes_command_lists_every_recipe_with_its_formats():
     assert set(RECIPES) <= set(lines)
     assert "W fp8(1-5-2)" in lines["fp8"] and "E int8..16" in lines["afp"] and "group16" in lines["mls"]
     assert "U int24" in lines["wageubn"] and "niti_int_ce" in lines["niti"]
+
+
+@pytest.mark.parametrize("rounding", ["round", "psto", "sto"])
+def test_niti_casts_round_by_the_roles_mode(rounding, tmp_path):
+    """A float layer's output cast to int8 takes the role's rounding; psto (drawn from an
+    integer's discarded bits) casts a float as sto."""
+    errors = {"format": "int", "bits": 8, "scale": "pow2", "granularity": "tensor", "rounding": rounding,
+              "rescale": {"policy": "dynamic"}}
+    path = tmp_path / "r.yaml"
+    path.write_text("name: r\nbackend: ref\nenergy: estimate\nmodel: {name: lenet5_bn}\n"
+                    "data: {dataset: synthetic, train_limit: 16, test_limit: 16}\ntrain: {epochs: 1, batch_size: 8}\n"
+                    f"recipe: {{name: niti, tensors: {{errors: {errors}}}}}\n".replace("'", ""))
+    run = dsptrain.load_run(path)
+    casts = [op for op in lower(build_model("lenet5_bn"), run.recipe, 8).ops if op.kind == "niti.to_int8"]
+    assert {op.attrs["mode"] for op in casts if op.phase == "backward"} == {"sto" if rounding == "psto" else rounding}
+    trainer = dsptrain.Trainer(run, progress=False, out_dir=tmp_path / "out")
+    try:
+        images = np.random.default_rng(0).integers(0, 256, (8, 28, 28, 1)).astype(np.uint8)
+        assert np.isfinite(trainer.step(images, np.arange(8) % 10).loss)
+    finally:
+        trainer.close()
