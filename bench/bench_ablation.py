@@ -1,6 +1,7 @@
 """Mandheling's ablation: per-batch time with every scheduler technique, and with each off.
 
     python bench/bench_ablation.py                         # LeNet-5 + VGG-11, cpu and dsp
+    python bench/bench_ablation.py --models lenet5,vgg11,mobilenet_v2   # + MobileNetV2 (torch to build it)
     python bench/bench_ablation.py --models lenet5 --backends cpu --steps 20
     python bench/bench_ablation.py --accuracy-epochs 10    # + LeNet test accuracy, adaptive on/off
     python bench/bench_ablation.py --models "" --accuracy-epochs 10   # the accuracy check alone
@@ -36,7 +37,11 @@ Self-adaptive rescaling needs history: each trainer first runs `--warmup` steps
 of its config on `cpu` (weights, step counter and controller state carried over; integer
 backends agree bit for bit, so this is the state the timed backend would reach itself).
 VGG-11 runs on synthetic 32x32 data (timing does not depend on pixels); on the emulated
-DSP one step takes about a minute, so it runs `--dsp-vgg-steps` steps only.
+DSP one step takes about a minute, so it runs `--dsp-vgg-steps` steps only. So do the
+mobile CNNs of tests/zoo_torch.py (mobilenet_v2: torchvision's definition, width 1.0,
+imported through from_torch; bench/zoo_models.py): NITI runs their products in int8
+(depthwise on the dwconv2d hooks) and batch norm and ReLU6 in float on the CPU, so
+co-scheduling has CPU work to overlap with the DSP's products.
 """
 from __future__ import annotations
 
@@ -49,6 +54,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import print_table, write_results  # noqa: E402
+from zoo_models import zoo_model  # noqa: E402
 
 CONFIGS = {"all": {}, "no co_schedule": {"co_schedule": False},
            "no adaptive_rescale": {"adaptive_rescale": False}, "no batch_split": {"batch_split": False}}
@@ -125,12 +131,12 @@ def start_trainer(model: str, backend: str, label: str, steps: int, warmup: int,
 
     sched = {**CONFIGS, **DSP_OFF, **FORCED}[label]
     run = make_run(model, sched, train_limit=64 * (warmup + steps))
-    warm = Trainer(run, backend="cpu", out_dir=out_dir, progress=False)
+    warm = Trainer(run, backend="cpu", out_dir=out_dir, progress=False, model=zoo_model(model))
     for x, y in batches(warm, warmup):
         warm.step(x, y)
     if backend == "cpu":
         return warm
-    timed = Trainer(run, backend=backend, out_dir=out_dir, progress=False)
+    timed = Trainer(run, backend=backend, out_dir=out_dir, progress=False, model=zoo_model(model))
     timed.state, timed.global_step = dict(warm.state), warm.global_step
     timed.rescale.restore(warm.rescale.state())
     warm.close()
@@ -250,6 +256,7 @@ def main() -> None:
     ap.add_argument("--accuracy-epochs", type=int, default=0, help="LeNet epochs, adaptive on vs off (0: skip)")
     ap.add_argument("--accuracy-seeds", default="0,1", help="seeds of the accuracy check (their spread is the noise)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/dsptrain-ablation"))
+    ap.add_argument("--results", default="ablation", help="name of the JSON in bench/results/ (default ablation)")
     args = ap.parse_args()
     rows, gain_rows, layer_rows = [], [], []
     for model in [m for m in args.models.split(",") if m]:     # --models "": the accuracy check only
@@ -272,7 +279,7 @@ def main() -> None:
     acc = accuracy(args.accuracy_epochs, args.out, seeds) if args.accuracy_epochs else []
     if acc:
         print_table(acc, title=f"LeNet-5 test accuracy after {args.accuracy_epochs} epochs")
-    write_results("ablation" if rows else "ablation_accuracy", rows + gain_rows + layer_rows + acc,
+    write_results(args.results if rows else "ablation_accuracy", rows + gain_rows + layer_rows + acc,
                   steps=args.steps, warmup=args.warmup, dsp_vgg_steps=args.dsp_vgg_steps,
                   accuracy_epochs=args.accuracy_epochs)
 

@@ -2,6 +2,7 @@
 
     python bench/bench_dsp.py [--quick] [--device v66] [--steps lenet5,vgg11]
     python bench/bench_dsp.py --only mobilenet      # MobileNetV2's convolutions alone
+    python bench/bench_dsp.py --only steps --steps lenet5,vgg11,mobilenet_v2   # the NITI training steps alone
 
 Per kernel: packets, instructions and HVX instructions from QEMU's counters
 (c20/c21/c22) and MACs per packet (two vrmpy per packet make 256 the ceiling of one
@@ -15,9 +16,13 @@ critical packets / dsp.clock_hz, or the DDR
 bytes / dsp.bytes_per_s when larger, plus dsp.call_s per call. Then NITI training
 steps of LeNet-5 and VGG-11 (batch 64) through the Trainer on the emulated DSP, the
 modeled DSP time per step beside Mandheling's 0.23 s (VGG-11, CIFAR-10, batch 64, its
-end-to-end table) and the CPU's share measured here. Last, a LeNet-shaped step with
-subgraph reuse on and off (wall time under QEMU). Tables on stdout, CSV and JSON in
-bench/results/.
+end-to-end table) and the CPU's share measured here; the step in modeled time (the DSP's
+modeled seconds with the CPU's measured ones, overlapped as the plan's micro-batches run
+them) at the profile's clock and at 500 MHz; the share of ops and of int8 MACs the plan put
+on the DSP, and of the depthwise ops (placement reads the profile's measured per-product
+speeds, `dsptrain calibrate`). `--only steps` runs the steps alone (bench/results/dsp_steps.json).
+Last, a LeNet-shaped step with subgraph reuse on and off (wall time under QEMU). Tables on
+stdout, CSV and JSON in bench/results/.
 
 MobileNetV2 (torchvision's, width 1.0, 32 x 32 input, batch 64): each distinct depthwise
 (3 x 3, pad 1) and pointwise shape once, forward, backward data and weight gradient on
@@ -44,11 +49,12 @@ import numpy as np
 
 from dsptrain.backends.ops_dsp import DspBackend
 from dsptrain.config import load_device
-from dsptrain.cost import dsp_model_time
+from dsptrain.cost import dsp_model_time, modeled_step_seconds
 from dsptrain.numerics import RngKey
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report import write_results  # noqa: E402
+from zoo_models import zoo_model  # noqa: E402
 
 MANDHELING_VGG11_S = 0.23   # s per batch: VGG-11, CIFAR-10, batch 64, 150 epochs in 7.5 h (Mandheling, MobiCom 2022)
 
@@ -104,6 +110,11 @@ MOBILENET_PW = [(16, 32, 16, 1), (16, 16, 96, 1), (8, 96, 24, 1), (8, 24, 144, 2
                 (4, 32, 192, 3), (4, 192, 32, 2), (2, 192, 64, 1), (2, 64, 384, 4), (2, 384, 64, 3), (2, 384, 96, 1),
                 (2, 96, 576, 3), (2, 576, 96, 2), (1, 576, 160, 1), (1, 160, 960, 3), (1, 960, 160, 2),
                 (1, 960, 320, 1), (1, 320, 1280, 1)]
+
+
+def at_clock(profile, clock_hz: float):
+    """`profile` with its DSP at `clock_hz` (the modeled time at another cDSP clock)."""
+    return dataclasses.replace(profile, dsp=dataclasses.replace(profile.dsp, clock_hz=clock_hz))
 
 
 def inside_taps(hw: int, k: int, stride: int, pad: int) -> int:
@@ -209,7 +220,8 @@ def cpu_step_seconds(run, steps: int) -> float:
     from dsptrain import data as datasets
     from dsptrain.train import Trainer
 
-    trainer = Trainer(run, backend="cpu", out_dir=Path("/tmp") / f"bench-dsp-cpu-{os.getpid()}", progress=False)
+    trainer = Trainer(run, backend="cpu", out_dir=Path("/tmp") / f"bench-dsp-cpu-{os.getpid()}", progress=False,
+                      model=zoo_model(run.model.name))
     times = []
     for i, (x, y) in enumerate(datasets.batches(trainer.train_data, 64, 0, 0)):
         if i > steps:
@@ -238,7 +250,8 @@ def step_rows(models: list[str], profile, steps: int = 2) -> list[dict]:
         run = dataclasses.replace(run, name=f"bench-dsp-{model}", model=dataclasses.replace(run.model, name=model),
                                   data=data, train=dataclasses.replace(run.train, batch_size=64),
                                   scheduler=dataclasses.replace(run.scheduler, device=profile.name))
-        trainer = Trainer(run, backend="dsp", out_dir=Path("/tmp") / f"bench-dsp-{os.getpid()}", progress=False)
+        trainer = Trainer(run, backend="dsp", out_dir=Path("/tmp") / f"bench-dsp-{os.getpid()}", progress=False,
+                          model=zoo_model(model))
         dsp, taken = trainer.backends["dsp"], []
         take = dsp.take_cost_log
 
@@ -254,19 +267,31 @@ def step_rows(models: list[str], profile, steps: int = 2) -> list[dict]:
             stats = trainer.step(x, y)
         log, calls = taken[-1]
         shares = [after - b for after, b in zip(dsp.total_thread_packets[:profile.dsp.hvx_threads], before)]
+        plan = trainer.plans.get(64, True)
+        placed = [plan.backend_of(op) for op in plan.graph.ops if not op.is_alias()]
+        depthwise = [plan.backend_of(op) for op in plan.graph.ops if any(h.startswith("dwconv2d") for h in op.hooks)]
+        trainer.close()
         cpu_s = cpu_step_seconds(run, 3)
         packets, critical = sum(c[1] for c in log), sum(c[2] for c in log)
         model_t = dsp_model_time(profile, log, calls)
+        at_500 = dsp_model_time(at_clock(profile, SD865_CDSP_HZ), log, calls)
+        cpu_wall = stats.backend_time_s.get("cpu", 0.0)
         macs = stats.int8_macs.get("dsp", 0)
         rows.append({"model": model, "batch": stats.batch, "dsp_ops": len(log), "calls": calls,
+                     "ops_on_dsp": f"{placed.count('dsp')}/{len(placed)}",
+                     "dsp_op_share": round(placed.count("dsp") / len(placed), 3),
+                     "dsp_mac_share": round(macs / max(sum(stats.int8_macs.values()), 1), 4),
+                     "depthwise_on_dsp": f"{depthwise.count('dsp')}/{len(depthwise)}" if depthwise else None,
                      "dsp_macs": macs, "packets": packets, "critical": critical,
                      "serial_packets": packets - sum(shares), "thread_packets": shares,
                      "macs_per_packet": round(macs / max(packets, 1), 1),
                      "compute_s": model_t.compute_s, "memory_s": model_t.memory_s, "call_s": model_t.call_s,
-                     "dsp_model_s": stats.dsp_model_s, "cpu_wall_s": stats.backend_time_s.get("cpu", 0.0),
+                     "dsp_model_s": stats.dsp_model_s, "dsp_model_s_500mhz": at_500.seconds,
+                     "cpu_wall_s": cpu_wall,
+                     "step_model_s": modeled_step_seconds(model_t.seconds, cpu_wall, plan.micro_batches),
+                     "step_model_s_500mhz": modeled_step_seconds(at_500.seconds, cpu_wall, plan.micro_batches),
                      "wall_s": stats.time_s, "cpu_backend_s": cpu_s,
                      "mandheling_s": MANDHELING_VGG11_S if model == "vgg11" else None})
-        trainer.close()
     return rows
 
 
@@ -275,10 +300,14 @@ def main():
     ap.add_argument("--quick", action="store_true", help="smaller GEMM, fewer steps")
     ap.add_argument("--device", default="v66", help="device profile for the modeled time (configs/devices)")
     ap.add_argument("--steps", default="lenet5,vgg11", help="models whose NITI step is modeled ('' for none)")
-    ap.add_argument("--only", choices=["mobilenet"], help="run only MobileNetV2's convolutions")
+    ap.add_argument("--only", choices=["mobilenet", "steps"],
+                    help="run only MobileNetV2's convolutions, or only the training steps (--steps)")
     args = ap.parse_args()
     profile = load_device(args.device)
     threads = profile.dsp.hvx_threads
+    if args.only == "steps":
+        print_steps(step_rows([m for m in args.steps.split(",") if m], profile, 2), profile, args.steps)
+        return
     d = DspBackend(transport="emulated", hvx_threads=threads)
     mobile = mobilenet_rows(d, profile)
     print(f"MobileNetV2 (32 x 32, batch 64) convolutions on the emulated DSP, {threads} HVX threads; "
@@ -326,22 +355,7 @@ def main():
         print(f"{r['kernel']:26} {r['macs']:>10} {r['packets']:>10} {mpp:>8} {r['serial_packets']:>8} "
               + " ".join(f"{r[f'thread{t}_packets']:>8}" for t in range(threads))
               + f" {r[f'critical_{threads}t']:>10} {mpt:>11} {r['model_us']:>9} {r['wall_ms']:>8}")
-    steps = step_rows([m for m in args.steps.split(",") if m], profile, 2)
-    if steps:
-        print(f"\nNITI training step, batch 64, on the emulated DSP; modeled on {profile.name}:")
-        print(f"{'model':8} {'DSP MACs':>12} {'packets':>12} {f'crit {threads}t':>12} {'MAC/pkt':>8} "
-              f"{'model s':>8} {'cpu wall s':>10} {'cpu backend s':>13} {'Mandheling s':>12}")
-        for r in steps:
-            mh = f"{r['mandheling_s']:.2f}" if r["mandheling_s"] else "n/a (VGG-11 only)"
-            print(f"{r['model']:8} {r['dsp_macs']:>12} {r['packets']:>12} {r['critical']:>12} "
-                  f"{r['macs_per_packet']:>8} {r['dsp_model_s']:>8.4f} {r['cpu_wall_s']:>10.4f} "
-                  f"{r['cpu_backend_s']:>13.4f} {mh:>12}")
-        print("model s: the DSP's modeled time (critical packets / clock, DDR term, calls); cpu wall s: the "
-              "step's CPU ops here; cpu backend s: the whole step on this machine's cpu backend (peer)")
-        print("packets of the step per HVX thread (measured on each worker thread) and serial (calling thread):")
-        for r in steps:
-            print(f"{r['model']:8} serial {r['serial_packets']:>10}  "
-                  + "  ".join(f"t{t} {p:>10}" for t, p in enumerate(r["thread_packets"])))
+    steps = print_steps(step_rows([m for m in args.steps.split(",") if m], profile, 2), profile, args.steps)
     reuse = reuse_rows(4 if args.quick else 8, 16)
     print("\nLeNet-shaped NITI step on the emulated DSP (batch 16), wall time under QEMU:")
     print(f"{'reuse':6} {'prepare ms':>11} {'step ms':>9} {'prepare B in':>13} {'step B in':>10}")
@@ -356,6 +370,37 @@ def main():
     (OUT / "bench_dsp.json").write_text(json.dumps({"device": profile.name, "kernels": rows, "steps": steps,
                                                     "reuse": reuse}, indent=2))
     print(f"\nwritten: {OUT / 'bench_dsp.csv'}, {OUT / 'bench_dsp.json'}")
+
+
+def print_steps(steps: list[dict], profile, models: str) -> list[dict]:
+    """Print the training steps' table and write it to bench/results/dsp_steps.json."""
+    threads = profile.dsp.hvx_threads
+    if steps:
+        write_results("dsp_steps", steps, device=profile.name, clock_hz=profile.dsp.clock_hz,
+                      hvx_threads=threads, batch=64, models=models)
+        print(f"\nNITI training step, batch 64, on the emulated DSP; modeled on {profile.name}:")
+        print(f"{'model':8} {'DSP MACs':>12} {'packets':>12} {f'crit {threads}t':>12} {'MAC/pkt':>8} "
+              f"{'model s':>8} {'cpu wall s':>10} {'cpu backend s':>13} {'Mandheling s':>12}")
+        for r in steps:
+            mh = f"{r['mandheling_s']:.2f}" if r["mandheling_s"] else "n/a (VGG-11 only)"
+            print(f"{r['model']:8} {r['dsp_macs']:>12} {r['packets']:>12} {r['critical']:>12} "
+                  f"{r['macs_per_packet']:>8} {r['dsp_model_s']:>8.4f} {r['cpu_wall_s']:>10.4f} "
+                  f"{r['cpu_backend_s']:>13.4f} {mh:>12}")
+        print("model s: the DSP's modeled time (critical packets / clock, DDR term, calls); cpu wall s: the "
+              "step's CPU ops here; cpu backend s: the whole step on this machine's cpu backend (peer)")
+        print("packets of the step per HVX thread (measured on each worker thread) and serial (calling thread):")
+        for r in steps:
+            print(f"{r['model']:8} serial {r['serial_packets']:>10}  "
+                  + "  ".join(f"t{t} {p:>10}" for t, p in enumerate(r["thread_packets"])))
+        print(f"{'model':8} {'ops on DSP':>10} {'DSP MAC share':>13} {'depthwise on DSP':>16} "
+              f"{'step model s':>12} {'at 500 MHz':>10}")
+        for r in steps:
+            print(f"{r['model']:8} {r['ops_on_dsp']:>10} {r['dsp_mac_share']:>13} {str(r['depthwise_on_dsp']):>16} "
+                  f"{r['step_model_s']:>12.4f} {r['step_model_s_500mhz']:>10.4f}")
+        print("step model s: the DSP's modeled time with the CPU's measured ops, overlapped as the plan's "
+              "micro-batches run them (cost.modeled_step_seconds); at 500 MHz: the same packets at the "
+              "Snapdragon 865's cDSP clock")
+    return steps
 
 
 if __name__ == "__main__":

@@ -4,7 +4,14 @@ One op on one processor takes  call_s + max(macs / macs_per_s, bytes / bytes_per
 a roofline (Williams, Waterman and Patterson, "Roofline: an insightful visual
 performance model", CACM 2009) plus a fixed cost per call (a FastRPC round trip on a
 phone, the pipe to the emulator here, Python's dispatch on the CPU). The speeds are the
-profile's `dsp.*` and `cpu.*` keys (configs/devices/*.yaml). Two decisions read it:
+profile's `dsp.*` and `cpu.*` keys (configs/devices/*.yaml). An int8 product's MAC rate
+is its kernel's own where the profile measured it (`hook_speeds`, `dsptrain calibrate`:
+a depthwise convolution runs at a fraction of a dense one's rate), by its rate key
+(`RATE_KEYS`: the product hook, `.pointwise` for a 1x1 convolution); else the
+processor's `macs_per_s`. Three decisions read it:
+
+- placement (plan/placement.py): a product measured on both processors runs where its
+  modeled time is shorter;
 
 - co-scheduling's micro-batch count (`micro_batch_count`): a two-stage pipeline, the
   DSP's ops and the CPU's, over m micro-batches takes max(D, C) + min(D, C) / m; each
@@ -21,7 +28,7 @@ These are estimates for choosing, not measurements: `bench/bench_ablation.py` me
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,30 +36,72 @@ from .backends import PROCESSOR
 
 MAX_MICRO_BATCHES = 8   # the search's bound; the model, not this, picks the count
 
+# The int8 products whose MAC rate a profile may measure per kernel (hook_speeds): the
+# product hooks a recipe's op names (op.hooks; a fused `*_requant_s8` is its product's).
+# Each hook is one pass (forward, backward data, weight gradient); a convolution's hooks
+# have a `.pointwise` key too, for 1x1 kernels (the GEMM on the pixels, no patches).
+RATED_HOOKS = ("conv2d_s8", "conv2d_bwd_data_s8", "conv2d_bwd_weight_s8",
+               "dwconv2d_s8", "dwconv2d_bwd_data_s8", "dwconv2d_bwd_weight_s8", "gemm_s8")
+POINTWISE = ".pointwise"
+RATE_KEYS = RATED_HOOKS + tuple(h + POINTWISE for h in RATED_HOOKS if h.startswith("conv2d"))
+
+
+def rated_hook(hook: str) -> str | None:
+    """The RATED_HOOKS product `hook` computes (a fused `*_requant_s8` is its product's), or None."""
+    base = hook.replace("_requant_s8", "_s8")
+    return base if base in RATED_HOOKS else None
+
 
 @dataclass(frozen=True)
 class Speeds:
+    """One processor's speeds: the roofline's rates, the call cost, and the measured MAC
+    rate of each product by rate key (hook_macs_per_s, from the profile's hook_speeds)."""
     macs_per_s: float
     bytes_per_s: float
     call_s: float
+    hook_macs_per_s: dict = field(default_factory=dict)
 
-    def seconds(self, macs: int, nbytes: int) -> float:
-        return self.call_s + max(macs / self.macs_per_s, nbytes / self.bytes_per_s)
+    def rate(self, key: str | None) -> tuple[float, str]:
+        """(MACs per second, where it comes from) of a product with rate key `key`: its own
+        measured rate, a pointwise key falling back to its hook's, else the processor's."""
+        for k in (key, key.removesuffix(POINTWISE)) if key else ():
+            if k in self.hook_macs_per_s:
+                return self.hook_macs_per_s[k], f"measured {k}"
+        return self.macs_per_s, "macs_per_s"
+
+    def seconds(self, macs: int, nbytes: int, key: str | None = None) -> float:
+        return self.call_s + max(macs / self.rate(key)[0], nbytes / self.bytes_per_s)
 
 
 def speeds(profile, processor: str) -> Speeds:
     """The profile's speeds of `processor` (a profile part, backends.PROCESSOR: "dsp";
-    anything else runs on the CPU)."""
-    part = profile.dsp if processor == "dsp" else profile.cpu
-    return Speeds(part.macs_per_s, part.bytes_per_s, part.call_s)
+    anything else runs on the CPU). The DSP's measured rates are MACs per cycle on the
+    critical path (QEMU's packets), made per second at the profile's dsp.clock_hz."""
+    if processor == "dsp":
+        part, measured = profile.dsp, profile.hook_speeds.dsp
+        hooks = {k: v * part.clock_hz for k, v in measured.items()}
+    else:
+        part, hooks = profile.cpu, dict(profile.hook_speeds.cpu)
+    return Speeds(part.macs_per_s, part.bytes_per_s, part.call_s, hooks)
+
+
+def measured_on_both(profile, key: str | None) -> bool:
+    """Has the profile measured the product of rate key `key` on the DSP and on the CPU?
+    Placement compares the processors only then: the generic rates are estimates of
+    different machines, measured on neither (profiles without hook_speeds keep today's order)."""
+    if key is None:
+        return False
+    hs = profile.hook_speeds
+    return all(any(k in part for k in (key, key.removesuffix(POINTWISE))) for part in (hs.dsp, hs.cpu))
 
 
 @dataclass(frozen=True)
 class PipelineWork:
     """What co-scheduling would overlap, in numbers (plan.Plan.pipeline_work): for each op a
     micro-batch runs, then each run once after them (the updates), (backend name, MACs,
-    bytes moved, runs once per micro-batch); and the elements of the weight gradients the
-    slices' sums add up. Numbers only: the cost model reads no plan and no backend."""
+    bytes moved, runs once per micro-batch, rate key or None); and the elements of the
+    weight gradients the slices' sums add up. Numbers only: the cost model reads no plan
+    and no backend."""
 
     ops: tuple
     grad_elements: int
@@ -65,10 +114,11 @@ def micro_batch_count(work: PipelineWork | None, profile, batch: int) -> tuple[i
         return 1, "an op couples rows outside the update"
     stage = {"dsp": 0.0, "cpu": 0.0}
     per_slice = 0.0                       # what one more micro-batch adds: its calls, its gradient sum
-    for backend, macs, nbytes, sliced in work.ops:
+    part = {where: speeds(profile, where) for where in stage}
+    for backend, macs, nbytes, sliced, key in work.ops:
         where = PROCESSOR.get(backend, "cpu")   # the profile part it runs on
-        fast = speeds(profile, where)
-        stage[where] += fast.seconds(macs, nbytes)
+        fast = part[where]
+        stage[where] += fast.seconds(macs, nbytes, key)
         if sliced:
             per_slice += fast.call_s
     # the slices' weight gradients are summed in int64 on the host: read and write 8 bytes each
@@ -96,14 +146,15 @@ def grad_elements(graph, names) -> int:
 
 
 def split_net_seconds(profile, processor: str, streamed: int, fixed: int, results: int, chunks: int,
-                      macs: int = 0) -> float:
+                      macs: int = 0, key: str | None = None) -> float:
     """Seconds saved (> 0) or lost by running an op of `macs` in `chunks` chunks whose working
     set fits a fast memory: `streamed` bytes kept out of DDR (counted twice), `fixed` bytes
     re-read by every extra chunk, `results` bytes copied once more by the join (on the host
     CPU). By the roofline, keeping bytes in fast memory saves time only where the op was
-    memory-bound: the saving is what the DDR traffic took beyond the op's compute time."""
+    memory-bound: the saving is what the DDR traffic took beyond the op's compute time
+    (at the product's measured rate, rate key `key`, where the profile has one)."""
     fast = speeds(profile, processor)
-    saving = max(0.0, 2 * streamed / fast.bytes_per_s - macs / fast.macs_per_s)
+    saving = max(0.0, 2 * streamed / fast.bytes_per_s - macs / fast.rate(key)[0])
     cost = (chunks - 1) * (fast.call_s + fixed / fast.bytes_per_s) + 2 * results / speeds(profile, "cpu").bytes_per_s
     return saving - cost
 

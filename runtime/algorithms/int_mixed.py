@@ -30,8 +30,8 @@ import math
 
 import numpy as np
 
-from ..nn import (Add, AvgPool2d, BatchNorm2d, ChannelShuffle, Concat, Conv2d, GlobalAvgPool, Linear, Mul,
-                  Nonlinearity, SliceChannels, has_bias)
+from ..nn import (INPUT, Add, AvgPool2d, BatchNorm2d, ChannelShuffle, Concat, Conv2d, GlobalAvgPool, Linear, Mul,
+                  Nonlinearity, SliceChannels, has_bias, inputs_of)
 from ..numerics import QTensor
 from . import _branch_layers as branch
 from . import fp32
@@ -62,13 +62,35 @@ def runs_float(layer, in_shape) -> bool:
 
 def input_dtype(b, layer, inputs) -> str | None:
     """The dtype `layer` reads its inputs in (graph.lower casts the others), or None: as they come."""
+    return wanted_dtype(layer, tuple(b.tensors[t].dtype for t in inputs), b.tensors[inputs[0]].shape)
+
+
+def wanted_dtype(layer, dtypes: tuple[str, ...], in_shape) -> str | None:
+    """What `layer` reading tensors of `dtypes` (the first of shape `in_shape`, (N, ...)) wants them as."""
     if isinstance(layer, PRODUCTS):
         return "int8"
-    if runs_float(layer, b.tensors[inputs[0]].shape):
+    if runs_float(layer, in_shape):
         return "float32"
-    if isinstance(layer, Add) and len({b.tensors[t].dtype for t in inputs}) > 1:
+    if isinstance(layer, Add) and len(set(dtypes)) > 1:
         return "float32"
     return None
+
+
+def layer_dtypes(model) -> dict[str, tuple[str, str]]:
+    """layer name -> (the dtype it reads, the dtype it writes) under NITI's lowering, without
+    lowering: the same rule (`wanted_dtype`) walked over the model (the ONNX export's)."""
+    dtype_of, shape_of, formats, previous = {INPUT: "int8"}, {INPUT: tuple(model.input_shape)}, {}, INPUT
+    for layer, shape in zip(model.layers, model.shapes()):
+        names = inputs_of(layer, previous)
+        dtypes = tuple(dtype_of[n] for n in names)
+        reads = wanted_dtype(layer, dtypes, (1, *shape_of[names[0]])) or dtypes[0]
+        if isinstance(layer, PRODUCTS):
+            writes = "float32" if has_bias(layer) else "int8"
+        else:
+            writes = "float32" if reads == "float32" else "int8"
+        formats[layer.name] = (reads, writes)
+        dtype_of[layer.name], shape_of[layer.name], previous = writes, tuple(shape), layer.name
+    return formats
 
 
 def float_exponent(max_abs: float, bits: int = 8) -> int:

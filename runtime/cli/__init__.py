@@ -2,6 +2,7 @@
 
     dsptrain train RUN.yaml      train a run config            (cli/train.py)
     dsptrain plan RUN.yaml       its memory peak and plan      (cli/plan.py)
+    dsptrain calibrate [DEVICE]  products' speeds, measured    (cli/calibrate.py)
     dsptrain profile RUN.yaml    per-op time, memory, energy   (cli/profile.py)
     dsptrain plot RUN_DIR...     per-batch and per-epoch plots (cli/plot.py)
     dsptrain recipes             the precision recipes         (cli/recipes.py)
@@ -27,7 +28,7 @@ from .. import __version__
 from ..errors import DivergedError, DsptrainError, UserError
 
 # In the order `dsptrain --help` lists them.
-COMMANDS = ("train", "plan", "profile", "plot", "recipes", "info", "fl", "export")
+COMMANDS = ("train", "plan", "calibrate", "profile", "plot", "recipes", "info", "fl", "export")
 
 
 def _global_options(default) -> argparse.ArgumentParser:

@@ -19,6 +19,9 @@ def add_parser(sub, common):
     add_run_options(parser, training=False)
     parser.add_argument("--batch", type=int, dest="batch_size", metavar="N", help="the same as --batch-size")
     parser.add_argument("--budget", help="override memory.budget: bytes or a size like 64MB")
+    parser.add_argument("--ops", nargs="?", type=int, const=0, metavar="N",
+                        help="each op's backend and modeled time on the device profile, with the MAC rate used "
+                             "(a product's measured one: `dsptrain calibrate`); N: only the N longest")
     return parser
 
 
@@ -51,12 +54,35 @@ def run(args) -> int:
             print(f"frozen (no weight gradient, no update, no activation kept for them): "
                   f"{', '.join(layer.name for layer in model.layers if layer.name in frozen)}")
         print(describe(fitter, source))
+        if args.ops is not None:
+            _print_op_times(plan, args.ops)
+        elif plan.device is not None:
+            print(summary_line(plan) + " (--ops: each op)")
         print("the budget covers what the planner places (tensor arena, op workspace, kernel scratch); "
               "the interpreter, NumPy and the loaded dataset come on top of it in the process's RSS")
     finally:
         planner.close()
     _check_fits(fitter, source, args.budget, config.source)
     return 0
+
+
+def summary_line(plan) -> str:
+    from ..plan.rates import modeled_totals
+
+    totals, measured = modeled_totals(plan)
+    return (f"modeled on {plan.device.name}: " + ", ".join(f"{w} {s * 1e3:.4g} ms" for w, s in sorted(totals.items()))
+            + f" a step, serial; {measured} products at their measured rate (hook_speeds)")
+
+
+def _print_op_times(plan, limit: int) -> None:
+    from ..plan.rates import describe_times
+
+    if plan.device is None:
+        print("modeled time per op: no device profile (scheduler.device)")
+        return
+    if limit < 0:
+        raise UserError(f"--ops {limit}: give a count of ops >= 0 (0: all)")
+    print(describe_times(plan, limit or None))
 
 
 def _check_fits(fitter, source, flag_value, config_path) -> None:

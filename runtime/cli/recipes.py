@@ -31,8 +31,8 @@ def run(args) -> int:
     for path in sorted((CONFIG_ROOT / "algorithms").glob("*.yaml")):
         r = load_recipe(str(path))
         t = r.tensors
-        opt = r.optimizer.kind + (f" lr {r.optimizer.lr:g} momentum {r.optimizer.momentum:g}"
-                                  if r.optimizer.kind == "sgd" else "")
+        rates = f"lr {r.optimizer.lr:g} momentum {r.optimizer.momentum:g}"
+        opt = r.optimizer.kind + (f" {rates}" if r.optimizer.kind == "sgd" else f" (float layers: sgd {rates})")
         errors = format_of(t.errors)
         if "low_bits" in r.params:   # AFP: the width adapts per layer between two values
             high = r.params.get("high_bits", t.errors.bits)

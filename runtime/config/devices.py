@@ -38,6 +38,22 @@ class CpuMemory:
 
 
 @dataclass(frozen=True)
+class HookSpeeds:
+    """Each int8 product's measured MAC rate, by rate key (cost.RATE_KEYS: the product hook,
+    `.pointwise` for 1x1 convolutions), written by `dsptrain calibrate`. A product without
+    one runs at its processor's macs_per_s (cost.Speeds.rate)."""
+
+    measured: dict[str, str] = field(default_factory=dict)   # part -> when, where, how (one line)
+    cpu: dict[str, float] = field(default_factory=dict)  # MACs per second, timed on this machine's CPU kernels
+    dsp: dict[str, float] = field(default_factory=dict)  # MACs per DSP cycle on the critical path (QEMU packets)
+
+
+# a rate's bounds: MACs per second on the CPU; MACs per cycle across at most 8 HVX threads
+# (each at most two 128-MAC vrmpy a packet: 2048 a cycle; the bound leaves room)
+HOOK_RATE_RANGE = {"cpu": (0.0, 1e18, "MACs per second"), "dsp": (0.0, 1e4, "MACs per DSP cycle")}
+
+
+@dataclass(frozen=True)
 class DeviceProfile:
     """The fast memories batch splitting fits an op's working set into (configs/devices/)."""
 
@@ -45,6 +61,7 @@ class DeviceProfile:
     description: str = ""
     dsp: DspMemory = field(default_factory=DspMemory)
     cpu: CpuMemory = field(default_factory=CpuMemory)
+    hook_speeds: HookSpeeds = field(default_factory=HookSpeeds)
     source: str = ""
 
     def size(self, key: str) -> int:
@@ -106,4 +123,24 @@ def load_device(name_or_path: str) -> DeviceProfile:
                               f"(known: {', '.join(sorted(dsp_hooks))})")
         if not isinstance(why, str) or not why.strip():
             raise ConfigError(path, f"dsp.bad_at.{hook}", f"{why!r}: give the reason as a string")
+    check_hook_speeds(profile.hook_speeds, path)
     return profile
+
+
+def check_hook_speeds(speeds: HookSpeeds, path) -> None:
+    """Every measured rate names a rate key (cost.RATE_KEYS) and is a number in its range."""
+    from ..cost import RATE_KEYS
+    from ..inputs import number_problem
+
+    for part, note in speeds.measured.items():
+        if part not in HOOK_RATE_RANGE or not isinstance(note, str):
+            raise ConfigError(path, f"hook_speeds.measured.{part}", f"{note!r}: give cpu or dsp -> one line of text")
+    for part in ("cpu", "dsp"):
+        low, high, unit = HOOK_RATE_RANGE[part]
+        for key, value in getattr(speeds, part).items():
+            where = f"hook_speeds.{part}.{key}"
+            if key not in RATE_KEYS:
+                raise ConfigError(path, where, f"{key!r} is not a product's rate key (known: {', '.join(RATE_KEYS)})")
+            problem = number_problem(value, low, high, low_open=True, why=unit)
+            if problem:
+                raise ConfigError(path, where, problem)

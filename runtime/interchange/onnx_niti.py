@@ -63,17 +63,12 @@ def check(trained) -> None:
 
 def int8_layers(model) -> tuple[set, set]:
     """(layers that read int8, layers that write int8) under NITI's lowering (int_mixed decides
-    which layers run in float): read off an evaluation graph of one sample."""
-    from ..config import load_recipe
-    from ..graph import lower
+    which layers run in float)."""
+    from ..algorithms.int_mixed import layer_dtypes
 
-    graph = lower(model, load_recipe("niti"), 1, training=False)
-    writes = {layer.name for layer in model.layers
-              if graph.tensors.get(f"{layer.name}.out", None) is not None
-              and graph.tensors[f"{layer.name}.out"].dtype == "int8"}
-    reads = {op.layer for op in graph.ops if op.phase == "forward" and op.kind != "niti.to_float"
-             and all(graph.tensors[t].dtype == "int8" for t in op.inputs if graph.tensors[t].role != "weight")}
-    return reads, writes
+    formats = layer_dtypes(model)
+    return ({name for name, (reads, _) in formats.items() if reads == "int8"},
+            {name for name, (_, writes) in formats.items() if writes == "int8"})
 
 
 class Rounding:

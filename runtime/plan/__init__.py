@@ -7,6 +7,7 @@ backends; `dsptrain plan` only reads them).
 
     plan.py        Plan (frozen) and Placement: an op's backend and why, its bytes, its scratch
     placement.py   place(): each op on the first backend that takes it (the rules below)
+    rates.py       an op's modeled time on a processor: its product's measured rate (rate key)
     splitting.py   batch splitting: which products run in chunks of rows, and how many
     coschedule.py  co-scheduling's micro-batch count
     scratch.py     ScratchTable: the backends' scratch as numbers, for the memory fitter

@@ -8,6 +8,9 @@ that supports it and does not decline it. The DSP declines, when the CPU is ther
   scatter, measured at 40-120x a GEMM's packets per byte on the emulated v66). This is
   Mandheling's split of work (Xu et al., MobiCom 2022): products on the DSP, the ops it
   is bad at on the CPU, where co-scheduling overlaps them with the DSP's next micro-batch;
+  and products the profile measured on both processors (`hook_speeds`, `dsptrain
+  calibrate`) whose modeled time is shorter on the CPU (rates.faster_on_host): a
+  depthwise layer goes where its kernel is fastest;
 - under co-scheduling, the updates (below);
 - ops matching DSPTRAIN_CPU_ONLY_OPS=<regex> (by name or kind).
 `scheduler.placement: first` keeps the plain first-that-supports order. Every decision
@@ -22,6 +25,7 @@ import sys
 from ..backends import ACCELERATOR, HOST
 from ..graph import TrainGraph
 from .plan import Placement, Plan
+from .rates import faster_on_host
 
 
 def cpu_only_pattern() -> re.Pattern | None:
@@ -44,14 +48,16 @@ def place(graph: TrainGraph, backends: dict, ops=None, co_schedule: bool = False
     """Place every op of `graph` (or `ops`) on the first backend of `backends` that takes it.
 
     With `placement` "profile" and a `device` profile (config.DeviceProfile), ops with a hook
-    in its `dsp.bad_at` skip the DSP when the CPU backend is there. With `co_schedule` and a
+    in its `dsp.bad_at`, and products its measured speeds model faster on the CPU, skip the
+    DSP when the CPU backend is there. With `co_schedule` and a
     DSP, the updates go to the CPU: element-wise passes over the weights with nothing to
     reuse, they are what the CPU does while the DSP works on the backward of earlier layers
     (execute/pipeline.py)."""
     if placement not in PLACEMENTS:
         raise ValueError(f"placement {placement!r} is not one of {', '.join(PLACEMENTS)}")
     forced_off_dsp = cpu_only_pattern()
-    bad_at = device.dsp.bad_at if placement == "profile" and device is not None else {}
+    by_profile = placement == "profile" and device is not None
+    bad_at = device.dsp.bad_at if by_profile else {}
     placement_of = {}
     for op in ops if ops is not None else graph.ops:
         declined = []
@@ -68,9 +74,14 @@ def place(graph: TrainGraph, backends: dict, ops=None, co_schedule: bool = False
                 declined.append((name, "; ".join(f"profile {device.name}: the DSP is bad at {h} ({bad_at[h]})"
                                                  for h in bad)))
                 continue
+            host_faster, speeds = faster_on_host(device, graph, op) if by_profile and name == ACCELERATOR \
+                and HOST in backends else (False, "")
+            if host_faster:
+                declined.append((name, f"{speeds}: faster on the CPU"))
+                continue
             ok, why = backend.supports(op)
             if ok:
-                placement_of[op.name] = Placement(name, why, tuple(declined))
+                placement_of[op.name] = Placement(name, f"{why}; {speeds}" if speeds else why, tuple(declined))
                 break
             declined.append((name, why))
         else:

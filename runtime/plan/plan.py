@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..graph import TrainGraph
+from .rates import rate_key
 from .scratch import ScratchTable
 from .splitting import split_decision
 
@@ -134,7 +135,8 @@ class Plan:
         if split is None:
             return None
         per_row, once = split
-        ops = tuple((self.backend_of(op), op.macs, self.op_bytes(op), op.phase != "update") for op in (*per_row, *once))
+        ops = tuple((self.backend_of(op), op.macs, self.op_bytes(op), op.phase != "update", rate_key(self.graph, op))
+                    for op in (*per_row, *once))
         return PipelineWork(ops, grad_elements(self.graph, grads_of(self.graph, per_row)))
 
     def describe(self) -> str:

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from ..backends import PROCESSOR
 from ..graph import TrainGraph
+from .rates import rate_key
 
-PRODUCT_HOOKS = ("conv2d_s8", "gemm_s8", "conv2d_bwd_data_s8", "conv2d_bwd_weight_s8")
+# the products whose working set splitting sizes: dense, pointwise and depthwise convolutions, GEMMs
+PRODUCT_HOOKS = ("conv2d_s8", "gemm_s8", "conv2d_bwd_data_s8", "conv2d_bwd_weight_s8",
+                 "dwconv2d_s8", "dwconv2d_bwd_data_s8", "dwconv2d_bwd_weight_s8")
 
 
 def splittable(graph: TrainGraph, op) -> bool:
@@ -59,7 +62,7 @@ def split_decision(plan, op, rows: int) -> tuple[int | None, str]:
             continue
         chunks = -(-rows // fit)
         net = split_net_seconds(plan.device, PROCESSOR.get(backend, "cpu"), per_row * rows, fixed, results,
-                                chunks, op.macs * rows // plan.graph.batch)
+                                chunks, op.macs * rows // plan.graph.batch, rate_key(plan.graph, op))
         why.append(f"{chunks} chunks for {label}: {net * 1e6:+.0f} us")
         if net > best[1]:
             best = (-(-rows // chunks), net)

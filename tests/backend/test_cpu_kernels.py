@@ -85,6 +85,22 @@ def test_gemm_tile_edges_every_isa(cpu_isa, ref, m, k, n):
         np.testing.assert_array_equal(cpu_isa.gemm_s8(a, b), ref.gemm_s8(a, b))
 
 
+# B packed from row-major weights in blocks of whole groups (AVX2: 8 columns x 8 groups,
+# one dword transpose; AVX-512: 16 x 16), the rest group by group: K with and without a
+# whole block (32 = 8 groups, 36, 260, 320) and off a group (33), N off the 8/16-column
+# panel, MobileNetV2's 1x1 shapes (K 16-320, N up to 1280); packed per call and once.
+POINTWISE_GEMMS = [(50, 32, 16), (37, 96, 24), (13, 320, 1280), (9, 36, 7), (21, 33, 9), (6, 260, 15), (7, 16, 96)]
+
+
+@pytest.mark.parametrize("m,k,n", POINTWISE_GEMMS, ids=lambda v: str(v))
+def test_gemm_pointwise_packing_every_isa(cpu_isa, ref, m, k, n):
+    rng = np.random.default_rng(m + 7 * k + 31 * n)
+    a, b = cases.int8(rng, (m, k)), cases.int8(rng, (n, k))
+    want = ref.gemm_s8(a, b)
+    np.testing.assert_array_equal(cpu_isa.gemm_s8(a, b), want)
+    np.testing.assert_array_equal(native.gemm_packed(a, native.pack_weights(b)), want)
+
+
 # Wide layers on im2col + GEMM: channel counts off every tile and transpose block (16), the
 # weight gradient's k-major packing (VNNI: beyond the panel kernel's size limit), the
 # transposed convolution's B packed straight from w, depths that are and are not

