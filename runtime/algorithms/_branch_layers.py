@@ -49,7 +49,7 @@ def forward(b, layer, x, shape, prefix) -> str | None:
     else:
         b.tensor(f"{name}.argmax", shape, "uint8", "saved")
         b.op(f"{name}.fwd", f"{prefix}.maxpool_pad_fwd", name, "forward", (x,), (out, f"{name}.argmax"),
-             ("maxpool_f32",), **_pool_attrs(layer, b.tensors[x].shape))
+             ("maxpool_pad_f32",), **_pool_attrs(layer, b.tensors[x].shape))
     return out
 
 
@@ -84,7 +84,7 @@ def backward(b, layer, err, needs_input_error, prefix):
              groups=b.tensors[x].shape[-1] // layer.groups)
     else:
         b.op(f"{name}.bwd", f"{prefix}.maxpool_pad_bwd", name, "backward", (err, f"{name}.argmax"), (err_in,),
-             ("maxpool_bwd_f32",), **_pool_attrs(layer, b.tensors[x].shape))
+             ("maxpool_pad_bwd_f32",), **_pool_attrs(layer, b.tensors[x].shape))
     return err_in
 
 
@@ -98,12 +98,11 @@ def _concat_bounds(b, inputs) -> tuple:
 
 
 def _pool_attrs(layer, x_shape) -> dict:
-    """The pool over an input padded with -inf: `pad` cells before, `after` (pad, plus the
-    cells a ceil_mode window reaches past it) after each axis."""
+    """The pool's windows over an input padded with -inf (`pad` cells before each axis, and
+    after it as many as the out_hw windows reach: ceil_mode's partial windows)."""
     h, w = x_shape[1:3]
     oh, ow = layer.out_shape((h, w, x_shape[3]))[:2]
-    after = tuple(max((o - 1) * layer.stride + layer.kernel - n - layer.padding, 0) for o, n in ((oh, h), (ow, w)))
-    return dict(kernel=layer.kernel, stride=layer.stride, pad=layer.padding, after=after, in_hw=(h, w))
+    return dict(kernel=layer.kernel, stride=layer.stride, pad=layer.padding, in_hw=(h, w), out_hw=(oh, ow))
 
 
 # ---------------------------------------------------------------- running ops
@@ -150,18 +149,14 @@ def shuffle(backend, op, env, ctx):
 
 def maxpool_pad_fwd(backend, op, env, ctx):
     a = op.attrs
-    (ah, aw), p = a["after"], a["pad"]
-    x = np.pad(env[op.inputs[0]], ((0, 0), (p, ah), (p, aw), (0, 0)), constant_values=-np.inf)
-    y, argmax = backend.maxpool_f32(x, a["kernel"], a["stride"])
+    y, argmax = backend.maxpool_pad_f32(env[op.inputs[0]], a["kernel"], a["stride"], a["pad"], a["out_hw"])
     return {op.outputs[0]: y, op.outputs[1]: argmax}
 
 
 def maxpool_pad_bwd(backend, op, env, ctx):
     a = op.attrs
-    (h, w), (ah, aw), p = a["in_hw"], a["after"], a["pad"]
-    dx = backend.maxpool_bwd_f32(env[op.inputs[0]], env[op.inputs[1]], a["kernel"], a["stride"],
-                                 (h + p + ah, w + p + aw))
-    return {op.outputs[0]: np.ascontiguousarray(dx[:, p:p + h, p:p + w, :])}
+    return {op.outputs[0]: backend.maxpool_pad_bwd_f32(env[op.inputs[0]], env[op.inputs[1]], a["kernel"], a["stride"],
+                                                       a["pad"], a["in_hw"])}
 
 
 def make_ops(prefix: str) -> dict:

@@ -129,7 +129,8 @@ class Emulated:
     def _attrs(self, b, layer, x):
         position, extra = _position(b, layer), self.n.product_attrs(b.recipe)
         if isinstance(layer, Conv2d):
-            grouped = dict(groups=layer.groups, dilation=layer.dilation) if _grouped(layer) else {}
+            grouped = (dict(dense=(layer.groups, layer.dilation)) if _dense(layer) else
+                       dict(groups=layer.groups, depthwise=layer.depthwise) if layer.groups > 1 else {})
             return dict(conv=True, stride=layer.stride, pad=layer.padding, in_hw=b.tensors[x].shape[1:3],
                         kernel=(layer.span, layer.span), position=position, **grouped, **extra)
         return dict(conv=False, position=position, **extra)
@@ -149,7 +150,7 @@ class Emulated:
              **attrs)
         out = b.tensor(f"{name}.out", shape, "float32", "activation")
         macs = int(np.prod(shape)) * int(np.prod(layer.weight_shape[1:]))
-        hooks = self.n.product_hooks("conv" if attrs["conv"] else "linear")
+        hooks = self.n.product_hooks(_hook_kind(attrs, "conv") if attrs["conv"] else "linear")
         bias = fp32.bias_param(b, layer)
         path = self.n.product_path(b.tensors[xq].dtype, b.tensors[wq].dtype)
         b.op(f"{name}.fwd", f"{p}.product", name, "forward", (xq, wq, *bias), (out,), hooks, macs,
@@ -183,7 +184,7 @@ class Emulated:
         err_in = None
         if needs_input_error:
             err_in = b.tensor(f"err.{name}", b.tensors[x].shape, "float32", "error")
-            hooks = self.n.product_hooks("conv_bwd_data" if conv else "linear")
+            hooks = self.n.product_hooks(_hook_kind(attrs, "conv_bwd_data") if conv else "linear")
             path = self.n.product_path(b.tensors[eq].dtype, b.tensors[f"{name}.wq"].dtype)
             b.op(f"{name}.bwd_data", f"{p}.product", name, "backward", (eq, f"{name}.wq"), (err_in,), hooks, macs,
                  role="bwd_data", product=(layer_of(attrs), "backward_data"),
@@ -192,7 +193,7 @@ class Emulated:
                                              dtypes=(b.tensors[eq].dtype, b.tensors[f"{name}.wq"].dtype)),
                  **attrs)
         grad = b.tensor(f"{name}.grad", layer.weight_shape, "float32", "grad")
-        hooks = self.n.product_hooks("conv_bwd_weight" if conv else "linear")
+        hooks = self.n.product_hooks(_hook_kind(attrs, "conv_bwd_weight") if conv else "linear")
         path = self.n.product_path(b.tensors[eq].dtype, b.tensors[f"{name}.xq"].dtype)
         b.op(f"{name}.bwd_weight", f"{p}.product", name, "backward", (eq, f"{name}.xq"), (grad,), hooks, macs,
              role="bwd_weight", product=(layer_of(attrs), "backward_weight"),
@@ -208,8 +209,8 @@ class Emulated:
     # ------------------------------------------------------------ op functions (backend, op, env, ctx)
     def quant_weight(self, backend, op, env, ctx) -> dict:
         wq = self.n.quant_weight(backend, env[op.inputs[0]], ctx, op)
-        if "groups" in op.attrs:   # the dense product's zero-filled weight, quantized as the layer's own
-            wq = _dense_scaled(wq, op.attrs["groups"], op.attrs["dilation"])
+        if "dense" in op.attrs:   # the dense product's zero-filled weight, quantized as the layer's own
+            wq = _dense_scaled(wq, *op.attrs["dense"])
         return {op.outputs[0]: wq}
 
     def quant_act(self, backend, op, env, ctx) -> dict:
@@ -222,9 +223,9 @@ class Emulated:
     def product(self, backend, op, env, ctx) -> dict:
         a, w = env[op.inputs[0]], env[op.inputs[1]]
         y = self.n.product(backend, op.attrs["role"], a, w, op.attrs, ctx)
-        if op.attrs["role"] == "bwd_weight" and "groups" in op.attrs:   # the layer's own taps of the dense gradient
-            y = branch.grouped_part(y, op.attrs["groups"], op.attrs["dilation"])
-        return {op.outputs[0]: fp32.with_bias(y, op, env)}
+        if op.attrs["role"] == "bwd_weight" and "dense" in op.attrs:   # the layer's own taps of the dense gradient
+            y = branch.grouped_part(y, *op.attrs["dense"])
+        return {op.outputs[0]: fp32.with_bias(backend, y, op, env)}
 
     def update(self, backend, op, env, ctx) -> dict:
         count = op.attrs.get("update_params", 1)
@@ -242,14 +243,21 @@ class Emulated:
         return out
 
 
-def _grouped(layer) -> bool:
-    """A grouped, depthwise or dilated conv: its products run dense on a zero-filled weight
-    (_branch_layers.dense_weight; every product hook and grid of these recipes takes it)."""
-    return isinstance(layer, Conv2d) and (layer.groups > 1 or layer.dilation > 1)
+def _dense(layer) -> bool:
+    """A dilated conv: its products run dense on a zero-filled weight (_branch_layers.dense_weight;
+    every product hook and grid of these recipes takes it). An undilated grouped or depthwise
+    conv keeps its own weight: its products run per group or on the depthwise hooks
+    (_products.per_group, attrs `groups`)."""
+    return isinstance(layer, Conv2d) and layer.dilation > 1
+
+
+def _hook_kind(attrs, kind: str) -> str:
+    """The product_hooks kind of a conv product: a depthwise one's are dwconv*."""
+    return "dw" + kind if attrs.get("depthwise") else kind
 
 
 def _product_weight_shape(layer) -> tuple:
-    if not _grouped(layer):
+    if not _dense(layer):
         return layer.weight_shape
     return (layer.out_channels, layer.span, layer.span, layer.in_channels)
 

@@ -18,8 +18,7 @@ from ..float_ops import bn_backward_values, bn_forward_values
 from ..layout import col2im, im2col, out_size
 from ..nn import Add, BatchNorm2d, GlobalAvgPool
 
-BN_EPS = 1e-5
-BN_MOMENTUM = 0.1          # running = (1 - m) * running + m * batch statistic (PyTorch's)
+BN_EPS = 1e-5      # PyTorch's default; a layer keeps its own (nn.BatchNorm2d.eps, an import's epsilon)
 F32 = ("numpy_f32",)
 
 
@@ -35,6 +34,9 @@ class BNGrids:
     stat: Callable = _identity
     affine: Callable = _identity
     error: Callable = _identity
+    #: (stat, affine, error) bits when each is a power-of-two grid fitted to the range
+    #: (float_ops.Pow2Grids): the bn_*_grid_f32 hooks run it; None: NumPy with the callables
+    bits: tuple[int, int, int] | None = None
 
 
 # ---------------------------------------------------------------- lowering
@@ -46,7 +48,9 @@ def native(grids) -> bool:
 
 
 def _hooks(grids, hook) -> tuple:
-    return (hook,) if native(grids) else F32
+    if native(grids):
+        return (hook,)
+    return (hook.replace("_f32", "_grid_f32"),) if grids.bits else F32
 
 
 def forward(b, layer, x, shape, prefix, training=True, grids=None) -> str | None:
@@ -76,7 +80,7 @@ def forward_bn(b, layer, x, shape, prefix, training, grids=None):
     inv = b.tensor(f"{layer.name}.inv_std", (layer.channels,), "float32", "saved")
     b.op(f"{layer.name}.fwd", f"{prefix}.bn_fwd", layer.name, "forward", (x, gamma, beta, mean, var),
          (out, xhat, inv, mean, var), _hooks(grids, "bn_fwd_f32"), int(np.prod(shape)), training=training,
-         rows="coupled")
+         eps=layer.eps, momentum=layer.momentum, rows="coupled")   # the layer's own (an import's: EfficientNet 1e-3)
     return out
 
 
@@ -111,8 +115,8 @@ def forward_avgpool(b, layer, x, shape, prefix):
 def backward_avgpool(b, layer, err, prefix):
     x, _ = b.layer_io[layer.name]
     err_in = b.tensor(f"err.{layer.name}", b.tensors[x].shape, "float32", "error")
-    b.op(f"{layer.name}.bwd", f"{prefix}.avgpool_bwd", layer.name, "backward", (err,), (err_in,), F32,
-         in_shape=b.tensors[x].shape)
+    b.op(f"{layer.name}.bwd", f"{prefix}.avgpool_bwd", layer.name, "backward", (err,), (err_in,),
+         ("channel_mean_bwd_f32",), in_shape=b.tensors[x].shape)
     return err_in
 
 
@@ -129,8 +133,9 @@ def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
     hooks, but a batch norm rounding on `grids` (not `native`) in NumPy."""
     def bn_fwd_hook(backend, op, env, ctx):   # float32 operands: FP8 keeps gamma and beta in float16
         x, gamma, beta, mean, var = (np.asarray(env[t], np.float32) for t in op.inputs)
-        return dict(zip(op.outputs, backend.bn_fwd_f32(x, gamma, beta, mean, var, op.attrs["training"],
-                                                       BN_MOMENTUM, BN_EPS)))
+        a = op.attrs
+        return dict(zip(op.outputs, backend.bn_fwd_f32(x, gamma, beta, mean, var, a["training"], a["momentum"],
+                                                       a["eps"])))
 
     def bn_bwd_hook(backend, op, env, ctx):
         return dict(zip(op.outputs, backend.bn_bwd_f32(*(np.asarray(env[t], np.float32) for t in op.inputs))))
@@ -151,7 +156,9 @@ def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
 
     def bn_fwd(backend, op, env, ctx):
         x, gamma, beta, mean, var = (env[t] for t in op.inputs)
-        y, xhat, inv, mean, var = bn_forward_values(x, gamma, beta, mean, var, op.attrs["training"], grids)
+        a = op.attrs
+        y, xhat, inv, mean, var = bn_forward_values(x, gamma, beta, mean, var, a["training"], grids, a["momentum"],
+                                                    a["eps"])
         f32 = lambda v: np.asarray(v, np.float32)
         return dict(zip(op.outputs, (f32(y), f32(xhat), f32(inv), f32(mean), f32(var))))
 
@@ -160,18 +167,29 @@ def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
         dx, d_gamma, d_beta = bn_backward_values(err, xhat, np.asarray(inv, np.float64), gamma, grids)
         return dict(zip(op.outputs, (dx.astype(np.float32), d_gamma.astype(np.float32), d_beta.astype(np.float32))))
 
-    def avgpool_bwd(backend, op, env, ctx):
-        err = env[op.inputs[0]]
-        err = err.reshape(err.shape[0], err.shape[-1])
-        n, h, w, c = op.attrs["in_shape"]
-        n = err.shape[0]   # a micro-batch may be smaller than the planned batch
-        return {op.outputs[0]: np.broadcast_to((err / np.float32(h * w))[:, None, None, :], (n, h, w, c)).copy()}
+    def avgpool_bwd(backend, op, env, ctx):   # the batch is err's: a micro-batch may be smaller than the planned one
+        return {op.outputs[0]: backend.channel_mean_bwd_f32(np.asarray(env[op.inputs[0]], np.float32),
+                                                            op.attrs["in_shape"][1:3])}
+
+    def bn_fwd_grid_hook(backend, op, env, ctx):
+        x, gamma, beta, mean, var = (np.asarray(env[t], np.float32) for t in op.inputs)
+        a, (stat, affine, _) = op.attrs, grids.bits
+        return dict(zip(op.outputs, backend.bn_fwd_grid_f32(x, gamma, beta, mean, var, a["training"], a["momentum"],
+                                                            a["eps"], stat, affine)))
+
+    def bn_bwd_grid_hook(backend, op, env, ctx):
+        _, affine, error = grids.bits
+        err, xhat, inv, gamma = (np.asarray(env[t], np.float32) for t in op.inputs)
+        return dict(zip(op.outputs, backend.bn_bwd_grid_f32(err, xhat, inv, gamma, error, affine)))
 
     ops = {f"{prefix}.{name}": fn for name, fn in
            dict(add=add, join=join, avgpool_fwd=avgpool_fwd, avgpool_bwd=avgpool_bwd).items()}
-    native_bn = native(grids)
-    ops.update({f"{prefix}.bn_fwd": bn_fwd_hook if native_bn else bn_fwd,
-                f"{prefix}.bn_bwd": bn_bwd_hook if native_bn else bn_bwd})
+    if native(grids):
+        ops.update({f"{prefix}.bn_fwd": bn_fwd_hook, f"{prefix}.bn_bwd": bn_bwd_hook})
+    elif grids.bits:
+        ops.update({f"{prefix}.bn_fwd": bn_fwd_grid_hook, f"{prefix}.bn_bwd": bn_bwd_grid_hook})
+    else:
+        ops.update({f"{prefix}.bn_fwd": bn_fwd, f"{prefix}.bn_bwd": bn_bwd})
     return ops
 
 

@@ -103,7 +103,13 @@ def int16_product(backend, kind, a, b, attrs) -> np.ndarray:
     transposed copy of them, small, for the forward; activations as they are for the
     weight gradient). Convolutions: the backend's conv2d_s16, conv2d_bwd_data_s16 and
     conv2d_bwd_weight_s16 (base.py composes them from im2col, matmul_s16 and col2im; the
-    CPU builds each image's patches in cache and uses them at once)."""
+    CPU builds each image's patches in cache and uses them at once). A depthwise conv: the
+    int8 depthwise hooks digit by digit (`_depthwise_digits`); another grouped one, one
+    product per group (`per_group`)."""
+    if attrs.get("groups", 1) > 1:
+        if attrs["depthwise"]:
+            return _depthwise_digits(backend, kind, a, b, attrs)
+        return per_group(lambda k, x, y, at: int16_product(backend, k, x, y, at), kind, a, b, attrs)
     c = np.ascontiguousarray
     if not attrs["conv"]:
         if kind == "fwd":
@@ -120,7 +126,12 @@ def int16_product(backend, kind, a, b, attrs) -> np.ndarray:
 
 
 def int8_product(backend, kind, a, b, attrs) -> np.ndarray:
-    """A layer product's exact sums on the int8 hooks (int32 sums)."""
+    """A layer product's exact sums on the int8 hooks (int32 sums; a depthwise conv's on the
+    depthwise hooks, another grouped one's a product per group)."""
+    if attrs.get("groups", 1) > 1:
+        if attrs["depthwise"]:
+            return _depthwise_s8(backend, kind, a, b, attrs)
+        return per_group(lambda k, x, y, at: int8_product(backend, k, x, y, at), kind, a, b, attrs)
     if attrs["conv"]:
         s, p = attrs["stride"], attrs["pad"]
         if kind == "fwd":
@@ -135,7 +146,64 @@ def int8_product(backend, kind, a, b, attrs) -> np.ndarray:
     return backend.gemm_s8(np.ascontiguousarray(a.T), np.ascontiguousarray(_rows(b).T))
 
 
+def _depthwise_s8(backend, kind, a, b, attrs) -> np.ndarray:
+    """A depthwise conv's exact sums: weights (C, KH, KW, 1) as the layer keeps them."""
+    s, p = attrs["stride"], attrs["pad"]
+    if kind == "fwd":
+        return backend.dwconv2d_s8(a, b, s, p)
+    if kind == "bwd_data":
+        return backend.dwconv2d_bwd_data_s8(a, b, s, p, attrs["in_hw"])
+    return backend.dwconv2d_bwd_weight_s8(a, b, s, p, attrs["kernel"])
+
+
+def _digits(q: np.ndarray) -> list[np.ndarray]:
+    """Balanced base-128 digits of integers: q = sum(d_i * 128**i), each d_i an int8 in [-64, 63]
+    (one digit when q already is int8-sized; three at most for int16)."""
+    q = q.astype(np.int32)
+    if not q.size or int(np.abs(q).max()) <= 127:
+        return [q.astype(np.int8)]
+    out = []
+    while q.any():
+        d = ((q + 64) & 127) - 64
+        out.append(d.astype(np.int8))
+        q = (q - d) >> 7
+    return out or [q.astype(np.int8)]
+
+
+def _depthwise_digits(backend, kind, a, b, attrs) -> np.ndarray:
+    """A depthwise product of int16 operands, exact: each operand split into int8 digits
+    (`_digits`), the digit pairs' int32 sums from the depthwise hooks, added as int64 with their
+    weights 128**(i + j). Three digits at most a side; one where the values fit int8 already."""
+    total = None
+    for i, da in enumerate(_digits(a)):
+        for j, db in enumerate(_digits(b)):
+            part = _depthwise_s8(backend, kind, da, db, attrs).astype(np.int64) << (7 * (i + j))
+            total = part if total is None else total + part
+    return total
+
+
+def per_group(fn, kind, a, b, attrs) -> np.ndarray:
+    """A grouped conv's product as `groups` plain ones, fn(kind, a_g, b_g, attrs without groups),
+    joined on the channel axis: the output channels of fwd (x, w) and bwd_weight (err, x) (the
+    weight's rows), the input channels of bwd_data (err, w). Exact where each product is: the
+    sums of a group are the block-diagonal dense product's, without its zero terms."""
+    g = attrs["groups"]
+    plain = {k: v for k, v in attrs.items() if k not in ("groups", "depthwise")}
+
+    def block(t, i, axis):
+        n = t.shape[axis] // g
+        return np.ascontiguousarray(t[i * n:(i + 1) * n] if axis == 0 else t[..., i * n:(i + 1) * n])
+
+    if kind == "bwd_weight":     # (err, x): rows of the gradient by output group
+        parts = [fn(kind, block(a, i, -1), block(b, i, -1), plain) for i in range(g)]
+        return np.concatenate(parts, axis=0)
+    parts = [fn(kind, block(a, i, -1), block(b, i, 0), plain) for i in range(g)]   # (x | err, w)
+    return np.concatenate(parts, axis=-1)
+
+
 def _float64_product(kind, a, b, attrs):
+    if attrs.get("groups", 1) > 1:
+        return per_group(_float64_product, kind, a, b, attrs)
     if not attrs["conv"]:
         if kind == "fwd":
             return _rows(a) @ b.T

@@ -13,7 +13,9 @@ from ._products import product
 from ._quant import Scaled
 
 _INT8_HOOKS = {"conv": ("conv2d_s8",), "conv_bwd_data": ("conv2d_bwd_data_s8",),
-               "conv_bwd_weight": ("conv2d_bwd_weight_s8",), "linear": ("gemm_s8",)}
+               "conv_bwd_weight": ("conv2d_bwd_weight_s8",), "linear": ("gemm_s8",),
+               "dwconv": ("dwconv2d_s8",), "dwconv_bwd_data": ("dwconv2d_bwd_data_s8",),
+               "dwconv_bwd_weight": ("dwconv2d_bwd_weight_s8",)}
 
 
 class Numerics:
@@ -98,7 +100,8 @@ class Numerics:
         return "int8" if bits <= 8 else "int16" if bits <= 16 else "int32"
 
     def product_hooks(self, kind: str) -> tuple:
-        """Hooks of a product op: kind is conv, conv_bwd_data, conv_bwd_weight or linear."""
+        """Hooks of a product op: kind is conv, conv_bwd_data, conv_bwd_weight (dwconv* for a
+        depthwise conv) or linear."""
         return _INT8_HOOKS[kind]
 
     def product(self, backend, kind, a: Scaled, b: Scaled, attrs, ctx) -> np.ndarray:

@@ -67,7 +67,7 @@ def forward(b, layer, x, shape):
     elif isinstance(layer, Dropout):
         b.tensor(f"{layer.name}.mask", shape, "bool", "saved")
         b.op(f"{layer.name}.fwd", "fp32.dropout_fwd", layer.name, "forward", (x,), (out, f"{layer.name}.mask"),
-             ("dropout_mask",), p=layer.p)
+             ("dropout_mask", "dropout_apply_f32"), p=layer.p)
     return out
 
 
@@ -126,7 +126,7 @@ def loss(b, logits, labels, kind: str = "fp32.loss_grad"):
     """The float loss gradient of `logits` (op `kind`: a recipe with its own loss op, FP8's
     loss scaling, names it)."""
     err = b.tensor("err.logits", b.tensors[logits].shape, "float32", "error")
-    b.op("loss.grad", kind, "loss", "loss", (logits, labels), (err,), _F32,
+    b.op("loss.grad", kind, "loss", "loss", (logits, labels), (err,), ("softmax_xent_grad_f32",),
          workspace=loss_workspace(b.tensors[logits].shape))
     return err
 
@@ -176,7 +176,9 @@ def backward(b, layer, err, needs_input_error):
         grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "float32", "grad")
         b.op(f"{layer.name}.bwd_weight", "fp32.conv_bwd_weight" if conv else "fp32.linear_bwd_weight", layer.name,
              "backward", (err, x), (grad,), ("conv2d_bwd_weight_f32",) if conv else ("gemm_f32",), macs,
-             product=("conv", "backward_weight") if conv else None, **attrs)
+             product=("conv", "backward_weight") if conv else None,
+             **({} if conv else {"workspace": (4 * layer.weight_shape[0], 0)}),   # linear: err^T, copied
+             **attrs)
         b.op(f"{layer.name}.update", "fp32.sgd", layer.name, "update", (w, grad, f"{layer.name}.v"),
              (w, f"{layer.name}.v"), ("sgd_f32",))
         if has_bias(layer):
@@ -196,7 +198,7 @@ def backward(b, layer, err, needs_input_error):
              alias=True)
     elif isinstance(layer, Dropout):
         b.op(f"{layer.name}.bwd", "fp32.dropout_bwd", layer.name, "backward", (err, f"{layer.name}.mask"),
-             (err_in,), ())
+             (err_in,), ("dropout_apply_f32",))
     return err_in
 
 
@@ -228,7 +230,7 @@ def gconv_fwd(backend, op, env, ctx):
         y = backend.dwconv2d_f32(x, w, a["stride"], a["pad"])
     else:
         y = backend.conv2d_f32(x, branch.dense_weight(w, a["groups"], a["dilation"]), a["stride"], a["pad"])
-    return {op.outputs[0]: with_bias(y, op, env)}
+    return {op.outputs[0]: with_bias(backend, y, op, env)}
 
 
 def gconv_bwd_data(backend, op, env, ctx):
@@ -247,11 +249,11 @@ def gconv_bwd_weight(backend, op, env, ctx):
     return {op.outputs[0]: branch.grouped_part(dense, a["groups"], a["dilation"])}
 
 
-def with_bias(y, op, env):
+def with_bias(backend, y, op, env):
     """`y` plus the bias the op names as its third input, if it has one."""
     if len(op.inputs) < 3:
         return y
-    return (y + np.asarray(env[op.inputs[2]], np.float32)).astype(np.float32, copy=False)
+    return backend.bias_add_f32(np.asarray(y, np.float32), np.asarray(env[op.inputs[2]], np.float32))
 
 
 # Op functions (backend, op, env, ctx): each calls the hook of the backend it is handed;
@@ -259,12 +261,12 @@ def with_bias(y, op, env):
 
 def conv_fwd(backend, op, env, ctx) -> dict:
     y = backend.conv2d_f32(env[op.inputs[0]], env[op.inputs[1]], op.attrs["stride"], op.attrs["pad"])
-    return {op.outputs[0]: with_bias(y, op, env)}
+    return {op.outputs[0]: with_bias(backend, y, op, env)}
 
 
 def linear_fwd(backend, op, env, ctx) -> dict:
     x = env[op.inputs[0]]
-    return {op.outputs[0]: with_bias(backend.gemm_f32(x.reshape(x.shape[0], -1), env[op.inputs[1]]), op, env)}
+    return {op.outputs[0]: with_bias(backend, backend.gemm_f32(x.reshape(x.shape[0], -1), env[op.inputs[1]]), op, env)}
 
 
 def conv_bwd_data(backend, op, env, ctx) -> dict:
@@ -284,10 +286,9 @@ def conv_bwd_weight(backend, op, env, ctx) -> dict:
 
 
 def linear_bwd_weight(backend, op, env, ctx) -> dict:
-    """No backend."""
+    """err^T x: gemm_f32 on a transposed copy of the error (batch x outputs: small)."""
     err, x = env[op.inputs[0]], env[op.inputs[1]]
-    # copy=False: the float32 product is the result (a copy was one more weight-sized array)
-    return {op.outputs[0]: (err.T @ x.reshape(x.shape[0], -1)).astype(np.float32, copy=False)}
+    return {op.outputs[0]: backend.gemm_f32(np.ascontiguousarray(err.T), x.reshape(x.shape[0], -1), False)}
 
 
 def bias_grad(backend, op, env, ctx) -> dict:
@@ -346,28 +347,26 @@ def reshape(backend, op, env, ctx) -> dict:
 def dropout_fwd(backend, op, env, ctx) -> dict:
     x, p = env[op.inputs[0]], op.attrs["p"]
     keep = backend.dropout_mask(x.shape, p, ctx.rng(op))
-    return {op.outputs[0]: np.where(keep, x / np.float32(1 - p), 0).astype(np.float32), op.outputs[1]: keep}
+    return {op.outputs[0]: backend.dropout_apply_f32(np.asarray(x, np.float32), keep, p), op.outputs[1]: keep}
 
 
 def dropout_bwd(backend, op, env, ctx) -> dict:
-    """The forward's mask applied to the error: no backend."""
+    """The forward's mask applied to the error."""
     err, keep = env[op.inputs[0]], env[op.inputs[1]]
     p = ctx.graph.op(op.name.replace(".bwd", ".fwd")).attrs["p"]
-    return {op.outputs[0]: np.where(keep, err / np.float32(1 - p), 0).astype(np.float32)}
+    return {op.outputs[0]: backend.dropout_apply_f32(np.asarray(err, np.float32), keep, p)}
 
 
-def softmax_loss_grad(op, env, ctx) -> dict:
-    """The softmax cross-entropy gradient of float logits, over the full batch's rows."""
-    logits, labels = env[op.inputs[0]].astype(np.float64), env[op.inputs[1]]
-    p = np.exp(logits - logits.max(axis=1, keepdims=True))
-    p /= p.sum(axis=1, keepdims=True)
-    p[np.arange(len(labels)), labels] -= 1.0
-    return {op.outputs[0]: (p / ctx.batch_total).astype(np.float32)}
+def softmax_loss_grad(backend, op, env, ctx, loss_scale: float = 1.0) -> dict:
+    """The softmax cross-entropy gradient of float logits over the full batch's rows, times
+    `loss_scale` (a power of two: FP8's; exact, so folded into the divisor)."""
+    logits = np.ascontiguousarray(env[op.inputs[0]], np.float32)
+    labels = np.ascontiguousarray(env[op.inputs[1]], np.int64)
+    return {op.outputs[0]: backend.softmax_xent_grad_f32(logits, labels, ctx.batch_total / loss_scale)}
 
 
 def loss_grad(backend, op, env, ctx) -> dict:
-    """No backend."""
-    return softmax_loss_grad(op, env, ctx)
+    return softmax_loss_grad(backend, op, env, ctx)
 
 
 def sgd(backend, op, env, ctx) -> dict:

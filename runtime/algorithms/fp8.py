@@ -25,7 +25,9 @@ import numpy as np
 
 from .. import float_ops
 from . import fp32
+from ._branch_layers import dense_weight, grouped_part
 from ._emulated import Emulated, module_contract
+from ._products import per_group
 from ._recipe_numerics import Numerics
 from ._quant import Scaled, to_fp8, to_fp16
 
@@ -63,6 +65,7 @@ class FP8Numerics(Numerics):
         return (0, int(np.prod(shape)) * 8) if role == "weights" else None
 
     def product_hooks(self, kind):
+        kind = kind.removeprefix("dw")     # a depthwise conv's product runs dense (chunked_product)
         return {"conv": ("matmul_fp16_chunked", "im2col"), "conv_bwd_weight": ("matmul_fp16_chunked", "im2col"),
                 "conv_bwd_data": ("matmul_fp16_chunked", "col2im", "round_float")}.get(kind, ("matmul_fp16_chunked",))
 
@@ -116,6 +119,8 @@ def chunked_product(backend, kind, a, b, attrs, chunk, chunk_sum="fp16"):
     """A layer product with FP16 chunked accumulation (matmul_fp16_chunked,
     whose right operand is K-major: no transposed copies of activations or patches);
     float32 result holding FP16 values."""
+    if attrs.get("groups", 1) > 1:
+        return _grouped_chunked(backend, kind, a, b, attrs, chunk, chunk_sum)
     c = np.ascontiguousarray
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
     fp16_adds = chunk_sum == "fp16"
@@ -144,14 +149,25 @@ def chunked_product(backend, kind, a, b, attrs, chunk, chunk_sum="fp16"):
     return out.reshape(o, kh, kw, b.shape[-1])
 
 
+def _grouped_chunked(backend, kind, a, b, attrs, chunk, chunk_sum):
+    """A grouped conv's chunked product. Depthwise: dense on the zero-filled weight, so a
+    chunk holds the same terms as before (a product per channel would be C calls of nine
+    taps each); other grouped convs: one product per group (_products.per_group)."""
+    if not attrs["depthwise"]:
+        return per_group(lambda k, x, y, at: chunked_product(backend, k, x, y, at, chunk, chunk_sum), kind, a, b, attrs)
+    groups, plain = attrs["groups"], {k: v for k, v in attrs.items() if k not in ("groups", "depthwise")}
+    if kind == "bwd_weight":
+        return grouped_part(chunked_product(backend, kind, a, b, plain, chunk, chunk_sum), groups, 1)
+    return chunked_product(backend, kind, a, dense_weight(np.asarray(b), groups, 1), plain, chunk, chunk_sum)
+
+
 def _out_hw(shape, k, s, p):
     return ((shape[1] + 2 * p - k) // s + 1, (shape[2] + 2 * p - k) // s + 1)
 
 
 def loss_grad(backend, op, env, ctx) -> dict:
-    """Softmax cross-entropy's gradient times the loss scale: no backend."""
-    err = fp32.softmax_loss_grad(op, env, ctx)[op.outputs[0]]
-    return {op.outputs[0]: (err * np.float32(ctx.recipe.params.get("loss_scale", 1024))).astype(np.float32)}
+    """Softmax cross-entropy's gradient times the loss scale (a power of two)."""
+    return fp32.softmax_loss_grad(backend, op, env, ctx, float(ctx.recipe.params.get("loss_scale", 1024)))
 
 
 FP8Numerics.extra_ops = {"fp8.loss_grad": loss_grad}

@@ -43,7 +43,9 @@ class MLSNumerics(Numerics):
 
     def product_hooks(self, kind):
         return {"conv": ("matmul_s16", "im2col"), "conv_bwd_weight": ("matmul_s16", "im2col"),
-                "conv_bwd_data": ("matmul_s16", "col2im")}.get(kind, ("matmul_s16",))
+                "conv_bwd_data": ("matmul_s16", "col2im"), "dwconv": ("dwconv2d_s8",),
+                "dwconv_bwd_data": ("dwconv2d_bwd_data_s8",),   # _products._depthwise_digits
+                "dwconv_bwd_weight": ("dwconv2d_bwd_weight_s8",)}.get(kind, ("matmul_s16",))
 
     def quantized_dtype(self, recipe, role):
         return "int16"    # the elements shifted by their group's scale (_quant.quantize_mls)

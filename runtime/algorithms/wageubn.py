@@ -65,7 +65,7 @@ def _first_last(value):
 
 
 BN_GRIDS = fl.BNGrids(stat=lambda x: on_grid(x, STAT_BITS), affine=lambda x: on_grid(x, WEIGHT_BITS),
-                      error=lambda x: on_grid(x, 8))
+                      error=lambda x: on_grid(x, 8), bits=(STAT_BITS, WEIGHT_BITS, 8))   # bn_*_grid_f32
 
 
 class WAGEUBNNumerics(Numerics):

@@ -392,6 +392,44 @@ class Backend:
         """a + b, float32, exact (a residual add, a join of errors)."""
         self._needs("add_f32")
 
+    def softmax_xent_grad_f32(self, logits, labels, divisor: float):
+        """(softmax(logits) - onehot(labels)) / divisor, float32 (N, classes) from float32 logits and
+        int64 labels, in float64 inside: within a float32 ulp of ops_ref (exp and the row's sum order)."""
+        self._needs("softmax_xent_grad_f32")
+
+    def bn_fwd_grid_f32(self, x, gamma, beta, mean, var, training: bool, momentum: float, eps: float,
+                        stat_bits: int, affine_bits: int):
+        """bn_fwd_f32 with WAGEUBN's grids (float_ops.Pow2Grids): mean, variance, 1/std and x-hat on a
+        `stat_bits` power-of-two grid fitted to each's range, gamma and beta on an `affine_bits` one."""
+        self._needs("bn_fwd_grid_f32")
+
+    def bn_bwd_grid_f32(self, err, xhat, inv_std, gamma, error_bits: int, affine_bits: int):
+        """bn_bwd_f32 with the incoming error on an `error_bits` grid and gamma on an `affine_bits` one."""
+        self._needs("bn_bwd_grid_f32")
+
+    def dropout_apply_f32(self, x, keep, p: float):
+        """x / float32(1 - p) where the bool mask `keep` is set, else 0, float32, exact: dropout's
+        forward (x) and backward (its error, the same mask)."""
+        self._needs("dropout_apply_f32")
+
+    def bias_add_f32(self, y, b):
+        """y + b over the last axis (b: (C,)), float32, exact (a conv's or linear layer's bias)."""
+        self._needs("bias_add_f32")
+
+    def channel_mean_bwd_f32(self, err, in_hw):
+        """The global average pool's input error: err (N, C) or (N, 1, 1, C) divided by H * W in
+        float32, at every pixel of (N, H, W, C); exact."""
+        self._needs("channel_mean_bwd_f32")
+
+    def maxpool_pad_f32(self, x, kernel: int, stride: int, pad: int, out_hw):
+        """(y, argmax) of a max-pool over x padded with -inf (`pad` before each axis, after it as
+        many cells as `out_hw` windows reach: ceil_mode), out_hw windows; maxpool_f32's argmax, exact."""
+        self._needs("maxpool_pad_f32")
+
+    def maxpool_pad_bwd_f32(self, err, argmax, kernel: int, stride: int, pad: int, in_hw):
+        """The input error (N, H, W, C) of maxpool_pad_f32, exact (added in maxpool_bwd_f32's order)."""
+        self._needs("maxpool_pad_bwd_f32")
+
     def wageubn_update(self, q, e: int, grad, m, lr: float, momentum: float, weight_decay: float, grad_bits: int,
                        momentum_bits: int, acc_bits: int, rng):
         """WAGEUBN's update of int32 weights q * 2**e (float_ops.wageubn_update): (new q, new

@@ -341,6 +341,30 @@ class CpuBackend(Backend):
     def add_f32(self, a, b):
         return _native.add_f32(a, b)
 
+    def softmax_xent_grad_f32(self, logits, labels, divisor):
+        return _native.softmax_xent_grad_f32(logits, labels, float(divisor))
+
+    def bn_fwd_grid_f32(self, x, gamma, beta, mean, var, training, momentum, eps, stat_bits, affine_bits):
+        return _native.bn_fwd_grid_f32(x, gamma, beta, mean, var, training, momentum, eps, stat_bits, affine_bits)
+
+    def bn_bwd_grid_f32(self, err, xhat, inv_std, gamma, error_bits, affine_bits):
+        return _native.bn_bwd_grid_f32(err, xhat, inv_std, gamma, error_bits, affine_bits)
+
+    def dropout_apply_f32(self, x, keep, p):
+        return _native.dropout_apply_f32(x, keep, float(p))
+
+    def bias_add_f32(self, y, b):
+        return _native.bias_add_f32(y, b)
+
+    def channel_mean_bwd_f32(self, err, in_hw):
+        return _native.channel_mean_bwd_f32(err, tuple(in_hw))
+
+    def maxpool_pad_f32(self, x, kernel, stride, pad, out_hw):
+        return _native.maxpool_pad_f32(x, kernel, stride, pad, tuple(out_hw))
+
+    def maxpool_pad_bwd_f32(self, err, argmax, kernel, stride, pad, in_hw):
+        return _native.maxpool_pad_bwd_f32(err, argmax, kernel, stride, pad, tuple(in_hw))
+
     def relu_bwd_f32(self, err, y):
         return _native.relu_bwd_f32(err, y)
 

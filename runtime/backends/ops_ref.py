@@ -35,7 +35,9 @@ FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_error
 #: the mobile CNNs' element-wise and channel layers (algorithms/_branch_layers.py), float_ops.py
 BRANCH_HOOKS = ("act_f32", "act_bwd_f32", "mul_f32", "mul_bwd_f32", "concat_channels", "slice_channels",
                 "pad_channels", "channel_shuffle",
-                "bn_fwd_f32", "bn_bwd_f32", "channel_mean_f32", "channel_sum_f32", "add_f32")   # + the float layers
+                "bn_fwd_f32", "bn_bwd_f32", "channel_mean_f32", "channel_sum_f32", "add_f32",   # + the float layers
+                "bias_add_f32", "channel_mean_bwd_f32", "maxpool_pad_f32", "maxpool_pad_bwd_f32",
+                "softmax_xent_grad_f32", "dropout_apply_f32", "bn_fwd_grid_f32", "bn_bwd_grid_f32")
 
 
 #: the depthwise convolutions (one filter per channel: weight (C, KH, KW, 1)); their
@@ -240,6 +242,14 @@ class RefBackend(Backend):
     channel_mean_f32 = staticmethod(float_ops.channel_mean_f32)
     channel_sum_f32 = staticmethod(float_ops.channel_sum_f32)
     add_f32 = staticmethod(float_ops.add_f32)
+    bias_add_f32 = staticmethod(float_ops.bias_add_f32)
+    dropout_apply_f32 = staticmethod(float_ops.dropout_apply_f32)
+    bn_fwd_grid_f32 = staticmethod(float_ops.bn_fwd_grid_f32)
+    bn_bwd_grid_f32 = staticmethod(float_ops.bn_bwd_grid_f32)
+    softmax_xent_grad_f32 = staticmethod(float_ops.softmax_xent_grad_f32)
+    channel_mean_bwd_f32 = staticmethod(float_ops.channel_mean_bwd_f32)
+    maxpool_pad_f32 = staticmethod(float_ops.maxpool_pad_f32)
+    maxpool_pad_bwd_f32 = staticmethod(float_ops.maxpool_pad_bwd_f32)
 
     def maxpool_bwd_f32(self, err, argmax, kernel, stride, in_hw):
         return float_ops.maxpool_bwd_f32(err, argmax, kernel, stride, in_hw)

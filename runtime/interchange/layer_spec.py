@@ -18,7 +18,8 @@ groups 1, dilation 1), linear (out, bias false; a bias is float32 in every recip
 its exact int32 sums), relu, maxpool (kernel 2, stride = kernel, padding 0, ceil_mode false),
 avgpool (kernel 2, stride = kernel, padding 0, count_include_pad false; NITI shifts a
 power-of-two window with stride = kernel on int8, others run in float),
-globalavgpool (keep_dims false), flatten, dropout (p 0.5), batchnorm, add (skip_from),
+globalavgpool (keep_dims false), flatten, dropout (p 0.5), batchnorm (eps 1e-5, momentum 0.1:
+PyTorch's), add (skip_from),
 residual (body: [...], shortcut: [...] or none); the mobile CNNs' layers: relu6, clip (low,
 high), hardswish, hardsigmoid (alpha 1/6, beta 1/2), sigmoid, silu, tanh (each with an
 optional source), mul (inputs: [a, b]; b may be a (1, 1, C) channel scale), concat
@@ -32,6 +33,8 @@ is also what `layers_of` writes, so every model (zoo, ONNX, YAML) round-trips th
 """
 from __future__ import annotations
 
+import math
+
 from ..errors import ConfigError, ShapeError
 from ..nn import (INPUT, MULTI_INPUT, Add, AvgPool2d, BatchNorm2d, ChannelShuffle, Concat, Conv2d, Dropout, Flatten,
                   GlobalAvgPool, Linear, MaxPool2d, Model, Mul, Nonlinearity, ReLU, SliceChannels)
@@ -44,7 +47,7 @@ ACTIVATIONS = {"relu6": ("clip", ()), "clip": ("clip", (("low", None), ("high", 
 KINDS = {
     "conv": {"name", "out", "kernel", "stride", "padding", "source", "bias", "groups", "dilation"},
     "linear": {"name", "out", "bias"},
-    "relu": {"name"}, "flatten": {"name"}, "batchnorm": {"name"}, "globalavgpool": {"name", "keep_dims"},
+    "relu": {"name"}, "flatten": {"name"}, "batchnorm": {"name", "eps", "momentum"}, "globalavgpool": {"name", "keep_dims"},
     "maxpool": {"name", "kernel", "stride", "padding", "ceil_mode"},
     **{kind: {"name", "source", *(k for k, _ in params)} for kind, (_, params) in ACTIVATIONS.items()},
     "mul": {"name", "inputs"}, "concat": {"name", "inputs"}, "slice": {"name", "start", "stop", "source"},
@@ -191,7 +194,12 @@ class _Builder:
         if kind == "batchnorm":
             if len(shape) != 3:
                 raise self.error(where, f"batchnorm needs an image input (H, W, C), got shape {shape}")
-            return self.add(BatchNorm2d(name, shape[2]), where)
+            eps, momentum = self.number(item, "eps", where, 1e-5), self.number(item, "momentum", where, 0.1)
+            if not (math.isfinite(eps) and eps > 0):
+                raise self.error(f"{where}.eps", f"{eps!r} must be a number > 0")
+            if not 0 <= momentum <= 1:
+                raise self.error(f"{where}.momentum", f"{momentum!r} must be a number in [0, 1]")
+            return self.add(BatchNorm2d(name, shape[2], eps, momentum), where)
         if kind == "add":
             if not isinstance(item.get("skip_from"), str):
                 raise self.error(f"{where}.skip_from", f"{item.get('skip_from')!r}: name an earlier layer")
@@ -278,6 +286,9 @@ def layers_of(model: Model) -> list[dict]:
             item = {"kind": "add", "skip_from": layer.skip_from}
         else:
             item = {"kind": {ReLU: "relu", Flatten: "flatten", BatchNorm2d: "batchnorm"}[type(layer)]}
+            if isinstance(layer, BatchNorm2d):   # written only where not PyTorch's defaults
+                item.update({k: v for k, v in (("eps", layer.eps), ("momentum", layer.momentum))
+                             if v != {"eps": 1e-5, "momentum": 0.1}[k]})
         if getattr(layer, "source", None) is not None:
             item["source"] = layer.source
         if getattr(layer, "bias", False):   # written only when set: bias-free descriptions stay as they were

@@ -4,12 +4,12 @@ Layout, version 1:
 
 | key | dtype, shape | holds |
 |---|---|---|
-| `__model__` | str, () | JSON: format "dsptrain-npz", version 1, name, recipe, input_shape [H, W, C], input ("(pixel - 128) / 128, NHWC"), num_classes, bn_epsilon, layers (the flat list of `layer_spec.layers_of`: kind, name and parameters of each layer, in order), classes (the class names by label, when the data had them: an image folder's subfolders) |
+| `__model__` | str, () | JSON: format "dsptrain-npz", version 1, name, recipe, input_shape [H, W, C], input ("(pixel - 128) / 128, NHWC"), num_classes, bn_epsilon (the default; a batchnorm item of `layers` with its own `eps` uses that), layers (the flat list of `layer_spec.layers_of`: kind, name and parameters of each layer, in order), classes (the class names by label, when the data had them: an image folder's subfolders) |
 | `<layer>.weight` | float32 | conv: (out, kh, kw, in) OHWI; linear: (out, in), a flattened input's features in (H, W, C) order |
 | `<layer>.bias` | float32, (out,) | only for a conv or linear layer with a bias (float recipes): added to its output |
 | `<layer>.weight_q` | int8 | only for recipes that keep int8 weights (NITI): the stored integers |
 | `<layer>.weight_exponent` | int32, () | with `weight_q`: weight = weight_q * 2**weight_exponent, exactly |
-| `<bn>.gamma`, `<bn>.beta`, `<bn>.running_mean`, `<bn>.running_var` | float32, (C,) | batch norm: y = gamma * (x - mean) / sqrt(var + bn_epsilon) + beta |
+| `<bn>.gamma`, `<bn>.beta`, `<bn>.running_mean`, `<bn>.running_var` | float32, (C,) | batch norm: y = gamma * (x - mean) / sqrt(var + eps) + beta |
 
 Layers read the previous layer's output, except a conv with `source` (it reads that
 layer's output) and an add (previous output + the output of `skip_from`); `input` names

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..algorithms._float_layers import BN_EPS
 from ..checkpoint import atomic_write
 from ..nn import INPUT, Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
 from ..numerics import QTensor
@@ -53,6 +52,17 @@ class _Graph:
         q = int8 if int8 is not None else pow2_grid(value, 8)
         self.const(f"{name}_q", q.q.astype(np.int8))
         self.const(f"{name}_scale", np.array(2.0 ** q.e, np.float32))
+        self.const(f"{name}_zero", np.array(0, np.int8))
+        return self.node("DequantizeLinear", (f"{name}_q", f"{name}_scale", f"{name}_zero"), name, f"{name}_dq")
+
+
+    def grid_weight(self, name, q: np.ndarray, step: float):
+        """A weight a recipe's grid gives as int8 integers times `step`: their float32 values, or
+        in QDQ form the integers behind DequantizeLinear (scale `step`, zero point 0)."""
+        if not self.qdq:
+            return self.const(name, (q.astype(np.float64) * step).astype(np.float32))
+        self.const(f"{name}_q", q.astype(np.int8))
+        self.const(f"{name}_scale", np.array(step, np.float32))
         self.const(f"{name}_zero", np.array(0, np.int8))
         return self.node("DequantizeLinear", (f"{name}_q", f"{name}_scale", f"{name}_zero"), name, f"{name}_dq")
 
@@ -91,7 +101,7 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
     whether the checkpoint is NITI's (`niti=True` refuses any other)."""
     import onnx
 
-    from . import onnx_niti
+    from . import onnx_emulated, onnx_niti
 
     model, state = trained.model, trained.state
     g = _Graph(onnx, qdq)
@@ -101,6 +111,8 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
         onnx_niti.check(trained)
         walk.rounding = onnx_niti.Rounding(g, state, model)
         walk.out_of[INPUT] = walk.rounding.input("input")
+    elif onnx_emulated.covers(trained):
+        walk.grids = onnx_emulated.Grids(g, trained)
     previous = INPUT
     for layer, shape in zip(model.layers, model.shapes()):
         reads = getattr(layer, "source", None) or previous
@@ -109,7 +121,7 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
     g.nodes.append(g.helper.make_node("Identity", [walk.out_of[previous]], ["logits"], name="logits"))
     used = {name for node in g.nodes for name in node.input}   # e.g. NITI's input step when a float layer reads it
     g.initializers = [t for t in g.initializers if t.name in used]
-    proto = _model_proto(g, trained, qdq, niti)
+    proto = _model_proto(g, trained, qdq, niti, walk.grids is not None)
     onnx.checker.check_model(proto)
     return proto
 
@@ -117,14 +129,16 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
 @dataclass
 class _Walk:
     """What the walk over the layers keeps: the float (and stored) weights, NITI's rounding
-    writer (None for float activations), each layer's output name and shape, and for a
-    flattened output (and what passes it on) the (H, W, C) shape it was flattened from."""
+    writer (None for float activations), each layer's output name and shape, for a
+    flattened output (and what passes it on) the (H, W, C) shape it was flattened from, and
+    Octo's or AFP's int8 grids (onnx_emulated.Grids; None for others)."""
     floats: dict
     state: dict
     rounding: object | None
     out_of: dict
     shape_of: dict
     flat_from: dict = field(default_factory=dict)
+    grids: object | None = None
 
 
 def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
@@ -134,12 +148,14 @@ def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
         x, reads = walk.rounding.enter(layer, x, reads)
     if isinstance(layer, Conv2d):
         to_oihw = lambda a: a.transpose(0, 3, 1, 2)
-        w = g.weight(f"{name}.weight", to_oihw(walk.floats[f"{name}.w"]), _int8_of(walk.state[f"{name}.w"], to_oihw))
+        x, w = _product_operands(g, walk, name, x, to_oihw)
         p = layer.padding
         g.node("Conv", (x, w, *_bias(g, layer, walk.floats, walk.rounding)), out, name,
                kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2, pads=[p] * 4, group=layer.groups,
                dilations=[layer.dilation] * 2)
         out = _rounded_product(g, walk, layer, out, reads, (1, -1, 1, 1))
+        if walk.grids:
+            out = walk.grids.compensation(layer, out, conv=True)
     elif isinstance(layer, Linear):
         source_shape = walk.flat_from.get(reads)
         def to_onnx(a, s=source_shape):
@@ -147,9 +163,11 @@ def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
                 return a
             h, w_, c = s          # engine columns (H, W, C) -> ONNX's (C, H, W)
             return a.reshape(a.shape[0], h, w_, c).transpose(0, 3, 1, 2).reshape(a.shape[0], -1)
-        w = g.weight(f"{name}.weight", to_onnx(walk.floats[f"{name}.w"]), _int8_of(walk.state[f"{name}.w"], to_onnx))
+        x, w = _product_operands(g, walk, name, x, to_onnx)
         g.node("Gemm", (x, w, *_bias(g, layer, walk.floats, walk.rounding)), out, name, transB=1)
         out = _rounded_product(g, walk, layer, out, reads, (1, -1))
+        if walk.grids:
+            out = walk.grids.compensation(layer, out, conv=False)
     elif isinstance(layer, ReLU):
         g.node("Relu", (x,), out, name)
         if reads in walk.flat_from:
@@ -174,7 +192,7 @@ def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
             walk.flat_from[layer.name] = walk.flat_from[reads]
     elif isinstance(layer, BatchNorm2d):
         inputs = [g.const(f"{name}.{k}", walk.floats[f"{name}.{k}"]) for k in ("gamma", "beta", "mean", "var")]
-        g.node("BatchNormalization", (x, *inputs), out, name, epsilon=BN_EPS)
+        g.node("BatchNormalization", (x, *inputs), out, name, epsilon=layer.eps, momentum=1.0 - layer.momentum)
     elif isinstance(layer, GlobalAvgPool) and layer.keep_dims:
         g.node("GlobalAveragePool", (x,), out, name)
     elif isinstance(layer, branches.LAYERS):
@@ -196,7 +214,16 @@ def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
     return out
 
 
-def _model_proto(g: _Graph, trained, qdq: bool, niti: bool):
+def _product_operands(g: _Graph, walk: _Walk, name: str, x: str, to_onnx) -> tuple[str, str]:
+    """A conv's or linear layer's (input, weight) in the graph: as they are, or on Octo's or AFP's
+    int8 grids (the input rounded on its batch's range, the weight as the recipe quantizes it)."""
+    if walk.grids:
+        q, step = walk.grids.weight(walk.floats[f"{name}.w"])
+        return walk.grids.activation(name, x), g.grid_weight(f"{name}.weight", to_onnx(q), step)
+    return x, g.weight(f"{name}.weight", to_onnx(walk.floats[f"{name}.w"]), _int8_of(walk.state[f"{name}.w"], to_onnx))
+
+
+def _model_proto(g: _Graph, trained, qdq: bool, niti: bool, grids: bool = False):
     """The graph's nodes and initializers as a model: the input and logits, opset and the
     properties that say what the file holds."""
     onnx, model = g.onnx, trained.model
@@ -210,8 +237,11 @@ def _model_proto(g: _Graph, trained, qdq: bool, niti: bool):
                                 producer_name="dsptrain", doc_string=f"input: {INPUT_NOTE}")
     proto.ir_version = 8     # readable by ONNX Runtime releases from 1.14 on
     props = {"dsptrain.input": INPUT_NOTE, "dsptrain.recipe": trained.recipe,
-             "dsptrain.weights": "int8 QDQ, power-of-two scales" if qdq else "float32",
-             "dsptrain.activations": "NITI int8, per-batch power-of-two step" if niti else "float32"}
+             "dsptrain.weights": (f"int8 QDQ, {trained.recipe}'s scales" if qdq and grids else
+                                  "int8 QDQ, power-of-two scales" if qdq else
+                                  f"float32 on {trained.recipe}'s int8 grid" if grids else "float32"),
+             "dsptrain.activations": ("NITI int8, per-batch power-of-two step" if niti else
+                                      f"{trained.recipe} int8 at each product, per-batch step" if grids else "float32")}
     if trained.meta.get("classes"):   # an image folder's class names, label by label
         props["dsptrain.classes"] = json.dumps(trained.meta["classes"])
     g.helper.set_model_props(proto, props)

@@ -10,7 +10,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..algorithms._float_layers import BN_EPS as BN_EPS_DEFAULT
 from ..nn import INPUT, Add, AvgPool2d, BatchNorm2d, ChannelShuffle, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d
 from .onnx_branches import (ShuffleView, clip, concat_node, hard_sigmoid, mul, relu, simple, slice_channels, split,
                             transpose)
@@ -285,10 +284,14 @@ def _batch_norm(state, node, attrs):
         if value.shape != (c,):
             raise state.fail(node, f"{key} {node.input[index]!r} has shape {value.shape}; expected ({c},)")
         params[key] = np.asarray(value, np.float64)
-    # The engine's epsilon is fixed (BN_EPS_DEFAULT); another epsilon is the same function
-    # with the variance shifted by the difference.
-    params["var"] = params["var"] + float(attrs.get("epsilon", 1e-5)) - BN_EPS_DEFAULT
-    if np.any(params["var"] <= -BN_EPS_DEFAULT):
+    # The layer keeps the node's epsilon, and its momentum in PyTorch's sense (ONNX's is the
+    # running statistics' weight: 1 - PyTorch's; both default to PyTorch's 0.1).
+    eps, momentum = float(attrs.get("epsilon", 1e-5)), 1.0 - float(attrs.get("momentum", 0.9))
+    if not (eps > 0 and np.isfinite(eps)):
+        raise state.fail(node, f"epsilon {eps} must be a positive number")
+    if not 0.0 <= momentum <= 1.0:
+        raise state.fail(node, f"momentum {1.0 - momentum} must be in [0, 1]")
+    if np.any(params["var"] + eps <= 0):
         raise state.fail(node, "running variance below zero")
     previous = state.layers[-1] if state.layers else None
     if previous is not None and previous.name in state.pending_bias:   # conv bias -> BN mean, exactly
@@ -299,7 +302,7 @@ def _batch_norm(state, node, attrs):
     name = layer_name(state, node, node.input[1])
     for key, value in params.items():
         state.weights[f"{name}.{key}"] = value.astype(np.float32)
-    emit(state, node, BatchNorm2d(name, c), x.onnx_shape, x.engine_shape)
+    emit(state, node, BatchNorm2d(name, c, eps, momentum), x.onnx_shape, x.engine_shape)
 
 
 def _dropout(state, node, attrs):

@@ -87,6 +87,30 @@ def test_qdq_of_a_float_recipe_uses_power_of_two_int8(tmp_path):
     assert np.abs(inits["fc3.weight_q"] * scale - state["fc3.w"]).max() <= scale / 2
 
 
+@pytest.mark.parametrize("recipe", ["octo", "afp"])
+@pytest.mark.parametrize("fmt", ["onnx", "onnx-qdq"])
+def test_int8_emulated_exports_agree_with_dsptrain(tmp_path, test_images, recipe, fmt):
+    """Octo's and AFP's exports carry their int8 grids (weights; each product's input on its
+    batch's range) and Octo's compensation layers (onnx_emulated.py): fed dsptrain's batches,
+    ONNX Runtime gives its top-1 answers (AFP's power-of-two steps: its logits exactly)."""
+    checkpoint = _trained(tmp_path, recipe)
+    out = tmp_path / f"lenet.{fmt}"
+    dsptrain.export(checkpoint, out, fmt)
+    found = agreement(dsptrain_logits(checkpoint, test_images, batch=500),
+                      onnxruntime_logits(out, test_images, batch=500))
+    print(f"{recipe} {fmt}: {found}")
+    assert found["top1_agreement"] >= FLOAT_AGREEMENT, found
+    bound = 1e-6 if recipe == "afp" else 2e-2     # Octo's float scales round once more in float32
+    assert found["max_logit_diff"] <= bound * found["logit_scale"], found
+    if fmt == "onnx-qdq":   # the integers and the scale the recipe's own grid gives its weights
+        state, _ = dsptrain.checkpoint.load(checkpoint)
+        inits = {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(out).graph.initializer}
+        w = np.asarray(state["fc3.w"], np.float64)
+        step = np.abs(w).max() / 127 if recipe == "octo" else 2.0 ** (np.ceil(np.log2(np.abs(w).max())) - 7)
+        assert inits["fc3.weight_q"].dtype == np.int8 and np.isclose(float(inits["fc3.weight_scale"]), step)
+        assert np.abs(inits["fc3.weight_q"] * step - w).max() <= step / 2 + 1e-12
+
+
 def test_npz_layout(tmp_path):
     checkpoint = _trained(tmp_path, "niti")
     out = tmp_path / "lenet.npz"

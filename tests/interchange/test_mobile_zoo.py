@@ -151,8 +151,12 @@ def test_the_layer_list_round_trips_through_yaml(imported, name):
     assert from_description(describe(model)).layers == model.layers
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_export_agrees_in_onnxruntime(imported, name, tmp_path, recipe="fp32", fmt="onnx"):
+EXPORTS = [(name, "fp32", "onnx") for name in MODELS] + [
+    (name, recipe, "onnx-qdq") for name in ("mobilenet_v2", "efficientnet_b0", "resnet18") for recipe in ("octo", "afp")]
+
+
+@pytest.mark.parametrize("name,recipe,fmt", EXPORTS)
+def test_export_agrees_in_onnxruntime(imported, name, tmp_path, recipe, fmt):
     """Trained a few steps (the YAML form of the imported model: checkpoints keep it), exported,
     run in ONNX Runtime beside dsptrain's own evaluation of the checkpoint."""
     import json
@@ -171,7 +175,11 @@ def test_export_agrees_in_onnxruntime(imported, name, tmp_path, recipe="fp32", f
     pixels = images(64, (32, 32, 3), seed=3)
     found = agreement(dsptrain_logits(checkpoint, pixels), onnxruntime_logits(out, pixels))
     assert found["top1_agreement"] >= 0.999, found
-    assert found["max_logit_diff"] <= 1e-4 * found["logit_scale"], found
+    # Octo's and AFP's int8 grids (one batch of 64): a product's input near a rounding boundary may land
+    # on the other side in float32 (Octo's float scales; ONNX Runtime's float32 sums and batch norm
+    # where dsptrain's are exact or double), and the step moves on through the layers after it
+    bound = 1e-4 if recipe == "fp32" else 5e-2
+    assert found["max_logit_diff"] <= bound * found["logit_scale"], found
 
 
 @pytest.mark.parametrize("name", MODELS)
