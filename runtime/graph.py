@@ -139,9 +139,10 @@ class TrainGraph:
 class GraphBuilder:
     """Collects ops and tensors while a recipe lowers a model."""
 
-    def __init__(self, recipe, batch: int, model=None, training: bool = True):
+    def __init__(self, recipe, batch: int, model=None, training: bool = True, frozen=frozenset()):
         self.recipe, self.batch = recipe, batch
         self.model, self.training = model, training   # for recipes that treat some layers apart
+        self.frozen = frozenset(frozen)               # layers that do not train (a frozen batch norm evaluates)
         self.ops: list[Op] = []
         self.tensors: dict[str, TensorSpec] = {}
         self.params: list[str] = []
@@ -198,15 +199,16 @@ def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) 
     having no parameters above, so no error flows into a frozen stem at all, and their
     weight-gradient and update ops are removed (`_without_frozen`), so nothing keeps an
     activation only those ops would read. Done here once, for every recipe. A frozen batch
-    norm still normalises by batch statistics and tracks its running mean and variance
-    (as PyTorch does for a module in train mode whose parameters take no gradient).
+    norm normalises by its running statistics and keeps them, as at evaluation (torchvision's
+    FrozenBatchNorm2d: fine-tuning on a phone's few samples leaves a frozen backbone's
+    statistics alone); its backward scales the error by gamma / sqrt(var + eps).
     """
     from .algorithms import algorithm_module, takes_given_shift
     from .algorithms._fusions import fuse_pool_into_compensation, fuse_relu_into_compensation, fuse_relu_pool
 
     algorithm = algorithm_module(recipe.module)
     algorithm.check_model(model, recipe)
-    b = GraphBuilder(recipe, batch, model, training)
+    b = GraphBuilder(recipe, batch, model, training, frozen)
     x = b.tensor(INPUT, (batch, *model.input_shape), algorithm.ACTIVATION_DTYPE, "input")
     output_of = {INPUT: x}
     needs_error = {x: False}          # tensor -> does an error have to flow into it

@@ -70,6 +70,7 @@ def bn_state_names(name):
 
 
 def forward_bn(b, layer, x, shape, prefix, training, grids=None):
+    training = training and layer.name not in b.frozen    # a frozen batch norm evaluates (graph.lower)
     gamma, beta, mean, var = bn_state_names(layer.name)
     b.param(gamma, (layer.channels,), "float32")
     b.param(beta, (layer.channels,), "float32")
@@ -89,6 +90,10 @@ def backward_bn(b, layer, err, needs_input_error, prefix, grids=None):
     x, _ = b.layer_io[layer.name]
     gamma, beta, _, _ = bn_state_names(layer.name)
     err_in = b.tensor(f"err.{layer.name}", b.tensors[x].shape, "float32", "error")
+    if layer.name in b.frozen:   # running statistics: an affine map per channel, no gamma or beta gradient
+        b.op(f"{layer.name}.bwd", f"{prefix}.bn_frozen_bwd", layer.name, "backward",
+             (err, f"{layer.name}.inv_std", gamma), (err_in,), ("mul_f32",), int(np.prod(b.tensors[x].shape)))
+        return (err_in if needs_input_error else None), []
     g_gamma = b.tensor(f"{gamma}.grad", (layer.channels,), "float32", "grad")
     g_beta = b.tensor(f"{beta}.grad", (layer.channels,), "float32", "grad")
     b.op(f"{layer.name}.bwd", f"{prefix}.bn_bwd", layer.name, "backward",
@@ -182,8 +187,15 @@ def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
         err, xhat, inv, gamma = (np.asarray(env[t], np.float32) for t in op.inputs)
         return dict(zip(op.outputs, backend.bn_bwd_grid_f32(err, xhat, inv, gamma, error, affine)))
 
+    def bn_frozen_bwd(backend, op, env, ctx):   # err * gamma / sqrt(running var + eps), channel by channel
+        err, inv, gamma = (np.asarray(env[t], np.float32) for t in op.inputs)
+        n, c = err.shape[0], err.shape[-1]
+        scale = np.ascontiguousarray(np.broadcast_to((gamma * inv).reshape(1, 1, 1, c), (n, 1, 1, c)))
+        return {op.outputs[0]: backend.mul_f32(err, scale)}
+
     ops = {f"{prefix}.{name}": fn for name, fn in
-           dict(add=add, join=join, avgpool_fwd=avgpool_fwd, avgpool_bwd=avgpool_bwd).items()}
+           dict(add=add, join=join, avgpool_fwd=avgpool_fwd, avgpool_bwd=avgpool_bwd,
+                bn_frozen_bwd=bn_frozen_bwd).items()}
     if native(grids):
         ops.update({f"{prefix}.bn_fwd": bn_fwd_hook, f"{prefix}.bn_bwd": bn_bwd_hook})
     elif grids.bits:
