@@ -41,6 +41,20 @@ def torch_logits(net, pixels: np.ndarray) -> np.ndarray:
         return net(x).numpy().astype(np.float64)
 
 
+def torch_sgd_step(net, pixels: np.ndarray, labels: np.ndarray, optimizer_settings) -> None:
+    """One step of PyTorch's SGD (the recipe's lr, momentum and weight decay) on the trainable
+    parameters of `net`, in the mode `net` is in, on what dsptrain feeds: (p - 128) / 128, NCHW."""
+    import torch
+
+    o = optimizer_settings
+    optimizer = torch.optim.SGD([p for p in net.parameters() if p.requires_grad], lr=o.lr, momentum=o.momentum,
+                                weight_decay=o.weight_decay)
+    x = torch.from_numpy(((pixels.astype(np.float32) - 128) / 128).transpose(0, 3, 1, 2).copy())
+    optimizer.zero_grad()
+    torch.nn.functional.cross_entropy(net(x), torch.from_numpy(labels)).backward()
+    optimizer.step()
+
+
 def write_run(directory: Path, recipe: str, body: str = "", name: str = "t") -> Path:
     path = Path(directory) / f"{name}.yaml"
     path.write_text(f"name: {name}\nrecipe: {recipe}\nbackend: cpu\nenergy: estimate\n"

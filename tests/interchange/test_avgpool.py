@@ -12,7 +12,7 @@ import dsptrain
 from dsptrain import precision
 from dsptrain.graph import lower
 
-from .helpers import cli, dsptrain_logits, images, need_torch, torch_logits, trainer_for, write_run
+from .helpers import cli, dsptrain_logits, images, need_torch, torch_logits, torch_sgd_step, trainer_for, write_run
 
 FP32_TOLERANCE = 1e-4            # relative to the largest |logit| (or weight change)
 NITI_BOUND = 0.06                # |NITI - torch| <= 6 % of the largest |logit| (as test_import_ops)
@@ -79,13 +79,7 @@ def test_one_sgd_step_equals_torch(tmp_path):
         trainer.step(pixels, labels)
     finally:
         trainer.close()
-    o = trainer.recipe.optimizer
-    optimizer = torch.optim.SGD(net.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
-    net.train()
-    x = torch.from_numpy(((pixels.astype(np.float32) - 128) / 128).transpose(0, 3, 1, 2).copy())
-    optimizer.zero_grad()
-    torch.nn.functional.cross_entropy(net(x), torch.from_numpy(labels)).backward()
-    optimizer.step()
+    torch_sgd_step(net.train(), pixels, labels, trainer.recipe.optimizer)
     theirs = {"0.w": net[0].weight.detach().numpy().transpose(0, 2, 3, 1), "0.b": net[0].bias.detach().numpy(),
               "4.b": net[4].bias.detach().numpy()}
     for name, value in theirs.items():

@@ -9,7 +9,7 @@ import numpy as np
 
 import dsptrain
 
-from .helpers import images, need_torch, write_run
+from .helpers import images, need_torch, torch_sgd_step, write_run
 
 FP32_TOLERANCE = 1e-4
 
@@ -47,16 +47,10 @@ def test_one_fp32_step_with_a_frozen_batch_norm_equals_torch(tmp_path):
         trainer.step(pixels, labels)
     finally:
         trainer.close()
-    o = trainer.recipe.optimizer
     net[1].eval()
     net[1].weight.requires_grad_(False)
     net[1].bias.requires_grad_(False)
-    optimizer = torch.optim.SGD([p for p in net.parameters() if p.requires_grad], lr=o.lr, momentum=o.momentum,
-                                weight_decay=o.weight_decay)
-    x = torch.from_numpy(((pixels.astype(np.float32) - 128) / 128).transpose(0, 3, 1, 2).copy())
-    optimizer.zero_grad()
-    torch.nn.functional.cross_entropy(net(x), torch.from_numpy(labels)).backward()
-    optimizer.step()
+    torch_sgd_step(net, pixels, labels, trainer.recipe.optimizer)
     for name in ("1.gamma", "1.beta", "1.mean", "1.var"):   # kept, bit for bit
         assert np.array_equal(trainer.state[name], before[name]), name
     theirs = {"0.w": net[0].weight.detach().numpy().transpose(0, 2, 3, 1), "4.b": net[4].bias.detach().numpy()}
