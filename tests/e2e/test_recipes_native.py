@@ -39,15 +39,17 @@ def assert_same_state(a, b):
         np.testing.assert_array_equal(values(a[name]), values(b[name]), err_msg=name)
 
 
-# FP32's products sum in the native GEMM's order, not OpenBLAS's (cpu_ops/gemm_f32.h):
-# four SGD steps later the weights agree to float32 rounding, measured within 1e-6 relative
-FP32_RTOL, FP32_ATOL = 1e-5, 1e-7
+# FP32's products sum in the native GEMM's order, not OpenBLAS's (cpu_ops/gemm_f32.h), and its
+# loss gradient is within a float32 ulp of NumPy's: four SGD steps later every tensor agrees
+# to 1e-5 of its largest value (an element near zero can differ more relative to itself)
+FP32_RTOL = 1e-5
 
 
 def assert_close_state(a, b):
     assert a.keys() == b.keys()
     for name in a:
-        np.testing.assert_allclose(values(a[name]), values(b[name]), rtol=FP32_RTOL, atol=FP32_ATOL, err_msg=name)
+        x, y = values(a[name]), values(b[name])
+        np.testing.assert_allclose(x, y, rtol=FP32_RTOL, atol=FP32_RTOL * float(np.abs(x).max()), err_msg=name)
 
 
 @pytest.mark.parametrize("recipe", EMULATED + ("fp32",))
@@ -57,10 +59,8 @@ def test_cpu_trains_to_the_bits_of_ref_with_every_op_placed_honestly(small_run, 
     native, stats = train(run, "cpu", tmp_path)
     (assert_close_state if recipe == "fp32" else assert_same_state)(reference, native)
     ops_on = stats[-1].ops_on
-    if recipe == "fp32":      # products and everything around them native; the loss gradient on ref
-        assert ops_on.get("ref", 0) == 1 and ops_on["cpu"] >= 20, ops_on
-    else:                     # only the float loss gradient is left on ref
-        assert ops_on.get("ref", 0) == 1 and ops_on["cpu"] >= 40, ops_on
+    # every op native, the float loss gradient included (softmax_xent_grad_f32)
+    assert "ref" not in ops_on and ops_on["cpu"] >= (20 if recipe == "fp32" else 40), ops_on
 
 
 @pytest.mark.parametrize("recipe", ["mls", "fp8", "fp32"])
