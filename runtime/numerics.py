@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 
 INT8_MAX = 127
@@ -174,13 +176,21 @@ MIN_EXPONENT = -30  # keeps 2**(1 - 2e) inside int64; logits that small are all 
 
 # ---------------------------------------------------------------- float boundaries
 
+def float_exponent(max_abs: float, bits: int = 8) -> int:
+    """NITI's exponent for a float range: ceil(log2(max_abs)) - (bits - 1), read off the float's
+    own exponent (exact where log2 would round), 0 for an all-zero tensor."""
+    if not max_abs > 0.0:
+        return 0
+    mantissa, exponent = math.frexp(max_abs)       # max_abs = mantissa * 2**exponent, 0.5 <= mantissa < 1
+    return (exponent - 1 if mantissa == 0.5 else exponent) - (bits - 1)
+
+
 def quantize_float(x: np.ndarray, bits: int = 8) -> QTensor:
     """NITI's input quantization: exponent from the range, round to nearest, clip."""
     max_abs = float(np.max(np.abs(x))) if x.size else 0.0
     if max_abs == 0.0:
         return QTensor(np.zeros(x.shape, np.int8), 0)
-    b = int(np.ceil(np.log2(max_abs)))
-    e = b - (bits - 1)
+    e = float_exponent(max_abs, bits)
     return QTensor(clip_int8(np.round(x * 2.0 ** (-e))), e)
 
 

@@ -13,7 +13,7 @@ run in float on the CPU. Here:
   float island ends at the next product.
 - `cast` converts at the edges (graph.lower puts it there): int8 -> float32 is exact
   (q * 2**e); float32 -> int8 takes NITI's input rule, exponent ceil(log2(max|x|)) - 7
-  (numerics.quantize_float), rounded by the role's mode (activations forward, errors
+  (numerics.float_exponent), rounded by the role's mode (activations forward, errors
   backward; psto, which needs an integer's discarded bits, as sto).
 - A product with a bias keeps its exact int32 sums and adds the float32 bias while
   turning them to float (`bias_fwd`, the dequantize_compensate hook with a zero scale
@@ -26,9 +26,9 @@ run in float on the CPU. Here:
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
+
+from .. import numerics
 
 from ..nn import (INPUT, Add, AvgPool2d, BatchNorm2d, ChannelShuffle, Concat, Conv2d, GlobalAvgPool, Linear, Mul,
                   Nonlinearity, SliceChannels, has_bias, inputs_of)
@@ -93,15 +93,6 @@ def layer_dtypes(model) -> dict[str, tuple[str, str]]:
     return formats
 
 
-def float_exponent(max_abs: float, bits: int = 8) -> int:
-    """NITI's exponent for a float range (numerics.quantize_float): ceil(log2(max_abs)) - (bits - 1),
-    from the float's own exponent (exact where log2 would round), 0 for an all-zero tensor."""
-    if not max_abs > 0.0:
-        return 0
-    mantissa, exponent = math.frexp(max_abs)       # max_abs = mantissa * 2**exponent, 0.5 <= mantissa < 1
-    return (exponent - 1 if mantissa == 0.5 else exponent) - (bits - 1)
-
-
 # ---------------------------------------------------------------- lowering
 
 def cast(b, tensor, dtype, name, layer, phase) -> str:
@@ -148,10 +139,6 @@ def backward_bias(b, layer, err) -> str:
     return cast(b, err, "int8", f"{err}.int8", layer.name, "backward")
 
 
-def has_float_params(layer) -> bool:
-    return isinstance(layer, BatchNorm2d) or (isinstance(layer, PRODUCTS) and has_bias(layer))
-
-
 def init_params(model) -> dict:
     """Batch norm's gamma 1 and beta 0, zero biases, and their SGD velocities (FP32's)."""
     params = {}
@@ -173,7 +160,7 @@ def to_float(backend, op, env, ctx) -> dict:
 
 def to_int8(backend, op, env, ctx) -> dict:
     x = env[op.inputs[0]]
-    e = float_exponent(backend.absmax_f(x))
+    e = numerics.float_exponent(backend.absmax_f(x))
     return {op.outputs[0]: QTensor(backend.quantize_f(x, 2.0 ** e, 8, op.attrs["mode"], ctx.rng(op)), e)}
 
 
