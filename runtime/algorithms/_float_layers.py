@@ -104,7 +104,7 @@ def backward_bn(b, layer, err, needs_input_error, prefix, grids=None):
 
 
 def forward_add(b, layer, x, shape, prefix):
-    skip = b.layer_io[layer.skip_from][1] if layer.skip_from in b.layer_io else "input"
+    x, skip = b.layer_inputs[layer.name]   # as graph.lower gave them (a mixed recipe's: after its casts)
     out = b.tensor(f"{layer.name}.out", shape, "float32", "activation")
     b.op(f"{layer.name}.fwd", f"{prefix}.add", layer.name, "forward", (x, skip), (out,), ("add_f32",))
     return out

@@ -115,12 +115,8 @@ def cast(b, tensor, dtype, name, layer, phase) -> str:
 
 
 def forward_float(b, layer, x, shape) -> str:
-    """A layer with float inputs: FP32's lowering (its op kinds are fp32.*)."""
-    if isinstance(layer, Add):   # FP32's add reads the skip's own output; here it is the cast one
-        out = b.tensor(f"{layer.name}.out", shape, "float32", "activation")
-        b.op(f"{layer.name}.fwd", "fp32.add", layer.name, "forward", b.layer_inputs[layer.name], (out,),
-             ("add_f32",))
-        return out
+    """A layer with float inputs: FP32's lowering (its op kinds are fp32.*), which reads the
+    inputs graph.lower cast (`b.layer_inputs`)."""
     return fp32.forward(b, layer, x, shape)
 
 

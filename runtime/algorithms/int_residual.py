@@ -63,7 +63,7 @@ def backward_avgpool2d(b, layer, err):
 
 
 def forward_add(b, layer, x, shape):
-    skip = b.layer_io[layer.skip_from][1] if layer.skip_from in b.layer_io else "input"
+    x, skip = b.layer_inputs[layer.name]   # as graph.lower gave them (a mixed recipe's: after its casts)
     out = b.tensor(f"{layer.name}.out", shape, "int8", "activation")
     b.op(f"{layer.name}.fwd", "niti.add", layer.name, "forward", (x, skip), (out,), ("add_align_s8",),
          mode=b.recipe.tensors.activations.rounding)
