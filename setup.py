@@ -4,6 +4,7 @@ The Hexagon side (dsp_kernels/) is built separately: `make -C dsp_kernels` for t
 emulated DSP (clang-16, lld-16), or `make -C dsp_kernels device` with the Hexagon SDK.
 The runtime also builds the emulated DSP on first use when the tools are present.
 """
+
 import glob
 import os
 import platform

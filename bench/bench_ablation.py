@@ -43,6 +43,7 @@ imported through from_torch; bench/zoo_models.py): NITI runs their products in i
 (depthwise on the dwconv2d hooks) and batch norm and ReLU6 in float on the CPU, so
 co-scheduling has CPU work to overlap with the DSP's products.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,14 +57,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import print_table, write_results  # noqa: E402
 from zoo_models import zoo_model  # noqa: E402
 
-CONFIGS = {"all": {}, "no co_schedule": {"co_schedule": False},
-           "no adaptive_rescale": {"adaptive_rescale": False}, "no batch_split": {"batch_split": False}}
-DSP_OFF = {"placement first": {"placement": "first"}}   # dsp only: without a DSP nothing moves
-FORCED = {"2 micro-batches": {"micro_batches": 2}}       # dsp only: the pipeline, forced on
-TECHNIQUE = {"no co_schedule": "co_schedule", "no adaptive_rescale": "adaptive_rescale",
-             "no batch_split": "batch_split", "placement first": "placement: profile (vs first)",
-             "2 micro-batches": "co_schedule forced to 2"}
-EPILOGUE = ("requant", "absmax")                         # DSP descriptors of the range estimate + rounding
+CONFIGS = {
+    "all": {},
+    "no co_schedule": {"co_schedule": False},
+    "no adaptive_rescale": {"adaptive_rescale": False},
+    "no batch_split": {"batch_split": False},
+}
+DSP_OFF = {"placement first": {"placement": "first"}}  # dsp only: without a DSP nothing moves
+FORCED = {"2 micro-batches": {"micro_batches": 2}}  # dsp only: the pipeline, forced on
+TECHNIQUE = {
+    "no co_schedule": "co_schedule",
+    "no adaptive_rescale": "adaptive_rescale",
+    "no batch_split": "batch_split",
+    "placement first": "placement: profile (vs first)",
+    "2 micro-batches": "co_schedule forced to 2",
+}
+EPILOGUE = ("requant", "absmax")  # DSP descriptors of the range estimate + rounding
 
 
 def make_run(model: str, sched: dict, epochs: int = 1, train_limit: int | None = None):
@@ -73,9 +82,14 @@ def make_run(model: str, sched: dict, epochs: int = 1, train_limit: int | None =
     run = dsptrain.load_run(CONFIG_ROOT / "runs" / "lenet-fmnist-niti.yaml")
     data = run.data if model == "lenet5" else dataclasses.replace(run.data, dataset="synthetic")
     data = dataclasses.replace(data, train_limit=train_limit, test_limit=None if model == "lenet5" else 256)
-    return dataclasses.replace(run, name=f"ablation-{model}", model=dataclasses.replace(run.model, name=model),
-                               data=data, train=dataclasses.replace(run.train, epochs=epochs, batch_size=64),
-                               scheduler=dataclasses.replace(run.scheduler, **sched))
+    return dataclasses.replace(
+        run,
+        name=f"ablation-{model}",
+        model=dataclasses.replace(run.model, name=model),
+        data=data,
+        train=dataclasses.replace(run.train, epochs=epochs, batch_size=64),
+        scheduler=dataclasses.replace(run.scheduler, **sched),
+    )
 
 
 def batches(trainer, n: int, start: int = 0):
@@ -101,6 +115,7 @@ def count_packets(dsp) -> dict:
         finally:
             for name, packets, _, _ in dsp.last_costs:
                 counts[name] = counts.get(name, 0) + packets
+
     dsp._run = counted
     return counts
 
@@ -162,7 +177,7 @@ def measure(model: str, backend: str, labels: list[str], steps: int, warmup: int
     rounds = []
     for r, (x, y) in enumerate(data):
         times = {}
-        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
+        for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
             started = time.perf_counter()
             stats = trainers[label].step(x, y)
             times[label] = time.perf_counter() - started
@@ -178,21 +193,33 @@ def measure(model: str, backend: str, labels: list[str], steps: int, warmup: int
         piped = [s for s in st if s.pipeline and "micro-batches" in s.pipeline]
         per_slice = sum(s.pipeline_ops + s.pipeline_syncs for s in piped)
         counts = packets.get(label)
-        rows.append({
-            "model": model, "backend": backend, "config": label, "steps": len(st),
-            "batch_s": statistics.median(times) if times else float("nan"), "best_s": min(times, default=float("nan")),
-            "model_ms": 1e3 * statistics.median(m) if (m := [r[label, "model"] for r in rounds
-                                                               if r.get((label, "model")) is not None]) else None,
-            "micro_batches": plan.micro_batches, "on_cpu": sum(s.ops_on.get("cpu", 0) for s in st) / n,
-            "pipelined": len(piped) / n, "no_sync": sum(s.pipeline_syncs == 0 for s in piped) / max(len(piped), 1),
-            "ops_piped": sum(s.pipeline_ops for s in piped) / per_slice if per_slice else 0.0,
-            "overlap_ms": 1e3 * sum(s.overlap_s for s in st) / n,
-            "estimates": sum(len(s.shifts) - s.given_shifts for s in st) / n,
-            "skipped": sum(s.given_shifts for s in st) / max(sum(len(s.shifts) for s in st), 1),
-            "split_ops": st[-1].split_ops if st else 0, "fast_fit": fast_fit(plan) if backend == "dsp" else None,
-            "packets": sum(counts.values()) // n if counts is not None else None,
-            "epilogue_packets": sum(v for k, v in counts.items() if k in EPILOGUE) // n if counts is not None else None,
-        })
+        rows.append(
+            {
+                "model": model,
+                "backend": backend,
+                "config": label,
+                "steps": len(st),
+                "batch_s": statistics.median(times) if times else float("nan"),
+                "best_s": min(times, default=float("nan")),
+                "model_ms": 1e3 * statistics.median(m)
+                if (m := [r[label, "model"] for r in rounds if r.get((label, "model")) is not None])
+                else None,
+                "micro_batches": plan.micro_batches,
+                "on_cpu": sum(s.ops_on.get("cpu", 0) for s in st) / n,
+                "pipelined": len(piped) / n,
+                "no_sync": sum(s.pipeline_syncs == 0 for s in piped) / max(len(piped), 1),
+                "ops_piped": sum(s.pipeline_ops for s in piped) / per_slice if per_slice else 0.0,
+                "overlap_ms": 1e3 * sum(s.overlap_s for s in st) / n,
+                "estimates": sum(len(s.shifts) - s.given_shifts for s in st) / n,
+                "skipped": sum(s.given_shifts for s in st) / max(sum(len(s.shifts) for s in st), 1),
+                "split_ops": st[-1].split_ops if st else 0,
+                "fast_fit": fast_fit(plan) if backend == "dsp" else None,
+                "packets": sum(counts.values()) // n if counts is not None else None,
+                "epilogue_packets": sum(v for k, v in counts.items() if k in EPILOGUE) // n
+                if counts is not None
+                else None,
+            }
+        )
         print(rows[-1], flush=True)
     layers = [{"model": model, "op": name, **v} for name, v in trainers["all"].rescale.summary().items()]
     for t in trainers.values():
@@ -210,10 +237,17 @@ def gains(rows: list[dict], rounds: list[dict]) -> list[dict]:
         # a technique switched off: time(off) / time(all); the pipeline forced on: time(all) / time(forced)
         on, off = (r["config"], "all") if r["config"] in FORCED else ("all", r["config"])
         ratios = [rd[off] / rd[on] for rd in rounds]
-        g = {"model": r["model"], "backend": r["backend"], "technique": TECHNIQUE[r["config"]],
-             "time_gain": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
-        modeled_ratios = [rd[off, "model"] / rd[on, "model"] for rd in rounds
-                          if rd.get((off, "model")) and rd.get((on, "model"))]
+        g = {
+            "model": r["model"],
+            "backend": r["backend"],
+            "technique": TECHNIQUE[r["config"]],
+            "time_gain": statistics.median(ratios),
+            "min": min(ratios),
+            "max": max(ratios),
+        }
+        modeled_ratios = [
+            rd[off, "model"] / rd[on, "model"] for rd in rounds if rd.get((off, "model")) and rd.get((on, "model"))
+        ]
         if modeled_ratios:
             g["model_gain"] = statistics.median(modeled_ratios)
         if base["packets"]:
@@ -238,9 +272,17 @@ def accuracy(epochs: int, out_dir: Path, seeds: list[int]) -> list[dict]:
             run = dataclasses.replace(run, train=dataclasses.replace(run.train, seed=seed))
             t = Trainer(run, backend="cpu", out_dir=out_dir / f"{label.replace(' ', '_')}-{seed}", progress=False)
             history = t.fit(epochs)
-            rows.append({"model": "lenet5", "backend": "cpu", "config": label, "seed": seed,
-                         "epochs": len(history), "test_accuracy": history[-1]["test_accuracy"],
-                         "estimates_skipped": t.rescale.skipped_fraction()})
+            rows.append(
+                {
+                    "model": "lenet5",
+                    "backend": "cpu",
+                    "config": label,
+                    "seed": seed,
+                    "epochs": len(history),
+                    "test_accuracy": history[-1]["test_accuracy"],
+                    "estimates_skipped": t.rescale.skipped_fraction(),
+                }
+            )
             t.close()
             print(rows[-1], flush=True)
     return rows
@@ -259,7 +301,7 @@ def main() -> None:
     ap.add_argument("--results", default="ablation", help="name of the JSON in bench/results/ (default ablation)")
     args = ap.parse_args()
     rows, gain_rows, layer_rows = [], [], []
-    for model in [m for m in args.models.split(",") if m]:     # --models "": the accuracy check only
+    for model in [m for m in args.models.split(",") if m]:  # --models "": the accuracy check only
         for backend in args.backends.split(","):
             steps = args.dsp_vgg_steps if (model != "lenet5" and backend == "dsp") else args.steps
             warmup = args.warmup if model == "lenet5" else max(args.warmup // 4, 4)
@@ -271,17 +313,26 @@ def main() -> None:
                 layer_rows += layers
     if rows:
         print_table(rows, title="per-batch time, batch 64 (median of timed steps)")
-        print_table(gain_rows, title="gain of each technique: median over rounds of time without it / "
-                                     "time with it (> 1: it helps)")
-        print_table(layer_rows, title="adaptive rescaling per op (config all, warm-up + timed steps): "
-                                      "range estimates run / skipped")
+        print_table(
+            gain_rows,
+            title="gain of each technique: median over rounds of time without it / time with it (> 1: it helps)",
+        )
+        print_table(
+            layer_rows,
+            title="adaptive rescaling per op (config all, warm-up + timed steps): range estimates run / skipped",
+        )
     seeds = [int(x) for x in args.accuracy_seeds.split(",")]
     acc = accuracy(args.accuracy_epochs, args.out, seeds) if args.accuracy_epochs else []
     if acc:
         print_table(acc, title=f"LeNet-5 test accuracy after {args.accuracy_epochs} epochs")
-    write_results(args.results if rows else "ablation_accuracy", rows + gain_rows + layer_rows + acc,
-                  steps=args.steps, warmup=args.warmup, dsp_vgg_steps=args.dsp_vgg_steps,
-                  accuracy_epochs=args.accuracy_epochs)
+    write_results(
+        args.results if rows else "ablation_accuracy",
+        rows + gain_rows + layer_rows + acc,
+        steps=args.steps,
+        warmup=args.warmup,
+        dsp_vgg_steps=args.dsp_vgg_steps,
+        accuracy_epochs=args.accuracy_epochs,
+    )
 
 
 if __name__ == "__main__":

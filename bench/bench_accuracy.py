@@ -7,6 +7,7 @@ Prints test accuracy after epochs 1, 5 and 10 and seconds per epoch, and writes
 bench/results/accuracy.csv/.json. PyTorch is optional (pip install torch==2.13.0):
 the same LeNet-5, data scaling, batch size, SGD settings and epochs as the engine's FP32.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,9 +19,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import report  # noqa: E402
-
 import dsptrain  # noqa: E402
+import report  # noqa: E402
 from dsptrain import data as datasets  # noqa: E402
 from dsptrain.config import CONFIG_ROOT  # noqa: E402
 
@@ -34,8 +34,11 @@ def engine(recipe: str, epochs: int, backend: str, out: Path) -> dict:
     if trainer.checkpoint_path.exists():
         trainer.checkpoint_path.unlink()
     (trainer.out_dir / "metrics.jsonl").unlink(missing_ok=True)
-    history = trainer.fit(on_epoch=lambda r: print(f"  {recipe} epoch {r['epoch']}: "
-                                                   f"{r['test_accuracy']:.4f} ({r['seconds']:.1f} s)", flush=True))
+    history = trainer.fit(
+        on_epoch=lambda r: print(
+            f"  {recipe} epoch {r['epoch']}: {r['test_accuracy']:.4f} ({r['seconds']:.1f} s)", flush=True
+        )
+    )
     trainer.close()
     return _row(f"dsptrain {recipe} ({'+'.join(trainer.backend_names)})", history)
 
@@ -49,10 +52,19 @@ def torch_fp32(epochs: int, recipe) -> dict | None:
     torch.manual_seed(0)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     model = nn.Sequential(
-        nn.Conv2d(1, 6, 5, padding=2, bias=False), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, 5, bias=False), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-        nn.Linear(400, 120, bias=False), nn.ReLU(), nn.Linear(120, 84, bias=False), nn.ReLU(),
-        nn.Linear(84, 10, bias=False))
+        nn.Conv2d(1, 6, 5, padding=2, bias=False),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5, bias=False),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(400, 120, bias=False),
+        nn.ReLU(),
+        nn.Linear(120, 84, bias=False),
+        nn.ReLU(),
+        nn.Linear(84, 10, bias=False),
+    )
     o = recipe.optimizer
     opt = torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
     train, test = datasets.load_fashion_mnist("train"), datasets.load_fashion_mnist("test")
@@ -98,8 +110,10 @@ def main(argv=None) -> int:
     peer = None if args.no_torch else torch_fp32(args.epochs, dsptrain.load_recipe("fp32"))
     if peer:
         rows.append(peer)
-    report.print_table(rows, title=f"LeNet-5 on Fashion-MNIST, test accuracy (%) and seconds per epoch, "
-                                   f"batch 64, backend {args.backend}")
+    report.print_table(
+        rows,
+        title=f"LeNet-5 on Fashion-MNIST, test accuracy (%) and seconds per epoch, batch 64, backend {args.backend}",
+    )
     report.write_results("accuracy", rows, args.out, epochs=args.epochs, backend=args.backend)
     return 0
 

@@ -23,6 +23,7 @@ decoded, turned gray and scaled down) through the Trainer:
 
 Results go to bench/results/bench_data.{csv,json}; the temp folder and cache are removed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,9 +42,8 @@ from report import print_table, write_results  # noqa: E402
 
 
 def make_photos(root: Path, count: int, size: int) -> None:
-    from PIL import Image
-
     from dsptrain.data import FASHION_MNIST_CLASSES, load_fashion_mnist
+    from PIL import Image
 
     data = load_fashion_mnist("train")
     for name in FASHION_MNIST_CLASSES:
@@ -94,8 +94,9 @@ def peer_epoch(root: Path, shape, batch_size: int) -> float | None:
 
         def __getitem__(self, i):
             with Image.open(files[i]) as image:
-                image = ImageOps.fit(image.convert("L" if shape[2] == 1 else "RGB"), (shape[1], shape[0]),
-                                     Image.Resampling.BILINEAR)
+                image = ImageOps.fit(
+                    image.convert("L" if shape[2] == 1 else "RGB"), (shape[1], shape[0]), Image.Resampling.BILINEAR
+                )
                 return torch.from_numpy(np.asarray(image, np.uint8).copy()), 0
 
     loader = torch.utils.data.DataLoader(Photos(), batch_size=batch_size, shuffle=True, num_workers=0)
@@ -123,8 +124,10 @@ def main() -> int:
         root, cache = work / "photos", work / "cache"
         started = time.perf_counter()
         make_photos(root, args.photos, args.size)
-        print(f"made {args.photos} photos of {args.size}x{args.size} in {time.perf_counter() - started:.1f} s",
-              file=sys.stderr)
+        print(
+            f"made {args.photos} photos of {args.size}x{args.size} in {time.perf_counter() - started:.1f} s",
+            file=sys.stderr,
+        )
         from dsptrain.models import build_model
 
         shape = build_model(args.model).input_shape
@@ -135,41 +138,74 @@ def main() -> int:
         data = Dataset.from_folder(root, shape, cache_dir=cache)
         cached_s = time.perf_counter() - started
 
-        (work / "run.yaml").write_text(f"recipe: {args.recipe}\nmodel: {args.model}\n"
-                                       f"train: {{batch_size: {args.batch_size}, seed: 0}}\n")
+        (work / "run.yaml").write_text(
+            f"recipe: {args.recipe}\nmodel: {args.model}\ntrain: {{batch_size: {args.batch_size}, seed: 0}}\n"
+        )
         run = dsptrain.load_run(work / "run.yaml")
         trainer = dsptrain.Trainer(run, progress=False, out_dir=work / "run", train_data=data)
-        rows = [{"part": "decode (first load)", "seconds": decode_s, "photos": args.photos},
-                {"part": "cached load (next run)", "seconds": cached_s, "photos": args.photos}]
+        rows = [
+            {"part": "decode (first load)", "seconds": decode_s, "photos": args.photos},
+            {"part": "cached load (next run)", "seconds": cached_s, "photos": args.photos},
+        ]
         flips = Augment(flip=True, crop_padding=2)
-        for label, augment, background in (("plain", None, False), ("flip + crop 2, thread", flips, True),
-                                           ("flip + crop 2, main thread", flips, False)):
+        for label, augment, background in (
+            ("plain", None, False),
+            ("flip + crop 2, thread", flips, True),
+            ("flip + crop 2, main thread", flips, False),
+        ):
             loader = Loader(trainer.train_data, args.batch_size, seed=0, augment=augment, background=background)
             inline = Loader(trainer.train_data, args.batch_size, seed=0, augment=augment, background=False)
             epochs = [timed_epoch(trainer, loader, epoch) for epoch in range(args.epochs)]
             alone = statistics.median(_data_alone(inline, epoch) for epoch in range(3))
             for epoch, row in enumerate(epochs, 1):
-                rows.append({"part": f"{label}: epoch {epoch}", "photos": len(trainer.train_data),
-                             "seconds": row["epoch_s"], "steps_s": row["steps_s"], "waiting_s": row["waiting_s"],
-                             "data_share": row["data_share"]})
+                rows.append(
+                    {
+                        "part": f"{label}: epoch {epoch}",
+                        "photos": len(trainer.train_data),
+                        "seconds": row["epoch_s"],
+                        "steps_s": row["steps_s"],
+                        "waiting_s": row["waiting_s"],
+                        "data_share": row["data_share"],
+                    }
+                )
             later = [row["epoch_s"] for row in epochs[1:]] or [epochs[0]["epoch_s"]]
-            rows.append({"part": f"{label}: median epoch 2..{args.epochs}", "photos": len(trainer.train_data),
-                         "seconds": statistics.median(later),
-                         "data_share": statistics.median(r["data_share"] for r in epochs[1:] or epochs),
-                         "data_alone_s": alone, "data_alone_share": alone / statistics.median(later)})
+            rows.append(
+                {
+                    "part": f"{label}: median epoch 2..{args.epochs}",
+                    "photos": len(trainer.train_data),
+                    "seconds": statistics.median(later),
+                    "data_share": statistics.median(r["data_share"] for r in epochs[1:] or epochs),
+                    "data_alone_s": alone,
+                    "data_alone_share": alone / statistics.median(later),
+                }
+            )
         trainer.close()
         peers = [peer_epoch(root, shape, args.batch_size) for _ in range(2)]
         if peers[0] is not None:
-            rows.append({"part": "peer: PIL + torch DataLoader decoding each epoch (data alone)",
-                         "photos": args.photos, "seconds": statistics.median(peers)})
+            rows.append(
+                {
+                    "part": "peer: PIL + torch DataLoader decoding each epoch (data alone)",
+                    "photos": args.photos,
+                    "seconds": statistics.median(peers),
+                }
+            )
         load = os.getloadavg()
-        print_table(rows, ["part", "photos", "seconds", "steps_s", "waiting_s", "data_share", "data_alone_s",
-                           "data_alone_share"],
-                    title=f"bench_data: {args.photos} JPEGs {args.size}x{args.size} -> {args.model} "
-                          f"{'x'.join(map(str, shape))}, "
-                          f"{run.recipe.name}, batch {args.batch_size}, load {load[0]:.2f}")
-        write_results("bench_data", rows, recipe=run.recipe.name, model=args.model, batch_size=args.batch_size,
-                      size=args.size, load=list(load))
+        print_table(
+            rows,
+            ["part", "photos", "seconds", "steps_s", "waiting_s", "data_share", "data_alone_s", "data_alone_share"],
+            title=f"bench_data: {args.photos} JPEGs {args.size}x{args.size} -> {args.model} "
+            f"{'x'.join(map(str, shape))}, "
+            f"{run.recipe.name}, batch {args.batch_size}, load {load[0]:.2f}",
+        )
+        write_results(
+            "bench_data",
+            rows,
+            recipe=run.recipe.name,
+            model=args.model,
+            batch_size=args.batch_size,
+            size=args.size,
+            load=list(load),
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -29,6 +29,7 @@ each, the results joined) and `block_diagonal` (one conv2d_s8 whose weight is ze
 each group's block: groups x the MACs, no copies).
 Results: bench/results/bench_depthwise.{csv,json}, bench_pointwise.{csv,json}, bench_grouped.{csv,json}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,7 +63,7 @@ def cpu_best_time(fn, runs: int = 5) -> float:
 def mobilenet_v2_layers(size: int = 32):
     """(depthwise [(C, H, stride)], pointwise [(H, Cin, Cout)]) of every layer, in order."""
     depthwise, pointwise = [], []
-    h, cin = (size + 2 - 3) // 2 + 1, 32           # the stem
+    h, cin = (size + 2 - 3) // 2 + 1, 32  # the stem
     for t, c, n, s in SETTINGS:
         for i in range(n):
             stride, hidden = (s if i == 0 else 1), cin * t
@@ -105,10 +106,14 @@ def torch_depthwise(torch, x, w, err, stride, runs, timer):
         fwd = lambda: torch.nn.functional.conv2d(xt, wt, stride=stride, padding=1, groups=c)  # noqa: E731
 
         def backward(mask):
-            return lambda: torch.ops.aten.convolution_backward(et, xt, wt, None, [stride, stride], [1, 1], [1, 1],
-                                                               False, [0, 0], c, mask)
+            return lambda: torch.ops.aten.convolution_backward(
+                et, xt, wt, None, [stride, stride], [1, 1], [1, 1], False, [0, 0], c, mask
+            )
+
         with torch.no_grad():
-            times = tuple(1e3 * timer(fn, runs) for fn in (fwd, backward([True, False, False]), backward([False, True, False])))
+            times = tuple(
+                1e3 * timer(fn, runs) for fn in (fwd, backward([True, False, False]), backward([False, True, False]))
+            )
         if best is None or sum(times) < sum(best):
             best = times
     return best
@@ -125,17 +130,26 @@ def depthwise_rows(native, torch, batch, runs, timer):
         err = rng.integers(-127, 128, (batch, oh, oh, c), dtype=np.int8)
         xf, wf, ef = (rng.standard_normal(a.shape).astype(np.float32) for a in (x, w, err))
         ms = lambda fn: 1e3 * timer(fn, runs)  # noqa: E731
-        row = {"C": c, "H": h, "stride": stride, "count": count,
-               "path": native.dwconv_path("forward", [batch, h, h, c, 3, 3, stride, 1]),
-               "s8_fwd": ms(lambda: native.dwconv2d_requant_s8(x, w, stride, 1, -1, "round", None)),
-               "s8_bwd_data": ms(lambda: native.dwconv2d_bwd_data_requant_s8(err, w, stride, 1, (h, h), -1, "round", None)),
-               "s8_wgrad": ms(lambda: native.dwconv2d_bwd_weight_s8(err, x, stride, 1, (3, 3))),
-               "f32_fwd": ms(lambda: native.dwconv2d_f32(xf, wf, stride, 1)),
-               "f32_bwd_data": ms(lambda: native.dwconv2d_bwd_data_f32(ef, wf, stride, 1, (h, h))),
-               "f32_wgrad": ms(lambda: native.dwconv2d_bwd_weight_f32(ef, xf, stride, 1, (3, 3)))}
+        row = {
+            "C": c,
+            "H": h,
+            "stride": stride,
+            "count": count,
+            "path": native.dwconv_path("forward", [batch, h, h, c, 3, 3, stride, 1]),
+            "s8_fwd": ms(lambda: native.dwconv2d_requant_s8(x, w, stride, 1, -1, "round", None)),
+            "s8_bwd_data": ms(
+                lambda: native.dwconv2d_bwd_data_requant_s8(err, w, stride, 1, (h, h), -1, "round", None)
+            ),
+            "s8_wgrad": ms(lambda: native.dwconv2d_bwd_weight_s8(err, x, stride, 1, (3, 3))),
+            "f32_fwd": ms(lambda: native.dwconv2d_f32(xf, wf, stride, 1)),
+            "f32_bwd_data": ms(lambda: native.dwconv2d_bwd_data_f32(ef, wf, stride, 1, (h, h))),
+            "f32_wgrad": ms(lambda: native.dwconv2d_bwd_weight_f32(ef, xf, stride, 1, (3, 3))),
+        }
         row["torch_fwd"] = row["torch_bwd_data"] = row["torch_wgrad"] = None
         if torch is not None:
-            row["torch_fwd"], row["torch_bwd_data"], row["torch_wgrad"] = torch_depthwise(torch, xf, wf, ef, stride, runs, timer)
+            row["torch_fwd"], row["torch_bwd_data"], row["torch_wgrad"] = torch_depthwise(
+                torch, xf, wf, ef, stride, runs, timer
+            )
         rows.append(row)
         print(f"  depthwise {c}x{h}x{h} stride {stride} done", file=sys.stderr)
     total = {"C": "network", "count": sum(r["count"] for r in rows)}
@@ -169,13 +183,20 @@ def pointwise_rows(native, torch, batch, runs, timer):
         w = rng.integers(-127, 128, (cout, 1, 1, cin), dtype=np.int8)
         m = batch * h * h
         ms = lambda fn: 1e3 * timer(fn, runs)  # noqa: E731
-        row = {"M": m, "K": cin, "N": cout, "count": count,
-               "path": native.conv_algorithm("forward", x, w, 1, 0),
-               "s8_fwd": ms(lambda: native.conv2d_requant_s8(x, w, 1, 0, -1, "round", None)),
-               "s8_gemm": ms(lambda: native.gemm_s8(x.reshape(m, cin), w.reshape(cout, cin)))}
+        row = {
+            "M": m,
+            "K": cin,
+            "N": cout,
+            "count": count,
+            "path": native.conv_algorithm("forward", x, w, 1, 0),
+            "s8_fwd": ms(lambda: native.conv2d_requant_s8(x, w, 1, 0, -1, "round", None)),
+            "s8_gemm": ms(lambda: native.gemm_s8(x.reshape(m, cin), w.reshape(cout, cin))),
+        }
         row["torch_f32"] = row["fbgemm_s8"] = None
         if torch is not None:
-            xt = torch.from_numpy(np.moveaxis(x.astype(np.float32), 3, 1).copy()).contiguous(memory_format=torch.channels_last)
+            xt = torch.from_numpy(np.moveaxis(x.astype(np.float32), 3, 1).copy()).contiguous(
+                memory_format=torch.channels_last
+            )
             wt = torch.from_numpy(np.moveaxis(w.astype(np.float32), 3, 1).copy())
             with torch.no_grad():
                 row["torch_f32"] = ms(lambda: torch.nn.functional.conv2d(xt, wt))
@@ -189,8 +210,16 @@ def pointwise_rows(native, torch, batch, runs, timer):
 
 
 # (H, C, O, K, groups): ShuffleNet-like grouped 1x1 convs and ResNeXt-like grouped 3x3 ones
-GROUPED = [(8, 240, 240, 1, 2), (8, 240, 240, 1, 3), (8, 240, 240, 1, 4), (8, 240, 240, 1, 8),
-           (8, 128, 128, 3, 2), (8, 128, 128, 3, 4), (8, 128, 128, 3, 8), (4, 256, 256, 3, 8)]
+GROUPED = [
+    (8, 240, 240, 1, 2),
+    (8, 240, 240, 1, 3),
+    (8, 240, 240, 1, 4),
+    (8, 240, 240, 1, 8),
+    (8, 128, 128, 3, 2),
+    (8, 128, 128, 3, 4),
+    (8, 128, 128, 3, 8),
+    (4, 256, 256, 3, 8),
+]
 
 
 def grouped_rows(native, batch, runs, timer):
@@ -202,17 +231,27 @@ def grouped_rows(native, batch, runs, timer):
         w = rng.integers(-127, 128, (o, k, k, cg), dtype=np.int8)
         dense = np.zeros((o, k, k, c), np.int8)
         for g in range(groups):
-            dense[g * og:(g + 1) * og, :, :, g * cg:(g + 1) * cg] = w[g * og:(g + 1) * og]
+            dense[g * og : (g + 1) * og, :, :, g * cg : (g + 1) * cg] = w[g * og : (g + 1) * og]
         pad = k // 2
 
         def per_group():
-            parts = [native.conv2d_s8(np.ascontiguousarray(x[..., g * cg:(g + 1) * cg]), w[g * og:(g + 1) * og], 1, pad)
-                     for g in range(groups)]
+            parts = [
+                native.conv2d_s8(np.ascontiguousarray(x[..., g * cg : (g + 1) * cg]), w[g * og : (g + 1) * og], 1, pad)
+                for g in range(groups)
+            ]
             return np.concatenate(parts, axis=-1)
+
         assert np.array_equal(per_group(), native.conv2d_s8(x, dense, 1, pad))
         ms = lambda fn: 1e3 * timer(fn, runs)  # noqa: E731
-        row = {"H": h, "C": c, "O": o, "K": k, "groups": groups, "per_group": ms(per_group),
-               "block_diagonal": ms(lambda: native.conv2d_s8(x, dense, 1, pad))}
+        row = {
+            "H": h,
+            "C": c,
+            "O": o,
+            "K": k,
+            "groups": groups,
+            "per_group": ms(per_group),
+            "block_diagonal": ms(lambda: native.conv2d_s8(x, dense, 1, pad)),
+        }
         row["block_over_per_group"] = row["block_diagonal"] / row["per_group"]
         rows.append(row)
         print(f"  grouped {c}x{h}x{h} k{k} groups {groups} done", file=sys.stderr)
@@ -229,6 +268,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from dsptrain import _cpu_ops as native
+
     if args.isa:
         native.set_isa(args.isa)
     timer = best_time
@@ -237,20 +277,49 @@ def main() -> None:
     if args.threads:
         native.set_threads(args.threads)
     torch = torch_peer(native.threads())
-    meta = {"isa": native.isa(), "threads": native.threads(), "runs": args.runs, "batch": args.batch,
-            "timing": "thread CPU time" if args.cpu_time else "wall clock", "torch": getattr(torch, "__version__", None)}
+    meta = {
+        "isa": native.isa(),
+        "threads": native.threads(),
+        "runs": args.runs,
+        "batch": args.batch,
+        "timing": "thread CPU time" if args.cpu_time else "wall clock",
+        "torch": getattr(torch, "__version__", None),
+    }
 
     rows = depthwise_rows(native, torch, args.batch, args.runs, timer)
-    print(f"MobileNetV2 depthwise 3x3, batch {args.batch}, ms per call ({meta['timing']}, best of {args.runs}); "
-          f"dsptrain {native.isa()}, {native.threads()} threads")
-    print_table(rows, ["C", "H", "stride", "count", "path", "s8_fwd", "s8_bwd_data", "s8_wgrad", "f32_fwd", "f32_bwd_data",
-                       "f32_wgrad", "torch_fwd", "torch_bwd_data", "torch_wgrad", "vs_torch", "f32_vs_torch"])
+    print(
+        f"MobileNetV2 depthwise 3x3, batch {args.batch}, ms per call ({meta['timing']}, best of {args.runs}); "
+        f"dsptrain {native.isa()}, {native.threads()} threads"
+    )
+    print_table(
+        rows,
+        [
+            "C",
+            "H",
+            "stride",
+            "count",
+            "path",
+            "s8_fwd",
+            "s8_bwd_data",
+            "s8_wgrad",
+            "f32_fwd",
+            "f32_bwd_data",
+            "f32_wgrad",
+            "torch_fwd",
+            "torch_bwd_data",
+            "torch_wgrad",
+            "vs_torch",
+            "f32_vs_torch",
+        ],
+    )
     write_results("bench_depthwise", rows, **meta)
 
     rows = pointwise_rows(native, torch, args.batch, args.runs, timer)
     print(f"MobileNetV2 pointwise 1x1, batch {args.batch}, ms per call (best of {args.runs})")
-    print_table(rows, ["M", "K", "N", "count", "path", "s8_fwd", "s8_gemm", "torch_f32", "fbgemm_s8", "gemm_vs_fbgemm",
-                       "vs_torch"])
+    print_table(
+        rows,
+        ["M", "K", "N", "count", "path", "s8_fwd", "s8_gemm", "torch_f32", "fbgemm_s8", "gemm_vs_fbgemm", "vs_torch"],
+    )
     write_results("bench_pointwise", rows, **meta)
 
     rows = grouped_rows(native, args.batch, args.runs, timer)

@@ -33,6 +33,7 @@ device table gives for the Snapdragon 865), compute only (critical packets / clo
 Rows `all depthwise` / `all pointwise` sum over the model (each shape times its count).
 Written to bench/results/dsp_mobilenet.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,7 +47,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from dsptrain.backends.ops_dsp import DspBackend
 from dsptrain.config import load_device
 from dsptrain.cost import dsp_model_time, modeled_step_seconds
@@ -56,7 +56,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report import write_results  # noqa: E402
 from zoo_models import zoo_model  # noqa: E402
 
-MANDHELING_VGG11_S = 0.23   # s per batch: VGG-11, CIFAR-10, batch 64, 150 epochs in 7.5 h (Mandheling, MobiCom 2022)
+MANDHELING_VGG11_S = 0.23  # s per batch: VGG-11, CIFAR-10, batch 64, 150 epochs in 7.5 h (Mandheling, MobiCom 2022)
 
 R = np.random.default_rng(0)
 OUT = Path(__file__).resolve().parent / "results"
@@ -71,45 +71,98 @@ def kernels(quick: bool):
     rng = RngKey(1, 2, 3)
     yield "gemm 128-mult", g * g * g, lambda d: d.gemm_s8(s8(g, g), s8(g, g))
     yield "gemm ragged", 100 * 70 * 131, lambda d: d.gemm_s8(s8(100, 131), s8(70, 131))
-    yield "conv fwd 3x3 32->32", 4 * 16 * 16 * 32 * 9 * 32, \
-        lambda d: d.conv2d_s8(s8(4, 16, 16, 32), s8(32, 3, 3, 32), 1, 1)
-    yield "conv bwd data", 4 * 16 * 16 * 32 * 9 * 32, \
-        lambda d: d.conv2d_bwd_data_s8(s8(4, 16, 16, 32), s8(32, 3, 3, 32), 1, 1, (16, 16))
-    yield "conv bwd weight", 4 * 16 * 16 * 32 * 9 * 32, \
-        lambda d: d.conv2d_bwd_weight_s8(s8(4, 16, 16, 32), s8(4, 16, 16, 32), 1, 1, (3, 3))
+    yield (
+        "conv fwd 3x3 32->32",
+        4 * 16 * 16 * 32 * 9 * 32,
+        lambda d: d.conv2d_s8(s8(4, 16, 16, 32), s8(32, 3, 3, 32), 1, 1),
+    )
+    yield (
+        "conv bwd data",
+        4 * 16 * 16 * 32 * 9 * 32,
+        lambda d: d.conv2d_bwd_data_s8(s8(4, 16, 16, 32), s8(32, 3, 3, 32), 1, 1, (16, 16)),
+    )
+    yield (
+        "conv bwd weight",
+        4 * 16 * 16 * 32 * 9 * 32,
+        lambda d: d.conv2d_bwd_weight_s8(s8(4, 16, 16, 32), s8(4, 16, 16, 32), 1, 1, (3, 3)),
+    )
     yield "lenet conv1 fwd", 32 * 24 * 24 * 25 * 6, lambda d: d.conv2d_s8(s8(32, 28, 28, 1), s8(6, 5, 5, 1), 1, 0)
     yield "lenet conv2 fwd", 32 * 8 * 8 * 150 * 16, lambda d: d.conv2d_s8(s8(32, 12, 12, 6), s8(16, 5, 5, 6), 1, 0)
-    yield "lenet conv2 bwd data", 32 * 8 * 8 * 150 * 16, \
-        lambda d: d.conv2d_bwd_data_s8(s8(32, 8, 8, 16), s8(16, 5, 5, 6), 1, 0, (12, 12))
-    yield "lenet conv1 bwd weight", 32 * 24 * 24 * 25 * 6, \
-        lambda d: d.conv2d_bwd_weight_s8(s8(32, 24, 24, 6), s8(32, 28, 28, 1), 1, 0, (5, 5))
-    yield "lenet conv2 bwd weight", 32 * 8 * 8 * 150 * 16, \
-        lambda d: d.conv2d_bwd_weight_s8(s8(32, 8, 8, 16), s8(32, 12, 12, 6), 1, 0, (5, 5))
-    yield "vgg conv 3x3 128->128 8x8", 16 * 8 * 8 * 128 * 9 * 128, \
-        lambda d: d.conv2d_s8(s8(16, 8, 8, 128), s8(128, 3, 3, 128), 1, 1)
-    yield "vgg bwd data 128 8x8", 16 * 8 * 8 * 128 * 9 * 128, \
-        lambda d: d.conv2d_bwd_data_s8(s8(16, 8, 8, 128), s8(128, 3, 3, 128), 1, 1, (8, 8))
-    yield "vgg bwd weight 128 8x8", 16 * 8 * 8 * 128 * 9 * 128, \
-        lambda d: d.conv2d_bwd_weight_s8(s8(16, 8, 8, 128), s8(16, 8, 8, 128), 1, 1, (3, 3))
-    yield "vgg conv1 3->64 32x32", 4 * 32 * 32 * 27 * 64, \
-        lambda d: d.conv2d_s8(s8(4, 32, 32, 3), s8(64, 3, 3, 3), 1, 1)
-    acc = R.integers(-2**20, 2**20, 32768, dtype=np.int32)
+    yield (
+        "lenet conv2 bwd data",
+        32 * 8 * 8 * 150 * 16,
+        lambda d: d.conv2d_bwd_data_s8(s8(32, 8, 8, 16), s8(16, 5, 5, 6), 1, 0, (12, 12)),
+    )
+    yield (
+        "lenet conv1 bwd weight",
+        32 * 24 * 24 * 25 * 6,
+        lambda d: d.conv2d_bwd_weight_s8(s8(32, 24, 24, 6), s8(32, 28, 28, 1), 1, 0, (5, 5)),
+    )
+    yield (
+        "lenet conv2 bwd weight",
+        32 * 8 * 8 * 150 * 16,
+        lambda d: d.conv2d_bwd_weight_s8(s8(32, 8, 8, 16), s8(32, 12, 12, 6), 1, 0, (5, 5)),
+    )
+    yield (
+        "vgg conv 3x3 128->128 8x8",
+        16 * 8 * 8 * 128 * 9 * 128,
+        lambda d: d.conv2d_s8(s8(16, 8, 8, 128), s8(128, 3, 3, 128), 1, 1),
+    )
+    yield (
+        "vgg bwd data 128 8x8",
+        16 * 8 * 8 * 128 * 9 * 128,
+        lambda d: d.conv2d_bwd_data_s8(s8(16, 8, 8, 128), s8(128, 3, 3, 128), 1, 1, (8, 8)),
+    )
+    yield (
+        "vgg bwd weight 128 8x8",
+        16 * 8 * 8 * 128 * 9 * 128,
+        lambda d: d.conv2d_bwd_weight_s8(s8(16, 8, 8, 128), s8(16, 8, 8, 128), 1, 1, (3, 3)),
+    )
+    yield "vgg conv1 3->64 32x32", 4 * 32 * 32 * 27 * 64, lambda d: d.conv2d_s8(s8(4, 32, 32, 3), s8(64, 3, 3, 3), 1, 1)
+    acc = R.integers(-(2**20), 2**20, 32768, dtype=np.int32)
     for mode in ("round", "psto", "sto"):
         yield f"requant {mode} (32K)", 0, lambda d, m=mode: d.requantize(acc, m, rng)
     yield "relu (32K)", 0, lambda d: d.relu_s8(s8(32768))
     yield "maxpool 2x2 C=128", 0, lambda d: d.maxpool_s8(s8(2, 16, 16, 128), 2, 2)
 
 
-SD865_CDSP_HZ = 5.0e8   # Mandheling's device table: the Snapdragon 865's cDSP clock
+SD865_CDSP_HZ = 5.0e8  # Mandheling's device table: the Snapdragon 865's cDSP clock
 
 # torchvision mobilenet_v2 at 32 x 32 (the stem's stride 2 leaves 16 x 16): (hw, C, stride, count)
-MOBILENET_DW = [(16, 32, 1, 1), (16, 96, 2, 1), (8, 144, 1, 1), (8, 144, 2, 1), (4, 192, 1, 2), (4, 192, 2, 1),
-                (2, 384, 1, 4), (2, 576, 1, 2), (2, 576, 2, 1), (1, 960, 1, 3)]
+MOBILENET_DW = [
+    (16, 32, 1, 1),
+    (16, 96, 2, 1),
+    (8, 144, 1, 1),
+    (8, 144, 2, 1),
+    (4, 192, 1, 2),
+    (4, 192, 2, 1),
+    (2, 384, 1, 4),
+    (2, 576, 1, 2),
+    (2, 576, 2, 1),
+    (1, 960, 1, 3),
+]
 # pointwise (hw, C_in, C_out, count): the expansions and projections of the inverted residuals
-MOBILENET_PW = [(16, 32, 16, 1), (16, 16, 96, 1), (8, 96, 24, 1), (8, 24, 144, 2), (8, 144, 24, 1), (4, 144, 32, 1),
-                (4, 32, 192, 3), (4, 192, 32, 2), (2, 192, 64, 1), (2, 64, 384, 4), (2, 384, 64, 3), (2, 384, 96, 1),
-                (2, 96, 576, 3), (2, 576, 96, 2), (1, 576, 160, 1), (1, 160, 960, 3), (1, 960, 160, 2),
-                (1, 960, 320, 1), (1, 320, 1280, 1)]
+MOBILENET_PW = [
+    (16, 32, 16, 1),
+    (16, 16, 96, 1),
+    (8, 96, 24, 1),
+    (8, 24, 144, 2),
+    (8, 144, 24, 1),
+    (4, 144, 32, 1),
+    (4, 32, 192, 3),
+    (4, 192, 32, 2),
+    (2, 192, 64, 1),
+    (2, 64, 384, 4),
+    (2, 384, 64, 3),
+    (2, 384, 96, 1),
+    (2, 96, 576, 3),
+    (2, 576, 96, 2),
+    (1, 576, 160, 1),
+    (1, 160, 960, 3),
+    (1, 960, 160, 2),
+    (1, 960, 320, 1),
+    (1, 320, 1280, 1),
+]
 
 
 def at_clock(profile, clock_hz: float):
@@ -125,7 +178,7 @@ def inside_taps(hw: int, k: int, stride: int, pad: int) -> int:
 
 
 def measure(d: DspBackend, fn) -> tuple[int, int, list]:
-    fn(d)   # warm: the server started, the descriptors prepared
+    fn(d)  # warm: the server started, the descriptors prepared
     d.take_cost_log()
     fn(d)
     log, _ = d.take_cost_log()
@@ -140,11 +193,22 @@ def mobilenet_rows(d: DspBackend, profile, batch: int = 64) -> list[dict]:
         t = totals.setdefault(hook.split("_")[0] + " " + hook.split("_", 1)[1], [0, 0, 0, 0])
         for i, v in enumerate((count * macs, count * inside, count * packets, count * critical)):
             t[i] += v
-        rows.append({"layer": layer, "hook": hook, "count": count, "macs": macs, "inside": inside,
-                     "packets": packets, "critical": critical, "macs_per_packet": round(macs / packets, 1),
-                     "path": paths[0][1] if paths else "",
-                     "model_us": round(critical / profile.dsp.clock_hz * 1e6, 1),
-                     "model_us_500mhz": round(critical / SD865_CDSP_HZ * 1e6, 1)})
+        rows.append(
+            {
+                "layer": layer,
+                "hook": hook,
+                "count": count,
+                "macs": macs,
+                "inside": inside,
+                "packets": packets,
+                "critical": critical,
+                "macs_per_packet": round(macs / packets, 1),
+                "path": paths[0][1] if paths else "",
+                "model_us": round(critical / profile.dsp.clock_hz * 1e6, 1),
+                "model_us_500mhz": round(critical / SD865_CDSP_HZ * 1e6, 1),
+            }
+        )
+
     for hw, c, stride, count in MOBILENET_DW:
         oh = (hw + 2 - 3) // stride + 1
         x, w, err = s8(batch, hw, hw, c), s8(c, 3, 3, 1), s8(batch, oh, oh, c)
@@ -161,11 +225,21 @@ def mobilenet_rows(d: DspBackend, profile, batch: int = 64) -> list[dict]:
         row(name, "pw_bwd_data", count, macs, macs, lambda d: d.conv2d_bwd_data_s8(err, w, 1, 0, (hw, hw)))
         row(name, "pw_bwd_weight", count, macs, macs, lambda d: d.conv2d_bwd_weight_s8(err, x, 1, 0, (1, 1)))
     for name, (macs, inside, packets, critical) in totals.items():
-        rows.append({"layer": "all " + ("depthwise" if name.startswith("dw") else "pointwise"), "hook": name.replace(" ", "_"),
-                     "count": None, "macs": macs, "inside": inside, "packets": packets, "critical": critical,
-                     "macs_per_packet": round(macs / packets, 1), "path": "",
-                     "model_us": round(critical / profile.dsp.clock_hz * 1e6, 1),
-                     "model_us_500mhz": round(critical / SD865_CDSP_HZ * 1e6, 1)})
+        rows.append(
+            {
+                "layer": "all " + ("depthwise" if name.startswith("dw") else "pointwise"),
+                "hook": name.replace(" ", "_"),
+                "count": None,
+                "macs": macs,
+                "inside": inside,
+                "packets": packets,
+                "critical": critical,
+                "macs_per_packet": round(macs / packets, 1),
+                "path": "",
+                "model_us": round(critical / profile.dsp.clock_hz * 1e6, 1),
+                "model_us_500mhz": round(critical / SD865_CDSP_HZ * 1e6, 1),
+            }
+        )
     return rows
 
 
@@ -189,9 +263,11 @@ def lenet_step(d: DspBackend, w: dict, x: np.ndarray, step: int):
     e1, _ = d.conv2d_bwd_data_requant_s8(e2, w["c2"], 1, 0, p1.shape[1:3], "sto", k(2))
     e1 = d.relu_bwd_s8(d.maxpool_bwd_s8(e1, am1, 2, 2, a1.shape[1:3]), a1)
     g1 = d.conv2d_bwd_weight_s8(e1, x, 1, 0, (5, 5))
-    return {"c1": d.niti_update_s8(w["c1"], g1, 3, "psto", None),
-            "c2": d.niti_update_s8(w["c2"], g2, 3, "psto", None),
-            "f1": d.niti_update_s8(w["f1"], g3.reshape(w["f1"].shape), 3, "psto", None)}
+    return {
+        "c1": d.niti_update_s8(w["c1"], g1, 3, "psto", None),
+        "c2": d.niti_update_s8(w["c2"], g2, 3, "psto", None),
+        "f1": d.niti_update_s8(w["f1"], g3.reshape(w["f1"].shape), 3, "psto", None),
+    }
 
 
 def reuse_rows(steps: int, batch: int):
@@ -208,9 +284,15 @@ def reuse_rows(steps: int, batch: int):
             times.append(time.perf_counter() - t0)
             moved.append(d.bytes_in - b0)
         d.close()
-        rows.append({"reuse": reuse, "prepare_ms": times[0] * 1e3,
-                     "step_ms": float(np.median(times[1:])) * 1e3,
-                     "prepare_bytes_in": moved[0], "step_bytes_in": int(np.median(moved[1:]))})
+        rows.append(
+            {
+                "reuse": reuse,
+                "prepare_ms": times[0] * 1e3,
+                "step_ms": float(np.median(times[1:])) * 1e3,
+                "prepare_bytes_in": moved[0],
+                "step_bytes_in": int(np.median(moved[1:])),
+            }
+        )
     return rows
 
 
@@ -220,8 +302,13 @@ def cpu_step_seconds(run, steps: int) -> float:
     from dsptrain import data as datasets
     from dsptrain.train import Trainer
 
-    trainer = Trainer(run, backend="cpu", out_dir=Path("/tmp") / f"bench-dsp-cpu-{os.getpid()}", progress=False,
-                      model=zoo_model(run.model.name))
+    trainer = Trainer(
+        run,
+        backend="cpu",
+        out_dir=Path("/tmp") / f"bench-dsp-cpu-{os.getpid()}",
+        progress=False,
+        model=zoo_model(run.model.name),
+    )
     times = []
     for i, (x, y) in enumerate(datasets.batches(trainer.train_data, 64, 0, 0)):
         if i > steps:
@@ -247,18 +334,29 @@ def step_rows(models: list[str], profile, steps: int = 2) -> list[dict]:
         run = dsptrain.load_run(CONFIG_ROOT / "runs" / "lenet-fmnist-niti.yaml")
         data = run.data if model == "lenet5" else dataclasses.replace(run.data, dataset="synthetic")
         data = dataclasses.replace(data, train_limit=64 * max(steps, 4), test_limit=64)
-        run = dataclasses.replace(run, name=f"bench-dsp-{model}", model=dataclasses.replace(run.model, name=model),
-                                  data=data, train=dataclasses.replace(run.train, batch_size=64),
-                                  scheduler=dataclasses.replace(run.scheduler, device=profile.name))
-        trainer = Trainer(run, backend="dsp", out_dir=Path("/tmp") / f"bench-dsp-{os.getpid()}", progress=False,
-                          model=zoo_model(model))
+        run = dataclasses.replace(
+            run,
+            name=f"bench-dsp-{model}",
+            model=dataclasses.replace(run.model, name=model),
+            data=data,
+            train=dataclasses.replace(run.train, batch_size=64),
+            scheduler=dataclasses.replace(run.scheduler, device=profile.name),
+        )
+        trainer = Trainer(
+            run,
+            backend="dsp",
+            out_dir=Path("/tmp") / f"bench-dsp-{os.getpid()}",
+            progress=False,
+            model=zoo_model(model),
+        )
         dsp, taken = trainer.backends["dsp"], []
         take = dsp.take_cost_log
 
-        def spy(take=take, taken=taken):   # keep what the trainer takes after each step
+        def spy(take=take, taken=taken):  # keep what the trainer takes after each step
             got = take()
             taken.append(got)
             return got
+
         dsp.take_cost_log = spy
         for i, (x, y) in enumerate(datasets.batches(trainer.train_data, 64, 0, 0)):
             if i >= steps:
@@ -266,7 +364,7 @@ def step_rows(models: list[str], profile, steps: int = 2) -> list[dict]:
             before = list(dsp.total_thread_packets)
             stats = trainer.step(x, y)
         log, calls = taken[-1]
-        shares = [after - b for after, b in zip(dsp.total_thread_packets[:profile.dsp.hvx_threads], before)]
+        shares = [after - b for after, b in zip(dsp.total_thread_packets[: profile.dsp.hvx_threads], before)]
         plan = trainer.plans.get(64, True)
         placed = [plan.backend_of(op) for op in plan.graph.ops if not op.is_alias()]
         depthwise = [plan.backend_of(op) for op in plan.graph.ops if any(h.startswith("dwconv2d") for h in op.hooks)]
@@ -277,21 +375,35 @@ def step_rows(models: list[str], profile, steps: int = 2) -> list[dict]:
         at_500 = dsp_model_time(at_clock(profile, SD865_CDSP_HZ), log, calls)
         cpu_wall = stats.backend_time_s.get("cpu", 0.0)
         macs = stats.int8_macs.get("dsp", 0)
-        rows.append({"model": model, "batch": stats.batch, "dsp_ops": len(log), "calls": calls,
-                     "ops_on_dsp": f"{placed.count('dsp')}/{len(placed)}",
-                     "dsp_op_share": round(placed.count("dsp") / len(placed), 3),
-                     "dsp_mac_share": round(macs / max(sum(stats.int8_macs.values()), 1), 4),
-                     "depthwise_on_dsp": f"{depthwise.count('dsp')}/{len(depthwise)}" if depthwise else None,
-                     "dsp_macs": macs, "packets": packets, "critical": critical,
-                     "serial_packets": packets - sum(shares), "thread_packets": shares,
-                     "macs_per_packet": round(macs / max(packets, 1), 1),
-                     "compute_s": model_t.compute_s, "memory_s": model_t.memory_s, "call_s": model_t.call_s,
-                     "dsp_model_s": stats.dsp_model_s, "dsp_model_s_500mhz": at_500.seconds,
-                     "cpu_wall_s": cpu_wall,
-                     "step_model_s": modeled_step_seconds(model_t.seconds, cpu_wall, plan.micro_batches),
-                     "step_model_s_500mhz": modeled_step_seconds(at_500.seconds, cpu_wall, plan.micro_batches),
-                     "wall_s": stats.time_s, "cpu_backend_s": cpu_s,
-                     "mandheling_s": MANDHELING_VGG11_S if model == "vgg11" else None})
+        rows.append(
+            {
+                "model": model,
+                "batch": stats.batch,
+                "dsp_ops": len(log),
+                "calls": calls,
+                "ops_on_dsp": f"{placed.count('dsp')}/{len(placed)}",
+                "dsp_op_share": round(placed.count("dsp") / len(placed), 3),
+                "dsp_mac_share": round(macs / max(sum(stats.int8_macs.values()), 1), 4),
+                "depthwise_on_dsp": f"{depthwise.count('dsp')}/{len(depthwise)}" if depthwise else None,
+                "dsp_macs": macs,
+                "packets": packets,
+                "critical": critical,
+                "serial_packets": packets - sum(shares),
+                "thread_packets": shares,
+                "macs_per_packet": round(macs / max(packets, 1), 1),
+                "compute_s": model_t.compute_s,
+                "memory_s": model_t.memory_s,
+                "call_s": model_t.call_s,
+                "dsp_model_s": stats.dsp_model_s,
+                "dsp_model_s_500mhz": at_500.seconds,
+                "cpu_wall_s": cpu_wall,
+                "step_model_s": modeled_step_seconds(model_t.seconds, cpu_wall, plan.micro_batches),
+                "step_model_s_500mhz": modeled_step_seconds(at_500.seconds, cpu_wall, plan.micro_batches),
+                "wall_s": stats.time_s,
+                "cpu_backend_s": cpu_s,
+                "mandheling_s": MANDHELING_VGG11_S if model == "vgg11" else None,
+            }
+        )
     return rows
 
 
@@ -300,8 +412,11 @@ def main():
     ap.add_argument("--quick", action="store_true", help="smaller GEMM, fewer steps")
     ap.add_argument("--device", default="v66", help="device profile for the modeled time (configs/devices)")
     ap.add_argument("--steps", default="lenet5,vgg11", help="models whose NITI step is modeled ('' for none)")
-    ap.add_argument("--only", choices=["mobilenet", "steps"],
-                    help="run only MobileNetV2's convolutions, or only the training steps (--steps)")
+    ap.add_argument(
+        "--only",
+        choices=["mobilenet", "steps"],
+        help="run only MobileNetV2's convolutions, or only the training steps (--steps)",
+    )
     args = ap.parse_args()
     profile = load_device(args.device)
     threads = profile.dsp.hvx_threads
@@ -310,13 +425,19 @@ def main():
         return
     d = DspBackend(transport="emulated", hvx_threads=threads)
     mobile = mobilenet_rows(d, profile)
-    print(f"MobileNetV2 (32 x 32, batch 64) convolutions on the emulated DSP, {threads} HVX threads; "
-          f"modeled on {profile.name} ({profile.dsp.clock_hz / 1e9:g} GHz) and at 500 MHz; load {os.getloadavg()[0]:.1f}")
-    print(f"{'layer':22} {'hook':18} {'n':>2} {'MACs':>10} {'inside':>10} {'packets':>10} {'MAC/pkt':>8} "
-          f"{'path':16} {'us':>8} {'us@500M':>8}")
+    print(
+        f"MobileNetV2 (32 x 32, batch 64) convolutions on the emulated DSP, {threads} HVX threads; "
+        f"modeled on {profile.name} ({profile.dsp.clock_hz / 1e9:g} GHz) and at 500 MHz; load {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"{'layer':22} {'hook':18} {'n':>2} {'MACs':>10} {'inside':>10} {'packets':>10} {'MAC/pkt':>8} "
+        f"{'path':16} {'us':>8} {'us@500M':>8}"
+    )
     for r in mobile:
-        print(f"{r['layer']:22} {r['hook']:18} {r['count'] or '':>2} {r['macs']:>10} {r['inside']:>10} "
-              f"{r['packets']:>10} {r['macs_per_packet']:>8} {r['path']:16} {r['model_us']:>8} {r['model_us_500mhz']:>8}")
+        print(
+            f"{r['layer']:22} {r['hook']:18} {r['count'] or '':>2} {r['macs']:>10} {r['inside']:>10} "
+            f"{r['packets']:>10} {r['macs_per_packet']:>8} {r['path']:16} {r['model_us']:>8} {r['model_us_500mhz']:>8}"
+        )
     write_results("dsp_mobilenet", mobile, device=profile.name, hvx_threads=threads, batch=64)
     if args.only == "mobilenet":
         d.close()
@@ -333,42 +454,58 @@ def main():
         packets, critical = sum(c[1] for c in log), sum(c[2] for c in log)
         shares = [after - b for after, b in zip(d.total_thread_packets[:threads], before)]
         model = dsp_model_time(profile, log, calls)
-        rows.append({"kernel": name, "macs": macs, "packets": packets,
-                     "insns": sum(c[2] for c in d.last_costs), "hvx": sum(c[3] for c in d.last_costs),
-                     "macs_per_packet": round(macs / packets, 1) if macs else None,
-                     "serial_packets": packets - sum(shares),
-                     **{f"thread{t}_packets": p for t, p in enumerate(shares)},
-                     f"critical_{threads}t": critical,
-                     "macs_per_packet_per_thread": round(macs / threads / critical, 1) if macs else None,
-                     "model_us": round((model.compute_s + model.memory_s) * 1e6, 1),
-                     "wall_ms": round(wall * 1e3, 1)})
+        rows.append(
+            {
+                "kernel": name,
+                "macs": macs,
+                "packets": packets,
+                "insns": sum(c[2] for c in d.last_costs),
+                "hvx": sum(c[3] for c in d.last_costs),
+                "macs_per_packet": round(macs / packets, 1) if macs else None,
+                "serial_packets": packets - sum(shares),
+                **{f"thread{t}_packets": p for t, p in enumerate(shares)},
+                f"critical_{threads}t": critical,
+                "macs_per_packet_per_thread": round(macs / threads / critical, 1) if macs else None,
+                "model_us": round((model.compute_s + model.memory_s) * 1e6, 1),
+                "wall_ms": round(wall * 1e3, 1),
+            }
+        )
     d.close()
-    print(f"device profile {profile.name}: {profile.dsp.clock_hz / 1e9:g} GHz, {threads} HVX threads, "
-          f"DDR {profile.dsp.bytes_per_s / 1e9:g} GB/s, {profile.dsp.call_s * 1e6:g} us per call; load {os.getloadavg()[0]:.1f}")
+    print(
+        f"device profile {profile.name}: {profile.dsp.clock_hz / 1e9:g} GHz, {threads} HVX threads, "
+        f"DDR {profile.dsp.bytes_per_s / 1e9:g} GB/s, {profile.dsp.call_s * 1e6:g} us per call; load {os.getloadavg()[0]:.1f}"
+    )
     print("packets per HVX thread measured on each worker thread; serial: the calling thread's part")
-    print(f"{'kernel':26} {'MACs':>10} {'packets':>10} {'MAC/pkt':>8} {'serial':>8} "
-          + " ".join(f"{f't{t}':>8}" for t in range(threads))
-          + f" {f'crit {threads}t':>10} {'MAC/pkt/thr':>11} {'model us':>9} {'wall ms':>8}")
+    print(
+        f"{'kernel':26} {'MACs':>10} {'packets':>10} {'MAC/pkt':>8} {'serial':>8} "
+        + " ".join(f"{f't{t}':>8}" for t in range(threads))
+        + f" {f'crit {threads}t':>10} {'MAC/pkt/thr':>11} {'model us':>9} {'wall ms':>8}"
+    )
     for r in rows:
         mpp = f"{r['macs_per_packet']:.1f}" if r["macs_per_packet"] else "-"
         mpt = f"{r['macs_per_packet_per_thread']:.1f}" if r["macs_per_packet_per_thread"] else "-"
-        print(f"{r['kernel']:26} {r['macs']:>10} {r['packets']:>10} {mpp:>8} {r['serial_packets']:>8} "
-              + " ".join(f"{r[f'thread{t}_packets']:>8}" for t in range(threads))
-              + f" {r[f'critical_{threads}t']:>10} {mpt:>11} {r['model_us']:>9} {r['wall_ms']:>8}")
+        print(
+            f"{r['kernel']:26} {r['macs']:>10} {r['packets']:>10} {mpp:>8} {r['serial_packets']:>8} "
+            + " ".join(f"{r[f'thread{t}_packets']:>8}" for t in range(threads))
+            + f" {r[f'critical_{threads}t']:>10} {mpt:>11} {r['model_us']:>9} {r['wall_ms']:>8}"
+        )
     steps = print_steps(step_rows([m for m in args.steps.split(",") if m], profile, 2), profile, args.steps)
     reuse = reuse_rows(4 if args.quick else 8, 16)
     print("\nLeNet-shaped NITI step on the emulated DSP (batch 16), wall time under QEMU:")
     print(f"{'reuse':6} {'prepare ms':>11} {'step ms':>9} {'prepare B in':>13} {'step B in':>10}")
     for r in reuse:
-        print(f"{str(r['reuse']):6} {r['prepare_ms']:>11.1f} {r['step_ms']:>9.1f} "
-              f"{r['prepare_bytes_in']:>13} {r['step_bytes_in']:>10}")
+        print(
+            f"{str(r['reuse']):6} {r['prepare_ms']:>11.1f} {r['step_ms']:>9.1f} "
+            f"{r['prepare_bytes_in']:>13} {r['step_bytes_in']:>10}"
+        )
     OUT.mkdir(parents=True, exist_ok=True)
     with open(OUT / "bench_dsp.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    (OUT / "bench_dsp.json").write_text(json.dumps({"device": profile.name, "kernels": rows, "steps": steps,
-                                                    "reuse": reuse}, indent=2))
+    (OUT / "bench_dsp.json").write_text(
+        json.dumps({"device": profile.name, "kernels": rows, "steps": steps, "reuse": reuse}, indent=2)
+    )
     print(f"\nwritten: {OUT / 'bench_dsp.csv'}, {OUT / 'bench_dsp.json'}")
 
 
@@ -376,30 +513,51 @@ def print_steps(steps: list[dict], profile, models: str) -> list[dict]:
     """Print the training steps' table and write it to bench/results/dsp_steps.json."""
     threads = profile.dsp.hvx_threads
     if steps:
-        write_results("dsp_steps", steps, device=profile.name, clock_hz=profile.dsp.clock_hz,
-                      hvx_threads=threads, batch=64, models=models)
+        write_results(
+            "dsp_steps",
+            steps,
+            device=profile.name,
+            clock_hz=profile.dsp.clock_hz,
+            hvx_threads=threads,
+            batch=64,
+            models=models,
+        )
         print(f"\nNITI training step, batch 64, on the emulated DSP; modeled on {profile.name}:")
-        print(f"{'model':8} {'DSP MACs':>12} {'packets':>12} {f'crit {threads}t':>12} {'MAC/pkt':>8} "
-              f"{'model s':>8} {'cpu wall s':>10} {'cpu backend s':>13} {'Mandheling s':>12}")
+        print(
+            f"{'model':8} {'DSP MACs':>12} {'packets':>12} {f'crit {threads}t':>12} {'MAC/pkt':>8} "
+            f"{'model s':>8} {'cpu wall s':>10} {'cpu backend s':>13} {'Mandheling s':>12}"
+        )
         for r in steps:
             mh = f"{r['mandheling_s']:.2f}" if r["mandheling_s"] else "n/a (VGG-11 only)"
-            print(f"{r['model']:8} {r['dsp_macs']:>12} {r['packets']:>12} {r['critical']:>12} "
-                  f"{r['macs_per_packet']:>8} {r['dsp_model_s']:>8.4f} {r['cpu_wall_s']:>10.4f} "
-                  f"{r['cpu_backend_s']:>13.4f} {mh:>12}")
-        print("model s: the DSP's modeled time (critical packets / clock, DDR term, calls); cpu wall s: the "
-              "step's CPU ops here; cpu backend s: the whole step on this machine's cpu backend (peer)")
+            print(
+                f"{r['model']:8} {r['dsp_macs']:>12} {r['packets']:>12} {r['critical']:>12} "
+                f"{r['macs_per_packet']:>8} {r['dsp_model_s']:>8.4f} {r['cpu_wall_s']:>10.4f} "
+                f"{r['cpu_backend_s']:>13.4f} {mh:>12}"
+            )
+        print(
+            "model s: the DSP's modeled time (critical packets / clock, DDR term, calls); cpu wall s: the "
+            "step's CPU ops here; cpu backend s: the whole step on this machine's cpu backend (peer)"
+        )
         print("packets of the step per HVX thread (measured on each worker thread) and serial (calling thread):")
         for r in steps:
-            print(f"{r['model']:8} serial {r['serial_packets']:>10}  "
-                  + "  ".join(f"t{t} {p:>10}" for t, p in enumerate(r["thread_packets"])))
-        print(f"{'model':8} {'ops on DSP':>10} {'DSP MAC share':>13} {'depthwise on DSP':>16} "
-              f"{'step model s':>12} {'at 500 MHz':>10}")
+            print(
+                f"{r['model']:8} serial {r['serial_packets']:>10}  "
+                + "  ".join(f"t{t} {p:>10}" for t, p in enumerate(r["thread_packets"]))
+            )
+        print(
+            f"{'model':8} {'ops on DSP':>10} {'DSP MAC share':>13} {'depthwise on DSP':>16} "
+            f"{'step model s':>12} {'at 500 MHz':>10}"
+        )
         for r in steps:
-            print(f"{r['model']:8} {r['ops_on_dsp']:>10} {r['dsp_mac_share']:>13} {str(r['depthwise_on_dsp']):>16} "
-                  f"{r['step_model_s']:>12.4f} {r['step_model_s_500mhz']:>10.4f}")
-        print("step model s: the DSP's modeled time with the CPU's measured ops, overlapped as the plan's "
-              "micro-batches run them (cost.modeled_step_seconds); at 500 MHz: the same packets at the "
-              "Snapdragon 865's cDSP clock")
+            print(
+                f"{r['model']:8} {r['ops_on_dsp']:>10} {r['dsp_mac_share']:>13} {str(r['depthwise_on_dsp']):>16} "
+                f"{r['step_model_s']:>12.4f} {r['step_model_s_500mhz']:>10.4f}"
+            )
+        print(
+            "step model s: the DSP's modeled time with the CPU's measured ops, overlapped as the plan's "
+            "micro-batches run them (cost.modeled_step_seconds); at 500 MHz: the same packets at the "
+            "Snapdragon 865's cDSP clock"
+        )
     return steps
 
 

@@ -12,6 +12,7 @@ estimate sit side by side. Writes energy.csv, energy.json and energy.png to --ou
 Synthetic data by default (the cost of a step does not depend on the pixels); --data
 config uses each run's own dataset.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,7 @@ def bench_one(run_path, backend, meter, estimate, args) -> dict:
     run = dsptrain.load_run(run_path)
     if args.data == "synthetic":
         run = dataclasses.replace(run, data=dataclasses.replace(run.data, dataset="synthetic"))
-    run = dataclasses.replace(run, backend=backend,
-                              train=dataclasses.replace(run.train, batch_size=args.batch_size))
+    run = dataclasses.replace(run, backend=backend, train=dataclasses.replace(run.train, batch_size=args.batch_size))
     trainer = dsptrain.Trainer(run, progress=False, out_dir=Path(args.out) / "runs" / run.name)
     rows = []
     try:
@@ -67,8 +67,7 @@ def realign(raw, meter):
     if not isinstance(meter, TraceMeter):
         return raw
     final = {r.detail["t_start"]: r for r in meter.readings()}
-    return [(run, backend, [(s, final[r.detail["t_start"]], g) for s, r, g in rows])
-            for run, backend, rows in raw]
+    return [(run, backend, [(s, final[r.detail["t_start"]], g) for s, r, g in rows]) for run, backend, rows in raw]
 
 
 def summarise(run, backend, rows) -> dict:
@@ -76,35 +75,44 @@ def summarise(run, backend, rows) -> dict:
     joules = [r.joules for r in readings if r.ok]
     errors = [r.detail["error"] for r in readings if not r.ok]
     return {
-        "run": run.name, "recipe": run.recipe.name, "backend": backend, "batches": len(rows),
+        "run": run.name,
+        "recipe": run.recipe.name,
+        "backend": backend,
+        "batches": len(rows),
         "batch_size": stats[0].batch,
         "ran_on": ",".join(sorted({b for s in stats for b in s.ops_on})),
         "time_ms": 1e3 * statistics.median(s.time_s for s in stats),
         "energy_j": statistics.median(joules) if joules else math.nan,
-        "meter": readings[0].meter, "estimated": readings[0].estimated,
+        "meter": readings[0].meter,
+        "estimated": readings[0].estimated,
         "estimate_j": statistics.median(g.joules for g in guesses),
         "estimate_meter": guesses[0].meter,
         "macs": sum(stats[0].int8_macs.values()) + stats[0].fp32_flops // 2,
-        "uncovered": len(errors), "errors": errors[:1],
+        "uncovered": len(errors),
+        "errors": errors[:1],
     }
 
 
 def print_table(results) -> None:
-    head = (f"{'recipe':<8}{'backend':<9}{'ran on':<10}{'ms/batch':>10}{'J/batch':>11}"
-            f"{'meter':>24}{'est. J/batch':>14}{'MMACs':>9}")
+    head = (
+        f"{'recipe':<8}{'backend':<9}{'ran on':<10}{'ms/batch':>10}{'J/batch':>11}"
+        f"{'meter':>24}{'est. J/batch':>14}{'MMACs':>9}"
+    )
     print(head)
     print("-" * len(head))
     for r in results:
         meter = r["meter"] + (" (est.)" if r["estimated"] else "")
-        print(f"{r['recipe']:<8}{r['backend']:<9}{r['ran_on']:<10}{r['time_ms']:>10.2f}"
-              f"{r['energy_j']:>11.4g}{meter:>24}{r['estimate_j']:>14.4g}{r['macs'] / 1e6:>9.1f}")
+        print(
+            f"{r['recipe']:<8}{r['backend']:<9}{r['ran_on']:<10}{r['time_ms']:>10.2f}"
+            f"{r['energy_j']:>11.4g}{meter:>24}{r['estimate_j']:>14.4g}{r['macs'] / 1e6:>9.1f}"
+        )
         if r["errors"]:
-            print(f"    {r['uncovered']} of {r['batches']} batches not measured; the first: "
-                  f"{r['errors'][0]}")
+            print(f"    {r['uncovered']} of {r['batches']} batches not measured; the first: {r['errors'][0]}")
 
 
 def plot(results, path: Path, reason: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -114,8 +122,7 @@ def plot(results, path: Path, reason: str) -> None:
     meter = results[0]["meter"] + (" (ESTIMATE)" if results[0]["estimated"] else "")
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     width = 0.8 / len(recipes)
-    panels = (("time_ms", "time per batch (ms)", "wall clock"),
-              ("energy_j", "energy per batch (J)", f"meter: {meter}"))
+    panels = (("time_ms", "time per batch (ms)", "wall clock"), ("energy_j", "energy per batch (J)", f"meter: {meter}"))
     for ax, (key, label, title) in zip(axes, panels):
         for k, recipe in enumerate(recipes):
             xs = [i + k * width for i in range(len(backends))]
@@ -146,8 +153,9 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--baseline-s", type=float, default=5.0, help="battery idle baseline")
-    p.add_argument("--trace-offset", type=float, default=None,
-                   help="Unix time of a trace's zero, if its timestamps are relative")
+    p.add_argument(
+        "--trace-offset", type=float, default=None, help="Unix time of a trace's zero, if its timestamps are relative"
+    )
     p.add_argument("--data", choices=("synthetic", "config"), default="synthetic")
     p.add_argument("--out", default="bench/out/energy")
     args = p.parse_args(argv)
@@ -171,15 +179,12 @@ def main(argv=None) -> int:
         results = [summarise(*r) for r in realign(raw, meter)]
     print_table(results)
     with open(out / "energy.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[k for k in results[0] if k != "errors"],
-                                extrasaction="ignore")
+        writer = csv.DictWriter(f, fieldnames=[k for k in results[0] if k != "errors"], extrasaction="ignore")
         writer.writeheader()
         writer.writerows(results)
-    (out / "energy.json").write_text(json.dumps({"reason": reason, "results": results},
-                                                indent=1))
+    (out / "energy.json").write_text(json.dumps({"reason": reason, "results": results}, indent=1))
     plot(results, out / "energy.png", reason)
-    print(f"wrote {out / 'energy.csv'}, {out / 'energy.json'}, {out / 'energy.png'}",
-          file=sys.stderr)
+    print(f"wrote {out / 'energy.csv'}, {out / 'energy.json'}, {out / 'energy.png'}", file=sys.stderr)
     return 0
 
 

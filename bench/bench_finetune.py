@@ -22,6 +22,7 @@ rounding fixes). Writes
 bench/results/finetune.csv/.json. Times are wall clock on a shared machine: the load
 (`uptime`) is printed before and after, read the seconds as indicative only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,20 +36,19 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import report  # noqa: E402
-
 import dsptrain  # noqa: E402
+import report  # noqa: E402
 from dsptrain.config import CONFIG_ROOT  # noqa: E402
 from dsptrain.data import load_fashion_mnist, select_classes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-PRETRAINED = Path("runs/finetune/lenet5-fmnist-0to4.onnx")   # the run configs read it from here
+PRETRAINED = Path("runs/finetune/lenet5-fmnist-0to4.onnx")  # the run configs read it from here
 # One thread: on a loaded 2-core machine PyTorch's second OpenMP thread spins and a LeNet
 # step took ~30x longer (1.17 s vs 0.04 s, measured while writing this bench).
 TORCH_THREADS = 1
-EVAL_BATCH = 500     # dsptrain and ONNX Runtime see the same batches (NITI's ranges are per batch)
+EVAL_BATCH = 500  # dsptrain and ONNX Runtime see the same batches (NITI's ranges are per batch)
 PRETRAIN_CLASSES, PERSONAL_CLASSES = [0, 1, 2, 3, 4], [5, 6, 7, 8, 9]
-RUNS = {   # row label -> run config in configs/runs/
+RUNS = {  # row label -> run config in configs/runs/
     "NITI, pretrained, features frozen": "finetune-lenet-niti-frozen",
     "NITI, pretrained, all layers": "finetune-lenet-niti-all",
     "NITI, from scratch": "finetune-lenet-niti-scratch",
@@ -102,7 +102,7 @@ def torch_train(net, data, epochs, batch=64, lr=0.05, seed=0, trainable=None) ->
         started = time.perf_counter()
         order = torch.from_numpy(rng.permutation(len(y_all)))
         for first in range(0, len(order), batch):
-            index = order[first:first + batch]
+            index = order[first : first + batch]
             optimizer.zero_grad()
             torch.nn.functional.cross_entropy(net(x_all[index]), y_all[index]).backward()
             optimizer.step()
@@ -120,7 +120,6 @@ def torch_accuracy(net, data) -> float:
 
 def pretrain(epochs, train_limit) -> Path:
     import torch
-
     from dsptrain.interchange.torch_bridge import to_onnx_bytes
 
     torch.manual_seed(0)
@@ -130,8 +129,11 @@ def pretrain(epochs, train_limit) -> Path:
     seconds = torch_train(net, train, epochs)
     PRETRAINED.parent.mkdir(parents=True, exist_ok=True)
     PRETRAINED.write_bytes(to_onnx_bytes(net, torch.zeros(1, 1, 28, 28)))
-    print(f"pretrained LeNet-5 (PyTorch FP32) on classes 0-4: {epochs} epochs of {len(train)} images, "
-          f"{seconds:.1f} s/epoch, test accuracy {torch_accuracy(net, test):.4f} -> {PRETRAINED}", flush=True)
+    print(
+        f"pretrained LeNet-5 (PyTorch FP32) on classes 0-4: {epochs} epochs of {len(train)} images, "
+        f"{seconds:.1f} s/epoch, test accuracy {torch_accuracy(net, test):.4f} -> {PRETRAINED}",
+        flush=True,
+    )
     return PRETRAINED
 
 
@@ -141,8 +143,11 @@ def dsptrain_row(label, config, epochs, train_limit, backend, out) -> dict:
     from dsptrain.interchange.onnx_export import build_onnx
 
     run = dsptrain.load_run(CONFIG_ROOT / "runs" / f"{config}.yaml")
-    run = dataclasses.replace(run, train=dataclasses.replace(run.train, epochs=epochs),
-                              data=dataclasses.replace(run.data, train_limit=train_limit))
+    run = dataclasses.replace(
+        run,
+        train=dataclasses.replace(run.train, epochs=epochs),
+        data=dataclasses.replace(run.data, train_limit=train_limit),
+    )
     out_dir = out / config
     trainer = dsptrain.Trainer(run, backend=backend, out_dir=out_dir, progress=False)
     trainer.checkpoint_path.unlink(missing_ok=True)
@@ -155,20 +160,24 @@ def dsptrain_row(label, config, epochs, train_limit, backend, out) -> dict:
     steps = [s for s in steps if s["kind"] == "step"]
     energy = [s["energy_j"] for s in steps if s.get("energy_j") is not None]
     test = trainer.test_data
-    row = {"run": label, "trainer": f"dsptrain {run.recipe.name} ({backends})", "frozen": ",".join(run.train.freeze) or "-",
-           "test_acc": round(100 * history[-1]["test_accuracy"], 2),
-           "s/epoch": round(float(np.median([r["seconds"] for r in history])), 1),
-           "J/batch": float(f"{np.median(energy):.3g}") if energy else None,
-           "energy_meter": steps[-1].get("energy_meter") if steps else None,
-           "plan_peak_MB": round(planned / 2**20, 2)}
+    row = {
+        "run": label,
+        "trainer": f"dsptrain {run.recipe.name} ({backends})",
+        "frozen": ",".join(run.train.freeze) or "-",
+        "test_acc": round(100 * history[-1]["test_accuracy"], 2),
+        "s/epoch": round(float(np.median([r["seconds"] for r in history])), 1),
+        "J/batch": float(f"{np.median(energy):.3g}") if energy else None,
+        "energy_meter": steps[-1].get("energy_meter") if steps else None,
+        "plan_peak_MB": round(planned / 2**20, 2),
+    }
     mine = dsptrain_logits(trainer.checkpoint_path, test.images, backend=backend, batch=EVAL_BATCH)
-    plain = out_dir / "model-plain-float.onnx"   # the float graph without NITI's rounding: why it is there
+    plain = out_dir / "model-plain-float.onnx"  # the float graph without NITI's rounding: why it is there
     plain.write_bytes(build_onnx(read_checkpoint(trainer.checkpoint_path), niti=False).SerializeToString())
     for fmt, key in (("onnx", "ort"), ("onnx-qdq", "ort_qdq"), (None, "plain")):
         path = out_dir / f"model.{fmt}" if fmt else plain
         if fmt:
             dsptrain.export(trainer.checkpoint_path, path, fmt)
-        theirs = onnxruntime_logits(path, test.images, batch=EVAL_BATCH)   # dsptrain's batches
+        theirs = onnxruntime_logits(path, test.images, batch=EVAL_BATCH)  # dsptrain's batches
         found = agreement(mine, theirs)
         row[f"{key}_acc"] = round(100 * float((theirs.argmax(1) == test.labels).mean()), 2)
         row[f"{key}_agree"] = round(100 * found["top1_agreement"], 2)
@@ -185,17 +194,27 @@ def torch_rows(epochs, train_limit) -> list[dict]:
     train = select_classes(load_fashion_mnist("train"), PERSONAL_CLASSES).limit(train_limit)
     test = select_classes(load_fashion_mnist("test"), PERSONAL_CLASSES)
     rows = []
-    for label, trainable in (("PyTorch FP32, pretrained, features frozen", {"fc1", "fc2", "fc3"}),
-                             ("PyTorch FP32, pretrained, all layers", None)):
+    for label, trainable in (
+        ("PyTorch FP32, pretrained, features frozen", {"fc1", "fc2", "fc3"}),
+        ("PyTorch FP32, pretrained, all layers", None),
+    ):
         net = torch_lenet5(len(PRETRAIN_CLASSES))
-        weights = {i.name: torch.from_numpy(onnx.numpy_helper.to_array(i).copy())
-                   for i in onnx.load(PRETRAINED).graph.initializer}
+        weights = {
+            i.name: torch.from_numpy(onnx.numpy_helper.to_array(i).copy())
+            for i in onnx.load(PRETRAINED).graph.initializer
+        }
         state = {k: weights[k] for k in net.state_dict() if k in weights and not k.startswith("fc3")}
-        net.load_state_dict(state, strict=False)      # a new 5-class head, like dsptrain's
+        net.load_state_dict(state, strict=False)  # a new 5-class head, like dsptrain's
         seconds = torch_train(net, train, epochs, trainable=trainable)
-        rows.append({"run": label, "trainer": "PyTorch FP32 (CPU)",
-                     "frozen": "conv1,conv2" if trainable else "-",
-                     "test_acc": round(100 * torch_accuracy(net, test), 2), "s/epoch": round(seconds, 1)})
+        rows.append(
+            {
+                "run": label,
+                "trainer": "PyTorch FP32 (CPU)",
+                "frozen": "conv1,conv2" if trainable else "-",
+                "test_acc": round(100 * torch_accuracy(net, test), 2),
+                "s/epoch": round(seconds, 1),
+            }
+        )
         print(f"  {label}: {rows[-1]}", flush=True)
     return rows
 
@@ -218,18 +237,43 @@ def main(argv=None) -> int:
     pretrain(args.pretrain_epochs, args.train_limit)
     if args.pretrain_only:
         return 0
-    rows = [dsptrain_row(label, config, args.epochs, args.train_limit, args.backend, args.out)
-            for label, config in RUNS.items()]
+    rows = [
+        dsptrain_row(label, config, args.epochs, args.train_limit, args.backend, args.out)
+        for label, config in RUNS.items()
+    ]
     rows += torch_rows(args.epochs, args.train_limit)
     load_after = uptime()
-    columns = ["run", "trainer", "test_acc", "s/epoch", "J/batch", "plan_peak_MB",
-               "ort_acc", "ort_agree", "ort_max_dlogit", "ort_qdq_agree", "ort_qdq_max_dlogit", "plain_agree",
-               "plain_max_dlogit"]
-    report.print_table(rows, columns, title=f"LeNet-5, Fashion-MNIST: pretrained on classes 0-4 (PyTorch FP32), "
-                                            f"fine-tuned on 5-9, {args.epochs} epochs")
+    columns = [
+        "run",
+        "trainer",
+        "test_acc",
+        "s/epoch",
+        "J/batch",
+        "plan_peak_MB",
+        "ort_acc",
+        "ort_agree",
+        "ort_max_dlogit",
+        "ort_qdq_agree",
+        "ort_qdq_max_dlogit",
+        "plain_agree",
+        "plain_max_dlogit",
+    ]
+    report.print_table(
+        rows,
+        columns,
+        title=f"LeNet-5, Fashion-MNIST: pretrained on classes 0-4 (PyTorch FP32), "
+        f"fine-tuned on 5-9, {args.epochs} epochs",
+    )
     print(f"machine load before: {load_before}; after: {load_after}")
-    report.write_results("finetune", rows, pretrain_epochs=args.pretrain_epochs, epochs=args.epochs,
-                         train_limit=args.train_limit, load_before=load_before, load_after=load_after)
+    report.write_results(
+        "finetune",
+        rows,
+        pretrain_epochs=args.pretrain_epochs,
+        epochs=args.epochs,
+        train_limit=args.train_limit,
+        load_before=load_before,
+        load_after=load_after,
+    )
     return 0
 
 

@@ -19,6 +19,7 @@ is the client's training steps (StepStats.time_s summed); energy is the run's me
 step (the meter is named in the table; `estimate` is a model, not a measurement).
 Writes fl.csv, fl.json (every round of both runs) and fl.png (accuracy per round).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,14 +32,15 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import RESULTS, print_table, write_results  # noqa: E402
-
 from dsptrain.config import CONFIG_ROOT  # noqa: E402
 from dsptrain.fl.settings import load_fl_run  # noqa: E402
 from dsptrain.fl.simulate import simulate  # noqa: E402
+from report import RESULTS, print_table, write_results  # noqa: E402
 
-RUNS = {"niti": CONFIG_ROOT / "runs" / "fl-lenet-fmnist-niti.yaml",
-        "fp32": CONFIG_ROOT / "runs" / "fl-lenet-fmnist-fp32.yaml"}
+RUNS = {
+    "niti": CONFIG_ROOT / "runs" / "fl-lenet-fmnist-niti.yaml",
+    "fp32": CONFIG_ROOT / "runs" / "fl-lenet-fmnist-fp32.yaml",
+}
 
 
 def load() -> str:
@@ -54,9 +56,15 @@ def bench_config(name: str, args, out: Path) -> Path:
     data["data"] = {**data.get("data", {}), "test_limit": args.test_limit}
     data["train"] = {**data.get("train", {}), "batch_size": args.batch_size}
     data["energy"] = args.energy
-    data["fl"].update(clients=args.clients, rounds=args.rounds, local_steps=args.local_steps, resume=False,
-                      min_train_clients=args.clients, min_available_clients=args.clients,
-                      partition={"kind": "dirichlet", "alpha": args.alpha, "seed": args.seed})
+    data["fl"].update(
+        clients=args.clients,
+        rounds=args.rounds,
+        local_steps=args.local_steps,
+        resume=False,
+        min_train_clients=args.clients,
+        min_available_clients=args.clients,
+        partition={"kind": "dirichlet", "alpha": args.alpha, "seed": args.seed},
+    )
     path = out / f"bench-fl-{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -125,29 +133,50 @@ def main(argv=None) -> int:
         histories[label] = history
         trained = history[1:]
         for h in history:
-            rows.append({"recipe": name, "round": h["round"], "test_accuracy": h["test_accuracy"],
-                         "accepted": h["accepted"], "upload_bytes_per_client": h["upload_bytes_per_client"],
-                         "time_s_per_client": h["time_s_per_client"], "time_s_per_batch": h["time_s_per_batch"],
-                         "energy_j_per_client": h["energy_j_per_client"], "train_loss": h["train_loss"]})
-        summary.append({
-            "run": label, "final acc %": 100 * history[-1]["test_accuracy"],
-            "best acc %": 100 * max(h["test_accuracy"] for h in trained),
-            f"rounds to {100 * args.target:.0f} %": rounds_to(history, args.target) or f"> {args.rounds}",
-            "upload B/client/round": trained[-1]["upload_bytes_per_client"],
-            "time s/client/round (median)": _median(h["time_s_per_client"] for h in trained),
-            "energy J/client/round (median)": _median(h["energy_j_per_client"] for h in trained),
-            "meter": meter.name, "wall s": wall})
+            rows.append(
+                {
+                    "recipe": name,
+                    "round": h["round"],
+                    "test_accuracy": h["test_accuracy"],
+                    "accepted": h["accepted"],
+                    "upload_bytes_per_client": h["upload_bytes_per_client"],
+                    "time_s_per_client": h["time_s_per_client"],
+                    "time_s_per_batch": h["time_s_per_batch"],
+                    "energy_j_per_client": h["energy_j_per_client"],
+                    "train_loss": h["train_loss"],
+                }
+            )
+        summary.append(
+            {
+                "run": label,
+                "final acc %": 100 * history[-1]["test_accuracy"],
+                "best acc %": 100 * max(h["test_accuracy"] for h in trained),
+                f"rounds to {100 * args.target:.0f} %": rounds_to(history, args.target) or f"> {args.rounds}",
+                "upload B/client/round": trained[-1]["upload_bytes_per_client"],
+                "time s/client/round (median)": _median(h["time_s_per_client"] for h in trained),
+                "energy J/client/round (median)": _median(h["energy_j_per_client"] for h in trained),
+                "meter": meter.name,
+                "wall s": wall,
+            }
+        )
         print(f"{label}: final {history[-1]['test_accuracy']:.4f} in {wall:.0f} s; load {load()}", flush=True)
 
     if len(summary) == 2:
         ratio = summary[1]["upload B/client/round"] / summary[0]["upload B/client/round"]
         print(f"upload ratio FP32 / NITI: {ratio:.3f}x (target >= 3.9x)")
-    print_table(summary, title=f"federated LeNet-5, Fashion-MNIST: {args.clients} clients, Dirichlet alpha "
-                f"{args.alpha}, {args.local_steps} local steps of {args.batch_size} per round, {args.rounds} rounds")
+    print_table(
+        summary,
+        title=f"federated LeNet-5, Fashion-MNIST: {args.clients} clients, Dirichlet alpha "
+        f"{args.alpha}, {args.local_steps} local steps of {args.batch_size} per round, {args.rounds} rounds",
+    )
     print(f"load after: {load()}")
     write_results("fl", rows, out, summary=summary, load=load(), settings=vars(args), energy_meter=why)
-    plot(histories, args.target, out / "fl.png",
-         f"{args.clients} clients, Dirichlet {args.alpha}, {args.local_steps} steps x {args.batch_size} per round")
+    plot(
+        histories,
+        args.target,
+        out / "fl.png",
+        f"{args.clients} clients, Dirichlet {args.alpha}, {args.local_steps} steps x {args.batch_size} per round",
+    )
     return 0
 
 

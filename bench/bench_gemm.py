@@ -20,6 +20,7 @@ both), which a shared machine's other processes disturb less than wall time. Tor
 optional: without it its columns print n/a. Results go to bench/results/bench_gemm.{csv,json},
 with the load average at the start and the end.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,14 @@ from bench_depthwise import counted, cpu_best_time, mobilenet_v2_layers  # noqa:
 from report import best_time, print_table, write_results  # noqa: E402
 
 # (M, K, N) = (batch*OH*OW, KH*KW*C, O) of VGG-11's convolutions at batch 64 on 32x32.
-VGG11_SHAPES = [(65536, 27, 64), (16384, 576, 128), (4096, 1152, 256), (4096, 2304, 256),
-                (1024, 2304, 512), (1024, 4608, 512)]
+VGG11_SHAPES = [
+    (65536, 27, 64),
+    (16384, 576, 128),
+    (4096, 1152, 256),
+    (4096, 2304, 256),
+    (1024, 2304, 512),
+    (1024, 4608, 512),
+]
 BATCH = 64
 
 
@@ -77,6 +84,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from dsptrain import _cpu_ops as native
+
     if args.isa:
         native.set_isa(args.isa)
     timer = best_time
@@ -84,6 +92,7 @@ def main() -> None:
         timer, args.threads = cpu_best_time, 1
         # NumPy's BLAS threads would spin on the calling thread's clock: one thread, as ours
         from threadpoolctl import threadpool_limits
+
         threadpool_limits(1)
     if args.threads:
         native.set_threads(args.threads)
@@ -92,22 +101,50 @@ def main() -> None:
     rng = np.random.default_rng(0)
     rows = []
     for model in args.models.split(","):
-        model_rows = [dict(model=model, count=count, **measure(native, torch, rng, shape, timer, args.runs))
-                      for shape, count in model_shapes(model)]
+        model_rows = [
+            dict(model=model, count=count, **measure(native, torch, rng, shape, timer, args.runs))
+            for shape, count in model_shapes(model)
+        ]
         rows += model_rows + [total_row(model, model_rows)]
 
-    print(f"int8 GEMM, GOP/s (best of {args.runs}); dsptrain path {native.isa()}, {native.threads()} threads, "
-          f"load {load_start[0]:.1f}")
-    print_table(rows, ["model", "M", "K", "N", "count", "dsptrain", "dsptrain_pk", "pack_ms", "numpy_f32",
-                       "torch_f32", "fbgemm_s8", "vs_fbgemm", "pk_vs_fbgemm", "vs_numpy"])
-    meta = {"isa": native.isa(), "threads": native.threads(), "runs": args.runs,
-            "timing": "thread CPU time" if args.cpu_time else "wall", "torch": getattr(torch, "__version__", None),
-            "load_at_start": load_start, "load_at_end": os.getloadavg()}
+    print(
+        f"int8 GEMM, GOP/s (best of {args.runs}); dsptrain path {native.isa()}, {native.threads()} threads, "
+        f"load {load_start[0]:.1f}"
+    )
+    print_table(
+        rows,
+        [
+            "model",
+            "M",
+            "K",
+            "N",
+            "count",
+            "dsptrain",
+            "dsptrain_pk",
+            "pack_ms",
+            "numpy_f32",
+            "torch_f32",
+            "fbgemm_s8",
+            "vs_fbgemm",
+            "pk_vs_fbgemm",
+            "vs_numpy",
+        ],
+    )
+    meta = {
+        "isa": native.isa(),
+        "threads": native.threads(),
+        "runs": args.runs,
+        "timing": "thread CPU time" if args.cpu_time else "wall",
+        "torch": getattr(torch, "__version__", None),
+        "load_at_start": load_start,
+        "load_at_end": os.getloadavg(),
+    }
     write_results("bench_gemm", rows, **meta)
 
 
 def total_row(model: str, rows: list[dict]) -> dict:
     """The model's summed time over its layers (count-weighted), as GOP/s and ratios."""
+
     def seconds(row, column):
         return row["count"] * 2.0 * row["M"] * row["K"] * row["N"] / row[column] / 1e9
 
@@ -130,10 +167,14 @@ def measure(native, torch, rng, shape: tuple[int, int, int], timer, runs: int) -
     ops = 2.0 * m * k * n
     gops = lambda seconds: ops / seconds / 1e9  # noqa: E731
     packed = native.pack_weights(b)
-    row = {"M": m, "K": k, "N": n,
-           "dsptrain": gops(timer(lambda: native.gemm_s8(a, b), runs)),
-           "dsptrain_pk": gops(timer(lambda: native.gemm_packed(a, packed), runs)),
-           "pack_ms": 1e3 * timer(lambda: native.pack_weights(b), runs)}
+    row = {
+        "M": m,
+        "K": k,
+        "N": n,
+        "dsptrain": gops(timer(lambda: native.gemm_s8(a, b), runs)),
+        "dsptrain_pk": gops(timer(lambda: native.gemm_packed(a, packed), runs)),
+        "pack_ms": 1e3 * timer(lambda: native.pack_weights(b), runs),
+    }
     af, bf = a.astype(np.float32), b.astype(np.float32)
     row["numpy_f32"] = gops(timer(lambda: af @ bf.T, runs))
     row["torch_f32"] = row["fbgemm_s8"] = None

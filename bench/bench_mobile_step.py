@@ -20,6 +20,7 @@ cores are oversubscribed (its OpenMP threads wait on each other), so run --threa
 one thread each is the like-for-like figure there. Results:
 bench/results/bench_mobile_step.{csv,json} (bench_mobile_step_<N>t with --threads N).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,11 +55,12 @@ def torch_net(model: str):
     """The PyTorch FP32 module of `model` (random weights, seed 0)."""
     if model == "vgg11":
         import torch
-
         from bench_train import torch_model
+
         torch.manual_seed(0)
         return torch_model(torch, "vgg11")
     from zoo_torch import build
+
     return build(model, full=True)
 
 
@@ -69,8 +71,8 @@ def export_onnx(model: str, tmp: Path) -> Path | None:
     if model == "vgg11":
         return None
     import torch
-
     from dsptrain.interchange.torch_bridge import to_onnx_bytes  # the export dsptrain.from_torch reads
+
     path = tmp / f"{model}.onnx"
     path.write_bytes(to_onnx_bytes(torch_net(model), torch.zeros(2, 3, 32, 32)))
     return path
@@ -83,9 +85,11 @@ def niti_trainer(model: str, onnx: Path | None, args, tmp: Path):
 
     spec = f"{{onnx: {onnx}}}" if onnx else f"{{name: {model}}}"
     path = tmp / "run.yaml"
-    path.write_text(f"name: bench-{model}\nrecipe: niti\nbackend: {args.backend}\nmodel: {spec}\n"
-                    f"data: {{dataset: synthetic, train_limit: 64, test_limit: 32}}\n"
-                    f"train: {{epochs: 1, batch_size: {args.batch_size}}}\n")
+    path.write_text(
+        f"name: bench-{model}\nrecipe: niti\nbackend: {args.backend}\nmodel: {spec}\n"
+        f"data: {{dataset: synthetic, train_limit: 64, test_limit: 32}}\n"
+        f"train: {{epochs: 1, batch_size: {args.batch_size}}}\n"
+    )
     return dsptrain.Trainer(dsptrain.load_run(path), progress=False, out_dir=tmp / "out")
 
 
@@ -102,6 +106,7 @@ def torch_stepper(model: str, threads: int):
         opt.zero_grad()
         torch.nn.functional.cross_entropy(net(x), torch.from_numpy(labels)).backward()
         opt.step()
+
     return step
 
 
@@ -115,7 +120,7 @@ def rounds(model: str, onnx: Path | None, args) -> dict:
         trainer = niti_trainer(model, onnx, args, Path(tmp))
         theirs_step = torch_stepper(model, native.threads())
         try:
-            stats = trainer.step(*batch)   # warm-up: plan, scratch buffers
+            stats = trainer.step(*batch)  # warm-up: plan, scratch buffers
             theirs_step(*batch)
             ours, theirs, ratios = [], [], []
             for _ in range(args.rounds):
@@ -129,10 +134,17 @@ def rounds(model: str, onnx: Path | None, args) -> dict:
         finally:
             trainer.close()
     placed = dict(stats.ops_on)
-    return {"model": model, "niti_s": statistics.median(ours), "torch_s": statistics.median(theirs),
-            "vs_torch": statistics.median(ratios), "vs_torch_min": min(ratios), "vs_torch_max": max(ratios),
-            "niti_best_s": min(ours), "torch_best_s": min(theirs),
-            "placement": " ".join(f"{k}:{v}" for k, v in sorted(placed.items()))}
+    return {
+        "model": model,
+        "niti_s": statistics.median(ours),
+        "torch_s": statistics.median(theirs),
+        "vs_torch": statistics.median(ratios),
+        "vs_torch_min": min(ratios),
+        "vs_torch_max": max(ratios),
+        "niti_best_s": min(ours),
+        "torch_best_s": min(theirs),
+        "placement": " ".join(f"{k}:{v}" for k, v in sorted(placed.items())),
+    }
 
 
 def child_memory(model: str, system: str, args) -> None:
@@ -156,9 +168,22 @@ def child_memory(model: str, system: str, args) -> None:
 
 
 def peak_rss_child(model: str, system: str, onnx: Path | None, args) -> float | None:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child-memory", system, "--models", model,
-           "--batch-size", str(args.batch_size), "--backend", args.backend] + (["--onnx", str(onnx)] if onnx else []) \
+    cmd = (
+        [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--child-memory",
+            system,
+            "--models",
+            model,
+            "--batch-size",
+            str(args.batch_size),
+            "--backend",
+            args.backend,
+        ]
+        + (["--onnx", str(onnx)] if onnx else [])
         + (["--threads", str(args.threads)] if args.threads else [])
+    )
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         print(f"memory child {model}/{system} failed: {out.stderr[-400:]}", file=sys.stderr)
@@ -181,11 +206,13 @@ def main() -> None:
     if args.child_memory:
         if args.threads:
             from dsptrain import _cpu_ops as native
+
             native.set_threads(args.threads)
         child_memory(args.models, args.child_memory, args)
         return
 
     from dsptrain import _cpu_ops as native
+
     load_start = os.getloadavg()
     if args.threads:
         native.set_threads(args.threads)
@@ -201,15 +228,38 @@ def main() -> None:
                     row["rss_vs_torch"] = row["niti_rss_mb"] / row["torch_rss_mb"]
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
-    columns = ["model", "niti_s", "torch_s", "vs_torch", "vs_torch_min", "vs_torch_max", "niti_rss_mb",
-               "torch_rss_mb", "rss_vs_torch", "placement"]
-    print_table(rows, columns, title=f"NITI step on {args.backend} vs PyTorch FP32, batch {args.batch_size}, "
-                                     f"32x32x3, {args.rounds} rounds x {args.steps} steps, "
-                                     f"{native.threads()} threads, load {load_start[0]:.1f}")
+    columns = [
+        "model",
+        "niti_s",
+        "torch_s",
+        "vs_torch",
+        "vs_torch_min",
+        "vs_torch_max",
+        "niti_rss_mb",
+        "torch_rss_mb",
+        "rss_vs_torch",
+        "placement",
+    ]
+    print_table(
+        rows,
+        columns,
+        title=f"NITI step on {args.backend} vs PyTorch FP32, batch {args.batch_size}, "
+        f"32x32x3, {args.rounds} rounds x {args.steps} steps, "
+        f"{native.threads()} threads, load {load_start[0]:.1f}",
+    )
     name = f"bench_mobile_step_{args.threads}t" if args.threads else "bench_mobile_step"
-    write_results(name, rows, batch_size=args.batch_size, steps=args.steps, rounds=args.rounds,
-                  threads=native.threads(), isa=native.isa(), backend=args.backend,
-                  load_at_start=load_start, load_at_end=os.getloadavg())
+    write_results(
+        name,
+        rows,
+        batch_size=args.batch_size,
+        steps=args.steps,
+        rounds=args.rounds,
+        threads=native.threads(),
+        isa=native.isa(),
+        backend=args.backend,
+        load_at_start=load_start,
+        load_at_end=os.getloadavg(),
+    )
 
 
 if __name__ == "__main__":

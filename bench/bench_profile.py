@@ -13,6 +13,7 @@ around the Trainer's step (steadier on a busy machine). The table has each syste
 over rounds and its ratio to the baseline's per round (median and range): profiling off
 should be 1.00 within noise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,16 +40,20 @@ def child(args) -> None:
     from dsptrain.config import CONFIG_ROOT
 
     run = dsptrain.load_run(CONFIG_ROOT / "runs" / "lenet-fmnist-niti.yaml")
-    run = dataclasses.replace(run, model=dataclasses.replace(run.model, name=args.model), backend=args.backend,
-                              data=dataclasses.replace(run.data, dataset="synthetic"),
-                              train=dataclasses.replace(run.train, batch_size=args.batch))
+    run = dataclasses.replace(
+        run,
+        model=dataclasses.replace(run.model, name=args.model),
+        backend=args.backend,
+        data=dataclasses.replace(run.data, dataset="synthetic"),
+        train=dataclasses.replace(run.train, batch_size=args.batch),
+    )
     trainer = dsptrain.Trainer(run, out_dir="/tmp/dsptrain-bench-profile", progress=False)
     try:
         count = args.warmup + args.steps
         batches = [b for _, b in zip(range(count), datasets.batches(trainer.train_data, args.batch, 0, 0))]
         step, cpu = trainer.step, []
 
-        def timed_step(images, labels):   # the process's CPU seconds too: steadier than wall time on a busy machine
+        def timed_step(images, labels):  # the process's CPU seconds too: steadier than wall time on a busy machine
             started = time.process_time()
             stats = step(images, labels)
             cpu.append(time.process_time() - started)
@@ -60,10 +65,10 @@ def child(args) -> None:
             recorder = record_steps(trainer.executor, timed_step, batches, args.warmup)
             times = [s.stats.time_s for s in recorder.steps]
         else:
-            times = [timed_step(images, labels).time_s for images, labels in batches][args.warmup:]
+            times = [timed_step(images, labels).time_s for images, labels in batches][args.warmup :]
     finally:
         trainer.close()
-    print(json.dumps({"wall": times, "cpu": cpu[args.warmup:]}))
+    print(json.dumps({"wall": times, "cpu": cpu[args.warmup :]}))
 
 
 def run_child(system: str, args) -> dict:
@@ -74,8 +79,22 @@ def run_child(system: str, args) -> dict:
     else:
         mode = "on" if system == "profiling on" else "off"
         env.pop("PYTHONPATH", None)
-    cmd = [sys.executable, __file__, "--child", mode, "--model", args.model, "--batch", str(args.batch),
-           "--backend", args.backend, "--steps", str(args.steps), "--warmup", str(args.warmup)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        mode,
+        "--model",
+        args.model,
+        "--batch",
+        str(args.batch),
+        "--backend",
+        args.backend,
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd="/tmp")
     if proc.returncode:
         raise SystemExit(f"{system}: {proc.stderr.strip().splitlines()[-1:]}")
@@ -102,25 +121,46 @@ def main() -> None:
     systems = ("baseline", "profiling off", "profiling on")
     medians = {s: {"wall": [], "cpu": []} for s in systems}
     for r in range(args.rounds):
-        order = systems if r % 2 == 0 else tuple(reversed(systems))   # none goes first every round
+        order = systems if r % 2 == 0 else tuple(reversed(systems))  # none goes first every round
         for system in order:
             for kind, values in run_child(system, args).items():
                 medians[system][kind].append(statistics.median(values))
-        print(f"round {r + 1}: " + ", ".join(f"{s} {medians[s]['wall'][-1] * 1e3:.3f} ms "
-                                              f"(cpu {medians[s]['cpu'][-1] * 1e3:.3f})" for s in systems), flush=True)
+        print(
+            f"round {r + 1}: "
+            + ", ".join(
+                f"{s} {medians[s]['wall'][-1] * 1e3:.3f} ms (cpu {medians[s]['cpu'][-1] * 1e3:.3f})" for s in systems
+            ),
+            flush=True,
+        )
     rows = []
     for system in systems:
         row = {"system": system}
         for kind in ("wall", "cpu"):
             mine, base = medians[system][kind], medians["baseline"][kind]
             ratios = [a / b for a, b in zip(mine, base)]
-            row.update({f"{kind}_ms": statistics.median(mine) * 1e3, f"{kind}_vs_baseline": statistics.median(ratios),
-                        f"{kind}_range": f"{min(ratios):.3f}-{max(ratios):.3f}"})
+            row.update(
+                {
+                    f"{kind}_ms": statistics.median(mine) * 1e3,
+                    f"{kind}_vs_baseline": statistics.median(ratios),
+                    f"{kind}_range": f"{min(ratios):.3f}-{max(ratios):.3f}",
+                }
+            )
         rows.append(row)
-    print_table(rows, title=f"{args.model} NITI step, batch {args.batch}, {args.backend}: median of each round's "
-                            f"median over {args.steps} steps, {args.rounds} alternating rounds")
-    write_results("profile_overhead", rows, Path(args.out) if args.out else None, model=args.model,
-                  batch=args.batch, backend=args.backend, steps=args.steps, rounds=args.rounds)
+    print_table(
+        rows,
+        title=f"{args.model} NITI step, batch {args.batch}, {args.backend}: median of each round's "
+        f"median over {args.steps} steps, {args.rounds} alternating rounds",
+    )
+    write_results(
+        "profile_overhead",
+        rows,
+        Path(args.out) if args.out else None,
+        model=args.model,
+        batch=args.batch,
+        backend=args.backend,
+        steps=args.steps,
+        rounds=args.rounds,
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ placement would pick for the key's shapes at each clock (cost.py's roofline with
 profile's bandwidths and call costs: `cpu` only where the CPU's modeled time is shorter).
 Written to bench/results/hook_rates.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,7 @@ def main() -> None:
     args = ap.parse_args()
     profile = load_device(args.device)
     load_start = os.getloadavg()[0]
-    cpu_rates, cpu_rows = measure("cpu", backend_class("cpu")(), args.batch, args.repeats)   # rows: per shape
+    cpu_rates, cpu_rows = measure("cpu", backend_class("cpu")(), args.batch, args.repeats)  # rows: per shape
     dsp = backend_class("dsp")(hvx_threads=profile.dsp.hvx_threads)
     try:
         dsp_rates, _ = measure("dsp", dsp, args.batch, 1)
@@ -54,21 +55,42 @@ def main() -> None:
         picks = {}
         for label, prof in (("1ghz", measured), ("500mhz", at_500)):
             cpu, dsp_s = speeds(prof, "cpu"), speeds(prof, "dsp")
-            won = [cpu.seconds(r["macs"], nbytes[key, r["shape"]], key) <
-                   dsp_s.seconds(r["macs"], nbytes[key, r["shape"]], key) for r in shapes]
+            won = [
+                cpu.seconds(r["macs"], nbytes[key, r["shape"]], key)
+                < dsp_s.seconds(r["macs"], nbytes[key, r["shape"]], key)
+                for r in shapes
+            ]
             picks[label] = f"cpu {sum(won)}/{len(won)}"
-        rows.append({"key": key, "shapes": len(shapes),
-                     "cpu_macs_per_s": cpu_rates[key], "cpu_generic": profile.cpu.macs_per_s,
-                     "dsp_macs_per_cycle": dsp_rates[key],
-                     "dsp_macs_per_s": dsp_rates[key] * profile.dsp.clock_hz,
-                     "dsp_macs_per_s_500mhz": dsp_rates[key] * SD865_CDSP_HZ, "dsp_generic": profile.dsp.macs_per_s,
-                     "dsp_over_cpu": dsp_rates[key] * profile.dsp.clock_hz / cpu_rates[key],
-                     "placed_on_cpu_1ghz": picks["1ghz"], "placed_on_cpu_500mhz": picks["500mhz"]})
-    print_table(rows, title=f"measured int8 product rates, batch {args.batch} ({profile.name}: "
-                            f"{profile.dsp.hvx_threads} HVX threads, {profile.dsp.clock_hz / 1e9:g} GHz)")
-    write_results("hook_rates", rows, device=profile.name, batch=args.batch,
-                  repeats=args.repeats, hvx_threads=profile.dsp.hvx_threads, clock_hz=profile.dsp.clock_hz,
-                  load_average_at_start=load_start)
+        rows.append(
+            {
+                "key": key,
+                "shapes": len(shapes),
+                "cpu_macs_per_s": cpu_rates[key],
+                "cpu_generic": profile.cpu.macs_per_s,
+                "dsp_macs_per_cycle": dsp_rates[key],
+                "dsp_macs_per_s": dsp_rates[key] * profile.dsp.clock_hz,
+                "dsp_macs_per_s_500mhz": dsp_rates[key] * SD865_CDSP_HZ,
+                "dsp_generic": profile.dsp.macs_per_s,
+                "dsp_over_cpu": dsp_rates[key] * profile.dsp.clock_hz / cpu_rates[key],
+                "placed_on_cpu_1ghz": picks["1ghz"],
+                "placed_on_cpu_500mhz": picks["500mhz"],
+            }
+        )
+    print_table(
+        rows,
+        title=f"measured int8 product rates, batch {args.batch} ({profile.name}: "
+        f"{profile.dsp.hvx_threads} HVX threads, {profile.dsp.clock_hz / 1e9:g} GHz)",
+    )
+    write_results(
+        "hook_rates",
+        rows,
+        device=profile.name,
+        batch=args.batch,
+        repeats=args.repeats,
+        hvx_threads=profile.dsp.hvx_threads,
+        clock_hz=profile.dsp.clock_hz,
+        load_average_at_start=load_start,
+    )
 
 
 if __name__ == "__main__":

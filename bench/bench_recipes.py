@@ -38,6 +38,7 @@ float GEMM) within float32 rounding. `--jobs N` trains N recipes at once in fork
 processes (longest first); give each one BLAS thread (OPENBLAS_NUM_THREADS=1) so they do
 not fight over the cores, and read s/epoch as measured beside the other jobs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,26 +55,31 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import report  # noqa: E402
-
 import dsptrain  # noqa: E402
+import report  # noqa: E402
 from dsptrain.config import CONFIG_ROOT  # noqa: E402
 
 RUNS = ("fp32", "niti", "octo", "wageubn", "wageubn-bn", "afp", "mls", "fp8")
 SPEED_RUNS = ("niti", "octo", "wageubn", "afp", "mls", "fp8", "fp32")
-INT8_RUNS = ("octo", "wageubn", "afp", "mls")     # int8 elements in every product
-LONGEST_FIRST = ("fp8", "mls", "wageubn-bn", "wageubn", "octo", "fp32", "afp", "niti")   # measured s/epoch
+INT8_RUNS = ("octo", "wageubn", "afp", "mls")  # int8 elements in every product
+LONGEST_FIRST = ("fp8", "mls", "wageubn-bn", "wageubn", "octo", "fp32", "afp", "niti")  # measured s/epoch
 
 
 def train(run_name: str, epochs: int, backend: str, train_limit, out: Path) -> dict:
     run = dsptrain.load_run(CONFIG_ROOT / "runs" / f"lenet-fmnist-{run_name}.yaml")
-    run = dataclasses.replace(run, train=dataclasses.replace(run.train, epochs=epochs),
-                              data=dataclasses.replace(run.data, train_limit=train_limit))
+    run = dataclasses.replace(
+        run,
+        train=dataclasses.replace(run.train, epochs=epochs),
+        data=dataclasses.replace(run.data, train_limit=train_limit),
+    )
     trainer = dsptrain.Trainer(run, backend=backend, out_dir=out / f"recipes-{run_name}", progress=False)
     trainer.checkpoint_path.unlink(missing_ok=True)
     (trainer.out_dir / "metrics.jsonl").unlink(missing_ok=True)
-    history = trainer.fit(on_epoch=lambda r: print(f"  {run_name} epoch {r['epoch']}: {r['test_accuracy']:.4f} "
-                                                   f"({r['seconds']:.1f} s)", flush=True))
+    history = trainer.fit(
+        on_epoch=lambda r: print(
+            f"  {run_name} epoch {r['epoch']}: {r['test_accuracy']:.4f} ({r['seconds']:.1f} s)", flush=True
+        )
+    )
     trainer.close()
     return result_row(run_name, run, trainer.backend_names, history)
 
@@ -81,11 +87,16 @@ def train(run_name: str, epochs: int, backend: str, train_limit, out: Path) -> d
 def result_row(run_name: str, run, backend_names, history: list[dict]) -> dict:
     """The bench's row of a finished run from its epoch records (Trainer.fit's, or
     metrics.jsonl's `"kind": "epoch"` lines)."""
-    return {"run": run_name, "recipe": run.recipe.name, "model": run.model.name,
-            "backend": "+".join(backend_names), "epochs": len(history),
-            "test_acc": round(100 * history[-1]["test_accuracy"], 2),
-            "best_acc": round(100 * max(r["test_accuracy"] for r in history), 2),
-            "s/epoch": round(float(np.mean([r["seconds"] for r in history])), 1)}
+    return {
+        "run": run_name,
+        "recipe": run.recipe.name,
+        "model": run.model.name,
+        "backend": "+".join(backend_names),
+        "epochs": len(history),
+        "test_acc": round(100 * history[-1]["test_accuracy"], 2),
+        "best_acc": round(100 * max(r["test_accuracy"] for r in history), 2),
+        "s/epoch": round(float(np.mean([r["seconds"] for r in history])), 1),
+    }
 
 
 def _train_job(job) -> dict:
@@ -99,10 +110,15 @@ def _train_job(job) -> dict:
 
 # ---------------------------------------------------------------- speed
 
+
 def _run(name: str, samples: int, backend: str):
     run = dsptrain.load_run(CONFIG_ROOT / "runs" / f"lenet-fmnist-{name}.yaml")
-    return dataclasses.replace(run, data=dataclasses.replace(run.data, train_limit=samples + 128, test_limit=64),
-                               train=dataclasses.replace(run.train, epochs=1), backend=backend)
+    return dataclasses.replace(
+        run,
+        data=dataclasses.replace(run.data, train_limit=samples + 128, test_limit=64),
+        train=dataclasses.replace(run.train, epochs=1),
+        backend=backend,
+    )
 
 
 class RecipePass:
@@ -111,11 +127,12 @@ class RecipePass:
 
     def __init__(self, name: str, samples: int, out: Path, warmup: int = 10):
         from dsptrain import data as datasets
+
         self.name = name
         self.trainer = dsptrain.Trainer(_run(name, samples, "cpu"), out_dir=out / f"speed-{name}", progress=False)
         batches = list(datasets.batches(self.trainer.train_data, 64, seed=0))
-        self.timed = batches[:samples // 64]
-        for images, labels in (batches[-2:] * warmup)[:warmup]:   # plans, scratch buffers, page faults
+        self.timed = batches[: samples // 64]
+        for images, labels in (batches[-2:] * warmup)[:warmup]:  # plans, scratch buffers, page faults
             self.trainer.step(images, labels)
 
     def __call__(self) -> None:
@@ -145,16 +162,17 @@ class TorchPass:
 
     def __init__(self, samples: int, threads: int | None = None, warmup: int = 10):
         import torch
-        from torch import nn
         from bench_train import torch_model
         from dsptrain.data import batches, load_fashion_mnist
+        from torch import nn
+
         self.name = "PyTorch FP32 (peer)"
         self.torch, self.nn, self.threads = torch, nn, threads or os.cpu_count() or 1
         torch.set_num_threads(self.threads)
         data = [b for _, b in zip(range(samples // 64 + 2), batches(load_fashion_mnist("train"), 64, seed=0))]
         self.net = torch_model(torch, "lenet5")
         self.opt = torch.optim.SGD(self.net.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
-        self.timed = data[:samples // 64]
+        self.timed = data[: samples // 64]
         for images, labels in (data[-2:] * warmup)[:warmup]:
             self.step(images, labels)
 
@@ -185,7 +203,7 @@ def timed_rounds(passes: list, repeats: int) -> dict[str, list[tuple[float, floa
     during it. Returns name -> [(wall, cpu) seconds per 1,000 samples] in round order."""
     out = {p.name: [] for p in passes}
     for r in range(repeats):
-        for p in passes[r % len(passes):] + passes[:r % len(passes)]:
+        for p in passes[r % len(passes) :] + passes[: r % len(passes)]:
             w0, c0 = time.perf_counter(), time.process_time()
             p()
             per = 1000 / p.samples
@@ -199,6 +217,7 @@ def cpu_time(args) -> int:
     than wall time (they still share caches and the memory bus), so it ranks the recipes
     on a busy machine."""
     from dsptrain import _cpu_ops
+
     load = os.getloadavg()
     _cpu_ops.set_threads(1)
     names = [n for n in SPEED_RUNS if n in args.recipes]
@@ -219,15 +238,32 @@ def cpu_time(args) -> int:
         row["target"] = "<= 1.5x NITI" if n in INT8_RUNS else "<= 1.2x torch" if n == "fp32" else ""
         rows.append(row)
     if theirs:
-        rows.append({"recipe": "PyTorch FP32 (peer, 1 thread)", "cpu s/1000": statistics.median(theirs),
-                     **_ratio(theirs, cpu.get("niti"), "vs NITI"), "vs torch (1 thread)": 1.0})
+        rows.append(
+            {
+                "recipe": "PyTorch FP32 (peer, 1 thread)",
+                "cpu s/1000": statistics.median(theirs),
+                **_ratio(theirs, cpu.get("niti"), "vs NITI"),
+                "vs torch (1 thread)": 1.0,
+            }
+        )
     after = os.getloadavg()
-    report.print_table(rows, title=f"LeNet-5, Fashion-MNIST, batch 64, {args.samples} samples, {args.repeats} "
-                                   f"alternating rounds (median; ratios: median of each round's ratio, "
-                                   f"range over rounds), backend cpu, CPU time at one thread (native pool, BLAS, "
-                                   f"PyTorch); load average {load[0]:.1f} before, {after[0]:.1f} after")
-    report.write_results("recipes_cpu_time", rows, args.out, samples=args.samples, repeats=args.repeats,
-                         load_before=load, load_after=after, raw=cpu)
+    report.print_table(
+        rows,
+        title=f"LeNet-5, Fashion-MNIST, batch 64, {args.samples} samples, {args.repeats} "
+        f"alternating rounds (median; ratios: median of each round's ratio, "
+        f"range over rounds), backend cpu, CPU time at one thread (native pool, BLAS, "
+        f"PyTorch); load average {load[0]:.1f} before, {after[0]:.1f} after",
+    )
+    report.write_results(
+        "recipes_cpu_time",
+        rows,
+        args.out,
+        samples=args.samples,
+        repeats=args.repeats,
+        load_before=load,
+        load_after=after,
+        raw=cpu,
+    )
     return 0
 
 
@@ -246,8 +282,9 @@ class BusyCore:
 
     def __enter__(self):
         core = (os.cpu_count() or 1) - 1
-        self.proc = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{core}}})\n"
-                                      "while True: pass"])
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"]
+        )
         time.sleep(0.5)
         return self
 
@@ -260,6 +297,7 @@ class BusyCore:
 def dsp_placement(name: str, out: Path) -> dict:
     """One step under --backend dsp: the share of ops off ref and the DSP packets per step."""
     from dsptrain import data as datasets
+
     trainer = dsptrain.Trainer(_run(name, 128, "dsp"), out_dir=out / f"dsp-{name}", progress=False)
     try:
         images, labels = next(iter(datasets.batches(trainer.train_data, 64, seed=0)))
@@ -268,9 +306,11 @@ def dsp_placement(name: str, out: Path) -> dict:
         before = dsp.total_costs[0]
         stats = trainer.step(images, labels)
         total = sum(stats.ops_on.values())
-        return {"ops off ref %": round(100 * (total - stats.ops_on.get("ref", 0)) / total, 1),
-                "ops dsp/cpu/ref": "/".join(str(stats.ops_on.get(b, 0)) for b in ("dsp", "cpu", "ref")),
-                "dsp packets/step": dsp.total_costs[0] - before}
+        return {
+            "ops off ref %": round(100 * (total - stats.ops_on.get("ref", 0)) / total, 1),
+            "ops dsp/cpu/ref": "/".join(str(stats.ops_on.get(b, 0)) for b in ("dsp", "cpu", "ref")),
+            "dsp packets/step": dsp.total_costs[0] - before,
+        }
     finally:
         trainer.close()
 
@@ -296,31 +336,41 @@ def speed(args) -> int:
         for n in names:
             try:
                 placed[n] = dsp_placement(n, args.out)
-            except Exception as exc:   # no emulated DSP here: the table says why
+            except Exception as exc:  # no emulated DSP here: the table says why
                 placed[n] = {"ops off ref %": f"n/a ({type(exc).__name__}: {exc})"[:60]}
-    wall = lambda runs, n: [w for w, _ in runs[n]] if n in runs else None   # noqa: E731
-    med = lambda v: statistics.median(v) if v else None   # noqa: E731
+    wall = lambda runs, n: [w for w, _ in runs[n]] if n in runs else None  # noqa: E731
+    med = lambda v: statistics.median(v) if v else None  # noqa: E731
     rows = []
     for n in names + ([peer.name] if peer else []):
-        row = {"recipe": n, "s/1000 quiet": med(wall(quiet, n)),
-               "cpu s/1000": med([c for _, c in quiet[n]])}
+        row = {"recipe": n, "s/1000 quiet": med(wall(quiet, n)), "cpu s/1000": med([c for _, c in quiet[n]])}
         row.update(_ratio(wall(quiet, n), wall(quiet, "niti"), "vs NITI"))
         row.update(_ratio(wall(quiet, n), wall(quiet, peer.name) if peer else None, "vs torch"))
         if loaded:
             row["s/1000 loaded"] = med(wall(loaded, n))
             row["loaded/quiet"] = med(wall(loaded, n)) / med(wall(quiet, n))
         row.update(placed.get(n, {}))
-        row["target"] = ("<= 1.5x NITI" if n in INT8_RUNS else "<= 1.2x torch" if n == "fp32" else "")
+        row["target"] = "<= 1.5x NITI" if n in INT8_RUNS else "<= 1.2x torch" if n == "fp32" else ""
         rows.append(row)
     after = os.getloadavg()
-    report.print_table(rows, title=f"LeNet-5, Fashion-MNIST, batch 64, {args.samples} samples, {args.repeats} "
-                                   f"alternating rounds (median; ratios: median of each round's ratio, range over "
-                                   f"rounds), backend cpu; loaded = a busy process pinned to core "
-                                   f"{(os.cpu_count() or 1) - 1}; load average {load[0]:.1f} before, "
-                                   f"{load_quiet[0]:.1f} after the quiet rounds, {after[0]:.1f} after")
-    report.write_results("recipes_speed", rows, args.out, samples=args.samples, repeats=args.repeats,
-                         load_before=load, load_after_quiet=load_quiet, load_after=after,
-                         raw={"quiet": quiet, "loaded": loaded})
+    report.print_table(
+        rows,
+        title=f"LeNet-5, Fashion-MNIST, batch 64, {args.samples} samples, {args.repeats} "
+        f"alternating rounds (median; ratios: median of each round's ratio, range over "
+        f"rounds), backend cpu; loaded = a busy process pinned to core "
+        f"{(os.cpu_count() or 1) - 1}; load average {load[0]:.1f} before, "
+        f"{load_quiet[0]:.1f} after the quiet rounds, {after[0]:.1f} after",
+    )
+    report.write_results(
+        "recipes_speed",
+        rows,
+        args.out,
+        samples=args.samples,
+        repeats=args.repeats,
+        load_before=load,
+        load_after_quiet=load_quiet,
+        load_after=after,
+        raw={"quiet": quiet, "loaded": loaded},
+    )
     return 0
 
 
@@ -328,21 +378,36 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--accuracy", action="store_true", help="train --epochs and report test accuracy instead")
     parser.add_argument("--samples", type=int, default=6400, help="speed: training samples per timed pass")
-    parser.add_argument("--repeats", type=int, default=5,
-                        help="speed: alternating rounds, one timed pass of every recipe each (median)")
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="speed: alternating rounds, one timed pass of every recipe each (median)"
+    )
     parser.add_argument("--no-load", action="store_true", help="speed: skip the run beside a busy process")
     parser.add_argument("--no-dsp", action="store_true", help="speed: skip the placement run on the emulated DSP")
-    parser.add_argument("--cpu-time", action="store_true",
-                        help="speed as CPU time at one thread, beside PyTorch at one thread (for a busy machine)")
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="speed as CPU time at one thread, beside PyTorch at one thread (for a busy machine)",
+    )
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--backend", default="cpu", choices=("ref", "cpu", "dsp", "auto"))
     parser.add_argument("--train-limit", type=int, default=None, help="first N training samples (default all 60000)")
-    parser.add_argument("--recipes", nargs="+", default=list(RUNS), choices=RUNS, metavar="RUN",
-                        help=f"runs to train (default all: {' '.join(RUNS)})")
+    parser.add_argument(
+        "--recipes",
+        nargs="+",
+        default=list(RUNS),
+        choices=RUNS,
+        metavar="RUN",
+        help=f"runs to train (default all: {' '.join(RUNS)})",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="recipes trained at once (forked processes)")
-    parser.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
-                        help="train nothing: combine the rows of these results files (same epochs, training "
-                             "samples and backend; a later file's row replaces an earlier one's)")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="train nothing: combine the rows of these results files (same epochs, training "
+        "samples and backend; a later file's row replaces an earlier one's)",
+    )
     parser.add_argument("--out", type=Path, default=report.RESULTS)
     args = parser.parse_args(argv)
     if args.cpu_time:
@@ -357,7 +422,7 @@ def main(argv=None) -> int:
         return 0
     names = sorted(set(args.recipes), key=LONGEST_FIRST.index)
     jobs = [(name, args.epochs, args.backend, args.train_limit, args.out) for name in names]
-    for name in names:     # import every recipe module before forking, and fail early on a bad config
+    for name in names:  # import every recipe module before forking, and fail early on a bad config
         dsptrain.load_run(CONFIG_ROOT / "runs" / f"lenet-fmnist-{name}.yaml")
     meta = dict(epochs=args.epochs, backend=args.backend, train_limit=args.train_limit, jobs=args.jobs)
     rows = []
@@ -376,11 +441,17 @@ def write_rows(rows: list[dict], out: Path, meta: dict, table: bool = True) -> N
         r["vs_fp32"] = None if fp32 is None else round(r["test_acc"] - fp32, 2)
     report.write_results("recipes", rows, out, **meta)
     if table:
-        how = (f"merged from {len(meta['merged_from'])} results files" if "merged_from" in meta
-               else f"{meta['jobs']} at once")
-        report.print_table(rows, title=f"LeNet-5 on Fashion-MNIST ({meta['train_limit'] or 'all'} training samples, "
-                                       f"{meta['epochs']} epochs, batch 64, backend {meta['backend']}, {how}): "
-                                       f"test accuracy (%)")
+        how = (
+            f"merged from {len(meta['merged_from'])} results files"
+            if "merged_from" in meta
+            else f"{meta['jobs']} at once"
+        )
+        report.print_table(
+            rows,
+            title=f"LeNet-5 on Fashion-MNIST ({meta['train_limit'] or 'all'} training samples, "
+            f"{meta['epochs']} epochs, batch 64, backend {meta['backend']}, {how}): "
+            f"test accuracy (%)",
+        )
 
 
 def merged(paths: list[Path]) -> tuple[dict, list[dict]]:
@@ -390,8 +461,9 @@ def merged(paths: list[Path]) -> tuple[dict, list[dict]]:
         data = json.loads(path.read_text())
         settings = {key: data.get(key) for key in ("epochs", "backend", "train_limit")}
         if meta is not None and settings != {k: meta[k] for k in settings}:
-            raise SystemExit(f"{path}: settings {settings} differ from the first file's "
-                             f"{ {k: meta[k] for k in settings} }")
+            raise SystemExit(
+                f"{path}: settings {settings} differ from the first file's { {k: meta[k] for k in settings} }"
+            )
         meta = meta or settings
         by_run.update({row["run"]: row for row in data["rows"]})
     meta["merged_from"] = [str(p) for p in paths]

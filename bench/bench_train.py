@@ -17,6 +17,7 @@ the same cores, same model and batch.
 
 Results go to bench/results/bench_train.{csv,json}. PyTorch is optional (n/a without).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,9 +47,13 @@ def dsptrain_trainer(args, model: str = "vgg11", dataset: str = "synthetic"):
     import dsptrain
 
     run = dsptrain.load_run("configs/runs/lenet-fmnist-niti.yaml")
-    run = dataclasses.replace(run, model=dataclasses.replace(run.model, name=model),
-                              data=dataclasses.replace(run.data, dataset=dataset), backend=args.backend,
-                              train=dataclasses.replace(run.train, batch_size=args.batch_size))
+    run = dataclasses.replace(
+        run,
+        model=dataclasses.replace(run.model, name=model),
+        data=dataclasses.replace(run.data, dataset=dataset),
+        backend=args.backend,
+        train=dataclasses.replace(run.train, batch_size=args.batch_size),
+    )
     return dsptrain.Trainer(run, progress=False, out_dir="/tmp/dsptrain-bench-train")
 
 
@@ -62,8 +67,9 @@ def timed(step, batches) -> tuple[list[float], object]:
     return times, result
 
 
-def dsptrain_steps(args, batches, model: str = "vgg11", dataset: str = "synthetic",
-                   whole: list | None = None) -> tuple[list[float], dict]:
+def dsptrain_steps(
+    args, batches, model: str = "vgg11", dataset: str = "synthetic", whole: list | None = None
+) -> tuple[list[float], dict]:
     """Seconds per step over `batches` (an iterable of (images, labels)) after one warm-up,
     each the wall time of the whole Trainer.step call, as torch_steps times its step (the
     input's conversion and the bookkeeping around the executor included: about 0.7 ms of
@@ -87,11 +93,22 @@ def dsptrain_steps(args, batches, model: str = "vgg11", dataset: str = "syntheti
 
 def torch_model(torch, model: str):
     from torch import nn
+
     if model == "lenet5":  # as dsptrain.models.lenet5, without biases (NITI has none)
-        return nn.Sequential(nn.Conv2d(1, 6, 5, padding=2, bias=False), nn.ReLU(), nn.MaxPool2d(2),
-                             nn.Conv2d(6, 16, 5, bias=False), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                             nn.Linear(400, 120, bias=False), nn.ReLU(), nn.Linear(120, 84, bias=False), nn.ReLU(),
-                             nn.Linear(84, 10, bias=False))
+        return nn.Sequential(
+            nn.Conv2d(1, 6, 5, padding=2, bias=False),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(6, 16, 5, bias=False),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(400, 120, bias=False),
+            nn.ReLU(),
+            nn.Linear(120, 84, bias=False),
+            nn.ReLU(),
+            nn.Linear(84, 10, bias=False),
+        )
     layers, c = [], 3
     for v in VGG11:
         if v == "M":
@@ -118,6 +135,7 @@ def torch_stepper(args, model: str = "vgg11"):
         opt.zero_grad()
         nn.functional.cross_entropy(net(x), torch.from_numpy(labels)).backward()
         opt.step()
+
     return step
 
 
@@ -142,7 +160,7 @@ def vgg_rounds(args) -> tuple[list[float], list[float] | None, list[float], dict
     batches = vgg_batches(args, args.steps)
     trainer, theirs_step = dsptrain_trainer(args), torch_stepper(args)
     try:
-        trainer.step(*batches[0])      # warm-up: plan, scratch buffers
+        trainer.step(*batches[0])  # warm-up: plan, scratch buffers
         if theirs_step is not None:
             theirs_step(*batches[0])
         ours, theirs, ratios = [], [] if theirs_step else None, []
@@ -170,6 +188,7 @@ def vgg_batches(args, count: int):
 def fmnist_batches(args, count: int | None):
     """The first `count` (None: all) shuffled batches of Fashion-MNIST's training set, and its size."""
     from dsptrain.data import batches, load_fashion_mnist
+
     train = load_fashion_mnist("train")
     out = []
     for batch in batches(train, args.batch_size, seed=0):
@@ -181,8 +200,16 @@ def fmnist_batches(args, count: int | None):
 
 def peak_rss_child(system: str, args) -> float | None:
     """Peak RSS (MB) of a fresh process running VGG-11 steps on `system`."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--child-memory", system, "--batch-size", str(args.batch_size),
-           "--backend", args.backend]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child-memory",
+        system,
+        "--batch-size",
+        str(args.batch_size),
+        "--backend",
+        args.backend,
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=os.getcwd())
     if out.returncode != 0:
         print(f"memory child {system} failed: {out.stderr[-400:]}", file=sys.stderr)
@@ -233,10 +260,20 @@ def main() -> None:
     rows = []
     if args.only != "lenet":
         ours, theirs, ratios, placement = vgg_rounds(args)
-        row = {"model": "vgg11", "system": f"dsptrain NITI int8 ({args.backend})", "best_s": min(ours),
-               "median_s": statistics.median(ours), "placement": " ".join(f"{k}:{v}" for k, v in placement.items())}
-        peer = {"model": "vgg11", "system": "PyTorch fp32", "best_s": min(theirs) if theirs else None,
-                "median_s": statistics.median(theirs) if theirs else None, "placement": "torch"}
+        row = {
+            "model": "vgg11",
+            "system": f"dsptrain NITI int8 ({args.backend})",
+            "best_s": min(ours),
+            "median_s": statistics.median(ours),
+            "placement": " ".join(f"{k}:{v}" for k, v in placement.items()),
+        }
+        peer = {
+            "model": "vgg11",
+            "system": "PyTorch fp32",
+            "best_s": min(theirs) if theirs else None,
+            "median_s": statistics.median(theirs) if theirs else None,
+            "placement": "torch",
+        }
         if theirs:
             row["vs_torch"] = statistics.median(ratios)
             row["vs_torch_range"] = f"{min(ratios):.2f}-{max(ratios):.2f}"
@@ -247,30 +284,63 @@ def main() -> None:
         rows += [row, peer]
     if args.only != "vgg":
         epoch, train_size = fmnist_batches(args, None)
-        batches = epoch[:args.lenet_steps + 1]
+        batches = epoch[: args.lenet_steps + 1]
         ours, placement = dsptrain_steps(args, batches, model="lenet5", dataset="fashion-mnist", whole=epoch)
         theirs = torch_steps(args, batches, model="lenet5", whole=epoch)
         their_epoch = theirs.pop() if theirs else None
-        row = {"model": "lenet5", "system": f"dsptrain NITI int8 ({args.backend})", "best_s": min(ours),
-               "median_s": statistics.median(ours), "epoch_s": placement.pop("pass_s"),
-               "placement": " ".join(f"{k}:{v}" for k, v in placement.items())}
-        peer = {"model": "lenet5", "system": "PyTorch fp32", "best_s": min(theirs) if theirs else None,
-                "median_s": statistics.median(theirs) if theirs else None,
-                "epoch_s": their_epoch, "placement": "torch"}
+        row = {
+            "model": "lenet5",
+            "system": f"dsptrain NITI int8 ({args.backend})",
+            "best_s": min(ours),
+            "median_s": statistics.median(ours),
+            "epoch_s": placement.pop("pass_s"),
+            "placement": " ".join(f"{k}:{v}" for k, v in placement.items()),
+        }
+        peer = {
+            "model": "lenet5",
+            "system": "PyTorch fp32",
+            "best_s": min(theirs) if theirs else None,
+            "median_s": statistics.median(theirs) if theirs else None,
+            "epoch_s": their_epoch,
+            "placement": "torch",
+        }
         if theirs:
             row["vs_torch"] = min(theirs) / min(ours)
             row["epoch_vs_torch"] = row["epoch_s"] / peer["epoch_s"]
         rows += [row, peer]
     load = os.getloadavg()
-    print(f"Training step, batch {args.batch_size}: VGG-11 32x32x3 ({args.rounds} rounds of {args.steps} steps each, "
-          f"alternating; vs_torch = median of the rounds' ratios), "
-          f"LeNet-5 Fashion-MNIST ({args.lenet_steps} steps; epoch_s = one measured pass over the "
-          f"{len(epoch) if args.only != 'vgg' else 0} batches of the training set; epoch_vs_torch = ours / PyTorch's, "
-          f"target <= 0.7); load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
-    print_table(rows, ["model", "system", "best_s", "median_s", "vs_torch", "vs_torch_range", "epoch_s", "epoch_vs_torch",
-                       "peak_rss_mb", "rss_vs_torch", "placement"])
-    write_results("bench_train", rows, steps=args.steps, rounds=args.rounds, lenet_steps=args.lenet_steps, batch=args.batch_size,
-                  load=load)
+    print(
+        f"Training step, batch {args.batch_size}: VGG-11 32x32x3 ({args.rounds} rounds of {args.steps} steps each, "
+        f"alternating; vs_torch = median of the rounds' ratios), "
+        f"LeNet-5 Fashion-MNIST ({args.lenet_steps} steps; epoch_s = one measured pass over the "
+        f"{len(epoch) if args.only != 'vgg' else 0} batches of the training set; epoch_vs_torch = ours / PyTorch's, "
+        f"target <= 0.7); load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}"
+    )
+    print_table(
+        rows,
+        [
+            "model",
+            "system",
+            "best_s",
+            "median_s",
+            "vs_torch",
+            "vs_torch_range",
+            "epoch_s",
+            "epoch_vs_torch",
+            "peak_rss_mb",
+            "rss_vs_torch",
+            "placement",
+        ],
+    )
+    write_results(
+        "bench_train",
+        rows,
+        steps=args.steps,
+        rounds=args.rounds,
+        lenet_steps=args.lenet_steps,
+        batch=args.batch_size,
+        load=load,
+    )
 
 
 if __name__ == "__main__":

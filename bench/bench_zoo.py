@@ -12,6 +12,7 @@ seconds per step, the loss of the last step. PyTorch FP32 is the same module wit
 (momentum 0.9) on the same images, as many threads as dsptrain's kernels.
 Results: bench/results/bench_zoo.{csv,json}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from report import print_table, write_results  # noqa: E402
 
-MODELS = ["mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "squeezenet1_1", "resnet18", "resnet50",
-          "shufflenet_v2_x0_5", "mnasnet0_5"]
+MODELS = [
+    "mobilenet_v2",
+    "mobilenet_v3_small",
+    "efficientnet_b0",
+    "squeezenet1_1",
+    "resnet18",
+    "resnet50",
+    "shufflenet_v2_x0_5",
+    "mnasnet0_5",
+]
 RECIPES = ["fp32", "niti", "octo", "wageubn", "afp", "mls", "fp8"]
 
 
@@ -51,9 +60,8 @@ def child_dsptrain(args) -> dict:
     import warnings
     from pathlib import Path
 
-    import torch
-
     import dsptrain
+    import torch
     from zoo_torch import build
 
     net = build(args.model, full=not args.reduced)
@@ -62,13 +70,15 @@ def child_dsptrain(args) -> dict:
         model = dsptrain.from_torch(net, torch.zeros(2, 3, 32, 32))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "zoo.yaml"
-        path.write_text(f"name: zoo\nrecipe: {args.recipe}\nbackend: {args.backend}\nenergy: estimate\n"
-                        f"data: {{dataset: synthetic, train_limit: 64, test_limit: 32}}\n"
-                        f"train: {{epochs: 1, batch_size: {args.batch_size}}}\n")
+        path.write_text(
+            f"name: zoo\nrecipe: {args.recipe}\nbackend: {args.backend}\nenergy: estimate\n"
+            f"data: {{dataset: synthetic, train_limit: 64, test_limit: 32}}\n"
+            f"train: {{epochs: 1, batch_size: {args.batch_size}}}\n"
+        )
         trainer = dsptrain.Trainer(dsptrain.load_run(path), model=model, progress=False, out_dir=Path(tmp) / "out")
         try:
             images, labels = _batches(args)
-            trainer.step(images, labels)   # warm-up: plan, buffers
+            trainer.step(images, labels)  # warm-up: plan, buffers
             times, stats = [], None
             for _ in range(args.steps):
                 t0 = time.perf_counter()
@@ -76,13 +86,16 @@ def child_dsptrain(args) -> dict:
                 times.append(time.perf_counter() - t0)
         finally:
             trainer.close()
-    return {"step_s": statistics.median(times), "loss": float(stats.loss), "peak_rss_mb": peak_rss_mb(),
-            "placement": " ".join(f"{k}:{v}" for k, v in sorted(dict(stats.ops_on).items()))}
+    return {
+        "step_s": statistics.median(times),
+        "loss": float(stats.loss),
+        "peak_rss_mb": peak_rss_mb(),
+        "placement": " ".join(f"{k}:{v}" for k, v in sorted(dict(stats.ops_on).items())),
+    }
 
 
 def child_torch(args) -> dict:
     import torch
-
     from zoo_torch import build
 
     torch.set_num_threads(int(os.environ.get("DSPTRAIN_THREADS", os.cpu_count() or 1)))
@@ -104,8 +117,20 @@ def child_torch(args) -> dict:
 
 
 def run_child(args, model, system) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", system, "--model", model, "--steps", str(args.steps),
-           "--batch-size", str(args.batch_size), "--backend", args.backend] + (["--reduced"] if args.reduced else [])
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        system,
+        "--model",
+        model,
+        "--steps",
+        str(args.steps),
+        "--batch-size",
+        str(args.batch_size),
+        "--backend",
+        args.backend,
+    ] + (["--reduced"] if args.reduced else [])
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
@@ -122,8 +147,11 @@ def main() -> None:
     parser.add_argument("--backend", default="cpu")
     parser.add_argument("--reduced", action="store_true", help="the tests' reduced widths, not torchvision's")
     parser.add_argument("--timeout", type=float, default=1800)
-    parser.add_argument("--append", action="store_true",
-                        help="keep the other models' rows of bench/results/bench_zoo.json (each row says its steps and load)")
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="keep the other models' rows of bench/results/bench_zoo.json (each row says its steps and load)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -134,28 +162,58 @@ def main() -> None:
     rows = []
     for model in args.models.split(","):
         peer = run_child(args, model, "torch")
-        rows.append({"model": model, "system": "torch fp32", **peer, "steps": args.steps,
-                     "load_1min": round(os.getloadavg()[0], 2)})
+        rows.append(
+            {
+                "model": model,
+                "system": "torch fp32",
+                **peer,
+                "steps": args.steps,
+                "load_1min": round(os.getloadavg()[0], 2),
+            }
+        )
         for recipe in args.recipes.split(","):
-            row = {"model": model, "system": recipe, **run_child(args, model, recipe), "steps": args.steps,
-                   "load_1min": round(os.getloadavg()[0], 2)}
+            row = {
+                "model": model,
+                "system": recipe,
+                **run_child(args, model, recipe),
+                "steps": args.steps,
+                "load_1min": round(os.getloadavg()[0], 2),
+            }
             if row.get("step_s") and peer.get("step_s"):
                 row["vs_torch"] = row["step_s"] / peer["step_s"]
             if row.get("peak_rss_mb") and peer.get("peak_rss_mb"):
                 row["rss_vs_torch"] = row["peak_rss_mb"] / peer["peak_rss_mb"]
             rows.append(row)
             print(json.dumps(row), flush=True)
-    if args.append:   # another run's rows for the models this one did not run
+    if args.append:  # another run's rows for the models this one did not run
         old = json.loads((Path(__file__).parent / "results" / "bench_zoo.json").read_text())
         ran = {row["model"] for row in rows}
         kept = [{"steps": old.get("steps"), **row} for row in old["rows"] if row["model"] not in ran]
         rows = kept + rows
-    columns = ["model", "system", "imported", "step_s", "vs_torch", "peak_rss_mb", "rss_vs_torch", "loss", "placement",
-               "steps", "load_1min", "error"]
+    columns = [
+        "model",
+        "system",
+        "imported",
+        "step_s",
+        "vs_torch",
+        "peak_rss_mb",
+        "rss_vs_torch",
+        "loss",
+        "placement",
+        "steps",
+        "load_1min",
+        "error",
+    ]
     print_table(rows, columns, title=f"bench_zoo: batch {args.batch_size}, 32x32x3, {args.steps} steps")
     steps = sorted({row.get("steps") for row in rows if row.get("steps")})
-    write_results("bench_zoo", rows, steps=steps[0] if len(steps) == 1 else "per row", batch_size=args.batch_size,
-                  full_size=not args.reduced, load=os.getloadavg())
+    write_results(
+        "bench_zoo",
+        rows,
+        steps=steps[0] if len(steps) == 1 else "per row",
+        batch_size=args.batch_size,
+        full_size=not args.reduced,
+        load=os.getloadavg(),
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ recipe's float settings (lr, momentum), batch 64 in dsptrain's batch order (data
 seed 0), one intra-op thread unless --torch-threads. Prints test accuracy after each epoch
 and seconds per epoch (a whole epoch, timed), and writes bench/results/zoo_accuracy.{csv,json}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,21 +28,19 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
-import report  # noqa: E402
-
 import dsptrain  # noqa: E402
+import report  # noqa: E402
 from dsptrain import data as datasets  # noqa: E402
 
 BATCH = 64
 
 
 def _padded(split: str, limit: int | None):
-    return datasets.as_32x32_rgb(datasets.load_fashion_mnist(split).limit(limit))   # as the run's train_limit
+    return datasets.as_32x32_rgb(datasets.load_fashion_mnist(split).limit(limit))  # as the run's train_limit
 
 
 def engine(model_name: str, recipe: str, args, out: Path) -> dict:
     import torch
-
     from zoo_torch import build
 
     net = build(model_name, full=True)
@@ -50,13 +49,19 @@ def engine(model_name: str, recipe: str, args, out: Path) -> dict:
         model = dsptrain.from_torch(net, torch.zeros(2, 3, 32, 32))
     limit = f", train_limit: {args.train_limit}" if args.train_limit else ""
     run_file = out / f"{model_name}-{recipe}.yaml"
-    run_file.write_text(f"name: {model_name}-{recipe}\nrecipe: {recipe}\nbackend: {args.backend}\nenergy: estimate\n"
-                        f"data: {{dataset: fashion-mnist{limit}}}\n"
-                        f"train: {{epochs: {args.epochs}, batch_size: {BATCH}, seed: 0}}\n")
+    run_file.write_text(
+        f"name: {model_name}-{recipe}\nrecipe: {recipe}\nbackend: {args.backend}\nenergy: estimate\n"
+        f"data: {{dataset: fashion-mnist{limit}}}\n"
+        f"train: {{epochs: {args.epochs}, batch_size: {BATCH}, seed: 0}}\n"
+    )
     trainer = dsptrain.Trainer(dsptrain.load_run(run_file), model=model, progress=False, out_dir=out / run_file.stem)
     try:
-        history = trainer.fit(on_epoch=lambda r: print(f"  {model_name} {recipe} epoch {r['epoch']}: "
-                                                       f"{r['test_accuracy']:.4f} ({r['seconds']:.1f} s)", flush=True))
+        history = trainer.fit(
+            on_epoch=lambda r: print(
+                f"  {model_name} {recipe} epoch {r['epoch']}: {r['test_accuracy']:.4f} ({r['seconds']:.1f} s)",
+                flush=True,
+            )
+        )
     finally:
         trainer.close()
     return _row(model_name, f"dsptrain {recipe} ({args.backend})", history)
@@ -64,7 +69,6 @@ def engine(model_name: str, recipe: str, args, out: Path) -> dict:
 
 def torch_fp32(model_name: str, recipe_name: str, args) -> dict:
     import torch
-
     from zoo_torch import build
 
     torch.manual_seed(0)
@@ -90,7 +94,9 @@ def torch_fp32(model_name: str, recipe_name: str, args) -> dict:
         correct = 0
         with torch.no_grad():
             for i in range(0, len(test.labels), 500):
-                correct += int((net(scale(test.images[i:i + 500])).argmax(1).numpy() == test.labels[i:i + 500]).sum())
+                correct += int(
+                    (net(scale(test.images[i : i + 500])).argmax(1).numpy() == test.labels[i : i + 500]).sum()
+                )
         accuracy = correct / len(test.labels)
         print(f"  {model_name} pytorch fp32 epoch {epoch + 1}: {accuracy:.4f} ({seconds:.1f} s)", flush=True)
         history.append({"epoch": epoch + 1, "test_accuracy": accuracy, "seconds": seconds})
@@ -112,8 +118,12 @@ def main(argv=None) -> int:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--train-limit", type=int, default=0, help="first N training images (0: all 60000)")
     parser.add_argument("--backend", default="cpu", choices=("ref", "cpu", "dsp", "auto"))
-    parser.add_argument("--torch-threads", type=int, default=1,
-                        help="PyTorch's intra-op threads (on a loaded 2-core machine 2 threads thrash)")
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="PyTorch's intra-op threads (on a loaded 2-core machine 2 threads thrash)",
+    )
     parser.add_argument("--out", type=Path, default=report.RESULTS)
     args = parser.parse_args(argv)
     rows = []
@@ -127,10 +137,20 @@ def main(argv=None) -> int:
             for row in rows:
                 if row["model"] == model_name and row is not peer:
                     row["points_below_torch"] = round(peer[last] - row[last], 2)
-    report.print_table(rows, title=f"Fashion-MNIST-32 test accuracy (%) after each epoch, batch {BATCH}, "
-                                   f"{args.train_limit or 60000} training images, load {os.getloadavg()[0]:.1f}")
-    report.write_results("zoo_accuracy", rows, args.out, epochs=args.epochs, train_images=args.train_limit or 60000,
-                         backend=args.backend, load=os.getloadavg())
+    report.print_table(
+        rows,
+        title=f"Fashion-MNIST-32 test accuracy (%) after each epoch, batch {BATCH}, "
+        f"{args.train_limit or 60000} training images, load {os.getloadavg()[0]:.1f}",
+    )
+    report.write_results(
+        "zoo_accuracy",
+        rows,
+        args.out,
+        epochs=args.epochs,
+        train_images=args.train_limit or 60000,
+        backend=args.backend,
+        load=os.getloadavg(),
+    )
     return 0
 
 

@@ -1,4 +1,5 @@
 """Shared by the benches: print a table, write it as CSV and JSON under bench/results/."""
+
 from __future__ import annotations
 
 import csv
@@ -58,11 +59,15 @@ def print_table(rows: list[dict], columns: list[str] | None = None, title: str =
 def machine() -> dict:
     """Where and when a result was measured, and how busy the machine was when it was written
     (docs/results.md prints these beside every table: scripts/results.py)."""
-    return {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(), "python": platform.python_version(),
-            "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "command": " ".join(["python", *map(shlex.quote, sys.argv)]),
-            "load_average_at_end": round(os.getloadavg()[0], 2)}
+    return {
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "command": " ".join(["python", *map(shlex.quote, sys.argv)]),
+        "load_average_at_end": round(os.getloadavg()[0], 2),
+    }
 
 
 def write_results(name: str, rows: list[dict], out: Path | None = None, **meta) -> tuple[Path, Path]:

@@ -1,6 +1,7 @@
 """The benches' models by name: dsptrain's zoo (runtime/models.py: lenet5, vgg11, ...) or
 torchvision's mobile CNNs restated in tests/zoo_torch.py (mobilenet_v2, ...), imported
 through dsptrain.from_torch at full size with random weights (torch needed only for those)."""
+
 from __future__ import annotations
 
 import os
@@ -26,9 +27,8 @@ def zoo_model(name: str, num_classes: int = 10):
 
     if name in MODELS:
         return None
-    import torch
-
     import dsptrain
+    import torch
     from zoo_torch import build
 
     with warnings.catch_warnings():

@@ -2,6 +2,7 @@
 this room sits above train/ because it evaluates a checkpoint with a Trainer.) The checkpoint's own evaluation
 (the recipe's forward on a backend, as `Trainer.predict`) beside ONNX Runtime's run of
 the exported file, on the same images: top-1 agreement and the largest logit difference."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,13 +19,19 @@ def dsptrain_logits(checkpoint, images: np.ndarray, backend: str = "cpu", batch:
     from .train import Trainer
 
     trained = read_checkpoint(checkpoint)
-    run = RunConfig(name=f"{trained.model.name}-check", recipe=load_recipe(trained.recipe), model=ModelConfig(),
-                    backend=backend, energy="estimate")
-    trainer = Trainer(run, progress=False, model=dataclasses.replace(trained.model, initial_weights=None),
-                      out_dir=trained.path.parent)
+    run = RunConfig(
+        name=f"{trained.model.name}-check",
+        recipe=load_recipe(trained.recipe),
+        model=ModelConfig(),
+        backend=backend,
+        energy="estimate",
+    )
+    trainer = Trainer(
+        run, progress=False, model=dataclasses.replace(trained.model, initial_weights=None), out_dir=trained.path.parent
+    )
     try:
         trainer.state = {name: trained.state[name] for name in trainer.state}
-        return np.concatenate([trainer.predict(images[i:i + batch]) for i in range(0, len(images), batch)])
+        return np.concatenate([trainer.predict(images[i : i + batch]) for i in range(0, len(images), batch)])
     finally:
         trainer.close()
 
@@ -40,12 +47,15 @@ def onnxruntime_logits(onnx_path, images: np.ndarray, batch: int | None = None) 
     x = np.ascontiguousarray(((images.astype(np.float32) - 128.0) / 128.0).transpose(0, 3, 1, 2))
     step = batch or len(x)
     name = session.get_inputs()[0].name
-    return np.concatenate([session.run(None, {name: x[i:i + step]})[0] for i in range(0, len(x), step)])
+    return np.concatenate([session.run(None, {name: x[i : i + step]})[0] for i in range(0, len(x), step)])
 
 
 def agreement(reference: np.ndarray, other: np.ndarray) -> dict:
     """Share of samples with the same top-1 class, and the largest |logit difference|."""
     same = reference.argmax(axis=1) == other.argmax(axis=1)
-    return {"samples": int(len(same)), "top1_agreement": float(same.mean()),
-            "max_logit_diff": float(np.max(np.abs(reference - other))),
-            "logit_scale": float(np.max(np.abs(reference)))}
+    return {
+        "samples": int(len(same)),
+        "top1_agreement": float(same.mean()),
+        "max_logit_diff": float(np.max(np.abs(reference - other))),
+        "logit_scale": float(np.max(np.abs(reference))),
+    }

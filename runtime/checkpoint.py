@@ -12,6 +12,7 @@ reads at most a bound the caller gives (about twice the state's size), and check
 names, dtypes, shapes, checksums, finiteness and exponents before anything is used.
 Format 1 (no manifest, no digest) still loads, with every check but the checksums.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,12 +33,12 @@ from .numerics import QTensor
 FORMAT = 2
 OLD_FORMATS = (1,)
 META = "__meta__"
-DIGEST_HEX = 64                       # SHA-256 in hex, the zip comment
+DIGEST_HEX = 64  # SHA-256 in hex, the zip comment
 DTYPES = frozenset({"int8", "uint8", "int16", "int32", "int64", "float32", "float64", "bool"})
-EXPONENTS = (-126, 127)               # q * 2**e stays a normal float32
+EXPONENTS = (-126, 127)  # q * 2**e stays a normal float32
 MAX_META_BYTES = 4 << 20
 MAX_ARRAYS = 10_000
-MAX_BYTES = 8 << 30                   # without an expected state: the largest file read
+MAX_BYTES = 8 << 30  # without an expected state: the largest file read
 
 
 def atomic_write(path: Path, write) -> None:
@@ -91,18 +92,23 @@ def save(path: Path, state: dict, meta: dict) -> None:
     for name, value in state.items():
         array = np.ascontiguousarray(value.q if isinstance(value, QTensor) else np.asarray(value))
         arrays[name] = array
-        manifest[name] = {"dtype": array.dtype.name, "shape": list(array.shape), "sha256": _sha256(array),
-                          "exponent": int(value.e) if isinstance(value, QTensor) else None}
+        manifest[name] = {
+            "dtype": array.dtype.name,
+            "shape": list(array.shape),
+            "sha256": _sha256(array),
+            "exponent": int(value.e) if isinstance(value, QTensor) else None,
+        }
     header = {**meta, "format": FORMAT, "arrays": manifest}
     atomic_write(path, lambda f: _write_npz(f, arrays, header))
 
 
 # ---------------------------------------------------------------- loading
 
+
 def _signed(raw: bytes) -> bool:
     """Whether `raw` ends in a format-2 trailer: an end-of-central-directory record whose
     comment is the 64-hex-digit digest."""
-    eocd = raw[-DIGEST_HEX - 22:-DIGEST_HEX]
+    eocd = raw[-DIGEST_HEX - 22 : -DIGEST_HEX]
     return len(eocd) == 22 and eocd[:4] == b"PK\x05\x06" and int.from_bytes(eocd[20:22], "little") == DIGEST_HEX
 
 
@@ -112,8 +118,9 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, fail) -> np.ndarray
     try:
         with zf.open(info) as f:
             version = np.lib.format.read_magic(f)
-            reader = {(1, 0): np.lib.format.read_array_header_1_0,
-                      (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+            reader = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(
+                version
+            )
             if reader is None:
                 fail(f"array {name}", f"unknown .npy version {version}")
             shape, fortran, dtype = reader(f)
@@ -124,8 +131,10 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, fail) -> np.ndarray
             count = math.prod(shape)
             nbytes = count * dtype.itemsize
             if nbytes != info.file_size - f.tell():
-                fail(f"array {name}", f"shape {shape} of {dtype} needs {nbytes} bytes, "
-                                      f"the file holds {info.file_size - f.tell()}")
+                fail(
+                    f"array {name}",
+                    f"shape {shape} of {dtype} needs {nbytes} bytes, the file holds {info.file_size - f.tell()}",
+                )
             data = f.read(nbytes)
     except (zipfile.BadZipFile, ValueError, EOFError, OSError) as exc:
         fail(f"array {name}", f"unreadable ({str(exc).splitlines()[0][:200]})")
@@ -183,8 +192,11 @@ def _manifest(meta: dict, arrays: dict, fail) -> dict[str, int | None]:
             fail("exponents", f"name arrays the file lacks: {sorted(set(exponents) - set(arrays))[:5]}")
         return {name: exponents.get(name) for name in arrays}
     if version != FORMAT:
-        fail("format", f"{version!r} is not a checkpoint format this dsptrain reads "
-                       f"({', '.join(map(str, (FORMAT, *OLD_FORMATS)))})")
+        fail(
+            "format",
+            f"{version!r} is not a checkpoint format this dsptrain reads "
+            f"({', '.join(map(str, (FORMAT, *OLD_FORMATS)))})",
+        )
     manifest = meta.pop("arrays", None)
     if not isinstance(manifest, dict):
         fail("arrays", "the manifest is missing")
@@ -199,8 +211,11 @@ def _manifest(meta: dict, arrays: dict, fail) -> dict[str, int | None]:
         if not isinstance(entry, dict):
             fail(f"array {name}", f"manifest entry {entry!r} is not an object")
         if entry.get("dtype") != array.dtype.name or entry.get("shape") != list(array.shape):
-            fail(f"array {name}", f"is {array.dtype.name} {tuple(array.shape)}, the manifest says "
-                                  f"{entry.get('dtype')} {tuple(entry.get('shape') or ())}")
+            fail(
+                f"array {name}",
+                f"is {array.dtype.name} {tuple(array.shape)}, the manifest says "
+                f"{entry.get('dtype')} {tuple(entry.get('shape') or ())}",
+            )
         if entry.get("sha256") != _sha256(array):
             fail(f"array {name}", "checksum does not match the manifest: the data is damaged")
         exponents[name] = entry.get("exponent")
@@ -220,8 +235,10 @@ def _values(arrays: dict, exponents: dict, fail) -> dict:
             continue
         if array.dtype.kind == "f" and array.size and not np.isfinite(array).all():
             bad = np.flatnonzero(~np.isfinite(array.ravel()))
-            fail(f"array {name}", f"{bad.size} values are not finite (first {array.ravel()[bad[0]]} "
-                                  f"at flat index {int(bad[0])})")
+            fail(
+                f"array {name}",
+                f"{bad.size} values are not finite (first {array.ravel()[bad[0]]} at flat index {int(bad[0])})",
+            )
         state[name] = array
     return state
 
@@ -235,8 +252,12 @@ def _check_expected(state: dict, expect: dict, fail) -> None:
     for name, want in expect.items():
         got = state[name]
         if isinstance(want, QTensor) != isinstance(got, QTensor):
-            fail(f"array {name}", "integer tensor and exponent expected" if isinstance(want, QTensor)
-                 else "plain array expected, the file gives an exponent")
+            fail(
+                f"array {name}",
+                "integer tensor and exponent expected"
+                if isinstance(want, QTensor)
+                else "plain array expected, the file gives an exponent",
+            )
         w, g = (want.q, got.q) if isinstance(want, QTensor) else (np.asarray(want), got)
         if w.dtype != g.dtype or w.shape != g.shape:
             fail(f"array {name}", f"is {g.dtype} {g.shape}, this run's is {w.dtype} {w.shape}")
@@ -264,7 +285,7 @@ def load(path: Path, expect: dict | None = None, identity: dict | None = None) -
         fail(None, f"is not a dsptrain checkpoint (expected a .npz, it starts with {raw[:8].hex() or 'nothing'})")
     signed = _signed(raw)
     if signed and hashlib.sha256(raw[:-DIGEST_HEX]).hexdigest().encode() != raw[-DIGEST_HEX:]:
-        try:   # name the damaged array when the structure still reads
+        try:  # name the damaged array when the structure still reads
             arrays = _members(path, raw, fail)
             _manifest(_meta(arrays, fail), arrays, fail)
         except CheckpointError as exc:

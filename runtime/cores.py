@@ -8,6 +8,7 @@ the ref backend's products and a few float reductions here, small enough that on
 loses little. `threadpoolctl` sets the limit in-process, whatever BLAS NumPy was built
 with; DSPTRAIN_BLAS_THREADS=N overrides it (a debug knob).
 """
+
 from __future__ import annotations
 
 import os

@@ -26,6 +26,7 @@ processor's `macs_per_s`. Three decisions read it:
 
 These are estimates for choosing, not measurements: `bench/bench_ablation.py` measures.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -34,14 +35,21 @@ import numpy as np
 
 from .backends import PROCESSOR
 
-MAX_MICRO_BATCHES = 8   # the search's bound; the model, not this, picks the count
+MAX_MICRO_BATCHES = 8  # the search's bound; the model, not this, picks the count
 
 # The int8 products whose MAC rate a profile may measure per kernel (hook_speeds): the
 # product hooks a recipe's op names (op.hooks; a fused `*_requant_s8` is its product's).
 # Each hook is one pass (forward, backward data, weight gradient); a convolution's hooks
 # have a `.pointwise` key too, for 1x1 kernels (the GEMM on the pixels, no patches).
-RATED_HOOKS = ("conv2d_s8", "conv2d_bwd_data_s8", "conv2d_bwd_weight_s8",
-               "dwconv2d_s8", "dwconv2d_bwd_data_s8", "dwconv2d_bwd_weight_s8", "gemm_s8")
+RATED_HOOKS = (
+    "conv2d_s8",
+    "conv2d_bwd_data_s8",
+    "conv2d_bwd_weight_s8",
+    "dwconv2d_s8",
+    "dwconv2d_bwd_data_s8",
+    "dwconv2d_bwd_weight_s8",
+    "gemm_s8",
+)
 POINTWISE = ".pointwise"
 RATE_KEYS = RATED_HOOKS + tuple(h + POINTWISE for h in RATED_HOOKS if h.startswith("conv2d"))
 
@@ -56,6 +64,7 @@ def rated_hook(hook: str) -> str | None:
 class Speeds:
     """One processor's speeds: the roofline's rates, the call cost, and the measured MAC
     rate of each product by rate key (hook_macs_per_s, from the profile's hook_speeds)."""
+
     macs_per_s: float
     bytes_per_s: float
     call_s: float
@@ -113,10 +122,10 @@ def micro_batch_count(work: PipelineWork | None, profile, batch: int) -> tuple[i
     if work is None:
         return 1, "an op couples rows outside the update"
     stage = {"dsp": 0.0, "cpu": 0.0}
-    per_slice = 0.0                       # what one more micro-batch adds: its calls, its gradient sum
+    per_slice = 0.0  # what one more micro-batch adds: its calls, its gradient sum
     part = {where: speeds(profile, where) for where in stage}
     for backend, macs, nbytes, sliced, key in work.ops:
-        where = PROCESSOR.get(backend, "cpu")   # the profile part it runs on
+        where = PROCESSOR.get(backend, "cpu")  # the profile part it runs on
         fast = part[where]
         stage[where] += fast.seconds(macs, nbytes, key)
         if sliced:
@@ -129,9 +138,11 @@ def micro_batch_count(work: PipelineWork | None, profile, batch: int) -> tuple[i
         return d + c if m == 1 else max(d, c) + min(d, c) / m + (m - 1) * per_slice
 
     best = min(range(1, min(MAX_MICRO_BATCHES, batch) + 1), key=total)
-    why = (f"cost model ({profile.name}): DSP {d * 1e3:.3g} ms, CPU {c * 1e3:.3g} ms per batch, "
-           f"{per_slice * 1e3:.3g} ms per extra micro-batch; serial {total(1) * 1e3:.3g} ms, "
-           f"{best} micro-batches {total(best) * 1e3:.3g} ms")
+    why = (
+        f"cost model ({profile.name}): DSP {d * 1e3:.3g} ms, CPU {c * 1e3:.3g} ms per batch, "
+        f"{per_slice * 1e3:.3g} ms per extra micro-batch; serial {total(1) * 1e3:.3g} ms, "
+        f"{best} micro-batches {total(best) * 1e3:.3g} ms"
+    )
     return best, why
 
 
@@ -145,8 +156,9 @@ def grad_elements(graph, names) -> int:
     return sum(graph.tensors[t].nbytes // np.dtype(graph.tensors[t].dtype).itemsize for t in names)
 
 
-def split_net_seconds(profile, processor: str, streamed: int, fixed: int, results: int, chunks: int,
-                      macs: int = 0, key: str | None = None) -> float:
+def split_net_seconds(
+    profile, processor: str, streamed: int, fixed: int, results: int, chunks: int, macs: int = 0, key: str | None = None
+) -> float:
     """Seconds saved (> 0) or lost by running an op of `macs` in `chunks` chunks whose working
     set fits a fast memory: `streamed` bytes kept out of DDR (counted twice), `fixed` bytes
     re-read by every extra chunk, `results` bytes copied once more by the join (on the host
@@ -176,8 +188,9 @@ def split_net_seconds(profile, processor: str, streamed: int, fixed: int, result
 @dataclass(frozen=True)
 class DspTime:
     """Modeled seconds of DSP work: compute (packets / clock), DDR-bound ops' excess, calls."""
+
     compute_s: float
-    memory_s: float        # what DDR traffic adds beyond compute (ops where bytes dominate)
+    memory_s: float  # what DDR traffic adds beyond compute (ops where bytes dominate)
     call_s: float
 
     @property

@@ -8,12 +8,14 @@ a native backend within 1e-12 relative (their summation order may differ). Integ
 products are exact; the chunked FP16 product fixes its summation order (product by
 product inside a chunk), so it is deterministic and exact to reproduce.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from . import numerics
-from .layout import col2im as col2im_float, pool_windows
+from .layout import col2im as col2im_float
+from .layout import pool_windows
 
 ROUNDINGS = ("round", "nearest_even", "sto")
 
@@ -93,7 +95,7 @@ def quantize_mls(x, group: int, top: float, tensor_scale: float, kmax: int, qmax
     groups = x.reshape(*x.shape[:-1], channels // group, group)
     group_max = np.max(np.abs(groups), axis=-1, keepdims=True)
     k = np.clip(floor_log2(top / np.maximum(group_max, top * 2.0**-64)), 0, kmax)
-    q = np.clip(round_values(groups / (tensor_scale * 2.0 ** -k), mode, rng), -qmax, qmax)
+    q = np.clip(round_values(groups / (tensor_scale * 2.0**-k), mode, rng), -qmax, qmax)
     return (q * 2.0 ** (kmax - k)).astype(np.int16).reshape(x.shape)
 
 
@@ -135,8 +137,19 @@ def pow2_grid(x, bits: int, mode: str, rng) -> np.ndarray:
     return quantize_f(x, step, bits, mode, rng).astype(np.float64) * step
 
 
-def wageubn_update(q, e: int, grad, m, lr: float, momentum: float, weight_decay: float, grad_bits: int,
-                   momentum_bits: int, acc_bits: int, rng):
+def wageubn_update(
+    q,
+    e: int,
+    grad,
+    m,
+    lr: float,
+    momentum: float,
+    weight_decay: float,
+    grad_bits: int,
+    momentum_bits: int,
+    acc_bits: int,
+    rng,
+):
     """WAGEUBN's update (Yang et al. 2020) of weights q * 2**e on an acc_bits grid with
     momentum m: the gradient (plus weight decay) on a grad_bits grid (stochastic), the
     momentum on a momentum_bits grid (nearest), the weights moved by rint(lr * m / 2**e).
@@ -158,8 +171,11 @@ def compensation_bwd(err, z, scale):
     """(d z, d scale, d shift) of compensation_fwd, summed over all but channels."""
     axes = tuple(range(err.ndim - 1))
     e64 = err.astype(np.float64)
-    return ((e64 * (1 + scale)).astype(np.float32), (e64 * z).sum(axis=axes).astype(np.float32),
-            e64.sum(axis=axes).astype(np.float32))
+    return (
+        (e64 * (1 + scale)).astype(np.float32),
+        (e64 * z).sum(axis=axes).astype(np.float32),
+        e64.sum(axis=axes).astype(np.float32),
+    )
 
 
 def sgd_f32(w, grad, v, lr, momentum, weight_decay, nesterov):
@@ -202,8 +218,8 @@ def matmul_fp16_chunked(a, b, a_transposed: bool, chunk: int, fp16_adds: bool) -
     pad = chunks * chunk - k
     if pad:
         a, b = np.pad(a, ((0, 0), (0, pad))), np.pad(b, ((0, 0), (0, pad)))
-    a = np.ascontiguousarray(a.reshape(m, chunks, chunk).transpose(2, 1, 0))   # [chunk, chunks, M]
-    b = np.ascontiguousarray(b.reshape(n, chunks, chunk).transpose(2, 1, 0))   # [chunk, chunks, N]
+    a = np.ascontiguousarray(a.reshape(m, chunks, chunk).transpose(2, 1, 0))  # [chunk, chunks, M]
+    b = np.ascontiguousarray(b.reshape(n, chunks, chunk).transpose(2, 1, 0))  # [chunk, chunks, N]
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         partial = np.zeros((chunks, m, n), np.float32)
         for j in range(chunk):
@@ -239,7 +255,9 @@ def maxpool_bwd_f32(err, argmax, kernel, stride, in_hw):
     dx = np.zeros((n, in_hw[0], in_hw[1], c), np.float32)
     for kh in range(kernel):
         for kw in range(kernel):
-            dx[:, kh:kh + stride * oh:stride, kw:kw + stride * ow:stride, :] += np.where(argmax == kh * kernel + kw, err, 0)
+            dx[:, kh : kh + stride * oh : stride, kw : kw + stride * ow : stride, :] += np.where(
+                argmax == kh * kernel + kw, err, 0
+            )
     return dx
 
 
@@ -250,9 +268,9 @@ def im2col(x, kh: int, kw: int, stride: int, pad: int) -> np.ndarray:
     xp = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0))) if pad else x
     oh, ow = (h + 2 * pad - kh) // stride + 1, (w + 2 * pad - kw) // stride + 1
     st = xp.strides
-    windows = np.lib.stride_tricks.as_strided(xp, (n, oh, ow, kh, kw, ch),
-                                              (st[0], st[1] * stride, st[2] * stride, st[1], st[2], st[3]),
-                                              writeable=False)
+    windows = np.lib.stride_tricks.as_strided(
+        xp, (n, oh, ow, kh, kw, ch), (st[0], st[1] * stride, st[2] * stride, st[1], st[2], st[3]), writeable=False
+    )
     return windows.reshape(n * oh * ow, kh * kw * ch)
 
 
@@ -268,13 +286,14 @@ def col2im(dcols, err_nhw, kernel_hwc, stride: int, pad: int, in_hw) -> np.ndarr
     dx = np.zeros((n, h + 2 * pad, w + 2 * pad, ch), dtype=np.int64)
     for i in range(kh):
         for j in range(kw):
-            dx[:, i:i + stride * oh:stride, j:j + stride * ow:stride, :] += cols[:, :, :, i, j, :]
-    return np.ascontiguousarray(dx[:, pad:pad + h, pad:pad + w, :])
+            dx[:, i : i + stride * oh : stride, j : j + stride * ow : stride, :] += cols[:, :, :, i, j, :]
+    return np.ascontiguousarray(dx[:, pad : pad + h, pad : pad + w, :])
 
 
 # ---------------------------------------------------------------- mobile CNNs' float layers
 # (algorithms/_branch_layers.py lowers them; the derivatives are PyTorch's, ATen's
 # hardtanh/hardsigmoid/hardswish/silu backward kernels, so FP32 matches it).
+
 
 def act_f32(x, function: str, params=()) -> np.ndarray:
     """nn.Nonlinearity's function of float32 `x`, computed in float64, rounded once to float32."""
@@ -306,11 +325,11 @@ def act_bwd_f32(err, x, function: str, params=()) -> np.ndarray:
         d = np.where((z > 0.0) & (z < 1.0), params[0], 0.0)
     elif function == "hardswish":
         d = np.where(v <= -3.0, 0.0, np.where(v < 3.0, v / 3.0 + 0.5, 1.0))
-    elif function == "sigmoid":   # s * (1 - s) with 1 - s as sigmoid(-v): no cancellation where s is near 1
+    elif function == "sigmoid":  # s * (1 - s) with 1 - s as sigmoid(-v): no cancellation where s is near 1
         d = _sigmoid(v) * _sigmoid(-v)
     elif function == "silu":
         d = _sigmoid(v) * (1.0 + v * _sigmoid(-v))
-    elif function == "tanh":      # 1 - tanh**2 as 1 / cosh**2: no cancellation near saturation
+    elif function == "tanh":  # 1 - tanh**2 as 1 / cosh**2: no cancellation near saturation
         with np.errstate(over="ignore"):
             d = 1.0 / np.cosh(v) ** 2
     else:
@@ -351,7 +370,7 @@ def slice_channels(x, start: int, stop: int) -> np.ndarray:
 def pad_channels(err, start: int, channels: int) -> np.ndarray:
     """`err` placed at channels [start, start + its channels) of zeros with `channels` channels."""
     out = np.zeros((*err.shape[:-1], channels), err.dtype)
-    out[..., start:start + err.shape[-1]] = err
+    out[..., start : start + err.shape[-1]] = err
     return out
 
 
@@ -363,6 +382,7 @@ def channel_shuffle(x, groups: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- batch normalisation (PyTorch's)
+
 
 class _Identity:
     @staticmethod
@@ -451,8 +471,9 @@ def bn_fwd_f32(x, gamma, beta, mean, var, training, momentum, eps):
 
 
 def bn_bwd_f32(err, xhat, inv_std, gamma):
-    return tuple(np.asarray(v, np.float32) for v in bn_backward_values(err, xhat, np.asarray(inv_std, np.float64),
-                                                                        gamma))
+    return tuple(
+        np.asarray(v, np.float32) for v in bn_backward_values(err, xhat, np.asarray(inv_std, np.float64), gamma)
+    )
 
 
 def channel_mean_f32(x):
@@ -516,4 +537,4 @@ def maxpool_pad_bwd_f32(err, argmax, kernel, stride, pad, in_hw):
     (h, w), (oh, ow) = in_hw, err.shape[1:3]
     padded = (h + pad + _pool_padding(h, oh, kernel, stride, pad), w + pad + _pool_padding(w, ow, kernel, stride, pad))
     dx = maxpool_bwd_f32(err, argmax, kernel, stride, padded)
-    return np.ascontiguousarray(dx[:, pad:pad + h, pad:pad + w])
+    return np.ascontiguousarray(dx[:, pad : pad + h, pad : pad + w])

@@ -5,6 +5,7 @@ update). Each op names the tensors it reads and writes, the backend hooks it nee
 (so placement can ask `supports`), and an `id` that keys its random bits. What an op
 *does* lives with its recipe in `algorithms/<recipe>.py`, looked up by `op.kind`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,8 +13,8 @@ from dataclasses import dataclass, field
 from .nn import INPUT, MULTI_INPUT, Add, BatchNorm2d, Dropout, inputs_of
 
 PHASES = ("forward", "loss", "backward", "update")
-ROW_ROLES = ("input", "label", "activation", "saved", "error")   # tensors with one row per sample
-REQUANT_HOOK = "absmax"        # ops whose hooks include a range estimate requantize a product
+ROW_ROLES = ("input", "label", "activation", "saved", "error")  # tensors with one row per sample
+REQUANT_HOOK = "absmax"  # ops whose hooks include a range estimate requantize a product
 # Element-wise ops that take the range of their whole result inside one hook and return
 # (q, exponent) (algorithms/int_residual.py): a residual add, an error join, a global
 # average pool. Like a product they need one shift over all micro-batch slices, given to
@@ -27,8 +28,8 @@ class TensorSpec:
 
     name: str
     shape: tuple[int, ...]
-    dtype: str          # numpy dtype name: int8, int32, float32, ...
-    role: str           # input | label | weight | state | activation | saved | error | grad | accum
+    dtype: str  # numpy dtype name: int8, int32, float32, ...
+    role: str  # input | label | weight | state | activation | saved | error | grad | accum
 
     @property
     def nbytes(self) -> int:
@@ -49,24 +50,24 @@ class Product:
     with x (N, H, W, C) and w (O, KH, KW, C) for a convolution (stride, pad in the attrs),
     x (N, ...) and w (O, I) for a linear layer's GEMM."""
 
-    layer: str                    # "conv" | "linear"
-    pass_: str                    # "forward" | "backward_data" | "backward_weight"
+    layer: str  # "conv" | "linear"
+    pass_: str  # "forward" | "backward_data" | "backward_weight"
 
 
 @dataclass(frozen=True)
 class Op:
     """One step of the training graph."""
 
-    id: int                       # stable within a graph; keys the op's random bits
-    name: str                     # e.g. "conv1.fwd", "fc3.bwd_weight", "loss.grad"
-    kind: str                     # e.g. "niti.conv_fwd": the function that runs it
-    layer: str                    # the model layer it belongs to ("loss" for the loss)
-    phase: str                    # one of PHASES
+    id: int  # stable within a graph; keys the op's random bits
+    name: str  # e.g. "conv1.fwd", "fc3.bwd_weight", "loss.grad"
+    kind: str  # e.g. "niti.conv_fwd": the function that runs it
+    layer: str  # the model layer it belongs to ("loss" for the loss)
+    phase: str  # one of PHASES
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-    hooks: tuple[str, ...]        # backend hooks it calls
+    hooks: tuple[str, ...]  # backend hooks it calls
     attrs: dict = field(default_factory=dict, compare=False, hash=False)
-    macs: int = 0                 # multiply-accumulates per step at the planned batch
+    macs: int = 0  # multiply-accumulates per step at the planned batch
 
     def __repr__(self) -> str:
         return f"Op({self.name}: {self.kind})"
@@ -108,10 +109,10 @@ class TrainGraph:
     batch: int
     ops: list[Op]
     tensors: dict[str, TensorSpec]
-    params: list[str]             # names of the weight tensors, in layer order
-    logits: str                   # the tensor holding the model output
+    params: list[str]  # names of the weight tensors, in layer order
+    logits: str  # the tensor holding the model output
     eval_ops: list[Op] = field(default_factory=list)  # forward-only ops for evaluation
-    training: bool = True         # False: the forward ops alone (evaluation)
+    training: bool = True  # False: the forward ops alone (evaluation)
     # Do its requantizing ops take a given shift (the recipe's TAKES_GIVEN_SHIFT), so that
     # slices of a batch can share one? Batch splitting and micro-batches need it.
     takes_given_shift: bool = False
@@ -141,13 +142,13 @@ class GraphBuilder:
 
     def __init__(self, recipe, batch: int, model=None, training: bool = True, frozen=frozenset()):
         self.recipe, self.batch = recipe, batch
-        self.model, self.training = model, training   # for recipes that treat some layers apart
-        self.frozen = frozenset(frozen)               # layers that do not train (a frozen batch norm evaluates)
+        self.model, self.training = model, training  # for recipes that treat some layers apart
+        self.frozen = frozenset(frozen)  # layers that do not train (a frozen batch norm evaluates)
         self.ops: list[Op] = []
         self.tensors: dict[str, TensorSpec] = {}
         self.params: list[str] = []
-        self.layer_io: dict[str, tuple[str, str]] = {}   # layer -> (input tensor, output tensor)
-        self.layer_inputs: dict[str, tuple[str, ...]] = {}   # layer -> every tensor it reads, in order
+        self.layer_io: dict[str, tuple[str, str]] = {}  # layer -> (input tensor, output tensor)
+        self.layer_inputs: dict[str, tuple[str, ...]] = {}  # layer -> every tensor it reads, in order
 
     def tensor(self, name, shape, dtype, role) -> str:
         self.tensors[name] = TensorSpec(name, tuple(int(d) for d in shape), str(dtype), role)
@@ -165,8 +166,7 @@ class GraphBuilder:
         `alias=True` that its output is a view of its input (Op.is_alias)."""
         if product is not None:
             attrs["product"] = Product(*product)
-        op = Op(len(self.ops), name, kind, layer, phase, tuple(inputs), tuple(outputs),
-                tuple(hooks), attrs, int(macs))
+        op = Op(len(self.ops), name, kind, layer, phase, tuple(inputs), tuple(outputs), tuple(hooks), attrs, int(macs))
         self.ops.append(op)
         return op
 
@@ -209,10 +209,35 @@ def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) 
     algorithm = algorithm_module(recipe.module)
     algorithm.check_model(model, recipe)
     b = GraphBuilder(recipe, batch, model, training, frozen)
+    logits, needs_error, casts = _forward(algorithm, b, model, batch, training, frozen)
+    forward_ops = list(b.ops)
+    if training:
+        _backward(algorithm, b, model, logits, needs_error, casts)
+    ops = _without_frozen(b, frozen) if training and frozen else b.ops
+    ops, forward_ops = fuse_relu_pool(ops, forward_ops, b.tensors)  # the float recipes' ReLU + max-pool
+    ops, forward_ops = fuse_relu_into_compensation(ops, forward_ops, b.tensors)  # Octo's ReLU after a layer
+    ops, forward_ops = fuse_pool_into_compensation(ops, forward_ops, b.tensors)  # Octo's pool backward + compensation's
+    return TrainGraph(
+        recipe.name,
+        batch,
+        ops if training else forward_ops,
+        b.tensors,
+        b.params,
+        logits,
+        eval_ops=forward_ops,
+        training=training,
+        takes_given_shift=takes_given_shift(recipe),
+    )
+
+
+def _forward(algorithm, b, model, batch, training, frozen) -> tuple[str, dict, dict]:
+    """The forward walk: each layer's ops on its inputs (cast to the dtype the recipe wants).
+    Returns the logits, whether an error has to flow into each tensor, and the casts (a cast's
+    output -> the tensor it converts)."""
     x = b.tensor(INPUT, (batch, *model.input_shape), algorithm.ACTIVATION_DTYPE, "input")
     output_of = {INPUT: x}
-    needs_error = {x: False}          # tensor -> does an error have to flow into it
-    casts = {}                        # a cast's output -> the tensor it converts (mixed precision)
+    needs_error = {x: False}
+    casts = {}
     previous = INPUT
     for layer, shape in zip(model.layers, model.shapes()):
         inputs = tuple(output_of[name] for name in inputs_of(layer, previous))
@@ -220,7 +245,7 @@ def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) 
             inputs = _cast_inputs(algorithm, b, layer, inputs, casts, needs_error)
         x, previous = inputs[0], layer.name
         b.layer_inputs[layer.name] = inputs
-        if not training and isinstance(layer, Dropout):   # dropout is the identity at evaluation
+        if not training and isinstance(layer, Dropout):  # dropout is the identity at evaluation
             output_of[layer.name] = x
             b.layer_io[layer.name] = (x, x)
             continue
@@ -229,48 +254,43 @@ def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) 
         trains = (hasattr(layer, "weight_shape") or isinstance(layer, BatchNorm2d)) and layer.name not in frozen
         needs_error[out] = trains or any(needs_error[t] for t in inputs)
         output_of[layer.name] = x = out
-    logits = x
-    forward_ops = list(b.ops)
-    if training:
-        labels = b.tensor("labels", (batch,), "int64", "label")
-        errors = {logits: [algorithm.loss(b, logits, labels)]}   # tensor -> errors flowing into it
+    return x, needs_error, casts
 
-        def route(target, err, layer_name):
-            """`err` joins the errors of `target`; the error of a cast's output is cast back first
-            (by `layer_name`'s op), so every error has its tensor's dtype."""
-            if target in casts:
-                target = casts[target]
-                err = algorithm.cast(b, err, b.tensors[target].dtype, f"{err}.cast", layer_name, "backward")
-            errors.setdefault(target, []).append(err)
 
-        for layer in reversed(model.layers):
-            x, out = b.layer_io[layer.name]
-            if not needs_error[out] or out not in errors:
-                continue
-            err = _joined(algorithm, b, out, errors.pop(out))
-            inputs = b.layer_inputs[layer.name]
-            if isinstance(layer, Add):
-                for target in inputs:
-                    if needs_error[target]:
-                        route(target, err, layer.name)
-                continue
-            if isinstance(layer, MULTI_INPUT):
-                needs = tuple(needs_error[t] for t in inputs)
-                for target, err_in in zip(inputs, algorithm.backward(b, layer, err, needs_input_error=needs)):
-                    if err_in is not None:
-                        route(target, err_in, layer.name)
-                continue
-            err_in = algorithm.backward(b, layer, err, needs_input_error=needs_error[x])
-            if needs_error[x]:
-                route(x, err_in, layer.name)
-    ops = _without_frozen(b, frozen) if training and frozen else b.ops
-    ops, forward_ops = fuse_relu_pool(ops, forward_ops, b.tensors)   # the float recipes' ReLU + max-pool
-    ops, forward_ops = fuse_relu_into_compensation(ops, forward_ops, b.tensors)   # Octo's ReLU after a layer
-    ops, forward_ops = fuse_pool_into_compensation(ops, forward_ops, b.tensors)   # Octo's pool backward + compensation's
-    graph = TrainGraph(recipe.name, batch, ops if training else forward_ops, b.tensors,
-                       b.params, logits, eval_ops=forward_ops, training=training,
-                       takes_given_shift=takes_given_shift(recipe))
-    return graph
+def _backward(algorithm, b, model, logits, needs_error, casts) -> None:
+    """The loss, then the backward walk in reverse: each tensor gets the errors of every layer
+    that read it, joined by the recipe where there are several."""
+    labels = b.tensor("labels", (b.batch,), "int64", "label")
+    errors = {logits: [algorithm.loss(b, logits, labels)]}  # tensor -> errors flowing into it
+
+    def route(target, err, layer_name):
+        """`err` joins the errors of `target`; the error of a cast's output is cast back first
+        (by `layer_name`'s op), so every error has its tensor's dtype."""
+        if target in casts:
+            target = casts[target]
+            err = algorithm.cast(b, err, b.tensors[target].dtype, f"{err}.cast", layer_name, "backward")
+        errors.setdefault(target, []).append(err)
+
+    for layer in reversed(model.layers):
+        x, out = b.layer_io[layer.name]
+        if not needs_error[out] or out not in errors:
+            continue
+        err = _joined(algorithm, b, out, errors.pop(out))
+        inputs = b.layer_inputs[layer.name]
+        if isinstance(layer, Add):
+            for target in inputs:
+                if needs_error[target]:
+                    route(target, err, layer.name)
+            continue
+        if isinstance(layer, MULTI_INPUT):
+            needs = tuple(needs_error[t] for t in inputs)
+            for target, err_in in zip(inputs, algorithm.backward(b, layer, err, needs_input_error=needs)):
+                if err_in is not None:
+                    route(target, err_in, layer.name)
+            continue
+        err_in = algorithm.backward(b, layer, err, needs_input_error=needs_error[x])
+        if needs_error[x]:
+            route(x, err_in, layer.name)
 
 
 def _cast_inputs(algorithm, b, layer, inputs, casts, needs_error) -> tuple:
@@ -294,9 +314,11 @@ def _without_frozen(b, frozen) -> list:
     goes when every output is a gradient (the recipes' bwd_weight ops) or it is an update;
     tensors only those ops wrote go too. A frozen batch norm with an error to pass on (a
     trainable layer below it) keeps its backward op, whose gamma/beta gradients go unused."""
+
     def drops(op):
-        return op.layer in frozen and (op.phase == "update" or (
-            op.phase == "backward" and all(b.tensors[t].role == "grad" for t in op.outputs)))
+        return op.layer in frozen and (
+            op.phase == "update" or (op.phase == "backward" and all(b.tensors[t].role == "grad" for t in op.outputs))
+        )
 
     kept = [op for op in b.ops if not drops(op)]
     used = {t for op in kept for t in (*op.inputs, *op.outputs)}

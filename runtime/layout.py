@@ -4,6 +4,7 @@ im2col turns a convolution into a GEMM over patches; col2im scatters patch gradi
 pool_windows views each pooling window. They hold no numerics: the recipes' float and
 emulated layers and ops_ref.py's integer kernels both build on them.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +21,9 @@ def im2col(x: np.ndarray, kh: int, kw: int, stride: int, pad: int) -> np.ndarray
     xp = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0))) if pad else x
     oh, ow = out_size(h, kh, stride, pad), out_size(w, kw, stride, pad)
     s = xp.strides
-    windows = as_strided(xp, (n, oh, ow, kh, kw, c),
-                         (s[0], s[1] * stride, s[2] * stride, s[1], s[2], s[3]), writeable=False)
+    windows = as_strided(
+        xp, (n, oh, ow, kh, kw, c), (s[0], s[1] * stride, s[2] * stride, s[1], s[2], s[3]), writeable=False
+    )
     return windows.reshape(n * oh * ow, kh * kw * c).astype(np.float64)
 
 
@@ -34,8 +36,8 @@ def col2im(dcols, err_shape, kernel_hwc, stride, pad, in_hw):
     dx = np.zeros((n, h + 2 * pad, w + 2 * pad, c), dtype=np.float64)
     for i in range(kh):
         for j in range(kw):
-            dx[:, i:i + stride * oh:stride, j:j + stride * ow:stride, :] += dcols[:, :, :, i, j, :]
-    return dx[:, pad:pad + h, pad:pad + w, :]
+            dx[:, i : i + stride * oh : stride, j : j + stride * ow : stride, :] += dcols[:, :, :, i, j, :]
+    return dx[:, pad : pad + h, pad : pad + w, :]
 
 
 def pool_windows(x, kernel, stride):
@@ -43,6 +45,7 @@ def pool_windows(x, kernel, stride):
     n, h, w, c = x.shape
     oh, ow = out_size(h, kernel, stride, 0), out_size(w, kernel, stride, 0)
     s = x.strides
-    win = as_strided(x, (n, oh, ow, c, kernel, kernel),
-                     (s[0], s[1] * stride, s[2] * stride, s[3], s[1], s[2]), writeable=False)
+    win = as_strided(
+        x, (n, oh, ow, c, kernel, kernel), (s[0], s[1] * stride, s[2] * stride, s[3], s[1], s[2]), writeable=False
+    )
     return win.reshape(n, oh, ow, c, kernel * kernel)

@@ -5,6 +5,7 @@ epoch record adds the epoch's total energy, the process's peak RSS, the largest 
 growth of a step, and mean samples/s. `epoch_energy` re-sums the energy after a power
 monitor's trace rewrote the steps' figures (`realign_energy`).
 """
+
 from __future__ import annotations
 
 import json
@@ -15,29 +16,45 @@ from pathlib import Path
 
 def step_record(stats) -> dict:
     """The metrics.jsonl line of one step (an execute.StepStats)."""
-    return {"kind": "step", "epoch": stats.epoch + 1, "step": stats.step, "batch": stats.batch,
-            "loss": stats.loss, "accuracy": stats.accuracy, "time_s": stats.time_s,
-            "dsp_model_s": stats.dsp_model_s,
-            "energy_j": stats.energy_j, "energy_meter": stats.energy_meter,
-            "peak_rss_bytes": stats.peak_rss_bytes, "rss_bytes": stats.rss_bytes,
-            "rss_growth_bytes": stats.rss_growth_bytes, "step_peak_rss_bytes": stats.step_peak_rss_bytes,
-            "budget_bytes": stats.budget_bytes, "planned_peak_bytes": stats.planned_peak_bytes,
-            "arena_high_water_bytes": stats.arena_high_water_bytes, "micro_batch": stats.micro_batch,
-            "recomputed_ops": stats.recomputed_ops, "memory_plan": stats.memory_plan, "ops_on": stats.ops_on,
-            "given_shifts": stats.given_shifts, "estimated_shifts": len(stats.shifts) - stats.given_shifts,
-            "pipeline": stats.pipeline, "split_ops": stats.split_ops,
-            "fallbacks": stats.fallbacks or None}
+    return {
+        "kind": "step",
+        "epoch": stats.epoch + 1,
+        "step": stats.step,
+        "batch": stats.batch,
+        "loss": stats.loss,
+        "accuracy": stats.accuracy,
+        "time_s": stats.time_s,
+        "dsp_model_s": stats.dsp_model_s,
+        "energy_j": stats.energy_j,
+        "energy_meter": stats.energy_meter,
+        "peak_rss_bytes": stats.peak_rss_bytes,
+        "rss_bytes": stats.rss_bytes,
+        "rss_growth_bytes": stats.rss_growth_bytes,
+        "step_peak_rss_bytes": stats.step_peak_rss_bytes,
+        "budget_bytes": stats.budget_bytes,
+        "planned_peak_bytes": stats.planned_peak_bytes,
+        "arena_high_water_bytes": stats.arena_high_water_bytes,
+        "micro_batch": stats.micro_batch,
+        "recomputed_ops": stats.recomputed_ops,
+        "memory_plan": stats.memory_plan,
+        "ops_on": stats.ops_on,
+        "given_shifts": stats.given_shifts,
+        "estimated_shifts": len(stats.shifts) - stats.given_shifts,
+        "pipeline": stats.pipeline,
+        "split_ops": stats.split_ops,
+        "fallbacks": stats.fallbacks or None,
+    }
 
 
 class EpochTotals:
     """What an epoch's steps add up to, and the progress bar's smoothed samples/s."""
 
-    SMOOTHING = 0.1   # weight of the newest batch in the moving averages (tqdm's default is 0.3)
+    SMOOTHING = 0.1  # weight of the newest batch in the moving averages (tqdm's default is 0.3)
 
     def __init__(self):
         self.energy_j, self.energy_steps, self.meters = 0.0, 0, set()
         self.peak_bytes = self.peak_growth_bytes = self.peak_arena_bytes = 0
-        self._samples = self._seconds = None   # exponential moving averages
+        self._samples = self._seconds = None  # exponential moving averages
 
     def add(self, stats) -> None:
         if stats.energy_j is not None and not math.isnan(stats.energy_j):
@@ -65,11 +82,15 @@ class EpochTotals:
         """The epoch record's totals: energy (None when no step had a figure), the process's
         peak RSS, the largest RSS growth of a step, the arena's high-water mark (None without
         a memory budget), and samples/s over the whole epoch (training steps only, no evaluation)."""
-        return {"energy_j": self.energy_j if self.energy_steps else None,
-                "energy_steps": self.energy_steps, "energy_meter": ", ".join(sorted(self.meters)) or None,
-                "peak_rss_bytes": self.peak_bytes or None, "peak_rss_growth_bytes": self.peak_growth_bytes,
-                "peak_arena_high_water_bytes": self.peak_arena_bytes or None,
-                "samples_per_s": seen / seconds if seconds > 0 else None}
+        return {
+            "energy_j": self.energy_j if self.energy_steps else None,
+            "energy_steps": self.energy_steps,
+            "energy_meter": ", ".join(sorted(self.meters)) or None,
+            "peak_rss_bytes": self.peak_bytes or None,
+            "peak_rss_growth_bytes": self.peak_growth_bytes,
+            "peak_arena_high_water_bytes": self.peak_arena_bytes or None,
+            "samples_per_s": seen / seconds if seconds > 0 else None,
+        }
 
 
 def epoch_energy(records: list[dict]) -> list[dict]:
@@ -113,6 +134,6 @@ def realign_energy(meter, metered_steps: list[int], path: Path) -> int:
             record["energy_j"] = reading.joules if reading.ok else None
             record["energy_meter"] = reading.meter
         lines.append(record)
-    lines = [json.dumps(record) for record in epoch_energy(lines)]   # the epochs' totals follow
+    lines = [json.dumps(record) for record in epoch_energy(lines)]  # the epochs' totals follow
     atomic_write(path, lambda f: f.write("".join(line + "\n" for line in lines).encode()))
     return sum(r.ok for r in by_step.values())

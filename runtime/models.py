@@ -5,6 +5,7 @@ with BN (`lenet5_bn`, `resnet18`, `resnet34`) trains only under recipes that low
 BatchNorm2d (WAGEUBN, Octo, AFP, MLS, FP8); NITI has no BN, so it trains the `_nobn`
 ResNets, and asking it for `resnet18` fails at load time naming the first BN layer.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -14,26 +15,50 @@ from .nn import Add, BatchNorm2d, Conv2d, Flatten, GlobalAvgPool, Linear, MaxPoo
 
 def lenet5(num_classes: int = 10) -> Model:
     """LeNet-5 for 28x28x1 (LeCun et al. 1998), padding 2 on the first conv."""
-    return Model("lenet5", (28, 28, 1), num_classes, (
-        Conv2d("conv1", 1, 6, 5, padding=2), ReLU("relu1"), MaxPool2d("pool1"),
-        Conv2d("conv2", 6, 16, 5), ReLU("relu2"), MaxPool2d("pool2"),
-        Flatten("flatten"),
-        Linear("fc1", 400, 120), ReLU("relu3"),
-        Linear("fc2", 120, 84), ReLU("relu4"),
-        Linear("fc3", 84, num_classes),
-    ))
+    return Model(
+        "lenet5",
+        (28, 28, 1),
+        num_classes,
+        (
+            Conv2d("conv1", 1, 6, 5, padding=2),
+            ReLU("relu1"),
+            MaxPool2d("pool1"),
+            Conv2d("conv2", 6, 16, 5),
+            ReLU("relu2"),
+            MaxPool2d("pool2"),
+            Flatten("flatten"),
+            Linear("fc1", 400, 120),
+            ReLU("relu3"),
+            Linear("fc2", 120, 84),
+            ReLU("relu4"),
+            Linear("fc3", 84, num_classes),
+        ),
+    )
 
 
 def lenet5_bn(num_classes: int = 10) -> Model:
     """LeNet-5 with batch norm after each conv (for recipes built around BN, e.g. WAGEUBN)."""
-    return Model("lenet5_bn", (28, 28, 1), num_classes, (
-        Conv2d("conv1", 1, 6, 5, padding=2), BatchNorm2d("bn1", 6), ReLU("relu1"), MaxPool2d("pool1"),
-        Conv2d("conv2", 6, 16, 5), BatchNorm2d("bn2", 16), ReLU("relu2"), MaxPool2d("pool2"),
-        Flatten("flatten"),
-        Linear("fc1", 400, 120), ReLU("relu3"),
-        Linear("fc2", 120, 84), ReLU("relu4"),
-        Linear("fc3", 84, num_classes),
-    ))
+    return Model(
+        "lenet5_bn",
+        (28, 28, 1),
+        num_classes,
+        (
+            Conv2d("conv1", 1, 6, 5, padding=2),
+            BatchNorm2d("bn1", 6),
+            ReLU("relu1"),
+            MaxPool2d("pool1"),
+            Conv2d("conv2", 6, 16, 5),
+            BatchNorm2d("bn2", 16),
+            ReLU("relu2"),
+            MaxPool2d("pool2"),
+            Flatten("flatten"),
+            Linear("fc1", 400, 120),
+            ReLU("relu3"),
+            Linear("fc2", 120, 84),
+            ReLU("relu4"),
+            Linear("fc3", 84, num_classes),
+        ),
+    )
 
 
 def mandheling_lenet(num_classes: int = 10) -> Model:
@@ -43,13 +68,23 @@ def mandheling_lenet(num_classes: int = 10) -> Model:
     label and train toward 'not this class'.
     """
     outputs = max(12, num_classes)
-    return Model("mandheling_lenet", (28, 28, 1), outputs, (
-        Conv2d("conv1", 1, 20, 5), ReLU("relu1"), MaxPool2d("pool1"),
-        Conv2d("conv2", 20, 52, 5), ReLU("relu2"), MaxPool2d("pool2"),
-        Flatten("flatten"),
-        Linear("fc1", 832, 500), ReLU("relu3"),
-        Linear("fc2", 500, outputs),
-    ))
+    return Model(
+        "mandheling_lenet",
+        (28, 28, 1),
+        outputs,
+        (
+            Conv2d("conv1", 1, 20, 5),
+            ReLU("relu1"),
+            MaxPool2d("pool1"),
+            Conv2d("conv2", 20, 52, 5),
+            ReLU("relu2"),
+            MaxPool2d("pool2"),
+            Flatten("flatten"),
+            Linear("fc1", 832, 500),
+            ReLU("relu3"),
+            Linear("fc2", 500, outputs),
+        ),
+    )
 
 
 def _vgg(name, plan, input_shape, num_classes) -> Model:
@@ -73,19 +108,24 @@ def vgg_small(num_classes: int = 10) -> Model:
 
 def vgg11(num_classes: int = 10) -> Model:
     """VGG-11 (Simonyan & Zisserman 2015, configuration A) for 32x32x3."""
-    return _vgg("vgg11", (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"),
-                (32, 32, 3), num_classes)
+    return _vgg("vgg11", (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"), (32, 32, 3), num_classes)
 
 
 def _basic_block(name, block_in, in_ch, out_ch, stride, norm) -> list:
     """He et al.'s BasicBlock: two 3x3 convs; a strided 1x1 conv on the shortcut when the
     shape changes. Flat: the shortcut layers follow the main path, so `Add` reads the main
     path through `skip_from` and the shortcut (or the block input) as its input."""
+
     def bn(tag, channels):
         return [BatchNorm2d(f"{name}.{tag}", channels)] if norm else []
 
-    main = [Conv2d(f"{name}.conv1", in_ch, out_ch, 3, stride, 1), *bn("bn1", out_ch), ReLU(f"{name}.relu1"),
-            Conv2d(f"{name}.conv2", out_ch, out_ch, 3, 1, 1), *bn("bn2", out_ch)]
+    main = [
+        Conv2d(f"{name}.conv1", in_ch, out_ch, 3, stride, 1),
+        *bn("bn1", out_ch),
+        ReLU(f"{name}.relu1"),
+        Conv2d(f"{name}.conv2", out_ch, out_ch, 3, 1, 1),
+        *bn("bn2", out_ch),
+    ]
     main_out = main[-1].name
     if stride != 1 or in_ch != out_ch:
         shortcut = [Conv2d(f"{name}.short", in_ch, out_ch, 1, stride, 0, source=block_in), *bn("short_bn", out_ch)]

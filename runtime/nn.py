@@ -11,6 +11,7 @@ output of `skip_from` to its input, and the layers of several inputs (`Mul`, `Co
 name them all in `inputs`. Each name is an earlier layer, or `INPUT` for the model
 input; `inputs_of(layer, previous)` gives the names any layer reads.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,10 +27,10 @@ class Conv2d:
     kernel: int
     stride: int = 1
     padding: int = 0
-    source: str | None = None   # read this layer's output instead of the previous one
-    bias: bool = False          # a per-output-channel bias (float32 in every recipe)
-    groups: int = 1             # in_channels // groups inputs per output; groups == in == out: depthwise
-    dilation: int = 1           # taps `dilation` pixels apart
+    source: str | None = None  # read this layer's output instead of the previous one
+    bias: bool = False  # a per-output-channel bias (float32 in every recipe)
+    groups: int = 1  # in_channels // groups inputs per output; groups == in == out: depthwise
+    dilation: int = 1  # taps `dilation` pixels apart
 
     @property
     def weight_shape(self):
@@ -54,12 +55,16 @@ class Conv2d:
         if c != self.in_channels:
             raise ShapeError(f"{self.name} weight shape {self.weight_shape} does not match input channels {c}")
         if self.groups < 1 or self.in_channels % self.groups or self.out_channels % self.groups:
-            raise ShapeError(f"{self.name}: groups {self.groups} does not divide {self.in_channels} input and "
-                             f"{self.out_channels} output channels")
+            raise ShapeError(
+                f"{self.name}: groups {self.groups} does not divide {self.in_channels} input and "
+                f"{self.out_channels} output channels"
+            )
         oh = (h + 2 * self.padding - self.span) // self.stride + 1
         ow = (w + 2 * self.padding - self.span) // self.stride + 1
         if oh < 1 or ow < 1:
-            raise ShapeError(f"{self.name}: kernel {self.kernel} does not fit input {h}x{w} with padding {self.padding}")
+            raise ShapeError(
+                f"{self.name}: kernel {self.kernel} does not fit input {h}x{w} with padding {self.padding}"
+            )
         return (oh, ow, self.out_channels)
 
 
@@ -68,7 +73,7 @@ class Linear:
     name: str
     in_features: int
     out_features: int
-    bias: bool = False          # a per-output bias (float32 in every recipe)
+    bias: bool = False  # a per-output bias (float32 in every recipe)
 
     @property
     def weight_shape(self):
@@ -140,7 +145,7 @@ class AvgPool2d:
 
     def out_shape(self, shape):
         h, w, c = _expect_image(self, shape)
-        if self.padding >= self.kernel:   # then a window could hold padding only
+        if self.padding >= self.kernel:  # then a window could hold padding only
             raise ShapeError(f"{self.name}: padding {self.padding} is not smaller than pool {self.kernel}")
         oh = (h + 2 * self.padding - self.kernel) // self.stride + 1
         ow = (w + 2 * self.padding - self.kernel) // self.stride + 1
@@ -175,8 +180,8 @@ class BatchNorm2d:
 
     name: str
     channels: int
-    eps: float = 1e-5           # added to the variance (EfficientNet and MNASNet use 1e-3)
-    momentum: float = 0.1       # running = (1 - momentum) * running + momentum * batch statistic (PyTorch's)
+    eps: float = 1e-5  # added to the variance (EfficientNet and MNASNet use 1e-3)
+    momentum: float = 0.1  # running = (1 - momentum) * running + momentum * batch statistic (PyTorch's)
 
     def out_shape(self, shape):
         h, w, c = _expect_image(self, shape)
@@ -198,12 +203,13 @@ class GlobalAvgPool:
         return (1, 1, c) if self.keep_dims else (c,)
 
 
-FUNCTIONS = {   # Nonlinearity.function -> the number of its params
-    "clip": 2,          # (low, high): ReLU6 is clip (0, 6)
-    "hardsigmoid": 2,   # (alpha, beta): clip(alpha * x + beta, 0, 1); PyTorch's is (1/6, 1/2)
-    "hardswish": 0,     # x * clip(x / 6 + 1/2, 0, 1)
-    "sigmoid": 0, "tanh": 0,
-    "silu": 0,          # x * sigmoid(x), also called Swish
+FUNCTIONS = {  # Nonlinearity.function -> the number of its params
+    "clip": 2,  # (low, high): ReLU6 is clip (0, 6)
+    "hardsigmoid": 2,  # (alpha, beta): clip(alpha * x + beta, 0, 1); PyTorch's is (1/6, 1/2)
+    "hardswish": 0,  # x * clip(x / 6 + 1/2, 0, 1)
+    "sigmoid": 0,
+    "tanh": 0,
+    "silu": 0,  # x * sigmoid(x), also called Swish
 }
 
 
@@ -218,8 +224,10 @@ class Nonlinearity:
 
     def out_shape(self, shape):
         if self.function not in FUNCTIONS or len(self.params) != FUNCTIONS[self.function]:
-            raise ShapeError(f"{self.name}: {self.function!r} with params {self.params} is not one of "
-                             f"{', '.join(f'{k} ({n} params)' for k, n in FUNCTIONS.items())}")
+            raise ShapeError(
+                f"{self.name}: {self.function!r} with params {self.params} is not one of "
+                f"{', '.join(f'{k} ({n} params)' for k, n in FUNCTIONS.items())}"
+            )
         if self.function == "clip" and not self.params[0] < self.params[1]:
             raise ShapeError(f"{self.name}: clip bounds {self.params} are not increasing")
         return shape
@@ -296,11 +304,26 @@ class Add:
         return shape
 
 
-Layer = (Conv2d | Linear | ReLU | MaxPool2d | AvgPool2d | Flatten | Dropout | BatchNorm2d | GlobalAvgPool | Add
-         | Nonlinearity | Mul | Concat | SliceChannels | ChannelShuffle)
+Layer = (
+    Conv2d
+    | Linear
+    | ReLU
+    | MaxPool2d
+    | AvgPool2d
+    | Flatten
+    | Dropout
+    | BatchNorm2d
+    | GlobalAvgPool
+    | Add
+    | Nonlinearity
+    | Mul
+    | Concat
+    | SliceChannels
+    | ChannelShuffle
+)
 PARAMETRIC = (Conv2d, Linear)
-MULTI_INPUT = (Mul, Concat)   # layers naming all their inputs in `inputs`
-INPUT = "input"   # `source` / `skip_from` / `inputs` value naming the model input
+MULTI_INPUT = (Mul, Concat)  # layers naming all their inputs in `inputs`
+INPUT = "input"  # `source` / `skip_from` / `inputs` value naming the model input
 
 
 def has_bias(layer) -> bool:
@@ -331,7 +354,7 @@ def _expect_image(layer, shape):
 @dataclass(frozen=True)
 class Model:
     name: str
-    input_shape: tuple[int, int, int]   # H, W, C
+    input_shape: tuple[int, int, int]  # H, W, C
     num_classes: int
     layers: tuple[Layer, ...]
     # Starting weights in the engine's layout ("conv1.w" OHWI, "fc.w" (out, in), a bias "fc.b", batch
@@ -352,14 +375,17 @@ class Model:
             else:
                 shape = ins[0]
                 if isinstance(layer, Add) and ins[1] != shape:
-                    raise ShapeError(f"{self.name}: {layer.name} adds {layer.skip_from} of shape {ins[1]} "
-                                     f"to an input of shape {shape}")
+                    raise ShapeError(
+                        f"{self.name}: {layer.name} adds {layer.skip_from} of shape {ins[1]} "
+                        f"to an input of shape {shape}"
+                    )
                 shape = layer.out_shape(shape)
             seen[layer.name], previous = shape, layer.name
             shapes.append(shape)
         if shapes and shapes[-1] != (self.num_classes,):
-            raise ShapeError(f"{self.name}: the last layer gives shape {shapes[-1]}, "
-                             f"expected ({self.num_classes},) class scores")
+            raise ShapeError(
+                f"{self.name}: the last layer gives shape {shapes[-1]}, expected ({self.num_classes},) class scores"
+            )
         return shapes
 
     def _earlier(self, layer, name, seen):

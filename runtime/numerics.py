@@ -16,11 +16,11 @@ Random bits come from a counter-based generator, Threefry-2x32 with 20 rounds
 (seed, tensor id) with counter (element index, step). It needs only 32-bit add,
 rotate and xor, so the C++ and HVX kernels reproduce it bit for bit.
 """
+
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,7 +41,7 @@ class QTensor:
     e: int
 
     def dequantize(self) -> np.ndarray:
-        return self.q.astype(np.float64) * (2.0 ** self.e)
+        return self.q.astype(np.float64) * (2.0**self.e)
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ class RngKey:
 
 # ---------------------------------------------------------------- random bits
 
+
 def _rotl32(x: np.ndarray, r: int) -> np.ndarray:
     return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
 
@@ -74,7 +75,7 @@ def threefry2x32(key: tuple[int, int], counter0, counter1) -> tuple[np.ndarray, 
     x0 = np.asarray(counter0, dtype=np.uint32) + k0
     x1 = np.asarray(counter1, dtype=np.uint32) + k1
     for group in range(5):
-        for r in _THREEFRY_ROTATIONS[(group % 2) * 4:(group % 2) * 4 + 4]:
+        for r in _THREEFRY_ROTATIONS[(group % 2) * 4 : (group % 2) * 4 + 4]:
             x0 = x0 + x1
             x1 = _rotl32(x1, r) ^ x0
         x0 = x0 + schedule[(group + 1) % 3]
@@ -92,6 +93,7 @@ def random_u32(key: RngKey, count: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- range and shifts
+
 
 def range_bits(max_abs: int) -> int:
     """NITI's range estimate: 0 if max|acc| == 0 else ceil(log2(max|acc|))."""
@@ -170,18 +172,19 @@ LOG2E_Q15 = 47274
 LOSS_SCALE_BITS = 11
 LOSS_SHIFT = 4
 LOSS_EXPONENT = LOSS_SHIFT - LOSS_SCALE_BITS
-TAYLOR_BELOW = -7   # exponents <= this use 1 + x + x^2/2
+TAYLOR_BELOW = -7  # exponents <= this use 1 + x + x^2/2
 MIN_EXPONENT = -30  # keeps 2**(1 - 2e) inside int64; logits that small are all ~0 anyway
 
 
 # ---------------------------------------------------------------- float boundaries
+
 
 def float_exponent(max_abs: float, bits: int = 8) -> int:
     """NITI's exponent for a float range: ceil(log2(max_abs)) - (bits - 1), read off the float's
     own exponent (exact where log2 would round), 0 for an all-zero tensor."""
     if not max_abs > 0.0:
         return 0
-    mantissa, exponent = math.frexp(max_abs)       # max_abs = mantissa * 2**exponent, 0.5 <= mantissa < 1
+    mantissa, exponent = math.frexp(max_abs)  # max_abs = mantissa * 2**exponent, 0.5 <= mantissa < 1
     return (exponent - 1 if mantissa == 0.5 else exponent) - (bits - 1)
 
 

@@ -9,6 +9,7 @@ when it is one), memory per batch (the RSS growth during the step, the arena's
 high-water mark when the run had one, and the process's peak so far), and accuracy per
 epoch (test, and train dashed). matplotlib draws with the Agg backend: no display needed.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ from .errors import DataError, UserError
 
 MB = 1 << 20
 PANEL_TITLES = ("time per batch", "energy per batch", "memory per batch", "accuracy per epoch")
-SMOOTH_POINTS = 50   # above 150 batches, time per batch also shows a moving average over steps/50
+SMOOTH_POINTS = 50  # above 150 batches, time per batch also shows a moving average over steps/50
 
 
 @dataclass
@@ -58,7 +59,7 @@ def load_metrics(run_dir: str | Path) -> RunMetrics:
             raise DataError(f"{file}: line {number} is not JSON ({exc.msg})") from None
         kind = record.get("kind") if isinstance(record, dict) else None
         if isinstance(record, dict) and isinstance(record.get("run"), str) and record["run"]:
-            run.label = record["run"]   # the run's name (profile/logs.py writes it into every record)
+            run.label = record["run"]  # the run's name (profile/logs.py writes it into every record)
         if kind == "step":
             run.steps.append(record)
         elif kind == "epoch":
@@ -104,7 +105,7 @@ def plot_runs(run_dirs, out: str | Path, title: str | None = None):
     """Draw the runs of `run_dirs` into `out` (PNG, SVG or PDF by its suffix); returns the Figure."""
     import matplotlib
 
-    matplotlib.use("Agg")   # headless: the command runs over SSH and in CI
+    matplotlib.use("Agg")  # headless: the command runs over SSH and in CI
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
@@ -120,30 +121,49 @@ def plot_runs(run_dirs, out: str | Path, title: str | None = None):
         smooth = _moving_average(times, len(times) // SMOOTH_POINTS)
         if smooth is None:
             ax_time.plot(x, times, color=color, lw=1, label=run.label)
-        else:   # thousands of noisy batches: the raw times faint, their moving average on top
+        else:  # thousands of noisy batches: the raw times faint, their moving average on top
             ax_time.plot(x, times, color=color, lw=0.5, alpha=0.3)
-            ax_time.plot(x, smooth, color=color, lw=1.5,
-                         label=f"{run.label} (mean of {len(times) // SMOOTH_POINTS} batches)")
+            ax_time.plot(
+                x, smooth, color=color, lw=1.5, label=f"{run.label} (mean of {len(times) // SMOOTH_POINTS} batches)"
+            )
         ax_energy.plot(x, run.column("energy_j", scale=1e3), color=color, lw=1, label=run.label)
-        ax_memory.plot(x, run.column("rss_growth_bytes", scale=1 / MB), color=color, lw=1,
-                       label=f"{run.label}: RSS growth in the step")
+        ax_memory.plot(
+            x,
+            run.column("rss_growth_bytes", scale=1 / MB),
+            color=color,
+            lw=1,
+            label=f"{run.label}: RSS growth in the step",
+        )
         arena = run.column("arena_high_water_bytes", scale=1 / MB)
         if any(not math.isnan(v) for v in arena):
             ax_memory.plot(x, arena, color=color, lw=1, ls="--", label=f"{run.label}: arena high-water")
-        ax_memory.plot(x, run.column("peak_rss_bytes", scale=1 / MB), color=color, lw=1, ls=":",
-                       label=f"{run.label}: process peak RSS")
+        ax_memory.plot(
+            x,
+            run.column("peak_rss_bytes", scale=1 / MB),
+            color=color,
+            lw=1,
+            ls=":",
+            label=f"{run.label}: process peak RSS",
+        )
         epochs = run.column("epoch", run.epochs)
-        ax_acc.plot(epochs, run.column("test_accuracy", run.epochs, 100), color=color, marker="o",
-                    label=f"{run.label}: test")
-        ax_acc.plot(epochs, run.column("train_accuracy", run.epochs, 100), color=color, marker=".",
-                    ls="--", label=f"{run.label}: train")
+        ax_acc.plot(
+            epochs, run.column("test_accuracy", run.epochs, 100), color=color, marker="o", label=f"{run.label}: test"
+        )
+        ax_acc.plot(
+            epochs,
+            run.column("train_accuracy", run.epochs, 100),
+            color=color,
+            marker=".",
+            ls="--",
+            label=f"{run.label}: train",
+        )
         val = run.column("val_accuracy", run.epochs, 100)
-        if any(not math.isnan(v) for v in val):   # data.val_fraction
+        if any(not math.isnan(v) for v in val):  # data.val_fraction
             ax_acc.plot(epochs, val, color=color, marker="s", ls=":", label=f"{run.label}: val")
     ax_time.set(title=PANEL_TITLES[0], xlabel="batch (global step)", ylabel="ms")
     ax_energy.set(title=PANEL_TITLES[1], xlabel="batch (global step)", ylabel=f"mJ ({_meters(runs)})")
     ax_memory.set(title=PANEL_TITLES[2], xlabel="batch (global step)", ylabel="MB")
-    ax_memory.set_yscale("symlog", linthresh=1.0)   # MB of growth beside hundreds of MB of peak
+    ax_memory.set_yscale("symlog", linthresh=1.0)  # MB of growth beside hundreds of MB of peak
     ax_acc.set(title=PANEL_TITLES[3], xlabel="epoch", ylabel="accuracy %")
     ax_acc.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in axes.flat:

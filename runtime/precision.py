@@ -7,6 +7,7 @@ norm and activations between int8 tensors), or both ("mixed": an emulated recipe
 product with its float result, a NITI product with a float bias). The casts between int8
 and float32 that a mixed-precision recipe inserts are counted apart.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -25,8 +26,11 @@ def layer_formats(graph) -> dict[str, str]:
     for op in graph.eval_ops or graph.ops:
         if op.phase != "forward" or is_cast(op):
             continue
-        kinds = {"float" if graph.tensors[t].dtype in _FLOAT else "integer" for t in op.outputs
-                 if graph.tensors[t].role != "saved"}
+        kinds = {
+            "float" if graph.tensors[t].dtype in _FLOAT else "integer"
+            for t in op.outputs
+            if graph.tensors[t].role != "saved"
+        }
         written.setdefault(op.layer, set()).update(kinds)
     return {layer: (kinds.pop() if len(kinds) == 1 else "mixed") for layer, kinds in written.items() if kinds}
 

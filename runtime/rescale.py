@@ -25,12 +25,12 @@ it, on a weight-sized tensor orders of magnitude smaller than the activations.
 Which roles adapt is the recipe's `tensors.<role>.rescale.policy` (dynamic | fixed |
 adaptive); `scheduler.adaptive_rescale: false` makes every role dynamic.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from .algorithms import takes_given_shift
-
 
 ROLE_OF_PHASE = {"forward": "activations", "backward": "errors"}
 
@@ -42,9 +42,9 @@ class OpShift:
     shift: int
     interval: int
     next_check: int
-    estimates: int = 0      # steps where the range estimate ran (checks and saturation fallbacks)
-    skipped: int = 0        # steps where the given shift was used as is
-    fallbacks: int = 0      # given shifts that would have saturated
+    estimates: int = 0  # steps where the range estimate ran (checks and saturation fallbacks)
+    skipped: int = 0  # steps where the given shift was used as is
+    fallbacks: int = 0  # given shifts that would have saturated
 
 
 class RescaleController:
@@ -54,7 +54,7 @@ class RescaleController:
         self.recipe = recipe
         self.enabled = enabled and takes_given_shift(recipe)
         self.ops: dict[str, OpShift] = {}
-        self._adaptive: dict[int, tuple] = {}   # id(graph) -> (graph, its ops that adapt, with their policy)
+        self._adaptive: dict[int, tuple] = {}  # id(graph) -> (graph, its ops that adapt, with their policy)
 
     def policy(self, op):
         """The Rescale of `op`'s tensor role when it adapts, else None (asked once per graph:
@@ -106,7 +106,7 @@ class RescaleController:
                 if shift == given[op.name]:
                     state.skipped += 1
                     continue
-                state.fallbacks += 1          # a stale shift caught by the saturation check
+                state.fallbacks += 1  # a stale shift caught by the saturation check
             state.estimates += 1
             state.interval = min(state.interval * 2, hi) if shift == state.shift else lo
             state.shift = shift
@@ -131,16 +131,26 @@ class RescaleController:
 
     def state(self) -> dict:
         """What a checkpoint keeps, so a resumed run gives the shifts an unbroken one would."""
-        return {name: [s.shift, s.interval, s.next_check, s.estimates, s.skipped, s.fallbacks]
-                for name, s in self.ops.items()}
+        return {
+            name: [s.shift, s.interval, s.next_check, s.estimates, s.skipped, s.fallbacks]
+            for name, s in self.ops.items()
+        }
 
     def restore(self, state: dict) -> None:
         self.ops = {name: OpShift(*map(int, values)) for name, values in state.items()}
 
     def summary(self) -> dict[str, dict]:
         """Per op: estimates run, estimates skipped, saturation fallbacks, the shift, the interval."""
-        return {name: {"estimates": s.estimates, "skipped": s.skipped, "fallbacks": s.fallbacks,
-                       "shift": s.shift, "interval": s.interval} for name, s in self.ops.items()}
+        return {
+            name: {
+                "estimates": s.estimates,
+                "skipped": s.skipped,
+                "fallbacks": s.fallbacks,
+                "shift": s.shift,
+                "interval": s.interval,
+            }
+            for name, s in self.ops.items()
+        }
 
     def skipped_fraction(self) -> float:
         done = sum(s.estimates + s.skipped for s in self.ops.values())

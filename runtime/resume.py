@@ -8,22 +8,28 @@ before the checkpoint's step and the epoch records of epochs it completed; the e
 running loss and accuracy come back from the checkpoint (or, for an older one, from
 the kept records), so the resumed epoch's record equals the uninterrupted run's.
 """
+
 from __future__ import annotations
 
 import json
-import os
 import math
+import os
 import warnings
 from pathlib import Path
 
-from . import checkpoint, data as datasets
+from . import checkpoint
+from . import data as datasets
 from .errors import CheckpointError
 from .inputs.files import read_limited
 
-MAX_METRICS_BYTES = 4 << 30   # one record per step: millions of steps
+MAX_METRICS_BYTES = 4 << 30  # one record per step: millions of steps
 
-_INT_FIELDS = {"epoch": (0, 100_000), "batch_in_epoch": (0, 1 << 40), "global_step": (0, 1 << 50),
-               "seed": (0, 2**32 - 1)}
+_INT_FIELDS = {
+    "epoch": (0, 100_000),
+    "batch_in_epoch": (0, 1 << 40),
+    "global_step": (0, 1 << 50),
+    "seed": (0, 2**32 - 1),
+}
 
 
 def _int(value, low, high) -> bool:
@@ -32,6 +38,7 @@ def _int(value, low, high) -> bool:
 
 def check_meta(path: Path, meta: dict, trainer) -> dict:
     """The checkpoint's fields, each checked against `trainer`'s run; CheckpointError else."""
+
     def fail(key, message):
         raise CheckpointError(path, key, message)
 
@@ -45,32 +52,57 @@ def check_meta(path: Path, meta: dict, trainer) -> dict:
     if meta["batch_in_epoch"] > per_epoch:
         fail("batch_in_epoch", f"{meta['batch_in_epoch']} is beyond this run's {per_epoch} batches per epoch")
     if meta["global_step"] != meta["epoch"] * per_epoch + meta["batch_in_epoch"]:
-        fail("global_step", f"{meta['global_step']} does not match epoch {meta['epoch']}, batch "
-                            f"{meta['batch_in_epoch']} at this run's {per_epoch} batches per epoch "
-                            f"(another data size or batch size?)")
+        fail(
+            "global_step",
+            f"{meta['global_step']} does not match epoch {meta['epoch']}, batch "
+            f"{meta['batch_in_epoch']} at this run's {per_epoch} batches per epoch "
+            f"(another data size or batch size?)",
+        )
     rescale = meta.get("rescale") or {}
     if not isinstance(rescale, dict) or not all(
-            isinstance(k, str) and isinstance(v, list) and len(v) == 6 and all(_int(x, -(1 << 50), 1 << 50) for x in v)
-            for k, v in rescale.items()):
+        isinstance(k, str) and isinstance(v, list) and len(v) == 6 and all(_int(x, -(1 << 50), 1 << 50) for x in v)
+        for k, v in rescale.items()
+    ):
         fail("rescale", "is not a map of op name to six whole numbers")
     sums = meta.get("epoch_sums")
-    if sums is not None and not (isinstance(sums, list) and len(sums) == 3 and _int(sums[0], 0, 1 << 50)
-                                 and isinstance(sums[1], (int, float)) and not isinstance(sums[1], bool)
-                                 and math.isfinite(sums[1]) and sums[1] >= 0 and _int(sums[2], 0, sums[0])):
+    if sums is not None and not (
+        isinstance(sums, list)
+        and len(sums) == 3
+        and _int(sums[0], 0, 1 << 50)
+        and isinstance(sums[1], (int, float))
+        and not isinstance(sums[1], bool)
+        and math.isfinite(sums[1])
+        and sums[1] >= 0
+        and _int(sums[2], 0, sums[0])
+    ):
         fail("epoch_sums", f"{sums!r} is not [samples, loss sum, correct]")
     energy = meta.get("epoch_energy")
-    if energy is not None and not (isinstance(energy, list) and len(energy) == 3
-                                   and isinstance(energy[0], (int, float)) and not isinstance(energy[0], bool)
-                                   and math.isfinite(energy[0]) and _int(energy[1], 0, 1 << 50)
-                                   and isinstance(energy[2], list) and all(isinstance(m, str) for m in energy[2])):
+    if energy is not None and not (
+        isinstance(energy, list)
+        and len(energy) == 3
+        and isinstance(energy[0], (int, float))
+        and not isinstance(energy[0], bool)
+        and math.isfinite(energy[0])
+        and _int(energy[1], 0, 1 << 50)
+        and isinstance(energy[2], list)
+        and all(isinstance(m, str) for m in energy[2])
+    ):
         fail("epoch_energy", f"{energy!r} is not [joules, steps, [meters]]")
     watch = meta.get("divergence")
-    if watch is not None and not (isinstance(watch, list) and len(watch) == 3 and all(_int(v, 0, 1 << 50) for v in watch)):
+    if watch is not None and not (
+        isinstance(watch, list) and len(watch) == 3 and all(_int(v, 0, 1 << 50) for v in watch)
+    ):
         fail("divergence", f"{watch!r} is not [saturated steps, halvings, events in a row]")
     monitor = meta.get("monitor")
-    if monitor is not None and not (isinstance(monitor, list) and len(monitor) == 3 and _int(monitor[2], 0, 100_000)
-                                    and all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                          and math.isfinite(v)) for v in monitor[:2])):
+    if monitor is not None and not (
+        isinstance(monitor, list)
+        and len(monitor) == 3
+        and _int(monitor[2], 0, 100_000)
+        and all(
+            v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+            for v in monitor[:2]
+        )
+    ):
         fail("monitor", f"{monitor!r} is not [best value, early stopping's best, epochs waited]")
     classes = meta.get("classes")
     if classes is not None and not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)):
@@ -82,7 +114,9 @@ def _records(path: Path) -> tuple[list[dict], int]:
     """The parseable records of metrics.jsonl and how many lines were not (a partial last
     line after a kill; anything else is warned about)."""
     records, bad = [], 0
-    raw = read_limited(path, "metrics", MAX_METRICS_BYTES, lambda m: CheckpointError(path, None, m.removeprefix(f"{path}: ")))
+    raw = read_limited(
+        path, "metrics", MAX_METRICS_BYTES, lambda m: CheckpointError(path, None, m.removeprefix(f"{path}: "))
+    )
     lines = raw.split(b"\n")
     for i, line in enumerate(lines):
         if not line.strip():
@@ -119,7 +153,7 @@ def repair_metrics(path: Path, step: int, epochs_done: int, sums) -> tuple:
         checkpoint.atomic_write(path, lambda f: f.write(text.encode()))
     if sums:
         return sums[0], float(sums[1]), sums[2]
-    seen, loss_sum, correct = 0, 0.0, 0   # an older checkpoint: rebuild from this epoch's records
+    seen, loss_sum, correct = 0, 0.0, 0  # an older checkpoint: rebuild from this epoch's records
     for r in kept:
         if r.get("kind") == "step" and r.get("epoch") == epochs_done + 1:
             seen, loss_sum = seen + r["batch"], loss_sum + r["loss"] * r["batch"]

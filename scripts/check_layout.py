@@ -14,6 +14,7 @@ rules docs/ARCHITECTURE.md states about it.
 
 Imports are read from the source (ast), lazy ones inside functions included.
 """
+
 from __future__ import annotations
 
 import ast
@@ -26,10 +27,37 @@ MAX_IMPORTS = 8
 # The rooms along the flow, first to last: a room may import only rooms after it.
 # Rooms not listed here (new ones) are held to the fan-out target only, until added.
 FLOW = (
-    "__init__", "cli", "plot", "agreement", "fl", "train", "profile", "resume", "metrics",
-    "calibrate", "config", "interchange", "rescale", "plan", "cost", "energy", "execute", "memory",
-    "graph", "algorithms", "models", "nn", "data", "checkpoint", "backends", "float_ops",
-    "cores", "layout", "inputs", "numerics", "errors",
+    "__init__",
+    "cli",
+    "plot",
+    "agreement",
+    "fl",
+    "train",
+    "profile",
+    "resume",
+    "metrics",
+    "calibrate",
+    "config",
+    "interchange",
+    "rescale",
+    "plan",
+    "cost",
+    "energy",
+    "execute",
+    "memory",
+    "graph",
+    "algorithms",
+    "models",
+    "nn",
+    "data",
+    "checkpoint",
+    "backends",
+    "float_ops",
+    "cores",
+    "layout",
+    "inputs",
+    "numerics",
+    "errors",
 )
 
 
@@ -53,10 +81,10 @@ def imports_of(name: str, path: Path, package: bool, known) -> set[str]:
         if not isinstance(node, ast.ImportFrom):
             continue
         if node.level:
-            base = here[:len(here) - (node.level - 1)] if node.level > 1 else here
+            base = here[: len(here) - (node.level - 1)] if node.level > 1 else here
             target = ".".join([*base, *([node.module] if node.module else [])])
         elif node.module and node.module.split(".")[0] == "dsptrain":
-            target = node.module[len("dsptrain"):].lstrip(".")
+            target = node.module[len("dsptrain") :].lstrip(".")
         else:
             continue
         for alias in node.names:
@@ -78,8 +106,11 @@ def import_map(root: Path = RUNTIME) -> dict[str, set[str]]:
 
 def too_many(graph: dict[str, set[str]]) -> list[str]:
     """Modules above the fan-out target."""
-    return [f"{name or '__init__'} imports {len(targets)} modules (target {MAX_IMPORTS}): {', '.join(sorted(targets))}"
-            for name, targets in sorted(graph.items()) if len(targets) > MAX_IMPORTS]
+    return [
+        f"{name or '__init__'} imports {len(targets)} modules (target {MAX_IMPORTS}): {', '.join(sorted(targets))}"
+        for name, targets in sorted(graph.items())
+        if len(targets) > MAX_IMPORTS
+    ]
 
 
 def unmapped(root: Path = RUNTIME) -> list[str]:
@@ -96,7 +127,7 @@ def breaks(graph: dict[str, set[str]], root: Path = RUNTIME) -> list[str]:
     for name, targets in sorted(graph.items()):
         label = name or "__init__"
         here = room(name)
-        if known[name][1] or here not in FLOW:     # a package's __init__ re-exports; unlisted rooms
+        if known[name][1] or here not in FLOW:  # a package's __init__ re-exports; unlisted rooms
             continue
         for target in sorted(targets):
             there = room(target)

@@ -9,6 +9,7 @@ its settings, with the machine, the command line, the time and the load average.
 JSON file becomes one section: where and when it ran, the command, the settings, the table.
 A bench's module docstring (its first paragraph) says what the table measures.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
 """Fixtures shared by every test folder."""
+
 import os
 import zlib
 
@@ -50,11 +51,16 @@ def fastrpc_stub_library(tmp_path_factory, emulated_dsp_tools):
     require_tools([] if shutil.which("gcc") else ["gcc"], "apt-get install gcc")
     src = Path(__file__).parent / "backend" / "fastrpc_stub" / "libcdsprpc.c"
     lib = tmp_path_factory.mktemp("fastrpc") / "libcdsprpc.so"
-    proc = subprocess.run(["gcc", "-O1", "-Wall", "-Werror", "-shared", "-fPIC", "-o", str(lib), str(src)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["gcc", "-O1", "-Wall", "-Werror", "-shared", "-fPIC", "-o", str(lib), str(src)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
-    return {"DSPTRAIN_CDSPRPC": str(lib), "DSPTRAIN_STUB_SERVER": str(dsp_build.ensure_server()),
-            "DSPTRAIN_STUB_QEMU": shutil.which("qemu-hexagon"), "DSPTRAIN_DSP": "fastrpc"}
+    return {
+        "DSPTRAIN_CDSPRPC": str(lib),
+        "DSPTRAIN_STUB_SERVER": str(dsp_build.ensure_server()),
+        "DSPTRAIN_STUB_QEMU": shutil.which("qemu-hexagon"),
+        "DSPTRAIN_DSP": "fastrpc",
+    }
 
 
 @pytest.fixture
@@ -80,10 +86,23 @@ def fastrpc_stub(fastrpc_stub_library):
 # - slow: over ~10 s here: it trains (small_run: 2000 images, 2 epochs; trained), runs
 #   the FastRPC stub, or sits in a module measured slow (SLOW_MODULES, from --durations).
 SLOW_FIXTURES = {"small_run", "trained", "fastrpc_stub", "kernel_check"}
-SLOW_MODULES = {"test_fl_processes.py", "test_resume.py", "test_checkpoints.py",
-                "test_memory_rss.py", "test_memory_rss_recipes.py", "test_memory_release.py", "test_memory_emulated.py",
-                "test_sched_pipeline.py", "test_backends_agree.py", "test_recipes.py", "test_recipes_native.py",
-                "test_fastrpc_train.py", "test_energy_train.py", "test_train_ref.py", "test_configs.py"}
+SLOW_MODULES = {
+    "test_fl_processes.py",
+    "test_resume.py",
+    "test_checkpoints.py",
+    "test_memory_rss.py",
+    "test_memory_rss_recipes.py",
+    "test_memory_release.py",
+    "test_memory_emulated.py",
+    "test_sched_pipeline.py",
+    "test_backends_agree.py",
+    "test_recipes.py",
+    "test_recipes_native.py",
+    "test_fastrpc_train.py",
+    "test_energy_train.py",
+    "test_train_ref.py",
+    "test_configs.py",
+}
 
 
 def _runs_on_dsp(item) -> bool:
@@ -93,7 +112,7 @@ def _runs_on_dsp(item) -> bool:
     return callspec is not None and any(isinstance(v, str) and v == "dsp" for v in callspec.params.values())
 
 
-@pytest.hookimpl(tryfirst=True)   # before -m deselects by the marks
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks
 def pytest_collection_modifyitems(config, items):
     for item in items:
         names = set(getattr(item, "fixturenames", ()))

@@ -8,6 +8,7 @@ same order, the same activations, padding, pooling and biases, the same torch fu
 parameters here (torchvision's own `width_mult`, settings and layer counts), smaller by
 default; `FULL` holds torchvision's. Random weights only: nothing is downloaded.
 """
+
 from __future__ import annotations
 
 import torch
@@ -25,8 +26,7 @@ def _make_divisible(v, divisor=8, min_value=None):
 class ConvNormAct(nn.Sequential):
     """torchvision/ops/misc.py Conv2dNormActivation: conv (bias only without a norm), BN, activation."""
 
-    def __init__(self, cin, cout, kernel=3, stride=1, groups=1, act=nn.ReLU6, norm=True, bn_eps=1e-5,
-                 bn_momentum=0.1):
+    def __init__(self, cin, cout, kernel=3, stride=1, groups=1, act=nn.ReLU6, norm=True, bn_eps=1e-5, bn_momentum=0.1):
         layers = [nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=not norm)]
         if norm:
             layers.append(nn.BatchNorm2d(cout, eps=bn_eps, momentum=bn_momentum))
@@ -51,14 +51,18 @@ class SqueezeExcitation(nn.Module):
 
 # ---------------------------------------------------------------- mobilenet_v2 (mobilenetv2.py)
 
+
 class InvertedResidualV2(nn.Module):
     def __init__(self, cin, cout, stride, expand):
         super().__init__()
         hidden = int(round(cin * expand))
         self.use_res_connect = stride == 1 and cin == cout
         layers = [ConvNormAct(cin, hidden, 1)] if expand != 1 else []
-        layers += [ConvNormAct(hidden, hidden, 3, stride, groups=hidden),
-                   nn.Conv2d(hidden, cout, 1, 1, 0, bias=False), nn.BatchNorm2d(cout)]
+        layers += [
+            ConvNormAct(hidden, hidden, 3, stride, groups=hidden),
+            nn.Conv2d(hidden, cout, 1, 1, 0, bias=False),
+            nn.BatchNorm2d(cout),
+        ]
         self.conv = nn.Sequential(*layers)
 
     def forward(self, x):
@@ -84,6 +88,7 @@ class MobileNetV2(nn.Module):
 
 # ---------------------------------------------------------------- mobilenet_v3_small (mobilenetv3.py)
 
+
 class InvertedResidualV3(nn.Module):
     def __init__(self, cin, kernel, expanded, cout, use_se, act, stride):
         super().__init__()
@@ -103,9 +108,13 @@ class InvertedResidualV3(nn.Module):
 
 class MobileNetV3Small(nn.Module):
     # (in, kernel, expanded, out, SE, activation, stride): torchvision's first blocks, narrower
-    SETTINGS = ((16, 3, 16, 16, True, nn.ReLU, 2), (16, 3, 32, 16, False, nn.ReLU, 2),
-                (16, 3, 40, 16, False, nn.ReLU, 1), (16, 5, 48, 24, True, nn.Hardswish, 2),
-                (24, 5, 64, 24, True, nn.Hardswish, 1))
+    SETTINGS = (
+        (16, 3, 16, 16, True, nn.ReLU, 2),
+        (16, 3, 32, 16, False, nn.ReLU, 2),
+        (16, 3, 40, 16, False, nn.ReLU, 1),
+        (16, 5, 48, 24, True, nn.Hardswish, 2),
+        (24, 5, 64, 24, True, nn.Hardswish, 1),
+    )
 
     def __init__(self, num_classes=10, settings=SETTINGS, last_channel=64):
         super().__init__()
@@ -116,14 +125,19 @@ class MobileNetV3Small(nn.Module):
         layers.append(ConvNormAct(last_in, 6 * last_in, 1, act=nn.Hardswish, **norm))
         self.features = nn.Sequential(*layers)
         self.avgpool = nn.AdaptiveAvgPool2d(1)
-        self.classifier = nn.Sequential(nn.Linear(6 * last_in, last_channel), nn.Hardswish(inplace=True),
-                                        nn.Dropout(0.2, inplace=True), nn.Linear(last_channel, num_classes))
+        self.classifier = nn.Sequential(
+            nn.Linear(6 * last_in, last_channel),
+            nn.Hardswish(inplace=True),
+            nn.Dropout(0.2, inplace=True),
+            nn.Linear(last_channel, num_classes),
+        )
 
     def forward(self, x):
         return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
 
 
 # ---------------------------------------------------------------- efficientnet_b0 (efficientnet.py)
+
 
 class MBConv(nn.Module):
     def __init__(self, expand_ratio, kernel, stride, cin, cout):
@@ -132,12 +146,14 @@ class MBConv(nn.Module):
         norm = dict(bn_eps=1e-3)
         expanded = _make_divisible(cin * expand_ratio, 8)
         layers = [ConvNormAct(cin, expanded, 1, act=nn.SiLU, **norm)] if expanded != cin else []
-        layers += [ConvNormAct(expanded, expanded, kernel, stride, groups=expanded, act=nn.SiLU, **norm),
-                   SqueezeExcitation(expanded, max(1, cin // 4), act=nn.SiLU),
-                   ConvNormAct(expanded, cout, 1, act=None, **norm)]
+        layers += [
+            ConvNormAct(expanded, expanded, kernel, stride, groups=expanded, act=nn.SiLU, **norm),
+            SqueezeExcitation(expanded, max(1, cin // 4), act=nn.SiLU),
+            ConvNormAct(expanded, cout, 1, act=None, **norm),
+        ]
         self.block = nn.Sequential(*layers)
 
-    def forward(self, x):   # stochastic depth is the identity with p = 0 (torchvision skips it then)
+    def forward(self, x):  # stochastic depth is the identity with p = 0 (torchvision skips it then)
         result = self.block(x)
         return result + x if self.use_res_connect else result
 
@@ -150,8 +166,14 @@ class EfficientNetB0(nn.Module):
         super().__init__()
         layers = [ConvNormAct(3, settings[0][3], 3, 2, act=nn.SiLU, bn_eps=1e-3)]
         for expand, kernel, stride, cin, cout, count in settings:
-            layers.append(nn.Sequential(*[MBConv(expand, kernel, stride if i == 0 else 1, cin if i == 0 else cout, cout)
-                                          for i in range(count)]))
+            layers.append(
+                nn.Sequential(
+                    *[
+                        MBConv(expand, kernel, stride if i == 0 else 1, cin if i == 0 else cout, cout)
+                        for i in range(count)
+                    ]
+                )
+            )
         last_in = settings[-1][4]
         layers.append(ConvNormAct(last_in, 4 * last_in, 1, act=nn.SiLU, bn_eps=1e-3))
         self.features = nn.Sequential(*layers)
@@ -164,6 +186,7 @@ class EfficientNetB0(nn.Module):
 
 # ---------------------------------------------------------------- squeezenet1_1 (squeezenet.py)
 
+
 class Fire(nn.Module):
     def __init__(self, cin, squeeze, expand1x1, expand3x3):
         super().__init__()
@@ -173,28 +196,41 @@ class Fire(nn.Module):
 
     def forward(self, x):
         x = self.squeeze_activation(self.squeeze(x))
-        return torch.cat([self.expand1x1_activation(self.expand1x1(x)),
-                          self.expand3x3_activation(self.expand3x3(x))], 1)
+        return torch.cat(
+            [self.expand1x1_activation(self.expand1x1(x)), self.expand3x3_activation(self.expand3x3(x))], 1
+        )
 
 
 class SqueezeNet11(nn.Module):
     def __init__(self, num_classes=10, w=8, full=False):
         super().__init__()
         pool = lambda: nn.MaxPool2d(3, 2, ceil_mode=True)
-        if full:   # torchvision's: w = 16, two Fires a stage, four in the last
-            fires = [[Fire(4 * w, w, 4 * w, 4 * w), Fire(8 * w, w, 4 * w, 4 * w)],
-                     [Fire(8 * w, 2 * w, 8 * w, 8 * w), Fire(16 * w, 2 * w, 8 * w, 8 * w)],
-                     [Fire(16 * w, 3 * w, 12 * w, 12 * w), Fire(24 * w, 3 * w, 12 * w, 12 * w),
-                      Fire(24 * w, 4 * w, 16 * w, 16 * w), Fire(32 * w, 4 * w, 16 * w, 16 * w)]]
+        if full:  # torchvision's: w = 16, two Fires a stage, four in the last
+            fires = [
+                [Fire(4 * w, w, 4 * w, 4 * w), Fire(8 * w, w, 4 * w, 4 * w)],
+                [Fire(8 * w, 2 * w, 8 * w, 8 * w), Fire(16 * w, 2 * w, 8 * w, 8 * w)],
+                [
+                    Fire(16 * w, 3 * w, 12 * w, 12 * w),
+                    Fire(24 * w, 3 * w, 12 * w, 12 * w),
+                    Fire(24 * w, 4 * w, 16 * w, 16 * w),
+                    Fire(32 * w, 4 * w, 16 * w, 16 * w),
+                ],
+            ]
             last = 32 * w
         else:
-            fires = [[Fire(4 * w, w, 4 * w, 4 * w), Fire(8 * w, w, 4 * w, 4 * w)], [Fire(8 * w, 2 * w, 8 * w, 8 * w)],
-                     [Fire(16 * w, 3 * w, 12 * w, 12 * w)]]
+            fires = [
+                [Fire(4 * w, w, 4 * w, 4 * w), Fire(8 * w, w, 4 * w, 4 * w)],
+                [Fire(8 * w, 2 * w, 8 * w, 8 * w)],
+                [Fire(16 * w, 3 * w, 12 * w, 12 * w)],
+            ]
             last = 24 * w
-        self.features = nn.Sequential(nn.Conv2d(3, 4 * w, 3, 2), nn.ReLU(inplace=True), pool(), *fires[0], pool(),
-                                      *fires[1], pool(), *fires[2])
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 4 * w, 3, 2), nn.ReLU(inplace=True), pool(), *fires[0], pool(), *fires[1], pool(), *fires[2]
+        )
         final_conv = nn.Conv2d(last, num_classes, 1)
-        self.classifier = nn.Sequential(nn.Dropout(0.5), final_conv, nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d((1, 1)))
+        self.classifier = nn.Sequential(
+            nn.Dropout(0.5), final_conv, nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d((1, 1))
+        )
         nn.init.normal_(final_conv.weight, mean=0.0, std=0.01)
 
     def forward(self, x):
@@ -202,6 +238,7 @@ class SqueezeNet11(nn.Module):
 
 
 # ---------------------------------------------------------------- resnet18 / resnet50 (resnet.py)
+
 
 class BasicBlock(nn.Module):
     expansion = 1
@@ -254,8 +291,10 @@ class ResNet(nn.Module):
     def _make_layer(self, block, width, blocks, stride=1):
         downsample = None
         if stride != 1 or self.inplanes != width * block.expansion:
-            downsample = nn.Sequential(nn.Conv2d(self.inplanes, width * block.expansion, 1, stride, bias=False),
-                                       nn.BatchNorm2d(width * block.expansion))
+            downsample = nn.Sequential(
+                nn.Conv2d(self.inplanes, width * block.expansion, 1, stride, bias=False),
+                nn.BatchNorm2d(width * block.expansion),
+            )
         layers = [block(self.inplanes, width, stride, downsample)]
         self.inplanes = width * block.expansion
         layers += [block(self.inplanes, width) for _ in range(1, blocks)]
@@ -268,6 +307,7 @@ class ResNet(nn.Module):
 
 
 # ---------------------------------------------------------------- shufflenet_v2_x0_5 (shufflenetv2.py)
+
 
 def channel_shuffle(x, groups: int):
     batchsize, num_channels, height, width = x.size()
@@ -283,15 +323,25 @@ class ShuffleBlock(nn.Module):
         branch = oup // 2
         if stride > 1:
             self.branch1 = nn.Sequential(
-                nn.Conv2d(inp, inp, 3, stride, 1, groups=inp, bias=False), nn.BatchNorm2d(inp),
-                nn.Conv2d(inp, branch, 1, 1, 0, bias=False), nn.BatchNorm2d(branch), nn.ReLU(inplace=True))
+                nn.Conv2d(inp, inp, 3, stride, 1, groups=inp, bias=False),
+                nn.BatchNorm2d(inp),
+                nn.Conv2d(inp, branch, 1, 1, 0, bias=False),
+                nn.BatchNorm2d(branch),
+                nn.ReLU(inplace=True),
+            )
         else:
             self.branch1 = nn.Sequential()
         cin = inp if stride > 1 else branch
         self.branch2 = nn.Sequential(
-            nn.Conv2d(cin, branch, 1, 1, 0, bias=False), nn.BatchNorm2d(branch), nn.ReLU(inplace=True),
-            nn.Conv2d(branch, branch, 3, stride, 1, groups=branch, bias=False), nn.BatchNorm2d(branch),
-            nn.Conv2d(branch, branch, 1, 1, 0, bias=False), nn.BatchNorm2d(branch), nn.ReLU(inplace=True))
+            nn.Conv2d(cin, branch, 1, 1, 0, bias=False),
+            nn.BatchNorm2d(branch),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(branch, branch, 3, stride, 1, groups=branch, bias=False),
+            nn.BatchNorm2d(branch),
+            nn.Conv2d(branch, branch, 1, 1, 0, bias=False),
+            nn.BatchNorm2d(branch),
+            nn.ReLU(inplace=True),
+        )
 
     def forward(self, x):
         if self.stride == 1:
@@ -305,16 +355,21 @@ class ShuffleBlock(nn.Module):
 class ShuffleNetV2(nn.Module):
     def __init__(self, repeats=(2, 1, 1), channels=(8, 16, 32, 64, 128), num_classes=10):
         super().__init__()
-        self.conv1 = nn.Sequential(nn.Conv2d(3, channels[0], 3, 2, 1, bias=False), nn.BatchNorm2d(channels[0]),
-                                   nn.ReLU(inplace=True))
+        self.conv1 = nn.Sequential(
+            nn.Conv2d(3, channels[0], 3, 2, 1, bias=False), nn.BatchNorm2d(channels[0]), nn.ReLU(inplace=True)
+        )
         self.maxpool = nn.MaxPool2d(3, 2, 1)
         cin = channels[0]
         for name, count, cout in zip(("stage2", "stage3", "stage4"), repeats, channels[1:4]):
-            setattr(self, name, nn.Sequential(ShuffleBlock(cin, cout, 2), *[ShuffleBlock(cout, cout, 1)
-                                                                          for _ in range(count - 1)]))
+            setattr(
+                self,
+                name,
+                nn.Sequential(ShuffleBlock(cin, cout, 2), *[ShuffleBlock(cout, cout, 1) for _ in range(count - 1)]),
+            )
             cin = cout
-        self.conv5 = nn.Sequential(nn.Conv2d(cin, channels[-1], 1, 1, 0, bias=False), nn.BatchNorm2d(channels[-1]),
-                                   nn.ReLU(inplace=True))
+        self.conv5 = nn.Sequential(
+            nn.Conv2d(cin, channels[-1], 1, 1, 0, bias=False), nn.BatchNorm2d(channels[-1]), nn.ReLU(inplace=True)
+        )
         self.fc = nn.Linear(channels[-1], num_classes)
 
     def forward(self, x):
@@ -333,10 +388,15 @@ class MnasInvertedResidual(nn.Module):
         mid = cin * expansion
         self.apply_residual = cin == cout and stride == 1
         self.layers = nn.Sequential(
-            nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid, momentum=_BN_MOMENTUM), nn.ReLU(inplace=True),
+            nn.Conv2d(cin, mid, 1, bias=False),
+            nn.BatchNorm2d(mid, momentum=_BN_MOMENTUM),
+            nn.ReLU(inplace=True),
             nn.Conv2d(mid, mid, kernel, stride, kernel // 2, groups=mid, bias=False),
-            nn.BatchNorm2d(mid, momentum=_BN_MOMENTUM), nn.ReLU(inplace=True),
-            nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout, momentum=_BN_MOMENTUM))
+            nn.BatchNorm2d(mid, momentum=_BN_MOMENTUM),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(mid, cout, 1, bias=False),
+            nn.BatchNorm2d(cout, momentum=_BN_MOMENTUM),
+        )
 
     def forward(self, x):
         return self.layers(x) + x if self.apply_residual else self.layers(x)
@@ -349,16 +409,26 @@ class MNASNet(nn.Module):
     def __init__(self, num_classes=10, stem=(16, 8), stacks=STACKS, last=64):
         super().__init__()
         m = _BN_MOMENTUM
-        layers = [nn.Conv2d(3, stem[0], 3, padding=1, stride=2, bias=False), nn.BatchNorm2d(stem[0], momentum=m),
-                  nn.ReLU(inplace=True),
-                  nn.Conv2d(stem[0], stem[0], 3, padding=1, stride=1, groups=stem[0], bias=False),
-                  nn.BatchNorm2d(stem[0], momentum=m), nn.ReLU(inplace=True),
-                  nn.Conv2d(stem[0], stem[1], 1, bias=False), nn.BatchNorm2d(stem[1], momentum=m)]
+        layers = [
+            nn.Conv2d(3, stem[0], 3, padding=1, stride=2, bias=False),
+            nn.BatchNorm2d(stem[0], momentum=m),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(stem[0], stem[0], 3, padding=1, stride=1, groups=stem[0], bias=False),
+            nn.BatchNorm2d(stem[0], momentum=m),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(stem[0], stem[1], 1, bias=False),
+            nn.BatchNorm2d(stem[1], momentum=m),
+        ]
         cin = stem[1]
         for cout, kernel, stride, expansion, repeats in stacks:
-            layers.append(nn.Sequential(*[MnasInvertedResidual(cin if i == 0 else cout, cout, kernel,
-                                                               stride if i == 0 else 1, expansion)
-                                          for i in range(repeats)]))
+            layers.append(
+                nn.Sequential(
+                    *[
+                        MnasInvertedResidual(cin if i == 0 else cout, cout, kernel, stride if i == 0 else 1, expansion)
+                        for i in range(repeats)
+                    ]
+                )
+            )
             cin = cout
         layers += [nn.Conv2d(cin, last, 1, bias=False), nn.BatchNorm2d(last, momentum=m), nn.ReLU(inplace=True)]
         self.layers = nn.Sequential(*layers)
@@ -378,31 +448,75 @@ def resnet50(num_classes=10, **kw):
 
 
 ZOO = {
-    "mobilenet_v2": MobileNetV2, "mobilenet_v3_small": MobileNetV3Small, "efficientnet_b0": EfficientNetB0,
-    "squeezenet1_1": SqueezeNet11, "resnet18": resnet18, "resnet50": resnet50,
-    "shufflenet_v2_x0_5": ShuffleNetV2, "mnasnet0_5": MNASNet,
+    "mobilenet_v2": MobileNetV2,
+    "mobilenet_v3_small": MobileNetV3Small,
+    "efficientnet_b0": EfficientNetB0,
+    "squeezenet1_1": SqueezeNet11,
+    "resnet18": resnet18,
+    "resnet50": resnet50,
+    "shufflenet_v2_x0_5": ShuffleNetV2,
+    "mnasnet0_5": MNASNet,
 }
 
 # torchvision's own sizes, for bench/bench_zoo.py (the tests use the reduced defaults)
 FULL = {
-    "mobilenet_v2": dict(settings=((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
-                                   (6, 160, 3, 2), (6, 320, 1, 1)), first=32, last=1280),
+    "mobilenet_v2": dict(
+        settings=(
+            (1, 16, 1, 1),
+            (6, 24, 2, 2),
+            (6, 32, 3, 2),
+            (6, 64, 4, 2),
+            (6, 96, 3, 1),
+            (6, 160, 3, 2),
+            (6, 320, 1, 1),
+        ),
+        first=32,
+        last=1280,
+    ),
     "resnet18": dict(layers=(2, 2, 2, 2), widths=(64, 128, 256, 512)),
     "resnet50": dict(layers=(3, 4, 6, 3), widths=(64, 128, 256, 512)),
     "shufflenet_v2_x0_5": dict(repeats=(4, 8, 4), channels=(24, 48, 96, 192, 1024)),
-    "mobilenet_v3_small": dict(settings=(
-        (16, 3, 16, 16, True, nn.ReLU, 2), (16, 3, 72, 24, False, nn.ReLU, 2), (24, 3, 88, 24, False, nn.ReLU, 1),
-        (24, 5, 96, 40, True, nn.Hardswish, 2), (40, 5, 240, 40, True, nn.Hardswish, 1),
-        (40, 5, 240, 40, True, nn.Hardswish, 1), (40, 5, 120, 48, True, nn.Hardswish, 1),
-        (48, 5, 144, 48, True, nn.Hardswish, 1), (48, 5, 288, 96, True, nn.Hardswish, 2),
-        (96, 5, 576, 96, True, nn.Hardswish, 1), (96, 5, 576, 96, True, nn.Hardswish, 1)), last_channel=1024),
-    "efficientnet_b0": dict(settings=((1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2),
-                                      (6, 3, 2, 40, 80, 3), (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4),
-                                      (6, 3, 1, 192, 320, 1))),
+    "mobilenet_v3_small": dict(
+        settings=(
+            (16, 3, 16, 16, True, nn.ReLU, 2),
+            (16, 3, 72, 24, False, nn.ReLU, 2),
+            (24, 3, 88, 24, False, nn.ReLU, 1),
+            (24, 5, 96, 40, True, nn.Hardswish, 2),
+            (40, 5, 240, 40, True, nn.Hardswish, 1),
+            (40, 5, 240, 40, True, nn.Hardswish, 1),
+            (40, 5, 120, 48, True, nn.Hardswish, 1),
+            (48, 5, 144, 48, True, nn.Hardswish, 1),
+            (48, 5, 288, 96, True, nn.Hardswish, 2),
+            (96, 5, 576, 96, True, nn.Hardswish, 1),
+            (96, 5, 576, 96, True, nn.Hardswish, 1),
+        ),
+        last_channel=1024,
+    ),
+    "efficientnet_b0": dict(
+        settings=(
+            (1, 3, 1, 32, 16, 1),
+            (6, 3, 2, 16, 24, 2),
+            (6, 5, 2, 24, 40, 2),
+            (6, 3, 2, 40, 80, 3),
+            (6, 5, 1, 80, 112, 3),
+            (6, 5, 2, 112, 192, 4),
+            (6, 3, 1, 192, 320, 1),
+        )
+    ),
     "squeezenet1_1": dict(w=16, full=True),
     # mnasnet0_5: torchvision's depths for alpha 0.5 (_get_depths: 16, 8, then 16, 24, 40, 48, 96, 160)
-    "mnasnet0_5": dict(stem=(16, 8), stacks=((16, 3, 2, 3, 3), (24, 5, 2, 3, 3), (40, 5, 2, 6, 3), (48, 3, 1, 6, 2),
-                                             (96, 5, 2, 6, 4), (160, 3, 1, 6, 1)), last=1280),
+    "mnasnet0_5": dict(
+        stem=(16, 8),
+        stacks=(
+            (16, 3, 2, 3, 3),
+            (24, 5, 2, 3, 3),
+            (40, 5, 2, 6, 3),
+            (48, 3, 1, 6, 2),
+            (96, 5, 2, 6, 4),
+            (160, 3, 1, 6, 1),
+        ),
+        last=1280,
+    ),
 }
 
 

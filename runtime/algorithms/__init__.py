@@ -23,6 +23,7 @@ FP32 are written out in full; Octo, WAGEUBN, AFP, MLS and FP8 share `_emulated.p
 `_recipe_numerics.py`, `_products.py`, `_quant.py`) and supply only their number grids and
 update rules.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -30,23 +31,24 @@ from types import ModuleType
 
 from ..errors import ConfigError
 
-
-HELPERS = frozenset({"int_residual", "int_mixed"})   # modules of this package that are not recipes
+HELPERS = frozenset({"int_residual", "int_mixed"})  # modules of this package that are not recipes
 
 
 def recipe_modules() -> list[str]:
     """The recipe modules of this package: a recipe's `module:` may name only these."""
     import pkgutil
 
-    return sorted(m.name for m in pkgutil.iter_modules(__path__)
-                  if not m.name.startswith("_") and m.name not in HELPERS and not m.ispkg)
+    return sorted(
+        m.name
+        for m in pkgutil.iter_modules(__path__)
+        if not m.name.startswith("_") and m.name not in HELPERS and not m.ispkg
+    )
 
 
 def algorithm_module(name: str, source=None) -> ModuleType:
     known = recipe_modules()
     if not isinstance(name, str) or name not in known:
-        raise ConfigError(source or "recipe", "module",
-                          f"{name!r} is not a recipe module (known: {', '.join(known)})")
+        raise ConfigError(source or "recipe", "module", f"{name!r} is not a recipe module (known: {', '.join(known)})")
     return importlib.import_module(f"{__name__}.{name}")
 
 

@@ -9,6 +9,7 @@ backend's hooks (backends/base.py declares them, ops_ref.py is their judge); the
 `hooks` name them so placement asks the backend first. Grouped and dilated convolutions'
 weights for the dense product hooks are built here too (`dense_weight`, `grouped_part`).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,6 +27,7 @@ def is_padded_pool(layer) -> bool:
 
 # ---------------------------------------------------------------- lowering
 
+
 def forward(b, layer, x, shape, prefix) -> str | None:
     """The output of `layer`'s forward op under kinds `prefix.*`, or None for a layer of another module."""
     if not (isinstance(layer, LAYERS) or is_padded_pool(layer)):
@@ -33,23 +35,49 @@ def forward(b, layer, x, shape, prefix) -> str | None:
     name = layer.name
     out = b.tensor(f"{name}.out", shape, "float32", "activation")
     if isinstance(layer, Nonlinearity):
-        b.op(f"{name}.fwd", f"{prefix}.act_fwd", name, "forward", (x,), (out,), ("act_f32",),
-             function=layer.function, params=tuple(layer.params))
+        b.op(
+            f"{name}.fwd",
+            f"{prefix}.act_fwd",
+            name,
+            "forward",
+            (x,),
+            (out,),
+            ("act_f32",),
+            function=layer.function,
+            params=tuple(layer.params),
+        )
     elif isinstance(layer, Mul):
         b.op(f"{name}.fwd", f"{prefix}.mul_fwd", name, "forward", b.layer_inputs[name], (out,), ("mul_f32",))
     elif isinstance(layer, Concat):
-        b.op(f"{name}.fwd", f"{prefix}.concat_fwd", name, "forward", b.layer_inputs[name], (out,),
-             ("concat_channels",))
+        b.op(f"{name}.fwd", f"{prefix}.concat_fwd", name, "forward", b.layer_inputs[name], (out,), ("concat_channels",))
     elif isinstance(layer, SliceChannels):
-        b.op(f"{name}.fwd", f"{prefix}.slice_fwd", name, "forward", (x,), (out,), ("slice_channels",),
-             start=layer.start, stop=layer.stop)
+        b.op(
+            f"{name}.fwd",
+            f"{prefix}.slice_fwd",
+            name,
+            "forward",
+            (x,),
+            (out,),
+            ("slice_channels",),
+            start=layer.start,
+            stop=layer.stop,
+        )
     elif isinstance(layer, ChannelShuffle):
-        b.op(f"{name}.fwd", f"{prefix}.shuffle", name, "forward", (x,), (out,), ("channel_shuffle",),
-             groups=layer.groups)
+        b.op(
+            f"{name}.fwd", f"{prefix}.shuffle", name, "forward", (x,), (out,), ("channel_shuffle",), groups=layer.groups
+        )
     else:
         b.tensor(f"{name}.argmax", shape, "uint8", "saved")
-        b.op(f"{name}.fwd", f"{prefix}.maxpool_pad_fwd", name, "forward", (x,), (out, f"{name}.argmax"),
-             ("maxpool_pad_f32",), **_pool_attrs(layer, b.tensors[x].shape))
+        b.op(
+            f"{name}.fwd",
+            f"{prefix}.maxpool_pad_fwd",
+            name,
+            "forward",
+            (x,),
+            (out, f"{name}.argmax"),
+            ("maxpool_pad_f32",),
+            **_pool_attrs(layer, b.tensors[x].shape),
+        )
     return out
 
 
@@ -62,29 +90,82 @@ def backward(b, layer, err, needs_input_error, prefix):
     x, out = b.layer_io[name]
     if isinstance(layer, (Mul, Concat)):
         inputs = b.layer_inputs[name]
-        errs = tuple(b.tensor(f"err.{name}.{i}", b.tensors[t].shape, "float32", "error") if needed else None
-                     for i, (t, needed) in enumerate(zip(inputs, needs_input_error)))
+        errs = tuple(
+            b.tensor(f"err.{name}.{i}", b.tensors[t].shape, "float32", "error") if needed else None
+            for i, (t, needed) in enumerate(zip(inputs, needs_input_error))
+        )
         outputs = tuple(e for e in errs if e is not None)
         if isinstance(layer, Mul):
-            b.op(f"{name}.bwd", f"{prefix}.mul_bwd", name, "backward", (err, *inputs), outputs, ("mul_bwd_f32",),
-                 wanted=needs_input_error)
+            b.op(
+                f"{name}.bwd",
+                f"{prefix}.mul_bwd",
+                name,
+                "backward",
+                (err, *inputs),
+                outputs,
+                ("mul_bwd_f32",),
+                wanted=needs_input_error,
+            )
         else:
-            b.op(f"{name}.bwd", f"{prefix}.concat_bwd", name, "backward", (err,), outputs, ("slice_channels",),
-                 bounds=_concat_bounds(b, inputs), wanted=needs_input_error)
+            b.op(
+                f"{name}.bwd",
+                f"{prefix}.concat_bwd",
+                name,
+                "backward",
+                (err,),
+                outputs,
+                ("slice_channels",),
+                bounds=_concat_bounds(b, inputs),
+                wanted=needs_input_error,
+            )
         return errs
     err_in = b.tensor(f"err.{name}", b.tensors[x].shape, "float32", "error")
     if isinstance(layer, Nonlinearity):
-        b.op(f"{name}.bwd", f"{prefix}.act_bwd", name, "backward", (err, x), (err_in,), ("act_bwd_f32",),
-             function=layer.function, params=tuple(layer.params))
+        b.op(
+            f"{name}.bwd",
+            f"{prefix}.act_bwd",
+            name,
+            "backward",
+            (err, x),
+            (err_in,),
+            ("act_bwd_f32",),
+            function=layer.function,
+            params=tuple(layer.params),
+        )
     elif isinstance(layer, SliceChannels):
-        b.op(f"{name}.bwd", f"{prefix}.slice_bwd", name, "backward", (err,), (err_in,), ("pad_channels",),
-             start=layer.start, channels=b.tensors[x].shape[-1])
-    elif isinstance(layer, ChannelShuffle):   # the inverse shuffle: C / groups groups
-        b.op(f"{name}.bwd", f"{prefix}.shuffle", name, "backward", (err,), (err_in,), ("channel_shuffle",),
-             groups=b.tensors[x].shape[-1] // layer.groups)
+        b.op(
+            f"{name}.bwd",
+            f"{prefix}.slice_bwd",
+            name,
+            "backward",
+            (err,),
+            (err_in,),
+            ("pad_channels",),
+            start=layer.start,
+            channels=b.tensors[x].shape[-1],
+        )
+    elif isinstance(layer, ChannelShuffle):  # the inverse shuffle: C / groups groups
+        b.op(
+            f"{name}.bwd",
+            f"{prefix}.shuffle",
+            name,
+            "backward",
+            (err,),
+            (err_in,),
+            ("channel_shuffle",),
+            groups=b.tensors[x].shape[-1] // layer.groups,
+        )
     else:
-        b.op(f"{name}.bwd", f"{prefix}.maxpool_pad_bwd", name, "backward", (err, f"{name}.argmax"), (err_in,),
-             ("maxpool_pad_bwd_f32",), **_pool_attrs(layer, b.tensors[x].shape))
+        b.op(
+            f"{name}.bwd",
+            f"{prefix}.maxpool_pad_bwd",
+            name,
+            "backward",
+            (err, f"{name}.argmax"),
+            (err_in,),
+            ("maxpool_pad_bwd_f32",),
+            **_pool_attrs(layer, b.tensors[x].shape),
+        )
     return err_in
 
 
@@ -106,6 +187,7 @@ def _pool_attrs(layer, x_shape) -> dict:
 
 
 # ---------------------------------------------------------------- running ops
+
 
 def act_fwd(backend, op, env, ctx):
     return {op.outputs[0]: backend.act_f32(env[op.inputs[0]], op.attrs["function"], op.attrs["params"])}
@@ -155,19 +237,33 @@ def maxpool_pad_fwd(backend, op, env, ctx):
 
 def maxpool_pad_bwd(backend, op, env, ctx):
     a = op.attrs
-    return {op.outputs[0]: backend.maxpool_pad_bwd_f32(env[op.inputs[0]], env[op.inputs[1]], a["kernel"], a["stride"],
-                                                       a["pad"], a["in_hw"])}
+    return {
+        op.outputs[0]: backend.maxpool_pad_bwd_f32(
+            env[op.inputs[0]], env[op.inputs[1]], a["kernel"], a["stride"], a["pad"], a["in_hw"]
+        )
+    }
 
 
 def make_ops(prefix: str) -> dict:
     """This module's op functions under `prefix.` kinds."""
-    ops = dict(act_fwd=act_fwd, act_bwd=act_bwd, mul_fwd=mul_fwd, mul_bwd=mul_bwd, concat_fwd=concat_fwd,
-               concat_bwd=concat_bwd, slice_fwd=slice_fwd, slice_bwd=slice_bwd, shuffle=shuffle,
-               maxpool_pad_fwd=maxpool_pad_fwd, maxpool_pad_bwd=maxpool_pad_bwd)
+    ops = dict(
+        act_fwd=act_fwd,
+        act_bwd=act_bwd,
+        mul_fwd=mul_fwd,
+        mul_bwd=mul_bwd,
+        concat_fwd=concat_fwd,
+        concat_bwd=concat_bwd,
+        slice_fwd=slice_fwd,
+        slice_bwd=slice_bwd,
+        shuffle=shuffle,
+        maxpool_pad_fwd=maxpool_pad_fwd,
+        maxpool_pad_bwd=maxpool_pad_bwd,
+    )
     return {f"{prefix}.{name}": fn for name, fn in ops.items()}
 
 
 # ---------------------------------------------------------------- grouped and dilated weights
+
 
 def dense_weight(w: np.ndarray, groups: int, dilation: int) -> np.ndarray:
     """The dense (O, KH', KW', C) weight of a grouped and/or dilated conv's (O, KH, KW, C / groups):
@@ -179,7 +275,7 @@ def dense_weight(w: np.ndarray, groups: int, dilation: int) -> np.ndarray:
     out_per = o // groups
     for g in range(groups):
         rows = slice(g * out_per, (g + 1) * out_per)
-        dense[rows, ::dilation, ::dilation, g * per:(g + 1) * per] = w[rows]
+        dense[rows, ::dilation, ::dilation, g * per : (g + 1) * per] = w[rows]
     return dense
 
 
@@ -188,5 +284,6 @@ def grouped_part(dense: np.ndarray, groups: int, dilation: int) -> np.ndarray:
     o, _, _, c = dense.shape
     per, out_per = c // groups, o // groups
     taps = dense[:, ::dilation, ::dilation, :]
-    return np.ascontiguousarray(np.concatenate(
-        [taps[g * out_per:(g + 1) * out_per, :, :, g * per:(g + 1) * per] for g in range(groups)]))
+    return np.ascontiguousarray(
+        np.concatenate([taps[g * out_per : (g + 1) * out_per, :, :, g * per : (g + 1) * per] for g in range(groups)])
+    )

@@ -22,14 +22,15 @@ DSP backends), int16 operands (MLS's group-aligned elements, AFP's 16-bit errors
 matmul_s16, updates on sgd_f32 (or the recipe's). ReLU, max-pool, average pool, flatten, dropout
 and the loss are FP32's ops. Not a recipe: no YAML names this module.
 """
+
 from __future__ import annotations
+
 import math
 
 import numpy as np
 
 from ..errors import LoweringError
-from ..nn import (Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU,
-                  has_bias)
+from ..nn import Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
 from . import _branch_layers as branch
 from . import _float_layers as fl
 from . import fp32
@@ -37,11 +38,23 @@ from ._products import layer_of, product_workspace
 from ._quant import Scaled
 from ._recipe_numerics import Numerics
 
-LOWERABLE = (Conv2d, Linear, ReLU, MaxPool2d, AvgPool2d, Flatten, Dropout, BatchNorm2d, GlobalAvgPool, Add,
-             *branch.LAYERS)
+LOWERABLE = (
+    Conv2d,
+    Linear,
+    ReLU,
+    MaxPool2d,
+    AvgPool2d,
+    Flatten,
+    Dropout,
+    BatchNorm2d,
+    GlobalAvgPool,
+    Add,
+    *branch.LAYERS,
+)
 
 
 # ---------------------------------------------------------------- the engine
+
 
 class Emulated:
     """Builds the recipe-module contract from a Numerics."""
@@ -49,16 +62,24 @@ class Emulated:
     def __init__(self, numerics: Numerics):
         self.n = numerics
         p = numerics.prefix
-        self.OPS = {**fp32.OPS, **fl.make_ops(p, numerics.bn_grids), **numerics.extra_ops,
-                    f"{p}.quant_weight": self.quant_weight, f"{p}.quant_act": self.quant_act,
-                    f"{p}.quant_err": self.quant_err, f"{p}.product": self.product, f"{p}.update": self.update}
+        self.OPS = {
+            **fp32.OPS,
+            **fl.make_ops(p, numerics.bn_grids),
+            **numerics.extra_ops,
+            f"{p}.quant_weight": self.quant_weight,
+            f"{p}.quant_act": self.quant_act,
+            f"{p}.quant_err": self.quant_err,
+            f"{p}.product": self.product,
+            f"{p}.update": self.update,
+        }
 
     # ------------------------------------------------------------ contract
     def check_model(self, model, recipe):
         for layer in model.layers:
             if not isinstance(layer, LOWERABLE):
-                raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r} "
-                                    f"({type(layer).__name__})")
+                raise LoweringError(
+                    f"recipe {recipe.name!r} cannot lower layer {layer.name!r} ({type(layer).__name__})"
+                )
         self.n.check_params(recipe)
         self.n.check_model(model, recipe)
 
@@ -96,7 +117,7 @@ class Emulated:
                 state[f"{layer.name}.w"] = w
                 state.update(self.n.opt_state(f"{layer.name}.w", _plain(w)))
                 state.update({f"{layer.name}.{k}": v for k, v in self.n.err_state(layer).items()})
-                if has_bias(layer):   # a float bias, zero, drawing nothing; updated by the recipe's rule
+                if has_bias(layer):  # a float bias, zero, drawing nothing; updated by the recipe's rule
                     state[f"{layer.name}.b"] = np.zeros(layer.bias_shape, np.float32)
                     state.update(self.n.opt_state(f"{layer.name}.b", state[f"{layer.name}.b"]))
             elif isinstance(layer, BatchNorm2d):
@@ -120,19 +141,40 @@ class Emulated:
                 b.tensor(name, shape, "float32", "state")
             inputs += [p, g, *names]
             outputs += [p, *names]
-            extra += int(np.prod(shape)) * self.n.update_bytes_per_element   # its float64 temporaries
+            extra += int(np.prod(shape)) * self.n.update_bytes_per_element  # its float64 temporaries
         grouped = {"update_params": 1 + len(extra_params)} if extra_params else {}
-        b.op(f"{param}.update", f"{self.n.prefix}.update", layer_name, "update", tuple(inputs), tuple(outputs),
-             self.n.group_update_hooks if extra_params else self.n.update_hooks,
-             **({"workspace": (0, extra)} if extra else {}), **grouped)
+        b.op(
+            f"{param}.update",
+            f"{self.n.prefix}.update",
+            layer_name,
+            "update",
+            tuple(inputs),
+            tuple(outputs),
+            self.n.group_update_hooks if extra_params else self.n.update_hooks,
+            **({"workspace": (0, extra)} if extra else {}),
+            **grouped,
+        )
 
     def _attrs(self, b, layer, x):
         position, extra = _position(b, layer), self.n.product_attrs(b.recipe)
         if isinstance(layer, Conv2d):
-            grouped = (dict(dense=(layer.groups, layer.dilation)) if _dense(layer) else
-                       dict(groups=layer.groups, depthwise=layer.depthwise) if layer.groups > 1 else {})
-            return dict(conv=True, stride=layer.stride, pad=layer.padding, in_hw=b.tensors[x].shape[1:3],
-                        kernel=(layer.span, layer.span), position=position, **grouped, **extra)
+            grouped = (
+                dict(dense=(layer.groups, layer.dilation))
+                if _dense(layer)
+                else dict(groups=layer.groups, depthwise=layer.depthwise)
+                if layer.groups > 1
+                else {}
+            )
+            return dict(
+                conv=True,
+                stride=layer.stride,
+                pad=layer.padding,
+                in_hw=b.tensors[x].shape[1:3],
+                kernel=(layer.span, layer.span),
+                position=position,
+                **grouped,
+                **extra,
+            )
         return dict(conv=False, position=position, **extra)
 
     def _forward_product(self, b, layer, x, shape):
@@ -140,24 +182,61 @@ class Emulated:
         w = b.param(f"{name}.w", layer.weight_shape, self.n.weight_dtype)
         attrs = self._attrs(b, layer, x)
         # not "saved": no row per sample, even when the layer has as many outputs as the batch rows
-        wq = b.tensor(f"{name}.wq", _product_weight_shape(layer), self.n.quantized_dtype(b.recipe, "weights"),
-                      "quantized_weight")
+        wq = b.tensor(
+            f"{name}.wq", _product_weight_shape(layer), self.n.quantized_dtype(b.recipe, "weights"), "quantized_weight"
+        )
         xq = b.tensor(f"{name}.xq", b.tensors[x].shape, self.n.quantized_dtype(b.recipe, "activations"), "saved")
-        b.op(f"{name}.quant_w", f"{p}.quant_weight", name, "forward", (w,), (wq,), self.n.quant_hooks,
-             **self._quant_workspace(b.recipe, "weights", layer.weight_shape), **attrs)
+        b.op(
+            f"{name}.quant_w",
+            f"{p}.quant_weight",
+            name,
+            "forward",
+            (w,),
+            (wq,),
+            self.n.quant_hooks,
+            **self._quant_workspace(b.recipe, "weights", layer.weight_shape),
+            **attrs,
+        )
         # a quantizer's scale is the whole tensor's range: under micro-batching it runs whole
-        b.op(f"{name}.quant_x", f"{p}.quant_act", name, "forward", (x,), (xq,), self.n.quant_hooks, rows="coupled",
-             **attrs)
+        b.op(
+            f"{name}.quant_x",
+            f"{p}.quant_act",
+            name,
+            "forward",
+            (x,),
+            (xq,),
+            self.n.quant_hooks,
+            rows="coupled",
+            **attrs,
+        )
         out = b.tensor(f"{name}.out", shape, "float32", "activation")
         macs = int(np.prod(shape)) * int(np.prod(layer.weight_shape[1:]))
         hooks = self.n.product_hooks(_hook_kind(attrs, "conv") if attrs["conv"] else "linear")
         bias = fp32.bias_param(b, layer)
         path = self.n.product_path(b.tensors[xq].dtype, b.tensors[wq].dtype)
-        b.op(f"{name}.fwd", f"{p}.product", name, "forward", (xq, wq, *bias), (out,), hooks, macs,
-             role="fwd", product=(layer_of(attrs), "forward"),
-             workspace=product_workspace(path, "forward", attrs, b.tensors[x].shape, b.tensors[wq].shape, bool(bias),
-                                         (b.tensors[xq].dtype, b.tensors[wq].dtype)),
-             **self._keeps(name, attrs, b.tensors[x].shape, b.tensors[wq].shape), **attrs)
+        b.op(
+            f"{name}.fwd",
+            f"{p}.product",
+            name,
+            "forward",
+            (xq, wq, *bias),
+            (out,),
+            hooks,
+            macs,
+            role="fwd",
+            product=(layer_of(attrs), "forward"),
+            workspace=product_workspace(
+                path,
+                "forward",
+                attrs,
+                b.tensors[x].shape,
+                b.tensors[wq].shape,
+                bool(bias),
+                (b.tensors[xq].dtype, b.tensors[wq].dtype),
+            ),
+            **self._keeps(name, attrs, b.tensors[x].shape, b.tensors[wq].shape),
+            **attrs,
+        )
         return self.n.after_forward(self, b, layer, out)
 
     def _quant_workspace(self, recipe, role, shape) -> dict:
@@ -177,8 +256,18 @@ class Emulated:
         for s, value in zip(state, self.n.err_state(layer).values()):
             b.tensor(s, np.shape(value), str(np.asarray(value).dtype), "state")
         eq = b.tensor(f"{name}.eq", b.tensors[err].shape, self.n.quantized_dtype(b.recipe, "errors"), "saved")
-        b.op(f"{name}.quant_err", f"{p}.quant_err", name, "backward", (err, *state), (eq, *state), self.n.quant_hooks,
-             rows="coupled", **self._quant_workspace(b.recipe, "errors", b.tensors[err].shape), **attrs)
+        b.op(
+            f"{name}.quant_err",
+            f"{p}.quant_err",
+            name,
+            "backward",
+            (err, *state),
+            (eq, *state),
+            self.n.quant_hooks,
+            rows="coupled",
+            **self._quant_workspace(b.recipe, "errors", b.tensors[err].shape),
+            **attrs,
+        )
         macs = b.find(f"{name}.fwd").macs
         conv = attrs["conv"]
         err_in = None
@@ -186,30 +275,60 @@ class Emulated:
             err_in = b.tensor(f"err.{name}", b.tensors[x].shape, "float32", "error")
             hooks = self.n.product_hooks(_hook_kind(attrs, "conv_bwd_data") if conv else "linear")
             path = self.n.product_path(b.tensors[eq].dtype, b.tensors[f"{name}.wq"].dtype)
-            b.op(f"{name}.bwd_data", f"{p}.product", name, "backward", (eq, f"{name}.wq"), (err_in,), hooks, macs,
-                 role="bwd_data", product=(layer_of(attrs), "backward_data"),
-                 workspace=product_workspace(path, "backward_data", attrs, b.tensors[x].shape,
-                                             _product_weight_shape(layer),
-                                             dtypes=(b.tensors[eq].dtype, b.tensors[f"{name}.wq"].dtype)),
-                 **attrs)
+            b.op(
+                f"{name}.bwd_data",
+                f"{p}.product",
+                name,
+                "backward",
+                (eq, f"{name}.wq"),
+                (err_in,),
+                hooks,
+                macs,
+                role="bwd_data",
+                product=(layer_of(attrs), "backward_data"),
+                workspace=product_workspace(
+                    path,
+                    "backward_data",
+                    attrs,
+                    b.tensors[x].shape,
+                    _product_weight_shape(layer),
+                    dtypes=(b.tensors[eq].dtype, b.tensors[f"{name}.wq"].dtype),
+                ),
+                **attrs,
+            )
         grad = b.tensor(f"{name}.grad", layer.weight_shape, "float32", "grad")
         hooks = self.n.product_hooks(_hook_kind(attrs, "conv_bwd_weight") if conv else "linear")
         path = self.n.product_path(b.tensors[eq].dtype, b.tensors[f"{name}.xq"].dtype)
-        b.op(f"{name}.bwd_weight", f"{p}.product", name, "backward", (eq, f"{name}.xq"), (grad,), hooks, macs,
-             role="bwd_weight", product=(layer_of(attrs), "backward_weight"),
-             workspace=product_workspace(path, "backward_weight", attrs, b.tensors[x].shape,
-                                         _product_weight_shape(layer),
-                                         dtypes=(b.tensors[eq].dtype, b.tensors[f"{name}.xq"].dtype)),
-             **attrs)
+        b.op(
+            f"{name}.bwd_weight",
+            f"{p}.product",
+            name,
+            "backward",
+            (eq, f"{name}.xq"),
+            (grad,),
+            hooks,
+            macs,
+            role="bwd_weight",
+            product=(layer_of(attrs), "backward_weight"),
+            workspace=product_workspace(
+                path,
+                "backward_weight",
+                attrs,
+                b.tensors[x].shape,
+                _product_weight_shape(layer),
+                dtypes=(b.tensors[eq].dtype, b.tensors[f"{name}.xq"].dtype),
+            ),
+            **attrs,
+        )
         self.emit_update(b, name, f"{name}.w", grad, self.n.layer_update_extras(b, layer))
-        if has_bias(layer):   # float, from the unquantized error: the bias is added after the product
+        if has_bias(layer):  # float, from the unquantized error: the bias is added after the product
             self.emit_update(b, name, f"{name}.b", fp32.bias_grad_op(b, layer, err))
         return err_in
 
     # ------------------------------------------------------------ op functions (backend, op, env, ctx)
     def quant_weight(self, backend, op, env, ctx) -> dict:
         wq = self.n.quant_weight(backend, env[op.inputs[0]], ctx, op)
-        if "dense" in op.attrs:   # the dense product's zero-filled weight, quantized as the layer's own
+        if "dense" in op.attrs:  # the dense product's zero-filled weight, quantized as the layer's own
             wq = _dense_scaled(wq, *op.attrs["dense"])
         return {op.outputs[0]: wq}
 
@@ -223,7 +342,7 @@ class Emulated:
     def product(self, backend, op, env, ctx) -> dict:
         a, w = env[op.inputs[0]], env[op.inputs[1]]
         y = self.n.product(backend, op.attrs["role"], a, w, op.attrs, ctx)
-        if op.attrs["role"] == "bwd_weight" and "dense" in op.attrs:   # the layer's own taps of the dense gradient
+        if op.attrs["role"] == "bwd_weight" and "dense" in op.attrs:  # the layer's own taps of the dense gradient
             y = branch.grouped_part(y, *op.attrs["dense"])
         return {op.outputs[0]: fp32.with_bias(backend, y, op, env)}
 
@@ -233,10 +352,9 @@ class Emulated:
             w, grad = env[op.inputs[0]], env[op.inputs[1]]
             w, state = self.n.update(backend, w, grad, [env[s] for s in op.inputs[2:]], ctx, op)
             return dict(zip(op.outputs, (w, *state)))
-        per = len(op.inputs) // count    # (param, grad, *state) each: emit_update's layout
-        groups = [op.inputs[i * per:(i + 1) * per] for i in range(count)]
-        done = self.n.update_group(backend, [(env[g[0]], env[g[1]], [env[s] for s in g[2:]]) for g in groups],
-                                   ctx, op)
+        per = len(op.inputs) // count  # (param, grad, *state) each: emit_update's layout
+        groups = [op.inputs[i * per : (i + 1) * per] for i in range(count)]
+        done = self.n.update_group(backend, [(env[g[0]], env[g[1]], [env[s] for s in g[2:]]) for g in groups], ctx, op)
         out = {}
         for g, (w, state) in zip(groups, done):
             out.update(zip((g[0], *g[2:]), (w, *state)))
@@ -294,5 +412,16 @@ def module_contract(engine: Emulated) -> tuple:
     """The names a recipe module exports (see algorithms/__init__.py), in this order:
     ACTIVATION_DTYPE, check_recipe, check_model, forward, loss, backward, join_errors, OPS,
     init_params, prepare_input, logits_to_float."""
-    return ("float32", engine.n.check_params, engine.check_model, engine.forward, engine.loss, engine.backward,
-            engine.join_errors, engine.OPS, engine.init_params, fp32.prepare_input, fp32.logits_to_float)
+    return (
+        "float32",
+        engine.n.check_params,
+        engine.check_model,
+        engine.forward,
+        engine.loss,
+        engine.backward,
+        engine.join_errors,
+        engine.OPS,
+        engine.init_params,
+        fp32.prepare_input,
+        fp32.logits_to_float,
+    )

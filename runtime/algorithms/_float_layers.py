@@ -7,10 +7,11 @@ Batch norm takes optional quantizers for its statistics, its affine parameters a
 incoming error, so WAGEUBN's integer BN (Yang et al. 2020: 16-bit statistics, 8-bit
 gamma/beta) is the same code with grids switched on; float recipes pass none.
 """
+
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from ..float_ops import bn_backward_values, bn_forward_values
 from ..layout import col2im, im2col, out_size
 from ..nn import Add, BatchNorm2d, GlobalAvgPool
 
-BN_EPS = 1e-5      # PyTorch's default; a layer keeps its own (nn.BatchNorm2d.eps, an import's epsilon)
+BN_EPS = 1e-5  # PyTorch's default; a layer keeps its own (nn.BatchNorm2d.eps, an import's epsilon)
 F32 = ("numpy_f32",)
 
 
@@ -40,6 +41,7 @@ class BNGrids:
 
 
 # ---------------------------------------------------------------- lowering
+
 
 def native(grids) -> bool:
     """Do this module's ops run as backend hooks (bn_fwd_f32, add_f32, ...: a float batch norm)
@@ -70,7 +72,7 @@ def bn_state_names(name):
 
 
 def forward_bn(b, layer, x, shape, prefix, training, grids=None):
-    training = training and layer.name not in b.frozen    # a frozen batch norm evaluates (graph.lower)
+    training = training and layer.name not in b.frozen  # a frozen batch norm evaluates (graph.lower)
     gamma, beta, mean, var = bn_state_names(layer.name)
     b.param(gamma, (layer.channels,), "float32")
     b.param(beta, (layer.channels,), "float32")
@@ -79,9 +81,20 @@ def forward_bn(b, layer, x, shape, prefix, training, grids=None):
     out = b.tensor(f"{layer.name}.out", shape, "float32", "activation")
     xhat = b.tensor(f"{layer.name}.xhat", shape, "float32", "saved")
     inv = b.tensor(f"{layer.name}.inv_std", (layer.channels,), "float32", "saved")
-    b.op(f"{layer.name}.fwd", f"{prefix}.bn_fwd", layer.name, "forward", (x, gamma, beta, mean, var),
-         (out, xhat, inv, mean, var), _hooks(grids, "bn_fwd_f32"), int(np.prod(shape)), training=training,
-         eps=layer.eps, momentum=layer.momentum, rows="coupled")   # the layer's own (an import's: EfficientNet 1e-3)
+    b.op(
+        f"{layer.name}.fwd",
+        f"{prefix}.bn_fwd",
+        layer.name,
+        "forward",
+        (x, gamma, beta, mean, var),
+        (out, xhat, inv, mean, var),
+        _hooks(grids, "bn_fwd_f32"),
+        int(np.prod(shape)),
+        training=training,
+        eps=layer.eps,
+        momentum=layer.momentum,
+        rows="coupled",
+    )  # the layer's own (an import's: EfficientNet 1e-3)
     return out
 
 
@@ -90,21 +103,36 @@ def backward_bn(b, layer, err, needs_input_error, prefix, grids=None):
     x, _ = b.layer_io[layer.name]
     gamma, beta, _, _ = bn_state_names(layer.name)
     err_in = b.tensor(f"err.{layer.name}", b.tensors[x].shape, "float32", "error")
-    if layer.name in b.frozen:   # running statistics: an affine map per channel, no gamma or beta gradient
-        b.op(f"{layer.name}.bwd", f"{prefix}.bn_frozen_bwd", layer.name, "backward",
-             (err, f"{layer.name}.inv_std", gamma), (err_in,), ("mul_f32",), int(np.prod(b.tensors[x].shape)))
+    if layer.name in b.frozen:  # running statistics: an affine map per channel, no gamma or beta gradient
+        b.op(
+            f"{layer.name}.bwd",
+            f"{prefix}.bn_frozen_bwd",
+            layer.name,
+            "backward",
+            (err, f"{layer.name}.inv_std", gamma),
+            (err_in,),
+            ("mul_f32",),
+            int(np.prod(b.tensors[x].shape)),
+        )
         return (err_in if needs_input_error else None), []
     g_gamma = b.tensor(f"{gamma}.grad", (layer.channels,), "float32", "grad")
     g_beta = b.tensor(f"{beta}.grad", (layer.channels,), "float32", "grad")
-    b.op(f"{layer.name}.bwd", f"{prefix}.bn_bwd", layer.name, "backward",
-         (err, f"{layer.name}.xhat", f"{layer.name}.inv_std", gamma), (err_in, g_gamma, g_beta),
-         _hooks(grids, "bn_bwd_f32"),
-         int(np.prod(b.tensors[x].shape)), rows="coupled")   # batch statistics: never sliced by rows
+    b.op(
+        f"{layer.name}.bwd",
+        f"{prefix}.bn_bwd",
+        layer.name,
+        "backward",
+        (err, f"{layer.name}.xhat", f"{layer.name}.inv_std", gamma),
+        (err_in, g_gamma, g_beta),
+        _hooks(grids, "bn_bwd_f32"),
+        int(np.prod(b.tensors[x].shape)),
+        rows="coupled",
+    )  # batch statistics: never sliced by rows
     return (err_in if needs_input_error else None), [(gamma, g_gamma), (beta, g_beta)]
 
 
 def forward_add(b, layer, x, shape, prefix):
-    x, skip = b.layer_inputs[layer.name]   # as graph.lower gave them (a mixed recipe's: after its casts)
+    x, skip = b.layer_inputs[layer.name]  # as graph.lower gave them (a mixed recipe's: after its casts)
     out = b.tensor(f"{layer.name}.out", shape, "float32", "activation")
     b.op(f"{layer.name}.fwd", f"{prefix}.add", layer.name, "forward", (x, skip), (out,), ("add_f32",))
     return out
@@ -112,16 +140,32 @@ def forward_add(b, layer, x, shape, prefix):
 
 def forward_avgpool(b, layer, x, shape, prefix):
     out = b.tensor(f"{layer.name}.out", shape, "float32", "activation")
-    b.op(f"{layer.name}.fwd", f"{prefix}.avgpool_fwd", layer.name, "forward", (x,), (out,), ("channel_mean_f32",),
-         keep_dims=layer.keep_dims)
+    b.op(
+        f"{layer.name}.fwd",
+        f"{prefix}.avgpool_fwd",
+        layer.name,
+        "forward",
+        (x,),
+        (out,),
+        ("channel_mean_f32",),
+        keep_dims=layer.keep_dims,
+    )
     return out
 
 
 def backward_avgpool(b, layer, err, prefix):
     x, _ = b.layer_io[layer.name]
     err_in = b.tensor(f"err.{layer.name}", b.tensors[x].shape, "float32", "error")
-    b.op(f"{layer.name}.bwd", f"{prefix}.avgpool_bwd", layer.name, "backward", (err,), (err_in,),
-         ("channel_mean_bwd_f32",), in_shape=b.tensors[x].shape)
+    b.op(
+        f"{layer.name}.bwd",
+        f"{prefix}.avgpool_bwd",
+        layer.name,
+        "backward",
+        (err,),
+        (err_in,),
+        ("channel_mean_bwd_f32",),
+        in_shape=b.tensors[x].shape,
+    )
     return err_in
 
 
@@ -133,14 +177,17 @@ def join_errors(b, name, errs, prefix):
 
 # ---------------------------------------------------------------- running ops
 
+
 def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
     """The op functions (backend, op, env, ctx) of this module under `prefix.` kinds: backend
     hooks, but a batch norm rounding on `grids` (not `native`) in NumPy."""
-    def bn_fwd_hook(backend, op, env, ctx):   # float32 operands: FP8 keeps gamma and beta in float16
+
+    def bn_fwd_hook(backend, op, env, ctx):  # float32 operands: FP8 keeps gamma and beta in float16
         x, gamma, beta, mean, var = (np.asarray(env[t], np.float32) for t in op.inputs)
         a = op.attrs
-        return dict(zip(op.outputs, backend.bn_fwd_f32(x, gamma, beta, mean, var, a["training"], a["momentum"],
-                                                       a["eps"])))
+        return dict(
+            zip(op.outputs, backend.bn_fwd_f32(x, gamma, beta, mean, var, a["training"], a["momentum"], a["eps"]))
+        )
 
     def bn_bwd_hook(backend, op, env, ctx):
         return dict(zip(op.outputs, backend.bn_bwd_f32(*(np.asarray(env[t], np.float32) for t in op.inputs))))
@@ -154,7 +201,7 @@ def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
             total = backend.add_f32(total, env[name])
         return {op.outputs[0]: total}
 
-    def avgpool_fwd(backend, op, env, ctx):   # (N, C), or (N, 1, 1, C) for a GlobalAvgPool with keep_dims
+    def avgpool_fwd(backend, op, env, ctx):  # (N, C), or (N, 1, 1, C) for a GlobalAvgPool with keep_dims
         x = env[op.inputs[0]]
         mean = backend.channel_mean_f32(x)
         return {op.outputs[0]: mean.reshape(x.shape[0], 1, 1, -1) if op.attrs.get("keep_dims") else mean}
@@ -162,8 +209,9 @@ def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
     def bn_fwd(backend, op, env, ctx):
         x, gamma, beta, mean, var = (env[t] for t in op.inputs)
         a = op.attrs
-        y, xhat, inv, mean, var = bn_forward_values(x, gamma, beta, mean, var, a["training"], grids, a["momentum"],
-                                                    a["eps"])
+        y, xhat, inv, mean, var = bn_forward_values(
+            x, gamma, beta, mean, var, a["training"], grids, a["momentum"], a["eps"]
+        )
         f32 = lambda v: np.asarray(v, np.float32)
         return dict(zip(op.outputs, (f32(y), f32(xhat), f32(inv), f32(mean), f32(var))))
 
@@ -172,30 +220,42 @@ def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
         dx, d_gamma, d_beta = bn_backward_values(err, xhat, np.asarray(inv, np.float64), gamma, grids)
         return dict(zip(op.outputs, (dx.astype(np.float32), d_gamma.astype(np.float32), d_beta.astype(np.float32))))
 
-    def avgpool_bwd(backend, op, env, ctx):   # the batch is err's: a micro-batch may be smaller than the planned one
-        return {op.outputs[0]: backend.channel_mean_bwd_f32(np.asarray(env[op.inputs[0]], np.float32),
-                                                            op.attrs["in_shape"][1:3])}
+    def avgpool_bwd(backend, op, env, ctx):  # the batch is err's: a micro-batch may be smaller than the planned one
+        return {
+            op.outputs[0]: backend.channel_mean_bwd_f32(
+                np.asarray(env[op.inputs[0]], np.float32), op.attrs["in_shape"][1:3]
+            )
+        }
 
     def bn_fwd_grid_hook(backend, op, env, ctx):
         x, gamma, beta, mean, var = (np.asarray(env[t], np.float32) for t in op.inputs)
         a, (stat, affine, _) = op.attrs, grids.bits
-        return dict(zip(op.outputs, backend.bn_fwd_grid_f32(x, gamma, beta, mean, var, a["training"], a["momentum"],
-                                                            a["eps"], stat, affine)))
+        return dict(
+            zip(
+                op.outputs,
+                backend.bn_fwd_grid_f32(
+                    x, gamma, beta, mean, var, a["training"], a["momentum"], a["eps"], stat, affine
+                ),
+            )
+        )
 
     def bn_bwd_grid_hook(backend, op, env, ctx):
         _, affine, error = grids.bits
         err, xhat, inv, gamma = (np.asarray(env[t], np.float32) for t in op.inputs)
         return dict(zip(op.outputs, backend.bn_bwd_grid_f32(err, xhat, inv, gamma, error, affine)))
 
-    def bn_frozen_bwd(backend, op, env, ctx):   # err * gamma / sqrt(running var + eps), channel by channel
+    def bn_frozen_bwd(backend, op, env, ctx):  # err * gamma / sqrt(running var + eps), channel by channel
         err, inv, gamma = (np.asarray(env[t], np.float32) for t in op.inputs)
         n, c = err.shape[0], err.shape[-1]
         scale = np.ascontiguousarray(np.broadcast_to((gamma * inv).reshape(1, 1, 1, c), (n, 1, 1, c)))
         return {op.outputs[0]: backend.mul_f32(err, scale)}
 
-    ops = {f"{prefix}.{name}": fn for name, fn in
-           dict(add=add, join=join, avgpool_fwd=avgpool_fwd, avgpool_bwd=avgpool_bwd,
-                bn_frozen_bwd=bn_frozen_bwd).items()}
+    ops = {
+        f"{prefix}.{name}": fn
+        for name, fn in dict(
+            add=add, join=join, avgpool_fwd=avgpool_fwd, avgpool_bwd=avgpool_bwd, bn_frozen_bwd=bn_frozen_bwd
+        ).items()
+    }
     if native(grids):
         ops.update({f"{prefix}.bn_fwd": bn_fwd_hook, f"{prefix}.bn_bwd": bn_bwd_hook})
     elif grids.bits:
@@ -235,5 +295,9 @@ def avgpool2d_backward(err, in_hw, kernel, stride, pad, count_include_pad) -> np
 def init_bn(layer) -> dict:
     gamma, beta, mean, var = bn_state_names(layer.name)
     c = layer.channels
-    return {gamma: np.ones(c, np.float32), beta: np.zeros(c, np.float32),
-            mean: np.zeros(c, np.float32), var: np.ones(c, np.float32)}
+    return {
+        gamma: np.ones(c, np.float32),
+        beta: np.zeros(c, np.float32),
+        mean: np.zeros(c, np.float32),
+        var: np.ones(c, np.float32),
+    }

@@ -24,6 +24,7 @@ layer's comp_bwd reads goes into that comp_bwd when its windows do not overlap
 as the compensation's backward reads it, with the same values in the same order, so the
 same bits.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -68,8 +69,12 @@ def _pairs(ops):
         if len(others) != 1 or relu_bwd.kind != RELU_BWD or relu_bwd.inputs[1] != pool.inputs[0]:
             continue
         pool_bwd = producer.get(relu_bwd.inputs[0])
-        if (pool_bwd is not None and pool_bwd.kind == POOL_BWD and pool_bwd.inputs[1] == pool.outputs[1]
-                and readers[relu_bwd.inputs[0]] == [relu_bwd]):
+        if (
+            pool_bwd is not None
+            and pool_bwd.kind == POOL_BWD
+            and pool_bwd.inputs[1] == pool.outputs[1]
+            and readers[relu_bwd.inputs[0]] == [relu_bwd]
+        ):
             yield relu, pool, relu_bwd, pool_bwd
 
 
@@ -82,11 +87,15 @@ def fuse_relu_pool(ops: list, eval_ops: list, tensors: dict) -> tuple[list, list
         dropped.add(relu.name)
         new[pool.name] = dataclasses.replace(pool, kind=FUSED_FWD, inputs=relu.inputs, hooks=("relu_maxpool_f32",))
         del tensors[pool.inputs[0]]
-        if relu_bwd is not None:   # at the ReLU backward's place: its error is what the layers below read
+        if relu_bwd is not None:  # at the ReLU backward's place: its error is what the layers below read
             dropped.add(pool_bwd.name)
             new[relu_bwd.name] = dataclasses.replace(
-                pool_bwd, kind=FUSED_BWD, inputs=(pool_bwd.inputs[0], pool.outputs[0], pool.outputs[1]),
-                outputs=relu_bwd.outputs, hooks=("relu_maxpool_bwd_f32",))
+                pool_bwd,
+                kind=FUSED_BWD,
+                inputs=(pool_bwd.inputs[0], pool.outputs[0], pool.outputs[1]),
+                outputs=relu_bwd.outputs,
+                hooks=("relu_maxpool_bwd_f32",),
+            )
             del tensors[relu_bwd.inputs[0]]
 
     return _rewritten(ops, new, dropped), _rewritten(eval_ops, new, dropped)
@@ -102,18 +111,25 @@ def fuse_relu_into_compensation(ops: list, eval_ops: list, tensors: dict) -> tup
         product = producer.get(relu.inputs[0]) if relu.kind == RELU else None
         if product is None or product.kind != PRODUCT_COMP or product.outputs[1] != relu.inputs[0]:
             continue
-        relu_bwds = [op for op in readers.get(relu.outputs[0], []) if op.kind == RELU_BWD and op.inputs[1] == relu.outputs[0]]
+        relu_bwds = [
+            op for op in readers.get(relu.outputs[0], []) if op.kind == RELU_BWD and op.inputs[1] == relu.outputs[0]
+        ]
         fwd_readers = [op for op in readers[relu.inputs[0]] if op is not relu]
         comp = None
         if relu_bwds:
             comps = readers.get(relu_bwds[0].outputs[0], [])
-            if (len(relu_bwds) == 1 and len(comps) == 1 and comps[0].kind == COMP_BWD
-                    and comps[0].inputs[0] == relu_bwds[0].outputs[0]):
+            if (
+                len(relu_bwds) == 1
+                and len(comps) == 1
+                and comps[0].kind == COMP_BWD
+                and comps[0].inputs[0] == relu_bwds[0].outputs[0]
+            ):
                 comp = comps[0]
         if fwd_readers or (relu_bwds and comp is None):
             continue
-        new[product.name] = dataclasses.replace(product, outputs=(product.outputs[0], relu.outputs[0]),
-                                                attrs={**product.attrs, "relu": True})
+        new[product.name] = dataclasses.replace(
+            product, outputs=(product.outputs[0], relu.outputs[0]), attrs={**product.attrs, "relu": True}
+        )
         dropped.add(relu.name)
         del tensors[relu.inputs[0]]
         if comp is not None:
@@ -135,16 +151,24 @@ def fuse_pool_into_compensation(ops: list, eval_ops: list, tensors: dict) -> tup
         if comp.kind != COMP_BWD or len(comp.inputs) != 3:
             continue
         pool_bwd = producer.get(comp.inputs[0])
-        if (pool_bwd is None or pool_bwd.kind not in (POOL_BWD, FUSED_BWD) or readers[comp.inputs[0]] != [comp]
-                or pool_bwd.attrs["kernel"] > pool_bwd.attrs["stride"]):
+        if (
+            pool_bwd is None
+            or pool_bwd.kind not in (POOL_BWD, FUSED_BWD)
+            or readers[comp.inputs[0]] != [comp]
+            or pool_bwd.attrs["kernel"] > pool_bwd.attrs["stride"]
+        ):
             continue
-        if pool_bwd.kind == POOL_BWD:   # (err, argmax)
+        if pool_bwd.kind == POOL_BWD:  # (err, argmax)
             err, argmax, gate = pool_bwd.inputs[0], pool_bwd.inputs[1], ()
-        else:                           # (err, pooled y, argmax)
+        else:  # (err, pooled y, argmax)
             err, argmax, gate = pool_bwd.inputs[0], pool_bwd.inputs[2], (pool_bwd.inputs[1],)
         new[comp.name] = dataclasses.replace(
-            comp, kind=POOL_COMP_BWD, inputs=(err, argmax, *comp.inputs[1:], *gate), hooks=("pool_compensation_bwd",),
-            attrs={**comp.attrs, "kernel": pool_bwd.attrs["kernel"], "stride": pool_bwd.attrs["stride"]})
+            comp,
+            kind=POOL_COMP_BWD,
+            inputs=(err, argmax, *comp.inputs[1:], *gate),
+            hooks=("pool_compensation_bwd",),
+            attrs={**comp.attrs, "kernel": pool_bwd.attrs["kernel"], "stride": pool_bwd.attrs["stride"]},
+        )
         dropped.add(pool_bwd.name)
         del tensors[comp.inputs[0]]
 

@@ -6,6 +6,7 @@ ones (MLS's group-aligned elements, AFP's 16-bit errors): matmul_s16 and the s16
 convolutions (int64 sums); anything else summed in float64 from exact values.
 Not a recipe: no YAML names this module.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,15 +31,16 @@ def product(backend, kind: str, a: Scaled, b: Scaled, attrs: dict) -> np.ndarray
     """
     if a.scalar_int8 and b.scalar_int8:
         acc = int8_product(backend, kind, a.q, b.q, attrs)
-        return backend.dequantize(acc, float(a.scale) * float(b.scale), True)   # acc: ours to overwrite
+        return backend.dequantize(acc, float(a.scale) * float(b.scale), True)  # acc: ours to overwrite
     if _scalar_int(a) and _scalar_int(b):
         acc = int16_product(backend, kind, a.q.astype(np.int16, copy=False), b.q.astype(np.int16, copy=False), attrs)
         return backend.dequantize(acc, float(a.scale) * float(b.scale))
     return _float64_product(kind, a.values(), b.values(), attrs).astype(np.float32)
 
 
-def product_workspace(path: str, pass_: str, attrs: dict, x_shape, w_shape, bias: bool = False,
-                      dtypes: tuple[str, str] = ("", "")) -> tuple[int, int]:
+def product_workspace(
+    path: str, pass_: str, attrs: dict, x_shape, w_shape, bias: bool = False, dtypes: tuple[str, str] = ("", "")
+) -> tuple[int, int]:
     """(bytes per row of the batch, bytes) a layer product allocates beside its result while
     it runs, by the arrays `product` (below) and fp8.chunked_product make: the patches
     (im2col), a transposed weight copy, the exact sums (int64 for int16 operands, int32 for
@@ -57,33 +59,41 @@ def product_workspace(path: str, pass_: str, attrs: dict, x_shape, w_shape, bias
     else:
         pixels, image = 1, 0
     conv = bool(attrs["conv"])
-    per_row, fixed = (pixels * o * 4 if bias else 0), 0      # a bias adds to a copy of the result
-    if path == "int16":      # matmul_s16: int16 patches, int64 sums, col2im in int64
-        per_row += {"forward": conv * pixels * taps * 2 + pixels * o * 8,    # a conv's backward data: fused
-                    "backward_data": image * 8 if conv else taps * 8,          # (conv2d_bwd_data_s16), int64 image
-                    "backward_weight": conv * pixels * taps * 2}[pass_]
+    per_row, fixed = (pixels * o * 4 if bias else 0), 0  # a bias adds to a copy of the result
+    if path == "int16":  # matmul_s16: int16 patches, int64 sums, col2im in int64
+        per_row += {
+            "forward": conv * pixels * taps * 2 + pixels * o * 8,  # a conv's backward data: fused
+            "backward_data": image * 8 if conv else taps * 8,  # (conv2d_bwd_data_s16), int64 image
+            "backward_weight": conv * pixels * taps * 2,
+        }[pass_]
         fixed += {"forward": taps * o * 2, "backward_weight": o * taps * 8}.get(pass_, 0)
-        first, second = (d == "int8" for d in dtypes)      # _int16_product's astype(int16) copies
+        first, second = (d == "int8" for d in dtypes)  # _int16_product's astype(int16) copies
         rows_of_x = image if conv else taps
         per_row += first * 2 * (rows_of_x if pass_ == "forward" else pixels * o)
         if pass_ == "backward_weight":
             per_row += second * 2 * rows_of_x
         else:
             fixed += second * 2 * taps * o
-    elif path == "fp16":     # matmul_fp16_chunked: float32 patches and result; col2im in float64
-        per_row += {"forward": conv * pixels * taps * 4,
-                    "backward_data": conv * (pixels * taps * 12 + image * 8),
-                    "backward_weight": conv * pixels * taps * 4}[pass_]
+    elif path == "fp16":  # matmul_fp16_chunked: float32 patches and result; col2im in float64
+        per_row += {
+            "forward": conv * pixels * taps * 4,
+            "backward_data": conv * (pixels * taps * 12 + image * 8),
+            "backward_weight": conv * pixels * taps * 4,
+        }[pass_]
         fixed += taps * o * 4 if pass_ == "forward" else 0
-    elif path == "int8":     # the int8 hooks' accumulators (and transposed int8 copies of a linear's operands):
+    elif path == "int8":  # the int8 hooks' accumulators (and transposed int8 copies of a linear's operands):
         # int32 sums become the float result in place (dequantize reuse=True), int64 ones stay beside it
-        def wide(depth):     # bytes an element of the sums of this depth keeps beside the result (numerics.acc_dtype)
-            return 8 if depth * 127 * 127 >= 2 ** 31 else 0
-        per_row += {"forward": pixels * o * wide(taps),
-                    "backward_data": (image * wide(o * taps // w_shape[-1]) if conv else taps * wide(o)),
-                    "backward_weight": 0 if conv else o + taps}[pass_]
-        fixed += {"backward_data": 0 if conv else taps * o,
-                  "backward_weight": o * taps * wide(batch * pixels)}.get(pass_, 0)
+        def wide(depth):  # bytes an element of the sums of this depth keeps beside the result (numerics.acc_dtype)
+            return 8 if depth * 127 * 127 >= 2**31 else 0
+
+        per_row += {
+            "forward": pixels * o * wide(taps),
+            "backward_data": (image * wide(o * taps // w_shape[-1]) if conv else taps * wide(o)),
+            "backward_weight": 0 if conv else o + taps,
+        }[pass_]
+        fixed += {"backward_data": 0 if conv else taps * o, "backward_weight": o * taps * wide(batch * pixels)}.get(
+            pass_, 0
+        )
     return per_row, fixed
 
 
@@ -116,7 +126,7 @@ def int16_product(backend, kind, a, b, attrs) -> np.ndarray:
             return backend.matmul_s16(c(_rows(a)), c(b.T))
         if kind == "bwd_data":
             return backend.matmul_s16(a, b)
-        return backend.matmul_s16(a, c(_rows(b)), True)    # a_transposed
+        return backend.matmul_s16(a, c(_rows(b)), True)  # a_transposed
     s, p = attrs["stride"], attrs["pad"]
     if kind == "fwd":
         return backend.conv2d_s16(c(a), c(b), s, p)
@@ -192,12 +202,12 @@ def per_group(fn, kind, a, b, attrs) -> np.ndarray:
 
     def block(t, i, axis):
         n = t.shape[axis] // g
-        return np.ascontiguousarray(t[i * n:(i + 1) * n] if axis == 0 else t[..., i * n:(i + 1) * n])
+        return np.ascontiguousarray(t[i * n : (i + 1) * n] if axis == 0 else t[..., i * n : (i + 1) * n])
 
-    if kind == "bwd_weight":     # (err, x): rows of the gradient by output group
+    if kind == "bwd_weight":  # (err, x): rows of the gradient by output group
         parts = [fn(kind, block(a, i, -1), block(b, i, -1), plain) for i in range(g)]
         return np.concatenate(parts, axis=0)
-    parts = [fn(kind, block(a, i, -1), block(b, i, 0), plain) for i in range(g)]   # (x | err, w)
+    parts = [fn(kind, block(a, i, -1), block(b, i, 0), plain) for i in range(g)]  # (x | err, w)
     return np.concatenate(parts, axis=-1)
 
 

@@ -7,6 +7,7 @@ values that are integers times powers of two, so nothing is lost) and returns a
 runs on) and call its hooks.
 Not a recipe: no YAML names this module.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ class Scaled:
     @property
     def scalar_int8(self) -> bool:
         """Can the int8 product hooks take it (int8 elements, one scale for the tensor)?"""
-        scale = self.scale   # (np.ndim costs a microsecond: this is asked twice a product, 50 times a step)
+        scale = self.scale  # (np.ndim costs a microsecond: this is asked twice a product, 50 times a step)
         return self.q.dtype == np.int8 and (not isinstance(scale, np.ndarray) or scale.ndim == 0)
 
 
@@ -52,6 +53,7 @@ def round_values(x: np.ndarray, mode: str, rng=None) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- integers with a per-tensor scale
+
 
 def pow2_exponent(max_abs: float, bits: int) -> int:
     """Exponent e so that max_abs / 2**e fits `bits`-bit integers (NITI's range estimate,
@@ -72,8 +74,9 @@ def _grid_step(limit: float, bits: int, scale: str) -> float:
     return 2.0 ** pow2_exponent(limit, bits) if scale == "pow2" else limit / qmax(bits)
 
 
-def quantize_int(backend, x, bits: int = 8, scale: str = "pow2", rounding: str = "round", rng=None,
-                 clip: float | None = None) -> Scaled:
+def quantize_int(
+    backend, x, bits: int = 8, scale: str = "pow2", rounding: str = "round", rng=None, clip: float | None = None
+) -> Scaled:
     """Symmetric `bits`-bit integers with one scale: a power of two covering
     max|x| (or `clip`), or the float max|x| / qmax. Values beyond the range saturate. The
     range and the rounding are the hooks absmax_f and quantize_f; grids wider than 16 bits
@@ -88,8 +91,9 @@ def quantize_int(backend, x, bits: int = 8, scale: str = "pow2", rounding: str =
     return Scaled(backend.quantize_f(x, step, bits, rounding, rng), step)
 
 
-def quantize_int_numpy(x, bits: int = 8, scale: str = "pow2", rounding: str = "round", rng=None,
-                       clip: float | None = None) -> Scaled:
+def quantize_int_numpy(
+    x, bits: int = 8, scale: str = "pow2", rounding: str = "round", rng=None, clip: float | None = None
+) -> Scaled:
     """quantize_int in NumPy (float_ops), no backend: scalars, batch norm's statistics."""
     x = _float_operand(x)
     limit = float_ops.absmax_f(x) if clip is None else float(clip)
@@ -116,6 +120,7 @@ PRC_CANDIDATES = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)
 
 # ---------------------------------------------------------------- MLS: tensor scale x group scale x elements
 
+
 def quantize_mls(backend, x, bits: int, group_size: int, group_bits: int, rounding: str = "round", rng=None) -> Scaled:
     """Multi-level scaling (Zhong et al. 2022): a float tensor scale s = max|x| / qmax; groups
     of `group_size` consecutive channels (last axis) get a power-of-two scale 2**-k with
@@ -132,8 +137,10 @@ def quantize_mls(backend, x, bits: int, group_size: int, group_bits: int, roundi
         raise ValueError(f"MLS group size {group_size} does not divide {channels} channels")
     kmax = 2**group_bits - 1
     if qmax(bits) * 2**kmax > 32767:
-        raise ValueError(f"MLS with {bits}-bit elements and group_bits {group_bits}: aligned elements "
-                         f"{qmax(bits)} * 2**{kmax} do not fit int16")
+        raise ValueError(
+            f"MLS with {bits}-bit elements and group_bits {group_bits}: aligned elements "
+            f"{qmax(bits)} * 2**{kmax} do not fit int16"
+        )
     # the range and the elements in one hook call (absmax_f + quantize_mls): 15 a LeNet-5 step
     aligned, top = backend.quantize_mls_ranged(x, group_size, kmax, qmax(bits), rounding, rng)
     if top == 0.0:
@@ -142,6 +149,7 @@ def quantize_mls(backend, x, bits: int, group_size: int, group_bits: int, roundi
 
 
 # ---------------------------------------------------------------- small floats (FP8 1-5-2, FP16 1-5-10)
+
 
 def to_fp8(backend, x, mode: str = "nearest_even", rng=None) -> np.ndarray:
     """FP8 1-5-2 values (held in float32: every FP8 value is exact there)."""

@@ -2,6 +2,7 @@
 `Numerics` subclass (algorithms/_emulated.py builds the recipe module from it). Not a
 recipe: no YAML names this module.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,10 +13,15 @@ from . import fp32
 from ._products import product
 from ._quant import Scaled
 
-_INT8_HOOKS = {"conv": ("conv2d_s8",), "conv_bwd_data": ("conv2d_bwd_data_s8",),
-               "conv_bwd_weight": ("conv2d_bwd_weight_s8",), "linear": ("gemm_s8",),
-               "dwconv": ("dwconv2d_s8",), "dwconv_bwd_data": ("dwconv2d_bwd_data_s8",),
-               "dwconv_bwd_weight": ("dwconv2d_bwd_weight_s8",)}
+_INT8_HOOKS = {
+    "conv": ("conv2d_s8",),
+    "conv_bwd_data": ("conv2d_bwd_data_s8",),
+    "conv_bwd_weight": ("conv2d_bwd_weight_s8",),
+    "linear": ("gemm_s8",),
+    "dwconv": ("dwconv2d_s8",),
+    "dwconv_bwd_data": ("dwconv2d_bwd_data_s8",),
+    "dwconv_bwd_weight": ("dwconv2d_bwd_weight_s8",),
+}
 
 
 class Numerics:
@@ -26,7 +32,7 @@ class Numerics:
     prefix = "emulated"
     weight_dtype = "float32"
     bn_grids = fl.BNGrids()
-    known_params: dict = {}            # params key -> check(value) -> error text or None
+    known_params: dict = {}  # params key -> check(value) -> error text or None
 
     #: the tensor fields whose value the module's code fixes rather than reads (dotted key,
     #: `tensors.*.` for every role -> the values it honours): any other value is refused at
@@ -39,8 +45,11 @@ class Numerics:
         check_values(recipe, source, self.supported)
         for key, value in recipe.params.items():
             if key not in self.known_params:
-                raise ConfigError(source, f"params.{key}",
-                                  f"unknown for recipe {recipe.name!r} (known: {', '.join(sorted(self.known_params)) or 'none'})")
+                raise ConfigError(
+                    source,
+                    f"params.{key}",
+                    f"unknown for recipe {recipe.name!r} (known: {', '.join(sorted(self.known_params)) or 'none'})",
+                )
             problem = self.known_params[key](value)
             if problem:
                 raise ConfigError(source, f"params.{key}", f"{value!r}: {problem}")
@@ -54,7 +63,7 @@ class Numerics:
     #: hooks of the quantizer ops (placement asks backends for them) and of the update op
     quant_hooks: tuple = ("absmax_f", "quantize_f")
     update_hooks: tuple = ("sgd_f32",)
-    group_update_hooks: tuple = ("sgd_f32",)   # of an update op with layer_update_extras
+    group_update_hooks: tuple = ("sgd_f32",)  # of an update op with layer_update_extras
     #: bytes an update written in NumPy allocates per weight element beside its results (its
     #: float64 temporaries, measured with tracemalloc); the memory plan counts them
     update_bytes_per_element: int = 0

@@ -5,6 +5,7 @@ float32 throughout. A module lists the values its code honours, key by key
 (`tensors.*` stands for every tensor role), and `check_supported` turns any other
 value into a ConfigError naming the key, the value and what the module accepts.
 """
+
 from __future__ import annotations
 
 from ..errors import ConfigError
@@ -25,8 +26,9 @@ def check_supported(recipe, source, supported: dict[str, tuple]) -> None:
     check_values(recipe, source, supported)
     if recipe.params:
         key = sorted(recipe.params, key=str)[0]
-        raise ConfigError(source, f"params.{key}", f"unknown for recipe {recipe.name!r} "
-                          f"(module {recipe.module!r} takes no params)")
+        raise ConfigError(
+            source, f"params.{key}", f"unknown for recipe {recipe.name!r} (module {recipe.module!r} takes no params)"
+        )
 
 
 def check_values(recipe, source, supported: dict[str, tuple]) -> None:
@@ -38,8 +40,12 @@ def check_values(recipe, source, supported: dict[str, tuple]) -> None:
         for dotted in keys:
             value = _get(recipe, dotted)
             if value not in allowed:
-                raise ConfigError(source, dotted, f"{value!r} is not supported by recipe module "
-                                  f"{recipe.module!r} (its kernels take {', '.join(map(repr, allowed))})")
+                raise ConfigError(
+                    source,
+                    dotted,
+                    f"{value!r} is not supported by recipe module "
+                    f"{recipe.module!r} (its kernels take {', '.join(map(repr, allowed))})",
+                )
 
 
 def check_read(recipe, source) -> None:
@@ -50,14 +56,23 @@ def check_read(recipe, source) -> None:
         spec = getattr(recipe.tensors, role)
         key = f"tensors.{role}"
         if spec.format != "fp" and spec.exponent_bits:
-            raise ConfigError(source, f"{key}.exponent_bits", f"{spec.exponent_bits} is read only with format: fp "
-                                                              f"(this tensor is {spec.format})")
+            raise ConfigError(
+                source,
+                f"{key}.exponent_bits",
+                f"{spec.exponent_bits} is read only with format: fp (this tensor is {spec.format})",
+            )
         if spec.granularity != "group" and spec.group_size:
-            raise ConfigError(source, f"{key}.group_size", f"{spec.group_size} is read only with granularity: group "
-                                                           f"(this tensor's is {spec.granularity})")
-        default = type(spec.rescale)()      # config.Rescale's defaults (algorithms import no config)
+            raise ConfigError(
+                source,
+                f"{key}.group_size",
+                f"{spec.group_size} is read only with granularity: group (this tensor's is {spec.granularity})",
+            )
+        default = type(spec.rescale)()  # config.Rescale's defaults (algorithms import no config)
         for field in ("min_interval", "max_interval"):
             value = getattr(spec.rescale, field)
             if spec.rescale.policy != "adaptive" and value != getattr(default, field):
-                raise ConfigError(source, f"{key}.rescale.{field}", f"{value} is read only with policy: adaptive "
-                                                                    f"(this tensor's is {spec.rescale.policy})")
+                raise ConfigError(
+                    source,
+                    f"{key}.rescale.{field}",
+                    f"{value} is read only with policy: adaptive (this tensor's is {spec.rescale.policy})",
+                )

@@ -16,13 +16,14 @@ CVPR 2020).
 Emulated: float tensors between ops with exact quantize/dequantize (as the paper
 evaluates). 8-bit errors use the int8 hooks; 16-bit errors are summed exactly in float64.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from ._emulated import Emulated, module_contract
-from ._recipe_numerics import Numerics
 from ._quant import quantization_error, quantize_int
+from ._recipe_numerics import Numerics
 
 
 def _positive_number(value):
@@ -39,7 +40,7 @@ def _round(fmt):
     return fmt.rounding if fmt.rounding in ("round", "nearest_even", "sto") else "round"
 
 
-CHECK_BYTES_PER_ELEMENT = 17   # int8 q + float64 values + float64 |values| (quantization_error)
+CHECK_BYTES_PER_ELEMENT = 17  # int8 q + float64 values + float64 |values| (quantization_error)
 
 
 class AFPNumerics(Numerics):
@@ -76,16 +77,27 @@ class AFPNumerics(Numerics):
         fmt = ctx.recipe.tensors.errors
         low, high = self.param(ctx.recipe, "low_bits", 8), self.param(ctx.recipe, "high_bits", 16)
         if ctx.step >= next_check:
-            bits, interval = choose_bits(backend, err, bits, interval, low, high,
-                                         self.param(ctx.recipe, "error_threshold", 0.05),
-                                         fmt.rescale.min_interval, fmt.rescale.max_interval, fmt.scale, _round(fmt))
+            bits, interval = choose_bits(
+                backend,
+                err,
+                bits,
+                interval,
+                low,
+                high,
+                self.param(ctx.recipe, "error_threshold", 0.05),
+                fmt.rescale.min_interval,
+                fmt.rescale.max_interval,
+                fmt.scale,
+                _round(fmt),
+            )
             next_check = ctx.step + interval
         eq = quantize_int(backend, err, bits, fmt.scale, _round(fmt), ctx.rng(op))
         return eq, [np.array([bits, next_check, interval], np.int64)]
 
 
-def choose_bits(backend, err, bits, interval, low, high, threshold, min_interval, max_interval, scale="pow2",
-                rounding="round"):
+def choose_bits(
+    backend, err, bits, interval, low, high, threshold, min_interval, max_interval, scale="pow2", rounding="round"
+):
     """(new width, new check interval) for one layer from the error it sees now."""
     low_grid = quantize_int(backend, err, low, scale, rounding if rounding != "sto" else "round")
     moved = quantization_error(err, low_grid)
@@ -95,5 +107,16 @@ def choose_bits(backend, err, bits, interval, low, high, threshold, min_interval
 
 
 ENGINE = Emulated(AFPNumerics())
-(ACTIVATION_DTYPE, check_recipe, check_model, forward, loss, backward, join_errors, OPS, init_params,
- prepare_input, logits_to_float) = module_contract(ENGINE)
+(
+    ACTIVATION_DTYPE,
+    check_recipe,
+    check_model,
+    forward,
+    loss,
+    backward,
+    join_errors,
+    OPS,
+    init_params,
+    prepare_input,
+    logits_to_float,
+) = module_contract(ENGINE)

@@ -3,22 +3,33 @@ and weight decay (PyTorch's update rule), the in-engine baseline for integer rec
 Batch norm, residual add, global average pooling and the error sum where branches join
 (ResNets) are `_float_layers`' float ops, as the emulated recipes use them; batch norm's
 gamma and beta take the same SGD update as the weights (PyTorch decays them too)."""
+
 from __future__ import annotations
 
 import numpy as np
 
 from ..data.normalize import lookup
 from ..errors import LoweringError
-from ..nn import (Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU,
-                  has_bias)
+from ..nn import Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
 from . import _branch_layers as branch
 from . import _float_layers as fl
 
 ACTIVATION_DTYPE = "float32"
 _F32 = ("numpy_f32",)
 PREFIX = "fp32"
-LOWERABLE = (Conv2d, Linear, ReLU, MaxPool2d, AvgPool2d, Flatten, Dropout, BatchNorm2d, Add, GlobalAvgPool,
-             *branch.LAYERS)
+LOWERABLE = (
+    Conv2d,
+    Linear,
+    ReLU,
+    MaxPool2d,
+    AvgPool2d,
+    Flatten,
+    Dropout,
+    BatchNorm2d,
+    Add,
+    GlobalAvgPool,
+    *branch.LAYERS,
+)
 
 
 def check_model(model, recipe):
@@ -41,33 +52,85 @@ def forward(b, layer, x, shape):
         macs = int(np.prod(shape)) * int(np.prod(layer.weight_shape[1:]))
         inputs = (x, w, *bias_param(b, layer))
         if _plain_conv(layer):
-            b.op(f"{layer.name}.fwd", "fp32.conv_fwd", layer.name, "forward", inputs, (out,),
-                 ("conv2d_f32",), macs, stride=layer.stride, pad=layer.padding, product=("conv", "forward"))
+            b.op(
+                f"{layer.name}.fwd",
+                "fp32.conv_fwd",
+                layer.name,
+                "forward",
+                inputs,
+                (out,),
+                ("conv2d_f32",),
+                macs,
+                stride=layer.stride,
+                pad=layer.padding,
+                product=("conv", "forward"),
+            )
         else:
-            b.op(f"{layer.name}.fwd", "fp32.gconv_fwd", layer.name, "forward", inputs, (out,),
-                 _gconv_hooks(layer, "forward"), macs, **_gconv_attrs(layer, b.tensors[x].shape))
+            b.op(
+                f"{layer.name}.fwd",
+                "fp32.gconv_fwd",
+                layer.name,
+                "forward",
+                inputs,
+                (out,),
+                _gconv_hooks(layer, "forward"),
+                macs,
+                **_gconv_attrs(layer, b.tensors[x].shape),
+            )
     elif isinstance(layer, Linear):
         w = b.param(f"{layer.name}.w", layer.weight_shape, "float32")
         b.tensor(f"{layer.name}.v", layer.weight_shape, "float32", "state")
-        b.op(f"{layer.name}.fwd", "fp32.linear_fwd", layer.name, "forward", (x, w, *bias_param(b, layer)), (out,),
-             ("gemm_f32",), batch * layer.in_features * layer.out_features,
-             workspace=(0, b.tensors[w].nbytes))      # the cpu gemm_f32's transposed copy of w (bindings_fp32.cpp)
+        b.op(
+            f"{layer.name}.fwd",
+            "fp32.linear_fwd",
+            layer.name,
+            "forward",
+            (x, w, *bias_param(b, layer)),
+            (out,),
+            ("gemm_f32",),
+            batch * layer.in_features * layer.out_features,
+            workspace=(0, b.tensors[w].nbytes),
+        )  # the cpu gemm_f32's transposed copy of w (bindings_fp32.cpp)
     elif isinstance(layer, ReLU):
         b.op(f"{layer.name}.fwd", "fp32.relu_fwd", layer.name, "forward", (x,), (out,), ("relu_f32",))
     elif isinstance(layer, MaxPool2d):
         b.tensor(f"{layer.name}.argmax", shape, "uint8", "saved")
-        b.op(f"{layer.name}.fwd", "fp32.maxpool_fwd", layer.name, "forward", (x,), (out, f"{layer.name}.argmax"),
-             ("maxpool_f32",), kernel=layer.kernel, stride=layer.stride)
+        b.op(
+            f"{layer.name}.fwd",
+            "fp32.maxpool_fwd",
+            layer.name,
+            "forward",
+            (x,),
+            (out, f"{layer.name}.argmax"),
+            ("maxpool_f32",),
+            kernel=layer.kernel,
+            stride=layer.stride,
+        )
     elif isinstance(layer, AvgPool2d):
-        b.op(f"{layer.name}.fwd", "fp32.avgpool2d_fwd", layer.name, "forward", (x,), (out,), _F32,
-             **_avgpool_attrs(layer, b.tensors[x].shape))
+        b.op(
+            f"{layer.name}.fwd",
+            "fp32.avgpool2d_fwd",
+            layer.name,
+            "forward",
+            (x,),
+            (out,),
+            _F32,
+            **_avgpool_attrs(layer, b.tensors[x].shape),
+        )
     elif isinstance(layer, Flatten):
-        b.op(f"{layer.name}.fwd", "fp32.reshape", layer.name, "forward", (x,), (out,), (), shape=shape,
-             alias=True)
+        b.op(f"{layer.name}.fwd", "fp32.reshape", layer.name, "forward", (x,), (out,), (), shape=shape, alias=True)
     elif isinstance(layer, Dropout):
         b.tensor(f"{layer.name}.mask", shape, "bool", "saved")
-        b.op(f"{layer.name}.fwd", "fp32.dropout_fwd", layer.name, "forward", (x,), (out, f"{layer.name}.mask"),
-             ("dropout_mask", "dropout_apply_f32"), p=layer.p)
+        b.op(
+            f"{layer.name}.fwd",
+            "fp32.dropout_fwd",
+            layer.name,
+            "forward",
+            (x,),
+            (out, f"{layer.name}.mask"),
+            ("dropout_mask", "dropout_apply_f32"),
+            p=layer.p,
+        )
     return out
 
 
@@ -82,15 +145,30 @@ def _depthwise(layer) -> bool:
 
 def _gconv_hooks(layer, pass_) -> tuple:
     if _depthwise(layer):
-        return ({"forward": "dwconv2d_f32", "backward_data": "dwconv2d_bwd_data_f32",
-                 "backward_weight": "dwconv2d_bwd_weight_f32"}[pass_],)
-    return ({"forward": "conv2d_f32", "backward_data": "conv2d_bwd_data_f32",
-             "backward_weight": "conv2d_bwd_weight_f32"}[pass_],)
+        return (
+            {
+                "forward": "dwconv2d_f32",
+                "backward_data": "dwconv2d_bwd_data_f32",
+                "backward_weight": "dwconv2d_bwd_weight_f32",
+            }[pass_],
+        )
+    return (
+        {"forward": "conv2d_f32", "backward_data": "conv2d_bwd_data_f32", "backward_weight": "conv2d_bwd_weight_f32"}[
+            pass_
+        ],
+    )
 
 
 def _gconv_attrs(layer, x_shape) -> dict:
-    return dict(stride=layer.stride, pad=layer.padding, groups=layer.groups, dilation=layer.dilation,
-                depthwise=_depthwise(layer), in_hw=tuple(x_shape[1:3]), kernel=(layer.span, layer.span))
+    return dict(
+        stride=layer.stride,
+        pad=layer.padding,
+        groups=layer.groups,
+        dilation=layer.dilation,
+        depthwise=_depthwise(layer),
+        in_hw=tuple(x_shape[1:3]),
+        kernel=(layer.span, layer.span),
+    )
 
 
 def bias_param(b, layer) -> tuple[str, ...]:
@@ -108,8 +186,13 @@ def bias_grad_op(b, layer, err) -> str:
 
 
 def _avgpool_attrs(layer, x_shape) -> dict:
-    return dict(kernel=layer.kernel, stride=layer.stride, pad=layer.padding,
-                count_include_pad=layer.count_include_pad, in_hw=tuple(x_shape[1:3]))
+    return dict(
+        kernel=layer.kernel,
+        stride=layer.stride,
+        pad=layer.padding,
+        count_include_pad=layer.count_include_pad,
+        in_hw=tuple(x_shape[1:3]),
+    )
 
 
 # loss_grad's float64 temporaries (logits, their exponentials, the scaled error, the float32
@@ -126,8 +209,16 @@ def loss(b, logits, labels, kind: str = "fp32.loss_grad"):
     """The float loss gradient of `logits` (op `kind`: a recipe with its own loss op, FP8's
     loss scaling, names it)."""
     err = b.tensor("err.logits", b.tensors[logits].shape, "float32", "error")
-    b.op("loss.grad", kind, "loss", "loss", (logits, labels), (err,), ("softmax_xent_grad_f32",),
-         workspace=loss_workspace(b.tensors[logits].shape))
+    b.op(
+        "loss.grad",
+        kind,
+        "loss",
+        "loss",
+        (logits, labels),
+        (err,),
+        ("softmax_xent_grad_f32",),
+        workspace=loss_workspace(b.tensors[logits].shape),
+    )
     return err
 
 
@@ -142,8 +233,16 @@ def emit_sgd(b, layer_name, param, grad):
     makes it PyTorch's rate on a mean loss."""
     velocity = b.tensor(f"{param}.v", b.tensors[param].shape, "float32", "state")
     summed = b.recipe.loss.kind == "niti_int_ce"
-    b.op(f"{param}.update", "fp32.sgd", layer_name, "update", (param, grad, velocity), (param, velocity), ("sgd_f32",),
-         lr_divisor=b.batch if summed else 1)
+    b.op(
+        f"{param}.update",
+        "fp32.sgd",
+        layer_name,
+        "update",
+        (param, grad, velocity),
+        (param, velocity),
+        ("sgd_f32",),
+        lr_divisor=b.batch if summed else 1,
+    )
 
 
 def backward(b, layer, err, needs_input_error):
@@ -165,22 +264,48 @@ def backward(b, layer, err, needs_input_error):
     if isinstance(layer, (Conv2d, Linear)):
         w, conv = f"{layer.name}.w", isinstance(layer, Conv2d)
         macs = b.find(f"{layer.name}.fwd").macs
-        attrs = dict(stride=layer.stride, pad=layer.padding, in_hw=x_shape[1:3],
-                     kernel=(layer.kernel, layer.kernel)) if conv else {}
+        attrs = (
+            dict(stride=layer.stride, pad=layer.padding, in_hw=x_shape[1:3], kernel=(layer.kernel, layer.kernel))
+            if conv
+            else {}
+        )
         if needs_input_error:
             b.tensor(err_in, x_shape, "float32", "error")
-            b.op(f"{layer.name}.bwd_data", "fp32.conv_bwd_data" if conv else "fp32.linear_bwd_data", layer.name,
-                 "backward", (err, w), (err_in,), ("conv2d_bwd_data_f32",) if conv else ("gemm_f32",), macs,
-                 product=("conv", "backward_data") if conv else None,
-                 **attrs)   # a linear layer's err @ w reads w as it is: no transposed copy
+            b.op(
+                f"{layer.name}.bwd_data",
+                "fp32.conv_bwd_data" if conv else "fp32.linear_bwd_data",
+                layer.name,
+                "backward",
+                (err, w),
+                (err_in,),
+                ("conv2d_bwd_data_f32",) if conv else ("gemm_f32",),
+                macs,
+                product=("conv", "backward_data") if conv else None,
+                **attrs,
+            )  # a linear layer's err @ w reads w as it is: no transposed copy
         grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "float32", "grad")
-        b.op(f"{layer.name}.bwd_weight", "fp32.conv_bwd_weight" if conv else "fp32.linear_bwd_weight", layer.name,
-             "backward", (err, x), (grad,), ("conv2d_bwd_weight_f32",) if conv else ("gemm_f32",), macs,
-             product=("conv", "backward_weight") if conv else None,
-             **({} if conv else {"workspace": (4 * layer.weight_shape[0], 0)}),   # linear: err^T, copied
-             **attrs)
-        b.op(f"{layer.name}.update", "fp32.sgd", layer.name, "update", (w, grad, f"{layer.name}.v"),
-             (w, f"{layer.name}.v"), ("sgd_f32",))
+        b.op(
+            f"{layer.name}.bwd_weight",
+            "fp32.conv_bwd_weight" if conv else "fp32.linear_bwd_weight",
+            layer.name,
+            "backward",
+            (err, x),
+            (grad,),
+            ("conv2d_bwd_weight_f32",) if conv else ("gemm_f32",),
+            macs,
+            product=("conv", "backward_weight") if conv else None,
+            **({} if conv else {"workspace": (4 * layer.weight_shape[0], 0)}),  # linear: err^T, copied
+            **attrs,
+        )
+        b.op(
+            f"{layer.name}.update",
+            "fp32.sgd",
+            layer.name,
+            "update",
+            (w, grad, f"{layer.name}.v"),
+            (w, f"{layer.name}.v"),
+            ("sgd_f32",),
+        )
         if has_bias(layer):
             emit_sgd(b, layer.name, f"{layer.name}.b", bias_grad_op(b, layer, err))
         return err_in if needs_input_error else None
@@ -188,17 +313,51 @@ def backward(b, layer, err, needs_input_error):
     if isinstance(layer, ReLU):
         b.op(f"{layer.name}.bwd", "fp32.relu_bwd", layer.name, "backward", (err, out), (err_in,), ("relu_bwd_f32",))
     elif isinstance(layer, MaxPool2d):
-        b.op(f"{layer.name}.bwd", "fp32.maxpool_bwd", layer.name, "backward", (err, f"{layer.name}.argmax"),
-             (err_in,), ("maxpool_bwd_f32",), kernel=layer.kernel, stride=layer.stride, in_hw=x_shape[1:3])
+        b.op(
+            f"{layer.name}.bwd",
+            "fp32.maxpool_bwd",
+            layer.name,
+            "backward",
+            (err, f"{layer.name}.argmax"),
+            (err_in,),
+            ("maxpool_bwd_f32",),
+            kernel=layer.kernel,
+            stride=layer.stride,
+            in_hw=x_shape[1:3],
+        )
     elif isinstance(layer, AvgPool2d):
-        b.op(f"{layer.name}.bwd", "fp32.avgpool2d_bwd", layer.name, "backward", (err,), (err_in,), _F32,
-             **_avgpool_attrs(layer, x_shape))
+        b.op(
+            f"{layer.name}.bwd",
+            "fp32.avgpool2d_bwd",
+            layer.name,
+            "backward",
+            (err,),
+            (err_in,),
+            _F32,
+            **_avgpool_attrs(layer, x_shape),
+        )
     elif isinstance(layer, Flatten):
-        b.op(f"{layer.name}.bwd", "fp32.reshape", layer.name, "backward", (err,), (err_in,), (), shape=x_shape,
-             alias=True)
+        b.op(
+            f"{layer.name}.bwd",
+            "fp32.reshape",
+            layer.name,
+            "backward",
+            (err,),
+            (err_in,),
+            (),
+            shape=x_shape,
+            alias=True,
+        )
     elif isinstance(layer, Dropout):
-        b.op(f"{layer.name}.bwd", "fp32.dropout_bwd", layer.name, "backward", (err, f"{layer.name}.mask"),
-             (err_in,), ("dropout_apply_f32",))
+        b.op(
+            f"{layer.name}.bwd",
+            "fp32.dropout_bwd",
+            layer.name,
+            "backward",
+            (err, f"{layer.name}.mask"),
+            (err_in,),
+            ("dropout_apply_f32",),
+        )
     return err_in
 
 
@@ -211,11 +370,29 @@ def _backward_gconv(b, layer, err, needs_input_error):
     err_in = None
     if needs_input_error:
         err_in = b.tensor(f"err.{name}", b.tensors[x].shape, "float32", "error")
-        b.op(f"{name}.bwd_data", "fp32.gconv_bwd_data", name, "backward", (err, w), (err_in,),
-             _gconv_hooks(layer, "backward_data"), macs, **attrs)
+        b.op(
+            f"{name}.bwd_data",
+            "fp32.gconv_bwd_data",
+            name,
+            "backward",
+            (err, w),
+            (err_in,),
+            _gconv_hooks(layer, "backward_data"),
+            macs,
+            **attrs,
+        )
     grad = b.tensor(f"{name}.grad", layer.weight_shape, "float32", "grad")
-    b.op(f"{name}.bwd_weight", "fp32.gconv_bwd_weight", name, "backward", (err, x), (grad,),
-         _gconv_hooks(layer, "backward_weight"), macs, **attrs)
+    b.op(
+        f"{name}.bwd_weight",
+        "fp32.gconv_bwd_weight",
+        name,
+        "backward",
+        (err, x),
+        (grad,),
+        _gconv_hooks(layer, "backward_weight"),
+        macs,
+        **attrs,
+    )
     b.op(f"{name}.update", "fp32.sgd", name, "update", (w, grad, f"{name}.v"), (w, f"{name}.v"), ("sgd_f32",))
     if has_bias(layer):
         emit_sgd(b, name, f"{name}.b", bias_grad_op(b, layer, err))
@@ -223,6 +400,7 @@ def _backward_gconv(b, layer, err, needs_input_error):
 
 
 # ---------------------------------------------------------------- running ops
+
 
 def gconv_fwd(backend, op, env, ctx):
     a, x, w = op.attrs, env[op.inputs[0]], env[op.inputs[1]]
@@ -259,6 +437,7 @@ def with_bias(backend, y, op, env):
 # Op functions (backend, op, env, ctx): each calls the hook of the backend it is handed;
 # those marked "no backend" are NumPy alone.
 
+
 def conv_fwd(backend, op, env, ctx) -> dict:
     y = backend.conv2d_f32(env[op.inputs[0]], env[op.inputs[1]], op.attrs["stride"], op.attrs["pad"])
     return {op.outputs[0]: with_bias(backend, y, op, env)}
@@ -271,18 +450,24 @@ def linear_fwd(backend, op, env, ctx) -> dict:
 
 def conv_bwd_data(backend, op, env, ctx) -> dict:
     a = op.attrs
-    return {op.outputs[0]: backend.conv2d_bwd_data_f32(env[op.inputs[0]], env[op.inputs[1]], a["stride"], a["pad"],
-                                                       a["in_hw"])}
+    return {
+        op.outputs[0]: backend.conv2d_bwd_data_f32(
+            env[op.inputs[0]], env[op.inputs[1]], a["stride"], a["pad"], a["in_hw"]
+        )
+    }
 
 
 def linear_bwd_data(backend, op, env, ctx) -> dict:
-    return {op.outputs[0]: backend.gemm_f32(env[op.inputs[0]], env[op.inputs[1]], False)}   # err[B,out] @ w[out,in]
+    return {op.outputs[0]: backend.gemm_f32(env[op.inputs[0]], env[op.inputs[1]], False)}  # err[B,out] @ w[out,in]
 
 
 def conv_bwd_weight(backend, op, env, ctx) -> dict:
     a = op.attrs
-    return {op.outputs[0]: backend.conv2d_bwd_weight_f32(env[op.inputs[0]], env[op.inputs[1]], a["stride"], a["pad"],
-                                                         a["kernel"])}
+    return {
+        op.outputs[0]: backend.conv2d_bwd_weight_f32(
+            env[op.inputs[0]], env[op.inputs[1]], a["stride"], a["pad"], a["kernel"]
+        )
+    }
 
 
 def linear_bwd_weight(backend, op, env, ctx) -> dict:
@@ -309,8 +494,11 @@ def maxpool_fwd(backend, op, env, ctx) -> dict:
 
 def maxpool_bwd(backend, op, env, ctx) -> dict:
     a = op.attrs
-    return {op.outputs[0]: backend.maxpool_bwd_f32(env[op.inputs[0]], env[op.inputs[1]], a["kernel"], a["stride"],
-                                                   a["in_hw"])}
+    return {
+        op.outputs[0]: backend.maxpool_bwd_f32(
+            env[op.inputs[0]], env[op.inputs[1]], a["kernel"], a["stride"], a["in_hw"]
+        )
+    }
 
 
 def relu_maxpool_fwd(backend, op, env, ctx) -> dict:
@@ -319,23 +507,32 @@ def relu_maxpool_fwd(backend, op, env, ctx) -> dict:
 
 
 def relu_maxpool_bwd(backend, op, env, ctx) -> dict:
-    a = op.attrs   # (err, the pooled y, argmax): algorithms/_fusions.py
-    return {op.outputs[0]: backend.relu_maxpool_bwd_f32(env[op.inputs[0]], env[op.inputs[1]], env[op.inputs[2]],
-                                                        a["kernel"], a["stride"], a["in_hw"])}
+    a = op.attrs  # (err, the pooled y, argmax): algorithms/_fusions.py
+    return {
+        op.outputs[0]: backend.relu_maxpool_bwd_f32(
+            env[op.inputs[0]], env[op.inputs[1]], env[op.inputs[2]], a["kernel"], a["stride"], a["in_hw"]
+        )
+    }
 
 
 def avgpool2d_fwd(backend, op, env, ctx) -> dict:
     """No backend."""
     a = op.attrs
-    return {op.outputs[0]: fl.avgpool2d_forward(env[op.inputs[0]], a["kernel"], a["stride"], a["pad"],
-                                                a["count_include_pad"])}
+    return {
+        op.outputs[0]: fl.avgpool2d_forward(
+            env[op.inputs[0]], a["kernel"], a["stride"], a["pad"], a["count_include_pad"]
+        )
+    }
 
 
 def avgpool2d_bwd(backend, op, env, ctx) -> dict:
     """No backend."""
     a = op.attrs
-    return {op.outputs[0]: fl.avgpool2d_backward(env[op.inputs[0]], a["in_hw"], a["kernel"], a["stride"], a["pad"],
-                                                 a["count_include_pad"])}
+    return {
+        op.outputs[0]: fl.avgpool2d_backward(
+            env[op.inputs[0]], a["in_hw"], a["kernel"], a["stride"], a["pad"], a["count_include_pad"]
+        )
+    }
 
 
 def reshape(backend, op, env, ctx) -> dict:
@@ -378,18 +575,31 @@ def sgd(backend, op, env, ctx) -> dict:
 
 
 OPS = {
-    "fp32.conv_fwd": conv_fwd, "fp32.linear_fwd": linear_fwd,
-    "fp32.relu_fwd": relu_fwd, "fp32.relu_bwd": relu_bwd,
-    "fp32.maxpool_fwd": maxpool_fwd, "fp32.maxpool_bwd": maxpool_bwd,
-    "fp32.relu_maxpool_fwd": relu_maxpool_fwd, "fp32.relu_maxpool_bwd": relu_maxpool_bwd,   # _fusions.py
-    "fp32.avgpool2d_fwd": avgpool2d_fwd, "fp32.avgpool2d_bwd": avgpool2d_bwd,
-    "fp32.reshape": reshape, "fp32.dropout_fwd": dropout_fwd, "fp32.dropout_bwd": dropout_bwd,
+    "fp32.conv_fwd": conv_fwd,
+    "fp32.linear_fwd": linear_fwd,
+    "fp32.relu_fwd": relu_fwd,
+    "fp32.relu_bwd": relu_bwd,
+    "fp32.maxpool_fwd": maxpool_fwd,
+    "fp32.maxpool_bwd": maxpool_bwd,
+    "fp32.relu_maxpool_fwd": relu_maxpool_fwd,
+    "fp32.relu_maxpool_bwd": relu_maxpool_bwd,  # _fusions.py
+    "fp32.avgpool2d_fwd": avgpool2d_fwd,
+    "fp32.avgpool2d_bwd": avgpool2d_bwd,
+    "fp32.reshape": reshape,
+    "fp32.dropout_fwd": dropout_fwd,
+    "fp32.dropout_bwd": dropout_bwd,
     "fp32.loss_grad": loss_grad,
-    "fp32.conv_bwd_data": conv_bwd_data, "fp32.linear_bwd_data": linear_bwd_data,
-    "fp32.conv_bwd_weight": conv_bwd_weight, "fp32.linear_bwd_weight": linear_bwd_weight,
-    "fp32.sgd": sgd, "fp32.bias_grad": bias_grad,
-    "fp32.gconv_fwd": gconv_fwd, "fp32.gconv_bwd_data": gconv_bwd_data, "fp32.gconv_bwd_weight": gconv_bwd_weight,
-    **fl.make_ops(PREFIX), **branch.make_ops(PREFIX),
+    "fp32.conv_bwd_data": conv_bwd_data,
+    "fp32.linear_bwd_data": linear_bwd_data,
+    "fp32.conv_bwd_weight": conv_bwd_weight,
+    "fp32.linear_bwd_weight": linear_bwd_weight,
+    "fp32.sgd": sgd,
+    "fp32.bias_grad": bias_grad,
+    "fp32.gconv_fwd": gconv_fwd,
+    "fp32.gconv_bwd_data": gconv_bwd_data,
+    "fp32.gconv_bwd_weight": gconv_bwd_weight,
+    **fl.make_ops(PREFIX),
+    **branch.make_ops(PREFIX),
 }
 
 
@@ -405,7 +615,7 @@ def init_params(model, recipe, rng: np.random.Generator) -> dict:
         bound = np.sqrt(6.0 / fan_in)
         params[f"{layer.name}.w"] = rng.uniform(-bound, bound, shape).astype(np.float32)
         params[f"{layer.name}.v"] = np.zeros(shape, np.float32)
-        if has_bias(layer):   # zero, drawing nothing: bias-free models keep their random weights
+        if has_bias(layer):  # zero, drawing nothing: bias-free models keep their random weights
             params[f"{layer.name}.b"] = np.zeros(layer.bias_shape, np.float32)
             params[f"{layer.name}.b.v"] = np.zeros(layer.bias_shape, np.float32)
     return params
@@ -431,10 +641,16 @@ def logits_to_float(value) -> np.ndarray:
 
 # FP32 is float32 throughout with PyTorch's SGD: other formats are refused at load.
 SUPPORTED = {
-    "integer": (False,), "tensors.*.format": ("float32",), "tensors.*.bits": (32,), "tensors.*.exponent_bits": (0,),
-    "tensors.*.scale": ("none",), "tensors.*.rounding": ("none",), "tensors.*.granularity": ("tensor",),
-    "tensors.*.rescale.policy": ("dynamic",),   # no scales, nothing to rescale
-    "loss.kind": ("softmax_ce",), "optimizer.kind": ("sgd",),
+    "integer": (False,),
+    "tensors.*.format": ("float32",),
+    "tensors.*.bits": (32,),
+    "tensors.*.exponent_bits": (0,),
+    "tensors.*.scale": ("none",),
+    "tensors.*.rounding": ("none",),
+    "tensors.*.granularity": ("tensor",),
+    "tensors.*.rescale.policy": ("dynamic",),  # no scales, nothing to rescale
+    "loss.kind": ("softmax_ce",),
+    "optimizer.kind": ("sgd",),
 }
 
 

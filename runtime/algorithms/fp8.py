@@ -19,6 +19,7 @@ Floating Point Numbers", NeurIPS 2018).
 Emulated: IEEE FP16 arithmetic on float16 arrays (NumPy rounds each FP16 operation
 correctly), FP8 as FP16 values on the FP8 grid. Batch norm (ResNets) stays float32.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,13 +29,17 @@ from . import fp32
 from ._branch_layers import dense_weight, grouped_part
 from ._emulated import Emulated, module_contract
 from ._products import per_group
-from ._recipe_numerics import Numerics
 from ._quant import Scaled, to_fp8, to_fp16
+from ._recipe_numerics import Numerics
 
 
 def _pow2(value):
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 \
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and value > 0
         and float(np.log2(value)).is_integer()
+    )
     return None if ok else "must be a power of two"
 
 
@@ -58,26 +63,29 @@ class FP8Numerics(Numerics):
 
     quant_hooks = ("round_float",)
     update_hooks = ("round_float",)
-    update_bytes_per_element = 40   # update(): float64 w, g, v and their products (38, tracemalloc)
+    update_bytes_per_element = 40  # update(): float64 w, g, v and their products (38, tracemalloc)
 
     def quant_workspace(self, recipe, role, shape):
         """The weights' grid (_grid on float16 weights) makes a float32 copy first: 8 bytes an element."""
         return (0, int(np.prod(shape)) * 8) if role == "weights" else None
 
     def product_hooks(self, kind):
-        kind = kind.removeprefix("dw")     # a depthwise conv's product runs dense (chunked_product)
-        return {"conv": ("matmul_fp16_chunked", "im2col"), "conv_bwd_weight": ("matmul_fp16_chunked", "im2col"),
-                "conv_bwd_data": ("matmul_fp16_chunked", "col2im", "round_float")}.get(kind, ("matmul_fp16_chunked",))
+        kind = kind.removeprefix("dw")  # a depthwise conv's product runs dense (chunked_product)
+        return {
+            "conv": ("matmul_fp16_chunked", "im2col"),
+            "conv_bwd_weight": ("matmul_fp16_chunked", "im2col"),
+            "conv_bwd_data": ("matmul_fp16_chunked", "col2im", "round_float"),
+        }.get(kind, ("matmul_fp16_chunked",))
 
     def _grid(self, backend, x, ctx, op):
         keep16 = self.param(ctx.recipe, "first_last_fp16", True) and op.attrs["position"] != "middle"
         return Scaled(to_fp16(backend, x) if keep16 else to_fp8(backend, x), 1.0)
 
     def product_attrs(self, recipe):
-        return {"chunk": int(self.param(recipe, "chunk_size", 64))}   # matmul_fp16_chunked's packing
+        return {"chunk": int(self.param(recipe, "chunk_size", 64))}  # matmul_fp16_chunked's packing
 
     def product_path(self, a_dtype, b_dtype):
-        return "fp16"     # chunked_product, whatever the operands
+        return "fp16"  # chunked_product, whatever the operands
 
     def quantized_dtype(self, recipe, role):
         return "float32"  # FP8 / FP16 grid values, held as float32 (to_fp8, to_fp16)
@@ -92,8 +100,15 @@ class FP8Numerics(Numerics):
         return self._grid(backend, err, ctx, op), []
 
     def product(self, backend, kind, a, b, attrs, ctx):
-        return chunked_product(backend, kind, a.q, b.q, attrs, int(self.param(ctx.recipe, "chunk_size", 64)),
-                               self.param(ctx.recipe, "chunk_sum", "fp16"))
+        return chunked_product(
+            backend,
+            kind,
+            a.q,
+            b.q,
+            attrs,
+            int(self.param(ctx.recipe, "chunk_size", 64)),
+            self.param(ctx.recipe, "chunk_sum", "fp16"),
+        )
 
     def init_weight(self, layer, rng):
         return float_ops.round_float(super().init_weight(layer, rng), 5, 10, "nearest_even", None).astype(np.float16)
@@ -172,5 +187,16 @@ def loss_grad(backend, op, env, ctx) -> dict:
 
 FP8Numerics.extra_ops = {"fp8.loss_grad": loss_grad}
 ENGINE = Emulated(FP8Numerics())
-(ACTIVATION_DTYPE, check_recipe, check_model, forward, loss, backward, join_errors, OPS, init_params,
- prepare_input, logits_to_float) = module_contract(ENGINE)
+(
+    ACTIVATION_DTYPE,
+    check_recipe,
+    check_model,
+    forward,
+    loss,
+    backward,
+    join_errors,
+    OPS,
+    init_params,
+    prepare_input,
+    logits_to_float,
+) = module_contract(ENGINE)

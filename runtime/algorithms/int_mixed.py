@@ -24,21 +24,35 @@ run in float on the CPU. Here:
   gamma and beta, biases) take FP32's SGD with the recipe's `optimizer` (lr, momentum,
   weight_decay), scaled by the run's learning-rate schedule.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from .. import numerics
-
-from ..nn import (INPUT, Add, AvgPool2d, BatchNorm2d, ChannelShuffle, Concat, Conv2d, GlobalAvgPool, Linear, Mul,
-                  Nonlinearity, SliceChannels, has_bias, inputs_of)
+from ..nn import (
+    INPUT,
+    Add,
+    AvgPool2d,
+    BatchNorm2d,
+    ChannelShuffle,
+    Concat,
+    Conv2d,
+    GlobalAvgPool,
+    Linear,
+    Mul,
+    Nonlinearity,
+    SliceChannels,
+    has_bias,
+    inputs_of,
+)
 from ..numerics import QTensor
 from . import _branch_layers as branch
 from . import fp32
 
 FLOAT_LAYERS = (BatchNorm2d, Nonlinearity, Mul, Concat, SliceChannels, ChannelShuffle)
 PRODUCTS = (Conv2d, Linear)
-FLOAT_ROUNDING = {"psto": "sto"}   # a role's rounding mode -> quantize_f's, where they differ
+FLOAT_ROUNDING = {"psto": "sto"}  # a role's rounding mode -> quantize_f's, where they differ
 
 
 def _pow2(n: int) -> bool:
@@ -95,6 +109,7 @@ def layer_dtypes(model) -> dict[str, tuple[str, str]]:
 
 # ---------------------------------------------------------------- lowering
 
+
 def cast(b, tensor, dtype, name, layer, phase) -> str:
     """Emit the op that converts `tensor` to `dtype` ("int8" or "float32") as tensor `name`."""
     spec = b.tensors[tensor]
@@ -109,8 +124,17 @@ def cast(b, tensor, dtype, name, layer, phase) -> str:
         # none to draw on, so it rounds stochastically with the counter RNG, as psto approximates
         mode = FLOAT_ROUNDING.get(mode, mode)
         # the range is the whole batch's: never sliced by rows
-        b.op(f"{name}.cast", "niti.to_int8", layer, phase, (tensor,), (out,), ("absmax_f", "quantize_f"),
-             mode=mode, rows="coupled")
+        b.op(
+            f"{name}.cast",
+            "niti.to_int8",
+            layer,
+            phase,
+            (tensor,),
+            (out,),
+            ("absmax_f", "quantize_f"),
+            mode=mode,
+            rows="coupled",
+        )
     return out
 
 
@@ -124,8 +148,15 @@ def forward_bias(b, layer, acc, shape) -> str:
     """A product's int32 sums `acc` plus its float32 bias: the layer's float output."""
     bias = fp32.bias_param(b, layer)[0]
     out = b.tensor(f"{layer.name}.out", shape, "float32", "activation")
-    b.op(f"{layer.name}.bias", "niti.bias_fwd", layer.name, "forward", (acc, *b.find(f"{layer.name}.fwd").inputs,
-                                                                         bias), (out,), ("dequantize_compensate",))
+    b.op(
+        f"{layer.name}.bias",
+        "niti.bias_fwd",
+        layer.name,
+        "forward",
+        (acc, *b.find(f"{layer.name}.fwd").inputs, bias),
+        (out,),
+        ("dequantize_compensate",),
+    )
     return out
 
 
@@ -149,15 +180,16 @@ def init_params(model) -> dict:
 
 # ---------------------------------------------------------------- running ops
 
+
 def to_float(backend, op, env, ctx) -> dict:
     x = env[op.inputs[0]]
-    return {op.outputs[0]: backend.dequantize(x.q, 2.0 ** x.e)}
+    return {op.outputs[0]: backend.dequantize(x.q, 2.0**x.e)}
 
 
 def to_int8(backend, op, env, ctx) -> dict:
     x = env[op.inputs[0]]
     e = numerics.float_exponent(backend.absmax_f(x))
-    return {op.outputs[0]: QTensor(backend.quantize_f(x, 2.0 ** e, 8, op.attrs["mode"], ctx.rng(op)), e)}
+    return {op.outputs[0]: QTensor(backend.quantize_f(x, 2.0**e, 8, op.attrs["mode"], ctx.rng(op)), e)}
 
 
 def bias_fwd(backend, op, env, ctx) -> dict:

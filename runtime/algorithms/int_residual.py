@@ -20,6 +20,7 @@ A given shift (StepContext.shifts: the memory layer's common shift over micro-ba
 slices, or the one the forward pass used when an op is recomputed) goes to the hooks,
 which follow the rule of Backend.requantize.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,70 +33,126 @@ def check_layer(layer, shape, recipe):
     """GlobalAvgPool needs a power-of-two H*W under integer tensors."""
     hw = shape[0] * shape[1]
     if hw & (hw - 1):
-        raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r}: global average pool "
-                            f"over {shape[0]}x{shape[1]} needs a power-of-two H*W to divide by a shift")
+        raise LoweringError(
+            f"recipe {recipe.name!r} cannot lower layer {layer.name!r}: global average pool "
+            f"over {shape[0]}x{shape[1]} needs a power-of-two H*W to divide by a shift"
+        )
 
 
 def check_window(layer, recipe):
     """An average pool NITI divides by a shift: stride = kernel, no padding, kernel**2 a power of two."""
     k = layer.kernel
     if layer.stride != k or layer.padding or k & (k - 1):
-        raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r}: an average pool under "
-                            f"integer tensors needs stride = kernel, no padding and a power-of-two kernel (it "
-                            f"divides by a shift); this one has kernel {k}, stride {layer.stride}, padding "
-                            f"{layer.padding}")
+        raise LoweringError(
+            f"recipe {recipe.name!r} cannot lower layer {layer.name!r}: an average pool under "
+            f"integer tensors needs stride = kernel, no padding and a power-of-two kernel (it "
+            f"divides by a shift); this one has kernel {k}, stride {layer.stride}, padding "
+            f"{layer.padding}"
+        )
 
 
 def forward_avgpool2d(b, layer, x, shape):
     check_window(layer, b.recipe)
     out = b.tensor(f"{layer.name}.out", shape, "int8", "activation")
-    b.op(f"{layer.name}.fwd", "niti.avgpool2d_fwd", layer.name, "forward", (x,), (out,), ("avgpool_global_s8",),
-         mode=b.recipe.tensors.activations.rounding, kernel=layer.kernel, out_hw=tuple(shape[1:3]))
+    b.op(
+        f"{layer.name}.fwd",
+        "niti.avgpool2d_fwd",
+        layer.name,
+        "forward",
+        (x,),
+        (out,),
+        ("avgpool_global_s8",),
+        mode=b.recipe.tensors.activations.rounding,
+        kernel=layer.kernel,
+        out_hw=tuple(shape[1:3]),
+    )
     return out
 
 
 def backward_avgpool2d(b, layer, err):
     x, _ = b.layer_io[layer.name]
     err_in = b.tensor(f"err.{layer.name}", b.tensors[x].shape, "int8", "error")
-    b.op(f"{layer.name}.bwd", "niti.avgpool2d_bwd", layer.name, "backward", (err,), (err_in,), (),
-         kernel=layer.kernel, in_hw=b.tensors[x].shape[1:3])
+    b.op(
+        f"{layer.name}.bwd",
+        "niti.avgpool2d_bwd",
+        layer.name,
+        "backward",
+        (err,),
+        (err_in,),
+        (),
+        kernel=layer.kernel,
+        in_hw=b.tensors[x].shape[1:3],
+    )
     return err_in
 
 
 def forward_add(b, layer, x, shape):
-    x, skip = b.layer_inputs[layer.name]   # as graph.lower gave them (a mixed recipe's: after its casts)
+    x, skip = b.layer_inputs[layer.name]  # as graph.lower gave them (a mixed recipe's: after its casts)
     out = b.tensor(f"{layer.name}.out", shape, "int8", "activation")
-    b.op(f"{layer.name}.fwd", "niti.add", layer.name, "forward", (x, skip), (out,), ("add_align_s8",),
-         mode=b.recipe.tensors.activations.rounding)
+    b.op(
+        f"{layer.name}.fwd",
+        "niti.add",
+        layer.name,
+        "forward",
+        (x, skip),
+        (out,),
+        ("add_align_s8",),
+        mode=b.recipe.tensors.activations.rounding,
+    )
     return out
 
 
 def forward_avgpool(b, layer, x, shape):
     check_layer(layer, b.tensors[x].shape[1:3], b.recipe)
     out = b.tensor(f"{layer.name}.out", shape, "int8", "activation")
-    b.op(f"{layer.name}.fwd", "niti.avgpool_fwd", layer.name, "forward", (x,), (out,), ("avgpool_global_s8",),
-         mode=b.recipe.tensors.activations.rounding)
+    b.op(
+        f"{layer.name}.fwd",
+        "niti.avgpool_fwd",
+        layer.name,
+        "forward",
+        (x,),
+        (out,),
+        ("avgpool_global_s8",),
+        mode=b.recipe.tensors.activations.rounding,
+    )
     return out
 
 
 def backward_avgpool(b, layer, err):
     x, _ = b.layer_io[layer.name]
     err_in = b.tensor(f"err.{layer.name}", b.tensors[x].shape, "int8", "error")
-    b.op(f"{layer.name}.bwd", "niti.avgpool_bwd", layer.name, "backward", (err,), (err_in,), (),
-         in_hw=b.tensors[x].shape[1:3])
+    b.op(
+        f"{layer.name}.bwd",
+        "niti.avgpool_bwd",
+        layer.name,
+        "backward",
+        (err,),
+        (err_in,),
+        (),
+        in_hw=b.tensors[x].shape[1:3],
+    )
     return err_in
 
 
 def join_errors(b, name, errs):
     out = b.tensor(name, b.tensors[errs[0]].shape, "int8", "error")
-    b.op(f"{name}.join", "niti.join", "join", "backward", tuple(errs), (out,), ("add_align_s8",),
-         mode=b.recipe.tensors.errors.rounding)
+    b.op(
+        f"{name}.join",
+        "niti.join",
+        "join",
+        "backward",
+        tuple(errs),
+        (out,),
+        ("add_align_s8",),
+        mode=b.recipe.tensors.errors.rounding,
+    )
     return out
 
 
 # Op functions (backend, op, env, ctx), each calling its backend's hook. The range hooks
 # return (q, exponent); the shift they used, that exponent less the one their operands fix,
 # goes to ctx.note_shift: slices of a batch and a recomputed op must share it.
+
 
 def add(backend, op, env, ctx) -> dict:
     a, c = env[op.inputs[0]], env[op.inputs[1]]
@@ -109,8 +166,9 @@ def join(backend, op, env, ctx) -> dict:
     total = env[op.inputs[0]]
     for name in op.inputs[1:]:
         other = env[name]
-        q, e = backend.add_align_s8(total.q, total.e, other.q, other.e, op.attrs["mode"], ctx.rng(op),
-                                    ctx.given_shift(op))
+        q, e = backend.add_align_s8(
+            total.q, total.e, other.q, other.e, op.attrs["mode"], ctx.rng(op), ctx.given_shift(op)
+        )
         ctx.note_shift(op, e - max(total.e, other.e))
         total = QTensor(q, e)
     return {op.outputs[0]: total}
@@ -141,7 +199,7 @@ def avgpool2d_fwd(backend, op, env, ctx) -> dict:
     """Every window at once, laid out as a batch of kernel x kernel images."""
     x, k = env[op.inputs[0]], op.attrs["kernel"]
     (oh, ow), n, c = op.attrs["out_hw"], x.q.shape[0], x.q.shape[3]
-    windows = x.q[:, :oh * k, :ow * k].reshape(n, oh, k, ow, k, c).transpose(0, 1, 3, 2, 4, 5)
+    windows = x.q[:, : oh * k, : ow * k].reshape(n, oh, k, ow, k, c).transpose(0, 1, 3, 2, 4, 5)
     q, e = _avgpool_global(backend, op, ctx, np.ascontiguousarray(windows.reshape(n * oh * ow, k, k, c)), x.e)
     return {op.outputs[0]: QTensor(q.reshape(n, oh, ow, c), e)}
 
@@ -151,10 +209,16 @@ def avgpool2d_bwd(backend, op, env, ctx) -> dict:
     err, k = env[op.inputs[0]], op.attrs["kernel"]
     h, w = op.attrs["in_hw"]
     n, oh, ow, c = err.q.shape
-    q = np.zeros((n, h, w, c), np.int8)   # rows and columns past the last window get no error
-    q[:, :oh * k, :ow * k] = err.q.repeat(k, axis=1).repeat(k, axis=2)
+    q = np.zeros((n, h, w, c), np.int8)  # rows and columns past the last window get no error
+    q[:, : oh * k, : ow * k] = err.q.repeat(k, axis=1).repeat(k, axis=2)
     return {op.outputs[0]: QTensor(q, err.e - ((k * k).bit_length() - 1))}
 
 
-OPS = {"niti.add": add, "niti.join": join, "niti.avgpool_fwd": avgpool_fwd, "niti.avgpool_bwd": avgpool_bwd,
-       "niti.avgpool2d_fwd": avgpool2d_fwd, "niti.avgpool2d_bwd": avgpool2d_bwd}
+OPS = {
+    "niti.add": add,
+    "niti.join": join,
+    "niti.avgpool_fwd": avgpool_fwd,
+    "niti.avgpool_bwd": avgpool_bwd,
+    "niti.avgpool2d_fwd": avgpool2d_fwd,
+    "niti.avgpool2d_bwd": avgpool2d_bwd,
+}

@@ -16,13 +16,14 @@ groups' shifted partial sums add up inside one exact integer dot product (`matmu
 int64): the same values, independent of the summation order and the thread count.
 When a layer's channel count is not a multiple of `group_size` the group is their gcd.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from ._emulated import Emulated, group_for, module_contract
-from ._recipe_numerics import Numerics
 from ._quant import quantize_mls
+from ._recipe_numerics import Numerics
 
 
 def _group_bits(value):
@@ -42,13 +43,17 @@ class MLSNumerics(Numerics):
     quant_hooks = ("quantize_mls_ranged",)
 
     def product_hooks(self, kind):
-        return {"conv": ("matmul_s16", "im2col"), "conv_bwd_weight": ("matmul_s16", "im2col"),
-                "conv_bwd_data": ("matmul_s16", "col2im"), "dwconv": ("dwconv2d_s8",),
-                "dwconv_bwd_data": ("dwconv2d_bwd_data_s8",),   # _products._depthwise_digits
-                "dwconv_bwd_weight": ("dwconv2d_bwd_weight_s8",)}.get(kind, ("matmul_s16",))
+        return {
+            "conv": ("matmul_s16", "im2col"),
+            "conv_bwd_weight": ("matmul_s16", "im2col"),
+            "conv_bwd_data": ("matmul_s16", "col2im"),
+            "dwconv": ("dwconv2d_s8",),
+            "dwconv_bwd_data": ("dwconv2d_bwd_data_s8",),  # _products._depthwise_digits
+            "dwconv_bwd_weight": ("dwconv2d_bwd_weight_s8",),
+        }.get(kind, ("matmul_s16",))
 
     def quantized_dtype(self, recipe, role):
-        return "int16"    # the elements shifted by their group's scale (_quant.quantize_mls)
+        return "int16"  # the elements shifted by their group's scale (_quant.quantize_mls)
 
     def _group_bits(self, ctx):
         return int(self.param(ctx.recipe, "group_bits", 2))
@@ -64,5 +69,16 @@ class MLSNumerics(Numerics):
 
 
 ENGINE = Emulated(MLSNumerics())
-(ACTIVATION_DTYPE, check_recipe, check_model, forward, loss, backward, join_errors, OPS, init_params,
- prepare_input, logits_to_float) = module_contract(ENGINE)
+(
+    ACTIVATION_DTYPE,
+    check_recipe,
+    check_model,
+    forward,
+    loss,
+    backward,
+    join_errors,
+    OPS,
+    init_params,
+    prepare_input,
+    logits_to_float,
+) = module_contract(ENGINE)

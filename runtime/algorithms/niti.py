@@ -13,6 +13,7 @@ Mul, concat, biases: the mobile CNNs) run the Mandheling way, as float ops on th
 between int8 tensors (int_mixed.py); `dsptrain plan` marks which ops those are.
 Depthwise convolutions are integer products like the dense ones (the dwconv2d_* hooks).
 """
+
 from __future__ import annotations
 
 import math
@@ -28,7 +29,7 @@ from . import fp32, int_mixed, int_residual
 from .int_mixed import cast, input_dtype  # noqa: F401  (graph.lower's mixed-precision hooks)
 
 ACTIVATION_DTYPE = "int8"
-INPUT_EXPONENT = -7            # pixels p in 0..255 enter as (p - 128) * 2**-7
+INPUT_EXPONENT = -7  # pixels p in 0..255 enter as (p - 128) * 2**-7
 DEFAULT_MU = 4
 # Products requantize through the backends' requantize rule with ctx.given_shift(op), so
 # slices of a batch can share one shift: batch splitting, co-scheduling, adaptive rescaling.
@@ -39,16 +40,21 @@ _PRODUCT = ("absmax", "shift_round")
 def check_model(model, recipe):
     for layer in model.layers:
         if not isinstance(layer, fp32.LOWERABLE):
-            raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r} "
-                                f"({type(layer).__name__}): NITI has no such layer")
+            raise LoweringError(
+                f"recipe {recipe.name!r} cannot lower layer {layer.name!r} "
+                f"({type(layer).__name__}): NITI has no such layer"
+            )
         if isinstance(layer, Conv2d) and (layer.dilation != 1 or (layer.groups != 1 and not layer.depthwise)):
-            raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r}: NITI's integer "
-                                f"convolutions are dense or depthwise and undilated; this one has groups "
-                                f"{layer.groups} and dilation {layer.dilation} (fp32, octo, wageubn, afp, mls "
-                                f"and fp8 lower it)")
+            raise LoweringError(
+                f"recipe {recipe.name!r} cannot lower layer {layer.name!r}: NITI's integer "
+                f"convolutions are dense or depthwise and undilated; this one has groups "
+                f"{layer.groups} and dilation {layer.dilation} (fp32, octo, wageubn, afp, mls "
+                f"and fp8 lower it)"
+            )
 
 
 # ---------------------------------------------------------------- lowering
+
 
 def forward(b, layer, x, shape):
     if b.tensors[x].dtype == "float32":
@@ -61,38 +67,84 @@ def forward(b, layer, x, shape):
     if isinstance(layer, Conv2d) and layer.depthwise:
         w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
         b.tensor(out, shape, "int8", "activation")
-        b.op(f"{layer.name}.fwd", "niti.dwconv_fwd", layer.name, "forward", (x, w), (out,),
-             ("dwconv2d_s8", *_PRODUCT), _conv_macs(layer, shape), stride=layer.stride, pad=layer.padding,
-             mode=acts.rounding)
+        b.op(
+            f"{layer.name}.fwd",
+            "niti.dwconv_fwd",
+            layer.name,
+            "forward",
+            (x, w),
+            (out,),
+            ("dwconv2d_s8", *_PRODUCT),
+            _conv_macs(layer, shape),
+            stride=layer.stride,
+            pad=layer.padding,
+            mode=acts.rounding,
+        )
     elif isinstance(layer, Conv2d):
         w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
         b.tensor(out, shape, "int8", "activation")
-        b.op(f"{layer.name}.fwd", "niti.conv_fwd", layer.name, "forward", (x, w), (out,),
-             ("conv2d_s8", *_PRODUCT), _conv_macs(layer, shape), stride=layer.stride, pad=layer.padding,
-             mode=acts.rounding, product=("conv", "forward"))
+        b.op(
+            f"{layer.name}.fwd",
+            "niti.conv_fwd",
+            layer.name,
+            "forward",
+            (x, w),
+            (out,),
+            ("conv2d_s8", *_PRODUCT),
+            _conv_macs(layer, shape),
+            stride=layer.stride,
+            pad=layer.padding,
+            mode=acts.rounding,
+            product=("conv", "forward"),
+        )
     elif isinstance(layer, Linear):
         w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
         b.tensor(out, shape, "int8", "activation")
-        b.op(f"{layer.name}.fwd", "niti.linear_fwd", layer.name, "forward", (x, w), (out,),
-             ("gemm_s8", *_PRODUCT), batch * layer.in_features * layer.out_features, mode=acts.rounding,
-             product=("linear", "forward"))
+        b.op(
+            f"{layer.name}.fwd",
+            "niti.linear_fwd",
+            layer.name,
+            "forward",
+            (x, w),
+            (out,),
+            ("gemm_s8", *_PRODUCT),
+            batch * layer.in_features * layer.out_features,
+            mode=acts.rounding,
+            product=("linear", "forward"),
+        )
     elif isinstance(layer, ReLU):
         b.tensor(out, shape, "int8", "activation")
         b.op(f"{layer.name}.fwd", "niti.relu_fwd", layer.name, "forward", (x,), (out,), ("relu_s8",))
     elif isinstance(layer, MaxPool2d):
         b.tensor(out, shape, "int8", "activation")
         b.tensor(f"{layer.name}.argmax", shape, "uint8", "saved")
-        b.op(f"{layer.name}.fwd", "niti.maxpool_fwd", layer.name, "forward", (x,),
-             (out, f"{layer.name}.argmax"), ("maxpool_s8",), kernel=layer.kernel, stride=layer.stride)
+        b.op(
+            f"{layer.name}.fwd",
+            "niti.maxpool_fwd",
+            layer.name,
+            "forward",
+            (x,),
+            (out, f"{layer.name}.argmax"),
+            ("maxpool_s8",),
+            kernel=layer.kernel,
+            stride=layer.stride,
+        )
     elif isinstance(layer, Flatten):
         b.tensor(out, shape, "int8", "activation")
-        b.op(f"{layer.name}.fwd", "niti.reshape", layer.name, "forward", (x,), (out,), (), shape=shape,
-             alias=True)
+        b.op(f"{layer.name}.fwd", "niti.reshape", layer.name, "forward", (x,), (out,), (), shape=shape, alias=True)
     elif isinstance(layer, Dropout):
         b.tensor(out, shape, "int8", "activation")
         b.tensor(f"{layer.name}.mask", shape, "bool", "saved")
-        b.op(f"{layer.name}.fwd", "niti.dropout_fwd", layer.name, "forward", (x,),
-             (out, f"{layer.name}.mask"), ("dropout_mask",), p=layer.p)
+        b.op(
+            f"{layer.name}.fwd",
+            "niti.dropout_fwd",
+            layer.name,
+            "forward",
+            (x,),
+            (out, f"{layer.name}.mask"),
+            ("dropout_mask",),
+            p=layer.p,
+        )
     elif isinstance(layer, Add):
         return int_residual.forward_add(b, layer, x, shape)
     elif isinstance(layer, GlobalAvgPool):
@@ -111,12 +163,31 @@ def _forward_biased(b, layer, x, shape):
     w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
     acc = b.tensor(f"{layer.name}.acc", shape, "int32", "activation")
     if isinstance(layer, Linear):
-        b.op(f"{layer.name}.fwd", "niti.linear_acc", layer.name, "forward", (x, w), (acc,), ("gemm_s8",),
-             shape[0] * layer.in_features * layer.out_features)
+        b.op(
+            f"{layer.name}.fwd",
+            "niti.linear_acc",
+            layer.name,
+            "forward",
+            (x, w),
+            (acc,),
+            ("gemm_s8",),
+            shape[0] * layer.in_features * layer.out_features,
+        )
     else:
         hook = "dwconv2d_s8" if layer.depthwise else "conv2d_s8"
-        b.op(f"{layer.name}.fwd", "niti.conv_acc", layer.name, "forward", (x, w), (acc,), (hook,),
-             _conv_macs(layer, shape), stride=layer.stride, pad=layer.padding, depthwise=layer.depthwise)
+        b.op(
+            f"{layer.name}.fwd",
+            "niti.conv_acc",
+            layer.name,
+            "forward",
+            (x, w),
+            (acc,),
+            (hook,),
+            _conv_macs(layer, shape),
+            stride=layer.stride,
+            pad=layer.padding,
+            depthwise=layer.depthwise,
+        )
     return int_mixed.forward_bias(b, layer, acc, shape)
 
 
@@ -140,7 +211,7 @@ def join_errors(b, name, errs):
 def backward(b, layer, err, needs_input_error):
     if b.tensors[b.layer_io[layer.name][0]].dtype == "float32":
         return fp32.backward(b, layer, err, needs_input_error)
-    if b.tensors[err].dtype == "float32":           # a product with a bias: its float part first
+    if b.tensors[err].dtype == "float32":  # a product with a bias: its float part first
         err = int_mixed.backward_bias(b, layer, err)
     if isinstance(layer, GlobalAvgPool):
         return int_residual.backward_avgpool(b, layer, err)
@@ -157,17 +228,50 @@ def backward(b, layer, err, needs_input_error):
         if needs_input_error:
             b.tensor(err_in, x_shape, "int8", "error")
             if conv and layer.depthwise:
-                b.op(f"{layer.name}.bwd_data", "niti.dwconv_bwd_data", layer.name, "backward", (err, w), (err_in,),
-                     ("dwconv2d_bwd_data_s8", *_PRODUCT), macs, stride=layer.stride, pad=layer.padding,
-                     in_hw=x_shape[1:3], mode=errs.rounding)
+                b.op(
+                    f"{layer.name}.bwd_data",
+                    "niti.dwconv_bwd_data",
+                    layer.name,
+                    "backward",
+                    (err, w),
+                    (err_in,),
+                    ("dwconv2d_bwd_data_s8", *_PRODUCT),
+                    macs,
+                    stride=layer.stride,
+                    pad=layer.padding,
+                    in_hw=x_shape[1:3],
+                    mode=errs.rounding,
+                )
             elif conv:
-                b.op(f"{layer.name}.bwd_data", "niti.conv_bwd_data", layer.name, "backward", (err, w), (err_in,),
-                     ("conv2d_bwd_data_s8", *_PRODUCT), macs, stride=layer.stride, pad=layer.padding,
-                     in_hw=x_shape[1:3], mode=errs.rounding, product=("conv", "backward_data"))
+                b.op(
+                    f"{layer.name}.bwd_data",
+                    "niti.conv_bwd_data",
+                    layer.name,
+                    "backward",
+                    (err, w),
+                    (err_in,),
+                    ("conv2d_bwd_data_s8", *_PRODUCT),
+                    macs,
+                    stride=layer.stride,
+                    pad=layer.padding,
+                    in_hw=x_shape[1:3],
+                    mode=errs.rounding,
+                    product=("conv", "backward_data"),
+                )
             else:
-                b.op(f"{layer.name}.bwd_data", "niti.linear_bwd_data", layer.name, "backward", (err, w), (err_in,),
-                     ("gemm_s8", *_PRODUCT), macs, mode=errs.rounding, product=("linear", "backward_data"),
-                     workspace=(0, b.tensors[w].nbytes))           # w.T made contiguous (_linear_bwd_data_args)
+                b.op(
+                    f"{layer.name}.bwd_data",
+                    "niti.linear_bwd_data",
+                    layer.name,
+                    "backward",
+                    (err, w),
+                    (err_in,),
+                    ("gemm_s8", *_PRODUCT),
+                    macs,
+                    mode=errs.rounding,
+                    product=("linear", "backward_data"),
+                    workspace=(0, b.tensors[w].nbytes),
+                )  # w.T made contiguous (_linear_bwd_data_args)
         grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "int32", "grad")
         kind, hook = ("niti.conv_bwd_weight", "conv2d_bwd_weight_s8") if conv else ("niti.linear_bwd_weight", "gemm_s8")
         if conv and layer.depthwise:
@@ -176,27 +280,67 @@ def backward(b, layer, err, needs_input_error):
         # a linear layer's err.T and x.T made contiguous (_linear_bwd_weight_args): their bytes per row
         transposed = {} if conv else {"workspace": (sum(int(np.prod(b.tensors[t].shape[1:])) for t in (err, x)), 0)}
         product = None if conv and layer.depthwise else ("conv" if conv else "linear", "backward_weight")
-        b.op(f"{layer.name}.bwd_weight", kind, layer.name, "backward", (err, x), (grad,), (hook,), macs,
-             product=product, **transposed, **attrs)
-        b.op(f"{layer.name}.update", "niti.update", layer.name, "update", (w, grad), (w,),
-             ("niti_update_s8",), mode=grads.rounding)
+        b.op(
+            f"{layer.name}.bwd_weight",
+            kind,
+            layer.name,
+            "backward",
+            (err, x),
+            (grad,),
+            (hook,),
+            macs,
+            product=product,
+            **transposed,
+            **attrs,
+        )
+        b.op(
+            f"{layer.name}.update",
+            "niti.update",
+            layer.name,
+            "update",
+            (w, grad),
+            (w,),
+            ("niti_update_s8",),
+            mode=grads.rounding,
+        )
         return err_in if needs_input_error else None
     b.tensor(err_in, x_shape, "int8", "error")
     if isinstance(layer, ReLU):
         b.op(f"{layer.name}.bwd", "niti.relu_bwd", layer.name, "backward", (err, out), (err_in,), ("relu_bwd_s8",))
     elif isinstance(layer, MaxPool2d):
-        b.op(f"{layer.name}.bwd", "niti.maxpool_bwd", layer.name, "backward", (err, f"{layer.name}.argmax"),
-             (err_in,), ("maxpool_bwd_s8",), kernel=layer.kernel, stride=layer.stride, in_hw=x_shape[1:3])
+        b.op(
+            f"{layer.name}.bwd",
+            "niti.maxpool_bwd",
+            layer.name,
+            "backward",
+            (err, f"{layer.name}.argmax"),
+            (err_in,),
+            ("maxpool_bwd_s8",),
+            kernel=layer.kernel,
+            stride=layer.stride,
+            in_hw=x_shape[1:3],
+        )
     elif isinstance(layer, Flatten):
-        b.op(f"{layer.name}.bwd", "niti.reshape", layer.name, "backward", (err,), (err_in,), (), shape=x_shape,
-             alias=True)
+        b.op(
+            f"{layer.name}.bwd",
+            "niti.reshape",
+            layer.name,
+            "backward",
+            (err,),
+            (err_in,),
+            (),
+            shape=x_shape,
+            alias=True,
+        )
     elif isinstance(layer, Dropout):
-        b.op(f"{layer.name}.bwd", "niti.dropout_bwd", layer.name, "backward", (err, f"{layer.name}.mask"),
-             (err_in,), ())
+        b.op(
+            f"{layer.name}.bwd", "niti.dropout_bwd", layer.name, "backward", (err, f"{layer.name}.mask"), (err_in,), ()
+        )
     return err_in
 
 
 # ---------------------------------------------------------------- running ops
+
 
 def _rows(x: QTensor) -> np.ndarray:
     return x.q.reshape(x.q.shape[0], -1)
@@ -207,17 +351,16 @@ def _rows(x: QTensor) -> np.ndarray:
 # requantized product tells the executor its shift (ctx.note_shift): StepStats.shifts,
 # adaptive rescaling and the sliced runners read it there.
 
+
 def conv_fwd(backend, op, env, ctx) -> dict:
     x, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
-    q, shift = backend.conv2d_requant_s8(x.q, w.q, a["stride"], a["pad"], a["mode"], ctx.rng(op),
-                                         ctx.given_shift(op))
+    q, shift = backend.conv2d_requant_s8(x.q, w.q, a["stride"], a["pad"], a["mode"], ctx.rng(op), ctx.given_shift(op))
     return _product(op, ctx, x, w, q, shift)
 
 
 def dwconv_fwd(backend, op, env, ctx) -> dict:
     x, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
-    q, shift = backend.dwconv2d_requant_s8(x.q, w.q, a["stride"], a["pad"], a["mode"], ctx.rng(op),
-                                           ctx.given_shift(op))
+    q, shift = backend.dwconv2d_requant_s8(x.q, w.q, a["stride"], a["pad"], a["mode"], ctx.rng(op), ctx.given_shift(op))
     return _product(op, ctx, x, w, q, shift)
 
 
@@ -241,22 +384,25 @@ def linear_fwd(backend, op, env, ctx) -> dict:
 
 def conv_bwd_data(backend, op, env, ctx) -> dict:
     err, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
-    q, shift = backend.conv2d_bwd_data_requant_s8(err.q, w.q, a["stride"], a["pad"], a["in_hw"], a["mode"],
-                                                  ctx.rng(op), ctx.given_shift(op))
+    q, shift = backend.conv2d_bwd_data_requant_s8(
+        err.q, w.q, a["stride"], a["pad"], a["in_hw"], a["mode"], ctx.rng(op), ctx.given_shift(op)
+    )
     return _product(op, ctx, err, w, q, shift)
 
 
 def dwconv_bwd_data(backend, op, env, ctx) -> dict:
     err, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
-    q, shift = backend.dwconv2d_bwd_data_requant_s8(err.q, w.q, a["stride"], a["pad"], a["in_hw"], a["mode"],
-                                                    ctx.rng(op), ctx.given_shift(op))
+    q, shift = backend.dwconv2d_bwd_data_requant_s8(
+        err.q, w.q, a["stride"], a["pad"], a["in_hw"], a["mode"], ctx.rng(op), ctx.given_shift(op)
+    )
     return _product(op, ctx, err, w, q, shift)
 
 
 def linear_bwd_data(backend, op, env, ctx) -> dict:
     err, w = env[op.inputs[0]], env[op.inputs[1]]
-    q, shift = backend.gemm_requant_s8(_rows(err), np.ascontiguousarray(w.q.T), op.attrs["mode"], ctx.rng(op),
-                                       ctx.given_shift(op))
+    q, shift = backend.gemm_requant_s8(
+        _rows(err), np.ascontiguousarray(w.q.T), op.attrs["mode"], ctx.rng(op), ctx.given_shift(op)
+    )
     return _product(op, ctx, err, w, q, shift)
 
 
@@ -299,8 +445,11 @@ def maxpool_fwd(backend, op, env, ctx) -> dict:
 
 def maxpool_bwd(backend, op, env, ctx) -> dict:
     err, a = env[op.inputs[0]], op.attrs
-    return {op.outputs[0]: QTensor(backend.maxpool_bwd_s8(err.q, env[op.inputs[1]], a["kernel"], a["stride"],
-                                                          a["in_hw"]), err.e)}
+    return {
+        op.outputs[0]: QTensor(
+            backend.maxpool_bwd_s8(err.q, env[op.inputs[1]], a["kernel"], a["stride"], a["in_hw"]), err.e
+        )
+    }
 
 
 def reshape(backend, op, env, ctx) -> dict:
@@ -346,22 +495,34 @@ def update(backend, op, env, ctx) -> dict:
 
 
 OPS = {
-    "niti.conv_fwd": conv_fwd, "niti.linear_fwd": linear_fwd,
-    "niti.relu_fwd": relu_fwd, "niti.relu_bwd": relu_bwd,
-    "niti.maxpool_fwd": maxpool_fwd, "niti.maxpool_bwd": maxpool_bwd,
-    "niti.reshape": reshape, "niti.dropout_fwd": dropout_fwd, "niti.dropout_bwd": dropout_bwd,
+    "niti.conv_fwd": conv_fwd,
+    "niti.linear_fwd": linear_fwd,
+    "niti.relu_fwd": relu_fwd,
+    "niti.relu_bwd": relu_bwd,
+    "niti.maxpool_fwd": maxpool_fwd,
+    "niti.maxpool_bwd": maxpool_bwd,
+    "niti.reshape": reshape,
+    "niti.dropout_fwd": dropout_fwd,
+    "niti.dropout_bwd": dropout_bwd,
     "niti.loss_grad": loss_grad,
-    "niti.conv_bwd_data": conv_bwd_data, "niti.linear_bwd_data": linear_bwd_data,
-    "niti.conv_bwd_weight": conv_bwd_weight, "niti.linear_bwd_weight": linear_bwd_weight,
+    "niti.conv_bwd_data": conv_bwd_data,
+    "niti.linear_bwd_data": linear_bwd_data,
+    "niti.conv_bwd_weight": conv_bwd_weight,
+    "niti.linear_bwd_weight": linear_bwd_weight,
     "niti.update": update,
-    "niti.dwconv_fwd": dwconv_fwd, "niti.dwconv_bwd_data": dwconv_bwd_data, "niti.dwconv_bwd_weight": dwconv_bwd_weight,
-    "niti.conv_acc": conv_acc, "niti.linear_acc": linear_acc,
-    **int_residual.OPS, **int_mixed.OPS,
-    **fp32.OPS,            # the float layers of mixed-precision models (int_mixed.py)
+    "niti.dwconv_fwd": dwconv_fwd,
+    "niti.dwconv_bwd_data": dwconv_bwd_data,
+    "niti.dwconv_bwd_weight": dwconv_bwd_weight,
+    "niti.conv_acc": conv_acc,
+    "niti.linear_acc": linear_acc,
+    **int_residual.OPS,
+    **int_mixed.OPS,
+    **fp32.OPS,  # the float layers of mixed-precision models (int_mixed.py)
 }
 
 
 # ---------------------------------------------------------------- state and float boundaries
+
 
 def init_params(model, recipe, rng: np.random.Generator) -> dict:
     """Xavier-uniform weights quantized as NITI does (`weight_quant`)."""
@@ -372,7 +533,7 @@ def init_params(model, recipe, rng: np.random.Generator) -> dict:
         fan_in, fan_out = shape[-1] * receptive, shape[0] * receptive
         bound = np.sqrt(6.0 / (fan_in + fan_out))
         params[f"{layer.name}.w"] = numerics.quantize_weights(rng.uniform(-bound, bound, shape))
-    params.update(int_mixed.init_params(model))     # float batch norms and biases
+    params.update(int_mixed.init_params(model))  # float batch norms and biases
     return params
 
 
@@ -394,17 +555,24 @@ def logits_to_float(value) -> np.ndarray:
 # What NITI's kernels honour: int8 tensors with one power-of-two exponent each, its
 # integer loss and update. Other values are refused at load instead of being ignored.
 SUPPORTED = {
-    "integer": (True,), "tensors.*.format": ("int",), "tensors.*.bits": (8,), "tensors.*.scale": ("pow2",),
-    "tensors.*.granularity": ("tensor",), "tensors.*.rounding": ("round", "psto", "sto"),
+    "integer": (True,),
+    "tensors.*.format": ("int",),
+    "tensors.*.bits": (8,),
+    "tensors.*.scale": ("pow2",),
+    "tensors.*.granularity": ("tensor",),
+    "tensors.*.rounding": ("round", "psto", "sto"),
     "tensors.*.exponent_bits": (0,),
     # rounding is read for activations, errors and gradients (the update rounds with the
     # gradients' mode); the weights' and updates' entries only describe NITI, so they hold
     # the shipped values
-    "tensors.weights.rounding": ("round",), "tensors.updates.rounding": ("psto",),
+    "tensors.weights.rounding": ("round",),
+    "tensors.updates.rounding": ("psto",),
     # only activations and errors rescale (rescale.py); the weights' exponents stay fixed
-    "tensors.weights.rescale.policy": ("fixed",), "tensors.gradients.rescale.policy": ("dynamic",),
+    "tensors.weights.rescale.policy": ("fixed",),
+    "tensors.gradients.rescale.policy": ("dynamic",),
     "tensors.updates.rescale.policy": ("dynamic",),
-    "loss.kind": ("niti_int_ce",), "optimizer.kind": ("niti_sgd",),
+    "loss.kind": ("niti_int_ce",),
+    "optimizer.kind": ("niti_sgd",),
 }
 
 

@@ -18,6 +18,7 @@ Tiny On-device Learning", USENIX ATC 2021).
 Emulated: float tensors between ops with exact quantize/dequantize, as the paper
 evaluates; the int8 products are real int8 products on whatever backend runs them.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,8 +28,8 @@ import numpy as np
 from ..nn import Conv2d, Linear
 from ._emulated import Emulated, module_contract
 from ._products import int8_product, product
-from ._recipe_numerics import Numerics
 from ._quant import PRC_CANDIDATES, Scaled, quantize_int
+from ._recipe_numerics import Numerics
 
 
 def _unit_interval(value):
@@ -64,9 +65,15 @@ class OctoNumerics(Numerics):
         momentum = float(self.param(ctx.recipe, "prc_momentum", 0.1))
         # range, ratio search and quantizer in one hook: one pass finds the error's nonzero
         # values (most are zero behind ReLU and max-pool), the others run over those
-        q, step, ratio = backend.prc_quantize(np.asarray(err, np.float32), float(state[0]), momentum,
-                                              PRC_CANDIDATES, fmt.bits, fmt.rounding if fmt.rounding != "none" else "round",
-                                              ctx.rng(op))
+        q, step, ratio = backend.prc_quantize(
+            np.asarray(err, np.float32),
+            float(state[0]),
+            momentum,
+            PRC_CANDIDATES,
+            fmt.bits,
+            fmt.rounding if fmt.rounding != "none" else "round",
+            ctx.rng(op),
+        )
         return Scaled(q, step), [np.array(ratio, np.float32)]
 
     # ------------------------------------------------------------ the compensation layer
@@ -85,11 +92,19 @@ class OctoNumerics(Numerics):
         if product.name == f"{layer.name}.fwd" and len(product.inputs) == 2:
             # no bias between them: the product op applies the layer as its sums become floats,
             # one op and one pass fewer (the raw product stays an output: comp_bwd reads it)
-            b.ops[-1] = dataclasses.replace(product, kind="octo.product_comp", inputs=(*product.inputs, scale, shift),
-                                            outputs=(out, comp))
+            b.ops[-1] = dataclasses.replace(
+                product, kind="octo.product_comp", inputs=(*product.inputs, scale, shift), outputs=(out, comp)
+            )
             return comp
-        b.op(f"{layer.name}.comp_fwd", "octo.comp_fwd", layer.name, "forward", (out, scale, shift), (comp,),
-             ("compensation_fwd",))
+        b.op(
+            f"{layer.name}.comp_fwd",
+            "octo.comp_fwd",
+            layer.name,
+            "forward",
+            (out, scale, shift),
+            (comp,),
+            ("compensation_fwd",),
+        )
         return comp
 
     def before_backward(self, engine, b, layer, err):
@@ -100,8 +115,15 @@ class OctoNumerics(Numerics):
         err_raw = b.tensor(f"err.{layer.name}.comp", b.tensors[raw].shape, "float32", "error")
         g_scale = b.tensor(f"{scale}.grad", b.tensors[scale].shape, "float32", "grad")
         g_shift = b.tensor(f"{shift}.grad", b.tensors[shift].shape, "float32", "grad")
-        b.op(f"{layer.name}.comp_bwd", "octo.comp_bwd", layer.name, "backward", (err, raw, scale),
-             (err_raw, g_scale, g_shift), ("compensation_bwd",))
+        b.op(
+            f"{layer.name}.comp_bwd",
+            "octo.comp_bwd",
+            layer.name,
+            "backward",
+            (err, raw, scale),
+            (err_raw, g_scale, g_shift),
+            ("compensation_bwd",),
+        )
         return err_raw
 
     def layer_update_extras(self, b, layer):
@@ -118,8 +140,9 @@ class OctoNumerics(Numerics):
         each (the same arithmetic as `update`), in one call."""
         o = ctx.recipe.optimizer
         lr = o.lr * ctx.lr_factor()
-        done = backend.sgd_f32_group([(w, grad, state[0]) for w, grad, state in params], lr, o.momentum,
-                                     o.weight_decay, o.nesterov)
+        done = backend.sgd_f32_group(
+            [(w, grad, state[0]) for w, grad, state in params], lr, o.momentum, o.weight_decay, o.nesterov
+        )
         return [(w, [v]) for w, v in done]
 
     def extra_init(self, layer, rng):
@@ -154,7 +177,7 @@ def product_comp(backend, op, env, ctx) -> dict:
     a, w, scale, shift = (env[t] for t in op.inputs)
     kind, attrs = op.attrs["role"], op.attrs
     relu = attrs.get("relu", False)
-    if a.scalar_int8 and w.scalar_int8:   # one pass turns the sums into both floats
+    if a.scalar_int8 and w.scalar_int8:  # one pass turns the sums into both floats
         acc = int8_product(backend, kind, a.q, w.q, attrs)
         z, y = backend.dequantize_compensate(acc, float(a.scale) * float(w.scale), scale, shift, True, relu)
     else:
@@ -169,12 +192,33 @@ def pool_comp_bwd(backend, op, env, ctx) -> dict:
     """A max-pool's backward folded into the compensation's (algorithms/_fusions.py): inputs
     (err, argmax, z, scale[, gate]), outputs comp_bwd's."""
     err, argmax, z, scale, *gate = (env[t] for t in op.inputs)
-    return dict(zip(op.outputs, backend.pool_compensation_bwd(err, gate[0] if gate else None, argmax, op.attrs["kernel"],
-                                                              op.attrs["stride"], z, scale)))
+    return dict(
+        zip(
+            op.outputs,
+            backend.pool_compensation_bwd(
+                err, gate[0] if gate else None, argmax, op.attrs["kernel"], op.attrs["stride"], z, scale
+            ),
+        )
+    )
 
 
-OctoNumerics.extra_ops = {"octo.comp_fwd": comp_fwd, "octo.product_comp": product_comp, "octo.comp_bwd": comp_bwd,
-                          "octo.pool_comp_bwd": pool_comp_bwd}
+OctoNumerics.extra_ops = {
+    "octo.comp_fwd": comp_fwd,
+    "octo.product_comp": product_comp,
+    "octo.comp_bwd": comp_bwd,
+    "octo.pool_comp_bwd": pool_comp_bwd,
+}
 ENGINE = Emulated(OctoNumerics())
-(ACTIVATION_DTYPE, check_recipe, check_model, forward, loss, backward, join_errors, OPS, init_params,
- prepare_input, logits_to_float) = module_contract(ENGINE)
+(
+    ACTIVATION_DTYPE,
+    check_recipe,
+    check_model,
+    forward,
+    loss,
+    backward,
+    join_errors,
+    OPS,
+    init_params,
+    prepare_input,
+    logits_to_float,
+) = module_contract(ENGINE)

@@ -22,6 +22,7 @@ Emulated: values on these integer grids are held in float arrays between ops and
 int8 products run on the int8 hooks; batch norm and the update compute in float64 on
 grid values and round back onto their grids.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -31,14 +32,14 @@ import numpy as np
 from ..numerics import QTensor
 from . import _float_layers as fl
 from ._emulated import Emulated, module_contract
-from ._recipe_numerics import Numerics
 from ._quant import Scaled, quantize_int, quantize_int_numpy
+from ._recipe_numerics import Numerics
 
 ACCUMULATOR_BITS = 24
 WEIGHT_BITS = 8
 STAT_BITS = 16
 MOMENTUM_BITS = 16
-COEFFICIENT_BITS = 8      # learning rate and momentum coefficient
+COEFFICIENT_BITS = 8  # learning rate and momentum coefficient
 
 
 def on_grid(x, bits, rounding="round", rng=None) -> np.ndarray:
@@ -64,8 +65,12 @@ def _first_last(value):
     return None if value in ("int8", "float32") else "must be 'int8' or 'float32'"
 
 
-BN_GRIDS = fl.BNGrids(stat=lambda x: on_grid(x, STAT_BITS), affine=lambda x: on_grid(x, WEIGHT_BITS),
-                      error=lambda x: on_grid(x, 8), bits=(STAT_BITS, WEIGHT_BITS, 8))   # bn_*_grid_f32
+BN_GRIDS = fl.BNGrids(
+    stat=lambda x: on_grid(x, STAT_BITS),
+    affine=lambda x: on_grid(x, WEIGHT_BITS),
+    error=lambda x: on_grid(x, 8),
+    bits=(STAT_BITS, WEIGHT_BITS, 8),
+)  # bn_*_grid_f32
 
 
 class WAGEUBNNumerics(Numerics):
@@ -73,19 +78,27 @@ class WAGEUBNNumerics(Numerics):
     weight_dtype = "int32"
     bn_grids = BN_GRIDS
     known_params = {"first_last": _first_last}
-    quant_hooks = ("absmax_f", "quantize_f", "shift_round")   # shift_round: the weights' top 8 bits
+    quant_hooks = ("absmax_f", "quantize_f", "shift_round")  # shift_round: the weights' top 8 bits
     # weights are WEIGHT_BITS of a 24-bit accumulator, rounded to nearest; activations and
     # errors round to nearest, gradients stochastically, all int with power-of-two scales:
     # only their bits are read (activations, errors, gradients)
-    supported = {"tensors.*.format": ("int",), "tensors.*.scale": ("pow2",), "tensors.*.granularity": ("tensor",),
-                 "tensors.*.exponent_bits": (0,),
-                 "tensors.weights.bits": (WEIGHT_BITS,), "tensors.updates.bits": (ACCUMULATOR_BITS,),
-                 "tensors.weights.rounding": ("round",), "tensors.activations.rounding": ("round",),
-                 "tensors.errors.rounding": ("round",), "tensors.gradients.rounding": ("sto",),
-                 "tensors.updates.rounding": ("round",),
-                 # only activations and errors rescale (rescale.py): the weights' 24-bit grid is fixed
-                 "tensors.weights.rescale.policy": ("fixed",), "tensors.gradients.rescale.policy": ("dynamic",),
-                 "tensors.updates.rescale.policy": ("dynamic",)}
+    supported = {
+        "tensors.*.format": ("int",),
+        "tensors.*.scale": ("pow2",),
+        "tensors.*.granularity": ("tensor",),
+        "tensors.*.exponent_bits": (0,),
+        "tensors.weights.bits": (WEIGHT_BITS,),
+        "tensors.updates.bits": (ACCUMULATOR_BITS,),
+        "tensors.weights.rounding": ("round",),
+        "tensors.activations.rounding": ("round",),
+        "tensors.errors.rounding": ("round",),
+        "tensors.gradients.rounding": ("sto",),
+        "tensors.updates.rounding": ("round",),
+        # only activations and errors rescale (rescale.py): the weights' 24-bit grid is fixed
+        "tensors.weights.rescale.policy": ("fixed",),
+        "tensors.gradients.rescale.policy": ("dynamic",),
+        "tensors.updates.rescale.policy": ("dynamic",),
+    }
 
     def _float_layer(self, ctx, op):
         return self.param(ctx.recipe, "first_last", "int8") == "float32" and op.attrs["position"] != "middle"
@@ -112,19 +125,35 @@ class WAGEUBNNumerics(Numerics):
     # wageubn_update: a conv/linear weight's accumulator; absmax_f, quantize_f: the float
     # parameters' (batch norm's gamma and beta, biases) grids
     update_hooks = ("wageubn_update", "absmax_f", "quantize_f")
-    update_bytes_per_element = 12   # wageubn_update's double sums and int16 codes (cpu_ops/update_wageubn.cpp)
+    update_bytes_per_element = 12  # wageubn_update's double sums and int16 codes (cpu_ops/update_wageubn.cpp)
 
     def update(self, backend, w, grad, state, ctx, op):
         o = ctx.recipe.optimizer
         lr = scalar_on_grid(o.lr * ctx.lr_factor(), COEFFICIENT_BITS)
         momentum = scalar_on_grid(o.momentum, COEFFICIENT_BITS)
-        if isinstance(w, QTensor):    # a conv/linear weight: the whole update is one hook
-            q, m = backend.wageubn_update(w.q, w.e, grad, state[0], lr, momentum, o.weight_decay,
-                                          ctx.recipe.tensors.gradients.bits, MOMENTUM_BITS, ACCUMULATOR_BITS, ctx.rng(op))
+        if isinstance(w, QTensor):  # a conv/linear weight: the whole update is one hook
+            q, m = backend.wageubn_update(
+                w.q,
+                w.e,
+                grad,
+                state[0],
+                lr,
+                momentum,
+                o.weight_decay,
+                ctx.recipe.tensors.gradients.bits,
+                MOMENTUM_BITS,
+                ACCUMULATOR_BITS,
+                ctx.rng(op),
+            )
             return QTensor(q, w.e), [m]
         current = np.asarray(w, np.float64)
-        g = on_grid_hooks(backend, np.asarray(grad, np.float64) + o.weight_decay * current,
-                          ctx.recipe.tensors.gradients.bits, "sto", ctx.rng(op))
+        g = on_grid_hooks(
+            backend,
+            np.asarray(grad, np.float64) + o.weight_decay * current,
+            ctx.recipe.tensors.gradients.bits,
+            "sto",
+            ctx.rng(op),
+        )
         m = on_grid_hooks(backend, momentum * np.asarray(state[0], np.float64) + g, MOMENTUM_BITS)
         return on_grid(current - lr * m, ACCUMULATOR_BITS).astype(np.float32), [m.astype(np.float32)]
 
@@ -137,5 +166,16 @@ def to_accumulator(w: np.ndarray) -> QTensor:
 
 
 ENGINE = Emulated(WAGEUBNNumerics())
-(ACTIVATION_DTYPE, check_recipe, check_model, forward, loss, backward, join_errors, OPS, init_params,
- prepare_input, logits_to_float) = module_contract(ENGINE)
+(
+    ACTIVATION_DTYPE,
+    check_recipe,
+    check_model,
+    forward,
+    loss,
+    backward,
+    join_errors,
+    OPS,
+    init_params,
+    prepare_input,
+    logits_to_float,
+) = module_contract(ENGINE)

@@ -5,6 +5,7 @@ backends/ (the CLI's choices, the config's validation, placement, co-scheduling)
 these names. PRIORITY is the placement order: an op goes to the first backend that is
 available and supports it; `ref` (NumPy) comes last and supports everything.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -13,9 +14,9 @@ import inspect
 from .base import Backend
 
 PRIORITY = ("dsp", "cpu", "ref")
-CHOICES = ("auto", *PRIORITY)   # --backend and a run's `backend:`
-ACCELERATOR = "dsp"   # the offload target: the device profile's `dsp.*`, co-scheduling's second processor
-HOST = "cpu"          # the host's native kernels: where ops the accelerator declines go
+CHOICES = ("auto", *PRIORITY)  # --backend and a run's `backend:`
+ACCELERATOR = "dsp"  # the offload target: the device profile's `dsp.*`, co-scheduling's second processor
+HOST = "cpu"  # the host's native kernels: where ops the accelerator declines go
 # The device profile part (configs/devices/*.yaml: dsp.*, cpu.*) whose speeds and memories
 # each backend runs with.
 PROCESSOR = {"dsp": "dsp", "cpu": "cpu", "ref": "cpu"}
@@ -55,7 +56,7 @@ def select(choice: str) -> dict[str, Backend]:
 
     if choice not in CHOICES:
         raise UserError(f"backend {choice!r} is not one of {', '.join(CHOICES)}")
-    wanted = PRIORITY[PRIORITY.index(choice):] if choice != "auto" else PRIORITY
+    wanted = PRIORITY[PRIORITY.index(choice) :] if choice != "auto" else PRIORITY
     found = availability()
     chosen = {}
     for name in wanted:

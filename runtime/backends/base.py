@@ -10,6 +10,7 @@ Required hooks raise `NotImplementedError("<backend>: needs <hook>")`. Optional 
 only to go faster (a fused epilogue, a kernel that stays on the device).
 Every hook returns exactly what `ops_ref` returns, bit for bit, for integer dtypes.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -108,13 +109,15 @@ class Backend:
         N*OH*OW*127*127 >= 2**31)."""
         self._needs("dwconv2d_bwd_weight_s8")
 
-    def dwconv2d_requant_s8(self, x, w, stride: int, pad: int, mode: str, rng: RngKey | None,
-                            shift: int | None = None) -> tuple[np.ndarray, int]:
+    def dwconv2d_requant_s8(
+        self, x, w, stride: int, pad: int, mode: str, rng: RngKey | None, shift: int | None = None
+    ) -> tuple[np.ndarray, int]:
         """(optional) dwconv2d_s8 then requantize, so the int32 sums can stay in cache."""
         return self.requantize(self.dwconv2d_s8(x, w, stride, pad), mode, rng, shift)
 
-    def dwconv2d_bwd_data_requant_s8(self, err, w, stride: int, pad: int, in_hw, mode: str,
-                                     rng: RngKey | None, shift: int | None = None) -> tuple[np.ndarray, int]:
+    def dwconv2d_bwd_data_requant_s8(
+        self, err, w, stride: int, pad: int, in_hw, mode: str, rng: RngKey | None, shift: int | None = None
+    ) -> tuple[np.ndarray, int]:
         """(optional) dwconv2d_bwd_data_s8 then requantize."""
         return self.requantize(self.dwconv2d_bwd_data_s8(err, w, stride, pad, in_hw), mode, rng, shift)
 
@@ -140,8 +143,9 @@ class Backend:
         self._needs("shift_round")
 
     # ------------------------------------------------------------ epilogue (optional)
-    def requantize(self, acc, mode: str, rng: RngKey | None, shift: int | None = None,
-                   bits: int = 8) -> tuple[np.ndarray, int]:
+    def requantize(
+        self, acc, mode: str, rng: RngKey | None, shift: int | None = None, bits: int = 8
+    ) -> tuple[np.ndarray, int]:
         """(optional) Range estimate + shift in one call. Returns (int8 tensor, shift used).
 
         `shift=None`: the shift is estimated, `activation_shift(absmax(acc), bits)`.
@@ -159,18 +163,19 @@ class Backend:
             shift = needed
         return self.shift_round(acc, shift, mode, rng), shift
 
-    def conv2d_requant_s8(self, x, w, stride: int, pad: int, mode: str, rng: RngKey | None,
-                          shift: int | None = None) -> tuple[np.ndarray, int]:
+    def conv2d_requant_s8(
+        self, x, w, stride: int, pad: int, mode: str, rng: RngKey | None, shift: int | None = None
+    ) -> tuple[np.ndarray, int]:
         """(optional) conv2d_s8 then requantize, so the int32 accumulators can stay on the device."""
         return self.requantize(self.conv2d_s8(x, w, stride, pad), mode, rng, shift)
 
-    def gemm_requant_s8(self, a, b, mode: str, rng: RngKey | None,
-                        shift: int | None = None) -> tuple[np.ndarray, int]:
+    def gemm_requant_s8(self, a, b, mode: str, rng: RngKey | None, shift: int | None = None) -> tuple[np.ndarray, int]:
         """(optional) gemm_s8 then requantize."""
         return self.requantize(self.gemm_s8(a, b), mode, rng, shift)
 
-    def conv2d_bwd_data_requant_s8(self, err, w, stride: int, pad: int, in_hw, mode: str,
-                                   rng: RngKey | None, shift: int | None = None) -> tuple[np.ndarray, int]:
+    def conv2d_bwd_data_requant_s8(
+        self, err, w, stride: int, pad: int, in_hw, mode: str, rng: RngKey | None, shift: int | None = None
+    ) -> tuple[np.ndarray, int]:
         """(optional) conv2d_bwd_data_s8 then requantize."""
         return self.requantize(self.conv2d_bwd_data_s8(err, w, stride, pad, in_hw), mode, rng, shift)
 
@@ -324,8 +329,11 @@ class Backend:
         argmax) (gate None) or relu_maxpool_bwd_f32(err, gate, argmax), the same bits.
         Default: the two hooks."""
         in_hw = tuple(z.shape[1:3])
-        dx = (self.maxpool_bwd_f32(err, argmax, kernel, stride, in_hw) if gate is None
-              else self.relu_maxpool_bwd_f32(err, gate, argmax, kernel, stride, in_hw))
+        dx = (
+            self.maxpool_bwd_f32(err, argmax, kernel, stride, in_hw)
+            if gate is None
+            else self.relu_maxpool_bwd_f32(err, gate, argmax, kernel, stride, in_hw)
+        )
         return self.compensation_bwd(dx, z, scale)
 
     def compensation_fwd(self, z, scale, shift):
@@ -397,8 +405,9 @@ class Backend:
         int64 labels, in float64 inside: within a float32 ulp of ops_ref (exp and the row's sum order)."""
         self._needs("softmax_xent_grad_f32")
 
-    def bn_fwd_grid_f32(self, x, gamma, beta, mean, var, training: bool, momentum: float, eps: float,
-                        stat_bits: int, affine_bits: int):
+    def bn_fwd_grid_f32(
+        self, x, gamma, beta, mean, var, training: bool, momentum: float, eps: float, stat_bits: int, affine_bits: int
+    ):
         """bn_fwd_f32 with WAGEUBN's grids (float_ops.Pow2Grids): mean, variance, 1/std and x-hat on a
         `stat_bits` power-of-two grid fitted to each's range, gamma and beta on an `affine_bits` one."""
         self._needs("bn_fwd_grid_f32")
@@ -430,8 +439,20 @@ class Backend:
         """The input error (N, H, W, C) of maxpool_pad_f32, exact (added in maxpool_bwd_f32's order)."""
         self._needs("maxpool_pad_bwd_f32")
 
-    def wageubn_update(self, q, e: int, grad, m, lr: float, momentum: float, weight_decay: float, grad_bits: int,
-                       momentum_bits: int, acc_bits: int, rng):
+    def wageubn_update(
+        self,
+        q,
+        e: int,
+        grad,
+        m,
+        lr: float,
+        momentum: float,
+        weight_decay: float,
+        grad_bits: int,
+        momentum_bits: int,
+        acc_bits: int,
+        rng,
+    ):
         """WAGEUBN's update of int32 weights q * 2**e (float_ops.wageubn_update): (new q, new
         float32 momentum), bit-exact."""
         self._needs("wageubn_update")

@@ -3,6 +3,7 @@
 Keep in step with ops.h; the emulated server reports sizeof/offsetof at its
 handshake (`check_hello`) and tests/backend/test_dsp_abi.py compares the two.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -17,15 +18,25 @@ OP_MAXPOOL_BWD_S8, OP_NITI_UPDATE_S8, OP_DEBUG_SLEEP, OP_DEBUG_CRASH = 10, 11, 1
 # depthwise: weights (and the weight gradient) tap-major, w[KH, KW, C]
 OP_DWCONV2D_S8, OP_DWCONV2D_BWD_DATA_S8, OP_DWCONV2D_BWD_WEIGHT_S8, OP_COUNT = 14, 15, 16, 17
 DW_OPS = (OP_DWCONV2D_S8, OP_DWCONV2D_BWD_DATA_S8, OP_DWCONV2D_BWD_WEIGHT_S8)
-PATH_OPS = DW_OPS + (OP_CONV2D_S8, OP_CONV2D_BWD_DATA_S8, OP_CONV2D_BWD_WEIGHT_S8)   # report their path
+PATH_OPS = DW_OPS + (OP_CONV2D_S8, OP_CONV2D_BWD_DATA_S8, OP_CONV2D_BWD_WEIGHT_S8)  # report their path
 
 OP_NAMES = {
-    OP_NOP: "nop", OP_GEMM_S8: "gemm_s8", OP_CONV2D_S8: "conv2d_s8",
-    OP_CONV2D_BWD_DATA_S8: "conv2d_bwd_data_s8", OP_CONV2D_BWD_WEIGHT_S8: "conv2d_bwd_weight_s8",
-    OP_REQUANT: "requant", OP_ABSMAX: "absmax", OP_RELU_S8: "relu_s8", OP_RELU_BWD_S8: "relu_bwd_s8",
-    OP_MAXPOOL_S8: "maxpool_s8", OP_MAXPOOL_BWD_S8: "maxpool_bwd_s8",
-    OP_NITI_UPDATE_S8: "niti_update_s8", OP_DEBUG_SLEEP: "debug_sleep", OP_DEBUG_CRASH: "debug_crash",
-    OP_DWCONV2D_S8: "dwconv2d_s8", OP_DWCONV2D_BWD_DATA_S8: "dwconv2d_bwd_data_s8",
+    OP_NOP: "nop",
+    OP_GEMM_S8: "gemm_s8",
+    OP_CONV2D_S8: "conv2d_s8",
+    OP_CONV2D_BWD_DATA_S8: "conv2d_bwd_data_s8",
+    OP_CONV2D_BWD_WEIGHT_S8: "conv2d_bwd_weight_s8",
+    OP_REQUANT: "requant",
+    OP_ABSMAX: "absmax",
+    OP_RELU_S8: "relu_s8",
+    OP_RELU_BWD_S8: "relu_bwd_s8",
+    OP_MAXPOOL_S8: "maxpool_s8",
+    OP_MAXPOOL_BWD_S8: "maxpool_bwd_s8",
+    OP_NITI_UPDATE_S8: "niti_update_s8",
+    OP_DEBUG_SLEEP: "debug_sleep",
+    OP_DEBUG_CRASH: "debug_crash",
+    OP_DWCONV2D_S8: "dwconv2d_s8",
+    OP_DWCONV2D_BWD_DATA_S8: "dwconv2d_bwd_data_s8",
     OP_DWCONV2D_BWD_WEIGHT_S8: "dwconv2d_bwd_weight_s8",
 }
 
@@ -35,15 +46,30 @@ OK, NO_SUPPORT, BAD_PARAMS, INTERNAL = 0, 1, 2, 3
 STATUS_NAMES = {OK: "OK", NO_SUPPORT: "NO_SUPPORT", BAD_PARAMS: "BAD_PARAMS", INTERNAL: "INTERNAL"}
 ROUND_MODES = {"round": 0, "psto": 1, "sto": 2}
 # enum dspt_path: which path a convolution product took (its result_shift)
-PATH_NAMES = {0: "none", 1: "dw_flat", 2: "dw_blocks", 3: "dw_classes", 4: "dw_image_quads",
-              5: "dw_column_quads", 6: "pointwise", 7: "conv_taps", 8: "conv_lanes", 9: "conv_grid",
-              10: "conv_padded", 11: "im2col_gemm", 12: "flipped_gemm", 13: "gather_gemm", 14: "col2im",
-              15: "planar", 16: "wgrad_gemm"}
+PATH_NAMES = {
+    0: "none",
+    1: "dw_flat",
+    2: "dw_blocks",
+    3: "dw_classes",
+    4: "dw_image_quads",
+    5: "dw_column_quads",
+    6: "pointwise",
+    7: "conv_taps",
+    8: "conv_lanes",
+    9: "conv_grid",
+    10: "conv_padded",
+    11: "im2col_gemm",
+    12: "flipped_gemm",
+    13: "gather_gemm",
+    14: "col2im",
+    15: "planar",
+    16: "wgrad_gemm",
+}
 SHIFT_ESTIMATE = -1
-F_SATURATE_CHECK = 2   # REQUANT: a given shift that would saturate gives way to the estimate
+F_SATURATE_CHECK = 2  # REQUANT: a given shift that would saturate gives way to the estimate
 F_ACCUMULATE = 1
 
-MAX_THREADS = 8        # DSPT_MAX_THREADS: HVX contexts an op may be split across
+MAX_THREADS = 8  # DSPT_MAX_THREADS: HVX contexts an op may be split across
 RING_SLOTS = 64
 RING_OFFSET = 4096
 TENSOR_OFFSET = RING_OFFSET + 65536
@@ -58,18 +84,37 @@ class Rng(ctypes.Structure):
 
 
 class Cost(ctypes.Structure):
-    _fields_ = [("packets", _u32), ("insns", _u32), ("hvx", _u32), ("critical", _u32),
-                ("thread_packets", _u32 * MAX_THREADS)]
+    _fields_ = [
+        ("packets", _u32),
+        ("insns", _u32),
+        ("hvx", _u32),
+        ("critical", _u32),
+        ("thread_packets", _u32 * MAX_THREADS),
+    ]
 
 
 class OpDesc(ctypes.Structure):
     _fields_ = [
-        ("op", _u32), ("dtype", _u32), ("in_", _u32 * 2), ("out", _u32 * 2),
-        ("shape_a", _i32 * 4), ("shape_b", _i32 * 4), ("shape_out", _i32 * 4),
-        ("stride", _i32), ("pad", _i32), ("kernel_h", _i32), ("kernel_w", _i32),
-        ("round_mode", _i32), ("shift", _i32), ("bits", _i32), ("flags", _u32),
+        ("op", _u32),
+        ("dtype", _u32),
+        ("in_", _u32 * 2),
+        ("out", _u32 * 2),
+        ("shape_a", _i32 * 4),
+        ("shape_b", _i32 * 4),
+        ("shape_out", _i32 * 4),
+        ("stride", _i32),
+        ("pad", _i32),
+        ("kernel_h", _i32),
+        ("kernel_w", _i32),
+        ("round_mode", _i32),
+        ("shift", _i32),
+        ("bits", _i32),
+        ("flags", _u32),
         ("rng", Rng),
-        ("status", _i32), ("result_shift", _i32), ("result_absmax", _u32), ("threads", _u32),
+        ("status", _i32),
+        ("result_shift", _i32),
+        ("result_absmax", _u32),
+        ("threads", _u32),
         ("cost", Cost),
     ]
 
@@ -83,22 +128,35 @@ class Reply(ctypes.Structure):
 
 
 class Hello(ctypes.Structure):
-    _fields_ = [("magic", _u32), ("abi_version", _u32), ("sizeof_desc", _u32),
-                ("offsetof_rng", _u32), ("offsetof_status", _u32), ("offsetof_cost", _u32),
-                ("op_mask", _u32), ("arena_bytes", _u32)]
+    _fields_ = [
+        ("magic", _u32),
+        ("abi_version", _u32),
+        ("sizeof_desc", _u32),
+        ("offsetof_rng", _u32),
+        ("offsetof_status", _u32),
+        ("offsetof_cost", _u32),
+        ("op_mask", _u32),
+        ("arena_bytes", _u32),
+    ]
 
 
 def expected_layout() -> dict[str, int]:
     """The layout facts the DSP reports at its handshake, as this mirror sees them."""
-    return {"sizeof_desc": ctypes.sizeof(OpDesc), "offsetof_rng": OpDesc.rng.offset,
-            "offsetof_status": OpDesc.status.offset, "offsetof_cost": OpDesc.cost.offset}
+    return {
+        "sizeof_desc": ctypes.sizeof(OpDesc),
+        "offsetof_rng": OpDesc.rng.offset,
+        "offsetof_status": OpDesc.status.offset,
+        "offsetof_cost": OpDesc.cost.offset,
+    }
 
 
 def check_hello(hello: Hello) -> None:
     """Raise ValueError naming the field when the DSP's ops.h and this mirror disagree."""
     if hello.magic != MAGIC or hello.abi_version != ABI_VERSION:
-        raise ValueError(f"DSP speaks ABI {hello.abi_version:#x} (magic {hello.magic:#x}), "
-                         f"host speaks {ABI_VERSION} (magic {MAGIC:#x})")
+        raise ValueError(
+            f"DSP speaks ABI {hello.abi_version:#x} (magic {hello.magic:#x}), "
+            f"host speaks {ABI_VERSION} (magic {MAGIC:#x})"
+        )
     for field, want in expected_layout().items():
         got = getattr(hello, field)
         if got != want:
@@ -119,19 +177,26 @@ def desc_bytes(d: OpDesc) -> int:
     """Bytes the op reads and writes in the arena (DDR on a phone), from its shapes:
     the cost model's memory term (runtime/cost.py)."""
     a, b, out = _count(d.shape_a), _count(d.shape_b), _count(d.shape_out)
-    if d.op in (OP_GEMM_S8, OP_CONV2D_S8, OP_CONV2D_BWD_DATA_S8, OP_CONV2D_BWD_WEIGHT_S8,
-                OP_DWCONV2D_S8, OP_DWCONV2D_BWD_DATA_S8, OP_DWCONV2D_BWD_WEIGHT_S8):
-        return a + b + 4 * out                       # int8 operands, int32 accumulators
+    if d.op in (
+        OP_GEMM_S8,
+        OP_CONV2D_S8,
+        OP_CONV2D_BWD_DATA_S8,
+        OP_CONV2D_BWD_WEIGHT_S8,
+        OP_DWCONV2D_S8,
+        OP_DWCONV2D_BWD_DATA_S8,
+        OP_DWCONV2D_BWD_WEIGHT_S8,
+    ):
+        return a + b + 4 * out  # int8 operands, int32 accumulators
     if d.op in (OP_REQUANT, OP_ABSMAX):
         return _ITEM.get(d.dtype, 4) * a + (a if d.op == OP_REQUANT else 0)
     if d.op == OP_NITI_UPDATE_S8:
-        return a + 4 * a + a                         # w, int32 gradient, w'
+        return a + 4 * a + a  # w, int32 gradient, w'
     if d.op in (OP_RELU_S8,):
         return 2 * a
     if d.op in (OP_RELU_BWD_S8,):
         return 3 * a
     if d.op == OP_MAXPOOL_S8:
-        return a + 2 * out                           # values and argmax bytes
+        return a + 2 * out  # values and argmax bytes
     if d.op == OP_MAXPOOL_BWD_S8:
         return 2 * a + out
     return 0

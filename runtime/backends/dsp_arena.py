@@ -7,6 +7,7 @@ the last array (or view of it) is gone, so a view that comes back as an input is
 recognised by its address and used in place -- weights updated on the DSP never
 leave it (subgraph reuse).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -27,7 +28,7 @@ class Arena:
         self.nbytes = nbytes
         self._mv = memoryview(buffer).cast("B")
         self.base = np.frombuffer(self._mv, np.uint8).ctypes.data
-        self._lock = threading.RLock()   # finalizers may run inside alloc()
+        self._lock = threading.RLock()  # finalizers may run inside alloc()
         # the last vector stays free: kernels read whole unaligned vectors, up to 127 bytes
         # past a tensor's end (dsp_kernels/conv.c), which must still be mapped memory
         self._free = [(dsp_abi.TENSOR_OFFSET, nbytes - dsp_abi.TENSOR_OFFSET - dsp_abi.ALIGN)]  # sorted (off, len)
@@ -45,8 +46,10 @@ class Arena:
                         self._free[i] = (off + size, length - size)
                     self._live[off] = size
                     return off
-        raise ArenaFull(f"DSP arena of {self.nbytes >> 20} MiB has no {size} free bytes "
-                        f"({self.bytes_live() >> 20} MiB live); raise DSPTRAIN_DSP_ARENA_MB")
+        raise ArenaFull(
+            f"DSP arena of {self.nbytes >> 20} MiB has no {size} free bytes "
+            f"({self.bytes_live() >> 20} MiB live); raise DSPTRAIN_DSP_ARENA_MB"
+        )
 
     def free(self, off: int) -> None:
         with self._lock:
@@ -83,7 +86,7 @@ class Arena:
         count = int(np.prod(shape, dtype=np.int64))
         owner = np.frombuffer(self._mv, np.uint8, max(count * dtype.itemsize, 1), off)
         weakref.finalize(owner, self.free, off)
-        return owner[:count * dtype.itemsize].view(dtype).reshape(shape)
+        return owner[: count * dtype.itemsize].view(dtype).reshape(shape)
 
     def find(self, array: np.ndarray) -> int | None:
         """The arena offset of a C-contiguous array lying inside one live region, else None."""

@@ -4,6 +4,7 @@ The build goes to a cache directory keyed by a hash of the kernel sources
 (~/.cache/dsptrain/dsp-<hash>/, or $DSPTRAIN_CACHE), so editing a kernel rebuilds it
 and concurrent processes share one build (a file lock serialises them).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -52,14 +53,14 @@ def ensure_server() -> Path:
         raise RuntimeError(f"DSP kernel sources not found in {src} (set DSPTRAIN_DSP_KERNELS)")
     missing = [p for p in missing_tools() if p != "qemu-user"]
     if missing:
-        raise RuntimeError(f"cannot build the emulated DSP: missing {', '.join(missing)}; "
-                           f"{INSTALL_HINT}")
+        raise RuntimeError(f"cannot build the emulated DSP: missing {', '.join(missing)}; {INSTALL_HINT}")
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / "build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not target.exists():
-            proc = subprocess.run(["make", "-s", "-C", str(src), f"BUILD={target.parent}"],
-                                  capture_output=True, text=True)
+            proc = subprocess.run(
+                ["make", "-s", "-C", str(src), f"BUILD={target.parent}"], capture_output=True, text=True
+            )
             if proc.returncode != 0 or not target.exists():
                 raise RuntimeError(f"building the emulated DSP failed:\n{proc.stdout}{proc.stderr}")
     return target

@@ -6,6 +6,7 @@ stdin, one `dspt_reply` back on its stdout (read with a timeout). A dead, hung o
 confused server raises BackendError and is killed; the next batch starts a new one
 on the same arena, so tensors resident in the arena survive the restart.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -48,7 +49,7 @@ class EmulatedTransport:
         self._mm = mmap.mmap(fd, arena_bytes)
         self._fd = fd
         weakref.finalize(self, os.close, fd)
-        self.path = f"/proc/self/fd/{fd}"   # as the server sees it (the descriptor is passed to it)
+        self.path = f"/proc/self/fd/{fd}"  # as the server sees it (the descriptor is passed to it)
         self.arena = Arena(self._mm, arena_bytes)
         self._ring = (dsp_abi.OpDesc * dsp_abi.RING_SLOTS).from_buffer(self._mm, dsp_abi.RING_OFFSET)
         self._proc: subprocess.Popen | None = None
@@ -81,8 +82,13 @@ class EmulatedTransport:
         self._stderr = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
             ["qemu-hexagon", str(server), self.path, str(self.arena.nbytes), str(SCRATCH_BYTES)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-            start_new_session=True, pass_fds=(self._fd,), preexec_fn=_die_with_parent(os.getpid()))
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            start_new_session=True,
+            pass_fds=(self._fd,),
+            preexec_fn=_die_with_parent(os.getpid()),
+        )
         hello = dsp_abi.Hello.from_buffer_copy(self._read(ctypes.sizeof(dsp_abi.Hello), "handshake"))
         try:
             dsp_abi.check_hello(hello)
@@ -123,7 +129,7 @@ class EmulatedTransport:
         Raises BackendError (the server is gone after it) or returns with statuses set."""
         self.start()
         for first in range(0, len(descs), dsp_abi.RING_SLOTS):
-            chunk = descs[first:first + dsp_abi.RING_SLOTS]
+            chunk = descs[first : first + dsp_abi.RING_SLOTS]
             for i, d in enumerate(chunk):
                 d.status = -1
                 ctypes.pointer(self._ring[i])[0] = d
@@ -134,8 +140,7 @@ class EmulatedTransport:
                 self.kill()
                 raise BackendError("dsp", f"emulated server sent a bad reply to {what}")
             for i, d in enumerate(chunk):
-                ctypes.memmove(ctypes.addressof(d), ctypes.addressof(self._ring[i]),
-                               ctypes.sizeof(dsp_abi.OpDesc))
+                ctypes.memmove(ctypes.addressof(d), ctypes.addressof(self._ring[i]), ctypes.sizeof(dsp_abi.OpDesc))
             if reply.status != dsp_abi.OK:
                 return
 
@@ -156,8 +161,11 @@ class EmulatedTransport:
             if not ready:
                 self.kill()
                 self.restarts += 1
-                raise BackendError("dsp", f"emulated server did not answer {what} within "
-                                          f"{self.timeout:g} s (DSPTRAIN_DSP_TIMEOUT); killed it")
+                raise BackendError(
+                    "dsp",
+                    f"emulated server did not answer {what} within "
+                    f"{self.timeout:g} s (DSPTRAIN_DSP_TIMEOUT); killed it",
+                )
             chunk = os.read(fd, n - len(data))
             if not chunk:
                 self._died(what)
@@ -194,8 +202,9 @@ def _die_with_parent(parent: int):
 
     def preexec():
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:   # the parent died before prctl took effect
+        if os.getppid() != parent:  # the parent died before prctl took effect
             os._exit(70)
+
     return preexec
 
 
@@ -214,7 +223,7 @@ def reap_stale_arenas(directory: str) -> list[str]:
         pid = int(parts[1])
         try:
             os.kill(pid, 0)
-            continue                      # its owner lives
+            continue  # its owner lives
         except ProcessLookupError:
             pass
         except PermissionError:
@@ -227,8 +236,9 @@ def reap_stale_arenas(directory: str) -> list[str]:
 
 def _qemu_version() -> str:
     try:
-        out = subprocess.run([shutil.which("qemu-hexagon"), "--version"], capture_output=True,
-                             text=True, timeout=10).stdout.split()
+        out = subprocess.run(
+            [shutil.which("qemu-hexagon"), "--version"], capture_output=True, text=True, timeout=10
+        ).stdout.split()
         return f"qemu-hexagon {out[2]}" if len(out) > 2 else "qemu-hexagon"
     except (OSError, subprocess.SubprocessError, TypeError):
         return "qemu-hexagon"

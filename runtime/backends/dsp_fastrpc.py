@@ -13,6 +13,7 @@ BackendError; the next batch opens a new one. DSPTRAIN_CDSPRPC names the library
 load (default: libcdsprpc.so, then libadsprpc.so, on the loader's path); the tests
 point it at a stand-in that forwards to the emulated server (tests/backend/fastrpc_stub).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -28,8 +29,8 @@ RPCMEM_HEAP_ID_SYSTEM = 25
 RPCMEM_DEFAULT_FLAGS = 1
 DSPRPC_CONTROL_UNSIGNED_MODULE = 7
 FASTRPC_MAP_FD = 2
-SKEL_URI = (b"file:///libdsptrain_skel.so?dsptrain_skel_handle_invoke&_modver=1.0&_dom=cdsp")
-METHOD_HELLO, METHOD_RUN = 2, 3   # iface.idl: hello(), run()
+SKEL_URI = b"file:///libdsptrain_skel.so?dsptrain_skel_handle_invoke&_modver=1.0&_dom=cdsp"
+METHOD_HELLO, METHOD_RUN = 2, 3  # iface.idl: hello(), run()
 LIBRARIES = ("libcdsprpc.so", "libadsprpc.so")
 
 
@@ -52,7 +53,7 @@ def _scalars(method: int, n_in: int, n_out: int) -> int:
 
 def _load():
     explicit = os.environ.get("DSPTRAIN_CDSPRPC")
-    for name in ((explicit,) if explicit else LIBRARIES):
+    for name in (explicit,) if explicit else LIBRARIES:
         try:
             return ctypes.CDLL(name)
         except OSError:
@@ -101,18 +102,21 @@ class FastRpcTransport:
             return
         lib = self._lib
         pd = _UnsignedPd(CDSP_DOMAIN_ID, 1)  # unsigned PD: no signing of the skel needed
-        rc = lib.remote_session_control(DSPRPC_CONTROL_UNSIGNED_MODULE, ctypes.byref(pd),
-                                        ctypes.sizeof(pd))
+        rc = lib.remote_session_control(DSPRPC_CONTROL_UNSIGNED_MODULE, ctypes.byref(pd), ctypes.sizeof(pd))
         if rc:
             raise BackendError("dsp", f"remote_session_control(UNSIGNED_MODULE) failed: {rc:#x}")
         handle = ctypes.c_uint64()
         rc = lib.remote_handle64_open(SKEL_URI, ctypes.byref(handle))
         if rc:
-            raise BackendError("dsp", f"remote_handle64_open({SKEL_URI.decode()}) failed: {rc:#x}; "
-                                      "is libdsptrain_skel.so on ADSP_LIBRARY_PATH?")
+            raise BackendError(
+                "dsp",
+                f"remote_handle64_open({SKEL_URI.decode()}) failed: {rc:#x}; "
+                "is libdsptrain_skel.so on ADSP_LIBRARY_PATH?",
+            )
         self._handle = handle.value
-        rc = lib.fastrpc_mmap(CDSP_DOMAIN_ID, self._fd, ctypes.c_void_p(self._ptr), 0,
-                              ctypes.c_size_t(self.arena.nbytes), FASTRPC_MAP_FD)
+        rc = lib.fastrpc_mmap(
+            CDSP_DOMAIN_ID, self._fd, ctypes.c_void_p(self._ptr), 0, ctypes.c_size_t(self.arena.nbytes), FASTRPC_MAP_FD
+        )
         if rc:
             self.kill()
             raise BackendError("dsp", f"fastrpc_mmap of the arena failed: {rc:#x}")
@@ -131,17 +135,20 @@ class FastRpcTransport:
         args[1].buf = _RemoteBuf(ctypes.cast(ctypes.pointer(out), ctypes.c_void_p), ctypes.sizeof(out))
         done, box = threading.Event(), {}
 
-        def call():   # ctypes releases the GIL for the call
-            box["rc"] = self._lib.remote_handle64_invoke(ctypes.c_uint64(self._handle),
-                                                         _scalars(method, 1, 1), args)
+        def call():  # ctypes releases the GIL for the call
+            box["rc"] = self._lib.remote_handle64_invoke(ctypes.c_uint64(self._handle), _scalars(method, 1, 1), args)
             done.set()
+
         worker = threading.Thread(target=call, name="dsptrain-fastrpc", daemon=True)
         worker.start()
         if not done.wait(self.timeout):
             self.kill()
             self.restarts += 1
-            raise BackendError("dsp", f"remote_handle64_invoke(method {method}) did not return within "
-                                      f"{self.timeout:g} s (DSPTRAIN_DSP_TIMEOUT); closed the session")
+            raise BackendError(
+                "dsp",
+                f"remote_handle64_invoke(method {method}) did not return within "
+                f"{self.timeout:g} s (DSPTRAIN_DSP_TIMEOUT); closed the session",
+            )
         rc = box["rc"]
         if rc:
             self.kill()
@@ -151,15 +158,14 @@ class FastRpcTransport:
     def run(self, descs: list) -> None:
         self.start()
         for first in range(0, len(descs), dsp_abi.RING_SLOTS):
-            chunk = descs[first:first + dsp_abi.RING_SLOTS]
+            chunk = descs[first : first + dsp_abi.RING_SLOTS]
             for i, d in enumerate(chunk):
                 d.status = -1
                 ctypes.pointer(self._ring[i])[0] = d
             reply = dsp_abi.Reply()
             self._invoke(METHOD_RUN, (ctypes.c_int32 * 3)(self._fd, 0, len(chunk)), reply)
             for i, d in enumerate(chunk):
-                ctypes.memmove(ctypes.addressof(d), ctypes.addressof(self._ring[i]),
-                               ctypes.sizeof(dsp_abi.OpDesc))
+                ctypes.memmove(ctypes.addressof(d), ctypes.addressof(self._ring[i]), ctypes.sizeof(dsp_abi.OpDesc))
             if reply.status != dsp_abi.OK:
                 return
 

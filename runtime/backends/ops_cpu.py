@@ -10,6 +10,7 @@ float products (`cpu_ops/gemm_f32.cpp`: an AVX-512 float GEMM of its own, portab
 elsewhere), which sum in their own fixed order: within float32 rounding of NumPy's BLAS,
 and the same at any thread count.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,6 +24,7 @@ from .ops_ref import BRANCH_HOOKS, DEPTHWISE_HOOKS, FLOAT_RECIPE_HOOKS
 
 try:
     from .. import _cpu_ops as _native
+
     _IMPORT_ERROR = None
 except ImportError as exc:  # the extension was not built: the backend says so, nothing crashes
     _native = None
@@ -39,8 +41,17 @@ def _rng(rng: RngKey | None):
 
 
 # The hooks of the int8 products, plain or requantizing: the kernels whose scratch scratch.cpp sizes.
-INT8_PRODUCT_HOOKS = frozenset({"gemm_s8", "conv2d_s8", "conv2d_bwd_data_s8", "conv2d_bwd_weight_s8",
-                                "gemm_requant_s8", "conv2d_requant_s8", "conv2d_bwd_data_requant_s8"})
+INT8_PRODUCT_HOOKS = frozenset(
+    {
+        "gemm_s8",
+        "conv2d_s8",
+        "conv2d_bwd_data_s8",
+        "conv2d_bwd_weight_s8",
+        "gemm_requant_s8",
+        "conv2d_requant_s8",
+        "conv2d_bwd_data_requant_s8",
+    }
+)
 
 
 # The emulated recipes' exact products (cpu_ops/gemm_exact.cpp) and the FP32 recipe's
@@ -48,17 +59,26 @@ INT8_PRODUCT_HOOKS = frozenset({"gemm_s8", "conv2d_s8", "conv2d_bwd_data_s8", "c
 EXACT_PRODUCT_HOOKS = ("matmul_s16", "matmul_fp16_chunked")
 F32_CONV_HOOKS = frozenset({"conv2d_f32", "conv2d_bwd_data_f32", "conv2d_bwd_weight_f32"})
 # The depthwise convolutions (cpu_ops/dwconv.cpp): hook -> (pass, bytes per element), for their scratch.
-DEPTHWISE_PASSES = {"dwconv2d_s8": ("forward", 1), "dwconv2d_requant_s8": ("forward", 1),
-                    "dwconv2d_bwd_data_s8": ("backward_data", 1), "dwconv2d_bwd_data_requant_s8": ("backward_data", 1),
-                    "dwconv2d_bwd_weight_s8": ("backward_weight", 1), "dwconv2d_f32": ("forward", 4),
-                    "dwconv2d_bwd_data_f32": ("backward_data", 4), "dwconv2d_bwd_weight_f32": ("backward_weight", 4)}
+DEPTHWISE_PASSES = {
+    "dwconv2d_s8": ("forward", 1),
+    "dwconv2d_requant_s8": ("forward", 1),
+    "dwconv2d_bwd_data_s8": ("backward_data", 1),
+    "dwconv2d_bwd_data_requant_s8": ("backward_data", 1),
+    "dwconv2d_bwd_weight_s8": ("backward_weight", 1),
+    "dwconv2d_f32": ("forward", 4),
+    "dwconv2d_bwd_data_f32": ("backward_data", 4),
+    "dwconv2d_bwd_weight_f32": ("backward_weight", 4),
+}
 
 
 def _conv_operands(product, shapes):
     """(x shape, w shape) of a conv product from its tensors' shapes (inputs, then outputs):
     graph.Product's layout, (x, w), (err, w) -> dx, (err, x) -> dw."""
-    return {"forward": (shapes[0], shapes[1]), "backward_data": (shapes[2], shapes[1]),
-            "backward_weight": (shapes[1], shapes[2])}[product.pass_]
+    return {
+        "forward": (shapes[0], shapes[1]),
+        "backward_data": (shapes[2], shapes[1]),
+        "backward_weight": (shapes[1], shapes[2]),
+    }[product.pass_]
 
 
 def _exact_mnk(product, shapes, op, rows) -> tuple[int, int, int, bool]:
@@ -73,8 +93,11 @@ def _exact_mnk(product, shapes, op, rows) -> tuple[int, int, int, bool]:
         pixels, taps = rows * oh * ow, w[1] * w[2] * w[3]
     else:
         pixels, taps = rows, int(np.prod(w[1:]))
-    return {"forward": (pixels, o, taps, False), "backward_data": (pixels, taps, o, False),
-            "backward_weight": (o, taps, pixels, True)}[product.pass_]
+    return {
+        "forward": (pixels, o, taps, False),
+        "backward_data": (pixels, taps, o, False),
+        "backward_weight": (o, taps, pixels, True),
+    }[product.pass_]
 
 
 def _shift(shift: int | None) -> int:
@@ -83,18 +106,36 @@ def _shift(shift: int | None) -> int:
 
 class CpuBackend(Backend):
     name = "cpu"
-    hooks = frozenset({
-        "gemm_s8", "conv2d_s8", "conv2d_bwd_data_s8", "conv2d_bwd_weight_s8",
-        "absmax", "shift_round", "requantize",
-        "conv2d_requant_s8", "gemm_requant_s8", "conv2d_bwd_data_requant_s8",
-        "relu_s8", "relu_bwd_s8", "maxpool_s8", "maxpool_bwd_s8",
-        "niti_loss_grad_s8", "niti_update_s8",
-        "gemm_f32", "conv2d_f32", "conv2d_bwd_data_f32", "conv2d_bwd_weight_f32",
-        *FLOAT_RECIPE_HOOKS,
-        *DEPTHWISE_HOOKS, "dwconv2d_requant_s8", "dwconv2d_bwd_data_requant_s8",
-        *BRANCH_HOOKS,
-    })
-    blocks_for_cache = True   # cpu_ops/gemm_driver.cpp: Goto-style blocking (A blocks in L2, B panels in L1)
+    hooks = frozenset(
+        {
+            "gemm_s8",
+            "conv2d_s8",
+            "conv2d_bwd_data_s8",
+            "conv2d_bwd_weight_s8",
+            "absmax",
+            "shift_round",
+            "requantize",
+            "conv2d_requant_s8",
+            "gemm_requant_s8",
+            "conv2d_bwd_data_requant_s8",
+            "relu_s8",
+            "relu_bwd_s8",
+            "maxpool_s8",
+            "maxpool_bwd_s8",
+            "niti_loss_grad_s8",
+            "niti_update_s8",
+            "gemm_f32",
+            "conv2d_f32",
+            "conv2d_bwd_data_f32",
+            "conv2d_bwd_weight_f32",
+            *FLOAT_RECIPE_HOOKS,
+            *DEPTHWISE_HOOKS,
+            "dwconv2d_requant_s8",
+            "dwconv2d_bwd_data_requant_s8",
+            *BRANCH_HOOKS,
+        }
+    )
+    blocks_for_cache = True  # cpu_ops/gemm_driver.cpp: Goto-style blocking (A blocks in L2, B panels in L1)
 
     def __init__(self):
         if _native is None:
@@ -102,7 +143,7 @@ class CpuBackend(Backend):
         forced = os.environ.get(ISA_ENV)
         _native.set_isa(forced if forced else _native.supported_isas()[0])
         self.isa = _native.isa()
-        own_cores()   # one owner of the cores: the native pool; BLAS gets one thread
+        own_cores()  # one owner of the cores: the native pool; BLAS gets one thread
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -135,12 +176,14 @@ class CpuBackend(Backend):
         exact = [h for h in EXACT_PRODUCT_HOOKS if h in op.hooks]
         if exact:
             m, n, k, a_transposed = _exact_mnk(product, shape, op, rows)
-            if exact[0] == "matmul_s16" and product.layer == "conv":   # conv2d_s16, conv2d_bwd_*_s16: per image
+            if exact[0] == "matmul_s16" and product.layer == "conv":  # conv2d_s16, conv2d_bwd_*_s16: per image
                 x, w = _conv_operands(product, shape)
-                hook = {"forward": "conv2d_s16", "backward_data": "conv2d_bwd_data_s16"}.get(product.pass_,
-                                                                                             "conv2d_bwd_weight_s16")
-                return dict(_native.scratch_bytes(hook, [rows, *x[1:], *w[:3], op.attrs["stride"], op.attrs["pad"]],
-                                                  False))
+                hook = {"forward": "conv2d_s16", "backward_data": "conv2d_bwd_data_s16"}.get(
+                    product.pass_, "conv2d_bwd_weight_s16"
+                )
+                return dict(
+                    _native.scratch_bytes(hook, [rows, *x[1:], *w[:3], op.attrs["stride"], op.attrs["pad"]], False)
+                )
             fourth = int(a_transposed) if exact[0] == "matmul_s16" else int(op.attrs.get("chunk", 64))
             return dict(_native.scratch_bytes(exact[0], [m, n, k, fourth], False))
         if product.layer == "conv" and F32_CONV_HOOKS.intersection(op.hooks):
@@ -150,15 +193,15 @@ class CpuBackend(Backend):
         if not INT8_PRODUCT_HOOKS.intersection(op.hooks):
             return {}
         requant = op.is_requant()
-        if product.layer == "conv":    # x: (N, H, W, C), w: (O, KH, KW, C)
+        if product.layer == "conv":  # x: (N, H, W, C), w: (O, KH, KW, C)
             x, w = _conv_operands(product, shape)
             sizes = [rows, *x[1:], *w[:3], op.attrs["stride"], op.attrs["pad"]]
             return dict(_native.scratch_bytes(product.pass_, sizes, requant))
-        if product.pass_ != "backward_weight":             # a[rows, K] @ b[N, K].T
+        if product.pass_ != "backward_weight":  # a[rows, K] @ b[N, K].T
             w = shape[1]
             n, k = (w[0], w[1]) if product.pass_ == "forward" else (w[1], w[0])
             return dict(_native.scratch_bytes("gemm", [rows, n, k], requant))
-        o, i = int(np.prod(shape[0][1:])), int(np.prod(shape[1][1:]))   # err.T[O, rows] @ x.T[I, rows].T
+        o, i = int(np.prod(shape[0][1:])), int(np.prod(shape[1][1:]))  # err.T[O, rows] @ x.T[I, rows].T
         return dict(_native.scratch_bytes("gemm", [o, i, rows], requant))
 
     # ------------------------------------------------------------ int8 products
@@ -247,30 +290,51 @@ class CpuBackend(Backend):
         return _native.quantize_f(_float(x), float(step), int(bits), mode, _rng(rng))
 
     def dequantize(self, acc, scale, reuse=False):
-        if reuse and _owned_int32(acc):   # the floats over the sums: the same bits, no new tensor
+        if reuse and _owned_int32(acc):  # the floats over the sums: the same bits, no new tensor
             _native.dequantize_in_place(acc, float(scale))
             return acc.view(np.float32)
         return _native.dequantize(acc, float(scale))
 
     def dequantize_compensate(self, acc, scale, comp_scale, comp_shift, reuse=False, relu=False):
-        return _native.dequantize_compensate(acc, float(scale), np.asarray(comp_scale, np.float32),
-                                             np.asarray(comp_shift, np.float32), bool(reuse and _owned_int32(acc)),
-                                             bool(relu))
+        return _native.dequantize_compensate(
+            acc,
+            float(scale),
+            np.asarray(comp_scale, np.float32),
+            np.asarray(comp_shift, np.float32),
+            bool(reuse and _owned_int32(acc)),
+            bool(relu),
+        )
 
     def prc_squared_errors(self, x, top, ratios, qmax):
         return _native.prc_squared_errors(np.asarray(x, np.float32), float(top), [float(r) for r in ratios], int(qmax))
 
     def prc_quantize(self, x, prev_ratio, momentum, ratios, bits, mode, rng):
-        return _native.prc_quantize(np.asarray(x, np.float32), float(prev_ratio), float(momentum),
-                                    [float(r) for r in ratios], int(bits), mode, _rng(rng))
+        return _native.prc_quantize(
+            np.asarray(x, np.float32),
+            float(prev_ratio),
+            float(momentum),
+            [float(r) for r in ratios],
+            int(bits),
+            mode,
+            _rng(rng),
+        )
 
     def quantize_mls(self, x, group, top, tensor_scale, kmax, qmax, mode, rng):
-        return _native.quantize_mls(np.asarray(x, np.float32), int(group), float(top), float(tensor_scale), int(kmax),
-                                    int(qmax), mode, _rng(rng))
+        return _native.quantize_mls(
+            np.asarray(x, np.float32),
+            int(group),
+            float(top),
+            float(tensor_scale),
+            int(kmax),
+            int(qmax),
+            mode,
+            _rng(rng),
+        )
 
     def quantize_mls_ranged(self, x, group, kmax, qmax, mode, rng):
-        aligned, top = _native.quantize_mls_ranged(np.asarray(x, np.float32), int(group), int(kmax), int(qmax), mode,
-                                                   _rng(rng))
+        aligned, top = _native.quantize_mls_ranged(
+            np.asarray(x, np.float32), int(group), int(kmax), int(qmax), mode, _rng(rng)
+        )
         return aligned, float(top)
 
     def round_float(self, x, exponent_bits, mantissa_bits, mode, rng):
@@ -295,8 +359,9 @@ class CpuBackend(Backend):
         return _native.col2im(dcols, list(err_nhw), list(kernel_hwc), int(stride), int(pad), tuple(in_hw))
 
     def matmul_fp16_chunked(self, a, b, a_transposed, chunk, fp16_adds):
-        return _native.matmul_fp16_chunked(np.asarray(a, np.float32), np.asarray(b, np.float32), bool(a_transposed),
-                                           int(chunk), bool(fp16_adds))
+        return _native.matmul_fp16_chunked(
+            np.asarray(a, np.float32), np.asarray(b, np.float32), bool(a_transposed), int(chunk), bool(fp16_adds)
+        )
 
     def relu_f32(self, x):
         return _native.relu_f32(x)
@@ -390,15 +455,25 @@ class CpuBackend(Backend):
         return _native.compensation_bwd(err, z, scale, gate)
 
     def wageubn_update(self, q, e, grad, m, lr, momentum, weight_decay, grad_bits, momentum_bits, acc_bits, rng):
-        return _native.wageubn_update(q, int(e), grad, m, float(lr), float(momentum), float(weight_decay),
-                                      int(grad_bits), int(momentum_bits), int(acc_bits), _rng(rng))
+        return _native.wageubn_update(
+            q,
+            int(e),
+            grad,
+            m,
+            float(lr),
+            float(momentum),
+            float(weight_decay),
+            int(grad_bits),
+            int(momentum_bits),
+            int(acc_bits),
+            _rng(rng),
+        )
 
     def sgd_f32(self, w, grad, v, lr, momentum, weight_decay, nesterov):
         return _native.sgd_f32(w, grad, v, float(lr), float(momentum), float(weight_decay), bool(nesterov))
 
     def sgd_f32_group(self, params, lr, momentum, weight_decay, nesterov):
         return _native.sgd_f32_group(list(params), float(lr), float(momentum), float(weight_decay), bool(nesterov))
-
 
     # ------------------------------------------------------------ float32 products (the FP32 recipe;
     # cpu_ops/gemm_f32.cpp, conv_f32.cpp: within float32 rounding of ref's BLAS)
@@ -426,8 +501,13 @@ def _depthwise_scratch(hook, product, shapes, op, rows) -> dict[str, int]:
 
 def _owned_int32(acc) -> bool:
     """An int32 array with its own writable, C-contiguous memory (a kernel's fresh result)."""
-    return (isinstance(acc, np.ndarray) and acc.dtype == np.int32 and acc.base is None and acc.flags.c_contiguous
-            and acc.flags.writeable)
+    return (
+        isinstance(acc, np.ndarray)
+        and acc.dtype == np.int32
+        and acc.base is None
+        and acc.flags.c_contiguous
+        and acc.flags.writeable
+    )
 
 
 def _float(x):

@@ -16,6 +16,7 @@ int32 accumulators in the arena.
 Failures: a dead or hung server, or an error status, raises BackendError (NoSupport
 for NO_SUPPORT); the next call restarts the server. Caller arrays are never written.
 """
+
 from __future__ import annotations
 
 import os
@@ -35,9 +36,11 @@ _ARENA_MB = 256
 def _transport_class(mode: str):
     if mode == "emulated":
         from .dsp_emulated import EmulatedTransport
+
         return EmulatedTransport
     if mode == "fastrpc":
         from .dsp_fastrpc import FastRpcTransport
+
         return FastRpcTransport
     raise ValueError(f"DSPTRAIN_DSP={mode!r}: choose emulated, fastrpc or auto")
 
@@ -65,24 +68,45 @@ def _shape4(shape) -> list[int]:
 
 class DspBackend(Backend):
     name = "dsp"
-    hooks = frozenset({
-        "gemm_s8", "conv2d_s8", "conv2d_bwd_data_s8", "conv2d_bwd_weight_s8",
-        "absmax", "shift_round", "requantize",
-        "conv2d_requant_s8", "gemm_requant_s8", "conv2d_bwd_data_requant_s8",
-        "relu_s8", "relu_bwd_s8", "maxpool_s8", "maxpool_bwd_s8", "niti_update_s8",
-        "dwconv2d_s8", "dwconv2d_requant_s8", "dwconv2d_bwd_data_s8", "dwconv2d_bwd_data_requant_s8",
-        "dwconv2d_bwd_weight_s8",
-    })
+    hooks = frozenset(
+        {
+            "gemm_s8",
+            "conv2d_s8",
+            "conv2d_bwd_data_s8",
+            "conv2d_bwd_weight_s8",
+            "absmax",
+            "shift_round",
+            "requantize",
+            "conv2d_requant_s8",
+            "gemm_requant_s8",
+            "conv2d_bwd_data_requant_s8",
+            "relu_s8",
+            "relu_bwd_s8",
+            "maxpool_s8",
+            "maxpool_bwd_s8",
+            "niti_update_s8",
+            "dwconv2d_s8",
+            "dwconv2d_requant_s8",
+            "dwconv2d_bwd_data_s8",
+            "dwconv2d_bwd_data_requant_s8",
+            "dwconv2d_bwd_weight_s8",
+        }
+    )
     _HOOK_OPS = {  # hook -> DSP op codes it needs (checked against the server's table)
-        "gemm_s8": (abi.OP_GEMM_S8,), "conv2d_s8": (abi.OP_CONV2D_S8,),
+        "gemm_s8": (abi.OP_GEMM_S8,),
+        "conv2d_s8": (abi.OP_CONV2D_S8,),
         "conv2d_bwd_data_s8": (abi.OP_CONV2D_BWD_DATA_S8,),
         "conv2d_bwd_weight_s8": (abi.OP_CONV2D_BWD_WEIGHT_S8,),
-        "absmax": (abi.OP_ABSMAX,), "shift_round": (abi.OP_REQUANT,), "requantize": (abi.OP_REQUANT,),
+        "absmax": (abi.OP_ABSMAX,),
+        "shift_round": (abi.OP_REQUANT,),
+        "requantize": (abi.OP_REQUANT,),
         "conv2d_requant_s8": (abi.OP_CONV2D_S8, abi.OP_REQUANT),
         "gemm_requant_s8": (abi.OP_GEMM_S8, abi.OP_REQUANT),
         "conv2d_bwd_data_requant_s8": (abi.OP_CONV2D_BWD_DATA_S8, abi.OP_REQUANT),
-        "relu_s8": (abi.OP_RELU_S8,), "relu_bwd_s8": (abi.OP_RELU_BWD_S8,),
-        "maxpool_s8": (abi.OP_MAXPOOL_S8,), "maxpool_bwd_s8": (abi.OP_MAXPOOL_BWD_S8,),
+        "relu_s8": (abi.OP_RELU_S8,),
+        "relu_bwd_s8": (abi.OP_RELU_BWD_S8,),
+        "maxpool_s8": (abi.OP_MAXPOOL_S8,),
+        "maxpool_bwd_s8": (abi.OP_MAXPOOL_BWD_S8,),
         "niti_update_s8": (abi.OP_NITI_UPDATE_S8,),
         "dwconv2d_s8": (abi.OP_DWCONV2D_S8,),
         "dwconv2d_requant_s8": (abi.OP_DWCONV2D_S8, abi.OP_REQUANT),
@@ -91,8 +115,14 @@ class DspBackend(Backend):
         "dwconv2d_bwd_weight_s8": (abi.OP_DWCONV2D_BWD_WEIGHT_S8,),
     }
 
-    def __init__(self, transport: str | None = None, timeout: float | None = None,
-                 reuse: bool = True, arena_mb: int | None = None, hvx_threads: int = 4):
+    def __init__(
+        self,
+        transport: str | None = None,
+        timeout: float | None = None,
+        reuse: bool = True,
+        arena_mb: int | None = None,
+        hvx_threads: int = 4,
+    ):
         self.mode = transport or os.environ.get("DSPTRAIN_DSP", "auto")
         # HVX contexts each op's work is split across (the device profile's dsp.hvx_threads):
         # the DSP server runs share t on its worker thread t, which counts its own packets
@@ -103,14 +133,14 @@ class DspBackend(Backend):
         self._transport = None
         self._templates: dict = {}
         self.last_costs: list[tuple[str, int, int, int]] = []  # (op, packets, insns, hvx)
-        self.cost_log: list[tuple[str, int, int, int]] = []    # (op, packets, critical, bytes) per op run
-        self.calls = 0                                          # transport calls (FastRPC round trips)
-        self.total_costs = [0, 0, 0]                            # packets, insns, hvx since creation
-        self.last_thread_packets: list[tuple[int, ...]] = []    # per op of the last batch: packets of each HVX thread
-        self.last_paths: list[tuple[str, str]] = []             # per conv product of the last batch: (op, path)
-        self.total_thread_packets = [0] * abi.MAX_THREADS       # the same, summed since creation
-        self.bytes_in = 0                                       # host -> arena copies
-        self._into = None                                       # accumulate(): the buffer a product adds into
+        self.cost_log: list[tuple[str, int, int, int]] = []  # (op, packets, critical, bytes) per op run
+        self.calls = 0  # transport calls (FastRPC round trips)
+        self.total_costs = [0, 0, 0]  # packets, insns, hvx since creation
+        self.last_thread_packets: list[tuple[int, ...]] = []  # per op of the last batch: packets of each HVX thread
+        self.last_paths: list[tuple[str, str]] = []  # per conv product of the last batch: (op, path)
+        self.total_thread_packets = [0] * abi.MAX_THREADS  # the same, summed since creation
+        self.bytes_in = 0  # host -> arena copies
+        self._into = None  # accumulate(): the buffer a product adds into
 
     # ------------------------------------------------------------ discovery
     @classmethod
@@ -224,25 +254,27 @@ class DspBackend(Backend):
         except BackendError:
             self.last_costs, self.last_thread_packets = [], []
             raise
-        self.last_costs = [(abi.OP_NAMES.get(d.op, str(d.op)), d.cost.packets, d.cost.insns,
-                            d.cost.hvx) for d in descs]
+        self.last_costs = [(abi.OP_NAMES.get(d.op, str(d.op)), d.cost.packets, d.cost.insns, d.cost.hvx) for d in descs]
         for _, packets, insns, hvx in self.last_costs:
             self.total_costs[0] += packets
             self.total_costs[1] += insns
             self.total_costs[2] += hvx
-        self.last_thread_packets = [tuple(d.cost.thread_packets[:max(d.threads, 1)]) for d in descs]
-        self.last_paths = [(abi.OP_NAMES[d.op], abi.PATH_NAMES.get(d.result_shift, str(d.result_shift)))
-                           for d in descs if d.op in abi.PATH_OPS]
+        self.last_thread_packets = [tuple(d.cost.thread_packets[: max(d.threads, 1)]) for d in descs]
+        self.last_paths = [
+            (abi.OP_NAMES[d.op], abi.PATH_NAMES.get(d.result_shift, str(d.result_shift)))
+            for d in descs
+            if d.op in abi.PATH_OPS
+        ]
         for shares in self.last_thread_packets:
             for t, packets in enumerate(shares):
                 self.total_thread_packets[t] += packets
-        self.cost_log.extend((abi.OP_NAMES.get(d.op, str(d.op)), d.cost.packets, d.cost.critical,
-                              abi.desc_bytes(d)) for d in descs)
+        self.cost_log.extend(
+            (abi.OP_NAMES.get(d.op, str(d.op)), d.cost.packets, d.cost.critical, abi.desc_bytes(d)) for d in descs
+        )
         for d in descs:
             if d.status == abi.OK:
                 continue
-            what = (f"{abi.OP_NAMES.get(d.op, d.op)} shapes {list(d.shape_a)} x {list(d.shape_b)}"
-                    f" -> {list(d.shape_out)}")
+            what = f"{abi.OP_NAMES.get(d.op, d.op)} shapes {list(d.shape_a)} x {list(d.shape_b)} -> {list(d.shape_out)}"
             if getattr(self.current_op, "name", None):
                 what = f"{self.current_op.name}: {what}"
             if d.status == abi.NO_SUPPORT:
@@ -299,8 +331,9 @@ class DspBackend(Backend):
         into = self._into
         if into is not None:
             if epilogue is not None or into.shape != tuple(out_shape):
-                raise NoSupport("dsp", f"{hook}: accumulates only an int32 product into {tuple(out_shape)}, "
-                                       f"got {into.shape}")
+                raise NoSupport(
+                    "dsp", f"{hook}: accumulates only an int32 product into {tuple(out_shape)}, got {into.shape}"
+                )
             fields = dict(fields, flags=abi.F_ACCUMULATE)
 
         def go(temps):
@@ -310,8 +343,9 @@ class DspBackend(Backend):
                 self.transport.arena.view(oacc, out_shape, np.int32)[...] = into
             key = (hook, x.shape, w.shape, tuple(sorted(fields.items())), epilogue is not None)
             if epilogue is None:
-                descs = self._prepared(key, lambda: [self._desc(code, abi.I8, a=x.shape, b=w.shape,
-                                                                out=out_shape, **fields)])
+                descs = self._prepared(
+                    key, lambda: [self._desc(code, abi.I8, a=x.shape, b=w.shape, out=out_shape, **fields)]
+                )
                 descs[0].in_[:] = [ox, ow_]
                 descs[0].out[0] = oacc
                 self._run(descs)
@@ -319,18 +353,23 @@ class DspBackend(Backend):
             mode, rng, shift = epilogue
             o8 = self._new(out_shape, np.int8, temps)
             n = int(np.prod(out_shape))
-            descs = self._prepared(key, lambda: [
-                self._desc(code, abi.I8, a=x.shape, b=w.shape, out=out_shape, **fields),
-                self._desc(abi.OP_REQUANT, abi.I32, a=(n,), out=(n,), bits=8)])
+            descs = self._prepared(
+                key,
+                lambda: [
+                    self._desc(code, abi.I8, a=x.shape, b=w.shape, out=out_shape, **fields),
+                    self._desc(abi.OP_REQUANT, abi.I32, a=(n,), out=(n,), bits=8),
+                ],
+            )
             descs[0].in_[:] = [ox, ow_]
             descs[0].out[0] = oacc
             descs[1].in_[0], descs[1].out[0] = oacc, o8
             descs[1].round_mode = abi.ROUND_MODES[mode]
             descs[1].shift = abi.SHIFT_ESTIMATE if shift is None else max(int(shift), 0)
-            descs[1].flags = abi.F_SATURATE_CHECK   # base.requantize: a stale given shift gives way
+            descs[1].flags = abi.F_SATURATE_CHECK  # base.requantize: a stale given shift gives way
             descs[1].rng = self._rng(rng)
             self._run(descs)
             return self._get(o8, out_shape, np.int8, temps), int(descs[1].result_shift)
+
         return self._call(go)
 
     def _gemm_args(self, a, b):
@@ -366,24 +405,53 @@ class DspBackend(Backend):
 
     def conv2d_s8(self, x, w, stride, pad):
         x, w, shape = self._conv_out(x, w, stride, pad)
-        return self._product("conv2d_s8", abi.OP_CONV2D_S8, x, w, shape, stride=stride, pad=pad,
-                             kernel_h=w.shape[1], kernel_w=w.shape[2])
+        return self._product(
+            "conv2d_s8", abi.OP_CONV2D_S8, x, w, shape, stride=stride, pad=pad, kernel_h=w.shape[1], kernel_w=w.shape[2]
+        )
 
     def conv2d_requant_s8(self, x, w, stride, pad, mode, rng, shift=None):
         x, w, shape = self._conv_out(x, w, stride, pad)
-        return self._product("conv2d_requant_s8", abi.OP_CONV2D_S8, x, w, shape, (mode, rng, shift),
-                             stride=stride, pad=pad, kernel_h=w.shape[1], kernel_w=w.shape[2])
+        return self._product(
+            "conv2d_requant_s8",
+            abi.OP_CONV2D_S8,
+            x,
+            w,
+            shape,
+            (mode, rng, shift),
+            stride=stride,
+            pad=pad,
+            kernel_h=w.shape[1],
+            kernel_w=w.shape[2],
+        )
 
     def conv2d_bwd_data_s8(self, err, w, stride, pad, in_hw):
         err, w, shape = self._bwd_data_out(err, w, in_hw)
-        return self._product("conv2d_bwd_data_s8", abi.OP_CONV2D_BWD_DATA_S8, err, w, shape,
-                             stride=stride, pad=pad, kernel_h=w.shape[1], kernel_w=w.shape[2])
+        return self._product(
+            "conv2d_bwd_data_s8",
+            abi.OP_CONV2D_BWD_DATA_S8,
+            err,
+            w,
+            shape,
+            stride=stride,
+            pad=pad,
+            kernel_h=w.shape[1],
+            kernel_w=w.shape[2],
+        )
 
     def conv2d_bwd_data_requant_s8(self, err, w, stride, pad, in_hw, mode, rng, shift=None):
         err, w, shape = self._bwd_data_out(err, w, in_hw)
-        return self._product("conv2d_bwd_data_requant_s8", abi.OP_CONV2D_BWD_DATA_S8, err, w, shape,
-                             (mode, rng, shift), stride=stride, pad=pad, kernel_h=w.shape[1],
-                             kernel_w=w.shape[2])
+        return self._product(
+            "conv2d_bwd_data_requant_s8",
+            abi.OP_CONV2D_BWD_DATA_S8,
+            err,
+            w,
+            shape,
+            (mode, rng, shift),
+            stride=stride,
+            pad=pad,
+            kernel_h=w.shape[1],
+            kernel_w=w.shape[2],
+        )
 
     def conv2d_bwd_weight_s8(self, err, x, stride, pad, kernel):
         err, x = np.asarray(err), np.asarray(x)
@@ -391,8 +459,17 @@ class DspBackend(Backend):
         o = err.shape[-1]
         self._check_depth("conv2d_bwd_weight_s8", err.size // max(o, 1))
         shape = (o, kernel[0], kernel[1], x.shape[-1])
-        return self._product("conv2d_bwd_weight_s8", abi.OP_CONV2D_BWD_WEIGHT_S8, err, x, shape,
-                             stride=stride, pad=pad, kernel_h=kernel[0], kernel_w=kernel[1])
+        return self._product(
+            "conv2d_bwd_weight_s8",
+            abi.OP_CONV2D_BWD_WEIGHT_S8,
+            err,
+            x,
+            shape,
+            stride=stride,
+            pad=pad,
+            kernel_h=kernel[0],
+            kernel_w=kernel[1],
+        )
 
     # ------------------------------------------------------------ depthwise products
     # The DSP reads depthwise weights tap-major, w[KH, KW, C] (its lanes are channels), and
@@ -410,14 +487,25 @@ class DspBackend(Backend):
         n, h, wd, c = x.shape
         kh, kw = wt.shape[:2]
         shape = (n, (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1, c)
-        return self._product(hook, abi.OP_DWCONV2D_S8, x, wt, shape, epilogue, stride=stride, pad=pad,
-                             kernel_h=kh, kernel_w=kw)
+        return self._product(
+            hook, abi.OP_DWCONV2D_S8, x, wt, shape, epilogue, stride=stride, pad=pad, kernel_h=kh, kernel_w=kw
+        )
 
     def _dwconv_bwd_data(self, hook, err, w, stride, pad, in_hw, epilogue=None):
         err, wt = self._dw_weights(hook, err, w)
         shape = (err.shape[0], in_hw[0], in_hw[1], err.shape[3])
-        return self._product(hook, abi.OP_DWCONV2D_BWD_DATA_S8, err, wt, shape, epilogue, stride=stride,
-                             pad=pad, kernel_h=wt.shape[0], kernel_w=wt.shape[1])
+        return self._product(
+            hook,
+            abi.OP_DWCONV2D_BWD_DATA_S8,
+            err,
+            wt,
+            shape,
+            epilogue,
+            stride=stride,
+            pad=pad,
+            kernel_h=wt.shape[0],
+            kernel_w=wt.shape[1],
+        )
 
     def dwconv2d_s8(self, x, w, stride, pad):
         return self._dwconv("dwconv2d_s8", x, w, stride, pad)
@@ -439,10 +527,19 @@ class DspBackend(Backend):
         self._check_depth("dwconv2d_bwd_weight_s8", err.size // max(err.shape[3], 1))
         c, (kh, kw) = x.shape[3], kernel
         into = self._into
-        if into is not None:   # the kernel adds into its own (tap-major) layout
+        if into is not None:  # the kernel adds into its own (tap-major) layout
             self._into = np.ascontiguousarray(np.asarray(into)[..., 0].transpose(1, 2, 0))
-        dw = self._product("dwconv2d_bwd_weight_s8", abi.OP_DWCONV2D_BWD_WEIGHT_S8, err, x, (kh, kw, c),
-                           stride=stride, pad=pad, kernel_h=kh, kernel_w=kw)
+        dw = self._product(
+            "dwconv2d_bwd_weight_s8",
+            abi.OP_DWCONV2D_BWD_WEIGHT_S8,
+            err,
+            x,
+            (kh, kw, c),
+            stride=stride,
+            pad=pad,
+            kernel_h=kh,
+            kernel_w=kw,
+        )
         return np.ascontiguousarray(np.asarray(dw).transpose(2, 0, 1))[..., None]
 
     # ------------------------------------------------------------ epilogue
@@ -454,12 +551,22 @@ class DspBackend(Backend):
         def go(temps):
             oacc = self._put(acc, np.int32, temps)
             o8 = self._new(acc.shape, np.int8, temps)
-            d = self._desc(abi.OP_REQUANT, abi.I32, (oacc,), (o8,), a=(acc.size,), out=(acc.size,),
-                           round_mode=abi.ROUND_MODES[mode], bits=bits, rng=self._rng(rng),
-                           shift=abi.SHIFT_ESTIMATE if shift is None else max(int(shift), 0),
-                           flags=abi.F_SATURATE_CHECK if check else 0)
+            d = self._desc(
+                abi.OP_REQUANT,
+                abi.I32,
+                (oacc,),
+                (o8,),
+                a=(acc.size,),
+                out=(acc.size,),
+                round_mode=abi.ROUND_MODES[mode],
+                bits=bits,
+                rng=self._rng(rng),
+                shift=abi.SHIFT_ESTIMATE if shift is None else max(int(shift), 0),
+                flags=abi.F_SATURATE_CHECK if check else 0,
+            )
             self._run([d])
             return self._get(o8, acc.shape, np.int8, temps), int(d.result_shift)
+
         return self._call(go)
 
     def requantize(self, acc, mode, rng, shift=None, bits=8):
@@ -483,22 +590,27 @@ class DspBackend(Backend):
             d = self._desc(abi.OP_ABSMAX, abi.I32, (self._put(acc, np.int32, temps),), a=(acc.size,))
             self._run([d])
             return int(d.result_absmax)
+
         return self._call(go)
 
     # ------------------------------------------------------------ element-wise
     def _eltwise(self, hook, code, inputs, outputs, **fields):
         """inputs: arrays (int8 or uint8); outputs: (shape, dtype) pairs."""
+
         def go(temps):
             ins = [self._put(a, a.dtype, temps) for a in inputs]
             outs = [self._new(shape, dtype, temps) for shape, dtype in outputs]
             key = (hook,) + tuple(a.shape for a in inputs) + tuple(sorted(fields.items()))
-            descs = self._prepared(key, lambda: [self._desc(
-                code, abi.I8, a=inputs[0].shape, b=inputs[-1].shape, out=outputs[0][0], **fields)])
-            descs[0].in_[:len(ins)] = ins
-            descs[0].out[:len(outs)] = outs
+            descs = self._prepared(
+                key,
+                lambda: [self._desc(code, abi.I8, a=inputs[0].shape, b=inputs[-1].shape, out=outputs[0][0], **fields)],
+            )
+            descs[0].in_[: len(ins)] = ins
+            descs[0].out[: len(outs)] = outs
             self._run(descs)
             got = [self._get(off, shape, dtype, temps) for off, (shape, dtype) in zip(outs, outputs)]
             return got[0] if len(got) == 1 else tuple(got)
+
         return self._call(go)
 
     def relu_s8(self, x):
@@ -516,15 +628,29 @@ class DspBackend(Backend):
         self._check_s8("maxpool_s8", x)
         n, h, w, c = x.shape
         shape = (n, (h - kernel) // stride + 1, (w - kernel) // stride + 1, c)
-        return self._eltwise("maxpool_s8", abi.OP_MAXPOOL_S8, [x], [(shape, np.int8), (shape, np.uint8)],
-                             kernel_h=kernel, kernel_w=kernel, stride=stride)
+        return self._eltwise(
+            "maxpool_s8",
+            abi.OP_MAXPOOL_S8,
+            [x],
+            [(shape, np.int8), (shape, np.uint8)],
+            kernel_h=kernel,
+            kernel_w=kernel,
+            stride=stride,
+        )
 
     def maxpool_bwd_s8(self, err, argmax, kernel, stride, in_hw):
         err, argmax = np.asarray(err), np.asarray(argmax)
         self._check_s8("maxpool_bwd_s8", err)
         shape = (err.shape[0], in_hw[0], in_hw[1], err.shape[3])
-        return self._eltwise("maxpool_bwd_s8", abi.OP_MAXPOOL_BWD_S8, [err, argmax.astype(np.uint8, copy=False)],
-                             [(shape, np.int8)], kernel_h=kernel, kernel_w=kernel, stride=stride)
+        return self._eltwise(
+            "maxpool_bwd_s8",
+            abi.OP_MAXPOOL_BWD_S8,
+            [err, argmax.astype(np.uint8, copy=False)],
+            [(shape, np.int8)],
+            kernel_h=kernel,
+            kernel_w=kernel,
+            stride=stride,
+        )
 
     # ------------------------------------------------------------ NITI update
     def niti_update_s8(self, w, grad, mu, mode, rng):
@@ -536,11 +662,21 @@ class DspBackend(Backend):
         def go(temps):
             ow, og = self._put(w, np.int8, temps), self._put(grad, np.int32, temps)
             out = self._new(w.shape, np.int8, temps)
-            d = self._desc(abi.OP_NITI_UPDATE_S8, abi.I8, (ow, og), (out,), a=(w.size,), b=(w.size,),
-                           out=(w.size,), bits=int(mu), round_mode=abi.ROUND_MODES[mode],
-                           rng=self._rng(rng))
+            d = self._desc(
+                abi.OP_NITI_UPDATE_S8,
+                abi.I8,
+                (ow, og),
+                (out,),
+                a=(w.size,),
+                b=(w.size,),
+                out=(w.size,),
+                bits=int(mu),
+                round_mode=abi.ROUND_MODES[mode],
+                rng=self._rng(rng),
+            )
             self._run([d])
             return self._get(out, w.shape, np.int8, temps)
+
         return self._call(go)
 
     # ------------------------------------------------------------ debugging (tests)
@@ -551,4 +687,3 @@ class DspBackend(Backend):
     def debug_crash(self) -> None:
         """Make the DSP exit without answering (emulated only)."""
         self._run([self._desc(abi.OP_DEBUG_CRASH, 0)])
-

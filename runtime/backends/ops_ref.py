@@ -3,6 +3,7 @@
 Integer products run as float64 BLAS products of the int8 operands: exact while
 K * 127 * 127 < 2**53 (checked), and about 100x faster than NumPy's integer matmul.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,40 +26,101 @@ def _to_acc(x: np.ndarray, depth: int) -> np.ndarray:
 
 
 #: the float-recipe hooks of base.py, defined in float_ops.py
-FLOAT_RECIPE_HOOKS = ("absmax_f", "quantize_f", "dequantize", "prc_squared_errors", "quantize_mls", "quantize_mls_ranged",
-                      "round_float", "matmul_s16", "im2col", "col2im", "matmul_fp16_chunked", "relu_f32", "relu_bwd_f32",
-                      "maxpool_f32", "maxpool_bwd_f32", "compensation_fwd", "compensation_bwd", "sgd_f32",
-                      "wageubn_update", "prc_quantize",
-                      "sgd_f32_group", "dequantize_compensate",
-                      "relu_maxpool_f32", "relu_maxpool_bwd_f32", "pool_compensation_bwd")   # base.py composes these
+FLOAT_RECIPE_HOOKS = (
+    "absmax_f",
+    "quantize_f",
+    "dequantize",
+    "prc_squared_errors",
+    "quantize_mls",
+    "quantize_mls_ranged",
+    "round_float",
+    "matmul_s16",
+    "im2col",
+    "col2im",
+    "matmul_fp16_chunked",
+    "relu_f32",
+    "relu_bwd_f32",
+    "maxpool_f32",
+    "maxpool_bwd_f32",
+    "compensation_fwd",
+    "compensation_bwd",
+    "sgd_f32",
+    "wageubn_update",
+    "prc_quantize",
+    "sgd_f32_group",
+    "dequantize_compensate",
+    "relu_maxpool_f32",
+    "relu_maxpool_bwd_f32",
+    "pool_compensation_bwd",
+)  # base.py composes these
 
 #: the mobile CNNs' element-wise and channel layers (algorithms/_branch_layers.py), float_ops.py
-BRANCH_HOOKS = ("act_f32", "act_bwd_f32", "mul_f32", "mul_bwd_f32", "concat_channels", "slice_channels",
-                "pad_channels", "channel_shuffle",
-                "bn_fwd_f32", "bn_bwd_f32", "channel_mean_f32", "channel_sum_f32", "add_f32",   # + the float layers
-                "bias_add_f32", "channel_mean_bwd_f32", "maxpool_pad_f32", "maxpool_pad_bwd_f32",
-                "softmax_xent_grad_f32", "dropout_apply_f32", "bn_fwd_grid_f32", "bn_bwd_grid_f32")
+BRANCH_HOOKS = (
+    "act_f32",
+    "act_bwd_f32",
+    "mul_f32",
+    "mul_bwd_f32",
+    "concat_channels",
+    "slice_channels",
+    "pad_channels",
+    "channel_shuffle",
+    "bn_fwd_f32",
+    "bn_bwd_f32",
+    "channel_mean_f32",
+    "channel_sum_f32",
+    "add_f32",  # + the float layers
+    "bias_add_f32",
+    "channel_mean_bwd_f32",
+    "maxpool_pad_f32",
+    "maxpool_pad_bwd_f32",
+    "softmax_xent_grad_f32",
+    "dropout_apply_f32",
+    "bn_fwd_grid_f32",
+    "bn_bwd_grid_f32",
+)
 
 
 #: the depthwise convolutions (one filter per channel: weight (C, KH, KW, 1)); their
 #: requant variants are base.py's compositions
-DEPTHWISE_HOOKS = ("dwconv2d_s8", "dwconv2d_bwd_data_s8", "dwconv2d_bwd_weight_s8",
-                   "dwconv2d_f32", "dwconv2d_bwd_data_f32", "dwconv2d_bwd_weight_f32")
+DEPTHWISE_HOOKS = (
+    "dwconv2d_s8",
+    "dwconv2d_bwd_data_s8",
+    "dwconv2d_bwd_weight_s8",
+    "dwconv2d_f32",
+    "dwconv2d_bwd_data_f32",
+    "dwconv2d_bwd_weight_f32",
+)
 
 
 class RefBackend(Backend):
     name = "ref"
-    hooks = frozenset({
-        "gemm_s8", "conv2d_s8", "conv2d_bwd_data_s8", "conv2d_bwd_weight_s8",
-        "absmax", "shift_round", "relu_s8", "relu_bwd_s8", "maxpool_s8", "maxpool_bwd_s8",
-        "niti_loss_grad_s8", "niti_update_s8",
-        "dropout_mask", "gemm_f32", "conv2d_f32", "conv2d_bwd_data_f32", "conv2d_bwd_weight_f32",
-        "numpy_f32",  # the FP32 recipe's element-wise ops run as NumPy code on this backend
-        "add_align_s8", "avgpool_global_s8",   # residual networks under integer recipes
-        *DEPTHWISE_HOOKS,
-        *FLOAT_RECIPE_HOOKS,
-        *BRANCH_HOOKS,
-    })
+    hooks = frozenset(
+        {
+            "gemm_s8",
+            "conv2d_s8",
+            "conv2d_bwd_data_s8",
+            "conv2d_bwd_weight_s8",
+            "absmax",
+            "shift_round",
+            "relu_s8",
+            "relu_bwd_s8",
+            "maxpool_s8",
+            "maxpool_bwd_s8",
+            "niti_loss_grad_s8",
+            "niti_update_s8",
+            "dropout_mask",
+            "gemm_f32",
+            "conv2d_f32",
+            "conv2d_bwd_data_f32",
+            "conv2d_bwd_weight_f32",
+            "numpy_f32",  # the FP32 recipe's element-wise ops run as NumPy code on this backend
+            "add_align_s8",
+            "avgpool_global_s8",  # residual networks under integer recipes
+            *DEPTHWISE_HOOKS,
+            *FLOAT_RECIPE_HOOKS,
+            *BRANCH_HOOKS,
+        }
+    )
 
     def dropout_mask(self, shape, p, rng):
         """Keep an element when its random word is at least p * 2**32."""
@@ -85,8 +147,14 @@ class RefBackend(Backend):
         o, kh, kw, c = w.shape
         depth = o * kh * kw
         _exact_product(depth)
-        dx = col2im(err.reshape(-1, o).astype(np.float64) @ w.reshape(o, -1).astype(np.float64),
-                    err.shape, (kh, kw, c), stride, pad, in_hw)
+        dx = col2im(
+            err.reshape(-1, o).astype(np.float64) @ w.reshape(o, -1).astype(np.float64),
+            err.shape,
+            (kh, kw, c),
+            stride,
+            pad,
+            in_hw,
+        )
         return _to_acc(dx, depth)
 
     def conv2d_bwd_weight_s8(self, err, x, stride, pad, kernel):
@@ -146,7 +214,7 @@ class RefBackend(Backend):
         for kh in range(kernel):
             for kw in range(kernel):
                 hit = np.where(argmax == kh * kernel + kw, err, 0)
-                dx[:, kh:kh + stride * oh:stride, kw:kw + stride * ow:stride, :] += hit
+                dx[:, kh : kh + stride * oh : stride, kw : kw + stride * ow : stride, :] += hit
         return numerics.clip_int8(dx)
 
     # ------------------------------------------------------------ NITI loss and update
@@ -167,8 +235,11 @@ class RefBackend(Backend):
         range (`shift`: a given shift, by the rule of `requantize`). Returns (q, e)."""
         if ea < eb:
             a, ea, b, eb = b, eb, a, ea
-        total = a.astype(np.int16) + numerics.shift_round(b, ea - eb, "round").astype(np.int16) \
-            if ea > eb else a.astype(np.int16) + b.astype(np.int16)
+        total = (
+            a.astype(np.int16) + numerics.shift_round(b, ea - eb, "round").astype(np.int16)
+            if ea > eb
+            else a.astype(np.int16) + b.astype(np.int16)
+        )
         q, shift = self.requantize(total, mode, rng, shift)
         return q, ea + shift
 
@@ -258,8 +329,9 @@ class RefBackend(Backend):
         return float_ops.compensation_fwd(z, scale, shift)
 
     def wageubn_update(self, q, e, grad, m, lr, momentum, weight_decay, grad_bits, momentum_bits, acc_bits, rng):
-        return float_ops.wageubn_update(q, e, grad, m, lr, momentum, weight_decay, grad_bits, momentum_bits, acc_bits,
-                                        rng)
+        return float_ops.wageubn_update(
+            q, e, grad, m, lr, momentum, weight_decay, grad_bits, momentum_bits, acc_bits, rng
+        )
 
     def compensation_bwd(self, err, z, scale, gate=None):
         return float_ops.compensation_bwd(err if gate is None else float_ops.relu_bwd_f32(err, gate), z, scale)
@@ -299,13 +371,14 @@ class RefBackend(Backend):
 #   weight gradient: per image over its output positions in (oh, ow) order, then the images'
 #   sums added in image order (per-image sums keep the rounding of a long sum in check).
 
+
 def _dw_padded(x, pad, dtype):
     return np.pad(x.astype(dtype), ((0, 0), (pad, pad), (pad, pad), (0, 0))) if pad else x.astype(dtype)
 
 
 def _dw_tap(xp, i, j, oh, ow, stride):
     """The input (padded) each output position meets at tap (i, j): [N, OH, OW, C]."""
-    return xp[:, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride, :]
+    return xp[:, i : i + stride * (oh - 1) + 1 : stride, j : j + stride * (ow - 1) + 1 : stride, :]
 
 
 def _dw_forward(x, w, stride, pad, dtype):
@@ -330,8 +403,8 @@ def _dw_backward_data(err, w, stride, pad, in_hw, dtype):
     e, wc = err.astype(dtype), w[..., 0].astype(dtype)
     for i in range(kh):
         for j in range(kw):
-            dx[:, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride, :] += e * wc[:, i, j]
-    return np.ascontiguousarray(dx[:, pad:pad + h, pad:pad + wd, :])
+            dx[:, i : i + stride * (oh - 1) + 1 : stride, j : j + stride * (ow - 1) + 1 : stride, :] += e * wc[:, i, j]
+    return np.ascontiguousarray(dx[:, pad : pad + h, pad : pad + wd, :])
 
 
 def _dw_backward_weight(err, x, stride, pad, kernel, dtype):
@@ -339,7 +412,7 @@ def _dw_backward_weight(err, x, stride, pad, kernel, dtype):
     kh, kw = kernel
     xp, e = _dw_padded(x, pad, dtype), err.astype(dtype)
     taps = np.stack([_dw_tap(xp, i, j, oh, ow, stride) for i in range(kh) for j in range(kw)], axis=3)
-    per_image = np.zeros((n, kh * kw, c), dtype)              # [N, taps, C]
+    per_image = np.zeros((n, kh * kw, c), dtype)  # [N, taps, C]
     for p in range(oh):
         for q in range(ow):
             per_image += taps[:, p, q] * e[:, p, q, None, :]

@@ -16,6 +16,7 @@ A subcommand module has `add_parser(subparsers, common)` (registering itself wit
 User errors print one line `dsptrain: error: ...` and exit with status 2 (a diverged run: 3); --debug shows
 the traceback.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,15 +36,22 @@ def _global_options(default) -> argparse.ArgumentParser:
     """The options every subcommand takes, before or after its name. On the subcommands
     their default is SUPPRESS, so `dsptrain --debug train X` keeps the flag set."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true", default=default,
-                        help="show the traceback of an error (also DSPTRAIN_DEBUG=1: op placement)")
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=default,
+        help="show the traceback of an error (also DSPTRAIN_DEBUG=1: op placement)",
+    )
     return common
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dsptrain", parents=[_global_options(False)],
-                                     description="Train integer (INT8) networks with Hexagon DSP offload: "
-                                                 "`dsptrain COMMAND --help` for each command's options.")
+    parser = argparse.ArgumentParser(
+        prog="dsptrain",
+        parents=[_global_options(False)],
+        description="Train integer (INT8) networks with Hexagon DSP offload: "
+        "`dsptrain COMMAND --help` for each command's options.",
+    )
     parser.add_argument("--version", action="version", version=f"dsptrain {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = _global_options(argparse.SUPPRESS)
@@ -57,8 +65,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     # `--resume` takes an optional `auto`; anything else after it is the run path, not its value
-    argv = [("--resume=yes" if a == "--resume" and argv[i + 1:i + 2] != ["auto"] else a)
-            for i, a in enumerate(argv)]
+    argv = [("--resume=yes" if a == "--resume" and argv[i + 1 : i + 2] != ["auto"] else a) for i, a in enumerate(argv)]
     args = parser.parse_args(argv)
     if not args.debug:
         warnings.formatwarning = lambda message, category, *rest: f"dsptrain: warning: {message}\n"
@@ -66,9 +73,9 @@ def main(argv=None) -> int:
     try:
         from ..inputs import env
 
-        env.check_all()   # a bad DSPTRAIN_* value: one line naming it, before anything reads it
+        env.check_all()  # a bad DSPTRAIN_* value: one line naming it, before anything reads it
         return args.func(args)
-    except DivergedError as exc:   # not the input's fault: its own status, so a script can tell
+    except DivergedError as exc:  # not the input's fault: its own status, so a script can tell
         if args.debug:
             raise
         print(f"dsptrain: error: {exc}", file=sys.stderr)

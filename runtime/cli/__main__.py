@@ -1,4 +1,5 @@
 """`python -m dsptrain.cli`: the same as the `dsptrain` command."""
+
 import sys
 
 from . import main

@@ -7,6 +7,7 @@ machine; the DSP's are packet counts on the critical path (QEMU's counters under
 emulator), turned into time by the profile's dsp.clock_hz. A part not measured keeps the
 rates the profile had.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,18 +19,30 @@ PARTS = ("cpu", "dsp")
 
 
 def add_parser(sub, common):
-    parser = sub.add_parser("calibrate", parents=[common],
-                            help="measure each int8 product's speed on the CPU and the DSP into a device profile",
-                            description=__doc__.split("\n\n", 1)[1].replace("\n", " "))
-    parser.add_argument("device", nargs="?", default="v66",
-                        help="device profile: a name in configs/devices/ or a YAML path (default v66)")
+    parser = sub.add_parser(
+        "calibrate",
+        parents=[common],
+        help="measure each int8 product's speed on the CPU and the DSP into a device profile",
+        description=__doc__.split("\n\n", 1)[1].replace("\n", " "),
+    )
+    parser.add_argument(
+        "device",
+        nargs="?",
+        default="v66",
+        help="device profile: a name in configs/devices/ or a YAML path (default v66)",
+    )
     parser.add_argument("--backends", default="cpu,dsp", help="the processors to measure, of cpu,dsp (default both)")
     parser.add_argument("--out", type=Path, help="write the profile here (default: the profile's own file)")
     parser.add_argument("--batch", type=int, default=64, help="rows of each CPU product (default 64)")
-    parser.add_argument("--dsp-batch", type=int,
-                        help="rows of each DSP product (default: --batch; under the emulator batch 64 takes about a "
-                             "minute, and a smaller batch measures the small layers' fixed costs larger than they are)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls per CPU product, the fastest kept (default 5)")
+    parser.add_argument(
+        "--dsp-batch",
+        type=int,
+        help="rows of each DSP product (default: --batch; under the emulator batch 64 takes about a "
+        "minute, and a smaller batch measures the small layers' fixed costs larger than they are)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="timed calls per CPU product, the fastest kept (default 5)"
+    )
     parser.add_argument("--only", help="comma-separated rate keys to measure (default all: cost.RATE_KEYS)")
     parser.add_argument("--dry-run", action="store_true", help="measure and print, write nothing")
     return parser
@@ -79,12 +92,23 @@ def run(args) -> int:
     unit = {"cpu": "MAC/s", "dsp": "MACs/cycle"}
     for part in parts:
         backend = _backend(part, profile)
-        note = calibrate.provenance(part, batches[part], profile.dsp.hvx_threads)   # the CPU's load before it runs
-        print(f"{part}: each product at batch {batches[part]}" +
-              (f", fastest of {args.repeats} calls" if part == "cpu" else ", critical-path packets"), flush=True)
+        note = calibrate.provenance(part, batches[part], profile.dsp.hvx_threads)  # the CPU's load before it runs
+        print(
+            f"{part}: each product at batch {batches[part]}"
+            + (f", fastest of {args.repeats} calls" if part == "cpu" else ", critical-path packets"),
+            flush=True,
+        )
         try:
-            got, _ = calibrate.measure(part, backend, batches[part], args.repeats, only, progress=lambda r: print(
-                f"  {r['key']:<31} {r['shape']:<22} {r['rate']:10.4g} {unit[r['part']]}", flush=True))
+            got, _ = calibrate.measure(
+                part,
+                backend,
+                batches[part],
+                args.repeats,
+                only,
+                progress=lambda r: print(
+                    f"  {r['key']:<31} {r['shape']:<22} {r['rate']:10.4g} {unit[r['part']]}", flush=True
+                ),
+            )
             if part == "dsp":
                 note += f", packets from the {backend.transport.name} transport"
         finally:
@@ -102,6 +126,8 @@ def run(args) -> int:
     try:
         calibrate.write_profile(Path(profile.source), out, speeds)
     except OSError as exc:
-        raise UserError(f"{out}: cannot write the profile ({exc.strerror or exc}); give another file with --out") from None
+        raise UserError(
+            f"{out}: cannot write the profile ({exc.strerror or exc}); give another file with --out"
+        ) from None
     print(f"wrote hook_speeds to {out}")
     return 0

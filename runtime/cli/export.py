@@ -7,14 +7,19 @@ arrays and a JSON header; layout in runtime/interchange/npz_export.py). For a NI
 checkpoint all three ONNX forms also carry NITI's int8 activation rounding in float
 operators, so ONNX Runtime fed the same batches returns dsptrain's logits.
 """
+
 from __future__ import annotations
 
 
 def add_parser(sub, common):
     from ..interchange import FORMATS
 
-    parser = sub.add_parser("export", parents=[common], help="write a trained checkpoint as ONNX or npz",
-                            description=__doc__.split("\n\n", 1)[1].replace("\n", " "))
+    parser = sub.add_parser(
+        "export",
+        parents=[common],
+        help="write a trained checkpoint as ONNX or npz",
+        description=__doc__.split("\n\n", 1)[1].replace("\n", " "),
+    )
     parser.add_argument("checkpoint", help="a checkpoint.npz, or the run directory holding one")
     parser.add_argument("--format", choices=FORMATS, default="onnx", help="default: onnx")
     parser.add_argument("--out", required=True, help="the file to write")

@@ -1,4 +1,5 @@
 """`dsptrain info`: the version, which backends were found and why the others were not."""
+
 from __future__ import annotations
 
 import platform
@@ -7,8 +8,7 @@ from .. import __version__
 
 
 def add_parser(sub, common):
-    return sub.add_parser("info", parents=[common],
-                          help="version, backends found and why others are not, CPU features")
+    return sub.add_parser("info", parents=[common], help="version, backends found and why others are not, CPU features")
 
 
 def run(args) -> int:

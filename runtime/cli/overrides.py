@@ -1,4 +1,5 @@
 """Command-line overrides of a run config, shared by the subcommands that load one."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,10 +16,12 @@ def add_run_options(parser, *, training: bool = True) -> None:
     if not training:
         return
     parser.add_argument("--epochs", type=int, metavar="N", help="override train.epochs")
-    parser.add_argument("--train-limit", type=int, metavar="N",
-                        help="override data.train_limit: train on the first N samples")
-    parser.add_argument("--test-limit", type=int, metavar="N",
-                        help="override data.test_limit: evaluate on the first N samples")
+    parser.add_argument(
+        "--train-limit", type=int, metavar="N", help="override data.train_limit: train on the first N samples"
+    )
+    parser.add_argument(
+        "--test-limit", type=int, metavar="N", help="override data.test_limit: evaluate on the first N samples"
+    )
     parser.add_argument("--energy", help="override energy: auto | rapl | battery | trace:FILE | estimate[:DEVICE]")
     parser.add_argument("--out", metavar="DIR", help="override out_dir (default runs/<name>)")
 
@@ -48,9 +51,13 @@ def apply_run_options(run, args):
         if spec_problem(energy):
             raise UserError(f"--energy {spec_problem(energy)}")
     # --backend is not written into the run: it goes to the plan builder (`planned_parts`).
-    return dataclasses.replace(run, train=train, data=data,
-                               energy=getattr(args, "energy", None) or run.energy,
-                               out_dir=getattr(args, "out", None) or run.out_dir)
+    return dataclasses.replace(
+        run,
+        train=train,
+        data=data,
+        energy=getattr(args, "energy", None) or run.energy,
+        out_dir=getattr(args, "out", None) or run.out_dir,
+    )
 
 
 def backend_choice(run, args) -> str:
@@ -67,6 +74,6 @@ def planned_parts(run, args, notes: bool = True):
     from ..plan import Planner
     from ..train.assembly import assemble
 
-    check_environment()   # a bad DSPTRAIN_* value fails here, naming it, before a backend reads it
+    check_environment()  # a bad DSPTRAIN_* value fails here, naming it, before a backend reads it
     parts = assemble(run, notes=notes)
     return parts, Planner(backend_choice(run, args), parts.algorithm, parts.device, run.scheduler)

@@ -4,6 +4,7 @@ The budget covers the tensor arena, the largest op's workspace and the kernels' 
 scratch: what the planner places. The Python interpreter, NumPy and the loaded data are
 outside it (a run's process RSS is that much larger; its metrics record both).
 """
+
 from __future__ import annotations
 
 from .. import precision
@@ -12,16 +13,25 @@ from .overrides import add_run_options, apply_run_options, planned_parts
 
 
 def add_parser(sub, common):
-    parser = sub.add_parser("plan", parents=[common],
-                            help="the memory peak of a run config, its breakdown, and the plan under a budget",
-                            description=__doc__.split("\n\n", 1)[1].replace("\n", " "))
+    parser = sub.add_parser(
+        "plan",
+        parents=[common],
+        help="the memory peak of a run config, its breakdown, and the plan under a budget",
+        description=__doc__.split("\n\n", 1)[1].replace("\n", " "),
+    )
     parser.add_argument("run", help="run config YAML")
     add_run_options(parser, training=False)
     parser.add_argument("--batch", type=int, dest="batch_size", metavar="N", help="the same as --batch-size")
     parser.add_argument("--budget", help="override memory.budget: bytes or a size like 64MB")
-    parser.add_argument("--ops", nargs="?", type=int, const=0, metavar="N",
-                        help="each op's backend and modeled time on the device profile, with the MAC rate used "
-                             "(a product's measured one: `dsptrain calibrate`); N: only the N longest")
+    parser.add_argument(
+        "--ops",
+        nargs="?",
+        type=int,
+        const=0,
+        metavar="N",
+        help="each op's backend and modeled time on the device profile, with the MAC rate used "
+        "(a product's measured one: `dsptrain calibrate`); N: only the N longest",
+    )
     return parser
 
 
@@ -43,7 +53,7 @@ def run(args) -> int:
     parts, planner = planned_parts(config, args, notes=False)
     model, frozen = parts.model, parts.frozen
     try:
-        plan = planner.build(parts.graph)   # the training graph at the run's batch, lowered once (assembly)
+        plan = planner.build(parts.graph)  # the training graph at the run's batch, lowered once (assembly)
         fitter = plan.fitter(config.memory.micro_batch, config.memory.recompute)
         placed = sorted({p.backend for p in plan.placement.values()})
         print(f"{config.name}: {model.name} on {', '.join(placed)}")
@@ -51,15 +61,19 @@ def run(args) -> int:
         for line in precision.summary(parts.graph, model, plan.backend_of):
             print(f"  {line}")
         if frozen:
-            print(f"frozen (no weight gradient, no update, no activation kept for them): "
-                  f"{', '.join(layer.name for layer in model.layers if layer.name in frozen)}")
+            print(
+                f"frozen (no weight gradient, no update, no activation kept for them): "
+                f"{', '.join(layer.name for layer in model.layers if layer.name in frozen)}"
+            )
         print(describe(fitter, source))
         if args.ops is not None:
             _print_op_times(plan, args.ops)
         elif plan.device is not None:
             print(summary_line(plan) + " (--ops: each op)")
-        print("the budget covers what the planner places (tensor arena, op workspace, kernel scratch); "
-              "the interpreter, NumPy and the loaded dataset come on top of it in the process's RSS")
+        print(
+            "the budget covers what the planner places (tensor arena, op workspace, kernel scratch); "
+            "the interpreter, NumPy and the loaded dataset come on top of it in the process's RSS"
+        )
     finally:
         planner.close()
     _check_fits(fitter, source, args.budget, config.source)
@@ -70,8 +84,11 @@ def summary_line(plan) -> str:
     from ..plan.rates import modeled_totals
 
     totals, measured = modeled_totals(plan)
-    return (f"modeled on {plan.device.name}: " + ", ".join(f"{w} {s * 1e3:.4g} ms" for w, s in sorted(totals.items()))
-            + f" a step, serial; {measured} products at their measured rate (hook_speeds)")
+    return (
+        f"modeled on {plan.device.name}: "
+        + ", ".join(f"{w} {s * 1e3:.4g} ms" for w, s in sorted(totals.items()))
+        + f" a step, serial; {measured} products at their measured rate (hook_speeds)"
+    )
 
 
 def _print_op_times(plan, limit: int) -> None:

@@ -9,6 +9,7 @@ to OUT/profile.txt, .csv and .json (OUT: runs/<name>/profile); --trace FILE writ
 timeline in the Chrome trace event format (Perfetto, chrome://tracing; `dsptrain plot
 --trace FILE` draws it).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,21 +21,31 @@ from .overrides import add_run_options, apply_run_options, planned_parts
 
 
 def add_parser(sub, common):
-    parser = sub.add_parser("profile", parents=[common],
-                            help="per-op and per-layer time, memory and energy of training steps, and a timeline",
-                            description=__doc__.split("\n\n", 1)[1].replace("\n", " "))
+    parser = sub.add_parser(
+        "profile",
+        parents=[common],
+        help="per-op and per-layer time, memory and energy of training steps, and a timeline",
+        description=__doc__.split("\n\n", 1)[1].replace("\n", " "),
+    )
     parser.add_argument("run", help="run config YAML")
     add_run_options(parser, training=False)
     parser.add_argument("--steps", type=int, default=5, metavar="N", help="steps profiled (default 5)")
-    parser.add_argument("--warmup", type=int, default=2, metavar="N",
-                        help="steps run first and not profiled (default 2)")
-    parser.add_argument("--micro-batches", type=int, metavar="N",
-                        help="override scheduler.micro_batches: co-scheduling's micro-batches (1: serial)")
+    parser.add_argument(
+        "--warmup", type=int, default=2, metavar="N", help="steps run first and not profiled (default 2)"
+    )
+    parser.add_argument(
+        "--micro-batches",
+        type=int,
+        metavar="N",
+        help="override scheduler.micro_batches: co-scheduling's micro-batches (1: serial)",
+    )
     parser.add_argument("--out", metavar="DIR", help="where profile.txt/.csv/.json go (default runs/<name>/profile)")
     parser.add_argument("--trace", metavar="FILE", help="write the timeline (Chrome trace event format JSON)")
     parser.add_argument("--top", type=int, metavar="N", help="print the N slowest ops (default: all)")
-    parser.add_argument("--energy", help="energy coefficients of the share column: estimate[:DEVICE] "
-                                         "(default: the run's, else estimate:sd865)")
+    parser.add_argument(
+        "--energy",
+        help="energy coefficients of the share column: estimate[:DEVICE] (default: the run's, else estimate:sd865)",
+    )
     return parser
 
 
@@ -47,7 +58,7 @@ def _positive(flag: str, value: int, low: int) -> int:
 def run(args) -> int:
     from ..config import load_run
     from ..energy import EstimateMeter, MeterError
-    from ..profile import build, record_steps, format_table, write_csv, write_json, write_trace
+    from ..profile import build, format_table, record_steps, write_csv, write_json, write_trace
     from ..train import Trainer
 
     steps, warmup = _positive("--steps", args.steps, 1), _positive("--warmup", args.warmup, 0)
@@ -55,7 +66,9 @@ def run(args) -> int:
         _positive("--top", args.top, 1)
     config = apply_run_options(load_run(args.run), args)
     if args.micro_batches is not None:
-        scheduler = dataclasses.replace(config.scheduler, micro_batches=_positive("--micro-batches", args.micro_batches, 1))
+        scheduler = dataclasses.replace(
+            config.scheduler, micro_batches=_positive("--micro-batches", args.micro_batches, 1)
+        )
         config = dataclasses.replace(config, scheduler=scheduler)
     energy = args.energy or config.energy
     out = Path(args.out) if args.out else Path(config.out_dir or Path("runs") / config.name) / "profile"
@@ -63,8 +76,11 @@ def run(args) -> int:
     try:
         # the estimate meters each step: a real meter's baseline and windows are not what a profile is for
         try:
-            meter = EstimateMeter(energy.partition(":")[2] or "sd865") if energy.startswith("estimate") \
+            meter = (
+                EstimateMeter(energy.partition(":")[2] or "sd865")
+                if energy.startswith("estimate")
                 else EstimateMeter("sd865")
+            )
         except ValueError as exc:
             raise UserError(f"--energy {energy!r}: {exc}") from None
         trainer = Trainer(config, parts=parts, planner=planner, progress=False, energy_meter=meter, out_dir=out)
@@ -72,12 +88,21 @@ def run(args) -> int:
         batch = config.train.batch_size
         needed = warmup + steps
         batches = _batches(data, batch, config.train.seed, needed)
-        print(f"{config.name}: {parts.model.name} with {config.recipe.name} on "
-              f"{' > '.join(planner.backends)}, {warmup} warm-up + {steps} profiled step(s) of {batch}",
-              file=sys.stderr)
+        print(
+            f"{config.name}: {parts.model.name} with {config.recipe.name} on "
+            f"{' > '.join(planner.backends)}, {warmup} warm-up + {steps} profiled step(s) of {batch}",
+            file=sys.stderr,
+        )
         recorder = record_steps(planner.executor, trainer.step, batches, warmup)
-        profile = build(recorder, recorder.plan, run=config.name, model=parts.model.name, recipe=config.recipe,
-                        device=parts.device, energy_spec=energy)
+        profile = build(
+            recorder,
+            recorder.plan,
+            run=config.name,
+            model=parts.model.name,
+            recipe=config.recipe,
+            device=parts.device,
+            energy_spec=energy,
+        )
         text = format_table(profile, args.top)
         out.mkdir(parents=True, exist_ok=True)
         (out / "profile.txt").write_text(format_table(profile) + "\n")
@@ -101,6 +126,6 @@ def _batches(data, batch: int, seed: int, count: int) -> list:
         raise UserError(f"the training set has {len(data)} samples, fewer than one batch of {batch}")
     out, epoch = [], 0
     while len(out) < count:
-        out += [b for b in batches(data, batch, seed, epoch) if len(b[1]) == batch][:count - len(out)]
+        out += [b for b in batches(data, batch, seed, epoch) if len(b[1]) == batch][: count - len(out)]
         epoch += 1
     return out

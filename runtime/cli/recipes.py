@@ -1,10 +1,12 @@
 """`dsptrain recipes`: the precision recipes in configs/algorithms/, one line each."""
+
 from __future__ import annotations
 
 
 def add_parser(sub, common):
-    parser = sub.add_parser("recipes", parents=[common],
-                            help="the precision recipes in configs/algorithms/, one line each")
+    parser = sub.add_parser(
+        "recipes", parents=[common], help="the precision recipes in configs/algorithms/, one line each"
+    )
     parser.add_argument("--verbose", "-v", action="store_true", help="add each recipe's description")
     return parser
 
@@ -34,12 +36,17 @@ def run(args) -> int:
         rates = f"lr {r.optimizer.lr:g} momentum {r.optimizer.momentum:g}"
         opt = r.optimizer.kind + (f" {rates}" if r.optimizer.kind == "sgd" else f" (float layers: sgd {rates})")
         errors = format_of(t.errors)
-        if "low_bits" in r.params:   # AFP: the width adapts per layer between two values
+        if "low_bits" in r.params:  # AFP: the width adapts per layer between two values
             high = r.params.get("high_bits", t.errors.bits)
             errors = errors.replace(f"int{t.errors.bits}", f"int{r.params['low_bits']}..{high}")
-        rows.append((r.name, f"W {format_of(t.weights)}  A {format_of(t.activations)}  E {errors}  "
-                             f"G {format_of(t.gradients)}  U {format_of(t.updates)}  loss {r.loss.kind}  {opt}",
-                     r.description))
+        rows.append(
+            (
+                r.name,
+                f"W {format_of(t.weights)}  A {format_of(t.activations)}  E {errors}  "
+                f"G {format_of(t.gradients)}  U {format_of(t.updates)}  loss {r.loss.kind}  {opt}",
+                r.description,
+            )
+        )
     width = max(len(name) for name, _, _ in rows)
     for name, formats, description in rows:
         print(f"{name:<{width}}  {formats}")
@@ -60,7 +67,7 @@ def where_ops_run(recipe_name: str) -> str:
 
     try:
         graph = lower(build_model("lenet5"), load_recipe(recipe_name), batch=64)
-    except Exception as exc:   # a recipe that cannot lower LeNet-5 says so
+    except Exception as exc:  # a recipe that cannot lower LeNet-5 says so
         return f"ops: cannot lower lenet5 ({exc})"
     ops: dict[str, int] = {}
     hooks: dict[str, set] = {}
@@ -69,7 +76,8 @@ def where_ops_run(recipe_name: str) -> str:
         ops[name] = ops.get(name, 0) + 1
         hooks.setdefault(name, set()).update(op.hooks or ("reshape",))
     return "ops of a lenet5 step under --backend dsp: " + "; ".join(
-        f"{b} {ops[b]} ({', '.join(sorted(hooks[b]))})" for b in PRIORITY if b in ops)
+        f"{b} {ops[b]} ({', '.join(sorted(hooks[b]))})" for b in PRIORITY if b in ops
+    )
 
 
 def formats_on_resnet(recipe_name: str) -> str:
@@ -83,6 +91,6 @@ def formats_on_resnet(recipe_name: str) -> str:
     model = build_model("resnet18")
     try:
         graph = lower(model, load_recipe(recipe_name), batch=8)
-    except Exception as exc:   # a recipe that cannot lower it says so
+    except Exception as exc:  # a recipe that cannot lower it says so
         return f"layers: cannot lower resnet18 ({exc})"
     return "layers of resnet18: " + "; ".join(precision.summary(graph, model))

@@ -1,4 +1,5 @@
 """`dsptrain train RUN.yaml`: train a run config, resumable from its checkpoint."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,14 +11,24 @@ from .overrides import add_run_options, apply_run_options, planned_parts
 
 
 def add_parser(sub, common):
-    parser = sub.add_parser("train", parents=[common], help="train a run config (configs/runs/*.yaml)",
-                            description="Train a run config; metrics go to OUT/metrics.jsonl, "
-                                        "checkpoints to OUT/checkpoint.npz (OUT: runs/<name>).")
+    parser = sub.add_parser(
+        "train",
+        parents=[common],
+        help="train a run config (configs/runs/*.yaml)",
+        description="Train a run config; metrics go to OUT/metrics.jsonl, "
+        "checkpoints to OUT/checkpoint.npz (OUT: runs/<name>).",
+    )
     parser.add_argument("run", help="run config YAML")
     add_run_options(parser)
-    parser.add_argument("--resume", nargs="?", const="yes", type=_resume_mode, metavar="auto",
-                        help="continue from the checkpoint in the output directory (an error if there is "
-                             "none); --resume auto: continue if there is one, else start afresh")
+    parser.add_argument(
+        "--resume",
+        nargs="?",
+        const="yes",
+        type=_resume_mode,
+        metavar="auto",
+        help="continue from the checkpoint in the output directory (an error if there is "
+        "none); --resume auto: continue if there is one, else start afresh",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
@@ -46,16 +57,19 @@ def run(args) -> int:
     except BaseException:
         planner.close()
         raise
-    with trainer:   # closes the step, its backends and the meter on every way out
-        trainer.hold_out_dir()   # before looking for a checkpoint: a second run on this directory stops here
+    with trainer:  # closes the step, its backends and the meter on every way out
+        trainer.hold_out_dir()  # before looking for a checkpoint: a second run on this directory stops here
         # bad data, or a budget no plan fits: one error line, before anything else is printed
         trainer.check_data()
         trainer.check_budget(config.train.batch_size)
         _resume_or_refuse(trainer, args, config)
         if not args.quiet:
             print(f"energy: {why}", file=sys.stderr)
-        print(f"{config.name}: {trainer.model.name} with {config.recipe.name} on {' > '.join(step.backend_names())}, "
-              f"output in {trainer.out_dir}", file=sys.stderr)
+        print(
+            f"{config.name}: {trainer.model.name} with {config.recipe.name} on {' > '.join(step.backend_names())}, "
+            f"output in {trainer.out_dir}",
+            file=sys.stderr,
+        )
         history = trainer.fit()
     if history:
         last = history[-1]
@@ -67,17 +81,21 @@ def run(args) -> int:
 def _resume_or_refuse(trainer, args, config) -> None:
     """--resume: load the checkpoint (--resume auto: if there is one); without it an existing
     checkpoint is refused rather than overwritten."""
-    found = os.path.lexists(trainer.checkpoint_path)   # a FIFO or dangling link is found too, and refused by load
+    found = os.path.lexists(trainer.checkpoint_path)  # a FIFO or dangling link is found too, and refused by load
     if args.resume:
         if found:
             trainer.load()
-            print(f"resuming {config.name} at epoch {trainer.epoch + 1}, step {trainer.global_step} "
-                  f"from {trainer.checkpoint_path}", file=sys.stderr)
+            print(
+                f"resuming {config.name} at epoch {trainer.epoch + 1}, step {trainer.global_step} "
+                f"from {trainer.checkpoint_path}",
+                file=sys.stderr,
+            )
         elif args.resume == "auto":
             print(f"no checkpoint at {trainer.checkpoint_path}; starting from scratch", file=sys.stderr)
         else:
-            raise UserError(f"--resume: no checkpoint at {trainer.checkpoint_path} "
-                            f"(--resume auto starts from scratch when there is none)")
+            raise UserError(
+                f"--resume: no checkpoint at {trainer.checkpoint_path} "
+                f"(--resume auto starts from scratch when there is none)"
+            )
     elif found:
-        raise UserError(f"{trainer.checkpoint_path} exists: pass --resume to continue it, "
-                        f"or --out DIR for a fresh run")
+        raise UserError(f"{trainer.checkpoint_path} exists: pass --resume to continue it, or --out DIR for a fresh run")

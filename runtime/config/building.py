@@ -1,6 +1,7 @@
 """YAML to dataclasses: read a mapping from a file with limits, fill a dataclass from it
 (every key checked against the field it fills: unknown key, wrong type, value out of
 the field's declared range raise ConfigError naming file, dotted key and value)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,7 +36,7 @@ def _convert(tp, value, source, key):
                 return _convert(arg, value, source, key)
             except ConfigError as exc:
                 errors.append(exc)
-        if len(errors) == 1 and isinstance(value, dict):   # `X | None` given a mapping: X's own complaint
+        if len(errors) == 1 and isinstance(value, dict):  # `X | None` given a mapping: X's own complaint
             raise errors[0]
         raise ConfigError(source, key, f"{value!r} is not {' or '.join(_type_name(a) for a in args)}")
     if origin is Literal:
@@ -71,7 +72,7 @@ def _convert(tp, value, source, key):
             raise ConfigError(source, key, f"expected a number, got {value!r}")
         try:
             value = float(value)
-        except OverflowError:   # an integer beyond float range
+        except OverflowError:  # an integer beyond float range
             raise ConfigError(source, key, f"{value} is not a finite number") from None
         problem = number_problem(value)
         if problem:
@@ -96,8 +97,7 @@ def build(cls, data: dict, source, prefix: str = "", given: dict | None = None):
     names = {f.name for f in dataclasses.fields(cls)} - set(given)
     for key in data:
         if key not in names:
-            raise ConfigError(source, f"{prefix}.{key}".lstrip("."),
-                              f"unknown key (known: {', '.join(sorted(names))})")
+            raise ConfigError(source, f"{prefix}.{key}".lstrip("."), f"unknown key (known: {', '.join(sorted(names))})")
     kwargs = dict(given)
     for f in dataclasses.fields(cls):
         if f.name in given:
@@ -105,7 +105,7 @@ def build(cls, data: dict, source, prefix: str = "", given: dict | None = None):
         key = f"{prefix}.{f.name}".lstrip(".")
         if f.name in data:
             kwargs[f.name] = _convert(hints[f.name], data[f.name], source, key)
-            problem = field_problem(f, kwargs[f.name])   # the range the field declares
+            problem = field_problem(f, kwargs[f.name])  # the range the field declares
             if problem:
                 raise ConfigError(source, key, problem)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:

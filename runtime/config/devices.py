@@ -1,5 +1,6 @@
 """Device profiles (configs/devices/): the fast memories batch splitting fits an op's
 working set into and the speeds the cost model reads; loaded and checked here."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,18 +13,19 @@ from .building import CONFIG_ROOT, build, read_yaml
 
 # ---------------------------------------------------------------- device profiles
 
+
 @dataclass(frozen=True)
 class DspMemory:
-    vtcm: int | str = "256KiB"       # tightly coupled vector memory
-    l2: int | str = "1MiB"           # the DSP's L2 cache
+    vtcm: int | str = "256KiB"  # tightly coupled vector memory
+    l2: int | str = "1MiB"  # the DSP's L2 cache
     # speeds the scheduler's cost model reads (cost.py: micro-batch count, batch-split check);
     # the defaults are v66.yaml's (a phone's DSP), host.yaml has the emulator's
-    macs_per_s: float = bounded(6.4e10, 1e3, 1e18)   # int8 multiply-accumulates per second in products
-    bytes_per_s: float = bounded(1e10, 1e3, 1e15)    # bytes per second to and from DDR
-    call_s: float = bounded(1e-4, 0.0, 10.0, low_open=True)   # seconds of overhead per call (a FastRPC round trip)
+    macs_per_s: float = bounded(6.4e10, 1e3, 1e18)  # int8 multiply-accumulates per second in products
+    bytes_per_s: float = bounded(1e10, 1e3, 1e15)  # bytes per second to and from DDR
+    call_s: float = bounded(1e-4, 0.0, 10.0, low_open=True)  # seconds of overhead per call (a FastRPC round trip)
     # the modeled DSP time (cost.dsp_op_seconds): one packet per cycle per HVX thread
-    clock_hz: float = bounded(1.0e9, 0.0, 1e12, low_open=True)   # the DSP core clock
-    hvx_threads: int = bounded(4, 1, 8, why="HVX contexts of a Hexagon cDSP")   # the work of one op is split across them
+    clock_hz: float = bounded(1.0e9, 0.0, 1e12, low_open=True)  # the DSP core clock
+    hvx_threads: int = bounded(4, 1, 8, why="HVX contexts of a Hexagon cDSP")  # the work of one op is split across them
     # hook -> why the DSP is bad at it: ops with such a hook run on the CPU under
     # scheduler.placement: profile (plan.place); keys must be hooks the DSP implements
     bad_at: dict[str, str] = field(default_factory=dict)
@@ -31,10 +33,10 @@ class DspMemory:
 
 @dataclass(frozen=True)
 class CpuMemory:
-    l2: int | str = "host"           # bytes, a size, or "host": this machine's L2 (sysfs)
+    l2: int | str = "host"  # bytes, a size, or "host": this machine's L2 (sysfs)
     macs_per_s: float = bounded(5e10, 1e3, 1e18)
     bytes_per_s: float = bounded(1e10, 1e3, 1e15)
-    call_s: float = bounded(2e-5, 0.0, 10.0, low_open=True)   # Python dispatch of one op
+    call_s: float = bounded(2e-5, 0.0, 10.0, low_open=True)  # Python dispatch of one op
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ class HookSpeeds:
     `.pointwise` for 1x1 convolutions), written by `dsptrain calibrate`. A product without
     one runs at its processor's macs_per_s (cost.Speeds.rate)."""
 
-    measured: dict[str, str] = field(default_factory=dict)   # part -> when, where, how (one line)
+    measured: dict[str, str] = field(default_factory=dict)  # part -> when, where, how (one line)
     cpu: dict[str, float] = field(default_factory=dict)  # MACs per second, timed on this machine's CPU kernels
     dsp: dict[str, float] = field(default_factory=dict)  # MACs per DSP cycle on the critical path (QEMU packets)
 
@@ -70,7 +72,7 @@ class DeviceProfile:
         return device_size(getattr(getattr(self, part), name), self.source, key)
 
 
-HOST_L2_FALLBACK = 1 << 20   # when sysfs has no L2 size (not Linux): 1 MiB, said by `dsptrain info`
+HOST_L2_FALLBACK = 1 << 20  # when sysfs has no L2 size (not Linux): 1 MiB, said by `dsptrain info`
 
 
 def host_l2_bytes() -> int:
@@ -80,8 +82,10 @@ def host_l2_bytes() -> int:
     root = Path("/sys/devices/system/cpu/cpu0/cache")
     for index in sorted(root.glob("index*")):
         try:
-            if (index / "level").read_text().strip() == "2" and \
-                    (index / "type").read_text().strip() in ("Unified", "Data"):
+            if (index / "level").read_text().strip() == "2" and (index / "type").read_text().strip() in (
+                "Unified",
+                "Data",
+            ):
                 return parse_size((index / "size").read_text().strip())
         except (OSError, ValueError):
             continue
@@ -114,13 +118,15 @@ def load_device(name_or_path: str) -> DeviceProfile:
                 raise ConfigError(path, f"{part}.{name}", f"{value!r} must be > 0")
     threads = profile.dsp.hvx_threads
     if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 8:
-        raise ConfigError(path, "dsp.hvx_threads", f"{threads!r} must be an integer from 1 to 8 "
-                          "(HVX contexts of a Hexagon cDSP)")
-    dsp_hooks = backend_class(ACCELERATOR).hooks   # the backend the profile's `dsp` part describes
+        raise ConfigError(
+            path, "dsp.hvx_threads", f"{threads!r} must be an integer from 1 to 8 (HVX contexts of a Hexagon cDSP)"
+        )
+    dsp_hooks = backend_class(ACCELERATOR).hooks  # the backend the profile's `dsp` part describes
     for hook, why in profile.dsp.bad_at.items():
         if hook not in dsp_hooks:
-            raise ConfigError(path, f"dsp.bad_at.{hook}", f"{hook!r} is not a DSP hook "
-                              f"(known: {', '.join(sorted(dsp_hooks))})")
+            raise ConfigError(
+                path, f"dsp.bad_at.{hook}", f"{hook!r} is not a DSP hook (known: {', '.join(sorted(dsp_hooks))})"
+            )
         if not isinstance(why, str) or not why.strip():
             raise ConfigError(path, f"dsp.bad_at.{hook}", f"{why!r}: give the reason as a string")
     check_hook_speeds(profile.hook_speeds, path)

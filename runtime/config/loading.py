@@ -1,5 +1,6 @@
 """The public loaders: a recipe by name or path (with a run's overrides layered on),
 a run config from a file or from a mapping already read."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,10 +16,9 @@ def recipe_path(name_or_path: str) -> Path:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml"):
         return path
-    if not SAFE_NAME.match(name_or_path):   # a name, not a way out of configs/algorithms/
+    if not SAFE_NAME.match(name_or_path):  # a name, not a way out of configs/algorithms/
         raise ConfigError("recipe", None, f"{name_or_path!r} is neither a recipe name nor a .yaml path")
     return CONFIG_ROOT / "algorithms" / f"{name_or_path}.yaml"
-
 
 
 def load_recipe(name_or_path: str, overrides: dict | None = None) -> Recipe:
@@ -47,23 +47,34 @@ def run_from_mapping(data: dict, path: Path, **overrides) -> RunConfig:
     recipe_spec = data.pop("recipe", None)
     if recipe_spec is None:
         raise ConfigError(path, "recipe", "is required (a name in configs/algorithms/ or a mapping with 'name')")
-    for name in ([recipe_spec] if isinstance(recipe_spec, str) else
-                 [recipe_spec.get("name")] if isinstance(recipe_spec, dict) else []):
+    for name in (
+        [recipe_spec]
+        if isinstance(recipe_spec, str)
+        else [recipe_spec.get("name")]
+        if isinstance(recipe_spec, dict)
+        else []
+    ):
         if isinstance(name, str) and Path(name).suffix not in (".yaml", ".yml") and not SAFE_NAME.match(name):
-            raise ConfigError(path, "recipe" if isinstance(recipe_spec, str) else "recipe.name",
-                              f"{name!r} is neither a recipe name nor a .yaml path")
+            raise ConfigError(
+                path,
+                "recipe" if isinstance(recipe_spec, str) else "recipe.name",
+                f"{name!r} is neither a recipe name nor a .yaml path",
+            )
     if isinstance(recipe_spec, str):
-        if not recipe_path(recipe_spec).exists():   # name the run file's key, and the closest recipe
+        if not recipe_path(recipe_spec).exists():  # name the run file's key, and the closest recipe
             import difflib
 
             known = sorted(p.stem for p in (CONFIG_ROOT / "algorithms").glob("*.yaml"))
             close = difflib.get_close_matches(recipe_spec, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(path, "recipe", f"{recipe_spec!r}: no such recipe in {CONFIG_ROOT / 'algorithms'} "
-                              f"(known: {', '.join(known)}){hint}")
+            raise ConfigError(
+                path,
+                "recipe",
+                f"{recipe_spec!r}: no such recipe in {CONFIG_ROOT / 'algorithms'} (known: {', '.join(known)}){hint}",
+            )
         try:
             recipe = load_recipe(recipe_spec)
-        except ConfigError as exc:   # the recipe file cannot be read at all: point at the run file too
+        except ConfigError as exc:  # the recipe file cannot be read at all: point at the run file too
             if exc.key is not None:
                 raise
             raise ConfigError(path, "recipe", f"{recipe_spec!r}: {exc}") from None
@@ -80,7 +91,7 @@ def run_from_mapping(data: dict, path: Path, **overrides) -> RunConfig:
             raise ConfigError(path, f"recipe.{exc.key}", f"{exc.detail} (overriding {name})") from None
     else:
         raise ConfigError(path, "recipe", f"{recipe_spec!r} is neither a recipe name nor a mapping with 'name'")
-    if isinstance(data.get("model"), str):   # `model: lenet5`, as `recipe: niti` names a recipe
+    if isinstance(data.get("model"), str):  # `model: lenet5`, as `recipe: niti` names a recipe
         data["model"] = {"name": data["model"]}
     data.setdefault("name", path.stem)
     run = build(RunConfig, data, path, given={"recipe": recipe, "source": str(path)})

@@ -4,6 +4,7 @@ Images follow the Python API's contract (contract.py: uint8 NHWC, other integers
 0..255, floats in [0, 1]; (N, H, W) is one channel); labels are integers. Files are
 read with NumPy's own reader, never unpickling (allow_pickle=False), and bounded in size.
 """
+
 from __future__ import annotations
 
 import io
@@ -17,11 +18,12 @@ from ..inputs.files import check_regular, read_limited
 from .contract import as_images, as_labels
 from .dataset import Dataset
 
-MAX_ARRAY_FILE_BYTES = 8 << 30    # one .npz or .npy file as stored
+MAX_ARRAY_FILE_BYTES = 8 << 30  # one .npz or .npy file as stored
 
 
-def from_arrays(images, labels, input_shape, classes: int, name: str = "arrays", origin: str = "",
-                class_names=None) -> Dataset:
+def from_arrays(
+    images, labels, input_shape, classes: int, name: str = "arrays", origin: str = "", class_names=None
+) -> Dataset:
     """`images` and `labels` checked by the input contract for a model of `input_shape` and `classes`."""
     where = origin or name
     try:
@@ -31,8 +33,9 @@ def from_arrays(images, labels, input_shape, classes: int, name: str = "arrays",
         raise DataError(f"{where}: {exc}") from None
     if not len(images):
         raise DataError(f"{where}: holds no images")
-    return Dataset(np.ascontiguousarray(images), labels, name, origin,
-                   tuple(class_names) if class_names is not None else None)
+    return Dataset(
+        np.ascontiguousarray(images), labels, name, origin, tuple(class_names) if class_names is not None else None
+    )
 
 
 def read_npz(path, x_key: str, y_key: str) -> tuple[np.ndarray, np.ndarray]:

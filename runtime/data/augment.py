@@ -15,6 +15,7 @@ apply (each off by default):
 - `brightness: b`, `contrast: c`: pixels times a factor in [1-b, 1+b]; the distance from the
   image's mean times one in [1-c, 1+c] (ColorJitter's brightness and contrast).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 @dataclass(frozen=True)
 class Augment:
     crop_padding: int = bounded(0, 0, 1024)
-    resized_crop: tuple[float, float] | None = None     # [smallest, largest] share of the area
+    resized_crop: tuple[float, float] | None = None  # [smallest, largest] share of the area
     flip: bool = False
     brightness: float = bounded(0.0, 0.0, 1.0)
     contrast: float = bounded(0.0, 0.0, 1.0)
@@ -71,7 +72,7 @@ def apply(augment: Augment, images: np.ndarray, index: np.ndarray, seed: int, ep
     if not augment.active or not len(images):
         return images
     draws = uniform(seed, epoch, index)
-    out = np.array(images)   # a memory map's rows or the caller's batch: never changed in place
+    out = np.array(images)  # a memory map's rows or the caller's batch: never changed in place
     if augment.crop_padding:
         out = _padded_crop(out, augment.crop_padding, draws)
     if augment.resized_crop:
@@ -90,7 +91,7 @@ def _padded_crop(images, pad, draws):
     top = (draws[:, _OFFSET_Y] * (2 * pad + 1)).astype(np.int64)
     left = (draws[:, _OFFSET_X] * (2 * pad + 1)).astype(np.int64)
     for i, (y, x) in enumerate(zip(top, left)):
-        images[i] = padded[i, y:y + height, x:x + width]
+        images[i] = padded[i, y : y + height, x : x + width]
     return images
 
 

@@ -1,5 +1,6 @@
 """CIFAR-10's binary version (data_batch_1..5.bin, test_batch.bin): a label byte and
 3072 CHW bytes per record."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,8 +17,10 @@ CIFAR_RECORD = 1 + 32 * 32 * 3
 def load_cifar10(split: str, path: str | Path | None) -> Dataset:
     """CIFAR-10 binary version (data_batch_1..5.bin, test_batch.bin): label byte + 3072 CHW bytes."""
     if path is None:
-        raise DataError("CIFAR-10 needs data.path: a directory with data_batch_1.bin .. data_batch_5.bin "
-                        "and test_batch.bin (the 'binary version' of CIFAR-10)")
+        raise DataError(
+            "CIFAR-10 needs data.path: a directory with data_batch_1.bin .. data_batch_5.bin "
+            "and test_batch.bin (the 'binary version' of CIFAR-10)"
+        )
     directory = Path(path)
     names = [f"data_batch_{i}.bin" for i in range(1, 6)] if split == "train" else ["test_batch.bin"]
     images, labels = [], []
@@ -31,5 +34,6 @@ def load_cifar10(split: str, path: str | Path | None) -> Dataset:
             raise DataError(f"{file}: labels must be 0..9, found {int(records[:, 0].max())}")
         labels.append(records[:, 0].astype(np.int64))
         images.append(records[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
-    return Dataset(np.ascontiguousarray(np.concatenate(images)), np.concatenate(labels), f"cifar10/{split}",
-                   str(directory))
+    return Dataset(
+        np.ascontiguousarray(np.concatenate(images)), np.concatenate(labels), f"cifar10/{split}", str(directory)
+    )

@@ -9,6 +9,7 @@ images: NHWC, the model's input shape (N, H, W, C); (N, H, W) is taken as one ch
     a nearly black image.
 labels: integers in 0..classes-1, one per image.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,8 +26,7 @@ def as_images(images, input_shape) -> np.ndarray:
     if array.ndim == len(shape) and shape[-1] == 1 and array.shape[1:] == shape[:-1]:
         array = array[..., None]
     if array.ndim != len(shape) + 1 or array.shape[1:] != shape:
-        raise ShapeError(f"images: shape {array.shape} is not (N, {', '.join(map(str, shape))}), "
-                         f"NHWC for this model")
+        raise ShapeError(f"images: shape {array.shape} is not (N, {', '.join(map(str, shape))}), NHWC for this model")
     if array.dtype == np.uint8:
         return array
     if np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_:
@@ -39,8 +39,10 @@ def as_images(images, input_shape) -> np.ndarray:
             raise UserError(f"images: {array.dtype} images hold NaN or infinity")
         low, high = (float(array.min()), float(array.max())) if array.size else FLOAT_RANGE
         if low < FLOAT_RANGE[0] or high > FLOAT_RANGE[1]:
-            raise UserError(f"images: {array.dtype} values must be in [0, 1] (pixels / 255), found "
-                            f"{low:.4g}..{high:.4g}; rescale them, or pass uint8 pixels 0..255")
+            raise UserError(
+                f"images: {array.dtype} values must be in [0, 1] (pixels / 255), found "
+                f"{low:.4g}..{high:.4g}; rescale them, or pass uint8 pixels 0..255"
+            )
         return np.rint(array * 255.0).astype(np.uint8)
     raise UserError(f"images: dtype {array.dtype} is neither uint8, an integer nor a float type")
 

@@ -1,5 +1,6 @@
 """A dataset: uint8 images (N, H, W, C), int64 labels, the class names when it has them;
 seeded batches, class selection, and the stratified validation split."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,8 +24,8 @@ class Dataset:
     images: np.ndarray
     labels: np.ndarray
     name: str = "arrays"
-    origin: str = ""                  # the file (or directory) the data came from, for messages
-    classes: tuple[str, ...] | None = None   # class names by label (an image folder's subfolders)
+    origin: str = ""  # the file (or directory) the data came from, for messages
+    classes: tuple[str, ...] | None = None  # class names by label (an image folder's subfolders)
 
     def __post_init__(self):
         if len(self.images) != len(self.labels):
@@ -54,10 +55,9 @@ class Dataset:
     @classmethod
     def from_folder(cls, directory, input_shape, cache_dir=None, progress: bool = False) -> Dataset:
         """An image folder (one subfolder per class), decoded to `input_shape` (H, W, C)."""
-        from .folder import load_folder   # Pillow is imported only when a folder is read
+        from .folder import load_folder  # Pillow is imported only when a folder is read
 
         return load_folder(directory, input_shape, cache_dir, progress)
-
 
 
 def order(count: int, seed: int | None, epoch: int) -> np.ndarray:
@@ -82,7 +82,7 @@ def batch_indices(count: int, batch_size: int, seed: int | None, epoch: int = 0,
     """The sample indices of each batch of an epoch, from batch `start` on."""
     index = order(count, seed, epoch)
     for first in range(start * batch_size, count, batch_size):
-        yield index[first:first + batch_size]
+        yield index[first : first + batch_size]
 
 
 def batch_count(data: Dataset, batch_size: int) -> int:
@@ -100,19 +100,26 @@ def select_classes(data: Dataset, classes) -> Dataset:
     relabel = np.full(int(max(data.labels.max(initial=0), max(classes))) + 1, -1, np.int64)
     relabel[classes] = np.arange(len(classes))
     names = tuple(data.classes[c] for c in classes) if data.classes else None
-    return Dataset(data.images[keep], relabel[data.labels[keep]],
-                   f"{data.name}[classes {','.join(map(str, classes))}]", data.origin, names)
+    return Dataset(
+        data.images[keep],
+        relabel[data.labels[keep]],
+        f"{data.name}[classes {','.join(map(str, classes))}]",
+        data.origin,
+        names,
+    )
 
 
 def check_labels(data: Dataset, num_classes: int, source) -> None:
     """Labels must index the model's outputs: 0..num_classes-1."""
     if len(data) and (int(data.labels.max()) >= num_classes or int(data.labels.min()) < 0):
-        raise DataError(f"{data.origin or data.name}: labels span {int(data.labels.min())}..{int(data.labels.max())}, "
-                        f"but {source} sets model.num_classes {num_classes} (labels 0..{num_classes - 1}); "
-                        f"choose labels with data.classes or set model.num_classes")
+        raise DataError(
+            f"{data.origin or data.name}: labels span {int(data.labels.min())}..{int(data.labels.max())}, "
+            f"but {source} sets model.num_classes {num_classes} (labels 0..{num_classes - 1}); "
+            f"choose labels with data.classes or set model.num_classes"
+        )
 
 
-STREAMS = {"val": 0x5EED_0FF, "test": 0x7E57}   # each split its own random stream, never the epochs' shuffle
+STREAMS = {"val": 0x5EED_0FF, "test": 0x7E57}  # each split its own random stream, never the epochs' shuffle
 
 
 def split_off(data: Dataset, fraction: float, seed: int, part: str = "val") -> tuple[Dataset, Dataset]:
@@ -131,8 +138,10 @@ def split_off(data: Dataset, fraction: float, seed: int, part: str = "val") -> t
         held.append(rng.permutation(members)[:take])
     held = np.concatenate(held) if held else np.zeros(0, np.int64)
     if not len(held):
-        raise DataError(f"{data.origin or data.name}: data.{part}_fraction {fraction} of {len(data)} samples "
-                        f"holds out none; raise it")
+        raise DataError(
+            f"{data.origin or data.name}: data.{part}_fraction {fraction} of {len(data)} samples "
+            f"holds out none; raise it"
+        )
     keep = np.setdiff1d(np.arange(len(data)), held)
     if not len(keep):
         raise DataError(f"{data.origin or data.name}: data.{part}_fraction {fraction} leaves no training sample")

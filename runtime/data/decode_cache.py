@@ -12,6 +12,7 @@ Hashing every photo on every run would read them all; as git's index and ccache'
 mode do, each folder's digests are remembered beside the cache (`digests-<folder>.json`)
 with the size, modification time and inode they were computed at, and a file whose three
 are unchanged is not read again."""
+
 from __future__ import annotations
 
 import hashlib
@@ -24,7 +25,7 @@ import numpy as np
 from ..errors import DataError
 from ..inputs.files import reap_stale_temps, temp_prefix
 
-DECODER_VERSION = 1     # raise when the decoding (resize, crop, colour conversion) changes its pixels
+DECODER_VERSION = 1  # raise when the decoding (resize, crop, colour conversion) changes its pixels
 
 
 def default_cache_dir() -> Path:
@@ -50,7 +51,7 @@ def lookup(cache_dir: Path, key: str, count: int, shape) -> np.ndarray | None:
     except (OSError, ValueError):
         return None
     if images.dtype != np.uint8 or images.shape != (count, *shape):
-        return None   # not ours or damaged: decoded again and replaced
+        return None  # not ours or damaged: decoded again and replaced
     return images
 
 
@@ -93,11 +94,14 @@ def folder_digests(directory: Path, files: list[Path], cache_dir: Path, limit: i
             st = os.stat(path)
             stats.append([st.st_size, st.st_mtime_ns, st.st_ino])
         except OSError:
-            stats.append(None)   # read_limited names the problem below
+            stats.append(None)  # read_limited names the problem below
     names = [str(path.relative_to(directory)) for path in files]
     known = [memo.get(name) for name in names]
-    todo = [i for i, (stat, entry) in enumerate(zip(stats, known))
-            if stat is None or not (isinstance(entry, list) and len(entry) == 4 and entry[:3] == stat)]
+    todo = [
+        i
+        for i, (stat, entry) in enumerate(zip(stats, known))
+        if stat is None or not (isinstance(entry, list) and len(entry) == 4 and entry[:3] == stat)
+    ]
     fresh = dict(zip(todo, pool.map(lambda i: file_digest(files[i], limit)[0], todo)))
     digests = [fresh[i] if i in fresh else known[i][3] for i in range(len(files))]
     if todo or len(memo) != len(files):
@@ -109,5 +113,5 @@ def folder_digests(directory: Path, files: list[Path], cache_dir: Path, limit: i
             tmp.write_text(json.dumps(kept))
             os.replace(tmp, memo_path)
         except OSError:
-            pass   # not remembered: the next run reads the files again
+            pass  # not remembered: the next run reads the files again
     return digests

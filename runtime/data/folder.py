@@ -11,6 +11,7 @@ stretched). An empty class folder, a file Pillow cannot decode or one larger tha
 MAX_IMAGE_BYTES is a DataError naming it. The decoded array is cached by the files'
 content (decode_cache.py), so a second run decodes nothing.
 """
+
 from __future__ import annotations
 
 import io
@@ -26,15 +27,15 @@ from ..errors import DataError
 from . import decode_cache
 from .dataset import Dataset
 
-MAX_IMAGE_BYTES = 64 << 20       # one photo file (a 50-megapixel JPEG is about 20 MB)
-MAX_IMAGE_PIXELS = 1 << 27       # 134 megapixels decoded: beyond is a decompression bomb
+MAX_IMAGE_BYTES = 64 << 20  # one photo file (a 50-megapixel JPEG is about 20 MB)
+MAX_IMAGE_PIXELS = 1 << 27  # 134 megapixels decoded: beyond is a decompression bomb
 _MODES = {1: "L", 3: "RGB"}
 
 
 def _pillow():
     try:
         from PIL import Image, ImageOps
-    except ImportError:   # a dependency (pyproject.toml); said plainly if it is missing anyway
+    except ImportError:  # a dependency (pyproject.toml); said plainly if it is missing anyway
         raise DataError("reading an image folder needs Pillow: pip install Pillow") from None
     return Image, ImageOps
 
@@ -48,8 +49,11 @@ def list_folder(directory: Path) -> tuple[tuple[str, ...], list[tuple[int, Path]
     classes = sorted(p.name for p in directory.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
         loose = sorted(p.name for p in directory.iterdir() if p.is_file())[:3]
-        raise DataError(f"{directory}: no class subfolders (expected {directory}/<class>/<image>"
-                        + (f"; found files {', '.join(loose)} at the top" if loose else "") + ")")
+        raise DataError(
+            f"{directory}: no class subfolders (expected {directory}/<class>/<image>"
+            + (f"; found files {', '.join(loose)} at the top" if loose else "")
+            + ")"
+        )
     files, skipped = [], []
     for label, name in enumerate(classes):
         found = []
@@ -75,9 +79,11 @@ def decode(path: Path, raw: bytes, shape) -> np.ndarray:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(raw)) as image:
                 if image.width * image.height > MAX_IMAGE_PIXELS:
-                    raise DataError(f"{path}: {image.width}x{image.height} pixels is more than an image may "
-                                    f"have ({MAX_IMAGE_PIXELS})")
-                image.draft(_MODES[channels], (width, height))   # JPEG: decode at a reduced scale when it can
+                    raise DataError(
+                        f"{path}: {image.width}x{image.height} pixels is more than an image may "
+                        f"have ({MAX_IMAGE_PIXELS})"
+                    )
+                image.draft(_MODES[channels], (width, height))  # JPEG: decode at a reduced scale when it can
                 image = ImageOps.exif_transpose(image)
                 image = image.convert(_MODES[channels])
                 image = ImageOps.fit(image, (width, height), Image.Resampling.BILINEAR)
@@ -86,7 +92,7 @@ def decode(path: Path, raw: bytes, shape) -> np.ndarray:
         raise
     except Image.UnidentifiedImageError:
         raise DataError(f"{path}: cannot decode the image (not a format Pillow reads, or damaged)") from None
-    except Exception as exc:   # Pillow raises many kinds (OSError, SyntaxError, ValueError, ...)
+    except Exception as exc:  # Pillow raises many kinds (OSError, SyntaxError, ValueError, ...)
         reason = str(exc).split("\n")[0] or type(exc).__name__
         raise DataError(f"{path}: cannot decode the image ({reason})") from None
     return pixels.reshape(height, width, channels)
@@ -105,10 +111,11 @@ def load_folder(directory, input_shape, cache_dir=None, progress: bool = False) 
     labels = np.array([label for label, _ in files], np.int64)
     workers = min(8, os.cpu_count() or 1)
     cache_dir = Path(cache_dir) if cache_dir else decode_cache.default_cache_dir()
-    with ThreadPoolExecutor(workers) as pool:   # hashlib and Pillow release the GIL
+    with ThreadPoolExecutor(workers) as pool:  # hashlib and Pillow release the GIL
         hashes = decode_cache.folder_digests(directory, [path for _, path in files], cache_dir, MAX_IMAGE_BYTES, pool)
-        entries = [(classes[label], str(path.relative_to(directory)), digest)
-                   for (label, path), digest in zip(files, hashes)]
+        entries = [
+            (classes[label], str(path.relative_to(directory)), digest) for (label, path), digest in zip(files, hashes)
+        ]
         key = decode_cache.content_key(entries, shape)
         images = decode_cache.lookup(cache_dir, key, len(files), shape)
         if images is None:
@@ -126,8 +133,14 @@ def _decode_all(pool, files, shape, progress: bool, directory: Path) -> np.ndarr
         path = files[i][1]
         images[i] = decode(path, decode_cache.file_digest(path, MAX_IMAGE_BYTES)[1], shape)
 
-    bar = tqdm(total=len(files), desc=f"decoding {directory.name}", unit="image", disable=not progress,
-               leave=False, dynamic_ncols=True)
+    bar = tqdm(
+        total=len(files),
+        desc=f"decoding {directory.name}",
+        unit="image",
+        disable=not progress,
+        leave=False,
+        dynamic_ncols=True,
+    )
     try:
         for _ in pool.map(one, range(len(files))):
             bar.update()

@@ -1,5 +1,6 @@
 """Reading the stored datasets' files with limits: a gzip stream (refusing a "gzip bomb")
 and LeCun's IDX format, whose header is checked before the body is read."""
+
 from __future__ import annotations
 
 import gzip
@@ -14,12 +15,18 @@ import numpy as np
 from ..errors import DataError
 from ..inputs.files import read_limited
 
-_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
-               0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
+_IDX_DTYPES = {
+    0x08: np.uint8,
+    0x09: np.int8,
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
 
-MAX_FILE_BYTES = 1 << 30        # one data file as stored (Fashion-MNIST's largest is 47 MB raw)
-GZIP_RATIO = 64                 # a gzip file may hold at most this many times its size (the
-                                # datasets compress 2-5x; a "gzip bomb" a thousand-fold)
+MAX_FILE_BYTES = 1 << 30  # one data file as stored (Fashion-MNIST's largest is 47 MB raw)
+GZIP_RATIO = 64  # a gzip file may hold at most this many times its size (the
+# datasets compress 2-5x; a "gzip bomb" a thousand-fold)
 
 
 def _stream(path: Path):
@@ -35,8 +42,7 @@ def _read(f, n: int, path: Path) -> bytes:
     try:
         return f.read(n)
     except (OSError, EOFError, zlib.error) as exc:
-        raise DataError(f"{path}: corrupt gzip data ({str(exc) or type(exc).__name__}: "
-                        f"truncated or damaged)") from None
+        raise DataError(f"{path}: corrupt gzip data ({str(exc) or type(exc).__name__}: truncated or damaged)") from None
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -65,14 +71,20 @@ def read_idx(path: str | Path, expect_tail: tuple | None = None) -> np.ndarray:
         raise DataError(f"{path}: IDX header cut short ({4 + len(dims)} bytes, expected {header})")
     shape = struct.unpack(f">{ndim}I", dims)
     if expect_tail is not None and (ndim != 1 + len(expect_tail) or shape[1:] != tuple(expect_tail)):
-        raise DataError(f"{path}: IDX shape {shape}, expected (N, {', '.join(map(str, expect_tail))})"
-                        if expect_tail else f"{path}: IDX shape {shape}, expected (N,)")
+        raise DataError(
+            f"{path}: IDX shape {shape}, expected (N, {', '.join(map(str, expect_tail))})"
+            if expect_tail
+            else f"{path}: IDX shape {shape}, expected (N,)"
+        )
     nbytes = math.prod(shape) * dtype.itemsize
     if header + nbytes > limit:
-        raise DataError(f"{path}: IDX shape {shape} needs {header + nbytes} bytes, "
-                        f"more than the file can hold ({limit})")
+        raise DataError(
+            f"{path}: IDX shape {shape} needs {header + nbytes} bytes, more than the file can hold ({limit})"
+        )
     body = _read(f, nbytes + 1, path)
     if len(body) != nbytes:
-        raise DataError(f"{path}: IDX shape {shape} needs {header + nbytes} bytes, file has "
-                        f"{header + len(body)}{' or more' if len(body) > nbytes else ''}")
+        raise DataError(
+            f"{path}: IDX shape {shape} needs {header + nbytes} bytes, file has "
+            f"{header + len(body)}{' or more' if len(body) > nbytes else ''}"
+        )
     return np.frombuffer(body, dtype).reshape(shape)

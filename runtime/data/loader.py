@@ -9,6 +9,7 @@ more than it saves (measured in bench/bench_data.py), so it is made when asked f
 An exception on the thread (a bad memory-mapped file) is raised in the consumer; leaving
 the loop early stops the thread.
 """
+
 from __future__ import annotations
 
 import queue
@@ -21,8 +22,15 @@ _DONE = object()
 
 
 class Loader:
-    def __init__(self, data: Dataset, batch_size: int, seed: int, augment: Augment | None = None,
-                 depth: int = 4, background: bool | None = None):
+    def __init__(
+        self,
+        data: Dataset,
+        batch_size: int,
+        seed: int,
+        augment: Augment | None = None,
+        depth: int = 4,
+        background: bool | None = None,
+    ):
         self.data, self.batch_size, self.seed = data, batch_size, seed
         self.augment = augment if augment is not None and augment.active else None
         # None: a thread when there is work to overlap (augmentation)
@@ -59,7 +67,7 @@ def _ahead(items, depth: int):
                 if stop.is_set():
                     return
             ready.put((_DONE, None))
-        except BaseException as exc:   # handed to the consumer, raised there
+        except BaseException as exc:  # handed to the consumer, raised there
             ready.put((None, exc))
 
     thread = threading.Thread(target=produce, name="dsptrain-loader", daemon=True)
@@ -74,7 +82,7 @@ def _ahead(items, depth: int):
             yield item
     finally:
         stop.set()
-        while thread.is_alive():   # drain so a blocked put sees the stop
+        while thread.is_alive():  # drain so a blocked put sees the stop
             try:
                 ready.get_nowait()
             except queue.Empty:

@@ -8,6 +8,7 @@ the one power-of-two exponent e that fits the largest |x| of every channel into 
 (clipped to -127..127): its input exponent, -7 without normalisation ((p - 128) * 2**-7),
 follows from the statistics. Without `data.normalize` both map p to (p - 128) / 128 as before.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,7 +23,7 @@ _PIXELS = np.arange(256, dtype=np.float64)
 
 @dataclass(frozen=True)
 class Normalize:
-    mean: tuple[float, ...] = bounded((0.5,), -1000.0, 1000.0)   # per channel, or one for all, in pixel / 255 units
+    mean: tuple[float, ...] = bounded((0.5,), -1000.0, 1000.0)  # per channel, or one for all, in pixel / 255 units
     std: tuple[float, ...] = bounded((0.5,), 0.0, 1000.0, low_open=True)
 
     def problem(self, channels: int | None = None) -> tuple[str, str] | None:
@@ -54,7 +55,7 @@ class Normalize:
         # clip_int8 does (the default mapping's pixel 0, (0 - 128) / 128 = -1, is -127 * 2**-7)
         largest = float(np.abs(values).max())
         exponent = math.ceil(math.log2(largest)) - 7 if largest > 0 else 0
-        table = np.rint(values * 2.0 ** -exponent)
+        table = np.rint(values * 2.0**-exponent)
         return np.clip(table, -127, 127).astype(np.int8), exponent
 
 

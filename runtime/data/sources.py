@@ -5,6 +5,7 @@ source, else the stored dataset's own test files, else none.
 
 `config` is duck-typed (config.DataConfig): this room reads no YAML.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,26 +30,28 @@ def read_source(source, input_shape, num_classes: int, cache_dir=None, progress:
     """A user's own data (`folder`, `npz` or `npy` in `source`) for a model of `input_shape`."""
     kind = own_source(source)
     if kind == "folder":
-        from .folder import load_folder   # Pillow only when a folder is read
+        from .folder import load_folder  # Pillow only when a folder is read
 
         return load_folder(Path(source.folder), input_shape, cache_dir, progress)
     if kind == "npz":
         images, labels = read_npz(source.npz, source.x, source.y)
         return from_arrays(images, labels, input_shape, num_classes, f"npz:{Path(source.npz).name}", str(source.npz))
     images, labels = read_npy(source.npy[0]), read_npy(source.npy[1])
-    return from_arrays(images, labels, input_shape, num_classes, f"npy:{Path(source.npy[0]).name}",
-                       str(source.npy[0]))
+    return from_arrays(images, labels, input_shape, num_classes, f"npy:{Path(source.npy[0]).name}", str(source.npy[0]))
 
 
-def load_dataset(config, split: str, input_shape=None, num_classes: int | None = None,
-                 progress: bool = False) -> Dataset | None:
+def load_dataset(
+    config, split: str, input_shape=None, num_classes: int | None = None, progress: bool = False
+) -> Dataset | None:
     """The `split` ("train" / "test") a run's `data:` section names, cut to its limits; None
     when the run has no test data (its own source, no `test:` and no `test_fraction`)."""
     data = _whole(config, split, input_shape, num_classes, progress)
     if data is None:
         return None
     if input_shape is not None and data.images.shape[1:] != tuple(input_shape):
-        raise DataError(f"{data.name}: images have shape {data.images.shape[1:]}, the model expects {tuple(input_shape)}")
+        raise DataError(
+            f"{data.name}: images have shape {data.images.shape[1:]}, the model expects {tuple(input_shape)}"
+        )
     if getattr(config, "classes", None) is not None:
         data = select_classes(data, config.classes)
     return data.limit(config.train_limit if split == "train" else config.test_limit)
@@ -69,7 +72,7 @@ def _whole(config, split, input_shape, num_classes, progress):
             return None
         data = read_source(config, shape, classes, cache, progress)
         if fraction:
-            train, test = split_off(data, fraction, 0, "test")   # seed 0: the same test set whatever train.seed
+            train, test = split_off(data, fraction, 0, "test")  # seed 0: the same test set whatever train.seed
             return train if split == "train" else test
         return data
     if config.dataset in (None, "fashion-mnist"):
@@ -90,5 +93,7 @@ def _same_classes(config, test: Dataset) -> None:
 
     train_classes = list_folder(Path(config.folder))[0]
     if test.classes != train_classes:
-        raise DataError(f"{test.origin}: classes {list(test.classes)} differ from {config.folder}'s "
-                        f"{list(train_classes)}; the test folder needs the same class subfolders")
+        raise DataError(
+            f"{test.origin}: classes {list(test.classes)} differ from {config.folder}'s "
+            f"{list(train_classes)}; the test folder needs the same class subfolders"
+        )

@@ -1,4 +1,5 @@
 """A learnable toy set for tests and benches."""
+
 from __future__ import annotations
 
 import numpy as np

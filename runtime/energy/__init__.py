@@ -12,22 +12,38 @@ Meters live one per file in this package: rapl.py (Linux powercap RAPL), battery
 gauge, sampled on a thread), trace.py (an external monitor's CSV), estimate.py with
 coeffs.py (counted work x per-device coefficients); base.py holds the interface.
 """
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from ..errors import UserError
 from .base import EnergyReading, Meter, MeterError, MeterUnavailable, WorkCounts
 from .battery import PLUGGED, POWER_SUPPLY_ROOT, BatteryMeter
 from .coeffs import DEVICES, DeviceCoefficients
 from .estimate import EstimateMeter
 from .rapl import POWERCAP_ROOT, RaplMeter
 from .trace import TraceMeter, align_trace, load_trace
-from ..errors import UserError
 
-__all__ = ["EnergyReading", "WorkCounts", "Meter", "MeterError", "MeterUnavailable",
-           "RaplMeter", "BatteryMeter", "TraceMeter", "EstimateMeter", "DeviceCoefficients",
-           "DEVICES", "align_trace", "load_trace", "make_meter", "spec_problem", "SPECS"]
+__all__ = [
+    "EnergyReading",
+    "WorkCounts",
+    "Meter",
+    "MeterError",
+    "MeterUnavailable",
+    "RaplMeter",
+    "BatteryMeter",
+    "TraceMeter",
+    "EstimateMeter",
+    "DeviceCoefficients",
+    "DEVICES",
+    "align_trace",
+    "load_trace",
+    "make_meter",
+    "spec_problem",
+    "SPECS",
+]
 
 SPECS = "auto | rapl | battery | trace:FILE | estimate[:DEVICE]"
 
@@ -45,9 +61,15 @@ def spec_problem(spec: str) -> str | None:
     return f"{spec!r} is not one of {SPECS}"
 
 
-def make_meter(spec: str = "auto", *, powercap_root=POWERCAP_ROOT,
-               power_supply_root=POWER_SUPPLY_ROOT, device: str = "sd865",
-               android: bool | None = None, **options) -> tuple[Meter, str]:
+def make_meter(
+    spec: str = "auto",
+    *,
+    powercap_root=POWERCAP_ROOT,
+    power_supply_root=POWER_SUPPLY_ROOT,
+    device: str = "sd865",
+    android: bool | None = None,
+    **options,
+) -> tuple[Meter, str]:
     """The meter for an `--energy` value, and a sentence saying why it was chosen.
 
     auto: on Android the battery gauge, then RAPL; elsewhere RAPL, then the battery;
@@ -83,11 +105,9 @@ def make_meter(spec: str = "auto", *, powercap_root=POWERCAP_ROOT,
             status = meter.battery_status()
             if status in PLUGGED:
                 meter.close()
-                raise MeterUnavailable(f"battery: {meter.node / 'status'} is {status!r} "
-                                       "(charger connected)")
+                raise MeterUnavailable(f"battery: {meter.node / 'status'} is {status!r} (charger connected)")
             return meter, f"auto: battery, fuel gauge {meter.node}"
         except MeterError as exc:
             why_not.append(str(exc))
-    reason = (f"auto: no real meter ({'; '.join(why_not)}); using the estimate for "
-              f"{device}, labelled estimated")
+    reason = f"auto: no real meter ({'; '.join(why_not)}); using the estimate for {device}, labelled estimated"
     return EstimateMeter(device), reason

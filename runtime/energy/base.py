@@ -5,13 +5,14 @@ A meter brackets one batch: `start()` before it, `stop()` after it, which return
 the figure is an estimate. Work counts (`WorkCounts`) may be handed to any meter; the
 estimate turns them into joules, the real meters keep them in `detail` for comparison.
 """
+
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping, Sequence
 
 from ..errors import DsptrainError
 
@@ -66,12 +67,10 @@ class WorkCounts:
         if isinstance(obj, cls):
             return obj
         if hasattr(obj, "int8_macs"):
-            return cls(dict(obj.int8_macs), int(getattr(obj, "fp32_flops", 0)),
-                       int(getattr(obj, "bytes_moved", 0)))
+            return cls(dict(obj.int8_macs), int(getattr(obj, "fp32_flops", 0)), int(getattr(obj, "bytes_moved", 0)))
         if isinstance(getattr(obj, "macs", None), dict):
             return cls(dict(obj.macs), note=f"{type(obj).__name__}.macs taken as int8 MACs")
-        raise TypeError(f"work: expected WorkCounts or a StepStats with int8_macs or macs, "
-                        f"got {type(obj).__name__}")
+        raise TypeError(f"work: expected WorkCounts or a StepStats with int8_macs or macs, got {type(obj).__name__}")
 
     def add(self, other: WorkCounts) -> None:
         for backend, macs in other.int8_macs.items():
@@ -82,8 +81,7 @@ class WorkCounts:
             self.note = f"{self.note}; {other.note}" if self.note else other.note
 
     def as_dict(self) -> dict:
-        out = {"int8_macs": dict(self.int8_macs), "fp32_flops": self.fp32_flops,
-               "bytes_moved": self.bytes_moved}
+        out = {"int8_macs": dict(self.int8_macs), "fp32_flops": self.fp32_flops, "bytes_moved": self.bytes_moved}
         if self.note:
             out["note"] = self.note
         return out
@@ -110,8 +108,14 @@ class Meter:
         self._begin()
         self._t0 = time.perf_counter()
 
-    def record_work(self, work: WorkCounts | None = None, *, int8_macs: Mapping | None = None,
-                    fp32_flops: int = 0, bytes_moved: int = 0) -> None:
+    def record_work(
+        self,
+        work: WorkCounts | None = None,
+        *,
+        int8_macs: Mapping | None = None,
+        fp32_flops: int = 0,
+        bytes_moved: int = 0,
+    ) -> None:
         """Add work done since start(); call it any number of times within a batch."""
         if work is None:
             work = WorkCounts(dict(int8_macs or {}), fp32_flops, bytes_moved)
@@ -149,8 +153,7 @@ def read_number(path: Path, meter: str) -> int:
     try:
         text = Path(path).read_text().strip()
     except OSError as exc:
-        raise MeterUnavailable(f"{meter}: cannot read {path}: {type(exc).__name__}: "
-                               f"{exc.strerror or exc}") from exc
+        raise MeterUnavailable(f"{meter}: cannot read {path}: {type(exc).__name__}: {exc.strerror or exc}") from exc
     try:
         return int(text)
     except ValueError:

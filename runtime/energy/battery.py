@@ -27,6 +27,7 @@ charger's input minus the load, not the load: such a batch reads NaN with a mess
 unless `allow_charging=True`, which reports the net energy out of the battery (negative
 while charging).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -35,8 +36,16 @@ import threading
 import time
 from pathlib import Path
 
-from .base import EnergyReading, Meter, MeterError, MeterUnavailable, WorkCounts
-from .base import integrate_power, read_number, read_word
+from .base import (
+    EnergyReading,
+    Meter,
+    MeterError,
+    MeterUnavailable,
+    WorkCounts,
+    integrate_power,
+    read_number,
+    read_word,
+)
 
 POWER_SUPPLY_ROOT = "/sys/class/power_supply"
 PLUGGED = ("Charging", "Full", "Not charging")
@@ -61,8 +70,7 @@ def find_battery(root: Path, supply: str | None = None) -> Path:
         if (node / "current_now").exists() and (node / "voltage_now").exists():
             return node
     if seen:
-        raise MeterUnavailable(f"battery: battery nodes {seen} under {root} have no "
-                               "current_now and voltage_now")
+        raise MeterUnavailable(f"battery: battery nodes {seen} under {root} have no current_now and voltage_now")
     raise MeterUnavailable(f"battery: no power supply of type Battery under {root}")
 
 
@@ -71,9 +79,16 @@ class BatteryMeter(Meter):
 
     name = "battery"
 
-    def __init__(self, root: str | Path = POWER_SUPPLY_ROOT, *, supply: str | None = None,
-                 period_s: float = 0.05, current_unit: str | None = None,
-                 voltage_unit: str | None = None, allow_charging: bool = False):
+    def __init__(
+        self,
+        root: str | Path = POWER_SUPPLY_ROOT,
+        *,
+        supply: str | None = None,
+        period_s: float = 0.05,
+        current_unit: str | None = None,
+        voltage_unit: str | None = None,
+        allow_charging: bool = False,
+    ):
         super().__init__()
         for unit, allowed in ((current_unit, ("uA", "mA")), (voltage_unit, ("uV", "mV"))):
             if unit is not None and unit not in allowed:
@@ -117,8 +132,10 @@ class BatteryMeter(Meter):
             elif abs(raw) >= 100:
                 self.voltage_unit = "mV"
             else:
-                raise MeterError(f"battery: {self.node / 'voltage_now'} is {raw}, which "
-                                 "fits neither uV nor mV for a battery; pass voltage_unit")
+                raise MeterError(
+                    f"battery: {self.node / 'voltage_now'} is {raw}, which "
+                    "fits neither uV nor mV for a battery; pass voltage_unit"
+                )
         return self.voltage_unit
 
     def _current_unit(self, raw: int) -> str:
@@ -139,15 +156,13 @@ class BatteryMeter(Meter):
         if self._stop_event.is_set():
             raise MeterError(f"battery: meter on {self.node} is closed")
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=f"dsptrain-battery-"
-                                            f"{self.node.name}", daemon=True)
+            self._thread = threading.Thread(target=self._run, name=f"dsptrain-battery-{self.node.name}", daemon=True)
             self._thread.start()
             atexit.register(self.close)
 
     def _raise_thread_error(self) -> None:
         if self._error is not None:
-            raise MeterError(f"battery: sampler thread on {self.node} stopped: "
-                             f"{self._error}") from self._error
+            raise MeterError(f"battery: sampler thread on {self.node} stopped: {self._error}") from self._error
 
     # -- the meter ----------------------------------------------------------------
     def battery_status(self) -> str:
@@ -166,8 +181,9 @@ class BatteryMeter(Meter):
         ts, ws, statuses = self._window(t0, t1)
         plugged = sorted(set(statuses) & set(PLUGGED))
         if plugged and not self.allow_charging:
-            raise MeterError(f"battery: {self.node / 'status'} was {plugged} during the "
-                             "baseline; unplug the charger to measure")
+            raise MeterError(
+                f"battery: {self.node / 'status'} was {plugged} during the baseline; unplug the charger to measure"
+            )
         self.baseline_w = integrate_power(ts, ws, t0, t1) / (t1 - t0)
         return self.baseline_w
 
@@ -183,19 +199,27 @@ class BatteryMeter(Meter):
         t0 = self._window_t0
         ts, ws, statuses = self._window(t0, t1)
         gross = integrate_power(ts, ws, t0, t1)
-        detail = {"seconds": seconds, "window_s": t1 - t0, "gross_j": gross,
-                  "baseline_w": self.baseline_w,
-                  "samples": len(ts), "supply": self.node.name,
-                  "units": f"{self.current_unit},{self.voltage_unit}",
-                  "discharge_sign": self._discharge_sign, "work": work.as_dict()}
+        detail = {
+            "seconds": seconds,
+            "window_s": t1 - t0,
+            "gross_j": gross,
+            "baseline_w": self.baseline_w,
+            "samples": len(ts),
+            "supply": self.node.name,
+            "units": f"{self.current_unit},{self.voltage_unit}",
+            "discharge_sign": self._discharge_sign,
+            "work": work.as_dict(),
+        }
         joules = gross - self.baseline_w * (t1 - t0)
         plugged = sorted(set(statuses) & set(PLUGGED))
         if plugged:
             detail["charging"] = plugged
             if not self.allow_charging:
-                detail["error"] = (f"battery: {self.node / 'status'} was {plugged} during "
-                                   "the batch; with a charger connected the gauge sees "
-                                   "charger input minus load, not the load. Unplug it.")
+                detail["error"] = (
+                    f"battery: {self.node / 'status'} was {plugged} during "
+                    "the batch; with a charger connected the gauge sees "
+                    "charger input minus load, not the load. Unplug it."
+                )
                 joules = math.nan
         return EnergyReading(joules, self.name, False, detail)
 

@@ -21,6 +21,7 @@ Sources:
 [AVX2] x86 AVX2: VPMADDUBSW + VPMADDWD make 32 int8 MACs in 2 instructions (16 per
       instruction); VFMADD on 256 bits: 8 FMAs = 16 FLOPs per instruction.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -30,11 +31,11 @@ INT8_MULT_PJ = 0.2
 INT32_ADD_PJ = 0.1
 FP32_ADD_PJ = 0.9
 FP32_MULT_PJ = 3.7
-INSTRUCTION_PJ = 70.0          # overhead of issuing one instruction on a processor
-DRAM_BYTE_PJ = 1.95e3 / 8      # midpoint of 1.3-2.6 nJ per 64-bit access, per byte
+INSTRUCTION_PJ = 70.0  # overhead of issuing one instruction on a processor
+DRAM_BYTE_PJ = 1.95e3 / 8  # midpoint of 1.3-2.6 nJ per 64-bit access, per byte
 
-INT8_MAC_PJ = INT8_MULT_PJ + INT32_ADD_PJ          # int8 x int8 into an int32 accumulator
-FP32_FLOP_PJ = (FP32_ADD_PJ + FP32_MULT_PJ) / 2    # an FMA is two FLOPs
+INT8_MAC_PJ = INT8_MULT_PJ + INT32_ADD_PJ  # int8 x int8 into an int32 accumulator
+FP32_FLOP_PJ = (FP32_ADD_PJ + FP32_MULT_PJ) / 2  # an FMA is two FLOPs
 
 # -- assumptions (not measured; change them here, with a reason) ----------------------
 # Logic energy per op from 45 nm to 7 nm (TSMC N7, Snapdragon 865) and to a 14 nm-class
@@ -74,12 +75,12 @@ class DeviceCoefficients:
 SD865 = DeviceCoefficients(
     name="sd865",
     pj_per_int8_mac={
-        "dsp": per_mac(128, NODE_7NM),   # [HVX] vrmpy: ~0.21 pJ
-        "cpu": per_mac(16, NODE_7NM),    # [NEON] sdot: ~1.17 pJ
-        "ref": per_mac(16, NODE_7NM),    # NumPy judge on the same CPU: charged as cpu
+        "dsp": per_mac(128, NODE_7NM),  # [HVX] vrmpy: ~0.21 pJ
+        "cpu": per_mac(16, NODE_7NM),  # [NEON] sdot: ~1.17 pJ
+        "ref": per_mac(16, NODE_7NM),  # NumPy judge on the same CPU: charged as cpu
     },
     pj_per_fp32_flop=per_flop(8, NODE_7NM),  # [NEON] fmla .4s: ~2.76 pJ
-    pj_per_byte=DRAM_BYTE_PJ * LPDDR5,       # ~61 pJ
+    pj_per_byte=DRAM_BYTE_PJ * LPDDR5,  # ~61 pJ
     note="derived from Horowitz ISSCC 2014 (45 nm) by assumed 7 nm and LPDDR5 factors",
 )
 
@@ -88,11 +89,11 @@ SD865 = DeviceCoefficients(
 X86 = DeviceCoefficients(
     name="x86",
     pj_per_int8_mac={
-        "cpu": per_mac(16, NODE_14NM),   # [AVX2] ~2.34 pJ
+        "cpu": per_mac(16, NODE_14NM),  # [AVX2] ~2.34 pJ
         "ref": per_mac(16, NODE_14NM),
     },
     pj_per_fp32_flop=per_flop(16, NODE_14NM),  # [AVX2] ~3.34 pJ
-    pj_per_byte=DRAM_BYTE_PJ * DDR4,           # ~122 pJ
+    pj_per_byte=DRAM_BYTE_PJ * DDR4,  # ~122 pJ
     note="derived from Horowitz ISSCC 2014 (45 nm) by assumed 14 nm and DDR4 factors",
 )
 

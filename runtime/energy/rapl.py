@@ -15,14 +15,14 @@ some laptops) contains the package, so it is reported in `detail` but not in the
 Since Linux 5.10 energy_uj is readable by root only (Intel advisory INTEL-SA-00389,
 CVE-2020-8694, "Platypus"): the meter then says which file it could not read.
 """
+
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .base import EnergyReading, Meter, MeterError, MeterUnavailable, WorkCounts
-from .base import read_number, read_word
+from .base import EnergyReading, Meter, MeterError, MeterUnavailable, WorkCounts, read_number, read_word
 
 POWERCAP_ROOT = "/sys/class/powercap"
 _ZONE = re.compile(r"^intel-rapl:\d+(:\d+)?$")
@@ -31,9 +31,9 @@ _ZONE = re.compile(r"^intel-rapl:\d+(:\d+)?$")
 @dataclass(frozen=True)
 class RaplDomain:
     path: Path
-    name: str          # the zone's `name` file, e.g. "package-0", "dram"
+    name: str  # the zone's `name` file, e.g. "package-0", "dram"
     max_range_uj: int  # the counter wraps to 0 after this many microjoules
-    counted: bool      # part of the total (package, dram) or only reported (core, psys)
+    counted: bool  # part of the total (package, dram) or only reported (core, psys)
 
 
 class RaplMeter(Meter):
@@ -50,8 +50,7 @@ class RaplMeter(Meter):
             read_number(d.path / "energy_uj", self.name)
 
     def _begin(self) -> None:
-        self._start_uj = {d.path: read_number(d.path / "energy_uj", self.name)
-                          for d in self.domains}
+        self._start_uj = {d.path: read_number(d.path / "energy_uj", self.name) for d in self.domains}
 
     def _end(self, seconds: float, work: WorkCounts) -> EnergyReading:
         per_domain, wraps, total = {}, [], 0.0
@@ -68,16 +67,14 @@ class RaplMeter(Meter):
             per_domain[f"{d.path.name}:{d.name}"] = joules
             if d.counted:
                 total += joules
-        detail = {"seconds": seconds, "domains": per_domain, "wrapped": wraps,
-                  "work": work.as_dict()}
+        detail = {"seconds": seconds, "domains": per_domain, "wrapped": wraps, "work": work.as_dict()}
         return EnergyReading(total, self.name, False, detail)
 
 
 def find_domains(root: Path) -> list[RaplDomain]:
     """The RAPL zones under `root`, sorted; MeterUnavailable if there are none."""
     if not root.is_dir():
-        raise MeterUnavailable(f"rapl: {root} does not exist (no powercap driver; "
-                               "try `modprobe intel_rapl_msr`)")
+        raise MeterUnavailable(f"rapl: {root} does not exist (no powercap driver; try `modprobe intel_rapl_msr`)")
     zones = sorted(p for p in root.iterdir() if _ZONE.match(p.name))
     if not zones:
         raise MeterUnavailable(f"rapl: no intel-rapl:N zones under {root}")
@@ -86,8 +83,7 @@ def find_domains(root: Path) -> list[RaplDomain]:
         name = read_word(zone / "name") or zone.name
         max_range = read_number(zone / "max_energy_range_uj", "rapl")
         if max_range <= 0:
-            raise MeterError(f"rapl: {zone / 'max_energy_range_uj'} is {max_range}, "
-                             "expected a positive range")
+            raise MeterError(f"rapl: {zone / 'max_energy_range_uj'} is {max_range}, expected a positive range")
         counted = name.startswith("package") or name == "dram"
         domains.append(RaplDomain(zone, name, max_range, counted))
     if not any(d.counted for d in domains):

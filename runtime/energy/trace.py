@@ -20,6 +20,7 @@ A batch the trace does not cover (it starts before the first sample, ends after 
 last, or spans a gap longer than `max_gap_s`) reads NaN with `detail["error"]` saying
 so, or raises MeterError with `strict=True`; it is never a silent zero.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,7 @@ import numpy as np
 from .base import EnergyReading, Meter, MeterError, WorkCounts
 
 _UNIT = re.compile(r"[\(\[]\s*(s|ms|us|a|ma|ua|v|mv)\s*[\)\]]", re.IGNORECASE)
-_SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "a": 1.0, "ma": 1e-3, "ua": 1e-6,
-          "v": 1.0, "mv": 1e-3}
+_SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "a": 1.0, "ma": 1e-3, "ua": 1e-6, "v": 1.0, "mv": 1e-3}
 EPOCH_THRESHOLD_S = 1e9  # 2001-09-09: any later Unix time is above it, any capture below
 
 
@@ -51,25 +51,32 @@ class Trace:
         t, w = self.t, self.watts
         if len(t) < 2 or t0 < t[0] or t1 > t[-1]:
             span = f"{t[0]:.3f}-{t[-1]:.3f}" if len(t) else "nothing"
-            raise MeterError(f"trace: {self.path} covers {span} (Unix s); batch "
-                             f"{t0:.3f}-{t1:.3f} is not covered")
+            raise MeterError(f"trace: {self.path} covers {span} (Unix s); batch {t0:.3f}-{t1:.3f} is not covered")
         lo, hi = np.searchsorted(t, t0, "right"), np.searchsorted(t, t1, "left")
         ts = np.concatenate(([t0], t[lo:hi], [t1]))
         ws = np.concatenate(([np.interp(t0, t, w)], w[lo:hi], [np.interp(t1, t, w)]))
         gap = max_gap_s if max_gap_s is not None else 10 * self.period_s
         if len(ts) > 1 and np.max(np.diff(ts)) > gap:
-            raise MeterError(f"trace: {self.path} has a gap of {np.max(np.diff(ts)):.3f} s "
-                             f"inside batch {t0:.3f}-{t1:.3f} (limit {gap:.3f} s)")
+            raise MeterError(
+                f"trace: {self.path} has a gap of {np.max(np.diff(ts)):.3f} s "
+                f"inside batch {t0:.3f}-{t1:.3f} (limit {gap:.3f} s)"
+            )
         return float(np.trapezoid(ws, ts))
 
 
 MAX_TRACE_BYTES = 2 << 30
 
 
-def load_trace(path, *, offset_s: float | None = None, time_unit: str | None = None,
-               current_unit: str | None = None, voltage_unit: str | None = None) -> Trace:
+def load_trace(
+    path,
+    *,
+    offset_s: float | None = None,
+    time_unit: str | None = None,
+    current_unit: str | None = None,
+    voltage_unit: str | None = None,
+) -> Trace:
     """Read a power-monitor CSV into a Trace; errors name the file, row and value."""
-    from ..inputs.files import read_limited   # a FIFO or device named as the trace never blocks
+    from ..inputs.files import read_limited  # a FIFO or device named as the trace never blocks
 
     path = Path(path)
     raw = read_limited(path, "power trace", MAX_TRACE_BYTES, lambda m: MeterError(f"trace: {m}"))
@@ -92,14 +99,17 @@ def load_trace(path, *, offset_s: float | None = None, time_unit: str | None = N
         try:
             data[r] = [float(fields[c]) for c in cols]
         except (ValueError, IndexError):
-            raise MeterError(f"trace: {path} row {r + skip + 1} {line!r} does not have "
-                             f"numbers in columns {cols}") from None
+            raise MeterError(
+                f"trace: {path} row {r + skip + 1} {line!r} does not have numbers in columns {cols}"
+            ) from None
     t = data[:, 0] * _scale(path, units[0])
     watts = data[:, 1] * _scale(path, units[1]) * data[:, 2] * _scale(path, units[2])
     if len(t) and t[0] < EPOCH_THRESHOLD_S:
         if offset_s is None:
-            raise MeterError(f"trace: {path} timestamps start at {t[0]:g} s, not Unix "
-                             "time; pass offset_s (the Unix time of the trace's zero)")
+            raise MeterError(
+                f"trace: {path} timestamps start at {t[0]:g} s, not Unix "
+                "time; pass offset_s (the Unix time of the trace's zero)"
+            )
         t = t + offset_s
     order = np.argsort(t, kind="stable")
     return Trace(path, t[order], watts[order])
@@ -126,8 +136,7 @@ def _parse_header(path, header):
     # and Monsoon's "Main Voltage(V)" contains "main".
     it = find(lambda n: "time" in n or n == "t", "time")
     iv = find(lambda n: "volt" in n or n == "v", "voltage", (it,))
-    ii = find(lambda n: "current" in n or "main" in n or "amp" in n or n == "i",
-              "current", (it, iv))
+    ii = find(lambda n: "current" in n or "main" in n or "amp" in n or n == "i", "current", (it, iv))
     units = []
     for i in (it, ii, iv):
         m = _UNIT.search(names[i])
@@ -139,17 +148,16 @@ def _scale(path, unit):
     try:
         return _SCALE[unit.lower()]
     except KeyError:
-        raise MeterError(f"trace: {path}: unknown unit {unit!r}; use one of "
-                         f"{sorted(_SCALE)}") from None
+        raise MeterError(f"trace: {path}: unknown unit {unit!r}; use one of {sorted(_SCALE)}") from None
 
 
-def align_trace(trace: Trace, windows, *, max_gap_s: float | None = None,
-                baseline_w: float = 0.0) -> list[EnergyReading]:
+def align_trace(
+    trace: Trace, windows, *, max_gap_s: float | None = None, baseline_w: float = 0.0
+) -> list[EnergyReading]:
     """One reading per (t_start, t_end) Unix-time window; NaN where not covered."""
     out = []
     for t0, t1 in windows:
-        detail = {"seconds": t1 - t0, "t_start": t0, "t_end": t1, "trace": str(trace.path),
-                  "baseline_w": baseline_w}
+        detail = {"seconds": t1 - t0, "t_start": t0, "t_end": t1, "trace": str(trace.path), "baseline_w": baseline_w}
         try:
             joules = trace.energy(t0, t1, max_gap_s) - baseline_w * (t1 - t0)
         except MeterError as exc:
@@ -163,8 +171,16 @@ class TraceMeter(Meter):
 
     name = "trace"
 
-    def __init__(self, path, *, offset_s: float | None = None, strict: bool = False,
-                 max_gap_s: float | None = None, baseline_w: float = 0.0, **units):
+    def __init__(
+        self,
+        path,
+        *,
+        offset_s: float | None = None,
+        strict: bool = False,
+        max_gap_s: float | None = None,
+        baseline_w: float = 0.0,
+        **units,
+    ):
         super().__init__()
         self.path = Path(path)
         self.offset_s, self.units = offset_s, units
@@ -191,12 +207,11 @@ class TraceMeter(Meter):
         window = (self._wall_t0, time.time())
         self.windows.append(window)
         try:
-            reading = align_trace(self.trace(), [window], max_gap_s=self.max_gap_s,
-                                  baseline_w=self.baseline_w)[0]
+            reading = align_trace(self.trace(), [window], max_gap_s=self.max_gap_s, baseline_w=self.baseline_w)[0]
         except MeterError as exc:  # file absent or unreadable yet: the same as uncovered
-            reading = EnergyReading(math.nan, self.name, False,
-                                    {"t_start": window[0], "t_end": window[1],
-                                     "error": str(exc)})
+            reading = EnergyReading(
+                math.nan, self.name, False, {"t_start": window[0], "t_end": window[1], "error": str(exc)}
+            )
         if self.strict and not reading.ok:
             raise MeterError(reading.detail["error"])
         reading.detail.update(seconds=seconds, work=work.as_dict())
@@ -204,5 +219,4 @@ class TraceMeter(Meter):
 
     def readings(self) -> list[EnergyReading]:
         """Every batch so far, aligned again with the trace as it is now (after the run)."""
-        return align_trace(self.trace(), self.windows, max_gap_s=self.max_gap_s,
-                           baseline_w=self.baseline_w)
+        return align_trace(self.trace(), self.windows, max_gap_s=self.max_gap_s, baseline_w=self.baseline_w)

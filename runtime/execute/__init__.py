@@ -13,6 +13,7 @@
 
 Every runner is `run_*(executor, plan, env, ctx, stats, ...)` and updates `env` in place.
 """
+
 from .executor import Executor, StepContext, StepStats
 from .step import Step, cross_entropy
 

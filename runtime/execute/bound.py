@@ -14,6 +14,7 @@ time there is one clock pair around the walk rather than one per op. A requantiz
 product's shift is the one its op function noted (StepContext.note_shift), read here
 without a proxy in front of the backend.
 """
+
 from __future__ import annotations
 
 import time
@@ -40,21 +41,21 @@ def lacking(backend, exc: NotImplementedError) -> NoSupport:
 
 class BoundOp(NamedTuple):
     op: object
-    fn: object            # algorithms/<recipe>.OPS[op.kind]
-    backend: str          # where the plan placed it
-    records_shift: bool   # a requantized product: its shift goes into StepStats.shifts
-    notes_shift: bool     # its function notes a shift (a product or a range hook): taken after it
-    general: bool         # split by rows at the plan's batch: run by split.run_op
+    fn: object  # algorithms/<recipe>.OPS[op.kind]
+    backend: str  # where the plan placed it
+    records_shift: bool  # a requantized product: its shift goes into StepStats.shifts
+    notes_shift: bool  # its function notes a shift (a product or a range hook): taken after it
+    general: bool  # split by rows at the plan's batch: run by split.run_op
     macs: int
     bytes_moved: int
 
 
 class BoundList(NamedTuple):
-    ops: list                # BoundOp, in order
-    backend: str | None      # the one backend every op runs on, else None
-    counts: dict             # backend -> ops the list runs there (general ops left out)
-    macs: dict               # backend -> their MACs
-    bytes_moved: int         # their bytes
+    ops: list  # BoundOp, in order
+    backend: str | None  # the one backend every op runs on, else None
+    counts: dict  # backend -> ops the list runs there (general ops left out)
+    macs: dict  # backend -> their MACs
+    bytes_moved: int  # their bytes
 
 
 def bound_ops(executor, plan, ops) -> BoundList:
@@ -69,16 +70,31 @@ def bound_ops(executor, plan, ops) -> BoundList:
     for op in ops:
         chunk = plan.split_rows(op, batch)
         records = op.is_requant() and not op.is_alias()
-        bound.append(BoundOp(op, executor.algorithm.OPS[op.kind], plan.backend_of(op), records,
-                             records or op.takes_range(), bool(chunk and chunk < batch), op.macs, plan.op_bytes(op)))
+        bound.append(
+            BoundOp(
+                op,
+                executor.algorithm.OPS[op.kind],
+                plan.backend_of(op),
+                records,
+                records or op.takes_range(),
+                bool(chunk and chunk < batch),
+                op.macs,
+                plan.op_bytes(op),
+            )
+        )
     counts, macs = {}, {}
     for b in bound:
         if not b.general:
             counts[b.backend] = counts.get(b.backend, 0) + 1
             macs[b.backend] = macs.get(b.backend, 0) + b.macs
     names = {b.backend for b in bound}
-    held = BoundList(bound, names.pop() if len(names) == 1 else None, counts, macs,
-                     sum(b.bytes_moved for b in bound if not b.general))
+    held = BoundList(
+        bound,
+        names.pop() if len(names) == 1 else None,
+        counts,
+        macs,
+        sum(b.bytes_moved for b in bound if not b.general),
+    )
     cache[key] = (ops, held)
     return held
 
@@ -115,11 +131,11 @@ def run_bound(executor, plan, env: dict, ctx, stats, ops, run_op) -> dict:
     integer = ctx.recipe.integer
     clock = time.perf_counter
     bound = bound_ops(executor, plan, ops)
-    one = bound.backend   # every op on one backend: its time is taken around the whole walk
-    profiler = executor.profiler   # `dsptrain profile`: each op's clock reported (None: off)
+    one = bound.backend  # every op on one backend: its time is taken around the whole walk
+    profiler = executor.profiler  # `dsptrain profile`: each op's clock reported (None: off)
     if stats is not None:
         _count_list(stats, bound, integer)
-    elsewhere = 0.0   # seconds of the walk that ops run by run_op or a fallback counted themselves
+    elsewhere = 0.0  # seconds of the walk that ops run by run_op or a fallback counted themselves
     walk_started = clock()
     for b in bound.ops:
         op = b.op
@@ -136,7 +152,7 @@ def run_bound(executor, plan, env: dict, ctx, stats, ops, run_op) -> dict:
             backend.current_op = op
             try:
                 try:
-                    outputs = b.fn(backend, op, env, ctx)   # call_op, inline
+                    outputs = b.fn(backend, op, env, ctx)  # call_op, inline
                 except NotImplementedError as lacked:
                     raise lacking(backend, lacked) from None
             except BackendError as exc:

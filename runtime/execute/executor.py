@@ -7,6 +7,7 @@ Ops read their inputs from an environment (tensor name -> value) and write their
 outputs back only when they succeed, so an op that fails on the DSP can run again
 on the next backend with the same inputs: no training state is lost.
 """
+
 from __future__ import annotations
 
 import threading
@@ -32,10 +33,10 @@ class StepContext:
     seed: int
     step: int
     epoch: int
-    batch_total: int            # rows in the full batch (micro-batches see a slice)
-    row_offset: int = 0         # first row of this micro-batch in the full batch
+    batch_total: int  # rows in the full batch (micro-batches see a slice)
+    row_offset: int = 0  # first row of this micro-batch in the full batch
     shifts: dict | None = None  # op name -> a shift to use instead of estimating it
-    lr_scale: float = 1.0       # the run's per-step learning-rate factor (train/schedule.py)
+    lr_scale: float = 1.0  # the run's per-step learning-rate factor (train/schedule.py)
     # op name -> the shifts its requantizing hooks used, as the op function noted them
     # (note_shift) until the executor takes them; each copy of a context has its own
     noted: dict = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -72,8 +73,10 @@ class StepContext:
         if not shifts:
             return None
         if len(shifts) > 1 and len(set(shifts)) != 1:
-            raise RuntimeError(f"{op.name} requantized {len(shifts)} times with shifts {shifts}: "
-                               f"micro-batching and recomputation need one shift per op")
+            raise RuntimeError(
+                f"{op.name} requantized {len(shifts)} times with shifts {shifts}: "
+                f"micro-batching and recomputation need one shift per op"
+            )
         return shifts[0]
 
     def drop_shift(self, op) -> None:
@@ -89,38 +92,38 @@ class StepStats:
     epoch: int
     batch: int
     time_s: float = 0.0
-    dsp_model_s: float | None = None                  # the DSP's modeled time (cost.dsp_model_time)
+    dsp_model_s: float | None = None  # the DSP's modeled time (cost.dsp_model_time)
     loss: float = float("nan")
     correct: int = 0
     backend_time_s: dict = field(default_factory=dict)
-    int8_macs: dict = field(default_factory=dict)     # backend -> int8 multiply-accumulates run there
-    fp32_flops: int = 0                               # float operations (an FMA counts two)
-    bytes_moved: int = 0                              # bytes the ops read and wrote
-    ops_on: dict = field(default_factory=dict)        # backend -> op count
-    fallbacks: list = field(default_factory=list)     # "op: backend -> backend (why)"
+    int8_macs: dict = field(default_factory=dict)  # backend -> int8 multiply-accumulates run there
+    fp32_flops: int = 0  # float operations (an FMA counts two)
+    bytes_moved: int = 0  # bytes the ops read and wrote
+    ops_on: dict = field(default_factory=dict)  # backend -> op count
+    fallbacks: list = field(default_factory=list)  # "op: backend -> backend (why)"
     energy_j: float | None = None
     energy_meter: str | None = None
-    peak_rss_bytes: int | None = None                 # the process's peak RSS so far (memory/rss.py)
-    rss_bytes: int | None = None                      # its resident set after the step
-    rss_growth_bytes: int | None = None               # how far the RSS rose above its start during the step
-    step_peak_rss_bytes: int | None = None            # the RSS's high-water mark during the step (VmHWM)
-    budget_bytes: int | None = None                   # the memory budget this step ran under
-    planned_peak_bytes: int | None = None             # the plan's peak: arena + largest op workspace
-    arena_bytes: int | None = None                    # the arena the plan placed tensors in
-    arena_high_water_bytes: int | None = None         # highest arena byte actually written
-    spilled_bytes: int = 0                            # results that missed their arena slot
-    micro_batch: int | None = None                    # rows per slice (None: no memory plan)
-    recomputed_ops: int = 0                           # forward ops re-run to rebuild activations
-    rerun_slices: int = 0                             # product slices re-run with the common shift
-    memory_plan: str | None = None                    # what the planner chose
-    shifts: dict = field(default_factory=dict)        # op name -> the shift its requantization used
-    given_shifts: int = 0                             # ops that ran with a given shift (adaptive rescaling)
-    pipeline: str | None = None                       # co-scheduling: how the step ran, or why serial
-    pipeline_ops: int = 0                             # ... ops each micro-batch ran without waiting
-    pipeline_syncs: int = 0                           # ... ops where the micro-batches synchronised
-    overlap_s: float = 0.0                            # ... CPU seconds run while the DSP queue was busy
-    split_ops: int = 0                                # batch splitting: ops run in chunks
-    split_calls: int = 0                              # ... and the chunks they ran as
+    peak_rss_bytes: int | None = None  # the process's peak RSS so far (memory/rss.py)
+    rss_bytes: int | None = None  # its resident set after the step
+    rss_growth_bytes: int | None = None  # how far the RSS rose above its start during the step
+    step_peak_rss_bytes: int | None = None  # the RSS's high-water mark during the step (VmHWM)
+    budget_bytes: int | None = None  # the memory budget this step ran under
+    planned_peak_bytes: int | None = None  # the plan's peak: arena + largest op workspace
+    arena_bytes: int | None = None  # the arena the plan placed tensors in
+    arena_high_water_bytes: int | None = None  # highest arena byte actually written
+    spilled_bytes: int = 0  # results that missed their arena slot
+    micro_batch: int | None = None  # rows per slice (None: no memory plan)
+    recomputed_ops: int = 0  # forward ops re-run to rebuild activations
+    rerun_slices: int = 0  # product slices re-run with the common shift
+    memory_plan: str | None = None  # what the planner chose
+    shifts: dict = field(default_factory=dict)  # op name -> the shift its requantization used
+    given_shifts: int = 0  # ops that ran with a given shift (adaptive rescaling)
+    pipeline: str | None = None  # co-scheduling: how the step ran, or why serial
+    pipeline_ops: int = 0  # ... ops each micro-batch ran without waiting
+    pipeline_syncs: int = 0  # ... ops where the micro-batches synchronised
+    overlap_s: float = 0.0  # ... CPU seconds run while the DSP queue was busy
+    split_ops: int = 0  # batch splitting: ops run in chunks
+    split_calls: int = 0  # ... and the chunks they ran as
 
     @property
     def accuracy(self) -> float:
@@ -129,7 +132,7 @@ class StepStats:
 
 class Executor:
     def __init__(self, backends: dict, algorithm):
-        self.backends = backends        # name -> Backend, priority order
+        self.backends = backends  # name -> Backend, priority order
         self.algorithm = algorithm
         self._faulted: set[str] = set()  # backends that failed during the current run
         self._stats_lock = threading.Lock()
@@ -150,8 +153,17 @@ class Executor:
             self._dsp_queue.shutdown(wait=True)
             self._dsp_queue = None
 
-    def run(self, plan, env: dict, ctx: StepContext, ops=None, stats: StepStats | None = None,
-            memory=None, arena=None, threaded: bool = True) -> dict:
+    def run(
+        self,
+        plan,
+        env: dict,
+        ctx: StepContext,
+        ops=None,
+        stats: StepStats | None = None,
+        memory=None,
+        arena=None,
+        threaded: bool = True,
+    ) -> dict:
         """Run `ops` (default: the whole plan) updating `env` in place; returns `env`.
 
         One of four runners (execute/), each `run_*(executor, plan, env, ctx, stats, ...)`
@@ -172,8 +184,16 @@ class Executor:
                 return env
         return run_serial(self, plan, env, ctx, stats, ops)
 
-    def call(self, plan, op, env: dict, ctx: StepContext, stats: StepStats | None = None,
-             rows: tuple[int, int] | None = None, backend: str | None = None) -> tuple[dict, str]:
+    def call(
+        self,
+        plan,
+        op,
+        env: dict,
+        ctx: StepContext,
+        stats: StepStats | None = None,
+        rows: tuple[int, int] | None = None,
+        backend: str | None = None,
+    ) -> tuple[dict, str]:
         """Run one op on its backend, falling back down the priority order when a device
         fails; returns (outputs, backend name); the shift a requantizing op used is then
         `ctx.take_shift(op)`. `rows` = (rows run, rows in the batch) scales the counted work;
@@ -186,7 +206,7 @@ class Executor:
             backend = self.backends[name]
             started = time.perf_counter()
             backend.current_op = op
-            ctx.drop_shift(op)   # what an earlier, failed attempt noted
+            ctx.drop_shift(op)  # what an earlier, failed attempt noted
             try:
                 outputs = call_op(self.algorithm.OPS[op.kind], backend, op, env, ctx)
             except BackendError as exc:
@@ -201,7 +221,7 @@ class Executor:
             break
         if stats is not None:
             share, whole = rows or (1, 1)
-            with self._stats_lock:   # a co-scheduled step counts from two threads
+            with self._stats_lock:  # a co-scheduled step counts from two threads
                 stats.ops_on[name] = stats.ops_on.get(name, 0) + 1
                 if ctx.recipe.integer:
                     stats.int8_macs[name] = stats.int8_macs.get(name, 0) + op.macs * share // whole
@@ -216,8 +236,9 @@ class Executor:
         nxt = self._next_supporting(plan, op, name, self._faulted | {name})
         if not isinstance(exc, NoSupport):
             self._faulted.add(name)
-            warnings.warn(f"{op.name} failed on {name} ({exc}); finishing the step on {nxt}",
-                          RuntimeWarning, stacklevel=4)
+            warnings.warn(
+                f"{op.name} failed on {name} ({exc}); finishing the step on {nxt}", RuntimeWarning, stacklevel=4
+            )
         if stats is not None:
             stats.fallbacks.append(f"{op.name}: {name} -> {nxt} ({exc})")
         return nxt

@@ -27,6 +27,7 @@ follow rows (`StepContext.row_offset`), weight gradients are summed exactly in i
 and stored in the full batch's dtype. So the pipelined step equals the same step run
 serially, slice by slice (`threaded=False`), and the unsplit step, bit for bit.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -74,14 +75,15 @@ class _Pipeline:
         self.executor, self.plan, self.env, self.ctx, self.stats = executor, plan, env, ctx, stats
         self.per_row, self.once = per_row, once
         self.index = {op.name: k for k, op in enumerate(per_row)}
-        self.given = dict(ctx.shifts or {})           # grows when a stale given shift is replaced
+        self.given = dict(ctx.shifts or {})  # grows when a stale given shift is replaced
         self.syncs = {op.name for op in per_row if needs_shift(op) and op.name not in self.given}
         self.bounds = slices(graph.batch, plan.micro_batches)
         self.m = len(self.bounds)
-        self.envs = [{t: row_slice(v, a, b) if t in graph.tensors and graph.is_row_shaped(t) else v
-                      for t, v in env.items()} for a, b in self.bounds]
-        self.ctxs = [dataclasses.replace(ctx, row_offset=ctx.row_offset + a, shifts=self.given)
-                     for a, _ in self.bounds]
+        self.envs = [
+            {t: row_slice(v, a, b) if t in graph.tensors and graph.is_row_shaped(t) else v for t, v in env.items()}
+            for a, b in self.bounds
+        ]
+        self.ctxs = [dataclasses.replace(ctx, row_offset=ctx.row_offset + a, shifts=self.given) for a, _ in self.bounds]
         self.producer = {t: op for op in per_row for t in op.outputs}
         self.sums: dict[str, np.ndarray] = {}
         self.counts: dict[str, int] = {}
@@ -92,7 +94,7 @@ class _Pipeline:
         self.pos = [0] * self.m
         self.pending: dict = {}
         self.waiting = list(once)
-        self.overlap = 0.0                            # CPU seconds spent while the DSP had work
+        self.overlap = 0.0  # CPU seconds spent while the DSP had work
         self.rewinds = 0
         self.dsp = executor.dsp_queue() if threaded and ACCELERATOR in executor.backends else None
 
@@ -124,7 +126,7 @@ class _Pipeline:
         for t, value in outputs.items():
             if self.graph.is_row_shaped(t):
                 self.envs[i][t] = value
-            else:                                   # a weight gradient: summed over slices
+            else:  # a weight gradient: summed over slices
                 if t not in self.sums:
                     self.sums[t] = np.zeros(np.shape(as_array(value)), np.int64)
                 self.sums[t] += as_array(value)
@@ -136,9 +138,11 @@ class _Pipeline:
 
     def run_once(self, op):
         graph, sums = self.graph, self.sums
-        local = {t: (sums[t].astype(value_dtype(graph, self.producer[t], t)) if t in sums else self.env[t])
-                 for t in op.inputs}
-        call = lambda: self.executor.call(self.plan, op, local, self.ctx, self.stats)[0]   # noqa: E731
+        local = {
+            t: (sums[t].astype(value_dtype(graph, self.producer[t], t)) if t in sums else self.env[t])
+            for t in op.inputs
+        }
+        call = lambda: self.executor.call(self.plan, op, local, self.ctx, self.stats)[0]  # noqa: E731
         self.updated.update(self.dsp.submit(call).result() if self.on_dsp(op) else self.on_cpu(call))
         self.done_once.append(op)
 
@@ -148,15 +152,17 @@ class _Pipeline:
         max(given, its own estimate)), so only slices before the largest run twice."""
         results, common = [], None
         for i in range(self.m):
-            forced = None if common is None else \
-                dataclasses.replace(self.ctxs[i], shifts={**self.given, op.name: common})
+            forced = (
+                None if common is None else dataclasses.replace(self.ctxs[i], shifts={**self.given, op.name: common})
+            )
             results.append(self.run_slice(i, op, forced))
             if results[-1][1] is not None:
                 common = results[-1][1] if common is None else max(common, results[-1][1])
         for i, (_, shift) in enumerate(results):
             if shift is not None and shift < common:
-                results[i] = self.run_slice(i, op, dataclasses.replace(self.ctxs[i],
-                                                                       shifts={**self.given, op.name: common}))
+                results[i] = self.run_slice(
+                    i, op, dataclasses.replace(self.ctxs[i], shifts={**self.given, op.name: common})
+                )
                 if self.stats is not None:
                     self.stats.rerun_slices += 1
         for i, (outputs, _) in enumerate(results):
@@ -166,7 +172,7 @@ class _Pipeline:
         """A slice needed a larger shift than the given one at op k: give every slice that
         shift and run again from op k (slices still before it just go on). Gradients and
         updates that depended on ops from k on are dropped and redone."""
-        for i, future in list(self.pending.items()):   # let the DSP queue finish first
+        for i, future in list(self.pending.items()):  # let the DSP queue finish first
             del self.pending[i]
             self.finish(i, self.per_row[self.pos[i]], *future.result())
         k, name = min(self.stale)
@@ -176,8 +182,9 @@ class _Pipeline:
             self.used.pop(op_name, None)
         for t in [t for t in self.sums if self.producer[t].name in later]:
             del self.sums[t], self.counts[t]
-        for op in [op for op in self.done_once if any(t in self.producer and self.producer[t].name in later
-                                                      for t in op.inputs)]:
+        for op in [
+            op for op in self.done_once if any(t in self.producer and self.producer[t].name in later for t in op.inputs)
+        ]:
             self.done_once.remove(op)
             self.waiting.append(op)
             for t in op.outputs:
@@ -210,7 +217,7 @@ class _Pipeline:
                     else:
                         self.finish(i, op, *self.on_cpu(run_op, *args))
                     progressed = True
-                    break                             # look at the DSP queue again first
+                    break  # look at the DSP queue again first
                 if self.stale:
                     continue
                 for op in [op for op in self.waiting if self.ready(op)]:
@@ -218,16 +225,20 @@ class _Pipeline:
                     self.run_once(op)
                     progressed = True
                 at = self.pos[0]
-                if not self.pending and len(set(self.pos)) == 1 and at < len(per_row) \
-                        and per_row[at].name in self.syncs:
-                    self.sync(per_row[at])            # every slice is at the due check
+                if (
+                    not self.pending
+                    and len(set(self.pos)) == 1
+                    and at < len(per_row)
+                    and per_row[at].name in self.syncs
+                ):
+                    self.sync(per_row[at])  # every slice is at the due check
                     progressed = True
                 if not self.pending and not self.waiting and all(p >= len(per_row) for p in self.pos):
                     break
                 if not progressed and self.pending:
                     wait(list(self.pending.values()), return_when=FIRST_COMPLETED)
         finally:
-            for future in self.pending.values():     # never leave the DSP worker mid-task
+            for future in self.pending.values():  # never leave the DSP worker mid-task
                 future.exception()
         self.write_back()
 
@@ -236,8 +247,11 @@ class _Pipeline:
         for t, total in self.sums.items():
             env[t] = total.astype(value_dtype(graph, self.producer[t], t))
         parts = [e[graph.logits] for e in self.envs]
-        env[graph.logits] = QTensor(np.concatenate([p.q for p in parts]), parts[0].e) \
-            if isinstance(parts[0], QTensor) else np.concatenate(parts)
+        env[graph.logits] = (
+            QTensor(np.concatenate([p.q for p in parts]), parts[0].e)
+            if isinstance(parts[0], QTensor)
+            else np.concatenate(parts)
+        )
         env.update(self.updated)
         if stats is None:
             return

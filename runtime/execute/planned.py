@@ -6,6 +6,7 @@ arena slots), which rows an op sees (slices of the batch, with `StepContext.row_
 so random bits match the full batch) and which shift a product uses (the common shift
 of all slices, or the one the forward pass recorded when an op is re-run).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,7 +29,7 @@ def run_planned(executor, plan, env: dict, ctx, stats, option, arena) -> dict:
     for i, step in enumerate(memory.schedule):
         op = step.op
         sctx = ctx
-        if step.recompute:   # rebuild bit for bit: the forward pass's shifts, the same random keys
+        if step.recompute:  # rebuild bit for bit: the forward pass's shifts, the same random keys
             sctx = dataclasses.replace(ctx, shifts={**recorded, **(ctx.shifts or {})})
             if stats is not None:
                 stats.recomputed_ops += 1
@@ -43,7 +44,7 @@ def run_planned(executor, plan, env: dict, ctx, stats, option, arena) -> dict:
             outputs, _ = executor.call(plan, op, env, sctx, stats)
             shift = sctx.take_shift(op)
             for t, value in outputs.items():
-                if t in memory.writes[i]:    # else no step reads it (planner: unread values)
+                if t in memory.writes[i]:  # else no step reads it (planner: unread values)
                     env[t] = arena.store(memory.writes[i][t], value, t)
             # the fresh results go now, not while the next op runs (op_workspace counts one op's)
             outputs = value = None
@@ -51,7 +52,7 @@ def run_planned(executor, plan, env: dict, ctx, stats, option, arena) -> dict:
                 recorded[op.name] = shift
         for t in memory.frees[i]:
             env.pop(t, None)
-    if stats is not None:   # products only, as a plain step records (adaptive rescaling reads them)
+    if stats is not None:  # products only, as a plain step records (adaptive rescaling reads them)
         exponent_ops = {op.name for op in graph.ops if op.range_hook()}
         stats.shifts.update({k: v for k, v in recorded.items() if v is not None and k not in exponent_ops})
         stats.arena_high_water_bytes = arena.high_water
@@ -72,7 +73,7 @@ def _sliced(executor, plan, memory, op, env, ctx, stats, arena, slots, m) -> int
         if used is not None:
             shifts[a] = used
         for t, value in outputs.items():
-            if t not in slots:   # no step reads it (planner: unread values)
+            if t not in slots:  # no step reads it (planner: unread values)
                 continue
             array = as_array(value)
             if graph.is_row_shaped(t):
@@ -85,7 +86,7 @@ def _sliced(executor, plan, memory, op, env, ctx, stats, arena, slots, m) -> int
                 dest[t][a:b] = array
                 if isinstance(value, QTensor):
                     exponent.setdefault(t, {})[a] = value.e
-            elif a == 0 and shift is None:          # a weight gradient: first slice starts the sum
+            elif a == 0 and shift is None:  # a weight gradient: first slice starts the sum
                 slot = arena.view(slots[t], array.shape, memory.dtypes[t])
                 if slot is None:
                     arena.spilled[t] = array.nbytes
@@ -99,7 +100,7 @@ def _sliced(executor, plan, memory, op, env, ctx, stats, arena, slots, m) -> int
     for a in starts:
         run_slice(a)
     common = None
-    if shifts:   # with a given shift too: a slice it would saturate used its own, larger one
+    if shifts:  # with a given shift too: a slice it would saturate used its own, larger one
         common = max(shifts.values())
         for a in starts:
             if shifts[a] < common:

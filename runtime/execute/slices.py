@@ -4,6 +4,7 @@
 on a row range of the batch with the full batch's random bits for those rows, and returns
 the shift its op function noted (one shift per op is what lets slices be joined bit for bit).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,6 +12,7 @@ import dataclasses
 import numpy as np
 
 from ..numerics import QTensor
+
 
 def row_slice(value, a: int, b: int):
     """Rows a..b of a value (a QTensor keeps its exponent, an emulated recipe's Scaled its

@@ -15,8 +15,8 @@ max(given, estimate of all rows)). A product without a given shift runs whole.
 Weight gradients are summed over chunks in int64, then stored in the dtype the unsplit
 op has (memory/planner.py: value_dtype). Returns (outputs, the shift used or None).
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import numpy as np
 
@@ -43,7 +43,11 @@ def run_serial(executor, plan, env: dict, ctx, stats=None, ops=None) -> dict:
     the plan's batch run bound once per plan (bound.py)."""
     graph = plan.graph
     whole = graph.ops if ops is None else ops
-    if whole and (whole is graph.ops or whole is graph.eval_ops) and op_rows(graph, whole[0], env) in (None, graph.batch):
+    if (
+        whole
+        and (whole is graph.ops or whole is graph.eval_ops)
+        and op_rows(graph, whole[0], env) in (None, graph.batch)
+    ):
         return run_bound(executor, plan, env, ctx, stats, whole, run_op)
     for op in ops if ops is not None else plan.graph.ops:
         outputs, shift = run_op(executor, plan, op, env, ctx, stats)

@@ -8,6 +8,7 @@ Nothing here reads the data, writes a file or knows about epochs beyond the numb
 counter-based RNG is keyed with; adaptive rescaling's state (rescale.py) is the
 Trainer's (it is checkpointed), handed in with each batch.
 """
+
 from __future__ import annotations
 
 import time
@@ -42,7 +43,7 @@ class Step:
             # of LeNet-5's CPU step time (FP32 9.5 vs 14.0 ms, NITI 4.9 vs 7.1 ms, one thread).
             fix_malloc_threshold()
         self.arena, self._arena_memory, self._planned_peak = None, None, 0
-        self.held_scratch: dict[str, int] = {}   # backend scratch buffers the plans so far grew
+        self.held_scratch: dict[str, int] = {}  # backend scratch buffers the plans so far grew
 
     @property
     def backends(self) -> dict:
@@ -79,8 +80,9 @@ class Step:
         copied out of the old arena first, so the old buffer is freed before the new one fills."""
         if option.memory is not self._arena_memory:
             if self.arena is not None:
-                state = {k: QTensor(v.q.copy(), v.e) if isinstance(v, QTensor) else np.array(v)
-                         for k, v in state.items()}
+                state = {
+                    k: QTensor(v.q.copy(), v.e) if isinstance(v, QTensor) else np.array(v) for k, v in state.items()
+                }
             self.arena = None
             self.arena = Arena(option.memory.arena_bytes)
             self._arena_memory = option.memory
@@ -113,8 +115,18 @@ class Step:
             self.release_scratch()
 
     # ------------------------------------------------------------ the step
-    def train(self, state: dict, images, labels: np.ndarray, step: int, epoch: int, seed: int, energy_meter,
-              rescale, lr_scale: float = 1.0):
+    def train(
+        self,
+        state: dict,
+        images,
+        labels: np.ndarray,
+        step: int,
+        epoch: int,
+        seed: int,
+        energy_meter,
+        rescale,
+        lr_scale: float = 1.0,
+    ):
         """One training step on a checked batch (uint8 NHWC images, int64 labels) at
         position (`step`, `epoch`), metered by `energy_meter`, with adaptive rescaling's
         `rescale` (rescale.RescaleController, updated), the learning rate times `lr_scale`
@@ -141,7 +153,7 @@ class Step:
         with pool.serving(option.workspace if option is not None else 0):
             env["input"] = self.algorithm.prepare_input(images, self.run.data.normalize)
             env["labels"] = np.asarray(labels, np.int64)
-            self.planner.start_accelerator_clock()   # what ran before this step (an evaluation) is not its cost
+            self.planner.start_accelerator_clock()  # what ran before this step (an evaluation) is not its cost
             rss = StepRss()
             rss.begin()
             energy_meter.start()

@@ -14,9 +14,17 @@
 Flower itself is imported only by the modules that talk to it; aggregate.py,
 validate.py and partition.py need NumPy only.
 """
+
 from .aggregate import aggregate_state, aggregate_tensor
 from .partition import PartitionSpec, client_dataset, split_indices
 from .validate import UpdateError, check_update
 
-__all__ = ["aggregate_state", "aggregate_tensor", "PartitionSpec", "client_dataset", "split_indices",
-           "UpdateError", "check_update"]
+__all__ = [
+    "aggregate_state",
+    "aggregate_tensor",
+    "PartitionSpec",
+    "client_dataset",
+    "split_indices",
+    "UpdateError",
+    "check_update",
+]

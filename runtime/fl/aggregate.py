@@ -33,6 +33,7 @@ the cost is a few integer passes over ~60k weights per round.
 
 Float tensors (FP32 recipes) are not handled here: they use Flower's FedAvg as is.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -72,8 +73,7 @@ def divide_rounded(numerator: np.ndarray, denominator: int, rounding: str = "rou
     return sign * (whole + up)
 
 
-def aggregate_tensor(updates: Sequence[tuple[QTensor, int]], bits: int = 8,
-                     rounding: str = "round") -> QTensor:
+def aggregate_tensor(updates: Sequence[tuple[QTensor, int]], bits: int = 8, rounding: str = "round") -> QTensor:
     """The example-weighted mean of integer tensors, as one integer tensor (see the module doc).
 
     `updates` holds (tensor, number of examples) per client; every tensor has the same

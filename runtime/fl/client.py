@@ -12,6 +12,7 @@ Which partition a node holds comes from its node config (`partition-id`,
 `num-partitions`: set by the simulation engine, or `flower-supernode --node-config`);
 which run from the app's run config (`config`: an fl-*.yaml path).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,7 +29,7 @@ from .partition import client_dataset
 from .records import from_record, model_names, record_bytes, to_record
 from .settings import FLRun, load_fl_run
 
-WEIGHT_KEY = "num-examples"   # the metric FedAvg weights by (Flower's default name)
+WEIGHT_KEY = "num-examples"  # the metric FedAvg weights by (Flower's default name)
 
 
 def resolve_config(value: str) -> Path:
@@ -46,8 +47,10 @@ class ClientSession:
         from ..train import Trainer
 
         if num_partitions != flrun.fl.clients:
-            raise UserError(f"{flrun.source}: fl.clients is {flrun.fl.clients} but the node config says "
-                            f"num-partitions={num_partitions}")
+            raise UserError(
+                f"{flrun.source}: fl.clients is {flrun.fl.clients} but the node config says "
+                f"num-partitions={num_partitions}"
+            )
         self.flrun, self.partition_id = flrun, partition_id
         run = flrun.run
         # each client shuffles and rounds with its own seed; the weights come from the server
@@ -57,7 +60,7 @@ class ClientSession:
         self.train_data = client_dataset(self.trainer.train_data, flrun.fl.clients, partition_id, spec)
         self.test_data = client_dataset(self.trainer.test_data, flrun.fl.clients, partition_id, spec)
         self.names = model_names(self.trainer.model, self.trainer.state)
-        self.fresh_state = dict(self.trainer.state)   # optimizer state starts afresh each round
+        self.fresh_state = dict(self.trainer.state)  # optimizer state starts afresh each round
 
     def load_global(self, arrays: ArrayRecord) -> None:
         state = from_record(arrays, "global model")
@@ -68,7 +71,9 @@ class ClientSession:
 
     def steps_per_round(self) -> int:
         fl = self.flrun.fl
-        return fl.local_steps or fl.local_epochs * datasets.batch_count(self.train_data, self.flrun.run.train.batch_size)
+        return fl.local_steps or fl.local_epochs * datasets.batch_count(
+            self.train_data, self.flrun.run.train.batch_size
+        )
 
     def train(self, arrays: ArrayRecord, server_round: int) -> tuple[ArrayRecord, MetricRecord]:
         self.load_global(arrays)
@@ -100,15 +105,20 @@ class ClientSession:
                     break
             epoch, start = epoch + 1, 0
         record = to_record(trainer.state, self.names)
-        metrics = MetricRecord({
-            WEIGHT_KEY: len(self.train_data),
-            "train_loss": loss_sum / seen, "train_accuracy": correct / seen,
-            "steps": done, "time_s": seconds, "time_s_per_batch": seconds / done,
-            # NaN, not 0, when no meter could read this device: unknown is not free
-            "energy_j": joules if metered else math.nan,
-            "energy_j_per_batch": joules / metered if metered else math.nan,
-            "upload_bytes": record_bytes(record),
-        })
+        metrics = MetricRecord(
+            {
+                WEIGHT_KEY: len(self.train_data),
+                "train_loss": loss_sum / seen,
+                "train_accuracy": correct / seen,
+                "steps": done,
+                "time_s": seconds,
+                "time_s_per_batch": seconds / done,
+                # NaN, not 0, when no meter could read this device: unknown is not free
+                "energy_j": joules if metered else math.nan,
+                "energy_j_per_batch": joules / metered if metered else math.nan,
+                "upload_bytes": record_bytes(record),
+            }
+        )
         return record, metrics
 
     def evaluate(self, arrays: ArrayRecord) -> MetricRecord:
@@ -157,5 +167,3 @@ def train(msg: Message, context: Context) -> Message:
 def evaluate(msg: Message, context: Context) -> Message:
     metrics = session_for(context).evaluate(msg.content["arrays"])
     return Message(RecordDict({"metrics": metrics}), reply_to=msg)
-
-

@@ -7,6 +7,7 @@
 Flower's own way works too: `flwr run .` (simulation engine, needs the `simulation`
 extra: Ray) or `flwr run . <connection>` against a SuperLink you started.
 """
+
 from __future__ import annotations
 
 import sys
@@ -38,8 +39,11 @@ def _deploy(args) -> int:
     out = Path(args.out or flrun.out_dir)
     if args.timeout <= 0:
         raise UserError(f"--timeout {args.timeout} must be > 0 seconds")
-    print(f"{flrun.run.name}: a SuperLink and {flrun.fl.clients} SuperNodes on 127.0.0.1, "
-          f"{flrun.fl.rounds} rounds, output in {out}", file=sys.stderr)
+    print(
+        f"{flrun.run.name}: a SuperLink and {flrun.fl.clients} SuperNodes on 127.0.0.1, "
+        f"{flrun.fl.rounds} rounds, output in {out}",
+        file=sys.stderr,
+    )
     deploy(Path(args.run), flrun.fl.clients, out, args.timeout)
     history_path = out / HISTORY_NAME
     if not history_path.exists():
@@ -79,13 +83,16 @@ def _summary(history: list[dict], out: Path) -> None:
 def add_actions(parser, common) -> None:
     """The actions of `dsptrain fl` (runtime/cli/fl.py registers the subcommand)."""
     actions = parser.add_subparsers(dest="fl_command", required=True, metavar="ACTION")
-    sim = actions.add_parser("simulate", parents=[common], help="run a federated config with every client in this process")
+    sim = actions.add_parser(
+        "simulate", parents=[common], help="run a federated config with every client in this process"
+    )
     sim.add_argument("run", help="federated run config (configs/runs/fl-*.yaml)")
     sim.add_argument("--out", help="output directory (default runs/<name>); a checkpoint there is resumed")
     sim.add_argument("--rounds", type=int, help="override fl.rounds")
     sim.set_defaults(fl_action=_simulate)
-    dep = actions.add_parser("deploy", parents=[common],
-                             help="a SuperLink and fl.clients SuperNodes on 127.0.0.1, then flwr run")
+    dep = actions.add_parser(
+        "deploy", parents=[common], help="a SuperLink and fl.clients SuperNodes on 127.0.0.1, then flwr run"
+    )
     dep.add_argument("run", help="federated run config (configs/runs/fl-*.yaml)")
     dep.add_argument("--out", help="output directory (default runs/<name>)")
     dep.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run is stopped (default 3600)")

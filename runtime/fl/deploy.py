@@ -8,6 +8,7 @@ written to a private FLWR_HOME, so the user's ~/.flwr is neither read nor change
 Every wait is bounded; on return (or an exception) every process started here is
 stopped, by its own id.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,7 +26,7 @@ from ..config import CONFIG_ROOT
 from ..errors import UserError
 
 LOOPBACK = "127.0.0.1"
-PROJECT_DIR = CONFIG_ROOT.parent   # the checkout whose pyproject.toml declares the Flower app
+PROJECT_DIR = CONFIG_ROOT.parent  # the checkout whose pyproject.toml declares the Flower app
 
 
 def free_port() -> int:
@@ -46,8 +47,9 @@ def _tool(name: str) -> str:
 def _wait_port(port: int, deadline: float, proc: subprocess.Popen, what: str, log: Path) -> None:
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise UserError(f"{what} exited with status {proc.returncode} before listening on "
-                            f"{LOOPBACK}:{port}; its log: {log}")
+            raise UserError(
+                f"{what} exited with status {proc.returncode} before listening on {LOOPBACK}:{port}; its log: {log}"
+            )
         with socket.socket() as s:
             s.settimeout(0.5)
             if s.connect_ex((LOOPBACK, port)) == 0:
@@ -73,7 +75,8 @@ class LocalDeployment:
         self.link_port = free_port()
         (self.flwr_home / "config.toml").write_text(
             '[superlink]\ndefault = "dsptrain-local"\n\n'
-            f'[superlink.dsptrain-local]\naddress = "{LOOPBACK}:{self.link_port}"\ninsecure = true\n')
+            f'[superlink.dsptrain-local]\naddress = "{LOOPBACK}:{self.link_port}"\ninsecure = true\n'
+        )
         try:
             self._start()
         except BaseException:
@@ -93,24 +96,47 @@ class LocalDeployment:
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
         log = open(self.work_dir / f"{name}.log", "wb")
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env(), cwd=self.work_dir,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=self.env(), cwd=self.work_dir, start_new_session=True
+        )
         log.close()
         self.processes.append((name, proc))
         return proc
 
     def _start(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
-        link = self._spawn("superlink", [
-            _tool("flower-superlink"), "--insecure", "--host", LOOPBACK, "--port", str(self.link_port),
-            "--disable-runtime-dependency-installation"])
+        link = self._spawn(
+            "superlink",
+            [
+                _tool("flower-superlink"),
+                "--insecure",
+                "--host",
+                LOOPBACK,
+                "--port",
+                str(self.link_port),
+                "--disable-runtime-dependency-installation",
+            ],
+        )
         _wait_port(self.link_port, deadline, link, "flower-superlink", self.work_dir / "superlink.log")
         for i in range(self.nodes):
             port = free_port()
-            node = self._spawn(f"supernode-{i}", [
-                _tool("flower-supernode"), "--insecure", "--superlink", f"{LOOPBACK}:{self.link_port}",
-                "--host", LOOPBACK, "--port", str(port), "--max-wait-time", str(int(self.startup_timeout_s)),
-                "--node-config", f"partition-id={i} num-partitions={self.nodes}"])
+            node = self._spawn(
+                f"supernode-{i}",
+                [
+                    _tool("flower-supernode"),
+                    "--insecure",
+                    "--superlink",
+                    f"{LOOPBACK}:{self.link_port}",
+                    "--host",
+                    LOOPBACK,
+                    "--port",
+                    str(port),
+                    "--max-wait-time",
+                    str(int(self.startup_timeout_s)),
+                    "--node-config",
+                    f"partition-id={i} num-partitions={self.nodes}",
+                ],
+            )
             _wait_port(port, deadline, node, f"flower-supernode {i}", self.work_dir / f"supernode-{i}.log")
 
     def run_app(self, run_config: dict, timeout_s: float, app_dir: Path = PROJECT_DIR) -> subprocess.CompletedProcess:
@@ -118,8 +144,9 @@ class LocalDeployment:
         pairs = " ".join(f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}" for k, v in run_config.items())
         argv = [_tool("flwr"), "run", str(app_dir), "dsptrain-local", "--stream", "--run-config", pairs]
         try:
-            return subprocess.run(argv, env=self.env(), cwd=self.work_dir, capture_output=True, text=True,
-                                  timeout=timeout_s)
+            return subprocess.run(
+                argv, env=self.env(), cwd=self.work_dir, capture_output=True, text=True, timeout=timeout_s
+            )
         except subprocess.TimeoutExpired:
             raise UserError(f"flwr run did not finish within {timeout_s:g} s; logs in {self.work_dir}") from None
 
@@ -155,7 +182,7 @@ def _parents() -> dict[int, int]:
         if entry.name.isdigit():
             try:
                 stat = (entry / "stat").read_text()
-                parents[int(entry.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+                parents[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
             except (OSError, ValueError, IndexError):
                 continue
     return parents
@@ -190,8 +217,9 @@ def deploy(config_path: Path, nodes: int, out_dir: Path, timeout_s: float, work_
     """Run a federated config on a local deployment; returns the output directory."""
     work = Path(work_dir or tempfile.mkdtemp(prefix="dsptrain-fl-"))
     with LocalDeployment(nodes, work) as deployment:
-        done = deployment.run_app({"config": str(Path(config_path).resolve()), "out-dir": str(Path(out_dir).resolve())},
-                                  timeout_s)
+        done = deployment.run_app(
+            {"config": str(Path(config_path).resolve()), "out-dir": str(Path(out_dir).resolve())}, timeout_s
+        )
     if done.returncode != 0:
         raise UserError(f"flwr run failed with status {done.returncode}: {done.stderr.strip()[-400:]} (logs in {work})")
     return Path(out_dir)

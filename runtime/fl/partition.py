@@ -16,6 +16,7 @@ literature does:
 Every split is a pure function of (labels, settings, seed): each SuperNode computes its
 own partition from its partition id, and no index list has to travel.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from ..data import Dataset
 from ..errors import DataError
 
 KINDS = ("iid", "dirichlet", "shards")
-_DIRICHLET_TRIES = 100   # redraws until every client has min_examples (bounded)
+_DIRICHLET_TRIES = 100  # redraws until every client has min_examples (bounded)
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,10 @@ def _dirichlet(labels, clients, spec, rng) -> list[np.ndarray]:
         parts = [np.concatenate(p) for p in parts]
         if min(len(p) for p in parts) >= floor:
             return parts
-    raise DataError(f"partition: Dirichlet alpha {spec.alpha} left a client with fewer than {floor} "
-                    f"examples in {_DIRICHLET_TRIES} draws; raise alpha or lower fl.clients")
+    raise DataError(
+        f"partition: Dirichlet alpha {spec.alpha} left a client with fewer than {floor} "
+        f"examples in {_DIRICHLET_TRIES} draws; raise alpha or lower fl.clients"
+    )
 
 
 def _shards(labels, clients, per_client, rng) -> list[np.ndarray]:
@@ -82,7 +85,7 @@ def _shards(labels, clients, per_client, rng) -> list[np.ndarray]:
     by_label = np.argsort(labels, kind="stable")
     shards = np.array_split(by_label, count)
     order = rng.permutation(count)
-    return [np.concatenate([shards[s] for s in order[i * per_client:(i + 1) * per_client]]) for i in range(clients)]
+    return [np.concatenate([shards[s] for s in order[i * per_client : (i + 1) * per_client]]) for i in range(clients)]
 
 
 def client_dataset(data: Dataset, clients: int, partition_id: int, spec: PartitionSpec) -> Dataset:

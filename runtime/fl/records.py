@@ -9,6 +9,7 @@ An integer tensor `(q, e)` travels as two arrays: `<name>` holds q in its own dt
 travel as themselves. The record is self-describing, so the server needs no side channel
 to know which tensors are integers.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -56,7 +57,7 @@ def from_record(record: ArrayRecord, source: str = "update") -> dict:
     state = {}
     for key, value in arrays.items():
         if key.endswith(EXPONENT_SUFFIX):
-            owner = key[:-len(EXPONENT_SUFFIX)]
+            owner = key[: -len(EXPONENT_SUFFIX)]
             if owner not in arrays:
                 raise UpdateError(f"{source}: exponent {key!r} has no tensor {owner!r}")
             continue
@@ -65,8 +66,10 @@ def from_record(record: ArrayRecord, source: str = "update") -> dict:
             state[key] = value
             continue
         if exponent.shape != () or exponent.dtype.kind not in "iu":
-            raise UpdateError(f"{source}: exponent {key + EXPONENT_SUFFIX!r} must be a scalar integer, "
-                              f"got {exponent.dtype} {exponent.shape}")
+            raise UpdateError(
+                f"{source}: exponent {key + EXPONENT_SUFFIX!r} must be a scalar integer, "
+                f"got {exponent.dtype} {exponent.shape}"
+            )
         state[key] = QTensor(value, int(exponent))
     return state
 

@@ -24,6 +24,7 @@ put back on the global model's exponent (NITI keeps a layer's exponent for the r
 coarser only if the mean would not fit the integer range; so a client cannot move the
 global exponent, and rounding is the recipe's (halves away from zero).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -67,12 +68,19 @@ def _like(reference, values: np.ndarray, bits: int):
     while top > limit * np.ldexp(1.0, exponent):
         exponent += 1
     scaled = values / np.ldexp(1.0, exponent)
-    q = np.sign(scaled) * np.floor(np.abs(scaled) + 0.5)          # halves away from zero
+    q = np.sign(scaled) * np.floor(np.abs(scaled) + 0.5)  # halves away from zero
     return QTensor(np.clip(q, -limit, limit).astype(reference.q.dtype), exponent)
 
 
-def robust_state(updates: Sequence[tuple[object, dict, int]], global_state: dict, rule: str, *,
-                 bits: int = 8, clip_norm: float = 0.0, trim: float = 0.2) -> tuple[dict, list[str]]:
+def robust_state(
+    updates: Sequence[tuple[object, dict, int]],
+    global_state: dict,
+    rule: str,
+    *,
+    bits: int = 8,
+    clip_norm: float = 0.0,
+    trim: float = 0.2,
+) -> tuple[dict, list[str]]:
     """(the new global model, notes naming each client the rule cut back) from
     `updates` = [(client id, state, weight)] under `rule` (clip, trimmed_mean, median)."""
     if rule not in AGGREGATIONS[1:]:
@@ -102,8 +110,9 @@ def robust_state(updates: Sequence[tuple[object, dict, int]], global_state: dict
             cut = int(trim * len(updates))
             if cut == 0:
                 notes.append(f"trimmed mean of {len(updates)} updates trims none (fl.trim {trim:g})")
-            change = {name: np.sort(values, axis=0)[cut:len(updates) - cut].mean(axis=0)
-                      for name, values in stack.items()}
+            change = {
+                name: np.sort(values, axis=0)[cut : len(updates) - cut].mean(axis=0) for name, values in stack.items()
+            }
             if cut:
                 _note_extremes(updates, stack, cut, "trimmed mean", notes)
     return {name: _like(global_state[name], base[name] + change[name], bits) for name in names}, notes
@@ -123,5 +132,6 @@ def _note_extremes(updates, stack, cut, rule, notes) -> None:
         size = order.shape[1]
         for (client, _, _), count in zip(updates, counts):
             if size and count > threshold * size:
-                notes.append(f"client {client}: {name}: {count / size:.0%} of its values at the extremes, "
-                             f"left out by the {rule}")
+                notes.append(
+                    f"client {client}: {name}: {count / size:.0%} of its values at the extremes, left out by the {rule}"
+                )

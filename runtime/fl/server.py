@@ -7,6 +7,7 @@ written atomically (checkpoint.py: temp file, fsync, rename) with the round numb
 the history so far; a server killed at any point and started again continues after the
 last round it wrote.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,8 +49,10 @@ def load_server_checkpoint(path: Path, flrun: FLRun, names: list[str]) -> tuple[
     state, meta = checkpoint.load(path)
     run = flrun.run
     if (meta.get("recipe"), meta.get("model")) != (run.recipe.name, run.model.name):
-        raise UserError(f"{path}: server checkpoint is {meta.get('model')} with {meta.get('recipe')}, "
-                        f"this run is {run.model.name} with {run.recipe.name}")
+        raise UserError(
+            f"{path}: server checkpoint is {meta.get('model')} with {meta.get('recipe')}, "
+            f"this run is {run.model.name} with {run.recipe.name}"
+        )
     missing = [n for n in names if n not in state]
     if missing:
         raise UserError(f"{path}: server checkpoint lacks {', '.join(missing)}")
@@ -76,46 +79,88 @@ def run_server(grid: Grid, flrun: FLRun, out_dir: str | Path | None = None) -> l
         return history
     weights = run.recipe.tensors.weights
     strategy = IntegerFedAvg(
-        state, integer=flrun.integer, bits=weights.bits, rounding=weights.rounding,
-        max_exponent_shift=fl.max_exponent_shift, round_offset=done, connect_timeout_s=fl.round_timeout_s,
-        aggregation=fl.aggregation, max_examples=fl.max_examples or len(evaluator.train_data),
-        max_weight=fl.max_weight, clip_norm=fl.clip_norm, trim=fl.trim,
-        fraction_train=fl.fraction_train, fraction_evaluate=fl.fraction_evaluate,
-        min_train_nodes=fl.min_train_clients, min_evaluate_nodes=fl.min_train_clients if fl.fraction_evaluate else 0,
-        min_available_nodes=fl.min_available_clients)
+        state,
+        integer=flrun.integer,
+        bits=weights.bits,
+        rounding=weights.rounding,
+        max_exponent_shift=fl.max_exponent_shift,
+        round_offset=done,
+        connect_timeout_s=fl.round_timeout_s,
+        aggregation=fl.aggregation,
+        max_examples=fl.max_examples or len(evaluator.train_data),
+        max_weight=fl.max_weight,
+        clip_norm=fl.clip_norm,
+        trim=fl.trim,
+        fraction_train=fl.fraction_train,
+        fraction_evaluate=fl.fraction_evaluate,
+        min_train_nodes=fl.min_train_clients,
+        min_evaluate_nodes=fl.min_train_clients if fl.fraction_evaluate else 0,
+        min_available_nodes=fl.min_available_clients,
+    )
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         number = server_round + done
-        if number == done and history:      # the checkpoint's model, evaluated before it was written
+        if number == done and history:  # the checkpoint's model, evaluated before it was written
             return MetricRecord({"test_accuracy": history[-1]["test_accuracy"]})
         model = from_record(arrays, "global model")
         evaluator.state = {**evaluator.state, **model}
         accuracy = evaluator.evaluate()
-        report = strategy.reports.get(number, {"accepted": [], "rejected": [], "failed": [], "clients": [],
-                                                "clipped": [], "missing": 0})
+        report = strategy.reports.get(
+            number, {"accepted": [], "rejected": [], "failed": [], "clients": [], "clipped": [], "missing": 0}
+        )
         clients = report.get("clients", [])
-        entry = {"round": number, "test_accuracy": accuracy,
-                 "accepted": len(report["accepted"]), "rejected": report["rejected"], "failed": report["failed"],
-                 "missing": report["missing"], "clipped": report.get("clipped", []),
-                 "download_bytes": record_bytes(arrays),
-                 "upload_bytes_per_client": _mean(c["upload_bytes"] for c in clients),
-                 "time_s_per_client": _mean(c["time_s"] for c in clients),
-                 "time_s_per_batch": _mean(c["time_s_per_batch"] for c in clients),
-                 "energy_j_per_client": _mean(c["energy_j"] for c in clients),
-                 "train_loss": _mean(c["train_loss"] for c in clients)}
+        entry = {
+            "round": number,
+            "test_accuracy": accuracy,
+            "accepted": len(report["accepted"]),
+            "rejected": report["rejected"],
+            "failed": report["failed"],
+            "missing": report["missing"],
+            "clipped": report.get("clipped", []),
+            "download_bytes": record_bytes(arrays),
+            "upload_bytes_per_client": _mean(c["upload_bytes"] for c in clients),
+            "time_s_per_client": _mean(c["time_s"] for c in clients),
+            "time_s_per_batch": _mean(c["time_s_per_batch"] for c in clients),
+            "energy_j_per_client": _mean(c["energy_j"] for c in clients),
+            "train_loss": _mean(c["train_loss"] for c in clients),
+        }
         history.append(entry)
         if number > done or not ckpt.exists():
-            checkpoint.save(ckpt, model, {"round": number, "run": run.name, "recipe": run.recipe.name,
-                                          "model": run.model.name, "history": history})
+            checkpoint.save(
+                ckpt,
+                model,
+                {
+                    "round": number,
+                    "run": run.name,
+                    "recipe": run.recipe.name,
+                    "model": run.model.name,
+                    "history": history,
+                },
+            )
             checkpoint.atomic_write(out / HISTORY_NAME, lambda f: f.write(json.dumps(history, indent=1).encode()))
-        log.info("%s round %d/%d: test accuracy %.4f, %d updates accepted, %d rejected, %d failed, %d missing, "
-                 "%d cut back", run.name, number, fl.rounds, accuracy, entry["accepted"], len(entry["rejected"]),
-                 len(entry["failed"]), entry["missing"], len(entry["clipped"]))
+        log.info(
+            "%s round %d/%d: test accuracy %.4f, %d updates accepted, %d rejected, %d failed, %d missing, %d cut back",
+            run.name,
+            number,
+            fl.rounds,
+            accuracy,
+            entry["accepted"],
+            len(entry["rejected"]),
+            len(entry["failed"]),
+            entry["missing"],
+            len(entry["clipped"]),
+        )
         return MetricRecord({"test_accuracy": accuracy})
 
     try:
-        strategy.start(grid, to_record(state, names), num_rounds=fl.rounds - done, timeout=fl.round_timeout_s,
-                       train_config=ConfigRecord({"run": run.name}), evaluate_fn=evaluate_fn)
+        strategy.start(
+            grid,
+            to_record(state, names),
+            num_rounds=fl.rounds - done,
+            timeout=fl.round_timeout_s,
+            train_config=ConfigRecord({"run": run.name}),
+            evaluate_fn=evaluate_fn,
+        )
     finally:
         evaluator.close()
     return history

@@ -7,6 +7,7 @@ another, each in a worker thread joined with a deadline: a client still busy at 
 deadline gets no reply in that round, as a slow phone would not reach Flower's SuperLink
 in time. A ClientApp that raises answers with an error Message, as Flower's do.
 """
+
 from __future__ import annotations
 
 import threading
@@ -17,8 +18,8 @@ from pathlib import Path
 
 from flwr.app import Context, Error, Message, Metadata, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.serverapp import Grid
 from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.serverapp import Grid
 from flwr.supercore.run import Run, RunStatus
 from flwr.supercore.task_identity import TaskIdentity
 
@@ -27,8 +28,8 @@ from .client import close_sessions
 from .server import run_server
 from .settings import FLRun
 
-CLIENT_EXCEPTION = 1   # error code of a reply whose ClientApp raised
-FIRST_NODE_ID = 1000   # node ids of the clients: FIRST_NODE_ID + partition id
+CLIENT_EXCEPTION = 1  # error code of a reply whose ClientApp raised
+FIRST_NODE_ID = 1000  # node ids of the clients: FIRST_NODE_ID + partition id
 
 
 def node_id(partition_id: int) -> int:
@@ -38,23 +39,44 @@ def node_id(partition_id: int) -> int:
 class InProcessGrid(Grid):
     """The client holding partition p runs `apps[p]`, as node `node_id(p)`."""
 
-    def __init__(self, apps: dict[int, ClientApp], run_config: dict, clients: int,
-                 client_timeout_s: float | None = None):
+    def __init__(
+        self, apps: dict[int, ClientApp], run_config: dict, clients: int, client_timeout_s: float | None = None
+    ):
         # Messages take their sender from the process's task identity, which Flower's
         # runtimes set; here this process is the server of run 1.
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 0
         self.apps = {node_id(p): app for p, app in apps.items()}
         self.client_timeout_s = client_timeout_s
-        self.contexts = {node_id(p): Context(run_id=1, node_id=node_id(p), state=RecordDict(),
-                                             run_config=dict(run_config),
-                                             node_config={"partition-id": p, "num-partitions": clients})
-                         for p in apps}
-        self._run = Run(run_id=1, fab_id="dsptrain", fab_version="", fab_hash="", override_config={},
-                        pending_at="", starting_at="", running_at="", finished_at="", status=RunStatus("", "", ""),
-                        flwr_aid="", federation_id="", primary_task_id=None, bytes_sent=0, bytes_recv=0,
-                        clientapp_runtime=0.0)
+        self.contexts = {
+            node_id(p): Context(
+                run_id=1,
+                node_id=node_id(p),
+                state=RecordDict(),
+                run_config=dict(run_config),
+                node_config={"partition-id": p, "num-partitions": clients},
+            )
+            for p in apps
+        }
+        self._run = Run(
+            run_id=1,
+            fab_id="dsptrain",
+            fab_version="",
+            fab_hash="",
+            override_config={},
+            pending_at="",
+            starting_at="",
+            running_at="",
+            finished_at="",
+            status=RunStatus("", "", ""),
+            flwr_aid="",
+            federation_id="",
+            primary_task_id=None,
+            bytes_sent=0,
+            bytes_recv=0,
+            clientapp_runtime=0.0,
+        )
         self._replies: dict[str, Message] = {}
-        self.timed_out: list[int] = []   # node ids that missed their deadline, in order
+        self.timed_out: list[int] = []  # node ids that missed their deadline, in order
 
     def set_run(self, run: Run) -> None:
         self._run = run
@@ -63,8 +85,9 @@ class InProcessGrid(Grid):
     def run(self) -> Run:
         return self._run
 
-    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
-                       ttl: float | None = None) -> Message:
+    def create_message(
+        self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str, ttl: float | None = None
+    ) -> Message:
         return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
 
     def get_node_ids(self) -> Iterable[int]:
@@ -72,10 +95,20 @@ class InProcessGrid(Grid):
 
     def _deliver(self, msg: Message) -> Message:
         metadata = msg.metadata
-        sent = Message(metadata=Metadata(run_id=1, message_id=uuid.uuid4().hex, src_node_id=SUPERLINK_NODE_ID,
-                                         dst_node_id=metadata.dst_node_id, reply_to_message_id="",
-                                         group_id=metadata.group_id, created_at=time.time(), ttl=metadata.ttl,
-                                         message_type=metadata.message_type), content=msg.content)
+        sent = Message(
+            metadata=Metadata(
+                run_id=1,
+                message_id=uuid.uuid4().hex,
+                src_node_id=SUPERLINK_NODE_ID,
+                dst_node_id=metadata.dst_node_id,
+                reply_to_message_id="",
+                group_id=metadata.group_id,
+                created_at=time.time(),
+                ttl=metadata.ttl,
+                message_type=metadata.message_type,
+            ),
+            content=msg.content,
+        )
         node = metadata.dst_node_id
         box: dict[str, Message] = {}
 
@@ -110,8 +143,13 @@ class InProcessGrid(Grid):
         return self.pull_messages(self.push_messages(messages))
 
 
-def simulate(flrun: FLRun, config_path: str | Path, out_dir: str | Path | None = None,
-             apps: dict[int, ClientApp] | None = None, client_timeout_s: float | None = None) -> list[dict]:
+def simulate(
+    flrun: FLRun,
+    config_path: str | Path,
+    out_dir: str | Path | None = None,
+    apps: dict[int, ClientApp] | None = None,
+    client_timeout_s: float | None = None,
+) -> list[dict]:
     """Run `flrun` with fl.clients in-process clients; `apps` replaces some clients' ClientApp
     (partition id -> app; tests use it for crashing or misbehaving phones)."""
     clients = flrun.fl.clients

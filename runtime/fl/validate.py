@@ -8,6 +8,7 @@ the strategy, and never aggregated: one broken phone must not poison the global 
 range), so neither the server's round log nor Flower's own aggregation, which needs
 every reply to carry the same keys, meets a surprise.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,13 +24,22 @@ class UpdateError(DataError):
     """A federated update is malformed; the message names the tensor and the values."""
 
 
-TRAIN_METRICS = ("num-examples", "train_loss", "train_accuracy", "steps", "time_s", "time_s_per_batch",
-                 "energy_j", "energy_j_per_batch", "upload_bytes")
+TRAIN_METRICS = (
+    "num-examples",
+    "train_loss",
+    "train_accuracy",
+    "steps",
+    "time_s",
+    "time_s_per_batch",
+    "energy_j",
+    "energy_j_per_batch",
+    "upload_bytes",
+)
 EVALUATE_METRICS = ("num-examples", "eval_accuracy")
-_MAY_BE_NAN = ("energy_j", "energy_j_per_batch")     # a device no meter reads reports NaN: unknown
+_MAY_BE_NAN = ("energy_j", "energy_j_per_batch")  # a device no meter reads reports NaN: unknown
 _WHOLE = ("num-examples", "steps", "upload_bytes")
 _SHARES = ("train_accuracy", "eval_accuracy")
-MAX_EXAMPLES = 1 << 40        # whatever the run: past this, integer sums need care
+MAX_EXAMPLES = 1 << 40  # whatever the run: past this, integer sums need care
 
 
 def check_metrics(metrics, expected: tuple[str, ...], max_examples: int = MAX_EXAMPLES) -> int:
@@ -39,8 +49,9 @@ def check_metrics(metrics, expected: tuple[str, ...], max_examples: int = MAX_EX
     keys = set(metrics.keys())
     missing, extra = sorted(set(expected) - keys), sorted(keys - set(expected))
     if missing or extra:
-        raise UpdateError(f"metrics differ from a dsptrain client's: missing {missing or 'none'}, "
-                          f"unexpected {extra or 'none'}")
+        raise UpdateError(
+            f"metrics differ from a dsptrain client's: missing {missing or 'none'}, unexpected {extra or 'none'}"
+        )
     for key in expected:
         value = metrics[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -64,23 +75,35 @@ def _short(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def check_update(update: dict, num_examples, reference: dict, bits: int = 8,
-                 max_exponent_shift: int = 4, max_examples: int = MAX_EXAMPLES) -> None:
+def check_update(
+    update: dict,
+    num_examples,
+    reference: dict,
+    bits: int = 8,
+    max_exponent_shift: int = 4,
+    max_examples: int = MAX_EXAMPLES,
+) -> None:
     """Raise UpdateError unless `update` can be averaged into `reference` (the global model).
 
     `max_exponent_shift`: how far (in bits) an integer tensor's exponent may move from
     the global model's. NITI keeps weight exponents fixed, so any move is suspect; a
     few bits leave room for recipes that rescale weights.
     """
-    if isinstance(num_examples, bool) or not isinstance(num_examples, (int, float)) \
-            or not np.isfinite(num_examples) or num_examples <= 0 or int(num_examples) != num_examples:
+    if (
+        isinstance(num_examples, bool)
+        or not isinstance(num_examples, (int, float))
+        or not np.isfinite(num_examples)
+        or num_examples <= 0
+        or int(num_examples) != num_examples
+    ):
         raise UpdateError(f"num-examples {num_examples!r} is not a positive whole number")
     if num_examples > max_examples:
         raise UpdateError(f"num-examples {num_examples!r} is outside 1..{max_examples} (fl.max_examples)")
     missing, extra = sorted(set(reference) - set(update)), sorted(set(update) - set(reference))
     if missing or extra:
-        raise UpdateError(f"tensors differ from the global model: missing {missing or 'none'}, "
-                          f"unexpected {extra or 'none'}")
+        raise UpdateError(
+            f"tensors differ from the global model: missing {missing or 'none'}, unexpected {extra or 'none'}"
+        )
     for name, want in reference.items():
         got = update[name]
         if isinstance(want, QTensor) != isinstance(got, QTensor):
@@ -97,8 +120,9 @@ def check_update(update: dict, num_examples, reference: dict, bits: int = 8,
             if worst > limit:
                 raise UpdateError(f"{name}: value of magnitude {worst} is outside +-{limit} ({bits}-bit)")
             if abs(got.e - want.e) > max_exponent_shift:
-                raise UpdateError(f"{name}: exponent {got.e} is more than {max_exponent_shift} "
-                                  f"from the global model's {want.e}")
+                raise UpdateError(
+                    f"{name}: exponent {got.e} is more than {max_exponent_shift} from the global model's {want.e}"
+                )
         else:
             bad = int(np.size(got_q) - np.count_nonzero(np.isfinite(got_q)))
             if bad:

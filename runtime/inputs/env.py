@@ -6,15 +6,16 @@ by `check_all()` before anything reads it (the command and the Trainer call it);
 `get(name)` returns the parsed value or the default. The README's table of variables
 lists exactly these names (tests/hostile/test_env.py checks it).
 """
+
 from __future__ import annotations
 
 import math
 import os
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable
 
 from ..errors import ConfigError
 
@@ -35,6 +36,7 @@ def _choice(*names: str) -> Callable[[str], str]:
         if text not in names:
             raise ValueError(f"expected one of {', '.join(names)}")
         return text
+
     return parse
 
 
@@ -46,6 +48,7 @@ def _int(low: int, high: int) -> Callable[[str], int]:
         if not low <= value <= high:
             raise ValueError(f"expected a whole number in {low}..{high}")
         return value
+
     return parse
 
 
@@ -78,6 +81,7 @@ def _directory(must_exist: bool) -> Callable[[str], str]:
         if not must_exist and os.path.exists(text) and not os.path.isdir(text):
             raise ValueError("exists and is not a directory")
         return text
+
     return parse
 
 
@@ -98,23 +102,34 @@ class Variable:
     effect: str
 
 
-VARIABLES = {v.name: v for v in (
-    Variable("DSPTRAIN_DEBUG", _flag, False, "print every op's placement and the reason for it"),
-    Variable("DSPTRAIN_CPU_ONLY_OPS", _regex, None, "keep ops whose name or kind matches off the DSP"),
-    Variable("DSPTRAIN_CPU_ISA", _choice("amx", "avx512vnni", "avxvnni", "avx2", "neon", "scalar"), None,
-             "force the CPU kernels' instruction set"),
-    Variable("DSPTRAIN_CPU_THREADS", _int(1, 1024), None, "threads of the CPU kernels"),
-    Variable("DSPTRAIN_BLAS_THREADS", _int(1, 1024), 1, "BLAS threads once the cpu backend starts"),
-    Variable("DSPTRAIN_BUILD_JOBS", _int(1, 1024), None, "files the native extension compiles at once"),
-    Variable("DSPTRAIN_DSP", _choice("emulated", "fastrpc", "auto"), "auto", "which DSP transport to use"),
-    Variable("DSPTRAIN_DSP_TIMEOUT", _seconds, 120.0, "seconds after which a DSP call is a hang"),
-    Variable("DSPTRAIN_CDSPRPC", _library, None, "the FastRPC library to load"),
-    Variable("DSPTRAIN_DSP_ARENA_MB", _int(1, 65536), 256, "size of the shared tensor arena"),
-    Variable("DSPTRAIN_DSP_KERNELS", _directory(True), None, "where the HVX sources are"),
-    Variable("DSPTRAIN_CACHE", _directory(False), None,
-             "dsptrain's cache: the emulated DSP server's build, image folders' decoded photos"),
-    Variable("DSPTRAIN_NATIVE_DEBUG", _flag, False, "build the native extension with -O0 -g"),
-)}
+VARIABLES = {
+    v.name: v
+    for v in (
+        Variable("DSPTRAIN_DEBUG", _flag, False, "print every op's placement and the reason for it"),
+        Variable("DSPTRAIN_CPU_ONLY_OPS", _regex, None, "keep ops whose name or kind matches off the DSP"),
+        Variable(
+            "DSPTRAIN_CPU_ISA",
+            _choice("amx", "avx512vnni", "avxvnni", "avx2", "neon", "scalar"),
+            None,
+            "force the CPU kernels' instruction set",
+        ),
+        Variable("DSPTRAIN_CPU_THREADS", _int(1, 1024), None, "threads of the CPU kernels"),
+        Variable("DSPTRAIN_BLAS_THREADS", _int(1, 1024), 1, "BLAS threads once the cpu backend starts"),
+        Variable("DSPTRAIN_BUILD_JOBS", _int(1, 1024), None, "files the native extension compiles at once"),
+        Variable("DSPTRAIN_DSP", _choice("emulated", "fastrpc", "auto"), "auto", "which DSP transport to use"),
+        Variable("DSPTRAIN_DSP_TIMEOUT", _seconds, 120.0, "seconds after which a DSP call is a hang"),
+        Variable("DSPTRAIN_CDSPRPC", _library, None, "the FastRPC library to load"),
+        Variable("DSPTRAIN_DSP_ARENA_MB", _int(1, 65536), 256, "size of the shared tensor arena"),
+        Variable("DSPTRAIN_DSP_KERNELS", _directory(True), None, "where the HVX sources are"),
+        Variable(
+            "DSPTRAIN_CACHE",
+            _directory(False),
+            None,
+            "dsptrain's cache: the emulated DSP server's build, image folders' decoded photos",
+        ),
+        Variable("DSPTRAIN_NATIVE_DEBUG", _flag, False, "build the native extension with -O0 -g"),
+    )
+}
 
 
 def get(name: str, environ=None):
@@ -138,5 +153,8 @@ def check_all(environ=None) -> None:
         if name in VARIABLES:
             get(name, environ)
         else:
-            warnings.warn(f"environment variable {name} is not one dsptrain reads "
-                          f"(known: {', '.join(VARIABLES)})", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"environment variable {name} is not one dsptrain reads (known: {', '.join(VARIABLES)})",
+                RuntimeWarning,
+                stacklevel=2,
+            )

@@ -5,6 +5,7 @@ a device (/dev/zero reads forever), a socket or a symlink loop. Each gets one se
 The file is opened with O_NONBLOCK and checked again with fstat, so a path swapped for
 a FIFO between the two checks cannot hang the reader either.
 """
+
 from __future__ import annotations
 
 import errno
@@ -13,12 +14,21 @@ import stat
 from contextlib import contextmanager
 from pathlib import Path
 
-_KINDS = ((stat.S_ISDIR, "is a directory"), (stat.S_ISFIFO, "is a named pipe (FIFO), not a file"),
-          (stat.S_ISCHR, "is a character device, not a file"), (stat.S_ISBLK, "is a block device, not a file"),
-          (stat.S_ISSOCK, "is a socket, not a file"))
-_ERRNO = {errno.ENOENT: "does not exist", errno.ELOOP: "is a symlink loop (too many levels of symbolic links)",
-          errno.EACCES: "is not readable (permission denied)", errno.ENOTDIR: "has a non-directory in its path",
-          errno.ENAMETOOLONG: "is too long a path", errno.EISDIR: "is a directory"}
+_KINDS = (
+    (stat.S_ISDIR, "is a directory"),
+    (stat.S_ISFIFO, "is a named pipe (FIFO), not a file"),
+    (stat.S_ISCHR, "is a character device, not a file"),
+    (stat.S_ISBLK, "is a block device, not a file"),
+    (stat.S_ISSOCK, "is a socket, not a file"),
+)
+_ERRNO = {
+    errno.ENOENT: "does not exist",
+    errno.ELOOP: "is a symlink loop (too many levels of symbolic links)",
+    errno.EACCES: "is not readable (permission denied)",
+    errno.ENOTDIR: "has a non-directory in its path",
+    errno.ENAMETOOLONG: "is too long a path",
+    errno.EISDIR: "is a directory",
+}
 
 
 def _kind_problem(mode: int) -> str | None:
@@ -38,7 +48,7 @@ def check_regular(path: str | Path, what: str) -> str | None:
         st = os.stat(path)
     except OSError as exc:
         return describe_os_error(exc)
-    except ValueError:   # an embedded NUL byte
+    except ValueError:  # an embedded NUL byte
         return "is not a valid path"
     problem = _kind_problem(st.st_mode)
     return f"{problem}: expected a {what} file" if problem else None
@@ -107,6 +117,7 @@ def read_slice(path: str | Path, what: str, offset: int, length: int, error) -> 
 
 # ---------------------------------------------------------------- temp files of atomic writes
 
+
 def temp_prefix(target: Path) -> str:
     """The prefix of `target`'s temp files: hidden, with the writer's pid, so a later run
     can tell a crashed writer's leftovers from a live one's (reap_stale_temps)."""
@@ -128,7 +139,7 @@ def reap_stale_temps(directory: Path, names: tuple[str, ...]) -> list[Path]:
     removed = []
     for name in names:
         for tmp in Path(directory).glob(f".{name}.*"):
-            pid_text = tmp.name[len(name) + 2:].split(".", 1)[0]
+            pid_text = tmp.name[len(name) + 2 :].split(".", 1)[0]
             # no pid: the random name of an older writer (mkstemp alone), reaped as stale
             if pid_text.isdigit() and int(pid_text) != os.getpid() and _pid_alive(int(pid_text)):
                 continue

@@ -8,6 +8,7 @@ A field without a declared range still gets DEFAULT_INT / finiteness; the schema
 (tests/hostile/test_config_schema.py) fails for such a field, so a new key is given its
 range when it is added.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,7 +53,7 @@ def field_problem(f, value) -> str | None:
                 return f"[{i}]: {problem}"
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None                      # not a number: the type check handled it
+        return None  # not a number: the type check handled it
     declared = field_range(f)
     if declared is not None:
         return number_problem(value, *declared)

@@ -10,6 +10,7 @@ read (the checkpoint, however the path spells it), a run directory's own files
 (checkpoint.npz, metrics.jsonl, the run lock, the federated server's files), and paths
 that cannot be a file (empty, under a file, too long, in a folder that cannot be written).
 """
+
 from __future__ import annotations
 
 import errno
@@ -24,9 +25,12 @@ from .run_lock import LOCK_NAME
 # files a training or federated run keeps in its output directory
 RUN_FILES = ("checkpoint.npz", "metrics.jsonl", LOCK_NAME, "server.npz", "rounds.json")
 _RUN_MARKERS = ("checkpoint.npz", "metrics.jsonl", "server.npz")
-_WRITE_ERRNO = {errno.EACCES: "is in a folder that cannot be written (permission denied)",
-                errno.EROFS: "is on a read-only file system", errno.ENOSPC: "cannot be written: no space left",
-                errno.EDQUOT: "cannot be written: disk quota exceeded"}
+_WRITE_ERRNO = {
+    errno.EACCES: "is in a folder that cannot be written (permission denied)",
+    errno.EROFS: "is on a read-only file system",
+    errno.ENOSPC: "cannot be written: no space left",
+    errno.EDQUOT: "cannot be written: disk quota exceeded",
+}
 
 
 def check_output(path, what: str, reads: tuple = ()) -> Path:
@@ -52,7 +56,7 @@ def check_output(path, what: str, reads: tuple = ()) -> Path:
     try:
         parent_st = os.stat(parent)
     except FileNotFoundError:
-        return out           # created by the writer (mkdir -p), unless a part of it is a file: see write_output
+        return out  # created by the writer (mkdir -p), unless a part of it is a file: see write_output
     except OSError as exc:
         raise UserError(f"{out}: {describe_os_error(exc)}") from None
     if not stat.S_ISDIR(parent_st.st_mode):
@@ -64,8 +68,10 @@ def check_output(path, what: str, reads: tuple = ()) -> Path:
 
 def _check_existing(out: Path, st, what: str, reads: tuple) -> None:
     if stat.S_ISLNK(st.st_mode):
-        raise UserError(f"{out}: is a symbolic link (to {os.readlink(out)}); give the file itself, "
-                        f"the {what} replaces what is at the path")
+        raise UserError(
+            f"{out}: is a symbolic link (to {os.readlink(out)}); give the file itself, "
+            f"the {what} replaces what is at the path"
+        )
     problem = _kind_problem(st.st_mode)
     if problem:
         raise UserError(f"{out}: {problem}; the {what} is written only as a new regular file")
@@ -78,7 +84,7 @@ def _check_existing(out: Path, st, what: str, reads: tuple) -> None:
             raise UserError(f"{out}: is {source}, which this command reads; write the {what} elsewhere")
     if out.name in RUN_FILES and any((out.parent / marker).exists() for marker in _RUN_MARKERS):
         raise UserError(f"{out}: is the run's own {out.name} in {out.parent}; write the {what} elsewhere")
-    if not st.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):   # mode bits: root's access() says yes
+    if not st.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):  # mode bits: root's access() says yes
         raise UserError(f"{out}: is read-only (mode {stat.filemode(st.st_mode)}); dsptrain does not replace it")
 
 

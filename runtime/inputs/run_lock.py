@@ -11,6 +11,7 @@ The file is removed when the run ends. A run that opened it just before the remo
 would hold a lock on a name no longer in the directory; so after taking the lock the
 run checks that the name still leads to the file it locked, and starts over if not.
 """
+
 from __future__ import annotations
 
 import errno
@@ -32,21 +33,23 @@ class RunLock:
 
     def __init__(self, path: Path, fd: int, previous: str):
         self.path, self._fd = path, fd
-        self.previous = previous      # the stale owner's line, when a dead run's file was taken over
+        self.previous = previous  # the stale owner's line, when a dead run's file was taken over
 
     @classmethod
     def acquire(cls, directory: str | Path) -> RunLock:
         directory = Path(directory)
         path = directory / LOCK_NAME
-        for _ in range(20):            # each retry: the holder removed the file as we opened it
+        for _ in range(20):  # each retry: the holder removed the file as we opened it
             fd = _open(path)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 owner = _read(fd)
                 os.close(fd)
-                raise UserError(f"{directory}: another dsptrain run is using this output directory "
-                                f"({owner or 'owner unknown'}); wait for it to finish, or give --out DIR") from None
+                raise UserError(
+                    f"{directory}: another dsptrain run is using this output directory "
+                    f"({owner or 'owner unknown'}); wait for it to finish, or give --out DIR"
+                ) from None
             except OSError as exc:
                 os.close(fd)
                 raise UserError(f"{path}: cannot be locked ({exc.strerror})") from None
@@ -59,8 +62,12 @@ class RunLock:
                 continue
             previous = _read(fd)
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, started "
-                          f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime())}\n".encode(), 0)
+            os.pwrite(
+                fd,
+                f"pid {os.getpid()} on {socket.gethostname()}, started "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime())}\n".encode(),
+                0,
+            )
             return cls(path, fd, previous)
         raise UserError(f"{path}: the lock file keeps being replaced; is another program removing it?")
 
@@ -76,7 +83,7 @@ class RunLock:
                 os.unlink(self.path)
         except OSError:
             pass
-        os.close(self._fd)       # closing drops the flock
+        os.close(self._fd)  # closing drops the flock
         self._fd = None
 
     def __enter__(self):
@@ -89,8 +96,7 @@ class RunLock:
 def _open(path: Path) -> int:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0),
-                     0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o644)
     except OSError as exc:
         why = "is a symbolic link" if exc.errno == errno.ELOOP else describe_os_error(exc)
         raise UserError(f"{path}: {why}: cannot hold the run's lock there") from None

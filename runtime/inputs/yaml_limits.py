@@ -7,21 +7,22 @@ brackets are refused before PyYAML's recursive composer sees them. Only then is 
 document built, by a safe loader that refuses a key given twice in one mapping (YAML
 would keep the last silently).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import yaml
-from yaml.events import (AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent)
+from yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent
 
-_Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # libyaml's parser when installed
+_Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when installed
 
 
 @dataclass(frozen=True)
 class YamlLimits:
-    max_bytes: int = 256 << 10    # run configs and recipes are a few KiB
-    max_depth: int = 32           # nested mappings and lists (a run config uses 6)
-    max_nodes: int = 20_000       # scalars and collections, aliases expanded
+    max_bytes: int = 256 << 10  # run configs and recipes are a few KiB
+    max_depth: int = 32  # nested mappings and lists (a run config uses 6)
+    max_nodes: int = 20_000  # scalars and collections, aliases expanded
 
 
 class YamlProblem(Exception):
@@ -64,18 +65,19 @@ def decode_utf8(raw: bytes) -> str:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise YamlProblem(f"is not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start}; "
-                          f"save it as UTF-8", line=line) from None
+        line = raw[: exc.start].count(b"\n") + 1
+        raise YamlProblem(
+            f"is not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start}; save it as UTF-8", line=line
+        ) from None
     if "\x00" in text:
-        raise YamlProblem("contains a NUL byte: not a text file", line=text[:text.index("\x00")].count("\n") + 1)
+        raise YamlProblem("contains a NUL byte: not a text file", line=text[: text.index("\x00")].count("\n") + 1)
     return text.removeprefix("\ufeff")
 
 
 def _check_events(text: str, limits: YamlLimits) -> None:
     """Depth and alias-expanded size of every document, from the event stream alone."""
-    anchored: dict[str, int] = {}       # anchor -> expanded size of its node
-    stack: list[list] = []              # open collections: [anchor, size so far]
+    anchored: dict[str, int] = {}  # anchor -> expanded size of its node
+    stack: list[list] = []  # open collections: [anchor, size so far]
     total = 0
     for event in yaml.parse(text, Loader=_Base):
         if isinstance(event, AliasEvent):
@@ -85,8 +87,7 @@ def _check_events(text: str, limits: YamlLimits) -> None:
         elif isinstance(event, CollectionStartEvent):
             stack.append([event.anchor, 1])
             if len(stack) > limits.max_depth:
-                raise YamlProblem(f"nests deeper than {limits.max_depth} levels",
-                                  line=event.start_mark.line + 1)
+                raise YamlProblem(f"nests deeper than {limits.max_depth} levels", line=event.start_mark.line + 1)
             continue
         elif isinstance(event, CollectionEndEvent):
             anchor, size = stack.pop()
@@ -101,8 +102,10 @@ def _check_events(text: str, limits: YamlLimits) -> None:
         else:
             total += size
         if total + sum(s for _, s in stack) > limits.max_nodes:
-            raise YamlProblem(f"expands to more than {limits.max_nodes} values (aliases counted "
-                              f"each time they are used)", line=event.start_mark.line + 1)
+            raise YamlProblem(
+                f"expands to more than {limits.max_nodes} values (aliases counted each time they are used)",
+                line=event.start_mark.line + 1,
+            )
 
 
 def load_yaml(raw: bytes, limits: YamlLimits = YamlLimits()):
@@ -114,16 +117,18 @@ def load_yaml(raw: bytes, limits: YamlLimits = YamlLimits()):
         _check_events(text, limits)
         docs = list(yaml.load_all(text, Loader=_StrictLoader))
     except _DuplicateKey as exc:
-        raise YamlProblem(f"is given twice (lines {exc.first} and {exc.again}); keep one",
-                          key=exc.key, line=None) from None
+        raise YamlProblem(
+            f"is given twice (lines {exc.first} and {exc.again}); keep one", key=exc.key, line=None
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         if "maximum nesting depth" in problem:
             # libyaml's scanner (PyYAML 6.0.4 on) looks ahead past brackets and stops at its
             # own depth limit before the event walk above reaches ours: the same finding
-            raise YamlProblem(f"nests deeper than {limits.max_depth} levels",
-                              line=mark.line + 1 if mark else None) from None
+            raise YamlProblem(
+                f"nests deeper than {limits.max_depth} levels", line=mark.line + 1 if mark else None
+            ) from None
         if isinstance(exc, yaml.reader.ReaderError):
             char = exc.character if isinstance(exc.character, int) else ord(exc.character or "\0")
             problem = f"character U+{char:04X} is not allowed in YAML (position {exc.position})"

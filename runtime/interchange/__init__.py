@@ -12,13 +12,15 @@ weights.py (float weights -> a recipe's state), checkpoint_model.py (checkpoint 
 Model and weights), onnx_export.py (+ onnx_niti.py), npz_export.py. Checking an export
 against dsptrain's own evaluation is `runtime/agreement.py` (it needs the Trainer).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 from .checkpoint_model import read_checkpoint
 from .layer_spec import describe as describe_model
-from .model_source import check_section, frozen_layers, load_model, resolve as resolve_model, with_head
+from .model_source import check_section, frozen_layers, load_model, with_head
+from .model_source import resolve as resolve_model
 from .torch_bridge import from_torch
 from .weights import starting_state
 
@@ -46,9 +48,20 @@ def export(checkpoint, out, format: str = "onnx") -> str:
 
         # onnx and onnx-qdq carry NITI's activation rounding for a NITI checkpoint; onnx-niti insists on it
         return write_onnx(trained, out, qdq=format == "onnx-qdq", niti=True if format == "onnx-niti" else None)
-    except OSError as exc:   # the folder vanished, filled up or turned read-only after the checks
+    except OSError as exc:  # the folder vanished, filled up or turned read-only after the checks
         raise write_error(out, exc) from None
 
 
-__all__ = ["load_model", "from_torch", "export", "FORMATS", "read_checkpoint", "describe_model", "check_section",
-           "frozen_layers", "resolve_model", "with_head", "starting_state"]
+__all__ = [
+    "load_model",
+    "from_torch",
+    "export",
+    "FORMATS",
+    "read_checkpoint",
+    "describe_model",
+    "check_section",
+    "frozen_layers",
+    "resolve_model",
+    "with_head",
+    "starting_state",
+]

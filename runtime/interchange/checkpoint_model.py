@@ -1,6 +1,7 @@
 """A checkpoint (or the run directory holding one) as the trained model: the Model
 rebuilt from the layer list the trainer stored beside the weights, and the state.
 Export reads only this, never a live trainer."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ CHECKPOINT_NAME = "checkpoint.npz"
 @dataclass
 class TrainedModel:
     model: Model
-    state: dict          # tensor name -> QTensor (integer recipes) or ndarray
+    state: dict  # tensor name -> QTensor (integer recipes) or ndarray
     recipe: str
     path: Path
     meta: dict
@@ -36,7 +37,7 @@ def read_checkpoint(path) -> TrainedModel:
     spec = meta.get("model_spec")
     if spec is not None:
         model = from_description(spec, path)
-    else:   # written before checkpoints described their model: a zoo model by name
+    else:  # written before checkpoints described their model: a zoo model by name
         from ..models import MODELS
 
         if meta.get("model") not in MODELS:
@@ -44,9 +45,13 @@ def read_checkpoint(path) -> TrainedModel:
         head = [k for k in state if k.endswith(".w")][-1]
         model = MODELS[meta["model"]](int(np.shape(getattr(state[head], "q", state[head]))[0]))
     for layer in model.layers:
-        needed = [f"{layer.name}.{k}" for k in ("gamma", "beta", "mean", "var")] if isinstance(layer, BatchNorm2d) \
-            else [f"{layer.name}.w", *([f"{layer.name}.b"] if has_bias(layer) else [])] \
-            if hasattr(layer, "weight_shape") else []
+        needed = (
+            [f"{layer.name}.{k}" for k in ("gamma", "beta", "mean", "var")]
+            if isinstance(layer, BatchNorm2d)
+            else [f"{layer.name}.w", *([f"{layer.name}.b"] if has_bias(layer) else [])]
+            if hasattr(layer, "weight_shape")
+            else []
+        )
         for name in needed:
             if name not in state:
                 raise DataError(f"{path}: checkpoint lacks {name} (layer {layer.name} of {model.name})")

@@ -31,26 +31,56 @@ are named `<block>.<name>`. `source` and `skip_from` are the flat form a residua
 expands to (a conv reading an earlier layer; an add of an earlier layer's output), which
 is also what `layers_of` writes, so every model (zoo, ONNX, YAML) round-trips through it.
 """
+
 from __future__ import annotations
 
 import math
 
 from ..errors import ConfigError, ShapeError
-from ..nn import (INPUT, MULTI_INPUT, Add, AvgPool2d, BatchNorm2d, ChannelShuffle, Concat, Conv2d, Dropout, Flatten,
-                  GlobalAvgPool, Linear, MaxPool2d, Model, Mul, Nonlinearity, ReLU, SliceChannels)
+from ..nn import (
+    INPUT,
+    MULTI_INPUT,
+    Add,
+    AvgPool2d,
+    BatchNorm2d,
+    ChannelShuffle,
+    Concat,
+    Conv2d,
+    Dropout,
+    Flatten,
+    GlobalAvgPool,
+    Linear,
+    MaxPool2d,
+    Model,
+    Mul,
+    Nonlinearity,
+    ReLU,
+    SliceChannels,
+)
 
 # YAML kind -> (nn.Nonlinearity function, its params' keys and defaults)
-ACTIVATIONS = {"relu6": ("clip", ()), "clip": ("clip", (("low", None), ("high", None))), "hardswish": ("hardswish", ()),
-               "hardsigmoid": ("hardsigmoid", (("alpha", 1 / 6), ("beta", 0.5))), "sigmoid": ("sigmoid", ()),
-               "silu": ("silu", ()), "tanh": ("tanh", ())}
+ACTIVATIONS = {
+    "relu6": ("clip", ()),
+    "clip": ("clip", (("low", None), ("high", None))),
+    "hardswish": ("hardswish", ()),
+    "hardsigmoid": ("hardsigmoid", (("alpha", 1 / 6), ("beta", 0.5))),
+    "sigmoid": ("sigmoid", ()),
+    "silu": ("silu", ()),
+    "tanh": ("tanh", ()),
+}
 
 KINDS = {
     "conv": {"name", "out", "kernel", "stride", "padding", "source", "bias", "groups", "dilation"},
     "linear": {"name", "out", "bias"},
-    "relu": {"name"}, "flatten": {"name"}, "batchnorm": {"name", "eps", "momentum"}, "globalavgpool": {"name", "keep_dims"},
+    "relu": {"name"},
+    "flatten": {"name"},
+    "batchnorm": {"name", "eps", "momentum"},
+    "globalavgpool": {"name", "keep_dims"},
     "maxpool": {"name", "kernel", "stride", "padding", "ceil_mode"},
     **{kind: {"name", "source", *(k for k, _ in params)} for kind, (_, params) in ACTIVATIONS.items()},
-    "mul": {"name", "inputs"}, "concat": {"name", "inputs"}, "slice": {"name", "start", "stop", "source"},
+    "mul": {"name", "inputs"},
+    "concat": {"name", "inputs"},
+    "slice": {"name", "start", "stop", "source"},
     "shuffle": {"name", "groups"},
     "avgpool": {"name", "kernel", "stride", "padding", "count_include_pad"},
     "dropout": {"name", "p"},
@@ -111,8 +141,10 @@ class _Builder:
             if layer.skip_from not in self.shapes:
                 raise self.error(f"{where}.skip_from", f"{layer.skip_from!r} is not an earlier layer")
             if self.shapes[layer.skip_from] != shape:
-                raise self.error(where, f"adds {layer.skip_from!r} of shape {self.shapes[layer.skip_from]} "
-                                        f"to an input of shape {shape}")
+                raise self.error(
+                    where,
+                    f"adds {layer.skip_from!r} of shape {self.shapes[layer.skip_from]} to an input of shape {shape}",
+                )
         if layer.name in self.shapes:
             raise self.error(f"{where}.name", f"{layer.name!r} is used twice")
         try:
@@ -137,8 +169,9 @@ class _Builder:
             raise self.error(f"{where}.kind", f"{kind!r} is not one of {', '.join(sorted(KINDS))}")
         unknown = set(item) - KINDS[kind] - {"kind"}
         if unknown:
-            raise self.error(f"{where}.{sorted(unknown)[0]}",
-                             f"unknown key for {kind} (known: {', '.join(sorted(KINDS[kind]))})")
+            raise self.error(
+                f"{where}.{sorted(unknown)[0]}", f"unknown key for {kind} (known: {', '.join(sorted(KINDS[kind]))})"
+            )
         name = self.name(item, kind, prefix, where)
         if kind == "residual":
             return self.residual(item, name, where)
@@ -150,42 +183,82 @@ class _Builder:
         if kind == "conv":
             if len(shape) != 3:
                 raise self.error(where, f"conv needs an image input (H, W, C), got shape {shape}")
-            layer = Conv2d(name, shape[2], self.int_param(item, "out", where), self.int_param(item, "kernel", where),
-                           self.int_param(item, "stride", where, 1), self.int_param(item, "padding", where, 0, 0),
-                           source=reads, bias=self.flag(item, "bias", where),
-                           groups=self.int_param(item, "groups", where, 1), dilation=self.int_param(item, "dilation", where, 1))
+            layer = Conv2d(
+                name,
+                shape[2],
+                self.int_param(item, "out", where),
+                self.int_param(item, "kernel", where),
+                self.int_param(item, "stride", where, 1),
+                self.int_param(item, "padding", where, 0, 0),
+                source=reads,
+                bias=self.flag(item, "bias", where),
+                groups=self.int_param(item, "groups", where, 1),
+                dilation=self.int_param(item, "dilation", where, 1),
+            )
             return self.add(layer, where, reads=source)
         if kind in ACTIVATIONS:
             function, keys = ACTIVATIONS[kind]
-            params = (0.0, 6.0) if kind == "relu6" else tuple(self.number(item, key, where, default) for key, default in keys)
+            params = (
+                (0.0, 6.0)
+                if kind == "relu6"
+                else tuple(self.number(item, key, where, default) for key, default in keys)
+            )
             return self.add(Nonlinearity(name, function, params, source=reads), where, reads=source)
         if kind in ("mul", "concat"):
             inputs = item.get("inputs")
-            if not isinstance(inputs, list) or len(inputs) < 2 or not all(isinstance(i, str) for i in inputs) \
-                    or (kind == "mul" and len(inputs) != 2):
-                raise self.error(f"{where}.inputs", f"{inputs!r}: name {'two' if kind == 'mul' else 'two or more'} "
-                                                    f"earlier layers")
+            if (
+                not isinstance(inputs, list)
+                or len(inputs) < 2
+                or not all(isinstance(i, str) for i in inputs)
+                or (kind == "mul" and len(inputs) != 2)
+            ):
+                raise self.error(
+                    f"{where}.inputs", f"{inputs!r}: name {'two' if kind == 'mul' else 'two or more'} earlier layers"
+                )
             return self.add((Mul if kind == "mul" else Concat)(name, tuple(inputs)), where)
         if kind == "slice":
-            return self.add(SliceChannels(name, self.int_param(item, "start", where, None, 0),
-                                          self.int_param(item, "stop", where), source=reads), where, reads=source)
+            return self.add(
+                SliceChannels(
+                    name,
+                    self.int_param(item, "start", where, None, 0),
+                    self.int_param(item, "stop", where),
+                    source=reads,
+                ),
+                where,
+                reads=source,
+            )
         if kind == "shuffle":
             return self.add(ChannelShuffle(name, self.int_param(item, "groups", where)), where)
         if kind == "linear":
             if len(shape) != 1:
                 raise self.error(where, f"linear needs a vector input (flatten first), got shape {shape}")
-            return self.add(Linear(name, shape[0], self.int_param(item, "out", where),
-                                   bias=self.flag(item, "bias", where)), where)
+            return self.add(
+                Linear(name, shape[0], self.int_param(item, "out", where), bias=self.flag(item, "bias", where)), where
+            )
         if kind == "maxpool":
             k = self.int_param(item, "kernel", where, 2)
-            return self.add(MaxPool2d(name, k, self.int_param(item, "stride", where, k),
-                                      self.int_param(item, "padding", where, 0, 0),
-                                      self.flag(item, "ceil_mode", where)), where)
+            return self.add(
+                MaxPool2d(
+                    name,
+                    k,
+                    self.int_param(item, "stride", where, k),
+                    self.int_param(item, "padding", where, 0, 0),
+                    self.flag(item, "ceil_mode", where),
+                ),
+                where,
+            )
         if kind == "avgpool":
             k = self.int_param(item, "kernel", where, 2)
-            return self.add(AvgPool2d(name, k, self.int_param(item, "stride", where, k),
-                                      self.int_param(item, "padding", where, 0, 0),
-                                      self.flag(item, "count_include_pad", where)), where)
+            return self.add(
+                AvgPool2d(
+                    name,
+                    k,
+                    self.int_param(item, "stride", where, k),
+                    self.int_param(item, "padding", where, 0, 0),
+                    self.flag(item, "count_include_pad", where),
+                ),
+                where,
+            )
         if kind == "dropout":
             p = item.get("p", 0.5)
             if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
@@ -212,8 +285,9 @@ class _Builder:
     def number(self, item, key, where, default):
         value = item.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.error(f"{where}.{key}", f"{value!r} must be a number" + ("" if default is None else
-                                                                                 f" (default {default:g})"))
+            raise self.error(
+                f"{where}.{key}", f"{value!r} must be a number" + ("" if default is None else f" (default {default:g})")
+            )
         return float(value)
 
     def residual(self, item, name, where):
@@ -232,21 +306,28 @@ class _Builder:
             self.add(Add(f"{name}.add", skip_from=block_in), where)
 
 
-def model_from_layers(name: str, input_shape, layers, num_classes: int | None = None,
-                      source="model", key: str = "model.layers") -> Model:
+def model_from_layers(
+    name: str, input_shape, layers, num_classes: int | None = None, source="model", key: str = "model.layers"
+) -> Model:
     """A Model from a YAML layer list; ConfigError naming `source` and the item's key."""
     shape = tuple(input_shape or ())
     if len(shape) != 3 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in shape):
-        raise ConfigError(source, key.rsplit(".", 1)[0] + ".input_shape",
-                          f"{input_shape!r}: give the input as [H, W, C] (layers need it)")
+        raise ConfigError(
+            source,
+            key.rsplit(".", 1)[0] + ".input_shape",
+            f"{input_shape!r}: give the input as [H, W, C] (layers need it)",
+        )
     builder = _Builder(source, key, shape)
     builder.items(layers, "")
     out = builder.shapes[builder.last]
     if len(out) != 1:
         raise builder.error("", f"the last layer gives shape {out}; a classifier ends with a vector (linear)")
     if num_classes is not None and out[0] != num_classes:
-        raise ConfigError(source, key.rsplit(".", 1)[0] + ".num_classes",
-                          f"{num_classes} does not match the last layer's {out[0]} outputs")
+        raise ConfigError(
+            source,
+            key.rsplit(".", 1)[0] + ".num_classes",
+            f"{num_classes} does not match the last layer's {out[0]} outputs",
+        )
     return Model(name, shape, out[0], tuple(builder.layers))
 
 
@@ -255,8 +336,13 @@ def layers_of(model: Model) -> list[dict]:
     items = []
     for layer in model.layers:
         if isinstance(layer, Conv2d):
-            item = {"kind": "conv", "out": layer.out_channels, "kernel": layer.kernel,
-                    "stride": layer.stride, "padding": layer.padding}
+            item = {
+                "kind": "conv",
+                "out": layer.out_channels,
+                "kernel": layer.kernel,
+                "stride": layer.stride,
+                "padding": layer.padding,
+            }
             item.update({k: getattr(layer, k) for k in ("groups", "dilation") if getattr(layer, k) != 1})
         elif isinstance(layer, Nonlinearity):
             if layer.function == "clip" and tuple(layer.params) == (0.0, 6.0):
@@ -278,20 +364,30 @@ def layers_of(model: Model) -> list[dict]:
         elif isinstance(layer, GlobalAvgPool):
             item = {"kind": "globalavgpool", **({"keep_dims": True} if layer.keep_dims else {})}
         elif isinstance(layer, AvgPool2d):
-            item = {"kind": "avgpool", "kernel": layer.kernel, "stride": layer.stride, "padding": layer.padding,
-                    "count_include_pad": layer.count_include_pad}
+            item = {
+                "kind": "avgpool",
+                "kernel": layer.kernel,
+                "stride": layer.stride,
+                "padding": layer.padding,
+                "count_include_pad": layer.count_include_pad,
+            }
         elif isinstance(layer, Dropout):
             item = {"kind": "dropout", "p": layer.p}
         elif isinstance(layer, Add):
             item = {"kind": "add", "skip_from": layer.skip_from}
         else:
             item = {"kind": {ReLU: "relu", Flatten: "flatten", BatchNorm2d: "batchnorm"}[type(layer)]}
-            if isinstance(layer, BatchNorm2d):   # written only where not PyTorch's defaults
-                item.update({k: v for k, v in (("eps", layer.eps), ("momentum", layer.momentum))
-                             if v != {"eps": 1e-5, "momentum": 0.1}[k]})
+            if isinstance(layer, BatchNorm2d):  # written only where not PyTorch's defaults
+                item.update(
+                    {
+                        k: v
+                        for k, v in (("eps", layer.eps), ("momentum", layer.momentum))
+                        if v != {"eps": 1e-5, "momentum": 0.1}[k]
+                    }
+                )
         if getattr(layer, "source", None) is not None:
             item["source"] = layer.source
-        if getattr(layer, "bias", False):   # written only when set: bias-free descriptions stay as they were
+        if getattr(layer, "bias", False):  # written only when set: bias-free descriptions stay as they were
             item["bias"] = True
         items.append({**item, "name": layer.name})
     return items
@@ -299,10 +395,15 @@ def layers_of(model: Model) -> list[dict]:
 
 def describe(model: Model) -> dict:
     """name, input_shape, num_classes and layers: what a checkpoint keeps to rebuild the model."""
-    return {"name": model.name, "input_shape": list(model.input_shape), "num_classes": model.num_classes,
-            "layers": layers_of(model)}
+    return {
+        "name": model.name,
+        "input_shape": list(model.input_shape),
+        "num_classes": model.num_classes,
+        "layers": layers_of(model),
+    }
 
 
 def from_description(spec: dict, source="checkpoint") -> Model:
-    return model_from_layers(spec["name"], spec["input_shape"], spec["layers"], spec["num_classes"],
-                             source, "model.layers")
+    return model_from_layers(
+        spec["name"], spec["input_shape"], spec["layers"], spec["num_classes"], source, "model.layers"
+    )

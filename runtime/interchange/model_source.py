@@ -11,6 +11,7 @@ A `factory` module is looked up on sys.path plus the current directory and the r
 file's directory; a bare name that is no zoo model is also looked up among the
 `dsptrain.models` entry points of installed packages.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -50,22 +51,28 @@ def with_head(model: Model, num_classes: int | None) -> tuple[Model, str | None]
         return model, None
     head = model.layers[-1]
     if not isinstance(head, Linear):
-        raise UserError(f"{model.name}: cannot give a new head of {num_classes} classes: the last layer "
-                        f"{head.name!r} is a {type(head).__name__}, not a linear layer")
+        raise UserError(
+            f"{model.name}: cannot give a new head of {num_classes} classes: the last layer "
+            f"{head.name!r} is a {type(head).__name__}, not a linear layer"
+        )
     weights = {k: v for k, v in (model.initial_weights or {}).items() if not k.startswith(f"{head.name}.")}
-    new = replace(model, num_classes=num_classes, layers=(*model.layers[:-1], Linear(head.name, head.in_features, num_classes)),
-                  initial_weights=weights or None)
+    new = replace(
+        model,
+        num_classes=num_classes,
+        layers=(*model.layers[:-1], Linear(head.name, head.in_features, num_classes)),
+        initial_weights=weights or None,
+    )
     new.shapes()
-    return new, (f"new classifier head {head.name!r}: {head.out_features} -> {num_classes} classes, "
-                 f"initialised by the recipe")
+    return new, (
+        f"new classifier head {head.name!r}: {head.out_features} -> {num_classes} classes, initialised by the recipe"
+    )
 
 
 def check_section(config, source="model") -> None:
     """One source at most, and no key the chosen source does not read (ConfigError)."""
-    given = [key for key in SOURCES[1:] if getattr(config, key) is not None]   # `name` may label any
+    given = [key for key in SOURCES[1:] if getattr(config, key) is not None]  # `name` may label any
     if len(given) > 1:
-        raise ConfigError(source, "model", f"give one of onnx, layers, factory (or a zoo name); "
-                                           f"got {', '.join(given)}")
+        raise ConfigError(source, "model", f"give one of onnx, layers, factory (or a zoo name); got {', '.join(given)}")
     if config.input_shape is not None and config.layers is None:
         raise ConfigError(source, "model.input_shape", "is read only with model.layers")
     if config.bias != "fold" and config.onnx is None:
@@ -83,8 +90,9 @@ def resolve(config, source="model") -> tuple[Model, list[str]]:
     elif config.layers is not None:
         from .layer_spec import model_from_layers
 
-        return model_from_layers(config.name or "custom", config.input_shape, config.layers, config.num_classes,
-                                 source, "model.layers"), []
+        return model_from_layers(
+            config.name or "custom", config.input_shape, config.layers, config.num_classes, source, "model.layers"
+        ), []
     elif config.factory is not None:
         model = _from_factory(config.factory, source)
     else:
@@ -105,8 +113,11 @@ def _from_zoo(name, num_classes, source) -> Model:
         return _checked(points[name].load()(), f"entry point {name!r}", source, "model.name")
     known = sorted(MODELS) + sorted(points)
     close = difflib.get_close_matches(name, known, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else \
-        " (or use model.factory: 'module:function', model.onnx, model.layers)"
+    hint = (
+        f" (did you mean {close[0]!r}?)"
+        if close
+        else " (or use model.factory: 'module:function', model.onnx, model.layers)"
+    )
     raise ConfigError(source, "model.name", f"{name!r} is not one of {', '.join(known)}{hint}")
 
 
@@ -147,7 +158,8 @@ def frozen_layers(model: Model, patterns, source="train", key="train.freeze") ->
     for index, pattern in enumerate(patterns or ()):
         hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
         if not hits:
-            raise ConfigError(source, f"{key}[{index}]", f"{pattern!r} matches no layer of {model.name} "
-                                                         f"(layers: {', '.join(names)})")
+            raise ConfigError(
+                source, f"{key}[{index}]", f"{pattern!r} matches no layer of {model.name} (layers: {', '.join(names)})"
+            )
         chosen.update(hits)
     return frozenset(chosen)

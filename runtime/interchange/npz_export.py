@@ -15,6 +15,7 @@ Layers read the previous layer's output, except a conv with `source` (it reads t
 layer's output) and an add (previous output + the output of `skip_from`); `input` names
 the model input. Activations are NHWC.
 """
+
 from __future__ import annotations
 
 import io
@@ -36,9 +37,17 @@ FORMAT, VERSION = "dsptrain-npz", 1
 def npz_arrays(trained) -> dict:
     model, state = trained.model, trained.state
     floats = float_weights(state)
-    header = {"format": FORMAT, "version": VERSION, "name": model.name, "recipe": trained.recipe,
-              "input_shape": list(model.input_shape), "input": "(pixel - 128) / 128, NHWC float32",
-              "num_classes": model.num_classes, "bn_epsilon": BN_EPS, "layers": layers_of(model)}
+    header = {
+        "format": FORMAT,
+        "version": VERSION,
+        "name": model.name,
+        "recipe": trained.recipe,
+        "input_shape": list(model.input_shape),
+        "input": "(pixel - 128) / 128, NHWC float32",
+        "num_classes": model.num_classes,
+        "bn_epsilon": BN_EPS,
+        "layers": layers_of(model),
+    }
     if trained.meta.get("classes"):
         header["classes"] = list(trained.meta["classes"])
     arrays = {"__model__": np.array(json.dumps(header))}

@@ -3,6 +3,7 @@ HardSigmoid, Sigmoid, Tanh, and x * Sigmoid(x) as SiLU), products of two activat
 (squeeze-excitation's channel scale), Concat, Split and Slice on channels, and the
 Reshape-Transpose-Reshape channel shuffle's Transpose (onnx_ops._reshape ends it).
 Operator semantics: the ONNX operator specification (github.com/onnx/onnx, docs/Operators.md)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -53,6 +54,7 @@ def simple(function):
     def handler(state, node, attrs):
         check_attrs(state, node, attrs, {})
         _nonlinearity(state, node, function)
+
     return handler
 
 
@@ -75,10 +77,12 @@ def mul(state, node, attrs):
                 return
     big, small = (b, a) if np.prod(a.onnx_shape) < np.prod(b.onnx_shape) else (a, b)
     if big.onnx_shape != small.onnx_shape and small.onnx_shape != (big.onnx_shape[0], 1, 1):
-        raise state.fail(node, f"multiplies shapes {a.onnx_shape} and {b.onnx_shape}; supported: equal shapes, "
-                               f"or an image by a (C, 1, 1) channel scale")
-    emit(state, node, Mul(layer_name(state, node, None), (big.layer, small.layer)), big.onnx_shape,
-          big.engine_shape)
+        raise state.fail(
+            node,
+            f"multiplies shapes {a.onnx_shape} and {b.onnx_shape}; supported: equal shapes, "
+            f"or an image by a (C, 1, 1) channel scale",
+        )
+    emit(state, node, Mul(layer_name(state, node, None), (big.layer, small.layer)), big.onnx_shape, big.engine_shape)
 
 
 def _input_of_last(state) -> str:
@@ -114,8 +118,9 @@ def split(state, node, attrs):
     check_attrs(state, node, attrs, {"axis": lambda a: a in (1, -3), "split": None, "num_outputs": None})
     x = act_of(state, node)
     c, _, _ = image_of(state, node, x)
-    sizes = list(attrs.get("split", [])) or (list(shape_input(state, node, 1).dims)
-                                             if len(node.input) > 1 and node.input[1] else [])
+    sizes = list(attrs.get("split", [])) or (
+        list(shape_input(state, node, 1).dims) if len(node.input) > 1 and node.input[1] else []
+    )
     count = len(node.output)
     if not sizes:
         step = -(-c // count)
@@ -133,17 +138,22 @@ def slice_channels(state, node, attrs):
     check_attrs(state, node, attrs, {"starts": None, "ends": None, "axes": None})
     x = act_of(state, node)
     c, _, _ = image_of(state, node, x)
+
     def part(key, index, default=None):
         if key in attrs:
             return [int(v) for v in attrs[key]]
-        if len(node.input) > index and node.input[index]:   # a constant, or a size computed from a Shape
+        if len(node.input) > index and node.input[index]:  # a constant, or a size computed from a Shape
             return list(shape_input(state, node, index).dims)
         return default
+
     starts, ends, axes = part("starts", 1), part("ends", 2), part("axes", 3, [0])
     steps = part("steps", 4, [1])
     if len(starts) != 1 or axes[0] % 4 != 1 or steps != [1]:
-        raise state.fail(node, f"Slice starts={starts} ends={ends} axes={axes} steps={steps} is not supported: "
-                               f"only a range of channels (one axis, 1, step 1)")
+        raise state.fail(
+            node,
+            f"Slice starts={starts} ends={ends} axes={axes} steps={steps} is not supported: "
+            f"only a range of channels (one axis, 1, step 1)",
+        )
     start, stop = (min(max(v + c if v < 0 else v, 0), c) for v in (starts[0], ends[0]))
     if stop <= start:
         raise state.fail(node, f"channels [{starts[0]}, {ends[0]}) of {c} are empty")
@@ -162,6 +172,9 @@ class ShuffleView:
 def transpose(state, node, attrs):
     view = state.values.get(node.input[0])
     if not isinstance(view, ShuffleView) or view.transposed or list(attrs.get("perm", [])) != [0, 2, 1, 3, 4]:
-        raise state.fail(node, f"Transpose perm={list(attrs.get('perm', []))} is supported only inside a channel "
-                               f"shuffle (Reshape to (N, g, C/g, H, W), Transpose [0, 2, 1, 3, 4], Reshape back)")
+        raise state.fail(
+            node,
+            f"Transpose perm={list(attrs.get('perm', []))} is supported only inside a channel "
+            f"shuffle (Reshape to (N, g, C/g, H, W), Transpose [0, 2, 1, 3, 4], Reshape back)",
+        )
     state.values[node.output[0]] = ShuffleView(view.x, view.groups, True)

@@ -17,6 +17,7 @@ naming a FIFO or a device is refused by name, and the bytes are read within the 
 size. After this no tensor in the proto points at a file, so nothing later (numpy_helper,
 ONNX Runtime) opens one by itself, and never one relative to the working directory.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,12 +29,12 @@ import numpy as np
 from ..inputs import read_limited, read_slice
 from .onnx_ops import ModelFileError, onnx_module
 
-MAX_MODEL_BYTES = (2 << 30) - 1      # protobuf cannot parse one message past 2 GiB
-MAX_TENSOR_ELEMENTS = 1 << 28        # one tensor of 1 GiB of float32 at most
-MAX_DIM = 1 << 20                    # any dimension of a value's declared shape
-MAX_WINDOW = 1 << 16                 # kernel_shape, strides, dilations, pads, group
+MAX_MODEL_BYTES = (2 << 30) - 1  # protobuf cannot parse one message past 2 GiB
+MAX_TENSOR_ELEMENTS = 1 << 28  # one tensor of 1 GiB of float32 at most
+MAX_DIM = 1 << 20  # any dimension of a value's declared shape
+MAX_WINDOW = 1 << 16  # kernel_shape, strides, dilations, pads, group
 MAX_ATTR_INT = 1 << 62
-POSITIVE_ATTRS = ("kernel_shape", "strides", "dilations", "group")   # 0 would divide by zero
+POSITIVE_ATTRS = ("kernel_shape", "strides", "dilations", "group")  # 0 would divide by zero
 NON_NEGATIVE_ATTRS = ("pads", "output_padding")
 
 _REFUSED_DTYPES = {"STRING": "strings", "COMPLEX64": "complex numbers", "COMPLEX128": "complex numbers"}
@@ -46,9 +47,10 @@ def read_model(path) -> tuple[object, Path]:
     raw = read_limited(path, "ONNX model", MAX_MODEL_BYTES, ModelFileError)
     try:
         proto = onnx.load_model_from_string(raw)
-    except Exception as exc:   # protobuf's DecodeError and friends: not a model at all
-        raise ModelFileError(f"{path}: not an ONNX model ({type(exc).__name__}: "
-                             f"{str(exc)[:80] or 'cannot parse'})") from None
+    except Exception as exc:  # protobuf's DecodeError and friends: not a model at all
+        raise ModelFileError(
+            f"{path}: not an ONNX model ({type(exc).__name__}: {str(exc)[:80] or 'cannot parse'})"
+        ) from None
     return proto, Path(os.path.realpath(os.path.dirname(os.path.abspath(path))))
 
 
@@ -58,14 +60,14 @@ def check_model(proto, path: str, folder: Path | None, opset: int) -> None:
     then every tensor, value, node and attribute. `opset`: the default domain's version."""
     onnx = onnx_module()
     if not 1 <= proto.ir_version <= onnx.IR_VERSION:
-        raise ModelFileError(f"{path}: ir_version {proto.ir_version} is not one ONNX defines "
-                             f"(1..{onnx.IR_VERSION})")
+        raise ModelFileError(f"{path}: ir_version {proto.ir_version} is not one ONNX defines (1..{onnx.IR_VERSION})")
     graph = proto.graph
     for init in graph.initializer:
         _tensor(init, f"initializer {init.name!r}", path, folder)
     if len(graph.sparse_initializer):
-        raise ModelFileError(f"{path}: sparse initializer {graph.sparse_initializer[0].values.name!r}: "
-                             f"sparse tensors are not supported")
+        raise ModelFileError(
+            f"{path}: sparse initializer {graph.sparse_initializer[0].values.name!r}: sparse tensors are not supported"
+        )
     for value in (*graph.input, *graph.output, *graph.value_info):
         _value_shape(value, path)
     defined = _graph_names(graph, path)
@@ -81,6 +83,7 @@ def check_model(proto, path: str, folder: Path | None, opset: int) -> None:
 
 # ---------------------------------------------------------------- tensors
 
+
 def _tensor(tensor, what: str, path, folder) -> None:
     """A tensor's dtype, dims, data (external data loaded from `folder`) and values."""
     onnx = onnx_module()
@@ -95,8 +98,9 @@ def _tensor(tensor, what: str, path, folder) -> None:
         np_dtype = None
     if dtype_name in _REFUSED_DTYPES or np_dtype is None or np_dtype.kind not in "biuf":
         kind = _REFUSED_DTYPES.get(dtype_name, "an element type dsptrain does not compute in")
-        raise ModelFileError(f"{where}: data type {dtype_name} ({kind}) is not supported; "
-                             f"weights are float, int or bool")
+        raise ModelFileError(
+            f"{where}: data type {dtype_name} ({kind}) is not supported; weights are float, int or bool"
+        )
     elements = 1
     for dim in tensor.dims:
         if dim < 0:
@@ -111,8 +115,9 @@ def _tensor(tensor, what: str, path, folder) -> None:
     try:
         array = onnx.numpy_helper.to_array(tensor)
     except Exception as exc:
-        raise ModelFileError(f"{where}: its data does not fit dims {list(tensor.dims)} and type {dtype_name} "
-                             f"({type(exc).__name__})") from None
+        raise ModelFileError(
+            f"{where}: its data does not fit dims {list(tensor.dims)} and type {dtype_name} ({type(exc).__name__})"
+        ) from None
     if array.size != elements:
         raise ModelFileError(f"{where}: holds {array.size} values, dims {list(tensor.dims)} say {elements}")
     if array.dtype.kind == "f" and array.size:
@@ -127,34 +132,47 @@ def _load_external(tensor, where: str, nbytes: int, folder: Path | None) -> None
     info = {entry.key: entry.value for entry in tensor.external_data}
     location = info.get("location", "")
     if folder is None:
-        raise ModelFileError(f"{where}: keeps its data in external file {location!r}, and a model "
-                             f"given in memory has no folder to find it in; load it from its file")
+        raise ModelFileError(
+            f"{where}: keeps its data in external file {location!r}, and a model "
+            f"given in memory has no folder to find it in; load it from its file"
+        )
     if not location or "\0" in location:
         raise ModelFileError(f"{where}: external data has no valid location ({location!r})")
     if os.path.isabs(location) or ".." in Path(location).parts:
-        raise ModelFileError(f"{where}: external data location {location!r} is outside the model's folder "
-                             f"{folder}; only files inside it are read")
+        raise ModelFileError(
+            f"{where}: external data location {location!r} is outside the model's folder "
+            f"{folder}; only files inside it are read"
+        )
     target = os.path.realpath(folder / location)
     if os.path.commonpath([target, str(folder)]) != str(folder):
-        raise ModelFileError(f"{where}: external data location {location!r} resolves to {target}, outside the "
-                             f"model's folder {folder} (a symlink); only files inside it are read")
+        raise ModelFileError(
+            f"{where}: external data location {location!r} resolves to {target}, outside the "
+            f"model's folder {folder} (a symlink); only files inside it are read"
+        )
     try:
         offset = int(info.get("offset", "0"))
         length = int(info.get("length", str(nbytes)))
     except ValueError:
-        raise ModelFileError(f"{where}: external data offset {info.get('offset')!r} or length "
-                             f"{info.get('length')!r} is not a whole number") from None
+        raise ModelFileError(
+            f"{where}: external data offset {info.get('offset')!r} or length "
+            f"{info.get('length')!r} is not a whole number"
+        ) from None
     if length != nbytes:
-        raise ModelFileError(f"{where}: external data length {length} is not the {nbytes} bytes its dims "
-                             f"and type need")
-    data = read_slice(target, "external data", offset, length,
-                      lambda message: ModelFileError(f"{where}: external data {location!r}: {message}"))
+        raise ModelFileError(f"{where}: external data length {length} is not the {nbytes} bytes its dims and type need")
+    data = read_slice(
+        target,
+        "external data",
+        offset,
+        length,
+        lambda message: ModelFileError(f"{where}: external data {location!r}: {message}"),
+    )
     tensor.raw_data = data
     del tensor.external_data[:]
     tensor.data_location = onnx.TensorProto.DEFAULT
 
 
 # ---------------------------------------------------------------- values, links, outputs
+
 
 def _value_shape(value, path) -> None:
     dims = value.type.tensor_type.shape.dim if value.type.HasField("tensor_type") else ()
@@ -184,8 +202,9 @@ def _node_links(node, where: str, defined: set) -> None:
     """Every input defined by an earlier node, input or initializer; outputs new names."""
     for name in node.input:
         if name and name not in defined:
-            raise ModelFileError(f"{where}: input {name!r} is not produced by any earlier node, graph input "
-                                 f"or initializer")
+            raise ModelFileError(
+                f"{where}: input {name!r} is not produced by any earlier node, graph input or initializer"
+            )
     outputs = [name for name in node.output if name]
     if not outputs:
         raise ModelFileError(f"{where}: the node has no outputs")
@@ -207,11 +226,11 @@ def _node_schema(node, where: str, opset: int) -> None:
         return
     n_in, n_out = len(node.input), len(node.output)
     if not schema.min_input <= n_in <= schema.max_input:
-        raise ModelFileError(f"{where}: has {n_in} inputs; {node.op_type} takes {schema.min_input}"
-                             f"..{schema.max_input}")
+        raise ModelFileError(f"{where}: has {n_in} inputs; {node.op_type} takes {schema.min_input}..{schema.max_input}")
     if not schema.min_output <= n_out <= schema.max_output:
-        raise ModelFileError(f"{where}: has {n_out} outputs; {node.op_type} gives {schema.min_output}"
-                             f"..{schema.max_output}")
+        raise ModelFileError(
+            f"{where}: has {n_out} outputs; {node.op_type} gives {schema.min_output}..{schema.max_output}"
+        )
     given = [attr.name for attr in node.attribute]
     twice = sorted({name for name in given if given.count(name) > 1})
     if twice:
@@ -219,12 +238,15 @@ def _node_schema(node, where: str, opset: int) -> None:
     for attr in node.attribute:
         spec = schema.attributes.get(attr.name)
         if spec is None:
-            raise ModelFileError(f"{where}: attribute {attr.name!r} is not an attribute of {node.op_type} "
-                                 f"(opset {opset})")
+            raise ModelFileError(
+                f"{where}: attribute {attr.name!r} is not an attribute of {node.op_type} (opset {opset})"
+            )
         if int(attr.type) != int(spec.type):
             got = _type_name(attr.type)
-            raise ModelFileError(f"{where}: attribute {attr.name!r} is {got} ({_attr_text(attr)}); "
-                                 f"{node.op_type} takes {_type_name(int(spec.type))}")
+            raise ModelFileError(
+                f"{where}: attribute {attr.name!r} is {got} ({_attr_text(attr)}); "
+                f"{node.op_type} takes {_type_name(int(spec.type))}"
+            )
     missing = [name for name, spec in schema.attributes.items() if spec.required and name not in given]
     if missing:
         raise ModelFileError(f"{where}: required attribute {missing[0]!r} is missing")
@@ -247,12 +269,18 @@ def _attribute(attr, label: str, path, folder) -> None:
             _tensor(tensor, f"{label}: attribute {attr.name!r}[{i}]", path, folder)
     elif kind in (proto.INT, proto.INTS):
         values = [attr.i] if kind == proto.INT else list(attr.ints)
-        low, high = (1, MAX_WINDOW) if attr.name in POSITIVE_ATTRS else \
-            (0, MAX_WINDOW) if attr.name in NON_NEGATIVE_ATTRS else (-MAX_ATTR_INT, MAX_ATTR_INT)
+        low, high = (
+            (1, MAX_WINDOW)
+            if attr.name in POSITIVE_ATTRS
+            else (0, MAX_WINDOW)
+            if attr.name in NON_NEGATIVE_ATTRS
+            else (-MAX_ATTR_INT, MAX_ATTR_INT)
+        )
         bad = [v for v in values if not low <= v <= high]
         if bad:
-            raise ModelFileError(f"{where}: attribute {attr.name}={_attr_text(attr)}: {bad[0]} is outside "
-                                 f"{low}..{high}")
+            raise ModelFileError(
+                f"{where}: attribute {attr.name}={_attr_text(attr)}: {bad[0]} is outside {low}..{high}"
+            )
     elif kind in (proto.FLOAT, proto.FLOATS):
         values = [attr.f] if kind == proto.FLOAT else list(attr.floats)
         if not all(math.isfinite(v) for v in values):

@@ -1,5 +1,6 @@
 """What every ONNX operator handler shares: the import's state, the error naming the node,
 and the checks and emitters handlers use (onnx_ops.py, onnx_branches.py, onnx_shapes.py)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,10 +19,10 @@ class ModelFileError(UserError):
 class Activation:
     """An activation: the engine layer producing it and its ONNX shape (C, H, W) or (F,)."""
 
-    layer: str                   # engine layer name, or INPUT
-    onnx_shape: tuple            # per sample, ONNX layout
-    engine_shape: tuple          # per sample, engine layout
-    flat_from: tuple | None = None   # (C, H, W) when the vector is a Flatten of that image
+    layer: str  # engine layer name, or INPUT
+    onnx_shape: tuple  # per sample, ONNX layout
+    engine_shape: tuple  # per sample, engine layout
+    flat_from: tuple | None = None  # (C, H, W) when the vector is a Flatten of that image
 
 
 @dataclass
@@ -31,10 +32,10 @@ class ImportState:
     layers: list = field(default_factory=list)
     weights: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
-    values: dict = field(default_factory=dict)       # ONNX tensor name -> Activation or np.ndarray
+    values: dict = field(default_factory=dict)  # ONNX tensor name -> Activation or np.ndarray
     pending_bias: dict = field(default_factory=dict)  # layer name -> (node label, bias vector)
     names: set = field(default_factory=set)
-    consumers: dict = field(default_factory=dict)     # ONNX tensor name -> op types of the nodes reading it
+    consumers: dict = field(default_factory=dict)  # ONNX tensor name -> op types of the nodes reading it
 
     @property
     def last(self) -> str:
@@ -48,12 +49,11 @@ def label(node) -> str:
     return f"{node.name or '(unnamed)'!r} ({node.op_type})"
 
 
-
 def onnx_module():
     try:
         import onnx
         import onnx.numpy_helper  # noqa: F401
-    except ImportError as exc:   # a dependency in pyproject.toml; only a broken install lacks it
+    except ImportError as exc:  # a dependency in pyproject.toml; only a broken install lacks it
         raise UserError(f"ONNX import needs the onnx package ({exc}); pip install onnx") from None
     return onnx
 
@@ -65,12 +65,13 @@ def attrs_of(node) -> dict:
 
 # ---------------------------------------------------------------- helpers for handlers
 
+
 def layer_name(state, node, hint: str | None) -> str:
     """A readable, unique layer name: the weight's name without '.weight' (PyTorch's module
     path), else the node's name without its op type ('/features/3/Relu' -> 'features.3'),
     else the op type and a number."""
     if hint and hint.endswith(".weight"):
-        base = hint[:-len(".weight")]
+        base = hint[: -len(".weight")]
     else:
         parts = [p for p in (node.name or "").split("/") if p]
         if len(parts) > 1 and parts[-1].split("_")[0] == node.op_type:
@@ -88,8 +89,11 @@ def layer_name(state, node, hint: str | None) -> str:
 def act_of(state, node, index=0) -> Activation:
     value = state.values.get(node.input[index]) if index < len(node.input) else None
     if not isinstance(value, Activation):
-        raise state.fail(node, f"input {index} ({node.input[index] if index < len(node.input) else 'missing'!r}) "
-                               f"must be an activation, got a constant or nothing")
+        raise state.fail(
+            node,
+            f"input {index} ({node.input[index] if index < len(node.input) else 'missing'!r}) "
+            f"must be an activation, got a constant or nothing",
+        )
     return value
 
 
@@ -118,8 +122,11 @@ def emit(state, node, layer, shape_onnx, shape_engine, flat_from=None):
 
 def reads_previous(state, node, x: Activation):
     if x.layer != state.last:
-        raise state.fail(node, f"reads {x.layer!r}, not the layer just before it ({state.last!r}); dsptrain "
-                               f"layers other than Conv and Add read the previous layer")
+        raise state.fail(
+            node,
+            f"reads {x.layer!r}, not the layer just before it ({state.last!r}); dsptrain "
+            f"layers other than Conv and Add read the previous layer",
+        )
 
 
 def image_of(state, node, x: Activation):

@@ -16,6 +16,7 @@ Like the recipes, a sample's result depends on the batch it is in (the activatio
 is the batch's): fed the batches dsptrain evaluates, ONNX Runtime gives dsptrain's answers
 (float32 sums of the same products; Octo's float scales round once more in float32).
 """
+
 from __future__ import annotations
 
 import math
@@ -40,7 +41,8 @@ class Grids:
         self.g, self.state = g, trained.state
         self.scale = GRIDS[trained.recipe]
         self.compensated = trained.recipe in COMPENSATED and all(
-            f"{layer.name}.comp_scale" in trained.state for layer in trained.model.parametric())
+            f"{layer.name}.comp_scale" in trained.state for layer in trained.model.parametric()
+        )
 
     def weight(self, w: np.ndarray) -> tuple[np.ndarray, float]:
         """(int8 integers, step) of a float weight on the recipe's grid (its forward's, exactly)."""
@@ -54,10 +56,16 @@ class Grids:
         top = n("ReduceMax", (n("Abs", (x,), "abs"),), "max", keepdims=0)
         step = n("Div", (top, c("qmax", 127.0)), "step") if self.scale == "float" else self._pow2_step(n, c, top)
         step = n("Where", (n("Greater", (top, c("zero", 0.0)), "nonzero"), step, c("one", 1.0)), "safe_step")
-        magnitude = n("Floor", (n("Add", (n("Div", (n("Abs", (x,), "abs2"), step), "scaled"), c("half", 0.5)),
-                                      "rounded"),), "floor")
-        q = n("Clip", (n("Mul", (n("Sign", (x,), "sign"), magnitude), "signed"), c("qmin", -127.0), c("qmax2", 127.0)),
-              "int")
+        magnitude = n(
+            "Floor",
+            (n("Add", (n("Div", (n("Abs", (x,), "abs2"), step), "scaled"), c("half", 0.5)), "rounded"),),
+            "floor",
+        )
+        q = n(
+            "Clip",
+            (n("Mul", (n("Sign", (x,), "sign"), magnitude), "signed"), c("qmin", -127.0), c("qmax2", 127.0)),
+            "int",
+        )
         return n("Mul", (q, step), "out")
 
     def compensation(self, layer, y: str, conv: bool) -> str:
@@ -67,9 +75,12 @@ class Grids:
         name, shape = layer.name, ((-1, 1, 1) if conv else (-1,))
         gain = (1 + np.asarray(self.state[f"{name}.comp_scale"], np.float32)).astype(np.float32).reshape(shape)
         shift = np.asarray(self.state[f"{name}.comp_shift"], np.float32).reshape(shape)
-        scaled = self.g.node("Mul", (y, self.g.const(f"{name}.comp_gain", gain)), f"{name}.comp_mul", f"{name}.comp_mul")
-        return self.g.node("Add", (scaled, self.g.const(f"{name}.comp_shift", shift)), f"{name}.comp",
-                           f"{name}.comp_add")
+        scaled = self.g.node(
+            "Mul", (y, self.g.const(f"{name}.comp_gain", gain)), f"{name}.comp_mul", f"{name}.comp_mul"
+        )
+        return self.g.node(
+            "Add", (scaled, self.g.const(f"{name}.comp_shift", shift)), f"{name}.comp", f"{name}.comp_add"
+        )
 
     @staticmethod
     def _pow2_step(n, c, top) -> str:
@@ -77,7 +88,8 @@ class Grids:
         two, one = c("two", 2.0), c("one_b", 1.0)
         b = n("Ceil", (n("Mul", (n("Log", (top,), "ln"), c("inv_ln2", 1 / math.log(2))), "log2"),), "b_guess")
         b_minus = n("Sub", (b, one), "b_minus")
-        b = n("Where", (n("GreaterOrEqual", (n("Pow", (two, b_minus), "p_minus"), top), "too_high"), b_minus, b),
-              "b_low")
+        b = n(
+            "Where", (n("GreaterOrEqual", (n("Pow", (two, b_minus), "p_minus"), top), "too_high"), b_minus, b), "b_low"
+        )
         b = n("Where", (n("Less", (n("Pow", (two, b), "p_b"), top), "too_low"), n("Add", (b, one), "b_plus"), b), "b")
         return n("Pow", (two, n("Sub", (b, c("seven", 7.0)), "b7")), "step")

@@ -14,6 +14,7 @@ without that rounding a float graph's top-1 answers differed from dsptrain's on 
 of test images, so its graph writes the rounding out in float operators (onnx_niti.py)
 and gives dsptrain's logits, fed the same batches.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,20 @@ from pathlib import Path
 import numpy as np
 
 from ..checkpoint import atomic_write
-from ..nn import INPUT, Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
+from ..nn import (
+    INPUT,
+    Add,
+    AvgPool2d,
+    BatchNorm2d,
+    Conv2d,
+    Dropout,
+    Flatten,
+    GlobalAvgPool,
+    Linear,
+    MaxPool2d,
+    ReLU,
+    has_bias,
+)
 from ..numerics import QTensor
 from . import onnx_export_branches as branches
 from .weights import float_weights, pow2_grid
@@ -38,7 +52,9 @@ class _Graph:
         self.nodes, self.initializers = [], []
 
     def const(self, name, array):
-        self.initializers.append(self.onnx.numpy_helper.from_array(np.array(array, order="C"), name))  # keeps 0-d scalars
+        self.initializers.append(
+            self.onnx.numpy_helper.from_array(np.array(array, order="C"), name)
+        )  # keeps 0-d scalars
         return name
 
     def node(self, op, inputs, output, name, **attrs):
@@ -51,10 +67,9 @@ class _Graph:
             return self.const(name, value.astype(np.float32))
         q = int8 if int8 is not None else pow2_grid(value, 8)
         self.const(f"{name}_q", q.q.astype(np.int8))
-        self.const(f"{name}_scale", np.array(2.0 ** q.e, np.float32))
+        self.const(f"{name}_scale", np.array(2.0**q.e, np.float32))
         self.const(f"{name}_zero", np.array(0, np.int8))
         return self.node("DequantizeLinear", (f"{name}_q", f"{name}_scale", f"{name}_zero"), name, f"{name}_dq")
-
 
     def grid_weight(self, name, q: np.ndarray, step: float):
         """A weight a recipe's grid gives as int8 integers times `step`: their float32 values, or
@@ -119,7 +134,7 @@ def build_onnx(trained, qdq: bool = False, niti: bool | None = None):
         out = _export_layer(g, walk, layer, reads)
         walk.out_of[layer.name], walk.shape_of[layer.name], previous = out, shape, layer.name
     g.nodes.append(g.helper.make_node("Identity", [walk.out_of[previous]], ["logits"], name="logits"))
-    used = {name for node in g.nodes for name in node.input}   # e.g. NITI's input step when a float layer reads it
+    used = {name for node in g.nodes for name in node.input}  # e.g. NITI's input step when a float layer reads it
     g.initializers = [t for t in g.initializers if t.name in used]
     proto = _model_proto(g, trained, qdq, niti, walk.grids is not None)
     onnx.checker.check_model(proto)
@@ -132,6 +147,7 @@ class _Walk:
     writer (None for float activations), each layer's output name and shape, for a
     flattened output (and what passes it on) the (H, W, C) shape it was flattened from, and
     Octo's or AFP's int8 grids (onnx_emulated.Grids; None for others)."""
+
     floats: dict
     state: dict
     rounding: object | None
@@ -144,25 +160,35 @@ class _Walk:
 def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
     """Writes one layer's nodes reading layer `reads`' output; returns the name of its own."""
     x, name, out = walk.out_of[reads], layer.name, f"{layer.name}.out"
-    if walk.rounding:   # a float input of an int8 layer rounded on its range first (mixed precision)
+    if walk.rounding:  # a float input of an int8 layer rounded on its range first (mixed precision)
         x, reads = walk.rounding.enter(layer, x, reads)
     if isinstance(layer, Conv2d):
         to_oihw = lambda a: a.transpose(0, 3, 1, 2)
         x, w = _product_operands(g, walk, name, x, to_oihw)
         p = layer.padding
-        g.node("Conv", (x, w, *_bias(g, layer, walk.floats, walk.rounding)), out, name,
-               kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2, pads=[p] * 4, group=layer.groups,
-               dilations=[layer.dilation] * 2)
+        g.node(
+            "Conv",
+            (x, w, *_bias(g, layer, walk.floats, walk.rounding)),
+            out,
+            name,
+            kernel_shape=[layer.kernel] * 2,
+            strides=[layer.stride] * 2,
+            pads=[p] * 4,
+            group=layer.groups,
+            dilations=[layer.dilation] * 2,
+        )
         out = _rounded_product(g, walk, layer, out, reads, (1, -1, 1, 1))
         if walk.grids:
             out = walk.grids.compensation(layer, out, conv=True)
     elif isinstance(layer, Linear):
         source_shape = walk.flat_from.get(reads)
+
         def to_onnx(a, s=source_shape):
             if s is None:
                 return a
-            h, w_, c = s          # engine columns (H, W, C) -> ONNX's (C, H, W)
+            h, w_, c = s  # engine columns (H, W, C) -> ONNX's (C, H, W)
             return a.reshape(a.shape[0], h, w_, c).transpose(0, 3, 1, 2).reshape(a.shape[0], -1)
+
         x, w = _product_operands(g, walk, name, x, to_onnx)
         g.node("Gemm", (x, w, *_bias(g, layer, walk.floats, walk.rounding)), out, name, transB=1)
         out = _rounded_product(g, walk, layer, out, reads, (1, -1))
@@ -173,13 +199,29 @@ def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
         if reads in walk.flat_from:
             walk.flat_from[layer.name] = walk.flat_from[reads]
     elif isinstance(layer, MaxPool2d):
-        g.node("MaxPool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
-               pads=[layer.padding] * 4, ceil_mode=int(layer.ceil_mode))
+        g.node(
+            "MaxPool",
+            (x,),
+            out,
+            name,
+            kernel_shape=[layer.kernel] * 2,
+            strides=[layer.stride] * 2,
+            pads=[layer.padding] * 4,
+            ceil_mode=int(layer.ceil_mode),
+        )
     elif isinstance(layer, AvgPool2d):
-        g.node("AveragePool", (x,), out, name, kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2,
-               pads=[layer.padding] * 4, count_include_pad=int(layer.count_include_pad))
-        if walk.rounding and walk.rounding.is_int8(reads):   # NITI's windows: stride = kernel, a power of two
-            out = walk.rounding.average(layer, out, reads, layer.kernel ** 2)
+        g.node(
+            "AveragePool",
+            (x,),
+            out,
+            name,
+            kernel_shape=[layer.kernel] * 2,
+            strides=[layer.stride] * 2,
+            pads=[layer.padding] * 4,
+            count_include_pad=int(layer.count_include_pad),
+        )
+        if walk.rounding and walk.rounding.is_int8(reads):  # NITI's windows: stride = kernel, a power of two
+            out = walk.rounding.average(layer, out, reads, layer.kernel**2)
     elif isinstance(layer, Flatten):
         if len(walk.shape_of[reads]) == 3:
             walk.flat_from[layer.name] = walk.shape_of[reads]
@@ -229,20 +271,40 @@ def _model_proto(g: _Graph, trained, qdq: bool, niti: bool, grids: bool = False)
     onnx, model = g.onnx, trained.model
     h, w, c = model.input_shape
     graph = g.helper.make_graph(
-        g.nodes, model.name,
+        g.nodes,
+        model.name,
         [g.helper.make_tensor_value_info("input", onnx.TensorProto.FLOAT, ["batch", c, h, w])],
         [g.helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, ["batch", model.num_classes])],
-        g.initializers)
-    proto = g.helper.make_model(graph, opset_imports=[g.helper.make_opsetid("", OPSET)],
-                                producer_name="dsptrain", doc_string=f"input: {INPUT_NOTE}")
-    proto.ir_version = 8     # readable by ONNX Runtime releases from 1.14 on
-    props = {"dsptrain.input": INPUT_NOTE, "dsptrain.recipe": trained.recipe,
-             "dsptrain.weights": (f"int8 QDQ, {trained.recipe}'s scales" if qdq and grids else
-                                  "int8 QDQ, power-of-two scales" if qdq else
-                                  f"float32 on {trained.recipe}'s int8 grid" if grids else "float32"),
-             "dsptrain.activations": ("NITI int8, per-batch power-of-two step" if niti else
-                                      f"{trained.recipe} int8 at each product, per-batch step" if grids else "float32")}
-    if trained.meta.get("classes"):   # an image folder's class names, label by label
+        g.initializers,
+    )
+    proto = g.helper.make_model(
+        graph,
+        opset_imports=[g.helper.make_opsetid("", OPSET)],
+        producer_name="dsptrain",
+        doc_string=f"input: {INPUT_NOTE}",
+    )
+    proto.ir_version = 8  # readable by ONNX Runtime releases from 1.14 on
+    props = {
+        "dsptrain.input": INPUT_NOTE,
+        "dsptrain.recipe": trained.recipe,
+        "dsptrain.weights": (
+            f"int8 QDQ, {trained.recipe}'s scales"
+            if qdq and grids
+            else "int8 QDQ, power-of-two scales"
+            if qdq
+            else f"float32 on {trained.recipe}'s int8 grid"
+            if grids
+            else "float32"
+        ),
+        "dsptrain.activations": (
+            "NITI int8, per-batch power-of-two step"
+            if niti
+            else f"{trained.recipe} int8 at each product, per-batch step"
+            if grids
+            else "float32"
+        ),
+    }
+    if trained.meta.get("classes"):  # an image folder's class names, label by label
         props["dsptrain.classes"] = json.dumps(trained.meta["classes"])
     g.helper.set_model_props(proto, props)
     return proto
@@ -256,5 +318,7 @@ def write_onnx(trained, out, qdq: bool = False, niti: bool | None = None) -> str
     data = proto.SerializeToString()
     atomic_write(Path(out), lambda f: f.write(data))
     form = ("QDQ " if qdq else "") + ("NITI-rounding " if niti else "")
-    return (f"wrote {out}: {trained.model.name} ({trained.recipe}) as {form}ONNX, opset {OPSET}, "
-            f"{len(proto.graph.node)} nodes, {len(data)} bytes; input {INPUT_NOTE}")
+    return (
+        f"wrote {out}: {trained.model.name} ({trained.recipe}) as {form}ONNX, opset {OPSET}, "
+        f"{len(proto.graph.node)} nodes, {len(data)} bytes; input {INPUT_NOTE}"
+    )

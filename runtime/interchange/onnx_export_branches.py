@@ -1,6 +1,7 @@
 """ONNX nodes of the mobile CNNs' layers for onnx_export.py (float exports; NITI does not
 lower them): activations, the channel-scale Mul, Concat, a channel Slice and the
 Reshape-Transpose-Reshape channel shuffle, the forms onnx_import.py reads back."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,7 +22,7 @@ def export(g, layer, x, out_of, shape_of, out) -> str:
             return g.node("Clip", (x, low, high), out, name)
         if f == "hardsigmoid":
             return g.node("HardSigmoid", (x,), out, name, alpha=float(p[0]), beta=float(p[1]))
-        if f == "silu":   # as PyTorch exports it: x * Sigmoid(x)
+        if f == "silu":  # as PyTorch exports it: x * Sigmoid(x)
             return g.node("Mul", (x, g.node("Sigmoid", (x,), f"{name}.sigmoid", f"{name}.sigmoid")), out, name)
         op = {"hardswish": "HardSwish", "sigmoid": "Sigmoid", "tanh": "Tanh"}[f]
         return g.node(op, (x,), out, name)
@@ -30,8 +31,10 @@ def export(g, layer, x, out_of, shape_of, out) -> str:
     if isinstance(layer, Concat):
         return g.node("Concat", tuple(out_of[n] for n in layer.inputs), out, name, axis=1)
     if isinstance(layer, SliceChannels):
-        bounds = [g.const(f"{name}.{k}", np.array([v], np.int64)) for k, v in
-                  (("starts", layer.start), ("ends", layer.stop), ("axes", 1))]
+        bounds = [
+            g.const(f"{name}.{k}", np.array([v], np.int64))
+            for k, v in (("starts", layer.start), ("ends", layer.stop), ("axes", 1))
+        ]
         return g.node("Slice", (x, *bounds), out, name)
     h, w, c = shape_of
     grouped = g.const(f"{name}.grouped", np.array([0, layer.groups, c // layer.groups, h, w], np.int64))

@@ -17,6 +17,7 @@ drops it. The notes name each layer and say which happened.
 
 The operators themselves: onnx_ops.py.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,9 +25,9 @@ from pathlib import Path
 from ..errors import UserError
 from ..nn import INPUT, Model
 from .onnx_checks import check_model, read_model
-from .onnx_ops import HANDLERS, SUPPORTED, ModelFileError, Activation, ImportState, onnx_module, attrs_of, settle_biases
+from .onnx_ops import HANDLERS, SUPPORTED, Activation, ImportState, ModelFileError, attrs_of, onnx_module, settle_biases
 
-MIN_OPSET, MAX_OPSET = 7, 22     # default-domain opsets whose semantics of these ops we read
+MIN_OPSET, MAX_OPSET = 7, 22  # default-domain opsets whose semantics of these ops we read
 BIAS_POLICIES = ("fold", "drop")
 
 
@@ -40,8 +41,9 @@ def load_onnx(path, bias: str = "fold", name: str | None = None) -> tuple[Model,
     return from_proto(proto, path, bias, name, folder=folder)
 
 
-def from_proto(proto, path: str = "<onnx>", bias: str = "fold", name: str | None = None,
-               folder=None) -> tuple[Model, list[str]]:
+def from_proto(
+    proto, path: str = "<onnx>", bias: str = "fold", name: str | None = None, folder=None
+) -> tuple[Model, list[str]]:
     """`folder`: where the file's external data may be (None: a model built in memory)."""
     if bias not in BIAS_POLICIES:
         raise UserError(f"bias policy {bias!r} is not one of {', '.join(BIAS_POLICIES)}")
@@ -68,23 +70,29 @@ def from_proto(proto, path: str = "<onnx>", bias: str = "fold", name: str | None
             # a combination the checks (onnx_checks.py) let through and the handler did not foresee
             raise state.fail(node, f"cannot be imported ({type(exc).__name__}: {str(exc)[:80]})") from None
     if len(graph.output) != 1:
-        raise ModelFileError(f"{path}: the graph has {len(graph.output)} outputs; dsptrain imports a "
-                             f"classifier with one output (class scores)")
+        raise ModelFileError(
+            f"{path}: the graph has {len(graph.output)} outputs; dsptrain imports a "
+            f"classifier with one output (class scores)"
+        )
     out = state.values.get(graph.output[0].name)
     if not isinstance(out, Activation) or out.layer == INPUT or len(out.engine_shape) != 1:
         raise ModelFileError(f"{path}: output {graph.output[0].name!r} is not a vector of class scores")
     if out.layer != state.last:
-        raise ModelFileError(f"{path}: output {graph.output[0].name!r} comes from layer {out.layer!r}, "
-                             f"not from the last layer {state.last!r}")
+        raise ModelFileError(
+            f"{path}: output {graph.output[0].name!r} comes from layer {out.layer!r}, "
+            f"not from the last layer {state.last!r}"
+        )
     settle_biases(state)
     h, w, c = input_shape[1], input_shape[2], input_shape[0]
-    model = Model(name or Path(path).stem, (h, w, c), out.engine_shape[0], tuple(state.layers),
-                  initial_weights=state.weights)
+    model = Model(
+        name or Path(path).stem, (h, w, c), out.engine_shape[0], tuple(state.layers), initial_weights=state.weights
+    )
     model.shapes()
     return model, state.notes
 
 
 # ---------------------------------------------------------------- file-level checks
+
 
 def _check_opset(proto, path):
     opsets = {o.domain or "ai.onnx": o.version for o in proto.opset_import}
@@ -92,8 +100,10 @@ def _check_opset(proto, path):
     if version is None:
         raise ModelFileError(f"{path}: the model imports no default-domain (ai.onnx) opset")
     if not MIN_OPSET <= version <= MAX_OPSET:
-        raise ModelFileError(f"{path}: opset {version} is not supported (supported: {MIN_OPSET}..{MAX_OPSET}); "
-                             f"export with opset_version={min(max(version, MIN_OPSET), MAX_OPSET)}")
+        raise ModelFileError(
+            f"{path}: opset {version} is not supported (supported: {MIN_OPSET}..{MAX_OPSET}); "
+            f"export with opset_version={min(max(version, MIN_OPSET), MAX_OPSET)}"
+        )
     return version
 
 
@@ -101,17 +111,22 @@ def _the_input(graph, state, path):
     inputs = [i for i in graph.input if i.name not in state.values]
     if len(inputs) != 1:
         names = ", ".join(repr(i.name) for i in inputs) or "none"
-        raise ModelFileError(f"{path}: the graph has {len(inputs)} inputs ({names}); dsptrain imports models "
-                             f"with one image input (N, C, H, W)")
+        raise ModelFileError(
+            f"{path}: the graph has {len(inputs)} inputs ({names}); dsptrain imports models "
+            f"with one image input (N, C, H, W)"
+        )
     value = inputs[0]
     dims = value.type.tensor_type.shape.dim
     if len(dims) != 4:
-        raise ModelFileError(f"{path}: input {value.name!r} has {len(dims)} dimensions; expected an image "
-                             f"batch (N, C, H, W)")
+        raise ModelFileError(
+            f"{path}: input {value.name!r} has {len(dims)} dimensions; expected an image batch (N, C, H, W)"
+        )
     shape = []
     for axis, dim in zip("CHW", dims[1:]):
         if not dim.HasField("dim_value") or dim.dim_value < 1:
-            raise ModelFileError(f"{path}: input {value.name!r} has a dynamic {axis} dimension "
-                                 f"({dim.dim_param or '?'}); only the batch dimension may be dynamic")
+            raise ModelFileError(
+                f"{path}: input {value.name!r} has a dynamic {axis} dimension "
+                f"({dim.dim_param or '?'}); only the batch dimension may be dynamic"
+            )
         shape.append(int(dim.dim_value))
     return value.name, tuple(shape)

@@ -34,6 +34,7 @@ fed the batches dsptrain evaluates (or one image at a time), ONNX Runtime gives
 dsptrain's logits. Exact while a layer's integer sums stay below 2**24 (float32's
 integer range; every LeNet-5 layer: at most 400 * 127 * 127).
 """
+
 from __future__ import annotations
 
 import math
@@ -44,21 +45,26 @@ from ..errors import UserError
 from ..nn import INPUT, Dropout
 from ..numerics import QTensor
 
-INPUT_STEP = 2.0 ** -7       # niti.INPUT_EXPONENT
+INPUT_STEP = 2.0**-7  # niti.INPUT_EXPONENT
 
 
 def is_niti(trained) -> bool:
     """Was the checkpoint trained by NITI? Its recipe's name, or (a recipe of its own under
     another name) int8 weights with one exponent, which only NITI's module keeps."""
     weights = [trained.state.get(f"{layer.name}.w") for layer in trained.model.parametric()]
-    return trained.recipe == "niti" or bool(weights) and all(
-        isinstance(w, QTensor) and w.q.dtype == np.int8 for w in weights)
+    return (
+        trained.recipe == "niti"
+        or bool(weights)
+        and all(isinstance(w, QTensor) and w.q.dtype == np.int8 for w in weights)
+    )
 
 
 def check(trained) -> None:
     if not is_niti(trained):
-        raise UserError(f"{trained.path}: format onnx-niti writes NITI's integer evaluation; this checkpoint "
-                        f"was trained with {trained.recipe!r} (use onnx or onnx-qdq)")
+        raise UserError(
+            f"{trained.path}: format onnx-niti writes NITI's integer evaluation; this checkpoint "
+            f"was trained with {trained.recipe!r} (use onnx or onnx-qdq)"
+        )
 
 
 def int8_layers(model) -> tuple[set, set]:
@@ -67,8 +73,10 @@ def int8_layers(model) -> tuple[set, set]:
     from ..algorithms.int_mixed import layer_dtypes
 
     formats = layer_dtypes(model)
-    return ({name for name, (reads, _) in formats.items() if reads == "int8"},
-            {name for name, (_, writes) in formats.items() if writes == "int8"})
+    return (
+        {name for name, (reads, _) in formats.items() if reads == "int8"},
+        {name for name, (_, writes) in formats.items() if writes == "int8"},
+    )
 
 
 class Rounding:
@@ -77,7 +85,7 @@ class Rounding:
 
     def __init__(self, g, state, model):
         self.g, self.state = g, state
-        self.step_of: dict[str, str] = {}      # int8 outputs only: a float one has no step
+        self.step_of: dict[str, str] = {}  # int8 outputs only: a float one has no step
         self.reads_int8, self.writes_int8 = int8_layers(model)
 
     def is_int8(self, layer_name: str) -> bool:
@@ -117,8 +125,9 @@ class Rounding:
     def average(self, layer, mean: str, reads: str, hw: int) -> str:
         """An average pool's means (global: (N, C); windows: (N, C, OH, OW)), their step the
         input's divided by the window's H*W."""
-        step = self._node(layer.name, "Div", (self.step_of[reads], self._const(layer.name, "hw", float(hw))),
-                          "step_mean")
+        step = self._node(
+            layer.name, "Div", (self.step_of[reads], self._const(layer.name, "hw", float(hw))), "step_mean"
+        )
         return self._requantize(layer.name, mean, step)
 
     def keep(self, layer, reads: str) -> None:
@@ -149,14 +158,19 @@ class Rounding:
         two, one = c("two", 2.0), c("one", 1.0)
         b = n("Ceil", (n("Mul", (n("Log", (top,), "ln"), c("inv_ln2", 1 / math.log(2))), "log2"),), "b_guess")
         b_minus = n("Sub", (b, one), "b_minus")
-        b = n("Where", (n("GreaterOrEqual", (n("Pow", (two, b_minus), "p_minus"), top), "too_high"), b_minus, b),
-              "b_low")
+        b = n(
+            "Where", (n("GreaterOrEqual", (n("Pow", (two, b_minus), "p_minus"), top), "too_high"), b_minus, b), "b_low"
+        )
         b_plus = n("Add", (b, one), "b_plus")
         b = n("Where", (n("Less", (n("Pow", (two, b), "p_b"), top), "too_low"), b_plus, b), "b")
         step = n("Max", (step_e, n("Pow", (two, n("Sub", (b, c("seven", 7.0)), "b7")), "step_range")), "step")
-        magnitude = n("Floor", (n("Add", (n("Div", (n("Abs", (y,), "abs2"), step), "scaled"), c("half", 0.5)),
-                                      "rounded"),), "floor")
-        q = n("Clip", (n("Mul", (n("Sign", (y,), "sign"), magnitude), "signed"), c("qmin", -127.0),
-                       c("qmax", 127.0)), "q")
+        magnitude = n(
+            "Floor",
+            (n("Add", (n("Div", (n("Abs", (y,), "abs2"), step), "scaled"), c("half", 0.5)), "rounded"),),
+            "floor",
+        )
+        q = n(
+            "Clip", (n("Mul", (n("Sign", (y,), "sign"), magnitude), "signed"), c("qmin", -127.0), c("qmax", 127.0)), "q"
+        )
         self.step_of[name] = step
         return n("Mul", (q, step), "out")

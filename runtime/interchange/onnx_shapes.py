@@ -1,6 +1,7 @@
 """Shapes computed in an ONNX graph (Shape -> Gather -> Unsqueeze -> Concat, `//` and the
 exporter's casts), as PyTorch writes `x.view(x.size(0), -1)`, a channel shuffle's view or
 `x.chunk(2, dim=1)`: their values are known at import, so they become plain ints."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -67,8 +68,9 @@ def gather(state, node, attrs):
 
 
 def unsqueeze(state, node, attrs):
-    axes = list(attrs.get("axes", [])) or ([int(v) for v in const_of(state, node, 1, "the axes")]
-                                           if len(node.input) > 1 else [])
+    axes = list(attrs.get("axes", [])) or (
+        [int(v) for v in const_of(state, node, 1, "the axes")] if len(node.input) > 1 else []
+    )
     dims = shape_input(state, node, 0)
     if axes != [0] or not dims.scalar:
         raise state.fail(node, "Unsqueeze is supported only to turn a picked dimension into a 1-D shape")

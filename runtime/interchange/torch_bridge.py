@@ -9,6 +9,7 @@ module in training mode instead (batch norm with its running-statistics outputs,
 kept): the import gives the same layers under the same names either way, so a
 `train.freeze` list written for one carries over to the other.
 """
+
 from __future__ import annotations
 
 import io
@@ -36,18 +37,33 @@ def to_onnx_bytes(module, example_input, mode: str = "eval", opset: int = OPSET)
     buffer = io.BytesIO()
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")   # the legacy exporter's deprecation notes
-            torch.onnx.export(module, (example_input,), buffer, dynamo=False, opset_version=opset,
-                              training=training, do_constant_folding=mode == "eval",
-                              input_names=["input"], output_names=["logits"],
-                              dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+            warnings.simplefilter("ignore")  # the legacy exporter's deprecation notes
+            torch.onnx.export(
+                module,
+                (example_input,),
+                buffer,
+                dynamo=False,
+                opset_version=opset,
+                training=training,
+                do_constant_folding=mode == "eval",
+                input_names=["input"],
+                output_names=["logits"],
+                dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+            )
     finally:
         module.train(was_training)
     return buffer.getvalue()
 
 
-def from_torch(module, example_input, num_classes: int | None = None, bias: str = "fold", name: str | None = None,
-               mode: str = "eval", opset: int = OPSET):
+def from_torch(
+    module,
+    example_input,
+    num_classes: int | None = None,
+    bias: str = "fold",
+    name: str | None = None,
+    mode: str = "eval",
+    opset: int = OPSET,
+):
     """A dsptrain Model with `module`'s weights, e.g.
     `dsptrain.from_torch(net, torch.zeros(1, 1, 28, 28))`. The input is NCHW as in PyTorch;
     dsptrain feeds it (pixel - 128) / 128, so train the module on that scaling. `mode`:

@@ -11,6 +11,7 @@ the largest |w| in the grid). NITI's own initial quantization rescales a layer's
 +-127 (numerics.quantize_weights), which changes a pretrained function where branches
 join (a residual add sums two layers' outputs at their own scales), so imports keep values.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,7 +33,7 @@ def pow2_grid(w: np.ndarray, bits: int = 8, headroom: int = 0, dtype=np.int8) ->
     if top == 0.0:
         return QTensor(np.zeros(w.shape, dtype), 0)
     e = math.ceil(math.log2(top / limit)) + headroom
-    q = np.clip(np.rint(w / 2.0 ** e), -limit, limit)
+    q = np.clip(np.rint(w / 2.0**e), -limit, limit)
     return QTensor(q.astype(dtype), e)
 
 
@@ -62,5 +63,7 @@ def starting_state(algorithm, model, recipe, rng: np.random.Generator) -> dict:
 
 def float_weights(state: dict) -> dict:
     """Every tensor of a trained state as float32 (integer weights dequantized)."""
-    return {name: (value.dequantize().astype(np.float32) if isinstance(value, QTensor)
-                   else np.asarray(value, np.float32)) for name, value in state.items()}
+    return {
+        name: (value.dequantize().astype(np.float32) if isinstance(value, QTensor) else np.asarray(value, np.float32))
+        for name, value in state.items()
+    }

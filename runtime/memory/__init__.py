@@ -10,14 +10,33 @@ plan that fits a budget.
 - report.py: the text `dsptrain plan` prints;
 - rss.py: the process's resident set around one training step (per-batch RSS growth).
 """
+
+from . import pool
 from .arena import Arena, fix_malloc_threshold
 from .budget import Available, BudgetError, Fixed, Schedule, format_size, parse_size, size_setting, source_from_config
 from .fit import Fitter, Option
 from .planner import MemoryPlan, plan_memory
-from . import pool
 from .report import describe
 from .rss import StepRss, peak_rss_bytes, rss_bytes
 
-__all__ = ["Arena", "Available", "BudgetError", "Fixed", "Schedule", "format_size", "parse_size", "size_setting",
-           "source_from_config", "Fitter", "Option", "MemoryPlan", "plan_memory", "describe",
-           "fix_malloc_threshold", "StepRss", "peak_rss_bytes", "rss_bytes", "pool"]
+__all__ = [
+    "Arena",
+    "Available",
+    "BudgetError",
+    "Fixed",
+    "Schedule",
+    "format_size",
+    "parse_size",
+    "size_setting",
+    "source_from_config",
+    "Fitter",
+    "Option",
+    "MemoryPlan",
+    "plan_memory",
+    "describe",
+    "fix_malloc_threshold",
+    "StepRss",
+    "peak_rss_bytes",
+    "rss_bytes",
+    "pool",
+]

@@ -14,6 +14,7 @@ fragments: measured, 5-8% above the planned peak. The first arena therefore fixe
 threshold at 128 KB (mallopt M_MMAP_THRESHOLD, which also stops the raising), so a freed
 large block goes back to the system and the plan's peak bounds the process.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,7 +22,6 @@ import dataclasses
 import numpy as np
 
 from .planner import ALIGN, Buffer
-
 
 MMAP_THRESHOLD = 128 * 1024
 _malloc_fixed = False
@@ -38,10 +38,9 @@ def fix_malloc_threshold() -> None:
         import ctypes.util
 
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(-3, MMAP_THRESHOLD)      # -3: M_MMAP_THRESHOLD (malloc.h)
-    except (OSError, AttributeError):           # not glibc: nothing to fix
+        libc.mallopt(-3, MMAP_THRESHOLD)  # -3: M_MMAP_THRESHOLD (malloc.h)
+    except (OSError, AttributeError):  # not glibc: nothing to fix
         pass
-
 
 
 def _elements(value) -> np.ndarray:
@@ -52,14 +51,15 @@ def _elements(value) -> np.ndarray:
         return q
     return np.asarray(value)
 
+
 class Arena:
     def __init__(self, nbytes: int):
         fix_malloc_threshold()
         raw = np.empty(nbytes + ALIGN, np.uint8)
-        skip = (-raw.ctypes.data) % ALIGN          # start on an HVX-vector boundary
-        self.buffer = raw[skip:skip + nbytes]
+        skip = (-raw.ctypes.data) % ALIGN  # start on an HVX-vector boundary
+        self.buffer = raw[skip : skip + nbytes]
         self.nbytes = nbytes
-        self.high_water = 0                       # max end offset written this step
+        self.high_water = 0  # max end offset written this step
         self.spilled: dict[str, int] = {}
 
     def begin_step(self) -> None:
@@ -73,7 +73,7 @@ class Arena:
         if nbytes > buf.nbytes:
             return None
         self.high_water = max(self.high_water, buf.offset + nbytes)
-        return self.buffer[buf.offset:buf.offset + nbytes].view(dtype).reshape(shape)
+        return self.buffer[buf.offset : buf.offset + nbytes].view(dtype).reshape(shape)
 
     def store(self, buf: Buffer, value, name: str):
         """Copy `value` (an array, or a quantized tensor: QTensor, an emulated recipe's
@@ -81,7 +81,7 @@ class Arena:
         array = _elements(value)
         if array.ctypes.data == self.buffer.ctypes.data + buf.offset and array.flags.c_contiguous:
             self.high_water = max(self.high_water, buf.offset + array.nbytes)
-            return value                          # already there (state from the last step)
+            return value  # already there (state from the last step)
         slot = self.view(buf, array.shape, array.dtype)
         if slot is None:
             self.spilled[name] = array.nbytes

@@ -9,6 +9,7 @@ Sizes use binary units: K, M, G (with or without B or iB) are powers of 1024. A 
 maps the first step at which a value holds to the value; before its first step there is
 no budget. The trainer asks for the budget between steps (`BudgetSource.at`).
 """
+
 from __future__ import annotations
 
 import re

@@ -32,19 +32,20 @@ The per-byte constants were fitted to steps of VGG-11 (batch 128) and ResNet-18 
 row per slice costs 2.9x (ResNet-18) to 9.7x (VGG-11) the unsliced step, mostly in
 the weights each slice streams again. RERUN is assumed.
 """
+
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..graph import TrainGraph
 from .budget import BudgetError, format_size
 from .planner import MemoryPlan, plain_peak, value_bytes
 from .recompute import CALL_MACS, variants
 
-RERUN = 0.5                # share of range-taking ops whose slices' shifts differ (assumed)
-COPY_MACS_PER_BYTE = 8     # a byte copied (~10 GB/s) vs. one int8 MAC (~80 GMAC/s)
+RERUN = 0.5  # share of range-taking ops whose slices' shifts differ (assumed)
+COPY_MACS_PER_BYTE = 8  # a byte copied (~10 GB/s) vs. one int8 MAC (~80 GMAC/s)
 WEIGHT_MACS_PER_BYTE = 32  # a weight or weight-gradient byte touched by one call (fitted, see above)
 
 
@@ -79,7 +80,7 @@ class Option:
     peak: int
     cost: float
     scratch: int = 0
-    scratch_buffers: tuple = ()     # (buffer, bytes) pairs summing to `scratch`
+    scratch_buffers: tuple = ()  # (buffer, bytes) pairs summing to `scratch`
 
     @property
     def label(self) -> str:
@@ -141,8 +142,13 @@ class Fitter:
     """Every option for one graph, evaluated once; `choose(budget)` is then a lookup, so a
     budget that moves between steps changes the plan without planning again."""
 
-    def __init__(self, graph: TrainGraph, micro_batch: int | None = None, recompute: str = "auto",
-                 scratch: ScratchFn | None = None):
+    def __init__(
+        self,
+        graph: TrainGraph,
+        micro_batch: int | None = None,
+        recompute: str = "auto",
+        scratch: ScratchFn | None = None,
+    ):
         """`scratch`: (op, rows) -> the scratch its backend keeps, by buffer (Plan.scratch_bytes);
         None counts none (no backends known, e.g. `dsptrain plan`)."""
         self.graph, self.forced_micro_batch, self.recompute = graph, micro_batch, recompute
@@ -159,8 +165,16 @@ class Fitter:
             for memory in variants(self.graph, self.recompute):
                 for m in sizes:
                     total = sum(kept[m].values())
-                    found.append(Option(memory, m, memory.peak(m) + total, step_cost(memory, m), total,
-                                        tuple(sorted(kept[m].items()))))
+                    found.append(
+                        Option(
+                            memory,
+                            m,
+                            memory.peak(m) + total,
+                            step_cost(memory, m),
+                            total,
+                            tuple(sorted(kept[m].items())),
+                        )
+                    )
             self._options = sorted(found, key=lambda o: (o.cost, o.peak))
         return self._options
 
@@ -181,7 +195,8 @@ class Fitter:
         raise BudgetError(
             f"memory budget {format_size(budget)} ({budget} bytes) is too small for batch {self.graph.batch} "
             f"of this model with {self.graph.recipe}: the smallest feasible budget is {format_size(least.peak)} "
-            f"({least.peak} bytes, {least.label}); lower the batch size or raise the budget")
+            f"({least.peak} bytes, {least.label}); lower the batch size or raise the budget"
+        )
 
 
 def must_release(held: dict[str, int], option: Option) -> bool:

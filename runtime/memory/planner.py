@@ -24,6 +24,7 @@ activation. A tensor written twice is two *values* with separate lifetimes.
   hook returns a fresh array that the executor then copies into its arena slot. Both are
   counted from shapes per op (and per micro-batch: see `op_workspace`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ import numpy as np
 from .. import numerics
 from ..graph import Op, TrainGraph
 
-ALIGN = 128                    # HVX vector width: every arena offset is a multiple of it
+ALIGN = 128  # HVX vector width: every arena offset is a multiple of it
 PERSISTENT_ROLES = ("weight", "state")
 BEFORE_STEP_ROLES = ("input", "label", "weight", "state")
 # Workspace of the RANGE_HOOKS ops (graph.py): they run in NumPy (ops_ref: no native
@@ -49,9 +50,18 @@ RANGE_HOOK_WORKSPACE = {"add_align_s8": ("output", 80), "avgpool_global_s8": ("i
 # the first op.
 INPUT_PREPARE_EXTRA_BYTES = 4
 
-CATEGORIES = {"weight": "weights", "state": "optimizer state", "input": "inputs and labels",
-              "label": "inputs and labels", "activation": "activations", "saved": "activations", "quantized_weight": "weights",
-              "error": "errors", "grad": "weight gradients", "accum": "weight gradients"}
+CATEGORIES = {
+    "weight": "weights",
+    "state": "optimizer state",
+    "input": "inputs and labels",
+    "label": "inputs and labels",
+    "activation": "activations",
+    "saved": "activations",
+    "quantized_weight": "weights",
+    "error": "errors",
+    "grad": "weight gradients",
+    "accum": "weight gradients",
+}
 
 
 @dataclass(frozen=True)
@@ -113,7 +123,7 @@ def op_workspace(graph: TrainGraph, op: Op, rows: int) -> int:
         which, per_element = RANGE_HOOK_WORKSPACE[op.range_hook()]
         name = op.outputs[0] if which == "output" else op.inputs[0]
         total += int(np.prod(graph.tensors[name].shape)) * rows // batch * per_element
-    if "workspace" in op.attrs:   # what the recipe's op allocates besides (algorithms/_products.product_workspace)
+    if "workspace" in op.attrs:  # what the recipe's op allocates besides (algorithms/_products.product_workspace)
         per_row, fixed = op.attrs["workspace"]
         total += per_row * rows + fixed
     return total
@@ -136,7 +146,7 @@ class Buffer:
     nbytes: int
     start: int
     end: int
-    values: list = field(default_factory=list)     # (tensor, version), in write order
+    values: list = field(default_factory=list)  # (tensor, version), in write order
     offset: int = -1
 
     def overlaps(self, other: Buffer) -> bool:
@@ -150,13 +160,13 @@ class MemoryPlan:
     graph: TrainGraph
     schedule: list[Step]
     buffers: list[Buffer]
-    initial: dict                   # tensor -> Buffer, filled before the first op
-    writes: list[dict]              # per step: tensor -> Buffer its output goes to
-    frees: list[list[str]]          # per step: tensors whose value dies after it
-    dtypes: dict                    # tensor -> planned dtype (weight gradients: int32 or int64)
+    initial: dict  # tensor -> Buffer, filled before the first op
+    writes: list[dict]  # per step: tensor -> Buffer its output goes to
+    frees: list[list[str]]  # per step: tensors whose value dies after it
+    dtypes: dict  # tensor -> planned dtype (weight gradients: int32 or int64)
     arena_bytes: int
-    live: list[int]                 # per step: bytes of buffers alive
-    label: str = "keep all"         # how activations were kept (recompute.py sets it)
+    live: list[int]  # per step: bytes of buffers alive
+    label: str = "keep all"  # how activations were kept (recompute.py sets it)
     kept: frozenset = frozenset()
 
     @property
@@ -194,8 +204,9 @@ class MemoryPlan:
     _start: dict = field(default_factory=dict, repr=False)
 
 
-def plan_memory(graph: TrainGraph, schedule: list[Step], label: str = "keep all",
-                kept: frozenset = frozenset()) -> MemoryPlan:
+def plan_memory(
+    graph: TrainGraph, schedule: list[Step], label: str = "keep all", kept: frozenset = frozenset()
+) -> MemoryPlan:
     """Lifetimes, buffers and arena offsets for running `schedule` on `graph`."""
     n = len(schedule)
     life = _lifetimes(graph, schedule)
@@ -203,8 +214,14 @@ def plan_memory(graph: TrainGraph, schedule: list[Step], label: str = "keep all"
     # A value no later step reads (an output a re-run op makes besides the one asked for:
     # Octo's product_comp rebuilt for its raw product) takes no slot: the runner drops it
     # after the op, and op_workspace already counts it as a fresh result.
-    unread = {v for v in start if start[v] >= 0 and end[v] == start[v] and v[0] != graph.logits
-              and graph.tensors[v[0]].role not in PERSISTENT_ROLES}
+    unread = {
+        v
+        for v in start
+        if start[v] >= 0
+        and end[v] == start[v]
+        and v[0] != graph.logits
+        and graph.tensors[v[0]].role not in PERSISTENT_ROLES
+    }
     buffers, owner = _share_buffers(graph, schedule, life, unread)
     _assign_offsets(buffers)
     arena = max((b.offset + b.nbytes for b in buffers), default=0)
@@ -225,6 +242,7 @@ class _Lifetimes:
     """The values (tensor, version) of a schedule: the step that writes each (start; -1 for
     what exists before the step) and the last that reads it (end; past the schedule for
     weights and the logits), each tensor's last version and dtype, and what each step writes."""
+
     start: dict = field(default_factory=dict)
     end: dict = field(default_factory=dict)
     version: dict = field(default_factory=dict)
@@ -247,7 +265,7 @@ def _lifetimes(graph: TrainGraph, schedule: list[Step]) -> _Lifetimes:
         written = []
         for t in op.outputs:
             if graph.tensors[t].role in PERSISTENT_ROLES:
-                written.append((t, 0))          # an update writes the weight in place
+                written.append((t, 0))  # an update writes the weight in place
                 continue
             version[t] = version.get(t, -1) + 1
             value = (t, version[t])
@@ -288,7 +306,7 @@ def _share_buffers(graph: TrainGraph, schedule: list[Step], life: _Lifetimes, un
         claimed = set()
         for value in life.writes[i]:
             t = value[0]
-            if value in owner or value in unread:   # a weight updated in place; a value dropped
+            if value in owner or value in unread:  # a weight updated in place; a value dropped
                 continue
             nbytes = value_bytes(graph, op, t)
             host = None
@@ -297,9 +315,13 @@ def _share_buffers(graph: TrainGraph, schedule: list[Step], life: _Lifetimes, un
             elif not op.takes_range() and graph.row_local(op) and graph.is_row_shaped(t):
                 for v in inputs:
                     buf = owner[v]
-                    if (buf.index not in claimed and buf.end == i and buf.nbytes == nbytes
-                            and graph.tensors[v[0]].role not in BEFORE_STEP_ROLES
-                            and graph.tensors[v[0]].shape[0] == graph.tensors[t].shape[0]):
+                    if (
+                        buf.index not in claimed
+                        and buf.end == i
+                        and buf.nbytes == nbytes
+                        and graph.tensors[v[0]].role not in BEFORE_STEP_ROLES
+                        and graph.tensors[v[0]].shape[0] == graph.tensors[t].shape[0]
+                    ):
                         host = buf
                         break
             if host is None:
@@ -337,6 +359,9 @@ def plain_peak(graph: TrainGraph) -> int:
             if graph.tensors[t].role in ("grad", "accum"):
                 total += value_bytes(graph, op, t) - graph.tensors[t].nbytes
     total += sum(spec.nbytes for spec in graph.tensors.values() if spec.role in PERSISTENT_ROLES)
-    accumulators = [op_workspace(graph, op, graph.batch) - sum(
-        value_bytes(graph, op, t) for t in op.outputs) for op in graph.ops if op.takes_range() or "workspace" in op.attrs]
+    accumulators = [
+        op_workspace(graph, op, graph.batch) - sum(value_bytes(graph, op, t) for t in op.outputs)
+        for op in graph.ops
+        if op.takes_range() or "workspace" in op.attrs
+    ]
     return total + max(accumulators, default=0)

@@ -15,13 +15,14 @@ fall back to the allocator NumPy had (`misses`: the plan missed them).
     with serving(option.workspace):
         ...the step...
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
 
 try:
     from .. import _cpu_ops as _native
-except ImportError:       # no native build: NumPy's own allocator serves every array
+except ImportError:  # no native build: NumPy's own allocator serves every array
     _native = None
 
 _reserved = {"bytes": None}

@@ -18,6 +18,7 @@ Three ways to choose what to keep:
 - keep nothing and rebuild only the tensor asked for (`materialize=False`): the least
   memory, at quadratic recompute cost (Chen et al.'s O(1)-memory end point).
 """
+
 from __future__ import annotations
 
 import math
@@ -78,7 +79,7 @@ def build_schedule(graph: TrainGraph, keep: set, materialize: bool = True) -> li
             present.add(t)
 
     def drop_chain_intermediates():
-        if not materialize:   # the next request rebuilds from a kept tensor again
+        if not materialize:  # the next request rebuilds from a kept tensor again
             present.intersection_update((set(keep) & cands) | always | asked)
 
     asked: set[str] = set()
@@ -122,7 +123,9 @@ def _idle_steps(graph: TrainGraph) -> dict:
     out = {}
     for t in candidates(graph):
         reads = [i for i, op in enumerate(ops) if t in op.inputs]
-        fwd_reads = [i for i in reads if ops[i].phase == "forward"] or [next(i for i, op in enumerate(ops) if t in op.outputs)]
+        fwd_reads = [i for i in reads if ops[i].phase == "forward"] or [
+            next(i for i, op in enumerate(ops) if t in op.outputs)
+        ]
         later = [i for i in reads if ops[i].phase in ("backward", "update")]
         out[t] = max(min(later) - max(fwd_reads), 1)
     return out
@@ -162,11 +165,14 @@ def variants(graph: TrainGraph, mode: str = "auto") -> list[MemoryPlan]:
         keep = set(candidates(graph))
         plans.append(plan_memory(graph, build_schedule(graph, keep), "keep all", frozenset(keep)))
     if mode in ("auto", "budget"):
-        plans += list(evictions(graph))[1 if mode == "auto" else 0:]
+        plans += list(evictions(graph))[1 if mode == "auto" else 0 :]
     if mode in ("auto", "sqrt"):
         keep = chen_sqrt_keep(graph)
         plans.append(plan_memory(graph, build_schedule(graph, keep), "sqrt(n) checkpoints (Chen)", frozenset(keep)))
     if mode in ("auto", "all"):
-        plans.append(plan_memory(graph, build_schedule(graph, set(), materialize=False),
-                                 "recompute all (keep none)", frozenset()))
+        plans.append(
+            plan_memory(
+                graph, build_schedule(graph, set(), materialize=False), "recompute all (keep none)", frozenset()
+            )
+        )
     return plans

@@ -13,6 +13,7 @@ what getrusage reports as ru_maxrss from then on, so the process peak is kept he
 `peak_rss_bytes()` is the largest of ru_maxrss and every step's high-water mark.
 Without /proc (macOS), growth is the RSS after the step less before it, and step_peak None.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,7 +49,7 @@ def _status(*fields: str) -> list[int | None]:
         at = text.find(b"\n" + field.encode() + b":") if text else -1
         if at >= 0:
             try:
-                value = int(text[at:text.index(b"\n", at + 1)].split()[1]) * 1024
+                value = int(text[at : text.index(b"\n", at + 1)].split()[1]) * 1024
             except (ValueError, IndexError):
                 value = None
         values.append(value)
@@ -93,7 +94,7 @@ class StepRss:
 
     def begin(self) -> None:
         hwm, rss = _status("VmHWM", "VmRSS")
-        peak_rss_bytes(hwm)   # fold the high-water mark so far into the process peak first
+        peak_rss_bytes(hwm)  # fold the high-water mark so far into the process peak first
         try:
             fd = os.open(_CLEAR_REFS, os.O_WRONLY)
             try:

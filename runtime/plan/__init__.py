@@ -15,14 +15,28 @@ backends; `dsptrain plan` only reads them).
     building.py    build(): placement, then batch splitting and co-scheduling under the scheduler
     planner.py     the Planner: the backends of one choice; builds, prepares and runs their plans
 """
+
+from .building import build
 from .cache import PlanCache
 from .coschedule import choose_micro_batches
 from .placement import PLACEMENTS, cpu_only_pattern, place
 from .plan import Placement, Plan
-from .building import build
 from .planner import Planner
 from .scratch import ScratchTable
 from .splitting import PRODUCT_HOOKS, splittable, working_set
 
-__all__ = ["PLACEMENTS", "PRODUCT_HOOKS", "Placement", "Plan", "PlanCache", "Planner", "ScratchTable", "build",
-           "choose_micro_batches", "cpu_only_pattern", "place", "splittable", "working_set"]
+__all__ = [
+    "PLACEMENTS",
+    "PRODUCT_HOOKS",
+    "Placement",
+    "Plan",
+    "PlanCache",
+    "Planner",
+    "ScratchTable",
+    "build",
+    "choose_micro_batches",
+    "cpu_only_pattern",
+    "place",
+    "splittable",
+    "working_set",
+]

@@ -1,5 +1,6 @@
 """build(): a graph's Plan under the run's scheduler: placement, batch splitting's switch,
 co-scheduling's micro-batch count."""
+
 from __future__ import annotations
 
 from ..backends import ACCELERATOR

@@ -1,4 +1,5 @@
 """Plans by batch size and mode, built once each."""
+
 from __future__ import annotations
 
 from .plan import Plan

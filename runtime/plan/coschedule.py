@@ -1,5 +1,6 @@
 """Co-scheduling (Mandheling): how many micro-batches a step runs in flight across the DSP
 and the CPU (execute/pipeline.py runs them)."""
+
 from __future__ import annotations
 
 from .plan import Plan

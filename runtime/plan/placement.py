@@ -16,6 +16,7 @@ that supports it and does not decline it. The DSP declines, when the CPU is ther
 `scheduler.placement: first` keeps the plain first-that-supports order. Every decision
 keeps its reason: DSPTRAIN_DEBUG=1 prints them, `Plan.describe()` lists them.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,11 +41,12 @@ def cpu_only_pattern() -> re.Pattern | None:
         raise ConfigError("DSPTRAIN_CPU_ONLY_OPS", None, f"{text!r} is not a regular expression: {exc}") from None
 
 
-PLACEMENTS = ("profile", "first")   # scheduler.placement (config.SchedulerConfig)
+PLACEMENTS = ("profile", "first")  # scheduler.placement (config.SchedulerConfig)
 
 
-def place(graph: TrainGraph, backends: dict, ops=None, co_schedule: bool = False,
-          device=None, placement: str = "first") -> Plan:
+def place(
+    graph: TrainGraph, backends: dict, ops=None, co_schedule: bool = False, device=None, placement: str = "first"
+) -> Plan:
     """Place every op of `graph` (or `ops`) on the first backend of `backends` that takes it.
 
     With `placement` "profile" and a `device` profile (config.DeviceProfile), ops with a hook
@@ -62,8 +64,11 @@ def place(graph: TrainGraph, backends: dict, ops=None, co_schedule: bool = False
     for op in ops if ops is not None else graph.ops:
         declined = []
         for name, backend in backends.items():
-            if name == ACCELERATOR and forced_off_dsp and (forced_off_dsp.search(op.name)
-                                                           or forced_off_dsp.search(op.kind)):
+            if (
+                name == ACCELERATOR
+                and forced_off_dsp
+                and (forced_off_dsp.search(op.name) or forced_off_dsp.search(op.kind))
+            ):
                 declined.append((name, "forced off the DSP by DSPTRAIN_CPU_ONLY_OPS"))
                 continue
             if name == ACCELERATOR and co_schedule and op.phase == "update" and HOST in backends:
@@ -71,11 +76,15 @@ def place(graph: TrainGraph, backends: dict, ops=None, co_schedule: bool = False
                 continue
             bad = [h for h in op.hooks if h in bad_at]
             if name == ACCELERATOR and bad and HOST in backends:
-                declined.append((name, "; ".join(f"profile {device.name}: the DSP is bad at {h} ({bad_at[h]})"
-                                                 for h in bad)))
+                declined.append(
+                    (name, "; ".join(f"profile {device.name}: the DSP is bad at {h} ({bad_at[h]})" for h in bad))
+                )
                 continue
-            host_faster, speeds = faster_on_host(device, graph, op) if by_profile and name == ACCELERATOR \
-                and HOST in backends else (False, "")
+            host_faster, speeds = (
+                faster_on_host(device, graph, op)
+                if by_profile and name == ACCELERATOR and HOST in backends
+                else (False, "")
+            )
             if host_faster:
                 declined.append((name, f"{speeds}: faster on the CPU"))
                 continue
@@ -85,8 +94,9 @@ def place(graph: TrainGraph, backends: dict, ops=None, co_schedule: bool = False
                 break
             declined.append((name, why))
         else:
-            raise RuntimeError(f"no backend can run {op.name} ({op.kind}): " +
-                               "; ".join(f"{b}: {why}" for b, why in declined))
+            raise RuntimeError(
+                f"no backend can run {op.name} ({op.kind}): " + "; ".join(f"{b}: {why}" for b, why in declined)
+            )
     plan = Plan(graph, placement_of, tuple(backends), backends=dict(backends), device=device)
     if os.environ.get("DSPTRAIN_DEBUG"):
         print(plan.describe(), file=sys.stderr)

@@ -1,6 +1,7 @@
 """The Plan of one graph: which backend runs each op and why (Placement), what that costs
 in bytes and scratch, batch splitting's chunks (splitting.py decides them) and
 co-scheduling's op lists. Frozen: a change is a new Plan (`replace`)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,7 +17,7 @@ from .splitting import split_decision
 class Placement:
     backend: str
     reason: str
-    declined: tuple[tuple[str, str], ...] = ()   # (backend, why not) for those tried first
+    declined: tuple[tuple[str, str], ...] = ()  # (backend, why not) for those tried first
 
 
 @dataclass(frozen=True, eq=False)
@@ -26,13 +27,13 @@ class Plan:
 
     graph: TrainGraph
     placement: dict[str, Placement]
-    order: tuple[str, ...]                        # backend names, priority order
+    order: tuple[str, ...]  # backend names, priority order
     stats: dict = field(default_factory=dict)
-    device: object = None                         # config.DeviceProfile: batch splitting reads it
+    device: object = None  # config.DeviceProfile: batch splitting reads it
     batch_split: bool = False
-    micro_batches: int = 1                        # co-scheduling: micro-batches in flight (1: off)
+    micro_batches: int = 1  # co-scheduling: micro-batches in flight (1: off)
     micro_batches_reason: str = "co-scheduling is off"
-    backends: dict = field(default_factory=dict, repr=False)   # name -> Backend (place() sets it)
+    backends: dict = field(default_factory=dict, repr=False)  # name -> Backend (place() sets it)
 
     def replace(self, **changes) -> Plan:
         """A copy with `changes`, and caches of its own."""
@@ -43,7 +44,7 @@ class Plan:
 
     def fallbacks(self, op, failed: str) -> list[str]:
         """Backends after `failed` in priority order, for re-running `op`."""
-        return [name for name in self.order[self.order.index(failed) + 1:]]
+        return [name for name in self.order[self.order.index(failed) + 1 :]]
 
     def op_bytes(self, op, rows: tuple[int, int] | None = None) -> int:
         """Bytes `op` reads and writes at the planned batch (for the energy estimate); with
@@ -83,8 +84,11 @@ class Plan:
         row, most rows kept)}, MLS's patch cache), by "recipe:<buffer>"."""
         name = self.backend_of(op)
         backend = self.backends.get(name)
-        kept = {f"recipe:{buf}": per_row * rows for buf, (per_row, most) in op.attrs.get("keeps", {}).items()
-                if rows <= most}
+        kept = {
+            f"recipe:{buf}": per_row * rows
+            for buf, (per_row, most) in op.attrs.get("keeps", {}).items()
+            if rows <= most
+        }
         if backend is None:
             return kept
         return {**kept, **{f"{name}:{buf}": n for buf, n in backend.scratch_bytes(self.graph, op, rows).items()}}
@@ -107,7 +111,6 @@ class Plan:
         self.split_rows(op, rows)
         return self.stats.get("split", {}).get((op.name, rows), (None, "batch splitting is off"))[1]
 
-
     # ------------------------------------------------------------ co-scheduling
     def pipeline_ops(self) -> tuple[list, list] | None:
         """(ops each micro-batch runs, ops run once after them: the updates), or None when the
@@ -129,14 +132,16 @@ class Plan:
     def pipeline_work(self):
         """cost.PipelineWork of pipeline_ops (None when it is None): the numbers the cost
         model weighs micro-batches by, so it is handed numbers, not the plan and its backends."""
-        from ..cost import PipelineWork, grads_of, grad_elements
+        from ..cost import PipelineWork, grad_elements, grads_of
 
         split = self.pipeline_ops()
         if split is None:
             return None
         per_row, once = split
-        ops = tuple((self.backend_of(op), op.macs, self.op_bytes(op), op.phase != "update", rate_key(self.graph, op))
-                    for op in (*per_row, *once))
+        ops = tuple(
+            (self.backend_of(op), op.macs, self.op_bytes(op), op.phase != "update", rate_key(self.graph, op))
+            for op in (*per_row, *once)
+        )
         return PipelineWork(ops, grad_elements(self.graph, grads_of(self.graph, per_row)))
 
     def describe(self) -> str:

@@ -1,5 +1,6 @@
 """The Planner: the backends of one run's choice, the plans it builds on them
 (building.build), prepares them for, and runs."""
+
 from __future__ import annotations
 
 from ..backends import ACCELERATOR, select
@@ -31,8 +32,9 @@ class Planner:
         reports (it runs nothing, so the DSP is not started); `plan` runs the same build."""
         return build(graph, self.backends, self.device, self.scheduler)
 
-    def plan_model(self, model, recipe, batch: int, training: bool = True, frozen=frozenset(),
-                   prepare: bool = True) -> Plan:
+    def plan_model(
+        self, model, recipe, batch: int, training: bool = True, frozen=frozenset(), prepare: bool = True
+    ) -> Plan:
         """The Plan of `model` lowered by `recipe` (graph.lower) at `batch`; `frozen` layers get
         no gradient or update. `prepare`: its backends prepared (`plan`, a training step's),
         else only built (`build`, what `dsptrain plan` reports). The one place a run's model
@@ -45,17 +47,19 @@ class Planner:
         prepared on first use (plan_model): a training run's (execute.Step). `lowered`: a
         graph of the model lowered already (train/assembly.py), planned as it is at its
         batch rather than lowered again."""
+
         def plan_at(batch: int, training: bool) -> Plan:
             if lowered is not None and (lowered.batch, lowered.training) == (batch, training):
                 return self.plan(lowered)
             return self.plan_model(model, recipe, batch, training, frozen)
+
         return PlanCache(plan_at)
 
     def plan(self, graph: TrainGraph) -> Plan:
         """The Plan of `graph`, its backends prepared for the ops placed on them."""
         plan = self.build(graph)
         accelerator = self.backends.get(ACCELERATOR)
-        if self.device is not None and hasattr(accelerator, "hvx_threads"):   # the profile's HVX contexts
+        if self.device is not None and hasattr(accelerator, "hvx_threads"):  # the profile's HVX contexts
             accelerator.hvx_threads = self.device.dsp.hvx_threads
         for name, backend in self.backends.items():
             backend.prepare(graph, [op for op in graph.ops if plan.backend_of(op) == name])

@@ -1,6 +1,7 @@
 """An op's modeled time on a processor, from the device profile's speeds (cost.py): which
 measured rate a product takes (its rate key), what the op moves, and the per-op table
 `dsptrain plan --ops` prints. Numbers are handed to cost.py, which reads no graph."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,15 +41,16 @@ def op_bytes(graph: TrainGraph, op) -> int:
 @dataclass(frozen=True)
 class OpTime:
     """One op's modeled time on the processor its backend runs on, and the rate it used."""
+
     op: str
     backend: str
-    key: str | None          # rate key (None: no int8 product)
+    key: str | None  # rate key (None: no int8 product)
     macs: int
     nbytes: int
     seconds: float
-    macs_per_s: float        # the MAC rate the model used
-    source: str              # where the rate comes from: "measured <key>" or "macs_per_s" (the processor's)
-    bytes_bound: bool        # the bytes over the bandwidth took longer than the MACs at the rate
+    macs_per_s: float  # the MAC rate the model used
+    source: str  # where the rate comes from: "measured <key>" or "macs_per_s" (the processor's)
+    bytes_bound: bool  # the bytes over the bandwidth took longer than the MACs at the rate
 
 
 def op_time(device, graph: TrainGraph, op, backend: str) -> OpTime:
@@ -59,8 +61,17 @@ def op_time(device, graph: TrainGraph, op, backend: str) -> OpTime:
     fast = speeds(device, PROCESSOR.get(backend, "cpu"))
     key, nbytes = rate_key(graph, op), op_bytes(graph, op)
     rate, source = fast.rate(key)
-    return OpTime(op.name, backend, key, op.macs, nbytes, fast.seconds(op.macs, nbytes, key), rate, source,
-                  op.macs / rate < nbytes / fast.bytes_per_s)
+    return OpTime(
+        op.name,
+        backend,
+        key,
+        op.macs,
+        nbytes,
+        fast.seconds(op.macs, nbytes, key),
+        rate,
+        source,
+        op.macs / rate < nbytes / fast.bytes_per_s,
+    )
 
 
 def faster_on_host(device, graph: TrainGraph, op) -> tuple[bool, str]:
@@ -72,8 +83,10 @@ def faster_on_host(device, graph: TrainGraph, op) -> tuple[bool, str]:
     if not measured_on_both(device, key):
         return False, ""
     dsp, cpu = op_time(device, graph, op, "dsp"), op_time(device, graph, op, "cpu")
-    verdict = (f"profile {device.name}: {key} measured at {dsp.macs_per_s:.3g} MAC/s on the DSP, "
-               f"{cpu.macs_per_s:.3g} on the CPU: {dsp.seconds * 1e3:.3g} ms vs {cpu.seconds * 1e3:.3g} ms")
+    verdict = (
+        f"profile {device.name}: {key} measured at {dsp.macs_per_s:.3g} MAC/s on the DSP, "
+        f"{cpu.macs_per_s:.3g} on the CPU: {dsp.seconds * 1e3:.3g} ms vs {cpu.seconds * 1e3:.3g} ms"
+    )
     return cpu.seconds < dsp.seconds, verdict
 
 
@@ -99,13 +112,18 @@ def describe_times(plan, limit: int | None = None) -> str:
     totals, _ = modeled_totals(plan, rows)
     shown = sorted(rows, key=lambda r: -r.seconds)[:limit] if limit else rows
     width = max((len(r.op) for r in shown), default=2)
-    lines = [f"modeled time per op (profile {plan.device.name}; cost.py's roofline: call + max(MACs / rate, "
-             f"bytes / bandwidth)){'' if not limit or limit >= len(rows) else f', the {limit} longest of {len(rows)}'}:",
-             f"  {'op':<{width}}  where       ms       MACs      bytes  rate (MAC/s) from (bytes: DDR-bound)"]
+    lines = [
+        f"modeled time per op (profile {plan.device.name}; cost.py's roofline: call + max(MACs / rate, "
+        f"bytes / bandwidth)){'' if not limit or limit >= len(rows) else f', the {limit} longest of {len(rows)}'}:",
+        f"  {'op':<{width}}  where       ms       MACs      bytes  rate (MAC/s) from (bytes: DDR-bound)",
+    ]
     for r in shown:
         rate = f"{r.macs_per_s:12.3g} {r.source}{' (bytes)' if r.bytes_bound else ''}" if r.macs else f"{'':12} bytes"
         lines.append(f"  {r.op:<{width}}  {r.backend:<4} {r.seconds * 1e3:9.4f} {r.macs:10.3g} {r.nbytes:10.3g} {rate}")
-    lines.append("  total: " + ", ".join(f"{where} {s * 1e3:.4g} ms" for where, s in sorted(totals.items())) +
-                 " (serial; co-scheduling overlaps them: micro-batches "
-                 f"{plan.micro_batches}, {plan.micro_batches_reason})")
+    lines.append(
+        "  total: "
+        + ", ".join(f"{where} {s * 1e3:.4g} ms" for where, s in sorted(totals.items()))
+        + " (serial; co-scheduling overlaps them: micro-batches "
+        f"{plan.micro_batches}, {plan.micro_batches_reason})"
+    )
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """Batch splitting (Mandheling): which int8 products run in chunks of rows, and how many
 rows a chunk, so their working set stays in the DSP's VTCM or L2, or the CPU's L2. The
 chunks run in execute/split.py."""
+
 from __future__ import annotations
 
 from ..backends import PROCESSOR
@@ -8,13 +9,24 @@ from ..graph import TrainGraph
 from .rates import rate_key
 
 # the products whose working set splitting sizes: dense, pointwise and depthwise convolutions, GEMMs
-PRODUCT_HOOKS = ("conv2d_s8", "gemm_s8", "conv2d_bwd_data_s8", "conv2d_bwd_weight_s8",
-                 "dwconv2d_s8", "dwconv2d_bwd_data_s8", "dwconv2d_bwd_weight_s8")
+PRODUCT_HOOKS = (
+    "conv2d_s8",
+    "gemm_s8",
+    "conv2d_bwd_data_s8",
+    "conv2d_bwd_weight_s8",
+    "dwconv2d_s8",
+    "dwconv2d_bwd_data_s8",
+    "dwconv2d_bwd_weight_s8",
+)
 
 
 def splittable(graph: TrainGraph, op) -> bool:
     """An integer product (conv / GEMM hooks): the ops whose working set batch splitting sizes."""
-    return any(h in op.hooks for h in PRODUCT_HOOKS) and graph.tensors[op.outputs[0]].dtype in ("int8", "int32", "int64")
+    return any(h in op.hooks for h in PRODUCT_HOOKS) and graph.tensors[op.outputs[0]].dtype in (
+        "int8",
+        "int32",
+        "int64",
+    )
 
 
 def working_set(graph: TrainGraph, op) -> tuple[int, int]:
@@ -49,8 +61,9 @@ def split_decision(plan, op, rows: int) -> tuple[int | None, str]:
         if not op.is_requant():
             return None, f"{backend} kernels block for the cache; no row-sized scratch to bound"
         per_row = 4 * plan.graph.tensors[op.outputs[0]].nbytes // plan.graph.batch
-    levels = (("dsp.vtcm", "VTCM"), ("dsp.l2", "DSP L2")) if PROCESSOR.get(backend) == "dsp" else \
-        (("cpu.l2", "CPU L2"),)   # the device profile's memories of the processor it runs on
+    levels = (
+        (("dsp.vtcm", "VTCM"), ("dsp.l2", "DSP L2")) if PROCESSOR.get(backend) == "dsp" else (("cpu.l2", "CPU L2"),)
+    )  # the device profile's memories of the processor it runs on
     best, why = (None, 0.0), []
     for key, label in levels:
         capacity = plan.device.size(key)
@@ -61,8 +74,16 @@ def split_decision(plan, op, rows: int) -> tuple[int | None, str]:
             why.append(f"one row misses {label}")
             continue
         chunks = -(-rows // fit)
-        net = split_net_seconds(plan.device, PROCESSOR.get(backend, "cpu"), per_row * rows, fixed, results,
-                                chunks, op.macs * rows // plan.graph.batch, rate_key(plan.graph, op))
+        net = split_net_seconds(
+            plan.device,
+            PROCESSOR.get(backend, "cpu"),
+            per_row * rows,
+            fixed,
+            results,
+            chunks,
+            op.macs * rows // plan.graph.batch,
+            rate_key(plan.graph, op),
+        )
         why.append(f"{chunks} chunks for {label}: {net * 1e6:+.0f} us")
         if net > best[1]:
             best = (-(-rows // chunks), net)

@@ -8,10 +8,23 @@
 - timeline.py: that timeline drawn with matplotlib (`dsptrain plot --trace`);
 - logs.py: per-step and per-epoch scalars to CSV, and to TensorBoard event files when a writer is installed.
 """
+
 from .recorder import OpEvent, Recorder, record_steps
 from .report import format_table, write_csv, write_json
 from .table import Profile, Row, build, role
 from .trace import trace_events, write_trace
 
-__all__ = ["OpEvent", "Recorder", "record_steps", "Profile", "Row", "build", "role", "format_table", "write_csv", "write_json",
-           "trace_events", "write_trace"]
+__all__ = [
+    "OpEvent",
+    "Recorder",
+    "record_steps",
+    "Profile",
+    "Row",
+    "build",
+    "role",
+    "format_table",
+    "write_csv",
+    "write_json",
+    "trace_events",
+    "write_trace",
+]

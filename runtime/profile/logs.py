@@ -13,6 +13,7 @@ so the CSV files are rebuilt from it, and the TensorBoard writer is opened with
 purge_step at the resumed step, which tells TensorBoard to drop what the killed run
 logged after it.
 """
+
 from __future__ import annotations
 
 import csv
@@ -38,14 +39,15 @@ class RunLog:
     """The open logs of one run in `out_dir`; `fresh`: a run from step 0 (the files start over),
     else a resumed one at `global_step`."""
 
-    def __init__(self, out_dir: str | Path, run: str, fresh: bool = True, global_step: int = 0,
-                 tensorboard: bool = True):
+    def __init__(
+        self, out_dir: str | Path, run: str, fresh: bool = True, global_step: int = 0, tensorboard: bool = True
+    ):
         self.out_dir, self.run = Path(out_dir), run
         self.jsonl = open(self.out_dir / "metrics.jsonl", "w" if fresh else "a")
         self._csv: dict[str, tuple] = {}
         if not fresh:
             rebuild_csv(self.out_dir)
-        if fresh:   # a run from step 0 owns its logs, as it owns metrics.jsonl
+        if fresh:  # a run from step 0 owns its logs, as it owns metrics.jsonl
             for kind in CSV_FILES.values():
                 (self.out_dir / kind).unlink(missing_ok=True)
             for old in (self.out_dir / TENSORBOARD_DIR).glob("events.out.tfevents.*"):
@@ -55,8 +57,12 @@ class RunLog:
         if writer is not None:
             # the file is named by the second it opened in: the suffix keeps a resume made
             # within that second from overwriting the first file
-            self.tensorboard = writer(str(self.out_dir / TENSORBOARD_DIR), purge_step=None if fresh else global_step,
-                                      flush_secs=30, filename_suffix=f".{os.getpid()}.step{global_step}")
+            self.tensorboard = writer(
+                str(self.out_dir / TENSORBOARD_DIR),
+                purge_step=None if fresh else global_step,
+                flush_secs=30,
+                filename_suffix=f".{os.getpid()}.step{global_step}",
+            )
 
     def write(self, record: dict) -> None:
         record = {"kind": record["kind"], "run": self.run, **record}
@@ -100,15 +106,21 @@ class RunLog:
 def scalars(record: dict):
     """The record's numeric fields (booleans and NaN left out), as TensorBoard scalars."""
     for key, value in record.items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("step", "epoch") \
-                and math.isfinite(value):
+        if (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and key not in ("step", "epoch")
+            and math.isfinite(value)
+        ):
             yield key, value
 
 
 def csv_row(record: dict) -> dict:
     """A record's cells: numbers and text as they are, None empty, lists and dicts as JSON."""
-    return {k: "" if v is None else json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
-            for k, v in record.items()}
+    return {
+        k: "" if v is None else json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
+        for k, v in record.items()
+    }
 
 
 def _header(path: Path) -> list | None:

@@ -8,6 +8,7 @@ overlapped. A call starts when its lane (backend and thread) is free and every c
 ended before it started on the host clock has ended in the replay: what was ordered stays
 ordered, what overlapped may overlap. The executor's own time between calls is left out.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -28,8 +29,8 @@ def replay(events, device) -> list[tuple]:
     lane is free and the calls that ended before it started (host clock) have ended."""
     order = sorted(events, key=lambda e: e.start_s)
     origin = order[0].start_s if order else 0.0
-    ended = []           # heap of (host end, modeled end) of the calls replayed so far
-    ready = origin       # the latest modeled end of the calls that ended before the current one started
+    ended = []  # heap of (host end, modeled end) of the calls replayed so far
+    ready = origin  # the latest modeled end of the calls that ended before the current one started
     lane_free: dict[tuple, float] = {}
     out = []
     for e in order:

@@ -13,6 +13,7 @@ Calls come from the calling thread and, under co-scheduling, from the DSP queue'
 thread (execute/pipeline.py): appending to a list is atomic in CPython, and each thread
 reads only its own backend's log, so no lock is taken.
 """
+
 from __future__ import annotations
 
 import threading
@@ -24,15 +25,15 @@ from dataclasses import dataclass, field
 class OpEvent:
     """One call of one op."""
 
-    step: int                    # index of the profiled step (0 = the first one recorded)
-    op: object                   # graph.Op
+    step: int  # index of the profiled step (0 = the first one recorded)
+    op: object  # graph.Op
     backend: str
-    thread: str                  # the thread's name ("MainThread", "dsptrain-dsp_0", ...)
-    start_s: float               # time.perf_counter() at its start
+    thread: str  # the thread's name ("MainThread", "dsptrain-dsp_0", ...)
+    start_s: float  # time.perf_counter() at its start
     seconds: float
     rows: tuple[int, int] | None  # (rows run, rows in the batch) for a slice, None for the whole batch
-    dsp_costs: tuple = ()        # (kernel, packets, critical packets, bytes) records it added to the cost log
-    dsp_calls: int = 0           # transport calls (FastRPC round trips) it made
+    dsp_costs: tuple = ()  # (kernel, packets, critical packets, bytes) records it added to the cost log
+    dsp_calls: int = 0  # transport calls (FastRPC round trips) it made
 
 
 @dataclass
@@ -42,7 +43,7 @@ class StepSpan:
     index: int
     start_s: float
     seconds: float = 0.0
-    stats: object = None         # execute.StepStats
+    stats: object = None  # execute.StepStats
 
 
 @dataclass
@@ -52,8 +53,8 @@ class Recorder:
     events: list = field(default_factory=list)
     steps: list = field(default_factory=list)
     recording: bool = False
-    plan: object = None          # the plan.Plan the recorded ops belong to (the last one seen)
-    _seen: dict = field(default_factory=dict)   # backend name -> (its cost log list, records seen, calls seen)
+    plan: object = None  # the plan.Plan the recorded ops belong to (the last one seen)
+    _seen: dict = field(default_factory=dict)  # backend name -> (its cost log list, records seen, calls seen)
 
     def begin_step(self) -> None:
         self.steps.append(StepSpan(len(self.steps), time.perf_counter()))
@@ -72,8 +73,19 @@ class Recorder:
         if not self.recording:
             return
         self.plan = plan
-        self.events.append(OpEvent(len(self.steps) - 1, op, backend.name, threading.current_thread().name,
-                                   started, seconds, rows, costs, calls))
+        self.events.append(
+            OpEvent(
+                len(self.steps) - 1,
+                op,
+                backend.name,
+                threading.current_thread().name,
+                started,
+                seconds,
+                rows,
+                costs,
+                calls,
+            )
+        )
 
     def _new_costs(self, backend) -> tuple[tuple, int]:
         """The cost-log records and transport calls `backend` added since it last reported.

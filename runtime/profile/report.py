@@ -1,4 +1,5 @@
 """The profile table as text (what `dsptrain profile` prints), CSV and JSON (written beside it)."""
+
 from __future__ import annotations
 
 import csv
@@ -22,11 +23,36 @@ COLUMNS = (
     ("kpackets", 9, lambda r: f"{r.dsp_packets / 1e3:.0f}" if r.dsp_packets else ""),
     ("energy %", 8, lambda r: f"{r.energy_share * 100:.1f}" if r.energy_share is not None else ""),
 )
-SHORT_ROLES = {"forward": "fwd", "loss": "loss", "backward data": "bwd", "weight gradient": "wgrad",
-               "update": "upd", "quantiser": "quant"}
-CSV_FIELDS = ("name", "kind", "layer", "role", "backend", "calls", "seconds", "mean_s", "share", "macs",
-              "gop_per_s", "bytes_moved", "tensor_bytes", "workspace_bytes", "dsp_packets",
-              "dsp_critical_packets", "dsp_calls", "dsp_model_s", "energy_j", "energy_share")
+SHORT_ROLES = {
+    "forward": "fwd",
+    "loss": "loss",
+    "backward data": "bwd",
+    "weight gradient": "wgrad",
+    "update": "upd",
+    "quantiser": "quant",
+}
+CSV_FIELDS = (
+    "name",
+    "kind",
+    "layer",
+    "role",
+    "backend",
+    "calls",
+    "seconds",
+    "mean_s",
+    "share",
+    "macs",
+    "gop_per_s",
+    "bytes_moved",
+    "tensor_bytes",
+    "workspace_bytes",
+    "dsp_packets",
+    "dsp_critical_packets",
+    "dsp_calls",
+    "dsp_model_s",
+    "energy_j",
+    "energy_share",
+)
 
 
 def _short(roles: str) -> str:
@@ -48,23 +74,35 @@ def format_table(profile: Profile, limit: int | None = None) -> str:
     role_w = max([len(r.role) for r in ops] + [len(_short(r.role)) for r in profile.layers] + [4])
     back_w = max([len(r.backend) for r in ops + [profile.total]] + [7])
     widths = (name_w, kind_w, role_w, back_w)
-    header = "  ".join(f"{h:<{w}}" for h, w in zip(("op", "kind", "role", "backend"), widths)) + "  " + \
-        "  ".join(f"{h:>{w}}" for h, w, _ in COLUMNS)
+    header = (
+        "  ".join(f"{h:<{w}}" for h, w in zip(("op", "kind", "role", "backend"), widths))
+        + "  "
+        + "  ".join(f"{h:>{w}}" for h, w, _ in COLUMNS)
+    )
     rule = "-" * len(header)
     steps = ", ".join(f"{s * 1e3:.2f}" for s in profile.step_seconds)
-    out = [f"{profile.run}: {profile.model} with {profile.recipe} on {profile.backends}, batch {profile.batch}, "
-           f"{profile.steps} step(s) after warm-up: {steps} ms (calls, times, MACs, bytes, packets: totals over them)",
-           *([f"co-scheduling: {profile.pipeline}"] if profile.pipeline else []),
-           *(["modeled step (DSP calls at their modeled time from packets, the rest as measured, "
-              "overlapped as they ran): " + ", ".join(f"{s * 1e3:.2f}" for s in profile.modeled_step_seconds) + " ms"]
-             if profile.modeled_step_seconds else []),
-           "", header, rule]
+    out = [
+        f"{profile.run}: {profile.model} with {profile.recipe} on {profile.backends}, batch {profile.batch}, "
+        f"{profile.steps} step(s) after warm-up: {steps} ms (calls, times, MACs, bytes, packets: totals over them)",
+        *([f"co-scheduling: {profile.pipeline}"] if profile.pipeline else []),
+        *(
+            [
+                "modeled step (DSP calls at their modeled time from packets, the rest as measured, "
+                "overlapped as they ran): " + ", ".join(f"{s * 1e3:.2f}" for s in profile.modeled_step_seconds) + " ms"
+            ]
+            if profile.modeled_step_seconds
+            else []
+        ),
+        "",
+        header,
+        rule,
+    ]
     shown = ops if limit is None or len(ops) <= limit else ops[:limit]
     for row in shown:
         out.append(_line((row.name, row.kind, row.role, row.backend), row, widths))
     if len(shown) < len(ops):
         rest = Row(f"({len(ops) - len(shown)} more ops)", "", "", "", "")
-        for row in ops[len(shown):]:
+        for row in ops[len(shown) :]:
             rest.calls += row.calls
             rest.seconds += row.seconds
             rest.share += row.share
@@ -73,18 +111,26 @@ def format_table(profile: Profile, limit: int | None = None) -> str:
             if row.energy_share is not None:
                 rest.energy_share = (rest.energy_share or 0.0) + row.energy_share
         out.append(_line((rest.name, "", "", ""), rest, widths))
-    out.append(_line((profile.between.name, "", profile.between.role, profile.between.backend), profile.between,
-                     widths))
-    out += [rule, _line(("total: " + profile.total.name, "", "", profile.total.backend), profile.total, widths),
-            "", "per layer", rule]
+    out.append(
+        _line((profile.between.name, "", profile.between.role, profile.between.backend), profile.between, widths)
+    )
+    out += [
+        rule,
+        _line(("total: " + profile.total.name, "", "", profile.total.backend), profile.total, widths),
+        "",
+        "per layer",
+        rule,
+    ]
     for row in profile.layers:
         out.append(_line((row.name, "", _short(row.role), row.backend), row, widths))
-    out += [rule,
-            "MMACs: " + ("int8" if profile.integer else "float") + " multiply-accumulates; GOP/s = 2 x MACs / "
-            "measured s; MB moved: bytes the op reads and writes (what the energy estimate charges); plan KB: "
-            "its tensors as the memory plan sizes them, work KB: what it allocates besides; DSP ms*: modeled "
-            "from QEMU's packet counts (cost.dsp_model_time), not timed; energy %: share of the estimate's "
-            f"dynamic energy ({profile.energy_device} coefficients)"]
+    out += [
+        rule,
+        "MMACs: " + ("int8" if profile.integer else "float") + " multiply-accumulates; GOP/s = 2 x MACs / "
+        "measured s; MB moved: bytes the op reads and writes (what the energy estimate charges); plan KB: "
+        "its tensors as the memory plan sizes them, work KB: what it allocates besides; DSP ms*: modeled "
+        "from QEMU's packet counts (cost.dsp_model_time), not timed; energy %: share of the estimate's "
+        f"dynamic energy ({profile.energy_device} coefficients)",
+    ]
     return "\n".join(out)
 
 
@@ -94,8 +140,12 @@ def write_csv(profile: Profile, path: str | Path) -> Path:
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(("level", *CSV_FIELDS))
-        for level, rows in (("op", profile.ops), ("executor", [profile.between]), ("layer", profile.layers),
-                            ("total", [profile.total])):
+        for level, rows in (
+            ("op", profile.ops),
+            ("executor", [profile.between]),
+            ("layer", profile.layers),
+            ("total", [profile.total]),
+        ):
             for row in rows:
                 values = row.as_dict()
                 writer.writerow((level, *("" if values[k] is None else values[k] for k in CSV_FIELDS)))

@@ -16,6 +16,7 @@ table adds up to the measured step. Under co-scheduling the CPU's and the DSP wo
 ops run at once, their clocks add up to more than the step, and that row is the overlap
 (negative).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -28,7 +29,7 @@ from .model import modeled_seconds, modeled_step_seconds
 
 ROLES = ("forward", "loss", "backward data", "weight gradient", "update", "quantiser", "executor")
 BETWEEN_OPS = "(executor between ops)"
-OVERLAP = "(overlap: ops on two threads at once)"   # co-scheduling: the ops' clocks add up to more than the step
+OVERLAP = "(overlap: ops on two threads at once)"  # co-scheduling: the ops' clocks add up to more than the step
 
 
 # hooks that put a float tensor on a recipe's grid (the emulated recipes' quantisers)
@@ -60,16 +61,16 @@ class Row:
     backend: str
     calls: int = 0
     seconds: float = 0.0
-    share: float = 0.0                 # of the steps' measured time
+    share: float = 0.0  # of the steps' measured time
     macs: int = 0
     bytes_moved: int = 0
-    tensor_bytes: int = 0              # inputs and outputs as the memory plan sizes them (per call of the whole batch)
-    workspace_bytes: int = 0           # what the op allocates besides (memory/planner.op_workspace)
+    tensor_bytes: int = 0  # inputs and outputs as the memory plan sizes them (per call of the whole batch)
+    workspace_bytes: int = 0  # what the op allocates besides (memory/planner.op_workspace)
     dsp_packets: int = 0
     dsp_critical_packets: int = 0
     dsp_calls: int = 0
-    dsp_model_s: float | None = None   # modeled DSP time of the calls that ran on the DSP
-    energy_j: float | None = None      # the estimate's dynamic energy of its work
+    dsp_model_s: float | None = None  # modeled DSP time of the calls that ran on the DSP
+    energy_j: float | None = None  # the estimate's dynamic energy of its work
     energy_share: float | None = None
 
     @property
@@ -95,22 +96,33 @@ class Profile:
     steps: int
     batch: int
     step_seconds: list
-    modeled_step_seconds: list | None   # each step on the modeled clock (model.py), when DSP calls ran
+    modeled_step_seconds: list | None  # each step on the modeled clock (model.py), when DSP calls ran
     ops: list
     layers: list
-    between: Row                       # the steps' time outside the ops' clocks: the executor's own
+    between: Row  # the steps' time outside the ops' clocks: the executor's own
     total: Row
     integer: bool
     energy_device: str | None
     pipeline: str | None
 
     def as_dict(self) -> dict:
-        return {"run": self.run, "model": self.model, "recipe": self.recipe, "backends": self.backends,
-                "steps": self.steps, "batch": self.batch, "step_seconds": self.step_seconds,
-                "modeled_step_seconds": self.modeled_step_seconds,
-                "integer": self.integer, "energy_device": self.energy_device, "pipeline": self.pipeline,
-                "ops": [r.as_dict() for r in self.ops], "layers": [r.as_dict() for r in self.layers],
-                "between_ops": self.between.as_dict(), "total": self.total.as_dict()}
+        return {
+            "run": self.run,
+            "model": self.model,
+            "recipe": self.recipe,
+            "backends": self.backends,
+            "steps": self.steps,
+            "batch": self.batch,
+            "step_seconds": self.step_seconds,
+            "modeled_step_seconds": self.modeled_step_seconds,
+            "integer": self.integer,
+            "energy_device": self.energy_device,
+            "pipeline": self.pipeline,
+            "ops": [r.as_dict() for r in self.ops],
+            "layers": [r.as_dict() for r in self.layers],
+            "between_ops": self.between.as_dict(),
+            "total": self.total.as_dict(),
+        }
 
 
 def energy_device(spec: str | None):
@@ -120,8 +132,9 @@ def energy_device(spec: str | None):
     return DEVICES.get(arg if kind == "estimate" and arg else "sd865")
 
 
-def build(recorder, plan, *, run: str = "", model: str = "", recipe=None, device=None,
-          energy_spec: str | None = None) -> Profile:
+def build(
+    recorder, plan, *, run: str = "", model: str = "", recipe=None, device=None, energy_spec: str | None = None
+) -> Profile:
     """The Profile of `recorder`'s steps, which ran `plan` (plan.Plan); `recipe` the run's
     (config.Recipe: integer or float MACs), `device` its config.DeviceProfile (the modeled
     DSP time; None: not modeled)."""
@@ -129,14 +142,20 @@ def build(recorder, plan, *, run: str = "", model: str = "", recipe=None, device
     integer = bool(getattr(recipe, "integer", True))
     coeffs = energy_device(energy_spec)
     rows: dict[str, Row] = {}
-    ran: dict[str, object] = {}   # op name -> graph.Op
+    ran: dict[str, object] = {}  # op name -> graph.Op
     for event in recorder.events:
         op = event.op
         row = rows.get(op.name)
         if row is None:
-            row = rows[op.name] = Row(op.name, op.kind, op.layer, role(op), event.backend,
-                                      tensor_bytes=_tensor_bytes(graph, [op]),
-                                      workspace_bytes=op_workspace(graph, op, graph.batch))
+            row = rows[op.name] = Row(
+                op.name,
+                op.kind,
+                op.layer,
+                role(op),
+                event.backend,
+                tensor_bytes=_tensor_bytes(graph, [op]),
+                workspace_bytes=op_workspace(graph, op, graph.batch),
+            )
             ran[op.name] = op
         elif event.backend not in row.backend.split("+"):
             row.backend += "+" + event.backend
@@ -173,9 +192,23 @@ def build(recorder, plan, *, run: str = "", model: str = "", recipe=None, device
     last = recorder.steps[-1].stats if recorder.steps else None
     pipeline = getattr(last, "pipeline", None) or f"serial ({plan.micro_batches_reason})"
     modeled = [modeled_step_seconds(recorder.step_events(s.index), device) for s in recorder.steps]
-    return Profile(run, model, getattr(recipe, "name", str(recipe or "")), total.backend, len(recorder.steps),
-                   graph.batch, steps, None if None in modeled else modeled, ops, layers, between, total, integer,
-                   coeffs.name if coeffs else None, pipeline)
+    return Profile(
+        run,
+        model,
+        getattr(recipe, "name", str(recipe or "")),
+        total.backend,
+        len(recorder.steps),
+        graph.batch,
+        steps,
+        None if None in modeled else modeled,
+        ops,
+        layers,
+        between,
+        total,
+        integer,
+        coeffs.name if coeffs else None,
+        pipeline,
+    )
 
 
 def _tensor_bytes(graph, ops) -> int:
@@ -194,7 +227,7 @@ def _joules(coeffs, backend: str, macs: int, integer: bool, moved: int) -> float
     work = WorkCounts({backend: macs} if integer and macs else {}, 0 if integer else 2 * macs, moved)
     try:
         parts = parts_joules(coeffs, work)
-    except MeterError:   # no coefficient for this backend on that device (x86 has no DSP)
+    except MeterError:  # no coefficient for this backend on that device (x86 has no DSP)
         return None
     return sum(parts.values())
 
@@ -235,6 +268,18 @@ def _roll_up(ops, graph, ran: dict) -> list:
         roles = sorted({r.role for r in rows}, key=ROLES.index)
         kinds = sorted({r.kind.split(".")[-1] for r in rows})
         tensors = _tensor_bytes(graph, [ran[r.name] for r in rows])
-        layers.append(_sum_rows(rows, Row(layer, ",".join(kinds), layer, ", ".join(roles), _backends(rows),
-                                          calls=sum(r.calls for r in rows), tensor_bytes=tensors)))
+        layers.append(
+            _sum_rows(
+                rows,
+                Row(
+                    layer,
+                    ",".join(kinds),
+                    layer,
+                    ", ".join(roles),
+                    _backends(rows),
+                    calls=sum(r.calls for r in rows),
+                    tensor_bytes=tensors,
+                ),
+            )
+        )
     return sorted(layers, key=lambda r: r.seconds, reverse=True)

@@ -6,6 +6,7 @@ ran), one row per lane (thread_name metadata, in thread_sort_index order), each 
 event ("ph": "X") a bar coloured by its category (the recipe role of the op), time in
 milliseconds from the panel's first event.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,15 @@ from pathlib import Path
 
 from ..errors import DataError, UserError
 
-ROLE_COLORS = {"step": "#d9d9d9", "forward": "#1f77b4", "loss": "#9467bd", "backward data": "#ff7f0e",
-               "weight gradient": "#d62728", "update": "#2ca02c", "quantiser": "#8c564b"}
+ROLE_COLORS = {
+    "step": "#d9d9d9",
+    "forward": "#1f77b4",
+    "loss": "#9467bd",
+    "backward data": "#ff7f0e",
+    "weight gradient": "#d62728",
+    "update": "#2ca02c",
+    "quantiser": "#8c564b",
+}
 OTHER_COLOR = "#7f7f7f"
 
 
@@ -49,17 +57,23 @@ def read_trace(path: str | Path) -> list[tuple[str, list[str], list[list[dict]]]
         elif e.get("ph") == "X" and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float)):
             lanes.setdefault(key, []).append(e)
     if not lanes:
-        raise DataError(f"{path}: no complete (\"ph\": \"X\") events to draw")
+        raise DataError(f'{path}: no complete ("ph": "X") events to draw')
     out = []
     for pid in sorted({k[0] for k in lanes}, key=lambda p: (process_order.get(p, 1 << 30), p)):
         keys = sorted((k for k in lanes if k[0] == pid), key=lambda k: (order.get(k, 1 << 30), k))
-        out.append((processes.get(pid, f"pid {pid}"), [names.get(k, f"tid {k[1]}") for k in keys],
-                    [lanes[k] for k in keys]))
+        out.append(
+            (processes.get(pid, f"pid {pid}"), [names.get(k, f"tid {k[1]}") for k in keys], [lanes[k] for k in keys])
+        )
     return out
 
 
-def plot_trace(path: str | Path, out: str | Path, title: str | None = None, start_ms: float | None = None,
-               end_ms: float | None = None):
+def plot_trace(
+    path: str | Path,
+    out: str | Path,
+    title: str | None = None,
+    start_ms: float | None = None,
+    end_ms: float | None = None,
+):
     """Draw trace `path` into image `out` (PNG, SVG or PDF by its suffix), one panel per
     process (the measured clock, the modeled one), optionally the window start_ms..end_ms;
     returns the Figure."""
@@ -71,8 +85,14 @@ def plot_trace(path: str | Path, out: str | Path, title: str | None = None, star
 
     processes = read_trace(path)
     rows = [len(lanes) for _, lanes, _ in processes]
-    fig, axes = plt.subplots(len(processes), 1, figsize=(14, 1.6 + 0.55 * sum(rows) + 0.5 * len(processes)),
-                             layout="constrained", height_ratios=rows, squeeze=False)
+    fig, axes = plt.subplots(
+        len(processes),
+        1,
+        figsize=(14, 1.6 + 0.55 * sum(rows) + 0.5 * len(processes)),
+        layout="constrained",
+        height_ratios=rows,
+        squeeze=False,
+    )
     seen = {}
     for ax, (process, names, lanes) in zip(axes[:, 0], processes):
         origin = min(e["ts"] for lane in lanes for e in lane)
@@ -96,8 +116,13 @@ def plot_trace(path: str | Path, out: str | Path, title: str | None = None, star
             ax.set_xlim(start_ms, end_ms)
         ax.grid(axis="x", alpha=0.3)
         ax.set_title(process, fontsize="medium", loc="left")
-    fig.legend(handles=[Patch(color=c, label=k) for k, c in seen.items()], loc="outside lower center",
-               fontsize="small", ncol=len(seen), frameon=False)
+    fig.legend(
+        handles=[Patch(color=c, label=k) for k, c in seen.items()],
+        loc="outside lower center",
+        fontsize="small",
+        ncol=len(seen),
+        frameon=False,
+    )
     fig.suptitle(title or f"timeline: {Path(path).name}")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ Events are complete events ("ph": "X", microseconds from the first step's start)
 a lane they never overlap. Format: "Trace Event Format", Google,
 docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,17 +56,24 @@ def trace_events(recorder, device=None) -> list[dict]:
         args = {"measured_ms": round((stats.time_s if stats is not None else span.seconds) * 1e3, 3)}
         if stats is not None and stats.pipeline:
             args["pipeline"] = stats.pipeline
-        measured[STEP_LANE].append({"name": f"step {span.index}", "cat": "step", "start": span.start_s,
-                                    "dur": span.seconds, "args": args})
+        measured[STEP_LANE].append(
+            {"name": f"step {span.index}", "cat": "step", "start": span.start_s, "dur": span.seconds, "args": args}
+        )
     for event in recorder.events:
         measured.setdefault(_lane_name(event.backend, event.thread), []).append(
-            {"name": event.op.name, "cat": role(event.op), "start": event.start_s, "dur": event.seconds,
-             "args": _args(event)})
+            {
+                "name": event.op.name,
+                "cat": role(event.op),
+                "start": event.start_s,
+                "dur": event.seconds,
+                "args": _args(event),
+            }
+        )
     processes = {MEASURED: measured}
     if device is not None and any(e.dsp_costs for e in recorder.events):
         modeled: dict[str, list] = {STEP_LANE: []}
-        dsp_backends = {e.backend for e in recorder.events if e.dsp_costs}   # their lanes are the modeled ones
-        end = None   # the previous modeled step's end: each modeled step starts there (the first at its host start)
+        dsp_backends = {e.backend for e in recorder.events if e.dsp_costs}  # their lanes are the modeled ones
+        end = None  # the previous modeled step's end: each modeled step starts there (the first at its host start)
         for span in recorder.steps:
             timed = replay(recorder.step_events(span.index), device)
             if not timed:
@@ -73,14 +81,26 @@ def trace_events(recorder, device=None) -> list[dict]:
             first = min(t[1] for t in timed)
             shift = 0.0 if end is None else end - first
             end = max(t[1] + t[2] for t in timed) + shift
-            modeled[STEP_LANE].append({"name": f"step {span.index}", "cat": "step", "start": first + shift,
-                                       "dur": end - first - shift,
-                                       "args": {"modeled_ms": round((end - first - shift) * 1e3, 3)}})
+            modeled[STEP_LANE].append(
+                {
+                    "name": f"step {span.index}",
+                    "cat": "step",
+                    "start": first + shift,
+                    "dur": end - first - shift,
+                    "args": {"modeled_ms": round((end - first - shift) * 1e3, 3)},
+                }
+            )
             for e, start, seconds in timed:
                 is_dsp = modeled_seconds(e, device) is not None
                 modeled.setdefault(_lane_name(e.backend, e.thread, e.backend in dsp_backends), []).append(
-                    {"name": e.op.name, "cat": role(e.op), "start": start + shift, "dur": seconds,
-                     "args": {**_args(e), **({"modeled_ms": round(seconds * 1e3, 4)} if is_dsp else {})}})
+                    {
+                        "name": e.op.name,
+                        "cat": role(e.op),
+                        "start": start + shift,
+                        "dur": seconds,
+                        "args": {**_args(e), **({"modeled_ms": round(seconds * 1e3, 4)} if is_dsp else {})},
+                    }
+                )
         processes[MODELED] = modeled
     out = []
     for pid, lanes in processes.items():
@@ -93,10 +113,20 @@ def trace_events(recorder, device=None) -> list[dict]:
             for k, item in enumerate(items):
                 ts = _us(item["start"] - origin)
                 dur = _us(item["dur"])
-                if k + 1 < len(items):   # rounding to nanoseconds must not make neighbours overlap
+                if k + 1 < len(items):  # rounding to nanoseconds must not make neighbours overlap
                     dur = _fit(ts, dur, _us(items[k + 1]["start"] - origin))
-                out.append({"name": item["name"], "cat": item["cat"], "ph": "X", "pid": pid, "tid": tid,
-                            "ts": ts, "dur": dur, "args": item["args"]})
+                out.append(
+                    {
+                        "name": item["name"],
+                        "cat": item["cat"],
+                        "ph": "X",
+                        "pid": pid,
+                        "tid": tid,
+                        "ts": ts,
+                        "dur": dur,
+                        "args": item["args"],
+                    }
+                )
     return out
 
 
@@ -125,6 +155,14 @@ def write_trace(recorder, path: str | Path, device=None) -> Path:
     """Write the recorder's timeline to `path` (JSON object format, opened by Perfetto and chrome://tracing)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"traceEvents": trace_events(recorder, device), "displayTimeUnit": "ms",
-                                "otherData": {"producer": "dsptrain profile"}}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "traceEvents": trace_events(recorder, device),
+                "displayTimeUnit": "ms",
+                "otherData": {"producer": "dsptrain profile"},
+            }
+        )
+        + "\n"
+    )
     return path

@@ -7,7 +7,9 @@
 - loop.py: the Trainer, the loop around the step (epochs, evaluation, metrics);
   checkpoints.py: what it saves and how it continues from a checkpoint.
 """
-from ..memory import peak_rss_bytes as _peak_rss_bytes, rss_bytes as _rss_bytes  # noqa: F401 (benches read them here)
+
+from ..memory import peak_rss_bytes as _peak_rss_bytes  # noqa: F401 (benches read them here)
+from ..memory import rss_bytes as _rss_bytes  # noqa: F401
 from ..metrics import step_record as _step_record  # noqa: F401 (tests read it here)
 from .assembly import lowerable_models
 from .loop import Trainer

@@ -4,6 +4,7 @@ layers and starting weights), the device profile, the energy meter and the data 
 What the Trainer (train/loop.py) is made of, before any step runs; every failure here
 names the run file and key that led to it.
 """
+
 from __future__ import annotations
 
 import sys
@@ -22,12 +23,12 @@ from ..models import MODELS, build_model
 
 @dataclass(frozen=True)
 class Parts:
-    algorithm: object          # the recipe's module (algorithms/<recipe>.py)
-    model: object              # nn.Model
-    frozen: frozenset          # names of layers that get no gradient and no update
-    device: object             # config.DeviceProfile of the run's scheduler
-    graph: object = None       # graph.TrainGraph: the model lowered for training at the run's batch size,
-                               # once: the Step plans this graph rather than lowering the model again
+    algorithm: object  # the recipe's module (algorithms/<recipe>.py)
+    model: object  # nn.Model
+    frozen: frozenset  # names of layers that get no gradient and no update
+    device: object  # config.DeviceProfile of the run's scheduler
+    graph: object = None  # graph.TrainGraph: the model lowered for training at the run's batch size,
+    # once: the Step plans this graph rather than lowering the model again
 
 
 def assemble(run, model=None, progress: bool = True, notes: bool = True) -> Parts:
@@ -40,7 +41,7 @@ def assemble(run, model=None, progress: bool = True, notes: bool = True) -> Part
     graph = _lowered_or_explained(model, run, frozen)
     normalize = run.data.normalize
     problem = normalize.problem(model.input_shape[-1]) if normalize is not None else None
-    if problem:   # the channel count is known only now, from the model
+    if problem:  # the channel count is known only now, from the model
         raise ConfigError(run.source or run.name, f"data.normalize.{problem[0]}", problem[1])
     return Parts(algorithm, model, frozen, load_device(run.scheduler.device), graph)
 
@@ -63,8 +64,8 @@ def energy_meter(run, progress: bool):
 @dataclass(frozen=True)
 class Splits:
     train: datasets.Dataset
-    val: datasets.Dataset | None      # data.val_fraction of train, held out (stratified, seeded)
-    test: datasets.Dataset | None     # None: the run has no test data
+    val: datasets.Dataset | None  # data.val_fraction of train, held out (stratified, seeded)
+    test: datasets.Dataset | None  # None: the run has no test data
 
 
 def load_data(run, model, train=None, test=None, progress: bool = False) -> Splits:
@@ -95,8 +96,9 @@ def as_dataset(given, model, name: str) -> datasets.Dataset:
     elif isinstance(given, (tuple, list)) and len(given) == 2:
         (images, labels), classes, label = given, None, name
     else:
-        raise DataError(f"{name}: expected a dsptrain.data.Dataset or an (images, labels) pair, "
-                        f"got {type(given).__name__}")
+        raise DataError(
+            f"{name}: expected a dsptrain.data.Dataset or an (images, labels) pair, got {type(given).__name__}"
+        )
     data = datasets.from_arrays(images, labels, model.input_shape, model.num_classes, label, name, classes)
     return _Given(data.images, data.labels, data.name, data.origin, data.classes)
 
@@ -105,11 +107,13 @@ def load_split(run, model, split: str, progress: bool = False) -> datasets.Datas
     """The run's `split` ("train" / "test"); None when it has no test data."""
     try:
         return datasets.load_dataset(run.data, split, model.input_shape, model.num_classes, progress)
-    except DataError as exc:   # say which run file and key led there
+    except DataError as exc:  # say which run file and key led there
         if not run.source:
             raise
-        key = next((f"data.{k}" for k in ("folder", "npz", "npy") if getattr(run.data, k, None)),
-                   "data.path" if run.data.path else "data.dataset")
+        key = next(
+            (f"data.{k}" for k in ("folder", "npz", "npy") if getattr(run.data, k, None)),
+            "data.path" if run.data.path else "data.dataset",
+        )
         raise DataError(f"{run.source}: {key}: {exc}") from None
 
 
@@ -151,6 +155,6 @@ def _resolve_model(run, model, print_notes: bool = True):
     if frozen:
         names = ", ".join(layer.name for layer in model.layers if layer.name in frozen)
         notes.append(f"frozen (no weight gradient, no update): {names}")
-    for note in notes if print_notes else ():   # printed even when quiet: they change what trains
+    for note in notes if print_notes else ():  # printed even when quiet: they change what trains
         print(f"{model.name}: {note}", file=sys.stderr)
     return model, frozen

@@ -12,6 +12,7 @@ loss stays finite however wrong its ranges go). Then:
 - `halve_lr`: undone, and the learning rate halved from then on (NITI: mu one bit less).
 MAX_RETRIES such events in a row stop the run as `stop` would.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,7 +22,7 @@ import numpy as np
 from ..errors import DivergedError
 from ..numerics import QTensor
 
-SATURATED_SHARE = 0.5    # of a tensor's int8 values at -128 or 127: a trained layer holds a few there
+SATURATED_SHARE = 0.5  # of a tensor's int8 values at -128 or 127: a trained layer holds a few there
 MAX_RETRIES = 10
 
 
@@ -30,13 +31,13 @@ class Watch:
 
     def __init__(self, policy: str = "stop", saturation_steps: int = 20):
         self.policy, self.saturation_steps = policy, saturation_steps
-        self.saturated_for = 0       # steps in a row with a saturated int8 tensor
-        self.halvings = 0            # halve_lr: how often the rate was halved
-        self.in_a_row = 0            # skip_batch / halve_lr events without a good step between
+        self.saturated_for = 0  # steps in a row with a saturated int8 tensor
+        self.halvings = 0  # halve_lr: how often the rate was halved
+        self.in_a_row = 0  # skip_batch / halve_lr events without a good step between
 
     @property
     def lr_scale(self) -> float:
-        return 0.5 ** self.halvings
+        return 0.5**self.halvings
 
     def keep(self, state: dict) -> dict | None:
         """A copy of `state` to go back to, when the policy may undo a step (else None: nothing copied)."""
@@ -69,9 +70,11 @@ class Watch:
         self.in_a_row += 1
         if self.policy == "stop" or self.in_a_row > MAX_RETRIES:
             why = "" if self.policy == "stop" else f" ({MAX_RETRIES} times in a row under on_divergence {self.policy})"
-            raise DivergedError(f"{where}: training diverged: {problem}{why}; {last_good}. Lower optimizer.lr, "
-                                f"warm up (train.lr_schedule.warmup_steps), or set train.on_divergence: "
-                                f"skip_batch | halve_lr")
+            raise DivergedError(
+                f"{where}: training diverged: {problem}{why}; {last_good}. Lower optimizer.lr, "
+                f"warm up (train.lr_schedule.warmup_steps), or set train.on_divergence: "
+                f"skip_batch | halve_lr"
+            )
         self.saturated_for = 0
         if self.policy == "halve_lr":
             self.halvings += 1

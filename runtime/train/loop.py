@@ -10,6 +10,7 @@ backends, the plans, the memory budget and its arena), called directly: `self.st
 for a batch, `self.steps.predict(...)` for scores. The Trainer makes its Step from the
 run (train/step.py) unless it is handed one (the command line makes it from --backend).
 """
+
 from __future__ import annotations
 
 import os
@@ -20,14 +21,15 @@ from pathlib import Path
 import numpy as np
 
 from .. import data as datasets
-from ..errors import UserError
 from ..data import Loader, as_images, as_labels
+from ..errors import UserError
 from ..inputs import check_environment, check_regular, reap_stale_temps
 from ..inputs.run_lock import RunLock
 from ..metrics import EpochTotals, realign_energy, step_record
 from ..profile.logs import RunLog, rebuild_csv
 from . import checkpoints
-from .assembly import assemble, energy_meter as make_energy_meter, initial_state, load_data
+from .assembly import assemble, initial_state, load_data
+from .assembly import energy_meter as make_energy_meter
 from .divergence import Watch
 from .schedule import lr_factor
 from .step import RescaleController, own_step
@@ -43,15 +45,26 @@ class Trainer:
     `train_data`, `test_data`: a dsptrain.data.Dataset or an (images, labels) pair, instead
     of the run's `data:` section (which is then not read; no test data unless given)."""
 
-    def __init__(self, run, backend: str | None = None, out_dir: str | Path | None = None,
-                 progress: bool = True, energy_meter=None, model=None, parts=None, planner=None,
-                 step=None, train_data=None, test_data=None):
-        check_environment()   # a bad DSPTRAIN_* value fails here, naming it, before a backend reads it
+    def __init__(
+        self,
+        run,
+        backend: str | None = None,
+        out_dir: str | Path | None = None,
+        progress: bool = True,
+        energy_meter=None,
+        model=None,
+        parts=None,
+        planner=None,
+        step=None,
+        train_data=None,
+        test_data=None,
+    ):
+        check_environment()  # a bad DSPTRAIN_* value fails here, naming it, before a backend reads it
         self.run = run
         self.recipe = run.recipe
         # `model`: a Model built in Python (dsptrain.load_model, from_torch) instead of run.model
         if parts is None:
-            parts = assemble(run, model)   # a model the recipe cannot lower fails here, before data loads
+            parts = assemble(run, model)  # a model the recipe cannot lower fails here, before data loads
         self.algorithm, self.model, self.frozen, self.device = parts.algorithm, parts.model, parts.frozen, parts.device
         self.steps = step if step is not None else own_step(run, parts, backend, planner)
         # adaptive rescaling's state is the Trainer's: it goes into the checkpoint
@@ -60,21 +73,25 @@ class Trainer:
         self.out_dir = Path(out_dir or run.out_dir or Path("runs") / run.name)
         self.progress = progress
         self.energy_meter = energy_meter if energy_meter is not None else make_energy_meter(run, progress)
-        self._metered_steps: list[int] = []   # global step of each meter window, in order
+        self._metered_steps: list[int] = []  # global step of each meter window, in order
         self.seed = run.train.seed
         self.state = initial_state(parts, self.recipe, self.seed)
         self.epoch, self.batch_in_epoch, self.global_step = 0, 0, 0
-        self._epoch_sums = (0, 0.0, 0)   # samples, loss sum, correct so far in this epoch (resume)
+        self._epoch_sums = (0, 0.0, 0)  # samples, loss sum, correct so far in this epoch (resume)
         self._epoch_totals = EpochTotals()
         self._given = (train_data, test_data)
         self._splits = None
         t = run.train
         self.watch = Watch(t.on_divergence, t.saturation_steps)
         stopping = t.early_stopping
-        self.monitor = Monitor(t.checkpoint_best, stopping.metric if stopping else None,
-                               stopping.patience if stopping else 0, stopping.min_delta if stopping else 0.0)
-        self._saved_step = None      # the global step of the last checkpoint this process wrote or loaded
-        self._total_steps = 0        # of the fit() under way: the lr schedule's horizon
+        self.monitor = Monitor(
+            t.checkpoint_best,
+            stopping.metric if stopping else None,
+            stopping.patience if stopping else 0,
+            stopping.min_delta if stopping else 0.0,
+        )
+        self._saved_step = None  # the global step of the last checkpoint this process wrote or loaded
+        self._total_steps = 0  # of the fit() under way: the lr schedule's horizon
 
     # ------------------------------------------------------------ the step's parts, by their old names
     @property
@@ -188,7 +205,7 @@ class Trainer:
     def check_data(self) -> None:
         """Load and check both splits now: a corrupt test file fails before the first
         step, not after an epoch; labels must fit the model's classes."""
-        _ = self.train_data, self.test_data   # loading a split checks its labels
+        _ = self.train_data, self.test_data  # loading a split checks its labels
 
     # ------------------------------------------------------------ one step
     def step(self, images: np.ndarray, labels: np.ndarray):
@@ -198,8 +215,17 @@ class Trainer:
         images = as_images(images, self.model.input_shape)
         labels = as_labels(labels, len(images), self.model.num_classes)
         lr_scale = lr_factor(self.run.train.lr_schedule, self.global_step, self._total_steps) * self.watch.lr_scale
-        self.state, stats = self.steps.train(self.state, images, labels, self.global_step, self.epoch, self.seed,
-                                             self.energy_meter, self.rescale, lr_scale)
+        self.state, stats = self.steps.train(
+            self.state,
+            images,
+            labels,
+            self.global_step,
+            self.epoch,
+            self.seed,
+            self.energy_meter,
+            self.rescale,
+            lr_scale,
+        )
         self._metered_steps.append(self.global_step)
         self.global_step += 1
         return stats
@@ -217,12 +243,14 @@ class Trainer:
     def tally(self, dataset):
         """Accuracy and loss on `dataset` (validation.Tally)."""
         if dataset is None:
-            raise UserError("evaluate: this run has no test data; pass a dataset, or give data.test, "
-                            "data.test_fraction or Trainer(..., test_data=...)")
+            raise UserError(
+                "evaluate: this run has no test data; pass a dataset, or give data.test, "
+                "data.test_fraction or Trainer(..., test_data=...)"
+            )
         tally = Tally()
         for images, labels in datasets.batches(dataset, self.run.train.eval_batch_size, seed=None):
             tally.add(self.predict(images), labels)
-        self.steps.after_evaluation()   # under a budget: the scratch the evaluation grew goes back
+        self.steps.after_evaluation()  # under a budget: the scratch the evaluation grew goes back
         return tally
 
     # ------------------------------------------------------------ the loop
@@ -240,25 +268,39 @@ class Trainer:
             self._total_steps = epochs * datasets.batch_count(self.train_data, bs)
             while self.epoch < epochs and not self.monitor.stopped:
                 started = time.perf_counter()
-                resumed = self.batch_in_epoch > 0   # mid-epoch: the epoch's sums so far come from the checkpoint
+                resumed = self.batch_in_epoch > 0  # mid-epoch: the epoch's sums so far come from the checkpoint
                 seen, loss_sum, correct = self._epoch_sums if resumed else (0, 0.0, 0)
                 totals = self._epoch_totals if resumed else EpochTotals()
                 self._epoch_totals = totals
                 total = datasets.batch_count(self.train_data, bs)
-                bar = tqdm(total=total, initial=self.batch_in_epoch, desc=f"epoch {self.epoch + 1}/{epochs}",
-                           disable=not self.progress, unit="batch", leave=True, dynamic_ncols=True)
+                bar = tqdm(
+                    total=total,
+                    initial=self.batch_in_epoch,
+                    desc=f"epoch {self.epoch + 1}/{epochs}",
+                    disable=not self.progress,
+                    unit="batch",
+                    leave=True,
+                    dynamic_ncols=True,
+                )
                 for images, labels in loader.epoch(self.epoch, self.batch_in_epoch):
-                    saved = self.watch.keep(self.state)   # None under on_divergence: stop (nothing to undo)
+                    saved = self.watch.keep(self.state)  # None under on_divergence: stop (nothing to undo)
                     stats = self.step(images, labels)
                     self.batch_in_epoch += 1
                     undone = self._diverged(stats, saved)
                     metrics.write({**step_record(stats), **({"diverged": undone} if undone else {})})
                     if not undone:
-                        seen, loss_sum, correct = seen + stats.batch, loss_sum + stats.loss * stats.batch, correct + stats.correct
+                        seen, loss_sum, correct = (
+                            seen + stats.batch,
+                            loss_sum + stats.loss * stats.batch,
+                            correct + stats.correct,
+                        )
                         self._epoch_sums = (seen, loss_sum, correct)
                         totals.add(stats)
-                    postfix = {"loss": f"{loss_sum / max(seen, 1):.3f}", "acc": f"{correct / max(seen, 1):.3f}",
-                               "samples/s": f"{totals.smoothed_rate:.0f}"}
+                    postfix = {
+                        "loss": f"{loss_sum / max(seen, 1):.3f}",
+                        "acc": f"{correct / max(seen, 1):.3f}",
+                        "samples/s": f"{totals.smoothed_rate:.0f}",
+                    }
                     if stats.energy_j is not None:
                         postfix["J/batch"] = f"{stats.energy_j:.3g}"
                     bar.set_postfix(postfix, refresh=False)
@@ -275,15 +317,21 @@ class Trainer:
                 metrics.flush()
                 history.append(record)
                 if self.progress:
-                    print(f"epoch {self.epoch + 1}: {accuracy_line(record)} "
-                          f"({seconds:.1f} s, {seen / max(seconds, 1e-9):.0f} samples/s)", file=sys.stderr)
+                    print(
+                        f"epoch {self.epoch + 1}: {accuracy_line(record)} "
+                        f"({seconds:.1f} s, {seen / max(seconds, 1e-9):.0f} samples/s)",
+                        file=sys.stderr,
+                    )
                 self.epoch, self.batch_in_epoch, self._epoch_sums = self.epoch + 1, 0, (0, 0.0, 0)
                 self.save()
                 if best:
                     self.save(self.out_dir / BEST_CHECKPOINT)
                 if stop and self.progress:
-                    print(f"early stopping: {self.monitor.stop_metric} has not improved for "
-                          f"{self.monitor.waited} epochs (train.early_stopping.patience)", file=sys.stderr)
+                    print(
+                        f"early stopping: {self.monitor.stop_metric} has not improved for "
+                        f"{self.monitor.waited} epochs (train.early_stopping.patience)",
+                        file=sys.stderr,
+                    )
                 if on_epoch is not None:
                     on_epoch(record)
         finally:
@@ -300,11 +348,11 @@ class Trainer:
         the data, the early-stopping metric, the metrics file. Returns whether this call took
         the directory's lock, and the metrics log."""
         _make_out_dir(self.out_dir)
-        took_lock = self.hold_out_dir()     # held already when the command took it before checking for a checkpoint
+        took_lock = self.hold_out_dir()  # held already when the command took it before checking for a checkpoint
         try:
             reap_stale_temps(self.out_dir, ("checkpoint.npz", "metrics.jsonl"))
             if hasattr(self.energy_meter, "measure_baseline") and not getattr(self.energy_meter, "baseline_w", 0):
-                self.energy_meter.measure_baseline(3.0)   # battery: idle power, subtracted from every batch
+                self.energy_meter.measure_baseline(3.0)  # battery: idle power, subtracted from every batch
             self.check_budget(bs)
             self.check_data()
             check_monitor(self.monitor, self.splits, self.run.source or self.run.name)
@@ -320,8 +368,13 @@ class Trainer:
     def _epoch_record(self, seen: int, loss_sum: float, correct: int, totals: EpochTotals, seconds: float) -> dict:
         """The epoch's metrics record: training loss and accuracy, the val and test tallies,
         time, backends and the epoch's totals."""
-        record = {"kind": "epoch", "epoch": self.epoch + 1, "step": self.global_step,
-                  "train_loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1)}
+        record = {
+            "kind": "epoch",
+            "epoch": self.epoch + 1,
+            "step": self.global_step,
+            "train_loss": loss_sum / max(seen, 1),
+            "train_accuracy": correct / max(seen, 1),
+        }
         for name, split in (("val", self.val_data), ("test", self.test_data)):
             if split is not None:
                 record.update(self.tally(split).record(name))
@@ -336,14 +389,18 @@ class Trainer:
             self.watch.good_step()
             return None
         where = f"{self.run.source or self.run.name}: epoch {self.epoch + 1}, step {self.global_step - 1}"
-        last_good = (f"the last good weights are in {self.checkpoint_path} (step {self._saved_step})"
-                     if self._saved_step is not None else
-                     "no checkpoint was written before it (train.checkpoint_every_steps saves more often)")
+        last_good = (
+            f"the last good weights are in {self.checkpoint_path} (step {self._saved_step})"
+            if self._saved_step is not None
+            else "no checkpoint was written before it (train.checkpoint_every_steps saves more often)"
+        )
         action = self.watch.act(problem, where, last_good)
         self.state = saved
         if self.progress:
-            print(f"{where}: {problem}: step undone" + (", learning rate halved" if action == "halve" else ""),
-                  file=sys.stderr)
+            print(
+                f"{where}: {problem}: step undone" + (", learning rate halved" if action == "halve" else ""),
+                file=sys.stderr,
+            )
         return problem
 
     def realign_energy(self) -> int:
@@ -351,7 +408,7 @@ class Trainer:
         now and rewrite their energy in metrics.jsonl (metrics.realign_energy)."""
         aligned = realign_energy(self.energy_meter, self._metered_steps, self.out_dir / "metrics.jsonl")
         if aligned:
-            rebuild_csv(self.out_dir)   # the CSV files show the figures metrics.jsonl now holds
+            rebuild_csv(self.out_dir)  # the CSV files show the figures metrics.jsonl now holds
         return aligned
 
     # ------------------------------------------------------------ checkpoints
@@ -373,7 +430,7 @@ class Trainer:
         self._saved_step = self.global_step
 
 
-BEST_CHECKPOINT = "checkpoint_best.npz"   # train.checkpoint_best: the best epoch's weights
+BEST_CHECKPOINT = "checkpoint_best.npz"  # train.checkpoint_best: the best epoch's weights
 
 
 def _make_out_dir(path: Path) -> None:

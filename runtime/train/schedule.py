@@ -15,6 +15,7 @@ to, so a factor f becomes mu + round(log2 f), clamped to 1..8: halving the rate 
 bit less (`niti.scheduled_mu`). Its schedule is a staircase of whole bits, and a factor
 below 2**-(mu - 1) cannot go lower than mu = 1.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,5 +35,5 @@ def lr_factor(schedule, step: int, total_steps: int) -> float:
     elif schedule.kind == "step":
         factor *= schedule.gamma ** (after // schedule.step_size)
     elif schedule.kind == "exponential":
-        factor *= schedule.gamma ** after
+        factor *= schedule.gamma**after
     return factor

@@ -2,6 +2,7 @@
 whose Planner it makes here from `backend` or the run's `backend:` (unless it is given a
 Planner, or a Step: the command line makes both from --backend, cli/train.py).
 """
+
 from __future__ import annotations
 
 from ..execute import Step, cross_entropy

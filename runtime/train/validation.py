@@ -5,6 +5,7 @@ so far (`train.checkpoint_best`: checkpoint_best.npz) and early stopping
 A metric is a key of the epoch record: train_loss, train_accuracy, val_loss,
 val_accuracy, test_loss, test_accuracy; losses are better lower, accuracies higher.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,9 +22,10 @@ def higher_is_better(metric: str) -> bool:
 
 
 def accuracy_line(record: dict) -> str:
-    """"val accuracy 0.91, test accuracy 0.90" of an epoch record (train accuracy without either)."""
-    parts = [f"{name} accuracy {record[name + '_accuracy']:.4f}" for name in ("val", "test")
-             if name + "_accuracy" in record]
+    """ "val accuracy 0.91, test accuracy 0.90" of an epoch record (train accuracy without either)."""
+    parts = [
+        f"{name} accuracy {record[name + '_accuracy']:.4f}" for name in ("val", "test") if name + "_accuracy" in record
+    ]
     return ", ".join(parts) or f"train accuracy {record['train_accuracy']:.4f}"
 
 
@@ -39,19 +41,23 @@ class Tally:
         self.loss_sum += cross_entropy(scores, labels) * len(labels)
 
     def record(self, prefix: str) -> dict:
-        return {f"{prefix}_accuracy": self.correct / max(self.count, 1), f"{prefix}_loss": self.loss_sum / max(self.count, 1)}
+        return {
+            f"{prefix}_accuracy": self.correct / max(self.count, 1),
+            f"{prefix}_loss": self.loss_sum / max(self.count, 1),
+        }
 
 
 class Monitor:
     """The best value of `best_metric` (checkpoint_best) and early stopping on `stop_metric`."""
 
-    def __init__(self, best_metric: str | None, stop_metric: str | None = None, patience: int = 0,
-                 min_delta: float = 0.0):
+    def __init__(
+        self, best_metric: str | None, stop_metric: str | None = None, patience: int = 0, min_delta: float = 0.0
+    ):
         self.best_metric, self.stop_metric = best_metric, stop_metric
         self.patience, self.min_delta = patience, min_delta
-        self.best = None          # best value of best_metric so far
-        self.stop_best = None     # best value of stop_metric so far
-        self.waited = 0           # epochs since stop_metric last improved
+        self.best = None  # best value of best_metric so far
+        self.stop_best = None  # best value of stop_metric so far
+        self.waited = 0  # epochs since stop_metric last improved
 
     @staticmethod
     def _better(metric: str, value: float, than: float | None, delta: float = 0.0) -> bool:
@@ -91,8 +97,10 @@ def check_monitor(monitor: Monitor, splits, source) -> None:
     from ..errors import ConfigError
 
     have = {"train"} | {name for name in ("val", "test") if getattr(splits, name) is not None}
-    for key, metric in (("train.checkpoint_best", monitor.best_metric),
-                        ("train.early_stopping.metric", monitor.stop_metric)):
+    for key, metric in (
+        ("train.checkpoint_best", monitor.best_metric),
+        ("train.early_stopping.metric", monitor.stop_metric),
+    ):
         if metric is not None and metric.split("_")[0] not in have:
             need = "data.val_fraction" if metric.startswith("val") else "test data (data.test or data.test_fraction)"
             raise ConfigError(source, key, f"{metric!r} is not measured: this run has no {need}")

@@ -4,6 +4,7 @@ field's offset, as a ctypes interpreter sees them and as a C compiler lays them 
 
 `python layouts.py` prints the ctypes side as JSON; `c_program()` is a C file printing
 the C side in the same form."""
+
 from __future__ import annotations
 
 import ctypes
@@ -38,12 +39,22 @@ def ctypes_layouts() -> dict[str, dict[str, int]]:
 def c_program() -> str:
     """A C program printing the same JSON for the C types, for the field names ctypes_layouts()
     found (run where dsptrain imports, to know them)."""
-    lines = ['#include <stdalign.h>', '#include <stddef.h>', '#include <stdio.h>',
-             '#include "fastrpc_abi.h"', '#include "ops.h"', "", "int main(void) {", '  printf("{");']
+    lines = [
+        "#include <stdalign.h>",
+        "#include <stddef.h>",
+        "#include <stdio.h>",
+        '#include "fastrpc_abi.h"',
+        '#include "ops.h"',
+        "",
+        "int main(void) {",
+        '  printf("{");',
+    ]
     for i, (c_type, layout) in enumerate(ctypes_layouts().items()):
         sep = ", " if i else ""
-        lines.append(f'  printf("{sep}\\"{c_type}\\": {{\\"sizeof\\": %zu, \\"alignof\\": %zu", '
-                     f"sizeof({c_type}), alignof({c_type}));")
+        lines.append(
+            f'  printf("{sep}\\"{c_type}\\": {{\\"sizeof\\": %zu, \\"alignof\\": %zu", '
+            f"sizeof({c_type}), alignof({c_type}));"
+        )
         for field in layout:
             if field not in ("sizeof", "alignof"):
                 lines.append(f'  printf(", \\"{field}\\": %zu", offsetof({c_type}, {field}));')

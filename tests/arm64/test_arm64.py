@@ -3,6 +3,7 @@ qemu-aarch64, PyPI's aarch64 wheels, cpu_ops built for aarch64 by setup.py): the
 feature report, the NEON kernel tests and a sample of the op tests in the aarch64 Python,
 50 training steps that must end byte-identical to the same steps on this machine, and the
 FastRPC ctypes structures against the C headers compiled for aarch64."""
+
 from __future__ import annotations
 
 import json
@@ -52,9 +53,17 @@ def test_neon_cases_and_op_tests_pass_in_the_aarch64_python(arm64):
     """The NEON cases of the CPU kernel tests (each forced onto the NEON path) with the
     Threefry, rounding and NITI update tests, and every op test on every backend found there
     (the CPU's NEON kernels; the emulated DSP, reached from the aarch64 Python)."""
-    proc = arm64.run("pytest", "-q", "-p", "no:cacheprovider", "-rs",
-                     "-k", "neon or threefry or rounding or niti_update or backend_ops",
-                     "tests/backend/test_cpu_kernels.py", "tests/backend/test_backend_ops.py")
+    proc = arm64.run(
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        "-k",
+        "neon or threefry or rounding or niti_update or backend_ops",
+        "tests/backend/test_cpu_kernels.py",
+        "tests/backend/test_backend_ops.py",
+    )
     tail = proc.stdout[-3000:]
     assert proc.returncode == 0, tail + proc.stderr[-2000:]
     summary = proc.stdout.strip().splitlines()[-1]
@@ -65,10 +74,30 @@ def test_neon_cases_and_op_tests_pass_in_the_aarch64_python(arm64):
 
 
 def train(command: list[str], run: str, out: Path, timeout: float):
-    proc = subprocess.run([*command, "train", RUNS[run], "--backend", "cpu", "--epochs", "1",
-                           "--train-limit", str(STEPS * BATCH), "--batch-size", str(BATCH),
-                           "--test-limit", "256", "--quiet", "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [
+            *command,
+            "train",
+            RUNS[run],
+            "--backend",
+            "cpu",
+            "--epochs",
+            "1",
+            "--train-limit",
+            str(STEPS * BATCH),
+            "--batch-size",
+            str(BATCH),
+            "--test-limit",
+            "256",
+            "--quiet",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     epoch = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][-1]
     assert epoch["kind"] == "epoch" and epoch["step"] == STEPS, epoch
@@ -83,8 +112,9 @@ def test_training_ends_byte_identical_to_x86(arm64, run, tmp_path):
     native = train([sys.executable, "-m", "dsptrain.cli"], run, tmp_path / "x86_64", 600)
     emulated = train([str(arm64.folder / "bin" / "dsptrain")], run, tmp_path / "aarch64", 1800)
     assert sorted(native.files) == sorted(emulated.files)
-    differ = [k for k in native.files
-              if native[k].dtype != emulated[k].dtype or native[k].tobytes() != emulated[k].tobytes()]
+    differ = [
+        k for k in native.files if native[k].dtype != emulated[k].dtype or native[k].tobytes() != emulated[k].tobytes()
+    ]
     assert not differ, f"{run}: {differ} differ between x86-64 and aarch64 after {STEPS} steps"
 
 
@@ -97,11 +127,24 @@ def test_fastrpc_structs_match_the_c_headers_on_aarch64(arm64, tmp_path):
     python_side = json.loads(proc.stdout)
     (tmp_path / "layouts.c").write_text(layouts.c_program())
     exe = tmp_path / "layouts"
-    build = subprocess.run(["aarch64-linux-gnu-gcc", "-std=c11", "-Wall", "-Werror", "-static",
-                            "-I", str(REPO / "dsp_kernels"), str(tmp_path / "layouts.c"), "-o", str(exe)],
-                           capture_output=True, text=True)
+    build = subprocess.run(
+        [
+            "aarch64-linux-gnu-gcc",
+            "-std=c11",
+            "-Wall",
+            "-Werror",
+            "-static",
+            "-I",
+            str(REPO / "dsp_kernels"),
+            str(tmp_path / "layouts.c"),
+            "-o",
+            str(exe),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert build.returncode == 0, build.stderr
     c_side = subprocess.run(["qemu-aarch64", str(exe)], capture_output=True, text=True, timeout=120)
     assert c_side.returncode == 0, c_side.stderr
     assert json.loads(c_side.stdout) == python_side
-    assert python_side["remote_buf"] == {"sizeof": 16, "alignof": 8, "pv": 0, "nLen": 8}   # 64-bit pointers
+    assert python_side["remote_buf"] == {"sizeof": 16, "alignof": 8, "pv": 0, "nLen": 8}  # 64-bit pointers

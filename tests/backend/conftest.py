@@ -1,9 +1,9 @@
 """Fixtures for backend tests: the NumPy judge and every available backend under test."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from dsptrain.backends import availability, backend_class
 from dsptrain.backends.ops_ref import RefBackend
 
@@ -38,7 +38,7 @@ def float_pool_input(rng, shape):
     return x
 
 
-CPU_ISAS = ("amx", "avx512vnni", "avxvnni", "avx2", "neon", "scalar")   # the native GEMM paths
+CPU_ISAS = ("amx", "avx512vnni", "avxvnni", "avx2", "neon", "scalar")  # the native GEMM paths
 
 
 @pytest.fixture(params=CPU_ISAS)

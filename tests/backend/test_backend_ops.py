@@ -3,11 +3,11 @@
 Runs once per backend that is usable here (cpu; dsp when it is built). A hook a backend
 does not list in `hooks` falls back to the base-class composition, which must match too.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from dsptrain.errors import NoSupport
 
 from . import cases
@@ -38,6 +38,7 @@ class _Declining:
                 if hook in self._backend.hooks:
                     raise  # it claims the hook: not implementing it is a bug
                 pytest.skip(f"{self._backend.name} does not list {hook} in its hooks ({exc})")
+
         return call
 
 
@@ -85,8 +86,10 @@ def test_convolutions(backend, ref, case):
     in_hw = x.shape[1:3]
     equal(backend.conv2d_s8(x, w, stride, pad), ref.conv2d_s8(x, w, stride, pad))
     equal(backend.conv2d_bwd_data_s8(err, w, stride, pad, in_hw), ref.conv2d_bwd_data_s8(err, w, stride, pad, in_hw))
-    equal(backend.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]),
-          ref.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]))
+    equal(
+        backend.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]),
+        ref.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]),
+    )
 
 
 @pytest.mark.parametrize("mode", cases.ROUNDING)
@@ -136,8 +139,10 @@ def test_relu_and_pool(backend, ref, case):
     equal(got_y, want_y)
     equal(got_idx, want_idx)
     perr = cases.int8(np.random.default_rng(10), want_y.shape)
-    equal(backend.maxpool_bwd_s8(perr, want_idx, kernel, stride, x.shape[1:3]),
-          ref.maxpool_bwd_s8(perr, want_idx, kernel, stride, x.shape[1:3]))
+    equal(
+        backend.maxpool_bwd_s8(perr, want_idx, kernel, stride, x.shape[1:3]),
+        ref.maxpool_bwd_s8(perr, want_idx, kernel, stride, x.shape[1:3]),
+    )
 
 
 def test_maxpool_bwd_saturates(backend, ref):
@@ -156,7 +161,9 @@ def test_maxpool_bwd_saturates(backend, ref):
 def test_niti_loss_grad(backend, ref, case):
     logits, exponent, labels = case[1]
     key = cases.rng_key(exponent + 50)
-    equal(backend.niti_loss_grad_s8(logits, exponent, labels, key), ref.niti_loss_grad_s8(logits, exponent, labels, key))
+    equal(
+        backend.niti_loss_grad_s8(logits, exponent, labels, key), ref.niti_loss_grad_s8(logits, exponent, labels, key)
+    )
     wide = logits.astype(np.int32) * 300
     equal(backend.niti_loss_grad_s8(wide, exponent, labels, key), ref.niti_loss_grad_s8(wide, exponent, labels, key))
 
@@ -167,6 +174,9 @@ def test_niti_update(backend, ref, mode, mu):
     rng = np.random.default_rng(mu)
     w = cases.int8(rng, (17, 3, 3, 5), -127, 127)
     key = cases.rng_key(mu)
-    for grad in (rng.integers(-(2**20), 2**20, w.shape, dtype=np.int32),
-                 rng.integers(-3, 4, w.shape).astype(np.int64), np.zeros(w.shape, np.int32)):
+    for grad in (
+        rng.integers(-(2**20), 2**20, w.shape, dtype=np.int32),
+        rng.integers(-3, 4, w.shape).astype(np.int64),
+        np.zeros(w.shape, np.int32),
+    ):
         equal(backend.niti_update_s8(w, grad, mu, mode, key), ref.niti_update_s8(w, grad, mu, mode, key))

@@ -3,24 +3,32 @@ dilated and padded-pool ops of algorithms/_branch_layers.py and fp32.py) against
 forward and backward, on random and ragged shapes: every backend of this machine, the
 ref judge included. Activations within a float32 ulp of torch (float64 inside, one
 rounding); data movement exact."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from dsptrain.algorithms import _branch_layers as branch
 from dsptrain.algorithms import fp32
 from dsptrain.graph import Op
 from dsptrain.nn import MaxPool2d
 
 
-
 def need_torch():
-    return pytest.importorskip("torch")   # the test extra installs it
+    return pytest.importorskip("torch")  # the test extra installs it
+
 
 SHAPES = [(2, 5, 7, 3), (1, 9, 4, 17), (3, 1, 1, 8)]
-FUNCTIONS = [("clip", (0.0, 6.0)), ("clip", (-1.5, 2.25)), ("hardsigmoid", (1 / 6, 0.5)), ("hardsigmoid", (0.2, 0.5)),
-             ("hardswish", ()), ("sigmoid", ()), ("silu", ()), ("tanh", ())]
+FUNCTIONS = [
+    ("clip", (0.0, 6.0)),
+    ("clip", (-1.5, 2.25)),
+    ("hardsigmoid", (1 / 6, 0.5)),
+    ("hardsigmoid", (0.2, 0.5)),
+    ("hardswish", ()),
+    ("sigmoid", ()),
+    ("silu", ()),
+    ("tanh", ()),
+]
 
 
 @pytest.fixture(params=["ref", "cpu"])
@@ -30,9 +38,16 @@ def be(request, make_backend):
 
 def _torch_fn(torch, function, params):
     F = torch.nn.functional
-    return {"clip": lambda t: F.hardtanh(t, *params),
-            "hardsigmoid": F.hardsigmoid if params == (1 / 6, 0.5) else lambda t: torch.clamp(params[0] * t + params[1], 0, 1),
-            "hardswish": F.hardswish, "sigmoid": torch.sigmoid, "silu": F.silu, "tanh": torch.tanh}[function]
+    return {
+        "clip": lambda t: F.hardtanh(t, *params),
+        "hardsigmoid": F.hardsigmoid
+        if params == (1 / 6, 0.5)
+        else lambda t: torch.clamp(params[0] * t + params[1], 0, 1),
+        "hardswish": F.hardswish,
+        "sigmoid": torch.sigmoid,
+        "silu": F.silu,
+        "tanh": torch.tanh,
+    }[function]
 
 
 @pytest.mark.parametrize("function,params", FUNCTIONS)
@@ -41,7 +56,7 @@ def test_activation_and_derivative_match_torch(be, function, params, shape):
     torch = need_torch()
     rng = np.random.default_rng(7)
     x = (rng.standard_normal(shape) * 4).astype(np.float32)
-    x.flat[:4] = [-3.0, 3.0, params[0] if params else 0.0, 6.0]   # the kinks and bounds themselves
+    x.flat[:4] = [-3.0, 3.0, params[0] if params else 0.0, 6.0]  # the kinks and bounds themselves
     err = rng.standard_normal(shape).astype(np.float32)
     t = torch.from_numpy(x.astype(np.float64)).requires_grad_()
     y = _torch_fn(torch, function, params)(t)
@@ -64,7 +79,7 @@ def test_mul_and_its_gradients_match_torch(be, shape, per_channel):
     err = rng.standard_normal(shape).astype(np.float32)
     tx, tg = (torch.from_numpy(v.astype(np.float64)).requires_grad_() for v in (x, g))
     (tx * tg).backward(torch.from_numpy(err.astype(np.float64)))
-    np.testing.assert_array_equal(be.mul_f32(x, g), x * g)     # one float32 product: exact
+    np.testing.assert_array_equal(be.mul_f32(x, g), x * g)  # one float32 product: exact
     dx, dg = be.mul_bwd_f32(err, x, g)
     np.testing.assert_array_equal(dx, err * g)
     np.testing.assert_allclose(dg, tg.grad.numpy(), rtol=1e-6, atol=1e-6)
@@ -82,19 +97,21 @@ def test_channel_moves_are_exact(be, dtype):
     assert padded.shape == (2, 3, 5, 12) and not padded[..., :3].any() and not padded[..., 11:].any()
     np.testing.assert_array_equal(padded[..., 3:11], parts[1])
     x = rng.integers(-100, 100, (2, 3, 5, 12)).astype(dtype)
-    t = torch.from_numpy(x).permute(0, 3, 1, 2)   # torchvision's channel_shuffle, NCHW
+    t = torch.from_numpy(x).permute(0, 3, 1, 2)  # torchvision's channel_shuffle, NCHW
     expected = t.reshape(2, 3, 4, 3, 5).transpose(1, 2).reshape(2, 12, 3, 5).permute(0, 2, 3, 1).numpy()
     shuffled = be.channel_shuffle(x, 3)
     np.testing.assert_array_equal(shuffled, expected)
-    np.testing.assert_array_equal(be.channel_shuffle(shuffled, 4), x)   # the backward: C / groups groups
+    np.testing.assert_array_equal(be.channel_shuffle(shuffled, 4), x)  # the backward: C / groups groups
 
 
 def _op(kind, inputs, outputs, **attrs):
     return Op(0, "t", kind, "t", "forward", tuple(inputs), tuple(outputs), (), attrs)
 
 
-@pytest.mark.parametrize("kernel,stride,pad,ceil,hw", [(3, 2, 1, False, (9, 8)), (3, 2, 0, True, (8, 10)),
-                                                       (2, 2, 1, True, (7, 7)), (3, 1, 1, False, (5, 6))])
+@pytest.mark.parametrize(
+    "kernel,stride,pad,ceil,hw",
+    [(3, 2, 1, False, (9, 8)), (3, 2, 0, True, (8, 10)), (2, 2, 1, True, (7, 7)), (3, 1, 1, False, (5, 6))],
+)
 def test_padded_and_ceil_max_pool_match_torch(be, kernel, stride, pad, ceil, hw):
     torch = need_torch()
     rng = np.random.default_rng(11)
@@ -113,12 +130,20 @@ def test_padded_and_ceil_max_pool_match_torch(be, kernel, stride, pad, ceil, hw)
     np.testing.assert_allclose(dx, t.grad.permute(0, 2, 3, 1).numpy(), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("cin,cout,groups,dilation,kernel,stride,pad", [
-    (6, 6, 6, 1, 3, 1, 1), (5, 5, 5, 1, 5, 2, 2), (8, 12, 4, 1, 3, 1, 1), (4, 6, 2, 2, 3, 1, 2), (3, 4, 1, 2, 3, 2, 1)])
+@pytest.mark.parametrize(
+    "cin,cout,groups,dilation,kernel,stride,pad",
+    [
+        (6, 6, 6, 1, 3, 1, 1),
+        (5, 5, 5, 1, 5, 2, 2),
+        (8, 12, 4, 1, 3, 1, 1),
+        (4, 6, 2, 2, 3, 1, 2),
+        (3, 4, 1, 2, 3, 2, 1),
+    ],
+)
 def test_grouped_and_dilated_conv_match_torch(be, cin, cout, groups, dilation, kernel, stride, pad):
     torch = need_torch()
     if groups == cin == cout and dilation == 1 and "dwconv2d_f32" not in be.hooks:
-        return   # this backend has no depthwise kernel yet (CONTRACT-dwconv: dwcpu's): placement sends it to ref
+        return  # this backend has no depthwise kernel yet (CONTRACT-dwconv: dwcpu's): placement sends it to ref
     rng = np.random.default_rng(13)
     x = rng.standard_normal((2, 9, 7, cin)).astype(np.float32)
     w = rng.standard_normal((cout, kernel, kernel, cin // groups)).astype(np.float32)
@@ -128,8 +153,15 @@ def test_grouped_and_dilated_conv_match_torch(be, cin, cout, groups, dilation, k
     err = rng.standard_normal(y.shape).astype(np.float32)
     y.backward(torch.from_numpy(err.astype(np.float64)))
     span = (kernel - 1) * dilation + 1
-    attrs = dict(stride=stride, pad=pad, groups=groups, dilation=dilation, in_hw=(9, 7), kernel=(span, span),
-                 depthwise=groups == cin == cout and dilation == 1)
+    attrs = dict(
+        stride=stride,
+        pad=pad,
+        groups=groups,
+        dilation=dilation,
+        in_hw=(9, 7),
+        kernel=(span, span),
+        depthwise=groups == cin == cout and dilation == 1,
+    )
     env = {"x": x, "w": w, "e": np.ascontiguousarray(err.transpose(0, 2, 3, 1))}
     got = fp32.gconv_fwd(be, _op("c", ["x", "w"], ["y"], **attrs), env, None)["y"]
     dx = fp32.gconv_bwd_data(be, _op("c", ["e", "w"], ["dx"], **attrs), env, None)["dx"]

@@ -1,8 +1,8 @@
 """`dsptrain calibrate`'s measurements (runtime/calibrate.py): every representative case runs
 its hook on the CPU backend and on the emulated DSP, and a rate is the cases' weighted MACs
 over their weighted cost (seconds; critical-path packets), within what the hardware can do."""
-import pytest
 
+import pytest
 from dsptrain.calibrate import LINEAR, MOBILENET_DW, MOBILENET_PW, VGG11_CONV, cases, measure, rates
 from dsptrain.cost import RATE_KEYS
 

@@ -3,6 +3,7 @@
 gradient's int32/int64 sums) and float32 (ops_ref's stated summation order), on every ISA
 this CPU has, at 1 and 2 threads, on random and ragged shapes; which loop each shape takes;
 the argument checks."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,10 +19,23 @@ ISAS = [isa for isa in ("amx", "avx512vnni", "avxvnni", "avx2", "neon", "scalar"
 # loop with no tail), ragged channel counts around its 8-channel step (tails only, both, one
 # channel), kernel 3 and 5, strides 1 and 2, pads 0-2 and beyond the kernel, odd images,
 # strides above the kernel (backward data's phases that no tap reaches: zeros)
-SHAPES = [(4, 16, 16, 32, 3, 1, 1), (3, 16, 16, 96, 3, 2, 1), (2, 8, 8, 144, 3, 2, 1), (5, 2, 2, 24, 3, 1, 1),
-          (2, 7, 9, 3, 3, 1, 1), (3, 9, 11, 37, 5, 2, 2), (2, 11, 7, 17, 5, 1, 2), (1, 6, 6, 1, 3, 2, 0),
-          (2, 5, 5, 9, 1, 1, 0), (2, 6, 6, 24, 2, 2, 3), (1, 13, 12, 40, 5, 2, 0), (3, 1, 1, 16, 3, 1, 1),
-          (1, 9, 9, 15, 4, 3, 1), (2, 7, 7, 16, 1, 2, 0), (1, 10, 9, 24, 2, 3, 1)]
+SHAPES = [
+    (4, 16, 16, 32, 3, 1, 1),
+    (3, 16, 16, 96, 3, 2, 1),
+    (2, 8, 8, 144, 3, 2, 1),
+    (5, 2, 2, 24, 3, 1, 1),
+    (2, 7, 9, 3, 3, 1, 1),
+    (3, 9, 11, 37, 5, 2, 2),
+    (2, 11, 7, 17, 5, 1, 2),
+    (1, 6, 6, 1, 3, 2, 0),
+    (2, 5, 5, 9, 1, 1, 0),
+    (2, 6, 6, 24, 2, 2, 3),
+    (1, 13, 12, 40, 5, 2, 0),
+    (3, 1, 1, 16, 3, 1, 1),
+    (1, 9, 9, 15, 4, 3, 1),
+    (2, 7, 7, 16, 1, 2, 0),
+    (1, 10, 9, 24, 2, 3, 1),
+]
 
 
 @pytest.fixture(params=ISAS)
@@ -40,7 +54,7 @@ def cpu_isa(request, monkeypatch):
 def threads(request):
     previous, threshold = native.threads(), native.serial_below_macs()
     native.set_threads(request.param)
-    native.set_serial_below_macs(0.0)   # two threads split even the small shapes
+    native.set_serial_below_macs(0.0)  # two threads split even the small shapes
     yield request.param
     native.set_threads(previous)
     native.set_serial_below_macs(threshold)
@@ -50,9 +64,12 @@ def operands(shape, seed, dtype=np.int8):
     n, h, w, c, k, stride, pad = shape
     rng = np.random.default_rng(seed)
     oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
-    if dtype == np.int8:   # the full int8 range, -128 included
-        return (rng.integers(-128, 128, (n, h, w, c), dtype=np.int8), rng.integers(-128, 128, (c, k, k, 1), dtype=np.int8),
-                rng.integers(-128, 128, (n, oh, ow, c), dtype=np.int8))
+    if dtype == np.int8:  # the full int8 range, -128 included
+        return (
+            rng.integers(-128, 128, (n, h, w, c), dtype=np.int8),
+            rng.integers(-128, 128, (c, k, k, 1), dtype=np.int8),
+            rng.integers(-128, 128, (n, oh, ow, c), dtype=np.int8),
+        )
     return tuple(rng.standard_normal(s).astype(np.float32) for s in ((n, h, w, c), (c, k, k, 1), (n, oh, ow, c)))
 
 
@@ -67,7 +84,10 @@ def test_int8_passes_every_isa(cpu_isa, threads, ref, shape):
     stride, pad, hw, k = shape[5], shape[6], shape[1:3], shape[4]
     equal(cpu_isa.dwconv2d_s8(x, w, stride, pad), ref.dwconv2d_s8(x, w, stride, pad))
     equal(cpu_isa.dwconv2d_bwd_data_s8(err, w, stride, pad, hw), ref.dwconv2d_bwd_data_s8(err, w, stride, pad, hw))
-    equal(cpu_isa.dwconv2d_bwd_weight_s8(err, x, stride, pad, (k, k)), ref.dwconv2d_bwd_weight_s8(err, x, stride, pad, (k, k)))
+    equal(
+        cpu_isa.dwconv2d_bwd_weight_s8(err, x, stride, pad, (k, k)),
+        ref.dwconv2d_bwd_weight_s8(err, x, stride, pad, (k, k)),
+    )
 
 
 @pytest.mark.parametrize("shape", SHAPES[:8], ids=str)
@@ -75,8 +95,10 @@ def test_requant_variants_every_mode_and_shift(cpu_isa, threads, ref, shape):
     x, w, err = operands(shape, sum(shape) + 1)
     stride, pad, hw = shape[5], shape[6], shape[1:3]
     key = cases.rng_key(sum(shape))
-    passes = {"forward": lambda b, **kw: b.dwconv2d_requant_s8(x, w, stride, pad, **kw),
-              "backward_data": lambda b, **kw: b.dwconv2d_bwd_data_requant_s8(err, w, stride, pad, hw, **kw)}
+    passes = {
+        "forward": lambda b, **kw: b.dwconv2d_requant_s8(x, w, stride, pad, **kw),
+        "backward_data": lambda b, **kw: b.dwconv2d_bwd_data_requant_s8(err, w, stride, pad, hw, **kw),
+    }
     for name, run in passes.items():
         for mode in cases.ROUNDING:
             # estimated; given and large enough (the fused rounding); given and too small
@@ -92,7 +114,10 @@ def test_float_passes_are_ops_ref_bits(cpu_isa, threads, ref, shape):
     stride, pad, hw, k = shape[5], shape[6], shape[1:3], shape[4]
     equal(cpu_isa.dwconv2d_f32(x, w, stride, pad), ref.dwconv2d_f32(x, w, stride, pad))
     equal(cpu_isa.dwconv2d_bwd_data_f32(err, w, stride, pad, hw), ref.dwconv2d_bwd_data_f32(err, w, stride, pad, hw))
-    equal(cpu_isa.dwconv2d_bwd_weight_f32(err, x, stride, pad, (k, k)), ref.dwconv2d_bwd_weight_f32(err, x, stride, pad, (k, k)))
+    equal(
+        cpu_isa.dwconv2d_bwd_weight_f32(err, x, stride, pad, (k, k)),
+        ref.dwconv2d_bwd_weight_f32(err, x, stride, pad, (k, k)),
+    )
 
 
 def test_weight_gradient_widens_to_int64_exactly(ref):

@@ -1,10 +1,10 @@
 """What is special to the native CPU backend: each SIMD path against ops_ref, the C++
 Threefry against NumPy's and Random123's known answers, and argument checking."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from dsptrain import numerics
 
 from . import cases
@@ -14,8 +14,7 @@ native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not b
 from dsptrain.backends.ops_cpu import ISA_ENV, CpuBackend  # noqa: E402
 
 
-@pytest.mark.parametrize("case", list(cases.gemm_cases()) + list(cases.gemm_extreme_cases())[:16],
-                         ids=lambda c: c[0])
+@pytest.mark.parametrize("case", list(cases.gemm_cases()) + list(cases.gemm_extreme_cases())[:16], ids=lambda c: c[0])
 def test_gemm_every_isa(cpu_isa, ref, case):
     a, b = case[1]
     np.testing.assert_array_equal(cpu_isa.gemm_s8(a, b), ref.gemm_s8(a, b))
@@ -26,28 +25,48 @@ def test_conv_every_isa(cpu_isa, ref, case):
     c = case[1]
     x, w, err, stride, pad = c["x"], c["w"], c["err"], c["stride"], c["pad"]
     np.testing.assert_array_equal(cpu_isa.conv2d_s8(x, w, stride, pad), ref.conv2d_s8(x, w, stride, pad))
-    np.testing.assert_array_equal(cpu_isa.conv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]),
-                                  ref.conv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]))
-    np.testing.assert_array_equal(cpu_isa.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]),
-                                  ref.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]))
+    np.testing.assert_array_equal(
+        cpu_isa.conv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]),
+        ref.conv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]),
+    )
+    np.testing.assert_array_equal(
+        cpu_isa.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]),
+        ref.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]),
+    )
 
 
 # (N, H, W, C, O, K, stride, pad): few channels (the pixel-panel and panel weight-gradient
 # kernels), LeNet's own layers, stride 2, batch 1, padding beyond K-1 (the transposed
 # convolution then crops), and wide layers that stay on im2col + GEMM.
-SMALL_CONV_SHAPES = [(2, 28, 28, 1, 6, 5, 1, 2), (3, 14, 14, 6, 16, 5, 1, 0), (1, 9, 9, 3, 2, 3, 2, 1),
-                     (2, 12, 11, 6, 16, 5, 2, 2), (1, 5, 5, 4, 3, 5, 1, 4), (1, 6, 7, 2, 5, 3, 1, 3),
-                     (1, 1, 1, 3, 7, 1, 1, 0), (2, 8, 8, 3, 64, 3, 1, 1), (1, 7, 5, 1, 1, 3, 2, 1),
-                     (70, 4, 4, 5, 6, 3, 1, 1), (2, 6, 6, 96, 128, 3, 1, 1)]
+SMALL_CONV_SHAPES = [
+    (2, 28, 28, 1, 6, 5, 1, 2),
+    (3, 14, 14, 6, 16, 5, 1, 0),
+    (1, 9, 9, 3, 2, 3, 2, 1),
+    (2, 12, 11, 6, 16, 5, 2, 2),
+    (1, 5, 5, 4, 3, 5, 1, 4),
+    (1, 6, 7, 2, 5, 3, 1, 3),
+    (1, 1, 1, 3, 7, 1, 1, 0),
+    (2, 8, 8, 3, 64, 3, 1, 1),
+    (1, 7, 5, 1, 1, 3, 2, 1),
+    (70, 4, 4, 5, 6, 3, 1, 1),
+    (2, 6, 6, 96, 128, 3, 1, 1),
+]
 
 
 def small_conv_cases(seed: int = 7):
     rng = np.random.default_rng(seed)
     for n, h, w, c, o, k, stride, pad in SMALL_CONV_SHAPES:
         oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
-        yield (f"n{n}h{h}w{w}c{c}o{o}k{k}s{stride}p{pad}",
-               dict(x=cases.int8(rng, (n, h, w, c)), w=cases.int8(rng, (o, k, k, c)), err=cases.int8(rng, (n, oh, ow, o)),
-                    stride=stride, pad=pad))
+        yield (
+            f"n{n}h{h}w{w}c{c}o{o}k{k}s{stride}p{pad}",
+            dict(
+                x=cases.int8(rng, (n, h, w, c)),
+                w=cases.int8(rng, (o, k, k, c)),
+                err=cases.int8(rng, (n, oh, ow, o)),
+                stride=stride,
+                pad=pad,
+            ),
+        )
 
 
 @pytest.mark.parametrize("case", list(small_conv_cases()), ids=lambda c: c[0])
@@ -56,10 +75,13 @@ def test_small_channel_conv_every_isa(cpu_isa, ref, case):
     x, w, err, stride, pad = c["x"], c["w"], c["err"], c["stride"], c["pad"]
     hw = x.shape[1:3]
     np.testing.assert_array_equal(cpu_isa.conv2d_s8(x, w, stride, pad), ref.conv2d_s8(x, w, stride, pad))
-    np.testing.assert_array_equal(cpu_isa.conv2d_bwd_data_s8(err, w, stride, pad, hw),
-                                  ref.conv2d_bwd_data_s8(err, w, stride, pad, hw))
-    np.testing.assert_array_equal(cpu_isa.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]),
-                                  ref.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]))
+    np.testing.assert_array_equal(
+        cpu_isa.conv2d_bwd_data_s8(err, w, stride, pad, hw), ref.conv2d_bwd_data_s8(err, w, stride, pad, hw)
+    )
+    np.testing.assert_array_equal(
+        cpu_isa.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]),
+        ref.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]),
+    )
     key = cases.rng_key(3)
     for mode in cases.ROUNDING:
         got = cpu_isa.conv2d_requant_s8(x, w, stride, pad, mode, key)
@@ -71,8 +93,16 @@ def test_small_channel_conv_every_isa(cpu_isa, ref, case):
 # Around the AMX tile step (64 k) and K block (4608): K padded to 64, A read in place,
 # a second K block accumulating into C, short K handed to AVX-512 VNNI; M and N off the
 # 32 x 32 tile. Every ISA runs them (for the others they are just ragged shapes).
-TILE_EDGE_GEMMS = [(1, 1, 1), (31, 32, 33), (33, 33, 31), (70, 64, 64), (65, 65, 97), (40, 4608, 40),
-                   (33, 4609, 65), (64, 9300, 32)]
+TILE_EDGE_GEMMS = [
+    (1, 1, 1),
+    (31, 32, 33),
+    (33, 33, 31),
+    (70, 64, 64),
+    (65, 65, 97),
+    (40, 4608, 40),
+    (33, 4609, 65),
+    (64, 9300, 32),
+]
 
 
 @pytest.mark.parametrize("m,k,n", TILE_EDGE_GEMMS, ids=lambda v: str(v))
@@ -105,8 +135,13 @@ def test_gemm_pointwise_packing_every_isa(cpu_isa, ref, m, k, n):
 # weight gradient's k-major packing (VNNI: beyond the panel kernel's size limit), the
 # transposed convolution's B packed straight from w, depths that are and are not
 # multiples of 64 (the patch rows padded for AMX), stride 2.
-WIDE_CONV_SHAPES = [(2, 4, 4, 130, 264, 3, 1, 1), (1, 3, 3, 128, 280, 3, 1, 1), (3, 5, 5, 64, 48, 3, 1, 1),
-                    (2, 7, 6, 40, 33, 3, 2, 1),                    (1, 3, 3, 17, 96, 1, 1, 0)]
+WIDE_CONV_SHAPES = [
+    (2, 4, 4, 130, 264, 3, 1, 1),
+    (1, 3, 3, 128, 280, 3, 1, 1),
+    (3, 5, 5, 64, 48, 3, 1, 1),
+    (2, 7, 6, 40, 33, 3, 2, 1),
+    (1, 3, 3, 17, 96, 1, 1, 0),
+]
 
 
 @pytest.mark.parametrize("shape", WIDE_CONV_SHAPES, ids=lambda v: "n{}h{}w{}c{}o{}k{}s{}p{}".format(*v))
@@ -117,15 +152,23 @@ def test_wide_conv_every_isa(cpu_isa, ref, shape):
     oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
     err = cases.int8(rng, (n, oh, ow, o))
     np.testing.assert_array_equal(cpu_isa.conv2d_s8(x, wt, stride, pad), ref.conv2d_s8(x, wt, stride, pad))
-    np.testing.assert_array_equal(cpu_isa.conv2d_bwd_data_s8(err, wt, stride, pad, (h, w)),
-                                  ref.conv2d_bwd_data_s8(err, wt, stride, pad, (h, w)))
-    np.testing.assert_array_equal(cpu_isa.conv2d_bwd_weight_s8(err, x, stride, pad, (k, k)),
-                                  ref.conv2d_bwd_weight_s8(err, x, stride, pad, (k, k)))
+    np.testing.assert_array_equal(
+        cpu_isa.conv2d_bwd_data_s8(err, wt, stride, pad, (h, w)), ref.conv2d_bwd_data_s8(err, wt, stride, pad, (h, w))
+    )
+    np.testing.assert_array_equal(
+        cpu_isa.conv2d_bwd_weight_s8(err, x, stride, pad, (k, k)), ref.conv2d_bwd_weight_s8(err, x, stride, pad, (k, k))
+    )
     key = cases.rng_key(4)  # the fused epilogue: the GEMM's own range estimate, then rounding
-    for got, want in ((cpu_isa.conv2d_requant_s8(x, wt, stride, pad, "sto", key),
-                       ref.conv2d_requant_s8(x, wt, stride, pad, "sto", key)),
-                      (cpu_isa.conv2d_bwd_data_requant_s8(err, wt, stride, pad, (h, w), "psto", key),
-                       ref.conv2d_bwd_data_requant_s8(err, wt, stride, pad, (h, w), "psto", key))):
+    for got, want in (
+        (
+            cpu_isa.conv2d_requant_s8(x, wt, stride, pad, "sto", key),
+            ref.conv2d_requant_s8(x, wt, stride, pad, "sto", key),
+        ),
+        (
+            cpu_isa.conv2d_bwd_data_requant_s8(err, wt, stride, pad, (h, w), "psto", key),
+            ref.conv2d_bwd_data_requant_s8(err, wt, stride, pad, (h, w), "psto", key),
+        ),
+    ):
         np.testing.assert_array_equal(got[0], want[0])
         assert got[1] == want[1]
 
@@ -133,8 +176,17 @@ def test_wide_conv_every_isa(cpu_isa, ref, shape):
 # Max-pool is one window walk over the element type (cpu_ops/pool.cpp): both types on
 # every ISA the CPU has, at one and two threads, on tiling, overlapping and disjoint
 # windows, ragged edges, few and many channels (a compile-time channel count or not).
-POOL_SHAPES = [(1, 2, 2, 1, 2, 2), (2, 8, 8, 3, 2, 2), (2, 7, 9, 5, 3, 2), (1, 6, 6, 4, 3, 1), (3, 5, 5, 64, 2, 1),
-               (2, 9, 9, 6, 2, 3), (2, 7, 8, 16, 3, 3), (1, 11, 10, 40, 3, 2), (4, 6, 7, 1, 2, 1)]
+POOL_SHAPES = [
+    (1, 2, 2, 1, 2, 2),
+    (2, 8, 8, 3, 2, 2),
+    (2, 7, 9, 5, 3, 2),
+    (1, 6, 6, 4, 3, 1),
+    (3, 5, 5, 64, 2, 1),
+    (2, 9, 9, 6, 2, 3),
+    (2, 7, 8, 16, 3, 3),
+    (1, 11, 10, 40, 3, 2),
+    (4, 6, 7, 1, 2, 1),
+]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -144,25 +196,26 @@ def test_pool_both_types_every_isa(cpu_isa, ref, threads, n, h, w, c, k, s):
     previous = native.threads()
     native.set_threads(threads)
     try:
-        x8 = rng.integers(-3, 4, (n, h, w, c)).astype(np.int8)     # few values: ties, the first maximum wins
+        x8 = rng.integers(-3, 4, (n, h, w, c)).astype(np.int8)  # few values: ties, the first maximum wins
         y, idx = cpu_isa.maxpool_s8(x8, k, s)
         want_y, want_idx = ref.maxpool_s8(x8, k, s)
         np.testing.assert_array_equal(y, want_y)
         np.testing.assert_array_equal(idx, want_idx)
         err8 = rng.integers(-128, 128, want_y.shape).astype(np.int8)
-        np.testing.assert_array_equal(cpu_isa.maxpool_bwd_s8(err8, want_idx, k, s, (h, w)),
-                                      ref.maxpool_bwd_s8(err8, want_idx, k, s, (h, w)))
+        np.testing.assert_array_equal(
+            cpu_isa.maxpool_bwd_s8(err8, want_idx, k, s, (h, w)), ref.maxpool_bwd_s8(err8, want_idx, k, s, (h, w))
+        )
         xf = rng.standard_normal((n, h, w, c)).astype(np.float32)
-        xf[0, :k, :k, 0] = 1.5                                        # a tie
+        xf[0, :k, :k, 0] = 1.5  # a tie
         y, idx = cpu_isa.maxpool_f32(xf, k, s)
         want_y, want_idx = ref.maxpool_f32(xf, k, s)
         np.testing.assert_array_equal(y.view(np.uint32), want_y.view(np.uint32))
         np.testing.assert_array_equal(idx, want_idx)
         errf = rng.standard_normal(want_y.shape).astype(np.float32) * np.float32(1e4)
-        errf.flat[::7] = -0.0                                         # signed zeros keep their bits, or lose them, as NumPy's
+        errf.flat[::7] = -0.0  # signed zeros keep their bits, or lose them, as NumPy's
         got = cpu_isa.maxpool_bwd_f32(errf, want_idx, k, s, (h, w))
         want = ref.maxpool_bwd_f32(errf, want_idx, k, s, (h, w))
-        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))   # the sums' order too
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))  # the sums' order too
     finally:
         native.set_threads(previous)
 
@@ -226,11 +279,14 @@ def test_unknown_isa_name_fails():
 
 
 # ---------------------------------------------------------------- Threefry
-@pytest.mark.parametrize("key, ctr, want", [
-    ((0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
-    ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
-    ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0)),
-])
+@pytest.mark.parametrize(
+    "key, ctr, want",
+    [
+        ((0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
+        ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
+        ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0)),
+    ],
+)
 def test_threefry_known_answers(key, ctr, want):
     """Random123's known-answer vectors for Threefry-2x32-20, in C++ and in NumPy."""
     assert native.threefry2x32(*key, *ctr) == want
@@ -239,8 +295,10 @@ def test_threefry_known_answers(key, ctr, want):
     assert (int(x0), int(x1)) == want
 
 
-@pytest.mark.parametrize("key", [numerics.RngKey(0, 0, 0), numerics.RngKey(7, 3, 11, 5),
-                                 numerics.RngKey(-1, 2**33 + 5, 2**32 - 1, 2**32 - 3)])
+@pytest.mark.parametrize(
+    "key",
+    [numerics.RngKey(0, 0, 0), numerics.RngKey(7, 3, 11, 5), numerics.RngKey(-1, 2**33 + 5, 2**32 - 1, 2**32 - 3)],
+)
 def test_random_u32_matches_numpy(key):
     rng = (key.seed & 0xFFFFFFFF, key.step & 0xFFFFFFFF, key.tensor_id & 0xFFFFFFFF, key.offset & 0xFFFFFFFF)
     np.testing.assert_array_equal(native.random_u32(rng, 1000), numerics.random_u32(key, 1000))
@@ -262,8 +320,9 @@ def test_maxpool_and_backward_ties_and_shapes(ref, c, kernel, stride):
     np.testing.assert_array_equal(idx, idx_ref)
     err = cases.int8(rng, y.shape)
     err.flat[::7] = -128  # the backward clips -128 to -127
-    np.testing.assert_array_equal(cpu.maxpool_bwd_s8(err, idx, kernel, stride, (11, 9)),
-                                  ref.maxpool_bwd_s8(err, idx_ref, kernel, stride, (11, 9)))
+    np.testing.assert_array_equal(
+        cpu.maxpool_bwd_s8(err, idx, kernel, stride, (11, 9)), ref.maxpool_bwd_s8(err, idx_ref, kernel, stride, (11, 9))
+    )
 
 
 def test_maxpool_large_batch_is_split_over_threads(ref):
@@ -322,7 +381,9 @@ def test_int32_rounding_every_shift_at_the_extremes(ref, mode):
     acc[:8] = [-(2**31), 2**31 - 1, -(2**31) + 1, 0, 1, -1, 2**30, -(2**30)]
     key = cases.rng_key(9)
     for shift in range(0, 34):
-        np.testing.assert_array_equal(backend.shift_round(acc, shift, mode, key), ref.shift_round(acc, shift, mode, key))
+        np.testing.assert_array_equal(
+            backend.shift_round(acc, shift, mode, key), ref.shift_round(acc, shift, mode, key)
+        )
         got, want = backend.requantize(acc, mode, key, shift=shift), ref.requantize(acc, mode, key, shift=shift)
         np.testing.assert_array_equal(got[0], want[0])
         assert got[1] == want[1]
@@ -343,10 +404,14 @@ def test_niti_update_fused_loop_over_chunks(cpu, ref, mode, threads):
     try:
         full = rng.integers(-(2**31), 2**31, w.shape, dtype=np.int64).astype(np.int32)
         full[:3] = (-(2**31), 2**31 - 1, 0)
-        for grad, mu in ((full, 2), (full, 1),
-                         (rng.integers(-(2**44), 2**44, w.shape, dtype=np.int64), 4),
-                         (rng.integers(-200, 201, w.shape, dtype=np.int32), 8)):
-            np.testing.assert_array_equal(cpu.niti_update_s8(w, grad, mu, mode, key),
-                                          ref.niti_update_s8(w, grad, mu, mode, key))
+        for grad, mu in (
+            (full, 2),
+            (full, 1),
+            (rng.integers(-(2**44), 2**44, w.shape, dtype=np.int64), 4),
+            (rng.integers(-200, 201, w.shape, dtype=np.int32), 8),
+        ):
+            np.testing.assert_array_equal(
+                cpu.niti_update_s8(w, grad, mu, mode, key), ref.niti_update_s8(w, grad, mu, mode, key)
+            )
     finally:
         native.set_threads(previous)

@@ -5,6 +5,7 @@ whole depth is one block, and a shift that turns out too small is mended from th
 tiles. Bit-exact against ops_ref's composition at
 one and two threads, on depths past the plain path's K block of 2048, ragged tiles, and
 the magnitudes where the rounding and the +-127 clip meet (every input at -128 or 127)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,8 +30,11 @@ def case(shape, fill):
     if fill is None:
         rng = np.random.default_rng(sum(shape))
         return cases.int8(rng, (n, h, w, c)), cases.int8(rng, (o, 3, 3, c)), cases.int8(rng, (n, h, w, o))
-    return (np.full((n, h, w, c), fill[0], np.int8), np.full((o, 3, 3, c), fill[1], np.int8),
-            np.full((n, h, w, o), fill[0], np.int8))
+    return (
+        np.full((n, h, w, c), fill[0], np.int8),
+        np.full((o, 3, 3, c), fill[1], np.int8),
+        np.full((n, h, w, o), fill[0], np.int8),
+    )
 
 
 @pytest.mark.parametrize("fill", FILLS, ids=["random", "min_min", "max_min", "min_max"])
@@ -42,13 +46,17 @@ def test_rounded_tiles_every_isa(cpu_isa, ref, shape, fill, threads):
     for i, mode in enumerate(("round", "psto")):
         key = cases.rng_key(i)
         for shift in given_shifts(fwd):
-            same(cpu_isa.conv2d_requant_s8(x, w, 1, 1, mode, key, shift=shift),
-                 ref.conv2d_requant_s8(x, w, 1, 1, mode, key, shift=shift))
-        if shape[3] == 3:   # (the error pass of 3 channels runs on the panels)
+            same(
+                cpu_isa.conv2d_requant_s8(x, w, 1, 1, mode, key, shift=shift),
+                ref.conv2d_requant_s8(x, w, 1, 1, mode, key, shift=shift),
+            )
+        if shape[3] == 3:  # (the error pass of 3 channels runs on the panels)
             continue
         for shift in given_shifts(bwd):
-            same(cpu_isa.conv2d_bwd_data_requant_s8(err, w, 1, 1, hw, mode, key, shift=shift),
-                 ref.conv2d_bwd_data_requant_s8(err, w, 1, 1, hw, mode, key, shift=shift))
+            same(
+                cpu_isa.conv2d_bwd_data_requant_s8(err, w, 1, 1, hw, mode, key, shift=shift),
+                ref.conv2d_bwd_data_requant_s8(err, w, 1, 1, hw, mode, key, shift=shift),
+            )
 
 
 def test_the_shapes_take_the_implicit_gemm_on_avx512(on_avx512vnni):

@@ -7,6 +7,7 @@ Bit-exact against ops_ref at one and two threads: the int32 sums (random, and ev
 at the offset trick's extremes), the requantized results with the product's own range and
 with given shifts (too small, exact, larger) in every rounding mode (round and psto from
 the registers, sto after)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,8 +24,15 @@ native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not b
 # padding 2 on 3 x 4, no padding (only the backward data's error is padded), and padding 3
 # around one pixel (output positions whose windows meet no source at all: zeros; its
 # backward data has no border).
-SHAPES = [(5, 2, 2, 64, 120, 3, 1), (3, 4, 4, 128, 64, 3, 1), (2, 8, 8, 64, 120, 3, 1), (3, 7, 5, 172, 120, 3, 1),
-          (2, 3, 4, 60, 64, 5, 2), (2, 5, 7, 128, 128, 3, 0), (2, 1, 1, 64, 64, 3, 3)]
+SHAPES = [
+    (5, 2, 2, 64, 120, 3, 1),
+    (3, 4, 4, 128, 64, 3, 1),
+    (2, 8, 8, 64, 120, 3, 1),
+    (3, 7, 5, 172, 120, 3, 1),
+    (2, 3, 4, 60, 64, 5, 2),
+    (2, 5, 7, 128, 128, 3, 0),
+    (2, 1, 1, 64, 64, 3, 3),
+]
 IDS = ["n{}h{}w{}c{}o{}k{}p{}".format(*s) for s in SHAPES]
 # (forward, backward data) on AVX-512 VNNI
 PASSES = [("trimmed", "trimmed")] * 5 + [("implicit_gemm", "trimmed"), ("trimmed", "implicit_gemm")]
@@ -37,8 +45,11 @@ def case(shape, fill):
     if fill is None:
         rng = np.random.default_rng(sum(shape))
         return cases.int8(rng, (n, h, w, c)), cases.int8(rng, (o, k, k, c)), cases.int8(rng, (n, oh, ow, o))
-    return (np.full((n, h, w, c), fill[0], np.int8), np.full((o, k, k, c), fill[1], np.int8),
-            np.full((n, oh, ow, o), fill[0], np.int8))
+    return (
+        np.full((n, h, w, c), fill[0], np.int8),
+        np.full((o, k, k, c), fill[1], np.int8),
+        np.full((n, oh, ow, o), fill[0], np.int8),
+    )
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=IDS)
@@ -47,18 +58,23 @@ def test_trimmed_products_every_isa(cpu_isa, ref, shape, threads):
     for fill in FILLS:
         x, w, err = case(shape, fill)
         np.testing.assert_array_equal(cpu_isa.conv2d_s8(x, w, 1, pad), ref.conv2d_s8(x, w, 1, pad))
-        np.testing.assert_array_equal(cpu_isa.conv2d_bwd_data_s8(err, w, 1, pad, hw),
-                                      ref.conv2d_bwd_data_s8(err, w, 1, pad, hw))
+        np.testing.assert_array_equal(
+            cpu_isa.conv2d_bwd_data_s8(err, w, 1, pad, hw), ref.conv2d_bwd_data_s8(err, w, 1, pad, hw)
+        )
     x, w, err = case(shape, None)
     fwd, bwd = ref.conv2d_s8(x, w, 1, pad), ref.conv2d_bwd_data_s8(err, w, 1, pad, hw)
     for i, mode in enumerate(cases.ROUNDING):
         key = cases.rng_key(i)
         for shift in [None] + given_shifts(fwd):
-            same(cpu_isa.conv2d_requant_s8(x, w, 1, pad, mode, key, shift=shift),
-                 ref.conv2d_requant_s8(x, w, 1, pad, mode, key, shift=shift))
+            same(
+                cpu_isa.conv2d_requant_s8(x, w, 1, pad, mode, key, shift=shift),
+                ref.conv2d_requant_s8(x, w, 1, pad, mode, key, shift=shift),
+            )
         for shift in [None] + given_shifts(bwd):
-            same(cpu_isa.conv2d_bwd_data_requant_s8(err, w, 1, pad, hw, mode, key, shift=shift),
-                 ref.conv2d_bwd_data_requant_s8(err, w, 1, pad, hw, mode, key, shift=shift))
+            same(
+                cpu_isa.conv2d_bwd_data_requant_s8(err, w, 1, pad, hw, mode, key, shift=shift),
+                ref.conv2d_bwd_data_requant_s8(err, w, 1, pad, hw, mode, key, shift=shift),
+            )
 
 
 @pytest.mark.parametrize("shape, passes", list(zip(SHAPES, PASSES)), ids=IDS)
@@ -88,8 +104,14 @@ def test_vgg11_convolutions_trimmed_from_8x8(on_avx512vnni):
 # images (2,304 pixels: the centre taps' runs cross the K block of 2,048), a ragged 7 x 5
 # image, a 5 x 5 kernel with padding 2, and padding 3 around one pixel (taps that meet no
 # source at all: zero columns).
-WGRAD_SHAPES = [(4, 2, 2, 64, 64, 3, 1), (8, 4, 4, 128, 72, 3, 1), (36, 8, 8, 64, 64, 3, 1),
-                (4, 7, 5, 128, 120, 3, 1), (4, 6, 6, 64, 64, 5, 2), (4, 1, 1, 64, 64, 3, 3)]
+WGRAD_SHAPES = [
+    (4, 2, 2, 64, 64, 3, 1),
+    (8, 4, 4, 128, 72, 3, 1),
+    (36, 8, 8, 64, 64, 3, 1),
+    (4, 7, 5, 128, 120, 3, 1),
+    (4, 6, 6, 64, 64, 5, 2),
+    (4, 1, 1, 64, 64, 3, 3),
+]
 WGRAD_IDS = ["n{}h{}w{}c{}o{}k{}p{}".format(*s) for s in WGRAD_SHAPES]
 
 
@@ -98,8 +120,9 @@ def test_trimmed_weight_gradient_every_isa(cpu_isa, ref, shape, threads):
     pad, kernel = shape[6], (shape[5], shape[5])
     for fill in FILLS[:3]:
         x, _, err = case(shape, fill)
-        np.testing.assert_array_equal(cpu_isa.conv2d_bwd_weight_s8(err, x, 1, pad, kernel),
-                                      ref.conv2d_bwd_weight_s8(err, x, 1, pad, kernel))
+        np.testing.assert_array_equal(
+            cpu_isa.conv2d_bwd_weight_s8(err, x, 1, pad, kernel), ref.conv2d_bwd_weight_s8(err, x, 1, pad, kernel)
+        )
 
 
 def test_the_weight_gradients_take_the_trimmed_stream_on_avx512(on_avx512vnni):

@@ -4,6 +4,7 @@ the error packed as B, the reduction over the padded grid's rows in chunks whose
 sums are added at the end). Bit-exact against ops_ref on every ISA (the others take their
 own paths on the same shapes), at one and two threads, on random values and the offset
 trick's extremes."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,13 @@ native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not b
 # of 160 rows of 16 pixels, so two threads split it into chunks that start mid-image; no
 # padding (the grid rows past an image's last output row read the next image). Every
 # output row holds whole groups of 4 pixels.
-PLANES_SHAPES = [(2, 9, 8, 3, 70, 3, 1, 1), (1, 5, 12, 1, 32, 5, 1, 2), (3, 4, 4, 4, 64, 3, 1, 1),
-                 (5, 30, 16, 3, 64, 3, 1, 1), (2, 10, 10, 2, 48, 3, 1, 0)]
+PLANES_SHAPES = [
+    (2, 9, 8, 3, 70, 3, 1, 1),
+    (1, 5, 12, 1, 32, 5, 1, 2),
+    (3, 4, 4, 4, 64, 3, 1, 1),
+    (5, 30, 16, 3, 64, 3, 1, 1),
+    (2, 10, 10, 2, 48, 3, 1, 0),
+]
 PLANES_IDS = ["n{}h{}w{}c{}o{}k{}s{}p{}".format(*s) for s in PLANES_SHAPES]
 
 
@@ -34,12 +40,15 @@ def wgrad_case(shape, seed):
 def test_planes_weight_gradient_every_isa(cpu_isa, ref, shape, threads):
     x, w, err = wgrad_case(shape, sum(shape))
     stride, pad, kernel = shape[6], shape[7], w.shape[1:3]
-    np.testing.assert_array_equal(cpu_isa.conv2d_bwd_weight_s8(err, x, stride, pad, kernel),
-                                  ref.conv2d_bwd_weight_s8(err, x, stride, pad, kernel))
-    for fx, fe in ((-128, -128), (127, -128), (-128, 127)):   # A read biased, B's column sums
+    np.testing.assert_array_equal(
+        cpu_isa.conv2d_bwd_weight_s8(err, x, stride, pad, kernel), ref.conv2d_bwd_weight_s8(err, x, stride, pad, kernel)
+    )
+    for fx, fe in ((-128, -128), (127, -128), (-128, 127)):  # A read biased, B's column sums
         xf, ef = np.full_like(x, fx), np.full_like(err, fe)
-        np.testing.assert_array_equal(cpu_isa.conv2d_bwd_weight_s8(ef, xf, stride, pad, kernel),
-                                      ref.conv2d_bwd_weight_s8(ef, xf, stride, pad, kernel))
+        np.testing.assert_array_equal(
+            cpu_isa.conv2d_bwd_weight_s8(ef, xf, stride, pad, kernel),
+            ref.conv2d_bwd_weight_s8(ef, xf, stride, pad, kernel),
+        )
 
 
 def test_the_shapes_take_the_planes_path_on_avx512(on_avx512vnni):

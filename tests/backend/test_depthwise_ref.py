@@ -6,6 +6,7 @@ float32: the loop sums in the order ops_ref states (each product rounded, then a
 (kh, kw) order; the weight gradient per image over (oh, ow), then the images in order), so it
 gives ops_ref's bits; PyTorch sums in its own order, so it agrees within float32 rounding.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,9 +14,17 @@ import pytest
 
 # (n, h, w, c, k, stride, pad): kernel 3 and 5, stride 1 and 2, pad 0/1/2, odd and single
 # channel counts, non-square and ragged images, a window wider than the padded image's rest
-SHAPES = [(2, 7, 7, 3, 3, 1, 1), (1, 8, 6, 5, 3, 2, 1), (3, 9, 9, 1, 5, 1, 2), (2, 11, 7, 7, 5, 2, 2),
-          (1, 6, 6, 2, 3, 2, 0), (2, 5, 9, 3, 5, 1, 0), (1, 10, 10, 4, 3, 2, 2), (2, 4, 4, 3, 2, 1, 1),
-          (1, 5, 7, 2, 1, 2, 0)]
+SHAPES = [
+    (2, 7, 7, 3, 3, 1, 1),
+    (1, 8, 6, 5, 3, 2, 1),
+    (3, 9, 9, 1, 5, 1, 2),
+    (2, 11, 7, 7, 5, 2, 2),
+    (1, 6, 6, 2, 3, 2, 0),
+    (2, 5, 9, 3, 5, 1, 0),
+    (1, 10, 10, 4, 3, 2, 2),
+    (2, 4, 4, 3, 2, 1, 1),
+    (1, 5, 7, 2, 1, 2, 0),
+]
 
 
 def _out(size, k, stride, pad):
@@ -53,7 +62,7 @@ def loop_backward_data(err, w, stride, pad, in_hw, dtype):
             for s in range(wd):
                 for ch in range(c):
                     acc = dtype(0)
-                    for i in range(k):          # the taps that reach (r, s), in (kh, kw) order
+                    for i in range(k):  # the taps that reach (r, s), in (kh, kw) order
                         for j in range(k):
                             p, rem_p = divmod(r + pad - i, stride)
                             q, rem_q = divmod(s + pad - j, stride)
@@ -124,11 +133,14 @@ def _torch_passes(x, w, err, stride, pad, dtype):
     """PyTorch's depthwise conv (groups = C) and its two gradients, NHWC in and out."""
     torch = pytest.importorskip("torch")
     xt = torch.tensor(np.moveaxis(x, 3, 1).astype(dtype), requires_grad=True)
-    wt = torch.tensor(np.moveaxis(w, 3, 1).astype(dtype), requires_grad=True)    # (C, 1, KH, KW)
+    wt = torch.tensor(np.moveaxis(w, 3, 1).astype(dtype), requires_grad=True)  # (C, 1, KH, KW)
     y = torch.nn.functional.conv2d(xt, wt, stride=stride, padding=pad, groups=x.shape[3])
     y.backward(torch.tensor(np.moveaxis(err, 3, 1).astype(dtype)))
-    return (np.moveaxis(y.detach().numpy(), 1, 3), np.moveaxis(xt.grad.numpy(), 1, 3),
-            np.moveaxis(wt.grad.numpy(), 1, 3))
+    return (
+        np.moveaxis(y.detach().numpy(), 1, 3),
+        np.moveaxis(xt.grad.numpy(), 1, 3),
+        np.moveaxis(wt.grad.numpy(), 1, 3),
+    )
 
 
 @pytest.mark.parametrize("n, h, w, c, k, stride, pad", SHAPES + [(8, 16, 16, 33, 3, 1, 1), (4, 15, 15, 17, 5, 2, 2)])
@@ -136,7 +148,7 @@ def test_judge_matches_pytorch(ref, n, h, w, c, k, stride, pad):
     rng = np.random.default_rng(n * 31 + h * 7 + c + k * 3 + stride)
     x, wt = _int8(rng, (n, h, w, c)), _int8(rng, (c, k, k, 1))
     err = _int8(rng, (n, _out(h, k, stride, pad), _out(w, k, stride, pad), c))
-    y, dx, dw = _torch_passes(x, wt, err, stride, pad, np.float64)        # exact: sums below 2**53
+    y, dx, dw = _torch_passes(x, wt, err, stride, pad, np.float64)  # exact: sums below 2**53
     np.testing.assert_array_equal(ref.dwconv2d_s8(x, wt, stride, pad), y.astype(np.int64))
     np.testing.assert_array_equal(ref.dwconv2d_bwd_data_s8(err, wt, stride, pad, (h, w)), dx.astype(np.int64))
     np.testing.assert_array_equal(ref.dwconv2d_bwd_weight_s8(err, x, stride, pad, (k, k)), dw.astype(np.int64))
@@ -144,9 +156,12 @@ def test_judge_matches_pytorch(ref, n, h, w, c, k, stride, pad):
     xf, wf = rng.standard_normal(x.shape).astype(np.float32), rng.standard_normal(wt.shape).astype(np.float32)
     ef = rng.standard_normal(err.shape).astype(np.float32)
     want = _torch_passes(xf, wf, ef, stride, pad, np.float64)
-    bound = _torch_passes(abs(xf), abs(wf), abs(ef), stride, pad, np.float64)   # sum of |terms|
-    got = (ref.dwconv2d_f32(xf, wf, stride, pad), ref.dwconv2d_bwd_data_f32(ef, wf, stride, pad, (h, w)),
-           ref.dwconv2d_bwd_weight_f32(ef, xf, stride, pad, (k, k)))
+    bound = _torch_passes(abs(xf), abs(wf), abs(ef), stride, pad, np.float64)  # sum of |terms|
+    got = (
+        ref.dwconv2d_f32(xf, wf, stride, pad),
+        ref.dwconv2d_bwd_data_f32(ef, wf, stride, pad, (h, w)),
+        ref.dwconv2d_bwd_weight_f32(ef, xf, stride, pad, (k, k)),
+    )
     for what, g, exact, b in zip(("forward", "backward data", "weight gradient"), got, want, bound):
         terms = n * g.shape[1] * g.shape[2] if what == "weight gradient" else k * k
         assert np.all(np.abs(g - exact) <= terms * 2.0**-24 * b), what
@@ -154,7 +169,7 @@ def test_judge_matches_pytorch(ref, n, h, w, c, k, stride, pad):
 
 def test_int8_weight_gradient_widens_when_the_sum_could_overflow(ref):
     """N*OH*OW*127*127 >= 2**31: the sums come back int64, and exact."""
-    n, h, c = 9, 128, 2                                     # 9 * 128 * 128 = 147456 positions
+    n, h, c = 9, 128, 2  # 9 * 128 * 128 = 147456 positions
     x = np.full((n, h, h, c), -127, np.int8)
     err = np.full((n, h, h, c), -127, np.int8)
     dw = ref.dwconv2d_bwd_weight_s8(err, x, 1, 1, (3, 3))

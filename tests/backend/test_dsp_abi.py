@@ -2,6 +2,7 @@
 
 The C side is checked by the Hexagon compiler itself (_Static_assert, -fsyntax-only),
 the running server by its handshake."""
+
 import ctypes
 import re
 import shutil
@@ -9,8 +10,14 @@ import subprocess
 
 from dsptrain.backends import dsp_abi, dsp_build
 
-STRUCTS = {"dspt_op_desc": dsp_abi.OpDesc, "dspt_rng": dsp_abi.Rng, "dspt_cost": dsp_abi.Cost,
-           "dspt_cmd": dsp_abi.Cmd, "dspt_reply": dsp_abi.Reply, "dspt_hello": dsp_abi.Hello}
+STRUCTS = {
+    "dspt_op_desc": dsp_abi.OpDesc,
+    "dspt_rng": dsp_abi.Rng,
+    "dspt_cost": dsp_abi.Cost,
+    "dspt_cmd": dsp_abi.Cmd,
+    "dspt_reply": dsp_abi.Reply,
+    "dspt_hello": dsp_abi.Hello,
+}
 
 
 def _need(need_tools, tool):
@@ -19,7 +26,7 @@ def _need(need_tools, tool):
 
 def test_layout_compiles_on_hexagon(tmp_path, need_tools):
     _need(need_tools, "clang-16")
-    lines = ['#include <stddef.h>', '#include "ops.h"']
+    lines = ["#include <stddef.h>", '#include "ops.h"']
     for cname, mirror in STRUCTS.items():
         lines.append(f'_Static_assert(sizeof(struct {cname}) == {ctypes.sizeof(mirror)}, "{cname}");')
         for field, _ in mirror._fields_:
@@ -28,8 +35,20 @@ def test_layout_compiles_on_hexagon(tmp_path, need_tools):
             lines.append(f'_Static_assert(offsetof(struct {cname}, {cfield}) == {off}, "{cname}.{cfield}");')
     src = tmp_path / "layout.c"
     src.write_text("\n".join(lines) + "\n")
-    proc = subprocess.run(["clang-16", "--target=hexagon", "-mv66", "-fsyntax-only", "-ffreestanding",
-                           "-I", str(dsp_build.kernels_dir()), str(src)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            "clang-16",
+            "--target=hexagon",
+            "-mv66",
+            "-fsyntax-only",
+            "-ffreestanding",
+            "-I",
+            str(dsp_build.kernels_dir()),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -45,13 +64,14 @@ def test_constants_match_header():
     assert int(defs["DSPT_RING_OFFSET"]) == dsp_abi.RING_OFFSET
     assert int(defs["DSPT_SHIFT_ESTIMATE"]) == dsp_abi.SHIFT_ESTIMATE
     paths = {int(v): k.removeprefix("DSPT_PATH_").lower() for k, v in defs.items() if k.startswith("DSPT_PATH_")}
-    assert paths == dsp_abi.PATH_NAMES   # enum dspt_path: the names DspBackend.last_paths reports
+    assert paths == dsp_abi.PATH_NAMES  # enum dspt_path: the names DspBackend.last_paths reports
     assert dsp_abi.RING_SLOTS * ctypes.sizeof(dsp_abi.OpDesc) <= dsp_abi.TENSOR_OFFSET - dsp_abi.RING_OFFSET
 
 
 def test_handshake_reports_same_layout(need_tools):
     _need(need_tools, "qemu-hexagon")
     from dsptrain.backends.ops_dsp import DspBackend
+
     dsp = DspBackend(transport="emulated")
     try:
         dsp.transport.start()  # check_hello raised otherwise
@@ -63,5 +83,6 @@ def test_handshake_reports_same_layout(need_tools):
 
 def test_available_names_the_transport():
     from dsptrain.backends.ops_dsp import DspBackend
+
     ok, why = DspBackend.available()
     assert isinstance(ok, bool) and why

@@ -15,7 +15,6 @@ qemu-hexagon, clang-16 and lld-16.
 
 import numpy as np
 import pytest
-
 from dsptrain.backends.ops_ref import RefBackend
 
 from .cases import same
@@ -28,12 +27,20 @@ def s8(rng, *shape):
 
 
 SHAPES = [  # N, H, W, C, O, K, pad (stride 1)
-    (2, 8, 8, 3, 64, 3, 1), (1, 6, 37, 3, 40, 3, 1), (3, 5, 7, 2, 33, 3, 0), (1, 9, 5, 4, 70, 3, 2),
-    (2, 7, 9, 3, 96, 7, 3), (1, 4, 4, 2, 130, 1, 0), (1, 33, 34, 3, 64, 2, 1), (4, 3, 3, 4, 36, 3, 1),
-    (1, 4, 31, 3, 64, 3, 1), (5, 4, 37, 3, 64, 3, 1),   # the last: shares of 4 threads span two images
+    (2, 8, 8, 3, 64, 3, 1),
+    (1, 6, 37, 3, 40, 3, 1),
+    (3, 5, 7, 2, 33, 3, 0),
+    (1, 9, 5, 4, 70, 3, 2),
+    (2, 7, 9, 3, 96, 7, 3),
+    (1, 4, 4, 2, 130, 1, 0),
+    (1, 33, 34, 3, 64, 2, 1),
+    (4, 3, 3, 4, 36, 3, 1),
+    (1, 4, 31, 3, 64, 3, 1),
+    (5, 4, 37, 3, 64, 3, 1),  # the last: shares of 4 threads span two images
     # 3 channels fold the last tap into the others' 4th bytes (K 4 (taps - 1)), but not with
     # fewer than 4 taps or an image too big for its 3 views beside it
-    (2, 5, 6, 3, 40, 1, 0), (1, 66, 66, 3, 36, 3, 1),
+    (2, 5, 6, 3, 40, 1, 0),
+    (1, 66, 66, 3, 36, 3, 1),
 ]
 
 
@@ -79,8 +86,13 @@ def test_kept_controls_alternate(dsp, rng):
     """Permutation controls are routed once and kept by shape (dsp_kernels/controls.c): shapes
     whose controls differ (channel spreads 2 -> 4 and 3 -> 4, compactions of 5, 6 and 7
     output channels) run in turn, twice over, each against ops_ref."""
-    cases = [((2, 6, 9, 2, 40), 1), ((1, 7, 7, 1, 5), 0), ((2, 6, 9, 3, 64), 1), ((1, 7, 7, 1, 6), 0),
-             ((1, 7, 7, 1, 7), 0)]
+    cases = [
+        ((2, 6, 9, 2, 40), 1),
+        ((1, 7, 7, 1, 5), 0),
+        ((2, 6, 9, 3, 64), 1),
+        ((1, 7, 7, 1, 6), 0),
+        ((1, 7, 7, 1, 7), 0),
+    ]
     for _ in range(2):
         for (n, h, w, c, o), pad in cases:
             x, wt = s8(rng, n, h, w, c), s8(rng, o, 3, 3, c)

@@ -8,9 +8,9 @@ every pass is checked against ops_ref bit for bit as well. The table is the one 
 docs/ARCHITECTURE.md ("Convolution paths and what picks them"). Needs qemu-hexagon,
 clang-16 and lld-16.
 """
+
 import numpy as np
 import pytest
-
 from dsptrain.backends.ops_ref import RefBackend
 from dsptrain.numerics import RngKey
 
@@ -92,6 +92,8 @@ def test_requantizing_hooks_report_the_product_path(dsp, rng):
     same(q, want_q)
     assert e == want_e and dsp.last_paths == [("conv2d_s8", fwd)]
     in_hw = x.shape[1:3]
-    (q, e), (want_q, want_e) = (b.conv2d_bwd_data_requant_s8(err, w, stride, pad, in_hw, "psto", key) for b in (dsp, ref))
+    (q, e), (want_q, want_e) = (
+        b.conv2d_bwd_data_requant_s8(err, w, stride, pad, in_hw, "psto", key) for b in (dsp, ref)
+    )
     same(q, want_q)
     assert e == want_e and dsp.last_paths == [("conv2d_bwd_data_s8", bwd_data)]

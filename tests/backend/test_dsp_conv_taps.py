@@ -15,7 +15,6 @@ extreme values. Needs qemu-hexagon, clang-16 and lld-16.
 
 import numpy as np
 import pytest
-
 from dsptrain.backends.ops_ref import RefBackend
 
 from .cases import same
@@ -28,16 +27,16 @@ def s8(rng, *shape):
 
 
 SHAPES = [  # N, H, W, O, KH, KW, pad (one input channel, stride 1)
-    (3, 28, 28, 6, 5, 5, 0),    # LeNet's bench row: in place, 6 groups a row
-    (2, 28, 28, 6, 5, 5, 2),    # the trainer's: the padded copy, 7 groups
-    (2, 9, 9, 4, 5, 5, 0),      # 5 outputs a row: a whole group and one pixel
-    (1, 7, 13, 5, 3, 3, 1),     # ragged width, copy
-    (2, 6, 40, 7, 5, 5, 1),     # 10 groups: a tile of 8 and one of 2
-    (1, 5, 5, 5, 1, 1, 0),      # one tap: one image word a row
-    (2, 8, 9, 6, 13, 13, 6),    # 13 taps: four words, the general tile
-    (1, 6, 70, 6, 5, 7, 2),     # 7 taps: three words; rows of 74 bytes
-    (1, 3, 130, 4, 3, 3, 1),    # padded rows wider than a vector: the row-by-row copy
-    (1, 4, 8, 7, 2, 3, 0),      # in place, 6 outputs a row, kh != kw
+    (3, 28, 28, 6, 5, 5, 0),  # LeNet's bench row: in place, 6 groups a row
+    (2, 28, 28, 6, 5, 5, 2),  # the trainer's: the padded copy, 7 groups
+    (2, 9, 9, 4, 5, 5, 0),  # 5 outputs a row: a whole group and one pixel
+    (1, 7, 13, 5, 3, 3, 1),  # ragged width, copy
+    (2, 6, 40, 7, 5, 5, 1),  # 10 groups: a tile of 8 and one of 2
+    (1, 5, 5, 5, 1, 1, 0),  # one tap: one image word a row
+    (2, 8, 9, 6, 13, 13, 6),  # 13 taps: four words, the general tile
+    (1, 6, 70, 6, 5, 7, 2),  # 7 taps: three words; rows of 74 bytes
+    (1, 3, 130, 4, 3, 3, 1),  # padded rows wider than a vector: the row-by-row copy
+    (1, 4, 8, 7, 2, 3, 0),  # in place, 6 outputs a row, kh != kw
 ]
 
 

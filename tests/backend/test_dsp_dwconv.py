@@ -16,9 +16,9 @@ stride 1 is the flipped forward (same paths), of other strides a run per class o
 ("dw_image_quads", a ragged batch padded with zero images). Needs qemu-hexagon, clang-16
 and lld-16.
 """
+
 import numpy as np
 import pytest
-
 from dsptrain.backends.ops_ref import RefBackend
 from dsptrain.numerics import RngKey
 
@@ -42,22 +42,26 @@ def out_hw(h, w, kh, kw, stride, pad):
 
 # N, H, W, C, KH, KW, stride, pad; and the paths of forward, backward data
 SHAPES = [
-    ((3, 6, 7, 32, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),   # C divides 128: 4 pixels a vector
-    ((2, 5, 6, 130, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),  # ragged: 65 weight residues, rows end mid-vector
-    ((5, 4, 4, 96, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),   # 3 residues, 5 images (1 and 2 a thread)
-    ((2, 1, 1, 200, 3, 3, 1, 1), "dw_flat", "dw_flat"),      # one pixel (too few for quads): the centre tap alone
-    ((3, 4, 4, 1, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),    # one channel: 128 pixels a vector
-    ((2, 5, 6, 24, 3, 4, 1, 1), "dw_column_quads", "dw_classes"),        # 4 taps a row: the whole word
-    ((2, 6, 6, 45, 5, 5, 1, 2), "dw_flat", "dw_flat"),        # 5 x 5: the vmpy path, taps from memory
-    ((3, 5, 4, 7, 2, 2, 1, 0), "dw_flat", "dw_flat"),         # even kernel, no padding
+    ((3, 6, 7, 32, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),  # C divides 128: 4 pixels a vector
+    (
+        (2, 5, 6, 130, 3, 3, 1, 1),
+        "dw_column_quads",
+        "dw_column_quads",
+    ),  # ragged: 65 weight residues, rows end mid-vector
+    ((5, 4, 4, 96, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),  # 3 residues, 5 images (1 and 2 a thread)
+    ((2, 1, 1, 200, 3, 3, 1, 1), "dw_flat", "dw_flat"),  # one pixel (too few for quads): the centre tap alone
+    ((3, 4, 4, 1, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),  # one channel: 128 pixels a vector
+    ((2, 5, 6, 24, 3, 4, 1, 1), "dw_column_quads", "dw_classes"),  # 4 taps a row: the whole word
+    ((2, 6, 6, 45, 5, 5, 1, 2), "dw_flat", "dw_flat"),  # 5 x 5: the vmpy path, taps from memory
+    ((3, 5, 4, 7, 2, 2, 1, 0), "dw_flat", "dw_flat"),  # even kernel, no padding
     ((2, 5, 7, 24, 3, 2, 1, 1), "dw_column_quads", "dw_classes"),  # kh != kw: the flipped forward needs square
     ((2, 5, 5, 16, 3, 3, 1, 3), "dw_column_quads", "dw_classes"),  # pad past k - 1
-    ((5, 7, 7, 96, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),   # stride 2: strips of a pixel's block, ragged
+    ((5, 7, 7, 96, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),  # stride 2: strips of a pixel's block, ragged
     ((2, 8, 8, 144, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),  # two blocks, the second 16 lanes
-    ((3, 7, 5, 150, 3, 3, 2, 1), "dw_blocks", "dw_classes"),        # stride 2, 12 outputs: the vmpy blocks
+    ((3, 7, 5, 150, 3, 3, 2, 1), "dw_blocks", "dw_classes"),  # stride 2, 12 outputs: the vmpy blocks
     ((4, 2, 2, 576, 3, 3, 2, 1), "dw_blocks", "dw_classes"),  # MobileNetV2's last stride-2 shape, small batch
-    ((2, 9, 9, 20, 5, 5, 2, 2), "dw_blocks", "dw_classes"),   # 5 x 5 stride 2: classes of 9, 6 and 4 taps
-    ((3, 8, 7, 40, 3, 3, 3, 0), "dw_blocks", "dw_classes"),   # stride 3: classes with no tap (zeros)
+    ((2, 9, 9, 20, 5, 5, 2, 2), "dw_blocks", "dw_classes"),  # 5 x 5 stride 2: classes of 9, 6 and 4 taps
+    ((3, 8, 7, 40, 3, 3, 3, 0), "dw_blocks", "dw_classes"),  # stride 3: classes with no tap (zeros)
 ]
 IDS = ["x".join(map(str, s)) for s, _, _ in SHAPES]
 
@@ -77,7 +81,9 @@ def test_dwconv_matches_ref_and_takes_its_path(dsp, rng, case):
     assert dsp.last_paths == [("dwconv2d_s8", fwd_path)]
     same(dsp.dwconv2d_bwd_data_s8(err, w, stride, pad, in_hw), ref.dwconv2d_bwd_data_s8(err, w, stride, pad, in_hw))
     assert dsp.last_paths == [("dwconv2d_bwd_data_s8", bwd_path)]
-    same(dsp.dwconv2d_bwd_weight_s8(err, x, stride, pad, kernel), ref.dwconv2d_bwd_weight_s8(err, x, stride, pad, kernel))
+    same(
+        dsp.dwconv2d_bwd_weight_s8(err, x, stride, pad, kernel), ref.dwconv2d_bwd_weight_s8(err, x, stride, pad, kernel)
+    )
     assert dsp.last_paths == [("dwconv2d_bwd_weight_s8", "dw_image_quads")]
 
 
@@ -91,16 +97,25 @@ def threads(dsp, request):
 # a share per image (forward, backward data) or per 4 images (weight gradient): 7 images over
 # 1-4 threads leave ragged shares, and the weight gradient's partial sums joined in order
 @pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
-@pytest.mark.parametrize("shape", [(7, 6, 6, 64, 3, 3, 1, 1), (7, 7, 5, 150, 3, 3, 2, 1), (9, 3, 3, 33, 3, 3, 1, 0)],
-                         ids=["flat", "blocks", "ragged-9"])
+@pytest.mark.parametrize(
+    "shape",
+    [(7, 6, 6, 64, 3, 3, 1, 1), (7, 7, 5, 150, 3, 3, 2, 1), (9, 3, 3, 33, 3, 3, 1, 0)],
+    ids=["flat", "blocks", "ragged-9"],
+)
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
     x, w, err, stride, pad = args(rng, shape)
-    start = rng.integers(-(2**20), 2**20, (x.shape[0],) + out_hw(*x.shape[1:3], *w.shape[1:3], stride, pad)
-                         + (x.shape[3],), dtype=np.int32)
+    start = rng.integers(
+        -(2**20),
+        2**20,
+        (x.shape[0],) + out_hw(*x.shape[1:3], *w.shape[1:3], stride, pad) + (x.shape[3],),
+        dtype=np.int32,
+    )
     same(dsp.dwconv2d_s8(x, w, stride, pad), ref.dwconv2d_s8(x, w, stride, pad))
     same(dsp.accumulate(start, "dwconv2d_s8", x, w, stride, pad), start + ref.dwconv2d_s8(x, w, stride, pad))
-    same(dsp.dwconv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]),
-         ref.dwconv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]))
+    same(
+        dsp.dwconv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]),
+        ref.dwconv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]),
+    )
     dw = ref.dwconv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3])
     same(dsp.dwconv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]), dw)
     start = rng.integers(-(2**20), 2**20, dw.shape, dtype=np.int32)
@@ -114,14 +129,17 @@ def test_dwconv_requant_fuses_niti_epilogue(dsp, rng, mode, shift):
     small (the estimate wins, as base.requantize says)."""
     key = RngKey(seed=5, step=2, tensor_id=9, offset=1)
     x, w, err, stride, pad = args(rng, (3, 6, 6, 48, 3, 3, 1, 1))
-    (q, used), (want_q, want_used) = (dsp.dwconv2d_requant_s8(x, w, stride, pad, mode, key, shift),
-                                      ref.dwconv2d_requant_s8(x, w, stride, pad, mode, key, shift))
+    (q, used), (want_q, want_used) = (
+        dsp.dwconv2d_requant_s8(x, w, stride, pad, mode, key, shift),
+        ref.dwconv2d_requant_s8(x, w, stride, pad, mode, key, shift),
+    )
     same(q, want_q)
     assert used == want_used
     x, w, err, stride, pad = args(rng, (2, 7, 7, 40, 3, 3, 2, 1))
     (q, used), (want_q, want_used) = (
         dsp.dwconv2d_bwd_data_requant_s8(err, w, stride, pad, x.shape[1:3], mode, key, shift),
-        ref.dwconv2d_bwd_data_requant_s8(err, w, stride, pad, x.shape[1:3], mode, key, shift))
+        ref.dwconv2d_bwd_data_requant_s8(err, w, stride, pad, x.shape[1:3], mode, key, shift),
+    )
     same(q, want_q)
     assert used == want_used
 
@@ -135,10 +153,14 @@ def test_dwconv_extremes(dsp):
         err = np.full((2, oh, ow, 160), -128, np.int8)
         same(dsp.dwconv2d_s8(x, w, stride, 1), ref.dwconv2d_s8(x, w, stride, 1))
         same(dsp.dwconv2d_bwd_data_s8(err, w, stride, 1, (6, 6)), ref.dwconv2d_bwd_data_s8(err, w, stride, 1, (6, 6)))
-        same(dsp.dwconv2d_bwd_weight_s8(err, x, stride, 1, (3, 3)), ref.dwconv2d_bwd_weight_s8(err, x, stride, 1, (3, 3)))
+        same(
+            dsp.dwconv2d_bwd_weight_s8(err, x, stride, 1, (3, 3)), ref.dwconv2d_bwd_weight_s8(err, x, stride, 1, (3, 3))
+        )
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 3, 36, 33), (3, 4, 5, 40, 36), (1, 1, 1, 64, 40)], ids=["33-ragged", "36", "one-pixel"])
+@pytest.mark.parametrize(
+    "shape", [(2, 3, 3, 36, 33), (3, 4, 5, 40, 36), (1, 1, 1, 64, 40)], ids=["33-ragged", "36", "one-pixel"]
+)
 def test_pointwise_is_a_gemm_without_im2col(dsp, rng, shape):
     """A 1 x 1 conv (stride 1, no padding, C % 4 == 0; O % 4 == 0 for backward data) runs the
     GEMM core on the pixels as they lie ("pointwise"), bit-exact, accumulating too."""

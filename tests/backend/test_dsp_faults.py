@@ -1,5 +1,6 @@
 """A DSP that dies, hangs or refuses raises BackendError / NoSupport, and the next call
 restarts it; arrays resident in the arena survive the restart."""
+
 import os
 import signal
 import threading
@@ -7,7 +8,6 @@ import time
 
 import numpy as np
 import pytest
-
 from dsptrain.backends import dsp_abi
 from dsptrain.backends.ops_ref import RefBackend
 from dsptrain.errors import BackendError, NoSupport
@@ -18,13 +18,14 @@ ref = RefBackend()
 @pytest.fixture
 def dsp(emulated_dsp_tools):
     from dsptrain.backends.ops_dsp import DspBackend
+
     backend = DspBackend(transport="emulated", timeout=2.0)
     yield backend
     backend.close()
 
 
 def gemm_ok(dsp):
-    rng = np.random.default_rng(7)   # the same small product every call
+    rng = np.random.default_rng(7)  # the same small product every call
     a, b = rng.integers(-127, 128, (5, 9), dtype=np.int8), rng.integers(-127, 128, (4, 9), dtype=np.int8)
     np.testing.assert_array_equal(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
 
@@ -89,11 +90,11 @@ def test_bad_params_status(dsp):
 
 def test_resident_weights_survive_restart(dsp, rng):
     w = rng.integers(-127, 128, (6, 5, 5, 1), dtype=np.int8)
-    g = rng.integers(-2**15, 2**15, w.shape, dtype=np.int32)
-    w1 = dsp.niti_update_s8(w, g, 3, "psto", None)       # lives in the arena now
+    g = rng.integers(-(2**15), 2**15, w.shape, dtype=np.int32)
+    w1 = dsp.niti_update_s8(w, g, 3, "psto", None)  # lives in the arena now
     want = ref.niti_update_s8(ref.niti_update_s8(w, g, 3, "psto", None), g, 3, "psto", None)
     with pytest.raises(BackendError):
         dsp.debug_crash()
     before = dsp.bytes_in
     np.testing.assert_array_equal(dsp.niti_update_s8(w1, g, 3, "psto", None), want)
-    assert dsp.bytes_in - before == g.nbytes               # w1 was not copied again
+    assert dsp.bytes_in - before == g.nbytes  # w1 was not copied again

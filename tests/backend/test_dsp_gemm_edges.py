@@ -12,7 +12,6 @@ clang-16 and lld-16 (as test_dsp_kernels).
 
 import numpy as np
 import pytest
-
 from dsptrain.backends.ops_ref import RefBackend
 
 from .cases import same
@@ -27,14 +26,30 @@ def s8(rng, *shape):
 GEMMS = [  # m, n, k
     # 8-row tiles (2 and 3 column blocks): m % 8 of 0, 1..4 (a 4-row tail strip), 5..7
     # (one clamped 8-row tile); the 1s lane (n % 32 != 0) and vector row sums (n = 64, 96)
-    (8, 45, 16), (12, 70, 131), (13, 64, 129), (23, 96, 130), (100, 70, 131), (7, 33, 5),
+    (8, 45, 16),
+    (12, 70, 131),
+    (13, 64, 129),
+    (23, 96, 130),
+    (100, 70, 131),
+    (7, 33, 5),
     # K's last chunk of 1 word (k4 = 33, 65), of 17 and 18 (the upper half: k4 = 17, 50),
     # last words of 1 to 3 bytes
-    (16, 40, 257), (9, 90, 200), (14, 66, 67), (10, 70, 1), (11, 35, 2), (4, 50, 3),
+    (16, 40, 257),
+    (9, 90, 200),
+    (14, 66, 67),
+    (10, 70, 1),
+    (11, 35, 2),
+    (4, 50, 3),
     # 4 or more column blocks: 4-block strips and a last strip of 1 to 4, with and without 1s
-    (21, 130, 37), (6, 161, 64), (9, 256, 20), (5, 250, 9), (3, 200, 131),
+    (21, 130, 37),
+    (6, 161, 64),
+    (9, 256, 20),
+    (5, 250, 9),
+    (3, 200, 131),
     # more than 256 rows: a second pass of row sums, the tail flag on the last pass only
-    (300, 70, 37), (261, 64, 20), (258, 129, 11),
+    (300, 70, 37),
+    (261, 64, 20),
+    (258, 129, 11),
 ]
 
 
@@ -81,7 +96,9 @@ def test_gemm_edges_thread_bands(dsp, threads, rng):
 
 
 CONVS = [  # N, H, W, C, O, K, stride, pad: conv.c's im2col + GEMM core with ragged O
-    (2, 9, 9, 20, 70, 3, 1, 1), (1, 7, 6, 33, 45, 3, 2, 1), (3, 6, 6, 24, 130, 3, 1, 0),
+    (2, 9, 9, 20, 70, 3, 1, 1),
+    (1, 7, 6, 33, 45, 3, 2, 1),
+    (3, 6, 6, 24, 130, 3, 1, 0),
 ]
 
 

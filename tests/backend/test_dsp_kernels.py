@@ -6,10 +6,8 @@ in CI (CI set) a missing tool fails loudly. Sizes are small: QEMU is slow.
 
 import numpy as np
 import pytest
-
 from dsptrain.backends.ops_ref import RefBackend
 from dsptrain.numerics import RngKey
-
 
 ref = RefBackend()
 
@@ -29,8 +27,21 @@ def same(got, want):
 
 # n % 32 == 0 takes the vector row-sum path, other n the packed lane of 1s; n <= 16 the
 # two-rows-per-store path; m not a multiple of 4 or 32 the clamped tail tiles
-@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (5, 3, 7), (4, 33, 130), (9, 64, 128), (13, 70, 257),
-                                   (45, 64, 70), (38, 128, 9), (7, 6, 25), (11, 16, 150), (66, 160, 131)])
+@pytest.mark.parametrize(
+    "m,n,k",
+    [
+        (1, 1, 1),
+        (5, 3, 7),
+        (4, 33, 130),
+        (9, 64, 128),
+        (13, 70, 257),
+        (45, 64, 70),
+        (38, 128, 9),
+        (7, 6, 25),
+        (11, 16, 150),
+        (66, 160, 131),
+    ],
+)
 def test_gemm(dsp, m, n, k, rng):
     a, b = s8(rng, m, k), s8(rng, n, k)
     same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
@@ -42,25 +53,41 @@ def test_gemm_extremes(dsp):
 
 
 CONVS = [  # N, H, W, C, O, K, stride, pad
-    (1, 1, 1, 1, 1, 1, 1, 0), (2, 7, 6, 3, 5, 3, 1, 1), (1, 9, 9, 1, 6, 5, 1, 0),
-    (2, 8, 7, 6, 16, 5, 2, 2), (1, 6, 6, 33, 3, 3, 3, 1), (1, 5, 5, 2, 2, 3, 2, 0),
+    (1, 1, 1, 1, 1, 1, 1, 0),
+    (2, 7, 6, 3, 5, 3, 1, 1),
+    (1, 9, 9, 1, 6, 5, 1, 0),
+    (2, 8, 7, 6, 16, 5, 2, 2),
+    (1, 6, 6, 33, 3, 3, 3, 1),
+    (1, 5, 5, 2, 2, 3, 2, 0),
     # stride 1 with O % 4 == 0: bwd data as a forward conv of err with flipped taps
-    (2, 9, 7, 5, 8, 3, 1, 1), (1, 6, 6, 40, 36, 3, 1, 0), (1, 5, 5, 8, 64, 3, 1, 2),
-    (3, 12, 12, 6, 16, 5, 1, 0), (2, 10, 10, 1, 6, 5, 1, 2),
+    (2, 9, 7, 5, 8, 3, 1, 1),
+    (1, 6, 6, 40, 36, 3, 1, 0),
+    (1, 5, 5, 8, 64, 3, 1, 2),
+    (3, 12, 12, 6, 16, 5, 1, 0),
+    (2, 10, 10, 1, 6, 5, 1, 2),
     # stride 1, C <= 4: forward with output pixels in the lanes (conv_lanes.c): two pixel
     # blocks (OW > 32), channel tiles past 32 with a ragged last tile, O a power of two
     # (no compaction), O = 1, C = 2 and 4 spread / taken as words, odd image counts
-    (3, 5, 37, 1, 9, 5, 1, 2), (1, 4, 9, 3, 45, 3, 1, 1), (2, 6, 6, 4, 16, 3, 1, 0),
-    (3, 7, 5, 1, 1, 3, 1, 1), (1, 6, 8, 2, 7, 2, 1, 0), (1, 3, 33, 3, 64, 3, 1, 1),
-    (2, 6, 9, 1, 8, 3, 1, 1), (1, 7, 7, 1, 5, 3, 1, 0), (5, 5, 6, 1, 7, 2, 1, 1),
+    (3, 5, 37, 1, 9, 5, 1, 2),
+    (1, 4, 9, 3, 45, 3, 1, 1),
+    (2, 6, 6, 4, 16, 3, 1, 0),
+    (3, 7, 5, 1, 1, 3, 1, 1),
+    (1, 6, 8, 2, 7, 2, 1, 0),
+    (1, 3, 33, 3, 64, 3, 1, 1),
+    (2, 6, 9, 1, 8, 3, 1, 1),
+    (1, 7, 7, 1, 5, 3, 1, 0),
+    (5, 5, 6, 1, 7, 2, 1, 1),
     # one channel, 8 outputs at LeNet's shape (28 x 28, pad 2): 5-8 channels in one tile,
     # accumulators through registers straight into y (conv_lanes.c's fused store); 4 to 7
     # outputs go to conv_taps.c (tests/backend/test_dsp_conv_taps.py), LeNet's 6 here too,
     # 16 taps a row (past its 13) to conv_lanes.c
-    (3, 28, 28, 1, 8, 5, 1, 2), (3, 28, 28, 1, 6, 5, 1, 2), (1, 20, 20, 1, 6, 16, 1, 0),
+    (3, 28, 28, 1, 8, 5, 1, 2),
+    (3, 28, 28, 1, 6, 5, 1, 2),
+    (1, 20, 20, 1, 6, 16, 1, 0),
     # stride 1, 2 to 16 channels, O <= 32: the padded grid in the lanes (conv_grid.c), forward
     # and backward data; C or O of 11 to 13 spread to 16 (four word planes)
-    (2, 6, 7, 11, 9, 3, 1, 1), (3, 5, 9, 12, 13, 3, 1, 0),
+    (2, 6, 7, 11, 9, 3, 1, 1),
+    (3, 5, 9, 12, 13, 3, 1, 0),
 ]
 
 
@@ -94,7 +121,8 @@ def test_conv2d_bwd_weight(dsp, shape, rng):
 # the lanes; backward data through the gather and col2im; weight gradient through conv.c
 # and the planes, with 1 and 3 HVX threads: the first share adds, the others join)
 ACCUMULATING = [
-    ("gemm_s8", lambda rng: (s8(rng, 9, 70), s8(rng, 45, 70))), ("gemm_s8", lambda rng: (s8(rng, 6, 33), s8(rng, 64, 33))),
+    ("gemm_s8", lambda rng: (s8(rng, 9, 70), s8(rng, 45, 70))),
+    ("gemm_s8", lambda rng: (s8(rng, 6, 33), s8(rng, 64, 33))),
     ("conv2d_s8", lambda rng: (s8(rng, 2, 7, 6, 3), s8(rng, 5, 3, 3, 3), 1, 1)),
     ("conv2d_s8", lambda rng: (s8(rng, 3, 9, 9, 1), s8(rng, 6, 5, 5, 1), 1, 2)),
     ("conv2d_bwd_data_s8", lambda rng: (s8(rng, 2, 4, 4, 33), s8(rng, 33, 3, 3, 40), 1, 0, (6, 6))),
@@ -152,8 +180,10 @@ def test_fused_requant_hooks(dsp, rng):
     same(dsp.gemm_requant_s8(a, b, "round", None), ref.gemm_requant_s8(a, b, "round", None))
     same(dsp.gemm_requant_s8(a, b, "psto", None, shift=3), ref.gemm_requant_s8(a, b, "psto", None, shift=3))
     err = s8(rng, 2, 4, 4, 6)
-    same(dsp.conv2d_bwd_data_requant_s8(err, w, 1, 0, (8, 8), "sto", key),
-         ref.conv2d_bwd_data_requant_s8(err, w, 1, 0, (8, 8), "sto", key))
+    same(
+        dsp.conv2d_bwd_data_requant_s8(err, w, 1, 0, (8, 8), "sto", key),
+        ref.conv2d_bwd_data_requant_s8(err, w, 1, 0, (8, 8), "sto", key),
+    )
 
 
 @pytest.mark.parametrize("shape", [(1,), (3, 7, 7, 6), (2, 130)])
@@ -164,8 +194,9 @@ def test_relu_and_backward(dsp, shape, rng):
     same(dsp.relu_bwd_s8(err, y), ref.relu_bwd_s8(err, y))
 
 
-@pytest.mark.parametrize("shape,k,s", [((1, 2, 2, 1), 2, 2), ((2, 6, 7, 6), 2, 2), ((1, 7, 7, 130), 3, 2),
-                                       ((2, 5, 5, 3), 3, 1)])
+@pytest.mark.parametrize(
+    "shape,k,s", [((1, 2, 2, 1), 2, 2), ((2, 6, 7, 6), 2, 2), ((1, 7, 7, 130), 3, 2), ((2, 5, 5, 3), 3, 1)]
+)
 def test_maxpool_and_backward(dsp, shape, k, s, rng):
     x = s8(rng, *shape, lo=-3, hi=3)  # few values: many ties, the first maximum must win
     same(dsp.maxpool_s8(x, k, s), ref.maxpool_s8(x, k, s))

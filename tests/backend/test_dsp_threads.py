@@ -6,11 +6,11 @@ workers measure on their own counters.
 
 Needs qemu-hexagon, clang-16 and lld-16 (missing in CI: a failure, as everywhere).
 """
+
 import os
 
 import numpy as np
 import pytest
-
 from dsptrain.backends.ops_ref import RefBackend
 
 ref = RefBackend()
@@ -55,17 +55,55 @@ CASES = [
     ("conv2d_s8", "conv_grid.c, one image", "conv_grid", lambda rng: conv_args(rng, 1, 6, 7, 6, 9, 3, 1, 1)),
     ("conv2d_s8", "conv_grid.c, 3 images", "conv_grid", lambda rng: conv_args(rng, 3, 9, 9, 3, 16, 5, 1, 0)),
     ("conv2d_s8", "conv_padded.c, 3 rows", "conv_padded", lambda rng: conv_args(rng, 1, 3, 5, 3, 40, 3, 1, 1)),
-    ("conv2d_bwd_data_s8", "gather rows, stride 2", "gather_gemm", lambda rng: bwd_data_args(rng, 2, 7, 6, 33, 5, 3, 2, 1)),
-    ("conv2d_bwd_data_s8", "flipped conv rows", "flipped_gemm", lambda rng: bwd_data_args(rng, 1, 5, 5, 40, 36, 3, 1, 0)),
-    ("conv2d_bwd_data_s8", "conv_grid.c bwd, 3 images", "conv_grid", lambda rng: bwd_data_args(rng, 3, 8, 8, 6, 16, 5, 1, 0)),
-    ("conv2d_bwd_data_s8", "conv_col2im.c, one image", "col2im", lambda rng: bwd_data_args(rng, 1, 8, 7, 3, 20, 3, 2, 1)),
+    (
+        "conv2d_bwd_data_s8",
+        "gather rows, stride 2",
+        "gather_gemm",
+        lambda rng: bwd_data_args(rng, 2, 7, 6, 33, 5, 3, 2, 1),
+    ),
+    (
+        "conv2d_bwd_data_s8",
+        "flipped conv rows",
+        "flipped_gemm",
+        lambda rng: bwd_data_args(rng, 1, 5, 5, 40, 36, 3, 1, 0),
+    ),
+    (
+        "conv2d_bwd_data_s8",
+        "conv_grid.c bwd, 3 images",
+        "conv_grid",
+        lambda rng: bwd_data_args(rng, 3, 8, 8, 6, 16, 5, 1, 0),
+    ),
+    (
+        "conv2d_bwd_data_s8",
+        "conv_col2im.c, one image",
+        "col2im",
+        lambda rng: bwd_data_args(rng, 1, 8, 7, 3, 20, 3, 2, 1),
+    ),
     ("conv2d_bwd_data_s8", "conv_col2im.c, 5 images", "col2im", lambda rng: bwd_data_args(rng, 5, 6, 6, 2, 8, 3, 2, 0)),
-    ("conv2d_bwd_weight_s8", "conv.c reduction, ragged", "wgrad_gemm",
-     lambda rng: bwd_weight_args(rng, 2, 5, 3, 40, 33, 3, 1, 0)),
-    ("conv2d_bwd_weight_s8", "conv.c reduction, stride 2", "wgrad_gemm",
-     lambda rng: bwd_weight_args(rng, 1, 7, 7, 20, 9, 3, 2, 1)),
-    ("conv2d_bwd_weight_s8", "conv_planar.c, one image", "planar", lambda rng: bwd_weight_args(rng, 1, 8, 8, 3, 6, 3, 1, 1)),
-    ("conv2d_bwd_weight_s8", "conv_planar.c, 5 images", "planar", lambda rng: bwd_weight_args(rng, 5, 8, 8, 1, 6, 3, 1, 1)),
+    (
+        "conv2d_bwd_weight_s8",
+        "conv.c reduction, ragged",
+        "wgrad_gemm",
+        lambda rng: bwd_weight_args(rng, 2, 5, 3, 40, 33, 3, 1, 0),
+    ),
+    (
+        "conv2d_bwd_weight_s8",
+        "conv.c reduction, stride 2",
+        "wgrad_gemm",
+        lambda rng: bwd_weight_args(rng, 1, 7, 7, 20, 9, 3, 2, 1),
+    ),
+    (
+        "conv2d_bwd_weight_s8",
+        "conv_planar.c, one image",
+        "planar",
+        lambda rng: bwd_weight_args(rng, 1, 8, 8, 3, 6, 3, 1, 1),
+    ),
+    (
+        "conv2d_bwd_weight_s8",
+        "conv_planar.c, 5 images",
+        "planar",
+        lambda rng: bwd_weight_args(rng, 5, 8, 8, 1, 6, 3, 1, 1),
+    ),
 ]
 
 
@@ -76,6 +114,7 @@ def split_at(dsp, threads):
 
         def __exit__(self, *exc):
             dsp.hvx_threads = 4
+
     return Split()
 
 
@@ -113,8 +152,8 @@ def test_each_thread_counts_its_own_share(dsp, rng):
         with split_at(dsp, threads):
             dsp.take_cost_log()
             np.testing.assert_array_equal(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
-            (op, packets, critical, _), = dsp.take_cost_log()[0]
-        shares, = dsp.last_thread_packets
+            ((op, packets, critical, _),) = dsp.take_cost_log()[0]
+        (shares,) = dsp.last_thread_packets
         assert op == "gemm_s8" and len(shares) == threads and all(p > 0 for p in shares), shares
         serial = packets - sum(shares)
         assert serial > 0 and critical == serial + max(shares), (packets, critical, shares)
@@ -134,6 +173,7 @@ def test_workers_are_threads_of_the_server_started_once(dsp, rng):
 
     def tasks():
         return len(os.listdir(f"/proc/{dsp.transport._proc.pid}/task"))
+
     with split_at(dsp, 1):
         dsp.gemm_s8(a, b)
         one = tasks()
@@ -160,15 +200,19 @@ def test_epilogue_split_is_bit_exact(dsp, size, threads, rng):
     from dsptrain.numerics import RngKey
 
     acc = rng.integers(-(2**22), 2**22, size, dtype=np.int32)
-    acc[-1] = -(2**24)   # the maximum in the last range: the joined max must find it
+    acc[-1] = -(2**24)  # the maximum in the last range: the joined max must find it
     key = RngKey(seed=7, step=3, tensor_id=11, offset=5)
     with split_at(dsp, threads):
         assert dsp.absmax(acc) == ref.absmax(acc)
         for mode in ("round", "psto", "sto"):
-            for got, want in [(dsp.requantize(acc, mode, key), ref.requantize(acc, mode, key)),
-                              (dsp.requantize(acc, mode, key, shift=4), ref.requantize(acc, mode, key, shift=4)),
-                              (dsp.shift_round(acc, 9, mode, key), ref.shift_round(acc, 9, mode, key))]:
-                for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            for got, want in [
+                (dsp.requantize(acc, mode, key), ref.requantize(acc, mode, key)),
+                (dsp.requantize(acc, mode, key, shift=4), ref.requantize(acc, mode, key, shift=4)),
+                (dsp.shift_round(acc, 9, mode, key), ref.shift_round(acc, 9, mode, key)),
+            ]:
+                for g, w in zip(
+                    got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)
+                ):
                     np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
         w8, g32 = s8(rng, size), rng.integers(-(2**15), 2**15, size, dtype=np.int32)
         got = dsp.niti_update_s8(w8, g32, 3, "sto", key)

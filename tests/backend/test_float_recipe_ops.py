@@ -5,16 +5,16 @@ Quantizers, element-wise ops, pooling, updates and integer/FP16 products must ma
 for bit; sums over many floats (PRC's squared errors, the compensation layer's channel
 sums) within 1e-12 relative, the summation order being the backend's.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from dsptrain.backends.ops_ref import FLOAT_RECIPE_HOOKS
 
 from .conftest import available_backends
 
-BACKENDS = [name for name in available_backends() if name != "dsp"]   # the DSP claims none of them
+BACKENDS = [name for name in available_backends() if name != "dsp"]  # the DSP claims none of them
 SHAPES = [(1,), (7,), (3, 5), (64, 6, 7, 3), (2, 33, 17), (70001,)]
 SUM_RTOL = 1e-12
 
@@ -31,13 +31,14 @@ def floats(rng, shape, dtype=np.float32, scale=3.0):
     """Normal values over many binades, a few exact zeros, halves that test tie rounding."""
     x = rng.normal(scale=scale, size=shape) * np.exp(rng.uniform(-6, 2, size=shape))
     flat = x.reshape(-1)
-    flat[:: 11] = 0.0
-    flat[5:: 13] = np.round(flat[5:: 13] * 4) / 4 + 0.5
+    flat[::11] = 0.0
+    flat[5::13] = np.round(flat[5::13] * 4) / 4 + 0.5
     return x.astype(dtype)
 
 
 def key(i):
     from dsptrain.numerics import RngKey
+
     return RngKey(seed=99 + i, step=3 * i, tensor_id=7 + i, offset=5 * i)
 
 
@@ -48,8 +49,9 @@ def test_absmax_and_quantize(be, ref, shape, dtype):
     x = floats(rng, shape, dtype)
     assert be.absmax_f(x) == ref.absmax_f(x)
     top = ref.absmax_f(x) or 1.0
-    for i, (bits, mode) in enumerate([(8, "round"), (8, "nearest_even"), (8, "sto"), (4, "sto"), (16, "round"),
-                                      (12, "sto")]):
+    for i, (bits, mode) in enumerate(
+        [(8, "round"), (8, "nearest_even"), (8, "sto"), (4, "sto"), (16, "round"), (12, "sto")]
+    ):
         step = top / (2 ** (bits - 1) - 1) * (0.6 if i % 2 else 1.0)  # some clip
         got, want = be.quantize_f(x, step, bits, mode, key(i)), ref.quantize_f(x, step, bits, mode, key(i))
         assert got.dtype == want.dtype == (np.int8 if bits <= 8 else np.int16)
@@ -63,7 +65,7 @@ def test_absmax_of_empty_is_zero(be, ref):
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_dequantize(be, ref, dtype):
     rng = np.random.default_rng(5)
-    acc = rng.integers(-2**30, 2**30, size=(37, 19)).astype(dtype)
+    acc = rng.integers(-(2**30), 2**30, size=(37, 19)).astype(dtype)
     if dtype == np.int64:
         acc *= 2**20
     for scale in (1.0, 3.1e-5, 2.0**-20 / 7):
@@ -75,16 +77,19 @@ def test_prc_squared_errors(be, ref, shape):
     x = floats(np.random.default_rng(8), shape)
     top = ref.absmax_f(x)
     ratios = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)
-    np.testing.assert_allclose(be.prc_squared_errors(x, top, ratios, 127), ref.prc_squared_errors(x, top, ratios, 127),
-                               rtol=SUM_RTOL)
+    np.testing.assert_allclose(
+        be.prc_squared_errors(x, top, ratios, 127), ref.prc_squared_errors(x, top, ratios, 127), rtol=SUM_RTOL
+    )
 
 
-@pytest.mark.parametrize("shape,group", [((4, 16), 16), ((3, 5, 6), 2), ((64, 7, 7, 1), 1), ((9, 120), 8), ((2, 84), 4)])
+@pytest.mark.parametrize(
+    "shape,group", [((4, 16), 16), ((3, 5, 6), 2), ((64, 7, 7, 1), 1), ((9, 120), 8), ((2, 84), 4)]
+)
 @pytest.mark.parametrize("mode", ["round", "sto"])
 @pytest.mark.parametrize("kmax", [0, 3, 7])
 def test_quantize_mls(be, ref, shape, group, mode, kmax):
     x = floats(np.random.default_rng(group * 7 + kmax), shape)
-    x.reshape(-1, group)[1::3] *= 1e-3       # quiet groups take larger k
+    x.reshape(-1, group)[1::3] *= 1e-3  # quiet groups take larger k
     top = ref.absmax_f(x)
     args = (x, group, top, top / 127, kmax, 127, mode, key(kmax))
     got, want = be.quantize_mls(*args), ref.quantize_mls(*args)
@@ -94,8 +99,9 @@ def test_quantize_mls(be, ref, shape, group, mode, kmax):
 
 # groups that are not a power of two and chunks of the native loop (2**15 elements) that
 # cut a group in two; and a kmax beyond the eight shifts the AVX-512 loop handles
-@pytest.mark.parametrize("shape,group,kmax,qmax", [((5461, 12), 12, 3, 127), ((11000, 6), 3, 2, 127),
-                                                   ((7, 33), 11, 12, 7)])
+@pytest.mark.parametrize(
+    "shape,group,kmax,qmax", [((5461, 12), 12, 3, 127), ((11000, 6), 3, 2, 127), ((7, 33), 11, 12, 7)]
+)
 @pytest.mark.parametrize("mode", ["round", "nearest_even", "sto"])
 def test_quantize_mls_ragged_groups(be, ref, shape, group, kmax, qmax, mode):
     x = floats(np.random.default_rng(group), shape)
@@ -112,8 +118,9 @@ def test_round_float(be, ref, fmt, mode):
     x = (rng.normal(size=20011) * np.exp(rng.uniform(-25, 12, 20011))).astype(np.float32)
     x[:5] = [0.0, -0.0, 1e9, -1e9, 2.0**-30]
     for dtype in (np.float32, np.float64):
-        np.testing.assert_array_equal(be.round_float(x.astype(dtype), *fmt, mode, key(3)),
-                                      ref.round_float(x.astype(dtype), *fmt, mode, key(3)))
+        np.testing.assert_array_equal(
+            be.round_float(x.astype(dtype), *fmt, mode, key(3)), ref.round_float(x.astype(dtype), *fmt, mode, key(3))
+        )
 
 
 GEMM16_SHAPES = [(1, 1, 1), (3, 5, 2), (7, 16, 17), (64, 400, 120), (6, 2001, 25), (33, 17, 1)]
@@ -139,21 +146,33 @@ def test_matmul_s16_extremes(be, ref):
     np.testing.assert_array_equal(be.matmul_s16(a16, b8), ref.matmul_s16(a16, b8))
 
 
-@pytest.mark.parametrize("m,k,n,chunk", [(1, 1, 1, 64), (3, 5, 9, 64), (10, 150, 6, 64), (17, 130, 13, 16),
-                                         (64, 400, 120, 64), (6, 700, 25, 64)])
+@pytest.mark.parametrize(
+    "m,k,n,chunk",
+    [(1, 1, 1, 64), (3, 5, 9, 64), (10, 150, 6, 64), (17, 130, 13, 16), (64, 400, 120, 64), (6, 700, 25, 64)],
+)
 @pytest.mark.parametrize("fp16_adds", [True, False])
 @pytest.mark.parametrize("a_transposed", [False, True])
 def test_matmul_fp16_chunked(be, ref, m, k, n, chunk, fp16_adds, a_transposed):
     rng = np.random.default_rng(k)
     a = ref.round_float(rng.normal(size=(k, m) if a_transposed else (m, k)) * 4, 5, 2, "nearest_even", None)
     b = ref.round_float(rng.normal(size=(k, n)), 5, 10, "nearest_even", None)
-    np.testing.assert_array_equal(be.matmul_fp16_chunked(a, b, a_transposed, chunk, fp16_adds),
-                                  ref.matmul_fp16_chunked(a, b, a_transposed, chunk, fp16_adds))
+    np.testing.assert_array_equal(
+        be.matmul_fp16_chunked(a, b, a_transposed, chunk, fp16_adds),
+        ref.matmul_fp16_chunked(a, b, a_transposed, chunk, fp16_adds),
+    )
 
 
-@pytest.mark.parametrize("n,h,w,c,o,k,stride,pad", [(1, 3, 3, 1, 1, 3, 1, 0), (2, 14, 14, 6, 16, 5, 1, 0),
-                                                    (3, 7, 9, 5, 4, 3, 2, 1), (2, 28, 28, 1, 6, 5, 1, 2),
-                                                    (40, 28, 28, 1, 6, 5, 1, 2), (9, 17, 13, 7, 2, 3, 2, 1)])
+@pytest.mark.parametrize(
+    "n,h,w,c,o,k,stride,pad",
+    [
+        (1, 3, 3, 1, 1, 3, 1, 0),
+        (2, 14, 14, 6, 16, 5, 1, 0),
+        (3, 7, 9, 5, 4, 3, 2, 1),
+        (2, 28, 28, 1, 6, 5, 1, 2),
+        (40, 28, 28, 1, 6, 5, 1, 2),
+        (9, 17, 13, 7, 2, 3, 2, 1),
+    ],
+)
 def test_im2col_and_col2im(be, ref, n, h, w, c, o, k, stride, pad):
     # tap rows of 3 to 35 elements (the native im2col copies them 16, 32 or 64 bytes
     # wide, or exactly); 40 images are split over the threads
@@ -163,7 +182,7 @@ def test_im2col_and_col2im(be, ref, n, h, w, c, o, k, stride, pad):
         assert got.dtype == x.dtype
         np.testing.assert_array_equal(got, ref.im2col(x, k, k, stride, pad))
     oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
-    ints = rng.integers(-2**40, 2**40, (n * oh * ow, k * k * c))
+    ints = rng.integers(-(2**40), 2**40, (n * oh * ow, k * k * c))
     halves = ref.round_float(rng.normal(size=ints.shape) * 100, 5, 10, "nearest_even", None).astype(np.float64)
     for dcols in (ints, halves):
         got = be.col2im(dcols, (n, oh, ow), (k, k, c), stride, pad, (h, w))
@@ -175,24 +194,36 @@ def test_im2col_and_col2im(be, ref, n, h, w, c, o, k, stride, pad):
 def test_relu(be, ref, shape):
     rng = np.random.default_rng(2)
     x, err = floats(rng, shape), floats(rng, shape)
-    x.reshape(-1)[::5] = -0.0                 # kept as -0.0, bit for bit
+    x.reshape(-1)[::5] = -0.0  # kept as -0.0, bit for bit
     np.testing.assert_array_equal(be.relu_f32(x).view(np.uint32), ref.relu_f32(x).view(np.uint32))
     np.testing.assert_array_equal(be.relu_bwd_f32(err, x), ref.relu_bwd_f32(err, x))
 
 
-@pytest.mark.parametrize("n,h,w,c,k,s", [(1, 2, 2, 1, 2, 2), (3, 7, 9, 5, 2, 2), (2, 9, 9, 3, 3, 2), (64, 28, 28, 6, 2, 2),
-                                          (2, 6, 6, 3, 2, 3), (2, 8, 8, 16, 2, 2), (1, 5, 5, 40, 2, 2),
-                                          (2, 6, 5, 4, 3, 1)])
+@pytest.mark.parametrize(
+    "n,h,w,c,k,s",
+    [
+        (1, 2, 2, 1, 2, 2),
+        (3, 7, 9, 5, 2, 2),
+        (2, 9, 9, 3, 3, 2),
+        (64, 28, 28, 6, 2, 2),
+        (2, 6, 6, 3, 2, 3),
+        (2, 8, 8, 16, 2, 2),
+        (1, 5, 5, 40, 2, 2),
+        (2, 6, 5, 4, 3, 1),
+    ],
+)
 def test_maxpool(be, ref, n, h, w, c, k, s):
     rng = np.random.default_rng(h * w)
     x = floats(rng, (n, h, w, c))
-    x[0, :k, :k, 0] = 1.5                     # ties: the first maximum wins
+    x[0, :k, :k, 0] = 1.5  # ties: the first maximum wins
     y, idx = be.maxpool_f32(x, k, s)
     y_ref, idx_ref = ref.maxpool_f32(x, k, s)
     np.testing.assert_array_equal(y, y_ref)
     np.testing.assert_array_equal(idx, idx_ref)
     err = floats(rng, y.shape)
-    np.testing.assert_array_equal(be.maxpool_bwd_f32(err, idx, k, s, (h, w)), ref.maxpool_bwd_f32(err, idx, k, s, (h, w)))
+    np.testing.assert_array_equal(
+        be.maxpool_bwd_f32(err, idx, k, s, (h, w)), ref.maxpool_bwd_f32(err, idx, k, s, (h, w))
+    )
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (64, 10), (64, 28, 28, 6), (3, 5, 7)])
@@ -204,7 +235,7 @@ def test_compensation(be, ref, shape):
     got, want = be.compensation_bwd(err, z, scale), ref.compensation_bwd(err, z, scale)
     np.testing.assert_array_equal(got[0], want[0])
     for g, w in zip(got[1:], want[1:]):
-        np.testing.assert_allclose(g, w, rtol=1e-6)     # float64 sums rounded to float32
+        np.testing.assert_allclose(g, w, rtol=1e-6)  # float64 sums rounded to float32
 
 
 @pytest.mark.parametrize("shape", [(1,), (6, 5, 5, 1), (120, 400), (70001,)])

@@ -6,6 +6,7 @@ so they match NumPy's BLAS within float32 rounding: each element within
 REL_TOL x sum(|a| |b|) of the float64 product, the bound of a float32 sum of that many
 terms with room for any order. They must also give the same bits at 1 and 2 threads.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,9 +18,16 @@ BACKENDS = [name for name in available_backends() if name != "dsp"]
 REL_TOL = 1e-5
 # (n, h, w, c, o, k, stride, pad): LeNet-5's two layers, a "same" 3x3, strides, 1x1,
 # ragged channel counts around the 16-float vector and the kernels' 4/8-row blocks
-CONVS = [(3, 28, 28, 1, 6, 5, 1, 2), (5, 14, 14, 6, 16, 5, 1, 0), (2, 9, 7, 5, 33, 3, 2, 1),
-         (1, 5, 5, 17, 70, 1, 1, 0), (4, 8, 8, 3, 5, 3, 1, 1), (3, 11, 6, 20, 9, 3, 1, 1),
-         (2, 7, 9, 2, 3, 2, 3, 0), (9, 6, 6, 4, 1, 5, 1, 2)]
+CONVS = [
+    (3, 28, 28, 1, 6, 5, 1, 2),
+    (5, 14, 14, 6, 16, 5, 1, 0),
+    (2, 9, 7, 5, 33, 3, 2, 1),
+    (1, 5, 5, 17, 70, 1, 1, 0),
+    (4, 8, 8, 3, 5, 3, 1, 1),
+    (3, 11, 6, 20, 9, 3, 1, 1),
+    (2, 7, 9, 2, 3, 2, 3, 0),
+    (9, 6, 6, 4, 1, 5, 1, 2),
+]
 GEMMS = [(64, 120, 400), (5, 3, 7), (1, 70, 1), (33, 17, 129), (9, 65, 16), (130, 6, 25)]
 
 
@@ -47,15 +55,27 @@ def test_conv_passes(be, ref, n, h, w, c, o, k, stride, pad):
     x = rng.standard_normal((n, h, w, c)).astype(np.float32)
     wt = rng.standard_normal((o, k, k, c)).astype(np.float32)
     y = be.conv2d_f32(x, wt, stride, pad)
-    within(y, ref.conv2d_f32(f64(x), f64(wt), stride, pad), ref.conv2d_f32(f64(abs(x)), f64(abs(wt)), stride, pad),
-           "forward")
+    within(
+        y,
+        ref.conv2d_f32(f64(x), f64(wt), stride, pad),
+        ref.conv2d_f32(f64(abs(x)), f64(abs(wt)), stride, pad),
+        "forward",
+    )
     err = rng.standard_normal(y.shape).astype(np.float32)
     dx = be.conv2d_bwd_data_f32(err, wt, stride, pad, (h, w))
-    within(dx, ref.conv2d_bwd_data_f32(f64(err), f64(wt), stride, pad, (h, w)),
-           ref.conv2d_bwd_data_f32(f64(abs(err)), f64(abs(wt)), stride, pad, (h, w)), "backward data")
+    within(
+        dx,
+        ref.conv2d_bwd_data_f32(f64(err), f64(wt), stride, pad, (h, w)),
+        ref.conv2d_bwd_data_f32(f64(abs(err)), f64(abs(wt)), stride, pad, (h, w)),
+        "backward data",
+    )
     dw = be.conv2d_bwd_weight_f32(err, x, stride, pad, (k, k))
-    within(dw, ref.conv2d_bwd_weight_f32(f64(err), f64(x), stride, pad, (k, k)),
-           ref.conv2d_bwd_weight_f32(f64(abs(err)), f64(abs(x)), stride, pad, (k, k)), "backward weight")
+    within(
+        dw,
+        ref.conv2d_bwd_weight_f32(f64(err), f64(x), stride, pad, (k, k)),
+        ref.conv2d_bwd_weight_f32(f64(abs(err)), f64(abs(x)), stride, pad, (k, k)),
+        "backward weight",
+    )
 
 
 @pytest.mark.parametrize("m, n, k", GEMMS)
@@ -64,9 +84,13 @@ def test_gemm(be, ref, m, n, k):
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((n, k)).astype(np.float32)
     within(be.gemm_f32(a, b), ref.gemm_f32(f64(a), f64(b)), ref.gemm_f32(f64(abs(a)), f64(abs(b))), "a @ b.T")
-    b_kn = np.ascontiguousarray(b.T)     # a linear layer's backward data: err @ w, w as stored
-    within(be.gemm_f32(a, b_kn, False), ref.gemm_f32(f64(a), f64(b_kn), False),
-           ref.gemm_f32(f64(abs(a)), f64(abs(b_kn)), False), "a @ b")
+    b_kn = np.ascontiguousarray(b.T)  # a linear layer's backward data: err @ w, w as stored
+    within(
+        be.gemm_f32(a, b_kn, False),
+        ref.gemm_f32(f64(a), f64(b_kn), False),
+        ref.gemm_f32(f64(abs(a)), f64(abs(b_kn)), False),
+        "a @ b",
+    )
 
 
 def test_native_products_are_the_same_at_one_and_two_threads():
@@ -78,8 +102,12 @@ def test_native_products_are_the_same_at_one_and_two_threads():
     a, b = rng.standard_normal((300, 150)).astype(np.float32), rng.standard_normal((40, 150)).astype(np.float32)
 
     def run():
-        return (native.conv2d_f32(x, w, 1, 0), native.conv2d_bwd_data_f32(err, w, 1, 0, (14, 14)),
-                native.conv2d_bwd_weight_f32(err, x, 1, 0, (5, 5)), native.gemm_f32(a, b, True))
+        return (
+            native.conv2d_f32(x, w, 1, 0),
+            native.conv2d_bwd_data_f32(err, w, 1, 0, (14, 14)),
+            native.conv2d_bwd_weight_f32(err, x, 1, 0, (5, 5)),
+            native.gemm_f32(a, b, True),
+        )
 
     threads, threshold = native.threads(), native.serial_below_macs()
     try:

@@ -2,17 +2,22 @@
 product per group, or the depthwise hooks (int16 operands digit by digit), give the same exact
 sums as the dense product on the zero-filled block-diagonal weight they replace
 (_branch_layers.dense_weight), on every backend of this machine, ragged shapes included."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from dsptrain.algorithms import _branch_layers as branch
 from dsptrain.algorithms import _products as products
 
 # (N, H, W, C, O, groups, kernel, stride, pad): depthwise, grouped, odd sizes
-CASES = [(2, 7, 5, 6, 6, 6, 3, 1, 1), (3, 9, 8, 5, 5, 5, 5, 2, 2), (1, 6, 11, 8, 12, 4, 3, 2, 1),
-         (2, 4, 4, 6, 4, 2, 1, 1, 0), (2, 5, 6, 3, 3, 3, 3, 2, 0)]
+CASES = [
+    (2, 7, 5, 6, 6, 6, 3, 1, 1),
+    (3, 9, 8, 5, 5, 5, 5, 2, 2),
+    (1, 6, 11, 8, 12, 4, 3, 2, 1),
+    (2, 4, 4, 6, 4, 2, 1, 1, 0),
+    (2, 5, 6, 3, 3, 3, 3, 2, 0),
+]
 KINDS = ["fwd", "bwd_data", "bwd_weight"]
 
 
@@ -57,7 +62,7 @@ def test_int8_grouped_product_is_the_dense_one(be, kind, case):
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("high", [127, 1000, 32767])   # one, two and three int8 digits
+@pytest.mark.parametrize("high", [127, 1000, 32767])  # one, two and three int8 digits
 def test_int16_grouped_product_is_the_dense_one(be, kind, case, high):
     a, b = _operands(np.random.default_rng(5), kind, case, np.int16, high)
     got = products.int16_product(be, kind, a, b, _attrs(case)[1])

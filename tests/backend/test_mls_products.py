@@ -4,11 +4,11 @@ and not a multiple of the 16-channel group, M and N not multiples of the row and
 steps), the same at 1 and 2 threads; and the convolutions built on it (conv2d_s16,
 conv2d_bwd_data_s16, conv2d_bwd_weight_s16: patches per image, in cache) likewise.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from dsptrain import _cpu_ops as native
 
 # (m, k, n): LeNet's conv1/conv2/fc shapes with MLS's groups, and ragged ones around the
@@ -36,7 +36,7 @@ def test_matmul_s16_int32_flushes_every_isa(cpu_isa, ref):
     a = np.full((9, 4001), -16256, np.int16)
     b = np.full((4001, 17), 16256, np.int16)
     np.testing.assert_array_equal(cpu_isa.matmul_s16(a, b), ref.matmul_s16(a, b))
-    full = np.full((3, 5), -32768, np.int16)   # 2 * 2**30 per pair: no int32 block fits
+    full = np.full((3, 5), -32768, np.int16)  # 2 * 2**30 per pair: no int32 block fits
     np.testing.assert_array_equal(cpu_isa.matmul_s16(full, full.T.copy()), ref.matmul_s16(full, full.T.copy()))
 
 
@@ -67,11 +67,19 @@ def test_matmul_s16_same_at_one_and_two_threads():
 # transposition's widest case, and the scalar one past it), and a strided one whose kernel
 # rows hold 20 taps (the weight gradient's taps in the lanes; 5 output columns, odd), and 17
 # output channels there (error pairs past the vector interleave)
-CONV_SHAPES = [(3, 14, 14, 6, 16, 5, 1, 0), (2, 9, 7, 5, 3, 3, 2, 1), (5, 6, 6, 1, 6, 3, 1, 1),
-               (2, 28, 28, 1, 6, 5, 1, 2), (3, 20, 35, 3, 10, 3, 1, 1),
-               (2, 11, 12, 9, 7, 5, 1, 1), (2, 18, 20, 2, 9, 5, 1, 2), (1, 17, 17, 2, 32, 2, 1, 0),
-               (1, 16, 16, 1, 33, 1, 1, 0), (2, 13, 11, 4, 5, 5, 2, 1),
-               (1, 6, 6, 4, 17, 4, 1, 0)]
+CONV_SHAPES = [
+    (3, 14, 14, 6, 16, 5, 1, 0),
+    (2, 9, 7, 5, 3, 3, 2, 1),
+    (5, 6, 6, 1, 6, 3, 1, 1),
+    (2, 28, 28, 1, 6, 5, 1, 2),
+    (3, 20, 35, 3, 10, 3, 1, 1),
+    (2, 11, 12, 9, 7, 5, 1, 1),
+    (2, 18, 20, 2, 9, 5, 1, 2),
+    (1, 17, 17, 2, 32, 2, 1, 0),
+    (1, 16, 16, 1, 33, 1, 1, 0),
+    (2, 13, 11, 4, 5, 5, 2, 1),
+    (1, 6, 6, 4, 17, 4, 1, 0),
+]
 
 
 @pytest.mark.parametrize("n,h,w,c,o,k,stride,pad", CONV_SHAPES)
@@ -84,9 +92,10 @@ def test_conv2d_bwd_data_s16_every_isa(cpu_isa, ref, n, h, w, c, o, k, stride, p
     got = cpu_isa.conv2d_bwd_data_s16(err, wq, stride, pad, (h, w))
     assert got.dtype == np.int64 and got.shape == (n, h, w, c)
     np.testing.assert_array_equal(got, ref.conv2d_bwd_data_s16(err, wq, stride, pad, (h, w)))
-    big = np.full((n, oh, ow, o), -32768, np.int16)   # no int32 block fits: the int64 path
-    np.testing.assert_array_equal(cpu_isa.conv2d_bwd_data_s16(big, wq, stride, pad, (h, w)),
-                                  ref.conv2d_bwd_data_s16(big, wq, stride, pad, (h, w)))
+    big = np.full((n, oh, ow, o), -32768, np.int16)  # no int32 block fits: the int64 path
+    np.testing.assert_array_equal(
+        cpu_isa.conv2d_bwd_data_s16(big, wq, stride, pad, (h, w)), ref.conv2d_bwd_data_s16(big, wq, stride, pad, (h, w))
+    )
 
 
 def test_conv2d_bwd_data_s16_same_at_one_and_two_threads_and_checks_shapes():

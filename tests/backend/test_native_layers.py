@@ -2,11 +2,11 @@
 (cpu_ops/pool_pad_f32.cpp, layers_f32.cpp: bias_add_f32, channel_mean_bwd_f32,
 maxpool_pad_f32 and its backward) against ops_ref on random and ragged shapes, bit for bit;
 FP32's linear weight gradient on gemm_f32 within float32 rounding of the NumPy product."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from dsptrain.algorithms import fp32
 from dsptrain.graph import Op
 from dsptrain.nn import MaxPool2d
@@ -33,7 +33,7 @@ def test_bias_add_is_the_judges(pair, shape):
     got = cpu.bias_add_f32(y, b)
     np.testing.assert_array_equal(got, ref.bias_add_f32(y, b))
     assert got is not y and np.array_equal(y, y.copy())
-    flat = y.reshape(-1, shape[-1])   # a linear layer's (N, C)
+    flat = y.reshape(-1, shape[-1])  # a linear layer's (N, C)
     np.testing.assert_array_equal(cpu.bias_add_f32(flat, b), ref.bias_add_f32(flat, b))
 
 
@@ -49,24 +49,28 @@ def test_global_pool_backward_is_the_judges(pair, shape, keep_dims):
 
 
 def _fits(shape, kernel, pad):
-    return pad <= kernel // 2 and min(shape[1:3]) + 2 * pad >= kernel   # a pool PyTorch has
+    return pad <= kernel // 2 and min(shape[1:3]) + 2 * pad >= kernel  # a pool PyTorch has
 
 
-@pytest.mark.parametrize("shape,kernel,stride,pad,ceil", [(s, *p) for s in SHAPES for p in POOLS if _fits(s, p[0], p[2])])
+@pytest.mark.parametrize(
+    "shape,kernel,stride,pad,ceil", [(s, *p) for s in SHAPES for p in POOLS if _fits(s, p[0], p[2])]
+)
 def test_padded_max_pool_is_the_judges(pair, shape, kernel, stride, pad, ceil):
     ref, cpu = pair
     n, h, w, c = shape
     out_hw = MaxPool2d("p", kernel, stride, pad, ceil).out_shape((h, w, c))[:2]
     rng = np.random.default_rng(3)
-    x = float_pool_input(rng, shape)   # ties and signed zeros: the first maximum must win
+    x = float_pool_input(rng, shape)  # ties and signed zeros: the first maximum must win
     x[rng.random(shape) < 0.05] = -np.inf
     y, argmax = cpu.maxpool_pad_f32(x, kernel, stride, pad, out_hw)
     want_y, want_argmax = ref.maxpool_pad_f32(x, kernel, stride, pad, out_hw)
     np.testing.assert_array_equal(y, want_y)
     np.testing.assert_array_equal(argmax, want_argmax)
     err = float_pool_input(rng, y.shape)
-    np.testing.assert_array_equal(cpu.maxpool_pad_bwd_f32(err, argmax, kernel, stride, pad, (h, w)),
-                                  ref.maxpool_pad_bwd_f32(err, argmax, kernel, stride, pad, (h, w)))
+    np.testing.assert_array_equal(
+        cpu.maxpool_pad_bwd_f32(err, argmax, kernel, stride, pad, (h, w)),
+        ref.maxpool_pad_bwd_f32(err, argmax, kernel, stride, pad, (h, w)),
+    )
 
 
 def test_padded_max_pool_takes_nan_as_numpy_does(pair):
@@ -134,10 +138,11 @@ def test_wageubn_batch_norm_is_the_judges(pair, shape, training):
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
     err = rng.standard_normal(shape).astype(np.float32)
-    for g, w in zip(cpu.bn_bwd_grid_f32(err, got[1], got[2], gamma, 8, 8),
-                    ref.bn_bwd_grid_f32(err, got[1], got[2], gamma, 8, 8)):
+    for g, w in zip(
+        cpu.bn_bwd_grid_f32(err, got[1], got[2], gamma, 8, 8), ref.bn_bwd_grid_f32(err, got[1], got[2], gamma, 8, 8)
+    ):
         np.testing.assert_array_equal(g, w)
-    zero = np.zeros_like(err)   # an all-zero error: its grid has no range
+    zero = np.zeros_like(err)  # an all-zero error: its grid has no range
     np.testing.assert_array_equal(cpu.bn_bwd_grid_f32(zero, got[1], got[2], gamma, 8, 8)[0], zero)
 
 
@@ -161,4 +166,4 @@ def test_dropout_apply_is_the_judges(pair, shape, p):
     keep = rng.random(shape) >= p
     got = cpu.dropout_apply_f32(x, keep, p)
     np.testing.assert_array_equal(got, ref.dropout_apply_f32(x, keep, p))
-    assert not np.signbit(got[~keep]).any()   # dropped cells are +0, as np.where writes them
+    assert not np.signbit(got[~keep]).any()  # dropped cells are +0, as np.where writes them

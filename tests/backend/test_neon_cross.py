@@ -7,6 +7,7 @@ machine: sdot then comes only from gemm_neon.cpp's own target attribute, and the
 the binary stays ARMv8.0, so it also runs on a core without dotprod (-cpu cortex-a53),
 where dispatch must fall back to the portable kernel.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from dsptrain.backends.ops_cpu import ISA_ENV
 from dsptrain.numerics import acc_dtype
 
@@ -28,12 +28,22 @@ INSTALL_HINT = "apt-get install g++-aarch64-linux-gnu qemu-user (scripts/setup.s
 # setup.py's, linked static
 CXX_FLAGS = ["-std=c++17", "-O3", "-fno-math-errno", "-ffp-contract=off", "-Wall", "-pthread", "-static"]
 THREADS = "3"  # an odd count: row blocks and B-panel splits that do not divide evenly
-OPS = {"gemm": 0, "forward": 1, "backward_data": 2, "backward_weight": 3,   # kernel_check.cpp's op codes
-       "dw_forward": 4, "dw_backward_data": 5, "dw_backward_weight": 6,
-       "dw_forward_f32": 7, "dw_backward_data_f32": 8, "dw_backward_weight_f32": 9}
+OPS = {
+    "gemm": 0,
+    "forward": 1,
+    "backward_data": 2,
+    "backward_weight": 3,  # kernel_check.cpp's op codes
+    "dw_forward": 4,
+    "dw_backward_data": 5,
+    "dw_backward_weight": 6,
+    "dw_forward_f32": 7,
+    "dw_backward_data_f32": 8,
+    "dw_backward_weight_f32": 9,
+}
 
 
 # ---------------------------------------------------------------- build and run
+
 
 @pytest.fixture(scope="module")
 def kernel_check(need_tools, tmp_path_factory) -> Path:
@@ -42,9 +52,20 @@ def kernel_check(need_tools, tmp_path_factory) -> Path:
     need_tools([pkg for tool, pkg in CROSS_TOOLS.items() if shutil.which(tool) is None], INSTALL_HINT)
     sources = sorted(str(p) for p in (REPO / "cpu_ops").glob("*.cpp") if not p.name.startswith("bindings"))
     exe = tmp_path_factory.mktemp("neon") / "kernel_check"
-    proc = subprocess.run(["aarch64-linux-gnu-g++", *CXX_FLAGS, "-I", str(REPO / "cpu_ops"),
-                           *sources, str(REPO / "tests" / "native" / "kernel_check.cpp"), "-o", str(exe)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            "aarch64-linux-gnu-g++",
+            *CXX_FLAGS,
+            "-I",
+            str(REPO / "cpu_ops"),
+            *sources,
+            str(REPO / "tests" / "native" / "kernel_check.cpp"),
+            "-o",
+            str(exe),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, f"cross build failed:\n{proc.stderr}"
     assert "warning" not in proc.stderr, proc.stderr
     return exe
@@ -56,15 +77,20 @@ def run_driver(exe: Path, tmp: Path, records, isa: str | None = "neon", cpu: str
     blob = bytearray()
     for op, sizes, operands, _, dtype in records:
         blob += np.array([OPS[op], np.dtype(dtype).itemsize, *sizes] + [0] * (10 - len(sizes)), "<i4").tobytes()
-        for operand in operands:   # int8, or float32 for the float records
+        for operand in operands:  # int8, or float32 for the float records
             blob += np.ascontiguousarray(operand, operand.dtype.newbyteorder("<")).tobytes()
     (tmp / "in.bin").write_bytes(bytes(blob))
     env = {k: v for k, v in os.environ.items() if k != ISA_ENV}
     env["DSPTRAIN_CPU_THREADS"] = THREADS
     if isa:
         env[ISA_ENV] = isa
-    proc = subprocess.run(["qemu-aarch64", "-cpu", cpu, str(exe), str(tmp / "in.bin"), str(tmp / "out.bin")],
-                          env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        ["qemu-aarch64", "-cpu", cpu, str(exe), str(tmp / "in.bin"), str(tmp / "out.bin")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if proc.returncode != 0:
         return None, proc.stdout.splitlines(), proc
     raw, at, results = (tmp / "out.bin").read_bytes(), 0, []
@@ -80,14 +106,27 @@ def run_driver(exe: Path, tmp: Path, records, isa: str | None = "neon", cpu: str
 
 # Around the NEON kernel's 4 x 16 register tile, its 512-deep K block and 128-row A block:
 # exact tiles, one past, K blocks that end on and off a group of 4, a single row or column.
-NEON_EDGE_GEMMS = [(4, 4, 16), (5, 9, 17), (3, 511, 15), (8, 512, 32), (9, 1025, 48), (129, 64, 31),
-                   (1, 1537, 1), (257, 6, 3)]
+NEON_EDGE_GEMMS = [
+    (4, 4, 16),
+    (5, 9, 17),
+    (3, 511, 15),
+    (8, 512, 32),
+    (9, 1025, 48),
+    (129, 64, 31),
+    (1, 1537, 1),
+    (257, 6, 3),
+]
 
 # Convolutions reaching every algorithm on NEON: pixel panels (few output or input
 # channels: LeNet's layers), the panel weight gradient, im2col + GEMM with B packed from
 # k-major rows (a wide weight gradient), the 1x1 GEMM, stride 2.
-EXTRA_CONV_SHAPES = [(2, 28, 28, 1, 6, 5, 1, 2), (3, 14, 14, 6, 16, 5, 1, 0), (1, 6, 7, 2, 5, 3, 1, 3),
-                     (2, 4, 4, 130, 264, 3, 1, 1), (2, 7, 6, 40, 33, 3, 2, 1)]
+EXTRA_CONV_SHAPES = [
+    (2, 28, 28, 1, 6, 5, 1, 2),
+    (3, 14, 14, 6, 16, 5, 1, 0),
+    (1, 6, 7, 2, 5, 3, 1, 3),
+    (2, 4, 4, 130, 264, 3, 1, 1),
+    (2, 7, 6, 40, 33, 3, 2, 1),
+]
 
 
 def gemm_cases():
@@ -112,15 +151,20 @@ def conv_records(c):
     x, w, err, stride, pad = c["x"], c["w"], c["err"], c["stride"], c["pad"]
     (n, h, wd, ch), (o, kh, kw, _) = x.shape, w.shape
     sizes = (n, h, wd, ch, o, kh, kw, stride, pad)
-    return [("forward", sizes, (x, w), err.shape, acc_dtype(kh * kw * ch)),
-            ("backward_data", sizes, (err, w), x.shape, acc_dtype(o * kh * kw)),
-            ("backward_weight", sizes, (err, x), w.shape, acc_dtype(err.size // o))]
+    return [
+        ("forward", sizes, (x, w), err.shape, acc_dtype(kh * kw * ch)),
+        ("backward_data", sizes, (err, w), x.shape, acc_dtype(o * kh * kw)),
+        ("backward_weight", sizes, (err, x), w.shape, acc_dtype(err.size // o)),
+    ]
 
 
 def conv_refs(ref, c):
     x, w, err, stride, pad = c["x"], c["w"], c["err"], c["stride"], c["pad"]
-    return [ref.conv2d_s8(x, w, stride, pad), ref.conv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]),
-            ref.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3])]
+    return [
+        ref.conv2d_s8(x, w, stride, pad),
+        ref.conv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]),
+        ref.conv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -132,12 +176,14 @@ def neon_run(kernel_check, tmp_path_factory):
     results, lines, proc = run_driver(kernel_check, tmp_path_factory.mktemp("neon_run"), records)
     assert results is not None, f"qemu-aarch64 run failed ({proc.returncode}):\n{proc.stderr}"
     gemm = dict(zip((name for name, _ in GEMM_CASES), results))
-    conv = {name: results[len(GEMM_CASES) + 3 * i: len(GEMM_CASES) + 3 * i + 3]
-            for i, (name, _) in enumerate(CONV_CASES)}
+    conv = {
+        name: results[len(GEMM_CASES) + 3 * i : len(GEMM_CASES) + 3 * i + 3] for i, (name, _) in enumerate(CONV_CASES)
+    }
     return {"gemm": gemm, "conv": conv, "stdout": lines}
 
 
 # ---------------------------------------------------------------- tests
+
 
 def test_dispatch_picks_neon_only_with_dotprod(kernel_check, tmp_path):
     _, lines, proc = run_driver(kernel_check, tmp_path, [], isa=None, cpu="max")
@@ -173,8 +219,14 @@ def test_conv_neon(neon_run, ref, case):
 # ---------------------------------------------------------------- depthwise (cpu_ops/dwconv*.cpp)
 # (n, h, w, c, k, stride, pad): MobileNetV2-like layers and ragged channel counts, kernel 3
 # and 5, strides 1 and 2; on aarch64 every one runs the portable loops, NEON-vectorised.
-DEPTHWISE_SHAPES = [(3, 16, 16, 32, 3, 1, 1), (2, 8, 8, 144, 3, 2, 1), (2, 7, 9, 3, 3, 1, 1), (2, 9, 11, 37, 5, 2, 2),
-                    (1, 6, 6, 17, 5, 1, 2), (2, 5, 5, 9, 1, 1, 0)]
+DEPTHWISE_SHAPES = [
+    (3, 16, 16, 32, 3, 1, 1),
+    (2, 8, 8, 144, 3, 2, 1),
+    (2, 7, 9, 3, 3, 1, 1),
+    (2, 9, 11, 37, 5, 2, 2),
+    (1, 6, 6, 17, 5, 1, 2),
+    (2, 5, 5, 9, 1, 1, 0),
+]
 
 
 def depthwise_records(shape, seed):
@@ -185,16 +237,22 @@ def depthwise_records(shape, seed):
     sizes = (n, h, w, c, k, k, stride, pad)
     x, wt, err = (rng.integers(-128, 128, s, dtype=np.int8) for s in ((n, h, w, c), (c, k, k, 1), (n, oh, ow, c)))
     xf, wf, ef = (rng.standard_normal(a.shape).astype(np.float32) for a in (x, wt, err))
-    records = [("dw_forward", sizes, (x, wt), err.shape, np.int32),
-               ("dw_backward_data", sizes, (err, wt), x.shape, np.int32),
-               ("dw_backward_weight", sizes, (err, x), wt.shape, acc_dtype(n * oh * ow)),
-               ("dw_forward_f32", sizes, (xf, wf), err.shape, np.float32),
-               ("dw_backward_data_f32", sizes, (ef, wf), x.shape, np.float32),
-               ("dw_backward_weight_f32", sizes, (ef, xf), wt.shape, np.float32)]
-    wants = lambda ref: [ref.dwconv2d_s8(x, wt, stride, pad), ref.dwconv2d_bwd_data_s8(err, wt, stride, pad, (h, w)),  # noqa: E731
-                         ref.dwconv2d_bwd_weight_s8(err, x, stride, pad, (k, k)), ref.dwconv2d_f32(xf, wf, stride, pad),
-                         ref.dwconv2d_bwd_data_f32(ef, wf, stride, pad, (h, w)),
-                         ref.dwconv2d_bwd_weight_f32(ef, xf, stride, pad, (k, k))]
+    records = [
+        ("dw_forward", sizes, (x, wt), err.shape, np.int32),
+        ("dw_backward_data", sizes, (err, wt), x.shape, np.int32),
+        ("dw_backward_weight", sizes, (err, x), wt.shape, acc_dtype(n * oh * ow)),
+        ("dw_forward_f32", sizes, (xf, wf), err.shape, np.float32),
+        ("dw_backward_data_f32", sizes, (ef, wf), x.shape, np.float32),
+        ("dw_backward_weight_f32", sizes, (ef, xf), wt.shape, np.float32),
+    ]
+    wants = lambda ref: [
+        ref.dwconv2d_s8(x, wt, stride, pad),
+        ref.dwconv2d_bwd_data_s8(err, wt, stride, pad, (h, w)),  # noqa: E731
+        ref.dwconv2d_bwd_weight_s8(err, x, stride, pad, (k, k)),
+        ref.dwconv2d_f32(xf, wf, stride, pad),
+        ref.dwconv2d_bwd_data_f32(ef, wf, stride, pad, (h, w)),
+        ref.dwconv2d_bwd_weight_f32(ef, xf, stride, pad, (k, k)),
+    ]
     return records, wants
 
 

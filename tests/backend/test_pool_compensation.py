@@ -5,12 +5,12 @@ and with the ReLU's gate, on LeNet-5's shape, ragged and odd sizes (cells no win
 covers), wider windows and strides past the kernel; and in LeNet-5 under Octo, the ops it
 replaces gone and the error between them with them.
 """
+
 from __future__ import annotations
 
+import dsptrain
 import numpy as np
 import pytest
-
-import dsptrain
 from dsptrain.graph import lower
 from dsptrain.models import build_model
 
@@ -27,22 +27,35 @@ def operands(ref, shape, kernel, stride, seed):
     err.reshape(-1)[::5] = -0.0
     z = rng.standard_normal(shape).astype(np.float32)
     scale = (rng.standard_normal(shape[-1]) * 0.1).astype(np.float32)
-    scale[0] = -1.5   # 1 + scale < 0: the zeros' signs in dz
+    scale[0] = -1.5  # 1 + scale < 0: the zeros' signs in dz
     return err, y, argmax, z, scale
 
 
 def two_ops(be, err, gate, argmax, kernel, stride, z, scale):
     in_hw = z.shape[1:3]
-    dx = (be.maxpool_bwd_f32(err, argmax, kernel, stride, in_hw) if gate is None
-          else be.relu_maxpool_bwd_f32(err, gate, argmax, kernel, stride, in_hw))
+    dx = (
+        be.maxpool_bwd_f32(err, argmax, kernel, stride, in_hw)
+        if gate is None
+        else be.relu_maxpool_bwd_f32(err, gate, argmax, kernel, stride, in_hw)
+    )
     return be.compensation_bwd(dx, z, scale)
 
 
 @pytest.mark.parametrize("gated", [False, True])
-@pytest.mark.parametrize("shape,kernel,stride", [((64, 28, 28, 6), 2, 2), ((3, 7, 9, 5), 2, 2), ((2, 10, 10, 16), 2, 2),
-                                                 ((2, 9, 11, 3), 3, 3), ((2, 8, 9, 7), 2, 3), ((1, 2, 2, 1), 2, 2),
-                                                 ((5, 6, 6, 33), 1, 2), ((40, 13, 11, 3), 2, 3),
-                                                 ((30, 15, 9, 6), 2, 2)])
+@pytest.mark.parametrize(
+    "shape,kernel,stride",
+    [
+        ((64, 28, 28, 6), 2, 2),
+        ((3, 7, 9, 5), 2, 2),
+        ((2, 10, 10, 16), 2, 2),
+        ((2, 9, 11, 3), 3, 3),
+        ((2, 8, 9, 7), 2, 3),
+        ((1, 2, 2, 1), 2, 2),
+        ((5, 6, 6, 33), 1, 2),
+        ((40, 13, 11, 3), 2, 3),
+        ((30, 15, 9, 6), 2, 2),
+    ],
+)
 def test_pool_compensation_bwd_is_the_two_ops(host_be, ref, shape, kernel, stride, gated):
     err, y, argmax, z, scale = operands(ref, shape, kernel, stride, sum(shape) * 10 + kernel + stride)
     gate = y if gated else None

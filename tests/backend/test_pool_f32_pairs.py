@@ -4,6 +4,7 @@ channel count, ragged widths (a row's last vector part full), ties and signed ze
 first maximum wins, its bits kept), and the shapes it leaves to pool.cpp (odd sizes, more
 channels, other windows).
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -4,11 +4,11 @@ mostly exact zeros (stochastic rounding draws words for the others only), elemen
 on and next to rounding boundaries (the lanes it redoes in double), ragged lengths that
 end inside a vector, a 1,024-element block and a 32,768-element chunk, and the inputs it
 hands to the general loop (a top that is not a float32 value, kmax beyond 7)."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from dsptrain.numerics import RngKey
 
 pytestmark = pytest.mark.usefixtures("ref")
@@ -44,7 +44,7 @@ def test_lanes_match_ref(cpu, ref, group, mode, kmax):
     rng = np.random.default_rng(group * 31 + kmax)
     for length in (16 * group, 1024 + 3 * group, 32768 + 1024 + 5 * group, 48 * 13 * group + group):
         x = _errors(rng, length, zeros=0.85 if mode == "sto" else 0.3)
-        x.reshape(-1, group)[1::3] *= 2.0 ** -rng.integers(1, 9)     # quiet groups take larger k
+        x.reshape(-1, group)[1::3] *= 2.0 ** -rng.integers(1, 9)  # quiet groups take larger k
         args = _args(x.reshape(-1, group), group, kmax, 127, mode, length, ref)
         got, want = cpu.quantize_mls(*args), ref.quantize_mls(*args)
         assert got.dtype == np.int16
@@ -62,8 +62,9 @@ def test_boundaries_redone_exactly(cpu, ref, mode, qmax):
     whole = rng.integers(-qmax, qmax + 1, size=4096).astype(np.float64)
     near = whole + (0.5 if mode != "sto" else 0.0) + rng.integers(-3, 4, size=4096) * 2.0**-20
     x = (near * scale).astype(np.float32)
-    x = np.concatenate([x, np.nextafter(x, np.float32(np.inf)), np.nextafter(x, -np.float32(np.inf)),
-                        [top, -top]]).astype(np.float32)
+    x = np.concatenate(
+        [x, np.nextafter(x, np.float32(np.inf)), np.nextafter(x, -np.float32(np.inf)), [top, -top]]
+    ).astype(np.float32)
     x = np.clip(x, -top, top)
     for group, kmax in ((1, 0), (2, 3), (16, 7 if qmax * 2**7 <= 32767 else 4)):
         v = x[: x.size // group * group].reshape(-1, group)
@@ -78,15 +79,20 @@ def test_general_loop_inputs(cpu, ref, mode):
     rng = np.random.default_rng(5)
     x = _errors(rng, 6 * 700, zeros=0.5).reshape(-1, 6)
     top = ref.absmax_f(x)
-    for group, t, scale, kmax, qmax in ((2, top * (1 + 2.0**-40), top / 127, 3, 127), (2, top, top / 127, 8, 127),
-                                        (6, top, top / 127, 3, 127), (2, top, top / 500, 3, 127),
-                                        (2, top, top / 127, 3, 1)):
+    for group, t, scale, kmax, qmax in (
+        (2, top * (1 + 2.0**-40), top / 127, 3, 127),
+        (2, top, top / 127, 8, 127),
+        (6, top, top / 127, 3, 127),
+        (2, top, top / 500, 3, 127),
+        (2, top, top / 127, 3, 1),
+    ):
         args = (x, group, t, scale, kmax, qmax, mode, _key(kmax))
         np.testing.assert_array_equal(cpu.quantize_mls(*args), ref.quantize_mls(*args))
 
 
 def test_lanes_same_bits_at_any_thread_count(cpu, ref):
     from dsptrain import _cpu_ops
+
     x = _errors(np.random.default_rng(9), 64 * 28 * 28 * 6, zeros=0.86).reshape(64, 28, 28, 6)
     args = _args(x, 2, 3, 127, "sto", 1, ref)
     before = _cpu_ops.get_threads() if hasattr(_cpu_ops, "get_threads") else None

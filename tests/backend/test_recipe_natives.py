@@ -6,11 +6,11 @@ zeros), ragged sizes, and at one and two threads (results may not depend on the 
 Bit-exact unless stated: PRC's squared errors are float64 sums within 1e-12 relative
 (their order is the backend's), the compensation's channel sums float32 within 1e-6.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from dsptrain import _cpu_ops as native
 from dsptrain import float_ops
 from dsptrain.algorithms import _quant
@@ -46,11 +46,12 @@ def at_threads(count, fn):
 
 # ---------------------------------------------------------------- Octo: PRC and compensation
 
+
 @pytest.mark.parametrize("shape", [(64, 28, 28, 6), (64, 10, 10, 16), (3, 70001), (17,), (5, 33)])
 @pytest.mark.parametrize("zeros", [0.0, 0.87, 1.0])
 def test_prc_squared_errors_of_sparse_errors(be, ref, shape, zeros):
     x = sparse_errors(np.random.default_rng(len(shape) + int(zeros * 100)), shape, zeros)
-    x.reshape(-1)[-1] = 5e-3 if zeros == 1.0 else x.reshape(-1)[-1]   # one nonzero at the very end
+    x.reshape(-1)[-1] = 5e-3 if zeros == 1.0 else x.reshape(-1)[-1]  # one nonzero at the very end
     top = ref.absmax_f(x)
     got, want = be.prc_squared_errors(x, top, RATIOS, 127), ref.prc_squared_errors(x, top, RATIOS, 127)
     np.testing.assert_allclose(got, want, rtol=1e-12)
@@ -65,8 +66,9 @@ def test_prc_squared_errors_same_at_one_and_two_threads():
     assert list(one) == list(two)
 
 
-@pytest.mark.parametrize("shape", [(64, 28, 28, 6), (64, 10, 10, 16), (7, 3, 10), (64, 120), (5, 200), (9, 1),
-                                   (2, 3), (3, 4, 5, 7)])
+@pytest.mark.parametrize(
+    "shape", [(64, 28, 28, 6), (64, 10, 10, 16), (7, 3, 10), (64, 120), (5, 200), (9, 1), (2, 3), (3, 4, 5, 7)]
+)
 def test_compensation_bwd_ragged_channels(be, ref, shape):
     rng = np.random.default_rng(shape[-1])
     err, z = sparse_errors(rng, shape, 0.5, 1.0), rng.standard_normal(shape).astype(np.float32)
@@ -90,6 +92,7 @@ def test_compensation_bwd_same_at_one_and_two_threads():
 
 # ---------------------------------------------------------------- power-of-two quantizers
 
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("exponent", [-140, -30, -7, 0, 5, 100])
 def test_quantize_f_power_of_two_steps(be, ref, dtype, exponent):
@@ -97,26 +100,31 @@ def test_quantize_f_power_of_two_steps(be, ref, dtype, exponent):
     division, ties, clipping and values far below the step included."""
     rng = np.random.default_rng(exponent + 200)
     step = 2.0**exponent
-    codes = rng.integers(-300, 300, size=(3, 1001)) / 2.0            # halves: ties either way
+    codes = rng.integers(-300, 300, size=(3, 1001)) / 2.0  # halves: ties either way
     x = (codes * step * (1 + rng.uniform(-1e-7, 1e-7, codes.shape) * (rng.random(codes.shape) < 0.3))).astype(dtype)
     x.reshape(-1)[:7] = [0.0, -0.0, step * 1e-30, -step * 1e-30, step * 126.5, -step * 127.5, step * 1e6]
     for i, (bits, mode) in enumerate([(8, "round"), (8, "nearest_even"), (8, "sto"), (16, "round"), (12, "sto")]):
         key = RngKey(seed=5, step=i, tensor_id=3, offset=7)
-        np.testing.assert_array_equal(be.quantize_f(x, step, bits, mode, key), ref.quantize_f(x, step, bits, mode, key),
-                                      err_msg=f"bits {bits} {mode}")
+        np.testing.assert_array_equal(
+            be.quantize_f(x, step, bits, mode, key),
+            ref.quantize_f(x, step, bits, mode, key),
+            err_msg=f"bits {bits} {mode}",
+        )
 
 
 # ---------------------------------------------------------------- WAGEUBN's update
 
+
 def update_case(rng, shape, e=-20, grad_scale=1e-3):
-    q = rng.integers(-2**23 + 1, 2**23, size=shape).astype(np.int32)
+    q = rng.integers(-(2**23) + 1, 2**23, size=shape).astype(np.int32)
     grad = (rng.standard_normal(shape) * grad_scale).astype(np.float32)
-    m = (rng.integers(-2**15 + 1, 2**15, size=shape) * 2.0**-22).astype(np.float32)
+    m = (rng.integers(-(2**15) + 1, 2**15, size=shape) * 2.0**-22).astype(np.float32)
     return q, e, grad, m
 
 
-@pytest.mark.parametrize("shape", [(6, 5, 5, 1), (16, 5, 5, 6), (120, 400), (84, 120), (10, 84), (1,), (7, 3),
-                                   (70001,)])
+@pytest.mark.parametrize(
+    "shape", [(6, 5, 5, 1), (16, 5, 5, 6), (120, 400), (84, 120), (10, 84), (1,), (7, 3), (70001,)]
+)
 def test_wageubn_update(be, ref, shape):
     rng = np.random.default_rng(int(np.prod(shape)) % 1000)
     q, e, grad, m = update_case(rng, shape)
@@ -135,9 +143,12 @@ def test_wageubn_update_edges(be, ref):
     key = RngKey(seed=2, step=1, tensor_id=1)
     q = np.array([2**23 - 1, -(2**23 - 1), 5, 0], np.int32)
     zero = np.zeros(4, np.float32)
-    for grad, m, decay in [(zero, zero, 0.0), (np.array([2.0**-8, 0, -2.0**-9, 0], np.float32), zero, 0.0),
-                           (np.array([np.float32(2.0**-8) * np.float32(1 + 2**-23), 0, 1e-5, 0], np.float32), zero, 0.0),
-                           (np.array([1.0, -1.0, 0.5, 0], np.float32), np.array([1, -1, 0, 0.25], np.float32), 5e-4)]:
+    for grad, m, decay in [
+        (zero, zero, 0.0),
+        (np.array([2.0**-8, 0, -(2.0**-9), 0], np.float32), zero, 0.0),
+        (np.array([np.float32(2.0**-8) * np.float32(1 + 2**-23), 0, 1e-5, 0], np.float32), zero, 0.0),
+        (np.array([1.0, -1.0, 0.5, 0], np.float32), np.array([1, -1, 0, 0.25], np.float32), 5e-4),
+    ]:
         args = (q, -20, grad, m, 0.5, 0.890625, decay, 8, 16, 24, key)
         for g, w in zip(be.wageubn_update(*args), ref.wageubn_update(*args)):
             np.testing.assert_array_equal(g, w)
@@ -168,11 +179,12 @@ def test_wageubn_update_is_the_recipes_grids(ref):
 
 def test_ceil_log2_is_exact():
     assert [float_ops.ceil_log2(v) for v in (1.0, 2.0, 3.0, 0.75, 2.0**-1074, 2.0**1023)] == [0, 1, 2, 0, -1074, 1023]
-    just_above = 2.0**8 * (1 + 2.0**-52)      # np.log2 rounds this to 8.0
+    just_above = 2.0**8 * (1 + 2.0**-52)  # np.log2 rounds this to 8.0
     assert float_ops.ceil_log2(just_above) == 9 and _quant.pow2_exponent(just_above, 8) == 2
 
 
 # ---------------------------------------------------------------- Octo's error quantizer
+
 
 @pytest.mark.parametrize("shape", [(64, 28, 28, 6), (64, 10, 10, 16), (64, 120), (64, 10), (3, 70001), (17,), (0, 4)])
 @pytest.mark.parametrize("zeros", [0.0, 0.87, 1.0])
@@ -183,7 +195,7 @@ def test_prc_quantize(be, ref, shape, zeros, bits, mode):
     x = sparse_errors(np.random.default_rng(int(np.prod(shape)) % 1000 + bits), shape, zeros)
     key = RngKey(seed=4, step=2, tensor_id=9, offset=1)
     got, want = (b.prc_quantize(x, 0.7, 0.1, RATIOS, bits, mode, key) for b in (be, ref))
-    assert got[1:] == want[1:]                            # step, ratio
+    assert got[1:] == want[1:]  # step, ratio
     assert got[0].dtype == want[0].dtype == (np.int8 if bits <= 8 else np.int16)
     np.testing.assert_array_equal(got[0], want[0])
 

@@ -5,12 +5,12 @@ shapes (2x2, 1-16 channels, ragged widths) and the shapes pool.cpp's loops take 
 channels, odd sizes, overlapping and wider windows), with ties, signed zeros and windows
 of no positive value; and in training, the same losses and weights as the two ops apart.
 """
+
 from __future__ import annotations
 
+import dsptrain
 import numpy as np
 import pytest
-
-import dsptrain
 from dsptrain.graph import lower
 from dsptrain.models import build_model
 
@@ -47,7 +47,9 @@ def check_against_two_ops(host_be, ref, x, kernel, stride):
 @pytest.mark.parametrize("channels", [1, 2, 3, 5, 6, 8, 11, 16, 17, 20])
 @pytest.mark.parametrize("hw", [(2, 2), (4, 6), (28, 28), (10, 34), (3, 5), (7, 8)])
 def test_relu_maxpool_two_by_two(host_be, ref, channels, hw):
-    check_against_two_ops(host_be, ref, pool_input(np.random.default_rng(channels * 100 + hw[1]), (3, *hw, channels)), 2, 2)
+    check_against_two_ops(
+        host_be, ref, pool_input(np.random.default_rng(channels * 100 + hw[1]), (3, *hw, channels)), 2, 2
+    )
 
 
 @pytest.mark.parametrize("kernel,stride", [(3, 2), (2, 1), (3, 3), (3, 1)])
@@ -76,7 +78,7 @@ def test_lenet_pools_take_their_relu(recipe):
         assert kinds[f"{pool}.fwd"] == "fp32.relu_maxpool_fwd"
         assert f"{relu}.fwd" not in kinds and f"{relu}.bwd" not in kinds
         assert f"{relu}.out" not in graph.tensors and f"err.{pool}" not in graph.tensors
-        if recipe == "fp32":   # (Octo's goes on into its conv's compensation backward: test_pool_compensation.py)
+        if recipe == "fp32":  # (Octo's goes on into its conv's compensation backward: test_pool_compensation.py)
             assert kinds[f"{pool}.bwd"] == "fp32.relu_maxpool_bwd"
             assert graph.op(f"{pool}.bwd").outputs == (f"err.{relu}",)
     if recipe == "fp32":
@@ -100,7 +102,7 @@ def test_training_with_the_fused_pools_matches_the_two_ops(recipe, monkeypatch, 
 
     def train(out):
         trainer = dsptrain.Trainer(run, backend="cpu", progress=False, out_dir=tmp_path / out)
-        losses = [trainer.step(data.images[i:i + 32], data.labels[i:i + 32]).loss for i in (0, 32, 64)]
+        losses = [trainer.step(data.images[i : i + 32], data.labels[i : i + 32]).loss for i in (0, 32, 64)]
         state = {k: np.array(v, copy=True) for k, v in trainer.state.items()}
         trainer.close()
         return losses, state, trainer
@@ -113,10 +115,16 @@ def test_training_with_the_fused_pools_matches_the_two_ops(recipe, monkeypatch, 
     fused_kinds = [op.kind for op in fused.plans.get(32, True).graph.ops]
     apart_kinds = [op.kind for op in apart.plans.get(32, True).graph.ops]
     assert "fp32.relu_maxpool_fwd" in fused_kinds and "fp32.relu_maxpool_fwd" not in apart_kinds
-    assert apart_kinds.count("fp32.relu_fwd") == 4 and fused_kinds.count("fp32.relu_fwd") == (0 if recipe == "octo" else 2)
-    assert fused_kinds.count("octo.pool_comp_bwd") == (2 if recipe == "octo" else 0) and "octo.pool_comp_bwd" not in apart_kinds
+    assert apart_kinds.count("fp32.relu_fwd") == 4 and fused_kinds.count("fp32.relu_fwd") == (
+        0 if recipe == "octo" else 2
+    )
+    assert (
+        fused_kinds.count("octo.pool_comp_bwd") == (2 if recipe == "octo" else 0)
+        and "octo.pool_comp_bwd" not in apart_kinds
+    )
     assert fused_losses == losses
     assert state.keys() == fused_state.keys()
     for name in state:
-        np.testing.assert_array_equal(fused_state[name].reshape(-1).view(np.uint8), state[name].reshape(-1).view(np.uint8),
-                                      err_msg=name)
+        np.testing.assert_array_equal(
+            fused_state[name].reshape(-1).view(np.uint8), state[name].reshape(-1).view(np.uint8), err_msg=name
+        )

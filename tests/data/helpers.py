@@ -1,4 +1,5 @@
 """Image folders and arrays the data tests make for themselves."""
+
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +13,9 @@ def class_images(rng, count: int, shape=(20, 20, 3), classes: int = 3) -> tuple[
     return np.clip(patterns[labels] + noise, 0, 255).astype(np.uint8), labels.astype(np.int64)
 
 
-def write_folder(root: Path, images: np.ndarray, labels: np.ndarray, names=("bag", "trouser", "tshirt"),
-                 fmt: str = "png") -> Path:
+def write_folder(
+    root: Path, images: np.ndarray, labels: np.ndarray, names=("bag", "trouser", "tshirt"), fmt: str = "png"
+) -> Path:
     """`images` as root/<class name>/<i>.<fmt> (lossless PNG by default)."""
     from PIL import Image
 

@@ -1,6 +1,6 @@
 """Augmentation: seeded per sample, exact crops and flips, resumable loader order."""
-import numpy as np
 
+import numpy as np
 from dsptrain.data import Augment, Dataset, Loader, batches
 from dsptrain.data.augment import apply
 
@@ -27,7 +27,7 @@ def test_padded_crop_is_a_shifted_window_of_the_padded_image():
     out = apply(Augment(crop_padding=3), x, np.arange(16), 1, 0)
     padded = np.pad(x, ((0, 0), (3, 3), (3, 3), (0, 0)))
     for o, p in zip(out, padded):
-        assert any((o == p[dy:dy + 12, dx:dx + 10]).all() for dy in range(7) for dx in range(7))
+        assert any((o == p[dy : dy + 12, dx : dx + 10]).all() for dy in range(7) for dx in range(7))
 
 
 def test_per_sample_seeding_ignores_the_batch():
@@ -35,9 +35,9 @@ def test_per_sample_seeding_ignores_the_batch():
     aug = Augment(crop_padding=2, resized_crop=(0.4, 1.0), flip=True, brightness=0.3, contrast=0.3)
     x, index = images(3), np.arange(100, 116)
     together = apply(aug, x, index, 9, 4)
-    alone = np.concatenate([apply(aug, x[i:i + 1], index[i:i + 1], 9, 4) for i in range(16)])
+    alone = np.concatenate([apply(aug, x[i : i + 1], index[i : i + 1], 9, 4) for i in range(16)])
     np.testing.assert_array_equal(together, alone)
-    assert not (apply(aug, x, index, 9, 5) == together).all()   # another epoch, other choices
+    assert not (apply(aug, x, index, 9, 5) == together).all()  # another epoch, other choices
     assert together.dtype == np.uint8 and together.shape == x.shape
 
 
@@ -48,7 +48,7 @@ def test_loader_matches_batches_and_resumes_mid_epoch():
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(la, lb)
     aug = Loader(data, 8, seed=3, augment=Augment(flip=True, crop_padding=1))
-    assert aug.background and not plain.background   # a thread only when there is work to overlap
+    assert aug.background and not plain.background  # a thread only when there is work to overlap
     whole = list(aug.epoch(1))
     rest = list(aug.epoch(1, start=2))
     assert len(whole) == 5 and len(rest) == 3
@@ -75,4 +75,4 @@ def test_loader_raises_the_threads_error_and_stops_early():
         raise AssertionError("the loader swallowed its thread's error")
     good = Dataset(images(6, n=40), np.zeros(40, np.int64))
     for _ in Loader(good, 2, seed=0, background=True).epoch(0):
-        break   # the generator closes and its thread ends
+        break  # the generator closes and its thread ends

@@ -1,12 +1,12 @@
 """A run that diverges: a forced NaN stops it (exit 3, the last good checkpoint named and
 loadable), or is undone under skip_batch / halve_lr; integer saturation counts steps."""
+
 import json
 
+import dsptrain
 import numpy as np
 import pytest
 import yaml
-
-import dsptrain
 from dsptrain.cli import main
 from dsptrain.execute.step import Step
 from dsptrain.numerics import QTensor
@@ -37,11 +37,20 @@ def poisoned(tmp_path, monkeypatch):
 
     def write(**train_keys):
         path = tmp_path / "run.yaml"
-        path.write_text(yaml.safe_dump({
-            "name": "nan", "recipe": "fp32", "backend": "cpu", "model": {"name": "lenet5", "num_classes": 3},
-            "data": {"npz": "d.npz", "test_fraction": 0.25},
-            "train": {"epochs": 1, "batch_size": 8, "checkpoint_every_steps": 2, **train_keys}}))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "name": "nan",
+                    "recipe": "fp32",
+                    "backend": "cpu",
+                    "model": {"name": "lenet5", "num_classes": 3},
+                    "data": {"npz": "d.npz", "test_fraction": 0.25},
+                    "train": {"epochs": 1, "batch_size": 8, "checkpoint_every_steps": 2, **train_keys},
+                }
+            )
+        )
         return path
+
     return write
 
 
@@ -56,7 +65,7 @@ def test_forced_nan_stops_with_status_3_and_the_last_good_checkpoint_loads(poiso
     assert trainer.global_step == 4 and all(np.isfinite(v).all() for v in trainer.state.values())
     trainer.close()
     assert main(["export", "out", "--format", "npz", "--out", "model.npz"]) == 0
-    assert main(["train", str(run), "--quiet", "--out", "out", "--resume"]) == 3   # the same step diverges again
+    assert main(["train", str(run), "--quiet", "--out", "out", "--resume"]) == 3  # the same step diverges again
 
 
 @pytest.mark.parametrize("policy", ["skip_batch", "halve_lr"])
@@ -67,7 +76,7 @@ def test_skip_batch_and_halve_lr_undo_the_step_and_go_on(poisoned, tmp_path, pol
     records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     diverged = [r["step"] for r in records if r.get("diverged")]
     assert diverged == [POISONED_STEP] and "non-finite" in records[POISONED_STEP]["diverged"]
-    assert meta["divergence"][1] == (1 if policy == "halve_lr" else 0)   # halvings of the learning rate
+    assert meta["divergence"][1] == (1 if policy == "halve_lr" else 0)  # halvings of the learning rate
     assert meta["global_step"] == 9
 
 
@@ -77,7 +86,7 @@ def test_integer_saturation_diverges_after_k_steps():
     pinned = {"fc.w": QTensor(np.array([127, -128, 127, 5], np.int8), -6)}
     assert watch.problem(1.0, calm) is None
     assert watch.problem(1.0, pinned) is None and watch.problem(1.0, pinned) is None
-    assert watch.problem(1.0, calm) is None          # a calm step resets the count
+    assert watch.problem(1.0, calm) is None  # a calm step resets the count
     for _ in range(2):
         assert watch.problem(1.0, pinned) is None
     problem = watch.problem(1.0, pinned)
@@ -90,8 +99,7 @@ def test_integer_saturation_diverges_after_k_steps():
 def test_a_checkpoint_with_non_finite_weights_is_never_written(tmp_path):
     images, labels = class_images(np.random.default_rng(3), 16, shape=(28, 28, 1))
     run = dsptrain.load_run(dsptrain.config.CONFIG_ROOT / "runs" / "lenet-fmnist-fp32.yaml")
-    trainer = dsptrain.Trainer(run, backend="cpu", out_dir=tmp_path, progress=False,
-                               train_data=(images, labels))
+    trainer = dsptrain.Trainer(run, backend="cpu", out_dir=tmp_path, progress=False, train_data=(images, labels))
     trainer.step(images[:8], labels[:8])
     good = trainer.save()
     before = good.read_bytes()

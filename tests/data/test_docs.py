@@ -1,5 +1,6 @@
 """The README's "Train on your own data" and docs/data.md run as printed, in a folder
 holding `photos/` (3 classes of PNG and JPEG photos) and `photos.npz` made here."""
+
 import os
 import re
 import subprocess
@@ -45,13 +46,20 @@ def run_blocks(markdown: str, cwd: Path) -> int:
             for line in body.splitlines():
                 words = line.split("  #")[0].split()
                 assert words[0] == "dsptrain", line
-                done = subprocess.run([sys.executable, "-m", "dsptrain.cli", *words[1:]], cwd=cwd, env=env,
-                                      capture_output=True, text=True, timeout=600)
+                done = subprocess.run(
+                    [sys.executable, "-m", "dsptrain.cli", *words[1:]],
+                    cwd=cwd,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                )
                 assert done.returncode == 0, f"{line}\n{done.stderr[-2000:]}"
                 ran += 1
         elif language == "python":
-            done = subprocess.run([sys.executable, "-c", body], cwd=cwd, env=env, capture_output=True, text=True,
-                                  timeout=600)
+            done = subprocess.run(
+                [sys.executable, "-c", body], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+            )
             assert done.returncode == 0, f"{body}\n{done.stderr[-2000:]}"
             ran += 1
     return ran
@@ -66,4 +74,4 @@ def test_readme_section_runs_as_printed(workdir):
 def test_docs_data_runs_as_printed(workdir):
     assert run_blocks((ROOT / "docs" / "data.md").read_text(), workdir) == 3
     assert (workdir / "runs" / "photos" / "checkpoint_best.npz").exists()
-    assert list((workdir / "cache").glob("*.npy"))   # the folder's decoding cache, where photos.yaml says
+    assert list((workdir / "cache").glob("*.npy"))  # the folder's decoding cache, where photos.yaml says

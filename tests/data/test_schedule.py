@@ -1,10 +1,10 @@
 """Per-step learning-rate schedules, and how NITI's mu follows them."""
+
 import math
 from types import SimpleNamespace
 
-import pytest
-
 import dsptrain
+import pytest
 from dsptrain.algorithms import niti
 from dsptrain.config import LrSchedule
 from dsptrain.train.schedule import lr_factor
@@ -20,7 +20,12 @@ def test_warmup_then_cosine():
 
 
 def test_step_and_exponential_and_none():
-    assert [lr_factor(LrSchedule(kind="step", step_size=3, gamma=0.5), i, 10) for i in (0, 2, 3, 6)] == [1, 1, .5, .25]
+    assert [lr_factor(LrSchedule(kind="step", step_size=3, gamma=0.5), i, 10) for i in (0, 2, 3, 6)] == [
+        1,
+        1,
+        0.5,
+        0.25,
+    ]
     assert lr_factor(LrSchedule(kind="exponential", gamma=0.9), 2, 10) == pytest.approx(0.81)
     assert lr_factor(None, 5, 10) == lr_factor(LrSchedule(), 5, 10) == 1.0
 
@@ -35,7 +40,7 @@ def test_niti_mu_moves_by_log2_of_the_factor(scale, mu):
 def test_monitor_best_and_patience():
     m = Monitor("val_accuracy", "val_loss", patience=2, min_delta=0.01)
     assert m.epoch({"val_accuracy": 0.5, "val_loss": 1.0}) == (True, False)
-    assert m.epoch({"val_accuracy": 0.4, "val_loss": 0.995}) == (False, False)   # not better by min_delta
+    assert m.epoch({"val_accuracy": 0.4, "val_loss": 0.995}) == (False, False)  # not better by min_delta
     assert m.epoch({"val_accuracy": 0.6, "val_loss": 1.2}) == (True, True)
     assert m.stopped
     restored = Monitor("val_accuracy", "val_loss", patience=2)

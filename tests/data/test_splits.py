@@ -1,7 +1,7 @@
 """Stratified seeded splits, arrays, npz/npy files and normalisation tables."""
+
 import numpy as np
 import pytest
-
 from dsptrain.data import Dataset, Normalize, split_off
 from dsptrain.data.arrays import from_arrays, read_npy, read_npz
 from dsptrain.errors import DataError
@@ -11,11 +11,11 @@ def test_split_is_stratified_seeded_and_keeps_singletons():
     labels = np.array([0] * 50 + [1] * 30 + [2] * 1)
     data = Dataset(np.zeros((81, 2, 2, 1), np.uint8), labels)
     train, val = split_off(data, 0.2, seed=7)
-    assert np.bincount(val.labels, minlength=3).tolist() == [10, 6, 0]   # the one-sample class stays in train
+    assert np.bincount(val.labels, minlength=3).tolist() == [10, 6, 0]  # the one-sample class stays in train
     assert len(train) + len(val) == 81
     again = split_off(data, 0.2, seed=7)[1]
     np.testing.assert_array_equal(val.labels, again.labels)
-    data.images[:, 0, 0, 0] = np.arange(81)            # each sample tells which it is
+    data.images[:, 0, 0, 0] = np.arange(81)  # each sample tells which it is
     picked = lambda seed: sorted(split_off(data, 0.2, seed)[1].images[:, 0, 0, 0])
     assert picked(7) == picked(7) and picked(7) != picked(8)
 
@@ -43,7 +43,7 @@ def test_npz_and_npy_read_the_same_arrays(tmp_path):
 
 
 def test_arrays_follow_the_input_contract():
-    x = np.random.default_rng(1).random((4, 5, 5))      # floats in [0, 1], one channel as (N, H, W)
+    x = np.random.default_rng(1).random((4, 5, 5))  # floats in [0, 1], one channel as (N, H, W)
     data = from_arrays(x, [0, 1, 0, 1], (5, 5, 1), 2, origin="mine.npz")
     assert data.images.dtype == np.uint8 and data.images.shape == (4, 5, 5, 1)
     with pytest.raises(DataError, match=r"mine\.npz: images: float64 values must be in \[0, 1\]"):
@@ -57,8 +57,8 @@ def test_normalize_tables():
     table = norm.float_table(1)
     np.testing.assert_allclose(table[0], (np.arange(256) / 255 - 0.5) / 0.25, rtol=1e-6)
     q, e = norm.int8_table(1)
-    values = (np.arange(256) / 255 - 0.5) / 0.25            # -2 .. 2 = 2**1: exponent 1 - 7
-    assert e == -6 and np.abs(q[0] * 2.0 ** e - values).max() <= 2.0 ** e + 1e-12   # one step where clipped
+    values = (np.arange(256) / 255 - 0.5) / 0.25  # -2 .. 2 = 2**1: exponent 1 - 7
+    assert e == -6 and np.abs(q[0] * 2.0**e - values).max() <= 2.0**e + 1e-12  # one step where clipped
     rgb = Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
     assert rgb.problem(3) is None and rgb.problem(1)[0] == "mean"
     assert Normalize(std=(0.0,)).problem(1)[0] == "std"

@@ -1,23 +1,31 @@
 """Training on one's own data end to end: a folder, an npz and Python arrays of the same
 images give the same weights; bad files stop the run with one line naming them; a
 1-image class and a gray photo in an RGB set train."""
+
 import json
 
+import dsptrain
 import numpy as np
 import pytest
 import yaml
-
-import dsptrain
 from dsptrain.cli import main
 
 from .helpers import class_images, write_folder
 
 
 def write_run(path, data, recipe="niti", model=None, **train):
-    path.write_text(yaml.safe_dump({
-        "name": "own", "recipe": recipe, "backend": "cpu",
-        "model": model or {"name": "lenet5", "num_classes": 3},
-        "data": data, "train": {"epochs": 1, "batch_size": 8, "seed": 3, **train}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "own",
+                "recipe": recipe,
+                "backend": "cpu",
+                "model": model or {"name": "lenet5", "num_classes": 3},
+                "data": data,
+                "train": {"epochs": 1, "batch_size": 8, "seed": 3, **train},
+            }
+        )
+    )
     return path
 
 
@@ -30,7 +38,7 @@ def same_images(tmp_path):
     images, labels = images[order], labels[order]
     write_folder(tmp_path / "photos", images, labels)
     np.savez(tmp_path / "photos.npz", images=images, labels=labels)
-    np.save(tmp_path / "x.npy", images[..., 0])   # (N, H, W): one channel
+    np.save(tmp_path / "x.npy", images[..., 0])  # (N, H, W): one channel
     np.save(tmp_path / "y.npy", labels.astype(np.int32))
     return images, labels
 
@@ -58,7 +66,7 @@ def test_folder_npz_npy_and_arrays_give_the_same_weights(tmp_path, same_images, 
             np.testing.assert_array_equal(a[name].q, other[name].q)
     _, meta = dsptrain.checkpoint.load(tmp_path / "a" / "checkpoint.npz")
     assert meta["classes"] == ["bag", "trouser", "tshirt"]
-    assert main(["export", "a", "--format", "npz", "--out", "m.npz"]) == 0   # the class names go into the export
+    assert main(["export", "a", "--format", "npz", "--out", "m.npz"]) == 0  # the class names go into the export
     assert json.loads(str(np.load(tmp_path / "m.npz")["__model__"]))["classes"] == ["bag", "trouser", "tshirt"]
     assert main(["export", "a", "--format", "onnx", "--out", "m.onnx"]) == 0
     import onnx
@@ -67,13 +75,20 @@ def test_folder_npz_npy_and_arrays_give_the_same_weights(tmp_path, same_images, 
     assert json.loads(props["dsptrain.classes"]) == ["bag", "trouser", "tshirt"]
 
 
-@pytest.mark.parametrize("spoil, message", [
-    (lambda root: (root / "bag" / "0003.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 40),
-     "run.yaml: data.folder: photos/bag/0003.png: cannot decode the image"),
-    (lambda root: (root / "bag" / "zz.jpg").write_bytes(b"\xff\xd8\xff" + b"\0" * 40),
-     "run.yaml: data.folder: photos/bag/zz.jpg: cannot decode the image"),
-    (lambda root: (root / "coat").mkdir(), "run.yaml: data.folder: photos/coat: empty class folder"),
-])
+@pytest.mark.parametrize(
+    "spoil, message",
+    [
+        (
+            lambda root: (root / "bag" / "0003.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 40),
+            "run.yaml: data.folder: photos/bag/0003.png: cannot decode the image",
+        ),
+        (
+            lambda root: (root / "bag" / "zz.jpg").write_bytes(b"\xff\xd8\xff" + b"\0" * 40),
+            "run.yaml: data.folder: photos/bag/zz.jpg: cannot decode the image",
+        ),
+        (lambda root: (root / "coat").mkdir(), "run.yaml: data.folder: photos/coat: empty class folder"),
+    ],
+)
 def test_bad_folders_are_refused_with_one_line(tmp_path, same_images, monkeypatch, capsys, spoil, message):
     monkeypatch.chdir(tmp_path)
     spoil(tmp_path / "photos")
@@ -92,14 +107,22 @@ def test_one_image_class_and_gray_photo_in_rgb_set_train(tmp_path, monkeypatch):
     images, labels = class_images(rng, 16, shape=(32, 32, 3), classes=2)
     write_folder(tmp_path / "photos", images, labels, names=("bag", "tshirt"))
     (tmp_path / "photos" / "coat").mkdir()
-    Image.fromarray(images[0]).save(tmp_path / "photos" / "coat" / "only.jpg")                   # a 1-image class
+    Image.fromarray(images[0]).save(tmp_path / "photos" / "coat" / "only.jpg")  # a 1-image class
     Image.fromarray(images[1].mean(axis=2).astype(np.uint8)).save(tmp_path / "photos" / "bag" / "gray.png")
-    run = write_run(tmp_path / "run.yaml", {"folder": "photos", "cache_dir": "cache", "val_fraction": 0.25},
-                    recipe={"name": "fp32", "optimizer": {"lr": 0.005}}, model={"name": "resnet18_nobn", "num_classes": 3},
-                    checkpoint_best="val_loss", batch_size=6)
+    run = write_run(
+        tmp_path / "run.yaml",
+        {"folder": "photos", "cache_dir": "cache", "val_fraction": 0.25},
+        recipe={"name": "fp32", "optimizer": {"lr": 0.005}},
+        model={"name": "resnet18_nobn", "num_classes": 3},
+        checkpoint_best="val_loss",
+        batch_size=6,
+    )
     assert main(["train", str(run), "--quiet", "--out", "out"]) == 0
-    history = [line for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines() if '"epoch"' in line
-               and '"kind": "epoch"' in line]
+    history = [
+        line
+        for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()
+        if '"epoch"' in line and '"kind": "epoch"' in line
+    ]
     assert len(history) == 1 and "val_loss" in history[0] and "test_accuracy" not in history[0]
     assert (tmp_path / "out" / "checkpoint_best.npz").exists()
 
@@ -112,21 +135,27 @@ def test_normalize_reaches_the_recipe_and_is_checked_against_the_model(tmp_path,
     assert main(["train", str(plain), "--quiet", "--out", "p"]) == 0
     assert main(["train", str(normal), "--quiet", "--out", "n"]) == 0
     p, n = weights(tmp_path / "p"), weights(tmp_path / "n")
-    assert any(not np.array_equal(p[k].q, n[k].q) for k in p)   # another input mapping, other weights
+    assert any(not np.array_equal(p[k].q, n[k].q) for k in p)  # another input mapping, other weights
     rgb = write_run(tmp_path / "rgb.yaml", {**data, "normalize": {"mean": [0.4, 0.4, 0.4], "std": [0.2]}})
     assert main(["train", str(rgb), "--quiet", "--out", "r"]) == 2
-    assert "rgb.yaml: data.normalize.mean: [0.4, 0.4, 0.4]: give one value or one per channel (1)" in \
-        capsys.readouterr().err
+    assert (
+        "rgb.yaml: data.normalize.mean: [0.4, 0.4, 0.4]: give one value or one per channel (1)"
+        in capsys.readouterr().err
+    )
 
 
 def test_early_stopping_ends_the_run_and_a_resume_stays_stopped(tmp_path, same_images, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    run = write_run(tmp_path / "run.yaml", {"npz": "photos.npz", "x": "images", "y": "labels"}, epochs=5,
-                    early_stopping={"metric": "train_loss", "patience": 1, "min_delta": 1e6})
+    run = write_run(
+        tmp_path / "run.yaml",
+        {"npz": "photos.npz", "x": "images", "y": "labels"},
+        epochs=5,
+        early_stopping={"metric": "train_loss", "patience": 1, "min_delta": 1e6},
+    )
     trainer = dsptrain.Trainer(dsptrain.load_run(run), out_dir="out", progress=False)
     history = trainer.fit()
     trainer.close()
-    assert [r["epoch"] for r in history] == [1, 2]   # epoch 2 did not beat epoch 1 by min_delta
+    assert [r["epoch"] for r in history] == [1, 2]  # epoch 2 did not beat epoch 1 by min_delta
     again = dsptrain.Trainer(dsptrain.load_run(run), out_dir="out", progress=False)
     again.load()
     assert again.fit() == [] and again.epoch == 2

@@ -2,12 +2,12 @@
 imports back up the flow), and every hook an op function calls runs on the backend the
 executor handed it (the plan's placement, or the fallback after a NoSupport): traced on a
 real step and evaluation of every recipe, and of a residual model under NITI."""
+
 import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
-
 from dsptrain.backends.base import Backend
 from dsptrain.backends.ops_cpu import CpuBackend
 
@@ -16,9 +16,11 @@ RUNTIME = (REPO / "runtime").resolve()
 RECIPES = ("niti", "fp32", "octo", "wageubn", "afp", "mls", "fp8")
 # A residual block (NITI: add_align_s8, and the join of the errors where the branches meet)
 # and a global average pool, small enough for a traced run.
-RESIDUAL = ("{name: tiny_residual, input_shape: [8, 8, 1], layers: [{kind: conv, out: 4, kernel: 3, padding: 1}, "
-            "relu, {kind: residual, body: [{kind: conv, out: 4, kernel: 3, padding: 1}, relu, "
-            "{kind: conv, out: 4, kernel: 3, padding: 1}]}, relu, globalavgpool, {kind: linear, out: 10}]}")
+RESIDUAL = (
+    "{name: tiny_residual, input_shape: [8, 8, 1], layers: [{kind: conv, out: 4, kernel: 3, padding: 1}, "
+    "relu, {kind: residual, body: [{kind: conv, out: 4, kernel: 3, padding: 1}, relu, "
+    "{kind: conv, out: 4, kernel: 3, padding: 1}]}, relu, globalavgpool, {kind: linear, out: 10}]}"
+)
 needs_cpu = pytest.mark.skipif(not CpuBackend.available()[0], reason="cpu backend not built")
 
 
@@ -54,9 +56,11 @@ def _traced_hook_calls(tmp_path, recipe: str, model: str = "lenet5") -> list[tup
     from dsptrain.train import Trainer
 
     path = tmp_path / "route.yaml"
-    path.write_text(f"recipe: {recipe}\nmodel: {model}\n"
-                    "data: {dataset: synthetic, train_limit: 32, test_limit: 16}\n"
-                    "train: {epochs: 1, batch_size: 16, eval_batch_size: 16}\nenergy: estimate\n")
+    path.write_text(
+        f"recipe: {recipe}\nmodel: {model}\n"
+        "data: {dataset: synthetic, train_limit: 32, test_limit: 16}\n"
+        "train: {epochs: 1, batch_size: 16, eval_batch_size: 16}\nenergy: estimate\n"
+    )
     calls = []
 
     def profile(frame, event, arg):
@@ -65,7 +69,7 @@ def _traced_hook_calls(tmp_path, recipe: str, model: str = "lenet5") -> list[tup
         this = frame.f_locals.get("self")
         if not isinstance(this, Backend):
             return
-        caller = frame.f_back   # up to the op function: the recipe frame the executor called
+        caller = frame.f_back  # up to the op function: the recipe frame the executor called
         while caller is not None and not (_under(caller, "algorithms") and _under(caller.f_back, "execute")):
             caller = caller.f_back
         assert caller is not None, f"{frame.f_code.co_name} called outside an op function"
@@ -92,10 +96,15 @@ def _assert_each_hook_on_its_handed_backend(calls, expected_hooks: set[str]):
 @needs_cpu
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_every_recipe_calls_the_backend_it_is_handed(tmp_path, recipe):
-    expected = {"niti": {"conv2d_requant_s8", "niti_update_s8"}, "fp32": {"conv2d_f32", "sgd_f32"},
-                "octo": {"prc_quantize", "dequantize_compensate"}, "wageubn": {"wageubn_update", "shift_round"},
-                "afp": {"absmax_f", "quantize_f"}, "mls": {"quantize_mls_ranged", "matmul_s16"},
-                "fp8": {"matmul_fp16_chunked", "round_float"}}[recipe]
+    expected = {
+        "niti": {"conv2d_requant_s8", "niti_update_s8"},
+        "fp32": {"conv2d_f32", "sgd_f32"},
+        "octo": {"prc_quantize", "dequantize_compensate"},
+        "wageubn": {"wageubn_update", "shift_round"},
+        "afp": {"absmax_f", "quantize_f"},
+        "mls": {"quantize_mls_ranged", "matmul_s16"},
+        "fp8": {"matmul_fp16_chunked", "round_float"},
+    }[recipe]
     calls = _traced_hook_calls(tmp_path, recipe)
     _assert_each_hook_on_its_handed_backend(calls, expected)
     assert {handed.name for handed, _, _ in calls} == {"cpu"}

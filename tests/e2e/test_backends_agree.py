@@ -5,14 +5,14 @@ weights bit for bit; then kills (SIGKILL) or freezes (SIGSTOP) the DSP server in
 middle of a step and checks that the step finished on the CPU, training went on, and
 the weights still match the CPU-only run.
 """
+
 import os
 import signal
 import warnings
 
+import dsptrain
 import numpy as np
 import pytest
-
-import dsptrain
 from dsptrain import data as datasets
 
 STEPS = 20
@@ -84,6 +84,6 @@ def test_dsp_failure_mid_step_keeps_training_exact(small_run, tmp_path, monkeypa
     assert broken.fallbacks and broken.fallbacks[0].startswith("conv1.fwd: dsp -> cpu"), broken.fallbacks
     assert broken.ops_on.get("cpu", 0) > 0
     assert any("failed on dsp" in str(w.message) for w in caught)
-    after = stats[STEPS // 2 + 1:]
+    after = stats[STEPS // 2 + 1 :]
     assert after and all(not s.fallbacks and s.ops_on.get("dsp", 0) >= 10 for s in after), "server not restarted"
     assert_same_weights(expected, got)

@@ -2,11 +2,11 @@
 the same outputs bit for bit and the same counted work (ops per backend, int8 MACs, bytes,
 shifts) in StepStats, with shifts given or estimated, and when an op's backend fails
 mid-step and the rest of the step falls back to `ref`."""
+
 import dataclasses
 
 import numpy as np
 import pytest
-
 from dsptrain import data as datasets
 from dsptrain.errors import BackendError
 from dsptrain.execute import StepContext, StepStats
@@ -34,8 +34,14 @@ def _step(t, plan, batch, shifts, ops):
 
 
 def _counted(stats):
-    return (dict(stats.ops_on), dict(stats.int8_macs), stats.fp32_flops, stats.bytes_moved, dict(stats.shifts),
-            sorted(stats.backend_time_s))
+    return (
+        dict(stats.ops_on),
+        dict(stats.int8_macs),
+        stats.fp32_flops,
+        stats.bytes_moved,
+        dict(stats.shifts),
+        sorted(stats.backend_time_s),
+    )
 
 
 def _same_env(a, b):
@@ -60,7 +66,7 @@ def test_bound_walk_counts_as_the_general_path(small_run, tmp_path, given):
             env, stats = _step(t, plan, batch, shifts, None)
         general_env, general = _step(t, plan, batch, shifts, list(plan.graph.ops))
         assert stats.ops_on == {"cpu": len(plan.graph.ops)}
-        assert len(stats.shifts) >= 5   # every requantized product recorded its shift
+        assert len(stats.shifts) >= 5  # every requantized product recorded its shift
         assert _counted(stats) == _counted(general)
         _same_env(env, general_env)
     finally:
@@ -80,6 +86,7 @@ def test_bound_walk_falls_back_and_counts_there(small_run, tmp_path, monkeypatch
 
         def failing(self, *args, **kwargs):
             raise BackendError("cpu", "injected failure")
+
         monkeypatch.setattr(type(cpu), "conv2d_bwd_data_requant_s8", failing)
         with pytest.warns(RuntimeWarning, match="conv2.bwd_data failed on cpu"):
             env, stats = _step(t, plan, batch, None, None)

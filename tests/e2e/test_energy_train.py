@@ -1,12 +1,12 @@
 """Energy per batch in training: recorded per step, and a power monitor's trace written
 after the run is aligned with the steps afterwards."""
+
 import dataclasses
 import json
 import time
 
-import pytest
-
 import dsptrain
+import pytest
 
 
 def step_records(path):
@@ -28,7 +28,7 @@ def test_trace_written_after_the_run_is_aligned_afterwards(small_run, tmp_path):
     started = time.time()
     trainer = dsptrain.Trainer(run, backend="cpu", out_dir=tmp_path / "out", progress=False)
     with pytest.warns(RuntimeWarning, match="trace not aligned"):
-        trainer.fit()                      # the monitor has not written its file yet
+        trainer.fit()  # the monitor has not written its file yet
     records = step_records(tmp_path / "out" / "metrics.jsonl")
     assert all(r["energy_j"] is None or r["energy_j"] != r["energy_j"] for r in records)  # NaN/None
     ended = time.time()
@@ -36,6 +36,6 @@ def test_trace_written_after_the_run_is_aligned_afterwards(small_run, tmp_path):
     trace.write_text("timestamp(s),current(A),voltage(V)\n" + "\n".join(rows) + "\n")
     assert trainer.realign_energy() == 4
     records = step_records(tmp_path / "out" / "metrics.jsonl")
-    for r in records:   # a constant 2 W monitor: energy = 2 W x the step's wall time
+    for r in records:  # a constant 2 W monitor: energy = 2 W x the step's wall time
         assert r["energy_meter"].startswith("trace")
         assert r["energy_j"] == pytest.approx(2.0 * r["time_s"], rel=0.5, abs=2e-3)

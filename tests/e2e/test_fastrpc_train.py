@@ -1,8 +1,8 @@
 """20 LeNet-5 NITI steps over the FastRPC transport (a stand-in libcdsprpc.so forwarding
 to the emulated DSP, tests/backend/fastrpc_stub) end with the same weights as `cpu`."""
-import numpy as np
 
 import dsptrain
+import numpy as np
 from dsptrain import data as datasets
 
 STEPS = 20

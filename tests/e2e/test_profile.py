@@ -2,14 +2,14 @@
 measured step, every op of LeNet-5 and ResNet-18 steps appears once per call (serial,
 batch-split and co-scheduled), the trace is the Chrome trace event format with no two
 events of a lane overlapping, and profiling changes no bit of training."""
-import dataclasses
-import warnings
-import json
 
-import numpy as np
-import pytest
+import dataclasses
+import json
+import warnings
 
 import dsptrain
+import numpy as np
+import pytest
 from dsptrain import data as datasets
 from dsptrain.config import CONFIG_ROOT
 from dsptrain.profile import build, record_steps, trace_events, write_trace
@@ -18,18 +18,23 @@ from dsptrain.train import Trainer
 
 def _run(model="lenet5", batch=64, backend="cpu", recipe="niti", **scheduler):
     run = dsptrain.load_run(CONFIG_ROOT / "runs" / f"lenet-fmnist-{recipe}.yaml")
-    run = dataclasses.replace(run, model=dataclasses.replace(run.model, name=model), backend=backend,
-                              data=dataclasses.replace(run.data, dataset="synthetic", train_limit=4 * batch),
-                              train=dataclasses.replace(run.train, batch_size=batch),
-                              scheduler=dataclasses.replace(run.scheduler, **scheduler))
+    run = dataclasses.replace(
+        run,
+        model=dataclasses.replace(run.model, name=model),
+        backend=backend,
+        data=dataclasses.replace(run.data, dataset="synthetic", train_limit=4 * batch),
+        train=dataclasses.replace(run.train, batch_size=batch),
+        scheduler=dataclasses.replace(run.scheduler, **scheduler),
+    )
     return run
 
 
 def _profiled(run, tmp_path, steps=2, warmup=1):
     trainer = Trainer(run, out_dir=tmp_path, progress=False)
     try:
-        batches = [b for _, b in zip(range(warmup + steps),
-                                     datasets.batches(trainer.train_data, run.train.batch_size, 0, 0))]
+        batches = [
+            b for _, b in zip(range(warmup + steps), datasets.batches(trainer.train_data, run.train.batch_size, 0, 0))
+        ]
         recorder = record_steps(trainer.executor, trainer.step, batches, warmup)
         return trainer, recorder
     finally:
@@ -90,8 +95,17 @@ def test_every_recipe_op_has_its_role(recipe):
     graph = lower(build_model("lenet5"), run.recipe, 8, True)
     passes = {"forward": "forward", "backward_data": "backward data", "backward_weight": "weight gradient"}
     for op in graph.ops:
-        expected = ("update" if op.phase == "update" else passes[op.product.pass_] if op.product is not None
-                    else "quantiser" if ".quant_" in op.kind else "loss" if op.phase == "loss" else None)
+        expected = (
+            "update"
+            if op.phase == "update"
+            else passes[op.product.pass_]
+            if op.product is not None
+            else "quantiser"
+            if ".quant_" in op.kind
+            else "loss"
+            if op.phase == "loss"
+            else None
+        )
         if expected is not None:
             assert role(op) == expected, (recipe, op.name, op.kind)
     assert (recipe in ("niti", "fp32")) == all(role(op) != "quantiser" for op in graph.ops)
@@ -114,8 +128,7 @@ def test_sliced_ops_appear_once_per_slice(tmp_path):
     """Under a memory plan with micro-batches of 16 rows, a row-local op runs once per slice:
     each slice is a call with its rows noted, and the work adds up to the Step's count."""
     run = _run()
-    run = dataclasses.replace(run, memory=dataclasses.replace(run.memory, arena=True, micro_batch=16,
-                                                              recompute="none"))
+    run = dataclasses.replace(run, memory=dataclasses.replace(run.memory, arena=True, micro_batch=16, recompute="none"))
     trainer, recorder = _profiled(run, tmp_path, steps=2)
     sliced = [e for e in recorder.events if e.rows]
     assert sliced and all(e.rows == (16, 64) for e in sliced)
@@ -162,7 +175,7 @@ def test_trace_is_valid_and_lanes_do_not_overlap(tmp_path):
     data = json.loads(path.read_text())
     assert data["displayTimeUnit"] == "ms"
     names, processes = _check_trace(data["traceEvents"], recorder)
-    assert list(processes.values()) == ["measured (host clock)"]   # no DSP call: nothing to model
+    assert list(processes.values()) == ["measured (host clock)"]  # no DSP call: nothing to model
     assert set(names.values()) == {"steps", "cpu on MainThread"}
 
 
@@ -235,7 +248,7 @@ def test_every_op_of_a_mobilenet_v2_step_appears_once_per_call(tmp_path):
     from tests.zoo_torch import build as build_torch
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # the classifier's bias, kept: FP32 trains it
+        warnings.simplefilter("ignore")  # the classifier's bias, kept: FP32 trains it
         model = dsptrain.from_torch(build_torch("mobilenet_v2"), torch.zeros(2, 3, 32, 32))
     run = _run(batch=8, recipe="fp32")
     trainer = Trainer(run, model=model, out_dir=tmp_path, progress=False)

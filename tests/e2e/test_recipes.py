@@ -1,11 +1,11 @@
 """Every emulated recipe trains LeNet-5 well above chance on a slice of Fashion-MNIST,
 and keeps the state its paper describes."""
+
 import dataclasses
 
+import dsptrain
 import numpy as np
 import pytest
-
-import dsptrain
 from dsptrain.config import CONFIG_ROOT
 from dsptrain.numerics import QTensor
 
@@ -20,12 +20,12 @@ def fit(small_run, tmp_path, recipe, train_limit=2000):
 @pytest.mark.parametrize("recipe", ["octo", "afp", "mls", "wageubn-bn"])
 def test_recipe_learns_well_above_chance(small_run, tmp_path, recipe):
     trainer, last = fit(small_run, tmp_path, recipe)
-    assert last["test_accuracy"] > 0.5, last          # chance is 0.1
+    assert last["test_accuracy"] > 0.5, last  # chance is 0.1
     assert last["train_loss"] < 2.0, last
 
 
 def test_fp8_learns_and_keeps_fp16_weights(small_run, tmp_path):
-    trainer, last = fit(small_run, tmp_path, "fp8", train_limit=1280)   # FP16 emulation is slow: fewer steps
+    trainer, last = fit(small_run, tmp_path, "fp8", train_limit=1280)  # FP16 emulation is slow: fewer steps
     assert last["test_accuracy"] > 0.45, last
     w = trainer.state["conv2.w"]
     assert w.dtype == np.float16 and np.all(np.isfinite(w))
@@ -55,9 +55,12 @@ def test_afp_records_a_width_per_layer(small_run, tmp_path):
 def fit_one_batch(recipe, model, steps, backend, tmp_path):
     """Losses of `steps` steps on the same 4 samples (Fashion-MNIST padded to 32x32x3)."""
     run = dsptrain.load_run(CONFIG_ROOT / "runs" / f"lenet-fmnist-{recipe}.yaml")
-    run = dataclasses.replace(run, model=dataclasses.replace(run.model, name=model),
-                              data=dataclasses.replace(run.data, train_limit=4, test_limit=4),
-                              train=dataclasses.replace(run.train, batch_size=4))
+    run = dataclasses.replace(
+        run,
+        model=dataclasses.replace(run.model, name=model),
+        data=dataclasses.replace(run.data, train_limit=4, test_limit=4),
+        train=dataclasses.replace(run.train, batch_size=4),
+    )
     trainer = dsptrain.Trainer(run, backend=backend, out_dir=tmp_path, progress=False)
     images, labels = trainer.train_data.images, trainer.train_data.labels
     assert images.shape == (4, 32, 32, 3)

@@ -4,10 +4,10 @@ bits at 1 and 2 threads; BLAS does not compete with the native pool.
 
 LeNet-5 on Fashion-MNIST, a few steps of 32 images.
 """
-import numpy as np
-import pytest
 
 import dsptrain
+import numpy as np
+import pytest
 from dsptrain import data as datasets
 
 STEPS = 4
@@ -66,13 +66,14 @@ def test_cpu_trains_to_the_bits_of_ref_with_every_op_placed_honestly(small_run, 
 @pytest.mark.parametrize("recipe", ["mls", "fp8", "fp32"])
 def test_mls_and_fp8_are_identical_at_one_and_two_threads(small_run, tmp_path, recipe):
     from dsptrain import _cpu_ops as native
+
     run = small_run(recipe, train_limit=STEPS * 32)
     threads, threshold = native.threads(), native.serial_below_macs()
     try:
         native.set_threads(1)
         one, _ = train(run, "cpu", tmp_path / "one")
         native.set_threads(2)
-        native.set_serial_below_macs(0.0)      # thread every product, however small
+        native.set_serial_below_macs(0.0)  # thread every product, however small
         two, _ = train(run, "cpu", tmp_path / "two")
     finally:
         native.set_threads(threads)
@@ -81,8 +82,8 @@ def test_mls_and_fp8_are_identical_at_one_and_two_threads(small_run, tmp_path, r
 
 
 def test_blas_runs_one_thread_inside_a_training_step(small_run, tmp_path, monkeypatch):
-    from threadpoolctl import threadpool_info, threadpool_limits
     from dsptrain.algorithms import fp32
+    from threadpoolctl import threadpool_info, threadpool_limits
 
     seen = []
     original = fp32.OPS["fp32.linear_fwd"]
@@ -92,6 +93,6 @@ def test_blas_runs_one_thread_inside_a_training_step(small_run, tmp_path, monkey
         return original(be, op, env, ctx)
 
     monkeypatch.setitem(fp32.OPS, "fp32.linear_fwd", spy)
-    with threadpool_limits(limits=2, user_api="blas"):     # as a process that started with two BLAS threads
+    with threadpool_limits(limits=2, user_api="blas"):  # as a process that started with two BLAS threads
         train(small_run("fp32", train_limit=64), "cpu", tmp_path, steps=1)
     assert seen and set(seen) == {1}, seen

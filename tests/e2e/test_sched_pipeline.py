@@ -4,11 +4,11 @@ unsplit step bit for bit (cpu and the emulated DSP, with ops placed by the devic
 batch splitting changes nothing;
 adaptive rescaling is dynamic rescaling while shifts hold and follows a jump at once;
 requantize's saturation rule is bit-exact on every backend."""
+
 import dataclasses
 
 import numpy as np
 import pytest
-
 from dsptrain import data as datasets
 from dsptrain.execute import StepContext, StepStats
 from dsptrain.numerics import RngKey
@@ -60,7 +60,7 @@ def test_pipelined_step_equals_serial_and_unsplit(small_run, tmp_path, backend, 
         request.getfixturevalue("emulated_dsp_tools")
     t = _trainer(small_run, backend, tmp_path, micro_batches=1, placement=placement)
     try:
-        (images, labels), = _batches(t, 1)
+        ((images, labels),) = _batches(t, 1)
         plan = t.plans.get(64, True)
         assert plan.micro_batches == 1
         if backend == "dsp":
@@ -69,17 +69,20 @@ def test_pipelined_step_equals_serial_and_unsplit(small_run, tmp_path, backend, 
             bad = [op for op in plan.graph.ops if set(t.device.dsp.bad_at) & set(op.hooks)]
             assert bad
             assert {plan.backend_of(op) for op in bad} == {"cpu" if placement == "profile" else "dsp"}
-        base, stats = _one_step(t, plan, images, labels, None, True)   # dynamic shifts, unsplit
+        base, stats = _one_step(t, plan, images, labels, None, True)  # dynamic shifts, unsplit
         assert stats.pipeline is None
         shifts = dict(stats.shifts)
         requant = sorted(shifts)
         assert len(requant) >= 5
-        due = requant[::3]                  # range checks due at these ops: the slices sync there
-        cases = {"all given": shifts, "some due": {k: v for k, v in shifts.items() if k not in due},
-                 "all due": None,
-                 # stale shifts (one too small everywhere): a slice that needs more says so, every
-                 # slice re-runs from that op with it -- still the unsplit step's numbers
-                 "stale": {k: max(v - 1, 0) for k, v in shifts.items()}}
+        due = requant[::3]  # range checks due at these ops: the slices sync there
+        cases = {
+            "all given": shifts,
+            "some due": {k: v for k, v in shifts.items() if k not in due},
+            "all due": None,
+            # stale shifts (one too small everywhere): a slice that needs more says so, every
+            # slice re-runs from that op with it -- still the unsplit step's numbers
+            "stale": {k: max(v - 1, 0) for k, v in shifts.items()},
+        }
         plan = plan.replace(micro_batches=3)  # ragged slices: 21, 21, 22 rows
         names = [*t.state, plan.graph.logits]
         for label, given in cases.items():
@@ -120,7 +123,9 @@ def test_batch_split_is_bit_identical_and_splits(small_run, tmp_path):
     # a tiny L2, calls that cost nothing and memory-bound products (compute as good as free):
     # the cost model splits; with 1 ms calls it never does
     tiny = tmp_path / "tiny.yaml"
-    tiny.write_text("name: tiny\ndsp: {vtcm: 64KiB, l2: 128KiB}\ncpu: {l2: 32KiB, call_s: 1.0e-9, macs_per_s: 1.0e+18}\n")
+    tiny.write_text(
+        "name: tiny\ndsp: {vtcm: 64KiB, l2: 128KiB}\ncpu: {l2: 32KiB, call_s: 1.0e-9, macs_per_s: 1.0e+18}\n"
+    )
     slow = tmp_path / "slow.yaml"
     slow.write_text("name: slow\ndsp: {vtcm: 64KiB, l2: 128KiB}\ncpu: {l2: 32KiB, call_s: 1.0e-3}\n")
     results = {}
@@ -196,7 +201,7 @@ def test_requantize_saturation_rule_bit_exact(backend, request):
         be = backend_class(backend)()
     ref, rng = RefBackend(), np.random.default_rng(7)
     try:
-        for n in (1, 31, 127, 128, 129, 1000, 4097):                # ragged tails and vector bodies
+        for n in (1, 31, 127, 128, 129, 1000, 4097):  # ragged tails and vector bodies
             for scale in (90, 3000, 2**20, 2**31 - 1):
                 acc = rng.integers(-scale, scale, n, dtype=np.int64).astype(np.int32)
                 for mode in ("round", "psto", "sto"):
@@ -204,7 +209,7 @@ def test_requantize_saturation_rule_bit_exact(backend, request):
                         key = RngKey(3, 5, 7, 11)
                         want, got = ref.requantize(acc, mode, key, s), be.requantize(acc, mode, key, s)
                         assert got[1] == want[1] and np.array_equal(got[0], want[0]), (n, scale, mode, s)
-        x = rng.integers(-127, 128, (5, 9, 7, 3), dtype=np.int8)      # fused conv epilogue
+        x = rng.integers(-127, 128, (5, 9, 7, 3), dtype=np.int8)  # fused conv epilogue
         w = rng.integers(-127, 128, (4, 3, 3, 3), dtype=np.int8)
         for s in (None, 0, 4, 40):
             want = ref.conv2d_requant_s8(x, w, 1, 1, "sto", RngKey(1, 2, 3, 4), s)
@@ -221,7 +226,7 @@ def test_profile_placement_changes_no_bit(small_run, tmp_path, emulated_dsp_tool
     for placement in ("profile", "first"):
         t = _trainer(small_run, "dsp", tmp_path / placement, micro_batches=2, placement=placement)
         try:
-            (x, y), = _batches(t, 1)
+            ((x, y),) = _batches(t, 1)
             stats[placement] = t.step(x, y)
             weights[placement] = _weights(t)
         finally:

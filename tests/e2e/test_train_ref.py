@@ -1,4 +1,5 @@
 """Training end to end on the reference backend: it learns, stays integer, resumes exactly."""
+
 import json
 import os
 import signal
@@ -6,16 +7,16 @@ import subprocess
 import sys
 import time
 
+import dsptrain
 import numpy as np
 import yaml
-
-import dsptrain
 from dsptrain.numerics import QTensor
 
 
 def test_niti_learns_well_above_chance(small_run, tmp_path):
-    trainer = dsptrain.Trainer(small_run("niti", epochs=2, train_limit=4000), backend="ref",
-                               out_dir=tmp_path, progress=False)
+    trainer = dsptrain.Trainer(
+        small_run("niti", epochs=2, train_limit=4000), backend="ref", out_dir=tmp_path, progress=False
+    )
     history = trainer.fit()
     assert history[-1]["test_accuracy"] > 0.65, history
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -25,8 +26,9 @@ def test_niti_learns_well_above_chance(small_run, tmp_path):
 
 
 def test_fp32_learns_well_above_chance(small_run, tmp_path):
-    trainer = dsptrain.Trainer(small_run("fp32", epochs=2, train_limit=4000), backend="ref",
-                               out_dir=tmp_path, progress=False)
+    trainer = dsptrain.Trainer(
+        small_run("fp32", epochs=2, train_limit=4000), backend="ref", out_dir=tmp_path, progress=False
+    )
     assert trainer.fit()[-1]["test_accuracy"] > 0.65
 
 
@@ -45,6 +47,7 @@ def test_integer_recipe_stays_integer_at_every_op(small_run, tmp_path, monkeypat
                 if isinstance(value, QTensor):
                     assert array.dtype == np.int8 and np.abs(array.astype(int)).max(initial=0) <= 127
             return outputs
+
         return run
 
     monkeypatch.setattr(trainer.algorithm, "OPS", {k: checked(k) for k in original})
@@ -56,15 +59,24 @@ def test_integer_recipe_stays_integer_at_every_op(small_run, tmp_path, monkeypat
 def test_resume_after_kill_matches_uninterrupted_run(small_run, tmp_path):
     """Kill `dsptrain train` mid-run with SIGKILL, resume it, and compare with a run never killed."""
     config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump({
-        "name": "resume", "recipe": "niti", "model": {"name": "lenet5"}, "backend": "ref",
-        "data": {"dataset": "fashion-mnist", "train_limit": 1280, "test_limit": 200},
-        "train": {"epochs": 3, "batch_size": 64, "seed": 5, "checkpoint_every_steps": 7}}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "resume",
+                "recipe": "niti",
+                "model": {"name": "lenet5"},
+                "backend": "ref",
+                "data": {"dataset": "fashion-mnist", "train_limit": 1280, "test_limit": 200},
+                "train": {"epochs": 3, "batch_size": 64, "seed": 5, "checkpoint_every_steps": 7},
+            }
+        )
+    )
     killed, whole = tmp_path / "killed", tmp_path / "whole"
     command = [sys.executable, "-m", "dsptrain.cli", "train", str(config), "--quiet"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(command + ["--out", str(killed)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        command + ["--out", str(killed)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.time() + 120
     metrics = killed / "metrics.jsonl"
     while time.time() < deadline:

@@ -1,9 +1,9 @@
 """Exact integer FedAvg (dsptrain.fl.aggregate) on hand-worked cases and against fractions."""
+
 from fractions import Fraction
 
 import numpy as np
 import pytest
-
 from dsptrain.fl.aggregate import aggregate_state, aggregate_tensor, divide_rounded
 from dsptrain.numerics import QTensor
 
@@ -73,8 +73,9 @@ def exact_reference(updates):
 def test_random_mixed_updates_match_exact_fractions(seed):
     rng = np.random.default_rng(seed)
     clients = int(rng.integers(1, 7))
-    updates = [(q8(rng.integers(-127, 128, 40), int(rng.integers(-12, -3))), int(rng.integers(1, 500)))
-               for _ in range(clients)]
+    updates = [
+        (q8(rng.integers(-127, 128, 40), int(rng.integers(-12, -3))), int(rng.integers(1, 500))) for _ in range(clients)
+    ]
     out = aggregate_tensor(updates)
     want, high = exact_reference(updates)
     assert out.e == high
@@ -94,7 +95,7 @@ def test_aggregate_state_handles_integer_and_float_entries():
     a = {"fc.w": q8([[2, 4]], -5), "bn.mean": np.array([1.0, 2.0], np.float32)}
     b = {"fc.w": q8([[4, 8]], -5), "bn.mean": np.array([3.0, 6.0], np.float32)}
     out = aggregate_state([(a, 1), (b, 3)])
-    assert out["fc.w"].q.tolist() == [[4, 7]] and out["fc.w"].e == -5      # (2+12)/4=3.5->4, (4+24)/4=7
+    assert out["fc.w"].q.tolist() == [[4, 7]] and out["fc.w"].e == -5  # (2+12)/4=3.5->4, (4+24)/4=7
     assert out["bn.mean"].dtype == np.float32
     np.testing.assert_allclose(out["bn.mean"], [2.5, 5.0], rtol=0, atol=1e-6)
 

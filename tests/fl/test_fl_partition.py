@@ -1,7 +1,7 @@
 """Client partitions (dsptrain.fl.partition): complete, disjoint, deterministic, skewed as asked."""
+
 import numpy as np
 import pytest
-
 from dsptrain.data import Dataset
 from dsptrain.errors import DataError
 from dsptrain.fl.partition import PartitionSpec, client_dataset, label_histogram, split_indices
@@ -28,7 +28,7 @@ def test_every_example_goes_to_exactly_one_client(labels, kind):
 def test_iid_parts_are_balanced(labels):
     hist = label_histogram(labels, split_indices(labels, 10, PartitionSpec(kind="iid")))
     assert hist.sum(axis=1).max() - hist.sum(axis=1).min() <= 1
-    assert (hist > 20).all()          # every client sees every class
+    assert (hist > 20).all()  # every client sees every class
 
 
 def test_dirichlet_half_is_skewed_and_large_alpha_is_not(labels):
@@ -49,7 +49,7 @@ def test_two_shards_per_client_means_at_most_four_classes(labels):
     hist = label_histogram(labels, split_indices(labels, 10, PartitionSpec(kind="shards", shards_per_client=2)))
     assert ((hist > 0).sum(axis=1) <= 4).all()
     top_two = np.sort(hist, axis=1)[:, -2:].sum(axis=1) / hist.sum(axis=1)
-    assert top_two.mean() >= 0.8, top_two   # shards cut across class borders only at the edges
+    assert top_two.mean() >= 0.8, top_two  # shards cut across class borders only at the edges
 
 
 def test_client_dataset_and_bad_requests(labels):

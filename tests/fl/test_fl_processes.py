@@ -1,5 +1,6 @@
 """Separate processes: a server killed mid-run resumes from its last round; Flower's
 deployment engine (a SuperLink and 3 SuperNodes on 127.0.0.1) trains above chance."""
+
 import json
 import signal
 import subprocess
@@ -47,7 +48,7 @@ def test_deployment_engine_three_supernodes(tmp_path, fl_config):
     out = tmp_path / "out"
     with LocalDeployment(3, tmp_path / "deploy") as deployment:
         started = [proc.pid for _, proc in deployment.processes]
-        assert len(started) == 4                                   # a SuperLink and 3 SuperNodes
+        assert len(started) == 4  # a SuperLink and 3 SuperNodes
         done = deployment.run_app({"config": str(path), "out-dir": str(out)}, timeout_s=240)
         family = _descendants(started)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
@@ -88,6 +89,6 @@ def _listening_addresses():
             local, state = line.split()[1], line.split()[3]
             if state == "0A":
                 host, port = local.split(":")
-                ip = ".".join(str(int(host[i:i + 2], 16)) for i in (6, 4, 2, 0))
+                ip = ".".join(str(int(host[i : i + 2], 16)) for i in (6, 4, 2, 0))
                 found.append(f"{ip}:{int(port, 16)}")
     return found

@@ -1,18 +1,18 @@
 """Federated rounds in one process (dsptrain.fl.simulate): Flower's FedAvg loop, real
 Messages and ClientApps, with LeNet-5 + NITI clients; and each fault a phone can cause."""
+
 import logging
 import threading
 
 import numpy as np
 import pytest
-from flwr.app import Array
-from flwr.clientapp import ClientApp
-
 from dsptrain import checkpoint
 from dsptrain.fl import client as fl_client
 from dsptrain.fl.server import CHECKPOINT_NAME
 from dsptrain.fl.settings import load_fl_run
 from dsptrain.fl.simulate import simulate
+from flwr.app import Array
+from flwr.clientapp import ClientApp
 
 LENET_WEIGHTS = 6 * 25 + 16 * 6 * 25 + 400 * 120 + 120 * 84 + 84 * 10
 
@@ -38,7 +38,7 @@ def test_three_clients_two_rounds_learn_above_chance(tmp_path, fl_config):
     path = fl_config(clients=3, rounds=2, local_steps=20)
     history = run(path, tmp_path)
     assert [h["round"] for h in history] == [0, 1, 2]
-    assert history[0]["test_accuracy"] < 0.25                   # the initial model is at chance (0.1)
+    assert history[0]["test_accuracy"] < 0.25  # the initial model is at chance (0.1)
     assert history[-1]["test_accuracy"] > 0.5, history[-1]
     assert all(h["accepted"] == 3 and not h["rejected"] and not h["failed"] for h in history[1:])
     # int8 on the wire: one byte per weight plus a few hundred bytes of framing
@@ -69,7 +69,7 @@ def test_a_client_past_the_deadline_is_left_out(tmp_path, fl_config):
 
     @hang.train()
     def train(msg, context):
-        release.wait(60)   # bounded: the test releases it at the end
+        release.wait(60)  # bounded: the test releases it at the end
         return fl_client.train(msg, context)
 
     try:
@@ -113,8 +113,7 @@ def test_bad_updates_are_rejected_with_reasons_and_never_aggregated(tmp_path, fl
         reply.content["arrays"]["fc1.w"] = Array(np.full((120, 400), np.nan, np.float32))
 
     with caplog.at_level(logging.WARNING, logger="dsptrain.fl"):
-        history = run(path, tmp_path, apps={2: wrapped(wrong_shape), 3: wrapped(far_exponent),
-                                            4: wrapped(nan_floats)})
+        history = run(path, tmp_path, apps={2: wrapped(wrong_shape), 3: wrapped(far_exponent), 4: wrapped(nan_floats)})
     last = history[-1]
     assert last["accepted"] == 2
     reasons = sorted(r["reason"] for r in last["rejected"])

@@ -1,12 +1,12 @@
 """Federated configs (configs/runs/fl-*.yaml) load, and bad ones fail by file, key and value."""
+
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
-import pytest
-
 import dsptrain
+import pytest
 from dsptrain.config import CONFIG_ROOT
 from dsptrain.errors import ConfigError
 from dsptrain.fl.settings import load_fl_run
@@ -21,15 +21,18 @@ def test_shipped_configs_load(name, integer):
     assert flrun.fl.clients >= 10 and flrun.fl.partition.kind == "dirichlet" and flrun.fl.partition.alpha == 0.5
 
 
-@pytest.mark.parametrize("fl, key, value", [
-    ({"rounds": 0}, "fl.rounds", "0"),
-    ({"clients": 3, "min_train_clients": 4}, "fl.min_train_clients", "4"),
-    ({"fraction_train": 1.5}, "fl.fraction_train", "1.5"),
-    ({"partition": {"kind": "writers"}}, "fl.partition.kind", "'writers'"),
-    ({"partition": {"alpha": -1}}, "fl.partition.alpha", "-1"),
-    ({"local_steps": "ten"}, "fl.local_steps", "'ten'"),
-    ({"round_timeout": 5}, "fl.round_timeout", "unknown key"),
-])
+@pytest.mark.parametrize(
+    "fl, key, value",
+    [
+        ({"rounds": 0}, "fl.rounds", "0"),
+        ({"clients": 3, "min_train_clients": 4}, "fl.min_train_clients", "4"),
+        ({"fraction_train": 1.5}, "fl.fraction_train", "1.5"),
+        ({"partition": {"kind": "writers"}}, "fl.partition.kind", "'writers'"),
+        ({"partition": {"alpha": -1}}, "fl.partition.alpha", "-1"),
+        ({"local_steps": "ten"}, "fl.local_steps", "'ten'"),
+        ({"round_timeout": 5}, "fl.round_timeout", "unknown key"),
+    ],
+)
 def test_bad_values_name_file_key_and_value(tmp_path, fl_config, fl, key, value):
     path = fl_config(**fl)
     with pytest.raises(ConfigError) as info:
@@ -51,8 +54,9 @@ def test_a_run_config_without_fl_and_a_bad_run_key(tmp_path):
 
 def test_the_command_prints_one_line_and_exits_2(fl_config):
     path = fl_config(partition={"kind": "dirichlet", "alpha": 0})
-    done = subprocess.run([sys.executable, "-m", "dsptrain.cli", "fl", "simulate", str(path)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "dsptrain.cli", "fl", "simulate", str(path)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [f"dsptrain: error: {path}: fl.partition.alpha: 0.0 must be > 0"]
 
@@ -62,6 +66,6 @@ def test_pyproject_declares_the_flower_app():
     app = project["tool"]["flwr"]["app"]
     assert app["components"] == {"serverapp": "dsptrain.fl.server:app", "clientapp": "dsptrain.fl.client:app"}
     assert (ROOT / app["config"]["config"]).exists()
-    assert project["project"]["version"] == dsptrain.__version__   # Flower needs a static version
+    assert project["project"]["version"] == dsptrain.__version__  # Flower needs a static version
     assert any(dep.startswith("flwr") for dep in project["project"]["dependencies"])
     assert Path(ROOT / "runtime" / "fl" / "server.py").exists()

@@ -1,7 +1,7 @@
 """A client's update is checked before aggregation (dsptrain.fl.validate)."""
+
 import numpy as np
 import pytest
-
 from dsptrain.fl.validate import UpdateError, check_update
 from dsptrain.numerics import QTensor
 
@@ -18,20 +18,33 @@ def test_a_good_update_passes():
     check_update({"fc.w": np.ones((10, 4), np.float32)}, 5, FLOAT_GLOBAL)
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda u: u.update({"fc.w": QTensor(np.zeros((10, 5), np.int8), -8)}),
-     r"fc.w: shape \(10, 5\) is not the global model's \(10, 4\)"),
-    (lambda u: u.update({"fc.w": QTensor(np.zeros((10, 4), np.int16), -8)}),
-     "fc.w: dtype int16 is not the global model's int8"),
-    (lambda u: u.update({"conv1.w": QTensor(u["conv1.w"].q, 3)}),
-     "conv1.w: exponent 3 is more than 4 from the global model's -9"),
-    (lambda u: u.update({"fc.w": QTensor(np.full((10, 4), -128, np.int8), -8)}),
-     r"fc.w: value of magnitude 128 is outside \+-127"),
-    (lambda u: u.pop("conv1.w"), r"missing \['conv1.w'\]"),
-    (lambda u: u.update({"extra.w": QTensor(np.zeros(3, np.int8), 0)}), r"unexpected \['extra.w'\]"),
-    (lambda u: u.update({"fc.w": np.zeros((10, 4), np.float32)}),
-     "fc.w: expected an integer tensor with an exponent, got no exponent"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda u: u.update({"fc.w": QTensor(np.zeros((10, 5), np.int8), -8)}),
+            r"fc.w: shape \(10, 5\) is not the global model's \(10, 4\)",
+        ),
+        (
+            lambda u: u.update({"fc.w": QTensor(np.zeros((10, 4), np.int16), -8)}),
+            "fc.w: dtype int16 is not the global model's int8",
+        ),
+        (
+            lambda u: u.update({"conv1.w": QTensor(u["conv1.w"].q, 3)}),
+            "conv1.w: exponent 3 is more than 4 from the global model's -9",
+        ),
+        (
+            lambda u: u.update({"fc.w": QTensor(np.full((10, 4), -128, np.int8), -8)}),
+            r"fc.w: value of magnitude 128 is outside \+-127",
+        ),
+        (lambda u: u.pop("conv1.w"), r"missing \['conv1.w'\]"),
+        (lambda u: u.update({"extra.w": QTensor(np.zeros(3, np.int8), 0)}), r"unexpected \['extra.w'\]"),
+        (
+            lambda u: u.update({"fc.w": np.zeros((10, 4), np.float32)}),
+            "fc.w: expected an integer tensor with an exponent, got no exponent",
+        ),
+    ],
+)
 def test_bad_integer_updates_are_rejected_by_name(change, message):
     update = good()
     change(update)

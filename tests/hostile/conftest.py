@@ -1,4 +1,5 @@
 """Small trained runs the checkpoint and resume cases start from."""
+
 from __future__ import annotations
 
 import copy

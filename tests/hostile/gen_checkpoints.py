@@ -6,6 +6,7 @@ file's digest whatever byte it hits. Crafted files carry a valid digest and mani
 exponents out of range, fields of another model, recipe or run. Then files that are not
 checkpoints (pickles, .npy, compressed .npz, text), and paths that are not files.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -19,7 +20,6 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
-
 from dsptrain import checkpoint
 from dsptrain.numerics import QTensor
 
@@ -38,16 +38,19 @@ def craft(path: Path, state: dict, meta: dict, manifest_edit=None, meta_raw: byt
     for name, value in state.items():
         array = np.ascontiguousarray(value.q if isinstance(value, QTensor) else value)
         arrays[name] = array
-        manifest[name] = {"dtype": array.dtype.name, "shape": list(array.shape),
-                          "sha256": checkpoint._sha256(array),
-                          "exponent": value.e if isinstance(value, QTensor) else None}
+        manifest[name] = {
+            "dtype": array.dtype.name,
+            "shape": list(array.shape),
+            "sha256": checkpoint._sha256(array),
+            "exponent": value.e if isinstance(value, QTensor) else None,
+        }
     if manifest_edit:
         manifest_edit(manifest)
     header = {**meta, "format": meta.get("format", checkpoint.FORMAT), "arrays": manifest}
     with open(path, "w+b") as f:
         if meta_raw is None:
             checkpoint._write_npz(f, arrays, header)
-        else:   # __meta__ bytes as given
+        else:  # __meta__ bytes as given
             with zipfile.ZipFile(f, "w") as zf:
                 with zf.open("__meta__.npy", "w") as m:
                     np.lib.format.write_array(m, np.frombuffer(meta_raw, np.uint8))
@@ -102,7 +105,7 @@ def damaged_checkpoints(root: Path, trained: dict, seed: int = 23) -> list[Case]
     for _ in range(3):
         pos = rng.randrange(len(good) - 64)
         junk = bytearray(good)
-        junk[pos:pos + 64] = bytes(rng.randrange(256) for _ in range(64))
+        junk[pos : pos + 64] = bytes(rng.randrange(256) for _ in range(64))
         raw(f"64 bytes overwritten at {pos}", bytes(junk))
     raw("junk appended", good + b"\0" * 100)
     raw("oversized", good + bytes(8 << 20), ("more than a checkpoint may be",))
@@ -115,7 +118,9 @@ def damaged_checkpoints(root: Path, trained: dict, seed: int = 23) -> list[Case]
     crafted("extra plain array", {**state, "momentum": np.zeros(4, np.float32)}, meta, ("array momentum",))
     for name in rng.sample(names, 3):
         q = state[name]
-        crafted(f"{name} as int16", {**state, name: QTensor(q.q.astype(np.int16), q.e)}, meta, (f"array {name}", "int16"))
+        crafted(
+            f"{name} as int16", {**state, name: QTensor(q.q.astype(np.int16), q.e)}, meta, (f"array {name}", "int16")
+        )
         crafted(f"{name} reshaped", {**state, name: QTensor(q.q.reshape(-1), q.e)}, meta, (f"array {name}",))
         crafted(f"{name} plain", {**state, name: q.q}, meta, (f"array {name}",))
     for name in rng.sample(names, 2):
@@ -129,25 +134,64 @@ def damaged_checkpoints(root: Path, trained: dict, seed: int = 23) -> list[Case]
     for name, value in zip(rng.sample(fp_names, 3), (np.nan, np.inf, -np.inf)):
         bad = fp_state[name].copy()
         bad.flat[rng.randrange(bad.size)] = value
-        crafted(f"fp32 {name} holds {value}", {**fp_state, name: bad}, fp_meta, (f"array {name}", "not finite"),
-                run=fp_config)
-    crafted("fp32 float64", {**fp_state, fp_names[0]: fp_state[fp_names[0]].astype(np.float64)}, fp_meta,
-            (f"array {fp_names[0]}", "float64"), run=fp_config)
+        crafted(
+            f"fp32 {name} holds {value}",
+            {**fp_state, name: bad},
+            fp_meta,
+            (f"array {name}", "not finite"),
+            run=fp_config,
+        )
+    crafted(
+        "fp32 float64",
+        {**fp_state, fp_names[0]: fp_state[fp_names[0]].astype(np.float64)},
+        fp_meta,
+        (f"array {fp_names[0]}", "float64"),
+        run=fp_config,
+    )
     crafted("another recipe's checkpoint", fp_state, fp_meta, ("recipe", "'fp32'"))
     crafted("another model's", state, {**meta, "model": "vgg11"}, ("model", "'vgg11'"))
     crafted("another recipe named", state, {**meta, "recipe": "octo"}, ("recipe", "'octo'"))
-    for key, value in (("epoch", -1), ("epoch", "2"), ("epoch", 1.5), ("global_step", 999), ("global_step", None),
-                       ("batch_in_epoch", 10**6), ("batch_in_epoch", True), ("seed", -5), ("seed", 2**40),
-                       ("rescale", {"x": [1, 2]}), ("rescale", "none"), ("epoch_sums", [1, "x", 0]),
-                       ("epoch_sums", [5, float("nan"), 1]), ("epoch_sums", [1, 0.5, 9])):
+    for key, value in (
+        ("epoch", -1),
+        ("epoch", "2"),
+        ("epoch", 1.5),
+        ("global_step", 999),
+        ("global_step", None),
+        ("batch_in_epoch", 10**6),
+        ("batch_in_epoch", True),
+        ("seed", -5),
+        ("seed", 2**40),
+        ("rescale", {"x": [1, 2]}),
+        ("rescale", "none"),
+        ("epoch_sums", [1, "x", 0]),
+        ("epoch_sums", [5, float("nan"), 1]),
+        ("epoch_sums", [1, 0.5, 9]),
+    ):
         crafted(f"meta {key}={value!r}", state, {**meta, key: value}, (key,))
-    crafted("manifest checksum lies", state, meta, (f"array {names[0]}", "checksum"),
-            manifest_edit=lambda m: m[names[0]].update(sha256="0" * 64))
-    crafted("manifest dtype lies", state, meta, (f"array {names[1]}",),
-            manifest_edit=lambda m: m[names[1]].update(dtype="int32"))
-    crafted("manifest shape lies", state, meta, (f"array {names[1]}",),
-            manifest_edit=lambda m: m[names[1]].update(shape=[1, 2, 3]))
-    crafted("manifest names another array", state, meta, ("array x",), manifest_edit=lambda m: m.clear() or m.update(x=1))
+    crafted(
+        "manifest checksum lies",
+        state,
+        meta,
+        (f"array {names[0]}", "checksum"),
+        manifest_edit=lambda m: m[names[0]].update(sha256="0" * 64),
+    )
+    crafted(
+        "manifest dtype lies",
+        state,
+        meta,
+        (f"array {names[1]}",),
+        manifest_edit=lambda m: m[names[1]].update(dtype="int32"),
+    )
+    crafted(
+        "manifest shape lies",
+        state,
+        meta,
+        (f"array {names[1]}",),
+        manifest_edit=lambda m: m[names[1]].update(shape=[1, 2, 3]),
+    )
+    crafted(
+        "manifest names another array", state, meta, ("array x",), manifest_edit=lambda m: m.clear() or m.update(x=1)
+    )
     crafted("format 99", state, {**meta, "format": 99}, ("format", "99"))
     crafted("meta not JSON", state, meta, ("__meta__",), meta_raw=b"{not json")
     crafted("meta a list", state, meta, ("__meta__",), meta_raw=b"[1, 2]")
@@ -162,8 +206,11 @@ def damaged_checkpoints(root: Path, trained: dict, seed: int = 23) -> list[Case]
     np.savez(buf, w=np.array([{"a": 1}], dtype=object))
     raw("object array in an npz", buf.getvalue())
     buf = io.BytesIO()
-    np.savez_compressed(buf, __meta__=np.frombuffer(json.dumps({**meta, "format": 1, "exponents": {}}).encode(), np.uint8),
-                        **{k: v.q for k, v in state.items()})
+    np.savez_compressed(
+        buf,
+        __meta__=np.frombuffer(json.dumps({**meta, "format": 1, "exponents": {}}).encode(), np.uint8),
+        **{k: v.q for k, v in state.items()},
+    )
     raw("compressed npz", buf.getvalue(), ("compressed",))
     raw("text", b"epoch: 3\n")
     raw("gzip of a checkpoint", gzip.compress(good))

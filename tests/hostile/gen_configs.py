@@ -7,6 +7,7 @@ section types, recipe modules outside the package, bad schedules and params, YAM
 is malformed, repeats keys, expands, nests or is not UTF-8, and paths that are not
 regular files. Each case names the pieces its error line must hold.
 """
+
 from __future__ import annotations
 
 import copy
@@ -17,20 +18,27 @@ import typing
 from pathlib import Path
 
 import yaml
-
 from dsptrain import config as C
 from dsptrain.inputs.numbers import field_range
 
 from .harness import Case
 
 BASE = {
-    "name": "hostile", "recipe": "niti", "model": {"name": "lenet5", "num_classes": 10},
+    "name": "hostile",
+    "recipe": "niti",
+    "model": {"name": "lenet5", "num_classes": 10},
     "data": {"dataset": "synthetic", "train_limit": 64, "test_limit": 32},
     "train": {"epochs": 1, "batch_size": 32, "eval_batch_size": 32, "seed": 1},
-    "backend": "auto", "energy": "estimate",
+    "backend": "auto",
+    "energy": "estimate",
 }
-RUN_SECTIONS = {"model": C.ModelConfig, "data": C.DataConfig, "train": C.TrainConfig,
-                "memory": C.MemoryConfig, "scheduler": C.SchedulerConfig}
+RUN_SECTIONS = {
+    "model": C.ModelConfig,
+    "data": C.DataConfig,
+    "train": C.TrainConfig,
+    "memory": C.MemoryConfig,
+    "scheduler": C.SchedulerConfig,
+}
 RECIPE_SECTIONS = {"tensors": C.Tensors, "optimizer": C.Optimizer, "loss": C.Loss}
 # recipes whose module honours every override of a numeric key (NITI and FP32 fix formats)
 OVERRIDE_RECIPE = "octo"
@@ -46,7 +54,7 @@ def numeric_fields(cls, prefix=""):
             yield from numeric_fields(tp, key + ".")
             continue
         args = typing.get_args(tp) or (tp,)
-        if str in args:   # sizes ("64MB" or bytes) are checked by memory.budget.size_setting
+        if str in args:  # sizes ("64MB" or bytes) are checked by memory.budget.size_setting
             continue
         if int in args or float in args:
             yield key, f, int in args and float not in args
@@ -119,8 +127,11 @@ def broken_configs(root: Path, seed: int = 17) -> list[Case]:
             for value in bad_numbers(f, is_int, rng):
                 doc = copy.deepcopy(BASE)
                 _set(doc, f"{section}.{key}", value)
-                shown = repr(float(value)) if not is_int and isinstance(value, int) and not isinstance(value, bool) \
-                    and abs(value) > 2**53 else repr(value)   # a float field reads a huge integer as a float
+                shown = (
+                    repr(float(value))
+                    if not is_int and isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**53
+                    else repr(value)
+                )  # a float field reads a huge integer as a float
                 add(f"{section}.{key}={value!r}", doc, (f"{section}.{key}", shown))
     # -- numbers of a recipe, as overrides in the run file
     for section, cls in RECIPE_SECTIONS.items():
@@ -129,8 +140,11 @@ def broken_configs(root: Path, seed: int = 17) -> list[Case]:
                 doc = copy.deepcopy(BASE)
                 doc["recipe"] = {"name": OVERRIDE_RECIPE}
                 _set(doc["recipe"], f"{section}.{key}", value)
-                shown = repr(float(value)) if not is_int and isinstance(value, int) and not isinstance(value, bool) \
-                    and abs(value) > 2**53 else repr(value)
+                shown = (
+                    repr(float(value))
+                    if not is_int and isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**53
+                    else repr(value)
+                )
                 add(f"recipe.{section}.{key}={value!r}", doc, (f"recipe.{section}.{key}", shown))
     # -- choices and switches
     for section, cls in RUN_SECTIONS.items():
@@ -148,23 +162,46 @@ def broken_configs(root: Path, seed: int = 17) -> list[Case]:
             _set(doc["recipe"], f"tensors.{key}", value)
             add(f"recipe.tensors.{key}={value!r}", doc, (f"recipe.tensors.{key}", repr(value)))
     # -- what NITI and FP32 do not support (their kernels would ignore it)
-    for recipe, key, value in (("niti", "tensors.weights.bits", 4), ("niti", "tensors.errors.bits", 16),
-                               ("niti", "tensors.activations.format", "float32"), ("niti", "loss.kind", "softmax_ce"),
-                               ("niti", "optimizer.kind", "sgd"), ("niti", "tensors.gradients.granularity", "channel"),
-                               ("fp32", "tensors.weights.format", "int"), ("fp32", "tensors.errors.bits", 8),
-                               ("fp32", "loss.kind", "niti_int_ce"), ("niti", "integer", False)):
+    for recipe, key, value in (
+        ("niti", "tensors.weights.bits", 4),
+        ("niti", "tensors.errors.bits", 16),
+        ("niti", "tensors.activations.format", "float32"),
+        ("niti", "loss.kind", "softmax_ce"),
+        ("niti", "optimizer.kind", "sgd"),
+        ("niti", "tensors.gradients.granularity", "channel"),
+        ("fp32", "tensors.weights.format", "int"),
+        ("fp32", "tensors.errors.bits", 8),
+        ("fp32", "loss.kind", "niti_int_ce"),
+        ("niti", "integer", False),
+    ):
         doc = copy.deepcopy(BASE)
         doc["recipe"] = {"name": recipe}
         _set(doc["recipe"], key, value)
         add(f"{recipe} {key}={value!r}", doc, (f"recipe.{key}", repr(value)))
     # -- unknown keys, at every level
-    for dotted in ("bogus", "train.bogus", "model.bogus", "data.bogus", "memory.bogus", "scheduler.bogus",
-                   "train.learning_rate", "model.classes", "data.limit"):
+    for dotted in (
+        "bogus",
+        "train.bogus",
+        "model.bogus",
+        "data.bogus",
+        "memory.bogus",
+        "scheduler.bogus",
+        "train.learning_rate",
+        "model.classes",
+        "data.limit",
+    ):
         doc = copy.deepcopy(BASE)
         _set(doc, dotted, rng.choice([1, "x", True]))
         add(f"unknown {dotted}", doc, (dotted, "unknown key"))
-    for dotted in ("bogus", "tensors.weights.bogus", "optimizer.beta", "schedule.warmup", "tensors.bogus",
-                   "tensors.weights.rescale.bogus", "loss.bogus"):
+    for dotted in (
+        "bogus",
+        "tensors.weights.bogus",
+        "optimizer.beta",
+        "schedule.warmup",
+        "tensors.bogus",
+        "tensors.weights.rescale.bogus",
+        "loss.bogus",
+    ):
         doc = copy.deepcopy(BASE)
         doc["recipe"] = {"name": OVERRIDE_RECIPE}
         _set(doc["recipe"], dotted, 1)
@@ -197,13 +234,37 @@ def broken_configs(root: Path, seed: int = 17) -> list[Case]:
         add(f"recipe={value!r}", {**BASE, "recipe": value}, ("recipe",))
     # -- recipe files: module outside the recipes, schedules, params
     niti = yaml.safe_load((C.CONFIG_ROOT / "algorithms" / "niti.yaml").read_text())
-    for value in ("_emulated", "int_residual", "os", "../niti", "niti.sub", "", "NITI", "__init__", "sys",
-                  "_quant", "_support", 5, None, ["niti"]):
+    for value in (
+        "_emulated",
+        "int_residual",
+        "os",
+        "../niti",
+        "niti.sub",
+        "",
+        "NITI",
+        "__init__",
+        "sys",
+        "_quant",
+        "_support",
+        5,
+        None,
+        ["niti"],
+    ):
         recipe_file = w.doc({**niti, "module": value})
         add(f"module={value!r}", {**BASE, "recipe": str(recipe_file)}, ("module", repr(value)), path=None)
         cases[-1].needles = (str(recipe_file), "module", repr(value))
-    for value in ([[0, 9]], [[0, 0]], [[5, 4], [0, 3]], [[0]], [[0, 4, 5]], [["a", 4]], [[-1, 4]], "fast",
-                  [[0, 4.5]], [[10**9, 4]]):
+    for value in (
+        [[0, 9]],
+        [[0, 0]],
+        [[5, 4], [0, 3]],
+        [[0]],
+        [[0, 4, 5]],
+        [["a", 4]],
+        [[-1, 4]],
+        "fast",
+        [[0, 4.5]],
+        [[10**9, 4]],
+    ):
         doc = copy.deepcopy(BASE)
         doc["recipe"] = {"name": "niti", "schedule": {"mu": value}}
         add(f"schedule.mu={value!r}", doc, ("recipe.schedule.mu",))
@@ -211,13 +272,25 @@ def broken_configs(root: Path, seed: int = 17) -> list[Case]:
         doc = copy.deepcopy(BASE)
         doc["recipe"] = {"name": "fp32", "schedule": {"lr_factor": value}}
         add(f"schedule.lr_factor={value!r}", doc, ("recipe.schedule.lr_factor",))
-    for recipe, key, value in (("niti", "anything", 1), ("fp32", "warmup", 5), ("octo", "bogus", 1),
-                               ("afp", "low_bits", 0), ("afp", "low_bits", float("nan")), ("afp", "error_threshold", -1),
-                               ("afp", "error_threshold", float("inf")), ("octo", "prc_momentum", 2),
-                               ("octo", "prc_momentum", float("nan")), ("fp8", "loss_scale", 3),
-                               ("fp8", "loss_scale", float("inf")), ("fp8", "chunk_size", 0),
-                               ("fp8", "chunk_size", 10**40), ("mls", "group_bits", -1), ("mls", "group_bits", "x"),
-                               ("wageubn", "first_last", "sometimes"), ("octo", "compensation", "yes")):
+    for recipe, key, value in (
+        ("niti", "anything", 1),
+        ("fp32", "warmup", 5),
+        ("octo", "bogus", 1),
+        ("afp", "low_bits", 0),
+        ("afp", "low_bits", float("nan")),
+        ("afp", "error_threshold", -1),
+        ("afp", "error_threshold", float("inf")),
+        ("octo", "prc_momentum", 2),
+        ("octo", "prc_momentum", float("nan")),
+        ("fp8", "loss_scale", 3),
+        ("fp8", "loss_scale", float("inf")),
+        ("fp8", "chunk_size", 0),
+        ("fp8", "chunk_size", 10**40),
+        ("mls", "group_bits", -1),
+        ("mls", "group_bits", "x"),
+        ("wageubn", "first_last", "sometimes"),
+        ("octo", "compensation", "yes"),
+    ):
         doc = copy.deepcopy(BASE)
         doc["recipe"] = {"name": recipe, "params": {key: value}}
         add(f"{recipe} params.{key}={value!r}", doc, (f"params.{key}",))
@@ -226,28 +299,38 @@ def broken_configs(root: Path, seed: int = 17) -> list[Case]:
     for key in ("name", "train", "epochs", "model", "recipe"):
         lines = good.decode().splitlines()
         i = next(j for j, line in enumerate(lines) if line.strip().startswith(key + ":"))
-        add(f"duplicate {key}", raw=("\n".join(lines[:i + 1] + [lines[i]] + lines[i + 1:]) + "\n").encode(),
-            needles=(key, "given twice"))
+        add(
+            f"duplicate {key}",
+            raw=("\n".join(lines[: i + 1] + [lines[i]] + lines[i + 1 :]) + "\n").encode(),
+            needles=(key, "given twice"),
+        )
     for name, raw, needle in (
-            ("latin-1", good.replace(b"hostile", "hôstile".encode("latin-1")), "UTF-8"),
-            ("utf-16", good.decode().encode("utf-16"), "UTF-16"),
-            ("binary", bytes(rng.randrange(256) for _ in range(300)), ""),
-            ("nul", good + b"\0", "NUL"),
-            ("control", good.replace(b"hostile", b"host\x07ile"), "U+0007"),
-            ("tabs", b"name: x\n\ttrain: {}\n", "malformed YAML"),
-            ("unclosed", b"name: x\nmodel: {name: lenet5\n", "malformed YAML"),
-            ("two documents", good + b"---\n" + good, "documents"),
-            ("list", b"- 1\n- 2\n", "mapping"), ("scalar", b"just text\n", "mapping"),
-            ("python tag", good + b"evil: !!python/object/apply:os.system ['true']\n", "python"),
-            ("huge int", good.replace(b"seed: 1", b"seed: " + b"9" * 6000), "cannot read"),
-            ("bad date", good + b"when: 2020-13-45\n", "cannot read"),
-            ("deep", b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nests deeper"),
-            ("deep maps", b"".join(b"  " * i + b"k:\n" for i in range(60)), "nests deeper"),
-            ("laughs", b"a: &a [x,x,x,x,x,x,x,x,x,x]\n" + b"".join(
-                f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n".encode() for p, c in zip("abcdefg", "bcdefgh")), "expands"),
-            ("oversize", good + b"# " + b"x" * (300 << 10) + b"\n", "bytes"),
-            ("empty", b"", "recipe"), ("only comment", b"# nothing\n", "recipe"),
-            ("merge key list", b"base: &b {x: 1}\nname: x\n<<: [*b, 5]\n", "")):
+        ("latin-1", good.replace(b"hostile", "hôstile".encode("latin-1")), "UTF-8"),
+        ("utf-16", good.decode().encode("utf-16"), "UTF-16"),
+        ("binary", bytes(rng.randrange(256) for _ in range(300)), ""),
+        ("nul", good + b"\0", "NUL"),
+        ("control", good.replace(b"hostile", b"host\x07ile"), "U+0007"),
+        ("tabs", b"name: x\n\ttrain: {}\n", "malformed YAML"),
+        ("unclosed", b"name: x\nmodel: {name: lenet5\n", "malformed YAML"),
+        ("two documents", good + b"---\n" + good, "documents"),
+        ("list", b"- 1\n- 2\n", "mapping"),
+        ("scalar", b"just text\n", "mapping"),
+        ("python tag", good + b"evil: !!python/object/apply:os.system ['true']\n", "python"),
+        ("huge int", good.replace(b"seed: 1", b"seed: " + b"9" * 6000), "cannot read"),
+        ("bad date", good + b"when: 2020-13-45\n", "cannot read"),
+        ("deep", b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nests deeper"),
+        ("deep maps", b"".join(b"  " * i + b"k:\n" for i in range(60)), "nests deeper"),
+        (
+            "laughs",
+            b"a: &a [x,x,x,x,x,x,x,x,x,x]\n"
+            + b"".join(f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n".encode() for p, c in zip("abcdefg", "bcdefgh")),
+            "expands",
+        ),
+        ("oversize", good + b"# " + b"x" * (300 << 10) + b"\n", "bytes"),
+        ("empty", b"", "recipe"),
+        ("only comment", b"# nothing\n", "recipe"),
+        ("merge key list", b"base: &b {x: 1}\nname: x\n<<: [*b, 5]\n", ""),
+    ):
         add(f"yaml {name}", raw=raw, needles=(needle,) if needle else ())
     # -- the path itself
     missing = root / "missing.yaml"
@@ -296,13 +379,22 @@ def valid_configs(root: Path, seed: int = 5, count: int = 4) -> list[tuple[str, 
     out = []
     for i in range(count):
         doc = copy.deepcopy(BASE)
-        doc["train"].update(seed=rng.randrange(2**32), batch_size=rng.choice([16, 32, 64]),
-                            eval_batch_size=rng.randrange(1, 64), checkpoint_every_steps=rng.randrange(0, 3))
+        doc["train"].update(
+            seed=rng.randrange(2**32),
+            batch_size=rng.choice([16, 32, 64]),
+            eval_batch_size=rng.randrange(1, 64),
+            checkpoint_every_steps=rng.randrange(0, 3),
+        )
         doc["model"]["num_classes"] = rng.choice([10, 12, 100])
         if i % 2:
-            doc["recipe"] = {"name": "fp32", "optimizer": {"lr": rng.uniform(1e-4, 0.1),
-                                                          "momentum": rng.uniform(0, 0.99),
-                                                          "weight_decay": rng.uniform(0, 1e-3)}}
+            doc["recipe"] = {
+                "name": "fp32",
+                "optimizer": {
+                    "lr": rng.uniform(1e-4, 0.1),
+                    "momentum": rng.uniform(0, 0.99),
+                    "weight_decay": rng.uniform(0, 1e-3),
+                },
+            }
         else:
             doc["recipe"] = {"name": "niti", "schedule": {"mu": [[0, rng.randrange(1, 9)]]}}
         out.append((f"valid {i}", w.doc(doc)))

@@ -5,6 +5,7 @@ run's own files, a file standing where a folder should be) and says what the one
 line must hold. `snapshot` records every planted file's identity and bytes, so the test
 can show that nothing the export did not create was replaced or written into.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -96,8 +97,9 @@ def export_paths(root: Path, run_dir: Path, seed: int = 32) -> tuple[list[Case],
         cases.append(Case(f"{label} ({fmt})", ["export", str(run), "--format", fmt, "--out", out], needles))
     # the run's checkpoint as the output of each format, named through the run directory
     for fmt in FORMATS:
-        cases.append(Case(f"own-checkpoint-{fmt}", ["export", str(run), "--format", fmt, "--out", ckpt],
-                          ("checkpoint.npz",)))
+        cases.append(
+            Case(f"own-checkpoint-{fmt}", ["export", str(run), "--format", fmt, "--out", ckpt], ("checkpoint.npz",))
+        )
     return cases, sockets
 
 
@@ -110,6 +112,11 @@ def snapshot(root: Path) -> dict:
         digest = None
         if stat.S_ISREG(st.st_mode):
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        seen[str(path)] = (stat.S_IFMT(st.st_mode), st.st_ino, st.st_size if digest else 0, digest,
-                           st.st_mtime_ns if digest else 0)
+        seen[str(path)] = (
+            stat.S_IFMT(st.st_mode),
+            st.st_ino,
+            st.st_size if digest else 0,
+            digest,
+            st.st_mtime_ns if digest else 0,
+        )
     return seen

@@ -9,6 +9,7 @@ symlink, a FIFO, /dev/zero, the working directory's file of the same name) or th
 itself (a FIFO, /dev/zero, 2.5 GB, truncated). Each case names the pieces its error
 line must hold: the file and, where there is one, the node or tensor.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
@@ -40,8 +40,15 @@ def base_model(rng: random.Random | None = None) -> onnx.ModelProto:
     fc_w = gen.normal(0, 0.1, (10, 64)).astype(np.float32)
     fc_b = gen.normal(0, 0.1, (10,)).astype(np.float32)
     nodes = [
-        helper.make_node("Conv", ["x", "conv1.weight", "conv1.bias"], ["c1"], name="conv1",
-                         kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
+        helper.make_node(
+            "Conv",
+            ["x", "conv1.weight", "conv1.bias"],
+            ["c1"],
+            name="conv1",
+            kernel_shape=[3, 3],
+            strides=[1, 1],
+            pads=[1, 1, 1, 1],
+        ),
         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
         helper.make_node("MaxPool", ["r1"], ["p1"], name="pool1", kernel_shape=[2, 2], strides=[2, 2]),
         helper.make_node("Flatten", ["p1"], ["f"], name="flat", axis=1),
@@ -49,10 +56,16 @@ def base_model(rng: random.Random | None = None) -> onnx.ModelProto:
         helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["y"], name="fc", transB=1),
     ]
     graph = helper.make_graph(
-        nodes, "hostile", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 1, 8, 8])],
+        nodes,
+        "hostile",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 1, 8, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 10])],
-        [numpy_helper.from_array(conv_w, "conv1.weight"), numpy_helper.from_array(conv_b, "conv1.bias"),
-         numpy_helper.from_array(fc_b, "fc.bias")])
+        [
+            numpy_helper.from_array(conv_w, "conv1.weight"),
+            numpy_helper.from_array(conv_b, "conv1.bias"),
+            numpy_helper.from_array(fc_b, "fc.bias"),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
@@ -83,42 +96,79 @@ def tensor_label(name):
 
 # ---------------------------------------------------------------- attribute faults
 
+
 def attribute_faults(rng):
     for target in ("conv1", "pool1"):
         for bad in (0, -1, -(1 << 40), 1 << 40, 70_000, rng.randint(-9, -2)):
-            yield f"strides={bad}@{target}", lambda m, t=target, b=bad: set_attr(node(m, t), "strides", [b, b]), \
-                (f"node {target!r}", "strides")
-        yield f"strides=1.5@{target}", lambda m, t=target: set_attr(node(m, t), "strides", [1.5, 1.5]), \
-            (f"node {target!r}", "strides", "floats")
-        yield f"strides-int@{target}", lambda m, t=target: set_attr(node(m, t), "strides", 2), \
-            (f"node {target!r}", "strides")
-        yield f"strides-string@{target}", lambda m, t=target: set_attr(node(m, t), "strides", "two"), \
-            (f"node {target!r}", "strides")
+            yield (
+                f"strides={bad}@{target}",
+                lambda m, t=target, b=bad: set_attr(node(m, t), "strides", [b, b]),
+                (f"node {target!r}", "strides"),
+            )
+        yield (
+            f"strides=1.5@{target}",
+            lambda m, t=target: set_attr(node(m, t), "strides", [1.5, 1.5]),
+            (f"node {target!r}", "strides", "floats"),
+        )
+        yield (
+            f"strides-int@{target}",
+            lambda m, t=target: set_attr(node(m, t), "strides", 2),
+            (f"node {target!r}", "strides"),
+        )
+        yield (
+            f"strides-string@{target}",
+            lambda m, t=target: set_attr(node(m, t), "strides", "two"),
+            (f"node {target!r}", "strides"),
+        )
         for bad in (0, -3, 1 << 33):
-            yield f"kernel_shape={bad}@{target}", \
-                lambda m, t=target, b=bad: set_attr(node(m, t), "kernel_shape", [b, b]), (f"node {target!r}", "kernel_shape")
+            yield (
+                f"kernel_shape={bad}@{target}",
+                lambda m, t=target, b=bad: set_attr(node(m, t), "kernel_shape", [b, b]),
+                (f"node {target!r}", "kernel_shape"),
+            )
         for bad in (-1, 1 << 20, -(1 << 62)):
-            yield f"pads={bad}@{target}", lambda m, t=target, b=bad: set_attr(node(m, t), "pads", [b] * 4), \
-                (f"node {target!r}", "pads")
-        yield f"dilations=0@{target}", lambda m, t=target: set_attr(node(m, t), "dilations", [0, 0]), \
-            (f"node {target!r}", "dilations")
-        yield f"unknown-attr@{target}", lambda m, t=target: set_attr(node(m, t), "stride_hint", 2), \
-            (f"node {target!r}", "stride_hint")
-        yield f"untyped-attr@{target}", \
-            lambda m, t=target: set_attr(node(m, t), "strides", onnx.AttributeProto(name="strides")), \
-            (f"node {target!r}", "strides")
-        yield f"twice-attr@{target}", lambda m, t=target: node(m, t).attribute.append(helper.make_attribute("strides", [1, 1])), \
-            (f"node {target!r}", "twice")
-    yield "maxpool-without-kernel_shape", lambda m: set_attr(node(m, "pool1"), "kernel_shape", None), \
-        ("node 'pool1'", "kernel_shape")
+            yield (
+                f"pads={bad}@{target}",
+                lambda m, t=target, b=bad: set_attr(node(m, t), "pads", [b] * 4),
+                (f"node {target!r}", "pads"),
+            )
+        yield (
+            f"dilations=0@{target}",
+            lambda m, t=target: set_attr(node(m, t), "dilations", [0, 0]),
+            (f"node {target!r}", "dilations"),
+        )
+        yield (
+            f"unknown-attr@{target}",
+            lambda m, t=target: set_attr(node(m, t), "stride_hint", 2),
+            (f"node {target!r}", "stride_hint"),
+        )
+        yield (
+            f"untyped-attr@{target}",
+            lambda m, t=target: set_attr(node(m, t), "strides", onnx.AttributeProto(name="strides")),
+            (f"node {target!r}", "strides"),
+        )
+        yield (
+            f"twice-attr@{target}",
+            lambda m, t=target: node(m, t).attribute.append(helper.make_attribute("strides", [1, 1])),
+            (f"node {target!r}", "twice"),
+        )
+    yield (
+        "maxpool-without-kernel_shape",
+        lambda m: set_attr(node(m, "pool1"), "kernel_shape", None),
+        ("node 'pool1'", "kernel_shape"),
+    )
     yield "conv-group-0", lambda m: set_attr(node(m, "conv1"), "group", 0), ("node 'conv1'", "group")
     for bad in (float("nan"), float("inf"), -float("inf")):
         yield f"gemm-alpha={bad}", lambda m, b=bad: set_attr(node(m, "fc"), "alpha", b), ("node 'fc'", "alpha")
-    yield "gemm-graph-attr", lambda m: set_attr(node(m, "fc"), "body", helper.make_graph([], "g", [], [])), \
-        ("node 'fc'", "body")
+    yield (
+        "gemm-graph-attr",
+        lambda m: set_attr(node(m, "fc"), "body", helper.make_graph([], "g", [], [])),
+        ("node 'fc'", "body"),
+    )
 
 
 # ---------------------------------------------------------------- tensor faults
+
 
 def _poison(values: str, rng):
     def apply(m, name):
@@ -128,6 +178,7 @@ def _poison(values: str, rng):
         for _ in range(rng.randint(1, 3)):
             flat[rng.randrange(flat.size)] = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf}[values]
         t.CopyFrom(numpy_helper.from_array(array, t.name))
+
     return apply
 
 
@@ -136,10 +187,14 @@ def _retype(dtype):
         t = tensor(m, name)
         array = numpy_helper.to_array(t)
         if dtype in (TensorProto.COMPLEX64, TensorProto.COMPLEX128):
-            t.CopyFrom(numpy_helper.from_array(array.astype(np.complex64 if dtype == TensorProto.COMPLEX64
-                                                            else np.complex128), t.name))
+            t.CopyFrom(
+                numpy_helper.from_array(
+                    array.astype(np.complex64 if dtype == TensorProto.COMPLEX64 else np.complex128), t.name
+                )
+            )
         else:
             t.data_type = dtype
+
     return apply
 
 
@@ -149,6 +204,7 @@ def _dims(dims_of):
         new = dims_of(list(t.dims))
         del t.dims[:]
         t.dims.extend(new)
+
     return apply
 
 
@@ -158,15 +214,22 @@ def _raw(change):
         array = numpy_helper.to_array(t)
         t.CopyFrom(numpy_helper.from_array(array, t.name))
         t.raw_data = change(t.raw_data)
+
     return apply
 
 
 def tensor_faults(rng):
     kinds = {
-        "nan": _poison("nan", rng), "inf": _poison("inf", rng), "-inf": _poison("-inf", rng),
-        "complex64": _retype(TensorProto.COMPLEX64), "complex128": _retype(TensorProto.COMPLEX128),
-        "string": _retype(TensorProto.STRING), "undefined-type": _retype(0), "type-999": _retype(999),
-        "float8": _retype(TensorProto.FLOAT8E4M3FN), "int4": _retype(TensorProto.INT4),
+        "nan": _poison("nan", rng),
+        "inf": _poison("inf", rng),
+        "-inf": _poison("-inf", rng),
+        "complex64": _retype(TensorProto.COMPLEX64),
+        "complex128": _retype(TensorProto.COMPLEX128),
+        "string": _retype(TensorProto.STRING),
+        "undefined-type": _retype(0),
+        "type-999": _retype(999),
+        "float8": _retype(TensorProto.FLOAT8E4M3FN),
+        "int4": _retype(TensorProto.INT4),
         "negative-dim": _dims(lambda d: [-rng.randint(1, 9)] + d[1:]),
         "overflowing-dims": _dims(lambda d: [1 << 31, 1 << 31] + d[2:]),
         "int64-max-dims": _dims(lambda d: [(1 << 63) - 1] + d[1:]),
@@ -181,6 +244,7 @@ def tensor_faults(rng):
 
 # ---------------------------------------------------------------- graph faults
 
+
 def _rename_output(node_name, new):
     def apply(m):
         n = node(m, node_name)
@@ -190,41 +254,73 @@ def _rename_output(node_name, new):
             for i, name in enumerate(other.input):
                 if name == old:
                     other.input[i] = new
+
     return apply
 
 
 def graph_faults(rng):
-    for version in (-1, -(1 << 40), 0, 10 ** 9):
+    for version in (-1, -(1 << 40), 0, 10**9):
         yield f"ir_version={version}", lambda m, v=version: setattr(m, "ir_version", v), ("ir_version", str(version))
     yield "output-twice", lambda m: m.graph.output.append(m.graph.output[0]), ("'y'", "twice")
     yield "same-output-two-nodes", _rename_output("relu1", "c1"), ("node 'relu1'", "'c1'")
     yield "output-is-input", _rename_output("relu1", "x"), ("node 'relu1'", "'x'")
     yield "output-is-initializer", _rename_output("relu1", "conv1.weight"), ("node 'relu1'", "conv1.weight")
     for name in ("relu1", "flat", "fcw"):
-        yield f"no-outputs@{name}", lambda m, n=name: node(m, n).output.__delitem__(slice(None)), \
-            (f"node {name!r}", "output")
-        yield f"empty-output@{name}", lambda m, n=name: node(m, n).output.__setitem__(0, ""), (f"node {name!r}", "output")
+        yield (
+            f"no-outputs@{name}",
+            lambda m, n=name: node(m, n).output.__delitem__(slice(None)),
+            (f"node {name!r}", "output"),
+        )
+        yield (
+            f"empty-output@{name}",
+            lambda m, n=name: node(m, n).output.__setitem__(0, ""),
+            (f"node {name!r}", "output"),
+        )
     yield "undefined-input", lambda m: node(m, "relu1").input.__setitem__(0, "ghost"), ("node 'relu1'", "'ghost'")
     yield "reads-later-node", lambda m: node(m, "relu1").input.__setitem__(0, "p1"), ("node 'relu1'", "'p1'")
     yield "relu-two-inputs", lambda m: node(m, "relu1").input.append("c1"), ("node 'relu1'", "2 inputs")
     yield "conv-one-input", lambda m: node(m, "conv1").input.__delitem__(slice(1, None)), ("node 'conv1'", "1 inputs")
     yield "maxpool-three-outputs", lambda m: node(m, "pool1").output.extend(["i1", "i2"]), ("node 'pool1'", "outputs")
     for dims in ([None, 1, -8, 8], [None, 1, 1 << 40, 8], [None, -1, 8, 8], [None, 1, 8, 0]):
-        yield f"input-dims={dims}", lambda m, d=dims: m.graph.input[0].CopyFrom(
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, d)), ("'x'",)
+        yield (
+            f"input-dims={dims}",
+            lambda m, d=dims: m.graph.input[0].CopyFrom(helper.make_tensor_value_info("x", TensorProto.FLOAT, d)),
+            ("'x'",),
+        )
     yield "initializer-twice", lambda m: m.graph.initializer.append(m.graph.initializer[0]), ("conv1.weight", "twice")
     yield "initializer-unnamed", lambda m: setattr(m.graph.initializer[2], "name", ""), ("no name",)
     yield "output-produced-by-none", lambda m: setattr(m.graph.output[0], "name", "nowhere"), ("'nowhere'",)
-    yield "sparse-initializer", lambda m: m.graph.sparse_initializer.append(helper.make_sparse_tensor(
-        numpy_helper.from_array(np.ones(2, np.float32), "sv"), numpy_helper.from_array(np.array([0, 3]), "si"), [4])), \
-        ("sparse",)
-    yield "subgraph-node", lambda m: m.graph.node.insert(1, helper.make_node(
-        "If", ["cond"], ["z"], name="branch", then_branch=helper.make_graph([], "t", [], []),
-        else_branch=helper.make_graph([], "e", [], []))), ("node 'branch'",)
+    yield (
+        "sparse-initializer",
+        lambda m: m.graph.sparse_initializer.append(
+            helper.make_sparse_tensor(
+                numpy_helper.from_array(np.ones(2, np.float32), "sv"),
+                numpy_helper.from_array(np.array([0, 3]), "si"),
+                [4],
+            )
+        ),
+        ("sparse",),
+    )
+    yield (
+        "subgraph-node",
+        lambda m: m.graph.node.insert(
+            1,
+            helper.make_node(
+                "If",
+                ["cond"],
+                ["z"],
+                name="branch",
+                then_branch=helper.make_graph([], "t", [], []),
+                else_branch=helper.make_graph([], "e", [], []),
+            ),
+        ),
+        ("node 'branch'",),
+    )
     yield "no-nodes", lambda m: m.graph.node.__delitem__(slice(None)), ("no graph nodes",)
 
 
 # ---------------------------------------------------------------- external data
+
 
 def _external(name, location, offset=None, length=None):
     def apply(m, folder):
@@ -242,6 +338,7 @@ def _external(name, location, offset=None, length=None):
         for key, value in entries.items():
             t.external_data.add(key=key, value=value)
         return raw
+
     return apply
 
 
@@ -260,6 +357,7 @@ def external_faults(root: Path, cwd: Path):
                 if not link.is_symlink():
                     link.symlink_to(t)
                 return "link.bin"
+
             return make
 
         def fifo(folder):
@@ -296,6 +394,7 @@ def external_faults(root: Path, cwd: Path):
 
 
 # ---------------------------------------------------------------- the whole set
+
 
 def write(model, path: Path) -> Path:
     path.write_bytes(model.SerializeToString())
@@ -344,7 +443,7 @@ def file_faults(root: Path, rng) -> list[OnnxCase]:
     out.append(OnnxCase("dev-zero", Path("/dev/zero"), ("/dev/zero", "character device")))
     big = d / "big.onnx"
     with open(big, "wb") as f:
-        f.truncate(5 << 29)      # 2.5 GB, sparse: refused by its size before a byte is read
+        f.truncate(5 << 29)  # 2.5 GB, sparse: refused by its size before a byte is read
     out.append(OnnxCase("2.5GB", big, (str(big), "2684354560 bytes")))
     (d / "folder.onnx").mkdir()
     out.append(OnnxCase("directory", d / "folder.onnx", ("folder.onnx", "directory")))

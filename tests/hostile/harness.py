@@ -4,6 +4,7 @@ subprocess (the exit status and the absence of tracebacks, as a user sees them).
 Every case must end with exit status 2, exactly one `dsptrain: error:` line that holds
 the pieces the generator names (file, key, value), no traceback, within CASE_SECONDS.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from dsptrain import cli
 
-CASE_SECONDS = 10     # generous for a loaded 2-core machine; a refusal takes milliseconds
+CASE_SECONDS = 10  # generous for a loaded 2-core machine; a refusal takes milliseconds
 ERROR = "dsptrain: error:"
 
 
@@ -52,11 +53,11 @@ def run_in_process(case: Case) -> tuple[int, str, float]:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
             try:
                 code = cli.main(case.argv)
-            except SystemExit as exc:       # argparse
+            except SystemExit as exc:  # argparse
                 code = exc.code if isinstance(exc.code, int) else 1
             except CaseTimeout:
                 code = "timeout"
-            except BaseException:           # a traceback the user would see
+            except BaseException:  # a traceback the user would see
                 import traceback
 
                 traceback.print_exc(file=err)
@@ -102,12 +103,23 @@ def check_subprocesses(cases: list[Case], cwd: Path) -> list[str]:
     procs = []
     for case in cases:
         env = {**os.environ, **case.env}
-        procs.append((case, subprocess.Popen([sys.executable, "-m", "dsptrain.cli", *case.argv], cwd=cwd,
-                                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+        procs.append(
+            (
+                case,
+                subprocess.Popen(
+                    [sys.executable, "-m", "dsptrain.cli", *case.argv],
+                    cwd=cwd,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                ),
+            )
+        )
     failures = []
     for case, proc in procs:
         try:
-            _, stderr = proc.communicate(timeout=CASE_SECONDS * 6)   # interpreter start-up on a loaded machine
+            _, stderr = proc.communicate(timeout=CASE_SECONDS * 6)  # interpreter start-up on a loaded machine
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()

@@ -1,8 +1,8 @@
 """Damaged checkpoints: exit 2 naming the file and what is wrong; never unpickled."""
+
 import random
 
 import numpy as np
-
 from dsptrain import checkpoint
 
 from .gen_checkpoints import damaged_checkpoints, format1_copy, read
@@ -28,8 +28,9 @@ def test_a_checkpoint_round_trips_and_resumes(tmp_path, trained):
     config, out = trained["niti"]
     state, meta = read(out / "checkpoint.npz")
     assert meta["global_step"] == 2 and meta["epoch"] == 1
-    code, stderr, _ = run_in_process(Case("resume", ["train", str(config), "--out", str(out), "--resume",
-                                                     "--epochs", "2", "--quiet"]))
+    code, stderr, _ = run_in_process(
+        Case("resume", ["train", str(config), "--out", str(out), "--resume", "--epochs", "2", "--quiet"])
+    )
     assert code == 0, stderr
     assert read(out / "checkpoint.npz")[1]["global_step"] == 4
 
@@ -41,6 +42,7 @@ def test_old_format_checkpoints_still_load(tmp_path, trained):
     fresh, _ = read(out / "checkpoint.npz")
     for name in fresh:
         np.testing.assert_array_equal(state[name].q, fresh[name].q)
-    code, stderr, _ = run_in_process(Case("old", ["train", str(config), "--out", str(old), "--resume",
-                                                  "--epochs", "2", "--quiet"]))
+    code, stderr, _ = run_in_process(
+        Case("old", ["train", str(config), "--out", str(old), "--resume", "--epochs", "2", "--quiet"])
+    )
     assert code == 0, stderr

@@ -1,5 +1,6 @@
 """Every number a config can hold declares the range its users support, so a key added
 later is checked like the others (inputs/numbers.py)."""
+
 import dataclasses
 import typing
 
@@ -26,7 +27,7 @@ def test_every_numeric_field_declares_its_range():
     for cls in _dataclasses():
         for f in dataclasses.fields(cls):
             args = typing.get_args(typing.get_type_hints(cls)[f.name]) or (typing.get_type_hints(cls)[f.name],)
-            numeric = (int in args or float in args) and str not in args   # sizes: memory.budget.size_setting
+            numeric = (int in args or float in args) and str not in args  # sizes: memory.budget.size_setting
             if numeric and field_range(f) is None:
                 missing.append(f"{cls.__name__}.{f.name}")
     assert not missing, f"give these fields a range with bounded(...): {missing}"

@@ -1,9 +1,9 @@
 """Broken run configs and recipes: exit 2, one error line naming file, key and value."""
+
 import random
 
-
 from .gen_configs import broken_configs, valid_configs
-from .harness import check_cases, check_subprocesses, report, run_in_process, Case
+from .harness import Case, check_cases, check_subprocesses, report, run_in_process
 
 MIN_CASES = 500
 

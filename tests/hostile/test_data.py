@@ -1,4 +1,5 @@
 """Corrupt data files: refused before training starts, exit 2, one line naming the file."""
+
 import json
 import random
 from pathlib import Path
@@ -35,5 +36,7 @@ def test_the_generators_good_data_trains(tmp_path):
         d = tmp_path / f"data-{compress}"
         write_fmnist(d, compress=compress)
         config = run_file(tmp_path, f"ok-{compress}", {"dataset": "fashion-mnist", "path": str(d)})
-        code, stderr, _ = run_in_process(Case("ok", ["train", str(config), "--out", str(tmp_path / f"o{compress}"), "--quiet"]))
+        code, stderr, _ = run_in_process(
+            Case("ok", ["train", str(config), "--out", str(tmp_path / f"o{compress}"), "--quiet"])
+        )
         assert code == 0, stderr

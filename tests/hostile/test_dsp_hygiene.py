@@ -1,6 +1,7 @@
 """The emulated DSP leaves nothing behind: its shared-memory arena has no name once
 created (nothing to leak whatever signal ends the trainer), old arenas of dead owners
 are reaped, and the server dies with its parent, even when stopped."""
+
 from __future__ import annotations
 
 import os
@@ -38,17 +39,17 @@ def _arenas_of(pid: int) -> list[Path]:
     return list(SHM.glob(f"dsptrain-{pid}-*"))
 
 
-@pytest.mark.parametrize("signum,stop_server", [(signal.SIGKILL, False), (signal.SIGTERM, False),
-                                                (signal.SIGKILL, True)])
+@pytest.mark.parametrize(
+    "signum,stop_server", [(signal.SIGKILL, False), (signal.SIGTERM, False), (signal.SIGKILL, True)]
+)
 def test_server_and_arena_go_with_the_trainer(emulated_dsp_tools, signum, stop_server):
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = holder.stdout.readline()
         assert line.strip().isdigit(), holder.stderr.read() if holder.poll() is not None else line
         server = int(line)
         assert not _arenas_of(holder.pid), "the arena has a name in the file system while in use"
-        if stop_server:   # a stopped server never reads the EOF of its stdin
+        if stop_server:  # a stopped server never reads the EOF of its stdin
             os.kill(server, signal.SIGSTOP)
         holder.send_signal(signum)
         holder.wait(timeout=30)

@@ -1,14 +1,14 @@
 """Hostile `dsptrain export --out` paths: one named line, exit 2, and nothing that was
 there before replaced or written into; good paths get a new regular file, atomically."""
+
 from __future__ import annotations
 
 import os
 import random
 import stat
 
-import pytest
-
 import dsptrain
+import pytest
 
 from .gen_export import export_paths, snapshot
 from .harness import Case, check_cases, check_subprocesses, report, run_in_process
@@ -61,8 +61,8 @@ def test_a_good_path_gets_a_new_file_and_an_old_export_is_replaced_atomically(tm
     assert stat.S_ISREG(first.st_mode) and first.st_size > 1000
     code, stderr, _ = run_in_process(Case("again", ["export", str(run), "--format", fmt, "--out", str(out)]))
     assert code == 0, stderr
-    assert os.stat(out).st_ino != first.st_ino          # a new file renamed into place, not rewritten
-    assert sorted(p.name for p in out.parent.iterdir()) == [out.name]      # no temp file left
+    assert os.stat(out).st_ino != first.st_ino  # a new file renamed into place, not rewritten
+    assert sorted(p.name for p in out.parent.iterdir()) == [out.name]  # no temp file left
 
 
 def test_random_names_in_a_fresh_folder_all_work(tmp_path, trained):

@@ -1,6 +1,7 @@
 """Hostile federated replies and rounds: every malformed reply rejected by name, every
 valid-but-poisoned one cut back and named by the robust rules, no round crashes the
 server, and a poisoned client moves the global accuracy no more than honest ones do."""
+
 from __future__ import annotations
 
 import logging
@@ -9,15 +10,14 @@ import random
 import numpy as np
 import pytest
 import yaml
-from flwr.app import Array
-from flwr.clientapp import ClientApp
-
 from dsptrain.fl import client as fl_client
 from dsptrain.fl.records import from_record
 from dsptrain.fl.settings import load_fl_run
 from dsptrain.fl.simulate import simulate
 from dsptrain.fl.strategy import IntegerFedAvg
 from dsptrain.numerics import QTensor
+from flwr.app import Array
+from flwr.clientapp import ClientApp
 
 from .gen_fl import Reply, global_state, honest_update, hostile_replies
 
@@ -27,8 +27,15 @@ RULES = ("fedavg", "clip", "trimmed_mean", "median")
 
 
 def _strategy(state, integer, rule):
-    return IntegerFedAvg(state, integer=integer, aggregation=rule, max_examples=50_000, max_weight=0.5,
-                         min_train_nodes=2, min_available_nodes=2)
+    return IntegerFedAvg(
+        state,
+        integer=integer,
+        aggregation=rule,
+        max_examples=50_000,
+        max_weight=0.5,
+        min_train_nodes=2,
+        min_available_nodes=2,
+    )
 
 
 def _round(case, rule, seed):
@@ -47,11 +54,11 @@ def _round(case, rule, seed):
 
 
 def _values(t):
-    return t.q.astype(np.float64) * 2.0 ** t.e if isinstance(t, QTensor) else np.asarray(t, np.float64)
+    return t.q.astype(np.float64) * 2.0**t.e if isinstance(t, QTensor) else np.asarray(t, np.float64)
 
 
 def _slack(t):
-    return 2.0 ** t.e if isinstance(t, QTensor) else 1e-5
+    return 2.0**t.e if isinstance(t, QTensor) else 1e-5
 
 
 def _poison_problem(rule, report, new, honest, before) -> str | None:
@@ -85,7 +92,7 @@ def test_hostile_replies_are_rejected_or_cut_back_by_name(caplog):
                 label = f"{case.label} ({'int8' if case.integer else 'fp32'}, {rule})"
                 try:
                     report, new, honest, before = _round(case, rule, seed=index)
-                except Exception as exc:    # noqa: BLE001 -- a crashed round is what we look for
+                except Exception as exc:  # noqa: BLE001 -- a crashed round is what we look for
                     failures.append(f"{label}: the round raised {type(exc).__name__}: {exc}")
                     continue
                 rejected = {r["node"]: r["reason"] for r in report["rejected"]}
@@ -131,6 +138,7 @@ def test_a_run_of_rounds_with_random_hostile_clients_never_crashes():
 
 # ---------------------------------------------------------------- real rounds, real accuracy
 
+
 def _poisoning_app(kind):
     app = ClientApp()
 
@@ -152,12 +160,25 @@ def _poisoning_app(kind):
 
 
 def _accuracy(tmp_path, name, recipe, rule, apps=None, seed=0):
-    config = {"name": name, "recipe": recipe, "model": {"name": "lenet5"},
-              "data": {"dataset": "fashion-mnist", "train_limit": 2000, "test_limit": 500},
-              "train": {"batch_size": 32, "seed": seed}, "backend": "auto", "energy": "estimate",
-              "fl": {"clients": 6, "rounds": 2, "local_steps": 12, "min_train_clients": 2, "min_available_clients": 6,
-                     "aggregation": rule, "partition": {"kind": "iid", "seed": seed},
-                     **({"trim": 0.2} if rule == "trimmed_mean" else {})}}
+    config = {
+        "name": name,
+        "recipe": recipe,
+        "model": {"name": "lenet5"},
+        "data": {"dataset": "fashion-mnist", "train_limit": 2000, "test_limit": 500},
+        "train": {"batch_size": 32, "seed": seed},
+        "backend": "auto",
+        "energy": "estimate",
+        "fl": {
+            "clients": 6,
+            "rounds": 2,
+            "local_steps": 12,
+            "min_train_clients": 2,
+            "min_available_clients": 6,
+            "aggregation": rule,
+            "partition": {"kind": "iid", "seed": seed},
+            **({"trim": 0.2} if rule == "trimmed_mean" else {}),
+        },
+    }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     try:
@@ -167,7 +188,7 @@ def _accuracy(tmp_path, name, recipe, rule, apps=None, seed=0):
     return history[-1]["test_accuracy"], history
 
 
-@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")   # FedAvg's poisoned model: inf logits
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # FedAvg's poisoned model: inf logits
 @pytest.mark.parametrize("recipe, kind, rule", [("niti", "int8", "median"), ("fp32", "fp32", "trimmed_mean")])
 def test_a_poisoned_client_moves_accuracy_no_more_than_honest_spread(tmp_path, recipe, kind, rule):
     honest = [_accuracy(tmp_path, f"honest{seed}", recipe, rule, seed=seed)[0] for seed in (0, 1)]
@@ -180,16 +201,27 @@ def test_a_poisoned_client_moves_accuracy_no_more_than_honest_spread(tmp_path, r
     print(f"{recipe} {rule}: honest {honest}, poisoned {poisoned}, poisoned under fedavg {plain}")
 
 
-@pytest.mark.parametrize("fl, needle", [
-    ({"aggregation": "krum"}, "fl.aggregation"), ({"trim": 0.5, "aggregation": "trimmed_mean"}, "fl.trim"),
-    ({"trim": 0.1}, "fl.trim: 0.1 is read only with fl.aggregation: trimmed_mean"),
-    ({"clip_norm": 2.0}, "fl.clip_norm: 2.0 is read only with fl.aggregation: clip"),
-    ({"max_weight": 0.0}, "fl.max_weight"), ({"max_examples": -1}, "fl.max_examples")])
+@pytest.mark.parametrize(
+    "fl, needle",
+    [
+        ({"aggregation": "krum"}, "fl.aggregation"),
+        ({"trim": 0.5, "aggregation": "trimmed_mean"}, "fl.trim"),
+        ({"trim": 0.1}, "fl.trim: 0.1 is read only with fl.aggregation: trimmed_mean"),
+        ({"clip_norm": 2.0}, "fl.clip_norm: 2.0 is read only with fl.aggregation: clip"),
+        ({"max_weight": 0.0}, "fl.max_weight"),
+        ({"max_examples": -1}, "fl.max_examples"),
+    ],
+)
 def test_robust_settings_are_checked_by_name(tmp_path, fl, needle):
     from dsptrain.errors import ConfigError
 
-    config = {"name": "x", "recipe": "niti", "model": {"name": "lenet5"}, "data": {"dataset": "synthetic"},
-              "fl": {"clients": 3, "rounds": 1, **fl}}
+    config = {
+        "name": "x",
+        "recipe": "niti",
+        "model": {"name": "lenet5"},
+        "data": {"dataset": "synthetic"},
+        "fl": {"clients": 3, "rounds": 1, **fl},
+    }
     path = tmp_path / "fl.yaml"
     path.write_text(yaml.safe_dump(config))
     with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):

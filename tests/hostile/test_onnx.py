@@ -1,21 +1,21 @@
 """Hostile ONNX files: refused before anything trains, one named line, exit 2, from the
 command line and as a dsptrain exception from Python; external data read only from
 inside the model's folder."""
+
 from __future__ import annotations
 
 import random
 import time
 
+import dsptrain
 import numpy as np
 import pytest
 import yaml
-
-import dsptrain
 from dsptrain.interchange.onnx_import import load_onnx
 
 from .gen_configs import BASE
-from .gen_onnx import base_model, hostile_onnx, write, _external
-from .harness import Case, CASE_SECONDS, check_cases, check_subprocesses, report
+from .gen_onnx import _external, base_model, hostile_onnx, write
+from .harness import CASE_SECONDS, Case, check_cases, check_subprocesses, report
 
 MIN_CASES = 150
 
@@ -31,7 +31,7 @@ def _plan_case(root, index, case) -> Case:
 def cases(tmp_path, monkeypatch):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    monkeypatch.chdir(cwd)          # the canary weights sit in the working directory
+    monkeypatch.chdir(cwd)  # the canary weights sit in the working directory
     made = hostile_onnx(tmp_path / "models", cwd)
     assert len(made) >= MIN_CASES, f"the generator made only {len(made)} cases"
     return made
@@ -55,7 +55,7 @@ def test_hostile_onnx_files_raise_a_dsptrain_error_from_python(cases):
             missing = [n for n in case.needles if n not in str(exc)]
             if missing:
                 failures.append(f"{case.label}: message lacks {missing}: {exc}")
-        except Exception as exc:       # noqa: BLE001 -- what the test is looking for
+        except Exception as exc:  # noqa: BLE001 -- what the test is looking for
             failures.append(f"{case.label}: {type(exc).__name__} outside dsptrain's errors: {exc}")
         if time.monotonic() - started > CASE_SECONDS:
             failures.append(f"{case.label}: took {time.monotonic() - started:.1f} s")
@@ -75,8 +75,11 @@ def test_the_canary_never_reaches_the_weights(cases):
 @pytest.mark.parametrize("name", ["conv1.weight", "fcw"])
 def test_external_data_inside_the_folder_is_read(tmp_path, name):
     model = base_model(random.Random(3))
-    want = np.asarray(dsptrain.load_model(write(model, tmp_path / "inline.onnx")).initial_weights["fc.w"
-                      if name == "fcw" else "conv1.w"])
+    want = np.asarray(
+        dsptrain.load_model(write(model, tmp_path / "inline.onnx")).initial_weights[
+            "fc.w" if name == "fcw" else "conv1.w"
+        ]
+    )
     raw = _external(name, "data/weights.bin", offset=8)(model, tmp_path)
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "weights.bin").write_bytes(b"\x00" * 8 + raw)

@@ -1,15 +1,15 @@
 """Recipe keys a recipe's code does not read are refused by name, never silently
 ignored: every seeded override of a tensor field under NITI, WAGEUBN and FP32 is either
 a ConfigError naming the key, or changes what two training steps compute."""
+
 from __future__ import annotations
 
 import copy
 import random
 
+import dsptrain
 import numpy as np
 import yaml
-
-import dsptrain
 from dsptrain.config import load_run
 from dsptrain.numerics import QTensor
 
@@ -17,9 +17,16 @@ from .gen_configs import BASE
 
 RECIPES = ("niti", "wageubn", "fp32")
 ROLES = ("weights", "activations", "errors", "gradients", "updates")
-ALTERNATIVES = {"bits": (4, 6, 12, 16), "exponent_bits": (3, 5, 9), "rounding": ("round", "psto", "sto", "nearest_even"),
-                "scale": ("pow2", "float", "none"), "granularity": ("channel",), "format": ("int", "fp", "float32"),
-                "group_size": (4, 16), "rescale": ({"min_interval": 8}, {"max_interval": 16}, {"policy": "fixed"})}
+ALTERNATIVES = {
+    "bits": (4, 6, 12, 16),
+    "exponent_bits": (3, 5, 9),
+    "rounding": ("round", "psto", "sto", "nearest_even"),
+    "scale": ("pow2", "float", "none"),
+    "granularity": ("channel",),
+    "format": ("int", "fp", "float32"),
+    "group_size": (4, 16),
+    "rescale": ({"min_interval": 8}, {"max_interval": 16}, {"policy": "fixed"}),
+}
 RECIPES_ALL = ("niti", "wageubn", "fp32", "octo", "afp", "mls", "fp8")
 MIN_CASES = 60
 
@@ -60,6 +67,7 @@ def _same(a, b) -> bool:
         if isinstance(x, tuple):
             return np.array_equal(x[0], y[0]) and x[1] == y[1]
         return np.array_equal(x, y)
+
     return a.keys() == b.keys() and all(eq(a[k], b[k]) for k in a)
 
 
@@ -96,26 +104,26 @@ def test_every_tensor_override_is_refused_by_name_or_honoured(tmp_path):
         label = f"{recipe} tensors.{role}.{key}={value!r}"
         base = dsptrain.load_recipe(recipe)
         if getattr(getattr(base.tensors, role), key) == value:
-            continue                                   # the recipe's own value: nothing to refuse
+            continue  # the recipe's own value: nothing to refuse
         try:
             run = _run(tmp_path, recipe, {role: {key: value}})
             if run.recipe.tensors == base.tensors:
-                continue                               # the override spells the recipe's own value
+                continue  # the override spells the recipe's own value
         except dsptrain.ConfigError as exc:
-            if f"tensors.{role}." not in str(exc):       # this key, or the one it makes wrong (fp: exponent_bits)
+            if f"tensors.{role}." not in str(exc):  # this key, or the one it makes wrong (fp: exponent_bits)
                 failures.append(f"{label}: refused without naming the key: {exc}")
             refused += 1
             continue
-        except Exception as exc:                       # noqa: BLE001 -- what the test looks for
+        except Exception as exc:  # noqa: BLE001 -- what the test looks for
             failures.append(f"{label}: {type(exc).__name__}: {exc}")
             continue
         if key == "rescale" and "policy" not in value and getattr(base.tensors, role).rescale.policy == "adaptive":
-            continue     # an adaptive interval acts after many steps: tests/null/test_sched_rescale.py covers it
+            continue  # an adaptive interval acts after many steps: tests/null/test_sched_rescale.py covers it
         if recipe not in baselines:
             baselines[recipe] = _two_steps(_run(tmp_path, recipe))
         try:
             state = _two_steps(run)
-        except dsptrain.DsptrainError as exc:          # refused when the model is lowered: fine, by name
+        except dsptrain.DsptrainError as exc:  # refused when the model is lowered: fine, by name
             if key not in str(exc):
                 failures.append(f"{label}: refused at lowering without naming the key: {exc}")
             refused += 1

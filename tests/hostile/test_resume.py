@@ -1,5 +1,6 @@
 """kill -9 at random points, then `--resume auto`: the same weights and metrics.jsonl as
 a run never killed (timing fields aside), and no temp files left behind."""
+
 from __future__ import annotations
 
 import json
@@ -10,15 +11,22 @@ import sys
 import time
 
 import numpy as np
-
 from dsptrain import checkpoint
 
 from .conftest import write_run
 from .harness import Case, run_in_process
 
 TRIALS = 10
-TIMING = {"time_s", "seconds", "samples_per_s", "peak_rss_bytes", "rss_bytes", "rss_growth_bytes",
-          "step_peak_rss_bytes", "peak_rss_growth_bytes"}   # differ between any two runs
+TIMING = {
+    "time_s",
+    "seconds",
+    "samples_per_s",
+    "peak_rss_bytes",
+    "rss_bytes",
+    "rss_growth_bytes",
+    "step_peak_rss_bytes",
+    "peak_rss_growth_bytes",
+}  # differ between any two runs
 
 
 def records(out) -> list[dict]:
@@ -35,8 +43,11 @@ def train(config, out, *extra):
 def kill_at_random(config, out, rng, lines_total) -> str:
     """Start a run, SIGKILL it when metrics.jsonl reaches a random length (plus a random
     few milliseconds: inside a checkpoint write, sometimes). Returns where it died."""
-    proc = subprocess.Popen([sys.executable, "-m", "dsptrain.cli", "train", str(config), "--out", str(out), "--quiet"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dsptrain.cli", "train", str(config), "--out", str(out), "--quiet"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     target = rng.randrange(0, lines_total)
     metrics = out / "metrics.jsonl"
     deadline = time.monotonic() + 120
@@ -73,8 +84,12 @@ def test_kill_minus_9_then_resume_matches_an_unbroken_run(tmp_path):
             np.testing.assert_array_equal(got_state[name].q, want_state[name].q, err_msg=f"{where}: {name}")
             assert got_state[name].e == want_state[name].e, where
         got = records(out)
-        assert got == want_records, (where, [i for i, (a, b) in enumerate(zip(got, want_records)) if a != b][:5],
-                                     len(got), len(want_records))
+        assert got == want_records, (
+            where,
+            [i for i, (a, b) in enumerate(zip(got, want_records)) if a != b][:5],
+            len(got),
+            len(want_records),
+        )
         leftovers = [p.name for p in out.iterdir() if p.name.startswith(".")]
         assert not leftovers, f"{where}: temp files left: {leftovers}"
     assert sum(o.startswith("killed") for o in outcomes) >= TRIALS // 2, outcomes

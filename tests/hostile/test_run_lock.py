@@ -1,5 +1,6 @@
 """Concurrent runs on one output directory: one runs, the others are refused with one
 line; metrics.jsonl and the checkpoint stay whole; a dead run's lock is taken over."""
+
 from __future__ import annotations
 
 import copy
@@ -11,16 +12,15 @@ import subprocess
 import sys
 import time
 
+import dsptrain
 import pytest
 import yaml
-
-import dsptrain
 from dsptrain.inputs.run_lock import LOCK_NAME, RunLock
 
 from .gen_configs import BASE
 from .harness import ERROR
 
-STARTS = 4          # runs started on one directory within 0.3 s
+STARTS = 4  # runs started on one directory within 0.3 s
 TRIALS = 3
 
 
@@ -35,14 +35,19 @@ def _config(tmp_path, name="race", train_limit=256, epochs=1):
 
 
 def _start(config, out, *extra):
-    return subprocess.Popen([sys.executable, "-m", "dsptrain.cli", "train", str(config), "--out", str(out), "--quiet",
-                             *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "dsptrain.cli", "train", str(config), "--out", str(out), "--quiet", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_a_second_lock_on_a_directory_is_refused_naming_the_owner(tmp_path):
     first = RunLock.acquire(tmp_path / "out")
-    with pytest.raises(dsptrain.UserError, match=f"another dsptrain run is using this output directory "
-                                                 f"\\(pid {os.getpid()} on "):
+    with pytest.raises(
+        dsptrain.UserError, match=f"another dsptrain run is using this output directory \\(pid {os.getpid()} on "
+    ):
         RunLock.acquire(tmp_path / "out")
     first.release()
     assert not (tmp_path / "out" / LOCK_NAME).exists()
@@ -53,7 +58,7 @@ def test_a_second_lock_on_a_directory_is_refused_naming_the_owner(tmp_path):
 def test_a_dead_runs_lock_file_is_taken_over(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    (out / LOCK_NAME).write_text("pid 999999 on a-phone, started 2026-01-01 00:00:00\n")   # no flock: its holder died
+    (out / LOCK_NAME).write_text("pid 999999 on a-phone, started 2026-01-01 00:00:00\n")  # no flock: its holder died
     with RunLock.acquire(out) as lock:
         assert lock.previous.startswith("pid 999999")
         assert f"pid {os.getpid()}" in (out / LOCK_NAME).read_text()
@@ -84,8 +89,10 @@ def test_concurrent_starts_on_one_out_leave_one_run_and_a_whole_metrics_file(tmp
         for code, err in losers:
             lines = [line for line in err.splitlines() if line.startswith(ERROR)]
             assert code == 2 and "Traceback" not in err and len(lines) == 1, err
-            assert "another dsptrain run is using this output directory" in lines[0] \
-                or "checkpoint.npz exists: pass --resume" in lines[0], lines[0]
+            assert (
+                "another dsptrain run is using this output directory" in lines[0]
+                or "checkpoint.npz exists: pass --resume" in lines[0]
+            ), lines[0]
         records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         assert [r["kind"] for r in records].count("epoch") == 1
         assert [r["step"] for r in records if r["kind"] == "step"] == list(range(len(records) - 1))
@@ -105,10 +112,10 @@ def test_a_run_killed_mid_way_leaves_a_lock_the_next_run_takes_over(tmp_path):
     assert blocked.returncode == 2 and "another dsptrain run is using this output directory" in err, err
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
-    assert (out / LOCK_NAME).exists()                    # the dead run's file stays ...
+    assert (out / LOCK_NAME).exists()  # the dead run's file stays ...
     after = _start(_config(tmp_path, "killed", train_limit=4096, epochs=1), out, "--resume", "auto")
     _, err = after.communicate(timeout=300)
-    assert after.returncode == 0, err                    # ... and is taken over
+    assert after.returncode == 0, err  # ... and is taken over
     assert not (out / LOCK_NAME).exists()
 
 

@@ -1,5 +1,6 @@
 """Models made here (torch, onnx.helper), run configs in a temp directory, and forwards
 of the same images through torch and dsptrain."""
+
 from __future__ import annotations
 
 import os
@@ -7,9 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-
 import dsptrain
+import numpy as np
 
 
 def need_torch():
@@ -47,8 +47,9 @@ def torch_sgd_step(net, pixels: np.ndarray, labels: np.ndarray, optimizer_settin
     import torch
 
     o = optimizer_settings
-    optimizer = torch.optim.SGD([p for p in net.parameters() if p.requires_grad], lr=o.lr, momentum=o.momentum,
-                                weight_decay=o.weight_decay)
+    optimizer = torch.optim.SGD(
+        [p for p in net.parameters() if p.requires_grad], lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay
+    )
     x = torch.from_numpy(((pixels.astype(np.float32) - 128) / 128).transpose(0, 3, 1, 2).copy())
     optimizer.zero_grad()
     torch.nn.functional.cross_entropy(net(x), torch.from_numpy(labels)).backward()
@@ -57,8 +58,10 @@ def torch_sgd_step(net, pixels: np.ndarray, labels: np.ndarray, optimizer_settin
 
 def write_run(directory: Path, recipe: str, body: str = "", name: str = "t") -> Path:
     path = Path(directory) / f"{name}.yaml"
-    path.write_text(f"name: {name}\nrecipe: {recipe}\nbackend: cpu\nenergy: estimate\n"
-                    f"data: {{dataset: synthetic, train_limit: 64, test_limit: 32}}\n{body}")
+    path.write_text(
+        f"name: {name}\nrecipe: {recipe}\nbackend: cpu\nenergy: estimate\n"
+        f"data: {{dataset: synthetic, train_limit: 64, test_limit: 32}}\n{body}"
+    )
     return path
 
 
@@ -77,13 +80,19 @@ def dsptrain_logits(model, recipe: str, pixels, tmp_path) -> np.ndarray:
 
 def cli(*args, cwd=None) -> subprocess.CompletedProcess:
     """The dsptrain command in a subprocess (its exit status and stderr as a user sees them)."""
-    return subprocess.run([sys.executable, "-m", "dsptrain.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "dsptrain.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 def cli_start(*args, cwd=None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "dsptrain.cli", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=cwd)
+    return subprocess.Popen(
+        [sys.executable, "-m", "dsptrain.cli", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+    )
 
 
 def finish(process: subprocess.Popen) -> subprocess.CompletedProcess:
@@ -102,7 +111,7 @@ def trained_checkpoint(tmp_path, recipe, body="model: {name: lenet5}\n", name=No
     data = synthetic("train", trainer.model.input_shape, count=steps * batch)
     try:
         for i in range(0, steps * batch, batch):
-            trainer.step(data.images[i:i + batch], data.labels[i:i + batch])
+            trainer.step(data.images[i : i + batch], data.labels[i : i + batch])
         return trainer.save()
     finally:
         trainer.close()

@@ -3,24 +3,27 @@ either way): FP32 (and the emulated recipes) run it and its gradient; NITI runs 
 windows it can divide by a shift (stride = kernel, no padding, power-of-two kernel) on
 int8 and any other as a float op between its int8 tensors. One SGD step of an imported model with average pools
 and biases equals PyTorch's step."""
+
 from __future__ import annotations
 
+import dsptrain
 import numpy as np
 import pytest
-
-import dsptrain
 from dsptrain import precision
 from dsptrain.graph import lower
 
 from .helpers import cli, dsptrain_logits, images, need_torch, torch_logits, torch_sgd_step, trainer_for, write_run
 
-FP32_TOLERANCE = 1e-4            # relative to the largest |logit| (or weight change)
-NITI_BOUND = 0.06                # |NITI - torch| <= 6 % of the largest |logit| (as test_import_ops)
+FP32_TOLERANCE = 1e-4  # relative to the largest |logit| (or weight change)
+NITI_BOUND = 0.06  # |NITI - torch| <= 6 % of the largest |logit| (as test_import_ops)
 NITI_INTEGER_POOLS = {"k2-s2"}
-EMULATED_BOUND = 0.06            # Octo's int8 products: within 6 % of the largest |logit|
-POOLS = {   # name -> (kernel, stride, padding, count_include_pad)
-    "k2-s2": (2, 2, 0, True), "k3-s2-pad1-include": (3, 2, 1, True), "k3-s2-pad1-exclude": (3, 2, 1, False),
-    "k3-s1-overlapping": (3, 1, 0, True), "k2-s1-pad1-exclude": (2, 1, 1, False),
+EMULATED_BOUND = 0.06  # Octo's int8 products: within 6 % of the largest |logit|
+POOLS = {  # name -> (kernel, stride, padding, count_include_pad)
+    "k2-s2": (2, 2, 0, True),
+    "k3-s2-pad1-include": (3, 2, 1, True),
+    "k3-s2-pad1-exclude": (3, 2, 1, False),
+    "k3-s1-overlapping": (3, 1, 0, True),
+    "k2-s1-pad1-exclude": (2, 1, 1, False),
 }
 
 
@@ -28,8 +31,9 @@ def _net(torch, kernel, stride, padding, include):
     nn = torch.nn
     pool = nn.AvgPool2d(kernel, stride, padding, count_include_pad=include)
     out = pool(torch.zeros(1, 4, 12, 12)).shape
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), pool, nn.Flatten(),
-                         nn.Linear(4 * out[2] * out[3], 5))
+    return nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), pool, nn.Flatten(), nn.Linear(4 * out[2] * out[3], 5)
+    )
 
 
 @pytest.mark.parametrize("case", sorted(POOLS))
@@ -38,13 +42,15 @@ def test_average_pool_forward_equals_torch(case, tmp_path):
     net = _net(torch, *POOLS[case])
     model = dsptrain.from_torch(net, torch.zeros(1, 1, 12, 12))
     pool = model.layers[2]
-    assert type(pool).__name__ == "AvgPool2d" and (pool.kernel, pool.stride, pool.padding,
-                                                   pool.count_include_pad) == POOLS[case]
+    assert (
+        type(pool).__name__ == "AvgPool2d"
+        and (pool.kernel, pool.stride, pool.padding, pool.count_include_pad) == POOLS[case]
+    )
     pixels = images(8, (12, 12, 1))
     expected = torch_logits(net, pixels)
     got = dsptrain_logits(model, "fp32", pixels, tmp_path)
     assert np.abs(got - expected).max() <= FP32_TOLERANCE * np.abs(expected).max(), case
-    if case == "k3-s2-pad1-exclude":   # an emulated recipe runs the same float pool around int8 products
+    if case == "k3-s2-pad1-exclude":  # an emulated recipe runs the same float pool around int8 products
         octo = dsptrain_logits(model, "octo", pixels, tmp_path)
         assert np.abs(octo - expected).max() <= EMULATED_BOUND * np.abs(expected).max()
     # NITI divides a power-of-two window with stride = kernel by a shift; other pools (and the
@@ -61,7 +67,9 @@ def test_average_pool_forward_equals_torch(case, tmp_path):
 def _without_biases(model):
     import dataclasses
 
-    layers = tuple(dataclasses.replace(layer, bias=False) if hasattr(layer, "bias") else layer for layer in model.layers)
+    layers = tuple(
+        dataclasses.replace(layer, bias=False) if hasattr(layer, "bias") else layer for layer in model.layers
+    )
     return dataclasses.replace(model, layers=layers, initial_weights=None)
 
 
@@ -80,8 +88,11 @@ def test_one_sgd_step_equals_torch(tmp_path):
     finally:
         trainer.close()
     torch_sgd_step(net.train(), pixels, labels, trainer.recipe.optimizer)
-    theirs = {"0.w": net[0].weight.detach().numpy().transpose(0, 2, 3, 1), "0.b": net[0].bias.detach().numpy(),
-              "4.b": net[4].bias.detach().numpy()}
+    theirs = {
+        "0.w": net[0].weight.detach().numpy().transpose(0, 2, 3, 1),
+        "0.b": net[0].bias.detach().numpy(),
+        "4.b": net[4].bias.detach().numpy(),
+    }
     for name, value in theirs.items():
         moved = np.abs(value - before[name]).max()
         assert moved > 0, name
@@ -92,8 +103,12 @@ def test_niti_trains_an_average_pool_it_cannot_shift_and_plan_says_float(tmp_pat
     torch = need_torch()
     from dsptrain.interchange.torch_bridge import to_onnx_bytes
 
-    net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, bias=False), torch.nn.AvgPool2d(3, 2, 1), torch.nn.Flatten(),
-                              torch.nn.Linear(4 * 5 * 5, 10, bias=False))
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3, bias=False),
+        torch.nn.AvgPool2d(3, 2, 1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4 * 5 * 5, 10, bias=False),
+    )
     path = tmp_path / "avg.onnx"
     path.write_bytes(to_onnx_bytes(net, torch.zeros(1, 1, 12, 12)))
     run = write_run(tmp_path, "niti", f"model: {{onnx: {path}}}\ntrain: {{epochs: 1, batch_size: 16}}\n")
@@ -101,4 +116,7 @@ def test_niti_trains_an_average_pool_it_cannot_shift_and_plan_says_float(tmp_pat
     assert result.returncode == 0, result.stderr
     result = cli("plan", run)
     assert result.returncode == 0, result.stderr
-    assert "float 2 layers (AvgPool2d 1, Flatten 1)" in result.stdout and "integer 2 layers (Conv2d 1, Linear 1)" in result.stdout
+    assert (
+        "float 2 layers (AvgPool2d 1, Flatten 1)" in result.stdout
+        and "integer 2 layers (Conv2d 1, Linear 1)" in result.stdout
+    )

@@ -1,13 +1,13 @@
 """An imported batch norm keeps its own epsilon and momentum (EfficientNet and MNASNet use
 eps 1e-3, momentum 0.01): eval forward, the running statistics a training step leaves, the
 YAML form a checkpoint keeps, and the exported ONNX node."""
+
 from __future__ import annotations
 
 import warnings
 
-import numpy as np
-
 import dsptrain
+import numpy as np
 from dsptrain.interchange.layer_spec import describe, from_description
 from dsptrain.nn import BatchNorm2d
 
@@ -18,10 +18,16 @@ EPS, MOMENTUM = 1e-3, 0.01
 
 def _net(torch):
     nn = torch.nn
-    net = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1, bias=False), nn.BatchNorm2d(6, eps=EPS, momentum=MOMENTUM),
-                        nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(6, 10))
+    net = nn.Sequential(
+        nn.Conv2d(3, 6, 3, padding=1, bias=False),
+        nn.BatchNorm2d(6, eps=EPS, momentum=MOMENTUM),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(6, 10),
+    )
     bn = net[1]
-    with torch.no_grad():   # a variance near eps, so another epsilon would show
+    with torch.no_grad():  # a variance near eps, so another epsilon would show
         bn.running_var.copy_(torch.linspace(5e-4, 4e-3, 6))
         bn.running_mean.copy_(torch.linspace(-0.2, 0.3, 6))
     return net
@@ -82,9 +88,11 @@ def test_yaml_batchnorm_eps_reaches_the_exported_node(tmp_path):
 
     from .helpers import trained_checkpoint
 
-    body = ("model: {name: bn, input_shape: [8, 8, 3], layers: [{kind: conv, out: 4, kernel: 3, padding: 1}, "
-            "{kind: batchnorm, eps: 0.001, momentum: 0.01}, {kind: relu}, {kind: globalavgpool}, "
-            "{kind: linear, out: 10}]}\n")
+    body = (
+        "model: {name: bn, input_shape: [8, 8, 3], layers: [{kind: conv, out: 4, kernel: 3, padding: 1}, "
+        "{kind: batchnorm, eps: 0.001, momentum: 0.01}, {kind: relu}, {kind: globalavgpool}, "
+        "{kind: linear, out: 10}]}\n"
+    )
     checkpoint = trained_checkpoint(tmp_path, "fp32", body, steps=1, batch=8)
     out = tmp_path / "bn.onnx"
     dsptrain.export(checkpoint, out, "onnx")

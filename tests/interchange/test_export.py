@@ -1,21 +1,22 @@
 """Export reads a checkpoint and writes ONNX (float, QDQ) and npz; ONNX Runtime runs the
 files and must agree with dsptrain's own evaluation of the checkpoint on the test set:
 at least 99.9 % top-1 agreement for the float export. NITI checkpoints: test_export_niti.py."""
+
 from __future__ import annotations
 
 import json
 
+import dsptrain
 import numpy as np
 import onnx
 import pytest
-
-import dsptrain
-from dsptrain.data import synthetic
 from dsptrain.agreement import agreement, dsptrain_logits, onnxruntime_logits
+from dsptrain.data import synthetic
 from dsptrain.interchange.layer_spec import model_from_layers
 from dsptrain.interchange.weights import pow2_grid
 
-from .helpers import cli, trained_checkpoint as _trained
+from .helpers import cli
+from .helpers import trained_checkpoint as _trained
 
 FLOAT_AGREEMENT = 0.999
 RESIDUAL_LAYERS = """model:
@@ -50,7 +51,7 @@ def test_images():
 def test_float_export_of_fp32_agrees_with_dsptrain(tmp_path, test_images):
     checkpoint = _trained(tmp_path, "fp32")
     out = tmp_path / "lenet.onnx"
-    result = cli("export", checkpoint.parent, "--format", "onnx", "--out", out)   # the run directory
+    result = cli("export", checkpoint.parent, "--format", "onnx", "--out", out)  # the run directory
     assert result.returncode == 0, result.stderr
     assert f"wrote {out}" in result.stdout
     found = _check(checkpoint, out, test_images)
@@ -59,8 +60,9 @@ def test_float_export_of_fp32_agrees_with_dsptrain(tmp_path, test_images):
     assert found["max_logit_diff"] <= 1e-4 * found["logit_scale"]
     # the file imports back into the same model (import of an export)
     again = dsptrain.load_model(out)
-    assert [type(layer) for layer in again.layers] == [type(layer) for layer in dsptrain.models.lenet5().layers
-                                                       if type(layer).__name__ != "Dropout"]
+    assert [type(layer) for layer in again.layers] == [
+        type(layer) for layer in dsptrain.models.lenet5().layers if type(layer).__name__ != "Dropout"
+    ]
 
 
 def test_residual_yaml_model_with_batch_norm_exports(tmp_path):
@@ -81,7 +83,7 @@ def test_qdq_of_a_float_recipe_uses_power_of_two_int8(tmp_path):
     state, _ = dsptrain.checkpoint.load(checkpoint)
     inits = {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(out).graph.initializer}
     grid = pow2_grid(state["fc3.w"], 8)
-    assert np.array_equal(inits["fc3.weight_q"], grid.q) and float(inits["fc3.weight_scale"]) == 2.0 ** grid.e
+    assert np.array_equal(inits["fc3.weight_q"], grid.q) and float(inits["fc3.weight_scale"]) == 2.0**grid.e
     scale = float(inits["fc3.weight_scale"])
     assert np.log2(scale) == int(np.log2(scale))
     assert np.abs(inits["fc3.weight_q"] * scale - state["fc3.w"]).max() <= scale / 2
@@ -96,13 +98,14 @@ def test_int8_emulated_exports_agree_with_dsptrain(tmp_path, test_images, recipe
     checkpoint = _trained(tmp_path, recipe)
     out = tmp_path / f"lenet.{fmt}"
     dsptrain.export(checkpoint, out, fmt)
-    found = agreement(dsptrain_logits(checkpoint, test_images, batch=500),
-                      onnxruntime_logits(out, test_images, batch=500))
+    found = agreement(
+        dsptrain_logits(checkpoint, test_images, batch=500), onnxruntime_logits(out, test_images, batch=500)
+    )
     print(f"{recipe} {fmt}: {found}")
     assert found["top1_agreement"] >= FLOAT_AGREEMENT, found
-    bound = 1e-6 if recipe == "afp" else 2e-2     # Octo's float scales round once more in float32
+    bound = 1e-6 if recipe == "afp" else 2e-2  # Octo's float scales round once more in float32
     assert found["max_logit_diff"] <= bound * found["logit_scale"], found
-    if fmt == "onnx-qdq":   # the integers and the scale the recipe's own grid gives its weights
+    if fmt == "onnx-qdq":  # the integers and the scale the recipe's own grid gives its weights
         state, _ = dsptrain.checkpoint.load(checkpoint)
         inits = {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(out).graph.initializer}
         w = np.asarray(state["fc3.w"], np.float64)
@@ -134,4 +137,5 @@ def test_export_of_a_missing_checkpoint_is_one_error_line(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"dsptrain: error: {tmp_path / 'nowhere'}: no such checkpoint "
-        f"(give a checkpoint.npz or the run directory holding one)"]
+        f"(give a checkpoint.npz or the run directory holding one)"
+    ]

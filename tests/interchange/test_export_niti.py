@@ -4,13 +4,13 @@ ONNX Runtime, fed the batches dsptrain evaluates (or one image at a time), must 
 dsptrain's logits: at least 99.9 % top-1 agreement and, as the rounding is exact, no
 logit difference at all. Chains (LeNet-5) and residual networks (Add, global average
 pool, a projection shortcut). The QDQ file's int8 weights and scales are the checkpoint's."""
+
 from __future__ import annotations
 
+import dsptrain
 import numpy as np
 import onnx
 import pytest
-
-import dsptrain
 from dsptrain.agreement import agreement, dsptrain_logits, onnxruntime_logits
 from dsptrain.data import synthetic
 
@@ -64,10 +64,10 @@ def test_lenet_float_and_qdq_exports_give_dsptrains_logits(tmp_path, test_images
         q, scale = inits[f"{layer}.weight_q"], inits[f"{layer}.weight_scale"]
         stored = state[f"{layer}.w"]
         expected = stored.q.transpose(0, 3, 1, 2) if stored.q.ndim == 4 else stored.q
-        if layer == "fc1":   # columns from the engine's (H, W, C) to ONNX's (C, H, W)
+        if layer == "fc1":  # columns from the engine's (H, W, C) to ONNX's (C, H, W)
             expected = expected.reshape(120, 5, 5, 16).transpose(0, 3, 1, 2).reshape(120, 400)
         assert q.dtype == np.int8 and np.array_equal(q, expected), layer
-        assert float(scale) == 2.0 ** stored.e, layer
+        assert float(scale) == 2.0**stored.e, layer
 
 
 def test_without_the_rounding_a_float_graph_disagrees(tmp_path, test_images):
@@ -140,11 +140,15 @@ def test_average_pool_windows_micro_batched_are_bit_identical(tmp_path):
     data = synthetic("train", (28, 28, 1), count=48)
     states = []
     for memory in (MemoryConfig(), MemoryConfig(arena=True, micro_batch=5, recompute="sqrt")):
-        trainer = dsptrain.Trainer(dataclasses.replace(run, memory=memory), backend="cpu", progress=False,
-                                   out_dir=tmp_path / f"out{len(states)}")
+        trainer = dsptrain.Trainer(
+            dataclasses.replace(run, memory=memory),
+            backend="cpu",
+            progress=False,
+            out_dir=tmp_path / f"out{len(states)}",
+        )
         try:
             for i in range(0, 48, 24):
-                trainer.step(data.images[i:i + 24], data.labels[i:i + 24])
+                trainer.step(data.images[i : i + 24], data.labels[i : i + 24])
         finally:
             trainer.close()
         states.append({k: (v.q.copy(), v.e) if isinstance(v, QTensor) else v for k, v in trainer.state.items()})

@@ -3,11 +3,11 @@ keeps them, its gamma and beta stay, and the error it passes on is scaled by
 gamma / sqrt(var + eps), as PyTorch's module in eval mode with no gradient on its parameters
 (torchvision's FrozenBatchNorm2d). One FP32 step equals PyTorch's; under NITI the frozen
 layer's statistics and affine parameters stay bit for bit while the layers around it train."""
+
 from __future__ import annotations
 
-import numpy as np
-
 import dsptrain
+import numpy as np
 
 from .helpers import images, need_torch, torch_sgd_step, write_run
 
@@ -20,16 +20,16 @@ def _trainer(torch, net, recipe, tmp_path):
 
     path = tmp_path / "net.onnx"
     path.write_bytes(to_onnx_bytes(net, torch.zeros(1, 1, 8, 8)))
-    run = write_run(tmp_path, recipe, f"model: {{onnx: {path}}}\n"
-                                      "train: {epochs: 1, batch_size: 16, freeze: ['1']}\n")
+    run = write_run(tmp_path, recipe, f"model: {{onnx: {path}}}\ntrain: {{epochs: 1, batch_size: 16, freeze: ['1']}}\n")
     return dsptrain.Trainer(dsptrain.load_run(run), progress=False, out_dir=tmp_path / "out")
 
 
 def _net(torch):
     nn = torch.nn
-    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
-                        nn.Linear(4 * 8 * 8, 5))
-    with torch.no_grad():   # statistics and affine parameters away from their defaults
+    net = nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 8 * 8, 5)
+    )
+    with torch.no_grad():  # statistics and affine parameters away from their defaults
         net[1].running_mean.uniform_(-0.3, 0.3)
         net[1].running_var.uniform_(0.5, 2.0)
         net[1].weight.uniform_(0.5, 1.5)
@@ -51,10 +51,10 @@ def test_one_fp32_step_with_a_frozen_batch_norm_equals_torch(tmp_path):
     net[1].weight.requires_grad_(False)
     net[1].bias.requires_grad_(False)
     torch_sgd_step(net, pixels, labels, trainer.recipe.optimizer)
-    for name in ("1.gamma", "1.beta", "1.mean", "1.var"):   # kept, bit for bit
+    for name in ("1.gamma", "1.beta", "1.mean", "1.var"):  # kept, bit for bit
         assert np.array_equal(trainer.state[name], before[name]), name
     theirs = {"0.w": net[0].weight.detach().numpy().transpose(0, 2, 3, 1), "4.b": net[4].bias.detach().numpy()}
-    for name, value in theirs.items():   # the conv below learns through the frozen layer's error
+    for name, value in theirs.items():  # the conv below learns through the frozen layer's error
         assert np.abs(value - before[name]).max() > 0, name
         assert np.abs(trainer.state[name] - value).max() <= FP32_TOLERANCE * np.abs(value).max(), name
 

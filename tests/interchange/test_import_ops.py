@@ -2,17 +2,17 @@
 dsptrain, whose forward must equal torch's: within float tolerance under FP32, and within
 NITI_BOUND of the largest logit under NITI (int8 weights and activations, 8-bit rounding
 at every integer layer; batch norm and biases as float ops between them)."""
+
 from __future__ import annotations
 
+import dsptrain
 import numpy as np
 import pytest
 
-import dsptrain
-
 from .helpers import dsptrain_logits, images, need_torch, torch_logits
 
-FP32_TOLERANCE = 1e-4            # relative to the largest |logit|
-NITI_BOUND = 0.06                # |NITI - torch| <= 6 % of the largest |logit|
+FP32_TOLERANCE = 1e-4  # relative to the largest |logit|
+NITI_BOUND = 0.06  # |NITI - torch| <= 6 % of the largest |logit|
 
 
 def _cases(torch):
@@ -24,10 +24,14 @@ def _cases(torch):
         def __init__(self):
             super().__init__()
             self.conv = nn.Conv2d(3, 4, 3, padding=1, bias=False)
-            self.body = nn.Sequential(nn.Conv2d(4, 4, 3, padding=1, bias=False), nn.ReLU(),
-                                      nn.Conv2d(4, 4, 3, padding=1, bias=False))
-            self.down = nn.Sequential(nn.Conv2d(4, 8, 3, stride=2, padding=1, bias=False), nn.ReLU(),
-                                      nn.Conv2d(8, 8, 3, padding=1, bias=False))
+            self.body = nn.Sequential(
+                nn.Conv2d(4, 4, 3, padding=1, bias=False), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1, bias=False)
+            )
+            self.down = nn.Sequential(
+                nn.Conv2d(4, 8, 3, stride=2, padding=1, bias=False),
+                nn.ReLU(),
+                nn.Conv2d(8, 8, 3, padding=1, bias=False),
+            )
             self.short = nn.Conv2d(4, 8, 1, stride=2, bias=False)
             self.pool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(8, 5, bias=False)
 
@@ -51,25 +55,63 @@ def _cases(torch):
     image = (1, 14, 14)
     return {
         # name: (module, (C, H, W))
-        "conv-stride-pad": (nn.Sequential(nn.Conv2d(1, 4, 3, stride=2, padding=1, bias=False), nn.Flatten(),
-                                          nn.Linear(4 * 7 * 7, 5, bias=False)), image),
-        "conv-bias-folded-into-bn": (nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=True), nn.BatchNorm2d(4),
-                                                   nn.ReLU(), nn.Flatten(), nn.Linear(4 * 14 * 14, 3, bias=False)),
-                                     image),
-        "gemm-relu-maxpool": (nn.Sequential(nn.Conv2d(1, 4, 3, bias=False), nn.ReLU(), nn.MaxPool2d(2),
-                                            nn.Flatten(), nn.Linear(4 * 6 * 6, 16, bias=False), nn.ReLU(),
-                                            nn.Linear(16, 5, bias=False)), image),
-        "maxpool-3-stride-2": (nn.Sequential(nn.MaxPool2d(3, 2), nn.Flatten(), nn.Linear(36, 4, bias=False)),
-                               image),
+        "conv-stride-pad": (
+            nn.Sequential(
+                nn.Conv2d(1, 4, 3, stride=2, padding=1, bias=False), nn.Flatten(), nn.Linear(4 * 7 * 7, 5, bias=False)
+            ),
+            image,
+        ),
+        "conv-bias-folded-into-bn": (
+            nn.Sequential(
+                nn.Conv2d(1, 4, 3, padding=1, bias=True),
+                nn.BatchNorm2d(4),
+                nn.ReLU(),
+                nn.Flatten(),
+                nn.Linear(4 * 14 * 14, 3, bias=False),
+            ),
+            image,
+        ),
+        "gemm-relu-maxpool": (
+            nn.Sequential(
+                nn.Conv2d(1, 4, 3, bias=False),
+                nn.ReLU(),
+                nn.MaxPool2d(2),
+                nn.Flatten(),
+                nn.Linear(4 * 6 * 6, 16, bias=False),
+                nn.ReLU(),
+                nn.Linear(16, 5, bias=False),
+            ),
+            image,
+        ),
+        "maxpool-3-stride-2": (nn.Sequential(nn.MaxPool2d(3, 2), nn.Flatten(), nn.Linear(36, 4, bias=False)), image),
         # NITI divides a global average by a shift: H*W a power of two
-        "averagepool-global": (nn.Sequential(nn.Conv2d(1, 6, 3, padding=1, bias=False), nn.AvgPool2d(16),
-                                             nn.Flatten(), nn.Linear(6, 3, bias=False)), (1, 16, 16)),
-        "globalaveragepool": (nn.Sequential(nn.Conv2d(1, 6, 3, padding=1, bias=False), nn.AdaptiveAvgPool2d(1),
-                                            nn.Flatten(), nn.Linear(6, 3, bias=False)), (1, 16, 16)),
+        "averagepool-global": (
+            nn.Sequential(
+                nn.Conv2d(1, 6, 3, padding=1, bias=False), nn.AvgPool2d(16), nn.Flatten(), nn.Linear(6, 3, bias=False)
+            ),
+            (1, 16, 16),
+        ),
+        "globalaveragepool": (
+            nn.Sequential(
+                nn.Conv2d(1, 6, 3, padding=1, bias=False),
+                nn.AdaptiveAvgPool2d(1),
+                nn.Flatten(),
+                nn.Linear(6, 3, bias=False),
+            ),
+            (1, 16, 16),
+        ),
         "reshape-view": (ViewFlatten(), image),
-        "batchnorm": (nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4), nn.ReLU(),
-                                    nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3, bias=False)),
-                      (3, 8, 8)),
+        "batchnorm": (
+            nn.Sequential(
+                nn.Conv2d(3, 4, 3, bias=False),
+                nn.BatchNorm2d(4),
+                nn.ReLU(),
+                nn.AdaptiveAvgPool2d(1),
+                nn.Flatten(),
+                nn.Linear(4, 3, bias=False),
+            ),
+            (3, 8, 8),
+        ),
         "residual-add": (Residual(), (3, 8, 8)),
     }
 
@@ -85,8 +127,17 @@ def _randomise_bn(torch, net):
                 module.bias.uniform_(-0.2, 0.2)
 
 
-CASES = ["conv-stride-pad", "conv-bias-folded-into-bn", "gemm-relu-maxpool", "maxpool-3-stride-2",
-         "averagepool-global", "globalaveragepool", "reshape-view", "batchnorm", "residual-add"]
+CASES = [
+    "conv-stride-pad",
+    "conv-bias-folded-into-bn",
+    "gemm-relu-maxpool",
+    "maxpool-3-stride-2",
+    "averagepool-global",
+    "globalaveragepool",
+    "reshape-view",
+    "batchnorm",
+    "residual-add",
+]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -100,7 +151,7 @@ def test_torch_onnx_dsptrain_forward(case, tmp_path):
     scale = np.abs(expected).max()
     fp32 = dsptrain_logits(model, "fp32", pixels, tmp_path)
     assert np.abs(fp32 - expected).max() <= FP32_TOLERANCE * scale, case
-    niti = dsptrain_logits(model, "niti", pixels, tmp_path)   # batch norm and biases as float ops
+    niti = dsptrain_logits(model, "niti", pixels, tmp_path)  # batch norm and biases as float ops
     error = np.abs(niti - expected).max() / scale
     assert error <= NITI_BOUND, f"{case}: NITI off by {error:.3f} of the largest logit"
 
@@ -108,9 +159,12 @@ def test_torch_onnx_dsptrain_forward(case, tmp_path):
 def _helper_model(onnx, nodes, initializers, input_shape=(1, 1, 4, 4), output="y"):
     helper = onnx.helper
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n", *input_shape[1:]])],
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n", *input_shape[1:]])],
         [helper.make_tensor_value_info(output, onnx.TensorProto.FLOAT, None)],
-        [onnx.numpy_helper.from_array(v, k) for k, v in initializers.items()])
+        [onnx.numpy_helper.from_array(v, k) for k, v in initializers.items()],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -120,7 +174,7 @@ def test_matmul_add_dropout_identity_constant(tmp_path):
 
     rng = np.random.default_rng(1)
     h = onnx.helper
-    w1 = rng.normal(0, 0.3, (16, 8)).astype(np.float32)     # (in, out): MatMul's layout
+    w1 = rng.normal(0, 0.3, (16, 8)).astype(np.float32)  # (in, out): MatMul's layout
     w2 = rng.normal(0, 0.3, (8, 3)).astype(np.float32)
     bias = np.zeros(8, np.float32)
     nodes = [
@@ -147,8 +201,9 @@ def test_matmul_add_dropout_identity_constant(tmp_path):
 
 def test_new_head_when_num_classes_differs(tmp_path, capsys):
     torch = need_torch()
-    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 8, bias=False), torch.nn.ReLU(),
-                              torch.nn.Linear(8, 10, bias=False))
+    net = torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(16, 8, bias=False), torch.nn.ReLU(), torch.nn.Linear(8, 10, bias=False)
+    )
     from dsptrain.interchange.torch_bridge import to_onnx_bytes
 
     path = tmp_path / "mlp.onnx"

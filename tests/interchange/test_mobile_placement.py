@@ -2,14 +2,14 @@
 with measured per-product speeds (`hook_speeds`): its depthwise ops go to the processor the
 measurements say is faster, its pointwise and dense products stay; the lowering's MAC
 counts are the ones `dsptrain calibrate` measures rates in."""
+
 from __future__ import annotations
 
 import warnings
 
+import dsptrain
 import numpy as np
 import pytest
-
-import dsptrain
 from dsptrain.config import load_device, load_recipe
 from dsptrain.graph import lower
 from dsptrain.plan import place
@@ -18,7 +18,7 @@ from dsptrain.plan.rates import rate_key
 from .helpers import need_torch, write_run
 
 BATCH = 16
-STEPS_SPLIT = 5   # adaptive rescaling gives requantized products a shift after the first steps: then they split
+STEPS_SPLIT = 5  # adaptive rescaling gives requantized products a shift after the first steps: then they split
 
 
 class _Backend:
@@ -45,8 +45,10 @@ def _profile(tmp_path, dw_macs_per_cycle: float):
     dsp = {k: 500.0 for k in ("conv2d_s8", "conv2d_bwd_data_s8", "conv2d_bwd_weight_s8", "gemm_s8")}
     dsp.update({k: dw_macs_per_cycle for k in ("dwconv2d_s8", "dwconv2d_bwd_data_s8", "dwconv2d_bwd_weight_s8")})
     cpu = {k: 1.0e10 for k in dsp}
-    path.write_text("name: measured\ndsp: {call_s: 1.0e-4}\ncpu: {call_s: 1.0e-4}\n"
-                    f"hook_speeds: {{dsp: {dsp}, cpu: {cpu}}}\n".replace("'", ""))
+    path.write_text(
+        "name: measured\ndsp: {call_s: 1.0e-4}\ncpu: {call_s: 1.0e-4}\n"
+        f"hook_speeds: {{dsp: {dsp}, cpu: {cpu}}}\n".replace("'", "")
+    )
     return load_device(str(path))
 
 
@@ -59,13 +61,13 @@ def test_depthwise_ops_follow_their_measured_speed(graph, tmp_path):
     dw = _depthwise(graph)
     products = [op for op in graph.ops if rate_key(graph, op) and op not in dw]
     blocks = sum(op.kind == "niti.dwconv_fwd" for op in dw)
-    assert blocks >= 3 and len(dw) == 3 * blocks and products   # forward, backward data, weight gradient each
+    assert blocks >= 3 and len(dw) == 3 * blocks and products  # forward, backward data, weight gradient each
     assert {rate_key(graph, op) for op in dw} == {"dwconv2d_s8", "dwconv2d_bwd_data_s8", "dwconv2d_bwd_weight_s8"}
     assert any(rate_key(graph, op).endswith(".pointwise") for op in products)
-    slow = place(graph, both, device=_profile(tmp_path, 0.5), placement="profile")     # 5e8 MAC/s: the CPU wins
+    slow = place(graph, both, device=_profile(tmp_path, 0.5), placement="profile")  # 5e8 MAC/s: the CPU wins
     assert {slow.backend_of(op) for op in dw} == {"cpu"}
     assert {slow.backend_of(op) for op in products} == {"dsp"}
-    fast = place(graph, both, device=_profile(tmp_path, 200.0), placement="profile")   # 2e11 MAC/s: the DSP wins
+    fast = place(graph, both, device=_profile(tmp_path, 200.0), placement="profile")  # 2e11 MAC/s: the DSP wins
     assert {fast.backend_of(op) for op in dw} == {"dsp"}
     assert all("dwconv2d" in fast.placement[op.name].reason for op in dw)
 
@@ -75,7 +77,7 @@ def test_lowered_macs_count_taps_as_calibrate_does(graph):
         if op.kind.endswith("fwd"):
             out = graph.tensors[op.outputs[0]].shape
             kh, kw = graph.tensors[op.inputs[1]].shape[1:3]
-            assert op.macs == int(np.prod(out)) * kh * kw, op.name   # every tap of every output, padding too
+            assert op.macs == int(np.prod(out)) * kh * kw, op.name  # every tap of every output, padding too
 
 
 def test_a_step_runs_each_depthwise_op_where_the_profile_placed_it(tmp_path, emulated_dsp_tools):
@@ -91,8 +93,9 @@ def test_a_step_runs_each_depthwise_op_where_the_profile_placed_it(tmp_path, emu
         model = dsptrain.from_torch(build("mobilenet_v2"), torch.zeros(2, 3, 32, 32))
     x = np.random.default_rng(7).integers(0, 256, (8, 32, 32, 3), dtype=np.uint8)
     y = np.arange(8) % 10
-    run = dsptrain.load_run(write_run(tmp_path, "niti", f"train: {{epochs: 1, batch_size: 8}}\n"
-                                                       f"scheduler: {{device: {profile.source}}}\n"))
+    run = dsptrain.load_run(
+        write_run(tmp_path, "niti", f"train: {{epochs: 1, batch_size: 8}}\nscheduler: {{device: {profile.source}}}\n")
+    )
     weights = {}
     for backend in ("dsp", "cpu"):
         trainer = dsptrain.Trainer(run, backend=backend, model=model, progress=False, out_dir=tmp_path / backend)
@@ -119,9 +122,9 @@ def test_batch_splitting_takes_depthwise_products_and_stays_bit_exact(tmp_path):
     all memory-bound: splitting chunks depthwise products too, and the weights after the
     steps are the unsplit run's bit for bit."""
     torch = need_torch()
-    from tests.zoo_torch import build
-
     from dsptrain.plan import splittable
+
+    from tests.zoo_torch import build
 
     tiny = tmp_path / "tiny.yaml"
     tiny.write_text("name: tiny\ncpu: {l2: 16KiB, call_s: 1.0e-9, macs_per_s: 1.0e+18}\n")
@@ -133,8 +136,13 @@ def test_batch_splitting_takes_depthwise_products_and_stays_bit_exact(tmp_path):
     weights, split = {}, {}
     for label, on in (("split", "true"), ("whole", "false")):
         (tmp_path / label).mkdir()
-        run = dsptrain.load_run(write_run(tmp_path / label, "niti", f"train: {{epochs: 1, batch_size: 16}}\n"
-                                          f"scheduler: {{device: {tiny}, batch_split: {on}}}\n"))
+        run = dsptrain.load_run(
+            write_run(
+                tmp_path / label,
+                "niti",
+                f"train: {{epochs: 1, batch_size: 16}}\nscheduler: {{device: {tiny}, batch_split: {on}}}\n",
+            )
+        )
         trainer = dsptrain.Trainer(run, backend="cpu", model=model, progress=False, out_dir=tmp_path / label / "out")
         try:
             ran = sum(trainer.step(x, y).split_ops for _ in range(STEPS_SPLIT))

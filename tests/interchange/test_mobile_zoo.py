@@ -4,21 +4,29 @@ compute torch's forward under FP32, and train under every recipe with a finite, 
 loss (20 steps on one batch: a model that learns at all fits it). NITI trains them with its
 int8 products and float batch norm and activations between them, bit for bit the same on
 ref and cpu."""
+
 from __future__ import annotations
 
 import warnings
 
+import dsptrain
 import numpy as np
 import pytest
-
-import dsptrain
 from dsptrain.data import synthetic
 from dsptrain.nn import ChannelShuffle, Concat, Conv2d, MaxPool2d, Mul, Nonlinearity, SliceChannels
 
 from .helpers import images, need_torch, torch_logits, trainer_for, write_run
 
-MODELS = ["mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "squeezenet1_1", "resnet18", "resnet50",
-          "shufflenet_v2_x0_5", "mnasnet0_5"]
+MODELS = [
+    "mobilenet_v2",
+    "mobilenet_v3_small",
+    "efficientnet_b0",
+    "squeezenet1_1",
+    "resnet18",
+    "resnet50",
+    "shufflenet_v2_x0_5",
+    "mnasnet0_5",
+]
 RECIPES = ["fp32", "niti", "octo", "wageubn", "afp", "mls", "fp8"]
 SHAPE = (3, 32, 32)
 STEPS = 20
@@ -30,7 +38,7 @@ def _import(name, mode="eval", opset=17):
 
     net = build(name)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # notes about kept biases
+        warnings.simplefilter("ignore")  # notes about kept biases
         model = dsptrain.from_torch(net, torch.zeros(2, *SHAPE), mode=mode, opset=opset)
     return net, model
 
@@ -43,17 +51,26 @@ def imported():
 # what each model must contain once imported: the layers this issue adds, where it has them
 EXPECTED = {
     "mobilenet_v2": lambda m: _has(m, Nonlinearity, "clip") and _depthwise(m),
-    "mobilenet_v3_small": lambda m: _has(m, Nonlinearity, "hardswish") and _has(m, Nonlinearity, "hardsigmoid")
-    and any(isinstance(layer, Mul) for layer in m.layers),
-    "efficientnet_b0": lambda m: _has(m, Nonlinearity, "silu") and _has(m, Nonlinearity, "sigmoid")
-    and any(isinstance(layer, Mul) for layer in m.layers),
+    "mobilenet_v3_small": lambda m: (
+        _has(m, Nonlinearity, "hardswish")
+        and _has(m, Nonlinearity, "hardsigmoid")
+        and any(isinstance(layer, Mul) for layer in m.layers)
+    ),
+    "efficientnet_b0": lambda m: (
+        _has(m, Nonlinearity, "silu")
+        and _has(m, Nonlinearity, "sigmoid")
+        and any(isinstance(layer, Mul) for layer in m.layers)
+    ),
     # at 32x32 its ceil_mode pools add no partial window (test_branch_ops.py checks one that does)
-    "squeezenet1_1": lambda m: any(isinstance(layer, Concat) for layer in m.layers)
-    and any(isinstance(layer, MaxPool2d) for layer in m.layers),
+    "squeezenet1_1": lambda m: (
+        any(isinstance(layer, Concat) for layer in m.layers) and any(isinstance(layer, MaxPool2d) for layer in m.layers)
+    ),
     "resnet18": lambda m: any(isinstance(layer, MaxPool2d) and layer.padding == 1 for layer in m.layers),
     "resnet50": lambda m: any(isinstance(layer, MaxPool2d) and layer.padding == 1 for layer in m.layers),
-    "shufflenet_v2_x0_5": lambda m: all(any(isinstance(layer, t) for layer in m.layers)
-                                        for t in (SliceChannels, ChannelShuffle, Concat)) and _depthwise(m),
+    "shufflenet_v2_x0_5": lambda m: (
+        all(any(isinstance(layer, t) for layer in m.layers) for t in (SliceChannels, ChannelShuffle, Concat))
+        and _depthwise(m)
+    ),
     "mnasnet0_5": lambda m: _depthwise(m),
 }
 
@@ -84,7 +101,7 @@ def test_imports_and_computes_torchs_forward(imported, name, tmp_path):
 def test_train_and_eval_exports_give_the_same_layers(imported, name):
     _, evaluated = imported[name]
     _, trained = _import(name, mode="train")
-    kept = [layer for layer in trained.layers if type(layer).__name__ != "Dropout"]   # eval export drops dropout
+    kept = [layer for layer in trained.layers if type(layer).__name__ != "Dropout"]  # eval export drops dropout
     assert [layer.name for layer in kept] == [layer.name for layer in evaluated.layers]
     assert [type(layer) for layer in kept] == [type(layer) for layer in evaluated.layers]
 
@@ -108,7 +125,7 @@ def test_trains_with_a_falling_loss(imported, name, recipe, tmp_path):
     finally:
         trainer.close()
     assert np.all(np.isfinite(losses)), losses
-    assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.02, (name, recipe, losses)   # falling, not noise
+    assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.02, (name, recipe, losses)  # falling, not noise
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -126,8 +143,9 @@ def test_niti_is_bit_exact_on_ref_and_cpu(imported, name, tmp_path):
         trainer = dsptrain.Trainer(run, model=model, backend=backend, progress=False, out_dir=tmp_path / backend)
         try:
             losses[backend] = [trainer.step(data.images, data.labels).loss for _ in range(3)]
-            states[backend] = {k: (v.q, v.e) if isinstance(v, QTensor) else np.asarray(v)
-                               for k, v in trainer.state.items()}
+            states[backend] = {
+                k: (v.q, v.e) if isinstance(v, QTensor) else np.asarray(v) for k, v in trainer.state.items()
+            }
         finally:
             trainer.close()
     assert losses["ref"] == losses["cpu"], losses
@@ -136,7 +154,7 @@ def test_niti_is_bit_exact_on_ref_and_cpu(imported, name, tmp_path):
         other = states["cpu"][key]
         if isinstance(value, tuple):
             assert value[1] == other[1] and np.array_equal(value[0], other[0]), key
-        elif key.endswith((".mean", ".var")):   # within a few float32 ulps of the tensor's largest value
+        elif key.endswith((".mean", ".var")):  # within a few float32 ulps of the tensor's largest value
             assert np.abs(value - other).max() <= 1e-6 * np.abs(value).max(), key
         else:
             assert value.dtype == other.dtype and np.array_equal(value, other), key
@@ -152,7 +170,8 @@ def test_the_layer_list_round_trips_through_yaml(imported, name):
 
 
 EXPORTS = [(name, "fp32", "onnx") for name in MODELS] + [
-    (name, recipe, "onnx-qdq") for name in ("mobilenet_v2", "efficientnet_b0", "resnet18") for recipe in ("octo", "afp")]
+    (name, recipe, "onnx-qdq") for name in ("mobilenet_v2", "efficientnet_b0", "resnet18") for recipe in ("octo", "afp")
+]
 
 
 @pytest.mark.parametrize("name,recipe,fmt", EXPORTS)
@@ -167,8 +186,11 @@ def test_export_agrees_in_onnxruntime(imported, name, tmp_path, recipe, fmt):
     from .helpers import trained_checkpoint
 
     _, model = imported[name]
-    body = "model: " + json.dumps({"name": name, "input_shape": list(model.input_shape),
-                                   "layers": layers_of(model)}) + "\n"   # JSON is YAML
+    body = (
+        "model: "
+        + json.dumps({"name": name, "input_shape": list(model.input_shape), "layers": layers_of(model)})
+        + "\n"
+    )  # JSON is YAML
     checkpoint = trained_checkpoint(tmp_path, recipe, body, steps=2, batch=16)
     out = tmp_path / f"{name}.onnx"
     dsptrain.export(checkpoint, out, fmt)
@@ -194,8 +216,11 @@ def test_niti_export_gives_dsptrains_logits_in_onnxruntime(imported, name, tmp_p
     from .helpers import trained_checkpoint
 
     _, model = imported[name]
-    body = "model: " + json.dumps({"name": name, "input_shape": list(model.input_shape),
-                                   "layers": layers_of(model)}) + "\n"
+    body = (
+        "model: "
+        + json.dumps({"name": name, "input_shape": list(model.input_shape), "layers": layers_of(model)})
+        + "\n"
+    )
     checkpoint = trained_checkpoint(tmp_path, "niti", body, steps=2, batch=16)
     pixels = images(64, (32, 32, 3), seed=3)
     mine = dsptrain_logits(checkpoint, pixels)

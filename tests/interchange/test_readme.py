@@ -1,6 +1,7 @@
 """The README's import / fine-tune / export workflow, run as printed: its shell block
 (`.venv/bin/python` and `.venv/bin/dsptrain` as this interpreter and its dsptrain) and its
 Python block, in a scratch directory that sees the repository's bench/ and configs/."""
+
 from __future__ import annotations
 
 import os
@@ -20,26 +21,27 @@ SECTION = "## Bring your own model"
 
 def _blocks(language):
     text = (ROOT / "README.md").read_text()
-    section = text[text.index(SECTION):]
-    section = section[:section.index("\n## ", 1)]
+    section = text[text.index(SECTION) :]
+    section = section[: section.index("\n## ", 1)]
     return re.findall(rf"```{language}\n(.*?)```", section, re.S)
 
 
 def test_readme_workflow_runs_as_printed(tmp_path):
-    need_torch()   # Fashion-MNIST: setup.sh installs Debian's dataset-fashion-mnist, as the e2e tests assume
+    need_torch()  # Fashion-MNIST: setup.sh installs Debian's dataset-fashion-mnist, as the e2e tests assume
     for name in ("bench", "configs"):
         (tmp_path / name).symlink_to(ROOT / name)
-    shell, = _blocks("sh")
+    (shell,) = _blocks("sh")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for line in filter(None, (text.strip() for text in shell.splitlines())):
         argv = shlex.split(line)
-        argv = {".venv/bin/python": [sys.executable], ".venv/bin/dsptrain": [sys.executable, "-m", "dsptrain.cli"]
-                }[argv[0]] + argv[1:]
+        argv = {".venv/bin/python": [sys.executable], ".venv/bin/dsptrain": [sys.executable, "-m", "dsptrain.cli"]}[
+            argv[0]
+        ] + argv[1:]
         result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
         assert result.returncode == 0, (line, result.stderr[-2000:])
     for name in ("lenet5-5to9.onnx", "lenet5-5to9-qdq.onnx", "lenet5-5to9.npz"):
         assert (tmp_path / "runs" / "finetune" / name).stat().st_size > 1000, name
-    python, = _blocks("python")
+    (python,) = _blocks("python")
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:

@@ -2,12 +2,12 @@
 shortcuts, small widths for speed) imported through ONNX: the same forward as torch
 under FP32, and a few training steps under every recipe. NITI runs its batch norms as
 float ops between int8 products, and the BN-free variant integer-only."""
+
 from __future__ import annotations
 
+import dsptrain
 import numpy as np
 import pytest
-
-import dsptrain
 from dsptrain.data import synthetic
 from dsptrain.numerics import QTensor
 
@@ -73,7 +73,7 @@ def test_structure_and_fp32_forward(imported, tmp_path):
     net, model = imported
     kinds = [type(layer).__name__ for layer in model.layers]
     assert kinds.count("Conv2d") == 1 + 8 * 2 + 3 and kinds.count("Add") == 8 and kinds.count("BatchNorm2d") == 20
-    assert sum(1 for layer in model.layers if getattr(layer, "source", None)) == 3   # projection shortcuts
+    assert sum(1 for layer in model.layers if getattr(layer, "source", None)) == 3  # projection shortcuts
     pixels = images(8, (16, 16, 3))
     trainer = trainer_for(model, "fp32", tmp_path)
     got = trainer.predict(pixels)
@@ -93,7 +93,7 @@ def test_trains_under_every_recipe_that_lowers_it(imported, recipe, tmp_path):
     try:
         before = _weights(trainer.state)
         data = synthetic("train", (16, 16, 3), count=16, classes=5)
-        losses = [trainer.step(data.images[i:i + 8], data.labels[i:i + 8]).loss for i in (0, 8)]
+        losses = [trainer.step(data.images[i : i + 8], data.labels[i : i + 8]).loss for i in (0, 8)]
         after = _weights(trainer.state)
     finally:
         trainer.close()

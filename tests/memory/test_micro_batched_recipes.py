@@ -5,12 +5,12 @@ execute/slices.row_slice). A micro-batched step spills nothing and ends within f
 rounding of the plain step: the weight gradients' float32 partial sums are added slice by
 slice (NITI's integer sums are bit-exact: tests/e2e/test_memory_train.py). Before, the
 first quantizer's Scaled result reached the arena as an object array and the step failed."""
+
 import dataclasses
 
+import dsptrain
 import numpy as np
 import pytest
-
-import dsptrain
 from dsptrain.config import MemoryConfig
 from dsptrain.data import synthetic
 
@@ -19,8 +19,7 @@ BATCH, MICRO = 16, 4
 
 def _step(name, memory, tmp_path):
     run = dsptrain.load_run(dsptrain.config.CONFIG_ROOT / "runs" / f"lenet-fmnist-{name}.yaml")
-    trainer = dsptrain.Trainer(dataclasses.replace(run, memory=memory), backend="ref", out_dir=tmp_path,
-                               progress=False)
+    trainer = dsptrain.Trainer(dataclasses.replace(run, memory=memory), backend="ref", out_dir=tmp_path, progress=False)
     data = synthetic("train", (28, 28, 1), count=BATCH)
     stats = trainer.step(data.images, data.labels)
     state = {k: np.asarray(getattr(v, "q", v), np.float64) for k, v in trainer.state.items()}

@@ -1,11 +1,11 @@
 """Bad configs fail before training, naming file, key and value."""
+
 import dataclasses
 import subprocess
 import sys
 
-import pytest
-
 import dsptrain
+import pytest
 from dsptrain.config import CONFIG_ROOT
 from dsptrain.errors import ConfigError, LoweringError
 
@@ -20,7 +20,7 @@ def test_shipped_configs_load():
     from dsptrain.fl.settings import load_fl_run
 
     for path in sorted((CONFIG_ROOT / "runs").glob("*.yaml")):
-        federated = path.name.startswith("fl-")   # run config + `fl:` section (runtime/fl/settings.py)
+        federated = path.name.startswith("fl-")  # run config + `fl:` section (runtime/fl/settings.py)
         run = load_fl_run(path).run if federated else dsptrain.load_run(path)
         assert run.name == path.stem
     niti = dsptrain.load_recipe("niti")
@@ -30,18 +30,21 @@ def test_shipped_configs_load():
         niti.name = "x"
 
 
-@pytest.mark.parametrize("text, key, words", [
-    ("name: r\nrecipe: niti\ntrain: {epochs: 0}\n", "train.epochs", "0 must be >= 1"),
-    ("name: r\nrecipe: niti\ntrain: {batch_size: 'big'}\n", "train.batch_size", "'big'"),
-    ("name: r\nrecipe: niti\nmodel: {nam: lenet5}\n", "model.nam", "unknown key"),
-    ("name: r\nrecipe: niti\nmodel: {name: resnet99}\n", "model.name", "'resnet99'"),
-    ("name: r\nrecipe: niti\nbackend: gpu\n", "backend", "'gpu'"),
-    ("name: r\nrecipe: {name: niti, schedule: {mu: [[0, 12]]}}\n", "schedule.mu", "mu 12"),
-    ("name: r\nrecipe: {name: niti, tensors: {errors: {rounding: up}}}\n", "tensors.errors.rounding", "'up'"),
-    ("name: r\nrecipe: {name: niti, tensors: {weights: {bits: 40}}}\n", "tensors.weights.bits", "40"),
-    ("name: r\n", "recipe", "is required"),
-    ("name: r\nrecipe: nosuch\n", None, "no such recipe"),
-])
+@pytest.mark.parametrize(
+    "text, key, words",
+    [
+        ("name: r\nrecipe: niti\ntrain: {epochs: 0}\n", "train.epochs", "0 must be >= 1"),
+        ("name: r\nrecipe: niti\ntrain: {batch_size: 'big'}\n", "train.batch_size", "'big'"),
+        ("name: r\nrecipe: niti\nmodel: {nam: lenet5}\n", "model.nam", "unknown key"),
+        ("name: r\nrecipe: niti\nmodel: {name: resnet99}\n", "model.name", "'resnet99'"),
+        ("name: r\nrecipe: niti\nbackend: gpu\n", "backend", "'gpu'"),
+        ("name: r\nrecipe: {name: niti, schedule: {mu: [[0, 12]]}}\n", "schedule.mu", "mu 12"),
+        ("name: r\nrecipe: {name: niti, tensors: {errors: {rounding: up}}}\n", "tensors.errors.rounding", "'up'"),
+        ("name: r\nrecipe: {name: niti, tensors: {weights: {bits: 40}}}\n", "tensors.weights.bits", "40"),
+        ("name: r\n", "recipe", "is required"),
+        ("name: r\nrecipe: nosuch\n", None, "no such recipe"),
+    ],
+)
 def test_bad_values_name_file_key_and_value(tmp_path, text, key, words):
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as info:
@@ -62,16 +65,16 @@ def test_recipe_that_cannot_lower_a_layer_names_it():
     from dsptrain.graph import lower
     from dsptrain.nn import Conv2d, Flatten, Linear, Model
 
-    model = Model("grouped", (4, 4, 4), 2, (Conv2d("conv", 4, 4, 3, padding=1, groups=2),
-                                            Flatten("f"), Linear("fc", 64, 2)))
+    model = Model(
+        "grouped", (4, 4, 4), 2, (Conv2d("conv", 4, 4, 3, padding=1, groups=2), Flatten("f"), Linear("fc", 64, 2))
+    )
     with pytest.raises(LoweringError, match="'niti' cannot lower layer 'conv': .*groups 2"):
         lower(model, dsptrain.load_recipe("niti"), 2)
 
 
 def test_command_line_exits_2_with_one_line(tmp_path):
     path = write(tmp_path, "name: r\nrecipe: niti\ntrain: {epochs: -1}\n")
-    result = subprocess.run([sys.executable, "-m", "dsptrain.cli", "train", str(path)],
-                            capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "dsptrain.cli", "train", str(path)], capture_output=True, text=True)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "train.epochs" in lines[0] and "-1" in lines[0]

@@ -1,10 +1,10 @@
 """Datasets: IDX parsing, Fashion-MNIST discovery, clear errors for bad files."""
+
 import gzip
 import struct
 
 import numpy as np
 import pytest
-
 from dsptrain import data
 from dsptrain.errors import DataError
 
@@ -16,8 +16,10 @@ def idx_bytes(array, type_code=0x08):
 def write_fmnist(directory, count=5, gz=True, corrupt=None):
     directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
-    files = {"train-images-idx3-ubyte": idx_bytes(rng.integers(0, 256, (count, 28, 28), dtype=np.uint8)),
-             "train-labels-idx1-ubyte": idx_bytes(rng.integers(0, 10, count, dtype=np.uint8))}
+    files = {
+        "train-images-idx3-ubyte": idx_bytes(rng.integers(0, 256, (count, 28, 28), dtype=np.uint8)),
+        "train-labels-idx1-ubyte": idx_bytes(rng.integers(0, 10, count, dtype=np.uint8)),
+    }
     for name, raw in files.items():
         if corrupt == name:
             raw = raw[:-3]
@@ -62,7 +64,7 @@ def test_cifar_records(tmp_path):
     (tmp_path / "test_batch.bin").write_bytes(rec.tobytes())
     ds = data.load_cifar10("test", tmp_path)
     assert ds.images.shape == (3, 32, 32, 3)
-    np.testing.assert_array_equal(ds.images[1, :, :, 2], rec[1, 1 + 2048:].reshape(32, 32))  # CHW -> HWC
+    np.testing.assert_array_equal(ds.images[1, :, :, 2], rec[1, 1 + 2048 :].reshape(32, 32))  # CHW -> HWC
     (tmp_path / "test_batch.bin").write_bytes(rec.tobytes()[:-1])
     with pytest.raises(DataError, match="whole number of 3073-byte records"):
         data.load_cifar10("test", tmp_path)

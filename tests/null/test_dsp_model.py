@@ -1,8 +1,8 @@
 """The DSP's modeled time (cost.dsp_model_time): packets on the critical path over the
 profile's clock, the DDR term where bytes dominate, a call cost per batch; the profile
 keys it reads; the per-op byte counts it is fed (no native code)."""
-import pytest
 
+import pytest
 from dsptrain.backends import dsp_abi
 from dsptrain.config import ConfigError, load_device
 from dsptrain.cost import dsp_model_time, dsp_op_seconds
@@ -47,10 +47,16 @@ def test_v66_profile_has_the_clock_and_four_hvx_threads():
     assert p.dsp.hvx_threads == 4 and p.dsp.clock_hz == 1.0e9
 
 
-@pytest.mark.parametrize("setting,key", [("clock_hz: 0", "dsp.clock_hz"), ("clock_hz: -1", "dsp.clock_hz"),
-                                         ("hvx_threads: 0", "dsp.hvx_threads"),
-                                         ("hvx_threads: 9", "dsp.hvx_threads"),
-                                         ("hvx_threads: four", "dsp.hvx_threads")])
+@pytest.mark.parametrize(
+    "setting,key",
+    [
+        ("clock_hz: 0", "dsp.clock_hz"),
+        ("clock_hz: -1", "dsp.clock_hz"),
+        ("hvx_threads: 0", "dsp.hvx_threads"),
+        ("hvx_threads: 9", "dsp.hvx_threads"),
+        ("hvx_threads: four", "dsp.hvx_threads"),
+    ],
+)
 def test_bad_dsp_time_keys_name_key_and_value(tmp_path, setting, key):
     with pytest.raises(ConfigError) as err:
         _profile(tmp_path, setting, "bad")

@@ -1,23 +1,21 @@
 """Battery fuel-gauge meter on fake /sys/class/power_supply trees in tmp_path."""
+
 import math
 import threading
 import time
 from pathlib import Path
 
 import pytest
-
 from dsptrain.energy import BatteryMeter, MeterError, MeterUnavailable
 
 PERIOD = 0.005
 
 
-def supply(root: Path, name: str, kind: str = "Battery", current=None, voltage=None,
-           status=None) -> Path:
+def supply(root: Path, name: str, kind: str = "Battery", current=None, voltage=None, status=None) -> Path:
     d = root / name
     d.mkdir(parents=True, exist_ok=True)
     (d / "type").write_text(kind + "\n")
-    for fname, value in (("current_now", current), ("voltage_now", voltage),
-                         ("status", status)):
+    for fname, value in (("current_now", current), ("voltage_now", voltage), ("status", status)):
         if value is not None:
             (d / fname).write_text(f"{value}\n")
     return d
@@ -102,8 +100,7 @@ def test_baseline_is_subtracted(tmp_path, meters):
 
 
 def test_sampler_error_surfaces_on_stop_and_thread_ends(tmp_path, meters):
-    d = supply(tmp_path, "battery", current=-1_000_000, voltage=4_000_000,
-               status="Discharging")
+    d = supply(tmp_path, "battery", current=-1_000_000, voltage=4_000_000, status="Discharging")
     meters.append(m := BatteryMeter(tmp_path, period_s=PERIOD))
     m.start()
     (d / "voltage_now").unlink()
@@ -146,6 +143,7 @@ def test_unreadable_current_fails_at_construction_naming_file(tmp_path):
 
 def test_trapezoid_interpolates_at_window_edges():
     from dsptrain.energy.base import integrate_power
+
     ts = [0.0, 0.4, 0.8, 1.2, 1.6, 2.0, 2.4, 2.8, 3.2]
     # power = t watts: the integral over [1, 3] is 4 J exactly; the edges fall between
     # samples, so a wrong edge value (nearest sample, say) changes the answer.

@@ -1,8 +1,16 @@
 """The estimate meter, its coefficient tables, and make_meter's choices."""
-import pytest
 
-from dsptrain.energy import (DEVICES, BatteryMeter, EstimateMeter, MeterError, RaplMeter,
-                             TraceMeter, WorkCounts, make_meter)
+import pytest
+from dsptrain.energy import (
+    DEVICES,
+    BatteryMeter,
+    EstimateMeter,
+    MeterError,
+    RaplMeter,
+    TraceMeter,
+    WorkCounts,
+    make_meter,
+)
 from dsptrain.errors import UserError
 
 
@@ -13,8 +21,12 @@ def test_estimate_is_counts_times_coefficients_and_labelled():
     meter.record_work(int8_macs={"dsp": 10**9}, bytes_moved=10**6)
     meter.record_work(WorkCounts({"dsp": 10**9, "cpu": 10**8}, fp32_flops=0))
     r = meter.stop(WorkCounts({}, fp32_flops=10**7))
-    expected = (2e9 * sd.pj_per_int8_mac["dsp"] + 1e8 * sd.pj_per_int8_mac["cpu"]
-                + 1e7 * sd.pj_per_fp32_flop + 1e6 * sd.pj_per_byte) * 1e-12
+    expected = (
+        2e9 * sd.pj_per_int8_mac["dsp"]
+        + 1e8 * sd.pj_per_int8_mac["cpu"]
+        + 1e7 * sd.pj_per_fp32_flop
+        + 1e6 * sd.pj_per_byte
+    ) * 1e-12
     assert r.joules == pytest.approx(expected)
     assert (r.meter, r.estimated) == ("estimate:sd865", True)
     assert r.detail["work"]["int8_macs"] == {"dsp": 2 * 10**9, "cpu": 10**8}
@@ -57,8 +69,7 @@ def fake_rapl(root):
 def fake_battery(root, status):
     b = root / "battery"
     b.mkdir(parents=True)
-    for name, value in (("type", "Battery"), ("status", status), ("current_now", -10**6),
-                        ("voltage_now", 4 * 10**6)):
+    for name, value in (("type", "Battery"), ("status", status), ("current_now", -(10**6)), ("voltage_now", 4 * 10**6)):
         (b / name).write_text(f"{value}\n")
 
 
@@ -87,8 +98,7 @@ def test_auto_prefers_battery_on_android_and_rapl_elsewhere(tmp_path):
 
 def test_auto_falls_back_to_estimate_and_says_why(tmp_path):
     fake_battery(tmp_path / "ps", "Charging")
-    m, why = make_meter("auto", android=True, powercap_root=tmp_path / "none",
-                        power_supply_root=tmp_path / "ps")
+    m, why = make_meter("auto", android=True, powercap_root=tmp_path / "none", power_supply_root=tmp_path / "ps")
     assert isinstance(m, EstimateMeter) and m.estimated
     assert "charger connected" in why and "does not exist" in why and "estimate" in why
 
@@ -106,7 +116,6 @@ def test_stop_accepts_a_step_stats_and_says_how_it_read_it():
     class Counted:  # what the estimate wants: counts split by kind
         int8_macs, fp32_flops, bytes_moved = {"dsp": 10}, 20, 30
 
-    assert WorkCounts.of(Counted()).as_dict() == {"int8_macs": {"dsp": 10}, "fp32_flops": 20,
-                                                  "bytes_moved": 30}
+    assert WorkCounts.of(Counted()).as_dict() == {"int8_macs": {"dsp": 10}, "fp32_flops": 20, "bytes_moved": 30}
     with pytest.raises(TypeError, match="got int"):
         WorkCounts.of(3)

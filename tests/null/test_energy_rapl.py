@@ -1,8 +1,8 @@
 """RAPL meter on fake powercap trees built in tmp_path (no root, no Intel CPU needed)."""
+
 from pathlib import Path
 
 import pytest
-
 from dsptrain.energy import MeterError, MeterUnavailable, RaplMeter
 
 
@@ -28,11 +28,11 @@ def test_sums_packages_and_dram_but_not_core_or_psys(tmp_path):
     zone(tmp_path, "intel-rapl-mmio:0", "package-0", 0)  # mirror of p0: must be skipped
     meter = RaplMeter(tmp_path)
     meter.start()
-    set_uj(p0, 3_000_000)      # +2 J
-    set_uj(core, 1_500_000)    # +1 J, inside the package figure
-    set_uj(dram, 250_000)      # +0.25 J
-    set_uj(p1, 500_007)        # +0.5 J
-    set_uj(psys, 9_000_000)    # +9 J, contains the packages
+    set_uj(p0, 3_000_000)  # +2 J
+    set_uj(core, 1_500_000)  # +1 J, inside the package figure
+    set_uj(dram, 250_000)  # +0.25 J
+    set_uj(p1, 500_007)  # +0.5 J
+    set_uj(psys, 9_000_000)  # +9 J, contains the packages
     r = meter.stop()
     assert r.joules == pytest.approx(2.75)
     assert (r.meter, r.estimated) == ("rapl", False)

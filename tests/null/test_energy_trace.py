@@ -1,9 +1,9 @@
 """Power-monitor trace meter on CSV files written in tmp_path."""
+
 import math
 import time
 
 import pytest
-
 from dsptrain.energy import MeterError, TraceMeter, align_trace, load_trace
 
 T0 = 1_700_000_000.0  # a Unix time
@@ -30,8 +30,7 @@ def test_headerless_seconds_amps_volts_linear_power(tmp_path):
 
 def test_extra_columns_and_unit_order(tmp_path):
     f = tmp_path / "extra.csv"
-    f.write_text("voltage (V),index,timestamp (s),current (A)\n"
-                 + "\n".join(f"3.0,{k},{T0 + k},2.0" for k in range(5)))
+    f.write_text("voltage (V),index,timestamp (s),current (A)\n" + "\n".join(f"3.0,{k},{T0 + k},2.0" for k in range(5)))
     (r,) = align_trace(load_trace(f), [(T0, T0 + 4)])
     assert r.joules == pytest.approx(24.0)
 
@@ -40,8 +39,7 @@ def test_batch_not_covered_is_nan_with_message(tmp_path):
     f = tmp_path / "short.csv"
     f.write_text("\n".join(f"{T0 + k},1.0,1.0" for k in range(10)))
     trace = load_trace(f)
-    inside, late, early = align_trace(trace, [(T0 + 1, T0 + 2), (T0 + 8, T0 + 12),
-                                              (T0 - 1, T0 + 1)])
+    inside, late, early = align_trace(trace, [(T0 + 1, T0 + 2), (T0 + 8, T0 + 12), (T0 - 1, T0 + 1)])
     assert inside.joules == pytest.approx(1.0)
     for r in (late, early):
         assert math.isnan(r.joules) and not r.ok
@@ -80,8 +78,7 @@ def test_live_meter_then_realign_after_run(tmp_path):
     f.write_text("\n".join(f"{now - 60 + k * 0.5},0.5,4.0" for k in range(241)))
     meter.start()
     r2 = meter.stop()
-    assert r2.ok and r2.joules == pytest.approx(2.0 * (r2.detail["t_end"] -
-                                                       r2.detail["t_start"]))
+    assert r2.ok and r2.joules == pytest.approx(2.0 * (r2.detail["t_end"] - r2.detail["t_start"]))
     first, second = meter.readings()  # after the run both batches are covered
     assert first.ok and second.joules == pytest.approx(r2.joules)
 

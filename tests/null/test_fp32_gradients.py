@@ -1,12 +1,12 @@
 """The FP32 recipe's backward pass against finite differences of its own loss."""
-import numpy as np
 
 import dsptrain
+import numpy as np
+from dsptrain.algorithms import _float_layers as fl
+from dsptrain.algorithms import fp32
 from dsptrain.backends.ops_ref import RefBackend
 from dsptrain.execute import Executor, StepContext
 from dsptrain.graph import lower
-from dsptrain.algorithms import _float_layers as fl
-from dsptrain.algorithms import fp32
 from dsptrain.layout import im2col
 from dsptrain.models import build_model
 from dsptrain.nn import Add, BatchNorm2d, Conv2d, Flatten, GlobalAvgPool, Linear, MaxPool2d, Model, ReLU
@@ -14,9 +14,18 @@ from dsptrain.plan import place
 
 
 def tiny_model():
-    return Model("tiny", (6, 6, 2), 3, (
-        Conv2d("conv", 2, 3, 3, stride=1, padding=1), ReLU("relu"), MaxPool2d("pool"),
-        Flatten("flat"), Linear("fc", 27, 3)))
+    return Model(
+        "tiny",
+        (6, 6, 2),
+        3,
+        (
+            Conv2d("conv", 2, 3, 3, stride=1, padding=1),
+            ReLU("relu"),
+            MaxPool2d("pool"),
+            Flatten("flat"),
+            Linear("fc", 27, 3),
+        ),
+    )
 
 
 def loss_of(params, x, labels):
@@ -54,26 +63,43 @@ def test_fp32_gradients_match_finite_differences():
             minus = {k: v.astype(np.float64).copy() for k, v in params.items()}
             plus[name][idx] += eps
             minus[name][idx] -= eps
-            numeric = (loss_of(plus, x.astype(np.float64), labels) - loss_of(minus, x.astype(np.float64), labels)) / (2 * eps)
+            numeric = (loss_of(plus, x.astype(np.float64), labels) - loss_of(minus, x.astype(np.float64), labels)) / (
+                2 * eps
+            )
             assert abs(grad[idx] - numeric) < 1e-3 + 1e-2 * abs(numeric), (name, idx, grad[idx], numeric)
 
 
 # ---------------------------------------------------------------- residual networks (BN, add, average pool)
 
+
 def tiny_resnet():
     """A stem, then one BasicBlock-shaped block whose 1x1 shortcut and main path both read
     the stem, so the stem's error is the sum of two (FP32's join)."""
-    return Model("tiny_resnet", (4, 4, 2), 3, (
-        Conv2d("stem", 2, 3, 3, padding=1), ReLU("stem_relu"),
-        Conv2d("conv1", 3, 4, 3, padding=1), BatchNorm2d("bn1", 4), ReLU("relu1"),
-        Conv2d("conv2", 4, 4, 3, padding=1), BatchNorm2d("bn2", 4),
-        Conv2d("short", 3, 4, 1, source="stem_relu"), BatchNorm2d("short_bn", 4),
-        Add("add", skip_from="bn2"), ReLU("relu2"),
-        GlobalAvgPool("pool"), Linear("fc", 4, 3)))
+    return Model(
+        "tiny_resnet",
+        (4, 4, 2),
+        3,
+        (
+            Conv2d("stem", 2, 3, 3, padding=1),
+            ReLU("stem_relu"),
+            Conv2d("conv1", 3, 4, 3, padding=1),
+            BatchNorm2d("bn1", 4),
+            ReLU("relu1"),
+            Conv2d("conv2", 4, 4, 3, padding=1),
+            BatchNorm2d("bn2", 4),
+            Conv2d("short", 3, 4, 1, source="stem_relu"),
+            BatchNorm2d("short_bn", 4),
+            Add("add", skip_from="bn2"),
+            ReLU("relu2"),
+            GlobalAvgPool("pool"),
+            Linear("fc", 4, 3),
+        ),
+    )
 
 
 def resnet_loss(p, x, labels):
     """The tiny ResNet's mean cross-entropy in float64, written out from the layers' formulas."""
+
     def conv(v, name, k, pad):
         w = p[f"{name}.w"]
         out = im2col(v, k, k, 1, pad) @ w.reshape(len(w), -1).T
@@ -95,11 +121,11 @@ def resnet_loss(p, x, labels):
 def test_fp32_resnet_gradients_match_finite_differences():
     model, recipe, batch = tiny_resnet(), dsptrain.load_recipe("fp32"), 4
     graph = lower(model, recipe, batch)
-    assert any(op.kind == "fp32.join" for op in graph.ops)        # the stem's two errors are summed
+    assert any(op.kind == "fp32.join" for op in graph.ops)  # the stem's two errors are summed
     backends = {"ref": RefBackend()}
     rng = np.random.default_rng(1)
     params = fp32.init_params(model, recipe, rng)
-    for name in ("bn1", "bn2", "short_bn"):                      # away from gamma 1, beta 0
+    for name in ("bn1", "bn2", "short_bn"):  # away from gamma 1, beta 0
         params[f"{name}.gamma"] = (1 + 0.2 * rng.normal(size=4)).astype(np.float32)
         params[f"{name}.beta"] = (0.2 * rng.normal(size=4)).astype(np.float32)
     x = rng.normal(size=(batch, 4, 4, 2)).astype(np.float32)

@@ -2,8 +2,8 @@
 the profile key and its checks, the rate each op takes, and placement that sends a
 depthwise layer where its measured speed says it is fastest, with the batch-splitting and
 co-scheduling cost model reading the same rates (no native code)."""
-import pytest
 
+import pytest
 from dsptrain.calibrate import speeds_block, with_speeds_block, write_profile
 from dsptrain.cli import main
 from dsptrain.config import ConfigError, HookSpeeds, load_device, load_recipe
@@ -13,7 +13,7 @@ from dsptrain.models import build_model
 from dsptrain.plan import place
 from dsptrain.plan.rates import op_time, rate_key
 
-PRODUCT = ("absmax", "shift_round")   # what NITI's requantized products name beside their product hook
+PRODUCT = ("absmax", "shift_round")  # what NITI's requantized products name beside their product hook
 
 
 class _Backend:
@@ -44,8 +44,18 @@ def inverted_residual(batch=16, hw=8, c=16, expand=6) -> TrainGraph:
         w = b.param(f"{name}.w", (cout, k, k, 1 if hook == "dwconv2d" else cin), "int8")
         out = b.tensor(f"{name}.out", (batch, hw, hw, cout), "int8", "activation")
         macs = batch * hw * hw * cout * k * k * (1 if hook == "dwconv2d" else cin)
-        b.op(f"{name}.fwd", "niti.conv_fwd", name, "forward", (x, w), (out,), (f"{hook}_s8", *PRODUCT), macs,
-             stride=1, pad=k // 2)
+        b.op(
+            f"{name}.fwd",
+            "niti.conv_fwd",
+            name,
+            "forward",
+            (x, w),
+            (out,),
+            (f"{hook}_s8", *PRODUCT),
+            macs,
+            stride=1,
+            pad=k // 2,
+        )
         b.layer_io[name] = (x, out)
         x = out
     err = b.tensor("err.project", (batch, hw, hw, c), "int8", "error")
@@ -53,13 +63,34 @@ def inverted_residual(batch=16, hw=8, c=16, expand=6) -> TrainGraph:
         x_in, _ = b.layer_io[name]
         macs = b.find(f"{name}.fwd").macs
         grad = b.tensor(f"{name}.grad", b.tensors[f"{name}.w"].shape, "int32", "grad")
-        b.op(f"{name}.bwd_weight", "niti.conv_bwd_weight", name, "backward", (err, x_in), (grad,),
-             (f"{hook}_bwd_weight_s8",), macs, stride=1, pad=k // 2, kernel=(k, k))
+        b.op(
+            f"{name}.bwd_weight",
+            "niti.conv_bwd_weight",
+            name,
+            "backward",
+            (err, x_in),
+            (grad,),
+            (f"{hook}_bwd_weight_s8",),
+            macs,
+            stride=1,
+            pad=k // 2,
+            kernel=(k, k),
+        )
         err_in = b.tensor(f"err.{name}", b.tensors[x_in].shape, "int8", "error")
-        b.op(f"{name}.bwd_data", "niti.conv_bwd_data", name, "backward", (err, f"{name}.w"), (err_in,),
-             (f"{hook}_bwd_data_s8", *PRODUCT), macs, stride=1, pad=k // 2, in_hw=(hw, hw))
-        b.op(f"{name}.update", "niti.update", name, "update", (f"{name}.w", grad), (f"{name}.w",),
-             ("niti_update_s8",))
+        b.op(
+            f"{name}.bwd_data",
+            "niti.conv_bwd_data",
+            name,
+            "backward",
+            (err, f"{name}.w"),
+            (err_in,),
+            (f"{hook}_bwd_data_s8", *PRODUCT),
+            macs,
+            stride=1,
+            pad=k // 2,
+            in_hw=(hw, hw),
+        )
+        b.op(f"{name}.update", "niti.update", name, "update", (f"{name}.w", grad), (f"{name}.w",), ("niti_update_s8",))
         err = err_in
     return TrainGraph("niti", batch, b.ops, b.tensors, b.params, "project.out", takes_given_shift=True)
 
@@ -107,7 +138,7 @@ def test_a_depthwise_layer_goes_where_its_measured_speed_is_higher(tmp_path):
     slow_dw = _profile(tmp_path, MEASURED.format(clock="1.0e+9", dw="2.0"), "slow")
     plan = place(graph, _both(), device=slow_dw, placement="profile")
     assert set(_where(plan, graph, "dw").values()) == {"cpu"}
-    for layer in ("expand", "project"):        # the pointwise products stay on the DSP
+    for layer in ("expand", "project"):  # the pointwise products stay on the DSP
         assert set(_where(plan, graph, layer).values()) == {"dsp"}
     declined = dict(plan.placement["dw.fwd"].declined)["dsp"]
     assert "dwconv2d_s8 measured" in declined and "faster on the CPU" in declined
@@ -142,8 +173,11 @@ def test_profiles_without_measured_speeds_keep_todays_placement(tmp_path):
 
 
 def test_rates_fall_back_from_pointwise_to_the_hook_to_the_processor(tmp_path):
-    profile = _profile(tmp_path, "dsp: {clock_hz: 5.0e+8, macs_per_s: 7.0e+9}\n"
-                                 "hook_speeds: {dsp: {conv2d_s8: 100.0, conv2d_s8.pointwise: 40.0}}\n")
+    profile = _profile(
+        tmp_path,
+        "dsp: {clock_hz: 5.0e+8, macs_per_s: 7.0e+9}\n"
+        "hook_speeds: {dsp: {conv2d_s8: 100.0, conv2d_s8.pointwise: 40.0}}\n",
+    )
     dsp = speeds(profile, "dsp")
     assert dsp.rate("conv2d_s8.pointwise") == (40.0 * 5e8, "measured conv2d_s8.pointwise")
     assert dsp.rate("conv2d_s8") == (100.0 * 5e8, "measured conv2d_s8")
@@ -158,14 +192,17 @@ def test_co_scheduling_and_splitting_read_the_measured_rates(tmp_path):
     base = "dsp: {call_s: 1.0e-9, macs_per_s: 1.0e+12}\ncpu: {call_s: 1.0e-9, macs_per_s: 1.0e+12, l2: 64KiB}\n"
     fast = _profile(tmp_path, base, "fast")
     # the DSP's depthwise kernels measured slow: its stage of the pipeline grows by their time
-    slow = _profile(tmp_path, base + "hook_speeds: {dsp: {dwconv2d_s8: 0.001, dwconv2d_bwd_data_s8: 0.001, "
-                                      "dwconv2d_bwd_weight_s8: 0.001}}\n", "slow")
+    slow = _profile(
+        tmp_path,
+        base + "hook_speeds: {dsp: {dwconv2d_s8: 0.001, dwconv2d_bwd_data_s8: 0.001, dwconv2d_bwd_weight_s8: 0.001}}\n",
+        "slow",
+    )
     plan = place(graph, {"dsp": _Backend("dsp"), "cpu": _Backend("cpu")}, co_schedule=True)
     work = plan.replace(device=fast).pipeline_work()
     dw_macs = sum(op.macs for op in graph.ops if op.layer == "dw" and op.phase != "update")
     _, why_fast = micro_batch_count(work, fast, 64)
     _, why_slow = micro_batch_count(work, slow, 64)
-    dsp_ms = lambda why: float(why.split("DSP ")[1].split(" ms")[0])   # noqa: E731
+    dsp_ms = lambda why: float(why.split("DSP ")[1].split(" ms")[0])  # noqa: E731
     assert dsp_ms(why_slow) - dsp_ms(why_fast) == pytest.approx(dw_macs / (0.001 * 1e9) * 1e3, rel=0.01)
     # batch splitting: a product compute-bound at its measured rate saves nothing by fitting the L2
     op = graph.op("dw.fwd")
@@ -176,15 +213,18 @@ def test_co_scheduling_and_splitting_read_the_measured_rates(tmp_path):
     assert split_net_seconds(slow_cpu, "cpu", streamed, 0, 0, 2, op.macs) > 0
 
 
-@pytest.mark.parametrize("text, key, shown", [
-    ("hook_speeds: {cpu: {dwconv3d_s8: 1.0e+9}}", "hook_speeds.cpu.dwconv3d_s8", "dwconv3d_s8"),
-    ("hook_speeds: {cpu: {dwconv2d_s8: -5.0}}", "hook_speeds.cpu.dwconv2d_s8", "-5.0"),
-    ("hook_speeds: {cpu: {dwconv2d_s8: fast}}", "hook_speeds.cpu.dwconv2d_s8", "'fast'"),
-    ("hook_speeds: {dsp: {conv2d_s8: 1.0e+9}}", "hook_speeds.dsp.conv2d_s8", "1000000000.0"),
-    ("hook_speeds: {dsp: {conv2d_s8: .nan}}", "hook_speeds.dsp.conv2d_s8", "nan"),
-    ("hook_speeds: {gpu: {conv2d_s8: 1.0}}", "hook_speeds.gpu", "unknown key"),
-    ("hook_speeds: {measured: {npu: today}}", "hook_speeds.measured.npu", "today"),
-])
+@pytest.mark.parametrize(
+    "text, key, shown",
+    [
+        ("hook_speeds: {cpu: {dwconv3d_s8: 1.0e+9}}", "hook_speeds.cpu.dwconv3d_s8", "dwconv3d_s8"),
+        ("hook_speeds: {cpu: {dwconv2d_s8: -5.0}}", "hook_speeds.cpu.dwconv2d_s8", "-5.0"),
+        ("hook_speeds: {cpu: {dwconv2d_s8: fast}}", "hook_speeds.cpu.dwconv2d_s8", "'fast'"),
+        ("hook_speeds: {dsp: {conv2d_s8: 1.0e+9}}", "hook_speeds.dsp.conv2d_s8", "1000000000.0"),
+        ("hook_speeds: {dsp: {conv2d_s8: .nan}}", "hook_speeds.dsp.conv2d_s8", "nan"),
+        ("hook_speeds: {gpu: {conv2d_s8: 1.0}}", "hook_speeds.gpu", "unknown key"),
+        ("hook_speeds: {measured: {npu: today}}", "hook_speeds.measured.npu", "today"),
+    ],
+)
 def test_bad_hook_speeds_name_file_key_and_value(tmp_path, text, key, shown):
     with pytest.raises(ConfigError) as info:
         _profile(tmp_path, text + "\n", "bad")
@@ -215,7 +255,7 @@ def test_the_written_block_replaces_itself_and_keeps_the_rest(tmp_path):
     assert "# kept" in text and text.count("written by `dsptrain calibrate`") == 1
     copy = load_device(str(tmp_path / "copy.yaml"))
     assert copy.hook_speeds == HookSpeeds({"cpu": "a", "dsp": 'say "b"'}, {"gemm_s8": 1.25e10}, {"dwconv2d_s8": 47.5})
-    assert load_device(str(source)).hook_speeds.cpu == loaded.hook_speeds.cpu   # --out left the source alone
+    assert load_device(str(source)).hook_speeds.cpu == loaded.hook_speeds.cpu  # --out left the source alone
     # a block in the middle is replaced where it stands; the key after it stays
     middle = with_speeds_block("name: m\n" + speeds_block(first) + "description: after\n", speeds_block(second))
     assert middle.count("\nhook_speeds:") == 1 and middle.endswith("description: after\n") and "gemm_s8" in middle
@@ -230,8 +270,10 @@ def test_plan_ops_shows_each_ops_modeled_time_and_rate(tmp_path, capsys):
     profile = tmp_path / "dev.yaml"
     profile.write_text("name: dev\nhook_speeds: {cpu: {conv2d_s8: 1.0e+9}, dsp: {conv2d_s8: 10.0}}\n")
     run = tmp_path / "run.yaml"
-    run.write_text(f"name: r\nrecipe: niti\nmodel: {{name: lenet5}}\ndata: {{dataset: synthetic}}\n"
-                   f"scheduler: {{device: {profile}}}\n")
+    run.write_text(
+        f"name: r\nrecipe: niti\nmodel: {{name: lenet5}}\ndata: {{dataset: synthetic}}\n"
+        f"scheduler: {{device: {profile}}}\n"
+    )
     assert main(["plan", str(run), "--backend", "ref", "--ops"]) == 0
     out = capsys.readouterr().out
     assert "modeled time per op (profile dev" in out

@@ -1,5 +1,6 @@
 """The layout docs/ARCHITECTURE.md describes holds: imports run down the flow, never back up,
 and only backends/ imports a backend's module (scripts/check_layout.py reads the source)."""
+
 import importlib.util
 from pathlib import Path
 

@@ -1,18 +1,18 @@
 """The memory planner on its own: lifetimes, arena offsets, recompute schedules, budgets."""
+
 import textwrap
 
+import dsptrain
 import numpy as np
 import pytest
-
-import dsptrain
-from dsptrain.memory.budget import Available, BudgetError, Schedule, parse_size, source_from_config
 from dsptrain.config import MemoryConfig
 from dsptrain.errors import ConfigError
 from dsptrain.graph import lower
-from dsptrain.memory.planner import Buffer, _assign_offsets, plan_memory
+from dsptrain.memory.budget import Available, BudgetError, Schedule, parse_size, source_from_config
 from dsptrain.memory.fit import Fitter
-from dsptrain.models import build_model
+from dsptrain.memory.planner import Buffer, _assign_offsets, plan_memory
 from dsptrain.memory.recompute import build_schedule, candidates, chen_sqrt_keep, variants
+from dsptrain.models import build_model
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_greedy_by_size_packs_disjoint_lifetimes_into_the_same_bytes():
     buffers = [Buffer(0, 1000, 0, 2), Buffer(1, 600, 3, 5), Buffer(2, 300, 1, 4), Buffer(3, 256, 6, 6)]
     _assign_offsets(buffers)
     assert buffers[0].offset == 0 and buffers[1].offset == 0 and buffers[3].offset == 0
-    assert buffers[2].offset >= 1024      # alive with both large ones: above them
+    assert buffers[2].offset >= 1024  # alive with both large ones: above them
 
 
 @pytest.mark.parametrize("mode", ["none", "sqrt", "all", "budget"])
@@ -55,7 +55,7 @@ def test_every_plan_keeps_each_value_until_its_last_read(graph, mode):
 
 def _read_before_rewritten(plan, i, t) -> bool:
     """Does a step after step i read the value of `t` that step i wrote?"""
-    for step in plan.schedule[i + 1:]:
+    for step in plan.schedule[i + 1 :]:
         if t in step.op.inputs:
             return True
         if t in step.op.outputs:
@@ -79,13 +79,14 @@ def test_a_value_no_step_reads_takes_no_slot(mode):
             for t in step.op.outputs:
                 if t in plan.writes[i]:
                     assert _read_before_rewritten(plan, i, t) or t in persistent, (
-                        f"{plan.label}: step {i} {step.op.name} keeps unread {t}")
+                        f"{plan.label}: step {i} {step.op.name} keeps unread {t}"
+                    )
                 else:
                     dropped += step.recompute and step.op.kind == "octo.product_comp"
                     assert t not in persistent and not _read_before_rewritten(plan, i, t), (plan.label, step.op.name, t)
-    if mode == "all":     # keep none: every product rebuilt for its raw product drops the other output
+    if mode == "all":  # keep none: every product rebuilt for its raw product drops the other output
         assert dropped > 0
-    if mode == "none":    # nothing rebuilt
+    if mode == "none":  # nothing rebuilt
         assert dropped == 0
 
 
@@ -157,20 +158,25 @@ def test_sizes_and_budget_sources(tmp_path):
     assert Available("100KB", meminfo).at(0, in_use=5) == 900 * 1024 + 5
 
 
-@pytest.mark.parametrize("value, key, says", [
-    ('"lots"', "memory.budget", "'lots' is not a size"),
-    ("0", "memory.budget", "at least 1 byte"),
-    ("{-1: 64MB}", "memory.budget.-1", "step -1"),
-    ("{0: 12XB}", "memory.budget.0", "'12XB' is not a size"),
-    ('{}', "memory.budget", "empty schedule"),
-])
+@pytest.mark.parametrize(
+    "value, key, says",
+    [
+        ('"lots"', "memory.budget", "'lots' is not a size"),
+        ("0", "memory.budget", "at least 1 byte"),
+        ("{-1: 64MB}", "memory.budget.-1", "step -1"),
+        ("{0: 12XB}", "memory.budget.0", "'12XB' is not a size"),
+        ("{}", "memory.budget", "empty schedule"),
+    ],
+)
 def test_bad_budgets_name_file_key_and_value(tmp_path, value, key, says):
     path = tmp_path / "run.yaml"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         recipe: niti
         model: {{name: lenet5}}
         memory: {{budget: {value}}}
-        """))
+        """)
+    )
     with pytest.raises(ConfigError) as info:
         dsptrain.load_run(path)
     assert str(path) in str(info.value) and key in str(info.value) and says in str(info.value)
@@ -185,7 +191,7 @@ def test_plan_command_prints_peak_breakdown_and_choice(tmp_path, capsys):
     out = capsys.readouterr().out
     for text in ("without the memory layer", "weights", "activations", "op workspace", "budget 1.0 MB"):
         assert text in out
-    assert "backend scratch" not in out            # the reference backend keeps none
+    assert "backend scratch" not in out  # the reference backend keeps none
     assert main(["plan", str(path), "--budget", "10KB", "--backend", "ref"]) == 2
     assert "smallest feasible budget" in capsys.readouterr().err
 
@@ -201,7 +207,7 @@ def test_the_cost_grows_as_slices_shrink_with_the_weights_each_slice_streams_aga
     wgrad = next(op for op in graph.ops if op.kind.endswith("conv_bwd_weight"))
     weight = next(t for t in fwd.inputs if graph.tensors[t].role == "weight")
     assert whole_operand_bytes(graph, fwd) == graph.tensors[weight].nbytes
-    grad = wgrad.outputs[0]     # written by every slice, then summed: twice, at its int32/int64 width
+    grad = wgrad.outputs[0]  # written by every slice, then summed: twice, at its int32/int64 width
     assert whole_operand_bytes(graph, wgrad) == 2 * int(np.prod(graph.tensors[grad].shape)) * 4
     # one row per slice: every slice streams the weights again, calls multiply
     assert costs[-1] > 1.5 * costs[0]
@@ -221,9 +227,13 @@ def test_batch_norm_is_never_sliced_by_rows_and_a_micro_batched_step_matches(tmp
     rng = np.random.default_rng(0)
     images, labels = rng.integers(0, 256, (16, 28, 28, 1), dtype=np.uint8), rng.integers(0, 10, 16)
     weights = {}
-    for label, memory in (("plain", MemoryConfig()), ("sliced", MemoryConfig(micro_batch=4, arena=True, recompute="none"))):
-        trainer = dsptrain.Trainer(dataclasses.replace(run, memory=memory), backend="ref", progress=False,
-                                   out_dir=tmp_path / label)
+    for label, memory in (
+        ("plain", MemoryConfig()),
+        ("sliced", MemoryConfig(micro_batch=4, arena=True, recompute="none")),
+    ):
+        trainer = dsptrain.Trainer(
+            dataclasses.replace(run, memory=memory), backend="ref", progress=False, out_dir=tmp_path / label
+        )
         stats = trainer.step(images, labels)
         weights[label] = {k: np.array(v) for k, v in trainer.state.items()}
     assert stats.micro_batch == 4
@@ -240,8 +250,10 @@ def test_plan_command_reports_the_plan_a_training_step_gets(tmp_path, capsys):
     from dsptrain.memory import describe
 
     path = tmp_path / "run.yaml"
-    path.write_text("recipe: niti\nmodel: {name: lenet5}\nmemory: {budget: 2MB, recompute: auto}\n"
-                    "train: {batch_size: 32, freeze: ['conv1']}\nscheduler: {co_schedule: true}\n")
+    path.write_text(
+        "recipe: niti\nmodel: {name: lenet5}\nmemory: {budget: 2MB, recompute: auto}\n"
+        "train: {batch_size: 32, freeze: ['conv1']}\nscheduler: {co_schedule: true}\n"
+    )
     assert main(["plan", str(path), "--backend", "ref"]) == 0
     out = capsys.readouterr().out
     run = dsptrain.load_run(path)

@@ -1,8 +1,8 @@
 """The backends' own scratch in the memory plan: Backend.scratch_bytes, counted per buffer
 at its largest (a grow-only buffer is kept), added to every option's peak."""
-import pytest
 
 import dsptrain
+import pytest
 from dsptrain.backends.base import Backend
 from dsptrain.backends.ops_cpu import CpuBackend
 from dsptrain.backends.ops_ref import RefBackend
@@ -26,15 +26,17 @@ def test_the_hook_is_optional_and_counts_nothing_by_default(graph):
 
 
 def test_each_buffer_counts_once_at_its_largest_and_adds_to_every_peak(graph):
-    def scratch(op, rows):     # one shared buffer sized by the op's MACs, one per op
+    def scratch(op, rows):  # one shared buffer sized by the op's MACs, one per op
         return {"shared": op.macs // 100 * rows // graph.batch, f"own.{op.name}": 64}
 
     kept = kept_scratch(graph, scratch, graph.batch)
     assert kept["shared"] == max(op.macs for op in graph.ops) // 100
     assert sum(name.startswith("own.") for name in kept) == sum(not op.kind.endswith(".reshape") for op in graph.ops)
     plain, counted = Fitter(graph), Fitter(graph, scratch=scratch)
-    for a, b in zip(sorted(plain.options, key=lambda o: (o.label, o.peak)),
-                    sorted(counted.options, key=lambda o: (o.label, o.peak - o.scratch))):
+    for a, b in zip(
+        sorted(plain.options, key=lambda o: (o.label, o.peak)),
+        sorted(counted.options, key=lambda o: (o.label, o.peak - o.scratch)),
+    ):
         assert b.peak - a.peak == b.scratch == sum(kept_scratch(graph, scratch, b.micro_batch).values())
 
 
@@ -47,7 +49,7 @@ def test_cpu_scratch_comes_from_the_kernels_shapes_and_shrinks_with_the_slice():
     assert all(name.startswith("cpu:") for name in full)
     assert sum(sliced.values()) < sum(full.values())
     conv = next(op for op in graph.ops if op.kind.endswith("conv_fwd"))
-    assert plan.backends["cpu"].scratch_bytes(graph, conv, 64)   # a product keeps something
+    assert plan.backends["cpu"].scratch_bytes(graph, conv, 64)  # a product keeps something
     relu = next(op for op in graph.ops if op.kind.endswith("relu_fwd"))
     assert plan.backends["cpu"].scratch_bytes(graph, relu, 64) == {}
     chosen = plan.fitter().choose(None)
@@ -56,8 +58,8 @@ def test_cpu_scratch_comes_from_the_kernels_shapes_and_shrinks_with_the_slice():
 
 @pytest.mark.skipif(not CpuBackend.available()[0], reason="cpu backend not built")
 def test_plan_command_counts_the_backends_scratch_in_peak_and_breakdown(tmp_path, capsys):
-    from dsptrain.memory.budget import format_size
     from dsptrain.cli import main
+    from dsptrain.memory.budget import format_size
 
     path = tmp_path / "run.yaml"
     path.write_text("recipe: niti\nmodel: {name: lenet5}\nmemory: {budget: 4MB}\n")
@@ -84,9 +86,8 @@ def test_planned_scratch_bounds_what_each_cpu_product_keeps(name):
     or take the few buffers it rounds up; MLS's int16 and FP8's FP16 products (their packed
     operands, gemm_exact.cpp) and FP32's convolutions (a block of patches, a padded image,
     conv_f32.cpp) keep exactly what the plan counts."""
-    import numpy as np
-
     import dsptrain._cpu_ops as native
+    import numpy as np
     from dsptrain.algorithms import algorithm_module
     from dsptrain.execute import Executor, StepContext
 
@@ -100,8 +101,14 @@ def test_planned_scratch_bounds_what_each_cpu_product_keeps(name):
     env["input"] = algorithm.prepare_input(rng.integers(0, 256, (8, 28, 28, 1), dtype=np.uint8))
     env["labels"] = rng.integers(0, 10, 8)
     ctx = StepContext(recipe, graph, 0, 0, 0, 8)
-    products = [op for op in graph.ops if op.macs and plan.backend_of(op) == "cpu" and op.phase != "update"
-                and (name != "fp32" or op.product is not None)]   # FP32's linear layers: gemm_f32 keeps nothing
+    products = [
+        op
+        for op in graph.ops
+        if op.macs
+        and plan.backend_of(op) == "cpu"
+        and op.phase != "update"
+        and (name != "fp32" or op.product is not None)
+    ]  # FP32's linear layers: gemm_f32 keeps nothing
     assert {op.name for op in products} >= {"conv1.fwd", "conv2.bwd_data", "conv1.bwd_weight"}
     assert name == "fp32" or "fc1.fwd" in {op.name for op in products}
     assert all(op.product is not None for op in products), [op.name for op in products if op.product is None]

@@ -3,12 +3,12 @@ training step puts into the environment has no more bytes than the graph's Tenso
 planner placed (an arena slot of that size, or the peak it reports). The emulated recipes'
 quantized operands are int8 only for 8-bit grids: MLS's group-shifted elements are int16,
 FP8's grid values float32, AFP's errors int16 once a layer widens to 16 bits."""
+
 import dataclasses
 
+import dsptrain
 import numpy as np
 import pytest
-
-import dsptrain
 from dsptrain.algorithms import algorithm_module
 from dsptrain.backends.ops_ref import RefBackend
 from dsptrain.execute import Executor, StepContext
@@ -53,7 +53,7 @@ def test_emulated_quantized_operands_are_planned_at_their_element_size():
     assert {sizes["octo"][t][1] for t in ("conv1.xq", "fc1.wq", "conv2.eq")} == {"int8"}
     assert {sizes["mls"][t][1] for t in ("conv1.xq", "fc1.wq", "conv2.eq")} == {"int16"}
     assert {sizes["fp8"][t][1] for t in ("conv1.xq", "fc1.wq", "conv2.eq")} == {"float32"}
-    for t in ("conv1.xq", "fc1.wq", "conv2.eq"):   # the same shapes: 2x and 4x an int8 tensor's bytes
+    for t in ("conv1.xq", "fc1.wq", "conv2.eq"):  # the same shapes: 2x and 4x an int8 tensor's bytes
         assert sizes["mls"][t][0] == 2 * sizes["octo"][t][0] and sizes["fp8"][t][0] == 4 * sizes["octo"][t][0]
 
 
@@ -120,13 +120,13 @@ def test_the_emulated_products_workspace_is_what_they_allocate(name):
 
     batch = 16
     graph, plan, measured = _allocated_per_op(dsptrain.load_recipe(name), batch, seed=2)
-    products = [op for op in graph.ops if op.kind.endswith((".product", ".product_comp"))]   # Octo's: + its layer
-    assert len(products) == 14    # 5 forward, 5 weight-gradient, 4 backward-data (none into the input)
+    products = [op for op in graph.ops if op.kind.endswith((".product", ".product_comp"))]  # Octo's: + its layer
+    assert len(products) == 14  # 5 forward, 5 weight-gradient, 4 backward-data (none into the input)
     for op in products:
         # the op's workspace, and what the recipe keeps from it (MLS's patch cache entry)
         planned, got = op_workspace(graph, op, batch) + _kept_by_recipe(plan, op, batch), measured[op.name]
         assert got <= planned * 1.02 + 4096, f"{name} {op.name}: allocated {got} bytes, planned {planned}"
-        if not (name == "mls" and op.name.startswith("conv")):   # the cached patches: see above
+        if not (name == "mls" and op.name.startswith("conv")):  # the cached patches: see above
             assert planned <= got * 1.5 + 4096, f"{name} {op.name}: planned {planned} bytes, allocated {got}"
 
 
@@ -141,7 +141,7 @@ def test_no_op_allocates_more_than_its_planned_workspace(name):
     from dsptrain.memory.planner import op_workspace
 
     batch, recipe = 32, dsptrain.load_recipe(name.split("-")[0])
-    if name == "afp-16":   # a threshold nothing stays under: errors go to 16 bits at the first check
+    if name == "afp-16":  # a threshold nothing stays under: errors go to 16 bits at the first check
         recipe = dataclasses.replace(recipe, params={**recipe.params, "error_threshold": 1e-12})
     graph, plan, measured = _allocated_per_op(recipe, batch, seed=4)
     over = {}

@@ -1,18 +1,18 @@
 """Recipe pieces beyond the number grids: Octo's compensation layer, WAGEUBN's integer
 batch norm, NITI's residual add and average pool, ResNet lowering, recipe params."""
+
 import subprocess
 import sys
 
+import dsptrain
 import numpy as np
 import pytest
-
-import dsptrain
 from dsptrain.algorithms import _float_layers as fl
-from dsptrain.float_ops import compensation_bwd as compensation_backward
-from dsptrain.float_ops import compensation_fwd as compensation_forward
 from dsptrain.algorithms.wageubn import BN_GRIDS, on_grid
 from dsptrain.backends.ops_ref import RefBackend
 from dsptrain.errors import ConfigError
+from dsptrain.float_ops import compensation_bwd as compensation_backward
+from dsptrain.float_ops import compensation_fwd as compensation_forward
 from dsptrain.graph import lower
 from dsptrain.models import build_model
 
@@ -32,13 +32,13 @@ def numeric_gradient(f, x, eps=1e-6):
 def test_compensation_layer_gradients_match_finite_differences():
     rng = np.random.default_rng(0)
     z, scale, shift = rng.normal(size=(3, 2, 2, 4)), rng.normal(size=4) * 0.1, rng.normal(size=4) * 0.1
-    weights = rng.normal(size=z.shape)          # loss = sum(weights * y), so dL/dy = weights
+    weights = rng.normal(size=z.shape)  # loss = sum(weights * y), so dL/dy = weights
     loss = lambda z_, s_, b_: float(np.sum(weights * (z_ * (1 + s_) + b_)))
     dz, ds, db = compensation_backward(weights.astype(np.float32), z, scale)
     np.testing.assert_allclose(dz, numeric_gradient(lambda v: loss(v, scale, shift), z), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(ds, numeric_gradient(lambda v: loss(z, v, shift), scale), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(db, numeric_gradient(lambda v: loss(z, scale, v), shift), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(compensation_forward(z, np.zeros(4), np.zeros(4)), z, rtol=1e-6)   # starts as identity
+    np.testing.assert_allclose(compensation_forward(z, np.zeros(4), np.zeros(4)), z, rtol=1e-6)  # starts as identity
 
 
 def float64_batch_norm(x, gamma, beta):
@@ -66,7 +66,7 @@ def on_pow2_grid(values, bits):
 
 def test_integer_batch_norm_stays_on_its_grids_and_near_float64():
     rng = np.random.default_rng(2)
-    x = np.round(rng.normal(size=(8, 4, 4, 3)) * 40) / 16        # activations on a fixed-point grid
+    x = np.round(rng.normal(size=(8, 4, 4, 3)) * 40) / 16  # activations on a fixed-point grid
     gamma, beta = np.array([1.0, 0.7, 1.3]), np.array([0.1, -0.2, 0.0])
     y, xhat, inv, _, _ = fl.bn_forward_values(x, gamma, beta, np.zeros(3), np.ones(3), True, BN_GRIDS)
     assert on_pow2_grid(xhat, 16) and on_pow2_grid(inv, 16)
@@ -74,26 +74,26 @@ def test_integer_batch_norm_stays_on_its_grids_and_near_float64():
     assert on_pow2_grid(g8, 8) and on_pow2_grid(b8, 8)
     np.testing.assert_allclose(y, g8 * xhat + b8, rtol=1e-12)
     exact = float64_batch_norm(x, gamma, beta)
-    assert np.abs(y - exact).max() < 0.02                  # 8-bit gamma/beta dominate the difference
+    assert np.abs(y - exact).max() < 0.02  # 8-bit gamma/beta dominate the difference
     err = rng.normal(size=x.shape)
     dx, dg, db = fl.bn_backward_values(err, xhat, inv, gamma, BN_GRIDS)
     dx_f, dg_f, db_f = fl.bn_backward_values(err, *fl.bn_forward_values(x, gamma, beta, 0, 1, True)[1:3], gamma)
     e8 = on_grid(err, 8)
-    np.testing.assert_allclose(db, e8.sum(axis=(0, 1, 2)))   # the incoming error is 8-bit
+    np.testing.assert_allclose(db, e8.sum(axis=(0, 1, 2)))  # the incoming error is 8-bit
     assert np.abs(dx - dx_f).max() < 0.05 * np.abs(dx_f).max()
     assert np.abs(dg - dg_f).max() < 0.05 * np.abs(dg_f).max()
 
 
 def test_residual_add_aligns_on_the_coarser_exponent():
     be = RefBackend()
-    a = np.array([100, -50, 3, 127], np.int8)          # exponent -4
-    b = np.array([64, 64, -7, 127], np.int8)           # exponent -6: the finer, shifted right by 2
+    a = np.array([100, -50, 3, 127], np.int8)  # exponent -4
+    b = np.array([64, 64, -7, 127], np.int8)  # exponent -6: the finer, shifted right by 2
     q, e = be.add_align_s8(a, -4, b, -6, "round", None)
     exact = a * 2.0**-4 + b * 2.0**-6
-    assert e == -3                                      # 127 + 32 = 159 needs one more bit
+    assert e == -3  # 127 + 32 = 159 needs one more bit
     assert np.abs(q * 2.0**e - exact).max() <= 2.0**-3  # within one step of the result's grid
     np.testing.assert_array_equal(q, [58, -17, 1, 80])  # (100+16)/2, (-50+16)/2, (3-2)/2, (127+32)/2: halves round up
-    q2, e2 = be.add_align_s8(b, -6, a, -4, "round", None)   # order does not matter
+    q2, e2 = be.add_align_s8(b, -6, a, -4, "round", None)  # order does not matter
     np.testing.assert_array_equal(q2, q)
     assert e2 == e
     same, e3 = be.add_align_s8(np.array([3], np.int8), 0, np.array([4], np.int8), 0, "round", None)
@@ -116,16 +116,16 @@ def test_resnet_lowering_shapes(name, blocks, convs):
     assert model.input_shape == (32, 32, 3) and model.shapes()[-2:] == [(512,), (10,)]
     graph = lower(model, dsptrain.load_recipe("octo"), 2)
     t = graph.tensors
-    assert t["conv1.out"].shape == (2, 32, 32, 64)                          # CIFAR stem: no max-pool
-    assert t["layer2.0.short.out"].shape == (2, 16, 16, 128)                # strided 1x1 shortcut
+    assert t["conv1.out"].shape == (2, 32, 32, 64)  # CIFAR stem: no max-pool
+    assert t["layer2.0.short.out"].shape == (2, 16, 16, 128)  # strided 1x1 shortcut
     assert t["layer4.0.conv1.w"].shape == (512, 3, 3, 256)
     assert t["avgpool.out"].shape == (2, 512)
     assert sum(1 for op in graph.ops if op.kind == "octo.add") == blocks
-    assert sum(1 for op in graph.ops if op.name.endswith(".quant_w")) == convs       # convs and the fc
+    assert sum(1 for op in graph.ops if op.name.endswith(".quant_w")) == convs  # convs and the fc
     # every block input is read twice (main path and shortcut): its errors are joined
     joins = [op for op in graph.ops if op.kind == "octo.join"]
     assert len(joins) == blocks and all(len(op.inputs) == 2 for op in joins)
-    assert "err.conv1" not in t                                            # no error into the input
+    assert "err.conv1" not in t  # no error into the input
 
 
 def test_niti_resnet_without_bn_joins_integer_errors_with_alignment():
@@ -143,13 +143,15 @@ def test_niti_runs_batch_norm_in_float_between_int8_products():
     model = build_model("resnet18")
     graph = lower(model, dsptrain.load_recipe("niti"), 2)
     formats = precision.layer_formats(graph)
-    assert {formats[layer.name] for layer in model.layers if type(layer).__name__ in ("Conv2d", "Linear")} == {"integer"}
+    assert {formats[layer.name] for layer in model.layers if type(layer).__name__ in ("Conv2d", "Linear")} == {
+        "integer"
+    }
     assert {formats[layer.name] for layer in model.layers if type(layer).__name__ == "BatchNorm2d"} == {"float"}
     bn = graph.op("bn1.fwd")
     assert bn.kind == "fp32.bn_fwd" and graph.tensors[bn.inputs[0]].dtype == "float32"
     assert graph.op(f"{bn.inputs[0]}.cast").kind == "niti.to_float"
     assert graph.op("conv1.fwd").kind == "niti.conv_fwd"
-    for op in graph.ops:   # integer ops read and write no float tensor, float ones no int8 tensor
+    for op in graph.ops:  # integer ops read and write no float tensor, float ones no int8 tensor
         dtypes = {graph.tensors[t].dtype for t in (*op.inputs, *op.outputs)} - {"int64", "int32", "uint8", "bool"}
         if not precision.is_cast(op):
             assert dtypes == ({"int8"} if op.kind.startswith("niti.") else {"float32"}), (op, dtypes)
@@ -157,8 +159,11 @@ def test_niti_runs_batch_norm_in_float_between_int8_products():
     # NITI's errors are per sample (no 1/N): gamma's and beta's SGD takes the rate over the batch
     float_updates = [op for op in graph.ops if op.kind == "fp32.sgd"]
     assert len(float_updates) == 40 and {op.attrs["lr_divisor"] for op in float_updates} == {2}
-    assert {op.attrs.get("lr_divisor", 1) for op in lower(model, dsptrain.load_recipe("fp32"), 2).ops
-            if op.kind == "fp32.sgd"} == {1}
+    assert {
+        op.attrs.get("lr_divisor", 1)
+        for op in lower(model, dsptrain.load_recipe("fp32"), 2).ops
+        if op.kind == "fp32.sgd"
+    } == {1}
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -167,9 +172,17 @@ def test_every_recipe_lowers_lenet(recipe):
     assert graph.ops[-1].phase == "update"
 
 
-@pytest.mark.parametrize("recipe,key,value", [("octo", "prc_momentum", 2.0), ("octo", "bogus", 1),
-                                              ("fp8", "loss_scale", 1000), ("afp", "high_bits", 40),
-                                              ("mls", "group_bits", 9), ("wageubn", "first_last", "fp16")])
+@pytest.mark.parametrize(
+    "recipe,key,value",
+    [
+        ("octo", "prc_momentum", 2.0),
+        ("octo", "bogus", 1),
+        ("fp8", "loss_scale", 1000),
+        ("afp", "high_bits", 40),
+        ("mls", "group_bits", 9),
+        ("wageubn", "first_last", "fp16"),
+    ],
+)
 def test_bad_recipe_params_name_the_key(recipe, key, value):
     with pytest.raises(ConfigError, match=f"params.{key}"):
         dsptrain.load_recipe(recipe, {"params": {key: value}})
@@ -187,12 +200,20 @@ def test_recipes_command_lists_every_recipe_with_its_formats():
 def test_niti_casts_round_by_the_roles_mode(rounding, tmp_path):
     """A float layer's output cast to int8 takes the role's rounding; psto (drawn from an
     integer's discarded bits) casts a float as sto."""
-    errors = {"format": "int", "bits": 8, "scale": "pow2", "granularity": "tensor", "rounding": rounding,
-              "rescale": {"policy": "dynamic"}}
+    errors = {
+        "format": "int",
+        "bits": 8,
+        "scale": "pow2",
+        "granularity": "tensor",
+        "rounding": rounding,
+        "rescale": {"policy": "dynamic"},
+    }
     path = tmp_path / "r.yaml"
-    path.write_text("name: r\nbackend: ref\nenergy: estimate\nmodel: {name: lenet5_bn}\n"
-                    "data: {dataset: synthetic, train_limit: 16, test_limit: 16}\ntrain: {epochs: 1, batch_size: 8}\n"
-                    f"recipe: {{name: niti, tensors: {{errors: {errors}}}}}\n".replace("'", ""))
+    path.write_text(
+        "name: r\nbackend: ref\nenergy: estimate\nmodel: {name: lenet5_bn}\n"
+        "data: {dataset: synthetic, train_limit: 16, test_limit: 16}\ntrain: {epochs: 1, batch_size: 8}\n"
+        f"recipe: {{name: niti, tensors: {{errors: {errors}}}}}\n".replace("'", "")
+    )
     run = dsptrain.load_run(path)
     casts = [op for op in lower(build_model("lenet5_bn"), run.recipe, 8).ops if op.kind == "niti.to_int8"]
     assert {op.attrs["mode"] for op in casts if op.phase == "backward"} == {"sto" if rounding == "psto" else rounding}

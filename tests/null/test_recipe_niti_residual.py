@@ -3,17 +3,17 @@ integer average pool and its backward) on the integers they are given, and the i
 weight gradients of a small ResNet against finite differences of the same network in
 float64 (weights and input dequantized). An exponent slip at an add, a join or the pool
 changes a gradient's scale or direction and fails here."""
-import numpy as np
-import pytest
 
 import dsptrain
+import numpy as np
+import pytest
 from dsptrain.algorithms import niti
 from dsptrain.backends.ops_ref import RefBackend
-from dsptrain.layout import im2col
 from dsptrain.data import Dataset, as_32x32_rgb
 from dsptrain.errors import DataError
 from dsptrain.execute import Executor, StepContext
 from dsptrain.graph import lower
+from dsptrain.layout import im2col
 from dsptrain.nn import Add, Conv2d, GlobalAvgPool, Linear, Model, ReLU
 from dsptrain.numerics import QTensor
 from dsptrain.plan import place
@@ -24,13 +24,23 @@ BATCH = 8
 def tiny_resnet():
     """A stem, then one block whose main path and 1x1 shortcut both read the stem (its
     error is a join of two), an add, a 4x4 average pool and a classifier."""
-    return Model("tiny_resnet_nobn", (4, 4, 2), 3, (
-        Conv2d("stem", 2, 6, 3, padding=1), ReLU("stem_relu"),
-        Conv2d("conv1", 6, 6, 3, padding=1), ReLU("relu1"),
-        Conv2d("conv2", 6, 6, 3, padding=1),
-        Conv2d("short", 6, 6, 1, source="stem_relu"),
-        Add("add", skip_from="conv2"), ReLU("relu2"),
-        GlobalAvgPool("pool"), Linear("fc", 6, 3)))
+    return Model(
+        "tiny_resnet_nobn",
+        (4, 4, 2),
+        3,
+        (
+            Conv2d("stem", 2, 6, 3, padding=1),
+            ReLU("stem_relu"),
+            Conv2d("conv1", 6, 6, 3, padding=1),
+            ReLU("relu1"),
+            Conv2d("conv2", 6, 6, 3, padding=1),
+            Conv2d("short", 6, 6, 1, source="stem_relu"),
+            Add("add", skip_from="conv2"),
+            ReLU("relu2"),
+            GlobalAvgPool("pool"),
+            Linear("fc", 6, 3),
+        ),
+    )
 
 
 def run_backward(seed=0):
@@ -48,7 +58,7 @@ def run_backward(seed=0):
 
 
 def value(t: QTensor) -> np.ndarray:
-    return t.q.astype(np.float64) * 2.0 ** t.e
+    return t.q.astype(np.float64) * 2.0**t.e
 
 
 def test_residual_ops_match_float64_of_their_integer_inputs():
@@ -60,24 +70,26 @@ def test_residual_ops_match_float64_of_their_integer_inputs():
         seen.add(op.kind)
         out = env[op.outputs[0]]
         inputs = [env[name] for name in op.inputs]
-        assert out.q.dtype == np.int8 and all(t.q.dtype == np.int8 for t in inputs)   # integer throughout
+        assert out.q.dtype == np.int8 and all(t.q.dtype == np.int8 for t in inputs)  # integer throughout
         if op.kind in ("niti.add", "niti.join"):
             exact = sum(value(t) for t in inputs)
             # the finer operand rounds onto the coarser grid, the sum onto the result's grid
-            bound = 0.5 * 2.0 ** max(t.e for t in inputs) + 0.5 * 2.0 ** out.e
+            bound = 0.5 * 2.0 ** max(t.e for t in inputs) + 0.5 * 2.0**out.e
             assert np.abs(value(out) - exact).max() <= bound, op.name
             assert out.e >= max(t.e for t in inputs)
         elif op.kind == "niti.avgpool_fwd":
-            assert np.abs(value(out) - value(inputs[0]).mean(axis=(1, 2))).max() <= 0.5 * 2.0 ** out.e
-        else:   # the error of a mean: every position gets err / (H*W), exactly
-            np.testing.assert_array_equal(value(out), np.broadcast_to(value(inputs[0])[:, None, None, :] / 16,
-                                                                      out.q.shape))
+            assert np.abs(value(out) - value(inputs[0]).mean(axis=(1, 2))).max() <= 0.5 * 2.0**out.e
+        else:  # the error of a mean: every position gets err / (H*W), exactly
+            np.testing.assert_array_equal(
+                value(out), np.broadcast_to(value(inputs[0])[:, None, None, :] / 16, out.q.shape)
+            )
     assert seen == {"niti.add", "niti.join", "niti.avgpool_fwd", "niti.avgpool_bwd"}
 
 
 def float64_loss(w, x, labels):
     """The tiny ResNet in float64: summed cross-entropy (NITI's loss error is p - onehot,
     not divided by the batch)."""
+
     def conv(v, name, k, pad):
         out = im2col(v, k, k, 1, pad) @ w[name].reshape(len(w[name]), -1).T
         return out.reshape(*v.shape[:3], len(w[name]))
@@ -127,7 +139,7 @@ def test_integer_weight_gradients_follow_the_float64_gradient(seed):
 def test_aligned_add_survives_any_exponent_gap():
     be = RefBackend()
     a = np.array([100, -100, 127], np.int8)
-    for gap in (8, 63, 64, 200):       # shifts past int64's width: the finer operand rounds to 0
+    for gap in (8, 63, 64, 200):  # shifts past int64's width: the finer operand rounds to 0
         q, e = be.add_align_s8(a, gap, a, 0, "round", None)
         assert q.tolist() == a.tolist() and e == gap
 

@@ -1,12 +1,11 @@
 """The reference backend's integer ops against float64 math on the same integers,
 and NITI's integer loss gradient against the float softmax gradient."""
+
 import numpy as np
 import pytest
-
 from dsptrain import numerics
 from dsptrain.backends.ops_ref import RefBackend
-from dsptrain.numerics import LOSS_EXPONENT
-from dsptrain.numerics import RngKey
+from dsptrain.numerics import LOSS_EXPONENT, RngKey
 
 ref = RefBackend()
 
@@ -20,7 +19,7 @@ def direct_conv(x, w, stride, pad):
     out = np.zeros((n, oh, ow, o))
     for i in range(kh):
         for j in range(kw):
-            patch = xp[:, i:i + stride * oh:stride, j:j + stride * ow:stride, :]
+            patch = xp[:, i : i + stride * oh : stride, j : j + stride * ow : stride, :]
             out += np.einsum("nhwc,oc->nhwo", patch, w[:, i, j, :].astype(np.float64))
     return out
 
@@ -29,8 +28,9 @@ def s8(rng, shape):
     return rng.integers(-127, 128, shape, dtype=np.int8)
 
 
-@pytest.mark.parametrize("n,h,c,o,k,stride,pad", [(2, 7, 3, 5, 3, 1, 1), (1, 9, 4, 2, 5, 2, 2),
-                                                  (3, 6, 1, 4, 2, 2, 0), (1, 1, 1, 1, 1, 1, 0)])
+@pytest.mark.parametrize(
+    "n,h,c,o,k,stride,pad", [(2, 7, 3, 5, 3, 1, 1), (1, 9, 4, 2, 5, 2, 2), (3, 6, 1, 4, 2, 2, 0), (1, 1, 1, 1, 1, 1, 0)]
+)
 def test_conv_forward_and_backward_match_float64(n, h, c, o, k, stride, pad):
     rng = np.random.default_rng(n * 100 + h)
     x, w = s8(rng, (n, h, h, c)), s8(rng, (o, k, k, c))
@@ -109,18 +109,18 @@ def test_niti_loss_gradient_tracks_float_softmax(exponent):
     labels = rng.integers(0, 10, 256)
     err = ref.niti_loss_grad_s8(logits, exponent, labels, RngKey(0, 0, 0))
     assert err.dtype == np.int8
-    target = softmax(logits * 2.0 ** exponent)
+    target = softmax(logits * 2.0**exponent)
     target[np.arange(256), labels] -= 1
-    got = err * 2.0 ** LOSS_EXPONENT
+    got = err * 2.0**LOSS_EXPONENT
     # base-2 softmax with a 10-bit window and 2**-7 resolution: close, not equal
     assert np.corrcoef(got.ravel(), target.ravel())[0, 1] > 0.97
     assert np.abs(got - target).mean() < 0.05
-    assert (np.sign(got[np.arange(256), labels]) <= 0).all()   # the true class is pushed up
+    assert (np.sign(got[np.arange(256), labels]) <= 0).all()  # the true class is pushed up
 
 
 def test_niti_update_shifts_gradient_to_mu_bits():
     w = np.zeros((4, 4), np.int8)
-    grad = np.arange(-8000, 8000, 1000, dtype=np.int32).reshape(4, 4)   # max |g| 8000: 13 bits
+    grad = np.arange(-8000, 8000, 1000, dtype=np.int32).reshape(4, 4)  # max |g| 8000: 13 bits
     new = ref.niti_update_s8(w, grad, 3, "round", None)
     np.testing.assert_array_equal(new, -numerics.shift_round(grad, 13 - 3, "round"))
     assert np.abs(new).max() <= 2**3

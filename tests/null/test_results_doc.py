@@ -1,5 +1,6 @@
 """docs/results.md is what scripts/results.py makes of bench/results/*.json: a figure in the
 docs cannot drift from the run that measured it."""
+
 import importlib.util
 from pathlib import Path
 
@@ -15,12 +16,14 @@ def _script():
 
 def test_results_doc_is_generated_from_the_bench_json():
     script = _script()
-    assert (ROOT / "docs" / "results.md").read_text() == script.render(), \
+    assert (ROOT / "docs" / "results.md").read_text() == script.render(), (
         "docs/results.md is out of date: run python scripts/results.py"
+    )
 
 
 def test_every_result_names_its_command_machine_and_load():
     import json
+
     for path in sorted((ROOT / "bench" / "results").glob("*.json")):
         data = json.loads(path.read_text())
         for key in ("command", "time", "load_average_at_end", "rows"):

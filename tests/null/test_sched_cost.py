@@ -1,10 +1,10 @@
 """The scheduler's cost model (micro-batch count, batch-split check), the controller's
 staggered checks, and the new scheduler and profile keys (no native code)."""
+
 import dataclasses
 
-import pytest
-
 import dsptrain
+import pytest
 from dsptrain.config import ConfigError, SchedulerConfig, load_device, load_recipe
 from dsptrain.cost import micro_batch_count
 from dsptrain.graph import lower
@@ -45,14 +45,21 @@ def test_micro_batch_count_follows_the_cpu_share(tmp_path):
     assert m == 1 and "cost model (v66)" in why and "serial" in why
     # the DSP declines pooling and ReLU (Mandheling's DSP-unfriendly ops), the processors
     # are equally fast and calls are free: a per-row CPU stage to overlap, so it pays
-    even = _profile(tmp_path, "dsp: {macs_per_s: 1.0e+9, bytes_per_s: 1.0e+8, call_s: 1.0e-9}\n"
-                              "cpu: {macs_per_s: 1.0e+9, bytes_per_s: 1.0e+8, call_s: 1.0e-9}\n")
+    even = _profile(
+        tmp_path,
+        "dsp: {macs_per_s: 1.0e+9, bytes_per_s: 1.0e+8, call_s: 1.0e-9}\n"
+        "cpu: {macs_per_s: 1.0e+9, bytes_per_s: 1.0e+8, call_s: 1.0e-9}\n",
+    )
     plan = _plan({"dsp": _Backend("dsp", declines=("loss", "pool", "relu")), "cpu": _Backend("cpu")}, even)
     m, why = micro_batch_count(plan.pipeline_work(), even, 64)
     assert m > 1, why
     # the same with expensive calls: each extra micro-batch repeats them, serial again
-    dear = _profile(tmp_path, "dsp: {macs_per_s: 1.0e+9, bytes_per_s: 1.0e+8, call_s: 1.0e-2}\n"
-                              "cpu: {macs_per_s: 1.0e+9, bytes_per_s: 1.0e+8, call_s: 1.0e-2}\n", "dear")
+    dear = _profile(
+        tmp_path,
+        "dsp: {macs_per_s: 1.0e+9, bytes_per_s: 1.0e+8, call_s: 1.0e-2}\n"
+        "cpu: {macs_per_s: 1.0e+9, bytes_per_s: 1.0e+8, call_s: 1.0e-2}\n",
+        "dear",
+    )
     assert micro_batch_count(plan.pipeline_work(), dear, 64)[0] == 1
     # no DSP: nothing to overlap with, whatever the speeds
     alone = _plan({"cpu": _Backend("cpu")}, even)
@@ -66,7 +73,7 @@ def test_choose_micro_batches_honours_the_switches():
     assert plan.micro_batches == 3 and "scheduler.micro_batches" in plan.micro_batches_reason
     plan = choose_micro_batches(plan, SchedulerConfig(micro_batches=3, co_schedule=False), True)
     assert plan.micro_batches == 1
-    plan = choose_micro_batches(plan, SchedulerConfig(micro_batches=3), False)    # not sliceable
+    plan = choose_micro_batches(plan, SchedulerConfig(micro_batches=3), False)  # not sliceable
     assert plan.micro_batches == 1
     plan = choose_micro_batches(plan, SchedulerConfig(), True)
     assert plan.micro_batches == micro_batch_count(plan.pipeline_work(), plan.device, 64)[0]
@@ -75,8 +82,7 @@ def test_choose_micro_batches_honours_the_switches():
 def test_split_check_declines_when_calls_cost_more_than_the_cache_saves(tmp_path):
     small = "dsp: {vtcm: 64KiB, l2: 128KiB, call_s: %s}\ncpu: {l2: 64KiB, call_s: %s}\n"
     cheap = _plan({"dsp": _Backend("dsp"), "cpu": _Backend("cpu")}, _profile(tmp_path, small % ("1.0e-9", "1.0e-9")))
-    dear = _plan({"dsp": _Backend("dsp"), "cpu": _Backend("cpu")},
-                 _profile(tmp_path, small % ("1.0", "1.0"), "dear"))
+    dear = _plan({"dsp": _Backend("dsp"), "cpu": _Backend("cpu")}, _profile(tmp_path, small % ("1.0", "1.0"), "dear"))
     split = [op for op in cheap.graph.ops if cheap.split_rows(op, 64)]
     assert split
     for op in split:
@@ -91,12 +97,12 @@ def test_split_on_a_backend_that_blocks_for_the_cache_bounds_only_accumulators(t
     plain = _plan({"cpu": _Backend("cpu")}, profile)
     blocked = _plan({"cpu": _Backend("cpu", blocks_for_cache=True)}, profile)
     weight_grads = [op for op in plain.graph.ops if op.name.endswith("bwd_weight")]
-    assert any(plain.split_rows(op, 64) for op in weight_grads)      # operands miss the L2
+    assert any(plain.split_rows(op, 64) for op in weight_grads)  # operands miss the L2
     for op in weight_grads:
         assert blocked.split_rows(op, 64) is None and "block" in blocked.split_reason(op, 64)
     for op in blocked.graph.ops:
         rows = blocked.split_rows(op, 64)
-        if rows:                        # a chunk's accumulators fit the L2
+        if rows:  # a chunk's accumulators fit the L2
             out = blocked.graph.tensors[op.outputs[0]]
             assert 4 * out.nbytes // 64 * rows <= profile.size("cpu.l2")
 
@@ -113,10 +119,10 @@ def test_checks_are_staggered_across_ops():
         now = [n for n in names if n not in given]
         due.append(len(now))
         for n in now:
-            assert step - last.get(n, step) <= hi, n          # never later than the interval
+            assert step - last.get(n, step) <= hi, n  # never later than the interval
             last[n] = step
         ctl.observe(step, graph, {n: 7 for n in names}, given)
-    settled = due[2 * hi:]
+    settled = due[2 * hi :]
     # stable shifts: most steps have no check due, and a step rarely has more than one
     assert sum(d == 0 for d in settled) > 0.8 * len(settled)
     assert max(settled) <= 2 and sum(d > 1 for d in settled) < 0.05 * len(settled)

@@ -1,9 +1,9 @@
 """Placement by the device profile (scheduler.placement: profile | first): the ops whose
 hooks the profile's dsp.bad_at lists go to the CPU, with the reason; the switches and
 the profile key are validated (no native code)."""
-import pytest
 
 import dsptrain
+import pytest
 from dsptrain.config import ConfigError, SchedulerConfig, load_device, load_recipe
 from dsptrain.graph import lower
 from dsptrain.models import build_model
@@ -48,10 +48,13 @@ def test_profile_placement_moves_the_listed_hooks_to_the_cpu():
         p = by_profile.placement[op.name]
         if op in listed:
             assert p.backend == "cpu", op.name
-            assert any(b == "dsp" and "the DSP is bad at" in why and profile.dsp.bad_at[h] in why
-                       for b, why in p.declined for h in bad & set(op.hooks)), p.declined
+            assert any(
+                b == "dsp" and "the DSP is bad at" in why and profile.dsp.bad_at[h] in why
+                for b, why in p.declined
+                for h in bad & set(op.hooks)
+            ), p.declined
             assert by_order.backend_of(op) == "dsp", op.name
-        else:       # nothing else moves
+        else:  # nothing else moves
             assert p.backend == by_order.backend_of(op), op.name
     text = by_profile.describe()
     assert sum("the DSP is bad at" in line for line in text.splitlines()) == len(listed)
@@ -91,9 +94,11 @@ def test_cpu_only_ops_still_forces_and_says_so(monkeypatch):
 def test_placed_work_on_the_cpu_is_what_co_scheduling_overlaps(tmp_path):
     # equal speeds and free calls: with max-pool (and ReLU's backward) on the CPU there is a
     # per-row CPU stage and the cost model pipelines; with every op on the DSP it does not
-    text = ('dsp: {macs_per_s: 1.0e+9, bytes_per_s: 1.0e+8, call_s: 1.0e-9,\n'
-            '      bad_at: {maxpool_s8: "t", maxpool_bwd_s8: "t", relu_bwd_s8: "t"}}\n'
-            'cpu: {macs_per_s: 1.0e+9, bytes_per_s: 1.0e+8, call_s: 1.0e-9}\n')
+    text = (
+        "dsp: {macs_per_s: 1.0e+9, bytes_per_s: 1.0e+8, call_s: 1.0e-9,\n"
+        '      bad_at: {maxpool_s8: "t", maxpool_bwd_s8: "t", relu_bwd_s8: "t"}}\n'
+        "cpu: {macs_per_s: 1.0e+9, bytes_per_s: 1.0e+8, call_s: 1.0e-9}\n"
+    )
     even = _profile(tmp_path, text, "even")
     counts = {}
     for placement in ("profile", "first"):
@@ -113,9 +118,11 @@ def test_bad_placement_values_name_file_key_and_value(tmp_path):
     run.write_text("name: r\nrecipe: niti\nscheduler: {placement: first}\n")
     assert dsptrain.load_run(run).scheduler.placement == "first"
     assert SchedulerConfig().placement == "profile"
-    for text, needle in (('dsp: {bad_at: {maxpool: "x"}}\n', "'maxpool'"),
-                         ('dsp: {bad_at: {maxpool_s8: ""}}\n', "reason"),
-                         ("dsp: {bad_at: [maxpool_s8]}\n", "mapping")):
+    for text, needle in (
+        ('dsp: {bad_at: {maxpool: "x"}}\n', "'maxpool'"),
+        ('dsp: {bad_at: {maxpool_s8: ""}}\n', "reason"),
+        ("dsp: {bad_at: [maxpool_s8]}\n", "mapping"),
+    ):
         with pytest.raises(ConfigError, match="dsp.bad_at") as info:
             _profile(tmp_path, text, "bad")
         assert "bad.yaml" in str(info.value) and needle in str(info.value), str(info.value)

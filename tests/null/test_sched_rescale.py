@@ -1,10 +1,10 @@
 """Self-adaptive rescaling's controller, the requantize saturation rule on the reference
 backend, device profiles and the batch-split sizes they imply (no native code)."""
+
 import dataclasses
 
 import numpy as np
 import pytest
-
 from dsptrain.backends.ops_ref import RefBackend
 from dsptrain.config import ConfigError, load_device, load_recipe
 from dsptrain.graph import lower
@@ -20,10 +20,10 @@ def test_ref_requantize_given_shift_gives_way_only_when_it_would_saturate():
     need = activation_shift(be.absmax(acc))
     dynamic = be.requantize(acc, "round", None)
     assert dynamic[1] == need
-    for s in range(0, need + 1):               # too small (or exact): the estimate is used
+    for s in range(0, need + 1):  # too small (or exact): the estimate is used
         q, used = be.requantize(acc, "round", None, s)
         assert used == need and np.array_equal(q, dynamic[0])
-    q, used = be.requantize(acc, "round", None, need + 2)   # larger: used as given
+    q, used = be.requantize(acc, "round", None, need + 2)  # larger: used as given
     assert used == need + 2 and np.array_equal(q, be.shift_round(acc, need + 2, "round", None))
 
 
@@ -59,15 +59,21 @@ def test_controller_off_or_dynamic_policy_gives_nothing():
     off = RescaleController(recipe, enabled=False)
     off.observe(0, graph, {"conv1.fwd": 3}, None)
     assert off.shifts_for(1, graph) is None
-    dyn = dataclasses.replace(recipe, tensors=dataclasses.replace(
-        recipe.tensors, activations=dataclasses.replace(
-            recipe.tensors.activations, rescale=dataclasses.replace(recipe.tensors.activations.rescale,
-                                                                    policy="dynamic"))))
+    dyn = dataclasses.replace(
+        recipe,
+        tensors=dataclasses.replace(
+            recipe.tensors,
+            activations=dataclasses.replace(
+                recipe.tensors.activations,
+                rescale=dataclasses.replace(recipe.tensors.activations.rescale, policy="dynamic"),
+            ),
+        ),
+    )
     ctl = RescaleController(dyn)
     for step in range(5):
         ctl.observe(step, graph, {"conv1.fwd": 3, "fc3.bwd_data": 2}, ctl.shifts_for(step, graph))
     given = ctl.shifts_for(5, graph) or {}
-    assert "conv1.fwd" not in given and "fc3.bwd_data" in given   # errors still adapt
+    assert "conv1.fwd" not in given and "fc3.bwd_data" in given  # errors still adapt
 
 
 def test_device_profiles_load_and_bad_values_name_file_and_key(tmp_path):
@@ -103,8 +109,10 @@ def test_split_rows_fit_the_profile(tmp_path, backend, keys):
     profile = tmp_path / "tiny.yaml"
     # calls that cost nothing and compute as good as free (every product memory-bound): the
     # cost model lets every split that fits a memory pay
-    profile.write_text("name: tiny\ndsp: {vtcm: 64KiB, l2: 128KiB, call_s: 1.0e-9, macs_per_s: 1.0e+18}\n"
-                       "cpu: {l2: 64KiB, call_s: 1.0e-9, macs_per_s: 1.0e+18}\n")
+    profile.write_text(
+        "name: tiny\ndsp: {vtcm: 64KiB, l2: 128KiB, call_s: 1.0e-9, macs_per_s: 1.0e+18}\n"
+        "cpu: {l2: 64KiB, call_s: 1.0e-9, macs_per_s: 1.0e+18}\n"
+    )
     plan = plan.replace(device=load_device(str(profile)), batch_split=True)
     split = 0
     for op in graph.ops:
@@ -114,8 +122,8 @@ def test_split_rows_fit_the_profile(tmp_path, backend, keys):
         split += 1
         fixed, per_row = working_set(graph, op)
         caps = [plan.device.size(k) for k in keys]
-        fits = [c for c in caps if fixed + per_row * rows <= c]   # the first memory a chunk fits
-        assert 1 <= rows < 64 and fits and fixed + per_row * 64 > fits[0]   # split only what misses it
+        fits = [c for c in caps if fixed + per_row * rows <= c]  # the first memory a chunk fits
+        assert 1 <= rows < 64 and fits and fixed + per_row * 64 > fits[0]  # split only what misses it
     assert split >= 3
-    plan = plan.replace(device=load_device("v66"))                # bigger memories: fewer splits
+    plan = plan.replace(device=load_device("v66"))  # bigger memories: fewer splits
     assert sum(plan.split_rows(op, 64) is not None for op in graph.ops) < split

@@ -1,13 +1,13 @@
 """`dsptrain plot`: a PNG with the four panels, two runs overlaid and labelled by name."""
+
 import json
 
 import matplotlib.image
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 import pytest
-
 from dsptrain.cli import main
 from dsptrain.errors import DataError, UserError
 from dsptrain.plot import PANEL_TITLES, load_metrics, plot_runs
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 
 def test_plot_two_runs_draws_every_panel_with_both_runs(trained, tmp_path):
@@ -22,10 +22,10 @@ def test_plot_two_runs_draws_every_panel_with_both_runs(trained, tmp_path):
         assert any(label.startswith("fp32-run") for label in labels), (ax.get_title(), labels)
     time_ax, energy_ax, memory_ax, acc_ax = axes
     steps = len(load_metrics(niti).steps)
-    assert steps == 6                                             # 160 samples, batch 64: 3 batches x 2 epochs
+    assert steps == 6  # 160 samples, batch 64: 3 batches x 2 epochs
     assert len(time_ax.get_lines()[0].get_xdata()) == steps
-    assert "estimate:sd865" in energy_ax.get_ylabel()             # the meter is named
-    assert len(acc_ax.get_lines()[0].get_xdata()) == 2            # two epochs
+    assert "estimate:sd865" in energy_ax.get_ylabel()  # the meter is named
+    assert len(acc_ax.get_lines()[0].get_xdata()) == 2  # two epochs
     assert "niti-run" in fig.texts[0].get_text() and "fp32-run" in fig.texts[0].get_text()
     image = matplotlib.image.imread(out)
     assert image.shape[:2] == (800, 1200)

@@ -1,19 +1,33 @@
 """`dsptrain profile` and what it writes, `dsptrain plot --trace`, and the logs a run writes
 for other viewers: CSV always, TensorBoard event files read back with TensorBoard's own reader."""
+
 import csv
 import json
 import math
 
 import pytest
-
 from dsptrain.cli import main
 from dsptrain.profile.logs import RunLog
 
 
 def test_profile_command_writes_table_csv_json_and_trace(tmp_path, run_file, capsys):
     out, trace = tmp_path / "prof", tmp_path / "trace.json"
-    code = main(["profile", str(run_file()), "--steps", "2", "--warmup", "1", "--out", str(out),
-                 "--trace", str(trace), "--backend", "cpu"])
+    code = main(
+        [
+            "profile",
+            str(run_file()),
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--out",
+            str(out),
+            "--trace",
+            str(trace),
+            "--backend",
+            "cpu",
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "per layer" in printed and "total: step (measured)" in printed and "conv1.fwd" in printed
@@ -34,12 +48,15 @@ def test_profile_command_writes_table_csv_json_and_trace(tmp_path, run_file, cap
     assert image.stat().st_size > 10_000 and image.read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--steps", "0"], "--steps 0 must be >= 1"),
-    (["--top", "0"], "--top 0 must be >= 1"),
-    (["--micro-batches", "0"], "--micro-batches 0 must be >= 1"),
-    (["--energy", "estimate:nosuch"], "--energy 'estimate:nosuch'"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--steps", "0"], "--steps 0 must be >= 1"),
+        (["--top", "0"], "--top 0 must be >= 1"),
+        (["--micro-batches", "0"], "--micro-batches 0 must be >= 1"),
+        (["--energy", "estimate:nosuch"], "--energy 'estimate:nosuch'"),
+    ],
+)
 def test_profile_bad_options_are_one_line(run_file, capsys, argv, message):
     assert main(["profile", str(run_file()), *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -51,11 +68,13 @@ def test_plot_trace_errors_are_one_line(tmp_path, capsys):
     bad.write_text("{not json")
     empty = tmp_path / "empty.json"
     empty.write_text('{"traceEvents": []}')
-    for argv, message in ((["--trace", str(tmp_path / "none.json")], "no such trace file"),
-                          (["--trace", str(bad)], "not a JSON trace"),
-                          (["--trace", str(empty)], "no complete"),
-                          (["--trace", str(empty), "--window", "a:b"], "--window 'a:b'"),
-                          (["--window", "0:1", str(tmp_path)], "--window goes with --trace")):
+    for argv, message in (
+        (["--trace", str(tmp_path / "none.json")], "no such trace file"),
+        (["--trace", str(bad)], "not a JSON trace"),
+        (["--trace", str(empty)], "no complete"),
+        (["--trace", str(empty), "--window", "a:b"], "--window 'a:b'"),
+        (["--window", "0:1", str(tmp_path)], "--window goes with --trace"),
+    ):
         assert main(["plot", *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], (argv, err)
@@ -97,17 +116,21 @@ def test_resumed_log_rebuilds_csv_and_purges_tensorboard(tmp_path):
     for step in range(6):
         log.write({"kind": "step", "epoch": 1, "step": step, "loss": 10.0 - step})
     log.close()
-    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()[:3]   # resume.py cut it at step 3
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()[:3]  # resume.py cut it at step 3
     (tmp_path / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
     log = RunLog(tmp_path, "r", fresh=False, global_step=3)
     for step in range(3, 5):
         log.write({"kind": "step", "epoch": 1, "step": step, "loss": 100.0 + step})
     log.close()
     with open(tmp_path / "steps.csv", newline="") as f:
-        assert [(int(r["step"]), float(r["loss"])) for r in csv.DictReader(f)] == \
-            [(0, 10.0), (1, 9.0), (2, 8.0), (3, 103.0), (4, 104.0)]
-    assert _scalars(tmp_path / "tensorboard")["step/loss"] == \
-        [(0, 10.0), (1, 9.0), (2, 8.0), (3, 103.0), (4, 104.0)]
+        assert [(int(r["step"]), float(r["loss"])) for r in csv.DictReader(f)] == [
+            (0, 10.0),
+            (1, 9.0),
+            (2, 8.0),
+            (3, 103.0),
+            (4, 104.0),
+        ]
+    assert _scalars(tmp_path / "tensorboard")["step/loss"] == [(0, 10.0), (1, 9.0), (2, 8.0), (3, 103.0), (4, 104.0)]
 
 
 def test_plot_labels_runs_by_their_names(tmp_path, trained):
@@ -120,5 +143,4 @@ def test_plot_labels_runs_by_their_names(tmp_path, trained):
     second = trained("named-run", epochs=1)
     fig = plot_runs([first, second], tmp_path / "plot.png")
     labels = [line.get_label() for line in fig.axes[0].get_lines()]
-    assert labels == ["named-run (tmp/folder-a)".replace("tmp", tmp_path.name),
-                      "named-run (runs/named-run)"], labels
+    assert labels == ["named-run (tmp/folder-a)".replace("tmp", tmp_path.name), "named-run (runs/named-run)"], labels

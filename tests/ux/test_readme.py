@@ -1,6 +1,7 @@
 """The README cannot rot: its Python blocks run as printed, every `dsptrain` and bench
 command it shows uses options that exist, and every environment variable the code reads
 is in its table."""
+
 import argparse
 import os
 import re
@@ -9,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from dsptrain.backends.ops_cpu import CpuBackend
 from dsptrain.cli import build_parser
 from dsptrain.data import FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE
@@ -27,8 +27,7 @@ def command_lines() -> list[str]:
     """Shell lines of the README: its sh blocks, and inline `code` that runs dsptrain or a bench."""
     lines = [line for body in blocks("sh") for line in body.splitlines()]
     prose = FENCE.sub("", README)
-    lines += [span for span in re.findall(r"`([^`\n]+)`", prose)
-              if re.search(r"(^|/)dsptrain \w|bench/\w+\.py", span)]
+    lines += [span for span in re.findall(r"`([^`\n]+)`", prose) if re.search(r"(^|/)dsptrain \w|bench/\w+\.py", span)]
     return [line.split("  #")[0] for line in lines]
 
 
@@ -73,16 +72,18 @@ def test_bench_commands_in_the_readme_use_options_that_exist():
         assert (ROOT / script).exists(), f"README names {script}, which does not exist"
         if not flags:
             continue
-        done = subprocess.run([sys.executable, str(ROOT / script), "--help"], capture_output=True, text=True,
-                              timeout=120, cwd=ROOT)
+        done = subprocess.run(
+            [sys.executable, str(ROOT / script), "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT
+        )
         assert done.returncode == 0, f"{script} --help: {done.stderr[-1000:]}"
         for flag in flags:
-            assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", done.stdout), \
+            assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", done.stdout), (
                 f"README: {script} has no option {flag}"
+            )
 
 
 def test_every_environment_variable_the_code_reads_is_in_the_docs_table():
-    table = (ROOT / "docs" / "environment.md").read_text()   # the README links it
+    table = (ROOT / "docs" / "environment.md").read_text()  # the README links it
     listed = set(re.findall(r"^\| `([A-Z][A-Z0-9_]*)", table, re.M))
     read = set()
     sources = [*(ROOT / "runtime").rglob("*.py"), ROOT / "setup.py"]
@@ -91,19 +92,23 @@ def test_every_environment_variable_the_code_reads_is_in_the_docs_table():
         read |= set(re.findall(r"\"(DSPTRAIN_[A-Z0-9_]+)\"", text))
         read |= set(re.findall(r"environ(?:\.get)?[\[(]\s*\"([A-Z][A-Z0-9_]*)\"", text))
         read |= set(re.findall(r"\"([A-Z][A-Z0-9_]*)\" in os\.environ", text))
-    for path in [*(ROOT / "cpu_ops").rglob("*.cpp"), *(ROOT / "cpu_ops").rglob("*.h"),
-                 *(ROOT / "dsp_kernels").rglob("*.c")]:
+    for path in [
+        *(ROOT / "cpu_ops").rglob("*.cpp"),
+        *(ROOT / "cpu_ops").rglob("*.h"),
+        *(ROOT / "dsp_kernels").rglob("*.c"),
+    ]:
         read |= set(re.findall(r"getenv\(\"([A-Z][A-Z0-9_]*)\"\)", path.read_text()))
-    assert {"DSPTRAIN_DEBUG", "DSPTRAIN_CPU_THREADS", "DSPTRAIN_NATIVE_DEBUG"} <= read   # the scan finds them
+    assert {"DSPTRAIN_DEBUG", "DSPTRAIN_CPU_THREADS", "DSPTRAIN_NATIVE_DEBUG"} <= read  # the scan finds them
     assert read <= listed, f"read by the code but not in docs/environment.md's table: {sorted(read - listed)}"
     assert "docs/environment.md" in README
 
 
 @pytest.mark.skipif(not CpuBackend.available()[0], reason="cpu backend not built (the snippet trains an epoch)")
 def test_python_blocks_run_as_printed(tmp_path, need_tools):
-    need_tools([] if FASHION_MNIST_DIR.is_dir() else [FASHION_MNIST_PACKAGE],
-               f"apt-get install {FASHION_MNIST_PACKAGE}")
-    (tmp_path / "configs").symlink_to(ROOT / "configs")   # the snippets run from the repository's root
+    need_tools(
+        [] if FASHION_MNIST_DIR.is_dir() else [FASHION_MNIST_PACKAGE], f"apt-get install {FASHION_MNIST_PACKAGE}"
+    )
+    (tmp_path / "configs").symlink_to(ROOT / "configs")  # the snippets run from the repository's root
     env = {**os.environ, "MPLBACKEND": "Agg"}
     import importlib.util
 
@@ -111,16 +116,21 @@ def test_python_blocks_run_as_printed(tmp_path, need_tools):
     for number, code in enumerate(blocks("python"), 1):
         # a block for an optional extra (torch: the bench extra) runs where it is installed
         # (tests/interchange checks the torch bridge's own README block)
-        optional = [m for m in re.findall(r"^import (\w+)", code, re.M) if m in ("torch", "onnx", "onnxruntime", "flwr")]
-        if any(importlib.util.find_spec(m) is None or
-               subprocess.run([sys.executable, "-c", f"import {m}"], capture_output=True).returncode
-               for m in optional):
+        optional = [
+            m for m in re.findall(r"^import (\w+)", code, re.M) if m in ("torch", "onnx", "onnxruntime", "flwr")
+        ]
+        if any(
+            importlib.util.find_spec(m) is None
+            or subprocess.run([sys.executable, "-c", f"import {m}"], capture_output=True).returncode
+            for m in optional
+        ):
             continue
         ran += 1
         script = tmp_path / f"readme_{number}.py"
         script.write_text(code)
-        done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
-                              timeout=600, env=env)
+        done = subprocess.run(
+            [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env
+        )
         assert done.returncode == 0, f"README python block {number} failed:\n{code}\n{done.stderr[-3000:]}"
     assert ran and (tmp_path / "runs" / "from-python" / "checkpoint.npz").exists()
 

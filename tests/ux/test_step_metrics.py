@@ -1,12 +1,12 @@
 """Per-batch memory and energy that follow the batch, and the epoch's totals."""
+
 import dataclasses
 import json
 import subprocess
 import sys
 
-import pytest
-
 import dsptrain
+import pytest
 from dsptrain.config import MemoryConfig
 from dsptrain.execute import StepStats
 from dsptrain.metrics import EpochTotals, epoch_energy
@@ -69,7 +69,7 @@ def test_energy_counts_the_work_of_the_batch(run_file, tmp_path):
     trainer = _trainer(run_file, tmp_path)
     images, labels = trainer.train_data[:64]
     full = trainer.step(images, labels)
-    partial = trainer.step(images[:40], labels[:40])   # a last batch of 40
+    partial = trainer.step(images[:40], labels[:40])  # a last batch of 40
     assert full.energy_meter == partial.energy_meter == "estimate:sd865"
     assert 0 < partial.energy_j < full.energy_j
     # the work scales with the rows: 40/64 of the MACs exactly, energy within the bytes' share
@@ -102,7 +102,7 @@ def test_epoch_record_totals_energy_peak_memory_and_samples_per_second(run_file,
     assert epoch["energy_meter"] == "estimate:sd865" and epoch["energy_steps"] == 3
     assert epoch["peak_rss_bytes"] == max(r["peak_rss_bytes"] for r in steps)
     assert epoch["peak_rss_growth_bytes"] == max(r["rss_growth_bytes"] for r in steps)
-    assert epoch["peak_arena_high_water_bytes"] is None                 # no budget, no arena
+    assert epoch["peak_arena_high_water_bytes"] is None  # no budget, no arena
     assert epoch["samples_per_s"] == pytest.approx(160 / epoch["seconds"])
     for r in steps:
         assert r["rss_growth_bytes"] is not None and r["energy_j"] > 0
@@ -113,17 +113,22 @@ def test_smoothed_samples_per_second_does_not_jump_with_one_slow_batch():
     for _ in range(20):
         totals.add(StepStats(0, 0, 64, time_s=0.01))
     assert totals.smoothed_rate == pytest.approx(6400)
-    totals.add(StepStats(0, 0, 64, time_s=0.1))       # one batch 10x slower: its own rate is 640
+    totals.add(StepStats(0, 0, 64, time_s=0.1))  # one batch 10x slower: its own rate is 640
     after_slow = totals.smoothed_rate
     assert 4 * 640 < after_slow < 6400
-    totals.add(StepStats(0, 0, 16, time_s=0.0025))    # a partial last batch at the usual speed
+    totals.add(StepStats(0, 0, 16, time_s=0.0025))  # a partial last batch at the usual speed
     assert after_slow < totals.smoothed_rate < 6400
 
 
 def test_epoch_energy_is_resummed_when_a_trace_rewrites_the_steps():
-    records = [{"kind": "step", "epoch": 1, "energy_j": 0.5}, {"kind": "step", "epoch": 1, "energy_j": float("nan")},
-               {"kind": "step", "epoch": 1, "energy_j": 0.25}, {"kind": "epoch", "epoch": 1, "energy_j": 9.0},
-               {"kind": "step", "epoch": 2, "energy_j": None}, {"kind": "epoch", "epoch": 2, "energy_j": 1.0}]
+    records = [
+        {"kind": "step", "epoch": 1, "energy_j": 0.5},
+        {"kind": "step", "epoch": 1, "energy_j": float("nan")},
+        {"kind": "step", "epoch": 1, "energy_j": 0.25},
+        {"kind": "epoch", "epoch": 1, "energy_j": 9.0},
+        {"kind": "step", "epoch": 2, "energy_j": None},
+        {"kind": "epoch", "epoch": 2, "energy_j": 1.0},
+    ]
     out = epoch_energy(records)
     assert (out[3]["energy_j"], out[3]["energy_steps"]) == (0.75, 2)
     assert (out[5]["energy_j"], out[5]["energy_steps"]) == (None, 0)
