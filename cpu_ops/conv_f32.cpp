@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "conv_f32_trim.h"
 #include "gemm_f32.h"
 #include "scratch.h"
 #include "thread_pool.h"
@@ -19,16 +20,28 @@ namespace {
 constexpr size_t kBlockBytes = 128 * 1024;   // a block of patches: well inside L2
 constexpr int kDotBelowChannels = 12;        // the dot kernel wins for few output channels
 constexpr int kDotFromTaps = 64;             // and deep patches (LeNet conv1 forward, 25 taps: broadcast)
+constexpr int kMinBlockRows = 32;            // small images share a block: rows of the product per weight read
 
 struct Geometry {
   const ConvShape& s;
   int oh, ow, pixels, taps;   // taps: KH*KW*C, one patch row
   size_t image, out_image;
+  int images_per_block;        // whole images per block of patches when several fit, else 1
   explicit Geometry(const ConvShape& shape)
       : s(shape), oh(shape.oh()), ow(shape.ow()), pixels(oh * ow), taps(shape.kh * shape.kw * shape.c),
-        image(static_cast<size_t>(shape.h) * shape.w * shape.c), out_image(static_cast<size_t>(oh) * ow * shape.o) {}
-  // output pixels per block, so that a block of patches fits kBlockBytes
-  int block() const { return std::max(1, std::min(pixels, static_cast<int>(kBlockBytes / (sizeof(float) * taps)))); }
+        image(static_cast<size_t>(shape.h) * shape.w * shape.c), out_image(static_cast<size_t>(oh) * ow * shape.o) {
+    // small images (ResNet-18's layer3 and layer4 on 32x32 input: 2x2 and 1x1 pixels) go
+    // several to a block, so that each read of the weights serves at least kMinBlockRows rows
+    const int fit = std::max(kMinBlockRows, static_cast<int>(kBlockBytes / (sizeof(float) * taps)));
+    images_per_block = std::max(1, std::min(shape.n, fit / std::max(1, pixels)));
+  }
+  // output pixels per block, so that a block of patches fits kBlockBytes (or holds the
+  // images of one block)
+  int block() const {
+    if (images_per_block > 1) return images_per_block * pixels;
+    return std::max(1, std::min(pixels, static_cast<int>(kBlockBytes / (sizeof(float) * taps))));
+  }
+  int image_blocks() const { return (s.n + images_per_block - 1) / images_per_block; }
   bool direct() const { return s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0; }
   double macs() const { return double(s.n) * pixels * taps * s.o; }
 };
@@ -129,6 +142,41 @@ std::vector<float>& pad_buffer() {
   return buf;
 }
 
+// The blocks of patch rows (output pixels counted over the batch, P = n * pixels + p) of
+// images [n0, n1): images_per_block whole images at a time when several share a block,
+// else each image in blocks of g.block() pixels. fn(P0, P1).
+template <typename F>
+void blocks_of(const Geometry& g, int n0, int n1, F fn) {
+  if (g.images_per_block > 1) {
+    for (int n = n0; n < n1; n += g.images_per_block) fn(n * g.pixels, std::min(n1, n + g.images_per_block) * g.pixels);
+    return;
+  }
+  const int block = g.block();
+  for (int n = n0; n < n1; ++n)
+    for (int p0 = 0; p0 < g.pixels; p0 += block) fn(n * g.pixels + p0, n * g.pixels + std::min(g.pixels, p0 + block));
+}
+
+// The padded copy of one image at a time, kept while a thread's blocks stay in it.
+struct PaddedImages {
+  const float* x;
+  const Geometry& g;
+  int current = -1;
+  Padded padded{};
+  const Padded& of(int n) {
+    if (n != current) padded = pad_image(x + n * g.image, g.s, pad_buffer()), current = n;
+    return padded;
+  }
+};
+
+// cols[P - P0, taps] = the patches of rows [P0, P1), across image boundaries.
+void gather_rows(PaddedImages& images, int P0, int P1, float* cols) {
+  const Geometry& g = images.g;
+  for (int n = P0 / g.pixels; n * g.pixels < P1; ++n) {
+    const int p0 = std::max(P0, n * g.pixels) - n * g.pixels, p1 = std::min(P1, (n + 1) * g.pixels) - n * g.pixels;
+    gather(images.of(n), g, p0, p1, cols + static_cast<ptrdiff_t>(n * g.pixels + p0 - P0) * g.taps);
+  }
+}
+
 // The backward data pass of a stride-1 convolution is the forward convolution of the
 // error, padded by K-1-pad, with the flipped weights moved to [C, KH, KW, O]: no scatter
 // (square kernels: ConvShape has one padding for both sides). Only for "same" padding:
@@ -138,9 +186,8 @@ bool bwd_data_as_forward(const ConvShape& s) {
   return s.stride == 1 && s.kh == s.kw && s.pad <= s.kh - 1 && 2 * s.pad >= s.kh - 1;
 }
 
-}  // namespace
-
-void conv2d_f32(const float* x, const float* w, const ConvShape& s, float* y) {
+// The three passes over every tap of the kernel; the public ones below drop dead taps first.
+void forward(const float* x, const float* w, const ConvShape& s, float* y) {
   const Geometry g(s);
   // few output channels and a deep patch: the dot kernel on w as it is ([O, taps] is
   // B as [N,K]); else w moved to [taps, O] for the broadcast kernel
@@ -153,87 +200,78 @@ void conv2d_f32(const float* x, const float* w, const ConvShape& s, float* y) {
   }
   const float* b = dot ? w : wt.data();
   const int ldb = dot ? g.taps : s.o;
-  const int block = g.block();
-  over_images(g, s.n, [&](int n0, int n1) {
-    for (int n = n0; n < n1; ++n) {
-      const float* xi = x + n * g.image;
-      float* yi = y + n * g.out_image;
-      if (g.direct()) {
-        gemm_f32_serial({xi, g.taps, b, ldb, yi, s.o, g.pixels, s.o, g.taps, false, dot});
-        continue;
-      }
-      const Padded xp = pad_image(xi, s, pad_buffer());
-      float* cols = block_buffer(static_cast<size_t>(block) * g.taps).data();
-      for (int p0 = 0; p0 < g.pixels; p0 += block) {
-        const int p1 = std::min(g.pixels, p0 + block);
-        gather(xp, g, p0, p1, cols);
-        gemm_f32_serial({cols, g.taps, b, ldb, yi + static_cast<ptrdiff_t>(p0) * s.o, s.o, p1 - p0, s.o, g.taps, false, dot});
-      }
-    }
+  if (g.direct()) {   // x is the patches already: one product over the batch, rows split over the pool
+    gemm_f32({x, g.taps, b, ldb, y, s.o, s.n * g.pixels, s.o, g.taps, false, dot});
+    return;
+  }
+  over_images(g, g.image_blocks(), [&](int u0, int u1) {
+    PaddedImages images{x, g};
+    float* cols = block_buffer(static_cast<size_t>(g.block()) * g.taps).data();
+    blocks_of(g, u0 * g.images_per_block, std::min(s.n, u1 * g.images_per_block), [&](int P0, int P1) {
+      gather_rows(images, P0, P1, cols);
+      gemm_f32_serial({cols, g.taps, b, ldb, y + static_cast<ptrdiff_t>(P0) * s.o, s.o, P1 - P0, s.o, g.taps, false, dot});
+    });
   });
 }
 
-void conv2d_bwd_data_f32(const float* err, const float* w, const ConvShape& s, float* dx) {
+void backward_data(const float* err, const float* w, const ConvShape& s, float* dx) {
   const Geometry g(s);
   if (bwd_data_as_forward(s)) {
     const ConvShape t{s.n, g.oh, g.ow, s.o, s.c, s.kh, s.kw, 1, s.kh - 1 - s.pad};
-    {
-      std::vector<float> flipped(static_cast<size_t>(g.taps) * s.o);   // [C, KH, KW, O]
-      for (int o = 0; o < s.o; ++o)
-        for (int a = 0; a < s.kh; ++a)
-          for (int b = 0; b < s.kw; ++b)
-            for (int c = 0; c < s.c; ++c)
-              flipped[((static_cast<size_t>(c) * s.kh + (s.kh - 1 - a)) * s.kw + (s.kw - 1 - b)) * s.o + o] =
-                  w[((static_cast<size_t>(o) * s.kh + a) * s.kw + b) * s.c + c];
-      return conv2d_f32(err, flipped.data(), t, dx);
-    }
+    std::vector<float> flipped(static_cast<size_t>(g.taps) * s.o);   // [C, KH, KW, O]
+    for (int o = 0; o < s.o; ++o)
+      for (int a = 0; a < s.kh; ++a)
+        for (int b = 0; b < s.kw; ++b)
+          for (int c = 0; c < s.c; ++c)
+            flipped[((static_cast<size_t>(c) * s.kh + (s.kh - 1 - a)) * s.kw + (s.kw - 1 - b)) * s.o + o] =
+                w[((static_cast<size_t>(o) * s.kh + a) * s.kw + b) * s.c + c];
+    return forward(err, flipped.data(), t, dx);
   }
-  const int block = g.block();
-  over_images(g, s.n, [&](int n0, int n1) {
-    for (int n = n0; n < n1; ++n) {
-      const float* ei = err + n * g.out_image;
-      float* dxi = dx + n * g.image;
-      if (g.direct()) {
-        gemm_f32_serial({ei, s.o, w, g.taps, dxi, g.taps, g.pixels, g.taps, s.o, false});
-        continue;
+  if (g.direct()) {
+    gemm_f32({err, s.o, w, g.taps, dx, g.taps, s.n * g.pixels, g.taps, s.o, false});
+    return;
+  }
+  // each thread scatters into whole images of its own
+  over_images(g, g.image_blocks(), [&](int u0, int u1) {
+    const int n0 = u0 * g.images_per_block, n1 = std::min(s.n, u1 * g.images_per_block);
+    std::fill(dx + n0 * g.image, dx + n1 * g.image, 0.0f);
+    float* dcols = block_buffer(static_cast<size_t>(g.block()) * g.taps).data();
+    blocks_of(g, n0, n1, [&](int P0, int P1) {
+      gemm_f32_serial({err + static_cast<ptrdiff_t>(P0) * s.o, s.o, w, g.taps, dcols, g.taps, P1 - P0, g.taps, s.o, false});
+      for (int n = P0 / g.pixels; n * g.pixels < P1; ++n) {
+        const int p0 = std::max(P0, n * g.pixels) - n * g.pixels, p1 = std::min(P1, (n + 1) * g.pixels) - n * g.pixels;
+        scatter(dcols + static_cast<ptrdiff_t>(n * g.pixels + p0 - P0) * g.taps, g, p0, p1, dx + n * g.image);
       }
-      std::fill(dxi, dxi + g.image, 0.0f);
-      float* dcols = block_buffer(static_cast<size_t>(block) * g.taps).data();
-      for (int p0 = 0; p0 < g.pixels; p0 += block) {
-        const int p1 = std::min(g.pixels, p0 + block);
-        gemm_f32_serial({ei + static_cast<ptrdiff_t>(p0) * s.o, s.o, w, g.taps, dcols, g.taps, p1 - p0, g.taps, s.o, false});
-        scatter(dcols, g, p0, p1, dxi);
-      }
-    }
+    });
   });
 }
 
-void conv2d_bwd_weight_f32(const float* err, const float* x, const ConvShape& s, float* dw) {
+void backward_weight(const float* err, const float* x, const ConvShape& s, float* dw) {
   const Geometry g(s);
   const size_t dw_size = static_cast<size_t>(s.o) * g.taps;
   // fixed groups of images, each summed on one thread, then the groups added in order
-  constexpr int kImagesPerGroup = 8;
-  const int groups = (s.n + kImagesPerGroup - 1) / kImagesPerGroup;
+  // (sizes set by the shape alone, so every thread count gives the same floats); small
+  // images go in bigger groups, so that each product sums over more rows
+  const int per_group = std::max(8, g.images_per_block / 2);
+  const int groups = (s.n + per_group - 1) / per_group;
   std::vector<float> partial(groups * dw_size, 0.0f);
   const int block = g.block();
   over_images(g, groups, [&](int q0, int q1) {
     std::vector<float>& buf = block_buffer(static_cast<size_t>(block) * (g.taps + s.o));
     float *cols = buf.data(), *err_t = cols + static_cast<size_t>(block) * g.taps;
+    PaddedImages images{x, g};
     for (int q = q0; q < q1; ++q) {
       float* part = partial.data() + q * dw_size;
-      for (int n = q * kImagesPerGroup; n < std::min(s.n, (q + 1) * kImagesPerGroup); ++n) {
-        const float* ei = err + n * g.out_image;
-        const Padded xp = pad_image(x + n * g.image, s, pad_buffer());
-        for (int p0 = 0; p0 < g.pixels; p0 += block) {
-          const int p1 = std::min(g.pixels, p0 + block), rows = p1 - p0;
-          for (int p = 0; p < rows; ++p)   // err^T of the block: A of the GEMM, [O, rows]
-            for (int o = 0; o < s.o; ++o) err_t[static_cast<size_t>(o) * rows + p] = ei[static_cast<ptrdiff_t>(p0 + p) * s.o + o];
-          const float* b = cols;
-          if (g.direct()) b = x + n * g.image + static_cast<ptrdiff_t>(p0) * g.taps;
-          else gather(xp, g, p0, p1, cols);
-          gemm_f32_serial({err_t, rows, b, g.taps, part, g.taps, s.o, g.taps, rows, true});
-        }
-      }
+      const int n_end = std::min(s.n, (q + 1) * per_group);
+      blocks_of(g, q * per_group, n_end, [&](int P0, int P1) {
+        const int rows = P1 - P0;
+        for (int p = 0; p < rows; ++p)   // err^T of the block: A of the GEMM, [O, rows]
+          for (int o = 0; o < s.o; ++o) err_t[static_cast<size_t>(o) * rows + p] = err[static_cast<ptrdiff_t>(P0 + p) * s.o + o];
+        const float* b = cols;
+        if (g.direct()) b = x + static_cast<ptrdiff_t>(P0) * g.taps;
+        else gather_rows(images, P0, P1, cols);
+        gemm_f32_serial({err_t, rows, b, g.taps, part, g.taps, s.o, g.taps, rows, true});
+      });
     }
   });
   std::fill(dw, dw + dw_size, 0.0f);
@@ -241,8 +279,32 @@ void conv2d_bwd_weight_f32(const float* err, const float* x, const ConvShape& s,
     for (size_t i = 0; i < dw_size; ++i) dw[i] += partial[q * dw_size + i];
 }
 
+}  // namespace
+
+void conv2d_f32(const float* x, const float* w, const ConvShape& s, float* y) {
+  LiveTaps live;
+  if (!live_taps(s, &live)) return forward(x, w, s, y);
+  forward(x, slice_live_taps(w, s, live).data(), live.s, y);
+}
+
+void conv2d_bwd_data_f32(const float* err, const float* w, const ConvShape& s, float* dx) {
+  LiveTaps live;
+  if (!live_taps(s, &live)) return backward_data(err, w, s, dx);
+  backward_data(err, slice_live_taps(w, s, live).data(), live.s, dx);
+}
+
+void conv2d_bwd_weight_f32(const float* err, const float* x, const ConvShape& s, float* dw) {
+  LiveTaps live;
+  if (!live_taps(s, &live)) return backward_weight(err, x, s, dw);
+  std::vector<float> dw_live(static_cast<size_t>(s.o) * live.s.kh * live.s.kw * s.c);
+  backward_weight(err, x, live.s, dw_live.data());
+  place_live_taps(dw_live.data(), s, live, dw);
+}
+
 // The sizes block_buffer() and pad_buffer() grow to in each pass, on every pool thread.
 ScratchList conv_f32_scratch(ConvPass pass, const ConvShape& s) {
+  LiveTaps live;
+  if (live_taps(s, &live)) return conv_f32_scratch(pass, live.s);
   if (pass == ConvPass::kBackwardData && bwd_data_as_forward(s)) {
     const ConvShape t{s.n, s.oh(), s.ow(), s.o, s.c, s.kh, s.kw, 1, s.kh - 1 - s.pad};
     return conv_f32_scratch(ConvPass::kForward, t);
