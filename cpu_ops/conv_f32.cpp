@@ -186,19 +186,27 @@ bool bwd_data_as_forward(const ConvShape& s) {
   return s.stride == 1 && s.kh == s.kw && s.pad <= s.kh - 1 && 2 * s.pad >= s.kh - 1;
 }
 
+// few output channels and a deep patch: the dot kernel on w as it is ([O, taps] is B as
+// [N,K]); else w moved to [taps, O] for the broadcast kernel
+bool forward_by_dot(const Geometry& g) { return g.s.o <= kDotBelowChannels && g.taps >= kDotFromTaps; }
+
+// t[cols, rows] = m[rows, cols]^T, in tiles that stay in L1 (a plain loop over a
+// 2304 x 256 weight strides through a whole page per element).
+void transpose(const float* m, int rows, int cols, float* t) {
+  constexpr int kTile = 16;
+  for (int r0 = 0; r0 < rows; r0 += kTile)
+    for (int c0 = 0; c0 < cols; c0 += kTile)
+      for (int r = r0; r < std::min(rows, r0 + kTile); ++r)
+        for (int c = c0; c < std::min(cols, c0 + kTile); ++c)
+          t[static_cast<size_t>(c) * rows + r] = m[static_cast<size_t>(r) * cols + c];
+}
+
 // The three passes over every tap of the kernel; the public ones below drop dead taps first.
-void forward(const float* x, const float* w, const ConvShape& s, float* y) {
+// `wt`: the weights as [taps, O] when the forward runs the broadcast kernel, else as [O, taps].
+void forward_moved(const float* x, const float* wt, const ConvShape& s, float* y) {
   const Geometry g(s);
-  // few output channels and a deep patch: the dot kernel on w as it is ([O, taps] is
-  // B as [N,K]); else w moved to [taps, O] for the broadcast kernel
-  const bool dot = s.o <= kDotBelowChannels && g.taps >= kDotFromTaps;
-  std::vector<float> wt;
-  if (!dot) {
-    wt.resize(static_cast<size_t>(g.taps) * s.o);
-    for (int o = 0; o < s.o; ++o)
-      for (int t = 0; t < g.taps; ++t) wt[static_cast<size_t>(t) * s.o + o] = w[static_cast<size_t>(o) * g.taps + t];
-  }
-  const float* b = dot ? w : wt.data();
+  const bool dot = forward_by_dot(g);
+  const float* b = wt;
   const int ldb = dot ? g.taps : s.o;
   if (g.direct()) {   // x is the patches already: one product over the batch, rows split over the pool
     gemm_f32({x, g.taps, b, ldb, y, s.o, s.n * g.pixels, s.o, g.taps, false, dot});
@@ -214,18 +222,34 @@ void forward(const float* x, const float* w, const ConvShape& s, float* y) {
   });
 }
 
+void forward(const float* x, const float* w, const ConvShape& s, float* y) {
+  const Geometry g(s);
+  if (forward_by_dot(g)) return forward_moved(x, w, s, y);
+  std::vector<float> wt(static_cast<size_t>(g.taps) * s.o);
+  transpose(w, s.o, g.taps, wt.data());
+  forward_moved(x, wt.data(), s, y);
+}
+
 void backward_data(const float* err, const float* w, const ConvShape& s, float* dx) {
   const Geometry g(s);
   if (bwd_data_as_forward(s)) {
     const ConvShape t{s.n, g.oh, g.ow, s.o, s.c, s.kh, s.kw, 1, s.kh - 1 - s.pad};
-    std::vector<float> flipped(static_cast<size_t>(g.taps) * s.o);   // [C, KH, KW, O]
-    for (int o = 0; o < s.o; ++o)
-      for (int a = 0; a < s.kh; ++a)
-        for (int b = 0; b < s.kw; ++b)
-          for (int c = 0; c < s.c; ++c)
-            flipped[((static_cast<size_t>(c) * s.kh + (s.kh - 1 - a)) * s.kw + (s.kw - 1 - b)) * s.o + o] =
-                w[((static_cast<size_t>(o) * s.kh + a) * s.kw + b) * s.c + c];
-    return forward(err, flipped.data(), t, dx);
+    std::vector<float> flipped(static_cast<size_t>(g.taps) * s.o);
+    if (forward_by_dot(Geometry(t))) {   // [C, KH, KW, O], flipped
+      for (int o = 0; o < s.o; ++o)
+        for (int a = 0; a < s.kh; ++a)
+          for (int b = 0; b < s.kw; ++b)
+            for (int c = 0; c < s.c; ++c)
+              flipped[((static_cast<size_t>(c) * s.kh + (s.kh - 1 - a)) * s.kw + (s.kw - 1 - b)) * s.o + o] =
+                  w[((static_cast<size_t>(o) * s.kh + a) * s.kw + b) * s.c + c];
+    } else {   // the broadcast kernel's [KH, KW, O, C], flipped: rows of w as they are
+      float* dst = flipped.data();
+      for (int a = s.kh - 1; a >= 0; --a)
+        for (int b = s.kw - 1; b >= 0; --b)
+          for (int o = 0; o < s.o; ++o, dst += s.c)
+            std::copy_n(w + ((static_cast<size_t>(o) * s.kh + a) * s.kw + b) * s.c, s.c, dst);
+    }
+    return forward_moved(err, flipped.data(), t, dx);
   }
   if (g.direct()) {
     gemm_f32({err, s.o, w, g.taps, dx, g.taps, s.n * g.pixels, g.taps, s.o, false});

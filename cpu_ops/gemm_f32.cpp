@@ -8,6 +8,7 @@
 #include <cstddef>
 
 #include "cpu_features.h"
+#include "gemm_f32_avx2.h"
 #include "target_clones.h"
 #include "thread_pool.h"
 
@@ -188,6 +189,7 @@ void rows(const GemmF32& g, int i0, int i1) {
 #ifdef DSPTRAIN_F32_AVX512
   if (f32_avx512()) return g.b_nk ? rows_dot_avx512(g, i0, i1) : rows_avx512(g, i0, i1);
 #endif
+  if (!g.b_nk && f32_avx2()) return gemm_f32_rows_avx2(g, i0, i1);
   g.b_nk ? rows_dot_portable(g, i0, i1) : rows_portable(g, i0, i1);
 }
 
