@@ -270,8 +270,33 @@ void backward_data(const float* err, const float* w, const ConvShape& s, float* 
   });
 }
 
+// Small images (several to a block) whose patches of the whole batch fit kBatchBytes: the
+// weight gradient as one product, dw[O, taps] = err^T [O, N*pixels] x patches [N*pixels, taps],
+// its rows split over the pool. Every element is one thread's sum over the whole batch in
+// order, so C is written once (not once per group of images) at any thread count.
+constexpr size_t kBatchBytes = 4u << 20;
+
+bool wgrad_in_one_product(const Geometry& g) {
+  return g.images_per_block > 1 && !g.direct() &&
+         static_cast<size_t>(g.s.n) * g.pixels * (g.taps + g.s.o) * sizeof(float) <= kBatchBytes;
+}
+
+void backward_weight_batch(const float* err, const float* x, const Geometry& g, float* dw) {
+  const ConvShape& s = g.s;
+  const int rows = s.n * g.pixels;
+  std::vector<float>& buf = block_buffer(static_cast<size_t>(rows) * (g.taps + s.o));
+  float *cols = buf.data(), *err_t = cols + static_cast<size_t>(rows) * g.taps;
+  over_images(g, s.n, [&](int n0, int n1) {
+    PaddedImages images{x, g};
+    gather_rows(images, n0 * g.pixels, n1 * g.pixels, cols + static_cast<size_t>(n0) * g.pixels * g.taps);
+  });
+  transpose(err, rows, s.o, err_t);
+  gemm_f32({err_t, rows, cols, g.taps, dw, g.taps, s.o, g.taps, rows, false});
+}
+
 void backward_weight(const float* err, const float* x, const ConvShape& s, float* dw) {
   const Geometry g(s);
+  if (wgrad_in_one_product(g)) return backward_weight_batch(err, x, g, dw);
   const size_t dw_size = static_cast<size_t>(s.o) * g.taps;
   // fixed groups of images, each summed on one thread, then the groups added in order
   // (sizes set by the shape alone, so every thread count gives the same floats); small
@@ -335,6 +360,8 @@ ScratchList conv_f32_scratch(ConvPass pass, const ConvShape& s) {
   }
   const Geometry g(s);
   if (g.direct() && pass != ConvPass::kBackwardWeight) return {};
+  if (pass == ConvPass::kBackwardWeight && wgrad_in_one_product(g))   // on the calling thread
+    return {{"conv_f32.batch_patches", static_cast<size_t>(s.n) * g.pixels * (g.taps + s.o) * sizeof(float)}};
   const size_t threads = static_cast<size_t>(pool_threads()), block = static_cast<size_t>(g.block());
   const size_t floats = block * (g.taps + (pass == ConvPass::kBackwardWeight ? s.o : 0));
   ScratchList out{{"conv_f32.patch_block (per thread)", threads * floats * sizeof(float)}};
