@@ -8,6 +8,7 @@
 #include <cstddef>
 
 #include "cpu_features.h"
+#include "gemm.h"
 #include "gemm_f32_avx2.h"
 #include "target_clones.h"
 #include "thread_pool.h"
@@ -195,9 +196,13 @@ void rows(const GemmF32& g, int i0, int i1) {
 
 }  // namespace
 
+// The float kernels follow the int8 ISA setting (set_isa) only where it is lowered below
+// the CPU's best, so that tests reach every float kernel on one machine; a CPU with
+// AVX-512F but no VNNI (best: AVX2) still runs the AVX-512 float kernel.
 bool f32_avx512() {
 #ifdef DSPTRAIN_F32_AVX512
-  return cpu_features().avx512f;
+  const Isa isa = active_isa();
+  return cpu_features().avx512f && (isa == best_isa() || isa == Isa::kAvx512Vnni || isa == Isa::kAmx);
 #else
   return false;
 #endif

@@ -8,6 +8,7 @@
 #include <cstddef>
 
 #include "cpu_features.h"
+#include "gemm.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -76,7 +77,7 @@ void row_panel(const GemmF32& g, int i0, int i1, int j0, int cols) {
 
 bool f32_avx2() {
   static const bool ok = cpu_features().avx2 && __builtin_cpu_supports("fma");
-  return ok;
+  return ok && active_isa() != Isa::kScalar;   // set_isa("scalar"): the portable loops
 }
 
 void gemm_f32_rows_avx2(const GemmF32& g, int i0, int i1) {

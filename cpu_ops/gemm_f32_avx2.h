@@ -6,7 +6,7 @@
 
 namespace dsptrain {
 
-// Whether this CPU runs the AVX2 + FMA kernel.
+// Whether this CPU runs the AVX2 + FMA kernel (not under set_isa("scalar")).
 bool f32_avx2();
 
 // C rows [i0, i1) of g, B stored [K,N] (g.b_nk false): k summed in ascending order with

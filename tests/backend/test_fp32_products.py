@@ -102,6 +102,41 @@ def test_gemm(be, ref, m, n, k):
     )
 
 
+def test_every_float_kernel_of_this_cpu(ref):
+    """The native products under each ISA this CPU offers (set_isa lowers the float kernels
+    too: AVX-512, AVX2 + FMA, the portable loops), on a small-image shape and a ragged GEMM."""
+    native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((13, 2, 2, 7)).astype(np.float32)
+    w = rng.standard_normal((21, 3, 3, 7)).astype(np.float32)
+    err = rng.standard_normal((13, 2, 2, 21)).astype(np.float32)
+    a, b = rng.standard_normal((29, 40)).astype(np.float32), rng.standard_normal((40, 23)).astype(np.float32)
+    previous = native.isa()
+    try:
+        for isa in native.supported_isas():
+            native.set_isa(isa)
+            within(
+                native.conv2d_f32(x, w, 1, 1),
+                ref.conv2d_f32(f64(x), f64(w), 1, 1),
+                ref.conv2d_f32(f64(abs(x)), f64(abs(w)), 1, 1),
+                f"{isa} forward",
+            )
+            within(
+                native.conv2d_bwd_weight_f32(err, x, 1, 1, (3, 3)),
+                ref.conv2d_bwd_weight_f32(f64(err), f64(x), 1, 1, (3, 3)),
+                ref.conv2d_bwd_weight_f32(f64(abs(err)), f64(abs(x)), 1, 1, (3, 3)),
+                f"{isa} backward weight",
+            )
+            within(
+                native.gemm_f32(a, b, False),
+                ref.gemm_f32(f64(a), f64(b), False),
+                ref.gemm_f32(f64(abs(a)), f64(abs(b)), False),
+                f"{isa} a @ b",
+            )
+    finally:
+        native.set_isa(previous)
+
+
 def test_native_products_are_the_same_at_one_and_two_threads():
     native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
     rng = np.random.default_rng(5)
