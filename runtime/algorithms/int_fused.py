@@ -58,6 +58,10 @@ class _Chain:
             return ("relu",)
         return ("clip", *(float(p) for p in self.act.attrs["params"]))
 
+    def layers(self) -> tuple[str, ...]:
+        """The model layers the fused ops run: the batch norm and its activation."""
+        return (self.bn.layer,) + ((self.act.layer,) if self.act is not None else ())
+
     def float_tensors(self) -> list[str]:
         """The float32 tensors the chain's links write (but the running statistics and the
         gradients, which the fused ops write too)."""
@@ -171,7 +175,8 @@ def fuse_bn_casts(ops: list, eval_ops: list, tensors: dict) -> tuple[list, list]
             outputs=(cast.outputs[0], stats, mean, var),
             hooks=("bn_act_s8",),
             macs=bn.macs,
-            attrs={**bn.attrs, "act": act, "mode": cast.attrs["mode"]},
+            # fused: the layers whose float ops it runs, with their casts (precision.py reports them)
+            attrs={**bn.attrs, "act": act, "mode": cast.attrs["mode"], "fused": chain.layers()},
         )
         dropped.update(op.name for op in (chain.to_float, bn, chain.act) if op is not None)
         if chain.bn_bwd is not None:
@@ -188,7 +193,12 @@ def fuse_bn_casts(ops: list, eval_ops: list, tensors: dict) -> tuple[list, list]
                 outputs=outputs,
                 hooks=("bn_act_bwd_s8",),
                 macs=bn_bwd.macs,
-                attrs={"act": act, "mode": err_cast.attrs["mode"] if err_cast else "round", "rows": "coupled"},
+                attrs={
+                    "act": act,
+                    "mode": err_cast.attrs["mode"] if err_cast else "round",
+                    "rows": "coupled",
+                    "fused": chain.layers(),
+                },
             )
             if err_cast is not None:
                 dropped.add(err_cast.name)
