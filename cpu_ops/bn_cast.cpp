@@ -107,20 +107,54 @@ inline float activate(float y, double lo, double hi) {
   else return y;
 }
 
-// where the activation passes its error on (act_bwd_f32's clip slope, relu_bwd_f32's y > 0)
-template <BnAct A>
-inline bool passes(float y, double lo, double hi) {
-  if constexpr (A == BnAct::kClip) return (static_cast<double>(y) > lo) & (static_cast<double>(y) < hi);
-  else if constexpr (A == BnAct::kRelu) return y > 0.0f;
-  else return true;
-}
-
 // Per-channel constants of a layer, in double, as the float ops hold them.
 struct Channels {
   std::vector<double> mu, inv, gamma, beta;
   double sx = 1.0;  // the input's 2**ex
   double lo = 0.0, hi = 0.0;
+  // the backward's: the int8 inputs whose activation passes the error on, [open_lo, open_hi]
+  std::vector<int32_t> open_lo, open_hi;
 };
+
+// The smallest q in [-128, 127] where `pred` (false, then true as q grows) holds; 128: nowhere
+template <typename Pred>
+int first_true(Pred pred) {
+  int a = -128, b = 128;
+  while (a < b) {
+    const int m = a + (b - a) / 2;
+    if (pred(m)) b = m;
+    else a = m + 1;
+  }
+  return a;
+}
+
+// Each channel's open inputs (Channels::open_lo, open_hi): where the activation passes its
+// error on, act_bwd_f32's clip slope (lo < y < hi, y as a double) or relu_bwd_f32's y > 0. The
+// batch norm's output y is monotone in the int8 input (rounded affine maps), so that is an
+// interval of inputs, whose ends bisection finds with those same comparisons: the backward's
+// gate is then two integer compares an element.
+template <BnAct A>
+void gate_intervals(Channels& k, size_t channels) {
+  k.open_lo.assign(channels, -128);
+  k.open_hi.assign(channels, 127);
+  if constexpr (A == BnAct::kNone) return;
+  for (size_t c = 0; c < channels; ++c) {
+    auto y = [&](int q) {
+      const double h = (static_cast<double>(q) * k.sx - k.mu[c]) * k.inv[c];
+      return static_cast<float>(k.gamma[c] * h + k.beta[c]);
+    };
+    const double lo = A == BnAct::kRelu ? 0.0 : k.lo, hi = A == BnAct::kRelu ? HUGE_VAL : k.hi;
+    auto above = [&](int q) { return static_cast<double>(y(q)) > lo; };
+    auto below = [&](int q) { return static_cast<double>(y(q)) < hi; };
+    if (y(127) >= y(-128)) {  // non-decreasing: above holds on a suffix, below on a prefix
+      k.open_lo[c] = first_true(above);
+      k.open_hi[c] = first_true([&](int q) { return !below(q); }) - 1;
+    } else {  // decreasing: the other way round
+      k.open_lo[c] = first_true(below);
+      k.open_hi[c] = first_true([&](int q) { return !above(q); }) - 1;
+    }
+  }
+}
 
 // A row of activations: a[c] for c in [0, n) of int8 inputs xr
 template <BnAct A>
@@ -295,9 +329,9 @@ template <BnAct A>
 inline void gated(const int8_t* xr, const int8_t* er, size_t c, const Channels& k, double se, double& e2, double& xh) {
   const double h = (static_cast<double>(xr[c]) * k.sx - k.mu[c]) * k.inv[c];
   xh = static_cast<float>(h);
-  const float y = static_cast<float>(k.gamma[c] * h + k.beta[c]);
+  const bool open = (xr[c] >= k.open_lo[c]) & (xr[c] <= k.open_hi[c]);  // the gate (gate_intervals)
   // the error times 0 or 1, no branch (a shut gate's sign of zero changes no sum and no result)
-  e2 = static_cast<double>(er[c]) * se * static_cast<double>(passes<A>(y, k.lo, k.hi));
+  e2 = static_cast<double>(er[c]) * se * static_cast<double>(open);
 }
 
 // Pass 1, one row, channels [c, c1): bn_bwd_f32's sums of err2 and err2 * x-hat, added in row order
@@ -332,23 +366,18 @@ __attribute__((target("avx2"))) inline void gated4(const int8_t* xr, const int8_
   int32_t xb, eb;
   std::memcpy(&xb, xr + c, 4);
   std::memcpy(&eb, er + c, 4);
-  const __m256d xd = _mm256_cvtepi32_pd(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(xb)));
-  const __m256d h = _mm256_mul_pd(_mm256_sub_pd(_mm256_mul_pd(xd, _mm256_set1_pd(k.sx)), _mm256_loadu_pd(&k.mu[c])),
-                                  _mm256_loadu_pd(&k.inv[c]));
+  const __m128i xi = _mm_cvtepi8_epi32(_mm_cvtsi32_si128(xb));
+  const __m256d h = _mm256_mul_pd(
+      _mm256_sub_pd(_mm256_mul_pd(_mm256_cvtepi32_pd(xi), _mm256_set1_pd(k.sx)), _mm256_loadu_pd(&k.mu[c])),
+      _mm256_loadu_pd(&k.inv[c]));
   xh = _mm256_cvtps_pd(_mm256_cvtpd_ps(h));
   const __m256d ev = _mm256_mul_pd(_mm256_cvtepi32_pd(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(eb))), _mm256_set1_pd(se));
   if constexpr (A == BnAct::kNone) {
     e2 = ev;
-  } else {
-    const __m256d y = _mm256_cvtps_pd(_mm256_cvtpd_ps(
-        _mm256_add_pd(_mm256_mul_pd(_mm256_loadu_pd(&k.gamma[c]), h), _mm256_loadu_pd(&k.beta[c]))));
-    __m256d gate;
-    if constexpr (A == BnAct::kClip)
-      gate = _mm256_and_pd(_mm256_cmp_pd(y, _mm256_set1_pd(k.lo), _CMP_GT_OQ),
-                           _mm256_cmp_pd(y, _mm256_set1_pd(k.hi), _CMP_LT_OQ));
-    else
-      gate = _mm256_cmp_pd(y, _mm256_setzero_pd(), _CMP_GT_OQ);
-    e2 = _mm256_and_pd(ev, gate);
+  } else {  // open_lo <= x <= open_hi: the gate (gate_intervals), widened to the doubles' lanes
+    const __m128i shut = _mm_or_si128(_mm_cmpgt_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&k.open_lo[c])), xi),
+                                      _mm_cmpgt_epi32(xi, _mm_loadu_si128(reinterpret_cast<const __m128i*>(&k.open_hi[c]))));
+    e2 = _mm256_andnot_pd(_mm256_castsi256_pd(_mm256_cvtepi32_epi64(shut)), ev);
   }
 }
 
@@ -465,6 +494,7 @@ void bn_act_bwd_s8(const int8_t* err, int ee, const int8_t* x, int ex, size_t ro
   *edx = 0;
   with_act(act.fn, [&](auto a_tag) {
     constexpr BnAct A = decltype(a_tag)::value;
+    gate_intervals<A>(k, C);
     over_channel_blocks(C, 2 * rows * C, [&](size_t c0, size_t c1) {
       for (size_t r = 0; r < rows; ++r) grad_sums<A>(x + r * C, err + r * C, c0, c1, k, s);
     });
