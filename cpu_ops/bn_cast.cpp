@@ -24,6 +24,9 @@ namespace dsptrain {
 namespace {
 
 constexpr size_t kBlock = 32;  // channels a task sums over every row (half a cache line of int8 per row)
+// A pass over fewer int8 bytes than this runs on the caller: a few microseconds of work a
+// task, where waking the pool and a second core's cold cache cost as much
+constexpr size_t kParallelBytes = 4 * kTaskGrainBytes;
 constexpr size_t kTableRows = 1024;  // from this many rows a channel's 256-entry tables cost a small part of its elements
 
 // NITI's exponent for a range (numerics.float_exponent): ceil(log2 m) - 7, 0 for m == 0
@@ -169,13 +172,13 @@ DSPTRAIN_CLONES void activations_row(const int8_t* xr, size_t n, const Channels&
 // body(r0, r1) over contiguous runs of rows, a task each
 template <typename F>
 void over_rows(size_t rows, size_t bytes_per_row, F body) {
-  SerialScope serial(rows * bytes_per_row < kTaskGrainBytes);
+  SerialScope serial(rows * bytes_per_row < kParallelBytes);
   parallel_ranges(static_cast<int>(rows), rows * bytes_per_row, [&](int b, int e) { body(size_t(b), size_t(e)); });
 }
 
 template <typename F>
 void over_channel_blocks(size_t channels, size_t bytes, F body) {
-  SerialScope serial(bytes < kTaskGrainBytes);
+  SerialScope serial(bytes < kParallelBytes);
   const int blocks = static_cast<int>((channels + kBlock - 1) / kBlock);
   parallel_ranges(blocks, bytes, [&](int b, int e) { body(size_t(b) * kBlock, std::min(channels, size_t(e) * kBlock)); });
 }
