@@ -502,8 +502,13 @@ int dspt_op_dwconv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     const int8_t *w = dspt_at(ctx, d->in[1], (uint32_t)(s.kh * s.kw * s.c));
     int32_t *y = dspt_at(ctx, d->out[0], y_words * 4);
     if (!x || !w || !y) return DSPT_BAD_PARAMS;
+    int acc = (d->flags & DSPT_F_ACCUMULATE) != 0;
+    if (dspt_dw_pixels_fit(&s, 0)) {
+        d->result_shift = DSPT_PATH_DW_PIXEL_QUADS;
+        return dspt_dw_pixels(ctx, &s, x, w, y, 0, acc);
+    }
     struct dw_job J = {.s = &s, .src = x, .w = w, .out = y, .flat = s.stride == 1, .flip = 0, .pad = s.pad,
-                       .accumulate = (d->flags & DSPT_F_ACCUMULATE) != 0, .src_h = s.h, .src_w = s.w,
+                       .accumulate = acc, .src_h = s.h, .src_w = s.w,
                        .quads = dspt_dw_quads_fit(&s)};
     d->result_shift = J.quads ? DSPT_PATH_DW_COLUMN_QUADS : J.flat ? DSPT_PATH_DW_FLAT : DSPT_PATH_DW_BLOCKS;   /* quads: stride 1 or 2 */
     return dw_run_job(ctx, &J);
@@ -521,6 +526,10 @@ int dspt_op_dwconv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     int32_t *dx = dspt_at(ctx, d->out[0], dspt_count(d->shape_out) * 4);
     if (!err || !w || !dx) return DSPT_BAD_PARAMS;
     int acc = (d->flags & DSPT_F_ACCUMULATE) != 0;
+    if (dspt_dw_pixels_fit(&s, 1)) {
+        d->result_shift = DSPT_PATH_DW_PIXEL_QUADS;
+        return dspt_dw_pixels(ctx, &s, err, w, dx, 1, acc);
+    }
     if (s.stride == 1 && s.kh == s.kw && s.pad <= s.kh - 1) {
         /* the forward conv of err (padded by k - 1 - p) with the taps flipped */
         struct dw_shape f = {s.n, s.oh, s.ow, s.c, s.kh, s.kw, s.h, s.w, 1, s.kh - 1 - s.pad};

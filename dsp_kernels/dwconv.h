@@ -18,6 +18,12 @@ int dspt_dw_shape(const struct dspt_op_desc *d, const int32_t *img, const int32_
  * the rest the vmpy paths. */
 int dspt_dw_quads_fit(const struct dw_shape *s);
 
+/* dwconv_pixels.c: each output pixel's taps inside the image, 4 a vrmpy word (forward, or
+ * backward data with `bwd`: s is the forward's shape, src err, out dx); _fit says when. */
+int dspt_dw_pixels_fit(const struct dw_shape *s, int bwd);
+int dspt_dw_pixels(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t *src, const int8_t *w, int32_t *out,
+                   int bwd, int accumulate);
+
 /* Image-stack pitch: bytes from one padded image to the next, whole vectors. */
 static inline int dw_round_vec(int bytes) { return (bytes + HVX_BYTES - 1) & ~(HVX_BYTES - 1); }
 

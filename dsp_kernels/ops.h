@@ -70,6 +70,7 @@ enum dspt_path {
     DSPT_PATH_COL2IM = 14,        /* conv_col2im.c: backward data as GEMM into window rows, then add */
     DSPT_PATH_PLANAR = 15,        /* conv_planar.c: weight gradient from channel planes */
     DSPT_PATH_WGRAD_GEMM = 16,    /* conv.c: weight gradient as im2col rows reduced over positions */
+    DSPT_PATH_DW_PIXEL_QUADS = 17, /* dwconv_pixels.c: each output pixel's inside taps, 4 a vrmpy word */
 };
 
 /* `shift` value asking the DSP to estimate it from the range (NITI's absmax rule). */
