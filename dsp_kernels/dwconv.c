@@ -503,9 +503,13 @@ int dspt_op_dwconv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     int32_t *y = dspt_at(ctx, d->out[0], y_words * 4);
     if (!x || !w || !y) return DSPT_BAD_PARAMS;
     int acc = (d->flags & DSPT_F_ACCUMULATE) != 0;
-    if (dspt_dw_pixels_fit(&s, 0)) {
+    if (dspt_dw_pixels_fit(&s, 0)) {   /* small outputs first: measured faster than the block quads there */
         d->result_shift = DSPT_PATH_DW_PIXEL_QUADS;
         return dspt_dw_pixels(ctx, &s, x, w, y, 0, acc);
+    }
+    if (dspt_dw_block_quads_fit(&s)) {
+        d->result_shift = DSPT_PATH_DW_BLOCK_QUADS;
+        return dspt_dw_block_quads(ctx, &s, x, w, y, acc);
     }
     struct dw_job J = {.s = &s, .src = x, .w = w, .out = y, .flat = s.stride == 1, .flip = 0, .pad = s.pad,
                        .accumulate = acc, .src_h = s.h, .src_w = s.w,
@@ -529,6 +533,10 @@ int dspt_op_dwconv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     if (dspt_dw_pixels_fit(&s, 1)) {
         d->result_shift = DSPT_PATH_DW_PIXEL_QUADS;
         return dspt_dw_pixels(ctx, &s, err, w, dx, 1, acc);
+    }
+    if (dspt_dw_err_quads_fit(&s)) {
+        d->result_shift = DSPT_PATH_DW_ERR_QUADS;
+        return dspt_dw_err_quads(ctx, &s, err, w, dx, acc);
     }
     if (s.stride == 1 && s.kh == s.kw && s.pad <= s.kh - 1) {
         /* the forward conv of err (padded by k - 1 - p) with the taps flipped */

@@ -59,7 +59,10 @@ SHAPES = [
     ((3, 5, 4, 7, 2, 2, 1, 0), "dw_flat", "dw_flat"),  # even kernel, no padding
     ((2, 5, 7, 24, 3, 2, 1, 1), "dw_column_quads", "dw_classes"),  # kh != kw: the flipped forward needs square
     ((2, 5, 5, 16, 3, 3, 1, 3), "dw_column_quads", "dw_classes"),  # pad past k - 1
-    ((5, 11, 11, 96, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),  # stride 2: strips of a pixel's block, ragged
+    ((5, 11, 11, 96, 3, 3, 2, 1), "dw_block_quads", "dw_err_quads"),  # 3 x 3 stride 2, C % 32 == 0: 2 x 2 blocks
+    ((3, 9, 9, 160, 3, 3, 2, 1), "dw_block_quads", "dw_err_quads"),  # odd image, a second block of 32 channels
+    ((2, 8, 8, 64, 3, 3, 2, 1), "dw_block_quads", "dw_err_quads"),  # half a vector of channels
+    ((2, 9, 9, 48, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),  # stride 2 quads: strips of a pixel's block
     ((2, 10, 10, 144, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),  # two blocks, the second 16 lanes
     ((3, 7, 5, 60, 3, 3, 2, 1), "dw_blocks", "dw_classes"),  # stride 2, 12 outputs, C < 96: the vmpy blocks
     ((2, 8, 8, 144, 3, 3, 2, 1), "dw_pixel_quads", "dw_classes"),  # stride 2 onto 16 outputs: each pixel's taps
@@ -116,8 +119,9 @@ def threads(dsp, request):
         (9, 3, 3, 33, 3, 3, 1, 0),
         (7, 2, 2, 160, 3, 3, 1, 1),
         (7, 4, 4, 100, 3, 3, 2, 1),
+        (7, 9, 9, 96, 3, 3, 2, 1),
     ],
-    ids=["flat", "blocks", "ragged-9", "pixels", "pixels-s2"],
+    ids=["flat", "blocks", "ragged-9", "pixels", "pixels-s2", "quads-s2"],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
     x, w, err, stride, pad = args(rng, shape)
@@ -129,10 +133,10 @@ def test_dwconv_every_thread_count(dsp, rng, threads, shape):
     )
     same(dsp.dwconv2d_s8(x, w, stride, pad), ref.dwconv2d_s8(x, w, stride, pad))
     same(dsp.accumulate(start, "dwconv2d_s8", x, w, stride, pad), start + ref.dwconv2d_s8(x, w, stride, pad))
-    same(
-        dsp.dwconv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]),
-        ref.dwconv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]),
-    )
+    dx = ref.dwconv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3])
+    same(dsp.dwconv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]), dx)
+    start = rng.integers(-(2**20), 2**20, dx.shape, dtype=np.int32)
+    same(dsp.accumulate(start, "dwconv2d_bwd_data_s8", err, w, stride, pad, x.shape[1:3]), start + dx)
     dw = ref.dwconv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3])
     same(dsp.dwconv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]), dw)
     start = rng.integers(-(2**20), 2**20, dw.shape, dtype=np.int32)
@@ -191,3 +195,24 @@ def test_pointwise_is_a_gemm_without_im2col(dsp, rng, shape):
     same(dsp.accumulate(start, "conv2d_s8", x, wt, 1, 0), start + want)
     same(dsp.conv2d_bwd_data_s8(err, wt, 1, 0, (h, w)), ref.conv2d_bwd_data_s8(err, wt, 1, 0, (h, w)))
     assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise" if o % 4 == 0 else "gather_gemm")]
+
+
+@pytest.mark.parametrize("threads", [1, 4], indirect=True)
+@pytest.mark.parametrize(
+    "shape", [(3, 7, 5, 36, 20, 2), (2, 8, 8, 64, 32, 2), (2, 7, 9, 40, 12, 3)], ids=["odd-hw", "even", "stride-3"]
+)
+def test_strided_pointwise_backward_data_lands_in_place(dsp, rng, threads, shape):
+    """Backward data of a 1 x 1 conv of stride s (O % 4 == 0): err's rows times wT written s*C
+    words apart into a zeroed dx ("pointwise_strided"), no gather and no col2im, accumulating
+    too (the rows between left as they were); the forward keeps the chunked im2col rows."""
+    n, h, w, c, o, stride = shape
+    x, wt = s8(rng, n, h, w, c), s8(rng, o, 1, 1, c)
+    oh, ow = out_hw(h, w, 1, 1, stride, 0)
+    err = s8(rng, n, oh, ow, o)
+    want = ref.conv2d_bwd_data_s8(err, wt, stride, 0, (h, w))
+    same(dsp.conv2d_bwd_data_s8(err, wt, stride, 0, (h, w)), want)
+    assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise_strided")]
+    start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    same(dsp.accumulate(start, "conv2d_bwd_data_s8", err, wt, stride, 0, (h, w)), start + want)
+    same(dsp.conv2d_s8(x, wt, stride, 0), ref.conv2d_s8(x, wt, stride, 0))
+    assert dsp.last_paths == [("conv2d_s8", "im2col_gemm")]
