@@ -101,6 +101,15 @@ def test_dwconv_matches_ref_and_takes_its_path(dsp, rng, case):
     assert dsp.last_paths == [("dwconv2d_bwd_weight_s8", "dw_image_quads")]
 
 
+def test_every_depthwise_path_is_pinned():
+    """Each depthwise path of enum dspt_path has a shape above that takes it."""
+    from dsptrain.backends.dsp_abi import PATH_NAMES
+
+    depthwise = {name for name in PATH_NAMES.values() if name.startswith("dw_")}
+    taken = {path for _, *paths in SHAPES for path in paths} | {"dw_image_quads"}
+    assert taken == depthwise, depthwise ^ taken
+
+
 @pytest.fixture
 def threads(dsp, request):
     dsp.hvx_threads = request.param
