@@ -53,4 +53,22 @@ static inline void dw_interleave4(HVX_Vector q[4], HVX_Vector r0, HVX_Vector r1,
     q[3] = Q6_V_hi_W(hi);
 }
 
+/* Where channel block cb starts. Not accumulating, with C > 128 and ragged, the last block
+ * is moved back to end at C: it overlaps the one before (those channels computed twice,
+ * stored twice with the same values) but keeps 128 lanes, so no block stores in pieces. */
+static inline int dw_block_start(int cb, int c, int acc)
+{
+    int start = cb * HVX_BYTES;
+    return !acc && c > HVX_BYTES && start + HVX_BYTES > c ? c - HVX_BYTES : start;
+}
+
+/* An unaligned store kept one vmemu: the empty asm hides that consecutive stores are
+ * adjacent, which clang would otherwise merge into vlalign and two masked stores each
+ * (five packets for four vectors where vmemu pairs with the multiplies). */
+static inline void dw_store_u(int32_t *p, HVX_Vector v)
+{
+    __asm__("" : "+r"(p));
+    hvx_store_u(p, v);
+}
+
 #endif

@@ -28,15 +28,14 @@ struct eq_job {
 
 int dspt_dw_err_quads_fit(const struct dw_shape *s)
 {
-    /* C % 32: every dx block starts on a vector (unaligned stores cost three times as much:
-     * the classes win there, measured at C = 144) */
-    return s->stride == 2 && s->kh == 3 && s->kw == 3 && s->pad == 1 && s->c >= 64 && s->c % 32 == 0;
+    /* C % 32: every dx block starts on a vector; C > 128: whole blocks (dw_block_start) */
+    return s->stride == 2 && s->kh == 3 && s->kw == 3 && s->pad == 1 && s->c >= 64 && (s->c % 32 == 0 || s->c > 128);
 }
 
 /* The four dx pixels of one anchor (m, n): src[k] the err block of slot k = 2 dy + dx,
  * dst[p] the dx block of pixel p = 2 a + b (NULL: past dx's edge). ALIGNED: C % 32 == 0,
- * that many whole vectors of words kept, nothing to add (plain vector stores); else
- * `valid` words, `acc`. */
+ * that many whole vectors of words kept, nothing to add (plain vector stores); 8: four
+ * whole vectors anywhere (vmemu); else `valid` words, `acc`. */
 static inline __attribute__((always_inline)) void anchor(const int ALIGNED, const int8_t *const src[4],
                                                          int32_t *const dst[4], const HVX_Vector W[16], int valid,
                                                          int acc)
@@ -47,6 +46,10 @@ static inline __attribute__((always_inline)) void anchor(const int ALIGNED, cons
         HVX_Vector a[4];
         for (int q = 0; q < 4; q++) a[q] = Q6_Vw_vrmpy_VbVb(x[q], W[4 * p + q]);
         int32_t *o = dst[p];
+        if (ALIGNED == 8) {   /* 4 whole vectors, unaligned */
+            for (int q = 0; q < 4; q++) dw_store_u(o + 32 * q, a[q]);
+            continue;
+        }
         if (ALIGNED) {
             for (int q = 0; q < ALIGNED; q++) ((HVX_Vector *)o)[q] = a[q];
             continue;
@@ -67,10 +70,12 @@ static inline __attribute__((always_inline)) void anchor(const int ALIGNED, cons
  * the general one. */
 static inline __attribute__((always_inline)) void anchor_row(const int FAST, const struct dw_shape *s,
                                                              const int8_t *e0, const int8_t *e1, int32_t *d0,
-                                                             int32_t *d1, const int8_t *zeros, const HVX_Vector W[16],
+                                                             int32_t *d1, const int8_t *zeros, const HVX_Vector *Wm,
                                                              int valid, int acc)
 {
     const int C = s->c, OW = s->ow, AW = (s->w + 1) / 2;
+    HVX_Vector W[16];   /* a local copy: the stores to dx cannot alias it, so it stays in registers */
+    for (int k = 0; k < 16; k++) W[k] = Wm[k];
     int n = 0;
     if (FAST && d1)
         for (; 2 * n + 1 < s->w; n++) {
@@ -90,28 +95,45 @@ static inline __attribute__((always_inline)) void anchor_row(const int FAST, con
     }
 }
 
+/* Each store mode its own function: inlined together they share one register allocation
+ * and the aligned loop lost a fifth of its speed. */
+#define ROW_FN(K)                                                                               \
+    static __attribute__((noinline)) void anchor_row_##K(const struct dw_shape *s, const int8_t *e0, \
+                                                         const int8_t *e1, int32_t *d0, int32_t *d1,    \
+                                                         const int8_t *zeros, const HVX_Vector W[16],   \
+                                                         int valid, int acc)                            \
+    {                                                                                           \
+        anchor_row(K, s, e0, e1, d0, d1, zeros, W, valid, acc);                                 \
+    }
+ROW_FN(0)
+ROW_FN(3)
+ROW_FN(4)
+ROW_FN(8)
+
 static int eq_share(struct dspt_ctx *tc, int t, void *job)
 {
     const struct eq_job *J = job;
     const struct dw_shape *s = J->s;
     const int C = s->c, AH = (s->h + 1) / 2, acc = J->accumulate;
     const int aligned = C % 32 == 0 && ((uintptr_t)J->dx & (HVX_BYTES - 1)) == 0 && !acc;
+    const int blocks = (C + HVX_BYTES - 1) / HVX_BYTES;
     int lo, hi;
     dspt_share(tc, s->n, 1, t, &lo, &hi);
-    for (int cb = 0; cb * HVX_BYTES < C; cb++) {
-        int valid = C - cb * HVX_BYTES < HVX_BYTES ? C - cb * HVX_BYTES : HVX_BYTES;
+    for (int cb = 0; cb < blocks; cb++) {
+        int c0 = dw_block_start(cb, C, acc), valid = C - c0 < HVX_BYTES ? C - c0 : HVX_BYTES;
         HVX_Vector W[16];
         for (int k = 0; k < 16; k++) W[k] = J->wq[16 * cb + k];
         for (int img = lo; img < hi; img++) {
-            const int8_t *err = J->err + ((size_t)img * s->oh * s->ow * C) + cb * HVX_BYTES;
-            int32_t *dx = J->dx + ((size_t)img * s->h * s->w * C) + cb * HVX_BYTES;
+            const int8_t *err = J->err + ((size_t)img * s->oh * s->ow * C) + c0;
+            int32_t *dx = J->dx + ((size_t)img * s->h * s->w * C) + c0;
             for (int m = 0; m < AH; m++) {
                 const int8_t *e0 = err + m * s->ow * C, *e1 = m + 1 < s->oh ? e0 + s->ow * C : J->zeros;
                 int32_t *d0 = dx + 2 * m * s->w * C, *d1 = 2 * m + 1 < s->h ? d0 + s->w * C : 0;
-                int whole = aligned ? valid / 32 : 0;
-                if (whole == 4) anchor_row(4, s, e0, e1, d0, d1, J->zeros, W, valid, acc);
-                else if (whole == 3) anchor_row(3, s, e0, e1, d0, d1, J->zeros, W, valid, acc);
-                else anchor_row(0, s, e0, e1, d0, d1, J->zeros, W, valid, acc);
+                int whole = aligned ? valid / 32 : valid == HVX_BYTES && !acc ? 8 : 0;
+                if (whole == 8) anchor_row_8(s, e0, e1, d0, d1, J->zeros, W, valid, acc);
+                else if (whole == 4) anchor_row_4(s, e0, e1, d0, d1, J->zeros, W, valid, acc);
+                else if (whole == 3) anchor_row_3(s, e0, e1, d0, d1, J->zeros, W, valid, acc);
+                else anchor_row_0(s, e0, e1, d0, d1, J->zeros, W, valid, acc);
             }
         }
     }
@@ -128,14 +150,14 @@ int dspt_dw_err_quads(struct dspt_ctx *ctx, const struct dw_shape *s, const int8
     if (!wq || !zeros) return DSPT_NO_SUPPORT;
     hvx_zero(zeros, zero_bytes);
     for (int cb = 0; cb < blocks; cb++)
-        for (int a = 0; a < 2; a++)
+        for (int a = 0, c0 = dw_block_start(cb, s->c, accumulate); a < 2; a++)
             for (int b = 0; b < 2; b++) {
                 HVX_Vector t[4];
                 for (int dy = 0; dy < 2; dy++)
                     for (int dxx = 0; dxx < 2; dxx++) {
                         int i = a + 1 - 2 * dy, j = b + 1 - 2 * dxx;
                         t[2 * dy + dxx] = i < 0 || j < 0 ? Q6_V_vzero()
-                                                         : hvx_load_u(w + (i * 3 + j) * s->c + cb * HVX_BYTES);
+                                                         : hvx_load_u(w + (i * 3 + j) * s->c + c0);
                     }
                 dw_interleave4(wq + 16 * cb + 4 * (2 * a + b), t[0], t[1], t[2], t[3]);
             }

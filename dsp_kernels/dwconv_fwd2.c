@@ -29,7 +29,8 @@ struct bq_job {
 
 int dspt_dw_block_quads_fit(const struct dw_shape *s)
 {
-    return s->stride == 2 && s->kh == 3 && s->kw == 3 && s->pad == 1 && s->c >= 64 && s->c % 32 == 0;
+    /* C % 32: every output block starts on a vector; C > 128: whole blocks (dw_block_start) */
+    return s->stride == 2 && s->kh == 3 && s->kw == 3 && s->pad == 1 && s->c >= 64 && (s->c % 32 == 0 || s->c > 128);
 }
 
 /* The block of rows r0, r1 (pointers, the zeros past the image) at columns c0, c1 (byte
@@ -43,13 +44,16 @@ static inline __attribute__((always_inline)) void block(HVX_Vector q[4], const i
 
 /* Output row m of one image, channel block cb: xa0, xa1 the x rows 2m - 1, 2m; xb0, xb1
  * 2m + 1, 2m + 2 (the zeros where outside). NQ: whole aligned vectors a block keeps and
- * nothing to add (C % 32 == 0); 0: `valid` words, added with `acc`. */
+ * nothing to add (C % 32 == 0); 8: four whole vectors anywhere; 0: `valid` words, added
+ * with `acc`. */
 static inline __attribute__((always_inline)) void out_row(const int NQ, const struct dw_shape *s, const int8_t *xa0,
                                                           const int8_t *xa1, const int8_t *xb0, const int8_t *xb1,
-                                                          const int8_t *zeros, int32_t *y, const HVX_Vector W[16],
+                                                          const int8_t *zeros, int32_t *y, const HVX_Vector *Wm,
                                                           int valid, int acc)
 {
     const int C = s->c, OW = s->ow, Wd = s->w;
+    HVX_Vector W[16];   /* a local copy: the stores to y cannot alias it, so it stays in registers */
+    for (int k = 0; k < 16; k++) W[k] = Wm[k];
     HVX_Vector qa[4], qb[4], na[4], nb[4], cur[4];
     /* blocks (m, 0), (m + 1, 0): columns -1 (outside) and 0 start output 0 */
     block(qa, xa0, xa1, zeros, -C, 0, 0, 1);
@@ -69,6 +73,10 @@ static inline __attribute__((always_inline)) void out_row(const int NQ, const st
             done[q] = Q6_Vw_vadd_VwVw(cur[q], end);
             cur[q] = Q6_Vw_vadd_VwVw(Q6_Vw_vrmpy_VbVb(qa[q], W[q]), Q6_Vw_vrmpy_VbVb(qb[q], W[8 + q]));
         }
+        if (NQ == 8) {   /* 4 whole vectors, unaligned */
+            for (int q = 0; q < 4; q++) dw_store_u(y + 32 * q, done[q]);
+            continue;
+        }
         if (NQ) {
             for (int q = 0; q < NQ; q++) ((HVX_Vector *)y)[q] = done[q];
             continue;
@@ -82,30 +90,45 @@ static inline __attribute__((always_inline)) void out_row(const int NQ, const st
     }
 }
 
+/* Each store mode its own function: inlined together they would share one register
+ * allocation (and spill). */
+#define ROW_FN(K)                                                                                     \
+    static __attribute__((noinline)) void out_row_##K(const struct dw_shape *s, const int8_t *const r[4], \
+                                                      const int8_t *zeros, int32_t *y,                    \
+                                                      const HVX_Vector *W, int valid, int acc)            \
+    {                                                                                                 \
+        out_row(K, s, r[0], r[1], r[2], r[3], zeros, y, W, valid, acc);                               \
+    }
+ROW_FN(0)
+ROW_FN(3)
+ROW_FN(4)
+ROW_FN(8)
+
 static int bq_share(struct dspt_ctx *tc, int t, void *job)
 {
     const struct bq_job *J = job;
     const struct dw_shape *s = J->s;
     const int C = s->c, H = s->h, rowb = s->w * C, acc = J->accumulate;
-    const int aligned = ((uintptr_t)J->y & (HVX_BYTES - 1)) == 0 && !acc;
-    int lo, hi;
+    const int aligned = ((uintptr_t)J->y & (HVX_BYTES - 1)) == 0 && !acc;   /* with C % 32 == 0 */
+    int lo, hi, blocks = (C + HVX_BYTES - 1) / HVX_BYTES;
     dspt_share(tc, s->n, 1, t, &lo, &hi);
-    for (int cb = 0; cb * HVX_BYTES < C; cb++) {
-        int valid = C - cb * HVX_BYTES < HVX_BYTES ? C - cb * HVX_BYTES : HVX_BYTES, nq = aligned ? valid / 32 : 0;
-        HVX_Vector W[16];
-        for (int k = 0; k < 16; k++) W[k] = J->wq[16 * cb + k];
+    for (int cb = 0; cb < blocks; cb++) {
+        int c0 = dw_block_start(cb, C, acc), valid = C - c0 < HVX_BYTES ? C - c0 : HVX_BYTES;
+        int nq = aligned && C % 32 == 0 ? valid / 32 : valid == HVX_BYTES && !acc ? 8 : 0;
+        const HVX_Vector *W = J->wq + 16 * cb;
         for (int img = lo; img < hi; img++) {
-            const int8_t *x = J->x + (size_t)img * H * rowb + cb * HVX_BYTES;
-            int32_t *y = J->y + (size_t)img * s->oh * s->ow * C + cb * HVX_BYTES;
+            const int8_t *x = J->x + (size_t)img * H * rowb + c0;
+            int32_t *y = J->y + (size_t)img * s->oh * s->ow * C + c0;
             for (int m = 0; m < s->oh; m++, y += s->ow * C) {
                 const int8_t *r[4];
                 for (int k = 0; k < 4; k++) {   /* rows 2m - 1 .. 2m + 2 */
                     int row = 2 * m - 1 + k;
                     r[k] = row >= 0 && row < H ? x + row * rowb : J->zeros;
                 }
-                if (nq == 4) out_row(4, s, r[0], r[1], r[2], r[3], J->zeros, y, W, valid, acc);
-                else if (nq == 3) out_row(3, s, r[0], r[1], r[2], r[3], J->zeros, y, W, valid, acc);
-                else out_row(0, s, r[0], r[1], r[2], r[3], J->zeros, y, W, valid, acc);
+                if (nq == 8) out_row_8(s, r, J->zeros, y, W, valid, acc);
+                else if (nq == 4) out_row_4(s, r, J->zeros, y, W, valid, acc);
+                else if (nq == 3) out_row_3(s, r, J->zeros, y, W, valid, acc);
+                else out_row_0(s, r, J->zeros, y, W, valid, acc);
             }
         }
     }
@@ -122,14 +145,14 @@ int dspt_dw_block_quads(struct dspt_ctx *ctx, const struct dw_shape *s, const in
     if (!wq || !zeros) return DSPT_NO_SUPPORT;
     hvx_zero(zeros, zero_bytes);
     for (int cb = 0; cb < blocks; cb++)
-        for (int du = 0; du < 2; du++)
+        for (int du = 0, c0 = dw_block_start(cb, s->c, accumulate); du < 2; du++)
             for (int dv = 0; dv < 2; dv++) {
                 HVX_Vector t[4];
                 for (int dy = 0; dy < 2; dy++)
                     for (int dx = 0; dx < 2; dx++) {
                         int i = 2 * du + dy, j = 2 * dv + dx;
                         t[2 * dy + dx] = i > 2 || j > 2 ? Q6_V_vzero()
-                                                        : hvx_load_u(w + (i * 3 + j) * s->c + cb * HVX_BYTES);
+                                                        : hvx_load_u(w + (i * 3 + j) * s->c + c0);
                     }
                 dw_interleave4(wq + 16 * cb + 4 * (2 * du + dv), t[0], t[1], t[2], t[3]);
             }

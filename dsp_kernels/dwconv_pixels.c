@@ -122,7 +122,7 @@ static inline __attribute__((always_inline)) void pixel_core(const int G, const 
             continue;
         }
         if (WHOLE) {
-            for (int q = 0; q < 4; q++) hvx_store_u(out + 32 * q, a[q]);
+            for (int q = 0; q < 4; q++) dw_store_u(out + 32 * q, a[q]);
             continue;
         }
         for (int q = 0; q < 4 && 32 * q < valid; q++) {

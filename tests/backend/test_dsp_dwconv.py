@@ -63,10 +63,10 @@ SHAPES = [
     ((3, 9, 9, 160, 3, 3, 2, 1), "dw_block_quads", "dw_err_quads"),  # odd image, a second block of 32 channels
     ((2, 8, 8, 64, 3, 3, 2, 1), "dw_block_quads", "dw_err_quads"),  # half a vector of channels
     ((2, 9, 9, 48, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),  # stride 2 quads: strips of a pixel's block
-    ((2, 10, 10, 144, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),  # two blocks, the second 16 lanes
+    ((2, 10, 10, 144, 3, 3, 2, 1), "dw_block_quads", "dw_err_quads"),  # C > 128 ragged: the last block moved back
     ((3, 7, 5, 60, 3, 3, 2, 1), "dw_blocks", "dw_classes"),  # stride 2, 12 outputs, C < 96: the vmpy blocks
-    ((2, 8, 8, 144, 3, 3, 2, 1), "dw_pixel_quads", "dw_classes"),  # stride 2 onto 16 outputs: each pixel's taps
-    ((3, 7, 5, 150, 3, 3, 2, 1), "dw_pixel_quads", "dw_classes"),  # the same, ragged blocks (150 = 128 + 22)
+    ((2, 8, 8, 144, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_quads"),  # stride 2 onto 16 outputs: each pixel's taps
+    ((3, 7, 5, 150, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_quads"),  # the same, ragged blocks (150 = 128 + 22)
     ((2, 3, 3, 100, 3, 3, 2, 3), "dw_pixel_quads", "dw_classes"),  # pad past k: corner outputs meet no tap
     ((4, 2, 2, 576, 3, 3, 2, 1), "dw_pixel_quads", "dw_pixel_quads"),  # MobileNetV2's last stride-2 shape
     ((3, 4, 4, 192, 3, 3, 2, 1), "dw_pixel_quads", "dw_pixel_quads"),  # err of 2 x 2: 16 dx pixels on 4 sources
@@ -129,8 +129,9 @@ def threads(dsp, request):
         (7, 2, 2, 160, 3, 3, 1, 1),
         (7, 4, 4, 100, 3, 3, 2, 1),
         (7, 9, 9, 96, 3, 3, 2, 1),
+        (5, 11, 11, 144, 3, 3, 2, 1),
     ],
-    ids=["flat", "blocks", "ragged-9", "pixels", "pixels-s2", "quads-s2"],
+    ids=["flat", "blocks", "ragged-9", "pixels", "pixels-s2", "quads-s2", "quads-s2-ragged"],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
     x, w, err, stride, pad = args(rng, shape)
