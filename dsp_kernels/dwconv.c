@@ -298,7 +298,8 @@ static inline __attribute__((always_inline)) void quad_store(int32_t *out, const
 
 /* One strip of one image: rows 0 and 1 start their sums, then each row finishes the one
  * two above it. FULL: that many whole vectors of 32 words kept and nothing to add to (the
- * loop without branches); 0: `valid` words, added to the output with `acc`. */
+ * loop without branches; 8: four on vector boundaries); 0: `valid` words, added to the
+ * output with `acc`. */
 static inline __attribute__((always_inline)) void quad_strip(const int FULL, const int8_t *in, int32_t *out, int hp,
                                                              int rowbytes, int rowlen, int C, const HVX_Vector *W0,
                                                              const HVX_Vector *W1, const HVX_Vector *W2, int valid,
@@ -323,7 +324,9 @@ static inline __attribute__((always_inline)) void quad_strip(const int FULL, con
             a[q] = Q6_Vw_vrmpyacc_VwVbVb(b[q], x[q], W1[q]);
             b[q] = Q6_Vw_vrmpy_VbVb(x[q], W0[q]);
         }
-        if (FULL) {
+        if (FULL == 8) {   /* 4 whole vectors on vector boundaries */
+            for (int q = 0; q < 4; q++) ((HVX_Vector *)out)[q] = done[q];
+        } else if (FULL) {
             for (int q = 0; q < FULL; q++) hvx_store_u(out + 32 * q, done[q]);
         } else {
             quad_store(out, done, valid, acc);
@@ -354,7 +357,9 @@ static inline __attribute__((always_inline)) void quad_strip2(const int FULL, co
             a[q] = Q6_Vw_vrmpy_VbVb(x[q], W0[q]);
         }
         in += rowbytes;
-        if (FULL) {
+        if (FULL == 8) {
+            for (int q = 0; q < 4; q++) ((HVX_Vector *)out)[q] = done[q];
+        } else if (FULL) {
             for (int q = 0; q < FULL; q++) hvx_store_u(out + 32 * q, done[q]);
         } else {
             quad_store(out, done, valid, acc);
@@ -363,10 +368,11 @@ static inline __attribute__((always_inline)) void quad_strip2(const int FULL, co
 }
 
 /* A strip's loop compiled for its whole vectors (no accumulation), else the general one. */
-#define QUAD_DISPATCH(fn, valid, acc, ...)                                          \
+#define QUAD_DISPATCH(fn, valid, acc, aligned, ...)                                 \
     do {                                                                            \
         int whole_ = (acc) || (valid) % 32 ? 0 : (valid) / 32;                      \
-        if (whole_ == 4) fn(4, __VA_ARGS__);                                        \
+        if (whole_ == 4 && (aligned)) fn(8, __VA_ARGS__);                           \
+        else if (whole_ == 4) fn(4, __VA_ARGS__);                                   \
         else if (whole_ == 3) fn(3, __VA_ARGS__);                                   \
         else if (whole_ == 2) fn(2, __VA_ARGS__);                                   \
         else if (whole_ == 1) fn(1, __VA_ARGS__);                                   \
@@ -401,7 +407,7 @@ static void forward_quads2(const struct dw_job *J, const struct stack *st, int n
             for (int ow = 0; ow < OW; ow++) {
                 const int8_t *in = st->buf + gi * imgbytes + 2 * ow * C + k * HVX_BYTES;
                 int32_t *out = J->out + ((size_t)(n0 + gi) * OH * OW + ow) * C + k * HVX_BYTES;
-                QUAD_DISPATCH(quad_strip2, valid, acc, in, out, OH, rowbytes, OW * C, C, W[0], W[1], W[2], valid, acc);
+                QUAD_DISPATCH(quad_strip2, valid, acc, 0, in, out, OH, rowbytes, OW * C, C, W[0], W[1], W[2], valid, acc);
             }
     }
 }
@@ -411,6 +417,7 @@ static void forward_quads(const struct dw_job *J, const struct stack *st, int n0
     const struct dw_shape *s = J->s;
     const int C = s->c, rowlen = s->ow * C, nv = (rowlen + HVX_BYTES - 1) / HVX_BYTES;
     const int hp = st->hp, rowbytes = st->rowbytes, imgbytes = st->imgbytes, OH = s->oh, acc = J->accumulate;
+    const int aligned = ((uintptr_t)J->out & (HVX_BYTES - 1)) == 0 && rowlen % 32 == 0;   /* every strip's rows */
     for (int v = 0; v < nv; v++) {
         int valid = rowlen - v * HVX_BYTES < HVX_BYTES ? rowlen - v * HVX_BYTES : HVX_BYTES;
         HVX_Vector W[3][4], *W0 = W[0], *W1 = W[1], *W2 = W[2];
@@ -418,7 +425,7 @@ static void forward_quads(const struct dw_job *J, const struct stack *st, int n0
         for (int gi = 0; gi < g; gi++) {
             const int8_t *in = st->buf + gi * imgbytes + v * HVX_BYTES;
             int32_t *out = J->out + (size_t)(n0 + gi) * OH * rowlen + v * HVX_BYTES;
-            QUAD_DISPATCH(quad_strip, valid, acc, in, out, hp, rowbytes, rowlen, C, W0, W1, W2, valid, acc);
+            QUAD_DISPATCH(quad_strip, valid, acc, aligned, in, out, hp, rowbytes, rowlen, C, W0, W1, W2, valid, acc);
         }
     }
 }
