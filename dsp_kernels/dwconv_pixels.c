@@ -266,9 +266,17 @@ int dspt_dw_pixels_fit(const struct dw_shape *s, int bwd)
 int dspt_dw_pixels(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t *src, const int8_t *w, int32_t *out,
                    int bwd, int accumulate)
 {
-    struct px_job J = {.s = s, .src = src, .w = w, .out = out, .bwd = bwd, .accumulate = accumulate,
-                       .src_h = bwd ? s->oh : s->h, .src_w = bwd ? s->ow : s->w,
-                       .out_h = bwd ? s->h : s->oh, .out_w = bwd ? s->w : s->ow};
+    struct px_job J;   /* fields set one by one: an initializer would zero the tap tables (4 KB) first */
+    J.s = s;
+    J.src = src;
+    J.w = w;
+    J.out = out;
+    J.bwd = bwd;
+    J.accumulate = accumulate;
+    J.src_h = bwd ? s->oh : s->h;
+    J.src_w = bwd ? s->ow : s->w;
+    J.out_h = bwd ? s->h : s->oh;
+    J.out_w = bwd ? s->w : s->ow;
     axis_taps(J.out_h, J.src_h, s->kh, s->stride, s->pad, bwd, J.rows, J.rcnt);
     axis_taps(J.out_w, J.src_w, s->kw, s->stride, s->pad, bwd, J.cols, J.ccnt);
     return dspt_run_shares(ctx, pixel_share, &J);
