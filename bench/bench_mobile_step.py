@@ -1,6 +1,6 @@
 """A NITI training step on `cpu` beside PyTorch FP32's step on the same model, in the same
-run: MobileNetV2 (issue #33's aim: at least 2x faster, at most half the peak RSS),
-ResNet-18 and VGG-11 (no slower than before).
+run: MobileNetV2 (the aim: at least 2x faster, at most half the peak RSS), with ResNet-18
+and VGG-11 beside it.
 
     python bench/bench_mobile_step.py [--models mobilenet_v2,resnet18,vgg11] [--batch-size 64]
                                       [--steps 5] [--rounds 3] [--no-memory] [--backend cpu]

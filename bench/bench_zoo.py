@@ -3,14 +3,18 @@ N steps and where the ops ran, beside PyTorch FP32 on the same model in the same
 
     python bench/bench_zoo.py [--models mobilenet_v2,resnet18] [--recipes fp32,octo]
                               [--steps 10] [--batch-size 32] [--backend cpu] [--reduced]
+                              [--threads N]
 
 Each (model, system) runs in a fresh subprocess (so its peak RSS, VmHWM, is its own): the
 model from tests/zoo_torch.py (torchvision's definitions restated, full size unless
 --reduced, random weights), imported through `dsptrain.from_torch` for the recipes;
 `--steps` steps at batch 32 of 32x32x3 synthetic images after one warm-up step; median
 seconds per step, the loss of the last step. PyTorch FP32 is the same module with SGD
-(momentum 0.9) on the same images, as many threads as dsptrain's kernels.
-Results: bench/results/bench_zoo.{csv,json}.
+(momentum 0.9) on the same images, as many threads as dsptrain's kernels: all cores, or
+--threads N for both (DSPTRAIN_CPU_THREADS and torch.set_num_threads); on a shared machine
+one thread each is the like-for-like figure, as PyTorch's OpenMP threads stall when the
+cores are oversubscribed. vs_torch is dsptrain's step time over PyTorch's (< 1: faster).
+Results: bench/results/bench_zoo.{csv,json} (bench_zoo_<N>t with --threads N).
 """
 
 from __future__ import annotations
@@ -98,7 +102,7 @@ def child_torch(args) -> dict:
     import torch
     from zoo_torch import build
 
-    torch.set_num_threads(int(os.environ.get("DSPTRAIN_THREADS", os.cpu_count() or 1)))
+    torch.set_num_threads(int(os.environ.get("DSPTRAIN_CPU_THREADS", os.cpu_count() or 1)))
     net = build(args.model, full=not args.reduced).train()
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     images, labels = _batches(args)
@@ -131,7 +135,8 @@ def run_child(args, model, system) -> dict:
         "--backend",
         args.backend,
     ] + (["--reduced"] if args.reduced else [])
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    env = {**os.environ, **({"DSPTRAIN_CPU_THREADS": str(args.threads)} if args.threads else {})}
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
         return {"imported": "dsptrain: error" not in last and "ModelFileError" not in last, "error": last[:200]}
@@ -147,6 +152,7 @@ def main() -> None:
     parser.add_argument("--backend", default="cpu")
     parser.add_argument("--reduced", action="store_true", help="the tests' reduced widths, not torchvision's")
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--threads", type=int, help="threads of both systems (default: all cores)")
     parser.add_argument(
         "--append",
         action="store_true",
@@ -159,6 +165,7 @@ def main() -> None:
         args.recipe = args.child
         print(json.dumps(child_torch(args) if args.child == "torch" else child_dsptrain(args)))
         return
+    name = f"bench_zoo_{args.threads}t" if args.threads else "bench_zoo"
     rows = []
     for model in args.models.split(","):
         peer = run_child(args, model, "torch")
@@ -186,7 +193,7 @@ def main() -> None:
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.append:  # another run's rows for the models this one did not run
-        old = json.loads((Path(__file__).parent / "results" / "bench_zoo.json").read_text())
+        old = json.loads((Path(__file__).parent / "results" / f"{name}.json").read_text())
         ran = {row["model"] for row in rows}
         kept = [{"steps": old.get("steps"), **row} for row in old["rows"] if row["model"] not in ran]
         rows = kept + rows
@@ -204,11 +211,13 @@ def main() -> None:
         "load_1min",
         "error",
     ]
-    print_table(rows, columns, title=f"bench_zoo: batch {args.batch_size}, 32x32x3, {args.steps} steps")
+    threads = f"{args.threads} thread(s)" if args.threads else "all cores"
+    print_table(rows, columns, title=f"bench_zoo: batch {args.batch_size}, 32x32x3, {args.steps} steps, {threads}")
     steps = sorted({row.get("steps") for row in rows if row.get("steps")})
     write_results(
-        "bench_zoo",
+        name,
         rows,
+        threads=args.threads or os.cpu_count(),
         steps=steps[0] if len(steps) == 1 else "per row",
         batch_size=args.batch_size,
         full_size=not args.reduced,

@@ -22,6 +22,7 @@
 #include "eltwise.h"
 #include "eltwise_f32.h"
 #include "gemm.h"
+#include "conv_exact.h"
 #include "gemm_exact.h"
 #include "gemm_fp16_chunked.h"
 #include "loss.h"

@@ -1,4 +1,4 @@
-// The int16 convolutions of MLS (gemm_exact.h) on channel planes, stride 1, AVX-512 VNNI:
+// The int16 convolutions of MLS (conv_exact.h) on channel planes, stride 1, AVX-512 VNNI:
 // the output columns lie in the vector lanes and vpdpwssd adds two taps (or two channels)
 // per lane, so no patch matrix is built or scattered. Each image is one task's, each sum
 // an integer: the same result at any thread count.

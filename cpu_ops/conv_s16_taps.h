@@ -1,5 +1,5 @@
 // MLS's int16 weight gradient with the kernel's taps in the vector lanes (x86, AVX-512 BW and
-// VNNI): conv_s16_taps.cpp. gemm_exact.cpp picks it by shape and ISA; results equal its
+// VNNI): conv_s16_taps.cpp. conv_exact.cpp picks it by shape and ISA; results equal its
 // patch-matrix path (and ops_ref) exactly.
 #pragma once
 #include <cstddef>

@@ -100,6 +100,11 @@ def cases(batch: int, seed: int = 0) -> list[Case]:
     def s8(*shape):
         return rng.integers(-127, 128, shape, dtype=np.int8)
 
+    return _depthwise_cases(s8, batch) + _dense_cases(s8, batch) + _linear_cases(s8, batch)
+
+
+def _depthwise_cases(s8, batch: int) -> list[Case]:
+    """MobileNetV2's depthwise 3x3 layers: forward, backward data, weight gradient."""
     out = []
     for hw, c, stride, count in MOBILENET_DW:
         oh = (hw + 2 - 3) // stride + 1
@@ -133,6 +138,12 @@ def cases(batch: int, seed: int = 0) -> list[Case]:
                 err.nbytes + x.nbytes + 4 * w.size,
             ),
         ]
+    return out
+
+
+def _dense_cases(s8, batch: int) -> list[Case]:
+    """MobileNetV2's pointwise and VGG-11's 3x3 convolutions: the three passes each."""
+    out = []
     dense = [(hw, ci, co, 1, 0, count, ".pointwise") for hw, ci, co, count in MOBILENET_PW] + [
         (hw, ci, co, 3, 1, count, "") for hw, ci, co, count in VGG11_CONV
     ]
@@ -165,6 +176,12 @@ def cases(batch: int, seed: int = 0) -> list[Case]:
                 err.nbytes + x.nbytes + 4 * w.size,
             ),
         ]
+    return out
+
+
+def _linear_cases(s8, batch: int) -> list[Case]:
+    """The classifiers' linear layers (forward)."""
+    out = []
     for fin, fout, count in LINEAR:
         x, w = s8(batch, fin), s8(fout, fin)
         out.append(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -61,10 +62,12 @@ def table(rows: list[dict]) -> list[str]:
 
 
 def bench_summary(name: str) -> str:
-    """The first paragraph of bench/<script>.py's docstring, for the bench that wrote `name`."""
+    """The first paragraph of bench/<script>.py's docstring, for the bench that wrote `name`
+    (bench_x_<N>t: bench_x's run at N threads)."""
+    base = re.sub(r"_\d+t$", "", name)
     for script in sorted((ROOT / "bench").glob("bench_*.py")):
         source = script.read_text()
-        if f'"{name}"' not in source:
+        if f'"{base}"' not in source:
             continue
         doc = ast.get_docstring(ast.parse(source)) or ""
         return f"`bench/{script.name}`: " + " ".join(doc.split("\n\n")[0].split())

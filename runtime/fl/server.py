@@ -77,26 +77,7 @@ def run_server(grid: Grid, flrun: FLRun, out_dir: str | Path | None = None) -> l
         log.info("%s: all %d rounds are done (%s)", run.name, fl.rounds, ckpt)
         evaluator.close()
         return history
-    weights = run.recipe.tensors.weights
-    strategy = IntegerFedAvg(
-        state,
-        integer=flrun.integer,
-        bits=weights.bits,
-        rounding=weights.rounding,
-        max_exponent_shift=fl.max_exponent_shift,
-        round_offset=done,
-        connect_timeout_s=fl.round_timeout_s,
-        aggregation=fl.aggregation,
-        max_examples=fl.max_examples or len(evaluator.train_data),
-        max_weight=fl.max_weight,
-        clip_norm=fl.clip_norm,
-        trim=fl.trim,
-        fraction_train=fl.fraction_train,
-        fraction_evaluate=fl.fraction_evaluate,
-        min_train_nodes=fl.min_train_clients,
-        min_evaluate_nodes=fl.min_train_clients if fl.fraction_evaluate else 0,
-        min_available_nodes=fl.min_available_clients,
-    )
+    strategy = _strategy(flrun, state, done, len(evaluator.train_data))
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         number = server_round + done
@@ -105,25 +86,7 @@ def run_server(grid: Grid, flrun: FLRun, out_dir: str | Path | None = None) -> l
         model = from_record(arrays, "global model")
         evaluator.state = {**evaluator.state, **model}
         accuracy = evaluator.evaluate()
-        report = strategy.reports.get(
-            number, {"accepted": [], "rejected": [], "failed": [], "clients": [], "clipped": [], "missing": 0}
-        )
-        clients = report.get("clients", [])
-        entry = {
-            "round": number,
-            "test_accuracy": accuracy,
-            "accepted": len(report["accepted"]),
-            "rejected": report["rejected"],
-            "failed": report["failed"],
-            "missing": report["missing"],
-            "clipped": report.get("clipped", []),
-            "download_bytes": record_bytes(arrays),
-            "upload_bytes_per_client": _mean(c["upload_bytes"] for c in clients),
-            "time_s_per_client": _mean(c["time_s"] for c in clients),
-            "time_s_per_batch": _mean(c["time_s_per_batch"] for c in clients),
-            "energy_j_per_client": _mean(c["energy_j"] for c in clients),
-            "train_loss": _mean(c["train_loss"] for c in clients),
-        }
+        entry = _round_entry(number, accuracy, strategy.reports.get(number), arrays)
         history.append(entry)
         if number > done or not ckpt.exists():
             checkpoint.save(
@@ -138,18 +101,7 @@ def run_server(grid: Grid, flrun: FLRun, out_dir: str | Path | None = None) -> l
                 },
             )
             checkpoint.atomic_write(out / HISTORY_NAME, lambda f: f.write(json.dumps(history, indent=1).encode()))
-        log.info(
-            "%s round %d/%d: test accuracy %.4f, %d updates accepted, %d rejected, %d failed, %d missing, %d cut back",
-            run.name,
-            number,
-            fl.rounds,
-            accuracy,
-            entry["accepted"],
-            len(entry["rejected"]),
-            len(entry["failed"]),
-            entry["missing"],
-            len(entry["clipped"]),
-        )
+        _log_round(run.name, fl.rounds, entry)
         return MetricRecord({"test_accuracy": accuracy})
 
     try:
@@ -164,6 +116,67 @@ def run_server(grid: Grid, flrun: FLRun, out_dir: str | Path | None = None) -> l
     finally:
         evaluator.close()
     return history
+
+
+def _strategy(flrun: FLRun, state: dict, done: int, train_examples: int) -> IntegerFedAvg:
+    """The run's aggregation strategy (fl: section), its rounds numbered after the `done` ones."""
+    fl, weights = flrun.fl, flrun.run.recipe.tensors.weights
+    return IntegerFedAvg(
+        state,
+        integer=flrun.integer,
+        bits=weights.bits,
+        rounding=weights.rounding,
+        max_exponent_shift=fl.max_exponent_shift,
+        round_offset=done,
+        connect_timeout_s=fl.round_timeout_s,
+        aggregation=fl.aggregation,
+        max_examples=fl.max_examples or train_examples,
+        max_weight=fl.max_weight,
+        clip_norm=fl.clip_norm,
+        trim=fl.trim,
+        fraction_train=fl.fraction_train,
+        fraction_evaluate=fl.fraction_evaluate,
+        min_train_nodes=fl.min_train_clients,
+        min_evaluate_nodes=fl.min_train_clients if fl.fraction_evaluate else 0,
+        min_available_nodes=fl.min_available_clients,
+    )
+
+
+def _round_entry(number: int, accuracy: float, report: dict | None, arrays: ArrayRecord) -> dict:
+    """A round's line in the history: the global model's accuracy and what its clients did
+    (the strategy's report; none for round 0)."""
+    report = report or {"accepted": [], "rejected": [], "failed": [], "clients": [], "clipped": [], "missing": 0}
+    clients = report.get("clients", [])
+    return {
+        "round": number,
+        "test_accuracy": accuracy,
+        "accepted": len(report["accepted"]),
+        "rejected": report["rejected"],
+        "failed": report["failed"],
+        "missing": report["missing"],
+        "clipped": report.get("clipped", []),
+        "download_bytes": record_bytes(arrays),
+        "upload_bytes_per_client": _mean(c["upload_bytes"] for c in clients),
+        "time_s_per_client": _mean(c["time_s"] for c in clients),
+        "time_s_per_batch": _mean(c["time_s_per_batch"] for c in clients),
+        "energy_j_per_client": _mean(c["energy_j"] for c in clients),
+        "train_loss": _mean(c["train_loss"] for c in clients),
+    }
+
+
+def _log_round(run_name: str, rounds: int, entry: dict) -> None:
+    log.info(
+        "%s round %d/%d: test accuracy %.4f, %d updates accepted, %d rejected, %d failed, %d missing, %d cut back",
+        run_name,
+        entry["round"],
+        rounds,
+        entry["test_accuracy"],
+        entry["accepted"],
+        len(entry["rejected"]),
+        len(entry["failed"]),
+        entry["missing"],
+        len(entry["clipped"]),
+    )
 
 
 app = ServerApp()

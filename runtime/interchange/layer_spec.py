@@ -180,107 +180,114 @@ class _Builder:
             raise self.error(f"{where}.source", f"{source!r} is not an earlier layer")
         shape = self.shapes[source or self.last]
         reads = None if source in (None, self.last) else source
-        if kind == "conv":
-            if len(shape) != 3:
-                raise self.error(where, f"conv needs an image input (H, W, C), got shape {shape}")
-            layer = Conv2d(
-                name,
-                shape[2],
-                self.int_param(item, "out", where),
-                self.int_param(item, "kernel", where),
-                self.int_param(item, "stride", where, 1),
-                self.int_param(item, "padding", where, 0, 0),
-                source=reads,
-                bias=self.flag(item, "bias", where),
-                groups=self.int_param(item, "groups", where, 1),
-                dilation=self.int_param(item, "dilation", where, 1),
+        layer = self.BUILDERS[kind](self, item, kind, name, shape, where, reads)
+        return self.add(layer, where, reads=source)  # only kinds that take `source` (KINDS) can have one
+
+    # One builder per kind: (item, kind, name, input shape, where, the `source` layer it reads or None) -> a layer.
+
+    def _conv(self, item, kind, name, shape, where, reads):
+        if len(shape) != 3:
+            raise self.error(where, f"conv needs an image input (H, W, C), got shape {shape}")
+        return Conv2d(
+            name,
+            shape[2],
+            self.int_param(item, "out", where),
+            self.int_param(item, "kernel", where),
+            self.int_param(item, "stride", where, 1),
+            self.int_param(item, "padding", where, 0, 0),
+            source=reads,
+            bias=self.flag(item, "bias", where),
+            groups=self.int_param(item, "groups", where, 1),
+            dilation=self.int_param(item, "dilation", where, 1),
+        )
+
+    def _activation(self, item, kind, name, shape, where, reads):
+        function, keys = ACTIVATIONS[kind]
+        if kind == "relu6":
+            params = (0.0, 6.0)
+        else:
+            params = tuple(self.number(item, key, where, default) for key, default in keys)
+        return Nonlinearity(name, function, params, source=reads)
+
+    def _mul(self, item, kind, name, shape, where, reads):
+        inputs = item.get("inputs")
+        if (
+            not isinstance(inputs, list)
+            or len(inputs) < 2
+            or not all(isinstance(i, str) for i in inputs)
+            or (kind == "mul" and len(inputs) != 2)
+        ):
+            raise self.error(
+                f"{where}.inputs", f"{inputs!r}: name {'two' if kind == 'mul' else 'two or more'} earlier layers"
             )
-            return self.add(layer, where, reads=source)
-        if kind in ACTIVATIONS:
-            function, keys = ACTIVATIONS[kind]
-            params = (
-                (0.0, 6.0)
-                if kind == "relu6"
-                else tuple(self.number(item, key, where, default) for key, default in keys)
-            )
-            return self.add(Nonlinearity(name, function, params, source=reads), where, reads=source)
-        if kind in ("mul", "concat"):
-            inputs = item.get("inputs")
-            if (
-                not isinstance(inputs, list)
-                or len(inputs) < 2
-                or not all(isinstance(i, str) for i in inputs)
-                or (kind == "mul" and len(inputs) != 2)
-            ):
-                raise self.error(
-                    f"{where}.inputs", f"{inputs!r}: name {'two' if kind == 'mul' else 'two or more'} earlier layers"
-                )
-            return self.add((Mul if kind == "mul" else Concat)(name, tuple(inputs)), where)
-        if kind == "slice":
-            return self.add(
-                SliceChannels(
-                    name,
-                    self.int_param(item, "start", where, None, 0),
-                    self.int_param(item, "stop", where),
-                    source=reads,
-                ),
-                where,
-                reads=source,
-            )
-        if kind == "shuffle":
-            return self.add(ChannelShuffle(name, self.int_param(item, "groups", where)), where)
-        if kind == "linear":
-            if len(shape) != 1:
-                raise self.error(where, f"linear needs a vector input (flatten first), got shape {shape}")
-            return self.add(
-                Linear(name, shape[0], self.int_param(item, "out", where), bias=self.flag(item, "bias", where)), where
-            )
-        if kind == "maxpool":
-            k = self.int_param(item, "kernel", where, 2)
-            return self.add(
-                MaxPool2d(
-                    name,
-                    k,
-                    self.int_param(item, "stride", where, k),
-                    self.int_param(item, "padding", where, 0, 0),
-                    self.flag(item, "ceil_mode", where),
-                ),
-                where,
-            )
-        if kind == "avgpool":
-            k = self.int_param(item, "kernel", where, 2)
-            return self.add(
-                AvgPool2d(
-                    name,
-                    k,
-                    self.int_param(item, "stride", where, k),
-                    self.int_param(item, "padding", where, 0, 0),
-                    self.flag(item, "count_include_pad", where),
-                ),
-                where,
-            )
-        if kind == "dropout":
-            p = item.get("p", 0.5)
-            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
-                raise self.error(f"{where}.p", f"{p!r} must be a number in [0, 1)")
-            return self.add(Dropout(name, float(p)), where)
-        if kind == "batchnorm":
-            if len(shape) != 3:
-                raise self.error(where, f"batchnorm needs an image input (H, W, C), got shape {shape}")
-            eps, momentum = self.number(item, "eps", where, 1e-5), self.number(item, "momentum", where, 0.1)
-            if not (math.isfinite(eps) and eps > 0):
-                raise self.error(f"{where}.eps", f"{eps!r} must be a number > 0")
-            if not 0 <= momentum <= 1:
-                raise self.error(f"{where}.momentum", f"{momentum!r} must be a number in [0, 1]")
-            return self.add(BatchNorm2d(name, shape[2], eps, momentum), where)
-        if kind == "add":
-            if not isinstance(item.get("skip_from"), str):
-                raise self.error(f"{where}.skip_from", f"{item.get('skip_from')!r}: name an earlier layer")
-            return self.add(Add(name, item["skip_from"]), where)
-        if kind == "globalavgpool":
-            return self.add(GlobalAvgPool(name, self.flag(item, "keep_dims", where)), where)
-        simple = {"relu": ReLU, "flatten": Flatten}
-        return self.add(simple[kind](name), where)
+        return (Mul if kind == "mul" else Concat)(name, tuple(inputs))
+
+    def _slice(self, item, kind, name, shape, where, reads):
+        start, stop = self.int_param(item, "start", where, None, 0), self.int_param(item, "stop", where)
+        return SliceChannels(name, start, stop, source=reads)
+
+    def _shuffle(self, item, kind, name, shape, where, reads):
+        return ChannelShuffle(name, self.int_param(item, "groups", where))
+
+    def _linear(self, item, kind, name, shape, where, reads):
+        if len(shape) != 1:
+            raise self.error(where, f"linear needs a vector input (flatten first), got shape {shape}")
+        return Linear(name, shape[0], self.int_param(item, "out", where), bias=self.flag(item, "bias", where))
+
+    def _maxpool(self, item, kind, name, shape, where, reads):
+        k = self.int_param(item, "kernel", where, 2)
+        stride, padding = self.int_param(item, "stride", where, k), self.int_param(item, "padding", where, 0, 0)
+        return MaxPool2d(name, k, stride, padding, self.flag(item, "ceil_mode", where))
+
+    def _avgpool(self, item, kind, name, shape, where, reads):
+        k = self.int_param(item, "kernel", where, 2)
+        stride, padding = self.int_param(item, "stride", where, k), self.int_param(item, "padding", where, 0, 0)
+        return AvgPool2d(name, k, stride, padding, self.flag(item, "count_include_pad", where))
+
+    def _dropout(self, item, kind, name, shape, where, reads):
+        p = item.get("p", 0.5)
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+            raise self.error(f"{where}.p", f"{p!r} must be a number in [0, 1)")
+        return Dropout(name, float(p))
+
+    def _batchnorm(self, item, kind, name, shape, where, reads):
+        if len(shape) != 3:
+            raise self.error(where, f"batchnorm needs an image input (H, W, C), got shape {shape}")
+        eps, momentum = self.number(item, "eps", where, 1e-5), self.number(item, "momentum", where, 0.1)
+        if not (math.isfinite(eps) and eps > 0):
+            raise self.error(f"{where}.eps", f"{eps!r} must be a number > 0")
+        if not 0 <= momentum <= 1:
+            raise self.error(f"{where}.momentum", f"{momentum!r} must be a number in [0, 1]")
+        return BatchNorm2d(name, shape[2], eps, momentum)
+
+    def _add(self, item, kind, name, shape, where, reads):
+        if not isinstance(item.get("skip_from"), str):
+            raise self.error(f"{where}.skip_from", f"{item.get('skip_from')!r}: name an earlier layer")
+        return Add(name, item["skip_from"])
+
+    def _globalavgpool(self, item, kind, name, shape, where, reads):
+        return GlobalAvgPool(name, self.flag(item, "keep_dims", where))
+
+    def _plain(self, item, kind, name, shape, where, reads):
+        return {"relu": ReLU, "flatten": Flatten}[kind](name)
+
+    BUILDERS = {
+        "conv": _conv,
+        **dict.fromkeys(ACTIVATIONS, _activation),
+        "mul": _mul,
+        "concat": _mul,
+        "slice": _slice,
+        "shuffle": _shuffle,
+        "linear": _linear,
+        "maxpool": _maxpool,
+        "avgpool": _avgpool,
+        "dropout": _dropout,
+        "batchnorm": _batchnorm,
+        "add": _add,
+        "globalavgpool": _globalavgpool,
+        "relu": _plain,
+        "flatten": _plain,
+    }
 
     def number(self, item, key, where, default):
         value = item.get(key, default)

@@ -49,7 +49,23 @@ def trace_events(recorder, device=None) -> list[dict]:
     """The trace's events: metadata naming the processes and lanes, then complete events."""
     if not recorder.steps:
         return []
+    processes = {MEASURED: _measured_lanes(recorder)}
+    if device is not None and any(e.dsp_costs for e in recorder.events):
+        processes[MODELED] = _modeled_lanes(recorder, device)
     origin = recorder.steps[0].start_s
+    out = []
+    for pid, lanes in processes.items():
+        out.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": PROCESS_NAMES[pid]}})
+        out.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
+        for tid, (lane, items) in enumerate(sorted(lanes.items(), key=lambda kv: _lane_order(kv[0])), start=1):
+            out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": lane}})
+            out.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+            out += _complete_events(items, pid, tid, origin)
+    return out
+
+
+def _measured_lanes(recorder) -> dict[str, list]:
+    """Lane name -> the measured steps and op calls on it (host seconds)."""
     measured: dict[str, list] = {STEP_LANE: []}
     for span in recorder.steps:
         stats = span.stats
@@ -69,64 +85,66 @@ def trace_events(recorder, device=None) -> list[dict]:
                 "args": _args(event),
             }
         )
-    processes = {MEASURED: measured}
-    if device is not None and any(e.dsp_costs for e in recorder.events):
-        modeled: dict[str, list] = {STEP_LANE: []}
-        dsp_backends = {e.backend for e in recorder.events if e.dsp_costs}  # their lanes are the modeled ones
-        end = None  # the previous modeled step's end: each modeled step starts there (the first at its host start)
-        for span in recorder.steps:
-            timed = replay(recorder.step_events(span.index), device)
-            if not timed:
-                continue
-            first = min(t[1] for t in timed)
-            shift = 0.0 if end is None else end - first
-            end = max(t[1] + t[2] for t in timed) + shift
-            modeled[STEP_LANE].append(
+    return measured
+
+
+def _modeled_lanes(recorder, device) -> dict[str, list]:
+    """Lane name -> the steps replayed on `device`'s model (DSP ops at their modeled time),
+    each modeled step starting where the previous one ended (the first at its host start)."""
+    modeled: dict[str, list] = {STEP_LANE: []}
+    dsp_backends = {e.backend for e in recorder.events if e.dsp_costs}  # their lanes are the modeled ones
+    end = None
+    for span in recorder.steps:
+        timed = replay(recorder.step_events(span.index), device)
+        if not timed:
+            continue
+        first = min(t[1] for t in timed)
+        shift = 0.0 if end is None else end - first
+        end = max(t[1] + t[2] for t in timed) + shift
+        modeled[STEP_LANE].append(
+            {
+                "name": f"step {span.index}",
+                "cat": "step",
+                "start": first + shift,
+                "dur": end - first - shift,
+                "args": {"modeled_ms": round((end - first - shift) * 1e3, 3)},
+            }
+        )
+        for e, start, seconds in timed:
+            is_dsp = modeled_seconds(e, device) is not None
+            modeled.setdefault(_lane_name(e.backend, e.thread, e.backend in dsp_backends), []).append(
                 {
-                    "name": f"step {span.index}",
-                    "cat": "step",
-                    "start": first + shift,
-                    "dur": end - first - shift,
-                    "args": {"modeled_ms": round((end - first - shift) * 1e3, 3)},
+                    "name": e.op.name,
+                    "cat": role(e.op),
+                    "start": start + shift,
+                    "dur": seconds,
+                    "args": {**_args(e), **({"modeled_ms": round(seconds * 1e3, 4)} if is_dsp else {})},
                 }
             )
-            for e, start, seconds in timed:
-                is_dsp = modeled_seconds(e, device) is not None
-                modeled.setdefault(_lane_name(e.backend, e.thread, e.backend in dsp_backends), []).append(
-                    {
-                        "name": e.op.name,
-                        "cat": role(e.op),
-                        "start": start + shift,
-                        "dur": seconds,
-                        "args": {**_args(e), **({"modeled_ms": round(seconds * 1e3, 4)} if is_dsp else {})},
-                    }
-                )
-        processes[MODELED] = modeled
+    return modeled
+
+
+def _complete_events(items: list, pid: int, tid: int, origin: float) -> list[dict]:
+    """One lane's items as Chrome "X" events in start order, in microseconds from `origin`."""
+    items.sort(key=lambda e: e["start"])
     out = []
-    for pid, lanes in processes.items():
-        out.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": PROCESS_NAMES[pid]}})
-        out.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
-        for tid, (lane, items) in enumerate(sorted(lanes.items(), key=lambda kv: _lane_order(kv[0])), start=1):
-            out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": lane}})
-            out.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
-            items.sort(key=lambda e: e["start"])
-            for k, item in enumerate(items):
-                ts = _us(item["start"] - origin)
-                dur = _us(item["dur"])
-                if k + 1 < len(items):  # rounding to nanoseconds must not make neighbours overlap
-                    dur = _fit(ts, dur, _us(items[k + 1]["start"] - origin))
-                out.append(
-                    {
-                        "name": item["name"],
-                        "cat": item["cat"],
-                        "ph": "X",
-                        "pid": pid,
-                        "tid": tid,
-                        "ts": ts,
-                        "dur": dur,
-                        "args": item["args"],
-                    }
-                )
+    for k, item in enumerate(items):
+        ts = _us(item["start"] - origin)
+        dur = _us(item["dur"])
+        if k + 1 < len(items):  # rounding to nanoseconds must not make neighbours overlap
+            dur = _fit(ts, dur, _us(items[k + 1]["start"] - origin))
+        out.append(
+            {
+                "name": item["name"],
+                "cat": item["cat"],
+                "ph": "X",
+                "pid": pid,
+                "tid": tid,
+                "ts": ts,
+                "dur": dur,
+                "args": item["args"],
+            }
+        )
     return out
 
 
