@@ -114,6 +114,32 @@ static uint32_t max_lane(HVX_Vector best)
     return out;
 }
 
+/* DSPT_ROUND over the whole 128-element steps of n (returns how many elements it did):
+ * round half away from zero, (|x| + half) >> shift in words (at most 1.5 * 2**30, never
+ * negative), then the clamp to 127 and the sign in halfwords, half the vectors (both packs
+ * saturate: > 127 stays > 127, x's sign survives). Its own function: inlined into the
+ * general loop it changed the other modes' schedule. */
+static __attribute__((noinline)) uint32_t round_vectors(int8_t *out, const int32_t *in, uint32_t n, int shift)
+{
+    const HVX_Vector half = Q6_V_vsplat_R(1 << (shift - 1)), zero = Q6_V_vzero(), cap = Q6_Vh_vsplat_R(127);
+    uint32_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        HVX_Vector x[4], r[4];
+        for (int j = 0; j < 4; j++) {
+            x[j] = hvx_load_u(in + i + 32 * j);
+            r[j] = Q6_Vuw_vlsr_VuwR(Q6_Vw_vadd_VwVw(Q6_Vw_vabs_Vw(x[j]), half), shift);
+        }
+        HVX_Vector h[2];
+        for (int j = 0; j < 2; j++) {
+            HVX_Vector m = Q6_Vh_vmin_VhVh(Q6_Vh_vpack_VwVw_sat(r[2 * j + 1], r[2 * j]), cap);
+            HVX_Vector sign = Q6_Vh_vpack_VwVw_sat(x[2 * j + 1], x[2 * j]);
+            h[j] = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VhVh(zero, sign), Q6_Vh_vsub_VhVh(zero, m), m);
+        }
+        hvx_store_u(out + i, Q6_Vb_vpacke_VhVh(h[1], h[0]));
+    }
+    return i;
+}
+
 /* out[i] = shift_round(in[i]) for n elements; rng used only by DSPT_STO. With `max_abs`
  * set, max |in| is taken in the same pass (a given shift checked for saturation). */
 void dspt_shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift, int mode,
@@ -121,7 +147,9 @@ void dspt_shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift,
 {
     uint32_t i = 0;
     HVX_Vector best = Q6_V_vzero(), b1 = best, b2 = best, b3 = best;
-    if (shift >= 1 && shift <= 31) {
+    if (shift >= 1 && shift <= 31 && mode == DSPT_ROUND && !max_abs) {
+        i = round_vectors(out, in, n, shift);
+    } else if (shift >= 1 && shift <= 31) {
         HVX_Vector lanes = hvx_lane_index(), r0 = lanes, r1 = lanes, r2 = lanes, r3 = lanes;
         for (; i + 128 <= n; i += 128) {
             if (mode == DSPT_STO) {
