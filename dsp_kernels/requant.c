@@ -10,34 +10,39 @@ int dspt_range_bits(uint32_t max_abs)
     return max_abs == 0 ? 0 : (max_abs == 1 ? 0 : 32 - __builtin_clz(max_abs - 1));
 }
 
-/* max |x| over n int32 (|INT32_MIN| = 2**31 is exact as an unsigned word). */
+/* max |x| over n int32 (|INT32_MIN| = 2**31 is exact as an unsigned word): the signed
+ * maximum and minimum kept apart (one vmax, one vmin a vector, no predicates), |min| taken
+ * once at the end. */
 uint32_t dspt_absmax_s32(const int32_t *x, uint32_t n)
 {
-    HVX_Vector best = Q6_V_vzero(), b1 = best, b2 = best, b3 = best;
+    HVX_Vector hi0 = Q6_V_vzero(), hi1 = hi0, lo0 = hi0, lo1 = hi0;
     uint32_t i = 0;
-    for (; i + 128 <= n; i += 128) {   /* four independent maxima: no chain from one vector to the next */
-        HVX_Vector m0 = Q6_Vw_vabs_Vw(hvx_load_u(x + i)), m1 = Q6_Vw_vabs_Vw(hvx_load_u(x + i + 32));
-        HVX_Vector m2 = Q6_Vw_vabs_Vw(hvx_load_u(x + i + 64)), m3 = Q6_Vw_vabs_Vw(hvx_load_u(x + i + 96));
-        best = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(m0, best), m0, best);
-        b1 = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(m1, b1), m1, b1);
-        b2 = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(m2, b2), m2, b2);
-        b3 = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(m3, b3), m3, b3);
+    for (; i + 64 <= n; i += 64) {   /* two independent pairs: no chain from one vector to the next */
+        HVX_Vector a = hvx_load_u(x + i), b = hvx_load_u(x + i + 32);
+        hi0 = Q6_Vw_vmax_VwVw(hi0, a);
+        lo0 = Q6_Vw_vmin_VwVw(lo0, a);
+        hi1 = Q6_Vw_vmax_VwVw(hi1, b);
+        lo1 = Q6_Vw_vmin_VwVw(lo1, b);
     }
-    best = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(b1, best), b1, best);
-    b2 = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(b3, b2), b3, b2);
-    best = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(b2, best), b2, best);
     for (; i + 32 <= n; i += 32) {
-        HVX_Vector m = Q6_Vw_vabs_Vw(hvx_load_u(x + i));
-        best = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(m, best), m, best);
+        HVX_Vector a = hvx_load_u(x + i);
+        hi0 = Q6_Vw_vmax_VwVw(hi0, a);
+        lo0 = Q6_Vw_vmin_VwVw(lo0, a);
     }
-    uint32_t out = 0;
-    const uint32_t *lanes = (const uint32_t *)&best;
-    for (int l = 0; l < 32; l++) out = lanes[l] > out ? lanes[l] : out;
+    hi0 = Q6_Vw_vmax_VwVw(hi0, hi1);
+    lo0 = Q6_Vw_vmin_VwVw(lo0, lo1);
+    const int32_t *his = (const int32_t *)&hi0, *los = (const int32_t *)&lo0;
+    int32_t top = 0, bottom = 0;
+    for (int l = 0; l < 32; l++) {
+        top = his[l] > top ? his[l] : top;
+        bottom = los[l] < bottom ? los[l] : bottom;
+    }
     for (; i < n; i++) {
-        uint32_t m = x[i] < 0 ? 0u - (uint32_t)x[i] : (uint32_t)x[i];
-        out = m > out ? m : out;
+        top = x[i] > top ? x[i] : top;
+        bottom = x[i] < bottom ? x[i] : bottom;
     }
-    return out;
+    uint32_t down = 0u - (uint32_t)bottom;   /* bottom <= 0 */
+    return (uint32_t)top > down ? (uint32_t)top : down;
 }
 
 /* numerics.shift_round for one element, any shift in 0..62 (the general path). */

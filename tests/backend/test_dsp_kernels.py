@@ -171,6 +171,8 @@ def test_shift_round_full_range_and_ties(dsp, mode, shift, rng):
     acc = np.concatenate([ties, ext, rng.integers(-(2**31), 2**31, 300, dtype=np.int64)]).astype(np.int32)
     key = RngKey(seed=7, step=3, tensor_id=11, offset=5)
     same(dsp.shift_round(acc, shift, mode, key), ref.shift_round(acc, shift, mode, key))
+    for part in (acc, acc[acc != -(2**31)], -np.abs(acc[acc != -(2**31)])):  # |INT32_MIN| = 2**31; the minimum wins
+        assert dsp.absmax(part) == ref.absmax(part)
 
 
 @pytest.mark.parametrize("shape", [(1,), (7, 33), (3, 5, 5, 16)])
