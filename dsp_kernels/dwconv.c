@@ -26,6 +26,8 @@
  * s, each class of dx pixels (row and column residues mod s) meets its own taps, so every
  * product is a real one (no zeros inserted).
  * Work is split by images across the HVX threads (threads.h), each with its own copies.
+ * The ops below try first the paths that put 4 real products in each vrmpy word:
+ * dwconv_pixels.c (small images), dwconv_fwd2.c and dwconv_bwd2.c (3 x 3 at stride 2).
  */
 #include "hvx-utils.h"
 #include "kernels.h"

@@ -15,7 +15,9 @@ stride 1 is the flipped forward (same paths), of other strides a run per class o
 ("dw_classes"). With 96 channels or more, a source of at most 4 pixels (2 x 2 and 1 x 1
 images; err of backward data from them) or a stride-2 forward onto 16 outputs or fewer
 takes each output pixel's inside taps, 4 a vrmpy word ("dw_pixel_quads",
-dsp_kernels/dwconv_pixels.c); the weight gradient puts four images in each vrmpy word
+dsp_kernels/dwconv_pixels.c); 3 x 3 at stride 2, pad 1 with C % 32 == 0 or C > 128 puts
+the input's 2 x 2 blocks in the words ("dw_block_quads") and, backward, the 4 err pixels
+that 4 dx pixels read ("dw_err_quads"); the weight gradient puts four images in each vrmpy word
 ("dw_image_quads", a ragged batch padded with zero images). Needs qemu-hexagon, clang-16
 and lld-16.
 """
