@@ -1,5 +1,6 @@
 /* dwconv.h: depthwise convolutions (one 2-D filter per channel), shared by dwconv.c
- * (forward, backward data) and dwconv_wgrad.c (weight gradient). */
+ * (forward, backward data: picks the path), its paths dwconv_quads.c, dwconv_pixels.c,
+ * dwconv_fwd2.c, dwconv_bwd2.c, and dwconv_wgrad.c (weight gradient). */
 #ifndef DSPTRAIN_DWCONV_H
 #define DSPTRAIN_DWCONV_H
 
@@ -14,9 +15,32 @@ struct dw_shape {
  * side; DSPT_OK or DSPT_BAD_PARAMS. */
 int dspt_dw_shape(const struct dspt_op_desc *d, const int32_t *img, const int32_t *out, struct dw_shape *s);
 
-/* dwconv.c: stride 1 with 3 kernel rows of up to 4 taps takes the column quads (vrmpy);
- * the rest the vmpy paths. */
+/* dwconv.c's padded images and a call's work, shared with dwconv_quads.c. */
+/* A stack of zero-bordered images (`pad` all round), in the flat or the block layout. */
+struct stack {
+    int8_t *buf;
+    int hp, wp, pad;
+    int pitch;       /* bytes per pixel: C (flat) or 128 (blocks) */
+    int rowbytes, imgbytes;
+};
+
+/* What a thread's share runs over: images [lo, hi) in passes of `g` images. */
+struct dw_job {
+    const struct dw_shape *s;
+    const int8_t *src, *w;        /* x (forward) or err (backward data); w tap-major */
+    int32_t *out;
+    int flat, flip, pad, accumulate, g;
+    int src_h, src_w;             /* the image the stack holds (x or err) */
+    const int8_t *ext;            /* flat: per tap, the weights repeated (ext_bytes each) */
+    int ext_bytes, residues, quads;
+    uint32_t buf_bytes;
+    int8_t *buf[DSPT_MAX_THREADS];
+};
+
+/* dwconv_quads.c: stride 1 or 2 with 3 kernel rows of up to 4 taps takes the column
+ * quads (vrmpy) on dwconv.c's stacks; the rest of dwconv.c the vmpy paths. */
 int dspt_dw_quads_fit(const struct dw_shape *s);
+void dspt_dw_quads_run(const struct dw_job *J, const struct stack *st, int n0, int g);
 
 /* dwconv_pixels.c: each output pixel's taps inside the image, 4 a vrmpy word (forward, or
  * backward data with `bwd`: s is the forward's shape, src err, out dx); _fit says when. */
