@@ -367,6 +367,10 @@ int dspt_op_conv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         st = pack_wt_split(ctx, bp, w, &s, o4, 0);
         return took(d, DSPT_PATH_POINTWISE, st ? st : dspt_run_shares(ctx, pointwise_share, &j));
     }
+    if (dspt_pointwise_strided_fits(&s)) {   /* 1 x 1 of stride s: err . wT lands s*C words apart */
+        st = pack_wt_split(ctx, bp, w, &s, o4, 0);
+        return took(d, DSPT_PATH_POINTWISE_STRIDED, st ? st : dspt_pointwise_strided_bwd_data(ctx, dx, err, bp, &s, acc));
+    }
     if (s.stride == 1 && o4 == s.o && s.pad <= s.kh - 1 && s.pad <= s.kw - 1 && s.kh == s.kw) {
         /* stride 1: a forward conv of err, padded by k-1-pad, with the flipped taps of wT
          * (one window copy per kernel row instead of one per tap) */

@@ -10,6 +10,12 @@ struct conv_shape {
     int n, h, w, c, o, kh, kw, oh, ow, stride, pad;
 };
 
+/* conv_pointwise.c: backward data of 1 x 1, stride > 1, no padding (bp packed wT), GEMMs on
+ * err's pixels where they lie, dx written s*C words apart. */
+int dspt_pointwise_strided_fits(const struct conv_shape *s);
+int dspt_pointwise_strided_bwd_data(struct dspt_ctx *ctx, int32_t *dx, const int8_t *err, const int8_t *bp,
+                                    const struct conv_shape *s, int acc);
+
 /* conv_lanes.c: forward conv with output pixels in the lanes (stride 1, C <= 4). */
 int dspt_conv_lanes_fits(const struct conv_shape *s);
 int dspt_conv_lanes(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int8_t *w,

@@ -26,6 +26,8 @@
  * s, each class of dx pixels (row and column residues mod s) meets its own taps, so every
  * product is a real one (no zeros inserted).
  * Work is split by images across the HVX threads (threads.h), each with its own copies.
+ * The ops below try first the paths that put 4 real products in each vrmpy word:
+ * dwconv_pixels.c (small images), dwconv_fwd2.c and dwconv_bwd2.c (3 x 3 at stride 2).
  */
 #include "hvx-utils.h"
 #include "kernels.h"
@@ -49,14 +51,6 @@ int dspt_dw_shape(const struct dspt_op_desc *d, const int32_t *img, const int32_
         return DSPT_BAD_PARAMS;
     return DSPT_OK;
 }
-
-/* A stack of zero-bordered images (`pad` all round), in the flat or the block layout. */
-struct stack {
-    int8_t *buf;
-    int hp, wp, pad;
-    int pitch;       /* bytes per pixel: C (flat) or 128 (blocks) */
-    int rowbytes, imgbytes;
-};
 
 static void stack_init(struct stack *st, int h, int w, int pad, int pitch)
 {
@@ -184,19 +178,6 @@ static void dw_run_taps(const struct dw_run *R, const int32_t *off, const HVX_Ve
     else dw_run_whole(0, R, off, wv, nt);
 }
 
-/* What a thread's share runs over: images [lo, hi) in passes of `g` images. */
-struct dw_job {
-    const struct dw_shape *s;
-    const int8_t *src, *w;        /* x (forward) or err (backward data); w tap-major */
-    int32_t *out;
-    int flat, flip, pad, accumulate, g;
-    int src_h, src_w;             /* the image the stack holds (x or err) */
-    const int8_t *ext;            /* flat: per tap, the weights repeated (ext_bytes each) */
-    int ext_bytes, residues, quads;
-    uint32_t buf_bytes;
-    int8_t *buf[DSPT_MAX_THREADS];
-};
-
 /* y of images n0 .. n0+g-1 from the flat stack (stride 1): one run per weight residue. */
 static void forward_flat(const struct dw_job *J, struct stack *st, int n0, int g)
 {
@@ -268,161 +249,6 @@ static void bwd_data_blocks(const struct dw_job *J, struct stack *st, int n0, in
         }
 }
 
-/* Column quads (stride 1, 3 kernel rows of up to 4 taps): a word holds 4 consecutive
- * flat bytes of a padded row, i.e. 4 columns of a channel, so a kernel row is one vrmpy
- * (vector by vector) with the words (w[i, 0..kw-1, c], 0..): three vrmpy a vector of 32
- * outputs, the sums in words and the channels in order (no widening, no reorder). A strip
- * of 128 flat bytes goes down the rows: each input row's words are built once (its bytes
- * at f, f + C, f + 2C, f + 3C interleaved, one vshuff pair a vector) and meet the three
- * output rows they belong to, whose sums stay in registers until the last one. Per 4
- * vectors of output: 4 loads, 4 vshuff pairs, 12 vrmpy, 4 stores, where the vmpy path
- * spends 36 vmpy, 40 widening adds and 16 vshuff (clang issues one vector-by-vector HVX
- * op and one vector memory op a packet). Weights per strip: lane l of the strip's sub-block
- * q is channel (128 v + 32 q + l) mod C, read from the repeated planes. */
-int dspt_dw_quads_fit(const struct dw_shape *s)
-{
-    /* smaller images: two of every few rows only start sums, and the vmpy paths win */
-    return (s->stride == 1 || s->stride == 2) && s->kh == 3 && s->kw <= 4 && s->oh * s->ow >= 16;
-}
-
-static inline __attribute__((always_inline)) void quad_store(int32_t *out, const HVX_Vector v[4], int valid, int acc)
-{
-    for (int q = 0; q < 4; q++) {
-        int words = valid - 32 * q;
-        if (words <= 0) return;
-        HVX_Vector r = acc ? Q6_Vw_vadd_VwVw(v[q], hvx_load_u(out + 32 * q)) : v[q];
-        if (words >= 32) hvx_store_u(out + 32 * q, r);
-        else hvx_store_bytes(out + 32 * q, r, (uint32_t)words * 4);
-    }
-}
-
-/* One strip of one image: rows 0 and 1 start their sums, then each row finishes the one
- * two above it. FULL: that many whole vectors of 32 words kept and nothing to add to (the
- * loop without branches); 0: `valid` words, added to the output with `acc`. */
-static inline __attribute__((always_inline)) void quad_strip(const int FULL, const int8_t *in, int32_t *out, int hp,
-                                                             int rowbytes, int rowlen, int C, const HVX_Vector *W0,
-                                                             const HVX_Vector *W1, const HVX_Vector *W2, int valid,
-                                                             int acc)
-{
-    HVX_Vector x[4], a[4], b[4];
-    dw_interleave4(x, hvx_load_u(in), hvx_load_u(in + C), hvx_load_u(in + 2 * C), hvx_load_u(in + 3 * C));
-    for (int q = 0; q < 4; q++) b[q] = Q6_Vw_vrmpy_VbVb(x[q], W0[q]);
-    in += rowbytes;
-    dw_interleave4(x, hvx_load_u(in), hvx_load_u(in + C), hvx_load_u(in + 2 * C), hvx_load_u(in + 3 * C));
-    for (int q = 0; q < 4; q++) {
-        a[q] = Q6_Vw_vrmpyacc_VwVbVb(b[q], x[q], W1[q]);
-        b[q] = Q6_Vw_vrmpy_VbVb(x[q], W0[q]);
-    }
-    in += rowbytes;
-#pragma clang loop unroll_count(2)
-    for (int row = 2; row < hp; row++, in += rowbytes, out += rowlen) {
-        dw_interleave4(x, hvx_load_u(in), hvx_load_u(in + C), hvx_load_u(in + 2 * C), hvx_load_u(in + 3 * C));
-        HVX_Vector done[4];
-        for (int q = 0; q < 4; q++) {
-            done[q] = Q6_Vw_vrmpyacc_VwVbVb(a[q], x[q], W2[q]);
-            a[q] = Q6_Vw_vrmpyacc_VwVbVb(b[q], x[q], W1[q]);
-            b[q] = Q6_Vw_vrmpy_VbVb(x[q], W0[q]);
-        }
-        if (FULL) {
-            for (int q = 0; q < FULL; q++) hvx_store_u(out + 32 * q, done[q]);
-        } else {
-            quad_store(out, done, valid, acc);
-        }
-    }
-}
-
-/* Stride 2: a strip is channels 128k.. of output pixel ow, its words the 4 pixels from
- * 2 ow; input row 2m + 1 feeds output row m (kernel row 1), row 2m + 2 ends row m (2)
- * and starts row m + 1 (0). */
-static inline __attribute__((always_inline)) void quad_strip2(const int FULL, const int8_t *in, int32_t *out, int oh,
-                                                              int rowbytes, int outrow, int C, const HVX_Vector *W0,
-                                                              const HVX_Vector *W1, const HVX_Vector *W2, int valid,
-                                                              int acc)
-{
-    HVX_Vector x[4], a[4];
-    dw_interleave4(x, hvx_load_u(in), hvx_load_u(in + C), hvx_load_u(in + 2 * C), hvx_load_u(in + 3 * C));
-    for (int q = 0; q < 4; q++) a[q] = Q6_Vw_vrmpy_VbVb(x[q], W0[q]);
-    in += rowbytes;
-    for (int m = 0; m < oh; m++, out += outrow) {
-        dw_interleave4(x, hvx_load_u(in), hvx_load_u(in + C), hvx_load_u(in + 2 * C), hvx_load_u(in + 3 * C));
-        for (int q = 0; q < 4; q++) a[q] = Q6_Vw_vrmpyacc_VwVbVb(a[q], x[q], W1[q]);
-        in += rowbytes;
-        dw_interleave4(x, hvx_load_u(in), hvx_load_u(in + C), hvx_load_u(in + 2 * C), hvx_load_u(in + 3 * C));
-        HVX_Vector done[4];
-        for (int q = 0; q < 4; q++) {
-            done[q] = Q6_Vw_vrmpyacc_VwVbVb(a[q], x[q], W2[q]);
-            a[q] = Q6_Vw_vrmpy_VbVb(x[q], W0[q]);
-        }
-        in += rowbytes;
-        if (FULL) {
-            for (int q = 0; q < FULL; q++) hvx_store_u(out + 32 * q, done[q]);
-        } else {
-            quad_store(out, done, valid, acc);
-        }
-    }
-}
-
-/* A strip's loop compiled for its whole vectors (no accumulation), else the general one. */
-#define QUAD_DISPATCH(fn, valid, acc, ...)                                          \
-    do {                                                                            \
-        int whole_ = (acc) || (valid) % 32 ? 0 : (valid) / 32;                      \
-        if (whole_ == 4) fn(4, __VA_ARGS__);                                        \
-        else if (whole_ == 3) fn(3, __VA_ARGS__);                                   \
-        else if (whole_ == 2) fn(2, __VA_ARGS__);                                   \
-        else if (whole_ == 1) fn(1, __VA_ARGS__);                                   \
-        else fn(0, __VA_ARGS__);                                                    \
-    } while (0)
-
-/* Kernel row i's words for the lanes of residue r of the repeated planes. */
-static void quad_weights(const struct dw_job *J, int r, HVX_Vector W[3][4])
-{
-    const struct dw_shape *s = J->s;
-    int taps = 3 * s->kw;
-    for (int i = 0; i < 3; i++) {
-        HVX_Vector t[4];
-        for (int j = 0; j < 4; j++) {
-            int tap = i * s->kw + j;
-            t[j] = j < s->kw ? *(const HVX_Vector *)(J->ext + (J->flip ? taps - 1 - tap : tap) * J->ext_bytes
-                                                     + r * HVX_BYTES) : Q6_V_vzero();
-        }
-        dw_interleave4(W[i], t[0], t[1], t[2], t[3]);
-    }
-}
-
-static void forward_quads2(const struct dw_job *J, const struct stack *st, int n0, int g)
-{
-    const struct dw_shape *s = J->s;
-    const int C = s->c, OH = s->oh, OW = s->ow, rowbytes = st->rowbytes, imgbytes = st->imgbytes, acc = J->accumulate;
-    for (int k = 0; k * HVX_BYTES < C; k++) {
-        int valid = C - k * HVX_BYTES < HVX_BYTES ? C - k * HVX_BYTES : HVX_BYTES;
-        HVX_Vector W[3][4];
-        quad_weights(J, (k * HVX_BYTES % (J->residues * HVX_BYTES)) / HVX_BYTES, W);   /* channel 128k: residue k mod R */
-        for (int gi = 0; gi < g; gi++)
-            for (int ow = 0; ow < OW; ow++) {
-                const int8_t *in = st->buf + gi * imgbytes + 2 * ow * C + k * HVX_BYTES;
-                int32_t *out = J->out + ((size_t)(n0 + gi) * OH * OW + ow) * C + k * HVX_BYTES;
-                QUAD_DISPATCH(quad_strip2, valid, acc, in, out, OH, rowbytes, OW * C, C, W[0], W[1], W[2], valid, acc);
-            }
-    }
-}
-
-static void forward_quads(const struct dw_job *J, const struct stack *st, int n0, int g)
-{
-    const struct dw_shape *s = J->s;
-    const int C = s->c, rowlen = s->ow * C, nv = (rowlen + HVX_BYTES - 1) / HVX_BYTES;
-    const int hp = st->hp, rowbytes = st->rowbytes, imgbytes = st->imgbytes, OH = s->oh, acc = J->accumulate;
-    for (int v = 0; v < nv; v++) {
-        int valid = rowlen - v * HVX_BYTES < HVX_BYTES ? rowlen - v * HVX_BYTES : HVX_BYTES;
-        HVX_Vector W[3][4], *W0 = W[0], *W1 = W[1], *W2 = W[2];
-        quad_weights(J, v % J->residues, W);
-        for (int gi = 0; gi < g; gi++) {
-            const int8_t *in = st->buf + gi * imgbytes + v * HVX_BYTES;
-            int32_t *out = J->out + (size_t)(n0 + gi) * OH * rowlen + v * HVX_BYTES;
-            QUAD_DISPATCH(quad_strip, valid, acc, in, out, hp, rowbytes, rowlen, C, W0, W1, W2, valid, acc);
-        }
-    }
-}
-
 static int dw_share(struct dspt_ctx *tc, int t, void *job)
 {
     const struct dw_job *J = job;
@@ -437,8 +263,7 @@ static int dw_share(struct dspt_ctx *tc, int t, void *job)
         int g = hi - n0 < J->g ? hi - n0 : J->g;
         for (int cb = 0; cb < blocks; cb++) {
             stack_fill(&st, J->src, J->src_h, J->src_w, s->c, n0, g, cb);
-            if (J->quads && s->stride == 2) forward_quads2(J, &st, n0, g);
-            else if (J->quads) forward_quads(J, &st, n0, g);
+            if (J->quads) dspt_dw_quads_run(J, &st, n0, g);
             else if (J->flat) forward_flat(J, &st, n0, g);
             else if (J->out && J->flip < 0) bwd_data_blocks(J, &st, n0, g, cb);
             else forward_blocks(J, &st, n0, g, cb);
@@ -502,8 +327,17 @@ int dspt_op_dwconv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     const int8_t *w = dspt_at(ctx, d->in[1], (uint32_t)(s.kh * s.kw * s.c));
     int32_t *y = dspt_at(ctx, d->out[0], y_words * 4);
     if (!x || !w || !y) return DSPT_BAD_PARAMS;
+    int acc = (d->flags & DSPT_F_ACCUMULATE) != 0;
+    if (dspt_dw_pixels_fit(&s, 0)) {   /* small outputs first: measured faster than the block quads there */
+        d->result_shift = DSPT_PATH_DW_PIXEL_QUADS;
+        return dspt_dw_pixels(ctx, &s, x, w, y, 0, acc);
+    }
+    if (dspt_dw_block_quads_fit(&s)) {
+        d->result_shift = DSPT_PATH_DW_BLOCK_QUADS;
+        return dspt_dw_block_quads(ctx, &s, x, w, y, acc);
+    }
     struct dw_job J = {.s = &s, .src = x, .w = w, .out = y, .flat = s.stride == 1, .flip = 0, .pad = s.pad,
-                       .accumulate = (d->flags & DSPT_F_ACCUMULATE) != 0, .src_h = s.h, .src_w = s.w,
+                       .accumulate = acc, .src_h = s.h, .src_w = s.w,
                        .quads = dspt_dw_quads_fit(&s)};
     d->result_shift = J.quads ? DSPT_PATH_DW_COLUMN_QUADS : J.flat ? DSPT_PATH_DW_FLAT : DSPT_PATH_DW_BLOCKS;   /* quads: stride 1 or 2 */
     return dw_run_job(ctx, &J);
@@ -521,6 +355,14 @@ int dspt_op_dwconv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     int32_t *dx = dspt_at(ctx, d->out[0], dspt_count(d->shape_out) * 4);
     if (!err || !w || !dx) return DSPT_BAD_PARAMS;
     int acc = (d->flags & DSPT_F_ACCUMULATE) != 0;
+    if (dspt_dw_pixels_fit(&s, 1)) {
+        d->result_shift = DSPT_PATH_DW_PIXEL_QUADS;
+        return dspt_dw_pixels(ctx, &s, err, w, dx, 1, acc);
+    }
+    if (dspt_dw_err_quads_fit(&s)) {
+        d->result_shift = DSPT_PATH_DW_ERR_QUADS;
+        return dspt_dw_err_quads(ctx, &s, err, w, dx, acc);
+    }
     if (s.stride == 1 && s.kh == s.kw && s.pad <= s.kh - 1) {
         /* the forward conv of err (padded by k - 1 - p) with the taps flipped */
         struct dw_shape f = {s.n, s.oh, s.ow, s.c, s.kh, s.kw, s.h, s.w, 1, s.kh - 1 - s.pad};

@@ -1,5 +1,6 @@
 /* dwconv.h: depthwise convolutions (one 2-D filter per channel), shared by dwconv.c
- * (forward, backward data) and dwconv_wgrad.c (weight gradient). */
+ * (forward, backward data: picks the path), its paths dwconv_quads.c, dwconv_pixels.c,
+ * dwconv_fwd2.c, dwconv_bwd2.c, and dwconv_wgrad.c (weight gradient). */
 #ifndef DSPTRAIN_DWCONV_H
 #define DSPTRAIN_DWCONV_H
 
@@ -14,9 +15,50 @@ struct dw_shape {
  * side; DSPT_OK or DSPT_BAD_PARAMS. */
 int dspt_dw_shape(const struct dspt_op_desc *d, const int32_t *img, const int32_t *out, struct dw_shape *s);
 
-/* dwconv.c: stride 1 with 3 kernel rows of up to 4 taps takes the column quads (vrmpy);
- * the rest the vmpy paths. */
+/* dwconv.c's padded images and a call's work, shared with dwconv_quads.c. */
+/* A stack of zero-bordered images (`pad` all round), in the flat or the block layout. */
+struct stack {
+    int8_t *buf;
+    int hp, wp, pad;
+    int pitch;       /* bytes per pixel: C (flat) or 128 (blocks) */
+    int rowbytes, imgbytes;
+};
+
+/* What a thread's share runs over: images [lo, hi) in passes of `g` images. */
+struct dw_job {
+    const struct dw_shape *s;
+    const int8_t *src, *w;        /* x (forward) or err (backward data); w tap-major */
+    int32_t *out;
+    int flat, flip, pad, accumulate, g;
+    int src_h, src_w;             /* the image the stack holds (x or err) */
+    const int8_t *ext;            /* flat: per tap, the weights repeated (ext_bytes each) */
+    int ext_bytes, residues, quads;
+    uint32_t buf_bytes;
+    int8_t *buf[DSPT_MAX_THREADS];
+};
+
+/* dwconv_quads.c: stride 1 or 2 with 3 kernel rows of up to 4 taps takes the column
+ * quads (vrmpy) on dwconv.c's stacks; the rest of dwconv.c the vmpy paths. */
 int dspt_dw_quads_fit(const struct dw_shape *s);
+void dspt_dw_quads_run(const struct dw_job *J, const struct stack *st, int n0, int g);
+
+/* dwconv_pixels.c: each output pixel's taps inside the image, 4 a vrmpy word (forward, or
+ * backward data with `bwd`: s is the forward's shape, src err, out dx); _fit says when. */
+int dspt_dw_pixels_fit(const struct dw_shape *s, int bwd);
+int dspt_dw_pixels(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t *src, const int8_t *w, int32_t *out,
+                   int bwd, int accumulate);
+
+/* dwconv_fwd2.c: forward of 3 x 3, stride 2, padding 1, the input's 2 x 2 blocks a vrmpy
+ * word met by the four outputs they feed; _fit says when. */
+int dspt_dw_block_quads_fit(const struct dw_shape *s);
+int dspt_dw_block_quads(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t *x, const int8_t *w, int32_t *y,
+                        int accumulate);
+
+/* dwconv_bwd2.c: backward data of 3 x 3, stride 2, padding 1, four err pixels a vrmpy word
+ * met by the four dx pixels they feed; _fit says when. */
+int dspt_dw_err_quads_fit(const struct dw_shape *s);
+int dspt_dw_err_quads(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t *err, const int8_t *w, int32_t *dx,
+                      int accumulate);
 
 /* Image-stack pitch: bytes from one padded image to the next, whole vectors. */
 static inline int dw_round_vec(int bytes) { return (bytes + HVX_BYTES - 1) & ~(HVX_BYTES - 1); }
@@ -33,6 +75,24 @@ static inline void dw_interleave4(HVX_Vector q[4], HVX_Vector r0, HVX_Vector r1,
     q[1] = Q6_V_hi_W(lo);
     q[2] = Q6_V_lo_W(hi);
     q[3] = Q6_V_hi_W(hi);
+}
+
+/* Where channel block cb starts. Not accumulating, with C > 128 and ragged, the last block
+ * is moved back to end at C: it overlaps the one before (those channels computed twice,
+ * stored twice with the same values) but keeps 128 lanes, so no block stores in pieces. */
+static inline int dw_block_start(int cb, int c, int acc)
+{
+    int start = cb * HVX_BYTES;
+    return !acc && c > HVX_BYTES && start + HVX_BYTES > c ? c - HVX_BYTES : start;
+}
+
+/* An unaligned store kept one vmemu: the empty asm hides that consecutive stores are
+ * adjacent, which clang would otherwise merge into vlalign and two masked stores each
+ * (five packets for four vectors where vmemu pairs with the multiplies). */
+static inline void dw_store_u(int32_t *p, HVX_Vector v)
+{
+    __asm__("" : "+r"(p));
+    hvx_store_u(p, v);
 }
 
 #endif

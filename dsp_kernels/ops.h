@@ -70,6 +70,10 @@ enum dspt_path {
     DSPT_PATH_COL2IM = 14,        /* conv_col2im.c: backward data as GEMM into window rows, then add */
     DSPT_PATH_PLANAR = 15,        /* conv_planar.c: weight gradient from channel planes */
     DSPT_PATH_WGRAD_GEMM = 16,    /* conv.c: weight gradient as im2col rows reduced over positions */
+    DSPT_PATH_DW_PIXEL_QUADS = 17, /* dwconv_pixels.c: each output pixel's inside taps, 4 a vrmpy word */
+    DSPT_PATH_DW_ERR_QUADS = 18,  /* dwconv_bwd2.c: backward data 3 x 3 stride 2: 4 err pixels a word */
+    DSPT_PATH_DW_BLOCK_QUADS = 19, /* dwconv_fwd2.c: forward 3 x 3 stride 2: a 2 x 2 input block a word */
+    DSPT_PATH_POINTWISE_STRIDED = 20, /* conv_pointwise.c: backward data of 1 x 1, stride > 1: dx rows s*C apart */
 };
 
 /* `shift` value asking the DSP to estimate it from the range (NITI's absmax rule). */

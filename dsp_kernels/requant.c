@@ -10,34 +10,39 @@ int dspt_range_bits(uint32_t max_abs)
     return max_abs == 0 ? 0 : (max_abs == 1 ? 0 : 32 - __builtin_clz(max_abs - 1));
 }
 
-/* max |x| over n int32 (|INT32_MIN| = 2**31 is exact as an unsigned word). */
+/* max |x| over n int32 (|INT32_MIN| = 2**31 is exact as an unsigned word): the signed
+ * maximum and minimum kept apart (one vmax, one vmin a vector, no predicates), |min| taken
+ * once at the end. */
 uint32_t dspt_absmax_s32(const int32_t *x, uint32_t n)
 {
-    HVX_Vector best = Q6_V_vzero(), b1 = best, b2 = best, b3 = best;
+    HVX_Vector hi0 = Q6_V_vzero(), hi1 = hi0, lo0 = hi0, lo1 = hi0;
     uint32_t i = 0;
-    for (; i + 128 <= n; i += 128) {   /* four independent maxima: no chain from one vector to the next */
-        HVX_Vector m0 = Q6_Vw_vabs_Vw(hvx_load_u(x + i)), m1 = Q6_Vw_vabs_Vw(hvx_load_u(x + i + 32));
-        HVX_Vector m2 = Q6_Vw_vabs_Vw(hvx_load_u(x + i + 64)), m3 = Q6_Vw_vabs_Vw(hvx_load_u(x + i + 96));
-        best = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(m0, best), m0, best);
-        b1 = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(m1, b1), m1, b1);
-        b2 = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(m2, b2), m2, b2);
-        b3 = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(m3, b3), m3, b3);
+    for (; i + 64 <= n; i += 64) {   /* two independent pairs: no chain from one vector to the next */
+        HVX_Vector a = hvx_load_u(x + i), b = hvx_load_u(x + i + 32);
+        hi0 = Q6_Vw_vmax_VwVw(hi0, a);
+        lo0 = Q6_Vw_vmin_VwVw(lo0, a);
+        hi1 = Q6_Vw_vmax_VwVw(hi1, b);
+        lo1 = Q6_Vw_vmin_VwVw(lo1, b);
     }
-    best = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(b1, best), b1, best);
-    b2 = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(b3, b2), b3, b2);
-    best = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(b2, best), b2, best);
     for (; i + 32 <= n; i += 32) {
-        HVX_Vector m = Q6_Vw_vabs_Vw(hvx_load_u(x + i));
-        best = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VuwVuw(m, best), m, best);
+        HVX_Vector a = hvx_load_u(x + i);
+        hi0 = Q6_Vw_vmax_VwVw(hi0, a);
+        lo0 = Q6_Vw_vmin_VwVw(lo0, a);
     }
-    uint32_t out = 0;
-    const uint32_t *lanes = (const uint32_t *)&best;
-    for (int l = 0; l < 32; l++) out = lanes[l] > out ? lanes[l] : out;
+    hi0 = Q6_Vw_vmax_VwVw(hi0, hi1);
+    lo0 = Q6_Vw_vmin_VwVw(lo0, lo1);
+    const int32_t *his = (const int32_t *)&hi0, *los = (const int32_t *)&lo0;
+    int32_t top = 0, bottom = 0;
+    for (int l = 0; l < 32; l++) {
+        top = his[l] > top ? his[l] : top;
+        bottom = los[l] < bottom ? los[l] : bottom;
+    }
     for (; i < n; i++) {
-        uint32_t m = x[i] < 0 ? 0u - (uint32_t)x[i] : (uint32_t)x[i];
-        out = m > out ? m : out;
+        top = x[i] > top ? x[i] : top;
+        bottom = x[i] < bottom ? x[i] : bottom;
     }
-    return out;
+    uint32_t down = 0u - (uint32_t)bottom;   /* bottom <= 0 */
+    return (uint32_t)top > down ? (uint32_t)top : down;
 }
 
 /* numerics.shift_round for one element, any shift in 0..62 (the general path). */
@@ -114,6 +119,32 @@ static uint32_t max_lane(HVX_Vector best)
     return out;
 }
 
+/* DSPT_ROUND over the whole 128-element steps of n (returns how many elements it did):
+ * round half away from zero, (|x| + half) >> shift in words (at most 1.5 * 2**30, never
+ * negative), then the clamp to 127 and the sign in halfwords, half the vectors (both packs
+ * saturate: > 127 stays > 127, x's sign survives). Its own function: inlined into the
+ * general loop it changed the other modes' schedule. */
+static __attribute__((noinline)) uint32_t round_vectors(int8_t *out, const int32_t *in, uint32_t n, int shift)
+{
+    const HVX_Vector half = Q6_V_vsplat_R(1 << (shift - 1)), zero = Q6_V_vzero(), cap = Q6_Vh_vsplat_R(127);
+    uint32_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        HVX_Vector x[4], r[4];
+        for (int j = 0; j < 4; j++) {
+            x[j] = hvx_load_u(in + i + 32 * j);
+            r[j] = Q6_Vuw_vlsr_VuwR(Q6_Vw_vadd_VwVw(Q6_Vw_vabs_Vw(x[j]), half), shift);
+        }
+        HVX_Vector h[2];
+        for (int j = 0; j < 2; j++) {
+            HVX_Vector m = Q6_Vh_vmin_VhVh(Q6_Vh_vpack_VwVw_sat(r[2 * j + 1], r[2 * j]), cap);
+            HVX_Vector sign = Q6_Vh_vpack_VwVw_sat(x[2 * j + 1], x[2 * j]);
+            h[j] = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VhVh(zero, sign), Q6_Vh_vsub_VhVh(zero, m), m);
+        }
+        hvx_store_u(out + i, Q6_Vb_vpacke_VhVh(h[1], h[0]));
+    }
+    return i;
+}
+
 /* out[i] = shift_round(in[i]) for n elements; rng used only by DSPT_STO. With `max_abs`
  * set, max |in| is taken in the same pass (a given shift checked for saturation). */
 void dspt_shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift, int mode,
@@ -121,7 +152,9 @@ void dspt_shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift,
 {
     uint32_t i = 0;
     HVX_Vector best = Q6_V_vzero(), b1 = best, b2 = best, b3 = best;
-    if (shift >= 1 && shift <= 31) {
+    if (shift >= 1 && shift <= 31 && mode == DSPT_ROUND && !max_abs) {
+        i = round_vectors(out, in, n, shift);
+    } else if (shift >= 1 && shift <= 31) {
         HVX_Vector lanes = hvx_lane_index(), r0 = lanes, r1 = lanes, r2 = lanes, r3 = lanes;
         for (; i + 128 <= n; i += 128) {
             if (mode == DSPT_STO) {

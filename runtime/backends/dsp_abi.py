@@ -64,6 +64,10 @@ PATH_NAMES = {
     14: "col2im",
     15: "planar",
     16: "wgrad_gemm",
+    17: "dw_pixel_quads",
+    18: "dw_err_quads",
+    19: "dw_block_quads",
+    20: "pointwise_strided",
 }
 SHIFT_ESTIMATE = -1
 F_SATURATE_CHECK = 2  # REQUANT: a given shift that would saturate gives way to the estimate

@@ -45,6 +45,8 @@ PATHS = {
     # the pixels as they lie
     "pointwise": ((2, 5, 5, 36, 64, 1, 1, 1, 0), "pointwise", "pointwise", "wgrad_gemm"),
     "pointwise-ragged-c": ((2, 5, 5, 34, 40, 1, 1, 1, 0), "im2col_gemm", "pointwise", "wgrad_gemm"),
+    # a ResNet shortcut (1 x 1, stride 2): backward data lands in place, s*C words apart
+    "pointwise-stride2": ((2, 8, 7, 32, 64, 1, 1, 2, 0), "im2col_gemm", "pointwise_strided", "wgrad_gemm"),
     # few channels, few outputs, stride 1: planes for the weight gradient
     "planar": ((1, 8, 8, 3, 6, 3, 3, 1, 1), "conv_grid", "conv_grid", "planar"),
     "planar-stride2": ((1, 9, 9, 3, 8, 3, 3, 2, 1), "im2col_gemm", "col2im", "wgrad_gemm"),

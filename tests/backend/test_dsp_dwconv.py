@@ -1,4 +1,4 @@
-"""Depthwise convolutions on the emulated DSP (dsp_kernels/dwconv.c, dwconv_wgrad.c) against
+"""Depthwise convolutions on the emulated DSP (dsp_kernels/dwconv*.c) against
 ops_ref bit for bit: forward, backward data and weight gradient, the requantizing forms and
 accumulation, at 1 to 4 HVX threads, on random and ragged shapes; and which path each
 shape takes (a shape that stops taking its kernel fails here). Last, the pointwise (1 x 1)
@@ -12,7 +12,12 @@ row's words built once); other stride-1 kernels run on the padded rows as they a
 C / gcd(C, 128)); other strides one 128-channel
 block of a pixel a vector ("dw_blocks", a ragged last block masked); backward data of
 stride 1 is the flipped forward (same paths), of other strides a run per class of dx pixels
-("dw_classes"); the weight gradient puts four images in each vrmpy word
+("dw_classes"). With 96 channels or more, a source of at most 4 pixels (2 x 2 and 1 x 1
+images; err of backward data from them) or a stride-2 forward onto 16 outputs or fewer
+takes each output pixel's inside taps, 4 a vrmpy word ("dw_pixel_quads",
+dsp_kernels/dwconv_pixels.c); 3 x 3 at stride 2, pad 1 with C % 32 == 0 or C > 128 puts
+the input's 2 x 2 blocks in the words ("dw_block_quads") and, backward, the 4 err pixels
+that 4 dx pixels read ("dw_err_quads"); the weight gradient puts four images in each vrmpy word
 ("dw_image_quads", a ragged batch padded with zero images). Needs qemu-hexagon, clang-16
 and lld-16.
 """
@@ -49,17 +54,28 @@ SHAPES = [
         "dw_column_quads",
     ),  # ragged: 65 weight residues, rows end mid-vector
     ((5, 4, 4, 96, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),  # 3 residues, 5 images (1 and 2 a thread)
-    ((2, 1, 1, 200, 3, 3, 1, 1), "dw_flat", "dw_flat"),  # one pixel (too few for quads): the centre tap alone
+    ((2, 1, 1, 200, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # one pixel: the centre tap alone
     ((3, 4, 4, 1, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),  # one channel: 128 pixels a vector
     ((2, 5, 6, 24, 3, 4, 1, 1), "dw_column_quads", "dw_classes"),  # 4 taps a row: the whole word
     ((2, 6, 6, 45, 5, 5, 1, 2), "dw_flat", "dw_flat"),  # 5 x 5: the vmpy path, taps from memory
     ((3, 5, 4, 7, 2, 2, 1, 0), "dw_flat", "dw_flat"),  # even kernel, no padding
     ((2, 5, 7, 24, 3, 2, 1, 1), "dw_column_quads", "dw_classes"),  # kh != kw: the flipped forward needs square
     ((2, 5, 5, 16, 3, 3, 1, 3), "dw_column_quads", "dw_classes"),  # pad past k - 1
-    ((5, 7, 7, 96, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),  # stride 2: strips of a pixel's block, ragged
-    ((2, 8, 8, 144, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),  # two blocks, the second 16 lanes
-    ((3, 7, 5, 150, 3, 3, 2, 1), "dw_blocks", "dw_classes"),  # stride 2, 12 outputs: the vmpy blocks
-    ((4, 2, 2, 576, 3, 3, 2, 1), "dw_blocks", "dw_classes"),  # MobileNetV2's last stride-2 shape, small batch
+    ((5, 11, 11, 96, 3, 3, 2, 1), "dw_block_quads", "dw_err_quads"),  # 3 x 3 stride 2, C % 32 == 0: 2 x 2 blocks
+    ((3, 9, 9, 160, 3, 3, 2, 1), "dw_block_quads", "dw_err_quads"),  # odd image, a second block of 32 channels
+    ((2, 8, 8, 64, 3, 3, 2, 1), "dw_block_quads", "dw_err_quads"),  # half a vector of channels
+    ((2, 9, 9, 48, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),  # stride 2 quads: strips of a pixel's block
+    ((2, 10, 10, 144, 3, 3, 2, 1), "dw_block_quads", "dw_err_quads"),  # C > 128 ragged: the last block moved back
+    ((3, 7, 5, 60, 3, 3, 2, 1), "dw_blocks", "dw_classes"),  # stride 2, 12 outputs, C < 96: the vmpy blocks
+    ((2, 8, 8, 144, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_quads"),  # stride 2 onto 16 outputs: each pixel's taps
+    ((3, 7, 5, 150, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_quads"),  # the same, ragged blocks (150 = 128 + 22)
+    ((2, 3, 3, 100, 3, 3, 2, 3), "dw_pixel_quads", "dw_classes"),  # pad past k: corner outputs meet no tap
+    ((4, 2, 2, 576, 3, 3, 2, 1), "dw_pixel_quads", "dw_pixel_quads"),  # MobileNetV2's last stride-2 shape
+    ((3, 4, 4, 192, 3, 3, 2, 1), "dw_pixel_quads", "dw_pixel_quads"),  # err of 2 x 2: 16 dx pixels on 4 sources
+    ((5, 2, 2, 384, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # 4 sources met by 4 pixels, aligned stores
+    ((3, 2, 2, 200, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # the same, C % 32 != 0 (unaligned)
+    ((2, 1, 3, 130, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # 3 sources: the fourth slot's weight zero
+    ((2, 2, 2, 100, 5, 5, 1, 2), "dw_pixel_quads", "dw_pixel_quads"),  # 5 x 5 on a 2 x 2 image
     ((2, 9, 9, 20, 5, 5, 2, 2), "dw_blocks", "dw_classes"),  # 5 x 5 stride 2: classes of 9, 6 and 4 taps
     ((3, 8, 7, 40, 3, 3, 3, 0), "dw_blocks", "dw_classes"),  # stride 3: classes with no tap (zeros)
 ]
@@ -87,6 +103,15 @@ def test_dwconv_matches_ref_and_takes_its_path(dsp, rng, case):
     assert dsp.last_paths == [("dwconv2d_bwd_weight_s8", "dw_image_quads")]
 
 
+def test_every_depthwise_path_is_pinned():
+    """Each depthwise path of enum dspt_path has a shape above that takes it."""
+    from dsptrain.backends.dsp_abi import PATH_NAMES
+
+    depthwise = {name for name in PATH_NAMES.values() if name.startswith("dw_")}
+    taken = {path for _, *paths in SHAPES for path in paths} | {"dw_image_quads"}
+    assert taken == depthwise, depthwise ^ taken
+
+
 @pytest.fixture
 def threads(dsp, request):
     dsp.hvx_threads = request.param
@@ -99,8 +124,16 @@ def threads(dsp, request):
 @pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
 @pytest.mark.parametrize(
     "shape",
-    [(7, 6, 6, 64, 3, 3, 1, 1), (7, 7, 5, 150, 3, 3, 2, 1), (9, 3, 3, 33, 3, 3, 1, 0)],
-    ids=["flat", "blocks", "ragged-9"],
+    [
+        (7, 6, 6, 64, 3, 3, 1, 1),
+        (7, 7, 5, 60, 3, 3, 2, 1),
+        (9, 3, 3, 33, 3, 3, 1, 0),
+        (7, 2, 2, 160, 3, 3, 1, 1),
+        (7, 4, 4, 100, 3, 3, 2, 1),
+        (7, 9, 9, 96, 3, 3, 2, 1),
+        (5, 11, 11, 144, 3, 3, 2, 1),
+    ],
+    ids=["flat", "blocks", "ragged-9", "pixels", "pixels-s2", "quads-s2", "quads-s2-ragged"],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
     x, w, err, stride, pad = args(rng, shape)
@@ -112,10 +145,10 @@ def test_dwconv_every_thread_count(dsp, rng, threads, shape):
     )
     same(dsp.dwconv2d_s8(x, w, stride, pad), ref.dwconv2d_s8(x, w, stride, pad))
     same(dsp.accumulate(start, "dwconv2d_s8", x, w, stride, pad), start + ref.dwconv2d_s8(x, w, stride, pad))
-    same(
-        dsp.dwconv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]),
-        ref.dwconv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]),
-    )
+    dx = ref.dwconv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3])
+    same(dsp.dwconv2d_bwd_data_s8(err, w, stride, pad, x.shape[1:3]), dx)
+    start = rng.integers(-(2**20), 2**20, dx.shape, dtype=np.int32)
+    same(dsp.accumulate(start, "dwconv2d_bwd_data_s8", err, w, stride, pad, x.shape[1:3]), start + dx)
     dw = ref.dwconv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3])
     same(dsp.dwconv2d_bwd_weight_s8(err, x, stride, pad, w.shape[1:3]), dw)
     start = rng.integers(-(2**20), 2**20, dw.shape, dtype=np.int32)
@@ -135,13 +168,14 @@ def test_dwconv_requant_fuses_niti_epilogue(dsp, rng, mode, shift):
     )
     same(q, want_q)
     assert used == want_used
-    x, w, err, stride, pad = args(rng, (2, 7, 7, 40, 3, 3, 2, 1))
-    (q, used), (want_q, want_used) = (
-        dsp.dwconv2d_bwd_data_requant_s8(err, w, stride, pad, x.shape[1:3], mode, key, shift),
-        ref.dwconv2d_bwd_data_requant_s8(err, w, stride, pad, x.shape[1:3], mode, key, shift),
-    )
-    same(q, want_q)
-    assert used == want_used
+    for shape in ((2, 7, 7, 40, 3, 3, 2, 1), (2, 4, 4, 160, 3, 3, 2, 1)):  # the classes; the pixel quads
+        x, w, err, stride, pad = args(rng, shape)
+        (q, used), (want_q, want_used) = (
+            dsp.dwconv2d_bwd_data_requant_s8(err, w, stride, pad, x.shape[1:3], mode, key, shift),
+            ref.dwconv2d_bwd_data_requant_s8(err, w, stride, pad, x.shape[1:3], mode, key, shift),
+        )
+        same(q, want_q)
+        assert used == want_used
 
 
 def test_dwconv_extremes(dsp):
@@ -173,3 +207,24 @@ def test_pointwise_is_a_gemm_without_im2col(dsp, rng, shape):
     same(dsp.accumulate(start, "conv2d_s8", x, wt, 1, 0), start + want)
     same(dsp.conv2d_bwd_data_s8(err, wt, 1, 0, (h, w)), ref.conv2d_bwd_data_s8(err, wt, 1, 0, (h, w)))
     assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise" if o % 4 == 0 else "gather_gemm")]
+
+
+@pytest.mark.parametrize("threads", [1, 4], indirect=True)
+@pytest.mark.parametrize(
+    "shape", [(3, 7, 5, 36, 20, 2), (2, 8, 8, 64, 32, 2), (2, 7, 9, 40, 12, 3)], ids=["odd-hw", "even", "stride-3"]
+)
+def test_strided_pointwise_backward_data_lands_in_place(dsp, rng, threads, shape):
+    """Backward data of a 1 x 1 conv of stride s (O % 4 == 0): err's rows times wT written s*C
+    words apart into a zeroed dx ("pointwise_strided"), no gather and no col2im, accumulating
+    too (the rows between left as they were); the forward keeps the chunked im2col rows."""
+    n, h, w, c, o, stride = shape
+    x, wt = s8(rng, n, h, w, c), s8(rng, o, 1, 1, c)
+    oh, ow = out_hw(h, w, 1, 1, stride, 0)
+    err = s8(rng, n, oh, ow, o)
+    want = ref.conv2d_bwd_data_s8(err, wt, stride, 0, (h, w))
+    same(dsp.conv2d_bwd_data_s8(err, wt, stride, 0, (h, w)), want)
+    assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise_strided")]
+    start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    same(dsp.accumulate(start, "conv2d_bwd_data_s8", err, wt, stride, 0, (h, w)), start + want)
+    same(dsp.conv2d_s8(x, wt, stride, 0), ref.conv2d_s8(x, wt, stride, 0))
+    assert dsp.last_paths == [("conv2d_s8", "im2col_gemm")]

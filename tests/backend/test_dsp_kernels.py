@@ -160,6 +160,21 @@ def test_shift_round(dsp, mode, size, shift, rng):
     same(dsp.shift_round(acc, shift, mode, key), ref.shift_round(acc, shift, mode, key))
 
 
+@pytest.mark.parametrize("mode", ["round", "psto", "sto"])
+@pytest.mark.parametrize("shift", [1, 6, 30, 31])
+def test_shift_round_full_range_and_ties(dsp, mode, shift, rng):
+    """Every int32 (the extremes, both signs of every tie: k * 2**shift +- 2**(shift - 1))
+    through the vector paths (whole 128-element steps) and the scalar tail."""
+    ties = (rng.integers(-(2**31) >> shift, 2**31 >> shift, 200, dtype=np.int64) << shift) + (1 << (shift - 1))
+    ties = np.clip(np.concatenate([ties, -ties]), -(2**31), 2**31 - 1)
+    ext = [-(2**31), -(2**31) + 1, 2**31 - 1, -1, 0, 1]
+    acc = np.concatenate([ties, ext, rng.integers(-(2**31), 2**31, 300, dtype=np.int64)]).astype(np.int32)
+    key = RngKey(seed=7, step=3, tensor_id=11, offset=5)
+    same(dsp.shift_round(acc, shift, mode, key), ref.shift_round(acc, shift, mode, key))
+    for part in (acc, acc[acc != -(2**31)], -np.abs(acc[acc != -(2**31)])):  # |INT32_MIN| = 2**31; the minimum wins
+        assert dsp.absmax(part) == ref.absmax(part)
+
+
 @pytest.mark.parametrize("shape", [(1,), (7, 33), (3, 5, 5, 16)])
 def test_absmax_and_requantize(dsp, shape, rng):
     acc = acc32(rng, *shape, bits=18)
