@@ -146,7 +146,7 @@ class _Walk:
     """What the walk over the layers keeps: the float (and stored) weights, NITI's rounding
     writer (None for float activations), each layer's output name and shape, for a
     flattened output (and what passes it on) the (H, W, C) shape it was flattened from, and
-    Octo's or AFP's int8 grids (onnx_emulated.Grids; None for others)."""
+    an emulated recipe's grids (onnx_emulated.Grids; None for others)."""
 
     floats: dict
     state: dict
@@ -257,11 +257,16 @@ def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
 
 
 def _product_operands(g: _Graph, walk: _Walk, name: str, x: str, to_onnx) -> tuple[str, str]:
-    """A conv's or linear layer's (input, weight) in the graph: as they are, or on Octo's or AFP's
-    int8 grids (the input rounded on its batch's range, the weight as the recipe quantizes it)."""
+    """A conv's or linear layer's (input, weight) in the graph: as they are, or on an emulated
+    recipe's grids (the input rounded on its batch's range, the weight as the recipe quantizes it)."""
     if walk.grids:
-        q, step = walk.grids.weight(walk.floats[f"{name}.w"])
-        return walk.grids.activation(name, x), g.grid_weight(f"{name}.weight", to_onnx(q), step)
+        q, step = walk.grids.weight(name, walk.floats[f"{name}.w"])
+        w = (
+            g.const(f"{name}.weight", to_onnx(q).astype(np.float32))
+            if step is None  # FP8's small floats: float32 values in either form
+            else g.grid_weight(f"{name}.weight", to_onnx(q), step)
+        )
+        return walk.grids.activation(name, x), w
     return x, g.weight(f"{name}.weight", to_onnx(walk.floats[f"{name}.w"]), _int8_of(walk.state[f"{name}.w"], to_onnx))
 
 
@@ -292,13 +297,15 @@ def _model_proto(g: _Graph, trained, qdq: bool, niti: bool, grids: bool = False)
             if qdq and grids
             else "int8 QDQ, power-of-two scales"
             if qdq
-            else f"float32 on {trained.recipe}'s int8 grid"
+            else f"float32 on {trained.recipe}'s {'FP8/FP16' if trained.recipe == 'fp8' else 'int8'} grid"
             if grids
             else "float32"
         ),
         "dsptrain.activations": (
             "NITI int8, per-batch power-of-two step"
             if niti
+            else "FP8 1-5-2 at each product (FP16 first and last)"
+            if grids and trained.recipe == "fp8"
             else f"{trained.recipe} int8 at each product, per-batch step"
             if grids
             else "float32"
