@@ -17,7 +17,7 @@ WAGEUBN's weights are the top 8 bits of their 24-bit accumulator (numerics.shift
 are rounded to nearest even on the 1-5-2 grid (1-5-10, FP16, in the first and last
 parametric layers, the recipe's default `first_last_fp16`), written as an exact float
 emulation (Log/Floor for the exponent, corrected at powers of two; Round is half to even);
-its products' FP16 chunked sums are not emulated, float32 sums stand in for them.
+its products are the FP16 chunked sums onnx_fp8.py writes out.
 
 Like the recipes, a sample's result depends on the batch it is in (the activation's range
 is the batch's): fed the batches dsptrain evaluates, ONNX Runtime gives dsptrain's answers
@@ -33,6 +33,7 @@ import numpy as np
 from ..algorithms._quant import quantize_int_numpy
 from ..float_ops import round_float
 from ..numerics import shift_round
+from . import onnx_fp8
 
 #: recipe -> the scale of its 8-bit weight and activation grids (configs/algorithms/*.yaml),
 #: or "fp8" for FP8's small-float grids
@@ -56,9 +57,14 @@ class Grids:
         self.recipe, self.scale = trained.recipe, GRIDS[trained.recipe]
         parametric = [layer.name for layer in trained.model.parametric()]
         self.edges = {parametric[0], parametric[-1]} if parametric else set()
+        self.chunks = onnx_fp8.Chunked(g) if self.scale == "fp8" else None
         self.compensated = trained.recipe in COMPENSATED and all(
             f"{layer.name}.comp_scale" in trained.state for layer in trained.model.parametric()
         )
+
+    def chunked(self, layer) -> bool:
+        """Is layer's product written as FP8's FP16 chunked sums (onnx_fp8.py)?"""
+        return self.chunks is not None and onnx_fp8.exact(layer)
 
     def weight(self, name: str, w: np.ndarray) -> tuple[np.ndarray, float | None]:
         """(int8 integers, step) of layer `name`'s float weight on the recipe's grid (its

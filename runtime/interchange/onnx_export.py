@@ -97,6 +97,14 @@ def _bias(g, layer, floats, rounding=None) -> tuple[str, ...]:
     return (g.const(f"{layer.name}.bias", floats[f"{layer.name}.b"]),)
 
 
+def _plus_bias(g, walk, layer, y: str, out: str, bias_shape) -> str:
+    """`y` plus the layer's float bias (a float32 add, as the recipe's bias_add_f32), if it has one."""
+    if not has_bias(layer):
+        return y
+    bias = g.const(f"{layer.name}.bias", walk.floats[f"{layer.name}.b"].reshape(bias_shape))
+    return g.node("Add", (y, bias), out, f"{layer.name}.bias_add")
+
+
 def _rounded_product(g, walk, layer, y: str, reads: str, bias_shape) -> str:
     """A NITI product's output: rounded to int8 on its step, or (a product with a bias, whose
     output NITI keeps in float) its exact sums plus the bias, one float32 rounding as the engine's."""
@@ -166,17 +174,21 @@ def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
         to_oihw = lambda a: a.transpose(0, 3, 1, 2)
         x, w = _product_operands(g, walk, name, x, to_oihw)
         p = layer.padding
-        g.node(
-            "Conv",
-            (x, w, *_bias(g, layer, walk.floats, walk.rounding)),
-            out,
-            name,
-            kernel_shape=[layer.kernel] * 2,
-            strides=[layer.stride] * 2,
-            pads=[p] * 4,
-            group=layer.groups,
-            dilations=[layer.dilation] * 2,
-        )
+        if walk.grids and walk.grids.chunked(layer):  # FP8's FP16 chunked sums
+            sums = walk.grids.chunks.conv(layer, x, walk.grids.weight(name, walk.floats[f"{name}.w"])[0])
+            out = _plus_bias(g, walk, layer, sums, out, (1, -1, 1, 1))
+        else:
+            g.node(
+                "Conv",
+                (x, w, *_bias(g, layer, walk.floats, walk.rounding)),
+                out,
+                name,
+                kernel_shape=[layer.kernel] * 2,
+                strides=[layer.stride] * 2,
+                pads=[p] * 4,
+                group=layer.groups,
+                dilations=[layer.dilation] * 2,
+            )
         out = _rounded_product(g, walk, layer, out, reads, (1, -1, 1, 1))
         if walk.grids:
             out = walk.grids.compensation(layer, out, conv=True)
@@ -190,7 +202,12 @@ def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
             return a.reshape(a.shape[0], h, w_, c).transpose(0, 3, 1, 2).reshape(a.shape[0], -1)
 
         x, w = _product_operands(g, walk, name, x, to_onnx)
-        g.node("Gemm", (x, w, *_bias(g, layer, walk.floats, walk.rounding)), out, name, transB=1)
+        if walk.grids and walk.grids.chunked(layer):  # FP8's FP16 chunked sums, in dsptrain's column order
+            wq = walk.grids.weight(name, walk.floats[f"{name}.w"])[0]
+            columns = None if source_shape is None else np.argsort(to_onnx(np.arange(wq.shape[1])[None])[0])
+            out = _plus_bias(g, walk, layer, walk.grids.chunks.linear(layer, x, wq, columns), out, (1, -1))
+        else:
+            g.node("Gemm", (x, w, *_bias(g, layer, walk.floats, walk.rounding)), out, name, transB=1)
         out = _rounded_product(g, walk, layer, out, reads, (1, -1))
         if walk.grids:
             out = walk.grids.compensation(layer, out, conv=False)
