@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from ..algorithms._quant import quantize_int_numpy
-from ..float_ops import round_float
+from ..float_ops import pow2_grid, round_float
 from ..numerics import shift_round
 from . import onnx_fp8
 
@@ -41,6 +41,8 @@ GRIDS = {"octo": "float", "afp": "pow2", "wageubn": "pow2", "fp8": "fp8"}
 COMPENSATED = {"octo"}
 #: WAGEUBN's weight accumulator bits minus the bits its products see (algorithms/wageubn.py)
 WAGEUBN_SHIFT = 24 - 8
+#: WAGEUBN's batch norm grids: statistics and x-hat, gamma and beta (algorithms/wageubn.py)
+STAT_BITS, AFFINE_BITS = 16, 8
 #: FP8's (exponent bits, mantissa bits): FP8 1-5-2 in the middle, FP16 first and last
 FP8_GRID, FP16_GRID = (5, 2), (5, 10)
 
@@ -80,15 +82,16 @@ class Grids:
     def _small_float(self, name: str) -> tuple[int, int]:
         return FP16_GRID if name in self.edges else FP8_GRID
 
-    def activation(self, name: str, x: str) -> str:
-        """`x` rounded to int8 on the step of its batch's range (zero stays zero); FP8: to
-        the nearest small float."""
+    def activation(self, name: str, x: str, bits: int = 8, dtype=np.float32, scale: str | None = None) -> str:
+        """`x` rounded to `bits`-bit integers on the step of its batch's range (zero stays
+        zero), in `dtype` arithmetic; FP8: to the nearest small float."""
         if self.scale == "fp8":
             return self._round_float(name, x, *self._small_float(name))
+        scale, top_q = scale or self.scale, float(2 ** (bits - 1) - 1)
         n = lambda op, inputs, key, **attrs: self.g.node(op, inputs, f"{name}.q_{key}", f"{name}.q_{key}", **attrs)
-        c = lambda key, value: self.g.const(f"{name}.q_{key}_c", np.array(value, np.float32))
+        c = lambda key, value: self.g.const(f"{name}.q_{key}_c", np.array(value, dtype))
         top = n("ReduceMax", (n("Abs", (x,), "abs"),), "max", keepdims=0)
-        step = n("Div", (top, c("qmax", 127.0)), "step") if self.scale == "float" else self._pow2_step(n, c, top)
+        step = n("Div", (top, c("qmax", top_q)), "step") if scale == "float" else self._pow2_step(n, c, top, bits)
         step = n("Where", (n("Greater", (top, c("zero", 0.0)), "nonzero"), step, c("one", 1.0)), "safe_step")
         magnitude = n(
             "Floor",
@@ -97,10 +100,30 @@ class Grids:
         )
         q = n(
             "Clip",
-            (n("Mul", (n("Sign", (x,), "sign"), magnitude), "signed"), c("qmin", -127.0), c("qmax2", 127.0)),
+            (n("Mul", (n("Sign", (x,), "sign"), magnitude), "signed"), c("qmin", -top_q), c("qmax2", top_q)),
             "int",
         )
         return n("Mul", (q, step), "out")
+
+    def rounds_batch_norm(self) -> bool:
+        return self.recipe == "wageubn"
+
+    def batch_norm(self, layer, x: str, floats: dict) -> str:
+        """WAGEUBN's batch norm at evaluation (float_ops.bn_forward_values with its grids), in
+        float64 as the recipe's: 1/std on the 16-bit grid of its channels' range, x-hat on the
+        16-bit grid of the batch's range, gamma and beta on 8-bit grids."""
+        name, shape = layer.name, (1, -1, 1, 1)
+        on = lambda v, bits: pow2_grid(np.asarray(v, np.float64), bits, "round", None).reshape(shape)
+        mean = np.asarray(floats[f"{name}.mean"], np.float64).reshape(shape)
+        inv = on(1.0 / np.sqrt(np.asarray(floats[f"{name}.var"], np.float64) + layer.eps), STAT_BITS)
+        c = lambda key, value: self.g.const(f"{name}.bn_{key}", np.asarray(value, np.float64))
+        n = lambda op, inputs, key, **attrs: self.g.node(op, inputs, f"{name}.bn_{key}", f"{name}.bn_{key}", **attrs)
+        wide = n("Cast", (x,), "x64", to=11)  # onnx.TensorProto.DOUBLE
+        centered = n("Mul", (n("Sub", (wide, c("mean", mean)), "centered"), c("inv", inv)), "scaled")
+        xhat = self.activation(f"{name}.xhat", centered, STAT_BITS, np.float64, "pow2")
+        gamma, beta = on(floats[f"{name}.gamma"], AFFINE_BITS), on(floats[f"{name}.beta"], AFFINE_BITS)
+        y = n("Add", (n("Mul", (xhat, c("gamma", gamma)), "times_gamma"), c("beta", beta)), "y64")
+        return n("Cast", (y,), "y", to=1)
 
     def compensation(self, layer, y: str, conv: bool) -> str:
         """Octo's y = (1 + gamma) * z + beta per output channel (channels on axis 1)."""
@@ -117,8 +140,8 @@ class Grids:
         )
 
     @staticmethod
-    def _pow2_step(n, c, top) -> str:
-        """2**(ceil(log2 top) - 7), the log corrected at powers of two (_quant.pow2_exponent's exact ceil)."""
+    def _pow2_step(n, c, top, bits: int = 8) -> str:
+        """2**(ceil(log2 top) - (bits - 1)), the log corrected at powers of two (_quant.pow2_exponent's exact ceil)."""
         two, one = c("two", 2.0), c("one_b", 1.0)
         b = n("Ceil", (n("Mul", (n("Log", (top,), "ln"), c("inv_ln2", 1 / math.log(2))), "log2"),), "b_guess")
         b_minus = n("Sub", (b, one), "b_minus")
@@ -126,7 +149,7 @@ class Grids:
             "Where", (n("GreaterOrEqual", (n("Pow", (two, b_minus), "p_minus"), top), "too_high"), b_minus, b), "b_low"
         )
         b = n("Where", (n("Less", (n("Pow", (two, b), "p_b"), top), "too_low"), n("Add", (b, one), "b_plus"), b), "b")
-        return n("Pow", (two, n("Sub", (b, c("seven", 7.0)), "b7")), "step")
+        return n("Pow", (two, n("Sub", (b, c("seven", float(bits - 1))), "b7")), "step")
 
     def _round_float(self, name: str, x: str, exponent_bits: int, mantissa_bits: int) -> str:
         """float_ops.round_float (nearest even, saturating) in ONNX operators: the ulp
