@@ -37,7 +37,7 @@ from . import onnx_fp8
 
 #: recipe -> the scale of its 8-bit weight and activation grids (configs/algorithms/*.yaml),
 #: or "fp8" for FP8's small-float grids
-GRIDS = {"octo": "float", "afp": "pow2", "wageubn": "pow2", "fp8": "fp8"}
+GRIDS = {"octo": "float", "afp": "pow2", "wageubn": "pow2", "fp8": "fp8", "mls": "mls"}
 COMPENSATED = {"octo"}
 #: WAGEUBN's weight accumulator bits minus the bits its products see (algorithms/wageubn.py)
 WAGEUBN_SHIFT = 24 - 8

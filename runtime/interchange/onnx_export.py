@@ -172,12 +172,15 @@ def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
         x, reads = walk.rounding.enter(layer, x, reads)
     if isinstance(layer, Conv2d):
         to_oihw = lambda a: a.transpose(0, 3, 1, 2)
-        x, w = _product_operands(g, walk, name, x, to_oihw)
         p = layer.padding
-        if walk.grids and walk.grids.chunked(layer):  # FP8's FP16 chunked sums
+        if walk.grids and walk.grids.scale == "mls":  # exact integer sums, scaled once
+            out = _plus_bias(g, walk, layer, _mls_product(g, walk, layer, x, None), out, (1, -1, 1, 1))
+        elif walk.grids and walk.grids.chunked(layer):
+            x, _ = _product_operands(g, walk, layer, x, to_oihw)  # FP8's FP16 chunked sums
             sums = walk.grids.chunks.conv(layer, x, walk.grids.weight(name, walk.floats[f"{name}.w"])[0])
             out = _plus_bias(g, walk, layer, sums, out, (1, -1, 1, 1))
         else:
+            x, w = _product_operands(g, walk, layer, x, to_oihw)
             g.node(
                 "Conv",
                 (x, w, *_bias(g, layer, walk.floats, walk.rounding)),
@@ -201,12 +204,16 @@ def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
             h, w_, c = s  # engine columns (H, W, C) -> ONNX's (C, H, W)
             return a.reshape(a.shape[0], h, w_, c).transpose(0, 3, 1, 2).reshape(a.shape[0], -1)
 
-        x, w = _product_operands(g, walk, name, x, to_onnx)
-        if walk.grids and walk.grids.chunked(layer):  # FP8's FP16 chunked sums, in dsptrain's column order
+        if walk.grids and walk.grids.scale == "mls":  # exact integer sums, scaled once
+            columns = _engine_columns(to_onnx, walk.floats[f"{name}.w"].shape[1])
+            out = _plus_bias(g, walk, layer, _mls_product(g, walk, layer, x, columns), out, (1, -1))
+        elif walk.grids and walk.grids.chunked(layer):
+            x, _ = _product_operands(g, walk, layer, x, to_onnx)  # FP8's FP16 chunked sums, in dsptrain's column order
             wq = walk.grids.weight(name, walk.floats[f"{name}.w"])[0]
-            columns = None if source_shape is None else np.argsort(to_onnx(np.arange(wq.shape[1])[None])[0])
+            columns = _engine_columns(to_onnx, wq.shape[1])
             out = _plus_bias(g, walk, layer, walk.grids.chunks.linear(layer, x, wq, columns), out, (1, -1))
         else:
+            x, w = _product_operands(g, walk, layer, x, to_onnx)
             g.node("Gemm", (x, w, *_bias(g, layer, walk.floats, walk.rounding)), out, name, transB=1)
         out = _rounded_product(g, walk, layer, out, reads, (1, -1))
         if walk.grids:
@@ -275,18 +282,38 @@ def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
     return out
 
 
-def _product_operands(g: _Graph, walk: _Walk, name: str, x: str, to_onnx) -> tuple[str, str]:
+def _product_operands(g: _Graph, walk: _Walk, layer, x: str, to_onnx) -> tuple[str, str]:
     """A conv's or linear layer's (input, weight) in the graph: as they are, or on an emulated
     recipe's grids (the input rounded on its batch's range, the weight as the recipe quantizes it)."""
+    name = layer.name
     if walk.grids:
-        q, step = walk.grids.weight(name, walk.floats[f"{name}.w"])
-        w = (
+        w = walk.floats[f"{name}.w"]
+        q, step = walk.grids.weight(name, w)
+        weight = (
             g.const(f"{name}.weight", to_onnx(q).astype(np.float32))
-            if step is None  # FP8's small floats: float32 values in either form
+            if step is None  # FP8's small floats, MLS's group-scaled values: float32 in either form
             else g.grid_weight(f"{name}.weight", to_onnx(q), step)
         )
-        return walk.grids.activation(name, x), w
+        return walk.grids.activation(name, x), weight
     return x, g.weight(f"{name}.weight", to_onnx(walk.floats[f"{name}.w"]), _int8_of(walk.state[f"{name}.w"], to_onnx))
+
+
+def _mls_product(g: _Graph, walk: _Walk, layer, x: str, columns) -> str:
+    """MLS's layer product (onnx_mls.py): its input on the recipe's grid, summed exactly."""
+    from . import onnx_mls
+
+    w = walk.floats[f"{layer.name}.w"]
+    conv = isinstance(layer, Conv2d)
+    channels = w.shape[-1] * layer.groups if conv else w.shape[1]
+    aligned, scale = onnx_mls.activation(g, layer.name, x, channels, columns)
+    return onnx_mls.product(g, layer, aligned, scale, w, conv)
+
+
+def _engine_columns(to_onnx, k: int) -> np.ndarray | None:
+    """For each of dsptrain's K columns of a linear layer's input, the ONNX column holding it
+    (None when the orders agree)."""
+    onnx_to_engine = to_onnx(np.arange(k)[None])[0]
+    return None if np.array_equal(onnx_to_engine, np.arange(k)) else np.argsort(onnx_to_engine)
 
 
 def _model_proto(g: _Graph, trained, qdq: bool, niti: bool, grids: bool = False):

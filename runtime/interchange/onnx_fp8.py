@@ -39,40 +39,10 @@ class Chunked:
 
     def conv(self, layer, x: str, w: np.ndarray) -> str:
         """(B, O, OH, OW) of a conv on `x` (NCHW) with dsptrain's (O, KH, KW, C/groups) weight."""
-        if layer.groups > 1 or layer.dilation > 1:
-            w = dense_weight(np.asarray(w), layer.groups, layer.dilation)
-        o, kh, kw, c = w.shape
-        k = kh * kw * c
-        onehot = np.zeros((k, c, kh, kw), np.float32)  # patch element (i, j, ch) at row (i * kw + j) * c + ch
-        for i in range(kh):
-            for j in range(kw):
-                for ch in range(c):
-                    onehot[(i * kw + j) * c + ch, ch, i, j] = 1.0
-        name = layer.name
-        patches = self._node(
-            "Conv",
-            (x, self.g.const(f"{name}.patch_kernel", onehot)),
-            name,
-            "patches",
-            kernel_shape=[kh, kw],
-            strides=[layer.stride] * 2,
-            pads=[layer.padding] * 4,
-        )
-        shape = self._node("Shape", (patches,), name, "shape")
-        flat = self._node("Reshape", (patches, self._const(name, "bkp", [0, k, -1], np.int64)), name, "bkp")
-        sums = self._sums(name, flat, w.reshape(o, k))  # (B, O, OH * OW)
-        out_shape = self._node(
-            "Concat",
-            (
-                self._node("Slice", (shape, *self._ints(name, "b", [0], [1])), name, "b"),
-                self._const(name, "o", [o], np.int64),
-                self._node("Slice", (shape, *self._ints(name, "hw", [2], [4])), name, "hw"),
-            ),
-            name,
-            "out_shape",
-            axis=0,
-        )
-        return self._node("Reshape", (sums, out_shape), name, "sums_4d")
+        w, flat, shape = patches(self.g, layer, x, w)
+        o = w.shape[0]
+        sums = self._sums(layer.name, flat, w.reshape(o, -1))  # (B, O, OH * OW)
+        return to_image(self.g, layer.name, sums, shape, o)
 
     def linear(self, layer, x: str, w: np.ndarray, columns: np.ndarray | None) -> str:
         """(B, N) of a linear layer; `columns`: for each of dsptrain's K columns the ONNX column
@@ -122,5 +92,44 @@ class Chunked:
     def _const(self, name, key, value, dtype) -> str:
         return self.g.const(f"{name}.c_{key}_c", np.array(value, dtype))
 
-    def _ints(self, name, key, start, end) -> tuple[str, str]:
-        return self._const(name, f"{key}_start", start, np.int64), self._const(name, f"{key}_end", end, np.int64)
+
+def patches(g, layer, x: str, w: np.ndarray) -> tuple[np.ndarray, str, str]:
+    """(the dense (O, KH, KW, C) weight, x's patches (B, K, OH * OW) in dsptrain's K = (kh, kw, c)
+    order, the patches' 4-d shape) of a conv: a Conv with one-hot kernels, exact."""
+    if layer.groups > 1 or layer.dilation > 1:
+        w = dense_weight(np.asarray(w), layer.groups, layer.dilation)
+    _, kh, kw, c = w.shape
+    k = kh * kw * c
+    onehot = np.zeros((k, c, kh, kw), np.float32)  # patch element (i, j, ch) at row (i * kw + j) * c + ch
+    for i in range(kh):
+        for j in range(kw):
+            onehot[(i * kw + j) * c + np.arange(c), np.arange(c), i, j] = 1.0
+    name = layer.name
+    n = lambda op, inputs, key, **attrs: g.node(op, inputs, f"{name}.c_{key}", f"{name}.c_{key}", **attrs)
+    found = n(
+        "Conv",
+        (x, g.const(f"{name}.patch_kernel", onehot)),
+        "patches",
+        kernel_shape=[kh, kw],
+        strides=[layer.stride] * 2,
+        pads=[layer.padding] * 4,
+    )
+    flat = n("Reshape", (found, g.const(f"{name}.c_bkp_c", np.array([0, k, -1], np.int64))), "bkp")
+    return w, flat, n("Shape", (found,), "shape")
+
+
+def to_image(g, name: str, sums: str, shape: str, o: int) -> str:
+    """(B, O, P) sums back to (B, O, OH, OW), OH and OW from the patches' `shape`."""
+    n = lambda op, inputs, key, **attrs: g.node(op, inputs, f"{name}.c_{key}", f"{name}.c_{key}", **attrs)
+    c = lambda key, value: g.const(f"{name}.c_{key}_c", np.array(value, np.int64))
+    out_shape = n(
+        "Concat",
+        (
+            n("Slice", (shape, c("b_start", [0]), c("b_end", [1])), "b"),
+            c("o", [o]),
+            n("Slice", (shape, c("hw_start", [2]), c("hw_end", [4])), "hw"),
+        ),
+        "out_shape",
+        axis=0,
+    )
+    return n("Reshape", (sums, out_shape), "sums_4d")

@@ -89,13 +89,13 @@ def test_qdq_of_a_float_recipe_uses_power_of_two_int8(tmp_path):
     assert np.abs(inits["fc3.weight_q"] * scale - state["fc3.w"]).max() <= scale / 2
 
 
-@pytest.mark.parametrize("recipe", ["octo", "afp", "wageubn", "fp8"])
+@pytest.mark.parametrize("recipe", ["octo", "afp", "wageubn", "fp8", "mls"])
 @pytest.mark.parametrize("fmt", ["onnx", "onnx-qdq"])
 def test_int8_emulated_exports_agree_with_dsptrain(tmp_path, test_images, recipe, fmt):
     """The emulated recipes' exports carry their grids (weights; each product's input on its
     batch's range, or FP8's small floats), Octo's compensation layers and FP8's FP16 chunked sums
     (onnx_emulated.py, onnx_fp8.py): fed dsptrain's batches, ONNX Runtime gives its top-1 answers
-    (AFP's, WAGEUBN's and FP8's: its logits exactly). Without them WAGEUBN agreed on 94.0 % of
+    (AFP's, WAGEUBN's, FP8's and MLS's: its logits exactly). Without them WAGEUBN agreed on 94.0 % of
     1000 answers, FP8 on 93.0 % (float32 sums of FP8 operands: 99.4 %)."""
     checkpoint = _trained(tmp_path, recipe)
     out = tmp_path / f"lenet.{fmt}"
@@ -108,7 +108,7 @@ def test_int8_emulated_exports_agree_with_dsptrain(tmp_path, test_images, recipe
     # AFP's and WAGEUBN's power-of-two steps: exact products; FP8: its FP16 chunked sums written out
     # (onnx_fp8.py), the same bits; Octo's float scales round once more in
     # float32
-    bound = {"afp": 1e-6, "wageubn": 0.0, "fp8": 0.0, "octo": 2e-2}[recipe]
+    bound = {"afp": 1e-6, "wageubn": 0.0, "fp8": 0.0, "octo": 2e-2, "mls": 0.0}[recipe]
     assert found["max_logit_diff"] <= bound * found["logit_scale"], found
     if fmt == "onnx-qdq" and recipe in (
         "octo",

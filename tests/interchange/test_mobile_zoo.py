@@ -169,7 +169,7 @@ def test_the_layer_list_round_trips_through_yaml(imported, name):
     assert from_description(describe(model)).layers == model.layers
 
 
-EMULATED = ("octo", "afp", "wageubn", "fp8")
+EMULATED = ("octo", "afp", "wageubn", "fp8", "mls")
 EXPORTS = (
     [(name, "fp32", "onnx") for name in MODELS]
     + [(name, recipe, "onnx") for name in MODELS for recipe in EMULATED]
