@@ -105,22 +105,24 @@ class Grids:
         )
         return n("Mul", (q, step), "out")
 
-    def rounds_batch_norm(self) -> bool:
-        return self.recipe == "wageubn"
-
     def batch_norm(self, layer, x: str, floats: dict) -> str:
-        """WAGEUBN's batch norm at evaluation (float_ops.bn_forward_values with its grids), in
-        float64 as the recipe's: 1/std on the 16-bit grid of its channels' range, x-hat on the
-        16-bit grid of the batch's range, gamma and beta on 8-bit grids."""
+        """Batch norm at evaluation as the recipe computes it (float_ops.bn_forward_values), in
+        float64: ONNX's float32 BatchNormalization rounds otherwise, and a product's grid after
+        it can then land a step away. WAGEUBN's grids: 1/std on the 16-bit grid of its
+        channels' range, x-hat on the 16-bit grid of the batch's range, gamma and beta on 8-bit."""
         name, shape = layer.name, (1, -1, 1, 1)
-        on = lambda v, bits: pow2_grid(np.asarray(v, np.float64), bits, "round", None).reshape(shape)
+        grids = self.recipe == "wageubn"
+        on = lambda v, bits: (
+            pow2_grid(np.asarray(v, np.float64), bits, "round", None) if grids else np.asarray(v, np.float64)
+        ).reshape(shape)
         mean = np.asarray(floats[f"{name}.mean"], np.float64).reshape(shape)
         inv = on(1.0 / np.sqrt(np.asarray(floats[f"{name}.var"], np.float64) + layer.eps), STAT_BITS)
         c = lambda key, value: self.g.const(f"{name}.bn_{key}", np.asarray(value, np.float64))
         n = lambda op, inputs, key, **attrs: self.g.node(op, inputs, f"{name}.bn_{key}", f"{name}.bn_{key}", **attrs)
         wide = n("Cast", (x,), "x64", to=11)  # onnx.TensorProto.DOUBLE
-        centered = n("Mul", (n("Sub", (wide, c("mean", mean)), "centered"), c("inv", inv)), "scaled")
-        xhat = self.activation(f"{name}.xhat", centered, STAT_BITS, np.float64, "pow2")
+        xhat = n("Mul", (n("Sub", (wide, c("mean", mean)), "centered"), c("inv", inv)), "scaled")
+        if grids:
+            xhat = self.activation(f"{name}.xhat", xhat, STAT_BITS, np.float64, "pow2")
         gamma, beta = on(floats[f"{name}.gamma"], AFFINE_BITS), on(floats[f"{name}.beta"], AFFINE_BITS)
         y = n("Add", (n("Mul", (xhat, c("gamma", gamma)), "times_gamma"), c("beta", beta)), "y64")
         return n("Cast", (y,), "y", to=1)

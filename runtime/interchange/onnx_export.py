@@ -256,7 +256,7 @@ def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
         out = x
         if reads in walk.flat_from:
             walk.flat_from[layer.name] = walk.flat_from[reads]
-    elif isinstance(layer, BatchNorm2d) and walk.grids and walk.grids.rounds_batch_norm():
+    elif isinstance(layer, BatchNorm2d) and walk.grids:
         out = walk.grids.batch_norm(layer, x, walk.floats)
     elif isinstance(layer, BatchNorm2d):
         inputs = [g.const(f"{name}.{k}", walk.floats[f"{name}.{k}"]) for k in ("gamma", "beta", "mean", "var")]
