@@ -129,6 +129,7 @@ class CpuBackend(Backend):
             "maxpool_bwd_s8",
             "niti_loss_grad_s8",
             "niti_update_s8",
+            "dropout_mask",
             "gemm_f32",
             "conv2d_f32",
             "conv2d_bwd_data_f32",
@@ -433,6 +434,12 @@ class CpuBackend(Backend):
 
     def bn_bwd_grid_f32(self, err, xhat, inv_std, gamma, error_bits, affine_bits):
         return _native.bn_bwd_grid_f32(err, xhat, inv_std, gamma, error_bits, affine_bits)
+
+    def dropout_mask(self, shape, p, rng):
+        """ops_ref.dropout_mask's mask from the native Threefry words (cpu_ops/threefry.cpp):
+        keep an element when its word is at least p * 2**32."""
+        threshold = min(int(round(p * 2**32)), 2**32 - 1)
+        return (_native.random_u32(_rng(rng), int(np.prod(shape))) >= threshold).reshape(shape)
 
     def dropout_apply_f32(self, x, keep, p):
         return _native.dropout_apply_f32(x, keep, float(p))

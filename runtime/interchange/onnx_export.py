@@ -97,6 +97,14 @@ def _bias(g, layer, floats, rounding=None) -> tuple[str, ...]:
     return (g.const(f"{layer.name}.bias", floats[f"{layer.name}.b"]),)
 
 
+def _plus_bias(g, walk, layer, y: str, out: str, bias_shape) -> str:
+    """`y` plus the layer's float bias (a float32 add, as the recipe's bias_add_f32), if it has one."""
+    if not has_bias(layer):
+        return y
+    bias = g.const(f"{layer.name}.bias", walk.floats[f"{layer.name}.b"].reshape(bias_shape))
+    return g.node("Add", (y, bias), out, f"{layer.name}.bias_add")
+
+
 def _rounded_product(g, walk, layer, y: str, reads: str, bias_shape) -> str:
     """A NITI product's output: rounded to int8 on its step, or (a product with a bias, whose
     output NITI keeps in float) its exact sums plus the bias, one float32 rounding as the engine's."""
@@ -146,7 +154,7 @@ class _Walk:
     """What the walk over the layers keeps: the float (and stored) weights, NITI's rounding
     writer (None for float activations), each layer's output name and shape, for a
     flattened output (and what passes it on) the (H, W, C) shape it was flattened from, and
-    Octo's or AFP's int8 grids (onnx_emulated.Grids; None for others)."""
+    an emulated recipe's grids (onnx_emulated.Grids; None for others)."""
 
     floats: dict
     state: dict
@@ -164,19 +172,26 @@ def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
         x, reads = walk.rounding.enter(layer, x, reads)
     if isinstance(layer, Conv2d):
         to_oihw = lambda a: a.transpose(0, 3, 1, 2)
-        x, w = _product_operands(g, walk, name, x, to_oihw)
         p = layer.padding
-        g.node(
-            "Conv",
-            (x, w, *_bias(g, layer, walk.floats, walk.rounding)),
-            out,
-            name,
-            kernel_shape=[layer.kernel] * 2,
-            strides=[layer.stride] * 2,
-            pads=[p] * 4,
-            group=layer.groups,
-            dilations=[layer.dilation] * 2,
-        )
+        if walk.grids and walk.grids.scale == "mls":  # exact integer sums, scaled once
+            out = _plus_bias(g, walk, layer, _mls_product(g, walk, layer, x, None), out, (1, -1, 1, 1))
+        elif walk.grids and walk.grids.chunked(layer):
+            x, _ = _product_operands(g, walk, layer, x, to_oihw)  # FP8's FP16 chunked sums
+            sums = walk.grids.chunks.conv(layer, x, walk.grids.weight(name, walk.floats[f"{name}.w"])[0])
+            out = _plus_bias(g, walk, layer, sums, out, (1, -1, 1, 1))
+        else:
+            x, w = _product_operands(g, walk, layer, x, to_oihw)
+            g.node(
+                "Conv",
+                (x, w, *_bias(g, layer, walk.floats, walk.rounding)),
+                out,
+                name,
+                kernel_shape=[layer.kernel] * 2,
+                strides=[layer.stride] * 2,
+                pads=[p] * 4,
+                group=layer.groups,
+                dilations=[layer.dilation] * 2,
+            )
         out = _rounded_product(g, walk, layer, out, reads, (1, -1, 1, 1))
         if walk.grids:
             out = walk.grids.compensation(layer, out, conv=True)
@@ -189,8 +204,17 @@ def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
             h, w_, c = s  # engine columns (H, W, C) -> ONNX's (C, H, W)
             return a.reshape(a.shape[0], h, w_, c).transpose(0, 3, 1, 2).reshape(a.shape[0], -1)
 
-        x, w = _product_operands(g, walk, name, x, to_onnx)
-        g.node("Gemm", (x, w, *_bias(g, layer, walk.floats, walk.rounding)), out, name, transB=1)
+        if walk.grids and walk.grids.scale == "mls":  # exact integer sums, scaled once
+            columns = _engine_columns(to_onnx, walk.floats[f"{name}.w"].shape[1])
+            out = _plus_bias(g, walk, layer, _mls_product(g, walk, layer, x, columns), out, (1, -1))
+        elif walk.grids and walk.grids.chunked(layer):
+            x, _ = _product_operands(g, walk, layer, x, to_onnx)  # FP8's FP16 chunked sums, in dsptrain's column order
+            wq = walk.grids.weight(name, walk.floats[f"{name}.w"])[0]
+            columns = _engine_columns(to_onnx, wq.shape[1])
+            out = _plus_bias(g, walk, layer, walk.grids.chunks.linear(layer, x, wq, columns), out, (1, -1))
+        else:
+            x, w = _product_operands(g, walk, layer, x, to_onnx)
+            g.node("Gemm", (x, w, *_bias(g, layer, walk.floats, walk.rounding)), out, name, transB=1)
         out = _rounded_product(g, walk, layer, out, reads, (1, -1))
         if walk.grids:
             out = walk.grids.compensation(layer, out, conv=False)
@@ -232,6 +256,8 @@ def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
         out = x
         if reads in walk.flat_from:
             walk.flat_from[layer.name] = walk.flat_from[reads]
+    elif isinstance(layer, BatchNorm2d) and walk.grids:
+        out = walk.grids.batch_norm(layer, x, walk.floats)
     elif isinstance(layer, BatchNorm2d):
         inputs = [g.const(f"{name}.{k}", walk.floats[f"{name}.{k}"]) for k in ("gamma", "beta", "mean", "var")]
         g.node("BatchNormalization", (x, *inputs), out, name, epsilon=layer.eps, momentum=1.0 - layer.momentum)
@@ -256,13 +282,38 @@ def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
     return out
 
 
-def _product_operands(g: _Graph, walk: _Walk, name: str, x: str, to_onnx) -> tuple[str, str]:
-    """A conv's or linear layer's (input, weight) in the graph: as they are, or on Octo's or AFP's
-    int8 grids (the input rounded on its batch's range, the weight as the recipe quantizes it)."""
+def _product_operands(g: _Graph, walk: _Walk, layer, x: str, to_onnx) -> tuple[str, str]:
+    """A conv's or linear layer's (input, weight) in the graph: as they are, or on an emulated
+    recipe's grids (the input rounded on its batch's range, the weight as the recipe quantizes it)."""
+    name = layer.name
     if walk.grids:
-        q, step = walk.grids.weight(walk.floats[f"{name}.w"])
-        return walk.grids.activation(name, x), g.grid_weight(f"{name}.weight", to_onnx(q), step)
+        w = walk.floats[f"{name}.w"]
+        q, step = walk.grids.weight(name, w)
+        weight = (
+            g.const(f"{name}.weight", to_onnx(q).astype(np.float32))
+            if step is None  # FP8's small floats, MLS's group-scaled values: float32 in either form
+            else g.grid_weight(f"{name}.weight", to_onnx(q), step)
+        )
+        return walk.grids.activation(name, x), weight
     return x, g.weight(f"{name}.weight", to_onnx(walk.floats[f"{name}.w"]), _int8_of(walk.state[f"{name}.w"], to_onnx))
+
+
+def _mls_product(g: _Graph, walk: _Walk, layer, x: str, columns) -> str:
+    """MLS's layer product (onnx_mls.py): its input on the recipe's grid, summed exactly."""
+    from . import onnx_mls
+
+    w = walk.floats[f"{layer.name}.w"]
+    conv = isinstance(layer, Conv2d)
+    channels = w.shape[-1] * layer.groups if conv else w.shape[1]
+    aligned, scale = onnx_mls.activation(g, layer.name, x, channels, columns)
+    return onnx_mls.product(g, layer, aligned, scale, w, conv)
+
+
+def _engine_columns(to_onnx, k: int) -> np.ndarray | None:
+    """For each of dsptrain's K columns of a linear layer's input, the ONNX column holding it
+    (None when the orders agree)."""
+    onnx_to_engine = to_onnx(np.arange(k)[None])[0]
+    return None if np.array_equal(onnx_to_engine, np.arange(k)) else np.argsort(onnx_to_engine)
 
 
 def _model_proto(g: _Graph, trained, qdq: bool, niti: bool, grids: bool = False):
@@ -292,13 +343,15 @@ def _model_proto(g: _Graph, trained, qdq: bool, niti: bool, grids: bool = False)
             if qdq and grids
             else "int8 QDQ, power-of-two scales"
             if qdq
-            else f"float32 on {trained.recipe}'s int8 grid"
+            else f"float32 on {trained.recipe}'s {'FP8/FP16' if trained.recipe == 'fp8' else 'int8'} grid"
             if grids
             else "float32"
         ),
         "dsptrain.activations": (
             "NITI int8, per-batch power-of-two step"
             if niti
+            else "FP8 1-5-2 at each product (FP16 first and last)"
+            if grids and trained.recipe == "fp8"
             else f"{trained.recipe} int8 at each product, per-batch step"
             if grids
             else "float32"

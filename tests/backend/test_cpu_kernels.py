@@ -415,3 +415,15 @@ def test_niti_update_fused_loop_over_chunks(cpu, ref, mode, threads):
             )
     finally:
         native.set_threads(previous)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.1, 0.5, 0.9999])
+@pytest.mark.parametrize("shape", [(1,), (3, 7), (2, 5, 5, 13)])
+def test_dropout_mask_native_matches_ref(ref, shape, p):
+    """The cpu backend draws dropout's mask itself (native Threefry words), bit for bit ref's:
+    the same elements dropped for the same counter, so a run does not depend on the backend."""
+    for key in (numerics.RngKey(0, 0, 0), numerics.RngKey(7, 3, 11, 5), numerics.RngKey(-1, 2**33 + 5, 2**32 - 1, 9)):
+        mask = CpuBackend().dropout_mask(shape, p, key)
+        assert mask.dtype == np.bool_ and mask.shape == shape
+        np.testing.assert_array_equal(mask, ref.dropout_mask(shape, p, key))
+    assert "dropout_mask" in CpuBackend().hooks  # placement keeps FP32's and NITI's dropout ops on cpu

@@ -169,9 +169,12 @@ def test_the_layer_list_round_trips_through_yaml(imported, name):
     assert from_description(describe(model)).layers == model.layers
 
 
-EXPORTS = [(name, "fp32", "onnx") for name in MODELS] + [
-    (name, recipe, "onnx-qdq") for name in ("mobilenet_v2", "efficientnet_b0", "resnet18") for recipe in ("octo", "afp")
-]
+EMULATED = ("octo", "afp", "wageubn", "fp8", "mls")
+EXPORTS = (
+    [(name, "fp32", "onnx") for name in MODELS]
+    + [(name, recipe, "onnx") for name in MODELS for recipe in EMULATED]
+    + [(name, recipe, "onnx-qdq") for name in ("mobilenet_v2", "resnet18") for recipe in EMULATED]
+)
 
 
 @pytest.mark.parametrize("name,recipe,fmt", EXPORTS)
@@ -196,11 +199,13 @@ def test_export_agrees_in_onnxruntime(imported, name, tmp_path, recipe, fmt):
     dsptrain.export(checkpoint, out, fmt)
     pixels = images(64, (32, 32, 3), seed=3)
     found = agreement(dsptrain_logits(checkpoint, pixels), onnxruntime_logits(out, pixels))
+    print(f"{name} {recipe} {fmt}: {found}")
     assert found["top1_agreement"] >= 0.999, found
-    # Octo's and AFP's int8 grids (one batch of 64): a product's input near a rounding boundary may land
-    # on the other side in float32 (Octo's float scales; ONNX Runtime's float32 sums and batch norm
-    # where dsptrain's are exact or double), and the step moves on through the layers after it
-    bound = 1e-4 if recipe == "fp32" else 5e-2
+    # (64 samples) AFP's, WAGEUBN's and FP8's exports compute what dsptrain does, bit for bit (their grids,
+    # FP8's FP16 chunked sums, batch norm in float64). MLS's products are exact too; efficientnet_b0
+    # differs by 0.7 % of the logits' scale (not yet traced; its sigmoid-family float ops between the
+    # products are the suspects). Octo's float scales round once more in float32: 2.8 % (mnasnet0_5)
+    bound = {"fp32": 1e-4, "afp": 0.0, "wageubn": 0.0, "fp8": 0.0, "mls": 1e-2, "octo": 5e-2}[recipe]
     assert found["max_logit_diff"] <= bound * found["logit_scale"], found
 
 
