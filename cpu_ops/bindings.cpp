@@ -57,6 +57,7 @@ PYBIND11_MODULE(_cpu_ops, m) {
   def_exact_products(m);
   def_fp32_products(m);
   def_layers(m);
+  def_bn_casts(m);
   def_memory(m);
   def_dwconv(m);
 }

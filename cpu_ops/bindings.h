@@ -242,6 +242,7 @@ void def_fp32_products(py::module_& m);     // bindings_fp32.cpp: the FP32 recip
 void def_memory(py::module_& m);            // bindings_memory.cpp: the array pool as NumPy's allocator
 void def_dwconv(py::module_& m);            // bindings_dwconv.cpp: the depthwise convolutions
 void def_layers(py::module_& m);            // bindings_layers.cpp: mobile CNNs' activations, SE product, channel moves
+void def_bn_casts(py::module_& m);          // bindings_bn_cast.cpp: NITI's batch norm fused with its casts
 
 }  // namespace bind
 }  // namespace dsptrain

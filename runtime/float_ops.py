@@ -464,6 +464,27 @@ def bn_bwd_grid_f32(err, xhat, inv_std, gamma, error_bits, affine_bits):
     return tuple(np.asarray(v, np.float32) for v in out)
 
 
+def bn_stats(x, mean, var, training: bool, eps: float) -> np.ndarray:
+    """(2, C) float64: the mean and 1/std batch norm normalises float32 `x` with (bn_forward_values's,
+    bit for bit: the batch's in training, else the running `mean` and `var`)."""
+    x = np.asarray(x, np.float64)
+    axes = tuple(range(x.ndim - 1))
+    if training:
+        mu = x.mean(axis=axes)
+        sigma2 = ((x - mu) ** 2).mean(axis=axes)
+    else:
+        mu, sigma2 = np.asarray(mean, np.float64), np.asarray(var, np.float64)
+    return np.stack([mu, 1.0 / np.sqrt(sigma2 + eps)])
+
+
+def bn_from_stats(x, stats, gamma, beta) -> tuple[np.ndarray, np.ndarray]:
+    """(x-hat, y) float32 of batch norm's forward on float32 `x` normalised by `stats` (bn_stats):
+    the values bn_fwd_f32 wrote, recomputed (NITI's fused batch norm keeps its int8 input, not them)."""
+    h = (np.asarray(x, np.float64) - stats[0]) * stats[1]
+    y = np.asarray(gamma, np.float64) * h + np.asarray(beta, np.float64)
+    return h.astype(np.float32), y.astype(np.float32)
+
+
 def bn_fwd_f32(x, gamma, beta, mean, var, training, momentum, eps):
     """backends' bn_fwd_f32: bn_forward_values, each result float32."""
     out = bn_forward_values(x, gamma, beta, mean, var, training, None, momentum, eps)

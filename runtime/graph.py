@@ -205,6 +205,7 @@ def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) 
     """
     from .algorithms import algorithm_module, takes_given_shift
     from .algorithms._fusions import fuse_pool_into_compensation, fuse_relu_into_compensation, fuse_relu_pool
+    from .algorithms.int_fused import fuse_bn_casts
 
     algorithm = algorithm_module(recipe.module)
     algorithm.check_model(model, recipe)
@@ -217,6 +218,7 @@ def lower(model, recipe, batch: int, training: bool = True, frozen=frozenset()) 
     ops, forward_ops = fuse_relu_pool(ops, forward_ops, b.tensors)  # the float recipes' ReLU + max-pool
     ops, forward_ops = fuse_relu_into_compensation(ops, forward_ops, b.tensors)  # Octo's ReLU after a layer
     ops, forward_ops = fuse_pool_into_compensation(ops, forward_ops, b.tensors)  # Octo's pool backward + compensation's
+    ops, forward_ops = fuse_bn_casts(ops, forward_ops, b.tensors)  # NITI's batch norm between int8 tensors
     return TrainGraph(
         recipe.name,
         batch,

@@ -5,7 +5,9 @@ A layer's number format is read from what its forward ops write: integer tensors
 (NITI's int8 products, pools, adds), float only (a float recipe's layers, NITI's batch
 norm and activations between int8 tensors), or both ("mixed": an emulated recipe's int8
 product with its float result, a NITI product with a float bias). The casts between int8
-and float32 that a mixed-precision recipe inserts are counted apart.
+and float32 that a mixed-precision recipe inserts are counted apart, and so are the layers
+whose float ops and casts run as one op between int8 tensors (`attrs["fused"]`: NITI's batch
+norm with its activation, algorithms/int_fused.py): "fused", int8 in and out, float inside.
 """
 
 from __future__ import annotations
@@ -23,8 +25,12 @@ def is_cast(op) -> bool:
 def layer_formats(graph) -> dict[str, str]:
     """layer name -> "integer" | "float" | "mixed", from the forward ops' outputs (casts aside)."""
     written: dict[str, set] = {}
+    fused = set()
     for op in graph.eval_ops or graph.ops:
         if op.phase != "forward" or is_cast(op):
+            continue
+        if op.attrs.get("fused"):
+            fused.update(op.attrs["fused"])
             continue
         kinds = {
             "float" if graph.tensors[t].dtype in _FLOAT else "integer"
@@ -32,7 +38,8 @@ def layer_formats(graph) -> dict[str, str]:
             if graph.tensors[t].role != "saved"
         }
         written.setdefault(op.layer, set()).update(kinds)
-    return {layer: (kinds.pop() if len(kinds) == 1 else "mixed") for layer, kinds in written.items() if kinds}
+    formats = {layer: (kinds.pop() if len(kinds) == 1 else "mixed") for layer, kinds in written.items() if kinds}
+    return {**formats, **dict.fromkeys(fused, "fused")}
 
 
 def summary(graph, model, backend_of=None) -> list[str]:
@@ -45,12 +52,16 @@ def summary(graph, model, backend_of=None) -> list[str]:
         if backend_of is not None and op.layer in formats and not is_cast(op):
             where.setdefault(formats[op.layer], Counter())[backend_of(op)] += 1
     lines = []
-    for fmt in ("integer", "mixed", "float"):
+    for fmt in ("integer", "mixed", "float", "fused"):
         layers = [name for name, f in formats.items() if f == fmt]
         if not layers:
             continue
         kinds = Counter(kind_of.get(name, name) for name in layers)
         text = f"{fmt} {len(layers)} layers ({', '.join(f'{k} {n}' for k, n in kinds.most_common())})"
+        if fmt == "fused":
+            text += ": float inside one op with their casts, int8 in and out"
+            fused_kinds = Counter(op.kind for op in graph.ops if op.attrs.get("fused"))
+            text += " (" + ", ".join(f"{k} {n}" for k, n in sorted(fused_kinds.items())) + ")"
         if fmt in where:
             text += "; ops on " + ", ".join(f"{b} {n}" for b, n in where[fmt].most_common())
         lines.append(text)

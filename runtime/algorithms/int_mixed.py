@@ -48,7 +48,7 @@ from ..nn import (
 )
 from ..numerics import QTensor
 from . import _branch_layers as branch
-from . import fp32
+from . import fp32, int_fused
 
 FLOAT_LAYERS = (BatchNorm2d, Nonlinearity, Mul, Concat, SliceChannels, ChannelShuffle)
 PRODUCTS = (Conv2d, Linear)
@@ -199,4 +199,4 @@ def bias_fwd(backend, op, env, ctx) -> dict:
     return {op.outputs[0]: y}
 
 
-OPS = {"niti.to_float": to_float, "niti.to_int8": to_int8, "niti.bias_fwd": bias_fwd}
+OPS = {"niti.to_float": to_float, "niti.to_int8": to_int8, "niti.bias_fwd": bias_fwd, **int_fused.OPS}

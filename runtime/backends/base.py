@@ -388,6 +388,40 @@ class Backend:
         """(d x, d gamma, d beta) of bn_fwd_f32 in training (float_ops.bn_backward_values), float32."""
         self._needs("bn_bwd_f32")
 
+    # NITI's batch norm between int8 tensors, its casts fused (algorithms/int_fused.py). The
+    # composition here is the chain the fusion replaces, hook by hook: the judge.
+    def bn_act_s8(self, x, gamma, beta, mean, var, training: bool, momentum: float, eps: float, act, mode, rng):
+        """(optional) int8 QTensor x -> float32 -> batch norm -> act -> int8 as NITI's float-to-int8 cast
+        (exponent from the range, `mode` rounding): (QTensor y, stats (2, C) float64: the mean and 1/std
+        it normalised with, new running mean, new running var). act: ("none",), ("relu",) or
+        ("clip", lo, hi). Default: dequantize, bn_fwd_f32, relu_f32 / act_f32, absmax_f, quantize_f."""
+        xf = self.dequantize(x.q, 2.0**x.e)
+        y, _, _, new_mean, new_var = self.bn_fwd_f32(xf, gamma, beta, mean, var, training, momentum, eps)
+        if act[0] == "relu":
+            y = self.relu_f32(y)
+        elif act[0] == "clip":
+            y = self.act_f32(y, "clip", tuple(act[1:]))
+        e = numerics.float_exponent(self.absmax_f(y))
+        q = self.quantize_f(y, 2.0**e, 8, mode, rng)
+        return numerics.QTensor(q, e), float_ops.bn_stats(xf, mean, var, training, eps), new_mean, new_var
+
+    def bn_act_bwd_s8(self, err, x, stats, gamma, beta, act, mode, rng, input_error: bool = True):
+        """(optional) bn_act_s8's backward from int8 QTensors err and x (its input) and its stats:
+        (QTensor dx, d gamma, d beta); dx None without `input_error` (no layer below needs it).
+        Default: dequantize, x-hat and y recomputed from stats (float_ops.bn_from_stats),
+        relu_bwd_f32 / act_bwd_f32, bn_bwd_f32, absmax_f, quantize_f."""
+        e = self.dequantize(err.q, 2.0**err.e)
+        xhat, y = float_ops.bn_from_stats(self.dequantize(x.q, 2.0**x.e), stats, gamma, beta)
+        if act[0] == "relu":
+            e = self.relu_bwd_f32(e, self.relu_f32(y))
+        elif act[0] == "clip":
+            e = self.act_bwd_f32(e, y, "clip", tuple(act[1:]))
+        dx, d_gamma, d_beta = self.bn_bwd_f32(e, xhat, stats[1].astype(np.float32), gamma)
+        if not input_error:
+            return None, d_gamma, d_beta
+        shift = numerics.float_exponent(self.absmax_f(dx))
+        return numerics.QTensor(self.quantize_f(dx, 2.0**shift, 8, mode, rng), shift), d_gamma, d_beta
+
     def channel_mean_f32(self, x):
         """(N, C): each image's channels averaged over H and W in float64 (a global average pool)."""
         self._needs("channel_mean_f32")

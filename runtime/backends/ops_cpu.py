@@ -18,7 +18,7 @@ import os
 import numpy as np
 
 from ..cores import own_cores
-from ..numerics import RngKey
+from ..numerics import QTensor, RngKey
 from .base import Backend
 from .ops_ref import BRANCH_HOOKS, DEPTHWISE_HOOKS, FLOAT_RECIPE_HOOKS
 
@@ -38,6 +38,11 @@ def _rng(rng: RngKey | None):
     if rng is None:
         return None
     return (rng.seed & _U32, rng.step & _U32, rng.tensor_id & _U32, rng.offset & _U32)
+
+
+def _bounds(act) -> tuple[float, float]:
+    """clip's (lo, hi) of a bn_act_s8 activation, (0, 0) for the others."""
+    return (float(act[1]), float(act[2])) if act[0] == "clip" else (0.0, 0.0)
 
 
 # The hooks of the int8 products, plain or requantizing: the kernels whose scratch scratch.cpp sizes.
@@ -396,6 +401,20 @@ class CpuBackend(Backend):
 
     def bn_bwd_f32(self, err, xhat, inv_std, gamma):
         return _native.bn_bwd_f32(err, xhat, inv_std, gamma)
+
+    # NITI's batch norm with its casts fused (cpu_ops/bn_cast.cpp)
+    def bn_act_s8(self, x, gamma, beta, mean, var, training, momentum, eps, act, mode, rng):
+        q, e, stats, new_mean, new_var = _native.bn_act_s8(
+            x.q, int(x.e), gamma, beta, mean, var, bool(training), float(momentum), float(eps),
+            act[0], _bounds(act), mode, _rng(rng)
+        )  # fmt: skip
+        return QTensor(q, e), stats, new_mean, new_var
+
+    def bn_act_bwd_s8(self, err, x, stats, gamma, beta, act, mode, rng, input_error=True):
+        dx, e, d_gamma, d_beta = _native.bn_act_bwd_s8(
+            err.q, int(err.e), x.q, int(x.e), stats, gamma, beta, act[0], _bounds(act), mode, _rng(rng), input_error
+        )
+        return (QTensor(dx, e) if input_error else None), d_gamma, d_beta
 
     def channel_mean_f32(self, x):
         return _native.channel_mean_f32(x)

@@ -77,6 +77,8 @@ BRANCH_HOOKS = (
     "dropout_apply_f32",
     "bn_fwd_grid_f32",
     "bn_bwd_grid_f32",
+    "bn_act_s8",  # NITI's batch norm between int8 tensors: base.py composes it from the hooks above
+    "bn_act_bwd_s8",
 )
 
 

@@ -56,6 +56,19 @@ class BoundList(NamedTuple):
     counts: dict  # backend -> ops the list runs there (general ops left out)
     macs: dict  # backend -> their MACs
     bytes_moved: int  # their bytes
+    last_uses: list  # per op: the tensors no later op of the list reads or writes
+
+
+def last_uses(ops) -> list[tuple[str, ...]]:
+    """Per op of `ops`, the tensors it is the last op to read or write."""
+    last = {}
+    for i, op in enumerate(ops):
+        for t in (*op.inputs, *op.outputs):
+            last[t] = i
+    out: list[list[str]] = [[] for _ in ops]
+    for t, i in last.items():
+        out[i].append(t)
+    return [tuple(ts) for ts in out]
 
 
 def bound_ops(executor, plan, ops) -> BoundList:
@@ -94,6 +107,7 @@ def bound_ops(executor, plan, ops) -> BoundList:
         counts,
         macs,
         sum(b.bytes_moved for b in bound if not b.general),
+        last_uses(ops),
     )
     cache[key] = (ops, held)
     return held
@@ -124,9 +138,12 @@ def _count_list(stats, bound: BoundList, integer: bool) -> None:
     stats.bytes_moved += bound.bytes_moved
 
 
-def run_bound(executor, plan, env: dict, ctx, stats, ops, run_op) -> dict:
+def run_bound(executor, plan, env: dict, ctx, stats, ops, run_op, release: bool = False) -> dict:
     """The serial runner over `ops` bound once (bound_ops); `run_op` (split.py) runs the
-    ops that need the general path. Updates and returns `env`."""
+    ops that need the general path. Updates and returns `env`. With `release`, a tensor
+    leaves `env` after its last op, so its memory goes back as the step runs (the step's
+    peak is then its live tensors', not all of them): what `env` held before the walk (the
+    weights and state, the input) and the logits stay."""
     backends, faulted = executor.backends, executor._faulted
     integer = ctx.recipe.integer
     clock = time.perf_counter
@@ -136,8 +153,9 @@ def run_bound(executor, plan, env: dict, ctx, stats, ops, run_op) -> dict:
     if stats is not None:
         _count_list(stats, bound, integer)
     elsewhere = 0.0  # seconds of the walk that ops run by run_op or a fallback counted themselves
+    keep = frozenset((*env, plan.graph.logits)) if release else frozenset()
     walk_started = clock()
-    for b in bound.ops:
+    for b, done in zip(bound.ops, bound.last_uses):
         op = b.op
         shift = None
         if b.general or b.backend in faulted:
@@ -177,6 +195,10 @@ def run_bound(executor, plan, env: dict, ctx, stats, ops, run_op) -> dict:
         env.update(outputs)
         if shift is not None and stats is not None:
             stats.shifts[op.name] = shift
+        if release:
+            for t in done:
+                if t not in keep:
+                    env.pop(t, None)
     if one is not None and stats is not None:
         name = backends[one].name
         times = stats.backend_time_s

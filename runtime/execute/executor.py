@@ -163,6 +163,7 @@ class Executor:
         memory=None,
         arena=None,
         threaded: bool = True,
+        release: bool = False,
     ) -> dict:
         """Run `ops` (default: the whole plan) updating `env` in place; returns `env`.
 
@@ -173,7 +174,9 @@ class Executor:
         (pipeline.py; `threaded=False`: the same slices one after another), synchronising the
         slices at requantized ops without a given shift; else the serial one, op by op, where
         ops the plan splits by rows run in chunks (split.py). The results are the same bit
-        for bit in every case."""
+        for bit in every case. `release`: the serial runner drops each tensor from `env` after
+        its last op (the weights, state, input and logits stay), so the step's memory is its
+        live tensors' (execute/bound.py)."""
         self._faulted = set()
         if memory is not None and ops is None:
             if stats is not None and plan.micro_batches > 1:
@@ -182,7 +185,7 @@ class Executor:
         if ops is None and plan.micro_batches > 1:
             if run_pipelined(self, plan, env, ctx, stats, threaded):
                 return env
-        return run_serial(self, plan, env, ctx, stats, ops)
+        return run_serial(self, plan, env, ctx, stats, ops, release)
 
     def call(
         self,

@@ -37,10 +37,11 @@ def op_rows(graph, op, env) -> int | None:
     return None
 
 
-def run_serial(executor, plan, env: dict, ctx, stats=None, ops=None) -> dict:
+def run_serial(executor, plan, env: dict, ctx, stats=None, ops=None, release: bool = False) -> dict:
     """The serial runner: `ops` (default: the whole graph) one after another, each split by
     rows where the plan says so; updates and returns `env`. The graph's own op lists at
-    the plan's batch run bound once per plan (bound.py)."""
+    the plan's batch run bound once per plan (bound.py), which with `release` drops each
+    tensor after its last op (bound.run_bound)."""
     graph = plan.graph
     whole = graph.ops if ops is None else ops
     if (
@@ -48,7 +49,7 @@ def run_serial(executor, plan, env: dict, ctx, stats=None, ops=None) -> dict:
         and (whole is graph.ops or whole is graph.eval_ops)
         and op_rows(graph, whole[0], env) in (None, graph.batch)
     ):
-        return run_bound(executor, plan, env, ctx, stats, whole, run_op)
+        return run_bound(executor, plan, env, ctx, stats, whole, run_op, release)
     for op in ops if ops is not None else plan.graph.ops:
         outputs, shift = run_op(executor, plan, op, env, ctx, stats)
         env.update(outputs)

@@ -158,7 +158,8 @@ class Step:
             rss.begin()
             energy_meter.start()
             started = time.perf_counter()
-            self.planner.run(plan, env, ctx, stats=stats, memory=option, arena=arena)
+            # a tensor goes when its last op has run: the step holds its live tensors, not all
+            self.planner.run(plan, env, ctx, stats=stats, memory=option, arena=arena, release=True)
             stats.time_s = time.perf_counter() - started
         # the meter brackets the step's work alone: reading /proc after it can wait
         # milliseconds on the address-space lock under load, which is not the step's energy
@@ -180,7 +181,7 @@ class Step:
         ctx = StepContext(self.recipe, plan.graph, seed, step, epoch, len(images))
         env = dict(state)
         env["input"] = self.algorithm.prepare_input(images, self.run.data.normalize)
-        self.planner.run(plan, env, ctx, ops=plan.graph.eval_ops)
+        self.planner.run(plan, env, ctx, ops=plan.graph.eval_ops, release=True)
         return self.algorithm.logits_to_float(env[plan.graph.logits])
 
 

@@ -350,9 +350,10 @@ def _assign_offsets(buffers: list[Buffer]) -> None:
 
 
 def plain_peak(graph: TrainGraph) -> int:
-    """The step's peak without this layer: the executor's environment keeps every tensor
-    to the end of the step, the trainer still holds the old weights and state, and each
-    product has its full-batch accumulator."""
+    """The step's peak were every tensor kept to the end of the step (as the executor's
+    environment did before a step dropped each tensor after its last op, execute/bound.py),
+    the trainer still holding the old weights and state, each product with its full-batch
+    accumulator: the bound the memory layer's plans are measured against."""
     total = sum(value_bytes(graph, None, t) for t in graph.tensors)
     for op in graph.ops:
         for t in op.outputs:

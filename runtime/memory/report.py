@@ -25,7 +25,8 @@ def describe(fitter: Fitter, budget_source, step: int = 0) -> str:
     best = fitter.options[0]
     lines = [
         f"{graph.recipe}, batch {graph.batch}: {len(graph.ops)} ops, {len(graph.tensors)} tensors",
-        f"without the memory layer (every tensor kept to the end of the step"
+        "without the memory layer (every tensor kept to the end of the step: a bound, a plain step drops"
+        f" each after its last op"
         f"{', backend scratch at the whole batch' if best.scratch else ''}): {format_size(plain)}",
         "with the arena (lifetimes, greedy-by-size offsets), no micro-batching or recomputation:",
     ]

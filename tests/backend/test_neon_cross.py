@@ -39,6 +39,7 @@ OPS = {
     "dw_forward_f32": 7,
     "dw_backward_data_f32": 8,
     "dw_backward_weight_f32": 9,
+    "bn_act": 10,
 }
 
 
@@ -269,3 +270,37 @@ def test_depthwise_neon(kernel_check, tmp_path, ref):
     for (op, sizes, *_), got, want in zip(records, results, wants):
         assert got.dtype == want.dtype, (op, sizes)
         np.testing.assert_array_equal(got, want, err_msg=f"{op} {sizes}")
+
+
+# NITI's fused batch norm: the AVX2 lanes' tails and both output paths (tables from 1024 rows)
+BN_SHAPES = [(1100, 7), (9, 33), (2048, 16), (3, 1)]
+BN_ACTS = {"none": 0, "clip": 1, "relu": 2}
+
+
+def test_fused_batch_norm_neon(kernel_check, tmp_path, ref):
+    """bn_act_s8 and its backward (cpu_ops/bn_cast.cpp's portable path) on aarch64 with 3
+    threads, bit for bit with the float ops' chain on ops_ref (base.py's composition)."""
+    from dsptrain.backends.base import Backend
+    from dsptrain.numerics import QTensor
+
+    rng = np.random.default_rng(61)
+    records, wants = [], []
+    for (rows, c), (act, code) in zip(BN_SHAPES, [*BN_ACTS.items(), ("clip", 1)]):
+        x = rng.integers(-127, 128, (rows, c)).astype(np.int8)
+        err = rng.integers(-127, 128, (rows, c)).astype(np.int8)
+        gamma, beta = (rng.standard_normal(c) * 2).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+        mean, var = np.zeros(c, np.float32), np.ones(c, np.float32)
+        spec = ("clip", 0.0, 6.0) if act == "clip" else (act,)
+        y, stats, _, _ = Backend.bn_act_s8(
+            ref, QTensor(x, -4), gamma, beta, mean, var, True, 0.1, 1e-5, spec, "round", None
+        )
+        dx, d_gamma, d_beta = Backend.bn_act_bwd_s8(
+            ref, QTensor(err, -9), QTensor(x, -4), stats, gamma, beta, spec, "round", None
+        )
+        want = np.concatenate([[y.e, dx.e], d_gamma, d_beta, y.q.ravel(), dx.q.ravel()]).astype(np.float64)
+        records.append(("bn_act", (rows, c, -4, -9, code), (x, err, gamma, beta, mean, var), want.shape, np.float64))
+        wants.append(want)
+    results, lines, proc = run_driver(kernel_check, tmp_path, records)
+    assert results is not None, f"qemu-aarch64 run failed ({proc.returncode}):\n{proc.stderr}"
+    for (_, sizes, *_), got, want in zip(records, results, wants):
+        np.testing.assert_array_equal(got, want, err_msg=f"bn_act {sizes}")

@@ -15,6 +15,10 @@
 //   op 5 depthwise bwd data    (the same sizes)           err w         -> dx[n,h,w,c]
 //   op 6 depthwise bwd weight  (the same sizes)           err x         -> dw[c,kh,kw]
 //   ops 7, 8, 9: ops 4, 5, 6 in float32 (operands and result 4-byte floats)
+//   op 10 NITI's fused batch norm, forward then backward (bn_cast.h): rows channels ex ee act
+//         (0 none, 1 clip to [0, 6], 2 relu); int8 x[rows,c], err[rows,c], then float32
+//         gamma, beta, mean, var [c]  -> float64 [ey, edx, d_gamma[c], d_beta[c], y, dx]
+//         (training, momentum 0.1, eps 1e-5, round to nearest)
 // OUT gets each record's result, in order. stdout says which path ran: one line
 // "isa <active> best <best>", then per convolution record "conv <algorithm>", per
 // depthwise record "dwconv <loop>".
@@ -24,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bn_cast.h"
 #include "conv.h"
 #include "dwconv.h"
 #include "gemm.h"
@@ -36,7 +41,7 @@ using dsptrain::ConvShape;
 enum Op : int32_t {
   kGemm = 0, kConvForward = 1, kConvBackwardData = 2, kConvBackwardWeight = 3,
   kDwForward = 4, kDwBackwardData = 5, kDwBackwardWeight = 6, kDwForwardF32 = 7, kDwBackwardDataF32 = 8,
-  kDwBackwardWeightF32 = 9
+  kDwBackwardWeightF32 = 9, kBnAct = 10
 };
 
 [[noreturn]] void die(const std::string& message) {
@@ -135,6 +140,31 @@ void run_depthwise(Op op, const int32_t* p, int acc_bytes, std::FILE* in, std::F
   std::fwrite(r.data(), sizeof(int32_t), r.size(), out);
 }
 
+void run_bn_act(const int32_t* p, int out_bytes, std::FILE* in, std::FILE* out) {
+  if (out_bytes != 8) die("a batch norm record's output is float64");
+  const size_t rows = size_t(p[0]), c = size_t(p[1]);
+  const auto x = read_bytes(in, 1LL * rows * c, "bn x"), err = read_bytes(in, 1LL * rows * c, "bn err");
+  const auto gamma = read_values<float>(in, c, "bn gamma"), beta = read_values<float>(in, c, "bn beta");
+  const auto mean = read_values<float>(in, c, "bn mean"), var = read_values<float>(in, c, "bn var");
+  const dsptrain::BnActFn act{static_cast<dsptrain::BnAct>(p[4]), 0.0, 6.0};
+  const dsptrain::RngKey key{};
+  std::vector<int8_t> y(rows * c), dx(rows * c);
+  std::vector<double> stats(2 * c);
+  std::vector<float> new_mean(c), new_var(c), d_gamma(c), d_beta(c);
+  int ey = 0, edx = 0;
+  dsptrain::bn_act_s8(x.data(), rows, c, p[2], gamma.data(), beta.data(), mean.data(), var.data(), true, 0.1, 1e-5,
+                      act, dsptrain::FloatRound::kRound, key, y.data(), &ey, stats.data(), new_mean.data(),
+                      new_var.data());
+  dsptrain::bn_act_bwd_s8(err.data(), p[3], x.data(), p[2], rows, c, stats.data(), gamma.data(), beta.data(), act,
+                          dsptrain::FloatRound::kRound, key, dx.data(), &edx, d_gamma.data(), d_beta.data());
+  std::vector<double> r{double(ey), double(edx)};
+  r.insert(r.end(), d_gamma.begin(), d_gamma.end());
+  r.insert(r.end(), d_beta.begin(), d_beta.end());
+  r.insert(r.end(), y.begin(), y.end());
+  r.insert(r.end(), dx.begin(), dx.end());
+  std::fwrite(r.data(), sizeof(double), r.size(), out);
+}
+
 // DSPTRAIN_CPU_ISA, checked as the extension's set_isa checks it.
 void force_isa_from_env() {
   const char* forced = std::getenv("DSPTRAIN_CPU_ISA");
@@ -165,6 +195,7 @@ int main(int argc, char** argv) {
     if (op == kGemm) run_gemm(header + 2, header[1], in, out);
     else if (op >= kConvForward && op <= kConvBackwardWeight) run_conv(op, header + 2, header[1], in, out);
     else if (op >= kDwForward && op <= kDwBackwardWeightF32) run_depthwise(op, header + 2, header[1], in, out);
+    else if (op == kBnAct) run_bn_act(header + 2, header[1], in, out);
     else die("record " + std::to_string(record) + ": unknown op " + std::to_string(header[0]));
   }
   std::fclose(in);

@@ -137,7 +137,8 @@ def test_niti_resnet_without_bn_joins_integer_errors_with_alignment():
 
 def test_niti_runs_batch_norm_in_float_between_int8_products():
     """Mixed precision (algorithms/int_mixed.py): the products stay int8, batch norm reads
-    float32 through a cast, and every error has its tensor's dtype."""
+    float32 through a cast -- or, between int8 tensors, runs with its casts and ReLU as one
+    op (algorithms/int_fused.py) -- and every error has its tensor's dtype."""
     from dsptrain import precision
 
     model = build_model("resnet18")
@@ -146,16 +147,26 @@ def test_niti_runs_batch_norm_in_float_between_int8_products():
     assert {formats[layer.name] for layer in model.layers if type(layer).__name__ in ("Conv2d", "Linear")} == {
         "integer"
     }
-    assert {formats[layer.name] for layer in model.layers if type(layer).__name__ == "BatchNorm2d"} == {"float"}
-    bn = graph.op("bn1.fwd")
+    assert {formats[layer.name] for layer in model.layers if type(layer).__name__ == "BatchNorm2d"} == {
+        "float",
+        "fused",
+    }
+    bn = graph.op("layer1.0.bn2.fwd")  # its output meets the residual add: float
     assert bn.kind == "fp32.bn_fwd" and graph.tensors[bn.inputs[0]].dtype == "float32"
     assert graph.op(f"{bn.inputs[0]}.cast").kind == "niti.to_float"
+    fused = graph.op("layer1.0.bn1.fwd")  # between two int8 convolutions: with its ReLU, int8 in and out
+    assert fused.kind == "niti.bn_act_fwd" and fused.attrs["act"] == ("relu",)
+    assert graph.tensors[fused.inputs[0]].dtype == graph.tensors[fused.outputs[0]].dtype == "int8"
     assert graph.op("conv1.fwd").kind == "niti.conv_fwd"
     for op in graph.ops:  # integer ops read and write no float tensor, float ones no int8 tensor
         dtypes = {graph.tensors[t].dtype for t in (*op.inputs, *op.outputs)} - {"int64", "int32", "uint8", "bool"}
-        if not precision.is_cast(op):
+        if op.attrs.get("fused"):  # int8 activations and errors, float parameters and statistics
+            assert dtypes == {"int8", "float32", "float64"}, (op, dtypes)
+        elif not precision.is_cast(op):
             assert dtypes == ({"int8"} if op.kind.startswith("niti.") else {"float32"}), (op, dtypes)
-    assert any(line.startswith("casts ") for line in precision.summary(graph, model))
+    summary = precision.summary(graph, model)
+    assert any(line.startswith("casts ") for line in summary)
+    assert any(line.startswith("fused ") and "niti.bn_act_fwd" in line for line in summary)
     # NITI's errors are per sample (no 1/N): gamma's and beta's SGD takes the rate over the batch
     float_updates = [op for op in graph.ops if op.kind == "fp32.sgd"]
     assert len(float_updates) == 40 and {op.attrs["lr_divisor"] for op in float_updates} == {2}
@@ -215,7 +226,11 @@ def test_niti_casts_round_by_the_roles_mode(rounding, tmp_path):
         f"recipe: {{name: niti, tensors: {{errors: {errors}}}}}\n".replace("'", "")
     )
     run = dsptrain.load_run(path)
-    casts = [op for op in lower(build_model("lenet5_bn"), run.recipe, 8).ops if op.kind == "niti.to_int8"]
+    casts = [  # the casts, and the fused batch norms' (algorithms/int_fused.py)
+        op
+        for op in lower(build_model("lenet5_bn"), run.recipe, 8).ops
+        if op.kind in ("niti.to_int8", "niti.bn_act_bwd")
+    ]
     assert {op.attrs["mode"] for op in casts if op.phase == "backward"} == {"sto" if rounding == "psto" else rounding}
     trainer = dsptrain.Trainer(run, progress=False, out_dir=tmp_path / "out")
     try:
