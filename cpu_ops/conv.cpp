@@ -185,6 +185,35 @@ PaddedSrc forward_source(const int8_t* x, const ConvShape& s, std::vector<int8_t
 }
 
 bool is_1x1(const ConvShape& s) { return s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0; }
+// 1x1, stride > 1, no padding (ResNet's downsampling shortcuts): the output pixels are every
+// s-th pixel of every s-th row of x, so the products are GEMMs on those pixels in place.
+bool is_1x1_strided(const ConvShape& s) { return s.kh == 1 && s.kw == 1 && s.stride > 1 && s.pad == 0; }
+
+// x's pixels under the output pixels of a strided 1x1 convolution as a GEMM's [P, C] rows,
+// in place: ow of them s * C bytes apart, then the next output row s image rows on.
+MatrixS8 strided_pixels(const int8_t* x, const ConvShape& s) {
+  MatrixS8 a{x, static_cast<ptrdiff_t>(s.stride) * s.c, 1};
+  a.group_rows = s.ow();
+  a.image_rows = s.oh() * s.ow();
+  a.group_stride = static_cast<ptrdiff_t>(s.stride) * s.w * s.c;
+  a.image_stride = static_cast<ptrdiff_t>(s.h) * s.w * s.c;
+  return a;
+}
+
+// Pixel kk of the strided pixels as pack_b_k_rows' depth row (the weight gradient's B).
+struct StridedPixelRows {
+  MatrixS8 pixels;
+  static const int8_t* row(const void* ctx, int kk, int /*seg*/) {
+    return static_cast<const StridedPixelRows*>(ctx)->pixels.row(kk);
+  }
+};
+
+// The strided 1x1 weight gradient as one int32 GEMM over the strided pixels (B packed
+// from x in place): where the pixel count keeps int32 sums exact and the packing fits.
+bool wgrad_1x1_strided(const ConvShape& s) {
+  const int p = s.n * s.oh() * s.ow();
+  return is_1x1_strided(s) && !(1LL * p * 127 * 127 >= (1LL << 31)) && pack_b_k_rows_fits(s.c, p, active_isa());
+}
 bool fwd_panels(const ConvShape& s) { return use_pixel_panels(s.o, s.kh * run_pad(s.kw * s.c), fwd_bytes(s)); }
 bool bwd_data_panels(const ConvShape& s) { return use_pixel_panels(s.c, s.kh * run_pad(s.kw * s.o), bwd_bytes(s)); }
 
@@ -286,8 +315,9 @@ bool wgrad_stream_trimmed(const ConvShape& s) {
 // The weight gradient's algorithm, asked once: conv_algorithm names it, conv2d_bwd_weight
 // runs it. The int32-only ones (every one but the panels and im2col) never come up for an
 // int64 depth: each asks !acc_is_int64 of the pixel count, the depth the binding asks too.
-enum class WgradPath { kPlanes, kStreamTrimmed, kStream, kIm2colGemm, kLanes, kOutputLanes, kPanels };
+enum class WgradPath { kStrided1x1, kPlanes, kStreamTrimmed, kStream, kIm2colGemm, kLanes, kOutputLanes, kPanels };
 WgradPath wgrad_path(const ConvShape& s) {
+  if (wgrad_1x1_strided(s)) return WgradPath::kStrided1x1;
   if (wgrad_planes(s)) return WgradPath::kPlanes;
   if (wgrad_stream_trimmed(s)) return WgradPath::kStreamTrimmed;
   if (wgrad_stream(s)) return WgradPath::kStream;
@@ -306,6 +336,7 @@ const char* conv_algorithm(ConvPass pass, const ConvShape& s) {
   switch (pass) {
     case ConvPass::kForward:
       if (is_1x1(s)) return "gemm_1x1";
+      if (is_1x1_strided(s)) return "gemm_1x1_strided";
       if (fwd_panels(s)) return fwd_lanes(s) ? "lanes" : "pixel_panels";
       if (fwd_implicit_c4(s)) return "implicit_gemm_c4";
       if (fwd_trimmed(s)) return "implicit_gemm_trimmed";
@@ -313,11 +344,13 @@ const char* conv_algorithm(ConvPass pass, const ConvShape& s) {
     case ConvPass::kBackwardData:
       if (bwd_broadcast(s)) return "err_broadcast";
       if (is_1x1(s)) return "gemm_1x1";
+      if (is_1x1_strided(s)) return "gemm_1x1_strided";
       if (bwd_data_panels(s)) return bwd_data_lanes(s) ? "lanes" : "pixel_panels";
       if (bwd_data_trimmed(s)) return "implicit_gemm_trimmed";
       return bwd_data_implicit(s) ? "implicit_gemm" : "im2col_gemm";
     case ConvPass::kBackwardWeight:
       switch (wgrad_path(s)) {
+        case WgradPath::kStrided1x1: return "gemm_1x1_strided";
         case WgradPath::kPlanes: return "wgrad_planes";
         case WgradPath::kStreamTrimmed: return "wgrad_stream_trimmed";
         case WgradPath::kStream: return "wgrad_stream";
@@ -336,6 +369,10 @@ void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y, int6
   const int oh = s.oh(), ow = s.ow(), k = s.kh * s.kw * s.c, m = s.n * oh * ow;
   if (is_1x1(s)) {
     gemm(MatrixS8{x, k, 1}, MatrixS8{w, k, 1}, m, s.o, k, y, false, absmax, fused);
+    return;
+  }
+  if (is_1x1_strided(s)) {   // the GEMM's A rows are the strided pixels, read in place by the A packing
+    gemm(strided_pixels(x, s), MatrixS8{w, k, 1}, m, s.o, k, y, false, absmax, fused);
     return;
   }
   if constexpr (std::is_same_v<T, int32_t>) {
@@ -390,6 +427,28 @@ void conv2d_bwd_data(const int8_t* err, const int8_t* w, const ConvShape& s, T* 
     gemm(MatrixS8{err, s.o, 1}, MatrixS8{w, 1, s.c}, s.n * s.h * s.w, s.c, s.o, dx, false, absmax, fused);
     return;
   }
+  if (is_1x1_strided(s)) {
+    // dx is zero but at the strided pixels, which get err[P, O] @ w[O, C]: the GEMM runs on
+    // the P = n*oh*ow error rows alone (a quarter of the dilated error's at stride 2), into
+    // a [P, C] scratch whose rows then land s * C apart in the zeroed dx.
+    const int p = s.n * s.oh() * s.ow();
+    const size_t row_bytes = static_cast<size_t>(s.c) * sizeof(T);
+    T* rows = reinterpret_cast<T*>(grow(scratch(0), static_cast<size_t>(p) * row_bytes));
+    gemm(MatrixS8{err, s.o, 1}, MatrixS8{w, 1, s.c}, p, s.c, s.o, rows, false, absmax, nullptr);
+    const int oh = s.oh(), ow = s.ow();
+    parallel_ranges(s.n * s.h, static_cast<size_t>(s.n) * s.h * s.w * row_bytes, [&](int r0, int r1) {
+      for (int r = r0; r < r1; ++r) {   // image row r of dx
+        T* out = dx + static_cast<ptrdiff_t>(r) * s.w * s.c;
+        std::memset(out, 0, static_cast<size_t>(s.w) * row_bytes);
+        const int y = r % s.h;
+        if (y % s.stride != 0 || y / s.stride >= oh) continue;
+        const T* in = rows + (static_cast<ptrdiff_t>(r / s.h) * oh + y / s.stride) * ow * s.c;
+        for (int ox = 0; ox < ow; ++ox)
+          std::memcpy(out + static_cast<ptrdiff_t>(ox) * s.stride * s.c, in + static_cast<ptrdiff_t>(ox) * s.c, row_bytes);
+      }
+    });
+    return;
+  }
   // A stride-1 convolution of the zero-dilated, padded error with the flipped,
   // transposed kernel w'[c, i, j, o] = w[o, kh-1-i, kw-1-j, c].
   const int oh = s.oh(), ow = s.ow(), run = s.kw * s.o, m = s.n * s.h * s.w;
@@ -433,6 +492,16 @@ template <typename T>
 void conv2d_bwd_weight(const int8_t* err, const int8_t* x, const ConvShape& s, T* dw) {
   const WgradPath path = wgrad_path(s);
   if constexpr (std::is_same_v<T, int32_t>) {
+    if (path == WgradPath::kStrided1x1) {   // dw[O, C] = err^T[O, P] @ pixels[P, C], B packed from x in place
+      const int p = s.n * s.oh() * s.ow();
+      int8_t* err_t = grow(scratch(1), static_cast<size_t>(s.o) * p);
+      transpose(err, p, s.o, err_t, 0, p);
+      thread_local Kept<PackedB> packed;
+      const StridedPixelRows rows{strided_pixels(x, s)};
+      pack_b_k_rows(s.c, p, active_isa(), StridedPixelRows::row, &rows, &packed);
+      gemm_packed(MatrixS8{err_t, p, 1}, s.o, packed, dw, s.c);
+      return;
+    }
     if (path == WgradPath::kPlanes) {   // conv_wgrad_planes.cpp: few source channels, taps as the GEMM's rows
       conv_wgrad_planes(x, err, s, dw);
       return;

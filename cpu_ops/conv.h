@@ -12,7 +12,8 @@ namespace dsptrain {
 struct FusedRequant;  // requant.h
 
 // Which algorithm a pass runs for shape `s` on the active ISA (for tests and debugging):
-// "gemm_1x1", "im2col_gemm", "implicit_gemm" (no im2col copy: gemm_rows),
+// "gemm_1x1", "gemm_1x1_strided" (1x1, stride > 1: the strided pixels in place),
+// "im2col_gemm", "implicit_gemm" (no im2col copy: gemm_rows),
 // "implicit_gemm_c4" (the same on 3 channels widened to 4), "pixel_panels", "wgrad_panels" or
 // "wgrad_planes" (few source channels: the taps as the GEMM's rows), and the lane kernels'.
 enum class ConvPass { kForward, kBackwardData, kBackwardWeight };

@@ -20,10 +20,35 @@ Isa best_isa();
 Isa active_isa();             // what new packings use
 void set_active_isa(Isa isa);
 
-// A strided int8 matrix view: element (r, k) is at data[r * row_stride + k * k_stride].
+// A strided int8 matrix view: element (r, k) is at row(r)[k * k_stride], row(r) =
+// data + r * row_stride. With group_rows > 0 the rows come in groups of that many
+// (group_stride bytes apart), image_rows of them an image (image_stride bytes apart), the
+// view starting `phase` rows into its first image: a strided 1x1 convolution's A, every
+// s-th pixel of every s-th image row, read in place.
 struct MatrixS8 {
   const int8_t* data;
   ptrdiff_t row_stride, k_stride;
+  int group_rows = 0, image_rows = 0, phase = 0;
+  ptrdiff_t group_stride = 0, image_stride = 0;
+
+  const int8_t* row(int r) const {
+    if (group_rows == 0) return data + static_cast<ptrdiff_t>(r) * row_stride;
+    const int q = phase + r, in_image = q % image_rows;
+    return data + static_cast<ptrdiff_t>(q / image_rows) * image_stride +
+           static_cast<ptrdiff_t>(in_image / group_rows) * group_stride +
+           static_cast<ptrdiff_t>(in_image % group_rows) * row_stride;
+  }
+  // The view from row r (and depth kk) on.
+  MatrixS8 from(int r, int kk = 0) const {
+    MatrixS8 v = *this;
+    if (group_rows == 0) {
+      v.data = row(r) + static_cast<ptrdiff_t>(kk) * k_stride;
+    } else {
+      v.data = data + static_cast<ptrdiff_t>((phase + r) / image_rows) * image_stride + static_cast<ptrdiff_t>(kk) * k_stride;
+      v.phase = (phase + r) % image_rows;
+    }
+    return v;
+  }
 };
 
 // b[N,K] repacked into panels of `nr` columns: panel p holds, for each group of 4 k,

@@ -32,7 +32,7 @@ void pack_a(MatrixS8 a, int rows, int kc, void* dst_v) {
       std::memset(dst, 0, row_bytes);
       continue;
     }
-    const int8_t* src = a.data + static_cast<ptrdiff_t>(r) * a.row_stride;
+    const int8_t* src = a.row(r);
     if (a.k_stride == 1) {
       std::memcpy(dst, src, kc);
     } else {

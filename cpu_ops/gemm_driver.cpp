@@ -310,7 +310,7 @@ void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc,
                  FusedRequant* fused) {
   const GemmKernel* kern = kernel_for(b.isa);
   const int n = b.n, k = b.k, mr = kern->mr, nr = kern->nr, kc_max = kern->kc;
-  const bool in_place = a_padded && kern->a_is_rows && k <= kc_max && a.k_stride == 1 &&
+  const bool in_place = a_padded && kern->a_is_rows && k <= kc_max && a.k_stride == 1 && a.group_rows == 0 &&
                         a.row_stride == 4 * padded_kgroups(kern, k);
   for_each_c_tile(kern, m, n, k, c, ldc, absmax, [&](const TaskSplit& split, const CTile& t) {
     const size_t a_bytes =
@@ -321,8 +321,7 @@ void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc,
     if (kern->task_begin) kern->task_begin();
     for (int pc = 0; pc < k; pc += kc_max) {
       const int kc = std::min(kc_max, k - pc), kgroups = padded_kgroups(kern, kc);
-      MatrixS8 a_block{a.data + static_cast<ptrdiff_t>(t.row0) * a.row_stride + static_cast<ptrdiff_t>(pc) * a.k_stride,
-                       a.row_stride, a.k_stride};
+      const MatrixS8 a_block = a.from(t.row0, pc);
       if (in_place) {
         a_pack = reinterpret_cast<uint8_t*>(const_cast<int8_t*>(a_block.data));
       } else {
@@ -355,8 +354,7 @@ void gemm_s8_s64(MatrixS8 a, MatrixS8 b, int m, int n, int k, int64_t* c) {
   std::vector<int32_t> part(static_cast<size_t>(m) * n);
   for (int k0 = 0; k0 < k; k0 += kMaxInt32Depth) {
     const int kc = std::min(kMaxInt32Depth, k - k0);
-    MatrixS8 a_chunk{a.data + static_cast<ptrdiff_t>(k0) * a.k_stride, a.row_stride, a.k_stride};
-    MatrixS8 b_chunk{b.data + static_cast<ptrdiff_t>(k0) * b.k_stride, b.row_stride, b.k_stride};
+    const MatrixS8 a_chunk = a.from(0, k0), b_chunk = b.from(0, k0);
     gemm_s8_s32(a_chunk, b_chunk, m, n, kc, part.data());
     for (size_t i = 0; i < part.size(); ++i) c[i] += part[i];
   }

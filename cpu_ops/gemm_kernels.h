@@ -131,13 +131,13 @@ inline void pack_a_tiles(MatrixS8 a, int rows, int kc, T* dst, Convert convert) 
     T* tile = dst + static_cast<ptrdiff_t>(r0 / MR) * kgroups * MR * 4;
     for (int r = 0; r < MR; ++r) {
       const int row = r0 + r;
-      const int8_t* src = a.data + static_cast<ptrdiff_t>(row) * a.row_stride;
       T* out = tile + r * 4;
       if (row >= rows) {
         for (int g = 0; g < kgroups; ++g)
           for (int q = 0; q < 4; ++q) out[g * MR * 4 + q] = convert(0);
         continue;
       }
+      const int8_t* src = a.row(row);
       int k = 0;
       if (a.k_stride == 1) {
         for (; k + 4 <= kc; k += 4, out += MR * 4)

@@ -83,7 +83,7 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     const bool is64 = acc64(static_cast<long long>(s.kh) * s.kw * s.c);
     const int k = s.kh * s.kw * s.c;
     if (requant) add(&out, "requant.acc.conv2d" + elem(is64), pixels * s.o * (is64 ? 8 : 4));
-    if (algo == "gemm_1x1") {
+    if (algo == "gemm_1x1" || algo == "gemm_1x1_strided") {   // x's pixels read in place by the A packing
       gemm_into(&out, static_cast<int>(pixels), s.o, k, is64);
       return out;
     }
@@ -111,6 +111,11 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     if (requant) add(&out, "requant.acc.conv2d_bwd_data" + elem(is64), m * s.c * (is64 ? 8 : 4));
     if (algo == "gemm_1x1") {   // the GEMM on err in place
       gemm_into(&out, static_cast<int>(m), s.c, s.o, is64);
+      return out;
+    }
+    if (algo == "gemm_1x1_strided") {   // the GEMM on err in place into [P, C] rows, then spread into dx
+      add(&out, "conv.im2col", pixels * s.c * (is64 ? 8 : 4));
+      gemm_into(&out, static_cast<int>(pixels), s.c, s.o, is64);
       return out;
     }
     if (algo == "err_broadcast") {   // conv_lanes.cpp: the weights as broadcast vectors (kept)
@@ -141,6 +146,12 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     add(&out, "wgrad.planes", wgrad_planes_source_bytes(s));
     add(&out, "wgrad.planes_partial", wgrad_planes_partial_bytes(s));
     add(&out, "wgrad.planes_packed_err (per thread)", pool_threads() * wgrad_planes_packed_bytes(s));
+    return out;
+  }
+  if (algo == "gemm_1x1_strided") {   // err^T, B packed from x's strided pixels in place (int32 only)
+    add(&out, "conv.weights", static_cast<size_t>(s.o) * pixels);
+    add(&out, "conv.wgrad_packed_pixels", packed_b_bytes(s.c, static_cast<int>(pixels), active_isa()));
+    gemm_into(&out, s.o, s.c, static_cast<int>(pixels), false, false, false);
     return out;
   }
   const int hp = s.h + 2 * s.pad, wp = s.w + 2 * s.pad;

@@ -120,9 +120,10 @@ NEON_EDGE_GEMMS = [
 
 # Convolutions reaching every algorithm on NEON: pixel panels (few output or input
 # channels: LeNet's layers), the panel weight gradient, im2col + GEMM with B packed from
-# k-major rows (a wide weight gradient), the 1x1 GEMM, stride 2.
+# k-major rows (a wide weight gradient), the 1x1 GEMM, stride 2, the strided 1x1 (odd H, W).
 EXTRA_CONV_SHAPES = [
     (2, 28, 28, 1, 6, 5, 1, 2),
+    (2, 9, 7, 20, 36, 1, 2, 0),
     (3, 14, 14, 6, 16, 5, 1, 0),
     (1, 6, 7, 2, 5, 3, 1, 3),
     (2, 4, 4, 130, 264, 3, 1, 1),
@@ -201,7 +202,7 @@ def test_dispatch_picks_neon_only_with_dotprod(kernel_check, tmp_path):
 def test_neon_run_covers_every_algorithm(neon_run):
     assert neon_run["stdout"][0] == "isa neon best neon"
     seen = {line.split()[1] for line in neon_run["stdout"][1:]}
-    assert seen == {"gemm_1x1", "im2col_gemm", "pixel_panels", "wgrad_panels"}
+    assert seen == {"gemm_1x1", "gemm_1x1_strided", "im2col_gemm", "pixel_panels", "wgrad_panels"}
 
 
 @pytest.mark.parametrize("case", GEMM_CASES, ids=lambda c: c[0])
