@@ -3,13 +3,16 @@ training the same module on the same batches for the same epochs.
 
     python bench/bench_zoo_accuracy.py [--models mobilenet_v2,resnet18] [--recipes niti]
                                        [--epochs 2] [--train-limit 60000] [--backend cpu]
+                                       [--bn-recalibration 30] [--mu 4]
 
 The models are torchvision's definitions restated (tests/zoo_torch.py, full size, random
 weights, seed 0), imported through `dsptrain.from_torch`. Fashion-MNIST (Debian's
 dataset-fashion-mnist) is padded to 32x32 and its gray channel repeated, as dsptrain does
 for any 32x32x3 model; pixels enter as (p - 128) / 128 on both sides. PyTorch: SGD with the
 recipe's float settings (lr, momentum), batch 64 in dsptrain's batch order (data.batches,
-seed 0), one intra-op thread unless --torch-threads. Prints test accuracy after each epoch
+seed 0), one intra-op thread unless --torch-threads. dsptrain re-estimates its batch norms'
+running statistics over --bn-recalibration training batches before each evaluation
+(train.bn_recalibration; 0: off); --mu sets NITI's weight-step bits for the whole run. Prints test accuracy after each epoch
 and seconds per epoch (a whole epoch, timed), and writes bench/results/zoo_accuracy.{csv,json}.
 """
 
@@ -49,10 +52,11 @@ def engine(model_name: str, recipe: str, args, out: Path) -> dict:
         model = dsptrain.from_torch(net, torch.zeros(2, 3, 32, 32))
     limit = f", train_limit: {args.train_limit}" if args.train_limit else ""
     run_file = out / f"{model_name}-{recipe}.yaml"
+    mu = f", schedule: {{mu: [[0, {args.mu}]]}}" if args.mu and recipe == "niti" else ""
     run_file.write_text(
-        f"name: {model_name}-{recipe}\nrecipe: {recipe}\nbackend: {args.backend}\nenergy: estimate\n"
+        f"name: {model_name}-{recipe}\nrecipe: {{name: {recipe}{mu}}}\nbackend: {args.backend}\nenergy: estimate\n"
         f"data: {{dataset: fashion-mnist{limit}}}\n"
-        f"train: {{epochs: {args.epochs}, batch_size: {BATCH}, seed: 0}}\n"
+        f"train: {{epochs: {args.epochs}, batch_size: {BATCH}, seed: 0, bn_recalibration: {args.bn_recalibration}}}\n"
     )
     trainer = dsptrain.Trainer(dsptrain.load_run(run_file), model=model, progress=False, out_dir=out / run_file.stem)
     try:
@@ -64,7 +68,8 @@ def engine(model_name: str, recipe: str, args, out: Path) -> dict:
         )
     finally:
         trainer.close()
-    return _row(model_name, f"dsptrain {recipe} ({args.backend})", history)
+    settings = [args.backend, f"bn_recalibration {args.bn_recalibration}"] + ([f"mu {args.mu}"] if mu else [])
+    return _row(model_name, f"dsptrain {recipe} ({', '.join(settings)})", history)
 
 
 def torch_fp32(model_name: str, recipe_name: str, args) -> dict:
@@ -124,6 +129,8 @@ def main(argv=None) -> int:
         default=1,
         help="PyTorch's intra-op threads (on a loaded 2-core machine 2 threads thrash)",
     )
+    parser.add_argument("--bn-recalibration", type=int, default=30, help="train.bn_recalibration (0: off)")
+    parser.add_argument("--mu", type=int, default=0, help="NITI's mu for the whole run (0: the recipe's schedule)")
     parser.add_argument("--out", type=Path, default=report.RESULTS)
     args = parser.parse_args(argv)
     rows = []
@@ -149,6 +156,8 @@ def main(argv=None) -> int:
         epochs=args.epochs,
         train_images=args.train_limit or 60000,
         backend=args.backend,
+        bn_recalibration=args.bn_recalibration,
+        mu=args.mu or "recipe",
         load=os.getloadavg(),
     )
     return 0

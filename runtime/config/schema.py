@@ -190,6 +190,9 @@ class TrainConfig:
     # a non-finite loss or weight, or int8 ranges saturated for saturation_steps steps (train/divergence.py)
     on_divergence: Literal["stop", "skip_batch", "halve_lr"] = "stop"
     saturation_steps: int = bounded(20, 1, 1 << 20)
+    # before each epoch's evaluation, this many training batches run forward in training mode
+    # so the batch norms' running statistics follow the weights as they now are (train/recalibrate.py)
+    bn_recalibration: int = bounded(0, 0, 100_000)
 
 
 @dataclass(frozen=True)

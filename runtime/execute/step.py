@@ -175,6 +175,16 @@ class Step:
         stats.rss_bytes = rss.after if rss.after is not None else rss_bytes()
         return state, stats
 
+    def forward_statistics(self, state: dict, images, step: int, epoch: int, seed: int) -> dict:
+        """The training graph's forward ops on `images` (batch norm in training mode): `state`
+        with the running statistics they update, nothing else changed (no loss, no update)."""
+        plan = self.plans.get(len(images), True)
+        ctx = StepContext(self.recipe, plan.graph, seed, step, epoch, len(images))
+        env = dict(state)
+        env["input"] = self.algorithm.prepare_input(images, self.run.data.normalize)
+        self.planner.run(plan, env, ctx, ops=plan.graph.eval_ops, release=True)
+        return {name: env[name] for name in state}
+
     def predict(self, state: dict, images, step: int, epoch: int, seed: int) -> np.ndarray:
         """Float class scores (N, classes) of checked `images` under weights `state`."""
         plan = self.plans.get(len(images), False)

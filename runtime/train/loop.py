@@ -31,6 +31,7 @@ from . import checkpoints
 from .assembly import assemble, initial_state, load_data
 from .assembly import energy_meter as make_energy_meter
 from .divergence import Watch
+from .recalibrate import recalibrate, recalibrates
 from .schedule import lr_factor
 from .step import RescaleController, own_step
 from .validation import Monitor, Tally, accuracy_line, check_monitor
@@ -253,6 +254,16 @@ class Trainer:
         self.steps.after_evaluation()  # under a budget: the scratch the evaluation grew goes back
         return tally
 
+    def _recalibrate_batch_norm(self) -> None:
+        """train.bn_recalibration: the batch norms' statistics re-estimated for the weights
+        as they are, before the epoch's evaluation (train/recalibrate.py)."""
+        batches = self.run.train.bn_recalibration
+        if recalibrates(self.model, self.frozen, batches):
+            bs = self.run.train.batch_size
+            self.state = recalibrate(
+                self.steps, self.state, self.train_data, bs, batches, self.global_step, self.epoch, self.seed
+            )
+
     # ------------------------------------------------------------ the loop
     def fit(self, epochs: int | None = None, on_epoch=None) -> list[dict]:
         """Train to `epochs` (default: the run's), evaluating and checkpointing each epoch;
@@ -311,6 +322,7 @@ class Trainer:
                         self.save()
                 bar.close()
                 seconds = time.perf_counter() - started
+                self._recalibrate_batch_norm()
                 record = self._epoch_record(seen, loss_sum, correct, totals, seconds)
                 best, stop = self.monitor.epoch(record)
                 metrics.write(record)
