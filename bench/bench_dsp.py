@@ -48,6 +48,10 @@ from pathlib import Path
 
 import numpy as np
 from dsptrain.backends.ops_dsp import DspBackend
+
+# torchvision's mobilenet_v2 at 32 x 32: its depthwise (hw, C, stride, count) and pointwise
+# (hw, C_in, C_out, count) layers, the shapes `dsptrain calibrate` measures
+from dsptrain.calibrate import MOBILENET_DW, MOBILENET_PW
 from dsptrain.config import load_device
 from dsptrain.cost import dsp_model_time, modeled_step_seconds
 from dsptrain.numerics import RngKey
@@ -127,42 +131,6 @@ def kernels(quick: bool):
 
 
 SD865_CDSP_HZ = 5.0e8  # Mandheling's device table: the Snapdragon 865's cDSP clock
-
-# torchvision mobilenet_v2 at 32 x 32 (the stem's stride 2 leaves 16 x 16): (hw, C, stride, count)
-MOBILENET_DW = [
-    (16, 32, 1, 1),
-    (16, 96, 2, 1),
-    (8, 144, 1, 1),
-    (8, 144, 2, 1),
-    (4, 192, 1, 2),
-    (4, 192, 2, 1),
-    (2, 384, 1, 4),
-    (2, 576, 1, 2),
-    (2, 576, 2, 1),
-    (1, 960, 1, 3),
-]
-# pointwise (hw, C_in, C_out, count): the expansions and projections of the inverted residuals
-MOBILENET_PW = [
-    (16, 32, 16, 1),
-    (16, 16, 96, 1),
-    (8, 96, 24, 1),
-    (8, 24, 144, 2),
-    (8, 144, 24, 1),
-    (4, 144, 32, 1),
-    (4, 32, 192, 3),
-    (4, 192, 32, 2),
-    (2, 192, 64, 1),
-    (2, 64, 384, 4),
-    (2, 384, 64, 3),
-    (2, 384, 96, 1),
-    (2, 96, 576, 3),
-    (2, 576, 96, 2),
-    (1, 576, 160, 1),
-    (1, 160, 960, 3),
-    (1, 960, 160, 2),
-    (1, 960, 320, 1),
-    (1, 320, 1280, 1),
-]
 
 
 def at_clock(profile, clock_hz: float):
