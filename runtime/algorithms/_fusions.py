@@ -35,7 +35,7 @@ RELU_BWD, POOL_BWD = "fp32.relu_bwd", "fp32.maxpool_bwd"
 FUSED_FWD, FUSED_BWD = "fp32.relu_maxpool_fwd", "fp32.relu_maxpool_bwd"
 
 
-def _links(ops) -> tuple[dict, dict]:
+def op_links(ops) -> tuple[dict, dict]:
     """(tensor -> the ops that read it, tensor -> the op that writes it first) over `ops`."""
     readers: dict[str, list] = {}
     producer = {}
@@ -56,7 +56,7 @@ def _pairs(ops):
     """(relu, pool, relu_bwd or None, pool_bwd or None) for each ReLU whose output only a
     max-pool reads, and in the backward only the ReLU's backward, fed by that pool's own
     backward alone."""
-    readers, producer = _links(ops)
+    readers, producer = op_links(ops)
     for pool in ops:
         relu = producer.get(pool.inputs[0]) if pool.kind == POOL else None
         if relu is None or relu.kind != RELU:
@@ -105,7 +105,7 @@ def fuse_relu_into_compensation(ops: list, eval_ops: list, tensors: dict) -> tup
     """(ops, eval_ops) with each ReLU whose input only it reads, an Octo product_comp's
     compensated output, folded into that op (which then writes the ReLU's output), and its
     backward, when the error it makes only the layer's comp_bwd reads, into the comp_bwd."""
-    readers, producer = _links(ops)
+    readers, producer = op_links(ops)
     new, dropped = {}, set()
     for relu in ops:
         product = producer.get(relu.inputs[0]) if relu.kind == RELU else None
@@ -145,7 +145,7 @@ def fuse_pool_into_compensation(ops: list, eval_ops: list, tensors: dict) -> tup
     """(ops, eval_ops) with each comp_bwd (no gate) that alone reads a max-pool backward's
     error, windows not overlapping, and that backward as one op at the comp_bwd's place:
     inputs (pooled err, argmax, raw product, scale[, pooled y: the ReLU's gate])."""
-    readers, producer = _links(ops)
+    readers, producer = op_links(ops)
     new, dropped = {}, set()
     for comp in ops:
         if comp.kind != COMP_BWD or len(comp.inputs) != 3:

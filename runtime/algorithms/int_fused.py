@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ._fusions import op_links
+
 FWD, BWD = "niti.bn_act_fwd", "niti.bn_act_bwd"
 TO_FLOAT, TO_INT8 = "niti.to_float", "niti.to_int8"
 BN_FWD, BN_BWD = "fp32.bn_fwd", "fp32.bn_bwd"
@@ -71,17 +73,6 @@ class _Chain:
         if self.bn_bwd is not None:
             written.append(self.bn_bwd.outputs[0])
         return written
-
-
-def _links(ops) -> tuple[dict, dict]:
-    readers: dict[str, list] = {}
-    producer = {}
-    for op in ops:
-        for t in op.inputs:
-            readers.setdefault(t, []).append(op)
-        for t in op.outputs:
-            producer.setdefault(t, op)
-    return readers, producer
 
 
 def _only(ops: list, kind: str):
@@ -144,7 +135,7 @@ def _backward_part(chain, readers, producer) -> bool:
 
 
 def _chains(ops):
-    readers, producer = _links(ops)
+    readers, producer = op_links(ops)
     for bn in ops:
         if bn.kind != BN_FWD:
             continue
