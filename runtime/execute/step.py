@@ -178,21 +178,23 @@ class Step:
     def forward_statistics(self, state: dict, images, step: int, epoch: int, seed: int) -> dict:
         """The training graph's forward ops on `images` (batch norm in training mode): `state`
         with the running statistics they update, nothing else changed (no loss, no update)."""
-        plan = self.plans.get(len(images), True)
-        ctx = StepContext(self.recipe, plan.graph, seed, step, epoch, len(images))
-        env = dict(state)
-        env["input"] = self.algorithm.prepare_input(images, self.run.data.normalize)
-        self.planner.run(plan, env, ctx, ops=plan.graph.eval_ops, release=True)
+        _, env = self._forward(True, state, images, step, epoch, seed)
         return {name: env[name] for name in state}
 
     def predict(self, state: dict, images, step: int, epoch: int, seed: int) -> np.ndarray:
         """Float class scores (N, classes) of checked `images` under weights `state`."""
-        plan = self.plans.get(len(images), False)
+        plan, env = self._forward(False, state, images, step, epoch, seed)
+        return self.algorithm.logits_to_float(env[plan.graph.logits])
+
+    def _forward(self, training: bool, state: dict, images, step: int, epoch: int, seed: int):
+        """(the plan, its env) after the forward ops of the training (`training`) or evaluation
+        graph at len(images) ran on `images` under `state`."""
+        plan = self.plans.get(len(images), training)
         ctx = StepContext(self.recipe, plan.graph, seed, step, epoch, len(images))
         env = dict(state)
         env["input"] = self.algorithm.prepare_input(images, self.run.data.normalize)
         self.planner.run(plan, env, ctx, ops=plan.graph.eval_ops, release=True)
-        return self.algorithm.logits_to_float(env[plan.graph.logits])
+        return plan, env
 
 
 def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> float:
