@@ -18,7 +18,7 @@ A recipe module defines:
   (`ctx.given_shift(op)`, under backends/base.py's `requantize` rule), so slices of a batch
   can share one: batch splitting, co-scheduling and adaptive rescaling apply to it.
 
-Modules whose names start with `_` (and `int_residual`) are helpers, not recipes. NITI and
+Modules whose names start with `_` or `int_` (NITI's) are helpers, not recipes. NITI and
 FP32 are written out in full; Octo, WAGEUBN, AFP, MLS and FP8 share `_emulated.py` (with
 `_recipe_numerics.py`, `_products.py`, `_quant.py`) and supply only their number grids and
 update rules.
@@ -31,7 +31,7 @@ from types import ModuleType
 
 from ..errors import ConfigError
 
-HELPERS = frozenset({"int_residual", "int_mixed"})  # modules of this package that are not recipes
+HELPER_PREFIXES = ("_", "int_")  # modules of this package that are not recipes: NITI's int_*.py and _*.py
 
 
 def recipe_modules() -> list[str]:
@@ -39,9 +39,7 @@ def recipe_modules() -> list[str]:
     import pkgutil
 
     return sorted(
-        m.name
-        for m in pkgutil.iter_modules(__path__)
-        if not m.name.startswith("_") and m.name not in HELPERS and not m.ispkg
+        m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith(HELPER_PREFIXES) and not m.ispkg
     )
 
 

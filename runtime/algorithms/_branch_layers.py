@@ -1,8 +1,10 @@
 """The float layers of mobile CNNs that are neither products nor FP32's chain layers:
 element-wise nonlinearities (ReLU6 / clip, hard-swish, hard-sigmoid, sigmoid, SiLU,
 tanh), the channel-broadcast product of squeeze-excitation (`Mul`), channel concat,
-slice and shuffle, and max-pool with padding or ceil_mode. FP32 and the emulated
-recipes lower them alike (their activations between products are float32). Not a recipe.
+slice and shuffle, and max-pool with padding or ceil_mode. FP32, the emulated recipes
+and NITI's float islands lower them alike (their activations there are float32): `FORWARD`
+and `BACKWARD` are their entries in each recipe's tables (algorithms/_lowering.py), `OPS`
+the functions of their `fp32.*` op kinds. Not a recipe.
 
 Each op is a plain function `fn(backend, op, env, ctx) -> {tensor: value}` calling the
 backend's hooks (backends/base.py declares them, ops_ref.py is their judge); the op's
@@ -16,9 +18,6 @@ import numpy as np
 
 from ..nn import ChannelShuffle, Concat, MaxPool2d, Mul, Nonlinearity, SliceChannels
 
-LAYERS = (Nonlinearity, Mul, Concat, SliceChannels, ChannelShuffle)
-_MOVE = ("concat_channels", "slice_channels", "pad_channels", "channel_shuffle")
-
 
 def is_padded_pool(layer) -> bool:
     """A max-pool this module lowers (padding or ceil_mode), not FP32's plain one."""
@@ -26,147 +25,214 @@ def is_padded_pool(layer) -> bool:
 
 
 # ---------------------------------------------------------------- lowering
+# Each layer kind's forward (b, layer, x, shape) -> its output and backward (b, layer, err,
+# needs_input_error) -> its input's error (algorithms/_lowering.py), under FP32's op kinds
+# (`fp32.*`) whichever float recipe lowers them.
 
 
-def forward(b, layer, x, shape, prefix) -> str | None:
-    """The output of `layer`'s forward op under kinds `prefix.*`, or None for a layer of another module."""
-    if not (isinstance(layer, LAYERS) or is_padded_pool(layer)):
-        return None
-    name = layer.name
-    out = b.tensor(f"{name}.out", shape, "float32", "activation")
-    if isinstance(layer, Nonlinearity):
-        b.op(
-            f"{name}.fwd",
-            f"{prefix}.act_fwd",
-            name,
-            "forward",
-            (x,),
-            (out,),
-            ("act_f32",),
-            function=layer.function,
-            params=tuple(layer.params),
-        )
-    elif isinstance(layer, Mul):
-        b.op(f"{name}.fwd", f"{prefix}.mul_fwd", name, "forward", b.layer_inputs[name], (out,), ("mul_f32",))
-    elif isinstance(layer, Concat):
-        b.op(f"{name}.fwd", f"{prefix}.concat_fwd", name, "forward", b.layer_inputs[name], (out,), ("concat_channels",))
-    elif isinstance(layer, SliceChannels):
-        b.op(
-            f"{name}.fwd",
-            f"{prefix}.slice_fwd",
-            name,
-            "forward",
-            (x,),
-            (out,),
-            ("slice_channels",),
-            start=layer.start,
-            stop=layer.stop,
-        )
-    elif isinstance(layer, ChannelShuffle):
-        b.op(
-            f"{name}.fwd", f"{prefix}.shuffle", name, "forward", (x,), (out,), ("channel_shuffle",), groups=layer.groups
-        )
-    else:
-        b.tensor(f"{name}.argmax", shape, "uint8", "saved")
-        b.op(
-            f"{name}.fwd",
-            f"{prefix}.maxpool_pad_fwd",
-            name,
-            "forward",
-            (x,),
-            (out, f"{name}.argmax"),
-            ("maxpool_pad_f32",),
-            **_pool_attrs(layer, b.tensors[x].shape),
-        )
+def _out(b, layer, shape) -> str:
+    return b.tensor(f"{layer.name}.out", shape, "float32", "activation")
+
+
+def _err_in(b, layer) -> str:
+    x, _ = b.layer_io[layer.name]
+    return b.tensor(f"err.{layer.name}", b.tensors[x].shape, "float32", "error")
+
+
+def act_forward(b, layer, x, shape):
+    out = _out(b, layer, shape)
+    b.op(
+        f"{layer.name}.fwd",
+        "fp32.act_fwd",
+        layer.name,
+        "forward",
+        (x,),
+        (out,),
+        ("act_f32",),
+        function=layer.function,
+        params=tuple(layer.params),
+    )
     return out
 
 
-def backward(b, layer, err, needs_input_error, prefix):
-    """The error of the layer's input (a tuple, one per input, for Mul and Concat; None where
-    none is needed), or NotImplemented for a layer of another module."""
-    if not (isinstance(layer, LAYERS) or is_padded_pool(layer)):
-        return NotImplemented
-    name = layer.name
-    x, out = b.layer_io[name]
-    if isinstance(layer, (Mul, Concat)):
-        inputs = b.layer_inputs[name]
-        errs = tuple(
-            b.tensor(f"err.{name}.{i}", b.tensors[t].shape, "float32", "error") if needed else None
-            for i, (t, needed) in enumerate(zip(inputs, needs_input_error))
-        )
-        outputs = tuple(e for e in errs if e is not None)
-        if isinstance(layer, Mul):
-            b.op(
-                f"{name}.bwd",
-                f"{prefix}.mul_bwd",
-                name,
-                "backward",
-                (err, *inputs),
-                outputs,
-                ("mul_bwd_f32",),
-                wanted=needs_input_error,
-            )
-        else:
-            b.op(
-                f"{name}.bwd",
-                f"{prefix}.concat_bwd",
-                name,
-                "backward",
-                (err,),
-                outputs,
-                ("slice_channels",),
-                bounds=_concat_bounds(b, inputs),
-                wanted=needs_input_error,
-            )
-        return errs
-    err_in = b.tensor(f"err.{name}", b.tensors[x].shape, "float32", "error")
-    if isinstance(layer, Nonlinearity):
-        b.op(
-            f"{name}.bwd",
-            f"{prefix}.act_bwd",
-            name,
-            "backward",
-            (err, x),
-            (err_in,),
-            ("act_bwd_f32",),
-            function=layer.function,
-            params=tuple(layer.params),
-        )
-    elif isinstance(layer, SliceChannels):
-        b.op(
-            f"{name}.bwd",
-            f"{prefix}.slice_bwd",
-            name,
-            "backward",
-            (err,),
-            (err_in,),
-            ("pad_channels",),
-            start=layer.start,
-            channels=b.tensors[x].shape[-1],
-        )
-    elif isinstance(layer, ChannelShuffle):  # the inverse shuffle: C / groups groups
-        b.op(
-            f"{name}.bwd",
-            f"{prefix}.shuffle",
-            name,
-            "backward",
-            (err,),
-            (err_in,),
-            ("channel_shuffle",),
-            groups=b.tensors[x].shape[-1] // layer.groups,
-        )
-    else:
-        b.op(
-            f"{name}.bwd",
-            f"{prefix}.maxpool_pad_bwd",
-            name,
-            "backward",
-            (err, f"{name}.argmax"),
-            (err_in,),
-            ("maxpool_pad_bwd_f32",),
-            **_pool_attrs(layer, b.tensors[x].shape),
-        )
+def act_backward(b, layer, err, needs_input_error):
+    x, _ = b.layer_io[layer.name]
+    err_in = _err_in(b, layer)
+    b.op(
+        f"{layer.name}.bwd",
+        "fp32.act_bwd",
+        layer.name,
+        "backward",
+        (err, x),
+        (err_in,),
+        ("act_bwd_f32",),
+        function=layer.function,
+        params=tuple(layer.params),
+    )
     return err_in
+
+
+def mul_forward(b, layer, x, shape):
+    out = _out(b, layer, shape)
+    name = layer.name
+    b.op(f"{name}.fwd", "fp32.mul_fwd", name, "forward", b.layer_inputs[name], (out,), ("mul_f32",))
+    return out
+
+
+def mul_backward(b, layer, err, needs_input_error):
+    """One error per input (None where none is needed)."""
+    inputs, errs = _input_errors(b, layer, needs_input_error)
+    b.op(
+        f"{layer.name}.bwd",
+        "fp32.mul_bwd",
+        layer.name,
+        "backward",
+        (err, *inputs),
+        tuple(e for e in errs if e is not None),
+        ("mul_bwd_f32",),
+        wanted=needs_input_error,
+    )
+    return errs
+
+
+def concat_forward(b, layer, x, shape):
+    out = _out(b, layer, shape)
+    name = layer.name
+    b.op(f"{name}.fwd", "fp32.concat_fwd", name, "forward", b.layer_inputs[name], (out,), ("concat_channels",))
+    return out
+
+
+def concat_backward(b, layer, err, needs_input_error):
+    """One error per input (None where none is needed): the error's channels each input gave."""
+    inputs, errs = _input_errors(b, layer, needs_input_error)
+    b.op(
+        f"{layer.name}.bwd",
+        "fp32.concat_bwd",
+        layer.name,
+        "backward",
+        (err,),
+        tuple(e for e in errs if e is not None),
+        ("slice_channels",),
+        bounds=_concat_bounds(b, inputs),
+        wanted=needs_input_error,
+    )
+    return errs
+
+
+def _input_errors(b, layer, needs_input_error) -> tuple:
+    """(the layer's inputs, an error tensor for each input that needs one, else None)."""
+    inputs = b.layer_inputs[layer.name]
+    errs = tuple(
+        b.tensor(f"err.{layer.name}.{i}", b.tensors[t].shape, "float32", "error") if needed else None
+        for i, (t, needed) in enumerate(zip(inputs, needs_input_error))
+    )
+    return inputs, errs
+
+
+def slice_forward(b, layer, x, shape):
+    out = _out(b, layer, shape)
+    b.op(
+        f"{layer.name}.fwd",
+        "fp32.slice_fwd",
+        layer.name,
+        "forward",
+        (x,),
+        (out,),
+        ("slice_channels",),
+        start=layer.start,
+        stop=layer.stop,
+    )
+    return out
+
+
+def slice_backward(b, layer, err, needs_input_error):
+    x, _ = b.layer_io[layer.name]
+    err_in = _err_in(b, layer)
+    b.op(
+        f"{layer.name}.bwd",
+        "fp32.slice_bwd",
+        layer.name,
+        "backward",
+        (err,),
+        (err_in,),
+        ("pad_channels",),
+        start=layer.start,
+        channels=b.tensors[x].shape[-1],
+    )
+    return err_in
+
+
+def shuffle_forward(b, layer, x, shape):
+    out = _out(b, layer, shape)
+    name = layer.name
+    b.op(f"{name}.fwd", "fp32.shuffle", name, "forward", (x,), (out,), ("channel_shuffle",), groups=layer.groups)
+    return out
+
+
+def shuffle_backward(b, layer, err, needs_input_error):
+    """The inverse shuffle: C / groups groups."""
+    x, _ = b.layer_io[layer.name]
+    err_in = _err_in(b, layer)
+    b.op(
+        f"{layer.name}.bwd",
+        "fp32.shuffle",
+        layer.name,
+        "backward",
+        (err,),
+        (err_in,),
+        ("channel_shuffle",),
+        groups=b.tensors[x].shape[-1] // layer.groups,
+    )
+    return err_in
+
+
+def maxpool_pad_forward(b, layer, x, shape):
+    """A max-pool with padding or ceil_mode (`is_padded_pool`: _chain_layers.maxpool_forward sends it here)."""
+    out = _out(b, layer, shape)
+    b.tensor(f"{layer.name}.argmax", shape, "uint8", "saved")
+    b.op(
+        f"{layer.name}.fwd",
+        "fp32.maxpool_pad_fwd",
+        layer.name,
+        "forward",
+        (x,),
+        (out, f"{layer.name}.argmax"),
+        ("maxpool_pad_f32",),
+        **_pool_attrs(layer, b.tensors[x].shape),
+    )
+    return out
+
+
+def maxpool_pad_backward(b, layer, err, needs_input_error):
+    x, _ = b.layer_io[layer.name]
+    err_in = _err_in(b, layer)
+    b.op(
+        f"{layer.name}.bwd",
+        "fp32.maxpool_pad_bwd",
+        layer.name,
+        "backward",
+        (err, f"{layer.name}.argmax"),
+        (err_in,),
+        ("maxpool_pad_bwd_f32",),
+        **_pool_attrs(layer, b.tensors[x].shape),
+    )
+    return err_in
+
+
+FORWARD = {
+    Nonlinearity: act_forward,
+    Mul: mul_forward,
+    Concat: concat_forward,
+    SliceChannels: slice_forward,
+    ChannelShuffle: shuffle_forward,
+}
+BACKWARD = {
+    Nonlinearity: act_backward,
+    Mul: mul_backward,
+    Concat: concat_backward,
+    SliceChannels: slice_backward,
+    ChannelShuffle: shuffle_backward,
+}
 
 
 def _concat_bounds(b, inputs) -> tuple:
@@ -244,22 +310,19 @@ def maxpool_pad_bwd(backend, op, env, ctx):
     }
 
 
-def make_ops(prefix: str) -> dict:
-    """This module's op functions under `prefix.` kinds."""
-    ops = dict(
-        act_fwd=act_fwd,
-        act_bwd=act_bwd,
-        mul_fwd=mul_fwd,
-        mul_bwd=mul_bwd,
-        concat_fwd=concat_fwd,
-        concat_bwd=concat_bwd,
-        slice_fwd=slice_fwd,
-        slice_bwd=slice_bwd,
-        shuffle=shuffle,
-        maxpool_pad_fwd=maxpool_pad_fwd,
-        maxpool_pad_bwd=maxpool_pad_bwd,
-    )
-    return {f"{prefix}.{name}": fn for name, fn in ops.items()}
+OPS = {
+    "fp32.act_fwd": act_fwd,
+    "fp32.act_bwd": act_bwd,
+    "fp32.mul_fwd": mul_fwd,
+    "fp32.mul_bwd": mul_bwd,
+    "fp32.concat_fwd": concat_fwd,
+    "fp32.concat_bwd": concat_bwd,
+    "fp32.slice_fwd": slice_fwd,
+    "fp32.slice_bwd": slice_bwd,
+    "fp32.shuffle": shuffle,
+    "fp32.maxpool_pad_fwd": maxpool_pad_fwd,
+    "fp32.maxpool_pad_bwd": maxpool_pad_bwd,
+}
 
 
 # ---------------------------------------------------------------- grouped and dilated weights

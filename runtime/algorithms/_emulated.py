@@ -29,29 +29,15 @@ import math
 
 import numpy as np
 
-from ..errors import LoweringError
-from ..nn import Add, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
+from ..nn import Add, BatchNorm2d, Conv2d, GlobalAvgPool, Linear, has_bias
 from . import _branch_layers as branch
 from . import _float_layers as fl
 from . import fp32
+from ._float_products import bias_grad_op, bias_param, with_bias
+from ._lowering import check_layers, entry
 from ._products import layer_of, product_workspace
 from ._quant import Scaled
 from ._recipe_numerics import Numerics
-
-LOWERABLE = (
-    Conv2d,
-    Linear,
-    ReLU,
-    MaxPool2d,
-    AvgPool2d,
-    Flatten,
-    Dropout,
-    BatchNorm2d,
-    GlobalAvgPool,
-    Add,
-    *branch.LAYERS,
-)
-
 
 # ---------------------------------------------------------------- the engine
 
@@ -72,39 +58,39 @@ class Emulated:
             f"{p}.product": self.product,
             f"{p}.update": self.update,
         }
+        # layer kind -> the method emitting its ops (algorithms/_lowering.py): FP32's, but the
+        # products, batch norm (on the recipe's grids), residual add and global average pool
+        # under the recipe's own op kinds
+        self.FORWARD = {
+            **fp32.FORWARD,
+            Conv2d: self._forward_product,
+            Linear: self._forward_product,
+            BatchNorm2d: self._forward_bn,
+            Add: self._forward_add,
+            GlobalAvgPool: self._forward_global_pool,
+        }
+        self.BACKWARD = {
+            **fp32.BACKWARD,
+            Conv2d: self._backward_product,
+            Linear: self._backward_product,
+            BatchNorm2d: self._backward_bn,
+            GlobalAvgPool: self._backward_global_pool,
+        }
 
     # ------------------------------------------------------------ contract
     def check_model(self, model, recipe):
-        for layer in model.layers:
-            if not isinstance(layer, LOWERABLE):
-                raise LoweringError(
-                    f"recipe {recipe.name!r} cannot lower layer {layer.name!r} ({type(layer).__name__})"
-                )
+        check_layers(model, recipe, self.FORWARD)
         self.n.check_params(recipe)
         self.n.check_model(model, recipe)
 
     def forward(self, b, layer, x, shape):
-        p = self.n.prefix
-        if isinstance(layer, (Conv2d, Linear)):
-            return self._forward_product(b, layer, x, shape)
-        out = fl.forward(b, layer, x, shape, p, b.training, self.n.bn_grids)
-        return out if out is not None else fp32.forward(b, layer, x, shape)
+        return entry(self.FORWARD, layer, b.recipe)(b, layer, x, shape)
 
     def loss(self, b, logits, labels):
         return self.n.loss(b, logits, labels)
 
     def backward(self, b, layer, err, needs_input_error):
-        p = self.n.prefix
-        if isinstance(layer, (Conv2d, Linear)):
-            return self._backward_product(b, layer, err, needs_input_error)
-        if isinstance(layer, BatchNorm2d):
-            err_in, grads = fl.backward_bn(b, layer, err, needs_input_error, p, self.n.bn_grids)
-            for param, grad in grads:
-                self.emit_update(b, layer.name, param, grad)
-            return err_in
-        if isinstance(layer, GlobalAvgPool):
-            return fl.backward_avgpool(b, layer, err, p)
-        return fp32.backward(b, layer, err, needs_input_error)
+        return entry(self.BACKWARD, layer, b.recipe)(b, layer, err, needs_input_error)
 
     def join_errors(self, b, name, errs):
         return fl.join_errors(b, name, errs, self.n.prefix)
@@ -154,6 +140,24 @@ class Emulated:
             **({"workspace": (0, extra)} if extra else {}),
             **grouped,
         )
+
+    def _forward_bn(self, b, layer, x, shape):
+        return fl.forward_bn(b, layer, x, shape, self.n.prefix, b.training, self.n.bn_grids)
+
+    def _backward_bn(self, b, layer, err, needs_input_error):
+        err_in, grads = fl.backward_bn(b, layer, err, needs_input_error, self.n.prefix, self.n.bn_grids)
+        for param, grad in grads:
+            self.emit_update(b, layer.name, param, grad)
+        return err_in
+
+    def _forward_add(self, b, layer, x, shape):
+        return fl.forward_add(b, layer, x, shape, self.n.prefix)
+
+    def _forward_global_pool(self, b, layer, x, shape):
+        return fl.forward_avgpool(b, layer, x, shape, self.n.prefix)
+
+    def _backward_global_pool(self, b, layer, err, needs_input_error):
+        return fl.backward_avgpool(b, layer, err, self.n.prefix)
 
     def _attrs(self, b, layer, x):
         position, extra = _position(b, layer), self.n.product_attrs(b.recipe)
@@ -212,7 +216,7 @@ class Emulated:
         out = b.tensor(f"{name}.out", shape, "float32", "activation")
         macs = int(np.prod(shape)) * int(np.prod(layer.weight_shape[1:]))
         hooks = self.n.product_hooks(_hook_kind(attrs, "conv") if attrs["conv"] else "linear")
-        bias = fp32.bias_param(b, layer)
+        bias = bias_param(b, layer)
         path = self.n.product_path(b.tensors[xq].dtype, b.tensors[wq].dtype)
         b.op(
             f"{name}.fwd",
@@ -248,17 +252,32 @@ class Emulated:
         return {"keeps": kept} if kept else {}
 
     def _backward_product(self, b, layer, err, needs_input_error):
-        p, name = self.n.prefix, layer.name
+        name = layer.name
         err = self.n.before_backward(self, b, layer, err)
         x, _ = b.layer_io[name]
         attrs = self._attrs(b, layer, x)
+        eq = self._quantize_error(b, layer, err, attrs)
+        err_in = None
+        if needs_input_error:
+            err_in = b.tensor(f"err.{name}", b.tensors[x].shape, "float32", "error")
+            self._backward_pass(b, layer, "backward_data", (eq, f"{name}.wq"), err_in, attrs, x)
+        grad = b.tensor(f"{name}.grad", layer.weight_shape, "float32", "grad")
+        self._backward_pass(b, layer, "backward_weight", (eq, f"{name}.xq"), grad, attrs, x)
+        self.emit_update(b, name, f"{name}.w", grad, self.n.layer_update_extras(b, layer))
+        if has_bias(layer):  # float, from the unquantized error: the bias is added after the product
+            self.emit_update(b, name, f"{name}.b", bias_grad_op(b, layer, err))
+        return err_in
+
+    def _quantize_error(self, b, layer, err, attrs) -> str:
+        """The quant_err op putting `err` on the recipe's error grid (with its error state); eq."""
+        name = layer.name
         state = tuple(f"{name}.{k}" for k in self.n.err_state(layer))
         for s, value in zip(state, self.n.err_state(layer).values()):
             b.tensor(s, np.shape(value), str(np.asarray(value).dtype), "state")
         eq = b.tensor(f"{name}.eq", b.tensors[err].shape, self.n.quantized_dtype(b.recipe, "errors"), "saved")
         b.op(
             f"{name}.quant_err",
-            f"{p}.quant_err",
+            f"{self.n.prefix}.quant_err",
             name,
             "backward",
             (err, *state),
@@ -268,62 +287,35 @@ class Emulated:
             **self._quant_workspace(b.recipe, "errors", b.tensors[err].shape),
             **attrs,
         )
-        macs = b.find(f"{name}.fwd").macs
-        conv = attrs["conv"]
-        err_in = None
-        if needs_input_error:
-            err_in = b.tensor(f"err.{name}", b.tensors[x].shape, "float32", "error")
-            hooks = self.n.product_hooks(_hook_kind(attrs, "conv_bwd_data") if conv else "linear")
-            path = self.n.product_path(b.tensors[eq].dtype, b.tensors[f"{name}.wq"].dtype)
-            b.op(
-                f"{name}.bwd_data",
-                f"{p}.product",
-                name,
-                "backward",
-                (eq, f"{name}.wq"),
-                (err_in,),
-                hooks,
-                macs,
-                role="bwd_data",
-                product=(layer_of(attrs), "backward_data"),
-                workspace=product_workspace(
-                    path,
-                    "backward_data",
-                    attrs,
-                    b.tensors[x].shape,
-                    _product_weight_shape(layer),
-                    dtypes=(b.tensors[eq].dtype, b.tensors[f"{name}.wq"].dtype),
-                ),
-                **attrs,
-            )
-        grad = b.tensor(f"{name}.grad", layer.weight_shape, "float32", "grad")
-        hooks = self.n.product_hooks(_hook_kind(attrs, "conv_bwd_weight") if conv else "linear")
-        path = self.n.product_path(b.tensors[eq].dtype, b.tensors[f"{name}.xq"].dtype)
+        return eq
+
+    def _backward_pass(self, b, layer, pass_, inputs, output, attrs, x) -> None:
+        """One backward product of the quantized error: `pass_` "backward_data" (eq x wq -> the
+        input's error) or "backward_weight" (eq x xq -> the weight gradient)."""
+        role = _ROLES[pass_]
+        hooks = self.n.product_hooks(_hook_kind(attrs, f"conv_{role}") if attrs["conv"] else "linear")
+        dtypes = tuple(b.tensors[t].dtype for t in inputs)
         b.op(
-            f"{name}.bwd_weight",
-            f"{p}.product",
-            name,
+            f"{layer.name}.{role}",
+            f"{self.n.prefix}.product",
+            layer.name,
             "backward",
-            (eq, f"{name}.xq"),
-            (grad,),
+            inputs,
+            (output,),
             hooks,
-            macs,
-            role="bwd_weight",
-            product=(layer_of(attrs), "backward_weight"),
+            b.find(f"{layer.name}.fwd").macs,
+            role=role,
+            product=(layer_of(attrs), pass_),
             workspace=product_workspace(
-                path,
-                "backward_weight",
+                self.n.product_path(*dtypes),
+                pass_,
                 attrs,
                 b.tensors[x].shape,
                 _product_weight_shape(layer),
-                dtypes=(b.tensors[eq].dtype, b.tensors[f"{name}.xq"].dtype),
+                dtypes=dtypes,
             ),
             **attrs,
         )
-        self.emit_update(b, name, f"{name}.w", grad, self.n.layer_update_extras(b, layer))
-        if has_bias(layer):  # float, from the unquantized error: the bias is added after the product
-            self.emit_update(b, name, f"{name}.b", fp32.bias_grad_op(b, layer, err))
-        return err_in
 
     # ------------------------------------------------------------ op functions (backend, op, env, ctx)
     def quant_weight(self, backend, op, env, ctx) -> dict:
@@ -344,7 +336,7 @@ class Emulated:
         y = self.n.product(backend, op.attrs["role"], a, w, op.attrs, ctx)
         if op.attrs["role"] == "bwd_weight" and "dense" in op.attrs:  # the layer's own taps of the dense gradient
             y = branch.grouped_part(y, *op.attrs["dense"])
-        return {op.outputs[0]: fp32.with_bias(backend, y, op, env)}
+        return {op.outputs[0]: with_bias(backend, y, op, env)}
 
     def update(self, backend, op, env, ctx) -> dict:
         count = op.attrs.get("update_params", 1)
@@ -359,6 +351,9 @@ class Emulated:
         for g, (w, state) in zip(groups, done):
             out.update(zip((g[0], *g[2:]), (w, *state)))
         return out
+
+
+_ROLES = {"backward_data": "bwd_data", "backward_weight": "bwd_weight"}  # a backward pass -> its op's role
 
 
 def _dense(layer) -> bool:

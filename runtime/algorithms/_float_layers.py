@@ -17,7 +17,6 @@ import numpy as np
 
 from ..float_ops import bn_backward_values, bn_forward_values
 from ..layout import col2im, im2col, out_size
-from ..nn import Add, BatchNorm2d, GlobalAvgPool
 
 BN_EPS = 1e-5  # PyTorch's default; a layer keeps its own (nn.BatchNorm2d.eps, an import's epsilon)
 F32 = ("numpy_f32",)
@@ -53,18 +52,6 @@ def _hooks(grids, hook) -> tuple:
     if native(grids):
         return (hook,)
     return (hook.replace("_f32", "_grid_f32"),) if grids.bits else F32
-
-
-def forward(b, layer, x, shape, prefix, training=True, grids=None) -> str | None:
-    """The output of the forward op of a layer this module lowers (batch norm, residual
-    add, global average pool) under op kinds `prefix.*`; None for any other layer."""
-    if isinstance(layer, BatchNorm2d):
-        return forward_bn(b, layer, x, shape, prefix, training, grids)
-    if isinstance(layer, Add):
-        return forward_add(b, layer, x, shape, prefix)
-    if isinstance(layer, GlobalAvgPool):
-        return forward_avgpool(b, layer, x, shape, prefix)
-    return None
 
 
 def bn_state_names(name):

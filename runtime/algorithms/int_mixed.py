@@ -49,6 +49,8 @@ from ..nn import (
 from ..numerics import QTensor
 from . import _branch_layers as branch
 from . import fp32, int_fused
+from ._float_products import bias_grad_op, bias_param
+from ._sgd import emit_sgd
 
 FLOAT_LAYERS = (BatchNorm2d, Nonlinearity, Mul, Concat, SliceChannels, ChannelShuffle)
 PRODUCTS = (Conv2d, Linear)
@@ -146,7 +148,7 @@ def forward_float(b, layer, x, shape) -> str:
 
 def forward_bias(b, layer, acc, shape) -> str:
     """A product's int32 sums `acc` plus its float32 bias: the layer's float output."""
-    bias = fp32.bias_param(b, layer)[0]
+    bias = bias_param(b, layer)[0]
     out = b.tensor(f"{layer.name}.out", shape, "float32", "activation")
     b.op(
         f"{layer.name}.bias",
@@ -162,7 +164,7 @@ def forward_bias(b, layer, acc, shape) -> str:
 
 def backward_bias(b, layer, err) -> str:
     """The bias gradient and update of a product with a bias; its error as int8."""
-    fp32.emit_sgd(b, layer.name, f"{layer.name}.b", fp32.bias_grad_op(b, layer, err))
+    emit_sgd(b, layer.name, f"{layer.name}.b", bias_grad_op(b, layer, err))
     return cast(b, err, "int8", f"{err}.int8", layer.name, "backward")
 
 

@@ -69,7 +69,7 @@ def forward_avgpool2d(b, layer, x, shape):
     return out
 
 
-def backward_avgpool2d(b, layer, err):
+def backward_avgpool2d(b, layer, err, needs_input_error=True):
     x, _ = b.layer_io[layer.name]
     err_in = b.tensor(f"err.{layer.name}", b.tensors[x].shape, "int8", "error")
     b.op(
@@ -118,7 +118,7 @@ def forward_avgpool(b, layer, x, shape):
     return out
 
 
-def backward_avgpool(b, layer, err):
+def backward_avgpool(b, layer, err, needs_input_error=True):
     x, _ = b.layer_io[layer.name]
     err_in = b.tensor(f"err.{layer.name}", b.tensors[x].shape, "int8", "error")
     b.op(

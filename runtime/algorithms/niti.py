@@ -12,6 +12,11 @@ Layers NITI has no integer form for (batch norm, the sigmoid family, squeeze-exc
 Mul, concat, biases: the mobile CNNs) run the Mandheling way, as float ops on the CPU
 between int8 tensors (int_mixed.py); `dsptrain plan` marks which ops those are.
 Depthwise convolutions are integer products like the dense ones (the dwconv2d_* hooks).
+
+Each layer kind with int8 inputs lowers through one entry of `FORWARD` and one of `BACKWARD`
+(algorithms/_lowering.py): the products in int_products.py, residual add and average pools
+in int_residual.py, ReLU, max-pool, flatten and dropout here. A layer reading float32 lowers
+as FP32 lowers it (`fp32.FORWARD`, `fp32.BACKWARD`).
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ import numpy as np
 from .. import numerics
 from ..data.normalize import lookup
 from ..errors import LoweringError
-from ..nn import Add, AvgPool2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU, has_bias
+from ..nn import Add, AvgPool2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
 from ..numerics import QTensor
-from . import fp32, int_mixed, int_residual
+from . import fp32, int_mixed, int_products, int_residual
+from ._lowering import check_layers, entry
 from .int_mixed import cast, input_dtype  # noqa: F401  (graph.lower's mixed-precision hooks)
+from .int_products import rows
 
 ACTIVATION_DTYPE = "int8"
 INPUT_EXPONENT = -7  # pixels p in 0..255 enter as (p - 128) * 2**-7
@@ -34,16 +41,12 @@ DEFAULT_MU = 4
 # Products requantize through the backends' requantize rule with ctx.given_shift(op), so
 # slices of a batch can share one shift: batch splitting, co-scheduling, adaptive rescaling.
 TAKES_GIVEN_SHIFT = True
-_PRODUCT = ("absmax", "shift_round")
 
 
 def check_model(model, recipe):
+    # NITI lowers every kind FP32 does: those with no integer form as FP32's float ops (int_mixed.py)
+    check_layers(model, recipe, fp32.FORWARD, ": NITI has no such layer")
     for layer in model.layers:
-        if not isinstance(layer, fp32.LOWERABLE):
-            raise LoweringError(
-                f"recipe {recipe.name!r} cannot lower layer {layer.name!r} "
-                f"({type(layer).__name__}): NITI has no such layer"
-            )
         if isinstance(layer, Conv2d) and (layer.dilation != 1 or (layer.groups != 1 and not layer.depthwise)):
             raise LoweringError(
                 f"recipe {recipe.name!r} cannot lower layer {layer.name!r}: NITI's integer "
@@ -56,139 +59,129 @@ def check_model(model, recipe):
 # ---------------------------------------------------------------- lowering
 
 
-def forward(b, layer, x, shape):
-    if b.tensors[x].dtype == "float32":
-        return int_mixed.forward_float(b, layer, x, shape)
-    if isinstance(layer, (Conv2d, Linear)) and has_bias(layer):
-        return _forward_biased(b, layer, x, shape)
-    out = f"{layer.name}.out"
-    acts = b.recipe.tensors.activations
-    batch = shape[0]
-    if isinstance(layer, Conv2d) and layer.depthwise:
-        w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
-        b.tensor(out, shape, "int8", "activation")
-        b.op(
-            f"{layer.name}.fwd",
-            "niti.dwconv_fwd",
-            layer.name,
-            "forward",
-            (x, w),
-            (out,),
-            ("dwconv2d_s8", *_PRODUCT),
-            _conv_macs(layer, shape),
-            stride=layer.stride,
-            pad=layer.padding,
-            mode=acts.rounding,
-        )
-    elif isinstance(layer, Conv2d):
-        w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
-        b.tensor(out, shape, "int8", "activation")
-        b.op(
-            f"{layer.name}.fwd",
-            "niti.conv_fwd",
-            layer.name,
-            "forward",
-            (x, w),
-            (out,),
-            ("conv2d_s8", *_PRODUCT),
-            _conv_macs(layer, shape),
-            stride=layer.stride,
-            pad=layer.padding,
-            mode=acts.rounding,
-            product=("conv", "forward"),
-        )
-    elif isinstance(layer, Linear):
-        w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
-        b.tensor(out, shape, "int8", "activation")
-        b.op(
-            f"{layer.name}.fwd",
-            "niti.linear_fwd",
-            layer.name,
-            "forward",
-            (x, w),
-            (out,),
-            ("gemm_s8", *_PRODUCT),
-            batch * layer.in_features * layer.out_features,
-            mode=acts.rounding,
-            product=("linear", "forward"),
-        )
-    elif isinstance(layer, ReLU):
-        b.tensor(out, shape, "int8", "activation")
-        b.op(f"{layer.name}.fwd", "niti.relu_fwd", layer.name, "forward", (x,), (out,), ("relu_s8",))
-    elif isinstance(layer, MaxPool2d):
-        b.tensor(out, shape, "int8", "activation")
-        b.tensor(f"{layer.name}.argmax", shape, "uint8", "saved")
-        b.op(
-            f"{layer.name}.fwd",
-            "niti.maxpool_fwd",
-            layer.name,
-            "forward",
-            (x,),
-            (out, f"{layer.name}.argmax"),
-            ("maxpool_s8",),
-            kernel=layer.kernel,
-            stride=layer.stride,
-        )
-    elif isinstance(layer, Flatten):
-        b.tensor(out, shape, "int8", "activation")
-        b.op(f"{layer.name}.fwd", "niti.reshape", layer.name, "forward", (x,), (out,), (), shape=shape, alias=True)
-    elif isinstance(layer, Dropout):
-        b.tensor(out, shape, "int8", "activation")
-        b.tensor(f"{layer.name}.mask", shape, "bool", "saved")
-        b.op(
-            f"{layer.name}.fwd",
-            "niti.dropout_fwd",
-            layer.name,
-            "forward",
-            (x,),
-            (out, f"{layer.name}.mask"),
-            ("dropout_mask",),
-            p=layer.p,
-        )
-    elif isinstance(layer, Add):
-        return int_residual.forward_add(b, layer, x, shape)
-    elif isinstance(layer, GlobalAvgPool):
-        return int_residual.forward_avgpool(b, layer, x, shape)
-    elif isinstance(layer, AvgPool2d):
-        return int_residual.forward_avgpool2d(b, layer, x, shape)
+def relu_forward(b, layer, x, shape):
+    out = b.tensor(f"{layer.name}.out", shape, "int8", "activation")
+    b.op(f"{layer.name}.fwd", "niti.relu_fwd", layer.name, "forward", (x,), (out,), ("relu_s8",))
     return out
 
 
-def _conv_macs(layer, shape) -> int:
-    return int(np.prod(shape)) * int(np.prod(layer.weight_shape[1:]))
+def relu_backward(b, layer, err, needs_input_error):
+    x, out = b.layer_io[layer.name]
+    err_in = b.tensor(f"err.{layer.name}", b.tensors[x].shape, "int8", "error")
+    b.op(f"{layer.name}.bwd", "niti.relu_bwd", layer.name, "backward", (err, out), (err_in,), ("relu_bwd_s8",))
+    return err_in
 
 
-def _forward_biased(b, layer, x, shape):
-    """A product with a bias: its exact int32 sums, then float32 with the bias added (int_mixed)."""
-    w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
-    acc = b.tensor(f"{layer.name}.acc", shape, "int32", "activation")
-    if isinstance(layer, Linear):
-        b.op(
-            f"{layer.name}.fwd",
-            "niti.linear_acc",
-            layer.name,
-            "forward",
-            (x, w),
-            (acc,),
-            ("gemm_s8",),
-            shape[0] * layer.in_features * layer.out_features,
-        )
-    else:
-        hook = "dwconv2d_s8" if layer.depthwise else "conv2d_s8"
-        b.op(
-            f"{layer.name}.fwd",
-            "niti.conv_acc",
-            layer.name,
-            "forward",
-            (x, w),
-            (acc,),
-            (hook,),
-            _conv_macs(layer, shape),
-            stride=layer.stride,
-            pad=layer.padding,
-            depthwise=layer.depthwise,
-        )
-    return int_mixed.forward_bias(b, layer, acc, shape)
+def maxpool_forward(b, layer, x, shape):
+    out = b.tensor(f"{layer.name}.out", shape, "int8", "activation")
+    b.tensor(f"{layer.name}.argmax", shape, "uint8", "saved")
+    b.op(
+        f"{layer.name}.fwd",
+        "niti.maxpool_fwd",
+        layer.name,
+        "forward",
+        (x,),
+        (out, f"{layer.name}.argmax"),
+        ("maxpool_s8",),
+        kernel=layer.kernel,
+        stride=layer.stride,
+    )
+    return out
+
+
+def maxpool_backward(b, layer, err, needs_input_error):
+    x, _ = b.layer_io[layer.name]
+    x_shape = b.tensors[x].shape
+    err_in = b.tensor(f"err.{layer.name}", x_shape, "int8", "error")
+    b.op(
+        f"{layer.name}.bwd",
+        "niti.maxpool_bwd",
+        layer.name,
+        "backward",
+        (err, f"{layer.name}.argmax"),
+        (err_in,),
+        ("maxpool_bwd_s8",),
+        kernel=layer.kernel,
+        stride=layer.stride,
+        in_hw=x_shape[1:3],
+    )
+    return err_in
+
+
+def flatten_forward(b, layer, x, shape):
+    out = b.tensor(f"{layer.name}.out", shape, "int8", "activation")
+    b.op(f"{layer.name}.fwd", "niti.reshape", layer.name, "forward", (x,), (out,), (), shape=shape, alias=True)
+    return out
+
+
+def flatten_backward(b, layer, err, needs_input_error):
+    x, _ = b.layer_io[layer.name]
+    x_shape = b.tensors[x].shape
+    err_in = b.tensor(f"err.{layer.name}", x_shape, "int8", "error")
+    b.op(f"{layer.name}.bwd", "niti.reshape", layer.name, "backward", (err,), (err_in,), (), shape=x_shape, alias=True)
+    return err_in
+
+
+def dropout_forward(b, layer, x, shape):
+    out = b.tensor(f"{layer.name}.out", shape, "int8", "activation")
+    b.tensor(f"{layer.name}.mask", shape, "bool", "saved")
+    b.op(
+        f"{layer.name}.fwd",
+        "niti.dropout_fwd",
+        layer.name,
+        "forward",
+        (x,),
+        (out, f"{layer.name}.mask"),
+        ("dropout_mask",),
+        p=layer.p,
+    )
+    return out
+
+
+def dropout_backward(b, layer, err, needs_input_error):
+    x, _ = b.layer_io[layer.name]
+    err_in = b.tensor(f"err.{layer.name}", b.tensors[x].shape, "int8", "error")
+    b.op(f"{layer.name}.bwd", "niti.dropout_bwd", layer.name, "backward", (err, f"{layer.name}.mask"), (err_in,), ())
+    return err_in
+
+
+# layer kind reading int8 -> the function emitting its ops (algorithms/_lowering.py); Add's
+# backward is graph.lower's
+FORWARD = {
+    Conv2d: int_products.conv_forward,
+    Linear: int_products.linear_forward,
+    ReLU: relu_forward,
+    MaxPool2d: maxpool_forward,
+    Flatten: flatten_forward,
+    Dropout: dropout_forward,
+    Add: int_residual.forward_add,
+    GlobalAvgPool: int_residual.forward_avgpool,
+    AvgPool2d: int_residual.forward_avgpool2d,
+}
+BACKWARD = {
+    Conv2d: int_products.conv_backward,
+    Linear: int_products.linear_backward,
+    ReLU: relu_backward,
+    MaxPool2d: maxpool_backward,
+    Flatten: flatten_backward,
+    Dropout: dropout_backward,
+    GlobalAvgPool: int_residual.backward_avgpool,
+    AvgPool2d: int_residual.backward_avgpool2d,
+}
+
+
+def forward(b, layer, x, shape):
+    if b.tensors[x].dtype == "float32":
+        return int_mixed.forward_float(b, layer, x, shape)
+    return entry(FORWARD, layer, b.recipe, ": NITI has no such layer")(b, layer, x, shape)
+
+
+def backward(b, layer, err, needs_input_error):
+    if b.tensors[b.layer_io[layer.name][0]].dtype == "float32":
+        return fp32.backward(b, layer, err, needs_input_error)
+    if b.tensors[err].dtype == "float32":  # a product with a bias: its float part first
+        err = int_mixed.backward_bias(b, layer, err)
+    return entry(BACKWARD, layer, b.recipe, ": NITI has no such layer")(b, layer, err, needs_input_error)
 
 
 def loss(b, logits, labels):
@@ -208,223 +201,8 @@ def join_errors(b, name, errs):
     return int_residual.join_errors(b, name, errs)
 
 
-def backward(b, layer, err, needs_input_error):
-    if b.tensors[b.layer_io[layer.name][0]].dtype == "float32":
-        return fp32.backward(b, layer, err, needs_input_error)
-    if b.tensors[err].dtype == "float32":  # a product with a bias: its float part first
-        err = int_mixed.backward_bias(b, layer, err)
-    if isinstance(layer, GlobalAvgPool):
-        return int_residual.backward_avgpool(b, layer, err)
-    if isinstance(layer, AvgPool2d):
-        return int_residual.backward_avgpool2d(b, layer, err)
-    x, out = b.layer_io[layer.name]
-    x_shape = b.tensors[x].shape
-    err_in = f"err.{layer.name}"
-    errs, grads = b.recipe.tensors.errors, b.recipe.tensors.gradients
-    if isinstance(layer, (Conv2d, Linear)):
-        w = f"{layer.name}.w"
-        conv = isinstance(layer, Conv2d)
-        macs = b.find(f"{layer.name}.fwd").macs
-        if needs_input_error:
-            b.tensor(err_in, x_shape, "int8", "error")
-            if conv and layer.depthwise:
-                b.op(
-                    f"{layer.name}.bwd_data",
-                    "niti.dwconv_bwd_data",
-                    layer.name,
-                    "backward",
-                    (err, w),
-                    (err_in,),
-                    ("dwconv2d_bwd_data_s8", *_PRODUCT),
-                    macs,
-                    stride=layer.stride,
-                    pad=layer.padding,
-                    in_hw=x_shape[1:3],
-                    mode=errs.rounding,
-                )
-            elif conv:
-                b.op(
-                    f"{layer.name}.bwd_data",
-                    "niti.conv_bwd_data",
-                    layer.name,
-                    "backward",
-                    (err, w),
-                    (err_in,),
-                    ("conv2d_bwd_data_s8", *_PRODUCT),
-                    macs,
-                    stride=layer.stride,
-                    pad=layer.padding,
-                    in_hw=x_shape[1:3],
-                    mode=errs.rounding,
-                    product=("conv", "backward_data"),
-                )
-            else:
-                b.op(
-                    f"{layer.name}.bwd_data",
-                    "niti.linear_bwd_data",
-                    layer.name,
-                    "backward",
-                    (err, w),
-                    (err_in,),
-                    ("gemm_s8", *_PRODUCT),
-                    macs,
-                    mode=errs.rounding,
-                    product=("linear", "backward_data"),
-                    workspace=(0, b.tensors[w].nbytes),
-                )  # w.T made contiguous (_linear_bwd_data_args)
-        grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "int32", "grad")
-        kind, hook = ("niti.conv_bwd_weight", "conv2d_bwd_weight_s8") if conv else ("niti.linear_bwd_weight", "gemm_s8")
-        if conv and layer.depthwise:
-            kind, hook = "niti.dwconv_bwd_weight", "dwconv2d_bwd_weight_s8"
-        attrs = dict(stride=layer.stride, pad=layer.padding, kernel=(layer.kernel, layer.kernel)) if conv else {}
-        # a linear layer's err.T and x.T made contiguous (_linear_bwd_weight_args): their bytes per row
-        transposed = {} if conv else {"workspace": (sum(int(np.prod(b.tensors[t].shape[1:])) for t in (err, x)), 0)}
-        product = None if conv and layer.depthwise else ("conv" if conv else "linear", "backward_weight")
-        b.op(
-            f"{layer.name}.bwd_weight",
-            kind,
-            layer.name,
-            "backward",
-            (err, x),
-            (grad,),
-            (hook,),
-            macs,
-            product=product,
-            **transposed,
-            **attrs,
-        )
-        b.op(
-            f"{layer.name}.update",
-            "niti.update",
-            layer.name,
-            "update",
-            (w, grad),
-            (w,),
-            ("niti_update_s8",),
-            mode=grads.rounding,
-        )
-        return err_in if needs_input_error else None
-    b.tensor(err_in, x_shape, "int8", "error")
-    if isinstance(layer, ReLU):
-        b.op(f"{layer.name}.bwd", "niti.relu_bwd", layer.name, "backward", (err, out), (err_in,), ("relu_bwd_s8",))
-    elif isinstance(layer, MaxPool2d):
-        b.op(
-            f"{layer.name}.bwd",
-            "niti.maxpool_bwd",
-            layer.name,
-            "backward",
-            (err, f"{layer.name}.argmax"),
-            (err_in,),
-            ("maxpool_bwd_s8",),
-            kernel=layer.kernel,
-            stride=layer.stride,
-            in_hw=x_shape[1:3],
-        )
-    elif isinstance(layer, Flatten):
-        b.op(
-            f"{layer.name}.bwd",
-            "niti.reshape",
-            layer.name,
-            "backward",
-            (err,),
-            (err_in,),
-            (),
-            shape=x_shape,
-            alias=True,
-        )
-    elif isinstance(layer, Dropout):
-        b.op(
-            f"{layer.name}.bwd", "niti.dropout_bwd", layer.name, "backward", (err, f"{layer.name}.mask"), (err_in,), ()
-        )
-    return err_in
-
-
 # ---------------------------------------------------------------- running ops
-
-
-def _rows(x: QTensor) -> np.ndarray:
-    return x.q.reshape(x.q.shape[0], -1)
-
-
-# Each op function calls the hook of the backend it is handed (the one the plan placed the
-# op on) and maps the op's tensors to the hook's arguments and its result back. A
-# requantized product tells the executor its shift (ctx.note_shift): StepStats.shifts,
-# adaptive rescaling and the sliced runners read it there.
-
-
-def conv_fwd(backend, op, env, ctx) -> dict:
-    x, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
-    q, shift = backend.conv2d_requant_s8(x.q, w.q, a["stride"], a["pad"], a["mode"], ctx.rng(op), ctx.given_shift(op))
-    return _product(op, ctx, x, w, q, shift)
-
-
-def dwconv_fwd(backend, op, env, ctx) -> dict:
-    x, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
-    q, shift = backend.dwconv2d_requant_s8(x.q, w.q, a["stride"], a["pad"], a["mode"], ctx.rng(op), ctx.given_shift(op))
-    return _product(op, ctx, x, w, q, shift)
-
-
-def conv_acc(backend, op, env, ctx) -> dict:
-    """A biased conv's exact sums (int_mixed.bias_fwd adds the bias in float)."""
-    x, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
-    product = backend.dwconv2d_s8 if a["depthwise"] else backend.conv2d_s8
-    return {op.outputs[0]: product(x.q, w.q, a["stride"], a["pad"])}
-
-
-def linear_acc(backend, op, env, ctx) -> dict:
-    x, w = env[op.inputs[0]], env[op.inputs[1]]
-    return {op.outputs[0]: backend.gemm_s8(_rows(x), w.q)}
-
-
-def linear_fwd(backend, op, env, ctx) -> dict:
-    x, w = env[op.inputs[0]], env[op.inputs[1]]
-    q, shift = backend.gemm_requant_s8(_rows(x), w.q, op.attrs["mode"], ctx.rng(op), ctx.given_shift(op))
-    return _product(op, ctx, x, w, q, shift)
-
-
-def conv_bwd_data(backend, op, env, ctx) -> dict:
-    err, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
-    q, shift = backend.conv2d_bwd_data_requant_s8(
-        err.q, w.q, a["stride"], a["pad"], a["in_hw"], a["mode"], ctx.rng(op), ctx.given_shift(op)
-    )
-    return _product(op, ctx, err, w, q, shift)
-
-
-def dwconv_bwd_data(backend, op, env, ctx) -> dict:
-    err, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
-    q, shift = backend.dwconv2d_bwd_data_requant_s8(
-        err.q, w.q, a["stride"], a["pad"], a["in_hw"], a["mode"], ctx.rng(op), ctx.given_shift(op)
-    )
-    return _product(op, ctx, err, w, q, shift)
-
-
-def linear_bwd_data(backend, op, env, ctx) -> dict:
-    err, w = env[op.inputs[0]], env[op.inputs[1]]
-    q, shift = backend.gemm_requant_s8(
-        _rows(err), np.ascontiguousarray(w.q.T), op.attrs["mode"], ctx.rng(op), ctx.given_shift(op)
-    )
-    return _product(op, ctx, err, w, q, shift)
-
-
-def _product(op, ctx, a: QTensor, b: QTensor, q, shift) -> dict:
-    """A requantized product's int8 result, exponent the operands' plus the shift (noted)."""
-    ctx.note_shift(op, shift)
-    return {op.outputs[0]: QTensor(q, a.e + b.e + shift)}
-
-
-def conv_bwd_weight(backend, op, env, ctx) -> dict:
-    err, x, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
-    return {op.outputs[0]: backend.conv2d_bwd_weight_s8(err.q, x.q, a["stride"], a["pad"], a["kernel"])}
-
-
-def dwconv_bwd_weight(backend, op, env, ctx) -> dict:
-    err, x, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
-    return {op.outputs[0]: backend.dwconv2d_bwd_weight_s8(err.q, x.q, a["stride"], a["pad"], a["kernel"])}
-
-
-def linear_bwd_weight(backend, op, env, ctx) -> dict:
-    err, x = env[op.inputs[0]], env[op.inputs[1]]
-    return {op.outputs[0]: backend.gemm_s8(np.ascontiguousarray(_rows(err).T), np.ascontiguousarray(_rows(x).T))}
+# Each op function calls the hook of the backend it is handed (the one the plan placed the op on).
 
 
 def relu_fwd(backend, op, env, ctx) -> dict:
@@ -473,7 +251,7 @@ def dropout_bwd(backend, op, env, ctx) -> dict:
 
 def loss_grad(backend, op, env, ctx) -> dict:
     logits, labels = env[op.inputs[0]], env[op.inputs[1]]
-    err = backend.niti_loss_grad_s8(_rows(logits), logits.e, labels, ctx.rng(op))
+    err = backend.niti_loss_grad_s8(rows(logits), logits.e, labels, ctx.rng(op))
     return {op.outputs[0]: QTensor(err, numerics.LOSS_EXPONENT)}
 
 
@@ -495,8 +273,7 @@ def update(backend, op, env, ctx) -> dict:
 
 
 OPS = {
-    "niti.conv_fwd": conv_fwd,
-    "niti.linear_fwd": linear_fwd,
+    **int_products.OPS,
     "niti.relu_fwd": relu_fwd,
     "niti.relu_bwd": relu_bwd,
     "niti.maxpool_fwd": maxpool_fwd,
@@ -505,16 +282,7 @@ OPS = {
     "niti.dropout_fwd": dropout_fwd,
     "niti.dropout_bwd": dropout_bwd,
     "niti.loss_grad": loss_grad,
-    "niti.conv_bwd_data": conv_bwd_data,
-    "niti.linear_bwd_data": linear_bwd_data,
-    "niti.conv_bwd_weight": conv_bwd_weight,
-    "niti.linear_bwd_weight": linear_bwd_weight,
     "niti.update": update,
-    "niti.dwconv_fwd": dwconv_fwd,
-    "niti.dwconv_bwd_data": dwconv_bwd_data,
-    "niti.dwconv_bwd_weight": dwconv_bwd_weight,
-    "niti.conv_acc": conv_acc,
-    "niti.linear_acc": linear_acc,
     **int_residual.OPS,
     **int_mixed.OPS,
     **fp32.OPS,  # the float layers of mixed-precision models (int_mixed.py)

@@ -1,5 +1,5 @@
 """The mobile CNNs' float ops (backends/base.py: act_f32 .. channel_shuffle; the grouped,
-dilated and padded-pool ops of algorithms/_branch_layers.py and fp32.py) against PyTorch,
+dilated and padded-pool ops of algorithms/_branch_layers.py and _float_products.py) against PyTorch,
 forward and backward, on random and ragged shapes: every backend of this machine, the
 ref judge included. Activations within a float32 ulp of torch (float64 inside, one
 rounding); data movement exact."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from dsptrain.algorithms import _branch_layers as branch
-from dsptrain.algorithms import fp32
+from dsptrain.algorithms import _float_products
 from dsptrain.graph import Op
 from dsptrain.nn import MaxPool2d
 
@@ -163,9 +163,9 @@ def test_grouped_and_dilated_conv_match_torch(be, cin, cout, groups, dilation, k
         depthwise=groups == cin == cout and dilation == 1,
     )
     env = {"x": x, "w": w, "e": np.ascontiguousarray(err.transpose(0, 2, 3, 1))}
-    got = fp32.gconv_fwd(be, _op("c", ["x", "w"], ["y"], **attrs), env, None)["y"]
-    dx = fp32.gconv_bwd_data(be, _op("c", ["e", "w"], ["dx"], **attrs), env, None)["dx"]
-    dw = fp32.gconv_bwd_weight(be, _op("c", ["e", "x"], ["dw"], **attrs), env, None)["dw"]
+    got = _float_products.gconv_fwd(be, _op("c", ["x", "w"], ["y"], **attrs), env, None)["y"]
+    dx = _float_products.gconv_bwd_data(be, _op("c", ["e", "w"], ["dx"], **attrs), env, None)["dx"]
+    dw = _float_products.gconv_bwd_weight(be, _op("c", ["e", "x"], ["dw"], **attrs), env, None)["dw"]
     scale = np.abs(y.detach().numpy()).max()
     np.testing.assert_allclose(got, y.detach().permute(0, 2, 3, 1).numpy(), atol=1e-5 * scale)
     np.testing.assert_allclose(dx, tx.grad.permute(0, 2, 3, 1).numpy(), atol=1e-5 * np.abs(dx).max())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from dsptrain.algorithms import fp32
+from dsptrain.algorithms import _float_products
 from dsptrain.graph import Op
 from dsptrain.nn import MaxPool2d
 
@@ -96,10 +96,10 @@ def test_fp32_linear_weight_gradient_on_gemm_f32(pair, batch, outs, ins):
     rng = np.random.default_rng(5)
     err = rng.standard_normal((batch, outs)).astype(np.float32)
     x = rng.standard_normal((batch, 1, 1, ins)).astype(np.float32)
-    op = Op(0, "t", "fp32.linear_bwd_weight", "t", "backward", ("e", "x"), ("g",), ("gemm_f32",), {})
+    op = Op(0, "t", "_float_products.linear_bwd_weight", "t", "backward", ("e", "x"), ("g",), ("gemm_f32",), {})
     want = err.astype(np.float64).T @ x.reshape(batch, -1).astype(np.float64)
     for be in pair:
-        got = fp32.linear_bwd_weight(be, op, {"e": err, "x": x}, None)["g"]
+        got = _float_products.linear_bwd_weight(be, op, {"e": err, "x": x}, None)["g"]
         assert got.dtype == np.float32 and got.shape == (outs, ins)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 

@@ -1,0 +1,331 @@
+"""NITI's int8 products: dense and depthwise convolutions and linear layers, each kind's
+forward and backward lowering beside the op functions that run them (`niti.conv_*`,
+`niti.dwconv_*`, `niti.linear_*`). A product accumulates in int32 and is requantized to int8
+by the range of its result (the backends' `*_requant_s8` hooks, shift noted for the
+executor); a weight gradient stays int32 for the update (`niti.update`, niti.py). A product
+with a bias keeps its exact int32 sums and adds the float bias after (`niti.conv_acc`,
+`niti.linear_acc`, then int_mixed.forward_bias). Not a recipe: niti.py lowers through it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..nn import Linear, has_bias
+from ..numerics import QTensor
+from . import int_mixed
+
+_PRODUCT = ("absmax", "shift_round")  # the range and shift hooks a requantized product adds
+
+# ---------------------------------------------------------------- lowering
+
+
+def conv_forward(b, layer, x, shape):
+    """A dense or depthwise conv (NITI's are undilated: niti.check_model)."""
+    if has_bias(layer):
+        return _forward_biased(b, layer, x, shape)
+    out = f"{layer.name}.out"
+    w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
+    b.tensor(out, shape, "int8", "activation")
+    if layer.depthwise:
+        b.op(
+            f"{layer.name}.fwd",
+            "niti.dwconv_fwd",
+            layer.name,
+            "forward",
+            (x, w),
+            (out,),
+            ("dwconv2d_s8", *_PRODUCT),
+            _conv_macs(layer, shape),
+            stride=layer.stride,
+            pad=layer.padding,
+            mode=b.recipe.tensors.activations.rounding,
+        )
+    else:
+        b.op(
+            f"{layer.name}.fwd",
+            "niti.conv_fwd",
+            layer.name,
+            "forward",
+            (x, w),
+            (out,),
+            ("conv2d_s8", *_PRODUCT),
+            _conv_macs(layer, shape),
+            stride=layer.stride,
+            pad=layer.padding,
+            mode=b.recipe.tensors.activations.rounding,
+            product=("conv", "forward"),
+        )
+    return out
+
+
+def linear_forward(b, layer, x, shape):
+    if has_bias(layer):
+        return _forward_biased(b, layer, x, shape)
+    out = f"{layer.name}.out"
+    w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
+    b.tensor(out, shape, "int8", "activation")
+    b.op(
+        f"{layer.name}.fwd",
+        "niti.linear_fwd",
+        layer.name,
+        "forward",
+        (x, w),
+        (out,),
+        ("gemm_s8", *_PRODUCT),
+        shape[0] * layer.in_features * layer.out_features,
+        mode=b.recipe.tensors.activations.rounding,
+        product=("linear", "forward"),
+    )
+    return out
+
+
+def _conv_macs(layer, shape) -> int:
+    return int(np.prod(shape)) * int(np.prod(layer.weight_shape[1:]))
+
+
+def _forward_biased(b, layer, x, shape):
+    """A product with a bias: its exact int32 sums, then float32 with the bias added (int_mixed)."""
+    w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
+    acc = b.tensor(f"{layer.name}.acc", shape, "int32", "activation")
+    if isinstance(layer, Linear):
+        b.op(
+            f"{layer.name}.fwd",
+            "niti.linear_acc",
+            layer.name,
+            "forward",
+            (x, w),
+            (acc,),
+            ("gemm_s8",),
+            shape[0] * layer.in_features * layer.out_features,
+        )
+    else:
+        hook = "dwconv2d_s8" if layer.depthwise else "conv2d_s8"
+        b.op(
+            f"{layer.name}.fwd",
+            "niti.conv_acc",
+            layer.name,
+            "forward",
+            (x, w),
+            (acc,),
+            (hook,),
+            _conv_macs(layer, shape),
+            stride=layer.stride,
+            pad=layer.padding,
+            depthwise=layer.depthwise,
+        )
+    return int_mixed.forward_bias(b, layer, acc, shape)
+
+
+def conv_backward(b, layer, err, needs_input_error):
+    """The input's error (requantized to int8), the int32 weight gradient and the update."""
+    x, _ = b.layer_io[layer.name]
+    x_shape = b.tensors[x].shape
+    err_in, w, macs = f"err.{layer.name}", f"{layer.name}.w", b.find(f"{layer.name}.fwd").macs
+    if needs_input_error:
+        b.tensor(err_in, x_shape, "int8", "error")
+        if layer.depthwise:
+            b.op(
+                f"{layer.name}.bwd_data",
+                "niti.dwconv_bwd_data",
+                layer.name,
+                "backward",
+                (err, w),
+                (err_in,),
+                ("dwconv2d_bwd_data_s8", *_PRODUCT),
+                macs,
+                stride=layer.stride,
+                pad=layer.padding,
+                in_hw=x_shape[1:3],
+                mode=b.recipe.tensors.errors.rounding,
+            )
+        else:
+            b.op(
+                f"{layer.name}.bwd_data",
+                "niti.conv_bwd_data",
+                layer.name,
+                "backward",
+                (err, w),
+                (err_in,),
+                ("conv2d_bwd_data_s8", *_PRODUCT),
+                macs,
+                stride=layer.stride,
+                pad=layer.padding,
+                in_hw=x_shape[1:3],
+                mode=b.recipe.tensors.errors.rounding,
+                product=("conv", "backward_data"),
+            )
+    grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "int32", "grad")
+    if layer.depthwise:
+        kind, hook, product = "niti.dwconv_bwd_weight", "dwconv2d_bwd_weight_s8", None
+    else:
+        kind, hook, product = "niti.conv_bwd_weight", "conv2d_bwd_weight_s8", ("conv", "backward_weight")
+    b.op(
+        f"{layer.name}.bwd_weight",
+        kind,
+        layer.name,
+        "backward",
+        (err, x),
+        (grad,),
+        (hook,),
+        macs,
+        product=product,
+        stride=layer.stride,
+        pad=layer.padding,
+        kernel=(layer.kernel, layer.kernel),
+    )
+    _update(b, layer, grad)
+    return err_in if needs_input_error else None
+
+
+def linear_backward(b, layer, err, needs_input_error):
+    x, _ = b.layer_io[layer.name]
+    err_in, w, macs = f"err.{layer.name}", f"{layer.name}.w", b.find(f"{layer.name}.fwd").macs
+    if needs_input_error:
+        b.tensor(err_in, b.tensors[x].shape, "int8", "error")
+        b.op(
+            f"{layer.name}.bwd_data",
+            "niti.linear_bwd_data",
+            layer.name,
+            "backward",
+            (err, w),
+            (err_in,),
+            ("gemm_s8", *_PRODUCT),
+            macs,
+            mode=b.recipe.tensors.errors.rounding,
+            product=("linear", "backward_data"),
+            workspace=(0, b.tensors[w].nbytes),
+        )  # w.T made contiguous (linear_bwd_data)
+    grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "int32", "grad")
+    b.op(
+        f"{layer.name}.bwd_weight",
+        "niti.linear_bwd_weight",
+        layer.name,
+        "backward",
+        (err, x),
+        (grad,),
+        ("gemm_s8",),
+        macs,
+        product=("linear", "backward_weight"),
+        # err.T and x.T made contiguous (linear_bwd_weight): their bytes per row
+        workspace=(sum(int(np.prod(b.tensors[t].shape[1:])) for t in (err, x)), 0),
+    )
+    _update(b, layer, grad)
+    return err_in if needs_input_error else None
+
+
+def _update(b, layer, grad) -> None:
+    """NITI's update of the int8 weight by the int32 gradient (niti.update, rounding as the gradients)."""
+    w = f"{layer.name}.w"
+    b.op(
+        f"{layer.name}.update",
+        "niti.update",
+        layer.name,
+        "update",
+        (w, grad),
+        (w,),
+        ("niti_update_s8",),
+        mode=b.recipe.tensors.gradients.rounding,
+    )
+
+
+# ---------------------------------------------------------------- running ops
+# Each op function calls the hook of the backend it is handed (the one the plan placed the
+# op on) and maps the op's tensors to the hook's arguments and its result back. A
+# requantized product tells the executor its shift (ctx.note_shift): StepStats.shifts,
+# adaptive rescaling and the sliced runners read it there.
+
+
+def rows(x: QTensor) -> np.ndarray:
+    """An int8 tensor's values, one row per sample."""
+    return x.q.reshape(x.q.shape[0], -1)
+
+
+def conv_fwd(backend, op, env, ctx) -> dict:
+    x, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    q, shift = backend.conv2d_requant_s8(x.q, w.q, a["stride"], a["pad"], a["mode"], ctx.rng(op), ctx.given_shift(op))
+    return _product(op, ctx, x, w, q, shift)
+
+
+def dwconv_fwd(backend, op, env, ctx) -> dict:
+    x, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    q, shift = backend.dwconv2d_requant_s8(x.q, w.q, a["stride"], a["pad"], a["mode"], ctx.rng(op), ctx.given_shift(op))
+    return _product(op, ctx, x, w, q, shift)
+
+
+def conv_acc(backend, op, env, ctx) -> dict:
+    """A biased conv's exact sums (int_mixed.bias_fwd adds the bias in float)."""
+    x, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    product = backend.dwconv2d_s8 if a["depthwise"] else backend.conv2d_s8
+    return {op.outputs[0]: product(x.q, w.q, a["stride"], a["pad"])}
+
+
+def linear_acc(backend, op, env, ctx) -> dict:
+    x, w = env[op.inputs[0]], env[op.inputs[1]]
+    return {op.outputs[0]: backend.gemm_s8(rows(x), w.q)}
+
+
+def linear_fwd(backend, op, env, ctx) -> dict:
+    x, w = env[op.inputs[0]], env[op.inputs[1]]
+    q, shift = backend.gemm_requant_s8(rows(x), w.q, op.attrs["mode"], ctx.rng(op), ctx.given_shift(op))
+    return _product(op, ctx, x, w, q, shift)
+
+
+def conv_bwd_data(backend, op, env, ctx) -> dict:
+    err, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    q, shift = backend.conv2d_bwd_data_requant_s8(
+        err.q, w.q, a["stride"], a["pad"], a["in_hw"], a["mode"], ctx.rng(op), ctx.given_shift(op)
+    )
+    return _product(op, ctx, err, w, q, shift)
+
+
+def dwconv_bwd_data(backend, op, env, ctx) -> dict:
+    err, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    q, shift = backend.dwconv2d_bwd_data_requant_s8(
+        err.q, w.q, a["stride"], a["pad"], a["in_hw"], a["mode"], ctx.rng(op), ctx.given_shift(op)
+    )
+    return _product(op, ctx, err, w, q, shift)
+
+
+def linear_bwd_data(backend, op, env, ctx) -> dict:
+    err, w = env[op.inputs[0]], env[op.inputs[1]]
+    q, shift = backend.gemm_requant_s8(
+        rows(err), np.ascontiguousarray(w.q.T), op.attrs["mode"], ctx.rng(op), ctx.given_shift(op)
+    )
+    return _product(op, ctx, err, w, q, shift)
+
+
+def _product(op, ctx, a: QTensor, b: QTensor, q, shift) -> dict:
+    """A requantized product's int8 result, exponent the operands' plus the shift (noted)."""
+    ctx.note_shift(op, shift)
+    return {op.outputs[0]: QTensor(q, a.e + b.e + shift)}
+
+
+def conv_bwd_weight(backend, op, env, ctx) -> dict:
+    err, x, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    return {op.outputs[0]: backend.conv2d_bwd_weight_s8(err.q, x.q, a["stride"], a["pad"], a["kernel"])}
+
+
+def dwconv_bwd_weight(backend, op, env, ctx) -> dict:
+    err, x, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    return {op.outputs[0]: backend.dwconv2d_bwd_weight_s8(err.q, x.q, a["stride"], a["pad"], a["kernel"])}
+
+
+def linear_bwd_weight(backend, op, env, ctx) -> dict:
+    err, x = env[op.inputs[0]], env[op.inputs[1]]
+    return {op.outputs[0]: backend.gemm_s8(np.ascontiguousarray(rows(err).T), np.ascontiguousarray(rows(x).T))}
+
+
+OPS = {
+    "niti.conv_fwd": conv_fwd,
+    "niti.conv_bwd_data": conv_bwd_data,
+    "niti.conv_bwd_weight": conv_bwd_weight,
+    "niti.dwconv_fwd": dwconv_fwd,
+    "niti.dwconv_bwd_data": dwconv_bwd_data,
+    "niti.dwconv_bwd_weight": dwconv_bwd_weight,
+    "niti.linear_fwd": linear_fwd,
+    "niti.linear_bwd_data": linear_bwd_data,
+    "niti.linear_bwd_weight": linear_bwd_weight,
+    "niti.conv_acc": conv_acc,
+    "niti.linear_acc": linear_acc,
+}
