@@ -3,7 +3,7 @@ element-wise nonlinearities (ReLU6 / clip, hard-swish, hard-sigmoid, sigmoid, Si
 tanh), the channel-broadcast product of squeeze-excitation (`Mul`), channel concat,
 slice and shuffle, and max-pool with padding or ceil_mode. FP32, the emulated recipes
 and NITI's float islands lower them alike (their activations there are float32): `FORWARD`
-and `BACKWARD` are their entries in each recipe's tables (algorithms/_lowering.py), `OPS`
+and `BACKWARD` are their entries in each recipe's tables (algorithms/_support.py), `OPS`
 the functions of their `fp32.*` op kinds. Not a recipe.
 
 Each op is a plain function `fn(backend, op, env, ctx) -> {tensor: value}` calling the
@@ -26,7 +26,7 @@ def is_padded_pool(layer) -> bool:
 
 # ---------------------------------------------------------------- lowering
 # Each layer kind's forward (b, layer, x, shape) -> its output and backward (b, layer, err,
-# needs_input_error) -> its input's error (algorithms/_lowering.py), under FP32's op kinds
+# needs_input_error) -> its input's error (algorithms/_support.py), under FP32's op kinds
 # (`fp32.*`) whichever float recipe lowers them.
 
 

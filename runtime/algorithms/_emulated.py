@@ -34,10 +34,9 @@ from . import _branch_layers as branch
 from . import _float_layers as fl
 from . import fp32
 from ._float_products import bias_grad_op, bias_param, with_bias
-from ._lowering import check_layers, entry
-from ._products import layer_of, product_workspace
-from ._quant import Scaled
+from ._products import dense_scaled, layer_of, product_workspace
 from ._recipe_numerics import Numerics
+from ._support import check_layers, entry
 
 # ---------------------------------------------------------------- the engine
 
@@ -58,7 +57,7 @@ class Emulated:
             f"{p}.product": self.product,
             f"{p}.update": self.update,
         }
-        # layer kind -> the method emitting its ops (algorithms/_lowering.py): FP32's, but the
+        # layer kind -> the method emitting its ops (algorithms/_support.py): FP32's, but the
         # products, batch norm (on the recipe's grids), residual add and global average pool
         # under the recipe's own op kinds
         self.FORWARD = {
@@ -321,7 +320,7 @@ class Emulated:
     def quant_weight(self, backend, op, env, ctx) -> dict:
         wq = self.n.quant_weight(backend, env[op.inputs[0]], ctx, op)
         if "dense" in op.attrs:  # the dense product's zero-filled weight, quantized as the layer's own
-            wq = _dense_scaled(wq, *op.attrs["dense"])
+            wq = dense_scaled(wq, *op.attrs["dense"])
         return {op.outputs[0]: wq}
 
     def quant_act(self, backend, op, env, ctx) -> dict:
@@ -373,14 +372,6 @@ def _product_weight_shape(layer) -> tuple:
     if not _dense(layer):
         return layer.weight_shape
     return (layer.out_channels, layer.span, layer.span, layer.in_channels)
-
-
-def _dense_scaled(wq: Scaled, groups: int, dilation: int) -> Scaled:
-    """The dense form of a quantized grouped weight: zeros are exact on every grid, so one
-    tensor scale carries over; a per-group scale (MLS) is folded into float64 values."""
-    if not isinstance(wq.scale, np.ndarray) or wq.scale.ndim == 0:
-        return Scaled(branch.dense_weight(wq.q, groups, dilation), wq.scale)
-    return Scaled(branch.dense_weight(wq.values(), groups, dilation), 1.0)
 
 
 def _plain(w):

@@ -168,88 +168,104 @@ def join_errors(b, name, errs, prefix):
 def make_ops(prefix: str, grids: BNGrids = BNGrids()) -> dict:
     """The op functions (backend, op, env, ctx) of this module under `prefix.` kinds: backend
     hooks, but a batch norm rounding on `grids` (not `native`) in NumPy."""
+    if native(grids):
+        bn_fwd, bn_bwd = bn_fwd_hook, bn_bwd_hook
+    elif grids.bits:
+        bn_fwd, bn_bwd = GridHooksBN(grids.bits).forward, GridHooksBN(grids.bits).backward
+    else:
+        bn_fwd, bn_bwd = NumpyBN(grids).forward, NumpyBN(grids).backward
+    ops = dict(
+        add=add,
+        join=join,
+        avgpool_fwd=avgpool_fwd,
+        avgpool_bwd=avgpool_bwd,
+        bn_frozen_bwd=bn_frozen_bwd,
+        bn_fwd=bn_fwd,
+        bn_bwd=bn_bwd,
+    )
+    return {f"{prefix}.{name}": fn for name, fn in ops.items()}
 
-    def bn_fwd_hook(backend, op, env, ctx):  # float32 operands: FP8 keeps gamma and beta in float16
-        x, gamma, beta, mean, var = (np.asarray(env[t], np.float32) for t in op.inputs)
-        a = op.attrs
-        return dict(
-            zip(op.outputs, backend.bn_fwd_f32(x, gamma, beta, mean, var, a["training"], a["momentum"], a["eps"]))
+
+def add(backend, op, env, ctx):
+    return {op.outputs[0]: backend.add_f32(env[op.inputs[0]], env[op.inputs[1]])}
+
+
+def join(backend, op, env, ctx):
+    total = env[op.inputs[0]]
+    for name in op.inputs[1:]:
+        total = backend.add_f32(total, env[name])
+    return {op.outputs[0]: total}
+
+
+def avgpool_fwd(backend, op, env, ctx):  # (N, C), or (N, 1, 1, C) for a GlobalAvgPool with keep_dims
+    x = env[op.inputs[0]]
+    mean = backend.channel_mean_f32(x)
+    return {op.outputs[0]: mean.reshape(x.shape[0], 1, 1, -1) if op.attrs.get("keep_dims") else mean}
+
+
+def avgpool_bwd(backend, op, env, ctx):  # the batch is err's: a micro-batch may be smaller than the planned one
+    return {
+        op.outputs[0]: backend.channel_mean_bwd_f32(
+            np.asarray(env[op.inputs[0]], np.float32), op.attrs["in_shape"][1:3]
         )
+    }
 
-    def bn_bwd_hook(backend, op, env, ctx):
-        return dict(zip(op.outputs, backend.bn_bwd_f32(*(np.asarray(env[t], np.float32) for t in op.inputs))))
 
-    def add(backend, op, env, ctx):
-        return {op.outputs[0]: backend.add_f32(env[op.inputs[0]], env[op.inputs[1]])}
+def bn_fwd_hook(backend, op, env, ctx):  # float32 operands: FP8 keeps gamma and beta in float16
+    x, gamma, beta, mean, var = (np.asarray(env[t], np.float32) for t in op.inputs)
+    a = op.attrs
+    return dict(zip(op.outputs, backend.bn_fwd_f32(x, gamma, beta, mean, var, a["training"], a["momentum"], a["eps"])))
 
-    def join(backend, op, env, ctx):
-        total = env[op.inputs[0]]
-        for name in op.inputs[1:]:
-            total = backend.add_f32(total, env[name])
-        return {op.outputs[0]: total}
 
-    def avgpool_fwd(backend, op, env, ctx):  # (N, C), or (N, 1, 1, C) for a GlobalAvgPool with keep_dims
-        x = env[op.inputs[0]]
-        mean = backend.channel_mean_f32(x)
-        return {op.outputs[0]: mean.reshape(x.shape[0], 1, 1, -1) if op.attrs.get("keep_dims") else mean}
+def bn_bwd_hook(backend, op, env, ctx):
+    return dict(zip(op.outputs, backend.bn_bwd_f32(*(np.asarray(env[t], np.float32) for t in op.inputs))))
 
-    def bn_fwd(backend, op, env, ctx):
+
+def bn_frozen_bwd(backend, op, env, ctx):  # err * gamma / sqrt(running var + eps), channel by channel
+    err, inv, gamma = (np.asarray(env[t], np.float32) for t in op.inputs)
+    n, c = err.shape[0], err.shape[-1]
+    scale = np.ascontiguousarray(np.broadcast_to((gamma * inv).reshape(1, 1, 1, c), (n, 1, 1, c)))
+    return {op.outputs[0]: backend.mul_f32(err, scale)}
+
+
+@dataclass(frozen=True)
+class GridHooksBN:
+    """Batch norm on power-of-two grids fitted to the range (`BNGrids.bits`): the
+    bn_*_grid_f32 hooks."""
+
+    bits: tuple[int, int, int]  # (stat, affine, error)
+
+    def forward(self, backend, op, env, ctx):
+        x, gamma, beta, mean, var = (np.asarray(env[t], np.float32) for t in op.inputs)
+        a, (stat, affine, _) = op.attrs, self.bits
+        y = backend.bn_fwd_grid_f32(x, gamma, beta, mean, var, a["training"], a["momentum"], a["eps"], stat, affine)
+        return dict(zip(op.outputs, y))
+
+    def backward(self, backend, op, env, ctx):
+        _, affine, error = self.bits
+        err, xhat, inv, gamma = (np.asarray(env[t], np.float32) for t in op.inputs)
+        return dict(zip(op.outputs, backend.bn_bwd_grid_f32(err, xhat, inv, gamma, error, affine)))
+
+
+@dataclass(frozen=True)
+class NumpyBN:
+    """Batch norm rounding with `grids`' callables, in NumPy (float_ops.bn_*_values)."""
+
+    grids: BNGrids
+
+    def forward(self, backend, op, env, ctx):
         x, gamma, beta, mean, var = (env[t] for t in op.inputs)
         a = op.attrs
         y, xhat, inv, mean, var = bn_forward_values(
-            x, gamma, beta, mean, var, a["training"], grids, a["momentum"], a["eps"]
+            x, gamma, beta, mean, var, a["training"], self.grids, a["momentum"], a["eps"]
         )
         f32 = lambda v: np.asarray(v, np.float32)
         return dict(zip(op.outputs, (f32(y), f32(xhat), f32(inv), f32(mean), f32(var))))
 
-    def bn_bwd(backend, op, env, ctx):
+    def backward(self, backend, op, env, ctx):
         err, xhat, inv, gamma = (env[t] for t in op.inputs)
-        dx, d_gamma, d_beta = bn_backward_values(err, xhat, np.asarray(inv, np.float64), gamma, grids)
+        dx, d_gamma, d_beta = bn_backward_values(err, xhat, np.asarray(inv, np.float64), gamma, self.grids)
         return dict(zip(op.outputs, (dx.astype(np.float32), d_gamma.astype(np.float32), d_beta.astype(np.float32))))
-
-    def avgpool_bwd(backend, op, env, ctx):  # the batch is err's: a micro-batch may be smaller than the planned one
-        return {
-            op.outputs[0]: backend.channel_mean_bwd_f32(
-                np.asarray(env[op.inputs[0]], np.float32), op.attrs["in_shape"][1:3]
-            )
-        }
-
-    def bn_fwd_grid_hook(backend, op, env, ctx):
-        x, gamma, beta, mean, var = (np.asarray(env[t], np.float32) for t in op.inputs)
-        a, (stat, affine, _) = op.attrs, grids.bits
-        return dict(
-            zip(
-                op.outputs,
-                backend.bn_fwd_grid_f32(
-                    x, gamma, beta, mean, var, a["training"], a["momentum"], a["eps"], stat, affine
-                ),
-            )
-        )
-
-    def bn_bwd_grid_hook(backend, op, env, ctx):
-        _, affine, error = grids.bits
-        err, xhat, inv, gamma = (np.asarray(env[t], np.float32) for t in op.inputs)
-        return dict(zip(op.outputs, backend.bn_bwd_grid_f32(err, xhat, inv, gamma, error, affine)))
-
-    def bn_frozen_bwd(backend, op, env, ctx):  # err * gamma / sqrt(running var + eps), channel by channel
-        err, inv, gamma = (np.asarray(env[t], np.float32) for t in op.inputs)
-        n, c = err.shape[0], err.shape[-1]
-        scale = np.ascontiguousarray(np.broadcast_to((gamma * inv).reshape(1, 1, 1, c), (n, 1, 1, c)))
-        return {op.outputs[0]: backend.mul_f32(err, scale)}
-
-    ops = {
-        f"{prefix}.{name}": fn
-        for name, fn in dict(
-            add=add, join=join, avgpool_fwd=avgpool_fwd, avgpool_bwd=avgpool_bwd, bn_frozen_bwd=bn_frozen_bwd
-        ).items()
-    }
-    if native(grids):
-        ops.update({f"{prefix}.bn_fwd": bn_fwd_hook, f"{prefix}.bn_bwd": bn_bwd_hook})
-    elif grids.bits:
-        ops.update({f"{prefix}.bn_fwd": bn_fwd_grid_hook, f"{prefix}.bn_bwd": bn_bwd_grid_hook})
-    else:
-        ops.update({f"{prefix}.bn_fwd": bn_fwd, f"{prefix}.bn_bwd": bn_bwd})
-    return ops
 
 
 def avgpool2d_divisors(in_hw, kernel, stride, pad, count_include_pad) -> np.ndarray:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout import col2im, im2col, out_size
+from . import _branch_layers as branch
 from ._quant import Scaled
 
 
@@ -232,3 +233,11 @@ def _float64_product(kind, a, b, attrs):
     kh, kw = attrs["kernel"]
     o = a.shape[-1]
     return (a.reshape(-1, o).T @ im2col(b, kh, kw, s, p)).reshape(o, kh, kw, b.shape[-1])
+
+
+def dense_scaled(wq: Scaled, groups: int, dilation: int) -> Scaled:
+    """The dense form of a quantized grouped weight: zeros are exact on every grid, so one
+    tensor scale carries over; a per-group scale (MLS) is folded into float64 values."""
+    if not isinstance(wq.scale, np.ndarray) or wq.scale.ndim == 0:
+        return Scaled(branch.dense_weight(wq.q, groups, dilation), wq.scale)
+    return Scaled(branch.dense_weight(wq.values(), groups, dilation), 1.0)

@@ -1,14 +1,27 @@
-"""What a recipe module supports, checked when its YAML loads (not silently ignored).
+"""What a recipe module supports: its settings, checked when its YAML loads (not silently
+ignored), and its layer kinds, refused before a model lowers.
 
 NITI's kernels are int8 with power-of-two exponents whatever `bits:` says; FP32 is
 float32 throughout. A module lists the values its code honours, key by key
 (`tensors.*` stands for every tensor role), and `check_supported` turns any other
 value into a ConfigError naming the key, the value and what the module accepts.
+
+A recipe lowers a layer through its tables keyed by layer kind (an `nn` class):
+
+    FORWARD[kind](b, layer, x, shape) -> the layer's output tensor
+    BACKWARD[kind](b, layer, err, needs_input_error) -> the error of its input (None where
+        none is needed; for Mul and Concat a tuple, one per input)
+
+each entry emitting the layer's ops through the GraphBuilder `b` (Add has no backward entry:
+graph.lower passes its error to both inputs unchanged). Adding a layer kind to a recipe is
+one entry in each table (recipes share entries where they lower a kind alike); `entry` looks
+a kind up and refuses, by name, one the recipe lacks, and `check_layers` does so for a whole
+model before anything is lowered.
 """
 
 from __future__ import annotations
 
-from ..errors import ConfigError
+from ..errors import ConfigError, LoweringError
 
 ROLES = ("weights", "activations", "errors", "gradients", "updates")
 
@@ -76,3 +89,18 @@ def check_read(recipe, source) -> None:
                     f"{key}.rescale.{field}",
                     f"{value} is read only with policy: adaptive (this tensor's is {spec.rescale.policy})",
                 )
+
+
+def entry(table: dict, layer, recipe, why: str = ""):
+    """`table`'s function for `layer`'s kind; a LoweringError naming the recipe and the layer
+    (then `why`) if the recipe has none."""
+    fn = table.get(type(layer))
+    if fn is None:
+        raise LoweringError(f"recipe {recipe.name!r} cannot lower layer {layer.name!r} ({type(layer).__name__}){why}")
+    return fn
+
+
+def check_layers(model, recipe, table: dict, why: str = "") -> None:
+    """Refuse `model` if `table` lacks one of its layers' kinds (`entry`'s error)."""
+    for layer in model.layers:
+        entry(table, layer, recipe, why)

@@ -2,7 +2,7 @@
 and weight decay (PyTorch's update rule), the in-engine baseline for integer recipes.
 
 Each layer kind lowers through one entry of `FORWARD` and one of `BACKWARD`
-(algorithms/_lowering.py): products in `_float_products`, ReLU, pools, flatten and dropout in
+(algorithms/_support.py): products in `_float_products`, ReLU, pools, flatten and dropout in
 `_chain_layers`, the mobile CNNs' activations, Mul, concat, slice and shuffle in
 `_branch_layers`; batch norm, residual add, global average pooling and the error sum where
 branches join (ResNets) are `_float_layers`' float ops, as the emulated recipes use them.
@@ -19,8 +19,8 @@ from . import _branch_layers as branch
 from . import _chain_layers as chain
 from . import _float_layers as fl
 from . import _float_products as products
-from ._lowering import check_layers, entry
 from ._sgd import emit_sgd, sgd
+from ._support import check_layers, entry
 
 ACTIVATION_DTYPE = "float32"
 PREFIX = "fp32"
@@ -51,7 +51,7 @@ def global_pool_backward(b, layer, err, needs_input_error):
     return fl.backward_avgpool(b, layer, err, PREFIX)
 
 
-# layer kind -> the function emitting its ops (algorithms/_lowering.py); Add's backward is graph.lower's
+# layer kind -> the function emitting its ops (algorithms/_support.py); Add's backward is graph.lower's
 FORWARD = {
     Conv2d: products.conv_forward,
     Linear: products.linear_forward,

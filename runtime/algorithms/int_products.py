@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import LoweringError
 from ..nn import Linear, has_bias
 from ..numerics import QTensor
 from . import int_mixed
@@ -18,6 +19,17 @@ from . import int_mixed
 _PRODUCT = ("absmax", "shift_round")  # the range and shift hooks a requantized product adds
 
 # ---------------------------------------------------------------- lowering
+
+
+def check_conv(layer, recipe) -> None:
+    """NITI's integer convolutions are dense or depthwise, and undilated."""
+    if layer.dilation != 1 or (layer.groups != 1 and not layer.depthwise):
+        raise LoweringError(
+            f"recipe {recipe.name!r} cannot lower layer {layer.name!r}: NITI's integer "
+            f"convolutions are dense or depthwise and undilated; this one has groups "
+            f"{layer.groups} and dilation {layer.dilation} (fp32, octo, wageubn, afp, mls "
+            f"and fp8 lower it)"
+        )
 
 
 def conv_forward(b, layer, x, shape):

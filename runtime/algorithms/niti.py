@@ -14,7 +14,7 @@ between int8 tensors (int_mixed.py); `dsptrain plan` marks which ops those are.
 Depthwise convolutions are integer products like the dense ones (the dwconv2d_* hooks).
 
 Each layer kind with int8 inputs lowers through one entry of `FORWARD` and one of `BACKWARD`
-(algorithms/_lowering.py): the products in int_products.py, residual add and average pools
+(algorithms/_support.py): the products in int_products.py, residual add and average pools
 in int_residual.py, ReLU, max-pool, flatten and dropout here. A layer reading float32 lowers
 as FP32 lowers it (`fp32.FORWARD`, `fp32.BACKWARD`).
 """
@@ -27,11 +27,10 @@ import numpy as np
 
 from .. import numerics
 from ..data.normalize import lookup
-from ..errors import LoweringError
 from ..nn import Add, AvgPool2d, Conv2d, Dropout, Flatten, GlobalAvgPool, Linear, MaxPool2d, ReLU
 from ..numerics import QTensor
 from . import fp32, int_mixed, int_products, int_residual
-from ._lowering import check_layers, entry
+from ._support import check_layers, entry
 from .int_mixed import cast, input_dtype  # noqa: F401  (graph.lower's mixed-precision hooks)
 from .int_products import rows
 
@@ -47,13 +46,8 @@ def check_model(model, recipe):
     # NITI lowers every kind FP32 does: those with no integer form as FP32's float ops (int_mixed.py)
     check_layers(model, recipe, fp32.FORWARD, ": NITI has no such layer")
     for layer in model.layers:
-        if isinstance(layer, Conv2d) and (layer.dilation != 1 or (layer.groups != 1 and not layer.depthwise)):
-            raise LoweringError(
-                f"recipe {recipe.name!r} cannot lower layer {layer.name!r}: NITI's integer "
-                f"convolutions are dense or depthwise and undilated; this one has groups "
-                f"{layer.groups} and dilation {layer.dilation} (fp32, octo, wageubn, afp, mls "
-                f"and fp8 lower it)"
-            )
+        if isinstance(layer, Conv2d):
+            int_products.check_conv(layer, recipe)
 
 
 # ---------------------------------------------------------------- lowering
@@ -145,7 +139,7 @@ def dropout_backward(b, layer, err, needs_input_error):
     return err_in
 
 
-# layer kind reading int8 -> the function emitting its ops (algorithms/_lowering.py); Add's
+# layer kind reading int8 -> the function emitting its ops (algorithms/_support.py); Add's
 # backward is graph.lower's
 FORWARD = {
     Conv2d: int_products.conv_forward,
