@@ -4,7 +4,9 @@ A recipe module defines:
 - `ACTIVATION_DTYPE`: the dtype of the input tensor it expects;
 - `check_model(model, recipe)`: raise LoweringError naming a layer it cannot lower;
 - `forward(b, layer, x, shape)`, `loss(b, logits, labels)`,
-  `backward(b, layer, err, needs_input_error)`: emit ops through a GraphBuilder;
+  `backward(b, layer, err, needs_input_error)`: emit ops through a GraphBuilder (forward
+  and backward look the layer's kind up in the recipe's `FORWARD` / `BACKWARD` tables:
+  _support.py);
 - `OPS`: op kind -> function(backend, op, env, ctx) returning {tensor name: value}: it
   calls the hooks of `backend` (the one the plan placed the op on) itself, and a
   requantizing op tells the executor its shift with `ctx.note_shift(op, shift)`;
