@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import float_ops, numerics
+from .. import float_ops, layout, numerics
 from ..numerics import RngKey
 
 
@@ -91,6 +91,46 @@ class Backend:
     def conv2d_bwd_weight_s8(self, err, x, stride: int, pad: int, kernel: tuple[int, int]) -> np.ndarray:
         """Weight gradient: int8 err[N,OH,OW,O], x[N,H,W,C] -> int32 [O,KH,KW,C]."""
         self._needs("conv2d_bwd_weight_s8")
+
+    # ------------------------------------------------------------ dilated products (optional)
+    # Taps `dilation` pixels apart (weight (O, KH, KW, C), pad symmetric). Default: the patches
+    # gathered with their gaps (layout.patches, a copy) times the weight in one gemm_s8 or
+    # gemm_requant_s8, so every product runs on the backend's own exact GEMM; backward data is
+    # the stride-1 conv of err spread on zeros (layout.transposed_input) with the taps flipped.
+    # The dtype follows gemm_s8's rule on the reduction depth, as ops_ref's does.
+    def conv2d_dilated_s8(self, x, w, stride: int, pad: int, dilation: int) -> np.ndarray:
+        """(optional) int8 x[N,H,W,C] * w[O,KH,KW,C], taps dilation apart -> int32 [N,OH,OW,O]."""
+        cols, shape = layout.gemm_patches(x, w.shape, stride, pad, dilation)
+        return self.gemm_s8(cols, layout.gemm_weight(w)).reshape(shape)
+
+    def conv2d_dilated_requant_s8(
+        self, x, w, stride: int, pad: int, dilation: int, mode: str, rng: RngKey | None, shift: int | None = None
+    ) -> tuple[np.ndarray, int]:
+        """(optional) conv2d_dilated_s8 then requantize (the GEMM's fused epilogue)."""
+        cols, shape = layout.gemm_patches(x, w.shape, stride, pad, dilation)
+        q, shift = self.gemm_requant_s8(cols, layout.gemm_weight(w), mode, rng, shift)
+        return q.reshape(shape), shift
+
+    def conv2d_dilated_bwd_data_s8(self, err, w, stride: int, pad: int, dilation: int, in_hw) -> np.ndarray:
+        """(optional) Transposed dilated conv: int8 err[N,OH,OW,O], w[O,KH,KW,C] -> int32 [N,H,W,C]."""
+        cols, shape, flipped = layout.gemm_transposed(err, w, stride, pad, dilation, in_hw)
+        return self.gemm_s8(cols, flipped).reshape(shape)
+
+    def conv2d_dilated_bwd_data_requant_s8(
+        self, err, w, stride: int, pad: int, dilation: int, in_hw, mode: str, rng: RngKey | None, shift=None
+    ) -> tuple[np.ndarray, int]:
+        """(optional) conv2d_dilated_bwd_data_s8 then requantize."""
+        cols, shape, flipped = layout.gemm_transposed(err, w, stride, pad, dilation, in_hw)
+        q, shift = self.gemm_requant_s8(cols, flipped, mode, rng, shift)
+        return q.reshape(shape), shift
+
+    def conv2d_dilated_bwd_weight_s8(self, err, x, stride: int, pad: int, dilation: int, kernel) -> np.ndarray:
+        """(optional) Weight gradient: int8 err[N,OH,OW,O], x[N,H,W,C] -> int32 [O,KH,KW,C]
+        (int64 when N*OH*OW*127*127 >= 2**31): err^T times the dilated patches."""
+        o, (kh, kw), c = err.shape[-1], kernel, x.shape[-1]
+        cols, _ = layout.gemm_patches(x, (o, kh, kw, c), stride, pad, dilation)
+        err_t = np.ascontiguousarray(err.reshape(-1, o).T)
+        return self.gemm_s8(err_t, np.ascontiguousarray(cols.T)).reshape(o, kh, kw, c)
 
     # ------------------------------------------------------------ depthwise products
     # One filter per channel: groups == C, weight (C, KH, KW, 1), pad symmetric, no dilation.
@@ -499,3 +539,7 @@ class Backend:
         """sgd_f32 of each (w, grad, v) in `params` (a layer's parameters, one call):
         [(new w, new velocity)], the same bits as sgd_f32 one by one (which this composes)."""
         return [self.sgd_f32(w, grad, v, lr, momentum, weight_decay, nesterov) for w, grad, v in params]
+
+
+#: the dilated convolution's hooks (optional: composed from gemm_s8 above)
+DILATED_HOOKS = ("conv2d_dilated_s8", "conv2d_dilated_bwd_data_s8", "conv2d_dilated_bwd_weight_s8")

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..cores import own_cores
 from ..numerics import QTensor, RngKey
-from .base import Backend
+from .base import DILATED_HOOKS, Backend
 from .ops_ref import BRANCH_HOOKS, DEPTHWISE_HOOKS, FLOAT_RECIPE_HOOKS
 
 try:
@@ -117,6 +117,7 @@ class CpuBackend(Backend):
             "conv2d_s8",
             "conv2d_bwd_data_s8",
             "conv2d_bwd_weight_s8",
+            *DILATED_HOOKS,  # base.py's patches into the native gemm_s8 / gemm_requant_s8
             "absmax",
             "shift_round",
             "requantize",

@@ -26,7 +26,7 @@ import numpy as np
 from .. import numerics
 from ..errors import BackendError, NoSupport
 from . import dsp_abi as abi
-from .base import Backend
+from .base import DILATED_HOOKS, Backend
 
 _MAX_DEPTH = (2**31 - 1) // (127 * 127)  # beyond it accumulators are int64: not on the DSP
 _TIMEOUT = 120.0
@@ -74,6 +74,7 @@ class DspBackend(Backend):
             "conv2d_s8",
             "conv2d_bwd_data_s8",
             "conv2d_bwd_weight_s8",
+            *DILATED_HOOKS,  # base.py's patches (host) into gemm.c
             "absmax",
             "shift_round",
             "requantize",
@@ -97,6 +98,7 @@ class DspBackend(Backend):
         "conv2d_s8": (abi.OP_CONV2D_S8,),
         "conv2d_bwd_data_s8": (abi.OP_CONV2D_BWD_DATA_S8,),
         "conv2d_bwd_weight_s8": (abi.OP_CONV2D_BWD_WEIGHT_S8,),
+        **{hook: (abi.OP_GEMM_S8, abi.OP_REQUANT) for hook in DILATED_HOOKS},
         "absmax": (abi.OP_ABSMAX,),
         "shift_round": (abi.OP_REQUANT,),
         "requantize": (abi.OP_REQUANT,),
