@@ -173,6 +173,20 @@ class Backend:
         """float32 depthwise weight gradient -> [C,KH,KW,1]."""
         self._needs("dwconv2d_bwd_weight_f32")
 
+    # FP8's depthwise passes (ref_fp8_depthwise.py states the rule): FP8/FP16 values as float32,
+    # each product rounded to FP16, a dot product summed over its own terms in chunked FP16.
+    def dwconv2d_fp16_chunked(self, x, w, stride: int, pad: int, chunk: int, fp16_adds: bool) -> np.ndarray:
+        """float32 x[N,H,W,C] * w[C,KH,KW,1] -> [N,OH,OW,C] FP16 values: each output's taps chunked."""
+        self._needs("dwconv2d_fp16_chunked")
+
+    def dwconv2d_bwd_data_fp16(self, err, w, stride: int, pad: int, in_hw) -> np.ndarray:
+        """FP16 products err * w scattered onto [N,H,W,C], each pixel's added exactly, rounded once."""
+        self._needs("dwconv2d_bwd_data_fp16")
+
+    def dwconv2d_bwd_weight_fp16_chunked(self, err, x, stride: int, pad: int, kernel, chunk: int, fp16_adds: bool):
+        """[C,KH,KW,1] FP16 values: each channel's tap summed over the N*OH*OW pixels, chunked."""
+        self._needs("dwconv2d_bwd_weight_fp16_chunked")
+
     # ------------------------------------------------------------ epilogue (required)
     def absmax(self, acc: np.ndarray) -> int:
         """max |acc| as a Python int (0 for an empty tensor)."""
@@ -542,4 +556,6 @@ class Backend:
 
 
 #: the dilated convolution's hooks (optional: composed from gemm_s8 above)
+#: FP8's depthwise hooks (required where a backend takes FP8's depthwise ops)
+FP8_DEPTHWISE_HOOKS = ("dwconv2d_fp16_chunked", "dwconv2d_bwd_data_fp16", "dwconv2d_bwd_weight_fp16_chunked")
 DILATED_HOOKS = ("conv2d_dilated_s8", "conv2d_dilated_bwd_data_s8", "conv2d_dilated_bwd_weight_s8")

@@ -11,7 +11,8 @@ import numpy as np
 from .. import float_ops, numerics
 from ..layout import col2im, im2col, out_size, pool_windows
 from ..numerics import LOG2E_Q15, LOSS_SCALE_BITS, LOSS_SHIFT, MIN_EXPONENT, TAYLOR_BELOW
-from .base import DILATED_HOOKS, Backend
+from . import ref_fp8_depthwise
+from .base import DILATED_HOOKS, FP8_DEPTHWISE_HOOKS, Backend
 
 _EXACT_F64 = 2**53
 
@@ -103,6 +104,7 @@ class RefBackend(Backend):
             "conv2d_bwd_data_s8",
             "conv2d_bwd_weight_s8",
             *DILATED_HOOKS,
+            *FP8_DEPTHWISE_HOOKS,
             "absmax",
             "shift_round",
             "relu_s8",
@@ -295,6 +297,15 @@ class RefBackend(Backend):
 
     def matmul_s16(self, a, b, a_transposed=False):
         return float_ops.matmul_s16(a, b, a_transposed)
+
+    def dwconv2d_fp16_chunked(self, x, w, stride, pad, chunk, fp16_adds):
+        return ref_fp8_depthwise.dwconv2d_fp16_chunked(x, w, stride, pad, chunk, fp16_adds)
+
+    def dwconv2d_bwd_data_fp16(self, err, w, stride, pad, in_hw):
+        return ref_fp8_depthwise.dwconv2d_bwd_data_fp16(err, w, stride, pad, in_hw)
+
+    def dwconv2d_bwd_weight_fp16_chunked(self, err, x, stride, pad, kernel, chunk, fp16_adds):
+        return ref_fp8_depthwise.dwconv2d_bwd_weight_fp16_chunked(err, x, stride, pad, kernel, chunk, fp16_adds)
 
     def im2col(self, x, kh, kw, stride, pad):
         return float_ops.im2col(x, kh, kw, stride, pad)
