@@ -35,8 +35,18 @@ def exact(layer) -> bool:
 class Chunked:
     """Writes FP8's chunked products into graph `g` (onnx_export._Graph)."""
 
-    def __init__(self, g, chunk: int = CHUNK):
-        self.g, self.chunk = g, chunk
+    def __init__(self, g, chunk: int = CHUNK, fp16_adds: bool = True):
+        self.g, self.chunk, self.fp16_adds = g, chunk, fp16_adds
+
+    def _step(self, name: str, partial: str | None, p: str, key: str) -> str:
+        """A run's sum with product p added: both rounded to FP16 each time (`chunk_sum: fp16`),
+        or summed in float32 and rounded once at the run's end (`chunk_sum: fp32`)."""
+        if self.fp16_adds:
+            p = self._fp16(name, p, f"{key}_p")
+        if partial is None:
+            return p
+        total = self._node("Add", (partial, p), name, f"{key}_s")
+        return self._fp16(name, total, f"{key}_s") if self.fp16_adds else total
 
     def conv(self, layer, x: str, w: np.ndarray) -> str:
         """(B, O, OH, OW) of a conv on `x` (NCHW) with dsptrain's (O, KH, KW, C/groups) weight."""
@@ -73,12 +83,8 @@ class Chunked:
             for t in range(r0, min(r0 + chunk, taps)):
                 xt = self._node("Gather", (flat, self._const(name, f"tap{t}", t, np.int64)), name, f"dw_x{t}", axis=2)
                 wt = self._const(name, f"dw_w{t}", w[:, t // kw, t % kw, 0].reshape(1, c, 1), np.float32)
-                p = self._fp16(name, self._node("Mul", (xt, wt), name, f"dw_p{t}"), f"dw_p{t}")
-                partial = (
-                    p
-                    if partial is None
-                    else self._fp16(name, self._node("Add", (partial, p), name, f"dw_s{t}"), f"dw_s{t}")
-                )
+                partial = self._step(name, partial, self._node("Mul", (xt, wt), name, f"dw_p{t}"), f"dw{t}")
+            partial = self._fp16(name, partial, f"dw_run{r0}")
             total = (
                 partial
                 if total is None
@@ -114,10 +120,7 @@ class Chunked:
             )
             xj = self._node("Unsqueeze", (xj, axis_n), name, f"x{j}_n")  # (B, runs, 1, P)
             wj = self._const(name, f"w{j}", w[:, :, j].T.reshape(1, runs, n, 1), np.float32)
-            p = self._fp16(name, self._node("Mul", (xj, wj), name, f"p{j}"), f"p{j}")
-            partial = (
-                p if partial is None else self._fp16(name, self._node("Add", (partial, p), name, f"s{j}"), f"s{j}")
-            )
+            partial = self._step(name, partial, self._node("Mul", (xj, wj), name, f"p{j}"), f"k{j}")
         partial = self._fp16(name, partial, "runs")  # a run of one product: already FP16 (no-op)
         total = None
         for r in range(runs):
