@@ -2,6 +2,7 @@
 #include "dwconv_fp16.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "thread_pool.h"
@@ -15,10 +16,26 @@
 namespace dsptrain {
 namespace {
 
-// Nearest FP16 value (ties to even, subnormals, overflow to infinity): the compiler's
-// conversion, one rounding from float or from double.
+// Nearest FP16 value (ties to even, subnormals, overflow to infinity), one rounding from float
+// or from double: the hardware's conversion where the compiler has a half type (AArch64's
+// __fp16: fcvt h, s|d; x86 GCC >= 12's _Float16), else by hand.
+#if defined(__aarch64__)
+inline float fp16(float v) { return static_cast<float>(static_cast<__fp16>(v)); }
+inline float fp16(double v) { return static_cast<float>(static_cast<__fp16>(v)); }
+#elif defined(__FLT16_MAX__)
 inline float fp16(float v) { return static_cast<float>(static_cast<_Float16>(v)); }
 inline float fp16(double v) { return static_cast<float>(static_cast<_Float16>(v)); }
+#else
+template <typename T>
+float fp16(T v) {
+  if (!std::isfinite(v) || v == T(0)) return static_cast<float>(v);
+  int e;
+  std::frexp(std::fabs(v), &e);  // |v| in [2**(e-1), 2**e)
+  const int quantum = std::max(e - 1, -14) - 10;
+  const T r = std::ldexp(std::nearbyint(std::ldexp(std::fabs(v), -quantum)), quantum);
+  return std::copysign(r >= T(65520) ? INFINITY : static_cast<float>(r), static_cast<float>(v));
+}
+#endif
 
 // One chunked sum step: a run's running sum with product p added.
 inline float add_product(float acc, float p, bool fp16_adds) { return fp16_adds ? fp16(acc + fp16(p)) : acc + p; }
