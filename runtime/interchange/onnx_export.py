@@ -248,30 +248,18 @@ def _relu(g: _Graph, walk: _Walk, layer, x: str, reads: str) -> str:
     return out
 
 
+def _pool_node(g: _Graph, op: str, layer, x: str, **attrs) -> str:
+    """A square window's pooling node: the layer's kernel, stride and padding on both axes."""
+    window = dict(kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2, pads=[layer.padding] * 4)
+    return g.node(op, (x,), f"{layer.name}.out", layer.name, **window, **attrs)
+
+
 def _maxpool(g: _Graph, walk: _Walk, layer, x: str, reads: str) -> str:
-    return g.node(
-        "MaxPool",
-        (x,),
-        f"{layer.name}.out",
-        layer.name,
-        kernel_shape=[layer.kernel] * 2,
-        strides=[layer.stride] * 2,
-        pads=[layer.padding] * 4,
-        ceil_mode=int(layer.ceil_mode),
-    )
+    return _pool_node(g, "MaxPool", layer, x, ceil_mode=int(layer.ceil_mode))
 
 
 def _avgpool(g: _Graph, walk: _Walk, layer, x: str, reads: str) -> str:
-    out = g.node(
-        "AveragePool",
-        (x,),
-        f"{layer.name}.out",
-        layer.name,
-        kernel_shape=[layer.kernel] * 2,
-        strides=[layer.stride] * 2,
-        pads=[layer.padding] * 4,
-        count_include_pad=int(layer.count_include_pad),
-    )
+    out = _pool_node(g, "AveragePool", layer, x, count_include_pad=int(layer.count_include_pad))
     if walk.rounding and walk.rounding.is_int8(reads):  # NITI's windows: stride = kernel, a power of two
         out = walk.rounding.average(layer, out, reads, layer.kernel**2)
     return out
