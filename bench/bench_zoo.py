@@ -6,7 +6,7 @@ N steps and where the ops ran, beside PyTorch FP32 on the same model in the same
                               [--threads N]
 
 Each (model, system) runs in a fresh subprocess (so its peak RSS, VmHWM, is its own): the
-model from tests/zoo_torch.py (torchvision's definitions restated, full size unless
+model from tests/zoo_torch/ (torchvision's definitions restated, full size unless
 --reduced, random weights), imported through `dsptrain.from_torch` for the recipes;
 `--steps` steps at batch 32 of 32x32x3 synthetic images after one warm-up step; median
 seconds per step, the loss of the last step. PyTorch FP32 is the same module with SGD at the

@@ -26,7 +26,7 @@ def _to_acc(x: np.ndarray, depth: int) -> np.ndarray:
     return np.rint(x).astype(numerics.acc_dtype(depth))
 
 
-#: the float-recipe hooks of base.py, defined in float_ops.py
+#: the float-recipe hooks of float_hooks.py, defined in float_ops.py
 FLOAT_RECIPE_HOOKS = (
     "absmax_f",
     "quantize_f",
@@ -53,7 +53,7 @@ FLOAT_RECIPE_HOOKS = (
     "relu_maxpool_f32",
     "relu_maxpool_bwd_f32",
     "pool_compensation_bwd",
-)  # base.py composes these
+)  # float_hooks.py composes these
 
 #: the mobile CNNs' element-wise and channel layers (algorithms/_branch_layers.py), float_ops.py
 BRANCH_HOOKS = (
@@ -78,7 +78,7 @@ BRANCH_HOOKS = (
     "dropout_apply_f32",
     "bn_fwd_grid_f32",
     "bn_bwd_grid_f32",
-    "bn_act_s8",  # NITI's batch norm between int8 tensors: base.py composes it from the hooks above
+    "bn_act_s8",  # NITI's batch norm between int8 tensors: float_hooks.py composes it from the hooks above
     "bn_act_bwd_s8",
 )
 
