@@ -1,6 +1,6 @@
-"""NITI's int8 products: dense and depthwise convolutions and linear layers, each kind's
-forward and backward lowering beside the op functions that run them (`niti.conv_*`,
-`niti.dwconv_*`, `niti.linear_*`). A product accumulates in int32 and is requantized to int8
+"""NITI's int8 products: dense, dilated and depthwise convolutions and linear layers, each
+kind's forward and backward lowering beside the op functions that run them (`niti.conv_*`,
+`niti.dilconv_*`, `niti.dwconv_*`, `niti.linear_*`). A product accumulates in int32 and is requantized to int8
 by the range of its result (the backends' `*_requant_s8` hooks, shift noted for the
 executor); a weight gradient stays int32 for the update (`niti.update`, niti.py). A product
 with a bias keeps its exact int32 sums and adds the float bias after (`niti.conv_acc`,
@@ -22,18 +22,18 @@ _PRODUCT = ("absmax", "shift_round")  # the range and shift hooks a requantized 
 
 
 def check_conv(layer, recipe) -> None:
-    """NITI's integer convolutions are dense or depthwise, and undilated."""
-    if layer.dilation != 1 or (layer.groups != 1 and not layer.depthwise):
+    """NITI's integer convolutions are dense (dilated or not) or undilated depthwise."""
+    if layer.groups != 1 and (not layer.depthwise or layer.dilation != 1):
         raise LoweringError(
             f"recipe {recipe.name!r} cannot lower layer {layer.name!r}: NITI's integer "
-            f"convolutions are dense or depthwise and undilated; this one has groups "
+            f"convolutions are dense (dilated or not) or undilated depthwise; this one has groups "
             f"{layer.groups} and dilation {layer.dilation} (fp32, octo, wageubn, afp, mls "
             f"and fp8 lower it)"
         )
 
 
 def conv_forward(b, layer, x, shape):
-    """A dense or depthwise conv (NITI's are undilated: niti.check_model)."""
+    """A dense, dilated or depthwise conv (check_conv refuses the others)."""
     if has_bias(layer):
         return _forward_biased(b, layer, x, shape)
     out = f"{layer.name}.out"
@@ -52,6 +52,22 @@ def conv_forward(b, layer, x, shape):
             stride=layer.stride,
             pad=layer.padding,
             mode=b.recipe.tensors.activations.rounding,
+        )
+    elif layer.dilation > 1:
+        b.op(
+            f"{layer.name}.fwd",
+            "niti.dilconv_fwd",
+            layer.name,
+            "forward",
+            (x, w),
+            (out,),
+            ("conv2d_dilated_s8", *_PRODUCT),
+            _conv_macs(layer, shape),
+            stride=layer.stride,
+            pad=layer.padding,
+            dilation=layer.dilation,
+            mode=b.recipe.tensors.activations.rounding,
+            workspace=_patch_bytes(layer, shape),
         )
     else:
         b.op(
@@ -96,6 +112,20 @@ def _conv_macs(layer, shape) -> int:
     return int(np.prod(shape)) * int(np.prod(layer.weight_shape[1:]))
 
 
+def _patch_bytes(layer, shape) -> tuple[int, int]:
+    """(bytes per row, bytes) a dilated conv's gathered int8 patches take (base.py's composition):
+    one row of patches per output pixel, KH*KW*C bytes each, and the weight's copy."""
+    return int(np.prod(shape[1:3])) * int(np.prod(layer.weight_shape[1:])), int(np.prod(layer.weight_shape))
+
+
+def _transposed_patch_bytes(layer, x_shape, err_shape) -> tuple[int, int]:
+    """(bytes per row, bytes) of a dilated conv's backward data: err's zero-spread frame and its
+    patches, one row per input pixel (base.py's composition), and the flipped taps."""
+    reach = layer.span - 1
+    frame = (x_shape[1] + reach) * (x_shape[2] + reach) * err_shape[3]
+    return frame + int(np.prod(x_shape[1:3])) * layer.kernel**2 * err_shape[3], int(np.prod(layer.weight_shape))
+
+
 def _forward_biased(b, layer, x, shape):
     """A product with a bias: its exact int32 sums, then float32 with the bias added (int_mixed)."""
     w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
@@ -112,7 +142,7 @@ def _forward_biased(b, layer, x, shape):
             shape[0] * layer.in_features * layer.out_features,
         )
     else:
-        hook = "dwconv2d_s8" if layer.depthwise else "conv2d_s8"
+        hook = "dwconv2d_s8" if layer.depthwise else "conv2d_dilated_s8" if layer.dilation > 1 else "conv2d_s8"
         b.op(
             f"{layer.name}.fwd",
             "niti.conv_acc",
@@ -125,6 +155,7 @@ def _forward_biased(b, layer, x, shape):
             stride=layer.stride,
             pad=layer.padding,
             depthwise=layer.depthwise,
+            dilation=layer.dilation,
         )
     return int_mixed.forward_bias(b, layer, acc, shape)
 
@@ -151,6 +182,23 @@ def conv_backward(b, layer, err, needs_input_error):
                 in_hw=x_shape[1:3],
                 mode=b.recipe.tensors.errors.rounding,
             )
+        elif layer.dilation > 1:
+            b.op(
+                f"{layer.name}.bwd_data",
+                "niti.dilconv_bwd_data",
+                layer.name,
+                "backward",
+                (err, w),
+                (err_in,),
+                ("conv2d_dilated_bwd_data_s8", *_PRODUCT),
+                macs,
+                stride=layer.stride,
+                pad=layer.padding,
+                dilation=layer.dilation,
+                in_hw=x_shape[1:3],
+                mode=b.recipe.tensors.errors.rounding,
+                workspace=_transposed_patch_bytes(layer, x_shape, b.tensors[err].shape),
+            )
         else:
             b.op(
                 f"{layer.name}.bwd_data",
@@ -168,8 +216,16 @@ def conv_backward(b, layer, err, needs_input_error):
                 product=("conv", "backward_data"),
             )
     grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "int32", "grad")
+    attrs = dict(stride=layer.stride, pad=layer.padding, kernel=(layer.kernel, layer.kernel))
     if layer.depthwise:
         kind, hook, product = "niti.dwconv_bwd_weight", "dwconv2d_bwd_weight_s8", None
+    elif layer.dilation > 1:
+        kind, hook, product = "niti.dilconv_bwd_weight", "conv2d_dilated_bwd_weight_s8", None
+        # the patches and their transpose, err's transpose
+        per_row, _ = _patch_bytes(layer, b.tensors[err].shape)
+        attrs = dict(
+            workspace=(2 * per_row + int(np.prod(b.tensors[err].shape[1:])), 0), **attrs, dilation=layer.dilation
+        )
     else:
         kind, hook, product = "niti.conv_bwd_weight", "conv2d_bwd_weight_s8", ("conv", "backward_weight")
     b.op(
@@ -182,9 +238,7 @@ def conv_backward(b, layer, err, needs_input_error):
         (hook,),
         macs,
         product=product,
-        stride=layer.stride,
-        pad=layer.padding,
-        kernel=(layer.kernel, layer.kernel),
+        **attrs,
     )
     _update(b, layer, grad)
     return err_in if needs_input_error else None
@@ -265,9 +319,19 @@ def dwconv_fwd(backend, op, env, ctx) -> dict:
     return _product(op, ctx, x, w, q, shift)
 
 
+def dilconv_fwd(backend, op, env, ctx) -> dict:
+    x, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    q, shift = backend.conv2d_dilated_requant_s8(
+        x.q, w.q, a["stride"], a["pad"], a["dilation"], a["mode"], ctx.rng(op), ctx.given_shift(op)
+    )
+    return _product(op, ctx, x, w, q, shift)
+
+
 def conv_acc(backend, op, env, ctx) -> dict:
     """A biased conv's exact sums (int_mixed.bias_fwd adds the bias in float)."""
     x, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    if a.get("dilation", 1) > 1:
+        return {op.outputs[0]: backend.conv2d_dilated_s8(x.q, w.q, a["stride"], a["pad"], a["dilation"])}
     product = backend.dwconv2d_s8 if a["depthwise"] else backend.conv2d_s8
     return {op.outputs[0]: product(x.q, w.q, a["stride"], a["pad"])}
 
@@ -299,6 +363,14 @@ def dwconv_bwd_data(backend, op, env, ctx) -> dict:
     return _product(op, ctx, err, w, q, shift)
 
 
+def dilconv_bwd_data(backend, op, env, ctx) -> dict:
+    err, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    q, shift = backend.conv2d_dilated_bwd_data_requant_s8(
+        err.q, w.q, a["stride"], a["pad"], a["dilation"], a["in_hw"], a["mode"], ctx.rng(op), ctx.given_shift(op)
+    )
+    return _product(op, ctx, err, w, q, shift)
+
+
 def linear_bwd_data(backend, op, env, ctx) -> dict:
     err, w = env[op.inputs[0]], env[op.inputs[1]]
     q, shift = backend.gemm_requant_s8(
@@ -323,6 +395,12 @@ def dwconv_bwd_weight(backend, op, env, ctx) -> dict:
     return {op.outputs[0]: backend.dwconv2d_bwd_weight_s8(err.q, x.q, a["stride"], a["pad"], a["kernel"])}
 
 
+def dilconv_bwd_weight(backend, op, env, ctx) -> dict:
+    err, x, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    grad = backend.conv2d_dilated_bwd_weight_s8(err.q, x.q, a["stride"], a["pad"], a["dilation"], a["kernel"])
+    return {op.outputs[0]: grad}
+
+
 def linear_bwd_weight(backend, op, env, ctx) -> dict:
     err, x = env[op.inputs[0]], env[op.inputs[1]]
     return {op.outputs[0]: backend.gemm_s8(np.ascontiguousarray(rows(err).T), np.ascontiguousarray(rows(x).T))}
@@ -335,6 +413,9 @@ OPS = {
     "niti.dwconv_fwd": dwconv_fwd,
     "niti.dwconv_bwd_data": dwconv_bwd_data,
     "niti.dwconv_bwd_weight": dwconv_bwd_weight,
+    "niti.dilconv_fwd": dilconv_fwd,
+    "niti.dilconv_bwd_data": dilconv_bwd_data,
+    "niti.dilconv_bwd_weight": dilconv_bwd_weight,
     "niti.linear_fwd": linear_fwd,
     "niti.linear_bwd_data": linear_bwd_data,
     "niti.linear_bwd_weight": linear_bwd_weight,

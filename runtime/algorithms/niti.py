@@ -11,7 +11,8 @@ touched between `prepare_input` and `logits_to_float`.
 Layers NITI has no integer form for (batch norm, the sigmoid family, squeeze-excitation's
 Mul, concat, biases: the mobile CNNs) run the Mandheling way, as float ops on the CPU
 between int8 tensors (int_mixed.py); `dsptrain plan` marks which ops those are.
-Depthwise convolutions are integer products like the dense ones (the dwconv2d_* hooks).
+Depthwise convolutions are integer products like the dense ones (the dwconv2d_* hooks); so
+are dilated ones (the conv2d_dilated_* hooks: patches with gaps into each backend's exact GEMM).
 
 Each layer kind with int8 inputs lowers through one entry of `FORWARD` and one of `BACKWARD`
 (algorithms/_support.py): the products in int_products.py, residual add and average pools
