@@ -164,57 +164,10 @@ def conv_backward(b, layer, err, needs_input_error):
     """The input's error (requantized to int8), the int32 weight gradient and the update."""
     x, _ = b.layer_io[layer.name]
     x_shape = b.tensors[x].shape
-    err_in, w, macs = f"err.{layer.name}", f"{layer.name}.w", b.find(f"{layer.name}.fwd").macs
+    err_in, macs = f"err.{layer.name}", b.find(f"{layer.name}.fwd").macs
     if needs_input_error:
         b.tensor(err_in, x_shape, "int8", "error")
-        if layer.depthwise:
-            b.op(
-                f"{layer.name}.bwd_data",
-                "niti.dwconv_bwd_data",
-                layer.name,
-                "backward",
-                (err, w),
-                (err_in,),
-                ("dwconv2d_bwd_data_s8", *_PRODUCT),
-                macs,
-                stride=layer.stride,
-                pad=layer.padding,
-                in_hw=x_shape[1:3],
-                mode=b.recipe.tensors.errors.rounding,
-            )
-        elif layer.dilation > 1:
-            b.op(
-                f"{layer.name}.bwd_data",
-                "niti.dilconv_bwd_data",
-                layer.name,
-                "backward",
-                (err, w),
-                (err_in,),
-                ("conv2d_dilated_bwd_data_s8", *_PRODUCT),
-                macs,
-                stride=layer.stride,
-                pad=layer.padding,
-                dilation=layer.dilation,
-                in_hw=x_shape[1:3],
-                mode=b.recipe.tensors.errors.rounding,
-                workspace=_transposed_patch_bytes(layer, x_shape, b.tensors[err].shape),
-            )
-        else:
-            b.op(
-                f"{layer.name}.bwd_data",
-                "niti.conv_bwd_data",
-                layer.name,
-                "backward",
-                (err, w),
-                (err_in,),
-                ("conv2d_bwd_data_s8", *_PRODUCT),
-                macs,
-                stride=layer.stride,
-                pad=layer.padding,
-                in_hw=x_shape[1:3],
-                mode=b.recipe.tensors.errors.rounding,
-                product=("conv", "backward_data"),
-            )
+        _conv_bwd_data(b, layer, err, err_in, x_shape, macs)
     grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "int32", "grad")
     attrs = dict(stride=layer.stride, pad=layer.padding, kernel=(layer.kernel, layer.kernel))
     if layer.depthwise:
@@ -242,6 +195,59 @@ def conv_backward(b, layer, err, needs_input_error):
     )
     _update(b, layer, grad)
     return err_in if needs_input_error else None
+
+
+def _conv_bwd_data(b, layer, err, err_in, x_shape, macs) -> None:
+    """The op giving a conv's input error `err_in` (int8): depthwise, dilated or dense."""
+    w = f"{layer.name}.w"
+    if layer.depthwise:
+        b.op(
+            f"{layer.name}.bwd_data",
+            "niti.dwconv_bwd_data",
+            layer.name,
+            "backward",
+            (err, w),
+            (err_in,),
+            ("dwconv2d_bwd_data_s8", *_PRODUCT),
+            macs,
+            stride=layer.stride,
+            pad=layer.padding,
+            in_hw=x_shape[1:3],
+            mode=b.recipe.tensors.errors.rounding,
+        )
+    elif layer.dilation > 1:
+        b.op(
+            f"{layer.name}.bwd_data",
+            "niti.dilconv_bwd_data",
+            layer.name,
+            "backward",
+            (err, w),
+            (err_in,),
+            ("conv2d_dilated_bwd_data_s8", *_PRODUCT),
+            macs,
+            stride=layer.stride,
+            pad=layer.padding,
+            dilation=layer.dilation,
+            in_hw=x_shape[1:3],
+            mode=b.recipe.tensors.errors.rounding,
+            workspace=_transposed_patch_bytes(layer, x_shape, b.tensors[err].shape),
+        )
+    else:
+        b.op(
+            f"{layer.name}.bwd_data",
+            "niti.conv_bwd_data",
+            layer.name,
+            "backward",
+            (err, w),
+            (err_in,),
+            ("conv2d_bwd_data_s8", *_PRODUCT),
+            macs,
+            stride=layer.stride,
+            pad=layer.padding,
+            in_hw=x_shape[1:3],
+            mode=b.recipe.tensors.errors.rounding,
+            product=("conv", "backward_data"),
+        )
 
 
 def linear_backward(b, layer, err, needs_input_error):
