@@ -212,6 +212,10 @@ int dspt_op_dwconv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     uint32_t dw_words = (uint32_t)taps * s.c;
     int32_t *dw = dspt_at(ctx, d->out[0], dw_words * 4);
     if (!err || !x || !dw) return DSPT_BAD_PARAMS;
+    if (dspt_dw_wgrad_pairs_fit(&s)) {
+        d->result_shift = DSPT_PATH_DW_IMAGE_PAIRS;
+        return dspt_dw_wgrad_pairs(ctx, &s, err, x, dw, (d->flags & DSPT_F_ACCUMULATE) != 0);
+    }
     struct quad xq, eq;
     quad_init(&xq, s.h, s.w, s.pad, s.c);
     quad_init(&eq, s.oh, s.ow, 0, s.c);
