@@ -36,26 +36,46 @@ struct pairs_job {
     const int8_t *err, *x;
     int32_t *dw;
     int accumulate, groups_per_pass;
-    int8_t *buf[DSPT_MAX_THREADS];
+    int32_t tap_at[PAIRS_MAX_PIXELS * PAIRS_MAX_PIXELS];   /* pair (o, q): tap t's words, t * C */
+    int8_t *buf[DSPT_MAX_THREADS], *zeros[DSPT_MAX_THREADS];
 };
 
-/* Groups [g0, g0 + ng) of one 128-channel block into buf: group g, pixel q (x's NI, then
- * err's NO) at vectors ((g - g0) * np + q) * 4 .. + 3, 32 channels x 4 images each.
- * Images past n are zeros. */
-static void pairs_fill(HVX_Vector *buf, const struct dw_shape *s, const int8_t *x, const int8_t *err, int block,
-                       int g0, int ng)
+/* The `pixels` pixels of groups [g0, g0 + ng) of src (images of `pixels` x c bytes),
+ * channel block `block`: group g's pixel q to dst[(g - g0) * gstride + 4 q .. + 3]. Whole
+ * groups run down the batch a pixel at a time; images past n read `zeros`. */
+static void pairs_fill_one(HVX_Vector *dst, int gstride, const int8_t *src, int pixels, int c, int n, int g0, int ng,
+                           int block, const int8_t *zeros)
 {
-    const int ni = s->h * s->w, no = s->oh * s->ow, np = ni + no, c = s->c;
-    for (int g = 0; g < ng; g++)
-        for (int q = 0; q < np; q++) {
-            const int8_t *src = q < ni ? x + ((size_t)(4 * (g0 + g)) * ni + q) * c
-                                       : err + ((size_t)(4 * (g0 + g)) * no + q - ni) * c;
-            const size_t image = (size_t)(q < ni ? ni : no) * c;
-            HVX_Vector r[4];
-            for (int k = 0; k < 4; k++)   /* lanes past C: read, never stored to dw */
-                r[k] = 4 * (g0 + g) + k < s->n ? hvx_load_u(src + k * image + block * HVX_BYTES) : Q6_V_vzero();
-            dw_interleave4(buf + (g * np + q) * 4, r[0], r[1], r[2], r[3]);
-        }
+    const int image = pixels * c, whole = n / 4 - g0 < ng ? n / 4 - g0 : ng;
+    for (int q = 0; q < pixels; q++) {   /* lanes past C: read, never stored to dw */
+        const int8_t *p = src + (size_t)4 * g0 * image + q * c + block * HVX_BYTES;
+        HVX_Vector *d = dst + 4 * q;
+        for (int g = 0; g < whole; g++, p += 4 * image, d += gstride)
+            dw_interleave4(d, hvx_load_u(p), hvx_load_u(p + image), hvx_load_u(p + 2 * image),
+                           hvx_load_u(p + 3 * image));
+    }
+    if (whole == ng) return;
+    const int8_t *im[4];   /* the last group, ragged */
+    int step[4];
+    for (int k = 0; k < 4; k++) {
+        int img = 4 * (g0 + whole) + k;
+        im[k] = img < n ? src + (size_t)img * image + block * HVX_BYTES : zeros;
+        step[k] = img < n ? c : 0;
+    }
+    for (int q = 0; q < pixels; q++)
+        dw_interleave4(dst + whole * gstride + 4 * q, hvx_load_u(im[0] + q * step[0]),
+                       hvx_load_u(im[1] + q * step[1]), hvx_load_u(im[2] + q * step[2]),
+                       hvx_load_u(im[3] + q * step[3]));
+}
+
+/* Groups [g0, g0 + ng) of one 128-channel block into buf: group g, pixel q (x's NI, then
+ * err's NO) at vectors ((g - g0) * np + q) * 4 .. + 3, 32 channels x 4 images each. */
+static void pairs_fill(HVX_Vector *buf, const struct dw_shape *s, const int8_t *x, const int8_t *err, int block,
+                       int g0, int ng, const int8_t *zeros)
+{
+    const int ni = s->h * s->w, no = s->oh * s->ow, np = ni + no;
+    pairs_fill_one(buf, np * 4, x, ni, s->c, s->n, g0, ng, block, zeros);
+    pairs_fill_one(buf + ni * 4, np * 4, err, no, s->c, s->n, g0, ng, block, zeros);
 }
 
 /* dw[t, 32 channels at ch] += v for `words` of them (1..32). */
@@ -68,8 +88,8 @@ static inline void pairs_add(int32_t *dst, HVX_Vector v, int words)
 /* Sub-block k of the interleaved groups: the NO x NI pair sums over ng groups, then each
  * added to its tap's words. NI, NO are constants at each call, so the sums stay in registers. */
 static inline __attribute__((always_inline)) void pairs_sum(const int NI, const int NO, const HVX_Vector *buf,
-                                                            int ng, int k, const struct dw_shape *s, int32_t *dw,
-                                                            int ch, int words)
+                                                            int ng, int k, const int32_t *tap_at, int32_t *dw,
+                                                            int words)
 {
     HVX_Vector acc[NO][NI];
     for (int o = 0; o < NO; o++)
@@ -84,16 +104,15 @@ static inline __attribute__((always_inline)) void pairs_sum(const int NI, const 
             for (int q = 0; q < NI; q++) acc[o][q] = Q6_Vw_vrmpyacc_VwVbVb(acc[o][q], xv[q], ev[o]);
     }
     for (int o = 0; o < NO; o++)
-        for (int q = 0; q < NI; q++) {
-            int i = q / s->w - (o / s->ow) * s->stride + s->pad, j = q % s->w - (o % s->ow) * s->stride + s->pad;
-            pairs_add(dw + (i * s->kw + j) * s->c + ch, acc[o][q], words);
-        }
+        for (int q = 0; q < NI; q++) pairs_add(dw + tap_at[o * NI + q], acc[o][q], words);
 }
 
 #define PAIRS_CASE(ni, no) \
-    case (ni) * 8 + (no): pairs_sum(ni, no, buf, ng, k, s, dw, ch, words); break;
+    case (ni) * 8 + (no): pairs_sum(ni, no, buf, ng, k, tap_at, dw + ch, words); break;
 
-static void pairs_block(const struct dw_shape *s, const HVX_Vector *buf, int ng, int block, int32_t *dw)
+/* dw's words of pair (o, q) (o * NI + q) start at dw + tap_at[o * NI + q]. */
+static void pairs_block(const struct dw_shape *s, const HVX_Vector *buf, int ng, int block, const int32_t *tap_at,
+                        int32_t *dw)
 {
     for (int k = 0; k < 4; k++) {
         int ch = block * HVX_BYTES + 32 * k, words = s->c - ch < 32 ? s->c - ch : 32;
@@ -113,6 +132,7 @@ static int pairs_share(struct dspt_ctx *tc, int t, void *job)
     const struct dw_shape *s = J->s;
     int lo, hi, groups = (s->n + 3) / 4, taps = s->kh * s->kw;
     dspt_share(tc, (s->c + HVX_BYTES - 1) / HVX_BYTES, 1, t, &lo, &hi);
+    if (lo < hi) hvx_zero(J->zeros[t], 2 * HVX_BYTES);
     for (int b = lo; b < hi; b++) {
         int ch = b * HVX_BYTES, words = s->c - ch < HVX_WORDS * 4 ? s->c - ch : HVX_WORDS * 4;
         if (!J->accumulate)   /* the taps no pair meets stay zero; the others add onto zero */
@@ -122,8 +142,8 @@ static int pairs_share(struct dspt_ctx *tc, int t, void *job)
                                     (uint32_t)(words - w0 < 32 ? words - w0 : 32) * 4);
         for (int g0 = 0; g0 < groups; g0 += J->groups_per_pass) {
             int ng = groups - g0 < J->groups_per_pass ? groups - g0 : J->groups_per_pass;
-            pairs_fill((HVX_Vector *)J->buf[t], s, J->x, J->err, b, g0, ng);
-            pairs_block(s, (const HVX_Vector *)J->buf[t], ng, b, J->dw);
+            pairs_fill((HVX_Vector *)J->buf[t], s, J->x, J->err, b, g0, ng, J->zeros[t]);
+            pairs_block(s, (const HVX_Vector *)J->buf[t], ng, b, J->tap_at, J->dw);
         }
     }
     return DSPT_OK;
@@ -135,11 +155,18 @@ int dspt_dw_wgrad_pairs(struct dspt_ctx *ctx, const struct dw_shape *s, const in
     int groups = (s->n + 3) / 4, np = s->h * s->w + s->oh * s->ow;
     struct pairs_job J = {.s = s, .err = err, .x = x, .dw = dw, .accumulate = accumulate,
                           .groups_per_pass = groups < PAIRS_GROUPS ? groups : PAIRS_GROUPS};
-    for (int t = 0; t < (int)ctx->threads; t++) {   /* each thread's buffer, from its own scratch */
+    const int ni = s->h * s->w, no = s->oh * s->ow;
+    for (int o = 0; o < no; o++)
+        for (int q = 0; q < ni; q++) {
+            int i = q / s->w - (o / s->ow) * s->stride + s->pad, j = q % s->w - (o % s->ow) * s->stride + s->pad;
+            J.tap_at[o * ni + q] = (i * s->kw + j) * s->c;
+        }
+    for (int t = 0; t < (int)ctx->threads; t++) {   /* each thread's buffers, from its own scratch */
         struct dspt_ctx *tc = dspt_thread_ctx(ctx, t);
         if (!tc) return DSPT_NO_SUPPORT;
         J.buf[t] = dspt_scratch(tc, (uint32_t)J.groups_per_pass * np * 4 * HVX_BYTES);
-        if (!J.buf[t]) return DSPT_NO_SUPPORT;
+        J.zeros[t] = dspt_scratch(tc, 2 * HVX_BYTES);
+        if (!J.buf[t] || !J.zeros[t]) return DSPT_NO_SUPPORT;
     }
     return dspt_run_shares(ctx, pairs_share, &J);
 }
