@@ -80,6 +80,23 @@ static void quad_fill(struct quad *q, const int8_t *src, int n, int h, int w, in
     }
 }
 
+/* The zero border of ng groups of q (the interiors are filled each pass, the border never):
+ * pad whole rows above and below, pad pixels either side of each row between. */
+static void quad_zero_border(const struct quad *q, int ng)
+{
+    const int pad = q->pad, rowbytes = q->cols * q->pitch, side = pad * q->pitch;
+    if (!pad) return;
+    for (int gi = 0; gi < ng; gi++) {
+        int8_t *g = q->buf + (size_t)gi * q->group_bytes;
+        hvx_zero(g, (uint32_t)(pad * rowbytes));
+        hvx_zero(g + (q->rows - pad) * rowbytes, (uint32_t)(pad * rowbytes));
+        for (int r = pad; r < q->rows - pad; r++) {
+            hvx_zero(g + r * rowbytes, (uint32_t)side);
+            hvx_zero(g + (r + 1) * rowbytes - side, (uint32_t)side);
+        }
+    }
+}
+
 struct wg_job {
     const struct dw_shape *s;
     const int8_t *err, *x;
@@ -134,6 +151,7 @@ static void wg_block3(int32_t *part, const struct dw_shape *s, const struct quad
             const HVX_Vector *x1 = x0 + xrow, *x2 = x1 + xrow;
             const HVX_Vector *er = (const HVX_Vector *)eq->buf + (gi * eq->rows + oh) * eq->cols * eblocks + cb;
             HVX_Vector a0 = x0[0], a1 = x0[xq->blocks], b0 = x1[0], b1 = x1[xq->blocks], c0 = x2[0], c1 = x2[xq->blocks];
+#pragma clang loop unroll(disable) /* one vrmpy a packet either way; unrolled, the row's setup spills */
             for (int ow = 0; ow < OW; ow++, er += eblocks) {
                 int next = (ow + 2) * xq->blocks;
                 HVX_Vector a2 = x0[next], b2 = x1[next], c2 = x2[next], e = *er;
@@ -170,7 +188,7 @@ static int wg_share(struct dspt_ctx *tc, int t, void *job)
     int lo, hi, groups = (s->n + 3) / 4;
     dspt_share(tc, groups, 1, t, &lo, &hi);
     if (lo >= hi) return DSPT_OK;
-    hvx_zero(xq.buf, J->xq_bytes);   /* the border, never written after */
+    quad_zero_border(&xq, J->groups_per_pass);
     hvx_zero(J->zeros[t], J->zero_bytes);
     int taps = s->kh * s->kw;
     int32_t off[WG_MAX_TAPS];
