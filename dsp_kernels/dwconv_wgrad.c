@@ -121,6 +121,7 @@ static inline __attribute__((always_inline)) void wg_block(const int NT, int32_t
         for (int oh = 0; oh < s->oh; oh++) {
             const int8_t *xr = xq->buf + (gi * xq->rows + oh * S) * xrow + cb * HVX_BYTES;
             const HVX_Vector *er = (const HVX_Vector *)(eq->buf + ((gi * eq->rows + oh) * eq->cols) * eq->pitch) + cb;
+#pragma clang loop unroll(disable)
             for (int ow = 0; ow < s->ow; ow++, xr += S * xq->pitch, er += eq->blocks) {
                 HVX_Vector e = *er;
                 for (int t = 0; t < taps; t++)
