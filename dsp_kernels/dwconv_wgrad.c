@@ -113,6 +113,19 @@ static inline __attribute__((always_inline)) HVX_Vector wg_load(const int AL, co
     return AL ? *(const HVX_Vector *)p : hvx_load_u(p);
 }
 
+/* part[t, 32 channels of block cb] = acc[t], or += with `add`; a ragged block's words only. */
+static inline __attribute__((always_inline)) void wg_store(int32_t *part, const struct dw_shape *s,
+                                                           const HVX_Vector *acc, int taps, int cb, int add)
+{
+    int words = s->c - 32 * cb < 32 ? s->c - 32 * cb : 32;
+    for (int t = 0; t < taps; t++) {
+        int32_t *dst = part + t * s->c + 32 * cb;
+        HVX_Vector v = add ? Q6_Vw_vadd_VwVw(acc[t], hvx_load_u(dst)) : acc[t];
+        if (words == 32) hvx_store_u(dst, v);
+        else hvx_store_bytes(dst, v, (uint32_t)words * 4);
+    }
+}
+
 /* part[t, c] (+)= the sums of channel block cb over the pass's positions; `add` when the
  * partial already holds sums. NT taps in registers (0: any count, sums in memory). */
 static inline __attribute__((always_inline)) void wg_block(const int NT, const int AL, int32_t *part,
@@ -134,13 +147,7 @@ static inline __attribute__((always_inline)) void wg_block(const int NT, const i
                 for (int t = 0; t < taps; t++) acc[t] = Q6_Vw_vrmpyacc_VwVbVb(acc[t], wg_load(AL, xr + off[t]), e);
             }
         }
-    int words = s->c - 32 * cb < 32 ? s->c - 32 * cb : 32;
-    for (int t = 0; t < taps; t++) {
-        int32_t *dst = part + t * s->c + 32 * cb;
-        HVX_Vector v = add ? Q6_Vw_vadd_VwVw(acc[t], hvx_load_u(dst)) : acc[t];
-        if (words == 32) hvx_store_u(dst, v);
-        else hvx_store_bytes(dst, v, (uint32_t)words * 4);
-    }
+    wg_store(part, s, acc, taps, cb, add);
 }
 
 /* wg_block for 3 x 3 at stride 1: along a row of outputs each x vector serves three taps
@@ -177,22 +184,54 @@ static inline __attribute__((always_inline)) void wg_block3(const int AL, int32_
                 a0 = a1; a1 = a2; b0 = b1; b1 = b2; c0 = c1; c1 = c2;
             }
         }
-    int words = s->c - 32 * cb < 32 ? s->c - 32 * cb : 32;
-    for (int t = 0; t < 9; t++) {
-        int32_t *dst = part + t * s->c + 32 * cb;
-        HVX_Vector v = add ? Q6_Vw_vadd_VwVw(acc[t], hvx_load_u(dst)) : acc[t];
-        if (words == 32) hvx_store_u(dst, v);
-        else hvx_store_bytes(dst, v, (uint32_t)words * 4);
-    }
+    wg_store(part, s, acc, 9, cb, add);
 }
 
-/* The block's kernel: 3 x 3 at stride 1 reusing columns, 9 or 25 taps in registers, or any. */
+/* wg_block for 3 x 3 at stride 2: output ow reads columns 2 ow .. 2 ow + 2, so column
+ * 2 ow + 2 of each kernel row is column 0 of ow + 1 and stays in a register: 7 loads for
+ * 9 vrmpy, not 10. */
+static inline __attribute__((always_inline)) void wg_block3s2(const int AL, int32_t *part, const struct dw_shape *s,
+                                                              const struct quad *xq, const struct quad *eq, int ng,
+                                                              int cb, int add)
+{
+    HVX_Vector acc[9];
+    for (int t = 0; t < 9; t++) acc[t] = Q6_V_vzero();
+    const int P = xq->pitch, xrow = xq->cols * P, EP = eq->pitch, OH = s->oh, OW = s->ow;   /* in bytes */
+    for (int gi = 0; gi < ng; gi++)
+        for (int oh = 0; oh < OH; oh++) {
+            const int8_t *x0 = xq->buf + (gi * xq->rows + 2 * oh) * xrow + cb * HVX_BYTES;
+            const int8_t *x1 = x0 + xrow, *x2 = x1 + xrow;
+            const int8_t *er = eq->buf + (gi * eq->rows + oh) * eq->cols * EP + cb * HVX_BYTES;
+            HVX_Vector a0 = wg_load(AL, x0), b0 = wg_load(AL, x1), c0 = wg_load(AL, x2);
+#pragma clang loop unroll(disable)
+            for (int ow = 0; ow < OW; ow++, er += EP) {
+                int mid = (2 * ow + 1) * P, next = mid + P;
+                HVX_Vector a1 = wg_load(AL, x0 + mid), b1 = wg_load(AL, x1 + mid), c1 = wg_load(AL, x2 + mid);
+                HVX_Vector a2 = wg_load(AL, x0 + next), b2 = wg_load(AL, x1 + next), c2 = wg_load(AL, x2 + next);
+                HVX_Vector e = wg_load(AL, er);
+                acc[0] = Q6_Vw_vrmpyacc_VwVbVb(acc[0], a0, e);
+                acc[1] = Q6_Vw_vrmpyacc_VwVbVb(acc[1], a1, e);
+                acc[2] = Q6_Vw_vrmpyacc_VwVbVb(acc[2], a2, e);
+                acc[3] = Q6_Vw_vrmpyacc_VwVbVb(acc[3], b0, e);
+                acc[4] = Q6_Vw_vrmpyacc_VwVbVb(acc[4], b1, e);
+                acc[5] = Q6_Vw_vrmpyacc_VwVbVb(acc[5], b2, e);
+                acc[6] = Q6_Vw_vrmpyacc_VwVbVb(acc[6], c0, e);
+                acc[7] = Q6_Vw_vrmpyacc_VwVbVb(acc[7], c1, e);
+                acc[8] = Q6_Vw_vrmpyacc_VwVbVb(acc[8], c2, e);
+                a0 = a2; b0 = b2; c0 = c2;
+            }
+        }
+    wg_store(part, s, acc, 9, cb, add);
+}
+
+/* The block's kernel: 3 x 3 at stride 1 or 2 reusing columns, 9 or 25 taps in registers, or any. */
 static inline __attribute__((always_inline)) void wg_pick(const int AL, int32_t *part, const struct dw_shape *s,
                                                           const struct quad *xq, const struct quad *eq, int ng, int cb,
                                                           const int32_t *off, int add)
 {
     int taps = s->kh * s->kw;
     if (s->kh == 3 && s->kw == 3 && s->stride == 1) wg_block3(AL, part, s, xq, eq, ng, cb, add);
+    else if (s->kh == 3 && s->kw == 3 && s->stride == 2) wg_block3s2(AL, part, s, xq, eq, ng, cb, add);
     else if (taps == 9) wg_block(9, AL, part, s, xq, eq, ng, cb, off, add);
     else if (taps == 25) wg_block(25, AL, part, s, xq, eq, ng, cb, off, add);
     else wg_block(0, AL, part, s, xq, eq, ng, cb, off, add);
