@@ -20,7 +20,7 @@ import numpy as np
 from ..cores import own_cores
 from ..numerics import QTensor, RngKey
 from . import cpu_scratch
-from .base import Backend
+from .base import DILATED_HOOKS, FP8_DEPTHWISE_HOOKS, Backend
 from .ops_ref import BRANCH_HOOKS, DEPTHWISE_HOOKS, FLOAT_RECIPE_HOOKS
 
 try:
@@ -58,6 +58,8 @@ class CpuBackend(Backend):
             "conv2d_s8",
             "conv2d_bwd_data_s8",
             "conv2d_bwd_weight_s8",
+            *DILATED_HOOKS,  # base.py's patches into the native gemm_s8 / gemm_requant_s8
+            *FP8_DEPTHWISE_HOOKS,  # dwconv_fp16.cpp
             "absmax",
             "shift_round",
             "requantize",
@@ -147,6 +149,15 @@ class CpuBackend(Backend):
 
     def dwconv2d_bwd_weight_f32(self, err, x, stride, pad, kernel):
         return _native.dwconv2d_bwd_weight_f32(err, x, stride, pad, tuple(kernel))
+
+    def dwconv2d_fp16_chunked(self, x, w, stride, pad, chunk, fp16_adds):
+        return _native.dwconv2d_fp16_chunked(x, w, stride, pad, chunk, fp16_adds)
+
+    def dwconv2d_bwd_data_fp16(self, err, w, stride, pad, in_hw):
+        return _native.dwconv2d_bwd_data_fp16(err, w, stride, pad, tuple(in_hw))
+
+    def dwconv2d_bwd_weight_fp16_chunked(self, err, x, stride, pad, kernel, chunk, fp16_adds):
+        return _native.dwconv2d_bwd_weight_fp16_chunked(err, x, stride, pad, tuple(kernel), chunk, fp16_adds)
 
     # ------------------------------------------------------------ epilogue
     def absmax(self, acc):

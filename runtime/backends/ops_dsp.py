@@ -31,7 +31,7 @@ from .. import numerics
 from ..errors import NoSupport
 from . import dsp_abi as abi
 from . import dsp_shapes as shapes
-from .base import Backend
+from .base import DILATED_HOOKS, Backend
 from .dsp_link import DspLink, pick_mode
 
 _TIMEOUT = 120.0
@@ -46,6 +46,7 @@ class DspBackend(DspLink, Backend):
             "conv2d_s8",
             "conv2d_bwd_data_s8",
             "conv2d_bwd_weight_s8",
+            *DILATED_HOOKS,  # base.py's patches (host) into gemm.c
             "absmax",
             "shift_round",
             "requantize",
@@ -69,6 +70,7 @@ class DspBackend(DspLink, Backend):
         "conv2d_s8": (abi.OP_CONV2D_S8,),
         "conv2d_bwd_data_s8": (abi.OP_CONV2D_BWD_DATA_S8,),
         "conv2d_bwd_weight_s8": (abi.OP_CONV2D_BWD_WEIGHT_S8,),
+        **{hook: (abi.OP_GEMM_S8, abi.OP_REQUANT) for hook in DILATED_HOOKS},
         "absmax": (abi.OP_ABSMAX,),
         "shift_round": (abi.OP_REQUANT,),
         "requantize": (abi.OP_REQUANT,),
