@@ -1,6 +1,6 @@
 /* dwconv.h: depthwise convolutions (one 2-D filter per channel), shared by dwconv.c
  * (forward, backward data: picks the path), its paths dwconv_quads.c, dwconv_pixels.c,
- * dwconv_fwd2.c, dwconv_bwd2.c, and dwconv_wgrad.c (weight gradient). */
+ * dwconv_fwd2.c, dwconv_bwd2.c, and dwconv_wgrad.c, dwconv_wgrad_pairs.c (weight gradient). */
 #ifndef DSPTRAIN_DWCONV_H
 #define DSPTRAIN_DWCONV_H
 
@@ -59,6 +59,13 @@ int dspt_dw_block_quads(struct dspt_ctx *ctx, const struct dw_shape *s, const in
 int dspt_dw_err_quads_fit(const struct dw_shape *s);
 int dspt_dw_err_quads(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t *err, const int8_t *w, int32_t *dx,
                       int accumulate);
+
+/* dwconv_wgrad_pairs.c: weight gradient of images and outputs of at most 4 pixels, each
+ * output's window holding every input pixel: each (output, input) pair a register over
+ * the batch, the threads on channel blocks; _fit says when. */
+int dspt_dw_wgrad_pairs_fit(const struct dw_shape *s);
+int dspt_dw_wgrad_pairs(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t *err, const int8_t *x,
+                        int32_t *dw, int accumulate);
 
 /* Image-stack pitch: bytes from one padded image to the next, whole vectors. */
 static inline int dw_round_vec(int bytes) { return (bytes + HVX_BYTES - 1) & ~(HVX_BYTES - 1); }

@@ -23,7 +23,10 @@
 #define WG_MAX_TAPS 64
 
 /* Interleaved images: pixel (r, q) of group gi at ((gi * rows + r) * cols + q) * pitch,
- * pitch = 128 bytes per 32 channels (cb32 blocks of 32 channels x 4 images). */
+ * pitch = 4 C bytes: byte b of a row of 4 images is word b of the interleaved row, so a
+ * row interleaves as one run of bytes whatever C is, and channel block cb32 (32 channels x
+ * 4 images) of a pixel is the vector at byte 128 cb32 of it: aligned when C % 32 == 0,
+ * else read unaligned (lanes past C: the next pixel's, never stored). */
 struct quad {
     int8_t *buf;
     int rows, cols, pad, blocks, pitch, group_bytes;
@@ -35,18 +38,17 @@ static void quad_init(struct quad *q, int h, int w, int pad, int c)
     q->rows = h + 2 * pad;
     q->cols = w + 2 * pad;
     q->blocks = (c + 31) / 32;
-    q->pitch = q->blocks * HVX_BYTES;
+    q->pitch = 4 * c;
     q->group_bytes = q->rows * q->cols * q->pitch;
 }
 
 /* Groups of 4 images of src (n images of h x w x c, from image `first`), ng of them, into
- * q's interior; images past n read `zeros` (a zero row). With C a multiple of 32 a row's
- * 32-channel pieces are consecutive in q as in src: 128 bytes of each image's row make 4
- * of them; else each pixel's channels go 128 at a time. */
+ * q's interior; images past n read `zeros` (a zero row). 128 bytes of each image's row make
+ * 4 vectors of q's row (aligned stores when C % 32 == 0). */
 static void quad_fill(struct quad *q, const int8_t *src, int n, int h, int w, int c, int first, int ng,
                       const int8_t *zeros)
 {
-    const int rowlen = w * c, rows = q->rows, cols = q->cols, pitch = q->pitch, pad = q->pad, blocks = q->blocks;
+    const int rowlen = w * c, rows = q->rows, cols = q->cols, pitch = q->pitch, pad = q->pad;
     for (int gi = 0; gi < ng; gi++) {
         const int8_t *im[4];
         int step[4];
@@ -58,24 +60,39 @@ static void quad_fill(struct quad *q, const int8_t *src, int n, int h, int w, in
         for (int r = 0; r < h; r++) {
             const int8_t *r0 = im[0] + r * step[0], *r1 = im[1] + r * step[1];
             const int8_t *r2 = im[2] + r * step[2], *r3 = im[3] + r * step[3];
-            HVX_Vector *dst = (HVX_Vector *)(q->buf + ((gi * rows + r + pad) * cols + pad) * pitch);
+            int8_t *dst = q->buf + ((gi * rows + r + pad) * cols + pad) * pitch;
             HVX_Vector v[4];
-            if (c % 32 == 0) {
-                int o = 0;
-                for (; o + HVX_BYTES <= rowlen; o += HVX_BYTES, dst += 4)
-                    dw_interleave4(dst, hvx_load_u(r0 + o), hvx_load_u(r1 + o), hvx_load_u(r2 + o), hvx_load_u(r3 + o));
-                if (o < rowlen) {   /* the last pieces only: the border follows */
-                    dw_interleave4(v, hvx_load_u(r0 + o), hvx_load_u(r1 + o), hvx_load_u(r2 + o), hvx_load_u(r3 + o));
-                    for (int k = 0; k < (rowlen - o) / 32; k++) dst[k] = v[k];
-                }
-                continue;
+            int o = 0;
+            if (pitch % HVX_BYTES == 0)
+                for (; o + HVX_BYTES <= rowlen; o += HVX_BYTES, dst += 4 * HVX_BYTES)
+                    dw_interleave4((HVX_Vector *)dst, hvx_load_u(r0 + o), hvx_load_u(r1 + o), hvx_load_u(r2 + o),
+                                   hvx_load_u(r3 + o));
+            for (; o + HVX_BYTES <= rowlen; o += HVX_BYTES, dst += 4 * HVX_BYTES) {
+                dw_interleave4(v, hvx_load_u(r0 + o), hvx_load_u(r1 + o), hvx_load_u(r2 + o), hvx_load_u(r3 + o));
+                for (int k = 0; k < 4; k++) dw_store_u((int32_t *)(dst + k * HVX_BYTES), v[k]);
             }
-            for (int col = 0; col < w; col++, dst += blocks)
-                for (int c0 = 0, b = 0; c0 < c; c0 += HVX_BYTES, b += 4) {
-                    int px = col * c + c0;   /* lanes past C: unused */
-                    dw_interleave4(v, hvx_load_u(r0 + px), hvx_load_u(r1 + px), hvx_load_u(r2 + px), hvx_load_u(r3 + px));
-                    for (int k = 0; k < 4 && b + k < blocks; k++) dst[b + k] = v[k];
-                }
+            if (o < rowlen) {   /* the row's last bytes, exactly: the border follows */
+                dw_interleave4(v, hvx_load_u(r0 + o), hvx_load_u(r1 + o), hvx_load_u(r2 + o), hvx_load_u(r3 + o));
+                for (int k = 0, left = 4 * (rowlen - o); left > 0; k++, left -= HVX_BYTES)
+                    hvx_store_bytes(dst + k * HVX_BYTES, v[k], left < HVX_BYTES ? (uint32_t)left : HVX_BYTES);
+            }
+        }
+    }
+}
+
+/* The zero border of ng groups of q (the interiors are filled each pass, the border never):
+ * pad whole rows above and below, pad pixels either side of each row between. */
+static void quad_zero_border(const struct quad *q, int ng)
+{
+    const int pad = q->pad, rowbytes = q->cols * q->pitch, side = pad * q->pitch;
+    if (!pad) return;
+    for (int gi = 0; gi < ng; gi++) {
+        int8_t *g = q->buf + (size_t)gi * q->group_bytes;
+        hvx_zero(g, (uint32_t)(pad * rowbytes));
+        hvx_zero(g + (q->rows - pad) * rowbytes, (uint32_t)(pad * rowbytes));
+        for (int r = pad; r < q->rows - pad; r++) {
+            hvx_zero(g + r * rowbytes, (uint32_t)side);
+            hvx_zero(g + (r + 1) * rowbytes - side, (uint32_t)side);
         }
     }
 }
@@ -90,26 +107,16 @@ struct wg_job {
     uint32_t xq_bytes;
 };
 
-/* part[t, c] (+)= the sums of channel block cb over the pass's positions; `add` when the
- * partial already holds sums. NT taps in registers (0: any count, sums in memory). */
-static inline __attribute__((always_inline)) void wg_block(const int NT, int32_t *part, const struct dw_shape *s,
-                                                           const struct quad *xq, const struct quad *eq, int ng,
-                                                           int cb, const int32_t *off, int add)
+/* A vector of the interleaved images: aligned (AL, C % 32 == 0) or not. */
+static inline __attribute__((always_inline)) HVX_Vector wg_load(const int AL, const int8_t *p)
 {
-    const int taps = NT ? NT : s->kh * s->kw;
-    HVX_Vector acc[NT ? NT : WG_MAX_TAPS];
-    for (int t = 0; t < taps; t++) acc[t] = Q6_V_vzero();
-    const int S = s->stride, xrow = xq->cols * xq->pitch;
-    for (int gi = 0; gi < ng; gi++)
-        for (int oh = 0; oh < s->oh; oh++) {
-            const int8_t *xr = xq->buf + (gi * xq->rows + oh * S) * xrow + cb * HVX_BYTES;
-            const HVX_Vector *er = (const HVX_Vector *)(eq->buf + ((gi * eq->rows + oh) * eq->cols) * eq->pitch) + cb;
-            for (int ow = 0; ow < s->ow; ow++, xr += S * xq->pitch, er += eq->blocks) {
-                HVX_Vector e = *er;
-                for (int t = 0; t < taps; t++)
-                    acc[t] = Q6_Vw_vrmpyacc_VwVbVb(acc[t], *(const HVX_Vector *)(xr + off[t]), e);
-            }
-        }
+    return AL ? *(const HVX_Vector *)p : hvx_load_u(p);
+}
+
+/* part[t, 32 channels of block cb] = acc[t], or += with `add`; a ragged block's words only. */
+static inline __attribute__((always_inline)) void wg_store(int32_t *part, const struct dw_shape *s,
+                                                           const HVX_Vector *acc, int taps, int cb, int add)
+{
     int words = s->c - 32 * cb < 32 ? s->c - 32 * cb : 32;
     for (int t = 0; t < taps; t++) {
         int32_t *dst = part + t * s->c + 32 * cb;
@@ -119,24 +126,52 @@ static inline __attribute__((always_inline)) void wg_block(const int NT, int32_t
     }
 }
 
+/* part[t, c] (+)= the sums of channel block cb over the pass's positions; `add` when the
+ * partial already holds sums. NT taps in registers (0: any count, sums in memory). */
+static inline __attribute__((always_inline)) void wg_block(const int NT, const int AL, int32_t *part,
+                                                           const struct dw_shape *s, const struct quad *xq,
+                                                           const struct quad *eq, int ng, int cb, const int32_t *off,
+                                                           int add)
+{
+    const int taps = NT ? NT : s->kh * s->kw;
+    HVX_Vector acc[NT ? NT : WG_MAX_TAPS];
+    for (int t = 0; t < taps; t++) acc[t] = Q6_V_vzero();
+    const int S = s->stride, xrow = xq->cols * xq->pitch;
+    for (int gi = 0; gi < ng; gi++)
+        for (int oh = 0; oh < s->oh; oh++) {
+            const int8_t *xr = xq->buf + (gi * xq->rows + oh * S) * xrow + cb * HVX_BYTES;
+            const int8_t *er = eq->buf + ((gi * eq->rows + oh) * eq->cols) * eq->pitch + cb * HVX_BYTES;
+#pragma clang loop unroll(disable)
+            for (int ow = 0; ow < s->ow; ow++, xr += S * xq->pitch, er += eq->pitch) {
+                HVX_Vector e = wg_load(AL, er);
+                for (int t = 0; t < taps; t++) acc[t] = Q6_Vw_vrmpyacc_VwVbVb(acc[t], wg_load(AL, xr + off[t]), e);
+            }
+        }
+    wg_store(part, s, acc, taps, cb, add);
+}
+
 /* wg_block for 3 x 3 at stride 1: along a row of outputs each x vector serves three taps
  * (column ow + j is tap j of ow, j - 1 of ow + 1, ...), so the three columns of each kernel
  * row stay in registers and only the new one is loaded: 4 loads for 9 vrmpy, not 10. */
-static void wg_block3(int32_t *part, const struct dw_shape *s, const struct quad *xq, const struct quad *eq, int ng,
-                      int cb, int add)
+static inline __attribute__((always_inline)) void wg_block3(const int AL, int32_t *part, const struct dw_shape *s,
+                                                            const struct quad *xq, const struct quad *eq, int ng,
+                                                            int cb, int add)
 {
     HVX_Vector acc[9];
     for (int t = 0; t < 9; t++) acc[t] = Q6_V_vzero();
-    const int xrow = xq->cols * xq->blocks, eblocks = eq->blocks, OH = s->oh, OW = s->ow;   /* in vectors */
+    const int P = xq->pitch, xrow = xq->cols * P, EP = eq->pitch, OH = s->oh, OW = s->ow;   /* in bytes */
     for (int gi = 0; gi < ng; gi++)
         for (int oh = 0; oh < OH; oh++) {
-            const HVX_Vector *x0 = (const HVX_Vector *)xq->buf + (gi * xq->rows + oh) * xrow + cb;
-            const HVX_Vector *x1 = x0 + xrow, *x2 = x1 + xrow;
-            const HVX_Vector *er = (const HVX_Vector *)eq->buf + (gi * eq->rows + oh) * eq->cols * eblocks + cb;
-            HVX_Vector a0 = x0[0], a1 = x0[xq->blocks], b0 = x1[0], b1 = x1[xq->blocks], c0 = x2[0], c1 = x2[xq->blocks];
-            for (int ow = 0; ow < OW; ow++, er += eblocks) {
-                int next = (ow + 2) * xq->blocks;
-                HVX_Vector a2 = x0[next], b2 = x1[next], c2 = x2[next], e = *er;
+            const int8_t *x0 = xq->buf + (gi * xq->rows + oh) * xrow + cb * HVX_BYTES;
+            const int8_t *x1 = x0 + xrow, *x2 = x1 + xrow;
+            const int8_t *er = eq->buf + (gi * eq->rows + oh) * eq->cols * EP + cb * HVX_BYTES;
+            HVX_Vector a0 = wg_load(AL, x0), a1 = wg_load(AL, x0 + P), b0 = wg_load(AL, x1), b1 = wg_load(AL, x1 + P);
+            HVX_Vector c0 = wg_load(AL, x2), c1 = wg_load(AL, x2 + P);
+#pragma clang loop unroll(disable) /* one vrmpy a packet either way; unrolled, the row's setup spills */
+            for (int ow = 0; ow < OW; ow++, er += EP) {
+                int next = (ow + 2) * P;
+                HVX_Vector a2 = wg_load(AL, x0 + next), b2 = wg_load(AL, x1 + next), c2 = wg_load(AL, x2 + next);
+                HVX_Vector e = wg_load(AL, er);
                 acc[0] = Q6_Vw_vrmpyacc_VwVbVb(acc[0], a0, e);
                 acc[1] = Q6_Vw_vrmpyacc_VwVbVb(acc[1], a1, e);
                 acc[2] = Q6_Vw_vrmpyacc_VwVbVb(acc[2], a2, e);
@@ -149,13 +184,57 @@ static void wg_block3(int32_t *part, const struct dw_shape *s, const struct quad
                 a0 = a1; a1 = a2; b0 = b1; b1 = b2; c0 = c1; c1 = c2;
             }
         }
-    int words = s->c - 32 * cb < 32 ? s->c - 32 * cb : 32;
-    for (int t = 0; t < 9; t++) {
-        int32_t *dst = part + t * s->c + 32 * cb;
-        HVX_Vector v = add ? Q6_Vw_vadd_VwVw(acc[t], hvx_load_u(dst)) : acc[t];
-        if (words == 32) hvx_store_u(dst, v);
-        else hvx_store_bytes(dst, v, (uint32_t)words * 4);
-    }
+    wg_store(part, s, acc, 9, cb, add);
+}
+
+/* wg_block for 3 x 3 at stride 2: output ow reads columns 2 ow .. 2 ow + 2, so column
+ * 2 ow + 2 of each kernel row is column 0 of ow + 1 and stays in a register: 7 loads for
+ * 9 vrmpy, not 10. */
+static inline __attribute__((always_inline)) void wg_block3s2(const int AL, int32_t *part, const struct dw_shape *s,
+                                                              const struct quad *xq, const struct quad *eq, int ng,
+                                                              int cb, int add)
+{
+    HVX_Vector acc[9];
+    for (int t = 0; t < 9; t++) acc[t] = Q6_V_vzero();
+    const int P = xq->pitch, xrow = xq->cols * P, EP = eq->pitch, OH = s->oh, OW = s->ow;   /* in bytes */
+    for (int gi = 0; gi < ng; gi++)
+        for (int oh = 0; oh < OH; oh++) {
+            const int8_t *x0 = xq->buf + (gi * xq->rows + 2 * oh) * xrow + cb * HVX_BYTES;
+            const int8_t *x1 = x0 + xrow, *x2 = x1 + xrow;
+            const int8_t *er = eq->buf + (gi * eq->rows + oh) * eq->cols * EP + cb * HVX_BYTES;
+            HVX_Vector a0 = wg_load(AL, x0), b0 = wg_load(AL, x1), c0 = wg_load(AL, x2);
+#pragma clang loop unroll(disable)
+            for (int ow = 0; ow < OW; ow++, er += EP) {
+                int mid = (2 * ow + 1) * P, next = mid + P;
+                HVX_Vector a1 = wg_load(AL, x0 + mid), b1 = wg_load(AL, x1 + mid), c1 = wg_load(AL, x2 + mid);
+                HVX_Vector a2 = wg_load(AL, x0 + next), b2 = wg_load(AL, x1 + next), c2 = wg_load(AL, x2 + next);
+                HVX_Vector e = wg_load(AL, er);
+                acc[0] = Q6_Vw_vrmpyacc_VwVbVb(acc[0], a0, e);
+                acc[1] = Q6_Vw_vrmpyacc_VwVbVb(acc[1], a1, e);
+                acc[2] = Q6_Vw_vrmpyacc_VwVbVb(acc[2], a2, e);
+                acc[3] = Q6_Vw_vrmpyacc_VwVbVb(acc[3], b0, e);
+                acc[4] = Q6_Vw_vrmpyacc_VwVbVb(acc[4], b1, e);
+                acc[5] = Q6_Vw_vrmpyacc_VwVbVb(acc[5], b2, e);
+                acc[6] = Q6_Vw_vrmpyacc_VwVbVb(acc[6], c0, e);
+                acc[7] = Q6_Vw_vrmpyacc_VwVbVb(acc[7], c1, e);
+                acc[8] = Q6_Vw_vrmpyacc_VwVbVb(acc[8], c2, e);
+                a0 = a2; b0 = b2; c0 = c2;
+            }
+        }
+    wg_store(part, s, acc, 9, cb, add);
+}
+
+/* The block's kernel: 3 x 3 at stride 1 or 2 reusing columns, 9 or 25 taps in registers, or any. */
+static inline __attribute__((always_inline)) void wg_pick(const int AL, int32_t *part, const struct dw_shape *s,
+                                                          const struct quad *xq, const struct quad *eq, int ng, int cb,
+                                                          const int32_t *off, int add)
+{
+    int taps = s->kh * s->kw;
+    if (s->kh == 3 && s->kw == 3 && s->stride == 1) wg_block3(AL, part, s, xq, eq, ng, cb, add);
+    else if (s->kh == 3 && s->kw == 3 && s->stride == 2) wg_block3s2(AL, part, s, xq, eq, ng, cb, add);
+    else if (taps == 9) wg_block(9, AL, part, s, xq, eq, ng, cb, off, add);
+    else if (taps == 25) wg_block(25, AL, part, s, xq, eq, ng, cb, off, add);
+    else wg_block(0, AL, part, s, xq, eq, ng, cb, off, add);
 }
 
 static int wg_share(struct dspt_ctx *tc, int t, void *job)
@@ -170,9 +249,8 @@ static int wg_share(struct dspt_ctx *tc, int t, void *job)
     int lo, hi, groups = (s->n + 3) / 4;
     dspt_share(tc, groups, 1, t, &lo, &hi);
     if (lo >= hi) return DSPT_OK;
-    hvx_zero(xq.buf, J->xq_bytes);   /* the border, never written after */
+    quad_zero_border(&xq, J->groups_per_pass);
     hvx_zero(J->zeros[t], J->zero_bytes);
-    int taps = s->kh * s->kw;
     int32_t off[WG_MAX_TAPS];
     for (int i = 0; i < s->kh; i++)
         for (int j = 0; j < s->kw; j++) off[i * s->kw + j] = (i * xq.cols + j) * xq.pitch;
@@ -182,10 +260,8 @@ static int wg_share(struct dspt_ctx *tc, int t, void *job)
         quad_fill(&eq, J->err, s->n, s->oh, s->ow, s->c, 4 * g0, ng, J->zeros[t]);
         int add = g0 > lo || (t == 0 && J->accumulate);
         for (int cb = 0; cb < xq.blocks; cb++) {
-            if (s->kh == 3 && s->kw == 3 && s->stride == 1) wg_block3(J->part[t], s, &xq, &eq, ng, cb, add);
-            else if (taps == 9) wg_block(9, J->part[t], s, &xq, &eq, ng, cb, off, add);
-            else if (taps == 25) wg_block(25, J->part[t], s, &xq, &eq, ng, cb, off, add);
-            else wg_block(0, J->part[t], s, &xq, &eq, ng, cb, off, add);
+            if (s->c % 32 == 0) wg_pick(1, J->part[t], s, &xq, &eq, ng, cb, off, add);
+            else wg_pick(0, J->part[t], s, &xq, &eq, ng, cb, off, add);
         }
     }
     return DSPT_OK;
@@ -212,6 +288,10 @@ int dspt_op_dwconv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     uint32_t dw_words = (uint32_t)taps * s.c;
     int32_t *dw = dspt_at(ctx, d->out[0], dw_words * 4);
     if (!err || !x || !dw) return DSPT_BAD_PARAMS;
+    if (dspt_dw_wgrad_pairs_fit(&s)) {
+        d->result_shift = DSPT_PATH_DW_IMAGE_PAIRS;
+        return dspt_dw_wgrad_pairs(ctx, &s, err, x, dw, (d->flags & DSPT_F_ACCUMULATE) != 0);
+    }
     struct quad xq, eq;
     quad_init(&xq, s.h, s.w, s.pad, s.c);
     quad_init(&eq, s.oh, s.ow, 0, s.c);

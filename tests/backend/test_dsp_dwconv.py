@@ -18,7 +18,9 @@ takes each output pixel's inside taps, 4 a vrmpy word ("dw_pixel_quads",
 dsp_kernels/dwconv_pixels.c); 3 x 3 at stride 2, pad 1 with C % 32 == 0 or C > 128 puts
 the input's 2 x 2 blocks in the words ("dw_block_quads") and, backward, the 4 err pixels
 that 4 dx pixels read ("dw_err_quads"); the weight gradient puts four images in each vrmpy word
-("dw_image_quads", a ragged batch padded with zero images). Needs qemu-hexagon, clang-16
+("dw_image_quads", a ragged batch padded with zero images), except where the image and the
+output have at most 4 pixels and every output's window holds every input pixel: there each
+(output, input) pair sums over the batch in a register ("dw_image_pairs"). Needs qemu-hexagon, clang-16
 and lld-16.
 """
 
@@ -80,6 +82,14 @@ SHAPES = [
     ((3, 8, 7, 40, 3, 3, 3, 0), "dw_blocks", "dw_classes"),  # stride 3: classes with no tap (zeros)
 ]
 IDS = ["x".join(map(str, s)) for s, _, _ in SHAPES]
+# the shapes above whose weight gradient takes dw_image_pairs (the others dw_image_quads)
+WGRAD_PAIRS = {
+    (2, 1, 1, 200, 3, 3, 1, 1),
+    (4, 2, 2, 576, 3, 3, 2, 1),
+    (5, 2, 2, 384, 3, 3, 1, 1),
+    (3, 2, 2, 200, 3, 3, 1, 1),
+    (2, 2, 2, 100, 5, 5, 1, 2),
+}
 
 
 def args(rng, shape):
@@ -100,7 +110,8 @@ def test_dwconv_matches_ref_and_takes_its_path(dsp, rng, case):
     same(
         dsp.dwconv2d_bwd_weight_s8(err, x, stride, pad, kernel), ref.dwconv2d_bwd_weight_s8(err, x, stride, pad, kernel)
     )
-    assert dsp.last_paths == [("dwconv2d_bwd_weight_s8", "dw_image_quads")]
+    wgrad_path = "dw_image_pairs" if shape in WGRAD_PAIRS else "dw_image_quads"
+    assert dsp.last_paths == [("dwconv2d_bwd_weight_s8", wgrad_path)]
 
 
 def test_every_depthwise_path_is_pinned():
@@ -108,7 +119,7 @@ def test_every_depthwise_path_is_pinned():
     from dsptrain.backends.dsp_abi import PATH_NAMES
 
     depthwise = {name for name in PATH_NAMES.values() if name.startswith("dw_")}
-    taken = {path for _, *paths in SHAPES for path in paths} | {"dw_image_quads"}
+    taken = {path for _, *paths in SHAPES for path in paths} | {"dw_image_quads", "dw_image_pairs"}
     assert taken == depthwise, depthwise ^ taken
 
 
@@ -120,7 +131,8 @@ def threads(dsp, request):
 
 
 # a share per image (forward, backward data) or per 4 images (weight gradient): 7 images over
-# 1-4 threads leave ragged shares, and the weight gradient's partial sums joined in order
+# 1-4 threads leave ragged shares, and the weight gradient's partial sums joined in order;
+# the weight gradient of 2 x 2 images shares 128-channel blocks (576: 5 over 1-4 threads)
 @pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
 @pytest.mark.parametrize(
     "shape",
@@ -132,8 +144,9 @@ def threads(dsp, request):
         (7, 4, 4, 100, 3, 3, 2, 1),
         (7, 9, 9, 96, 3, 3, 2, 1),
         (5, 11, 11, 144, 3, 3, 2, 1),
+        (9, 2, 2, 576, 3, 3, 2, 1),
     ],
-    ids=["flat", "blocks", "ragged-9", "pixels", "pixels-s2", "quads-s2", "quads-s2-ragged"],
+    ids=["flat", "blocks", "ragged-9", "pixels", "pixels-s2", "quads-s2", "quads-s2-ragged", "pairs-s2"],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
     x, w, err, stride, pad = args(rng, shape)
