@@ -31,6 +31,13 @@ PYBIND11_MODULE(_cpu_ops, m) {
     if (!isa_supported(isa)) fail("ISA '" + name + "' is not supported by this CPU or build");
     set_active_isa(isa);
   }, py::arg("name"), "Force a GEMM path (DSPTRAIN_CPU_ISA).");
+  m.def("gemm_block_counts", [](bool reset) {
+    const GemmBlockCounts c = gemm_block_counts(reset);
+    py::dict d;
+    d["signed"] = c.signed_blocks;
+    d["unsigned"] = c.unsigned_blocks;
+    return d;
+  }, py::arg("reset") = false, "A blocks the int8 GEMM ran on each kernel since the last reset (for tests).");
   m.def("threads", &pool_threads, "Threads the kernels run on.");
   m.def("set_threads", &set_thread_limit, py::arg("threads"),
         "Caps the kernels' threads (1 .. the pool's size); returns the cap in force.");

@@ -74,6 +74,11 @@ struct GemmKernel {
   // optional: pack_b's whole groups of one panel from row-major b (rows row_stride apart,
   // `cols` <= nr of them, the rest zero): groups [0, done) written, done returned.
   int (*pack_panel_rows)(const int8_t* src, ptrdiff_t row_stride, int cols, int groups, int8_t* dst) = nullptr;
+  // optional: an A block with no negative value packed as bytes (pack_a_unsigned returns
+  // false, packing nothing, otherwise) for micro_unsigned, whose u8 x s8 products are
+  // exact there (AVX2's vpmaddubsw); the driver falls back to pack_a and micro.
+  bool (*pack_a_unsigned)(MatrixS8 a, int rows, int kc, void* dst) = nullptr;
+  MicroFn micro_unsigned = nullptr;
   // optional: one group of a whole panel from 4 k-major rows (pack_b_k_rows): dst gets, for
   // columns j < nr, the dword (rows[0][j], rows[1][j], rows[2][j], rows[3][j]).
   void (*interleave_panel)(const int8_t* const* rows, int8_t* dst) = nullptr;
