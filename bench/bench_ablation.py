@@ -38,7 +38,7 @@ of its config on `cpu` (weights, step counter and controller state carried over;
 backends agree bit for bit, so this is the state the timed backend would reach itself).
 VGG-11 runs on synthetic 32x32 data (timing does not depend on pixels); on the emulated
 DSP one step takes about a minute, so it runs `--dsp-vgg-steps` steps only. So do the
-mobile CNNs of tests/zoo_torch.py (mobilenet_v2: torchvision's definition, width 1.0,
+mobile CNNs of tests/zoo_torch/ (mobilenet_v2: torchvision's definition, width 1.0,
 imported through from_torch; bench/zoo_models.py): NITI runs their products in int8
 (depthwise on the dwconv2d hooks) and batch norm and ReLU6 in float on the CPU, so
 co-scheduling has CPU work to overlap with the DSP's products.

@@ -6,7 +6,7 @@ and VGG-11 beside it.
                                       [--steps 5] [--rounds 3] [--no-memory] [--backend cpu]
                                       [--threads N]
 
-MobileNetV2 and ResNet-18 are tests/zoo_torch.py's definitions (torchvision's restated, full
+MobileNetV2 and ResNet-18 are tests/zoo_torch's definitions (torchvision's restated, full
 width, random weights) exported to ONNX and read by dsptrain (`model: {onnx: ...}`); VGG-11 is dsptrain's built-in
 model and bench_train.py's PyTorch twin. Images: one batch of 32x32x3 synthetic uint8 images.
 Both systems live in one process and take turns: a warm-up step each, then --rounds rounds

@@ -6,11 +6,13 @@ N steps and where the ops ran, beside PyTorch FP32 on the same model in the same
                               [--threads N]
 
 Each (model, system) runs in a fresh subprocess (so its peak RSS, VmHWM, is its own): the
-model from tests/zoo_torch.py (torchvision's definitions restated, full size unless
+model from tests/zoo_torch/ (torchvision's definitions restated, full size unless
 --reduced, random weights), imported through `dsptrain.from_torch` for the recipes;
 `--steps` steps at batch 32 of 32x32x3 synthetic images after one warm-up step; median
-seconds per step, the loss of the last step. PyTorch FP32 is the same module with SGD
-(momentum 0.9) on the same images, as many threads as dsptrain's kernels: all cores, or
+seconds per step, the loss of the last step. PyTorch FP32 is the same module with SGD at the
+FP32 recipe's float settings (configs/algorithms/fp32.yaml's lr, momentum, weight decay, as
+bench_zoo_accuracy.py's peer; the other recipes ship the same lr 0.05 and momentum 0.9, so
+the loss columns compare) on the same images, as many threads as dsptrain's kernels: all cores, or
 --threads N for both (DSPTRAIN_CPU_THREADS and torch.set_num_threads); on a shared machine
 one thread each is the like-for-like figure, as PyTorch's OpenMP threads stall when the
 cores are oversubscribed. vs_torch is dsptrain's step time over PyTorch's (< 1: faster).
@@ -31,6 +33,8 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from report import print_table, write_results  # noqa: E402
+
+TORCH_RECIPE = "fp32"  # the PyTorch peer trains with this recipe's optimizer settings
 
 MODELS = [
     "mobilenet_v2",
@@ -103,8 +107,13 @@ def child_torch(args) -> dict:
     from zoo_torch import build
 
     torch.set_num_threads(int(os.environ.get("DSPTRAIN_CPU_THREADS", os.cpu_count() or 1)))
+    import dsptrain
+
     net = build(args.model, full=not args.reduced).train()
-    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    o = dsptrain.load_recipe(TORCH_RECIPE).optimizer
+    opt = torch.optim.SGD(
+        net.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay, nesterov=o.nesterov
+    )
     images, labels = _batches(args)
     x = (torch.from_numpy(images).float() - 128) / 128
     x, y = x.permute(0, 3, 1, 2).contiguous(), torch.from_numpy(labels)
@@ -117,7 +126,13 @@ def child_torch(args) -> dict:
         opt.step()
         if step:
             times.append(time.perf_counter() - t0)
-    return {"step_s": statistics.median(times), "loss": float(loss), "peak_rss_mb": peak_rss_mb(), "placement": "torch"}
+    return {
+        "step_s": statistics.median(times),
+        "loss": float(loss),
+        "peak_rss_mb": peak_rss_mb(),
+        "placement": "torch",
+        "sgd": f"lr {o.lr}, momentum {o.momentum}, weight decay {o.weight_decay}",
+    }
 
 
 def run_child(args, model, system) -> dict:
@@ -206,6 +221,7 @@ def main() -> None:
         "peak_rss_mb",
         "rss_vs_torch",
         "loss",
+        "sgd",
         "placement",
         "steps",
         "load_1min",

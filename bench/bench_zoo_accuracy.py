@@ -5,7 +5,7 @@ training the same module on the same batches for the same epochs.
                                        [--epochs 2] [--train-limit 60000] [--backend cpu]
                                        [--bn-recalibration 30] [--mu 4]
 
-The models are torchvision's definitions restated (tests/zoo_torch.py, full size, random
+The models are torchvision's definitions restated (tests/zoo_torch/, full size, random
 weights, seed 0), imported through `dsptrain.from_torch`. Fashion-MNIST (Debian's
 dataset-fashion-mnist) is padded to 32x32 and its gray channel repeated, as dsptrain does
 for any 32x32x3 model; pixels enter as (p - 128) / 128 on both sides. PyTorch: SGD with the

@@ -1,5 +1,5 @@
 """The benches' models by name: dsptrain's zoo (runtime/models.py: lenet5, vgg11, ...) or
-torchvision's mobile CNNs restated in tests/zoo_torch.py (mobilenet_v2, ...), imported
+torchvision's mobile CNNs restated in tests/zoo_torch/ (mobilenet_v2, ...), imported
 through dsptrain.from_torch at full size with random weights (torch needed only for those)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 
 def torch_zoo_names() -> set[str]:
-    """Names tests/zoo_torch.py defines (empty without torch)."""
+    """Names tests/zoo_torch/ defines (empty without torch)."""
     try:
         from zoo_torch import ZOO
     except ImportError:

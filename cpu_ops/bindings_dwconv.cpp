@@ -2,6 +2,7 @@
 // which path a shape takes (for the kernel-path tests) and their kept scratch.
 #include "bindings.h"
 #include "dwconv.h"
+#include "dwconv_fp16.h"
 
 using namespace dsptrain;
 using namespace dsptrain::bind;
@@ -174,6 +175,39 @@ py::array py_dwconv2d_bwd_weight_f32(const py::handle& err_obj, const py::handle
   return run_into<float>({s.c, s.kh, s.kw, 1}, [&](float* dw) { dwconv2d_bwd_weight_f32(err.data(), x.data(), s, dw); });
 }
 
+// ---------------------------------------------------------------- FP8: FP16 products, chunked sums
+py::array py_dwconv2d_fp16_chunked(const py::handle& x_obj, const py::handle& w_obj, int stride, int pad, int chunk,
+                                   bool fp16_adds) {
+  const char* op = "dwconv2d_fp16_chunked";
+  auto x = checked<float>(op, "x", x_obj, 4);
+  auto w = checked<float>(op, "w", w_obj, 4);
+  check_positive(op, "chunk", chunk);
+  const DwShape s = dw_shape<float>(op, x, w, stride, pad);
+  return run_into<float>({s.n, s.oh(), s.ow(), s.c},
+                         [&](float* y) { dwconv2d_fwd_fp16_chunked(x.data(), w.data(), s, chunk, fp16_adds, y); });
+}
+
+py::array py_dwconv2d_bwd_data_fp16(const py::handle& err_obj, const py::handle& w_obj, int stride, int pad,
+                                    std::pair<int, int> in_hw) {
+  const char* op = "dwconv2d_bwd_data_fp16";
+  auto err = checked<float>(op, "err", err_obj, 4);
+  auto w = checked<float>(op, "w", w_obj, 4);
+  const DwShape s = dw_shape_from_in_hw(op, err, w, stride, pad, in_hw);
+  return run_into<float>({s.n, s.h, s.w, s.c}, [&](float* dx) { dwconv2d_bwd_data_fp16(err.data(), w.data(), s, dx); });
+}
+
+py::array py_dwconv2d_bwd_weight_fp16_chunked(const py::handle& err_obj, const py::handle& x_obj, int stride, int pad,
+                                              std::pair<int, int> kernel, int chunk, bool fp16_adds) {
+  const char* op = "dwconv2d_bwd_weight_fp16_chunked";
+  auto err = checked<float>(op, "err", err_obj, 4);
+  auto x = checked<float>(op, "x", x_obj, 4);
+  check_positive(op, "chunk", chunk);
+  const DwShape s = dw_shape_from_err(op, err, x, stride, pad, kernel);
+  return run_into<float>({s.c, s.kh, s.kw, 1}, [&](float* dw) {
+    dwconv2d_bwd_weight_fp16_chunked(err.data(), x.data(), s, chunk, fp16_adds, dw);
+  });
+}
+
 // ---------------------------------------------------------------- which path, what scratch
 DwShape sizes_shape(const char* op, const std::vector<int>& shape) {
   if (shape.size() != 8)
@@ -213,6 +247,12 @@ void dsptrain::bind::def_dwconv(py::module_& m) {
         py::arg("pad"), py::arg("in_hw"));
   m.def("dwconv2d_bwd_weight_f32", &py_dwconv2d_bwd_weight_f32, py::arg("err"), py::arg("x"), py::arg("stride"),
         py::arg("pad"), py::arg("kernel"));
+  m.def("dwconv2d_fp16_chunked", &py_dwconv2d_fp16_chunked, py::arg("x"), py::arg("w"), py::arg("stride"),
+        py::arg("pad"), py::arg("chunk"), py::arg("fp16_adds"));
+  m.def("dwconv2d_bwd_data_fp16", &py_dwconv2d_bwd_data_fp16, py::arg("err"), py::arg("w"), py::arg("stride"),
+        py::arg("pad"), py::arg("in_hw"));
+  m.def("dwconv2d_bwd_weight_fp16_chunked", &py_dwconv2d_bwd_weight_fp16_chunked, py::arg("err"), py::arg("x"),
+        py::arg("stride"), py::arg("pad"), py::arg("kernel"), py::arg("chunk"), py::arg("fp16_adds"));
   m.def("dwconv_path", &py_dwconv_path, py::arg("pass_"), py::arg("shape"),
         "The loop an int8 depthwise pass of this shape runs on the active ISA.");
   m.def("dwconv_scratch_bytes", &py_dwconv_scratch_bytes, py::arg("pass_"), py::arg("shape"), py::arg("element_bytes"),

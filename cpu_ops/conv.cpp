@@ -11,6 +11,7 @@
 
 #include "conv_lanes.h"
 #include "conv_panels.h"
+#include "conv_paths.h"
 #include "conv_transpose.h"
 #include "conv_trimmed.h"
 #include "conv_wgrad_planes.h"
@@ -89,12 +90,6 @@ struct FlippedTaps {
   }
 };
 
-// Whether the int32 transposed convolution packs its B from w directly (else from a
-// transposed copy): whenever it runs im2col + GEMM and the packing's offsets fit.
-bool bwd_data_packs_w(const ConvShape& s, bool panels) {
-  return !panels && pack_b_k_rows_fits(s.c, s.kh * s.kw * s.o, active_isa());
-}
-
 // Where output pixel p's patch starts in the padded source (its first tap row).
 ptrdiff_t pixel_base(const PaddedSrc& s, int p) {
   const int per_image = s.oh * s.ow, b = p / per_image, oy = p % per_image / s.ow, ox = p % s.ow;
@@ -118,15 +113,6 @@ BiasedRows patch_rows(const PaddedSrc& src) {
   return BiasedRows{reinterpret_cast<const uint8_t*>(src.d), src.kh, src.run(), src.row_stride(), patch_base, &src};
 }
 
-// Whether the GEMM of this depth runs on a kernel that reads A in place (gemm_rows).
-bool reads_a_in_place(int depth) { return gemm_kernel(gemm_isa(active_isa(), depth))->micro_rows != nullptr; }
-
-// The implicit GEMM instead of im2col + GEMM: where the GEMM's kernel reads A in place,
-// the tap rows split into whole groups of 4 and the depth keeps int32 accumulators exact.
-bool implicit_gemm_fits(int run, int depth) {
-  return run % 4 == 0 && depth * 127LL * 127LL < (1LL << 31) && reads_a_in_place(depth);
-}
-
 // Plain rows `*ctx` bytes apart, as gemm_rows' A.
 ptrdiff_t plain_row_base(const void* ctx, int row) { return row * *static_cast<const ptrdiff_t*>(ctx); }
 
@@ -139,35 +125,6 @@ MatrixS8 patches(const PaddedSrc& src, int m, int k) {
   im2col(src, cols, ld);
   std::memset(cols + m * ld, 0, static_cast<size_t>(rows - m) * ld);
   return MatrixS8{cols, ld, 1};
-}
-
-// Share of useful work in a tile of `tile` rows or columns holding `n`.
-double fill(int n, int tile) { return static_cast<double>(n) / ((n + tile - 1) / tile * tile); }
-
-// Pixel panels when the output channels fill the GEMM's short side (mr) clearly better
-// than its wide one (nr), and the padded depth keeps int32 accumulators exact.
-bool use_pixel_panels(int out_channels, int depth, long long padded_bytes) {
-  // On AMX the im2col GEMM wins once the output channels fill a 32-row tile at least half.
-  if (active_isa() == Isa::kAmx && out_channels >= gemm_kernel(Isa::kAmx)->mr) return false;
-  const GemmKernel* k = panel_kernel();
-  return depth <= kMaxInt32Depth && padded_bytes < (1LL << 31) - 4096 &&  // int32 gather offsets
-         fill(out_channels, k->mr) > fill(out_channels, k->nr) + 0.1;
-}
-
-long long fwd_bytes(const ConvShape& s) { return 1LL * s.n * (s.h + 2 * s.pad) * (s.w + 2 * s.pad) * s.c; }
-long long bwd_bytes(const ConvShape& s) { return 1LL * s.n * (s.h + s.kh - 1) * (s.w + s.kw - 1) * s.o; }
-
-// The panel weight gradient while its per-task accumulators stay small.
-bool use_wgrad_panels(const ConvShape& s) {
-  // On AMX the GEMM wins once the output channels fill a 32-row tile (VGG-11 at batch 64:
-  // 2-4x faster than the VNNI panels for 64-256 channels).
-  if (active_isa() == Isa::kAmx && s.o >= gemm_kernel(Isa::kAmx)->mr) return false;
-  // On AVX-512 VNNI the GEMM wins from about 128K taps x channels: VGG-11's conv3 (1152 taps
-  // x 256) took 8.2 ms on the panels and 6.5 ms on the GEMM at one thread; conv2 (576 x
-  // 128) 7.8 and 8.2 ms. (Shapes the streamed GEMM fits, conv_wgrad_stream.cpp, take it
-  // before this choice: conv2 there 6.5 ms.)
-  const long long taps = static_cast<long long>(s.kh) * run_pad(s.kw * s.c);
-  return taps * s.o <= (active_isa() == Isa::kAvx512Vnni ? 128 : 300) * 1024;
 }
 
 // w[o, i, j, c] -> dst[o, i, run_pad(kw*c)] with zero padding after each tap row.
@@ -183,11 +140,6 @@ PaddedSrc forward_source(const int8_t* x, const ConvShape& s, std::vector<int8_t
   return pad_source(x, s.n, s.h, s.w, s.c, s.pad, s.pad, 1, s.h + 2 * s.pad, s.w + 2 * s.pad, s.oh(), s.ow(), s.kh, s.kw,
                     s.stride, buf, bias);
 }
-
-bool is_1x1(const ConvShape& s) { return s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0; }
-// 1x1, stride > 1, no padding (ResNet's downsampling shortcuts): the output pixels are every
-// s-th pixel of every s-th row of x, so the products are GEMMs on those pixels in place.
-bool is_1x1_strided(const ConvShape& s) { return s.kh == 1 && s.kw == 1 && s.stride > 1 && s.pad == 0; }
 
 // x's pixels under the output pixels of a strided 1x1 convolution as a GEMM's [P, C] rows,
 // in place: ow of them s * C bytes apart, then the next output row s image rows on.
@@ -208,27 +160,7 @@ struct StridedPixelRows {
   }
 };
 
-// The strided 1x1 weight gradient as one int32 GEMM over the strided pixels (B packed
-// from x in place): where the pixel count keeps int32 sums exact and the packing fits.
-bool wgrad_1x1_strided(const ConvShape& s) {
-  const int p = s.n * s.oh() * s.ow();
-  return is_1x1_strided(s) && !(1LL * p * 127 * 127 >= (1LL << 31)) && pack_b_k_rows_fits(s.c, p, active_isa());
-}
-bool fwd_panels(const ConvShape& s) { return use_pixel_panels(s.o, s.kh * run_pad(s.kw * s.c), fwd_bytes(s)); }
-bool bwd_data_panels(const ConvShape& s) { return use_pixel_panels(s.c, s.kh * run_pad(s.kw * s.o), bwd_bytes(s)); }
-
-bool fwd_implicit(const ConvShape& s) { return !is_1x1(s) && !fwd_panels(s) && implicit_gemm_fits(s.kw * s.c, s.kh * s.kw * s.c); }
-
-// Three channels (an RGB input) widened to four, so each tap row is whole groups of 4 and
-// the implicit GEMM applies: a third more multiply-accumulates, but no im2col copy and no
-// A packing (VGG-11's conv1 forward at batch 64, one thread, requantized: 3.7 -> 3.4 ms;
-// 3.0 with a given shift's rounding fused into the GEMM's tiles).
-constexpr int kWideChannels = 4;
 constexpr size_t kPaddedSlack = 64;  // readable bytes after the padded source, as pad_source's
-bool fwd_implicit_c4(const ConvShape& s) {
-  return s.c == 3 && !is_1x1(s) && !fwd_panels(s) && !fwd_implicit(s) &&
-         implicit_gemm_fits(s.kw * kWideChannels, s.kh * s.kw * kWideChannels);
-}
 
 // x[n, h, w, 3] padded and widened to [n, hp, wp, 4], every byte XOR 0x80 (the fourth
 // channel and the border hold the biased zero), for gemm_rows.
@@ -252,116 +184,7 @@ PaddedSrc widened_source(const int8_t* x, const ConvShape& s, std::vector<int8_t
   return PaddedSrc{d, s.n, hp, wp, c, s.oh(), s.ow(), s.kh, s.kw, s.stride};
 }
 
-bool bwd_data_implicit(const ConvShape& s) {
-  return !bwd_data_panels(s) && bwd_data_packs_w(s, false) && implicit_gemm_fits(s.kw * s.o, s.kh * s.kw * s.o);
-}
-
-// The implicit GEMM with the border's taps left out (conv_trimmed.cpp) from this share of
-// the taps on the border. VGG-11 at batch 64, one thread, requantized with a given shift
-// (forward / backward data, ms): conv3 (8 x 8, 16 % border) 5.9 / 5.7 -> 5.3 / 5.0, conv5
-// (4 x 4, 31 %) 5.6 / 5.8 -> 4.4 / 4.4, conv7 (2 x 2, 56 %) 3.1 / 3.2 -> 1.5 / 1.6; conv2
-// (16 x 16, 8 %) 6.3 / 6.0 -> 6.9 / 6.0 keeps the plain implicit GEMM.
-constexpr double kMinBorderShare = 0.1;
-// Where the forward's padded source holds x, and the backward data's padded error err.
-SourceWindow fwd_window(const ConvShape& s) { return SourceWindow{s.pad, s.pad + s.h, s.pad, s.pad + s.w}; }
-SourceWindow bwd_data_window(const ConvShape& s) {
-  const int y0 = s.kh - 1 - s.pad, x0 = s.kw - 1 - s.pad;
-  return SourceWindow{y0, y0 + s.oh(), x0, x0 + s.ow()};
-}
-bool fwd_trimmed(const ConvShape& s) {
-  return fwd_implicit(s) && s.stride == 1 && trimmed_fits(s.c, s.kh * s.kw * s.c) &&
-         trimmed_border_share(s.oh(), s.ow(), s.kh, s.kw, fwd_window(s)) >= kMinBorderShare;
-}
-bool bwd_data_trimmed(const ConvShape& s) {
-  return bwd_data_implicit(s) && s.stride == 1 && trimmed_fits(s.o, s.kh * s.kw * s.o) &&
-         trimmed_border_share(s.h, s.w, s.kh, s.kw, bwd_data_window(s)) >= kMinBorderShare;
-}
-
-bool acc_is_int64(long long depth) { return depth * 127LL * 127LL >= (1LL << 31); }  // bindings.h needs_int64
-
-// The few-channel passes that run on conv_lanes (int32 accumulators only: the depth
-// limits of use_pixel_panels keep them exact, and int64 depths never get here).
-bool fwd_lanes(const ConvShape& s) {
-  return !acc_is_int64(s.kh * s.kw * s.c) && lanes_fit(s.c, s.kh, s.kw, s.stride, s.o);
-}
-bool bwd_data_lanes(const ConvShape& s) {   // a stride-1 convolution of the dilated error
-  return !acc_is_int64(s.kh * s.kw * s.o) && lanes_fit(s.o, s.kh, s.kw, 1, s.c);
-}
-bool wgrad_lanes(const ConvShape& s) {   // the reduction runs over the pixels
-  return !acc_is_int64(1LL * s.n * s.oh() * s.ow()) && wgrad_lanes_fit(s.c, s.kh, s.kw, s.stride, s.o);
-}
-bool bwd_broadcast(const ConvShape& s) { return !acc_is_int64(s.kh * s.kw * s.o) && bwd_broadcast_fit(s); }
-bool wgrad_planes(const ConvShape& s) { return !acc_is_int64(1LL * s.n * s.oh() * s.ow()) && wgrad_planes_fit(s); }
-// The streamed im2col weight gradient: int32, err^T read in place, whole B panels in a tap row.
-bool wgrad_stream(const ConvShape& s) {
-  const int p = s.n * s.oh() * s.ow();
-  return !acc_is_int64(p) && wgrad_packs_source(s) && reads_a_in_place(p) && wgrad_stream_fit(s);
-}
-bool wgrad_olanes(const ConvShape& s) {
-  return !acc_is_int64(1LL * s.n * s.oh() * s.ow()) && wgrad_olanes_fit(s.c, s.kh, s.kw, s.stride, s.o, s.w + 2 * s.pad, s.ow());
-}
-
-// The streamed weight gradient with each panel's border pixels left out (conv_wgrad_stream.cpp
-// trimmed), from a twentieth of the taps on the border: VGG-11's conv2-8. Its runs of
-// pixels are long and stored in place, so it pays earlier than the forward's classes:
-// conv2 (16 x 16, 8 %) at one thread 6.28 -> 6.05 ms (three interleaved runs each).
-constexpr double kMinWgradBorderShare = 0.05;
-bool wgrad_stream_trimmed(const ConvShape& s) {
-  const int p = s.n * s.oh() * s.ow();
-  return !acc_is_int64(p) && reads_a_in_place(p) && wgrad_stream_trimmed_fit(s) &&
-         trimmed_border_share(s.oh(), s.ow(), s.kh, s.kw, fwd_window(s)) >= kMinWgradBorderShare;
-}
-
-// The weight gradient's algorithm, asked once: conv_algorithm names it, conv2d_bwd_weight
-// runs it. The int32-only ones (every one but the panels and im2col) never come up for an
-// int64 depth: each asks !acc_is_int64 of the pixel count, the depth the binding asks too.
-enum class WgradPath { kStrided1x1, kPlanes, kStreamTrimmed, kStream, kIm2colGemm, kLanes, kOutputLanes, kPanels };
-WgradPath wgrad_path(const ConvShape& s) {
-  if (wgrad_1x1_strided(s)) return WgradPath::kStrided1x1;
-  if (wgrad_planes(s)) return WgradPath::kPlanes;
-  if (wgrad_stream_trimmed(s)) return WgradPath::kStreamTrimmed;
-  if (wgrad_stream(s)) return WgradPath::kStream;
-  if (!use_wgrad_panels(s)) return WgradPath::kIm2colGemm;
-  return wgrad_lanes(s) ? WgradPath::kLanes : wgrad_olanes(s) ? WgradPath::kOutputLanes : WgradPath::kPanels;
-}
-
 }  // namespace
-
-// When its tap rows split into whole groups of 4 columns and the packing's offsets fit.
-bool wgrad_packs_source(const ConvShape& s) {
-  return (s.kh == 1 || s.kw * s.c % 4 == 0) && pack_b_k_rows_fits(s.kh * s.kw * s.c, s.n * s.oh() * s.ow(), active_isa());
-}
-
-const char* conv_algorithm(ConvPass pass, const ConvShape& s) {
-  switch (pass) {
-    case ConvPass::kForward:
-      if (is_1x1(s)) return "gemm_1x1";
-      if (is_1x1_strided(s)) return "gemm_1x1_strided";
-      if (fwd_panels(s)) return fwd_lanes(s) ? "lanes" : "pixel_panels";
-      if (fwd_implicit_c4(s)) return "implicit_gemm_c4";
-      if (fwd_trimmed(s)) return "implicit_gemm_trimmed";
-      return fwd_implicit(s) ? "implicit_gemm" : "im2col_gemm";
-    case ConvPass::kBackwardData:
-      if (bwd_broadcast(s)) return "err_broadcast";
-      if (is_1x1(s)) return "gemm_1x1";
-      if (is_1x1_strided(s)) return "gemm_1x1_strided";
-      if (bwd_data_panels(s)) return bwd_data_lanes(s) ? "lanes" : "pixel_panels";
-      if (bwd_data_trimmed(s)) return "implicit_gemm_trimmed";
-      return bwd_data_implicit(s) ? "implicit_gemm" : "im2col_gemm";
-    case ConvPass::kBackwardWeight:
-      switch (wgrad_path(s)) {
-        case WgradPath::kStrided1x1: return "gemm_1x1_strided";
-        case WgradPath::kPlanes: return "wgrad_planes";
-        case WgradPath::kStreamTrimmed: return "wgrad_stream_trimmed";
-        case WgradPath::kStream: return "wgrad_stream";
-        case WgradPath::kIm2colGemm: return "im2col_gemm";
-        case WgradPath::kLanes: return "wgrad_lanes";
-        case WgradPath::kOutputLanes: return "wgrad_olanes";
-        case WgradPath::kPanels: return "wgrad_panels";
-      }
-  }
-  return "?";
-}
 
 template <typename T>
 void conv2d_fwd(const int8_t* x, const int8_t* w, const ConvShape& s, T* y, int64_t* absmax, FusedRequant* fused) {

@@ -1,5 +1,5 @@
 // MLS's int16 convolutions on channel planes (stride 1, x86 with AVX-512 BW and VNNI):
-// conv_s16_planar.cpp. conv_exact.cpp picks them by shape and ISA; results equal its
+// conv_s16_planar.cpp (forward, weight gradient), conv_s16_planar_bwd.cpp (backward data). conv_exact.cpp picks them by shape and ISA; results equal its
 // patch-matrix paths (and ops_ref) exactly.
 #pragma once
 #include <cstddef>

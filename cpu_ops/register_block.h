@@ -5,6 +5,7 @@
 // a third of its vpdpwssd rate); named members it allocates to registers.
 #pragma once
 #include <cstddef>
+#include <type_traits>
 
 namespace dsptrain {
 
@@ -27,6 +28,23 @@ __attribute__((always_inline)) inline V& reg(Regs24<V>& b) {
     else if constexpr (I == 15) return b.r15; else if constexpr (I == 16) return b.r16; else if constexpr (I == 17) return b.r17;
     else if constexpr (I == 18) return b.r18; else if constexpr (I == 19) return b.r19; else if constexpr (I == 20) return b.r20;
     else if constexpr (I == 21) return b.r21; else if constexpr (I == 22) return b.r22; else return b.r23;
+  }
+}
+
+// Calls body(std::integral_constant<int, R>{}) for R = rows in 1..8: a block's
+// accumulators then have a count known at compile time and stay in registers (with a
+// runtime count GCC kept them on the stack, a store and a reload per vpdpwssd)
+template <typename Body>
+inline void with_rows(int rows, Body body) {
+  switch (rows) {
+    case 1: return body(std::integral_constant<int, 1>{});
+    case 2: return body(std::integral_constant<int, 2>{});
+    case 3: return body(std::integral_constant<int, 3>{});
+    case 4: return body(std::integral_constant<int, 4>{});
+    case 5: return body(std::integral_constant<int, 5>{});
+    case 6: return body(std::integral_constant<int, 6>{});
+    case 7: return body(std::integral_constant<int, 7>{});
+    default: return body(std::integral_constant<int, 8>{});
   }
 }
 

@@ -124,7 +124,7 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     }
     const bool panels = algo == "pixel_panels" || algo == "lanes";
     const int run = s.kw * s.o, k = s.kh * (panels ? run_pad(run) : run);
-    const bool packs_w = !is64 && !panels && pack_b_k_rows_fits(s.c, k, active_isa());  // conv.cpp bwd_data_packs_w
+    const bool packs_w = !is64 && !panels && pack_b_k_rows_fits(s.c, k, active_isa());  // conv_paths.cpp bwd_data_packs_w
     if (!packs_w) add(&out, "conv.weights", static_cast<size_t>(s.c) * k);
     const int hp = s.h + s.kh - 1, wp = s.w + s.kw - 1;
     padded_into(&out, static_cast<size_t>(s.n) * hp * wp * s.o, wp);

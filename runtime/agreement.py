@@ -15,13 +15,20 @@ from .errors import UserError
 def dsptrain_logits(checkpoint, images: np.ndarray, backend: str = "cpu", batch: int = 500) -> np.ndarray:
     """Logits of the checkpoint's model under its recipe, on uint8 NHWC images."""
     from .config import ModelConfig, RunConfig, load_recipe
+    from .config.settings import recipe_from_settings
     from .interchange import read_checkpoint
     from .train import Trainer
 
     trained = read_checkpoint(checkpoint)
+    # the settings it was trained with (an older checkpoint, without them: the recipe's defaults)
+    recipe = (
+        load_recipe(trained.recipe)
+        if trained.settings is None
+        else recipe_from_settings(trained.settings, trained.path)
+    )
     run = RunConfig(
         name=f"{trained.model.name}-check",
-        recipe=load_recipe(trained.recipe),
+        recipe=recipe,
         model=ModelConfig(),
         backend=backend,
         energy="estimate",

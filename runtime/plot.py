@@ -117,49 +117,10 @@ def plot_runs(run_dirs, out: str | Path, title: str | None = None):
     for i, run in enumerate(runs):
         color = colors[i % len(colors)]
         x = run.column("step")
-        times = run.column("time_s", scale=1e3)
-        smooth = _moving_average(times, len(times) // SMOOTH_POINTS)
-        if smooth is None:
-            ax_time.plot(x, times, color=color, lw=1, label=run.label)
-        else:  # thousands of noisy batches: the raw times faint, their moving average on top
-            ax_time.plot(x, times, color=color, lw=0.5, alpha=0.3)
-            ax_time.plot(
-                x, smooth, color=color, lw=1.5, label=f"{run.label} (mean of {len(times) // SMOOTH_POINTS} batches)"
-            )
+        _draw_times(ax_time, run, x, color)
         ax_energy.plot(x, run.column("energy_j", scale=1e3), color=color, lw=1, label=run.label)
-        ax_memory.plot(
-            x,
-            run.column("rss_growth_bytes", scale=1 / MB),
-            color=color,
-            lw=1,
-            label=f"{run.label}: RSS growth in the step",
-        )
-        arena = run.column("arena_high_water_bytes", scale=1 / MB)
-        if any(not math.isnan(v) for v in arena):
-            ax_memory.plot(x, arena, color=color, lw=1, ls="--", label=f"{run.label}: arena high-water")
-        ax_memory.plot(
-            x,
-            run.column("peak_rss_bytes", scale=1 / MB),
-            color=color,
-            lw=1,
-            ls=":",
-            label=f"{run.label}: process peak RSS",
-        )
-        epochs = run.column("epoch", run.epochs)
-        ax_acc.plot(
-            epochs, run.column("test_accuracy", run.epochs, 100), color=color, marker="o", label=f"{run.label}: test"
-        )
-        ax_acc.plot(
-            epochs,
-            run.column("train_accuracy", run.epochs, 100),
-            color=color,
-            marker=".",
-            ls="--",
-            label=f"{run.label}: train",
-        )
-        val = run.column("val_accuracy", run.epochs, 100)
-        if any(not math.isnan(v) for v in val):  # data.val_fraction
-            ax_acc.plot(epochs, val, color=color, marker="s", ls=":", label=f"{run.label}: val")
+        _draw_memory(ax_memory, run, x, color)
+        _draw_accuracy(ax_acc, run, color)
     ax_time.set(title=PANEL_TITLES[0], xlabel="batch (global step)", ylabel="ms")
     ax_energy.set(title=PANEL_TITLES[1], xlabel="batch (global step)", ylabel=f"mJ ({_meters(runs)})")
     ax_memory.set(title=PANEL_TITLES[2], xlabel="batch (global step)", ylabel="MB")
@@ -175,3 +136,45 @@ def plot_runs(run_dirs, out: str | Path, title: str | None = None):
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return fig
+
+
+def _draw_times(ax, run, x, color) -> None:
+    """Each batch's time; over thousands of noisy batches the raw times faint, their moving
+    average on top."""
+    times = run.column("time_s", scale=1e3)
+    smooth = _moving_average(times, len(times) // SMOOTH_POINTS)
+    if smooth is None:
+        ax.plot(x, times, color=color, lw=1, label=run.label)
+    else:
+        ax.plot(x, times, color=color, lw=0.5, alpha=0.3)
+        ax.plot(x, smooth, color=color, lw=1.5, label=f"{run.label} (mean of {len(times) // SMOOTH_POINTS} batches)")
+
+
+def _draw_memory(ax, run, x, color) -> None:
+    """The step's RSS growth, the arena's high-water (when the run had one), the process's peak RSS."""
+    ax.plot(
+        x, run.column("rss_growth_bytes", scale=1 / MB), color=color, lw=1, label=f"{run.label}: RSS growth in the step"
+    )
+    arena = run.column("arena_high_water_bytes", scale=1 / MB)
+    if any(not math.isnan(v) for v in arena):
+        ax.plot(x, arena, color=color, lw=1, ls="--", label=f"{run.label}: arena high-water")
+    ax.plot(
+        x, run.column("peak_rss_bytes", scale=1 / MB), color=color, lw=1, ls=":", label=f"{run.label}: process peak RSS"
+    )
+
+
+def _draw_accuracy(ax, run, color) -> None:
+    """Test and train accuracy per epoch, and validation accuracy when the run held some out (data.val_fraction)."""
+    epochs = run.column("epoch", run.epochs)
+    ax.plot(epochs, run.column("test_accuracy", run.epochs, 100), color=color, marker="o", label=f"{run.label}: test")
+    ax.plot(
+        epochs,
+        run.column("train_accuracy", run.epochs, 100),
+        color=color,
+        marker=".",
+        ls="--",
+        label=f"{run.label}: train",
+    )
+    val = run.column("val_accuracy", run.epochs, 100)
+    if any(not math.isnan(v) for v in val):
+        ax.plot(epochs, val, color=color, marker="s", ls=":", label=f"{run.label}: val")

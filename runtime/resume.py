@@ -19,6 +19,7 @@ from pathlib import Path
 
 from . import checkpoint
 from . import data as datasets
+from .config.settings import first_difference, recipe_settings
 from .errors import CheckpointError
 from .inputs.files import read_limited
 
@@ -45,6 +46,7 @@ def check_meta(path: Path, meta: dict, trainer) -> dict:
     for key, want in (("model", trainer.model.name), ("recipe", trainer.recipe.name)):
         if meta.get(key) != want:
             fail(key, f"{meta.get(key)!r}: this checkpoint is of another {key}; this run's is {want!r}")
+    _check_recipe_settings(path, meta.get("recipe_settings", _ABSENT), trainer.recipe)
     for key, (low, high) in _INT_FIELDS.items():
         if not _int(meta.get(key), low, high):
             fail(key, f"{meta.get(key)!r} is not a whole number in {low}..{high}")
@@ -108,6 +110,34 @@ def check_meta(path: Path, meta: dict, trainer) -> dict:
     if classes is not None and not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)):
         fail("classes", f"{classes!r} is not a list of class names")
     return meta
+
+
+_ABSENT = object()
+
+
+def _check_recipe_settings(path: Path, stored, recipe) -> None:
+    """The recipe settings the checkpoint was trained with must be this run's: a checkpoint
+    continued under other settings would train on as another recipe. One written before
+    checkpoints kept them continues with this run's settings, and says so."""
+    if stored is _ABSENT:
+        warnings.warn(
+            f"{path}: written before checkpoints kept their recipe's settings; continuing with this "
+            f"run's {recipe.name} settings",
+            UserWarning,
+            stacklevel=4,
+        )
+        return
+    if not isinstance(stored, dict):
+        raise CheckpointError(path, "recipe_settings", f"{stored!r} is not a mapping of the recipe's settings")
+    found = first_difference(stored, recipe_settings(recipe))
+    if found:
+        key, value, want = found
+        raise CheckpointError(
+            path,
+            f"recipe_settings.{key}",
+            f"{value!r}: the checkpoint was trained with this; this run's recipe has {want!r} "
+            f"(resume with the run's original recipe settings)",
+        )
 
 
 def _records(path: Path) -> tuple[list[dict], int]:

@@ -26,7 +26,6 @@ import numpy as np
 
 from .. import float_ops
 from . import fp32
-from ._branch_layers import dense_weight, grouped_part
 from ._emulated import Emulated, module_contract
 from ._products import per_group
 from ._quant import Scaled, to_fp8, to_fp16
@@ -70,7 +69,12 @@ class FP8Numerics(Numerics):
         return (0, int(np.prod(shape)) * 8) if role == "weights" else None
 
     def product_hooks(self, kind):
-        kind = kind.removeprefix("dw")  # a depthwise conv's product runs dense (chunked_product)
+        if kind.startswith("dw"):  # a depthwise conv's own FP16 products (_depthwise_chunked)
+            return {
+                "dwconv": ("dwconv2d_fp16_chunked",),
+                "dwconv_bwd_data": ("dwconv2d_bwd_data_fp16",),
+                "dwconv_bwd_weight": ("dwconv2d_bwd_weight_fp16_chunked",),
+            }[kind]
         return {
             "conv": ("matmul_fp16_chunked", "im2col"),
             "conv_bwd_weight": ("matmul_fp16_chunked", "im2col"),
@@ -165,15 +169,18 @@ def chunked_product(backend, kind, a, b, attrs, chunk, chunk_sum="fp16"):
 
 
 def _grouped_chunked(backend, kind, a, b, attrs, chunk, chunk_sum):
-    """A grouped conv's chunked product. Depthwise: dense on the zero-filled weight, so a
-    chunk holds the same terms as before (a product per channel would be C calls of nine
-    taps each); other grouped convs: one product per group (_products.per_group)."""
+    """A grouped conv's chunked product: a depthwise one on FP8's depthwise hooks (each output's
+    own products, chunked: backends/ref_fp8_depthwise.py), another one a product per group
+    (_products.per_group)."""
     if not attrs["depthwise"]:
         return per_group(lambda k, x, y, at: chunked_product(backend, k, x, y, at, chunk, chunk_sum), kind, a, b, attrs)
-    groups, plain = attrs["groups"], {k: v for k, v in attrs.items() if k not in ("groups", "depthwise")}
-    if kind == "bwd_weight":
-        return grouped_part(chunked_product(backend, kind, a, b, plain, chunk, chunk_sum), groups, 1)
-    return chunked_product(backend, kind, a, dense_weight(np.asarray(b), groups, 1), plain, chunk, chunk_sum)
+    c, fp16_adds = np.ascontiguousarray, chunk_sum == "fp16"
+    a, b, s, p = c(a, np.float32), c(b, np.float32), attrs["stride"], attrs["pad"]
+    if kind == "fwd":
+        return backend.dwconv2d_fp16_chunked(a, b, s, p, chunk, fp16_adds)
+    if kind == "bwd_data":
+        return backend.dwconv2d_bwd_data_fp16(a, b, s, p, attrs["in_hw"])
+    return backend.dwconv2d_bwd_weight_fp16_chunked(a, b, s, p, attrs["kernel"], chunk, fp16_adds)
 
 
 def _out_hw(shape, k, s, p):

@@ -11,7 +11,8 @@ touched between `prepare_input` and `logits_to_float`.
 Layers NITI has no integer form for (batch norm, the sigmoid family, squeeze-excitation's
 Mul, concat, biases: the mobile CNNs) run the Mandheling way, as float ops on the CPU
 between int8 tensors (int_mixed.py); `dsptrain plan` marks which ops those are.
-Depthwise convolutions are integer products like the dense ones (the dwconv2d_* hooks).
+Depthwise convolutions are integer products like the dense ones (the dwconv2d_* hooks); so
+are dilated ones (the conv2d_dilated_* hooks: patches with gaps into each backend's exact GEMM).
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ def check_model(model, recipe):
                 f"recipe {recipe.name!r} cannot lower layer {layer.name!r} "
                 f"({type(layer).__name__}): NITI has no such layer"
             )
-        if isinstance(layer, Conv2d) and (layer.dilation != 1 or (layer.groups != 1 and not layer.depthwise)):
+        grouped = isinstance(layer, Conv2d) and layer.groups != 1
+        if grouped and (not layer.depthwise or layer.dilation != 1):
             raise LoweringError(
                 f"recipe {recipe.name!r} cannot lower layer {layer.name!r}: NITI's integer "
-                f"convolutions are dense or depthwise and undilated; this one has groups "
+                f"convolutions are dense (dilated or not) or undilated depthwise; this one has groups "
                 f"{layer.groups} and dilation {layer.dilation} (fp32, octo, wageubn, afp, mls "
                 f"and fp8 lower it)"
             )
@@ -79,6 +81,24 @@ def forward(b, layer, x, shape):
             stride=layer.stride,
             pad=layer.padding,
             mode=acts.rounding,
+        )
+    elif isinstance(layer, Conv2d) and layer.dilation > 1:
+        w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
+        b.tensor(out, shape, "int8", "activation")
+        b.op(
+            f"{layer.name}.fwd",
+            "niti.dilconv_fwd",
+            layer.name,
+            "forward",
+            (x, w),
+            (out,),
+            ("conv2d_dilated_s8", *_PRODUCT),
+            _conv_macs(layer, shape),
+            stride=layer.stride,
+            pad=layer.padding,
+            dilation=layer.dilation,
+            mode=acts.rounding,
+            workspace=_patch_bytes(layer, shape),
         )
     elif isinstance(layer, Conv2d):
         w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
@@ -158,6 +178,20 @@ def _conv_macs(layer, shape) -> int:
     return int(np.prod(shape)) * int(np.prod(layer.weight_shape[1:]))
 
 
+def _patch_bytes(layer, shape) -> tuple[int, int]:
+    """(bytes per row, bytes) a dilated conv's gathered int8 patches take (base.py's composition):
+    one row of patches per output pixel, KH*KW*C bytes each, and the weight's copy."""
+    return int(np.prod(shape[1:3])) * int(np.prod(layer.weight_shape[1:])), int(np.prod(layer.weight_shape))
+
+
+def _transposed_patch_bytes(layer, x_shape, err_shape) -> tuple[int, int]:
+    """(bytes per row, bytes) of a dilated conv's backward data: err's zero-spread frame and its
+    patches, one row per input pixel (base.py's composition), and the flipped taps."""
+    reach = layer.span - 1
+    frame = (x_shape[1] + reach) * (x_shape[2] + reach) * err_shape[3]
+    return frame + int(np.prod(x_shape[1:3])) * layer.kernel**2 * err_shape[3], int(np.prod(layer.weight_shape))
+
+
 def _forward_biased(b, layer, x, shape):
     """A product with a bias: its exact int32 sums, then float32 with the bias added (int_mixed)."""
     w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
@@ -174,7 +208,7 @@ def _forward_biased(b, layer, x, shape):
             shape[0] * layer.in_features * layer.out_features,
         )
     else:
-        hook = "dwconv2d_s8" if layer.depthwise else "conv2d_s8"
+        hook = "dwconv2d_s8" if layer.depthwise else "conv2d_dilated_s8" if layer.dilation > 1 else "conv2d_s8"
         b.op(
             f"{layer.name}.fwd",
             "niti.conv_acc",
@@ -187,6 +221,7 @@ def _forward_biased(b, layer, x, shape):
             stride=layer.stride,
             pad=layer.padding,
             depthwise=layer.depthwise,
+            dilation=layer.dilation,
         )
     return int_mixed.forward_bias(b, layer, acc, shape)
 
@@ -242,6 +277,23 @@ def backward(b, layer, err, needs_input_error):
                     in_hw=x_shape[1:3],
                     mode=errs.rounding,
                 )
+            elif conv and layer.dilation > 1:
+                b.op(
+                    f"{layer.name}.bwd_data",
+                    "niti.dilconv_bwd_data",
+                    layer.name,
+                    "backward",
+                    (err, w),
+                    (err_in,),
+                    ("conv2d_dilated_bwd_data_s8", *_PRODUCT),
+                    macs,
+                    stride=layer.stride,
+                    pad=layer.padding,
+                    dilation=layer.dilation,
+                    in_hw=x_shape[1:3],
+                    mode=errs.rounding,
+                    workspace=_transposed_patch_bytes(layer, x_shape, b.tensors[err].shape),
+                )
             elif conv:
                 b.op(
                     f"{layer.name}.bwd_data",
@@ -276,10 +328,17 @@ def backward(b, layer, err, needs_input_error):
         kind, hook = ("niti.conv_bwd_weight", "conv2d_bwd_weight_s8") if conv else ("niti.linear_bwd_weight", "gemm_s8")
         if conv and layer.depthwise:
             kind, hook = "niti.dwconv_bwd_weight", "dwconv2d_bwd_weight_s8"
+        dilated = conv and layer.dilation > 1
+        if dilated:
+            kind, hook = "niti.dilconv_bwd_weight", "conv2d_dilated_bwd_weight_s8"
         attrs = dict(stride=layer.stride, pad=layer.padding, kernel=(layer.kernel, layer.kernel)) if conv else {}
         # a linear layer's err.T and x.T made contiguous (_linear_bwd_weight_args): their bytes per row
         transposed = {} if conv else {"workspace": (sum(int(np.prod(b.tensors[t].shape[1:])) for t in (err, x)), 0)}
-        product = None if conv and layer.depthwise else ("conv" if conv else "linear", "backward_weight")
+        if dilated:  # the patches and their transpose, err's transpose
+            per_row, _ = _patch_bytes(layer, b.tensors[err].shape)
+            transposed = {"workspace": (2 * per_row + int(np.prod(b.tensors[err].shape[1:])), 0)}
+            attrs["dilation"] = layer.dilation
+        product = None if conv and (layer.depthwise or dilated) else ("conv" if conv else "linear", "backward_weight")
         b.op(
             f"{layer.name}.bwd_weight",
             kind,
@@ -364,9 +423,19 @@ def dwconv_fwd(backend, op, env, ctx) -> dict:
     return _product(op, ctx, x, w, q, shift)
 
 
+def dilconv_fwd(backend, op, env, ctx) -> dict:
+    x, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    q, shift = backend.conv2d_dilated_requant_s8(
+        x.q, w.q, a["stride"], a["pad"], a["dilation"], a["mode"], ctx.rng(op), ctx.given_shift(op)
+    )
+    return _product(op, ctx, x, w, q, shift)
+
+
 def conv_acc(backend, op, env, ctx) -> dict:
     """A biased conv's exact sums (int_mixed.bias_fwd adds the bias in float)."""
     x, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    if a.get("dilation", 1) > 1:
+        return {op.outputs[0]: backend.conv2d_dilated_s8(x.q, w.q, a["stride"], a["pad"], a["dilation"])}
     product = backend.dwconv2d_s8 if a["depthwise"] else backend.conv2d_s8
     return {op.outputs[0]: product(x.q, w.q, a["stride"], a["pad"])}
 
@@ -398,6 +467,14 @@ def dwconv_bwd_data(backend, op, env, ctx) -> dict:
     return _product(op, ctx, err, w, q, shift)
 
 
+def dilconv_bwd_data(backend, op, env, ctx) -> dict:
+    err, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    q, shift = backend.conv2d_dilated_bwd_data_requant_s8(
+        err.q, w.q, a["stride"], a["pad"], a["dilation"], a["in_hw"], a["mode"], ctx.rng(op), ctx.given_shift(op)
+    )
+    return _product(op, ctx, err, w, q, shift)
+
+
 def linear_bwd_data(backend, op, env, ctx) -> dict:
     err, w = env[op.inputs[0]], env[op.inputs[1]]
     q, shift = backend.gemm_requant_s8(
@@ -420,6 +497,12 @@ def conv_bwd_weight(backend, op, env, ctx) -> dict:
 def dwconv_bwd_weight(backend, op, env, ctx) -> dict:
     err, x, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
     return {op.outputs[0]: backend.dwconv2d_bwd_weight_s8(err.q, x.q, a["stride"], a["pad"], a["kernel"])}
+
+
+def dilconv_bwd_weight(backend, op, env, ctx) -> dict:
+    err, x, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    grad = backend.conv2d_dilated_bwd_weight_s8(err.q, x.q, a["stride"], a["pad"], a["dilation"], a["kernel"])
+    return {op.outputs[0]: grad}
 
 
 def linear_bwd_weight(backend, op, env, ctx) -> dict:
@@ -513,6 +596,9 @@ OPS = {
     "niti.dwconv_fwd": dwconv_fwd,
     "niti.dwconv_bwd_data": dwconv_bwd_data,
     "niti.dwconv_bwd_weight": dwconv_bwd_weight,
+    "niti.dilconv_fwd": dilconv_fwd,
+    "niti.dilconv_bwd_data": dilconv_bwd_data,
+    "niti.dilconv_bwd_weight": dilconv_bwd_weight,
     "niti.conv_acc": conv_acc,
     "niti.linear_acc": linear_acc,
     **int_residual.OPS,

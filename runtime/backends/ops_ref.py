@@ -11,7 +11,8 @@ import numpy as np
 from .. import float_ops, numerics
 from ..layout import col2im, im2col, out_size, pool_windows
 from ..numerics import LOG2E_Q15, LOSS_SCALE_BITS, LOSS_SHIFT, MIN_EXPONENT, TAYLOR_BELOW
-from .base import Backend
+from . import ref_fp8_depthwise
+from .base import DILATED_HOOKS, FP8_DEPTHWISE_HOOKS, Backend
 
 _EXACT_F64 = 2**53
 
@@ -25,7 +26,7 @@ def _to_acc(x: np.ndarray, depth: int) -> np.ndarray:
     return np.rint(x).astype(numerics.acc_dtype(depth))
 
 
-#: the float-recipe hooks of base.py, defined in float_ops.py
+#: the float-recipe hooks of float_hooks.py, defined in float_ops.py
 FLOAT_RECIPE_HOOKS = (
     "absmax_f",
     "quantize_f",
@@ -52,7 +53,7 @@ FLOAT_RECIPE_HOOKS = (
     "relu_maxpool_f32",
     "relu_maxpool_bwd_f32",
     "pool_compensation_bwd",
-)  # base.py composes these
+)  # float_hooks.py composes these
 
 #: the mobile CNNs' element-wise and channel layers (algorithms/_branch_layers.py), float_ops.py
 BRANCH_HOOKS = (
@@ -77,7 +78,7 @@ BRANCH_HOOKS = (
     "dropout_apply_f32",
     "bn_fwd_grid_f32",
     "bn_bwd_grid_f32",
-    "bn_act_s8",  # NITI's batch norm between int8 tensors: base.py composes it from the hooks above
+    "bn_act_s8",  # NITI's batch norm between int8 tensors: float_hooks.py composes it from the hooks above
     "bn_act_bwd_s8",
 )
 
@@ -102,6 +103,8 @@ class RefBackend(Backend):
             "conv2d_s8",
             "conv2d_bwd_data_s8",
             "conv2d_bwd_weight_s8",
+            *DILATED_HOOKS,
+            *FP8_DEPTHWISE_HOOKS,
             "absmax",
             "shift_round",
             "relu_s8",
@@ -136,35 +139,46 @@ class RefBackend(Backend):
         return _to_acc(a.astype(np.float64) @ b.astype(np.float64).T, depth)
 
     def conv2d_s8(self, x, w, stride, pad):
+        return self.conv2d_dilated_s8(x, w, stride, pad, 1)
+
+    def conv2d_bwd_data_s8(self, err, w, stride, pad, in_hw):
+        return self.conv2d_dilated_bwd_data_s8(err, w, stride, pad, 1, in_hw)
+
+    def conv2d_bwd_weight_s8(self, err, x, stride, pad, kernel):
+        return self.conv2d_dilated_bwd_weight_s8(err, x, stride, pad, 1, kernel)
+
+    # A dilated conv by its definition: patches with taps `dilation` apart, their gradients
+    # scattered back the same way (layout.im2col / col2im).
+    def conv2d_dilated_s8(self, x, w, stride, pad, dilation):
         n, h, wd, _ = x.shape
         o, kh, kw, c = w.shape
         depth = kh * kw * c
         _exact_product(depth)
-        cols = im2col(x, kh, kw, stride, pad)
+        cols = im2col(x, kh, kw, stride, pad, dilation)
         out = cols @ w.reshape(o, depth).astype(np.float64).T
-        oh, ow = out_size(h, kh, stride, pad), out_size(wd, kw, stride, pad)
+        oh, ow = out_size(h, kh, stride, pad, dilation), out_size(wd, kw, stride, pad, dilation)
         return _to_acc(out, depth).reshape(n, oh, ow, o)
 
-    def conv2d_bwd_data_s8(self, err, w, stride, pad, in_hw):
+    def conv2d_dilated_bwd_data_s8(self, err, w, stride, pad, dilation, in_hw):
         o, kh, kw, c = w.shape
         depth = o * kh * kw
         _exact_product(depth)
-        dx = col2im(
-            err.reshape(-1, o).astype(np.float64) @ w.reshape(o, -1).astype(np.float64),
-            err.shape,
-            (kh, kw, c),
-            stride,
-            pad,
-            in_hw,
-        )
-        return _to_acc(dx, depth)
+        dcols = err.reshape(-1, o).astype(np.float64) @ w.reshape(o, -1).astype(np.float64)
+        return _to_acc(col2im(dcols, err.shape, (kh, kw, c), stride, pad, in_hw, dilation), depth)
 
-    def conv2d_bwd_weight_s8(self, err, x, stride, pad, kernel):
+    def conv2d_dilated_requant_s8(self, x, w, stride, pad, dilation, mode, rng, shift=None):
+        return self.requantize(self.conv2d_dilated_s8(x, w, stride, pad, dilation), mode, rng, shift)
+
+    def conv2d_dilated_bwd_data_requant_s8(self, err, w, stride, pad, dilation, in_hw, mode, rng, shift=None):
+        dx = self.conv2d_dilated_bwd_data_s8(err, w, stride, pad, dilation, in_hw)
+        return self.requantize(dx, mode, rng, shift)
+
+    def conv2d_dilated_bwd_weight_s8(self, err, x, stride, pad, dilation, kernel):
         kh, kw = kernel
         o = err.shape[-1]
         depth = err.size // o
         _exact_product(depth)
-        cols = im2col(x, kh, kw, stride, pad)
+        cols = im2col(x, kh, kw, stride, pad, dilation)
         dw = err.reshape(-1, o).astype(np.float64).T @ cols
         return _to_acc(dw, depth).reshape(o, kh, kw, x.shape[-1])
 
@@ -283,6 +297,15 @@ class RefBackend(Backend):
 
     def matmul_s16(self, a, b, a_transposed=False):
         return float_ops.matmul_s16(a, b, a_transposed)
+
+    def dwconv2d_fp16_chunked(self, x, w, stride, pad, chunk, fp16_adds):
+        return ref_fp8_depthwise.dwconv2d_fp16_chunked(x, w, stride, pad, chunk, fp16_adds)
+
+    def dwconv2d_bwd_data_fp16(self, err, w, stride, pad, in_hw):
+        return ref_fp8_depthwise.dwconv2d_bwd_data_fp16(err, w, stride, pad, in_hw)
+
+    def dwconv2d_bwd_weight_fp16_chunked(self, err, x, stride, pad, kernel, chunk, fp16_adds):
+        return ref_fp8_depthwise.dwconv2d_bwd_weight_fp16_chunked(err, x, stride, pad, kernel, chunk, fp16_adds)
 
     def im2col(self, x, kh, kw, stride, pad):
         return float_ops.im2col(x, kh, kw, stride, pad)

@@ -39,6 +39,10 @@ def export(checkpoint, out, format: str = "onnx") -> str:
     source = Path(checkpoint)
     out = check_output(out, f"{format} export", reads=(source, source / CHECKPOINT_NAME))
     trained = read_checkpoint(checkpoint)
+    if format != "npz":  # npz holds the arrays as they are; an ONNX graph computes with the settings
+        from .recipe_settings import check_export_settings
+
+        check_export_settings(trained)
     try:
         if format == "npz":
             from .npz_export import write_npz

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import CheckpointError, DataError
 from ..nn import BatchNorm2d, Model, has_bias
 
 CHECKPOINT_NAME = "checkpoint.npz"
@@ -22,6 +22,7 @@ class TrainedModel:
     recipe: str
     path: Path
     meta: dict
+    settings: dict | None = None  # the recipe's resolved settings (None: an older checkpoint)
 
 
 def read_checkpoint(path) -> TrainedModel:
@@ -55,4 +56,14 @@ def read_checkpoint(path) -> TrainedModel:
         for name in needed:
             if name not in state:
                 raise DataError(f"{path}: checkpoint lacks {name} (layer {layer.name} of {model.name})")
-    return TrainedModel(model, state, meta.get("recipe", "?"), path, meta)
+    settings = meta.get("recipe_settings")
+    if settings is not None and not (isinstance(settings, dict) and settings.get("name") == meta.get("recipe")):
+        raise CheckpointError(
+            path, "recipe_settings", f"{_short(settings)} is not the settings of recipe {meta.get('recipe')!r}"
+        )
+    return TrainedModel(model, state, meta.get("recipe", "?"), path, meta, settings)
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -34,6 +34,7 @@ from ..algorithms._quant import quantize_int_numpy
 from ..float_ops import pow2_grid, round_float
 from ..numerics import shift_round
 from . import onnx_fp8
+from .recipe_settings import fp8_settings
 
 #: recipe -> the scale of its 8-bit weight and activation grids (configs/algorithms/*.yaml),
 #: or "fp8" for FP8's small-float grids
@@ -58,8 +59,11 @@ class Grids:
         self.g, self.state = g, trained.state
         self.recipe, self.scale = trained.recipe, GRIDS[trained.recipe]
         parametric = [layer.name for layer in trained.model.parametric()]
-        self.edges = {parametric[0], parametric[-1]} if parametric else set()
-        self.chunks = onnx_fp8.Chunked(g) if self.scale == "fp8" else None
+        fp8 = fp8_settings(trained)  # as trained: the checkpoint's recipe settings
+        self.edges = {parametric[0], parametric[-1]} if parametric and fp8["first_last_fp16"] else set()
+        self.chunks = (
+            onnx_fp8.Chunked(g, fp8["chunk_size"], fp8["chunk_sum"] == "fp16") if self.scale == "fp8" else None
+        )
         self.compensated = trained.recipe in COMPENSATED and all(
             f"{layer.name}.comp_scale" in trained.state for layer in trained.model.parametric()
         )

@@ -166,120 +166,167 @@ class _Walk:
 
 
 def _export_layer(g: _Graph, walk: _Walk, layer, reads: str) -> str:
-    """Writes one layer's nodes reading layer `reads`' output; returns the name of its own."""
-    x, name, out = walk.out_of[reads], layer.name, f"{layer.name}.out"
+    """Writes one layer's nodes reading layer `reads`' output (EXPORTERS, by the layer's
+    kind); returns the name of its own."""
+    x = walk.out_of[reads]
     if walk.rounding:  # a float input of an int8 layer rounded on its range first (mixed precision)
         x, reads = walk.rounding.enter(layer, x, reads)
-    if isinstance(layer, Conv2d):
-        to_oihw = lambda a: a.transpose(0, 3, 1, 2)
-        p = layer.padding
-        if walk.grids and walk.grids.scale == "mls":  # exact integer sums, scaled once
-            out = _plus_bias(g, walk, layer, _mls_product(g, walk, layer, x, None), out, (1, -1, 1, 1))
-        elif walk.grids and walk.grids.chunked(layer):
-            x, _ = _product_operands(g, walk, layer, x, to_oihw)  # FP8's FP16 chunked sums
-            sums = walk.grids.chunks.conv(layer, x, walk.grids.weight(name, walk.floats[f"{name}.w"])[0])
-            out = _plus_bias(g, walk, layer, sums, out, (1, -1, 1, 1))
-        else:
-            x, w = _product_operands(g, walk, layer, x, to_oihw)
-            g.node(
-                "Conv",
-                (x, w, *_bias(g, layer, walk.floats, walk.rounding)),
-                out,
-                name,
-                kernel_shape=[layer.kernel] * 2,
-                strides=[layer.stride] * 2,
-                pads=[p] * 4,
-                group=layer.groups,
-                dilations=[layer.dilation] * 2,
-            )
-        out = _rounded_product(g, walk, layer, out, reads, (1, -1, 1, 1))
-        if walk.grids:
-            out = walk.grids.compensation(layer, out, conv=True)
-    elif isinstance(layer, Linear):
-        source_shape = walk.flat_from.get(reads)
-
-        def to_onnx(a, s=source_shape):
-            if s is None:
-                return a
-            h, w_, c = s  # engine columns (H, W, C) -> ONNX's (C, H, W)
-            return a.reshape(a.shape[0], h, w_, c).transpose(0, 3, 1, 2).reshape(a.shape[0], -1)
-
-        if walk.grids and walk.grids.scale == "mls":  # exact integer sums, scaled once
-            columns = _engine_columns(to_onnx, walk.floats[f"{name}.w"].shape[1])
-            out = _plus_bias(g, walk, layer, _mls_product(g, walk, layer, x, columns), out, (1, -1))
-        elif walk.grids and walk.grids.chunked(layer):
-            x, _ = _product_operands(g, walk, layer, x, to_onnx)  # FP8's FP16 chunked sums, in dsptrain's column order
-            wq = walk.grids.weight(name, walk.floats[f"{name}.w"])[0]
-            columns = _engine_columns(to_onnx, wq.shape[1])
-            out = _plus_bias(g, walk, layer, walk.grids.chunks.linear(layer, x, wq, columns), out, (1, -1))
-        else:
-            x, w = _product_operands(g, walk, layer, x, to_onnx)
-            g.node("Gemm", (x, w, *_bias(g, layer, walk.floats, walk.rounding)), out, name, transB=1)
-        out = _rounded_product(g, walk, layer, out, reads, (1, -1))
-        if walk.grids:
-            out = walk.grids.compensation(layer, out, conv=False)
-    elif isinstance(layer, ReLU):
-        g.node("Relu", (x,), out, name)
-        if reads in walk.flat_from:
-            walk.flat_from[layer.name] = walk.flat_from[reads]
-    elif isinstance(layer, MaxPool2d):
-        g.node(
-            "MaxPool",
-            (x,),
-            out,
-            name,
-            kernel_shape=[layer.kernel] * 2,
-            strides=[layer.stride] * 2,
-            pads=[layer.padding] * 4,
-            ceil_mode=int(layer.ceil_mode),
-        )
-    elif isinstance(layer, AvgPool2d):
-        g.node(
-            "AveragePool",
-            (x,),
-            out,
-            name,
-            kernel_shape=[layer.kernel] * 2,
-            strides=[layer.stride] * 2,
-            pads=[layer.padding] * 4,
-            count_include_pad=int(layer.count_include_pad),
-        )
-        if walk.rounding and walk.rounding.is_int8(reads):  # NITI's windows: stride = kernel, a power of two
-            out = walk.rounding.average(layer, out, reads, layer.kernel**2)
-    elif isinstance(layer, Flatten):
-        if len(walk.shape_of[reads]) == 3:
-            walk.flat_from[layer.name] = walk.shape_of[reads]
-            g.node("Flatten", (x,), out, name, axis=1)
-        else:
-            out = x
-    elif isinstance(layer, Dropout):
-        out = x
-        if reads in walk.flat_from:
-            walk.flat_from[layer.name] = walk.flat_from[reads]
-    elif isinstance(layer, BatchNorm2d) and walk.grids:
-        out = walk.grids.batch_norm(layer, x, walk.floats)
-    elif isinstance(layer, BatchNorm2d):
-        inputs = [g.const(f"{name}.{k}", walk.floats[f"{name}.{k}"]) for k in ("gamma", "beta", "mean", "var")]
-        g.node("BatchNormalization", (x, *inputs), out, name, epsilon=layer.eps, momentum=1.0 - layer.momentum)
-    elif isinstance(layer, GlobalAvgPool) and layer.keep_dims:
-        g.node("GlobalAveragePool", (x,), out, name)
-    elif isinstance(layer, branches.LAYERS):
-        x = walk.out_of[layer.inputs[0]] if hasattr(layer, "inputs") else x
-        branches.export(g, layer, x, walk.out_of, walk.shape_of[reads], out)
-    elif isinstance(layer, GlobalAvgPool):
-        pooled = g.node("GlobalAveragePool", (x,), f"{name}.pooled", name)
-        g.node("Flatten", (pooled,), out, f"{name}.flatten", axis=1)
-        if walk.rounding and walk.rounding.is_int8(reads):
-            h, w_, _ = walk.shape_of[reads]
-            out = walk.rounding.average(layer, out, reads, h * w_)
-    elif isinstance(layer, Add):
-        if walk.rounding and walk.rounding.is_int8(reads) and walk.rounding.is_int8(layer.skip_from):
-            out = walk.rounding.add(layer, x, reads, walk.out_of[layer.skip_from], layer.skip_from)
-        else:
-            g.node("Add", (x, walk.out_of[layer.skip_from]), out, name)
+    exporter = EXPORTERS.get(type(layer))
+    if exporter is None:
+        raise TypeError(f"{layer.name}: no ONNX exporter for a {type(layer).__name__} layer")
+    out = exporter(g, walk, layer, x, reads)
     if walk.rounding and not isinstance(layer, (Conv2d, Linear, GlobalAvgPool, AvgPool2d, Add)):
-        walk.rounding.keep(layer, reads)
+        walk.rounding.keep(layer, reads)  # its output keeps its input's int8 step (the others set their own)
     return out
+
+
+# ---------------------------------------------------------------- one exporter per layer kind
+# Each takes (graph, walk, layer, its input's name, the layer it reads) and returns the name
+# of the layer's output.
+
+
+def _conv(g: _Graph, walk: _Walk, layer, x: str, reads: str) -> str:
+    name, out = layer.name, f"{layer.name}.out"
+    to_oihw = lambda a: a.transpose(0, 3, 1, 2)
+    p = layer.padding
+    if walk.grids and walk.grids.scale == "mls":  # exact integer sums, scaled once
+        out = _plus_bias(g, walk, layer, _mls_product(g, walk, layer, x, None), out, (1, -1, 1, 1))
+    elif walk.grids and walk.grids.chunked(layer):
+        x, _ = _product_operands(g, walk, layer, x, to_oihw)  # FP8's FP16 chunked sums
+        sums = walk.grids.chunks.conv(layer, x, walk.grids.weight(name, walk.floats[f"{name}.w"])[0])
+        out = _plus_bias(g, walk, layer, sums, out, (1, -1, 1, 1))
+    else:
+        x, w = _product_operands(g, walk, layer, x, to_oihw)
+        g.node(
+            "Conv",
+            (x, w, *_bias(g, layer, walk.floats, walk.rounding)),
+            out,
+            name,
+            kernel_shape=[layer.kernel] * 2,
+            strides=[layer.stride] * 2,
+            pads=[p] * 4,
+            group=layer.groups,
+            dilations=[layer.dilation] * 2,
+        )
+    out = _rounded_product(g, walk, layer, out, reads, (1, -1, 1, 1))
+    if walk.grids:
+        out = walk.grids.compensation(layer, out, conv=True)
+    return out
+
+
+def _linear(g: _Graph, walk: _Walk, layer, x: str, reads: str) -> str:
+    name, out = layer.name, f"{layer.name}.out"
+    source_shape = walk.flat_from.get(reads)
+
+    def to_onnx(a, s=source_shape):
+        if s is None:
+            return a
+        h, w_, c = s  # engine columns (H, W, C) -> ONNX's (C, H, W)
+        return a.reshape(a.shape[0], h, w_, c).transpose(0, 3, 1, 2).reshape(a.shape[0], -1)
+
+    if walk.grids and walk.grids.scale == "mls":  # exact integer sums, scaled once
+        columns = _engine_columns(to_onnx, walk.floats[f"{name}.w"].shape[1])
+        out = _plus_bias(g, walk, layer, _mls_product(g, walk, layer, x, columns), out, (1, -1))
+    elif walk.grids and walk.grids.chunked(layer):
+        x, _ = _product_operands(g, walk, layer, x, to_onnx)  # FP8's FP16 chunked sums, in dsptrain's column order
+        wq = walk.grids.weight(name, walk.floats[f"{name}.w"])[0]
+        columns = _engine_columns(to_onnx, wq.shape[1])
+        out = _plus_bias(g, walk, layer, walk.grids.chunks.linear(layer, x, wq, columns), out, (1, -1))
+    else:
+        x, w = _product_operands(g, walk, layer, x, to_onnx)
+        g.node("Gemm", (x, w, *_bias(g, layer, walk.floats, walk.rounding)), out, name, transB=1)
+    out = _rounded_product(g, walk, layer, out, reads, (1, -1))
+    if walk.grids:
+        out = walk.grids.compensation(layer, out, conv=False)
+    return out
+
+
+def _relu(g: _Graph, walk: _Walk, layer, x: str, reads: str) -> str:
+    out = g.node("Relu", (x,), f"{layer.name}.out", layer.name)
+    if reads in walk.flat_from:
+        walk.flat_from[layer.name] = walk.flat_from[reads]
+    return out
+
+
+def _pool_node(g: _Graph, op: str, layer, x: str, **attrs) -> str:
+    """A square window's pooling node: the layer's kernel, stride and padding on both axes."""
+    window = dict(kernel_shape=[layer.kernel] * 2, strides=[layer.stride] * 2, pads=[layer.padding] * 4)
+    return g.node(op, (x,), f"{layer.name}.out", layer.name, **window, **attrs)
+
+
+def _maxpool(g: _Graph, walk: _Walk, layer, x: str, reads: str) -> str:
+    return _pool_node(g, "MaxPool", layer, x, ceil_mode=int(layer.ceil_mode))
+
+
+def _avgpool(g: _Graph, walk: _Walk, layer, x: str, reads: str) -> str:
+    out = _pool_node(g, "AveragePool", layer, x, count_include_pad=int(layer.count_include_pad))
+    if walk.rounding and walk.rounding.is_int8(reads):  # NITI's windows: stride = kernel, a power of two
+        out = walk.rounding.average(layer, out, reads, layer.kernel**2)
+    return out
+
+
+def _flatten(g: _Graph, walk: _Walk, layer, x: str, reads: str) -> str:
+    if len(walk.shape_of[reads]) != 3:
+        return x
+    walk.flat_from[layer.name] = walk.shape_of[reads]
+    return g.node("Flatten", (x,), f"{layer.name}.out", layer.name, axis=1)
+
+
+def _dropout(g: _Graph, walk: _Walk, layer, x: str, reads: str) -> str:
+    if reads in walk.flat_from:
+        walk.flat_from[layer.name] = walk.flat_from[reads]
+    return x  # inference: no node
+
+
+def _batch_norm(g: _Graph, walk: _Walk, layer, x: str, reads: str) -> str:
+    if walk.grids:
+        return walk.grids.batch_norm(layer, x, walk.floats)
+    name = layer.name
+    inputs = [g.const(f"{name}.{k}", walk.floats[f"{name}.{k}"]) for k in ("gamma", "beta", "mean", "var")]
+    return g.node(
+        "BatchNormalization", (x, *inputs), f"{name}.out", name, epsilon=layer.eps, momentum=1.0 - layer.momentum
+    )
+
+
+def _global_avg_pool(g: _Graph, walk: _Walk, layer, x: str, reads: str) -> str:
+    name, out = layer.name, f"{layer.name}.out"
+    if layer.keep_dims:
+        return g.node("GlobalAveragePool", (x,), out, name)
+    pooled = g.node("GlobalAveragePool", (x,), f"{name}.pooled", name)
+    g.node("Flatten", (pooled,), out, f"{name}.flatten", axis=1)
+    if walk.rounding and walk.rounding.is_int8(reads):
+        h, w_, _ = walk.shape_of[reads]
+        out = walk.rounding.average(layer, out, reads, h * w_)
+    return out
+
+
+def _add(g: _Graph, walk: _Walk, layer, x: str, reads: str) -> str:
+    if walk.rounding and walk.rounding.is_int8(reads) and walk.rounding.is_int8(layer.skip_from):
+        return walk.rounding.add(layer, x, reads, walk.out_of[layer.skip_from], layer.skip_from)
+    return g.node("Add", (x, walk.out_of[layer.skip_from]), f"{layer.name}.out", layer.name)
+
+
+def _branch_layer(g: _Graph, walk: _Walk, layer, x: str, reads: str) -> str:
+    """The mobile CNNs' activations, Mul, Concat, Slice and channel shuffle (onnx_export_branches.py)."""
+    x = walk.out_of[layer.inputs[0]] if hasattr(layer, "inputs") else x
+    out = f"{layer.name}.out"
+    branches.export(g, layer, x, walk.out_of, walk.shape_of[reads], out)
+    return out
+
+
+EXPORTERS = {
+    Conv2d: _conv,
+    Linear: _linear,
+    ReLU: _relu,
+    MaxPool2d: _maxpool,
+    AvgPool2d: _avgpool,
+    Flatten: _flatten,
+    Dropout: _dropout,
+    BatchNorm2d: _batch_norm,
+    GlobalAvgPool: _global_avg_pool,
+    Add: _add,
+    **dict.fromkeys(branches.LAYERS, _branch_layer),
+}
 
 
 def _product_operands(g: _Graph, walk: _Walk, layer, x: str, to_onnx) -> tuple[str, str]:

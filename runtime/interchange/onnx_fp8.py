@@ -9,8 +9,9 @@ exactly (each output is one input times 1 plus exact zeros); K is cut into `chun
 runs; step j multiplies the j-th element of every run by its weights (exact in float32:
 FP8 or FP16 operands), rounds the product to FP16 (Cast there and back) and adds it to the
 run's FP16 sum, rounded again; the run sums then add one by one in FP16. The same float32
-operations in the same order as the judge's NumPy, so the same bits. A depthwise or dilated
-conv runs dense on its zero-filled weight, as the recipe runs it (fp8._grouped_chunked).
+operations in the same order as the judge's NumPy, so the same bits. A depthwise conv sums
+each output's own KH*KW taps so (`Chunked.depthwise`, backends/ref_fp8_depthwise.py); a
+dilated conv runs dense on its zero-filled weight, as the recipe runs it.
 """
 
 from __future__ import annotations
@@ -34,15 +35,63 @@ def exact(layer) -> bool:
 class Chunked:
     """Writes FP8's chunked products into graph `g` (onnx_export._Graph)."""
 
-    def __init__(self, g, chunk: int = CHUNK):
-        self.g, self.chunk = g, chunk
+    def __init__(self, g, chunk: int = CHUNK, fp16_adds: bool = True):
+        self.g, self.chunk, self.fp16_adds = g, chunk, fp16_adds
+
+    def _step(self, name: str, partial: str | None, p: str, key: str) -> str:
+        """A run's sum with product p added: both rounded to FP16 each time (`chunk_sum: fp16`),
+        or summed in float32 and rounded once at the run's end (`chunk_sum: fp32`)."""
+        if self.fp16_adds:
+            p = self._fp16(name, p, f"{key}_p")
+        if partial is None:
+            return p
+        total = self._node("Add", (partial, p), name, f"{key}_s")
+        return self._fp16(name, total, f"{key}_s") if self.fp16_adds else total
 
     def conv(self, layer, x: str, w: np.ndarray) -> str:
         """(B, O, OH, OW) of a conv on `x` (NCHW) with dsptrain's (O, KH, KW, C/groups) weight."""
+        if layer.depthwise and layer.dilation == 1:
+            return self.depthwise(layer, x, np.asarray(w, np.float32))
         w, flat, shape = patches(self.g, layer, x, w)
         o = w.shape[0]
         sums = self._sums(layer.name, flat, w.reshape(o, -1))  # (B, O, OH * OW)
         return to_image(self.g, layer.name, sums, shape, o)
+
+    def depthwise(self, layer, x: str, w: np.ndarray) -> str:
+        """(B, C, OH, OW) of a depthwise conv with dsptrain's (C, KH, KW, 1) weight: each output's
+        KH*KW taps (gathered exactly by a grouped one-hot Conv) times its channel's weights,
+        each product rounded to FP16, summed in runs of `chunk` as fp8's depthwise hook sums them."""
+        c, kh, kw, _ = w.shape
+        taps, name = kh * kw, layer.name
+        onehot = np.zeros((c * taps, 1, kh, kw), np.float32)  # output channel ch * taps + (i * kw + j)
+        for t in range(taps):
+            onehot[np.arange(c) * taps + t, 0, t // kw, t % kw] = 1.0
+        found = self._node(
+            "Conv",
+            (x, self.g.const(f"{name}.dw_patch_kernel", onehot)),
+            name,
+            "dw_patches",
+            group=c,
+            kernel_shape=[kh, kw],
+            strides=[layer.stride] * 2,
+            pads=[layer.padding] * 4,
+        )
+        flat = self._node("Reshape", (found, self._const(name, "bctp", [0, c, taps, -1], np.int64)), name, "dw_bctp")
+        chunk, total = max(1, min(self.chunk, taps)), None
+        for r0 in range(0, taps, chunk):
+            partial = None
+            for t in range(r0, min(r0 + chunk, taps)):
+                xt = self._node("Gather", (flat, self._const(name, f"tap{t}", t, np.int64)), name, f"dw_x{t}", axis=2)
+                wt = self._const(name, f"dw_w{t}", w[:, t // kw, t % kw, 0].reshape(1, c, 1), np.float32)
+                partial = self._step(name, partial, self._node("Mul", (xt, wt), name, f"dw_p{t}"), f"dw{t}")
+            partial = self._fp16(name, partial, f"dw_run{r0}")
+            total = (
+                partial
+                if total is None
+                else self._fp16(name, self._node("Add", (total, partial), name, f"dw_t{r0}"), f"dw_t{r0}")
+            )
+        shape = self._node("Shape", (found,), name, "dw_shape")
+        return to_image(self.g, name, total, shape, c)
 
     def linear(self, layer, x: str, w: np.ndarray, columns: np.ndarray | None) -> str:
         """(B, N) of a linear layer; `columns`: for each of dsptrain's K columns the ONNX column
@@ -71,10 +120,7 @@ class Chunked:
             )
             xj = self._node("Unsqueeze", (xj, axis_n), name, f"x{j}_n")  # (B, runs, 1, P)
             wj = self._const(name, f"w{j}", w[:, :, j].T.reshape(1, runs, n, 1), np.float32)
-            p = self._fp16(name, self._node("Mul", (xj, wj), name, f"p{j}"), f"p{j}")
-            partial = (
-                p if partial is None else self._fp16(name, self._node("Add", (partial, p), name, f"s{j}"), f"s{j}")
-            )
+            partial = self._step(name, partial, self._node("Mul", (xj, wj), name, f"p{j}"), f"k{j}")
         partial = self._fp16(name, partial, "runs")  # a run of one product: already FP16 (no-op)
         total = None
         for r in range(runs):

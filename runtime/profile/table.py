@@ -141,6 +141,46 @@ def build(
     graph = plan.graph
     integer = bool(getattr(recipe, "integer", True))
     coeffs = energy_device(energy_spec)
+    rows, ran = _op_rows(recorder, plan, device, coeffs, integer)
+    steps = [s.seconds if s.stats is None else s.stats.time_s for s in recorder.steps]
+    measured = sum(steps)
+    ops = sorted(rows.values(), key=lambda r: r.seconds, reverse=True)
+    left = measured - sum(r.seconds for r in ops)
+    between = Row(BETWEEN_OPS if left >= 0 else OVERLAP, "", "", "executor", "host", seconds=left)
+    layers = _roll_up(ops, graph, ran)
+    total = _sum_rows(ops, Row("step (measured)", "", "", "", _backends(ops), calls=sum(r.calls for r in ops)))
+    total.seconds, total.tensor_bytes = measured, _tensor_bytes(graph, ran.values())
+    energy = total.energy_j or 0.0
+    for row in (*ops, *layers, between, total):
+        row.share = row.seconds / measured if measured > 0 else 0.0
+        if row.energy_j is not None and energy > 0:
+            row.energy_share = row.energy_j / energy
+    last = recorder.steps[-1].stats if recorder.steps else None
+    pipeline = getattr(last, "pipeline", None) or f"serial ({plan.micro_batches_reason})"
+    modeled = [modeled_step_seconds(recorder.step_events(s.index), device) for s in recorder.steps]
+    return Profile(
+        run,
+        model,
+        getattr(recipe, "name", str(recipe or "")),
+        total.backend,
+        len(recorder.steps),
+        graph.batch,
+        steps,
+        None if None in modeled else modeled,
+        ops,
+        layers,
+        between,
+        total,
+        integer,
+        coeffs.name if coeffs else None,
+        pipeline,
+    )
+
+
+def _op_rows(recorder, plan, device, coeffs, integer: bool) -> tuple[dict, dict]:
+    """One Row per op that ran, summed over its calls (time, MACs, bytes moved, the DSP's
+    packets and modeled time, energy), and the ops by name."""
+    graph = plan.graph
     rows: dict[str, Row] = {}
     ran: dict[str, object] = {}  # op name -> graph.Op
     for event in recorder.events:
@@ -176,39 +216,7 @@ def build(
         joules = _joules(coeffs, event.backend, macs, integer, moved)
         if joules is not None:
             row.energy_j = (row.energy_j or 0.0) + joules
-    steps = [s.seconds if s.stats is None else s.stats.time_s for s in recorder.steps]
-    measured = sum(steps)
-    ops = sorted(rows.values(), key=lambda r: r.seconds, reverse=True)
-    left = measured - sum(r.seconds for r in ops)
-    between = Row(BETWEEN_OPS if left >= 0 else OVERLAP, "", "", "executor", "host", seconds=left)
-    layers = _roll_up(ops, graph, ran)
-    total = _sum_rows(ops, Row("step (measured)", "", "", "", _backends(ops), calls=sum(r.calls for r in ops)))
-    total.seconds, total.tensor_bytes = measured, _tensor_bytes(graph, ran.values())
-    energy = total.energy_j or 0.0
-    for row in (*ops, *layers, between, total):
-        row.share = row.seconds / measured if measured > 0 else 0.0
-        if row.energy_j is not None and energy > 0:
-            row.energy_share = row.energy_j / energy
-    last = recorder.steps[-1].stats if recorder.steps else None
-    pipeline = getattr(last, "pipeline", None) or f"serial ({plan.micro_batches_reason})"
-    modeled = [modeled_step_seconds(recorder.step_events(s.index), device) for s in recorder.steps]
-    return Profile(
-        run,
-        model,
-        getattr(recipe, "name", str(recipe or "")),
-        total.backend,
-        len(recorder.steps),
-        graph.batch,
-        steps,
-        None if None in modeled else modeled,
-        ops,
-        layers,
-        between,
-        total,
-        integer,
-        coeffs.name if coeffs else None,
-        pipeline,
-    )
+    return rows, ran
 
 
 def _tensor_bytes(graph, ops) -> int:

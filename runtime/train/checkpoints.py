@@ -1,6 +1,6 @@
 """A Trainer's checkpoint: what it writes (weights, optimizer state, its position, the
 epoch's running sums, adaptive rescaling's state, the divergence watch's and the best-epoch
-monitor's state, the class names, the model's layer list) and how it
+monitor's state, the class names, the model's layer list, the recipe's resolved settings) and how it
 continues from one (every field checked against the run by resume.py first)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import checkpoint
+from ..config.settings import recipe_settings
 from ..errors import DivergedError
 from ..interchange import describe_model
 from ..metrics import EpochTotals
@@ -35,6 +36,7 @@ def save(trainer, path: Path) -> Path:
         {
             "run": trainer.run.name,
             "recipe": trainer.recipe.name,
+            "recipe_settings": recipe_settings(trainer.recipe),  # resume checks, export writes these
             "model": trainer.model.name,
             "epoch": trainer.epoch,
             "batch_in_epoch": trainer.batch_in_epoch,

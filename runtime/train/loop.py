@@ -268,8 +268,6 @@ class Trainer:
     def fit(self, epochs: int | None = None, on_epoch=None) -> list[dict]:
         """Train to `epochs` (default: the run's), evaluating and checkpointing each epoch;
         returns the epochs' records."""
-        from tqdm import tqdm
-
         epochs = epochs or self.run.train.epochs
         bs = self.run.train.batch_size
         history = []
@@ -279,71 +277,9 @@ class Trainer:
             self._total_steps = epochs * datasets.batch_count(self.train_data, bs)
             while self.epoch < epochs and not self.monitor.stopped:
                 started = time.perf_counter()
-                resumed = self.batch_in_epoch > 0  # mid-epoch: the epoch's sums so far come from the checkpoint
-                seen, loss_sum, correct = self._epoch_sums if resumed else (0, 0.0, 0)
-                totals = self._epoch_totals if resumed else EpochTotals()
-                self._epoch_totals = totals
-                total = datasets.batch_count(self.train_data, bs)
-                bar = tqdm(
-                    total=total,
-                    initial=self.batch_in_epoch,
-                    desc=f"epoch {self.epoch + 1}/{epochs}",
-                    disable=not self.progress,
-                    unit="batch",
-                    leave=True,
-                    dynamic_ncols=True,
-                )
-                for images, labels in loader.epoch(self.epoch, self.batch_in_epoch):
-                    saved = self.watch.keep(self.state)  # None under on_divergence: stop (nothing to undo)
-                    stats = self.step(images, labels)
-                    self.batch_in_epoch += 1
-                    undone = self._diverged(stats, saved)
-                    metrics.write({**step_record(stats), **({"diverged": undone} if undone else {})})
-                    if not undone:
-                        seen, loss_sum, correct = (
-                            seen + stats.batch,
-                            loss_sum + stats.loss * stats.batch,
-                            correct + stats.correct,
-                        )
-                        self._epoch_sums = (seen, loss_sum, correct)
-                        totals.add(stats)
-                    postfix = {
-                        "loss": f"{loss_sum / max(seen, 1):.3f}",
-                        "acc": f"{correct / max(seen, 1):.3f}",
-                        "samples/s": f"{totals.smoothed_rate:.0f}",
-                    }
-                    if stats.energy_j is not None:
-                        postfix["J/batch"] = f"{stats.energy_j:.3g}"
-                    bar.set_postfix(postfix, refresh=False)
-                    bar.update()
-                    every = self.run.train.checkpoint_every_steps
-                    if every and self.global_step % every == 0:
-                        metrics.flush()
-                        self.save()
-                bar.close()
-                seconds = time.perf_counter() - started
-                self._recalibrate_batch_norm()
-                record = self._epoch_record(seen, loss_sum, correct, totals, seconds)
-                best, stop = self.monitor.epoch(record)
-                metrics.write(record)
-                metrics.flush()
+                seen, loss_sum, correct, totals = self._train_epoch(loader, epochs, metrics)
+                record = self._end_epoch(seen, loss_sum, correct, totals, time.perf_counter() - started, metrics)
                 history.append(record)
-                if self.progress:
-                    print(
-                        f"epoch {self.epoch + 1}: {accuracy_line(record)} "
-                        f"({seconds:.1f} s, {seen / max(seconds, 1e-9):.0f} samples/s)",
-                        file=sys.stderr,
-                    )
-                self.epoch, self.batch_in_epoch, self._epoch_sums = self.epoch + 1, 0, (0, 0.0, 0)
-                self.save()
-                if best:
-                    self.save(self.out_dir / BEST_CHECKPOINT)
-                if stop and self.progress:
-                    print(
-                        f"early stopping: {self.monitor.stop_metric} has not improved for "
-                        f"{self.monitor.waited} epochs (train.early_stopping.patience)",
-                        file=sys.stderr,
-                    )
                 if on_epoch is not None:
                     on_epoch(record)
         finally:
@@ -353,6 +289,87 @@ class Trainer:
             if took_lock:
                 self.release_out_dir()
         return history
+
+    def _train_epoch(self, loader: Loader, epochs: int, metrics: RunLog) -> tuple[int, float, int, EpochTotals]:
+        """The rest of the current epoch's batches, from `batch_in_epoch` (a resumed run's
+        sums so far come from its checkpoint): each step recorded, undone if it diverged, and
+        a checkpoint every train.checkpoint_every_steps. Returns the epoch's (samples, loss
+        sum, correct answers, totals)."""
+        from tqdm import tqdm
+
+        bs = self.run.train.batch_size
+        resumed = self.batch_in_epoch > 0  # mid-epoch: the epoch's sums so far come from the checkpoint
+        seen, loss_sum, correct = self._epoch_sums if resumed else (0, 0.0, 0)
+        totals = self._epoch_totals if resumed else EpochTotals()
+        self._epoch_totals = totals
+        total = datasets.batch_count(self.train_data, bs)
+        bar = tqdm(
+            total=total,
+            initial=self.batch_in_epoch,
+            desc=f"epoch {self.epoch + 1}/{epochs}",
+            disable=not self.progress,
+            unit="batch",
+            leave=True,
+            dynamic_ncols=True,
+        )
+        for images, labels in loader.epoch(self.epoch, self.batch_in_epoch):
+            saved = self.watch.keep(self.state)  # None under on_divergence: stop (nothing to undo)
+            stats = self.step(images, labels)
+            self.batch_in_epoch += 1
+            undone = self._diverged(stats, saved)
+            metrics.write({**step_record(stats), **({"diverged": undone} if undone else {})})
+            if not undone:
+                seen, loss_sum, correct = (
+                    seen + stats.batch,
+                    loss_sum + stats.loss * stats.batch,
+                    correct + stats.correct,
+                )
+                self._epoch_sums = (seen, loss_sum, correct)
+                totals.add(stats)
+            postfix = {
+                "loss": f"{loss_sum / max(seen, 1):.3f}",
+                "acc": f"{correct / max(seen, 1):.3f}",
+                "samples/s": f"{totals.smoothed_rate:.0f}",
+            }
+            if stats.energy_j is not None:
+                postfix["J/batch"] = f"{stats.energy_j:.3g}"
+            bar.set_postfix(postfix, refresh=False)
+            bar.update()
+            every = self.run.train.checkpoint_every_steps
+            if every and self.global_step % every == 0:
+                metrics.flush()
+                self.save()
+        bar.close()
+        return seen, loss_sum, correct, totals
+
+    def _end_epoch(
+        self, seen: int, loss_sum: float, correct: int, totals: EpochTotals, seconds: float, metrics: RunLog
+    ) -> dict:
+        """After an epoch's batches: batch norms recalibrated, the evaluation, the epoch's
+        record written, the next epoch begun and checkpointed (and the best one kept), early
+        stopping announced. Returns the record."""
+        self._recalibrate_batch_norm()
+        record = self._epoch_record(seen, loss_sum, correct, totals, seconds)
+        best, stop = self.monitor.epoch(record)
+        metrics.write(record)
+        metrics.flush()
+        if self.progress:
+            print(
+                f"epoch {self.epoch + 1}: {accuracy_line(record)} "
+                f"({seconds:.1f} s, {seen / max(seconds, 1e-9):.0f} samples/s)",
+                file=sys.stderr,
+            )
+        self.epoch, self.batch_in_epoch, self._epoch_sums = self.epoch + 1, 0, (0, 0.0, 0)
+        self.save()
+        if best:
+            self.save(self.out_dir / BEST_CHECKPOINT)
+        if stop and self.progress:
+            print(
+                f"early stopping: {self.monitor.stop_metric} has not improved for "
+                f"{self.monitor.waited} epochs (train.early_stopping.patience)",
+                file=sys.stderr,
+            )
+        return record
 
     def _open_fit(self, bs: int) -> tuple[bool, RunLog]:
         """Before the first step of fit: the output directory made and held (unless the command

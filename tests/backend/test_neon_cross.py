@@ -279,7 +279,7 @@ BN_ACTS = {"none": 0, "clip": 1, "relu": 2}
 
 
 def test_fused_batch_norm_neon(kernel_check, tmp_path, ref):
-    """bn_act_s8 and its backward (cpu_ops/bn_cast.cpp's portable path) on aarch64 with 3
+    """bn_act_s8 and its backward (cpu_ops/bn_cast*.cpp's portable paths) on aarch64 with 3
     threads, bit for bit with the float ops' chain on ops_ref (base.py's composition)."""
     from dsptrain.backends.base import Backend
     from dsptrain.numerics import QTensor

@@ -242,7 +242,7 @@ def test_profiling_changes_no_bit(tmp_path):
 
 
 def test_every_op_of_a_mobilenet_v2_step_appears_once_per_call(tmp_path):
-    """torchvision's MobileNetV2 (tests/zoo_torch.py, reduced), imported through from_torch
+    """torchvision's MobileNetV2 (tests/zoo_torch/, reduced), imported through from_torch
     and profiled under FP32: depthwise and pointwise convolutions, batch norms, ReLU6."""
     torch = pytest.importorskip("torch")
     from tests.zoo_torch import build as build_torch

@@ -1,4 +1,4 @@
-"""MobileNetV2 (tests/zoo_torch.py, reduced) lowered by NITI and placed by a device profile
+"""MobileNetV2 (tests/zoo_torch/, reduced) lowered by NITI and placed by a device profile
 with measured per-product speeds (`hook_speeds`): its depthwise ops go to the processor the
 measurements say is faster, its pointwise and dense products stay; the lowering's MAC
 counts are the ones `dsptrain calibrate` measures rates in."""

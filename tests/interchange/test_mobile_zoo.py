@@ -1,4 +1,4 @@
-"""torchvision's eight mobile CNNs (tests/zoo_torch.py, reduced width and depth) import
+"""torchvision's eight mobile CNNs (tests/zoo_torch/, reduced width and depth) import
 unedited through `from_torch`, in eval- and train-mode export with the same layer names,
 compute torch's forward under FP32, and train under every recipe with a finite, falling
 loss (20 steps on one batch: a model that learns at all fits it). NITI trains them with its

@@ -79,7 +79,7 @@ def test_model_shorthand_is_the_mapping(run_file):
             "recipe: niti\ndata: {dataset: synthetic}\nmodel: {name: grouped, input_shape: [8, 8, 4], layers: "
             "[{kind: conv, out: 4, kernel: 3, groups: 2}, {kind: flatten}, {kind: linear, out: 10}]}\n",
             "model.name",
-            "NITI's integer convolutions are dense or depthwise and undilated; this one has groups 2",
+            "NITI's integer convolutions are dense (dilated or not) or undilated depthwise; this one has groups 2",
         ),
         (
             "recipe: niti\ndata: {dataset: fashion-mnist, path: /nonexistent/fm}\n",

@@ -1,0 +1,106 @@
+"""NITI trains a model with dilated convolutions: integer products on every backend (the
+conv2d_dilated_* hooks), the same bits on ref, cpu and the emulated DSP, a finite and
+falling loss, and exports ONNX Runtime reads back to dsptrain's logits exactly."""
+
+from __future__ import annotations
+
+import dsptrain
+import numpy as np
+import pytest
+from dsptrain.agreement import agreement, dsptrain_logits, onnxruntime_logits
+from dsptrain.data import synthetic
+from dsptrain.errors import LoweringError
+
+from tests.interchange.helpers import write_run
+
+STEPS, BATCH = 12, 16
+DILATED = """model:
+  name: dilated
+  input_shape: [28, 28, 1]
+  layers:
+    - {kind: conv, out: 8, kernel: 3, dilation: 2, padding: 2}
+    - relu
+    - {kind: conv, out: 12, kernel: 3, stride: 2, dilation: 3, padding: 2, bias: true}
+    - relu
+    - {kind: conv, out: 16, kernel: 3, stride: 2, padding: 1, dilation: 2}
+    - relu
+    - flatten
+    - {kind: linear, out: 10}
+train: {epochs: 1, batch_size: 16}
+"""
+DILATED_KINDS = {"niti.dilconv_fwd", "niti.dilconv_bwd_data", "niti.dilconv_bwd_weight", "niti.conv_acc"}
+
+
+def _train(tmp_path, backend):
+    """STEPS steps on `backend`; (the losses, the weights, where each dilated op ran, the checkpoint)."""
+    run = dsptrain.load_run(write_run(tmp_path, "niti", DILATED, name="dilated"))
+    trainer = dsptrain.Trainer(run, backend=backend, progress=False, out_dir=tmp_path / backend)
+    data = synthetic("train", (28, 28, 1), count=STEPS * BATCH)
+    try:
+        losses = [
+            float(trainer.step(data.images[i : i + BATCH], data.labels[i : i + BATCH]).loss)
+            for i in range(0, STEPS * BATCH, BATCH)
+        ]
+        plan = trainer.plans.get(BATCH, True)
+        placed = {op.name: plan.backend_of(op) for op in plan.graph.ops if op.kind in DILATED_KINDS}
+        weights = {k: (np.array(v.q), v.e) for k, v in trainer.state.items() if hasattr(v, "q")}
+        return losses, weights, placed, trainer.save()
+    finally:
+        trainer.close()
+
+
+@pytest.fixture(scope="module")
+def on_cpu(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("dilated-cpu"), "cpu")
+
+
+def test_niti_trains_a_dilated_model_with_a_falling_loss(on_cpu):
+    losses, _, placed, _ = on_cpu
+    assert np.all(np.isfinite(losses))
+    assert np.mean(losses[-3:]) < 0.8 * np.mean(losses[:3]), losses
+    kinds = {name.rsplit(".", 1)[1] for name in placed}
+    assert kinds == {"fwd", "bwd_data", "bwd_weight"} and len(placed) == 8, placed  # conv1 has no bwd_data
+    assert set(placed.values()) == {"cpu"}, placed
+
+
+def test_ref_and_cpu_train_to_the_same_bits(tmp_path, on_cpu):
+    losses, weights, _, _ = on_cpu
+    ref_losses, ref_weights, placed, _ = _train(tmp_path, "ref")
+    assert set(placed.values()) == {"ref"}
+    assert ref_losses == losses
+    assert ref_weights.keys() == weights.keys()
+    for name, (q, e) in weights.items():
+        np.testing.assert_array_equal(ref_weights[name][0], q, err_msg=name)
+        assert ref_weights[name][1] == e, name
+
+
+def test_the_dsp_runs_the_dilated_products_to_the_cpus_bits(tmp_path, on_cpu, emulated_dsp_tools):
+    _, weights, _, _ = on_cpu
+    _, dsp_weights, placed, _ = _train(tmp_path, "dsp")
+    assert {placed[f"conv1.{p}"] for p in ("fwd", "bwd_weight")} == {"dsp"}, placed
+    for name, (q, e) in weights.items():
+        np.testing.assert_array_equal(dsp_weights[name][0], q, err_msg=name)
+        assert dsp_weights[name][1] == e, name
+
+
+def test_exports_give_dsptrains_logits_exactly(tmp_path, on_cpu):
+    checkpoint = on_cpu[3]
+    images = synthetic("test", (28, 28, 1), count=64).images
+    for fmt in ("onnx", "onnx-qdq", "onnx-niti"):
+        out = tmp_path / f"dilated.{fmt}"
+        dsptrain.export(checkpoint, out, fmt)
+        found = agreement(dsptrain_logits(checkpoint, images, batch=32), onnxruntime_logits(out, images, batch=32))
+        assert found["top1_agreement"] == 1.0 and found["max_logit_diff"] == 0.0, (fmt, found)
+
+
+def test_a_dilated_depthwise_conv_is_still_refused_by_name(tmp_path):
+    body = DILATED.replace(
+        "{kind: conv, out: 8, kernel: 3, dilation: 2, padding: 2}", "{kind: conv, out: 8, kernel: 3}"
+    )
+    body = body.replace(
+        "{kind: conv, out: 12, kernel: 3, stride: 2, dilation: 3, padding: 2, bias: true}",
+        "{kind: conv, out: 8, kernel: 3, groups: 8, dilation: 2, padding: 2}",
+    )
+    run = dsptrain.load_run(write_run(tmp_path, "niti", body, name="dwdil"))
+    with pytest.raises(LoweringError, match="groups 8 and dilation 2"):
+        dsptrain.Trainer(run, progress=False, out_dir=tmp_path / "out")
