@@ -4,6 +4,7 @@
 // checked (a user error is a ValueError naming the argument and its value), arrays made
 // contiguous, outputs allocated, and the GIL released around every kernel.
 #include "bindings.h"
+#include "gemm_kernels.h"
 
 using namespace dsptrain;
 using namespace dsptrain::bind;
@@ -36,6 +37,7 @@ PYBIND11_MODULE(_cpu_ops, m) {
     py::dict d;
     d["signed"] = c.signed_blocks;
     d["unsigned"] = c.unsigned_blocks;
+    d["b_unsigned"] = gemm_b_unsigned_blocks(reset);
     return d;
   }, py::arg("reset") = false, "A blocks the int8 GEMM ran on each kernel since the last reset (for tests).");
   m.def("threads", &pool_threads, "Threads the kernels run on.");

@@ -4,7 +4,8 @@
 // int16 and uses vpmaddwd, which is exact: A is packed as int16, B widened in registers.
 // Where an A block holds no negative value (a ReLU's output: the forward's activations),
 // A is packed as bytes and vpmaddubsw runs on it directly: a in [0, 127] times b in
-// [-128, 127] gives pair sums in [-32512, 32258], exact in int16 (docs/gemm-avx2.md).
+// [-128, 127] gives pair sums in [-32512, 32258], exact in int16 (docs/depthwise.md);
+// where B's panels hold none (the weight gradient's activations), the same with B unsigned.
 #include "gemm_kernels.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -142,9 +143,15 @@ DSPTRAIN_AVX2 bool pack_a_unsigned(MatrixS8 a, int rows, int kc, void* dst) {
   return true;
 }
 
-DSPTRAIN_AVX2 void micro_avx2_unsigned(const void* a_tile, const int8_t* b, int kgroups, int32_t* c, ptrdiff_t ldc,
-                                       int mr_valid, int nr_valid, bool accumulate,
-                                       const int32_t* /*col_offset: no offset trick here*/) {
+void pack_a_bytes(MatrixS8 a, int rows, int kc, void* dst) {
+  pack_a_tiles<kAvx2MR>(a, rows, kc, static_cast<int8_t*>(dst), [](int8_t v) { return v; });
+}
+
+// B_UNSIGNED: which side vpmaddubsw reads as unsigned bytes: A (false) or B (true).
+template <bool B_UNSIGNED>
+DSPTRAIN_AVX2 void micro_avx2_bytes(const void* a_tile, const int8_t* b, int kgroups, int32_t* c, ptrdiff_t ldc,
+                                    int mr_valid, int nr_valid, bool accumulate,
+                                    const int32_t* /*col_offset: no offset trick here*/) {
   __m256i acc[kAvx2MR];
 #pragma GCC unroll 8
   for (int r = 0; r < kAvx2MR; ++r) acc[r] = _mm256_setzero_si256();
@@ -154,18 +161,27 @@ DSPTRAIN_AVX2 void micro_avx2_unsigned(const void* a_tile, const int8_t* b, int 
   // broadcast and one product stay in registers.
   __m256i bv, av, prod;
   for (int g = 0; g < kgroups; ++g, a += kAvx2MR, b += kAvx2NR * 4) {
-#define DSPTRAIN_AVX2_U8_ROW(r)                      \
+// AT&T order: vpmaddubsw signed, unsigned, dst
+#define DSPTRAIN_AVX2_U8_ROW(r, s8, u8)              \
   "vpbroadcastd " #r "*4(%[a]), %[av]\n\t"           \
-  "vpmaddubsw %[bv], %[av], %[prod]\n\t"             \
+  "vpmaddubsw %[" #s8 "], %[" #u8 "], %[prod]\n\t"   \
   "vpmaddwd %[ones], %[prod], %[prod]\n\t"           \
   "vpaddd %[prod], %[acc" #r "], %[acc" #r "]\n\t"
-    asm("vmovdqu (%[b]), %[bv]\n\t"
-        DSPTRAIN_AVX2_U8_ROW(0) DSPTRAIN_AVX2_U8_ROW(1) DSPTRAIN_AVX2_U8_ROW(2)
-        DSPTRAIN_AVX2_U8_ROW(3) DSPTRAIN_AVX2_U8_ROW(4) DSPTRAIN_AVX2_U8_ROW(5)
-        : [acc0] "+x"(acc[0]), [acc1] "+x"(acc[1]), [acc2] "+x"(acc[2]), [acc3] "+x"(acc[3]),
-          [acc4] "+x"(acc[4]), [acc5] "+x"(acc[5]), [bv] "=&x"(bv), [av] "=&x"(av), [prod] "=&x"(prod)
-        : [a] "r"(a), [b] "r"(b), [ones] "x"(ones)
-        : "memory");
+#define DSPTRAIN_AVX2_U8_ROWS(s8, u8)                                                           \
+  DSPTRAIN_AVX2_U8_ROW(0, s8, u8) DSPTRAIN_AVX2_U8_ROW(1, s8, u8) DSPTRAIN_AVX2_U8_ROW(2, s8, u8) \
+  DSPTRAIN_AVX2_U8_ROW(3, s8, u8) DSPTRAIN_AVX2_U8_ROW(4, s8, u8) DSPTRAIN_AVX2_U8_ROW(5, s8, u8)
+#define DSPTRAIN_AVX2_U8_OPERANDS                                                                   \
+  : [acc0] "+x"(acc[0]), [acc1] "+x"(acc[1]), [acc2] "+x"(acc[2]), [acc3] "+x"(acc[3]),             \
+    [acc4] "+x"(acc[4]), [acc5] "+x"(acc[5]), [bv] "=&x"(bv), [av] "=&x"(av), [prod] "=&x"(prod)    \
+  : [a] "r"(a), [b] "r"(b), [ones] "x"(ones)                                                        \
+  : "memory"
+    if constexpr (B_UNSIGNED) {
+      asm("vmovdqu (%[b]), %[bv]\n\t" DSPTRAIN_AVX2_U8_ROWS(av, bv) DSPTRAIN_AVX2_U8_OPERANDS);
+    } else {
+      asm("vmovdqu (%[b]), %[bv]\n\t" DSPTRAIN_AVX2_U8_ROWS(bv, av) DSPTRAIN_AVX2_U8_OPERANDS);
+    }
+#undef DSPTRAIN_AVX2_U8_OPERANDS
+#undef DSPTRAIN_AVX2_U8_ROWS
 #undef DSPTRAIN_AVX2_U8_ROW
   }
   const bool full = mr_valid == kAvx2MR && nr_valid == kAvx2NR;
@@ -228,7 +244,9 @@ const GemmKernel* kernel_avx2() {
     GemmKernel g{Isa::kAvx2, kAvx2MR, kAvx2NR, 512, 192, 2, false, pack_a_s16, micro_avx2};
     g.pack_panel_rows = pack_panel_rows_avx2;
     g.pack_a_unsigned = pack_a_unsigned;
-    g.micro_unsigned = micro_avx2_unsigned;
+    g.micro_unsigned = micro_avx2_bytes<false>;
+    g.pack_a_bytes = pack_a_bytes;
+    g.micro_b_unsigned = micro_avx2_bytes<true>;
     return g;
   }();
   return &k;

@@ -1,7 +1,9 @@
-"""AVX2's two int8 GEMM kernels: A blocks with no negative value (a ReLU's output) run on
-vpmaddubsw (u8 x s8, pair sums exact in int16), the rest on the int16 vpmaddwd kernel.
-Both bit-exact against ops_ref on random, ragged and extreme inputs (-128 everywhere), and
-pinned: native.gemm_block_counts says which kernel each A block (task rows x K block) took."""
+"""AVX2's int8 GEMM kernels: A blocks with no negative value (a ReLU's output) run on
+vpmaddubsw with A unsigned, signed A blocks against B panels with none (the weight
+gradient's activations) on vpmaddubsw with B unsigned (pair sums exact in int16 either
+way), the rest on the int16 vpmaddwd kernel. All bit-exact against ops_ref on random,
+ragged and extreme inputs (-128 everywhere), and pinned: native.gemm_block_counts says
+which kernel each A block (task rows x K block) took."""
 
 from __future__ import annotations
 
@@ -44,18 +46,30 @@ def test_nonnegative_a_takes_the_unsigned_kernel(avx2, ref, threads, m, k, n):
     got = {}
     counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
-    assert counts["signed"] == 0 and counts["unsigned"] > 0
+    assert counts["signed"] == counts["b_unsigned"] == 0 and counts["unsigned"] > 0
 
 
 @pytest.mark.parametrize("m,k,n", SHAPES, ids=lambda v: str(v))
 def test_signed_a_takes_the_int16_kernel(avx2, ref, threads, m, k, n):
     rng = np.random.default_rng(m * 13 + k * 5 + n)
     a, b = cases.int8(rng, (m, k)), cases.int8(rng, (n, k))
-    a.flat[-1] = -1  # at least one negative value in the (only, or last) block
+    a[:, ::512] = -1  # a negative value in every A block (each K block's first column)
+    b[:, ::512] = -1  # and in every B panel's K block (else B would be the unsigned side)
     got = {}
     counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
-    assert counts["signed"] > 0
+    assert counts["signed"] > 0 and counts["unsigned"] == counts["b_unsigned"] == 0
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES, ids=lambda v: str(v))
+def test_nonnegative_b_takes_the_b_unsigned_kernel(avx2, ref, threads, m, k, n):
+    rng = np.random.default_rng(m * 17 + k * 3 + n)
+    a, b = cases.int8(rng, (m, k)), cases.int8(rng, (n, k), 0, 127)
+    a[:, ::512] = -128  # every A block signed
+    got = {}
+    counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    assert counts["b_unsigned"] > 0 and counts["unsigned"] == 0
 
 
 def test_one_negative_value_sends_only_its_block_to_the_int16_kernel(avx2, ref):
@@ -72,20 +86,28 @@ def test_one_negative_value_sends_only_its_block_to_the_int16_kernel(avx2, ref):
     finally:
         native.set_threads(previous)
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
-    assert counts == {"signed": 1, "unsigned": 2}
+    assert counts == {"signed": 1, "unsigned": 2, "b_unsigned": 0}
 
 
 @pytest.mark.parametrize(
-    "va,vb,unsigned",
-    [(127, -128, True), (127, 127, True), (0, -128, True), (-128, -128, False), (-128, 127, False), (-1, -128, False)],
+    "va,vb,kernel",
+    [
+        (127, -128, "unsigned"),
+        (127, 127, "unsigned"),
+        (0, -128, "unsigned"),
+        (-128, -128, "signed"),
+        (-1, -128, "signed"),
+        (-128, 127, "b_unsigned"),
+        (-128, 0, "b_unsigned"),
+    ],
 )
-def test_extremes_over_every_k_block(avx2, ref, va, vb, unsigned):
+def test_extremes_over_every_k_block(avx2, ref, va, vb, kernel):
     """Pair sums at the ends of int16 (127 x -128 x 2 = -32512) and -128 everywhere."""
     a, b = np.full((45, 1540), va, np.int8), np.full((19, 1540), vb, np.int8)
     got = {}
     counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
-    assert (counts["unsigned"] > 0, counts["signed"] > 0) == (unsigned, not unsigned)
+    assert {name for name, count in counts.items() if count} == {kernel}
 
 
 def test_requantized_and_packed_products_agree(avx2, ref):
@@ -105,11 +127,15 @@ def test_requantized_and_packed_products_agree(avx2, ref):
 
 
 def test_conv_forward_on_relu_input(avx2, ref):
-    """An im2col convolution's forward on a ReLU's output (its patches are A)."""
+    """An im2col convolution on a ReLU's output: the forward's patches are A, the weight
+    gradient's are B (A its signed errors)."""
     rng = np.random.default_rng(12)
     x, w = cases.int8(rng, (2, 9, 9, 16), 0, 127), cases.int8(rng, (24, 3, 3, 16))
-    np.testing.assert_array_equal(avx2.conv2d_s8(x, w, 1, 1), ref.conv2d_s8(x, w, 1, 1))
-    err = cases.int8(rng, (2, 9, 9, 24))
-    np.testing.assert_array_equal(
-        avx2.conv2d_bwd_weight_s8(err, x, 1, 1, (3, 3)), ref.conv2d_bwd_weight_s8(err, x, 1, 1, (3, 3))
-    )
+    got = {}
+    counts = blocks(lambda: got.setdefault("y", avx2.conv2d_s8(x, w, 1, 1)))
+    np.testing.assert_array_equal(got["y"], ref.conv2d_s8(x, w, 1, 1))
+    assert counts["unsigned"] > 0 and counts["signed"] == 0
+    x, err = cases.int8(rng, (64, 8, 8, 256), 0, 127), cases.int8(rng, (64, 8, 8, 256))
+    counts = blocks(lambda: got.setdefault("dw", avx2.conv2d_bwd_weight_s8(err, x, 1, 1, (3, 3))))
+    np.testing.assert_array_equal(got["dw"], ref.conv2d_bwd_weight_s8(err, x, 1, 1, (3, 3)))
+    assert counts["b_unsigned"] > 0 and counts["signed"] == 0
