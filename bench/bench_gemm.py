@@ -5,7 +5,12 @@
                                [--threads N] [--cpu-time]
 
 Columns, all in GOP/s (2 ops per multiply-accumulate), best of --runs:
-  dsptrain        gemm_s8(a, b): packs b every call (what a training step pays)
+  dsptrain        gemm_s8(a, b): packs b every call (what a training step pays); a signed,
+                  as a backward pass's errors
+  dsptrain_relu   the same with a >= 0, as a ReLU's output (the forward's activations):
+                  AVX2 runs those A blocks on vpmaddubsw (docs/depthwise.md)
+  dsptrain_relu_b a signed, b >= 0, as the weight gradient's (errors x activations):
+                  AVX2 runs vpmaddubsw with B unsigned
   dsptrain_pk     gemm_packed(a, pack_weights(b)): weights packed once
   numpy_f32       a @ b.T in float32 (NumPy's BLAS)
   torch_f32       torch.mm in float32
@@ -120,12 +125,15 @@ def main() -> None:
             "N",
             "count",
             "dsptrain",
+            "dsptrain_relu",
+            "dsptrain_relu_b",
             "dsptrain_pk",
             "pack_ms",
             "numpy_f32",
             "torch_f32",
             "fbgemm_s8",
             "vs_fbgemm",
+            "relu_vs_fbgemm",
             "pk_vs_fbgemm",
             "vs_numpy",
         ],
@@ -150,10 +158,19 @@ def total_row(model: str, rows: list[dict]) -> dict:
 
     ops = sum(row["count"] * 2.0 * row["M"] * row["K"] * row["N"] for row in rows)
     total = {"model": model, "M": "total", "count": sum(row["count"] for row in rows)}
-    for column in ("dsptrain", "dsptrain_pk", "numpy_f32", "torch_f32", "fbgemm_s8"):
+    for column in (
+        "dsptrain",
+        "dsptrain_relu",
+        "dsptrain_relu_b",
+        "dsptrain_pk",
+        "numpy_f32",
+        "torch_f32",
+        "fbgemm_s8",
+    ):
         ok = all(row[column] for row in rows)
         total[column] = ops / sum(seconds(row, column) for row in rows) / 1e9 if ok else None
     total["vs_fbgemm"] = total["dsptrain"] / total["fbgemm_s8"] if total["fbgemm_s8"] else None
+    total["relu_vs_fbgemm"] = total["dsptrain_relu"] / total["fbgemm_s8"] if total["fbgemm_s8"] else None
     total["pk_vs_fbgemm"] = total["dsptrain_pk"] / total["fbgemm_s8"] if total["fbgemm_s8"] else None
     total["vs_numpy"] = total["dsptrain"] / total["numpy_f32"]
     return total
@@ -164,6 +181,7 @@ def measure(native, torch, rng, shape: tuple[int, int, int], timer, runs: int) -
     m, k, n = shape
     a = rng.integers(-127, 128, (m, k), dtype=np.int8)
     b = rng.integers(-127, 128, (n, k), dtype=np.int8)
+    a_relu, b_relu = np.maximum(a, 0), np.maximum(b, 0)
     ops = 2.0 * m * k * n
     gops = lambda seconds: ops / seconds / 1e9  # noqa: E731
     packed = native.pack_weights(b)
@@ -172,6 +190,8 @@ def measure(native, torch, rng, shape: tuple[int, int, int], timer, runs: int) -
         "K": k,
         "N": n,
         "dsptrain": gops(timer(lambda: native.gemm_s8(a, b), runs)),
+        "dsptrain_relu": gops(timer(lambda: native.gemm_s8(a_relu, b), runs)),
+        "dsptrain_relu_b": gops(timer(lambda: native.gemm_s8(a, b_relu), runs)),
         "dsptrain_pk": gops(timer(lambda: native.gemm_packed(a, packed), runs)),
         "pack_ms": 1e3 * timer(lambda: native.pack_weights(b), runs),
     }
@@ -185,6 +205,7 @@ def measure(native, torch, rng, shape: tuple[int, int, int], timer, runs: int) -
         if fb is not None:
             row["fbgemm_s8"] = gops(timer(fb, runs))
     row["vs_fbgemm"] = row["dsptrain"] / row["fbgemm_s8"] if row["fbgemm_s8"] else None
+    row["relu_vs_fbgemm"] = row["dsptrain_relu"] / row["fbgemm_s8"] if row["fbgemm_s8"] else None
     row["pk_vs_fbgemm"] = row["dsptrain_pk"] / row["fbgemm_s8"] if row["fbgemm_s8"] else None
     row["vs_numpy"] = row["dsptrain"] / row["numpy_f32"]
     print(f"  {m}x{k}x{n} done", file=sys.stderr)

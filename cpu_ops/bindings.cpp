@@ -4,6 +4,7 @@
 // checked (a user error is a ValueError naming the argument and its value), arrays made
 // contiguous, outputs allocated, and the GIL released around every kernel.
 #include "bindings.h"
+#include "gemm_kernels.h"
 
 using namespace dsptrain;
 using namespace dsptrain::bind;
@@ -31,6 +32,14 @@ PYBIND11_MODULE(_cpu_ops, m) {
     if (!isa_supported(isa)) fail("ISA '" + name + "' is not supported by this CPU or build");
     set_active_isa(isa);
   }, py::arg("name"), "Force a GEMM path (DSPTRAIN_CPU_ISA).");
+  m.def("gemm_block_counts", [](bool reset) {
+    const GemmBlockCounts c = gemm_block_counts(reset);
+    py::dict d;
+    d["signed"] = c.signed_blocks;
+    d["unsigned"] = c.unsigned_blocks;
+    d["b_unsigned"] = gemm_b_unsigned_blocks(reset);
+    return d;
+  }, py::arg("reset") = false, "A blocks the int8 GEMM ran on each kernel since the last reset (for tests).");
   m.def("threads", &pool_threads, "Threads the kernels run on.");
   m.def("set_threads", &set_thread_limit, py::arg("threads"),
         "Caps the kernels' threads (1 .. the pool's size); returns the cap in force.");

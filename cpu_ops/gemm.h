@@ -99,6 +99,14 @@ size_t packed_b_bytes(int n, int k, Isa isa);
 // `fused` (with absmax, and ldc == n): each task also rounds its tile into fused->out.
 void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc, bool a_padded = false,
                  int64_t* absmax = nullptr, FusedRequant* fused = nullptr);
+// The A blocks (a task's rows x one K block) gemm_packed has multiplied, by kernel: the
+// signed one, and the unsigned one AVX2 runs where a block holds no negative value (its
+// vpmaddubsw products are exact there). Read, and zeroed with `reset`, by the tests that
+// pin which kernel a block takes.
+struct GemmBlockCounts {
+  long long signed_blocks, unsigned_blocks;
+};
+GemmBlockCounts gemm_block_counts(bool reset);
 int a_row_bytes(Isa isa, int k);
 int a_rows(Isa isa, int m);
 

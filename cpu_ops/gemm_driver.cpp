@@ -5,6 +5,7 @@
 //     pack the A block (mc x kc, lives in L2) once,
 //     for each B panel (nr x kc, lives in L1 across the row tiles): for each row tile: micro.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -306,6 +307,31 @@ void for_each_c_tile(const GemmKernel* kern, int m, int n, int k, int32_t* c, pt
   if (fuse) fused->applied = true;
 }
 
+namespace {
+std::atomic<long long> g_signed_blocks{0}, g_unsigned_blocks{0}, g_b_unsigned_blocks{0};
+
+// Whether panels [t.p0, t.p1) of b hold no negative byte over groups [pc / 4, pc / 4 + kgroups)
+// (their zero padding included): one read of what the task's row tiles read mc / mr times.
+bool panels_nonnegative(const PackedB& b, const CTile& t, int pc, int kgroups) {
+  uint8_t negative = 0;  // OR of the bytes: the top bit of any negative one
+  const size_t bytes = static_cast<size_t>(kgroups) * 4 * b.nr;
+  for (int p = t.p0; p < t.p1; ++p) {
+    const uint8_t* at = reinterpret_cast<const uint8_t*>(b.panels()) + static_cast<size_t>(p) * b.k_pad * b.nr +
+                        static_cast<size_t>(pc) * b.nr;
+    for (size_t i = 0; i < bytes; ++i) negative |= at[i];
+    if (negative & 0x80) return false;
+  }
+  return true;
+}
+}  // namespace
+
+long long gemm_b_unsigned_blocks(bool reset) { return reset ? g_b_unsigned_blocks.exchange(0) : g_b_unsigned_blocks.load(); }
+
+GemmBlockCounts gemm_block_counts(bool reset) {
+  if (reset) return {g_signed_blocks.exchange(0), g_unsigned_blocks.exchange(0)};
+  return {g_signed_blocks.load(), g_unsigned_blocks.load()};
+}
+
 void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc, bool a_padded, int64_t* absmax,
                  FusedRequant* fused) {
   const GemmKernel* kern = kernel_for(b.isa);
@@ -322,17 +348,27 @@ void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc,
     for (int pc = 0; pc < k; pc += kc_max) {
       const int kc = std::min(kc_max, k - pc), kgroups = padded_kgroups(kern, kc);
       const MatrixS8 a_block = a.from(t.row0, pc);
+      // A block with no negative value, else B panels with none: an unsigned-byte kernel
+      // where the ISA has one
+      const bool unsigned_a = !in_place && kern->pack_a_unsigned && kern->pack_a_unsigned(a_block, t.rows, kc, a_pack);
+      const bool unsigned_b = !in_place && !unsigned_a && kern->micro_b_unsigned && panels_nonnegative(b, t, pc, kgroups);
       if (in_place) {
         a_pack = reinterpret_cast<uint8_t*>(const_cast<int8_t*>(a_block.data));
-      } else {
+      } else if (unsigned_b) {
+        kern->pack_a_bytes(a_block, t.rows, kc, a_pack);
+      } else if (!unsigned_a) {
         kern->pack_a(a_block, t.rows, kc, a_pack);
       }
-      const size_t a_tile_bytes = static_cast<size_t>(kgroups) * mr * 4 * kern->a_elem_bytes;
+      (unsigned_a ? g_unsigned_blocks : unsigned_b ? g_b_unsigned_blocks : g_signed_blocks)
+          .fetch_add(1, std::memory_order_relaxed);
+      const MicroFn micro = unsigned_a ? kern->micro_unsigned : unsigned_b ? kern->micro_b_unsigned : kern->micro;
+      const bool bytes = unsigned_a || unsigned_b;
+      const size_t a_tile_bytes = static_cast<size_t>(kgroups) * mr * 4 * (bytes ? 1 : kern->a_elem_bytes);
       for (int p = t.p0; p < t.p1; ++p) {
         const int8_t* b_panel = b.panels() + static_cast<size_t>(p) * b.k_pad * nr + static_cast<size_t>(pc) * nr;
         const int cols = std::min(nr, n - p * nr);
         for (int r = 0; r < t.rows; r += mr) {
-          kern->micro(a_pack + (r / mr) * a_tile_bytes, b_panel, kgroups,
+          micro(a_pack + (r / mr) * a_tile_bytes, b_panel, kgroups,
                       c + static_cast<ptrdiff_t>(t.row0 + r) * ldc + p * nr, ldc, std::min(mr, t.rows - r), cols,
                       pc > 0, b.col_offset.data() + p * nr);
         }

@@ -74,6 +74,16 @@ struct GemmKernel {
   // optional: pack_b's whole groups of one panel from row-major b (rows row_stride apart,
   // `cols` <= nr of them, the rest zero): groups [0, done) written, done returned.
   int (*pack_panel_rows)(const int8_t* src, ptrdiff_t row_stride, int cols, int groups, int8_t* dst) = nullptr;
+  // optional: an A block with no negative value packed as bytes (pack_a_unsigned returns
+  // false, packing nothing, otherwise) for micro_unsigned, whose u8 x s8 products are
+  // exact there (AVX2's vpmaddubsw); the driver falls back to pack_a and micro.
+  bool (*pack_a_unsigned)(MatrixS8 a, int rows, int kc, void* dst) = nullptr;
+  MicroFn micro_unsigned = nullptr;
+  // optional: a signed A block against B panels with no negative value (the weight
+  // gradient's patches of a ReLU's output): A packed as signed bytes (pack_a_bytes) for
+  // micro_b_unsigned, which multiplies B (u8) by A (s8), exact for the same reason.
+  PackAFn pack_a_bytes = nullptr;
+  MicroFn micro_b_unsigned = nullptr;
   // optional: one group of a whole panel from 4 k-major rows (pack_b_k_rows): dst gets, for
   // columns j < nr, the dword (rows[0][j], rows[1][j], rows[2][j], rows[3][j]).
   void (*interleave_panel)(const int8_t* const* rows, int8_t* dst) = nullptr;
@@ -105,6 +115,9 @@ void for_each_c_tile(const GemmKernel* kern, int m, int n, int k, int32_t* c, pt
 inline int padded_kgroups(const GemmKernel* kern, int kc) {
   return (kc + 4 * kern->k_align - 1) / (4 * kern->k_align) * kern->k_align;
 }
+
+// The A blocks gemm_packed ran on micro_b_unsigned (gemm_block_counts has the others).
+long long gemm_b_unsigned_blocks(bool reset);
 
 const GemmKernel* kernel_scalar();
 const GemmKernel* kernel_avx2();

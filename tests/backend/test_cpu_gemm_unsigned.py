@@ -1,0 +1,141 @@
+"""AVX2's int8 GEMM kernels: A blocks with no negative value (a ReLU's output) run on
+vpmaddubsw with A unsigned, signed A blocks against B panels with none (the weight
+gradient's activations) on vpmaddubsw with B unsigned (pair sums exact in int16 either
+way), the rest on the int16 vpmaddwd kernel. All bit-exact against ops_ref on random,
+ragged and extreme inputs (-128 everywhere), and pinned: native.gemm_block_counts says
+which kernel each A block (task rows x K block) took."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from . import cases
+
+native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
+
+# M off the 6-row tile and the task split, K off the 4-group and the 512-deep K block, N off
+# the 8-column panel; K up to three K blocks.
+SHAPES = [(1, 1, 1), (7, 5, 3), (13, 2, 9), (64, 576, 128), (100, 1030, 37), (37, 1537, 17), (250, 96, 24)]
+
+
+@pytest.fixture
+def avx2(monkeypatch):
+    from dsptrain.backends.ops_cpu import ISA_ENV, CpuBackend
+
+    if "avx2" not in native.supported_isas():
+        pytest.skip(f"this CPU/build has no avx2 (has {', '.join(native.supported_isas())})")
+    monkeypatch.setenv(ISA_ENV, "avx2")
+    backend = CpuBackend()
+    yield backend
+    monkeypatch.delenv(ISA_ENV)
+    CpuBackend()
+
+
+def blocks(run) -> dict:
+    """The A blocks each kernel took while `run()` ran."""
+    native.gemm_block_counts(reset=True)
+    run()
+    return native.gemm_block_counts(reset=True)
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES, ids=lambda v: str(v))
+def test_nonnegative_a_takes_the_unsigned_kernel(avx2, ref, threads, m, k, n):
+    rng = np.random.default_rng(m * 31 + k * 7 + n)
+    a, b = cases.int8(rng, (m, k), 0, 127), cases.int8(rng, (n, k))
+    got = {}
+    counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    assert counts["signed"] == counts["b_unsigned"] == 0 and counts["unsigned"] > 0
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES, ids=lambda v: str(v))
+def test_signed_a_takes_the_int16_kernel(avx2, ref, threads, m, k, n):
+    rng = np.random.default_rng(m * 13 + k * 5 + n)
+    a, b = cases.int8(rng, (m, k)), cases.int8(rng, (n, k))
+    a[:, ::512] = -1  # a negative value in every A block (each K block's first column)
+    b[:, ::512] = -1  # and in every B panel's K block (else B would be the unsigned side)
+    got = {}
+    counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    assert counts["signed"] > 0 and counts["unsigned"] == counts["b_unsigned"] == 0
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES, ids=lambda v: str(v))
+def test_nonnegative_b_takes_the_b_unsigned_kernel(avx2, ref, threads, m, k, n):
+    rng = np.random.default_rng(m * 17 + k * 3 + n)
+    a, b = cases.int8(rng, (m, k)), cases.int8(rng, (n, k), 0, 127)
+    a[:, ::512] = -128  # every A block signed
+    got = {}
+    counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    assert counts["b_unsigned"] > 0 and counts["unsigned"] == 0
+
+
+def test_one_negative_value_sends_only_its_block_to_the_int16_kernel(avx2, ref):
+    """K = 1030 is three K blocks (512, 512, 6); one row's -1 in the second block sends that
+    block alone, on 1 thread and one 8-column panel (one task), to the int16 kernel."""
+    rng = np.random.default_rng(5)
+    a, b = cases.int8(rng, (40, 1030), 0, 127), cases.int8(rng, (8, 1030))
+    a[17, 600] = -1
+    previous = native.threads()
+    native.set_threads(1)
+    try:
+        got = {}
+        counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
+    finally:
+        native.set_threads(previous)
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    assert counts == {"signed": 1, "unsigned": 2, "b_unsigned": 0}
+
+
+@pytest.mark.parametrize(
+    "va,vb,kernel",
+    [
+        (127, -128, "unsigned"),
+        (127, 127, "unsigned"),
+        (0, -128, "unsigned"),
+        (-128, -128, "signed"),
+        (-1, -128, "signed"),
+        (-128, 127, "b_unsigned"),
+        (-128, 0, "b_unsigned"),
+    ],
+)
+def test_extremes_over_every_k_block(avx2, ref, va, vb, kernel):
+    """Pair sums at the ends of int16 (127 x -128 x 2 = -32512) and -128 everywhere."""
+    a, b = np.full((45, 1540), va, np.int8), np.full((19, 1540), vb, np.int8)
+    got = {}
+    counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    assert {name for name, count in counts.items() if count} == {kernel}
+
+
+def test_requantized_and_packed_products_agree(avx2, ref):
+    """gemm_requant_s8 (the fused rounding) and gemm_packed on a ReLU's output."""
+    rng = np.random.default_rng(11)
+    a, b = cases.int8(rng, (70, 300), 0, 127), cases.int8(rng, (33, 300))
+    want = ref.gemm_s8(a, b)
+    np.testing.assert_array_equal(native.gemm_packed(a, native.pack_weights(b)), want)
+    for mode in ("round", "sto"):
+        key = cases.rng_key(3)
+        (got, got_shift), (want_q, want_shift) = (
+            avx2.gemm_requant_s8(a, b, mode, key),
+            ref.gemm_requant_s8(a, b, mode, key),
+        )
+        np.testing.assert_array_equal(got, want_q)
+        assert got_shift == want_shift
+
+
+def test_conv_forward_on_relu_input(avx2, ref):
+    """An im2col convolution on a ReLU's output: the forward's patches are A, the weight
+    gradient's are B (A its signed errors)."""
+    rng = np.random.default_rng(12)
+    x, w = cases.int8(rng, (2, 9, 9, 16), 0, 127), cases.int8(rng, (24, 3, 3, 16))
+    got = {}
+    counts = blocks(lambda: got.setdefault("y", avx2.conv2d_s8(x, w, 1, 1)))
+    np.testing.assert_array_equal(got["y"], ref.conv2d_s8(x, w, 1, 1))
+    assert counts["unsigned"] > 0 and counts["signed"] == 0
+    x, err = cases.int8(rng, (64, 8, 8, 256), 0, 127), cases.int8(rng, (64, 8, 8, 256))
+    counts = blocks(lambda: got.setdefault("dw", avx2.conv2d_bwd_weight_s8(err, x, 1, 1, (3, 3))))
+    np.testing.assert_array_equal(got["dw"], ref.conv2d_bwd_weight_s8(err, x, 1, 1, (3, 3)))
+    assert counts["b_unsigned"] > 0 and counts["signed"] == 0
