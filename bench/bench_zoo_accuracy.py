@@ -3,7 +3,7 @@ training the same module on the same batches for the same epochs.
 
     python bench/bench_zoo_accuracy.py [--models mobilenet_v2,resnet18] [--recipes niti]
                                        [--epochs 2] [--train-limit 60000] [--backend cpu]
-                                       [--bn-recalibration 30] [--mu 4]
+                                       [--bn-recalibration 30] [--mu 4] [--lr-step-epochs 1]
 
 The models are torchvision's definitions restated (tests/zoo_torch/, full size, random
 weights, seed 0), imported through `dsptrain.from_torch`. Fashion-MNIST (Debian's
@@ -12,8 +12,11 @@ for any 32x32x3 model; pixels enter as (p - 128) / 128 on both sides. PyTorch: S
 recipe's float settings (lr, momentum), batch 64 in dsptrain's batch order (data.batches,
 seed 0), one intra-op thread unless --torch-threads. dsptrain re-estimates its batch norms'
 running statistics over --bn-recalibration training batches before each evaluation
-(train.bn_recalibration; 0: off); --mu sets NITI's weight-step bits for the whole run. Prints test accuracy after each epoch
-and seconds per epoch (a whole epoch, timed), and writes bench/results/zoo_accuracy.{csv,json}.
+(train.bn_recalibration; 0: off); --mu sets NITI's weight-step bits for the whole run.
+--lr-step-epochs E halves both sides' learning rate every E epochs: PyTorch's SGD rate, and
+dsptrain's `train.lr_schedule` (kind step), which is one bit less of NITI's mu and half the
+rate of its float parameters. Prints test accuracy after each epoch and seconds per epoch
+(a whole epoch, timed), and writes bench/results/zoo_accuracy.{csv,json}.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import report  # noqa: E402
 from dsptrain import data as datasets  # noqa: E402
 
 BATCH = 64
+LR_GAMMA = 0.5  # --lr-step-epochs: the rate's factor at each step
 
 
 def _padded(split: str, limit: int | None):
@@ -53,10 +57,15 @@ def engine(model_name: str, recipe: str, args, out: Path) -> dict:
     limit = f", train_limit: {args.train_limit}" if args.train_limit else ""
     run_file = out / f"{model_name}-{recipe}.yaml"
     mu = f", schedule: {{mu: [[0, {args.mu}]]}}" if args.mu and recipe == "niti" else ""
+    decay = ""
+    if args.lr_step_epochs:
+        steps = args.lr_step_epochs * -(-len(_padded("train", args.train_limit or None).labels) // BATCH)
+        decay = f", lr_schedule: {{kind: step, step_size: {steps}, gamma: {LR_GAMMA}}}"
     run_file.write_text(
         f"name: {model_name}-{recipe}\nrecipe: {{name: {recipe}{mu}}}\nbackend: {args.backend}\nenergy: estimate\n"
         f"data: {{dataset: fashion-mnist{limit}}}\n"
-        f"train: {{epochs: {args.epochs}, batch_size: {BATCH}, seed: 0, bn_recalibration: {args.bn_recalibration}}}\n"
+        f"train: {{epochs: {args.epochs}, batch_size: {BATCH}, seed: 0, "
+        f"bn_recalibration: {args.bn_recalibration}{decay}}}\n"
     )
     trainer = dsptrain.Trainer(dsptrain.load_run(run_file), model=model, progress=False, out_dir=out / run_file.stem)
     try:
@@ -69,6 +78,7 @@ def engine(model_name: str, recipe: str, args, out: Path) -> dict:
     finally:
         trainer.close()
     settings = [args.backend, f"bn_recalibration {args.bn_recalibration}"] + ([f"mu {args.mu}"] if mu else [])
+    settings += [f"lr x{LR_GAMMA} every {args.lr_step_epochs} epochs"] if decay else []
     return _row(model_name, f"dsptrain {recipe} ({', '.join(settings)})", history)
 
 
@@ -88,6 +98,8 @@ def torch_fp32(model_name: str, recipe_name: str, args) -> dict:
 
     history = []
     for epoch in range(args.epochs):
+        for group in opt.param_groups:  # the same staircase as dsptrain's train.lr_schedule
+            group["lr"] = o.lr * LR_GAMMA ** (epoch // args.lr_step_epochs) if args.lr_step_epochs else o.lr
         started = time.perf_counter()
         net.train()
         for images, labels in datasets.batches(train, BATCH, seed=0, epoch=epoch):
@@ -105,7 +117,8 @@ def torch_fp32(model_name: str, recipe_name: str, args) -> dict:
         accuracy = correct / len(test.labels)
         print(f"  {model_name} pytorch fp32 epoch {epoch + 1}: {accuracy:.4f} ({seconds:.1f} s)", flush=True)
         history.append({"epoch": epoch + 1, "test_accuracy": accuracy, "seconds": seconds})
-    return _row(model_name, f"pytorch {torch.__version__} fp32 (peer)", history)
+    decay = f", lr x{LR_GAMMA} every {args.lr_step_epochs} epochs" if args.lr_step_epochs else ""
+    return _row(model_name, f"pytorch {torch.__version__} fp32 (peer{decay})", history)
 
 
 def _row(model_name: str, system: str, history: list[dict]) -> dict:
@@ -131,6 +144,9 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--bn-recalibration", type=int, default=30, help="train.bn_recalibration (0: off)")
     parser.add_argument("--mu", type=int, default=0, help="NITI's mu for the whole run (0: the recipe's schedule)")
+    parser.add_argument(
+        "--lr-step-epochs", type=int, default=0, help="halve both sides' learning rate every E epochs (0: constant)"
+    )
     parser.add_argument("--out", type=Path, default=report.RESULTS)
     args = parser.parse_args(argv)
     rows = []
@@ -141,9 +157,9 @@ def main(argv=None) -> int:
             peer = torch_fp32(model_name, args.recipes.split(",")[0], args)
             rows.append(peer)
             last = f"acc@{args.epochs}"
-            for row in rows:
-                if row["model"] == model_name and row is not peer:
-                    row["points_below_torch"] = round(peer[last] - row[last], 2)
+            for row in rows:  # the last epoch's accuracy against the peer's: above it when positive
+                if row["model"] == model_name:
+                    row["points_vs_torch"] = round(row[last] - peer[last], 2) if row is not peer else "peer"
     report.print_table(
         rows,
         title=f"Fashion-MNIST-32 test accuracy (%) after each epoch, batch {BATCH}, "
@@ -158,6 +174,7 @@ def main(argv=None) -> int:
         backend=args.backend,
         bn_recalibration=args.bn_recalibration,
         mu=args.mu or "recipe",
+        lr_step_epochs=args.lr_step_epochs,
         load=os.getloadavg(),
     )
     return 0
