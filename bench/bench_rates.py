@@ -22,9 +22,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dsp_steps import SD865_CDSP_HZ  # noqa: E402
 from report import print_table, write_results  # noqa: E402
-
-SD865_CDSP_HZ = 5.0e8
 
 
 def main() -> None:
