@@ -63,9 +63,11 @@ def table(rows: list[dict]) -> list[str]:
 
 def bench_summary(name: str) -> str:
     """The first paragraph of bench/<script>.py's docstring, for the bench that wrote `name`
-    (bench_x_<N>t: bench_x's run at N threads)."""
+    (bench_x_<N>t: bench_x's run at N threads); the benches first, then the modules they
+    call that write a table of their own (dsp_steps.py)."""
     base = re.sub(r"_\d+t$", "", name)
-    for script in sorted((ROOT / "bench").glob("bench_*.py")):
+    benches = sorted((ROOT / "bench").glob("bench_*.py"))
+    for script in benches + sorted(set((ROOT / "bench").glob("*.py")) - set(benches)):
         source = script.read_text()
         if f'"{base}"' not in source:
             continue
