@@ -150,6 +150,24 @@ static inline __attribute__((always_inline)) void wg_block(const int NT, const i
     wg_store(part, s, acc, taps, cb, add);
 }
 
+/* The 9 taps of a 3 x 3 window (rows a, b, c; columns 0-2) met by one err vector: each
+ * tap's accumulator gains one vrmpy (the stride-1 and stride-2 row loops share it). */
+static inline __attribute__((always_inline)) void wg_taps3x3(HVX_Vector acc[9], HVX_Vector a0, HVX_Vector a1,
+                                                             HVX_Vector a2, HVX_Vector b0, HVX_Vector b1,
+                                                             HVX_Vector b2, HVX_Vector c0, HVX_Vector c1,
+                                                             HVX_Vector c2, HVX_Vector e)
+{
+    acc[0] = Q6_Vw_vrmpyacc_VwVbVb(acc[0], a0, e);
+    acc[1] = Q6_Vw_vrmpyacc_VwVbVb(acc[1], a1, e);
+    acc[2] = Q6_Vw_vrmpyacc_VwVbVb(acc[2], a2, e);
+    acc[3] = Q6_Vw_vrmpyacc_VwVbVb(acc[3], b0, e);
+    acc[4] = Q6_Vw_vrmpyacc_VwVbVb(acc[4], b1, e);
+    acc[5] = Q6_Vw_vrmpyacc_VwVbVb(acc[5], b2, e);
+    acc[6] = Q6_Vw_vrmpyacc_VwVbVb(acc[6], c0, e);
+    acc[7] = Q6_Vw_vrmpyacc_VwVbVb(acc[7], c1, e);
+    acc[8] = Q6_Vw_vrmpyacc_VwVbVb(acc[8], c2, e);
+}
+
 /* wg_block for 3 x 3 at stride 1: along a row of outputs each x vector serves three taps
  * (column ow + j is tap j of ow, j - 1 of ow + 1, ...), so the three columns of each kernel
  * row stay in registers and only the new one is loaded: 4 loads for 9 vrmpy, not 10. */
@@ -172,15 +190,7 @@ static inline __attribute__((always_inline)) void wg_block3(const int AL, int32_
                 int next = (ow + 2) * P;
                 HVX_Vector a2 = wg_load(AL, x0 + next), b2 = wg_load(AL, x1 + next), c2 = wg_load(AL, x2 + next);
                 HVX_Vector e = wg_load(AL, er);
-                acc[0] = Q6_Vw_vrmpyacc_VwVbVb(acc[0], a0, e);
-                acc[1] = Q6_Vw_vrmpyacc_VwVbVb(acc[1], a1, e);
-                acc[2] = Q6_Vw_vrmpyacc_VwVbVb(acc[2], a2, e);
-                acc[3] = Q6_Vw_vrmpyacc_VwVbVb(acc[3], b0, e);
-                acc[4] = Q6_Vw_vrmpyacc_VwVbVb(acc[4], b1, e);
-                acc[5] = Q6_Vw_vrmpyacc_VwVbVb(acc[5], b2, e);
-                acc[6] = Q6_Vw_vrmpyacc_VwVbVb(acc[6], c0, e);
-                acc[7] = Q6_Vw_vrmpyacc_VwVbVb(acc[7], c1, e);
-                acc[8] = Q6_Vw_vrmpyacc_VwVbVb(acc[8], c2, e);
+                wg_taps3x3(acc, a0, a1, a2, b0, b1, b2, c0, c1, c2, e);
                 a0 = a1; a1 = a2; b0 = b1; b1 = b2; c0 = c1; c1 = c2;
             }
         }
@@ -209,15 +219,7 @@ static inline __attribute__((always_inline)) void wg_block3s2(const int AL, int3
                 HVX_Vector a1 = wg_load(AL, x0 + mid), b1 = wg_load(AL, x1 + mid), c1 = wg_load(AL, x2 + mid);
                 HVX_Vector a2 = wg_load(AL, x0 + next), b2 = wg_load(AL, x1 + next), c2 = wg_load(AL, x2 + next);
                 HVX_Vector e = wg_load(AL, er);
-                acc[0] = Q6_Vw_vrmpyacc_VwVbVb(acc[0], a0, e);
-                acc[1] = Q6_Vw_vrmpyacc_VwVbVb(acc[1], a1, e);
-                acc[2] = Q6_Vw_vrmpyacc_VwVbVb(acc[2], a2, e);
-                acc[3] = Q6_Vw_vrmpyacc_VwVbVb(acc[3], b0, e);
-                acc[4] = Q6_Vw_vrmpyacc_VwVbVb(acc[4], b1, e);
-                acc[5] = Q6_Vw_vrmpyacc_VwVbVb(acc[5], b2, e);
-                acc[6] = Q6_Vw_vrmpyacc_VwVbVb(acc[6], c0, e);
-                acc[7] = Q6_Vw_vrmpyacc_VwVbVb(acc[7], c1, e);
-                acc[8] = Q6_Vw_vrmpyacc_VwVbVb(acc[8], c2, e);
+                wg_taps3x3(acc, a0, a1, a2, b0, b1, b2, c0, c1, c2, e);
                 a0 = a2; b0 = b2; c0 = c2;
             }
         }
