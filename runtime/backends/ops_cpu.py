@@ -21,6 +21,7 @@ from ..cores import own_cores
 from ..numerics import QTensor, RngKey
 from . import cpu_scratch
 from .base import DILATED_HOOKS, FP8_DEPTHWISE_HOOKS, Backend
+from .grouped_hooks import GROUPED_HOOKS
 from .ops_ref import BRANCH_HOOKS, DEPTHWISE_HOOKS, FLOAT_RECIPE_HOOKS
 
 try:
@@ -59,6 +60,7 @@ class CpuBackend(Backend):
             "conv2d_bwd_data_s8",
             "conv2d_bwd_weight_s8",
             *DILATED_HOOKS,  # base.py's patches into the native gemm_s8 / gemm_requant_s8
+            *GROUPED_HOOKS,  # grouped_hooks.py: per group on the conv kernels, depthwise on dwconv.cpp
             *FP8_DEPTHWISE_HOOKS,  # dwconv_fp16.cpp
             "absmax",
             "shift_round",

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from dsptrain.agreement import agreement, dsptrain_logits, onnxruntime_logits
 from dsptrain.data import synthetic
-from dsptrain.errors import LoweringError
 
 from tests.interchange.helpers import write_run
 
@@ -91,16 +90,3 @@ def test_exports_give_dsptrains_logits_exactly(tmp_path, on_cpu):
         dsptrain.export(checkpoint, out, fmt)
         found = agreement(dsptrain_logits(checkpoint, images, batch=32), onnxruntime_logits(out, images, batch=32))
         assert found["top1_agreement"] == 1.0 and found["max_logit_diff"] == 0.0, (fmt, found)
-
-
-def test_a_dilated_depthwise_conv_is_still_refused_by_name(tmp_path):
-    body = DILATED.replace(
-        "{kind: conv, out: 8, kernel: 3, dilation: 2, padding: 2}", "{kind: conv, out: 8, kernel: 3}"
-    )
-    body = body.replace(
-        "{kind: conv, out: 12, kernel: 3, stride: 2, dilation: 3, padding: 2, bias: true}",
-        "{kind: conv, out: 8, kernel: 3, groups: 8, dilation: 2, padding: 2}",
-    )
-    run = dsptrain.load_run(write_run(tmp_path, "niti", body, name="dwdil"))
-    with pytest.raises(LoweringError, match="groups 8 and dilation 2"):
-        dsptrain.Trainer(run, progress=False, out_dir=tmp_path / "out")
