@@ -48,6 +48,7 @@ def conv_forward(b, layer, x, shape):
             pad=layer.padding,
             dilation=layer.dilation,
             groups=layer.groups,
+            depthwise=layer.depthwise,
             mode=b.recipe.tensors.activations.rounding,
             workspace=_grouped_bytes(layer, b.tensors[x].shape, shape),
         )
@@ -207,7 +208,7 @@ def conv_backward(b, layer, err, needs_input_error):
         kind, hook, product = "niti.grpconv_bwd_weight", "conv2d_grouped_bwd_weight_s8", None
         x_bytes, err_bytes = (int(np.prod(b.tensors[t].shape[1:])) for t in (x, err))
         # the groups' slices of err and x (a dilated depthwise conv: err spread, x padded)
-        attrs = dict(attrs, dilation=layer.dilation, groups=layer.groups)
+        attrs = dict(attrs, dilation=layer.dilation, groups=layer.groups, depthwise=layer.depthwise)
         attrs["workspace"] = (2 * (x_bytes + err_bytes) * layer.stride**2, 8 * int(np.prod(layer.weight_shape)))
     elif layer.depthwise:
         kind, hook, product = "niti.dwconv_bwd_weight", "dwconv2d_bwd_weight_s8", None
@@ -253,6 +254,7 @@ def _conv_bwd_data(b, layer, err, err_in, x_shape, macs) -> None:
             pad=layer.padding,
             dilation=layer.dilation,
             groups=layer.groups,
+            depthwise=layer.depthwise,
             in_hw=x_shape[1:3],
             mode=b.recipe.tensors.errors.rounding,
             workspace=_grouped_bytes(layer, b.tensors[err].shape, x_shape),
