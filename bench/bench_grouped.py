@@ -16,8 +16,11 @@ Milliseconds per call (best of --runs), per shape:
   torch_*                   F.conv2d(groups) and aten.convolution_backward (input, weight)
   alt_over_niti             the alternative's three passes over NITI's (> 1: the chosen path is faster)
   vs_torch                  torch's three passes over NITI's (> 1: dsptrain faster)
+Dilated table: a dense dilated conv's three passes with its patches gathered by NumPy (base.py's
+composition: `numpy_*`) and natively (cpu_ops/dilated_gather.cpp, the CpuBackend's: `native_*`),
+both into the same native GEMM; native_speedup = numpy's three over native's.
 --cpu-time times each call by its thread's CPU time at one thread for both systems (see
-bench_depthwise.py). Results: bench/results/bench_grouped.{csv,json}.
+bench_depthwise.py). Results: bench/results/bench_grouped.{csv,json}, bench_dilated_gather.{csv,json}.
 """
 
 from __future__ import annotations
@@ -132,6 +135,46 @@ def rows_for(cpu, torch, batch, runs, timer):
     return rows
 
 
+# (H, C, O, stride, dilation): DeepLab-style 3x3 dilated convs (padding = dilation)
+DILATED = [(16, 64, 64, 1, 2), (8, 128, 128, 1, 2), (16, 32, 64, 2, 3), (32, 16, 16, 1, 4)]
+
+
+def dilated_rows(cpu, batch, runs, timer):
+    from dsptrain.backends.base import Backend
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for h, c, o, stride, d in DILATED:
+        x = rng.integers(-127, 128, (batch, h, h, c), dtype=np.int8)
+        w = rng.integers(-127, 128, (o, 3, 3, c), dtype=np.int8)
+        oh = (h + 2 * d - 2 * d - 1) // stride + 1
+        err = rng.integers(-127, 128, (batch, oh, oh, o), dtype=np.int8)
+        a = (stride, d, d)
+
+        def passes(owner):
+            return (
+                lambda: owner.conv2d_dilated_requant_s8(cpu, x, w, *a, "round", None),
+                lambda: owner.conv2d_dilated_bwd_data_requant_s8(cpu, err, w, *a, (h, h), "round", None),
+                lambda: owner.conv2d_dilated_bwd_weight_s8(cpu, err, x, *a, (3, 3)),
+            )
+
+        numpy_passes, native_passes = passes(Backend), passes(type(cpu))
+        for mine, theirs in zip(native_passes, numpy_passes):
+            got, want = mine(), theirs()
+            same = all(np.array_equal(g, t) for g, t in zip(got, want)) if isinstance(got, tuple) else None
+            assert same if same is not None else np.array_equal(got, want)
+        ms = lambda fn: 1e3 * timer(fn, runs)  # noqa: E731
+        row = {"H": h, "C": c, "O": o, "stride": stride, "dilation": d}
+        row.update(zip(("numpy_fwd", "numpy_bwd_data", "numpy_wgrad"), map(ms, numpy_passes)))
+        row.update(zip(("native_fwd", "native_bwd_data", "native_wgrad"), map(ms, native_passes)))
+        row["native_speedup"] = sum(row[f"numpy_{p}"] for p in ("fwd", "bwd_data", "wgrad")) / sum(
+            row[f"native_{p}"] for p in ("fwd", "bwd_data", "wgrad")
+        )
+        rows.append(row)
+        print(f"  dilated {c}x{h}x{h} stride {stride} dilation {d} done", file=sys.stderr)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="best of this many runs")
@@ -160,6 +203,7 @@ def main() -> None:
         "load_at_start": list(os.getloadavg()),
     }
     rows = rows_for(cpu, torch, args.batch, args.runs, timer)
+    dilated = dilated_rows(cpu, args.batch, args.runs, timer)
     meta["load_at_end"] = list(os.getloadavg())
     print(
         f"Grouped convolutions, batch {args.batch}, ms per call ({meta['timing']}, best of {args.runs}); "
@@ -168,6 +212,9 @@ def main() -> None:
     )
     print_table(rows)
     write_results("bench_grouped", rows, **meta)
+    print(f"Dilated 3x3 convolutions, patches gathered by NumPy or natively, batch {args.batch}, ms per call")
+    print_table(dilated)
+    write_results("bench_dilated_gather", dilated, **meta)
 
 
 if __name__ == "__main__":
