@@ -110,9 +110,10 @@ def _per_group(fn, a, b, groups: int, weight_rows: bool = False) -> np.ndarray:
     return np.concatenate(parts, axis=0 if weight_rows else -1)
 
 
-def _residues(stride: int, dilation: int, size: int, out: int) -> list[int]:
-    """The residues modulo `dilation` that the wanted stride-1 positions oh*stride (oh < out) meet."""
-    return sorted({(o * stride) % dilation for o in range(min(out, dilation))}) if size else []
+def _residues(stride: int, dilation: int, out: int) -> list[int]:
+    """The residues modulo `dilation` that the wanted stride-1 positions o*stride (o < out) meet
+    (they repeat with period dilation in o)."""
+    return sorted({(o * stride) % dilation for o in range(min(out, dilation))})
 
 
 def _dw_dilated(backend, x, w, stride, pad, dilation) -> np.ndarray:
@@ -128,8 +129,8 @@ def _dw_dilated(backend, x, w, stride, pad, dilation) -> np.ndarray:
     xp = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0))) if pad else x
     full_h, full_w = (oh - 1) * stride + 1, (ow - 1) * stride + 1  # the stride-1 positions kept
     y1 = np.zeros((n, full_h, full_w, c), np.int32)
-    for rh in _residues(stride, dilation, full_h, oh):
-        for rw in _residues(stride, dilation, full_w, ow):
+    for rh in _residues(stride, dilation, oh):
+        for rw in _residues(stride, dilation, ow):
             rows, cols = len(range(rh, full_h, dilation)), len(range(rw, full_w, dilation))
             sub = xp[:, rh::dilation, rw::dilation, :][:, : rows + kh - 1, : cols + kw - 1]
             y1[:, rh::dilation, rw::dilation] = backend.dwconv2d_s8(np.ascontiguousarray(sub), w, 1, 0)
@@ -151,8 +152,8 @@ def _dw_dilated_bwd_weight(backend, err, x, stride, pad, dilation, kernel) -> np
     spread = np.zeros((n, full_h, full_w, c), err.dtype)
     spread[:, ::stride, ::stride] = err
     total = np.zeros((c, kh, kw, 1), np.int64)
-    for rh in _residues(stride, dilation, full_h, oh):
-        for rw in _residues(stride, dilation, full_w, ow):
+    for rh in _residues(stride, dilation, oh):
+        for rw in _residues(stride, dilation, ow):
             e = np.ascontiguousarray(spread[:, rh::dilation, rw::dilation])
             sub = xp[:, rh::dilation, rw::dilation, :][:, : e.shape[1] + kh - 1, : e.shape[2] + kw - 1]
             total += backend.dwconv2d_bwd_weight_s8(e, np.ascontiguousarray(sub), 1, 0, kernel)
