@@ -75,7 +75,7 @@ struct GemmKernel {
   // `cols` <= nr of them, the rest zero): groups [0, done) written, done returned.
   int (*pack_panel_rows)(const int8_t* src, ptrdiff_t row_stride, int cols, int groups, int8_t* dst) = nullptr;
   // optional: an A block with no negative value packed as bytes (pack_a_unsigned returns
-  // false, packing nothing, otherwise) for micro_unsigned, whose u8 x s8 products are
+  // false otherwise, dst then scratch) for micro_unsigned, whose u8 x s8 products are
   // exact there (AVX2's vpmaddubsw); the driver falls back to pack_a and micro.
   bool (*pack_a_unsigned)(MatrixS8 a, int rows, int kc, void* dst) = nullptr;
   MicroFn micro_unsigned = nullptr;
