@@ -314,7 +314,8 @@ void conv_wgrad_panels(const PaddedSrc& s, const int8_t* err, int oc, T* dw) {
       // or the errors lie within [-64, 64]; else the int16 kernel).
       const MatrixS8 err_block{err + p0 * oc, 1, oc};
       const bool unsigned_b = !rows_a && kern->micro_b_unsigned && panels_nonnegative(kgroups);
-      const bool small_a = !rows_a && !unsigned_b && kern->pack_a_small && kern->pack_a_small(err_block, oc, valid, a_pack);
+      const bool small_a = !rows_a && !unsigned_b && kern->pack_a_small && panels >= kSmallAMinPanels &&
+                           kern->pack_a_small(err_block, oc, valid, a_pack);
       size_t a_tile_bytes = static_cast<size_t>(kgroups) * mr * 4 * kern->a_elem_bytes;
       MicroFn micro = kern->micro;
       if (rows_a) {  // row o of the block: err^T's row o from pixel p0 (rows past oc repeat row 0)

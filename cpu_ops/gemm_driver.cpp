@@ -360,12 +360,12 @@ void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc,
       const int kc = std::min(kc_max, k - pc), kgroups = padded_kgroups(kern, kc);
       const MatrixS8 a_block = a.from(t.row0, pc);
       // Where the ISA has byte kernels (AVX2's vpmaddubsw), the first that is exact here:
-      // A with no negative value, else B panels with none, else A within [-64, 64];
-      // otherwise pack_a and micro.
+      // A with no negative value, else B panels with none, else A within [-64, 64] (where B
+      // has the panels to pay for the range test); otherwise pack_a and micro.
       const bool unsigned_a = !in_place && kern->pack_a_unsigned && kern->pack_a_unsigned(a_block, t.rows, kc, a_pack);
       const bool unsigned_b = !in_place && !unsigned_a && kern->micro_b_unsigned && panels_nonnegative(b, t, pc, kgroups);
       const bool small_a = !in_place && !unsigned_a && !unsigned_b && kern->pack_a_small &&
-                           kern->pack_a_small(a_block, t.rows, kc, a_pack);
+                           (n + nr - 1) / nr >= kSmallAMinPanels && kern->pack_a_small(a_block, t.rows, kc, a_pack);
       if (in_place) {
         a_pack = reinterpret_cast<uint8_t*>(const_cast<int8_t*>(a_block.data));
       } else if (unsigned_b) {

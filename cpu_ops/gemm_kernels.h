@@ -125,6 +125,12 @@ inline int padded_kgroups(const GemmKernel* kern, int kc) {
 // Bytes after each pack_a_small tile: its mr (<= 8) int32 row corrections.
 constexpr int kSmallATail = 32;
 
+// B panels (8 columns each) from which the small-A kernel pays for its extra pass over A
+// (the range test and row sums): measured with bench_gemm.py on MobileNetV2's pointwise
+// shapes (AVX2, 1 thread), it was 4-14 % slower than the int16 kernel at N = 16-32 (2-4
+// panels) and 4-22 % faster from N = 64 (8 panels) up.
+constexpr int kSmallAMinPanels = 8;
+
 // The A blocks gemm_packed ran on micro_b_unsigned and on micro_small_a (gemm_block_counts
 // has the others).
 long long gemm_b_unsigned_blocks(bool reset);
