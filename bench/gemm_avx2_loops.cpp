@@ -1,7 +1,10 @@
 // The AVX2 int8 GEMM's candidate inner loops alone, operands in L1, on the calling
 // thread's CPU time (docs/depthwise.md, "The int8 GEMM on AVX2"): today's int16 vpmaddwd
-// loop, the unsigned-byte vpmaddubsw loop at 6x8 (built), 12x8 and 6x16, and the sign
-// trick (vpsignb per product vector). Not part of the package:
+// loop and three variants of it (B already widened, 4x12 with B as a memory operand, A
+// stored pre-broadcast), the unsigned-byte vpmaddubsw loop at 6x8 (built), 12x8 and 6x16,
+// and the sign trick (vpsignb per product vector). Each loop head is aligned to 64 bytes:
+// unaligned, the same int16 body measured 71 or 81 GMAC/s by where it fell. Not part of
+// the package:
 //     g++ -O2 -o /tmp/gemm_avx2_loops bench/gemm_avx2_loops.cpp && /tmp/gemm_avx2_loops
 // Each loop runs a whole K = 512 in one asm block with the accumulators in ymm0-ymm11, so
 // the compiler cannot spill them; results are summed into `out` only to keep them live.
