@@ -1,6 +1,7 @@
 /* conv_pointwise.c: backward data of 1 x 1 convolutions of stride s > 1 (no padding: a
  * ResNet's downsampling shortcut) as GEMMs on err's pixels where they lie, no gather and no
- * col2im ("pointwise_strided").
+ * col2im ("pointwise_strided"); and the weight gradient of 1 x 1, stride-1 convolutions
+ * over few positions ("wgrad_outputs", below).
  *
  * dx is zero but at the pixels (n, s*oh, s*ow), where err row (n, oh) times the packed wT
  * lands, s*C words apart (the GEMM core's output row stride); the rows in between are
@@ -12,6 +13,7 @@
 #include "hvx-utils.h"
 #include "kernels.h"
 #include "conv.h"
+#include "conv_common.h"
 #include "threads.h"
 
 struct pw_job {
@@ -50,4 +52,71 @@ int dspt_pointwise_strided_bwd_data(struct dspt_ctx *ctx, int32_t *dx, const int
 {
     struct pw_job J = {.s = s, .err = err, .bp = bp, .dx = dx, .acc = acc};
     return dspt_run_shares(ctx, pw_share, &J);
+}
+
+/* Weight gradient dw[o, c] (+)= sum over positions p of err[p, o] * x[p, c] when all
+ * n * h * w positions fit one pass (MobileNetV2's 4 x 4 to 1 x 1 layers: 64 to 1024 of
+ * them against 16 K to 300 K weights). conv.c's wgrad_gemm splits the positions across
+ * the threads, so each thread would store a whole dw of short sums and the join add them
+ * again: here x^T and err^T are interleaved once (the blocks split across the threads),
+ * then each thread takes its own run of dw's (32 rows x 32 columns) blocks over all the
+ * positions: no partial sums, no join, k4 = P / 4 words a tile. */
+struct pw_wgrad_job {
+    const struct conv_shape *s;
+    const int8_t *err, *x;
+    HVX_Vector *xt, *et;   /* x^T packed (biased, lanes c) and err^T (lanes o): k4 vectors a block */
+    int32_t *dw;
+    int p, k4, cb, ob, acc;
+};
+
+int dspt_pointwise_wgrad_fits(const struct conv_shape *s, int pc)
+{
+    return s->kh == 1 && s->kw == 1 && s->stride == 1 && s->pad == 0 && s->n * s->oh * s->ow <= pc;
+}
+
+static int pw_pack_share(struct dspt_ctx *tc, int t, void *job)
+{
+    const struct pw_wgrad_job *J = job;
+    const int C = J->s->c, O = J->s->o;
+    int lo, hi;
+    dspt_share(tc, J->cb + J->ob, 1, t, &lo, &hi);
+    for (int u = lo; u < hi; u++) {
+        if (u < J->cb)
+            dspt_interleave_rows(J->xt + u * J->k4, J->x + u * 32, C, C - u * 32 < 32 ? C - u * 32 : 32, J->p, J->k4, 1);
+        else {
+            int ob = u - J->cb;
+            dspt_interleave_rows(J->et + ob * J->k4, J->err + ob * 32, O, O - ob * 32 < 32 ? O - ob * 32 : 32, J->p,
+                                 J->k4, 0);
+        }
+    }
+    return DSPT_OK;
+}
+
+static int pw_wgrad_share(struct dspt_ctx *tc, int t, void *job)
+{
+    const struct pw_wgrad_job *J = job;
+    const int C = J->s->c, O = J->s->o, cb = J->cb;
+    int lo, hi;
+    dspt_share(tc, J->ob * cb, 1, t, &lo, &hi);   /* dw's blocks [lo, hi), row-major */
+    for (int u = lo; u < hi;) {
+        int ob = u / cb, b0 = u % cb, b1 = cb - b0 < hi - u ? cb : b0 + hi - u;
+        int m = O - ob * 32 < 32 ? O - ob * 32 : 32, n = (b1 * 32 < C ? b1 * 32 : C) - b0 * 32;
+        /* the run holding the last block has x^T's lane of 1s: the rows' sums */
+        dspt_gemm_core_strided(J->dw + ob * 32 * C + b0 * 32, C, (const int8_t *)(J->et + ob * J->k4), 4, 32,
+                               (const int8_t *)(J->xt + b0 * J->k4), m, n, 4 * J->k4, J->acc);
+        u += b1 - b0;
+    }
+    return DSPT_OK;
+}
+
+int dspt_pointwise_wgrad(struct dspt_ctx *ctx, int32_t *dw, const int8_t *err, const int8_t *x,
+                         const struct conv_shape *s, int acc)
+{
+    int p = s->n * s->oh * s->ow, k4 = (p + 3) / 4, cb = (s->c + 31) / 32, ob = (s->o + 31) / 32;
+    struct pw_wgrad_job J = {.s = s, .err = err, .x = x, .dw = dw, .p = p, .k4 = k4, .cb = cb, .ob = ob, .acc = acc};
+    J.xt = dspt_scratch(ctx, (uint32_t)cb * k4 * HVX_BYTES);
+    J.et = dspt_scratch(ctx, (uint32_t)ob * k4 * HVX_BYTES);
+    if (!J.xt || !J.et) return DSPT_NO_SUPPORT;
+    int st = dspt_run_shares(ctx, pw_pack_share, &J);
+    return st ? st : dspt_run_shares(ctx, pw_wgrad_share, &J);
 }

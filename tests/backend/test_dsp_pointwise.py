@@ -1,0 +1,85 @@
+"""Pointwise (1 x 1, stride 1, no padding) convolutions on the emulated DSP against ops_ref
+bit for bit, at 1 to 4 HVX threads, on MobileNetV2-like and ragged shapes: backward data
+takes the GEMM on err's pixels ("pointwise") whatever the channel counts (few err channels
+used to go to conv_grid, few dx channels to col2im), and a weight gradient whose positions
+fit one pass interleaves x^T and err^T once and splits dw's blocks across the threads
+("wgrad_outputs", dsp_kernels/conv_pointwise.c): no partial sums, no join. Plain and
+accumulating. Needs qemu-hexagon, clang-16 and lld-16.
+"""
+
+import numpy as np
+import pytest
+from dsptrain.backends.ops_ref import RefBackend
+
+from .cases import same
+
+ref = RefBackend()
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(4444)
+
+
+@pytest.fixture
+def threads(dsp, request):
+    dsp.hvx_threads = request.param
+    yield request.param
+    dsp.hvx_threads = 4
+
+
+def s8(rng, *shape):
+    return rng.integers(-128, 128, shape, dtype=np.int8)
+
+
+# (N, H, W, C, O): MobileNetV2's kinds of 1 x 1 layer, scaled down, and ragged ones: C, O
+# not multiples of 32 (a lane of 1s in x^T's last block), positions not a multiple of 4
+# (zero words past them), 1 x 1 images, more dw blocks than threads and fewer
+WGRAD = {
+    "expand-2x2": (5, 2, 2, 24, 144),
+    "project-4x4": (3, 4, 4, 96, 20),
+    "one-pixel": (9, 1, 1, 160, 96),
+    "ragged": (3, 3, 3, 40, 37),
+    "ragged-small": (1, 1, 3, 12, 5),
+    "wide": (2, 2, 2, 200, 72),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
+@pytest.mark.parametrize("name", WGRAD)
+def test_weight_gradient_splits_outputs(dsp, rng, threads, name):
+    n, h, w, c, o = WGRAD[name]
+    x, err = s8(rng, n, h, w, c), s8(rng, n, h, w, o)
+    want = ref.conv2d_bwd_weight_s8(err, x, 1, 0, (1, 1))
+    same(dsp.conv2d_bwd_weight_s8(err, x, 1, 0, (1, 1)), want)
+    assert dsp.last_paths == [("conv2d_bwd_weight_s8", "wgrad_outputs")]
+    start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    same(dsp.accumulate(start, "conv2d_bwd_weight_s8", err, x, 1, 0, (1, 1)), start + want)
+
+
+def test_weight_gradient_extremes(dsp):
+    """-128 everywhere: every product 16384, sums of up to 300 of them."""
+    x, err = np.full((3, 10, 10, 36), -128, np.int8), np.full((3, 10, 10, 44), -128, np.int8)
+    same(dsp.conv2d_bwd_weight_s8(err, x, 1, 0, (1, 1)), ref.conv2d_bwd_weight_s8(err, x, 1, 0, (1, 1)))
+    assert dsp.last_paths == [("conv2d_bwd_weight_s8", "wgrad_outputs")]
+
+
+# (N, H, W, C, O) of backward data: few err channels (O <= 16) and few dx channels (C < 32)
+BWD_DATA = {
+    "few-err-channels": (2, 6, 5, 32, 16),
+    "few-dx-channels": (2, 5, 6, 12, 40),
+    "expand-16": (1, 4, 4, 16, 96),
+    "ragged-rows": (1, 3, 5, 24, 8),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 4], indirect=True)
+@pytest.mark.parametrize("name", BWD_DATA)
+def test_backward_data_is_the_gemm(dsp, rng, threads, name):
+    n, h, w, c, o = BWD_DATA[name]
+    wt, err = s8(rng, o, 1, 1, c), s8(rng, n, h, w, o)
+    want = ref.conv2d_bwd_data_s8(err, wt, 1, 0, (h, w))
+    same(dsp.conv2d_bwd_data_s8(err, wt, 1, 0, (h, w)), want)
+    assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise")]
+    start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    same(dsp.accumulate(start, "conv2d_bwd_data_s8", err, wt, 1, 0, (h, w)), start + want)
