@@ -83,3 +83,25 @@ def test_backward_data_is_the_gemm(dsp, rng, threads, name):
     assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise")]
     start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
     same(dsp.accumulate(start, "conv2d_bwd_data_s8", err, wt, 1, 0, (h, w)), start + want)
+
+
+# (N, H, W, C, O, K, pad), square images: weight gradients over more positions than one pass holds whose
+# im2col columns (K * K * C <= 16) would fill at most half of the vrmpy lanes: conv.c's
+# wgrad_gemm puts the outputs in the lanes instead (dwT), and the join transposes
+FLIPPED = {
+    "expand-16": (3, 40, 40, 16, 40, 1, 0),
+    "one-channel-3x3": (2, 9, 9, 1, 32, 3, 1),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
+@pytest.mark.parametrize("name", FLIPPED)
+def test_weight_gradient_flipped(dsp, rng, threads, name):
+    n, h, w, c, o, k, pad = FLIPPED[name]
+    oh = h + 2 * pad - k + 1
+    x, err = s8(rng, n, h, w, c), s8(rng, n, oh, oh, o)
+    want = ref.conv2d_bwd_weight_s8(err, x, 1, pad, (k, k))
+    same(dsp.conv2d_bwd_weight_s8(err, x, 1, pad, (k, k)), want)
+    assert dsp.last_paths == [("conv2d_bwd_weight_s8", "wgrad_gemm")]
+    start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    same(dsp.accumulate(start, "conv2d_bwd_weight_s8", err, x, 1, pad, (k, k)), start + want)
