@@ -105,3 +105,31 @@ def test_weight_gradient_flipped(dsp, rng, threads, name):
     assert dsp.last_paths == [("conv2d_bwd_weight_s8", "wgrad_gemm")]
     start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
     same(dsp.accumulate(start, "conv2d_bwd_weight_s8", err, x, 1, pad, (k, k)), start + want)
+
+
+# (N, H, W, C, O): forwards whose outputs fill whole 32-lane blocks (no lane of 1s), so the
+# GEMM sums each pixel's C bytes itself; with C = 4..128 (k4 | 32 words) 32 contiguous
+# pixels are summed as C / 4 vectors reduced by vdeal rounds (gemm.c row_sums), pixels
+# past a multiple of 32 one by one
+FORWARD = {
+    "c4": (1, 5, 13, 4, 64),
+    "c8": (1, 9, 9, 8, 96),
+    "c16": (2, 16, 16, 16, 96),
+    "c32": (1, 7, 9, 32, 64),
+    "c64": (3, 5, 5, 64, 128),
+    "c128": (1, 12, 12, 128, 32),
+    "c48": (2, 6, 6, 48, 32),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 3, 4], indirect=True)
+@pytest.mark.parametrize("name", FORWARD)
+def test_forward_row_sums(dsp, rng, threads, name):
+    n, h, w, c, o = FORWARD[name]
+    x, wt = s8(rng, n, h, w, c), s8(rng, o, 1, 1, c)
+    same(dsp.gemm_s8(x.reshape(-1, c), wt.reshape(o, c)), ref.gemm_s8(x.reshape(-1, c), wt.reshape(o, c)))
+    if c > 4:  # 4 channels take conv_padded
+        same(dsp.conv2d_s8(x, wt, 1, 0), ref.conv2d_s8(x, wt, 1, 0))
+        assert dsp.last_paths == [("conv2d_s8", "pointwise")]
+    x = np.full_like(x, -128)
+    same(dsp.gemm_s8(x.reshape(-1, c), wt.reshape(o, c)), ref.gemm_s8(x.reshape(-1, c), wt.reshape(o, c)))
