@@ -239,6 +239,12 @@ int dspt_op_conv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         return took(d, DSPT_PATH_CONV_GRID, dspt_conv_grid(ctx, y, x, w, &s, acc));
     if (dspt_conv_padded_fits(&s))   /* 2 to 4 channels, many outputs: the padded image read in place */
         return took(d, DSPT_PATH_CONV_PADDED, dspt_conv_padded(ctx, y, x, w, &s, acc));
+    if (pointwise_fits(&s) && dspt_pointwise_pixels_fits(s.o, k, p)) {   /* 16 outputs: pixels in the lanes */
+        int8_t *wm = dspt_scratch(ctx, (uint32_t)s.o * k);   /* word-aligned rows for the GEMM's scalar loads */
+        if (!wm) return DSPT_NO_SUPPORT;
+        hvx_copy(wm, w, (uint32_t)s.o * k);
+        return took(d, DSPT_PATH_POINTWISE_PIXELS, dspt_pointwise_pixels(ctx, y, x, wm, p, k, acc));
+    }
     int8_t *bp = dspt_scratch(ctx, dspt_packed_b_bytes(s.o, k));
     if (!bp) return DSPT_NO_SUPPORT;
     dspt_pack_b(bp, w, s.o, k, k);
@@ -361,6 +367,13 @@ int dspt_op_conv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         return took(d, DSPT_PATH_CONV_GRID, dspt_conv_grid_bwd_data(ctx, dx, err, w, &s, acc));
     if (!pointwise && dspt_conv_col2im_fits(&s))   /* few input channels: GEMM into window rows, then add */
         return took(d, DSPT_PATH_COL2IM, dspt_conv_col2im_bwd_data(ctx, dx, err, w, &s, acc));
+    if (pointwise && dspt_pointwise_pixels_fits(s.c, s.o, q)) {   /* 16 dx channels: pixels in the lanes */
+        int8_t *wm = dspt_scratch(ctx, (uint32_t)s.c * s.o);   /* wT: row c holds w[:, c] */
+        if (!wm) return DSPT_NO_SUPPORT;
+        for (int c = 0; c < s.c; c++)
+            for (int o = 0; o < s.o; o++) wm[c * s.o + o] = w[o * s.c + c];
+        return took(d, DSPT_PATH_POINTWISE_PIXELS, dspt_pointwise_pixels(ctx, dx, err, wm, q, s.o, acc));
+    }
     int8_t *bp = dspt_scratch(ctx, dspt_packed_b_bytes(s.c, k));
     if (!bp) return DSPT_NO_SUPPORT;
     if (pointwise) {   /* dx = err . wT, err's pixels as they lie */

@@ -120,3 +120,77 @@ int dspt_pointwise_wgrad(struct dspt_ctx *ctx, int32_t *dw, const int8_t *err, c
     int st = dspt_run_shares(ctx, pw_pack_share, &J);
     return st ? st : dspt_run_shares(ctx, pw_wgrad_share, &J);
 }
+
+/* A pointwise product onto 16 channels (MobileNetV2's 32 -> 16 forward, the 16 -> 96
+ * expansion's backward data, at 16 x 16: a third of their passes' packets) with the pixels
+ * in the vrmpy lanes ("pointwise_pixels"): with the channels there, 16 of 32 lanes work and
+ * each 4-row tile of K = 32 pays a row-sum fix and a 2-row store per 16 vrmpy. Here y^T =
+ * wm . src^T: src's pixels packed 32 a block (dspt_pack_b_paired: biased, lane c < 16 pixel
+ * 2c, lane c + 16 pixel 2c + 1), wm (16 x K, signed) the GEMM core's rows, so every lane
+ * works and the bias comes out of wm's 16 row sums. The 16 x 32 words of a block are then
+ * transposed by 4 vshuff stages (bits 0-3 of the channel and of the lane exchanged): vector
+ * i holds pixels 2i and 2i + 1, the 32 words y has for them, one store. The layout of the
+ * pixels-in-lanes product as in XNNPACK's and hexagon_nn's HVX convolutions (lanes along
+ * the output's spatial axis); the pairing and the code are ours. */
+#define PX_CHUNK 512   /* pixels a pass: packed src K * 512 bytes, y^T 32 KiB */
+
+struct px_job {
+    int32_t *y;
+    const int8_t *src, *wm;
+    int p, k, acc;
+    int8_t *bp[DSPT_MAX_THREADS];
+    int32_t *yt[DSPT_MAX_THREADS];
+};
+
+int dspt_pointwise_pixels_fits(int out_channels, int k, int pixels)
+{
+    return out_channels == 16 && k % 4 == 0 && pixels % 32 == 0 && k <= 1024;
+}
+
+static int px_share(struct dspt_ctx *tc, int t, void *job)
+{
+    const struct px_job *J = job;
+    const int K = J->k;
+    int lo, hi;
+    dspt_share(tc, J->p, 32, t, &lo, &hi);
+    for (int p0 = lo; p0 < hi; p0 += PX_CHUNK) {
+        int cnt = hi - p0 < PX_CHUNK ? hi - p0 : PX_CHUNK;
+        int32_t *yt = J->yt[t];
+        dspt_pack_b_paired(J->bp[t], J->src + (size_t)p0 * K, cnt, K, K);
+        dspt_gemm_core(yt, cnt, J->wm, K, J->bp[t], 16, cnt, K, 0);
+        for (int b = 0; b < cnt; b += 32) {
+            HVX_Vector v[16];
+#pragma clang loop unroll(full)
+            for (int o = 0; o < 16; o++) v[o] = *(const HVX_Vector *)(yt + o * cnt + b);
+#pragma clang loop unroll(full)
+            for (int w = 1; w < 16; w <<= 1)
+#pragma clang loop unroll(full)
+                for (int r = 0; r < 16; r++) {
+                    if (r & w) continue;
+                    HVX_VectorPair x = Q6_W_vshuff_VVR(v[r + w], v[r], 4 * w);
+                    v[r] = Q6_V_lo_W(x);
+                    v[r + w] = Q6_V_hi_W(x);
+                }
+            int32_t *out = J->y + (size_t)(p0 + b) * 16;
+#pragma clang loop unroll(full)
+            for (int i = 0; i < 16; i++) {
+                HVX_Vector r = J->acc ? Q6_Vw_vadd_VwVw(v[i], hvx_load_u(out + 32 * i)) : v[i];
+                hvx_store_u(out + 32 * i, r);
+            }
+        }
+    }
+    return DSPT_OK;
+}
+
+int dspt_pointwise_pixels(struct dspt_ctx *ctx, int32_t *y, const int8_t *src, const int8_t *wm, int p, int k,
+                          int acc)
+{
+    struct px_job J = {.y = y, .src = src, .wm = wm, .p = p, .k = k, .acc = acc};
+    for (int t = 0; t < (int)ctx->threads; t++) {
+        struct dspt_ctx *tc = dspt_thread_ctx(ctx, t);
+        J.bp[t] = tc ? dspt_scratch(tc, dspt_packed_b_bytes(PX_CHUNK, k)) : 0;
+        J.yt[t] = tc ? dspt_scratch(tc, 16 * PX_CHUNK * 4) : 0;
+        if (!J.bp[t] || !J.yt[t]) return DSPT_NO_SUPPORT;
+    }
+    return dspt_run_shares(ctx, px_share, &J);
+}

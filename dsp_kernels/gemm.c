@@ -59,7 +59,7 @@ static inline __attribute__((always_inline)) void transpose_half(HVX_Vector v[16
  * row r with row r + 16; each half is then finished in registers, the upper one only
  * when the chunk has more than 16 words (a ragged K's last chunk often has one or two). */
 static __attribute__((noinline)) void pack_chunk(HVX_Vector *dst, const int8_t *rows, int sn, int lanes,
-                                                 int words, int bytes)
+                                                 int words, int bytes, int paired)
 {
     HVX_Vector v[16], upper[16], bias = Q6_V_vsplat_R((int)BIAS_WORD);
     HVX_Vector pad = lanes < 32 ? dspt_ones_lane(bias, lanes) : bias;   /* zeros, the 1s lane */
@@ -67,7 +67,8 @@ static __attribute__((noinline)) void pack_chunk(HVX_Vector *dst, const int8_t *
     const int8_t *last = rows + (lanes - 1) * sn;
 #pragma clang loop unroll(full)
     for (int r = 0; r < 16; r++) {
-        const int8_t *lo = rows + r * sn, *hi = rows + (r + 16) * sn;
+        /* paired: lane r takes row 2r, lane r + 16 row 2r + 1 (dspt_pack_b_paired) */
+        const int8_t *lo = rows + (paired ? 2 * r : r) * sn, *hi = rows + (paired ? 2 * r + 1 : r + 16) * sn;
         HVX_VectorPair p = Q6_W_vshuff_VVR(hvx_load_u(hi < last ? hi : last), hvx_load_u(lo < last ? lo : last), 64);
         v[r] = Q6_V_lo_W(p);
         upper[r] = Q6_V_hi_W(p);
@@ -96,8 +97,17 @@ void dspt_pack_b(int8_t *bp, const int8_t *src, int n, int k, int sn)
         int lanes = n - nb * 32 < 32 ? n - nb * 32 : 32;
         for (int q0 = 0; q0 < k4; q0 += 32)
             pack_chunk((HVX_Vector *)bp + nb * k4 + q0, src + nb * 32 * sn + q0 * 4, sn, lanes,
-                       k4 - q0 < 32 ? k4 - q0 : 32, k - q0 * 4 < HVX_BYTES ? k - q0 * 4 : HVX_BYTES);
+                       k4 - q0 < 32 ? k4 - q0 : 32, k - q0 * 4 < HVX_BYTES ? k - q0 * 4 : HVX_BYTES, 0);
     }
+}
+
+void dspt_pack_b_paired(int8_t *bp, const int8_t *src, int n, int k, int sn)
+{
+    int k4 = (k + 3) / 4;
+    for (int nb = 0; nb < n / 32; nb++)
+        for (int q0 = 0; q0 < k4; q0 += 32)
+            pack_chunk((HVX_Vector *)bp + nb * k4 + q0, src + nb * 32 * sn + q0 * 4, sn, 32,
+                       k4 - q0 < 32 ? k4 - q0 : 32, k - q0 * 4 < HVX_BYTES ? k - q0 * 4 : HVX_BYTES, 1);
 }
 
 /* Partial sums (32 lanes) of the bytes of words 0 .. k4-1 of one row, each byte + 128. */

@@ -76,6 +76,7 @@ enum dspt_path {
     DSPT_PATH_POINTWISE_STRIDED = 20, /* conv_pointwise.c: backward data of 1 x 1, stride > 1: dx rows s*C apart */
     DSPT_PATH_DW_IMAGE_PAIRS = 21, /* dwconv_wgrad_pairs.c: weight gradient of <= 4 pixels: a register a pixel pair */
     DSPT_PATH_WGRAD_OUTPUTS = 22, /* conv_pointwise.c: weight gradient of 1 x 1, one pass: the threads split dw */
+    DSPT_PATH_POINTWISE_PIXELS = 23, /* conv_pointwise.c: 1 x 1 onto 16 channels, the pixels in the lanes */
 };
 
 /* `shift` value asking the DSP to estimate it from the range (NITI's absmax rule). */

@@ -51,6 +51,10 @@ PATHS = {
     # backward data of a pointwise conv stays the GEMM with few err channels (not conv_grid)
     # and few dx channels (not col2im)
     "pointwise-few-channels": ((2, 6, 5, 12, 16, 1, 1, 1, 0), "conv_grid", "pointwise", "wgrad_outputs"),
+    # 16 output channels over a multiple of 32 pixels: the pixels in the vrmpy lanes, forward
+    # (and backward data onto 16 dx channels)
+    "pointwise-16-out": ((2, 4, 8, 32, 16, 1, 1, 1, 0), "pointwise_pixels", "pointwise", "wgrad_outputs"),
+    "pointwise-16-in": ((1, 8, 4, 16, 40, 1, 1, 1, 0), "pointwise", "pointwise_pixels", "wgrad_outputs"),
     # a ResNet shortcut (1 x 1, stride 2): backward data lands in place, s*C words apart
     "pointwise-stride2": ((2, 8, 7, 32, 64, 1, 1, 2, 0), "im2col_gemm", "pointwise_strided", "wgrad_gemm"),
     # few channels, few outputs, stride 1: planes for the weight gradient

@@ -133,3 +133,45 @@ def test_forward_row_sums(dsp, rng, threads, name):
         assert dsp.last_paths == [("conv2d_s8", "pointwise")]
     x = np.full_like(x, -128)
     same(dsp.gemm_s8(x.reshape(-1, c), wt.reshape(o, c)), ref.gemm_s8(x.reshape(-1, c), wt.reshape(o, c)))
+
+
+# (N, H, W, C, O): 1 x 1 products onto 16 channels over a multiple of 32 pixels (forward of
+# O = 16, backward data of C = 16) put the pixels in the vrmpy lanes ("pointwise_pixels":
+# pairs of pixels packed into each block's lanes, the 16 x 32 words transposed by vshuff);
+# 96 channels and 8 x 12 images give 3 chunks' tails, 3 images ragged thread shares
+PIXELS = {
+    "project-32": (2, 16, 16, 32, 16),
+    "project-96": (1, 8, 12, 96, 16),
+    "project-20": (3, 4, 8, 20, 16),
+    "expand-96": (1, 16, 16, 16, 96),
+    "expand-36": (2, 4, 4, 16, 36),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
+@pytest.mark.parametrize("name", PIXELS)
+def test_sixteen_channels_take_the_pixels_in_the_lanes(dsp, rng, threads, name):
+    n, h, w, c, o = PIXELS[name]
+    x, wt, err = s8(rng, n, h, w, c), s8(rng, o, 1, 1, c), s8(rng, n, h, w, o)
+    if o == 16:
+        want = ref.conv2d_s8(x, wt, 1, 0)
+        same(dsp.conv2d_s8(x, wt, 1, 0), want)
+        assert dsp.last_paths == [("conv2d_s8", "pointwise_pixels")]
+        start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+        same(dsp.accumulate(start, "conv2d_s8", x, wt, 1, 0), start + want)
+    if c == 16:
+        want = ref.conv2d_bwd_data_s8(err, wt, 1, 0, (h, w))
+        same(dsp.conv2d_bwd_data_s8(err, wt, 1, 0, (h, w)), want)
+        assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise_pixels")]
+        start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+        same(dsp.accumulate(start, "conv2d_bwd_data_s8", err, wt, 1, 0, (h, w)), start + want)
+
+
+def test_sixteen_channels_extremes(dsp):
+    """-128 everywhere: the bias (x + 128) and wm's row sums at their largest."""
+    x, wt = np.full((1, 8, 8, 64), -128, np.int8), np.full((16, 1, 1, 64), -128, np.int8)
+    same(dsp.conv2d_s8(x, wt, 1, 0), ref.conv2d_s8(x, wt, 1, 0))
+    assert dsp.last_paths == [("conv2d_s8", "pointwise_pixels")]
+    wt, err = np.full((64, 1, 1, 16), -128, np.int8), np.full((1, 8, 8, 64), -128, np.int8)
+    same(dsp.conv2d_bwd_data_s8(err, wt, 1, 0, (8, 8)), ref.conv2d_bwd_data_s8(err, wt, 1, 0, (8, 8)))
+    assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise_pixels")]
