@@ -402,19 +402,63 @@ int dspt_op_conv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
 /* Word g of lane l in block lb: rows 4g .. 4g+3 of src (row stride ld bytes, `rows`
  * valid, zeros after), bytes lb*32 + l: four rows interleaved, stored as vector g of
  * the block (stride k4 vectors). `biased`: the packed b side (kernels.h: + 128, and
- * the lane of 1s after the last column). */
+ * the lane of 1s after the last column). Four rows' 128 bytes make up to 4 blocks at
+ * once (the byte and halfword vshuffs' high halves are blocks 1 and 3: 4 loads and 4
+ * vshuff for 4 blocks, not 16 and 12), and the groups of 4 valid rows run without a test
+ * per load (with one, clang branched around each load and reloaded ld: 3x the packets,
+ * most of a 16 x 16 pointwise weight gradient's); the last group or groups after them. */
+static inline __attribute__((always_inline)) void blocks4(const int NB, const int RAGGED, HVX_Vector *out, int k4,
+                                                          const int8_t *p,
+                                                          int ld, HVX_Vector bias, HVX_VectorPred last,
+                                                          HVX_Vector ones)
+{
+    HVX_Vector r0 = hvx_load_u(p), r1 = hvx_load_u(p + ld), r2 = hvx_load_u(p + 2 * ld), r3 = hvx_load_u(p + 3 * ld);
+    HVX_VectorPair p01 = Q6_W_vshuff_VVR(r1, r0, -1), p23 = Q6_W_vshuff_VVR(r3, r2, -1);
+    HVX_VectorPair lo = Q6_W_vshuff_VVR(Q6_V_lo_W(p23), Q6_V_lo_W(p01), -2);
+    HVX_Vector v[4] = {Q6_V_lo_W(lo), Q6_V_hi_W(lo), 0, 0};
+    if (NB > 2) {
+        HVX_VectorPair hi = Q6_W_vshuff_VVR(Q6_V_hi_W(p23), Q6_V_hi_W(p01), -2);
+        v[2] = Q6_V_lo_W(hi);
+        v[3] = Q6_V_hi_W(hi);
+    }
+#pragma clang loop unroll(full)
+    for (int j = 0; j < NB; j++) {
+        HVX_Vector u = Q6_V_vxor_VV(v[j], bias);
+        out[j * k4] = RAGGED && j == NB - 1 ? Q6_V_vmux_QVV(last, ones, u) : u;   /* `last`: the 1s lane */
+    }
+}
+
 void dspt_interleave_rows(HVX_Vector *dst, const int8_t *src, int ld, int width, int rows, int k4, int biased)
 {
-    HVX_Vector zero = Q6_V_vzero(), bias = Q6_V_vsplat_R((int)0x80808080u);
-    for (int lb = 0; lb * 32 < width; lb++) {
-        uint32_t lanes = (uint32_t)(width - lb * 32 < 32 ? width - lb * 32 : 32);
-        for (int g = 0; g < k4; g++) {
-            HVX_Vector r[4];
-            for (int i = 0; i < 4; i++)
-                r[i] = 4 * g + i < rows ? hvx_load_u(src + (4 * g + i) * ld + lb * 32) : zero;   /* lanes past `lanes`: never stored */
-            HVX_Vector v = hvx_interleave4b(r[0], r[1], r[2], r[3]);
-            if (biased) v = Q6_V_vxor_VV(v, bias);
-            dst[lb * k4 + g] = biased && lanes < 32 ? dspt_ones_lane(v, (int)lanes) : v;
+    HVX_Vector zero = Q6_V_vzero(), bias = biased ? Q6_V_vsplat_R((int)0x80808080u) : zero;
+    HVX_Vector ones = Q6_V_vsplat_R(DSPT_ONES_WORD);
+    int whole = rows / 4 < k4 ? rows / 4 : k4, blocks = (width + 31) / 32;   /* groups of 4 valid rows */
+    for (int lb0 = 0; lb0 < blocks; lb0 += 4) {
+        int nb = blocks - lb0 < 4 ? blocks - lb0 : 4, lanes = width - (lb0 + nb - 1) * 32;
+        /* the group's last block: its lane `lanes` the 1s when ragged (lanes past it: never stored columns) */
+        HVX_VectorPred last = biased && lanes < 32 ? Q6_Q_and_QQn(Q6_Q_vsetq2_R(4 * lanes + 4), Q6_Q_vsetq_R(4 * lanes))
+                                                   : Q6_Q_vsetq_R(0);
+        HVX_Vector *out = dst + lb0 * k4;
+        const int8_t *p = src + lb0 * 32;
+        int ragged = biased && lanes < 32;
+#define RUN(NB, R) for (int g = 0; g < whole; g++, p += 4 * ld) blocks4(NB, R, out + g, k4, p, ld, bias, last, ones)
+        if (nb == 4 && !ragged) RUN(4, 0);
+        else if (nb == 4) RUN(4, 1);
+        else if (nb == 3 && !ragged) RUN(3, 0);
+        else if (nb == 3) RUN(3, 1);
+        else if (nb == 2 && !ragged) RUN(2, 0);
+        else if (nb == 2) RUN(2, 1);
+        else if (!ragged) RUN(1, 0);
+        else RUN(1, 1);
+#undef RUN
+        for (int lb = lb0; lb < lb0 + nb; lb++) {
+            int lanes_lb = width - lb * 32 < 32 ? width - lb * 32 : 32;
+            for (int g = whole; g < k4; g++) {
+                HVX_Vector r[4];
+                for (int i = 0; i < 4; i++) r[i] = 4 * g + i < rows ? hvx_load_u(src + (4 * g + i) * ld + lb * 32) : zero;
+                HVX_Vector v = Q6_V_vxor_VV(hvx_interleave4b(r[0], r[1], r[2], r[3]), bias);
+                dst[lb * k4 + g] = biased && lanes_lb < 32 ? dspt_ones_lane(v, lanes_lb) : v;
+            }
         }
     }
 }

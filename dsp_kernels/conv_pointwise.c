@@ -79,14 +79,16 @@ static int pw_pack_share(struct dspt_ctx *tc, int t, void *job)
     const struct pw_wgrad_job *J = job;
     const int C = J->s->c, O = J->s->o;
     int lo, hi;
-    dspt_share(tc, J->cb + J->ob, 1, t, &lo, &hi);
+    int xu = (J->cb + 3) / 4, eu = (J->ob + 3) / 4;   /* units of 4 blocks: one run of 128 bytes a row */
+    dspt_share(tc, xu + eu, 1, t, &lo, &hi);
     for (int u = lo; u < hi; u++) {
-        if (u < J->cb)
-            dspt_interleave_rows(J->xt + u * J->k4, J->x + u * 32, C, C - u * 32 < 32 ? C - u * 32 : 32, J->p, J->k4, 1);
+        if (u < xu)
+            dspt_interleave_rows(J->xt + 4 * u * J->k4, J->x + u * 128, C, C - u * 128 < 128 ? C - u * 128 : 128, J->p,
+                                 J->k4, 1);
         else {
-            int ob = u - J->cb;
-            dspt_interleave_rows(J->et + ob * J->k4, J->err + ob * 32, O, O - ob * 32 < 32 ? O - ob * 32 : 32, J->p,
-                                 J->k4, 0);
+            int e = u - xu;
+            dspt_interleave_rows(J->et + 4 * e * J->k4, J->err + e * 128, O, O - e * 128 < 128 ? O - e * 128 : 128,
+                                 J->p, J->k4, 0);
         }
     }
     return DSPT_OK;
