@@ -58,8 +58,8 @@ static inline __attribute__((always_inline)) void transpose_half(HVX_Vector v[16
  * words of which the first `bytes` are k's, into dst[0 .. words-1]. Stage 16 first pairs
  * row r with row r + 16; each half is then finished in registers, the upper one only
  * when the chunk has more than 16 words (a ragged K's last chunk often has one or two). */
-static __attribute__((noinline)) void pack_chunk(HVX_Vector *dst, const int8_t *rows, int sn, int lanes,
-                                                 int words, int bytes, int paired)
+static inline __attribute__((always_inline)) void pack_chunk_body(HVX_Vector *dst, const int8_t *rows, int sn,
+                                                                  int lanes, int words, int bytes, const int paired)
 {
     HVX_Vector v[16], upper[16], bias = Q6_V_vsplat_R((int)BIAS_WORD);
     HVX_Vector pad = lanes < 32 ? dspt_ones_lane(bias, lanes) : bias;   /* zeros, the 1s lane */
@@ -86,6 +86,19 @@ static __attribute__((noinline)) void pack_chunk(HVX_Vector *dst, const int8_t *
     }
 }
 
+/* The packer's two row orders, each compiled on its own (paired: dspt_pack_b_paired). */
+static __attribute__((noinline)) void pack_chunk(HVX_Vector *dst, const int8_t *rows, int sn, int lanes, int words,
+                                                 int bytes)
+{
+    pack_chunk_body(dst, rows, sn, lanes, words, bytes, 0);
+}
+
+static __attribute__((noinline)) void pack_chunk_paired(HVX_Vector *dst, const int8_t *rows, int sn, int words,
+                                                        int bytes)
+{
+    pack_chunk_body(dst, rows, sn, 32, words, bytes, 1);
+}
+
 /* Pack rows i (stride sn bytes, k contiguous bytes each) of an n x k operand into
  * [n/32 blocks][k/4][32 lanes][4 bytes], biased by 128, zero (128) padded, and 1s in
  * lane n % 32 of the last block (the row sums): 32 rows x 32 words at a time, loaded
@@ -97,7 +110,7 @@ void dspt_pack_b(int8_t *bp, const int8_t *src, int n, int k, int sn)
         int lanes = n - nb * 32 < 32 ? n - nb * 32 : 32;
         for (int q0 = 0; q0 < k4; q0 += 32)
             pack_chunk((HVX_Vector *)bp + nb * k4 + q0, src + nb * 32 * sn + q0 * 4, sn, lanes,
-                       k4 - q0 < 32 ? k4 - q0 : 32, k - q0 * 4 < HVX_BYTES ? k - q0 * 4 : HVX_BYTES, 0);
+                       k4 - q0 < 32 ? k4 - q0 : 32, k - q0 * 4 < HVX_BYTES ? k - q0 * 4 : HVX_BYTES);
     }
 }
 
@@ -106,8 +119,8 @@ void dspt_pack_b_paired(int8_t *bp, const int8_t *src, int n, int k, int sn)
     int k4 = (k + 3) / 4;
     for (int nb = 0; nb < n / 32; nb++)
         for (int q0 = 0; q0 < k4; q0 += 32)
-            pack_chunk((HVX_Vector *)bp + nb * k4 + q0, src + nb * 32 * sn + q0 * 4, sn, 32,
-                       k4 - q0 < 32 ? k4 - q0 : 32, k - q0 * 4 < HVX_BYTES ? k - q0 * 4 : HVX_BYTES, 1);
+            pack_chunk_paired((HVX_Vector *)bp + nb * k4 + q0, src + nb * 32 * sn + q0 * 4, sn,
+                              k4 - q0 < 32 ? k4 - q0 : 32, k - q0 * 4 < HVX_BYTES ? k - q0 * 4 : HVX_BYTES);
 }
 
 /* Partial sums (32 lanes) of the bytes of words 0 .. k4-1 of one row, each byte + 128. */
@@ -121,6 +134,26 @@ static inline HVX_Vector row_part(const int8_t *row, int bytes, HVX_Vector flip)
         acc = Q6_Vw_vrmpyacc_VwVubRb(acc, Q6_V_vmux_QVV(Q6_Q_vsetq2_R(n), v, Q6_V_vzero()), ones);
     }
     return acc;
+}
+
+/* row_sums of 32 contiguous rows of k4 <= 16 words (k4 | 16): k4 vectors. */
+static __attribute__((noinline)) void row_sums32(int32_t sums[32], const int8_t *a, int k4, HVX_Vector flip,
+                                                 HVX_Vector bias)
+{
+    /* 32 contiguous rows of k4 <= 16 words are k4 vectors: their words' byte sums
+     * (vrmpy), then log2(k4) rounds of vdeal + add pair each row's neighbouring words
+     * (row r's k4 words end as word r): k4 + 2 log2(k4) vector ops for 32 rows, not 32
+     * rows' loads and masks and four reduce8 (MobileNetV2's 16 -> 96 expansion at 16 x 16:
+     * a third of its forward packets) */
+    HVX_Vector v[32];
+    for (int i = 0; i < k4; i++)
+        v[i] = Q6_Vw_vrmpy_VubRb(Q6_V_vxor_VV(hvx_load_u(a + i * HVX_BYTES), flip), 0x01010101);
+    for (int n = k4; n > 1; n /= 2)
+        for (int i = 0; i < n / 2; i++) {
+            HVX_VectorPair d = Q6_W_vdeal_VVR(v[2 * i + 1], v[2 * i], -4);
+            v[i] = Q6_Vw_vadd_VwVw(Q6_V_lo_W(d), Q6_V_hi_W(d));
+        }
+    *(HVX_Vector *)sums = Q6_Vw_vsub_VwVw(v[0], bias);
 }
 
 /* sums[r] = sum of the signed bytes of words 0 .. k4-1 of rows r < m (m <= 32) of a:
@@ -138,21 +171,8 @@ static __attribute__((noinline)) void row_sums(int32_t sums[32], const int8_t *a
         *(HVX_Vector *)sums = Q6_Vw_vsub_VwVw(total, bias);
         return;
     }
-    if (lda == 4 * k4 && m == 32 && 32 % k4 == 0) {
-        /* 32 contiguous rows of k4 <= 32 words are k4 vectors: their words' byte sums
-         * (vrmpy), then log2(k4) rounds of vdeal + add pair each row's neighbouring words
-         * (row r's k4 words end as word r): k4 + 2 log2(k4) vector ops for 32 rows, not 32
-         * rows' loads and masks and four reduce8 (MobileNetV2's 16 -> 96 expansion at 16 x 16:
-         * a third of its forward packets) */
-        HVX_Vector v[32];
-        for (int i = 0; i < k4; i++)
-            v[i] = Q6_Vw_vrmpy_VubRb(Q6_V_vxor_VV(hvx_load_u(a + i * HVX_BYTES), flip), 0x01010101);
-        for (int n = k4; n > 1; n /= 2)
-            for (int i = 0; i < n / 2; i++) {
-                HVX_VectorPair d = Q6_W_vdeal_VVR(v[2 * i + 1], v[2 * i], -4);
-                v[i] = Q6_Vw_vadd_VwVw(Q6_V_lo_W(d), Q6_V_hi_W(d));
-            }
-        *(HVX_Vector *)sums = Q6_Vw_vsub_VwVw(v[0], bias);
+    if (lda == 4 * k4 && m == 32 && 16 % k4 == 0) {
+        row_sums32(sums, a, k4, flip, bias);
         return;
     }
     int bytes = 4 * k4;
