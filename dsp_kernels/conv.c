@@ -476,17 +476,19 @@ static void bwd_weight_range(struct dspt_ctx *ctx, int32_t *dw, const int8_t *er
     int j = s->kh * s->kw * s->c;
     for (int p0 = lo; p0 < hi; p0 += pc) {
         int r = hi - p0 < pc ? hi - p0 : pc, k4 = (r + 3) / 4;
-        im2col(cols, j, x, s, p0, r, pd);
+        /* a 1 x 1, stride-1, unpadded conv's im2col rows are x's pixels: read in place */
+        const int8_t *rows = s->kh == 1 && s->kw == 1 && s->stride == 1 && s->pad == 0 ? x + (size_t)p0 * j : cols;
+        if (rows == cols) im2col(cols, j, x, s, p0, r, pd);
         int acc = p0 > lo || accumulate;
         if (flip) {
             dspt_interleave_rows(bp, err + p0 * s->o, s->o, s->o, r, k4, 1);
-            dspt_interleave_rows(et, cols, j, j, r, k4, 0);
+            dspt_interleave_rows(et, rows, j, j, r, k4, 0);
             for (int jb = 0; jb * 32 < j; jb++)
                 dspt_gemm_core_strided(dw + jb * 32 * s->o, s->o, (const int8_t *)(et + jb * k4), 4, 32,
                                        (const int8_t *)bp, j - jb * 32 < 32 ? j - jb * 32 : 32, s->o, 4 * k4, acc);
             continue;
         }
-        dspt_interleave_rows(bp, cols, j, j, r, k4, 1);
+        dspt_interleave_rows(bp, rows, j, j, r, k4, 1);
         dspt_interleave_rows(et, err + p0 * s->o, s->o, s->o, r, k4, 0);
         for (int ob = 0; ob * 32 < s->o; ob++) {
             int m = s->o - ob * 32 < 32 ? s->o - ob * 32 : 32;
