@@ -190,8 +190,13 @@ static __attribute__((noinline)) void row_sums(int32_t sums[32], const int8_t *a
 /* Write (ACC: add) an accumulator vector to c: all 32 lanes; the first `cols` lanes
  * with the rest written back as they were read ("spilled": the lanes past cols are the
  * next row's, which this core call owns); or exactly the first `cols` lanes. */
-static inline void store_full(const int ACC, int32_t *c, HVX_Vector v)
+static inline void store_full(const int ACC, int32_t *c, HVX_Vector v, int aligned)
 {
+    if (aligned) {   /* one vmem: clang makes an unaligned store vlalign and two masked stores */
+        if (ACC) v = Q6_Vw_vadd_VwVw(v, *(HVX_Vector *)c);
+        *(HVX_Vector *)c = v;
+        return;
+    }
     if (ACC) v = Q6_Vw_vadd_VwVw(v, hvx_load_u(c));
     hvx_store_u(c, v);
 }
@@ -221,6 +226,7 @@ struct core {
     int cols_last;   /* columns of the last block */
     int ones;        /* the lane of 1s in the last block (n % 32), or -1 */
     int spill;       /* ldc == n: a row's last block may write whole vectors (store_acc) */
+    int aligned;     /* c and ldc on 128 bytes (and any group's c_words): whole blocks stored with vmem */
     /* WORDS: every strip runs its rows once per group (kernels.h; conv_padded.c: an
      * image's output rows in one call) */
     const struct dspt_row_groups *rg;
@@ -239,6 +245,7 @@ static inline __attribute__((always_inline)) void tile(
 {
     /* locals first: the stores through c may alias *g */
     const int aq = AQ ? AQ : g->aq, k4 = g->k4, ldc = g->ldc, lda = g->lda, spill = g->spill;
+    const int al = AQ == WORDS ? 0 : g->aligned;   /* WORDS (conv_padded's rows) keep their stores */
     const int32_t *off = g->off;
     const int last = flags & TILE_LAST, tail = flags & TILE_TAIL;
     const int ones = last ? g->ones : -1, cols_last = last ? g->cols_last : 32;
@@ -296,8 +303,8 @@ static inline __attribute__((always_inline)) void tile(
 #define STORE(r) do { \
         if (r > 0 && r >= rows) return; \
         int32_t *cr = c + r * ldc, *cl = cr + (NB - 1) * 32; \
-        for (int j = 0; j < NB - 1; j++) store_full(ACC, cr + j * 32, acc##r[j]); \
-        if (cols_last == 32) store_full(ACC, cl, acc##r[NB - 1]); \
+        for (int j = 0; j < NB - 1; j++) store_full(ACC, cr + j * 32, acc##r[j], al); \
+        if (cols_last == 32) store_full(ACC, cl, acc##r[NB - 1], al); \
         else if (r < exact_row) store_spilled(ACC, cl, acc##r[NB - 1], keep); \
         else store_exact(ACC, cl, acc##r[NB - 1], cols_last); \
     } while (0)
@@ -406,6 +413,7 @@ static inline __attribute__((always_inline)) void core(struct core *g, int layou
     g->cols_last = n - (nblocks - 1) * 32;
     g->ones = n % 32 ? n % 32 : -1;
     g->spill = ldc == n;
+    g->aligned = (uintptr_t)c % HVX_BYTES == 0 && ldc % 32 == 0 && (!g->rg || g->rg->c_words % 32 == 0);
     if (given) {   /* the sums, not the 1s lane (its column is never stored); no spills across groups */
         g->ones = -1;
         g->spill = g->spill && g->rg->groups == 1;
