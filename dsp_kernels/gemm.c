@@ -267,6 +267,24 @@ static inline __attribute__((always_inline)) void tile(
 #undef START
     for (int q = 0; q < k4; q++) {
 #define WORD(r) int32_t w##r = AQ == WORDS ? *(const int32_t *)((const int8_t *)a##r + off[q]) : a##r[q * aq]
+        /* rows as the lanes of vectors (aq 32: the weight gradients' err^T): rows 2i and 2i + 1
+         * of word q are one doubleword, one load for two (a 4-row, 1-block tile had 5 loads
+         * for 4 vrmpy); rows past `rows` read their lanes of the same vector, never stored */
+#define PAIR(r, s) int32_t w##r, w##s; do { \
+            int64_t d = ((const int64_t *)a)[q * 16 + r / 2]; \
+            w##r = (int32_t)d; w##s = (int32_t)(d >> 32); \
+        } while (0)
+        if (AQ == 32) {
+            PAIR(0, 1); PAIR(2, 3); PAIR(4, 5); PAIR(6, 7); PAIR(8, 9); PAIR(10, 11);
+            BLOCKS {
+                HVX_Vector v = b[j * k4 + q];
+#define MAC(r) acc##r[j] = Q6_Vw_vrmpyacc_VwVubRb(acc##r[j], v, w##r)
+                ROWS(MAC);
+#undef MAC
+            }
+            continue;
+        }
+#undef PAIR
         WORD(0); WORD(1); WORD(2); WORD(3); WORD(4); WORD(5); WORD(6); WORD(7);
         WORD(8); WORD(9); WORD(10); WORD(11);
 #undef WORD
