@@ -23,11 +23,8 @@ place, then requantized) and gemm_s8 (`s8_gemm`: the bare int8 GEMM, weights pac
 call as a training step must) beside torch's float32 1x1 convolution and fbgemm's int8
 linear (weights prepacked once) on the same (M, K, N); gemm_vs_fbgemm = fbgemm's time over
 s8_gemm's, vs_torch = torch's over s8_fwd's (> 1: dsptrain faster).
-Grouped table (groups 2-8, batch 64): the two ways the dense kernels can run a grouped
-conv, forward sums in ms: `per_group` (each group's channel slice copied out, one conv2d_s8
-each, the results joined) and `block_diagonal` (one conv2d_s8 whose weight is zero outside
-each group's block: groups x the MACs, no copies).
-Results: bench/results/bench_depthwise.{csv,json}, bench_pointwise.{csv,json}, bench_grouped.{csv,json}.
+Results: bench/results/bench_depthwise.{csv,json}, bench_pointwise.{csv,json}. Grouped convolutions:
+bench/bench_grouped.py.
 """
 
 from __future__ import annotations
@@ -210,54 +207,6 @@ def pointwise_rows(native, torch, batch, runs, timer):
 
 
 # (H, C, O, K, groups): ShuffleNet-like grouped 1x1 convs and ResNeXt-like grouped 3x3 ones
-GROUPED = [
-    (8, 240, 240, 1, 2),
-    (8, 240, 240, 1, 3),
-    (8, 240, 240, 1, 4),
-    (8, 240, 240, 1, 8),
-    (8, 128, 128, 3, 2),
-    (8, 128, 128, 3, 4),
-    (8, 128, 128, 3, 8),
-    (4, 256, 256, 3, 8),
-]
-
-
-def grouped_rows(native, batch, runs, timer):
-    rng = np.random.default_rng(2)
-    rows = []
-    for h, c, o, k, groups in GROUPED:
-        x = rng.integers(-127, 128, (batch, h, h, c), dtype=np.int8)
-        cg, og = c // groups, o // groups
-        w = rng.integers(-127, 128, (o, k, k, cg), dtype=np.int8)
-        dense = np.zeros((o, k, k, c), np.int8)
-        for g in range(groups):
-            dense[g * og : (g + 1) * og, :, :, g * cg : (g + 1) * cg] = w[g * og : (g + 1) * og]
-        pad = k // 2
-
-        def per_group():
-            parts = [
-                native.conv2d_s8(np.ascontiguousarray(x[..., g * cg : (g + 1) * cg]), w[g * og : (g + 1) * og], 1, pad)
-                for g in range(groups)
-            ]
-            return np.concatenate(parts, axis=-1)
-
-        assert np.array_equal(per_group(), native.conv2d_s8(x, dense, 1, pad))
-        ms = lambda fn: 1e3 * timer(fn, runs)  # noqa: E731
-        row = {
-            "H": h,
-            "C": c,
-            "O": o,
-            "K": k,
-            "groups": groups,
-            "per_group": ms(per_group),
-            "block_diagonal": ms(lambda: native.conv2d_s8(x, dense, 1, pad)),
-        }
-        row["block_over_per_group"] = row["block_diagonal"] / row["per_group"]
-        rows.append(row)
-        print(f"  grouped {c}x{h}x{h} k{k} groups {groups} done", file=sys.stderr)
-    return rows
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="best of this many runs")
@@ -321,11 +270,6 @@ def main() -> None:
         ["M", "K", "N", "count", "path", "s8_fwd", "s8_gemm", "torch_f32", "fbgemm_s8", "gemm_vs_fbgemm", "vs_torch"],
     )
     write_results("bench_pointwise", rows, **meta)
-
-    rows = grouped_rows(native, args.batch, args.runs, timer)
-    print(f"Grouped convolutions, batch {args.batch}, forward int32 sums, ms per call (best of {args.runs})")
-    print_table(rows, ["H", "C", "O", "K", "groups", "per_group", "block_diagonal", "block_over_per_group"])
-    write_results("bench_grouped", rows, **meta)
 
 
 if __name__ == "__main__":

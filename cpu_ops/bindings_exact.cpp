@@ -1,6 +1,8 @@
 // Exact products of the emulated recipes: MLS's int16 matmul and convolutions (int64 sums),
-// FP8's chunked-FP16 matmul, and the patch copies (im2col, col2im) they are composed with.
+// FP8's chunked-FP16 matmul, and the patch copies (im2col, col2im) they are composed with;
+// the dilated convolution's int8 patch gathers (dilated_gather.h).
 #include "bindings.h"
+#include "dilated_gather.h"
 
 using namespace dsptrain;
 using namespace dsptrain::bind;
@@ -121,9 +123,67 @@ auto py_matmul_fp16_chunked(const py::handle& a_obj, const py::handle& b_obj, bo
   return c;
 }
 
+GatherShape gather_shape(const char* fn, const py::array_t<int8_t>& src, std::pair<int, int> kernel, int stride,
+                         int pad, int dilation, std::pair<int, int> rows_hw) {
+  check_positive(fn, "stride", stride);
+  check_positive(fn, "dilation", dilation);
+  check_positive(fn, "kh", kernel.first);
+  check_positive(fn, "kw", kernel.second);
+  if (pad < 0 || rows_hw.first < 1 || rows_hw.second < 1)
+    fail(std::string(fn) + ": kernel " + std::to_string(kernel.first) + "x" + std::to_string(kernel.second) +
+         " dilation " + std::to_string(dilation) + " padded by " + std::to_string(pad) + " gives no pixel of " +
+         shape_str(src));
+  return {int(src.shape(0)), int(src.shape(1)), int(src.shape(2)), int(src.shape(3)), kernel.first, kernel.second,
+          stride, pad, dilation, rows_hw.first, rows_hw.second};
+}
+
+auto py_dilated_patches_s8(const py::handle& obj, std::pair<int, int> kernel, int stride, int pad, int dilation,
+                           bool transposed) {
+  auto x = checked<int8_t>("dilated_patches_s8", "x", obj, 4);
+  auto out = [&](int size, int k) { return (size + 2 * pad - (k - 1) * dilation - 1) / stride + 1; };
+  const int oh = int(x.shape(1)) + 2 * pad >= (kernel.first - 1) * dilation + 1 ? out(int(x.shape(1)), kernel.first) : 0;
+  const int ow = int(x.shape(2)) + 2 * pad >= (kernel.second - 1) * dilation + 1 ? out(int(x.shape(2)), kernel.second) : 0;
+  const GatherShape s = gather_shape("dilated_patches_s8", x, kernel, stride, pad, dilation, {oh, ow});
+  const py::ssize_t rows = py::ssize_t(s.n) * oh * ow, depth = py::ssize_t(s.kh) * s.kw * s.c;
+  py::array_t<int8_t> cols(transposed ? std::vector<py::ssize_t>{depth, rows} : std::vector<py::ssize_t>{rows, depth});
+  int8_t* p = cols.mutable_data();
+  py::gil_scoped_release nogil;
+  dilated_patches_s8(x.data(), s, transposed, p);
+  return cols;
+}
+
+auto py_transposed_patches_s8(const py::handle& obj, std::pair<int, int> kernel, int stride, int pad, int dilation,
+                              std::pair<int, int> in_hw) {
+  auto err = checked<int8_t>("transposed_patches_s8", "err", obj, 4);
+  const GatherShape s = gather_shape("transposed_patches_s8", err, kernel, stride, pad, dilation, in_hw);
+  const py::ssize_t rows = py::ssize_t(s.n) * s.oh * s.ow, depth = py::ssize_t(s.kh) * s.kw * s.c;
+  py::array_t<int8_t> cols(std::vector<py::ssize_t>{rows, depth});
+  int8_t* p = cols.mutable_data();
+  py::gil_scoped_release nogil;
+  transposed_patches_s8(err.data(), s, p);
+  return cols;
+}
+
+auto py_transpose_s8(const py::handle& obj) {
+  auto a = checked<int8_t>("transpose_s8", "a", obj, 2);
+  const int m = int(a.shape(0)), n = int(a.shape(1));
+  py::array_t<int8_t> b(std::vector<py::ssize_t>{n, m});
+  int8_t* p = b.mutable_data();
+  py::gil_scoped_release nogil;
+  transpose_s8(a.data(), m, n, p);
+  return b;
+}
+
 }  // namespace
 
 void dsptrain::bind::def_exact_products(py::module_& m) {
+  m.def("dilated_patches_s8", &py_dilated_patches_s8, py::arg("x"), py::arg("kernel"), py::arg("stride"),
+        py::arg("pad"), py::arg("dilation"), py::arg("transposed") = false,
+        "int8 NHWC -> [N*OH*OW, KH*KW*C] patches, taps dilation apart, zero padding (transposed: [K, N*OH*OW]).");
+  m.def("transposed_patches_s8", &py_transposed_patches_s8, py::arg("err"), py::arg("kernel"), py::arg("stride"),
+        py::arg("pad"), py::arg("dilation"), py::arg("in_hw"),
+        "int8 err NHWC -> [N*H*W, KH*KW*O]: a conv's backward data as a stride-1 GEMM's patches (layout.gemm_transposed).");
+  m.def("transpose_s8", &py_transpose_s8, py::arg("a"), "int8 a[M, N] -> a.T [N, M], contiguous.");
   m.def("matmul_s16", &py_matmul_s16, py::arg("a"), py::arg("b"), py::arg("a_transposed"),
         "int16 (a.T if a_transposed else a) @ b[K,N] -> int64 [M,N], exact.");
   m.def("conv2d_s16", &py_conv2d_s16, py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"),

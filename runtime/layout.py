@@ -81,9 +81,14 @@ def gemm_transposed(err, w, stride: int, pad: int, dilation: int, in_hw):
     the taps flipped as b[C, KH*KW*O], and dx's shape."""
     o, kh, kw, c = w.shape
     frame = transposed_input(np.asarray(err), (kh, kw), stride, pad, dilation, in_hw)
-    flipped = np.ascontiguousarray(np.asarray(w)[:, ::-1, ::-1, :].transpose(3, 1, 2, 0)).reshape(c, -1)
     cols, shape = gemm_patches(frame, (c, kh, kw, o), 1, 0, dilation)
-    return cols, shape, flipped
+    return cols, shape, flipped_taps(w)
+
+
+def flipped_taps(w) -> np.ndarray:
+    """A conv weight (O, KH, KW, C) as backward data's GEMM operand b[C, KH*KW*O], taps flipped."""
+    o, kh, kw, c = w.shape
+    return np.ascontiguousarray(np.asarray(w)[:, ::-1, ::-1, :].transpose(3, 1, 2, 0)).reshape(c, -1)
 
 
 def pool_windows(x, kernel, stride):

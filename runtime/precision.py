@@ -65,7 +65,29 @@ def summary(graph, model, backend_of=None) -> list[str]:
         if fmt in where:
             text += "; ops on " + ", ".join(f"{b} {n}" for b, n in where[fmt].most_common())
         lines.append(text)
+    grouped = grouped_convs(graph, model, backend_of)
+    if grouped:
+        lines.append(grouped)
     casts = sum(is_cast(op) for op in graph.ops)
     if casts:
         lines.append(f"casts {casts} ops between int8 and float32 (where a float layer meets an integer one)")
     return lines
+
+
+def grouped_convs(graph, model, backend_of=None) -> str | None:
+    """A line for the convs with groups > 1: how many of each shape, the op kinds their products
+    lower to (NITI: niti.dwconv_* for an undilated depthwise conv, niti.grpconv_* for the others)
+    and, when placed, the backends those ops run on."""
+    layers = {layer.name: layer for layer in model.layers if getattr(layer, "groups", 1) > 1}
+    if not layers:
+        return None
+    shapes = Counter(
+        ("depthwise" if layer.depthwise else "grouped") + (" dilated" if layer.dilation > 1 else "")
+        for layer in layers.values()
+    )
+    ops = [op for op in graph.ops if op.layer in layers and not is_cast(op) and "conv" in op.kind]
+    text = f"grouped convs {len(layers)} layers ({', '.join(f'{k} {n}' for k, n in shapes.most_common())})"
+    text += ": products " + ", ".join(f"{k} {n}" for k, n in sorted(Counter(op.kind for op in ops).items()))
+    if backend_of is not None:
+        text += "; on " + ", ".join(f"{b} {n}" for b, n in Counter(backend_of(op) for op in ops).most_common())
+    return text

@@ -46,7 +46,7 @@ def check_meta(path: Path, meta: dict, trainer) -> dict:
     for key, want in (("model", trainer.model.name), ("recipe", trainer.recipe.name)):
         if meta.get(key) != want:
             fail(key, f"{meta.get(key)!r}: this checkpoint is of another {key}; this run's is {want!r}")
-    _check_recipe_settings(path, meta.get("recipe_settings", _ABSENT), trainer.recipe)
+    check_recipe_settings(path, meta.get("recipe_settings", ABSENT), trainer.recipe)
     for key, (low, high) in _INT_FIELDS.items():
         if not _int(meta.get(key), low, high):
             fail(key, f"{meta.get(key)!r} is not a whole number in {low}..{high}")
@@ -112,19 +112,20 @@ def check_meta(path: Path, meta: dict, trainer) -> dict:
     return meta
 
 
-_ABSENT = object()
+ABSENT = object()  # a checkpoint meta without the key (written before it was stored)
 
 
-def _check_recipe_settings(path: Path, stored, recipe) -> None:
+def check_recipe_settings(path: Path, stored, recipe, stacklevel: int = 4) -> None:
     """The recipe settings the checkpoint was trained with must be this run's: a checkpoint
     continued under other settings would train on as another recipe. One written before
-    checkpoints kept them continues with this run's settings, and says so."""
-    if stored is _ABSENT:
+    checkpoints kept them continues with this run's settings, and says so. The trainer's resume
+    (above) and the federated server's (fl/server.py) both hold their checkpoints to it."""
+    if stored is ABSENT:
         warnings.warn(
             f"{path}: written before checkpoints kept their recipe's settings; continuing with this "
             f"run's {recipe.name} settings",
             UserWarning,
-            stacklevel=4,
+            stacklevel=stacklevel,
         )
         return
     if not isinstance(stored, dict):

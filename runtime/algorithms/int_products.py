@@ -1,6 +1,7 @@
-"""NITI's int8 products: dense, dilated and depthwise convolutions and linear layers, each
-kind's forward and backward lowering beside the op functions that run them (`niti.conv_*`,
-`niti.dilconv_*`, `niti.dwconv_*`, `niti.linear_*`). A product accumulates in int32 and is requantized to int8
+"""NITI's int8 products: dense, dilated, depthwise and grouped convolutions and linear layers,
+each kind's forward and backward lowering beside the op functions that run them (`niti.conv_*`,
+`niti.dilconv_*`, `niti.dwconv_*`, `niti.grpconv_*` (any other groups > 1, dilated depthwise
+included: backends/grouped_hooks.py), `niti.linear_*`). A product accumulates in int32 and is requantized to int8
 by the range of its result (the backends' `*_requant_s8` hooks, shift noted for the
 executor); a weight gradient stays int32 for the update (`niti.update`, niti.py). A product
 with a bias keeps its exact int32 sums and adds the float bias after (`niti.conv_acc`,
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import LoweringError
 from ..nn import Linear, has_bias
 from ..numerics import QTensor
 from . import int_mixed
@@ -21,25 +21,38 @@ _PRODUCT = ("absmax", "shift_round")  # the range and shift hooks a requantized 
 # ---------------------------------------------------------------- lowering
 
 
-def check_conv(layer, recipe) -> None:
-    """NITI's integer convolutions are dense (dilated or not) or undilated depthwise."""
-    if layer.groups != 1 and (not layer.depthwise or layer.dilation != 1):
-        raise LoweringError(
-            f"recipe {recipe.name!r} cannot lower layer {layer.name!r}: NITI's integer "
-            f"convolutions are dense (dilated or not) or undilated depthwise; this one has groups "
-            f"{layer.groups} and dilation {layer.dilation} (fp32, octo, wageubn, afp, mls "
-            f"and fp8 lower it)"
-        )
+def grouped(layer) -> bool:
+    """A conv NITI runs on the grouped hooks (grouped_hooks.py): groups > 1, except an undilated
+    depthwise one, which has its own kinds (niti.dwconv_*) and kernels."""
+    return layer.groups > 1 and not (layer.depthwise and layer.dilation == 1)
 
 
 def conv_forward(b, layer, x, shape):
-    """A dense, dilated or depthwise conv (check_conv refuses the others)."""
+    """A dense, dilated, depthwise or grouped conv."""
     if has_bias(layer):
         return _forward_biased(b, layer, x, shape)
     out = f"{layer.name}.out"
     w = b.param(f"{layer.name}.w", layer.weight_shape, "int8")
     b.tensor(out, shape, "int8", "activation")
-    if layer.depthwise:
+    if grouped(layer):
+        b.op(
+            f"{layer.name}.fwd",
+            "niti.grpconv_fwd",
+            layer.name,
+            "forward",
+            (x, w),
+            (out,),
+            ("conv2d_grouped_s8", *_PRODUCT),
+            _conv_macs(layer, shape),
+            stride=layer.stride,
+            pad=layer.padding,
+            dilation=layer.dilation,
+            groups=layer.groups,
+            depthwise=layer.depthwise,
+            mode=b.recipe.tensors.activations.rounding,
+            workspace=_grouped_bytes(layer, b.tensors[x].shape, shape),
+        )
+    elif layer.depthwise:
         b.op(
             f"{layer.name}.fwd",
             "niti.dwconv_fwd",
@@ -118,6 +131,18 @@ def _patch_bytes(layer, shape) -> tuple[int, int]:
     return int(np.prod(shape[1:3])) * int(np.prod(layer.weight_shape[1:])), int(np.prod(layer.weight_shape))
 
 
+def _grouped_bytes(layer, in_shape, out_shape) -> tuple[int, int]:
+    """(bytes per row, bytes) of a grouped conv's composition (grouped_hooks.py): the groups'
+    channel slices of its input (int8) and their int32 results before they are joined; a dilated
+    depthwise conv's padded input and its stride-1 sums over every residue class instead."""
+    reach = 2 * layer.padding
+    padded = (in_shape[1] + reach) * (in_shape[2] + reach) * in_shape[3]
+    full = ((out_shape[1] - 1) * layer.stride + 1) * ((out_shape[2] - 1) * layer.stride + 1) * out_shape[3]
+    return max(padded, int(np.prod(in_shape[1:]))) + 4 * max(full, int(np.prod(out_shape[1:]))), int(
+        np.prod(layer.weight_shape)
+    )
+
+
 def _transposed_patch_bytes(layer, x_shape, err_shape) -> tuple[int, int]:
     """(bytes per row, bytes) of a dilated conv's backward data: err's zero-spread frame and its
     patches, one row per input pixel (base.py's composition), and the flipped taps."""
@@ -142,7 +167,15 @@ def _forward_biased(b, layer, x, shape):
             shape[0] * layer.in_features * layer.out_features,
         )
     else:
-        hook = "dwconv2d_s8" if layer.depthwise else "conv2d_dilated_s8" if layer.dilation > 1 else "conv2d_s8"
+        hook = (
+            "conv2d_grouped_s8"
+            if grouped(layer)
+            else "dwconv2d_s8"
+            if layer.depthwise
+            else "conv2d_dilated_s8"
+            if layer.dilation > 1
+            else "conv2d_s8"
+        )
         b.op(
             f"{layer.name}.fwd",
             "niti.conv_acc",
@@ -156,6 +189,7 @@ def _forward_biased(b, layer, x, shape):
             pad=layer.padding,
             depthwise=layer.depthwise,
             dilation=layer.dilation,
+            groups=layer.groups,
         )
     return int_mixed.forward_bias(b, layer, acc, shape)
 
@@ -170,7 +204,13 @@ def conv_backward(b, layer, err, needs_input_error):
         _conv_bwd_data(b, layer, err, err_in, x_shape, macs)
     grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "int32", "grad")
     attrs = dict(stride=layer.stride, pad=layer.padding, kernel=(layer.kernel, layer.kernel))
-    if layer.depthwise:
+    if grouped(layer):
+        kind, hook, product = "niti.grpconv_bwd_weight", "conv2d_grouped_bwd_weight_s8", None
+        x_bytes, err_bytes = (int(np.prod(b.tensors[t].shape[1:])) for t in (x, err))
+        # the groups' slices of err and x (a dilated depthwise conv: err spread, x padded)
+        attrs = dict(attrs, dilation=layer.dilation, groups=layer.groups, depthwise=layer.depthwise)
+        attrs["workspace"] = (2 * (x_bytes + err_bytes) * layer.stride**2, 8 * int(np.prod(layer.weight_shape)))
+    elif layer.depthwise:
         kind, hook, product = "niti.dwconv_bwd_weight", "dwconv2d_bwd_weight_s8", None
     elif layer.dilation > 1:
         kind, hook, product = "niti.dilconv_bwd_weight", "conv2d_dilated_bwd_weight_s8", None
@@ -200,7 +240,26 @@ def conv_backward(b, layer, err, needs_input_error):
 def _conv_bwd_data(b, layer, err, err_in, x_shape, macs) -> None:
     """The op giving a conv's input error `err_in` (int8): depthwise, dilated or dense."""
     w = f"{layer.name}.w"
-    if layer.depthwise:
+    if grouped(layer):
+        b.op(
+            f"{layer.name}.bwd_data",
+            "niti.grpconv_bwd_data",
+            layer.name,
+            "backward",
+            (err, w),
+            (err_in,),
+            ("conv2d_grouped_bwd_data_s8", *_PRODUCT),
+            macs,
+            stride=layer.stride,
+            pad=layer.padding,
+            dilation=layer.dilation,
+            groups=layer.groups,
+            depthwise=layer.depthwise,
+            in_hw=x_shape[1:3],
+            mode=b.recipe.tensors.errors.rounding,
+            workspace=_grouped_bytes(layer, b.tensors[err].shape, x_shape),
+        )
+    elif layer.depthwise:
         b.op(
             f"{layer.name}.bwd_data",
             "niti.dwconv_bwd_data",
@@ -333,9 +392,20 @@ def dilconv_fwd(backend, op, env, ctx) -> dict:
     return _product(op, ctx, x, w, q, shift)
 
 
+def grpconv_fwd(backend, op, env, ctx) -> dict:
+    x, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    q, shift = backend.conv2d_grouped_requant_s8(
+        x.q, w.q, a["stride"], a["pad"], a["dilation"], a["groups"], a["mode"], ctx.rng(op), ctx.given_shift(op)
+    )
+    return _product(op, ctx, x, w, q, shift)
+
+
 def conv_acc(backend, op, env, ctx) -> dict:
     """A biased conv's exact sums (int_mixed.bias_fwd adds the bias in float)."""
     x, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    if a.get("groups", 1) > 1 and not (a["depthwise"] and a["dilation"] == 1):
+        sums = backend.conv2d_grouped_s8(x.q, w.q, a["stride"], a["pad"], a["dilation"], a["groups"])
+        return {op.outputs[0]: sums}
     if a.get("dilation", 1) > 1:
         return {op.outputs[0]: backend.conv2d_dilated_s8(x.q, w.q, a["stride"], a["pad"], a["dilation"])}
     product = backend.dwconv2d_s8 if a["depthwise"] else backend.conv2d_s8
@@ -377,6 +447,23 @@ def dilconv_bwd_data(backend, op, env, ctx) -> dict:
     return _product(op, ctx, err, w, q, shift)
 
 
+def grpconv_bwd_data(backend, op, env, ctx) -> dict:
+    err, w, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    q, shift = backend.conv2d_grouped_bwd_data_requant_s8(
+        err.q,
+        w.q,
+        a["stride"],
+        a["pad"],
+        a["dilation"],
+        a["groups"],
+        a["in_hw"],
+        a["mode"],
+        ctx.rng(op),
+        ctx.given_shift(op),
+    )
+    return _product(op, ctx, err, w, q, shift)
+
+
 def linear_bwd_data(backend, op, env, ctx) -> dict:
     err, w = env[op.inputs[0]], env[op.inputs[1]]
     q, shift = backend.gemm_requant_s8(
@@ -407,6 +494,14 @@ def dilconv_bwd_weight(backend, op, env, ctx) -> dict:
     return {op.outputs[0]: grad}
 
 
+def grpconv_bwd_weight(backend, op, env, ctx) -> dict:
+    err, x, a = env[op.inputs[0]], env[op.inputs[1]], op.attrs
+    grad = backend.conv2d_grouped_bwd_weight_s8(
+        err.q, x.q, a["stride"], a["pad"], a["dilation"], a["groups"], a["kernel"]
+    )
+    return {op.outputs[0]: grad}
+
+
 def linear_bwd_weight(backend, op, env, ctx) -> dict:
     err, x = env[op.inputs[0]], env[op.inputs[1]]
     return {op.outputs[0]: backend.gemm_s8(np.ascontiguousarray(rows(err).T), np.ascontiguousarray(rows(x).T))}
@@ -422,6 +517,9 @@ OPS = {
     "niti.dilconv_fwd": dilconv_fwd,
     "niti.dilconv_bwd_data": dilconv_bwd_data,
     "niti.dilconv_bwd_weight": dilconv_bwd_weight,
+    "niti.grpconv_fwd": grpconv_fwd,
+    "niti.grpconv_bwd_data": grpconv_bwd_data,
+    "niti.grpconv_bwd_weight": grpconv_bwd_weight,
     "niti.linear_fwd": linear_fwd,
     "niti.linear_bwd_data": linear_bwd_data,
     "niti.linear_bwd_weight": linear_bwd_weight,

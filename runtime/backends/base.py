@@ -18,12 +18,14 @@ import numpy as np
 from .. import layout, numerics
 from ..numerics import RngKey
 from .float_hooks import FloatHooks
+from .grouped_hooks import GroupedHooks
 
 
-class Backend(FloatHooks):
+class Backend(FloatHooks, GroupedHooks):
     """Base of every backend. Subclasses set `name` and override hooks. The float hooks of
     the emulated recipes and the mobile CNNs' float layers (those the CPU and the NumPy
-    judge implement, the DSP leaves to them) are declared in float_hooks.py."""
+    judge implement, the DSP leaves to them) are declared in float_hooks.py; the grouped
+    convolution's (composed from the dense and depthwise hooks) in grouped_hooks.py."""
 
     name = "base"
     #: hooks this backend implements natively; `supports` consults it.

@@ -17,10 +17,12 @@ import os
 
 import numpy as np
 
+from .. import layout
 from ..cores import own_cores
 from ..numerics import QTensor, RngKey
 from . import cpu_scratch
 from .base import DILATED_HOOKS, FP8_DEPTHWISE_HOOKS, Backend
+from .grouped_hooks import GROUPED_HOOKS
 from .ops_ref import BRANCH_HOOKS, DEPTHWISE_HOOKS, FLOAT_RECIPE_HOOKS
 
 try:
@@ -58,7 +60,8 @@ class CpuBackend(Backend):
             "conv2d_s8",
             "conv2d_bwd_data_s8",
             "conv2d_bwd_weight_s8",
-            *DILATED_HOOKS,  # base.py's patches into the native gemm_s8 / gemm_requant_s8
+            *DILATED_HOOKS,  # dilated_gather.cpp's patches into the native gemm_s8 / gemm_requant_s8
+            *GROUPED_HOOKS,  # grouped_hooks.py: per group on the conv kernels, depthwise on dwconv.cpp
             *FP8_DEPTHWISE_HOOKS,  # dwconv_fp16.cpp
             "absmax",
             "shift_round",
@@ -124,6 +127,34 @@ class CpuBackend(Backend):
 
     def conv2d_bwd_weight_s8(self, err, x, stride, pad, kernel):
         return _native.conv2d_bwd_weight_s8(err, x, stride, pad, tuple(kernel))
+
+    # ------------------------------------------------------------ dilated products (cpu_ops/dilated_gather.cpp)
+    # base.py's composition with the patch gathers native: the patches (K-major for the weight
+    # gradient, with err transposed natively) into the native GEMM; only the weight's tap flip
+    # for backward data (O*KH*KW*C bytes) stays a NumPy copy.
+    def conv2d_dilated_s8(self, x, w, stride, pad, dilation):
+        cols = _native.dilated_patches_s8(x, w.shape[1:3], stride, pad, dilation)
+        return _native.gemm_s8(cols, layout.gemm_weight(w)).reshape(_dilated_shape(x, w, stride, pad, dilation))
+
+    def conv2d_dilated_requant_s8(self, x, w, stride, pad, dilation, mode, rng, shift=None):
+        cols = _native.dilated_patches_s8(x, w.shape[1:3], stride, pad, dilation)
+        q, shift = self.gemm_requant_s8(cols, layout.gemm_weight(w), mode, rng, shift)
+        return q.reshape(_dilated_shape(x, w, stride, pad, dilation)), shift
+
+    def conv2d_dilated_bwd_data_s8(self, err, w, stride, pad, dilation, in_hw):
+        cols = _native.transposed_patches_s8(err, w.shape[1:3], stride, pad, dilation, tuple(in_hw))
+        return _native.gemm_s8(cols, layout.flipped_taps(w)).reshape(err.shape[0], *in_hw, w.shape[-1])
+
+    def conv2d_dilated_bwd_data_requant_s8(self, err, w, stride, pad, dilation, in_hw, mode, rng, shift=None):
+        cols = _native.transposed_patches_s8(err, w.shape[1:3], stride, pad, dilation, tuple(in_hw))
+        q, shift = self.gemm_requant_s8(cols, layout.flipped_taps(w), mode, rng, shift)
+        return q.reshape(err.shape[0], *in_hw, w.shape[-1]), shift
+
+    def conv2d_dilated_bwd_weight_s8(self, err, x, stride, pad, dilation, kernel):
+        o = err.shape[-1]
+        cols_t = _native.dilated_patches_s8(x, tuple(kernel), stride, pad, dilation, True)
+        grad = _native.gemm_s8(_native.transpose_s8(err.reshape(-1, o)), cols_t)
+        return grad.reshape(o, *kernel, x.shape[-1])
 
     # ------------------------------------------------------------ depthwise products (cpu_ops/dwconv.cpp)
     def dwconv2d_s8(self, x, w, stride, pad):
@@ -425,6 +456,10 @@ class CpuBackend(Backend):
 
     def conv2d_bwd_weight_f32(self, err, x, stride, pad, kernel):
         return _native.conv2d_bwd_weight_f32(err, x, stride, pad, tuple(kernel))
+
+
+def _dilated_shape(x, w, stride, pad, dilation) -> tuple:
+    return (x.shape[0], *(layout.out_size(x.shape[a], w.shape[a], stride, pad, dilation) for a in (1, 2)), w.shape[0])
 
 
 def _owned_int32(acc) -> bool:

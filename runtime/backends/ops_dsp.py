@@ -33,6 +33,7 @@ from . import dsp_abi as abi
 from . import dsp_shapes as shapes
 from .base import DILATED_HOOKS, Backend
 from .dsp_link import DspLink, pick_mode
+from .grouped_hooks import GROUPED_HOOKS
 
 _TIMEOUT = 120.0
 _ARENA_MB = 256
@@ -47,6 +48,7 @@ class DspBackend(DspLink, Backend):
             "conv2d_bwd_data_s8",
             "conv2d_bwd_weight_s8",
             *DILATED_HOOKS,  # base.py's patches (host) into gemm.c
+            *GROUPED_HOOKS,  # grouped_hooks.py: per group on conv.c / gemm.c, depthwise on dwconv*.c
             "absmax",
             "shift_round",
             "requantize",
@@ -71,6 +73,12 @@ class DspBackend(DspLink, Backend):
         "conv2d_bwd_data_s8": (abi.OP_CONV2D_BWD_DATA_S8,),
         "conv2d_bwd_weight_s8": (abi.OP_CONV2D_BWD_WEIGHT_S8,),
         **{hook: (abi.OP_GEMM_S8, abi.OP_REQUANT) for hook in DILATED_HOOKS},
+        # per group on the conv / GEMM kernels, depthwise (dilated too) on the depthwise ones
+        **{
+            hook: (abi.OP_CONV2D_S8, abi.OP_CONV2D_BWD_DATA_S8, abi.OP_CONV2D_BWD_WEIGHT_S8, abi.OP_GEMM_S8)
+            + (abi.OP_DWCONV2D_S8, abi.OP_DWCONV2D_BWD_DATA_S8, abi.OP_DWCONV2D_BWD_WEIGHT_S8, abi.OP_REQUANT)
+            for hook in GROUPED_HOOKS
+        },
         "absmax": (abi.OP_ABSMAX,),
         "shift_round": (abi.OP_REQUANT,),
         "requantize": (abi.OP_REQUANT,),

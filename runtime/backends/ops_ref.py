@@ -13,6 +13,7 @@ from ..layout import col2im, im2col, out_size, pool_windows
 from ..numerics import LOG2E_Q15, LOSS_SCALE_BITS, LOSS_SHIFT, MIN_EXPONENT, TAYLOR_BELOW
 from . import ref_fp8_depthwise
 from .base import DILATED_HOOKS, FP8_DEPTHWISE_HOOKS, Backend
+from .grouped_hooks import GROUPED_HOOKS
 
 _EXACT_F64 = 2**53
 
@@ -24,6 +25,13 @@ def _exact_product(depth: int) -> None:
 
 def _to_acc(x: np.ndarray, depth: int) -> np.ndarray:
     return np.rint(x).astype(numerics.acc_dtype(depth))
+
+
+def _by_group(fn, a, b, groups: int, b_axis: int, out_axis: int = -1) -> np.ndarray:
+    """fn(a's channels of group g, b's group g along b_axis) for each g, joined on out_axis."""
+    na, nb = a.shape[-1] // groups, b.shape[b_axis] // groups
+    parts = [fn(a[..., g * na : (g + 1) * na], np.take(b, range(g * nb, (g + 1) * nb), b_axis)) for g in range(groups)]
+    return np.concatenate(parts, axis=out_axis)
 
 
 #: the float-recipe hooks of float_hooks.py, defined in float_ops.py
@@ -104,6 +112,7 @@ class RefBackend(Backend):
             "conv2d_bwd_data_s8",
             "conv2d_bwd_weight_s8",
             *DILATED_HOOKS,
+            *GROUPED_HOOKS,
             *FP8_DEPTHWISE_HOOKS,
             "absmax",
             "shift_round",
@@ -181,6 +190,22 @@ class RefBackend(Backend):
         cols = im2col(x, kh, kw, stride, pad, dilation)
         dw = err.reshape(-1, o).astype(np.float64).T @ cols
         return _to_acc(dw, depth).reshape(o, kh, kw, x.shape[-1])
+
+    # A grouped conv by its definition: group g's output channels are the dilated conv (above) of
+    # group g's input channels alone; the groups' results joined on the channel axis.
+    def conv2d_grouped_s8(self, x, w, stride, pad, dilation, groups):
+        return _by_group(lambda xg, wg: self.conv2d_dilated_s8(xg, wg, stride, pad, dilation), x, w, groups, 0)
+
+    def conv2d_grouped_bwd_data_s8(self, err, w, stride, pad, dilation, groups, in_hw):
+        return _by_group(
+            lambda eg, wg: self.conv2d_dilated_bwd_data_s8(eg, wg, stride, pad, dilation, in_hw), err, w, groups, 0
+        )
+
+    def conv2d_grouped_bwd_weight_s8(self, err, x, stride, pad, dilation, groups, kernel):
+        def group(err_g, x_g):
+            return self.conv2d_dilated_bwd_weight_s8(err_g, x_g, stride, pad, dilation, kernel)
+
+        return _by_group(group, err, x, groups, -1, out_axis=0)
 
     # ------------------------------------------------------------ depthwise products
     # Exact in int32 (int64 for a weight gradient whose N*OH*OW sum could overflow it); the

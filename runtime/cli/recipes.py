@@ -54,6 +54,7 @@ def run(args) -> int:
             print(f"{'':<{width}}  {description}")
             print(f"{'':<{width}}  {where_ops_run(name)}")
             print(f"{'':<{width}}  {formats_on_resnet(name)}")
+            print(f"{'':<{width}}  {where_grouped_convs_run(name)}")
     return 0
 
 
@@ -94,3 +95,41 @@ def formats_on_resnet(recipe_name: str) -> str:
     except Exception as exc:  # a recipe that cannot lower it says so
         return f"layers: cannot lower resnet18 ({exc})"
     return "layers of resnet18: " + "; ".join(precision.summary(graph, model))
+
+
+def where_grouped_convs_run(recipe_name: str) -> str:
+    """Where the products of grouped convs go under `--backend dsp` (placement order, as
+    where_ops_run): a probe of a grouped 1x1, a depthwise 3x3, a dilated depthwise 3x3 and a
+    dilated grouped 3x3 (ShuffleNetV1 / ResNeXt / DeepLab shapes), by op kind."""
+    from ..backends import PRIORITY, backend_class
+    from ..config import load_recipe
+    from ..graph import lower
+    from ..nn import Conv2d, Flatten, Linear, Model
+
+    probe = Model(
+        "grouped_probe",
+        (16, 16, 8),
+        10,
+        (
+            Conv2d("grouped1x1", 8, 16, 1, groups=4),
+            Conv2d("depthwise", 16, 16, 3, padding=1, groups=16),
+            Conv2d("depthwise_dilated", 16, 16, 3, padding=2, groups=16, dilation=2),
+            Conv2d("grouped_dilated", 16, 16, 3, stride=2, padding=2, groups=2, dilation=2),
+            Flatten("flatten"),
+            Linear("fc", 1024, 10),
+        ),
+    )
+    try:
+        graph = lower(probe, load_recipe(recipe_name), batch=8)
+    except Exception as exc:  # a recipe that cannot lower them says so
+        return f"grouped convs: cannot lower them ({exc})"
+    where: dict[str, set] = {}
+    for op in graph.ops:
+        if op.layer in ("flatten", "fc") or not op.macs:  # the products only
+            continue
+        name = next(b for b in PRIORITY if set(op.hooks) <= backend_class(b).hooks or b == "ref")
+        where.setdefault(op.kind, set()).add(name)
+    return (
+        "grouped convs (grouped 1x1, depthwise, dilated depthwise, dilated grouped) under --backend dsp: "
+        + ", ".join(f"{kind} on {'/'.join(sorted(b))}" for kind, b in sorted(where.items()))
+    )

@@ -20,6 +20,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 
 from .. import checkpoint
+from ..config.settings import recipe_settings
 from ..errors import UserError
 from .client import resolve_config
 from .records import from_record, model_names, record_bytes, to_record
@@ -46,6 +47,12 @@ def _mean(values) -> float | None:
 
 
 def load_server_checkpoint(path: Path, flrun: FLRun, names: list[str]) -> tuple[dict, int, list]:
+    """(the global model, the last round written, the history) of a round checkpoint, held to this
+    run: its model, its recipe and the recipe's settings (resume.check_recipe_settings: other
+    settings are refused naming the key and both values; a checkpoint written before the server
+    stored them resumes with a warning)."""
+    from ..resume import ABSENT, check_recipe_settings
+
     state, meta = checkpoint.load(path)
     run = flrun.run
     if (meta.get("recipe"), meta.get("model")) != (run.recipe.name, run.model.name):
@@ -53,6 +60,7 @@ def load_server_checkpoint(path: Path, flrun: FLRun, names: list[str]) -> tuple[
             f"{path}: server checkpoint is {meta.get('model')} with {meta.get('recipe')}, "
             f"this run is {run.model.name} with {run.recipe.name}"
         )
+    check_recipe_settings(path, meta.get("recipe_settings", ABSENT), run.recipe, stacklevel=3)
     missing = [n for n in names if n not in state]
     if missing:
         raise UserError(f"{path}: server checkpoint lacks {', '.join(missing)}")
@@ -96,6 +104,7 @@ def run_server(grid: Grid, flrun: FLRun, out_dir: str | Path | None = None) -> l
                     "round": number,
                     "run": run.name,
                     "recipe": run.recipe.name,
+                    "recipe_settings": recipe_settings(run.recipe),  # a resumed server checks them
                     "model": run.model.name,
                     "history": history,
                 },

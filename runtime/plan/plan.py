@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..graph import TrainGraph
-from .rates import rate_key
+from .rates import gather_bytes, rate_key
 from .scratch import ScratchTable
 from .splitting import split_decision
 
@@ -47,13 +47,16 @@ class Plan:
         return [name for name in self.order[self.order.index(failed) + 1 :]]
 
     def op_bytes(self, op, rows: tuple[int, int] | None = None) -> int:
-        """Bytes `op` reads and writes at the planned batch (for the energy estimate); with
+        """Bytes `op` reads and writes at the planned batch (for the energy estimate), a composed
+        conv's gathered copies included; with
         `rows` = (rows run, rows in the batch), those of a slice: its share of the tensors
         with a row per sample, and the others (weights, weight gradients) whole, as every
         slice streams them again."""
         cached = self.stats.setdefault("op_bytes", {})
         if op.name not in cached:
-            graph, per_row, whole = self.graph, 0, 0
+            graph = self.graph
+            per_row, whole = gather_bytes(op)  # a composed conv's copies (rates.py)
+            per_row *= graph.batch
             for t in (*op.inputs, *op.outputs):
                 if t in graph.tensors:
                     if graph.is_row_shaped(t):

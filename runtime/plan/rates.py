@@ -12,13 +12,39 @@ from ..graph import TrainGraph
 
 def rate_key(graph: TrainGraph, op) -> str | None:
     """The rate key (cost.RATE_KEYS) of `op`'s int8 product, or None when it computes none:
-    its product hook, with `.pointwise` for a 1x1 convolution."""
+    its product hook, with `.pointwise` for a 1x1 convolution; a composed product's (dilated,
+    grouped) is that of the kernel it runs on (`composed_hook`)."""
     from ..cost import POINTWISE, rated_hook
 
-    hook = next((h for h in map(rated_hook, op.hooks) if h), None)
+    hook = next((h for h in (rated_hook(composed_hook(op, h)) for h in op.hooks) if h), None)
     if hook is not None and hook.startswith("conv2d") and kernel_of(graph, op) == (1, 1):
         return hook + POINTWISE
     return hook
+
+
+def composed_hook(op, hook: str) -> str:
+    """The product hook whose kernel runs `hook` where base.py / grouped_hooks.py compose it: a
+    dilated conv's passes are GEMMs on gathered patches; a grouped conv's are the conv kernels'
+    (undilated, per group) or the GEMM's (dilated, per group) or the depthwise kernels' (groups
+    == channels, dilated or not). Other hooks are their own."""
+    if hook.startswith("conv2d_dilated_"):
+        return "gemm_s8"
+    if hook.startswith("conv2d_grouped_"):
+        plain = hook.replace("_grouped", "")
+        if op.attrs.get("depthwise"):
+            return "dw" + plain
+        return "gemm_s8" if op.attrs.get("dilation", 1) > 1 else plain
+    return hook
+
+
+def gather_bytes(op) -> tuple[int, int]:
+    """(bytes per row, bytes) a composed conv copies on the way to its kernel (a dilated conv's
+    gathered patches, a grouped one's channel slices: its `workspace`), written once and read
+    back once: traffic the roofline counts beside the op's tensors."""
+    if op.attrs.get("dilation", 1) == 1 and op.attrs.get("groups", 1) == 1 or "workspace" not in op.attrs:
+        return 0, 0
+    per_row, whole = op.attrs["workspace"]
+    return 2 * per_row, 2 * whole
 
 
 def kernel_of(graph: TrainGraph, op) -> tuple[int, int] | None:
@@ -34,8 +60,12 @@ def kernel_of(graph: TrainGraph, op) -> tuple[int, int] | None:
 
 
 def op_bytes(graph: TrainGraph, op) -> int:
-    """Bytes `op` reads and writes at the graph's batch (a tensor updated in place: twice), as Plan.op_bytes."""
-    return sum(graph.tensors[t].nbytes for t in (*op.inputs, *op.outputs) if t in graph.tensors)
+    """Bytes `op` reads and writes at the graph's batch (a tensor updated in place: twice), its
+    gathered copies included (gather_bytes), as Plan.op_bytes."""
+    per_row, whole = gather_bytes(op)
+    return sum(graph.tensors[t].nbytes for t in (*op.inputs, *op.outputs) if t in graph.tensors) + (
+        per_row * graph.batch + whole
+    )
 
 
 @dataclass(frozen=True)

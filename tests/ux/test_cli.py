@@ -77,9 +77,9 @@ def test_model_shorthand_is_the_mapping(run_file):
         ("recipe: niti\nenergy: rapel\n", "energy", "'rapel' is not one of auto | rapl"),
         (
             "recipe: niti\ndata: {dataset: synthetic}\nmodel: {name: grouped, input_shape: [8, 8, 4], layers: "
-            "[{kind: conv, out: 4, kernel: 3, groups: 2}, {kind: flatten}, {kind: linear, out: 10}]}\n",
-            "model.name",
-            "NITI's integer convolutions are dense (dilated or not) or undilated depthwise; this one has groups 2",
+            "[{kind: conv, out: 4, kernel: 3, groups: 3}, {kind: flatten}, {kind: linear, out: 10}]}\n",
+            "model.layers[0]",
+            "conv1: groups 3 does not divide 4 input and 4 output channels",
         ),
         (
             "recipe: niti\ndata: {dataset: fashion-mnist, path: /nonexistent/fm}\n",

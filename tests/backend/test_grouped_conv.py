@@ -1,0 +1,149 @@
+"""Grouped int8 convolutions (groups > 1, dilation 1 or more): each backend's hooks against
+ops_ref bit for bit, and ops_ref against the dense conv on a block-diagonal weight.
+
+ops_ref computes them by definition (each group's dilated conv of its own channels); the CPU
+and the DSP run grouped_hooks.py's compositions (one product per group on their conv kernels,
+a depthwise conv on their depthwise kernels, dilated by polyphase decomposition)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from dsptrain.numerics import RngKey
+
+from .conftest import available_backends
+
+# (n, h, w, c, o, groups, kernel, stride, pad, dilation): ragged sizes, groups 2, 3, 4 and 8,
+# channels per group from 1 (depthwise) to 6, strides 1 and 2, kernels 1 and 3, dilations 1 to 3
+CASES = [
+    (2, 9, 11, 6, 4, 2, 3, 1, 1, 1),
+    (1, 10, 7, 9, 6, 3, 3, 2, 2, 2),
+    (3, 8, 8, 8, 12, 4, 1, 1, 0, 1),
+    (2, 7, 9, 16, 8, 8, 1, 2, 0, 2),
+    (1, 11, 13, 12, 12, 4, 3, 2, 1, 1),
+    (2, 9, 10, 24, 16, 8, 3, 1, 2, 2),
+    (1, 12, 9, 3, 3, 3, 3, 1, 2, 2),  # depthwise, dilated: polyphase on the depthwise hooks
+    (2, 13, 11, 8, 8, 8, 3, 2, 2, 2),  # depthwise, stride 2 = dilation: one residue class
+    (1, 14, 12, 5, 5, 5, 3, 2, 3, 3),  # depthwise, stride 2, dilation 3: every class, subsampled
+    (2, 9, 9, 4, 4, 4, 3, 1, 4, 2),  # depthwise, padding past the dilated reach
+    (2, 8, 8, 8, 8, 8, 3, 2, 1, 1),  # depthwise undilated: the depthwise hooks themselves
+    (1, 6, 6, 6, 6, 6, 1, 2, 0, 2),  # 1x1 depthwise: the dilation changes nothing
+]
+IDS = [f"n{c[0]}h{c[1]}w{c[2]}c{c[3]}o{c[4]}g{c[5]}k{c[6]}s{c[7]}p{c[8]}d{c[9]}" for c in CASES]
+
+
+@pytest.fixture(scope="module", params=available_backends())
+def be(request, make_backend):
+    backend = make_backend(request.param)
+    yield backend
+    backend.close()
+
+
+def _operands(case, seed):
+    n, h, w, c, o, g, k, s, p, d = case
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-127, 128, (n, h, w, c), dtype=np.int8)
+    wt = rng.integers(-127, 128, (o, k, k, c // g), dtype=np.int8)
+    oh, ow = ((size + 2 * p - (k - 1) * d - 1) // s + 1 for size in (h, w))
+    err = rng.integers(-127, 128, (n, oh, ow, o), dtype=np.int8)
+    return x, wt, err
+
+
+def _block_diagonal(wt, groups):
+    """The grouped weight as a dense one with zeros between groups: the same conv, groups 1."""
+    o, k, _, cg = wt.shape
+    dense = np.zeros((o, k, k, cg * groups), np.int8)
+    per = o // groups
+    for g in range(groups):
+        dense[g * per : (g + 1) * per, ..., g * cg : (g + 1) * cg] = wt[g * per : (g + 1) * per]
+    return dense
+
+
+def _equal(got, want):
+    assert got.dtype == want.dtype, f"dtype {got.dtype} != {want.dtype}"
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_ref_is_the_dense_conv_on_a_block_diagonal_weight(ref, case):
+    n, h, w, c, o, g, k, s, p, d = case
+    x, wt, err = _operands(case, 1)
+    dense = _block_diagonal(wt, g)
+    np.testing.assert_array_equal(ref.conv2d_grouped_s8(x, wt, s, p, d, g), ref.conv2d_dilated_s8(x, dense, s, p, d))
+    np.testing.assert_array_equal(
+        ref.conv2d_grouped_bwd_data_s8(err, wt, s, p, d, g, (h, w)),
+        ref.conv2d_dilated_bwd_data_s8(err, dense, s, p, d, (h, w)),
+    )
+    whole = ref.conv2d_dilated_bwd_weight_s8(err, x, s, p, d, (k, k))
+    np.testing.assert_array_equal(
+        ref.conv2d_grouped_bwd_weight_s8(err, x, s, p, d, g, (k, k)), _block_diagonal_part(whole, g)
+    )
+
+
+def _block_diagonal_part(whole, groups):
+    """The diagonal blocks of a dense gradient [O, KH, KW, C] as the grouped one [O, KH, KW, C/groups]."""
+    o, c = whole.shape[0], whole.shape[-1]
+    per, cg = o // groups, c // groups
+    return np.concatenate([whole[g * per : (g + 1) * per, ..., g * cg : (g + 1) * cg] for g in range(groups)], axis=0)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_products_match_ref(be, ref, case):
+    n, h, w, c, o, g, k, s, p, d = case
+    x, wt, err = _operands(case, 2)
+    _equal(be.conv2d_grouped_s8(x, wt, s, p, d, g), ref.conv2d_grouped_s8(x, wt, s, p, d, g))
+    _equal(
+        be.conv2d_grouped_bwd_data_s8(err, wt, s, p, d, g, (h, w)),
+        ref.conv2d_grouped_bwd_data_s8(err, wt, s, p, d, g, (h, w)),
+    )
+    _equal(
+        be.conv2d_grouped_bwd_weight_s8(err, x, s, p, d, g, (k, k)),
+        ref.conv2d_grouped_bwd_weight_s8(err, x, s, p, d, g, (k, k)),
+    )
+
+
+@pytest.mark.parametrize("mode", ["round", "psto", "sto"])
+@pytest.mark.parametrize("case", CASES[::2], ids=IDS[::2])
+def test_requantized_products_match_ref(be, ref, case, mode):
+    """NITI's epilogue over the whole tensor: the same int8 bits and one shift, stochastic
+    rounding included, with the shift estimated and given."""
+    n, h, w, c, o, g, k, s, p, d = case
+    x, wt, err = _operands(case, 3)
+    key = RngKey(seed=7, step=3, tensor_id=11)
+    for given in (None, 12):
+        want = ref.conv2d_grouped_requant_s8(x, wt, s, p, d, g, mode, key, given)
+        got = be.conv2d_grouped_requant_s8(x, wt, s, p, d, g, mode, key, given)
+        _equal(got[0], want[0])
+        assert got[1] == want[1]
+        want = ref.conv2d_grouped_bwd_data_requant_s8(err, wt, s, p, d, g, (h, w), mode, key, given)
+        got = be.conv2d_grouped_bwd_data_requant_s8(err, wt, s, p, d, g, (h, w), mode, key, given)
+        _equal(got[0], want[0])
+        assert got[1] == want[1]
+
+
+@pytest.mark.parametrize("groups, c", [(2, 8), (8, 8)], ids=["grouped", "depthwise"])
+def test_extreme_operands_match_ref(be, ref, groups, c):
+    """All -128 / 127 operands: the largest sums, where an int32 slip would show."""
+    x = np.full((2, 9, 9, c), -128, np.int8)
+    wt = np.full((c, 3, 3, c // groups), 127, np.int8)
+    err = np.full((2, 9, 9, c), -128, np.int8)
+    _equal(be.conv2d_grouped_s8(x, wt, 1, 2, 2, groups), ref.conv2d_grouped_s8(x, wt, 1, 2, 2, groups))
+    _equal(
+        be.conv2d_grouped_bwd_data_s8(err, wt, 1, 2, 2, groups, (9, 9)),
+        ref.conv2d_grouped_bwd_data_s8(err, wt, 1, 2, 2, groups, (9, 9)),
+    )
+    _equal(
+        be.conv2d_grouped_bwd_weight_s8(err, x, 1, 2, 2, groups, (3, 3)),
+        ref.conv2d_grouped_bwd_weight_s8(err, x, 1, 2, 2, groups, (3, 3)),
+    )
+
+
+@pytest.mark.parametrize("groups", [2, 4], ids=["grouped", "depthwise"])
+def test_a_weight_gradient_past_int32_turns_int64(host_be, ref, groups):
+    """N*OH*OW*127*127 >= 2**31: the gradient is int64 (the polyphase classes' sums added in
+    int64, not in int32) and equals ref's."""
+    x = np.full((160, 30, 30, 4), -128, np.int8)
+    err = np.full((160, 30, 30, 4), 127, np.int8)
+    got = host_be.conv2d_grouped_bwd_weight_s8(err, x, 1, 2, 2, groups, (3, 3))
+    assert got.dtype == np.int64
+    _equal(got, ref.conv2d_grouped_bwd_weight_s8(err, x, 1, 2, 2, groups, (3, 3)))
