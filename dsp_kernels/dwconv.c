@@ -87,27 +87,43 @@ static void stack_zero_border(const struct stack *st, int h, int w, int g)
     for (int gi = 0; gi < g; gi++) {
         int8_t *img = st->buf + gi * st->imgbytes, *in0 = img + st->pad * rb + st->pad * st->pitch;
         zero_vectors(img, in0);                                    /* top rows, left of row 0 */
-        for (int r = 0; r + 1 < h; r++) {
-            HVX_Vector *v = (HVX_Vector *)(in0 + r * rb + tail);
-            for (int i = 0; i < k; i++) v[i] = Q6_V_vzero();
+        for (int i = 0; i < k; i++) {   /* rows innermost: one store a packet */
+            HVX_Vector *v = (HVX_Vector *)(in0 + tail) + i;
+            for (int r = 0; r + 1 < h; r++, v += rb / HVX_BYTES) *v = Q6_V_vzero();
         }
         zero_vectors(in0 + (h - 1) * rb + tail, img + st->hp * rb);   /* right of the last row, bottom rows */
     }
 }
 
-/* bytes from src to the vector-aligned dst, rows of them: aligned stores, aligned loads
- * when every source row starts on a vector */
+/* rows of `bytes` from src (one after another) to the vector-aligned dst (dst_step apart):
+ * aligned stores, aligned loads when every source row starts on a vector. The longer of
+ * the two loops (rows, or a row's vectors) innermost: its loop is a load and a store. */
 static void copy_rows_to_aligned(int8_t *dst, int dst_step, const int8_t *src, int rows, uint32_t bytes)
 {
-    const uint32_t whole = bytes / HVX_BYTES, rest = bytes % HVX_BYTES;
-    const int aligned = ((uintptr_t)src & (HVX_BYTES - 1)) == 0 && bytes % HVX_BYTES == 0;
+    const int whole = (int)(bytes / HVX_BYTES), rest = (int)(bytes % HVX_BYTES), dv = dst_step / HVX_BYTES;
+    const int aligned = ((uintptr_t)src & (HVX_BYTES - 1)) == 0 && rest == 0;
+    if (rows > whole) {
+        for (int i = 0; i < whole; i++) {
+            HVX_Vector *d = (HVX_Vector *)dst + i;
+            const int8_t *sp = src + i * HVX_BYTES;
+            if (aligned)
+                for (int r = 0; r < rows; r++, d += dv, sp += bytes) *d = *(const HVX_Vector *)sp;
+            else
+                for (int r = 0; r < rows; r++, d += dv, sp += bytes) *d = hvx_load_u(sp);
+        }
+        if (rest)
+            for (int r = 0; r < rows; r++)
+                hvx_store_bytes(dst + r * dst_step + whole * HVX_BYTES,
+                                hvx_load_bytes(src + (size_t)r * bytes + whole * HVX_BYTES, (uint32_t)rest), (uint32_t)rest);
+        return;
+    }
     for (int r = 0; r < rows; r++, dst += dst_step, src += bytes) {
         HVX_Vector *d = (HVX_Vector *)dst;
         if (aligned)
-            for (uint32_t i = 0; i < whole; i++) d[i] = ((const HVX_Vector *)src)[i];
+            for (uint32_t i = 0; i < (uint32_t)whole; i++) d[i] = ((const HVX_Vector *)src)[i];
         else
-            for (uint32_t i = 0; i < whole; i++) d[i] = hvx_load_u(src + i * HVX_BYTES);
-        if (rest) hvx_store_bytes(d + whole, hvx_load_bytes(src + whole * HVX_BYTES, rest), rest);
+            for (uint32_t i = 0; i < (uint32_t)whole; i++) d[i] = hvx_load_u(src + i * HVX_BYTES);
+        if (rest) hvx_store_bytes(d + whole, hvx_load_bytes(src + whole * HVX_BYTES, (uint32_t)rest), (uint32_t)rest);
     }
 }
 
