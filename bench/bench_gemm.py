@@ -11,6 +11,9 @@ Columns, all in GOP/s (2 ops per multiply-accumulate), best of --runs:
                   AVX2 runs those A blocks on vpmaddubsw (docs/depthwise.md)
   dsptrain_relu_b a signed, b >= 0, as the weight gradient's (errors x activations):
                   AVX2 runs vpmaddubsw with B unsigned
+  dsptrain_small_a a signed within [-64, 64], b signed: backward data's errors x weights
+                  where an A block stays within half the range (AVX2: vpmaddubsw with
+                  B offset by 128; 20-60 % of NITI VGG-11's signed blocks in a step here)
   dsptrain_pk     gemm_packed(a, pack_weights(b)): weights packed once
   numpy_f32       a @ b.T in float32 (NumPy's BLAS)
   torch_f32       torch.mm in float32
@@ -127,6 +130,7 @@ def main() -> None:
             "dsptrain",
             "dsptrain_relu",
             "dsptrain_relu_b",
+            "dsptrain_small_a",
             "dsptrain_pk",
             "pack_ms",
             "numpy_f32",
@@ -134,6 +138,7 @@ def main() -> None:
             "fbgemm_s8",
             "vs_fbgemm",
             "relu_vs_fbgemm",
+            "small_a_vs_fbgemm",
             "pk_vs_fbgemm",
             "vs_numpy",
         ],
@@ -162,6 +167,7 @@ def total_row(model: str, rows: list[dict]) -> dict:
         "dsptrain",
         "dsptrain_relu",
         "dsptrain_relu_b",
+        "dsptrain_small_a",
         "dsptrain_pk",
         "numpy_f32",
         "torch_f32",
@@ -171,6 +177,7 @@ def total_row(model: str, rows: list[dict]) -> dict:
         total[column] = ops / sum(seconds(row, column) for row in rows) / 1e9 if ok else None
     total["vs_fbgemm"] = total["dsptrain"] / total["fbgemm_s8"] if total["fbgemm_s8"] else None
     total["relu_vs_fbgemm"] = total["dsptrain_relu"] / total["fbgemm_s8"] if total["fbgemm_s8"] else None
+    total["small_a_vs_fbgemm"] = total["dsptrain_small_a"] / total["fbgemm_s8"] if total["fbgemm_s8"] else None
     total["pk_vs_fbgemm"] = total["dsptrain_pk"] / total["fbgemm_s8"] if total["fbgemm_s8"] else None
     total["vs_numpy"] = total["dsptrain"] / total["numpy_f32"]
     return total
@@ -182,6 +189,7 @@ def measure(native, torch, rng, shape: tuple[int, int, int], timer, runs: int) -
     a = rng.integers(-127, 128, (m, k), dtype=np.int8)
     b = rng.integers(-127, 128, (n, k), dtype=np.int8)
     a_relu, b_relu = np.maximum(a, 0), np.maximum(b, 0)
+    a_small = rng.integers(-64, 65, (m, k), dtype=np.int8)
     ops = 2.0 * m * k * n
     gops = lambda seconds: ops / seconds / 1e9  # noqa: E731
     packed = native.pack_weights(b)
@@ -192,6 +200,7 @@ def measure(native, torch, rng, shape: tuple[int, int, int], timer, runs: int) -
         "dsptrain": gops(timer(lambda: native.gemm_s8(a, b), runs)),
         "dsptrain_relu": gops(timer(lambda: native.gemm_s8(a_relu, b), runs)),
         "dsptrain_relu_b": gops(timer(lambda: native.gemm_s8(a, b_relu), runs)),
+        "dsptrain_small_a": gops(timer(lambda: native.gemm_s8(a_small, b), runs)),
         "dsptrain_pk": gops(timer(lambda: native.gemm_packed(a, packed), runs)),
         "pack_ms": 1e3 * timer(lambda: native.pack_weights(b), runs),
     }
@@ -206,6 +215,7 @@ def measure(native, torch, rng, shape: tuple[int, int, int], timer, runs: int) -
             row["fbgemm_s8"] = gops(timer(fb, runs))
     row["vs_fbgemm"] = row["dsptrain"] / row["fbgemm_s8"] if row["fbgemm_s8"] else None
     row["relu_vs_fbgemm"] = row["dsptrain_relu"] / row["fbgemm_s8"] if row["fbgemm_s8"] else None
+    row["small_a_vs_fbgemm"] = row["dsptrain_small_a"] / row["fbgemm_s8"] if row["fbgemm_s8"] else None
     row["pk_vs_fbgemm"] = row["dsptrain_pk"] / row["fbgemm_s8"] if row["fbgemm_s8"] else None
     row["vs_numpy"] = row["dsptrain"] / row["numpy_f32"]
     print(f"  {m}x{k}x{n} done", file=sys.stderr)

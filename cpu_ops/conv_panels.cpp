@@ -136,6 +136,13 @@ void set_ones_row(const GemmKernel* kern, uint8_t* a_pack, int row, int kgroups)
 
 // Whether the offset trick's column sums come from a ones row (kernels without colsum).
 bool ones_row(const GemmKernel* kern) { return kern->offset_trick && kern->colsum == nullptr; }
+
+// Whether `bytes` bytes at `p` hold no negative value (an OR of them all: a vectorised pass).
+bool nonnegative(const int8_t* p, size_t bytes) {
+  uint8_t any = 0;
+  for (size_t i = 0; i < bytes; ++i) any |= static_cast<uint8_t>(p[i]);
+  return (any & 0x80) == 0;
+}
 // Packed A tiles for `rows` rows, plus the ones row (at index `rows`) if there is one.
 int a_tiles(const GemmKernel* kern, int rows) { return (rows + (ones_row(kern) ? 1 : 0) + kern->mr - 1) / kern->mr; }
 
@@ -271,6 +278,17 @@ void conv_wgrad_panels(const PaddedSrc& s, const int8_t* err, int oc, T* dw) {
     uint8_t* a_pack = rows_a ? nullptr : grow(a_buf, a_bytes);
     std::vector<const uint8_t*> a_rows(rows_a ? static_cast<size_t>(tiles) * mr : 0);
     int8_t* b_pack = grow(b_buf, panel_bytes * panels);
+    if (taps % nr)  // the last panel's columns past the taps: never written below, zero for the sign test
+      for (int g = 0; g < kGroups; ++g)
+        std::memset(b_pack + (panels - 1) * panel_bytes + (static_cast<size_t>(g) * nr + taps % nr) * 4, 0,
+                    static_cast<size_t>(nr - taps % nr) * 4);
+    // Whether the block's panels (their first kgroups groups: a short last block leaves the
+    // rest from the one before) hold no negative value.
+    const auto panels_nonnegative = [&](int kgroups) {
+      for (int pn = 0; pn < panels; ++pn)
+        if (!nonnegative(b_pack + pn * panel_bytes, static_cast<size_t>(kgroups) * nr * 4)) return false;
+      return true;
+    };
     const int8_t* zero_row = grow(zero_buf, static_cast<size_t>(runp) + 16);
     alignas(64) int32_t tmp[8 * 64];
     alignas(64) int32_t zeros[64] = {}, corr[64] = {};
@@ -281,14 +299,6 @@ void conv_wgrad_panels(const PaddedSrc& s, const int8_t* err, int oc, T* dw) {
       const ptrdiff_t p0 = blk * kBlock;
       const int valid = static_cast<int>(std::min<ptrdiff_t>(kBlock, pixels - p0));
       const int kgroups = (valid + 3) / 4;
-      const size_t a_tile_bytes = static_cast<size_t>(kgroups) * mr * 4 * kern->a_elem_bytes;
-      if (rows_a) {  // row o of the block: err^T's row o from pixel p0 (rows past oc repeat row 0)
-        for (int r = 0; r < tiles * mr; ++r)
-          a_rows[r] = reinterpret_cast<const uint8_t*>(err_t) + (r < oc ? r : 0) * err_ld + p0;
-      } else {
-        kern->pack_a(MatrixS8{err + p0 * oc, 1, oc}, oc, valid, a_pack);
-        if (ones_row(kern)) set_ones_row(kern, a_pack, oc, kgroups);
-      }
       const APiece piece{0, kgroups};  // the block's pixels past `valid` meet zero B columns
       for (int g = 0; g < kgroups; ++g) {  // B[tap, pixel], 4 pixels a dword
         const int8_t* rows[4];
@@ -299,12 +309,37 @@ void conv_wgrad_panels(const PaddedSrc& s, const int8_t* err, int oc, T* dw) {
           interleave4(at, runp, tap_off + i * runp, b_pack + g * nr * 4);
         }
       }
+      // A (the errors): biased rows read in place, or packed for the kernel the block can
+      // take (AVX2: vpmaddubsw where the patches hold no negative value, a ReLU's output,
+      // or the errors lie within [-64, 64]; else the int16 kernel).
+      const MatrixS8 err_block{err + p0 * oc, 1, oc};
+      const bool unsigned_b = !rows_a && kern->micro_b_unsigned && panels_nonnegative(kgroups);
+      const bool small_a = !rows_a && !unsigned_b && kern->pack_a_small && panels >= kSmallAMinPanels &&
+                           kern->pack_a_small(err_block, oc, valid, a_pack);
+      size_t a_tile_bytes = static_cast<size_t>(kgroups) * mr * 4 * kern->a_elem_bytes;
+      MicroFn micro = kern->micro;
+      if (rows_a) {  // row o of the block: err^T's row o from pixel p0 (rows past oc repeat row 0)
+        for (int r = 0; r < tiles * mr; ++r)
+          a_rows[r] = reinterpret_cast<const uint8_t*>(err_t) + (r < oc ? r : 0) * err_ld + p0;
+      } else if (unsigned_b) {
+        kern->pack_a_bytes(err_block, oc, valid, a_pack);
+        a_tile_bytes = static_cast<size_t>(kgroups) * mr * 4;
+        micro = kern->micro_b_unsigned;
+      } else if (small_a) {
+        a_tile_bytes = static_cast<size_t>(kgroups) * mr * 4 + kSmallATail;
+        micro = kern->micro_small_a;
+      } else {
+        kern->pack_a(err_block, oc, valid, a_pack);
+        if (ones_row(kern)) set_ones_row(kern, a_pack, oc, kgroups);
+      }
+      if (!rows_a)
+        count_block(unsigned_b ? BlockKernel::kBUnsigned : small_a ? BlockKernel::kSmallA : BlockKernel::kSigned);
       for (int pn = 0; pn < panels; ++pn) {
         const int8_t* panel = b_pack + pn * panel_bytes;
         colsum_correction(kern, panel, kgroups, corr);
         for (int t = tiles - 1; t >= 0; --t) {  // the ones row, if any, is in the last tile
           if (rows_a) kern->micro_rows(a_rows.data() + t * mr, &piece, 1, panel, tmp, nr, mr, nr, false, zeros);
-          else kern->micro(a_pack + t * a_tile_bytes, panel, kgroups, tmp, nr, mr, nr, false, zeros);
+          else micro(a_pack + t * a_tile_bytes, panel, kgroups, tmp, nr, mr, nr, false, zeros);
           if (ones_row(kern) && t == tiles - 1)
             for (int j = 0; j < nr; ++j) corr[j] = wrap_mul(tmp[(oc % mr) * nr + j], -128);
           accumulate_tile(tmp, corr, mr, nr, acc + static_cast<size_t>(t) * mr * ld + pn * nr, ld);

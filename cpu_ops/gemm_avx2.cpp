@@ -8,6 +8,12 @@
 // where B's panels hold none (the weight gradient's activations), the same with B unsigned.
 #include "gemm_kernels.h"
 
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "scratch.h"
+
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 
@@ -69,6 +75,7 @@ DSPTRAIN_AVXVNNI void micro_vnni(const void* a_tile, const int8_t* b, int kgroup
 // folded with vphaddd at the end.
 constexpr int kAvx2MR = 6, kAvx2NR = 8;  // the assembly below is written for 6 rows
 static_assert(kAvx2MR == 6, "micro_avx2's assembly names six rows");
+static_assert(kAvx2MR * 4 <= kSmallATail, "pack_a_small's row corrections fit a tile's tail");
 
 void pack_a_s16(MatrixS8 a, int rows, int kc, void* dst) {
   pack_a_tiles<kAvx2MR>(a, rows, kc, static_cast<int16_t*>(dst),
@@ -78,40 +85,55 @@ void pack_a_s16(MatrixS8 a, int rows, int kc, void* dst) {
 DSPTRAIN_AVX2 void micro_avx2(const void* a_tile, const int8_t* b, int kgroups, int32_t* c,
                               ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
                               const int32_t* /*col_offset: no offset trick here*/) {
-  __m256i lo[kAvx2MR], hi[kAvx2MR];
-#pragma GCC unroll 8
-  for (int r = 0; r < kAvx2MR; ++r) lo[r] = hi[r] = _mm256_setzero_si256();
-  const int64_t* a = static_cast<const int64_t*>(a_tile);
-  // The group's step in assembly: written with intrinsics, GCC hoists the six broadcasts,
-  // runs out of the 16 ymm registers and keeps a third of the accumulators on the stack
-  // (a store and a reload per group, half the kernel's speed). Here the 12 accumulators,
-  // B's two widened vectors, the broadcast and one product fill the 16 exactly.
-  __m256i b_lo, b_hi, av, prod;
-  for (int g = 0; g < kgroups; ++g, a += kAvx2MR, b += kAvx2NR * 4) {
-#define DSPTRAIN_AVX2_ROW(r)                                   \
-  "vpbroadcastq " #r "*8(%[a]), %[av]\n\t"                     \
-  "vpmaddwd %[av], %[b_lo], %[prod]\n\t"                       \
-  "vpaddd %[prod], %[lo" #r "], %[lo" #r "]\n\t"               \
-  "vpmaddwd %[av], %[b_hi], %[prod]\n\t"                       \
-  "vpaddd %[prod], %[hi" #r "], %[hi" #r "]\n\t"
-    asm("vpmovsxbw (%[b]), %[b_lo]\n\t"
-        "vpmovsxbw 16(%[b]), %[b_hi]\n\t"
-        DSPTRAIN_AVX2_ROW(0) DSPTRAIN_AVX2_ROW(1) DSPTRAIN_AVX2_ROW(2)
-        DSPTRAIN_AVX2_ROW(3) DSPTRAIN_AVX2_ROW(4) DSPTRAIN_AVX2_ROW(5)
-        : [lo0] "+x"(lo[0]), [lo1] "+x"(lo[1]), [lo2] "+x"(lo[2]), [lo3] "+x"(lo[3]), [lo4] "+x"(lo[4]),
-          [lo5] "+x"(lo[5]), [hi0] "+x"(hi[0]), [hi1] "+x"(hi[1]), [hi2] "+x"(hi[2]), [hi3] "+x"(hi[3]),
-          [hi4] "+x"(hi[4]), [hi5] "+x"(hi[5]), [b_lo] "=&x"(b_lo), [b_hi] "=&x"(b_hi), [av] "=&x"(av),
-          [prod] "=&x"(prod)
-        : [a] "r"(a), [b] "r"(b)
-        : "memory");
+  // The K loop in assembly: written with intrinsics, GCC hoists the six broadcasts, runs
+  // out of the 16 ymm registers and keeps a third of the accumulators on the stack (a store
+  // and a reload per group, half the kernel's speed). Here the 12 accumulators (ymm0-11),
+  // B's two widened vectors, the broadcast and one product fill the 16 exactly; they leave
+  // through `sums` once per call. The loop's head is aligned to 64 bytes: left to the
+  // compiler, where the 26-instruction body fell decided 10-15 % of its speed
+  // (bench/gemm_avx2_loops.cpp: 71 vs 81 GMAC/s for the same body).
+  alignas(32) __m256i sums[2 * kAvx2MR];  // lo rows 0-5, then hi rows 0-5
+  const int16_t* a = static_cast<const int16_t*>(a_tile);
+#define DSPTRAIN_AVX2_ROW(r, lo, hi)                    \
+  "vpbroadcastq " #r "*8(%[a]), %%ymm14\n\t"            \
+  "vpmaddwd %%ymm14, %%ymm12, %%ymm15\n\t"              \
+  "vpaddd %%ymm15, %%ymm" #lo ", %%ymm" #lo "\n\t"      \
+  "vpmaddwd %%ymm14, %%ymm13, %%ymm15\n\t"              \
+  "vpaddd %%ymm15, %%ymm" #hi ", %%ymm" #hi "\n\t"
+  asm volatile(
+      "vpxor %%xmm0, %%xmm0, %%xmm0\n\t"
+      "vmovdqa %%ymm0, %%ymm1\n\t vmovdqa %%ymm0, %%ymm2\n\t vmovdqa %%ymm0, %%ymm3\n\t"
+      "vmovdqa %%ymm0, %%ymm4\n\t vmovdqa %%ymm0, %%ymm5\n\t vmovdqa %%ymm0, %%ymm6\n\t"
+      "vmovdqa %%ymm0, %%ymm7\n\t vmovdqa %%ymm0, %%ymm8\n\t vmovdqa %%ymm0, %%ymm9\n\t"
+      "vmovdqa %%ymm0, %%ymm10\n\t vmovdqa %%ymm0, %%ymm11\n\t"
+      "test %[g], %[g]\n\t"
+      "jle 2f\n\t"
+      ".p2align 6\n\t"
+      "1:\n\t"
+      "vpmovsxbw (%[b]), %%ymm12\n\t"
+      "vpmovsxbw 16(%[b]), %%ymm13\n\t"
+      DSPTRAIN_AVX2_ROW(0, 0, 6) DSPTRAIN_AVX2_ROW(1, 1, 7) DSPTRAIN_AVX2_ROW(2, 2, 8)
+      DSPTRAIN_AVX2_ROW(3, 3, 9) DSPTRAIN_AVX2_ROW(4, 4, 10) DSPTRAIN_AVX2_ROW(5, 5, 11)
+      "add $48, %[a]\n\t"  // kAvx2MR rows x 4 int16
+      "add $32, %[b]\n\t"  // kAvx2NR columns x 4 bytes
+      "dec %[g]\n\t"
+      "jnz 1b\n\t"
+      "2:\n\t"
+      "vmovdqa %%ymm0, 0(%[sums])\n\t vmovdqa %%ymm1, 32(%[sums])\n\t vmovdqa %%ymm2, 64(%[sums])\n\t"
+      "vmovdqa %%ymm3, 96(%[sums])\n\t vmovdqa %%ymm4, 128(%[sums])\n\t vmovdqa %%ymm5, 160(%[sums])\n\t"
+      "vmovdqa %%ymm6, 192(%[sums])\n\t vmovdqa %%ymm7, 224(%[sums])\n\t vmovdqa %%ymm8, 256(%[sums])\n\t"
+      "vmovdqa %%ymm9, 288(%[sums])\n\t vmovdqa %%ymm10, 320(%[sums])\n\t vmovdqa %%ymm11, 352(%[sums])\n\t"
+      : [a] "+r"(a), [b] "+r"(b), [g] "+r"(kgroups)
+      : [sums] "r"(sums)
+      : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+        "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
 #undef DSPTRAIN_AVX2_ROW
-  }
   const bool full = mr_valid == kAvx2MR && nr_valid == kAvx2NR;
   alignas(32) int32_t tmp[kAvx2MR * kAvx2NR];
 #pragma GCC unroll 8
   for (int r = 0; r < kAvx2MR; ++r) {
     // hadd gives columns [0 1 4 5 | 2 3 6 7]; the permute restores 0..7.
-    __m256i x = _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo[r], hi[r]), _MM_SHUFFLE(3, 1, 2, 0));
+    __m256i x = _mm256_permute4x64_epi64(_mm256_hadd_epi32(sums[r], sums[kAvx2MR + r]), _MM_SHUFFLE(3, 1, 2, 0));
     __m256i* out = reinterpret_cast<__m256i*>(full ? c + r * ldc : tmp + r * kAvx2NR);
     if (full && accumulate) x = _mm256_add_epi32(x, _mm256_loadu_si256(out));
     _mm256_storeu_si256(out, x);
@@ -127,19 +149,23 @@ DSPTRAIN_AVX2 void micro_avx2(const void* a_tile, const int8_t* b, int kgroups, 
 // the same multiplier-pipe work, a quarter fewer vector instructions, half of A's bytes.
 
 // True (and A packed as bytes, 6-row tiles) when rows [0, rows) x k [0, kc) of `a` hold no
-// negative value; false (dst untouched) otherwise.
+// negative value; false otherwise, dst then holding part of a packing (the driver packs
+// the block again for another kernel). The test rides on the packing, a tile at a time,
+// so a signed block costs about one tile: a separate scan first was a quarter of the
+// GEMM's time at K = 27 (VGG-11's first layer: perf, 16 % of the samples beside 45 % in
+// the kernel).
 DSPTRAIN_AVX2 bool pack_a_unsigned(MatrixS8 a, int rows, int kc, void* dst) {
-  uint8_t negative = 0;  // OR of every byte: its top bit is set by any negative one
-  for (int r = 0; r < rows; ++r) {
-    const int8_t* src = a.row(r);
-    if (a.k_stride == 1) {
-      for (int kk = 0; kk < kc; ++kk) negative |= static_cast<uint8_t>(src[kk]);
-    } else {
-      for (int kk = 0; kk < kc; ++kk) negative |= static_cast<uint8_t>(src[static_cast<ptrdiff_t>(kk) * a.k_stride]);
-    }
-    if (negative & 0x80) return false;
+  const size_t tile_bytes = static_cast<size_t>((kc + 3) / 4) * kAvx2MR * 4;
+  for (int r0 = 0; r0 < rows; r0 += kAvx2MR) {
+    uint8_t any = 0;  // OR of the tile's bytes: its top bit is set by any negative one
+    pack_a_tiles<kAvx2MR>(a.from(r0, 0), std::min(kAvx2MR, rows - r0), kc,
+                          static_cast<uint8_t*>(dst) + static_cast<size_t>(r0 / kAvx2MR) * tile_bytes,
+                          [&any](int8_t v) {
+                            any |= static_cast<uint8_t>(v);
+                            return static_cast<uint8_t>(v);
+                          });
+    if (any & 0x80) return false;
   }
-  pack_a_tiles<kAvx2MR>(a, rows, kc, static_cast<uint8_t*>(dst), [](int8_t v) { return static_cast<uint8_t>(v); });
   return true;
 }
 
@@ -147,41 +173,102 @@ void pack_a_bytes(MatrixS8 a, int rows, int kc, void* dst) {
   pack_a_tiles<kAvx2MR>(a, rows, kc, static_cast<int8_t*>(dst), [](int8_t v) { return v; });
 }
 
-// B_UNSIGNED: which side vpmaddubsw reads as unsigned bytes: A (false) or B (true).
-template <bool B_UNSIGNED>
+// Signed A blocks with every value in [-64, 64] (a signed x signed product, e.g. backward
+// data's errors, whose block stays within half the range): B is offset to u = b + 128 in
+// [0, 255] in the register (one vpxor per group, shared by the six rows) and vpmaddubsw
+// multiplies u (unsigned) by a (signed): pair sums within 255 x 64 x 2 = 32640, exact in
+// int16. The offset adds 128 x (the row's sum of a) to each result, which the packing
+// computes: each tile of 6 rows is followed by kSmallATail bytes holding the rows'
+// -128 x rowsum(a) over the block, added to the tile at the end.
+//
+// True (A packed so) when rows [0, rows) x k [0, kc) of `a` lie in [-64, 64], else false.
+DSPTRAIN_AVX2 bool pack_a_small(MatrixS8 a, int rows, int kc, void* dst) {
+  thread_local Kept<std::vector<int32_t>> sums_buf;  // the rows' sums, from the same pass as the check
+  if (sums_buf.size() < static_cast<size_t>(rows)) sums_buf.resize(rows);
+  int32_t* sums = sums_buf.data();
+  uint8_t most = 0;  // the largest a + 64 (as a byte): above 128 when some |a| > 64
+  for (int r = 0; r < rows; ++r) {
+    const int8_t* src = a.row(r);
+    int32_t sum = 0;
+    if (a.k_stride == 1) {  // apart, so that GCC vectorises the common case
+      for (int kk = 0; kk < kc; ++kk) {
+        most = std::max<uint8_t>(most, static_cast<uint8_t>(src[kk] + 64));
+        sum += src[kk];
+      }
+    } else {
+      for (int kk = 0; kk < kc; ++kk) {
+        const int8_t v = src[static_cast<ptrdiff_t>(kk) * a.k_stride];
+        most = std::max<uint8_t>(most, static_cast<uint8_t>(v + 64));
+        sum += v;
+      }
+    }
+    if (most > 128) return false;
+    sums[r] = sum;
+  }
+  const int kgroups = (kc + 3) / 4;
+  const size_t tile_bytes = static_cast<size_t>(kgroups) * kAvx2MR * 4 + kSmallATail;
+  for (int r0 = 0; r0 < rows; r0 += kAvx2MR) {
+    int8_t* tile = static_cast<int8_t*>(dst) + static_cast<size_t>(r0 / kAvx2MR) * tile_bytes;
+    const int valid = std::min(kAvx2MR, rows - r0);
+    pack_a_tiles<kAvx2MR>(a.from(r0, 0), valid, kc, tile, [](int8_t v) { return v; });
+    int32_t correction[kAvx2MR] = {};
+    for (int r = 0; r < valid; ++r) correction[r] = -128 * sums[r0 + r];
+    std::memcpy(tile + static_cast<size_t>(kgroups) * kAvx2MR * 4, correction, sizeof(correction));
+  }
+  return true;
+}
+
+// Which side vpmaddubsw reads as unsigned bytes: A (a >= 0), B (b >= 0), or B offset by
+// 128 (|a| <= 64, with pack_a_small's row corrections).
+enum class BytesMode { kAUnsigned, kBUnsigned, kBOffset };
+
+template <BytesMode MODE>
 DSPTRAIN_AVX2 void micro_avx2_bytes(const void* a_tile, const int8_t* b, int kgroups, int32_t* c, ptrdiff_t ldc,
                                     int mr_valid, int nr_valid, bool accumulate,
                                     const int32_t* /*col_offset: no offset trick here*/) {
+  const int32_t* row_correction =
+      reinterpret_cast<const int32_t*>(static_cast<const int8_t*>(a_tile) + static_cast<size_t>(kgroups) * kAvx2MR * 4);
   __m256i acc[kAvx2MR];
 #pragma GCC unroll 8
   for (int r = 0; r < kAvx2MR; ++r) acc[r] = _mm256_setzero_si256();
   const int32_t* a = static_cast<const int32_t*>(a_tile);
-  const __m256i ones = _mm256_set1_epi16(1);
-  // In assembly for the same reason as micro_avx2: the six accumulators, B, the ones, the
-  // broadcast and one product stay in registers.
+  const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  // In assembly for the same reasons as micro_avx2: the six accumulators, B, the ones, the
+  // broadcast and one product stay in registers, and the K loop's head is aligned.
   __m256i bv, av, prod;
-  for (int g = 0; g < kgroups; ++g, a += kAvx2MR, b += kAvx2NR * 4) {
+  if (kgroups > 0) {
 // AT&T order: vpmaddubsw signed, unsigned, dst
 #define DSPTRAIN_AVX2_U8_ROW(r, s8, u8)              \
   "vpbroadcastd " #r "*4(%[a]), %[av]\n\t"           \
   "vpmaddubsw %[" #s8 "], %[" #u8 "], %[prod]\n\t"   \
   "vpmaddwd %[ones], %[prod], %[prod]\n\t"           \
   "vpaddd %[prod], %[acc" #r "], %[acc" #r "]\n\t"
-#define DSPTRAIN_AVX2_U8_ROWS(s8, u8)                                                           \
-  DSPTRAIN_AVX2_U8_ROW(0, s8, u8) DSPTRAIN_AVX2_U8_ROW(1, s8, u8) DSPTRAIN_AVX2_U8_ROW(2, s8, u8) \
-  DSPTRAIN_AVX2_U8_ROW(3, s8, u8) DSPTRAIN_AVX2_U8_ROW(4, s8, u8) DSPTRAIN_AVX2_U8_ROW(5, s8, u8)
+#define DSPTRAIN_AVX2_U8_LOOP(s8, u8, b_offset)                                                       \
+  ".p2align 6\n\t"                                                                                    \
+  "1:\n\t"                                                                                            \
+  "vmovdqu (%[b]), %[bv]\n\t"                                                                         \
+  b_offset                                                                                            \
+  DSPTRAIN_AVX2_U8_ROW(0, s8, u8) DSPTRAIN_AVX2_U8_ROW(1, s8, u8) DSPTRAIN_AVX2_U8_ROW(2, s8, u8)     \
+  DSPTRAIN_AVX2_U8_ROW(3, s8, u8) DSPTRAIN_AVX2_U8_ROW(4, s8, u8) DSPTRAIN_AVX2_U8_ROW(5, s8, u8)     \
+  "add $24, %[a]\n\t"  /* kAvx2MR rows x 4 bytes */                                                   \
+  "add $32, %[b]\n\t"  /* kAvx2NR columns x 4 bytes */                                                \
+  "dec %[g]\n\t"                                                                                      \
+  "jnz 1b\n\t"
 #define DSPTRAIN_AVX2_U8_OPERANDS                                                                   \
   : [acc0] "+x"(acc[0]), [acc1] "+x"(acc[1]), [acc2] "+x"(acc[2]), [acc3] "+x"(acc[3]),             \
-    [acc4] "+x"(acc[4]), [acc5] "+x"(acc[5]), [bv] "=&x"(bv), [av] "=&x"(av), [prod] "=&x"(prod)    \
-  : [a] "r"(a), [b] "r"(b), [ones] "x"(ones)                                                        \
-  : "memory"
-    if constexpr (B_UNSIGNED) {
-      asm("vmovdqu (%[b]), %[bv]\n\t" DSPTRAIN_AVX2_U8_ROWS(av, bv) DSPTRAIN_AVX2_U8_OPERANDS);
+    [acc4] "+x"(acc[4]), [acc5] "+x"(acc[5]), [bv] "=&x"(bv), [av] "=&x"(av), [prod] "=&x"(prod),   \
+    [a] "+r"(a), [b] "+r"(b), [g] "+r"(kgroups)                                                     \
+  : [ones] "x"(ones), [flip] "x"(flip)                                                              \
+  : "memory", "cc"
+    if constexpr (MODE == BytesMode::kAUnsigned) {
+      asm(DSPTRAIN_AVX2_U8_LOOP(bv, av, "") DSPTRAIN_AVX2_U8_OPERANDS);
+    } else if constexpr (MODE == BytesMode::kBUnsigned) {
+      asm(DSPTRAIN_AVX2_U8_LOOP(av, bv, "") DSPTRAIN_AVX2_U8_OPERANDS);
     } else {
-      asm("vmovdqu (%[b]), %[bv]\n\t" DSPTRAIN_AVX2_U8_ROWS(bv, av) DSPTRAIN_AVX2_U8_OPERANDS);
+      asm(DSPTRAIN_AVX2_U8_LOOP(av, bv, "vpxor %[flip], %[bv], %[bv]\n\t") DSPTRAIN_AVX2_U8_OPERANDS);
     }
 #undef DSPTRAIN_AVX2_U8_OPERANDS
-#undef DSPTRAIN_AVX2_U8_ROWS
+#undef DSPTRAIN_AVX2_U8_LOOP
 #undef DSPTRAIN_AVX2_U8_ROW
   }
   const bool full = mr_valid == kAvx2MR && nr_valid == kAvx2NR;
@@ -189,6 +276,7 @@ DSPTRAIN_AVX2 void micro_avx2_bytes(const void* a_tile, const int8_t* b, int kgr
 #pragma GCC unroll 8
   for (int r = 0; r < kAvx2MR; ++r) {
     __m256i x = acc[r];
+    if constexpr (MODE == BytesMode::kBOffset) x = _mm256_add_epi32(x, _mm256_set1_epi32(row_correction[r]));
     __m256i* out = reinterpret_cast<__m256i*>(full ? c + r * ldc : tmp + r * kAvx2NR);
     if (full && accumulate) x = _mm256_add_epi32(x, _mm256_loadu_si256(out));
     _mm256_storeu_si256(out, x);
@@ -244,9 +332,11 @@ const GemmKernel* kernel_avx2() {
     GemmKernel g{Isa::kAvx2, kAvx2MR, kAvx2NR, 512, 192, 2, false, pack_a_s16, micro_avx2};
     g.pack_panel_rows = pack_panel_rows_avx2;
     g.pack_a_unsigned = pack_a_unsigned;
-    g.micro_unsigned = micro_avx2_bytes<false>;
+    g.micro_unsigned = micro_avx2_bytes<BytesMode::kAUnsigned>;
     g.pack_a_bytes = pack_a_bytes;
-    g.micro_b_unsigned = micro_avx2_bytes<true>;
+    g.micro_b_unsigned = micro_avx2_bytes<BytesMode::kBUnsigned>;
+    g.pack_a_small = pack_a_small;
+    g.micro_small_a = micro_avx2_bytes<BytesMode::kBOffset>;
     return g;
   }();
   return &k;

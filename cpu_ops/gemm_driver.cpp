@@ -308,7 +308,7 @@ void for_each_c_tile(const GemmKernel* kern, int m, int n, int k, int32_t* c, pt
 }
 
 namespace {
-std::atomic<long long> g_signed_blocks{0}, g_unsigned_blocks{0}, g_b_unsigned_blocks{0};
+std::atomic<long long> g_signed_blocks{0}, g_unsigned_blocks{0}, g_b_unsigned_blocks{0}, g_small_a_blocks{0};
 
 // Whether panels [t.p0, t.p1) of b hold no negative byte over groups [pc / 4, pc / 4 + kgroups)
 // (their zero padding included): one read of what the task's row tiles read mc / mr times.
@@ -326,6 +326,15 @@ bool panels_nonnegative(const PackedB& b, const CTile& t, int pc, int kgroups) {
 }  // namespace
 
 long long gemm_b_unsigned_blocks(bool reset) { return reset ? g_b_unsigned_blocks.exchange(0) : g_b_unsigned_blocks.load(); }
+long long gemm_small_a_blocks(bool reset) { return reset ? g_small_a_blocks.exchange(0) : g_small_a_blocks.load(); }
+
+void count_block(BlockKernel kernel) {
+  std::atomic<long long>& counter = kernel == BlockKernel::kUnsigned    ? g_unsigned_blocks
+                                    : kernel == BlockKernel::kBUnsigned ? g_b_unsigned_blocks
+                                    : kernel == BlockKernel::kSmallA    ? g_small_a_blocks
+                                                                        : g_signed_blocks;
+  counter.fetch_add(1, std::memory_order_relaxed);
+}
 
 GemmBlockCounts gemm_block_counts(bool reset) {
   if (reset) return {g_signed_blocks.exchange(0), g_unsigned_blocks.exchange(0)};
@@ -339,8 +348,10 @@ void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc,
   const bool in_place = a_padded && kern->a_is_rows && k <= kc_max && a.k_stride == 1 && a.group_rows == 0 &&
                         a.row_stride == 4 * padded_kgroups(kern, k);
   for_each_c_tile(kern, m, n, k, c, ldc, absmax, [&](const TaskSplit& split, const CTile& t) {
+    // room for the widest packing: pack_a's elements, or pack_a_small's bytes and tails
     const size_t a_bytes =
-        static_cast<size_t>(split.mc) * 4 * padded_kgroups(kern, std::min(k, kc_max)) * kern->a_elem_bytes;
+        static_cast<size_t>(split.mc) * 4 * padded_kgroups(kern, std::min(k, kc_max)) * kern->a_elem_bytes +
+        static_cast<size_t>(split.mc / mr + 1) * kSmallATail;
     thread_local Kept<std::vector<uint8_t>> a_scratch;
     if (!in_place && a_scratch.size() < a_bytes + 64) a_scratch.resize(a_bytes + 64);
     uint8_t* a_pack = in_place ? nullptr : PackedB::align64(a_scratch.data());  // a_bytes + 64: room to align
@@ -348,22 +359,31 @@ void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc,
     for (int pc = 0; pc < k; pc += kc_max) {
       const int kc = std::min(kc_max, k - pc), kgroups = padded_kgroups(kern, kc);
       const MatrixS8 a_block = a.from(t.row0, pc);
-      // A block with no negative value, else B panels with none: an unsigned-byte kernel
-      // where the ISA has one
+      // Where the ISA has byte kernels (AVX2's vpmaddubsw), the first that is exact here:
+      // A with no negative value, else B panels with none, else A within [-64, 64] (where B
+      // has the panels to pay for the range test); otherwise pack_a and micro.
       const bool unsigned_a = !in_place && kern->pack_a_unsigned && kern->pack_a_unsigned(a_block, t.rows, kc, a_pack);
       const bool unsigned_b = !in_place && !unsigned_a && kern->micro_b_unsigned && panels_nonnegative(b, t, pc, kgroups);
+      const bool small_a = !in_place && !unsigned_a && !unsigned_b && kern->pack_a_small &&
+                           (n + nr - 1) / nr >= kSmallAMinPanels && kern->pack_a_small(a_block, t.rows, kc, a_pack);
       if (in_place) {
         a_pack = reinterpret_cast<uint8_t*>(const_cast<int8_t*>(a_block.data));
       } else if (unsigned_b) {
         kern->pack_a_bytes(a_block, t.rows, kc, a_pack);
-      } else if (!unsigned_a) {
+      } else if (!unsigned_a && !small_a) {
         kern->pack_a(a_block, t.rows, kc, a_pack);
       }
-      (unsigned_a ? g_unsigned_blocks : unsigned_b ? g_b_unsigned_blocks : g_signed_blocks)
-          .fetch_add(1, std::memory_order_relaxed);
-      const MicroFn micro = unsigned_a ? kern->micro_unsigned : unsigned_b ? kern->micro_b_unsigned : kern->micro;
-      const bool bytes = unsigned_a || unsigned_b;
-      const size_t a_tile_bytes = static_cast<size_t>(kgroups) * mr * 4 * (bytes ? 1 : kern->a_elem_bytes);
+      count_block(unsigned_a ? BlockKernel::kUnsigned
+                  : unsigned_b ? BlockKernel::kBUnsigned
+                  : small_a    ? BlockKernel::kSmallA
+                               : BlockKernel::kSigned);
+      const MicroFn micro = unsigned_a ? kern->micro_unsigned
+                            : unsigned_b ? kern->micro_b_unsigned
+                            : small_a    ? kern->micro_small_a
+                                         : kern->micro;
+      const bool bytes = unsigned_a || unsigned_b || small_a;
+      const size_t a_tile_bytes =
+          static_cast<size_t>(kgroups) * mr * 4 * (bytes ? 1 : kern->a_elem_bytes) + (small_a ? kSmallATail : 0);
       for (int p = t.p0; p < t.p1; ++p) {
         const int8_t* b_panel = b.panels() + static_cast<size_t>(p) * b.k_pad * nr + static_cast<size_t>(pc) * nr;
         const int cols = std::min(nr, n - p * nr);

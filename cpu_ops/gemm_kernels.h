@@ -75,7 +75,7 @@ struct GemmKernel {
   // `cols` <= nr of them, the rest zero): groups [0, done) written, done returned.
   int (*pack_panel_rows)(const int8_t* src, ptrdiff_t row_stride, int cols, int groups, int8_t* dst) = nullptr;
   // optional: an A block with no negative value packed as bytes (pack_a_unsigned returns
-  // false, packing nothing, otherwise) for micro_unsigned, whose u8 x s8 products are
+  // false otherwise, dst then scratch) for micro_unsigned, whose u8 x s8 products are
   // exact there (AVX2's vpmaddubsw); the driver falls back to pack_a and micro.
   bool (*pack_a_unsigned)(MatrixS8 a, int rows, int kc, void* dst) = nullptr;
   MicroFn micro_unsigned = nullptr;
@@ -84,6 +84,12 @@ struct GemmKernel {
   // micro_b_unsigned, which multiplies B (u8) by A (s8), exact for the same reason.
   PackAFn pack_a_bytes = nullptr;
   MicroFn micro_b_unsigned = nullptr;
+  // optional: a signed A block with every value in [-64, 64] against any B (backward data's
+  // errors x weights): pack_a_small packs it (returning false, packing nothing, otherwise)
+  // as bytes, each tile of mr rows followed by kSmallATail bytes of its rows' offset
+  // corrections, for micro_small_a, which multiplies b + 128 (u8) by a (s8) exactly there.
+  bool (*pack_a_small)(MatrixS8 a, int rows, int kc, void* dst) = nullptr;
+  MicroFn micro_small_a = nullptr;
   // optional: one group of a whole panel from 4 k-major rows (pack_b_k_rows): dst gets, for
   // columns j < nr, the dword (rows[0][j], rows[1][j], rows[2][j], rows[3][j]).
   void (*interleave_panel)(const int8_t* const* rows, int8_t* dst) = nullptr;
@@ -116,8 +122,24 @@ inline int padded_kgroups(const GemmKernel* kern, int kc) {
   return (kc + 4 * kern->k_align - 1) / (4 * kern->k_align) * kern->k_align;
 }
 
-// The A blocks gemm_packed ran on micro_b_unsigned (gemm_block_counts has the others).
+// Bytes after each pack_a_small tile: its mr (<= 8) int32 row corrections.
+constexpr int kSmallATail = 32;
+
+// B panels (8 columns each) from which the small-A kernel pays for its extra pass over A
+// (the range test and row sums): measured with bench_gemm.py on MobileNetV2's pointwise
+// shapes (AVX2, 1 thread), it was 4-14 % slower than the int16 kernel at N = 16-32 (2-4
+// panels) and 4-22 % faster from N = 64 (8 panels) up.
+constexpr int kSmallAMinPanels = 8;
+
+// The A blocks gemm_packed ran on micro_b_unsigned and on micro_small_a (gemm_block_counts
+// has the others).
 long long gemm_b_unsigned_blocks(bool reset);
+long long gemm_small_a_blocks(bool reset);
+
+// Which microkernel an A block ran on, counted for gemm_block_counts by gemm_packed and by
+// the panel convolutions (conv_panels.cpp), which pick among the same kernels.
+enum class BlockKernel { kSigned, kUnsigned, kBUnsigned, kSmallA };
+void count_block(BlockKernel kernel);
 
 const GemmKernel* kernel_scalar();
 const GemmKernel* kernel_avx2();

@@ -51,8 +51,10 @@ void gemm_into(ScratchList* out, int m, int n, int k, bool is64, bool a_padded =
   m_blocks = std::min(m_blocks, (m + kern->mr - 1) / kern->mr);
   m_blocks = std::max(m_blocks, 1);
   const size_t mc = up((m + m_blocks - 1) / m_blocks, kern->mr);
-  const size_t a_bytes = mc * 4 * padded_kgroups(kern, std::min(k, kern->kc)) * kern->a_elem_bytes;
+  const size_t a_bytes = mc * 4 * padded_kgroups(kern, std::min(k, kern->kc)) * kern->a_elem_bytes +
+                         (mc / kern->mr + 1) * kSmallATail;  // pack_a_small's row corrections
   add(out, "gemm.a_block (per thread)", threads * (a_bytes + 64));
+  if (kern->pack_a_small) add(out, "gemm.a_row_sums (per thread)", threads * mc * sizeof(int32_t));
 }
 
 int a_tiles(const GemmKernel* kern, int rows) { return (rows + (kern->offset_trick ? 1 : 0) + kern->mr - 1) / kern->mr; }
@@ -173,6 +175,8 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
       add(&out, "wgrad.err_t" + elem(is64), static_cast<size_t>(s.o) * wgrad_row_stride(static_cast<int>(pixels)) + kWgradRowSlack);
     } else {
       add(&out, "wgrad.a_pack (per thread)" + elem(is64), threads * tiles * 64 * kern->mr * 4 * kern->a_elem_bytes);
+      if (kern->pack_a_small)  // gemm_avx2.cpp's, shared with gemm_packed
+        add(&out, "gemm.a_row_sums (per thread)", threads * static_cast<size_t>(s.o) * sizeof(int32_t));
     }
     add(&out, "wgrad.b_pack (per thread)" + elem(is64), threads * static_cast<size_t>(64) * kern->nr * 4 * panels);
     add(&out, "wgrad.zero_row (per thread)" + elem(is64), threads * static_cast<size_t>(runp + 16));

@@ -1,7 +1,7 @@
 // The scratch the CPU kernels keep for themselves, by buffer, from the shapes alone: what
 // the memory planner (runtime/memory/fit.py) must count beside its arena. Every buffer
 // named here is a grow-only `thread_local Kept<std::vector<...>>` in conv.cpp,
-// conv_panels.cpp, gemm_driver.cpp, conv_f32.cpp, gemm_exact.cpp (matmul_s16),
+// conv_panels.cpp, gemm_driver.cpp, gemm_avx2.cpp (pack_a_small), conv_f32.cpp, gemm_exact.cpp (matmul_s16),
 // gemm_fp16_chunked.cpp (matmul_fp16_chunked) or bindings_int8.cpp: it keeps its largest size until the
 // thread exits or release_scratch() empties it, so the planner counts, per name, the
 // largest request of a step (a high-water).

@@ -239,6 +239,12 @@ int dspt_op_conv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         return took(d, DSPT_PATH_CONV_GRID, dspt_conv_grid(ctx, y, x, w, &s, acc));
     if (dspt_conv_padded_fits(&s))   /* 2 to 4 channels, many outputs: the padded image read in place */
         return took(d, DSPT_PATH_CONV_PADDED, dspt_conv_padded(ctx, y, x, w, &s, acc));
+    if (pointwise_fits(&s) && dspt_pointwise_pixels_fits(s.o, k, p)) {   /* 16 outputs: pixels in the lanes */
+        int8_t *wm = dspt_scratch(ctx, (uint32_t)s.o * k);   /* word-aligned rows for the GEMM's scalar loads */
+        if (!wm) return DSPT_NO_SUPPORT;
+        hvx_copy(wm, w, (uint32_t)s.o * k);
+        return took(d, DSPT_PATH_POINTWISE_PIXELS, dspt_pointwise_pixels(ctx, y, x, wm, p, k, acc));
+    }
     int8_t *bp = dspt_scratch(ctx, dspt_packed_b_bytes(s.o, k));
     if (!bp) return DSPT_NO_SUPPORT;
     dspt_pack_b(bp, w, s.o, k, k);
@@ -354,14 +360,23 @@ int dspt_op_conv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     int32_t *dx = dspt_at(ctx, d->out[0], (uint32_t)q * s.c * 4);
     if (!err || !w || !dx) return DSPT_BAD_PARAMS;
     int acc = (d->flags & DSPT_F_ACCUMULATE) != 0;
-    if (dspt_conv_grid_bwd_data_fits(&s))   /* few err channels: a forward conv of err, grid in the lanes */
+    int pointwise = s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0 && o4 == s.o;
+    /* pointwise takes the GEMM whatever the channels: few err channels (grid) or few dx
+     * channels (col2im) measured 1.8-2.7x more packets on MobileNetV2's 16 x 16 layers */
+    if (!pointwise && dspt_conv_grid_bwd_data_fits(&s))   /* few err channels: a forward conv of err, grid in the lanes */
         return took(d, DSPT_PATH_CONV_GRID, dspt_conv_grid_bwd_data(ctx, dx, err, w, &s, acc));
-    if (dspt_conv_col2im_fits(&s))   /* few input channels: GEMM into window rows, then add */
+    if (!pointwise && dspt_conv_col2im_fits(&s))   /* few input channels: GEMM into window rows, then add */
         return took(d, DSPT_PATH_COL2IM, dspt_conv_col2im_bwd_data(ctx, dx, err, w, &s, acc));
+    if (pointwise && dspt_pointwise_pixels_fits(s.c, s.o, q)) {   /* 16 dx channels: pixels in the lanes */
+        int8_t *wm = dspt_scratch(ctx, (uint32_t)s.c * s.o);   /* wT: row c holds w[:, c] */
+        if (!wm) return DSPT_NO_SUPPORT;
+        for (int c = 0; c < s.c; c++)
+            for (int o = 0; o < s.o; o++) wm[c * s.o + o] = w[o * s.c + c];
+        return took(d, DSPT_PATH_POINTWISE_PIXELS, dspt_pointwise_pixels(ctx, dx, err, wm, q, s.o, acc));
+    }
     int8_t *bp = dspt_scratch(ctx, dspt_packed_b_bytes(s.c, k));
     if (!bp) return DSPT_NO_SUPPORT;
-    if (s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0 && o4 == s.o) {
-        /* pointwise: dx = err . wT, err's pixels as they lie */
+    if (pointwise) {   /* dx = err . wT, err's pixels as they lie */
         struct conv_shape f = {s.n, s.oh, s.ow, s.o, s.c, 1, 1, s.h, s.w, 1, 0};
         struct rows_job j = {.y = dx, .x = err, .s = &f, .bp = bp, .k = s.o, .acc = acc};
         st = pack_wt_split(ctx, bp, w, &s, o4, 0);
@@ -387,37 +402,94 @@ int dspt_op_conv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
 /* Word g of lane l in block lb: rows 4g .. 4g+3 of src (row stride ld bytes, `rows`
  * valid, zeros after), bytes lb*32 + l: four rows interleaved, stored as vector g of
  * the block (stride k4 vectors). `biased`: the packed b side (kernels.h: + 128, and
- * the lane of 1s after the last column). */
-static void interleave_rows(HVX_Vector *dst, const int8_t *src, int ld, int width, int rows, int k4,
-                            int biased)
+ * the lane of 1s after the last column). Four rows' 128 bytes make up to 4 blocks at
+ * once (the byte and halfword vshuffs' high halves are blocks 1 and 3: 4 loads and 4
+ * vshuff for 4 blocks, not 16 and 12), and the groups of 4 valid rows run without a test
+ * per load (with one, clang branched around each load and reloaded ld: 3x the packets,
+ * most of a 16 x 16 pointwise weight gradient's); the last group or groups after them. */
+static inline __attribute__((always_inline)) void blocks4(const int NB, const int RAGGED, HVX_Vector *out, int k4,
+                                                          const int8_t *p,
+                                                          int ld, HVX_Vector bias, HVX_VectorPred last,
+                                                          HVX_Vector ones)
 {
-    HVX_Vector zero = Q6_V_vzero(), bias = Q6_V_vsplat_R((int)0x80808080u);
-    for (int lb = 0; lb * 32 < width; lb++) {
-        uint32_t lanes = (uint32_t)(width - lb * 32 < 32 ? width - lb * 32 : 32);
-        for (int g = 0; g < k4; g++) {
-            HVX_Vector r[4];
-            for (int i = 0; i < 4; i++)
-                r[i] = 4 * g + i < rows ? hvx_load_u(src + (4 * g + i) * ld + lb * 32) : zero;   /* lanes past `lanes`: never stored */
-            HVX_Vector v = hvx_interleave4b(r[0], r[1], r[2], r[3]);
-            if (biased) v = Q6_V_vxor_VV(v, bias);
-            dst[lb * k4 + g] = biased && lanes < 32 ? dspt_ones_lane(v, (int)lanes) : v;
+    HVX_Vector r0 = hvx_load_u(p), r1 = hvx_load_u(p + ld), r2 = hvx_load_u(p + 2 * ld), r3 = hvx_load_u(p + 3 * ld);
+    HVX_VectorPair p01 = Q6_W_vshuff_VVR(r1, r0, -1), p23 = Q6_W_vshuff_VVR(r3, r2, -1);
+    HVX_VectorPair lo = Q6_W_vshuff_VVR(Q6_V_lo_W(p23), Q6_V_lo_W(p01), -2);
+    HVX_Vector v[4] = {Q6_V_lo_W(lo), Q6_V_hi_W(lo), 0, 0};
+    if (NB > 2) {
+        HVX_VectorPair hi = Q6_W_vshuff_VVR(Q6_V_hi_W(p23), Q6_V_hi_W(p01), -2);
+        v[2] = Q6_V_lo_W(hi);
+        v[3] = Q6_V_hi_W(hi);
+    }
+#pragma clang loop unroll(full)
+    for (int j = 0; j < NB; j++) {
+        HVX_Vector u = Q6_V_vxor_VV(v[j], bias);
+        out[j * k4] = RAGGED && j == NB - 1 ? Q6_V_vmux_QVV(last, ones, u) : u;   /* `last`: the 1s lane */
+    }
+}
+
+void dspt_interleave_rows(HVX_Vector *dst, const int8_t *src, int ld, int width, int rows, int k4, int biased)
+{
+    HVX_Vector zero = Q6_V_vzero(), bias = biased ? Q6_V_vsplat_R((int)0x80808080u) : zero;
+    HVX_Vector ones = Q6_V_vsplat_R(DSPT_ONES_WORD);
+    int whole = rows / 4 < k4 ? rows / 4 : k4, blocks = (width + 31) / 32;   /* groups of 4 valid rows */
+    for (int lb0 = 0; lb0 < blocks; lb0 += 4) {
+        int nb = blocks - lb0 < 4 ? blocks - lb0 : 4, lanes = width - (lb0 + nb - 1) * 32;
+        /* the group's last block: its lane `lanes` the 1s when ragged (lanes past it: never stored columns) */
+        HVX_VectorPred last = biased && lanes < 32 ? Q6_Q_and_QQn(Q6_Q_vsetq2_R(4 * lanes + 4), Q6_Q_vsetq_R(4 * lanes))
+                                                   : Q6_Q_vsetq_R(0);
+        HVX_Vector *out = dst + lb0 * k4;
+        const int8_t *p = src + lb0 * 32;
+        int ragged = biased && lanes < 32;
+#define RUN(NB, R) for (int g = 0; g < whole; g++, p += 4 * ld) blocks4(NB, R, out + g, k4, p, ld, bias, last, ones)
+        if (nb == 4 && !ragged) RUN(4, 0);
+        else if (nb == 4) RUN(4, 1);
+        else if (nb == 3 && !ragged) RUN(3, 0);
+        else if (nb == 3) RUN(3, 1);
+        else if (nb == 2 && !ragged) RUN(2, 0);
+        else if (nb == 2) RUN(2, 1);
+        else if (!ragged) RUN(1, 0);
+        else RUN(1, 1);
+#undef RUN
+        for (int lb = lb0; lb < lb0 + nb; lb++) {
+            int lanes_lb = width - lb * 32 < 32 ? width - lb * 32 : 32;
+            for (int g = whole; g < k4; g++) {
+                HVX_Vector r[4];
+                for (int i = 0; i < 4; i++) r[i] = 4 * g + i < rows ? hvx_load_u(src + (4 * g + i) * ld + lb * 32) : zero;
+                HVX_Vector v = Q6_V_vxor_VV(hvx_interleave4b(r[0], r[1], r[2], r[3]), bias);
+                dst[lb * k4 + g] = biased && lanes_lb < 32 ? dspt_ones_lane(v, lanes_lb) : v;
+            }
         }
     }
 }
 
 /* dw[o, j] += sum over positions p in [lo, hi) of err[p, o] * cols(x)[p, j], chunked:
- * b = cols^T packed (lanes j), a = err^T as words (lanes o, read with stride 32 words). */
+ * b = cols^T packed (lanes j), a = err^T as words (lanes o, read with stride 32 words).
+ * `flip` (more outputs than columns: MobileNetV2's expansions, 16 -> 96 channels): the
+ * wider side goes in the lanes, dwT[j, o] = sum err^T x with b = err^T packed (lanes o),
+ * a = cols^T (rows j), so a 16-column dw fills 3 blocks of vrmpy lanes, not half of one,
+ * and a tile loads 8 rows' words for 3 blocks' vrmpy, not 4 for 1; the join transposes. */
 static void bwd_weight_range(struct dspt_ctx *ctx, int32_t *dw, const int8_t *err, const int8_t *x,
                              const struct conv_shape *s, int lo, int hi, int pc, int8_t *cols,
-                             HVX_Vector *bp, HVX_Vector *et, int accumulate, struct padded *pd)
+                             HVX_Vector *bp, HVX_Vector *et, int accumulate, struct padded *pd, int flip)
 {
     int j = s->kh * s->kw * s->c;
     for (int p0 = lo; p0 < hi; p0 += pc) {
         int r = hi - p0 < pc ? hi - p0 : pc, k4 = (r + 3) / 4;
-        im2col(cols, j, x, s, p0, r, pd);
-        interleave_rows(bp, cols, j, j, r, k4, 1);
-        interleave_rows(et, err + p0 * s->o, s->o, s->o, r, k4, 0);
+        /* a 1 x 1, stride-1, unpadded conv's im2col rows are x's pixels: read in place */
+        const int8_t *rows = s->kh == 1 && s->kw == 1 && s->stride == 1 && s->pad == 0 ? x + (size_t)p0 * j : cols;
+        if (rows == cols) im2col(cols, j, x, s, p0, r, pd);
         int acc = p0 > lo || accumulate;
+        if (flip) {
+            dspt_interleave_rows(bp, err + p0 * s->o, s->o, s->o, r, k4, 1);
+            dspt_interleave_rows(et, rows, j, j, r, k4, 0);
+            for (int jb = 0; jb * 32 < j; jb++)
+                dspt_gemm_core_strided(dw + jb * 32 * s->o, s->o, (const int8_t *)(et + jb * k4), 4, 32,
+                                       (const int8_t *)bp, j - jb * 32 < 32 ? j - jb * 32 : 32, s->o, 4 * k4, acc);
+            continue;
+        }
+        dspt_interleave_rows(bp, rows, j, j, r, k4, 1);
+        dspt_interleave_rows(et, err + p0 * s->o, s->o, s->o, r, k4, 0);
         for (int ob = 0; ob * 32 < s->o; ob++) {
             int m = s->o - ob * 32 < 32 ? s->o - ob * 32 : 32;
             dspt_gemm_core_strided(dw + ob * 32 * j, j, (const int8_t *)(et + ob * k4), 4, 32,
@@ -432,7 +504,7 @@ struct weight_job {
     int32_t *dw;
     const int8_t *err, *x;
     const struct conv_shape *s;
-    int pc, acc;
+    int pc, acc, flip;
     int8_t *cols[DSPT_MAX_THREADS];
     HVX_Vector *bp[DSPT_MAX_THREADS], *et[DSPT_MAX_THREADS];
     int32_t *part[DSPT_MAX_THREADS];
@@ -446,7 +518,7 @@ static int bwd_weight_share(struct dspt_ctx *tc, int t, void *job)
     dspt_share(tc, J->s->n * J->s->oh * J->s->ow, 4, t, &lo, &hi);   /* thread t: positions [lo, hi) */
     if (lo < hi)
         bwd_weight_range(tc, J->part[t], J->err, J->x, J->s, lo, hi, J->pc, J->cols[t], J->bp[t], J->et[t],
-                         t == 0 && J->acc, &J->pd[t]);
+                         t == 0 && J->acc && !J->flip, &J->pd[t], J->flip);
     return DSPT_OK;
 }
 
@@ -465,6 +537,30 @@ static int join_share(struct dspt_ctx *tc, int t, void *job)
     int lo, hi;
     dspt_share(tc, (int)J->words, 32, t, &lo, &hi);
     for (int s = 1; s < J->shares && lo < hi; s++) dspt_add_words(J->dw + lo, J->part[s] + lo, (uint32_t)(hi - lo));
+    return DSPT_OK;
+}
+
+/* The join of a flipped weight gradient: dw[o, j] (+)= the shares' dwT[j, o] summed in
+ * thread order, dw's rows split across the threads. */
+struct join_t_job {
+    int32_t *dw;
+    int32_t *const *part;
+    int shares, o, j, acc;
+};
+
+static int join_t_share(struct dspt_ctx *tc, int t, void *job)
+{
+    const struct join_t_job *J = job;
+    int lo, hi;
+    dspt_share(tc, J->o, 1, t, &lo, &hi);
+    for (int o = lo; o < hi; o++) {
+        int32_t *row = J->dw + o * J->j;
+        for (int c = 0; c < J->j; c++) {
+            int32_t v = J->acc ? row[c] : 0;
+            for (int s = 0; s < J->shares; s++) v += J->part[s][c * J->o + o];
+            row[c] = v;
+        }
+    }
     return DSPT_OK;
 }
 
@@ -491,17 +587,25 @@ int dspt_op_conv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
                     dspt_conv_planar_bwd_weight(ctx, dw, err, x, &s, (d->flags & DSPT_F_ACCUMULATE) != 0));
     /* chunk the reduction: pc positions (a multiple of 4) per pass and thread */
     int pc = chunk_rows(ctx, j + s.o);
+    if (dspt_pointwise_wgrad_fits(&s, pc))   /* the whole reduction in one pass: the threads split dw */
+        return took(d, DSPT_PATH_WGRAD_OUTPUTS,
+                    dspt_pointwise_wgrad(ctx, dw, err, x, &s, (d->flags & DSPT_F_ACCUMULATE) != 0));
     if (pc > ((p + 3) & ~3)) pc = (p + 3) & ~3;
     int jb = (j + 31) / 32, obk = (s.o + 31) / 32, k4 = pc / 4;
     uint32_t dw_words = (uint32_t)s.o * j;
-    struct weight_job job = {.dw = dw, .err = err, .x = x, .s = &s, .pc = pc, .acc = (d->flags & DSPT_F_ACCUMULATE) != 0};
+    /* flipped (bwd_weight_range) where the columns would leave half of the lanes empty and
+     * the outputs fill more (16 -> 96: 599 K -> 464 K packets; 24 -> 144, 3/4 full, measured
+     * 20 % more flipped), over enough positions that the transposing join stays small */
+    int flip = j <= 16 && s.o > j && p >= 4 * s.o;
+    struct weight_job job = {.dw = dw, .err = err, .x = x, .s = &s, .pc = pc, .acc = (d->flags & DSPT_F_ACCUMULATE) != 0,
+                             .flip = flip};
     for (int t = 0; t < (int)ctx->threads; t++) {   /* each thread's buffers, from its own scratch */
         struct dspt_ctx *tc = dspt_thread_ctx(ctx, t);
         if (!tc) return DSPT_NO_SUPPORT;
         job.cols[t] = dspt_scratch(tc, (uint32_t)pc * j + HVX_BYTES);
-        job.bp[t] = dspt_scratch(tc, (uint32_t)jb * k4 * HVX_BYTES);
-        job.et[t] = dspt_scratch(tc, (uint32_t)obk * k4 * HVX_BYTES);
-        job.part[t] = t ? dspt_scratch(tc, dw_words * 4) : dw;
+        job.bp[t] = dspt_scratch(tc, (uint32_t)(flip ? obk : jb) * k4 * HVX_BYTES);
+        job.et[t] = dspt_scratch(tc, (uint32_t)(flip ? jb : obk) * k4 * HVX_BYTES);
+        job.part[t] = t || flip ? dspt_scratch(tc, dw_words * 4) : dw;
         if (!job.cols[t] || !job.bp[t] || !job.et[t] || !job.part[t] || !padded_buffer(tc, &s, &job.pd[t]))
             return DSPT_NO_SUPPORT;
     }
@@ -511,5 +615,11 @@ int dspt_op_conv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         dspt_share(ctx, p, 4, t, &lo, &hi);
         shares += lo < hi;
     }
-    return took(d, DSPT_PATH_WGRAD_GEMM, status ? status : dspt_join_partials(ctx, dw, job.part, shares, dw_words));
+    if (!status && flip) {
+        struct join_t_job J = {dw, job.part, shares, s.o, j, job.acc};
+        status = dspt_run_shares(ctx, join_t_share, &J);
+    } else if (!status) {
+        status = dspt_join_partials(ctx, dw, job.part, shares, dw_words);
+    }
+    return took(d, DSPT_PATH_WGRAD_GEMM, status);
 }

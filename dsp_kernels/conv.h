@@ -16,6 +16,18 @@ int dspt_pointwise_strided_fits(const struct conv_shape *s);
 int dspt_pointwise_strided_bwd_data(struct dspt_ctx *ctx, int32_t *dx, const int8_t *err, const int8_t *bp,
                                     const struct conv_shape *s, int acc);
 
+/* conv_pointwise.c: weight gradient of 1 x 1, stride 1, no padding, whose positions
+ * (n * h * w, at most pc) are reduced in one pass: dw's blocks split across the threads. */
+int dspt_pointwise_wgrad_fits(const struct conv_shape *s, int pc);
+int dspt_pointwise_wgrad(struct dspt_ctx *ctx, int32_t *dw, const int8_t *err, const int8_t *x,
+                         const struct conv_shape *s, int acc);
+
+/* conv_pointwise.c: y[p, 0..15] (+)= src[p, :] . wm[0..15, :] for p < pixels (a multiple of
+ * 32; K % 4 == 0, wm word-aligned), the pixels in the vrmpy lanes. */
+int dspt_pointwise_pixels_fits(int out_channels, int k, int pixels);
+int dspt_pointwise_pixels(struct dspt_ctx *ctx, int32_t *y, const int8_t *src, const int8_t *wm, int p, int k,
+                          int acc);
+
 /* conv_lanes.c: forward conv with output pixels in the lanes (stride 1, C <= 4). */
 int dspt_conv_lanes_fits(const struct conv_shape *s);
 int dspt_conv_lanes(struct dspt_ctx *ctx, int32_t *y, const int8_t *x, const int8_t *w,

@@ -27,4 +27,10 @@ void dspt_spread_control(uint8_t ctrl[128], int k, int p2);
  * threads. */
 int dspt_join_partials(struct dspt_ctx *ctx, int32_t *dw, int32_t *const *part, int shares, uint32_t words);
 
+/* conv.c (used by conv_pointwise.c): rows 4g .. 4g+3 of src (row stride ld bytes, `rows`
+ * valid, zeros after) interleaved byte by byte into word g of each 32-lane block of
+ * `width` columns (block lb at dst + lb * k4); `biased`: the packed b side (+ 128, the
+ * lane of 1s after the last column: kernels.h). */
+void dspt_interleave_rows(HVX_Vector *dst, const int8_t *src, int ld, int width, int rows, int k4, int biased);
+
 #endif

@@ -58,8 +58,8 @@ static inline __attribute__((always_inline)) void transpose_half(HVX_Vector v[16
  * words of which the first `bytes` are k's, into dst[0 .. words-1]. Stage 16 first pairs
  * row r with row r + 16; each half is then finished in registers, the upper one only
  * when the chunk has more than 16 words (a ragged K's last chunk often has one or two). */
-static __attribute__((noinline)) void pack_chunk(HVX_Vector *dst, const int8_t *rows, int sn, int lanes,
-                                                 int words, int bytes)
+static inline __attribute__((always_inline)) void pack_chunk_body(HVX_Vector *dst, const int8_t *rows, int sn,
+                                                                  int lanes, int words, int bytes, const int paired)
 {
     HVX_Vector v[16], upper[16], bias = Q6_V_vsplat_R((int)BIAS_WORD);
     HVX_Vector pad = lanes < 32 ? dspt_ones_lane(bias, lanes) : bias;   /* zeros, the 1s lane */
@@ -67,7 +67,8 @@ static __attribute__((noinline)) void pack_chunk(HVX_Vector *dst, const int8_t *
     const int8_t *last = rows + (lanes - 1) * sn;
 #pragma clang loop unroll(full)
     for (int r = 0; r < 16; r++) {
-        const int8_t *lo = rows + r * sn, *hi = rows + (r + 16) * sn;
+        /* paired: lane r takes row 2r, lane r + 16 row 2r + 1 (dspt_pack_b_paired) */
+        const int8_t *lo = rows + (paired ? 2 * r : r) * sn, *hi = rows + (paired ? 2 * r + 1 : r + 16) * sn;
         HVX_VectorPair p = Q6_W_vshuff_VVR(hvx_load_u(hi < last ? hi : last), hvx_load_u(lo < last ? lo : last), 64);
         v[r] = Q6_V_lo_W(p);
         upper[r] = Q6_V_hi_W(p);
@@ -85,6 +86,19 @@ static __attribute__((noinline)) void pack_chunk(HVX_Vector *dst, const int8_t *
     }
 }
 
+/* The packer's two row orders, each compiled on its own (paired: dspt_pack_b_paired). */
+static __attribute__((noinline)) void pack_chunk(HVX_Vector *dst, const int8_t *rows, int sn, int lanes, int words,
+                                                 int bytes)
+{
+    pack_chunk_body(dst, rows, sn, lanes, words, bytes, 0);
+}
+
+static __attribute__((noinline)) void pack_chunk_paired(HVX_Vector *dst, const int8_t *rows, int sn, int words,
+                                                        int bytes)
+{
+    pack_chunk_body(dst, rows, sn, 32, words, bytes, 1);
+}
+
 /* Pack rows i (stride sn bytes, k contiguous bytes each) of an n x k operand into
  * [n/32 blocks][k/4][32 lanes][4 bytes], biased by 128, zero (128) padded, and 1s in
  * lane n % 32 of the last block (the row sums): 32 rows x 32 words at a time, loaded
@@ -100,6 +114,15 @@ void dspt_pack_b(int8_t *bp, const int8_t *src, int n, int k, int sn)
     }
 }
 
+void dspt_pack_b_paired(int8_t *bp, const int8_t *src, int n, int k, int sn)
+{
+    int k4 = (k + 3) / 4;
+    for (int nb = 0; nb < n / 32; nb++)
+        for (int q0 = 0; q0 < k4; q0 += 32)
+            pack_chunk_paired((HVX_Vector *)bp + nb * k4 + q0, src + nb * 32 * sn + q0 * 4, sn,
+                              k4 - q0 < 32 ? k4 - q0 : 32, k - q0 * 4 < HVX_BYTES ? k - q0 * 4 : HVX_BYTES);
+}
+
 /* Partial sums (32 lanes) of the bytes of words 0 .. k4-1 of one row, each byte + 128. */
 static inline HVX_Vector row_part(const int8_t *row, int bytes, HVX_Vector flip)
 {
@@ -111,6 +134,26 @@ static inline HVX_Vector row_part(const int8_t *row, int bytes, HVX_Vector flip)
         acc = Q6_Vw_vrmpyacc_VwVubRb(acc, Q6_V_vmux_QVV(Q6_Q_vsetq2_R(n), v, Q6_V_vzero()), ones);
     }
     return acc;
+}
+
+/* row_sums of 32 contiguous rows of k4 <= 16 words (k4 | 16): k4 vectors. */
+static __attribute__((noinline)) void row_sums32(int32_t sums[32], const int8_t *a, int k4, HVX_Vector flip,
+                                                 HVX_Vector bias)
+{
+    /* 32 contiguous rows of k4 <= 16 words are k4 vectors: their words' byte sums
+     * (vrmpy), then log2(k4) rounds of vdeal + add pair each row's neighbouring words
+     * (row r's k4 words end as word r): k4 + 2 log2(k4) vector ops for 32 rows, not 32
+     * rows' loads and masks and four reduce8 (MobileNetV2's 16 -> 96 expansion at 16 x 16:
+     * a third of its forward packets) */
+    HVX_Vector v[32];
+    for (int i = 0; i < k4; i++)
+        v[i] = Q6_Vw_vrmpy_VubRb(Q6_V_vxor_VV(hvx_load_u(a + i * HVX_BYTES), flip), 0x01010101);
+    for (int n = k4; n > 1; n /= 2)
+        for (int i = 0; i < n / 2; i++) {
+            HVX_VectorPair d = Q6_W_vdeal_VVR(v[2 * i + 1], v[2 * i], -4);
+            v[i] = Q6_Vw_vadd_VwVw(Q6_V_lo_W(d), Q6_V_hi_W(d));
+        }
+    *(HVX_Vector *)sums = Q6_Vw_vsub_VwVw(v[0], bias);
 }
 
 /* sums[r] = sum of the signed bytes of words 0 .. k4-1 of rows r < m (m <= 32) of a:
@@ -128,6 +171,10 @@ static __attribute__((noinline)) void row_sums(int32_t sums[32], const int8_t *a
         *(HVX_Vector *)sums = Q6_Vw_vsub_VwVw(total, bias);
         return;
     }
+    if (lda == 4 * k4 && m == 32 && 16 % k4 == 0) {
+        row_sums32(sums, a, k4, flip, bias);
+        return;
+    }
     int bytes = 4 * k4;
     for (int r0 = 0; r0 < m; r0 += 8) {
         const int8_t *b = a + r0 * lda;
@@ -143,8 +190,13 @@ static __attribute__((noinline)) void row_sums(int32_t sums[32], const int8_t *a
 /* Write (ACC: add) an accumulator vector to c: all 32 lanes; the first `cols` lanes
  * with the rest written back as they were read ("spilled": the lanes past cols are the
  * next row's, which this core call owns); or exactly the first `cols` lanes. */
-static inline void store_full(const int ACC, int32_t *c, HVX_Vector v)
+static inline void store_full(const int ACC, int32_t *c, HVX_Vector v, int aligned)
 {
+    if (aligned) {   /* one vmem: clang makes an unaligned store vlalign and two masked stores */
+        if (ACC) v = Q6_Vw_vadd_VwVw(v, *(HVX_Vector *)c);
+        *(HVX_Vector *)c = v;
+        return;
+    }
     if (ACC) v = Q6_Vw_vadd_VwVw(v, hvx_load_u(c));
     hvx_store_u(c, v);
 }
@@ -174,6 +226,7 @@ struct core {
     int cols_last;   /* columns of the last block */
     int ones;        /* the lane of 1s in the last block (n % 32), or -1 */
     int spill;       /* ldc == n: a row's last block may write whole vectors (store_acc) */
+    int aligned;     /* c and ldc on 128 bytes (and any group's c_words): whole blocks stored with vmem */
     /* WORDS: every strip runs its rows once per group (kernels.h; conv_padded.c: an
      * image's output rows in one call) */
     const struct dspt_row_groups *rg;
@@ -192,6 +245,7 @@ static inline __attribute__((always_inline)) void tile(
 {
     /* locals first: the stores through c may alias *g */
     const int aq = AQ ? AQ : g->aq, k4 = g->k4, ldc = g->ldc, lda = g->lda, spill = g->spill;
+    const int al = AQ == WORDS ? 0 : g->aligned;   /* WORDS (conv_padded's rows) keep their stores */
     const int32_t *off = g->off;
     const int last = flags & TILE_LAST, tail = flags & TILE_TAIL;
     const int ones = last ? g->ones : -1, cols_last = last ? g->cols_last : 32;
@@ -213,6 +267,24 @@ static inline __attribute__((always_inline)) void tile(
 #undef START
     for (int q = 0; q < k4; q++) {
 #define WORD(r) int32_t w##r = AQ == WORDS ? *(const int32_t *)((const int8_t *)a##r + off[q]) : a##r[q * aq]
+        /* rows as the lanes of vectors (aq 32: the weight gradients' err^T): rows 2i and 2i + 1
+         * of word q are one doubleword, one load for two (a 4-row, 1-block tile had 5 loads
+         * for 4 vrmpy); rows past `rows` read their lanes of the same vector, never stored */
+#define PAIR(r, s) int32_t w##r, w##s; do { \
+            int64_t d = ((const int64_t *)a)[q * 16 + r / 2]; \
+            w##r = (int32_t)d; w##s = (int32_t)(d >> 32); \
+        } while (0)
+        if (AQ == 32) {
+            PAIR(0, 1); PAIR(2, 3); PAIR(4, 5); PAIR(6, 7); PAIR(8, 9); PAIR(10, 11);
+            BLOCKS {
+                HVX_Vector v = b[j * k4 + q];
+#define MAC(r) acc##r[j] = Q6_Vw_vrmpyacc_VwVubRb(acc##r[j], v, w##r)
+                ROWS(MAC);
+#undef MAC
+            }
+            continue;
+        }
+#undef PAIR
         WORD(0); WORD(1); WORD(2); WORD(3); WORD(4); WORD(5); WORD(6); WORD(7);
         WORD(8); WORD(9); WORD(10); WORD(11);
 #undef WORD
@@ -249,8 +321,8 @@ static inline __attribute__((always_inline)) void tile(
 #define STORE(r) do { \
         if (r > 0 && r >= rows) return; \
         int32_t *cr = c + r * ldc, *cl = cr + (NB - 1) * 32; \
-        for (int j = 0; j < NB - 1; j++) store_full(ACC, cr + j * 32, acc##r[j]); \
-        if (cols_last == 32) store_full(ACC, cl, acc##r[NB - 1]); \
+        for (int j = 0; j < NB - 1; j++) store_full(ACC, cr + j * 32, acc##r[j], al); \
+        if (cols_last == 32) store_full(ACC, cl, acc##r[NB - 1], al); \
         else if (r < exact_row) store_spilled(ACC, cl, acc##r[NB - 1], keep); \
         else store_exact(ACC, cl, acc##r[NB - 1], cols_last); \
     } while (0)
@@ -359,6 +431,7 @@ static inline __attribute__((always_inline)) void core(struct core *g, int layou
     g->cols_last = n - (nblocks - 1) * 32;
     g->ones = n % 32 ? n % 32 : -1;
     g->spill = ldc == n;
+    g->aligned = (uintptr_t)c % HVX_BYTES == 0 && ldc % 32 == 0 && (!g->rg || g->rg->c_words % 32 == 0);
     if (given) {   /* the sums, not the 1s lane (its column is never stored); no spills across groups */
         g->ones = -1;
         g->spill = g->spill && g->rg->groups == 1;

@@ -73,6 +73,9 @@ static inline HVX_Vector dspt_ones_lane(HVX_Vector v, int lane)
     return Q6_V_vmux_QVV(word, Q6_V_vsplat_R(DSPT_ONES_WORD), v);
 }
 void dspt_pack_b(int8_t *bp, const int8_t *src, int n, int k, int sn);
+/* dspt_pack_b of n % 32 == 0 rows, each block's lane c < 16 row 2c and lane c + 16 row
+ * 2c + 1: a 16-row product's transposed words then land two rows a vector (conv_pointwise.c). */
+void dspt_pack_b_paired(int8_t *bp, const int8_t *src, int n, int k, int sn);
 void dspt_gemm_core(int32_t *c, int ldc, const int8_t *a, int lda, const int8_t *bp,
                     int m, int n, int k, int accumulate);
 /* The same with word q of row r at a + r * lda + 4 * q * aq (aq = 1: contiguous rows). */

@@ -75,6 +75,8 @@ enum dspt_path {
     DSPT_PATH_DW_BLOCK_QUADS = 19, /* dwconv_fwd2.c: forward 3 x 3 stride 2: a 2 x 2 input block a word */
     DSPT_PATH_POINTWISE_STRIDED = 20, /* conv_pointwise.c: backward data of 1 x 1, stride > 1: dx rows s*C apart */
     DSPT_PATH_DW_IMAGE_PAIRS = 21, /* dwconv_wgrad_pairs.c: weight gradient of <= 4 pixels: a register a pixel pair */
+    DSPT_PATH_WGRAD_OUTPUTS = 22, /* conv_pointwise.c: weight gradient of 1 x 1, one pass: the threads split dw */
+    DSPT_PATH_POINTWISE_PIXELS = 23, /* conv_pointwise.c: 1 x 1 onto 16 channels, the pixels in the lanes */
 };
 
 /* `shift` value asking the DSP to estimate it from the range (NITI's absmax rule). */

@@ -69,6 +69,8 @@ PATH_NAMES = {
     19: "dw_block_quads",
     20: "pointwise_strided",
     21: "dw_image_pairs",
+    22: "wgrad_outputs",
+    23: "pointwise_pixels",
 }
 SHIFT_ESTIMATE = -1
 F_SATURATE_CHECK = 2  # REQUANT: a given shift that would saturate gives way to the estimate

@@ -1,7 +1,8 @@
 """AVX2's int8 GEMM kernels: A blocks with no negative value (a ReLU's output) run on
 vpmaddubsw with A unsigned, signed A blocks against B panels with none (the weight
-gradient's activations) on vpmaddubsw with B unsigned (pair sums exact in int16 either
-way), the rest on the int16 vpmaddwd kernel. All bit-exact against ops_ref on random,
+gradient's activations) on vpmaddubsw with B unsigned, signed A blocks within [-64, 64]
+(backward data's errors) on vpmaddubsw with B offset by 128 (pair sums exact in int16
+every way), the rest on the int16 vpmaddwd kernel. All bit-exact against ops_ref on random,
 ragged and extreme inputs (-128 everywhere), and pinned: native.gemm_block_counts says
 which kernel each A block (task rows x K block) took."""
 
@@ -53,8 +54,8 @@ def test_nonnegative_a_takes_the_unsigned_kernel(avx2, ref, threads, m, k, n):
 def test_signed_a_takes_the_int16_kernel(avx2, ref, threads, m, k, n):
     rng = np.random.default_rng(m * 13 + k * 5 + n)
     a, b = cases.int8(rng, (m, k)), cases.int8(rng, (n, k))
-    a[:, ::512] = -1  # a negative value in every A block (each K block's first column)
-    b[:, ::512] = -1  # and in every B panel's K block (else B would be the unsigned side)
+    a[:, ::512] = -128  # in every A block (each K block's first column): signed, beyond [-64, 64]
+    b[:, ::512] = -1  # and a negative value in every B panel's K block (else B would be the unsigned side)
     got = {}
     counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
@@ -86,7 +87,7 @@ def test_one_negative_value_sends_only_its_block_to_the_int16_kernel(avx2, ref):
     finally:
         native.set_threads(previous)
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
-    assert counts == {"signed": 1, "unsigned": 2, "b_unsigned": 0}
+    assert counts == {"signed": 1, "unsigned": 2, "b_unsigned": 0, "small_a": 0}
 
 
 @pytest.mark.parametrize(
@@ -96,18 +97,83 @@ def test_one_negative_value_sends_only_its_block_to_the_int16_kernel(avx2, ref):
         (127, 127, "unsigned"),
         (0, -128, "unsigned"),
         (-128, -128, "signed"),
-        (-1, -128, "signed"),
+        (-65, -128, "signed"),
+        (-1, -128, "small_a"),
+        (-64, -128, "small_a"),
+        (-64, 127, "b_unsigned"),
         (-128, 127, "b_unsigned"),
         (-128, 0, "b_unsigned"),
     ],
 )
 def test_extremes_over_every_k_block(avx2, ref, va, vb, kernel):
     """Pair sums at the ends of int16 (127 x -128 x 2 = -32512) and -128 everywhere."""
-    a, b = np.full((45, 1540), va, np.int8), np.full((19, 1540), vb, np.int8)
+    a, b = np.full((45, 1540), va, np.int8), np.full((67, 1540), vb, np.int8)
     got = {}
     counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
     assert {name for name, count in counts.items() if count} == {kernel}
+
+
+# The small-A kernel's shapes: N of at least 8 panels (kSmallAMinPanels), ragged.
+SMALL_A_SHAPES = [(1, 1, 64), (7, 5, 71), (13, 2, 65), (64, 576, 128), (100, 1030, 97), (37, 1537, 64), (250, 96, 200)]
+
+
+@pytest.mark.parametrize("m,k,n", SMALL_A_SHAPES, ids=lambda v: str(v))
+def test_signed_a_within_64_takes_the_small_a_kernel(avx2, ref, threads, m, k, n):
+    """Signed x signed (backward data: errors x weights) with A in [-64, 64]: B offset by 128."""
+    rng = np.random.default_rng(m * 19 + k * 11 + n)
+    a, b = cases.int8(rng, (m, k), -64, 64), cases.int8(rng, (n, k))
+    a[:, ::512] = -64  # every A block signed
+    b[:, ::512] = -128  # every B panel's K block signed, -128 included
+    got = {}
+    counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    assert counts["small_a"] > 0 and counts["signed"] == counts["unsigned"] == counts["b_unsigned"] == 0
+
+
+@pytest.mark.parametrize("n", [56, 11, 1])
+def test_few_panels_keep_the_int16_kernel(avx2, ref, n):
+    """Under 8 B panels the small-A kernel's extra pass over A does not pay: int16."""
+    rng = np.random.default_rng(n)
+    a, b = cases.int8(rng, (50, 700), -64, 64), cases.int8(rng, (n, 700))
+    a[:, ::512], b[:, ::512] = -64, -1
+    got = {}
+    counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    assert {name for name, count in counts.items() if count} == {"signed"}
+
+
+def test_small_a_pair_sums_at_both_ends(avx2, ref):
+    """a = +-64 against b + 128 = 255 and 0: pair sums of +-32640, K over three blocks, with
+    the row corrections of rows whose sums differ."""
+    k = 1030
+    a = np.where(np.arange(k) % 4 < 2, 64, -64).astype(np.int8)[None, :].repeat(13, 0)  # pairs (64, 64), (-64, -64)
+    a[::2] = -a[::2]
+    a[5, :300] = -64
+    b = np.where(np.arange(k) % 8 < 4, 127, -128).astype(np.int8)[None, :].repeat(67, 0)
+    b[3] = -b[3] - 1
+    got = {}
+    counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    assert {name for name, count in counts.items() if count} == {"small_a"}
+
+
+def test_one_value_past_64_sends_only_its_block_to_the_int16_kernel(avx2, ref):
+    rng = np.random.default_rng(6)
+    a, b = cases.int8(rng, (40, 1030), -64, 64), cases.int8(rng, (64, 1030))
+    a[:, ::512] = -1
+    b[:, ::512] = -1
+    a[23, 1029] = 65  # the last, 6-deep K block
+    previous = native.threads()
+    native.set_threads(1)
+    try:
+        got = {}
+        counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
+    finally:
+        native.set_threads(previous)
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    # one thread runs two tasks of 4 panels each (split_tasks), each packing its own 3 A blocks
+    assert counts == {"signed": 2, "unsigned": 0, "b_unsigned": 0, "small_a": 4}
 
 
 def test_requantized_and_packed_products_agree(avx2, ref):
@@ -139,3 +205,27 @@ def test_conv_forward_on_relu_input(avx2, ref):
     counts = blocks(lambda: got.setdefault("dw", avx2.conv2d_bwd_weight_s8(err, x, 1, 1, (3, 3))))
     np.testing.assert_array_equal(got["dw"], ref.conv2d_bwd_weight_s8(err, x, 1, 1, (3, 3)))
     assert counts["b_unsigned"] > 0 and counts["signed"] == 0
+
+
+@pytest.mark.parametrize(
+    "x_range,err_range,kernel",
+    [((0, 127), (-128, 127), "b_unsigned"), ((-128, 127), (-64, 64), "small_a"), ((-128, 127), (-128, 127), "signed")],
+)
+@pytest.mark.parametrize("x_shape,out_channels", [((2, 9, 9, 16), 24), ((3, 7, 5, 12), 10), ((2, 16, 16, 64), 128)])
+def test_panel_weight_gradient_takes_the_byte_kernels(
+    avx2, ref, threads, x_range, err_range, kernel, x_shape, out_channels
+):
+    """conv_panels.cpp's weight gradient (VGG-11's conv1-3 here) picks among the same kernels
+    per block of 256 pixels: B (the patches) a ReLU's output, or the errors within [-64, 64]
+    (these shapes have 14-72 tap panels; 3 x 3 x 12 channels leaves the last one ragged)."""
+    rng = np.random.default_rng(sum(x_shape) + out_channels)
+    x = cases.int8(rng, x_shape, *x_range)
+    w = np.zeros((out_channels, 3, 3, x_shape[-1]), np.int8)
+    assert native.conv_algorithm("backward_weight", x, w, 1, 1) == "wgrad_panels"
+    err = cases.int8(rng, (*x_shape[:-1], out_channels), *err_range)
+    err.reshape(-1, out_channels)[::256] = err_range[0]  # every block's errors signed, at the range's end
+    x.reshape(-1, x_shape[-1])[::256] = x_range[0]
+    got = {}
+    counts = blocks(lambda: got.setdefault("dw", avx2.conv2d_bwd_weight_s8(err, x, 1, 1, (3, 3))))
+    np.testing.assert_array_equal(got["dw"], ref.conv2d_bwd_weight_s8(err, x, 1, 1, (3, 3)))
+    assert {name for name, count in counts.items() if count} == {kernel}

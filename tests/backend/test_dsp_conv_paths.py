@@ -43,8 +43,18 @@ PATHS = {
     "ragged-out": ((1, 5, 5, 40, 33, 3, 3, 1, 0), "im2col_gemm", "gather_gemm", "wgrad_gemm"),
     # pointwise (1 x 1, stride 1, no padding, C % 4 == 0; O % 4 == 0 backward): the GEMM on
     # the pixels as they lie
-    "pointwise": ((2, 5, 5, 36, 64, 1, 1, 1, 0), "pointwise", "pointwise", "wgrad_gemm"),
-    "pointwise-ragged-c": ((2, 5, 5, 34, 40, 1, 1, 1, 0), "im2col_gemm", "pointwise", "wgrad_gemm"),
+    # the pointwise weight gradient whose positions fit one pass splits dw's blocks across the
+    # threads (conv_pointwise.c), more positions than that reduce through wgrad_gemm
+    "pointwise": ((2, 5, 5, 36, 64, 1, 1, 1, 0), "pointwise", "pointwise", "wgrad_outputs"),
+    "pointwise-ragged-c": ((2, 5, 5, 34, 40, 1, 1, 1, 0), "im2col_gemm", "pointwise", "wgrad_outputs"),
+    "pointwise-many-positions": ((1, 33, 32, 128, 128, 1, 1, 1, 0), "pointwise", "pointwise", "wgrad_gemm"),
+    # backward data of a pointwise conv stays the GEMM with few err channels (not conv_grid)
+    # and few dx channels (not col2im)
+    "pointwise-few-channels": ((2, 6, 5, 12, 16, 1, 1, 1, 0), "conv_grid", "pointwise", "wgrad_outputs"),
+    # 16 output channels over a multiple of 32 pixels: the pixels in the vrmpy lanes, forward
+    # (and backward data onto 16 dx channels)
+    "pointwise-16-out": ((2, 4, 8, 32, 16, 1, 1, 1, 0), "pointwise_pixels", "pointwise", "wgrad_outputs"),
+    "pointwise-16-in": ((1, 8, 4, 16, 40, 1, 1, 1, 0), "pointwise", "pointwise_pixels", "wgrad_outputs"),
     # a ResNet shortcut (1 x 1, stride 2): backward data lands in place, s*C words apart
     "pointwise-stride2": ((2, 8, 7, 32, 64, 1, 1, 2, 0), "im2col_gemm", "pointwise_strided", "wgrad_gemm"),
     # few channels, few outputs, stride 1: planes for the weight gradient

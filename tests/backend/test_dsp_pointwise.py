@@ -1,0 +1,177 @@
+"""Pointwise (1 x 1, stride 1, no padding) convolutions on the emulated DSP against ops_ref
+bit for bit, at 1 to 4 HVX threads, on MobileNetV2-like and ragged shapes: backward data
+takes the GEMM on err's pixels ("pointwise") whatever the channel counts (few err channels
+used to go to conv_grid, few dx channels to col2im), and a weight gradient whose positions
+fit one pass interleaves x^T and err^T once and splits dw's blocks across the threads
+("wgrad_outputs", dsp_kernels/conv_pointwise.c): no partial sums, no join. Plain and
+accumulating. Needs qemu-hexagon, clang-16 and lld-16.
+"""
+
+import numpy as np
+import pytest
+from dsptrain.backends.ops_ref import RefBackend
+
+from .cases import same
+
+ref = RefBackend()
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(4444)
+
+
+@pytest.fixture
+def threads(dsp, request):
+    dsp.hvx_threads = request.param
+    yield request.param
+    dsp.hvx_threads = 4
+
+
+def s8(rng, *shape):
+    return rng.integers(-128, 128, shape, dtype=np.int8)
+
+
+# (N, H, W, C, O): MobileNetV2's kinds of 1 x 1 layer, scaled down, and ragged ones: C, O
+# not multiples of 32 (a lane of 1s in x^T's last block), positions not a multiple of 4
+# (zero words past them), 1 x 1 images, more dw blocks than threads and fewer
+WGRAD = {
+    "expand-2x2": (5, 2, 2, 24, 144),
+    "project-4x4": (3, 4, 4, 96, 20),
+    "one-pixel": (9, 1, 1, 160, 96),
+    "ragged": (3, 3, 3, 40, 37),
+    "ragged-small": (1, 1, 3, 12, 5),
+    "wide": (2, 2, 2, 200, 72),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
+@pytest.mark.parametrize("name", WGRAD)
+def test_weight_gradient_splits_outputs(dsp, rng, threads, name):
+    n, h, w, c, o = WGRAD[name]
+    x, err = s8(rng, n, h, w, c), s8(rng, n, h, w, o)
+    want = ref.conv2d_bwd_weight_s8(err, x, 1, 0, (1, 1))
+    same(dsp.conv2d_bwd_weight_s8(err, x, 1, 0, (1, 1)), want)
+    assert dsp.last_paths == [("conv2d_bwd_weight_s8", "wgrad_outputs")]
+    start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    same(dsp.accumulate(start, "conv2d_bwd_weight_s8", err, x, 1, 0, (1, 1)), start + want)
+
+
+def test_weight_gradient_extremes(dsp):
+    """-128 everywhere: every product 16384, sums of up to 300 of them."""
+    x, err = np.full((3, 10, 10, 36), -128, np.int8), np.full((3, 10, 10, 44), -128, np.int8)
+    same(dsp.conv2d_bwd_weight_s8(err, x, 1, 0, (1, 1)), ref.conv2d_bwd_weight_s8(err, x, 1, 0, (1, 1)))
+    assert dsp.last_paths == [("conv2d_bwd_weight_s8", "wgrad_outputs")]
+
+
+# (N, H, W, C, O) of backward data: few err channels (O <= 16) and few dx channels (C < 32)
+BWD_DATA = {
+    "few-err-channels": (2, 6, 5, 32, 16),
+    "few-dx-channels": (2, 5, 6, 12, 40),
+    "expand-16": (1, 4, 4, 16, 96),
+    "ragged-rows": (1, 3, 5, 24, 8),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 4], indirect=True)
+@pytest.mark.parametrize("name", BWD_DATA)
+def test_backward_data_is_the_gemm(dsp, rng, threads, name):
+    n, h, w, c, o = BWD_DATA[name]
+    wt, err = s8(rng, o, 1, 1, c), s8(rng, n, h, w, o)
+    want = ref.conv2d_bwd_data_s8(err, wt, 1, 0, (h, w))
+    same(dsp.conv2d_bwd_data_s8(err, wt, 1, 0, (h, w)), want)
+    assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise")]
+    start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    same(dsp.accumulate(start, "conv2d_bwd_data_s8", err, wt, 1, 0, (h, w)), start + want)
+
+
+# (N, H, W, C, O, K, pad), square images: weight gradients over more positions than one pass holds whose
+# im2col columns (K * K * C <= 16) would fill at most half of the vrmpy lanes: conv.c's
+# wgrad_gemm puts the outputs in the lanes instead (dwT), and the join transposes
+FLIPPED = {
+    "expand-16": (3, 40, 40, 16, 40, 1, 0),
+    "one-channel-3x3": (2, 9, 9, 1, 32, 3, 1),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
+@pytest.mark.parametrize("name", FLIPPED)
+def test_weight_gradient_flipped(dsp, rng, threads, name):
+    n, h, w, c, o, k, pad = FLIPPED[name]
+    oh = h + 2 * pad - k + 1
+    x, err = s8(rng, n, h, w, c), s8(rng, n, oh, oh, o)
+    want = ref.conv2d_bwd_weight_s8(err, x, 1, pad, (k, k))
+    same(dsp.conv2d_bwd_weight_s8(err, x, 1, pad, (k, k)), want)
+    assert dsp.last_paths == [("conv2d_bwd_weight_s8", "wgrad_gemm")]
+    start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    same(dsp.accumulate(start, "conv2d_bwd_weight_s8", err, x, 1, pad, (k, k)), start + want)
+
+
+# (N, H, W, C, O): forwards whose outputs fill whole 32-lane blocks (no lane of 1s), so the
+# GEMM sums each pixel's C bytes itself; with C = 4..128 (k4 | 32 words) 32 contiguous
+# pixels are summed as C / 4 vectors reduced by vdeal rounds (gemm.c row_sums), pixels
+# past a multiple of 32 one by one
+FORWARD = {
+    "c4": (1, 5, 13, 4, 64),
+    "c8": (1, 9, 9, 8, 96),
+    "c16": (2, 16, 16, 16, 96),
+    "c32": (1, 7, 9, 32, 64),
+    "c64": (3, 5, 5, 64, 128),
+    "c128": (1, 12, 12, 128, 32),
+    "c48": (2, 6, 6, 48, 32),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 3, 4], indirect=True)
+@pytest.mark.parametrize("name", FORWARD)
+def test_forward_row_sums(dsp, rng, threads, name):
+    n, h, w, c, o = FORWARD[name]
+    x, wt = s8(rng, n, h, w, c), s8(rng, o, 1, 1, c)
+    same(dsp.gemm_s8(x.reshape(-1, c), wt.reshape(o, c)), ref.gemm_s8(x.reshape(-1, c), wt.reshape(o, c)))
+    if c > 4:  # 4 channels take conv_padded
+        same(dsp.conv2d_s8(x, wt, 1, 0), ref.conv2d_s8(x, wt, 1, 0))
+        assert dsp.last_paths == [("conv2d_s8", "pointwise")]
+    x = np.full_like(x, -128)
+    same(dsp.gemm_s8(x.reshape(-1, c), wt.reshape(o, c)), ref.gemm_s8(x.reshape(-1, c), wt.reshape(o, c)))
+
+
+# (N, H, W, C, O): 1 x 1 products onto 16 channels over a multiple of 32 pixels (forward of
+# O = 16, backward data of C = 16) put the pixels in the vrmpy lanes ("pointwise_pixels":
+# pairs of pixels packed into each block's lanes, the 16 x 32 words transposed by vshuff);
+# 96 channels and 8 x 12 images give 3 chunks' tails, 3 images ragged thread shares
+PIXELS = {
+    "project-32": (2, 16, 16, 32, 16),
+    "project-96": (1, 8, 12, 96, 16),
+    "project-20": (3, 4, 8, 20, 16),
+    "expand-96": (1, 16, 16, 16, 96),
+    "expand-36": (2, 4, 4, 16, 36),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
+@pytest.mark.parametrize("name", PIXELS)
+def test_sixteen_channels_take_the_pixels_in_the_lanes(dsp, rng, threads, name):
+    n, h, w, c, o = PIXELS[name]
+    x, wt, err = s8(rng, n, h, w, c), s8(rng, o, 1, 1, c), s8(rng, n, h, w, o)
+    if o == 16:
+        want = ref.conv2d_s8(x, wt, 1, 0)
+        same(dsp.conv2d_s8(x, wt, 1, 0), want)
+        assert dsp.last_paths == [("conv2d_s8", "pointwise_pixels")]
+        start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+        same(dsp.accumulate(start, "conv2d_s8", x, wt, 1, 0), start + want)
+    if c == 16:
+        want = ref.conv2d_bwd_data_s8(err, wt, 1, 0, (h, w))
+        same(dsp.conv2d_bwd_data_s8(err, wt, 1, 0, (h, w)), want)
+        assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise_pixels")]
+        start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+        same(dsp.accumulate(start, "conv2d_bwd_data_s8", err, wt, 1, 0, (h, w)), start + want)
+
+
+def test_sixteen_channels_extremes(dsp):
+    """-128 everywhere: the bias (x + 128) and wm's row sums at their largest."""
+    x, wt = np.full((1, 8, 8, 64), -128, np.int8), np.full((16, 1, 1, 64), -128, np.int8)
+    same(dsp.conv2d_s8(x, wt, 1, 0), ref.conv2d_s8(x, wt, 1, 0))
+    assert dsp.last_paths == [("conv2d_s8", "pointwise_pixels")]
+    wt, err = np.full((64, 1, 1, 16), -128, np.int8), np.full((1, 8, 8, 64), -128, np.int8)
+    same(dsp.conv2d_bwd_data_s8(err, wt, 1, 0, (8, 8)), ref.conv2d_bwd_data_s8(err, wt, 1, 0, (8, 8)))
+    assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise_pixels")]
