@@ -21,7 +21,8 @@ struct stack {
     int8_t *buf;
     int hp, wp, pad;
     int pitch;       /* bytes per pixel: C (flat) or 128 (blocks) */
-    int rowbytes, imgbytes;
+    int rowbytes, imgbytes;   /* whole vectors each */
+    int lead;                 /* buf is this far into its aligned buffer: row interiors aligned */
 };
 
 /* What a thread's share runs over: images [lo, hi) in passes of `g` images. */

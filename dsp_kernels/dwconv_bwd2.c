@@ -32,16 +32,14 @@ int dspt_dw_err_quads_fit(const struct dw_shape *s)
     return s->stride == 2 && s->kh == 3 && s->kw == 3 && s->pad == 1 && s->c >= 64 && (s->c % 32 == 0 || s->c > 128);
 }
 
-/* The four dx pixels of one anchor (m, n): src[k] the err block of slot k = 2 dy + dx,
- * dst[p] the dx block of pixel p = 2 a + b (NULL: past dx's edge). ALIGNED: C % 32 == 0,
- * that many whole vectors of words kept, nothing to add (plain vector stores); 8: four
- * whole vectors anywhere (vmemu); else `valid` words, `acc`. */
-static inline __attribute__((always_inline)) void anchor(const int ALIGNED, const int8_t *const src[4],
-                                                         int32_t *const dst[4], const HVX_Vector W[16], int valid,
-                                                         int acc)
+/* The four dx pixels of one anchor (m, n) from x, its four err blocks interleaved (slot
+ * k = 2 dy + dx): dst[p] the dx block of pixel p = 2 a + b (NULL: past dx's edge).
+ * ALIGNED: C % 32 == 0, that many whole vectors of words kept, nothing to add (plain
+ * vector stores); 8: four whole vectors anywhere (vmemu); else `valid` words, `acc`. */
+static inline __attribute__((always_inline)) void anchor_x(const int ALIGNED, const HVX_Vector x[4],
+                                                           int32_t *const dst[4], const HVX_Vector W[16], int valid,
+                                                           int acc)
 {
-    HVX_Vector x[4];
-    dw_interleave4(x, hvx_load_u(src[0]), hvx_load_u(src[1]), hvx_load_u(src[2]), hvx_load_u(src[3]));
     for (int p = 0; p < 4; p++) {
         HVX_Vector a[4];
         for (int q = 0; q < 4; q++) a[q] = Q6_Vw_vrmpy_VbVb(x[q], W[4 * p + q]);
@@ -64,6 +62,16 @@ static inline __attribute__((always_inline)) void anchor(const int ALIGNED, cons
     }
 }
 
+/* The anchor whose err blocks are src[k] (slot k = 2 dy + dx). */
+static inline __attribute__((always_inline)) void anchor(const int ALIGNED, const int8_t *const src[4],
+                                                         int32_t *const dst[4], const HVX_Vector W[16], int valid,
+                                                         int acc)
+{
+    HVX_Vector x[4];
+    dw_interleave4(x, hvx_load_u(src[0]), hvx_load_u(src[1]), hvx_load_u(src[2]), hvx_load_u(src[3]));
+    anchor_x(ALIGNED, x, dst, W, valid, acc);
+}
+
 /* Row m of anchors of one image, channel block cb: e0, e1 err rows m and m + 1 (or the
  * zeros), d0, d1 dx rows 2m and 2m + 1 (d1 NULL past dx). The anchors whose four dx pixels
  * all exist run without checks (FAST: the whole vectors a block keeps), the rest through
@@ -77,14 +85,22 @@ static inline __attribute__((always_inline)) void anchor_row(const int FAST, con
     HVX_Vector W[16];   /* a local copy: the stores to dx cannot alias it, so it stays in registers */
     for (int k = 0; k < 16; k++) W[k] = Wm[k];
     int n = 0;
-    if (FAST && d1)
-        for (; 2 * n + 1 < s->w; n++) {
-            int right = n + 1 < OW;
-            const int8_t *src[4] = {e0 + n * C, right ? e0 + (n + 1) * C : zeros, e1 + n * C,
-                                    right ? e1 + (n + 1) * C : zeros};
+    const int fast = FAST && d1 ? s->w / 2 : 0;   /* anchors whose four dx pixels all exist */
+    if (fast) {
+        /* software-pipelined: the next anchor's err blocks are loaded and interleaved while
+         * this one's products are stored (clang schedules one loop body, not across them) */
+        HVX_Vector x[4];
+        dw_interleave4(x, hvx_load_u(e0), hvx_load_u(1 < OW ? e0 + C : zeros), hvx_load_u(e1),
+                       hvx_load_u(1 < OW ? e1 + C : zeros));
+        for (; n < fast; n++) {
+            int next = n + 1 < fast ? n + 1 : n, right = next + 1 < OW;   /* the last reloads itself */
+            HVX_Vector r0 = hvx_load_u(e0 + next * C), r1 = hvx_load_u(right ? e0 + (next + 1) * C : zeros);
+            HVX_Vector r2 = hvx_load_u(e1 + next * C), r3 = hvx_load_u(right ? e1 + (next + 1) * C : zeros);
             int32_t *dst[4] = {d0 + 2 * n * C, d0 + (2 * n + 1) * C, d1 + 2 * n * C, d1 + (2 * n + 1) * C};
-            anchor(FAST, src, dst, W, valid, acc);
+            anchor_x(FAST, x, dst, W, valid, acc);
+            dw_interleave4(x, r0, r1, r2, r3);
         }
+    }
     for (; n < AW; n++) {
         int right = n + 1 < OW, wide = 2 * n + 1 < s->w;
         const int8_t *src[4] = {e0 + n * C, right ? e0 + (n + 1) * C : zeros, e1 + n * C,

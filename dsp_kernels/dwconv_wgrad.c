@@ -157,15 +157,9 @@ static inline __attribute__((always_inline)) void wg_taps3x3(HVX_Vector acc[9], 
                                                              HVX_Vector b2, HVX_Vector c0, HVX_Vector c1,
                                                              HVX_Vector c2, HVX_Vector e)
 {
-    acc[0] = Q6_Vw_vrmpyacc_VwVbVb(acc[0], a0, e);
-    acc[1] = Q6_Vw_vrmpyacc_VwVbVb(acc[1], a1, e);
-    acc[2] = Q6_Vw_vrmpyacc_VwVbVb(acc[2], a2, e);
-    acc[3] = Q6_Vw_vrmpyacc_VwVbVb(acc[3], b0, e);
-    acc[4] = Q6_Vw_vrmpyacc_VwVbVb(acc[4], b1, e);
-    acc[5] = Q6_Vw_vrmpyacc_VwVbVb(acc[5], b2, e);
-    acc[6] = Q6_Vw_vrmpyacc_VwVbVb(acc[6], c0, e);
-    acc[7] = Q6_Vw_vrmpyacc_VwVbVb(acc[7], c1, e);
-    acc[8] = Q6_Vw_vrmpyacc_VwVbVb(acc[8], c2, e);
+    /* plain vrmpy added with vadd: clang pairs two vrmpy in a packet, never two vrmpyacc */
+    const HVX_Vector x[9] = {a0, a1, a2, b0, b1, b2, c0, c1, c2};
+    for (int t = 0; t < 9; t++) acc[t] = Q6_Vw_vadd_VwVw(acc[t], Q6_Vw_vrmpy_VbVb(x[t], e));
 }
 
 /* wg_block for 3 x 3 at stride 1: along a row of outputs each x vector serves three taps
