@@ -92,20 +92,21 @@ def torch_peer(threads: int):
     return torch
 
 
-def torch_depthwise(torch, x, w, err, stride, runs, timer):
-    """Best ms of F.conv2d(groups=C) and its two gradients, NCHW or channels-last, whichever is faster."""
+def torch_conv(torch, x, w, err, stride, pad, dilation, groups, runs, timer):
+    """Best ms of F.conv2d(groups=) and its two gradients, NCHW or channels-last, whichever is faster."""
     best = None
     for memory_format in (torch.contiguous_format, torch.channels_last):
-        xt = torch.from_numpy(np.moveaxis(x, 3, 1).copy()).contiguous(memory_format=memory_format)
-        wt = torch.from_numpy(np.moveaxis(w, 3, 1).copy()).contiguous(memory_format=memory_format)
-        et = torch.from_numpy(np.moveaxis(err, 3, 1).copy()).contiguous(memory_format=memory_format)
-        c = x.shape[3]
-        fwd = lambda: torch.nn.functional.conv2d(xt, wt, stride=stride, padding=1, groups=c)  # noqa: E731
+        xt, wt, et = (
+            torch.from_numpy(np.moveaxis(a.astype(np.float32), 3, 1).copy()).contiguous(memory_format=memory_format)
+            for a in (x, w, err)
+        )
+
+        def fwd():
+            return torch.nn.functional.conv2d(xt, wt, stride=stride, padding=pad, dilation=dilation, groups=groups)
 
         def backward(mask):
-            return lambda: torch.ops.aten.convolution_backward(
-                et, xt, wt, None, [stride, stride], [1, 1], [1, 1], False, [0, 0], c, mask
-            )
+            s, p, d = [stride] * 2, [pad] * 2, [dilation] * 2
+            return lambda: torch.ops.aten.convolution_backward(et, xt, wt, None, s, p, d, False, [0, 0], groups, mask)
 
         with torch.no_grad():
             times = tuple(
@@ -114,6 +115,11 @@ def torch_depthwise(torch, x, w, err, stride, runs, timer):
         if best is None or sum(times) < sum(best):
             best = times
     return best
+
+
+def torch_depthwise(torch, x, w, err, stride, runs, timer):
+    """torch_conv of a 3x3 depthwise conv (groups = channels, padding 1)."""
+    return torch_conv(torch, x, w, err, stride, 1, 1, x.shape[3], runs, timer)
 
 
 def depthwise_rows(native, torch, batch, runs, timer):

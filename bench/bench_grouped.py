@@ -32,7 +32,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_depthwise import cpu_best_time, torch_peer  # noqa: E402
+from bench_depthwise import cpu_best_time, torch_conv, torch_peer  # noqa: E402
 from report import best_time, print_table, write_results  # noqa: E402
 
 # (H, C, O, kernel, groups, stride, dilation): ShuffleNetV1's grouped 1x1 (240 channels, groups 2-8),
@@ -64,31 +64,6 @@ def diagonal_blocks(grad, groups):
     o, c = grad.shape[0], grad.shape[-1]
     og, cg = o // groups, c // groups
     return np.concatenate([grad[g * og : (g + 1) * og, ..., g * cg : (g + 1) * cg] for g in range(groups)])
-
-
-def torch_grouped(torch, x, w, err, stride, pad, dilation, groups, runs, timer):
-    """Best ms of F.conv2d(groups) and its two gradients, NCHW or channels-last, whichever is faster."""
-    best = None
-    for memory_format in (torch.contiguous_format, torch.channels_last):
-        xt, wt, et = (
-            torch.from_numpy(np.moveaxis(a.astype(np.float32), 3, 1).copy()).contiguous(memory_format=memory_format)
-            for a in (x, w, err)
-        )
-
-        def fwd():
-            return torch.nn.functional.conv2d(xt, wt, stride=stride, padding=pad, dilation=dilation, groups=groups)
-
-        def backward(mask):
-            s, p, d = [stride] * 2, [pad] * 2, [dilation] * 2
-            return lambda: torch.ops.aten.convolution_backward(et, xt, wt, None, s, p, d, False, [0, 0], groups, mask)
-
-        with torch.no_grad():
-            times = tuple(
-                1e3 * timer(fn, runs) for fn in (fwd, backward([True, False, False]), backward([False, True, False]))
-            )
-        if best is None or sum(times) < sum(best):
-            best = times
-    return best
 
 
 def rows_for(cpu, torch, batch, runs, timer):
@@ -127,7 +102,7 @@ def rows_for(cpu, torch, batch, runs, timer):
         row["alt_over_niti"] = (row["alt_fwd"] + row["alt_bwd_data"] + row["alt_wgrad"]) / ours
         row["torch_fwd"] = row["torch_bwd_data"] = row["torch_wgrad"] = row["vs_torch"] = None
         if torch is not None:
-            peer = torch_grouped(torch, x, w, err, stride, pad, dilation, groups, runs, timer)
+            peer = torch_conv(torch, x, w, err, stride, pad, dilation, groups, runs, timer)
             row["torch_fwd"], row["torch_bwd_data"], row["torch_wgrad"] = peer
             row["vs_torch"] = sum(peer) / ours
         rows.append(row)

@@ -5,15 +5,12 @@ finite and falling loss, and exports ONNX Runtime reads back to dsptrain's logit
 
 from __future__ import annotations
 
-import dsptrain
 import numpy as np
 import pytest
-from dsptrain.agreement import agreement, dsptrain_logits, onnxruntime_logits
-from dsptrain.data import synthetic
 
+from tests.e2e.niti_model_runs import assert_exports_exact, assert_same_weights, train_steps
 from tests.interchange.helpers import write_run
 
-STEPS, BATCH = 12, 16
 GROUPED = """model:
   name: grouped
   input_shape: [28, 28, 1]
@@ -36,21 +33,7 @@ GROUPED_KINDS = {"niti.grpconv_fwd", "niti.grpconv_bwd_data", "niti.grpconv_bwd_
 
 
 def _train(tmp_path, backend, extra=""):
-    """STEPS steps on `backend`; (the losses, the weights, where each grouped op ran, the checkpoint)."""
-    run = dsptrain.load_run(write_run(tmp_path, "niti", GROUPED + extra, name="grouped"))
-    trainer = dsptrain.Trainer(run, backend=backend, progress=False, out_dir=tmp_path / backend)
-    data = synthetic("train", (28, 28, 1), count=STEPS * BATCH)
-    try:
-        losses = [
-            float(trainer.step(data.images[i : i + BATCH], data.labels[i : i + BATCH]).loss)
-            for i in range(0, STEPS * BATCH, BATCH)
-        ]
-        plan = trainer.plans.get(BATCH, True)
-        placed = {op.name: plan.backend_of(op) for op in plan.graph.ops if op.kind in GROUPED_KINDS}
-        weights = {k: (np.array(v.q), v.e) for k, v in trainer.state.items() if hasattr(v, "q")}
-        return losses, weights, placed, trainer.save()
-    finally:
-        trainer.close()
+    return train_steps(tmp_path, backend, GROUPED, GROUPED_KINDS, "grouped", extra)
 
 
 @pytest.fixture(scope="module")
@@ -71,10 +54,7 @@ def test_ref_and_cpu_train_to_the_same_bits(tmp_path, on_cpu):
     ref_losses, ref_weights, placed, _ = _train(tmp_path, "ref")
     assert set(placed.values()) == {"ref"}
     assert ref_losses == losses
-    assert ref_weights.keys() == weights.keys()
-    for name, (q, e) in weights.items():
-        np.testing.assert_array_equal(ref_weights[name][0], q, err_msg=name)
-        assert ref_weights[name][1] == e, name
+    assert_same_weights(weights, ref_weights)
 
 
 def test_the_dsp_runs_the_grouped_products_to_the_cpus_bits(tmp_path, on_cpu, emulated_dsp_tools):
@@ -82,19 +62,11 @@ def test_the_dsp_runs_the_grouped_products_to_the_cpus_bits(tmp_path, on_cpu, em
     # every product the DSP supports on it (the profile's speeds would put some on the CPU)
     _, dsp_weights, placed, _ = _train(tmp_path, "dsp", "scheduler: {placement: first}\n")
     assert {placed[f"conv{i}.{p}"] for i in (2, 4, 5) for p in ("fwd", "bwd_data", "bwd_weight")} == {"dsp"}, placed
-    for name, (q, e) in weights.items():
-        np.testing.assert_array_equal(dsp_weights[name][0], q, err_msg=name)
-        assert dsp_weights[name][1] == e, name
+    assert_same_weights(weights, dsp_weights)
 
 
 def test_exports_give_dsptrains_logits_exactly(tmp_path, on_cpu):
-    checkpoint = on_cpu[3]
-    images = synthetic("test", (28, 28, 1), count=64).images
-    for fmt in ("onnx", "onnx-qdq", "onnx-niti"):
-        out = tmp_path / f"grouped.{fmt}"
-        dsptrain.export(checkpoint, out, fmt)
-        found = agreement(dsptrain_logits(checkpoint, images, batch=32), onnxruntime_logits(out, images, batch=32))
-        assert found["top1_agreement"] == 1.0 and found["max_logit_diff"] == 0.0, (fmt, found)
+    assert_exports_exact(on_cpu[3], tmp_path, "grouped")
 
 
 def test_plan_and_recipes_show_where_the_grouped_products_run(tmp_path, capsys):
