@@ -82,14 +82,14 @@ static int pixel_taps(const struct px_job *J, int oy, int ox, int32_t *off, int3
     return real;
 }
 
-/* The interleaved weights of each group of 4 taps, channel block cb: 4 vectors a group. */
-static void pixel_weights(const struct px_job *J, const int32_t *tap, int groups, int cb, HVX_Vector *wq)
+/* The interleaved weights of each group of 4 taps, the block at channel c0: 4 vectors a group. */
+static void pixel_weights(const struct px_job *J, const int32_t *tap, int groups, int c0, HVX_Vector *wq)
 {
     const int C = J->s->c;
     for (int g = 0; g < groups; g++) {
         HVX_Vector t[4];
         for (int k = 0; k < 4; k++)
-            t[k] = tap[4 * g + k] < 0 ? Q6_V_vzero() : hvx_load_u(J->w + tap[4 * g + k] * C + cb * HVX_BYTES);
+            t[k] = tap[4 * g + k] < 0 ? Q6_V_vzero() : hvx_load_u(J->w + tap[4 * g + k] * C + c0);
         dw_interleave4(wq + 4 * g, t[0], t[1], t[2], t[3]);
     }
 }
@@ -193,7 +193,7 @@ static int source_share(const struct px_job *J, int lo, int hi, int aligned)
     for (int k = 0; k < 4; k++) src[k] = k < sp ? k * C : 0;   /* slots past the source: any pixel, zero weights */
     HVX_Vector wq[16];
     for (int cb = 0; cb * HVX_BYTES < C; cb++) {
-        int valid = C - cb * HVX_BYTES < HVX_BYTES ? C - cb * HVX_BYTES : HVX_BYTES;
+        int c0 = dw_block_start(cb, C, acc), valid = C - c0 < HVX_BYTES ? C - c0 : HVX_BYTES;
         for (int p0 = 0; p0 < pixels; p0 += 4) {
             int np = pixels - p0 < 4 ? pixels - p0 : 4;
             for (int p = 0; p < np; p++) {
@@ -203,12 +203,12 @@ static int source_share(const struct px_job *J, int lo, int hi, int aligned)
                         tk[J->rows[oy][a][0] * J->src_w + J->cols[ox][b][0]] = J->rows[oy][a][1] * kw + J->cols[ox][b][1];
                 HVX_Vector t[4];
                 for (int k = 0; k < 4; k++)
-                    t[k] = tk[k] < 0 ? Q6_V_vzero() : hvx_load_u(J->w + tk[k] * C + cb * HVX_BYTES);
+                    t[k] = tk[k] < 0 ? Q6_V_vzero() : hvx_load_u(J->w + tk[k] * C + c0);
                 dw_interleave4(wq + 4 * p, t[0], t[1], t[2], t[3]);
             }
-            const int8_t *in = J->src + (size_t)lo * inimg + cb * HVX_BYTES;
-            int32_t *out = J->out + (size_t)lo * outimg + p0 * C + cb * HVX_BYTES;
-            if (valid == HVX_BYTES && !acc && aligned)
+            const int8_t *in = J->src + (size_t)lo * inimg + c0;
+            int32_t *out = J->out + (size_t)lo * outimg + p0 * C + c0;
+            if (valid == HVX_BYTES && !acc && aligned && c0 % 32 == 0)
                 SOURCE_PIXELS(2, in, out, hi - lo, inimg, outimg, np, src, C, wq, valid, acc);
             else
                 SOURCE_PIXELS(0, in, out, hi - lo, inimg, outimg, np, src, C, wq, valid, acc);
@@ -232,15 +232,17 @@ static int pixel_share(struct dspt_ctx *tc, int t, void *job)
         for (int ox = 0; ox < J->out_w; ox++) {
             int real = pixel_taps(J, oy, ox, off, tap), groups = (real + 3) / 4;
             for (int cb = 0; cb * HVX_BYTES < C; cb++) {
-                int valid = C - cb * HVX_BYTES < HVX_BYTES ? C - cb * HVX_BYTES : HVX_BYTES;
-                int32_t *out = J->out + (size_t)lo * outimg + (oy * J->out_w + ox) * C + cb * HVX_BYTES;
+                /* not accumulating, a ragged C > 128's last block overlaps the one before
+                 * (dw_block_start): whole-vector stores instead of masked ones */
+                int c0 = dw_block_start(cb, C, acc), valid = C - c0 < HVX_BYTES ? C - c0 : HVX_BYTES;
+                int32_t *out = J->out + (size_t)lo * outimg + (oy * J->out_w + ox) * C + c0;
                 if (!real) {   /* no tap inside (stride > kernel): zeros, or nothing to add */
                     for (int n = lo; !acc && n < hi; n++, out += outimg) hvx_zero(out, (uint32_t)valid * 4);
                     continue;
                 }
-                const int8_t *in = J->src + (size_t)lo * inimg + cb * HVX_BYTES;
-                pixel_weights(J, tap, groups, cb, wq);
-                if (valid == HVX_BYTES && !acc && aligned)
+                const int8_t *in = J->src + (size_t)lo * inimg + c0;
+                pixel_weights(J, tap, groups, c0, wq);
+                if (valid == HVX_BYTES && !acc && aligned && c0 % 32 == 0)
                     PIXEL_GROUPS(2, in, out, hi - lo, inimg, outimg, off, wq, groups, valid, acc);
                 else if (valid == HVX_BYTES && !acc)
                     PIXEL_GROUPS(1, in, out, hi - lo, inimg, outimg, off, wq, groups, valid, acc);

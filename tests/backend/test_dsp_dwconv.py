@@ -133,7 +133,8 @@ def threads(dsp, request):
 
 # a share per image (forward, backward data) or per 4 images (weight gradient): 7 images over
 # 1-4 threads leave ragged shares, and the weight gradient's partial sums joined in order;
-# the weight gradient of 2 x 2 images shares 128-channel blocks (576: 5 over 1-4 threads)
+# the weight gradient of 2 x 2 images shares 128-channel blocks (576: 5 over 1-4 threads);
+# the pixel quads' last block of a ragged C > 128 overlaps the one before unless accumulating
 @pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
 @pytest.mark.parametrize(
     "shape",
@@ -146,8 +147,23 @@ def threads(dsp, request):
         (7, 9, 9, 96, 3, 3, 2, 1),
         (5, 11, 11, 144, 3, 3, 2, 1),
         (9, 2, 2, 576, 3, 3, 2, 1),
+        (7, 8, 8, 144, 3, 3, 2, 1),
+        (7, 2, 2, 200, 3, 3, 1, 1),
+        (5, 3, 3, 150, 5, 5, 2, 2),
     ],
-    ids=["flat", "blocks", "ragged-9", "pixels", "pixels-s2", "quads-s2", "quads-s2-ragged", "pairs-s2"],
+    ids=[
+        "flat",
+        "blocks",
+        "ragged-9",
+        "pixels",
+        "pixels-s2",
+        "quads-s2",
+        "quads-s2-ragged",
+        "pairs-s2",
+        "pixels-s2-overlap",
+        "sources-overlap",
+        "pixels-k5-overlap",
+    ],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
     x, w, err, stride, pad = args(rng, shape)
