@@ -14,7 +14,7 @@ kernels of the backend it is placed on:
 judge shares no code with the depthwise path. A requantized product takes one shift for the whole
 tensor, as a dense conv's does (NITI's one exponent per tensor). bench/bench_grouped.py measured
 the alternatives this file does not take (block-diagonal dense weights; per-channel dense products
-for a dilated depthwise conv); docs/depthwise.md states the figures.
+for a dilated depthwise conv); docs/mobile_models.md states the figures.
 """
 
 from __future__ import annotations
