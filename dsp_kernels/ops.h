@@ -72,11 +72,12 @@ enum dspt_path {
     DSPT_PATH_WGRAD_GEMM = 16,    /* conv.c: weight gradient as im2col rows reduced over positions */
     DSPT_PATH_DW_PIXEL_QUADS = 17, /* dwconv_pixels.c: each output pixel's inside taps, 4 a vrmpy word */
     DSPT_PATH_DW_ERR_QUADS = 18,  /* dwconv_bwd2.c: backward data 3 x 3 stride 2: 4 err pixels a word */
-    DSPT_PATH_DW_BLOCK_QUADS = 19, /* dwconv_fwd2.c: forward 3 x 3 stride 2: a 2 x 2 input block a word */
+    /* 19: the 2 x 2 block quads (forward 3 x 3 stride 2), replaced by DSPT_PATH_DW_COLUMN_TRIPLES */
     DSPT_PATH_POINTWISE_STRIDED = 20, /* conv_pointwise.c: backward data of 1 x 1, stride > 1: dx rows s*C apart */
     DSPT_PATH_DW_IMAGE_PAIRS = 21, /* dwconv_wgrad_pairs.c: weight gradient of <= 4 pixels: a register a pixel pair */
     DSPT_PATH_WGRAD_OUTPUTS = 22, /* conv_pointwise.c: weight gradient of 1 x 1, one pass: the threads split dw */
     DSPT_PATH_POINTWISE_PIXELS = 23, /* conv_pointwise.c: 1 x 1 onto 16 channels, the pixels in the lanes */
+    DSPT_PATH_DW_COLUMN_TRIPLES = 24, /* dwconv_fwd2.c: forward 3 x 3 stride 2: a column's 3 rows a word */
 };
 
 /* `shift` value asking the DSP to estimate it from the range (NITI's absmax rule). */

@@ -66,11 +66,11 @@ PATH_NAMES = {
     16: "wgrad_gemm",
     17: "dw_pixel_quads",
     18: "dw_err_quads",
-    19: "dw_block_quads",
     20: "pointwise_strided",
     21: "dw_image_pairs",
     22: "wgrad_outputs",
     23: "pointwise_pixels",
+    24: "dw_column_triples",
 }
 SHIFT_ESTIMATE = -1
 F_SATURATE_CHECK = 2  # REQUANT: a given shift that would saturate gives way to the estimate

@@ -16,7 +16,8 @@ stride 1 is the flipped forward (same paths), of other strides a run per class o
 images; err of backward data from them) or a stride-2 forward onto 16 outputs or fewer
 takes each output pixel's inside taps, 4 a vrmpy word ("dw_pixel_quads",
 dsp_kernels/dwconv_pixels.c); 3 x 3 at stride 2, pad 1 with C % 32 == 0 or C > 128 puts
-the input's 2 x 2 blocks in the words ("dw_block_quads") and, backward, the 4 err pixels
+each input column's 3 rows in the words ("dw_column_triples", onto 2 x 2 outputs or more:
+before the pixel quads) and, backward, the 4 err pixels
 that 4 dx pixels read ("dw_err_quads"); the weight gradient puts four images in each vrmpy word
 ("dw_image_quads", a ragged batch padded with zero images), except where the image and the
 output have at most 4 pixels and every output's window holds every input pixel: there each
@@ -63,18 +64,18 @@ SHAPES = [
     ((3, 5, 4, 7, 2, 2, 1, 0), "dw_flat", "dw_flat"),  # even kernel, no padding
     ((2, 5, 7, 24, 3, 2, 1, 1), "dw_column_quads", "dw_classes"),  # kh != kw: the flipped forward needs square
     ((2, 5, 5, 16, 3, 3, 1, 3), "dw_column_quads", "dw_classes"),  # pad past k - 1
-    ((5, 11, 11, 96, 3, 3, 2, 1), "dw_block_quads", "dw_err_quads"),  # 3 x 3 stride 2, C % 32 == 0: 2 x 2 blocks
-    ((3, 9, 9, 160, 3, 3, 2, 1), "dw_block_quads", "dw_err_quads"),  # odd image, a second block of 32 channels
-    ((2, 8, 8, 64, 3, 3, 2, 1), "dw_block_quads", "dw_err_quads"),  # half a vector of channels
+    ((5, 11, 11, 96, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # 3 x 3 stride 2, C % 32 == 0; odd width peeled
+    ((3, 9, 9, 160, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # odd image, a second block of 32 channels
+    ((2, 8, 8, 64, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # half a vector of channels
     ((2, 9, 9, 48, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),  # stride 2 quads: strips of a pixel's block
-    ((2, 10, 10, 144, 3, 3, 2, 1), "dw_block_quads", "dw_err_quads"),  # C > 128 ragged: the last block moved back
+    ((2, 10, 10, 144, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # C > 128 ragged: the last block moved back
     ((3, 7, 5, 60, 3, 3, 2, 1), "dw_blocks", "dw_classes"),  # stride 2, 12 outputs, C < 96: the vmpy blocks
-    ((2, 8, 8, 144, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_quads"),  # stride 2 onto 16 outputs: each pixel's taps
-    ((3, 7, 5, 150, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_quads"),  # the same, ragged blocks (150 = 128 + 22)
+    ((2, 8, 8, 144, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # stride 2 onto 4 x 4 outputs: the triples
+    ((3, 7, 5, 150, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # the same, ragged blocks (150 = 128 + 22)
     ((2, 3, 3, 100, 3, 3, 2, 3), "dw_pixel_quads", "dw_classes"),  # pad past k: corner outputs meet no tap
     ((4, 2, 2, 576, 3, 3, 2, 1), "dw_pixel_quads", "dw_pixel_quads"),  # MobileNetV2's last stride-2 shape
-    ((3, 4, 4, 192, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_quads"),  # err of 2 x 2: the err quads (measured faster)
-    ((3, 2, 4, 192, 3, 3, 2, 1), "dw_pixel_quads", "dw_pixel_quads"),  # err of 1 x 2: 8 dx pixels on 2 sources
+    ((3, 4, 4, 192, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # err of 2 x 2: the err quads (measured faster)
+    ((3, 2, 4, 192, 3, 3, 2, 1), "dw_pixel_quads", "dw_pixel_quads"),  # 1 x 2 outputs (err): the pixel quads
     ((5, 2, 2, 384, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # 4 sources met by 4 pixels, aligned stores
     ((3, 2, 2, 200, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # the same, C % 32 != 0 (unaligned)
     ((2, 1, 3, 130, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # 3 sources: the fourth slot's weight zero
@@ -150,6 +151,8 @@ def threads(dsp, request):
         (7, 8, 8, 144, 3, 3, 2, 1),
         (7, 2, 2, 200, 3, 3, 1, 1),
         (5, 3, 3, 150, 5, 5, 2, 2),
+        (7, 7, 9, 150, 3, 3, 2, 1),
+        (7, 8, 6, 96, 3, 3, 2, 1),
     ],
     ids=[
         "flat",
@@ -163,6 +166,8 @@ def threads(dsp, request):
         "pixels-s2-overlap",
         "sources-overlap",
         "pixels-k5-overlap",
+        "triples-ragged",
+        "triples-96",
     ],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
