@@ -80,6 +80,7 @@ SHAPES = [
     ((3, 2, 2, 200, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # the same, C % 32 != 0 (unaligned)
     ((2, 1, 3, 130, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # 3 sources: the fourth slot's weight zero
     ((2, 2, 2, 100, 5, 5, 1, 2), "dw_pixel_quads", "dw_pixel_quads"),  # 5 x 5 on a 2 x 2 image
+    ((2, 2, 2, 4224, 3, 3, 1, 2), "dw_pixel_quads", "dw_flat"),  # weights past the 256 KB built once: each share's own
     ((2, 9, 9, 20, 5, 5, 2, 2), "dw_blocks", "dw_classes"),  # 5 x 5 stride 2: classes of 9, 6 and 4 taps
     ((3, 8, 7, 40, 3, 3, 3, 0), "dw_blocks", "dw_classes"),  # stride 3: classes with no tap (zeros)
 ]
