@@ -37,6 +37,8 @@ struct px_job {
     int16_t rows[PX_MAX_OUT][PX_MAX_AXIS][2], cols[PX_MAX_OUT][PX_MAX_AXIS][2];   /* axis_taps */
     int8_t rcnt[PX_MAX_OUT], ccnt[PX_MAX_OUT];
     const HVX_Vector *wsrc;   /* source_share's interleaved weights, built once a call (or NULL) */
+    const HVX_Vector *wpix;   /* pixel_share's: pixel p, block cb at (p * blocks + cb) * 4 * maxg (or NULL) */
+    int maxg;
 };
 
 /* Along one axis, output coordinate o meets the kernel rows (or columns) k whose input
@@ -103,18 +105,22 @@ static inline __attribute__((always_inline)) void pixel_core(const int G, const 
                                                              const int32_t *off, const HVX_Vector *wq, int groups,
                                                              int valid, int acc)
 {
-    const int ng = G ? G : groups;
-    HVX_Vector W[G ? 4 * G : 1];
-    int32_t O[G ? 4 * G : 1];
-    for (int k = 0; k < 4 * G; k++) { W[k] = wq[k]; O[k] = off[k]; }
+    /* G = -1: one group holding one real tap (a 1 x 1 image's centre): its 3 other slots
+     * weigh zero, so they take a zero vector, not 3 more loads of the first tap's input */
+    const int ONE = G < 0, GG = G < 0 ? 1 : G;
+    const int ng = GG ? GG : groups;
+    const HVX_Vector zero = Q6_V_vzero();
+    HVX_Vector W[GG ? 4 * GG : 1];
+    int32_t O[GG ? 4 * GG : 1];
+    for (int k = 0; k < 4 * GG; k++) { W[k] = wq[k]; O[k] = off[k]; }
     for (int img = 0; img < n; img++, in += inimg, out += outimg) {
         HVX_Vector a[4], x[4];
         for (int g = 0; g < ng; g++) {
-            const int32_t *o = G ? O + 4 * g : off + 4 * g;
-            dw_interleave4(x, hvx_load_u(in + o[0]), hvx_load_u(in + o[1]), hvx_load_u(in + o[2]),
-                           hvx_load_u(in + o[3]));
+            const int32_t *o = GG ? O + 4 * g : off + 4 * g;
+            dw_interleave4(x, hvx_load_u(in + o[0]), ONE ? zero : hvx_load_u(in + o[1]),
+                           ONE ? zero : hvx_load_u(in + o[2]), ONE ? zero : hvx_load_u(in + o[3]));
             for (int q = 0; q < 4; q++) {
-                HVX_Vector w = G ? W[4 * g + q] : wq[4 * g + q];
+                HVX_Vector w = GG ? W[4 * g + q] : wq[4 * g + q];
                 a[q] = g ? Q6_Vw_vrmpyacc_VwVbVb(a[q], x[q], w) : Q6_Vw_vrmpy_VbVb(x[q], w);
             }
         }
@@ -137,7 +143,8 @@ static inline __attribute__((always_inline)) void pixel_core(const int G, const 
 
 #define PIXEL_GROUPS(WHOLE, ...)                                                    \
     do {                                                                            \
-        if (groups == 1) pixel_core(1, WHOLE, __VA_ARGS__);                         \
+        if (groups == 1 && real == 1) pixel_core(-1, WHOLE, __VA_ARGS__);           \
+        else if (groups == 1) pixel_core(1, WHOLE, __VA_ARGS__);                    \
         else if (groups == 2) pixel_core(2, WHOLE, __VA_ARGS__);                    \
         else if (groups == 3) pixel_core(3, WHOLE, __VA_ARGS__);                    \
         else pixel_core(0, WHOLE, __VA_ARGS__);                                     \
@@ -223,6 +230,27 @@ static const HVX_Vector *source_weights_all(struct dspt_ctx *ctx, const struct p
     return wq;
 }
 
+/* pixel_share's weights likewise, once a call: every output pixel's groups for every block
+ * (1 x 1 x 960: 8 blocks, which each of 4 shares had built). NULL past 256 KB. */
+static const HVX_Vector *pixel_weights_all(struct dspt_ctx *ctx, struct px_job *J)
+{
+    const int C = J->s->c, pixels = J->out_h * J->out_w, blocks = (C + HVX_BYTES - 1) / HVX_BYTES;
+    J->maxg = (J->s->kh * J->s->kw + 3) / 4;
+    int64_t bytes = (int64_t)pixels * blocks * J->maxg * 4 * HVX_BYTES;
+    if (bytes > 256 * 1024) return 0;
+    HVX_Vector *wq = dspt_scratch(ctx, (uint32_t)bytes);
+    if (!wq) return 0;
+    int32_t off[PX_MAX_TAPS + 3], tap[PX_MAX_TAPS + 3];
+    for (int oy = 0, p = 0; oy < J->out_h; oy++)
+        for (int ox = 0; ox < J->out_w; ox++, p++) {
+            int groups = (pixel_taps(J, oy, ox, off, tap) + 3) / 4;
+            for (int cb = 0; cb < blocks; cb++)
+                pixel_weights(J, tap, groups, dw_block_start(cb, C, J->accumulate),
+                              wq + (p * blocks + cb) * 4 * J->maxg);
+        }
+    return wq;
+}
+
 /* Images [lo, hi) when the source has at most 4 pixels: output pixels 4 at a time. */
 static int source_share(const struct px_job *J, int lo, int hi, int aligned)
 {
@@ -255,6 +283,7 @@ static int pixel_share(struct dspt_ctx *tc, int t, void *job)
     const struct dw_shape *s = J->s;
     const int C = s->c, inimg = J->src_h * J->src_w * C, outimg = J->out_h * J->out_w * C, acc = J->accumulate;
     int lo, hi, aligned = C % 32 == 0 && ((uintptr_t)J->out & (HVX_BYTES - 1)) == 0;
+    const int blocks = (C + HVX_BYTES - 1) / HVX_BYTES;
     dspt_share(tc, s->n, 1, t, &lo, &hi);
     if (lo >= hi) return DSPT_OK;
     int32_t off[PX_MAX_TAPS + 3], tap[PX_MAX_TAPS + 3];
@@ -273,13 +302,15 @@ static int pixel_share(struct dspt_ctx *tc, int t, void *job)
                     continue;
                 }
                 const int8_t *in = J->src + (size_t)lo * inimg + c0;
-                pixel_weights(J, tap, groups, c0, wq);
+                const HVX_Vector *W = wq;
+                if (J->wpix) W = J->wpix + ((oy * J->out_w + ox) * blocks + cb) * 4 * J->maxg;
+                else pixel_weights(J, tap, groups, c0, wq);
                 if (valid == HVX_BYTES && !acc && aligned && c0 % 32 == 0)
-                    PIXEL_GROUPS(2, in, out, hi - lo, inimg, outimg, off, wq, groups, valid, acc);
+                    PIXEL_GROUPS(2, in, out, hi - lo, inimg, outimg, off, W, groups, valid, acc);
                 else if (valid == HVX_BYTES && !acc)
-                    PIXEL_GROUPS(1, in, out, hi - lo, inimg, outimg, off, wq, groups, valid, acc);
+                    PIXEL_GROUPS(1, in, out, hi - lo, inimg, outimg, off, W, groups, valid, acc);
                 else
-                    PIXEL_GROUPS(0, in, out, hi - lo, inimg, outimg, off, wq, groups, valid, acc);
+                    PIXEL_GROUPS(0, in, out, hi - lo, inimg, outimg, off, W, groups, valid, acc);
             }
         }
     return DSPT_OK;
@@ -313,6 +344,8 @@ int dspt_dw_pixels(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t 
     J.out_w = bwd ? s->w : s->ow;
     axis_taps(J.out_h, J.src_h, s->kh, s->stride, s->pad, bwd, J.rows, J.rcnt);
     axis_taps(J.out_w, J.src_w, s->kw, s->stride, s->pad, bwd, J.cols, J.ccnt);
-    J.wsrc = J.src_h * J.src_w <= 4 && J.out_h * J.out_w > 1 ? source_weights_all(ctx, &J) : 0;
+    int sources = J.src_h * J.src_w <= 4 && J.out_h * J.out_w > 1;
+    J.wsrc = sources ? source_weights_all(ctx, &J) : 0;
+    J.wpix = sources ? 0 : pixel_weights_all(ctx, &J);
     return dspt_run_shares(ctx, pixel_share, &J);
 }

@@ -81,6 +81,8 @@ SHAPES = [
     ((2, 1, 3, 130, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # 3 sources: the fourth slot's weight zero
     ((2, 2, 2, 100, 5, 5, 1, 2), "dw_pixel_quads", "dw_pixel_quads"),  # 5 x 5 on a 2 x 2 image
     ((2, 2, 2, 4224, 3, 3, 1, 2), "dw_pixel_quads", "dw_flat"),  # weights past the 256 KB built once: each share's own
+    ((2, 7, 7, 1400, 5, 5, 2, 1), "dw_pixel_quads", "dw_classes"),  # the same for each output pixel's own taps
+    ((2, 1, 1, 25600, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # and a 1 x 1 image's: 200 blocks
     ((2, 9, 9, 20, 5, 5, 2, 2), "dw_blocks", "dw_classes"),  # 5 x 5 stride 2: classes of 9, 6 and 4 taps
     ((3, 8, 7, 40, 3, 3, 3, 0), "dw_blocks", "dw_classes"),  # stride 3: classes with no tap (zeros)
 ]
@@ -92,6 +94,7 @@ WGRAD_PAIRS = {
     (5, 2, 2, 384, 3, 3, 1, 1),
     (3, 2, 2, 200, 3, 3, 1, 1),
     (2, 2, 2, 100, 5, 5, 1, 2),
+    (2, 1, 1, 25600, 3, 3, 1, 1),
 }
 
 
@@ -154,6 +157,7 @@ def threads(dsp, request):
         (5, 3, 3, 150, 5, 5, 2, 2),
         (7, 7, 9, 150, 3, 3, 2, 1),
         (7, 8, 6, 96, 3, 3, 2, 1),
+        (7, 1, 1, 200, 3, 3, 1, 1),
     ],
     ids=[
         "flat",
@@ -169,6 +173,7 @@ def threads(dsp, request):
         "pixels-k5-overlap",
         "triples-ragged",
         "triples-96",
+        "one-pixel-centre",
     ],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
