@@ -364,10 +364,14 @@ static int dw_run_job(struct dspt_ctx *ctx, struct dw_job *J)
         J->ext_bytes = (J->residues + 1) * HVX_BYTES;
         int8_t *ext = dspt_scratch(ctx, (uint32_t)(taps * J->ext_bytes));
         if (!ext) return DSPT_NO_SUPPORT;
-        for (int t = 0; t < taps; t++)   /* plane t repeated: lane l of residue r is channel (128 r + l) mod C */
-            for (int k = 0; k < J->ext_bytes; k += s->c)
-                hvx_copy(ext + t * J->ext_bytes + k, J->w + t * s->c,
-                         (uint32_t)(J->ext_bytes - k < s->c ? J->ext_bytes - k : s->c));
+        for (int t = 0; t < taps; t++) {   /* plane t repeated: lane l of residue r is channel (128 r + l) mod C */
+            int8_t *e = ext + t * J->ext_bytes;
+            hvx_copy(e, J->w + t * s->c, (uint32_t)(J->ext_bytes < s->c ? J->ext_bytes : s->c));
+            /* doubled from itself (have stays a multiple of C): a few long copies, not
+             * ext_bytes / C short ones with a masked tail each (9 x 9 for C = 144) */
+            for (int have = s->c; have < J->ext_bytes; have *= 2)
+                hvx_copy(e + have, e, (uint32_t)(J->ext_bytes - have < have ? J->ext_bytes - have : have));
+        }
         J->ext = ext;
     }
     for (int t = 0; t < (int)ctx->threads; t++) {
