@@ -132,6 +132,29 @@ static void copy_rows_to_aligned(int8_t *dst, int dst_step, const int8_t *src, i
  * a call, stays zero. */
 static void stack_fill(struct stack *st, const int8_t *src, int h, int w, int c, int n0, int g, int cb)
 {
+    const int8_t *first = src + (size_t)n0 * h * w * c;
+    if (st->pitch == c && (w * c) % HVX_BYTES == 0 && h <= w * c / HVX_BYTES &&
+        ((uintptr_t)first & (HVX_BYTES - 1)) == 0) {
+        /* whole aligned rows of at least h vectors (8 x 8 x 144, 4 x 4 x 192): the g images'
+         * rows are one run of source vectors, copied by one loop whose destination skips the
+         * border at each row's and image's end (a loop per row: about 3 packets a vector on
+         * these short rows; MobileNetV2's 4 x 4 x 192, batch 64: 48.8 K -> 47.2 K packets).
+         * Taller images keep copy_rows_to_aligned's loop down the rows. */
+        const HVX_Vector *sv = (const HVX_Vector *)first;
+        HVX_Vector *d = (HVX_Vector *)(st->buf + st->pad * st->rowbytes + st->pad * st->pitch);
+        const int whole = w * c / HVX_BYTES, row_skip = st->rowbytes / HVX_BYTES - whole;
+        const int img_skip = (st->imgbytes - h * st->rowbytes) / HVX_BYTES;
+        int col = 0, row = 0;
+        for (int k = 0; k < g * h * whole; k++) {
+            *d++ = sv[k];
+            if (++col == whole) {
+                col = 0;
+                d += row_skip;
+                if (++row == h) { row = 0; d += img_skip; }
+            }
+        }
+        return;
+    }
     for (int gi = 0; gi < g; gi++) {
         const int8_t *img = src + (size_t)(n0 + gi) * h * w * c;
         int8_t *dst = st->buf + gi * st->imgbytes + st->pad * st->rowbytes + st->pad * st->pitch;

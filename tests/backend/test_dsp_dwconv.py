@@ -158,6 +158,8 @@ def threads(dsp, request):
         (7, 7, 9, 150, 3, 3, 2, 1),
         (7, 8, 6, 96, 3, 3, 2, 1),
         (7, 1, 1, 200, 3, 3, 1, 1),
+        (7, 4, 4, 192, 3, 3, 1, 1),
+        (5, 4, 4, 128, 5, 5, 1, 2),
     ],
     ids=[
         "flat",
@@ -174,6 +176,8 @@ def threads(dsp, request):
         "triples-ragged",
         "triples-96",
         "one-pixel-centre",
+        "quads-rows-one-run",
+        "flat-rows-one-run",
     ],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
