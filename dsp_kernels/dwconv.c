@@ -429,7 +429,7 @@ int dspt_op_dwconv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     }
     if (triples) {
         d->result_shift = DSPT_PATH_DW_COLUMN_TRIPLES;
-        return dspt_dw_column_triples(ctx, &s, x, w, y, acc);
+        return dspt_dw_column_triples(ctx, &s, x, w, y, acc, 0);
     }
     struct dw_job J = {.s = &s, .src = x, .w = w, .out = y, .flat = s.stride == 1, .flip = 0, .pad = s.pad,
                        .accumulate = acc, .src_h = s.h, .src_w = s.w,
@@ -464,6 +464,10 @@ int dspt_op_dwconv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     if (s.stride == 1 && s.kh == s.kw && s.pad <= s.kh - 1) {
         /* the forward conv of err (padded by k - 1 - p) with the taps flipped */
         struct dw_shape f = {s.n, s.oh, s.ow, s.c, s.kh, s.kw, s.h, s.w, 1, s.kh - 1 - s.pad};
+        if (dspt_dw_column_triples_fit(&f)) {
+            d->result_shift = DSPT_PATH_DW_COLUMN_TRIPLES;
+            return dspt_dw_column_triples(ctx, &f, err, w, dx, acc, 1);
+        }
         struct dw_job J = {.s = &f, .src = err, .w = w, .out = dx, .flat = 1, .flip = 1, .pad = f.pad,
                            .accumulate = acc, .src_h = s.oh, .src_w = s.ow, .quads = dspt_dw_quads_fit(&f)};
         d->result_shift = J.quads ? DSPT_PATH_DW_COLUMN_QUADS : DSPT_PATH_DW_FLAT;

@@ -49,11 +49,12 @@ int dspt_dw_pixels_fit(const struct dw_shape *s, int bwd);
 int dspt_dw_pixels(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t *src, const int8_t *w, int32_t *out,
                    int bwd, int accumulate);
 
-/* dwconv_fwd2.c: forward of 3 x 3, stride 2, padding 1, each input column's 3 rows a
- * vrmpy word met by the kernel's 3 columns; _fit says when. */
+/* dwconv_fwd2.c: forward of 3 x 3, padding 1, stride 2 (or 1 on small images), each input
+ * column's 3 rows a vrmpy word met by the kernel's 3 columns; `flip`: the taps turned
+ * (backward data of stride 1 as a forward); _fit says when. */
 int dspt_dw_column_triples_fit(const struct dw_shape *s);
 int dspt_dw_column_triples(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t *x, const int8_t *w,
-                           int32_t *y, int accumulate);
+                           int32_t *y, int accumulate, int flip);
 
 /* dwconv_bwd2.c: backward data of 3 x 3, stride 2, padding 1, four err pixels a vrmpy word
  * met by the four dx pixels they feed; _fit says when. */

@@ -17,7 +17,8 @@ images; err of backward data from them) or a stride-2 forward onto 16 outputs or
 takes each output pixel's inside taps, 4 a vrmpy word ("dw_pixel_quads",
 dsp_kernels/dwconv_pixels.c); 3 x 3 at stride 2, pad 1 with C % 32 == 0 or C > 128 puts
 each input column's 3 rows in the words ("dw_column_triples", onto 2 x 2 outputs or more:
-before the pixel quads) and, backward, the 4 err pixels
+before the pixel quads; also stride 1, forward and backward data, on images of 5 to 16
+pixels) and, backward, the 4 err pixels
 that 4 dx pixels read ("dw_err_quads"); the weight gradient puts four images in each vrmpy word
 ("dw_image_quads", a ragged batch padded with zero images), except where the image and the
 output have at most 4 pixels and every output's window holds every input pixel: there each
@@ -56,7 +57,9 @@ SHAPES = [
         "dw_column_quads",
         "dw_column_quads",
     ),  # ragged: 65 weight residues, rows end mid-vector
-    ((5, 4, 4, 96, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),  # 3 residues, 5 images (1 and 2 a thread)
+    ((5, 4, 5, 96, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),  # 3 residues, 5 images (1 and 2 a thread)
+    ((5, 4, 4, 96, 3, 3, 1, 1), "dw_column_triples", "dw_column_triples"),  # stride 1 on 16 pixels: the triples
+    ((3, 3, 5, 150, 3, 3, 1, 1), "dw_column_triples", "dw_column_triples"),  # ragged, odd width, 15 pixels
     ((2, 1, 1, 200, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # one pixel: the centre tap alone
     ((3, 4, 4, 1, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),  # one channel: 128 pixels a vector
     ((2, 5, 6, 24, 3, 4, 1, 1), "dw_column_quads", "dw_classes"),  # 4 taps a row: the whole word
@@ -158,8 +161,10 @@ def threads(dsp, request):
         (7, 7, 9, 150, 3, 3, 2, 1),
         (7, 8, 6, 96, 3, 3, 2, 1),
         (7, 1, 1, 200, 3, 3, 1, 1),
-        (7, 4, 4, 192, 3, 3, 1, 1),
+        (7, 5, 4, 192, 3, 3, 1, 1),
         (5, 4, 4, 128, 5, 5, 1, 2),
+        (7, 3, 5, 150, 3, 3, 1, 1),
+        (7, 4, 4, 192, 3, 3, 1, 1),
     ],
     ids=[
         "flat",
@@ -178,6 +183,8 @@ def threads(dsp, request):
         "one-pixel-centre",
         "quads-rows-one-run",
         "flat-rows-one-run",
+        "triples-s1-ragged",
+        "triples-s1-192",
     ],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
