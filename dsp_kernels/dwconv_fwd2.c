@@ -33,7 +33,8 @@ struct ct_job {
 /* Stride 1 (forward, and backward data as the forward with the taps flipped): output n
  * meets columns n - 1, n and n + 1, so each column's triple, built once, ends output
  * n - 1 (kernel column 2), continues n (1) and starts n + 1 (0): per output pixel block 3
- * loads, 4 vshuff, 12 vrmpy. Rows outside read the zero row; no padded copy. */
+ * loads, 4 vshuff, 12 vrmpy. Rows outside read the zero row; no padded copy, and no rows
+ * that only start sums (the column quads' strips spend 2 of a 4 x 4 image's 6 rows so). */
 static inline __attribute__((always_inline)) void ct_images1(const int NQ, const struct ct_job *J, int lo, int hi,
                                                              int c0, const HVX_Vector *Wm, int valid);
 
@@ -43,8 +44,8 @@ int dspt_dw_column_triples_fit(const struct dw_shape *s)
     /* C % 32: every output block starts on a vector; C > 128: whole blocks (dw_block_start) */
     if (s->kh != 3 || s->kw != 3 || s->pad != 1 || s->c < 64 || (s->c % 32 && s->c <= 128)) return 0;
     /* stride 1 on images of 5 to 16 pixels (MobileNetV2's 4 x 4 x 192, batch 64: 47.2 K ->
-     * 39.1 K packets); the column quads' flat strips waste no lanes and win on larger ones
-     * (8 x 8 x 144: 104 K against 173 K), the pixel quads on 4 pixels or fewer */
+     * 32.5 K packets); the column quads' flat strips waste no lanes and win on larger ones
+     * (8 x 8 x 144: 104 K against 152 K), the pixel quads on 4 pixels or fewer */
     return s->stride == 2 || (s->stride == 1 && s->h * s->w > 4 && s->h * s->w <= 16);
 }
 
@@ -140,18 +141,16 @@ static inline __attribute__((always_inline)) void ct_images1(const int NQ, const
                 a[q] = Q6_Vw_vrmpy_VbVb(t[q], W[4 + q]);
                 b[q] = Q6_Vw_vrmpy_VbVb(t[q], W[q]);
             }
-            int k = Wd > 1 ? C : 0;
-            triple(t, r0, r1, r2, k);
+            /* not software-pipelined as the stride-2 loop: a and b hold 8 registers more, and
+             * the next column's triple beside them spilled (27 packets an output, not 13) */
 #pragma clang loop unroll(disable)
-            for (int n = 1; n < Wd; n++, y += C) {
-                HVX_Vector done[4], tn[4];
-                k = n + 1 < Wd ? k + C : k;   /* the next column, built while this one multiplies */
-                triple(tn, r0, r1, r2, k);
+            for (int n = 1, k = C; n < Wd; n++, k += C, y += C) {
+                HVX_Vector done[4];
+                triple(t, r0, r1, r2, k);
                 for (int q = 0; q < 4; q++) {
                     done[q] = Q6_Vw_vadd_VwVw(a[q], Q6_Vw_vrmpy_VbVb(t[q], W[8 + q]));
                     a[q] = Q6_Vw_vadd_VwVw(b[q], Q6_Vw_vrmpy_VbVb(t[q], W[4 + q]));
                     b[q] = Q6_Vw_vrmpy_VbVb(t[q], W[q]);
-                    t[q] = tn[q];
                 }
                 store_block(NQ, y, done, valid, acc);
             }
