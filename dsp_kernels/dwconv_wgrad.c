@@ -30,6 +30,8 @@
 struct quad {
     int8_t *buf;
     int rows, cols, pad, blocks, pitch, group_bytes;
+    int lead;      /* buf is this far into its aligned buffer: row interiors on vectors */
+    int aligned;   /* every row interior starts on a vector */
 };
 
 static void quad_init(struct quad *q, int h, int w, int pad, int c)
@@ -40,6 +42,54 @@ static void quad_init(struct quad *q, int h, int w, int pad, int c)
     q->blocks = (c + 31) / 32;
     q->pitch = 4 * c;
     q->group_bytes = q->rows * q->cols * q->pitch;
+    /* rows a whole number of vectors apart: moving buf `lead` bytes into its buffer puts
+     * every row's interior (pad pixels in) on a vector, so the fill stores whole vectors */
+    q->aligned = q->cols * q->pitch % HVX_BYTES == 0;
+    q->lead = q->aligned ? (HVX_BYTES - pad * q->pitch % HVX_BYTES) % HVX_BYTES : 0;
+}
+
+/* One group's h rows of 4 images (whole aligned vectors, vpr a row, each image contiguous)
+ * into q's aligned row interiors from dst on (`gap` bytes from one row's end to the next's
+ * start), 4 packets a 4 x 128 bytes: each packet holds one vector load (the next vectors),
+ * one vshuff (of dw_interleave4's four, on these) and one aligned store (of the vectors
+ * before), the fourth slot keeping the row's end. The software-pipelined loop is written in
+ * packets: clang-16 packs the same C (loads a step ahead) in 9.5 packets, not 4, and serially
+ * in 11. The last vectors' next ones are not read (they may lie past x). total = h vpr >= 3. */
+static void quad_fill_rows(int8_t *dst, int gap, const int8_t *const im[4], int h, int vpr)
+{
+    const int8_t *a = im[0], *b = im[1], *c = im[2], *e = im[3];
+    const int8_t *rend = a + (vpr + 1) * HVX_BYTES;   /* a's load pointer there: the vectors stored next start a row */
+    int step, n = h * vpr - 2, rowlen = vpr * HVX_BYTES, big = 4 * HVX_BYTES + gap, small = 4 * HVX_BYTES;
+    register int m1 __asm__("r6") = -1;   /* vshuff's Rt is one of r0-r7 */
+    register int m2 __asm__("r7") = -2;
+    __asm__ volatile(
+        "{ v10 = vmem(%[a]++#1) }\n"
+        "{ v11 = vmem(%[b]++#1) }\n"
+        "{ v12 = vmem(%[c]++#1) }\n"
+        "{ v13 = vmem(%[e]++#1) }\n"
+        "{ v1:0 = vshuff(v11,v10,%[m1]); v10 = vmem(%[a]++#1) }\n"
+        "{ v3:2 = vshuff(v13,v12,%[m1]); v11 = vmem(%[b]++#1) }\n"
+        "{ v5:4 = vshuff(v2,v0,%[m2]); v12 = vmem(%[c]++#1) }\n"
+        "{ v7:6 = vshuff(v3,v1,%[m2]); v13 = vmem(%[e]++#1); loop0(1f, %[n]) }\n"
+        ".falign\n"
+        "1:\n"
+        "{ v1:0 = vshuff(v11,v10,%[m1]); v10 = vmem(%[a]++#1); vmem(%[d]+#0) = v4; p0 = cmp.eq(%[a], %[rend]) }\n"
+        "{ v3:2 = vshuff(v13,v12,%[m1]); v11 = vmem(%[b]++#1); vmem(%[d]+#1) = v5;"
+        "  if (p0) %[rend] = add(%[rend], %[rowlen]) }\n"
+        "{ v5:4 = vshuff(v2,v0,%[m2]); v12 = vmem(%[c]++#1); vmem(%[d]+#2) = v6; %[step] = mux(p0, %[big], %[small]) }\n"
+        "{ v7:6 = vshuff(v3,v1,%[m2]); v13 = vmem(%[e]++#1); vmem(%[d]+#3) = v7; %[d] = add(%[d], %[step]) }:endloop0\n"
+        "{ v1:0 = vshuff(v11,v10,%[m1]); vmem(%[d]+#0) = v4; p0 = cmp.eq(%[a], %[rend]) }\n"
+        "{ v3:2 = vshuff(v13,v12,%[m1]); vmem(%[d]+#1) = v5 }\n"
+        "{ v5:4 = vshuff(v2,v0,%[m2]); vmem(%[d]+#2) = v6; %[step] = mux(p0, %[big], %[small]) }\n"
+        "{ v7:6 = vshuff(v3,v1,%[m2]); vmem(%[d]+#3) = v7; %[d] = add(%[d], %[step]) }\n"
+        "{ vmem(%[d]+#0) = v4 }\n"
+        "{ vmem(%[d]+#1) = v5 }\n"
+        "{ vmem(%[d]+#2) = v6 }\n"
+        "{ vmem(%[d]+#3) = v7 }\n"
+        : [a] "+r"(a), [b] "+r"(b), [c] "+r"(c), [e] "+r"(e), [d] "+r"(dst), [rend] "+r"(rend), [step] "=&r"(step)
+        : [n] "r"(n), [m1] "r"(m1), [m2] "r"(m2), [rowlen] "r"(rowlen), [big] "r"(big), [small] "r"(small)
+        : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v10", "v11", "v12", "v13", "p0", "lc0", "sa0", "usr",
+          "memory");
 }
 
 /* Groups of 4 images of src (n images of h x w x c, from image `first`), ng of them, into
@@ -49,6 +99,9 @@ static void quad_fill(struct quad *q, const int8_t *src, int n, int h, int w, in
                       const int8_t *zeros)
 {
     const int rowlen = w * c, rows = q->rows, cols = q->cols, pitch = q->pitch, pad = q->pad;
+    /* whole aligned vectors a row (no border: an image), at least 3 of them an image */
+    const int fast = q->aligned && (pad ? rowlen : h * rowlen) % HVX_BYTES == 0 &&
+                     ((uintptr_t)src & (HVX_BYTES - 1)) == 0 && h * rowlen >= 3 * HVX_BYTES;
     for (int gi = 0; gi < ng; gi++) {
         const int8_t *im[4];
         int step[4];
@@ -56,6 +109,12 @@ static void quad_fill(struct quad *q, const int8_t *src, int n, int h, int w, in
             int img = first + 4 * gi + k;
             im[k] = img < n ? src + (size_t)img * h * rowlen : zeros;
             step[k] = img < n ? rowlen : 0;
+        }
+        if (fast && first + 4 * gi + 3 < n) {   /* 4 real images (a ragged batch's last group below) */
+            int8_t *dst = q->buf + ((gi * rows + pad) * cols + pad) * pitch;
+            if (pad) quad_fill_rows(dst, cols * pitch - 4 * rowlen, im, h, rowlen / HVX_BYTES);
+            else quad_fill_rows(dst, 0, im, 1, h * rowlen / HVX_BYTES);   /* no border: one run */
+            continue;
         }
         for (int r = 0; r < h; r++) {
             const int8_t *r0 = im[0] + r * step[0], *r1 = im[1] + r * step[1];
@@ -240,8 +299,8 @@ static int wg_share(struct dspt_ctx *tc, int t, void *job)
     struct quad xq, eq;
     quad_init(&xq, s->h, s->w, s->pad, s->c);
     quad_init(&eq, s->oh, s->ow, 0, s->c);
-    xq.buf = J->xq[t];
-    eq.buf = J->eq[t];
+    xq.buf = J->xq[t] + xq.lead;
+    eq.buf = J->eq[t] + eq.lead;
     int lo, hi, groups = (s->n + 3) / 4;
     dspt_share(tc, groups, 1, t, &lo, &hi);
     if (lo >= hi) return DSPT_OK;
@@ -302,8 +361,8 @@ int dspt_op_dwconv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     for (int t = 0; t < (int)ctx->threads; t++) {   /* each thread's buffers, from its own scratch */
         struct dspt_ctx *tc = dspt_thread_ctx(ctx, t);
         if (!tc) return DSPT_NO_SUPPORT;
-        J.xq[t] = dspt_scratch(tc, J.xq_bytes);
-        J.eq[t] = dspt_scratch(tc, (uint32_t)gp * eq.group_bytes);
+        J.xq[t] = dspt_scratch(tc, J.xq_bytes + (uint32_t)xq.lead);
+        J.eq[t] = dspt_scratch(tc, (uint32_t)(gp * eq.group_bytes + eq.lead));
         J.part[t] = t ? dspt_scratch(tc, dw_words * 4 + HVX_BYTES) : dw;
         J.zeros[t] = dspt_scratch(tc, J.zero_bytes);
         if (!J.xq[t] || !J.eq[t] || !J.part[t] || !J.zeros[t]) return DSPT_NO_SUPPORT;
