@@ -17,25 +17,11 @@
 #include "kernels.h"
 #include "conv_common.h"
 #include "dwconv.h"
+#include "dwconv_wgrad.h"
 #include "threads.h"
 
 #define WG_CHUNK (512u * 1024u)   /* interleaved x and err a thread holds per pass */
 #define WG_MAX_TAPS 64
-/* bytes past a quads buffer that wg_block3_packets may read: a row and 4 pixels past the
- * last group, from the last channel block */
-#define WG_SLACK(q) ((q)->cols * (q)->pitch + 4 * (q)->pitch + (q)->blocks * HVX_BYTES)
-
-/* Interleaved images: pixel (r, q) of group gi at ((gi * rows + r) * cols + q) * pitch,
- * pitch = 4 C bytes: byte b of a row of 4 images is word b of the interleaved row, so a
- * row interleaves as one run of bytes whatever C is, and channel block cb32 (32 channels x
- * 4 images) of a pixel is the vector at byte 128 cb32 of it: aligned when C % 32 == 0,
- * else read unaligned (lanes past C: the next pixel's, never stored). */
-struct quad {
-    int8_t *buf;
-    int rows, cols, pad, blocks, pitch, group_bytes;
-    int lead;      /* buf is this far into its aligned buffer: row interiors on vectors */
-    int aligned;   /* every row interior starts on a vector */
-};
 
 static void quad_init(struct quad *q, int h, int w, int pad, int c)
 {
@@ -175,19 +161,6 @@ static inline __attribute__((always_inline)) HVX_Vector wg_load(const int AL, co
     return AL ? *(const HVX_Vector *)p : hvx_load_u(p);
 }
 
-/* part[t, 32 channels of block cb] = acc[t], or += with `add`; a ragged block's words only. */
-static inline __attribute__((always_inline)) void wg_store(int32_t *part, const struct dw_shape *s,
-                                                           const HVX_Vector *acc, int taps, int cb, int add)
-{
-    int words = s->c - 32 * cb < 32 ? s->c - 32 * cb : 32;
-    for (int t = 0; t < taps; t++) {
-        int32_t *dst = part + t * s->c + 32 * cb;
-        HVX_Vector v = add ? Q6_Vw_vadd_VwVw(acc[t], hvx_load_u(dst)) : acc[t];
-        if (words == 32) hvx_store_u(dst, v);
-        else hvx_store_bytes(dst, v, (uint32_t)words * 4);
-    }
-}
-
 /* part[t, c] (+)= the sums of channel block cb over the pass's positions; `add` when the
  * partial already holds sums. NT taps in registers (0: any count, sums in memory). */
 static inline __attribute__((always_inline)) void wg_block(const int NT, const int AL, int32_t *part,
@@ -253,140 +226,6 @@ static inline __attribute__((always_inline)) void wg_block3(const int AL, int32_
     wg_store(part, s, acc, 9, cb, add);
 }
 
-/* wg_block3 as packets, for OW % 4 == 0: per row of outputs two halves of 2 outputs, each
- * 18 vrmpy (two a packet, plain: two vrmpyacc never share one), their 18 vadds and the next
- * half's 8 loads (6 x columns, 2 err vectors), modulo-scheduled so every slot works: 11
- * packets (aligned vmem; 13 with vmemu, which takes two slots) for 2 outputs, where clang-16
- * made 9-10 packets of one. Registers: the 3 kernel rows' columns in two sets of 6 (v0-v5,
- * v6-v11; a half reads the columns o .. o + 3 from both and reloads the set holding o, o + 1
- * with o + 4, o + 5, so the halves alternate the sets), err v12-v13, products v14-v22 (a
- * product's vadd may come one half later: v22 is zeroed first), the 9 sums in registers the
- * compiler picks. The rows of a group run on as one flat array (the quads' rows are OW + 2
- * pixels): the last half of a row loads the next row's columns 0, 1 and err pixels, so a new
- * row moves that set over and loads columns 2, 3 (6 packets). The loads run up to a row and
- * 4 pixels past the group (the buffers' slack). The schedule is a greedy list schedule over
- * the 4-slot packets (2 vrmpy, 1 vector load), checked by a symbolic run of every product. */
-#define WG3S1_OPERANDS                                                                                            \
-    : [x0] "+r"(x0), [x1] "+r"(x1), [x2] "+r"(x2), [e] "+r"(e), [a0] "+v"(a0), [a1] "+v"(a1), [a2] "+v"(a2),      \
-      [a3] "+v"(a3), [a4] "+v"(a4), [a5] "+v"(a5), [a6] "+v"(a6), [a7] "+v"(a7), [a8] "+v"(a8)                    \
-    : [pitch] "r"(pitch), [rows] "r"(rows), [nb] "r"(nb)                                                         \
-    : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", \
-      "v17", "v18", "v19", "v20", "v21", "v22", "m0", "lc0", "sa0", "lc1", "sa1", "usr", "memory"
-
-static inline __attribute__((always_inline)) void wg_block3_packets(const int AL, int32_t *part,
-                                                                    const struct dw_shape *s, const struct quad *xq,
-                                                                    const struct quad *eq, int ng, int cb, int add)
-{
-    HVX_Vector a0 = Q6_V_vzero(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0;
-    const int pitch = xq->pitch, xrow = xq->cols * pitch, rows = s->oh, nb = s->ow / 4;
-    for (int gi = 0; gi < ng; gi++) {
-        const int8_t *x0 = xq->buf + gi * xq->rows * xrow + cb * HVX_BYTES, *x1 = x0 + xrow, *x2 = x1 + xrow;
-        const int8_t *e = eq->buf + gi * eq->rows * eq->cols * pitch + cb * HVX_BYTES;
-        if (AL)
-            __asm__ volatile(
-        "{ m0 = %[pitch]; v22 = vxor(v22,v22) }\n"
-        "{ v0 = vmem(%[x0]++m0) }\n"
-        "{ v1 = vmem(%[x0]++m0) }\n"
-        "{ v6 = vmem(%[x0]++m0) }\n"
-        "{ v7 = vmem(%[x0]++m0) }\n"
-        "{ v2 = vmem(%[x1]++m0) }\n"
-        "{ v3 = vmem(%[x1]++m0) }\n"
-        "{ v8 = vmem(%[x1]++m0) }\n"
-        "{ v9 = vmem(%[x1]++m0) }\n"
-        "{ v4 = vmem(%[x2]++m0) }\n"
-        "{ v5 = vmem(%[x2]++m0) }\n"
-        "{ v10 = vmem(%[x2]++m0) }\n"
-        "{ v11 = vmem(%[x2]++m0) }\n"
-        "{ v12 = vmem(%[e]++m0); loop1(2f, %[rows]) }\n"
-        "{ v13 = vmem(%[e]++m0); loop0(2f, %[nb]) }\n"
-        "2:\n"
-        "{ v14.w = vrmpy(v0.b,v12.b); v15.w = vrmpy(v2.b,v12.b); v0 = vmem(%[x0]++m0); %[a8].w = vadd(%[a8].w,v22.w) }\n"
-        "{ v16.w = vrmpy(v4.b,v12.b); v17.w = vrmpy(v1.b,v12.b); v2 = vmem(%[x1]++m0); %[a0].w = vadd(%[a0].w,v14.w) }\n"
-        "{ v18.w = vrmpy(v3.b,v12.b); v19.w = vrmpy(v5.b,v12.b); v4 = vmem(%[x2]++m0); %[a3].w = vadd(%[a3].w,v15.w) }\n"
-        "{ v20.w = vrmpy(v1.b,v13.b); v21.w = vrmpy(v3.b,v13.b); v1 = vmem(%[x0]++m0); %[a6].w = vadd(%[a6].w,v16.w) }\n"
-        "{ v22.w = vrmpy(v5.b,v13.b); v14.w = vrmpy(v6.b,v12.b); v3 = vmem(%[x1]++m0); %[a1].w = vadd(%[a1].w,v17.w) }\n"
-        "{ v15.w = vrmpy(v8.b,v12.b); v16.w = vrmpy(v10.b,v12.b); v5 = vmem(%[x2]++m0); %[a4].w = vadd(%[a4].w,v18.w) }\n"
-        "{ v17.w = vrmpy(v6.b,v13.b); v18.w = vrmpy(v8.b,v13.b); v12 = vmem(%[e]++m0); %[a7].w = vadd(%[a7].w,v19.w) }\n"
-        "{ v19.w = vrmpy(v10.b,v13.b); v20.w = vrmpy(v7.b,v13.b); %[a0].w = vadd(%[a0].w,v20.w); %[a3].w = vadd(%[a3].w,v21.w) }\n"
-        "{ v21.w = vrmpy(v9.b,v13.b); v22.w = vrmpy(v11.b,v13.b); v13 = vmem(%[e]++m0); %[a6].w = vadd(%[a6].w,v22.w) }\n"
-        "{ %[a2].w = vadd(%[a2].w,v14.w); %[a5].w = vadd(%[a5].w,v15.w); %[a8].w = vadd(%[a8].w,v16.w); %[a1].w = vadd(%[a1].w,v17.w) }\n"
-        "{ %[a4].w = vadd(%[a4].w,v18.w); %[a7].w = vadd(%[a7].w,v19.w); %[a2].w = vadd(%[a2].w,v20.w); %[a5].w = vadd(%[a5].w,v21.w) }\n"
-        "{ v14.w = vrmpy(v6.b,v12.b); v15.w = vrmpy(v8.b,v12.b); v6 = vmem(%[x0]++m0); %[a8].w = vadd(%[a8].w,v22.w) }\n"
-        "{ v16.w = vrmpy(v10.b,v12.b); v17.w = vrmpy(v7.b,v12.b); v8 = vmem(%[x1]++m0); %[a0].w = vadd(%[a0].w,v14.w) }\n"
-        "{ v18.w = vrmpy(v9.b,v12.b); v19.w = vrmpy(v11.b,v12.b); v10 = vmem(%[x2]++m0); %[a3].w = vadd(%[a3].w,v15.w) }\n"
-        "{ v20.w = vrmpy(v7.b,v13.b); v21.w = vrmpy(v9.b,v13.b); v7 = vmem(%[x0]++m0); %[a6].w = vadd(%[a6].w,v16.w) }\n"
-        "{ v22.w = vrmpy(v11.b,v13.b); v14.w = vrmpy(v0.b,v12.b); v9 = vmem(%[x1]++m0); %[a1].w = vadd(%[a1].w,v17.w) }\n"
-        "{ v15.w = vrmpy(v2.b,v12.b); v16.w = vrmpy(v4.b,v12.b); v11 = vmem(%[x2]++m0); %[a4].w = vadd(%[a4].w,v18.w) }\n"
-        "{ v17.w = vrmpy(v0.b,v13.b); v18.w = vrmpy(v2.b,v13.b); v12 = vmem(%[e]++m0); %[a7].w = vadd(%[a7].w,v19.w) }\n"
-        "{ v19.w = vrmpy(v4.b,v13.b); v20.w = vrmpy(v1.b,v13.b); %[a0].w = vadd(%[a0].w,v20.w); %[a3].w = vadd(%[a3].w,v21.w) }\n"
-        "{ v21.w = vrmpy(v3.b,v13.b); v22.w = vrmpy(v5.b,v13.b); v13 = vmem(%[e]++m0); %[a6].w = vadd(%[a6].w,v22.w) }\n"
-        "{ %[a2].w = vadd(%[a2].w,v14.w); %[a5].w = vadd(%[a5].w,v15.w); %[a8].w = vadd(%[a8].w,v16.w); %[a1].w = vadd(%[a1].w,v17.w) }\n"
-        "{ %[a4].w = vadd(%[a4].w,v18.w); %[a7].w = vadd(%[a7].w,v19.w); %[a2].w = vadd(%[a2].w,v20.w); %[a5].w = vadd(%[a5].w,v21.w) }:endloop0\n"
-        "{ v0 = v6; v6 = vmem(%[x0]++m0); loop0(2b, %[nb]) }\n"
-        "{ v1 = v7; v7 = vmem(%[x0]++m0) }\n"
-        "{ v2 = v8; v8 = vmem(%[x1]++m0) }\n"
-        "{ v3 = v9; v9 = vmem(%[x1]++m0) }\n"
-        "{ v4 = v10; v10 = vmem(%[x2]++m0) }\n"
-        "{ v5 = v11; v11 = vmem(%[x2]++m0) }:endloop1\n"
-        "{ %[a8].w = vadd(%[a8].w,v22.w) }\n"
-                WG3S1_OPERANDS);
-        else
-            __asm__ volatile(
-        "{ m0 = %[pitch] }\n"
-        "{ v0 = vmemu(%[x0]++m0) }\n"
-        "{ v1 = vmemu(%[x0]++m0) }\n"
-        "{ v6 = vmemu(%[x0]++m0) }\n"
-        "{ v7 = vmemu(%[x0]++m0) }\n"
-        "{ v2 = vmemu(%[x1]++m0) }\n"
-        "{ v3 = vmemu(%[x1]++m0) }\n"
-        "{ v8 = vmemu(%[x1]++m0) }\n"
-        "{ v9 = vmemu(%[x1]++m0) }\n"
-        "{ v4 = vmemu(%[x2]++m0) }\n"
-        "{ v5 = vmemu(%[x2]++m0) }\n"
-        "{ v10 = vmemu(%[x2]++m0) }\n"
-        "{ v11 = vmemu(%[x2]++m0) }\n"
-        "{ v12 = vmemu(%[e]++m0); loop1(2f, %[rows]) }\n"
-        "{ v13 = vmemu(%[e]++m0); loop0(2f, %[nb]) }\n"
-        "2:\n"
-        "{ v14.w = vrmpy(v0.b,v12.b); v15.w = vrmpy(v2.b,v12.b); v0 = vmemu(%[x0]++m0) }\n"
-        "{ v16.w = vrmpy(v4.b,v12.b); v17.w = vrmpy(v1.b,v12.b); v2 = vmemu(%[x1]++m0) }\n"
-        "{ v18.w = vrmpy(v3.b,v12.b); v19.w = vrmpy(v5.b,v12.b); v4 = vmemu(%[x2]++m0) }\n"
-        "{ v20.w = vrmpy(v1.b,v13.b); v21.w = vrmpy(v3.b,v13.b); v1 = vmemu(%[x0]++m0) }\n"
-        "{ v22.w = vrmpy(v5.b,v13.b); v3 = vmemu(%[x1]++m0); %[a0].w = vadd(%[a0].w,v14.w) }\n"
-        "{ v14.w = vrmpy(v6.b,v12.b); v5 = vmemu(%[x2]++m0); %[a3].w = vadd(%[a3].w,v15.w) }\n"
-        "{ v15.w = vrmpy(v8.b,v12.b); %[a6].w = vadd(%[a6].w,v16.w); %[a1].w = vadd(%[a1].w,v17.w); %[a4].w = vadd(%[a4].w,v18.w) }\n"
-        "{ v16.w = vrmpy(v10.b,v12.b); v17.w = vrmpy(v6.b,v13.b); v12 = vmemu(%[e]++m0) }\n"
-        "{ v18.w = vrmpy(v8.b,v13.b); v19.w = vrmpy(v10.b,v13.b); %[a7].w = vadd(%[a7].w,v19.w); %[a0].w = vadd(%[a0].w,v20.w) }\n"
-        "{ v20.w = vrmpy(v7.b,v13.b); v21.w = vrmpy(v9.b,v13.b); %[a3].w = vadd(%[a3].w,v21.w); %[a6].w = vadd(%[a6].w,v22.w) }\n"
-        "{ v22.w = vrmpy(v11.b,v13.b); v13 = vmemu(%[e]++m0); %[a2].w = vadd(%[a2].w,v14.w) }\n"
-        "{ %[a5].w = vadd(%[a5].w,v15.w); %[a8].w = vadd(%[a8].w,v16.w); %[a1].w = vadd(%[a1].w,v17.w); %[a4].w = vadd(%[a4].w,v18.w) }\n"
-        "{ %[a7].w = vadd(%[a7].w,v19.w); %[a2].w = vadd(%[a2].w,v20.w); %[a5].w = vadd(%[a5].w,v21.w); %[a8].w = vadd(%[a8].w,v22.w) }\n"
-        "{ v14.w = vrmpy(v6.b,v12.b); v15.w = vrmpy(v8.b,v12.b); v6 = vmemu(%[x0]++m0) }\n"
-        "{ v16.w = vrmpy(v10.b,v12.b); v17.w = vrmpy(v7.b,v12.b); v8 = vmemu(%[x1]++m0) }\n"
-        "{ v18.w = vrmpy(v9.b,v12.b); v19.w = vrmpy(v11.b,v12.b); v10 = vmemu(%[x2]++m0) }\n"
-        "{ v20.w = vrmpy(v7.b,v13.b); v21.w = vrmpy(v9.b,v13.b); v7 = vmemu(%[x0]++m0) }\n"
-        "{ v22.w = vrmpy(v11.b,v13.b); v9 = vmemu(%[x1]++m0); %[a0].w = vadd(%[a0].w,v14.w) }\n"
-        "{ v14.w = vrmpy(v0.b,v12.b); v11 = vmemu(%[x2]++m0); %[a3].w = vadd(%[a3].w,v15.w) }\n"
-        "{ v15.w = vrmpy(v2.b,v12.b); %[a6].w = vadd(%[a6].w,v16.w); %[a1].w = vadd(%[a1].w,v17.w); %[a4].w = vadd(%[a4].w,v18.w) }\n"
-        "{ v16.w = vrmpy(v4.b,v12.b); v17.w = vrmpy(v0.b,v13.b); v12 = vmemu(%[e]++m0) }\n"
-        "{ v18.w = vrmpy(v2.b,v13.b); v19.w = vrmpy(v4.b,v13.b); %[a7].w = vadd(%[a7].w,v19.w); %[a0].w = vadd(%[a0].w,v20.w) }\n"
-        "{ v20.w = vrmpy(v1.b,v13.b); v21.w = vrmpy(v3.b,v13.b); %[a3].w = vadd(%[a3].w,v21.w); %[a6].w = vadd(%[a6].w,v22.w) }\n"
-        "{ v22.w = vrmpy(v5.b,v13.b); v13 = vmemu(%[e]++m0); %[a2].w = vadd(%[a2].w,v14.w) }\n"
-        "{ %[a5].w = vadd(%[a5].w,v15.w); %[a8].w = vadd(%[a8].w,v16.w); %[a1].w = vadd(%[a1].w,v17.w); %[a4].w = vadd(%[a4].w,v18.w) }\n"
-        "{ %[a7].w = vadd(%[a7].w,v19.w); %[a2].w = vadd(%[a2].w,v20.w); %[a5].w = vadd(%[a5].w,v21.w); %[a8].w = vadd(%[a8].w,v22.w) }:endloop0\n"
-        "{ v0 = v6; v6 = vmemu(%[x0]++m0); loop0(2b, %[nb]) }\n"
-        "{ v1 = v7; v7 = vmemu(%[x0]++m0) }\n"
-        "{ v2 = v8; v8 = vmemu(%[x1]++m0) }\n"
-        "{ v3 = v9; v9 = vmemu(%[x1]++m0) }\n"
-        "{ v4 = v10; v10 = vmemu(%[x2]++m0) }\n"
-        "{ v5 = v11; v11 = vmemu(%[x2]++m0) }:endloop1\n"
-        "{  }\n"
-                WG3S1_OPERANDS);
-    }
-    const HVX_Vector acc[9] = {a0, a1, a2, a3, a4, a5, a6, a7, a8};
-    wg_store(part, s, acc, 9, cb, add);
-}
-
 /* wg_block for 3 x 3 at stride 2: output ow reads columns 2 ow .. 2 ow + 2, so column
  * 2 ow + 2 of each kernel row is column 0 of ow + 1 and stays in a register: 7 loads for
  * 9 vrmpy, not 10. */
@@ -416,14 +255,14 @@ static inline __attribute__((always_inline)) void wg_block3s2(const int AL, int3
     wg_store(part, s, acc, 9, cb, add);
 }
 
-/* The block's kernel: 3 x 3 at stride 1 or 2 reusing columns, 9 or 25 taps in registers, or any. */
+/* The block's kernel: 3 x 3 at stride 1 or 2 as packets (dwconv_wgrad_rows.c) or reusing
+ * columns, 9 or 25 taps in registers, or any. */
 static inline __attribute__((always_inline)) void wg_pick(const int AL, int32_t *part, const struct dw_shape *s,
                                                           const struct quad *xq, const struct quad *eq, int ng, int cb,
                                                           const int32_t *off, int add)
 {
     int taps = s->kh * s->kw;
-    if (s->kh == 3 && s->kw == 3 && s->stride == 1 && s->ow % 4 == 0)
-        wg_block3_packets(AL, part, s, xq, eq, ng, cb, add);
+    if (dspt_dw_wgrad_rows_fit(s)) dspt_dw_wgrad_rows(AL, part, s, xq, eq, ng, cb, add);
     else if (s->kh == 3 && s->kw == 3 && s->stride == 1) wg_block3(AL, part, s, xq, eq, ng, cb, add);
     else if (s->kh == 3 && s->kw == 3 && s->stride == 2) wg_block3s2(AL, part, s, xq, eq, ng, cb, add);
     else if (taps == 9) wg_block(9, AL, part, s, xq, eq, ng, cb, off, add);
@@ -506,7 +345,7 @@ int dspt_op_dwconv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         J.zeros[t] = dspt_scratch(tc, J.zero_bytes);
         if (!J.xq[t] || !J.eq[t] || !J.part[t] || !J.zeros[t]) return DSPT_NO_SUPPORT;
     }
-    d->result_shift = DSPT_PATH_DW_IMAGE_QUADS;
+    d->result_shift = dspt_dw_wgrad_rows_fit(&s) ? DSPT_PATH_DW_IMAGE_ROWS : DSPT_PATH_DW_IMAGE_QUADS;
     int status = dspt_run_shares(ctx, wg_share, &J), shares = 0;
     for (int t = 0; t < (int)ctx->threads; t++) {   /* the threads that had work (idle ones come last) */
         int lo, hi;
