@@ -101,7 +101,8 @@ static inline __attribute__((always_inline)) void pairs_sum(const int NI, const 
         for (int q = 0; q < NI; q++) xv[q] = v[4 * q];
         for (int o = 0; o < NO; o++) ev[o] = v[4 * (NI + o)];
         for (int o = 0; o < NO; o++)
-            for (int q = 0; q < NI; q++) acc[o][q] = Q6_Vw_vrmpyacc_VwVbVb(acc[o][q], xv[q], ev[o]);
+            for (int q = 0; q < NI; q++)   /* plain vrmpy and vadd: two vrmpy share a packet, two vrmpyacc never */
+                acc[o][q] = Q6_Vw_vadd_VwVw(acc[o][q], Q6_Vw_vrmpy_VbVb(xv[q], ev[o]));
     }
     for (int o = 0; o < NO; o++)
         for (int q = 0; q < NI; q++) pairs_add(dw + tap_at[o * NI + q], acc[o][q], words);
