@@ -152,7 +152,8 @@ def threads(dsp, request):
 # the weight gradient of 2 x 2 images shares 128-channel blocks (576: 5 over 1-4 threads);
 # the pixel quads' last block of a ragged C > 128 overlaps the one before unless accumulating;
 # the image rows (weight gradient) on whole and unaligned quads (C = 144, 40), a ragged batch
-# (its last group filled in C, the others by the packet loop), odd rows at stride 2, no padding
+# (its last group filled in C, the others by the packet loop), odd rows at stride 2, no padding;
+# the image pairs' packet fill (3 or more whole groups of aligned images, then a ragged one)
 @pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
 @pytest.mark.parametrize(
     "shape",
@@ -175,6 +176,8 @@ def threads(dsp, request):
         (5, 7, 8, 144, 3, 3, 2, 1),
         (7, 4, 4, 192, 3, 3, 2, 1),
         (5, 4, 8, 32, 5, 5, 1, 2),
+        (14, 2, 2, 256, 3, 3, 1, 1),
+        (13, 1, 1, 128, 3, 3, 1, 1),
     ],
     ids=[
         "flat",
@@ -195,6 +198,8 @@ def threads(dsp, request):
         "rows-s2-odd",
         "rows-s2-192",
         "quads-k5-fill",
+        "pairs-fill",
+        "pairs-fill-1x1",
     ],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
