@@ -10,7 +10,8 @@
  * are a greedy list schedule under HVX's limits (4 slots, 2 vrmpy, 1 vector load; vmemu takes
  * 2 slots), repeated until the products left for the next output's packets are the same
  * each time, and checked by a symbolic run of every product through the loops against the
- * convolution's sums. Each output's products, the vadds of the products before and the next
+ * convolution's sums (scripts/dw_wgrad_rows.py prints them and checks this file holds them;
+ * tests/null/test_dw_wgrad_rows.py). Each output's products, the vadds of the products before and the next
  * output's loads share packets, and the columns live in register sets that alternate roles
  * from one output to the next instead of being moved. The assembler checks each packet's
  * slots. The 9 sums stay across all groups in registers the compiler picks.
