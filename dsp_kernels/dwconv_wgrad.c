@@ -130,10 +130,34 @@ static void quad_fill(struct quad *q, const int8_t *src, int n, int h, int w, in
 
 /* The zero border of ng groups of q (the interiors are filled each pass, the border never):
  * pad whole rows above and below, pad pixels either side of each row between. */
+/* Whole aligned vectors from the one holding p up to end (rounded up): rounding out is safe,
+ * since the border is zeroed before any fill and the fills write every interior byte (the
+ * buffer's lead and slack hold the rounding at its ends). */
+static void quad_zero_vectors(int8_t *p, const int8_t *end)
+{
+    HVX_Vector *v = (HVX_Vector *)((uintptr_t)p & ~(uintptr_t)(HVX_BYTES - 1));
+    int n = (int)(((uintptr_t)end + HVX_BYTES - 1 - (uintptr_t)v) / HVX_BYTES);
+    for (int i = 0; i < n; i++) v[i] = Q6_V_vzero();
+}
+
 static void quad_zero_border(const struct quad *q, int ng)
 {
     const int pad = q->pad, rowbytes = q->cols * q->pitch, side = pad * q->pitch;
     if (!pad) return;
+    if (q->aligned) {   /* row interiors on vectors: as dwconv.c's stack_zero_border, one store a packet */
+        const int h = q->rows - 2 * pad, tail = (q->cols - 2 * pad) * q->pitch & ~(HVX_BYTES - 1);
+        const int k = (rowbytes - tail) / HVX_BYTES;   /* from a row interior's last vector to the next interior */
+        for (int gi = 0; gi < ng; gi++) {
+            int8_t *g = q->buf + (size_t)gi * q->group_bytes, *in0 = g + pad * rowbytes + side;
+            quad_zero_vectors(g, in0);   /* top rows, left of row 0 */
+            for (int i = 0; i < k; i++) {
+                HVX_Vector *v = (HVX_Vector *)(in0 + tail) + i;
+                for (int r = 0; r + 1 < h; r++, v += rowbytes / HVX_BYTES) *v = Q6_V_vzero();
+            }
+            quad_zero_vectors(in0 + (h - 1) * rowbytes + tail, g + q->group_bytes);   /* bottom */
+        }
+        return;
+    }
     for (int gi = 0; gi < ng; gi++) {
         int8_t *g = q->buf + (size_t)gi * q->group_bytes;
         hvx_zero(g, (uint32_t)(pad * rowbytes));
