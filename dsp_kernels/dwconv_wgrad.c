@@ -11,7 +11,9 @@
  * every position of the pass; one interleave (two vshuff stages) per 4 x 128 input bytes.
  * Each HVX thread takes whole groups of images and sums into its own partial dw, added
  * after the join (conv.c's dspt_join_partials). dw is tap-major, dw[t, c], as the
- * forward's weights (ops.h): the host transposes C * KH * KW words.
+ * forward's weights (ops.h): the host transposes C * KH * KW words. The fill of whole
+ * aligned rows is a packet loop (quad_fill_rows), and the 3 x 3 rows that dwconv_wgrad_rows.c
+ * takes (path dw_image_rows) run there as packets; the rest are C loops here.
  */
 #include "hvx-utils.h"
 #include "kernels.h"
@@ -128,8 +130,6 @@ static void quad_fill(struct quad *q, const int8_t *src, int n, int h, int w, in
     }
 }
 
-/* The zero border of ng groups of q (the interiors are filled each pass, the border never):
- * pad whole rows above and below, pad pixels either side of each row between. */
 /* Whole aligned vectors from the one holding p up to end (rounded up): rounding out is safe,
  * since the border is zeroed before any fill and the fills write every interior byte (the
  * buffer's lead and slack hold the rounding at its ends). */
@@ -140,6 +140,8 @@ static void quad_zero_vectors(int8_t *p, const int8_t *end)
     for (int i = 0; i < n; i++) v[i] = Q6_V_vzero();
 }
 
+/* The zero border of ng groups of q (the interiors are filled each pass, the border never):
+ * pad whole rows above and below, pad pixels either side of each row between. */
 static void quad_zero_border(const struct quad *q, int ng)
 {
     const int pad = q->pad, rowbytes = q->cols * q->pitch, side = pad * q->pitch;
