@@ -11,26 +11,19 @@
  * every position of the pass; one interleave (two vshuff stages) per 4 x 128 input bytes.
  * Each HVX thread takes whole groups of images and sums into its own partial dw, added
  * after the join (conv.c's dspt_join_partials). dw is tap-major, dw[t, c], as the
- * forward's weights (ops.h): the host transposes C * KH * KW words.
+ * forward's weights (ops.h): the host transposes C * KH * KW words. The fill of whole
+ * aligned rows is a packet loop (quad_fill_rows), and the 3 x 3 rows that dwconv_wgrad_rows.c
+ * takes (path dw_image_rows) run there as packets; the rest are C loops here.
  */
 #include "hvx-utils.h"
 #include "kernels.h"
 #include "conv_common.h"
 #include "dwconv.h"
+#include "dwconv_wgrad.h"
 #include "threads.h"
 
 #define WG_CHUNK (512u * 1024u)   /* interleaved x and err a thread holds per pass */
 #define WG_MAX_TAPS 64
-
-/* Interleaved images: pixel (r, q) of group gi at ((gi * rows + r) * cols + q) * pitch,
- * pitch = 4 C bytes: byte b of a row of 4 images is word b of the interleaved row, so a
- * row interleaves as one run of bytes whatever C is, and channel block cb32 (32 channels x
- * 4 images) of a pixel is the vector at byte 128 cb32 of it: aligned when C % 32 == 0,
- * else read unaligned (lanes past C: the next pixel's, never stored). */
-struct quad {
-    int8_t *buf;
-    int rows, cols, pad, blocks, pitch, group_bytes;
-};
 
 static void quad_init(struct quad *q, int h, int w, int pad, int c)
 {
@@ -40,6 +33,54 @@ static void quad_init(struct quad *q, int h, int w, int pad, int c)
     q->blocks = (c + 31) / 32;
     q->pitch = 4 * c;
     q->group_bytes = q->rows * q->cols * q->pitch;
+    /* rows a whole number of vectors apart: moving buf `lead` bytes into its buffer puts
+     * every row's interior (pad pixels in) on a vector, so the fill stores whole vectors */
+    q->aligned = q->cols * q->pitch % HVX_BYTES == 0;
+    q->lead = q->aligned ? (HVX_BYTES - pad * q->pitch % HVX_BYTES) % HVX_BYTES : 0;
+}
+
+/* One group's h rows of 4 images (whole aligned vectors, vpr a row, each image contiguous)
+ * into q's aligned row interiors from dst on (`gap` bytes from one row's end to the next's
+ * start), 4 packets a 4 x 128 bytes: each packet holds one vector load (the next vectors),
+ * one vshuff (of dw_interleave4's four, on these) and one aligned store (of the vectors
+ * before), the fourth slot keeping the row's end. The software-pipelined loop is written in
+ * packets: clang-16 packs the same C (loads a step ahead) in 9.5 packets, not 4, and serially
+ * in 11. The last vectors' next ones are not read (they may lie past x). total = h vpr >= 3. */
+static void quad_fill_rows(int8_t *dst, int gap, const int8_t *const im[4], int h, int vpr)
+{
+    const int8_t *a = im[0], *b = im[1], *c = im[2], *e = im[3];
+    const int8_t *rend = a + (vpr + 1) * HVX_BYTES;   /* a's load pointer there: the vectors stored next start a row */
+    int step, n = h * vpr - 2, rowlen = vpr * HVX_BYTES, big = 4 * HVX_BYTES + gap, small = 4 * HVX_BYTES;
+    register int m1 __asm__("r6") = -1;   /* vshuff's Rt is one of r0-r7 */
+    register int m2 __asm__("r7") = -2;
+    __asm__ volatile(
+        "{ v10 = vmem(%[a]++#1) }\n"
+        "{ v11 = vmem(%[b]++#1) }\n"
+        "{ v12 = vmem(%[c]++#1) }\n"
+        "{ v13 = vmem(%[e]++#1) }\n"
+        "{ v1:0 = vshuff(v11,v10,%[m1]); v10 = vmem(%[a]++#1) }\n"
+        "{ v3:2 = vshuff(v13,v12,%[m1]); v11 = vmem(%[b]++#1) }\n"
+        "{ v5:4 = vshuff(v2,v0,%[m2]); v12 = vmem(%[c]++#1) }\n"
+        "{ v7:6 = vshuff(v3,v1,%[m2]); v13 = vmem(%[e]++#1); loop0(1f, %[n]) }\n"
+        ".falign\n"
+        "1:\n"
+        "{ v1:0 = vshuff(v11,v10,%[m1]); v10 = vmem(%[a]++#1); vmem(%[d]+#0) = v4; p0 = cmp.eq(%[a], %[rend]) }\n"
+        "{ v3:2 = vshuff(v13,v12,%[m1]); v11 = vmem(%[b]++#1); vmem(%[d]+#1) = v5;"
+        "  if (p0) %[rend] = add(%[rend], %[rowlen]) }\n"
+        "{ v5:4 = vshuff(v2,v0,%[m2]); v12 = vmem(%[c]++#1); vmem(%[d]+#2) = v6; %[step] = mux(p0, %[big], %[small]) }\n"
+        "{ v7:6 = vshuff(v3,v1,%[m2]); v13 = vmem(%[e]++#1); vmem(%[d]+#3) = v7; %[d] = add(%[d], %[step]) }:endloop0\n"
+        "{ v1:0 = vshuff(v11,v10,%[m1]); vmem(%[d]+#0) = v4; p0 = cmp.eq(%[a], %[rend]) }\n"
+        "{ v3:2 = vshuff(v13,v12,%[m1]); vmem(%[d]+#1) = v5 }\n"
+        "{ v5:4 = vshuff(v2,v0,%[m2]); vmem(%[d]+#2) = v6; %[step] = mux(p0, %[big], %[small]) }\n"
+        "{ v7:6 = vshuff(v3,v1,%[m2]); vmem(%[d]+#3) = v7; %[d] = add(%[d], %[step]) }\n"
+        "{ vmem(%[d]+#0) = v4 }\n"
+        "{ vmem(%[d]+#1) = v5 }\n"
+        "{ vmem(%[d]+#2) = v6 }\n"
+        "{ vmem(%[d]+#3) = v7 }\n"
+        : [a] "+r"(a), [b] "+r"(b), [c] "+r"(c), [e] "+r"(e), [d] "+r"(dst), [rend] "+r"(rend), [step] "=&r"(step)
+        : [n] "r"(n), [m1] "r"(m1), [m2] "r"(m2), [rowlen] "r"(rowlen), [big] "r"(big), [small] "r"(small)
+        : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v10", "v11", "v12", "v13", "p0", "lc0", "sa0", "usr",
+          "memory");
 }
 
 /* Groups of 4 images of src (n images of h x w x c, from image `first`), ng of them, into
@@ -49,6 +90,9 @@ static void quad_fill(struct quad *q, const int8_t *src, int n, int h, int w, in
                       const int8_t *zeros)
 {
     const int rowlen = w * c, rows = q->rows, cols = q->cols, pitch = q->pitch, pad = q->pad;
+    /* whole aligned vectors a row (no border: an image), at least 3 of them an image */
+    const int fast = q->aligned && (pad ? rowlen : h * rowlen) % HVX_BYTES == 0 &&
+                     ((uintptr_t)src & (HVX_BYTES - 1)) == 0 && h * rowlen >= 3 * HVX_BYTES;
     for (int gi = 0; gi < ng; gi++) {
         const int8_t *im[4];
         int step[4];
@@ -56,6 +100,12 @@ static void quad_fill(struct quad *q, const int8_t *src, int n, int h, int w, in
             int img = first + 4 * gi + k;
             im[k] = img < n ? src + (size_t)img * h * rowlen : zeros;
             step[k] = img < n ? rowlen : 0;
+        }
+        if (fast && first + 4 * gi + 3 < n) {   /* 4 real images (a ragged batch's last group below) */
+            int8_t *dst = q->buf + ((gi * rows + pad) * cols + pad) * pitch;
+            if (pad) quad_fill_rows(dst, cols * pitch - 4 * rowlen, im, h, rowlen / HVX_BYTES);
+            else quad_fill_rows(dst, 0, im, 1, h * rowlen / HVX_BYTES);   /* no border: one run */
+            continue;
         }
         for (int r = 0; r < h; r++) {
             const int8_t *r0 = im[0] + r * step[0], *r1 = im[1] + r * step[1];
@@ -80,12 +130,36 @@ static void quad_fill(struct quad *q, const int8_t *src, int n, int h, int w, in
     }
 }
 
+/* Whole aligned vectors from the one holding p up to end (rounded up): rounding out is safe,
+ * since the border is zeroed before any fill and the fills write every interior byte (the
+ * buffer's lead and slack hold the rounding at its ends). */
+static void quad_zero_vectors(int8_t *p, const int8_t *end)
+{
+    HVX_Vector *v = (HVX_Vector *)((uintptr_t)p & ~(uintptr_t)(HVX_BYTES - 1));
+    int n = (int)(((uintptr_t)end + HVX_BYTES - 1 - (uintptr_t)v) / HVX_BYTES);
+    for (int i = 0; i < n; i++) v[i] = Q6_V_vzero();
+}
+
 /* The zero border of ng groups of q (the interiors are filled each pass, the border never):
  * pad whole rows above and below, pad pixels either side of each row between. */
 static void quad_zero_border(const struct quad *q, int ng)
 {
     const int pad = q->pad, rowbytes = q->cols * q->pitch, side = pad * q->pitch;
     if (!pad) return;
+    if (q->aligned) {   /* row interiors on vectors: as dwconv.c's stack_zero_border, one store a packet */
+        const int h = q->rows - 2 * pad, tail = (q->cols - 2 * pad) * q->pitch & ~(HVX_BYTES - 1);
+        const int k = (rowbytes - tail) / HVX_BYTES;   /* from a row interior's last vector to the next interior */
+        for (int gi = 0; gi < ng; gi++) {
+            int8_t *g = q->buf + (size_t)gi * q->group_bytes, *in0 = g + pad * rowbytes + side;
+            quad_zero_vectors(g, in0);   /* top rows, left of row 0 */
+            for (int i = 0; i < k; i++) {
+                HVX_Vector *v = (HVX_Vector *)(in0 + tail) + i;
+                for (int r = 0; r + 1 < h; r++, v += rowbytes / HVX_BYTES) *v = Q6_V_vzero();
+            }
+            quad_zero_vectors(in0 + (h - 1) * rowbytes + tail, g + q->group_bytes);   /* bottom */
+        }
+        return;
+    }
     for (int gi = 0; gi < ng; gi++) {
         int8_t *g = q->buf + (size_t)gi * q->group_bytes;
         hvx_zero(g, (uint32_t)(pad * rowbytes));
@@ -111,19 +185,6 @@ struct wg_job {
 static inline __attribute__((always_inline)) HVX_Vector wg_load(const int AL, const int8_t *p)
 {
     return AL ? *(const HVX_Vector *)p : hvx_load_u(p);
-}
-
-/* part[t, 32 channels of block cb] = acc[t], or += with `add`; a ragged block's words only. */
-static inline __attribute__((always_inline)) void wg_store(int32_t *part, const struct dw_shape *s,
-                                                           const HVX_Vector *acc, int taps, int cb, int add)
-{
-    int words = s->c - 32 * cb < 32 ? s->c - 32 * cb : 32;
-    for (int t = 0; t < taps; t++) {
-        int32_t *dst = part + t * s->c + 32 * cb;
-        HVX_Vector v = add ? Q6_Vw_vadd_VwVw(acc[t], hvx_load_u(dst)) : acc[t];
-        if (words == 32) hvx_store_u(dst, v);
-        else hvx_store_bytes(dst, v, (uint32_t)words * 4);
-    }
 }
 
 /* part[t, c] (+)= the sums of channel block cb over the pass's positions; `add` when the
@@ -220,13 +281,15 @@ static inline __attribute__((always_inline)) void wg_block3s2(const int AL, int3
     wg_store(part, s, acc, 9, cb, add);
 }
 
-/* The block's kernel: 3 x 3 at stride 1 or 2 reusing columns, 9 or 25 taps in registers, or any. */
+/* The block's kernel: 3 x 3 at stride 1 or 2 as packets (dwconv_wgrad_rows.c) or reusing
+ * columns, 9 or 25 taps in registers, or any. */
 static inline __attribute__((always_inline)) void wg_pick(const int AL, int32_t *part, const struct dw_shape *s,
                                                           const struct quad *xq, const struct quad *eq, int ng, int cb,
                                                           const int32_t *off, int add)
 {
     int taps = s->kh * s->kw;
-    if (s->kh == 3 && s->kw == 3 && s->stride == 1) wg_block3(AL, part, s, xq, eq, ng, cb, add);
+    if (dspt_dw_wgrad_rows_fit(s)) dspt_dw_wgrad_rows(AL, part, s, xq, eq, ng, cb, add);
+    else if (s->kh == 3 && s->kw == 3 && s->stride == 1) wg_block3(AL, part, s, xq, eq, ng, cb, add);
     else if (s->kh == 3 && s->kw == 3 && s->stride == 2) wg_block3s2(AL, part, s, xq, eq, ng, cb, add);
     else if (taps == 9) wg_block(9, AL, part, s, xq, eq, ng, cb, off, add);
     else if (taps == 25) wg_block(25, AL, part, s, xq, eq, ng, cb, off, add);
@@ -240,8 +303,8 @@ static int wg_share(struct dspt_ctx *tc, int t, void *job)
     struct quad xq, eq;
     quad_init(&xq, s->h, s->w, s->pad, s->c);
     quad_init(&eq, s->oh, s->ow, 0, s->c);
-    xq.buf = J->xq[t];
-    eq.buf = J->eq[t];
+    xq.buf = J->xq[t] + xq.lead;
+    eq.buf = J->eq[t] + eq.lead;
     int lo, hi, groups = (s->n + 3) / 4;
     dspt_share(tc, groups, 1, t, &lo, &hi);
     if (lo >= hi) return DSPT_OK;
@@ -302,13 +365,13 @@ int dspt_op_dwconv2d_bwd_weight(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     for (int t = 0; t < (int)ctx->threads; t++) {   /* each thread's buffers, from its own scratch */
         struct dspt_ctx *tc = dspt_thread_ctx(ctx, t);
         if (!tc) return DSPT_NO_SUPPORT;
-        J.xq[t] = dspt_scratch(tc, J.xq_bytes);
-        J.eq[t] = dspt_scratch(tc, (uint32_t)gp * eq.group_bytes);
+        J.xq[t] = dspt_scratch(tc, J.xq_bytes + (uint32_t)(xq.lead + WG_SLACK(&xq)));
+        J.eq[t] = dspt_scratch(tc, (uint32_t)(gp * eq.group_bytes + eq.lead + WG_SLACK(&eq)));
         J.part[t] = t ? dspt_scratch(tc, dw_words * 4 + HVX_BYTES) : dw;
         J.zeros[t] = dspt_scratch(tc, J.zero_bytes);
         if (!J.xq[t] || !J.eq[t] || !J.part[t] || !J.zeros[t]) return DSPT_NO_SUPPORT;
     }
-    d->result_shift = DSPT_PATH_DW_IMAGE_QUADS;
+    d->result_shift = dspt_dw_wgrad_rows_fit(&s) ? DSPT_PATH_DW_IMAGE_ROWS : DSPT_PATH_DW_IMAGE_QUADS;
     int status = dspt_run_shares(ctx, wg_share, &J), shares = 0;
     for (int t = 0; t < (int)ctx->threads; t++) {   /* the threads that had work (idle ones come last) */
         int lo, hi;

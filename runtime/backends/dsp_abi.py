@@ -71,6 +71,7 @@ PATH_NAMES = {
     22: "wgrad_outputs",
     23: "pointwise_pixels",
     24: "dw_column_triples",
+    32: "dw_image_rows",
 }
 SHIFT_ESTIMATE = -1
 F_SATURATE_CHECK = 2  # REQUANT: a given shift that would saturate gives way to the estimate

@@ -100,6 +100,18 @@ WGRAD_PAIRS = {
     (2, 2, 2, 100, 5, 5, 1, 2),
     (2, 1, 1, 25600, 3, 3, 1, 1),
 }
+# the shapes above whose weight gradient takes dw_image_rows (3 x 3, stride 1 with OW % 4 == 0
+# or stride 2 with OW % 2 == 0: the image quads' rows as modulo-scheduled packets)
+WGRAD_ROWS = {
+    (5, 4, 4, 96, 3, 3, 1, 1),
+    (3, 4, 4, 1, 3, 3, 1, 1),
+    (5, 11, 11, 96, 3, 3, 2, 1),
+    (2, 8, 8, 64, 3, 3, 2, 1),
+    (2, 8, 8, 144, 3, 3, 2, 1),
+    (2, 3, 3, 100, 3, 3, 2, 3),
+    (3, 4, 4, 192, 3, 3, 2, 1),
+    (3, 2, 4, 192, 3, 3, 2, 1),
+}
 
 
 def args(rng, shape):
@@ -120,7 +132,9 @@ def test_dwconv_matches_ref_and_takes_its_path(dsp, rng, case):
     same(
         dsp.dwconv2d_bwd_weight_s8(err, x, stride, pad, kernel), ref.dwconv2d_bwd_weight_s8(err, x, stride, pad, kernel)
     )
-    wgrad_path = "dw_image_pairs" if shape in WGRAD_PAIRS else "dw_image_quads"
+    wgrad_path = (
+        "dw_image_pairs" if shape in WGRAD_PAIRS else "dw_image_rows" if shape in WGRAD_ROWS else "dw_image_quads"
+    )
     assert dsp.last_paths == [("dwconv2d_bwd_weight_s8", wgrad_path)]
 
 
@@ -129,7 +143,9 @@ def test_every_depthwise_path_is_pinned():
     from dsptrain.backends.dsp_abi import PATH_NAMES
 
     depthwise = {name for name in PATH_NAMES.values() if name.startswith("dw_")}
-    taken = {path for _, *paths in SHAPES for path in paths} | {"dw_image_quads", "dw_image_pairs"}
+    wgrad = {"dw_image_pairs"} if WGRAD_PAIRS else set()
+    wgrad |= ({"dw_image_rows"} if WGRAD_ROWS else set()) | {"dw_image_quads"}
+    taken = {path for _, *paths in SHAPES for path in paths} | wgrad
     assert taken == depthwise, depthwise ^ taken
 
 
@@ -143,7 +159,10 @@ def threads(dsp, request):
 # a share per image (forward, backward data) or per 4 images (weight gradient): 7 images over
 # 1-4 threads leave ragged shares, and the weight gradient's partial sums joined in order;
 # the weight gradient of 2 x 2 images shares 128-channel blocks (576: 5 over 1-4 threads);
-# the pixel quads' last block of a ragged C > 128 overlaps the one before unless accumulating
+# the pixel quads' last block of a ragged C > 128 overlaps the one before unless accumulating;
+# the image rows (weight gradient) on whole and unaligned quads (C = 144, 40), a ragged batch
+# (its last group filled in C, the others by the packet loop), odd rows at stride 2, no padding;
+# the image pairs' packet fill (3 or more whole groups of aligned images, then a ragged one)
 @pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
 @pytest.mark.parametrize(
     "shape",
@@ -166,6 +185,15 @@ def threads(dsp, request):
         (5, 4, 4, 128, 5, 5, 1, 2),
         (7, 3, 5, 150, 3, 3, 1, 1),
         (7, 4, 4, 192, 3, 3, 1, 1),
+        (9, 8, 8, 144, 3, 3, 1, 1),
+        (6, 4, 6, 64, 3, 3, 1, 0),
+        (5, 6, 8, 40, 3, 3, 1, 1),
+        (9, 8, 8, 96, 3, 3, 2, 1),
+        (5, 7, 8, 144, 3, 3, 2, 1),
+        (7, 4, 4, 192, 3, 3, 2, 1),
+        (5, 4, 8, 32, 5, 5, 1, 2),
+        (14, 2, 2, 256, 3, 3, 1, 1),
+        (13, 1, 1, 128, 3, 3, 1, 1),
     ],
     ids=[
         "flat",
@@ -186,6 +214,15 @@ def threads(dsp, request):
         "flat-rows-one-run",
         "triples-s1-ragged",
         "triples-s1-192",
+        "rows-s1-ragged",
+        "rows-s1-pad0",
+        "rows-s1-c40",
+        "rows-s2",
+        "rows-s2-odd",
+        "rows-s2-192",
+        "quads-k5-fill",
+        "pairs-fill",
+        "pairs-fill-1x1",
     ],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
@@ -243,6 +280,19 @@ def test_dwconv_extremes(dsp):
         same(
             dsp.dwconv2d_bwd_weight_s8(err, x, stride, 1, (3, 3)), ref.dwconv2d_bwd_weight_s8(err, x, stride, 1, (3, 3))
         )
+
+
+@pytest.mark.parametrize("shape", [(3, 8, 8, 160, 3, 3, 1, 1), (3, 8, 8, 160, 3, 3, 2, 1)], ids=["s1", "s2"])
+def test_dwconv_image_rows_extremes(dsp, shape):
+    """-128 everywhere on dw_image_rows: every vrmpy word 4 x 16384, the sums kept exact."""
+    n, h, w, c, kh, kw, stride, pad = shape
+    oh, ow = out_hw(h, w, kh, kw, stride, pad)
+    x, err = np.full((n, h, w, c), -128, np.int8), np.full((n, oh, ow, c), -128, np.int8)
+    same(
+        dsp.dwconv2d_bwd_weight_s8(err, x, stride, pad, (kh, kw)),
+        ref.dwconv2d_bwd_weight_s8(err, x, stride, pad, (kh, kw)),
+    )
+    assert dsp.last_paths == [("dwconv2d_bwd_weight_s8", "dw_image_rows")]
 
 
 @pytest.mark.parametrize(
