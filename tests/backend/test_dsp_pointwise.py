@@ -42,6 +42,10 @@ WGRAD = {
     "ragged": (3, 3, 3, 40, 37),
     "ragged-small": (1, 1, 3, 12, 5),
     "wide": (2, 2, 2, 200, 72),
+    # rows of 32 bytes (x^T or err^T: 4 rows one vector, interleaved by two byte shuffles)
+    "x-32": (5, 4, 4, 32, 192),
+    "err-32": (3, 3, 5, 40, 32),
+    "both-32": (1, 7, 7, 32, 32),
 }
 
 
@@ -220,3 +224,27 @@ def test_compiled_depths_extremes(dsp, k):
     same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
     b = np.full((144, k), -128, np.int8)
     same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
+
+
+# (N, H, W, C, O): weight gradients over more positions than one pass (wgrad_gemm, positions
+# split across the threads) whose x or err rows are 32 or 16 bytes: the packer's one-load
+# groups (16 bytes: two groups a load, flipped with 16 -> 96), positions not a multiple of 4
+# (the last group's rows padded with zeros) and odd groups a thread
+WGRAD_ROWS32 = {
+    "project-16": (1, 61, 93, 32, 16),
+    "expand-32": (3, 41, 47, 32, 64),
+    "err-32": (1, 79, 83, 24, 32),
+    "expand-16": (1, 53, 57, 16, 96),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
+@pytest.mark.parametrize("name", WGRAD_ROWS32)
+def test_weight_gradient_rows_of_32(dsp, rng, threads, name):
+    n, h, w, c, o = WGRAD_ROWS32[name]
+    x, err = s8(rng, n, h, w, c), s8(rng, n, h, w, o)
+    want = ref.conv2d_bwd_weight_s8(err, x, 1, 0, (1, 1))
+    same(dsp.conv2d_bwd_weight_s8(err, x, 1, 0, (1, 1)), want)
+    assert dsp.last_paths == [("conv2d_bwd_weight_s8", "wgrad_gemm")]
+    start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    same(dsp.accumulate(start, "conv2d_bwd_weight_s8", err, x, 1, 0, (1, 1)), start + want)
