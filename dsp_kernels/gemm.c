@@ -390,6 +390,94 @@ static const strip_fn strips[2][4][2][4] = {
 };
 #undef SHAPES
 
+/* Whole 4-row tiles of NB <= 3 blocks over contiguous rows of K4 words, pipelined by
+ * hand: a tile's stores wait for its last vrmpy and HVX stores one vector a packet, so
+ * tile i's are issued among tile i + 1's vrmpy (restrict: the stores cannot reach a or b).
+ * Unpipelined, an 8-row x 3-block tile of K4 = 4 spent 24 of its ~100 packets storing.
+ * Two tiles' accumulators (2 x 4 x NB) stay in registers. Whole blocks take the rows'
+ * sums; ONES (one block, the product's last: `cols` columns, then the lane of 1s) yields
+ * them from that lane, and stores the block spilled (ldc == n: the lanes past cols are the
+ * next row's, written back as read). The classic software pipelining of a GEMM
+ * micro-kernel's write-back, as in the hand-scheduled loops of Hexagon NN / nnlib; the
+ * code is ours. */
+#define PIPE_ROWS 4
+static inline __attribute__((always_inline)) void piped_tiles(const int NB, const int ACC, const int K4, const int AL,
+                                                              const int ONES, int32_t *restrict c, int ldc,
+                                                              const int8_t *restrict a, int tiles,
+                                                              const HVX_Vector *restrict b, int32_t *restrict sums,
+                                                              int cols)
+{
+    HVX_Vector cur[PIPE_ROWS][3], prev[PIPE_ROWS][3];
+    HVX_VectorPred keep = Q6_Q_vsetq_R(4 * (uint32_t)cols);
+#define COMPUTE(t) do { \
+        const int32_t *at = (const int32_t *)(a + (t) * PIPE_ROWS * 4 * K4); \
+        _Pragma("clang loop unroll(full)") for (int r = 0; r < PIPE_ROWS; r++) { \
+            HVX_Vector start = ONES ? Q6_V_vzero() : Q6_V_vsplat_R(-128 * sums[(t) * PIPE_ROWS + r]); \
+            _Pragma("clang loop unroll(full)") for (int j = 0; j < NB; j++) cur[r][j] = start; \
+        } \
+        _Pragma("clang loop unroll(full)") for (int q = 0; q < K4; q++) \
+            _Pragma("clang loop unroll(full)") for (int j = 0; j < NB; j++) { \
+                HVX_Vector v = b[j * K4 + q]; \
+                _Pragma("clang loop unroll(full)") for (int r = 0; r < PIPE_ROWS; r++) \
+                    cur[r][j] = Q6_Vw_vrmpyacc_VwVubRb(cur[r][j], v, at[r * K4 + q]); \
+            } \
+        if (ONES) \
+            _Pragma("clang loop unroll(full)") for (int r = 0; r < PIPE_ROWS; r++) { \
+                int32_t sum = Q6_R_vextract_VR(cur[r][0], 4 * cols); \
+                sums[(t) * PIPE_ROWS + r] = sum; \
+                cur[r][0] = Q6_Vw_vadd_VwVw(cur[r][0], Q6_V_vsplat_R(-128 * sum)); \
+            } \
+    } while (0)
+#define STORE_PREV(t) do { \
+        _Pragma("clang loop unroll(full)") for (int r = 0; r < PIPE_ROWS; r++) \
+            _Pragma("clang loop unroll(full)") for (int j = 0; j < NB; j++) { \
+                int32_t *cp = c + ((t) * PIPE_ROWS + r) * ldc + 32 * j; \
+                HVX_Vector v = prev[r][j]; \
+                if (ONES) store_spilled(ACC, cp, v, keep); \
+                else if (AL) *(HVX_Vector *)cp = ACC ? Q6_Vw_vadd_VwVw(v, *(HVX_Vector *)cp) : v; \
+                else hvx_store_u(cp, ACC ? Q6_Vw_vadd_VwVw(v, hvx_load_u(cp)) : v); \
+            } \
+    } while (0)
+#define KEEP() do { \
+        _Pragma("clang loop unroll(full)") for (int r = 0; r < PIPE_ROWS; r++) \
+            _Pragma("clang loop unroll(full)") for (int j = 0; j < NB; j++) prev[r][j] = cur[r][j]; \
+    } while (0)
+    COMPUTE(0);
+    KEEP();
+    for (int t = 1; t < tiles; t++) {
+        COMPUTE(t);
+        STORE_PREV(t - 1);
+        KEEP();
+    }
+    STORE_PREV(tiles - 1);
+#undef COMPUTE
+#undef STORE_PREV
+#undef KEEP
+}
+
+typedef void (*piped_fn)(int32_t *restrict, int, const int8_t *restrict, int, const HVX_Vector *restrict,
+                         int32_t *restrict, int);
+#define PIPED(NB, ACC, K4, AL, ONES, NAME) \
+    static __attribute__((noinline)) void piped_##NAME##_##ACC##_##K4##_##AL( \
+        int32_t *restrict c, int ldc, const int8_t *restrict a, int tiles, const HVX_Vector *restrict b, \
+        int32_t *restrict sums, int cols) \
+    { piped_tiles(NB, ACC, K4, AL, ONES, c, ldc, a, tiles, b, sums, cols); }
+#define PIPED_NB(ACC, K4, AL) PIPED(1, ACC, K4, AL, 0, 1) PIPED(2, ACC, K4, AL, 0, 2) PIPED(3, ACC, K4, AL, 0, 3) \
+    PIPED(1, ACC, K4, AL, 1, ones)
+#define PIPED_K(ACC, AL) PIPED_NB(ACC, 4, AL) PIPED_NB(ACC, 6, AL) PIPED_NB(ACC, 8, AL)
+PIPED_K(0, 0) PIPED_K(0, 1) PIPED_K(1, 0) PIPED_K(1, 1)
+#define PIPED_ROW(ACC, K4, AL) \
+    {piped_ones_##ACC##_##K4##_##AL, piped_1_##ACC##_##K4##_##AL, piped_2_##ACC##_##K4##_##AL, \
+     piped_3_##ACC##_##K4##_##AL}
+#define PIPED_KS(ACC, AL) {PIPED_ROW(ACC, 4, AL), PIPED_ROW(ACC, 6, AL), PIPED_ROW(ACC, 8, AL)}
+/* [accumulate][aligned][K4 4, 6, 8][0: the block with the lane of 1s, else whole blocks] */
+static const piped_fn pipeds[2][2][3][4] = {{PIPED_KS(0, 0), PIPED_KS(0, 1)}, {PIPED_KS(1, 0), PIPED_KS(1, 1)}};
+#undef PIPED_KS
+#undef PIPED_ROW
+#undef PIPED_K
+#undef PIPED_NB
+#undef PIPED
+
 /* Rows [0, m) of one column strip of NB blocks: 8-row tiles where NB is 2 or 3, the
  * last 1 to 4 rows in 4-row tiles (an 8-row tile there would multiply repeated rows);
  * one block runs 4-row tiles (8 rows: 9 loads per 8 vrmpy, and the compiler spills). */
@@ -407,21 +495,30 @@ static void run_strip(const strip_fn (*fn)[4], const struct core *g, int32_t *c,
     if (big < m) fn[0][nb - 1](g, c + big * g->ldc, a + big * g->lda, m - big, b, sums + big, flags);
 }
 
+static void core_depth(int32_t *c, int ldc, const int8_t *a, const int8_t *bp, int m, int n, int k, int accumulate);
+
 void dspt_gemm_core(int32_t *c, int ldc, const int8_t *a, int lda, const int8_t *bp,
                     int m, int n, int k, int accumulate)
 {
+    /* contiguous rows of 16, 24 or 32 bytes (pointwise products from 16 to 32 channels):
+     * pipelined tiles with the depth compiled in (piped_tiles), in a core of their own */
+    if (lda == k && (k == 16 || k == 24 || k == 32)) {
+        core_depth(c, ldc, a, bp, m, n, k, accumulate);
+        return;
+    }
     dspt_gemm_core_strided(c, ldc, a, lda, 1, bp, m, n, k, accumulate);
 }
 
 #define ROW_BLOCK 256   /* rows whose sums one pass keeps (on the stack) */
 
 /* The core for any layout: `layout` indexes strips (0: aq 1, 1: aq 32, 2: other aq,
- * 3: WORDS with g->off); `given`: the rows' byte sums when the caller has them (else
- * computed here when no lane of 1s yields them). Inlined in each entry, so the tests
- * of `given` fold away in the one that has none. */
-static inline __attribute__((always_inline)) void core(struct core *g, int layout, int32_t *c, const int8_t *a,
-                                                       const int8_t *bp, int m, int n, const int32_t *given,
-                                                       int accumulate)
+ * 3: WORDS with g->off), or with DEPTH (contiguous rows of K4 = 4, 6, 8 words) pipeds
+ * (0, 1, 2); `given`: the rows' byte sums when the caller has them (else computed here
+ * when no lane of 1s yields them). Inlined in each entry, so the tests of `given` and
+ * DEPTH fold away in the ones that have none. */
+static inline __attribute__((always_inline)) void core(const int DEPTH, struct core *g, int layout, int32_t *c,
+                                                       const int8_t *a, const int8_t *bp, int m, int n,
+                                                       const int32_t *given, int accumulate)
 {
     int k4 = g->k4, ldc = g->ldc, lda = g->lda, nblocks = (n + 31) / 32;
     /* column strips of 4 blocks, the last of 1 to 4 (of up to 3 when that is all: 8-row tiles) */
@@ -436,13 +533,37 @@ static inline __attribute__((always_inline)) void core(struct core *g, int layou
         g->ones = -1;
         g->spill = g->spill && g->rg->groups == 1;
     }
-    const strip_fn (*fn)[4] = strips[accumulate != 0][layout];
+    /* the depth-compiled layouts' rows left over and lane of 1s: the contiguous rows' strips */
+    const strip_fn (*fn)[4] = strips[accumulate != 0][DEPTH ? 0 : layout];
     const HVX_Vector *bv = (const HVX_Vector *)bp;
     HVX_Vector sum_store[ROW_BLOCK / 32 + 1];   /* + slack: tiles and row_sums write up to 8 past m */
     for (int r0 = 0; r0 < m; r0 += ROW_BLOCK) {
         int mm = m - r0 < ROW_BLOCK ? m - r0 : ROW_BLOCK, tail = r0 + mm == m ? TILE_TAIL : 0;
         int32_t *cr = c + r0 * ldc, *sums = (int32_t *)sum_store;
         const int8_t *ar = a + r0 * lda;
+        if (DEPTH) {   /* K4 words a row: pipelined tiles (piped_tiles) */
+            const piped_fn *pf = pipeds[accumulate != 0][g->aligned][layout];
+            int full = nblocks, whole = mm / PIPE_ROWS;
+            if (g->ones < 0)
+                for (int r = 0; r < mm; r += 32) row_sums(sums + r, ar + r * lda, lda, 1, mm - r < 32 ? mm - r : 32, k4);
+            if (g->ones >= 0) {   /* the last block alone first: it yields the sums */
+                /* spilled stores need ldc == n, and not past the call's last row */
+                int w1 = !g->spill ? 0 : tail ? (mm - 1) / PIPE_ROWS : whole;
+                full = nblocks - 1;
+                if (w1) pf[0](cr + full * 32, ldc, ar, w1, bv + full * k4, sums, g->cols_last);
+                if (w1 * PIPE_ROWS < mm)
+                    fn[0][0](g, cr + w1 * PIPE_ROWS * ldc + full * 32, ar + w1 * PIPE_ROWS * lda,
+                             mm - w1 * PIPE_ROWS, bv + full * k4, sums + w1 * PIPE_ROWS, TILE_LAST | tail);
+            }
+            for (int nb = 0; nb < full; nb += 3) {
+                int w = full - nb < 3 ? full - nb : 3, flags = nb + w == nblocks ? TILE_LAST | tail : 0;
+                if (whole) pf[w](cr + nb * 32, ldc, ar, whole, bv + nb * k4, sums, 32);
+                if (whole * PIPE_ROWS < mm)
+                    fn[0][w - 1](g, cr + whole * PIPE_ROWS * ldc + nb * 32, ar + whole * PIPE_ROWS * lda,
+                                 mm - whole * PIPE_ROWS, bv + nb * k4, sums + whole * PIPE_ROWS, flags);
+            }
+            continue;
+        }
         if (g->ones >= 0)
             run_strip(fn, g, cr + nb_last * 32, ar, mm, bv + nb_last * k4, sums, left, TILE_LAST | tail);
         else if (given)
@@ -458,7 +579,7 @@ void dspt_gemm_core_strided(int32_t *c, int ldc, const int8_t *a, int lda, int a
                             int m, int n, int k, int accumulate)
 {
     struct core g = {.ldc = ldc, .lda = lda, .aq = aq, .k4 = (k + 3) / 4};
-    core(&g, aq == 1 ? 0 : aq == 32 ? 1 : 2, c, a, bp, m, n, 0, accumulate);
+    core(0, &g, aq == 1 ? 0 : aq == 32 ? 1 : 2, c, a, bp, m, n, 0, accumulate);
 }
 
 void dspt_gemm_core_words(int32_t *c, int ldc, const int8_t *a, const int32_t *off, int k4, const int32_t *sums,
@@ -466,7 +587,14 @@ void dspt_gemm_core_words(int32_t *c, int ldc, const int8_t *a, const int32_t *o
 {
     struct core g = {.ldc = ldc, .lda = 4, .aq = 1, .k4 = k4, .off = off, .twelve = strips12[accumulate != 0],
                      .rg = rg};
-    core(&g, 3, c, a, bp, m, n, sums, accumulate);
+    core(0, &g, 3, c, a, bp, m, n, sums, accumulate);
+}
+
+static __attribute__((noinline)) void core_depth(int32_t *c, int ldc, const int8_t *a, const int8_t *bp, int m,
+                                                  int n, int k, int accumulate)
+{
+    struct core g = {.ldc = ldc, .lda = k, .aq = 1, .k4 = k / 4};
+    core(1, &g, (k / 4 - 4) / 2, c, a, bp, m, n, 0, accumulate);
 }
 
 /* Rows of `a` must be word-aligned for the scalar loads: copied to a stride of

@@ -42,6 +42,10 @@ WGRAD = {
     "ragged": (3, 3, 3, 40, 37),
     "ragged-small": (1, 1, 3, 12, 5),
     "wide": (2, 2, 2, 200, 72),
+    # rows of 32 bytes (x^T or err^T: 4 rows one vector, interleaved by two byte shuffles)
+    "x-32": (5, 4, 4, 32, 192),
+    "err-32": (3, 3, 5, 40, 32),
+    "both-32": (1, 7, 7, 32, 32),
 }
 
 
@@ -175,3 +179,72 @@ def test_sixteen_channels_extremes(dsp):
     wt, err = np.full((64, 1, 1, 16), -128, np.int8), np.full((1, 8, 8, 64), -128, np.int8)
     same(dsp.conv2d_bwd_data_s8(err, wt, 1, 0, (8, 8)), ref.conv2d_bwd_data_s8(err, wt, 1, 0, (8, 8)))
     assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise_pixels")]
+
+
+# (M, K, N): contiguous rows of 16, 24 or 32 bytes (K4 = 4, 6, 8 words) take the GEMM
+# strips with the depth compiled in, and their whole blocks the pipelined 4-row tiles
+# (gemm.c piped_tiles: a tile's stores among the next tile's vrmpy); M not a multiple of 4
+# (rows left to the plain tiles), over 256 (two row blocks), N whole blocks (row sums by
+# vectors), ragged (the lane of 1s after 1, 4 or 6 whole blocks) and below 32
+DEPTHS = {
+    "k16-n96": (301, 16, 96),
+    "k16-n40": (70, 16, 40),
+    "k24-n144": (262, 24, 144),
+    "k24-n96": (33, 24, 96),
+    "k32-n192": (129, 32, 192),
+    "k32-n224": (66, 32, 224),
+    "k32-n20": (45, 32, 20),
+    "k24-n64": (8, 24, 64),
+    "k16-n32": (3, 16, 32),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
+@pytest.mark.parametrize("name", DEPTHS)
+def test_compiled_depths(dsp, rng, threads, name):
+    m, k, n = DEPTHS[name]
+    a, b = s8(rng, m, k), s8(rng, n, k)
+    want = ref.gemm_s8(a, b)
+    same(dsp.gemm_s8(a, b), want)
+    start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    same(dsp.accumulate(start, "gemm_s8", a, b), start + want)
+    # the same depths as 1 x 1 convolutions: forward (K = C), backward data (K = O)
+    x, wt = a.reshape(1, 1, m, k), b.reshape(n, 1, 1, k)
+    same(dsp.conv2d_s8(x, wt, 1, 0), ref.conv2d_s8(x, wt, 1, 0))
+    err, wd = s8(rng, 1, 1, m, k), s8(rng, k, 1, 1, n)
+    want = ref.conv2d_bwd_data_s8(err, wd, 1, 0, (1, m))
+    same(dsp.conv2d_bwd_data_s8(err, wd, 1, 0, (1, m)), want)
+    same(dsp.accumulate(want, "conv2d_bwd_data_s8", err, wd, 1, 0, (1, m)), 2 * want)
+
+
+@pytest.mark.parametrize("k", [16, 24, 32])
+def test_compiled_depths_extremes(dsp, k):
+    """-128 everywhere: the rows' sums and the bias at their largest."""
+    a, b = np.full((77, k), -128, np.int8), np.full((96, k), -128, np.int8)
+    same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
+    b = np.full((144, k), -128, np.int8)
+    same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
+
+
+# (N, H, W, C, O): weight gradients over more positions than one pass (wgrad_gemm, positions
+# split across the threads) whose x or err rows are 32 or 16 bytes: the packer's one-load
+# groups (16 bytes: two groups a load, flipped with 16 -> 96), positions not a multiple of 4
+# (the last group's rows padded with zeros) and odd groups a thread
+WGRAD_ROWS32 = {
+    "project-16": (1, 61, 93, 32, 16),
+    "expand-32": (3, 41, 47, 32, 64),
+    "err-32": (1, 79, 83, 24, 32),
+    "expand-16": (1, 53, 57, 16, 96),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
+@pytest.mark.parametrize("name", WGRAD_ROWS32)
+def test_weight_gradient_rows_of_32(dsp, rng, threads, name):
+    n, h, w, c, o = WGRAD_ROWS32[name]
+    x, err = s8(rng, n, h, w, c), s8(rng, n, h, w, o)
+    want = ref.conv2d_bwd_weight_s8(err, x, 1, 0, (1, 1))
+    same(dsp.conv2d_bwd_weight_s8(err, x, 1, 0, (1, 1)), want)
+    assert dsp.last_paths == [("conv2d_bwd_weight_s8", "wgrad_gemm")]
+    start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    same(dsp.accumulate(start, "conv2d_bwd_weight_s8", err, x, 1, 0, (1, 1)), start + want)
