@@ -427,6 +427,10 @@ int dspt_op_dwconv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         d->result_shift = DSPT_PATH_DW_PIXEL_QUADS;
         return dspt_dw_pixels(ctx, &s, err, w, dx, 1, acc);
     }
+    if (dspt_dw_err_pairs_fit(&s) && ((uintptr_t)dx & (HVX_BYTES - 1)) == 0) {
+        d->result_shift = DSPT_PATH_DW_ERR_PAIRS;
+        return dspt_dw_err_pairs(ctx, &s, err, w, dx, acc);
+    }
     if (err_quads) {
         d->result_shift = DSPT_PATH_DW_ERR_QUADS;
         return dspt_dw_err_quads(ctx, &s, err, w, dx, acc);

@@ -1,6 +1,6 @@
 /* dwconv.h: depthwise convolutions (one 2-D filter per channel), shared by dwconv.c
  * (forward, backward data: picks the path), its paths dwconv_quads.c, dwconv_pixels.c,
- * dwconv_fwd2.c, dwconv_bwd2.c, and dwconv_wgrad.c, dwconv_wgrad_pairs.c (weight gradient). */
+ * dwconv_fwd2.c, dwconv_bwd2.c, dwconv_bwd2_pairs.c, and dwconv_wgrad.c, dwconv_wgrad_pairs.c (weight gradient). */
 #ifndef DSPTRAIN_DWCONV_H
 #define DSPTRAIN_DWCONV_H
 
@@ -59,6 +59,13 @@ int dspt_dw_block_quads(struct dspt_ctx *ctx, const struct dw_shape *s, const in
  * met by the four dx pixels they feed; _fit says when. */
 int dspt_dw_err_quads_fit(const struct dw_shape *s);
 int dspt_dw_err_quads(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t *err, const int8_t *w, int32_t *dx,
+                      int accumulate);
+
+/* dwconv_bwd2_pairs.c: the same onto an even width, C % 32 == 0 (>= 64) or 144, dx 128-byte
+ * aligned: each row's two dx pixels of an anchor stored as 2C / 32 aligned vectors, the err
+ * columns shuffled once; _fit says when (the caller checks dx's alignment). */
+int dspt_dw_err_pairs_fit(const struct dw_shape *s);
+int dspt_dw_err_pairs(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t *err, const int8_t *w, int32_t *dx,
                       int accumulate);
 
 /* dwconv_wgrad_pairs.c: weight gradient of images and outputs of at most 4 pixels, each

@@ -77,6 +77,7 @@ enum dspt_path {
     DSPT_PATH_DW_IMAGE_PAIRS = 21, /* dwconv_wgrad_pairs.c: weight gradient of <= 4 pixels: a register a pixel pair */
     DSPT_PATH_WGRAD_OUTPUTS = 22, /* conv_pointwise.c: weight gradient of 1 x 1, one pass: the threads split dw */
     DSPT_PATH_POINTWISE_PIXELS = 23, /* conv_pointwise.c: 1 x 1 onto 16 channels, the pixels in the lanes */
+    DSPT_PATH_DW_ERR_PAIRS = 28,  /* dwconv_bwd2_pairs.c: backward data 3 x 3 stride 2: dx pixel pairs as aligned vectors */
 };
 
 /* `shift` value asking the DSP to estimate it from the range (NITI's absmax rule). */

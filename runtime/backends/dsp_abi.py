@@ -71,6 +71,7 @@ PATH_NAMES = {
     21: "dw_image_pairs",
     22: "wgrad_outputs",
     23: "pointwise_pixels",
+    28: "dw_err_pairs",
 }
 SHIFT_ESTIMATE = -1
 F_SATURATE_CHECK = 2  # REQUANT: a given shift that would saturate gives way to the estimate

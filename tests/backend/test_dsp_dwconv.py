@@ -17,7 +17,8 @@ images; err of backward data from them) or a stride-2 forward onto 16 outputs or
 takes each output pixel's inside taps, 4 a vrmpy word ("dw_pixel_quads",
 dsp_kernels/dwconv_pixels.c); 3 x 3 at stride 2, pad 1 with C % 32 == 0 or C > 128 puts
 the input's 2 x 2 blocks in the words ("dw_block_quads") and, backward, the 4 err pixels
-that 4 dx pixels read ("dw_err_quads"); the weight gradient puts four images in each vrmpy word
+that 4 dx pixels read ("dw_err_quads"; onto an even width with C % 32 == 0 or C = 144 as
+whole aligned vectors of dx pixel pairs, "dw_err_pairs"); the weight gradient puts four images in each vrmpy word
 ("dw_image_quads", a ragged batch padded with zero images), except where the image and the
 output have at most 4 pixels and every output's window holds every input pixel: there each
 (output, input) pair sums over the batch in a register ("dw_image_pairs"). Needs qemu-hexagon, clang-16
@@ -65,15 +66,19 @@ SHAPES = [
     ((2, 5, 5, 16, 3, 3, 1, 3), "dw_column_quads", "dw_classes"),  # pad past k - 1
     ((5, 11, 11, 96, 3, 3, 2, 1), "dw_block_quads", "dw_err_quads"),  # 3 x 3 stride 2, C % 32 == 0: 2 x 2 blocks
     ((3, 9, 9, 160, 3, 3, 2, 1), "dw_block_quads", "dw_err_quads"),  # odd image, a second block of 32 channels
-    ((2, 8, 8, 64, 3, 3, 2, 1), "dw_block_quads", "dw_err_quads"),  # half a vector of channels
+    ((2, 8, 8, 64, 3, 3, 2, 1), "dw_block_quads", "dw_err_pairs"),  # half a vector of channels, even width
+    ((2, 7, 8, 160, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_pairs"),  # odd height; a last unit of 1 group
+    ((2, 6, 4, 224, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_pairs"),  # a unit of 3 groups after a whole one
+    ((2, 5, 6, 144, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_pairs"),  # 144: 9 vectors a pixel pair, odd height
     ((2, 9, 9, 48, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),  # stride 2 quads: strips of a pixel's block
-    ((2, 10, 10, 144, 3, 3, 2, 1), "dw_block_quads", "dw_err_quads"),  # C > 128 ragged: the last block moved back
+    ((2, 10, 10, 144, 3, 3, 2, 1), "dw_block_quads", "dw_err_pairs"),  # C > 128 ragged: the last block moved back
+    ((2, 10, 9, 144, 3, 3, 2, 1), "dw_block_quads", "dw_err_quads"),  # odd width: dx pixel pairs do not tile a row
     ((3, 7, 5, 60, 3, 3, 2, 1), "dw_blocks", "dw_classes"),  # stride 2, 12 outputs, C < 96: the vmpy blocks
-    ((2, 8, 8, 144, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_quads"),  # stride 2 onto 16 outputs: each pixel's taps
+    ((2, 8, 8, 144, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_pairs"),  # stride 2 onto 16 outputs: each pixel's taps
     ((3, 7, 5, 150, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_quads"),  # the same, ragged blocks (150 = 128 + 22)
     ((2, 3, 3, 100, 3, 3, 2, 3), "dw_pixel_quads", "dw_classes"),  # pad past k: corner outputs meet no tap
     ((4, 2, 2, 576, 3, 3, 2, 1), "dw_pixel_quads", "dw_pixel_quads"),  # MobileNetV2's last stride-2 shape
-    ((3, 4, 4, 192, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_quads"),  # err of 2 x 2: the err quads (measured faster)
+    ((3, 4, 4, 192, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_pairs"),  # err of 2 x 2: the err pairs (measured faster)
     ((3, 2, 4, 192, 3, 3, 2, 1), "dw_pixel_quads", "dw_pixel_quads"),  # err of 1 x 2: 8 dx pixels on 2 sources
     ((5, 2, 2, 384, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # 4 sources met by 4 pixels, aligned stores
     ((3, 2, 2, 200, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # the same, C % 32 != 0 (unaligned)
@@ -115,6 +120,16 @@ def test_dwconv_matches_ref_and_takes_its_path(dsp, rng, case):
     assert dsp.last_paths == [("dwconv2d_bwd_weight_s8", wgrad_path)]
 
 
+def test_bwd_data_keeps_dx_size_apart(dsp, rng):
+    """Two dx sizes from one err shape (stride 2: 10 and 9 wide both give 5): the prepared
+    descriptor of one must not serve the other (dx of the wrong width, no error)."""
+    w = s8(rng, 144, 3, 3, 1)
+    err = s8(rng, 2, 5, 5, 144)
+    for in_hw, path in (((10, 10), "dw_err_pairs"), ((10, 9), "dw_err_quads"), ((10, 10), "dw_err_pairs")):
+        same(dsp.dwconv2d_bwd_data_s8(err, w, 2, 1, in_hw), ref.dwconv2d_bwd_data_s8(err, w, 2, 1, in_hw))
+        assert dsp.last_paths == [("dwconv2d_bwd_data_s8", path)]
+
+
 def test_every_depthwise_path_is_pinned():
     """Each depthwise path of enum dspt_path has a shape above that takes it."""
     from dsptrain.backends.dsp_abi import PATH_NAMES
@@ -150,6 +165,8 @@ def threads(dsp, request):
         (7, 8, 8, 144, 3, 3, 2, 1),
         (7, 2, 2, 200, 3, 3, 1, 1),
         (5, 3, 3, 150, 5, 5, 2, 2),
+        (7, 8, 6, 144, 3, 3, 2, 1),
+        (5, 7, 4, 160, 3, 3, 2, 1),
     ],
     ids=[
         "flat",
@@ -163,6 +180,8 @@ def threads(dsp, request):
         "pixels-s2-overlap",
         "sources-overlap",
         "pixels-k5-overlap",
+        "err-pairs-144",
+        "err-pairs-odd-h",
     ],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
