@@ -75,6 +75,33 @@ static inline __attribute__((always_inline)) void ep_put(const int ACC, int32_t 
 
 /* A thread's images [lo, hi), one 128-channel unit at c0 of G groups (C % 32 == 0): each
  * anchor's 4 dx pixels x G aligned vectors; W[8 a + 4 b + g] the weights of dx pixel (a, b). */
+/* One anchor row of a unit: err rows e0, e1 (or the zeros), dx rows d0, d1 (or the sink).
+ * restrict: the stores to dx do not reorder against the err loads. */
+static inline __attribute__((always_inline)) void ep_row(const int G, const int ACC, const int8_t *__restrict e0,
+                                                         const int8_t *__restrict e1, int32_t *__restrict d0,
+                                                         int32_t *__restrict d1, int C, int OW,
+                                                         const HVX_Vector W[16])
+{
+    const HVX_VectorPair zero = Q6_W_vcombine_VV(Q6_V_vzero(), Q6_V_vzero());
+    HVX_VectorPair q = 1 < OW ? ep_column(e0 + C, e1 + C) : zero;
+    HVX_Vector x[4];
+    ep_words(G, x, ep_column(e0, e1), q);
+    for (int n = 0; n < OW; n++) {
+        /* software-pipelined: the next anchor's words (the column after next loaded, past
+         * the last zero) while this one's products are stored */
+        int far = n + 2 < OW ? (n + 2) * C : 0;
+        HVX_VectorPair r = ep_column(e0 + far, e1 + far);
+        if (n + 2 >= OW) r = zero;
+        HVX_Vector xn[4];
+        ep_words(G, xn, q, r);
+        int32_t *o[4] = {d0 + 2 * n * C, d0 + (2 * n + 1) * C, d1 + 2 * n * C, d1 + (2 * n + 1) * C};
+        for (int k = 0; k < 4; k++)
+            for (int g = 0; g < G; g++) ep_put(ACC, o[k] + 32 * g, Q6_Vw_vrmpy_VbVb(x[g], W[4 * k + g]));
+        for (int g = 0; g < G; g++) x[g] = xn[g];
+        q = r;
+    }
+}
+
 static inline __attribute__((always_inline)) void ep_block(const int G, const int ACC, const struct ep_job *J,
                                                            int lo, int hi, int c0, const HVX_Vector *wt,
                                                            int32_t *sink)
@@ -85,28 +112,13 @@ static inline __attribute__((always_inline)) void ep_block(const int G, const in
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 2; b++)
             for (int g = 0; g < G; g++) W[8 * a + 4 * b + g] = wt[8 * a + 4 * b + g];
-    const HVX_VectorPair zero = Q6_W_vcombine_VV(Q6_V_vzero(), Q6_V_vzero());
     for (int img = lo; img < hi; img++) {
         const int8_t *err = J->err + (size_t)img * OH * OW * C + c0;
         int32_t *dx = J->dx + (size_t)img * s->h * s->w * C + c0;
         for (int m = 0; m < AH; m++) {
             const int8_t *e0 = err + m * OW * C, *e1 = m + 1 < OH ? e0 + OW * C : J->zeros;
             int32_t *d0 = dx + 2 * m * s->w * C, *d1 = 2 * m + 1 < s->h ? d0 + s->w * C : sink;
-            HVX_VectorPair p = ep_column(e0, e1), q = 1 < OW ? ep_column(e0 + C, e1 + C) : zero;
-            for (int n = 0; n < OW; n++) {
-                /* the column after next, an anchor ahead (past the last: zero, nothing loaded) */
-                int far = n + 2 < OW ? (n + 2) * C : 0;
-                HVX_VectorPair r = ep_column(e0 + far, e1 + far);
-                if (n + 2 >= OW) r = zero;
-                HVX_Vector x[4];
-                ep_words(G, x, p, q);
-                int32_t *o[4] = {d0 + 2 * n * C, d0 + (2 * n + 1) * C, d1 + 2 * n * C, d1 + (2 * n + 1) * C};
-                for (int k = 0; k < 4; k++)
-                    for (int g = 0; g < G; g++)
-                        ep_put(ACC, o[k] + 32 * g, Q6_Vw_vrmpy_VbVb(x[g], W[4 * k + g]));
-                p = q;
-                q = r;
-            }
+            ep_row(G, ACC, e0, e1, d0, d1, C, OW, W);
         }
     }
 }
