@@ -78,6 +78,7 @@ enum dspt_path {
     DSPT_PATH_WGRAD_OUTPUTS = 22, /* conv_pointwise.c: weight gradient of 1 x 1, one pass: the threads split dw */
     DSPT_PATH_POINTWISE_PIXELS = 23, /* conv_pointwise.c: 1 x 1 onto 16 channels, the pixels in the lanes */
     DSPT_PATH_DW_ERR_PAIRS = 28,  /* dwconv_bwd2_pairs.c: backward data 3 x 3 stride 2: dx pixel pairs as aligned vectors */
+    DSPT_PATH_DW_ERR_ONE = 29,    /* dwconv_bwd_one.c: backward data from a 1 x 1 err: each dx pixel err x its one tap */
 };
 
 /* `shift` value asking the DSP to estimate it from the range (NITI's absmax rule). */

@@ -72,6 +72,7 @@ PATH_NAMES = {
     22: "wgrad_outputs",
     23: "pointwise_pixels",
     28: "dw_err_pairs",
+    29: "dw_err_one",
 }
 SHIFT_ESTIMATE = -1
 F_SATURATE_CHECK = 2  # REQUANT: a given shift that would saturate gives way to the estimate

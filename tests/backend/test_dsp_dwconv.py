@@ -18,7 +18,8 @@ takes each output pixel's inside taps, 4 a vrmpy word ("dw_pixel_quads",
 dsp_kernels/dwconv_pixels.c); 3 x 3 at stride 2, pad 1 with C % 32 == 0 or C > 128 puts
 the input's 2 x 2 blocks in the words ("dw_block_quads") and, backward, the 4 err pixels
 that 4 dx pixels read ("dw_err_quads"; onto an even width with C % 32 == 0 or C = 144 as
-whole aligned vectors of dx pixel pairs, "dw_err_pairs"); the weight gradient puts four images in each vrmpy word
+whole aligned vectors of dx pixel pairs, "dw_err_pairs"; from an err of one pixel with
+C % 32 == 0, each dx pixel err times its one tap, "dw_err_one"); the weight gradient puts four images in each vrmpy word
 ("dw_image_quads", a ragged batch padded with zero images), except where the image and the
 output have at most 4 pixels and every output's window holds every input pixel: there each
 (output, input) pair sums over the batch in a register ("dw_image_pairs"). Needs qemu-hexagon, clang-16
@@ -77,7 +78,9 @@ SHAPES = [
     ((2, 8, 8, 144, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_pairs"),  # stride 2 onto 16 outputs: each pixel's taps
     ((3, 7, 5, 150, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_quads"),  # the same, ragged blocks (150 = 128 + 22)
     ((2, 3, 3, 100, 3, 3, 2, 3), "dw_pixel_quads", "dw_classes"),  # pad past k: corner outputs meet no tap
-    ((4, 2, 2, 576, 3, 3, 2, 1), "dw_pixel_quads", "dw_pixel_quads"),  # MobileNetV2's last stride-2 shape
+    ((4, 2, 2, 576, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_one"),  # MobileNetV2's last stride-2 shape: err 1 x 1
+    ((3, 1, 1, 160, 3, 3, 1, 1), "dw_pixel_quads", "dw_err_one"),  # one pixel, C % 32 == 0: a block of 1 group
+    ((2, 1, 2, 64, 3, 3, 2, 1), "dw_block_quads", "dw_err_one"),  # err 1 x 1 onto 2 dx pixels
     ((3, 4, 4, 192, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_pairs"),  # err of 2 x 2: the err pairs (measured faster)
     ((3, 2, 4, 192, 3, 3, 2, 1), "dw_pixel_quads", "dw_pixel_quads"),  # err of 1 x 2: 8 dx pixels on 2 sources
     ((5, 2, 2, 384, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # 4 sources met by 4 pixels, aligned stores
@@ -95,6 +98,8 @@ WGRAD_PAIRS = {
     (5, 2, 2, 384, 3, 3, 1, 1),
     (3, 2, 2, 200, 3, 3, 1, 1),
     (2, 2, 2, 100, 5, 5, 1, 2),
+    (3, 1, 1, 160, 3, 3, 1, 1),
+    (2, 1, 2, 64, 3, 3, 2, 1),
 }
 
 
@@ -167,6 +172,7 @@ def threads(dsp, request):
         (5, 3, 3, 150, 5, 5, 2, 2),
         (7, 8, 6, 144, 3, 3, 2, 1),
         (5, 7, 4, 160, 3, 3, 2, 1),
+        (7, 1, 1, 160, 3, 3, 1, 1),
     ],
     ids=[
         "flat",
@@ -182,6 +188,7 @@ def threads(dsp, request):
         "pixels-k5-overlap",
         "err-pairs-144",
         "err-pairs-odd-h",
+        "err-one",
     ],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
