@@ -154,7 +154,8 @@ def threads(dsp, request):
 # a share per image (forward, backward data) or per 4 images (weight gradient): 7 images over
 # 1-4 threads leave ragged shares, and the weight gradient's partial sums joined in order;
 # the weight gradient of 2 x 2 images shares 128-channel blocks (576: 5 over 1-4 threads);
-# the pixel quads' last block of a ragged C > 128 overlaps the one before unless accumulating
+# the pixel quads' last block of a ragged C > 128 overlaps the one before unless accumulating;
+# the err pairs run a share's anchors as one loop (rows of <= 4 anchors) or row by row
 @pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
 @pytest.mark.parametrize(
     "shape",
@@ -173,6 +174,8 @@ def threads(dsp, request):
         (7, 8, 6, 144, 3, 3, 2, 1),
         (5, 7, 4, 160, 3, 3, 2, 1),
         (7, 1, 1, 160, 3, 3, 1, 1),
+        (7, 4, 8, 192, 3, 3, 2, 1),
+        (5, 10, 12, 96, 3, 3, 2, 1),
     ],
     ids=[
         "flat",
@@ -189,6 +192,8 @@ def threads(dsp, request):
         "err-pairs-144",
         "err-pairs-odd-h",
         "err-one",
+        "err-pairs-flat",
+        "err-pairs-rows",
     ],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
