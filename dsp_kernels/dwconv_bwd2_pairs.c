@@ -15,11 +15,11 @@
  *   pixel: pixel 2n takes channels 0..127 from the err block at channel 0, pixel 2n + 1
  *   channels 16..143 from the block at channel 16, and the vector between them (channels
  *   128..143 of one, 0..15 of the other) is one valign of the two.
- * - The err slots go k = dy + 2 dx, so the first vshuff stage pairs one err column's two
- *   rows and is done once a column, not once an anchor: an anchor loads and shuffles one
- *   new column (2 vmemu loads, 1 + 2 vshuff a 128-channel block), loaded an anchor ahead.
- * - One call runs a thread's whole share (images, rows, anchors) with the weights of a
- *   channel unit in registers; the right neighbour of the last column is zero (no load).
+ * - One call runs a thread's whole share with the weights of a channel unit in registers:
+ *   with an even H as one loop over its anchors (ep_flat), with an odd H row by row
+ *   (ep_row: the err slots go k = dy + 2 dx, so an err column's first vshuff stage is done
+ *   once, not once an anchor). Either way the next anchor's words are built while this
+ *   one's products are stored.
  * Work is split by images across the HVX threads (threads.h).
  */
 #include "hvx-utils.h"
@@ -29,9 +29,6 @@
 
 #define EP_UNIT 16   /* weight vectors per channel unit: [dx row a][store vector v], 8 a row */
 #define EP_U144 18   /* C = 144: one unit of 9 vectors a row */
-/* rows of at most this many anchors run as one loop over the share (ep_flat); longer rows
- * reuse each err column's shuffle (ep_row: 16 x 16 x 96, 74.6 K packets against 99.2 K flat) */
-#define EP_FLAT_OW 4
 
 struct ep_job {
     const struct dw_shape *s;
@@ -78,8 +75,9 @@ static inline __attribute__((always_inline)) void ep_put(const int ACC, int32_t 
 
 /* A thread's images [lo, hi), one 128-channel unit at c0 of G groups (C % 32 == 0): each
  * anchor's 4 dx pixels x G aligned vectors; W[8 a + 4 b + g] the weights of dx pixel (a, b). */
-/* One anchor row of a unit: err rows e0, e1 (or the zeros), dx rows d0, d1 (or the sink).
- * restrict: the stores to dx do not reorder against the err loads. */
+/* One anchor row of a unit (odd H: the last row's second dx row is the sink): err rows e0,
+ * e1 (or the zeros), dx rows d0, d1. An err column's first vshuff stage is reused by the
+ * next anchor. restrict: the stores to dx do not reorder against the err loads. */
 static inline __attribute__((always_inline)) void ep_row(const int G, const int ACC, const int8_t *__restrict e0,
                                                          const int8_t *__restrict e1, int32_t *__restrict d0,
                                                          int32_t *__restrict d1, int C, int OW,
@@ -106,25 +104,28 @@ static inline __attribute__((always_inline)) void ep_row(const int G, const int 
 }
 
 /* An even H: the share's anchors are its err pixels in order (anchor t is err pixel t), so
- * one loop runs them all, rows and images alike, with no row prologue (a row of 2 to 8
- * anchors paid as much as its anchors). Each anchor loads its 4 err pixels (right and
- * bottom neighbours past the image: the zeros); the next anchor's words are built while
- * this one's products are stored. e, d: the share's err and dx at the unit's channel. */
+ * one loop runs them all, rows and images alike, with no row prologue (a row of 2 or 4
+ * anchors had paid as much as its anchors). Each anchor loads its 4 err pixels (right and
+ * bottom neighbours past the image: the zeros; the loop's selects are single ones, so
+ * clang keeps it branch-free); the next anchor's words are built while this one's products
+ * are stored. e, d: the share's err and dx at the unit's channel. */
 struct ep_walk {
     const int8_t *e, *zeros;
     int C, OW, OH, W;
 };
 
-/* The 4 err pixels of anchor t at (m, n): slots dy + 2 dx. */
-static inline __attribute__((always_inline)) void ep_pixels(const struct ep_walk *K, int t, int m, int n,
-                                                            const int8_t *p[4])
+/* The 4 err pixels of anchor t, pixel i of its image, column n: slots dy + 2 dx. */
+static inline __attribute__((always_inline)) void ep_pixels(const int CHAIN, const struct ep_walk *K, int t, int i,
+                                                            int n, const int8_t *p[4])
 {
     const int8_t *p00 = K->e + t * K->C;
-    int right = n + 1 < K->OW, down = m + 1 < K->OH;
+    int right = n + 1 < K->OW, down = i < (K->OH - 1) * K->OW;
     p[0] = p00;
     p[1] = down ? p00 + K->OW * K->C : K->zeros;
     p[2] = right ? p00 + K->C : K->zeros;
-    p[3] = right && down ? p00 + (K->OW + 1) * K->C : K->zeros;
+    /* CHAIN: from p[1] (below the last row, C into the zeros): one select, no branch in
+     * ep_flat's loop; ep_flat144 measured faster with both conditions */
+    p[3] = CHAIN ? (right ? p[1] + K->C : K->zeros) : right && down ? p00 + (K->OW + 1) * K->C : K->zeros;
 }
 
 static inline __attribute__((always_inline)) void ep_flat(const int G, const int ACC, const struct ep_walk *K,
@@ -133,22 +134,22 @@ static inline __attribute__((always_inline)) void ep_flat(const int G, const int
     const int C = K->C, OW = K->OW, OH = K->OH;
     const int8_t *p[4];
     HVX_Vector x[4];
-    ep_pixels(K, 0, 0, 0, p);
+    ep_pixels(1, K, 0, 0, 0, p);
     dw_interleave4(x, hvx_load_u(p[0]), hvx_load_u(p[1]), hvx_load_u(p[2]), hvx_load_u(p[3]));
-    int m = 0, n = 0;
+    int i = 0, n = 0;   /* anchor t's pixel in its image and column: single selects, no branch */
     for (int t = 0; t < anchors; t++) {
-        int n1 = n + 1 < OW ? n + 1 : 0, m1 = n + 1 < OW ? m : m + 1 < OH ? m + 1 : 0;
+        int n1 = n + 1 == OW ? 0 : n + 1, i1 = i + 1 == OH * OW ? 0 : i + 1;
         int t1 = t + 1 < anchors ? t + 1 : t;   /* the last reloads itself: nothing past the share */
-        ep_pixels(K, t1, m1, n1, p);
+        ep_pixels(1, K, t1, i1, n1, p);
         HVX_Vector xn[4];
         dw_interleave4(xn, hvx_load_u(p[0]), hvx_load_u(p[1]), hvx_load_u(p[2]), hvx_load_u(p[3]));
         int32_t *o[4] = {d, d + C, d + K->W * C, d + K->W * C + C};
         for (int k = 0; k < 4; k++)
             for (int g = 0; g < G; g++) ep_put(ACC, o[k] + 32 * g, Q6_Vw_vrmpy_VbVb(x[g], W[4 * k + g]));
         for (int g = 0; g < G; g++) x[g] = xn[g];
-        d += n + 1 < OW ? 2 * C : (K->W + 2) * C;   /* a row's end skips the odd dx row */
+        d += n1 ? 2 * C : (K->W + 2) * C;   /* a row's end skips the odd dx row */
         n = n1;
-        m = m1;
+        i = i1;
     }
 }
 
@@ -158,9 +159,9 @@ static inline __attribute__((always_inline)) void ep_flat144(const int ACC, cons
 {
     const int C = 144, OW = K->OW, OH = K->OH;
     const int8_t *p[4];
-    int m = 0, n = 0;
+    int i = 0, n = 0;
     for (int t = 0; t < anchors; t++) {
-        ep_pixels(K, t, m, n, p);
+        ep_pixels(0, K, t, i, n, p);
         HVX_Vector x[9];
         dw_interleave4(x, hvx_load_u(p[0]), hvx_load_u(p[1]), hvx_load_u(p[2]), hvx_load_u(p[3]));
         dw_interleave4(x + 5, hvx_load_u(p[0] + 16), hvx_load_u(p[1] + 16), hvx_load_u(p[2] + 16),
@@ -169,9 +170,9 @@ static inline __attribute__((always_inline)) void ep_flat144(const int ACC, cons
         int32_t *d1 = d + K->W * C;
         for (int v = 0; v < 9; v++) ep_put(ACC, d + 32 * v, Q6_Vw_vrmpy_VbVb(x[v], W[v]));
         for (int v = 0; v < 9; v++) ep_put(ACC, d1 + 32 * v, Q6_Vw_vrmpy_VbVb(x[v], W[9 + v]));
-        d += n + 1 < OW ? 2 * C : (K->W + 2) * C;
-        m = n + 1 < OW ? m : m + 1 < OH ? m + 1 : 0;
-        n = n + 1 < OW ? n + 1 : 0;
+        n = n + 1 == OW ? 0 : n + 1;
+        i = i + 1 == OH * OW ? 0 : i + 1;
+        d += n ? 2 * C : (K->W + 2) * C;
     }
 }
 
@@ -185,7 +186,7 @@ static inline __attribute__((always_inline)) void ep_block(const int G, const in
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 2; b++)
             for (int g = 0; g < G; g++) W[8 * a + 4 * b + g] = wt[8 * a + 4 * b + g];
-    if (s->h % 2 == 0 && OW <= EP_FLAT_OW) {
+    if (s->h % 2 == 0) {
         struct ep_walk K = {J->err + (size_t)lo * OH * OW * C + c0, J->zeros, C, OW, OH, s->w};
         ep_flat(G, ACC, &K, J->dx + (size_t)lo * s->h * s->w * C + c0, (hi - lo) * OH * OW, W);
         return;
@@ -242,7 +243,7 @@ static inline __attribute__((always_inline)) void ep_144(const int ACC, const st
     const int C = 144, OW = s->ow, OH = s->oh, AH = (s->h + 1) / 2;
     HVX_Vector W[EP_U144];
     for (int k = 0; k < EP_U144; k++) W[k] = J->wt[k];
-    if (s->h % 2 == 0 && OW <= EP_FLAT_OW) {
+    if (s->h % 2 == 0) {
         struct ep_walk K = {J->err + (size_t)lo * OH * OW * C, J->zeros, C, OW, OH, s->w};
         ep_flat144(ACC, &K, J->dx + (size_t)lo * s->h * s->w * C, (hi - lo) * OH * OW, W);
         return;
