@@ -78,8 +78,10 @@ class Speeds:
                 return self.hook_macs_per_s[k], f"measured {k}"
         return self.macs_per_s, "macs_per_s"
 
-    def seconds(self, macs: int, nbytes: int, key: str | None = None) -> float:
-        return self.call_s + max(macs / self.rate(key)[0], nbytes / self.bytes_per_s)
+    def seconds(self, macs: int, nbytes: int, key: str | None = None, calls: int = 1) -> float:
+        """The roofline plus `calls` fixed costs (a composed op calls its kernel once per part:
+        rates.kernel_calls)."""
+        return calls * self.call_s + max(macs / self.rate(key)[0], nbytes / self.bytes_per_s)
 
 
 def speeds(profile, processor: str) -> Speeds:
@@ -108,7 +110,7 @@ def measured_on_both(profile, key: str | None) -> bool:
 class PipelineWork:
     """What co-scheduling would overlap, in numbers (plan.Plan.pipeline_work): for each op a
     micro-batch runs, then each run once after them (the updates), (backend name, MACs,
-    bytes moved, runs once per micro-batch, rate key or None); and the elements of the
+    bytes moved, runs once per micro-batch, rate key or None, kernel calls); and the elements of the
     weight gradients the slices' sums add up. Numbers only: the cost model reads no plan
     and no backend."""
 
@@ -124,12 +126,12 @@ def micro_batch_count(work: PipelineWork | None, profile, batch: int) -> tuple[i
     stage = {"dsp": 0.0, "cpu": 0.0}
     per_slice = 0.0  # what one more micro-batch adds: its calls, its gradient sum
     part = {where: speeds(profile, where) for where in stage}
-    for backend, macs, nbytes, sliced, key in work.ops:
+    for backend, macs, nbytes, sliced, key, calls in work.ops:
         where = PROCESSOR.get(backend, "cpu")  # the profile part it runs on
         fast = part[where]
-        stage[where] += fast.seconds(macs, nbytes, key)
+        stage[where] += fast.seconds(macs, nbytes, key, calls)
         if sliced:
-            per_slice += fast.call_s
+            per_slice += calls * fast.call_s
     # the slices' weight gradients are summed in int64 on the host: read and write 8 bytes each
     per_slice += 2 * 8 * work.grad_elements / speeds(profile, "cpu").bytes_per_s
     d, c = stage["dsp"], stage["cpu"]

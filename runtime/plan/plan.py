@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..graph import TrainGraph
-from .rates import gather_bytes, rate_key
+from .rates import gather_bytes, kernel_calls, rate_key
 from .scratch import ScratchTable
 from .splitting import split_decision
 
@@ -142,7 +142,14 @@ class Plan:
             return None
         per_row, once = split
         ops = tuple(
-            (self.backend_of(op), op.macs, self.op_bytes(op), op.phase != "update", rate_key(self.graph, op))
+            (
+                self.backend_of(op),
+                op.macs,
+                self.op_bytes(op),
+                op.phase != "update",
+                rate_key(self.graph, op),
+                kernel_calls(self.graph, op),
+            )
             for op in (*per_row, *once)
         )
         return PipelineWork(ops, grad_elements(self.graph, grads_of(self.graph, per_row)))

@@ -4,6 +4,7 @@ measured rate a product takes (its rate key), what the op moves, and the per-op 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..backends import PROCESSOR
@@ -35,6 +36,22 @@ def composed_hook(op, hook: str) -> str:
             return "dw" + plain
         return "gemm_s8" if op.attrs.get("dilation", 1) > 1 else plain
     return hook
+
+
+def kernel_calls(graph: TrainGraph, op) -> int:
+    """How many times a composed conv calls its kernel (grouped_hooks.py), each a call's fixed
+    cost (on the DSP a FastRPC round trip): a grouped conv once per group; a dilated depthwise
+    conv once per residue class modulo the dilation its positions meet (d / gcd(stride, d) a
+    side; its backward data, a stride-1 conv of the spread err, all d * d). Other ops: once."""
+    groups, dilation = op.attrs.get("groups", 1), op.attrs.get("dilation", 1)
+    if groups == 1:
+        return 1
+    if not op.attrs.get("depthwise"):
+        return groups
+    if dilation == 1 or kernel_of(graph, op) == (1, 1):
+        return 1
+    side = dilation if "in_hw" in op.attrs else dilation // math.gcd(op.attrs["stride"], dilation)
+    return side * side
 
 
 def gather_bytes(op) -> tuple[int, int]:
@@ -97,7 +114,7 @@ def op_time(device, graph: TrainGraph, op, backend: str) -> OpTime:
         key,
         op.macs,
         nbytes,
-        fast.seconds(op.macs, nbytes, key),
+        fast.seconds(op.macs, nbytes, key, kernel_calls(graph, op)),
         rate,
         source,
         op.macs / rate < nbytes / fast.bytes_per_s,

@@ -6,9 +6,15 @@ their gathered copies beside their tensors."""
 from __future__ import annotations
 
 import dsptrain
+import numpy as np
+import pytest
+from dsptrain.backends.grouped_hooks import GroupedHooks
+from dsptrain.backends.ops_ref import RefBackend
+from dsptrain.cost import speeds
 from dsptrain.graph import lower
 from dsptrain.nn import Conv2d, Flatten, Linear, Model
-from dsptrain.plan.rates import gather_bytes, op_bytes, rate_key
+from dsptrain.plan import rates
+from dsptrain.plan.rates import gather_bytes, kernel_calls, op_bytes, op_time, rate_key
 
 
 def _graph():
@@ -58,3 +64,96 @@ def test_gathered_copies_count_in_the_bytes_moved():
         elif op.layer == "dense":
             assert (per_row, whole) == (0, 0), op.name
         assert op_bytes(graph, op) == tensors + per_row * graph.batch + whole
+
+
+_PRODUCTS = (
+    "conv2d_s8",
+    "conv2d_bwd_data_s8",
+    "conv2d_bwd_weight_s8",
+    "conv2d_dilated_s8",
+    "conv2d_dilated_bwd_data_s8",
+    "conv2d_dilated_bwd_weight_s8",
+    "dwconv2d_s8",
+    "dwconv2d_bwd_data_s8",
+    "dwconv2d_bwd_weight_s8",
+)
+
+
+class _CountingBackend(RefBackend):
+    """ops_ref's products, but the grouped hooks composed as every other backend composes them
+    (grouped_hooks.py), each product call counted."""
+
+    conv2d_grouped_s8 = GroupedHooks.conv2d_grouped_s8
+    conv2d_grouped_bwd_data_s8 = GroupedHooks.conv2d_grouped_bwd_data_s8
+    conv2d_grouped_bwd_weight_s8 = GroupedHooks.conv2d_grouped_bwd_weight_s8
+
+    def __init__(self):
+        super().__init__()
+        self.calls, self._inside = 0, False
+        for name in _PRODUCTS:
+            setattr(self, name, self._counted(getattr(self, name)))
+
+    def _counted(self, fn):
+        def call(*args):  # a product ops_ref builds from another counts once
+            if self._inside:
+                return fn(*args)
+            self.calls, self._inside = self.calls + 1, True
+            try:
+                return fn(*args)
+            finally:
+                self._inside = False
+
+        return call
+
+
+def _run(backend, graph, op, rng):
+    """Runs `op`'s grouped hook on random int8 operands of the graph's shapes."""
+    a = op.attrs
+    data = [rng.integers(-128, 128, graph.tensors[t].shape, dtype=np.int8) for t in op.inputs]
+    common = (a["stride"], a["pad"], a["dilation"], a["groups"])
+    if op.name.endswith(".fwd"):
+        return backend.conv2d_grouped_s8(*data, *common)
+    if op.name.endswith(".bwd_data"):
+        return backend.conv2d_grouped_bwd_data_s8(*data, *common, a["in_hw"])
+    return backend.conv2d_grouped_bwd_weight_s8(*data, *common, a["kernel"])
+
+
+def test_the_cost_model_counts_each_kernel_call_a_composed_conv_makes():
+    """rates.kernel_calls (a call's fixed cost each: a FastRPC round trip on the DSP) is the number
+    of product calls grouped_hooks.py makes: per group, per dilation residue class met."""
+    model = Model(
+        "calls",
+        (13, 13, 12),
+        10,
+        (
+            Conv2d("grouped4", 12, 12, 3, padding=1, groups=4),
+            Conv2d("dw_d2", 12, 12, 3, padding=2, dilation=2, groups=12),
+            Conv2d("dw_d2_s2", 12, 12, 3, stride=2, padding=2, dilation=2, groups=12),
+            Conv2d("dw_d3_s2", 12, 12, 3, stride=2, padding=3, dilation=3, groups=12),
+            Conv2d("dw", 12, 12, 3, padding=1, groups=12),
+            Flatten("flatten"),
+            Linear("fc", 4 * 4 * 12, 10),
+        ),
+    )
+    graph = lower(model, dsptrain.load_recipe("niti"), batch=2)
+    rng = np.random.default_rng(0)
+    backend = _CountingBackend()
+    seen = {}
+    for op in graph.ops:
+        if op.attrs.get("groups", 1) == 1 or not op.macs:
+            continue
+        backend.calls = 0
+        _run(backend, graph, op, rng)
+        assert kernel_calls(graph, op) == backend.calls, op.name
+        seen[op.name] = backend.calls
+    assert seen["grouped4.fwd"] == 4 and seen["dw_d2.bwd_data"] == 4 and seen["dw_d3_s2.fwd"] == 9
+    assert seen["dw_d2_s2.fwd"] == 1 and kernel_calls(graph, graph.op("dw.fwd")) == 1  # dwconv2d_s8 itself
+
+
+def test_each_kernel_call_adds_the_call_cost(monkeypatch):
+    graph = _graph()
+    device = dsptrain.config.load_device("v66")
+    op = graph.op("grouped.fwd")  # two groups: two calls
+    grouped = op_time(device, graph, op, "dsp").seconds
+    monkeypatch.setattr(rates, "kernel_calls", lambda graph, op: 1)
+    assert grouped - op_time(device, graph, op, "dsp").seconds == pytest.approx(speeds(device, "dsp").call_s)
