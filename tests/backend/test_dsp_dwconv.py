@@ -155,7 +155,7 @@ def threads(dsp, request):
 # 1-4 threads leave ragged shares, and the weight gradient's partial sums joined in order;
 # the weight gradient of 2 x 2 images shares 128-channel blocks (576: 5 over 1-4 threads);
 # the pixel quads' last block of a ragged C > 128 overlaps the one before unless accumulating;
-# the err pairs run a share's anchors as one loop (rows of <= 4 anchors) or row by row
+# the err pairs run a share's anchors as one loop (even H) or row by row (odd H)
 @pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
 @pytest.mark.parametrize(
     "shape",
@@ -176,6 +176,7 @@ def threads(dsp, request):
         (7, 1, 1, 160, 3, 3, 1, 1),
         (7, 4, 8, 192, 3, 3, 2, 1),
         (5, 11, 12, 96, 3, 3, 2, 1),
+        (7, 12, 12, 160, 3, 3, 2, 1),
     ],
     ids=[
         "flat",
@@ -194,6 +195,7 @@ def threads(dsp, request):
         "err-one",
         "err-pairs-flat",
         "err-pairs-rows",
+        "err-pairs-flat-rows-of-6",
     ],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
