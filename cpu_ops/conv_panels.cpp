@@ -311,11 +311,12 @@ void conv_wgrad_panels(const PaddedSrc& s, const int8_t* err, int oc, T* dw) {
       }
       // A (the errors): biased rows read in place, or packed for the kernel the block can
       // take (AVX2: vpmaddubsw where the patches hold no negative value, a ReLU's output,
-      // or the errors lie within [-64, 64]; else the int16 kernel).
+      // or the errors lie within [-64, 64] but for a few outliers; else the int16 kernel).
       const MatrixS8 err_block{err + p0 * oc, 1, oc};
       const bool unsigned_b = !rows_a && kern->micro_b_unsigned && panels_nonnegative(kgroups);
+      SmallAOutliers outliers;
       const bool small_a = !rows_a && !unsigned_b && kern->pack_a_small && panels >= kSmallAMinPanels &&
-                           kern->pack_a_small(err_block, oc, valid, a_pack);
+                           kern->pack_a_small(err_block, oc, valid, a_pack, &outliers);
       size_t a_tile_bytes = static_cast<size_t>(kgroups) * mr * 4 * kern->a_elem_bytes;
       MicroFn micro = kern->micro;
       if (rows_a) {  // row o of the block: err^T's row o from pixel p0 (rows past oc repeat row 0)
@@ -340,6 +341,8 @@ void conv_wgrad_panels(const PaddedSrc& s, const int8_t* err, int oc, T* dw) {
         for (int t = tiles - 1; t >= 0; --t) {  // the ones row, if any, is in the last tile
           if (rows_a) kern->micro_rows(a_rows.data() + t * mr, &piece, 1, panel, tmp, nr, mr, nr, false, zeros);
           else micro(a_pack + t * a_tile_bytes, panel, kgroups, tmp, nr, mr, nr, false, zeros);
+          if (small_a && outliers.total > 0 && outliers.count(t) > 0)
+            kern->add_outliers(outliers.of(t), outliers.count(t), panel, panel_bytes, 1, nr, tmp, nr, t * mr);
           if (ones_row(kern) && t == tiles - 1)
             for (int j = 0; j < nr; ++j) corr[j] = wrap_mul(tmp[(oc % mr) * nr + j], -128);
           accumulate_tile(tmp, corr, mr, nr, acc + static_cast<size_t>(t) * mr * ld + pn * nr, ld);

@@ -173,49 +173,119 @@ void pack_a_bytes(MatrixS8 a, int rows, int kc, void* dst) {
   pack_a_tiles<kAvx2MR>(a, rows, kc, static_cast<int8_t*>(dst), [](int8_t v) { return v; });
 }
 
-// Signed A blocks with every value in [-64, 64] (a signed x signed product, e.g. backward
-// data's errors, whose block stays within half the range): B is offset to u = b + 128 in
+// Signed A blocks with their values in [-64, 64] (a signed x signed product, e.g. backward
+// data's errors, which mostly stay within half the range): B is offset to u = b + 128 in
 // [0, 255] in the register (one vpxor per group, shared by the six rows) and vpmaddubsw
 // multiplies u (unsigned) by a (signed): pair sums within 255 x 64 x 2 = 32640, exact in
 // int16. The offset adds 128 x (the row's sum of a) to each result, which the packing
 // computes: each tile of 6 rows is followed by kSmallATail bytes holding the rows'
 // -128 x rowsum(a) over the block, added to the tile at the end.
 //
-// True (A packed so) when rows [0, rows) x k [0, kc) of `a` lie in [-64, 64], else false.
-DSPTRAIN_AVX2 bool pack_a_small(MatrixS8 a, int rows, int kc, void* dst) {
-  thread_local Kept<std::vector<int32_t>> sums_buf;  // the rows' sums, from the same pass as the check
+// A value beyond [-64, 64] (NITI's errors are heavy-tailed: a few in a thousand reach
+// +-127) is packed clamped, and its rest a - clamp(a) listed as an outlier: add_outliers
+// adds rest x (B's row k + 128) to C afterwards, so the block stays on vpmaddubsw; the
+// row corrections are -128 x the sum of a itself, clamped values and rests. The row sums
+// and the outlier list come from one pass over the block (32 bytes at a time where rows
+// are contiguous), before the packing.
+//
+// True (A packed so, *outliers set) when rows [0, rows) x k [0, kc) of `a` hold at most
+// small_a_max_outliers values beyond [-64, 64], else false.
+DSPTRAIN_AVX2 bool pack_a_small(MatrixS8 a, int rows, int kc, void* dst, SmallAOutliers* outliers) {
+  thread_local Kept<std::vector<int32_t>> sums_buf;      // the rows' sums
+  thread_local Kept<std::vector<uint32_t>> outlier_buf;  // the tiles' starts, then the outliers
+  const int kgroups = (kc + 3) / 4, tiles = (rows + kAvx2MR - 1) / kAvx2MR;
+  const size_t most = small_a_max_outliers(rows, kc);
+  static_assert(sizeof(SmallAOutlier) == 2 * sizeof(uint32_t), "outliers share the tile starts' buffer");
+  const size_t starts = (tiles + 2) / 2 * 2;           // words of tile starts, even: the outliers' alignment
+  const size_t words = starts + 2 * (most + kc);       // a row's worth of room past `most`: tested once a row
   if (sums_buf.size() < static_cast<size_t>(rows)) sums_buf.resize(rows);
+  if (outlier_buf.size() < words) outlier_buf.resize(words);
   int32_t* sums = sums_buf.data();
-  uint8_t most = 0;  // the largest a + 64 (as a byte): above 128 when some |a| > 64
+  uint32_t* tile_start = outlier_buf.data();
+  SmallAOutlier* list = reinterpret_cast<SmallAOutlier*>(outlier_buf.data() + starts);
+  uint32_t listed = 0;
+  const auto append = [&](int row, int kk, int8_t v) {
+    SmallAOutlier& e = list[listed++];
+    e = SmallAOutlier{static_cast<uint16_t>(row), static_cast<uint16_t>(kk), {0, 0, 0, 0}};
+    e.rest4[kk % 4] = static_cast<int8_t>(v < 0 ? v + 64 : v - 64);
+  };
+  const __m256i lo = _mm256_set1_epi8(-64), hi = _mm256_set1_epi8(64);
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
   for (int r = 0; r < rows; ++r) {
+    if (r % kAvx2MR == 0) tile_start[r / kAvx2MR] = listed;
     const int8_t* src = a.row(r);
+    int kk = 0;
     int32_t sum = 0;
-    if (a.k_stride == 1) {  // apart, so that GCC vectorises the common case
-      for (int kk = 0; kk < kc; ++kk) {
-        most = std::max<uint8_t>(most, static_cast<uint8_t>(src[kk] + 64));
-        sum += src[kk];
+    if (a.k_stride == 1) {
+      __m256i sum32 = _mm256_setzero_si256();
+      for (; kk + 32 <= kc; kk += 32) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + kk));
+        const __m256i clamped = _mm256_min_epi8(_mm256_max_epi8(v, lo), hi);
+        // pairs of bytes (|sum| <= 256) into int16, then int32 lanes
+        sum32 = _mm256_add_epi32(sum32, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, v), ones16));
+        uint32_t beyond = ~static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(clamped, v)));
+        for (; beyond; beyond &= beyond - 1) {
+          const int at = kk + __builtin_ctz(beyond);
+          append(r, at, src[at]);
+        }
       }
-    } else {
-      for (int kk = 0; kk < kc; ++kk) {
-        const int8_t v = src[static_cast<ptrdiff_t>(kk) * a.k_stride];
-        most = std::max<uint8_t>(most, static_cast<uint8_t>(v + 64));
-        sum += v;
-      }
+      alignas(32) int32_t lanes[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), sum32);
+      for (int i = 0; i < 8; ++i) sum += lanes[i];
     }
-    if (most > 128) return false;
+    for (; kk < kc; ++kk) {
+      const int8_t v = src[static_cast<ptrdiff_t>(kk) * a.k_stride];
+      sum += v;
+      if (v < -64 || v > 64) append(r, kk, v);
+    }
+    if (listed > most) return false;
     sums[r] = sum;
   }
-  const int kgroups = (kc + 3) / 4;
+  tile_start[tiles] = listed;
   const size_t tile_bytes = static_cast<size_t>(kgroups) * kAvx2MR * 4 + kSmallATail;
   for (int r0 = 0; r0 < rows; r0 += kAvx2MR) {
     int8_t* tile = static_cast<int8_t*>(dst) + static_cast<size_t>(r0 / kAvx2MR) * tile_bytes;
     const int valid = std::min(kAvx2MR, rows - r0);
-    pack_a_tiles<kAvx2MR>(a.from(r0, 0), valid, kc, tile, [](int8_t v) { return v; });
+    pack_a_tiles<kAvx2MR>(a.from(r0, 0), valid, kc, tile, [](int8_t v) {
+      return std::min<int8_t>(std::max<int8_t>(v, -64), 64);
+    });
     int32_t correction[kAvx2MR] = {};
     for (int r = 0; r < valid; ++r) correction[r] = -128 * sums[r0 + r];
     std::memcpy(tile + static_cast<size_t>(kgroups) * kAvx2MR * 4, correction, sizeof(correction));
   }
+  *outliers = SmallAOutliers{tile_start, list, static_cast<int>(listed)};
   return true;
+}
+
+// add_outliers on AVX2: per outlier and panel, as micro_small_a does a group: B's group of
+// k (32 bytes) offset to b + 128, vpmaddubsw by the outlier's rest4 broadcast (the rest
+// at byte k % 4, zero in the others: an exact pair sum, |rest| <= 64), vpmaddwd by ones,
+// added to C's 8 columns: 7 instructions. Extracting k's byte by two variable shifts
+// instead (and the rest from a general register) cost about twice as much. The driver
+// calls it for a few tiles' outliers at a time, along the task's panels
+// (kOutlierChunkRows, gemm_driver.cpp).
+DSPTRAIN_AVX2 void add_outliers_avx2(const SmallAOutlier* list, int count, const int8_t* b_panels,
+                                     size_t panel_stride, int panels, int last_cols, int32_t* c, ptrdiff_t ldc,
+                                     int row0) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+  const int whole = last_cols == kAvx2NR ? panels : panels - 1;
+  for (int i = 0; i < count; ++i) {
+    const SmallAOutlier& e = list[i];
+    const int8_t* group = b_panels + static_cast<size_t>(e.k / 4) * kAvx2NR * 4;
+    const __m256i rest = _mm256_set1_epi32(*reinterpret_cast<const int32_t*>(e.rest4));
+    int32_t* row = c + static_cast<ptrdiff_t>(e.row - row0) * ldc;
+    for (int p = 0; p < whole; ++p) {
+      const __m256i u = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + p * panel_stride)), flip);
+      __m256i* out = reinterpret_cast<__m256i*>(row + p * kAvx2NR);
+      _mm256_storeu_si256(out, _mm256_add_epi32(_mm256_loadu_si256(out),
+                                                _mm256_madd_epi16(_mm256_maddubs_epi16(u, rest), ones)));
+    }
+    if (whole < panels) {  // a ragged last panel: its valid columns alone
+      const int8_t* last = group + whole * panel_stride;
+      const int byte = e.k % 4;
+      for (int j = 0; j < last_cols; ++j) row[whole * kAvx2NR + j] += e.rest4[byte] * (last[j * 4 + byte] + 128);
+    }
+  }
 }
 
 // Which side vpmaddubsw reads as unsigned bytes: A (a >= 0), B (b >= 0), or B offset by
@@ -337,6 +407,7 @@ const GemmKernel* kernel_avx2() {
     g.micro_b_unsigned = micro_avx2_bytes<BytesMode::kBUnsigned>;
     g.pack_a_small = pack_a_small;
     g.micro_small_a = micro_avx2_bytes<BytesMode::kBOffset>;
+    g.add_outliers = add_outliers_avx2;
     return g;
   }();
   return &k;

@@ -55,6 +55,34 @@ using MicroRowsAtFn = void (*)(const uint8_t* const* rows, const APiece* pieces,
 // sums[j] = sum of the kgroups * 4 bytes of column j of a packed B panel (nr columns).
 using ColSumFn = void (*)(const int8_t* b_panel, int kgroups, int32_t* sums);
 
+// One value of a pack_a_small block beyond [-64, 64]: at row `row` and depth k of the
+// block, a = clamp(a, -64, 64) + rest (rest in [-64, 63]), held as the dword `rest4`: the
+// rest at byte k % 4, zero in the other three (vpmaddubsw's operand for k's group).
+struct SmallAOutlier {
+  uint16_t row;
+  uint16_t k;
+  int8_t rest4[4];
+};
+
+// A pack_a_small block's outliers, row by row: `total` at `list`, those of tile t (rows
+// [t * mr, t * mr + mr)) at list[tile_start[t], tile_start[t + 1]). They point into
+// pack_a_small's per-thread buffer, valid until its next call on the thread.
+struct SmallAOutliers {
+  const uint32_t* tile_start = nullptr;
+  const SmallAOutlier* list = nullptr;
+  int total = 0;
+  int count(int tile) const { return static_cast<int>(tile_start[tile + 1] - tile_start[tile]); }
+  const SmallAOutlier* of(int tile) const { return list + tile_start[tile]; }
+};
+
+// The part of the product micro_small_a left out, for each of the `count` outliers e at
+// `list`: c[e.row - row0, p * nr + j] += (b[k = e.k, column j of panel p] + 128) * e.rest
+// (pack_a_small's row corrections count the 128 x rest), over `panels` packed B panels
+// `panel_stride` bytes apart (group 0 of the first at b_panels), all nr columns of each
+// but the last's first last_cols.
+using AddOutliersFn = void (*)(const SmallAOutlier* list, int count, const int8_t* b_panels, size_t panel_stride,
+                               int panels, int last_cols, int32_t* c, ptrdiff_t ldc, int row0);
+
 struct GemmKernel {
   Isa isa;
   int mr, nr;        // register tile
@@ -84,12 +112,16 @@ struct GemmKernel {
   // micro_b_unsigned, which multiplies B (u8) by A (s8), exact for the same reason.
   PackAFn pack_a_bytes = nullptr;
   MicroFn micro_b_unsigned = nullptr;
-  // optional: a signed A block with every value in [-64, 64] against any B (backward data's
-  // errors x weights): pack_a_small packs it (returning false, packing nothing, otherwise)
-  // as bytes, each tile of mr rows followed by kSmallATail bytes of its rows' offset
-  // corrections, for micro_small_a, which multiplies b + 128 (u8) by a (s8) exactly there.
-  bool (*pack_a_small)(MatrixS8 a, int rows, int kc, void* dst) = nullptr;
+  // optional: a signed A block against any B (backward data's errors x weights) whose values
+  // lie in [-64, 64] but for at most one in kSmallAOutlierShare: pack_a_small packs
+  // clamp(a, -64, 64) as bytes, each tile of mr rows followed by kSmallATail bytes of its
+  // rows' offset corrections, for micro_small_a, which multiplies b + 128 (u8) by a (s8)
+  // exactly there; the rest a - clamp(a) of the few values beyond goes to *outliers, which
+  // add_outliers adds to C's tile after micro_small_a wrote it. False (nothing packed)
+  // where the block holds more.
+  bool (*pack_a_small)(MatrixS8 a, int rows, int kc, void* dst, SmallAOutliers* outliers) = nullptr;
   MicroFn micro_small_a = nullptr;
+  AddOutliersFn add_outliers = nullptr;
   // optional: one group of a whole panel from 4 k-major rows (pack_b_k_rows): dst gets, for
   // columns j < nr, the dword (rows[0][j], rows[1][j], rows[2][j], rows[3][j]).
   void (*interleave_panel)(const int8_t* const* rows, int8_t* dst) = nullptr;
@@ -124,6 +156,19 @@ inline int padded_kgroups(const GemmKernel* kern, int kc) {
 
 // Bytes after each pack_a_small tile: its mr (<= 8) int32 row corrections.
 constexpr int kSmallATail = 32;
+
+// pack_a_small takes a block with at most one value in this many beyond [-64, 64]. Each
+// outlier costs add_outliers 7 instructions per B panel where micro_small_a spends about
+// 1 per value: measured (bench_gemm.py's errors, AVX2, 1 thread), 0.4 % outliers cost
+// 5-9 % over the same block without, still 4-8 % faster than the int16 kernel; at this
+// share's 0.8 % the two would be about even. NITI VGG-11's backward-data errors hold
+// 0-0.4 % (docs/depthwise.md).
+constexpr int kSmallAOutlierShare = 128;
+
+// The most outliers pack_a_small keeps for a block of rows x kc.
+inline size_t small_a_max_outliers(int rows, int kc) {
+  return static_cast<size_t>(rows) * kc / kSmallAOutlierShare;
+}
 
 // B panels (8 columns each) from which the small-A kernel pays for its extra pass over A
 // (the range test and row sums): measured with bench_gemm.py on MobileNetV2's pointwise

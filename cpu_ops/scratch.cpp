@@ -37,6 +37,15 @@ void add(ScratchList* out, const std::string& name, size_t bytes) {
 // packs B itself), the A block of every pool thread (not when A is read in place:
 // gemm_packed's a_padded), and for int64 the int32 partial product of each K chunk.
 // `a_in_place`: gemm_rows reads A where it lies (no A block).
+// gemm_avx2.cpp's pack_a_small on blocks of rows x kc: the rows' sums, and the tiles'
+// outlier lists with a row's room to spare.
+void small_a_into(ScratchList* out, int threads, size_t rows, size_t kc, int mr) {
+  add(out, "gemm.a_row_sums (per thread)", threads * rows * sizeof(int32_t));
+  const size_t tiles = (rows + mr - 1) / mr;
+  add(out, "gemm.a_outliers (per thread)",
+      threads * ((tiles + 2) / 2 * 2 + 2 * (small_a_max_outliers(rows, kc) + kc)) * sizeof(uint32_t));
+}
+
 void gemm_into(ScratchList* out, int m, int n, int k, bool is64, bool a_padded = false, bool packs_b = true,
                bool a_in_place = false) {
   const GemmKernel* kern = gemm_kernel(gemm_isa(active_isa(), std::min(k, kMaxInt32Depth)));
@@ -54,7 +63,7 @@ void gemm_into(ScratchList* out, int m, int n, int k, bool is64, bool a_padded =
   const size_t a_bytes = mc * 4 * padded_kgroups(kern, std::min(k, kern->kc)) * kern->a_elem_bytes +
                          (mc / kern->mr + 1) * kSmallATail;  // pack_a_small's row corrections
   add(out, "gemm.a_block (per thread)", threads * (a_bytes + 64));
-  if (kern->pack_a_small) add(out, "gemm.a_row_sums (per thread)", threads * mc * sizeof(int32_t));
+  if (kern->pack_a_small) small_a_into(out, threads, mc, std::min(k, kern->kc), kern->mr);
 }
 
 int a_tiles(const GemmKernel* kern, int rows) { return (rows + (kern->offset_trick ? 1 : 0) + kern->mr - 1) / kern->mr; }
@@ -176,7 +185,7 @@ ScratchList conv_scratch(ConvPass pass, const ConvShape& s, bool requant) {
     } else {
       add(&out, "wgrad.a_pack (per thread)" + elem(is64), threads * tiles * 64 * kern->mr * 4 * kern->a_elem_bytes);
       if (kern->pack_a_small)  // gemm_avx2.cpp's, shared with gemm_packed
-        add(&out, "gemm.a_row_sums (per thread)", threads * static_cast<size_t>(s.o) * sizeof(int32_t));
+        small_a_into(&out, threads, s.o, std::min<ptrdiff_t>(pixels, 256), kern->mr);
     }
     add(&out, "wgrad.b_pack (per thread)" + elem(is64), threads * static_cast<size_t>(64) * kern->nr * 4 * panels);
     add(&out, "wgrad.zero_row (per thread)" + elem(is64), threads * static_cast<size_t>(runp + 16));

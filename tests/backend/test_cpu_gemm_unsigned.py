@@ -1,8 +1,9 @@
 """AVX2's int8 GEMM kernels: A blocks with no negative value (a ReLU's output) run on
 vpmaddubsw with A unsigned, signed A blocks against B panels with none (the weight
 gradient's activations) on vpmaddubsw with B unsigned, signed A blocks within [-64, 64]
-(backward data's errors) on vpmaddubsw with B offset by 128 (pair sums exact in int16
-every way), the rest on the int16 vpmaddwd kernel. All bit-exact against ops_ref on random,
+but for a few outliers (backward data's errors) on vpmaddubsw with B offset by 128 (pair
+sums exact in int16 every way; the outliers' rests added after the kernel), the rest on
+the int16 vpmaddwd kernel. All bit-exact against ops_ref on random,
 ragged and extreme inputs (-128 everywhere), and pinned: native.gemm_block_counts says
 which kernel each A block (task rows x K block) took."""
 
@@ -158,22 +159,89 @@ def test_small_a_pair_sums_at_both_ends(avx2, ref):
     assert {name for name, count in counts.items() if count} == {"small_a"}
 
 
-def test_one_value_past_64_sends_only_its_block_to_the_int16_kernel(avx2, ref):
+def one_thread_blocks(run) -> dict:
+    """blocks(run) on one thread (split_tasks' tasks fixed by the shape alone)."""
+    previous = native.threads()
+    native.set_threads(1)
+    try:
+        return blocks(run)
+    finally:
+        native.set_threads(previous)
+
+
+def with_outliers(rng, a: np.ndarray, share: float) -> np.ndarray:
+    """a with about `share` of its values replaced by ones beyond [-64, 64], ends included."""
+    beyond = rng.random(a.shape) < share
+    a[beyond] = rng.choice(np.array([-128, -127, -100, -65, 65, 100, 126, 127], np.int8), int(beyond.sum()))
+    return a
+
+
+# Blocks of at least a few hundred values: room for outliers under 1 in 128.
+OUTLIER_SHAPES = [(64, 576, 128), (100, 1030, 97), (37, 1537, 64), (250, 96, 200), (13, 700, 65), (7, 1400, 71)]
+
+
+@pytest.mark.parametrize("m,k,n", OUTLIER_SHAPES, ids=lambda v: str(v))
+def test_a_few_values_past_64_stay_on_the_small_a_kernel(avx2, ref, threads, m, k, n):
+    """Backward data's errors are heavy-tailed: a few values beyond [-64, 64] (here 0.3 %,
+    under kSmallAOutlierShare's 1 in 128) are packed clamped, their rests added after the
+    kernel (add_outliers), at tile rows, K depths mod 4 and ragged last panels."""
+    rng = np.random.default_rng(m * 23 + k * 13 + n)
+    a, b = with_outliers(rng, cases.int8(rng, (m, k), -64, 64), 0.003), cases.int8(rng, (n, k))
+    assert 0 < np.count_nonzero(np.abs(a.astype(np.int16)) > 64) < a.size / 128
+    a[:, ::512] = -64  # every A block signed
+    b[:, ::512] = -128
+    got = {}
+    counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    assert {name for name, count in counts.items() if count} == {"small_a"}
+
+
+@pytest.mark.parametrize("va", [-128, -65, 65, 127])
+@pytest.mark.parametrize("vb", [-128, 127])
+def test_outliers_at_the_ends_of_int8(avx2, ref, va, vb):
+    """Every row of a tile with an outlier at every depth mod 4, of the extremes, against B
+    at its extremes: rests of -64 and +63 against b + 128 = 0 and 255."""
+    m, k, n = 12, 1030, 67  # two tiles, three K blocks (the last, 6 deep, too small for one), a ragged last panel
+    a = np.where(np.arange(k) % 2 == 1, 64, -64).astype(np.int8)[None, :].repeat(m, 0)  # signed, at +-64
+    b = np.full((n, k), vb, np.int8)
+    b[::3] = -b[::3] - 1
+    for row in range(m):
+        a[row, [row, row + 513]] = va  # depths mod 4 0..3, in the first two K blocks
+    got = {}
+    counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    assert {name for name, count in counts.items() if count} == {"small_a"}
+
+
+def test_outliers_past_the_share_send_only_their_block_to_the_int16_kernel(avx2, ref):
+    """K = 1030 is three K blocks (512, 512, 6); the last, 40 x 6 = 240 values, keeps one
+    outlier (240 / 128) on the small-A kernel and sends two to the int16 kernel. One thread
+    runs two tasks of 4 panels each (split_tasks), each packing its own 3 A blocks."""
     rng = np.random.default_rng(6)
     a, b = cases.int8(rng, (40, 1030), -64, 64), cases.int8(rng, (64, 1030))
     a[:, ::512] = -1
     b[:, ::512] = -1
-    a[23, 1029] = 65  # the last, 6-deep K block
-    previous = native.threads()
-    native.set_threads(1)
-    try:
-        got = {}
-        counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
-    finally:
-        native.set_threads(previous)
+    a[3, 100] = a[7, 600] = -128  # one outlier in each of the first two blocks
+    a[23, 1029] = 65
+    got = {}
+    counts = one_thread_blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
-    # one thread runs two tasks of 4 panels each (split_tasks), each packing its own 3 A blocks
+    assert counts == {"signed": 0, "unsigned": 0, "b_unsigned": 0, "small_a": 6}
+    a[30, 1024] = -65
+    counts = one_thread_blocks(lambda: got.__setitem__("c", avx2.gemm_s8(a, b)))
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
     assert counts == {"signed": 2, "unsigned": 0, "b_unsigned": 0, "small_a": 4}
+
+
+def test_all_outlier_blocks_take_the_int16_kernel(avx2, ref):
+    """Uniform int8 errors (half beyond [-64, 64]) and a block of -128 alone: int16."""
+    rng = np.random.default_rng(8)
+    b = cases.int8(rng, (70, 600))
+    for a in (cases.int8(rng, (30, 600)), np.full((30, 600), -128, np.int8)):
+        got = {}
+        counts = blocks(lambda a=a, got=got: got.setdefault("c", avx2.gemm_s8(a, b)))
+        np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+        assert {name for name, count in counts.items() if count} == {"signed"}
 
 
 def test_requantized_and_packed_products_agree(avx2, ref):
@@ -209,7 +277,12 @@ def test_conv_forward_on_relu_input(avx2, ref):
 
 @pytest.mark.parametrize(
     "x_range,err_range,kernel",
-    [((0, 127), (-128, 127), "b_unsigned"), ((-128, 127), (-64, 64), "small_a"), ((-128, 127), (-128, 127), "signed")],
+    [
+        ((0, 127), (-128, 127), "b_unsigned"),
+        ((-128, 127), (-64, 64), "small_a"),
+        ((-128, 127), "outliers", "small_a"),
+        ((-128, 127), (-128, 127), "signed"),
+    ],
 )
 @pytest.mark.parametrize("x_shape,out_channels", [((2, 9, 9, 16), 24), ((3, 7, 5, 12), 10), ((2, 16, 16, 64), 128)])
 def test_panel_weight_gradient_takes_the_byte_kernels(
@@ -222,8 +295,12 @@ def test_panel_weight_gradient_takes_the_byte_kernels(
     x = cases.int8(rng, x_shape, *x_range)
     w = np.zeros((out_channels, 3, 3, x_shape[-1]), np.int8)
     assert native.conv_algorithm("backward_weight", x, w, 1, 1) == "wgrad_panels"
-    err = cases.int8(rng, (*x_shape[:-1], out_channels), *err_range)
-    err.reshape(-1, out_channels)[::256] = err_range[0]  # every block's errors signed, at the range's end
+    if err_range == "outliers":  # within [-64, 64] but for 0.3 % (add_outliers on each tile)
+        err = with_outliers(rng, cases.int8(rng, (*x_shape[:-1], out_channels), -64, 64), 0.003)
+        err.reshape(-1, out_channels)[::256, 0] = -128
+    else:
+        err = cases.int8(rng, (*x_shape[:-1], out_channels), *err_range)
+        err.reshape(-1, out_channels)[::256] = err_range[0]  # every block's errors signed, at the range's end
     x.reshape(-1, x_shape[-1])[::256] = x_range[0]
     got = {}
     counts = blocks(lambda: got.setdefault("dw", avx2.conv2d_bwd_weight_s8(err, x, 1, 1, (3, 3))))
