@@ -452,10 +452,19 @@ int dspt_op_dwconv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     int acc = (d->flags & DSPT_F_ACCUMULATE) != 0;
     /* the err quads before the pixel quads once err has 2 x 2 pixels (MobileNetV2's 4 x 4 x 192
      * stride 2, batch 64: 37 K -> 29 K packets); on a 1 x 1 err the pixel quads win (18 K, 28 K) */
+    int dx_aligned = ((uintptr_t)dx & (HVX_BYTES - 1)) == 0;
+    if (dspt_dw_err_one_fit(&s) && dx_aligned) {
+        d->result_shift = DSPT_PATH_DW_ERR_ONE;
+        return dspt_dw_err_one(ctx, &s, err, w, dx, acc);
+    }
     int err_quads = dspt_dw_err_quads_fit(&s);
     if (dspt_dw_pixels_fit(&s, 1) && !(err_quads && s.oh >= 2 && s.ow >= 2)) {
         d->result_shift = DSPT_PATH_DW_PIXEL_QUADS;
         return dspt_dw_pixels(ctx, &s, err, w, dx, 1, acc);
+    }
+    if (dspt_dw_err_pairs_fit(&s) && dx_aligned) {
+        d->result_shift = DSPT_PATH_DW_ERR_PAIRS;
+        return dspt_dw_err_pairs(ctx, &s, err, w, dx, acc);
     }
     if (err_quads) {
         d->result_shift = DSPT_PATH_DW_ERR_QUADS;

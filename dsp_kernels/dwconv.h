@@ -1,6 +1,6 @@
 /* dwconv.h: depthwise convolutions (one 2-D filter per channel), shared by dwconv.c
  * (forward, backward data: picks the path), its paths dwconv_quads.c, dwconv_pixels.c,
- * dwconv_fwd2.c, dwconv_bwd2.c, and dwconv_wgrad.c, dwconv_wgrad_pairs.c (weight gradient). */
+ * dwconv_fwd2.c, dwconv_bwd2.c, dwconv_bwd2_pairs.c, dwconv_bwd_one.c, and dwconv_wgrad.c, dwconv_wgrad_pairs.c (weight gradient). */
 #ifndef DSPTRAIN_DWCONV_H
 #define DSPTRAIN_DWCONV_H
 
@@ -61,6 +61,19 @@ int dspt_dw_column_triples(struct dspt_ctx *ctx, const struct dw_shape *s, const
 int dspt_dw_err_quads_fit(const struct dw_shape *s);
 int dspt_dw_err_quads(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t *err, const int8_t *w, int32_t *dx,
                       int accumulate);
+
+/* dwconv_bwd2_pairs.c: the same onto an even width, C % 32 == 0 (>= 64) or 144, dx 128-byte
+ * aligned: each row's two dx pixels of an anchor stored as 2C / 32 aligned vectors, the err
+ * columns shuffled once; _fit says when (the caller checks dx's alignment). */
+int dspt_dw_err_pairs_fit(const struct dw_shape *s);
+int dspt_dw_err_pairs(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t *err, const int8_t *w, int32_t *dx,
+                      int accumulate);
+
+/* dwconv_bwd_one.c: backward data from an err of one pixel onto 1, 2 or 4 dx pixels, C % 32 == 0,
+ * dx 128-byte aligned (the caller checks): each dx pixel err times its single tap. */
+int dspt_dw_err_one_fit(const struct dw_shape *s);
+int dspt_dw_err_one(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t *err, const int8_t *w, int32_t *dx,
+                    int accumulate);
 
 /* dwconv_wgrad_pairs.c: weight gradient of images and outputs of at most 4 pixels, each
  * output's window holding every input pixel: each (output, input) pair a register over

@@ -78,6 +78,8 @@ enum dspt_path {
     DSPT_PATH_WGRAD_OUTPUTS = 22, /* conv_pointwise.c: weight gradient of 1 x 1, one pass: the threads split dw */
     DSPT_PATH_POINTWISE_PIXELS = 23, /* conv_pointwise.c: 1 x 1 onto 16 channels, the pixels in the lanes */
     DSPT_PATH_DW_COLUMN_TRIPLES = 24, /* dwconv_fwd2.c: forward 3 x 3 stride 2: a column's 3 rows a word */
+    DSPT_PATH_DW_ERR_PAIRS = 28,  /* dwconv_bwd2_pairs.c: backward data 3 x 3 stride 2: dx pixel pairs as aligned vectors */
+    DSPT_PATH_DW_ERR_ONE = 29,    /* dwconv_bwd_one.c: backward data from a 1 x 1 err: each dx pixel err x its one tap */
     DSPT_PATH_DW_IMAGE_ROWS = 32, /* dwconv_wgrad_rows.c: the image quads' 3 x 3 rows as modulo-scheduled packets */
 };
 

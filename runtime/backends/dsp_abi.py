@@ -71,6 +71,8 @@ PATH_NAMES = {
     22: "wgrad_outputs",
     23: "pointwise_pixels",
     24: "dw_column_triples",
+    28: "dw_err_pairs",
+    29: "dw_err_one",
     32: "dw_image_rows",
 }
 SHIFT_ESTIMATE = -1

@@ -213,7 +213,8 @@ class DspLink:
             oacc = self._new(out_shape, np.int32, temps)
             if into is not None:
                 self.transport.arena.view(oacc, out_shape, np.int32)[...] = into
-            key = (hook, x.shape, w.shape, tuple(sorted(fields.items())), epilogue is not None)
+            # out_shape too: backward data's dx size is not fixed by err's (in_hw, e.g. 10 and 9 at stride 2)
+            key = (hook, x.shape, w.shape, tuple(out_shape), tuple(sorted(fields.items())), epilogue is not None)
             if epilogue is None:
                 descs = self._prepared(
                     key, lambda: [self._desc(code, abi.I8, a=x.shape, b=w.shape, out=out_shape, **fields)]

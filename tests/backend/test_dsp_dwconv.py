@@ -19,7 +19,9 @@ dsp_kernels/dwconv_pixels.c); 3 x 3 at stride 2, pad 1 with C % 32 == 0 or C > 1
 each input column's 3 rows in the words ("dw_column_triples", onto 2 x 2 outputs or more:
 before the pixel quads; also stride 1, forward and backward data, on images of 5 to 16
 pixels) and, backward, the 4 err pixels
-that 4 dx pixels read ("dw_err_quads"); the weight gradient puts four images in each vrmpy word
+that 4 dx pixels read ("dw_err_quads"; onto an even width with C % 32 == 0 or C = 144 as
+whole aligned vectors of dx pixel pairs, "dw_err_pairs"; from an err of one pixel with
+C % 32 == 0, each dx pixel err times its one tap, "dw_err_one"); the weight gradient puts four images in each vrmpy word
 ("dw_image_quads", a ragged batch padded with zero images), except where the image and the
 output have at most 4 pixels and every output's window holds every input pixel: there each
 (output, input) pair sums over the batch in a register ("dw_image_pairs"). Needs qemu-hexagon, clang-16
@@ -70,16 +72,22 @@ SHAPES = [
     ((2, 6, 8, 32, 3, 3, 1, 0), "dw_column_quads", "dw_column_quads"),  # no zero rows: the first row's products kept
     ((5, 11, 11, 96, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # 3 x 3 stride 2, C % 32 == 0; odd width peeled
     ((3, 9, 9, 160, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # odd image, a second block of 32 channels
-    ((2, 8, 8, 64, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # half a vector of channels
+    ((2, 8, 8, 64, 3, 3, 2, 1), "dw_column_triples", "dw_err_pairs"),  # half a vector of channels
     ((2, 9, 9, 48, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),  # stride 2 quads: strips of a pixel's block
-    ((2, 10, 10, 144, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # C > 128 ragged: the last block moved back
+    ((2, 10, 10, 144, 3, 3, 2, 1), "dw_column_triples", "dw_err_pairs"),  # C > 128 ragged: the last block moved back
     ((3, 7, 5, 60, 3, 3, 2, 1), "dw_blocks", "dw_classes"),  # stride 2, 12 outputs, C < 96: the vmpy blocks
-    ((2, 8, 8, 144, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # stride 2 onto 4 x 4 outputs: the triples
+    ((2, 8, 8, 144, 3, 3, 2, 1), "dw_column_triples", "dw_err_pairs"),  # stride 2 onto 4 x 4 outputs: the triples
     ((3, 7, 5, 150, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # the same, ragged blocks (150 = 128 + 22)
     ((2, 3, 3, 100, 3, 3, 2, 3), "dw_pixel_quads", "dw_classes"),  # pad past k: corner outputs meet no tap
-    ((4, 2, 2, 576, 3, 3, 2, 1), "dw_pixel_quads", "dw_pixel_quads"),  # MobileNetV2's last stride-2 shape
-    ((3, 4, 4, 192, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # err of 2 x 2: the err quads (measured faster)
+    ((4, 2, 2, 576, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_one"),  # MobileNetV2's last stride-2 shape
+    ((3, 4, 4, 192, 3, 3, 2, 1), "dw_column_triples", "dw_err_pairs"),  # err of 2 x 2: the err quads (measured faster)
     ((3, 2, 4, 192, 3, 3, 2, 1), "dw_pixel_quads", "dw_pixel_quads"),  # 1 x 2 outputs (err): the pixel quads
+    ((2, 7, 8, 160, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_pairs"),  # odd height; a last unit of 1 group
+    ((2, 6, 4, 224, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_pairs"),  # a unit of 3 groups after a whole one
+    ((2, 5, 6, 144, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_pairs"),  # 144: 9 vectors a pixel pair, odd height
+    ((2, 10, 9, 144, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # odd width: dx pixel pairs do not tile a row
+    ((3, 1, 1, 160, 3, 3, 1, 1), "dw_pixel_quads", "dw_err_one"),  # one pixel, C % 32 == 0: a block of 1 group
+    ((2, 1, 2, 64, 3, 3, 2, 1), "dw_column_triples", "dw_err_one"),  # err 1 x 1 onto 2 dx pixels
     ((5, 2, 2, 384, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # 4 sources met by 4 pixels, aligned stores
     ((3, 2, 2, 200, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # the same, C % 32 != 0 (unaligned)
     ((2, 1, 3, 130, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # 3 sources: the fourth slot's weight zero
@@ -98,6 +106,8 @@ WGRAD_PAIRS = {
     (5, 2, 2, 384, 3, 3, 1, 1),
     (3, 2, 2, 200, 3, 3, 1, 1),
     (2, 2, 2, 100, 5, 5, 1, 2),
+    (3, 1, 1, 160, 3, 3, 1, 1),
+    (2, 1, 2, 64, 3, 3, 2, 1),
     (2, 1, 1, 25600, 3, 3, 1, 1),
 }
 # the shapes above whose weight gradient takes dw_image_rows (3 x 3, stride 1 with OW % 4 == 0
@@ -138,6 +148,16 @@ def test_dwconv_matches_ref_and_takes_its_path(dsp, rng, case):
     assert dsp.last_paths == [("dwconv2d_bwd_weight_s8", wgrad_path)]
 
 
+def test_bwd_data_keeps_dx_size_apart(dsp, rng):
+    """Two dx sizes from one err shape (stride 2: 10 and 9 wide both give 5): the prepared
+    descriptor of one must not serve the other (dx of the wrong width, no error)."""
+    w = s8(rng, 144, 3, 3, 1)
+    err = s8(rng, 2, 5, 5, 144)
+    for in_hw, path in (((10, 10), "dw_err_pairs"), ((10, 9), "dw_err_quads"), ((10, 10), "dw_err_pairs")):
+        same(dsp.dwconv2d_bwd_data_s8(err, w, 2, 1, in_hw), ref.dwconv2d_bwd_data_s8(err, w, 2, 1, in_hw))
+        assert dsp.last_paths == [("dwconv2d_bwd_data_s8", path)]
+
+
 def test_every_depthwise_path_is_pinned():
     """Each depthwise path of enum dspt_path has a shape above that takes it."""
     from dsptrain.backends.dsp_abi import PATH_NAMES
@@ -163,6 +183,7 @@ def threads(dsp, request):
 # the image rows (weight gradient) on whole and unaligned quads (C = 144, 40), a ragged batch
 # (its last group filled in C, the others by the packet loop), odd rows at stride 2, no padding;
 # the image pairs' packet fill (3 or more whole groups of aligned images, then a ragged one)
+# the err pairs run a share's anchors as one loop (even H) or row by row (odd H)
 @pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
 @pytest.mark.parametrize(
     "shape",
@@ -194,6 +215,12 @@ def threads(dsp, request):
         (5, 4, 8, 32, 5, 5, 1, 2),
         (14, 2, 2, 256, 3, 3, 1, 1),
         (13, 1, 1, 128, 3, 3, 1, 1),
+        (7, 8, 6, 144, 3, 3, 2, 1),
+        (5, 7, 4, 160, 3, 3, 2, 1),
+        (7, 1, 1, 160, 3, 3, 1, 1),
+        (7, 4, 8, 192, 3, 3, 2, 1),
+        (5, 11, 12, 96, 3, 3, 2, 1),
+        (7, 12, 12, 160, 3, 3, 2, 1),
     ],
     ids=[
         "flat",
@@ -223,6 +250,12 @@ def threads(dsp, request):
         "quads-k5-fill",
         "pairs-fill",
         "pairs-fill-1x1",
+        "err-pairs-144",
+        "err-pairs-odd-h",
+        "err-one",
+        "err-pairs-flat",
+        "err-pairs-rows",
+        "err-pairs-flat-rows-of-6",
     ],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
