@@ -82,9 +82,9 @@ SHAPES = [
     ((4, 2, 2, 576, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_one"),  # MobileNetV2's last stride-2 shape
     ((3, 4, 4, 192, 3, 3, 2, 1), "dw_column_triples", "dw_err_pairs"),  # err of 2 x 2: the err quads (measured faster)
     ((3, 2, 4, 192, 3, 3, 2, 1), "dw_pixel_quads", "dw_pixel_quads"),  # 1 x 2 outputs (err): the pixel quads
-    ((2, 7, 8, 160, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_pairs"),  # odd height; a last unit of 1 group
-    ((2, 6, 4, 224, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_pairs"),  # a unit of 3 groups after a whole one
-    ((2, 5, 6, 144, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_pairs"),  # 144: 9 vectors a pixel pair, odd height
+    ((2, 7, 8, 160, 3, 3, 2, 1), "dw_column_triples", "dw_err_pairs"),  # odd height; a last unit of 1 group
+    ((2, 6, 4, 224, 3, 3, 2, 1), "dw_column_triples", "dw_err_pairs"),  # a unit of 3 groups after a whole one
+    ((2, 5, 6, 144, 3, 3, 2, 1), "dw_column_triples", "dw_err_pairs"),  # 144: 9 vectors a pixel pair, odd height
     ((2, 10, 9, 144, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # odd width: dx pixel pairs do not tile a row
     ((3, 1, 1, 160, 3, 3, 1, 1), "dw_pixel_quads", "dw_err_one"),  # one pixel, C % 32 == 0: a block of 1 group
     ((2, 1, 2, 64, 3, 3, 2, 1), "dw_column_triples", "dw_err_one"),  # err 1 x 1 onto 2 dx pixels
@@ -94,7 +94,7 @@ SHAPES = [
     ((2, 2, 2, 100, 5, 5, 1, 2), "dw_pixel_quads", "dw_pixel_quads"),  # 5 x 5 on a 2 x 2 image
     ((2, 2, 2, 4224, 3, 3, 1, 2), "dw_pixel_quads", "dw_flat"),  # weights past the 256 KB built once: each share's own
     ((2, 7, 7, 1400, 5, 5, 2, 1), "dw_pixel_quads", "dw_classes"),  # the same for each output pixel's own taps
-    ((2, 1, 1, 25600, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # and a 1 x 1 image's: 200 blocks
+    ((2, 1, 1, 25600, 3, 3, 1, 1), "dw_pixel_quads", "dw_err_one"),  # and a 1 x 1 image's: 200 blocks
     ((2, 9, 9, 20, 5, 5, 2, 2), "dw_blocks", "dw_classes"),  # 5 x 5 stride 2: classes of 9, 6 and 4 taps
     ((3, 8, 7, 40, 3, 3, 3, 0), "dw_blocks", "dw_classes"),  # stride 3: classes with no tap (zeros)
 ]
@@ -121,6 +121,9 @@ WGRAD_ROWS = {
     (2, 3, 3, 100, 3, 3, 2, 3),
     (3, 4, 4, 192, 3, 3, 2, 1),
     (3, 2, 4, 192, 3, 3, 2, 1),
+    (2, 7, 8, 160, 3, 3, 2, 1),
+    (2, 6, 4, 224, 3, 3, 2, 1),
+    (2, 2, 2, 4224, 3, 3, 1, 2),
 }
 
 
