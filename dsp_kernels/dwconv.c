@@ -435,6 +435,7 @@ int dspt_op_dwconv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
                        .accumulate = acc, .src_h = s.h, .src_w = s.w,
                        .quads = dspt_dw_quads_fit(&s)};
     d->result_shift = J.quads ? DSPT_PATH_DW_COLUMN_QUADS : J.flat ? DSPT_PATH_DW_FLAT : DSPT_PATH_DW_BLOCKS;   /* quads: stride 1 or 2 */
+    if (J.quads && dspt_dw_quad_packets_fit(&s, J.pad, J.src_h, y, acc)) d->result_shift = DSPT_PATH_DW_QUAD_PACKETS;
     return dw_run_job(ctx, &J);
 }
 
@@ -480,6 +481,7 @@ int dspt_op_dwconv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         struct dw_job J = {.s = &f, .src = err, .w = w, .out = dx, .flat = 1, .flip = 1, .pad = f.pad,
                            .accumulate = acc, .src_h = s.oh, .src_w = s.ow, .quads = dspt_dw_quads_fit(&f)};
         d->result_shift = J.quads ? DSPT_PATH_DW_COLUMN_QUADS : DSPT_PATH_DW_FLAT;
+        if (J.quads && dspt_dw_quad_packets_fit(&f, J.pad, J.src_h, dx, acc)) d->result_shift = DSPT_PATH_DW_QUAD_PACKETS;
         return dw_run_job(ctx, &J);
     }
     /* err padded so that every class's taps land inside: rows (h + p - i) / s from

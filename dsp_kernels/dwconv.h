@@ -42,6 +42,9 @@ struct dw_job {
  * quads (vrmpy) on dwconv.c's stacks; the rest of dwconv.c the vmpy paths. */
 int dspt_dw_quads_fit(const struct dw_shape *s);
 void dspt_dw_quads_run(const struct dw_job *J, const struct stack *st, int n0, int g);
+/* Whether the stride-1 quads run their rows as hand-scheduled packets (DSPT_PATH_DW_QUAD_PACKETS):
+ * a zero border, whole aligned output vectors, no accumulation. */
+int dspt_dw_quad_packets_fit(const struct dw_shape *s, int pad, int src_h, const int32_t *out, int acc);
 
 /* dwconv_pixels.c: each output pixel's taps inside the image, 4 a vrmpy word (forward, or
  * backward data with `bwd`: s is the forward's shape, src err, out dx); _fit says when. */

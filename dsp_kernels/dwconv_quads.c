@@ -23,6 +23,13 @@ int dspt_dw_quads_fit(const struct dw_shape *s)
     return (s->stride == 1 || s->stride == 2) && s->kh == 3 && s->kw <= 4 && s->oh * s->ow >= 16;
 }
 
+int dspt_dw_quad_packets_fit(const struct dw_shape *s, int pad, int src_h, const int32_t *out, int acc)
+{
+    int rowlen = s->ow * s->c;
+    return dspt_dw_quads_fit(s) && s->stride == 1 && pad > 0 && src_h + 2 * pad >= 4 && !acc && rowlen % 32 == 0
+           && rowlen >= HVX_BYTES && ((uintptr_t)out & (HVX_BYTES - 1)) == 0;
+}
+
 static inline __attribute__((always_inline)) void quad_store(int32_t *out, const HVX_Vector v[4], int valid, int acc)
 {
     for (int q = 0; q < 4; q++) {
@@ -253,8 +260,8 @@ static void quads_stride1(const struct dw_job *J, const struct stack *st, int n0
     const int C = s->c, rowlen = s->ow * C, nv = (rowlen + HVX_BYTES - 1) / HVX_BYTES;
     const int hp = st->hp, rowbytes = st->rowbytes, imgbytes = st->imgbytes, OH = s->oh, acc = J->accumulate;
     const int aligned = ((uintptr_t)J->out & (HVX_BYTES - 1)) == 0 && rowlen % 32 == 0;   /* every strip's rows */
-    /* whole aligned output vectors, a zero border: quad_strip_packets */
-    const int packets = aligned && !acc && st->pad > 0 && hp >= 4;
+    /* whole aligned output vectors, a zero border: quad_strip_packets (its strips of 128 lanes) */
+    const int packets = dspt_dw_quad_packets_fit(s, st->pad, J->src_h, J->out, acc);
     for (int v = 0; v < nv; v++) {
         int valid = rowlen - v * HVX_BYTES < HVX_BYTES ? rowlen - v * HVX_BYTES : HVX_BYTES;
         HVX_Vector W[3][4], *W0 = W[0], *W1 = W[1], *W2 = W[2];
