@@ -66,10 +66,9 @@ static inline __attribute__((always_inline)) void quad_strip_packets(const int8_
     const int rows = hp - 3, m1 = -1, m2 = -2, obytes = rowlen * 4;
     __asm__ volatile(
         "{ m0 = %[rowbytes] }\n"
-        "{ m1 = %[obytes] }\n"
         /* row 1 (row 0 is zeros): a = x W1, b = x W0 */
         "{ v24 = vmemu(%[i0]++m0); loop0(1f, %[rows]) }\n"
-        "{ v25 = vmemu(%[i1]++m0) }\n"
+        "{ v25 = vmemu(%[i1]++m0); m1 = %[obytes] }\n"
         "{ v26 = vmemu(%[i2]++m0) }\n"
         "{ v27 = vmemu(%[i3]++m0) }\n"
         "{ v25:24 = vshuff(v25, v24, %[m1]) }\n"
