@@ -455,7 +455,7 @@ int dspt_op_dwconv2d(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         return dspt_dw_pixels(ctx, &s, x, w, y, 0, acc);
     }
     if (triples) {
-        d->result_shift = DSPT_PATH_DW_COLUMN_TRIPLES;
+        d->result_shift = dspt_dw_triple_packets_fit(&s, y, acc) ? DSPT_PATH_DW_TRIPLE_PACKETS : DSPT_PATH_DW_COLUMN_TRIPLES;
         return dspt_dw_column_triples(ctx, &s, x, w, y, acc, 0);
     }
     struct dw_job J = {.s = &s, .src = x, .w = w, .out = y, .flat = s.stride == 1, .flip = 0, .pad = s.pad,

@@ -58,6 +58,9 @@ int dspt_dw_pixels(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t 
 int dspt_dw_column_triples_fit(const struct dw_shape *s);
 int dspt_dw_column_triples(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t *x, const int8_t *w,
                            int32_t *y, int accumulate, int flip);
+/* Whether the triples run their rows as hand-scheduled packets (DSPT_PATH_DW_TRIPLE_PACKETS):
+ * stride 2, 96 channels, an even width, y aligned, no accumulation. */
+int dspt_dw_triple_packets_fit(const struct dw_shape *s, const int32_t *y, int acc);
 
 /* dwconv_bwd2.c: backward data of 3 x 3, stride 2, padding 1, four err pixels a vrmpy word
  * met by the four dx pixels they feed; _fit says when. */

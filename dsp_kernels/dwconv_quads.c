@@ -65,13 +65,12 @@ static inline __attribute__((always_inline)) void quad_strip_packets(const int8_
     int32_t *o0 = out, *o1 = out + 32, *o2 = out + 64, *o3 = out + 96;
     const int rows = hp - 3, m1 = -1, m2 = -2, obytes = rowlen * 4;
     __asm__ volatile(
-        "{ m0 = %[rowbytes] }\n"
         /* row 1 (row 0 is zeros): a = x W1, b = x W0 */
-        "{ v24 = vmemu(%[i0]++m0); loop0(1f, %[rows]) }\n"
+        "{ m0 = %[rowbytes]; v24 = vmemu(%[i0]+#0) }\n"
         "{ v25 = vmemu(%[i1]++m0); m1 = %[obytes] }\n"
-        "{ v26 = vmemu(%[i2]++m0) }\n"
+        "{ v26 = vmemu(%[i2]++m0); loop0(1f, %[rows]) }\n"
         "{ v27 = vmemu(%[i3]++m0) }\n"
-        "{ v25:24 = vshuff(v25, v24, %[m1]) }\n"
+        "{ v25:24 = vshuff(v25, v24, %[m1]); %[i0] = add(%[i0], %[rowbytes]) }\n"
         "{ v27:26 = vshuff(v27, v26, %[m1]) }\n"
         "{ v21:20 = vshuff(v26, v24, %[m2]) }\n"
         "{ v23:22 = vshuff(v27, v25, %[m2]); v12.w = vrmpy(v20.b, %[w10].b); v16.w = vrmpy(v20.b, %[w00].b) }\n"

@@ -73,6 +73,8 @@ SHAPES = [
     ((2, 5, 5, 16, 3, 3, 1, 3), "dw_column_quads", "dw_classes"),  # pad past k - 1
     ((2, 6, 8, 32, 3, 3, 1, 0), "dw_column_quads", "dw_quad_packets"),  # no zero rows: the first row's products kept
     ((5, 11, 11, 96, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # 3 x 3 stride 2, C % 32 == 0; odd width peeled
+    ((3, 8, 6, 96, 3, 3, 2, 1), "dw_triple_packets", "dw_err_pairs"),  # 96 channels, even width: the rows in packets
+    ((3, 9, 4, 96, 3, 3, 2, 1), "dw_triple_packets", "dw_err_pairs"),  # odd height (a zero row below), 2 outputs a row
     ((3, 9, 9, 160, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # odd image, a second block of 32 channels
     ((2, 8, 8, 64, 3, 3, 2, 1), "dw_column_triples", "dw_err_pairs"),  # half a vector of channels
     ((2, 9, 9, 48, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),  # stride 2 quads: strips of a pixel's block
@@ -116,6 +118,7 @@ WGRAD_PAIRS = {
 # or stride 2 with OW % 2 == 0: the image quads' rows as modulo-scheduled packets)
 WGRAD_ROWS = {
     (5, 4, 4, 96, 3, 3, 1, 1),
+    (3, 9, 4, 96, 3, 3, 2, 1),
     (3, 4, 4, 1, 3, 3, 1, 1),
     (5, 11, 11, 96, 3, 3, 2, 1),
     (2, 8, 8, 64, 3, 3, 2, 1),
