@@ -61,18 +61,20 @@ static inline __attribute__((always_inline)) void quad_strip_packets(const int8_
                                                                      int rowbytes, int rowlen, int C,
                                                                      const HVX_Vector W[3][4])
 {
-    const int8_t *i0 = in + rowbytes, *i1 = i0 + C, *i2 = i1 + C, *i3 = i2 + C;   /* row 0 is the zero border */
-    int32_t *o0 = out, *o1 = out + 32, *o2 = out + 64, *o3 = out + 96;
+    /* the other loads' and stores' pointers are made in the asm's free slots: set up in C,
+     * they had cost each call 3 packets of register moves */
+    const int8_t *i0 = in + rowbytes, *i1, *i2, *i3;   /* row 0 is the zero border */
+    int32_t *o0 = out, *o1, *o2, *o3;
     const int rows = hp - 3, m1 = -1, m2 = -2, obytes = rowlen * 4;
     __asm__ volatile(
         /* row 1 (row 0 is zeros): a = x W1, b = x W0 */
-        "{ m0 = %[rowbytes]; v24 = vmemu(%[i0]+#0) }\n"
-        "{ v25 = vmemu(%[i1]++m0); m1 = %[obytes] }\n"
-        "{ v26 = vmemu(%[i2]++m0); loop0(1f, %[rows]) }\n"
-        "{ v27 = vmemu(%[i3]++m0) }\n"
+        "{ m0 = %[rowbytes]; v24 = vmemu(%[i0]+#0); %[i1] = add(%[i0], %[C]) }\n"
+        "{ v25 = vmemu(%[i1]++m0); %[i2] = addasl(%[i0], %[C], #1); %[i3] = addasl(%[i1], %[C], #1) }\n"
+        "{ v26 = vmemu(%[i2]++m0); %[o1] = add(%[o0], #128); %[o2] = add(%[o0], #256) }\n"
+        "{ v27 = vmemu(%[i3]++m0); %[o3] = add(%[o0], #384) }\n"
         "{ v25:24 = vshuff(v25, v24, %[m1]); %[i0] = add(%[i0], %[rowbytes]) }\n"
-        "{ v27:26 = vshuff(v27, v26, %[m1]) }\n"
-        "{ v21:20 = vshuff(v26, v24, %[m2]) }\n"
+        "{ v27:26 = vshuff(v27, v26, %[m1]); m1 = %[obytes] }\n"
+        "{ v21:20 = vshuff(v26, v24, %[m2]); loop0(1f, %[rows]) }\n"
         "{ v23:22 = vshuff(v27, v25, %[m2]); v12.w = vrmpy(v20.b, %[w10].b); v16.w = vrmpy(v20.b, %[w00].b) }\n"
         "{ v24 = vmemu(%[i0]++m0); v13.w = vrmpy(v21.b, %[w11].b); v17.w = vrmpy(v21.b, %[w01].b) }\n"
         "{ v25 = vmemu(%[i1]++m0); v14.w = vrmpy(v22.b, %[w12].b); v18.w = vrmpy(v22.b, %[w02].b) }\n"
@@ -103,9 +105,9 @@ static inline __attribute__((always_inline)) void quad_strip_packets(const int8_
         "{ vmem(%[o1]+#0) = v13 }\n"
         "{ vmem(%[o2]+#0) = v14 }\n"
         "{ vmem(%[o3]+#0) = v15 }\n"
-        : [i0] "+r"(i0), [i1] "+r"(i1), [i2] "+r"(i2), [i3] "+r"(i3), [o0] "+r"(o0), [o1] "+r"(o1), [o2] "+r"(o2),
-          [o3] "+r"(o3)
-        : [rowbytes] "r"(rowbytes), [obytes] "r"(obytes), [rows] "r"(rows), [m1] "r"(m1), [m2] "r"(m2),
+        : [i0] "+r"(i0), [i1] "=&r"(i1), [i2] "=&r"(i2), [i3] "=&r"(i3), [o0] "+r"(o0), [o1] "=&r"(o1),
+          [o2] "=&r"(o2), [o3] "=&r"(o3)
+        : [rowbytes] "r"(rowbytes), [obytes] "r"(obytes), [rows] "r"(rows), [m1] "r"(m1), [m2] "r"(m2), [C] "r"(C),
           [w00] "v"(W[0][0]), [w01] "v"(W[0][1]), [w02] "v"(W[0][2]), [w03] "v"(W[0][3]), [w10] "v"(W[1][0]),
           [w11] "v"(W[1][1]), [w12] "v"(W[1][2]), [w13] "v"(W[1][3]), [w20] "v"(W[2][0]), [w21] "v"(W[2][1]),
           [w22] "v"(W[2][2]), [w23] "v"(W[2][3])
