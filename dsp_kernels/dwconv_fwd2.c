@@ -96,17 +96,18 @@ static inline __attribute__((always_inline)) void store_block(const int NQ, int3
 static inline __attribute__((always_inline)) void ct_row96(const int8_t *r0, const int8_t *r1, const int8_t *r2,
                                                            int32_t *y, int C, int OW, const HVX_Vector *W)
 {
-    const int8_t *e0 = r0, *e1 = r1, *e2 = r2, *t0 = r0 + C, *t1 = r1 + C, *t2 = r2 + C;
-    int32_t *y0 = y, *y1 = y + 32, *y2 = y + 64;
+    /* t0..t2 and y1, y2 are made in the prologue's free slots (in C: register moves a row) */
+    const int8_t *e0 = r0, *e1 = r1, *e2 = r2, *t0, *t1, *t2;
+    int32_t *y0 = y, *y1, *y2;
     const int step = 2 * C, ybytes = 4 * C, n = OW - 1, m1 = -1, m2 = -2;
     __asm__ volatile(
         /* column 0's triple (te); column -1 is the padding: the sums start at zero */
         "{ m0 = %[step]; v14 = vmemu(%[e0]+#0); v31 = vxor(v31, v31) }\n"
         "{ v15 = vmemu(%[e1]++m0); loop0(1f, %[n]); v12 = vxor(v12, v12) }\n"
-        "{ v16 = vmemu(%[e2]++m0); m1 = %[ybytes] }\n"
+        "{ v16 = vmemu(%[e2]++m0); m1 = %[ybytes]; %[t0] = add(%[e0], %[C]) }\n"
         "{ v15:14 = vshuff(v15, v14, %[m1]); v10 = vxor(v10, v10); %[e0] = add(%[e0], %[step]) }\n"
-        "{ v17:16 = vshuff(v31, v16, %[m1]); v11 = vxor(v11, v11) }\n"
-        "{ v21:20 = vshuff(v16, v14, %[m2]) }\n"
+        "{ v17:16 = vshuff(v31, v16, %[m1]); v11 = vxor(v11, v11); %[t1] = sub(%[e1], %[C]); %[t2] = sub(%[e2], %[C]) }\n"
+        "{ v21:20 = vshuff(v16, v14, %[m2]); %[y1] = add(%[y0], #128); %[y2] = add(%[y0], #256) }\n"
         "{ v23:22 = vshuff(v17, v15, %[m2]) }\n"
         "1:\n"
         "{ v18 = vmemu(%[t0]++m0); v9.w = vrmpy(v20.b, %[w10].b); v13.w = vrmpy(v21.b, %[w11].b) }\n"
@@ -135,9 +136,9 @@ static inline __attribute__((always_inline)) void ct_row96(const int8_t *r0, con
         "{ vmem(%[y0]+#0) = v10; v12.w = vadd(v12.w, v30.w) }\n"
         "{ vmem(%[y1]+#0) = v11 }\n"
         "{ vmem(%[y2]+#0) = v12 }\n"
-        : [e0] "+r"(e0), [e1] "+r"(e1), [e2] "+r"(e2), [t0] "+r"(t0), [t1] "+r"(t1), [t2] "+r"(t2), [y0] "+r"(y0),
-          [y1] "+r"(y1), [y2] "+r"(y2)
-        : [step] "r"(step), [ybytes] "r"(ybytes), [n] "r"(n), [m1] "r"(m1), [m2] "r"(m2), [w00] "v"(W[0]),
+        : [e0] "+r"(e0), [e1] "+r"(e1), [e2] "+r"(e2), [t0] "=&r"(t0), [t1] "=&r"(t1), [t2] "=&r"(t2), [y0] "+r"(y0),
+          [y1] "=&r"(y1), [y2] "=&r"(y2)
+        : [C] "r"(C), [step] "r"(step), [ybytes] "r"(ybytes), [n] "r"(n), [m1] "r"(m1), [m2] "r"(m2), [w00] "v"(W[0]),
           [w01] "v"(W[1]), [w02] "v"(W[2]), [w10] "v"(W[4]), [w11] "v"(W[5]), [w12] "v"(W[6]), [w20] "v"(W[8]),
           [w21] "v"(W[9]), [w22] "v"(W[10])
         : "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", "v22", "v23",
