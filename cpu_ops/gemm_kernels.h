@@ -201,6 +201,9 @@ long long gemm_pair_blocks(bool reset);
 enum class BlockKernel { kSigned, kUnsigned, kBUnsigned, kSmallA };
 void count_block(BlockKernel kernel);
 
+// Sets kernel's micro_pair_* to AVX2's pair kernels (gemm_avx2_pair.cpp; x86-64 only).
+void set_avx2_pair_kernels(GemmKernel* kernel);
+
 const GemmKernel* kernel_scalar();
 const GemmKernel* kernel_avx2();
 const GemmKernel* kernel_avx_vnni();
