@@ -329,6 +329,7 @@ bool panels_nonnegative(const PackedB& b, const CTile& t, int pc, int kgroups) {
 long long gemm_b_unsigned_blocks(bool reset) { return reset ? g_b_unsigned_blocks.exchange(0) : g_b_unsigned_blocks.load(); }
 long long gemm_small_a_blocks(bool reset) { return reset ? g_small_a_blocks.exchange(0) : g_small_a_blocks.load(); }
 long long gemm_pair_blocks(bool reset) { return reset ? g_pair_blocks.exchange(0) : g_pair_blocks.load(); }
+void count_pair_block() { g_pair_blocks.fetch_add(1, std::memory_order_relaxed); }
 
 void count_block(BlockKernel kernel) {
   std::atomic<long long>& counter = kernel == BlockKernel::kUnsigned    ? g_unsigned_blocks
@@ -409,7 +410,7 @@ void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc,
                                : unsigned_b ? kern->micro_pair_b_unsigned
                                : small_a    ? kern->micro_pair_small_a
                                             : nullptr;
-      if (pair && t.p1 - t.p0 >= 2) g_pair_blocks.fetch_add(1, std::memory_order_relaxed);
+      if (pair && t.p1 - t.p0 >= 2) count_pair_block();
       for (int r0 = 0; r0 < t.rows; r0 += chunk) {
         const int r1 = std::min(t.rows, r0 + chunk);
         int p = t.p0;

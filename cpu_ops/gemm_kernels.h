@@ -192,9 +192,11 @@ constexpr int kSmallAMinPanels = 8;
 // has the others).
 long long gemm_b_unsigned_blocks(bool reset);
 long long gemm_small_a_blocks(bool reset);
-// The A blocks of gemm_packed that ran B's panels two at a time (a byte kernel's
-// MicroPairFn), whichever byte kernel it was; the panel convolutions do not use it.
+// The A blocks (gemm_packed's, and the panel weight gradient's) that ran B's panels two at
+// a time (a byte kernel's MicroPairFn), whichever byte kernel it was; count_pair_block()
+// counts one.
 long long gemm_pair_blocks(bool reset);
+void count_pair_block();
 
 // Which microkernel an A block ran on, counted for gemm_block_counts by gemm_packed and by
 // the panel convolutions (conv_panels.cpp), which pick among the same kernels.

@@ -297,7 +297,8 @@ def test_panel_weight_gradient_takes_the_byte_kernels(
 ):
     """conv_panels.cpp's weight gradient (VGG-11's conv1-3 here) picks among the same kernels
     per block of 256 pixels: B (the patches) a ReLU's output, or the errors within [-64, 64]
-    (these shapes have 14-72 tap panels; 3 x 3 x 12 channels leaves the last one ragged)."""
+    (these shapes have 14-72 tap panels; 3 x 3 x 12 channels leaves the last one ragged), the
+    byte kernels over the tap panels in pairs (an odd count's last one single)."""
     rng = np.random.default_rng(sum(x_shape) + out_channels)
     x = cases.int8(rng, x_shape, *x_range)
     w = np.zeros((out_channels, 3, 3, x_shape[-1]), np.int8)
@@ -310,9 +311,11 @@ def test_panel_weight_gradient_takes_the_byte_kernels(
         err.reshape(-1, out_channels)[::256] = err_range[0]  # every block's errors signed, at the range's end
     x.reshape(-1, x_shape[-1])[::256] = x_range[0]
     got = {}
-    counts = blocks(lambda: got.setdefault("dw", avx2.conv2d_bwd_weight_s8(err, x, 1, 1, (3, 3))))
+    counts = blocks(lambda: got.setdefault("dw", avx2.conv2d_bwd_weight_s8(err, x, 1, 1, (3, 3))), pairs=True)
     np.testing.assert_array_equal(got["dw"], ref.conv2d_bwd_weight_s8(err, x, 1, 1, (3, 3)))
+    pairs = counts.pop("pairs")
     assert {name for name, count in counts.items() if count} == {kernel}
+    assert (pairs > 0) == (kernel != "signed")
 
 
 # B panels in pairs (the byte kernels' MicroPairFn, AVX2's 6 x 16 of C): odd panel counts
