@@ -42,6 +42,9 @@ struct dw_job {
  * quads (vrmpy) on dwconv.c's stacks; the rest of dwconv.c the vmpy paths. */
 int dspt_dw_quads_fit(const struct dw_shape *s);
 void dspt_dw_quads_run(const struct dw_job *J, const struct stack *st, int n0, int g);
+/* Whether the stride-1 quads run their rows as hand-scheduled packets (DSPT_PATH_DW_QUAD_PACKETS):
+ * a zero border, whole aligned output vectors, no accumulation. */
+int dspt_dw_quad_packets_fit(const struct dw_shape *s, int pad, int src_h, const int32_t *out, int acc);
 
 /* dwconv_pixels.c: each output pixel's taps inside the image, 4 a vrmpy word (forward, or
  * backward data with `bwd`: s is the forward's shape, src err, out dx); _fit says when. */
@@ -55,6 +58,9 @@ int dspt_dw_pixels(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t 
 int dspt_dw_column_triples_fit(const struct dw_shape *s);
 int dspt_dw_column_triples(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t *x, const int8_t *w,
                            int32_t *y, int accumulate, int flip);
+/* Whether the triples run their rows as hand-scheduled packets (DSPT_PATH_DW_TRIPLE_PACKETS):
+ * stride 2, 96 channels, an even width, y aligned, no accumulation. */
+int dspt_dw_triple_packets_fit(const struct dw_shape *s, const int32_t *y, int acc);
 
 /* dwconv_bwd2.c: backward data of 3 x 3, stride 2, padding 1, four err pixels a vrmpy word
  * met by the four dx pixels they feed; _fit says when. */

@@ -49,6 +49,13 @@ int dspt_dw_column_triples_fit(const struct dw_shape *s)
     return s->stride == 2 || (s->stride == 1 && s->h * s->w > 4 && s->h * s->w <= 16);
 }
 
+int dspt_dw_triple_packets_fit(const struct dw_shape *s, const int32_t *y, int acc)
+{
+    /* ct_share's NQ == 3: one block of 96 channels kept as 3 aligned vectors */
+    return dspt_dw_column_triples_fit(s) && s->stride == 2 && s->c == 96 && s->w % 2 == 0 && s->ow >= 2 && !acc
+           && ((uintptr_t)y & (HVX_BYTES - 1)) == 0;
+}
+
 /* Column triple at byte offset k of rows r0, r1, r2, interleaved into t. */
 static inline __attribute__((always_inline)) void triple(HVX_Vector t[4], const int8_t *r0, const int8_t *r1,
                                                          const int8_t *r2, int k)
@@ -75,6 +82,69 @@ static inline __attribute__((always_inline)) void store_block(const int NQ, int3
     }
 }
 
+/* A row of ct_images below in packets for 96 channels (NQ == 3: 3 aligned output
+ * vectors, the fourth word vector unused) and an even width (every output has its column
+ * 2n + 1): clang-16 made 17 packets an output, here 14, the bound under HVX's packet rules
+ * (the assembler checks them): a vmemu shares a packet with neither a vshuff nor a store,
+ * so an output's 6 loads and 8 vshuffs take 14 packets, and its 9 vrmpy, 6 vadds and 3
+ * stores ride in them. Output n loads and interleaves column 2n + 1 (to), multiplies it as
+ * soon as it is built, and builds column 2n + 2's triple (te) for output n + 1 in its last
+ * packets (modulo scheduling: B. R. Rau, "Iterative modulo scheduling", MICRO-27, 1994); the
+ * last output builds none (nothing past the row is read). Registers: weights where the
+ * compiler puts them (v0-v8 left), sums v10-v12, products v9/v13/v30, te's bytes and pairs
+ * v14-v17, its words v20-v23, to's bytes and pairs v18/v19/v28/v29, its words v24-v27, zero v31. */
+static inline __attribute__((always_inline)) void ct_row96(const int8_t *r0, const int8_t *r1, const int8_t *r2,
+                                                           int32_t *y, int C, int OW, const HVX_Vector *W)
+{
+    /* t0..t2 and y1, y2 are made in the prologue's free slots (in C: register moves a row) */
+    const int8_t *e0 = r0, *e1 = r1, *e2 = r2, *t0, *t1, *t2;
+    int32_t *y0 = y, *y1, *y2;
+    const int step = 2 * C, ybytes = 4 * C, n = OW - 1, m1 = -1, m2 = -2;
+    __asm__ volatile(
+        /* column 0's triple (te); column -1 is the padding: the sums start at zero */
+        "{ m0 = %[step]; v14 = vmemu(%[e0]+#0); v31 = vxor(v31, v31) }\n"
+        "{ v15 = vmemu(%[e1]++m0); loop0(1f, %[n]); v12 = vxor(v12, v12) }\n"
+        "{ v16 = vmemu(%[e2]++m0); m1 = %[ybytes]; %[t0] = add(%[e0], %[C]) }\n"
+        "{ v15:14 = vshuff(v15, v14, %[m1]); v10 = vxor(v10, v10); %[e0] = add(%[e0], %[step]) }\n"
+        "{ v17:16 = vshuff(v31, v16, %[m1]); v11 = vxor(v11, v11); %[t1] = sub(%[e1], %[C]); %[t2] = sub(%[e2], %[C]) }\n"
+        "{ v21:20 = vshuff(v16, v14, %[m2]); %[y1] = add(%[y0], #128); %[y2] = add(%[y0], #256) }\n"
+        "{ v23:22 = vshuff(v17, v15, %[m2]) }\n"
+        "1:\n"
+        "{ v18 = vmemu(%[t0]++m0); v9.w = vrmpy(v20.b, %[w10].b); v13.w = vrmpy(v21.b, %[w11].b) }\n"
+        "{ v19 = vmemu(%[t1]++m0); v30.w = vrmpy(v22.b, %[w12].b); v10.w = vadd(v10.w, v9.w) }\n"
+        "{ v28 = vmemu(%[t2]++m0); v11.w = vadd(v11.w, v13.w); v12.w = vadd(v12.w, v30.w) }\n"
+        "{ v19:18 = vshuff(v19, v18, %[m1]) }\n"
+        "{ v29:28 = vshuff(v31, v28, %[m1]) }\n"
+        "{ v25:24 = vshuff(v28, v18, %[m2]) }\n"
+        "{ v27:26 = vshuff(v29, v19, %[m2]); v9.w = vrmpy(v24.b, %[w20].b); v13.w = vrmpy(v25.b, %[w21].b) }\n"
+        "{ v14 = vmemu(%[e0]++m0); v30.w = vrmpy(v26.b, %[w22].b); v10.w = vadd(v10.w, v9.w) }\n"
+        "{ v15 = vmemu(%[e1]++m0); v11.w = vadd(v11.w, v13.w); v12.w = vadd(v12.w, v30.w) }\n"
+        "{ v16 = vmemu(%[e2]++m0) }\n"
+        "{ v15:14 = vshuff(v15, v14, %[m1]); vmem(%[y0]++m1) = v10; v10.w = vrmpy(v24.b, %[w00].b) }\n"
+        "{ v17:16 = vshuff(v31, v16, %[m1]); vmem(%[y1]++m1) = v11; v11.w = vrmpy(v25.b, %[w01].b) }\n"
+        "{ v21:20 = vshuff(v16, v14, %[m2]); vmem(%[y2]++m1) = v12; v12.w = vrmpy(v26.b, %[w02].b) }\n"
+        "{ v23:22 = vshuff(v17, v15, %[m2]) }:endloop0\n"
+        /* the last output: column 2n + 2 is past the image */
+        "{ v18 = vmemu(%[t0]+#0); v9.w = vrmpy(v20.b, %[w10].b); v13.w = vrmpy(v21.b, %[w11].b) }\n"
+        "{ v19 = vmemu(%[t1]+#0); v30.w = vrmpy(v22.b, %[w12].b); v10.w = vadd(v10.w, v9.w) }\n"
+        "{ v28 = vmemu(%[t2]+#0); v11.w = vadd(v11.w, v13.w); v12.w = vadd(v12.w, v30.w) }\n"
+        "{ v19:18 = vshuff(v19, v18, %[m1]) }\n"
+        "{ v29:28 = vshuff(v31, v28, %[m1]) }\n"
+        "{ v25:24 = vshuff(v28, v18, %[m2]) }\n"
+        "{ v27:26 = vshuff(v29, v19, %[m2]); v9.w = vrmpy(v24.b, %[w20].b); v13.w = vrmpy(v25.b, %[w21].b) }\n"
+        "{ v30.w = vrmpy(v26.b, %[w22].b); v10.w = vadd(v10.w, v9.w); v11.w = vadd(v11.w, v13.w) }\n"
+        "{ vmem(%[y0]+#0) = v10; v12.w = vadd(v12.w, v30.w) }\n"
+        "{ vmem(%[y1]+#0) = v11 }\n"
+        "{ vmem(%[y2]+#0) = v12 }\n"
+        : [e0] "+r"(e0), [e1] "+r"(e1), [e2] "+r"(e2), [t0] "=&r"(t0), [t1] "=&r"(t1), [t2] "=&r"(t2), [y0] "+r"(y0),
+          [y1] "=&r"(y1), [y2] "=&r"(y2)
+        : [C] "r"(C), [step] "r"(step), [ybytes] "r"(ybytes), [n] "r"(n), [m1] "r"(m1), [m2] "r"(m2), [w00] "v"(W[0]),
+          [w01] "v"(W[1]), [w02] "v"(W[2]), [w10] "v"(W[4]), [w11] "v"(W[5]), [w12] "v"(W[6]), [w20] "v"(W[8]),
+          [w21] "v"(W[9]), [w22] "v"(W[10])
+        : "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", "v22", "v23",
+          "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "m0", "m1", "lc0", "sa0", "usr", "memory");
+}
+
 /* Images [lo, hi), the channel block at c0. NQ: whole aligned vectors a block keeps and
  * nothing to add (C % 32 == 0); 8: four whole vectors anywhere; 0: `valid` words, added
  * with `acc`. */
@@ -93,6 +163,11 @@ static inline __attribute__((always_inline)) void ct_images(const int NQ, const 
         for (int m = 0; m < OH; m++) {
             const int8_t *r0 = m ? x + (2 * m - 1) * rowb : zeros, *r1 = x + 2 * m * rowb;
             const int8_t *r2 = 2 * m + 1 < H ? x + (2 * m + 1) * rowb : zeros;
+            if (NQ == 3 && full == OW && OW >= 2) {   /* 96 channels, an even width */
+                ct_row96(r0, r1, r2, y, C, OW, W);
+                y += OW * C;
+                continue;
+            }
             HVX_Vector cur[4], te[4], to[4];
             for (int q = 0; q < 4; q++) cur[q] = Q6_V_vzero();   /* column -1: the padding */
             triple(te, r0, r1, r2, 0);

@@ -81,6 +81,8 @@ enum dspt_path {
     DSPT_PATH_DW_ERR_PAIRS = 28,  /* dwconv_bwd2_pairs.c: backward data 3 x 3 stride 2: dx pixel pairs as aligned vectors */
     DSPT_PATH_DW_ERR_ONE = 29,    /* dwconv_bwd_one.c: backward data from a 1 x 1 err: each dx pixel err x its one tap */
     DSPT_PATH_DW_IMAGE_ROWS = 32, /* dwconv_wgrad_rows.c: the image quads' 3 x 3 rows as modulo-scheduled packets */
+    DSPT_PATH_DW_QUAD_PACKETS = 40, /* dwconv_quads.c: the column quads' stride-1 rows as modulo-scheduled packets */
+    DSPT_PATH_DW_TRIPLE_PACKETS = 41, /* dwconv_fwd2.c: the column triples' stride-2 rows of 96 channels as packets */
 };
 
 /* `shift` value asking the DSP to estimate it from the range (NITI's absmax rule). */

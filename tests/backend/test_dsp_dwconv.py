@@ -53,13 +53,15 @@ def out_hw(h, w, kh, kw, stride, pad):
 
 # N, H, W, C, KH, KW, stride, pad; and the paths of forward, backward data
 SHAPES = [
-    ((3, 6, 7, 32, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),  # C divides 128: 4 pixels a vector
+    # the quads' rows as packets (a zero border, whole aligned output vectors): a whole strip and a tail
+    ((3, 6, 7, 32, 3, 3, 1, 1), "dw_quad_packets", "dw_quad_packets"),  # C divides 128: 4 pixels a vector
+    ((2, 5, 8, 16, 3, 3, 1, 2), "dw_quad_packets", "dw_column_quads"),  # pad 2: two rows only start sums
     (
         (2, 5, 6, 130, 3, 3, 1, 1),
         "dw_column_quads",
         "dw_column_quads",
     ),  # ragged: 65 weight residues, rows end mid-vector
-    ((5, 4, 5, 96, 3, 3, 1, 1), "dw_column_quads", "dw_column_quads"),  # 3 residues, 5 images (1 and 2 a thread)
+    ((5, 4, 5, 96, 3, 3, 1, 1), "dw_quad_packets", "dw_quad_packets"),  # 3 residues, 5 images (1 and 2 a thread)
     ((5, 4, 4, 96, 3, 3, 1, 1), "dw_column_triples", "dw_column_triples"),  # stride 1 on 16 pixels: the triples
     ((3, 3, 5, 150, 3, 3, 1, 1), "dw_column_triples", "dw_column_triples"),  # ragged, odd width, 15 pixels
     ((2, 1, 1, 200, 3, 3, 1, 1), "dw_pixel_quads", "dw_pixel_quads"),  # one pixel: the centre tap alone
@@ -67,10 +69,12 @@ SHAPES = [
     ((2, 5, 6, 24, 3, 4, 1, 1), "dw_column_quads", "dw_classes"),  # 4 taps a row: the whole word
     ((2, 6, 6, 45, 5, 5, 1, 2), "dw_flat", "dw_flat"),  # 5 x 5: the vmpy path, taps from memory
     ((3, 5, 4, 7, 2, 2, 1, 0), "dw_flat", "dw_flat"),  # even kernel, no padding
-    ((2, 5, 7, 24, 3, 2, 1, 1), "dw_column_quads", "dw_classes"),  # kh != kw: the flipped forward needs square
+    ((2, 5, 7, 24, 3, 2, 1, 1), "dw_quad_packets", "dw_classes"),  # kh != kw: the flipped forward needs square
     ((2, 5, 5, 16, 3, 3, 1, 3), "dw_column_quads", "dw_classes"),  # pad past k - 1
-    ((2, 6, 8, 32, 3, 3, 1, 0), "dw_column_quads", "dw_column_quads"),  # no zero rows: the first row's products kept
+    ((2, 6, 8, 32, 3, 3, 1, 0), "dw_column_quads", "dw_quad_packets"),  # no zero rows: the first row's products kept
     ((5, 11, 11, 96, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # 3 x 3 stride 2, C % 32 == 0; odd width peeled
+    ((3, 8, 6, 96, 3, 3, 2, 1), "dw_triple_packets", "dw_err_pairs"),  # 96 channels, even width: the rows in packets
+    ((3, 9, 4, 96, 3, 3, 2, 1), "dw_triple_packets", "dw_err_pairs"),  # odd height (a zero row below), 2 outputs a row
     ((3, 9, 9, 160, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # odd image, a second block of 32 channels
     ((2, 8, 8, 64, 3, 3, 2, 1), "dw_column_triples", "dw_err_pairs"),  # half a vector of channels
     ((2, 9, 9, 48, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),  # stride 2 quads: strips of a pixel's block
@@ -114,6 +118,7 @@ WGRAD_PAIRS = {
 # or stride 2 with OW % 2 == 0: the image quads' rows as modulo-scheduled packets)
 WGRAD_ROWS = {
     (5, 4, 4, 96, 3, 3, 1, 1),
+    (3, 9, 4, 96, 3, 3, 2, 1),
     (3, 4, 4, 1, 3, 3, 1, 1),
     (5, 11, 11, 96, 3, 3, 2, 1),
     (2, 8, 8, 64, 3, 3, 2, 1),
@@ -187,6 +192,7 @@ def threads(dsp, request):
 # (its last group filled in C, the others by the packet loop), odd rows at stride 2, no padding;
 # the image pairs' packet fill (3 or more whole groups of aligned images, then a ragged one)
 # the err pairs run a share's anchors as one loop (even H) or row by row (odd H)
+# the quads' packet rows (dw_quad_packets) over several images a pass, and at pad 2
 @pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
 @pytest.mark.parametrize(
     "shape",
@@ -224,6 +230,8 @@ def threads(dsp, request):
         (7, 4, 8, 192, 3, 3, 2, 1),
         (5, 11, 12, 96, 3, 3, 2, 1),
         (7, 12, 12, 160, 3, 3, 2, 1),
+        (5, 16, 16, 32, 3, 3, 1, 1),
+        (5, 5, 8, 16, 3, 3, 1, 2),
     ],
     ids=[
         "flat",
@@ -259,6 +267,8 @@ def threads(dsp, request):
         "err-pairs-flat",
         "err-pairs-rows",
         "err-pairs-flat-rows-of-6",
+        "quad-packets-16x16x32",
+        "quad-packets-pad2",
     ],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
