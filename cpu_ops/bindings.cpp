@@ -39,6 +39,7 @@ PYBIND11_MODULE(_cpu_ops, m) {
     d["unsigned"] = c.unsigned_blocks;
     d["b_unsigned"] = gemm_b_unsigned_blocks(reset);
     d["small_a"] = gemm_small_a_blocks(reset);
+    d["pairs"] = gemm_pair_blocks(reset);
     return d;
   }, py::arg("reset") = false, "A blocks the int8 GEMM ran on each kernel since the last reset (for tests).");
   m.def("threads", &pool_threads, "Threads the kernels run on.");

@@ -335,7 +335,21 @@ void conv_wgrad_panels(const PaddedSrc& s, const int8_t* err, int oc, T* dw) {
       }
       if (!rows_a)
         count_block(unsigned_b ? BlockKernel::kBUnsigned : small_a ? BlockKernel::kSmallA : BlockKernel::kSigned);
-      for (int pn = 0; pn < panels; ++pn) {
+      // The byte kernels' pair form (AVX2: 6 x 16, two panels a call) where the ISA has it;
+      // it has no offset trick, so no column corrections (corr stays zero).
+      const MicroPairFn pair = unsigned_b ? kern->micro_pair_b_unsigned : small_a ? kern->micro_pair_small_a : nullptr;
+      int pn = 0;
+      if (pair && !kern->offset_trick && panels >= 2) count_pair_block();
+      for (; pair && !kern->offset_trick && pn + 1 < panels; pn += 2) {
+        const int8_t* panel = b_pack + pn * panel_bytes;
+        for (int t = tiles - 1; t >= 0; --t) {
+          pair(a_pack + t * a_tile_bytes, panel, panel + panel_bytes, kgroups, tmp, 2 * nr, mr, 2 * nr, false);
+          if (small_a && outliers.total > 0 && outliers.count(t) > 0)
+            kern->add_outliers(outliers.of(t), outliers.count(t), panel, panel_bytes, 2, nr, tmp, 2 * nr, t * mr);
+          accumulate_tile(tmp, corr, mr, 2 * nr, acc + static_cast<size_t>(t) * mr * ld + pn * nr, ld);
+        }
+      }
+      for (; pn < panels; ++pn) {
         const int8_t* panel = b_pack + pn * panel_bytes;
         colsum_correction(kern, panel, kgroups, corr);
         for (int t = tiles - 1; t >= 0; --t) {  // the ones row, if any, is in the last tile

@@ -408,6 +408,7 @@ const GemmKernel* kernel_avx2() {
     g.pack_a_small = pack_a_small;
     g.micro_small_a = micro_avx2_bytes<BytesMode::kBOffset>;
     g.add_outliers = add_outliers_avx2;
+    set_avx2_pair_kernels(&g);  // gemm_avx2_pair.cpp
     return g;
   }();
   return &k;

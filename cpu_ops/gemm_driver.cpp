@@ -308,7 +308,8 @@ void for_each_c_tile(const GemmKernel* kern, int m, int n, int k, int32_t* c, pt
 }
 
 namespace {
-std::atomic<long long> g_signed_blocks{0}, g_unsigned_blocks{0}, g_b_unsigned_blocks{0}, g_small_a_blocks{0};
+std::atomic<long long> g_signed_blocks{0}, g_unsigned_blocks{0}, g_b_unsigned_blocks{0}, g_small_a_blocks{0},
+    g_pair_blocks{0};
 
 // Whether panels [t.p0, t.p1) of b hold no negative byte over groups [pc / 4, pc / 4 + kgroups)
 // (their zero padding included): one read of what the task's row tiles read mc / mr times.
@@ -327,6 +328,8 @@ bool panels_nonnegative(const PackedB& b, const CTile& t, int pc, int kgroups) {
 
 long long gemm_b_unsigned_blocks(bool reset) { return reset ? g_b_unsigned_blocks.exchange(0) : g_b_unsigned_blocks.load(); }
 long long gemm_small_a_blocks(bool reset) { return reset ? g_small_a_blocks.exchange(0) : g_small_a_blocks.load(); }
+long long gemm_pair_blocks(bool reset) { return reset ? g_pair_blocks.exchange(0) : g_pair_blocks.load(); }
+void count_pair_block() { g_pair_blocks.fetch_add(1, std::memory_order_relaxed); }
 
 void count_block(BlockKernel kernel) {
   std::atomic<long long>& counter = kernel == BlockKernel::kUnsigned    ? g_unsigned_blocks
@@ -401,9 +404,24 @@ void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc,
       const bool with_outliers = small_a && outliers.total > 0;
       const int chunk = with_outliers ? kOutlierChunkRows : t.rows;
       const size_t panel_stride = static_cast<size_t>(b.k_pad) * nr;
+      // The byte kernels take B's panels two at a time where the ISA has the pair kernel
+      // (AVX2: 6 x 16 of C, A's tile read once per pair; 5-10 % faster on VGG-11's shapes).
+      const MicroPairFn pair = unsigned_a   ? kern->micro_pair_unsigned
+                               : unsigned_b ? kern->micro_pair_b_unsigned
+                               : small_a    ? kern->micro_pair_small_a
+                                            : nullptr;
+      if (pair && t.p1 - t.p0 >= 2) count_pair_block();
       for (int r0 = 0; r0 < t.rows; r0 += chunk) {
         const int r1 = std::min(t.rows, r0 + chunk);
-        for (int p = t.p0; p < t.p1; ++p) {
+        int p = t.p0;
+        for (; pair && p + 1 < t.p1; p += 2) {  // two panels at a time
+          const int8_t* b_panel = b.panels() + p * panel_stride + static_cast<size_t>(pc) * nr;
+          const int cols = std::min(2 * nr, n - p * nr);
+          for (int r = r0; r < r1; r += mr)
+            pair(a_pack + (r / mr) * a_tile_bytes, b_panel, b_panel + panel_stride, kgroups,
+                 c + static_cast<ptrdiff_t>(t.row0 + r) * ldc + p * nr, ldc, std::min(mr, t.rows - r), cols, pc > 0);
+        }
+        for (; p < t.p1; ++p) {
           const int8_t* b_panel = b.panels() + p * panel_stride + static_cast<size_t>(pc) * nr;
           const int cols = std::min(nr, n - p * nr);
           for (int r = r0; r < r1; r += mr)

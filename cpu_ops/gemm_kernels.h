@@ -21,6 +21,12 @@ using MicroFn = void (*)(const void* a_tile, const int8_t* b_panel, int kgroups,
                          ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
                          const int32_t* col_offset);
 
+// MicroFn over two B panels at once, b0's and b1's groups side by side: c[mr_valid,
+// nr_valid <= 2 nr] (+)= the tile of A x (panel b0 | panel b1). No col_offset: the byte
+// kernels' corrections are in A's packing (pack_a_small's tails) or not needed.
+using MicroPairFn = void (*)(const void* a_tile, const int8_t* b0, const int8_t* b1, int kgroups, int32_t* c,
+                             ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate);
+
 // A read in place, with no packing pass (gemm_rows.cpp): row r of a tile is the biased
 // bytes (a + 128) at rows[r] + piece.off + 4 g for the `groups` groups of each piece in
 // turn, B's panel advancing through them (first past `b_skip` groups it does not meet:
@@ -122,6 +128,12 @@ struct GemmKernel {
   bool (*pack_a_small)(MatrixS8 a, int rows, int kc, void* dst, SmallAOutliers* outliers) = nullptr;
   MicroFn micro_small_a = nullptr;
   AddOutliersFn add_outliers = nullptr;
+  // optional: micro_unsigned, micro_b_unsigned and micro_small_a over two B panels at once
+  // (b1 the second's group 0; C's tile mr x 2 nr, nr_valid up to 2 nr), the driver's choice
+  // where a task has two panels left: A's tile is read once per pair.
+  MicroPairFn micro_pair_unsigned = nullptr;
+  MicroPairFn micro_pair_b_unsigned = nullptr;
+  MicroPairFn micro_pair_small_a = nullptr;
   // optional: one group of a whole panel from 4 k-major rows (pack_b_k_rows): dst gets, for
   // columns j < nr, the dword (rows[0][j], rows[1][j], rows[2][j], rows[3][j]).
   void (*interleave_panel)(const int8_t* const* rows, int8_t* dst) = nullptr;
@@ -180,11 +192,19 @@ constexpr int kSmallAMinPanels = 8;
 // has the others).
 long long gemm_b_unsigned_blocks(bool reset);
 long long gemm_small_a_blocks(bool reset);
+// The A blocks (gemm_packed's, and the panel weight gradient's) that ran B's panels two at
+// a time (a byte kernel's MicroPairFn), whichever byte kernel it was; count_pair_block()
+// counts one.
+long long gemm_pair_blocks(bool reset);
+void count_pair_block();
 
 // Which microkernel an A block ran on, counted for gemm_block_counts by gemm_packed and by
 // the panel convolutions (conv_panels.cpp), which pick among the same kernels.
 enum class BlockKernel { kSigned, kUnsigned, kBUnsigned, kSmallA };
 void count_block(BlockKernel kernel);
+
+// Sets kernel's micro_pair_* to AVX2's pair kernels (gemm_avx2_pair.cpp; x86-64 only).
+void set_avx2_pair_kernels(GemmKernel* kernel);
 
 const GemmKernel* kernel_scalar();
 const GemmKernel* kernel_avx2();

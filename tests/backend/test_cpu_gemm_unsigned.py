@@ -34,11 +34,15 @@ def avx2(monkeypatch):
     CpuBackend()
 
 
-def blocks(run) -> dict:
-    """The A blocks each kernel took while `run()` ran."""
+def blocks(run, pairs: bool = False) -> dict:
+    """The A blocks each kernel took while `run()` ran; with `pairs`, also "pairs": the
+    blocks whose byte kernel took B's panels two at a time."""
     native.gemm_block_counts(reset=True)
     run()
-    return native.gemm_block_counts(reset=True)
+    counts = native.gemm_block_counts(reset=True)
+    if not pairs:
+        del counts["pairs"]
+    return counts
 
 
 @pytest.mark.parametrize("m,k,n", SHAPES, ids=lambda v: str(v))
@@ -107,12 +111,15 @@ def test_one_negative_value_sends_only_its_block_to_the_int16_kernel(avx2, ref):
     ],
 )
 def test_extremes_over_every_k_block(avx2, ref, va, vb, kernel):
-    """Pair sums at the ends of int16 (127 x -128 x 2 = -32512) and -128 everywhere."""
+    """Pair sums at the ends of int16 (127 x -128 x 2 = -32512) and -128 everywhere; the byte
+    kernels over B's panels in pairs (9 panels: 4 pairs and a ragged single)."""
     a, b = np.full((45, 1540), va, np.int8), np.full((67, 1540), vb, np.int8)
     got = {}
-    counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
+    counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)), pairs=True)
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    pairs = counts.pop("pairs")
     assert {name for name, count in counts.items() if count} == {kernel}
+    assert (pairs > 0) == (kernel != "signed")
 
 
 # The small-A kernel's shapes: N of at least 8 panels (kSmallAMinPanels), ragged.
@@ -290,7 +297,8 @@ def test_panel_weight_gradient_takes_the_byte_kernels(
 ):
     """conv_panels.cpp's weight gradient (VGG-11's conv1-3 here) picks among the same kernels
     per block of 256 pixels: B (the patches) a ReLU's output, or the errors within [-64, 64]
-    (these shapes have 14-72 tap panels; 3 x 3 x 12 channels leaves the last one ragged)."""
+    (these shapes have 14-72 tap panels; 3 x 3 x 12 channels leaves the last one ragged), the
+    byte kernels over the tap panels in pairs (an odd count's last one single)."""
     rng = np.random.default_rng(sum(x_shape) + out_channels)
     x = cases.int8(rng, x_shape, *x_range)
     w = np.zeros((out_channels, 3, 3, x_shape[-1]), np.int8)
@@ -303,6 +311,69 @@ def test_panel_weight_gradient_takes_the_byte_kernels(
         err.reshape(-1, out_channels)[::256] = err_range[0]  # every block's errors signed, at the range's end
     x.reshape(-1, x_shape[-1])[::256] = x_range[0]
     got = {}
-    counts = blocks(lambda: got.setdefault("dw", avx2.conv2d_bwd_weight_s8(err, x, 1, 1, (3, 3))))
+    counts = blocks(lambda: got.setdefault("dw", avx2.conv2d_bwd_weight_s8(err, x, 1, 1, (3, 3))), pairs=True)
     np.testing.assert_array_equal(got["dw"], ref.conv2d_bwd_weight_s8(err, x, 1, 1, (3, 3)))
+    pairs = counts.pop("pairs")
     assert {name for name, count in counts.items() if count} == {kernel}
+    assert (pairs > 0) == (kernel != "signed")
+
+
+# B panels in pairs (the byte kernels' MicroPairFn, AVX2's 6 x 16 of C): odd panel counts
+# (a single panel after the pairs, ragged or whole), a ragged last pair, row tiles short of
+# 6 rows, K over three blocks; on 2 threads split_tasks may also give a task an odd range.
+PAIR_SHAPES = [(13, 1537, 71), (100, 1030, 78), (7, 1400, 65), (64, 576, 128), (250, 200, 120), (37, 700, 136)]
+
+
+def pair_inputs(rng, kind: str, m: int, k: int, n: int):
+    """(a, b) that take `kind`'s byte kernel in every block."""
+    if kind == "unsigned":
+        return cases.int8(rng, (m, k), 0, 127), cases.int8(rng, (n, k))
+    if kind == "b_unsigned":
+        a, b = cases.int8(rng, (m, k)), cases.int8(rng, (n, k), 0, 127)
+        a[:, ::512] = -128
+        return a, b
+    a, b = cases.int8(rng, (m, k), -64, 64), cases.int8(rng, (n, k))
+    if kind == "outliers":
+        a = with_outliers(rng, a, 0.003)
+    a[:, ::512], b[:, ::512] = -64, -128
+    return a, b
+
+
+@pytest.mark.parametrize("kind", ["unsigned", "b_unsigned", "small_a", "outliers"])
+@pytest.mark.parametrize("m,k,n", PAIR_SHAPES, ids=lambda v: str(v))
+def test_byte_kernels_take_b_panels_in_pairs(avx2, ref, threads, kind, m, k, n):
+    rng = np.random.default_rng(m * 29 + k * 3 + n)
+    a, b = pair_inputs(rng, kind, m, k, n)
+    got = {}
+    counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)), pairs=True)
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    kernel = "small_a" if kind == "outliers" else kind
+    assert counts["pairs"] > 0 and counts[kernel] > 0
+    assert sum(count for name, count in counts.items() if name not in ("pairs", kernel)) == 0
+
+
+@pytest.mark.parametrize("kind", ["unsigned", "b_unsigned"])
+def test_one_panel_runs_the_single_panel_kernel(avx2, ref, kind):
+    """A task with one B panel (N <= 8) has no pair: the 6 x 8 kernel, still exact."""
+    rng = np.random.default_rng(7)
+    a, b = pair_inputs(rng, kind, 40, 600, 5)
+    got = {}
+    counts = one_thread_blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    assert counts[kind] > 0
+
+
+def test_pairs_counted_once_per_block(avx2, ref):
+    """One thread, M = 60 (one row block; split_tasks splits the 4 panels in two tasks of 2),
+    K = 1100 (three K blocks): six blocks, each one pair, counted as six."""
+    rng = np.random.default_rng(3)
+    a, b = pair_inputs(rng, "unsigned", 60, 1100, 32)
+    previous = native.threads()
+    native.set_threads(1)
+    try:
+        got = {}
+        counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)), pairs=True)
+    finally:
+        native.set_threads(previous)
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    assert counts["unsigned"] == 6 and counts["pairs"] == 6
