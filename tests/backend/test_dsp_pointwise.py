@@ -248,3 +248,52 @@ def test_weight_gradient_rows_of_32(dsp, rng, threads, name):
     assert dsp.last_paths == [("conv2d_bwd_weight_s8", "wgrad_gemm")]
     start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
     same(dsp.accumulate(start, "conv2d_bwd_weight_s8", err, x, 1, 0, (1, 1)), start + want)
+
+
+# (M, K, N): one column block (N <= 32, MobileNetV2's projections onto 24 or 32 channels)
+# over deep contiguous rows on 8 bytes: the 4-row tiles load two words of a row at once
+# (gemm.c tile: memd); K4 odd (the last word alone), K not a multiple of 4 (the GEMM copies
+# rows to a stride of round_up(K, 4), 8-aligned or not; the convolutions take im2col_gemm),
+# K4 of 1 (no pair), N whole (32) and ragged (the lane of 1s), M not a multiple of 4
+ONE_BLOCK = {
+    "k96-n24": (261, 96, 24),
+    "k144-n24": (67, 144, 24),
+    "k144-n32": (64, 144, 32),
+    "k192-n32": (37, 192, 32),
+    "k100-n24": (30, 100, 24),
+    "k150-n20": (19, 150, 20),
+    "k146-n5": (11, 146, 5),
+    "k8-n31": (6, 8, 31),
+    "k4-n24": (9, 4, 24),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
+@pytest.mark.parametrize("name", ONE_BLOCK)
+def test_one_block_doubleword_rows(dsp, rng, threads, name):
+    m, k, n = ONE_BLOCK[name]
+    a, b = s8(rng, m, k), s8(rng, n, k)
+    want = ref.gemm_s8(a, b)
+    same(dsp.gemm_s8(a, b), want)
+    start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
+    same(dsp.accumulate(start, "gemm_s8", a, b), start + want)
+    # as 1 x 1 convolutions: forward (K = C), backward data (K = O), both the GEMM on pixels
+    x, wt = a.reshape(1, 1, m, k), b.reshape(n, 1, 1, k)
+    same(dsp.conv2d_s8(x, wt, 1, 0), ref.conv2d_s8(x, wt, 1, 0))
+    if k % 4 == 0 and k > 32:  # (ragged or few channels go to im2col_gemm, conv_grid)
+        assert dsp.last_paths == [("conv2d_s8", "pointwise")]
+    err, wd = s8(rng, 1, 1, m, k), s8(rng, k, 1, 1, n)
+    want = ref.conv2d_bwd_data_s8(err, wd, 1, 0, (1, m))
+    same(dsp.conv2d_bwd_data_s8(err, wd, 1, 0, (1, m)), want)
+    if k % 4 == 0 and k > 32:
+        assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise")]
+    same(dsp.accumulate(want, "conv2d_bwd_data_s8", err, wd, 1, 0, (1, m)), 2 * want)
+
+
+def test_one_block_doubleword_extremes(dsp):
+    """-128 everywhere over deep rows: sums and bias at their largest, odd and even K4."""
+    for k in (144, 148, 192):
+        a, b = np.full((45, k), -128, np.int8), np.full((24, k), -128, np.int8)
+        same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
+        b = np.full((32, k), 127, np.int8)
+        same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
