@@ -202,18 +202,26 @@ DEPTHS = {
 @pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
 @pytest.mark.parametrize("name", DEPTHS)
 def test_compiled_depths(dsp, rng, threads, name):
-    m, k, n = DEPTHS[name]
+    gemm_and_1x1_convs(dsp, rng, *DEPTHS[name])
+
+
+def gemm_and_1x1_convs(dsp, rng, m: int, k: int, n: int, pin_pointwise: bool = False):
+    """An (M, K, N) GEMM, plain and accumulating, and the same depths as 1 x 1 convolutions:
+    forward (K = C) and backward data (K = O), each pinned to the pointwise path if asked."""
     a, b = s8(rng, m, k), s8(rng, n, k)
     want = ref.gemm_s8(a, b)
     same(dsp.gemm_s8(a, b), want)
     start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
     same(dsp.accumulate(start, "gemm_s8", a, b), start + want)
-    # the same depths as 1 x 1 convolutions: forward (K = C), backward data (K = O)
     x, wt = a.reshape(1, 1, m, k), b.reshape(n, 1, 1, k)
     same(dsp.conv2d_s8(x, wt, 1, 0), ref.conv2d_s8(x, wt, 1, 0))
+    if pin_pointwise:
+        assert dsp.last_paths == [("conv2d_s8", "pointwise")]
     err, wd = s8(rng, 1, 1, m, k), s8(rng, k, 1, 1, n)
     want = ref.conv2d_bwd_data_s8(err, wd, 1, 0, (1, m))
     same(dsp.conv2d_bwd_data_s8(err, wd, 1, 0, (1, m)), want)
+    if pin_pointwise:
+        assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise")]
     same(dsp.accumulate(want, "conv2d_bwd_data_s8", err, wd, 1, 0, (1, m)), 2 * want)
 
 
@@ -272,22 +280,8 @@ ONE_BLOCK = {
 @pytest.mark.parametrize("name", ONE_BLOCK)
 def test_one_block_doubleword_rows(dsp, rng, threads, name):
     m, k, n = ONE_BLOCK[name]
-    a, b = s8(rng, m, k), s8(rng, n, k)
-    want = ref.gemm_s8(a, b)
-    same(dsp.gemm_s8(a, b), want)
-    start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
-    same(dsp.accumulate(start, "gemm_s8", a, b), start + want)
-    # as 1 x 1 convolutions: forward (K = C), backward data (K = O), both the GEMM on pixels
-    x, wt = a.reshape(1, 1, m, k), b.reshape(n, 1, 1, k)
-    same(dsp.conv2d_s8(x, wt, 1, 0), ref.conv2d_s8(x, wt, 1, 0))
-    if k % 4 == 0 and k > 32:  # (ragged or few channels go to im2col_gemm, conv_grid)
-        assert dsp.last_paths == [("conv2d_s8", "pointwise")]
-    err, wd = s8(rng, 1, 1, m, k), s8(rng, k, 1, 1, n)
-    want = ref.conv2d_bwd_data_s8(err, wd, 1, 0, (1, m))
-    same(dsp.conv2d_bwd_data_s8(err, wd, 1, 0, (1, m)), want)
-    if k % 4 == 0 and k > 32:
-        assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise")]
-    same(dsp.accumulate(want, "conv2d_bwd_data_s8", err, wd, 1, 0, (1, m)), 2 * want)
+    # both convolutions the GEMM on pixels (ragged or few channels go to im2col_gemm, conv_grid)
+    gemm_and_1x1_convs(dsp, rng, m, k, n, pin_pointwise=k % 4 == 0 and k > 32)
 
 
 def test_one_block_doubleword_extremes(dsp):
