@@ -76,6 +76,8 @@ SHAPES = [
     ((5, 11, 11, 96, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # 3 x 3 stride 2, C % 32 == 0; odd width peeled
     ((3, 8, 6, 96, 3, 3, 2, 1), "dw_triple_packets", "dw_err_packets"),  # 96 channels, even width: the rows in packets
     ((3, 7, 8, 96, 3, 3, 2, 1), "dw_triple_packets", "dw_err_packets"),  # odd height: the last dx row to the sink
+    ((3, 2, 10, 96, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_packets"),  # one anchor row, its row m + 1 the zeros
+    ((3, 1, 10, 96, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_packets"),  # one dx row: the second to the sink
     ((3, 9, 4, 96, 3, 3, 2, 1), "dw_triple_packets", "dw_err_pairs"),  # odd height (a zero row below), 2 outputs a row
     # (backward data: an err row of 2 pixels is too short for the err packets' loop)
     ((3, 9, 9, 160, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # odd image, a second block of 32 channels
@@ -239,6 +241,7 @@ def threads(dsp, request):
         (5, 5, 8, 16, 3, 3, 1, 2),
         (5, 16, 16, 96, 3, 3, 2, 1),
         (6, 9, 6, 96, 3, 3, 2, 1),
+        (7, 1, 10, 96, 3, 3, 2, 1),
     ],
     ids=[
         "flat",
@@ -278,6 +281,7 @@ def threads(dsp, request):
         "quad-packets-pad2",
         "err-packets-16x16x96",
         "err-packets-odd-h",
+        "err-packets-one-row",
     ],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
