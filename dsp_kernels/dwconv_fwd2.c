@@ -56,6 +56,32 @@ int dspt_dw_triple_packets_fit(const struct dw_shape *s, const int32_t *y, int a
            && ((uintptr_t)y & (HVX_BYTES - 1)) == 0;
 }
 
+/* Where block cb starts and how it is stored (ct_share's NQ): with y on a vector and no
+ * accumulation, C % 32 == 0 keeps every block where it is, the last one's C % 128 channels
+ * as (C % 128) / 32 aligned vectors (192: 2, not 4 moved back over channels the block
+ * before computed); a ragged C > 128 whose last block has at most 32 new channels computes
+ * one group of 32 ending at C (144: channels 112..143, 3 vrmpy an output, not 12), stored
+ * as one unaligned vector (9); otherwise a ragged last block moves back to end at C
+ * (dw_block_start; 8: four unaligned vectors) or keeps `valid` words (0). The products of
+ * the groups a block does not store are dead, and clang drops them with their vshuffs. */
+static int ct_block(int cb, const struct dw_shape *s, const int32_t *y, int acc, int *c0, int *valid)
+{
+    const int C = s->c, start = cb * HVX_BYTES, aligned = ((uintptr_t)y & (HVX_BYTES - 1)) == 0 && !acc;
+    if (aligned && C % 32 == 0) {
+        *c0 = start;
+        *valid = C - start < HVX_BYTES ? C - start : HVX_BYTES;
+        return *valid / 32;
+    }
+    if (aligned && C > HVX_BYTES && C - start <= 32) {
+        *c0 = C - 32;
+        *valid = 32;
+        return 9;
+    }
+    *c0 = dw_block_start(cb, C, acc);
+    *valid = C - *c0 < HVX_BYTES ? C - *c0 : HVX_BYTES;
+    return *valid == HVX_BYTES && !acc ? 8 : 0;
+}
+
 /* Column triple at byte offset k of rows r0, r1, r2, interleaved into t. */
 static inline __attribute__((always_inline)) void triple(HVX_Vector t[4], const int8_t *r0, const int8_t *r1,
                                                          const int8_t *r2, int k)
@@ -68,6 +94,10 @@ static inline __attribute__((always_inline)) void store_block(const int NQ, int3
 {
     if (NQ == 8) {   /* 4 whole vectors, unaligned */
         for (int q = 0; q < 4; q++) dw_store_u(y + 32 * q, v[q]);
+        return;
+    }
+    if (NQ == 9) {   /* one group, unaligned */
+        dw_store_u(y, v[0]);
         return;
     }
     if (NQ) {   /* NQ whole aligned vectors */
@@ -245,26 +275,30 @@ static inline __attribute__((always_inline)) void ct_images1(const int NQ, const
         else ct_images(K, J, lo, hi, c0, W, valid);                                                     \
     }
 IMAGES_FN(0)
+IMAGES_FN(1)
+IMAGES_FN(2)
 IMAGES_FN(3)
 IMAGES_FN(4)
 IMAGES_FN(8)
+IMAGES_FN(9)
 
 static int ct_share(struct dspt_ctx *tc, int t, void *job)
 {
     const struct ct_job *J = job;
     const struct dw_shape *s = J->s;
     const int C = s->c, acc = J->accumulate;
-    const int aligned = ((uintptr_t)J->y & (HVX_BYTES - 1)) == 0 && !acc;   /* with C % 32 == 0 */
     int lo, hi, blocks = (C + HVX_BYTES - 1) / HVX_BYTES;
     dspt_share(tc, s->n, 1, t, &lo, &hi);
     if (lo >= hi) return DSPT_OK;
     for (int cb = 0; cb < blocks; cb++) {
-        int c0 = dw_block_start(cb, C, acc), valid = C - c0 < HVX_BYTES ? C - c0 : HVX_BYTES;
-        int nq = aligned && C % 32 == 0 ? valid / 32 : valid == HVX_BYTES && !acc ? 8 : 0;
+        int c0, valid, nq = ct_block(cb, s, J->y, acc, &c0, &valid);
         const HVX_Vector *W = J->wt + 12 * cb;
         if (nq == 8) ct_images_8(J, lo, hi, c0, W, valid);
+        else if (nq == 9) ct_images_9(J, lo, hi, c0, W, valid);
         else if (nq == 4) ct_images_4(J, lo, hi, c0, W, valid);
         else if (nq == 3) ct_images_3(J, lo, hi, c0, W, valid);
+        else if (nq == 2) ct_images_2(J, lo, hi, c0, W, valid);
+        else if (nq == 1) ct_images_1(J, lo, hi, c0, W, valid);
         else ct_images_0(J, lo, hi, c0, W, valid);
     }
     return DSPT_OK;
@@ -280,7 +314,8 @@ int dspt_dw_column_triples(struct dspt_ctx *ctx, const struct dw_shape *s, const
     if (!wt || !zeros) return DSPT_NO_SUPPORT;
     hvx_zero(zeros, zero_bytes);
     for (int cb = 0; cb < blocks; cb++) {
-        int c0 = dw_block_start(cb, s->c, accumulate);
+        int c0, valid;
+        ct_block(cb, s, y, accumulate, &c0, &valid);
         for (int j = 0; j < 3; j++)
         {
             int t0 = flip ? 8 - j : j, t1 = flip ? 5 - j : 3 + j, t2 = flip ? 2 - j : 6 + j;   /* rows 0, 1, 2 of column j */
