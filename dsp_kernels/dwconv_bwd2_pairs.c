@@ -20,7 +20,9 @@
  *   (ep_row: the err slots go k = dy + 2 dx, so an err column's first vshuff stage is done
  *   once, not once an anchor). Either way the next anchor's words are built while this
  *   one's products are stored.
- * Work is split by images across the HVX threads (threads.h).
+ * Work is split by images across the HVX threads (threads.h). At 96 channels (err rows of
+ * 3 or more pixels, not accumulating) a share runs dwconv_bwd2_packets.c's rows written in
+ * packets instead ("dw_err_packets"), with the weights built here.
  */
 #include "hvx-utils.h"
 #include "kernels.h"
