@@ -175,6 +175,59 @@ static inline __attribute__((always_inline)) void ct_row96(const int8_t *r0, con
           "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "m0", "m1", "lc0", "sa0", "usr", "memory");
 }
 
+/* A row of ct_images' last group (NQ == 9: 32 channels ending at C, one unaligned output
+ * vector) at an even width, in packets as ct_row96 but for the one group: an output's 6
+ * vmemu, 6 vshuff (each triple's low halves only) and its vmemu store, which shares a
+ * packet with none of them, take 13 packets; its 3 vrmpy and 2 vadd ride beside the loads
+ * (clang-16: 19.5). Registers: the sum v10, products v9, te's bytes and pairs v14-v17, its
+ * words v20 (v21 unused), to's v18/v19/v28/v29, its words v24 (v25), zero v31. */
+static inline __attribute__((always_inline)) void ct_row32(const int8_t *r0, const int8_t *r1, const int8_t *r2,
+                                                           int32_t *y, int C, int OW, const HVX_Vector *W)
+{
+    const int8_t *e0 = r0, *e1 = r1, *e2 = r2, *t0, *t1, *t2;
+    int32_t *y0 = y;
+    const int step = 2 * C, ybytes = 4 * C, n = OW - 1;
+    register int m1 __asm__("r6") = -1;   /* vshuff's Rt is one of r0-r7 */
+    register int m2 __asm__("r7") = -2;
+    __asm__ volatile(
+        /* column 0's triple (te); column -1 is the padding: the sum starts at zero */
+        "{ m0 = %[step]; v14 = vmemu(%[e0]+#0); v31 = vxor(v31, v31) }\n"
+        "{ v15 = vmemu(%[e1]++m0); loop0(1f, %[n]); v10 = vxor(v10, v10) }\n"
+        "{ v16 = vmemu(%[e2]++m0); m1 = %[ybytes]; %[t0] = add(%[e0], %[C]) }\n"
+        "{ v15:14 = vshuff(v15, v14, %[m1]); %[e0] = add(%[e0], %[step]) }\n"
+        "{ v17:16 = vshuff(v31, v16, %[m1]); %[t1] = sub(%[e1], %[C]); %[t2] = sub(%[e2], %[C]) }\n"
+        "{ v21:20 = vshuff(v16, v14, %[m2]) }\n"
+        "1:\n"
+        "{ v18 = vmemu(%[t0]++m0); v9.w = vrmpy(v20.b, %[w1].b) }\n"
+        "{ v19 = vmemu(%[t1]++m0); v10.w = vadd(v10.w, v9.w) }\n"
+        "{ v28 = vmemu(%[t2]++m0) }\n"
+        "{ v19:18 = vshuff(v19, v18, %[m1]) }\n"
+        "{ v29:28 = vshuff(v31, v28, %[m1]) }\n"
+        "{ v25:24 = vshuff(v28, v18, %[m2]) }\n"
+        "{ v14 = vmemu(%[e0]++m0); v9.w = vrmpy(v24.b, %[w2].b) }\n"
+        "{ v15 = vmemu(%[e1]++m0); v10.w = vadd(v10.w, v9.w) }\n"
+        "{ v16 = vmemu(%[e2]++m0) }\n"
+        "{ vmemu(%[y0]++m1) = v10; v10.w = vrmpy(v24.b, %[w0].b) }\n"
+        "{ v15:14 = vshuff(v15, v14, %[m1]) }\n"
+        "{ v17:16 = vshuff(v31, v16, %[m1]) }\n"
+        "{ v21:20 = vshuff(v16, v14, %[m2]) }:endloop0\n"
+        /* the last output: column 2n + 2 is past the image */
+        "{ v18 = vmemu(%[t0]+#0); v9.w = vrmpy(v20.b, %[w1].b) }\n"
+        "{ v19 = vmemu(%[t1]+#0); v10.w = vadd(v10.w, v9.w) }\n"
+        "{ v28 = vmemu(%[t2]+#0) }\n"
+        "{ v19:18 = vshuff(v19, v18, %[m1]) }\n"
+        "{ v29:28 = vshuff(v31, v28, %[m1]) }\n"
+        "{ v25:24 = vshuff(v28, v18, %[m2]) }\n"
+        "{ v9.w = vrmpy(v24.b, %[w2].b) }\n"
+        "{ v10.w = vadd(v10.w, v9.w) }\n"
+        "{ vmemu(%[y0]+#0) = v10 }\n"
+        : [e0] "+r"(e0), [e1] "+r"(e1), [e2] "+r"(e2), [t0] "=&r"(t0), [t1] "=&r"(t1), [t2] "=&r"(t2), [y0] "+r"(y0)
+        : [C] "r"(C), [step] "r"(step), [ybytes] "r"(ybytes), [n] "r"(n), [m1] "r"(m1), [m2] "r"(m2),
+          [w0] "v"(W[0]), [w1] "v"(W[4]), [w2] "v"(W[8])
+        : "v9", "v10", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", "v24", "v25", "v28", "v29", "v31", "m0",
+          "m1", "lc0", "sa0", "usr", "memory");
+}
+
 /* Images [lo, hi), the channel block at c0. NQ: whole aligned vectors a block keeps and
  * nothing to add (C % 32 == 0); 8: four whole vectors anywhere; 0: `valid` words, added
  * with `acc`. */
@@ -195,6 +248,11 @@ static inline __attribute__((always_inline)) void ct_images(const int NQ, const 
             const int8_t *r2 = 2 * m + 1 < H ? x + (2 * m + 1) * rowb : zeros;
             if (NQ == 3 && full == OW && OW >= 2) {   /* 96 channels, an even width */
                 ct_row96(r0, r1, r2, y, C, OW, W);
+                y += OW * C;
+                continue;
+            }
+            if (NQ == 9 && full == OW && OW >= 2) {   /* the last group of a ragged C, an even width */
+                ct_row32(r0, r1, r2, y, C, OW, W);
                 y += OW * C;
                 continue;
             }

@@ -200,6 +200,7 @@ def threads(dsp, request):
 # the err pairs run a share's anchors as one loop (even H) or row by row (odd H)
 # the quads' packet rows (dw_quad_packets) over several images a pass, and at pad 2
 # the err pairs' rows of 96 channels in packets (dw_err_packets; accumulating: the err pairs)
+# the column triples' last group of a ragged C (150: channels 118..149) in packets, even width
 @pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
 @pytest.mark.parametrize(
     "shape",
@@ -242,6 +243,7 @@ def threads(dsp, request):
         (5, 16, 16, 96, 3, 3, 2, 1),
         (6, 9, 6, 96, 3, 3, 2, 1),
         (7, 1, 10, 96, 3, 3, 2, 1),
+        (5, 6, 8, 150, 3, 3, 2, 1),
     ],
     ids=[
         "flat",
@@ -282,6 +284,7 @@ def threads(dsp, request):
         "err-packets-16x16x96",
         "err-packets-odd-h",
         "err-packets-one-row",
+        "triples-tail-group-rows",
     ],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
