@@ -284,6 +284,60 @@ static inline __attribute__((always_inline)) void ct_images(const int NQ, const 
     }
 }
 
+/* A row of ct_images1 for a block of two groups (NQ == 2: 64 channels kept as 2 aligned
+ * vectors, 192's second block), Wd >= 3, in packets: a column's 3 vmemu, 3 vshuff (the
+ * triple's low halves), 6 vrmpy, 4 vadd and 2 stores take 6 packets (clang-16: 12.5), the
+ * next column's loads and triple built beside this one's products (modulo scheduling,
+ * B. R. Rau, MICRO-27 1994); the last column loads nothing. Registers: the column's bytes
+ * v0-v2, pairs v5:4, v7:6, words v8 (group 0), v9 (1), sums a v10/v11 and b v12/v13,
+ * products and the done sums v14-v17, zero v31. */
+static inline __attribute__((always_inline)) void ct_row1_2(const int8_t *r0, const int8_t *r1, const int8_t *r2,
+                                                            int32_t *y, int C, int Wd, const HVX_Vector *W)
+{
+    const int8_t *a0 = r0, *a1 = r1, *a2 = r2;
+    int32_t *y0 = y, *y1;
+    const int ybytes = 4 * C, n = Wd - 2;
+    register int m1 __asm__("r6") = -1;   /* vshuff's Rt is one of r0-r7 */
+    register int m2 __asm__("r7") = -2;
+    __asm__ volatile(
+        /* column 0's triple; its products start outputs 0 (a) and 1 (b); column 1 loaded */
+        "{ m0 = %[C]; v0 = vmemu(%[a0]+#0); v31 = vxor(v31, v31) }\n"
+        "{ v1 = vmemu(%[a1]+#0); m1 = %[ybytes]; %[a0] = add(%[a0], %[C]) }\n"
+        "{ v2 = vmemu(%[a2]+#0); %[a1] = add(%[a1], %[C]); %[y1] = add(%[y0], #128) }\n"
+        "{ v5:4 = vshuff(v1, v0, %[m1]); %[a2] = add(%[a2], %[C]) }\n"
+        "{ v7:6 = vshuff(v31, v2, %[m1]); loop0(1f, %[n]) }\n"
+        "{ v9:8 = vshuff(v6, v4, %[m2]) }\n"
+        "{ v0 = vmemu(%[a0]++m0); v10.w = vrmpy(v8.b, %[w40].b); v11.w = vrmpy(v9.b, %[w41].b) }\n"
+        "{ v1 = vmemu(%[a1]++m0); v12.w = vrmpy(v8.b, %[w00].b); v13.w = vrmpy(v9.b, %[w01].b) }\n"
+        "{ v2 = vmemu(%[a2]++m0) }\n"
+        "{ v5:4 = vshuff(v1, v0, %[m1]) }\n"
+        "{ v7:6 = vshuff(v31, v2, %[m1]) }\n"
+        "{ v9:8 = vshuff(v6, v4, %[m2]) }\n"
+        /* column c: output c - 1 done (a + t w2) and stored, a = b + t w1, b = t w0; column
+         * c + 1 loaded and its triple built */
+        ".falign\n"
+        "1:\n"
+        "{ v0 = vmemu(%[a0]++m0); v14.w = vrmpy(v8.b, %[w80].b); v15.w = vrmpy(v9.b, %[w81].b) }\n"
+        "{ v1 = vmemu(%[a1]++m0); v16.w = vrmpy(v8.b, %[w40].b); v17.w = vrmpy(v9.b, %[w41].b) }\n"
+        "{ v2 = vmemu(%[a2]++m0); v14.w = vadd(v10.w, v14.w); v15.w = vadd(v11.w, v15.w) }\n"
+        "{ v5:4 = vshuff(v1, v0, %[m1]); vmem(%[y0]++m1) = v14; v10.w = vadd(v12.w, v16.w) }\n"
+        "{ v7:6 = vshuff(v31, v2, %[m1]); vmem(%[y1]++m1) = v15; v11.w = vadd(v13.w, v17.w) }\n"
+        "{ v9:8 = vshuff(v6, v4, %[m2]); v12.w = vrmpy(v8.b, %[w00].b); v13.w = vrmpy(v9.b, %[w01].b) }:endloop0\n"
+        /* the last column: output Wd - 2 done, then Wd - 1 (column Wd is the padding) */
+        "{ v14.w = vrmpy(v8.b, %[w80].b); v15.w = vrmpy(v9.b, %[w81].b) }\n"
+        "{ v16.w = vrmpy(v8.b, %[w40].b); v17.w = vrmpy(v9.b, %[w41].b) }\n"
+        "{ v14.w = vadd(v10.w, v14.w); v15.w = vadd(v11.w, v15.w) }\n"
+        "{ vmem(%[y0]++m1) = v14; v10.w = vadd(v12.w, v16.w) }\n"
+        "{ vmem(%[y1]++m1) = v15; v11.w = vadd(v13.w, v17.w) }\n"
+        "{ vmem(%[y0]+#0) = v10 }\n"
+        "{ vmem(%[y1]+#0) = v11 }\n"
+        : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [y0] "+r"(y0), [y1] "=&r"(y1)
+        : [C] "r"(C), [ybytes] "r"(ybytes), [n] "r"(n), [m1] "r"(m1), [m2] "r"(m2), [w00] "v"(W[0]), [w01] "v"(W[1]),
+          [w40] "v"(W[4]), [w41] "v"(W[5]), [w80] "v"(W[8]), [w81] "v"(W[9])
+        : "v0", "v1", "v2", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16",
+          "v17", "v31", "m0", "m1", "lc0", "sa0", "usr", "memory");
+}
+
 static inline __attribute__((always_inline)) void ct_images1(const int NQ, const struct ct_job *J, int lo, int hi,
                                                              int c0, const HVX_Vector *Wm, int valid)
 {
@@ -298,6 +352,11 @@ static inline __attribute__((always_inline)) void ct_images1(const int NQ, const
         for (int m = 0; m < H; m++) {
             const int8_t *r0 = m ? x + (m - 1) * rowb : zeros, *r1 = x + m * rowb;
             const int8_t *r2 = m + 1 < H ? x + (m + 1) * rowb : zeros;
+            if (NQ == 2 && Wd >= 3) {   /* two groups: the row in packets */
+                ct_row1_2(r0, r1, r2, y, C, Wd, W);
+                y += Wd * C;
+                continue;
+            }
             HVX_Vector a[4], b[4], t[4];
             triple(t, r0, r1, r2, 0);   /* column 0: continues output 0, starts 1 */
             for (int q = 0; q < 4; q++) {

@@ -200,7 +200,8 @@ def threads(dsp, request):
 # the err pairs run a share's anchors as one loop (even H) or row by row (odd H)
 # the quads' packet rows (dw_quad_packets) over several images a pass, and at pad 2
 # the err pairs' rows of 96 channels in packets (dw_err_packets; accumulating: the err pairs)
-# the column triples' last group of a ragged C (150: channels 118..149) in packets, even width
+# the column triples' last group of a ragged C (150: channels 118..149) in packets, even width;
+# at stride 1 a last block of two groups (192: 128..191) in packets, rows of 3 and 4 columns
 @pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
 @pytest.mark.parametrize(
     "shape",
@@ -244,6 +245,7 @@ def threads(dsp, request):
         (6, 9, 6, 96, 3, 3, 2, 1),
         (7, 1, 10, 96, 3, 3, 2, 1),
         (5, 6, 8, 150, 3, 3, 2, 1),
+        (6, 3, 3, 192, 3, 3, 1, 1),
     ],
     ids=[
         "flat",
@@ -285,6 +287,7 @@ def threads(dsp, request):
         "err-packets-odd-h",
         "err-packets-one-row",
         "triples-tail-group-rows",
+        "triples-s1-two-groups-rows",
     ],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
