@@ -1,0 +1,346 @@
+// Grouped convolutions group by group in one call (conv_grouped.h): each group's patches are
+// gathered straight from its channels of the NHWC tensor (no copy of the slice, no padded
+// source) into the GEMM's A, and its product lands in its output channels in place (the
+// GEMM's C rows O apart); a 1x1 group reads its A rows in place. bench/bench_grouped.py
+// measured the alternatives: one dense product on the block-diagonal weight costs groups x
+// the MACs (1.4-3.6x slower on its shapes); the per-group products composed in Python
+// (backends/grouped_hooks.py, still the DSP's route) spent up to 2/3 of the time in the
+// channel split, the join and the calls' own costs (16x16x64 3x3 groups 8 stride 2 at batch
+// 32: 8.1 ms for 3.3 ms of products), and a native call over the dense conv per group
+// (slice copied, conv.cpp's paths, result scattered) still copied each operand four times.
+#include "conv_grouped.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <type_traits>
+#include <vector>
+
+#include "conv_transpose.h"
+#include "gemm.h"
+#include "scratch.h"
+#include "thread_pool.h"
+
+namespace dsptrain {
+namespace {
+
+// n bytes, inlined for the few-channel runs a group's tap is (libc's memcpy costs more than
+// an 8-byte run at one call per tap).
+inline void copy_run(int8_t* dst, const int8_t* src, int n) {
+  if (n >= 64) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  int i = 0;
+  for (; i + 8 <= n; i += 8) std::memcpy(dst + i, src + i, 8);
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+template <typename U>
+U* grow(std::vector<U>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+// The scratch: every group's patches (0) and the framed source (1), on the calling thread;
+// per thread, as a group runs on one, its other operand (2: flipped taps or err^T) and the
+// int64 products' result.
+std::vector<int8_t>& operand(int which) {
+  thread_local Kept<std::vector<int8_t>> buffers[3];
+  return buffers[which];
+}
+std::vector<int64_t>& wide_result() {
+  thread_local Kept<std::vector<int64_t>> buffer;
+  return buffer;
+}
+
+// fn(group) for every group. With as many groups as a multiple of the pool's threads, the
+// groups are the tasks (each group's product then runs inline on its thread: no wake-up per
+// product, and the small products do not split); else one group after the other, each
+// product splitting over the pool as a dense conv's does.
+void for_each_group(int groups, const std::function<void(int)>& fn) {
+  const int threads = pool_threads();
+  if (threads > 1 && groups % threads == 0) {
+    parallel_for(groups, fn);
+  } else {
+    for (int g = 0; g < groups; ++g) fn(g);
+  }
+}
+
+// Every group's patch matrix, group after group `group_bytes` apart: group g's rows [0, m)
+// `ld` bytes apart, each `k` bytes then zeros, rows [m, rows) zeros (the layout gemm_packed
+// reads in place where its kernel can: a_padded).
+struct GroupPatches {
+  int8_t* d;
+  ptrdiff_t ld, group_bytes;
+  int m, k;
+  MatrixS8 a(int group) const { return MatrixS8{d + group * group_bytes, ld, 1}; }
+  // the same as a K-major B (the weight gradient's): element (kk, pixel) at pixel * ld + kk
+  MatrixS8 k_major(int group) const { return MatrixS8{d + group * group_bytes, 1, ld}; }
+};
+
+GroupPatches patch_buffer(int groups, int m, int k) {
+  const ptrdiff_t ld = a_row_bytes(active_isa(), k), rows = a_rows(active_isa(), m);
+  int8_t* d = grow(operand(0), static_cast<size_t>(groups) * rows * ld);
+  const GroupPatches out{d, ld, rows * ld, m, k};
+  for (int g = 0; g < groups; ++g) {
+    int8_t* group = d + g * out.group_bytes;
+    std::memset(group + m * ld, 0, static_cast<size_t>(rows - m) * ld);
+    if (ld > k)
+      for (int r = 0; r < m; ++r) std::memset(group + r * ld + k, 0, ld - k);
+  }
+  return out;
+}
+
+// A source framed in zeros so every tap of every patch is in range: frame row fy holds source
+// row (fy - top) / step when that divides and lies in the source, else zeros (columns alike,
+// `left`): the forward's padding (step 1), or backward data's error spread `stride` apart.
+struct Frame {
+  const int8_t* d;
+  int hp, wp, c;
+  ptrdiff_t pixel(int b, int y, int x) const { return ((static_cast<ptrdiff_t>(b) * hp + y) * wp + x) * c; }
+};
+
+Frame frame(const int8_t* src, int n, int h, int w, int c, int top, int left, int step, int hp, int wp) {
+  const size_t row = static_cast<size_t>(wp) * c;
+  int8_t* d = grow(operand(1), static_cast<size_t>(n) * hp * row);
+  parallel_ranges(n * hp, static_cast<size_t>(n) * hp * row, [&](int r0, int r1) {
+    for (int r = r0; r < r1; ++r) {
+      int8_t* out = d + r * row;
+      std::memset(out, 0, row);
+      const int fy = r % hp - top;
+      if (fy < 0 || fy % step || fy / step >= h) continue;
+      const int8_t* in = src + (static_cast<ptrdiff_t>(r / hp) * h + fy / step) * w * c;
+      for (int x = 0; x < w; ++x) {
+        const int fx = left + x * step;
+        if (fx >= 0 && fx < wp) std::memcpy(out + static_cast<ptrdiff_t>(fx) * c, in + static_cast<ptrdiff_t>(x) * c, c);
+      }
+    }
+  });
+  return Frame{d, hp, wp, static_cast<int>(c)};
+}
+
+// Every group's patches of a framed source, a 'valid' conv over it: output pixel (oy, ox) of
+// `oh` x `ow` (stride `step`) reads tap (i, j) at frame pixel (oy*step + i*d, ox*step + j*d);
+// its channels [g*run, (g+1)*run) go to group g's row at depth (i*kw + j) * run.
+void split_patches(const Frame& f, int n, int oh, int ow, int step, int kh, int kw, int d, int groups, int run,
+                   const GroupPatches& out) {
+  std::vector<ptrdiff_t> taps;
+  for (int i = 0; i < kh; ++i)
+    for (int j = 0; j < kw; ++j) taps.push_back(f.pixel(0, i * d, j * d));
+  const int ntaps = kh * kw;
+  parallel_ranges(n * oh, static_cast<size_t>(out.m) * ntaps * f.c, [&](int r0, int r1) {
+    for (int r = r0; r < r1; ++r) {
+      const int b = r / oh, oy = r % oh;
+      for (int ox = 0; ox < ow; ++ox) {
+        const int8_t* base = f.d + f.pixel(b, oy * step, ox * step);
+        int8_t* dst = out.d + (static_cast<ptrdiff_t>(r) * ow + ox) * out.ld;
+        for (int t = 0; t < ntaps; ++t) {
+          const int8_t* from = base + taps[t];
+          int8_t* to = dst + t * run;
+          for (int g = 0; g < groups; ++g, from += run, to += out.group_bytes) copy_run(to, from, run);
+        }
+      }
+    }
+  });
+}
+
+// Every group's forward patches of x (layout.gemm_patches of each group's slice).
+GroupPatches forward_patches(const int8_t* x, const GroupedConv& g) {
+  const ConvShape& s = g.s;
+  const int oh = g.oh(), ow = g.ow();
+  const GroupPatches out = patch_buffer(g.groups, s.n * oh * ow, s.kh * s.kw * g.cg());
+  const Frame f = frame(x, s.n, s.h, s.w, s.c, s.pad, s.pad, 1, s.h + 2 * s.pad, s.w + 2 * s.pad);
+  split_patches(f, s.n, oh, ow, s.stride, s.kh, s.kw, g.dilation, g.groups, g.cg(), out);
+  return out;
+}
+
+// Every group's backward-data patches of err: one row per input pixel, a stride-1 'valid' conv
+// over err spread `stride` apart in a frame of (kh-1)*d - pad zeros (layout.gemm_transposed of
+// each group's slice; the taps flipped in the weights).
+GroupPatches transposed_patches(const int8_t* err, const GroupedConv& g) {
+  const ConvShape& s = g.s;
+  const int d = g.dilation, top = (s.kh - 1) * d - s.pad, left = (s.kw - 1) * d - s.pad;
+  const GroupPatches out = patch_buffer(g.groups, s.n * s.h * s.w, s.kh * s.kw * g.og());
+  const Frame f = frame(err, s.n, g.oh(), g.ow(), s.o, top, left, s.stride, s.h + (s.kh - 1) * d, s.w + (s.kw - 1) * d);
+  split_patches(f, s.n, s.h, s.w, 1, s.kh, s.kw, d, g.groups, g.og(), out);
+  return out;
+}
+
+// Backward data's B for a group's weight w[og, kh, kw, cg]: wt[c, (i, j, o)] =
+// w[o, kh-1-i, kw-1-j, c] (layout.flipped_taps).
+void flipped_taps(const int8_t* w, int og, int kh, int kw, int cg, int8_t* wt) {
+  const ptrdiff_t depth = static_cast<ptrdiff_t>(kh) * kw * og;
+  for (int o = 0; o < og; ++o)
+    for (int i = 0; i < kh; ++i)
+      for (int j = 0; j < kw; ++j) {
+        const int8_t* src = w + ((static_cast<ptrdiff_t>(o) * kh + (kh - 1 - i)) * kw + (kw - 1 - j)) * cg;
+        const ptrdiff_t col = (static_cast<ptrdiff_t>(i) * kw + j) * og + o;
+        for (int c = 0; c < cg; ++c) wt[c * depth + col] = src[c];
+      }
+}
+
+// c[m, n] (rows ldc apart) = a[m, k] @ b[n, k]^T. int32: the packed GEMM writing C in place;
+// int64 (depths past int32's exact range): into scratch, then its rows copied. No max |c| on
+// the way: a group's tiles are a few columns wide, and one pass over the whole result
+// (requantize's) is faster than the tiles' (16x16x64 3x3, 8 groups, stride 2: 0.5 ms more).
+template <typename T>
+void product(MatrixS8 a, bool a_padded, MatrixS8 b, int m, int n, int k, T* c, ptrdiff_t ldc) {
+  if constexpr (std::is_same_v<T, int32_t>) {
+    thread_local Kept<PackedB> packed;
+    pack_b(b, n, k, active_isa(), &packed);
+    gemm_packed(a, m, packed, c, ldc, a_padded);
+  } else {
+    int64_t* rows = grow(wide_result(), static_cast<size_t>(m) * n);
+    gemm_s8_s64(a, b, m, n, k, rows);
+    for (int r = 0; r < m; ++r) std::memcpy(c + r * ldc, rows + static_cast<ptrdiff_t>(r) * n, n * sizeof(T));
+  }
+}
+
+// A 1x1 stride-1 unpadded group: its A rows are the tensor's pixels, read in place.
+bool plain_1x1(const ConvShape& s) { return s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0; }
+
+// Strided backward data by residue classes (sub-pixel / polyphase decomposition of the
+// transposed conv, as in Shi et al. 2016, "Real-time single image and video super-resolution
+// using an efficient sub-pixel CNN"): input row y meets tap i only where y + pad - i*d is a
+// multiple of the stride, so the rows of one class y = r (mod stride) share their taps, and
+// each class is a GEMM over those taps alone. The spread error's zeros are never multiplied:
+// at stride 2 a 3x3 kernel's classes have 4, 2, 2 and 1 taps (9 of 36 patch taps).
+std::vector<int> class_taps(int r, int k, int stride, int pad, int d) {
+  std::vector<int> taps;
+  for (int i = 0; i < k; ++i)
+    if (((r + pad - i * d) % stride + stride) % stride == 0) taps.push_back(i);
+  return taps;
+}
+
+template <typename T>
+std::vector<T>& class_rows() {
+  thread_local Kept<std::vector<T>> buffer;
+  return buffer;
+}
+
+template <typename T>
+void bwd_data_classes(const int8_t* err, const int8_t* w, const GroupedConv& g, T* dx) {
+  const ConvShape& s = g.s;
+  const int cg = g.cg(), og = g.og(), oh = g.oh(), ow = g.ow(), st = s.stride, d = g.dilation;
+  const ptrdiff_t err_row = static_cast<ptrdiff_t>(ow) * s.o, err_image = err_row * oh;
+  const int classes_y = std::min(st, s.h), classes_x = std::min(st, s.w);
+  for (int ry = 0; ry < classes_y; ++ry)
+    for (int rx = 0; rx < classes_x; ++rx) {
+      const std::vector<int> ti = class_taps(ry, s.kh, st, s.pad, d), tj = class_taps(rx, s.kw, st, s.pad, d);
+      const int rows_y = (s.h - ry + st - 1) / st, rows_x = (s.w - rx + st - 1) / st, m = s.n * rows_y * rows_x;
+      const int ntaps = static_cast<int>(ti.size() * tj.size()), k = ntaps * og;
+      T* out = grow(class_rows<T>(), static_cast<size_t>(m) * s.c);
+      if (k == 0) {
+        std::fill(out, out + static_cast<ptrdiff_t>(m) * s.c, T(0));
+      } else {
+        const GroupPatches patches = patch_buffer(g.groups, m, k);
+        parallel_ranges(s.n * rows_y, static_cast<size_t>(m) * k * g.groups, [&](int r0, int r1) {
+          for (int r = r0; r < r1; ++r) {
+            const int y = ry + (r % rows_y) * st;
+            const int8_t* img = err + (r / rows_y) * err_image;
+            for (int xx = 0; xx < rows_x; ++xx) {
+              const int x = rx + xx * st;
+              int8_t* dst = patches.d + (static_cast<ptrdiff_t>(r) * rows_x + xx) * patches.ld;
+              for (int t = 0; t < ntaps; ++t, dst += og) {
+                const int ny = y + s.pad - ti[t / tj.size()] * d, nx = x + s.pad - tj[t % tj.size()] * d;
+                const bool in = ny >= 0 && nx >= 0 && ny / st < oh && nx / st < ow;
+                const int8_t* from = in ? img + (ny / st) * err_row + static_cast<ptrdiff_t>(nx / st) * s.o : nullptr;
+                int8_t* to = dst;
+                for (int group = 0; group < g.groups; ++group, to += patches.group_bytes) {
+                  if (from) copy_run(to, from + group * og, og);
+                  else std::memset(to, 0, og);
+                }
+              }
+            }
+          }
+        });
+        for_each_group(g.groups, [&](int group) {
+          // B[c, (t, o)] = w[o, i_t, j_t, c] over the class's taps
+          const int8_t* wg = w + static_cast<ptrdiff_t>(group) * og * s.kh * s.kw * cg;
+          int8_t* wc = grow(operand(2), static_cast<size_t>(cg) * k);
+          for (int t = 0; t < ntaps; ++t)
+            for (int o = 0; o < og; ++o) {
+              const int8_t* src = wg + ((static_cast<ptrdiff_t>(o) * s.kh + ti[t / tj.size()]) * s.kw + tj[t % tj.size()]) * cg;
+              for (int c = 0; c < cg; ++c) wc[static_cast<ptrdiff_t>(c) * k + t * og + o] = src[c];
+            }
+          product(patches.a(group), true, MatrixS8{wc, k, 1}, m, cg, k, out + group * cg, s.c);
+        });
+      }
+      // the class's rows into dx: pixel (b, ry + yy*st, rx + xx*st), all channels
+      parallel_ranges(s.n * rows_y, static_cast<size_t>(m) * s.c * sizeof(T), [&](int r0, int r1) {
+        for (int r = r0; r < r1; ++r) {
+          const ptrdiff_t image_row = static_cast<ptrdiff_t>(r / rows_y) * s.h + ry + (r % rows_y) * st;
+          T* to = dx + (image_row * s.w + rx) * s.c;
+          const T* from = out + static_cast<ptrdiff_t>(r) * rows_x * s.c;
+          for (int xx = 0; xx < rows_x; ++xx, to += st * s.c, from += s.c) std::memcpy(to, from, s.c * sizeof(T));
+        }
+      });
+    }
+}
+
+}  // namespace
+
+const char* grouped_algorithm(ConvPass pass, const GroupedConv& g) {
+  if (plain_1x1(g.s)) return "gemm_1x1_in_place";
+  if (pass == ConvPass::kBackwardData && g.s.stride > 1) return "residue_class_gemms";
+  return "group_patches_gemm";
+}
+
+template <typename T>
+void conv2d_grouped_fwd(const int8_t* x, const int8_t* w, const GroupedConv& g, T* y) {
+  const ConvShape& s = g.s;
+  const int cg = g.cg(), og = g.og(), k = s.kh * s.kw * cg, m = s.n * g.oh() * g.ow();
+  const GroupPatches patches = plain_1x1(s) ? GroupPatches{} : forward_patches(x, g);
+  for_each_group(g.groups, [&](int group) {
+    const MatrixS8 wg{w + static_cast<ptrdiff_t>(group) * og * k, k, 1};
+    if (plain_1x1(s)) product(MatrixS8{x + group * cg, s.c, 1}, false, wg, m, og, k, y + group * og, s.o);
+    else product(patches.a(group), true, wg, m, og, k, y + group * og, s.o);
+  });
+}
+
+template <typename T>
+void conv2d_grouped_bwd_data(const int8_t* err, const int8_t* w, const GroupedConv& g, T* dx) {
+  const ConvShape& s = g.s;
+  if (s.stride > 1) {
+    bwd_data_classes(err, w, g, dx);
+    return;
+  }
+  const int cg = g.cg(), og = g.og(), k = s.kh * s.kw * og, m = s.n * s.h * s.w;
+  const GroupPatches patches = plain_1x1(s) ? GroupPatches{} : transposed_patches(err, g);
+  for_each_group(g.groups, [&](int group) {
+    const int8_t* wg = w + static_cast<ptrdiff_t>(group) * og * s.kh * s.kw * cg;
+    if (plain_1x1(s)) {  // dx_g[P, cg] = err_g[P, og] @ w_g[og, cg]: err's rows in place, B = w_g's transpose
+      product(MatrixS8{err + group * og, s.o, 1}, false, MatrixS8{wg, 1, cg}, m, cg, og, dx + group * cg, s.c);
+      return;
+    }
+    int8_t* wt = grow(operand(2), static_cast<size_t>(cg) * k);
+    flipped_taps(wg, og, s.kh, s.kw, cg, wt);
+    product(patches.a(group), true, MatrixS8{wt, k, 1}, m, cg, k, dx + group * cg, s.c);
+  });
+}
+
+template <typename T>
+void conv2d_grouped_bwd_weight(const int8_t* err, const int8_t* x, const GroupedConv& g, T* dw) {
+  const ConvShape& s = g.s;
+  const int cg = g.cg(), og = g.og(), k = s.kh * s.kw * cg, p = s.n * g.oh() * g.ow();
+  const GroupPatches patches = plain_1x1(s) ? GroupPatches{} : forward_patches(x, g);
+  for_each_group(g.groups, [&](int group) {
+    // dw_g[og, K] = err_g^T[og, P] @ patches_g[P, K]: err's group columns transposed once (A
+    // rows), the patches a K-major B; dw_g's rows are contiguous in dw.
+    int8_t* err_t = grow(operand(2), static_cast<size_t>(og) * p);
+    transpose_block(err + group * og, s.o, p, og, err_t, p);
+    const MatrixS8 a{err_t, p, 1};
+    const MatrixS8 b = plain_1x1(s) ? MatrixS8{x + group * cg, 1, s.c} : patches.k_major(group);
+    product(a, false, b, og, k, p, dw + static_cast<ptrdiff_t>(group) * og * k, k);
+  });
+}
+
+template void conv2d_grouped_fwd<int32_t>(const int8_t*, const int8_t*, const GroupedConv&, int32_t*);
+template void conv2d_grouped_fwd<int64_t>(const int8_t*, const int8_t*, const GroupedConv&, int64_t*);
+template void conv2d_grouped_bwd_data<int32_t>(const int8_t*, const int8_t*, const GroupedConv&, int32_t*);
+template void conv2d_grouped_bwd_data<int64_t>(const int8_t*, const int8_t*, const GroupedConv&, int64_t*);
+template void conv2d_grouped_bwd_weight<int32_t>(const int8_t*, const int8_t*, const GroupedConv&, int32_t*);
+template void conv2d_grouped_bwd_weight<int64_t>(const int8_t*, const int8_t*, const GroupedConv&, int64_t*);
+
+}  // namespace dsptrain
