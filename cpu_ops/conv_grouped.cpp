@@ -123,26 +123,44 @@ Frame frame(const int8_t* src, int n, int h, int w, int c, int top, int left, in
 // Every group's patches of a framed source, a 'valid' conv over it: output pixel (oy, ox) of
 // `oh` x `ow` (stride `step`) reads tap (i, j) at frame pixel (oy*step + i*d, ox*step + j*d);
 // its channels [g*run, (g+1)*run) go to group g's row at depth (i*kw + j) * run.
-void split_patches(const Frame& f, int n, int oh, int ow, int step, int kh, int kw, int d, int groups, int run,
-                   const GroupPatches& out) {
+template <int kRun>  // the run's bytes when fixed (0: `run`), so the copies inline as one or two moves
+void split_patches_of(const Frame& f, int n, int oh, int ow, int step, const std::vector<ptrdiff_t>& taps, int groups,
+                      int run, const GroupPatches& out) {
+  if (kRun) run = kRun;
+  const int ntaps = static_cast<int>(taps.size());
+  parallel_ranges(n * oh, static_cast<size_t>(out.m) * ntaps * f.c, [&](int r0, int r1) {
+    for (int g = 0; g < groups; ++g)  // one group's rows at a time: its writes one stream
+      for (int r = r0; r < r1; ++r) {
+        const int b = r / oh, oy = r % oh;
+        int8_t* dst = out.d + g * out.group_bytes + static_cast<ptrdiff_t>(r) * ow * out.ld;
+        for (int ox = 0; ox < ow; ++ox, dst += out.ld) {
+          const int8_t* base = f.d + f.pixel(b, oy * step, ox * step) + g * run;
+          for (int t = 0; t < ntaps; ++t) {
+            if constexpr (kRun > 0) std::memcpy(dst + t * kRun, base + taps[t], kRun);
+            else copy_run(dst + t * run, base + taps[t], run);
+          }
+        }
+      }
+  });
+}
+
+void split_patches(const Frame& f, int n, int oh, int ow, int step, const std::vector<ptrdiff_t>& taps, int groups,
+                   int run, const GroupPatches& out) {
+  switch (run) {
+    case 4: return split_patches_of<4>(f, n, oh, ow, step, taps, groups, run, out);
+    case 8: return split_patches_of<8>(f, n, oh, ow, step, taps, groups, run, out);
+    case 16: return split_patches_of<16>(f, n, oh, ow, step, taps, groups, run, out);
+    case 32: return split_patches_of<32>(f, n, oh, ow, step, taps, groups, run, out);
+    default: return split_patches_of<0>(f, n, oh, ow, step, taps, groups, run, out);
+  }
+}
+
+// A kh x kw kernel's taps `d` apart in the frame, as offsets from a patch's first.
+std::vector<ptrdiff_t> kernel_taps(const Frame& f, int kh, int kw, int d) {
   std::vector<ptrdiff_t> taps;
   for (int i = 0; i < kh; ++i)
     for (int j = 0; j < kw; ++j) taps.push_back(f.pixel(0, i * d, j * d));
-  const int ntaps = kh * kw;
-  parallel_ranges(n * oh, static_cast<size_t>(out.m) * ntaps * f.c, [&](int r0, int r1) {
-    for (int r = r0; r < r1; ++r) {
-      const int b = r / oh, oy = r % oh;
-      for (int ox = 0; ox < ow; ++ox) {
-        const int8_t* base = f.d + f.pixel(b, oy * step, ox * step);
-        int8_t* dst = out.d + (static_cast<ptrdiff_t>(r) * ow + ox) * out.ld;
-        for (int t = 0; t < ntaps; ++t) {
-          const int8_t* from = base + taps[t];
-          int8_t* to = dst + t * run;
-          for (int g = 0; g < groups; ++g, from += run, to += out.group_bytes) copy_run(to, from, run);
-        }
-      }
-    }
-  });
+  return taps;
 }
 
 // Every group's forward patches of x (layout.gemm_patches of each group's slice).
@@ -151,7 +169,7 @@ GroupPatches forward_patches(const int8_t* x, const GroupedConv& g) {
   const int oh = g.oh(), ow = g.ow();
   const GroupPatches out = patch_buffer(g.groups, s.n * oh * ow, s.kh * s.kw * g.cg());
   const Frame f = frame(x, s.n, s.h, s.w, s.c, s.pad, s.pad, 1, s.h + 2 * s.pad, s.w + 2 * s.pad);
-  split_patches(f, s.n, oh, ow, s.stride, s.kh, s.kw, g.dilation, g.groups, g.cg(), out);
+  split_patches(f, s.n, oh, ow, s.stride, kernel_taps(f, s.kh, s.kw, g.dilation), g.groups, g.cg(), out);
   return out;
 }
 
@@ -163,7 +181,7 @@ GroupPatches transposed_patches(const int8_t* err, const GroupedConv& g) {
   const int d = g.dilation, top = (s.kh - 1) * d - s.pad, left = (s.kw - 1) * d - s.pad;
   const GroupPatches out = patch_buffer(g.groups, s.n * s.h * s.w, s.kh * s.kw * g.og());
   const Frame f = frame(err, s.n, g.oh(), g.ow(), s.o, top, left, s.stride, s.h + (s.kh - 1) * d, s.w + (s.kw - 1) * d);
-  split_patches(f, s.n, s.h, s.w, 1, s.kh, s.kw, d, g.groups, g.og(), out);
+  split_patches(f, s.n, s.h, s.w, 1, kernel_taps(f, s.kh, s.kw, d), g.groups, g.og(), out);
   return out;
 }
 
@@ -223,7 +241,11 @@ template <typename T>
 void bwd_data_classes(const int8_t* err, const int8_t* w, const GroupedConv& g, T* dx) {
   const ConvShape& s = g.s;
   const int cg = g.cg(), og = g.og(), oh = g.oh(), ow = g.ow(), st = s.stride, d = g.dilation;
-  const ptrdiff_t err_row = static_cast<ptrdiff_t>(ow) * s.o, err_image = err_row * oh;
+  // err framed in zeros so that every class's taps stay in it: err row e = (y + pad - i*d) / stride
+  // runs from -top to (h - 1 + pad) / stride (columns alike)
+  const int top = std::max(0, ((s.kh - 1) * d - s.pad + st - 1) / st), left = std::max(0, ((s.kw - 1) * d - s.pad + st - 1) / st);
+  const int bottom = std::max(0, (s.h - 1 + s.pad) / st - (oh - 1)), right = std::max(0, (s.w - 1 + s.pad) / st - (ow - 1));
+  const Frame f = frame(err, s.n, oh, ow, s.o, top, left, 1, top + oh + bottom, left + ow + right);
   const int classes_y = std::min(st, s.h), classes_x = std::min(st, s.w);
   for (int ry = 0; ry < classes_y; ++ry)
     for (int rx = 0; rx < classes_x; ++rx) {
@@ -234,27 +256,13 @@ void bwd_data_classes(const int8_t* err, const int8_t* w, const GroupedConv& g, 
       if (k == 0) {
         std::fill(out, out + static_cast<ptrdiff_t>(m) * s.c, T(0));
       } else {
+        // class pixel (yy, xx) = dx pixel (ry + yy*st, rx + xx*st) meets tap (i, j) at frame pixel
+        // (yy + (ry + pad - i*d) / st + top, likewise): a 'valid' stride-1 conv over the frame
+        std::vector<ptrdiff_t> taps;
+        for (int i : ti)
+          for (int j : tj) taps.push_back(f.pixel(0, (ry + s.pad - i * d) / st + top, (rx + s.pad - j * d) / st + left));
         const GroupPatches patches = patch_buffer(g.groups, m, k);
-        parallel_ranges(s.n * rows_y, static_cast<size_t>(m) * k * g.groups, [&](int r0, int r1) {
-          for (int r = r0; r < r1; ++r) {
-            const int y = ry + (r % rows_y) * st;
-            const int8_t* img = err + (r / rows_y) * err_image;
-            for (int xx = 0; xx < rows_x; ++xx) {
-              const int x = rx + xx * st;
-              int8_t* dst = patches.d + (static_cast<ptrdiff_t>(r) * rows_x + xx) * patches.ld;
-              for (int t = 0; t < ntaps; ++t, dst += og) {
-                const int ny = y + s.pad - ti[t / tj.size()] * d, nx = x + s.pad - tj[t % tj.size()] * d;
-                const bool in = ny >= 0 && nx >= 0 && ny / st < oh && nx / st < ow;
-                const int8_t* from = in ? img + (ny / st) * err_row + static_cast<ptrdiff_t>(nx / st) * s.o : nullptr;
-                int8_t* to = dst;
-                for (int group = 0; group < g.groups; ++group, to += patches.group_bytes) {
-                  if (from) copy_run(to, from + group * og, og);
-                  else std::memset(to, 0, og);
-                }
-              }
-            }
-          }
-        });
+        split_patches(f, s.n, rows_y, rows_x, 1, taps, g.groups, og, patches);
         for_each_group(g.groups, [&](int group) {
           // B[c, (t, o)] = w[o, i_t, j_t, c] over the class's taps
           const int8_t* wg = w + static_cast<ptrdiff_t>(group) * og * s.kh * s.kw * cg;
