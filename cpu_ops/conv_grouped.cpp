@@ -54,13 +54,15 @@ std::vector<int64_t>& wide_result() {
   return buffer;
 }
 
-// fn(group) for every group. With as many groups as a multiple of the pool's threads, the
-// groups are the tasks (each group's product then runs inline on its thread: no wake-up per
-// product, and the small products do not split); else one group after the other, each
-// product splitting over the pool as a dense conv's does.
+// fn(group) for every group. With at least as many groups as the pool has threads, the groups
+// are the tasks (each group's product then runs inline on its thread: no wake-up per product,
+// and the small products do not split; 3 groups on 2 threads still beat splitting each: a
+// 240-channel 1x1's weight gradient at batch 32, 0.85 ms on 1 thread, took 0.86 split and 0.57
+// as tasks); with fewer, one group after the other, each product splitting over the pool as a
+// dense conv's does.
 void for_each_group(int groups, const std::function<void(int)>& fn) {
   const int threads = pool_threads();
-  if (threads > 1 && groups % threads == 0) {
+  if (threads > 1 && groups >= threads) {
     parallel_for(groups, fn);
   } else {
     for (int g = 0; g < groups; ++g) fn(g);
