@@ -8,7 +8,9 @@ kernels of the backend it is placed on:
   DeepLab): the pixels of one residue class modulo the dilation see an undilated conv of the
   input's same class, so d*d undilated stride-1 depthwise products give every sum exactly;
 - any other grouped conv as one product per group on the dense hooks (conv2d_*_s8, or the
-  conv2d_dilated_* ones), the groups' results joined on the channel axis.
+  conv2d_dilated_* ones), the groups' results joined on the channel axis. The CPU overrides
+  these with one native call a pass (ops_cpu.py, cpu_ops/conv_grouped.cpp: no slice, join or
+  call per group); the DSP runs them as written.
 
 `ops_ref` defines them by the same per-group rule on its own dilated definition (im2col), so the
 judge shares no code with the depthwise path. A requantized product takes one shift for the whole
