@@ -225,7 +225,9 @@ bool plain_1x1(const ConvShape& s) { return s.kh == 1 && s.kw == 1 && s.stride =
 // using an efficient sub-pixel CNN"): input row y meets tap i only where y + pad - i*d is a
 // multiple of the stride, so the rows of one class y = r (mod stride) share their taps, and
 // each class is a GEMM over those taps alone. The spread error's zeros are never multiplied:
-// at stride 2 a 3x3 kernel's classes have 4, 2, 2 and 1 taps (9 of 36 patch taps).
+// at stride 2 a 3x3 kernel's classes have 4, 2, 2 and 1 taps (9 of 36 patch taps). Each class's
+// GEMM has its pixels as the rows: with the weights as A and the pixels as B's panels instead
+// (C transposed back), 16x16x64 groups 8 took 1.65-1.71 ms against 1.39 (batch 32, one thread).
 std::vector<int> class_taps(int r, int k, int stride, int pad, int d) {
   std::vector<int> taps;
   for (int i = 0; i < k; ++i)
