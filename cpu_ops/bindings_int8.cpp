@@ -267,7 +267,7 @@ auto py_conv2d_grouped_s8(const py::handle& x_obj, const py::handle& w_obj, int 
   auto x = checked<int8_t>("conv2d_grouped_s8", "x", x_obj, 4);
   auto w = checked<int8_t>("conv2d_grouped_s8", "w", w_obj, 4);
   const GroupedConv g = grouped_conv("conv2d_grouped_s8", x, w, stride, pad, dilation, groups);
-  SerialScope serial(small_op(conv_macs(g.s) / groups));
+  SerialScope serial(small_op(g.macs()));
   return run_acc(needs_int64(g.s.kh * g.s.kw * g.cg()), {g.s.n, g.oh(), g.ow(), g.s.o},
                  [&](auto* y) { conv2d_grouped_fwd(x.data(), w.data(), g, y); });
 }
@@ -281,7 +281,7 @@ auto py_conv2d_grouped_requant_s8(const py::handle& x_obj, const py::handle& w_o
   const RoundMode rm = parse_mode(op, mode);
   const Rng r = parse_rng(rng);
   check_shift(op, shift, rm, r);
-  SerialScope serial(small_op(conv_macs(g.s) / groups));
+  SerialScope serial(small_op(g.macs()));
   return run_requant(needs_int64(g.s.kh * g.s.kw * g.cg()), {g.s.n, g.oh(), g.ow(), g.s.o}, shift, rm, r,
                      [&](auto* y, int64_t*, FusedRequant*) { conv2d_grouped_fwd(x.data(), w.data(), g, y); });
 }
@@ -304,7 +304,7 @@ auto py_conv2d_grouped_bwd_data_s8(const py::handle& err_obj, const py::handle& 
   auto err = checked<int8_t>(op, "err", err_obj, 4);
   auto w = checked<int8_t>(op, "w", w_obj, 4);
   const GroupedConv g = grouped_bwd_data_conv(op, err, w, stride, pad, dilation, groups, in_hw);
-  SerialScope serial(small_op(conv_macs(g.s) / groups));
+  SerialScope serial(small_op(g.macs()));
   return run_acc(needs_int64(g.s.kh * g.s.kw * g.og()), {g.s.n, g.s.h, g.s.w, g.s.c},
                  [&](auto* dx) { conv2d_grouped_bwd_data(err.data(), w.data(), g, dx); });
 }
@@ -319,7 +319,7 @@ auto py_conv2d_grouped_bwd_data_requant_s8(const py::handle& err_obj, const py::
   const RoundMode rm = parse_mode(op, mode);
   const Rng r = parse_rng(rng);
   check_shift(op, shift, rm, r);
-  SerialScope serial(small_op(conv_macs(g.s) / groups));
+  SerialScope serial(small_op(g.macs()));
   return run_requant(needs_int64(g.s.kh * g.s.kw * g.og()), {g.s.n, g.s.h, g.s.w, g.s.c}, shift, rm, r,
                      [&](auto* dx, int64_t*, FusedRequant*) { conv2d_grouped_bwd_data(err.data(), w.data(), g, dx); });
 }
@@ -335,7 +335,7 @@ auto py_conv2d_grouped_bwd_weight_s8(const py::handle& err_obj, const py::handle
   const GroupedConv g = grouped_conv(op, x, w_like, stride, pad, dilation, groups);
   if (err.shape(0) != g.s.n || err.shape(1) != g.oh() || err.shape(2) != g.ow())
     fail_err_vs_x(op, err, x, g.s.kh, g.s.kw, stride, pad);
-  SerialScope serial(small_op(conv_macs(g.s) / groups));
+  SerialScope serial(small_op(g.macs()));
   return run_acc(needs_int64(static_cast<long long>(g.s.n) * g.oh() * g.ow()), {g.s.o, g.s.kh, g.s.kw, g.cg()},
                  [&](auto* dw) { conv2d_grouped_bwd_weight(err.data(), x.data(), g, dw); });
 }

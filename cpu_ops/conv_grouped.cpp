@@ -1,13 +1,14 @@
-// Grouped convolutions group by group in one call (conv_grouped.h): each group's patches are
-// gathered straight from its channels of the NHWC tensor (no copy of the slice, no padded
-// source) into the GEMM's A, and its product lands in its output channels in place (the
-// GEMM's C rows O apart); a 1x1 group reads its A rows in place. bench/bench_grouped.py
-// measured the alternatives: one dense product on the block-diagonal weight costs groups x
-// the MACs (1.4-3.6x slower on its shapes); the per-group products composed in Python
-// (backends/grouped_hooks.py, still the DSP's route) spent up to 2/3 of the time in the
-// channel split, the join and the calls' own costs (16x16x64 3x3 groups 8 stride 2 at batch
-// 32: 8.1 ms for 3.3 ms of products), and a native call over the dense conv per group
-// (slice copied, conv.cpp's paths, result scattered) still copied each operand four times.
+// Grouped convolutions group by group in one call (conv_grouped.h): the tensor is framed in
+// zeros once (as a dense conv's padding pass copies it), each group's patches are gathered from
+// its channels of that frame into the GEMM's A, and its product lands in its output channels in
+// place (the GEMM's C rows O apart); a 1x1 group reads its A rows in place. bench/bench_grouped.py
+// measured the alternatives: one dense product on the block-diagonal weight costs groups x the
+// MACs (1.6-4.2x slower on its shapes); the per-group products composed in Python
+// (backends/grouped_hooks.py, still the DSP's route) spent up to 2/3 of the time in the channel
+// split, the join and the calls' own costs (16x16x64 3x3 groups 8 stride 2 at batch 32: 8.1 ms
+// for 3.3 ms of products), and a native call over the dense conv per group (slice copied,
+// conv.cpp's paths, result scattered) still copied each operand four times (2.99 ms against
+// 1.4 for that shape's backward data, 0.94 against 0.68 for its forward).
 #include "conv_grouped.h"
 
 #include <algorithm>
@@ -119,7 +120,7 @@ Frame frame(const int8_t* src, int n, int h, int w, int c, int top, int left, in
       }
     }
   });
-  return Frame{d, hp, wp, static_cast<int>(c)};
+  return Frame{d, hp, wp, c};
 }
 
 // Every group's patches of a framed source, a 'valid' conv over it: output pixel (oy, ox) of

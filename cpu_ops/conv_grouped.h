@@ -23,6 +23,7 @@ struct GroupedConv {
   int og() const { return s.o / groups; }
   int oh() const { return (s.h + 2 * s.pad - (s.kh - 1) * dilation - 1) / s.stride + 1; }
   int ow() const { return (s.w + 2 * s.pad - (s.kw - 1) * dilation - 1) / s.stride + 1; }
+  double macs() const { return double(s.n) * oh() * ow() * s.o * s.kh * s.kw * cg(); }
   // A 1x1 kernel meets no dilation: such a conv runs as an undilated one.
   bool dilated() const { return dilation > 1 && (s.kh > 1 || s.kw > 1); }
 };
