@@ -43,9 +43,9 @@ U* grow(std::vector<U>& v, size_t n) {
   return v.data();
 }
 
-// The scratch: every group's patches (0) and the framed source (1), on the calling thread;
-// per thread, as a group runs on one, its other operand (2: flipped taps or err^T) and the
-// int64 products' result.
+// The scratch: the framed source (1), on the calling thread; per thread, as a group runs on
+// one, its patches (0), its other operand (2: flipped taps or err^T) and the int64 products'
+// result.
 std::vector<int8_t>& operand(int which) {
   thread_local Kept<std::vector<int8_t>> buffers[3];
   return buffers[which];
@@ -70,29 +70,27 @@ void for_each_group(int groups, const std::function<void(int)>& fn) {
   }
 }
 
-// Every group's patch matrix, group after group `group_bytes` apart: group g's rows [0, m)
-// `ld` bytes apart, each `k` bytes then zeros, rows [m, rows) zeros (the layout gemm_packed
-// reads in place where its kernel can: a_padded).
-struct GroupPatches {
+// One group's patch matrix, in its thread's scratch: rows [0, m) `ld` bytes apart, each `k`
+// bytes then zeros, rows [m, rows) zeros (the layout gemm_packed reads in place where its
+// kernel can: a_padded). A group's patches are made by the task that multiplies them, while
+// they are in its cache, and only a thread's worth is kept (all groups' at once were the size
+// of a dense conv's im2col, and no faster).
+struct Patches {
   int8_t* d;
-  ptrdiff_t ld, group_bytes;
+  ptrdiff_t ld;
   int m, k;
-  MatrixS8 a(int group) const { return MatrixS8{d + group * group_bytes, ld, 1}; }
+  MatrixS8 a() const { return MatrixS8{d, ld, 1}; }
   // the same as a K-major B (the weight gradient's): element (kk, pixel) at pixel * ld + kk
-  MatrixS8 k_major(int group) const { return MatrixS8{d + group * group_bytes, 1, ld}; }
+  MatrixS8 k_major() const { return MatrixS8{d, 1, ld}; }
 };
 
-GroupPatches patch_buffer(int groups, int m, int k) {
+Patches patch_buffer(int m, int k) {
   const ptrdiff_t ld = a_row_bytes(active_isa(), k), rows = a_rows(active_isa(), m);
-  int8_t* d = grow(operand(0), static_cast<size_t>(groups) * rows * ld);
-  const GroupPatches out{d, ld, rows * ld, m, k};
-  for (int g = 0; g < groups; ++g) {
-    int8_t* group = d + g * out.group_bytes;
-    std::memset(group + m * ld, 0, static_cast<size_t>(rows - m) * ld);
-    if (ld > k)
-      for (int r = 0; r < m; ++r) std::memset(group + r * ld + k, 0, ld - k);
-  }
-  return out;
+  int8_t* d = grow(operand(0), static_cast<size_t>(rows) * ld);
+  std::memset(d + m * ld, 0, static_cast<size_t>(rows - m) * ld);
+  if (ld > k)
+    for (int r = 0; r < m; ++r) std::memset(d + r * ld + k, 0, ld - k);
+  return Patches{d, ld, m, k};
 }
 
 // A source framed in zeros so every tap of every patch is in range: frame row fy holds source
@@ -123,39 +121,41 @@ Frame frame(const int8_t* src, int n, int h, int w, int c, int top, int left, in
   return Frame{d, hp, wp, c};
 }
 
-// Every group's patches of a framed source, a 'valid' conv over it: output pixel (oy, ox) of
-// `oh` x `ow` (stride `step`) reads tap (i, j) at frame pixel (oy*step + i*d, ox*step + j*d);
-// its channels [g*run, (g+1)*run) go to group g's row at depth (i*kw + j) * run.
+// A group's patches of a framed source, a 'valid' conv over it: output pixel (oy, ox) of `oh` x
+// `ow` (stride `step`) reads tap t at frame pixel (oy*step, ox*step) + taps[t], its channels
+// [first, first + run) going to depth t * run.
 template <int kRun>  // the run's bytes when fixed (0: `run`), so the copies inline as one or two moves
-void split_patches_of(const Frame& f, int n, int oh, int ow, int step, const std::vector<ptrdiff_t>& taps, int groups,
-                      int run, const GroupPatches& out) {
+void patches_of(const Frame& f, int n, int oh, int ow, int step, const std::vector<ptrdiff_t>& taps, int first, int run,
+                const Patches& out) {
   if (kRun) run = kRun;
   const int ntaps = static_cast<int>(taps.size());
-  parallel_ranges(n * oh, static_cast<size_t>(out.m) * ntaps * f.c, [&](int r0, int r1) {
-    for (int g = 0; g < groups; ++g)  // one group's rows at a time: its writes one stream
-      for (int r = r0; r < r1; ++r) {
-        const int b = r / oh, oy = r % oh;
-        int8_t* dst = out.d + g * out.group_bytes + static_cast<ptrdiff_t>(r) * ow * out.ld;
-        for (int ox = 0; ox < ow; ++ox, dst += out.ld) {
-          const int8_t* base = f.d + f.pixel(b, oy * step, ox * step) + g * run;
-          for (int t = 0; t < ntaps; ++t) {
-            if constexpr (kRun > 0) std::memcpy(dst + t * kRun, base + taps[t], kRun);
-            else copy_run(dst + t * run, base + taps[t], run);
-          }
+  parallel_ranges(n * oh, static_cast<size_t>(out.m) * ntaps * run, [&](int r0, int r1) {
+    for (int r = r0; r < r1; ++r) {
+      const int b = r / oh, oy = r % oh;
+      int8_t* dst = out.d + static_cast<ptrdiff_t>(r) * ow * out.ld;
+      for (int ox = 0; ox < ow; ++ox, dst += out.ld) {
+        const int8_t* base = f.d + f.pixel(b, oy * step, ox * step) + first;
+        for (int t = 0; t < ntaps; ++t) {
+          if constexpr (kRun > 0) std::memcpy(dst + t * kRun, base + taps[t], kRun);
+          else copy_run(dst + t * run, base + taps[t], run);
         }
       }
+    }
   });
 }
 
-void split_patches(const Frame& f, int n, int oh, int ow, int step, const std::vector<ptrdiff_t>& taps, int groups,
-                   int run, const GroupPatches& out) {
+Patches group_patches(const Frame& f, int n, int oh, int ow, int step, const std::vector<ptrdiff_t>& taps, int group,
+                      int run) {
+  const Patches out = patch_buffer(n * oh * ow, static_cast<int>(taps.size()) * run);
+  const int first = group * run;
   switch (run) {
-    case 4: return split_patches_of<4>(f, n, oh, ow, step, taps, groups, run, out);
-    case 8: return split_patches_of<8>(f, n, oh, ow, step, taps, groups, run, out);
-    case 16: return split_patches_of<16>(f, n, oh, ow, step, taps, groups, run, out);
-    case 32: return split_patches_of<32>(f, n, oh, ow, step, taps, groups, run, out);
-    default: return split_patches_of<0>(f, n, oh, ow, step, taps, groups, run, out);
+    case 4: patches_of<4>(f, n, oh, ow, step, taps, first, run, out); break;
+    case 8: patches_of<8>(f, n, oh, ow, step, taps, first, run, out); break;
+    case 16: patches_of<16>(f, n, oh, ow, step, taps, first, run, out); break;
+    case 32: patches_of<32>(f, n, oh, ow, step, taps, first, run, out); break;
+    default: patches_of<0>(f, n, oh, ow, step, taps, first, run, out);
   }
+  return out;
 }
 
 // A kh x kw kernel's taps `d` apart in the frame, as offsets from a patch's first.
@@ -166,26 +166,27 @@ std::vector<ptrdiff_t> kernel_taps(const Frame& f, int kh, int kw, int d) {
   return taps;
 }
 
-// Every group's forward patches of x (layout.gemm_patches of each group's slice).
-GroupPatches forward_patches(const int8_t* x, const GroupedConv& g) {
+// x framed by its padding, and its kernel's taps there: group g's patches of it are
+// layout.gemm_patches of the group's slice.
+struct Framed {
+  Frame f;
+  std::vector<ptrdiff_t> taps;
+};
+
+Framed forward_frame(const int8_t* x, const GroupedConv& g) {
   const ConvShape& s = g.s;
-  const int oh = g.oh(), ow = g.ow();
-  const GroupPatches out = patch_buffer(g.groups, s.n * oh * ow, s.kh * s.kw * g.cg());
   const Frame f = frame(x, s.n, s.h, s.w, s.c, s.pad, s.pad, 1, s.h + 2 * s.pad, s.w + 2 * s.pad);
-  split_patches(f, s.n, oh, ow, s.stride, kernel_taps(f, s.kh, s.kw, g.dilation), g.groups, g.cg(), out);
-  return out;
+  return Framed{f, kernel_taps(f, s.kh, s.kw, g.dilation)};
 }
 
-// Every group's backward-data patches of err: one row per input pixel, a stride-1 'valid' conv
-// over err spread `stride` apart in a frame of (kh-1)*d - pad zeros (layout.gemm_transposed of
-// each group's slice; the taps flipped in the weights).
-GroupPatches transposed_patches(const int8_t* err, const GroupedConv& g) {
+// err spread `stride` apart in a frame of (kh-1)*d - pad zeros: backward data's patches, one row
+// per input pixel, are a stride-1 'valid' conv over it (layout.gemm_transposed of each group's
+// slice; the taps flipped in the weights).
+Framed transposed_frame(const int8_t* err, const GroupedConv& g) {
   const ConvShape& s = g.s;
   const int d = g.dilation, top = (s.kh - 1) * d - s.pad, left = (s.kw - 1) * d - s.pad;
-  const GroupPatches out = patch_buffer(g.groups, s.n * s.h * s.w, s.kh * s.kw * g.og());
   const Frame f = frame(err, s.n, g.oh(), g.ow(), s.o, top, left, s.stride, s.h + (s.kh - 1) * d, s.w + (s.kw - 1) * d);
-  split_patches(f, s.n, s.h, s.w, 1, kernel_taps(f, s.kh, s.kw, d), g.groups, g.og(), out);
-  return out;
+  return Framed{f, kernel_taps(f, s.kh, s.kw, d)};
 }
 
 // Backward data's B for a group's weight w[og, kh, kw, cg]: wt[c, (i, j, o)] =
@@ -266,8 +267,6 @@ void bwd_data_classes(const int8_t* err, const int8_t* w, const GroupedConv& g, 
         std::vector<ptrdiff_t> taps;
         for (int i : ti)
           for (int j : tj) taps.push_back(f.pixel(0, (ry + s.pad - i * d) / st + top, (rx + s.pad - j * d) / st + left));
-        const GroupPatches patches = patch_buffer(g.groups, m, k);
-        split_patches(f, s.n, rows_y, rows_x, 1, taps, g.groups, og, patches);
         for_each_group(g.groups, [&](int group) {
           // B[c, (t, o)] = w[o, i_t, j_t, c] over the class's taps
           const int8_t* wg = w + static_cast<ptrdiff_t>(group) * og * s.kh * s.kw * cg;
@@ -277,7 +276,8 @@ void bwd_data_classes(const int8_t* err, const int8_t* w, const GroupedConv& g, 
               const int8_t* src = wg + ((static_cast<ptrdiff_t>(o) * s.kh + ti[t / tj.size()]) * s.kw + tj[t % tj.size()]) * cg;
               for (int c = 0; c < cg; ++c) wc[static_cast<ptrdiff_t>(c) * k + t * og + o] = src[c];
             }
-          product(patches.a(group), true, MatrixS8{wc, k, 1}, m, cg, k, out + group * cg, s.c);
+          const Patches patches = group_patches(f, s.n, rows_y, rows_x, 1, taps, group, og);
+          product(patches.a(), true, MatrixS8{wc, k, 1}, m, cg, k, out + group * cg, s.c);
         });
       }
       // the class's rows into dx: pixel (b, ry + yy*st, rx + xx*st), all channels
@@ -304,11 +304,15 @@ template <typename T>
 void conv2d_grouped_fwd(const int8_t* x, const int8_t* w, const GroupedConv& g, T* y) {
   const ConvShape& s = g.s;
   const int cg = g.cg(), og = g.og(), k = s.kh * s.kw * cg, m = s.n * g.oh() * g.ow();
-  const GroupPatches patches = plain_1x1(s) ? GroupPatches{} : forward_patches(x, g);
+  const Framed src = plain_1x1(s) ? Framed{} : forward_frame(x, g);
   for_each_group(g.groups, [&](int group) {
     const MatrixS8 wg{w + static_cast<ptrdiff_t>(group) * og * k, k, 1};
-    if (plain_1x1(s)) product(MatrixS8{x + group * cg, s.c, 1}, false, wg, m, og, k, y + group * og, s.o);
-    else product(patches.a(group), true, wg, m, og, k, y + group * og, s.o);
+    if (plain_1x1(s)) {
+      product(MatrixS8{x + group * cg, s.c, 1}, false, wg, m, og, k, y + group * og, s.o);
+      return;
+    }
+    const Patches patches = group_patches(src.f, s.n, g.oh(), g.ow(), s.stride, src.taps, group, cg);
+    product(patches.a(), true, wg, m, og, k, y + group * og, s.o);
   });
 }
 
@@ -320,7 +324,7 @@ void conv2d_grouped_bwd_data(const int8_t* err, const int8_t* w, const GroupedCo
     return;
   }
   const int cg = g.cg(), og = g.og(), k = s.kh * s.kw * og, m = s.n * s.h * s.w;
-  const GroupPatches patches = plain_1x1(s) ? GroupPatches{} : transposed_patches(err, g);
+  const Framed src = plain_1x1(s) ? Framed{} : transposed_frame(err, g);
   for_each_group(g.groups, [&](int group) {
     const int8_t* wg = w + static_cast<ptrdiff_t>(group) * og * s.kh * s.kw * cg;
     if (plain_1x1(s)) {  // dx_g[P, cg] = err_g[P, og] @ w_g[og, cg]: err's rows in place, B = w_g's transpose
@@ -329,7 +333,8 @@ void conv2d_grouped_bwd_data(const int8_t* err, const int8_t* w, const GroupedCo
     }
     int8_t* wt = grow(operand(2), static_cast<size_t>(cg) * k);
     flipped_taps(wg, og, s.kh, s.kw, cg, wt);
-    product(patches.a(group), true, MatrixS8{wt, k, 1}, m, cg, k, dx + group * cg, s.c);
+    const Patches patches = group_patches(src.f, s.n, s.h, s.w, 1, src.taps, group, og);
+    product(patches.a(), true, MatrixS8{wt, k, 1}, m, cg, k, dx + group * cg, s.c);
   });
 }
 
@@ -337,15 +342,19 @@ template <typename T>
 void conv2d_grouped_bwd_weight(const int8_t* err, const int8_t* x, const GroupedConv& g, T* dw) {
   const ConvShape& s = g.s;
   const int cg = g.cg(), og = g.og(), k = s.kh * s.kw * cg, p = s.n * g.oh() * g.ow();
-  const GroupPatches patches = plain_1x1(s) ? GroupPatches{} : forward_patches(x, g);
+  const Framed src = plain_1x1(s) ? Framed{} : forward_frame(x, g);
   for_each_group(g.groups, [&](int group) {
     // dw_g[og, K] = err_g^T[og, P] @ patches_g[P, K]: err's group columns transposed once (A
     // rows), the patches a K-major B; dw_g's rows are contiguous in dw.
     int8_t* err_t = grow(operand(2), static_cast<size_t>(og) * p);
     transpose_block(err + group * og, s.o, p, og, err_t, p);
     const MatrixS8 a{err_t, p, 1};
-    const MatrixS8 b = plain_1x1(s) ? MatrixS8{x + group * cg, 1, s.c} : patches.k_major(group);
-    product(a, false, b, og, k, p, dw + static_cast<ptrdiff_t>(group) * og * k, k);
+    if (plain_1x1(s)) {
+      product(a, false, MatrixS8{x + group * cg, 1, s.c}, og, k, p, dw + static_cast<ptrdiff_t>(group) * og * k, k);
+      return;
+    }
+    const Patches patches = group_patches(src.f, s.n, g.oh(), g.ow(), s.stride, src.taps, group, cg);
+    product(a, false, patches.k_major(), og, k, p, dw + static_cast<ptrdiff_t>(group) * og * k, k);
   });
 }
 
