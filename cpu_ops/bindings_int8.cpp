@@ -351,6 +351,21 @@ auto py_grouped_algorithm(const std::string& pass, const py::handle& x_obj, cons
   fail("grouped_algorithm: pass '" + pass + "' is not one of forward, backward_data, backward_weight");
 }
 
+auto py_grouped_scratch_bytes(const std::string& pass, std::vector<int> shape, bool requant) {
+  // shape: (n, h, w, c, o, kh, kw, stride, pad, dilation, groups) of the grouped conv
+  if (shape.size() != 11) fail("grouped_scratch_bytes: takes 11 sizes, got " + std::to_string(shape.size()));
+  const GroupedConv g{ConvShape{shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6], shape[7], shape[8]},
+                      shape[10], shape[9]};
+  ScratchList items;
+  if (pass == "forward") items = grouped_scratch(ConvPass::kForward, g, requant);
+  else if (pass == "backward_data") items = grouped_scratch(ConvPass::kBackwardData, g, requant);
+  else if (pass == "backward_weight") items = grouped_scratch(ConvPass::kBackwardWeight, g, requant);
+  else fail("grouped_scratch_bytes: pass '" + pass + "' is not one of forward, backward_data, backward_weight");
+  py::dict out;
+  for (const auto& [name, bytes] : items) out[py::str(name)] = bytes;
+  return out;
+}
+
 }  // namespace
 
 void dsptrain::bind::def_int8_products(py::module_& m) {
@@ -389,6 +404,9 @@ void dsptrain::bind::def_int8_products(py::module_& m) {
   m.def("grouped_algorithm", &py_grouped_algorithm, py::arg("pass_"), py::arg("x"), py::arg("w"), py::arg("stride"),
         py::arg("pad"), py::arg("dilation"), py::arg("groups"),
         "The algorithm a grouped convolution pass of this shape runs per group (for tests).");
+  m.def("grouped_scratch_bytes", &py_grouped_scratch_bytes, py::arg("pass_"), py::arg("shape"), py::arg("requant"),
+        "Bytes of a grouped convolution pass's kept scratch by buffer; shape (n, h, w, c, o, kh, kw, stride, pad, "
+        "dilation, groups).");
   m.def("conv2d_grouped_bwd_weight_s8", &py_conv2d_grouped_bwd_weight_s8, py::arg("err"), py::arg("x"),
         py::arg("stride"), py::arg("pad"), py::arg("dilation"), py::arg("groups"), py::arg("kernel"));
 }

@@ -37,9 +37,14 @@ inline void copy_run(int8_t* dst, const int8_t* src, int n) {
   for (; i < n; ++i) dst[i] = src[i];
 }
 
+// A kept buffer of at least n elements, grown to exactly n (no doubling: the residue classes
+// ask a little more each, and the memory plan counts the largest ask).
 template <typename U>
 U* grow(std::vector<U>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
+  if (v.size() < n) {
+    v.reserve(n);
+    v.resize(n);
+  }
   return v.data();
 }
 
@@ -237,6 +242,24 @@ std::vector<int> class_taps(int r, int k, int stride, int pad, int d) {
   return taps;
 }
 
+// The residue classes (ry, rx) of dx's pixels, the largest product (pixels x taps) first: the
+// GEMM's kept buffers (packed B, A blocks) then grow once, not by doubling from class to class
+// (which would keep up to twice what the memory plan counts).
+std::vector<std::pair<int, int>> residue_classes(const GroupedConv& g) {
+  const ConvShape& s = g.s;
+  const int st = s.stride;
+  auto size = [&](const std::pair<int, int>& r) {
+    const long long taps = static_cast<long long>(class_taps(r.first, s.kh, st, s.pad, g.dilation).size()) *
+                           class_taps(r.second, s.kw, st, s.pad, g.dilation).size();
+    return std::make_pair(taps * ((s.h - r.first + st - 1) / st) * ((s.w - r.second + st - 1) / st), taps);
+  };
+  std::vector<std::pair<int, int>> classes;
+  for (int ry = 0; ry < std::min(st, s.h); ++ry)
+    for (int rx = 0; rx < std::min(st, s.w); ++rx) classes.emplace_back(ry, rx);
+  std::stable_sort(classes.begin(), classes.end(), [&](const auto& a, const auto& b) { return size(a) > size(b); });
+  return classes;
+}
+
 template <typename T>
 std::vector<T>& class_rows() {
   thread_local Kept<std::vector<T>> buffer;
@@ -252,9 +275,7 @@ void bwd_data_classes(const int8_t* err, const int8_t* w, const GroupedConv& g, 
   const int top = std::max(0, ((s.kh - 1) * d - s.pad + st - 1) / st), left = std::max(0, ((s.kw - 1) * d - s.pad + st - 1) / st);
   const int bottom = std::max(0, (s.h - 1 + s.pad) / st - (oh - 1)), right = std::max(0, (s.w - 1 + s.pad) / st - (ow - 1));
   const Frame f = frame(err, s.n, oh, ow, s.o, top, left, 1, top + oh + bottom, left + ow + right);
-  const int classes_y = std::min(st, s.h), classes_x = std::min(st, s.w);
-  for (int ry = 0; ry < classes_y; ++ry)
-    for (int rx = 0; rx < classes_x; ++rx) {
+  for (const auto& [ry, rx] : residue_classes(g)) {
       const std::vector<int> ti = class_taps(ry, s.kh, st, s.pad, d), tj = class_taps(rx, s.kw, st, s.pad, d);
       const int rows_y = (s.h - ry + st - 1) / st, rows_x = (s.w - rx + st - 1) / st, m = s.n * rows_y * rows_x;
       const int ntaps = static_cast<int>(ti.size() * tj.size()), k = ntaps * og;
@@ -356,6 +377,105 @@ void conv2d_grouped_bwd_weight(const int8_t* err, const int8_t* x, const Grouped
     const Patches patches = group_patches(src.f, s.n, g.oh(), g.ow(), s.stride, src.taps, group, cg);
     product(a, false, patches.k_major(), og, k, p, dw + static_cast<ptrdiff_t>(group) * og * k, k);
   });
+}
+
+// ---------------------------------------------------------------- kept scratch (scratch.h)
+namespace {
+
+bool acc64(long long depth) { return depth * 127LL * 127LL >= (1LL << 31); }  // bindings.h needs_int64
+
+// Adds `items`, a buffer named twice keeping the larger size (the buffers only grow).
+void merge(ScratchList* out, const ScratchList& items) {
+  for (const auto& [name, bytes] : items) {
+    auto at = std::find_if(out->begin(), out->end(), [&](const auto& item) { return item.first == name; });
+    if (at == out->end()) out->emplace_back(name, bytes);
+    else at->second = std::max(at->second, bytes);
+  }
+}
+
+// One group's product c[m, n] = a[m, k] b[n, k]^T (product() above) on `holders` threads: the
+// B each packs, the GEMM's own A blocks (gemm_scratch's, without the B it does not pack
+// here), or for int64 sums gemm_s8_s64's buffers and the rows before their copy.
+void product_into(ScratchList* out, int holders, int m, int n, int k, bool is64) {
+  ScratchList gemm = gemm_scratch(m, n, k, false);
+  if (!is64) {
+    gemm.erase(std::remove_if(gemm.begin(), gemm.end(), [](const auto& item) { return item.first == "gemm.packed_b"; }),
+               gemm.end());
+    gemm.emplace_back("grouped.packed_b (per thread)", holders * packed_b_bytes(n, k, active_isa()));
+  } else {
+    gemm.emplace_back("grouped.int64_result (per thread)", holders * static_cast<size_t>(m) * n * sizeof(int64_t));
+  }
+  merge(out, gemm);
+}
+
+// A group's patches [m, k] on each of `holders` threads (patch_buffer).
+size_t patch_bytes(int holders, int m, int k) {
+  return holders * static_cast<size_t>(a_rows(active_isa(), m)) * a_row_bytes(active_isa(), k);
+}
+
+}  // namespace
+
+ScratchList grouped_scratch(ConvPass pass, const GroupedConv& g, bool requant) {
+  const ConvShape& s = g.s;
+  const int threads = pool_threads(), cg = g.cg(), og = g.og(), oh = g.oh(), ow = g.ow(), d = g.dilation;
+  const int holders = threads > 1 && g.groups >= threads ? std::min(threads, g.groups) : 1;  // for_each_group
+  const size_t in_pixels = static_cast<size_t>(s.n) * s.h * s.w, pixels = static_cast<size_t>(s.n) * oh * ow;
+  const bool plain = plain_1x1(s);
+  ScratchList out;
+  auto frame_of = [&](int hp, int wp, int c) {
+    merge(&out, {{"grouped.frame", static_cast<size_t>(s.n) * hp * wp * c}});
+  };
+  if (pass == ConvPass::kForward) {
+    const int k = s.kh * s.kw * cg;
+    const bool is64 = acc64(k);
+    if (requant) merge(&out, {{"requant.acc.conv2d_grouped" + std::string(is64 ? ".int64" : ".int32"), pixels * s.o * (is64 ? 8 : 4)}});
+    if (!plain) {
+      frame_of(s.h + 2 * s.pad, s.w + 2 * s.pad, s.c);
+      merge(&out, {{"grouped.patches (per thread)", patch_bytes(holders, static_cast<int>(pixels), k)}});
+    }
+    product_into(&out, holders, static_cast<int>(pixels), og, k, is64);
+    return out;
+  }
+  if (pass == ConvPass::kBackwardWeight) {
+    const int k = s.kh * s.kw * cg, p = static_cast<int>(pixels);
+    const bool is64 = acc64(p);
+    if (!plain) {
+      frame_of(s.h + 2 * s.pad, s.w + 2 * s.pad, s.c);
+      merge(&out, {{"grouped.patches (per thread)", patch_bytes(holders, p, k)}});
+    }
+    merge(&out, {{"grouped.operand (per thread)", holders * static_cast<size_t>(og) * p}});
+    product_into(&out, holders, og, k, p, is64);
+    return out;
+  }
+  const bool is64 = acc64(static_cast<long long>(s.kh) * s.kw * og);
+  if (requant)
+    merge(&out, {{"requant.acc.conv2d_grouped_bwd_data" + std::string(is64 ? ".int64" : ".int32"), in_pixels * s.c * (is64 ? 8 : 4)}});
+  if (plain) {
+    product_into(&out, holders, static_cast<int>(in_pixels), cg, og, is64);
+    return out;
+  }
+  if (s.stride == 1) {
+    const int k = s.kh * s.kw * og;
+    frame_of(s.h + (s.kh - 1) * d, s.w + (s.kw - 1) * d, s.o);
+    merge(&out, {{"grouped.patches (per thread)", patch_bytes(holders, static_cast<int>(in_pixels), k)},
+                 {"grouped.operand (per thread)", holders * static_cast<size_t>(cg) * k}});
+    product_into(&out, holders, static_cast<int>(in_pixels), cg, k, is64);
+    return out;
+  }
+  const int st = s.stride;  // bwd_data_classes
+  const int top = std::max(0, ((s.kh - 1) * d - s.pad + st - 1) / st), left = std::max(0, ((s.kw - 1) * d - s.pad + st - 1) / st);
+  const int bottom = std::max(0, (s.h - 1 + s.pad) / st - (oh - 1)), right = std::max(0, (s.w - 1 + s.pad) / st - (ow - 1));
+  frame_of(top + oh + bottom, left + ow + right, s.o);
+  for (const auto& [ry, rx] : residue_classes(g)) {
+      const int rows_y = (s.h - ry + st - 1) / st, rows_x = (s.w - rx + st - 1) / st, m = s.n * rows_y * rows_x;
+      const int k = static_cast<int>(class_taps(ry, s.kh, st, s.pad, d).size() * class_taps(rx, s.kw, st, s.pad, d).size()) * og;
+      merge(&out, {{"grouped.class_rows" + std::string(is64 ? ".int64" : ".int32"), static_cast<size_t>(m) * s.c * (is64 ? 8 : 4)}});
+      if (k == 0) continue;
+      merge(&out, {{"grouped.patches (per thread)", patch_bytes(holders, m, k)},
+                   {"grouped.operand (per thread)", holders * static_cast<size_t>(cg) * k}});
+      product_into(&out, holders, m, cg, k, is64);
+    }
+  return out;
 }
 
 template void conv2d_grouped_fwd<int32_t>(const int8_t*, const int8_t*, const GroupedConv&, int32_t*);

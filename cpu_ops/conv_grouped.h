@@ -11,6 +11,7 @@
 
 #include "conv.h"
 #include "conv_shapes.h"
+#include "scratch.h"
 
 namespace dsptrain {
 
@@ -34,6 +35,10 @@ struct GroupedConv {
 // pixels over the taps that class meets) or "group_patches_gemm" (the group's patches
 // gathered from its channels into the GEMM's A).
 const char* grouped_algorithm(ConvPass pass, const GroupedConv& g);
+
+// The kept scratch of one pass (scratch.h's buffers by name, the memory planner's count):
+// `requant`, the requantizing entry point's accumulator too.
+ScratchList grouped_scratch(ConvPass pass, const GroupedConv& g, bool requant);
 
 // y[N,OH,OW,O] = x * w group by group. T: int32_t or int64_t (numerics.acc_dtype of the
 // group's depth KH*KW*C/G).

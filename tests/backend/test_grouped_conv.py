@@ -289,3 +289,66 @@ def test_native_grouped_conv_refuses_bad_shapes(call, message):
     native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
     with pytest.raises(ValueError, match=message):
         call(native)
+
+
+@pytest.mark.parametrize("case", NATIVE_CASES[:6], ids=NATIVE_IDS[:6])
+def test_native_grouped_scratch_is_what_the_plan_counts(threads, case):
+    """Each pass keeps at most the bytes grouped_scratch_bytes lists for it (the memory planner's
+    count, cpu_scratch.py), and at one thread nearly all of them (the GEMM's blocks are sized
+    for the pool, so a KiB of slack on these small shapes)."""
+    native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
+    from dsptrain.backends.ops_cpu import CpuBackend
+
+    cpu = CpuBackend()
+    native.set_threads(threads)  # CpuBackend() keeps the count; the fixture restores it
+    n, h, w, g, cg, og, k, s, p, d = case
+    x, wt, err = _native_operands(case, 7)
+    sizes = [n, h, w, g * cg, g * og, k, k, s, p, d, g]
+    runs = {
+        ("forward", True): lambda: cpu.conv2d_grouped_requant_s8(x, wt, s, p, d, g, "round", None),
+        ("forward", False): lambda: cpu.conv2d_grouped_s8(x, wt, s, p, d, g),
+        ("backward_data", True): lambda: cpu.conv2d_grouped_bwd_data_requant_s8(
+            err, wt, s, p, d, g, (h, w), "round", None
+        ),
+        ("backward_data", False): lambda: cpu.conv2d_grouped_bwd_data_s8(err, wt, s, p, d, g, (h, w)),
+        ("backward_weight", False): lambda: cpu.conv2d_grouped_bwd_weight_s8(err, x, s, p, d, g, (k, k)),
+    }
+    for (pass_, requant), run in runs.items():
+        cpu.release_scratch()
+        run()
+        kept = cpu.release_scratch()
+        planned = sum(dict(native.grouped_scratch_bytes(pass_, sizes, requant)).values())
+        assert 0 < kept <= planned, (pass_, requant, kept, planned)
+        if threads == 1:
+            assert planned <= 1.05 * kept + 1024, (pass_, requant, kept, planned)
+
+
+def test_the_plan_counts_a_grouped_convs_scratch():
+    """A lowered NITI grouped conv declares its product, so the CPU sizes its scratch for the
+    memory plan; a depthwise one (grouped_hooks.py's route) counts none here."""
+    pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
+    import dsptrain
+    from dsptrain import _cpu_ops as native
+    from dsptrain.backends.ops_cpu import CpuBackend
+    from dsptrain.graph import lower
+    from dsptrain.nn import Conv2d, Flatten, Linear, Model
+
+    model = Model(
+        "grouped",
+        (12, 12, 8),
+        10,
+        (
+            Conv2d("c1", 8, 16, 3, padding=1),
+            Conv2d("g3", 16, 24, 3, stride=2, padding=1, groups=4),
+            Conv2d("dw", 24, 24, 3, padding=2, dilation=2, groups=24),
+            Flatten("flatten"),
+            Linear("fc", 6 * 6 * 24, 10),
+        ),
+    )
+    graph = lower(model, dsptrain.load_recipe("niti"), batch=4)
+    cpu = CpuBackend()
+    for name, pass_ in (("g3.fwd", "forward"), ("g3.bwd_data", "backward_data"), ("g3.bwd_weight", "backward_weight")):
+        op = graph.op(name)
+        want = native.grouped_scratch_bytes(pass_, [3, 12, 12, 16, 24, 3, 3, 2, 1, 1, 4], op.is_requant())
+        assert cpu.scratch_bytes(graph, op, 3) == dict(want) != {}, name
+    assert cpu.scratch_bytes(graph, graph.op("dw.fwd"), 3) == {}
