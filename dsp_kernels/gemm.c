@@ -234,6 +234,63 @@ struct core {
 #define TILE_LAST 1  /* the tile holds the product's last column block */
 #define TILE_TAIL 2  /* the tile holds the core call's last row: its stores stay exact */
 
+/* One column block over 4 contiguous rows on 8 bytes, `quads` x 4 words (quads >= 2), in
+ * packets: each packet holds one row's two vrmpy (words q, q + 1: the even word into acc, the
+ * odd into odd, so no accumulator takes two vrmpy a packet) and reloads that row's register
+ * pair with its next two words (memd, post-increment; read before written within the packet),
+ * so 4 packets cover 2 words of 4 rows and b's next two vectors load one a packet beside them.
+ * The loads run one iteration ahead of the vrmpy: the loop is software-pipelined by hand
+ * (modulo scheduling, B. R. Rau, "Iterative modulo scheduling", MICRO-27, 1994) with an
+ * initiation interval of 8 packets for 16 vrmpy, HVX's bound (2 vrmpy a packet), where
+ * clang-16 made 10 (tile's memd loop). The b vectors alternate between v0-v1 and v2-v3 so a
+ * pair is reloaded only after its last use; the last 4 words run without loads, so nothing
+ * past a row or b is read. Rows r6-r13 hold the 4 rows' pairs. Checked bit-exact by
+ * tests/backend/test_dsp_pointwise.py (test_one_block_*: every quads % 4 and the rest words). */
+static inline __attribute__((always_inline)) void one_block_words(const int32_t *p0, const int32_t *p1,
+                                                                  const int32_t *p2, const int32_t *p3,
+                                                                  const HVX_Vector *pb, int quads, HVX_Vector *c0,
+                                                                  HVX_Vector *c1, HVX_Vector *c2, HVX_Vector *c3,
+                                                                  HVX_Vector *o0, HVX_Vector *o1, HVX_Vector *o2,
+                                                                  HVX_Vector *o3)
+{
+    HVX_Vector a0 = *c0, a1 = *c1, a2 = *c2, a3 = *c3, d0 = *o0, d1 = *o1, d2 = *o2, d3 = *o3;
+    const int loops = quads - 1;
+    /* one row's packet: vrmpy of its pair (lo, hi) by the b vectors (E, O), then `LOAD` */
+#define PKT(ROW, LO, HI, E, O, LOAD) \
+    "{ %[a" #ROW "].w += vrmpy(" E ".ub," LO ".b); %[d" #ROW "].w += vrmpy(" O ".ub," HI ".b)" LOAD " }"
+#define LD(ROW, PAIR) "; " PAIR " = memd(%[p" #ROW "]++#8)"
+#define LDB(V) "; " V " = vmem(%[pb]++#1)"
+    __asm__ volatile(
+        "{ r7:6 = memd(%[p0]++#8); v0 = vmem(%[pb]++#1) }\n"
+        "{ r9:8 = memd(%[p1]++#8); v1 = vmem(%[pb]++#1); loop0(1f, %[loops]) }\n"
+        "{ r11:10 = memd(%[p2]++#8); r13:12 = memd(%[p3]++#8) }\n"
+        "1:\n"
+        PKT(0, "r6", "r7", "v0", "v1", LD(0, "r7:6") LDB("v2")) "\n"
+        PKT(1, "r8", "r9", "v0", "v1", LD(1, "r9:8") LDB("v3")) "\n"
+        PKT(2, "r10", "r11", "v0", "v1", LD(2, "r11:10")) "\n"
+        PKT(3, "r12", "r13", "v0", "v1", LD(3, "r13:12")) "\n"
+        PKT(0, "r6", "r7", "v2", "v3", LD(0, "r7:6") LDB("v0")) "\n"
+        PKT(1, "r8", "r9", "v2", "v3", LD(1, "r9:8") LDB("v1")) "\n"
+        PKT(2, "r10", "r11", "v2", "v3", LD(2, "r11:10")) "\n"
+        PKT(3, "r12", "r13", "v2", "v3", LD(3, "r13:12")) ":endloop0\n"
+        PKT(0, "r6", "r7", "v0", "v1", LD(0, "r7:6") LDB("v2")) "\n"
+        PKT(1, "r8", "r9", "v0", "v1", LD(1, "r9:8") LDB("v3")) "\n"
+        PKT(2, "r10", "r11", "v0", "v1", LD(2, "r11:10")) "\n"
+        PKT(3, "r12", "r13", "v0", "v1", LD(3, "r13:12")) "\n"
+        PKT(0, "r6", "r7", "v2", "v3", "") "\n"
+        PKT(1, "r8", "r9", "v2", "v3", "") "\n"
+        PKT(2, "r10", "r11", "v2", "v3", "") "\n"
+        PKT(3, "r12", "r13", "v2", "v3", "") "\n"
+        : [p0] "+r"(p0), [p1] "+r"(p1), [p2] "+r"(p2), [p3] "+r"(p3), [pb] "+r"(pb), [a0] "+v"(a0), [a1] "+v"(a1),
+          [a2] "+v"(a2), [a3] "+v"(a3), [d0] "+v"(d0), [d1] "+v"(d1), [d2] "+v"(d2), [d3] "+v"(d3)
+        : [loops] "r"(loops)
+        : "r6", "r7", "r8", "r9", "r10", "r11", "r12", "r13", "v0", "v1", "v2", "v3", "lc0", "sa0", "usr", "memory");
+#undef PKT
+#undef LD
+#undef LDB
+    *c0 = a0; *c1 = a1; *c2 = a2; *c3 = a3; *o0 = d0; *o1 = d1; *o2 = d2; *o3 = d3;
+}
+
 /* R rows from a (rows past `rows` repeat the last and are not stored) x NB column
  * blocks from b (blocks k4 vectors apart). `last`: the tile holds the product's last
  * block (flags TILE_LAST); with a lane of 1s there, it yields the row sums (into sums),
@@ -272,6 +329,11 @@ static inline __attribute__((always_inline)) void tile(
     int q0 = 0;
     if (AQ == 1 && NB == 1 && R == 4 && ((uintptr_t)a | (uint32_t)lda) % 8 == 0 && k4 > 1) {
         HVX_Vector odd0 = Q6_V_vzero(), odd1 = odd0, odd2 = odd0, odd3 = odd0;
+        if (k4 >= 8) {   /* deep rows: 4 words in 8 packets (one_block_words), clang-16 took 10 */
+            one_block_words(a0, a1, a2, a3, b, k4 / 4, &acc0[0], &acc1[0], &acc2[0], &acc3[0], &odd0, &odd1, &odd2,
+                            &odd3);
+            q0 = k4 / 4 * 4;
+        }
         for (; q0 + 1 < k4; q0 += 2) {
             HVX_Vector v0 = b[q0], v1 = b[q0 + 1];
 #define DMAC(r) do { \

@@ -262,7 +262,9 @@ def test_weight_gradient_rows_of_32(dsp, rng, threads, name):
 # over deep contiguous rows on 8 bytes: the 4-row tiles load two words of a row at once
 # (gemm.c tile: memd); K4 odd (the last word alone), K not a multiple of 4 (the GEMM copies
 # rows to a stride of round_up(K, 4), 8-aligned or not; the convolutions take im2col_gemm),
-# K4 of 1 (no pair), N whole (32) and ragged (the lane of 1s), M not a multiple of 4
+# K4 of 1 (no pair), N whole (32) and ragged (the lane of 1s), M not a multiple of 4; K4 >= 8
+# runs one_block_words' packets for K4 // 4 * 4 words (K4 % 4 of 0-3 after it: 24, 9, 10, 35;
+# K4 8-9 its shortest loop), K4 7 the memd loop alone
 ONE_BLOCK = {
     "k96-n24": (261, 96, 24),
     "k144-n24": (67, 144, 24),
@@ -271,6 +273,10 @@ ONE_BLOCK = {
     "k100-n24": (30, 100, 24),
     "k150-n20": (19, 150, 20),
     "k146-n5": (11, 146, 5),
+    "k140-n24": (21, 140, 24),
+    "k40-n17": (13, 40, 17),
+    "k36-n32": (10, 36, 32),
+    "k28-n24": (7, 28, 24),
     "k8-n31": (6, 8, 31),
     "k4-n24": (9, 4, 24),
 }
@@ -286,7 +292,7 @@ def test_one_block_doubleword_rows(dsp, rng, threads, name):
 
 def test_one_block_doubleword_extremes(dsp):
     """-128 everywhere over deep rows: sums and bias at their largest, odd and even K4."""
-    for k in (144, 148, 192):
+    for k in (144, 148, 140, 192):
         a, b = np.full((45, k), -128, np.int8), np.full((24, k), -128, np.int8)
         same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
         b = np.full((32, k), 127, np.int8)
