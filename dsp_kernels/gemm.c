@@ -156,6 +156,63 @@ static __attribute__((noinline)) void row_sums32(int32_t sums[32], const int8_t 
     *(HVX_Vector *)sums = Q6_Vw_vsub_VwVw(v[0], bias);
 }
 
+/* row_sums of up to 32 rows of `bytes` contiguous bytes each (lda apart): each row's
+ * chunks summed 4 bytes to a word by signed vrmpy against a vector of 1s (zeros past the
+ * row's end in its last chunk), then the 32 rows' vectors folded into one, lane r row r's
+ * sum: a fold of two vectors (vshuff by 64 >> s bytes, add) puts the first's pair sums in
+ * the even elements and the second's in the odd, so a binary tree of 31 folds over the rows
+ * in bit-reversed order (row bitrev5(i) at step i) leaves row r in lane r. About 1 vector
+ * load and 1 vrmpy a row and chunk plus 2 ops a row for the tree, where 8 rows at a time
+ * (reduce8) and their lanes read back one by one took ~12 packets a row (MobileNetV2's
+ * projections onto 32 channels spent a third of their packets here). */
+static inline __attribute__((always_inline)) void row_sums_fold(const int CHUNKS, int32_t sums[32], const int8_t *a,
+                                                                int lda, int m, int bytes)
+{
+    HVX_Vector ones = Q6_V_vsplat_R(0x01010101);
+    const int chunks = CHUNKS ? CHUNKS : (bytes + HVX_BYTES - 1) / HVX_BYTES, tail = bytes - (chunks - 1) * HVX_BYTES;
+    HVX_Vector last_ones = Q6_V_vmux_QVV(Q6_Q_vsetq2_R(tail), ones, Q6_V_vzero());
+    HVX_Vector level[5];
+#pragma clang loop unroll(full)
+    for (int i = 0; i < 32; i++) {
+        const int row = (i & 1) << 4 | (i & 2) << 2 | (i & 4) | (i & 8) >> 2 | (i & 16) >> 4;   /* bitrev5(i) */
+        const int8_t *p = a + (row < m ? row : m - 1) * lda;
+        HVX_Vector v = Q6_Vw_vrmpy_VbVb(hvx_load_u(p + (chunks - 1) * HVX_BYTES), last_ones);
+        if (CHUNKS) {
+#pragma clang loop unroll(full)
+            for (int c = 0; c < CHUNKS - 1; c++) v = Q6_Vw_vrmpyacc_VwVbVb(v, hvx_load_u(p + c * HVX_BYTES), ones);
+        } else {   /* rows past FOLD_CHUNKS: clang's unrolled loop with its remainders cost more */
+#pragma clang loop unroll(disable)
+            for (int c = 0; c < chunks - 1; c++) v = Q6_Vw_vrmpyacc_VwVbVb(v, hvx_load_u(p + c * HVX_BYTES), ones);
+        }
+#pragma clang loop unroll(full)
+        for (int s = 0; s < 5; s++) {
+            if (!(i >> s & 1)) {
+                level[s] = v;
+                break;
+            }
+            HVX_VectorPair pr = Q6_W_vshuff_VVR(v, level[s], 64 >> s);
+            v = Q6_Vw_vadd_VwVw(Q6_V_lo_W(pr), Q6_V_hi_W(pr));
+        }
+        if (i == 31) *(HVX_Vector *)sums = v;
+    }
+}
+
+/* row_sums_fold with the chunks a row compiled in (rows up to 10 vectors: 1280 bytes,
+ * MobileNetV2's deepest), or counted (0; rows of 5-10 vectors ran 3-17 packets a row slower
+ * through the counted loop than unrolled) */
+typedef void (*row_sums_fn)(int32_t *, const int8_t *, int, int, int);
+#define FOLD_ROWS(CHUNKS) \
+    static __attribute__((noinline)) void row_sums_fold##CHUNKS(int32_t *sums, const int8_t *a, int lda, int m, \
+                                                                int bytes) \
+    { row_sums_fold(CHUNKS, sums, a, lda, m, bytes); }
+FOLD_ROWS(0) FOLD_ROWS(1) FOLD_ROWS(2) FOLD_ROWS(3) FOLD_ROWS(4) FOLD_ROWS(5) FOLD_ROWS(6) FOLD_ROWS(7) FOLD_ROWS(8)
+FOLD_ROWS(9) FOLD_ROWS(10)
+#undef FOLD_ROWS
+#define FOLD_CHUNKS 10
+static const row_sums_fn row_sums_folds[FOLD_CHUNKS + 1] = {
+    row_sums_fold0, row_sums_fold1, row_sums_fold2, row_sums_fold3, row_sums_fold4,
+    row_sums_fold5, row_sums_fold6, row_sums_fold7, row_sums_fold8, row_sums_fold9, row_sums_fold10};
+
 /* sums[r] = sum of the signed bytes of words 0 .. k4-1 of rows r < m (m <= 32) of a:
  * the bias correction's factor, with vectors: bytes made unsigned (^ 0x80) are summed
  * 4 to a word by vrmpy with 0x01010101. Rows stored as the lanes of vectors (lda == 4,
@@ -176,6 +233,11 @@ static __attribute__((noinline)) void row_sums(int32_t sums[32], const int8_t *a
         return;
     }
     int bytes = 4 * k4;
+    if (aq == 1) {   /* rows of contiguous bytes: folded 32 at a time */
+        int chunks = (bytes + HVX_BYTES - 1) / HVX_BYTES;
+        row_sums_folds[chunks <= FOLD_CHUNKS ? chunks : 0](sums, a, lda, m, bytes);
+        return;
+    }
     for (int r0 = 0; r0 < m; r0 += 8) {
         const int8_t *b = a + r0 * lda;
         int last = m - r0 - 1;   /* rows past m repeat a valid row; their sums are unused */

@@ -297,3 +297,38 @@ def test_one_block_doubleword_extremes(dsp):
         same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
         b = np.full((32, k), 127, np.int8)
         same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
+
+
+# (M, K, N): N a multiple of 32 (no lane of 1s: the rows' sums from gemm.c row_sums_fold,
+# 32 rows folded into one vector) with rows of 1-10 vectors, the count compiled in (K 100,
+# 128 exactly, 132, 260, 512, 516, 1280) and past them (1284, 1540: counted), M ragged
+# around 32 and past 256 (ROW_BLOCK: sums per pass), K not a multiple of 4 (copied rows),
+# one and several blocks
+ROW_SUMS = {
+    "k100-n32": (45, 100, 32),
+    "k128-n64": (33, 128, 64),
+    "k132-n32": (70, 132, 32),
+    "k144-n32": (290, 144, 32),
+    "k260-n96": (37, 260, 96),
+    "k510-n32": (31, 510, 32),
+    "k512-n64": (19, 512, 64),
+    "k516-n32": (41, 516, 32),
+    "k1280-n32": (9, 1280, 32),
+    "k1284-n64": (35, 1284, 64),
+    "k1538-n32": (6, 1538, 32),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
+@pytest.mark.parametrize("name", ROW_SUMS)
+def test_row_sums_folded(dsp, rng, threads, name):
+    m, k, n = ROW_SUMS[name]
+    gemm_and_1x1_convs(dsp, rng, m, k, n, pin_pointwise=k % 4 == 0)
+
+
+@pytest.mark.parametrize("k", [96, 144, 388, 1300])
+def test_row_sums_folded_extremes(dsp, k):
+    """-128 and 127 rows: the folded sums at their largest and smallest."""
+    for fill in (-128, 127):
+        a, b = np.full((67, k), fill, np.int8), np.full((64, k), -128, np.int8)
+        same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
