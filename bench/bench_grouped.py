@@ -5,14 +5,24 @@ by polyphase decomposition on the depthwise kernels) beside the alternative the 
 not take and PyTorch's float32 grouped convolution (F.conv2d(groups=...), the faster of NCHW and
 channels-last) on the same shapes, in the same process.
 
+(The paragraph above is what docs/results.md prints beside the committed results; since
+cpu_ops/conv_grouped.cpp the CpuBackend runs a grouped conv that is not depthwise in one native
+call a pass -- each group's patches gathered from its channels into the GEMM, its sums written
+into its channels -- and the per-group products composed in Python, grouped_hooks.py's route and
+still the DSP's, are the py_* columns.)
+
     python bench/bench_grouped.py [--runs 5] [--batch 64] [--threads N] [--cpu-time]
 
 Milliseconds per call (best of --runs), per shape:
   niti_fwd, niti_bwd_data   conv2d_grouped_requant_s8 / conv2d_grouped_bwd_data_requant_s8
                             (sums, range estimate, rounding to int8: the NITI step's calls)
   niti_wgrad                conv2d_grouped_bwd_weight_s8
+  py_*                      the same three passes as grouped_hooks.py composes them from the backend's
+                            dense conv hooks: a channel slice, a call and a join per group
+                            (None on a depthwise conv, whose route is the same either way)
   alt_*                     the same three passes as one dense product on the block-diagonal weight
                             (zero outside each group's block: groups x the MACs, no slicing copies)
+  py_over_niti              the Python composition's three passes over NITI's (> 1: native faster)
   torch_*                   F.conv2d(groups) and aten.convolution_backward (input, weight)
   alt_over_niti             the alternative's three passes over NITI's (> 1: the chosen path is faster)
   vs_torch                  torch's three passes over NITI's (> 1: dsptrain faster)
@@ -33,6 +43,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_depthwise import cpu_best_time, torch_conv, torch_peer  # noqa: E402
+from dsptrain.backends.grouped_hooks import GroupedHooks, is_depthwise  # noqa: E402
 from report import best_time, print_table, write_results  # noqa: E402
 
 # (H, C, O, kernel, groups, stride, dilation): ShuffleNetV1's grouped 1x1 (240 channels, groups 2-8),
@@ -87,18 +98,31 @@ def rows_for(cpu, torch, batch, runs, timer):
             lambda: cpu.conv2d_grouped_bwd_data_requant_s8(err, w, *a, groups, (h, h), "round", None),
             lambda: cpu.conv2d_grouped_bwd_weight_s8(err, x, *a, groups, (k, k)),
         )
-        for mine, theirs in zip(niti, alt):  # the same bits either way, or the comparison means nothing
-            got, want = mine(), theirs()
-            assert (
-                all(np.array_equal(g, t) for g, t in zip(got, want))
-                if isinstance(got, tuple)
-                else (np.array_equal(got, want))
-            )
+        composed = (  # GroupedHooks' own methods, so no call reaches the CpuBackend's native overrides
+            lambda: cpu.requantize(GroupedHooks.conv2d_grouped_s8(cpu, x, w, *a, groups), "round", None),
+            lambda: cpu.requantize(
+                GroupedHooks.conv2d_grouped_bwd_data_s8(cpu, err, w, *a, groups, (h, h)), "round", None
+            ),
+            lambda: GroupedHooks.conv2d_grouped_bwd_weight_s8(cpu, err, x, *a, groups, (k, k)),
+        )
+        for mine, *theirs in zip(niti, alt, composed):  # the same bits every way, or comparing means nothing
+            got = mine()
+            for other in theirs:
+                want = other()
+                assert (
+                    all(np.array_equal(g, t) for g, t in zip(got, want))
+                    if isinstance(got, tuple)
+                    else (np.array_equal(got, want))
+                )
         ms = lambda fn: 1e3 * timer(fn, runs)  # noqa: E731
         row = {"H": h, "C": c, "O": o, "K": k, "groups": groups, "stride": stride, "dilation": dilation}
         row.update(zip(("niti_fwd", "niti_bwd_data", "niti_wgrad"), map(ms, niti)))
-        row.update(zip(("alt_fwd", "alt_bwd_data", "alt_wgrad"), map(ms, alt)))
         ours = row["niti_fwd"] + row["niti_bwd_data"] + row["niti_wgrad"]
+        row["py_fwd"] = row["py_bwd_data"] = row["py_wgrad"] = row["py_over_niti"] = None
+        if not is_depthwise(c, o, groups):
+            row.update(zip(("py_fwd", "py_bwd_data", "py_wgrad"), map(ms, composed)))
+            row["py_over_niti"] = (row["py_fwd"] + row["py_bwd_data"] + row["py_wgrad"]) / ours
+        row.update(zip(("alt_fwd", "alt_bwd_data", "alt_wgrad"), map(ms, alt)))
         row["alt_over_niti"] = (row["alt_fwd"] + row["alt_bwd_data"] + row["alt_wgrad"]) / ours
         row["torch_fwd"] = row["torch_bwd_data"] = row["torch_wgrad"] = row["vs_torch"] = None
         if torch is not None:

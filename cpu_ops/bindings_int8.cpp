@@ -2,6 +2,7 @@
 // convolution passes, with the kernels' scratch sizes for the memory planner.
 #include "bindings.h"
 #include "conv_f32.h"
+#include "conv_grouped.h"
 
 using namespace dsptrain;
 using namespace dsptrain::bind;
@@ -244,6 +245,127 @@ auto py_conv2d_bwd_weight_s8(const py::handle& err_obj, const py::handle& x_obj,
                  [&](auto* dw) { conv2d_bwd_weight(err.data(), x.data(), s, dw); });
 }
 
+// ------------------------------------------------------------ grouped convolutions (conv_grouped.h)
+// The grouped conv of x[N,H,W,C] and w[O,KH,KW,C/groups], checked: groups divide C and O,
+// the dilated kernel fits the padded input.
+GroupedConv grouped_conv(const char* op, const py::array& x, const py::array& w, int stride, int pad, int dilation,
+                         int groups) {
+  check_stride_pad(op, stride, pad);
+  check_positive(op, "dilation", dilation);
+  check_positive(op, "groups", groups);
+  const ConvShape s{int(x.shape(0)), int(x.shape(1)), int(x.shape(2)), int(x.shape(3)),
+                    int(w.shape(0)), int(w.shape(1)), int(w.shape(2)), stride, pad};
+  if (s.c % groups || s.o % groups || w.shape(3) * groups != s.c)
+    fail(std::string(op) + ": weight shape " + shape_str(w) + " and " + std::to_string(s.c) + " input channels do not make " +
+         std::to_string(groups) + " groups");
+  check_kernel_fits(op, (s.kh - 1) * dilation + 1, (s.kw - 1) * dilation + 1, s.h, s.w, pad);
+  return GroupedConv{s, groups, dilation};
+}
+
+auto py_conv2d_grouped_s8(const py::handle& x_obj, const py::handle& w_obj, int stride, int pad, int dilation,
+                          int groups) {
+  auto x = checked<int8_t>("conv2d_grouped_s8", "x", x_obj, 4);
+  auto w = checked<int8_t>("conv2d_grouped_s8", "w", w_obj, 4);
+  const GroupedConv g = grouped_conv("conv2d_grouped_s8", x, w, stride, pad, dilation, groups);
+  SerialScope serial(small_op(g.macs()));
+  return run_acc(needs_int64(g.s.kh * g.s.kw * g.cg()), {g.s.n, g.oh(), g.ow(), g.s.o},
+                 [&](auto* y) { conv2d_grouped_fwd(x.data(), w.data(), g, y); });
+}
+
+auto py_conv2d_grouped_requant_s8(const py::handle& x_obj, const py::handle& w_obj, int stride, int pad,
+                                  int dilation, int groups, int shift, const std::string& mode, const py::object& rng) {
+  const char* op = "conv2d_grouped_requant_s8";
+  auto x = checked<int8_t>(op, "x", x_obj, 4);
+  auto w = checked<int8_t>(op, "w", w_obj, 4);
+  const GroupedConv g = grouped_conv(op, x, w, stride, pad, dilation, groups);
+  const RoundMode rm = parse_mode(op, mode);
+  const Rng r = parse_rng(rng);
+  check_shift(op, shift, rm, r);
+  SerialScope serial(small_op(g.macs()));
+  return run_requant(needs_int64(g.s.kh * g.s.kw * g.cg()), {g.s.n, g.oh(), g.ow(), g.s.o}, shift, rm, r,
+                     [&](auto* y, int64_t*, FusedRequant*) { conv2d_grouped_fwd(x.data(), w.data(), g, y); });
+}
+
+// A grouped backward data's conv from err[N,OH,OW,O], w and the input's (H, W); err checked.
+GroupedConv grouped_bwd_data_conv(const char* op, const py::array& err, const py::array& w, int stride, int pad,
+                                  int dilation, int groups, std::pair<int, int> in_hw) {
+  check_hw(op, "in_hw", in_hw);
+  check_positive(op, "groups", groups);
+  py::array_t<int8_t> x_like(std::vector<py::ssize_t>{err.shape(0), in_hw.first, in_hw.second, w.shape(3) * groups});
+  const GroupedConv g = grouped_conv(op, x_like, w, stride, pad, dilation, groups);
+  if (err.shape(1) != g.oh() || err.shape(2) != g.ow() || err.shape(3) != g.s.o)
+    fail_err_vs_in_hw(op, err, g.s.h, g.s.w, w, stride, pad);
+  return g;
+}
+
+auto py_conv2d_grouped_bwd_data_s8(const py::handle& err_obj, const py::handle& w_obj, int stride, int pad,
+                                   int dilation, int groups, std::pair<int, int> in_hw) {
+  const char* op = "conv2d_grouped_bwd_data_s8";
+  auto err = checked<int8_t>(op, "err", err_obj, 4);
+  auto w = checked<int8_t>(op, "w", w_obj, 4);
+  const GroupedConv g = grouped_bwd_data_conv(op, err, w, stride, pad, dilation, groups, in_hw);
+  SerialScope serial(small_op(g.macs()));
+  return run_acc(needs_int64(g.s.kh * g.s.kw * g.og()), {g.s.n, g.s.h, g.s.w, g.s.c},
+                 [&](auto* dx) { conv2d_grouped_bwd_data(err.data(), w.data(), g, dx); });
+}
+
+auto py_conv2d_grouped_bwd_data_requant_s8(const py::handle& err_obj, const py::handle& w_obj, int stride, int pad,
+                                           int dilation, int groups, std::pair<int, int> in_hw, int shift,
+                                           const std::string& mode, const py::object& rng) {
+  const char* op = "conv2d_grouped_bwd_data_requant_s8";
+  auto err = checked<int8_t>(op, "err", err_obj, 4);
+  auto w = checked<int8_t>(op, "w", w_obj, 4);
+  const GroupedConv g = grouped_bwd_data_conv(op, err, w, stride, pad, dilation, groups, in_hw);
+  const RoundMode rm = parse_mode(op, mode);
+  const Rng r = parse_rng(rng);
+  check_shift(op, shift, rm, r);
+  SerialScope serial(small_op(g.macs()));
+  return run_requant(needs_int64(g.s.kh * g.s.kw * g.og()), {g.s.n, g.s.h, g.s.w, g.s.c}, shift, rm, r,
+                     [&](auto* dx, int64_t*, FusedRequant*) { conv2d_grouped_bwd_data(err.data(), w.data(), g, dx); });
+}
+
+auto py_conv2d_grouped_bwd_weight_s8(const py::handle& err_obj, const py::handle& x_obj, int stride, int pad,
+                                     int dilation, int groups, std::pair<int, int> kernel) {
+  const char* op = "conv2d_grouped_bwd_weight_s8";
+  auto err = checked<int8_t>(op, "err", err_obj, 4);
+  auto x = checked<int8_t>(op, "x", x_obj, 4);
+  check_hw(op, "kernel", kernel);
+  check_positive(op, "groups", groups);
+  py::array_t<int8_t> w_like(std::vector<py::ssize_t>{err.shape(3), kernel.first, kernel.second, x.shape(3) / groups});
+  const GroupedConv g = grouped_conv(op, x, w_like, stride, pad, dilation, groups);
+  if (err.shape(0) != g.s.n || err.shape(1) != g.oh() || err.shape(2) != g.ow())
+    fail_err_vs_x(op, err, x, g.s.kh, g.s.kw, stride, pad);
+  SerialScope serial(small_op(g.macs()));
+  return run_acc(needs_int64(static_cast<long long>(g.s.n) * g.oh() * g.ow()), {g.s.o, g.s.kh, g.s.kw, g.cg()},
+                 [&](auto* dw) { conv2d_grouped_bwd_weight(err.data(), x.data(), g, dw); });
+}
+
+auto py_grouped_algorithm(const std::string& pass, const py::handle& x_obj, const py::handle& w_obj, int stride,
+                          int pad, int dilation, int groups) {
+  auto x = checked<int8_t>("grouped_algorithm", "x", x_obj, 4);
+  auto w = checked<int8_t>("grouped_algorithm", "w", w_obj, 4);
+  const GroupedConv g = grouped_conv("grouped_algorithm", x, w, stride, pad, dilation, groups);
+  if (pass == "forward") return std::string(grouped_algorithm(ConvPass::kForward, g));
+  if (pass == "backward_data") return std::string(grouped_algorithm(ConvPass::kBackwardData, g));
+  if (pass == "backward_weight") return std::string(grouped_algorithm(ConvPass::kBackwardWeight, g));
+  fail("grouped_algorithm: pass '" + pass + "' is not one of forward, backward_data, backward_weight");
+}
+
+auto py_grouped_scratch_bytes(const std::string& pass, std::vector<int> shape, bool requant) {
+  // shape: (n, h, w, c, o, kh, kw, stride, pad, dilation, groups) of the grouped conv
+  if (shape.size() != 11) fail("grouped_scratch_bytes: takes 11 sizes, got " + std::to_string(shape.size()));
+  const GroupedConv g{ConvShape{shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6], shape[7], shape[8]},
+                      shape[10], shape[9]};
+  ScratchList items;
+  if (pass == "forward") items = grouped_scratch(ConvPass::kForward, g, requant);
+  else if (pass == "backward_data") items = grouped_scratch(ConvPass::kBackwardData, g, requant);
+  else if (pass == "backward_weight") items = grouped_scratch(ConvPass::kBackwardWeight, g, requant);
+  else fail("grouped_scratch_bytes: pass '" + pass + "' is not one of forward, backward_data, backward_weight");
+  py::dict out;
+  for (const auto& [name, bytes] : items) out[py::str(name)] = bytes;
+  return out;
+}
+
 }  // namespace
 
 void dsptrain::bind::def_int8_products(py::module_& m) {
@@ -270,4 +392,21 @@ void dsptrain::bind::def_int8_products(py::module_& m) {
   m.def("release_scratch", &py_release_scratch, "Free the kernels' kept scratch of every thread (call between steps); returns the bytes it held.");
   m.def("conv2d_bwd_weight_s8", &py_conv2d_bwd_weight_s8, py::arg("err"), py::arg("x"), py::arg("stride"),
         py::arg("pad"), py::arg("kernel"));
+  m.def("conv2d_grouped_s8", &py_conv2d_grouped_s8, py::arg("x"), py::arg("w"), py::arg("stride"), py::arg("pad"),
+        py::arg("dilation"), py::arg("groups"), "Grouped conv, w[O,KH,KW,C/groups], in one call (conv_grouped.h).");
+  m.def("conv2d_grouped_requant_s8", &py_conv2d_grouped_requant_s8, py::arg("x"), py::arg("w"), py::arg("stride"),
+        py::arg("pad"), py::arg("dilation"), py::arg("groups"), py::arg("shift"), py::arg("mode"), py::arg("rng"));
+  m.def("conv2d_grouped_bwd_data_s8", &py_conv2d_grouped_bwd_data_s8, py::arg("err"), py::arg("w"), py::arg("stride"),
+        py::arg("pad"), py::arg("dilation"), py::arg("groups"), py::arg("in_hw"));
+  m.def("conv2d_grouped_bwd_data_requant_s8", &py_conv2d_grouped_bwd_data_requant_s8, py::arg("err"), py::arg("w"),
+        py::arg("stride"), py::arg("pad"), py::arg("dilation"), py::arg("groups"), py::arg("in_hw"), py::arg("shift"),
+        py::arg("mode"), py::arg("rng"));
+  m.def("grouped_algorithm", &py_grouped_algorithm, py::arg("pass_"), py::arg("x"), py::arg("w"), py::arg("stride"),
+        py::arg("pad"), py::arg("dilation"), py::arg("groups"),
+        "The algorithm a grouped convolution pass of this shape runs per group (for tests).");
+  m.def("grouped_scratch_bytes", &py_grouped_scratch_bytes, py::arg("pass_"), py::arg("shape"), py::arg("requant"),
+        "Bytes of a grouped convolution pass's kept scratch by buffer; shape (n, h, w, c, o, kh, kw, stride, pad, "
+        "dilation, groups).");
+  m.def("conv2d_grouped_bwd_weight_s8", &py_conv2d_grouped_bwd_weight_s8, py::arg("err"), py::arg("x"),
+        py::arg("stride"), py::arg("pad"), py::arg("dilation"), py::arg("groups"), py::arg("kernel"));
 }

@@ -51,6 +51,7 @@ def conv_forward(b, layer, x, shape):
             depthwise=layer.depthwise,
             mode=b.recipe.tensors.activations.rounding,
             workspace=_grouped_bytes(layer, b.tensors[x].shape, shape),
+            product=("conv", "forward"),  # the CPU sizes its scratch from it (cpu_scratch.py)
         )
     elif layer.depthwise:
         b.op(
@@ -205,7 +206,7 @@ def conv_backward(b, layer, err, needs_input_error):
     grad = b.tensor(f"{layer.name}.grad", layer.weight_shape, "int32", "grad")
     attrs = dict(stride=layer.stride, pad=layer.padding, kernel=(layer.kernel, layer.kernel))
     if grouped(layer):
-        kind, hook, product = "niti.grpconv_bwd_weight", "conv2d_grouped_bwd_weight_s8", None
+        kind, hook, product = "niti.grpconv_bwd_weight", "conv2d_grouped_bwd_weight_s8", ("conv", "backward_weight")
         x_bytes, err_bytes = (int(np.prod(b.tensors[t].shape[1:])) for t in (x, err))
         # the groups' slices of err and x (a dilated depthwise conv: err spread, x padded)
         attrs = dict(attrs, dilation=layer.dilation, groups=layer.groups, depthwise=layer.depthwise)
@@ -258,6 +259,7 @@ def _conv_bwd_data(b, layer, err, err_in, x_shape, macs) -> None:
             in_hw=x_shape[1:3],
             mode=b.recipe.tensors.errors.rounding,
             workspace=_grouped_bytes(layer, b.tensors[err].shape, x_shape),
+            product=("conv", "backward_data"),
         )
     elif layer.depthwise:
         b.op(

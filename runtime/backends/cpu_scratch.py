@@ -23,6 +23,18 @@ INT8_PRODUCT_HOOKS = frozenset(
 )
 
 
+# The grouped convolutions' (not depthwise ones: grouped_hooks.py composes those on dwconv.cpp),
+# plain or requantizing: cpu_ops/conv_grouped.cpp sizes their scratch.
+GROUPED_HOOKS = frozenset(
+    {
+        "conv2d_grouped_s8",
+        "conv2d_grouped_requant_s8",
+        "conv2d_grouped_bwd_data_s8",
+        "conv2d_grouped_bwd_data_requant_s8",
+        "conv2d_grouped_bwd_weight_s8",
+    }
+)
+
 # The emulated recipes' exact products (cpu_ops/gemm_exact.cpp) and the FP32 recipe's
 # convolutions (cpu_ops/conv_f32.cpp): their kept buffers are sized there too.
 EXACT_PRODUCT_HOOKS = ("matmul_s16", "matmul_fp16_chunked")
@@ -79,6 +91,11 @@ def scratch_bytes(native, graph, op, rows) -> dict[str, int]:
     if product is None:
         return {}
     shape = [graph.tensors[t].shape for t in (*op.inputs, *op.outputs)]
+    if GROUPED_HOOKS.intersection(op.hooks) and not op.attrs.get("depthwise"):  # cpu_ops/conv_grouped.cpp
+        x, w = _conv_operands(product, shape)
+        a = op.attrs
+        sizes = [rows, *x[1:], *w[:3], a["stride"], a["pad"], a.get("dilation", 1), a["groups"]]
+        return dict(native.grouped_scratch_bytes(product.pass_, sizes, op.is_requant()))
     depthwise = [h for h in op.hooks if h in DEPTHWISE_PASSES]
     if depthwise:
         return _depthwise_scratch(native, depthwise[0], product, shape, op, rows)

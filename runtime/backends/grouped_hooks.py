@@ -8,7 +8,9 @@ kernels of the backend it is placed on:
   DeepLab): the pixels of one residue class modulo the dilation see an undilated conv of the
   input's same class, so d*d undilated stride-1 depthwise products give every sum exactly;
 - any other grouped conv as one product per group on the dense hooks (conv2d_*_s8, or the
-  conv2d_dilated_* ones), the groups' results joined on the channel axis.
+  conv2d_dilated_* ones), the groups' results joined on the channel axis. The CPU overrides
+  these with one native call a pass (ops_cpu.py, cpu_ops/conv_grouped.cpp: no slice, join or
+  call per group); the DSP runs them as written.
 
 `ops_ref` defines them by the same per-group rule on its own dilated definition (im2col), so the
 judge shares no code with the depthwise path. A requantized product takes one shift for the whole
@@ -35,7 +37,7 @@ class GroupedHooks:
     def conv2d_grouped_s8(self, x, w, stride: int, pad: int, dilation: int, groups: int) -> np.ndarray:
         """(optional) int8 x[N,H,W,C] * w[O,KH,KW,C/groups], each group's output channels from
         its input channels, taps `dilation` apart -> int32 [N,OH,OW,O]."""
-        if _depthwise(x.shape[-1], w.shape[0], groups):
+        if is_depthwise(x.shape[-1], w.shape[0], groups):
             return _dw_dilated(self, x, w, stride, pad, dilation)
         return _per_group(lambda xg, wg: _dense(self, xg, wg, stride, pad, dilation), x, w, groups)
 
@@ -43,14 +45,14 @@ class GroupedHooks:
         self, x, w, stride, pad, dilation, groups, mode: str, rng: RngKey | None, shift: int | None = None
     ) -> tuple[np.ndarray, int]:
         """(optional) conv2d_grouped_s8, then one shift for the whole tensor."""
-        if dilation == 1 and _depthwise(x.shape[-1], w.shape[0], groups):
+        if dilation == 1 and is_depthwise(x.shape[-1], w.shape[0], groups):
             return self.dwconv2d_requant_s8(x, w, stride, pad, mode, rng, shift)
         return self.requantize(self.conv2d_grouped_s8(x, w, stride, pad, dilation, groups), mode, rng, shift)
 
     def conv2d_grouped_bwd_data_s8(self, err, w, stride, pad, dilation, groups, in_hw) -> np.ndarray:
         """(optional) Transposed grouped conv: int8 err[N,OH,OW,O], w[O,KH,KW,C/groups] ->
         int32 [N,H,W,C]."""
-        if _depthwise(w.shape[0], err.shape[-1], groups) and w.shape[-1] == 1:
+        if is_depthwise(w.shape[0], err.shape[-1], groups) and w.shape[-1] == 1:
             if dilation == 1 or w.shape[1] == w.shape[2] == 1:
                 return self.dwconv2d_bwd_data_s8(err, w, stride, pad, in_hw)
             # the stride-1 dilated conv of err spread on zeros, taps flipped (layout.transposed_input)
@@ -68,7 +70,7 @@ class GroupedHooks:
         self, err, w, stride, pad, dilation, groups, in_hw, mode: str, rng: RngKey | None, shift=None
     ) -> tuple[np.ndarray, int]:
         """(optional) conv2d_grouped_bwd_data_s8, then one shift for the whole tensor."""
-        if dilation == 1 and _depthwise(w.shape[0], err.shape[-1], groups) and w.shape[-1] == 1:
+        if dilation == 1 and is_depthwise(w.shape[0], err.shape[-1], groups) and w.shape[-1] == 1:
             return self.dwconv2d_bwd_data_requant_s8(err, w, stride, pad, in_hw, mode, rng, shift)
         dx = self.conv2d_grouped_bwd_data_s8(err, w, stride, pad, dilation, groups, in_hw)
         return self.requantize(dx, mode, rng, shift)
@@ -76,7 +78,7 @@ class GroupedHooks:
     def conv2d_grouped_bwd_weight_s8(self, err, x, stride, pad, dilation, groups, kernel) -> np.ndarray:
         """(optional) Weight gradient: int8 err[N,OH,OW,O], x[N,H,W,C] -> [O,KH,KW,C/groups],
         int32 (int64 when N*OH*OW*127*127 >= 2**31): each group's err^T times its patches."""
-        if _depthwise(x.shape[-1], err.shape[-1], groups):
+        if is_depthwise(x.shape[-1], err.shape[-1], groups):
             return _dw_dilated_bwd_weight(self, err, x, stride, pad, dilation, tuple(kernel))
 
         def group(err_g, x_g):
@@ -87,7 +89,8 @@ class GroupedHooks:
         return _per_group(group, err, x, groups, weight_rows=True)
 
 
-def _depthwise(c: int, o: int, groups: int) -> bool:
+def is_depthwise(c: int, o: int, groups: int) -> bool:
+    """A grouped conv of c input and o output channels is depthwise: one channel per group."""
     return groups > 1 and groups == c == o
 
 

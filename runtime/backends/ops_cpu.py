@@ -22,7 +22,7 @@ from ..cores import own_cores
 from ..numerics import QTensor, RngKey
 from . import cpu_scratch
 from .base import DILATED_HOOKS, FP8_DEPTHWISE_HOOKS, Backend
-from .grouped_hooks import GROUPED_HOOKS
+from .grouped_hooks import GROUPED_HOOKS, GroupedHooks, is_depthwise
 from .ops_ref import BRANCH_HOOKS, DEPTHWISE_HOOKS, FLOAT_RECIPE_HOOKS
 
 try:
@@ -61,7 +61,7 @@ class CpuBackend(Backend):
             "conv2d_bwd_data_s8",
             "conv2d_bwd_weight_s8",
             *DILATED_HOOKS,  # dilated_gather.cpp's patches into the native gemm_s8 / gemm_requant_s8
-            *GROUPED_HOOKS,  # grouped_hooks.py: per group on the conv kernels, depthwise on dwconv.cpp
+            *GROUPED_HOOKS,  # conv_grouped.cpp: one call a pass; depthwise: grouped_hooks.py on dwconv.cpp
             *FP8_DEPTHWISE_HOOKS,  # dwconv_fp16.cpp
             "absmax",
             "shift_round",
@@ -155,6 +155,39 @@ class CpuBackend(Backend):
         cols_t = _native.dilated_patches_s8(x, tuple(kernel), stride, pad, dilation, True)
         grad = _native.gemm_s8(_native.transpose_s8(err.reshape(-1, o)), cols_t)
         return grad.reshape(o, *kernel, x.shape[-1])
+
+    # ------------------------------------------------------------ grouped products (cpu_ops/conv_grouped.cpp)
+    # One native call a pass: each group's channels read from the tensor natively into the dense
+    # conv paths, its sums written into its channels, then one rounding of the whole tensor. A
+    # depthwise conv keeps grouped_hooks.py's route onto dwconv.cpp (polyphase when dilated).
+    def conv2d_grouped_s8(self, x, w, stride, pad, dilation, groups):
+        if is_depthwise(x.shape[-1], w.shape[0], groups):
+            return GroupedHooks.conv2d_grouped_s8(self, x, w, stride, pad, dilation, groups)
+        return _native.conv2d_grouped_s8(x, w, stride, pad, dilation, groups)
+
+    def conv2d_grouped_requant_s8(self, x, w, stride, pad, dilation, groups, mode, rng, shift=None):
+        if is_depthwise(x.shape[-1], w.shape[0], groups):
+            return GroupedHooks.conv2d_grouped_requant_s8(self, x, w, stride, pad, dilation, groups, mode, rng, shift)
+        return _native.conv2d_grouped_requant_s8(x, w, stride, pad, dilation, groups, _shift(shift), mode, _rng(rng))
+
+    def conv2d_grouped_bwd_data_s8(self, err, w, stride, pad, dilation, groups, in_hw):
+        if is_depthwise(w.shape[0] * w.shape[-1], err.shape[-1], groups):
+            return GroupedHooks.conv2d_grouped_bwd_data_s8(self, err, w, stride, pad, dilation, groups, in_hw)
+        return _native.conv2d_grouped_bwd_data_s8(err, w, stride, pad, dilation, groups, tuple(in_hw))
+
+    def conv2d_grouped_bwd_data_requant_s8(self, err, w, stride, pad, dilation, groups, in_hw, mode, rng, shift=None):
+        if is_depthwise(w.shape[0] * w.shape[-1], err.shape[-1], groups):
+            return GroupedHooks.conv2d_grouped_bwd_data_requant_s8(
+                self, err, w, stride, pad, dilation, groups, in_hw, mode, rng, shift
+            )
+        return _native.conv2d_grouped_bwd_data_requant_s8(
+            err, w, stride, pad, dilation, groups, tuple(in_hw), _shift(shift), mode, _rng(rng)
+        )
+
+    def conv2d_grouped_bwd_weight_s8(self, err, x, stride, pad, dilation, groups, kernel):
+        if is_depthwise(x.shape[-1], err.shape[-1], groups):
+            return GroupedHooks.conv2d_grouped_bwd_weight_s8(self, err, x, stride, pad, dilation, groups, kernel)
+        return _native.conv2d_grouped_bwd_weight_s8(err, x, stride, pad, dilation, groups, tuple(kernel))
 
     # ------------------------------------------------------------ depthwise products (cpu_ops/dwconv.cpp)
     def dwconv2d_s8(self, x, w, stride, pad):

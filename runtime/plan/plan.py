@@ -148,7 +148,7 @@ class Plan:
                 self.op_bytes(op),
                 op.phase != "update",
                 rate_key(self.graph, op),
-                kernel_calls(self.graph, op),
+                kernel_calls(self.graph, op, self.backend_of(op)),
             )
             for op in (*per_row, *once)
         )

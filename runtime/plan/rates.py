@@ -38,16 +38,17 @@ def composed_hook(op, hook: str) -> str:
     return hook
 
 
-def kernel_calls(graph: TrainGraph, op) -> int:
-    """How many times a composed conv calls its kernel (grouped_hooks.py), each a call's fixed
-    cost (on the DSP a FastRPC round trip): a grouped conv once per group; a dilated depthwise
+def kernel_calls(graph: TrainGraph, op, backend: str) -> int:
+    """How many times a composed conv calls its kernel on `backend`, each a call's fixed cost
+    (on the DSP a FastRPC round trip): a grouped conv once per group (grouped_hooks.py), but on
+    the CPU once (cpu_ops/conv_grouped.cpp runs every group in one call); a dilated depthwise
     conv once per residue class modulo the dilation its positions meet (d / gcd(stride, d) a
     side; its backward data, a stride-1 conv of the spread err, all d * d). Other ops: once."""
     groups, dilation = op.attrs.get("groups", 1), op.attrs.get("dilation", 1)
     if groups == 1:
         return 1
     if not op.attrs.get("depthwise"):
-        return groups
+        return 1 if backend == "cpu" else groups
     if dilation == 1 or kernel_of(graph, op) == (1, 1):
         return 1
     side = dilation if "in_hw" in op.attrs else dilation // math.gcd(op.attrs["stride"], dilation)
@@ -114,7 +115,7 @@ def op_time(device, graph: TrainGraph, op, backend: str) -> OpTime:
         key,
         op.macs,
         nbytes,
-        fast.seconds(op.macs, nbytes, key, kernel_calls(graph, op)),
+        fast.seconds(op.macs, nbytes, key, kernel_calls(graph, op, backend)),
         rate,
         source,
         op.macs / rate < nbytes / fast.bytes_per_s,

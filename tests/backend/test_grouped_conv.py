@@ -1,9 +1,12 @@
 """Grouped int8 convolutions (groups > 1, dilation 1 or more): each backend's hooks against
 ops_ref bit for bit, and ops_ref against the dense conv on a block-diagonal weight.
 
-ops_ref computes them by definition (each group's dilated conv of its own channels); the CPU
-and the DSP run grouped_hooks.py's compositions (one product per group on their conv kernels,
-a depthwise conv on their depthwise kernels, dilated by polyphase decomposition)."""
+ops_ref computes them by definition (each group's dilated conv of its own channels); the DSP
+runs grouped_hooks.py's compositions (one product per group on its conv kernels, a depthwise
+conv on its depthwise kernels, dilated by polyphase decomposition); the CPU the same for a
+depthwise conv and its native grouped conv (cpu_ops/conv_grouped.cpp) for every other, checked
+below on more ragged shapes, on every ISA this CPU has and 1 and 2 threads, with pins on the
+native route and the algorithm each pass takes."""
 
 from __future__ import annotations
 
@@ -147,3 +150,205 @@ def test_a_weight_gradient_past_int32_turns_int64(host_be, ref, groups):
     got = host_be.conv2d_grouped_bwd_weight_s8(err, x, 1, 2, 2, groups, (3, 3))
     assert got.dtype == np.int64
     _equal(got, ref.conv2d_grouped_bwd_weight_s8(err, x, 1, 2, 2, groups, (3, 3)))
+
+
+# ---------------------------------------------------------------- the CPU's native grouped conv
+# (n, h, w, groups, channels per group, outputs per group, kernel, stride, pad, dilation):
+# groups 2, 3, 4 and 8; 1 to 40 channels per group, odd ones; kernels 1 and 3, strides 1 and 2,
+# dilations 1 and 2, pads 0 and 1; batch 1 and odd. Every pass's algorithm comes up: the
+# in-place 1x1, the group patches, strided backward data's residue classes (with a class that
+# meets no tap: a 1x1 at stride 2).
+NATIVE_CASES = [
+    (1, 9, 7, 2, 1, 3, 3, 1, 1, 1),
+    (3, 8, 11, 3, 5, 7, 3, 2, 1, 1),
+    (1, 10, 10, 4, 17, 9, 3, 2, 0, 2),
+    (3, 7, 9, 8, 8, 8, 3, 2, 1, 1),
+    (1, 12, 6, 8, 3, 1, 1, 1, 0, 1),
+    (5, 6, 6, 2, 40, 33, 1, 2, 0, 1),
+    (1, 11, 13, 3, 33, 40, 3, 1, 1, 2),
+    (3, 5, 8, 4, 7, 12, 1, 1, 1, 1),
+    (1, 9, 9, 2, 24, 24, 3, 2, 1, 2),
+    (3, 6, 7, 8, 1, 2, 3, 1, 0, 1),
+]
+NATIVE_IDS = [f"n{c[0]}h{c[1]}w{c[2]}g{c[3]}cg{c[4]}og{c[5]}k{c[6]}s{c[7]}p{c[8]}d{c[9]}" for c in NATIVE_CASES]
+
+
+def _native_operands(case, seed):
+    n, h, w, g, cg, og, k, s, p, d = case
+    rng = np.random.default_rng(seed)
+    oh, ow = ((size + 2 * p - (k - 1) * d - 1) // s + 1 for size in (h, w))
+    x = rng.integers(-128, 128, (n, h, w, g * cg), dtype=np.int8)
+    wt = rng.integers(-128, 128, (g * og, k, k, cg), dtype=np.int8)
+    err = rng.integers(-128, 128, (n, oh, ow, g * og), dtype=np.int8)
+    return x, wt, err
+
+
+@pytest.mark.parametrize("case", NATIVE_CASES, ids=NATIVE_IDS)
+def test_native_grouped_conv_matches_ref(cpu_isa, threads, ref, case):
+    """Sums and NITI's requantized int8 (round, stochastic) of the three passes, bit for bit."""
+    n, h, w, g, cg, og, k, s, p, d = case
+    x, wt, err = _native_operands(case, 5)
+    _equal(cpu_isa.conv2d_grouped_s8(x, wt, s, p, d, g), ref.conv2d_grouped_s8(x, wt, s, p, d, g))
+    _equal(
+        cpu_isa.conv2d_grouped_bwd_data_s8(err, wt, s, p, d, g, (h, w)),
+        ref.conv2d_grouped_bwd_data_s8(err, wt, s, p, d, g, (h, w)),
+    )
+    _equal(
+        cpu_isa.conv2d_grouped_bwd_weight_s8(err, x, s, p, d, g, (k, k)),
+        ref.conv2d_grouped_bwd_weight_s8(err, x, s, p, d, g, (k, k)),
+    )
+    key = RngKey(seed=3, step=1, tensor_id=5)
+    for mode, given in (("round", None), ("sto", None), ("psto", 9)):
+        want = ref.conv2d_grouped_requant_s8(x, wt, s, p, d, g, mode, key, given)
+        got = cpu_isa.conv2d_grouped_requant_s8(x, wt, s, p, d, g, mode, key, given)
+        _equal(got[0], want[0])
+        assert got[1] == want[1]
+        want = ref.conv2d_grouped_bwd_data_requant_s8(err, wt, s, p, d, g, (h, w), mode, key, given)
+        got = cpu_isa.conv2d_grouped_bwd_data_requant_s8(err, wt, s, p, d, g, (h, w), mode, key, given)
+        _equal(got[0], want[0])
+        assert got[1] == want[1]
+
+
+def test_native_grouped_conv_past_int32_depths(ref):
+    """A weight gradient whose pixel count passes int32's exact depth: int64 sums, as ref's."""
+    native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
+    x = np.full((160, 30, 30, 6), -128, np.int8)
+    err = np.full((160, 30, 30, 4), 127, np.int8)
+    got = native.conv2d_grouped_bwd_weight_s8(err, x, 1, 1, 1, 2, (3, 3))
+    assert got.dtype == np.int64
+    _equal(got, ref.conv2d_grouped_bwd_weight_s8(err, x, 1, 1, 1, 2, (3, 3)))
+
+
+# (case, the algorithm of forward, backward data, backward weight): cpu_ops/conv_grouped.h
+ALGORITHM_PINS = [
+    ((2, 8, 8, 8, 30, 30, 1, 1, 0, 1), ("gemm_1x1_in_place",) * 3),  # ShuffleNetV1's grouped 1x1
+    ((2, 8, 8, 8, 16, 16, 3, 1, 1, 1), ("group_patches_gemm",) * 3),  # ResNeXt's grouped 3x3
+    ((2, 16, 16, 8, 8, 8, 3, 2, 1, 1), ("group_patches_gemm", "residue_class_gemms", "group_patches_gemm")),
+    ((2, 16, 16, 4, 16, 16, 3, 1, 2, 2), ("group_patches_gemm",) * 3),  # dilated
+]
+
+
+@pytest.mark.parametrize("case, algorithms", ALGORITHM_PINS, ids=[str(c) for c, _ in ALGORITHM_PINS])
+def test_cpu_grouped_conv_takes_the_native_path(ref, monkeypatch, case, algorithms):
+    """The CpuBackend runs a grouped (not depthwise) conv in one native call a pass: with the
+    per-group composition's dense and dilated hooks made to fail, every pass still gives ref's
+    bits, and each takes the algorithm pinned for its shape."""
+    native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
+    from dsptrain.backends.ops_cpu import CpuBackend
+
+    cpu = CpuBackend()
+    n, h, w, g, cg, og, k, s, p, d = case
+    x, wt, err = _native_operands(case, 6)
+
+    def composed(*args, **kwargs):
+        raise AssertionError("a grouped conv left the native path for grouped_hooks.py's per-group products")
+
+    for hook in ("conv2d_s8", "conv2d_bwd_data_s8", "conv2d_bwd_weight_s8", "requantize", "conv2d_dilated_s8"):
+        monkeypatch.setattr(cpu, hook, composed)
+    for hook in ("conv2d_dilated_bwd_data_s8", "conv2d_dilated_bwd_weight_s8"):
+        monkeypatch.setattr(cpu, hook, composed)
+    _equal(cpu.conv2d_grouped_requant_s8(x, wt, s, p, d, g, "round", None)[0],
+           ref.conv2d_grouped_requant_s8(x, wt, s, p, d, g, "round", None)[0])  # fmt: skip
+    _equal(
+        cpu.conv2d_grouped_bwd_data_requant_s8(err, wt, s, p, d, g, (h, w), "round", None)[0],
+        ref.conv2d_grouped_bwd_data_requant_s8(err, wt, s, p, d, g, (h, w), "round", None)[0],
+    )
+    _equal(
+        cpu.conv2d_grouped_bwd_weight_s8(err, x, s, p, d, g, (k, k)),
+        ref.conv2d_grouped_bwd_weight_s8(err, x, s, p, d, g, (k, k)),
+    )
+    passes = ("forward", "backward_data", "backward_weight")
+    assert tuple(native.grouped_algorithm(ps, x, wt, s, p, d, g) for ps in passes) == algorithms
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda n: n.conv2d_grouped_s8(np.zeros((1, 4, 4, 6), np.int8), np.zeros((4, 3, 3, 3), np.int8), 1, 1, 1, 4),
+            "do not make 4 groups",
+        ),
+        (
+            lambda n: n.conv2d_grouped_s8(np.zeros((1, 4, 4, 6), np.int8), np.zeros((4, 3, 3, 3), np.int8), 1, 0, 2, 2),
+            "does not fit",
+        ),
+        (
+            lambda n: n.conv2d_grouped_bwd_data_s8(
+                np.zeros((1, 3, 3, 4), np.int8), np.zeros((4, 3, 3, 3), np.int8), 1, 1, 1, 2, (4, 4)
+            ),
+            "does not match in_hw",
+        ),
+        (
+            lambda n: n.conv2d_grouped_s8(np.zeros((1, 4, 4, 6), np.int8), np.zeros((4, 3, 3, 3), np.int8), 1, 1, 0, 2),
+            "dilation must be positive",
+        ),
+    ],
+    ids=["groups", "kernel", "err", "dilation"],
+)
+def test_native_grouped_conv_refuses_bad_shapes(call, message):
+    native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
+    with pytest.raises(ValueError, match=message):
+        call(native)
+
+
+@pytest.mark.parametrize("case", NATIVE_CASES[:6], ids=NATIVE_IDS[:6])
+def test_native_grouped_scratch_is_what_the_plan_counts(threads, case):
+    """Each pass keeps at most the bytes grouped_scratch_bytes lists for it (the memory planner's
+    count, cpu_scratch.py), and at one thread nearly all of them (the GEMM's blocks are sized
+    for the pool, so a KiB of slack on these small shapes)."""
+    native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
+    from dsptrain.backends.ops_cpu import CpuBackend
+
+    cpu = CpuBackend()
+    native.set_threads(threads)  # CpuBackend() keeps the count; the fixture restores it
+    n, h, w, g, cg, og, k, s, p, d = case
+    x, wt, err = _native_operands(case, 7)
+    sizes = [n, h, w, g * cg, g * og, k, k, s, p, d, g]
+    runs = {
+        ("forward", True): lambda: cpu.conv2d_grouped_requant_s8(x, wt, s, p, d, g, "round", None),
+        ("forward", False): lambda: cpu.conv2d_grouped_s8(x, wt, s, p, d, g),
+        ("backward_data", True): lambda: cpu.conv2d_grouped_bwd_data_requant_s8(
+            err, wt, s, p, d, g, (h, w), "round", None
+        ),
+        ("backward_data", False): lambda: cpu.conv2d_grouped_bwd_data_s8(err, wt, s, p, d, g, (h, w)),
+        ("backward_weight", False): lambda: cpu.conv2d_grouped_bwd_weight_s8(err, x, s, p, d, g, (k, k)),
+    }
+    for (pass_, requant), run in runs.items():
+        cpu.release_scratch()
+        run()
+        kept = cpu.release_scratch()
+        planned = sum(dict(native.grouped_scratch_bytes(pass_, sizes, requant)).values())
+        assert 0 < kept <= planned, (pass_, requant, kept, planned)
+        if threads == 1:
+            assert planned <= 1.05 * kept + 1024, (pass_, requant, kept, planned)
+
+
+def test_the_plan_counts_a_grouped_convs_scratch():
+    """A lowered NITI grouped conv declares its product, so the CPU sizes its scratch for the
+    memory plan; a depthwise one (grouped_hooks.py's route) counts none here."""
+    pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
+    import dsptrain
+    from dsptrain import _cpu_ops as native
+    from dsptrain.backends.ops_cpu import CpuBackend
+    from dsptrain.graph import lower
+    from dsptrain.nn import Conv2d, Flatten, Linear, Model
+
+    model = Model(
+        "grouped",
+        (12, 12, 8),
+        10,
+        (
+            Conv2d("c1", 8, 16, 3, padding=1),
+            Conv2d("g3", 16, 24, 3, stride=2, padding=1, groups=4),
+            Conv2d("dw", 24, 24, 3, padding=2, dilation=2, groups=24),
+            Flatten("flatten"),
+            Linear("fc", 6 * 6 * 24, 10),
+        ),
+    )
+    graph = lower(model, dsptrain.load_recipe("niti"), batch=4)
+    cpu = CpuBackend()
+    for name, pass_ in (("g3.fwd", "forward"), ("g3.bwd_data", "backward_data"), ("g3.bwd_weight", "backward_weight")):
+        op = graph.op(name)
+        want = native.grouped_scratch_bytes(pass_, [3, 12, 12, 16, 24, 3, 3, 2, 1, 1, 4], op.is_requant())
+        assert cpu.scratch_bytes(graph, op, 3) == dict(want) != {}, name
+    assert cpu.scratch_bytes(graph, graph.op("dw.fwd"), 3) == {}

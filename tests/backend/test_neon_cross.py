@@ -40,6 +40,9 @@ OPS = {
     "dw_backward_data_f32": 8,
     "dw_backward_weight_f32": 9,
     "bn_act": 10,
+    "grouped_forward": 11,
+    "grouped_backward_data": 12,
+    "grouped_backward_weight": 13,
 }
 
 
@@ -305,3 +308,56 @@ def test_fused_batch_norm_neon(kernel_check, tmp_path, ref):
     assert results is not None, f"qemu-aarch64 run failed ({proc.returncode}):\n{proc.stderr}"
     for (_, sizes, *_), got, want in zip(records, results, wants):
         np.testing.assert_array_equal(got, want, err_msg=f"bn_act {sizes}")
+
+
+# ---------------------------------------------------------------- grouped (cpu_ops/conv_grouped.cpp)
+# (n, h, w, groups, channels per group, outputs per group, k, stride, pad, dilation): every
+# algorithm (the in-place 1x1, group patches, strided backward data's residue classes), odd
+# and single channels per group, dilation 2, batch 1 and odd; 3 threads, so groups 3 split
+# each product and groups 2 / 4 / 8 ... run as tasks unevenly.
+GROUPED_SHAPES = [
+    (3, 9, 7, 2, 5, 3, 3, 1, 1, 1),
+    (1, 10, 11, 4, 1, 2, 3, 2, 1, 1),
+    (3, 8, 8, 8, 8, 8, 3, 2, 1, 2),
+    (1, 6, 7, 3, 17, 9, 1, 1, 0, 1),
+    (3, 7, 9, 3, 40, 33, 1, 2, 0, 1),
+    (1, 12, 9, 2, 24, 11, 3, 1, 0, 2),
+]
+
+
+def grouped_records(shape, seed):
+    """A grouped shape's three passes as driver records, with ops_ref's answers."""
+    n, h, w, g, cg, og, k, stride, pad, d = shape
+    rng = np.random.default_rng(seed)
+    oh, ow = ((size + 2 * pad - (k - 1) * d - 1) // stride + 1 for size in (h, w))
+    x, wt, err = (
+        rng.integers(-128, 128, s, dtype=np.int8) for s in ((n, h, w, g * cg), (g * og, k, k, cg), (n, oh, ow, g * og))
+    )
+    sizes = (n, h, w, g * cg, g * og, k, stride, pad, d, g)
+    records = [
+        ("grouped_forward", sizes, (x, wt), err.shape, acc_dtype(k * k * cg)),
+        ("grouped_backward_data", sizes, (err, wt), x.shape, acc_dtype(k * k * og)),
+        ("grouped_backward_weight", sizes, (err, x), wt.shape, acc_dtype(n * oh * ow)),
+    ]
+    wants = lambda ref: [  # noqa: E731
+        ref.conv2d_grouped_s8(x, wt, stride, pad, d, g),
+        ref.conv2d_grouped_bwd_data_s8(err, wt, stride, pad, d, g, (h, w)),
+        ref.conv2d_grouped_bwd_weight_s8(err, x, stride, pad, d, g, (k, k)),
+    ]
+    return records, wants
+
+
+def test_grouped_neon(kernel_check, tmp_path, ref):
+    """Every grouped pass on aarch64's NEON GEMM (3 threads), bit for bit with ops_ref."""
+    records, wants = [], []
+    for i, shape in enumerate(GROUPED_SHAPES):
+        r, want = grouped_records(shape, 70 + i)
+        records += r
+        wants += want(ref)
+    results, lines, proc = run_driver(kernel_check, tmp_path, records)
+    assert results is not None, f"qemu-aarch64 run failed ({proc.returncode}):\n{proc.stderr}"
+    assert lines[0] == "isa neon best neon"
+    assert {line.split()[1] for line in lines[1:]} == {"gemm_1x1_in_place", "group_patches_gemm", "residue_class_gemms"}
+    for (op, sizes, *_), got, want in zip(records, results, wants):
+        assert got.dtype == want.dtype, (op, sizes)
+        np.testing.assert_array_equal(got, want, err_msg=f"{op} {sizes}")

@@ -19,9 +19,12 @@
 //         (0 none, 1 clip to [0, 6], 2 relu); int8 x[rows,c], err[rows,c], then float32
 //         gamma, beta, mean, var [c]  -> float64 [ey, edx, d_gamma[c], d_beta[c], y, dx]
 //         (training, momentum 0.1, eps 1e-5, round to nearest)
+//   op 11 grouped forward    n h w c o k stride pad dilation groups  x w[o,k,k,c/groups] -> y[n,oh,ow,o]
+//   op 12 grouped bwd data   (the same sizes)                        err w -> dx[n,h,w,c]
+//   op 13 grouped bwd weight (the same sizes)                        err x -> dw[o,k,k,c/groups]
 // OUT gets each record's result, in order. stdout says which path ran: one line
 // "isa <active> best <best>", then per convolution record "conv <algorithm>", per
-// depthwise record "dwconv <loop>".
+// depthwise record "dwconv <loop>", per grouped record "grouped <algorithm>".
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +33,7 @@
 
 #include "bn_cast.h"
 #include "conv.h"
+#include "conv_grouped.h"
 #include "dwconv.h"
 #include "gemm.h"
 
@@ -41,7 +45,7 @@ using dsptrain::ConvShape;
 enum Op : int32_t {
   kGemm = 0, kConvForward = 1, kConvBackwardData = 2, kConvBackwardWeight = 3,
   kDwForward = 4, kDwBackwardData = 5, kDwBackwardWeight = 6, kDwForwardF32 = 7, kDwBackwardDataF32 = 8,
-  kDwBackwardWeightF32 = 9, kBnAct = 10
+  kDwBackwardWeightF32 = 9, kBnAct = 10, kGroupedForward = 11, kGroupedBackwardData = 12, kGroupedBackwardWeight = 13
 };
 
 [[noreturn]] void die(const std::string& message) {
@@ -99,6 +103,27 @@ void run_conv(Op op, const int32_t* p, int acc_bytes, std::FILE* in, std::FILE* 
   } else {
     const std::vector<int8_t> err = read_bytes(in, err_size, "conv err"), x = read_bytes(in, x_size, "conv x");
     run_acc(acc_bytes, w_size, out, [&](auto* dw) { dsptrain::conv2d_bwd_weight(err.data(), x.data(), s, dw); });
+  }
+}
+
+void run_grouped(Op op, const int32_t* p, int acc_bytes, std::FILE* in, std::FILE* out) {
+  const dsptrain::GroupedConv g{ConvShape{p[0], p[1], p[2], p[3], p[4], p[5], p[5], p[6], p[7]}, p[9], p[8]};
+  const ConvShape& s = g.s;
+  const long long x_size = 1LL * s.n * s.h * s.w * s.c, w_size = 1LL * s.o * s.kh * s.kw * g.cg();
+  const long long err_size = 1LL * s.n * g.oh() * g.ow() * s.o;
+  const ConvPass pass = op == kGroupedForward        ? ConvPass::kForward
+                        : op == kGroupedBackwardData ? ConvPass::kBackwardData
+                                                     : ConvPass::kBackwardWeight;
+  std::printf("grouped %s\n", dsptrain::grouped_algorithm(pass, g));
+  if (op == kGroupedForward) {
+    const std::vector<int8_t> x = read_bytes(in, x_size, "grouped x"), w = read_bytes(in, w_size, "grouped w");
+    run_acc(acc_bytes, err_size, out, [&](auto* y) { dsptrain::conv2d_grouped_fwd(x.data(), w.data(), g, y); });
+  } else if (op == kGroupedBackwardData) {
+    const std::vector<int8_t> err = read_bytes(in, err_size, "grouped err"), w = read_bytes(in, w_size, "grouped w");
+    run_acc(acc_bytes, x_size, out, [&](auto* dx) { dsptrain::conv2d_grouped_bwd_data(err.data(), w.data(), g, dx); });
+  } else {
+    const std::vector<int8_t> err = read_bytes(in, err_size, "grouped err"), x = read_bytes(in, x_size, "grouped x");
+    run_acc(acc_bytes, w_size, out, [&](auto* dw) { dsptrain::conv2d_grouped_bwd_weight(err.data(), x.data(), g, dw); });
   }
 }
 
@@ -196,6 +221,7 @@ int main(int argc, char** argv) {
     else if (op >= kConvForward && op <= kConvBackwardWeight) run_conv(op, header + 2, header[1], in, out);
     else if (op >= kDwForward && op <= kDwBackwardWeightF32) run_depthwise(op, header + 2, header[1], in, out);
     else if (op == kBnAct) run_bn_act(header + 2, header[1], in, out);
+    else if (op >= kGroupedForward && op <= kGroupedBackwardWeight) run_grouped(op, header + 2, header[1], in, out);
     else die("record " + std::to_string(record) + ": unknown op " + std::to_string(header[0]));
   }
   std::fclose(in);

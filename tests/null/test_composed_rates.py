@@ -1,7 +1,8 @@
 """The cost model sees what a composed conv runs on: a dilated conv's passes at the GEMM's measured
 rate (its patches gathered, cpu_ops/dilated_gather.cpp, then gemm_s8), a grouped conv's at the conv
-kernels' (per group) or the depthwise kernels' (groups == channels, dilated too), and the bytes of
-their gathered copies beside their tensors."""
+kernels' (per group) or the depthwise kernels' (groups == channels, dilated too), the bytes of
+their gathered copies beside their tensors, and how many kernel calls each makes on each backend
+(the DSP's per group, the CPU's one native call a grouped pass)."""
 
 from __future__ import annotations
 
@@ -118,15 +119,14 @@ def _run(backend, graph, op, rng):
     return backend.conv2d_grouped_bwd_weight_s8(*data, *common, a["kernel"])
 
 
-def test_the_cost_model_counts_each_kernel_call_a_composed_conv_makes():
-    """rates.kernel_calls (a call's fixed cost each: a FastRPC round trip on the DSP) is the number
-    of product calls grouped_hooks.py makes: per group, per dilation residue class met."""
+def _calls_graph():
     model = Model(
         "calls",
         (13, 13, 12),
         10,
         (
             Conv2d("grouped4", 12, 12, 3, padding=1, groups=4),
+            Conv2d("grouped3", 12, 12, 1, groups=3),
             Conv2d("dw_d2", 12, 12, 3, padding=2, dilation=2, groups=12),
             Conv2d("dw_d2_s2", 12, 12, 3, stride=2, padding=2, dilation=2, groups=12),
             Conv2d("dw_d3_s2", 12, 12, 3, stride=2, padding=3, dilation=3, groups=12),
@@ -135,7 +135,13 @@ def test_the_cost_model_counts_each_kernel_call_a_composed_conv_makes():
             Linear("fc", 4 * 4 * 12, 10),
         ),
     )
-    graph = lower(model, dsptrain.load_recipe("niti"), batch=2)
+    return lower(model, dsptrain.load_recipe("niti"), batch=2)
+
+
+def test_the_cost_model_counts_each_kernel_call_a_composed_conv_makes():
+    """rates.kernel_calls on the DSP (a call's fixed cost each: a FastRPC round trip) is the number
+    of product calls grouped_hooks.py makes: per group, per dilation residue class met."""
+    graph = _calls_graph()
     rng = np.random.default_rng(0)
     backend = _CountingBackend()
     seen = {}
@@ -144,16 +150,61 @@ def test_the_cost_model_counts_each_kernel_call_a_composed_conv_makes():
             continue
         backend.calls = 0
         _run(backend, graph, op, rng)
-        assert kernel_calls(graph, op) == backend.calls, op.name
+        assert kernel_calls(graph, op, "dsp") == backend.calls, op.name
         seen[op.name] = backend.calls
-    assert seen["grouped4.fwd"] == 4 and seen["dw_d2.bwd_data"] == 4 and seen["dw_d3_s2.fwd"] == 9
-    assert seen["dw_d2_s2.fwd"] == 1 and kernel_calls(graph, graph.op("dw.fwd")) == 1  # dwconv2d_s8 itself
+    assert seen["grouped4.fwd"] == 4 and seen["grouped3.bwd_data"] == 3
+    assert seen["dw_d2.bwd_data"] == 4 and seen["dw_d3_s2.fwd"] == 9
+    assert seen["dw_d2_s2.fwd"] == 1 and kernel_calls(graph, graph.op("dw.fwd"), "dsp") == 1  # dwconv2d_s8 itself
+
+
+class _CountingNative:
+    """The native module with its product entry points counted (every other name passed through)."""
+
+    def __init__(self, native):
+        self._native, self.calls = native, 0
+
+    def __getattr__(self, name):
+        fn = getattr(self._native, name)
+        if not name.startswith(("conv2d_", "dwconv2d_", "gemm_")):
+            return fn
+
+        def call(*args):
+            self.calls += 1
+            return fn(*args)
+
+        return call
+
+
+def test_the_cpu_runs_a_grouped_pass_in_one_native_call(monkeypatch):
+    """On the CPU rates.kernel_calls is the number of native product calls the CpuBackend makes:
+    one a pass for a grouped conv (cpu_ops/conv_grouped.cpp), the depthwise compositions' as on
+    the DSP."""
+    native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
+    from dsptrain.backends import ops_cpu
+
+    graph = _calls_graph()
+    counting = _CountingNative(native)
+    monkeypatch.setattr(ops_cpu, "_native", counting)
+    backend = ops_cpu.CpuBackend()
+    rng = np.random.default_rng(1)
+    seen = {}
+    for op in graph.ops:
+        if op.attrs.get("groups", 1) == 1 or not op.macs:
+            continue
+        counting.calls = 0
+        _run(backend, graph, op, rng)
+        assert kernel_calls(graph, op, "cpu") == counting.calls, op.name
+        seen[op.name] = counting.calls
+    assert seen["grouped4.fwd"] == seen["grouped3.bwd_data"] == seen["grouped3.bwd_weight"] == 1
+    assert seen["dw_d3_s2.fwd"] == 9
 
 
 def test_each_kernel_call_adds_the_call_cost(monkeypatch):
     graph = _graph()
     device = dsptrain.config.load_device("v66")
-    op = graph.op("grouped.fwd")  # two groups: two calls
+    op = graph.op("grouped.fwd")  # two groups: two calls on the DSP, one on the CPU
     grouped = op_time(device, graph, op, "dsp").seconds
-    monkeypatch.setattr(rates, "kernel_calls", lambda graph, op: 1)
+    on_cpu = op_time(device, graph, op, "cpu").seconds
+    monkeypatch.setattr(rates, "kernel_calls", lambda graph, op, backend: 1)
     assert grouped - op_time(device, graph, op, "dsp").seconds == pytest.approx(speeds(device, "dsp").call_s)
+    assert on_cpu == op_time(device, graph, op, "cpu").seconds

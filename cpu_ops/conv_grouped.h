@@ -1,0 +1,56 @@
+// Grouped int8 convolutions (groups > 1; a depthwise one keeps dwconv.cpp) in one native call
+// per pass: group g's input channels [g*C/G, (g+1)*C/G) against its weight rows
+// [g*O/G, (g+1)*O/G). Each group's slice is read from the NHWC tensor natively (one pass of
+// C/G bytes a pixel, as a conv's padding pass reads it) into the dense conv paths (conv.cpp:
+// their lanes, panels and implicit GEMMs, chosen for the group's own shape) or, dilated, the
+// gathers of dilated_gather.cpp into gemm_s8_s32; each group's sums land in their output
+// channels in place. Sums only: the binding rounds the whole tensor once (one shift, NITI's
+// one exponent per tensor), so every rounding mode is the dense conv's, bit for bit.
+#pragma once
+#include <cstdint>
+
+#include "conv.h"
+#include "conv_shapes.h"
+#include "scratch.h"
+
+namespace dsptrain {
+
+// A grouped conv: `s` is the whole one (s.c input and s.o output channels; weights
+// [s.o, kh, kw, s.c / groups]), taps `dilation` apart; oh() and ow() count the dilation.
+struct GroupedConv {
+  ConvShape s;
+  int groups, dilation;
+  int cg() const { return s.c / groups; }
+  int og() const { return s.o / groups; }
+  int oh() const { return (s.h + 2 * s.pad - (s.kh - 1) * dilation - 1) / s.stride + 1; }
+  int ow() const { return (s.w + 2 * s.pad - (s.kw - 1) * dilation - 1) / s.stride + 1; }
+  double macs() const { return double(s.n) * oh() * ow() * s.o * s.kh * s.kw * cg(); }
+  // A 1x1 kernel meets no dilation: such a conv runs as an undilated one.
+  bool dilated() const { return dilation > 1 && (s.kh > 1 || s.kw > 1); }
+};
+
+// What a pass runs for each group (for the tests that pin it): "gemm_1x1_in_place" (a 1x1,
+// stride-1, unpadded conv: the tensors' pixels are the GEMM's rows as they lie),
+// "residue_class_gemms" (a strided backward data: one GEMM per residue class of the input
+// pixels over the taps that class meets) or "group_patches_gemm" (the group's patches
+// gathered from its channels into the GEMM's A).
+const char* grouped_algorithm(ConvPass pass, const GroupedConv& g);
+
+// The kept scratch of one pass (scratch.h's buffers by name, the memory planner's count):
+// `requant`, the requantizing entry point's accumulator too.
+ScratchList grouped_scratch(ConvPass pass, const GroupedConv& g, bool requant);
+
+// y[N,OH,OW,O] = x * w group by group. T: int32_t or int64_t (numerics.acc_dtype of the
+// group's depth KH*KW*C/G).
+template <typename T>
+void conv2d_grouped_fwd(const int8_t* x, const int8_t* w, const GroupedConv& g, T* y);
+
+// dx[N,H,W,C] from err[N,OH,OW,O]; T by the depth KH*KW*O/G.
+template <typename T>
+void conv2d_grouped_bwd_data(const int8_t* err, const int8_t* w, const GroupedConv& g, T* dx);
+
+// dw[O,KH,KW,C/G] from err[N,OH,OW,O] and x; T by the depth N*OH*OW.
+template <typename T>
+void conv2d_grouped_bwd_weight(const int8_t* err, const int8_t* x, const GroupedConv& g, T* dw);
+
+}  // namespace dsptrain
