@@ -18,6 +18,12 @@
 
 #define BIAS_WORD 0x80808080u
 
+#define BYTES8(i) i, i + 1, i + 2, i + 3, i + 4, i + 5, i + 6, i + 7
+#define BYTES32(i) BYTES8(i), BYTES8(i + 8), BYTES8(i + 16), BYTES8(i + 24)
+static const uint8_t byte_index[128] __attribute__((aligned(128))) = {BYTES32(0), BYTES32(32), BYTES32(64), BYTES32(96)};
+#undef BYTES32
+#undef BYTES8
+
 uint32_t dspt_packed_b_bytes(int n, int k)
 {
     return (uint32_t)((n + 31) / 32) * (uint32_t)((k + 3) / 4) * HVX_BYTES;
@@ -359,8 +365,8 @@ static inline __attribute__((always_inline)) void one_block_words(const int32_t 
  * else sums holds them. Accumulators start at -128 * sum(a): the bias of packed b taken back out.
  * R * NB accumulators (at most 24) stay in the 32 vector registers. */
 static inline __attribute__((always_inline)) void tile(
-    const int R, const int NB, const int AQ, const int ACC, const struct core *g, int32_t *c, const int8_t *a,
-    int rows, const HVX_Vector *b, int32_t *sums, int flags)
+    const int R, const int NB, const int AQ, const int ACC, const int SPREAD, const struct core *g, int32_t *c,
+    const int8_t *a, int rows, const HVX_Vector *b, int32_t *sums, int flags, HVX_Vector spread)
 {
     /* locals first: the stores through c may alias *g */
     const int aq = AQ ? AQ : g->aq, k4 = g->k4, ldc = g->ldc, lda = g->lda, spill = g->spill;
@@ -439,7 +445,17 @@ static inline __attribute__((always_inline)) void tile(
 #undef MAC
         }
     }
-    if (ones >= 0) {   /* lane `ones` of the last block summed a against 1s: the row sums */
+    if (SPREAD) {
+        /* the product's only block: the row sums (lane `ones`) copied to every lane by one
+         * vdelta a row (strip_spread's control), none through a scalar register (vextract
+         * issues one a packet: ~12 packets for 4 rows), none stored (no other block reads them) */
+#define FIX(r) do { \
+            HVX_Vector fix = Q6_Vw_vasl_VwR(Q6_V_vdelta_VV(acc##r[0], spread), 7); \
+            acc##r[0] = Q6_Vw_vsub_VwVw(acc##r[0], fix); \
+        } while (0)
+        ROWS(FIX);
+#undef FIX
+    } else if (ones >= 0) {   /* lane `ones` of the last block summed a against 1s: the row sums */
 #define FIX(r) do { \
             sums[r] = Q6_R_vextract_VR(acc##r[NB - 1], 4 * ones); \
             HVX_Vector fix = Q6_V_vsplat_R(-128 * sums[r]); \
@@ -480,15 +496,21 @@ static inline __attribute__((always_inline)) void tile(
  * (written by the strip holding the 1s lane, read by the others). `flags` as tile's;
  * TILE_TAIL goes to the strip's last tile only. */
 static inline __attribute__((always_inline)) void strip_rows(
-    const int R, const int NB, const int AQ, const int ACC, const struct core *g, int32_t *c, const int8_t *a,
-    int m, const HVX_Vector *b, int32_t *sums, int flags)
+    const int R, const int NB, const int AQ, const int ACC, const int SPREAD, const struct core *g, int32_t *c,
+    const int8_t *a, int m, const HVX_Vector *b, int32_t *sums, int flags)
 {
     const int ldc = g->ldc, lda = g->lda;
+    /* SPREAD: vdelta's control copying lane `ones` to every lane, once a strip (stage o
+     * takes byte k ^ o where bit o of ctrl[k] is set: bits 2-6 of k ^ 4 ones) */
+    HVX_Vector spread = SPREAD ? Q6_V_vand_VV(Q6_V_vxor_VV(*(const HVX_Vector *)byte_index,
+                                                           Q6_V_vsplat_R(4 * g->ones * 0x01010101)),
+                                              Q6_V_vsplat_R(0x7C7C7C7C))
+                               : Q6_V_vzero();
     /* whole tiles before the last: `rows` a constant, so their clamps and tests fold away */
     int row = 0, whole = (m - 1) / R * R;
     for (; row < whole; row += R)
-        tile(R, NB, AQ, ACC, g, c + row * ldc, a + row * lda, R, b, sums + row, flags & ~TILE_TAIL);
-    tile(R, NB, AQ, ACC, g, c + row * ldc, a + row * lda, m - row, b, sums + row, flags);
+        tile(R, NB, AQ, ACC, SPREAD, g, c + row * ldc, a + row * lda, R, b, sums + row, flags & ~TILE_TAIL, spread);
+    tile(R, NB, AQ, ACC, SPREAD, g, c + row * ldc, a + row * lda, m - row, b, sums + row, flags, spread);
 }
 
 /* The strip once per group of rows (g->groups): the WORDS layout's; the other layouts
@@ -498,12 +520,12 @@ static inline __attribute__((always_inline)) void strip(
     int m, const HVX_Vector *b, int32_t *sums, int flags)
 {
     if (AQ != WORDS) {
-        strip_rows(R, NB, AQ, ACC, g, c, a, m, b, sums, flags);
+        strip_rows(R, NB, AQ, ACC, 0, g, c, a, m, b, sums, flags);
         return;
     }
     const int groups = g->rg->groups, a_group = g->rg->a_bytes, c_group = g->rg->c_words, s_group = g->rg->sums;
     for (int grp = 0; grp < groups; grp++, c += c_group, a += a_group, sums += s_group)
-        strip_rows(R, NB, AQ, ACC, g, c, a, m, b, sums, flags);
+        strip_rows(R, NB, AQ, ACC, 0, g, c, a, m, b, sums, flags);
 }
 
 /* One compiled strip per tile shape (R rows x NB blocks), row layout (aq = 1: contiguous
@@ -521,6 +543,16 @@ STRIPS(1, 1, 1) STRIPS(32, 32, 1) STRIPS(0, 0, 1) STRIPS(WORDS, words, 1)
 /* WORDS rows share one base pointer: 12 rows x 2 blocks (24 accumulators) fit */
 STRIP(12, 2, WORDS, words, 0) STRIP(12, 2, WORDS, words, 1)
 static const strip_fn strips12[2] = {strip_12_2_words_0, strip_12_2_words_1};
+/* Contiguous rows, one block holding the lane of 1s, the product's only one (n < 32): the
+ * sums fix by vdelta (tile SPREAD), in strips of their own so the other strips keep their
+ * registers */
+#define STRIP_SPREAD(ACC) \
+    static __attribute__((noinline)) void strip_spread_##ACC( \
+        const struct core *g, int32_t *c, const int8_t *a, int m, const HVX_Vector *b, int32_t *sums, int flags) \
+    { strip_rows(4, 1, 1, ACC, 1, g, c, a, m, b, sums, flags); }
+STRIP_SPREAD(0) STRIP_SPREAD(1)
+#undef STRIP_SPREAD
+static const strip_fn strips_spread[2][2][4] = {{{strip_spread_0}}, {{strip_spread_1}}};   /* as strips[acc][layout] */
 #undef STRIPS
 #undef STRIP
 /* [accumulate][layout][rows 4 or 8][blocks - 1]; 8 rows x 4 blocks would need 32
@@ -709,7 +741,8 @@ static inline __attribute__((always_inline)) void core(const int DEPTH, struct c
             continue;
         }
         if (g->ones >= 0)
-            run_strip(fn, g, cr + nb_last * 32, ar, mm, bv + nb_last * k4, sums, left, TILE_LAST | tail);
+            run_strip(nblocks == 1 && layout == 0 ? strips_spread[accumulate != 0] : fn, g, cr + nb_last * 32, ar, mm,
+                      bv + nb_last * k4, sums, left, TILE_LAST | tail);
         else if (given)
             sums = (int32_t *)given + r0;
         else

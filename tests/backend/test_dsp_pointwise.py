@@ -264,7 +264,8 @@ def test_weight_gradient_rows_of_32(dsp, rng, threads, name):
 # rows to a stride of round_up(K, 4), 8-aligned or not; the convolutions take im2col_gemm),
 # K4 of 1 (no pair), N whole (32) and ragged (the lane of 1s), M not a multiple of 4; K4 >= 8
 # runs one_block_words' packets for K4 // 4 * 4 words (K4 % 4 of 0-3 after it: 24, 9, 10, 35;
-# K4 8-9 its shortest loop), K4 7 the memd loop alone
+# K4 8-9 its shortest loop), K4 7 the memd loop alone; N < 32, the product's only block:
+# the sums' fix copies lane N of the 1s (1 to 31) by vdelta (gemm.c strip_spread)
 ONE_BLOCK = {
     "k96-n24": (261, 96, 24),
     "k144-n24": (67, 144, 24),
@@ -278,6 +279,7 @@ ONE_BLOCK = {
     "k36-n32": (10, 36, 32),
     "k28-n24": (7, 28, 24),
     "k8-n31": (6, 8, 31),
+    "k64-n1": (23, 64, 1),
     "k4-n24": (9, 4, 24),
 }
 
