@@ -27,11 +27,13 @@ alignas(32) const uint8_t kFlip8[32] = {0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80
                                         0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
                                         0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80};
 
-// With `count` outliers at `list` (kBOffset only): each adds rest x (B's group of its k +
+// With OUTLIERS (kBOffset only), the `count` outliers at `list`: each adds rest x (B's group of its k +
 // 128) to its row's two sums as add_outliers_avx2 does to C (gemm_avx2.cpp: 7
 // instructions a panel, exact), here while the sums and B's two panels are in L1.
-template <PairMode MODE>
-DSPTRAIN_AVX2 void micro_avx2_bytes_pair(const void* a_tile, const int8_t* b0, const int8_t* b1, int kgroups,
+// (always inlined into micro_pair's three kernels: a call more cost MobileNetV2's shallow
+// products, 4-8 groups a call, 2-5 %)
+template <PairMode MODE, bool OUTLIERS>
+DSPTRAIN_AVX2 __attribute__((always_inline)) inline void micro_avx2_bytes_pair(const void* a_tile, const int8_t* b0, const int8_t* b1, int kgroups,
                                          int32_t* c, ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
                                          const SmallAOutlier* list, int count, int row0) {
   constexpr int kNR = 2 * kAvx2NR;
@@ -97,7 +99,8 @@ DSPTRAIN_AVX2 void micro_avx2_bytes_pair(const void* a_tile, const int8_t* b0, c
 #undef DSPTRAIN_AVX2_PAIR_LOOP
 #undef DSPTRAIN_AVX2_PAIR_ROW
 #undef DSPTRAIN_AVX2_PAIR_HALF
-  if constexpr (MODE == PairMode::kBOffset) {
+  if constexpr (OUTLIERS) {
+    static_assert(MODE == PairMode::kBOffset, "outliers are small A's");
     const __m256i flip = _mm256_load_si256(reinterpret_cast<const __m256i*>(kFlip8));
     const __m256i ones = _mm256_load_si256(reinterpret_cast<const __m256i*>(kOnes16));
     for (int i = 0; i < count; ++i) {
@@ -131,7 +134,7 @@ DSPTRAIN_AVX2 void micro_avx2_bytes_pair(const void* a_tile, const int8_t* b0, c
 template <PairMode MODE>
 DSPTRAIN_AVX2 void micro_pair(const void* a_tile, const int8_t* b0, const int8_t* b1, int kgroups, int32_t* c,
                               ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate) {
-  micro_avx2_bytes_pair<MODE>(a_tile, b0, b1, kgroups, c, ldc, mr_valid, nr_valid, accumulate, nullptr, 0, 0);
+  micro_avx2_bytes_pair<MODE, false>(a_tile, b0, b1, kgroups, c, ldc, mr_valid, nr_valid, accumulate, nullptr, 0, 0);
 }
 
 }  // namespace
@@ -140,7 +143,7 @@ void set_avx2_pair_kernels(GemmKernel* kernel) {
   kernel->micro_pair_unsigned = micro_pair<PairMode::kAUnsigned>;
   kernel->micro_pair_b_unsigned = micro_pair<PairMode::kBUnsigned>;
   kernel->micro_pair_small_a = micro_pair<PairMode::kBOffset>;
-  kernel->micro_pair_small_a_outliers = micro_avx2_bytes_pair<PairMode::kBOffset>;
+  kernel->micro_pair_small_a_outliers = micro_avx2_bytes_pair<PairMode::kBOffset, true>;
 }
 
 }  // namespace dsptrain

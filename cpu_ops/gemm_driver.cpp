@@ -355,6 +355,7 @@ GemmBlockCounts gemm_block_counts(bool reset) {
 // 5-9 % slower, 6 rows 11-22 %, the whole block (192 rows, C's rows in L3 by then) 9-29 %,
 // and per tile and panel right after micro (C's tile in L1) 15-24 % even at 0.02 %.
 constexpr int kOutlierChunkRows = 24;
+constexpr int kOutlierPairMinPanels = 16, kOutlierPairMinDepth = 256;
 
 void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc, bool a_padded, int64_t* absmax,
                  FusedRequant* fused) {
@@ -410,8 +411,12 @@ void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc,
       // Where the ISA has it, the pair kernel adds its tile's outliers to its sums before
       // they meet C (B's two panels and the sums in L1), and add_outliers below is left
       // only an odd last panel: on VGG-11's deep shapes with NITI-like errors (0.4 %) 1-2.5 %
-      // faster than adding them all after the chunk (docs/depthwise.md).
-      const bool in_pairs = with_outliers && kern->micro_pair_small_a_outliers && t.p1 - t.p0 >= 2;
+      // faster than adding them all after the chunk (docs/depthwise.md). Not on tasks of
+      // fewer than kOutlierPairMinPanels panels or K blocks under kOutlierPairMinDepth, where
+      // one pass along a chunk's C rows costs less than a loop over each tile's few
+      // outliers per pair (MobileNetV2's errors column 1-2 % slower in the pairs).
+      const bool in_pairs = with_outliers && kern->micro_pair_small_a_outliers &&
+                            t.p1 - t.p0 >= kOutlierPairMinPanels && kc >= kOutlierPairMinDepth;
       if (in_pairs) count_outlier_pair_block();
       const size_t panel_stride = static_cast<size_t>(b.k_pad) * nr;
       // The byte kernels take B's panels two at a time where the ISA has the pair kernel
