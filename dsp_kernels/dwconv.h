@@ -75,6 +75,17 @@ int dspt_dw_err_pairs_fit(const struct dw_shape *s);
 int dspt_dw_err_pairs(struct dspt_ctx *ctx, const struct dw_shape *s, const int8_t *err, const int8_t *w, int32_t *dx,
                       int accumulate);
 
+/* dwconv_bwd2_packets.c: the err pairs' anchor rows of 96 channels as hand-scheduled packets
+ * (DSPT_PATH_DW_ERR_PACKETS): where the err pairs run (their fit and dx aligned), at C = 96,
+ * OW >= 3 and no accumulation; run by dspt_dw_err_pairs' shares over images [lo, hi), wt
+ * its weights. */
+static inline int dspt_dw_err_packets_fit(const struct dw_shape *s, int acc)
+{
+    return s->c == 96 && s->ow >= 3 && !acc;
+}
+void dspt_dw_err_packets(const struct dw_shape *s, const int8_t *err, const int8_t *zeros, const HVX_Vector *wt,
+                         int32_t *dx, int32_t *sink, int lo, int hi);
+
 /* dwconv_bwd_one.c: backward data from an err of one pixel onto 1, 2 or 4 dx pixels, C % 32 == 0,
  * dx 128-byte aligned (the caller checks): each dx pixel err times its single tap. */
 int dspt_dw_err_one_fit(const struct dw_shape *s);

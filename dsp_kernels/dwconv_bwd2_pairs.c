@@ -20,7 +20,9 @@
  *   (ep_row: the err slots go k = dy + 2 dx, so an err column's first vshuff stage is done
  *   once, not once an anchor). Either way the next anchor's words are built while this
  *   one's products are stored.
- * Work is split by images across the HVX threads (threads.h).
+ * Work is split by images across the HVX threads (threads.h). At 96 channels (err rows of
+ * 3 or more pixels, not accumulating) a share runs dwconv_bwd2_packets.c's rows written in
+ * packets instead ("dw_err_packets"), with the weights built here.
  */
 #include "hvx-utils.h"
 #include "kernels.h"
@@ -37,6 +39,7 @@ struct ep_job {
     const HVX_Vector *wt;   /* per unit, in store order */
     int32_t *sink[DSPT_MAX_THREADS];   /* odd H: the last anchor row's missing dx row lands here */
     int accumulate;
+    int packets;   /* 96 channels: the rows in packets (dwconv_bwd2_packets.c) */
 };
 
 int dspt_dw_err_pairs_fit(const struct dw_shape *s)
@@ -290,6 +293,10 @@ static int ep_share(struct dspt_ctx *tc, int t, void *job)
     int lo, hi;
     dspt_share(tc, s->n, 1, t, &lo, &hi);
     if (lo >= hi) return DSPT_OK;
+    if (J->packets) {
+        dspt_dw_err_packets(s, J->err, J->zeros, J->wt, J->dx, J->sink[t], lo, hi);
+        return DSPT_OK;
+    }
     if (s->c == 144) {
         if (J->accumulate) ep_144_1(J, lo, hi, J->sink[t]);
         else ep_144_0(J, lo, hi, J->sink[t]);
@@ -335,7 +342,8 @@ int dspt_dw_err_pairs(struct dspt_ctx *ctx, const struct dw_shape *s, const int8
     HVX_Vector *wt = dspt_scratch(ctx, (uint32_t)(C == 144 ? EP_U144 : units * EP_UNIT) * HVX_BYTES);
     int8_t *zeros = dspt_scratch(ctx, zero_bytes);
     if (!wt || !zeros) return DSPT_NO_SUPPORT;
-    struct ep_job J = {.s = s, .err = err, .zeros = zeros, .dx = dx, .wt = wt, .accumulate = accumulate};
+    struct ep_job J = {.s = s, .err = err, .zeros = zeros, .dx = dx, .wt = wt, .accumulate = accumulate,
+                       .packets = dspt_dw_err_packets_fit(s, accumulate)};
     for (int t = 0; t < (int)ctx->threads; t++) {   /* carved before anything is written */
         struct dspt_ctx *tc = s->h % 2 ? dspt_thread_ctx(ctx, t) : 0;
         J.sink[t] = tc ? dspt_scratch(tc, (uint32_t)s->w * C * 4) : 0;

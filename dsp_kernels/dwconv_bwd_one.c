@@ -52,14 +52,30 @@ static inline __attribute__((always_inline)) void eo_core(const int P, const int
     HVX_Vector W[16];
     for (int p = 0; p < P; p++)
         for (int g = 0; g < G; g++) W[4 * p + g] = wt[4 * p + g];
+    if (P == 1) {   /* 4 stores an image: clang packs the plain loop tighter (1 x 1 x 960: 3.8 K, 4.5 K pipelined) */
+        for (int img = 0; img < n; img++, err += C, dx += C) {
+            HVX_Vector x[4];
+            eo_spread(G, x, hvx_load_u(err));
+            for (int g = 0; g < G; g++) {
+                HVX_Vector *o = (HVX_Vector *)(dx + 32 * g), r = Q6_Vw_vrmpy_VbVb(x[g], W[g]);
+                *o = ACC ? Q6_Vw_vadd_VwVw(r, *o) : r;
+            }
+        }
+        return;
+    }
+    /* software-pipelined: the next image's err spread while this one's products are stored
+     * (the last image spreads itself again: nothing past err is read) */
+    HVX_Vector x[4];
+    eo_spread(G, x, hvx_load_u(err));
     for (int img = 0; img < n; img++, err += C, dx += P * C) {
-        HVX_Vector x[4];
-        eo_spread(G, x, hvx_load_u(err));
+        HVX_Vector xn[4];
+        eo_spread(G, xn, hvx_load_u(img + 1 < n ? err + C : err));
         for (int p = 0; p < P; p++)
             for (int g = 0; g < G; g++) {
                 HVX_Vector *o = (HVX_Vector *)(dx + p * C + 32 * g), r = Q6_Vw_vrmpy_VbVb(x[g], W[4 * p + g]);
                 *o = ACC ? Q6_Vw_vadd_VwVw(r, *o) : r;
             }
+        for (int g = 0; g < G; g++) x[g] = xn[g];
     }
 }
 

@@ -56,6 +56,32 @@ int dspt_dw_triple_packets_fit(const struct dw_shape *s, const int32_t *y, int a
            && ((uintptr_t)y & (HVX_BYTES - 1)) == 0;
 }
 
+/* Where block cb starts and how it is stored (ct_share's NQ): with y on a vector and no
+ * accumulation, C % 32 == 0 keeps every block where it is, the last one's C % 128 channels
+ * as (C % 128) / 32 aligned vectors (192: 2, not 4 moved back over channels the block
+ * before computed); a ragged C > 128 whose last block has at most 32 new channels computes
+ * one group of 32 ending at C (144: channels 112..143, 3 vrmpy an output, not 12), stored
+ * as one unaligned vector (9); otherwise a ragged last block moves back to end at C
+ * (dw_block_start; 8: four unaligned vectors) or keeps `valid` words (0). The products of
+ * the groups a block does not store are dead, and clang drops them with their vshuffs. */
+static int ct_block(int cb, const struct dw_shape *s, const int32_t *y, int acc, int *c0, int *valid)
+{
+    const int C = s->c, start = cb * HVX_BYTES, aligned = ((uintptr_t)y & (HVX_BYTES - 1)) == 0 && !acc;
+    if (aligned && C % 32 == 0) {
+        *c0 = start;
+        *valid = C - start < HVX_BYTES ? C - start : HVX_BYTES;
+        return *valid / 32;
+    }
+    if (aligned && C > HVX_BYTES && C - start <= 32) {
+        *c0 = C - 32;
+        *valid = 32;
+        return 9;
+    }
+    *c0 = dw_block_start(cb, C, acc);
+    *valid = C - *c0 < HVX_BYTES ? C - *c0 : HVX_BYTES;
+    return *valid == HVX_BYTES && !acc ? 8 : 0;
+}
+
 /* Column triple at byte offset k of rows r0, r1, r2, interleaved into t. */
 static inline __attribute__((always_inline)) void triple(HVX_Vector t[4], const int8_t *r0, const int8_t *r1,
                                                          const int8_t *r2, int k)
@@ -68,6 +94,10 @@ static inline __attribute__((always_inline)) void store_block(const int NQ, int3
 {
     if (NQ == 8) {   /* 4 whole vectors, unaligned */
         for (int q = 0; q < 4; q++) dw_store_u(y + 32 * q, v[q]);
+        return;
+    }
+    if (NQ == 9) {   /* one group, unaligned */
+        dw_store_u(y, v[0]);
         return;
     }
     if (NQ) {   /* NQ whole aligned vectors */
@@ -145,6 +175,59 @@ static inline __attribute__((always_inline)) void ct_row96(const int8_t *r0, con
           "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "m0", "m1", "lc0", "sa0", "usr", "memory");
 }
 
+/* A row of ct_images' last group (NQ == 9: 32 channels ending at C, one unaligned output
+ * vector) at an even width, in packets as ct_row96 but for the one group: an output's 6
+ * vmemu, 6 vshuff (each triple's low halves only) and its vmemu store, which shares a
+ * packet with none of them, take 13 packets; its 3 vrmpy and 2 vadd ride beside the loads
+ * (clang-16: 19.5). Registers: the sum v10, products v9, te's bytes and pairs v14-v17, its
+ * words v20 (v21 unused), to's v18/v19/v28/v29, its words v24 (v25), zero v31. */
+static inline __attribute__((always_inline)) void ct_row32(const int8_t *r0, const int8_t *r1, const int8_t *r2,
+                                                           int32_t *y, int C, int OW, const HVX_Vector *W)
+{
+    const int8_t *e0 = r0, *e1 = r1, *e2 = r2, *t0, *t1, *t2;
+    int32_t *y0 = y;
+    const int step = 2 * C, ybytes = 4 * C, n = OW - 1;
+    register int m1 __asm__("r6") = -1;   /* vshuff's Rt is one of r0-r7 */
+    register int m2 __asm__("r7") = -2;
+    __asm__ volatile(
+        /* column 0's triple (te); column -1 is the padding: the sum starts at zero */
+        "{ m0 = %[step]; v14 = vmemu(%[e0]+#0); v31 = vxor(v31, v31) }\n"
+        "{ v15 = vmemu(%[e1]++m0); loop0(1f, %[n]); v10 = vxor(v10, v10) }\n"
+        "{ v16 = vmemu(%[e2]++m0); m1 = %[ybytes]; %[t0] = add(%[e0], %[C]) }\n"
+        "{ v15:14 = vshuff(v15, v14, %[m1]); %[e0] = add(%[e0], %[step]) }\n"
+        "{ v17:16 = vshuff(v31, v16, %[m1]); %[t1] = sub(%[e1], %[C]); %[t2] = sub(%[e2], %[C]) }\n"
+        "{ v21:20 = vshuff(v16, v14, %[m2]) }\n"
+        "1:\n"
+        "{ v18 = vmemu(%[t0]++m0); v9.w = vrmpy(v20.b, %[w1].b) }\n"
+        "{ v19 = vmemu(%[t1]++m0); v10.w = vadd(v10.w, v9.w) }\n"
+        "{ v28 = vmemu(%[t2]++m0) }\n"
+        "{ v19:18 = vshuff(v19, v18, %[m1]) }\n"
+        "{ v29:28 = vshuff(v31, v28, %[m1]) }\n"
+        "{ v25:24 = vshuff(v28, v18, %[m2]) }\n"
+        "{ v14 = vmemu(%[e0]++m0); v9.w = vrmpy(v24.b, %[w2].b) }\n"
+        "{ v15 = vmemu(%[e1]++m0); v10.w = vadd(v10.w, v9.w) }\n"
+        "{ v16 = vmemu(%[e2]++m0) }\n"
+        "{ vmemu(%[y0]++m1) = v10; v10.w = vrmpy(v24.b, %[w0].b) }\n"
+        "{ v15:14 = vshuff(v15, v14, %[m1]) }\n"
+        "{ v17:16 = vshuff(v31, v16, %[m1]) }\n"
+        "{ v21:20 = vshuff(v16, v14, %[m2]) }:endloop0\n"
+        /* the last output: column 2n + 2 is past the image */
+        "{ v18 = vmemu(%[t0]+#0); v9.w = vrmpy(v20.b, %[w1].b) }\n"
+        "{ v19 = vmemu(%[t1]+#0); v10.w = vadd(v10.w, v9.w) }\n"
+        "{ v28 = vmemu(%[t2]+#0) }\n"
+        "{ v19:18 = vshuff(v19, v18, %[m1]) }\n"
+        "{ v29:28 = vshuff(v31, v28, %[m1]) }\n"
+        "{ v25:24 = vshuff(v28, v18, %[m2]) }\n"
+        "{ v9.w = vrmpy(v24.b, %[w2].b) }\n"
+        "{ v10.w = vadd(v10.w, v9.w) }\n"
+        "{ vmemu(%[y0]+#0) = v10 }\n"
+        : [e0] "+r"(e0), [e1] "+r"(e1), [e2] "+r"(e2), [t0] "=&r"(t0), [t1] "=&r"(t1), [t2] "=&r"(t2), [y0] "+r"(y0)
+        : [C] "r"(C), [step] "r"(step), [ybytes] "r"(ybytes), [n] "r"(n), [m1] "r"(m1), [m2] "r"(m2),
+          [w0] "v"(W[0]), [w1] "v"(W[4]), [w2] "v"(W[8])
+        : "v9", "v10", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", "v24", "v25", "v28", "v29", "v31", "m0",
+          "m1", "lc0", "sa0", "usr", "memory");
+}
+
 /* Images [lo, hi), the channel block at c0. NQ: whole aligned vectors a block keeps and
  * nothing to add (C % 32 == 0); 8: four whole vectors anywhere; 0: `valid` words, added
  * with `acc`. */
@@ -165,6 +248,11 @@ static inline __attribute__((always_inline)) void ct_images(const int NQ, const 
             const int8_t *r2 = 2 * m + 1 < H ? x + (2 * m + 1) * rowb : zeros;
             if (NQ == 3 && full == OW && OW >= 2) {   /* 96 channels, an even width */
                 ct_row96(r0, r1, r2, y, C, OW, W);
+                y += OW * C;
+                continue;
+            }
+            if (NQ == 9 && full == OW && OW >= 2) {   /* the last group of a ragged C, an even width */
+                ct_row32(r0, r1, r2, y, C, OW, W);
                 y += OW * C;
                 continue;
             }
@@ -196,6 +284,60 @@ static inline __attribute__((always_inline)) void ct_images(const int NQ, const 
     }
 }
 
+/* A row of ct_images1 for a block of two groups (NQ == 2: 64 channels kept as 2 aligned
+ * vectors, 192's second block), Wd >= 3, in packets: a column's 3 vmemu, 3 vshuff (the
+ * triple's low halves), 6 vrmpy, 4 vadd and 2 stores take 6 packets (clang-16: 12.5), the
+ * next column's loads and triple built beside this one's products (modulo scheduling,
+ * B. R. Rau, MICRO-27 1994); the last column loads nothing. Registers: the column's bytes
+ * v0-v2, pairs v5:4, v7:6, words v8 (group 0), v9 (1), sums a v10/v11 and b v12/v13,
+ * products and the done sums v14-v17, zero v31. */
+static inline __attribute__((always_inline)) void ct_row1_2(const int8_t *r0, const int8_t *r1, const int8_t *r2,
+                                                            int32_t *y, int C, int Wd, const HVX_Vector *W)
+{
+    const int8_t *a0 = r0, *a1 = r1, *a2 = r2;
+    int32_t *y0 = y, *y1;
+    const int ybytes = 4 * C, n = Wd - 2;
+    register int m1 __asm__("r6") = -1;   /* vshuff's Rt is one of r0-r7 */
+    register int m2 __asm__("r7") = -2;
+    __asm__ volatile(
+        /* column 0's triple; its products start outputs 0 (a) and 1 (b); column 1 loaded */
+        "{ m0 = %[C]; v0 = vmemu(%[a0]+#0); v31 = vxor(v31, v31) }\n"
+        "{ v1 = vmemu(%[a1]+#0); m1 = %[ybytes]; %[a0] = add(%[a0], %[C]) }\n"
+        "{ v2 = vmemu(%[a2]+#0); %[a1] = add(%[a1], %[C]); %[y1] = add(%[y0], #128) }\n"
+        "{ v5:4 = vshuff(v1, v0, %[m1]); %[a2] = add(%[a2], %[C]) }\n"
+        "{ v7:6 = vshuff(v31, v2, %[m1]); loop0(1f, %[n]) }\n"
+        "{ v9:8 = vshuff(v6, v4, %[m2]) }\n"
+        "{ v0 = vmemu(%[a0]++m0); v10.w = vrmpy(v8.b, %[w40].b); v11.w = vrmpy(v9.b, %[w41].b) }\n"
+        "{ v1 = vmemu(%[a1]++m0); v12.w = vrmpy(v8.b, %[w00].b); v13.w = vrmpy(v9.b, %[w01].b) }\n"
+        "{ v2 = vmemu(%[a2]++m0) }\n"
+        "{ v5:4 = vshuff(v1, v0, %[m1]) }\n"
+        "{ v7:6 = vshuff(v31, v2, %[m1]) }\n"
+        "{ v9:8 = vshuff(v6, v4, %[m2]) }\n"
+        /* column c: output c - 1 done (a + t w2) and stored, a = b + t w1, b = t w0; column
+         * c + 1 loaded and its triple built */
+        ".falign\n"
+        "1:\n"
+        "{ v0 = vmemu(%[a0]++m0); v14.w = vrmpy(v8.b, %[w80].b); v15.w = vrmpy(v9.b, %[w81].b) }\n"
+        "{ v1 = vmemu(%[a1]++m0); v16.w = vrmpy(v8.b, %[w40].b); v17.w = vrmpy(v9.b, %[w41].b) }\n"
+        "{ v2 = vmemu(%[a2]++m0); v14.w = vadd(v10.w, v14.w); v15.w = vadd(v11.w, v15.w) }\n"
+        "{ v5:4 = vshuff(v1, v0, %[m1]); vmem(%[y0]++m1) = v14; v10.w = vadd(v12.w, v16.w) }\n"
+        "{ v7:6 = vshuff(v31, v2, %[m1]); vmem(%[y1]++m1) = v15; v11.w = vadd(v13.w, v17.w) }\n"
+        "{ v9:8 = vshuff(v6, v4, %[m2]); v12.w = vrmpy(v8.b, %[w00].b); v13.w = vrmpy(v9.b, %[w01].b) }:endloop0\n"
+        /* the last column: output Wd - 2 done, then Wd - 1 (column Wd is the padding) */
+        "{ v14.w = vrmpy(v8.b, %[w80].b); v15.w = vrmpy(v9.b, %[w81].b) }\n"
+        "{ v16.w = vrmpy(v8.b, %[w40].b); v17.w = vrmpy(v9.b, %[w41].b) }\n"
+        "{ v14.w = vadd(v10.w, v14.w); v15.w = vadd(v11.w, v15.w) }\n"
+        "{ vmem(%[y0]++m1) = v14; v10.w = vadd(v12.w, v16.w) }\n"
+        "{ vmem(%[y1]++m1) = v15; v11.w = vadd(v13.w, v17.w) }\n"
+        "{ vmem(%[y0]+#0) = v10 }\n"
+        "{ vmem(%[y1]+#0) = v11 }\n"
+        : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [y0] "+r"(y0), [y1] "=&r"(y1)
+        : [C] "r"(C), [ybytes] "r"(ybytes), [n] "r"(n), [m1] "r"(m1), [m2] "r"(m2), [w00] "v"(W[0]), [w01] "v"(W[1]),
+          [w40] "v"(W[4]), [w41] "v"(W[5]), [w80] "v"(W[8]), [w81] "v"(W[9])
+        : "v0", "v1", "v2", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16",
+          "v17", "v31", "m0", "m1", "lc0", "sa0", "usr", "memory");
+}
+
 static inline __attribute__((always_inline)) void ct_images1(const int NQ, const struct ct_job *J, int lo, int hi,
                                                              int c0, const HVX_Vector *Wm, int valid)
 {
@@ -210,6 +352,11 @@ static inline __attribute__((always_inline)) void ct_images1(const int NQ, const
         for (int m = 0; m < H; m++) {
             const int8_t *r0 = m ? x + (m - 1) * rowb : zeros, *r1 = x + m * rowb;
             const int8_t *r2 = m + 1 < H ? x + (m + 1) * rowb : zeros;
+            if (NQ == 2 && Wd >= 3) {   /* two groups: the row in packets */
+                ct_row1_2(r0, r1, r2, y, C, Wd, W);
+                y += Wd * C;
+                continue;
+            }
             HVX_Vector a[4], b[4], t[4];
             triple(t, r0, r1, r2, 0);   /* column 0: continues output 0, starts 1 */
             for (int q = 0; q < 4; q++) {
@@ -245,26 +392,30 @@ static inline __attribute__((always_inline)) void ct_images1(const int NQ, const
         else ct_images(K, J, lo, hi, c0, W, valid);                                                     \
     }
 IMAGES_FN(0)
+IMAGES_FN(1)
+IMAGES_FN(2)
 IMAGES_FN(3)
 IMAGES_FN(4)
 IMAGES_FN(8)
+IMAGES_FN(9)
 
 static int ct_share(struct dspt_ctx *tc, int t, void *job)
 {
     const struct ct_job *J = job;
     const struct dw_shape *s = J->s;
     const int C = s->c, acc = J->accumulate;
-    const int aligned = ((uintptr_t)J->y & (HVX_BYTES - 1)) == 0 && !acc;   /* with C % 32 == 0 */
     int lo, hi, blocks = (C + HVX_BYTES - 1) / HVX_BYTES;
     dspt_share(tc, s->n, 1, t, &lo, &hi);
     if (lo >= hi) return DSPT_OK;
     for (int cb = 0; cb < blocks; cb++) {
-        int c0 = dw_block_start(cb, C, acc), valid = C - c0 < HVX_BYTES ? C - c0 : HVX_BYTES;
-        int nq = aligned && C % 32 == 0 ? valid / 32 : valid == HVX_BYTES && !acc ? 8 : 0;
+        int c0, valid, nq = ct_block(cb, s, J->y, acc, &c0, &valid);
         const HVX_Vector *W = J->wt + 12 * cb;
         if (nq == 8) ct_images_8(J, lo, hi, c0, W, valid);
+        else if (nq == 9) ct_images_9(J, lo, hi, c0, W, valid);
         else if (nq == 4) ct_images_4(J, lo, hi, c0, W, valid);
         else if (nq == 3) ct_images_3(J, lo, hi, c0, W, valid);
+        else if (nq == 2) ct_images_2(J, lo, hi, c0, W, valid);
+        else if (nq == 1) ct_images_1(J, lo, hi, c0, W, valid);
         else ct_images_0(J, lo, hi, c0, W, valid);
     }
     return DSPT_OK;
@@ -280,7 +431,8 @@ int dspt_dw_column_triples(struct dspt_ctx *ctx, const struct dw_shape *s, const
     if (!wt || !zeros) return DSPT_NO_SUPPORT;
     hvx_zero(zeros, zero_bytes);
     for (int cb = 0; cb < blocks; cb++) {
-        int c0 = dw_block_start(cb, s->c, accumulate);
+        int c0, valid;
+        ct_block(cb, s, y, accumulate, &c0, &valid);
         for (int j = 0; j < 3; j++)
         {
             int t0 = flip ? 8 - j : j, t1 = flip ? 5 - j : 3 + j, t2 = flip ? 2 - j : 6 + j;   /* rows 0, 1, 2 of column j */

@@ -12,8 +12,8 @@
  * Each HVX thread takes whole groups of images and sums into its own partial dw, added
  * after the join (conv.c's dspt_join_partials). dw is tap-major, dw[t, c], as the
  * forward's weights (ops.h): the host transposes C * KH * KW words. The fill of whole
- * aligned rows is a packet loop (quad_fill_rows), and the 3 x 3 rows that dwconv_wgrad_rows.c
- * takes (path dw_image_rows) run there as packets; the rest are C loops here.
+ * aligned rows is a packet loop (dw_fill_packets, dwconv_wgrad.h), and the 3 x 3 rows that
+ * dwconv_wgrad_rows.c takes (path dw_image_rows) run there as packets; the rest are C loops.
  */
 #include "hvx-utils.h"
 #include "kernels.h"
@@ -39,50 +39,6 @@ static void quad_init(struct quad *q, int h, int w, int pad, int c)
     q->lead = q->aligned ? (HVX_BYTES - pad * q->pitch % HVX_BYTES) % HVX_BYTES : 0;
 }
 
-/* One group's h rows of 4 images (whole aligned vectors, vpr a row, each image contiguous)
- * into q's aligned row interiors from dst on (`gap` bytes from one row's end to the next's
- * start), 4 packets a 4 x 128 bytes: each packet holds one vector load (the next vectors),
- * one vshuff (of dw_interleave4's four, on these) and one aligned store (of the vectors
- * before), the fourth slot keeping the row's end. The software-pipelined loop is written in
- * packets: clang-16 packs the same C (loads a step ahead) in 9.5 packets, not 4, and serially
- * in 11. The last vectors' next ones are not read (they may lie past x). total = h vpr >= 3. */
-static void quad_fill_rows(int8_t *dst, int gap, const int8_t *const im[4], int h, int vpr)
-{
-    const int8_t *a = im[0], *b = im[1], *c = im[2], *e = im[3];
-    const int8_t *rend = a + (vpr + 1) * HVX_BYTES;   /* a's load pointer there: the vectors stored next start a row */
-    int step, n = h * vpr - 2, rowlen = vpr * HVX_BYTES, big = 4 * HVX_BYTES + gap, small = 4 * HVX_BYTES;
-    register int m1 __asm__("r6") = -1;   /* vshuff's Rt is one of r0-r7 */
-    register int m2 __asm__("r7") = -2;
-    __asm__ volatile(
-        "{ v10 = vmem(%[a]++#1) }\n"
-        "{ v11 = vmem(%[b]++#1) }\n"
-        "{ v12 = vmem(%[c]++#1) }\n"
-        "{ v13 = vmem(%[e]++#1) }\n"
-        "{ v1:0 = vshuff(v11,v10,%[m1]); v10 = vmem(%[a]++#1) }\n"
-        "{ v3:2 = vshuff(v13,v12,%[m1]); v11 = vmem(%[b]++#1) }\n"
-        "{ v5:4 = vshuff(v2,v0,%[m2]); v12 = vmem(%[c]++#1) }\n"
-        "{ v7:6 = vshuff(v3,v1,%[m2]); v13 = vmem(%[e]++#1); loop0(1f, %[n]) }\n"
-        ".falign\n"
-        "1:\n"
-        "{ v1:0 = vshuff(v11,v10,%[m1]); v10 = vmem(%[a]++#1); vmem(%[d]+#0) = v4; p0 = cmp.eq(%[a], %[rend]) }\n"
-        "{ v3:2 = vshuff(v13,v12,%[m1]); v11 = vmem(%[b]++#1); vmem(%[d]+#1) = v5;"
-        "  if (p0) %[rend] = add(%[rend], %[rowlen]) }\n"
-        "{ v5:4 = vshuff(v2,v0,%[m2]); v12 = vmem(%[c]++#1); vmem(%[d]+#2) = v6; %[step] = mux(p0, %[big], %[small]) }\n"
-        "{ v7:6 = vshuff(v3,v1,%[m2]); v13 = vmem(%[e]++#1); vmem(%[d]+#3) = v7; %[d] = add(%[d], %[step]) }:endloop0\n"
-        "{ v1:0 = vshuff(v11,v10,%[m1]); vmem(%[d]+#0) = v4; p0 = cmp.eq(%[a], %[rend]) }\n"
-        "{ v3:2 = vshuff(v13,v12,%[m1]); vmem(%[d]+#1) = v5 }\n"
-        "{ v5:4 = vshuff(v2,v0,%[m2]); vmem(%[d]+#2) = v6; %[step] = mux(p0, %[big], %[small]) }\n"
-        "{ v7:6 = vshuff(v3,v1,%[m2]); vmem(%[d]+#3) = v7; %[d] = add(%[d], %[step]) }\n"
-        "{ vmem(%[d]+#0) = v4 }\n"
-        "{ vmem(%[d]+#1) = v5 }\n"
-        "{ vmem(%[d]+#2) = v6 }\n"
-        "{ vmem(%[d]+#3) = v7 }\n"
-        : [a] "+r"(a), [b] "+r"(b), [c] "+r"(c), [e] "+r"(e), [d] "+r"(dst), [rend] "+r"(rend), [step] "=&r"(step)
-        : [n] "r"(n), [m1] "r"(m1), [m2] "r"(m2), [rowlen] "r"(rowlen), [big] "r"(big), [small] "r"(small)
-        : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v10", "v11", "v12", "v13", "p0", "lc0", "sa0", "usr",
-          "memory");
-}
-
 /* Groups of 4 images of src (n images of h x w x c, from image `first`), ng of them, into
  * q's interior; images past n read `zeros` (a zero row). 128 bytes of each image's row make
  * 4 vectors of q's row (aligned stores when C % 32 == 0). */
@@ -93,19 +49,24 @@ static void quad_fill(struct quad *q, const int8_t *src, int n, int h, int w, in
     /* whole aligned vectors a row (no border: an image), at least 3 of them an image */
     const int fast = q->aligned && (pad ? rowlen : h * rowlen) % HVX_BYTES == 0 &&
                      ((uintptr_t)src & (HVX_BYTES - 1)) == 0 && h * rowlen >= 3 * HVX_BYTES;
+    const int image = h * rowlen, small = 4 * HVX_BYTES, big = small + cols * pitch - 4 * rowlen;
     for (int gi = 0; gi < ng; gi++) {
+        if (fast && first + 4 * gi + 3 < n) {   /* 4 real images (a ragged batch's last group below) */
+            int8_t *dst = q->buf + ((gi * rows + pad) * cols + pad) * pitch;
+            const int8_t *p = src + (size_t)(first + 4 * gi) * image;
+            if (pad)   /* a run a row: image 0's load pointer a vector into its next row starts the next */
+                dw_fill_packets(dst, p, image, HVX_BYTES, image / HVX_BYTES, p + rowlen + HVX_BYTES, rowlen, small,
+                                big);
+            else   /* no border: one run */
+                dw_fill_packets(dst, p, image, HVX_BYTES, image / HVX_BYTES, NULL, 0, small, small);
+            continue;
+        }
         const int8_t *im[4];
         int step[4];
         for (int k = 0; k < 4; k++) {
             int img = first + 4 * gi + k;
-            im[k] = img < n ? src + (size_t)img * h * rowlen : zeros;
+            im[k] = img < n ? src + (size_t)img * image : zeros;
             step[k] = img < n ? rowlen : 0;
-        }
-        if (fast && first + 4 * gi + 3 < n) {   /* 4 real images (a ragged batch's last group below) */
-            int8_t *dst = q->buf + ((gi * rows + pad) * cols + pad) * pitch;
-            if (pad) quad_fill_rows(dst, cols * pitch - 4 * rowlen, im, h, rowlen / HVX_BYTES);
-            else quad_fill_rows(dst, 0, im, 1, h * rowlen / HVX_BYTES);   /* no border: one run */
-            continue;
         }
         for (int r = 0; r < h; r++) {
             const int8_t *r0 = im[0] + r * step[0], *r1 = im[1] + r * step[1];

@@ -18,6 +18,7 @@
 #include "hvx-utils.h"
 #include "kernels.h"
 #include "dwconv.h"
+#include "dwconv_wgrad.h"
 #include "threads.h"
 
 #define PAIRS_MAX_PIXELS 4
@@ -40,59 +41,19 @@ struct pairs_job {
     int8_t *buf[DSPT_MAX_THREADS], *zeros[DSPT_MAX_THREADS];
 };
 
-/* `count` (>= 3) groups of one pixel's 128-channel block, 4 images `image` bytes apart, the
- * groups 4 images apart (p, p + image, .. aligned), interleaved into dst[0..3], dst + step
- * bytes, ..: one vector load, one vshuff and one aligned store a packet, software-pipelined
- * in packets as dwconv_wgrad.c's quad_fill_rows (clang-16: 11 packets a group). The last
- * group's next is not read. */
-static void pairs_fill_packets(HVX_Vector *dst, int step, const int8_t *p, int image, int count)
-{
-    const int8_t *a = p, *b = p + image, *c = p + 2 * image, *e = p + 3 * image;
-    int n = count - 2, stride = 4 * image;
-    register int m1 __asm__("r6") = -1;   /* vshuff's Rt is one of r0-r7 */
-    register int m2 __asm__("r7") = -2;
-    __asm__ volatile(
-        "{ m0 = %[stride] }\n"
-        "{ v10 = vmem(%[a]++m0) }\n"
-        "{ v11 = vmem(%[b]++m0) }\n"
-        "{ v12 = vmem(%[c]++m0) }\n"
-        "{ v13 = vmem(%[e]++m0) }\n"
-        "{ v1:0 = vshuff(v11,v10,%[m1]); v10 = vmem(%[a]++m0) }\n"
-        "{ v3:2 = vshuff(v13,v12,%[m1]); v11 = vmem(%[b]++m0) }\n"
-        "{ v5:4 = vshuff(v2,v0,%[m2]); v12 = vmem(%[c]++m0) }\n"
-        "{ v7:6 = vshuff(v3,v1,%[m2]); v13 = vmem(%[e]++m0); loop0(1f, %[n]) }\n"
-        ".falign\n"
-        "1:\n"
-        "{ v1:0 = vshuff(v11,v10,%[m1]); v10 = vmem(%[a]++m0); vmem(%[d]+#0) = v4 }\n"
-        "{ v3:2 = vshuff(v13,v12,%[m1]); v11 = vmem(%[b]++m0); vmem(%[d]+#1) = v5 }\n"
-        "{ v5:4 = vshuff(v2,v0,%[m2]); v12 = vmem(%[c]++m0); vmem(%[d]+#2) = v6 }\n"
-        "{ v7:6 = vshuff(v3,v1,%[m2]); v13 = vmem(%[e]++m0); vmem(%[d]+#3) = v7; %[d] = add(%[d], %[step]) }:endloop0\n"
-        "{ v1:0 = vshuff(v11,v10,%[m1]); vmem(%[d]+#0) = v4 }\n"
-        "{ v3:2 = vshuff(v13,v12,%[m1]); vmem(%[d]+#1) = v5 }\n"
-        "{ v5:4 = vshuff(v2,v0,%[m2]); vmem(%[d]+#2) = v6 }\n"
-        "{ v7:6 = vshuff(v3,v1,%[m2]); vmem(%[d]+#3) = v7; %[d] = add(%[d], %[step]) }\n"
-        "{ vmem(%[d]+#0) = v4 }\n"
-        "{ vmem(%[d]+#1) = v5 }\n"
-        "{ vmem(%[d]+#2) = v6 }\n"
-        "{ vmem(%[d]+#3) = v7 }\n"
-        : [a] "+r"(a), [b] "+r"(b), [c] "+r"(c), [e] "+r"(e), [d] "+r"(dst)
-        : [n] "r"(n), [m1] "r"(m1), [m2] "r"(m2), [stride] "r"(stride), [step] "r"(step)
-        : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v10", "v11", "v12", "v13", "m0", "lc0", "sa0", "usr",
-          "memory");
-}
-
 /* The `pixels` pixels of groups [g0, g0 + ng) of src (images of `pixels` x c bytes),
  * channel block `block`: group g's pixel q to dst[(g - g0) * gstride + 4 q .. + 3]. Whole
  * groups run down the batch a pixel at a time; images past n read `zeros`. */
 static void pairs_fill_one(HVX_Vector *dst, int gstride, const int8_t *src, int pixels, int c, int n, int g0, int ng,
                            int block, const int8_t *zeros)
 {
-    const int image = pixels * c, whole = n / 4 - g0 < ng ? n / 4 - g0 : ng;
+    const int image = pixels * c, whole = n / 4 - g0 < ng ? n / 4 - g0 : ng, gbytes = gstride * HVX_BYTES;
     for (int q = 0; q < pixels; q++) {   /* lanes past C: read, never stored to dw */
         const int8_t *p = src + (size_t)4 * g0 * image + q * c + block * HVX_BYTES;
         HVX_Vector *d = dst + 4 * q;
         if (whole >= 3 && ((uintptr_t)p & (HVX_BYTES - 1)) == 0 && image % HVX_BYTES == 0) {
-            pairs_fill_packets(d, gstride * HVX_BYTES, p, image, whole);
+            /* the groups as dw_fill_packets' steps, 4 images apart, in one run */
+            dw_fill_packets((int8_t *)d, p, image, 4 * image, whole, NULL, 0, gbytes, gbytes);
             continue;
         }
         for (int g = 0; g < whole; g++, p += 4 * image, d += gstride)

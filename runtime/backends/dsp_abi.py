@@ -76,6 +76,7 @@ PATH_NAMES = {
     32: "dw_image_rows",
     40: "dw_quad_packets",
     41: "dw_triple_packets",
+    44: "dw_err_packets",
 }
 SHIFT_ESTIMATE = -1
 F_SATURATE_CHECK = 2  # REQUANT: a given shift that would saturate gives way to the estimate

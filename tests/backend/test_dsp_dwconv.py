@@ -20,7 +20,8 @@ each input column's 3 rows in the words ("dw_column_triples", onto 2 x 2 outputs
 before the pixel quads; also stride 1, forward and backward data, on images of 5 to 16
 pixels) and, backward, the 4 err pixels
 that 4 dx pixels read ("dw_err_quads"; onto an even width with C % 32 == 0 or C = 144 as
-whole aligned vectors of dx pixel pairs, "dw_err_pairs"; from an err of one pixel with
+whole aligned vectors of dx pixel pairs, "dw_err_pairs", at 96 channels their rows written in
+packets, "dw_err_packets"; from an err of one pixel with
 C % 32 == 0, each dx pixel err times its one tap, "dw_err_one"); the weight gradient puts four images in each vrmpy word
 ("dw_image_quads", a ragged batch padded with zero images), except where the image and the
 output have at most 4 pixels and every output's window holds every input pixel: there each
@@ -73,8 +74,12 @@ SHAPES = [
     ((2, 5, 5, 16, 3, 3, 1, 3), "dw_column_quads", "dw_classes"),  # pad past k - 1
     ((2, 6, 8, 32, 3, 3, 1, 0), "dw_column_quads", "dw_quad_packets"),  # no zero rows: the first row's products kept
     ((5, 11, 11, 96, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # 3 x 3 stride 2, C % 32 == 0; odd width peeled
-    ((3, 8, 6, 96, 3, 3, 2, 1), "dw_triple_packets", "dw_err_pairs"),  # 96 channels, even width: the rows in packets
+    ((3, 8, 6, 96, 3, 3, 2, 1), "dw_triple_packets", "dw_err_packets"),  # 96 channels, even width: the rows in packets
+    ((3, 7, 8, 96, 3, 3, 2, 1), "dw_triple_packets", "dw_err_packets"),  # odd height: the last dx row to the sink
+    ((3, 2, 10, 96, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_packets"),  # one anchor row, its row m + 1 the zeros
+    ((3, 1, 10, 96, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_packets"),  # one dx row: the second to the sink
     ((3, 9, 4, 96, 3, 3, 2, 1), "dw_triple_packets", "dw_err_pairs"),  # odd height (a zero row below), 2 outputs a row
+    # (backward data: an err row of 2 pixels is too short for the err packets' loop)
     ((3, 9, 9, 160, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # odd image, a second block of 32 channels
     ((2, 8, 8, 64, 3, 3, 2, 1), "dw_column_triples", "dw_err_pairs"),  # half a vector of channels
     ((2, 9, 9, 48, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),  # stride 2 quads: strips of a pixel's block
@@ -118,6 +123,7 @@ WGRAD_PAIRS = {
 # or stride 2 with OW % 2 == 0: the image quads' rows as modulo-scheduled packets)
 WGRAD_ROWS = {
     (5, 4, 4, 96, 3, 3, 1, 1),
+    (3, 7, 8, 96, 3, 3, 2, 1),
     (3, 9, 4, 96, 3, 3, 2, 1),
     (3, 4, 4, 1, 3, 3, 1, 1),
     (5, 11, 11, 96, 3, 3, 2, 1),
@@ -193,6 +199,9 @@ def threads(dsp, request):
 # the image pairs' packet fill (3 or more whole groups of aligned images, then a ragged one)
 # the err pairs run a share's anchors as one loop (even H) or row by row (odd H)
 # the quads' packet rows (dw_quad_packets) over several images a pass, and at pad 2
+# the err pairs' rows of 96 channels in packets (dw_err_packets; accumulating: the err pairs)
+# the column triples' last group of a ragged C (150: channels 118..149) in packets, even width;
+# at stride 1 a last block of two groups (192: 128..191) in packets, rows of 3 and 4 columns
 @pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
 @pytest.mark.parametrize(
     "shape",
@@ -232,6 +241,11 @@ def threads(dsp, request):
         (7, 12, 12, 160, 3, 3, 2, 1),
         (5, 16, 16, 32, 3, 3, 1, 1),
         (5, 5, 8, 16, 3, 3, 1, 2),
+        (5, 16, 16, 96, 3, 3, 2, 1),
+        (6, 9, 6, 96, 3, 3, 2, 1),
+        (7, 1, 10, 96, 3, 3, 2, 1),
+        (5, 6, 8, 150, 3, 3, 2, 1),
+        (6, 3, 3, 192, 3, 3, 1, 1),
     ],
     ids=[
         "flat",
@@ -269,6 +283,11 @@ def threads(dsp, request):
         "err-pairs-flat-rows-of-6",
         "quad-packets-16x16x32",
         "quad-packets-pad2",
+        "err-packets-16x16x96",
+        "err-packets-odd-h",
+        "err-packets-one-row",
+        "triples-tail-group-rows",
+        "triples-s1-two-groups-rows",
     ],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
