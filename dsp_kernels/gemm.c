@@ -18,6 +18,12 @@
 
 #define BIAS_WORD 0x80808080u
 
+#define BYTES8(i) i, i + 1, i + 2, i + 3, i + 4, i + 5, i + 6, i + 7
+#define BYTES32(i) BYTES8(i), BYTES8(i + 8), BYTES8(i + 16), BYTES8(i + 24)
+static const uint8_t byte_index[128] __attribute__((aligned(128))) = {BYTES32(0), BYTES32(32), BYTES32(64), BYTES32(96)};
+#undef BYTES32
+#undef BYTES8
+
 uint32_t dspt_packed_b_bytes(int n, int k)
 {
     return (uint32_t)((n + 31) / 32) * (uint32_t)((k + 3) / 4) * HVX_BYTES;
@@ -156,6 +162,63 @@ static __attribute__((noinline)) void row_sums32(int32_t sums[32], const int8_t 
     *(HVX_Vector *)sums = Q6_Vw_vsub_VwVw(v[0], bias);
 }
 
+/* row_sums of up to 32 rows of `bytes` contiguous bytes each (lda apart): each row's
+ * chunks summed 4 bytes to a word by signed vrmpy against a vector of 1s (zeros past the
+ * row's end in its last chunk), then the 32 rows' vectors folded into one, lane r row r's
+ * sum: a fold of two vectors (vshuff by 64 >> s bytes, add) puts the first's pair sums in
+ * the even elements and the second's in the odd, so a binary tree of 31 folds over the rows
+ * in bit-reversed order (row bitrev5(i) at step i) leaves row r in lane r. About 1 vector
+ * load and 1 vrmpy a row and chunk plus 2 ops a row for the tree, where 8 rows at a time
+ * (reduce8) and their lanes read back one by one took ~12 packets a row (MobileNetV2's
+ * projections onto 32 channels spent a third of their packets here). */
+static inline __attribute__((always_inline)) void row_sums_fold(const int CHUNKS, int32_t sums[32], const int8_t *a,
+                                                                int lda, int m, int bytes)
+{
+    HVX_Vector ones = Q6_V_vsplat_R(0x01010101);
+    const int chunks = CHUNKS ? CHUNKS : (bytes + HVX_BYTES - 1) / HVX_BYTES, tail = bytes - (chunks - 1) * HVX_BYTES;
+    HVX_Vector last_ones = Q6_V_vmux_QVV(Q6_Q_vsetq2_R(tail), ones, Q6_V_vzero());
+    HVX_Vector level[5];
+#pragma clang loop unroll(full)
+    for (int i = 0; i < 32; i++) {
+        const int row = (i & 1) << 4 | (i & 2) << 2 | (i & 4) | (i & 8) >> 2 | (i & 16) >> 4;   /* bitrev5(i) */
+        const int8_t *p = a + (row < m ? row : m - 1) * lda;
+        HVX_Vector v = Q6_Vw_vrmpy_VbVb(hvx_load_u(p + (chunks - 1) * HVX_BYTES), last_ones);
+        if (CHUNKS) {
+#pragma clang loop unroll(full)
+            for (int c = 0; c < CHUNKS - 1; c++) v = Q6_Vw_vrmpyacc_VwVbVb(v, hvx_load_u(p + c * HVX_BYTES), ones);
+        } else {   /* rows past FOLD_CHUNKS: clang's unrolled loop with its remainders cost more */
+#pragma clang loop unroll(disable)
+            for (int c = 0; c < chunks - 1; c++) v = Q6_Vw_vrmpyacc_VwVbVb(v, hvx_load_u(p + c * HVX_BYTES), ones);
+        }
+#pragma clang loop unroll(full)
+        for (int s = 0; s < 5; s++) {
+            if (!(i >> s & 1)) {
+                level[s] = v;
+                break;
+            }
+            HVX_VectorPair pr = Q6_W_vshuff_VVR(v, level[s], 64 >> s);
+            v = Q6_Vw_vadd_VwVw(Q6_V_lo_W(pr), Q6_V_hi_W(pr));
+        }
+        if (i == 31) *(HVX_Vector *)sums = v;
+    }
+}
+
+/* row_sums_fold with the chunks a row compiled in (rows up to 10 vectors: 1280 bytes,
+ * MobileNetV2's deepest), or counted (0; rows of 5-10 vectors ran 3-17 packets a row slower
+ * through the counted loop than unrolled) */
+typedef void (*row_sums_fn)(int32_t *, const int8_t *, int, int, int);
+#define FOLD_ROWS(CHUNKS) \
+    static __attribute__((noinline)) void row_sums_fold##CHUNKS(int32_t *sums, const int8_t *a, int lda, int m, \
+                                                                int bytes) \
+    { row_sums_fold(CHUNKS, sums, a, lda, m, bytes); }
+FOLD_ROWS(0) FOLD_ROWS(1) FOLD_ROWS(2) FOLD_ROWS(3) FOLD_ROWS(4) FOLD_ROWS(5) FOLD_ROWS(6) FOLD_ROWS(7) FOLD_ROWS(8)
+FOLD_ROWS(9) FOLD_ROWS(10)
+#undef FOLD_ROWS
+#define FOLD_CHUNKS 10
+static const row_sums_fn row_sums_folds[FOLD_CHUNKS + 1] = {
+    row_sums_fold0, row_sums_fold1, row_sums_fold2, row_sums_fold3, row_sums_fold4,
+    row_sums_fold5, row_sums_fold6, row_sums_fold7, row_sums_fold8, row_sums_fold9, row_sums_fold10};
+
 /* sums[r] = sum of the signed bytes of words 0 .. k4-1 of rows r < m (m <= 32) of a:
  * the bias correction's factor, with vectors: bytes made unsigned (^ 0x80) are summed
  * 4 to a word by vrmpy with 0x01010101. Rows stored as the lanes of vectors (lda == 4,
@@ -176,6 +239,11 @@ static __attribute__((noinline)) void row_sums(int32_t sums[32], const int8_t *a
         return;
     }
     int bytes = 4 * k4;
+    if (aq == 1) {   /* rows of contiguous bytes: folded 32 at a time */
+        int chunks = (bytes + HVX_BYTES - 1) / HVX_BYTES;
+        row_sums_folds[chunks <= FOLD_CHUNKS ? chunks : 0](sums, a, lda, m, bytes);
+        return;
+    }
     for (int r0 = 0; r0 < m; r0 += 8) {
         const int8_t *b = a + r0 * lda;
         int last = m - r0 - 1;   /* rows past m repeat a valid row; their sums are unused */
@@ -234,14 +302,71 @@ struct core {
 #define TILE_LAST 1  /* the tile holds the product's last column block */
 #define TILE_TAIL 2  /* the tile holds the core call's last row: its stores stay exact */
 
+/* One column block over 4 contiguous rows on 8 bytes, `quads` x 4 words (quads >= 2), in
+ * packets: each packet holds one row's two vrmpy (words q, q + 1: the even word into acc, the
+ * odd into odd, so no accumulator takes two vrmpy a packet) and reloads that row's register
+ * pair with its next two words (memd, post-increment; read before written within the packet),
+ * so 4 packets cover 2 words of 4 rows and b's next two vectors load one a packet beside them.
+ * The loads run one iteration ahead of the vrmpy: the loop is software-pipelined by hand
+ * (modulo scheduling, B. R. Rau, "Iterative modulo scheduling", MICRO-27, 1994) with an
+ * initiation interval of 8 packets for 16 vrmpy, HVX's bound (2 vrmpy a packet), where
+ * clang-16 made 10 (tile's memd loop). The b vectors alternate between v0-v1 and v2-v3 so a
+ * pair is reloaded only after its last use; the last 4 words run without loads, so nothing
+ * past a row or b is read. Rows r6-r13 hold the 4 rows' pairs. Checked bit-exact by
+ * tests/backend/test_dsp_pointwise.py (test_one_block_*: every quads % 4 and the rest words). */
+static inline __attribute__((always_inline)) void one_block_words(const int32_t *p0, const int32_t *p1,
+                                                                  const int32_t *p2, const int32_t *p3,
+                                                                  const HVX_Vector *pb, int quads, HVX_Vector *c0,
+                                                                  HVX_Vector *c1, HVX_Vector *c2, HVX_Vector *c3,
+                                                                  HVX_Vector *o0, HVX_Vector *o1, HVX_Vector *o2,
+                                                                  HVX_Vector *o3)
+{
+    HVX_Vector a0 = *c0, a1 = *c1, a2 = *c2, a3 = *c3, d0 = *o0, d1 = *o1, d2 = *o2, d3 = *o3;
+    const int loops = quads - 1;
+    /* one row's packet: vrmpy of its pair (lo, hi) by the b vectors (E, O), then `LOAD` */
+#define PKT(ROW, LO, HI, E, O, LOAD) \
+    "{ %[a" #ROW "].w += vrmpy(" E ".ub," LO ".b); %[d" #ROW "].w += vrmpy(" O ".ub," HI ".b)" LOAD " }"
+#define LD(ROW, PAIR) "; " PAIR " = memd(%[p" #ROW "]++#8)"
+#define LDB(V) "; " V " = vmem(%[pb]++#1)"
+    __asm__ volatile(
+        "{ r7:6 = memd(%[p0]++#8); v0 = vmem(%[pb]++#1) }\n"
+        "{ r9:8 = memd(%[p1]++#8); v1 = vmem(%[pb]++#1); loop0(1f, %[loops]) }\n"
+        "{ r11:10 = memd(%[p2]++#8); r13:12 = memd(%[p3]++#8) }\n"
+        "1:\n"
+        PKT(0, "r6", "r7", "v0", "v1", LD(0, "r7:6") LDB("v2")) "\n"
+        PKT(1, "r8", "r9", "v0", "v1", LD(1, "r9:8") LDB("v3")) "\n"
+        PKT(2, "r10", "r11", "v0", "v1", LD(2, "r11:10")) "\n"
+        PKT(3, "r12", "r13", "v0", "v1", LD(3, "r13:12")) "\n"
+        PKT(0, "r6", "r7", "v2", "v3", LD(0, "r7:6") LDB("v0")) "\n"
+        PKT(1, "r8", "r9", "v2", "v3", LD(1, "r9:8") LDB("v1")) "\n"
+        PKT(2, "r10", "r11", "v2", "v3", LD(2, "r11:10")) "\n"
+        PKT(3, "r12", "r13", "v2", "v3", LD(3, "r13:12")) ":endloop0\n"
+        PKT(0, "r6", "r7", "v0", "v1", LD(0, "r7:6") LDB("v2")) "\n"
+        PKT(1, "r8", "r9", "v0", "v1", LD(1, "r9:8") LDB("v3")) "\n"
+        PKT(2, "r10", "r11", "v0", "v1", LD(2, "r11:10")) "\n"
+        PKT(3, "r12", "r13", "v0", "v1", LD(3, "r13:12")) "\n"
+        PKT(0, "r6", "r7", "v2", "v3", "") "\n"
+        PKT(1, "r8", "r9", "v2", "v3", "") "\n"
+        PKT(2, "r10", "r11", "v2", "v3", "") "\n"
+        PKT(3, "r12", "r13", "v2", "v3", "") "\n"
+        : [p0] "+r"(p0), [p1] "+r"(p1), [p2] "+r"(p2), [p3] "+r"(p3), [pb] "+r"(pb), [a0] "+v"(a0), [a1] "+v"(a1),
+          [a2] "+v"(a2), [a3] "+v"(a3), [d0] "+v"(d0), [d1] "+v"(d1), [d2] "+v"(d2), [d3] "+v"(d3)
+        : [loops] "r"(loops)
+        : "r6", "r7", "r8", "r9", "r10", "r11", "r12", "r13", "v0", "v1", "v2", "v3", "lc0", "sa0", "usr", "memory");
+#undef PKT
+#undef LD
+#undef LDB
+    *c0 = a0; *c1 = a1; *c2 = a2; *c3 = a3; *o0 = d0; *o1 = d1; *o2 = d2; *o3 = d3;
+}
+
 /* R rows from a (rows past `rows` repeat the last and are not stored) x NB column
  * blocks from b (blocks k4 vectors apart). `last`: the tile holds the product's last
  * block (flags TILE_LAST); with a lane of 1s there, it yields the row sums (into sums),
  * else sums holds them. Accumulators start at -128 * sum(a): the bias of packed b taken back out.
  * R * NB accumulators (at most 24) stay in the 32 vector registers. */
 static inline __attribute__((always_inline)) void tile(
-    const int R, const int NB, const int AQ, const int ACC, const struct core *g, int32_t *c, const int8_t *a,
-    int rows, const HVX_Vector *b, int32_t *sums, int flags)
+    const int R, const int NB, const int AQ, const int ACC, const int SPREAD, const struct core *g, int32_t *c,
+    const int8_t *a, int rows, const HVX_Vector *b, int32_t *sums, int flags, HVX_Vector spread)
 {
     /* locals first: the stores through c may alias *g */
     const int aq = AQ ? AQ : g->aq, k4 = g->k4, ldc = g->ldc, lda = g->lda, spill = g->spill;
@@ -272,6 +397,11 @@ static inline __attribute__((always_inline)) void tile(
     int q0 = 0;
     if (AQ == 1 && NB == 1 && R == 4 && ((uintptr_t)a | (uint32_t)lda) % 8 == 0 && k4 > 1) {
         HVX_Vector odd0 = Q6_V_vzero(), odd1 = odd0, odd2 = odd0, odd3 = odd0;
+        if (k4 >= 8) {   /* deep rows: 4 words in 8 packets (one_block_words), clang-16 took 10 */
+            one_block_words(a0, a1, a2, a3, b, k4 / 4, &acc0[0], &acc1[0], &acc2[0], &acc3[0], &odd0, &odd1, &odd2,
+                            &odd3);
+            q0 = k4 / 4 * 4;
+        }
         for (; q0 + 1 < k4; q0 += 2) {
             HVX_Vector v0 = b[q0], v1 = b[q0 + 1];
 #define DMAC(r) do { \
@@ -315,7 +445,17 @@ static inline __attribute__((always_inline)) void tile(
 #undef MAC
         }
     }
-    if (ones >= 0) {   /* lane `ones` of the last block summed a against 1s: the row sums */
+    if (SPREAD) {
+        /* the product's only block: the row sums (lane `ones`) copied to every lane by one
+         * vdelta a row (strip_spread's control), none through a scalar register (vextract
+         * issues one a packet: ~12 packets for 4 rows), none stored (no other block reads them) */
+#define FIX(r) do { \
+            HVX_Vector fix = Q6_Vw_vasl_VwR(Q6_V_vdelta_VV(acc##r[0], spread), 7); \
+            acc##r[0] = Q6_Vw_vsub_VwVw(acc##r[0], fix); \
+        } while (0)
+        ROWS(FIX);
+#undef FIX
+    } else if (ones >= 0) {   /* lane `ones` of the last block summed a against 1s: the row sums */
 #define FIX(r) do { \
             sums[r] = Q6_R_vextract_VR(acc##r[NB - 1], 4 * ones); \
             HVX_Vector fix = Q6_V_vsplat_R(-128 * sums[r]); \
@@ -356,15 +496,21 @@ static inline __attribute__((always_inline)) void tile(
  * (written by the strip holding the 1s lane, read by the others). `flags` as tile's;
  * TILE_TAIL goes to the strip's last tile only. */
 static inline __attribute__((always_inline)) void strip_rows(
-    const int R, const int NB, const int AQ, const int ACC, const struct core *g, int32_t *c, const int8_t *a,
-    int m, const HVX_Vector *b, int32_t *sums, int flags)
+    const int R, const int NB, const int AQ, const int ACC, const int SPREAD, const struct core *g, int32_t *c,
+    const int8_t *a, int m, const HVX_Vector *b, int32_t *sums, int flags)
 {
     const int ldc = g->ldc, lda = g->lda;
+    /* SPREAD: vdelta's control copying lane `ones` to every lane, once a strip (stage o
+     * takes byte k ^ o where bit o of ctrl[k] is set: bits 2-6 of k ^ 4 ones) */
+    HVX_Vector spread = SPREAD ? Q6_V_vand_VV(Q6_V_vxor_VV(*(const HVX_Vector *)byte_index,
+                                                           Q6_V_vsplat_R(4 * g->ones * 0x01010101)),
+                                              Q6_V_vsplat_R(0x7C7C7C7C))
+                               : Q6_V_vzero();
     /* whole tiles before the last: `rows` a constant, so their clamps and tests fold away */
     int row = 0, whole = (m - 1) / R * R;
     for (; row < whole; row += R)
-        tile(R, NB, AQ, ACC, g, c + row * ldc, a + row * lda, R, b, sums + row, flags & ~TILE_TAIL);
-    tile(R, NB, AQ, ACC, g, c + row * ldc, a + row * lda, m - row, b, sums + row, flags);
+        tile(R, NB, AQ, ACC, SPREAD, g, c + row * ldc, a + row * lda, R, b, sums + row, flags & ~TILE_TAIL, spread);
+    tile(R, NB, AQ, ACC, SPREAD, g, c + row * ldc, a + row * lda, m - row, b, sums + row, flags, spread);
 }
 
 /* The strip once per group of rows (g->groups): the WORDS layout's; the other layouts
@@ -374,12 +520,12 @@ static inline __attribute__((always_inline)) void strip(
     int m, const HVX_Vector *b, int32_t *sums, int flags)
 {
     if (AQ != WORDS) {
-        strip_rows(R, NB, AQ, ACC, g, c, a, m, b, sums, flags);
+        strip_rows(R, NB, AQ, ACC, 0, g, c, a, m, b, sums, flags);
         return;
     }
     const int groups = g->rg->groups, a_group = g->rg->a_bytes, c_group = g->rg->c_words, s_group = g->rg->sums;
     for (int grp = 0; grp < groups; grp++, c += c_group, a += a_group, sums += s_group)
-        strip_rows(R, NB, AQ, ACC, g, c, a, m, b, sums, flags);
+        strip_rows(R, NB, AQ, ACC, 0, g, c, a, m, b, sums, flags);
 }
 
 /* One compiled strip per tile shape (R rows x NB blocks), row layout (aq = 1: contiguous
@@ -397,6 +543,16 @@ STRIPS(1, 1, 1) STRIPS(32, 32, 1) STRIPS(0, 0, 1) STRIPS(WORDS, words, 1)
 /* WORDS rows share one base pointer: 12 rows x 2 blocks (24 accumulators) fit */
 STRIP(12, 2, WORDS, words, 0) STRIP(12, 2, WORDS, words, 1)
 static const strip_fn strips12[2] = {strip_12_2_words_0, strip_12_2_words_1};
+/* Contiguous rows, one block holding the lane of 1s, the product's only one (n < 32): the
+ * sums fix by vdelta (tile SPREAD), in strips of their own so the other strips keep their
+ * registers */
+#define STRIP_SPREAD(ACC) \
+    static __attribute__((noinline)) void strip_spread_##ACC( \
+        const struct core *g, int32_t *c, const int8_t *a, int m, const HVX_Vector *b, int32_t *sums, int flags) \
+    { strip_rows(4, 1, 1, ACC, 1, g, c, a, m, b, sums, flags); }
+STRIP_SPREAD(0) STRIP_SPREAD(1)
+#undef STRIP_SPREAD
+static const strip_fn strips_spread[2][2][4] = {{{strip_spread_0}}, {{strip_spread_1}}};   /* as strips[acc][layout] */
 #undef STRIPS
 #undef STRIP
 /* [accumulate][layout][rows 4 or 8][blocks - 1]; 8 rows x 4 blocks would need 32
@@ -585,7 +741,8 @@ static inline __attribute__((always_inline)) void core(const int DEPTH, struct c
             continue;
         }
         if (g->ones >= 0)
-            run_strip(fn, g, cr + nb_last * 32, ar, mm, bv + nb_last * k4, sums, left, TILE_LAST | tail);
+            run_strip(nblocks == 1 && layout == 0 ? strips_spread[accumulate != 0] : fn, g, cr + nb_last * 32, ar, mm,
+                      bv + nb_last * k4, sums, left, TILE_LAST | tail);
         else if (given)
             sums = (int32_t *)given + r0;
         else

@@ -262,7 +262,10 @@ def test_weight_gradient_rows_of_32(dsp, rng, threads, name):
 # over deep contiguous rows on 8 bytes: the 4-row tiles load two words of a row at once
 # (gemm.c tile: memd); K4 odd (the last word alone), K not a multiple of 4 (the GEMM copies
 # rows to a stride of round_up(K, 4), 8-aligned or not; the convolutions take im2col_gemm),
-# K4 of 1 (no pair), N whole (32) and ragged (the lane of 1s), M not a multiple of 4
+# K4 of 1 (no pair), N whole (32) and ragged (the lane of 1s), M not a multiple of 4; K4 >= 8
+# runs one_block_words' packets for K4 // 4 * 4 words (K4 % 4 of 0-3 after it: 24, 9, 10, 35;
+# K4 8-9 its shortest loop), K4 7 the memd loop alone; N < 32, the product's only block:
+# the sums' fix copies lane N of the 1s (1 to 31) by vdelta (gemm.c strip_spread)
 ONE_BLOCK = {
     "k96-n24": (261, 96, 24),
     "k144-n24": (67, 144, 24),
@@ -271,7 +274,12 @@ ONE_BLOCK = {
     "k100-n24": (30, 100, 24),
     "k150-n20": (19, 150, 20),
     "k146-n5": (11, 146, 5),
+    "k140-n24": (21, 140, 24),
+    "k40-n17": (13, 40, 17),
+    "k36-n32": (10, 36, 32),
+    "k28-n24": (7, 28, 24),
     "k8-n31": (6, 8, 31),
+    "k64-n1": (23, 64, 1),
     "k4-n24": (9, 4, 24),
 }
 
@@ -286,8 +294,43 @@ def test_one_block_doubleword_rows(dsp, rng, threads, name):
 
 def test_one_block_doubleword_extremes(dsp):
     """-128 everywhere over deep rows: sums and bias at their largest, odd and even K4."""
-    for k in (144, 148, 192):
+    for k in (144, 148, 140, 192):
         a, b = np.full((45, k), -128, np.int8), np.full((24, k), -128, np.int8)
         same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
         b = np.full((32, k), 127, np.int8)
+        same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
+
+
+# (M, K, N): N a multiple of 32 (no lane of 1s: the rows' sums from gemm.c row_sums_fold,
+# 32 rows folded into one vector) with rows of 1-10 vectors, the count compiled in (K 100,
+# 128 exactly, 132, 260, 512, 516, 1280) and past them (1284, 1540: counted), M ragged
+# around 32 and past 256 (ROW_BLOCK: sums per pass), K not a multiple of 4 (copied rows),
+# one and several blocks
+ROW_SUMS = {
+    "k100-n32": (45, 100, 32),
+    "k128-n64": (33, 128, 64),
+    "k132-n32": (70, 132, 32),
+    "k144-n32": (290, 144, 32),
+    "k260-n96": (37, 260, 96),
+    "k510-n32": (31, 510, 32),
+    "k512-n64": (19, 512, 64),
+    "k516-n32": (41, 516, 32),
+    "k1280-n32": (9, 1280, 32),
+    "k1284-n64": (35, 1284, 64),
+    "k1538-n32": (6, 1538, 32),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
+@pytest.mark.parametrize("name", ROW_SUMS)
+def test_row_sums_folded(dsp, rng, threads, name):
+    m, k, n = ROW_SUMS[name]
+    gemm_and_1x1_convs(dsp, rng, m, k, n, pin_pointwise=k % 4 == 0)
+
+
+@pytest.mark.parametrize("k", [96, 144, 388, 1300])
+def test_row_sums_folded_extremes(dsp, k):
+    """-128 and 127 rows: the folded sums at their largest and smallest."""
+    for fill in (-128, 127):
+        a, b = np.full((67, k), fill, np.int8), np.full((64, k), -128, np.int8)
         same(dsp.gemm_s8(a, b), ref.gemm_s8(a, b))
