@@ -1,15 +1,11 @@
 """Grouped convolutions (groups 2-8, ResNeXt / ShuffleNetV1-style grouped 1x1 and 3x3, dilated
 depthwise and dilated grouped 3x3) on the CPU: NITI's three passes as the CpuBackend runs them
-(backends/grouped_hooks.py: one product per group on the conv kernels; a dilated depthwise conv
-by polyphase decomposition on the depthwise kernels) beside the alternative the composition does
-not take and PyTorch's float32 grouped convolution (F.conv2d(groups=...), the faster of NCHW and
-channels-last) on the same shapes, in the same process.
-
-(The paragraph above is what docs/results.md prints beside the committed results; since
-cpu_ops/conv_grouped.cpp the CpuBackend runs a grouped conv that is not depthwise in one native
-call a pass -- each group's patches gathered from its channels into the GEMM, its sums written
-into its channels -- and the per-group products composed in Python, grouped_hooks.py's route and
-still the DSP's, are the py_* columns.)
+(cpu_ops/conv_grouped.cpp: one native call a pass, each group's patches gathered from its channels
+into the int8 GEMM and its sums written into its channels; a depthwise conv on the depthwise
+kernels, by polyphase decomposition when dilated) beside the per-group products composed in
+Python (grouped_hooks.py's route, still the DSP's), one product on the block-diagonal weight, and
+PyTorch's float32 grouped convolution (F.conv2d(groups=...), the faster of NCHW and channels-last)
+on the same shapes, in the same process.
 
     python bench/bench_grouped.py [--runs 5] [--batch 64] [--threads N] [--cpu-time]
 
