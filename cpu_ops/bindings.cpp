@@ -40,6 +40,7 @@ PYBIND11_MODULE(_cpu_ops, m) {
     d["b_unsigned"] = gemm_b_unsigned_blocks(reset);
     d["small_a"] = gemm_small_a_blocks(reset);
     d["pairs"] = gemm_pair_blocks(reset);
+    d["outliers_in_pairs"] = gemm_outlier_pair_blocks(reset);
     return d;
   }, py::arg("reset") = false, "A blocks the int8 GEMM ran on each kernel since the last reset (for tests).");
   m.def("threads", &pool_threads, "Threads the kernels run on.");

@@ -27,10 +27,18 @@ alignas(32) const uint8_t kFlip8[32] = {0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80
                                         0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
                                         0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80};
 
-template <PairMode MODE>
-DSPTRAIN_AVX2 void micro_avx2_bytes_pair(const void* a_tile, const int8_t* b0, const int8_t* b1, int kgroups,
-                                         int32_t* c, ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate) {
+// With OUTLIERS (kBOffset only), the `count` outliers at `list`: each adds rest x (B's group of its k +
+// 128) to its row's two sums as add_outliers_avx2 does to C (gemm_avx2.cpp: 7
+// instructions a panel, exact), here while the sums and B's two panels are in L1.
+// (always inlined into micro_pair's three kernels: a call more cost MobileNetV2's shallow
+// products, 4-8 groups a call, 2-5 %)
+template <PairMode MODE, bool OUTLIERS>
+DSPTRAIN_AVX2 __attribute__((always_inline)) inline void micro_avx2_bytes_pair(const void* a_tile, const int8_t* b0, const int8_t* b1, int kgroups,
+                                         int32_t* c, ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
+                                         const SmallAOutlier* list, int count, int row0) {
   constexpr int kNR = 2 * kAvx2NR;
+  const int8_t* const b0_group0 = b0;  // the asm advances b0 and b1
+  const int8_t* const b1_group0 = b1;
   const int32_t* row_correction =
       reinterpret_cast<const int32_t*>(static_cast<const int8_t*>(a_tile) + static_cast<size_t>(kgroups) * kAvx2MR * 4);
   // As micro_avx2's, the whole call in one asm block with the accumulators in named
@@ -91,6 +99,22 @@ DSPTRAIN_AVX2 void micro_avx2_bytes_pair(const void* a_tile, const int8_t* b0, c
 #undef DSPTRAIN_AVX2_PAIR_LOOP
 #undef DSPTRAIN_AVX2_PAIR_ROW
 #undef DSPTRAIN_AVX2_PAIR_HALF
+  if constexpr (OUTLIERS) {
+    static_assert(MODE == PairMode::kBOffset, "outliers are small A's");
+    const __m256i flip = _mm256_load_si256(reinterpret_cast<const __m256i*>(kFlip8));
+    const __m256i ones = _mm256_load_si256(reinterpret_cast<const __m256i*>(kOnes16));
+    for (int i = 0; i < count; ++i) {
+      const SmallAOutlier& e = list[i];
+      const size_t group = static_cast<size_t>(e.k / 4) * kAvx2NR * 4;
+      const __m256i rest = _mm256_set1_epi32(*reinterpret_cast<const int32_t*>(e.rest4));
+      const __m256i u0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0_group0 + group)), flip);
+      const __m256i u1 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1_group0 + group)), flip);
+      __m256i* lo = &sums[e.row - row0];
+      __m256i* hi = &sums[kAvx2MR + e.row - row0];
+      *lo = _mm256_add_epi32(*lo, _mm256_madd_epi16(_mm256_maddubs_epi16(u0, rest), ones));
+      *hi = _mm256_add_epi32(*hi, _mm256_madd_epi16(_mm256_maddubs_epi16(u1, rest), ones));
+    }
+  }
   const bool full = mr_valid == kAvx2MR && nr_valid == kNR;
   alignas(32) int32_t tmp[kAvx2MR * kNR];
 #pragma GCC unroll 8
@@ -107,12 +131,19 @@ DSPTRAIN_AVX2 void micro_avx2_bytes_pair(const void* a_tile, const int8_t* b0, c
   if (!full) store_partial(tmp, kNR, c, ldc, mr_valid, nr_valid, accumulate);
 }
 
+template <PairMode MODE>
+DSPTRAIN_AVX2 void micro_pair(const void* a_tile, const int8_t* b0, const int8_t* b1, int kgroups, int32_t* c,
+                              ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate) {
+  micro_avx2_bytes_pair<MODE, false>(a_tile, b0, b1, kgroups, c, ldc, mr_valid, nr_valid, accumulate, nullptr, 0, 0);
+}
+
 }  // namespace
 
 void set_avx2_pair_kernels(GemmKernel* kernel) {
-  kernel->micro_pair_unsigned = micro_avx2_bytes_pair<PairMode::kAUnsigned>;
-  kernel->micro_pair_b_unsigned = micro_avx2_bytes_pair<PairMode::kBUnsigned>;
-  kernel->micro_pair_small_a = micro_avx2_bytes_pair<PairMode::kBOffset>;
+  kernel->micro_pair_unsigned = micro_pair<PairMode::kAUnsigned>;
+  kernel->micro_pair_b_unsigned = micro_pair<PairMode::kBUnsigned>;
+  kernel->micro_pair_small_a = micro_pair<PairMode::kBOffset>;
+  kernel->micro_pair_small_a_outliers = micro_avx2_bytes_pair<PairMode::kBOffset, true>;
 }
 
 }  // namespace dsptrain

@@ -309,7 +309,7 @@ void for_each_c_tile(const GemmKernel* kern, int m, int n, int k, int32_t* c, pt
 
 namespace {
 std::atomic<long long> g_signed_blocks{0}, g_unsigned_blocks{0}, g_b_unsigned_blocks{0}, g_small_a_blocks{0},
-    g_pair_blocks{0};
+    g_pair_blocks{0}, g_outlier_pair_blocks{0};
 
 // Whether panels [t.p0, t.p1) of b hold no negative byte over groups [pc / 4, pc / 4 + kgroups)
 // (their zero padding included): one read of what the task's row tiles read mc / mr times.
@@ -330,6 +330,10 @@ long long gemm_b_unsigned_blocks(bool reset) { return reset ? g_b_unsigned_block
 long long gemm_small_a_blocks(bool reset) { return reset ? g_small_a_blocks.exchange(0) : g_small_a_blocks.load(); }
 long long gemm_pair_blocks(bool reset) { return reset ? g_pair_blocks.exchange(0) : g_pair_blocks.load(); }
 void count_pair_block() { g_pair_blocks.fetch_add(1, std::memory_order_relaxed); }
+long long gemm_outlier_pair_blocks(bool reset) {
+  return reset ? g_outlier_pair_blocks.exchange(0) : g_outlier_pair_blocks.load();
+}
+void count_outlier_pair_block() { g_outlier_pair_blocks.fetch_add(1, std::memory_order_relaxed); }
 
 void count_block(BlockKernel kernel) {
   std::atomic<long long>& counter = kernel == BlockKernel::kUnsigned    ? g_unsigned_blocks
@@ -351,6 +355,7 @@ GemmBlockCounts gemm_block_counts(bool reset) {
 // 5-9 % slower, 6 rows 11-22 %, the whole block (192 rows, C's rows in L3 by then) 9-29 %,
 // and per tile and panel right after micro (C's tile in L1) 15-24 % even at 0.02 %.
 constexpr int kOutlierChunkRows = 24;
+constexpr int kOutlierPairMinPanels = 16, kOutlierPairMinDepth = 256;
 
 void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc, bool a_padded, int64_t* absmax,
                  FusedRequant* fused) {
@@ -403,6 +408,16 @@ void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc,
       // rows are still in the cache.
       const bool with_outliers = small_a && outliers.total > 0;
       const int chunk = with_outliers ? kOutlierChunkRows : t.rows;
+      // Where the ISA has it, the pair kernel adds its tile's outliers to its sums before
+      // they meet C (B's two panels and the sums in L1), and add_outliers below is left
+      // only an odd last panel: on VGG-11's deep shapes with NITI-like errors (0.4 %) 1-2.5 %
+      // faster than adding them all after the chunk (docs/depthwise.md). Not on tasks of
+      // fewer than kOutlierPairMinPanels panels or K blocks under kOutlierPairMinDepth, where
+      // one pass along a chunk's C rows costs less than a loop over each tile's few
+      // outliers per pair (MobileNetV2's errors column 1-2 % slower in the pairs).
+      const bool in_pairs = with_outliers && kern->micro_pair_small_a_outliers &&
+                            t.p1 - t.p0 >= kOutlierPairMinPanels && kc >= kOutlierPairMinDepth;
+      if (in_pairs) count_outlier_pair_block();
       const size_t panel_stride = static_cast<size_t>(b.k_pad) * nr;
       // The byte kernels take B's panels two at a time where the ISA has the pair kernel
       // (AVX2: 6 x 16 of C, A's tile read once per pair; 5-10 % faster on VGG-11's shapes).
@@ -417,10 +432,18 @@ void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc,
         for (; pair && p + 1 < t.p1; p += 2) {  // two panels at a time
           const int8_t* b_panel = b.panels() + p * panel_stride + static_cast<size_t>(pc) * nr;
           const int cols = std::min(2 * nr, n - p * nr);
-          for (int r = r0; r < r1; r += mr)
-            pair(a_pack + (r / mr) * a_tile_bytes, b_panel, b_panel + panel_stride, kgroups,
-                 c + static_cast<ptrdiff_t>(t.row0 + r) * ldc + p * nr, ldc, std::min(mr, t.rows - r), cols, pc > 0);
+          for (int r = r0; r < r1; r += mr) {
+            if (in_pairs)
+              kern->micro_pair_small_a_outliers(a_pack + (r / mr) * a_tile_bytes, b_panel, b_panel + panel_stride,
+                                                kgroups, c + static_cast<ptrdiff_t>(t.row0 + r) * ldc + p * nr, ldc,
+                                                std::min(mr, t.rows - r), cols, pc > 0, outliers.of(r / mr),
+                                                outliers.count(r / mr), r);
+            else
+              pair(a_pack + (r / mr) * a_tile_bytes, b_panel, b_panel + panel_stride, kgroups,
+                   c + static_cast<ptrdiff_t>(t.row0 + r) * ldc + p * nr, ldc, std::min(mr, t.rows - r), cols, pc > 0);
+          }
         }
+        const int p_single = p;
         for (; p < t.p1; ++p) {
           const int8_t* b_panel = b.panels() + p * panel_stride + static_cast<size_t>(pc) * nr;
           const int cols = std::min(nr, n - p * nr);
@@ -429,13 +452,15 @@ void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc,
                   c + static_cast<ptrdiff_t>(t.row0 + r) * ldc + p * nr, ldc, std::min(mr, t.rows - r), cols, pc > 0,
                   b.col_offset.data() + p * nr);
         }
-        if (!with_outliers || t.p1 <= t.p0) continue;
+        // the panels whose outliers are still to add: all, or the odd one the pairs left
+        const int p_from = in_pairs ? p_single : t.p0;
+        if (!with_outliers || t.p1 <= p_from) continue;
         const int first = outliers.tile_start[r0 / mr], last = outliers.tile_start[(r1 + mr - 1) / mr];
-        if (last > first)  // each along the task's panels
+        if (last > first)  // each along the panels
           kern->add_outliers(outliers.list + first, last - first,
-                             b.panels() + t.p0 * panel_stride + static_cast<size_t>(pc) * nr, panel_stride,
-                             t.p1 - t.p0, std::min(nr, n - (t.p1 - 1) * nr),
-                             c + static_cast<ptrdiff_t>(t.row0) * ldc + t.p0 * nr, ldc, 0);
+                             b.panels() + p_from * panel_stride + static_cast<size_t>(pc) * nr, panel_stride,
+                             t.p1 - p_from, std::min(nr, n - (t.p1 - 1) * nr),
+                             c + static_cast<ptrdiff_t>(t.row0) * ldc + p_from * nr, ldc, 0);
       }
     }
     if (kern->task_end) kern->task_end();

@@ -134,6 +134,12 @@ struct GemmKernel {
   MicroPairFn micro_pair_unsigned = nullptr;
   MicroPairFn micro_pair_b_unsigned = nullptr;
   MicroPairFn micro_pair_small_a = nullptr;
+  // optional: micro_pair_small_a that also adds the tile's outliers (`count` at `list`, rows
+  // relative to the block, the tile's first row0) to its sums before they meet C, so a
+  // block with outliers needs no second pass over C (add_outliers).
+  void (*micro_pair_small_a_outliers)(const void* a_tile, const int8_t* b0, const int8_t* b1, int kgroups, int32_t* c,
+                                      ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
+                                      const SmallAOutlier* list, int count, int row0) = nullptr;
   // optional: one group of a whole panel from 4 k-major rows (pack_b_k_rows): dst gets, for
   // columns j < nr, the dword (rows[0][j], rows[1][j], rows[2][j], rows[3][j]).
   void (*interleave_panel)(const int8_t* const* rows, int8_t* dst) = nullptr;
@@ -197,6 +203,10 @@ long long gemm_small_a_blocks(bool reset);
 // counts one.
 long long gemm_pair_blocks(bool reset);
 void count_pair_block();
+// The small-A blocks with outliers whose pairs added their tiles' outliers themselves
+// (micro_pair_small_a_outliers), counted once a block.
+long long gemm_outlier_pair_blocks(bool reset);
+void count_outlier_pair_block();
 
 // Which microkernel an A block ran on, counted for gemm_block_counts by gemm_packed and by
 // the panel convolutions (conv_panels.cpp), which pick among the same kernels.

@@ -36,12 +36,13 @@ def avx2(monkeypatch):
 
 def blocks(run, pairs: bool = False) -> dict:
     """The A blocks each kernel took while `run()` ran; with `pairs`, also "pairs": the
-    blocks whose byte kernel took B's panels two at a time."""
+    blocks whose byte kernel took B's panels two at a time, and "outliers_in_pairs": the
+    small-A blocks whose pair kernel added their outliers itself."""
     native.gemm_block_counts(reset=True)
     run()
     counts = native.gemm_block_counts(reset=True)
     if not pairs:
-        del counts["pairs"]
+        del counts["pairs"], counts["outliers_in_pairs"]
     return counts
 
 
@@ -349,7 +350,7 @@ def test_byte_kernels_take_b_panels_in_pairs(avx2, ref, threads, kind, m, k, n):
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
     kernel = "small_a" if kind == "outliers" else kind
     assert counts["pairs"] > 0 and counts[kernel] > 0
-    assert sum(count for name, count in counts.items() if name not in ("pairs", kernel)) == 0
+    assert sum(count for name, count in counts.items() if name not in ("pairs", "outliers_in_pairs", kernel)) == 0
 
 
 @pytest.mark.parametrize("kind", ["unsigned", "b_unsigned"])
@@ -377,3 +378,60 @@ def test_pairs_counted_once_per_block(avx2, ref):
         native.set_threads(previous)
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
     assert counts["unsigned"] == 6 and counts["pairs"] == 6
+
+
+# M off the tile (a last tile of 1-5 rows), N with an odd panel count (the last single
+# panel's outliers go through add_outliers) or a ragged last pair, K over 1-3 K blocks
+# (each deep enough to keep the outlier put in the last column under 1 in 128); N of at
+# least 64 panels, so each of the up to 4 tasks of a row block has kOutlierPairMinPanels.
+INSIDE_PAIR_SHAPES = [(13, 1400, 517), (100, 1100, 510), (7, 1400, 1030), (193, 700, 512)]
+
+
+@pytest.mark.parametrize("m,k,n", INSIDE_PAIR_SHAPES, ids=lambda v: str(v))
+def test_pairs_add_their_tiles_outliers(avx2, ref, threads, m, k, n):
+    """Small-A blocks with outliers (0.3 %, at the ends of int8) run as pairs that add each
+    tile's outliers to their sums before C (micro_pair_small_a_outliers), an outlier in the
+    last row and column and B at both ends included; every such block counted."""
+    rng = np.random.default_rng(m * 17 + k * 5 + n)
+    a, b = with_outliers(rng, cases.int8(rng, (m, k), -64, 64), 0.003), cases.int8(rng, (n, k))
+    a[:, ::512] = -64  # every A block signed
+    a[-1, -1], a[0, 0] = -128, 127
+    b[:, ::512] = -128
+    b[-1], b[0, :] = 127, -128
+    got = {}
+    counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)), pairs=True)
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    assert counts["signed"] == counts["unsigned"] == counts["b_unsigned"] == 0
+    # (a block of M = 7's one-row tile may hold no outlier: a pair block without them)
+    assert 0 < counts["outliers_in_pairs"] <= counts["pairs"] == counts["small_a"]
+
+
+@pytest.mark.parametrize("n,inside", [(520, 2), (72, 0)])
+def test_outlier_dense_tile_inside_the_pairs(avx2, ref, n, inside):
+    """One thread, one row block: a tile with outliers at 4 depths of each row (the block
+    stays under 1 in 128) and one in the last row and column. split_tasks gives the row
+    block to two tasks: of 33 and 32 panels (pairs and a single last panel), whose pairs
+    add the outliers, or of 5 and 4 (under kOutlierPairMinPanels), which add them after
+    each chunk (add_outliers). Each task's block counted once."""
+    rng = np.random.default_rng(21)
+    m, k = 30, 512
+    a, b = cases.int8(rng, (m, k), -64, 64), cases.int8(rng, (n, k))
+    a[6:12, 200:204] = np.array([-128, 127, -65, 65], np.int8)
+    a[-1, -1] = -128
+    b[-1], b[0] = 127, -128
+    previous = native.threads()
+    native.set_threads(1)
+    try:
+        got = {}
+        counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)), pairs=True)
+    finally:
+        native.set_threads(previous)
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    assert counts == {
+        "signed": 0,
+        "unsigned": 0,
+        "b_unsigned": 0,
+        "small_a": 2,
+        "pairs": 2,
+        "outliers_in_pairs": inside,
+    }
