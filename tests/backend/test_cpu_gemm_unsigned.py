@@ -46,6 +46,16 @@ def blocks(run, pairs: bool = False) -> dict:
     return counts
 
 
+def one_thread_blocks(run, pairs: bool = False) -> dict:
+    """blocks(run, pairs) on one thread (split_tasks' tasks fixed by the shape alone)."""
+    previous = native.threads()
+    native.set_threads(1)
+    try:
+        return blocks(run, pairs)
+    finally:
+        native.set_threads(previous)
+
+
 @pytest.mark.parametrize("m,k,n", SHAPES, ids=lambda v: str(v))
 def test_nonnegative_a_takes_the_unsigned_kernel(avx2, ref, threads, m, k, n):
     rng = np.random.default_rng(m * 31 + k * 7 + n)
@@ -85,13 +95,8 @@ def test_one_negative_value_sends_only_its_block_to_the_int16_kernel(avx2, ref):
     rng = np.random.default_rng(5)
     a, b = cases.int8(rng, (40, 1030), 0, 127), cases.int8(rng, (8, 1030))
     a[17, 600] = -1
-    previous = native.threads()
-    native.set_threads(1)
-    try:
-        got = {}
-        counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
-    finally:
-        native.set_threads(previous)
+    got = {}
+    counts = one_thread_blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
     assert counts == {"signed": 1, "unsigned": 2, "b_unsigned": 0, "small_a": 0}
 
@@ -165,16 +170,6 @@ def test_small_a_pair_sums_at_both_ends(avx2, ref):
     counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
     assert {name for name, count in counts.items() if count} == {"small_a"}
-
-
-def one_thread_blocks(run) -> dict:
-    """blocks(run) on one thread (split_tasks' tasks fixed by the shape alone)."""
-    previous = native.threads()
-    native.set_threads(1)
-    try:
-        return blocks(run)
-    finally:
-        native.set_threads(previous)
 
 
 def with_outliers(rng, a: np.ndarray, share: float) -> np.ndarray:
@@ -369,13 +364,8 @@ def test_pairs_counted_once_per_block(avx2, ref):
     K = 1100 (three K blocks): six blocks, each one pair, counted as six."""
     rng = np.random.default_rng(3)
     a, b = pair_inputs(rng, "unsigned", 60, 1100, 32)
-    previous = native.threads()
-    native.set_threads(1)
-    try:
-        got = {}
-        counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)), pairs=True)
-    finally:
-        native.set_threads(previous)
+    got = {}
+    counts = one_thread_blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)), pairs=True)
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
     assert counts["unsigned"] == 6 and counts["pairs"] == 6
 
@@ -419,13 +409,8 @@ def test_outlier_dense_tile_inside_the_pairs(avx2, ref, n, inside):
     a[6:12, 200:204] = np.array([-128, 127, -65, 65], np.int8)
     a[-1, -1] = -128
     b[-1], b[0] = 127, -128
-    previous = native.threads()
-    native.set_threads(1)
-    try:
-        got = {}
-        counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)), pairs=True)
-    finally:
-        native.set_threads(previous)
+    got = {}
+    counts = one_thread_blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)), pairs=True)
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
     assert counts == {
         "signed": 0,
