@@ -261,19 +261,26 @@ def depthwise_records(shape, seed):
     return records, wants
 
 
-def test_depthwise_neon(kernel_check, tmp_path, ref):
-    """Every depthwise pass on aarch64 (3 threads), bit for bit with ops_ref, int8 and float32."""
+def run_shapes_bit_exact(kernel_check, tmp_path, ref, shapes, make_records, seed: int) -> list[str]:
+    """make_records(shape, seed + i) for every shape, run on aarch64 in one driver call (3
+    threads), each result's dtype and bits equal to its ops_ref answer; the driver's log lines."""
     records, wants = [], []
-    for i, shape in enumerate(DEPTHWISE_SHAPES):
-        r, want = depthwise_records(shape, 40 + i)
+    for i, shape in enumerate(shapes):
+        r, want = make_records(shape, seed + i)
         records += r
         wants += want(ref)
     results, lines, proc = run_driver(kernel_check, tmp_path, records)
     assert results is not None, f"qemu-aarch64 run failed ({proc.returncode}):\n{proc.stderr}"
-    assert lines[0] == "isa neon best neon" and set(lines[1:]) == {"dwconv rows"}
     for (op, sizes, *_), got, want in zip(records, results, wants):
         assert got.dtype == want.dtype, (op, sizes)
         np.testing.assert_array_equal(got, want, err_msg=f"{op} {sizes}")
+    return lines
+
+
+def test_depthwise_neon(kernel_check, tmp_path, ref):
+    """Every depthwise pass on aarch64 (3 threads), bit for bit with ops_ref, int8 and float32."""
+    lines = run_shapes_bit_exact(kernel_check, tmp_path, ref, DEPTHWISE_SHAPES, depthwise_records, 40)
+    assert lines[0] == "isa neon best neon" and set(lines[1:]) == {"dwconv rows"}
 
 
 # NITI's fused batch norm: the AVX2 lanes' tails and both output paths (tables from 1024 rows)
@@ -349,15 +356,6 @@ def grouped_records(shape, seed):
 
 def test_grouped_neon(kernel_check, tmp_path, ref):
     """Every grouped pass on aarch64's NEON GEMM (3 threads), bit for bit with ops_ref."""
-    records, wants = [], []
-    for i, shape in enumerate(GROUPED_SHAPES):
-        r, want = grouped_records(shape, 70 + i)
-        records += r
-        wants += want(ref)
-    results, lines, proc = run_driver(kernel_check, tmp_path, records)
-    assert results is not None, f"qemu-aarch64 run failed ({proc.returncode}):\n{proc.stderr}"
+    lines = run_shapes_bit_exact(kernel_check, tmp_path, ref, GROUPED_SHAPES, grouped_records, 70)
     assert lines[0] == "isa neon best neon"
     assert {line.split()[1] for line in lines[1:]} == {"gemm_1x1_in_place", "group_patches_gemm", "residue_class_gemms"}
-    for (op, sizes, *_), got, want in zip(records, results, wants):
-        assert got.dtype == want.dtype, (op, sizes)
-        np.testing.assert_array_equal(got, want, err_msg=f"{op} {sizes}")
