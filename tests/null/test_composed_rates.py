@@ -138,20 +138,26 @@ def _calls_graph():
     return lower(model, dsptrain.load_recipe("niti"), batch=2)
 
 
-def test_the_cost_model_counts_each_kernel_call_a_composed_conv_makes():
-    """rates.kernel_calls on the DSP (a call's fixed cost each: a FastRPC round trip) is the number
-    of product calls grouped_hooks.py makes: per group, per dilation residue class met."""
-    graph = _calls_graph()
-    rng = np.random.default_rng(0)
-    backend = _CountingBackend()
+def _calls_checked(graph, backend, counter, device: str, rng) -> dict:
+    """Each grouped op of `graph` run on `backend`: the product calls `counter` saw, checked
+    against rates.kernel_calls for `device`; op name -> calls."""
     seen = {}
     for op in graph.ops:
         if op.attrs.get("groups", 1) == 1 or not op.macs:
             continue
-        backend.calls = 0
+        counter.calls = 0
         _run(backend, graph, op, rng)
-        assert kernel_calls(graph, op, "dsp") == backend.calls, op.name
-        seen[op.name] = backend.calls
+        assert kernel_calls(graph, op, device) == counter.calls, op.name
+        seen[op.name] = counter.calls
+    return seen
+
+
+def test_the_cost_model_counts_each_kernel_call_a_composed_conv_makes():
+    """rates.kernel_calls on the DSP (a call's fixed cost each: a FastRPC round trip) is the number
+    of product calls grouped_hooks.py makes: per group, per dilation residue class met."""
+    graph = _calls_graph()
+    backend = _CountingBackend()
+    seen = _calls_checked(graph, backend, backend, "dsp", np.random.default_rng(0))
     assert seen["grouped4.fwd"] == 4 and seen["grouped3.bwd_data"] == 3
     assert seen["dw_d2.bwd_data"] == 4 and seen["dw_d3_s2.fwd"] == 9
     assert seen["dw_d2_s2.fwd"] == 1 and kernel_calls(graph, graph.op("dw.fwd"), "dsp") == 1  # dwconv2d_s8 itself
@@ -186,15 +192,7 @@ def test_the_cpu_runs_a_grouped_pass_in_one_native_call(monkeypatch):
     counting = _CountingNative(native)
     monkeypatch.setattr(ops_cpu, "_native", counting)
     backend = ops_cpu.CpuBackend()
-    rng = np.random.default_rng(1)
-    seen = {}
-    for op in graph.ops:
-        if op.attrs.get("groups", 1) == 1 or not op.macs:
-            continue
-        counting.calls = 0
-        _run(backend, graph, op, rng)
-        assert kernel_calls(graph, op, "cpu") == counting.calls, op.name
-        seen[op.name] = counting.calls
+    seen = _calls_checked(graph, backend, counting, "cpu", np.random.default_rng(1))
     assert seen["grouped4.fwd"] == seen["grouped3.bwd_data"] == seen["grouped3.bwd_weight"] == 1
     assert seen["dw_d3_s2.fwd"] == 9
 
