@@ -86,6 +86,13 @@ inline bool needs_int64(long long depth) { return depth * 127LL * 127LL >= (1LL 
 
 inline std::vector<py::ssize_t> dims(const py::array& a) { return {a.shape(), a.shape() + a.ndim()}; }
 
+// A kernel's scratch items (scratch.h) as the {name: bytes} dict the memory planner reads.
+inline py::dict scratch_dict(const ScratchList& items) {
+  py::dict out;
+  for (const auto& [name, bytes] : items) out[py::str(name)] = bytes;
+  return out;
+}
+
 inline RoundMode parse_mode(const char* op, const std::string& mode) {
   if (mode == "round") return RoundMode::kRound;
   if (mode == "psto") return RoundMode::kPsto;

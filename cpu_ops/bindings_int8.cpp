@@ -190,15 +190,20 @@ auto py_conv2d_bwd_data_requant_s8(const py::handle& err, const py::handle& w, i
                      [&](auto* dx, int64_t* mx, FusedRequant* f) { conv2d_bwd_data(c.x.data(), c.w.data(), c.s, dx, mx, f); });
 }
 
+// A convolution pass by its name: forward, backward_data or backward_weight.
+ConvPass conv_pass(const char* op, const std::string& pass) {
+  if (pass == "forward") return ConvPass::kForward;
+  if (pass == "backward_data") return ConvPass::kBackwardData;
+  if (pass == "backward_weight") return ConvPass::kBackwardWeight;
+  fail(std::string(op) + ": pass '" + pass + "' is not one of forward, backward_data, backward_weight");
+}
+
 auto py_conv_algorithm(const std::string& pass, const py::handle& x_obj, const py::handle& w_obj, int stride,
                              int pad) {
   auto x = checked<int8_t>("conv_algorithm", "x", x_obj, 4);
   auto w = checked<int8_t>("conv_algorithm", "w", w_obj, 4);
   const ConvShape s = conv_shape("conv_algorithm", x, w, stride, pad);
-  if (pass == "forward") return std::string(conv_algorithm(ConvPass::kForward, s));
-  if (pass == "backward_data") return std::string(conv_algorithm(ConvPass::kBackwardData, s));
-  if (pass == "backward_weight") return std::string(conv_algorithm(ConvPass::kBackwardWeight, s));
-  fail("conv_algorithm: pass '" + pass + "' is not one of forward, backward_data, backward_weight");
+  return std::string(conv_algorithm(conv_pass("conv_algorithm", pass), s));
 }
 
 auto py_scratch_bytes(const std::string& pass, std::vector<int> shape, bool requant) {
@@ -227,9 +232,7 @@ auto py_scratch_bytes(const std::string& pass, std::vector<int> shape, bool requ
     else if (pass == "backward_weight_f32") items = conv_f32_scratch(ConvPass::kBackwardWeight, s);
     else fail("scratch_bytes: pass '" + pass + "' is not one of gemm, forward, backward_data, backward_weight");
   } else fail("scratch_bytes: " + pass + " takes " + (pass == "gemm" ? "3" : "9") + " sizes, got " + std::to_string(shape.size()));
-  py::dict out;
-  for (const auto& [name, bytes] : items) out[py::str(name)] = bytes;
-  return out;
+  return scratch_dict(items);
 }
 
 auto py_release_scratch() { return release_scratch(); }
@@ -345,10 +348,7 @@ auto py_grouped_algorithm(const std::string& pass, const py::handle& x_obj, cons
   auto x = checked<int8_t>("grouped_algorithm", "x", x_obj, 4);
   auto w = checked<int8_t>("grouped_algorithm", "w", w_obj, 4);
   const GroupedConv g = grouped_conv("grouped_algorithm", x, w, stride, pad, dilation, groups);
-  if (pass == "forward") return std::string(grouped_algorithm(ConvPass::kForward, g));
-  if (pass == "backward_data") return std::string(grouped_algorithm(ConvPass::kBackwardData, g));
-  if (pass == "backward_weight") return std::string(grouped_algorithm(ConvPass::kBackwardWeight, g));
-  fail("grouped_algorithm: pass '" + pass + "' is not one of forward, backward_data, backward_weight");
+  return std::string(grouped_algorithm(conv_pass("grouped_algorithm", pass), g));
 }
 
 auto py_grouped_scratch_bytes(const std::string& pass, std::vector<int> shape, bool requant) {
@@ -356,14 +356,7 @@ auto py_grouped_scratch_bytes(const std::string& pass, std::vector<int> shape, b
   if (shape.size() != 11) fail("grouped_scratch_bytes: takes 11 sizes, got " + std::to_string(shape.size()));
   const GroupedConv g{ConvShape{shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6], shape[7], shape[8]},
                       shape[10], shape[9]};
-  ScratchList items;
-  if (pass == "forward") items = grouped_scratch(ConvPass::kForward, g, requant);
-  else if (pass == "backward_data") items = grouped_scratch(ConvPass::kBackwardData, g, requant);
-  else if (pass == "backward_weight") items = grouped_scratch(ConvPass::kBackwardWeight, g, requant);
-  else fail("grouped_scratch_bytes: pass '" + pass + "' is not one of forward, backward_data, backward_weight");
-  py::dict out;
-  for (const auto& [name, bytes] : items) out[py::str(name)] = bytes;
-  return out;
+  return scratch_dict(grouped_scratch(conv_pass("grouped_scratch_bytes", pass), g, requant));
 }
 
 }  // namespace
