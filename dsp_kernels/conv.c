@@ -290,28 +290,33 @@ static void gather_err(int8_t *dst, int ldd, const int8_t *err, const struct con
  * 32 channels from the 4 loads (its low quarter) spent ~22 packets a vector, a third of
  * MobileNetV2's 1 x 1 backward data at 1 x 1 and 2 x 2. Units [lo, hi), g fastest. */
 /* n groups of pack_wt's whole channel quads: 4 rows of w over 128 channels, 4 blocks'
- * words. Pipelined by hand: group g + 1's loads issue among group g's shuffles and stores
- * (one vector load and one store a packet), nothing past group n - 1 is read. */
+ * words. Unaligned loads and vshuff share HVX's permute slot (8 a group); pipelined by hand
+ * so group g's 4 stores ride in group g + 1's load packets; nothing past group n - 1 is read. */
 static __attribute__((noinline)) void wt_quads(HVX_Vector *restrict o, const int8_t *restrict src, size_t row,
                                                size_t block, int n)
 {
-    HVX_Vector bias = Q6_V_vsplat_R((int)0x80808080u);
-    HVX_Vector r0 = hvx_load_u(src), r1 = hvx_load_u(src + row), r2 = hvx_load_u(src + 2 * row),
-               r3 = hvx_load_u(src + 3 * row);
-    for (int g = 0; g < n; g++, o++) {
-        HVX_VectorPair p01 = Q6_W_vshuff_VVR(r1, r0, -1), p23 = Q6_W_vshuff_VVR(r3, r2, -1);
-        if (g + 1 < n) {
-            src += 4 * row;
-            r0 = hvx_load_u(src); r1 = hvx_load_u(src + row);
-            r2 = hvx_load_u(src + 2 * row); r3 = hvx_load_u(src + 3 * row);
-        }
-        HVX_VectorPair q0 = Q6_W_vshuff_VVR(Q6_V_lo_W(p23), Q6_V_lo_W(p01), -2);
-        HVX_VectorPair q1 = Q6_W_vshuff_VVR(Q6_V_hi_W(p23), Q6_V_hi_W(p01), -2);
-        o[0] = Q6_V_vxor_VV(Q6_V_lo_W(q0), bias);
-        o[block] = Q6_V_vxor_VV(Q6_V_hi_W(q0), bias);
-        o[2 * block] = Q6_V_vxor_VV(Q6_V_lo_W(q1), bias);
-        o[3 * block] = Q6_V_vxor_VV(Q6_V_hi_W(q1), bias);
+    HVX_Vector bias = Q6_V_vsplat_R((int)0x80808080u), x0, x1, x2, x3;
+#define SHUFFLED(r0, r1, r2, r3) do { \
+        HVX_VectorPair p01 = Q6_W_vshuff_VVR(r1, r0, -1), p23 = Q6_W_vshuff_VVR(r3, r2, -1); \
+        HVX_VectorPair q0 = Q6_W_vshuff_VVR(Q6_V_lo_W(p23), Q6_V_lo_W(p01), -2); \
+        HVX_VectorPair q1 = Q6_W_vshuff_VVR(Q6_V_hi_W(p23), Q6_V_hi_W(p01), -2); \
+        x0 = Q6_V_vxor_VV(Q6_V_lo_W(q0), bias); x1 = Q6_V_vxor_VV(Q6_V_hi_W(q0), bias); \
+        x2 = Q6_V_vxor_VV(Q6_V_lo_W(q1), bias); x3 = Q6_V_vxor_VV(Q6_V_hi_W(q1), bias); \
+    } while (0)
+#define STORE(g) do { \
+        o[g] = x0; o[(g) + block] = x1; o[(g) + 2 * block] = x2; o[(g) + 3 * block] = x3; \
+    } while (0)
+    SHUFFLED(hvx_load_u(src), hvx_load_u(src + row), hvx_load_u(src + 2 * row), hvx_load_u(src + 3 * row));
+    for (int g = 1; g < n; g++) {
+        src += 4 * row;
+        HVX_Vector r0 = hvx_load_u(src), r1 = hvx_load_u(src + row), r2 = hvx_load_u(src + 2 * row),
+                   r3 = hvx_load_u(src + 3 * row);
+        STORE(g - 1);
+        SHUFFLED(r0, r1, r2, r3);
     }
+    STORE(n - 1);
+#undef SHUFFLED
+#undef STORE
 }
 
 static inline HVX_Vector wt_block(HVX_Vector v, HVX_Vector bias, int lanes)

@@ -474,6 +474,20 @@ static inline __attribute__((always_inline)) void tile(
         if (rows > 2) store_exact(ACC, c + 2 * ldc, v23, (rows - 2) * cols_last);
         return;
     }
+    if (R == 4 && NB == 1 && ldc == 24 && cols_last == 24 && rows == 4 && (uintptr_t)c % HVX_BYTES == 0) {
+        /* rows of 24 words back to back (MobileNetV2's 24-channel dx): 4 rows are 3 whole
+         * aligned vectors, each row rotated into place (vlalign) and merged (vmux), not 4
+         * spilled stores (an unaligned load, a mux and an unaligned store each) */
+        HVX_Vector r1 = Q6_V_vlalign_VVR(acc1[0], acc1[0], 96), r2 = Q6_V_vlalign_VVR(acc2[0], acc2[0], 64);
+        HVX_Vector r3 = Q6_V_vlalign_VVR(acc3[0], acc3[0], 32);
+        HVX_Vector *cv = (HVX_Vector *)c;
+        HVX_Vector v0 = Q6_V_vmux_QVV(Q6_Q_vsetq_R(96), acc0[0], r1), v1 = Q6_V_vmux_QVV(Q6_Q_vsetq_R(64), r1, r2);
+        HVX_Vector v2 = Q6_V_vmux_QVV(Q6_Q_vsetq_R(32), r2, r3);
+        cv[0] = ACC ? Q6_Vw_vadd_VwVw(cv[0], v0) : v0;
+        cv[1] = ACC ? Q6_Vw_vadd_VwVw(cv[1], v1) : v1;
+        cv[2] = ACC ? Q6_Vw_vadd_VwVw(cv[2], v2) : v2;
+        return;
+    }
     /* a row's blocks in address order, so what a spilled last block writes past the
      * row is the next row's first block, stored after it */
     HVX_VectorPred keep = Q6_Q_vsetq_R(4 * (uint32_t)cols_last);

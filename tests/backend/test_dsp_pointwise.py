@@ -74,10 +74,14 @@ BWD_DATA = {
     "few-dx-channels": (2, 5, 6, 12, 40),
     "expand-16": (1, 4, 4, 16, 96),
     "ragged-rows": (1, 3, 5, 24, 8),
+    # rows of 24 dx channels back to back: 4 rows stored as 3 aligned vectors (gemm.c's tile),
+    # the last 1-3 rows as before; deep (one_block_words) and with a rest of 2 words
+    "dx-24": (2, 5, 7, 24, 144),
+    "dx-24-shallow": (1, 6, 6, 24, 40),
 }
 
 
-@pytest.mark.parametrize("threads", [1, 4], indirect=True)
+@pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
 @pytest.mark.parametrize("name", BWD_DATA)
 def test_backward_data_is_the_gemm(dsp, rng, threads, name):
     n, h, w, c, o = BWD_DATA[name]
