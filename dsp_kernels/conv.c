@@ -330,8 +330,8 @@ static void pack_wt(int8_t *bp, const int8_t *w, const struct conv_shape *s, int
     const int taps = s->kh * s->kw, groups = o4 / 4, C = s->c, nblocks = (C + 31) / 32, whole = s->o / 4;
     const size_t row = (size_t)taps * C, block = (size_t)taps * groups;   /* w[o] to w[o + 1]; bp's blocks */
     HVX_Vector bias = Q6_V_vsplat_R((int)0x80808080u);
-    for (int u = lo; u < hi;) {
-        int g = u % groups, t = u / groups % taps, cq = u / (groups * taps);
+    int g = lo % groups, t = lo / groups % taps, cq = lo / (groups * taps);   /* divide once, then step */
+    for (int u = lo; u < hi; g = 0, t = t + 1 == taps ? 0 : t + 1, cq += t == 0) {
         int g_end = groups - g < hi - u ? groups : g + hi - u;   /* this (quad, tap)'s groups in the share */
         const int8_t *src = w + (flip ? taps - 1 - t : t) * C + cq * 128 + (size_t)4 * g * row;
         HVX_Vector *o = (HVX_Vector *)bp + ((size_t)4 * cq * taps + t) * groups + g;   /* block 4cq, word (t, g) */

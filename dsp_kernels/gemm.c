@@ -171,13 +171,15 @@ static inline __attribute__((always_inline)) void row_sums32_body(const int K4, 
 static __attribute__((noinline)) void row_sums32(int32_t *sums, const int8_t *a, int k4, int groups)
 {
     HVX_Vector flip = Q6_V_vsplat_R((int)BIAS_WORD), bias = Q6_V_vsplat_R(128 * 4 * k4);
-    for (int i = 0; i < groups; i++, sums += 32, a += 32 * 4 * k4) switch (k4) {
-        case 1: row_sums32_body(1, sums, a, flip, bias); break;
-        case 2: row_sums32_body(2, sums, a, flip, bias); break;
-        case 4: row_sums32_body(4, sums, a, flip, bias); break;
-        case 8: row_sums32_body(8, sums, a, flip, bias); break;
-        default: row_sums32_body(16, sums, a, flip, bias); break;
-        }
+#define RUNS(K4) for (int i = 0; i < groups; i++) row_sums32_body(K4, sums + 32 * i, a + i * 32 * 4 * K4, flip, bias)
+    switch (k4) {
+    case 1: RUNS(1); break;
+    case 2: RUNS(2); break;
+    case 4: RUNS(4); break;
+    case 8: RUNS(8); break;
+    default: RUNS(16); break;
+    }
+#undef RUNS
 }
 
 /* row_sums of up to 32 rows of `bytes` contiguous bytes each (lda apart): each row's
@@ -492,8 +494,9 @@ static inline __attribute__((always_inline)) void tile(
         if (rows > 2) store_exact(ACC, c + 2 * ldc, v23, (rows - 2) * cols_last);
         return;
     }
-    if (R == 4 && NB == 1 && ldc == 24 && cols_last == 24 && rows == 4 && (uintptr_t)c % HVX_BYTES == 0) {
-        /* rows of 24 words back to back (MobileNetV2's 24-channel dx): 4 rows are 3 whole
+    if (SPREAD && ldc == 24 && cols_last == 24 && rows == 4 && (uintptr_t)c % HVX_BYTES == 0) {
+        /* rows of 24 words back to back (MobileNetV2's 24-channel dx; the spread strips
+         * only, so the other 4 x 1 tiles pay no test): 4 rows are 3 whole
          * aligned vectors, each row rotated into place (vlalign) and merged (vmux), not 4
          * spilled stores (an unaligned load, a mux and an unaligned store each) */
         HVX_Vector r1 = Q6_V_vlalign_VVR(acc1[0], acc1[0], 96), r2 = Q6_V_vlalign_VVR(acc2[0], acc2[0], 64);
