@@ -142,24 +142,44 @@ static inline HVX_Vector row_part(const int8_t *row, int bytes, HVX_Vector flip)
     return acc;
 }
 
-/* row_sums of 32 contiguous rows of k4 <= 16 words (k4 | 16): k4 vectors. */
-static __attribute__((noinline)) void row_sums32(int32_t sums[32], const int8_t *a, int k4, HVX_Vector flip,
-                                                 HVX_Vector bias)
+/* row_sums of 32 contiguous rows of K4 <= 16 words (K4 | 16): K4 vectors. */
+static inline __attribute__((always_inline)) void row_sums32_body(const int K4, int32_t sums[32], const int8_t *a,
+                                                                  HVX_Vector flip, HVX_Vector bias)
 {
-    /* 32 contiguous rows of k4 <= 16 words are k4 vectors: their words' byte sums
-     * (vrmpy), then log2(k4) rounds of vdeal + add pair each row's neighbouring words
-     * (row r's k4 words end as word r): k4 + 2 log2(k4) vector ops for 32 rows, not 32
+    /* 32 contiguous rows of K4 <= 16 words are K4 vectors: their words' byte sums
+     * (vrmpy), then log2(K4) rounds of vdeal + add pair each row's neighbouring words
+     * (row r's K4 words end as word r): K4 + 2 log2(K4) vector ops for 32 rows, not 32
      * rows' loads and masks and four reduce8 (MobileNetV2's 16 -> 96 expansion at 16 x 16:
-     * a third of its forward packets) */
-    HVX_Vector v[32];
-    for (int i = 0; i < k4; i++)
+     * a third of its forward packets). K4 compiled in: with it counted, v[] lived on the
+     * stack (~97 packets a call, half of the 32 -> 16 backward data's packets) */
+    HVX_Vector v[16];
+#pragma clang loop unroll(full)
+    for (int i = 0; i < K4; i++)
         v[i] = Q6_Vw_vrmpy_VubRb(Q6_V_vxor_VV(hvx_load_u(a + i * HVX_BYTES), flip), 0x01010101);
-    for (int n = k4; n > 1; n /= 2)
+#pragma clang loop unroll(full)
+    for (int n = K4; n > 1; n /= 2)
+#pragma clang loop unroll(full)
         for (int i = 0; i < n / 2; i++) {
             HVX_VectorPair d = Q6_W_vdeal_VVR(v[2 * i + 1], v[2 * i], -4);
             v[i] = Q6_Vw_vadd_VwVw(Q6_V_lo_W(d), Q6_V_hi_W(d));
         }
     *(HVX_Vector *)sums = Q6_Vw_vsub_VwVw(v[0], bias);
+}
+
+/* row_sums32 of `groups` runs of 32 rows back to back (the depth-compiled cores' row
+ * blocks: one call, not one through row_sums' frame per 32 rows, ~58 packets each) */
+static __attribute__((noinline)) void row_sums32(int32_t *sums, const int8_t *a, int k4, int groups)
+{
+    HVX_Vector flip = Q6_V_vsplat_R((int)BIAS_WORD), bias = Q6_V_vsplat_R(128 * 4 * k4);
+#define RUNS(K4) for (int i = 0; i < groups; i++) row_sums32_body(K4, sums + 32 * i, a + i * 32 * 4 * K4, flip, bias)
+    switch (k4) {
+    case 1: RUNS(1); break;
+    case 2: RUNS(2); break;
+    case 4: RUNS(4); break;
+    case 8: RUNS(8); break;
+    default: RUNS(16); break;
+    }
+#undef RUNS
 }
 
 /* row_sums of up to 32 rows of `bytes` contiguous bytes each (lda apart): each row's
@@ -235,7 +255,7 @@ static __attribute__((noinline)) void row_sums(int32_t sums[32], const int8_t *a
         return;
     }
     if (lda == 4 * k4 && m == 32 && 16 % k4 == 0) {
-        row_sums32(sums, a, k4, flip, bias);
+        row_sums32(sums, a, k4, 1);
         return;
     }
     int bytes = 4 * k4;
@@ -472,6 +492,21 @@ static inline __attribute__((always_inline)) void tile(
         HVX_Vector v23 = Q6_V_vmux_QVV(upper, acc2[0], Q6_V_vlalign_VVR(acc3[0], acc3[0], shift));
         store_exact(ACC, c, v01, (rows < 2 ? rows : 2) * cols_last);
         if (rows > 2) store_exact(ACC, c + 2 * ldc, v23, (rows - 2) * cols_last);
+        return;
+    }
+    if (SPREAD && ldc == 24 && cols_last == 24 && rows == 4 && (uintptr_t)c % HVX_BYTES == 0) {
+        /* rows of 24 words back to back (MobileNetV2's 24-channel dx; the spread strips
+         * only, so the other 4 x 1 tiles pay no test): 4 rows are 3 whole
+         * aligned vectors, each row rotated into place (vlalign) and merged (vmux), not 4
+         * spilled stores (an unaligned load, a mux and an unaligned store each) */
+        HVX_Vector r1 = Q6_V_vlalign_VVR(acc1[0], acc1[0], 96), r2 = Q6_V_vlalign_VVR(acc2[0], acc2[0], 64);
+        HVX_Vector r3 = Q6_V_vlalign_VVR(acc3[0], acc3[0], 32);
+        HVX_Vector *cv = (HVX_Vector *)c;
+        HVX_Vector v0 = Q6_V_vmux_QVV(Q6_Q_vsetq_R(96), acc0[0], r1), v1 = Q6_V_vmux_QVV(Q6_Q_vsetq_R(64), r1, r2);
+        HVX_Vector v2 = Q6_V_vmux_QVV(Q6_Q_vsetq_R(32), r2, r3);
+        cv[0] = ACC ? Q6_Vw_vadd_VwVw(cv[0], v0) : v0;
+        cv[1] = ACC ? Q6_Vw_vadd_VwVw(cv[1], v1) : v1;
+        cv[2] = ACC ? Q6_Vw_vadd_VwVw(cv[2], v2) : v2;
         return;
     }
     /* a row's blocks in address order, so what a spilled last block writes past the
@@ -720,8 +755,11 @@ static inline __attribute__((always_inline)) void core(const int DEPTH, struct c
         if (DEPTH) {   /* K4 words a row: pipelined tiles (piped_tiles) */
             const piped_fn *pf = pipeds[accumulate != 0][g->aligned][layout];
             int full = nblocks, whole = mm / PIPE_ROWS;
-            if (g->ones < 0)
-                for (int r = 0; r < mm; r += 32) row_sums(sums + r, ar + r * lda, lda, 1, mm - r < 32 ? mm - r : 32, k4);
+            if (g->ones < 0) {
+                int r = 16 % k4 ? 0 : mm / 32 * 32;   /* whole runs of 32 rows of 16 or 32 bytes: one call */
+                if (r) row_sums32(sums, ar, k4, r / 32);
+                for (; r < mm; r += 32) row_sums(sums + r, ar + r * lda, lda, 1, mm - r < 32 ? mm - r : 32, k4);
+            }
             if (g->ones >= 0) {   /* the last block alone first: it yields the sums */
                 /* spilled stores need ldc == n, and not past the call's last row */
                 int w1 = !g->spill ? 0 : tail ? (mm - 1) / PIPE_ROWS : whole;

@@ -74,10 +74,14 @@ BWD_DATA = {
     "few-dx-channels": (2, 5, 6, 12, 40),
     "expand-16": (1, 4, 4, 16, 96),
     "ragged-rows": (1, 3, 5, 24, 8),
+    # rows of 24 dx channels back to back: 4 rows stored as 3 aligned vectors (gemm.c's tile),
+    # the last 1-3 rows as before; deep (one_block_words) and with a rest of 2 words
+    "dx-24": (2, 5, 7, 24, 144),
+    "dx-24-shallow": (1, 6, 6, 24, 40),
 }
 
 
-@pytest.mark.parametrize("threads", [1, 4], indirect=True)
+@pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
 @pytest.mark.parametrize("name", BWD_DATA)
 def test_backward_data_is_the_gemm(dsp, rng, threads, name):
     n, h, w, c, o = BWD_DATA[name]
@@ -87,6 +91,39 @@ def test_backward_data_is_the_gemm(dsp, rng, threads, name):
     assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise")]
     start = rng.integers(-(2**20), 2**20, want.shape, dtype=np.int32)
     same(dsp.accumulate(start, "conv2d_bwd_data_s8", err, wt, 1, 0, (h, w)), start + want)
+
+
+# (N, H, W, C, O, KH, stride, pad) -> path: backward data whose wT conv.c's pack_wt packs a
+# unit (128 channels, tap, 4 err channels) at a time: whole channel quads split across the
+# threads mid-run, a ragged last quad (3 blocks, the 1s lane at 8; one whole block), err
+# channels past O (O % 4 != 0: zero rows), and taps, flipped (the stride-1 conv of err) or not
+PACKED_WT = {
+    "quads-whole": ((1, 1, 3, 256, 40, 1, 1, 0), "pointwise"),
+    "quad-ragged": ((2, 2, 2, 200, 36, 1, 1, 0), "pointwise"),
+    "quad-one-block": ((1, 2, 3, 160, 8, 1, 1, 0), "pointwise"),
+    "strided": ((1, 4, 4, 136, 12, 1, 2, 0), "pointwise_strided"),
+    "taps-flipped": ((1, 4, 4, 140, 36, 3, 1, 1), "flipped_gemm"),
+    "taps-rows-past-o": ((1, 5, 5, 136, 10, 3, 2, 1), "gather_gemm"),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
+@pytest.mark.parametrize("name", PACKED_WT)
+def test_backward_data_packed_wt(dsp, rng, threads, name):
+    (n, h, w, c, o, k, stride, pad), path = PACKED_WT[name]
+    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    wt, err = s8(rng, o, k, k, c), s8(rng, n, oh, ow, o)
+    want = ref.conv2d_bwd_data_s8(err, wt, stride, pad, (h, w))
+    same(dsp.conv2d_bwd_data_s8(err, wt, stride, pad, (h, w)), want)
+    assert dsp.last_paths == [("conv2d_bwd_data_s8", path)]
+
+
+def test_backward_data_packed_wt_extremes(dsp):
+    """-128 and 127 weights: the bias (w + 128) spans every byte value through the shuffles."""
+    wt = np.where(np.arange(300 * 40).reshape(40, 1, 1, 300) % 3 == 0, 127, -128).astype(np.int8)
+    err = np.full((1, 2, 2, 40), -128, np.int8)
+    same(dsp.conv2d_bwd_data_s8(err, wt, 1, 0, (2, 2)), ref.conv2d_bwd_data_s8(err, wt, 1, 0, (2, 2)))
+    assert dsp.last_paths == [("conv2d_bwd_data_s8", "pointwise")]
 
 
 # (N, H, W, C, O, K, pad), square images: weight gradients over more positions than one pass holds whose
