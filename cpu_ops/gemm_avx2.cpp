@@ -280,8 +280,9 @@ DSPTRAIN_AVX2 bool pack_a_small(MatrixS8 a, int rows, int kc, void* dst, SmallAO
   // registers, with no index (the list is row by row, so a row's run is consecutive).
   uint32_t* slot_start = outlier_buf.data() + starts + 2 * (most + kc);
   SmallASlotEntry* slots = reinterpret_cast<SmallASlotEntry*>(slot_start + starts);
+  const size_t room = small_a_max_slot_entries(rows, kc);
   uint32_t used = 0;  // slots so far
-  for (int t = 0; t < tiles; ++t) {
+  for (int t = 0; t < tiles && listed > 0; ++t) {
     slot_start[t] = used;
     uint32_t first[kAvx2MR + 1];  // the tile's rows' runs in the list
     uint32_t most_in_row = 0;
@@ -292,6 +293,11 @@ DSPTRAIN_AVX2 bool pack_a_small(MatrixS8 a, int rows, int kc, void* dst, SmallAO
       most_in_row = std::max(most_in_row, at - first[r]);
     }
     first[kAvx2MR] = at;
+    if ((used + most_in_row) * static_cast<size_t>(kAvx2MR) > room) {  // too uneven: add_outliers
+      slot_start = nullptr;
+      slots = nullptr;
+      break;
+    }
     for (uint32_t s = 0; s < most_in_row; ++s)
       for (int r = 0; r < kAvx2MR; ++r) {
         SmallASlotEntry& e = slots[static_cast<size_t>(used + s) * kAvx2MR + r];
@@ -305,7 +311,11 @@ DSPTRAIN_AVX2 bool pack_a_small(MatrixS8 a, int rows, int kc, void* dst, SmallAO
       }
     used += most_in_row;
   }
-  slot_start[tiles] = used;
+  if (slot_start) {
+    if (listed == 0)
+      for (int t = 0; t < tiles; ++t) slot_start[t] = 0;
+    slot_start[tiles] = used;
+  }
   *outliers = SmallAOutliers{tile_start, list, static_cast<int>(listed), slot_start, slots};
   return true;
 }

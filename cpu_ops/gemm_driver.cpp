@@ -414,7 +414,7 @@ void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc,
       // fewer than kOutlierPairMinPanels panels or K blocks under kOutlierPairMinDepth, where
       // one pass along a chunk's C rows costs less than a loop over each tile's few
       // outliers per pair (MobileNetV2's errors column 1-2 % slower in the pairs).
-      const bool in_pairs = with_outliers && kern->micro_pair_small_a_outliers &&
+      const bool in_pairs = with_outliers && kern->micro_pair_small_a_outliers && outliers.slots &&
                             t.p1 - t.p0 >= kOutlierPairMinPanels && kc >= kOutlierPairMinDepth;
       if (in_pairs) count_outlier_pair_block();
       // Chunks only where add_outliers has panels left to do (all, or the pairs' odd last

@@ -83,8 +83,8 @@ struct SmallASlotEntry {
 // A pack_a_small block's outliers, row by row: `total` at `list`, those of tile t (rows
 // [t * mr, t * mr + mr)) at list[tile_start[t], tile_start[t + 1]); and the same again as
 // slots (as many as the tile's row with most), the tile's at slots + slot_start[t] * mr, up to
-// slot_start[t + 1]. They point into pack_a_small's per-thread buffer, valid until its
-// next call on the thread.
+// slot_start[t + 1] (slots null where they would pass small_a_max_slot_entries). They point
+// into pack_a_small's per-thread buffer, valid until its next call on the thread.
 struct SmallAOutliers {
   const uint32_t* tile_start = nullptr;
   const SmallAOutlier* list = nullptr;
@@ -204,13 +204,18 @@ inline size_t small_a_max_outliers(int rows, int kc) {
   return static_cast<size_t>(rows) * kc / kSmallAOutlierShare;
 }
 
+// The most slot entries pack_a_small builds for a block of rows x kc: twice the most
+// outliers, four times what NITI-like errors (0.4 % of values, half of them over budget)
+// fill with their padding; a block needing more gets none, and its outliers go to
+// add_outliers.
+inline size_t small_a_max_slot_entries(int rows, int kc) { return 2 * small_a_max_outliers(rows, kc); }
+
 // Words of pack_a_small's outlier buffer for a block of rows x kc in tiles of mr rows: the
 // tiles' starts (even, the lists' alignment), the list with a row's room past the most,
-// the tiles' slot starts, and the slots (at most mr entries of 2 words per outlier).
+// the tiles' slot starts, and the slots (2 words an entry).
 inline size_t small_a_outlier_words(int rows, int kc, int mr) {
   const size_t tiles = (static_cast<size_t>(rows) + mr - 1) / mr, starts = (tiles + 2) / 2 * 2;
-  const size_t most = small_a_max_outliers(rows, kc);
-  return 2 * starts + 2 * (most + kc) + 2 * static_cast<size_t>(mr) * most;
+  return 2 * starts + 2 * (small_a_max_outliers(rows, kc) + kc) + 2 * small_a_max_slot_entries(rows, kc);
 }
 
 // B panels (8 columns each) from which the small-A kernel pays for its extra pass over A

@@ -302,6 +302,23 @@ def test_pair_slots_pad_the_rows_with_fewer_outliers(avx2, ref):
     assert counts["outliers_in_pairs"] > 0
 
 
+def test_outliers_crowded_into_one_row_a_tile_fall_back_to_add_outliers(avx2, ref):
+    """Slots pad every row to the tile's row with most outliers: 30 in one row of each of 32
+    tiles (under 1 in 128 of the block) would need 6 x 30 x 32 entries, past
+    small_a_max_slot_entries, so the block gets no slots and its pairs leave the outliers to
+    add_outliers after each chunk of rows. One thread, two tasks of 16 panels."""
+    rng = np.random.default_rng(9)
+    m, k, n = 192, KC, 256
+    a, b = cases.int8(rng, (m, k), -64, 64), cases.int8(rng, (n, k))
+    for row in range(0, m, 6):
+        depths = rng.choice(np.arange(0, k, 2), 30, replace=False)
+        a[row, depths], a[row, depths + 1] = -128, -64
+    got = {}
+    counts = one_thread_blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)), pairs=True)
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    assert counts == {"signed": 0, "unsigned": 0, "b_unsigned": 0, "small_a": 2, "pairs": 2, "outliers_in_pairs": 0}
+
+
 def test_all_outlier_blocks_take_the_int16_kernel(avx2, ref):
     """Uniform int8 errors (half beyond [-64, 64]) and a block of -128 alone: int16."""
     rng = np.random.default_rng(8)
