@@ -9,6 +9,7 @@
 #include "gemm_kernels.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -181,15 +182,21 @@ void pack_a_bytes(MatrixS8 a, int rows, int kc, void* dst) {
 // computes: each tile of 6 rows is followed by kSmallATail bytes holding the rows'
 // -128 x rowsum(a) over the block, added to the tile at the end.
 //
-// A value beyond [-64, 64] (NITI's errors are heavy-tailed: a few in a thousand reach
-// +-127) is packed clamped, and its rest a - clamp(a) listed as an outlier: add_outliers
-// adds rest x (B's row k + 128) to C afterwards, so the block stays on vpmaddubsw; the
-// row corrections are -128 x the sum of a itself, clamped values and rests. The row sums
-// and the outlier list come from one pass over the block (32 bytes at a time where rows
-// are contiguous), before the packing.
+// What vpmaddubsw needs is less than |a| <= 64: each pair sum u0 x0 + u1 x1 (x0, x1 the
+// bytes at depths 2i, 2i + 1) is within 255 x (|x0| + |x1|), exact wherever the pair's
+// |x0| + |x1| <= 128. So a value beyond [-64, 64] whose pair partner leaves room (127
+// beside a 1, -128 beside a 0: half of the bench's uniform outliers, most of
+// heavy-tailed errors, whose partners lie near 0) is packed as it is. In a pair over that
+// budget, each value beyond [-64, 64] (NITI's errors: a few in a thousand reach +-127) is
+// packed clamped, which brings the pair within it, and its rest a - clamp(a) listed as an
+// outlier: add_outliers adds rest x (B's row k + 128) to C afterwards, so the block stays
+// on vpmaddubsw. The row corrections are -128 x the sum of a itself, packed values and
+// rests. The row sums and the outlier list come from one pass over the block (32 bytes at
+// a time where rows are contiguous), before the packing, which copies the block and then
+// clamps the listed values in place.
 //
 // True (A packed so, *outliers set) when rows [0, rows) x k [0, kc) of `a` hold at most
-// small_a_max_outliers values beyond [-64, 64], else false.
+// small_a_max_outliers values to list, else false.
 DSPTRAIN_AVX2 bool pack_a_small(MatrixS8 a, int rows, int kc, void* dst, SmallAOutliers* outliers) {
   thread_local Kept<std::vector<int32_t>> sums_buf;      // the rows' sums
   thread_local Kept<std::vector<uint32_t>> outlier_buf;  // the tiles' starts, then the outliers
@@ -197,7 +204,7 @@ DSPTRAIN_AVX2 bool pack_a_small(MatrixS8 a, int rows, int kc, void* dst, SmallAO
   const size_t most = small_a_max_outliers(rows, kc);
   static_assert(sizeof(SmallAOutlier) == 2 * sizeof(uint32_t), "outliers share the tile starts' buffer");
   const size_t starts = (tiles + 2) / 2 * 2;           // words of tile starts, even: the outliers' alignment
-  const size_t words = starts + 2 * (most + kc);       // a row's worth of room past `most`: tested once a row
+  const size_t words = small_a_outlier_words(rows, kc, kAvx2MR);  // the list: a row's room past `most`
   if (sums_buf.size() < static_cast<size_t>(rows)) sums_buf.resize(rows);
   if (outlier_buf.size() < words) outlier_buf.resize(words);
   int32_t* sums = sums_buf.data();
@@ -209,8 +216,9 @@ DSPTRAIN_AVX2 bool pack_a_small(MatrixS8 a, int rows, int kc, void* dst, SmallAO
     e = SmallAOutlier{static_cast<uint16_t>(row), static_cast<uint16_t>(kk), {0, 0, 0, 0}};
     e.rest4[kk % 4] = static_cast<int8_t>(v < 0 ? v + 64 : v - 64);
   };
+  const auto beyond = [](int v) { return v < -64 || v > 64; };
   const __m256i lo = _mm256_set1_epi8(-64), hi = _mm256_set1_epi8(64);
-  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1), budget = _mm256_set1_epi16(128);
   for (int r = 0; r < rows; ++r) {
     if (r % kAvx2MR == 0) tile_start[r / kAvx2MR] = listed;
     const int8_t* src = a.row(r);
@@ -223,9 +231,14 @@ DSPTRAIN_AVX2 bool pack_a_small(MatrixS8 a, int rows, int kc, void* dst, SmallAO
         const __m256i clamped = _mm256_min_epi8(_mm256_max_epi8(v, lo), hi);
         // pairs of bytes (|sum| <= 256) into int16, then int32 lanes
         sum32 = _mm256_add_epi32(sum32, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, v), ones16));
-        uint32_t beyond = ~static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(clamped, v)));
-        for (; beyond; beyond &= beyond - 1) {
-          const int at = kk + __builtin_ctz(beyond);
+        // those beyond [-64, 64] in pairs over budget, |x0| + |x1| > 128 (|-128| read
+        // unsigned): tested every time, the branch below is taken half as often as on
+        // values beyond alone (perf: its mispredictions were a fifth of this pass)
+        const __m256i pair_abs = _mm256_maddubs_epi16(_mm256_abs_epi8(v), ones8);
+        uint32_t listing = ~static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(clamped, v))) &
+                           static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi16(pair_abs, budget)));
+        for (; listing; listing &= listing - 1) {
+          const int at = kk + __builtin_ctz(listing);
           append(r, at, src[at]);
         }
       }
@@ -233,10 +246,14 @@ DSPTRAIN_AVX2 bool pack_a_small(MatrixS8 a, int rows, int kc, void* dst, SmallAO
       _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), sum32);
       for (int i = 0; i < 8; ++i) sum += lanes[i];
     }
-    for (; kk < kc; ++kk) {
-      const int8_t v = src[static_cast<ptrdiff_t>(kk) * a.k_stride];
-      sum += v;
-      if (v < -64 || v > 64) append(r, kk, v);
+    for (; kk < kc; kk += 2) {  // whole pairs (kk is even here), the partner past kc a zero
+      const int x0 = src[static_cast<ptrdiff_t>(kk) * a.k_stride];
+      const int x1 = kk + 1 < kc ? src[static_cast<ptrdiff_t>(kk + 1) * a.k_stride] : 0;
+      sum += x0 + x1;
+      if ((beyond(x0) || beyond(x1)) && std::abs(x0) + std::abs(x1) > 128) {
+        if (beyond(x0)) append(r, kk, static_cast<int8_t>(x0));
+        if (beyond(x1)) append(r, kk + 1, static_cast<int8_t>(x1));
+      }
     }
     if (listed > most) return false;
     sums[r] = sum;
@@ -246,14 +263,60 @@ DSPTRAIN_AVX2 bool pack_a_small(MatrixS8 a, int rows, int kc, void* dst, SmallAO
   for (int r0 = 0; r0 < rows; r0 += kAvx2MR) {
     int8_t* tile = static_cast<int8_t*>(dst) + static_cast<size_t>(r0 / kAvx2MR) * tile_bytes;
     const int valid = std::min(kAvx2MR, rows - r0);
-    pack_a_tiles<kAvx2MR>(a.from(r0, 0), valid, kc, tile, [](int8_t v) {
-      return std::min<int8_t>(std::max<int8_t>(v, -64), 64);
-    });
+    pack_a_tiles<kAvx2MR>(a.from(r0, 0), valid, kc, tile, [](int8_t v) { return v; });
     int32_t correction[kAvx2MR] = {};
     for (int r = 0; r < valid; ++r) correction[r] = -128 * sums[r0 + r];
     std::memcpy(tile + static_cast<size_t>(kgroups) * kAvx2MR * 4, correction, sizeof(correction));
   }
-  *outliers = SmallAOutliers{tile_start, list, static_cast<int>(listed)};
+  for (uint32_t i = 0; i < listed; ++i) {  // the listed values clamped in place: a - rest
+    const SmallAOutlier& e = list[i];
+    const int byte = e.k % 4;
+    static_cast<int8_t*>(dst)[static_cast<size_t>(e.row / kAvx2MR) * tile_bytes +
+                              static_cast<size_t>(e.k / 4) * kAvx2MR * 4 + (e.row % kAvx2MR) * 4 + byte] =
+        static_cast<int8_t>(e.rest4[byte] < 0 ? -64 : 64);
+  }
+  // The slots of the pair kernel (micro_pair_small_a_outliers): slot s of a tile holds the
+  // s-th outlier of each of its rows, so each is added to its row's accumulators in
+  // registers, with no index (the list is row by row, so a row's run is consecutive).
+  uint32_t* slot_start = outlier_buf.data() + starts + 2 * (most + kc);
+  SmallASlotEntry* slots = reinterpret_cast<SmallASlotEntry*>(slot_start + starts);
+  const size_t room = small_a_max_slot_entries(rows, kc);
+  uint32_t used = 0;  // slots so far
+  for (int t = 0; t < tiles && listed > 0; ++t) {
+    slot_start[t] = used;
+    uint32_t first[kAvx2MR + 1];  // the tile's rows' runs in the list
+    uint32_t most_in_row = 0;
+    uint32_t at = tile_start[t];
+    for (int r = 0; r < kAvx2MR; ++r) {
+      first[r] = at;
+      while (at < tile_start[t + 1] && list[at].row == t * kAvx2MR + r) ++at;
+      most_in_row = std::max(most_in_row, at - first[r]);
+    }
+    first[kAvx2MR] = at;
+    if ((used + most_in_row) * static_cast<size_t>(kAvx2MR) > room) {  // too uneven: add_outliers
+      slot_start = nullptr;
+      slots = nullptr;
+      break;
+    }
+    for (uint32_t s = 0; s < most_in_row; ++s)
+      for (int r = 0; r < kAvx2MR; ++r) {
+        SmallASlotEntry& e = slots[static_cast<size_t>(used + s) * kAvx2MR + r];
+        if (first[r] + s < first[r + 1]) {
+          const SmallAOutlier& o = list[first[r] + s];
+          e.offset = o.k / 4 * kAvx2NR * 4;
+          std::memcpy(&e.rest4, o.rest4, 4);
+        } else {
+          e = SmallASlotEntry{0, 0};
+        }
+      }
+    used += most_in_row;
+  }
+  if (slot_start) {
+    if (listed == 0)
+      for (int t = 0; t < tiles; ++t) slot_start[t] = 0;
+    slot_start[tiles] = used;
+  }
+  *outliers = SmallAOutliers{tile_start, list, static_cast<int>(listed), slot_start, slots};
   return true;
 }
 
@@ -399,7 +462,11 @@ const GemmKernel* kernel_avx_vnni() {
 
 const GemmKernel* kernel_avx2() {
   static const GemmKernel k = [] {
-    GemmKernel g{Isa::kAvx2, kAvx2MR, kAvx2NR, 512, 192, 2, false, pack_a_s16, micro_avx2};
+    // K blocks of 768: A's tile (4.6 KB as bytes) and B's pair of panels (12 KB) still share
+    // L1, C's tile is read back a third less often than at 512, and VGG-11's K = 576 is one
+    // block (no 64-deep tail): 1.5-3 % faster on its deep shapes (gemm13, in one process
+    // alternated with 512 and 1152, load 8-10).
+    GemmKernel g{Isa::kAvx2, kAvx2MR, kAvx2NR, 768, 192, 2, false, pack_a_s16, micro_avx2};
     g.pack_panel_rows = pack_panel_rows_avx2;
     g.pack_a_unsigned = pack_a_unsigned;
     g.micro_unsigned = micro_avx2_bytes<BytesMode::kAUnsigned>;

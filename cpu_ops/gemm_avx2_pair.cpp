@@ -27,15 +27,21 @@ alignas(32) const uint8_t kFlip8[32] = {0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80
                                         0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
                                         0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80};
 
-// With OUTLIERS (kBOffset only), the `count` outliers at `list`: each adds rest x (B's group of its k +
-// 128) to its row's two sums as add_outliers_avx2 does to C (gemm_avx2.cpp: 7
-// instructions a panel, exact), here while the sums and B's two panels are in L1.
+// With OUTLIERS (kBOffset only), the tile's `nslots` outlier slots at `slots`
+// (SmallAOutliers'): after the K loop, while the 12 accumulators are still in registers,
+// each slot adds to every row r's two accumulators rest x (B's group of its k + 128) of
+// both panels, as add_outliers_avx2 does to C (gemm_avx2.cpp: exact, |rest| <= 64): the
+// same 12 multiplies as a group of the K loop, the padding of rows with fewer outliers
+// included. Added after the asm instead, into the sums in memory through the row-by-row
+// list, each outlier waited on the last's store (about 5 cycles an outlier and panel,
+// docs/depthwise.md).
 // (always inlined into micro_pair's three kernels: a call more cost MobileNetV2's shallow
 // products, 4-8 groups a call, 2-5 %)
 template <PairMode MODE, bool OUTLIERS>
-DSPTRAIN_AVX2 __attribute__((always_inline)) inline void micro_avx2_bytes_pair(const void* a_tile, const int8_t* b0, const int8_t* b1, int kgroups,
-                                         int32_t* c, ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
-                                         const SmallAOutlier* list, int count, int row0) {
+DSPTRAIN_AVX2 __attribute__((always_inline)) inline void micro_avx2_bytes_pair(
+    const void* a_tile, const int8_t* b0, const int8_t* b1, int kgroups, int32_t* c, ptrdiff_t ldc, int mr_valid,
+    int nr_valid, bool accumulate, const SmallASlotEntry* slots, int nslots) {
+  static_assert(!OUTLIERS || MODE == PairMode::kBOffset, "outliers are small A's");
   constexpr int kNR = 2 * kAvx2NR;
   const int8_t* const b0_group0 = b0;  // the asm advances b0 and b1
   const int8_t* const b1_group0 = b1;
@@ -55,7 +61,26 @@ DSPTRAIN_AVX2 __attribute__((always_inline)) inline void micro_avx2_bytes_pair(c
 #define DSPTRAIN_AVX2_PAIR_ROW(r, lo, hi, s0, u0, s1, u1) \
   "vpbroadcastd " #r "*4(%[a]), %%ymm14\n\t"              \
   DSPTRAIN_AVX2_PAIR_HALF(s0, u0, lo) DSPTRAIN_AVX2_PAIR_HALF(s1, u1, hi)
-#define DSPTRAIN_AVX2_PAIR_LOOP(s0, u0, s1, u1, b_offset)                                                      \
+// row r's entry of a slot: B's groups at its offset in both panels, offset by 128, times its rest4
+#define DSPTRAIN_AVX2_SLOT_ROW(r, lo, hi)                \
+  "movslq " #r "*8(%[sl]), %%rax\n\t"                    \
+  "vmovdqu (%[b0s],%%rax), %%ymm12\n\t"                  \
+  "vpxor %[flip], %%ymm12, %%ymm12\n\t"                  \
+  "vmovdqu (%[b1s],%%rax), %%ymm13\n\t"                  \
+  "vpxor %[flip], %%ymm13, %%ymm13\n\t"                  \
+  "vpbroadcastd " #r "*8+4(%[sl]), %%ymm14\n\t"          \
+  DSPTRAIN_AVX2_PAIR_HALF("ymm14", "ymm12", lo) DSPTRAIN_AVX2_PAIR_HALF("ymm14", "ymm13", hi)
+#define DSPTRAIN_AVX2_SLOTS                                                                       \
+  "test %[ns], %[ns]\n\t"                                                                         \
+  "jle 4f\n\t"                                                                                    \
+  "3:\n\t"                                                                                        \
+  DSPTRAIN_AVX2_SLOT_ROW(0, 0, 6) DSPTRAIN_AVX2_SLOT_ROW(1, 1, 7) DSPTRAIN_AVX2_SLOT_ROW(2, 2, 8)  \
+  DSPTRAIN_AVX2_SLOT_ROW(3, 3, 9) DSPTRAIN_AVX2_SLOT_ROW(4, 4, 10) DSPTRAIN_AVX2_SLOT_ROW(5, 5, 11) \
+  "add $48, %[sl]\n\t" /* kAvx2MR entries of 8 bytes */                                          \
+  "dec %[ns]\n\t"                                                                                 \
+  "jnz 3b\n\t"                                                                                    \
+  "4:\n\t"
+#define DSPTRAIN_AVX2_PAIR_LOOP(s0, u0, s1, u1, b_offset, slots)                                               \
   "vpxor %%xmm0, %%xmm0, %%xmm0\n\t"                                                                           \
   "vmovdqa %%ymm0, %%ymm1\n\t vmovdqa %%ymm0, %%ymm2\n\t vmovdqa %%ymm0, %%ymm3\n\t"                           \
   "vmovdqa %%ymm0, %%ymm4\n\t vmovdqa %%ymm0, %%ymm5\n\t vmovdqa %%ymm0, %%ymm6\n\t"                           \
@@ -77,6 +102,7 @@ DSPTRAIN_AVX2 __attribute__((always_inline)) inline void micro_avx2_bytes_pair(c
   "dec %[g]\n\t"                                                                                               \
   "jnz 1b\n\t"                                                                                                 \
   "2:\n\t"                                                                                                     \
+  slots                                                                                                        \
   "vmovdqa %%ymm0, 0(%[sums])\n\t vmovdqa %%ymm1, 32(%[sums])\n\t vmovdqa %%ymm2, 64(%[sums])\n\t"             \
   "vmovdqa %%ymm3, 96(%[sums])\n\t vmovdqa %%ymm4, 128(%[sums])\n\t vmovdqa %%ymm5, 160(%[sums])\n\t"          \
   "vmovdqa %%ymm6, 192(%[sums])\n\t vmovdqa %%ymm7, 224(%[sums])\n\t vmovdqa %%ymm8, 256(%[sums])\n\t"         \
@@ -87,34 +113,31 @@ DSPTRAIN_AVX2 __attribute__((always_inline)) inline void micro_avx2_bytes_pair(c
   : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
     "xmm11", "xmm12", "xmm13", "xmm14", "xmm15"
   if constexpr (MODE == PairMode::kAUnsigned) {
-    asm volatile(DSPTRAIN_AVX2_PAIR_LOOP("ymm12", "ymm14", "ymm13", "ymm14", "") DSPTRAIN_AVX2_PAIR_OPERANDS);
+    asm volatile(DSPTRAIN_AVX2_PAIR_LOOP("ymm12", "ymm14", "ymm13", "ymm14", "", "") DSPTRAIN_AVX2_PAIR_OPERANDS);
   } else if constexpr (MODE == PairMode::kBUnsigned) {
-    asm volatile(DSPTRAIN_AVX2_PAIR_LOOP("ymm14", "ymm12", "ymm14", "ymm13", "") DSPTRAIN_AVX2_PAIR_OPERANDS);
+    asm volatile(DSPTRAIN_AVX2_PAIR_LOOP("ymm14", "ymm12", "ymm14", "ymm13", "", "") DSPTRAIN_AVX2_PAIR_OPERANDS);
+  } else if constexpr (!OUTLIERS) {
+    asm volatile(DSPTRAIN_AVX2_PAIR_LOOP("ymm14", "ymm12", "ymm14", "ymm13",
+                                         "vpxor %[flip], %%ymm12, %%ymm12\n\t"
+                                         "vpxor %[flip], %%ymm13, %%ymm13\n\t", "") DSPTRAIN_AVX2_PAIR_OPERANDS);
   } else {
     asm volatile(DSPTRAIN_AVX2_PAIR_LOOP("ymm14", "ymm12", "ymm14", "ymm13",
                                          "vpxor %[flip], %%ymm12, %%ymm12\n\t"
-                                         "vpxor %[flip], %%ymm13, %%ymm13\n\t") DSPTRAIN_AVX2_PAIR_OPERANDS);
+                                         "vpxor %[flip], %%ymm13, %%ymm13\n\t", DSPTRAIN_AVX2_SLOTS)
+                 // early clobbers: b0_group0 equals b0 on entry, and may not share its register
+                 : [a] "+&r"(a), [b0] "+&r"(b0), [b1] "+&r"(b1), [g] "+&r"(kgroups), [sl] "+&r"(slots),
+                   [ns] "+&r"(nslots)
+                 : [sums] "r"(sums), [ones] "m"(kOnes16), [flip] "m"(kFlip8), [b0s] "r"(b0_group0),
+                   [b1s] "r"(b1_group0)
+                 : "rax", "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
+                   "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
   }
 #undef DSPTRAIN_AVX2_PAIR_OPERANDS
 #undef DSPTRAIN_AVX2_PAIR_LOOP
+#undef DSPTRAIN_AVX2_SLOTS
+#undef DSPTRAIN_AVX2_SLOT_ROW
 #undef DSPTRAIN_AVX2_PAIR_ROW
 #undef DSPTRAIN_AVX2_PAIR_HALF
-  if constexpr (OUTLIERS) {
-    static_assert(MODE == PairMode::kBOffset, "outliers are small A's");
-    const __m256i flip = _mm256_load_si256(reinterpret_cast<const __m256i*>(kFlip8));
-    const __m256i ones = _mm256_load_si256(reinterpret_cast<const __m256i*>(kOnes16));
-    for (int i = 0; i < count; ++i) {
-      const SmallAOutlier& e = list[i];
-      const size_t group = static_cast<size_t>(e.k / 4) * kAvx2NR * 4;
-      const __m256i rest = _mm256_set1_epi32(*reinterpret_cast<const int32_t*>(e.rest4));
-      const __m256i u0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0_group0 + group)), flip);
-      const __m256i u1 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1_group0 + group)), flip);
-      __m256i* lo = &sums[e.row - row0];
-      __m256i* hi = &sums[kAvx2MR + e.row - row0];
-      *lo = _mm256_add_epi32(*lo, _mm256_madd_epi16(_mm256_maddubs_epi16(u0, rest), ones));
-      *hi = _mm256_add_epi32(*hi, _mm256_madd_epi16(_mm256_maddubs_epi16(u1, rest), ones));
-    }
-  }
   const bool full = mr_valid == kAvx2MR && nr_valid == kNR;
   alignas(32) int32_t tmp[kAvx2MR * kNR];
 #pragma GCC unroll 8
@@ -134,7 +157,7 @@ DSPTRAIN_AVX2 __attribute__((always_inline)) inline void micro_avx2_bytes_pair(c
 template <PairMode MODE>
 DSPTRAIN_AVX2 void micro_pair(const void* a_tile, const int8_t* b0, const int8_t* b1, int kgroups, int32_t* c,
                               ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate) {
-  micro_avx2_bytes_pair<MODE, false>(a_tile, b0, b1, kgroups, c, ldc, mr_valid, nr_valid, accumulate, nullptr, 0, 0);
+  micro_avx2_bytes_pair<MODE, false>(a_tile, b0, b1, kgroups, c, ldc, mr_valid, nr_valid, accumulate, nullptr, 0);
 }
 
 }  // namespace

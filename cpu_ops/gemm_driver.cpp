@@ -407,17 +407,20 @@ void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc,
       // the block has outliers a few at a time, whose outliers are then added while their C
       // rows are still in the cache.
       const bool with_outliers = small_a && outliers.total > 0;
-      const int chunk = with_outliers ? kOutlierChunkRows : t.rows;
-      // Where the ISA has it, the pair kernel adds its tile's outliers to its sums before
-      // they meet C (B's two panels and the sums in L1), and add_outliers below is left
-      // only an odd last panel: on VGG-11's deep shapes with NITI-like errors (0.4 %) 1-2.5 %
-      // faster than adding them all after the chunk (docs/depthwise.md). Not on tasks of
+      // Where the ISA has it, the pair kernel adds its tile's outliers to its accumulators
+      // before they leave the registers (AVX2: one slot of a row's outliers after another),
+      // and add_outliers below is left only an odd last panel: on VGG-11's deep shapes with
+      // NITI-like errors faster than adding them after the chunk (docs/depthwise.md). Not on tasks of
       // fewer than kOutlierPairMinPanels panels or K blocks under kOutlierPairMinDepth, where
       // one pass along a chunk's C rows costs less than a loop over each tile's few
       // outliers per pair (MobileNetV2's errors column 1-2 % slower in the pairs).
-      const bool in_pairs = with_outliers && kern->micro_pair_small_a_outliers &&
+      const bool in_pairs = with_outliers && kern->micro_pair_small_a_outliers && outliers.slots &&
                             t.p1 - t.p0 >= kOutlierPairMinPanels && kc >= kOutlierPairMinDepth;
       if (in_pairs) count_outlier_pair_block();
+      // Chunks only where add_outliers has panels left to do (all, or the pairs' odd last
+      // one): with none left, the whole block's row tiles run along each pair of B panels.
+      const bool adds_left = with_outliers && (!in_pairs || (t.p1 - t.p0) % 2 == 1);
+      const int chunk = adds_left ? kOutlierChunkRows : t.rows;
       const size_t panel_stride = static_cast<size_t>(b.k_pad) * nr;
       // The byte kernels take B's panels two at a time where the ISA has the pair kernel
       // (AVX2: 6 x 16 of C, A's tile read once per pair; 5-10 % faster on VGG-11's shapes).
@@ -436,8 +439,9 @@ void gemm_packed(MatrixS8 a, int m, const PackedB& b, int32_t* c, ptrdiff_t ldc,
             if (in_pairs)
               kern->micro_pair_small_a_outliers(a_pack + (r / mr) * a_tile_bytes, b_panel, b_panel + panel_stride,
                                                 kgroups, c + static_cast<ptrdiff_t>(t.row0 + r) * ldc + p * nr, ldc,
-                                                std::min(mr, t.rows - r), cols, pc > 0, outliers.of(r / mr),
-                                                outliers.count(r / mr), r);
+                                                std::min(mr, t.rows - r), cols, pc > 0,
+                                                outliers.slots + static_cast<size_t>(outliers.slot_start[r / mr]) * mr,
+                                                outliers.slot_count(r / mr));
             else
               pair(a_pack + (r / mr) * a_tile_bytes, b_panel, b_panel + panel_stride, kgroups,
                    c + static_cast<ptrdiff_t>(t.row0 + r) * ldc + p * nr, ldc, std::min(mr, t.rows - r), cols, pc > 0);

@@ -61,7 +61,8 @@ using MicroRowsAtFn = void (*)(const uint8_t* const* rows, const APiece* pieces,
 // sums[j] = sum of the kgroups * 4 bytes of column j of a packed B panel (nr columns).
 using ColSumFn = void (*)(const int8_t* b_panel, int kgroups, int32_t* sums);
 
-// One value of a pack_a_small block beyond [-64, 64]: at row `row` and depth k of the
+// One value of a pack_a_small block beyond [-64, 64] in a pair over vpmaddubsw's budget
+// (|a| + |its partner's| > 128; the partner at depth k ^ 1): at row `row` and depth k of the
 // block, a = clamp(a, -64, 64) + rest (rest in [-64, 63]), held as the dword `rest4`: the
 // rest at byte k % 4, zero in the other three (vpmaddubsw's operand for k's group).
 struct SmallAOutlier {
@@ -70,15 +71,29 @@ struct SmallAOutlier {
   int8_t rest4[4];
 };
 
+// One outlier as the pair kernel adds it: `offset`, the byte offset of its k's group in a
+// packed B panel (k / 4 x nr x 4), and its rest4 as one dword. A slot is mr of them, one
+// per row of a tile (row r's at r), where a row with fewer outliers than the tile's most
+// has the padding {0, 0}: its product is zero.
+struct SmallASlotEntry {
+  int32_t offset;
+  int32_t rest4;
+};
+
 // A pack_a_small block's outliers, row by row: `total` at `list`, those of tile t (rows
-// [t * mr, t * mr + mr)) at list[tile_start[t], tile_start[t + 1]). They point into
-// pack_a_small's per-thread buffer, valid until its next call on the thread.
+// [t * mr, t * mr + mr)) at list[tile_start[t], tile_start[t + 1]); and the same again as
+// slots (as many as the tile's row with most), the tile's at slots + slot_start[t] * mr, up to
+// slot_start[t + 1] (slots null where they would pass small_a_max_slot_entries). They point
+// into pack_a_small's per-thread buffer, valid until its next call on the thread.
 struct SmallAOutliers {
   const uint32_t* tile_start = nullptr;
   const SmallAOutlier* list = nullptr;
   int total = 0;
+  const uint32_t* slot_start = nullptr;
+  const SmallASlotEntry* slots = nullptr;
   int count(int tile) const { return static_cast<int>(tile_start[tile + 1] - tile_start[tile]); }
   const SmallAOutlier* of(int tile) const { return list + tile_start[tile]; }
+  int slot_count(int tile) const { return static_cast<int>(slot_start[tile + 1] - slot_start[tile]); }
 };
 
 // The part of the product micro_small_a left out, for each of the `count` outliers e at
@@ -119,12 +134,13 @@ struct GemmKernel {
   PackAFn pack_a_bytes = nullptr;
   MicroFn micro_b_unsigned = nullptr;
   // optional: a signed A block against any B (backward data's errors x weights) whose values
-  // lie in [-64, 64] but for at most one in kSmallAOutlierShare: pack_a_small packs
-  // clamp(a, -64, 64) as bytes, each tile of mr rows followed by kSmallATail bytes of its
-  // rows' offset corrections, for micro_small_a, which multiplies b + 128 (u8) by a (s8)
-  // exactly there; the rest a - clamp(a) of the few values beyond goes to *outliers, which
-  // add_outliers adds to C's tile after micro_small_a wrote it. False (nothing packed)
-  // where the block holds more.
+  // pair up within |a0| + |a1| <= 128 (depths 2i, 2i + 1; so wherever |a| <= 64) but for
+  // at most one value in kSmallAOutlierShare: pack_a_small packs them as bytes (a value
+  // beyond [-64, 64] in a pair over that budget clamped), each tile of mr rows followed by
+  // kSmallATail bytes of its rows' offset corrections, for micro_small_a, which multiplies
+  // b + 128 (u8) by a (s8) exactly there; the rest a - clamp(a) of the few clamped values
+  // goes to *outliers, which add_outliers adds to C's tile after micro_small_a wrote it.
+  // False (nothing packed) where the block holds more.
   bool (*pack_a_small)(MatrixS8 a, int rows, int kc, void* dst, SmallAOutliers* outliers) = nullptr;
   MicroFn micro_small_a = nullptr;
   AddOutliersFn add_outliers = nullptr;
@@ -134,12 +150,12 @@ struct GemmKernel {
   MicroPairFn micro_pair_unsigned = nullptr;
   MicroPairFn micro_pair_b_unsigned = nullptr;
   MicroPairFn micro_pair_small_a = nullptr;
-  // optional: micro_pair_small_a that also adds the tile's outliers (`count` at `list`, rows
-  // relative to the block, the tile's first row0) to its sums before they meet C, so a
+  // optional: micro_pair_small_a that also adds the tile's outliers (`nslots` slots at
+  // `slots`, SmallAOutliers') to its accumulators before they leave the registers, so a
   // block with outliers needs no second pass over C (add_outliers).
   void (*micro_pair_small_a_outliers)(const void* a_tile, const int8_t* b0, const int8_t* b1, int kgroups, int32_t* c,
                                       ptrdiff_t ldc, int mr_valid, int nr_valid, bool accumulate,
-                                      const SmallAOutlier* list, int count, int row0) = nullptr;
+                                      const SmallASlotEntry* slots, int nslots) = nullptr;
   // optional: one group of a whole panel from 4 k-major rows (pack_b_k_rows): dst gets, for
   // columns j < nr, the dword (rows[0][j], rows[1][j], rows[2][j], rows[3][j]).
   void (*interleave_panel)(const int8_t* const* rows, int8_t* dst) = nullptr;
@@ -186,6 +202,20 @@ constexpr int kSmallAOutlierShare = 128;
 // The most outliers pack_a_small keeps for a block of rows x kc.
 inline size_t small_a_max_outliers(int rows, int kc) {
   return static_cast<size_t>(rows) * kc / kSmallAOutlierShare;
+}
+
+// The most slot entries pack_a_small builds for a block of rows x kc: twice the most
+// outliers, four times what NITI-like errors (0.4 % of values, half of them over budget)
+// fill with their padding; a block needing more gets none, and its outliers go to
+// add_outliers.
+inline size_t small_a_max_slot_entries(int rows, int kc) { return 2 * small_a_max_outliers(rows, kc); }
+
+// Words of pack_a_small's outlier buffer for a block of rows x kc in tiles of mr rows: the
+// tiles' starts (even, the lists' alignment), the list with a row's room past the most,
+// the tiles' slot starts, and the slots (2 words an entry).
+inline size_t small_a_outlier_words(int rows, int kc, int mr) {
+  const size_t tiles = (static_cast<size_t>(rows) + mr - 1) / mr, starts = (tiles + 2) / 2 * 2;
+  return 2 * starts + 2 * (small_a_max_outliers(rows, kc) + kc) + 2 * small_a_max_slot_entries(rows, kc);
 }
 
 // B panels (8 columns each) from which the small-A kernel pays for its extra pass over A

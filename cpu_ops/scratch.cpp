@@ -38,12 +38,10 @@ void add(ScratchList* out, const std::string& name, size_t bytes) {
 // gemm_packed's a_padded), and for int64 the int32 partial product of each K chunk.
 // `a_in_place`: gemm_rows reads A where it lies (no A block).
 // gemm_avx2.cpp's pack_a_small on blocks of rows x kc: the rows' sums, and the tiles'
-// outlier lists with a row's room to spare.
+// outlier lists with a row's room to spare and their slots.
 void small_a_into(ScratchList* out, int threads, size_t rows, size_t kc, int mr) {
   add(out, "gemm.a_row_sums (per thread)", threads * rows * sizeof(int32_t));
-  const size_t tiles = (rows + mr - 1) / mr;
-  add(out, "gemm.a_outliers (per thread)",
-      threads * ((tiles + 2) / 2 * 2 + 2 * (small_a_max_outliers(rows, kc) + kc)) * sizeof(uint32_t));
+  add(out, "gemm.a_outliers (per thread)", threads * small_a_outlier_words(rows, kc, mr) * sizeof(uint32_t));
 }
 
 void gemm_into(ScratchList* out, int m, int n, int k, bool is64, bool a_padded = false, bool packs_b = true,

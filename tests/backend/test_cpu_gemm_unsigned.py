@@ -16,7 +16,10 @@ from . import cases
 
 native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
 
-# M off the 6-row tile and the task split, K off the 4-group and the 512-deep K block, N off
+# kernel_avx2's K block (kc): A is packed KC deep at a time, each block picking its kernel.
+KC = 768
+
+# M off the 6-row tile and the task split, K off the 4-group and the KC-deep K block, N off
 # the 8-column panel; K up to three K blocks.
 SHAPES = [(1, 1, 1), (7, 5, 3), (13, 2, 9), (64, 576, 128), (100, 1030, 37), (37, 1537, 17), (250, 96, 24)]
 
@@ -90,11 +93,12 @@ def test_nonnegative_b_takes_the_b_unsigned_kernel(avx2, ref, threads, m, k, n):
 
 
 def test_one_negative_value_sends_only_its_block_to_the_int16_kernel(avx2, ref):
-    """K = 1030 is three K blocks (512, 512, 6); one row's -1 in the second block sends that
-    block alone, on 1 thread and one 8-column panel (one task), to the int16 kernel."""
+    """K = 2 KC + 6 is three K blocks (KC, KC, 6); one row's -1 in the second block sends
+    that block alone, on 1 thread and one 8-column panel (one task), to the int16 kernel."""
     rng = np.random.default_rng(5)
-    a, b = cases.int8(rng, (40, 1030), 0, 127), cases.int8(rng, (8, 1030))
-    a[17, 600] = -1
+    k = 2 * KC + 6
+    a, b = cases.int8(rng, (40, k), 0, 127), cases.int8(rng, (8, k))
+    a[17, KC + 88] = -1
     got = {}
     counts = one_thread_blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
@@ -160,7 +164,7 @@ def test_few_panels_keep_the_int16_kernel(avx2, ref, n):
 def test_small_a_pair_sums_at_both_ends(avx2, ref):
     """a = +-64 against b + 128 = 255 and 0: pair sums of +-32640, K over three blocks, with
     the row corrections of rows whose sums differ."""
-    k = 1030
+    k = 2 * KC + 6
     a = np.where(np.arange(k) % 4 < 2, 64, -64).astype(np.int8)[None, :].repeat(13, 0)  # pairs (64, 64), (-64, -64)
     a[::2] = -a[::2]
     a[5, :300] = -64
@@ -204,12 +208,12 @@ def test_a_few_values_past_64_stay_on_the_small_a_kernel(avx2, ref, threads, m, 
 def test_outliers_at_the_ends_of_int8(avx2, ref, va, vb):
     """Every row of a tile with an outlier at every depth mod 4, of the extremes, against B
     at its extremes: rests of -64 and +63 against b + 128 = 0 and 255."""
-    m, k, n = 12, 1030, 67  # two tiles, three K blocks (the last, 6 deep, too small for one), a ragged last panel
+    m, k, n = 12, 2 * KC + 6, 67  # two tiles, three K blocks (the last, 6 deep, too small for one), a ragged last panel
     a = np.where(np.arange(k) % 2 == 1, 64, -64).astype(np.int8)[None, :].repeat(m, 0)  # signed, at +-64
     b = np.full((n, k), vb, np.int8)
     b[::3] = -b[::3] - 1
     for row in range(m):
-        a[row, [row, row + 513]] = va  # depths mod 4 0..3, in the first two K blocks
+        a[row, [row, row + KC + 1]] = va  # depths mod 4 0..3, in the first two K blocks
     got = {}
     counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
@@ -217,23 +221,102 @@ def test_outliers_at_the_ends_of_int8(avx2, ref, va, vb):
 
 
 def test_outliers_past_the_share_send_only_their_block_to_the_int16_kernel(avx2, ref):
-    """K = 1030 is three K blocks (512, 512, 6); the last, 40 x 6 = 240 values, keeps one
+    """K = 2 KC + 6 is three K blocks (KC, KC, 6); the last, 40 x 6 = 240 values, keeps one
     outlier (240 / 128) on the small-A kernel and sends two to the int16 kernel. One thread
     runs two tasks of 4 panels each (split_tasks), each packing its own 3 A blocks."""
     rng = np.random.default_rng(6)
-    a, b = cases.int8(rng, (40, 1030), -64, 64), cases.int8(rng, (64, 1030))
+    k = 2 * KC + 6
+    a, b = cases.int8(rng, (40, k), -64, 64), cases.int8(rng, (64, k))
     a[:, ::512] = -1
     b[:, ::512] = -1
-    a[3, 100] = a[7, 600] = -128  # one outlier in each of the first two blocks
-    a[23, 1029] = 65
+    a[3, 100] = a[7, KC + 88] = -128  # one outlier in each of the first two blocks
+    a[3, 101] = a[7, KC + 89] = 1  # (their pairs over vpmaddubsw's budget: |x0| + |x1| > 128)
+    a[23, k - 1], a[23, k - 2] = 65, 64
     got = {}
     counts = one_thread_blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)))
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
     assert counts == {"signed": 0, "unsigned": 0, "b_unsigned": 0, "small_a": 6}
-    a[30, 1024] = -65
+    a[30, 2 * KC], a[30, 2 * KC + 1] = -65, -64
     counts = one_thread_blocks(lambda: got.__setitem__("c", avx2.gemm_s8(a, b)))
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
     assert counts == {"signed": 2, "unsigned": 0, "b_unsigned": 0, "small_a": 4}
+
+
+def values_past_64_within_budget(rng, m: int, k: int) -> np.ndarray:
+    """[m, k] errors near 0 (in [-1, 1]) with 3 % of the even depths at -128, -127, -100,
+    65, 100 or 127 (their odd partners 0 beside -128): every pair's |x0| + |x1| <= 128, so
+    none is an outlier, though the block holds many more values past 64 than 1 in 128.
+    The last row's last depth (even where k is odd, its partner the packing's zero) -128."""
+    a = cases.int8(rng, (m, k), -1, 1)
+    even = np.zeros((m, k), bool)
+    even[:, ::2] = rng.random((m, (k + 1) // 2)) < 0.03
+    a[even] = rng.choice(np.array([-128, -127, -100, 65, 100, 127], np.int8), int(even.sum()))
+    partner = np.roll(even & (a == -128), 1, axis=1)
+    partner[:, 0] = False
+    a[partner] = 0
+    a[-1, -1] = -128
+    if k % 2 == 0:
+        a[-1, -2] = 0
+    return a
+
+
+@pytest.mark.parametrize("m,k,n", [(13, 1031, 136), (100, 600, 97), (37, 95, 128), (250, 200, 64)], ids=str)
+def test_values_past_64_whose_pairs_stay_within_budget_are_not_outliers(avx2, ref, threads, m, k, n):
+    """vpmaddubsw's pair sums u0 x0 + u1 x1 (u = b + 128 <= 255) are exact wherever
+    |x0| + |x1| <= 128: a value past 64 beside a small partner is packed as it is, not
+    listed (pack_a_small's pair test, 32 bytes at a time and in the tail). 3 % such values
+    (four times kSmallAOutlierShare) keep every block on the small-A kernel with no outlier
+    to add, B at its ends included."""
+    rng = np.random.default_rng(m + 7 * k + n)
+    a, b = values_past_64_within_budget(rng, m, k), cases.int8(rng, (n, k))
+    assert np.count_nonzero(np.abs(a.astype(np.int16)) > 64) > a.size / 128
+    b[-1], b[0] = 127, -128
+    got = {}
+    counts = blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)), pairs=True)
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    assert counts["small_a"] > 0 and counts["outliers_in_pairs"] == 0
+    assert counts["signed"] == counts["unsigned"] == counts["b_unsigned"] == 0
+
+
+def test_pair_slots_pad_the_rows_with_fewer_outliers(avx2, ref):
+    """The pair kernel adds a tile's outliers in slots of one per row (micro_pair_small_a_outliers):
+    rows of one tile with 0, 1, 3 and 7 outliers (the others' slots padded with zero rests),
+    a last tile of one row, depths mod 4 0..3 and both ends of int8 over budget (beside a 64 of
+    the same sign), K over two blocks. One thread: two tasks of 17 panels (8 pairs and a
+    single last one, ragged in the second)."""
+    rng = np.random.default_rng(5)
+    m, k, n = 13, 1100, 267
+    a, b = cases.int8(rng, (m, k), -64, 64), cases.int8(rng, (n, k))
+    b[-1], b[0] = 127, -128
+    for row, count in ((1, 1), (2, 3), (4, 7), (12, 5)):
+        depths = rng.choice(np.arange(0, k, 2), count, replace=False) + rng.integers(0, 2, count)
+        for d in depths:
+            value = rng.choice(np.array([-128, -100, -65, 65, 100, 127], np.int8))
+            a[row, d] = value
+            a[row, d ^ 1] = 64 if value > 0 else -64
+    a[12, -1], a[12, -2] = 127, 64
+    got = {}
+    counts = one_thread_blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)), pairs=True)
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    assert counts["signed"] == counts["unsigned"] == counts["b_unsigned"] == 0
+    assert counts["outliers_in_pairs"] > 0
+
+
+def test_outliers_crowded_into_one_row_a_tile_fall_back_to_add_outliers(avx2, ref):
+    """Slots pad every row to the tile's row with most outliers: 30 in one row of each of 32
+    tiles (under 1 in 128 of the block) would need 6 x 30 x 32 entries, past
+    small_a_max_slot_entries, so the block gets no slots and its pairs leave the outliers to
+    add_outliers after each chunk of rows. One thread, two tasks of 16 panels."""
+    rng = np.random.default_rng(9)
+    m, k, n = 192, KC, 256
+    a, b = cases.int8(rng, (m, k), -64, 64), cases.int8(rng, (n, k))
+    for row in range(0, m, 6):
+        depths = rng.choice(np.arange(0, k, 2), 30, replace=False)
+        a[row, depths], a[row, depths + 1] = -128, -64
+    got = {}
+    counts = one_thread_blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)), pairs=True)
+    np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
+    assert counts == {"signed": 0, "unsigned": 0, "b_unsigned": 0, "small_a": 2, "pairs": 2, "outliers_in_pairs": 0}
 
 
 def test_all_outlier_blocks_take_the_int16_kernel(avx2, ref):
@@ -284,6 +367,7 @@ def test_conv_forward_on_relu_input(avx2, ref):
         ((0, 127), (-128, 127), "b_unsigned"),
         ((-128, 127), (-64, 64), "small_a"),
         ((-128, 127), "outliers", "small_a"),
+        ((-128, 127), "within_budget", "small_a"),
         ((-128, 127), (-128, 127), "signed"),
     ],
 )
@@ -302,6 +386,10 @@ def test_panel_weight_gradient_takes_the_byte_kernels(
     if err_range == "outliers":  # within [-64, 64] but for 0.3 % (add_outliers on each tile)
         err = with_outliers(rng, cases.int8(rng, (*x_shape[:-1], out_channels), -64, 64), 0.003)
         err.reshape(-1, out_channels)[::256, 0] = -128
+    elif err_range == "within_budget":  # past 64 beside small partners (pixels): the strided pair test
+        pixels = int(np.prod(x_shape[:-1]))  # err^T's rows are channels, its depth pixels
+        err = np.ascontiguousarray(values_past_64_within_budget(rng, out_channels, pixels).T)
+        err = err.reshape(*x_shape[:-1], out_channels)
     else:
         err = cases.int8(rng, (*x_shape[:-1], out_channels), *err_range)
         err.reshape(-1, out_channels)[::256] = err_range[0]  # every block's errors signed, at the range's end
@@ -361,9 +449,9 @@ def test_one_panel_runs_the_single_panel_kernel(avx2, ref, kind):
 
 def test_pairs_counted_once_per_block(avx2, ref):
     """One thread, M = 60 (one row block; split_tasks splits the 4 panels in two tasks of 2),
-    K = 1100 (three K blocks): six blocks, each one pair, counted as six."""
+    K = 2 KC + 76 (three K blocks): six blocks, each one pair, counted as six."""
     rng = np.random.default_rng(3)
-    a, b = pair_inputs(rng, "unsigned", 60, 1100, 32)
+    a, b = pair_inputs(rng, "unsigned", 60, 2 * KC + 76, 32)
     got = {}
     counts = one_thread_blocks(lambda: got.setdefault("c", avx2.gemm_s8(a, b)), pairs=True)
     np.testing.assert_array_equal(got["c"], ref.gemm_s8(a, b))
