@@ -355,10 +355,14 @@ int dspt_dw_err_pairs(struct dspt_ctx *ctx, const struct dw_shape *s, const int8
                        .two_pass = dspt_dw_err_144_fit(s, accumulate)};
     uint32_t save_bytes = (uint32_t)((s->ow > DW_ERR144_SAVE ? s->ow : DW_ERR144_SAVE) + 1) * HVX_BYTES;   /* pass B reads one past */
     for (int t = 0; t < (int)ctx->threads; t++) {   /* carved before anything is written */
-        struct dspt_ctx *tc = s->h % 2 || J.two_pass ? dspt_thread_ctx(ctx, t) : 0;
-        J.sink[t] = tc && s->h % 2 ? dspt_scratch(tc, (uint32_t)s->w * C * 4) : 0;
-        J.save[t] = tc && J.two_pass ? dspt_scratch(tc, save_bytes) : 0;
-        if ((s->h % 2 && !J.sink[t]) || (J.two_pass && !J.save[t])) return DSPT_NO_SUPPORT;
+        struct dspt_ctx *tc = s->h % 2 ? dspt_thread_ctx(ctx, t) : 0;
+        J.sink[t] = tc ? dspt_scratch(tc, (uint32_t)s->w * C * 4) : 0;
+        if (s->h % 2 && !J.sink[t]) return DSPT_NO_SUPPORT;
+    }
+    for (int t = 0; t < (int)ctx->threads && J.two_pass; t++) {
+        struct dspt_ctx *tc = dspt_thread_ctx(ctx, t);
+        J.save[t] = tc ? dspt_scratch(tc, save_bytes) : 0;
+        if (!J.save[t]) return DSPT_NO_SUPPORT;
     }
     hvx_zero(zeros, zero_bytes);
     for (int a = 0; a < 2; a++) {
