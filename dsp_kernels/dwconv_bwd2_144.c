@@ -37,6 +37,18 @@
 
 #define C144 144
 
+/* Both passes' prologue up to column 1's last load: column 0 loaded and shuffled (S1 into
+ * v7:6), column 1 loaded; the hardware loops set up (rows, the anchors before a row's last two). */
+#define E144_PROLOGUE \
+    "{ m0 = %[step]; v8 = vmem(%[pt]+#0); v16 = vxor(v16, v16); %[ptl] = add(%[pt], #127) }\n" \
+    "{ v9 = vmem(%[ptl]++m0); %[pbl] = add(%[pb], #127); loop1(2f, %[rr]) }\n" \
+    "{ v10 = vmem(%[pb]+#0); v12 = valign(v9, v8, %[pt]); %[pt] = add(%[pt], #144) }\n" \
+    "{ v11 = vmem(%[pbl]++m0); loop0(1f, %[n]) }\n" \
+    "{ v8 = vmem(%[pt]+#0); v13 = valign(v11, v10, %[pb]); %[pb] = add(%[pb], #144) }\n" \
+    "{ v9 = vmem(%[ptl]++m0); v7:6 = vshuff(v13, v12, %[m1]) }\n" \
+    "{ v10 = vmem(%[pb]+#0); v12 = valign(v9, v8, %[pt]); %[pt] = add(%[pt], #144) }\n" \
+    "{ v11 = vmem(%[pbl]++m0) }\n"
+
 /* Pass A over `rows` whole anchor rows in packets. top/bot: the first row's top and bottom
  * err pixels (the bottom: zoff when that row is its image's last), zoff the zeros, d0 its
  * first dx pair, k the rows left in its image (its own included). Registers: words v0-v3,
@@ -60,14 +72,7 @@ static __attribute__((noinline)) void e144_rows_a(const int8_t *top, const int8_
     HVX_Vector w0 = wt[0], w1 = wt[1], w2 = wt[2], w3 = wt[3], w4 = wt[9], w5 = wt[10], w6 = wt[11], w7 = wt[12];
     __asm__ volatile(
         /* prologue: the first row's columns 0 (S1 into v7:6) and 1 (into v5:4), anchor 0's words */
-        "{ m0 = %[step]; v8 = vmem(%[pt]+#0); v16 = vxor(v16, v16); %[ptl] = add(%[pt], #127) }\n"
-        "{ v9 = vmem(%[ptl]++m0); %[pbl] = add(%[pb], #127); loop1(2f, %[rr]) }\n"
-        "{ v10 = vmem(%[pb]+#0); v12 = valign(v9, v8, %[pt]); %[pt] = add(%[pt], #144) }\n"
-        "{ v11 = vmem(%[pbl]++m0); loop0(1f, %[n]) }\n"
-        "{ v8 = vmem(%[pt]+#0); v13 = valign(v11, v10, %[pb]); %[pb] = add(%[pb], #144) }\n"
-        "{ v9 = vmem(%[ptl]++m0); v7:6 = vshuff(v13, v12, %[m1]) }\n"
-        "{ v10 = vmem(%[pb]+#0); v12 = valign(v9, v8, %[pt]); %[pt] = add(%[pt], #144) }\n"
-        "{ v11 = vmem(%[pbl]++m0) }\n"
+        E144_PROLOGUE
         "{ v13 = valign(v11, v10, %[pb]); %[pb] = add(%[pb], #144) }\n"
         "{ v5:4 = vshuff(v13, v12, %[m1]) }\n"
         "{ v1:0 = vshuff(v4, v6, %[m2]) }\n"
@@ -141,14 +146,7 @@ static __attribute__((noinline)) void e144_rows_b(const int8_t *top, const int8_
     HVX_Vector w0 = wt[4], w1 = wt[5], w2 = wt[6], w3 = wt[7], w4 = wt[8];
     HVX_Vector w5 = wt[13], w6 = wt[14], w7 = wt[15], w8 = wt[16], w9 = wt[17];
     __asm__ volatile(
-        "{ m0 = %[step]; v8 = vmem(%[pt]+#0); v16 = vxor(v16, v16); %[ptl] = add(%[pt], #127) }\n"
-        "{ v9 = vmem(%[ptl]++m0); %[pbl] = add(%[pb], #127); loop1(2f, %[rr]) }\n"
-        "{ v10 = vmem(%[pb]+#0); v12 = valign(v9, v8, %[pt]); %[pt] = add(%[pt], #144) }\n"
-        "{ v11 = vmem(%[pbl]++m0); loop0(1f, %[n]) }\n"
-        "{ v8 = vmem(%[pt]+#0); v13 = valign(v11, v10, %[pb]); %[pb] = add(%[pb], #144) }\n"
-        "{ v9 = vmem(%[ptl]++m0); v7:6 = vshuff(v13, v12, %[m1]) }\n"
-        "{ v10 = vmem(%[pb]+#0); v12 = valign(v9, v8, %[pt]); %[pt] = add(%[pt], #144) }\n"
-        "{ v11 = vmem(%[pbl]++m0) }\n"
+        E144_PROLOGUE
         "{ v13 = valign(v11, v10, %[pb]); %[pb] = add(%[pb], #144); v18 = vmem(%[sv]++#1) }\n"
         "{ v5:4 = vshuff(v13, v12, %[m1]) }\n"
         "{ v1:0 = vshuff(v4, v6, %[m2]) }\n"
