@@ -27,8 +27,12 @@
  *   left and right; two neighbouring columns' S1 interleaved into words (S2);
  * - a row's last anchor meets the zero column (v16); a row's last two anchors load the next
  *   row's first two columns (the rows are contiguous in err; below an image's last row, or
- *   past the chunk, the zeros), so only a chunk pays the column prologue, a row 3-4
- *   packets more.
+ *   past the chunk, the zeros), so only a chunk pays the column prologue. Pass A's row ends
+ *   take no packet more: the next row's flags are set in the loop's free slots, its column
+ *   0 loaded and aligned in the first last anchor, column 1 and the words in the second, and
+ *   the inner loop's count rewritten (lc0: the assembler crashes on a loop0 in a packet
+ *   of three more instructions); pass B's row ends still take 4 packets more (its loop has
+ *   no free slots for the flags).
  * Work is split by images across the HVX threads (dwconv_bwd2_pairs.c's shares).
  */
 #include "hvx-utils.h"
@@ -73,51 +77,48 @@ static __attribute__((noinline)) void e144_rows_a(const int8_t *top, const int8_
     __asm__ volatile(
         /* prologue: the first row's columns 0 (S1 into v7:6) and 1 (into v5:4), anchor 0's words */
         E144_PROLOGUE
-        "{ v13 = valign(v11, v10, %[pb]); %[pb] = add(%[pb], #144) }\n"
+        "{ v13 = valign(v11, v10, %[pb]); %[pb] = add(%[pb], #144); %[k] = add(%[k], #-1); %[rr] = add(%[rr], #-1) }\n"
         "{ v5:4 = vshuff(v13, v12, %[m1]) }\n"
         "{ v1:0 = vshuff(v4, v6, %[m2]) }\n"
-        /* a row: its anchor 0's first product */
-        ".falign\n"
-        "2:\n"
         "{ v3:2 = vshuff(v5, v7, %[m2]); v15.w = vrmpy(v0.b, %[w0].b) }\n"
         /* anchor n < OW - 2: its stores and products; column n + 2 loaded and shuffled (S1,
-         * v7:6); the words of n + 1 from L (v5:4) and it; L = it */
+         * v7:6); the words of n + 1 from L (v5:4) and it; L = it. In the free slots, the next
+         * row's flags (idempotent: the loop runs at least once): p1 no next row in the chunk,
+         * p2 the next row its image's last (k: the rows of the image after this one) */
         ".falign\n"
+        "2:\n"
         "1:\n"
         "{ vmem(%[d0]+#0) = v15; v14.w = vrmpy(v0.b, %[w4].b); v8 = vmem(%[pt]+#0); %[d1] = add(%[d1], #1152) }\n"
-        "{ vmem(%[d1]+#0) = v14; v15.w = vrmpy(v1.b, %[w1].b); v9 = vmem(%[ptl]++m0) }\n"
-        "{ vmem(%[sv]++#1) = v0; v14.w = vrmpy(v1.b, %[w5].b); v10 = vmem(%[pb]+#0) }\n"
+        "{ vmem(%[d1]+#0) = v14; v15.w = vrmpy(v1.b, %[w1].b); v9 = vmem(%[ptl]++m0); p0 = cmp.eq(%[k], #0) }\n"
+        "{ vmem(%[sv]++#1) = v0; v14.w = vrmpy(v1.b, %[w5].b); v10 = vmem(%[pb]+#0); if (p0) %[k] = add(%[oh], #0) }\n"
         "{ vmem(%[d0]+#1) = v15; v15.w = vrmpy(v2.b, %[w2].b); v11 = vmem(%[pbl]++m0); v12 = valign(v9, v8, %[pt]) }\n"
         "{ vmem(%[d1]+#1) = v14; v14.w = vrmpy(v2.b, %[w6].b); v13 = valign(v11, v10, %[pb]); %[pt] = add(%[pt], #144) }\n"
         "{ vmem(%[d0]+#2) = v15; v15.w = vrmpy(v3.b, %[w3].b); v7:6 = vshuff(v13, v12, %[m1]); %[pb] = add(%[pb], #144) }\n"
-        "{ vmem(%[d1]+#2) = v14; v14.w = vrmpy(v3.b, %[w7].b); v1:0 = vshuff(v6, v4, %[m2]) }\n"
-        "{ vmem(%[d0]+#3) = v15; v3:2 = vshuff(v7, v5, %[m2]); %[d0] = add(%[d0], #1152) }\n"
+        "{ vmem(%[d1]+#2) = v14; v14.w = vrmpy(v3.b, %[w7].b); v1:0 = vshuff(v6, v4, %[m2]); p1 = cmp.eq(%[rr], #0) }\n"
+        "{ vmem(%[d0]+#3) = v15; v3:2 = vshuff(v7, v5, %[m2]); %[d0] = add(%[d0], #1152); p2 = cmp.eq(%[k], #1) }\n"
         "{ vmem(%[d1]+#3) = v14; v15.w = vrmpy(v0.b, %[w0].b); v4 = v6; v5 = v7 }:endloop0\n"
-        /* anchor OW - 2: its right column is the padding (zeros, v16); the next row's pointers
-         * (p1: no next row in the chunk, read the zeros; p0: its bottom is the zeros) and its
-         * column 0 loaded */
-        "{ vmem(%[d0]+#0) = v15; v14.w = vrmpy(v0.b, %[w4].b); %[d1] = add(%[d1], #1152); %[k] = add(%[k], #-1) }\n"
-        "{ vmem(%[d1]+#0) = v14; v15.w = vrmpy(v1.b, %[w1].b); p0 = cmp.eq(%[k], #0); %[rr] = add(%[rr], #-1) }\n"
-        "{ vmem(%[sv]++#1) = v0; v14.w = vrmpy(v1.b, %[w5].b); if (p0) %[k] = add(%[oh], #0); p1 = cmp.eq(%[rr], #0) }\n"
-        "{ vmem(%[d0]+#1) = v15; v15.w = vrmpy(v2.b, %[w2].b); p0 = cmp.eq(%[k], #1); if (p1) %[pt] = add(%[zoff], #0) }\n"
-        "{ vmem(%[d1]+#1) = v14; v14.w = vrmpy(v2.b, %[w6].b); %[pb] = add(%[pt], %[owc]); %[ptl] = add(%[pt], #127) }\n"
-        "{ vmem(%[d0]+#2) = v15; v15.w = vrmpy(v3.b, %[w3].b); v8 = vmem(%[pt]+#0); p0 = or(p0, p1) }\n"
-        "{ vmem(%[d1]+#2) = v14; v14.w = vrmpy(v3.b, %[w7].b); v1:0 = vshuff(v16, v4, %[m2]); if (p0) %[pb] = add(%[zoff], #0) }\n"
-        "{ vmem(%[d0]+#3) = v15; v3:2 = vshuff(v16, v5, %[m2]); %[d0] = add(%[d0], #1152); %[pbl] = add(%[pb], #127) }\n"
-        "{ vmem(%[d1]+#3) = v14; v15.w = vrmpy(v0.b, %[w0].b); v9 = vmem(%[ptl]++m0) }\n"
-        /* anchor OW - 1, beside the next row's columns 0 (S1 into v7:6) and 1 (into v5:4) and
-         * its anchor 0's words; the dx pointers skip the odd dx row */
-        "{ vmem(%[d0]+#0) = v15; v14.w = vrmpy(v0.b, %[w4].b); v10 = vmem(%[pb]+#0); %[d1] = add(%[d1], #1152) }\n"
-        "{ vmem(%[d1]+#0) = v14; v15.w = vrmpy(v1.b, %[w1].b); v11 = vmem(%[pbl]++m0); v12 = valign(v9, v8, %[pt]) }\n"
-        "{ vmem(%[sv]++#1) = v0; v14.w = vrmpy(v1.b, %[w5].b); v13 = valign(v11, v10, %[pb]); %[pt] = add(%[pt], #144) }\n"
-        "{ vmem(%[d0]+#1) = v15; v15.w = vrmpy(v2.b, %[w2].b); v7:6 = vshuff(v13, v12, %[m1]); %[pb] = add(%[pb], #144) }\n"
-        "{ vmem(%[d1]+#1) = v14; v14.w = vrmpy(v2.b, %[w6].b); v8 = vmem(%[pt]+#0) }\n"
-        "{ vmem(%[d0]+#2) = v15; v15.w = vrmpy(v3.b, %[w3].b); v9 = vmem(%[ptl]++m0) }\n"
-        "{ vmem(%[d1]+#2) = v14; v14.w = vrmpy(v3.b, %[w7].b); v10 = vmem(%[pb]+#0); v12 = valign(v9, v8, %[pt]) }\n"
-        "{ vmem(%[d0]+#3) = v15; v11 = vmem(%[pbl]++m0); %[d0] = add(%[d0], %[dskip]) }\n"
-        "{ vmem(%[d1]+#3) = v14; v13 = valign(v11, v10, %[pb]); %[pt] = add(%[pt], #144); %[d1] = add(%[d1], %[rowd4]) }\n"
-        "{ v5:4 = vshuff(v13, v12, %[m1]); %[pb] = add(%[pb], #144); loop0(1b, %[n]) }\n"
-        "{ v1:0 = vshuff(v4, v6, %[m2]) }:endloop1\n"
+        /* anchor OW - 2: its right column is the padding (zeros, v16); the next row's column
+         * 0 loaded (past the chunk, or below an image's last row, the zeros) */
+        "{ vmem(%[d0]+#0) = v15; v14.w = vrmpy(v0.b, %[w4].b); %[d1] = add(%[d1], #1152); if (p1) %[pt] = add(%[zoff], #0) }\n"
+        "{ vmem(%[d1]+#0) = v14; v15.w = vrmpy(v1.b, %[w1].b); %[pb] = add(%[pt], %[owc]); %[ptl] = add(%[pt], #127) }\n"
+        "{ vmem(%[sv]++#1) = v0; v14.w = vrmpy(v1.b, %[w5].b); v8 = vmem(%[pt]+#0); p2 = or(p2, p1) }\n"
+        "{ vmem(%[d0]+#1) = v15; v15.w = vrmpy(v2.b, %[w2].b); v9 = vmem(%[ptl]++m0); if (p2) %[pb] = add(%[zoff], #0) }\n"
+        "{ vmem(%[d1]+#1) = v14; v14.w = vrmpy(v2.b, %[w6].b); v12 = valign(v9, v8, %[pt]); %[pbl] = add(%[pb], #127) }\n"
+        "{ vmem(%[d0]+#2) = v15; v15.w = vrmpy(v3.b, %[w3].b); v10 = vmem(%[pb]+#0); %[pt] = add(%[pt], #144) }\n"
+        "{ vmem(%[d1]+#2) = v14; v14.w = vrmpy(v3.b, %[w7].b); v1:0 = vshuff(v16, v4, %[m2]) }\n"
+        "{ vmem(%[d0]+#3) = v15; v3:2 = vshuff(v16, v5, %[m2]); %[d0] = add(%[d0], #1152) }\n"
+        "{ vmem(%[d1]+#3) = v14; v15.w = vrmpy(v0.b, %[w0].b); v11 = vmem(%[pbl]++m0); %[d1] = add(%[d1], #1152) }\n"
+        /* anchor OW - 1, beside the next row's column 0's S1 (v7:6), column 1 (v5:4) and its
+         * anchor 0's words; the dx pointers skip the odd dx row */
+        "{ vmem(%[d0]+#0) = v15; v14.w = vrmpy(v0.b, %[w4].b); v13 = valign(v11, v10, %[pb]); v8 = vmem(%[pt]+#0) }\n"
+        "{ vmem(%[d1]+#0) = v14; v15.w = vrmpy(v1.b, %[w1].b); v9 = vmem(%[ptl]++m0); %[pb] = add(%[pb], #144) }\n"
+        "{ vmem(%[sv]++#1) = v0; v14.w = vrmpy(v1.b, %[w5].b); v7:6 = vshuff(v13, v12, %[m1]); %[rr] = add(%[rr], #-1) }\n"
+        "{ vmem(%[d0]+#1) = v15; v15.w = vrmpy(v2.b, %[w2].b); v10 = vmem(%[pb]+#0); v12 = valign(v9, v8, %[pt]) }\n"
+        "{ vmem(%[d1]+#1) = v14; v14.w = vrmpy(v2.b, %[w6].b); v11 = vmem(%[pbl]++m0); %[pt] = add(%[pt], #144) }\n"
+        "{ vmem(%[d0]+#2) = v15; v15.w = vrmpy(v3.b, %[w3].b); v13 = valign(v11, v10, %[pb]); %[k] = add(%[k], #-1) }\n"
+        "{ vmem(%[d1]+#2) = v14; v14.w = vrmpy(v3.b, %[w7].b); v5:4 = vshuff(v13, v12, %[m1]); %[pb] = add(%[pb], #144) }\n"
+        "{ vmem(%[d0]+#3) = v15; v1:0 = vshuff(v4, v6, %[m2]); %[d0] = add(%[d0], %[dskip]); lc0 = %[n] }\n"
+        "{ vmem(%[d1]+#3) = v14; v3:2 = vshuff(v5, v7, %[m2]); v15.w = vrmpy(v0.b, %[w0].b); %[d1] = add(%[d1], %[rowd4]) }:endloop1\n"
         : [pt] "+r"(pt), [pb] "+r"(pb), [ptl] "=&r"(ptl), [pbl] "=&r"(pbl), [d0] "+r"(d0), [d1] "+r"(d1),
           [sv] "+r"(sv), [k] "+r"(k), [rr] "+r"(rr)
         : [step] "r"(step), [n] "r"(n), [owc] "r"(owc), [rowd4] "r"(rowd4), [dskip] "r"(dskip), [oh] "r"(OH),
