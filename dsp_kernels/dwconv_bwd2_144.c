@@ -29,10 +29,10 @@
  *   row's first two columns (the rows are contiguous in err; below an image's last row, or
  *   past the chunk, the zeros), so only a chunk pays the column prologue. Pass A's row ends
  *   take no packet more: the next row's flags are set in the loop's free slots, its column
- *   0 loaded and aligned in the first last anchor, column 1 and the words in the second, and
- *   the inner loop's count rewritten (lc0: the assembler crashes on a loop0 in a packet
- *   of three more instructions); pass B's row ends still take 4 packets more (its loop has
- *   no free slots for the flags).
+ *   0 loaded and aligned beside the row's next-to-last anchor, column 1 and the words
+ *   beside the last, and the inner loop's count rewritten (lc0: the assembler crashes on
+ *   a loop0 in a packet of three more instructions); pass B's row ends still take 4
+ *   packets more (its loop has no free slots for the flags).
  * Work is split by images across the HVX threads (dwconv_bwd2_pairs.c's shares).
  */
 #include "hvx-utils.h"
@@ -60,7 +60,7 @@
  * aligned vectors v8-v11 and its views v12 (row m), v13 (row m + 1), products v14/v15 in
  * turn, zero v16; d1 (dx row 2m + 1) lags an anchor, bumped in the anchor's first packet.
  * Not inlined: clang-16's assembler crashes relaxing branches over several copies (and on a
- * loop0 set up in a packet of four other instructions). */
+ * loop0 set up in a packet of three or more other instructions). */
 static __attribute__((noinline)) void e144_rows_a(const int8_t *top, const int8_t *bot, const int8_t *zoff,
                                                   int32_t *d0, HVX_Vector *sv, int rows, int k, int OH, int OW,
                                                   int W_, const HVX_Vector *wt)
