@@ -125,7 +125,7 @@ static __attribute__((noinline)) void e144_rows_a(const int8_t *top, const int8_
           [zoff] "r"(zoff), [m1] "r"(m1), [m2] "r"(m2), [w0] "v"(w0), [w1] "v"(w1), [w2] "v"(w2), [w3] "v"(w3),
           [w4] "v"(w4), [w5] "v"(w5), [w6] "v"(w6), [w7] "v"(w7)
         : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16",
-          "p0", "p1", "m0", "lc0", "sa0", "lc1", "sa1", "usr", "memory");
+          "p0", "p1", "p2", "m0", "lc0", "sa0", "lc1", "sa1", "usr", "memory");
 }
 
 /* Pass B over the same rows in packets: as pass A, top/bot 16 bytes into the pixels, d0 at
