@@ -31,8 +31,9 @@
  *   take no packet more: the next row's flags are set in the loop's free slots, its column
  *   0 loaded and aligned beside the row's next-to-last anchor, column 1 and the words
  *   beside the last, and the inner loop's count rewritten (lc0: the assembler crashes on
- *   a loop0 in a packet of three more instructions); pass B's row ends still take 4
- *   packets more (its loop has no free slots for the flags).
+ *   a loop0 in a packet of three more instructions); pass B's row ends still take 3
+ *   packets more (its loop has no free slots for the flags; it makes an anchor's middle
+ *   words in the anchor's second packet, so a row needs no packet for its first's).
  * Work is split by images across the HVX threads (dwconv_bwd2_pairs.c's shares).
  */
 #include "hvx-utils.h"
@@ -155,28 +156,27 @@ static __attribute__((noinline)) void e144_rows_b(const int8_t *top, const int8_
         ".falign\n"
         "2:\n"
         "{ v3:2 = vshuff(v5, v7, %[m2]); v15.w = vrmpy(v0.b, %[w1].b) }\n"
-        "{ v17 = valign(v18, v3, %[r64]) }\n"
         /* anchor n < OW - 2 (as pass A's, the middle vector's products last: its words
          * v17 from the next anchor's saved words v18 and its B words) */
         ".falign\n"
         "1:\n"
         "{ vmem(%[d0]+#1) = v15; v14.w = vrmpy(v0.b, %[w6].b); v8 = vmem(%[pt]+#0); %[d1] = add(%[d1], #1152) }\n"
-        "{ vmem(%[d1]+#1) = v14; v15.w = vrmpy(v1.b, %[w2].b); v9 = vmem(%[ptl]++m0) }\n"
+        "{ vmem(%[d1]+#1) = v14; v15.w = vrmpy(v1.b, %[w2].b); v9 = vmem(%[ptl]++m0); v17 = valign(v18, v3, %[r64]) }\n"
         "{ vmem(%[d0]+#2) = v15; v14.w = vrmpy(v1.b, %[w7].b); v10 = vmem(%[pb]+#0) }\n"
         "{ vmem(%[d1]+#2) = v14; v15.w = vrmpy(v2.b, %[w3].b); v11 = vmem(%[pbl]++m0); v12 = valign(v9, v8, %[pt]) }\n"
         "{ vmem(%[d0]+#3) = v15; v14.w = vrmpy(v2.b, %[w8].b); v13 = valign(v11, v10, %[pb]); v18 = vmem(%[sv]++#1) }\n"
         "{ vmem(%[d1]+#3) = v14; v15.w = vrmpy(v3.b, %[w4].b); v7:6 = vshuff(v13, v12, %[m1]); %[pt] = add(%[pt], #144) }\n"
         "{ vmem(%[d0]+#4) = v15; v14.w = vrmpy(v3.b, %[w9].b); v1:0 = vshuff(v6, v4, %[m2]); %[pb] = add(%[pb], #144) }\n"
         "{ vmem(%[d1]+#4) = v14; v15.w = vrmpy(v17.b, %[w0].b); v3:2 = vshuff(v7, v5, %[m2]) }\n"
-        "{ vmem(%[d0]+#0) = v15; v14.w = vrmpy(v17.b, %[w5].b); v17 = valign(v18, v3, %[r64]); %[d0] = add(%[d0], #1152) }\n"
+        "{ vmem(%[d0]+#0) = v15; v14.w = vrmpy(v17.b, %[w5].b); %[d0] = add(%[d0], #1152) }\n"
         "{ vmem(%[d1]+#0) = v14; v15.w = vrmpy(v0.b, %[w1].b); v4 = v6; v5 = v7 }:endloop0\n"
         /* anchor OW - 2: the padding on its right; the next row's pointers and column 0 */
         "{ vmem(%[d0]+#1) = v15; v14.w = vrmpy(v0.b, %[w6].b); %[d1] = add(%[d1], #1152); %[k] = add(%[k], #-1) }\n"
-        "{ vmem(%[d1]+#1) = v14; v15.w = vrmpy(v1.b, %[w2].b); p0 = cmp.eq(%[k], #0); %[rr] = add(%[rr], #-1) }\n"
-        "{ vmem(%[d0]+#2) = v15; v14.w = vrmpy(v1.b, %[w7].b); if (p0) %[k] = add(%[oh], #0); p1 = cmp.eq(%[rr], #0) }\n"
-        "{ vmem(%[d1]+#2) = v14; v15.w = vrmpy(v2.b, %[w3].b); p0 = cmp.eq(%[k], #1); if (p1) %[pt] = add(%[zoff], #0) }\n"
+        "{ vmem(%[d1]+#1) = v14; v15.w = vrmpy(v1.b, %[w2].b); v17 = valign(v18, v3, %[r64]); %[rr] = add(%[rr], #-1) }\n"
+        "{ vmem(%[d0]+#2) = v15; v14.w = vrmpy(v1.b, %[w7].b); p0 = cmp.eq(%[k], #0); p1 = cmp.eq(%[rr], #0) }\n"
+        "{ vmem(%[d1]+#2) = v14; v15.w = vrmpy(v2.b, %[w3].b); if (p0) %[k] = add(%[oh], #0); if (p1) %[pt] = add(%[zoff], #0) }\n"
         "{ vmem(%[d0]+#3) = v15; v14.w = vrmpy(v2.b, %[w8].b); %[pb] = add(%[pt], %[owc]); %[ptl] = add(%[pt], #127) }\n"
-        "{ vmem(%[d1]+#3) = v14; v15.w = vrmpy(v3.b, %[w4].b); v8 = vmem(%[pt]+#0); p0 = or(p0, p1) }\n"
+        "{ vmem(%[d1]+#3) = v14; v15.w = vrmpy(v3.b, %[w4].b); v8 = vmem(%[pt]+#0); p0 = cmp.eq(%[k], #1) }\n"
         "{ vmem(%[d0]+#4) = v15; v14.w = vrmpy(v3.b, %[w9].b); v1:0 = vshuff(v16, v4, %[m2]); if (p0) %[pb] = add(%[zoff], #0) }\n"
         "{ vmem(%[d1]+#4) = v14; v15.w = vrmpy(v17.b, %[w0].b); v3:2 = vshuff(v16, v5, %[m2]); %[pbl] = add(%[pb], #127) }\n"
         "{ vmem(%[d0]+#0) = v15; v14.w = vrmpy(v17.b, %[w5].b); v18 = vmem(%[sv]++#1); %[d0] = add(%[d0], #1152) }\n"

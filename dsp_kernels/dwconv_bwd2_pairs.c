@@ -346,13 +346,15 @@ int dspt_dw_err_pairs(struct dspt_ctx *ctx, const struct dw_shape *s, const int8
                       int accumulate)
 {
     const int C = s->c, units = (C + HVX_BYTES - 1) / HVX_BYTES;
-    uint32_t zero_bytes = (uint32_t)(s->ow + 1) * C + HVX_BYTES;
+    /* dw_err_144's pass B reads a row past its chunk from the zeros at OW C in */
+    int two_pass = dspt_dw_err_144_fit(s, accumulate);
+    uint32_t zero_bytes = (uint32_t)(s->ow + 1 + two_pass) * C + (1 + two_pass) * HVX_BYTES;
     HVX_Vector *wt = dspt_scratch(ctx, (uint32_t)(C == 144 ? EP_U144 : units * EP_UNIT) * HVX_BYTES);
     int8_t *zeros = dspt_scratch(ctx, zero_bytes);
     if (!wt || !zeros) return DSPT_NO_SUPPORT;
     struct ep_job J = {.s = s, .err = err, .zeros = zeros, .dx = dx, .wt = wt, .accumulate = accumulate,
                        .packets = dspt_dw_err_packets_fit(s, accumulate),
-                       .two_pass = dspt_dw_err_144_fit(s, accumulate)};
+                       .two_pass = two_pass};
     uint32_t save_bytes = (uint32_t)((s->ow > DW_ERR144_SAVE ? s->ow : DW_ERR144_SAVE) + 1) * HVX_BYTES;   /* pass B reads one past */
     for (int t = 0; t < (int)ctx->threads; t++) {   /* carved before anything is written */
         struct dspt_ctx *tc = s->h % 2 ? dspt_thread_ctx(ctx, t) : 0;
