@@ -491,7 +491,9 @@ int dspt_op_dwconv2d_bwd_data(struct dspt_ctx *ctx, struct dspt_op_desc *d)
         return dspt_dw_pixels(ctx, &s, err, w, dx, 1, acc);
     }
     if (dspt_dw_err_pairs_fit(&s) && dx_aligned) {
-        d->result_shift = dspt_dw_err_packets_fit(&s, acc) ? DSPT_PATH_DW_ERR_PACKETS : DSPT_PATH_DW_ERR_PAIRS;
+        d->result_shift = dspt_dw_err_packets_fit(&s, acc)   ? DSPT_PATH_DW_ERR_PACKETS
+                          : dspt_dw_err_144_fit(&s, acc) ? DSPT_PATH_DW_ERR_144
+                                                              : DSPT_PATH_DW_ERR_PAIRS;
         return dspt_dw_err_pairs(ctx, &s, err, w, dx, acc);
     }
     if (err_quads) {

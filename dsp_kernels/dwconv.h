@@ -1,6 +1,7 @@
 /* dwconv.h: depthwise convolutions (one 2-D filter per channel), shared by dwconv.c
  * (forward, backward data: picks the path), its paths dwconv_quads.c, dwconv_pixels.c,
- * dwconv_fwd2.c, dwconv_bwd2.c, dwconv_bwd2_pairs.c, dwconv_bwd_one.c, and dwconv_wgrad.c, dwconv_wgrad_pairs.c (weight gradient). */
+ * dwconv_fwd2.c, dwconv_bwd2.c, dwconv_bwd2_pairs.c,
+ * dwconv_bwd2_144.c, dwconv_bwd_one.c, and dwconv_wgrad.c, dwconv_wgrad_pairs.c (weight gradient). */
 #ifndef DSPTRAIN_DWCONV_H
 #define DSPTRAIN_DWCONV_H
 
@@ -85,6 +86,19 @@ static inline int dspt_dw_err_packets_fit(const struct dw_shape *s, int acc)
 }
 void dspt_dw_err_packets(const struct dw_shape *s, const int8_t *err, const int8_t *zeros, const HVX_Vector *wt,
                          int32_t *dx, int32_t *sink, int lo, int hi);
+
+/* dwconv_bwd2_144.c: the err pairs at C = 144 onto an even H, err rows of 3 pixels or more,
+ * not accumulating (DSPT_PATH_DW_ERR_144), in two passes over chunks of whole anchor rows of at
+ * most DW_ERR144_SAVE anchors (or one row), `save` a thread's buffer of that many vectors
+ * (pass A's words for pass B); run by dspt_dw_err_pairs' shares over images [lo, hi), wt
+ * its weights. */
+#define DW_ERR144_SAVE 256
+static inline int dspt_dw_err_144_fit(const struct dw_shape *s, int acc)
+{
+    return s->c == 144 && s->h % 2 == 0 && s->ow >= 3 && !acc;
+}
+void dspt_dw_err_144(const struct dw_shape *s, const int8_t *err, const int8_t *zeros, const HVX_Vector *wt,
+                     int32_t *dx, HVX_Vector *save, int lo, int hi);
 
 /* dwconv_bwd_one.c: backward data from an err of one pixel onto 1, 2 or 4 dx pixels, C % 32 == 0,
  * dx 128-byte aligned (the caller checks): each dx pixel err times its single tap. */

@@ -22,7 +22,9 @@
  *   one's products are stored.
  * Work is split by images across the HVX threads (threads.h). At 96 channels (err rows of
  * 3 or more pixels, not accumulating) a share runs dwconv_bwd2_packets.c's rows written in
- * packets instead ("dw_err_packets"), with the weights built here.
+ * packets instead ("dw_err_packets"), with the weights built here; at 144 channels onto an
+ * even H (err rows of 3 or more, not accumulating) dwconv_bwd2_144.c's two passes
+ * ("dw_err_144") with these weights.
  */
 #include "hvx-utils.h"
 #include "kernels.h"
@@ -40,6 +42,8 @@ struct ep_job {
     int32_t *sink[DSPT_MAX_THREADS];   /* odd H: the last anchor row's missing dx row lands here */
     int accumulate;
     int packets;   /* 96 channels: the rows in packets (dwconv_bwd2_packets.c) */
+    int two_pass;  /* 144 channels: the two passes of dwconv_bwd2_144.c */
+    HVX_Vector *save[DSPT_MAX_THREADS];   /* two_pass: each thread's words from pass A */
 };
 
 int dspt_dw_err_pairs_fit(const struct dw_shape *s)
@@ -297,6 +301,10 @@ static int ep_share(struct dspt_ctx *tc, int t, void *job)
         dspt_dw_err_packets(s, J->err, J->zeros, J->wt, J->dx, J->sink[t], lo, hi);
         return DSPT_OK;
     }
+    if (J->two_pass) {
+        dspt_dw_err_144(s, J->err, J->zeros, J->wt, J->dx, J->save[t], lo, hi);
+        return DSPT_OK;
+    }
     if (s->c == 144) {
         if (J->accumulate) ep_144_1(J, lo, hi, J->sink[t]);
         else ep_144_0(J, lo, hi, J->sink[t]);
@@ -338,16 +346,25 @@ int dspt_dw_err_pairs(struct dspt_ctx *ctx, const struct dw_shape *s, const int8
                       int accumulate)
 {
     const int C = s->c, units = (C + HVX_BYTES - 1) / HVX_BYTES;
-    uint32_t zero_bytes = (uint32_t)(s->ow + 1) * C + HVX_BYTES;
+    /* dw_err_144's pass B reads a row past its chunk from the zeros at OW C in */
+    int two_pass = dspt_dw_err_144_fit(s, accumulate);
+    uint32_t zero_bytes = (uint32_t)(s->ow + 1 + two_pass) * C + (1 + two_pass) * HVX_BYTES;
     HVX_Vector *wt = dspt_scratch(ctx, (uint32_t)(C == 144 ? EP_U144 : units * EP_UNIT) * HVX_BYTES);
     int8_t *zeros = dspt_scratch(ctx, zero_bytes);
     if (!wt || !zeros) return DSPT_NO_SUPPORT;
     struct ep_job J = {.s = s, .err = err, .zeros = zeros, .dx = dx, .wt = wt, .accumulate = accumulate,
-                       .packets = dspt_dw_err_packets_fit(s, accumulate)};
+                       .packets = dspt_dw_err_packets_fit(s, accumulate),
+                       .two_pass = two_pass};
+    uint32_t save_bytes = (uint32_t)((s->ow > DW_ERR144_SAVE ? s->ow : DW_ERR144_SAVE) + 1) * HVX_BYTES;   /* pass B reads one past */
     for (int t = 0; t < (int)ctx->threads; t++) {   /* carved before anything is written */
         struct dspt_ctx *tc = s->h % 2 ? dspt_thread_ctx(ctx, t) : 0;
         J.sink[t] = tc ? dspt_scratch(tc, (uint32_t)s->w * C * 4) : 0;
         if (s->h % 2 && !J.sink[t]) return DSPT_NO_SUPPORT;
+    }
+    for (int t = 0; t < (int)ctx->threads && J.two_pass; t++) {
+        struct dspt_ctx *tc = dspt_thread_ctx(ctx, t);
+        J.save[t] = tc ? dspt_scratch(tc, save_bytes) : 0;
+        if (!J.save[t]) return DSPT_NO_SUPPORT;
     }
     hvx_zero(zeros, zero_bytes);
     for (int a = 0; a < 2; a++) {

@@ -84,6 +84,7 @@ enum dspt_path {
     DSPT_PATH_DW_QUAD_PACKETS = 40, /* dwconv_quads.c: the column quads' stride-1 rows as modulo-scheduled packets */
     DSPT_PATH_DW_TRIPLE_PACKETS = 41, /* dwconv_fwd2.c: the column triples' stride-2 rows of 96 channels as packets */
     DSPT_PATH_DW_ERR_PACKETS = 44, /* dwconv_bwd2_packets.c: the err pairs' anchor rows of 96 channels as packets */
+    DSPT_PATH_DW_ERR_144 = 48,    /* dwconv_bwd2_144.c: the err pairs at 144 channels, two passes in packets */
 };
 
 /* `shift` value asking the DSP to estimate it from the range (NITI's absmax rule). */

@@ -77,6 +77,7 @@ PATH_NAMES = {
     40: "dw_quad_packets",
     41: "dw_triple_packets",
     44: "dw_err_packets",
+    48: "dw_err_144",
 }
 SHIFT_ESTIMATE = -1
 F_SATURATE_CHECK = 2  # REQUANT: a given shift that would saturate gives way to the estimate

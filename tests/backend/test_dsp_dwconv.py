@@ -21,7 +21,7 @@ before the pixel quads; also stride 1, forward and backward data, on images of 5
 pixels) and, backward, the 4 err pixels
 that 4 dx pixels read ("dw_err_quads"; onto an even width with C % 32 == 0 or C = 144 as
 whole aligned vectors of dx pixel pairs, "dw_err_pairs", at 96 channels their rows written in
-packets, "dw_err_packets"; from an err of one pixel with
+packets, "dw_err_packets", at 144 in two passes written in packets, "dw_err_144"; from an err of one pixel with
 C % 32 == 0, each dx pixel err times its one tap, "dw_err_one"); the weight gradient puts four images in each vrmpy word
 ("dw_image_quads", a ragged batch padded with zero images), except where the image and the
 output have at most 4 pixels and every output's window holds every input pixel: there each
@@ -83,9 +83,13 @@ SHAPES = [
     ((3, 9, 9, 160, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # odd image, a second block of 32 channels
     ((2, 8, 8, 64, 3, 3, 2, 1), "dw_column_triples", "dw_err_pairs"),  # half a vector of channels
     ((2, 9, 9, 48, 3, 3, 2, 1), "dw_column_quads", "dw_classes"),  # stride 2 quads: strips of a pixel's block
-    ((2, 10, 10, 144, 3, 3, 2, 1), "dw_column_triples", "dw_err_pairs"),  # C > 128 ragged: the last block moved back
+    ((2, 10, 10, 144, 3, 3, 2, 1), "dw_column_triples", "dw_err_144"),  # C > 128 ragged: the last block moved back
     ((3, 7, 5, 60, 3, 3, 2, 1), "dw_blocks", "dw_classes"),  # stride 2, 12 outputs, C < 96: the vmpy blocks
-    ((2, 8, 8, 144, 3, 3, 2, 1), "dw_column_triples", "dw_err_pairs"),  # stride 2 onto 4 x 4 outputs: the triples
+    ((2, 8, 8, 144, 3, 3, 2, 1), "dw_column_triples", "dw_err_144"),  # stride 2 onto 4 x 4 outputs: the triples
+    # (backward data at 144 channels, even H, err rows of 3 or more: two passes in packets)
+    ((2, 6, 6, 144, 3, 3, 2, 1), "dw_column_triples", "dw_err_144"),  # err rows of 3: the shortest the passes take
+    ((2, 6, 4, 144, 3, 3, 2, 1), "dw_column_triples", "dw_err_pairs"),  # err rows of 2: the err pairs
+    ((2, 2, 10, 144, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_144"),  # one anchor row, its row m + 1 the zeros
     ((3, 7, 5, 150, 3, 3, 2, 1), "dw_column_triples", "dw_err_quads"),  # the same, ragged blocks (150 = 128 + 22)
     ((2, 3, 3, 100, 3, 3, 2, 3), "dw_pixel_quads", "dw_classes"),  # pad past k: corner outputs meet no tap
     ((4, 2, 2, 576, 3, 3, 2, 1), "dw_pixel_quads", "dw_err_one"),  # MobileNetV2's last stride-2 shape
@@ -129,6 +133,7 @@ WGRAD_ROWS = {
     (5, 11, 11, 96, 3, 3, 2, 1),
     (2, 8, 8, 64, 3, 3, 2, 1),
     (2, 8, 8, 144, 3, 3, 2, 1),
+    (2, 6, 4, 144, 3, 3, 2, 1),
     (2, 3, 3, 100, 3, 3, 2, 3),
     (3, 4, 4, 192, 3, 3, 2, 1),
     (3, 2, 4, 192, 3, 3, 2, 1),
@@ -167,7 +172,7 @@ def test_bwd_data_keeps_dx_size_apart(dsp, rng):
     descriptor of one must not serve the other (dx of the wrong width, no error)."""
     w = s8(rng, 144, 3, 3, 1)
     err = s8(rng, 2, 5, 5, 144)
-    for in_hw, path in (((10, 10), "dw_err_pairs"), ((10, 9), "dw_err_quads"), ((10, 10), "dw_err_pairs")):
+    for in_hw, path in (((10, 10), "dw_err_144"), ((10, 9), "dw_err_quads"), ((10, 10), "dw_err_144")):
         same(dsp.dwconv2d_bwd_data_s8(err, w, 2, 1, in_hw), ref.dwconv2d_bwd_data_s8(err, w, 2, 1, in_hw))
         assert dsp.last_paths == [("dwconv2d_bwd_data_s8", path)]
 
@@ -200,6 +205,9 @@ def threads(dsp, request):
 # the err pairs run a share's anchors as one loop (even H) or row by row (odd H)
 # the quads' packet rows (dw_quad_packets) over several images a pass, and at pad 2
 # the err pairs' rows of 96 channels in packets (dw_err_packets; accumulating: the err pairs)
+# the err pairs at 144 channels in two passes (dw_err_144; accumulating: the err pairs): err rows
+# of 3 (the shortest), chunks of 85 anchor rows that start and end mid-image (120 x 6 at 1-3
+# threads), one anchor row an image (its bottom the zeros)
 # the column triples' last group of a ragged C (150: channels 118..149) in packets, even width;
 # at stride 1 a last block of two groups (192: 128..191) in packets, rows of 3 and 4 columns
 @pytest.mark.parametrize("threads", [1, 2, 3, 4], indirect=True)
@@ -246,6 +254,8 @@ def threads(dsp, request):
         (7, 1, 10, 96, 3, 3, 2, 1),
         (5, 6, 8, 150, 3, 3, 2, 1),
         (6, 3, 3, 192, 3, 3, 1, 1),
+        (3, 120, 6, 144, 3, 3, 2, 1),
+        (7, 2, 10, 144, 3, 3, 2, 1),
     ],
     ids=[
         "flat",
@@ -288,6 +298,8 @@ def threads(dsp, request):
         "err-packets-one-row",
         "triples-tail-group-rows",
         "triples-s1-two-groups-rows",
+        "err-144-chunks",
+        "err-144-one-row",
     ],
 )
 def test_dwconv_every_thread_count(dsp, rng, threads, shape):
