@@ -8,7 +8,8 @@
 // split, the join and the calls' own costs (16x16x64 3x3 groups 8 stride 2 at batch 32: 8.1 ms
 // for 3.3 ms of products), and a native call over the dense conv per group (slice copied,
 // conv.cpp's paths, result scattered) still copied each operand four times (2.99 ms against
-// 1.4 for that shape's backward data, 0.94 against 0.68 for its forward).
+// 1.4 for that shape's backward data, 0.94 against 0.68 for its forward). Groups of few outputs
+// on AVX2 leave the GEMM for the lane kernels (conv_grouped_direct.cpp), which pack nothing.
 #include "conv_grouped.h"
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "conv_grouped_direct.h"
 #include "conv_transpose.h"
 #include "gemm.h"
 #include "scratch.h"
@@ -235,12 +237,6 @@ bool plain_1x1(const ConvShape& s) { return s.kh == 1 && s.kw == 1 && s.stride =
 // at stride 2 a 3x3 kernel's classes have 4, 2, 2 and 1 taps (9 of 36 patch taps). Each class's
 // GEMM has its pixels as the rows: with the weights as A and the pixels as B's panels instead
 // (C transposed back), 16x16x64 groups 8 took 1.65-1.71 ms against 1.39 (batch 32, one thread).
-std::vector<int> class_taps(int r, int k, int stride, int pad, int d) {
-  std::vector<int> taps;
-  for (int i = 0; i < k; ++i)
-    if (((r + pad - i * d) % stride + stride) % stride == 0) taps.push_back(i);
-  return taps;
-}
 
 // The residue classes (ry, rx) of dx's pixels, the largest product (pixels x taps) first: the
 // GEMM's kept buffers (packed B, A blocks) then grow once, not by doubling from class to class
@@ -270,11 +266,10 @@ template <typename T>
 void bwd_data_classes(const int8_t* err, const int8_t* w, const GroupedConv& g, T* dx) {
   const ConvShape& s = g.s;
   const int cg = g.cg(), og = g.og(), oh = g.oh(), ow = g.ow(), st = s.stride, d = g.dilation;
-  // err framed in zeros so that every class's taps stay in it: err row e = (y + pad - i*d) / stride
-  // runs from -top to (h - 1 + pad) / stride (columns alike)
-  const int top = std::max(0, ((s.kh - 1) * d - s.pad + st - 1) / st), left = std::max(0, ((s.kw - 1) * d - s.pad + st - 1) / st);
-  const int bottom = std::max(0, (s.h - 1 + s.pad) / st - (oh - 1)), right = std::max(0, (s.w - 1 + s.pad) / st - (ow - 1));
-  const Frame f = frame(err, s.n, oh, ow, s.o, top, left, 1, top + oh + bottom, left + ow + right);
+  // err framed in zeros so that every class's taps stay in it
+  const ClassFrame cf = class_frame(g);
+  const int top = cf.top, left = cf.left;
+  const Frame f = frame(err, s.n, oh, ow, s.o, top, left, 1, cf.hp, cf.wp);
   for (const auto& [ry, rx] : residue_classes(g)) {
       const std::vector<int> ti = class_taps(ry, s.kh, st, s.pad, d), tj = class_taps(rx, s.kw, st, s.pad, d);
       const int rows_y = (s.h - ry + st - 1) / st, rows_x = (s.w - rx + st - 1) / st, m = s.n * rows_y * rows_x;
@@ -315,15 +310,41 @@ void bwd_data_classes(const int8_t* err, const int8_t* w, const GroupedConv& g, 
 
 }  // namespace
 
+std::vector<int> class_taps(int r, int k, int stride, int pad, int d) {
+  std::vector<int> taps;
+  for (int i = 0; i < k; ++i)
+    if (((r + pad - i * d) % stride + stride) % stride == 0) taps.push_back(i);
+  return taps;
+}
+
+// err row e = (y + pad - i*d) / stride runs from -top to (h - 1 + pad) / stride (columns alike)
+ClassFrame class_frame(const GroupedConv& g) {
+  const ConvShape& s = g.s;
+  const int d = g.dilation, st = s.stride;
+  const int top = std::max(0, ((s.kh - 1) * d - s.pad + st - 1) / st), left = std::max(0, ((s.kw - 1) * d - s.pad + st - 1) / st);
+  const int bottom = std::max(0, (s.h - 1 + s.pad) / st - (g.oh() - 1)), right = std::max(0, (s.w - 1 + s.pad) / st - (g.ow() - 1));
+  return ClassFrame{top, left, top + g.oh() + bottom, left + g.ow() + right};
+}
+
 const char* grouped_algorithm(ConvPass pass, const GroupedConv& g) {
+  if (grouped_direct_fits(pass, g)) {
+    if (pass == ConvPass::kBackwardWeight) return "pixel_pair_lanes";
+    return pass == ConvPass::kForward || g.s.stride == 1 ? "direct_lanes" : "residue_class_lanes";
+  }
   if (plain_1x1(g.s)) return "gemm_1x1_in_place";
   if (pass == ConvPass::kBackwardData && g.s.stride > 1) return "residue_class_gemms";
   return "group_patches_gemm";
 }
 
 template <typename T>
-void conv2d_grouped_fwd(const int8_t* x, const int8_t* w, const GroupedConv& g, T* y) {
+void conv2d_grouped_fwd(const int8_t* x, const int8_t* w, const GroupedConv& g, T* y, int64_t* absmax) {
   const ConvShape& s = g.s;
+  if constexpr (std::is_same_v<T, int32_t>) {
+    if (grouped_direct_fits(ConvPass::kForward, g)) {
+      grouped_direct_fwd(x, w, g, y, absmax);
+      return;
+    }
+  }
   const int cg = g.cg(), og = g.og(), k = s.kh * s.kw * cg, m = s.n * g.oh() * g.ow();
   const Framed src = plain_1x1(s) ? Framed{} : forward_frame(x, g);
   for_each_group(g.groups, [&](int group) {
@@ -338,8 +359,14 @@ void conv2d_grouped_fwd(const int8_t* x, const int8_t* w, const GroupedConv& g, 
 }
 
 template <typename T>
-void conv2d_grouped_bwd_data(const int8_t* err, const int8_t* w, const GroupedConv& g, T* dx) {
+void conv2d_grouped_bwd_data(const int8_t* err, const int8_t* w, const GroupedConv& g, T* dx, int64_t* absmax) {
   const ConvShape& s = g.s;
+  if constexpr (std::is_same_v<T, int32_t>) {
+    if (grouped_direct_fits(ConvPass::kBackwardData, g)) {
+      grouped_direct_bwd_data(err, w, g, dx, absmax);
+      return;
+    }
+  }
   if (s.stride > 1) {
     bwd_data_classes(err, w, g, dx);
     return;
@@ -362,6 +389,12 @@ void conv2d_grouped_bwd_data(const int8_t* err, const int8_t* w, const GroupedCo
 template <typename T>
 void conv2d_grouped_bwd_weight(const int8_t* err, const int8_t* x, const GroupedConv& g, T* dw) {
   const ConvShape& s = g.s;
+  if constexpr (std::is_same_v<T, int32_t>) {
+    if (grouped_direct_fits(ConvPass::kBackwardWeight, g)) {
+      grouped_direct_bwd_weight(err, x, g, dw);
+      return;
+    }
+  }
   const int cg = g.cg(), og = g.og(), k = s.kh * s.kw * cg, p = s.n * g.oh() * g.ow();
   const Framed src = plain_1x1(s) ? Framed{} : forward_frame(x, g);
   for_each_group(g.groups, [&](int group) {
@@ -422,6 +455,14 @@ ScratchList grouped_scratch(ConvPass pass, const GroupedConv& g, bool requant) {
   const size_t in_pixels = static_cast<size_t>(s.n) * s.h * s.w, pixels = static_cast<size_t>(s.n) * oh * ow;
   const bool plain = plain_1x1(s);
   ScratchList out;
+  if (grouped_direct_fits(pass, g)) {  // int32 sums
+    out = grouped_direct_scratch(pass, g);
+    if (pass == ConvPass::kBackwardWeight) return out;
+    if (requant && pass == ConvPass::kForward) out.emplace_back("requant.acc.conv2d_grouped.int32", pixels * s.o * 4);
+    if (requant && pass == ConvPass::kBackwardData)
+      out.emplace_back("requant.acc.conv2d_grouped_bwd_data.int32", in_pixels * s.c * 4);
+    return out;
+  }
   auto frame_of = [&](int hp, int wp, int c) {
     merge(&out, {{"grouped.frame", static_cast<size_t>(s.n) * hp * wp * c}});
   };
@@ -463,9 +504,8 @@ ScratchList grouped_scratch(ConvPass pass, const GroupedConv& g, bool requant) {
     return out;
   }
   const int st = s.stride;  // bwd_data_classes
-  const int top = std::max(0, ((s.kh - 1) * d - s.pad + st - 1) / st), left = std::max(0, ((s.kw - 1) * d - s.pad + st - 1) / st);
-  const int bottom = std::max(0, (s.h - 1 + s.pad) / st - (oh - 1)), right = std::max(0, (s.w - 1 + s.pad) / st - (ow - 1));
-  frame_of(top + oh + bottom, left + ow + right, s.o);
+  const ClassFrame cf = class_frame(g);
+  frame_of(cf.hp, cf.wp, s.o);
   for (const auto& [ry, rx] : residue_classes(g)) {
       const int rows_y = (s.h - ry + st - 1) / st, rows_x = (s.w - rx + st - 1) / st, m = s.n * rows_y * rows_x;
       const int k = static_cast<int>(class_taps(ry, s.kh, st, s.pad, d).size() * class_taps(rx, s.kw, st, s.pad, d).size()) * og;
@@ -478,10 +518,10 @@ ScratchList grouped_scratch(ConvPass pass, const GroupedConv& g, bool requant) {
   return out;
 }
 
-template void conv2d_grouped_fwd<int32_t>(const int8_t*, const int8_t*, const GroupedConv&, int32_t*);
-template void conv2d_grouped_fwd<int64_t>(const int8_t*, const int8_t*, const GroupedConv&, int64_t*);
-template void conv2d_grouped_bwd_data<int32_t>(const int8_t*, const int8_t*, const GroupedConv&, int32_t*);
-template void conv2d_grouped_bwd_data<int64_t>(const int8_t*, const int8_t*, const GroupedConv&, int64_t*);
+template void conv2d_grouped_fwd<int32_t>(const int8_t*, const int8_t*, const GroupedConv&, int32_t*, int64_t*);
+template void conv2d_grouped_fwd<int64_t>(const int8_t*, const int8_t*, const GroupedConv&, int64_t*, int64_t*);
+template void conv2d_grouped_bwd_data<int32_t>(const int8_t*, const int8_t*, const GroupedConv&, int32_t*, int64_t*);
+template void conv2d_grouped_bwd_data<int64_t>(const int8_t*, const int8_t*, const GroupedConv&, int64_t*, int64_t*);
 template void conv2d_grouped_bwd_weight<int32_t>(const int8_t*, const int8_t*, const GroupedConv&, int32_t*);
 template void conv2d_grouped_bwd_weight<int64_t>(const int8_t*, const int8_t*, const GroupedConv&, int64_t*);
 
