@@ -78,7 +78,8 @@ DSPTRAIN_AVX2 void row(const int16_t* src, ptrdiff_t xstep, const ptrdiff_t* off
                        const int32_t* wv, ptrdiff_t chunk_stride, int last, int count, int32_t* y, ptrdiff_t ystep,
                        __m256i* most) {
   for (int o = 0; o < count;) {
-    const int left = count - o, blocks = (left + R - 1) / R, r = (left + blocks - 1) / blocks;
+    const int left = count - o;
+    const int r = left <= R ? left : (left + (left + R - 1) / R - 1) / ((left + R - 1) / R);
     block_of<CH, R>(r, src + o * xstep, xstep, off, taps, pairs, wv, chunk_stride, last, y + o * ystep, ystep, most);
     o += r;
   }
@@ -89,28 +90,28 @@ DSPTRAIN_AVX2 void row(const int16_t* src, ptrdiff_t xstep, const ptrdiff_t* off
 bool grouped_lanes_compiled() { return true; }
 
 DSPTRAIN_AVX2 void grouped_lanes_row(const int16_t* src, ptrdiff_t xstep, const ptrdiff_t* off, int taps, int pairs,
-                                     const int32_t* wv, int lanes, int count, int32_t* y, ptrdiff_t ystep,
-                                     uint32_t* absmax) {
+                                     const int32_t* wv, int lanes, int count, int32_t* y, ptrdiff_t ystep, int groups,
+                                     ptrdiff_t src_group, ptrdiff_t wv_group, uint32_t* absmax) {
   __m256i most = _mm256_setzero_si256();
   const ptrdiff_t chunk_stride = static_cast<ptrdiff_t>(taps) * pairs * kGroupedLanes;
   const int chunks = (lanes + kGroupedLanes - 1) / kGroupedLanes;
-  for (int c0 = 0; c0 < chunks; c0 += 4) {  // up to 4 chunks share each broadcast
-    const int ch = chunks - c0 < 4 ? chunks - c0 : 4;
-    const int last = lanes - (c0 + ch - 1) * kGroupedLanes < kGroupedLanes ? lanes - (c0 + ch - 1) * kGroupedLanes
-                                                                           : kGroupedLanes;
-    const int32_t* w = wv + c0 * chunk_stride;
-    int32_t* out = y + c0 * kGroupedLanes;
-    switch (ch) {
-      case 1: row<1, 8>(src, xstep, off, taps, pairs, w, chunk_stride, last, count, out, ystep, &most); break;
-      case 2: row<2, 6>(src, xstep, off, taps, pairs, w, chunk_stride, last, count, out, ystep, &most); break;
-      case 3: row<3, 4>(src, xstep, off, taps, pairs, w, chunk_stride, last, count, out, ystep, &most); break;
-      default: row<4, 3>(src, xstep, off, taps, pairs, w, chunk_stride, last, count, out, ystep, &most);
+  for (int g = 0; g < groups; ++g, src += src_group, wv += wv_group, y += lanes)
+    for (int c0 = 0; c0 < chunks; c0 += 4) {  // up to 4 chunks share each broadcast
+      const int ch = chunks - c0 < 4 ? chunks - c0 : 4;
+      const int last = lanes - (c0 + ch - 1) * kGroupedLanes < kGroupedLanes ? lanes - (c0 + ch - 1) * kGroupedLanes
+                                                                             : kGroupedLanes;
+      const int32_t* w = wv + c0 * chunk_stride;
+      int32_t* out = y + c0 * kGroupedLanes;
+      switch (ch) {
+        case 1: row<1, 8>(src, xstep, off, taps, pairs, w, chunk_stride, last, count, out, ystep, &most); break;
+        case 2: row<2, 6>(src, xstep, off, taps, pairs, w, chunk_stride, last, count, out, ystep, &most); break;
+        case 3: row<3, 4>(src, xstep, off, taps, pairs, w, chunk_stride, last, count, out, ystep, &most); break;
+        default: row<4, 3>(src, xstep, off, taps, pairs, w, chunk_stride, last, count, out, ystep, &most);
+      }
     }
-  }
   if (absmax) {
-    alignas(32) uint32_t lanes_most[kGroupedLanes];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes_most), most);
-    for (uint32_t m : lanes_most) *absmax = m > *absmax ? m : *absmax;
+    __m256i* lanes_most = reinterpret_cast<__m256i*>(absmax);
+    _mm256_storeu_si256(lanes_most, _mm256_max_epu32(_mm256_loadu_si256(lanes_most), most));
   }
 }
 
@@ -212,7 +213,7 @@ DSPTRAIN_AVX2 void grouped_wgrad_lanes(const int32_t* src, const ptrdiff_t* row_
 namespace dsptrain {
 bool grouped_lanes_compiled() { return false; }
 void grouped_lanes_row(const int16_t*, ptrdiff_t, const ptrdiff_t*, int, int, const int32_t*, int, int, int32_t*,
-                       ptrdiff_t, uint32_t*) {}
+                       ptrdiff_t, int, ptrdiff_t, ptrdiff_t, uint32_t*) {}
 void grouped_wgrad_lanes(const int32_t*, const ptrdiff_t*, ptrdiff_t, const int32_t*, const ptrdiff_t*, ptrdiff_t, int,
                          int, const ptrdiff_t*, int, int, int32_t*) {}
 void grouped_pairs(const int8_t*, ptrdiff_t, int, int, int, int, int, int, int32_t*, int) {}

@@ -141,17 +141,15 @@ void rows_of(const Frame16& f, const std::vector<ptrdiff_t>& taps, const LaneWei
              int rows, int count, ptrdiff_t xstep, ptrdiff_t ystep, Src src_of, Out out_of, std::atomic<uint32_t>* absmax) {
   const size_t bytes = static_cast<size_t>(rows) * count * groups * lanes * 4;
   parallel_ranges(rows, bytes, [&](int r0, int r1) {
-    uint32_t most = 0;
-    for (int r = r0; r < r1; ++r) {
-      const int16_t* src = f.d + src_of(r);
-      int32_t* out = out_of(r);
-      for (int g = 0; g < groups; ++g)
-        grouped_lanes_row(src + g * f.kc2, xstep, taps.data(), static_cast<int>(taps.size()), lw.pairs,
-                          lw.v + g * lw.per_group, lanes, count, out + g * lanes, ystep, absmax ? &most : nullptr);
-    }
-    if (absmax)
+    uint32_t lanes_most[kGroupedLanes] = {};
+    for (int r = r0; r < r1; ++r)
+      grouped_lanes_row(f.d + src_of(r), xstep, taps.data(), static_cast<int>(taps.size()), lw.pairs, lw.v, lanes, count,
+                        out_of(r), ystep, groups, f.kc2, lw.per_group, absmax ? lanes_most : nullptr);
+    if (absmax) {
+      const uint32_t most = *std::max_element(lanes_most, lanes_most + kGroupedLanes);
       for (uint32_t seen = absmax->load(); most > seen && !absmax->compare_exchange_weak(seen, most);) {
       }
+    }
   });
 }
 

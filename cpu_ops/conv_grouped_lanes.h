@@ -13,16 +13,18 @@ namespace dsptrain {
 // Lanes of int32 sums a vector holds (AVX2's ymm).
 constexpr int kGroupedLanes = 8;
 
-// y[o * ystep + l] = sum over taps t and pairs p of
+// For each group g < groups (its source at src + g * src_group, its weights at wv + g * wv_group,
+// its outputs at y + g * lanes): y[o * ystep + l] = sum over taps t and pairs p of
 //   src[o * xstep + off[t] + 2p] * lo(wv) + src[o * xstep + off[t] + 2p + 1] * hi(wv),
 // wv = wv[(chunk * taps + t) * pairs + p][l % 8] with chunk = l / 8, for o < count and l < lanes:
 // each int32 of wv holds the pair's two int16 weights (low, high), a lane past the group's
 // outputs zeros. src is int16 (a pair's two channels adjacent); sums exact in int32.
-// Only lanes [0, lanes) of y are written; taps == 0 writes zeros. absmax (may be null) gets
-// max(*absmax, max |y|) (the requantizer's range estimate, taken while the sums are in registers).
+// Only lanes [0, lanes) of y are written; taps == 0 writes zeros. absmax (may be null): 8 lanes
+// of max |y| so far, raised to these sums' (the requantizer's range, taken from the registers).
 bool grouped_lanes_compiled();
 void grouped_lanes_row(const int16_t* src, ptrdiff_t xstep, const ptrdiff_t* off, int taps, int pairs,
-                       const int32_t* wv, int lanes, int count, int32_t* y, ptrdiff_t ystep, uint32_t* absmax);
+                       const int32_t* wv, int lanes, int count, int32_t* y, ptrdiff_t ystep, int groups, ptrdiff_t src_group,
+                       ptrdiff_t wv_group, uint32_t* absmax);
 
 // The weight gradient's: out[k * kGroupedLanes * chunks + l] = sum over rows r < rows and pixel
 // pairs q < pairs of madd(err[row_err[r] + q * err_step + l] (int32: the pair's two int16
