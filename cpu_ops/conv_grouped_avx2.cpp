@@ -159,13 +159,30 @@ DSPTRAIN_AVX2 void wgrad_blocks(const int32_t* src, const ptrdiff_t* row_src, pt
 
 }  // namespace
 
-DSPTRAIN_AVX2 void grouped_pairs(const int8_t* row, ptrdiff_t pixel, int w, int first, int ustep, int step, int count,
+DSPTRAIN_AVX2 void grouped_pairs(const int8_t* row0, const int8_t* row1, ptrdiff_t pixel, int w, int first, int count,
                                  int n, int32_t* out, int out_stride) {
   alignas(8) static const int8_t zeros[8] = {};
+  if (row0 && row1 && n % 8 == 0 && out_stride == n) {  // the common case without a branch a pixel
+    const int lo = first < 0 ? -first : 0, hi = w - first < count ? w - first : count;  // x in [0, w)
+    for (int u = 0; u < count; ++u)
+      if (u < lo || u >= hi) std::memset(out + static_cast<ptrdiff_t>(u) * n, 0, n * sizeof(int32_t));
+    for (int u = lo; u < hi; ++u) {
+      const int8_t* a = row0 + (first + u) * pixel;
+      const int8_t* b = row1 + (first + u) * pixel;
+      int32_t* to = out + static_cast<ptrdiff_t>(u) * n;
+      for (int k = 0; k < n; k += 8) {
+        const __m128i va = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a + k));
+        const __m128i vb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + k));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + k), _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(va, vb)));
+      }
+    }
+    return;
+  }
   for (int u = 0; u < count; ++u, out += out_stride) {
-    const int x0 = first + u * ustep, x1 = x0 + step;
-    const int8_t* a = x0 >= 0 && x0 < w ? row + x0 * pixel : nullptr;
-    const int8_t* b = x1 >= 0 && x1 < w ? row + x1 * pixel : nullptr;
+    const int x = first + u;
+    const bool inside = x >= 0 && x < w;
+    const int8_t* a = inside && row0 ? row0 + x * pixel : nullptr;
+    const int8_t* b = inside && row1 ? row1 + x * pixel : nullptr;
     int k = 0;
     for (; k + 8 <= n; k += 8) {  // 8 bytes of each interleaved byte by byte, widened: 8 int16 pairs
       const __m128i va = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a ? a + k : zeros));
@@ -216,7 +233,7 @@ void grouped_lanes_row(const int16_t*, ptrdiff_t, const ptrdiff_t*, int, int, co
                        ptrdiff_t, int, ptrdiff_t, ptrdiff_t, uint32_t*) {}
 void grouped_wgrad_lanes(const int32_t*, const ptrdiff_t*, ptrdiff_t, const int32_t*, const ptrdiff_t*, ptrdiff_t, int,
                          int, const ptrdiff_t*, int, int, int32_t*) {}
-void grouped_pairs(const int8_t*, ptrdiff_t, int, int, int, int, int, int, int32_t*, int) {}
+void grouped_pairs(const int8_t*, const int8_t*, ptrdiff_t, int, int, int, int, int32_t*, int) {}
 }  // namespace dsptrain
 
 #endif

@@ -2,7 +2,7 @@
 // weights turned once into lane vectors (conv_grouped_lanes.h), then every output row of every
 // group summed in registers and stored into its channels. Strided backward data runs it per
 // residue class of dx's pixels over the taps the class meets, writing dx's pixels in place. The
-// weight gradient pairs adjacent output pixels instead (grouped_direct_bwd_weight).
+// weight gradient pairs two images' same pixel instead (grouped_direct_bwd_weight).
 #pragma once
 #include <cstdint>
 

@@ -28,18 +28,18 @@ void grouped_lanes_row(const int16_t* src, ptrdiff_t xstep, const ptrdiff_t* off
 
 // The weight gradient's: out[k * kGroupedLanes * chunks + l] = sum over rows r < rows and pixel
 // pairs q < pairs of madd(err[row_err[r] + q * err_step + l] (int32: the pair's two int16
-// errors for output lane l), src[row_src[r] + q * src_step + off[k]] (int32: the two pixels'
+// errors for output lane l), src[row_src[r] + q * src_step + off[k]] (int32: the pair's two
 // int16 inputs)) for k < nk and l < chunks * 8 (the lanes past the group's outputs hold
 // whatever the err row has there). Sums exact in int32 (the caller's depth bound).
 void grouped_wgrad_lanes(const int32_t* src, const ptrdiff_t* row_src, ptrdiff_t src_step, const int32_t* err,
                          const ptrdiff_t* row_err, ptrdiff_t err_step, int rows, int pairs, const ptrdiff_t* off, int nk,
                          int chunks, int32_t* out);
 
-// Pairs of a row's pixels, as two int16 in an int32 (low: the first): for u < count, pixel
-// x0 = first + u * ustep and x1 = x0 + step of `row` (pixels `pixel` bytes apart, w of them;
-// zero outside), out[u * out_stride + k] = (x0[k], x1[k]) for k < n, zeros on to out_stride
-// (the weight gradient's pixel pairs and error pairs).
-void grouped_pairs(const int8_t* row, ptrdiff_t pixel, int w, int first, int ustep, int step, int count, int n,
+// Pixel pairs of two rows, as two int16 in an int32 (low: row0's): for u < count, pixel
+// x = first + u of each row (pixels `pixel` bytes apart, w of them; zero outside, or where a row
+// is null), out[u * out_stride + k] = (row0[x][k], row1[x][k]) for k < n, zeros on to out_stride
+// (the weight gradient's input and error pairs, two images' same pixel).
+void grouped_pairs(const int8_t* row0, const int8_t* row1, ptrdiff_t pixel, int w, int first, int count, int n,
                    int32_t* out, int out_stride);
 
 }  // namespace dsptrain
