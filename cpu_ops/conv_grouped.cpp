@@ -39,17 +39,6 @@ inline void copy_run(int8_t* dst, const int8_t* src, int n) {
   for (; i < n; ++i) dst[i] = src[i];
 }
 
-// A kept buffer of at least n elements, grown to exactly n (no doubling: the residue classes
-// ask a little more each, and the memory plan counts the largest ask).
-template <typename U>
-U* grow(std::vector<U>& v, size_t n) {
-  if (v.size() < n) {
-    v.reserve(n);
-    v.resize(n);
-  }
-  return v.data();
-}
-
 // The scratch: the framed source (1), on the calling thread; per thread, as a group runs on
 // one, its patches (0), its other operand (2: flipped taps or err^T) and the int64 products'
 // result.
@@ -93,7 +82,7 @@ struct Patches {
 
 Patches patch_buffer(int m, int k) {
   const ptrdiff_t ld = a_row_bytes(active_isa(), k), rows = a_rows(active_isa(), m);
-  int8_t* d = grow(operand(0), static_cast<size_t>(rows) * ld);
+  int8_t* d = grow_exact(operand(0), static_cast<size_t>(rows) * ld);
   std::memset(d + m * ld, 0, static_cast<size_t>(rows - m) * ld);
   if (ld > k)
     for (int r = 0; r < m; ++r) std::memset(d + r * ld + k, 0, ld - k);
@@ -111,7 +100,7 @@ struct Frame {
 
 Frame frame(const int8_t* src, int n, int h, int w, int c, int top, int left, int step, int hp, int wp) {
   const size_t row = static_cast<size_t>(wp) * c;
-  int8_t* d = grow(operand(1), static_cast<size_t>(n) * hp * row);
+  int8_t* d = grow_exact(operand(1), static_cast<size_t>(n) * hp * row);
   parallel_ranges(n * hp, static_cast<size_t>(n) * hp * row, [&](int r0, int r1) {
     for (int r = r0; r < r1; ++r) {
       int8_t* out = d + r * row;
@@ -220,7 +209,7 @@ void product(MatrixS8 a, bool a_padded, MatrixS8 b, int m, int n, int k, T* c, p
     pack_b(b, n, k, active_isa(), &packed);
     gemm_packed(a, m, packed, c, ldc, a_padded);
   } else {
-    int64_t* rows = grow(wide_result(), static_cast<size_t>(m) * n);
+    int64_t* rows = grow_exact(wide_result(), static_cast<size_t>(m) * n);
     gemm_s8_s64(a, b, m, n, k, rows);
     for (int r = 0; r < m; ++r) std::memcpy(c + r * ldc, rows + static_cast<ptrdiff_t>(r) * n, n * sizeof(T));
   }
@@ -274,7 +263,7 @@ void bwd_data_classes(const int8_t* err, const int8_t* w, const GroupedConv& g, 
       const std::vector<int> ti = class_taps(ry, s.kh, st, s.pad, d), tj = class_taps(rx, s.kw, st, s.pad, d);
       const int rows_y = (s.h - ry + st - 1) / st, rows_x = (s.w - rx + st - 1) / st, m = s.n * rows_y * rows_x;
       const int ntaps = static_cast<int>(ti.size() * tj.size()), k = ntaps * og;
-      T* out = grow(class_rows<T>(), static_cast<size_t>(m) * s.c);
+      T* out = grow_exact(class_rows<T>(), static_cast<size_t>(m) * s.c);
       if (k == 0) {
         std::fill(out, out + static_cast<ptrdiff_t>(m) * s.c, T(0));
       } else {
@@ -286,7 +275,7 @@ void bwd_data_classes(const int8_t* err, const int8_t* w, const GroupedConv& g, 
         for_each_group(g.groups, [&](int group) {
           // B[c, (t, o)] = w[o, i_t, j_t, c] over the class's taps
           const int8_t* wg = w + static_cast<ptrdiff_t>(group) * og * s.kh * s.kw * cg;
-          int8_t* wc = grow(operand(2), static_cast<size_t>(cg) * k);
+          int8_t* wc = grow_exact(operand(2), static_cast<size_t>(cg) * k);
           for (int t = 0; t < ntaps; ++t)
             for (int o = 0; o < og; ++o) {
               const int8_t* src = wg + ((static_cast<ptrdiff_t>(o) * s.kh + ti[t / tj.size()]) * s.kw + tj[t % tj.size()]) * cg;
@@ -379,7 +368,7 @@ void conv2d_grouped_bwd_data(const int8_t* err, const int8_t* w, const GroupedCo
       product(MatrixS8{err + group * og, s.o, 1}, false, MatrixS8{wg, 1, cg}, m, cg, og, dx + group * cg, s.c);
       return;
     }
-    int8_t* wt = grow(operand(2), static_cast<size_t>(cg) * k);
+    int8_t* wt = grow_exact(operand(2), static_cast<size_t>(cg) * k);
     flipped_taps(wg, og, s.kh, s.kw, cg, wt);
     const Patches patches = group_patches(src.f, s.n, s.h, s.w, 1, src.taps, group, og);
     product(patches.a(), true, MatrixS8{wt, k, 1}, m, cg, k, dx + group * cg, s.c);
@@ -400,7 +389,7 @@ void conv2d_grouped_bwd_weight(const int8_t* err, const int8_t* x, const Grouped
   for_each_group(g.groups, [&](int group) {
     // dw_g[og, K] = err_g^T[og, P] @ patches_g[P, K]: err's group columns transposed once (A
     // rows), the patches a K-major B; dw_g's rows are contiguous in dw.
-    int8_t* err_t = grow(operand(2), static_cast<size_t>(og) * p);
+    int8_t* err_t = grow_exact(operand(2), static_cast<size_t>(og) * p);
     transpose_block(err + group * og, s.o, p, og, err_t, p);
     const MatrixS8 a{err_t, p, 1};
     if (plain_1x1(s)) {

@@ -34,21 +34,12 @@ std::vector<int16_t>& frame_buffer() {
   thread_local Kept<std::vector<int16_t>> buffer;
   return buffer;
 }
-std::vector<int32_t>& weight_buffer() {
-  thread_local Kept<std::vector<int32_t>> buffer;
-  return buffer;
-}
-std::vector<int32_t>& pair_frame_buffer() {
-  thread_local Kept<std::vector<int32_t>> buffer;
-  return buffer;
-}
-std::vector<int32_t>& err_pair_buffer() {
-  thread_local Kept<std::vector<int32_t>> buffer;
-  return buffer;
-}
-std::vector<int32_t>& sum_buffer() {
-  thread_local Kept<std::vector<int32_t>> buffer;
-  return buffer;
+// The int32 kept buffers, per thread: the lane weights, and the weight gradient's pair frame,
+// error pairs and sums.
+enum Buffer32 { kLaneWeights, kPairFrame, kErrPairs, kSums };
+std::vector<int32_t>& buffer32(Buffer32 which) {
+  thread_local Kept<std::vector<int32_t>> buffers[4];
+  return buffers[which];
 }
 
 // fn(group) for every group: the groups as the pool's tasks when there are enough (each then
@@ -61,15 +52,6 @@ void for_groups(int groups, const std::function<void(int)>& fn) {
   }
 }
 
-template <typename U>
-U* grow(std::vector<U>& v, size_t n) {
-  if (v.size() < n) {
-    v.reserve(n);
-    v.resize(n);
-  }
-  return v.data();
-}
-
 size_t frame_elems(int n, int hp, int wp, int groups, int kc) {
   return static_cast<size_t>(n) * hp * wp * groups * (kc + (kc & 1));
 }
@@ -78,7 +60,7 @@ Frame16 frame16(const int8_t* src, int n, int h, int w, int groups, int kc, int 
                 int wp) {
   const int kc2 = kc + (kc & 1), c = groups * kc;
   const ptrdiff_t ps = static_cast<ptrdiff_t>(groups) * kc2, row = wp * ps;
-  int16_t* d = grow(frame_buffer(), frame_elems(n, hp, wp, groups, kc));
+  int16_t* d = grow_exact(frame_buffer(), frame_elems(n, hp, wp, groups, kc));
   parallel_ranges(n * hp, static_cast<size_t>(n) * hp * row * 2, [&](int r0, int r1) {
     for (int r = r0; r < r1; ++r) {
       int16_t* out = d + r * row;
@@ -119,7 +101,7 @@ template <typename F>
 LaneWeights lane_weights(int groups, int taps, int kc, int lanes, F weight) {
   const int pairs = (kc + 1) / 2, chunks = (lanes + kGroupedLanes - 1) / kGroupedLanes;
   const ptrdiff_t per_group = static_cast<ptrdiff_t>(chunks) * taps * pairs * kGroupedLanes;
-  int32_t* v = grow(weight_buffer(), lane_weight_elems(groups, taps, kc, lanes));
+  int32_t* v = grow_exact(buffer32(kLaneWeights), lane_weight_elems(groups, taps, kc, lanes));
   for (int g = 0; g < groups; ++g)
     for (int ch = 0; ch < chunks; ++ch)
       for (int t = 0; t < taps; ++t)
@@ -183,7 +165,7 @@ void bwd_data_classes(const int8_t* err, const int8_t* w, const GroupedConv& g, 
   const int cg = g.cg(), og = g.og(), st = s.stride, d = g.dilation;
   const ClassFrame cf = class_frame(g);
   const Frame16 f = frame16(err, s.n, g.oh(), g.ow(), g.groups, og, cf.top, cf.left, 1, cf.hp, cf.wp);
-  grow(weight_buffer(), lane_weight_elems(g.groups, most_class_taps(g), og, cg));  // once, the largest class's
+  grow_exact(buffer32(kLaneWeights), lane_weight_elems(g.groups, most_class_taps(g), og, cg));  // once, the largest class's
   for (int ry = 0; ry < std::min(st, s.h); ++ry)
     for (int rx = 0; rx < std::min(st, s.w); ++rx) {
       // class pixel (yy, xx) = dx pixel (ry + yy*st, rx + xx*st) meets tap (i, j) at frame pixel
@@ -289,7 +271,7 @@ void grouped_direct_bwd_weight(const int8_t* err, const int8_t* x, const Grouped
       for (int k = 0; k < cg; ++k) off.push_back((static_cast<ptrdiff_t>(i) * d * wp + j * d) * cg + k);
   const int nk = taps * cg;
   for_groups(g.groups, [&](int group) {
-    int32_t* p = grow(pair_frame_buffer(), group_frame);
+    int32_t* p = grow_exact(buffer32(kPairFrame), group_frame);
     for (int r = 0; r < images * hp; ++r) {
       int32_t* out = p + static_cast<ptrdiff_t>(r) * wp * cg;
       const int y = r % hp - s.pad, b = 2 * (r / hp);
@@ -300,14 +282,14 @@ void grouped_direct_bwd_weight(const int8_t* err, const int8_t* x, const Grouped
       const int8_t* in = x + (static_cast<ptrdiff_t>(b) * s.h + y) * s.w * c + group * cg;
       grouped_pairs(in, b + 1 < s.n ? in + static_cast<ptrdiff_t>(s.h) * s.w * c : nullptr, c, s.w, -s.pad, wp, cg, out, cg);
     }
-    int32_t* e = grow(err_pair_buffer(), group_err);
+    int32_t* e = grow_exact(buffer32(kErrPairs), group_err);
     for (int r = 0; r < rows; ++r) {
       const int b = 2 * (r / oh);
       const int8_t* in = err + (static_cast<ptrdiff_t>(b) * oh + r % oh) * ow * o + group * og;
       grouped_pairs(in, b + 1 < s.n ? in + static_cast<ptrdiff_t>(oh) * ow * o : nullptr, o, ow, 0, ow, og,
                     e + static_cast<ptrdiff_t>(r) * ow * og8, og8);
     }
-    int32_t* sums = grow(sum_buffer(), static_cast<size_t>(nk) * og8);
+    int32_t* sums = grow_exact(buffer32(kSums), static_cast<size_t>(nk) * og8);
     grouped_wgrad_lanes(p, row_src.data(), st * cg, e, row_err.data(), og8, rows, ow, off.data(), nk, chunks, sums);
     for (int l = 0; l < og; ++l)
       for (int k = 0; k < nk; ++k) dw[(static_cast<ptrdiff_t>(group) * og + l) * nk + k] = sums[static_cast<size_t>(k) * og8 + l];
