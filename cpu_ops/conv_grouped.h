@@ -34,7 +34,7 @@ struct GroupedConv {
 // stride-1, unpadded conv: the tensors' pixels are the GEMM's rows as they lie),
 // "residue_class_gemms" (a strided backward data: one GEMM per residue class of the input
 // pixels over the taps that class meets) or "group_patches_gemm" (the group's patches
-// gathered from its channels into the GEMM's A); on AVX2, for groups of at most 32 outputs (the
+// gathered from its channels into the GEMM's A); on AVX2, for groups of at most 128 outputs (the
 // forward's and weight gradient's; backward data's: input channels), the lane kernels of
 // conv_grouped_direct.h: "direct_lanes", "residue_class_lanes" (strided backward data) and
 // "pixel_pair_lanes" (the weight gradient, but a 1x1 one's in-place GEMM).

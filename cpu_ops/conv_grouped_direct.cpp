@@ -17,8 +17,10 @@ namespace dsptrain {
 namespace {
 
 // At most this many outputs a group take the lanes (4 vectors share each broadcast); wider
-// groups are the GEMM's, whose tiles then fill.
-constexpr int kDirectMaxLanes = 32;
+// groups are the GEMM's. bench_grouped's widest groups were faster here than on the GEMM too
+// (batch 32, one thread, load 7.4, alternated 3 times: 128 channels 3x3 in 2 groups 2.52-2.79 ms
+// a pass against 2.73-3.13, 240 channels 1x1 in 2 and 3 groups 0.80-1.23 against 0.85-1.34).
+constexpr int kDirectMaxLanes = 128;
 
 // A source framed in zeros, as int16, group g's kc channels at [g * kc2, g * kc2 + kc) of a pixel
 // (kc2 = kc rounded up to even: a pair never straddles two groups): frame row fy holds source

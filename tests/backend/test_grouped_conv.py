@@ -158,8 +158,9 @@ def test_a_weight_gradient_past_int32_turns_int64(host_be, ref, groups):
 # dilations 1 and 2, pads 0 and 1; batch 1 and odd. Every pass's algorithm comes up: the
 # in-place 1x1, the group patches, strided backward data's residue classes (with a class that
 # meets no tap: a 1x1 at stride 2), and on AVX2 the lane kernels (conv_grouped_direct.cpp: up to
-# 32 outputs a group, 1 to 4 lane vectors with a partial last one, odd channel counts padded to pairs,
-# odd rows' last pixel pair half zero; wider groups stay on the GEMM).
+# 128 outputs a group, 1 to 4 lane vectors a block with a partial last one, more than 4 in
+# blocks, odd channel counts padded to pairs, an odd batch's last image paired with zeros; wider
+# groups stay on the GEMM).
 NATIVE_CASES = [
     (1, 9, 7, 2, 1, 3, 3, 1, 1, 1),
     (3, 8, 11, 3, 5, 7, 3, 2, 1, 1),
@@ -173,6 +174,7 @@ NATIVE_CASES = [
     (3, 6, 7, 8, 1, 2, 3, 1, 0, 1),
     (2, 7, 6, 2, 3, 29, 3, 1, 1, 1),  # 4 lane vectors of outputs, the last 5 lanes wide
     (1, 6, 9, 3, 31, 2, 3, 2, 1, 1),  # backward data: 31 input channels on the lanes, by classes
+    (3, 5, 7, 2, 9, 75, 3, 2, 1, 1),  # 10 lane vectors: blocks of 4, 4 and 2, the last 3 lanes wide
 ]
 NATIVE_IDS = [f"n{c[0]}h{c[1]}w{c[2]}g{c[3]}cg{c[4]}og{c[5]}k{c[6]}s{c[7]}p{c[8]}d{c[9]}" for c in NATIVE_CASES]
 
@@ -224,7 +226,7 @@ def test_native_grouped_conv_past_int32_depths(ref):
 
 
 # (case, the algorithm of forward, backward data, backward weight on the GEMM ISAs, the same on
-# AVX2, where groups of up to 32 outputs take the lane kernels): cpu_ops/conv_grouped.h
+# AVX2, where groups of up to 128 outputs take the lane kernels): cpu_ops/conv_grouped.h
 LANES = ("direct_lanes", "direct_lanes", "pixel_pair_lanes")
 ALGORITHM_PINS = [
     (
@@ -239,11 +241,12 @@ ALGORITHM_PINS = [
         ("direct_lanes", "residue_class_lanes", "pixel_pair_lanes"),
     ),
     ((2, 16, 16, 4, 16, 16, 3, 1, 2, 2), ("group_patches_gemm",) * 3, LANES),  # dilated
-    ((2, 8, 8, 2, 64, 64, 3, 1, 1, 1), ("group_patches_gemm",) * 3, ("group_patches_gemm",) * 3),  # 64 a group
+    ((2, 8, 8, 2, 64, 64, 3, 1, 1, 1), ("group_patches_gemm",) * 3, LANES),  # 8 lane vectors in 2 blocks
+    ((1, 5, 6, 2, 130, 136, 3, 1, 1, 1), ("group_patches_gemm",) * 3, ("group_patches_gemm",) * 3),  # too wide
     (
-        (2, 8, 8, 2, 40, 24, 3, 2, 1, 1),
+        (1, 7, 7, 2, 136, 24, 3, 2, 1, 1),
         ("group_patches_gemm", "residue_class_gemms", "group_patches_gemm"),
-        ("direct_lanes", "residue_class_gemms", "pixel_pair_lanes"),
+        ("direct_lanes", "residue_class_gemms", "pixel_pair_lanes"),  # backward data's 136 lanes: the GEMM's
     ),
 ]
 
