@@ -51,21 +51,6 @@ std::vector<int64_t>& wide_result() {
   return buffer;
 }
 
-// fn(group) for every group. With at least as many groups as the pool has threads, the groups
-// are the tasks (each group's product then runs inline on its thread: no wake-up per product,
-// and the small products do not split; 3 groups on 2 threads still beat splitting each: a
-// 240-channel 1x1's weight gradient at batch 32, 0.85 ms on 1 thread, took 0.86 split and 0.57
-// as tasks); with fewer, one group after the other, each product splitting over the pool as a
-// dense conv's does.
-void for_each_group(int groups, const std::function<void(int)>& fn) {
-  const int threads = pool_threads();
-  if (threads > 1 && groups >= threads) {
-    parallel_for(groups, fn);
-  } else {
-    for (int g = 0; g < groups; ++g) fn(g);
-  }
-}
-
 // One group's patch matrix, in its thread's scratch: rows [0, m) `ld` bytes apart, each `k`
 // bytes then zeros, rows [m, rows) zeros (the layout gemm_packed reads in place where its
 // kernel can: a_padded). A group's patches are made by the task that multiplies them, while
@@ -298,6 +283,21 @@ void bwd_data_classes(const int8_t* err, const int8_t* w, const GroupedConv& g, 
 }
 
 }  // namespace
+
+// fn(group) for every group. With at least as many groups as the pool has threads, the groups
+// are the tasks (each group's product then runs inline on its thread: no wake-up per product,
+// and the small products do not split; 3 groups on 2 threads still beat splitting each: a
+// 240-channel 1x1's weight gradient at batch 32, 0.85 ms on 1 thread, took 0.86 split and 0.57
+// as tasks); with fewer, one group after the other, each product splitting over the pool as a
+// dense conv's does.
+void for_each_group(int groups, const std::function<void(int)>& fn) {
+  const int threads = pool_threads();
+  if (threads > 1 && groups >= threads) {
+    parallel_for(groups, fn);
+  } else {
+    for (int g = 0; g < groups; ++g) fn(g);
+  }
+}
 
 std::vector<int> class_taps(int r, int k, int stride, int pad, int d) {
   std::vector<int> taps;

@@ -8,6 +8,7 @@
 // one exponent per tensor), so every rounding mode is the dense conv's, bit for bit.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "conv.h"
@@ -39,6 +40,10 @@ struct GroupedConv {
 // conv_grouped_direct.h: "direct_lanes", "residue_class_lanes" (strided backward data) and
 // "pixel_pair_lanes" (the weight gradient, but a 1x1 one's in-place GEMM).
 const char* grouped_algorithm(ConvPass pass, const GroupedConv& g);
+
+// fn(group) for every group (conv_grouped.cpp): the groups as the pool's tasks when there are
+// at least as many as threads, else one after the other, each splitting its own work.
+void for_each_group(int groups, const std::function<void(int)>& fn);
 
 // Strided backward data's residue classes (conv_grouped.cpp): the taps along one axis that
 // input index r (mod stride) meets, and err's zero frame that keeps every class's taps in it.

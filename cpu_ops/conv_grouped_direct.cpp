@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <functional>
 #include <vector>
 
 #include "conv_grouped_lanes.h"
@@ -42,16 +41,6 @@ enum Buffer32 { kLaneWeights, kPairFrame, kErrPairs, kSums };
 std::vector<int32_t>& buffer32(Buffer32 which) {
   thread_local Kept<std::vector<int32_t>> buffers[4];
   return buffers[which];
-}
-
-// fn(group) for every group: the groups as the pool's tasks when there are enough (each then
-// keeps its pairs in its own cache), else one after the other on the calling thread.
-void for_groups(int groups, const std::function<void(int)>& fn) {
-  if (pool_threads() > 1 && groups >= pool_threads()) {
-    parallel_for(groups, fn);
-  } else {
-    for (int g = 0; g < groups; ++g) fn(g);
-  }
 }
 
 size_t frame_elems(int n, int hp, int wp, int groups, int kc) {
@@ -272,7 +261,7 @@ void grouped_direct_bwd_weight(const int8_t* err, const int8_t* x, const Grouped
     for (int j = 0; j < s.kw; ++j)
       for (int k = 0; k < cg; ++k) off.push_back((static_cast<ptrdiff_t>(i) * d * wp + j * d) * cg + k);
   const int nk = taps * cg;
-  for_groups(g.groups, [&](int group) {
+  for_each_group(g.groups, [&](int group) {
     int32_t* p = grow_exact(buffer32(kPairFrame), group_frame);
     for (int r = 0; r < images * hp; ++r) {
       int32_t* out = p + static_cast<ptrdiff_t>(r) * wp * cg;

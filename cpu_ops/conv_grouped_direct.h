@@ -1,6 +1,7 @@
-// The grouped conv's direct kernels (no GEMM) where a group has few outputs: the source framed once as int16 (each group's channels padded to an even count), the
-// weights turned once into lane vectors (conv_grouped_lanes.h), then every output row of every
-// group summed in registers and stored into its channels. Strided backward data runs it per
+// The grouped conv's direct kernels (no GEMM) where a group has few outputs: the source framed
+// once as int16 (each group's channels padded to an even count), the weights turned once into
+// lane vectors (conv_grouped_lanes.h), then every output row of every group summed in registers
+// and stored into its channels. Strided backward data runs it per
 // residue class of dx's pixels over the taps the class meets, writing dx's pixels in place. The
 // weight gradient pairs two images' same pixel instead (grouped_direct_bwd_weight).
 #pragma once
