@@ -38,7 +38,8 @@ struct GroupedConv {
 // gathered from its channels into the GEMM's A); on AVX2, for groups of at most 128 outputs (the
 // forward's and weight gradient's; backward data's: input channels), the lane kernels of
 // conv_grouped_direct.h: "direct_lanes", "residue_class_lanes" (strided backward data) and
-// "pixel_pair_lanes" (the weight gradient, but a 1x1 one's in-place GEMM).
+// "pixel_pair_lanes" (the weight gradient; a 1x1 stride-1 unpadded one only up to 80 outputs a
+// group, above that its in-place GEMM).
 const char* grouped_algorithm(ConvPass pass, const GroupedConv& g);
 
 // fn(group) for every group (conv_grouped.cpp): the groups as the pool's tasks when there are

@@ -20,6 +20,8 @@ namespace {
 // (batch 32, one thread, load 7.4, alternated 3 times: 128 channels 3x3 in 2 groups 2.52-2.79 ms
 // a pass against 2.73-3.13, 240 channels 1x1 in 2 and 3 groups 0.80-1.23 against 0.85-1.34).
 constexpr int kDirectMaxLanes = 128;
+// ... and at most this many a 1x1 stride-1 unpadded weight gradient (grouped_direct_fits).
+constexpr int kPairsMaxLanesInPlace = 80;
 
 // A source framed in zeros, as int16, group g's kc channels at [g * kc2, g * kc2 + kc) of a pixel
 // (kc2 = kc rounded up to even: a pair never straddles two groups): frame row fy holds source
@@ -190,9 +192,10 @@ bool grouped_direct_fits(ConvPass pass, const GroupedConv& g) {
   const ConvShape& s = g.s;
   if (!grouped_lanes_compiled() || active_isa() != Isa::kAvx2) return false;
   if (pass == ConvPass::kBackwardWeight) {
-    // a 1x1 stride-1 unpadded one keeps the GEMM reading x and err in place (its pairs would be
-    // copies of both; 240 channels, groups 8, batch 32: 0.6-0.9 ms against 0.6)
-    const bool in_place = s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0;
+    // a 1x1 stride-1 unpadded one of wide groups keeps the GEMM reading x and err in place (240
+    // channels at batch 32, one thread, alternated: 30 and 80 outputs a group 0.47-0.48 and 0.80
+    // ms here against 0.60-0.62 and 0.91-1.07; 120 outputs 1.21 and 1.75 against 1.09 and 1.49)
+    const bool in_place = s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0 && g.og() > kPairsMaxLanesInPlace;
     return !in_place && static_cast<long long>(s.n) * g.oh() * g.ow() * 127LL * 127LL < (1LL << 31) &&
            g.og() <= kDirectMaxLanes;  // int32 sums over N*OH*OW pixels
   }

@@ -232,6 +232,11 @@ ALGORITHM_PINS = [
     (
         (2, 8, 8, 8, 30, 30, 1, 1, 0, 1),
         ("gemm_1x1_in_place",) * 3,
+        LANES,
+    ),
+    (
+        (1, 8, 8, 2, 100, 100, 1, 1, 0, 1),
+        ("gemm_1x1_in_place",) * 3,
         ("direct_lanes", "direct_lanes", "gemm_1x1_in_place"),
     ),
     ((2, 8, 8, 8, 16, 16, 3, 1, 1, 1), ("group_patches_gemm",) * 3, LANES),  # ResNeXt's grouped 3x3
