@@ -286,7 +286,7 @@ auto py_conv2d_grouped_requant_s8(const py::handle& x_obj, const py::handle& w_o
   check_shift(op, shift, rm, r);
   SerialScope serial(small_op(g.macs()));
   return run_requant(needs_int64(g.s.kh * g.s.kw * g.cg()), {g.s.n, g.oh(), g.ow(), g.s.o}, shift, rm, r,
-                     [&](auto* y, int64_t*, FusedRequant*) { conv2d_grouped_fwd(x.data(), w.data(), g, y); });
+                     [&](auto* y, int64_t* mx, FusedRequant*) { conv2d_grouped_fwd(x.data(), w.data(), g, y, mx); });
 }
 
 // A grouped backward data's conv from err[N,OH,OW,O], w and the input's (H, W); err checked.
@@ -324,7 +324,7 @@ auto py_conv2d_grouped_bwd_data_requant_s8(const py::handle& err_obj, const py::
   check_shift(op, shift, rm, r);
   SerialScope serial(small_op(g.macs()));
   return run_requant(needs_int64(g.s.kh * g.s.kw * g.og()), {g.s.n, g.s.h, g.s.w, g.s.c}, shift, rm, r,
-                     [&](auto* dx, int64_t*, FusedRequant*) { conv2d_grouped_bwd_data(err.data(), w.data(), g, dx); });
+                     [&](auto* dx, int64_t* mx, FusedRequant*) { conv2d_grouped_bwd_data(err.data(), w.data(), g, dx, mx); });
 }
 
 auto py_conv2d_grouped_bwd_weight_s8(const py::handle& err_obj, const py::handle& x_obj, int stride, int pad,

@@ -8,7 +8,8 @@
 // split, the join and the calls' own costs (16x16x64 3x3 groups 8 stride 2 at batch 32: 8.1 ms
 // for 3.3 ms of products), and a native call over the dense conv per group (slice copied,
 // conv.cpp's paths, result scattered) still copied each operand four times (2.99 ms against
-// 1.4 for that shape's backward data, 0.94 against 0.68 for its forward).
+// 1.4 for that shape's backward data, 0.94 against 0.68 for its forward). Groups of few outputs
+// on AVX2 leave the GEMM for the lane kernels (conv_grouped_direct.cpp), which pack nothing.
 #include "conv_grouped.h"
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "conv_grouped_direct.h"
 #include "conv_transpose.h"
 #include "gemm.h"
 #include "scratch.h"
@@ -37,17 +39,6 @@ inline void copy_run(int8_t* dst, const int8_t* src, int n) {
   for (; i < n; ++i) dst[i] = src[i];
 }
 
-// A kept buffer of at least n elements, grown to exactly n (no doubling: the residue classes
-// ask a little more each, and the memory plan counts the largest ask).
-template <typename U>
-U* grow(std::vector<U>& v, size_t n) {
-  if (v.size() < n) {
-    v.reserve(n);
-    v.resize(n);
-  }
-  return v.data();
-}
-
 // The scratch: the framed source (1), on the calling thread; per thread, as a group runs on
 // one, its patches (0), its other operand (2: flipped taps or err^T) and the int64 products'
 // result.
@@ -58,21 +49,6 @@ std::vector<int8_t>& operand(int which) {
 std::vector<int64_t>& wide_result() {
   thread_local Kept<std::vector<int64_t>> buffer;
   return buffer;
-}
-
-// fn(group) for every group. With at least as many groups as the pool has threads, the groups
-// are the tasks (each group's product then runs inline on its thread: no wake-up per product,
-// and the small products do not split; 3 groups on 2 threads still beat splitting each: a
-// 240-channel 1x1's weight gradient at batch 32, 0.85 ms on 1 thread, took 0.86 split and 0.57
-// as tasks); with fewer, one group after the other, each product splitting over the pool as a
-// dense conv's does.
-void for_each_group(int groups, const std::function<void(int)>& fn) {
-  const int threads = pool_threads();
-  if (threads > 1 && groups >= threads) {
-    parallel_for(groups, fn);
-  } else {
-    for (int g = 0; g < groups; ++g) fn(g);
-  }
 }
 
 // One group's patch matrix, in its thread's scratch: rows [0, m) `ld` bytes apart, each `k`
@@ -91,7 +67,7 @@ struct Patches {
 
 Patches patch_buffer(int m, int k) {
   const ptrdiff_t ld = a_row_bytes(active_isa(), k), rows = a_rows(active_isa(), m);
-  int8_t* d = grow(operand(0), static_cast<size_t>(rows) * ld);
+  int8_t* d = grow_exact(operand(0), static_cast<size_t>(rows) * ld);
   std::memset(d + m * ld, 0, static_cast<size_t>(rows - m) * ld);
   if (ld > k)
     for (int r = 0; r < m; ++r) std::memset(d + r * ld + k, 0, ld - k);
@@ -109,7 +85,7 @@ struct Frame {
 
 Frame frame(const int8_t* src, int n, int h, int w, int c, int top, int left, int step, int hp, int wp) {
   const size_t row = static_cast<size_t>(wp) * c;
-  int8_t* d = grow(operand(1), static_cast<size_t>(n) * hp * row);
+  int8_t* d = grow_exact(operand(1), static_cast<size_t>(n) * hp * row);
   parallel_ranges(n * hp, static_cast<size_t>(n) * hp * row, [&](int r0, int r1) {
     for (int r = r0; r < r1; ++r) {
       int8_t* out = d + r * row;
@@ -218,7 +194,7 @@ void product(MatrixS8 a, bool a_padded, MatrixS8 b, int m, int n, int k, T* c, p
     pack_b(b, n, k, active_isa(), &packed);
     gemm_packed(a, m, packed, c, ldc, a_padded);
   } else {
-    int64_t* rows = grow(wide_result(), static_cast<size_t>(m) * n);
+    int64_t* rows = grow_exact(wide_result(), static_cast<size_t>(m) * n);
     gemm_s8_s64(a, b, m, n, k, rows);
     for (int r = 0; r < m; ++r) std::memcpy(c + r * ldc, rows + static_cast<ptrdiff_t>(r) * n, n * sizeof(T));
   }
@@ -235,12 +211,6 @@ bool plain_1x1(const ConvShape& s) { return s.kh == 1 && s.kw == 1 && s.stride =
 // at stride 2 a 3x3 kernel's classes have 4, 2, 2 and 1 taps (9 of 36 patch taps). Each class's
 // GEMM has its pixels as the rows: with the weights as A and the pixels as B's panels instead
 // (C transposed back), 16x16x64 groups 8 took 1.65-1.71 ms against 1.39 (batch 32, one thread).
-std::vector<int> class_taps(int r, int k, int stride, int pad, int d) {
-  std::vector<int> taps;
-  for (int i = 0; i < k; ++i)
-    if (((r + pad - i * d) % stride + stride) % stride == 0) taps.push_back(i);
-  return taps;
-}
 
 // The residue classes (ry, rx) of dx's pixels, the largest product (pixels x taps) first: the
 // GEMM's kept buffers (packed B, A blocks) then grow once, not by doubling from class to class
@@ -270,16 +240,15 @@ template <typename T>
 void bwd_data_classes(const int8_t* err, const int8_t* w, const GroupedConv& g, T* dx) {
   const ConvShape& s = g.s;
   const int cg = g.cg(), og = g.og(), oh = g.oh(), ow = g.ow(), st = s.stride, d = g.dilation;
-  // err framed in zeros so that every class's taps stay in it: err row e = (y + pad - i*d) / stride
-  // runs from -top to (h - 1 + pad) / stride (columns alike)
-  const int top = std::max(0, ((s.kh - 1) * d - s.pad + st - 1) / st), left = std::max(0, ((s.kw - 1) * d - s.pad + st - 1) / st);
-  const int bottom = std::max(0, (s.h - 1 + s.pad) / st - (oh - 1)), right = std::max(0, (s.w - 1 + s.pad) / st - (ow - 1));
-  const Frame f = frame(err, s.n, oh, ow, s.o, top, left, 1, top + oh + bottom, left + ow + right);
+  // err framed in zeros so that every class's taps stay in it
+  const ClassFrame cf = class_frame(g);
+  const int top = cf.top, left = cf.left;
+  const Frame f = frame(err, s.n, oh, ow, s.o, top, left, 1, cf.hp, cf.wp);
   for (const auto& [ry, rx] : residue_classes(g)) {
       const std::vector<int> ti = class_taps(ry, s.kh, st, s.pad, d), tj = class_taps(rx, s.kw, st, s.pad, d);
       const int rows_y = (s.h - ry + st - 1) / st, rows_x = (s.w - rx + st - 1) / st, m = s.n * rows_y * rows_x;
       const int ntaps = static_cast<int>(ti.size() * tj.size()), k = ntaps * og;
-      T* out = grow(class_rows<T>(), static_cast<size_t>(m) * s.c);
+      T* out = grow_exact(class_rows<T>(), static_cast<size_t>(m) * s.c);
       if (k == 0) {
         std::fill(out, out + static_cast<ptrdiff_t>(m) * s.c, T(0));
       } else {
@@ -291,7 +260,7 @@ void bwd_data_classes(const int8_t* err, const int8_t* w, const GroupedConv& g, 
         for_each_group(g.groups, [&](int group) {
           // B[c, (t, o)] = w[o, i_t, j_t, c] over the class's taps
           const int8_t* wg = w + static_cast<ptrdiff_t>(group) * og * s.kh * s.kw * cg;
-          int8_t* wc = grow(operand(2), static_cast<size_t>(cg) * k);
+          int8_t* wc = grow_exact(operand(2), static_cast<size_t>(cg) * k);
           for (int t = 0; t < ntaps; ++t)
             for (int o = 0; o < og; ++o) {
               const int8_t* src = wg + ((static_cast<ptrdiff_t>(o) * s.kh + ti[t / tj.size()]) * s.kw + tj[t % tj.size()]) * cg;
@@ -315,15 +284,56 @@ void bwd_data_classes(const int8_t* err, const int8_t* w, const GroupedConv& g, 
 
 }  // namespace
 
+// fn(group) for every group. With at least as many groups as the pool has threads, the groups
+// are the tasks (each group's product then runs inline on its thread: no wake-up per product,
+// and the small products do not split; 3 groups on 2 threads still beat splitting each: a
+// 240-channel 1x1's weight gradient at batch 32, 0.85 ms on 1 thread, took 0.86 split and 0.57
+// as tasks); with fewer, one group after the other, each product splitting over the pool as a
+// dense conv's does.
+void for_each_group(int groups, const std::function<void(int)>& fn) {
+  const int threads = pool_threads();
+  if (threads > 1 && groups >= threads) {
+    parallel_for(groups, fn);
+  } else {
+    for (int g = 0; g < groups; ++g) fn(g);
+  }
+}
+
+std::vector<int> class_taps(int r, int k, int stride, int pad, int d) {
+  std::vector<int> taps;
+  for (int i = 0; i < k; ++i)
+    if (((r + pad - i * d) % stride + stride) % stride == 0) taps.push_back(i);
+  return taps;
+}
+
+// err row e = (y + pad - i*d) / stride runs from -top to (h - 1 + pad) / stride (columns alike)
+ClassFrame class_frame(const GroupedConv& g) {
+  const ConvShape& s = g.s;
+  const int d = g.dilation, st = s.stride;
+  const int top = std::max(0, ((s.kh - 1) * d - s.pad + st - 1) / st), left = std::max(0, ((s.kw - 1) * d - s.pad + st - 1) / st);
+  const int bottom = std::max(0, (s.h - 1 + s.pad) / st - (g.oh() - 1)), right = std::max(0, (s.w - 1 + s.pad) / st - (g.ow() - 1));
+  return ClassFrame{top, left, top + g.oh() + bottom, left + g.ow() + right};
+}
+
 const char* grouped_algorithm(ConvPass pass, const GroupedConv& g) {
+  if (grouped_direct_fits(pass, g)) {
+    if (pass == ConvPass::kBackwardWeight) return "pixel_pair_lanes";
+    return pass == ConvPass::kForward || g.s.stride == 1 ? "direct_lanes" : "residue_class_lanes";
+  }
   if (plain_1x1(g.s)) return "gemm_1x1_in_place";
   if (pass == ConvPass::kBackwardData && g.s.stride > 1) return "residue_class_gemms";
   return "group_patches_gemm";
 }
 
 template <typename T>
-void conv2d_grouped_fwd(const int8_t* x, const int8_t* w, const GroupedConv& g, T* y) {
+void conv2d_grouped_fwd(const int8_t* x, const int8_t* w, const GroupedConv& g, T* y, int64_t* absmax) {
   const ConvShape& s = g.s;
+  if constexpr (std::is_same_v<T, int32_t>) {
+    if (grouped_direct_fits(ConvPass::kForward, g)) {
+      grouped_direct_fwd(x, w, g, y, absmax);
+      return;
+    }
+  }
   const int cg = g.cg(), og = g.og(), k = s.kh * s.kw * cg, m = s.n * g.oh() * g.ow();
   const Framed src = plain_1x1(s) ? Framed{} : forward_frame(x, g);
   for_each_group(g.groups, [&](int group) {
@@ -338,8 +348,14 @@ void conv2d_grouped_fwd(const int8_t* x, const int8_t* w, const GroupedConv& g, 
 }
 
 template <typename T>
-void conv2d_grouped_bwd_data(const int8_t* err, const int8_t* w, const GroupedConv& g, T* dx) {
+void conv2d_grouped_bwd_data(const int8_t* err, const int8_t* w, const GroupedConv& g, T* dx, int64_t* absmax) {
   const ConvShape& s = g.s;
+  if constexpr (std::is_same_v<T, int32_t>) {
+    if (grouped_direct_fits(ConvPass::kBackwardData, g)) {
+      grouped_direct_bwd_data(err, w, g, dx, absmax);
+      return;
+    }
+  }
   if (s.stride > 1) {
     bwd_data_classes(err, w, g, dx);
     return;
@@ -352,7 +368,7 @@ void conv2d_grouped_bwd_data(const int8_t* err, const int8_t* w, const GroupedCo
       product(MatrixS8{err + group * og, s.o, 1}, false, MatrixS8{wg, 1, cg}, m, cg, og, dx + group * cg, s.c);
       return;
     }
-    int8_t* wt = grow(operand(2), static_cast<size_t>(cg) * k);
+    int8_t* wt = grow_exact(operand(2), static_cast<size_t>(cg) * k);
     flipped_taps(wg, og, s.kh, s.kw, cg, wt);
     const Patches patches = group_patches(src.f, s.n, s.h, s.w, 1, src.taps, group, og);
     product(patches.a(), true, MatrixS8{wt, k, 1}, m, cg, k, dx + group * cg, s.c);
@@ -362,12 +378,18 @@ void conv2d_grouped_bwd_data(const int8_t* err, const int8_t* w, const GroupedCo
 template <typename T>
 void conv2d_grouped_bwd_weight(const int8_t* err, const int8_t* x, const GroupedConv& g, T* dw) {
   const ConvShape& s = g.s;
+  if constexpr (std::is_same_v<T, int32_t>) {
+    if (grouped_direct_fits(ConvPass::kBackwardWeight, g)) {
+      grouped_direct_bwd_weight(err, x, g, dw);
+      return;
+    }
+  }
   const int cg = g.cg(), og = g.og(), k = s.kh * s.kw * cg, p = s.n * g.oh() * g.ow();
   const Framed src = plain_1x1(s) ? Framed{} : forward_frame(x, g);
   for_each_group(g.groups, [&](int group) {
     // dw_g[og, K] = err_g^T[og, P] @ patches_g[P, K]: err's group columns transposed once (A
     // rows), the patches a K-major B; dw_g's rows are contiguous in dw.
-    int8_t* err_t = grow(operand(2), static_cast<size_t>(og) * p);
+    int8_t* err_t = grow_exact(operand(2), static_cast<size_t>(og) * p);
     transpose_block(err + group * og, s.o, p, og, err_t, p);
     const MatrixS8 a{err_t, p, 1};
     if (plain_1x1(s)) {
@@ -422,6 +444,14 @@ ScratchList grouped_scratch(ConvPass pass, const GroupedConv& g, bool requant) {
   const size_t in_pixels = static_cast<size_t>(s.n) * s.h * s.w, pixels = static_cast<size_t>(s.n) * oh * ow;
   const bool plain = plain_1x1(s);
   ScratchList out;
+  if (grouped_direct_fits(pass, g)) {  // int32 sums
+    out = grouped_direct_scratch(pass, g);
+    if (pass == ConvPass::kBackwardWeight) return out;
+    if (requant && pass == ConvPass::kForward) out.emplace_back("requant.acc.conv2d_grouped.int32", pixels * s.o * 4);
+    if (requant && pass == ConvPass::kBackwardData)
+      out.emplace_back("requant.acc.conv2d_grouped_bwd_data.int32", in_pixels * s.c * 4);
+    return out;
+  }
   auto frame_of = [&](int hp, int wp, int c) {
     merge(&out, {{"grouped.frame", static_cast<size_t>(s.n) * hp * wp * c}});
   };
@@ -463,9 +493,8 @@ ScratchList grouped_scratch(ConvPass pass, const GroupedConv& g, bool requant) {
     return out;
   }
   const int st = s.stride;  // bwd_data_classes
-  const int top = std::max(0, ((s.kh - 1) * d - s.pad + st - 1) / st), left = std::max(0, ((s.kw - 1) * d - s.pad + st - 1) / st);
-  const int bottom = std::max(0, (s.h - 1 + s.pad) / st - (oh - 1)), right = std::max(0, (s.w - 1 + s.pad) / st - (ow - 1));
-  frame_of(top + oh + bottom, left + ow + right, s.o);
+  const ClassFrame cf = class_frame(g);
+  frame_of(cf.hp, cf.wp, s.o);
   for (const auto& [ry, rx] : residue_classes(g)) {
       const int rows_y = (s.h - ry + st - 1) / st, rows_x = (s.w - rx + st - 1) / st, m = s.n * rows_y * rows_x;
       const int k = static_cast<int>(class_taps(ry, s.kh, st, s.pad, d).size() * class_taps(rx, s.kw, st, s.pad, d).size()) * og;
@@ -478,10 +507,10 @@ ScratchList grouped_scratch(ConvPass pass, const GroupedConv& g, bool requant) {
   return out;
 }
 
-template void conv2d_grouped_fwd<int32_t>(const int8_t*, const int8_t*, const GroupedConv&, int32_t*);
-template void conv2d_grouped_fwd<int64_t>(const int8_t*, const int8_t*, const GroupedConv&, int64_t*);
-template void conv2d_grouped_bwd_data<int32_t>(const int8_t*, const int8_t*, const GroupedConv&, int32_t*);
-template void conv2d_grouped_bwd_data<int64_t>(const int8_t*, const int8_t*, const GroupedConv&, int64_t*);
+template void conv2d_grouped_fwd<int32_t>(const int8_t*, const int8_t*, const GroupedConv&, int32_t*, int64_t*);
+template void conv2d_grouped_fwd<int64_t>(const int8_t*, const int8_t*, const GroupedConv&, int64_t*, int64_t*);
+template void conv2d_grouped_bwd_data<int32_t>(const int8_t*, const int8_t*, const GroupedConv&, int32_t*, int64_t*);
+template void conv2d_grouped_bwd_data<int64_t>(const int8_t*, const int8_t*, const GroupedConv&, int64_t*, int64_t*);
 template void conv2d_grouped_bwd_weight<int32_t>(const int8_t*, const int8_t*, const GroupedConv&, int32_t*);
 template void conv2d_grouped_bwd_weight<int64_t>(const int8_t*, const int8_t*, const GroupedConv&, int64_t*);
 

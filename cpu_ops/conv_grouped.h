@@ -8,6 +8,8 @@
 // one exponent per tensor), so every rounding mode is the dense conv's, bit for bit.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "conv.h"
 #include "conv_shapes.h"
@@ -33,21 +35,38 @@ struct GroupedConv {
 // stride-1, unpadded conv: the tensors' pixels are the GEMM's rows as they lie),
 // "residue_class_gemms" (a strided backward data: one GEMM per residue class of the input
 // pixels over the taps that class meets) or "group_patches_gemm" (the group's patches
-// gathered from its channels into the GEMM's A).
+// gathered from its channels into the GEMM's A); on AVX2, for groups of at most 128 outputs (the
+// forward's and weight gradient's; backward data's: input channels), the lane kernels of
+// conv_grouped_direct.h: "direct_lanes", "residue_class_lanes" (strided backward data) and
+// "pixel_pair_lanes" (the weight gradient; a 1x1 stride-1 unpadded one only up to 80 outputs a
+// group, above that its in-place GEMM).
 const char* grouped_algorithm(ConvPass pass, const GroupedConv& g);
+
+// fn(group) for every group (conv_grouped.cpp): the groups as the pool's tasks when there are
+// at least as many as threads, else one after the other, each splitting its own work.
+void for_each_group(int groups, const std::function<void(int)>& fn);
+
+// Strided backward data's residue classes (conv_grouped.cpp): the taps along one axis that
+// input index r (mod stride) meets, and err's zero frame that keeps every class's taps in it.
+std::vector<int> class_taps(int r, int k, int stride, int pad, int d);
+struct ClassFrame {
+  int top, left, hp, wp;  // err pixel (e, f) at frame (e + top, f + left)
+};
+ClassFrame class_frame(const GroupedConv& g);
 
 // The kept scratch of one pass (scratch.h's buffers by name, the memory planner's count):
 // `requant`, the requantizing entry point's accumulator too.
 ScratchList grouped_scratch(ConvPass pass, const GroupedConv& g, bool requant);
 
-// y[N,OH,OW,O] = x * w group by group. T: int32_t or int64_t (numerics.acc_dtype of the
+// y[N,OH,OW,O] = x * w group by group. absmax (may be null): max |y| where the direct kernel took
+// it from its registers, else left as it was (-1: not taken). T: int32_t or int64_t (numerics.acc_dtype of the
 // group's depth KH*KW*C/G).
 template <typename T>
-void conv2d_grouped_fwd(const int8_t* x, const int8_t* w, const GroupedConv& g, T* y);
+void conv2d_grouped_fwd(const int8_t* x, const int8_t* w, const GroupedConv& g, T* y, int64_t* absmax = nullptr);
 
 // dx[N,H,W,C] from err[N,OH,OW,O]; T by the depth KH*KW*O/G.
 template <typename T>
-void conv2d_grouped_bwd_data(const int8_t* err, const int8_t* w, const GroupedConv& g, T* dx);
+void conv2d_grouped_bwd_data(const int8_t* err, const int8_t* w, const GroupedConv& g, T* dx, int64_t* absmax = nullptr);
 
 // dw[O,KH,KW,C/G] from err[N,OH,OW,O] and x; T by the depth N*OH*OW.
 template <typename T>

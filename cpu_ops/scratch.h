@@ -71,4 +71,15 @@ class Kept : public T {
 // empties buffers other threads own. The next kernel call grows them again on demand.
 size_t release_scratch();
 
+// A kept buffer of at least n elements, grown to exactly n (no doubling: a call that asks a
+// little more each time keeps no more than its largest ask, which the memory plan counts).
+template <typename U>
+U* grow_exact(std::vector<U>& v, size_t n) {
+  if (v.size() < n) {
+    v.reserve(n);
+    v.resize(n);
+  }
+  return v.data();
+}
+
 }  // namespace dsptrain

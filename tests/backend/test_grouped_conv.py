@@ -157,7 +157,10 @@ def test_a_weight_gradient_past_int32_turns_int64(host_be, ref, groups):
 # groups 2, 3, 4 and 8; 1 to 40 channels per group, odd ones; kernels 1 and 3, strides 1 and 2,
 # dilations 1 and 2, pads 0 and 1; batch 1 and odd. Every pass's algorithm comes up: the
 # in-place 1x1, the group patches, strided backward data's residue classes (with a class that
-# meets no tap: a 1x1 at stride 2).
+# meets no tap: a 1x1 at stride 2), and on AVX2 the lane kernels (conv_grouped_direct.cpp: up to
+# 128 outputs a group, 1 to 4 lane vectors a block with a partial last one, more than 4 in
+# blocks, odd channel counts padded to pairs, an odd batch's last image paired with zeros; wider
+# groups stay on the GEMM).
 NATIVE_CASES = [
     (1, 9, 7, 2, 1, 3, 3, 1, 1, 1),
     (3, 8, 11, 3, 5, 7, 3, 2, 1, 1),
@@ -169,6 +172,9 @@ NATIVE_CASES = [
     (3, 5, 8, 4, 7, 12, 1, 1, 1, 1),
     (1, 9, 9, 2, 24, 24, 3, 2, 1, 2),
     (3, 6, 7, 8, 1, 2, 3, 1, 0, 1),
+    (2, 7, 6, 2, 3, 29, 3, 1, 1, 1),  # 4 lane vectors of outputs, the last 5 lanes wide
+    (1, 6, 9, 3, 31, 2, 3, 2, 1, 1),  # backward data: 31 input channels on the lanes, by classes
+    (3, 5, 7, 2, 9, 75, 3, 2, 1, 1),  # 10 lane vectors: blocks of 4, 4 and 2, the last 3 lanes wide
 ]
 NATIVE_IDS = [f"n{c[0]}h{c[1]}w{c[2]}g{c[3]}cg{c[4]}og{c[5]}k{c[6]}s{c[7]}p{c[8]}d{c[9]}" for c in NATIVE_CASES]
 
@@ -219,24 +225,45 @@ def test_native_grouped_conv_past_int32_depths(ref):
     _equal(got, ref.conv2d_grouped_bwd_weight_s8(err, x, 1, 1, 1, 2, (3, 3)))
 
 
-# (case, the algorithm of forward, backward data, backward weight): cpu_ops/conv_grouped.h
+# (case, the algorithm of forward, backward data, backward weight on the GEMM ISAs, the same on
+# AVX2, where groups of up to 128 outputs take the lane kernels): cpu_ops/conv_grouped.h
+LANES = ("direct_lanes", "direct_lanes", "pixel_pair_lanes")
 ALGORITHM_PINS = [
-    ((2, 8, 8, 8, 30, 30, 1, 1, 0, 1), ("gemm_1x1_in_place",) * 3),  # ShuffleNetV1's grouped 1x1
-    ((2, 8, 8, 8, 16, 16, 3, 1, 1, 1), ("group_patches_gemm",) * 3),  # ResNeXt's grouped 3x3
-    ((2, 16, 16, 8, 8, 8, 3, 2, 1, 1), ("group_patches_gemm", "residue_class_gemms", "group_patches_gemm")),
-    ((2, 16, 16, 4, 16, 16, 3, 1, 2, 2), ("group_patches_gemm",) * 3),  # dilated
+    (
+        (2, 8, 8, 8, 30, 30, 1, 1, 0, 1),
+        ("gemm_1x1_in_place",) * 3,
+        LANES,
+    ),
+    (
+        (1, 8, 8, 2, 100, 100, 1, 1, 0, 1),
+        ("gemm_1x1_in_place",) * 3,
+        ("direct_lanes", "direct_lanes", "gemm_1x1_in_place"),
+    ),
+    ((2, 8, 8, 8, 16, 16, 3, 1, 1, 1), ("group_patches_gemm",) * 3, LANES),  # ResNeXt's grouped 3x3
+    (
+        (2, 16, 16, 8, 8, 8, 3, 2, 1, 1),
+        ("group_patches_gemm", "residue_class_gemms", "group_patches_gemm"),
+        ("direct_lanes", "residue_class_lanes", "pixel_pair_lanes"),
+    ),
+    ((2, 16, 16, 4, 16, 16, 3, 1, 2, 2), ("group_patches_gemm",) * 3, LANES),  # dilated
+    ((2, 8, 8, 2, 64, 64, 3, 1, 1, 1), ("group_patches_gemm",) * 3, LANES),  # 8 lane vectors in 2 blocks
+    ((1, 5, 6, 2, 130, 136, 3, 1, 1, 1), ("group_patches_gemm",) * 3, ("group_patches_gemm",) * 3),  # too wide
+    (
+        (1, 7, 7, 2, 136, 24, 3, 2, 1, 1),
+        ("group_patches_gemm", "residue_class_gemms", "group_patches_gemm"),
+        ("direct_lanes", "residue_class_gemms", "pixel_pair_lanes"),  # backward data's 136 lanes: the GEMM's
+    ),
 ]
 
 
-@pytest.mark.parametrize("case, algorithms", ALGORITHM_PINS, ids=[str(c) for c, _ in ALGORITHM_PINS])
-def test_cpu_grouped_conv_takes_the_native_path(ref, monkeypatch, case, algorithms):
+@pytest.mark.parametrize("cpu_isa", ["avx2", "scalar"], indirect=True)
+@pytest.mark.parametrize("case, gemm, avx2", ALGORITHM_PINS, ids=[str(c) for c, _, _ in ALGORITHM_PINS])
+def test_cpu_grouped_conv_takes_the_native_path(cpu_isa, ref, monkeypatch, case, gemm, avx2):
     """The CpuBackend runs a grouped (not depthwise) conv in one native call a pass: with the
     per-group composition's dense and dilated hooks made to fail, every pass still gives ref's
-    bits, and each takes the algorithm pinned for its shape."""
+    bits, and each takes the algorithm pinned for its shape and ISA."""
     native = pytest.importorskip("dsptrain._cpu_ops", reason="native extension not built")
-    from dsptrain.backends.ops_cpu import CpuBackend
-
-    cpu = CpuBackend()
+    cpu = cpu_isa
     n, h, w, g, cg, og, k, s, p, d = case
     x, wt, err = _native_operands(case, 6)
 
@@ -258,7 +285,29 @@ def test_cpu_grouped_conv_takes_the_native_path(ref, monkeypatch, case, algorith
         ref.conv2d_grouped_bwd_weight_s8(err, x, s, p, d, g, (k, k)),
     )
     passes = ("forward", "backward_data", "backward_weight")
-    assert tuple(native.grouped_algorithm(ps, x, wt, s, p, d, g) for ps in passes) == algorithms
+    want = avx2 if native.isa() == "avx2" else gemm
+    assert tuple(native.grouped_algorithm(ps, x, wt, s, p, d, g) for ps in passes) == want
+
+
+@pytest.mark.parametrize("cpu_isa", ["avx2"], indirect=True)
+@pytest.mark.parametrize("fill", [-128, 127])
+def test_lane_kernels_take_the_range_of_their_sums(cpu_isa, ref, fill):
+    """The lane kernels hand the requantizer max |sums| from their registers (no pass over the
+    tensor): at the extremes of int8, of either sign, that max decides the shift, and it must be
+    ref's."""
+    x = np.full((2, 9, 9, 16), -128, np.int8)
+    wt = np.full((16, 3, 3, 2), fill, np.int8)
+    err = np.full((2, 9, 9, 16), -128, np.int8)
+    key = RngKey(seed=5, step=2, tensor_id=1)
+    for mode in ("round", "sto"):
+        got = cpu_isa.conv2d_grouped_requant_s8(x, wt, 1, 1, 1, 8, mode, key)
+        want = ref.conv2d_grouped_requant_s8(x, wt, 1, 1, 1, 8, mode, key)
+        _equal(got[0], want[0])
+        assert got[1] == want[1]
+        got = cpu_isa.conv2d_grouped_bwd_data_requant_s8(err, wt, 2, 1, 1, 8, (17, 17), mode, key)
+        want = ref.conv2d_grouped_bwd_data_requant_s8(err, wt, 2, 1, 1, 8, (17, 17), mode, key)
+        _equal(got[0], want[0])
+        assert got[1] == want[1]
 
 
 @pytest.mark.parametrize(
