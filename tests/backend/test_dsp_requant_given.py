@@ -29,15 +29,12 @@ def same(got, want):
     np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
 
 
-def threads_of(dsp, n):
-    class Split:
-        def __enter__(self):
-            dsp.hvx_threads = n
-
-        def __exit__(self, *exc):
-            dsp.hvx_threads = 4
-
-    return Split()
+@pytest.fixture(params=[1, 2, 3, 4])
+def threads(dsp, request):
+    """The epilogue's passes split across 1 to 4 HVX threads, 4 restored after."""
+    dsp.hvx_threads = request.param
+    yield request.param
+    dsp.hvx_threads = 4
 
 
 def accs(rng, size):
@@ -49,44 +46,40 @@ def accs(rng, size):
     return [acc, wide]
 
 
-@pytest.mark.parametrize("threads", [1, 2, 3, 4])
 @pytest.mark.parametrize("mode", MODES)
 def test_given_shift_is_bit_exact(dsp, mode, threads, rng):
     """Every size, shifts 0 / 1 / 31 and around the estimate (one below: it saturates and
     gives way), checked and unchecked."""
-    with threads_of(dsp, threads):
-        for size in SIZES:
-            for acc in accs(rng, size):
-                est = activation_shift(ref.absmax(acc), 8)
-                for shift in sorted({0, 1, 31, max(est - 1, 0), est, est + 1}):
-                    same(dsp.requantize(acc, mode, KEY, shift=shift), ref.requantize(acc, mode, KEY, shift=shift))
-                    q = dsp.shift_round(acc, shift, mode, KEY)
-                    np.testing.assert_array_equal(q, ref.shift_round(acc, shift, mode, KEY))
+    for size in SIZES:
+        for acc in accs(rng, size):
+            est = activation_shift(ref.absmax(acc), 8)
+            for shift in sorted({0, 1, 31, max(est - 1, 0), est, est + 1}):
+                same(dsp.requantize(acc, mode, KEY, shift=shift), ref.requantize(acc, mode, KEY, shift=shift))
+                q = dsp.shift_round(acc, shift, mode, KEY)
+                np.testing.assert_array_equal(q, ref.shift_round(acc, shift, mode, KEY))
 
 
-@pytest.mark.parametrize("threads", [1, 2, 3, 4])
 @pytest.mark.parametrize("mode", MODES)
 def test_the_saturation_bound(dsp, mode, threads, rng):
     """max |acc| at, just above and half a step below 2**(s+7), placed in each thread's
     range and in the scalar tail, positive and negative: the shift holds exactly when
     the estimate does not ask for more."""
-    with threads_of(dsp, threads):
-        for size in (129, 515, 1000):
-            for shift in (1, 2, 9, 22):
-                bound = 2 ** (shift + 7)
-                # at, above and half a step below the bound; then peaks of 256 (a power of two:
-                # the range is read) and 383 (between two: the shift is derived from the peak)
-                near = (bound, bound + 1, bound - 2 ** (shift - 1), bound - 2 ** (shift - 1) - 1)
-                for peak in near + (2 * bound, 2 * bound + 1, 3 * bound - 2**shift):
-                    for where in (0, size // 3, size - 129, size - 1):
-                        acc = rng.integers(-(2**shift), 2**shift, size, dtype=np.int64)
-                        acc[where] = peak if where % 2 else -peak
-                        acc = acc.astype(np.int32)
-                        got, want = dsp.requantize(acc, mode, KEY, shift=shift), ref.requantize(acc, mode, KEY, shift)
-                        same(got, want)
-                        assert want[1] == {bound + 1: shift + 1, 2 * bound: shift + 1}.get(
-                            peak, shift if peak in near else shift + 2
-                        )
+    for size in (129, 515, 1000):
+        for shift in (1, 2, 9, 22):
+            bound = 2 ** (shift + 7)
+            # at, above and half a step below the bound; then peaks of 256 (a power of two:
+            # the range is read) and 383 (between two: the shift is derived from the peak)
+            near = (bound, bound + 1, bound - 2 ** (shift - 1), bound - 2 ** (shift - 1) - 1)
+            for peak in near + (2 * bound, 2 * bound + 1, 3 * bound - 2**shift):
+                for where in (0, size // 3, size - 129, size - 1):
+                    acc = rng.integers(-(2**shift), 2**shift, size, dtype=np.int64)
+                    acc[where] = peak if where % 2 else -peak
+                    acc = acc.astype(np.int32)
+                    got, want = dsp.requantize(acc, mode, KEY, shift=shift), ref.requantize(acc, mode, KEY, shift)
+                    same(got, want)
+                    assert want[1] == {bound + 1: shift + 1, 2 * bound: shift + 1}.get(
+                        peak, shift if peak in near else shift + 2
+                    )
 
 
 def test_a_skipped_estimate_costs_less_than_a_run_one(dsp, rng):
