@@ -189,7 +189,8 @@ uint32_t dspt_round_peak_s32(int8_t *out, const int32_t *in, uint32_t n, int shi
 }
 
 /* out[i] = shift_round(in[i]) for n elements; rng used only by DSPT_STO. With `max_abs`
- * set, max |in| is taken in the same pass (a given shift checked for saturation). */
+ * set, max |in| is taken in the same pass (a given shift checked for saturation; DSPT_ROUND
+ * checks through dspt_round_peak_s32 instead). */
 void dspt_shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift, int mode,
                           const struct dspt_rng *rng, uint32_t *max_abs)
 {
