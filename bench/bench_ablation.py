@@ -21,7 +21,10 @@ What each technique saves, and what is printed for it:
   spent while the DSP queue had work). Its `micro_batches` comes from the cost model.
 - adaptive rescaling skips range-estimate passes: `estimates` (passes per batch) and
   `skipped` (share of requantized ops that ran on a given shift); on `dsp` the packets of
-  the epilogue (REQUANT + ABSMAX descriptors), where the skipped pass shows.
+  the epilogue (REQUANT + ABSMAX descriptors), where the skipped pass shows. A given
+  shift also lets batch splitting run a requantized product in chunks (without one it
+  runs whole: execute/split.py), so "no adaptive_rescale" splits fewer ops (`split_ops`);
+  "adaptive_rescale (batch_split off)" compares the two with splitting off on both sides.
 - placement by the profile runs the ops its `dsp.bad_at` lists (max-pool forward and
   backward) on the CPU: `on_cpu` (ops per batch run on the CPU); on `dsp` its packets.
 - batch splitting keeps an op's working set in fast memory; QEMU has no cache model, so
@@ -62,6 +65,7 @@ CONFIGS = {
     "no co_schedule": {"co_schedule": False},
     "no adaptive_rescale": {"adaptive_rescale": False},
     "no batch_split": {"batch_split": False},
+    "no adaptive_rescale, no batch_split": {"adaptive_rescale": False, "batch_split": False},
 }
 DSP_OFF = {"placement first": {"placement": "first"}}  # dsp only: without a DSP nothing moves
 FORCED = {"2 micro-batches": {"micro_batches": 2}}  # dsp only: the pipeline, forced on
@@ -69,9 +73,15 @@ TECHNIQUE = {
     "no co_schedule": "co_schedule",
     "no adaptive_rescale": "adaptive_rescale",
     "no batch_split": "batch_split",
+    "no adaptive_rescale, no batch_split": "adaptive_rescale (batch_split off)",
     "placement first": "placement: profile (vs first)",
     "2 micro-batches": "co_schedule forced to 2",
 }
+# What a technique switched off is compared with when not "all": adaptive rescaling's
+# given shifts are what lets a requantized product run in chunks (execute/split.py), so
+# "all" vs "no adaptive_rescale" also moves every such product between whole and split;
+# this pair holds batch splitting off on both sides, leaving the range estimates alone.
+AGAINST = {"no adaptive_rescale, no batch_split": "no batch_split"}
 EPILOGUE = ("requant", "absmax")  # DSP descriptors of the range estimate + rounding
 
 
@@ -230,12 +240,13 @@ def measure(model: str, backend: str, labels: list[str], steps: int, warmup: int
 def gains(rows: list[dict], rounds: list[dict]) -> list[dict]:
     """Per technique: the median over rounds of time without it / time with it, and packet ratios."""
     base = next(r for r in rows if r["config"] == "all")
+    by_config = {r["config"]: r for r in rows}
     out = []
     for r in rows:
         if r["config"] not in TECHNIQUE:
             continue
         # a technique switched off: time(off) / time(all); the pipeline forced on: time(all) / time(forced)
-        on, off = (r["config"], "all") if r["config"] in FORCED else ("all", r["config"])
+        on, off = (r["config"], "all") if r["config"] in FORCED else (AGAINST.get(r["config"], "all"), r["config"])
         ratios = [rd[off] / rd[on] for rd in rounds]
         g = {
             "model": r["model"],
@@ -251,9 +262,8 @@ def gains(rows: list[dict], rounds: list[dict]) -> list[dict]:
         if modeled_ratios:
             g["model_gain"] = statistics.median(modeled_ratios)
         if base["packets"]:
-            row = {"all": base, r["config"]: r}
-            g["packet_gain"] = row[off]["packets"] / row[on]["packets"]
-            g["epilogue_packet_gain"] = row[off]["epilogue_packets"] / max(row[on]["epilogue_packets"], 1)
+            g["packet_gain"] = by_config[off]["packets"] / by_config[on]["packets"]
+            g["epilogue_packet_gain"] = by_config[off]["epilogue_packets"] / max(by_config[on]["epilogue_packets"], 1)
         if r["config"] == "no batch_split" and base["fast_fit"] is not None:
             g["fast_fit_on_off"] = f"{base['fast_fit']:.2f} / {r['fast_fit']:.2f}"
         out.append(g)

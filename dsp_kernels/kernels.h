@@ -110,6 +110,11 @@ void dspt_shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift,
 uint32_t dspt_absmax_split(struct dspt_ctx *ctx, const int32_t *x, uint32_t n, int *status);
 int dspt_shift_round_split(struct dspt_ctx *ctx, int8_t *out, const int32_t *in, uint32_t n, int shift,
                            int mode, const struct dspt_rng *rng, uint32_t *max_abs);
+/* DSPT_ROUND with 1 <= shift <= 31, returning the peak rounded magnitude before the clamp
+ * (requant.c: dspt_round_peak_s32), split as above. */
+uint32_t dspt_round_peak_s32(int8_t *out, const int32_t *in, uint32_t n, int shift);
+uint32_t dspt_round_peak_split(struct dspt_ctx *ctx, int8_t *out, const int32_t *in, uint32_t n, int shift,
+                               int *status);
 
 int dspt_op_requant(struct dspt_ctx *ctx, struct dspt_op_desc *d);
 int dspt_op_absmax(struct dspt_ctx *ctx, struct dspt_op_desc *d);

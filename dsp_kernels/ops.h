@@ -134,7 +134,8 @@ struct dspt_op_desc {
     int32_t status;                 /* enum dspt_status, written by the DSP */
     int32_t result_shift;           /* the shift used (NITI_UPDATE: -1 = zero gradient; convolution
                                        products: the enum dspt_path taken) */
-    uint32_t result_absmax;         /* max |acc| seen (REQUANT estimate, ABSMAX, NITI_UPDATE) */
+    uint32_t result_absmax;         /* max |acc| seen (REQUANT estimate, ABSMAX, NITI_UPDATE; a checked
+                                       given shift: when the range was read, else 0) */
     uint32_t threads;               /* HVX contexts to split the work across (0, 1: one) */
     struct dspt_cost cost;
 };

@@ -122,11 +122,15 @@ static uint32_t max_lane(HVX_Vector best)
 /* DSPT_ROUND over the whole 128-element steps of n (returns how many elements it did):
  * round half away from zero, (|x| + half) >> shift in words (at most 1.5 * 2**30, never
  * negative), then the clamp to 127 and the sign in halfwords, half the vectors (both packs
- * saturate: > 127 stays > 127, x's sign survives). Its own function: inlined into the
- * general loop it changed the other modes' schedule. */
-static __attribute__((noinline)) uint32_t round_vectors(int8_t *out, const int32_t *in, uint32_t n, int shift)
+ * saturate: > 127 stays > 127, x's sign survives). With `peak` set it also keeps the
+ * largest rounded magnitude before the clamp: a vmax on the halfword pack the clamp reads
+ * anyway, one op per two vectors, where max |x| costs a compare and a mux per vector (a
+ * given shift's saturation check: dspt_round_peak_s32). */
+static inline __attribute__((always_inline)) uint32_t round_loop(int8_t *out, const int32_t *in, uint32_t n,
+                                                                 int shift, uint32_t *peak)
 {
     const HVX_Vector half = Q6_V_vsplat_R(1 << (shift - 1)), zero = Q6_V_vzero(), cap = Q6_Vh_vsplat_R(127);
+    HVX_Vector top[2] = {zero, zero};   /* two running maxima: no chain across the pair */
     uint32_t i = 0;
     for (; i + 128 <= n; i += 128) {
         HVX_Vector x[4], r[4];
@@ -136,17 +140,57 @@ static __attribute__((noinline)) uint32_t round_vectors(int8_t *out, const int32
         }
         HVX_Vector h[2];
         for (int j = 0; j < 2; j++) {
-            HVX_Vector m = Q6_Vh_vmin_VhVh(Q6_Vh_vpack_VwVw_sat(r[2 * j + 1], r[2 * j]), cap);
+            HVX_Vector p = Q6_Vh_vpack_VwVw_sat(r[2 * j + 1], r[2 * j]);
+            if (peak) top[j] = Q6_Vh_vmax_VhVh(top[j], p);
+            HVX_Vector m = Q6_Vh_vmin_VhVh(p, cap);
             HVX_Vector sign = Q6_Vh_vpack_VwVw_sat(x[2 * j + 1], x[2 * j]);
             h[j] = Q6_V_vmux_QVV(Q6_Q_vcmp_gt_VhVh(zero, sign), Q6_Vh_vsub_VhVh(zero, m), m);
         }
         hvx_store_u(out + i, Q6_Vb_vpacke_VhVh(h[1], h[0]));
     }
+    if (peak) {
+        HVX_Vector both = Q6_Vh_vmax_VhVh(top[0], top[1]);
+        const int16_t *lanes = (const int16_t *)&both;
+        uint32_t best = 0;
+        for (int l = 0; l < 64; l++) best = (uint32_t)lanes[l] > best ? (uint32_t)lanes[l] : best;
+        *peak = best;
+    }
     return i;
 }
 
+/* Each its own function: inlined into the general loop they changed the other modes' schedule. */
+static __attribute__((noinline)) uint32_t round_vectors(int8_t *out, const int32_t *in, uint32_t n, int shift)
+{
+    return round_loop(out, in, n, shift, 0);
+}
+
+static __attribute__((noinline)) uint32_t round_vectors_peak(int8_t *out, const int32_t *in, uint32_t n, int shift,
+                                                             uint32_t *peak)
+{
+    return round_loop(out, in, n, shift, peak);
+}
+
+/* DSPT_ROUND with 1 <= shift <= 31, as dspt_shift_round_s32 rounds, returning the peak:
+ * the largest rounded magnitude before the clamp, min(max (|x| + 2**(shift-1)) >> shift,
+ * 32767). peak < 2**(bits-1) proves max |x| < 2**(shift + bits - 1), i.e. the estimate
+ * would not ask for more than `shift`; a larger peak leaves it open (|x| may lie within
+ * half a step below the bound), so the caller then reads the range itself. */
+uint32_t dspt_round_peak_s32(int8_t *out, const int32_t *in, uint32_t n, int shift)
+{
+    uint32_t peak = 0, i = round_vectors_peak(out, in, n, shift, &peak);
+    for (; i < n; i++) {
+        uint64_t mag = in[i] < 0 ? 0ull - (uint64_t)(int64_t)in[i] : (uint64_t)in[i];
+        uint64_t r = (mag + (1ull << (shift - 1))) >> shift;
+        r = r > 32767 ? 32767 : r;
+        peak = r > peak ? (uint32_t)r : peak;
+        out[i] = shift_one(in[i], shift, DSPT_ROUND, 0);
+    }
+    return peak;
+}
+
 /* out[i] = shift_round(in[i]) for n elements; rng used only by DSPT_STO. With `max_abs`
- * set, max |in| is taken in the same pass (a given shift checked for saturation). */
+ * set, max |in| is taken in the same pass (a given shift checked for saturation; DSPT_ROUND
+ * checks through dspt_round_peak_s32 instead). */
 void dspt_shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift, int mode,
                           const struct dspt_rng *rng, uint32_t *max_abs)
 {
@@ -206,11 +250,14 @@ void dspt_shift_round_s32(int8_t *out, const int32_t *in, uint32_t n, int shift,
  * steps, so only the last range has a scalar tail, as in one pass; each range's random
  * stream is offset by its start, so every element draws what it draws in one pass, and
  * the ranges' maxima are combined after the join. */
+enum pass_max { PASS_NO_MAX, PASS_MAX_ABS, PASS_PEAK };   /* what a rounding pass keeps in max[] */
+
 struct pass_job {
     int8_t *out;                  /* NULL: the max only */
     const int32_t *in;
     uint32_t n;
-    int shift, mode, want_max;
+    int shift, mode;
+    enum pass_max keep;
     const struct dspt_rng *rng;
     uint32_t max[DSPT_MAX_THREADS];
 };
@@ -226,10 +273,14 @@ static int pass_share(struct dspt_ctx *tc, int t, void *job)
         J->max[t] = dspt_absmax_s32(J->in + lo, (uint32_t)(hi - lo));
         return DSPT_OK;
     }
+    if (J->keep == PASS_PEAK) {   /* DSPT_ROUND: no random stream */
+        J->max[t] = dspt_round_peak_s32(J->out + lo, J->in + lo, (uint32_t)(hi - lo), J->shift);
+        return DSPT_OK;
+    }
     struct dspt_rng rng = *J->rng;
     rng.offset += (uint32_t)lo;
     dspt_shift_round_s32(J->out + lo, J->in + lo, (uint32_t)(hi - lo), J->shift, J->mode, &rng,
-                         J->want_max ? &J->max[t] : 0);
+                         J->keep == PASS_MAX_ABS ? &J->max[t] : 0);
     return DSPT_OK;
 }
 
@@ -251,11 +302,18 @@ int dspt_shift_round_split(struct dspt_ctx *ctx, int8_t *out, const int32_t *in,
                            int mode, const struct dspt_rng *rng, uint32_t *max_abs)
 {
     struct pass_job J = {.out = out, .in = in, .n = n, .shift = shift, .mode = mode,
-                         .want_max = max_abs != 0, .rng = rng};
+                         .keep = max_abs ? PASS_MAX_ABS : PASS_NO_MAX, .rng = rng};
     int status;
     uint32_t m = run_pass(ctx, &J, &status);
     if (max_abs) *max_abs = m;
     return status;
+}
+
+uint32_t dspt_round_peak_split(struct dspt_ctx *ctx, int8_t *out, const int32_t *in, uint32_t n, int shift,
+                               int *status)
+{
+    struct pass_job J = {.out = out, .in = in, .n = n, .shift = shift, .mode = DSPT_ROUND, .keep = PASS_PEAK};
+    return run_pass(ctx, &J, status);
 }
 
 static int epilogue_args(struct dspt_ctx *ctx, struct dspt_op_desc *d, uint32_t *n,
@@ -279,6 +337,43 @@ int dspt_op_absmax(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     return st;
 }
 
+/* A given shift checked for saturation (base.py's requantize: max(given, estimate)).
+ * DSPT_ROUND, the recipes' activations and errors: the rounding pass keeps its peak P
+ * (dspt_round_peak_s32). P < 2**(bits-1) clears the shift: that is almost every call, at
+ * the cost of the plain pass. Else, with max |acc| = M in [P * 2**s - 2**(s-1),
+ * P * 2**s + 2**(s-1) - 1], P strictly between two powers of two 2**(k-1) < P < 2**k puts
+ * M strictly between 2**(k+s-1) and 2**(k+s), so the estimate's range_bits(M) is k + s
+ * and the shift gives way without reading the range; a P that is a power of two (or the
+ * pack's saturated 32767) leaves M's side of the bound open and reads it (an ABSMAX pass).
+ * That made a skipped estimate cheaper than a run one: on 64x16x16x96 int32 sums, 4
+ * threads, 259k packets against 345k for ABSMAX + rounding, where the rounding pass that
+ * also took max |acc| cost 394k. The other modes take max |acc| in their rounding pass
+ * (their rounding dominates). result_absmax is max |acc| when the range was read, else 0. */
+static int checked_round(struct dspt_ctx *ctx, struct dspt_op_desc *d, int8_t *out, const int32_t *acc,
+                         uint32_t n, int *shift)
+{
+    int st, needed;
+    d->result_absmax = 0;
+    if (d->round_mode == DSPT_ROUND && *shift >= 1 && *shift <= 31 && d->bits >= 2 && d->bits <= 15) {
+        uint32_t peak = dspt_round_peak_split(ctx, out, acc, n, *shift, &st);
+        if (st || peak < (1u << (d->bits - 1))) return st;
+        if (peak < 32767 && (peak & (peak - 1))) {
+            needed = *shift + dspt_range_bits(peak) - (d->bits - 1);
+        } else {
+            d->result_absmax = dspt_absmax_split(ctx, acc, n, &st);
+            if (st) return st;
+            needed = dspt_range_bits(d->result_absmax) - (d->bits - 1);
+        }
+    } else {
+        st = dspt_shift_round_split(ctx, out, acc, n, *shift, d->round_mode, &d->rng, &d->result_absmax);
+        if (st) return st;
+        needed = dspt_range_bits(d->result_absmax) - (d->bits - 1);
+    }
+    if (needed <= *shift) return DSPT_OK;
+    *shift = needed;   /* it would saturate: round again with the estimate */
+    return dspt_shift_round_split(ctx, out, acc, n, needed, d->round_mode, &d->rng, 0);
+}
+
 /* REQUANT: shift = given, or NITI's activation shift max(range - (bits - 1), 0). */
 int dspt_op_requant(struct dspt_ctx *ctx, struct dspt_op_desc *d)
 {
@@ -299,13 +394,7 @@ int dspt_op_requant(struct dspt_ctx *ctx, struct dspt_op_desc *d)
     }
     if (shift > 62) return DSPT_BAD_PARAMS;
     if (d->shift != DSPT_SHIFT_ESTIMATE && (d->flags & DSPT_F_SATURATE_CHECK)) {
-        /* a given shift: max |acc| comes from the rounding pass itself */
-        st = dspt_shift_round_split(ctx, out, acc, n, shift, d->round_mode, &d->rng, &d->result_absmax);
-        int needed = dspt_range_bits(d->result_absmax) - (d->bits - 1);
-        if (!st && needed > shift) {   /* it would saturate: round again with the estimate */
-            shift = needed;
-            st = dspt_shift_round_split(ctx, out, acc, n, shift, d->round_mode, &d->rng, 0);
-        }
+        st = checked_round(ctx, d, out, acc, n, &shift);
     } else {
         st = dspt_shift_round_split(ctx, out, acc, n, shift, d->round_mode, &d->rng, 0);
     }

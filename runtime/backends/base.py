@@ -208,7 +208,8 @@ class Backend(FloatHooks, GroupedHooks):
         `shift=s` (s >= 0, a given shift, e.g. from self-adaptive rescaling): the shift used
         is `max(s, activation_shift(absmax(acc), bits))`. A given shift at least as large
         as the estimate is used as is (no separate range pass: a fused backend reads `acc`
-        once and takes max |acc| in that same pass); a smaller one would saturate, so the
+        once and checks the range in that same pass; the DSP's rounding keeps its largest
+        rounded magnitude, dsp_kernels/requant.c); a smaller one would saturate, so the
         estimated shift is used instead and returned (`shift_used != s` tells the caller
         its shift was stale). This rule is also what makes micro-batches agree: over
         slices of a batch, max(s, estimate of each slice) peaks at max(s, estimate of the

@@ -7,9 +7,10 @@ profile, the op's shapes and the cost model (`plan.split_rows`, cost.py); here t
 chunks run and are joined.
 
 Numerics are the memory-planned runner's (planned.py, slices.py): every chunk of a requantized product
-runs with the op's given shift and the largest shift used by any chunk is the op's
-shift; chunks that used a smaller one (the given shift would have saturated the
-largest chunk) run again with it, so the result is the unsplit op's bit for bit
+runs with the op's given shift, or the larger one an earlier chunk had to use, and the
+largest shift used by any chunk is the op's shift; chunks that used a smaller one (the
+given shift would have saturated a later chunk) run again with it, so the result is the
+unsplit op's bit for bit
 (`requantize` with a given shift uses max(given, estimate), which over chunks peaks at
 max(given, estimate of all rows)). A product without a given shift runs whole.
 Weight gradients are summed over chunks in int64, then stored in the dtype the unsplit
@@ -84,12 +85,19 @@ def run_op(executor, plan, op, env, ctx, stats=None) -> tuple[dict, int | None]:
             stats.split_calls += 1
 
     starts = range(0, n, chunk)
+    given = ctx.given_shift(op) if requant else None
     for a in starts:
-        run_chunk(a)
+        # once a chunk's range has pushed the shift past the given one, the chunks after it
+        # take the raised shift at once: they would be run again with it anyway (MobileNetV2
+        # on the DSP: a fallback in its first chunk re-ran the product of every other chunk)
+        raised = max(shifts.values(), default=None)
+        run_chunk(a, raised if given is not None and raised is not None and raised > given else None)
     common = max(shifts.values()) if shifts else None
     for a in starts:
         if common is not None and shifts[a] < common:
             run_chunk(a, common)
+            if stats is not None:
+                stats.rerun_slices += 1
     return join(graph, op, [parts[a] for a in starts]), common
 
 

@@ -150,6 +150,54 @@ def test_batch_split_is_bit_identical_and_splits(small_run, tmp_path):
     _same(results["declined"], results["off"], results["off"])
 
 
+def test_split_chunks_take_a_raised_shift_at_once(small_run, tmp_path, monkeypatch):
+    """Given shifts of 0 (every chunk's range asks for more): once a chunk has raised the
+    shift, the chunks after it run with the raised one, so only chunks before the last raise
+    run again (rerun_slices counts them); the step is the unsplit one bit for bit."""
+    from dsptrain.execute import split
+
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text(
+        "name: tiny\ndsp: {vtcm: 64KiB, l2: 128KiB}\ncpu: {l2: 32KiB, call_s: 1.0e-9, macs_per_s: 1.0e+18}\n"
+    )
+    calls = []
+    chunked = split.run_rows
+
+    def spy(executor, plan, op, env, ctx, stats, a, b, shift=None):
+        outputs, used = chunked(executor, plan, op, env, ctx, stats, a, b, shift)
+        calls.append((op.name, a, shift, used))
+        return outputs, used
+
+    envs, steps = {}, {}
+    for label, on in (("split", True), ("whole", False)):
+        t = _trainer(small_run, "cpu", tmp_path / label, device=str(tiny), batch_split=on, co_schedule=False)
+        try:
+            plan = t.plans.get(64, True)
+            shifts = {op.name: 0 for op, _ in t.rescale.adaptive_ops(plan.graph)}
+            ((x, y),) = _batches(t, 1)
+            monkeypatch.setattr(split, "run_rows", spy)
+            envs[label], steps[label] = _one_step(t, plan, x, y, shifts, threaded=False)
+            monkeypatch.setattr(split, "run_rows", chunked)
+        finally:
+            t.close()
+    assert steps["split"].shifts == steps["whole"].shifts
+    _same(envs["split"], envs["whole"], [k for k in envs["whole"] if k not in ("input", "labels")])
+    reruns = 0
+    for name in {c[0] for c in calls}:
+        mine = [c for c in calls if c[0] == name]
+        starts = sorted({c[1] for c in mine})
+        first, again = mine[: len(starts)], mine[len(starts) :]
+        if first[0][3] is None:  # not requantized (a weight gradient)
+            continue
+        for i, (_, _, forced, _) in enumerate(first[1:], 1):
+            raised = max(c[3] for c in first[:i])
+            assert forced == (raised if raised > 0 else None), (name, first)
+        last_raise = max(i for i, c in enumerate(first) if i == 0 or c[3] > first[i - 1][3])
+        assert all(starts.index(c[1]) < last_raise for c in again), (name, first, again)
+        reruns += len(again)
+    assert steps["split"].split_ops >= 2 and steps["split"].rerun_slices == reruns
+
+
 def test_adaptive_rescaling_exact_while_stable_and_follows_a_jump(small_run, tmp_path):
     dyn = _trainer(small_run, "cpu", tmp_path / "d", adaptive_rescale=False)
     ada = _trainer(small_run, "cpu", tmp_path / "a")
