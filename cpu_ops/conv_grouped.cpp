@@ -74,9 +74,7 @@ Patches patch_buffer(int m, int k) {
   return Patches{d, ld, m, k};
 }
 
-// A source framed in zeros so every tap of every patch is in range: frame row fy holds source
-// row (fy - top) / step when that divides and lies in the source, else zeros (columns alike,
-// `left`): the forward's padding (step 1), or backward data's error spread `stride` apart.
+// A source framed in zeros so every tap of every patch is in range (fill_frame, conv_grouped.h).
 struct Frame {
   const int8_t* d;
   int hp, wp, c;
@@ -84,21 +82,9 @@ struct Frame {
 };
 
 Frame frame(const int8_t* src, int n, int h, int w, int c, int top, int left, int step, int hp, int wp) {
-  const size_t row = static_cast<size_t>(wp) * c;
-  int8_t* d = grow_exact(operand(1), static_cast<size_t>(n) * hp * row);
-  parallel_ranges(n * hp, static_cast<size_t>(n) * hp * row, [&](int r0, int r1) {
-    for (int r = r0; r < r1; ++r) {
-      int8_t* out = d + r * row;
-      std::memset(out, 0, row);
-      const int fy = r % hp - top;
-      if (fy < 0 || fy % step || fy / step >= h) continue;
-      const int8_t* in = src + (static_cast<ptrdiff_t>(r / hp) * h + fy / step) * w * c;
-      for (int x = 0; x < w; ++x) {
-        const int fx = left + x * step;
-        if (fx >= 0 && fx < wp) std::memcpy(out + static_cast<ptrdiff_t>(fx) * c, in + static_cast<ptrdiff_t>(x) * c, c);
-      }
-    }
-  });
+  int8_t* d = grow_exact(operand(1), static_cast<size_t>(n) * hp * wp * c);
+  fill_frame(d, src, n, h, w, c, c, top, left, step, hp, wp,
+             [c](int8_t* to, const int8_t* from) { std::memcpy(to, from, c); });
   return Frame{d, hp, wp, c};
 }
 

@@ -7,13 +7,16 @@
 // channels in place. Sums only: the binding rounds the whole tensor once (one shift, NITI's
 // one exponent per tensor), so every rounding mode is the dense conv's, bit for bit.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <vector>
 
 #include "conv.h"
 #include "conv_shapes.h"
 #include "scratch.h"
+#include "thread_pool.h"
 
 namespace dsptrain {
 
@@ -71,5 +74,30 @@ void conv2d_grouped_bwd_data(const int8_t* err, const int8_t* w, const GroupedCo
 // dw[O,KH,KW,C/G] from err[N,OH,OW,O] and x; T by the depth N*OH*OW.
 template <typename T>
 void conv2d_grouped_bwd_weight(const int8_t* err, const int8_t* x, const GroupedConv& g, T* dw);
+
+// Fills d, n images of hp x wp frame pixels of `pixel` elements, from src, n images of h x w
+// pixels of `src_pixel` bytes: frame row fy holds source row (fy - top) / step when that
+// divides and lies in the source, else zeros (columns alike, `left`): the forward's padding
+// (step 1), or backward data's error spread `stride` apart. copy(to, from) fills one frame
+// pixel from one source pixel (the int8 frame copies it; the direct kernels' int16 frame also
+// pads each group to an even count). Rows run as the pool's tasks.
+template <typename T, typename Copy>
+void fill_frame(T* d, const int8_t* src, int n, int h, int w, ptrdiff_t src_pixel, ptrdiff_t pixel, int top,
+                int left, int step, int hp, int wp, Copy copy) {
+  const ptrdiff_t row = wp * pixel;
+  parallel_ranges(n * hp, static_cast<size_t>(n) * hp * row * sizeof(T), [&](int r0, int r1) {
+    for (int r = r0; r < r1; ++r) {
+      T* out = d + r * row;
+      std::memset(out, 0, row * sizeof(T));
+      const int fy = r % hp - top;
+      if (fy < 0 || fy % step || fy / step >= h) continue;
+      const int8_t* in = src + (static_cast<ptrdiff_t>(r / hp) * h + fy / step) * w * src_pixel;
+      for (int x = 0; x < w; ++x) {
+        const int fx = left + x * step;
+        if (fx >= 0 && fx < wp) copy(out + fx * pixel, in + x * src_pixel);
+      }
+    }
+  });
+}
 
 }  // namespace dsptrain

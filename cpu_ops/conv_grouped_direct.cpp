@@ -23,9 +23,8 @@ constexpr int kDirectMaxLanes = 128;
 // ... and at most this many a 1x1 stride-1 unpadded weight gradient (grouped_direct_fits).
 constexpr int kPairsMaxLanesInPlace = 80;
 
-// A source framed in zeros, as int16, group g's kc channels at [g * kc2, g * kc2 + kc) of a pixel
-// (kc2 = kc rounded up to even: a pair never straddles two groups): frame row fy holds source
-// row (fy - top) / step when that divides and lies in the source (columns alike, `left`).
+// A source framed in zeros (fill_frame, conv_grouped.h), as int16, group g's kc channels at
+// [g * kc2, g * kc2 + kc) of a pixel (kc2 = kc rounded up to even: a pair never straddles two groups).
 struct Frame16 {
   const int16_t* d;
   int hp, wp, kc2;
@@ -52,26 +51,14 @@ size_t frame_elems(int n, int hp, int wp, int groups, int kc) {
 Frame16 frame16(const int8_t* src, int n, int h, int w, int groups, int kc, int top, int left, int step, int hp,
                 int wp) {
   const int kc2 = kc + (kc & 1), c = groups * kc;
-  const ptrdiff_t ps = static_cast<ptrdiff_t>(groups) * kc2, row = wp * ps;
+  const ptrdiff_t ps = static_cast<ptrdiff_t>(groups) * kc2;
   int16_t* d = grow_exact(frame_buffer(), frame_elems(n, hp, wp, groups, kc));
-  parallel_ranges(n * hp, static_cast<size_t>(n) * hp * row * 2, [&](int r0, int r1) {
-    for (int r = r0; r < r1; ++r) {
-      int16_t* out = d + r * row;
-      std::memset(out, 0, row * sizeof(int16_t));
-      const int fy = r % hp - top;
-      if (fy < 0 || fy % step || fy / step >= h) continue;
-      const int8_t* in = src + (static_cast<ptrdiff_t>(r / hp) * h + fy / step) * w * c;
-      for (int x = 0; x < w; ++x, in += c) {
-        const int fx = left + x * step;
-        if (fx < 0 || fx >= wp) continue;
-        int16_t* to = out + fx * ps;
-        if (kc2 == kc) {
-          for (int i = 0; i < c; ++i) to[i] = in[i];
-        } else {
-          for (int gi = 0; gi < groups; ++gi)
-            for (int k = 0; k < kc; ++k) to[gi * kc2 + k] = in[gi * kc + k];
-        }
-      }
+  fill_frame(d, src, n, h, w, c, ps, top, left, step, hp, wp, [=](int16_t* to, const int8_t* in) {
+    if (kc2 == kc) {
+      for (int i = 0; i < c; ++i) to[i] = in[i];
+    } else {
+      for (int gi = 0; gi < groups; ++gi)
+        for (int k = 0; k < kc; ++k) to[gi * kc2 + k] = in[gi * kc + k];
     }
   });
   return Frame16{d, hp, wp, kc2, ps};
